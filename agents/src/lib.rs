@@ -1,0 +1,2 @@
+//! `muster-agents`: one agent — its loop and context window, model providers, tools, the
+//! permission engine, plan mode and plan files, subagents.

@@ -1,0 +1,1 @@
+//! `muster-mailbox`: the durable store.

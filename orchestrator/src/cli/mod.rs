@@ -1,0 +1,116 @@
+//! The command line: global flags and one module per subcommand (DESIGN.md "The CLI").
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::exit::Exit;
+
+pub mod agents;
+pub mod answer;
+pub mod approve;
+pub mod batch;
+pub mod bench;
+pub mod check;
+pub mod config;
+pub mod demo;
+pub mod fork;
+pub mod inbox;
+pub mod plans;
+pub mod prune;
+pub mod reject;
+pub mod resume;
+pub mod run;
+pub mod runs;
+pub mod tasks;
+
+/// muster: a multi-agent team orchestrator with a durable mailbox.
+#[derive(Debug, Parser)]
+#[command(name = "muster", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags every subcommand accepts.
+#[derive(Debug, Clone, clap::Args)]
+pub struct GlobalArgs {
+    /// Run as if muster was started in DIR (it becomes the project root).
+    #[arg(short = 'C', global = true, value_name = "DIR")]
+    pub directory: Option<PathBuf>,
+    /// Path of the store (default: .muster/muster.db under the project root).
+    #[arg(long = "store", global = true, value_name = "PATH")]
+    pub store: Option<PathBuf>,
+    /// Log level for stderr: error, warn, info, debug or trace.
+    #[arg(
+        long = "log-level",
+        global = true,
+        value_name = "LEVEL",
+        default_value = "warn"
+    )]
+    pub log_level: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run one agent, or a team, on a prompt.
+    Run(run::Args),
+    /// Continue a stopped, crashed or decided run.
+    Resume(resume::Args),
+    /// Copy a run under a new id and slug.
+    Fork(fork::Args),
+    /// Run one task per line of a JSONL file.
+    Batch(batch::Args),
+    /// Show an agent's (or the human's) mailbox.
+    Inbox(inbox::Args),
+    /// Show the task board.
+    Tasks(tasks::Args),
+    /// List plan files with their agent, request and state.
+    Plans(plans::Args),
+    /// List runs with their status.
+    Runs(runs::Args),
+    /// Delete settled history of finished runs.
+    Prune(prune::Args),
+    /// Approve a plan or permission request as `human`.
+    Approve(approve::Args),
+    /// Reject a plan or permission request as `human`.
+    Reject(reject::Args),
+    /// Answer a question as `human`.
+    Answer(answer::Args),
+    /// Show the permission decision for a tool call without running it.
+    Check(check::Args),
+    /// Show the effective settings.
+    Config(config::Args),
+    /// List agent definitions.
+    Agents(agents::Args),
+    /// Run the offline demonstration.
+    Demo(demo::Args),
+    /// Run a benchmark.
+    Bench(bench::Args),
+}
+
+/// Runs the parsed command; the returned `Exit` becomes the process's exit code.
+pub fn dispatch(cli: Cli) -> anyhow::Result<Exit> {
+    let global = cli.global;
+    match cli.command {
+        Command::Run(args) => run::execute(&global, args),
+        Command::Resume(args) => resume::execute(&global, args),
+        Command::Fork(args) => fork::execute(&global, args),
+        Command::Batch(args) => batch::execute(&global, args),
+        Command::Inbox(args) => inbox::execute(&global, args),
+        Command::Tasks(args) => tasks::execute(&global, args),
+        Command::Plans(args) => plans::execute(&global, args),
+        Command::Runs(args) => runs::execute(&global, args),
+        Command::Prune(args) => prune::execute(&global, args),
+        Command::Approve(args) => approve::execute(&global, args),
+        Command::Reject(args) => reject::execute(&global, args),
+        Command::Answer(args) => answer::execute(&global, args),
+        Command::Check(args) => check::execute(&global, args),
+        Command::Config(args) => config::execute(&global, args),
+        Command::Agents(args) => agents::execute(&global, args),
+        Command::Demo(args) => demo::execute(&global, args),
+        Command::Bench(args) => bench::execute(&global, args),
+    }
+}

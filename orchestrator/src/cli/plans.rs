@@ -1,0 +1,16 @@
+//! `muster plans`: list plan files with their agent, request id and state.
+
+use crate::cli::GlobalArgs;
+use crate::exit::{Exit, ExitError};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[arg(long)]
+    pub run: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn execute(_global: &GlobalArgs, _args: Args) -> anyhow::Result<Exit> {
+    Err(ExitError::not_built("plans").into())
+}

@@ -1,0 +1,59 @@
+//! The process exit codes of DESIGN.md, in one place.
+
+/// What a `muster` command's outcome means to a script that ran it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Success, or `check` answered allow.
+    Success,
+    /// The run failed, `check` answered ask or deny, or a request was already decided.
+    Failed,
+    /// Usage or configuration error, including an unknown id.
+    Usage,
+    /// A budget or the deadline was hit.
+    Budget,
+    /// Store error: corrupt, newer schema, lock timeout.
+    Store,
+    /// The run stopped awaiting a decision: answer it, then `muster resume`.
+    AwaitingDecision,
+    /// Interrupted by a signal.
+    Interrupted,
+}
+
+impl Exit {
+    pub fn code(self) -> u8 {
+        match self {
+            Exit::Success => 0,
+            Exit::Failed => 1,
+            Exit::Usage => 2,
+            Exit::Budget => 3,
+            Exit::Store => 4,
+            Exit::AwaitingDecision => 5,
+            Exit::Interrupted => 130,
+        }
+    }
+}
+
+/// An error that carries the exit code it must end the process with.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct ExitError {
+    pub exit: Exit,
+    pub message: String,
+}
+
+impl ExitError {
+    pub fn new(exit: Exit, message: impl Into<String>) -> Self {
+        ExitError {
+            exit,
+            message: message.into(),
+        }
+    }
+
+    /// A subcommand that a later issue builds.
+    pub fn not_built(command: &str) -> Self {
+        ExitError::new(
+            Exit::Usage,
+            format!("`muster {command}` is not built yet in this version of muster"),
+        )
+    }
+}

@@ -1,0 +1,4 @@
+//! `muster`: a team — lead and teammates, approvers, verification, batch runs — and the CLI.
+
+pub mod cli;
+pub mod exit;
