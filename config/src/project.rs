@@ -74,11 +74,21 @@ mod tests {
         std::fs::create_dir_all(outer.join("a/b/c")).unwrap();
         let found = ProjectRoot::discover(&outer.join("a/b/c"), None);
         assert_eq!(found.path(), outer.join("a"));
-        let found = ProjectRoot::discover(&outer.join("x"), None);
-        assert_eq!(found.path(), outer.join("x"), "no marker above a sibling: the start itself");
         std::fs::create_dir_all(outer.join("g/h")).unwrap();
         let found = ProjectRoot::discover(&outer.join("g/h"), None);
         assert_eq!(found.path(), outer, ".git found when no .muster is");
+    }
+
+    #[test]
+    fn without_markers_the_start_is_the_root() {
+        let tmp = tempfile::tempdir().unwrap();
+        let start = tmp.path().join("plain");
+        std::fs::create_dir_all(&start).unwrap();
+        // The temporary directory's own ancestors hold no .muster or .git on a sane machine.
+        if start.ancestors().skip(1).any(|d| d.join(".git").is_dir() || d.join(".muster").is_dir()) {
+            return;
+        }
+        assert_eq!(ProjectRoot::discover(&start, None).path(), start);
     }
 
     #[test]
