@@ -1,2 +1,5 @@
 //! `muster-agents`: one agent — its loop and context window, model providers, tools, the
 //! permission engine, plan mode and plan files, subagents.
+
+pub mod shell;
+pub mod tools;

@@ -15,7 +15,11 @@ impl ProjectRoot {
     /// DIR as `explicit`, which is taken as the root as it is.
     pub fn discover(start: &Path, explicit: Option<&Path>) -> ProjectRoot {
         if let Some(dir) = explicit {
-            let root = if dir.is_absolute() { dir.to_path_buf() } else { start.join(dir) };
+            let root = if dir.is_absolute() {
+                dir.to_path_buf()
+            } else {
+                start.join(dir)
+            };
             return ProjectRoot { root };
         }
         let found = nearest_ancestor_with(start, ".muster")
@@ -85,7 +89,11 @@ mod tests {
         let start = tmp.path().join("plain");
         std::fs::create_dir_all(&start).unwrap();
         // The temporary directory's own ancestors hold no .muster or .git on a sane machine.
-        if start.ancestors().skip(1).any(|d| d.join(".git").is_dir() || d.join(".muster").is_dir()) {
+        if start
+            .ancestors()
+            .skip(1)
+            .any(|d| d.join(".git").is_dir() || d.join(".muster").is_dir())
+        {
             return;
         }
         assert_eq!(ProjectRoot::discover(&start, None).path(), start);

@@ -1,0 +1,1 @@
+//! The read-only shell classifier the permission engine consults for `Bash`.

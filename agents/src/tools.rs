@@ -1,0 +1,1 @@
+//! The tool set: file, shell and coordination tools with Claude Code's names and inputs.

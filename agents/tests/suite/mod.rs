@@ -1,0 +1,2 @@
+mod shell;
+mod tools;
