@@ -1,0 +1,2 @@
+mod config_cli;
+mod store_cli;
