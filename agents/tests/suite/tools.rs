@@ -1,1 +1,619 @@
+//! The tool set on real temporary workspaces: every tool's happy path and its clear errors,
+//! path confinement with real symlinks, and `Bash` process groups.
 
+#![allow(clippy::expect_used, reason = "test setup fails loudly")]
+
+use std::path::{Path, PathBuf};
+
+use muster_agents::tools::{
+    Edit, MultiEdit, Read, Tool, ToolContext, ToolDetails, ToolOutput, Workspace, Write,
+};
+use serde_json::{Value, json};
+
+/// A temporary workspace and a context on it.
+struct Fixture {
+    directory: tempfile::TempDir,
+    context: ToolContext,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let directory = tempfile::tempdir().expect("temporary directory");
+        let workspace = Workspace::new(directory.path()).expect("workspace");
+        let context = ToolContext::new(workspace, std::env::vars_os().collect());
+        Self { directory, context }
+    }
+
+    fn root(&self) -> PathBuf {
+        self.context.workspace().root().to_path_buf()
+    }
+
+    fn path(&self, relative: &str) -> PathBuf {
+        self.root().join(relative)
+    }
+
+    fn write(&self, relative: &str, content: &str) {
+        let path = self.path(relative);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("create parent");
+        }
+        std::fs::write(path, content).expect("write fixture file");
+    }
+
+    fn read(&self, relative: &str) -> String {
+        std::fs::read_to_string(self.path(relative)).expect("read file")
+    }
+
+    async fn call(&self, tool: &dyn Tool, input: Value) -> ToolOutput {
+        tool.call(&self.context, input).await
+    }
+}
+
+#[track_caller]
+fn assert_ok(output: &ToolOutput) {
+    assert!(
+        !output.is_error,
+        "expected success, got: {}",
+        output.content
+    );
+}
+
+#[track_caller]
+fn assert_error(output: &ToolOutput, fragments: &[&str]) {
+    assert!(
+        output.is_error,
+        "expected an error, got: {}",
+        output.content
+    );
+    for fragment in fragments {
+        assert!(
+            output.content.contains(fragment),
+            "error `{}` lacks `{fragment}`",
+            output.content
+        );
+    }
+}
+
+// ---- Read ----
+
+#[tokio::test]
+async fn read_numbers_lines_like_cat_n() {
+    let fixture = Fixture::new();
+    fixture.write("notes.txt", "alpha\nbeta\ngamma\n");
+    let output = fixture.call(&Read, json!({"file_path": "notes.txt"})).await;
+    assert_ok(&output);
+    assert_eq!(
+        output.content,
+        "     1\talpha\n     2\tbeta\n     3\tgamma\n"
+    );
+}
+
+#[tokio::test]
+async fn read_takes_an_absolute_path_inside_the_workspace() {
+    let fixture = Fixture::new();
+    fixture.write("src/lib.rs", "fn main() {}\n");
+    let path = fixture.path("src/lib.rs");
+    let output = fixture
+        .call(
+            &Read,
+            json!({"file_path": path.to_str().expect("utf-8 path")}),
+        )
+        .await;
+    assert_ok(&output);
+    assert!(output.content.contains("fn main() {}"));
+}
+
+#[tokio::test]
+async fn read_offset_and_limit_select_a_window() {
+    let fixture = Fixture::new();
+    let text: String = (1..=10).map(|n| format!("line {n}\n")).collect();
+    fixture.write("ten.txt", &text);
+    let output = fixture
+        .call(
+            &Read,
+            json!({"file_path": "ten.txt", "offset": 4, "limit": 2}),
+        )
+        .await;
+    assert_ok(&output);
+    assert!(
+        output
+            .content
+            .starts_with("     4\tline 4\n     5\tline 5\n")
+    );
+    assert!(!output.content.contains("line 6"));
+    assert!(output.content.contains("showing lines 4-5 of 10"));
+    assert!(output.content.contains("offset 6"));
+}
+
+#[tokio::test]
+async fn read_errors_are_clear() {
+    let fixture = Fixture::new();
+    fixture.write("short.txt", "one\n");
+    std::fs::write(fixture.path("image.bin"), [0x89, b'P', 0, 0, 1, 2]).expect("binary");
+    std::fs::create_dir(fixture.path("dir")).expect("dir");
+    std::fs::write(fixture.path("big.txt"), "x\n".repeat(200_000)).expect("big");
+
+    let missing = fixture.call(&Read, json!({"file_path": "nope.txt"})).await;
+    assert_error(&missing, &["nope.txt", "does not exist"]);
+    let binary = fixture.call(&Read, json!({"file_path": "image.bin"})).await;
+    assert_error(&binary, &["image.bin", "binary"]);
+    let directory = fixture.call(&Read, json!({"file_path": "dir"})).await;
+    assert_error(&directory, &["is a directory", "LS"]);
+    let past_end = fixture
+        .call(&Read, json!({"file_path": "short.txt", "offset": 5}))
+        .await;
+    assert_error(&past_end, &["has 1 lines", "offset 5"]);
+    let too_big = fixture.call(&Read, json!({"file_path": "big.txt"})).await;
+    assert_error(&too_big, &["big.txt", "cap", "offset", "limit"]);
+    let part = fixture
+        .call(
+            &Read,
+            json!({"file_path": "big.txt", "offset": 10, "limit": 3}),
+        )
+        .await;
+    assert_ok(&part);
+    assert!(part.content.contains("    12\tx"));
+}
+
+#[tokio::test]
+async fn read_of_an_empty_file_says_so() {
+    let fixture = Fixture::new();
+    fixture.write("empty.txt", "");
+    let output = fixture.call(&Read, json!({"file_path": "empty.txt"})).await;
+    assert_ok(&output);
+    assert!(output.content.contains("empty"));
+}
+
+#[tokio::test]
+async fn read_caps_output_and_long_lines() {
+    let fixture = Fixture::new();
+    let long_line = "y".repeat(5000);
+    fixture.write("long.txt", &format!("{long_line}\n"));
+    let output = fixture.call(&Read, json!({"file_path": "long.txt"})).await;
+    assert_ok(&output);
+    assert!(output.content.contains("line cut at 2000 characters"));
+    assert!(output.content.len() < 2100);
+
+    let many: String = (0..3000).map(|n| format!("{n:0>40}\n")).collect();
+    fixture.write("many.txt", &many);
+    let output = fixture.call(&Read, json!({"file_path": "many.txt"})).await;
+    assert_ok(&output);
+    assert!(output.content.len() < 31_000, "{}", output.content.len());
+    assert!(output.content.contains("cut at the output cap"));
+}
+
+// ---- Write ----
+
+#[tokio::test]
+async fn write_creates_parents_and_overwrites() {
+    let fixture = Fixture::new();
+    let created = fixture
+        .call(
+            &Write,
+            json!({"file_path": "a/b/new.txt", "content": "hello\n"}),
+        )
+        .await;
+    assert_ok(&created);
+    assert!(created.content.contains("Created"));
+    assert_eq!(fixture.read("a/b/new.txt"), "hello\n");
+    assert_eq!(
+        created.details,
+        ToolDetails::FileWritten {
+            path: fixture.path("a/b/new.txt")
+        }
+    );
+    let overwritten = fixture
+        .call(
+            &Write,
+            json!({"file_path": "a/b/new.txt", "content": "bye\n"}),
+        )
+        .await;
+    assert_ok(&overwritten);
+    assert!(overwritten.content.contains("Overwrote"));
+    assert_eq!(fixture.read("a/b/new.txt"), "bye\n");
+}
+
+#[tokio::test]
+async fn write_to_a_directory_is_an_error() {
+    let fixture = Fixture::new();
+    std::fs::create_dir(fixture.path("dir")).expect("dir");
+    let output = fixture
+        .call(&Write, json!({"file_path": "dir", "content": "x"}))
+        .await;
+    assert_error(&output, &["`dir` is a directory"]);
+}
+
+// ---- Edit ----
+
+#[tokio::test]
+async fn edit_replaces_exactly_once() {
+    let fixture = Fixture::new();
+    fixture.write("code.rs", "let x = 1;\nlet y = 2;\n");
+    let output = fixture
+        .call(
+            &Edit,
+            json!({"file_path": "code.rs", "old_string": "x = 1", "new_string": "x = 10"}),
+        )
+        .await;
+    assert_ok(&output);
+    assert_eq!(fixture.read("code.rs"), "let x = 10;\nlet y = 2;\n");
+}
+
+#[tokio::test]
+async fn edit_replace_all_replaces_every_occurrence() {
+    let fixture = Fixture::new();
+    fixture.write("code.rs", "foo foo foo");
+    let output = fixture
+        .call(
+            &Edit,
+            json!({"file_path": "code.rs", "old_string": "foo", "new_string": "bar", "replace_all": true}),
+        )
+        .await;
+    assert_ok(&output);
+    assert!(output.content.contains("3 occurrence"));
+    assert_eq!(fixture.read("code.rs"), "bar bar bar");
+}
+
+#[tokio::test]
+async fn edit_errors_are_clear_and_leave_the_file_alone() {
+    let fixture = Fixture::new();
+    fixture.write("code.rs", "foo foo");
+    let cases = [
+        (
+            json!({"file_path": "code.rs", "old_string": "zzz", "new_string": "y"}),
+            vec!["old_string was not found", "code.rs"],
+        ),
+        (
+            json!({"file_path": "code.rs", "old_string": "foo", "new_string": "y"}),
+            vec!["occurs 2 times", "replace_all"],
+        ),
+        (
+            json!({"file_path": "code.rs", "old_string": "foo", "new_string": "foo"}),
+            vec!["identical"],
+        ),
+        (
+            json!({"file_path": "code.rs", "old_string": "", "new_string": "y"}),
+            vec!["old_string is empty"],
+        ),
+        (
+            json!({"file_path": "missing.rs", "old_string": "a", "new_string": "b"}),
+            vec!["missing.rs", "does not exist", "Write"],
+        ),
+    ];
+    for (input, fragments) in cases {
+        let output = fixture.call(&Edit, input).await;
+        assert_error(&output, &fragments);
+    }
+    assert_eq!(fixture.read("code.rs"), "foo foo");
+}
+
+#[tokio::test]
+async fn edit_with_an_empty_old_string_creates_a_file() {
+    let fixture = Fixture::new();
+    let output = fixture
+        .call(
+            &Edit,
+            json!({"file_path": "fresh.txt", "old_string": "", "new_string": "new\n"}),
+        )
+        .await;
+    assert_ok(&output);
+    assert_eq!(fixture.read("fresh.txt"), "new\n");
+}
+
+#[tokio::test]
+async fn edit_refuses_binary_files() {
+    let fixture = Fixture::new();
+    std::fs::write(fixture.path("blob"), [b'a', 0, b'b']).expect("blob");
+    let output = fixture
+        .call(
+            &Edit,
+            json!({"file_path": "blob", "old_string": "a", "new_string": "c"}),
+        )
+        .await;
+    assert_error(&output, &["binary"]);
+}
+
+// ---- MultiEdit ----
+
+#[tokio::test]
+async fn multi_edit_applies_edits_in_order() {
+    let fixture = Fixture::new();
+    fixture.write("text.txt", "one two three");
+    let output = fixture
+        .call(
+            &MultiEdit,
+            json!({"file_path": "text.txt", "edits": [
+                {"old_string": "one", "new_string": "1"},
+                {"old_string": "1 two", "new_string": "1 2"},
+                {"old_string": "e", "new_string": "E", "replace_all": true}
+            ]}),
+        )
+        .await;
+    assert_ok(&output);
+    assert_eq!(fixture.read("text.txt"), "1 2 thrEE");
+}
+
+#[tokio::test]
+async fn multi_edit_is_all_or_nothing() {
+    let fixture = Fixture::new();
+    fixture.write("text.txt", "one two three");
+    let output = fixture
+        .call(
+            &MultiEdit,
+            json!({"file_path": "text.txt", "edits": [
+                {"old_string": "one", "new_string": "1"},
+                {"old_string": "missing", "new_string": "x"}
+            ]}),
+        )
+        .await;
+    assert_error(&output, &["edits[1]", "not found", "no edit was applied"]);
+    assert_eq!(fixture.read("text.txt"), "one two three");
+
+    let empty = fixture
+        .call(&MultiEdit, json!({"file_path": "text.txt", "edits": []}))
+        .await;
+    assert_error(&empty, &["`edits` is empty"]);
+}
+
+#[tokio::test]
+async fn multi_edit_invalid_nested_input_names_the_field() {
+    let fixture = Fixture::new();
+    fixture.write("text.txt", "one");
+    let output = fixture
+        .call(
+            &MultiEdit,
+            json!({"file_path": "text.txt", "edits": [{"old_string": "one"}]}),
+        )
+        .await;
+    assert_error(&output, &["MultiEdit", "edits[0].new_string"]);
+}
+
+// ---- Paths ----
+
+fn outside_directory() -> tempfile::TempDir {
+    let outside = tempfile::tempdir().expect("outside directory");
+    std::fs::write(outside.path().join("secret.txt"), "secret\n").expect("secret");
+    outside
+}
+
+#[tokio::test]
+async fn parent_components_are_refused() {
+    let fixture = Fixture::new();
+    fixture.write("sub/file.txt", "x");
+    for path in ["../escape.txt", "sub/../sub/file.txt"] {
+        let output = fixture.call(&Read, json!({"file_path": path})).await;
+        assert_error(&output, &[path, "`..`"]);
+    }
+    let output = fixture
+        .call(
+            &Write,
+            json!({"file_path": "../escape.txt", "content": "x"}),
+        )
+        .await;
+    assert_error(&output, &["`..`"]);
+    assert!(!fixture.directory.path().join("../escape.txt").exists());
+}
+
+#[tokio::test]
+async fn absolute_paths_outside_the_workspace_are_refused() {
+    let fixture = Fixture::new();
+    let outside = outside_directory();
+    let secret = outside.path().join("secret.txt");
+    let secret = secret.to_str().expect("utf-8 path");
+    let read = fixture.call(&Read, json!({"file_path": secret})).await;
+    assert_error(&read, &[secret, "outside the workspace"]);
+    let write = fixture
+        .call(&Write, json!({"file_path": secret, "content": "pwned"}))
+        .await;
+    assert_error(&write, &["outside the workspace"]);
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("secret.txt")).expect("secret"),
+        "secret\n"
+    );
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_symlinked_file_pointing_out_is_refused() {
+    let fixture = Fixture::new();
+    let outside = outside_directory();
+    let target = std::fs::canonicalize(outside.path().join("secret.txt")).expect("target");
+    std::os::unix::fs::symlink(&target, fixture.path("link.txt")).expect("symlink");
+    let read = fixture.call(&Read, json!({"file_path": "link.txt"})).await;
+    assert_error(
+        &read,
+        &[
+            "link.txt",
+            target.to_str().expect("utf-8"),
+            "through a symbolic link",
+            "outside the workspace",
+        ],
+    );
+    let write = fixture
+        .call(&Write, json!({"file_path": "link.txt", "content": "pwned"}))
+        .await;
+    assert_error(&write, &["through a symbolic link"]);
+    let edit = fixture
+        .call(
+            &Edit,
+            json!({"file_path": "link.txt", "old_string": "secret", "new_string": "pwned"}),
+        )
+        .await;
+    assert_error(&edit, &["outside the workspace"]);
+    assert_eq!(
+        std::fs::read_to_string(&target).expect("secret"),
+        "secret\n"
+    );
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_symlinked_parent_directory_pointing_out_is_refused() {
+    let fixture = Fixture::new();
+    let outside = outside_directory();
+    std::os::unix::fs::symlink(outside.path(), fixture.path("linked")).expect("symlink");
+    let read = fixture
+        .call(&Read, json!({"file_path": "linked/secret.txt"}))
+        .await;
+    assert_error(&read, &["linked/secret.txt", "through a symbolic link"]);
+    let create = fixture
+        .call(
+            &Write,
+            json!({"file_path": "linked/deeper/new.txt", "content": "x"}),
+        )
+        .await;
+    assert_error(&create, &["outside the workspace"]);
+    assert!(!outside.path().join("deeper").exists());
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_dangling_symlink_is_refused() {
+    let fixture = Fixture::new();
+    let outside = outside_directory();
+    std::os::unix::fs::symlink(outside.path().join("not-yet.txt"), fixture.path("dangling"))
+        .expect("symlink");
+    let output = fixture
+        .call(&Write, json!({"file_path": "dangling", "content": "x"}))
+        .await;
+    assert_error(&output, &["dangling", "does not exist"]);
+    assert!(!outside.path().join("not-yet.txt").exists());
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_symlink_staying_inside_is_followed() {
+    let fixture = Fixture::new();
+    fixture.write("real/file.txt", "inside\n");
+    std::os::unix::fs::symlink(fixture.path("real"), fixture.path("alias")).expect("symlink");
+    let output = fixture
+        .call(&Read, json!({"file_path": "alias/file.txt"}))
+        .await;
+    assert_ok(&output);
+    assert!(output.content.contains("inside"));
+}
+
+#[tokio::test]
+async fn git_and_muster_directories_are_never_written() {
+    let fixture = Fixture::new();
+    fixture.write(".git/config", "[core]\n");
+    fixture.write(".muster/settings.toml", "x = 1\n");
+    for path in [
+        ".git/config",
+        ".git/hooks/pre-commit",
+        ".muster/settings.toml",
+        "vendor/.git/HEAD",
+    ] {
+        let output = fixture
+            .call(&Write, json!({"file_path": path, "content": "pwned"}))
+            .await;
+        assert_error(&output, &[path, "never write"]);
+    }
+    let edit = fixture
+        .call(
+            &Edit,
+            json!({"file_path": ".git/config", "old_string": "core", "new_string": "x"}),
+        )
+        .await;
+    assert_error(&edit, &[".git/"]);
+    assert_eq!(fixture.read(".git/config"), "[core]\n");
+    assert!(!fixture.path(".git/hooks/pre-commit").exists());
+    let read = fixture
+        .call(&Read, json!({"file_path": ".git/config"}))
+        .await;
+    assert_ok(&read);
+}
+
+#[tokio::test]
+async fn the_own_plan_file_is_writable_in_muster_plans() {
+    let fixture = Fixture::new();
+    std::fs::create_dir_all(fixture.path(".muster/plans")).expect("plans dir");
+    let context = fixture
+        .context
+        .clone()
+        .with_plan_file(Path::new(".muster/plans/brave-blue-fox.md"))
+        .expect("plan file");
+    let own = Write
+        .call(
+            &context,
+            json!({"file_path": ".muster/plans/brave-blue-fox.md", "content": "## Goal\n"}),
+        )
+        .await;
+    assert_ok(&own);
+    assert_eq!(fixture.read(".muster/plans/brave-blue-fox.md"), "## Goal\n");
+    let absolute = fixture.path(".muster/plans/brave-blue-fox.md");
+    let edit = Edit
+        .call(
+            &context,
+            json!({"file_path": absolute.to_str().expect("utf-8"), "old_string": "Goal", "new_string": "Goal!"}),
+        )
+        .await;
+    assert_ok(&edit);
+    let other = Write
+        .call(
+            &context,
+            json!({"file_path": ".muster/plans/brave-blue-fox-agent-bob.md", "content": "x"}),
+        )
+        .await;
+    assert_error(&other, &["brave-blue-fox-agent-bob.md", ".muster/"]);
+}
+
+#[tokio::test]
+async fn the_own_plan_file_may_lie_outside_the_workspace() {
+    let project = tempfile::tempdir().expect("project");
+    std::fs::create_dir_all(project.path().join("work")).expect("workspace dir");
+    std::fs::create_dir_all(project.path().join("plans")).expect("plans dir");
+    let workspace = Workspace::new(project.path().join("work")).expect("workspace");
+    let plan = std::fs::canonicalize(project.path().join("plans"))
+        .expect("plans")
+        .join("slug.md");
+    let context = ToolContext::new(workspace, Vec::new())
+        .with_plan_file(&plan)
+        .expect("plan file");
+    let output = Write
+        .call(
+            &context,
+            json!({"file_path": plan.to_str().expect("utf-8"), "content": "plan"}),
+        )
+        .await;
+    assert_ok(&output);
+    let elsewhere = plan.with_file_name("other.md");
+    let refused = Write
+        .call(
+            &context,
+            json!({"file_path": elsewhere.to_str().expect("utf-8"), "content": "x"}),
+        )
+        .await;
+    assert_error(&refused, &["outside the workspace"]);
+}
+
+// ---- Input validation ----
+
+#[tokio::test]
+async fn invalid_input_names_the_field() {
+    let fixture = Fixture::new();
+    let cases: [(&dyn Tool, Value, &str); 4] = [
+        (&Read, json!({}), "`file_path`"),
+        (
+            &Read,
+            json!({"file_path": "x", "offset": "ten"}),
+            "`offset`",
+        ),
+        (
+            &Edit,
+            json!({"file_path": "x", "old_string": "a", "new_string": "b", "replace_all": "yes"}),
+            "`replace_all`",
+        ),
+        (
+            &Write,
+            json!({"file_path": "x", "content": "y", "mode": 1}),
+            "`mode`",
+        ),
+    ];
+    for (tool, input, field) in cases {
+        let output = fixture.call(tool, input).await;
+        assert_error(&output, &["invalid input", tool.name(), field]);
+    }
+    let not_an_object = fixture.call(&Read, json!(["file_path"])).await;
+    assert_error(&not_an_object, &["JSON object"]);
+}
