@@ -1,4 +1,22 @@
 //! `muster-config`: settings files and their layering, agent and team definitions, policy
 //! files, the list of known tool names, and validation with precise errors.
 
+pub mod approver;
+pub mod diagnostic;
+pub mod mode;
+mod named;
+pub mod origin;
 pub mod project;
+pub mod rule;
+pub mod settings;
+mod toml_source;
+pub mod tools;
+
+pub use approver::Approver;
+pub use diagnostic::{ConfigError, Diagnostic, Loaded, Position};
+pub use mode::PermissionMode;
+pub use origin::{Layer, Origin, Sourced};
+pub use rule::{PermissionRule, PermissionRules, RuleBehavior, RuleSpecifier, RuleSubject};
+pub use settings::{CliOverrides, Settings, SettingsInputs};
+pub use toml_source::Located;
+pub use tools::KNOWN_TOOLS;

@@ -1,0 +1,66 @@
+//! Who answers a plan approval: the lead's model, a person, or a policy file.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::{Serialize, Serializer};
+
+/// A plan approver (a request's `responder`): `lead`, `human` or `policy:FILE`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub enum Approver {
+    /// The lead's model, through `ReviewPlan`.
+    Lead,
+    /// A person, through `muster approve` / `muster reject`.
+    #[default]
+    Human,
+    /// A policy file (a path as written, relative to the project root unless absolute).
+    Policy(PathBuf),
+}
+
+impl Approver {
+    /// Parses `lead`, `human` or `policy:FILE`.
+    pub fn parse(text: &str) -> Result<Approver, String> {
+        match text {
+            "lead" => Ok(Approver::Lead),
+            "human" => Ok(Approver::Human),
+            _ => match text.strip_prefix("policy:") {
+                Some(file) if !file.trim().is_empty() => Ok(Approver::Policy(PathBuf::from(file))),
+                _ => Err(format!(
+                    "expected \"lead\", \"human\" or \"policy:FILE\", found {text:?}"
+                )),
+            },
+        }
+    }
+}
+
+impl fmt::Display for Approver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Approver::Lead => f.write_str("lead"),
+            Approver::Human => f.write_str("human"),
+            Approver::Policy(path) => write!(f, "policy:{}", path.display()),
+        }
+    }
+}
+
+impl Serialize for Approver {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn approvers_parse_and_print_as_written() {
+        for text in ["lead", "human", "policy:policies/ci.toml"] {
+            assert_eq!(Approver::parse(text).unwrap().to_string(), text);
+        }
+        assert_eq!(
+            Approver::parse("policy:").unwrap_err(),
+            "expected \"lead\", \"human\" or \"policy:FILE\", found \"policy:\""
+        );
+    }
+}

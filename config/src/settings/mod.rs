@@ -1,0 +1,625 @@
+//! Settings and their layers: built-in defaults, `~/.muster/settings.toml`,
+//! `.muster/settings.toml`, `.muster/settings.local.toml`, `MUSTER_*` environment variables, then
+//! command-line flags. Later layers override earlier ones key by key; permission rule lists
+//! concatenate. Every value remembers the layer it came from.
+
+mod layers;
+mod paths;
+mod schema;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+pub use layers::{
+    CliOverrides, ENV_PREFIX, LayerValues, display_path, env_var_name, parse_settings_file,
+};
+pub use paths::{OutsideRoot, normalize, resolve_inside_root};
+pub use schema::SettingValue;
+
+use crate::approver::Approver;
+use crate::diagnostic::{ConfigError, Diagnostic, Loaded, finish, invalid};
+use crate::mode::PermissionMode;
+use crate::named::named_enum;
+use crate::origin::{Layer, Origin, Sourced};
+use crate::project::ProjectRoot;
+use crate::rule::PermissionRules;
+
+named_enum! {
+    /// A model provider.
+    pub enum ProviderKind {
+        Anthropic = "anthropic",
+        /// Any OpenAI-compatible server (OpenAI, Ollama, vLLM, llama.cpp).
+        OpenAi = "openai",
+        /// Offline replays of a cassette.
+        Script = "script",
+    }
+}
+
+named_enum! {
+    /// OpenAI-style reasoning effort.
+    pub enum ReasoningEffort {
+        Minimal = "minimal",
+        Low = "low",
+        Medium = "medium",
+        High = "high",
+    }
+}
+
+named_enum! {
+    /// The state a run's auto gate starts in.
+    pub enum AutoGate {
+        Open = "open",
+        Closed = "closed",
+    }
+}
+
+named_enum! {
+    /// SQLite `synchronous` level for the mailbox store.
+    pub enum MailboxSync {
+        Full = "full",
+        Normal = "normal",
+    }
+}
+
+/// What the loader reads. Only `main` passes the process's environment and home directory.
+#[derive(Debug, Clone, Copy)]
+pub struct SettingsInputs<'a> {
+    pub project_root: &'a ProjectRoot,
+    /// The home directory holding `.muster/settings.toml`; `None` skips the user layer.
+    pub home_dir: Option<&'a Path>,
+    /// The environment (`MUSTER_*` variables are read from it).
+    pub env: &'a BTreeMap<String, String>,
+    pub cli: &'a CliOverrides,
+}
+
+/// Model, provider and thinking settings for one mode (plan or act).
+#[derive(Debug, Clone, Serialize)]
+pub struct ModeSettings {
+    pub provider: Sourced<ProviderKind>,
+    pub model: Sourced<String>,
+    /// Anthropic extended-thinking budget in tokens.
+    pub thinking_budget: Option<Sourced<u64>>,
+    /// OpenAI-style reasoning effort.
+    pub reasoning_effort: Option<Sourced<ReasoningEffort>>,
+}
+
+/// One provider's connection settings.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProviderSettings {
+    pub base_url: Option<Sourced<String>>,
+    /// The environment variable holding the API key.
+    pub api_key_env: Option<Sourced<String>>,
+    /// An API key written in a settings file (discouraged: a warning when git tracks it).
+    #[serde(skip)]
+    pub api_key: Option<Sourced<String>>,
+    pub connect_timeout_ms: Sourced<u64>,
+    pub request_timeout_ms: Sourced<u64>,
+    /// How long a streamed response may stay silent before it counts as failed.
+    pub stream_idle_timeout_ms: Sourced<u64>,
+    pub max_retries: Sourced<u64>,
+    pub retry_backoff_ms: Sourced<u64>,
+    /// The cassette a `script` provider replays (absolute).
+    pub cassette: Option<Sourced<PathBuf>>,
+}
+
+/// A model catalogue entry. Prices are US dollars per million tokens.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ModelInfo {
+    pub context_window: Option<u64>,
+    pub max_output: Option<u64>,
+    pub price_in: Option<f64>,
+    pub price_out: Option<f64>,
+    pub price_cache_read: Option<f64>,
+    pub price_cache_write: Option<f64>,
+}
+
+impl ModelInfo {
+    /// Whether input and output prices are known, so cost can be computed.
+    pub fn has_prices(&self) -> bool {
+        self.price_in.is_some() && self.price_out.is_some()
+    }
+}
+
+/// Limits for one agent or for a whole run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct BudgetLimits {
+    pub turns: Option<Sourced<u64>>,
+    pub tokens: Option<Sourced<u64>>,
+    pub cost_usd: Option<Sourced<f64>>,
+}
+
+/// Budgets per agent and per run, and the run's maximum duration.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Budgets {
+    pub agent: BudgetLimits,
+    pub run: BudgetLimits,
+    pub run_duration_secs: Option<Sourced<u64>>,
+}
+
+/// Settings of the mailbox store.
+#[derive(Debug, Clone, Serialize)]
+pub struct MailboxSettings {
+    /// The largest message body accepted, in bytes.
+    pub max_body_bytes: Sourced<u64>,
+    pub sync: Sourced<MailboxSync>,
+    pub busy_timeout_ms: Sourced<u64>,
+}
+
+/// One effective value as `muster config show` prints it.
+#[derive(Debug, Clone, Serialize)]
+pub struct SettingEntry {
+    pub key: String,
+    pub value: serde_json::Value,
+    pub origin: Origin,
+}
+
+/// The effective settings.
+#[derive(Debug, Clone, Serialize)]
+pub struct Settings {
+    pub project_root: PathBuf,
+    /// The permission mode agents start in unless their definition or a flag says otherwise.
+    pub permission_mode: Sourced<PermissionMode>,
+    pub permissions: PermissionRules,
+    /// Absolute, inside the project root after symlink resolution.
+    pub plans_directory: Sourced<PathBuf>,
+    /// Absolute.
+    pub store_path: Sourced<PathBuf>,
+    /// Who approves the main agent's plans: `human` or a policy.
+    pub approver: Sourced<Approver>,
+    pub auto_gate: Sourced<AutoGate>,
+    /// Consecutive auto denials that close the gate.
+    pub auto_gate_denial_limit: Sourced<u64>,
+    /// Size cap for each of AGENTS.md and CLAUDE.md.
+    pub instructions_max_bytes: Sourced<u64>,
+    pub plan: ModeSettings,
+    pub act: ModeSettings,
+    pub anthropic: ProviderSettings,
+    pub openai: ProviderSettings,
+    pub script: ProviderSettings,
+    pub models: BTreeMap<String, ModelInfo>,
+    pub budgets: Budgets,
+    pub mailbox: MailboxSettings,
+    #[serde(skip)]
+    entries: Vec<SettingEntry>,
+}
+
+impl Settings {
+    /// Loads every layer and validates the result.
+    pub fn load(inputs: &SettingsInputs<'_>) -> Result<Loaded<Settings>, ConfigError> {
+        let mut errors = Vec::new();
+        let mut warnings = Vec::new();
+        let mut layers = vec![default_layer_values()?];
+        for (layer, path) in settings_files(inputs) {
+            let Some(text) = read_optional(&path)? else {
+                continue;
+            };
+            let label = path.display().to_string();
+            match parse_settings_file(&label, &text, layer) {
+                Ok(values) => {
+                    warnings.extend(paths::api_key_warnings(&path, &values));
+                    layers.push(values);
+                }
+                Err(found) => errors.extend(found),
+            }
+        }
+        let (env_values, env_errors, env_warnings) = layers::parse_env(inputs.env);
+        errors.extend(env_errors);
+        warnings.extend(env_warnings);
+        layers.push(env_values);
+        let (cli_values, cli_errors) = inputs.cli.parse();
+        errors.extend(cli_errors);
+        layers.push(cli_values);
+        if !errors.is_empty() {
+            return Err(invalid(errors));
+        }
+        let merged = Merged::from_layers(layers);
+        let settings = build(&merged, inputs.project_root.path(), &mut errors);
+        finish(settings, errors).map(|value| Loaded { value, warnings })
+    }
+
+    /// Every effective value with its origin, for `muster config show`. API keys are masked.
+    pub fn entries(&self) -> &[SettingEntry] {
+        &self.entries
+    }
+
+    /// The settings of `mode`'s model.
+    pub fn mode(&self, mode: PermissionMode) -> &ModeSettings {
+        if mode == PermissionMode::Plan {
+            &self.plan
+        } else {
+            &self.act
+        }
+    }
+
+    /// The settings of one provider.
+    pub fn provider(&self, kind: ProviderKind) -> &ProviderSettings {
+        match kind {
+            ProviderKind::Anthropic => &self.anthropic,
+            ProviderKind::OpenAi => &self.openai,
+            ProviderKind::Script => &self.script,
+        }
+    }
+}
+
+/// The user, project and project-local settings files, in layer order.
+pub fn settings_files(inputs: &SettingsInputs<'_>) -> Vec<(Layer, PathBuf)> {
+    let muster_dir = inputs.project_root.muster_dir();
+    let mut files = Vec::new();
+    if let Some(home) = inputs.home_dir {
+        files.push((Layer::User, home.join(".muster").join("settings.toml")));
+    }
+    files.push((Layer::Project, muster_dir.join("settings.toml")));
+    files.push((Layer::ProjectLocal, muster_dir.join("settings.local.toml")));
+    files
+}
+
+/// The text of `path`, or `None` when it does not exist.
+pub(crate) fn read_optional(path: &Path) -> Result<Option<String>, ConfigError> {
+    match std::fs::read(path) {
+        Ok(bytes) => String::from_utf8(bytes).map(Some).map_err(|_| {
+            ConfigError::invalid(
+                Diagnostic::new("expected UTF-8 text, found invalid bytes")
+                    .in_source(path.display().to_string()),
+            )
+        }),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(ConfigError::Io {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+fn default_layer_values() -> Result<LayerValues, ConfigError> {
+    layers::default_layer().map_err(ConfigError::Invalid)
+}
+
+/// Leaf values and rules after applying every layer in order.
+struct Merged {
+    leaves: BTreeMap<Vec<String>, (SettingValue, Origin)>,
+    rules: PermissionRules,
+}
+
+impl Merged {
+    fn from_layers(layers: Vec<LayerValues>) -> Merged {
+        let mut merged = Merged {
+            leaves: BTreeMap::new(),
+            rules: PermissionRules::default(),
+        };
+        for layer in layers {
+            for (path, value, origin) in layer.leaves {
+                merged.leaves.insert(path, (value, origin));
+            }
+            for (behavior, rule) in layer.rules {
+                merged.rules.list_mut(behavior).push(rule);
+            }
+        }
+        merged
+    }
+
+    fn get(&self, path: &[&str]) -> Option<&(SettingValue, Origin)> {
+        let key: Vec<String> = path.iter().map(|s| s.to_string()).collect();
+        self.leaves.get(&key)
+    }
+
+    fn text(&self, path: &[&str]) -> Option<Sourced<String>> {
+        match self.get(path)? {
+            (SettingValue::Text(text), origin) => Some(Sourced::new(text.clone(), origin.clone())),
+            _ => None,
+        }
+    }
+
+    fn count(&self, path: &[&str]) -> Option<Sourced<u64>> {
+        match self.get(path)? {
+            (SettingValue::Count(count), origin) => Some(Sourced::new(*count, origin.clone())),
+            _ => None,
+        }
+    }
+
+    fn number(&self, path: &[&str]) -> Option<Sourced<f64>> {
+        match self.get(path)? {
+            (SettingValue::Number(number), origin) => Some(Sourced::new(*number, origin.clone())),
+            _ => None,
+        }
+    }
+}
+
+/// Reads typed values, recording an error for values that do not convert.
+struct Builder<'m> {
+    merged: &'m Merged,
+    errors: Vec<Diagnostic>,
+}
+
+impl Builder<'_> {
+    fn missing(&mut self, path: &[&str]) {
+        self.errors
+            .push(Diagnostic::new("no value, and no built-in default").for_key(path.join(".")));
+    }
+
+    fn count(&mut self, path: &[&str]) -> Sourced<u64> {
+        self.merged.count(path).unwrap_or_else(|| {
+            self.missing(path);
+            Sourced::new(0, Origin::built_in())
+        })
+    }
+
+    fn text(&mut self, path: &[&str]) -> Sourced<String> {
+        self.merged.text(path).unwrap_or_else(|| {
+            self.missing(path);
+            Sourced::new(String::new(), Origin::built_in())
+        })
+    }
+
+    fn parsed<T>(
+        &mut self,
+        path: &[&str],
+        parse: impl Fn(&str) -> Result<T, String>,
+    ) -> Option<Sourced<T>> {
+        let text = self.merged.text(path)?;
+        match parse(&text.value) {
+            Ok(value) => Some(Sourced::new(value, text.origin)),
+            Err(message) => {
+                self.errors
+                    .push(origin_diagnostic(&text.origin, &path.join("."), message));
+                None
+            }
+        }
+    }
+
+    fn required<T: Default>(
+        &mut self,
+        path: &[&str],
+        parse: impl Fn(&str) -> Result<T, String>,
+    ) -> Sourced<T> {
+        self.parsed(path, parse).unwrap_or_else(|| {
+            if self.merged.text(path).is_none() {
+                self.missing(path);
+            }
+            Sourced::new(T::default(), Origin::built_in())
+        })
+    }
+
+    /// `[plan]`/`[act]` values fall back to the top-level ones.
+    fn mode_settings(&mut self, mode: &str) -> ModeSettings {
+        let provider_path = if self.merged.get(&[mode, "provider"]).is_some() {
+            vec![mode, "provider"]
+        } else {
+            vec!["provider"]
+        };
+        let model_path = if self.merged.get(&[mode, "model"]).is_some() {
+            vec![mode, "model"]
+        } else {
+            vec!["model"]
+        };
+        let provider = self.required(&provider_path, |text| text.parse::<ProviderKind>());
+        let model = self.text(&model_path);
+        let thinking_budget = self
+            .merged
+            .count(&[mode, "thinking_budget"])
+            .or_else(|| self.merged.count(&["thinking_budget"]));
+        let effort_path = if self.merged.get(&[mode, "reasoning_effort"]).is_some() {
+            vec![mode, "reasoning_effort"]
+        } else {
+            vec!["reasoning_effort"]
+        };
+        let reasoning_effort = self.parsed(&effort_path, |text| text.parse::<ReasoningEffort>());
+        ModeSettings {
+            provider,
+            model,
+            thinking_budget,
+            reasoning_effort,
+        }
+    }
+
+    fn provider(&mut self, name: &str, root: &Path) -> ProviderSettings {
+        let key = |leaf: &'static str| ["providers", name, leaf];
+        ProviderSettings {
+            base_url: self.merged.text(&key("base_url")),
+            api_key_env: self.merged.text(&key("api_key_env")),
+            api_key: self.merged.text(&key("api_key")),
+            connect_timeout_ms: self.count(&key("connect_timeout_ms")),
+            request_timeout_ms: self.count(&key("request_timeout_ms")),
+            stream_idle_timeout_ms: self.count(&key("stream_idle_timeout_ms")),
+            max_retries: self.count(&key("max_retries")),
+            retry_backoff_ms: self.count(&key("retry_backoff_ms")),
+            cassette: self
+                .merged
+                .text(&key("cassette"))
+                .map(|path| Sourced::new(paths::normalize(&root.join(&path.value)), path.origin)),
+        }
+    }
+
+    fn limits(&mut self, scope: &str) -> BudgetLimits {
+        BudgetLimits {
+            turns: self.merged.count(&["budgets", scope, "turns"]),
+            tokens: self.merged.count(&["budgets", scope, "tokens"]),
+            cost_usd: self.merged.number(&["budgets", scope, "cost_usd"]),
+        }
+    }
+
+    fn models(&self) -> BTreeMap<String, ModelInfo> {
+        let mut models: BTreeMap<String, ModelInfo> = BTreeMap::new();
+        for (path, (value, _)) in &self.merged.leaves {
+            let [section, id, field] = path.as_slice() else {
+                continue;
+            };
+            if section != "models" {
+                continue;
+            }
+            let info = models.entry(id.clone()).or_default();
+            match (field.as_str(), value) {
+                ("context_window", SettingValue::Count(n)) => info.context_window = Some(*n),
+                ("max_output", SettingValue::Count(n)) => info.max_output = Some(*n),
+                ("price_in", SettingValue::Number(p)) => info.price_in = Some(*p),
+                ("price_out", SettingValue::Number(p)) => info.price_out = Some(*p),
+                ("price_cache_read", SettingValue::Number(p)) => info.price_cache_read = Some(*p),
+                ("price_cache_write", SettingValue::Number(p)) => info.price_cache_write = Some(*p),
+                _ => {}
+            }
+        }
+        models
+    }
+}
+
+/// A diagnostic placed where a merged value was set.
+pub(crate) fn origin_diagnostic(
+    origin: &Origin,
+    key: &str,
+    message: impl Into<String>,
+) -> Diagnostic {
+    let source = match origin.layer {
+        Layer::Env => format!("environment variable {}", origin.source),
+        Layer::Cli => format!("command-line flag {}", origin.source),
+        _ => origin.source.clone(),
+    };
+    Diagnostic::new(message)
+        .in_source(source)
+        .at(origin.position)
+        .for_key(key)
+}
+
+fn build(merged: &Merged, root: &Path, errors: &mut Vec<Diagnostic>) -> Settings {
+    let mut builder = Builder {
+        merged,
+        errors: Vec::new(),
+    };
+    let permission_mode = builder.required(&["permission_mode"], |text| {
+        text.parse::<PermissionMode>()
+            .map_err(|error| error.to_string())
+    });
+    let plans_text = builder.text(&["plans_directory"]);
+    let plans_directory = match resolve_inside_root(root, &plans_text.value) {
+        Ok(resolved) => Sourced::new(resolved, plans_text.origin.clone()),
+        Err(outside) => {
+            builder.errors.push(origin_diagnostic(
+                &plans_text.origin,
+                "plans_directory",
+                format!(
+                    "{:?} resolves to {}, which is outside the project root {}",
+                    plans_text.value,
+                    outside.resolved.display(),
+                    outside.root.display()
+                ),
+            ));
+            Sourced::new(outside.resolved, plans_text.origin.clone())
+        }
+    };
+    let store_text = builder.text(&["store_path"]);
+    let store_path = Sourced::new(
+        paths::normalize(&root.join(&store_text.value)),
+        store_text.origin,
+    );
+    let approver = builder.required(&["approver"], |text| match Approver::parse(text)? {
+        Approver::Lead => Err(
+            "the main agent's approver is \"human\" or \"policy:FILE\"; \"lead\" is for teammates"
+                .to_string(),
+        ),
+        other => Ok(other),
+    });
+    let settings = Settings {
+        project_root: root.to_path_buf(),
+        permission_mode,
+        permissions: merged.rules.clone(),
+        plans_directory,
+        store_path,
+        approver,
+        auto_gate: builder.required(&["auto_gate"], |text| text.parse::<AutoGate>()),
+        auto_gate_denial_limit: builder.count(&["auto_gate_denial_limit"]),
+        instructions_max_bytes: builder.count(&["instructions_max_bytes"]),
+        plan: builder.mode_settings("plan"),
+        act: builder.mode_settings("act"),
+        anthropic: builder.provider("anthropic", root),
+        openai: builder.provider("openai", root),
+        script: builder.provider("script", root),
+        models: builder.models(),
+        budgets: Budgets {
+            agent: builder.limits("agent"),
+            run: builder.limits("run"),
+            run_duration_secs: merged.count(&["budgets", "run", "duration_secs"]),
+        },
+        mailbox: MailboxSettings {
+            max_body_bytes: builder.count(&["mailbox", "max_body_bytes"]),
+            sync: builder.required(&["mailbox", "sync"], |text| text.parse::<MailboxSync>()),
+            busy_timeout_ms: builder.count(&["mailbox", "busy_timeout_ms"]),
+        },
+        entries: entries(merged),
+    };
+    errors.append(&mut builder.errors);
+    check_cost_budgets(&settings, errors);
+    settings
+}
+
+/// A cost budget needs prices for every model it would count.
+fn check_cost_budgets(settings: &Settings, errors: &mut Vec<Diagnostic>) {
+    let budgets = [
+        ("budgets.agent.cost_usd", &settings.budgets.agent.cost_usd),
+        ("budgets.run.cost_usd", &settings.budgets.run.cost_usd),
+    ];
+    let mut unpriced: Vec<(&str, Vec<&str>)> = Vec::new();
+    for (mode_name, mode) in [("plan", &settings.plan), ("act", &settings.act)] {
+        let model = mode.model.value.as_str();
+        if settings
+            .models
+            .get(model)
+            .is_some_and(ModelInfo::has_prices)
+        {
+            continue;
+        }
+        match unpriced.iter_mut().find(|(name, _)| *name == model) {
+            Some((_, modes)) => modes.push(mode_name),
+            None => unpriced.push((model, vec![mode_name])),
+        }
+    }
+    for (key, budget) in budgets {
+        let Some(budget) = budget else { continue };
+        for (model, modes) in &unpriced {
+            let modes = if modes.len() > 1 {
+                "plan and act modes".to_string()
+            } else {
+                format!("{} mode", modes.join(""))
+            };
+            errors.push(origin_diagnostic(
+                &budget.origin,
+                key,
+                format!(
+                    "a cost budget needs model prices, but model `{model}` ({modes}) has no price_in and price_out; add [models.\"{model}\"] prices or remove the cost budget"
+                ),
+            ));
+        }
+    }
+}
+
+fn entries(merged: &Merged) -> Vec<SettingEntry> {
+    let mut entries: Vec<SettingEntry> = merged
+        .leaves
+        .iter()
+        .map(|(path, (value, origin))| {
+            let masked = path.last().is_some_and(|leaf| leaf == "api_key");
+            SettingEntry {
+                key: display_path(path),
+                value: if masked {
+                    serde_json::Value::from("********")
+                } else {
+                    value.to_json()
+                },
+                origin: origin.clone(),
+            }
+        })
+        .collect();
+    for behavior in [
+        crate::rule::RuleBehavior::Allow,
+        crate::rule::RuleBehavior::Ask,
+        crate::rule::RuleBehavior::Deny,
+    ] {
+        for rule in merged.rules.list(behavior) {
+            entries.push(SettingEntry {
+                key: format!("permissions.{}", behavior.as_str()),
+                value: serde_json::Value::from(rule.value.as_str()),
+                origin: rule.origin.clone(),
+            });
+        }
+    }
+    entries
+}

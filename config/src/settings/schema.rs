@@ -1,0 +1,336 @@
+//! The settings keys: their shape, their kind of value, their defaults, and how a value of each
+//! kind is read from a TOML file or from the text of an environment variable or flag.
+
+use toml::de::DeValue;
+
+use crate::diagnostic::suggestion_suffix;
+use crate::mode::PermissionMode;
+use crate::rule::RuleBehavior;
+use crate::toml_source::{describe, integer_value, number_value};
+
+/// The shape of the settings: tables of named keys, maps with free keys (`models.<id>`), and
+/// leaves.
+pub(crate) enum Schema {
+    Table(&'static [(&'static str, Schema)]),
+    Map(&'static Schema),
+    Leaf(Kind, Option<&'static str>),
+    Rules(RuleBehavior),
+}
+
+/// What a leaf holds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Kind {
+    Text,
+    Path,
+    Url,
+    Count,
+    Price,
+    Mode,
+    Approver,
+    OneOf(&'static [&'static str]),
+}
+
+/// A leaf's value after validation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SettingValue {
+    Text(String),
+    Count(u64),
+    Number(f64),
+}
+
+impl SettingValue {
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            SettingValue::Text(text) => serde_json::Value::from(text.clone()),
+            SettingValue::Count(count) => serde_json::Value::from(*count),
+            SettingValue::Number(number) => serde_json::Value::from(*number),
+        }
+    }
+}
+
+pub(crate) const PROVIDER_NAMES: &[&str] = &["anthropic", "openai", "script"];
+pub(crate) const REASONING_EFFORTS: &[&str] = &["minimal", "low", "medium", "high"];
+pub(crate) const AUTO_GATE_STATES: &[&str] = &["open", "closed"];
+pub(crate) const SYNC_LEVELS: &[&str] = &["full", "normal"];
+
+const fn leaf(kind: Kind) -> Schema {
+    Schema::Leaf(kind, None)
+}
+
+const fn with_default(kind: Kind, default: &'static str) -> Schema {
+    Schema::Leaf(kind, Some(default))
+}
+
+const MODE_TABLE: Schema = Schema::Table(&[
+    ("provider", leaf(Kind::OneOf(PROVIDER_NAMES))),
+    ("model", leaf(Kind::Text)),
+    ("thinking_budget", leaf(Kind::Count)),
+    ("reasoning_effort", leaf(Kind::OneOf(REASONING_EFFORTS))),
+]);
+
+const ANTHROPIC: Schema = Schema::Table(&[
+    (
+        "base_url",
+        with_default(Kind::Url, "https://api.anthropic.com"),
+    ),
+    ("api_key_env", with_default(Kind::Text, "ANTHROPIC_API_KEY")),
+    ("api_key", leaf(Kind::Text)),
+    ("connect_timeout_ms", with_default(Kind::Count, "10000")),
+    ("request_timeout_ms", with_default(Kind::Count, "600000")),
+    ("stream_idle_timeout_ms", with_default(Kind::Count, "60000")),
+    ("max_retries", with_default(Kind::Count, "3")),
+    ("retry_backoff_ms", with_default(Kind::Count, "1000")),
+]);
+
+const OPENAI: Schema = Schema::Table(&[
+    (
+        "base_url",
+        with_default(Kind::Url, "https://api.openai.com/v1"),
+    ),
+    ("api_key_env", with_default(Kind::Text, "OPENAI_API_KEY")),
+    ("api_key", leaf(Kind::Text)),
+    ("connect_timeout_ms", with_default(Kind::Count, "10000")),
+    ("request_timeout_ms", with_default(Kind::Count, "600000")),
+    ("stream_idle_timeout_ms", with_default(Kind::Count, "60000")),
+    ("max_retries", with_default(Kind::Count, "3")),
+    ("retry_backoff_ms", with_default(Kind::Count, "1000")),
+]);
+
+const SCRIPT: Schema = Schema::Table(&[
+    ("base_url", leaf(Kind::Url)),
+    ("cassette", leaf(Kind::Path)),
+    ("connect_timeout_ms", with_default(Kind::Count, "10000")),
+    ("request_timeout_ms", with_default(Kind::Count, "600000")),
+    ("stream_idle_timeout_ms", with_default(Kind::Count, "60000")),
+    ("max_retries", with_default(Kind::Count, "0")),
+    ("retry_backoff_ms", with_default(Kind::Count, "0")),
+]);
+
+const MODEL: Schema = Schema::Table(&[
+    ("context_window", leaf(Kind::Count)),
+    ("max_output", leaf(Kind::Count)),
+    ("price_in", leaf(Kind::Price)),
+    ("price_out", leaf(Kind::Price)),
+    ("price_cache_read", leaf(Kind::Price)),
+    ("price_cache_write", leaf(Kind::Price)),
+]);
+
+const AGENT_BUDGET: Schema = Schema::Table(&[
+    ("turns", leaf(Kind::Count)),
+    ("tokens", leaf(Kind::Count)),
+    ("cost_usd", leaf(Kind::Price)),
+]);
+
+const RUN_BUDGET: Schema = Schema::Table(&[
+    ("turns", leaf(Kind::Count)),
+    ("tokens", leaf(Kind::Count)),
+    ("cost_usd", leaf(Kind::Price)),
+    ("duration_secs", leaf(Kind::Count)),
+]);
+
+/// Every settings key.
+pub(crate) const SETTINGS: Schema = Schema::Table(&[
+    ("permission_mode", with_default(Kind::Mode, "default")),
+    (
+        "permissions",
+        Schema::Table(&[
+            ("allow", Schema::Rules(RuleBehavior::Allow)),
+            ("ask", Schema::Rules(RuleBehavior::Ask)),
+            ("deny", Schema::Rules(RuleBehavior::Deny)),
+        ]),
+    ),
+    ("plans_directory", with_default(Kind::Path, ".muster/plans")),
+    ("store_path", with_default(Kind::Path, ".muster/muster.db")),
+    ("approver", with_default(Kind::Approver, "human")),
+    (
+        "auto_gate",
+        with_default(Kind::OneOf(AUTO_GATE_STATES), "open"),
+    ),
+    ("auto_gate_denial_limit", with_default(Kind::Count, "3")),
+    ("instructions_max_bytes", with_default(Kind::Count, "65536")),
+    (
+        "provider",
+        with_default(Kind::OneOf(PROVIDER_NAMES), "anthropic"),
+    ),
+    ("model", with_default(Kind::Text, "claude-sonnet-4-5")),
+    ("thinking_budget", leaf(Kind::Count)),
+    ("reasoning_effort", leaf(Kind::OneOf(REASONING_EFFORTS))),
+    ("plan", MODE_TABLE),
+    ("act", MODE_TABLE),
+    (
+        "providers",
+        Schema::Table(&[
+            ("anthropic", ANTHROPIC),
+            ("openai", OPENAI),
+            ("script", SCRIPT),
+        ]),
+    ),
+    ("models", Schema::Map(&MODEL)),
+    (
+        "budgets",
+        Schema::Table(&[("agent", AGENT_BUDGET), ("run", RUN_BUDGET)]),
+    ),
+    (
+        "mailbox",
+        Schema::Table(&[
+            ("max_body_bytes", with_default(Kind::Count, "1048576")),
+            ("sync", with_default(Kind::OneOf(SYNC_LEVELS), "full")),
+            ("busy_timeout_ms", with_default(Kind::Count, "5000")),
+        ]),
+    ),
+]);
+
+impl Schema {
+    /// The schema at `path`, following maps for any key.
+    pub fn lookup(&self, path: &[String]) -> Option<&Schema> {
+        let Some((first, rest)) = path.split_first() else {
+            return Some(self);
+        };
+        match self {
+            Schema::Table(keys) => keys
+                .iter()
+                .find(|(name, _)| *name == first.as_str())
+                .and_then(|(_, child)| child.lookup(rest)),
+            Schema::Map(child) => child.lookup(rest),
+            Schema::Leaf(..) | Schema::Rules(_) => None,
+        }
+    }
+
+    /// The key names of a table (empty for other shapes).
+    pub fn key_names(&self) -> Vec<&'static str> {
+        match self {
+            Schema::Table(keys) => keys.iter().map(|(name, _)| *name).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Every fixed leaf path (maps are skipped), for defaults and environment names.
+    pub fn leaf_paths(&self) -> Vec<(Vec<&'static str>, &Schema)> {
+        let mut found = Vec::new();
+        self.collect_leaves(&mut Vec::new(), &mut found);
+        found
+    }
+
+    fn collect_leaves<'s>(
+        &'s self,
+        prefix: &mut Vec<&'static str>,
+        found: &mut Vec<(Vec<&'static str>, &'s Schema)>,
+    ) {
+        match self {
+            Schema::Table(keys) => {
+                for (name, child) in keys.iter() {
+                    prefix.push(name);
+                    child.collect_leaves(prefix, found);
+                    prefix.pop();
+                }
+            }
+            Schema::Map(_) => {}
+            Schema::Leaf(..) | Schema::Rules(_) => found.push((prefix.clone(), self)),
+        }
+    }
+}
+
+impl Kind {
+    /// What a value of this kind looks like, for "expected …" messages.
+    pub fn expected(self) -> String {
+        match self {
+            Kind::Text => "a string".to_string(),
+            Kind::Path => "a path string".to_string(),
+            Kind::Url => "a URL string starting with http:// or https://".to_string(),
+            Kind::Count => "a non-negative integer".to_string(),
+            Kind::Price => "a non-negative number".to_string(),
+            Kind::Mode => format!("one of {}", PermissionMode::names().join(", ")),
+            Kind::Approver => "\"human\" or \"policy:FILE\"".to_string(),
+            Kind::OneOf(choices) => format!("one of {}", choices.join(", ")),
+        }
+    }
+
+    /// Reads a value of this kind from a TOML value.
+    pub fn from_toml(self, value: &DeValue<'_>) -> Result<SettingValue, String> {
+        let mismatch = || format!("expected {}, found {}", self.expected(), describe(value));
+        match self {
+            Kind::Count => integer_value(value)
+                .and_then(|n| u64::try_from(n).ok())
+                .map(SettingValue::Count)
+                .ok_or_else(mismatch),
+            Kind::Price => match number_value(value) {
+                Some(number) if number.is_finite() && number >= 0.0 => {
+                    Ok(SettingValue::Number(number))
+                }
+                _ => Err(mismatch()),
+            },
+            _ => match value {
+                DeValue::String(text) => self.from_text(text),
+                _ => Err(mismatch()),
+            },
+        }
+    }
+
+    /// Reads a value of this kind from text (an environment variable, a flag, a default).
+    pub fn from_text(self, text: &str) -> Result<SettingValue, String> {
+        let found = format!("{text:?}");
+        match self {
+            Kind::Text | Kind::Path => {
+                if text.trim().is_empty() {
+                    Err(format!("expected {}, found an empty string", self.expected()))
+                } else {
+                    Ok(SettingValue::Text(text.to_string()))
+                }
+            }
+            Kind::Url => {
+                if text.starts_with("http://") || text.starts_with("https://") {
+                    Ok(SettingValue::Text(text.to_string()))
+                } else {
+                    Err(format!("expected {}, found {found}", self.expected()))
+                }
+            }
+            Kind::Count => text
+                .trim()
+                .parse::<u64>()
+                .map(SettingValue::Count)
+                .map_err(|_| format!("expected {}, found {found}", self.expected())),
+            Kind::Price => match text.trim().parse::<f64>() {
+                Ok(number) if number.is_finite() && number >= 0.0 => {
+                    Ok(SettingValue::Number(number))
+                }
+                _ => Err(format!("expected {}, found {found}", self.expected())),
+            },
+            Kind::Mode => text
+                .parse::<PermissionMode>()
+                .map(|_| SettingValue::Text(text.to_string()))
+                .map_err(|_| {
+                    format!(
+                        "expected {}, found {found}{}",
+                        self.expected(),
+                        suggestion_suffix(text, PermissionMode::names())
+                    )
+                }),
+            Kind::Approver if text == "lead" => Err(
+                "the main agent's approver is \"human\" or \"policy:FILE\"; \"lead\" is for teammates"
+                    .to_string(),
+            ),
+            Kind::Approver => {
+                let valid = text == "human"
+                    || text
+                        .strip_prefix("policy:")
+                        .is_some_and(|file| !file.trim().is_empty());
+                if valid {
+                    Ok(SettingValue::Text(text.to_string()))
+                } else {
+                    Err(format!("expected {}, found {found}", self.expected()))
+                }
+            }
+            Kind::OneOf(choices) => {
+                if choices.contains(&text) {
+                    Ok(SettingValue::Text(text.to_string()))
+                } else {
+                    Err(format!(
+                        "expected {}, found {found}{}",
+                        self.expected(),
+                        suggestion_suffix(text, choices.iter().copied())
+                    ))
+                }
+            }
+        }
+    }
+}

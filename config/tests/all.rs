@@ -1,0 +1,3 @@
+//! The integration tests of `muster-config`, in one binary.
+
+mod suite;

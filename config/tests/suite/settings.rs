@@ -1,0 +1,438 @@
+//! Settings layers, keys, defaults and errors.
+
+use muster_config::settings::{AutoGate, MailboxSync, ProviderKind, ReasoningEffort};
+use muster_config::{Approver, Layer, PermissionMode, RuleBehavior, RuleSubject};
+
+use super::fixtures::{Project, display};
+
+#[test]
+fn defaults_apply_when_no_file_sets_anything() {
+    let project = Project::new();
+    let settings = project.settings();
+    assert_eq!(*settings.permission_mode, PermissionMode::Default);
+    assert_eq!(settings.permission_mode.origin.layer, Layer::Default);
+    assert!(settings.plans_directory.ends_with(".muster/plans"));
+    assert!(settings.store_path.ends_with(".muster/muster.db"));
+    assert_eq!(*settings.approver, Approver::Human);
+    assert_eq!(*settings.auto_gate, AutoGate::Open);
+    assert_eq!(*settings.auto_gate_denial_limit, 3);
+    assert_eq!(*settings.mailbox.max_body_bytes, 1_048_576);
+    assert_eq!(*settings.mailbox.sync, MailboxSync::Full);
+    assert_eq!(*settings.mailbox.busy_timeout_ms, 5000);
+    assert_eq!(*settings.act.provider, ProviderKind::Anthropic);
+    assert_eq!(settings.plan.model.value, settings.act.model.value);
+    assert!(settings.models["claude-sonnet-4-5"].has_prices());
+    assert_eq!(*settings.anthropic.stream_idle_timeout_ms, 60000);
+    assert!(settings.permissions.allow.is_empty());
+}
+
+#[test]
+fn later_layers_override_key_by_key_and_rule_lists_concatenate() {
+    let mut project = Project::new()
+        .env("MUSTER_PERMISSION_MODE", "plan")
+        .env("MUSTER_PERMISSIONS__DENY", "Bash(rm:*), Read(./.env)");
+    let user = project.write_home(
+        ".muster/settings.toml",
+        "permission_mode = \"acceptEdits\"\nauto_gate_denial_limit = 7\n[permissions]\nallow = [\"Bash(git diff:*)\"]\n",
+    );
+    let shared = project.write(
+        ".muster/settings.toml",
+        "auto_gate_denial_limit = 5\n[permissions]\nallow = [\"Edit(src/**)\"]\n[mailbox]\nsync = \"normal\"\n",
+    );
+    let local = project.write(
+        ".muster/settings.local.toml",
+        "[mailbox]\nbusy_timeout_ms = 250\n[permissions]\nask = [\"Bash(git push:*)\"]\n",
+    );
+    project.cli = project
+        .cli
+        .clone()
+        .set("store_path", "state/m.db", "--store");
+    let settings = project.settings();
+
+    assert_eq!(*settings.permission_mode, PermissionMode::Plan);
+    assert_eq!(settings.permission_mode.origin.layer, Layer::Env);
+    assert_eq!(
+        settings.permission_mode.origin.source,
+        "MUSTER_PERMISSION_MODE"
+    );
+    assert_eq!(*settings.auto_gate_denial_limit, 5);
+    assert_eq!(settings.auto_gate_denial_limit.origin.layer, Layer::Project);
+    assert_eq!(
+        settings.auto_gate_denial_limit.origin.source,
+        display(&shared)
+    );
+    assert_eq!(
+        settings
+            .auto_gate_denial_limit
+            .origin
+            .position
+            .unwrap()
+            .line,
+        1
+    );
+    assert_eq!(*settings.mailbox.sync, MailboxSync::Normal);
+    assert_eq!(*settings.mailbox.busy_timeout_ms, 250);
+    assert_eq!(
+        settings.mailbox.busy_timeout_ms.origin.source,
+        display(&local)
+    );
+    assert_eq!(settings.mailbox.max_body_bytes.origin.layer, Layer::Default);
+    assert_eq!(settings.store_path.value, project.path("state/m.db"));
+    assert_eq!(settings.store_path.origin.layer, Layer::Cli);
+
+    let allow: Vec<_> = settings
+        .permissions
+        .allow
+        .iter()
+        .map(|r| (r.value.as_str().to_string(), r.origin.layer))
+        .collect();
+    assert_eq!(
+        allow,
+        vec![
+            ("Bash(git diff:*)".to_string(), Layer::User),
+            ("Edit(src/**)".to_string(), Layer::Project),
+        ]
+    );
+    assert_eq!(settings.permissions.allow[0].origin.source, display(&user));
+    assert_eq!(settings.permissions.ask.len(), 1);
+    assert_eq!(settings.permissions.deny.len(), 2);
+    let decision = settings
+        .permissions
+        .decide("Bash", RuleSubject::Command("rm -rf x"))
+        .map(|(behavior, rule)| (behavior, rule.origin.layer));
+    assert_eq!(decision, Some((RuleBehavior::Deny, Layer::Env)));
+}
+
+#[test]
+fn per_mode_settings_default_to_the_shared_ones() {
+    let project = Project::new();
+    project.write(
+        ".muster/settings.toml",
+        r#"
+provider = "openai"
+model = "gpt-5"
+reasoning_effort = "medium"
+
+[plan]
+model = "gpt-5-mini"
+reasoning_effort = "high"
+
+[act]
+thinking_budget = 2048
+
+[providers.openai]
+base_url = "http://127.0.0.1:11434/v1"
+api_key_env = "OLLAMA_KEY"
+max_retries = 5
+stream_idle_timeout_ms = 1500
+"#,
+    );
+    let settings = project.settings();
+    assert_eq!(*settings.plan.provider, ProviderKind::OpenAi);
+    assert_eq!(settings.plan.model.value, "gpt-5-mini");
+    assert_eq!(settings.act.model.value, "gpt-5");
+    assert_eq!(
+        settings.plan.reasoning_effort.as_ref().map(|e| e.value),
+        Some(ReasoningEffort::High)
+    );
+    assert_eq!(
+        settings.act.reasoning_effort.as_ref().map(|e| e.value),
+        Some(ReasoningEffort::Medium)
+    );
+    assert_eq!(
+        settings.act.thinking_budget.as_ref().map(|b| b.value),
+        Some(2048)
+    );
+    assert_eq!(settings.plan.thinking_budget, None);
+    let openai = settings.provider(ProviderKind::OpenAi);
+    assert_eq!(
+        openai.base_url.as_ref().unwrap().value,
+        "http://127.0.0.1:11434/v1"
+    );
+    assert_eq!(openai.api_key_env.as_ref().unwrap().value, "OLLAMA_KEY");
+    assert_eq!(*openai.max_retries, 5);
+    assert_eq!(*openai.stream_idle_timeout_ms, 1500);
+    assert_eq!(
+        settings.mode(PermissionMode::Plan).model.value,
+        "gpt-5-mini"
+    );
+    assert_eq!(
+        settings.mode(PermissionMode::AcceptEdits).model.value,
+        "gpt-5"
+    );
+}
+
+#[test]
+fn bad_settings_name_file_line_column_key_expected_and_found() {
+    let project = Project::new();
+    let file = project.write(
+        ".muster/settings.toml",
+        "permision_mode = \"plan\"\nauto_gate = \"ajar\"\n[mailbox]\nbusy_timeout_ms = \"fast\"\n[permissions]\nallow = [\"Bash(git diff\", 3]\n[providers.openai]\nbase_url = \"localhost:8080\"\n",
+    );
+    let file = display(&file);
+    let expected = [
+        format!(
+            "{file}:1:1: permision_mode: unknown key `permision_mode` (did you mean `permission_mode`?)"
+        ),
+        format!("{file}:2:13: auto_gate: expected one of open, closed, found \"ajar\""),
+        format!(
+            "{file}:4:19: mailbox.busy_timeout_ms: expected a non-negative integer, found a string \"fast\""
+        ),
+        format!(
+            "{file}:6:10: permissions.allow[0]: expected `)` at the end of rule `Bash(git diff`"
+        ),
+        format!(
+            "{file}:6:27: permissions.allow[1]: expected a rule string like \"Bash(git diff:*)\", found an integer 3"
+        ),
+        format!(
+            "{file}:8:12: providers.openai.base_url: expected a URL string starting with http:// or https://, found \"localhost:8080\""
+        ),
+    ];
+    assert_eq!(project.error(), expected.join("\n"));
+}
+
+#[test]
+fn table_driven_value_errors() {
+    let cases = [
+        (
+            "permission_mode = \"acceptedits\"",
+            "permission_mode: expected one of plan, dontAsk, default, acceptEdits, auto, bypassPermissions, found \"acceptedits\" (did you mean `acceptEdits`?)",
+        ),
+        (
+            "approver = \"lead\"",
+            "approver: the main agent's approver is \"human\" or \"policy:FILE\"; \"lead\" is for teammates",
+        ),
+        (
+            "approver = \"bob\"",
+            "approver: expected \"human\" or \"policy:FILE\", found \"bob\"",
+        ),
+        (
+            "[permissions]\ndeny = [\"Bsh(ls)\"]",
+            "permissions.deny[0]: unknown tool `Bsh` in rule `Bsh(ls)` (did you mean `Bash`?)",
+        ),
+        (
+            "[permissions]\ndeny = \"Bash\"",
+            "permissions.deny: expected an array of rule strings, found a string \"Bash\"",
+        ),
+        (
+            "[models.local]\nprice_in = -1",
+            "models.local.price_in: expected a non-negative number, found an integer -1",
+        ),
+        (
+            "[budgets.run]\nduration = 60",
+            "budgets.run.duration: unknown key `duration` (did you mean `duration_secs`?)",
+        ),
+        (
+            "mailbox = 3",
+            "mailbox: expected a table, found an integer 3",
+        ),
+        (
+            "[providers.ollama]\nbase_url = \"http://x\"",
+            "providers.ollama: unknown key `ollama`",
+        ),
+        (
+            "[plan]\nreasoning_effort = \"hgh\"",
+            "plan.reasoning_effort: expected one of minimal, low, medium, high, found \"hgh\" (did you mean `high`?)",
+        ),
+        ("model = ", "invalid TOML"),
+    ];
+    for (text, expected) in cases {
+        let project = Project::new();
+        project.write(".muster/settings.toml", text);
+        let error = project.error();
+        assert!(
+            error.contains(expected),
+            "for {text:?}\n got: {error}\nwant: {expected}"
+        );
+    }
+}
+
+#[test]
+fn environment_errors_and_unknown_variables() {
+    let project = Project::new().env("MUSTER_MAILBOX__SYNC", "sometimes");
+    assert_eq!(
+        project.error(),
+        "environment variable MUSTER_MAILBOX__SYNC: mailbox.sync: expected one of full, normal, found \"sometimes\""
+    );
+    let project = Project::new()
+        .env("MUSTER_PERMISION_MODE", "plan")
+        .env("PATH", "/bin");
+    let loaded = project.load().unwrap();
+    let warnings: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        warnings,
+        vec![
+            "environment variable MUSTER_PERMISION_MODE: ignored: `MUSTER_PERMISION_MODE` names no setting (did you mean `MUSTER_PERMISSION_MODE`?)"
+        ]
+    );
+}
+
+#[test]
+fn cli_flags_beat_the_environment() {
+    let mut project = Project::new().env("MUSTER_PERMISSION_MODE", "plan");
+    project.cli = project
+        .cli
+        .clone()
+        .set("permission_mode", "auto", "--permission-mode");
+    let settings = project.settings();
+    assert_eq!(*settings.permission_mode, PermissionMode::Auto);
+    assert_eq!(settings.permission_mode.origin.source, "--permission-mode");
+    let mut project = Project::new();
+    project.cli = project
+        .cli
+        .clone()
+        .set("permission_mode", "yolo", "--permission-mode");
+    assert!(
+        project
+            .error()
+            .starts_with("command-line flag --permission-mode: permission_mode: expected one of")
+    );
+}
+
+#[test]
+fn plans_directory_must_resolve_inside_the_project() {
+    let project = Project::new();
+    let file = project.write(
+        ".muster/settings.toml",
+        "plans_directory = \"../elsewhere\"\n",
+    );
+    let root = project.root.canonicalize().unwrap();
+    let outside = root.parent().unwrap().join("elsewhere");
+    assert_eq!(
+        project.error(),
+        format!(
+            "{}:1:19: plans_directory: \"../elsewhere\" resolves to {}, which is outside the project root {}",
+            display(&file),
+            display(&outside),
+            display(&root)
+        )
+    );
+    project.write(
+        ".muster/settings.toml",
+        "plans_directory = \"docs/plans/../plans\"\n",
+    );
+    assert_eq!(
+        project.settings().plans_directory.value,
+        root.join("docs/plans")
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn plans_directory_symlinked_out_of_the_project_is_refused() {
+    let project = Project::new();
+    let outside = project.root.parent().unwrap().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, project.path("plans-link")).unwrap();
+    project.write(
+        ".muster/settings.toml",
+        "plans_directory = \"plans-link/sub\"\n",
+    );
+    let error = project.error();
+    assert!(
+        error.contains("plans_directory: \"plans-link/sub\" resolves to"),
+        "{error}"
+    );
+    assert!(
+        error.contains("outside/sub, which is outside the project root"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_cost_budget_needs_prices_for_the_models_in_use() {
+    let project = Project::new();
+    let file = project.write(
+        ".muster/settings.toml",
+        "model = \"local-llama\"\n[budgets.run]\ncost_usd = 2.5\n",
+    );
+    let error = project.error();
+    assert!(error.starts_with(&format!("{}:3:12: budgets.run.cost_usd: a cost budget needs model prices, but model `local-llama` (plan and act modes) has no price_in and price_out; add [models.\"local-llama\"] prices or remove the cost budget", display(&file))), "{error}");
+    assert_eq!(error.lines().count(), 1, "{error}");
+    project.write(
+        ".muster/settings.toml",
+        "model = \"local-llama\"\n[models.local-llama]\nprice_in = 0\nprice_out = 0\ncontext_window = 8192\n[budgets.run]\ncost_usd = 2.5\nturns = 40\nduration_secs = 600\n[budgets.agent]\ntokens = 100000\n",
+    );
+    let settings = project.settings();
+    assert_eq!(
+        settings.budgets.run.cost_usd.as_ref().map(|c| c.value),
+        Some(2.5)
+    );
+    assert_eq!(
+        settings.budgets.run_duration_secs.as_ref().map(|d| d.value),
+        Some(600)
+    );
+    assert_eq!(settings.models["local-llama"].context_window, Some(8192));
+}
+
+#[test]
+fn built_in_model_prices_can_be_overridden_key_by_key() {
+    let project = Project::new();
+    project.write(
+        ".muster/settings.toml",
+        "[models.claude-sonnet-4-5]\nprice_in = 2.0\n",
+    );
+    let settings = project.settings();
+    let sonnet = &settings.models["claude-sonnet-4-5"];
+    assert_eq!(sonnet.price_in, Some(2.0));
+    assert_eq!(sonnet.price_out, Some(15.0));
+    let entry = settings
+        .entries()
+        .iter()
+        .find(|e| e.key == "models.claude-sonnet-4-5.price_in")
+        .unwrap();
+    assert_eq!(entry.origin.layer, Layer::Project);
+}
+
+#[test]
+fn api_keys_in_files_git_does_not_ignore_are_warned_about() {
+    let project = Project::new();
+    let initialised = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&project.root)
+        .status()
+        .is_ok_and(|status| status.success());
+    if !initialised {
+        return;
+    }
+    let file = project.write(
+        ".muster/settings.toml",
+        "[providers.anthropic]\napi_key = \"sk-123\"\n",
+    );
+    let loaded = project.load().unwrap();
+    let warnings: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].starts_with(&format!(
+        "{}:2:11: providers.anthropic.api_key: an API key sits in a file that git does not ignore",
+        display(&file)
+    )));
+    let shown = loaded
+        .value
+        .entries()
+        .iter()
+        .find(|e| e.key == "providers.anthropic.api_key")
+        .unwrap();
+    assert_eq!(shown.value, serde_json::json!("********"));
+
+    project.write(".muster/.gitignore", "settings.local.toml\n");
+    project.write(".muster/settings.toml", "");
+    project.write(
+        ".muster/settings.local.toml",
+        "[providers.anthropic]\napi_key = \"sk-123\"\n",
+    );
+    assert!(project.load().unwrap().warnings.is_empty());
+}
+
+#[test]
+fn invalid_utf8_is_an_error_naming_the_file() {
+    let project = Project::new();
+    let path = project.path(".muster/settings.toml");
+    std::fs::write(&path, [0xff, 0xfe, 0x00]).unwrap();
+    assert_eq!(
+        project.error(),
+        format!(
+            "{}: expected UTF-8 text, found invalid bytes",
+            display(&path)
+        )
+    );
+}
