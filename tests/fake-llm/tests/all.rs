@@ -3,4 +3,6 @@
 mod all {
     mod anthropic;
     pub mod common;
+    mod openai;
+    mod selection;
 }
