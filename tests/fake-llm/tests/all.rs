@@ -5,4 +5,5 @@ mod all {
     pub mod common;
     mod openai;
     mod selection;
+    mod validation;
 }
