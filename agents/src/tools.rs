@@ -9,6 +9,7 @@
 //! Input is validated by deserialising into the tool's input struct; a violation comes back as
 //! an `is_error` [`ToolOutput`] naming the field, never as a panic.
 
+mod bash;
 mod context;
 mod edit;
 mod input;
@@ -23,6 +24,7 @@ use std::pin::Pin;
 
 use serde::de::DeserializeOwned;
 
+pub use bash::{Bash, BashInput, BashOutcome};
 pub use context::{
     OutputLimits, ProcessGroupId, ProcessGroupRecorder, RecordFuture, ShutdownSignal,
     ShutdownTrigger, ToolContext,

@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use super::bash::BashOutcome;
+
 /// Structured facts about a call beside its text, for the runtime and its records.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -13,6 +15,8 @@ pub enum ToolDetails {
         /// The resolved path.
         path: PathBuf,
     },
+    /// How a `Bash` command ended.
+    Bash(BashOutcome),
 }
 
 /// The result of one tool call: text for the model, whether it is an error, and details.

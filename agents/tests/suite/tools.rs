@@ -4,9 +4,11 @@
 #![allow(clippy::expect_used, reason = "test setup fails loudly")]
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use muster_agents::tools::{
-    Edit, MultiEdit, Read, Tool, ToolContext, ToolDetails, ToolOutput, Workspace, Write,
+    Bash, BashOutcome, Edit, MultiEdit, OutputLimits, ProcessGroupId, ProcessGroupRecorder, Read,
+    RecordFuture, ShutdownSignal, Tool, ToolContext, ToolDetails, ToolOutput, Workspace, Write,
 };
 use serde_json::{Value, json};
 
@@ -616,4 +618,274 @@ async fn invalid_input_names_the_field() {
     }
     let not_an_object = fixture.call(&Read, json!(["file_path"])).await;
     assert_error(&not_an_object, &["JSON object"]);
+}
+
+// ---- Bash ----
+
+/// Records process groups the way the runtime does, and whether the command had run yet.
+struct MarkerRecorder {
+    marker: PathBuf,
+    recorded: std::sync::Mutex<Vec<(ProcessGroupId, bool)>>,
+    groups: tokio::sync::mpsc::UnboundedSender<ProcessGroupId>,
+    refuse: bool,
+}
+
+impl ProcessGroupRecorder for MarkerRecorder {
+    fn record(&self, group: ProcessGroupId) -> RecordFuture<'_> {
+        Box::pin(async move {
+            let command_ran = self.marker.exists();
+            self.recorded
+                .lock()
+                .expect("recorder lock")
+                .push((group, command_ran));
+            let _ = self.groups.send(group);
+            if self.refuse {
+                Err("the store is closed".to_owned())
+            } else {
+                Ok(())
+            }
+        })
+    }
+}
+
+fn marker_recorder(
+    marker: PathBuf,
+    refuse: bool,
+) -> (
+    Arc<MarkerRecorder>,
+    tokio::sync::mpsc::UnboundedReceiver<ProcessGroupId>,
+) {
+    let (groups, received) = tokio::sync::mpsc::unbounded_channel();
+    let recorder = Arc::new(MarkerRecorder {
+        marker,
+        recorded: std::sync::Mutex::new(Vec::new()),
+        groups,
+        refuse,
+    });
+    (recorder, received)
+}
+
+fn bash_outcome(output: &ToolOutput) -> BashOutcome {
+    match &output.details {
+        ToolDetails::Bash(outcome) => outcome.clone(),
+        other => panic!("expected Bash details, got {other:?}"),
+    }
+}
+
+/// Whether the process has exited (gone, or a zombie that can no longer run).
+fn has_exited(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => {
+            let state = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next());
+            matches!(state, Some('Z' | 'X'))
+        }
+    }
+}
+
+#[tokio::test]
+async fn bash_runs_in_the_workspace_and_reports_the_exit_code() {
+    let fixture = Fixture::new();
+    let output = fixture
+        .call(
+            &Bash,
+            json!({"command": "pwd; echo oops >&2", "description": "where am I"}),
+        )
+        .await;
+    assert_ok(&output);
+    let root = fixture.root();
+    assert!(output.content.starts_with(root.to_str().expect("utf-8")));
+    assert!(output.content.contains("stderr:\noops"));
+    assert!(output.content.contains("[exit code 0]"));
+    assert_eq!(bash_outcome(&output).exit_code, Some(0));
+
+    let failed = fixture.call(&Bash, json!({"command": "exit 3"})).await;
+    assert_error(&failed, &["[exit code 3]"]);
+    let outcome = bash_outcome(&failed);
+    assert_eq!(outcome.exit_code, Some(3));
+    assert!(!outcome.timed_out && !outcome.interrupted);
+}
+
+#[tokio::test]
+async fn bash_stdin_is_null() {
+    let fixture = Fixture::new();
+    let output = fixture
+        .call(
+            &Bash,
+            json!({"command": "cat; echo \"stdin=$(readlink /proc/self/fd/0)\""}),
+        )
+        .await;
+    assert_ok(&output);
+    assert!(
+        output.content.contains("stdin=/dev/null"),
+        "{}",
+        output.content
+    );
+}
+
+#[tokio::test]
+async fn bash_removes_every_ld_variable() {
+    let directory = tempfile::tempdir().expect("workspace");
+    let workspace = Workspace::new(directory.path()).expect("workspace");
+    let mut environment: Vec<(std::ffi::OsString, std::ffi::OsString)> =
+        std::env::vars_os().collect();
+    environment.push(("LD_PRELOAD".into(), "/nonexistent/muster.so".into()));
+    environment.push(("LD_LIBRARY_PATH".into(), "/nonexistent".into()));
+    environment.push(("LD_MUSTER_PROBE".into(), "1".into()));
+    environment.push(("MUSTER_KEPT".into(), "yes".into()));
+    let context = ToolContext::new(workspace, environment);
+    let output = Bash.call(&context, json!({"command": "env"})).await;
+    assert_ok(&output);
+    assert!(output.content.contains("MUSTER_KEPT=yes"));
+    assert!(
+        !output.content.lines().any(|line| line.starts_with("LD_")),
+        "{}",
+        output.content
+    );
+}
+
+#[tokio::test]
+async fn bash_output_is_capped() {
+    let fixture = Fixture::new();
+    let limits = OutputLimits {
+        max_output_bytes: 1000,
+        ..OutputLimits::default()
+    };
+    let context = fixture.context.clone().with_limits(limits);
+    let output = Bash
+        .call(
+            &context,
+            json!({"command": "head -c 200000 /dev/zero | tr '\\0' x; head -c 5000 /dev/zero | tr '\\0' e >&2"}),
+        )
+        .await;
+    assert_ok(&output);
+    assert!(
+        output
+            .content
+            .contains("[stdout truncated: showed the first 1000 of 200000 bytes]")
+    );
+    assert!(
+        output
+            .content
+            .contains("[stderr truncated: showed the first 1000 of 5000 bytes]")
+    );
+    assert!(output.content.len() < 2300, "{}", output.content.len());
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn bash_timeout_kills_the_whole_process_group() {
+    let fixture = Fixture::new();
+    let command = "(sleep 30; echo late > marker) & echo $! > writer.pid; wait";
+    let output = fixture
+        .call(&Bash, json!({"command": command, "timeout": 1000}))
+        .await;
+    assert_error(
+        &output,
+        &["timed out after 1000 ms", "process group was killed"],
+    );
+    let outcome = bash_outcome(&output);
+    assert!(outcome.timed_out);
+    assert_eq!(outcome.exit_code, None);
+    let writer: u32 = fixture
+        .read("writer.pid")
+        .trim()
+        .parse()
+        .expect("writer pid");
+    assert!(
+        has_exited(writer),
+        "the grandchild writer {writer} still runs"
+    );
+    assert!(!fixture.path("marker").exists());
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn bash_shutdown_kills_the_whole_process_group() {
+    let fixture = Fixture::new();
+    let (trigger, signal) = ShutdownSignal::channel();
+    let (recorder, mut groups) = marker_recorder(fixture.path("unused"), false);
+    let context = fixture
+        .context
+        .clone()
+        .with_shutdown(signal)
+        .with_process_group_recorder(recorder);
+    let command = "(sleep 30; echo late > marker) & echo $! > writer.pid; wait";
+    let call = Bash.call(&context, json!({"command": command}));
+    let shut_down = async {
+        groups.recv().await.expect("recorded group");
+        trigger.trigger();
+    };
+    let (output, ()) = tokio::join!(call, shut_down);
+    assert_error(&output, &["interrupted by shutdown"]);
+    assert!(bash_outcome(&output).interrupted);
+    if let Ok(pid) = std::fs::read_to_string(fixture.path("writer.pid")) {
+        let writer: u32 = pid.trim().parse().expect("writer pid");
+        assert!(
+            has_exited(writer),
+            "the grandchild writer {writer} still runs"
+        );
+    }
+    assert!(!fixture.path("marker").exists());
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn bash_records_the_process_group_before_the_command_runs() {
+    let fixture = Fixture::new();
+    let (recorder, _groups) = marker_recorder(fixture.path("ran"), false);
+    let context = fixture
+        .context
+        .clone()
+        .with_process_group_recorder(recorder.clone());
+    let output = Bash
+        .call(&context, json!({"command": "touch ran; echo $$"}))
+        .await;
+    assert_ok(&output);
+    let outcome = bash_outcome(&output);
+    let recorded = recorder.recorded.lock().expect("lock").clone();
+    assert_eq!(recorded, vec![(outcome.process_group, false)]);
+    let shell_pid: i32 = output
+        .content
+        .lines()
+        .next()
+        .and_then(|line| line.trim().parse().ok())
+        .expect("shell pid");
+    assert_eq!(
+        shell_pid, outcome.process_group,
+        "the shell leads its group"
+    );
+    assert!(fixture.path("ran").exists());
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn bash_does_not_run_a_command_whose_group_cannot_be_recorded() {
+    let fixture = Fixture::new();
+    let (recorder, _groups) = marker_recorder(fixture.path("ran"), true);
+    let context = fixture
+        .context
+        .clone()
+        .with_process_group_recorder(recorder);
+    let output = Bash.call(&context, json!({"command": "touch ran"})).await;
+    assert_error(&output, &["did not run", "the store is closed"]);
+    assert!(!fixture.path("ran").exists());
+}
+
+#[tokio::test]
+async fn bash_input_errors_are_clear() {
+    let fixture = Fixture::new();
+    let cases = [
+        (json!({"command": "true", "timeout": 600_001}), "`timeout`"),
+        (json!({"command": "true", "timeout": 0}), "`timeout`"),
+        (json!({"command": "  "}), "`command`"),
+        (json!({"timeout": 5}), "`command`"),
+        (json!({"command": "true", "timeout": "soon"}), "`timeout`"),
+    ];
+    for (input, field) in cases {
+        let output = fixture.call(&Bash, input).await;
+        assert_error(&output, &["invalid input for Bash", field]);
+    }
 }
