@@ -1,1 +1,20 @@
-//! `muster-mailbox`: the durable store.
+//! `muster-mailbox`: the durable store behind muster's mailbox — runs, rosters, messages,
+//! approvals, the task board and agents' opaque records — in one SQLite file.
+//!
+//! Callers hold an `Arc<dyn MailboxStore>`; [`SqliteStore`] is the embedded default. Writes
+//! are typed operations executed by one writer thread with group commit; a message is durable
+//! when `send` returns; leases belong to the process epoch that took them; wake-ups are pushed
+//! after COMMIT (in process) or through the live run's socket (across processes, see [`live`]).
+
+pub mod error;
+pub mod live;
+pub mod message;
+pub mod sqlite;
+pub mod store;
+pub mod types;
+
+pub use error::{StoreError, StoreResult};
+pub use message::MessageBody;
+pub use sqlite::{SCHEMA_VERSION, SqliteStore, StoreOptions, SyncMode};
+pub use store::MailboxStore;
+pub use types::*;

@@ -1,0 +1,214 @@
+//! Live runs across processes. A live run holds an exclusive lock on
+//! `.muster/runs/<run_id>.lock` and listens on a Unix socket; another muster process commits
+//! first, then writes one line to that socket, and the run wakes the recipient. When the lock
+//! is free the run is not live, and the committed mail waits for `muster resume`.
+
+use std::fs::{File, TryLockError};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::io::AsyncBufReadExt;
+use tokio::task::JoinHandle;
+
+use crate::error::{StoreError, StoreResult};
+use crate::store::MailboxStore;
+use crate::types::validate_agent_id;
+
+/// Unix socket paths longer than this do not fit `sockaddr_un` everywhere.
+const MAX_SOCKET_PATH: usize = 100;
+
+pub fn lock_path(runs_dir: &Path, run_id: &str) -> PathBuf {
+    runs_dir.join(format!("{run_id}.lock"))
+}
+
+/// The socket a live run listens on: beside its lock when the path is short enough, else
+/// `muster-<hash>.sock` in the runtime directory (`$XDG_RUNTIME_DIR`, passed in by `main`) or
+/// `/tmp`.
+pub fn socket_path(runs_dir: &Path, run_id: &str, runtime_dir: Option<&Path>) -> PathBuf {
+    let preferred = runs_dir.join(format!("{run_id}.sock"));
+    if preferred.as_os_str().len() <= MAX_SOCKET_PATH {
+        return preferred;
+    }
+    let dir = runtime_dir.unwrap_or(Path::new("/tmp"));
+    dir.join(format!(
+        "muster-{:016x}.sock",
+        fnv1a(preferred.as_os_str().as_encoded_bytes())
+    ))
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// Held by the process that owns a run: the lock, and the socket listener that turns
+/// `wake <recipient>` lines into in-process wake-ups.
+pub struct LiveRun {
+    _lock: File,
+    socket: PathBuf,
+    listener: JoinHandle<()>,
+}
+
+impl LiveRun {
+    /// Takes the run's lock (refusing if another live process holds it) and starts listening.
+    /// Must be called inside a tokio runtime.
+    pub fn start(
+        runs_dir: &Path,
+        run_id: &str,
+        store: Arc<dyn MailboxStore>,
+        runtime_dir: Option<&Path>,
+    ) -> StoreResult<LiveRun> {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| StoreError::Open { path, source }
+        };
+        std::fs::create_dir_all(runs_dir).map_err(io(runs_dir))?;
+        let lock_path = lock_path(runs_dir, run_id);
+        let mut lock = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock_path)
+            .map_err(io(&lock_path))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
+                return Err(StoreError::RunLocked {
+                    run: run_id.into(),
+                    lock: lock_path,
+                });
+            }
+            Err(TryLockError::Error(source)) => {
+                return Err(StoreError::Open {
+                    path: lock_path,
+                    source,
+                });
+            }
+        }
+        let socket = socket_path(runs_dir, run_id, runtime_dir);
+        // A socket file left by a crashed owner is stale: we hold the lock now.
+        let _ = std::fs::remove_file(&socket);
+        let listener = tokio::net::UnixListener::bind(&socket).map_err(io(&socket))?;
+        lock.set_len(0).map_err(io(&lock_path))?;
+        writeln!(lock, "{}\n{}", socket.display(), std::process::id()).map_err(io(&lock_path))?;
+        lock.sync_all().map_err(io(&lock_path))?;
+        let run_id = run_id.to_owned();
+        let listener = tokio::spawn(listen(listener, run_id, store));
+        Ok(LiveRun {
+            _lock: lock,
+            socket,
+            listener,
+        })
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+}
+
+impl Drop for LiveRun {
+    fn drop(&mut self) {
+        self.listener.abort();
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+async fn listen(listener: tokio::net::UnixListener, run_id: String, store: Arc<dyn MailboxStore>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let (run_id, store) = (run_id.clone(), store.clone());
+        tokio::spawn(async move {
+            let mut lines = tokio::io::BufReader::new(stream).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(recipient) = line.strip_prefix("wake ").map(str::trim)
+                    && validate_agent_id(recipient).is_ok()
+                {
+                    store.wake(&run_id, recipient);
+                }
+            }
+        });
+    }
+}
+
+/// What happened to a wake-up sent to a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PokeOutcome {
+    /// The live run was told to wake the recipient.
+    Woken,
+    /// No process holds the run's lock: the mail waits for `muster resume`.
+    NotLive,
+}
+
+/// Whether a process holds the run's lock.
+pub fn is_live(runs_dir: &Path, run_id: &str) -> StoreResult<bool> {
+    let lock_path = lock_path(runs_dir, run_id);
+    let file = match File::options().read(true).write(true).open(&lock_path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(source) => {
+            return Err(StoreError::Open {
+                path: lock_path,
+                source,
+            });
+        }
+    };
+    match file.try_lock() {
+        Ok(()) => Ok(false),
+        Err(TryLockError::WouldBlock) => Ok(true),
+        Err(TryLockError::Error(source)) => Err(StoreError::Open {
+            path: lock_path,
+            source,
+        }),
+    }
+}
+
+/// Tells a live run that mail for `recipient` has been committed. Call it after the commit.
+pub fn poke(runs_dir: &Path, run_id: &str, recipient: &str) -> StoreResult<PokeOutcome> {
+    if !is_live(runs_dir, run_id)? {
+        return Ok(PokeOutcome::NotLive);
+    }
+    let lock_path = lock_path(runs_dir, run_id);
+    let mut contents = String::new();
+    File::open(&lock_path)
+        .and_then(|mut file| file.read_to_string(&mut contents))
+        .map_err(|source| StoreError::Open {
+            path: lock_path.clone(),
+            source,
+        })?;
+    let socket = PathBuf::from(contents.lines().next().unwrap_or_default());
+    let wake_error = |source| StoreError::Wake {
+        run: run_id.into(),
+        socket: socket.clone(),
+        source,
+    };
+    let mut stream = std::os::unix::net::UnixStream::connect(&socket).map_err(wake_error)?;
+    stream
+        .write_all(format!("wake {recipient}\n").as_bytes())
+        .map_err(wake_error)?;
+    Ok(PokeOutcome::Woken)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_socket_paths_fall_back_to_the_runtime_dir() {
+        let short = socket_path(Path::new("/p/.muster/runs"), "r1", None);
+        assert_eq!(short, Path::new("/p/.muster/runs/r1.sock"));
+        let deep = format!("/{}/.muster/runs", "d".repeat(120));
+        let long = socket_path(Path::new(&deep), "r1", Some(Path::new("/run/user/7")));
+        assert!(long.starts_with("/run/user/7"), "{long:?}");
+        assert!(long.as_os_str().len() <= MAX_SOCKET_PATH);
+        assert_eq!(
+            long,
+            socket_path(Path::new(&deep), "r1", Some(Path::new("/run/user/7")))
+        );
+        assert!(socket_path(Path::new(&deep), "r1", None).starts_with("/tmp"));
+    }
+}

@@ -1,0 +1,258 @@
+//! Typed message bodies (DESIGN.md "The store and the mailbox contract"). The `type` tag is
+//! stored as the message's kind; a kind this version does not know is kept as raw JSON.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Every message kind muster speaks, plus `Unknown` for kinds from a newer version.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum MessageBody {
+    Text {
+        text: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        summary: Option<String>,
+    },
+    PlanApprovalRequest {
+        request_id: String,
+        plan_file: String,
+        plan: String,
+        /// Who may answer: `lead`, `human` or `policy:<path>`.
+        responder: String,
+    },
+    PlanApprovalResponse {
+        request_id: String,
+        approved: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        feedback: Option<String>,
+        /// The mode granted, after capping at the approver's ceiling.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mode: Option<String>,
+        /// Set when the grant was lowered: the mode that was asked for.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lowered_from: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        edited_plan: Option<String>,
+        #[serde(default)]
+        clear_context: bool,
+        /// The policy rule that decided, for a policy's answer.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rule: Option<String>,
+    },
+    PermissionRequest {
+        request_id: String,
+        tool: String,
+        input: Value,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool_use_id: Option<String>,
+        reason: String,
+        responder: String,
+    },
+    PermissionResponse {
+        request_id: String,
+        approved: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        feedback: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rule: Option<String>,
+    },
+    Question {
+        request_id: String,
+        question: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        options: Vec<String>,
+        responder: String,
+    },
+    Answer {
+        request_id: String,
+        answer: String,
+    },
+    ShutdownRequest {
+        request_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    ShutdownResponse {
+        request_id: String,
+        approve: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    TaskAssignment {
+        task_id: i64,
+        subject: String,
+        description: String,
+        assigned_by: String,
+    },
+    IdleNotification {
+        reason: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        summary: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        completed_task: Option<i64>,
+    },
+    VerificationReport {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request_id: Option<String>,
+        report: Value,
+    },
+    /// A kind this version does not know: kept whole and reported, never dropped.
+    #[serde(skip)]
+    Unknown {
+        kind: String,
+        raw: Value,
+    },
+}
+
+/// How a message kind takes part in request/response correlation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Correlation {
+    /// Not part of a request.
+    None,
+    /// Opens a request that one responder answers once.
+    Request,
+    /// Answers the request of the given kind.
+    Response { answers: &'static str },
+}
+
+impl MessageBody {
+    /// The `type` tag.
+    pub fn kind(&self) -> &str {
+        match self {
+            MessageBody::Text { .. } => "text",
+            MessageBody::PlanApprovalRequest { .. } => "plan_approval_request",
+            MessageBody::PlanApprovalResponse { .. } => "plan_approval_response",
+            MessageBody::PermissionRequest { .. } => "permission_request",
+            MessageBody::PermissionResponse { .. } => "permission_response",
+            MessageBody::Question { .. } => "question",
+            MessageBody::Answer { .. } => "answer",
+            MessageBody::ShutdownRequest { .. } => "shutdown_request",
+            MessageBody::ShutdownResponse { .. } => "shutdown_response",
+            MessageBody::TaskAssignment { .. } => "task_assignment",
+            MessageBody::IdleNotification { .. } => "idle_notification",
+            MessageBody::VerificationReport { .. } => "verification_report",
+            MessageBody::Unknown { kind, .. } => kind,
+        }
+    }
+
+    /// The request id this message opens or answers, if any.
+    pub fn request_id(&self) -> Option<&str> {
+        match self {
+            MessageBody::PlanApprovalRequest { request_id, .. }
+            | MessageBody::PlanApprovalResponse { request_id, .. }
+            | MessageBody::PermissionRequest { request_id, .. }
+            | MessageBody::PermissionResponse { request_id, .. }
+            | MessageBody::Question { request_id, .. }
+            | MessageBody::Answer { request_id, .. }
+            | MessageBody::ShutdownRequest { request_id, .. }
+            | MessageBody::ShutdownResponse { request_id, .. } => Some(request_id),
+            MessageBody::VerificationReport { request_id, .. } => request_id.as_deref(),
+            MessageBody::Unknown { raw, .. } => raw.get("request_id").and_then(Value::as_str),
+            MessageBody::Text { .. }
+            | MessageBody::TaskAssignment { .. }
+            | MessageBody::IdleNotification { .. } => None,
+        }
+    }
+
+    /// Who may answer a request; `None` for a shutdown request, which its recipient answers.
+    pub fn responder(&self) -> Option<&str> {
+        match self {
+            MessageBody::PlanApprovalRequest { responder, .. }
+            | MessageBody::PermissionRequest { responder, .. }
+            | MessageBody::Question { responder, .. } => Some(responder),
+            _ => None,
+        }
+    }
+
+    pub fn correlation(&self) -> Correlation {
+        correlation_of(self.kind())
+    }
+
+    /// JSON stored in the `body` column: the whole tagged object.
+    pub(crate) fn to_stored(&self) -> Result<Value, serde_json::Error> {
+        match self {
+            MessageBody::Unknown { raw, .. } => Ok(raw.clone()),
+            known => serde_json::to_value(known),
+        }
+    }
+
+    /// Reads a stored body; anything that does not parse as a known kind stays raw.
+    pub fn from_stored(kind: &str, body: &Value) -> MessageBody {
+        match serde_json::from_value::<MessageBody>(body.clone()) {
+            Ok(typed) if typed.kind() == kind => typed,
+            _ => MessageBody::Unknown {
+                kind: kind.to_owned(),
+                raw: body.clone(),
+            },
+        }
+    }
+}
+
+/// Correlation rules by kind name, so raw kinds are classified too.
+pub fn correlation_of(kind: &str) -> Correlation {
+    match kind {
+        "plan_approval_request" | "permission_request" | "question" | "shutdown_request" => {
+            Correlation::Request
+        }
+        "plan_approval_response" => Correlation::Response {
+            answers: "plan_approval_request",
+        },
+        "permission_response" => Correlation::Response {
+            answers: "permission_request",
+        },
+        "answer" => Correlation::Response {
+            answers: "question",
+        },
+        "shutdown_response" => Correlation::Response {
+            answers: "shutdown_request",
+        },
+        _ => Correlation::None,
+    }
+}
+
+/// The roster entry that sends as a responder: `policy:<path>` answers as `policy`.
+pub fn responder_member(responder: &str) -> &str {
+    if responder.starts_with("policy:") {
+        crate::types::POLICY
+    } else {
+        responder
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn known_kinds_round_trip_and_unknown_stays_raw() {
+        let body = MessageBody::Question {
+            request_id: "question-alice-1".into(),
+            question: "Which port?".into(),
+            options: vec![],
+            responder: "lead".into(),
+        };
+        let stored = body.to_stored().unwrap();
+        assert_eq!(stored["type"], "question");
+        assert_eq!(MessageBody::from_stored("question", &stored), body);
+
+        let raw = json!({"type": "mode_set_request", "mode": "plan", "request_id": "x-1"});
+        let read = MessageBody::from_stored("mode_set_request", &raw);
+        assert_eq!(
+            read,
+            MessageBody::Unknown {
+                kind: "mode_set_request".into(),
+                raw: raw.clone()
+            }
+        );
+        assert_eq!(read.request_id(), Some("x-1"));
+        assert_eq!(read.to_stored().unwrap(), raw);
+    }
+
+    #[test]
+    fn responders_map_to_roster_members() {
+        assert_eq!(responder_member("policy:/p/policy.toml"), "policy");
+        assert_eq!(responder_member("human"), "human");
+        assert_eq!(responder_member("lead"), "lead");
+    }
+}

@@ -1,0 +1,301 @@
+//! The SQLite backend: one file, WAL, one writer thread with group commit.
+
+mod open;
+mod ops;
+mod schema;
+mod tasks;
+mod wake;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::error::StoreResult;
+use crate::store::MailboxStore;
+use crate::types::*;
+pub use open::{StoreOptions, SyncMode};
+pub use ops::DELIVERY_QUERY;
+use ops::OpContext;
+pub use schema::SCHEMA_VERSION;
+use wake::Waiters;
+use writer::Writer;
+
+/// The SQLite implementation of [`MailboxStore`].
+#[derive(Clone)]
+pub struct SqliteStore {
+    writer: Writer,
+    waiters: Arc<Waiters>,
+    ctx: OpContext,
+}
+
+impl SqliteStore {
+    /// Opens the store at `path`, creating it if absent. Refuses a file that is not SQLite
+    /// (leaving it unchanged) and a store written by a newer schema.
+    pub fn open(path: &Path, options: StoreOptions) -> StoreResult<SqliteStore> {
+        let conn = open::open_connection(path, &options)?;
+        let waiters = Arc::new(Waiters::default());
+        let busy_ms = options.busy_timeout.as_millis() as u64;
+        let writer = Writer::start(conn, path.to_path_buf(), busy_ms, waiters.clone())?;
+        let ctx = OpContext {
+            path: Arc::new(PathBuf::from(path)),
+            max_body_bytes: options.max_body_bytes,
+        };
+        Ok(SqliteStore {
+            writer,
+            waiters,
+            ctx,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.ctx.path
+    }
+
+    /// What this instance's writer has done so far.
+    pub fn stats(&self) -> StoreStats {
+        *self.writer.stats().borrow()
+    }
+
+    /// The writer's counters as they change, to wait on in tests without polling.
+    pub fn watch_stats(&self) -> tokio::sync::watch::Receiver<StoreStats> {
+        self.writer.stats()
+    }
+
+    /// Stops the writer between transactions until the returned guard is dropped; operations
+    /// queue meanwhile. For tests and benchmarks of group commit.
+    pub async fn hold_writer(&self) -> StoreResult<std::sync::mpsc::Sender<()>> {
+        self.writer.hold().await
+    }
+
+    /// The number of operations queued and not yet taken by the writer, as it changes.
+    pub fn queued(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.writer.queued()
+    }
+
+    async fn op<T, F>(&self, body: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&rusqlite::Connection, &OpContext, &mut Vec<wake::Wake>) -> StoreResult<T>
+            + Send
+            + 'static,
+    {
+        let ctx = self.ctx.clone();
+        self.writer
+            .submit(move |conn, wakes| body(conn, &ctx, wakes))
+            .await
+    }
+}
+
+#[async_trait]
+impl MailboxStore for SqliteStore {
+    async fn create_run(&self, run: NewRun) -> StoreResult<RunRecord> {
+        self.op(move |conn, ctx, _| ops::create_run(conn, ctx, &run))
+            .await
+    }
+
+    async fn run(&self, run_id: &str) -> StoreResult<Option<RunRecord>> {
+        let run_id = run_id.to_owned();
+        self.op(move |conn, ctx, _| ops::get_run(conn, ctx, &run_id))
+            .await
+    }
+
+    async fn runs(&self) -> StoreResult<Vec<RunRecord>> {
+        self.op(|conn, ctx, _| ops::list_runs(conn, ctx)).await
+    }
+
+    async fn set_run_status(
+        &self,
+        run_id: &str,
+        status: RunStatus,
+        result: Option<Value>,
+    ) -> StoreResult<RunRecord> {
+        let run_id = run_id.to_owned();
+        self.op(move |conn, ctx, _| {
+            ops::set_run_status(conn, ctx, &run_id, status, result.as_ref())
+        })
+        .await
+    }
+
+    async fn open_epoch(&self, run_id: &str) -> StoreResult<i64> {
+        let run_id = run_id.to_owned();
+        self.op(move |conn, ctx, _| ops::open_epoch(conn, ctx, &run_id))
+            .await
+    }
+
+    async fn update_auto_gate(
+        &self,
+        run_id: &str,
+        update: AutoGateUpdate,
+    ) -> StoreResult<AutoGate> {
+        let run_id = run_id.to_owned();
+        self.op(move |conn, ctx, _| ops::update_auto_gate(conn, ctx, &run_id, update))
+            .await
+    }
+
+    async fn add_member(&self, run_id: &str, entry: RosterEntry) -> StoreResult<()> {
+        let run_id = run_id.to_owned();
+        self.op(move |conn, ctx, _| ops::add_member(conn, ctx, &run_id, &entry))
+            .await
+    }
+
+    async fn roster(&self, run_id: &str) -> StoreResult<Vec<RosterEntry>> {
+        let run_id = run_id.to_owned();
+        self.op(move |conn, ctx, _| ops::roster(conn, ctx, &run_id))
+            .await
+    }
+
+    async fn send(&self, message: NewMessage) -> StoreResult<Message> {
+        self.op(move |conn, ctx, wakes| ops::send(conn, ctx, &message, wakes))
+            .await
+    }
+
+    async fn try_receive(
+        &self,
+        run_id: &str,
+        recipient: &str,
+        epoch: i64,
+        filter: MessageFilter,
+    ) -> StoreResult<Option<Message>> {
+        let (run_id, recipient) = (run_id.to_owned(), recipient.to_owned());
+        self.op(move |conn, ctx, _| ops::lease_next(conn, ctx, &run_id, &recipient, epoch, &filter))
+            .await
+    }
+
+    async fn receive(
+        &self,
+        run_id: &str,
+        recipient: &str,
+        epoch: i64,
+        filter: MessageFilter,
+    ) -> StoreResult<Message> {
+        let notify = self.waiters.notify_for(run_id, recipient);
+        loop {
+            // Register before looking, so a commit between the look and the wait still wakes us.
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(message) = self
+                .try_receive(run_id, recipient, epoch, filter.clone())
+                .await?
+            {
+                return Ok(message);
+            }
+            notified.await;
+        }
+    }
+
+    async fn ack(&self, run_id: &str, keys: Vec<String>) -> StoreResult<()> {
+        let run_id = run_id.to_owned();
+        self.op(move |conn, ctx, _| ops::ack(conn, ctx, &run_id, &keys))
+            .await
+    }
+
+    async fn respond(&self, response: NewResponse) -> StoreResult<Message> {
+        self.op(move |conn, ctx, wakes| ops::respond(conn, ctx, &response, wakes))
+            .await
+    }
+
+    async fn request(&self, run_id: &str, request_id: &str) -> StoreResult<Option<RequestRecord>> {
+        let (run_id, request_id) = (run_id.to_owned(), request_id.to_owned());
+        self.op(move |conn, ctx, _| ops::request(conn, ctx, &run_id, &request_id))
+            .await
+    }
+
+    async fn requests(&self, run_id: &str) -> StoreResult<Vec<RequestRecord>> {
+        let run_id = run_id.to_owned();
+        self.op(move |conn, ctx, _| ops::list_requests(conn, ctx, &run_id))
+            .await
+    }
+
+    async fn message(&self, key: &str) -> StoreResult<Option<Message>> {
+        let key = key.to_owned();
+        self.op(move |conn, ctx, _| ops::message_by_key(conn, ctx, &key))
+            .await
+    }
+
+    async fn messages(&self, run_id: &str, recipient: Option<&str>) -> StoreResult<Vec<Message>> {
+        let (run_id, recipient) = (run_id.to_owned(), recipient.map(str::to_owned));
+        self.op(move |conn, ctx, _| ops::list_messages(conn, ctx, &run_id, recipient.as_deref()))
+            .await
+    }
+
+    async fn commit_turn(&self, turn: CommitTurn) -> StoreResult<CommitTurnOutcome> {
+        self.op(move |conn, ctx, wakes| ops::commit_turn(conn, ctx, &turn, wakes))
+            .await
+    }
+
+    fn wake(&self, run_id: &str, recipient: &str) {
+        self.waiters.wake(run_id, recipient);
+    }
+
+    async fn append_records(
+        &self,
+        run_id: &str,
+        records: Vec<NewRecord>,
+    ) -> StoreResult<Vec<AgentRecord>> {
+        let run_id = run_id.to_owned();
+        self.op(move |conn, ctx, _| ops::append_records(conn, ctx, &run_id, &records))
+            .await
+    }
+
+    async fn records(
+        &self,
+        run_id: &str,
+        agent: &str,
+        stream: &str,
+        after_seq: i64,
+    ) -> StoreResult<Vec<AgentRecord>> {
+        let (run_id, agent, stream) = (run_id.to_owned(), agent.to_owned(), stream.to_owned());
+        self.op(move |conn, ctx, _| ops::records(conn, ctx, &run_id, &agent, &stream, after_seq))
+            .await
+    }
+
+    async fn next_counter(&self, run_id: &str, name: &str) -> StoreResult<i64> {
+        let (run_id, name) = (run_id.to_owned(), name.to_owned());
+        self.op(move |conn, ctx, _| ops::next_counter(conn, ctx, &run_id, &name))
+            .await
+    }
+
+    async fn create_task(&self, task: NewTask) -> StoreResult<Task> {
+        self.op(move |conn, ctx, _| tasks::create_task(conn, ctx, &task))
+            .await
+    }
+
+    async fn task(&self, run_id: &str, task_id: i64) -> StoreResult<Option<Task>> {
+        let run_id = run_id.to_owned();
+        self.op(move |conn, ctx, _| tasks::get_task(conn, ctx, &run_id, task_id))
+            .await
+    }
+
+    async fn tasks(&self, run_id: &str) -> StoreResult<Vec<Task>> {
+        let run_id = run_id.to_owned();
+        self.op(move |conn, ctx, _| tasks::list_tasks(conn, ctx, &run_id))
+            .await
+    }
+
+    async fn claim_task(&self, run_id: &str, task_id: i64, agent: &str) -> StoreResult<Task> {
+        let (run_id, agent) = (run_id.to_owned(), agent.to_owned());
+        self.op(move |conn, ctx, _| tasks::claim_task(conn, ctx, &run_id, task_id, &agent))
+            .await
+    }
+
+    async fn claim_next_task(&self, run_id: &str, agent: &str) -> StoreResult<Option<Task>> {
+        let (run_id, agent) = (run_id.to_owned(), agent.to_owned());
+        self.op(move |conn, ctx, _| tasks::claim_next(conn, ctx, &run_id, &agent))
+            .await
+    }
+
+    async fn update_task(&self, update: TaskUpdate) -> StoreResult<Task> {
+        self.op(move |conn, ctx, wakes| tasks::update_task(conn, ctx, &update, wakes))
+            .await
+    }
+
+    async fn release_tasks_of(&self, run_id: &str, agent: &str) -> StoreResult<Vec<i64>> {
+        let (run_id, agent) = (run_id.to_owned(), agent.to_owned());
+        self.op(move |conn, ctx, _| tasks::release_tasks_of(conn, ctx, &run_id, &agent))
+            .await
+    }
+}

@@ -1,0 +1,157 @@
+//! The schema and its migrations. The version lives in `PRAGMA user_version`; new message
+//! kinds never change it, only table or column changes do.
+
+use rusqlite::Connection;
+
+/// Migrations in order; migration `i` takes the schema from version `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &[
+    // 0 -> 1: the first schema.
+    r#"
+    CREATE TABLE runs (
+        id              TEXT PRIMARY KEY,
+        slug            TEXT NOT NULL UNIQUE,
+        team            TEXT,
+        workspace       TEXT NOT NULL,
+        status          TEXT NOT NULL,
+        created_at      INTEGER NOT NULL,
+        updated_at      INTEGER NOT NULL,
+        batch_line_id   TEXT,
+        auto_gate_open  INTEGER NOT NULL,
+        auto_denials    INTEGER NOT NULL,
+        auto_gate_limit INTEGER NOT NULL,
+        launch_options  TEXT NOT NULL,
+        epoch           INTEGER NOT NULL DEFAULT 0,
+        result          TEXT
+    ) STRICT;
+
+    CREATE TABLE roster (
+        run_id      TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        agent_id    TEXT NOT NULL,
+        kind        TEXT NOT NULL,
+        definition  TEXT,
+        parent      TEXT,
+        created_at  INTEGER NOT NULL,
+        PRIMARY KEY (run_id, agent_id)
+    ) STRICT;
+
+    CREATE TABLE messages (
+        seq             INTEGER PRIMARY KEY AUTOINCREMENT,
+        key             TEXT NOT NULL UNIQUE,
+        run_id          TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        sender          TEXT NOT NULL,
+        recipient       TEXT NOT NULL,
+        kind            TEXT NOT NULL,
+        priority        INTEGER NOT NULL,
+        request_id      TEXT,
+        idempotency_key TEXT,
+        body            TEXT NOT NULL,
+        state           INTEGER NOT NULL,
+        lease_epoch     INTEGER,
+        created_at      INTEGER NOT NULL,
+        leased_at       INTEGER,
+        acked_at        INTEGER
+    ) STRICT;
+    -- "Next message for X": one index seek, no scan, no temporary B-tree, whatever the
+    -- history size (settled rows sit in another range of the index).
+    CREATE INDEX messages_delivery ON messages (run_id, recipient, state, priority, seq);
+    CREATE UNIQUE INDEX messages_idempotency ON messages (run_id, idempotency_key)
+        WHERE idempotency_key IS NOT NULL;
+    -- Releasing an old epoch's leases touches only leased rows.
+    CREATE INDEX messages_leased ON messages (run_id, lease_epoch) WHERE state = 1;
+    CREATE INDEX messages_request ON messages (run_id, request_id) WHERE request_id IS NOT NULL;
+
+    CREATE TABLE requests (
+        run_id      TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        request_id  TEXT NOT NULL,
+        kind        TEXT NOT NULL,
+        requester   TEXT NOT NULL,
+        recipient   TEXT NOT NULL,
+        responder   TEXT NOT NULL,
+        message_key TEXT NOT NULL,
+        created_at  INTEGER NOT NULL,
+        PRIMARY KEY (run_id, request_id)
+    ) STRICT, WITHOUT ROWID;
+
+    -- First response wins: the primary key, not a check in code.
+    CREATE TABLE responses (
+        run_id      TEXT NOT NULL,
+        request_id  TEXT NOT NULL,
+        responder   TEXT NOT NULL,
+        kind        TEXT NOT NULL,
+        message_key TEXT NOT NULL,
+        decided_at  INTEGER NOT NULL,
+        PRIMARY KEY (run_id, request_id),
+        FOREIGN KEY (run_id, request_id) REFERENCES requests(run_id, request_id) ON DELETE CASCADE
+    ) STRICT, WITHOUT ROWID;
+
+    CREATE TABLE agent_records (
+        run_id     TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        agent_id   TEXT NOT NULL,
+        stream     TEXT NOT NULL,
+        seq        INTEGER NOT NULL,
+        body       TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (run_id, agent_id, stream, seq)
+    ) STRICT, WITHOUT ROWID;
+
+    CREATE TABLE tasks (
+        run_id         TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        task_id        INTEGER NOT NULL,
+        subject        TEXT NOT NULL,
+        description    TEXT NOT NULL,
+        owner          TEXT,
+        status         TEXT NOT NULL,
+        blocked_reason TEXT,
+        created_by     TEXT NOT NULL,
+        created_at     INTEGER NOT NULL,
+        updated_at     INTEGER NOT NULL,
+        PRIMARY KEY (run_id, task_id)
+    ) STRICT, WITHOUT ROWID;
+
+    CREATE TABLE task_deps (
+        run_id     TEXT NOT NULL,
+        task_id    INTEGER NOT NULL,
+        blocked_by INTEGER NOT NULL,
+        PRIMARY KEY (run_id, task_id, blocked_by),
+        FOREIGN KEY (run_id, task_id) REFERENCES tasks(run_id, task_id) ON DELETE CASCADE,
+        FOREIGN KEY (run_id, blocked_by) REFERENCES tasks(run_id, task_id) ON DELETE CASCADE
+    ) STRICT, WITHOUT ROWID;
+
+    CREATE TABLE counters (
+        run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        name   TEXT NOT NULL,
+        value  INTEGER NOT NULL,
+        PRIMARY KEY (run_id, name)
+    ) STRICT, WITHOUT ROWID;
+    "#,
+];
+
+/// The newest schema version this build knows.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Brings the schema up to [`SCHEMA_VERSION`], each step in one transaction that re-reads the
+/// version under the write lock, so two processes opening a new store at once do not collide.
+pub(crate) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    for (index, sql) in MIGRATIONS.iter().enumerate() {
+        let to = index as i64 + 1;
+        conn.execute_batch("BEGIN IMMEDIATE")?;
+        let step = (|| {
+            let current: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+            if current < to {
+                conn.execute_batch(sql)?;
+                conn.execute_batch(&format!("PRAGMA user_version = {to}"))?;
+            }
+            conn.execute_batch("COMMIT")
+        })();
+        if step.is_err() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        step?;
+    }
+    Ok(())
+}
+
+/// The schema version a store file declares.
+pub(crate) fn stored_version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row("PRAGMA user_version", [], |row| row.get(0))
+}

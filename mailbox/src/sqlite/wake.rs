@@ -1,0 +1,43 @@
+//! In-process wake-ups: one `Notify` per (run, recipient), signalled after COMMIT returns.
+//! Receivers never poll: they register interest, look once, and sleep until signalled.
+
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use tokio::sync::Notify;
+
+/// A recipient to wake once the transaction that wrote its mail has committed.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Wake {
+    pub run_id: String,
+    pub recipient: String,
+}
+
+#[derive(Default)]
+pub(crate) struct Waiters {
+    by_recipient: DashMap<(String, String), Arc<Notify>>,
+}
+
+impl Waiters {
+    pub(crate) fn notify_for(&self, run_id: &str, recipient: &str) -> Arc<Notify> {
+        self.by_recipient
+            .entry((run_id.to_owned(), recipient.to_owned()))
+            .or_default()
+            .clone()
+    }
+
+    pub(crate) fn wake(&self, run_id: &str, recipient: &str) {
+        if let Some(notify) = self
+            .by_recipient
+            .get(&(run_id.to_owned(), recipient.to_owned()))
+        {
+            notify.notify_waiters();
+        }
+    }
+
+    pub(crate) fn wake_all(&self, wakes: &[Wake]) {
+        for wake in wakes {
+            self.wake(&wake.run_id, &wake.recipient);
+        }
+    }
+}

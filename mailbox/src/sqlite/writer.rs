@@ -1,0 +1,280 @@
+//! The one writer thread that owns the SQLite connection. Operations queue up while a commit
+//! is in flight and are grouped into the next transaction (group commit); each runs in its own
+//! SAVEPOINT, so a refused operation fails only its caller.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rusqlite::Connection;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::error::{StoreError, StoreResult};
+use crate::sqlite::wake::{Waiters, Wake};
+use crate::types::StoreStats;
+
+/// Largest number of operations grouped into one transaction.
+const MAX_BATCH: usize = 512;
+
+/// Why a batch's COMMIT (or BEGIN) failed; cloned into every caller's error.
+#[derive(Debug, Clone)]
+pub(crate) struct BatchFailure {
+    busy: bool,
+    detail: String,
+}
+
+impl BatchFailure {
+    fn into_error(self, path: &Path, busy_timeout_ms: u64) -> StoreError {
+        if self.busy {
+            StoreError::Locked {
+                path: path.to_path_buf(),
+                waited_ms: busy_timeout_ms,
+            }
+        } else {
+            StoreError::CommitFailed {
+                path: path.to_path_buf(),
+                detail: self.detail,
+            }
+        }
+    }
+}
+
+/// What an executed operation leaves to do once its transaction's fate is known.
+pub(crate) type Finish = Box<dyn FnOnce(Option<&BatchFailure>) + Send>;
+
+/// A queued operation: run it on the connection, report whether it succeeded, and hand back
+/// what delivers its result after COMMIT.
+pub(crate) trait Operation: Send {
+    fn execute(self: Box<Self>, conn: &Connection, wakes: &mut Vec<Wake>) -> (bool, Finish);
+    /// Reports a failure that stopped the operation before it ran.
+    fn refuse(self: Box<Self>, failure: &BatchFailure);
+}
+
+struct TypedOperation<T, F> {
+    body: F,
+    reply: oneshot::Sender<StoreResult<T>>,
+    path: Arc<PathBuf>,
+    busy_timeout_ms: u64,
+}
+
+impl<T, F> Operation for TypedOperation<T, F>
+where
+    T: Send + 'static,
+    F: FnOnce(&Connection, &mut Vec<Wake>) -> StoreResult<T> + Send,
+{
+    fn execute(self: Box<Self>, conn: &Connection, wakes: &mut Vec<Wake>) -> (bool, Finish) {
+        let this = *self;
+        let result = (this.body)(conn, wakes);
+        let ok = result.is_ok();
+        let reply = this.reply;
+        let path = this.path;
+        let busy_timeout_ms = this.busy_timeout_ms;
+        let finish: Finish = Box::new(move |failure| {
+            let outcome = match (failure, result) {
+                (Some(failure), Ok(_)) => Err(failure.clone().into_error(&path, busy_timeout_ms)),
+                (_, result) => result,
+            };
+            // The caller may have given up waiting; its result is durable either way.
+            let _ = reply.send(outcome);
+        });
+        (ok, finish)
+    }
+
+    fn refuse(self: Box<Self>, failure: &BatchFailure) {
+        let error = failure.clone().into_error(&self.path, self.busy_timeout_ms);
+        let _ = self.reply.send(Err(error));
+    }
+}
+
+pub(crate) enum Job {
+    Operation(Box<dyn Operation>),
+    /// Test hook: the writer stops taking jobs until the sender side is dropped.
+    Hold {
+        entered: oneshot::Sender<()>,
+        release: std::sync::mpsc::Receiver<()>,
+    },
+}
+
+/// The handle callers use to queue operations on the writer thread.
+#[derive(Clone)]
+pub(crate) struct Writer {
+    jobs: mpsc::UnboundedSender<Job>,
+    path: Arc<PathBuf>,
+    busy_timeout_ms: u64,
+    queued: watch::Sender<u64>,
+    stats: watch::Sender<StoreStats>,
+}
+
+impl Writer {
+    /// Starts the writer thread on an open connection.
+    pub(crate) fn start(
+        conn: Connection,
+        path: PathBuf,
+        busy_timeout_ms: u64,
+        waiters: Arc<Waiters>,
+    ) -> StoreResult<Writer> {
+        let (jobs, receiver) = mpsc::unbounded_channel();
+        let (queued, _) = watch::channel(0);
+        let (stats, _) = watch::channel(StoreStats::default());
+        let path = Arc::new(path);
+        let writer = Writer {
+            jobs,
+            path: path.clone(),
+            busy_timeout_ms,
+            queued,
+            stats,
+        };
+        let thread_state = WriterThread {
+            conn,
+            receiver,
+            waiters,
+            stats: writer.stats.clone(),
+            queued: writer.queued.clone(),
+        };
+        std::thread::Builder::new()
+            .name("muster-store-writer".into())
+            .spawn(move || thread_state.run())
+            .map_err(|source| StoreError::Open {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        Ok(writer)
+    }
+
+    /// Queues `body` and waits for its committed result.
+    pub(crate) async fn submit<T, F>(&self, body: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, &mut Vec<Wake>) -> StoreResult<T> + Send + 'static,
+    {
+        let (reply, result) = oneshot::channel();
+        let operation = TypedOperation {
+            body,
+            reply,
+            path: self.path.clone(),
+            busy_timeout_ms: self.busy_timeout_ms,
+        };
+        self.enqueue(Job::Operation(Box::new(operation)))?;
+        result.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    fn enqueue(&self, job: Job) -> StoreResult<()> {
+        self.queued.send_modify(|n| *n += 1);
+        self.jobs.send(job).map_err(|_| StoreError::WriterGone)
+    }
+
+    /// Test hook: stops the writer between transactions until the returned sender is dropped.
+    pub(crate) async fn hold(&self) -> StoreResult<std::sync::mpsc::Sender<()>> {
+        let (entered_tx, entered) = oneshot::channel();
+        let (release_tx, release) = std::sync::mpsc::channel();
+        self.enqueue(Job::Hold {
+            entered: entered_tx,
+            release,
+        })?;
+        entered.await.map_err(|_| StoreError::WriterGone)?;
+        Ok(release_tx)
+    }
+
+    /// Jobs queued and not yet taken by the writer thread.
+    pub(crate) fn queued(&self) -> watch::Receiver<u64> {
+        self.queued.subscribe()
+    }
+
+    /// Commits and operations so far, updated after every transaction.
+    pub(crate) fn stats(&self) -> watch::Receiver<StoreStats> {
+        self.stats.subscribe()
+    }
+}
+
+struct WriterThread {
+    conn: Connection,
+    receiver: mpsc::UnboundedReceiver<Job>,
+    waiters: Arc<Waiters>,
+    stats: watch::Sender<StoreStats>,
+    queued: watch::Sender<u64>,
+}
+
+impl WriterThread {
+    fn run(mut self) {
+        while let Some(first) = self.receiver.blocking_recv() {
+            let mut batch = Vec::new();
+            let mut next = Some(first);
+            while let Some(job) = next.take() {
+                self.queued.send_modify(|n| *n = n.saturating_sub(1));
+                match job {
+                    Job::Hold { entered, release } => {
+                        // Commit what came before the hold, then wait.
+                        self.commit_batch(std::mem::take(&mut batch));
+                        let _ = entered.send(());
+                        let _ = release.recv();
+                    }
+                    Job::Operation(operation) => batch.push(operation),
+                }
+                if batch.len() < MAX_BATCH {
+                    next = self.receiver.try_recv().ok();
+                }
+            }
+            self.commit_batch(batch);
+        }
+    }
+
+    fn commit_batch(&mut self, batch: Vec<Box<dyn Operation>>) {
+        if batch.is_empty() {
+            return;
+        }
+        let mut finishes = Vec::with_capacity(batch.len());
+        let mut wakes = Vec::new();
+        if let Err(error) = self.conn.execute_batch("BEGIN IMMEDIATE") {
+            let failure = batch_failure(&error);
+            for operation in batch {
+                operation.refuse(&failure);
+            }
+            return;
+        }
+        for operation in batch {
+            finishes.push(self.run_in_savepoint(operation, &mut wakes));
+        }
+        let failure = self.conn.execute_batch("COMMIT").err().map(|error| {
+            let _ = self.conn.execute_batch("ROLLBACK");
+            batch_failure(&error)
+        });
+        let operations = finishes.len() as u64;
+        self.stats.send_modify(|stats| {
+            stats.operations += operations;
+            stats.commits += u64::from(failure.is_none());
+        });
+        for finish in finishes {
+            finish(failure.as_ref());
+        }
+        if failure.is_none() {
+            self.waiters.wake_all(&wakes);
+        }
+    }
+
+    fn run_in_savepoint(&mut self, operation: Box<dyn Operation>, wakes: &mut Vec<Wake>) -> Finish {
+        if let Err(error) = self.conn.execute_batch("SAVEPOINT operation") {
+            let failure = batch_failure(&error);
+            operation.refuse(&failure);
+            return Box::new(|_| {});
+        }
+        let mut own_wakes = Vec::new();
+        let (ok, finish) = operation.execute(&self.conn, &mut own_wakes);
+        if ok {
+            wakes.append(&mut own_wakes);
+        } else {
+            let _ = self.conn.execute_batch("ROLLBACK TO operation");
+        }
+        let _ = self.conn.execute_batch("RELEASE operation");
+        finish
+    }
+}
+
+fn batch_failure(error: &rusqlite::Error) -> BatchFailure {
+    let busy = matches!(
+        error.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    );
+    BatchFailure {
+        busy,
+        detail: error.to_string(),
+    }
+}

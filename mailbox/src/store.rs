@@ -1,0 +1,98 @@
+//! The `MailboxStore` trait: the contract every backend keeps (SQLite now, Postgres later).
+//! No backend type appears in it.
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::error::StoreResult;
+use crate::types::*;
+
+/// The durable store behind the mailbox. Every method that changes state returns only once
+/// the change is committed (durable per the store's sync mode).
+///
+/// It is a trait object (`Arc<dyn MailboxStore>`) because the backend is chosen at run time
+/// from configuration; `async_trait` boxes each call's future, which costs nothing next to a
+/// commit.
+#[async_trait]
+pub trait MailboxStore: Send + Sync {
+    // ---- runs
+    async fn create_run(&self, run: NewRun) -> StoreResult<RunRecord>;
+    async fn run(&self, run_id: &str) -> StoreResult<Option<RunRecord>>;
+    async fn runs(&self) -> StoreResult<Vec<RunRecord>>;
+    /// Sets the status, and the result when given.
+    async fn set_run_status(
+        &self,
+        run_id: &str,
+        status: RunStatus,
+        result: Option<Value>,
+    ) -> StoreResult<RunRecord>;
+    /// Takes ownership of a run for this process: a new epoch, and every lease taken by an
+    /// older epoch returns to pending.
+    async fn open_epoch(&self, run_id: &str) -> StoreResult<i64>;
+    async fn update_auto_gate(&self, run_id: &str, update: AutoGateUpdate)
+    -> StoreResult<AutoGate>;
+
+    // ---- roster
+    async fn add_member(&self, run_id: &str, entry: RosterEntry) -> StoreResult<()>;
+    async fn roster(&self, run_id: &str) -> StoreResult<Vec<RosterEntry>>;
+
+    // ---- mail
+    /// Durable when it returns. A repeated idempotency key returns the original message.
+    async fn send(&self, message: NewMessage) -> StoreResult<Message>;
+    /// Leases the next message for `recipient` if there is one, without waiting.
+    async fn try_receive(
+        &self,
+        run_id: &str,
+        recipient: &str,
+        epoch: i64,
+        filter: MessageFilter,
+    ) -> StoreResult<Option<Message>>;
+    /// Waits (without polling) until a message for `recipient` can be leased.
+    async fn receive(
+        &self,
+        run_id: &str,
+        recipient: &str,
+        epoch: i64,
+        filter: MessageFilter,
+    ) -> StoreResult<Message>;
+    async fn ack(&self, run_id: &str, keys: Vec<String>) -> StoreResult<()>;
+    /// Answers a request; only its responder may, and only the first answer is accepted.
+    async fn respond(&self, response: NewResponse) -> StoreResult<Message>;
+    async fn request(&self, run_id: &str, request_id: &str) -> StoreResult<Option<RequestRecord>>;
+    async fn requests(&self, run_id: &str) -> StoreResult<Vec<RequestRecord>>;
+    async fn message(&self, key: &str) -> StoreResult<Option<Message>>;
+    async fn messages(&self, run_id: &str, recipient: Option<&str>) -> StoreResult<Vec<Message>>;
+    /// Records what an agent saw, acks the mail it consumed, sends and answers, in one
+    /// transaction.
+    async fn commit_turn(&self, turn: CommitTurn) -> StoreResult<CommitTurnOutcome>;
+    /// Wakes in-process receivers of `recipient` (used when another process committed mail
+    /// and poked this one through the run's socket).
+    fn wake(&self, run_id: &str, recipient: &str);
+
+    // ---- agents' records
+    async fn append_records(
+        &self,
+        run_id: &str,
+        records: Vec<NewRecord>,
+    ) -> StoreResult<Vec<AgentRecord>>;
+    async fn records(
+        &self,
+        run_id: &str,
+        agent: &str,
+        stream: &str,
+        after_seq: i64,
+    ) -> StoreResult<Vec<AgentRecord>>;
+    /// A per-run counter (request numbers and the like): 1, 2, 3, …
+    async fn next_counter(&self, run_id: &str, name: &str) -> StoreResult<i64>;
+
+    // ---- the task board
+    async fn create_task(&self, task: NewTask) -> StoreResult<Task>;
+    async fn task(&self, run_id: &str, task_id: i64) -> StoreResult<Option<Task>>;
+    async fn tasks(&self, run_id: &str) -> StoreResult<Vec<Task>>;
+    async fn claim_task(&self, run_id: &str, task_id: i64, agent: &str) -> StoreResult<Task>;
+    async fn claim_next_task(&self, run_id: &str, agent: &str) -> StoreResult<Option<Task>>;
+    /// Changes a task; a new owner is sent a `task_assignment` in the same transaction.
+    async fn update_task(&self, update: TaskUpdate) -> StoreResult<Task>;
+    /// Returns a stopped agent's unfinished tasks to `pending`; gives back their ids.
+    async fn release_tasks_of(&self, run_id: &str, agent: &str) -> StoreResult<Vec<i64>>;
+}

@@ -1,0 +1,528 @@
+//! The rows the store keeps and the values callers pass in.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{StoreError, StoreResult};
+
+/// Milliseconds since the Unix epoch; every stored time uses it.
+pub type UnixMillis = i64;
+
+/// A run id: at most 16 characters of `[a-z0-9-]`, starting with a letter or digit.
+pub fn validate_run_id(id: &str) -> StoreResult<()> {
+    let valid = !id.is_empty()
+        && id.len() <= 16
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !id.starts_with('-');
+    if valid {
+        Ok(())
+    } else {
+        Err(StoreError::InvalidId {
+            what: "run id",
+            value: id.to_owned(),
+            rule: "1 to 16 characters of a-z, 0-9 and '-', not starting with '-'",
+        })
+    }
+}
+
+/// An agent id: `[a-z][a-z0-9-]{0,31}`, or a subagent id `{parent}.sub-{n}` (nested allowed).
+pub fn validate_agent_id(id: &str) -> StoreResult<()> {
+    let mut parts = id.split('.');
+    let head_ok = parts.next().is_some_and(is_agent_name);
+    let rest_ok = parts.all(|p| {
+        p.strip_prefix("sub-")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    });
+    if head_ok && rest_ok {
+        Ok(())
+    } else {
+        Err(StoreError::InvalidId {
+            what: "agent id",
+            value: id.to_owned(),
+            rule: "[a-z][a-z0-9-]{0,31}, or {parent}.sub-{n} for a subagent",
+        })
+    }
+}
+
+fn is_agent_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 32
+        && bytes[0].is_ascii_lowercase()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+}
+
+/// The reserved roster entry through which a person answers (`muster approve`/`reject`/`answer`).
+pub const HUMAN: &str = "human";
+/// The reserved roster entry through which a policy file answers.
+pub const POLICY: &str = "policy";
+
+/// A run's lifecycle state (DESIGN.md "Files and identifiers").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Running,
+    AwaitingDecision,
+    Completed,
+    Failed,
+    Budget,
+    Interrupted,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::AwaitingDecision => "awaiting_decision",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::Budget => "budget",
+            RunStatus::Interrupted => "interrupted",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RunStatus> {
+        [
+            RunStatus::Running,
+            RunStatus::AwaitingDecision,
+            RunStatus::Completed,
+            RunStatus::Failed,
+            RunStatus::Budget,
+            RunStatus::Interrupted,
+        ]
+        .into_iter()
+        .find(|status| status.as_str() == s)
+    }
+
+    /// Finished runs hold only settled history.
+    pub fn is_finished(self) -> bool {
+        matches!(
+            self,
+            RunStatus::Completed | RunStatus::Failed | RunStatus::Budget
+        )
+    }
+}
+
+/// The run's auto-mode gate: consecutive auto denials close it at `limit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AutoGate {
+    pub open: bool,
+    pub consecutive_denials: u32,
+    pub limit: u32,
+}
+
+impl Default for AutoGate {
+    fn default() -> Self {
+        AutoGate {
+            open: true,
+            consecutive_denials: 0,
+            limit: 3,
+        }
+    }
+}
+
+/// What a `CommitTurn` does to the auto gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AutoGateUpdate {
+    /// Auto denials made during the turn: each one counts towards closing the gate.
+    Denied(u32),
+    /// An allowed auto decision: the consecutive count starts again.
+    Allowed,
+    /// Close the gate now (a person or the configuration said so).
+    Close,
+}
+
+/// A run as the caller creates it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewRun {
+    pub id: String,
+    pub slug: String,
+    pub team: Option<String>,
+    pub workspace: String,
+    pub batch_line_id: Option<String>,
+    pub auto_gate: AutoGate,
+    /// Everything `muster resume` needs to rebuild the run (provider, models, approver, …);
+    /// the orchestrator owns its shape.
+    pub launch_options: Value,
+}
+
+/// A stored run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub id: String,
+    pub slug: String,
+    pub team: Option<String>,
+    pub workspace: String,
+    pub status: RunStatus,
+    pub created_at: UnixMillis,
+    pub updated_at: UnixMillis,
+    pub batch_line_id: Option<String>,
+    pub auto_gate: AutoGate,
+    pub launch_options: Value,
+    /// The process epoch of the current owner; leases of older epochs are void.
+    pub epoch: i64,
+    pub result: Option<Value>,
+}
+
+/// What kind of member a roster entry is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemberKind {
+    Lead,
+    Teammate,
+    Subagent,
+    Human,
+    Policy,
+}
+
+impl MemberKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemberKind::Lead => "lead",
+            MemberKind::Teammate => "teammate",
+            MemberKind::Subagent => "subagent",
+            MemberKind::Human => "human",
+            MemberKind::Policy => "policy",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<MemberKind> {
+        [
+            MemberKind::Lead,
+            MemberKind::Teammate,
+            MemberKind::Subagent,
+            MemberKind::Human,
+            MemberKind::Policy,
+        ]
+        .into_iter()
+        .find(|kind| kind.as_str() == s)
+    }
+}
+
+/// One member of a run's roster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RosterEntry {
+    pub agent: String,
+    pub kind: MemberKind,
+    /// The agent definition it runs (`general`, `Plan`, a project file's name); none for
+    /// `human` and `policy`.
+    pub definition: Option<String>,
+    /// The parent of a subagent.
+    pub parent: Option<String>,
+}
+
+/// Delivery state of a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryState {
+    Pending,
+    Leased,
+    Acked,
+}
+
+impl DeliveryState {
+    pub(crate) fn from_code(code: i64) -> Option<DeliveryState> {
+        match code {
+            0 => Some(DeliveryState::Pending),
+            1 => Some(DeliveryState::Leased),
+            2 => Some(DeliveryState::Acked),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryState::Pending => "pending",
+            DeliveryState::Leased => "leased",
+            DeliveryState::Acked => "acked",
+        }
+    }
+}
+
+/// Delivery priority: lower goes first (DESIGN.md: shutdown requests, then the lead, then the
+/// rest, each class in commit order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Priority {
+    Shutdown = 0,
+    FromLead = 1,
+    Normal = 2,
+}
+
+impl Priority {
+    pub(crate) fn from_code(code: i64) -> Priority {
+        match code {
+            0 => Priority::Shutdown,
+            1 => Priority::FromLead,
+            _ => Priority::Normal,
+        }
+    }
+}
+
+/// A message as the caller sends it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewMessage {
+    pub run_id: String,
+    pub sender: String,
+    pub recipient: String,
+    pub body: crate::message::MessageBody,
+    /// `"{agent}:{tool_use_id}"` for a message sent by a tool: a repeat returns the original.
+    pub idempotency_key: Option<String>,
+}
+
+/// A stored message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// The internal message key (UUID v7).
+    pub key: String,
+    /// Commit order within the store.
+    pub seq: i64,
+    pub run_id: String,
+    pub sender: String,
+    pub recipient: String,
+    /// The `type` tag of the body.
+    pub kind: String,
+    pub priority: Priority,
+    pub request_id: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub body: Value,
+    pub state: DeliveryState,
+    pub created_at: UnixMillis,
+    pub leased_at: Option<UnixMillis>,
+    pub acked_at: Option<UnixMillis>,
+}
+
+impl Message {
+    /// The typed body; a kind this version does not know comes back as
+    /// [`crate::message::MessageBody::Unknown`] with its raw JSON, never dropped.
+    pub fn typed_body(&self) -> crate::message::MessageBody {
+        crate::message::MessageBody::from_stored(&self.kind, &self.body)
+    }
+}
+
+/// Which pending message a receiver wants next.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum MessageFilter {
+    /// The next message in priority and commit order.
+    #[default]
+    Any,
+    /// Only a message carrying this request id (the answer an agent waits for).
+    RequestId(String),
+}
+
+/// An answer to a request, as the responder sends it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewResponse {
+    pub run_id: String,
+    /// Who answers: must be the request's responder.
+    pub sender: String,
+    pub body: crate::message::MessageBody,
+    pub idempotency_key: Option<String>,
+}
+
+/// A request and, when it has one, its decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    pub run_id: String,
+    pub request_id: String,
+    pub kind: String,
+    pub requester: String,
+    pub recipient: String,
+    pub responder: String,
+    pub message_key: String,
+    pub created_at: UnixMillis,
+    pub response: Option<ResponseRecord>,
+}
+
+/// The one accepted response to a request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResponseRecord {
+    pub responder: String,
+    pub kind: String,
+    pub message_key: String,
+    pub body: Value,
+    pub decided_at: UnixMillis,
+}
+
+/// An agent's opaque record as the caller appends it. `seq: None` appends after the last
+/// record of the stream; `Some(n)` insists on that position and fails if it is taken.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRecord {
+    pub agent: String,
+    pub stream: String,
+    pub seq: Option<i64>,
+    pub body: Value,
+}
+
+/// A stored agent record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentRecord {
+    pub run_id: String,
+    pub agent: String,
+    pub stream: String,
+    pub seq: i64,
+    pub body: Value,
+    pub created_at: UnixMillis,
+}
+
+/// "Record what the agent saw and ack it", in one transaction.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CommitTurn {
+    pub run_id: String,
+    pub agent: String,
+    /// Keys of the leased messages the turn consumed.
+    pub acks: Vec<String>,
+    pub records: Vec<NewRecord>,
+    pub sends: Vec<NewMessage>,
+    pub responses: Vec<NewResponse>,
+    pub auto_gate: Option<AutoGateUpdate>,
+}
+
+/// What a committed turn produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommitTurnOutcome {
+    pub records: Vec<AgentRecord>,
+    pub sent: Vec<Message>,
+    pub responses: Vec<Message>,
+    pub auto_gate: AutoGate,
+}
+
+/// Status of a task on the board. `blocked` is what an agent says; blocking by dependencies
+/// is computed when read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    Pending,
+    InProgress,
+    Completed,
+    Failed,
+    Blocked,
+}
+
+impl TaskStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Pending => "pending",
+            TaskStatus::InProgress => "in_progress",
+            TaskStatus::Completed => "completed",
+            TaskStatus::Failed => "failed",
+            TaskStatus::Blocked => "blocked",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<TaskStatus> {
+        [
+            TaskStatus::Pending,
+            TaskStatus::InProgress,
+            TaskStatus::Completed,
+            TaskStatus::Failed,
+            TaskStatus::Blocked,
+        ]
+        .into_iter()
+        .find(|status| status.as_str() == s)
+    }
+}
+
+/// A task as the caller creates it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewTask {
+    pub run_id: String,
+    pub created_by: String,
+    pub subject: String,
+    pub description: String,
+    pub blocked_by: Vec<i64>,
+}
+
+/// A change to a task; `None` leaves a field as it is.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TaskUpdate {
+    pub run_id: String,
+    pub task_id: i64,
+    /// Who makes the change (the sender of a `task_assignment` when the owner changes).
+    pub updated_by: String,
+    pub subject: Option<String>,
+    pub description: Option<String>,
+    pub status: Option<TaskStatus>,
+    /// `Some(None)` clears the owner.
+    pub owner: Option<Option<String>>,
+    pub blocked_reason: Option<String>,
+    pub add_blocked_by: Vec<i64>,
+}
+
+/// A task as read, with its blocking computed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Task {
+    pub run_id: String,
+    pub task_id: i64,
+    pub subject: String,
+    pub description: String,
+    pub owner: Option<String>,
+    pub status: TaskStatus,
+    pub blocked_reason: Option<String>,
+    pub blocked_by: Vec<i64>,
+    /// Dependencies that are not completed yet.
+    pub blocked_by_open: Vec<i64>,
+    pub created_by: String,
+    pub created_at: UnixMillis,
+    pub updated_at: UnixMillis,
+}
+
+impl Task {
+    /// Claimable: pending, unowned and not blocked by an open dependency.
+    pub fn is_claimable(&self) -> bool {
+        self.status == TaskStatus::Pending
+            && self.owner.is_none()
+            && self.blocked_by_open.is_empty()
+    }
+}
+
+/// Counters a test or a benchmark reads to see what the store did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StoreStats {
+    /// Transactions committed by this instance's writer.
+    pub commits: u64,
+    /// Operations executed (each one its own SAVEPOINT).
+    pub operations: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_follow_design_rules() {
+        for ok in [
+            "lead",
+            "alice",
+            "worker-2",
+            "a",
+            "lead.sub-1",
+            "alice.sub-2.sub-13",
+        ] {
+            assert!(validate_agent_id(ok).is_ok(), "{ok} should be valid");
+        }
+        for bad in [
+            "",
+            "Lead",
+            "2x",
+            "-a",
+            "a_b",
+            "lead.sub-",
+            "lead.sub-x",
+            "lead.foo",
+            &"a".repeat(33),
+        ] {
+            assert!(validate_agent_id(bad).is_err(), "{bad} should be invalid");
+        }
+        for ok in ["r1", "run-2026-11-30", "0abc"] {
+            assert!(validate_run_id(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "-r", "RUN", "a-run-id-that-is-17", "a b"] {
+            assert!(validate_run_id(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,4 @@
+//! The mailbox's integration tests: one binary, one module per concern.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod suite;

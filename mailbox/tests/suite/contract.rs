@@ -1,0 +1,653 @@
+//! The store's contract, one behaviour per test: ordering, leases, acks, idempotency, the
+//! roster, requests and responses, records, CommitTurn, tasks, the auto gate.
+
+use muster_mailbox::*;
+use serde_json::json;
+
+use super::common::*;
+
+fn plan_request(run: &str, id: &str, responder: &str) -> NewMessage {
+    NewMessage {
+        run_id: run.into(),
+        sender: "alice".into(),
+        recipient: "lead".into(),
+        body: MessageBody::PlanApprovalRequest {
+            request_id: id.into(),
+            plan_file: ".muster/plans/x-agent-alice.md".into(),
+            plan: "## Steps\n1. x\n## Files\na.rs".into(),
+            responder: responder.into(),
+        },
+        idempotency_key: None,
+    }
+}
+
+fn plan_response(run: &str, id: &str, from: &str, approved: bool) -> NewResponse {
+    NewResponse {
+        run_id: run.into(),
+        sender: from.into(),
+        body: MessageBody::PlanApprovalResponse {
+            request_id: id.into(),
+            approved,
+            feedback: None,
+            mode: None,
+            lowered_from: None,
+            edited_plan: None,
+            clear_context: false,
+            rule: None,
+        },
+        idempotency_key: None,
+    }
+}
+
+#[tokio::test]
+async fn delivery_keeps_sender_order_within_priority_classes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("m.db"));
+    let epoch = run_with(&store, RUN, &["alice", "bob", "carol"]).await;
+    store.send(text(RUN, "alice", "carol", "a1")).await.unwrap();
+    store.send(text(RUN, "bob", "carol", "b1")).await.unwrap();
+    store.send(text(RUN, "lead", "carol", "l1")).await.unwrap();
+    store.send(text(RUN, "alice", "carol", "a2")).await.unwrap();
+    store
+        .send(NewMessage {
+            body: MessageBody::ShutdownRequest {
+                request_id: "shutdown-carol-1".into(),
+                reason: None,
+            },
+            ..text(RUN, "lead", "carol", "")
+        })
+        .await
+        .unwrap();
+    store.send(text(RUN, "lead", "carol", "l2")).await.unwrap();
+    let mut order = Vec::new();
+    while let Some(m) = store
+        .try_receive(RUN, "carol", epoch, MessageFilter::Any)
+        .await
+        .unwrap()
+    {
+        order.push(if m.kind == "text" {
+            text_of(&m)
+        } else {
+            m.kind.clone()
+        });
+    }
+    assert_eq!(order, ["shutdown_request", "l1", "l2", "a1", "b1", "a2"]);
+}
+
+#[tokio::test]
+async fn a_leased_message_is_not_delivered_again_until_a_new_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("m.db"));
+    let epoch = run_with(&store, RUN, &["alice"]).await;
+    let sent = store.send(text(RUN, "lead", "alice", "hi")).await.unwrap();
+    let leased = store
+        .try_receive(RUN, "alice", epoch, MessageFilter::Any)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (leased.key.as_str(), leased.state),
+        (sent.key.as_str(), DeliveryState::Leased)
+    );
+    assert!(
+        store
+            .try_receive(RUN, "alice", epoch, MessageFilter::Any)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let next_epoch = store.open_epoch(RUN).await.unwrap();
+    assert!(next_epoch > epoch);
+    let again = store
+        .try_receive(RUN, "alice", next_epoch, MessageFilter::Any)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        again.key, sent.key,
+        "a new owner gets the unacked message back"
+    );
+    store.ack(RUN, vec![again.key.clone()]).await.unwrap();
+    let third = store.open_epoch(RUN).await.unwrap();
+    assert!(
+        store
+            .try_receive(RUN, "alice", third, MessageFilter::Any)
+            .await
+            .unwrap()
+            .is_none(),
+        "acked is settled"
+    );
+    let twice = store.ack(RUN, vec![again.key.clone()]).await.unwrap_err();
+    assert!(
+        twice.to_string().contains("is not leased (it is acked)"),
+        "{twice}"
+    );
+}
+
+#[tokio::test]
+async fn a_filtered_receive_takes_only_the_awaited_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("m.db"));
+    let epoch = run_with(&store, RUN, &["alice"]).await;
+    store
+        .send(plan_request(RUN, "plan-alice-1", "lead"))
+        .await
+        .unwrap();
+    store
+        .send(text(RUN, "lead", "alice", "chatter"))
+        .await
+        .unwrap();
+    store
+        .respond(plan_response(RUN, "plan-alice-1", "lead", true))
+        .await
+        .unwrap();
+    let answer = store
+        .try_receive(
+            RUN,
+            "alice",
+            epoch,
+            MessageFilter::RequestId("plan-alice-1".into()),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer.kind, "plan_approval_response");
+    let rest = store
+        .try_receive(RUN, "alice", epoch, MessageFilter::Any)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(text_of(&rest), "chatter");
+}
+
+#[tokio::test]
+async fn idempotency_key_returns_the_original_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("m.db"));
+    run_with(&store, RUN, &["alice"]).await;
+    let keyed = NewMessage {
+        idempotency_key: Some("lead:toolu_1".into()),
+        ..text(RUN, "lead", "alice", "once")
+    };
+    let first = store.send(keyed.clone()).await.unwrap();
+    let second = store.send(keyed).await.unwrap();
+    assert_eq!(first, second);
+    assert_eq!(store.messages(RUN, Some("alice")).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn refusals_name_what_was_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = StoreOptions {
+        max_body_bytes: 64,
+        ..StoreOptions::default()
+    };
+    let store = open_with(&dir.path().join("m.db"), options);
+    run_with(&store, RUN, &["alice"]).await;
+    let cases: Vec<(NewMessage, &str)> = vec![
+        (
+            text(RUN, "lead", "mallory", "x"),
+            "unknown recipient \"mallory\": not on the roster of run \"r1\" (members: human, policy, lead, alice)",
+        ),
+        (text(RUN, "eve", "alice", "x"), "unknown sender \"eve\""),
+        (
+            text(RUN, "lead", "alice", &"x".repeat(100)),
+            "exceeds the limit of 64 bytes (mailbox.max_body_bytes)",
+        ),
+        (
+            text("nope", "lead", "alice", "x"),
+            "no run \"nope\" in this store",
+        ),
+    ];
+    for (message, expected) in cases {
+        let error = store.send(message).await.unwrap_err();
+        assert!(
+            error.to_string().contains(expected),
+            "expected {expected:?} in {error}"
+        );
+    }
+    assert!(
+        store.messages(RUN, None).await.unwrap().is_empty(),
+        "refused sends leave nothing"
+    );
+}
+
+#[tokio::test]
+async fn responses_are_checked_and_the_first_one_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("m.db"));
+    run_with(&store, RUN, &["alice", "bob"]).await;
+    store
+        .send(plan_request(RUN, "plan-alice-1", "human"))
+        .await
+        .unwrap();
+
+    let unknown = store
+        .respond(plan_response(RUN, "plan-alice-9", "human", true))
+        .await
+        .unwrap_err();
+    assert!(
+        unknown
+            .to_string()
+            .contains("unknown request id \"plan-alice-9\""),
+        "{unknown}"
+    );
+    let forged = store
+        .respond(plan_response(RUN, "plan-alice-1", "bob", true))
+        .await
+        .unwrap_err();
+    assert!(
+        forged.to_string().contains(
+            "\"bob\" may not answer request \"plan-alice-1\": its responder is \"human\""
+        ),
+        "{forged}"
+    );
+    let by_lead = store
+        .respond(plan_response(RUN, "plan-alice-1", "lead", true))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(by_lead, StoreError::WrongResponder { .. }),
+        "{by_lead}"
+    );
+    let wrong_kind = store
+        .respond(NewResponse {
+            body: MessageBody::Answer {
+                request_id: "plan-alice-1".into(),
+                answer: "yes".into(),
+            },
+            ..plan_response(RUN, "plan-alice-1", "human", true)
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        wrong_kind.to_string().contains(
+            "a answer cannot answer request \"plan-alice-1\", which is a plan_approval_request"
+        ),
+        "{wrong_kind}"
+    );
+
+    let accepted = store
+        .respond(plan_response(RUN, "plan-alice-1", "human", false))
+        .await
+        .unwrap();
+    assert_eq!(
+        (accepted.recipient.as_str(), accepted.sender.as_str()),
+        ("alice", "human")
+    );
+    let second = store
+        .respond(plan_response(RUN, "plan-alice-1", "human", true))
+        .await
+        .unwrap_err();
+    assert!(
+        second
+            .to_string()
+            .contains("request \"plan-alice-1\" was already decided by human"),
+        "{second}"
+    );
+
+    let record = store.request(RUN, "plan-alice-1").await.unwrap().unwrap();
+    assert_eq!(record.responder, "human");
+    let response = record.response.unwrap();
+    assert_eq!(
+        response.body["approved"],
+        json!(false),
+        "the first answer stands"
+    );
+    let duplicate = store
+        .send(plan_request(RUN, "plan-alice-1", "human"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(duplicate, StoreError::DuplicateRequest { .. }),
+        "{duplicate}"
+    );
+}
+
+#[tokio::test]
+async fn a_policy_responder_answers_as_the_policy_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("m.db"));
+    run_with(&store, RUN, &["alice"]).await;
+    store
+        .send(plan_request(RUN, "plan-alice-1", "policy:/p/policy.toml"))
+        .await
+        .unwrap();
+    let answer = store
+        .respond(plan_response(RUN, "plan-alice-1", "policy", true))
+        .await
+        .unwrap();
+    assert_eq!(answer.sender, "policy");
+}
+
+#[tokio::test]
+async fn unknown_kinds_are_kept_raw() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("m.db"));
+    let epoch = run_with(&store, RUN, &["alice"]).await;
+    let raw = json!({"type": "mode_set_request", "mode": "plan"});
+    store
+        .send(NewMessage {
+            body: MessageBody::Unknown {
+                kind: "mode_set_request".into(),
+                raw: raw.clone(),
+            },
+            ..text(RUN, "lead", "alice", "")
+        })
+        .await
+        .unwrap();
+    let got = store
+        .try_receive(RUN, "alice", epoch, MessageFilter::Any)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.kind, "mode_set_request");
+    assert_eq!(
+        got.typed_body(),
+        MessageBody::Unknown {
+            kind: "mode_set_request".into(),
+            raw
+        }
+    );
+}
+
+#[tokio::test]
+async fn commit_turn_is_all_or_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("m.db"));
+    let epoch = run_with(&store, RUN, &["alice"]).await;
+    store
+        .send(text(RUN, "lead", "alice", "do it"))
+        .await
+        .unwrap();
+    let mail = store
+        .try_receive(RUN, "alice", epoch, MessageFilter::Any)
+        .await
+        .unwrap()
+        .unwrap();
+    let record = NewRecord {
+        agent: "alice".into(),
+        stream: "transcript".into(),
+        seq: None,
+        body: json!({"saw": mail.key}),
+    };
+    let failing = CommitTurn {
+        run_id: RUN.into(),
+        agent: "alice".into(),
+        acks: vec![mail.key.clone()],
+        records: vec![record.clone()],
+        sends: vec![text(RUN, "alice", "nobody", "reply")],
+        ..CommitTurn::default()
+    };
+    let error = store.commit_turn(failing).await.unwrap_err();
+    assert!(
+        matches!(error, StoreError::UnknownRecipient { .. }),
+        "{error}"
+    );
+    assert!(
+        store
+            .records(RUN, "alice", "transcript", 0)
+            .await
+            .unwrap()
+            .is_empty(),
+        "record rolled back"
+    );
+    assert_eq!(
+        store.message(&mail.key).await.unwrap().unwrap().state,
+        DeliveryState::Leased,
+        "ack rolled back"
+    );
+
+    let outcome = store
+        .commit_turn(CommitTurn {
+            run_id: RUN.into(),
+            agent: "alice".into(),
+            acks: vec![mail.key.clone()],
+            records: vec![record],
+            sends: vec![text(RUN, "alice", "lead", "done")],
+            auto_gate: Some(AutoGateUpdate::Denied(1)),
+            ..CommitTurn::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(outcome.records[0].seq, 1);
+    assert_eq!(outcome.sent.len(), 1);
+    assert_eq!(outcome.auto_gate.consecutive_denials, 1);
+    assert_eq!(
+        store.message(&mail.key).await.unwrap().unwrap().state,
+        DeliveryState::Acked
+    );
+}
+
+#[tokio::test]
+async fn the_auto_gate_closes_after_consecutive_denials_and_an_allow_resets_the_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("m.db"));
+    run_with(&store, RUN, &[]).await;
+    let gate = store
+        .update_auto_gate(RUN, AutoGateUpdate::Denied(2))
+        .await
+        .unwrap();
+    assert_eq!((gate.open, gate.consecutive_denials), (true, 2));
+    let gate = store
+        .update_auto_gate(RUN, AutoGateUpdate::Allowed)
+        .await
+        .unwrap();
+    assert_eq!((gate.open, gate.consecutive_denials), (true, 0));
+    let gate = store
+        .update_auto_gate(RUN, AutoGateUpdate::Denied(3))
+        .await
+        .unwrap();
+    assert_eq!((gate.open, gate.consecutive_denials), (false, 3));
+    let gate = store
+        .update_auto_gate(RUN, AutoGateUpdate::Allowed)
+        .await
+        .unwrap();
+    assert!(!gate.open, "a closed gate stays closed");
+}
+
+#[tokio::test]
+async fn records_keep_their_positions() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("m.db"));
+    run_with(&store, RUN, &["alice"]).await;
+    let rec = |seq: Option<i64>, n: i64| NewRecord {
+        agent: "alice".into(),
+        stream: "state".into(),
+        seq,
+        body: json!({"n": n}),
+    };
+    store
+        .append_records(RUN, vec![rec(None, 1), rec(None, 2)])
+        .await
+        .unwrap();
+    let taken = store
+        .append_records(RUN, vec![rec(Some(2), 3)])
+        .await
+        .unwrap_err();
+    assert!(
+        taken
+            .to_string()
+            .contains("record (alice, state, 2) already exists"),
+        "{taken}"
+    );
+    let read = store.records(RUN, "alice", "state", 1).await.unwrap();
+    assert_eq!(
+        read.iter()
+            .map(|r| (r.seq, r.body["n"].as_i64().unwrap()))
+            .collect::<Vec<_>>(),
+        [(2, 2)]
+    );
+}
+
+#[tokio::test]
+async fn roster_reserves_human_and_policy_and_validates_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("m.db"));
+    run_with(&store, RUN, &["alice"]).await;
+    let entry = |agent: &str| RosterEntry {
+        agent: agent.into(),
+        kind: MemberKind::Teammate,
+        definition: None,
+        parent: None,
+    };
+    for (agent, expected) in [
+        ("human", "reserved"),
+        ("policy", "reserved"),
+        ("alice", "already on the roster"),
+        ("Bad_Name", "invalid agent id"),
+    ] {
+        let error = store.add_member(RUN, entry(agent)).await.unwrap_err();
+        assert!(error.to_string().contains(expected), "{agent}: {error}");
+    }
+    let names: Vec<String> = store
+        .roster(RUN)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.agent)
+        .collect();
+    assert_eq!(names, ["human", "policy", "lead", "alice"]);
+    let bad_run = store
+        .create_run(new_run("a-run-id-much-too-long"))
+        .await
+        .unwrap_err();
+    assert!(
+        bad_run.to_string().contains("1 to 16 characters"),
+        "{bad_run}"
+    );
+}
+
+#[tokio::test]
+async fn tasks_claim_block_assign_and_release() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("m.db"));
+    let epoch = run_with(&store, RUN, &["alice", "bob"]).await;
+    let new = |subject: &str, blocked_by: Vec<i64>| NewTask {
+        run_id: RUN.into(),
+        created_by: "lead".into(),
+        subject: subject.into(),
+        description: format!("do {subject}"),
+        blocked_by,
+    };
+    let first = store.create_task(new("schema", vec![])).await.unwrap();
+    let second = store
+        .create_task(new("api", vec![first.task_id]))
+        .await
+        .unwrap();
+    assert_eq!((first.task_id, second.task_id), (1, 2));
+    assert_eq!(second.blocked_by_open, [1]);
+
+    let blocked = store.claim_task(RUN, 2, "bob").await.unwrap_err();
+    assert!(
+        blocked.to_string().contains("blocked by open task(s) [1]"),
+        "{blocked}"
+    );
+    let claimed = store.claim_next_task(RUN, "alice").await.unwrap().unwrap();
+    assert_eq!(
+        (claimed.task_id, claimed.owner.as_deref()),
+        (1, Some("alice"))
+    );
+    let taken = store.claim_task(RUN, 1, "bob").await.unwrap_err();
+    assert!(
+        taken.to_string().contains("already claimed by \"alice\""),
+        "{taken}"
+    );
+    assert!(
+        store.claim_next_task(RUN, "bob").await.unwrap().is_none(),
+        "2 is still blocked"
+    );
+
+    store
+        .update_task(TaskUpdate {
+            run_id: RUN.into(),
+            task_id: 1,
+            updated_by: "alice".into(),
+            status: Some(TaskStatus::Completed),
+            ..TaskUpdate::default()
+        })
+        .await
+        .unwrap();
+    assert!(
+        store.task(RUN, 2).await.unwrap().unwrap().is_claimable(),
+        "blocking is computed when read"
+    );
+
+    store
+        .update_task(TaskUpdate {
+            run_id: RUN.into(),
+            task_id: 2,
+            updated_by: "lead".into(),
+            owner: Some(Some("bob".into())),
+            ..TaskUpdate::default()
+        })
+        .await
+        .unwrap();
+    let assignment = store
+        .try_receive(RUN, "bob", epoch, MessageFilter::Any)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(assignment.kind, "task_assignment");
+    assert_eq!(assignment.body["task_id"], json!(2));
+
+    let cycle = store
+        .update_task(TaskUpdate {
+            run_id: RUN.into(),
+            task_id: 1,
+            updated_by: "lead".into(),
+            add_blocked_by: vec![2],
+            ..TaskUpdate::default()
+        })
+        .await
+        .unwrap_err();
+    assert!(cycle.to_string().contains("cycle"), "{cycle}");
+
+    assert_eq!(store.release_tasks_of(RUN, "bob").await.unwrap(), [2]);
+    let released = store.task(RUN, 2).await.unwrap().unwrap();
+    assert_eq!(
+        (released.owner, released.status),
+        (None, TaskStatus::Pending)
+    );
+}
+
+#[tokio::test]
+async fn counters_count_per_run_and_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("m.db"));
+    run_with(&store, RUN, &[]).await;
+    run_with(&store, "r2", &[]).await;
+    let mut got = Vec::new();
+    for (run, name) in [
+        (RUN, "plan-alice"),
+        (RUN, "plan-alice"),
+        (RUN, "perm-alice"),
+        ("r2", "plan-alice"),
+    ] {
+        got.push(store.next_counter(run, name).await.unwrap());
+    }
+    assert_eq!(got, [1, 2, 1, 1]);
+}
+
+#[tokio::test]
+async fn a_store_reopens_with_everything_in_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.db");
+    let key = {
+        let store = open(&path);
+        run_with(&store, RUN, &["alice"]).await;
+        store
+            .send(text(RUN, "lead", "alice", "kept"))
+            .await
+            .unwrap()
+            .key
+    };
+    let store = open(&path);
+    let run = store.run(RUN).await.unwrap().unwrap();
+    assert_eq!(run.launch_options, json!({"provider": "script"}));
+    assert_eq!(run.status, RunStatus::Running);
+    assert_eq!(
+        store.message(&key).await.unwrap().unwrap().recipient,
+        "alice"
+    );
+}

@@ -1,0 +1,115 @@
+//! DESIGN.md's crash pattern: a real child prints `sent`/`acked` after each call returns; the
+//! parent kills it with SIGKILL at its K-th event, reopens the store and checks every id.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use muster_mailbox::*;
+
+use super::child::{Action, keyed, seen, spawn};
+use super::common::*;
+
+const PER_SENDER: usize = 15;
+
+async fn crash_at(k: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("m.db");
+    {
+        let store = open(&db);
+        run_with(&store, RUN, &["alice", "bob", "carol"]).await;
+    }
+    let mut child = spawn(&Action::SendAndAck {
+        db: db.clone(),
+        per_sender: PER_SENDER,
+    });
+    let mut sent = BTreeSet::new();
+    let mut acked = BTreeSet::new();
+    for _ in 0..k {
+        let Some(event) = child.next_event() else {
+            break;
+        };
+        let mut words = event.split_whitespace();
+        match (words.next(), words.next()) {
+            (Some("sent"), Some(key)) => sent.insert(key.to_owned()),
+            (Some("acked"), Some(key)) => acked.insert(key.to_owned()),
+            _ => false,
+        };
+    }
+    child.child.kill().unwrap();
+    child.child.wait().unwrap();
+
+    let store = open(&db);
+    for key in &sent {
+        assert!(
+            store.message(key).await.unwrap().is_some(),
+            "K={k}: printed sent {key} is lost"
+        );
+    }
+    for key in &acked {
+        let message = store.message(key).await.unwrap().unwrap();
+        assert_eq!(
+            message.state,
+            DeliveryState::Acked,
+            "K={k}: printed acked {key} is not acked"
+        );
+    }
+
+    // Resume: the senders send everything again under the same keys, carol drains.
+    let epoch = store.open_epoch(RUN).await.unwrap();
+    for sender in ["alice", "bob"] {
+        for i in 0..PER_SENDER {
+            store.send(keyed(sender, i)).await.unwrap();
+        }
+    }
+    while let Some(message) = store
+        .try_receive(RUN, "carol", epoch, MessageFilter::Any)
+        .await
+        .unwrap()
+    {
+        assert!(
+            !acked.contains(&message.key),
+            "K={k}: acked {} delivered again",
+            message.key
+        );
+        store.commit_turn(seen(&message.key)).await.unwrap();
+    }
+
+    let all = store.messages(RUN, Some("carol")).await.unwrap();
+    assert_eq!(
+        all.len(),
+        2 * PER_SENDER,
+        "K={k}: no message lost or duplicated"
+    );
+    assert!(all.iter().all(|m| m.state == DeliveryState::Acked));
+    let mut seen_count: BTreeMap<String, usize> = BTreeMap::new();
+    for record in store.records(RUN, "carol", "seen", 0).await.unwrap() {
+        *seen_count
+            .entry(record.body["key"].as_str().unwrap().to_owned())
+            .or_default() += 1;
+    }
+    assert_eq!(
+        seen_count.len(),
+        2 * PER_SENDER,
+        "K={k}: carol saw every message"
+    );
+    assert!(
+        seen_count.values().all(|n| *n == 1),
+        "K={k}: carol saw a message twice: {seen_count:?}"
+    );
+    // Per-sender order survived the crash.
+    for sender in ["alice", "bob"] {
+        let texts: Vec<String> = all
+            .iter()
+            .filter(|m| m.sender == sender)
+            .map(text_of)
+            .collect();
+        let expected: Vec<String> = (0..PER_SENDER).map(|i| format!("{sender}-{i}")).collect();
+        assert_eq!(texts, expected, "K={k}");
+    }
+}
+
+#[tokio::test]
+async fn kill_nine_at_the_kth_event_loses_and_repeats_nothing() {
+    for k in [1, 2, 7, 16, 31, 55] {
+        crash_at(k).await;
+    }
+}

@@ -1,0 +1,138 @@
+//! Group commit, pushed wake-ups (no polling), and delivery through an index.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use muster_mailbox::*;
+
+use super::common::*;
+
+#[tokio::test]
+async fn thirty_two_sends_queued_behind_a_held_writer_commit_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("m.db"));
+    run_with(&store, RUN, &["alice"]).await;
+    let hold = store.hold_writer().await.unwrap();
+    let before = store.stats();
+    let sends: Vec<_> = (0..32)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store
+                    .send(text(RUN, "lead", "alice", &format!("m{i}")))
+                    .await
+            })
+        })
+        .collect();
+    let mut queued = store.queued();
+    tokio::time::timeout(GUARD, queued.wait_for(|n| *n >= 32))
+        .await
+        .unwrap()
+        .unwrap();
+    drop(hold);
+    for send in sends {
+        send.await.unwrap().unwrap();
+    }
+    let after = store.stats();
+    assert_eq!(
+        after.commits - before.commits,
+        1,
+        "all 32 sends shared one commit"
+    );
+    assert_eq!(after.operations - before.operations, 32);
+    assert_eq!(store.messages(RUN, Some("alice")).await.unwrap().len(), 32);
+}
+
+#[tokio::test]
+async fn a_refused_operation_in_a_group_fails_only_its_caller() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("m.db"));
+    run_with(&store, RUN, &["alice"]).await;
+    let hold = store.hold_writer().await.unwrap();
+    let good = tokio::spawn({
+        let store = store.clone();
+        async move { store.send(text(RUN, "lead", "alice", "ok")).await }
+    });
+    let bad = tokio::spawn({
+        let store = store.clone();
+        async move { store.send(text(RUN, "lead", "ghost", "lost?")).await }
+    });
+    let mut queued = store.queued();
+    tokio::time::timeout(GUARD, queued.wait_for(|n| *n >= 2))
+        .await
+        .unwrap()
+        .unwrap();
+    drop(hold);
+    assert!(good.await.unwrap().is_ok());
+    assert!(matches!(
+        bad.await.unwrap(),
+        Err(StoreError::UnknownRecipient { .. })
+    ));
+    assert_eq!(store.messages(RUN, None).await.unwrap().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_receiver_makes_no_queries_and_wakes_on_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(open(&dir.path().join("m.db")));
+    let epoch = run_with(&store, RUN, &["alice"]).await;
+    let base = store.stats().operations;
+    let mut stats = store.watch_stats();
+    let receiver = tokio::spawn({
+        let store = store.clone();
+        async move { store.receive(RUN, "alice", epoch, MessageFilter::Any).await }
+    });
+    // The receiver looks once, finds nothing, and sleeps.
+    stats.wait_for(|s| s.operations > base).await.unwrap();
+    let after_first_look = store.stats().operations;
+    tokio::time::advance(Duration::from_secs(60)).await;
+    tokio::task::yield_now().await;
+    assert_eq!(
+        store.stats().operations,
+        after_first_look,
+        "no queries while waiting 60 s"
+    );
+    assert!(!receiver.is_finished());
+
+    // Real time again for the guard, which must not fire through the paused clock.
+    tokio::time::resume();
+    let sent = store
+        .send(text(RUN, "lead", "alice", "wake up"))
+        .await
+        .unwrap();
+    let got = tokio::time::timeout(GUARD, receiver)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.key, sent.key);
+}
+
+#[tokio::test]
+async fn next_message_for_a_recipient_uses_the_delivery_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.db");
+    let store = open(&path);
+    run_with(&store, RUN, &["alice"]).await;
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let plan: Vec<String> = conn
+        .prepare(&format!(
+            "EXPLAIN QUERY PLAN {}",
+            muster_mailbox::sqlite::DELIVERY_QUERY
+        ))
+        .unwrap()
+        .query_map(rusqlite::params![RUN, "alice"], |row| {
+            row.get::<_, String>(3)
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let plan = plan.join("\n");
+    assert!(
+        plan.contains("USING COVERING INDEX messages_delivery")
+            || plan.contains("USING INDEX messages_delivery"),
+        "{plan}"
+    );
+    assert!(!plan.contains("SCAN messages"), "{plan}");
+    assert!(!plan.contains("TEMP B-TREE"), "{plan}");
+}
