@@ -1,8 +1,10 @@
 //! `muster-config`: settings files and their layering, agent and team definitions, policy
 //! files, the list of known tool names, and validation with precise errors.
 
+pub mod agents;
 pub mod approver;
 pub mod diagnostic;
+pub mod instructions;
 pub mod mode;
 mod named;
 pub mod origin;
@@ -11,9 +13,12 @@ pub mod rule;
 pub mod settings;
 mod toml_source;
 pub mod tools;
+mod yaml;
 
+pub use agents::{AgentCatalog, AgentDefinition, AgentDir, DefinitionSource, ModelChoice};
 pub use approver::Approver;
 pub use diagnostic::{ConfigError, Diagnostic, Loaded, Position};
+pub use instructions::ProjectInstructions;
 pub use mode::PermissionMode;
 pub use origin::{Layer, Origin, Sourced};
 pub use rule::{PermissionRule, PermissionRules, RuleBehavior, RuleSpecifier, RuleSubject};

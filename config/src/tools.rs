@@ -25,6 +25,19 @@ pub const KNOWN_TOOLS: &[&str] = &[
     "ShutdownTeammate",
 ];
 
+/// Tools only a lead uses to run its team.
+pub const TEAM_TOOLS: &[&str] = &["SpawnTeammate", "ReviewPlan", "ShutdownTeammate"];
+
+/// The standard tools: every known tool but the team tools. A definition without `tools` gets
+/// these.
+pub fn standard_tools() -> Vec<&'static str> {
+    KNOWN_TOOLS
+        .iter()
+        .copied()
+        .filter(|tool| !TEAM_TOOLS.contains(tool))
+        .collect()
+}
+
 /// Tools whose rule pattern is a path glob (`Edit(src/**)`).
 pub const PATH_TOOLS: &[&str] = &[
     "Read",

@@ -1,2 +1,3 @@
+mod agents;
 mod fixtures;
 mod settings;

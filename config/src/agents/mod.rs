@@ -1,0 +1,542 @@
+//! Agent definitions: Markdown files with YAML front matter in `.muster/agents/*.md` (strict)
+//! and `.claude/agents/*.md` (lenient: what muster does not know is ignored with a warning), and
+//! the built-in `lead`, `general` and `Plan`, compiled in and written in the same format. A
+//! project file with a built-in's name overrides it; `.muster/agents` overrides `.claude/agents`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Serialize, Serializer};
+
+use crate::diagnostic::{ConfigError, Diagnostic, Loaded, Position, invalid, suggestion_suffix};
+use crate::mode::PermissionMode;
+use crate::project::ProjectRoot;
+use crate::tools::{KNOWN_TOOLS, canonical_tool_name, standard_tools};
+use crate::yaml::{YamlNode, YamlValue, parse_yaml};
+
+/// The front-matter keys muster reads.
+pub const AGENT_KEYS: &[&str] = &[
+    "name",
+    "description",
+    "tools",
+    "disallowedTools",
+    "model",
+    "permissionMode",
+    "read_only",
+];
+
+/// Built-in definitions, in the same format as project files.
+const BUILT_IN: &[(&str, &str)] = &[
+    ("lead", include_str!("builtin/lead.md")),
+    ("general", include_str!("builtin/general.md")),
+    ("Plan", include_str!("builtin/Plan.md")),
+];
+
+/// Which directory a definition file comes from, and so how strictly it is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentDir {
+    /// `.muster/agents`: unknown keys and tools are errors.
+    Muster,
+    /// `.claude/agents`: unknown keys and tools are ignored with a warning.
+    Claude,
+    /// Compiled into muster (read strictly).
+    BuiltIn,
+}
+
+/// Where a definition came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DefinitionSource {
+    BuiltIn,
+    File { path: PathBuf, dir: AgentDir },
+}
+
+impl fmt::Display for DefinitionSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DefinitionSource::BuiltIn => f.write_str("built-in"),
+            DefinitionSource::File { path, .. } => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+impl Serialize for DefinitionSource {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// Which model an agent uses.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ModelChoice {
+    /// Not given: the settings' model for the agent's mode.
+    #[default]
+    Settings,
+    /// `inherit`: the parent's current model (the plan-mode model while the parent plans).
+    Inherit,
+    /// A model id from the catalogue (or any name the provider accepts).
+    Named(String),
+}
+
+impl Serialize for ModelChoice {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ModelChoice::Settings => serializer.serialize_none(),
+            ModelChoice::Inherit => serializer.serialize_str("inherit"),
+            ModelChoice::Named(name) => serializer.serialize_str(name),
+        }
+    }
+}
+
+/// One agent definition.
+#[derive(Debug, Clone, Serialize)]
+pub struct AgentDefinition {
+    pub name: String,
+    pub description: String,
+    /// The tools listed, in muster names; `None` when the file lists none (standard tools).
+    pub tools: Option<Vec<&'static str>>,
+    #[serde(rename = "disallowedTools")]
+    pub disallowed_tools: Vec<&'static str>,
+    pub model: ModelChoice,
+    #[serde(rename = "permissionMode")]
+    pub permission_mode: Option<PermissionMode>,
+    pub read_only: bool,
+    /// The Markdown body: the agent's system prompt.
+    pub system_prompt: String,
+    pub source: DefinitionSource,
+    /// Definitions of the same name this one overrides (a built-in, a `.claude` file).
+    pub overrides: Vec<DefinitionSource>,
+}
+
+impl AgentDefinition {
+    /// The tools the agent is offered: its `tools` (or the standard tools) less
+    /// `disallowedTools`.
+    pub fn effective_tools(&self) -> Vec<&'static str> {
+        let listed = self.tools.clone().unwrap_or_else(standard_tools);
+        listed
+            .into_iter()
+            .filter(|tool| !self.disallowed_tools.contains(tool))
+            .collect()
+    }
+}
+
+/// Parses one definition file. `label` names it in messages.
+pub fn parse_agent_file(
+    label: &str,
+    text: &str,
+    dir: AgentDir,
+) -> Result<Loaded<AgentDefinition>, ConfigError> {
+    let file = DefinitionFile {
+        label,
+        dir,
+        errors: Vec::new(),
+        warnings: Vec::new(),
+    };
+    file.parse(text)
+}
+
+struct DefinitionFile<'a> {
+    label: &'a str,
+    dir: AgentDir,
+    errors: Vec<Diagnostic>,
+    warnings: Vec<Diagnostic>,
+}
+
+/// The front matter (its text and first line) and the body of a definition file.
+fn split_front_matter(text: &str) -> Result<(&str, usize, &str), (String, Position)> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut lines = text.split_inclusive('\n');
+    let first = lines.next().unwrap_or("");
+    if first.trim_end() != "---" {
+        return Err((
+            "expected YAML front matter starting with a `---` line, found none".to_string(),
+            Position { line: 1, column: 1 },
+        ));
+    }
+    let start = first.len();
+    let mut offset = start;
+    let mut line = 1;
+    for current in lines {
+        line += 1;
+        let trimmed = current.trim_end();
+        if trimmed == "---" || trimmed == "..." {
+            let body = &text[offset + current.len()..];
+            return Ok((&text[start..offset], 2, body));
+        }
+        offset += current.len();
+    }
+    Err((
+        "front matter opened with `---` on line 1 is never closed with a `---` line".to_string(),
+        Position { line, column: 1 },
+    ))
+}
+
+impl DefinitionFile<'_> {
+    fn diagnostic(&self, position: Position, key: &str, message: impl Into<String>) -> Diagnostic {
+        Diagnostic::new(message)
+            .in_source(self.label)
+            .at(Some(position))
+            .for_key(key)
+    }
+
+    /// An error in `.muster/agents` and built-ins, a warning in `.claude/agents`.
+    fn unknown(&mut self, position: Position, key: &str, message: String) {
+        match self.dir {
+            AgentDir::Claude => {
+                let warning = self.diagnostic(position, key, format!("ignored: {message}"));
+                self.warnings.push(warning);
+            }
+            AgentDir::Muster | AgentDir::BuiltIn => {
+                let error = self.diagnostic(position, key, message);
+                self.errors.push(error);
+            }
+        }
+    }
+
+    fn parse(mut self, text: &str) -> Result<Loaded<AgentDefinition>, ConfigError> {
+        let (front, first_line, body) =
+            split_front_matter(text).map_err(|(message, position)| {
+                ConfigError::invalid(self.diagnostic(position, "", message))
+            })?;
+        let root = parse_yaml(front, first_line).map_err(|error| {
+            ConfigError::invalid(self.diagnostic(error.position, "", error.message))
+        })?;
+        let entries = match root {
+            Some(YamlNode {
+                value: YamlValue::Mapping(entries),
+                ..
+            }) => entries,
+            Some(other) => {
+                let message = format!("expected a mapping of keys, found {}", other.describe());
+                return Err(ConfigError::invalid(self.diagnostic(
+                    other.position,
+                    "",
+                    message,
+                )));
+            }
+            None => Vec::new(),
+        };
+        let mut fields: BTreeMap<&str, YamlNode> = BTreeMap::new();
+        for (key, value) in entries {
+            let Some(name) = key.as_text().map(str::to_string) else {
+                let message = format!("expected a key name, found {}", key.describe());
+                self.errors.push(self.diagnostic(key.position, "", message));
+                continue;
+            };
+            match AGENT_KEYS.iter().find(|known| **known == name) {
+                Some(known) => {
+                    if fields.insert(known, value).is_some() {
+                        let message = format!("duplicate key `{name}`");
+                        self.errors
+                            .push(self.diagnostic(key.position, &name, message));
+                    }
+                }
+                None => {
+                    let suggestion = suggestion_suffix(&name, AGENT_KEYS.iter().copied());
+                    self.unknown(
+                        key.position,
+                        &name,
+                        format!("unknown key `{name}`{suggestion}"),
+                    );
+                }
+            }
+        }
+        let name = self.required_text(&fields, "name");
+        if let Some(name) = &name {
+            self.check_name(name, fields.get("name"));
+        }
+        let description = self.required_text(&fields, "description");
+        let tools = fields
+            .get("tools")
+            .map(|node| self.tool_list("tools", node));
+        let disallowed_tools = fields
+            .get("disallowedTools")
+            .map(|node| self.tool_list("disallowedTools", node))
+            .unwrap_or_default();
+        let model = match fields.get("model") {
+            None => ModelChoice::Settings,
+            Some(node) => match self.text("model", node) {
+                Some("inherit") => ModelChoice::Inherit,
+                Some(model) => ModelChoice::Named(model.to_string()),
+                None => ModelChoice::Settings,
+            },
+        };
+        let permission_mode = fields.get("permissionMode").and_then(|node| {
+            let text = self.text("permissionMode", node)?;
+            match text.parse::<PermissionMode>() {
+                Ok(mode) => Some(mode),
+                Err(_) => {
+                    let message = format!(
+                        "expected one of {}, found {text:?}{}",
+                        PermissionMode::names().join(", "),
+                        suggestion_suffix(text, PermissionMode::names())
+                    );
+                    self.errors
+                        .push(self.diagnostic(node.position, "permissionMode", message));
+                    None
+                }
+            }
+        });
+        let read_only = fields
+            .get("read_only")
+            .is_some_and(|node| match node.as_bool() {
+                Some(flag) => flag,
+                None => {
+                    let message = format!("expected true or false, found {}", node.describe());
+                    self.errors
+                        .push(self.diagnostic(node.position, "read_only", message));
+                    false
+                }
+            });
+        if !self.errors.is_empty() {
+            return Err(invalid(self.errors));
+        }
+        let (Some(name), Some(description)) = (name, description) else {
+            return Err(invalid(self.errors));
+        };
+        self.warnings.sort_by_key(|w| (w.line, w.column));
+        Ok(Loaded {
+            value: AgentDefinition {
+                name,
+                description,
+                tools,
+                disallowed_tools,
+                model,
+                permission_mode,
+                read_only,
+                system_prompt: body.trim().to_string(),
+                source: DefinitionSource::BuiltIn,
+                overrides: Vec::new(),
+            },
+            warnings: self.warnings,
+        })
+    }
+
+    fn text<'n>(&mut self, key: &str, node: &'n YamlNode) -> Option<&'n str> {
+        match node.as_text() {
+            Some(text) if matches!(node.value, YamlValue::Scalar { .. }) => Some(text),
+            _ => {
+                let message = format!("expected a string, found {}", node.describe());
+                self.errors
+                    .push(self.diagnostic(node.position, key, message));
+                None
+            }
+        }
+    }
+
+    fn required_text(&mut self, fields: &BTreeMap<&str, YamlNode>, key: &str) -> Option<String> {
+        match fields.get(key) {
+            Some(node) => self.text(key, node).map(|text| text.trim().to_string()),
+            None => {
+                let message = format!("missing required key `{key}`");
+                self.errors
+                    .push(self.diagnostic(Position { line: 1, column: 1 }, key, message));
+                None
+            }
+        }
+    }
+
+    fn check_name(&mut self, name: &str, node: Option<&YamlNode>) {
+        let valid = name.len() <= 64
+            && name.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !valid {
+            let position = node.map_or(Position { line: 1, column: 1 }, |n| n.position);
+            let message = format!(
+                "expected a name of letters, digits, `-` and `_` starting with a letter (at most 64), found {name:?}"
+            );
+            self.errors.push(self.diagnostic(position, "name", message));
+        }
+    }
+
+    /// `tools: Read, Grep` or a YAML list; `Task` is `Agent`.
+    fn tool_list(&mut self, key: &str, node: &YamlNode) -> Vec<&'static str> {
+        let entries: Vec<(String, Position)> = match &node.value {
+            YamlValue::Sequence(items) => items
+                .iter()
+                .filter_map(|item| self.text(key, item).map(|t| (t.to_string(), item.position)))
+                .collect(),
+            YamlValue::Scalar { .. } if node.is_null() => Vec::new(),
+            YamlValue::Scalar { text, .. } => text
+                .split(',')
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(|t| (t.to_string(), node.position))
+                .collect(),
+            YamlValue::Mapping(_) => {
+                let message = format!(
+                    "expected a list of tool names or a comma-separated string, found {}",
+                    node.describe()
+                );
+                self.errors
+                    .push(self.diagnostic(node.position, key, message));
+                Vec::new()
+            }
+        };
+        let mut tools = Vec::new();
+        for (name, position) in entries {
+            match canonical_tool_name(&name) {
+                Some(tool) if !tools.contains(&tool) => tools.push(tool),
+                Some(_) => {}
+                None => {
+                    let suggestion = suggestion_suffix(&name, KNOWN_TOOLS.iter().copied());
+                    self.unknown(position, key, format!("unknown tool `{name}`{suggestion}"));
+                }
+            }
+        }
+        tools
+    }
+}
+
+/// Every definition by name, after overrides, with the warnings found while loading.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct AgentCatalog {
+    definitions: BTreeMap<String, AgentDefinition>,
+}
+
+impl AgentCatalog {
+    /// Only the built-in definitions.
+    pub fn built_in() -> Result<AgentCatalog, ConfigError> {
+        let mut catalog = AgentCatalog::default();
+        for (name, text) in BUILT_IN {
+            let loaded = parse_agent_file(&format!("built-in {name}"), text, AgentDir::BuiltIn)?;
+            catalog
+                .definitions
+                .insert(loaded.value.name.clone(), loaded.value);
+        }
+        Ok(catalog)
+    }
+
+    /// Built-ins, then `.claude/agents/*.md`, then `.muster/agents/*.md` under `root`.
+    pub fn load(root: &ProjectRoot) -> Result<Loaded<AgentCatalog>, ConfigError> {
+        let mut catalog = AgentCatalog::built_in()?;
+        let mut warnings = Vec::new();
+        let mut errors = Vec::new();
+        let dirs = [
+            (root.path().join(".claude").join("agents"), AgentDir::Claude),
+            (root.muster_dir().join("agents"), AgentDir::Muster),
+        ];
+        for (directory, dir) in dirs {
+            let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
+            for path in markdown_files(&directory)? {
+                let text = std::fs::read(&path).map_err(|source| ConfigError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+                let label = path.display().to_string();
+                let Ok(text) = String::from_utf8(text) else {
+                    errors.push(
+                        Diagnostic::new("expected UTF-8 text, found invalid bytes")
+                            .in_source(label),
+                    );
+                    continue;
+                };
+                match parse_agent_file(&label, &text, dir) {
+                    Err(error) => errors.extend(error.diagnostics().iter().cloned()),
+                    Ok(loaded) => {
+                        warnings.extend(loaded.warnings);
+                        let mut definition = loaded.value;
+                        definition.source = DefinitionSource::File {
+                            path: path.clone(),
+                            dir,
+                        };
+                        if let Some(first) = seen.get(&definition.name) {
+                            errors.push(
+                                Diagnostic::new(format!(
+                                    "duplicate agent name `{}`: also defined in {}",
+                                    definition.name,
+                                    first.display()
+                                ))
+                                .in_source(label)
+                                .for_key("name"),
+                            );
+                            continue;
+                        }
+                        seen.insert(definition.name.clone(), path.clone());
+                        catalog.insert_overriding(definition);
+                    }
+                }
+            }
+        }
+        if !errors.is_empty() {
+            return Err(invalid(errors));
+        }
+        Ok(Loaded {
+            value: catalog,
+            warnings,
+        })
+    }
+
+    fn insert_overriding(&mut self, mut definition: AgentDefinition) {
+        if let Some(previous) = self.definitions.remove(&definition.name) {
+            definition.overrides = previous.overrides;
+            definition.overrides.push(previous.source);
+        }
+        self.definitions.insert(definition.name.clone(), definition);
+    }
+
+    pub fn get(&self, name: &str) -> Option<&AgentDefinition> {
+        self.definitions.get(name)
+    }
+
+    /// Every definition, by name.
+    pub fn iter(&self) -> impl Iterator<Item = &AgentDefinition> {
+        self.definitions.values()
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.definitions.keys().map(String::as_str)
+    }
+
+    /// ` (did you mean `x`?)` for an unknown definition name, or nothing.
+    pub fn suggestion_for(&self, name: &str) -> String {
+        suggestion_suffix(name, self.names())
+    }
+}
+
+/// The `*.md` files directly in `directory`, sorted; none when it does not exist.
+fn markdown_files(directory: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+    let entries = match std::fs::read_dir(directory) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(ConfigError::Io {
+                path: directory.to_path_buf(),
+                source,
+            });
+        }
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "md") && path.is_file())
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn built_ins_parse_with_their_documented_tools() {
+        let catalog = AgentCatalog::built_in().unwrap();
+        let lead = catalog.get("lead").unwrap();
+        assert_eq!(lead.permission_mode, Some(PermissionMode::AcceptEdits));
+        assert!(lead.effective_tools().contains(&"SpawnTeammate"));
+        assert!(!lead.effective_tools().contains(&"Write"));
+        let plan = catalog.get("Plan").unwrap();
+        assert!(plan.read_only);
+        assert_eq!(plan.model, ModelChoice::Inherit);
+        assert_eq!(
+            plan.effective_tools(),
+            vec!["Read", "Grep", "Glob", "LS", "Bash"]
+        );
+        let general = catalog.get("general").unwrap();
+        assert_eq!(general.effective_tools(), standard_tools());
+    }
+}

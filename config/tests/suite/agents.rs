@@ -1,0 +1,235 @@
+//! Agent definition files, built-ins, overrides, and instruction files.
+
+use muster_config::agents::{AgentDir, ModelChoice, parse_agent_file};
+use muster_config::{AgentCatalog, DefinitionSource, PermissionMode, ProjectInstructions};
+
+use super::fixtures::{Project, display};
+
+const REVIEWER: &str = "---\nname: reviewer\ndescription: Reviews diffs\ntools:\n  - Read\n  - Grep\n  - Task\npermissionMode: plan\nmodel: claude-haiku-4-5\n---\nYou review code.\n";
+
+#[test]
+fn a_muster_definition_parses_every_key() {
+    let loaded = parse_agent_file("r.md", REVIEWER, AgentDir::Muster).unwrap();
+    let definition = loaded.value;
+    assert!(loaded.warnings.is_empty());
+    assert_eq!(definition.name, "reviewer");
+    assert_eq!(definition.description, "Reviews diffs");
+    assert_eq!(definition.tools, Some(vec!["Read", "Grep", "Agent"]));
+    assert_eq!(definition.permission_mode, Some(PermissionMode::Plan));
+    assert_eq!(
+        definition.model,
+        ModelChoice::Named("claude-haiku-4-5".to_string())
+    );
+    assert_eq!(definition.system_prompt, "You review code.");
+    let text = "---\nname: scout\ndescription: d\ntools: Read, Bash\ndisallowedTools: Bash\nread_only: true\nmodel: inherit\n---\nbody";
+    let definition = parse_agent_file("s.md", text, AgentDir::Muster)
+        .unwrap()
+        .value;
+    assert_eq!(definition.effective_tools(), vec!["Read"]);
+    assert!(definition.read_only);
+    assert_eq!(definition.model, ModelChoice::Inherit);
+}
+
+#[test]
+fn bad_definitions_report_file_line_column_and_key() {
+    let cases = [
+        (
+            "no front matter",
+            "s.md:1:1: expected YAML front matter starting with a `---` line, found none",
+        ),
+        (
+            "---\nname: a\n",
+            "s.md:2:1: front matter opened with `---` on line 1 is never closed with a `---` line",
+        ),
+        (
+            "---\nname: [a\n---\n",
+            "s.md:3:1: invalid YAML: while parsing a flow sequence, expected ',' or ']'",
+        ),
+        (
+            "---\nname: a\ndescription: d\ncolour: red\n---\n",
+            "s.md:4:1: colour: unknown key `colour`",
+        ),
+        (
+            "---\nname: a\ndescription: d\ntols: Read\n---\n",
+            "s.md:4:1: tols: unknown key `tols` (did you mean `tools`?)",
+        ),
+        (
+            "---\nname: a\ndescription: d\ntools: Read, Grp\n---\n",
+            "s.md:4:8: tools: unknown tool `Grp` (did you mean `Grep`?)",
+        ),
+        (
+            "---\nname: a\ndescription: d\ntools: [Read, WebFetch]\n---\n",
+            "s.md:4:15: tools: unknown tool `WebFetch`",
+        ),
+        (
+            "---\nname: a\ndescription: d\npermissionMode: acceptedits\n---\n",
+            "s.md:4:17: permissionMode: expected one of plan, dontAsk, default, acceptEdits, auto, bypassPermissions, found \"acceptedits\" (did you mean `acceptEdits`?)",
+        ),
+        (
+            "---\nname: a\ndescription: d\nread_only: yes\n---\n",
+            "s.md:4:12: read_only: expected true or false, found a string \"yes\"",
+        ),
+        (
+            "---\ndescription: d\n---\n",
+            "s.md:1:1: name: missing required key `name`",
+        ),
+        (
+            "---\nname: 9lives\ndescription: d\n---\n",
+            "s.md:2:7: name: expected a name of letters, digits, `-` and `_` starting with a letter (at most 64), found \"9lives\"",
+        ),
+        (
+            "---\nname: a\ndescription: [x]\n---\n",
+            "s.md:3:14: description: expected a string, found a list",
+        ),
+        (
+            "---\n- a\n---\n",
+            "s.md:2:1: expected a mapping of keys, found a list",
+        ),
+    ];
+    for (text, expected) in cases {
+        let error = parse_agent_file("s.md", text, AgentDir::Muster)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with(expected),
+            "for {text:?}\n got: {error}\nwant: {expected}"
+        );
+    }
+}
+
+#[test]
+fn claude_files_load_with_warnings_for_what_muster_ignores() {
+    let text = "---\nname: code-reviewer\ndescription: Expert reviewer\ntools: Read, Grep, WebFetch, mcp__github__get_pr, Task\ncolor: purple\nmodel: sonnet\n---\nReview.\n";
+    let loaded = parse_agent_file("c.md", text, AgentDir::Claude).unwrap();
+    assert_eq!(loaded.value.tools, Some(vec!["Read", "Grep", "Agent"]));
+    let warnings: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        warnings,
+        vec![
+            "c.md:4:8: tools: ignored: unknown tool `WebFetch`",
+            "c.md:4:8: tools: ignored: unknown tool `mcp__github__get_pr`",
+            "c.md:5:1: color: ignored: unknown key `color`",
+        ]
+    );
+}
+
+#[test]
+fn project_files_override_built_ins_and_claude_files() {
+    let project = Project::new();
+    let claude_general = project.write(
+        ".claude/agents/general.md",
+        "---\nname: general\ndescription: from claude\ncolor: blue\n---\nclaude body\n",
+    );
+    let claude_helper = project.write(
+        ".claude/agents/helper.md",
+        "---\nname: helper\ndescription: helps\ntools: Read, WebSearch\n---\nhelp\n",
+    );
+    let muster_general = project.write(
+        ".muster/agents/general.md",
+        "---\nname: general\ndescription: ours\ntools: Read, Edit\n---\nour body\n",
+    );
+    project.write(".muster/agents/notes.txt", "not a definition");
+    let loaded = AgentCatalog::load(&project.project_root()).unwrap();
+    let catalog = loaded.value;
+    let names: Vec<&str> = catalog.names().collect();
+    assert_eq!(names, vec!["Plan", "general", "helper", "lead"]);
+    let general = catalog.get("general").unwrap();
+    assert_eq!(general.description, "ours");
+    assert_eq!(
+        general.source,
+        DefinitionSource::File {
+            path: muster_general,
+            dir: AgentDir::Muster
+        }
+    );
+    assert_eq!(
+        general.overrides,
+        vec![
+            DefinitionSource::BuiltIn,
+            DefinitionSource::File {
+                path: claude_general.clone(),
+                dir: AgentDir::Claude
+            }
+        ]
+    );
+    assert_eq!(
+        catalog.get("lead").unwrap().source,
+        DefinitionSource::BuiltIn
+    );
+    let warnings: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        warnings,
+        vec![
+            format!(
+                "{}:4:1: color: ignored: unknown key `color`",
+                display(&claude_general)
+            ),
+            format!(
+                "{}:4:8: tools: ignored: unknown tool `WebSearch`",
+                display(&claude_helper)
+            ),
+        ]
+    );
+}
+
+#[test]
+fn duplicate_names_in_one_directory_are_errors() {
+    let project = Project::new();
+    let first = project.write(
+        ".muster/agents/a.md",
+        "---\nname: twin\ndescription: one\n---\n",
+    );
+    let second = project.write(
+        ".muster/agents/b.md",
+        "---\nname: twin\ndescription: two\n---\n",
+    );
+    let error = AgentCatalog::load(&project.project_root())
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        error,
+        format!(
+            "{}: name: duplicate agent name `twin`: also defined in {}",
+            display(&second),
+            display(&first)
+        )
+    );
+}
+
+#[test]
+fn errors_in_several_files_are_all_reported() {
+    let project = Project::new();
+    project.write(
+        ".muster/agents/a.md",
+        "---\nname: a\ndescription: d\nbogus: 1\n---\n",
+    );
+    project.write(".claude/agents/b.md", "no front matter");
+    let error = AgentCatalog::load(&project.project_root()).unwrap_err();
+    assert_eq!(error.diagnostics().len(), 2, "{error}");
+}
+
+#[test]
+fn instruction_files_are_loaded_and_cut_with_a_warning() {
+    let project = Project::new();
+    project.write("AGENTS.md", "Use cargo.\n");
+    let claude = project.write("CLAUDE.md", &"x".repeat(100));
+    let loaded = ProjectInstructions::load(&project.project_root(), 40).unwrap();
+    assert_eq!(loaded.value.files.len(), 2);
+    assert_eq!(loaded.value.files[0].content, "Use cargo.\n");
+    assert_eq!(loaded.value.files[1].content.len(), 40);
+    assert_eq!(loaded.value.files[1].truncated_from, Some(100));
+    let warnings: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        warnings,
+        vec![format!(
+            "{}: CLAUDE.md is 100 bytes; only the first 40 bytes are loaded (instructions_max_bytes = 40)",
+            display(&claude)
+        )]
+    );
+    let prompt = loaded.value.prompt_section();
+    assert!(
+        prompt.starts_with("# Project instructions from AGENTS.md\n\nUse cargo.\n"),
+        "{prompt}"
+    );
+    assert!(prompt.contains("# Project instructions from CLAUDE.md"));
+}
