@@ -1,8 +1,14 @@
 //! The one integration test binary of `muster-fake-llm`: real HTTP on loopback.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers fail loudly"
+)]
 
 mod all {
     mod anthropic;
     pub mod common;
+    mod faults;
     mod openai;
     mod selection;
     mod validation;

@@ -154,3 +154,113 @@ pub fn names(events: &[Sse]) -> Vec<&str> {
         .map(|e| e.event.as_deref().unwrap_or("data"))
         .collect()
 }
+
+/// A response read from a raw socket, with the HTTP/1.1 chunk framing kept.
+#[derive(Debug)]
+pub struct Raw {
+    pub status: u16,
+    pub head: String,
+    /// The chunks of a chunked body, as framed by the server.
+    pub chunks: Vec<Vec<u8>>,
+    /// True when the terminating zero-size chunk arrived (a clean end).
+    pub complete: bool,
+}
+
+impl Raw {
+    pub fn body(&self) -> Vec<u8> {
+        self.chunks.concat()
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8(self.body()).expect("UTF-8 body")
+    }
+}
+
+/// Sends one request on a fresh connection (`Connection: close`) and reads until EOF or reset.
+pub async fn raw_post(
+    addr: std::net::SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &Value,
+) -> Raw {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = body.to_string();
+    let mut req = format!(
+        "POST {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(&body);
+    let mut sock = guard(tokio::net::TcpStream::connect(addr)).await.unwrap();
+    sock.write_all(req.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 4096];
+    loop {
+        match guard(sock.read(&mut tmp)).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => buf.extend_from_slice(&tmp[..n]),
+        }
+    }
+    parse_raw(&buf)
+}
+
+fn parse_raw(buf: &[u8]) -> Raw {
+    let split = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("response head");
+    let head = String::from_utf8_lossy(&buf[..split]).into_owned();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let mut rest = &buf[split + 4..];
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    if !chunked {
+        return Raw {
+            status,
+            head,
+            chunks: vec![rest.to_vec()],
+            complete: true,
+        };
+    }
+    let mut chunks = Vec::new();
+    let mut complete = false;
+    while let Some(line_end) = rest.windows(2).position(|w| w == b"\r\n") {
+        let size =
+            usize::from_str_radix(std::str::from_utf8(&rest[..line_end]).unwrap().trim(), 16)
+                .unwrap();
+        rest = &rest[line_end + 2..];
+        if size == 0 {
+            complete = true;
+            break;
+        }
+        if rest.len() < size + 2 {
+            chunks.push(rest.to_vec());
+            break;
+        }
+        chunks.push(rest[..size].to_vec());
+        rest = &rest[size + 2..];
+    }
+    Raw {
+        status,
+        head,
+        chunks,
+        complete,
+    }
+}
+
+pub const ANTHROPIC_HEADERS: [(&str, &str); 4] = [
+    ("x-api-key", "k"),
+    ("anthropic-version", "2023-06-01"),
+    ("x-muster-agent-id", "a"),
+    ("x-muster-turn", "1"),
+];
+
+pub const OPENAI_HEADERS: [(&str, &str); 3] = [
+    ("authorization", "Bearer k"),
+    ("x-muster-agent-id", "a"),
+    ("x-muster-turn", "1"),
+];
