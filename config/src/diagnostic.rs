@@ -197,19 +197,32 @@ pub(crate) fn suggestion_suffix<'a>(
         .unwrap_or_default()
 }
 
-/// Levenshtein distance over characters.
+/// Edit distance over characters where swapping two neighbours costs one (optimal string
+/// alignment), so `Plna` is one edit from `Plan`.
 fn edit_distance(left: &str, right: &str) -> usize {
+    let left: Vec<char> = left.chars().collect();
     let right: Vec<char> = right.chars().collect();
-    let mut previous: Vec<usize> = (0..=right.len()).collect();
-    for (i, left_char) in left.chars().enumerate() {
-        let mut current = vec![i + 1; right.len() + 1];
-        for (j, right_char) in right.iter().enumerate() {
-            let substitution = previous[j] + usize::from(left_char != *right_char);
-            current[j + 1] = substitution.min(previous[j + 1] + 1).min(current[j] + 1);
-        }
-        previous = current;
+    let width = right.len() + 1;
+    let mut table = vec![0usize; (left.len() + 1) * width];
+    for (i, cell) in table.iter_mut().step_by(width).enumerate() {
+        *cell = i;
     }
-    previous[right.len()]
+    for (j, cell) in table.iter_mut().take(width).enumerate() {
+        *cell = j;
+    }
+    for i in 1..=left.len() {
+        for j in 1..=right.len() {
+            let cost = usize::from(left[i - 1] != right[j - 1]);
+            let mut best = (table[(i - 1) * width + j] + 1)
+                .min(table[i * width + j - 1] + 1)
+                .min(table[(i - 1) * width + j - 1] + cost);
+            if i > 1 && j > 1 && left[i - 1] == right[j - 2] && left[i - 2] == right[j - 1] {
+                best = best.min(table[(i - 2) * width + j - 2] + 1);
+            }
+            table[i * width + j] = best;
+        }
+    }
+    table[left.len() * width + right.len()]
 }
 
 #[cfg(test)]

@@ -124,6 +124,11 @@ impl<'s, 'a> TableReader<'s, 'a> {
         }
     }
 
+    /// Whether the table has `key` at all.
+    pub fn has(&self, key: &str) -> bool {
+        self.table.get(key).is_some()
+    }
+
     fn entry(&self, key: &str) -> Option<&'s Spanned<DeValue<'a>>> {
         self.table.get(key)
     }

@@ -125,7 +125,7 @@ impl FileWalker<'_, '_> {
                     format!("expected a table, found {}", describe(other)),
                 ));
             }
-            (Schema::Leaf(kind, _), inner) => match kind.from_toml(inner) {
+            (Schema::Leaf(kind, _), inner) => match kind.read_toml(inner) {
                 Ok(parsed) => {
                     let origin = self.origin(&value.span());
                     self.values.leaves.push((path.clone(), parsed, origin));
@@ -211,7 +211,7 @@ fn set_from_text(
 ) -> Result<(), String> {
     match SETTINGS.lookup(&path) {
         Some(Schema::Leaf(kind, _)) => {
-            let parsed = kind.from_text(text)?;
+            let parsed = kind.read_text(text)?;
             values.leaves.push((path, parsed, origin));
             Ok(())
         }
@@ -340,7 +340,7 @@ pub(crate) fn default_layer() -> Result<LayerValues, Vec<Diagnostic>> {
     for (path, schema) in SETTINGS.leaf_paths() {
         if let Schema::Leaf(kind, Some(default)) = schema {
             let parsed = kind
-                .from_text(default)
+                .read_text(default)
                 .map_err(|message| vec![Diagnostic::new(message).for_key(path.join("."))])?;
             let path = path.into_iter().map(str::to_string).collect();
             values.leaves.push((path, parsed, Origin::built_in()));

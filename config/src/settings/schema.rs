@@ -246,7 +246,7 @@ impl Kind {
     }
 
     /// Reads a value of this kind from a TOML value.
-    pub fn from_toml(self, value: &DeValue<'_>) -> Result<SettingValue, String> {
+    pub fn read_toml(self, value: &DeValue<'_>) -> Result<SettingValue, String> {
         let mismatch = || format!("expected {}, found {}", self.expected(), describe(value));
         match self {
             Kind::Count => integer_value(value)
@@ -260,14 +260,14 @@ impl Kind {
                 _ => Err(mismatch()),
             },
             _ => match value {
-                DeValue::String(text) => self.from_text(text),
+                DeValue::String(text) => self.read_text(text),
                 _ => Err(mismatch()),
             },
         }
     }
 
     /// Reads a value of this kind from text (an environment variable, a flag, a default).
-    pub fn from_text(self, text: &str) -> Result<SettingValue, String> {
+    pub fn read_text(self, text: &str) -> Result<SettingValue, String> {
         let found = format!("{text:?}");
         match self {
             Kind::Text | Kind::Path => {

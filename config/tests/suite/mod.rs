@@ -1,3 +1,4 @@
 mod agents;
 mod fixtures;
 mod settings;
+mod teams;

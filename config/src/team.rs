@@ -1,0 +1,366 @@
+//! Team files (`muster.team.toml` at the project root, or `--team FILE`): the team's name, the
+//! lead's definition, teammates, and the `[spawn]` rules for teammates the lead spawns.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::agents::AgentCatalog;
+use crate::approver::Approver;
+use crate::diagnostic::{ConfigError, Diagnostic, invalid};
+use crate::ids::{check_id, check_teammate_name};
+use crate::mode::PermissionMode;
+use crate::policy::Policy;
+use crate::project::ProjectRoot;
+use crate::settings::read_optional;
+use crate::toml_source::{Located, SourceText, TableReader};
+
+/// The team file's name at the project root.
+pub const TEAM_FILE_NAME: &str = "muster.team.toml";
+
+const TEAM_KEYS: &[&str] = &[
+    "name",
+    "lead",
+    "max_concurrent_teammates",
+    "teammates",
+    "spawn",
+];
+const TEAMMATE_KEYS: &[&str] = &[
+    "name",
+    "definition",
+    "count",
+    "plan_mode_required",
+    "approver",
+];
+const SPAWN_KEYS: &[&str] = &["plan_mode_required", "approver", "max_mode", "definitions"];
+
+/// Default for `max_concurrent_teammates`.
+pub const DEFAULT_MAX_CONCURRENT: u64 = 4;
+/// The largest `count` a teammate entry may have.
+pub const MAX_COUNT: u64 = 64;
+
+/// One teammate of the team, after `count` expansion (`worker-1`, `worker-2`, …).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TeammateSpec {
+    pub id: String,
+    pub definition: String,
+    pub plan_mode_required: bool,
+    pub approver: Approver,
+}
+
+/// Rules for teammates the lead spawns with `SpawnTeammate`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SpawnRules {
+    /// Whether spawned teammates must plan first (default true; `SpawnTeammate` can only
+    /// tighten this).
+    pub plan_mode_required: bool,
+    /// Who approves their plans (default `lead`).
+    pub approver: Approver,
+    /// The highest working mode a spawned teammate gets; `None` caps nothing.
+    pub max_mode: Option<PermissionMode>,
+    /// The definitions the lead may spawn; `None` allows every definition but `lead`.
+    pub definitions: Option<Vec<String>>,
+}
+
+impl Default for SpawnRules {
+    fn default() -> Self {
+        SpawnRules {
+            plan_mode_required: true,
+            approver: Approver::Lead,
+            max_mode: None,
+            definitions: None,
+        }
+    }
+}
+
+impl SpawnRules {
+    /// Whether the lead may spawn a teammate with `definition`.
+    pub fn allows_definition(&self, definition: &str) -> bool {
+        match &self.definitions {
+            Some(allowed) => allowed.iter().any(|name| name == definition),
+            None => definition != "lead",
+        }
+    }
+}
+
+/// A validated team file.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TeamFile {
+    /// The file it was read from (or the label given to [`TeamFile::parse`]).
+    pub source: String,
+    /// The file's text, as stored with a run's launch options.
+    #[serde(skip)]
+    pub text: String,
+    pub name: String,
+    /// The lead's definition (default `lead`).
+    pub lead: String,
+    pub max_concurrent_teammates: u64,
+    pub teammates: Vec<TeammateSpec>,
+    pub spawn: SpawnRules,
+}
+
+impl TeamFile {
+    /// `muster.team.toml` at the root, when it exists.
+    pub fn discover(root: &ProjectRoot) -> Option<PathBuf> {
+        let path = root.path().join(TEAM_FILE_NAME);
+        path.is_file().then_some(path)
+    }
+
+    /// Reads and validates a team file, including the policy files its approvers name
+    /// (relative to `root`).
+    pub fn load(
+        path: &Path,
+        root: &ProjectRoot,
+        catalog: &AgentCatalog,
+    ) -> Result<TeamFile, ConfigError> {
+        let Some(text) = read_optional(path)? else {
+            return Err(ConfigError::invalid(
+                Diagnostic::new("team file not found").in_source(path.display().to_string()),
+            ));
+        };
+        let team = TeamFile::parse(&path.display().to_string(), &text, catalog)?;
+        let mut errors = Vec::new();
+        let approvers = team
+            .teammates
+            .iter()
+            .map(|teammate| &teammate.approver)
+            .chain(std::iter::once(&team.spawn.approver));
+        let mut checked: Vec<&PathBuf> = Vec::new();
+        for approver in approvers {
+            if let Approver::Policy(file) = approver {
+                if checked.contains(&file) {
+                    continue;
+                }
+                checked.push(file);
+                if let Err(error) = Policy::load(&root.path().join(file)) {
+                    errors.extend(error.diagnostics().iter().cloned());
+                    if let ConfigError::Io { .. } = error {
+                        return Err(error);
+                    }
+                }
+            }
+        }
+        if errors.is_empty() {
+            Ok(team)
+        } else {
+            Err(invalid(errors))
+        }
+    }
+
+    /// Parses and validates team-file text; `catalog` holds the definitions it may name.
+    pub fn parse(label: &str, text: &str, catalog: &AgentCatalog) -> Result<TeamFile, ConfigError> {
+        let source = SourceText::new(label, text);
+        let table = source.parse().map_err(ConfigError::invalid)?;
+        let reader = TableReader::root(&source, &table);
+        let mut errors = Vec::new();
+        reader.reject_unknown(TEAM_KEYS, &mut errors);
+
+        let name = match reader.string("name", &mut errors) {
+            Some(name) => {
+                if let Err(message) = check_id(&name.value) {
+                    errors.push(located_error(&source, &name, message));
+                }
+                name.value
+            }
+            None => {
+                if !reader.has("name") {
+                    errors.push(reader.error_at("name", "missing required key `name`"));
+                }
+                String::new()
+            }
+        };
+        let lead = reader.string("lead", &mut errors);
+        if let Some(lead) = &lead {
+            check_definition(&source, catalog, lead, &mut errors);
+        }
+        let max_concurrent_teammates = match reader.count("max_concurrent_teammates", &mut errors) {
+            Some(count) if count.value == 0 => {
+                errors.push(located_error(
+                    &source,
+                    &count,
+                    "expected at least 1, found 0".to_string(),
+                ));
+                DEFAULT_MAX_CONCURRENT
+            }
+            Some(count) => count.value,
+            None => DEFAULT_MAX_CONCURRENT,
+        };
+
+        let mut teammates: Vec<TeammateSpec> = Vec::new();
+        let mut origins: Vec<(String, String)> = Vec::new();
+        for entry in reader.tables("teammates", &mut errors) {
+            read_teammate(
+                &source,
+                &entry,
+                catalog,
+                &mut teammates,
+                &mut origins,
+                &mut errors,
+            );
+        }
+        let spawn = match reader.table("spawn", &mut errors) {
+            Some(table) => read_spawn(&source, &table, catalog, &mut errors),
+            None => SpawnRules::default(),
+        };
+        if !errors.is_empty() {
+            return Err(invalid(errors));
+        }
+        Ok(TeamFile {
+            source: label.to_string(),
+            text: text.to_string(),
+            name,
+            lead: lead.map_or_else(|| "lead".to_string(), |lead| lead.value),
+            max_concurrent_teammates,
+            teammates,
+            spawn,
+        })
+    }
+}
+
+fn located_error<T>(source: &SourceText<'_>, located: &Located<T>, message: String) -> Diagnostic {
+    Diagnostic::new(message)
+        .in_source(source.label.clone())
+        .at(Some(located.position))
+        .for_key(located.key.clone())
+}
+
+fn check_definition(
+    source: &SourceText<'_>,
+    catalog: &AgentCatalog,
+    name: &Located<String>,
+    errors: &mut Vec<Diagnostic>,
+) {
+    if catalog.get(&name.value).is_none() {
+        let message = format!(
+            "unknown agent definition `{}`{}",
+            name.value,
+            catalog.suggestion_for(&name.value)
+        );
+        errors.push(located_error(source, name, message));
+    }
+}
+
+fn read_approver(
+    source: &SourceText<'_>,
+    reader: &TableReader<'_, '_>,
+    errors: &mut Vec<Diagnostic>,
+) -> Approver {
+    match reader.string("approver", errors) {
+        None => Approver::Lead,
+        Some(text) => match Approver::parse(&text.value) {
+            Ok(approver) => approver,
+            Err(message) => {
+                errors.push(located_error(source, &text, message));
+                Approver::Lead
+            }
+        },
+    }
+}
+
+fn read_teammate(
+    source: &SourceText<'_>,
+    entry: &TableReader<'_, '_>,
+    catalog: &AgentCatalog,
+    teammates: &mut Vec<TeammateSpec>,
+    origins: &mut Vec<(String, String)>,
+    errors: &mut Vec<Diagnostic>,
+) {
+    entry.reject_unknown(TEAMMATE_KEYS, errors);
+    let definition = entry.string("definition", errors);
+    if let Some(definition) = &definition {
+        check_definition(source, catalog, definition, errors);
+    }
+    let plan_mode_required = entry
+        .boolean("plan_mode_required", errors)
+        .is_none_or(|flag| flag.value);
+    let approver = read_approver(source, entry, errors);
+    let count = match entry.count("count", errors) {
+        Some(count) if count.value == 0 || count.value > MAX_COUNT => {
+            let message = format!(
+                "expected a count from 1 to {MAX_COUNT}, found {}",
+                count.value
+            );
+            errors.push(located_error(source, &count, message));
+            return;
+        }
+        Some(count) => Some(count.value),
+        None => None,
+    };
+    let Some(name) = entry.string("name", errors) else {
+        if !entry.has("name") {
+            errors.push(
+                Diagnostic::new("missing required key `name`")
+                    .in_source(source.label.clone())
+                    .for_key(entry.key_path("name")),
+            );
+        }
+        return;
+    };
+    if let Err(message) = check_teammate_name(&name.value) {
+        errors.push(located_error(source, &name, message));
+        return;
+    }
+    let ids: Vec<String> = match count {
+        None => vec![name.value.clone()],
+        Some(count) => (1..=count).map(|n| format!("{}-{n}", name.value)).collect(),
+    };
+    for id in ids {
+        if let Err(message) = check_teammate_name(&id) {
+            errors.push(located_error(
+                source,
+                &name,
+                format!("teammate id {id:?}: {message}"),
+            ));
+            return;
+        }
+        if let Some((_, first)) = origins.iter().find(|(existing, _)| *existing == id) {
+            let message = format!("duplicate teammate id `{id}` (also from {first})");
+            errors.push(located_error(source, &name, message));
+            continue;
+        }
+        origins.push((id.clone(), name.key.clone()));
+        teammates.push(TeammateSpec {
+            id,
+            definition: definition
+                .as_ref()
+                .map_or_else(|| "general".to_string(), |d| d.value.clone()),
+            plan_mode_required,
+            approver: approver.clone(),
+        });
+    }
+}
+
+fn read_spawn(
+    source: &SourceText<'_>,
+    table: &TableReader<'_, '_>,
+    catalog: &AgentCatalog,
+    errors: &mut Vec<Diagnostic>,
+) -> SpawnRules {
+    table.reject_unknown(SPAWN_KEYS, errors);
+    let defaults = SpawnRules::default();
+    let max_mode = table.string("max_mode", errors).and_then(|text| {
+        match text.value.parse::<PermissionMode>() {
+            Ok(mode) => Some(mode),
+            Err(error) => {
+                let suggestion =
+                    crate::diagnostic::suggestion_suffix(&text.value, PermissionMode::names());
+                errors.push(located_error(source, &text, format!("{error}{suggestion}")));
+                None
+            }
+        }
+    });
+    let definitions = table.string_list("definitions", errors).map(|names| {
+        for name in &names {
+            check_definition(source, catalog, name, errors);
+        }
+        names.into_iter().map(|name| name.value).collect()
+    });
+    SpawnRules {
+        plan_mode_required: table
+            .boolean("plan_mode_required", errors)
+            .map_or(defaults.plan_mode_required, |flag| flag.value),
+        approver: read_approver(source, table, errors),
+        max_mode,
+        definitions,
+    }
+}

@@ -1,0 +1,298 @@
+//! Team files and policy files.
+
+use muster_config::{
+    AgentCatalog, Approver, PermissionMode, Policy, PolicyAnswer, RuleSubject, TeamFile,
+};
+
+use super::fixtures::{Project, display};
+
+fn catalog() -> AgentCatalog {
+    AgentCatalog::built_in().unwrap()
+}
+
+const TEAM: &str = r#"
+name = "shop"
+lead = "lead"
+max_concurrent_teammates = 3
+
+[[teammates]]
+name = "alice"
+definition = "general"
+plan_mode_required = true
+approver = "human"
+
+[[teammates]]
+name = "worker"
+definition = "general"
+count = 2
+plan_mode_required = false
+
+[spawn]
+plan_mode_required = true
+approver = "lead"
+max_mode = "acceptEdits"
+definitions = ["general", "Plan"]
+"#;
+
+#[test]
+fn a_team_file_expands_counts_and_keeps_spawn_rules() {
+    let team = TeamFile::parse("t.toml", TEAM, &catalog()).unwrap();
+    assert_eq!(team.name, "shop");
+    assert_eq!(team.lead, "lead");
+    assert_eq!(team.max_concurrent_teammates, 3);
+    let ids: Vec<&str> = team.teammates.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, vec!["alice", "worker-1", "worker-2"]);
+    assert_eq!(team.teammates[0].approver, Approver::Human);
+    assert!(team.teammates[0].plan_mode_required);
+    assert!(!team.teammates[2].plan_mode_required);
+    assert_eq!(team.teammates[2].approver, Approver::Lead);
+    assert_eq!(team.spawn.max_mode, Some(PermissionMode::AcceptEdits));
+    assert!(team.spawn.allows_definition("Plan"));
+    assert!(!team.spawn.allows_definition("lead"));
+}
+
+#[test]
+fn spawn_defaults_require_plans_approved_by_the_lead() {
+    let team = TeamFile::parse("t.toml", "name = \"t\"\n", &catalog()).unwrap();
+    assert!(team.spawn.plan_mode_required);
+    assert_eq!(team.spawn.approver, Approver::Lead);
+    assert_eq!(team.spawn.max_mode, None);
+    assert!(team.spawn.allows_definition("general"));
+    assert!(!team.spawn.allows_definition("lead"));
+    assert_eq!(team.lead, "lead");
+    assert!(team.teammates.is_empty());
+}
+
+#[test]
+fn bad_team_files_say_where_and_what() {
+    let cases = [
+        (
+            "name = \"Shop\"",
+            "t.toml:1:8: name: expected an id of lowercase letters, digits and `-`, starting with a letter, at most 32 characters ([a-z][a-z0-9-]{0,31}), found \"Shop\"",
+        ),
+        (
+            "lead = \"lead\"",
+            "t.toml:1:1: name: missing required key `name`",
+        ),
+        (
+            "name = \"t\"\nteamates = []",
+            "t.toml:2:1: teamates: unknown key `teamates` (did you mean `teammates`?)",
+        ),
+        (
+            "name = \"t\"\n[[teammates]]\nname = \"human\"",
+            "t.toml:3:8: teammates[0].name: `human` is reserved (lead, human and policy cannot name teammates)",
+        ),
+        (
+            "name = \"t\"\n[[teammates]]\nname = \"lead\"",
+            "t.toml:3:8: teammates[0].name: `lead` is reserved",
+        ),
+        (
+            "name = \"t\"\n[[teammates]]\nname = \"bob\"\ndefinition = \"genral\"",
+            "t.toml:4:14: teammates[0].definition: unknown agent definition `genral` (did you mean `general`?)",
+        ),
+        (
+            "name = \"t\"\n[[teammates]]\nname = \"bob\"\n[[teammates]]\nname = \"bob\"",
+            "t.toml:5:8: teammates[1].name: duplicate teammate id `bob` (also from teammates[0].name)",
+        ),
+        (
+            "name = \"t\"\n[[teammates]]\nname = \"w\"\ncount = 0",
+            "t.toml:4:9: teammates[0].count: expected a count from 1 to 64, found 0",
+        ),
+        (
+            "name = \"t\"\n[[teammates]]\nname = \"w\"\napprover = \"boss\"",
+            "t.toml:4:12: teammates[0].approver: expected \"lead\", \"human\" or \"policy:FILE\", found \"boss\"",
+        ),
+        (
+            "name = \"t\"\n[[teammates]]\nname = \"w\"\nplan_mode_required = \"yes\"",
+            "t.toml:4:22: teammates[0].plan_mode_required: expected a boolean (true or false), found a string \"yes\"",
+        ),
+        (
+            "name = \"t\"\n[spawn]\nmax_mode = \"bypass\"",
+            "t.toml:3:12: spawn.max_mode: unknown permission mode `bypass`",
+        ),
+        (
+            "name = \"t\"\n[spawn]\ndefinitions = [\"Plna\"]",
+            "t.toml:3:16: spawn.definitions[0]: unknown agent definition `Plna` (did you mean `Plan`?)",
+        ),
+        (
+            "name = \"t\"\nmax_concurrent_teammates = -1",
+            "t.toml:2:28: max_concurrent_teammates: expected a non-negative integer, found an integer -1",
+        ),
+        (
+            "name = \"t\"\n[[teammates]]\nname = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\ncount = 12",
+            "teammate id \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-10\"",
+        ),
+        ("name = ", "t.toml:1:8: invalid TOML"),
+    ];
+    for (text, expected) in cases {
+        let error = TeamFile::parse("t.toml", text, &catalog())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains(expected),
+            "for {text:?}\n got: {error}\nwant: {expected}"
+        );
+    }
+}
+
+#[test]
+fn teams_may_name_project_definitions_and_policy_files_are_checked() {
+    let project = Project::new();
+    project.write(
+        ".muster/agents/reviewer.md",
+        "---\nname: reviewer\ndescription: r\n---\n",
+    );
+    let team_path = project.write(
+        "muster.team.toml",
+        "name = \"t\"\n[[teammates]]\nname = \"rita\"\ndefinition = \"reviewer\"\napprover = \"policy:policies/ci.toml\"\n",
+    );
+    let root = project.project_root();
+    let catalog = AgentCatalog::load(&root).unwrap().value;
+    assert_eq!(TeamFile::discover(&root), Some(team_path.clone()));
+    let error = TeamFile::load(&team_path, &root, &catalog)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        error,
+        format!(
+            "{}: policy file not found",
+            display(&project.path("policies/ci.toml"))
+        )
+    );
+    project.write("policies/ci.toml", "max_mode = \"acceptEdits\"\n");
+    let team = TeamFile::load(&team_path, &root, &catalog).unwrap();
+    assert_eq!(team.teammates[0].definition, "reviewer");
+    assert_eq!(
+        team.teammates[0].approver,
+        Approver::Policy("policies/ci.toml".into())
+    );
+}
+
+const POLICY: &str = r#"
+required_sections = ["Goal", "Steps", "Files", "Tests"]
+max_files = 2
+allowed_paths = ["src/**", "tests/**"]
+denied_paths = ["src/secrets/**"]
+max_mode = "acceptEdits"
+
+[permissions]
+allow = ["Bash(cargo test:*)", "Read"]
+deny = ["Bash(cargo test --release:*)"]
+"#;
+
+#[test]
+fn a_policy_answers_permissions_by_its_rules_and_denies_the_rest() {
+    let policy = Policy::parse("p.toml", POLICY).unwrap();
+    assert!(!policy.approve_all);
+    let cases = [
+        (
+            "Bash",
+            RuleSubject::Command("cargo test -p x"),
+            PolicyAnswer::Allow {
+                rule: "Bash(cargo test:*)".into(),
+            },
+        ),
+        (
+            "Bash",
+            RuleSubject::Command("cargo test --release"),
+            PolicyAnswer::Deny {
+                reason: "denied by policy rule `Bash(cargo test --release:*)`".into(),
+            },
+        ),
+        (
+            "Bash",
+            RuleSubject::Command("rm -rf /"),
+            PolicyAnswer::Deny {
+                reason: "policy has no rule".into(),
+            },
+        ),
+        (
+            "Grep",
+            RuleSubject::Nothing,
+            PolicyAnswer::Allow {
+                rule: "Read".into(),
+            },
+        ),
+    ];
+    for (tool, subject, expected) in cases {
+        assert_eq!(
+            policy.answer_permission(tool, subject),
+            expected,
+            "{tool} {subject:?}"
+        );
+    }
+}
+
+#[test]
+fn a_policy_reviews_plans() {
+    let policy = Policy::parse("p.toml", POLICY).unwrap();
+    let good =
+        "## Goal\nx\n## Steps\n1. a\n## Files\n- src/a.rs\n- `tests/b.rs`\n## Tests\ncargo test\n";
+    let verdict = policy.review_plan(good);
+    assert!(verdict.approved, "{:?}", verdict.reasons);
+    assert_eq!(verdict.granted_mode, PermissionMode::AcceptEdits);
+    let bad = "## Goal\nx\n## Steps\n1. a\n## Files\nsrc/secrets/k.rs\ndocs/x.md\nsrc/c.rs\n";
+    let verdict = policy.review_plan(bad);
+    assert!(!verdict.approved);
+    assert_eq!(
+        verdict.reasons,
+        vec![
+            "missing section `## Tests`",
+            "`## Files` lists 3 paths; the policy allows at most 2",
+            "`src/secrets/k.rs` matches a denied path",
+            "`docs/x.md` matches no allowed path",
+        ]
+    );
+    let yolo = Policy::parse("p.toml", "approve_all = true\n").unwrap();
+    assert!(yolo.review_plan("").approved);
+    assert_eq!(yolo.max_mode, PermissionMode::Default);
+    let strict = Policy::parse("p.toml", "").unwrap();
+    assert!(!strict.approve_all, "approve_all is never a default");
+    assert_eq!(
+        strict.answer_permission("Read", RuleSubject::Nothing),
+        PolicyAnswer::Deny {
+            reason: "policy has no rule".into()
+        }
+    );
+}
+
+#[test]
+fn bad_policy_files_say_where_and_what() {
+    let cases = [
+        (
+            "required_sections = [\"Step\"]",
+            "p.toml:1:22: required_sections[0]: expected one of Goal, Steps, Files, Tests, Risks, found \"Step\" (did you mean `Steps`?)",
+        ),
+        (
+            "max_file = 3",
+            "p.toml:1:1: max_file: unknown key `max_file` (did you mean `max_files`?)",
+        ),
+        (
+            "allowed_paths = [\"src/[\"]",
+            "p.toml:1:18: allowed_paths[0]: invalid path glob \"src/[\"",
+        ),
+        (
+            "max_mode = \"everything\"",
+            "p.toml:1:12: max_mode: unknown permission mode `everything`",
+        ),
+        (
+            "[permissions]\nallow = [\"Bash(ls\"]",
+            "p.toml:2:10: permissions.allow[0]: expected `)` at the end of rule `Bash(ls`",
+        ),
+        (
+            "[permissions]\nask = []",
+            "p.toml:2:1: permissions.ask: unknown key `ask`",
+        ),
+        (
+            "approve_all = 1",
+            "p.toml:1:15: approve_all: expected a boolean (true or false), found an integer 1",
+        ),
+    ];
+    for (text, expected) in cases {
+        let error = Policy::parse("p.toml", text).unwrap_err().to_string();
+        assert!(
+            error.starts_with(expected),
+            "for {text:?}\n got: {error}\nwant: {expected}"
+        );
+    }
+}
