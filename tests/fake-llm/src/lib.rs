@@ -80,7 +80,8 @@
 //!             "truncate_after_events": 3,
 //!             "error_event": {"after_events": 2, "type": "overloaded_error", "message": "Overloaded"},
 //!             "stall": {"after_events": 2, "ms": 300, "ping_every_ms": 50, "then_disconnect": false},
-//!             "malformed_after_events": 2, "unknown_event_after_events": 1},
+//!             "malformed_after_events": 2, "unknown_event_after_events": 1,
+//!             "cut_last_block": false},
 //!   "openai": {"tool_index_always_zero": false, "omit_tool_index": false,
 //!              "finish_reason_stop_with_tools": false, "usage_choices_null": false,
 //!              "no_done": false}

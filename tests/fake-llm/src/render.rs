@@ -48,6 +48,8 @@ pub(crate) struct Prepared<'a> {
     pub usage: Usage,
     pub stop_reason: String,
     pub chunk_chars: usize,
+    /// Cut the last block after half of its deltas, without `content_block_stop`.
+    pub cut_last_block: bool,
 }
 
 impl Prepared<'_> {
@@ -99,7 +101,26 @@ impl Prepared<'_> {
             usage,
             stop_reason,
             chunk_chars: if chunk_chars == 0 { 16 } else { chunk_chars },
+            cut_last_block: false,
         }
+    }
+
+    /// The delta pieces of block `index`: all of them, or the first half when it is cut.
+    fn pieces(&self, index: usize, s: &str) -> Vec<String> {
+        let mut all = split_chars(s, self.chunk_chars);
+        if self.is_cut(index) {
+            all.truncate(
+                all.len()
+                    .div_ceil(2)
+                    .min(all.len().saturating_sub(1))
+                    .max(1),
+            );
+        }
+        all
+    }
+
+    fn is_cut(&self, index: usize) -> bool {
+        self.cut_last_block && index + 1 == self.reply.content.len()
     }
 
     fn tool_id(&self, n: usize, explicit: &Option<String>) -> String {
@@ -206,7 +227,7 @@ pub(crate) fn anthropic_events(p: &Prepared<'_>, ping: bool) -> Vec<Event> {
         match block {
             Block::Text(text) => {
                 ev.push(start(json!({"type": "text", "text": ""})));
-                for piece in split_chars(text, p.chunk_chars) {
+                for piece in p.pieces(index, text) {
                     ev.push(delta(json!({"type": "text_delta", "text": piece})));
                 }
             }
@@ -219,7 +240,7 @@ pub(crate) fn anthropic_events(p: &Prepared<'_>, ping: bool) -> Vec<Event> {
                 ev.push(delta(
                     json!({"type": "input_json_delta", "partial_json": ""}),
                 ));
-                for piece in split_chars(&input.to_string(), p.chunk_chars) {
+                for piece in p.pieces(index, &input.to_string()) {
                     ev.push(delta(
                         json!({"type": "input_json_delta", "partial_json": piece}),
                     ));
@@ -232,22 +253,26 @@ pub(crate) fn anthropic_events(p: &Prepared<'_>, ping: bool) -> Vec<Event> {
                 ev.push(start(
                     json!({"type": "thinking", "thinking": "", "signature": ""}),
                 ));
-                for piece in split_chars(thinking, p.chunk_chars) {
+                for piece in p.pieces(index, thinking) {
                     ev.push(delta(json!({"type": "thinking_delta", "thinking": piece})));
                 }
-                ev.push(delta(
-                    json!({"type": "signature_delta", "signature": signature}),
-                ));
+                if !p.is_cut(index) {
+                    ev.push(delta(
+                        json!({"type": "signature_delta", "signature": signature}),
+                    ));
+                }
             }
             Block::Raw(v) => ev.push(start(v.clone())),
         }
         if index == 0 && ping {
             ev.push(Event::named("ping", json!({"type": "ping"})));
         }
-        ev.push(Event::named(
-            "content_block_stop",
-            json!({"type": "content_block_stop", "index": index}),
-        ));
+        if !p.is_cut(index) {
+            ev.push(Event::named(
+                "content_block_stop",
+                json!({"type": "content_block_stop", "index": index}),
+            ));
+        }
     }
     let mut usage = anthropic_usage(&p.usage);
     if let Some(map) = usage.as_object_mut() {
@@ -386,15 +411,15 @@ pub(crate) fn openai_events(p: &Prepared<'_>, q: &OpenAiQuirks, include_usage: b
         Value::Null,
     )];
     let mut tool_n = 0;
-    for b in &p.reply.content {
+    for (index, b) in p.reply.content.iter().enumerate() {
         match b {
             Block::Text(t) => {
-                for piece in split_chars(t, p.chunk_chars) {
+                for piece in p.pieces(index, t) {
                     ev.push(chunk(json!({"content": piece}), Value::Null));
                 }
             }
             Block::Thinking { thinking, .. } => {
-                for piece in split_chars(thinking, p.chunk_chars) {
+                for piece in p.pieces(index, thinking) {
                     ev.push(chunk(json!({"reasoning_content": piece}), Value::Null));
                 }
             }
@@ -413,7 +438,7 @@ pub(crate) fn openai_events(p: &Prepared<'_>, q: &OpenAiQuirks, include_usage: b
                     "function": {"name": name, "arguments": ""},
                 }));
                 ev.push(chunk(json!({"tool_calls": [first]}), Value::Null));
-                for piece in split_chars(&input.to_string(), p.chunk_chars) {
+                for piece in p.pieces(index, &input.to_string()) {
                     let frag = with_index(json!({"function": {"arguments": piece}}));
                     ev.push(chunk(json!({"tool_calls": [frag]}), Value::Null));
                 }

@@ -348,6 +348,12 @@ pub struct Fault {
     /// Insert an event of an unknown type after this many events.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unknown_event_after_events: Option<usize>,
+    /// Streams only: cut the last content block after half of its deltas, with no
+    /// `content_block_stop` (so a tool's JSON is incomplete), then `message_delta` and
+    /// `message_stop` as usual: with `stop_reason: "max_tokens"` this is the SDK fixture
+    /// `incomplete_partial_json_response`. OpenAI: the last block's fragments are cut.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub cut_last_block: bool,
 }
 
 impl Fault {

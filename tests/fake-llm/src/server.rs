@@ -439,7 +439,7 @@ fn build_plan(
         })
         .collect();
     let model = body.get("model").and_then(Value::as_str).unwrap_or("");
-    let p = Prepared::new(
+    let mut p = Prepared::new(
         &reply,
         msg_id,
         tool_ids,
@@ -447,6 +447,7 @@ fn build_plan(
         state::input_chars(body),
         entry.stream.chunk_chars,
     );
+    p.cut_last_block = entry.fault.cut_last_block;
     let streaming = body.get("stream").and_then(Value::as_bool) == Some(true);
     let opts = &entry.stream;
     let items: Vec<Bytes> = if streaming {

@@ -8,6 +8,7 @@
 mod all {
     mod anthropic;
     pub mod common;
+    mod control;
     mod faults;
     mod openai;
     mod selection;
