@@ -224,6 +224,7 @@ pub(crate) fn anthropic_events(p: &Prepared<'_>, ping: bool) -> Vec<Event> {
                 json!({"type": "content_block_start", "index": index, "content_block": b}),
             )
         };
+        let start_pos = ev.len();
         match block {
             Block::Text(text) => {
                 ev.push(start(json!({"type": "text", "text": ""})));
@@ -264,8 +265,9 @@ pub(crate) fn anthropic_events(p: &Prepared<'_>, ping: bool) -> Vec<Event> {
             }
             Block::Raw(v) => ev.push(start(v.clone())),
         }
+        // As in the reference stream: a ping right after the first content_block_start.
         if index == 0 && ping {
-            ev.push(Event::named("ping", json!({"type": "ping"})));
+            ev.insert(start_pos + 1, anthropic_ping());
         }
         if !p.is_cut(index) {
             ev.push(Event::named(

@@ -40,8 +40,8 @@ async fn openai_raw(fake: &muster_fake_llm::FakeLlmHandle, stream: bool) -> Raw 
 const NORMAL: [&str; 7] = [
     "message_start",
     "content_block_start",
-    "content_block_delta",
     "ping",
+    "content_block_delta",
     "content_block_stop",
     "message_delta",
     "message_stop",
@@ -140,12 +140,7 @@ async fn fault_error_event_after_200() {
     let events = parse_sse(&raw.text());
     assert_eq!(
         names(&events),
-        [
-            "message_start",
-            "content_block_start",
-            "content_block_delta",
-            "error"
-        ]
+        ["message_start", "content_block_start", "ping", "error"]
     );
     assert_eq!(
         events[3].json(),
