@@ -11,11 +11,18 @@
 
 mod bash;
 mod context;
+mod coordination;
 mod edit;
+mod glob;
+mod grep;
 mod input;
+mod ls;
+mod notebook;
 mod output;
 mod read;
+mod registry;
 mod text;
+mod walk;
 mod workspace;
 mod write;
 
@@ -29,10 +36,22 @@ pub use context::{
     OutputLimits, ProcessGroupId, ProcessGroupRecorder, RecordFuture, ShutdownSignal,
     ShutdownTrigger, ToolContext,
 };
+pub use coordination::{
+    Agent, AgentInput, AskUserQuestion, AskUserQuestionInput, EnterPlanMode, EnterPlanModeInput,
+    ExitPlanMode, ExitPlanModeInput, GrantedMode, Question, QuestionOption, ReviewPlan,
+    ReviewPlanInput, SendMessage, SendMessageInput, ShutdownTeammate, ShutdownTeammateInput,
+    SpawnTeammate, SpawnTeammateInput, TaskCreate, TaskCreateInput, TaskGet, TaskGetInput,
+    TaskList, TaskListInput, TaskStatus, TaskUpdate, TaskUpdateInput,
+};
 pub use edit::{Edit, EditInput, MultiEdit, MultiEditInput, StringEdit};
+pub use glob::{Glob, GlobInput};
+pub use grep::{Grep, GrepInput, GrepOutputMode};
 pub use input::{InputError, input_schema};
+pub use ls::{Ls, LsInput};
+pub use notebook::{CellType, NotebookEdit, NotebookEditInput, NotebookEditMode};
 pub use output::{ToolDetails, ToolOutput};
 pub use read::{Read, ReadInput};
+pub use registry::{TOOL_NAMES, ToolDefinition, ToolRegistry};
 pub use workspace::{PathAccess, PathError, PathUse, Workspace, WorkspaceError};
 pub use write::{Write, WriteInput};
 

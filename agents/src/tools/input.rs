@@ -107,7 +107,7 @@ fn join_field(path: &str, key: &str) -> String {
 }
 
 /// The path of the first place `value` breaks `schema` (types, enums, minimums, required and
-/// unknown properties, array items, `anyOf`/`oneOf`). `None` when nothing is found.
+/// unknown properties, array items, `const`, `anyOf`/`oneOf`). `None` when nothing is found.
 fn mismatch_path(schema: &Value, value: &Value, path: &str) -> Option<String> {
     let schema = schema.as_object()?;
     for combinator in ["anyOf", "oneOf"] {
@@ -126,6 +126,11 @@ fn mismatch_path(schema: &Value, value: &Value, path: &str) -> Option<String> {
     }
     if let Some(Value::Array(allowed)) = schema.get("enum")
         && !allowed.contains(value)
+    {
+        return Some(path.to_owned());
+    }
+    if let Some(constant) = schema.get("const")
+        && constant != value
     {
         return Some(path.to_owned());
     }

@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use muster_agents::tools::{
-    Bash, BashOutcome, Edit, MultiEdit, OutputLimits, ProcessGroupId, ProcessGroupRecorder, Read,
-    RecordFuture, ShutdownSignal, Tool, ToolContext, ToolDetails, ToolOutput, Workspace, Write,
+    Bash, BashOutcome, Edit, Glob, Grep, HandledBy, Ls, MultiEdit, NotebookEdit, OutputLimits,
+    PathAccess, PathUse, ProcessGroupId, ProcessGroupRecorder, Read, RecordFuture, ShutdownSignal,
+    TOOL_NAMES, Tool, ToolContext, ToolDetails, ToolOutput, ToolRegistry, Workspace, Write,
 };
 use serde_json::{Value, json};
 
@@ -888,4 +889,795 @@ async fn bash_input_errors_are_clear() {
         let output = fixture.call(&Bash, input).await;
         assert_error(&output, &["invalid input for Bash", field]);
     }
+}
+
+// ---- Glob ----
+
+fn listed_paths(output: &ToolOutput) -> Vec<String> {
+    output
+        .content
+        .lines()
+        .filter(|line| !line.starts_with('('))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn glob_matches_recursively_and_respects_gitignore() {
+    let fixture = Fixture::new();
+    fixture.write("src/main.rs", "fn main() {}\n");
+    fixture.write("src/nested/deep.rs", "\n");
+    fixture.write("top.rs", "\n");
+    fixture.write("README.md", "\n");
+    fixture.write("target/debug/build.rs", "\n");
+    fixture.write(".gitignore", "target/\n");
+    fixture.write(".github/workflow.rs", "\n");
+    fixture.write(".git/hooks.rs", "\n");
+
+    let output = fixture.call(&Glob, json!({"pattern": "**/*.rs"})).await;
+    assert_ok(&output);
+    let mut found = listed_paths(&output);
+    found.sort();
+    let mut expected: Vec<String> = [
+        ".github/workflow.rs",
+        "src/main.rs",
+        "src/nested/deep.rs",
+        "top.rs",
+    ]
+    .iter()
+    .map(|relative| fixture.path(relative).display().to_string())
+    .collect();
+    expected.sort();
+    assert_eq!(found, expected);
+
+    let top_only = fixture.call(&Glob, json!({"pattern": "*.rs"})).await;
+    assert_eq!(
+        listed_paths(&top_only),
+        vec![fixture.path("top.rs").display().to_string()]
+    );
+
+    let in_src = fixture
+        .call(&Glob, json!({"pattern": "*.rs", "path": "src"}))
+        .await;
+    assert_eq!(
+        listed_paths(&in_src),
+        vec![fixture.path("src/main.rs").display().to_string()]
+    );
+}
+
+#[tokio::test]
+async fn glob_lists_newest_first() {
+    let fixture = Fixture::new();
+    fixture.write("old.txt", "old");
+    fixture.write("new.txt", "new");
+    let old = std::fs::File::options()
+        .write(true)
+        .open(fixture.path("old.txt"))
+        .expect("open");
+    old.set_modified(std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000))
+        .expect("set mtime");
+    let output = fixture.call(&Glob, json!({"pattern": "*.txt"})).await;
+    assert_eq!(
+        listed_paths(&output),
+        vec![
+            fixture.path("new.txt").display().to_string(),
+            fixture.path("old.txt").display().to_string()
+        ]
+    );
+}
+
+#[tokio::test]
+async fn glob_errors_are_clear() {
+    let fixture = Fixture::new();
+    fixture.write("file.txt", "x");
+    let invalid = fixture.call(&Glob, json!({"pattern": "src/[abc"})).await;
+    assert_error(&invalid, &["invalid glob", "`pattern`"]);
+    let not_a_directory = fixture
+        .call(&Glob, json!({"pattern": "*", "path": "file.txt"}))
+        .await;
+    assert_error(&not_a_directory, &["not a directory", "`path`"]);
+    let outside = fixture
+        .call(&Glob, json!({"pattern": "*", "path": "/"}))
+        .await;
+    assert_error(&outside, &["outside the workspace"]);
+    let none = fixture.call(&Glob, json!({"pattern": "*.zig"})).await;
+    assert_ok(&none);
+    assert!(none.content.contains("No files match"));
+}
+
+// ---- Grep ----
+
+fn grep_fixture() -> Fixture {
+    let fixture = Fixture::new();
+    fixture.write("src/a.rs", "fn alpha() {}\n// TODO: one\nfn beta() {}\n");
+    fixture.write("src/b.py", "def gamma():\n    pass  # todo two\n");
+    fixture.write("notes.md", "nothing here\n");
+    fixture.write("ignored/c.rs", "// TODO: hidden by gitignore\n");
+    fixture.write(".gitignore", "ignored/\n");
+    std::fs::write(fixture.path("blob.bin"), b"TODO\0binary").expect("binary");
+    fixture
+}
+
+#[tokio::test]
+async fn grep_lists_files_with_matches_by_default() {
+    let fixture = grep_fixture();
+    let output = fixture.call(&Grep, json!({"pattern": "TODO"})).await;
+    assert_ok(&output);
+    assert_eq!(
+        listed_paths(&output),
+        vec![fixture.path("src/a.rs").display().to_string()]
+    );
+    let insensitive = fixture
+        .call(&Grep, json!({"pattern": "todo", "-i": true}))
+        .await;
+    let mut found = listed_paths(&insensitive);
+    found.sort();
+    assert_eq!(
+        found,
+        vec![
+            fixture.path("src/a.rs").display().to_string(),
+            fixture.path("src/b.py").display().to_string()
+        ]
+    );
+}
+
+#[tokio::test]
+async fn grep_content_mode_shows_lines_numbers_and_context() {
+    let fixture = grep_fixture();
+    let a = fixture.path("src/a.rs").display().to_string();
+    let output = fixture
+        .call(&Grep, json!({"pattern": "TODO", "output_mode": "content"}))
+        .await;
+    assert_ok(&output);
+    assert_eq!(output.content, format!("{a}:2:// TODO: one\n"));
+
+    let with_context = fixture
+        .call(
+            &Grep,
+            json!({"pattern": "TODO", "output_mode": "content", "-C": 1}),
+        )
+        .await;
+    assert_eq!(
+        with_context.content,
+        format!("{a}-1-fn alpha() {{}}\n{a}:2:// TODO: one\n{a}-3-fn beta() {{}}\n")
+    );
+    let after_only = fixture
+        .call(
+            &Grep,
+            json!({"pattern": "TODO", "output_mode": "content", "-A": 1, "-n": false}),
+        )
+        .await;
+    assert_eq!(
+        after_only.content,
+        format!("{a}:// TODO: one\n{a}-fn beta() {{}}\n")
+    );
+}
+
+#[tokio::test]
+async fn grep_filters_by_glob_type_and_path_and_counts() {
+    let fixture = grep_fixture();
+    let by_glob = fixture
+        .call(&Grep, json!({"pattern": "fn|def", "glob": "*.py"}))
+        .await;
+    assert_eq!(
+        listed_paths(&by_glob),
+        vec![fixture.path("src/b.py").display().to_string()]
+    );
+    let by_type = fixture
+        .call(&Grep, json!({"pattern": "fn|def", "type": "rust"}))
+        .await;
+    assert_eq!(
+        listed_paths(&by_type),
+        vec![fixture.path("src/a.rs").display().to_string()]
+    );
+    let one_file = fixture
+        .call(
+            &Grep,
+            json!({"pattern": "fn", "path": "src/a.rs", "output_mode": "count"}),
+        )
+        .await;
+    assert_eq!(
+        one_file.content,
+        format!("{}:2\n", fixture.path("src/a.rs").display())
+    );
+}
+
+#[tokio::test]
+async fn grep_pages_with_offset_and_head_limit() {
+    let fixture = Fixture::new();
+    let text: String = (1..=5).map(|n| format!("match {n}\n")).collect();
+    fixture.write("m.txt", &text);
+    let output = fixture
+        .call(
+            &Grep,
+            json!({"pattern": "match", "output_mode": "content", "offset": 1, "head_limit": 2}),
+        )
+        .await;
+    assert_ok(&output);
+    let path = fixture.path("m.txt").display().to_string();
+    assert!(
+        output
+            .content
+            .starts_with(&format!("{path}:2:match 2\n{path}:3:match 3\n"))
+    );
+    assert!(output.content.contains("showing entries 2-3 of 5"));
+    assert!(output.content.contains("offset 3"));
+}
+
+#[tokio::test]
+async fn grep_multiline_spans_lines() {
+    let fixture = grep_fixture();
+    let single = fixture.call(&Grep, json!({"pattern": "alpha.*beta"})).await;
+    assert!(single.content.contains("No matches"));
+    let multi = fixture
+        .call(&Grep, json!({"pattern": "alpha.*beta", "multiline": true}))
+        .await;
+    assert_eq!(
+        listed_paths(&multi),
+        vec![fixture.path("src/a.rs").display().to_string()]
+    );
+}
+
+#[tokio::test]
+async fn grep_errors_are_clear() {
+    let fixture = grep_fixture();
+    let cases = [
+        (
+            json!({"pattern": "(unclosed"}),
+            vec!["invalid regular expression", "`pattern`"],
+        ),
+        (
+            json!({"pattern": "x", "type": "klingon"}),
+            vec!["unknown file type", "`type`"],
+        ),
+        (
+            json!({"pattern": "x", "glob": "[z"}),
+            vec!["invalid glob", "`glob`"],
+        ),
+        (
+            json!({"pattern": "x", "path": "missing"}),
+            vec!["missing", "does not exist"],
+        ),
+        (
+            json!({"pattern": "x", "output_mode": "lines"}),
+            vec!["`output_mode`"],
+        ),
+        (json!({"pattern": "x", "-A": -1}), vec!["`-A`"]),
+        (json!({"pattern": "x", "path": "../"}), vec!["`..`"]),
+    ];
+    for (input, fragments) in cases {
+        let output = fixture.call(&Grep, input).await;
+        assert_error(&output, &fragments);
+    }
+}
+
+// ---- LS ----
+
+#[tokio::test]
+async fn ls_shows_a_tree_without_ignored_entries() {
+    let fixture = Fixture::new();
+    fixture.write("src/main.rs", "");
+    fixture.write("src/util/mod.rs", "");
+    fixture.write("Cargo.toml", "");
+    fixture.write("target/out", "");
+    fixture.write("node_modules/pkg/index.js", "");
+    fixture.write(".gitignore", "target/\n");
+    fixture.write(".git/HEAD", "");
+    let output = fixture
+        .call(&Ls, json!({"path": ".", "ignore": ["node_*"]}))
+        .await;
+    assert_ok(&output);
+    let root = fixture.root();
+    assert_eq!(
+        output.content,
+        format!(
+            "- {}/\n  - .gitignore\n  - Cargo.toml\n  - src/\n    - main.rs\n    - util/\n      - mod.rs",
+            root.display()
+        )
+    );
+}
+
+#[tokio::test]
+async fn ls_errors_are_clear() {
+    let fixture = Fixture::new();
+    fixture.write("file.txt", "");
+    let file = fixture.call(&Ls, json!({"path": "file.txt"})).await;
+    assert_error(&file, &["file.txt", "not a directory"]);
+    let missing = fixture.call(&Ls, json!({"path": "nowhere"})).await;
+    assert_error(&missing, &["nowhere", "does not exist"]);
+    let outside = fixture.call(&Ls, json!({"path": "/"})).await;
+    assert_error(&outside, &["outside the workspace"]);
+    let no_path = fixture.call(&Ls, json!({})).await;
+    assert_error(&no_path, &["invalid input for LS", "`path`"]);
+}
+
+// ---- NotebookEdit ----
+
+const NOTEBOOK: &str = include_str!("../data/tools-notebook.ipynb");
+
+fn notebook_fixture() -> Fixture {
+    let fixture = Fixture::new();
+    fixture.write("analysis.ipynb", NOTEBOOK);
+    fixture
+}
+
+fn cells(fixture: &Fixture) -> Vec<Value> {
+    let notebook: Value =
+        serde_json::from_str(&fixture.read("analysis.ipynb")).expect("notebook JSON");
+    notebook["cells"].as_array().expect("cells").clone()
+}
+
+#[tokio::test]
+async fn notebook_edit_replaces_a_cell_and_clears_outputs() {
+    let fixture = notebook_fixture();
+    let output = fixture
+        .call(
+            &NotebookEdit,
+            json!({"notebook_path": "analysis.ipynb", "cell_id": "load", "new_source": "data = load(fast=True)\nshow(data)"}),
+        )
+        .await;
+    assert_ok(&output);
+    let cells = cells(&fixture);
+    assert_eq!(cells.len(), 2);
+    assert_eq!(
+        cells[1]["source"],
+        json!(["data = load(fast=True)\n", "show(data)"])
+    );
+    assert_eq!(cells[1]["outputs"], json!([]));
+    assert_eq!(cells[1]["execution_count"], Value::Null);
+    assert_eq!(
+        cells[0]["source"],
+        json!(["# Analysis\n", "A small notebook."])
+    );
+    assert!(
+        fixture
+            .read("analysis.ipynb")
+            .starts_with("{\n \"cells\": [\n  {\n")
+    );
+}
+
+#[tokio::test]
+async fn notebook_edit_inserts_and_deletes_cells() {
+    let fixture = notebook_fixture();
+    let inserted = fixture
+        .call(
+            &NotebookEdit,
+            json!({"notebook_path": "analysis.ipynb", "cell_id": "intro", "new_source": "import os", "cell_type": "code", "edit_mode": "insert"}),
+        )
+        .await;
+    assert_ok(&inserted);
+    let after_insert = cells(&fixture);
+    assert_eq!(after_insert.len(), 3);
+    assert_eq!(after_insert[1]["cell_type"], "code");
+    assert_eq!(after_insert[1]["source"], json!(["import os"]));
+    let new_id = after_insert[1]["id"].as_str().expect("new id").to_owned();
+    assert!(inserted.content.contains(&new_id));
+
+    let at_start = fixture
+        .call(
+            &NotebookEdit,
+            json!({"notebook_path": "analysis.ipynb", "new_source": "# Title", "cell_type": "markdown", "edit_mode": "insert"}),
+        )
+        .await;
+    assert_ok(&at_start);
+    assert_eq!(cells(&fixture)[0]["source"], json!(["# Title"]));
+
+    let deleted = fixture
+        .call(
+            &NotebookEdit,
+            json!({"notebook_path": "analysis.ipynb", "cell_id": "load", "new_source": "", "edit_mode": "delete"}),
+        )
+        .await;
+    assert_ok(&deleted);
+    let ids: Vec<Value> = cells(&fixture)
+        .iter()
+        .map(|cell| cell["id"].clone())
+        .collect();
+    assert_eq!(ids.len(), 3);
+    assert!(!ids.contains(&json!("load")));
+}
+
+#[tokio::test]
+async fn notebook_edit_addresses_cells_by_index_without_ids() {
+    let fixture = Fixture::new();
+    fixture.write(
+        "old.ipynb",
+        r#"{"cells": [{"cell_type": "code", "metadata": {}, "source": ["1"], "outputs": [], "execution_count": null}], "metadata": {}, "nbformat": 4, "nbformat_minor": 2}"#,
+    );
+    let output = fixture
+        .call(
+            &NotebookEdit,
+            json!({"notebook_path": "old.ipynb", "cell_id": "cell-0", "new_source": "2", "cell_type": "markdown"}),
+        )
+        .await;
+    assert_ok(&output);
+    let notebook: Value = serde_json::from_str(&fixture.read("old.ipynb")).expect("JSON");
+    assert_eq!(notebook["cells"][0]["cell_type"], "markdown");
+    assert_eq!(notebook["cells"][0]["source"], json!(["2"]));
+    assert!(notebook["cells"][0].get("outputs").is_none());
+}
+
+#[tokio::test]
+async fn notebook_edit_errors_are_clear() {
+    let fixture = notebook_fixture();
+    fixture.write("broken.ipynb", "{not json");
+    fixture.write("plain.ipynb", "{\"metadata\": {}}");
+    let cases = [
+        (
+            json!({"notebook_path": "analysis.ipynb", "cell_id": "nope", "new_source": "x"}),
+            vec!["no cell `nope`", "`intro`", "`load`"],
+        ),
+        (
+            json!({"notebook_path": "analysis.ipynb", "new_source": "x"}),
+            vec!["`cell_id` is required to replace"],
+        ),
+        (
+            json!({"notebook_path": "analysis.ipynb", "new_source": "x", "edit_mode": "insert"}),
+            vec!["`cell_type` is required to insert"],
+        ),
+        (
+            json!({"notebook_path": "analysis.ipynb", "new_source": "x", "edit_mode": "delete"}),
+            vec!["`cell_id` is required to delete"],
+        ),
+        (
+            json!({"notebook_path": "analysis.ipynb", "cell_id": "load", "new_source": "x", "edit_mode": "merge"}),
+            vec!["`edit_mode`"],
+        ),
+        (
+            json!({"notebook_path": "notes.txt", "cell_id": "load", "new_source": "x"}),
+            vec!["`notebook_path`", ".ipynb"],
+        ),
+        (
+            json!({"notebook_path": "broken.ipynb", "cell_id": "a", "new_source": "x"}),
+            vec!["not valid notebook JSON"],
+        ),
+        (
+            json!({"notebook_path": "plain.ipynb", "cell_id": "a", "new_source": "x"}),
+            vec!["no `cells` array"],
+        ),
+        (
+            json!({"notebook_path": "missing.ipynb", "cell_id": "a", "new_source": "x"}),
+            vec!["does not exist"],
+        ),
+        (
+            json!({"notebook_path": ".git/x.ipynb", "cell_id": "a", "new_source": "x"}),
+            vec!["never write"],
+        ),
+    ];
+    for (input, fragments) in cases {
+        let output = fixture.call(&NotebookEdit, input).await;
+        assert_error(&output, &fragments);
+    }
+    assert_eq!(fixture.read("analysis.ipynb"), NOTEBOOK);
+}
+
+// ---- Coordination tools and the registry ----
+
+#[test]
+fn the_registry_names_every_known_tool() {
+    // TODO(issue 5): compare with muster_config::KNOWN_TOOLS once it has landed.
+    let known_tools = [
+        "Read",
+        "Write",
+        "Edit",
+        "MultiEdit",
+        "NotebookEdit",
+        "Glob",
+        "Grep",
+        "LS",
+        "Bash",
+        "AskUserQuestion",
+        "EnterPlanMode",
+        "ExitPlanMode",
+        "Agent",
+        "SendMessage",
+        "TaskCreate",
+        "TaskUpdate",
+        "TaskList",
+        "TaskGet",
+        "SpawnTeammate",
+        "ReviewPlan",
+        "ShutdownTeammate",
+    ];
+    let registry = ToolRegistry::standard();
+    assert_eq!(registry.names(), known_tools);
+    assert_eq!(TOOL_NAMES, known_tools);
+}
+
+#[test]
+fn read_only_and_runtime_flags_follow_the_design() {
+    let registry = ToolRegistry::standard();
+    let read_only: Vec<&str> = registry
+        .tools()
+        .filter(|tool| tool.is_read_only())
+        .map(|tool| tool.name())
+        .collect();
+    assert_eq!(
+        read_only,
+        [
+            "Read",
+            "Glob",
+            "Grep",
+            "LS",
+            "EnterPlanMode",
+            "TaskList",
+            "TaskGet"
+        ]
+    );
+    let tool_set: Vec<&str> = registry
+        .tools()
+        .filter(|tool| tool.handled_by() == HandledBy::ToolSet)
+        .map(|tool| tool.name())
+        .collect();
+    assert_eq!(
+        tool_set,
+        [
+            "Read",
+            "Write",
+            "Edit",
+            "MultiEdit",
+            "NotebookEdit",
+            "Glob",
+            "Grep",
+            "LS",
+            "Bash"
+        ]
+    );
+    assert!(
+        registry
+            .tools()
+            .filter(|tool| tool.is_read_only())
+            .all(|tool| tool.is_idempotent())
+    );
+    let exit = registry.get("ExitPlanMode").expect("ExitPlanMode");
+    assert!(!exit.is_read_only());
+}
+
+#[test]
+fn every_schema_is_a_closed_object_with_claude_code_fields() {
+    let registry = ToolRegistry::standard();
+    let definitions = registry.definitions(|_| true);
+    assert_eq!(definitions.len(), 21);
+    for definition in &definitions {
+        let schema = &definition.input_schema;
+        assert_eq!(schema["type"], "object", "{}", definition.name);
+        assert_eq!(schema["additionalProperties"], false, "{}", definition.name);
+        assert!(!definition.description.is_empty());
+        let text = schema.to_string();
+        assert!(
+            !text.contains("$ref"),
+            "{} has a $ref: {text}",
+            definition.name
+        );
+    }
+    let fields = |name: &str| -> Vec<String> {
+        let definition = definitions
+            .iter()
+            .find(|definition| definition.name == name)
+            .expect("definition");
+        let mut fields: Vec<String> = definition.input_schema["properties"]
+            .as_object()
+            .map(|properties| properties.keys().cloned().collect())
+            .unwrap_or_default();
+        fields.sort();
+        fields
+    };
+    let expected: [(&str, &[&str]); 21] = [
+        ("Read", &["file_path", "limit", "offset"]),
+        ("Write", &["content", "file_path"]),
+        (
+            "Edit",
+            &["file_path", "new_string", "old_string", "replace_all"],
+        ),
+        ("MultiEdit", &["edits", "file_path"]),
+        (
+            "NotebookEdit",
+            &[
+                "cell_id",
+                "cell_type",
+                "edit_mode",
+                "new_source",
+                "notebook_path",
+            ],
+        ),
+        ("Glob", &["path", "pattern"]),
+        (
+            "Grep",
+            &[
+                "-A",
+                "-B",
+                "-C",
+                "-i",
+                "-n",
+                "glob",
+                "head_limit",
+                "multiline",
+                "offset",
+                "output_mode",
+                "path",
+                "pattern",
+                "type",
+            ],
+        ),
+        ("LS", &["ignore", "path"]),
+        ("Bash", &["command", "description", "timeout"]),
+        ("AskUserQuestion", &["questions"]),
+        ("EnterPlanMode", &[]),
+        ("ExitPlanMode", &["needs_more_exploration", "plan"]),
+        ("Agent", &["description", "prompt", "subagent_type"]),
+        (
+            "SendMessage",
+            &["approve", "message", "reply_to", "summary", "to"],
+        ),
+        ("TaskCreate", &["blocked_by", "description", "subject"]),
+        (
+            "TaskUpdate",
+            &[
+                "add_blocked_by",
+                "blocked_reason",
+                "description",
+                "owner",
+                "status",
+                "subject",
+                "task_id",
+            ],
+        ),
+        ("TaskList", &[]),
+        ("TaskGet", &["task_id"]),
+        (
+            "SpawnTeammate",
+            &["agent", "name", "plan_mode_required", "prompt"],
+        ),
+        (
+            "ReviewPlan",
+            &[
+                "approve",
+                "clear_context",
+                "edited_plan",
+                "feedback",
+                "mode",
+                "request_id",
+            ],
+        ),
+        ("ShutdownTeammate", &["name", "reason"]),
+    ];
+    for (name, expected_fields) in expected {
+        assert_eq!(fields(name), expected_fields, "{name}");
+    }
+    let edit = definitions
+        .iter()
+        .find(|definition| definition.name == "Edit")
+        .expect("Edit");
+    let mut required: Vec<&str> = edit.input_schema["required"]
+        .as_array()
+        .expect("required")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    required.sort_unstable();
+    assert_eq!(required, ["file_path", "new_string", "old_string"]);
+}
+
+#[tokio::test]
+async fn coordination_tools_validate_input_and_defer_to_the_runtime() {
+    let fixture = Fixture::new();
+    let registry = ToolRegistry::standard();
+    let valid = [
+        (
+            "AskUserQuestion",
+            json!({"questions": [{"question": "Which?", "header": "Pick", "options": [{"label": "A", "description": "first"}, {"label": "B", "description": "second"}], "multiSelect": false}]}),
+        ),
+        ("EnterPlanMode", json!({})),
+        (
+            "ExitPlanMode",
+            json!({"plan": "## Steps\n1. x\n## Files\nsrc/a.rs\n"}),
+        ),
+        (
+            "Agent",
+            json!({"description": "find it", "prompt": "Find the parser", "subagent_type": "Plan"}),
+        ),
+        (
+            "SendMessage",
+            json!({"to": "lead", "message": "done", "reply_to": "question-alice-3"}),
+        ),
+        (
+            "TaskCreate",
+            json!({"subject": "Parser", "description": "Write it", "blocked_by": [1]}),
+        ),
+        (
+            "TaskUpdate",
+            json!({"task_id": 2, "status": "blocked", "blocked_reason": "waiting on 1"}),
+        ),
+        ("TaskList", json!({})),
+        ("TaskGet", json!({"task_id": 2})),
+        (
+            "SpawnTeammate",
+            json!({"name": "alice", "prompt": "Build the parser", "plan_mode_required": true}),
+        ),
+        (
+            "ReviewPlan",
+            json!({"request_id": "plan-alice-2", "approve": true, "mode": "acceptEdits", "clear_context": true}),
+        ),
+        (
+            "ShutdownTeammate",
+            json!({"name": "alice", "reason": "done"}),
+        ),
+    ];
+    for (name, input) in valid {
+        let tool = registry.get(name).expect("tool");
+        assert_eq!(tool.handled_by(), HandledBy::AgentRuntime, "{name}");
+        let output = registry.call(name, &fixture.context, input).await;
+        assert_error(&output, &[name, "handled by the agent runtime"]);
+    }
+    let invalid = [
+        ("EnterPlanMode", json!({"now": true}), "`now`"),
+        ("ExitPlanMode", json!({"plan": 7}), "`plan`"),
+        (
+            "Agent",
+            json!({"description": "x", "prompt": "y"}),
+            "`subagent_type`",
+        ),
+        (
+            "TaskUpdate",
+            json!({"task_id": 1, "status": "done"}),
+            "`status`",
+        ),
+        ("TaskGet", json!({"task_id": "one"}), "`task_id`"),
+        (
+            "ReviewPlan",
+            json!({"request_id": "plan-a-1", "approve": true, "mode": "plan"}),
+            "`mode`",
+        ),
+        ("SendMessage", json!({"to": "lead"}), "`message`"),
+        (
+            "AskUserQuestion",
+            json!({"questions": [{"question": "?", "header": "h", "options": [{"label": "A"}]}]}),
+            "`questions[0].options[0].description`",
+        ),
+    ];
+    for (name, input, field) in invalid {
+        let output = registry.call(name, &fixture.context, input).await;
+        assert_error(&output, &["invalid input", name, field]);
+    }
+}
+
+#[tokio::test]
+async fn the_registry_refuses_an_unknown_tool() {
+    let fixture = Fixture::new();
+    let output = ToolRegistry::standard()
+        .call("Task", &fixture.context, json!({}))
+        .await;
+    assert_error(&output, &["unknown tool `Task`", "Agent"]);
+}
+
+#[test]
+fn accessed_paths_name_what_a_call_reads_and_writes() {
+    let registry = ToolRegistry::standard();
+    let paths = |name: &str, input: Value| {
+        registry
+            .get(name)
+            .expect("tool")
+            .accessed_paths(&input)
+            .expect("valid input")
+    };
+    assert_eq!(
+        paths("Write", json!({"file_path": "a.txt", "content": ""})),
+        [PathAccess {
+            path: "a.txt".to_owned(),
+            usage: PathUse::Write
+        }]
+    );
+    assert_eq!(
+        paths("Grep", json!({"pattern": "x"})),
+        [PathAccess {
+            path: ".".to_owned(),
+            usage: PathUse::Read
+        }]
+    );
+    assert!(paths("Bash", json!({"command": "ls"})).is_empty());
+    let invalid = registry
+        .get("Edit")
+        .expect("Edit")
+        .accessed_paths(&json!({"file_path": 3, "old_string": "a", "new_string": "b"}));
+    assert!(invalid.is_err_and(|error| error.field() == Some("file_path")));
 }

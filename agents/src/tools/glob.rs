@@ -1,0 +1,105 @@
+//! `Glob`: files whose path matches a glob pattern, newest first, gitignore-aware.
+
+use std::path::{Path, PathBuf};
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::TypedTool;
+use super::context::ToolContext;
+use super::output::ToolOutput;
+use super::text::run_blocking;
+use super::walk::{compile_glob, modified, walker};
+use super::workspace::PathAccess;
+
+/// Files `Glob` lists at most.
+const GLOB_RESULT_LIMIT: usize = 100;
+
+/// Input of `Glob`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GlobInput {
+    /// The glob to match file paths against, relative to `path` (`**/*.rs`, `src/**/*.ts`).
+    /// `*` does not cross `/`; `**` does.
+    pub pattern: String,
+    /// The directory to search (default: the workspace root).
+    #[serde(default)]
+    pub path: Option<String>,
+}
+
+/// Finds files by glob pattern.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Glob;
+
+impl TypedTool for Glob {
+    type Input = GlobInput;
+    const NAME: &'static str = "Glob";
+    const DESCRIPTION: &'static str = "Finds files whose path matches a glob pattern (`**/*.rs`, `src/**/*.{ts,tsx}`), \
+         searching `path` (default: the workspace root). Files ignored by .gitignore are skipped. \
+         Returns absolute paths, most recently modified first, at most 100.";
+    const READ_ONLY: bool = true;
+    const IDEMPOTENT: bool = true;
+
+    fn paths(input: &GlobInput) -> Vec<PathAccess> {
+        vec![PathAccess::read(input.path.as_deref().unwrap_or("."))]
+    }
+
+    async fn run(&self, context: &ToolContext, input: GlobInput) -> ToolOutput {
+        let requested = input.path.clone().unwrap_or_else(|| ".".to_owned());
+        let base = match context.resolve_read(&requested) {
+            Ok(base) => base,
+            Err(error) => return ToolOutput::error(error.to_string()),
+        };
+        run_blocking(move || find_files(&input.pattern, &requested, &base)).await
+    }
+}
+
+fn find_files(pattern: &str, requested: &str, base: &Path) -> ToolOutput {
+    if !base.is_dir() {
+        return ToolOutput::error(format!(
+            "`{requested}` is not a directory (resolved to `{}`); give a directory in field `path`",
+            base.display()
+        ));
+    }
+    let pattern = relative_pattern(pattern, base);
+    let matcher = match compile_glob("pattern", pattern) {
+        Ok(matcher) => matcher,
+        Err(message) => return ToolOutput::error(message),
+    };
+    let mut found: Vec<PathBuf> = walker(base)
+        .build()
+        .filter_map(Result::ok)
+        .filter(|entry| entry.file_type().is_some_and(|kind| !kind.is_dir()))
+        .filter(|entry| {
+            entry
+                .path()
+                .strip_prefix(base)
+                .is_ok_and(|relative| matcher.is_match(relative))
+        })
+        .map(ignore::DirEntry::into_path)
+        .collect();
+    if found.is_empty() {
+        return ToolOutput::text(format!("No files match `{pattern}`."));
+    }
+    found.sort_by_cached_key(|path| (std::cmp::Reverse(modified(path)), path.clone()));
+    let total = found.len();
+    let mut listing: Vec<String> = found
+        .iter()
+        .take(GLOB_RESULT_LIMIT)
+        .map(|path| path.display().to_string())
+        .collect();
+    if total > GLOB_RESULT_LIMIT {
+        listing.push(format!(
+            "(showing the {GLOB_RESULT_LIMIT} most recent of {total} files; narrow the pattern or the path)"
+        ));
+    }
+    ToolOutput::text(listing.join("\n"))
+}
+
+/// An absolute pattern under `base` becomes relative to it.
+fn relative_pattern<'a>(pattern: &'a str, base: &Path) -> &'a str {
+    base.to_str()
+        .and_then(|base| pattern.strip_prefix(base))
+        .and_then(|rest| rest.strip_prefix('/'))
+        .unwrap_or(pattern)
+}

@@ -1,0 +1,152 @@
+//! The registry of every tool muster offers, in a fixed order.
+
+use std::sync::Arc;
+
+use super::Tool;
+use super::bash::Bash;
+use super::context::ToolContext;
+use super::coordination::{
+    Agent, AskUserQuestion, EnterPlanMode, ExitPlanMode, ReviewPlan, SendMessage, ShutdownTeammate,
+    SpawnTeammate, TaskCreate, TaskGet, TaskList, TaskUpdate,
+};
+use super::edit::{Edit, MultiEdit};
+use super::glob::Glob;
+use super::grep::Grep;
+use super::ls::Ls;
+use super::notebook::NotebookEdit;
+use super::output::ToolOutput;
+use super::read::Read;
+use super::write::Write;
+
+/// The name of every tool, in registry order (the same list as `muster_config::KNOWN_TOOLS`).
+pub const TOOL_NAMES: [&str; 21] = [
+    "Read",
+    "Write",
+    "Edit",
+    "MultiEdit",
+    "NotebookEdit",
+    "Glob",
+    "Grep",
+    "LS",
+    "Bash",
+    "AskUserQuestion",
+    "EnterPlanMode",
+    "ExitPlanMode",
+    "Agent",
+    "SendMessage",
+    "TaskCreate",
+    "TaskUpdate",
+    "TaskList",
+    "TaskGet",
+    "SpawnTeammate",
+    "ReviewPlan",
+    "ShutdownTeammate",
+];
+
+/// A tool as offered to the model: name, description and input schema.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ToolDefinition {
+    /// The tool's name.
+    pub name: &'static str,
+    /// What it does, for the model.
+    pub description: &'static str,
+    /// The JSON schema of its input.
+    pub input_schema: serde_json::Value,
+}
+
+/// Every tool, looked up by name.
+#[derive(Clone)]
+pub struct ToolRegistry {
+    tools: Vec<Arc<dyn Tool>>,
+}
+
+impl std::fmt::Debug for ToolRegistry {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_list()
+            .entries(self.tools.iter().map(|tool| tool.name()))
+            .finish()
+    }
+}
+
+impl Default for ToolRegistry {
+    fn default() -> Self {
+        Self::standard()
+    }
+}
+
+impl ToolRegistry {
+    /// Every tool muster offers, in the order of [`TOOL_NAMES`].
+    pub fn standard() -> Self {
+        let tools: Vec<Arc<dyn Tool>> = vec![
+            Arc::new(Read),
+            Arc::new(Write),
+            Arc::new(Edit),
+            Arc::new(MultiEdit),
+            Arc::new(NotebookEdit),
+            Arc::new(Glob),
+            Arc::new(Grep),
+            Arc::new(Ls),
+            Arc::new(Bash),
+            Arc::new(AskUserQuestion),
+            Arc::new(EnterPlanMode),
+            Arc::new(ExitPlanMode),
+            Arc::new(Agent),
+            Arc::new(SendMessage),
+            Arc::new(TaskCreate),
+            Arc::new(TaskUpdate),
+            Arc::new(TaskList),
+            Arc::new(TaskGet),
+            Arc::new(SpawnTeammate),
+            Arc::new(ReviewPlan),
+            Arc::new(ShutdownTeammate),
+        ];
+        Self { tools }
+    }
+
+    /// The tool called `name`, if there is one.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.iter().find(|tool| tool.name() == name)
+    }
+
+    /// Every tool, in registry order.
+    pub fn tools(&self) -> impl Iterator<Item = &Arc<dyn Tool>> {
+        self.tools.iter()
+    }
+
+    /// Every tool's name, in registry order.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.tools.iter().map(|tool| tool.name()).collect()
+    }
+
+    /// The definitions of the tools `offered` keeps, for a model request.
+    pub fn definitions(&self, offered: impl Fn(&str) -> bool) -> Vec<ToolDefinition> {
+        self.tools
+            .iter()
+            .filter(|tool| offered(tool.name()))
+            .map(|tool| ToolDefinition {
+                name: tool.name(),
+                description: tool.description(),
+                input_schema: tool.input_schema(),
+            })
+            .collect()
+    }
+
+    /// Runs a tool by name. The permission engine must have allowed the call. An unknown name
+    /// is an error result, and so is a tool the agent runtime handles (the runtime dispatches
+    /// those itself; see [`super::Tool::handled_by`]).
+    pub async fn call(
+        &self,
+        name: &str,
+        context: &ToolContext,
+        input: serde_json::Value,
+    ) -> ToolOutput {
+        let Some(tool) = self.get(name) else {
+            return ToolOutput::error(format!(
+                "unknown tool `{name}`; the tools are: {}",
+                self.names().join(", ")
+            ));
+        };
+        tool.call(context, input).await
+    }
+}
