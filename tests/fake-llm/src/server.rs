@@ -512,6 +512,19 @@ async fn deliver(api: Api, plan: Plan) -> Response {
             opts,
         } => (headers, content_type, streaming, items, fault, opts),
     };
+    let plain = Fault {
+        first_byte_delay_ms: fault.first_byte_delay_ms,
+        ..Fault::default()
+    };
+    if !streaming && fault == plain && opts.tcp_chunk_bytes == 0 {
+        // A plain JSON answer, with a content-length as real servers send it.
+        let body: Vec<u8> = items.concat();
+        let mut resp = json_response(200, &Value::Null, &headers);
+        *resp.body_mut() = Body::from(body);
+        resp.headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        return resp;
+    }
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(64);
     tokio::spawn(emit(api, streaming, items, fault, opts, tx));
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {

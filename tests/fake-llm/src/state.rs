@@ -37,6 +37,15 @@ pub struct RecordedRequest {
     pub unmatched: bool,
 }
 
+impl RecordedRequest {
+    /// A header's value (name in any case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .get(&name.to_ascii_lowercase())
+            .map(String::as_str)
+    }
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct State {
     pub entries: Vec<ScriptEntry>,
@@ -289,4 +298,62 @@ pub(crate) fn input_chars(body: &Value) -> usize {
         .filter_map(|k| body.get(*k))
         .map(count)
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attrs(text: &str) -> Vec<Vec<(String, String)>> {
+        parse_mail_tags(text)
+            .into_iter()
+            .map(|m| m.attrs.into_iter().collect())
+            .collect()
+    }
+
+    #[test]
+    fn mail_tags_parse_attributes_in_any_order_and_quoting() {
+        let got = attrs(
+            "x <mail type=\"a\" from='lead' note=\"&lt;&amp;&quot;\">body</mail> <mail from=\"w\" type=\"b\"/>",
+        );
+        assert_eq!(got.len(), 2);
+        assert!(got[0].contains(&("type".into(), "a".into())));
+        assert!(got[0].contains(&("from".into(), "lead".into())));
+        assert!(got[0].contains(&("note".into(), "<&\"".into())));
+        assert!(got[1].contains(&("type".into(), "b".into())));
+    }
+
+    #[test]
+    fn mail_tag_parser_survives_broken_input() {
+        for text in [
+            "<mail",
+            "<mail ",
+            "<mail type=",
+            "<mail type=\"unterminated",
+            "<mail =\"x\" type=b from>",
+            "<mailbox type=\"x\">",
+            "<mail type=\"日本\" from=\"🦀\">",
+            "<mail 日本=\"x\"",
+            "<mail\ttype=\"t\"\n>",
+            "",
+        ] {
+            let _ = parse_mail_tags(text);
+        }
+        assert!(parse_mail_tags("<mailbox type=\"x\">").is_empty());
+        assert_eq!(
+            attrs("<mail type=\"日本\" from=\"🦀\">")[0],
+            vec![
+                ("from".to_owned(), "🦀".to_owned()),
+                ("type".to_owned(), "日本".to_owned())
+            ]
+        );
+    }
+
+    #[test]
+    fn tokens_are_ceil_of_chars_over_four() {
+        assert_eq!(tokens_for_chars(0), 0);
+        assert_eq!(tokens_for_chars(1), 1);
+        assert_eq!(tokens_for_chars(4), 1);
+        assert_eq!(tokens_for_chars(5), 2);
+    }
 }

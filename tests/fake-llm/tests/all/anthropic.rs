@@ -100,6 +100,11 @@ async fn anthropic_non_streaming_message() {
     let resp = post_anthropic(&fake, &Req::new("lead", 1, anthropic_body(false))).await;
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["request-id"], "req_fake_0001");
+    assert_eq!(resp.headers()["content-type"], "application/json");
+    assert!(
+        resp.headers().contains_key("content-length"),
+        "a plain JSON body"
+    );
     let v = json_of(resp).await;
     assert_eq!(v["id"], "msg_fake_0001");
     assert_eq!(v["type"], "message");

@@ -226,3 +226,58 @@ async fn entry_without_agent_answers_any_agent() {
     let v = json_of(post_anthropic(&fake, &req).await).await;
     assert_eq!(text_of(&v), "anyone");
 }
+
+#[tokio::test]
+async fn concurrent_agents_each_get_their_own_answer() {
+    let mut script = Vec::new();
+    for agent in ["a", "b", "c", "d"] {
+        for turn in 1..=3 {
+            script.push(reply(agent, turn, &format!("{agent}{turn}")));
+        }
+    }
+    let fake = start(script).await;
+    let tasks: Vec<_> = ["a", "b", "c", "d"]
+        .into_iter()
+        .map(|agent| {
+            let base = fake.base_url();
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                for turn in 1..=3u64 {
+                    let resp = guard(
+                        client()
+                            .post(format!("{base}/v1/messages"))
+                            .header("x-api-key", "k")
+                            .header("anthropic-version", "2023-06-01")
+                            .header("x-muster-agent-id", agent)
+                            .header("x-muster-turn", turn.to_string())
+                            .json(&anthropic_body(true))
+                            .send(),
+                    )
+                    .await
+                    .unwrap();
+                    let events = sse(resp).await;
+                    let text: String = events
+                        .iter()
+                        .filter(|e| e.event.as_deref() == Some("content_block_delta"))
+                        .map(|e| e.json()["delta"]["text"].as_str().unwrap().to_owned())
+                        .collect();
+                    got.push(text);
+                }
+                (agent, got)
+            })
+        })
+        .collect();
+    for t in tasks {
+        let (agent, got) = guard(t).await.unwrap();
+        assert_eq!(
+            got,
+            (1..=3).map(|n| format!("{agent}{n}")).collect::<Vec<_>>()
+        );
+    }
+    fake.verify().unwrap();
+    let recorded = fake.requests();
+    assert_eq!(recorded.len(), 12);
+    assert!(recorded.iter().all(|r| r.attempt == 1));
+    assert_eq!(recorded[0].header("X-Muster-Run-Id"), None);
+    assert_eq!(recorded[0].header("Anthropic-Version"), Some("2023-06-01"));
+}
