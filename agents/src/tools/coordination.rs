@@ -2,6 +2,7 @@
 //! are declared here with their inputs, schemas and flags; the agent runtime carries them out
 //! ([`HandledBy::AgentRuntime`]), so their [`TypedTool::run`] only says so.
 
+use muster_config::PermissionMode;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -322,9 +323,9 @@ runtime_tool! {
     }
 }
 
-/// A permission mode a reviewer grants with an approval.
+/// A permission mode a reviewer grants with an approval: every [`PermissionMode`] but `plan`
+/// (approval leaves plan mode), spelled the same, with a schema for the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, JsonSchema)]
-// TODO(issue 5): use muster_config's permission mode type once it has landed.
 pub enum GrantedMode {
     /// Asks before anything that is not read-only.
     #[serde(rename = "default")]
@@ -341,6 +342,18 @@ pub enum GrantedMode {
     /// Everything is allowed except what deny rules and path limits stop.
     #[serde(rename = "bypassPermissions")]
     BypassPermissions,
+}
+
+impl From<GrantedMode> for PermissionMode {
+    fn from(mode: GrantedMode) -> Self {
+        match mode {
+            GrantedMode::Default => PermissionMode::Default,
+            GrantedMode::AcceptEdits => PermissionMode::AcceptEdits,
+            GrantedMode::DontAsk => PermissionMode::DontAsk,
+            GrantedMode::Auto => PermissionMode::Auto,
+            GrantedMode::BypassPermissions => PermissionMode::BypassPermissions,
+        }
+    }
 }
 
 /// Input of `ReviewPlan`.

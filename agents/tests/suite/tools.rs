@@ -1355,33 +1355,9 @@ async fn notebook_edit_errors_are_clear() {
 
 #[test]
 fn the_registry_names_every_known_tool() {
-    // TODO(issue 5): compare with muster_config::KNOWN_TOOLS once it has landed.
-    let known_tools = [
-        "Read",
-        "Write",
-        "Edit",
-        "MultiEdit",
-        "NotebookEdit",
-        "Glob",
-        "Grep",
-        "LS",
-        "Bash",
-        "AskUserQuestion",
-        "EnterPlanMode",
-        "ExitPlanMode",
-        "Agent",
-        "SendMessage",
-        "TaskCreate",
-        "TaskUpdate",
-        "TaskList",
-        "TaskGet",
-        "SpawnTeammate",
-        "ReviewPlan",
-        "ShutdownTeammate",
-    ];
     let registry = ToolRegistry::standard();
-    assert_eq!(registry.names(), known_tools);
-    assert_eq!(TOOL_NAMES, known_tools);
+    assert_eq!(registry.names(), muster_config::KNOWN_TOOLS);
+    assert_eq!(TOOL_NAMES, muster_config::KNOWN_TOOLS);
 }
 
 #[test]
@@ -1680,4 +1656,21 @@ fn accessed_paths_name_what_a_call_reads_and_writes() {
         .expect("Edit")
         .accessed_paths(&json!({"file_path": 3, "old_string": "a", "new_string": "b"}));
     assert!(invalid.is_err_and(|error| error.field() == Some("file_path")));
+}
+
+#[test]
+fn granted_modes_are_permission_modes_spelled_the_same() {
+    use muster_agents::tools::GrantedMode;
+    use muster_config::PermissionMode;
+    let granted = [
+        GrantedMode::Default,
+        GrantedMode::AcceptEdits,
+        GrantedMode::DontAsk,
+        GrantedMode::Auto,
+        GrantedMode::BypassPermissions,
+    ];
+    for mode in granted {
+        let spelled = serde_json::to_value(mode).expect("serialise");
+        assert_eq!(spelled, json!(PermissionMode::from(mode).as_str()));
+    }
 }
