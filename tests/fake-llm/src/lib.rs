@@ -100,10 +100,11 @@
 //!
 //! Fault event counts index the normal event sequence (Anthropic SSE events including the
 //! default `ping`; OpenAI chunks including `[DONE]`); `after_events: 0` acts before the first
-//! event, a count past the end acts at the end. A non-streaming body is sent as two halves
-//! that count as two events (so `disconnect_after_events: 1` cuts the JSON in the middle);
-//! `error_event`, `malformed_after_events` and `unknown_event_after_events` apply to
-//! streams only.
+//! event, a count past the end acts at the end. A non-streaming body is plain JSON with a
+//! `content-length`; with a body fault or `tcp_chunk_bytes` it is sent chunked as two halves
+//! that count as two events (so `disconnect_after_events: 1` cuts the JSON in the middle).
+//! `error_event`, `malformed_after_events`, `unknown_event_after_events` and
+//! `cut_last_block` apply to streams only.
 //!
 //! # Validation (as the real APIs)
 //! Body over [`FakeLlmConfig::max_body_bytes`] → 413 `request_too_large`; missing key
