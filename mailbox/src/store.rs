@@ -95,4 +95,10 @@ pub trait MailboxStore: Send + Sync {
     async fn update_task(&self, update: TaskUpdate) -> StoreResult<Task>;
     /// Returns a stopped agent's unfinished tasks to `pending`; gives back their ids.
     async fn release_tasks_of(&self, run_id: &str, agent: &str) -> StoreResult<Vec<i64>>;
+
+    // ---- retention
+    /// Deletes settled history (acknowledged messages created before `cutoff`) of finished
+    /// runs only. Requests and responses are never deleted, nor anything of a run that is
+    /// not finished; those runs are reported as skipped.
+    async fn prune(&self, cutoff: UnixMillis) -> StoreResult<PruneReport>;
 }

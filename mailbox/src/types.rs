@@ -334,6 +334,8 @@ pub struct RequestRecord {
     pub recipient: String,
     pub responder: String,
     pub message_key: String,
+    /// The request message's body (the plan, the tool call, the question).
+    pub body: Value,
     pub created_at: UnixMillis,
     pub response: Option<ResponseRecord>,
 }
@@ -478,6 +480,18 @@ impl Task {
             && self.owner.is_none()
             && self.blocked_by_open.is_empty()
     }
+}
+
+/// What `prune` deleted and what it refused to touch.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PruneReport {
+    /// Finished runs whose settled history was examined.
+    pub runs_pruned: Vec<String>,
+    pub messages_deleted: u64,
+    /// Runs left alone because they are not finished, with their status.
+    pub runs_skipped: Vec<(String, RunStatus)>,
+    /// Acknowledged requests and responses kept in finished runs (never pruned).
+    pub decisions_kept: u64,
 }
 
 /// Counters a test or a benchmark reads to see what the store did.

@@ -1,5 +1,7 @@
 //! The process exit codes of DESIGN.md, in one place.
 
+use muster_mailbox::StoreError;
+
 /// What a `muster` command's outcome means to a script that ran it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
@@ -29,6 +31,60 @@ impl Exit {
             Exit::Store => 4,
             Exit::AwaitingDecision => 5,
             Exit::Interrupted => 130,
+        }
+    }
+
+    /// The exit code an error ends the process with: a typed [`ExitError`] or
+    /// [`StoreError`] anywhere in the chain decides; anything else is a failed run.
+    pub fn for_error(error: &anyhow::Error) -> Exit {
+        error
+            .chain()
+            .find_map(|cause| {
+                cause
+                    .downcast_ref::<ExitError>()
+                    .map(|e| e.exit)
+                    .or_else(|| {
+                        cause
+                            .downcast_ref::<StoreError>()
+                            .map(Exit::for_store_error)
+                    })
+            })
+            .unwrap_or(Exit::Failed)
+    }
+
+    /// Store errors by what the user must do: fix the store (4), fix the id (2), or accept
+    /// that the request was already decided (1).
+    pub fn for_store_error(error: &StoreError) -> Exit {
+        match error {
+            StoreError::NotSqlite { .. }
+            | StoreError::NewerSchema { .. }
+            | StoreError::Locked { .. }
+            | StoreError::Open { .. }
+            | StoreError::Sqlite { .. }
+            | StoreError::CommitFailed { .. }
+            | StoreError::WriterGone
+            | StoreError::CorruptRow { .. }
+            | StoreError::Wake { .. } => Exit::Store,
+            StoreError::InvalidId { .. }
+            | StoreError::UnknownRun(_)
+            | StoreError::UnknownRequest { .. }
+            | StoreError::UnknownRecipient { .. }
+            | StoreError::UnknownSender { .. }
+            | StoreError::UnknownMessage(_)
+            | StoreError::UnknownTask { .. }
+            | StoreError::BodyTooLarge { .. }
+            | StoreError::MissingRequestId { .. }
+            | StoreError::MismatchedResponse { .. }
+            | StoreError::InvalidDependency { .. } => Exit::Usage,
+            StoreError::AlreadyDecided { .. }
+            | StoreError::WrongResponder { .. }
+            | StoreError::RunExists(_)
+            | StoreError::AlreadyOnRoster { .. }
+            | StoreError::DuplicateRequest { .. }
+            | StoreError::NotLeased { .. }
+            | StoreError::DuplicateRecord { .. }
+            | StoreError::ClaimRefused { .. }
+            | StoreError::RunLocked { .. } => Exit::Failed,
         }
     }
 }

@@ -2,3 +2,5 @@
 
 pub mod cli;
 pub mod exit;
+pub mod project;
+pub mod store_demo;

@@ -298,4 +298,9 @@ impl MailboxStore for SqliteStore {
         self.op(move |conn, ctx, _| tasks::release_tasks_of(conn, ctx, &run_id, &agent))
             .await
     }
+
+    async fn prune(&self, cutoff: UnixMillis) -> StoreResult<PruneReport> {
+        self.op(move |conn, ctx, _| ops::prune(conn, ctx, cutoff))
+            .await
+    }
 }

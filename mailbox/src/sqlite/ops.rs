@@ -755,6 +755,9 @@ pub(crate) fn request(
         return Ok(None);
     };
     let response = response(conn, ctx, run_id, request_id)?;
+    let body = message_by_key(conn, ctx, &message_key)?
+        .map(|m| m.body)
+        .unwrap_or(Value::Null);
     Ok(Some(RequestRecord {
         run_id: run_id.into(),
         request_id: request_id.into(),
@@ -763,6 +766,7 @@ pub(crate) fn request(
         recipient,
         responder,
         message_key,
+        body,
         created_at,
         response,
     }))
@@ -1041,4 +1045,37 @@ pub(crate) fn next_counter(
     )
     .and_then(|mut stmt| stmt.query_row([run_id, name], |row| row.get(0)))
     .map_err(ctx.sql())
+}
+
+// ---------------------------------------------------------------- retention
+
+pub(crate) fn prune(
+    conn: &Connection,
+    ctx: &OpContext,
+    cutoff: UnixMillis,
+) -> StoreResult<PruneReport> {
+    let mut report = PruneReport::default();
+    for run in list_runs(conn, ctx)? {
+        if !run.status.is_finished() {
+            report.runs_skipped.push((run.id, run.status));
+            continue;
+        }
+        // Requests and responses are decisions: kept for as long as their run exists.
+        let deleted = conn
+            .prepare_cached(
+                "DELETE FROM messages WHERE run_id = ?1 AND state = 2 AND created_at < ?2 AND request_id IS NULL",
+            )
+            .and_then(|mut stmt| stmt.execute(params![run.id, cutoff]))
+            .map_err(ctx.sql())?;
+        let kept: i64 = conn
+            .prepare_cached(
+                "SELECT COUNT(*) FROM messages WHERE run_id = ?1 AND request_id IS NOT NULL",
+            )
+            .and_then(|mut stmt| stmt.query_row([&run.id], |row| row.get(0)))
+            .map_err(ctx.sql())?;
+        report.messages_deleted += deleted as u64;
+        report.decisions_kept += kept.max(0) as u64;
+        report.runs_pruned.push(run.id);
+    }
+    Ok(report)
 }

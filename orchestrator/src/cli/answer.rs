@@ -1,7 +1,8 @@
 //! `muster answer`: answer a question as `human`.
 
 use crate::cli::GlobalArgs;
-use crate::exit::{Exit, ExitError};
+use crate::cli::decide::{Decision, decide};
+use crate::exit::Exit;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -9,8 +10,16 @@ pub struct Args {
     pub id: String,
     /// The answer.
     pub text: String,
+    /// The run, when the request id exists in more than one.
+    #[arg(long)]
+    pub run: Option<String>,
 }
 
-pub fn execute(_global: &GlobalArgs, _args: Args) -> anyhow::Result<Exit> {
-    Err(ExitError::not_built("answer").into())
+pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
+    decide(
+        global,
+        args.run.as_deref(),
+        &args.id,
+        Decision::Answer { text: args.text },
+    )
 }

@@ -1,13 +1,14 @@
 //! `muster approve`: approve a plan or permission request as `human`.
 
 use crate::cli::GlobalArgs;
-use crate::exit::{Exit, ExitError};
+use crate::cli::decide::{Decision, decide};
+use crate::exit::Exit;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The request id (for example plan-alice-2).
     pub id: String,
-    /// The mode the teammate enters.
+    /// The mode the agent enters on approval.
     #[arg(long)]
     pub mode: Option<String>,
     #[arg(long)]
@@ -18,8 +19,23 @@ pub struct Args {
     /// Start execution with a fresh context holding only the approved plan.
     #[arg(long = "clear-context")]
     pub clear_context: bool,
+    /// The run, when the request id exists in more than one.
+    #[arg(long)]
+    pub run: Option<String>,
 }
 
-pub fn execute(_global: &GlobalArgs, _args: Args) -> anyhow::Result<Exit> {
-    Err(ExitError::not_built("approve").into())
+pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
+    let edited_plan = match &args.plan_file {
+        Some(path) => Some(std::fs::read_to_string(path).map_err(|e| {
+            crate::exit::ExitError::new(Exit::Usage, format!("--plan-file {}: {e}", path.display()))
+        })?),
+        None => None,
+    };
+    let decision = Decision::Approve {
+        mode: args.mode,
+        feedback: args.feedback,
+        edited_plan,
+        clear_context: args.clear_context,
+    };
+    decide(global, args.run.as_deref(), &args.id, decision)
 }

@@ -1,18 +1,170 @@
-//! `muster inbox`: show an agent's (or the human's) mailbox.
+//! `muster inbox`: an agent's mail, or what waits on a person (`human`).
+
+use std::collections::HashMap;
+
+use muster_mailbox::{MailboxStore, Message, MessageBody, RequestRecord};
+use serde_json::{Value, json};
 
 use crate::cli::GlobalArgs;
-use crate::exit::{Exit, ExitError};
+use crate::cli::inspect::{cut, in_words, open, print_json, runtime, select_run, table, time};
+use crate::exit::Exit;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The agent, or `human` for what waits on a person.
+    /// The agent, or `human` for the requests that wait on a person (default: every message
+    /// of the run).
     pub agent: Option<String>,
+    /// The run (default: the newest).
     #[arg(long)]
     pub run: Option<String>,
     #[arg(long)]
     pub json: bool,
 }
 
-pub fn execute(_global: &GlobalArgs, _args: Args) -> anyhow::Result<Exit> {
-    Err(ExitError::not_built("inbox").into())
+const SUMMARY_WIDTH: usize = 60;
+
+pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
+    let (_, store) = open(global)?;
+    let (run, messages, requests) = runtime()?.block_on(async {
+        let run = select_run(store.as_ref(), args.run.as_deref()).await?;
+        let messages = store.messages(&run.id, None).await?;
+        let requests = store.requests(&run.id).await?;
+        anyhow::Ok((run, messages, requests))
+    })?;
+    let requests: HashMap<&str, &RequestRecord> = requests
+        .iter()
+        .map(|r| (r.message_key.as_str(), r))
+        .collect();
+    let shown: Vec<&Message> = match args.agent.as_deref() {
+        Some("human") => messages
+            .iter()
+            .filter(|m| {
+                requests
+                    .get(m.key.as_str())
+                    .is_some_and(|r| r.responder == "human")
+            })
+            .collect(),
+        Some(agent) => messages.iter().filter(|m| m.recipient == agent).collect(),
+        None => messages.iter().collect(),
+    };
+    if args.json {
+        let rows: Vec<Value> = shown
+            .iter()
+            .map(|m| json!({"message": m, "request": requests.get(m.key.as_str())}))
+            .collect();
+        print_json(&rows)?;
+        return Ok(Exit::Success);
+    }
+    let whose = match args.agent.as_deref() {
+        Some("human") => "Requests a person answers".to_owned(),
+        Some(agent) => format!("Mail for {agent}"),
+        None => "All mail".to_owned(),
+    };
+    if shown.is_empty() {
+        println!("{whose} in run {}: none.", run.id);
+        return Ok(Exit::Success);
+    }
+    let mut any_cut = false;
+    let rows: Vec<Vec<String>> = shown
+        .iter()
+        .map(|m| {
+            let (summary, was_cut) = cut(&summary_of(m), SUMMARY_WIDTH);
+            any_cut |= was_cut;
+            vec![
+                time(m.created_at),
+                m.sender.clone(),
+                m.recipient.clone(),
+                in_words(&m.kind),
+                m.state.as_str().to_owned(),
+                m.request_id.clone().unwrap_or_else(|| "-".into()),
+                answer_of(requests.get(m.key.as_str()).copied()),
+                summary,
+            ]
+        })
+        .collect();
+    println!("{whose} in run {}:", run.id);
+    println!(
+        "{}",
+        table(
+            &[
+                "TIME", "FROM", "TO", "KIND", "STATE", "REQUEST", "ANSWER", "SUMMARY"
+            ],
+            &rows
+        )
+    );
+    if any_cut {
+        println!("(long bodies are cut; `--json` shows them whole)");
+    }
+    if args.agent.as_deref() == Some("human") {
+        println!(
+            "Answer with `muster approve ID`, `muster reject ID --feedback TEXT` or `muster answer ID TEXT`."
+        );
+    }
+    Ok(Exit::Success)
+}
+
+/// How a request was answered, in words; `-` for a message that is not a request.
+fn answer_of(request: Option<&RequestRecord>) -> String {
+    let Some(request) = request else {
+        return "-".into();
+    };
+    let Some(response) = &request.response else {
+        return format!("waiting for {}", request.responder);
+    };
+    let verdict = match (response.body.get("approved"), response.body.get("approve")) {
+        (Some(Value::Bool(true)), _) | (_, Some(Value::Bool(true))) => "approved",
+        (Some(Value::Bool(false)), _) | (_, Some(Value::Bool(false))) => "rejected",
+        _ => "answered",
+    };
+    format!("{verdict} by {}", response.responder)
+}
+
+fn summary_of(message: &Message) -> String {
+    match message.typed_body() {
+        MessageBody::Text { text, summary } => summary.unwrap_or(text),
+        MessageBody::PlanApprovalRequest { plan_file, .. } => format!("plan {plan_file}"),
+        MessageBody::PlanApprovalResponse {
+            approved,
+            feedback,
+            mode,
+            ..
+        } => {
+            let verdict = if approved { "approved" } else { "rejected" };
+            let mode = mode.map(|m| format!(", mode {m}")).unwrap_or_default();
+            let feedback = feedback.map(|f| format!(": {f}")).unwrap_or_default();
+            format!("{verdict}{mode}{feedback}")
+        }
+        MessageBody::PermissionRequest { tool, reason, .. } => format!("{tool}: {reason}"),
+        MessageBody::PermissionResponse {
+            approved, feedback, ..
+        } => {
+            format!(
+                "{}{}",
+                if approved { "allowed" } else { "denied" },
+                feedback.map(|f| format!(": {f}")).unwrap_or_default()
+            )
+        }
+        MessageBody::Question { question, .. } => question,
+        MessageBody::Answer { answer, .. } => answer,
+        MessageBody::ShutdownRequest { reason, .. } => {
+            reason.unwrap_or_else(|| "please stop".into())
+        }
+        MessageBody::ShutdownResponse {
+            approve, reason, ..
+        } => {
+            format!(
+                "{}{}",
+                if approve { "stopping" } else { "refused" },
+                reason.map(|r| format!(": {r}")).unwrap_or_default()
+            )
+        }
+        MessageBody::TaskAssignment {
+            task_id, subject, ..
+        } => format!("task #{task_id}: {subject}"),
+        MessageBody::IdleNotification {
+            reason, summary, ..
+        } => summary.unwrap_or(reason),
+        MessageBody::VerificationReport { report, .. } => report.to_string(),
+        MessageBody::Unknown { kind, raw } => format!("(unknown kind {kind}, kept as is) {raw}"),
+    }
 }

@@ -1,16 +1,168 @@
-//! `muster plans`: list plan files with their agent, request id and state.
+//! `muster plans`: each plan file of a run with its agent, request id and state.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use muster_mailbox::{MailboxStore, RequestRecord};
+use serde::Serialize;
+use serde_json::Value;
 
 use crate::cli::GlobalArgs;
-use crate::exit::{Exit, ExitError};
+use crate::cli::inspect::{open, print_json, runtime, select_run, table};
+use crate::exit::Exit;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// The run (default: the newest).
     #[arg(long)]
     pub run: Option<String>,
     #[arg(long)]
     pub json: bool,
 }
 
-pub fn execute(_global: &GlobalArgs, _args: Args) -> anyhow::Result<Exit> {
-    Err(ExitError::not_built("plans").into())
+/// One plan file and where it stands.
+#[derive(Debug, Serialize)]
+pub struct PlanEntry {
+    pub file: PathBuf,
+    pub exists: bool,
+    pub agent: String,
+    pub request_id: Option<String>,
+    /// draft, pending, approved or rejected.
+    pub state: &'static str,
+}
+
+pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
+    let (project, store) = open(global)?;
+    let (run, requests) = runtime()?.block_on(async {
+        let run = select_run(store.as_ref(), args.run.as_deref()).await?;
+        let requests = store.requests(&run.id).await?;
+        anyhow::Ok((run, requests))
+    })?;
+    // Settings' `plans_directory` is read here once the configuration crate provides it.
+    let plans_dir = project.root.muster_dir().join("plans");
+    let plans = collect(&plans_dir, &run.slug, &requests, project.root.path());
+    if args.json {
+        print_json(&plans)?;
+        return Ok(Exit::Success);
+    }
+    if plans.is_empty() {
+        println!(
+            "Run {} has no plan files (in {}).",
+            run.id,
+            plans_dir.display()
+        );
+        return Ok(Exit::Success);
+    }
+    let rows: Vec<Vec<String>> = plans
+        .iter()
+        .map(|plan| {
+            let file = plan.file.display().to_string();
+            vec![
+                if plan.exists {
+                    file
+                } else {
+                    format!("{file} (missing)")
+                },
+                plan.agent.clone(),
+                plan.request_id.clone().unwrap_or_else(|| "-".into()),
+                plan.state.to_owned(),
+            ]
+        })
+        .collect();
+    println!(
+        "Plans of run {} ({}):\n{}",
+        run.id,
+        run.slug,
+        table(&["FILE", "AGENT", "REQUEST", "STATE"], &rows)
+    );
+    Ok(Exit::Success)
+}
+
+/// Joins the run's plan files on disk with its plan approval requests; the newest request for
+/// a file decides its state.
+pub fn collect(
+    plans_dir: &Path,
+    slug: &str,
+    requests: &[RequestRecord],
+    root: &Path,
+) -> Vec<PlanEntry> {
+    let mut by_file: BTreeMap<PathBuf, PlanEntry> = BTreeMap::new();
+    for file in plan_files(plans_dir, slug) {
+        let agent = agent_of(&file, slug);
+        by_file.insert(
+            file.clone(),
+            PlanEntry {
+                file,
+                exists: true,
+                agent,
+                request_id: None,
+                state: "draft",
+            },
+        );
+    }
+    for request in requests
+        .iter()
+        .filter(|r| r.kind == "plan_approval_request")
+    {
+        let Some(file) = plan_file_of(request, root) else {
+            continue;
+        };
+        let state = match request.response.as_ref().map(|r| r.body.get("approved")) {
+            None => "pending",
+            Some(Some(Value::Bool(true))) => "approved",
+            Some(_) => "rejected",
+        };
+        let exists = file.exists();
+        let agent = request.requester.clone();
+        by_file.insert(
+            file.clone(),
+            PlanEntry {
+                file,
+                exists,
+                agent,
+                request_id: Some(request.request_id.clone()),
+                state,
+            },
+        );
+    }
+    by_file.into_values().collect()
+}
+
+fn plan_files(plans_dir: &Path, slug: &str) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(plans_dir) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| {
+            path.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|name| {
+                    name == format!("{slug}.md")
+                        || (name.starts_with(&format!("{slug}-agent-")) && name.ends_with(".md"))
+                })
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+fn agent_of(file: &Path, slug: &str) -> String {
+    let name = file
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    name.strip_prefix(&format!("{slug}-agent-"))
+        .and_then(|rest| rest.strip_suffix(".md"))
+        .map_or_else(|| "main agent".to_owned(), str::to_owned)
+}
+
+fn plan_file_of(request: &RequestRecord, root: &Path) -> Option<PathBuf> {
+    let file = Path::new(request.body.get("plan_file")?.as_str()?);
+    Some(if file.is_absolute() {
+        file.to_path_buf()
+    } else {
+        root.join(file)
+    })
 }

@@ -1,16 +1,28 @@
 //! `muster reject`: reject a plan or permission request as `human`.
 
 use crate::cli::GlobalArgs;
-use crate::exit::{Exit, ExitError};
+use crate::cli::decide::{Decision, decide};
+use crate::exit::Exit;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The request id.
     pub id: String,
+    /// Why: the agent reads it and plans again.
     #[arg(long)]
     pub feedback: String,
+    /// The run, when the request id exists in more than one.
+    #[arg(long)]
+    pub run: Option<String>,
 }
 
-pub fn execute(_global: &GlobalArgs, _args: Args) -> anyhow::Result<Exit> {
-    Err(ExitError::not_built("reject").into())
+pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
+    decide(
+        global,
+        args.run.as_deref(),
+        &args.id,
+        Decision::Reject {
+            feedback: args.feedback,
+        },
+    )
 }

@@ -1,16 +1,67 @@
-//! `muster runs`: list runs with their status.
+//! `muster runs`: the runs with their status.
+
+use serde_json::json;
 
 use crate::cli::GlobalArgs;
-use crate::exit::{Exit, ExitError};
+use crate::cli::inspect::{effective_status, open, print_json, runtime, table, time};
+use crate::exit::Exit;
+use muster_mailbox::MailboxStore;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// Only this run.
     #[arg(long)]
     pub run: Option<String>,
     #[arg(long)]
     pub json: bool,
 }
 
-pub fn execute(_global: &GlobalArgs, _args: Args) -> anyhow::Result<Exit> {
-    Err(ExitError::not_built("runs").into())
+pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
+    let (project, store) = open(global)?;
+    let mut runs = runtime()?.block_on(store.runs())?;
+    if let Some(only) = &args.run {
+        runs.retain(|run| &run.id == only);
+    }
+    if args.json {
+        let rows: Vec<_> = runs
+            .iter()
+            .map(|run| json!({"run": run, "effective_status": effective_status(&project, run).as_str()}))
+            .collect();
+        print_json(&rows)?;
+        return Ok(Exit::Success);
+    }
+    if runs.is_empty() {
+        println!("No runs in {} yet.", project.store_path.display());
+        return Ok(Exit::Success);
+    }
+    let rows: Vec<Vec<String>> = runs
+        .iter()
+        .map(|run| {
+            vec![
+                run.id.clone(),
+                run.slug.clone(),
+                effective_status(&project, run).as_str().to_owned(),
+                run.team.clone().unwrap_or_else(|| "-".into()),
+                time(run.created_at),
+                time(run.updated_at),
+                run.workspace.clone(),
+            ]
+        })
+        .collect();
+    println!(
+        "{}",
+        table(
+            &[
+                "RUN",
+                "SLUG",
+                "STATUS",
+                "TEAM",
+                "CREATED",
+                "UPDATED",
+                "WORKSPACE"
+            ],
+            &rows
+        )
+    );
+    Ok(Exit::Success)
 }

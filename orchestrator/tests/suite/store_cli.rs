@@ -1,0 +1,359 @@
+//! The store through the `muster` binary: bad store files, the demo, the inspection commands,
+//! and a person's decisions from a second process waking a live run.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::time::Duration;
+
+use muster_mailbox::live::LiveRun;
+use muster_mailbox::*;
+use serde_json::{Value, json};
+
+const GUARD: Duration = Duration::from_secs(30);
+
+fn muster(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_muster"))
+        .current_dir(dir)
+        .args(args)
+        .env_remove("XDG_RUNTIME_DIR")
+        .output()
+        .unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// A project directory with a store holding run `r1`: a lead, alice and bob, and a plan
+/// request from alice whose responder is `responder`.
+async fn project_with_request(responder: &str) -> (tempfile::TempDir, Arc<SqliteStore>) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".muster")).unwrap();
+    let store = Arc::new(
+        SqliteStore::open(
+            &dir.path().join(".muster/muster.db"),
+            StoreOptions::default(),
+        )
+        .unwrap(),
+    );
+    store
+        .create_run(NewRun {
+            id: "r1".into(),
+            slug: "brave-red-fox".into(),
+            team: Some("t".into()),
+            workspace: dir.path().display().to_string(),
+            batch_line_id: None,
+            auto_gate: AutoGate::default(),
+            launch_options: json!({}),
+        })
+        .await
+        .unwrap();
+    for (agent, kind) in [
+        ("lead", MemberKind::Lead),
+        ("alice", MemberKind::Teammate),
+        ("bob", MemberKind::Teammate),
+    ] {
+        store
+            .add_member(
+                "r1",
+                RosterEntry {
+                    agent: agent.into(),
+                    kind,
+                    definition: None,
+                    parent: None,
+                },
+            )
+            .await
+            .unwrap();
+    }
+    store
+        .send(NewMessage {
+            run_id: "r1".into(),
+            sender: "alice".into(),
+            recipient: "lead".into(),
+            body: MessageBody::PlanApprovalRequest {
+                request_id: "plan-alice-1".into(),
+                plan_file: ".muster/plans/brave-red-fox-agent-alice.md".into(),
+                plan: "## Goal\nx\n## Steps\n1. edit\n## Files\nsrc/a.rs".into(),
+                responder: responder.into(),
+            },
+            idempotency_key: None,
+        })
+        .await
+        .unwrap();
+    (dir, store)
+}
+
+#[test]
+fn a_store_path_that_is_not_sqlite_exits_4_and_leaves_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notes.txt");
+    std::fs::write(&path, "my notes\n").unwrap();
+    let output = muster(dir.path(), &["--store", path.to_str().unwrap(), "runs"]);
+    assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("notes.txt is not a muster store"),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "my notes\n");
+}
+
+#[test]
+fn a_store_from_a_newer_muster_exits_4_naming_both_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.db");
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch("PRAGMA user_version = 42;")
+        .unwrap();
+    let output = muster(dir.path(), &["--store", "m.db", "inbox"]);
+    assert_eq!(output.status.code(), Some(4));
+    assert!(
+        stderr(&output).contains("schema version 42"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn commands_not_built_yet_say_so_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = muster(dir.path(), &["fork", "r1"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("`muster fork` is not built yet"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn the_demo_crashes_a_child_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = muster(dir.path(), &["demo", "--dir", "d"]);
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}\n{}", stderr(&output));
+    assert!(text.contains("killed with SIGKILL"), "{text}");
+    assert!(text.contains("0 lost"), "{text}");
+    assert!(
+        text.contains("Nothing was lost and nothing was repeated."),
+        "{text}"
+    );
+
+    let store = ["--store", "d/.muster/muster.db"];
+    let runs = muster(dir.path(), &[&store[..], &["runs"]].concat());
+    assert!(
+        stdout(&runs).contains("demo") && stdout(&runs).contains("completed"),
+        "{}",
+        stdout(&runs)
+    );
+    let inbox = muster(
+        dir.path(),
+        &[&store[..], &["inbox", "carol", "--json"]].concat(),
+    );
+    let rows: Vec<Value> = serde_json::from_slice(&inbox.stdout).unwrap();
+    assert_eq!(rows.len(), 24);
+    assert!(rows.iter().all(|row| row["message"]["state"] == "acked"));
+    let again = muster(dir.path(), &["demo", "--dir", "d"]);
+    assert_ne!(again.status.code(), Some(0));
+    assert!(
+        stderr(&again).contains("give `muster demo --dir` an empty directory"),
+        "{}",
+        stderr(&again)
+    );
+}
+
+#[tokio::test]
+async fn inspection_commands_read_a_run() {
+    let (dir, store) = project_with_request("human").await;
+    store
+        .create_task(NewTask {
+            run_id: "r1".into(),
+            created_by: "lead".into(),
+            subject: "write the parser".into(),
+            description: "d".into(),
+            blocked_by: vec![],
+        })
+        .await
+        .unwrap();
+    store
+        .create_task(NewTask {
+            run_id: "r1".into(),
+            created_by: "lead".into(),
+            subject: "test it".into(),
+            description: "d".into(),
+            blocked_by: vec![1],
+        })
+        .await
+        .unwrap();
+    let human = stdout(&muster(dir.path(), &["inbox", "human"]));
+    assert!(
+        human.contains("plan approval request") && human.contains("waiting for human"),
+        "{human}"
+    );
+    assert!(human.contains("muster approve ID"), "{human}");
+    let tasks = stdout(&muster(dir.path(), &["tasks"]));
+    assert!(
+        tasks.contains("write the parser") && tasks.contains("blocked") && tasks.contains("#1"),
+        "{tasks}"
+    );
+    let plans = stdout(&muster(dir.path(), &["plans", "--run", "r1"]));
+    assert!(
+        plans.contains("brave-red-fox-agent-alice.md (missing)") && plans.contains("pending"),
+        "{plans}"
+    );
+    let runs = stdout(&muster(dir.path(), &["runs"]));
+    assert!(
+        runs.contains("interrupted"),
+        "a running run with a free lock is shown interrupted: {runs}"
+    );
+    let unknown = muster(dir.path(), &["tasks", "--run", "nope"]);
+    assert_eq!(unknown.status.code(), Some(2));
+}
+
+#[tokio::test]
+async fn a_person_decides_once_and_only_their_own_requests() {
+    let (dir, store) = project_with_request("human").await;
+    let approved = muster(
+        dir.path(),
+        &["approve", "plan-alice-1", "--mode", "acceptEdits"],
+    );
+    assert_eq!(approved.status.code(), Some(0), "{}", stderr(&approved));
+    assert!(
+        stdout(&approved).contains("Approved plan-alice-1"),
+        "{}",
+        stdout(&approved)
+    );
+    assert!(
+        stdout(&approved).contains("not live: `muster resume r1`"),
+        "{}",
+        stdout(&approved)
+    );
+    for args in [
+        &["approve", "plan-alice-1"][..],
+        &["reject", "plan-alice-1", "--feedback", "no"][..],
+    ] {
+        let again = muster(dir.path(), args);
+        assert_eq!(again.status.code(), Some(1), "{args:?}");
+        assert!(
+            stderr(&again).contains("already decided by human"),
+            "{}",
+            stderr(&again)
+        );
+    }
+    let decided = store
+        .request("r1", "plan-alice-1")
+        .await
+        .unwrap()
+        .unwrap()
+        .response
+        .unwrap();
+    assert_eq!(
+        (
+            decided.body["approved"].clone(),
+            decided.body["mode"].clone()
+        ),
+        (json!(true), json!("acceptEdits"))
+    );
+
+    let unknown = muster(dir.path(), &["approve", "plan-zed-9"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(
+        stderr(&unknown).contains("unknown request id \"plan-zed-9\""),
+        "{}",
+        stderr(&unknown)
+    );
+    let bad_mode = muster(dir.path(), &["approve", "plan-alice-1", "--mode", "yolo"]);
+    assert_ne!(bad_mode.status.code(), Some(0));
+}
+
+#[tokio::test]
+async fn a_request_for_the_lead_is_not_a_persons_to_answer() {
+    let (dir, _store) = project_with_request("lead").await;
+    let output = muster(dir.path(), &["approve", "plan-alice-1"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output).contains("is answered by lead, not by a person"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[tokio::test]
+async fn approve_from_another_process_wakes_the_live_run_at_once() {
+    let (dir, store) = project_with_request("human").await;
+    let epoch = store.open_epoch("r1").await.unwrap();
+    let _live =
+        LiveRun::start(&dir.path().join(".muster/runs"), "r1", store.clone(), None).unwrap();
+    let base = store.stats().operations;
+    let mut stats = store.watch_stats();
+    let waiting = tokio::spawn({
+        let store = store.clone();
+        async move {
+            store
+                .receive(
+                    "r1",
+                    "alice",
+                    epoch,
+                    MessageFilter::RequestId("plan-alice-1".into()),
+                )
+                .await
+        }
+    });
+    stats.wait_for(|s| s.operations > base).await.unwrap();
+    let looked = store.stats().operations;
+
+    let project = dir.path().to_path_buf();
+    let approve = tokio::task::spawn_blocking(move || {
+        muster(&project, &["approve", "plan-alice-1", "--feedback", "go"])
+    });
+    let output = tokio::time::timeout(GUARD, approve).await.unwrap().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("The run is live and alice was woken."),
+        "{}",
+        stdout(&output)
+    );
+    let response = tokio::time::timeout(GUARD, waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(response.kind, "plan_approval_response");
+    assert_eq!(response.body["feedback"], "go");
+    // The receiver looked once before and once after the wake: it never polled.
+    assert_eq!(store.stats().operations, looked + 1);
+}
+
+#[tokio::test]
+async fn prune_keeps_decisions_and_unfinished_runs() {
+    let (dir, store) = project_with_request("human").await;
+    let zero = muster(dir.path(), &["prune", "--older-than", "0"]);
+    assert_eq!(zero.status.code(), Some(2));
+    // A finished run with an acked chat message and a decided request, all old enough.
+    store
+        .set_run_status("r1", RunStatus::Completed, None)
+        .await
+        .unwrap();
+    let report = store.prune(i64::MAX).await.unwrap();
+    assert_eq!(report.runs_pruned, ["r1"]);
+    assert_eq!(
+        report.messages_deleted, 0,
+        "the only message is a request, and it is pending"
+    );
+    assert_eq!(report.decisions_kept, 1);
+    assert!(store.request("r1", "plan-alice-1").await.unwrap().is_some());
+    let output = muster(dir.path(), &["prune", "--older-than", "1"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("kept 1 request(s) and response(s)"),
+        "{}",
+        stdout(&output)
+    );
+}
