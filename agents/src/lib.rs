@@ -1,5 +1,6 @@
 //! `muster-agents`: one agent — its loop and context window, model providers, tools, the
 //! permission engine, plan mode and plan files, subagents.
 
+pub mod model;
 pub mod shell;
 pub mod tools;

@@ -1,0 +1,1 @@
+//! Model providers: one trait, the Anthropic and OpenAI-compatible clients, the script provider.
