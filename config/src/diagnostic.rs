@@ -162,7 +162,7 @@ pub fn did_you_mean<'a>(
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {
     let found_lower = found.to_lowercase();
-    let limit = (found.chars().count() / 3).clamp(1, 3);
+    let limit = found.chars().count().div_ceil(3).clamp(1, 3);
     let candidates: Vec<&str> = candidates.into_iter().collect();
     let closest = candidates
         .iter()

@@ -337,6 +337,9 @@ const BUILT_IN_MODELS: &str = include_str!("builtin_models.toml");
 /// The compiled-in defaults: every key's default value and the built-in model catalogue.
 pub(crate) fn default_layer() -> Result<LayerValues, Vec<Diagnostic>> {
     let mut values = parse_settings_file("built-in", BUILT_IN_MODELS, Layer::Default)?;
+    for (_, _, origin) in &mut values.leaves {
+        *origin = Origin::built_in();
+    }
     for (path, schema) in SETTINGS.leaf_paths() {
         if let Schema::Leaf(kind, Some(default)) = schema {
             let parsed = kind

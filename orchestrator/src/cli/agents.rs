@@ -1,16 +1,19 @@
-//! `muster agents`: list agent definitions.
+//! `muster agents`: list agent definitions with their source and warnings.
+
+use muster_config::settings::CliOverrides;
+use muster_config::{AgentCatalog, AgentDefinition, Diagnostic, ModelChoice, ProjectInstructions};
+use serde_json::{Value, json};
 
 use crate::cli::GlobalArgs;
-use crate::exit::{Exit, ExitError};
+use std::fmt::Write as _;
+
+use crate::cli::config::{load_settings, print_output, project_root, usage_error};
+use crate::exit::Exit;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(subcommand)]
     pub action: AgentsAction,
-}
-
-pub fn execute(_global: &GlobalArgs, _args: Args) -> anyhow::Result<Exit> {
-    Err(ExitError::not_built("agents").into())
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -20,4 +23,116 @@ pub enum AgentsAction {
         #[arg(long)]
         json: bool,
     },
+}
+
+pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
+    match args.action {
+        AgentsAction::List { json } => list(global, json),
+    }
+}
+
+fn list(global: &GlobalArgs, as_json: bool) -> anyhow::Result<Exit> {
+    let root = project_root(global)?;
+    let settings = load_settings(global, &root, CliOverrides::new())?;
+    let catalog = AgentCatalog::load(&root).map_err(usage_error)?;
+    let instructions =
+        ProjectInstructions::load(&root, settings.value.instructions_max_bytes.value)
+            .map_err(usage_error)?;
+    let mut warnings: Vec<Diagnostic> = settings.warnings;
+    warnings.extend(catalog.warnings);
+    warnings.extend(instructions.warnings);
+    let mut output = String::new();
+    if as_json {
+        let document = json!({
+            "project_root": root.path(),
+            "agents": catalog.value.iter().map(|d| definition_json(d, &warnings)).collect::<Vec<_>>(),
+            "instructions": instructions.value.files.iter().map(|file| json!({
+                "path": file.path,
+                "bytes": file.content.len(),
+                "truncated_from": file.truncated_from,
+            })).collect::<Vec<_>>(),
+            "warnings": warnings.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        });
+        output = serde_json::to_string_pretty(&document)?;
+        output.push('\n');
+    } else {
+        for definition in catalog.value.iter() {
+            write_definition(&mut output, definition)?;
+        }
+        for file in &instructions.value.files {
+            writeln!(
+                output,
+                "instructions: {} ({} bytes)",
+                file.path.display(),
+                file.content.len()
+            )?;
+        }
+        for warning in &warnings {
+            writeln!(output, "warning: {warning}")?;
+        }
+    }
+    print_output(&output)?;
+    Ok(Exit::Success)
+}
+
+fn model_text(model: &ModelChoice) -> String {
+    match model {
+        ModelChoice::Settings => "settings".to_string(),
+        ModelChoice::Inherit => "inherit".to_string(),
+        ModelChoice::Named(name) => name.clone(),
+    }
+}
+
+fn write_definition(output: &mut String, definition: &AgentDefinition) -> std::fmt::Result {
+    let overrides = if definition.overrides.is_empty() {
+        String::new()
+    } else {
+        let names: Vec<String> = definition
+            .overrides
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        format!("  (overrides {})", names.join(", "))
+    };
+    writeln!(
+        output,
+        "{}  {}{overrides}",
+        definition.name, definition.source
+    )?;
+    writeln!(output, "    {}", definition.description)?;
+    let mode = definition
+        .permission_mode
+        .map_or_else(|| "settings".to_string(), |mode| mode.to_string());
+    let read_only = if definition.read_only {
+        "  read-only"
+    } else {
+        ""
+    };
+    writeln!(
+        output,
+        "    tools: {}  mode: {mode}  model: {}{read_only}",
+        definition.effective_tools().join(", "),
+        model_text(&definition.model),
+    )
+}
+
+fn definition_json(definition: &AgentDefinition, warnings: &[Diagnostic]) -> Value {
+    let source = definition.source.to_string();
+    let own_warnings: Vec<String> = warnings
+        .iter()
+        .filter(|warning| warning.source.as_deref() == Some(source.as_str()))
+        .map(ToString::to_string)
+        .collect();
+    json!({
+        "name": definition.name,
+        "description": definition.description,
+        "source": source,
+        "overrides": definition.overrides.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "tools": definition.effective_tools(),
+        "disallowedTools": definition.disallowed_tools,
+        "model": definition.model,
+        "permissionMode": definition.permission_mode,
+        "read_only": definition.read_only,
+        "warnings": own_warnings,
+    })
 }
