@@ -1,1 +1,105 @@
 //! The read-only shell classifier the permission engine consults for `Bash`.
+//!
+//! [`classify`] calls a command read-only only when every part of it is provably harmless:
+//!
+//! - **Structure** ([`parse`]): the text parses with tree-sitter-bash without error and consists
+//!   only of simple commands of literal words (plain words, `'…'`, `"…"` without `$` or
+//!   backquotes, backslash escapes) joined by `&&`, `||`, `;`, `|` and newlines. Redirections
+//!   (including `2>&1`, `&>`, `|&`), heredocs, here-strings, command and process substitution,
+//!   variables and every expansion (`$X`, `${X}`, `$'…'`, `$"…"`, `$((…))`, braces, a leading
+//!   `~`), assignments, subshells, groups, functions, control flow, `!`, comments, backgrounding
+//!   and line continuations are rejected, as are unquoted glob characters (`*`, `?`, `[`, `]`):
+//!   the shell expands them after classification, so a file named `--pre=x.sh` or `.env` could
+//!   slip into the argument list.
+//! - **Programs** ([`rules`]): each program name is a bare literal (no path, quotes or escapes:
+//!   `/bin/rm`, `\rm`, `"rm"`, `r''m` are refused) on the allow-list; flag-gated commands refuse
+//!   their dangerous options in split, `=`, attached, clustered and abbreviated forms (`find
+//!   -exec/-delete/-fprint…`, `sed` other than `-n …p`, `rg --pre/--hostname-bin/-z`, `sort -o`,
+//!   `base64 -o`, git subcommands other than the read-only ones, git `-c`/`--config-env`,
+//!   `--output`, `--ext-diff`, `--textconv`, `--paginate`, patch output without `--no-ext-diff`,
+//!   `branch`/`tag` other than listing). Interpreters, wrappers, editors, pagers, package
+//!   managers, build tools and network tools are never read-only.
+//! - **Paths** ([`paths`]): every path-like argument (and `cd` target) is checked as a `Read` of
+//!   that path through [`ReadPathCheck`], so plan-mode Bash cannot read what `Read` refuses;
+//!   recursive content searches (`grep -r`, `rg`, `git grep`, `diff -r`) check the whole tree.
+//!
+//! Read-only Bash must run with [`read_only_git_env`] set and the variables
+//! [`remove_from_read_only_env`] names removed (git configuration, `BASH_ENV`, exported
+//! functions, `RIPGREP_CONFIG_PATH`, …), in the workspace root (relative paths are checked
+//! relative to it).
+//!
+//! [`known_dangerous`] is the separate, narrow list of destructive commands for the `auto` and
+//! `bypassPermissions` modes.
+
+mod danger;
+mod env;
+mod parse;
+mod paths;
+mod rules;
+
+use std::fmt;
+
+pub use danger::known_dangerous;
+pub use env::{
+    READ_ONLY_ENV_REMOVE, READ_ONLY_ENV_REMOVE_PREFIXES, read_only_git_env,
+    remove_from_read_only_env,
+};
+pub use paths::{ReadPathCheck, WorkspaceReadCheck};
+
+/// The classifier's answer for one command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShellVerdict {
+    /// Every part is provably harmless. `commands` are the argv of the simple commands it runs,
+    /// in source order.
+    ReadOnly { commands: Vec<Vec<String>> },
+    /// Not provably read-only. `reason` names the command, argument or construct responsible,
+    /// for a person and for the model (e.g. "`find -delete` runs commands, deletes files or
+    /// writes files").
+    NotReadOnly { reason: String },
+}
+
+impl ShellVerdict {
+    /// Is the command read-only?
+    pub fn is_read_only(&self) -> bool {
+        matches!(self, Self::ReadOnly { .. })
+    }
+
+    /// Why the command is not read-only, if it is not.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Self::ReadOnly { .. } => None,
+            Self::NotReadOnly { reason } => Some(reason),
+        }
+    }
+}
+
+impl fmt::Display for ShellVerdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ReadOnly { .. } => f.write_str("read-only"),
+            Self::NotReadOnly { reason } => write!(f, "not read-only: {reason}"),
+        }
+    }
+}
+
+/// Classify a `Bash` command line: [`ShellVerdict::ReadOnly`] only if every part is provably
+/// harmless and every path it reads passes `paths`. Never panics, whatever the input.
+pub fn classify(command: &str, paths: &dyn ReadPathCheck) -> ShellVerdict {
+    match classify_inner(command, paths) {
+        Ok(commands) => ShellVerdict::ReadOnly { commands },
+        Err(reason) => ShellVerdict::NotReadOnly { reason },
+    }
+}
+
+fn classify_inner(command: &str, paths: &dyn ReadPathCheck) -> Result<Vec<Vec<String>>, String> {
+    let commands = parse::parse(command)?;
+    rules::check_all(paths, &commands)?;
+    Ok(commands
+        .into_iter()
+        .map(|c| {
+            std::iter::once(c.name)
+                .chain(c.args.into_iter().map(|w| w.value))
+                .collect()
+        })
+        .collect())
+}

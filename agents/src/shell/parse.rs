@@ -1,0 +1,544 @@
+//! Structural pass: parse with tree-sitter-bash and accept only plain simple commands whose
+//! words are literal, joined by `&&`, `||`, `;`, `|` and newlines. Everything else (redirections,
+//! expansions, substitutions, assignments, compound commands, comments, backgrounding, parse
+//! errors) is rejected with a reason naming the construct.
+
+use tree_sitter::{Node, Parser};
+
+/// Longest command the classifier looks at; longer ones are simply not read-only.
+const MAX_LEN: usize = 64 * 1024;
+
+/// Most simple commands in one command line.
+const MAX_COMMANDS: usize = 256;
+
+/// One argument word after quote removal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Word {
+    /// The value the program receives.
+    pub value: String,
+}
+
+/// How a simple command is joined to what precedes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// First command, or after `;` or a newline: runs whatever happened before.
+    Seq,
+    /// After `&&`: runs only if what precedes succeeded.
+    And,
+    /// After `||`: runs only if what precedes failed.
+    Or,
+    /// After `|`: a later member of the same pipeline.
+    Pipe,
+}
+
+/// One simple command: its literal program name and its argument words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SimpleCommand {
+    pub name: String,
+    pub args: Vec<Word>,
+    /// The operator before this command (for the first member of a pipeline, the operator
+    /// before the pipeline).
+    pub op: Op,
+    /// Part of a pipeline, so run in a subshell: a `cd` here does not move later commands.
+    pub in_pipeline: bool,
+}
+
+/// Parse `src` into the simple commands it runs, in source order, or say why it is not a plain
+/// list of literal commands.
+pub(crate) fn parse(src: &str) -> Result<Vec<SimpleCommand>, String> {
+    if src.len() > MAX_LEN {
+        return Err(format!("the command is longer than {MAX_LEN} bytes"));
+    }
+    if let Some(c) = src
+        .chars()
+        .find(|c| c.is_control() && *c != '\n' && *c != '\t')
+    {
+        return Err(format!(
+            "the command contains the control character U+{:04X}",
+            u32::from(c)
+        ));
+    }
+    if src.trim().is_empty() {
+        return Err("the command is empty".to_string());
+    }
+    let mut parser = Parser::new();
+    parser
+        .set_language(&tree_sitter_bash::LANGUAGE.into())
+        .map_err(|e| format!("the bash grammar failed to load: {e}"))?;
+    let Some(tree) = parser.parse(src, None) else {
+        return Err("the command could not be parsed".to_string());
+    };
+    let root = tree.root_node();
+    if root.has_error() {
+        return Err("the command does not parse as bash (syntax error)".to_string());
+    }
+    let bytes = src.as_bytes();
+    if !only(&bytes[..root.start_byte().min(bytes.len())], b" \t\n")
+        || !only(&bytes[root.end_byte().min(bytes.len())..], b" \t\n")
+    {
+        return Err("the command has text outside what the parser understood".to_string());
+    }
+    let mut out = Vec::new();
+    let mut stack = vec![(root, Op::Seq, false)];
+    while let Some((node, op, in_pipeline)) = stack.pop() {
+        if node.is_error() || node.is_missing() {
+            return Err("the command does not parse as bash (syntax error)".to_string());
+        }
+        match node.kind() {
+            "program" | "list" | "pipeline" => {
+                check_gaps(node, bytes, b" \t\n")?;
+                let mut cursor = node.walk();
+                let mut statements = Vec::new();
+                let pipeline = node.kind() == "pipeline";
+                let mut next_op = op;
+                for child in node.children(&mut cursor) {
+                    if child.is_named() {
+                        statements.push((child, next_op, in_pipeline || pipeline));
+                        continue;
+                    }
+                    match child.kind() {
+                        "&&" => next_op = Op::And,
+                        "||" => next_op = Op::Or,
+                        ";" => next_op = Op::Seq,
+                        "|" => next_op = Op::Pipe,
+                        "&" => {
+                            return Err(
+                                "`&` runs a command in the background; only `&&`, `||`, `;`, `|` and newlines may join commands".to_string(),
+                            );
+                        }
+                        "|&" => {
+                            return Err(
+                                "`|&` redirects standard error into the pipe (a redirection)"
+                                    .to_string(),
+                            );
+                        }
+                        other => {
+                            return Err(format!(
+                                "`{other}` is not one of `&&`, `||`, `;`, `|` or a newline"
+                            ));
+                        }
+                    }
+                }
+                stack.extend(statements.into_iter().rev());
+            }
+            "command" => {
+                let (name, args) = command(node, bytes)?;
+                out.push(SimpleCommand {
+                    name,
+                    args,
+                    op,
+                    in_pipeline,
+                });
+            }
+            other => return Err(construct(other, text(node, bytes))),
+        }
+    }
+    if out.is_empty() {
+        return Err("the command is empty".to_string());
+    }
+    if out.len() > MAX_COMMANDS {
+        return Err(format!(
+            "the command chains more than {MAX_COMMANDS} commands"
+        ));
+    }
+    Ok(out)
+}
+
+/// The reason for rejecting a node of a kind the read-only subset does not include.
+fn construct(kind: &str, text: &str) -> String {
+    let what = match kind {
+        "redirected_statement" | "file_redirect" => "a redirection",
+        "heredoc_redirect" | "heredoc_body" | "heredoc_start" => "a heredoc",
+        "herestring_redirect" => "a here-string",
+        "subshell" => "a subshell `( … )`",
+        "compound_statement" => "a group `{ … }`",
+        "function_definition" => "a function definition",
+        "if_statement"
+        | "while_statement"
+        | "for_statement"
+        | "c_style_for_statement"
+        | "case_statement"
+        | "do_group" => "control flow",
+        "negated_command" => "a negated command `!`",
+        "test_command" => "a test expression `[[ … ]]`",
+        "variable_assignment" | "variable_assignments" => "a variable assignment",
+        "declaration_command" | "unset_command" => "a variable declaration or unset",
+        "comment" => "a comment",
+        "command_substitution" => "a command substitution",
+        "process_substitution" => "a process substitution",
+        "simple_expansion" | "expansion" => "a variable expansion",
+        "arithmetic_expansion" => "an arithmetic expansion",
+        "brace_expression" => "a brace expansion",
+        "ansi_c_string" => "ANSI-C quoting `$'…'`",
+        "translated_string" => "a locale string `$\"…\"`",
+        "extglob_pattern" => "a glob pattern",
+        _ => "a construct outside plain commands",
+    };
+    format!("`{}` is {what}", shorten(text))
+}
+
+fn shorten(s: &str) -> String {
+    const MAX: usize = 60;
+    if s.chars().count() <= MAX {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(MAX).collect();
+        t.push('…');
+        t
+    }
+}
+
+fn text<'a>(node: Node<'_>, bytes: &'a [u8]) -> &'a str {
+    bytes
+        .get(node.start_byte()..node.end_byte())
+        .and_then(|b| std::str::from_utf8(b).ok())
+        .unwrap_or("")
+}
+
+fn only(bytes: &[u8], allowed: &[u8]) -> bool {
+    bytes.iter().all(|b| allowed.contains(b))
+}
+
+/// The source between a node's children (and around them) must be plain blanks: this rejects a
+/// backslash-newline line continuation, which tree-sitter drops but bash uses to join words.
+fn check_gaps(node: Node<'_>, bytes: &[u8], allowed: &[u8]) -> Result<(), String> {
+    let mut pos = node.start_byte();
+    let mut cursor = node.walk();
+    for child in node.children(&mut cursor) {
+        let gap = bytes.get(pos..child.start_byte()).unwrap_or(&[]);
+        if !only(gap, allowed) {
+            return Err(format!(
+                "`{}` between words is not plain whitespace (line continuation?)",
+                shorten(&String::from_utf8_lossy(gap))
+            ));
+        }
+        pos = child.end_byte();
+    }
+    let tail = bytes.get(pos..node.end_byte()).unwrap_or(&[]);
+    if !only(tail, allowed) {
+        return Err("the command has text outside its words".to_string());
+    }
+    Ok(())
+}
+
+fn command(node: Node<'_>, bytes: &[u8]) -> Result<(String, Vec<Word>), String> {
+    check_gaps(node, bytes, b" \t")?;
+    let mut cursor = node.walk();
+    let mut name: Option<String> = None;
+    let mut args = Vec::new();
+    for child in node.children(&mut cursor) {
+        if !child.is_named() {
+            return Err(format!(
+                "`{}` is not part of a plain command",
+                shorten(text(child, bytes))
+            ));
+        }
+        match (child.kind(), &name) {
+            ("command_name", None) => name = Some(command_name(child, bytes)?),
+            ("command_name", Some(_)) => {
+                return Err("a command has two program names".to_string());
+            }
+            (_, None) => return Err(construct(child.kind(), text(child, bytes))),
+            (_, Some(_)) => args.push(word(child, bytes)?),
+        }
+    }
+    let Some(name) = name else {
+        return Err("a command has no program name".to_string());
+    };
+    Ok((name, args))
+}
+
+fn command_name(node: Node<'_>, bytes: &[u8]) -> Result<String, String> {
+    let raw = text(node, bytes);
+    let mut cursor = node.walk();
+    let children: Vec<Node<'_>> = node.children(&mut cursor).collect();
+    let plain = matches!(children.as_slice(), [only] if only.kind() == "word")
+        && raw
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+        && raw
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '+' | '-'));
+    if plain {
+        Ok(raw.to_string())
+    } else {
+        Err(format!(
+            "the program name `{}` is not a bare literal name (no paths, quotes, escapes or expansions)",
+            shorten(raw)
+        ))
+    }
+}
+
+fn word(node: Node<'_>, bytes: &[u8]) -> Result<Word, String> {
+    let mut value = String::new();
+    piece(node, bytes, &mut value, true)?;
+    Ok(Word { value })
+}
+
+fn piece(node: Node<'_>, bytes: &[u8], value: &mut String, top: bool) -> Result<(), String> {
+    let raw = text(node, bytes);
+    match node.kind() {
+        "word" | "number" => unquoted(raw, value),
+        "raw_string" => {
+            let inner = raw
+                .strip_prefix('\'')
+                .and_then(|r| r.strip_suffix('\''))
+                .ok_or_else(|| format!("`{}` is not a closed '…' string", shorten(raw)))?;
+            value.push_str(inner);
+            Ok(())
+        }
+        "string" => {
+            let mut cursor = node.walk();
+            for child in node.children(&mut cursor) {
+                if child.is_named() && child.kind() != "string_content" {
+                    return Err(construct(child.kind(), text(child, bytes)));
+                }
+            }
+            let inner = raw
+                .strip_prefix('"')
+                .and_then(|r| r.strip_suffix('"'))
+                .ok_or_else(|| format!("`{}` is not a closed \"…\" string", shorten(raw)))?;
+            double_quoted(inner, value)
+        }
+        "concatenation" if top => {
+            let mut cursor = node.walk();
+            let mut pos = node.start_byte();
+            for child in node.children(&mut cursor) {
+                if !child.is_named() {
+                    return Err(format!(
+                        "`{}` in `{}` is an expansion character",
+                        text(child, bytes),
+                        shorten(raw)
+                    ));
+                }
+                if child.start_byte() != pos {
+                    return Err(format!("`{}` is not one contiguous word", shorten(raw)));
+                }
+                pos = child.end_byte();
+                piece(child, bytes, value, false)?;
+            }
+            if pos != node.end_byte() {
+                return Err(format!("`{}` is not one contiguous word", shorten(raw)));
+            }
+            Ok(())
+        }
+        other => Err(construct(other, raw)),
+    }
+}
+
+/// An unquoted word: backslash escapes make the next character literal; expansion, glob, brace
+/// and tilde characters are rejected because the shell would rewrite the word after
+/// classification.
+fn unquoted(raw: &str, value: &mut String) -> Result<(), String> {
+    let mut chars = raw.chars().peekable();
+    let mut prev: Option<char> = None;
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some('\n') | None => {
+                    return Err(format!(
+                        "`{}` ends in a backslash (line continuation)",
+                        shorten(raw)
+                    ));
+                }
+                Some(escaped) => {
+                    value.push(escaped);
+                    prev = Some(escaped);
+                    continue;
+                }
+            },
+            '*' | '?' | '[' | ']' => {
+                return Err(format!(
+                    "`{}` has an unquoted glob character `{c}`: the shell would expand it to file names (which may look like options) after classification; quote it",
+                    shorten(raw)
+                ));
+            }
+            '{' | '}' => {
+                return Err(format!(
+                    "`{}` has an unquoted `{c}` (brace expansion); quote it",
+                    shorten(raw)
+                ));
+            }
+            '~' if prev.is_none() || matches!(prev, Some('=' | ':')) => {
+                return Err(format!(
+                    "`{}` starts a tilde expansion `~` (home directory)",
+                    shorten(raw)
+                ));
+            }
+            '$' | '`' => {
+                return Err(format!(
+                    "`{}` has an unquoted `{c}` (expansion)",
+                    shorten(raw)
+                ));
+            }
+            c if c.is_alphanumeric()
+                || matches!(
+                    c,
+                    '-' | '_'
+                        | '.'
+                        | '/'
+                        | ','
+                        | ':'
+                        | '='
+                        | '+'
+                        | '@'
+                        | '%'
+                        | '^'
+                        | '~'
+                        | '!'
+                        | '#'
+                ) =>
+            {
+                value.push(c);
+            }
+            other => {
+                return Err(format!(
+                    "`{}` has the unquoted character `{other}`",
+                    shorten(raw)
+                ));
+            }
+        }
+        prev = Some(c);
+    }
+    Ok(())
+}
+
+/// The inside of a double-quoted string: only `\$ \` \" \\` and backslash-newline are escapes;
+/// any `$` or backquote would expand and is rejected.
+fn double_quoted(inner: &str, value: &mut String) -> Result<(), String> {
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some(e @ ('$' | '`' | '"' | '\\')) => value.push(e),
+                Some('\n') => {}
+                Some(other) => {
+                    value.push('\\');
+                    value.push(other);
+                }
+                None => value.push('\\'),
+            },
+            '$' | '`' => {
+                return Err(format!(
+                    "\"{}\" contains `{c}`, which expands inside double quotes",
+                    shorten(inner)
+                ));
+            }
+            other => value.push(other),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(src: &str) -> Result<Vec<Vec<String>>, String> {
+        parse(src).map(|cmds| {
+            cmds.into_iter()
+                .map(|c| {
+                    std::iter::once(c.name)
+                        .chain(c.args.into_iter().map(|w| w.value))
+                        .collect()
+                })
+                .collect()
+        })
+    }
+
+    #[test]
+    fn plain_commands_parse_to_argv() {
+        let table: &[(&str, &[&[&str]])] = &[
+            ("ls -la", &[&["ls", "-la"]]),
+            ("ls -la\ngit status", &[&["ls", "-la"], &["git", "status"]]),
+            ("cat a | head -5", &[&["cat", "a"], &["head", "-5"]]),
+            ("a && b || c; d", &[&["a"], &["b"], &["c"], &["d"]]),
+            ("echo 'x y' \"a\\\"b\"", &[&["echo", "x y", "a\"b"]]),
+            (
+                "find . \\( -name a \\)",
+                &[&["find", ".", "(", "-name", "a", ")"]],
+            ),
+            ("echo a'b'\"c\"", &[&["echo", "abc"]]),
+            ("git show HEAD~1:a.md", &[&["git", "show", "HEAD~1:a.md"]]),
+        ];
+        for (src, want) in table {
+            let want: Vec<Vec<String>> = want
+                .iter()
+                .map(|c| c.iter().map(|s| (*s).to_string()).collect())
+                .collect();
+            assert_eq!(argv(src), Ok(want), "{src:?}");
+        }
+    }
+
+    #[test]
+    fn operators_are_recorded() {
+        let ops = |src: &str| -> Vec<(Op, bool)> {
+            parse(src)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|c| (c.op, c.in_pipeline))
+                .collect()
+        };
+        use Op::*;
+        assert_eq!(
+            ops("a && b || c; d\ne"),
+            vec![
+                (Seq, false),
+                (And, false),
+                (Or, false),
+                (Seq, false),
+                (Seq, false)
+            ]
+        );
+        assert_eq!(
+            ops("a | b && c || d | e"),
+            vec![
+                (Seq, true),
+                (Pipe, true),
+                (And, false),
+                (Or, true),
+                (Pipe, true)
+            ]
+        );
+    }
+
+    #[test]
+    fn constructs_are_rejected() {
+        for src in [
+            "ls >x",
+            "ls &",
+            "echo $'x'",
+            "cat${IFS}x",
+            "\\rm x",
+            "r''m x",
+            "\"rm\" x",
+            "echo a\\\nb",
+            "ls *.rs",
+            "ls {a,b}",
+            "ls ~/x",
+            "echo $(id)",
+            "echo `id`",
+            "a=1 ls",
+            "(ls)",
+            "{ ls; }",
+            "ls # c",
+            "! ls",
+            "ls |& cat",
+            "echo a$",
+            "",
+            "   ",
+            "ls\r",
+            "if true; then ls; fi",
+            "f() { ls; }",
+            "cat <<EOF\nx\nEOF",
+            "cat <<< x",
+            "diff <(ls) <(ls)",
+            "echo $((1+2))",
+            "echo \"$HOME\"",
+            "ls &&",
+        ] {
+            assert!(argv(src).is_err(), "{src:?} should be rejected");
+        }
+    }
+}

@@ -1,0 +1,1516 @@
+//! Per-command rules: the allow-list, forbidden flags (split, `=`, attached and abbreviated
+//! forms), and which arguments are paths to check as a `Read`.
+
+use super::parse::{Op, SimpleCommand, Word};
+use super::paths::ReadPathCheck;
+
+/// Most distinct working directories `cd` may lead to within one command.
+const MAX_CWDS: usize = 16;
+
+/// Checks the simple commands of one shell command.
+pub(crate) struct Checker<'a> {
+    paths: &'a dyn ReadPathCheck,
+    /// Directories the command being checked may run in: `""` is the starting directory.
+    cwds: Vec<String>,
+    /// Where a successful `cd` just checked leads, from each of `cwds`.
+    cd_to: Option<Vec<String>>,
+}
+
+fn union(a: &[String], b: &[String]) -> Vec<String> {
+    let mut out = a.to_vec();
+    for x in b {
+        if !out.contains(x) {
+            out.push(x.clone());
+        }
+    }
+    out
+}
+
+/// Check every simple command in order, tracking the directories `cd` may have moved to: after
+/// `cd X && Y`, `Y` runs in `X`; after `cd X; Y` or `cd X || Y` it may run in either; a `cd`
+/// inside a pipeline runs in a subshell and moves nothing.
+pub(crate) fn check_all(
+    paths: &dyn ReadPathCheck,
+    commands: &[SimpleCommand],
+) -> Result<(), String> {
+    let start = vec![String::new()];
+    let mut checker = Checker::new(paths);
+    // Possible directories after the last command succeeded / failed.
+    let (mut succ, mut fail) = (start.clone(), start);
+    // The state before the current pipeline, and the operator before it.
+    let (mut before, mut pipe_op) = ((succ.clone(), fail.clone()), Op::Seq);
+    for cmd in commands {
+        if cmd.op != Op::Pipe {
+            before = (succ.clone(), fail.clone());
+            pipe_op = cmd.op;
+        }
+        let (prev_succ, prev_fail) = &before;
+        let input = match pipe_op {
+            Op::And => prev_succ.clone(),
+            Op::Or => prev_fail.clone(),
+            Op::Seq | Op::Pipe => union(prev_succ, prev_fail),
+        };
+        checker.cwds = input.clone();
+        checker.cd_to = None;
+        checker.check(cmd)?;
+        let moved = match checker.cd_to.take() {
+            Some(to) if !cmd.in_pipeline => to,
+            _ => input.clone(),
+        };
+        (succ, fail) = match pipe_op {
+            Op::And => (moved, union(prev_fail, &input)),
+            Op::Or => (union(prev_succ, &moved), input),
+            Op::Seq | Op::Pipe => (moved, input),
+        };
+        if succ.len() + fail.len() > MAX_CWDS {
+            return Err(format!(
+                "more than {MAX_CWDS} possible working directories after `cd`"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What positional (non-option) arguments are.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pos {
+    /// Files or directories that are read.
+    Paths,
+    /// A pattern first (unless given by an option such as `-e`/`-f`), then paths.
+    PatternThenPaths,
+    /// Not paths (`echo` text, `tr` sets, `seq` numbers).
+    NotPaths,
+    /// `date`: only `+FORMAT`; `date MMDDhhmm` sets the clock.
+    DateFormat,
+}
+
+/// The option grammar of one allowed command. Long options are also matched by unambiguous
+/// prefix, as GNU `getopt_long` and git accept abbreviations (`--out=f` is `--output=f`).
+#[derive(Clone, Copy)]
+struct Spec {
+    pos: Pos,
+    /// Short options that take a required value which is not a path.
+    short_val: &'static str,
+    /// Short options whose required value is a path that is read.
+    short_path: &'static str,
+    /// Long options that take a required value which is not a path.
+    long_val: &'static [&'static str],
+    /// Long options whose required value is a path that is read.
+    long_path: &'static [&'static str],
+    /// Short options that make the command not read-only (also inside clusters: `-nz`).
+    forbid_short: &'static str,
+    /// Long options that make the command not read-only (also `--opt=…` and abbreviations).
+    forbid_long: &'static [&'static str],
+    /// Why the forbidden options are forbidden.
+    forbid_why: &'static str,
+    /// Options that supply the pattern, so the first positional is a path.
+    pattern_short: &'static str,
+    pattern_long: &'static [&'static str],
+    /// Options that make a content search recursive (directories are read as whole trees).
+    recursive_short: &'static str,
+    recursive_long: &'static [&'static str],
+    /// Content search that always recurses into directories (`rg`), searching `.` by default.
+    always_recursive: bool,
+    /// Most positional arguments (a further one would be an output file: `uniq in out`).
+    max_pos: Option<usize>,
+}
+
+const BASE: Spec = Spec {
+    pos: Pos::Paths,
+    short_val: "",
+    short_path: "",
+    long_val: &[],
+    long_path: &[],
+    forbid_short: "",
+    forbid_long: &[],
+    forbid_why: "",
+    pattern_short: "",
+    pattern_long: &[],
+    recursive_short: "",
+    recursive_long: &[],
+    always_recursive: false,
+    max_pos: None,
+};
+
+const NOT_PATHS: Spec = Spec {
+    pos: Pos::NotPaths,
+    ..BASE
+};
+
+const GREP: Spec = Spec {
+    pos: Pos::PatternThenPaths,
+    short_val: "emABCdD",
+    short_path: "f",
+    long_val: &[
+        "regexp",
+        "max-count",
+        "after-context",
+        "before-context",
+        "context",
+        "include",
+        "exclude",
+        "exclude-dir",
+        "label",
+        "binary-files",
+        "devices",
+        "directories",
+        "group-separator",
+    ],
+    long_path: &["file", "exclude-from"],
+    pattern_short: "ef",
+    pattern_long: &["regexp", "file"],
+    recursive_short: "rR",
+    recursive_long: &["recursive", "dereference-recursive"],
+    ..BASE
+};
+
+const RG: Spec = Spec {
+    pos: Pos::PatternThenPaths,
+    short_val: "egtTmABCjMrEd",
+    short_path: "f",
+    long_val: &[
+        "regexp",
+        "glob",
+        "iglob",
+        "type",
+        "type-not",
+        "type-add",
+        "type-clear",
+        "max-count",
+        "after-context",
+        "before-context",
+        "context",
+        "threads",
+        "max-columns",
+        "replace",
+        "encoding",
+        "max-depth",
+        "maxdepth",
+        "max-filesize",
+        "sort",
+        "sortr",
+        "color",
+        "colors",
+        "path-separator",
+        "context-separator",
+        "field-match-separator",
+        "field-context-separator",
+        "engine",
+        "dfa-size-limit",
+        "regex-size-limit",
+        "pre-glob",
+        "hyperlink-format",
+    ],
+    long_path: &["file", "ignore-file"],
+    forbid_short: "z",
+    forbid_long: &["pre", "hostname-bin", "search-zip"],
+    forbid_why: "makes rg run another program (a preprocessor, a hostname program or decompressors)",
+    pattern_short: "ef",
+    pattern_long: &["regexp", "file"],
+    always_recursive: true,
+    ..BASE
+};
+
+/// The rule for an allowed command, or `None` if the command is not on the allow-list.
+fn spec(name: &str) -> Option<Spec> {
+    let spec = match name {
+        "cat" | "rev" | "md5sum" | "sha1sum" | "sha224sum" | "sha256sum" | "sha384sum"
+        | "sha512sum" | "b2sum" | "cksum" | "sum" | "realpath" | "readlink" => Spec {
+            long_path: &["relative-to", "relative-base"],
+            ..BASE
+        },
+        "ls" => Spec {
+            short_val: "IwT",
+            long_val: &[
+                "ignore",
+                "hide",
+                "width",
+                "tabsize",
+                "format",
+                "sort",
+                "time",
+                "time-style",
+                "quoting-style",
+                "indicator-style",
+                "block-size",
+            ],
+            ..BASE
+        },
+        "head" | "tail" => Spec {
+            short_val: "ncs",
+            long_val: &[
+                "bytes",
+                "lines",
+                "sleep-interval",
+                "pid",
+                "max-unchanged-stats",
+            ],
+            ..BASE
+        },
+        "wc" => Spec {
+            long_path: &["files0-from"],
+            ..BASE
+        },
+        "stat" => Spec {
+            short_val: "c",
+            long_val: &["format", "printf"],
+            ..BASE
+        },
+        "file" => Spec {
+            short_val: "FeP",
+            short_path: "mf",
+            long_val: &["separator", "exclude", "exclude-quiet", "parameter"],
+            long_path: &["magic-file", "files-from"],
+            forbid_short: "C",
+            forbid_long: &["compile"],
+            forbid_why: "writes a compiled magic file",
+            ..BASE
+        },
+        "nl" => Spec {
+            short_val: "bdfhilnsvw",
+            long_val: &[
+                "body-numbering",
+                "section-delimiter",
+                "footer-numbering",
+                "header-numbering",
+                "line-increment",
+                "join-blank-lines",
+                "number-format",
+                "number-separator",
+                "starting-line-number",
+                "number-width",
+            ],
+            ..BASE
+        },
+        "cut" => Spec {
+            short_val: "bcdf",
+            long_val: &[
+                "bytes",
+                "characters",
+                "delimiter",
+                "fields",
+                "output-delimiter",
+            ],
+            ..BASE
+        },
+        "paste" => Spec {
+            short_val: "d",
+            long_val: &["delimiters"],
+            ..BASE
+        },
+        "tac" => Spec {
+            short_val: "s",
+            long_val: &["separator"],
+            ..BASE
+        },
+        "fold" | "fmt" => Spec {
+            short_val: "wpg",
+            long_val: &["width", "prefix", "goal"],
+            ..BASE
+        },
+        "expand" | "unexpand" => Spec {
+            short_val: "t",
+            long_val: &["tabs"],
+            ..BASE
+        },
+        "column" => Spec {
+            short_val: "csoNEWHRl",
+            long_val: &[
+                "columns",
+                "separator",
+                "output-separator",
+                "table-columns",
+                "table-noextreme",
+                "table-wrap",
+                "table-hide",
+                "table-right",
+                "table-columns-limit",
+            ],
+            ..BASE
+        },
+        "comm" => Spec {
+            long_val: &["output-delimiter"],
+            ..BASE
+        },
+        "join" => Spec {
+            short_val: "aejot12",
+            ..BASE
+        },
+        "diff" => Spec {
+            short_val: "CUDIFSxL",
+            short_path: "X",
+            long_val: &[
+                "label",
+                "ignore-matching-lines",
+                "show-function-line",
+                "starting-file",
+                "exclude",
+                "horizon-lines",
+                "line-format",
+                "old-line-format",
+                "new-line-format",
+                "unchanged-line-format",
+                "changed-group-format",
+                "old-group-format",
+                "new-group-format",
+                "unchanged-group-format",
+                "tabsize",
+                "width",
+                "palette",
+            ],
+            long_path: &["exclude-from", "from-file", "to-file"],
+            recursive_short: "r",
+            recursive_long: &["recursive"],
+            ..BASE
+        },
+        "cmp" => Spec {
+            short_val: "in",
+            long_val: &["ignore-initial", "bytes"],
+            ..BASE
+        },
+        "du" => Spec {
+            short_val: "dBt",
+            short_path: "X",
+            long_val: &[
+                "max-depth",
+                "block-size",
+                "threshold",
+                "exclude",
+                "time-style",
+                "time",
+            ],
+            long_path: &["exclude-from", "files0-from"],
+            ..BASE
+        },
+        "df" => Spec {
+            short_val: "Btx",
+            long_val: &["block-size", "type", "exclude-type"],
+            ..BASE
+        },
+        "od" => Spec {
+            short_val: "AjNSt",
+            long_val: &[
+                "address-radix",
+                "skip-bytes",
+                "read-bytes",
+                "format",
+                "endian",
+            ],
+            ..BASE
+        },
+        "hexdump" => Spec {
+            short_val: "ens",
+            short_path: "f",
+            ..BASE
+        },
+        "strings" => Spec {
+            short_val: "ntTes",
+            long_val: &["bytes", "radix", "encoding", "target", "output-separator"],
+            ..BASE
+        },
+        "xxd" => Spec {
+            short_val: "cglso",
+            max_pos: Some(1),
+            ..BASE
+        },
+        "uniq" => Spec {
+            short_val: "fsw",
+            long_val: &["skip-fields", "skip-chars", "check-chars"],
+            max_pos: Some(1),
+            ..BASE
+        },
+        "sort" => Spec {
+            short_val: "ktS",
+            long_val: &[
+                "key",
+                "field-separator",
+                "buffer-size",
+                "parallel",
+                "batch-size",
+                "sort",
+            ],
+            long_path: &["files0-from", "random-source"],
+            forbid_short: "oT",
+            forbid_long: &["output", "compress-program", "temporary-directory"],
+            forbid_why: "writes a file or runs a compression program",
+            ..BASE
+        },
+        "base64" | "base32" | "basenc" => Spec {
+            short_val: "w",
+            short_path: "i",
+            long_val: &["wrap"],
+            long_path: &["input"],
+            forbid_short: "o",
+            forbid_long: &["output"],
+            forbid_why: "writes its output to a file",
+            ..BASE
+        },
+        "tree" => Spec {
+            short_val: "LPIHT",
+            long_val: &["filelimit", "charset", "timefmt", "sort"],
+            forbid_short: "oR",
+            forbid_long: &["output"],
+            forbid_why: "writes its output to files",
+            ..BASE
+        },
+        "grep" | "egrep" | "fgrep" => GREP,
+        "rg" => RG,
+        "date" => Spec {
+            pos: Pos::DateFormat,
+            short_val: "dI",
+            short_path: "fr",
+            long_val: &["date"],
+            long_path: &["file", "reference"],
+            forbid_short: "s",
+            forbid_long: &["set"],
+            forbid_why: "sets the system clock",
+            ..BASE
+        },
+        "echo" | "printf" | "seq" | "expr" | "basename" | "dirname" | "tr" | "which" | "type"
+        | "true" | "false" | "pwd" | "id" | "whoami" | "uname" | "nproc" | "arch" | "groups" => {
+            NOT_PATHS
+        }
+        _ => return None,
+    };
+    Some(spec)
+}
+
+/// Why a program that is not on the allow-list is never read-only, by family.
+fn never_reason(name: &str) -> String {
+    const INTERPRETERS: &[&str] = &[
+        "python",
+        "python2",
+        "python3",
+        "node",
+        "nodejs",
+        "deno",
+        "bun",
+        "perl",
+        "ruby",
+        "php",
+        "lua",
+        "luajit",
+        "awk",
+        "gawk",
+        "mawk",
+        "nawk",
+        "bash",
+        "sh",
+        "zsh",
+        "dash",
+        "ksh",
+        "fish",
+        "csh",
+        "tcsh",
+        "osascript",
+        "pwsh",
+        "powershell",
+        "tclsh",
+        "expect",
+        "Rscript",
+        "irb",
+        "ghci",
+        "julia",
+        "java",
+        "jshell",
+        "scala",
+        "groovy",
+        "jq",
+        "eval",
+        "source",
+        "busybox",
+    ];
+    const WRAPPERS: &[&str] = &[
+        "xargs",
+        "env",
+        "timeout",
+        "nice",
+        "nohup",
+        "sudo",
+        "doas",
+        "su",
+        "command",
+        "builtin",
+        "exec",
+        "time",
+        "watch",
+        "strace",
+        "ltrace",
+        "gdb",
+        "chroot",
+        "unshare",
+        "setsid",
+        "stdbuf",
+        "ionice",
+        "taskset",
+        "flock",
+        "parallel",
+        "script",
+        "runuser",
+        "fakeroot",
+        "nsenter",
+        "firejail",
+        "caffeinate",
+        "chronic",
+        "unbuffer",
+    ];
+    const EDITORS: &[&str] = &[
+        "vi", "vim", "nvim", "view", "vimdiff", "nano", "pico", "emacs", "ed", "ex", "joe",
+        "micro", "code", "subl", "less", "more", "most", "man", "info", "pager",
+    ];
+    const BUILD: &[&str] = &[
+        "npm", "npx", "yarn", "pnpm", "pip", "pip3", "pipx", "uv", "uvx", "poetry", "conda", "gem",
+        "bundle", "bundler", "cargo", "rustc", "rustup", "go", "make", "cmake", "ninja", "gradle",
+        "gradlew", "mvn", "ant", "apt", "apt-get", "dpkg", "yum", "dnf", "rpm", "pacman", "brew",
+        "apk", "snap", "flatpak", "nix", "bazel", "meson", "scons", "composer", "dotnet", "mix",
+        "stack", "cabal", "swift", "zig", "gcc", "g++", "cc", "clang", "ld", "tsc", "webpack",
+        "vite", "just", "task", "tox", "nox", "pytest",
+    ];
+    const NETWORK: &[&str] = &[
+        "curl", "wget", "ssh", "scp", "sftp", "rsync", "nc", "ncat", "netcat", "telnet", "ftp",
+        "ping", "dig", "nslookup", "host", "socat", "http", "https", "aria2c", "gh", "aws",
+        "gcloud", "az", "kubectl", "docker", "podman",
+    ];
+    const MUTATING: &[&str] = &[
+        "rm",
+        "rmdir",
+        "mv",
+        "cp",
+        "touch",
+        "mkdir",
+        "chmod",
+        "chown",
+        "chgrp",
+        "ln",
+        "dd",
+        "tee",
+        "truncate",
+        "install",
+        "shred",
+        "mkfs",
+        "mount",
+        "umount",
+        "kill",
+        "pkill",
+        "killall",
+        "shutdown",
+        "reboot",
+        "systemctl",
+        "service",
+        "crontab",
+        "patch",
+        "split",
+        "csplit",
+        "tar",
+        "zip",
+        "unzip",
+        "gzip",
+        "gunzip",
+        "bzip2",
+        "xz",
+        "unxz",
+        "7z",
+        "mkfifo",
+        "mknod",
+        "link",
+        "unlink",
+        "sync",
+        "sqlite3",
+        "mysql",
+        "psql",
+        "export",
+        "set",
+        "unset",
+        "alias",
+        "cd-",
+        "pushd",
+        "popd",
+        "trap",
+        "ulimit",
+        "umask",
+        "read",
+        "mapfile",
+        "shift",
+        "hash",
+        "history",
+        "fc",
+        "exit",
+        "logout",
+        "wait",
+        "jobs",
+        "fg",
+        "bg",
+        "disown",
+    ];
+    let family = if INTERPRETERS.contains(&name) || name.starts_with("python") {
+        "is an interpreter: it can run arbitrary code"
+    } else if WRAPPERS.contains(&name) {
+        "runs another command given as its arguments"
+    } else if EDITORS.contains(&name) {
+        "is an editor or pager (they can write files or run shell escapes)"
+    } else if BUILD.contains(&name) {
+        "is a package manager or build tool (it runs project code and writes files)"
+    } else if NETWORK.contains(&name) {
+        "is a network tool"
+    } else if MUTATING.contains(&name) || name.starts_with("mkfs") {
+        "changes files or shell state"
+    } else {
+        "is not on the read-only allow-list"
+    };
+    format!("`{name}` {family}")
+}
+
+#[derive(Default)]
+struct Scan {
+    positional: Vec<String>,
+    pattern_given: bool,
+    recursive: bool,
+}
+
+enum LongKind {
+    Path,
+    Value,
+    Flag,
+}
+
+fn long_kind(spec: &Spec, opt: &str) -> LongKind {
+    if spec.long_path.contains(&opt) {
+        LongKind::Path
+    } else if spec.long_val.contains(&opt) {
+        LongKind::Value
+    } else if spec.long_path.iter().any(|p| p.starts_with(opt)) {
+        LongKind::Path
+    } else if spec.long_val.iter().any(|p| p.starts_with(opt)) {
+        LongKind::Value
+    } else {
+        LongKind::Flag
+    }
+}
+
+fn values(words: &[Word]) -> Vec<&str> {
+    words.iter().map(|w| w.value.as_str()).collect()
+}
+
+impl<'a> Checker<'a> {
+    pub(crate) fn new(paths: &'a dyn ReadPathCheck) -> Self {
+        Self {
+            paths,
+            cwds: vec![String::new()],
+            cd_to: None,
+        }
+    }
+
+    /// Is this simple command read-only? `Err` carries the reason.
+    pub(crate) fn check(&mut self, cmd: &SimpleCommand) -> Result<(), String> {
+        let name = cmd.name.as_str();
+        let args = values(&cmd.args);
+        match name {
+            "cd" => self.cd(&args),
+            "find" => self.find(&args),
+            "sed" => self.sed(&args),
+            "git" => self.git(&args),
+            _ => match spec(name) {
+                Some(spec) => self.generic(name, &spec, &args),
+                None => Err(never_reason(name)),
+            },
+        }
+    }
+
+    fn joined(cwd: &str, arg: &str) -> String {
+        if cwd.is_empty() || arg.starts_with('/') || arg.starts_with('~') {
+            arg.to_string()
+        } else if arg.is_empty() {
+            cwd.to_string()
+        } else {
+            format!("{cwd}/{arg}")
+        }
+    }
+
+    /// `cmd` reads the file or directory `arg`.
+    fn read(&self, cmd: &str, arg: &str) -> Result<(), String> {
+        if arg == "-" {
+            return Ok(());
+        }
+        for cwd in &self.cwds {
+            self.paths
+                .check_read(&Self::joined(cwd, arg))
+                .map_err(|e| format!("`{cmd}` would read a path `Read` refuses: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// `cmd` reads everything under `arg`.
+    fn read_tree(&self, cmd: &str, arg: &str) -> Result<(), String> {
+        if arg == "-" {
+            return Ok(());
+        }
+        for cwd in &self.cwds {
+            self.paths
+                .check_read_tree(&Self::joined(cwd, arg))
+                .map_err(|e| format!("`{cmd}` would search a path `Read` refuses: {e}"))?;
+        }
+        Ok(())
+    }
+
+    fn scan(&self, name: &str, spec: &Spec, args: &[&str]) -> Result<Scan, String> {
+        let forbidden = |opt: &str| format!("`{name} {opt}` {}", spec.forbid_why);
+        let mut out = Scan::default();
+        let mut i = 0;
+        let mut end = false;
+        while let Some(&a) = args.get(i) {
+            i += 1;
+            if end || a == "-" || !a.starts_with('-') {
+                out.positional.push(a.to_string());
+                continue;
+            }
+            if a == "--" {
+                end = true;
+                continue;
+            }
+            if let Some(long) = a.strip_prefix("--") {
+                let (opt, inline) = match long.split_once('=') {
+                    Some((opt, value)) => (opt, Some(value)),
+                    None => (long, None),
+                };
+                if spec.forbid_long.iter().any(|f| f.starts_with(opt)) {
+                    return Err(forbidden(a));
+                }
+                if spec.pattern_long.iter().any(|p| p.starts_with(opt)) {
+                    out.pattern_given = true;
+                }
+                if spec.recursive_long.iter().any(|p| p.starts_with(opt)) {
+                    out.recursive = true;
+                }
+                match long_kind(spec, opt) {
+                    LongKind::Path | LongKind::Value => {
+                        let path = matches!(long_kind(spec, opt), LongKind::Path);
+                        let value = match inline {
+                            Some(v) => Some(v),
+                            None => {
+                                i += 1;
+                                args.get(i - 1).copied()
+                            }
+                        };
+                        if let Some(v) = value {
+                            if path {
+                                self.read(name, v)?;
+                            } else if v == "recurse" {
+                                out.recursive = true;
+                            }
+                        }
+                    }
+                    LongKind::Flag => {
+                        // An option this table does not know: its value, if any, is checked
+                        // as a path in case it names one.
+                        if let Some(v) = inline {
+                            self.read(name, v)?;
+                        }
+                    }
+                }
+                continue;
+            }
+            let cluster: Vec<char> = a.chars().skip(1).collect();
+            for (k, &c) in cluster.iter().enumerate() {
+                if spec.forbid_short.contains(c) {
+                    return Err(forbidden(&format!("-{c}")));
+                }
+                if spec.recursive_short.contains(c) {
+                    out.recursive = true;
+                }
+                let path = spec.short_path.contains(c);
+                if path || spec.short_val.contains(c) {
+                    if spec.pattern_short.contains(c) {
+                        out.pattern_given = true;
+                    }
+                    let rest: String = cluster[k + 1..].iter().collect();
+                    let value = if rest.is_empty() {
+                        i += 1;
+                        args.get(i - 1).map(|v| (*v).to_string())
+                    } else {
+                        Some(rest)
+                    };
+                    if let Some(v) = value {
+                        if path {
+                            self.read(name, &v)?;
+                        } else if v == "recurse" {
+                            out.recursive = true;
+                        }
+                    }
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn generic(&self, name: &str, spec: &Spec, args: &[&str]) -> Result<(), String> {
+        if spec.pos == Pos::NotPaths {
+            // These print their arguments or compute from them; they read no files.
+            return Ok(());
+        }
+        let scan = self.scan(name, spec, args)?;
+        if let Some(max) = spec.max_pos
+            && scan.positional.len() > max
+        {
+            return Err(format!(
+                "`{name}` with more than {max} file argument(s) writes to the last one"
+            ));
+        }
+        let recursive = spec.always_recursive || scan.recursive;
+        match spec.pos {
+            Pos::NotPaths => Ok(()),
+            Pos::DateFormat => match scan.positional.iter().find(|p| !p.starts_with('+')) {
+                Some(p) => Err(format!("`date {p}` sets the system clock")),
+                None => Ok(()),
+            },
+            Pos::Paths | Pos::PatternThenPaths => {
+                let skip = usize::from(spec.pos == Pos::PatternThenPaths && !scan.pattern_given);
+                let files = scan.positional.get(skip..).unwrap_or(&[]);
+                if files.is_empty() && recursive {
+                    return self.read_tree(name, ".");
+                }
+                for file in files {
+                    if recursive {
+                        self.read_tree(name, file)?;
+                    } else {
+                        self.read(name, file)?;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn cd(&mut self, args: &[&str]) -> Result<(), String> {
+        let mut targets = Vec::new();
+        let mut end = false;
+        for &a in args {
+            match a {
+                "--" if !end => end = true,
+                "-L" | "-P" if !end => {}
+                "-" if !end => {
+                    return Err(
+                        "`cd -` goes to $OLDPWD, which cannot be checked before running"
+                            .to_string(),
+                    );
+                }
+                flag if !end && flag.starts_with('-') => {
+                    return Err(format!("`cd {flag}` is not a plain directory change"));
+                }
+                target => targets.push(target),
+            }
+        }
+        let [target] = targets.as_slice() else {
+            return Err(if targets.is_empty() {
+                "`cd` without a directory goes to $HOME, outside the workspace".to_string()
+            } else {
+                "`cd` with more than one directory".to_string()
+            });
+        };
+        self.read("cd", target)?;
+        let to: Vec<String> = self
+            .cwds
+            .iter()
+            .map(|cwd| Self::joined(cwd, target))
+            .collect();
+        self.cd_to = Some(union(&to, &[]));
+        Ok(())
+    }
+
+    fn find(&self, args: &[&str]) -> Result<(), String> {
+        const FORBIDDEN_PREFIXES: &[&str] = &["-exec", "-ok", "-delete", "-fls", "-fprint"];
+        const VALUE: &[&str] = &[
+            "-name",
+            "-iname",
+            "-path",
+            "-ipath",
+            "-wholename",
+            "-iwholename",
+            "-regex",
+            "-iregex",
+            "-lname",
+            "-ilname",
+            "-type",
+            "-xtype",
+            "-maxdepth",
+            "-mindepth",
+            "-size",
+            "-mtime",
+            "-mmin",
+            "-atime",
+            "-amin",
+            "-ctime",
+            "-cmin",
+            "-perm",
+            "-user",
+            "-group",
+            "-uid",
+            "-gid",
+            "-links",
+            "-inum",
+            "-printf",
+            "-fstype",
+            "-regextype",
+            "-used",
+            "-context",
+        ];
+        const PATH: &[&str] = &["-newer", "-anewer", "-cnewer", "-samefile", "-files0-from"];
+        if let Some(bad) = args
+            .iter()
+            .find(|a| FORBIDDEN_PREFIXES.iter().any(|f| a.starts_with(f)))
+        {
+            return Err(format!(
+                "`find {bad}` runs commands, deletes files or writes files"
+            ));
+        }
+        let mut i = 0;
+        while let Some(&a) = args.get(i) {
+            match a {
+                "-H" | "-L" | "-P" => i += 1,
+                "-D" => i += 2,
+                o if o.starts_with("-O") => i += 1,
+                _ => break,
+            }
+        }
+        let expression = |a: &str| a.starts_with('-') || matches!(a, "(" | ")" | "!" | ",");
+        while let Some(&a) = args.get(i) {
+            if expression(a) {
+                break;
+            }
+            self.read("find", a)?;
+            i += 1;
+        }
+        while let Some(&a) = args.get(i) {
+            i += 1;
+            let newer_xy = a.len() == 8 && a.starts_with("-newer");
+            if VALUE.contains(&a) || (newer_xy && a.ends_with('t')) {
+                i += 1;
+            } else if PATH.contains(&a) || newer_xy {
+                if let Some(v) = args.get(i) {
+                    self.read("find", v)?;
+                }
+                i += 1;
+            } else if !expression(a) {
+                self.read("find", a)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn sed(&self, args: &[&str]) -> Result<(), String> {
+        match args {
+            [quiet, script, files @ ..]
+                if matches!(*quiet, "-n" | "--quiet" | "--silent")
+                    && sed_print_script(script)
+                    && files.iter().all(|f| !f.starts_with('-')) =>
+            {
+                for file in files {
+                    self.read("sed", file)?;
+                }
+                Ok(())
+            }
+            _ => Err(
+                "`sed` is read-only only as `sed -n N[,M]p [file…]` (no -i, no w/e/s commands)"
+                    .to_string(),
+            ),
+        }
+    }
+
+    fn git(&self, args: &[&str]) -> Result<(), String> {
+        let mut i = 0;
+        while let Some(&a) = args.get(i) {
+            if !a.starts_with('-') {
+                break;
+            }
+            i += 1;
+            let (opt, inline) = match a.split_once('=') {
+                Some((o, v)) if a.starts_with("--") => (o, Some(v)),
+                _ => (a, None),
+            };
+            match opt {
+                "-C" | "--git-dir" | "--work-tree" => {
+                    let value = match inline {
+                        Some(v) => Some(v),
+                        None => {
+                            i += 1;
+                            args.get(i - 1).copied()
+                        }
+                    };
+                    match value {
+                        Some(v) => self.read("git", v)?,
+                        None => return Err(format!("`git {a}` is missing its directory")),
+                    }
+                }
+                "--namespace" => {
+                    if inline.is_none() {
+                        i += 1;
+                    }
+                }
+                "--no-pager"
+                | "-P"
+                | "--no-optional-locks"
+                | "--literal-pathspecs"
+                | "--glob-pathspecs"
+                | "--noglob-pathspecs"
+                | "--icase-pathspecs"
+                | "--no-replace-objects"
+                | "--bare"
+                | "--version"
+                | "--no-advice" => {}
+                c if c.starts_with("-c") || c.starts_with("--conf") => {
+                    return Err(format!(
+                        "`git {a}` sets configuration, which can make git run programs (core.pager, core.fsmonitor, diff.external)"
+                    ));
+                }
+                "-p" | "--paginate" => {
+                    return Err(format!("`git {a}` starts a pager"));
+                }
+                c if c.starts_with("-C") => self.read("git", &c[2..])?,
+                other => {
+                    return Err(format!(
+                        "`git {other}` is not a global option the classifier knows to be harmless"
+                    ));
+                }
+            }
+        }
+        let Some(&sub) = args.get(i) else {
+            return Ok(());
+        };
+        let rest = &args[i + 1..];
+        const FORBID: &[&str] = &[
+            "output",
+            "ext-diff",
+            "textconv",
+            "exec",
+            "paginate",
+            "open-files-in-pager",
+            "help",
+            "upload-pack",
+            "receive-pack",
+            "filters",
+            "config-env",
+        ];
+        for a in rest {
+            if let Some(long) = a.strip_prefix("--") {
+                let opt = long.split_once('=').map_or(long, |(o, _)| o);
+                if !opt.is_empty() && FORBID.iter().any(|f| f.starts_with(opt)) {
+                    return Err(format!(
+                        "`git {sub} {a}` can write a file or run a program (pager, external diff, text converter, help viewer)"
+                    ));
+                }
+            }
+        }
+        match sub {
+            "status" | "log" | "show" | "diff" | "shortlog" | "whatchanged" | "rev-parse"
+            | "ls-files" | "ls-tree" | "cat-file" | "blame" | "describe" | "merge-base"
+            | "rev-list" | "name-rev" | "show-ref" | "for-each-ref" | "count-objects"
+            | "check-ignore" | "version" | "grep" => {}
+            "branch" => {
+                return self.git_list(
+                    sub,
+                    rest,
+                    &[
+                        "-a",
+                        "-r",
+                        "-v",
+                        "-vv",
+                        "--all",
+                        "--remotes",
+                        "--verbose",
+                        "--show-current",
+                    ],
+                    "arv",
+                );
+            }
+            "tag" => return self.git_list(sub, rest, &["-n"], "n"),
+            "remote" => {
+                return match rest {
+                    [] | ["-v" | "--verbose"] | ["get-url", _] => Ok(()),
+                    _ => Err(
+                        "only `git remote`, `git remote -v` and `git remote get-url NAME` are read-only (`remote show` contacts the remote)"
+                            .to_string(),
+                    ),
+                };
+            }
+            "stash" => {
+                return match rest.first() {
+                    Some(&"list") => self.git_args("stash", &rest[1..]),
+                    Some(&"show") => {
+                        if patch_flag(&rest[1..]) && !rest.contains(&"--no-ext-diff") {
+                            return Err(ext_diff("stash show"));
+                        }
+                        self.git_args("stash", &rest[1..])
+                    }
+                    _ => {
+                        Err("only `git stash list` and `git stash show` are read-only".to_string())
+                    }
+                };
+            }
+            "reflog" => {
+                return match rest.first() {
+                    None => Ok(()),
+                    Some(&"show") => self.git_args("reflog", &rest[1..]),
+                    Some(a) if a.starts_with('-') => self.git_args("reflog", rest),
+                    Some(_) => Err("only `git reflog [show]` is read-only".to_string()),
+                };
+            }
+            "worktree" => {
+                return match rest.first() {
+                    Some(&"list") => Ok(()),
+                    _ => Err("only `git worktree list` is read-only".to_string()),
+                };
+            }
+            other => {
+                return Err(format!(
+                    "`git {other}` is not a read-only git subcommand (read-only: status, log, show, diff, branch, tag, grep, blame, ls-files, rev-parse, …)"
+                ));
+            }
+        }
+        if sub == "grep" && rest.iter().any(|a| *a == "-O" || a.starts_with("-O")) {
+            return Err("`git grep -O` opens files in a pager".to_string());
+        }
+        if sub == "status"
+            && rest
+                .iter()
+                .any(|a| a.starts_with("-v") || *a == "--verbose")
+        {
+            return Err(
+                "`git status -v` prints a patch, which can run an external diff program; use `git diff --no-ext-diff`"
+                    .to_string(),
+            );
+        }
+        if produces_patch(sub, rest) && !rest.contains(&"--no-ext-diff") {
+            return Err(ext_diff(sub));
+        }
+        if sub == "grep" {
+            return self.git_grep(rest);
+        }
+        self.git_args(sub, rest)
+    }
+
+    /// Positional arguments of read-only git subcommands are revisions or paths; each is
+    /// checked as a path (a revision checks harmlessly), and so is the path after `rev:`.
+    fn git_args(&self, sub: &str, rest: &[&str]) -> Result<(), String> {
+        const VALUE_SHORT: &[&str] = &["-n", "-S", "-G", "-U", "-L"];
+        const VALUE_LONG: &[&str] = &[
+            "--max-count",
+            "--skip",
+            "--author",
+            "--committer",
+            "--grep",
+            "--since",
+            "--until",
+            "--after",
+            "--before",
+            "--format",
+            "--pretty",
+            "--date",
+            "--unified",
+            "--diff-filter",
+            "--abbrev",
+            "--encoding",
+            "--glob",
+            "--exclude",
+            "--sort",
+            "--points-at",
+            "--contains",
+            "--merged",
+            "--no-merged",
+        ];
+        const PATH_LONG: &[&str] = &[
+            "--contents",
+            "--ignore-revs-file",
+            "--pathspec-from-file",
+            "--exclude-from",
+        ];
+        let cmd = format!("git {sub}");
+        let mut end = false;
+        let mut i = 0;
+        while let Some(&a) = rest.get(i) {
+            i += 1;
+            if !end && a == "--" {
+                end = true;
+                continue;
+            }
+            if !end && a.starts_with('-') {
+                let (opt, inline) = a.split_once('=').map_or((a, None), |(o, v)| (o, Some(v)));
+                if let Some(order) = a.strip_prefix("-O") {
+                    // `-O<orderfile>` reads a file.
+                    let value = if order.is_empty() {
+                        i += 1;
+                        rest.get(i - 1).copied()
+                    } else {
+                        Some(order)
+                    };
+                    if let Some(v) = value {
+                        self.read(&cmd, v)?;
+                    }
+                } else if PATH_LONG.contains(&opt) {
+                    let value = inline.or_else(|| {
+                        i += 1;
+                        rest.get(i - 1).copied()
+                    });
+                    if let Some(v) = value {
+                        self.read(&cmd, v)?;
+                    }
+                } else if inline.is_none() && (VALUE_SHORT.contains(&a) || VALUE_LONG.contains(&a))
+                {
+                    i += 1;
+                }
+                continue;
+            }
+            self.read(&cmd, a)?;
+            if let Some((_, path)) = a.split_once(':')
+                && !path.is_empty()
+            {
+                self.read(&cmd, path)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn git_grep(&self, rest: &[&str]) -> Result<(), String> {
+        let mut pattern_given = false;
+        let mut positional = Vec::new();
+        let mut end = false;
+        let mut i = 0;
+        while let Some(&a) = rest.get(i) {
+            i += 1;
+            if !end && a == "--" {
+                end = true;
+                continue;
+            }
+            if !end && a.starts_with('-') {
+                match a {
+                    "-e" => {
+                        pattern_given = true;
+                        i += 1;
+                    }
+                    "-f" => {
+                        pattern_given = true;
+                        if let Some(v) = rest.get(i) {
+                            self.read("git grep", v)?;
+                        }
+                        i += 1;
+                    }
+                    "-A" | "-B" | "-C" | "-m" | "--max-depth" | "--max-count" | "--threads" => {
+                        i += 1;
+                    }
+                    _ => {}
+                }
+                continue;
+            }
+            positional.push(a);
+        }
+        let skip = usize::from(!pattern_given);
+        let paths = positional.get(skip..).unwrap_or(&[]);
+        if paths.is_empty() {
+            return self.read_tree("git grep", ".");
+        }
+        for p in paths {
+            self.read_tree("git grep", p)?;
+            if let Some((_, path)) = p.split_once(':') {
+                self.read_tree("git grep", path)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `git branch` / `git tag`: only listing. `extra` are further allowed flags, `cluster` the
+    /// short flags allowed in a cluster.
+    fn git_list(
+        &self,
+        sub: &str,
+        rest: &[&str],
+        extra: &[&str],
+        cluster: &str,
+    ) -> Result<(), String> {
+        const LIST_MODE: &[&str] = &[
+            "--list",
+            "-l",
+            "--contains",
+            "--no-contains",
+            "--merged",
+            "--no-merged",
+            "--points-at",
+        ];
+        const TAKES_VALUE: &[&str] = &[
+            "--contains",
+            "--no-contains",
+            "--points-at",
+            "--format",
+            "--sort",
+        ];
+        const OK: &[&str] = &[
+            "--no-color",
+            "--color",
+            "-i",
+            "--ignore-case",
+            "--omit-empty",
+            "--column",
+            "--no-column",
+        ];
+        let mut list_mode = false;
+        let mut positional = 0;
+        let mut i = 0;
+        while let Some(&a) = rest.get(i) {
+            i += 1;
+            let opt = a.split_once('=').map_or(a, |(o, _)| o);
+            if LIST_MODE.contains(&opt) {
+                list_mode = true;
+                if TAKES_VALUE.contains(&a) {
+                    i += 1;
+                }
+            } else if TAKES_VALUE.contains(&a) {
+                i += 1;
+            } else if TAKES_VALUE.contains(&opt) || OK.contains(&opt) || extra.contains(&a) {
+            } else if let Some(flags) = a.strip_prefix('-').filter(|f| !f.starts_with('-')) {
+                let tag_lines = sub == "tag"
+                    && flags.starts_with('n')
+                    && flags[1..].chars().all(|c| c.is_ascii_digit());
+                if !(tag_lines
+                    || (!flags.is_empty()
+                        && flags.chars().all(|c| cluster.contains(c) || c == 'l')))
+                {
+                    return Err(format!(
+                        "`git {sub} {a}` is not a listing option; only listing {sub}es is read-only"
+                    ));
+                }
+                if flags.contains('l') {
+                    list_mode = true;
+                }
+            } else if a.starts_with('-') {
+                return Err(format!(
+                    "`git {sub} {a}` is not a listing option; only listing {sub}es is read-only"
+                ));
+            } else {
+                positional += 1;
+            }
+        }
+        if positional > 0 && !list_mode {
+            return Err(format!(
+                "`git {sub} NAME` creates a {sub}; only listing is read-only (use `git {sub} --list PATTERN`)"
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn ext_diff(sub: &str) -> String {
+    format!(
+        "`git {sub}` prints a patch, which can run an external diff program configured in the repository (diff.external); add --no-ext-diff, or use --stat/--name-only"
+    )
+}
+
+/// Does the argument list ask for patch output explicitly?
+fn patch_flag(args: &[&str]) -> bool {
+    args.iter().any(|a| {
+        matches!(
+            *a,
+            "-p" | "-u"
+                | "--patch"
+                | "--patch-with-stat"
+                | "--patch-with-raw"
+                | "--cc"
+                | "-c"
+                | "--remerge-diff"
+                | "--full-diff"
+        ) || a.starts_with("-L")
+            || a.starts_with("-U")
+            || a.starts_with("--unified")
+            || (a.starts_with('-') && !a.starts_with("--") && (a.contains('p') || a.contains('u')))
+    })
+}
+
+/// Would this read-only git subcommand print a patch (where an external diff could run)?
+fn produces_patch(sub: &str, args: &[&str]) -> bool {
+    let no_patch = args.iter().any(|a| {
+        matches!(
+            *a,
+            "-s" | "--no-patch"
+                | "--numstat"
+                | "--shortstat"
+                | "--name-only"
+                | "--name-status"
+                | "--summary"
+                | "--raw"
+                | "--quiet"
+                | "--check"
+                | "--compact-summary"
+        ) || a.starts_with("--stat")
+            || a.starts_with("--dirstat")
+            || a.starts_with("--oneline") && sub == "log"
+    });
+    match sub {
+        "diff" => patch_flag(args) || !no_patch,
+        "log" | "whatchanged" => patch_flag(args),
+        "show" => {
+            let objects: Vec<&&str> = args.iter().filter(|a| !a.starts_with('-')).collect();
+            let only_blobs = !objects.is_empty() && objects.iter().all(|a| a.contains(':'));
+            patch_flag(args) || !(no_patch || only_blobs)
+        }
+        _ => false,
+    }
+}
+
+/// A `sed -n` script that only prints: `p`, `Np`, `$p`, `/re/p`, `N,Mp` (addresses: numbers,
+/// `$` or `/re/` without backslashes).
+fn sed_print_script(script: &str) -> bool {
+    fn address(s: &str) -> Option<&str> {
+        if let Some(rest) = s.strip_prefix('$') {
+            return Some(rest);
+        }
+        if let Some(rest) = s.strip_prefix('/') {
+            let end = rest.find('/')?;
+            let re = &rest[..end];
+            if re.contains('\\') || re.contains('\n') {
+                return None;
+            }
+            return Some(&rest[end + 1..]);
+        }
+        let digits = s.chars().take_while(char::is_ascii_digit).count();
+        (digits > 0).then(|| &s[digits..])
+    }
+    let Some(body) = script.strip_suffix('p') else {
+        return false;
+    };
+    if body.is_empty() {
+        return true;
+    }
+    let Some(rest) = address(body) else {
+        return false;
+    };
+    if rest.is_empty() {
+        return true;
+    }
+    rest.strip_prefix(',')
+        .and_then(address)
+        .is_some_and(str::is_empty)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sed_scripts() {
+        for (s, ok) in [
+            ("1,20p", true),
+            ("5p", true),
+            ("$p", true),
+            ("p", true),
+            ("/foo/p", true),
+            ("/a/,/b/p", true),
+            ("1,$p", true),
+            ("1,20", false),
+            ("1w x", false),
+            ("s/a/b/p", false),
+            ("1e id", false),
+            ("1,2p;w x", false),
+            ("/a\\/p", false),
+            ("", false),
+        ] {
+            assert_eq!(sed_print_script(s), ok, "{s}");
+        }
+    }
+}
