@@ -378,7 +378,7 @@ fn page(entries: Vec<String>, input: &GrepInput, limits: &OutputLimits) -> Strin
         let reason = if capped { " (output cap reached)" } else { "" };
         shown.push_str(&format!(
             "(showing entries {}-{after} of {total}{reason}; continue with offset {after})\n",
-            skip + 1
+            skip.saturating_add(1)
         ));
     } else if count == 0 {
         shown.push_str(&format!(

@@ -126,7 +126,7 @@ fn number_lines(
             Err(error) => return ToolOutput::error(format!("cannot read `{requested}`: {error}")),
         }
         total += 1;
-        let in_window = total >= window.first && total < window.first + window.count;
+        let in_window = total >= window.first && total < window.first.saturating_add(window.count);
         if !in_window || cut_by_size {
             continue;
         }
@@ -161,7 +161,7 @@ fn number_lines(
             } else {
                 ""
             },
-            last_shown + 1
+            last_shown.saturating_add(1)
         ));
     }
     ToolOutput::text(shown).with_details(ToolDetails::None)

@@ -527,6 +527,22 @@ async fn git_and_muster_directories_are_never_written() {
     assert_ok(&read);
 }
 
+#[cfg(unix)]
+#[tokio::test]
+async fn a_symlink_into_git_is_refused_for_writes() {
+    let fixture = Fixture::new();
+    fixture.write(".git/config", "[core]\n");
+    std::os::unix::fs::symlink(fixture.path(".git"), fixture.path("alias")).expect("symlink");
+    let output = fixture
+        .call(
+            &Write,
+            json!({"file_path": "alias/config", "content": "pwned"}),
+        )
+        .await;
+    assert_error(&output, &["alias/config", ".git/config", "inside `.git/`"]);
+    assert_eq!(fixture.read(".git/config"), "[core]\n");
+}
+
 #[tokio::test]
 async fn the_own_plan_file_is_writable_in_muster_plans() {
     let fixture = Fixture::new();
@@ -673,16 +689,47 @@ fn bash_outcome(output: &ToolOutput) -> BashOutcome {
     }
 }
 
-/// Whether the process has exited (gone, or a zombie that can no longer run).
-fn has_exited(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => {
-            let state = stat
-                .rsplit_once(") ")
-                .and_then(|(_, rest)| rest.chars().next());
-            matches!(state, Some('Z' | 'X'))
-        }
+/// A FIFO that a command's background writer opens and keeps open: reading it to the end
+/// waits for the writer and everything it started (they inherit the descriptor) to exit.
+struct ExitWitness {
+    first_line: tokio::sync::oneshot::Receiver<String>,
+    closed: tokio::task::JoinHandle<()>,
+}
+
+/// The command: a background subshell (a grandchild of the tool) holds the witness, sleeps,
+/// then would write `marker`; the tool's shell waits for it.
+const LATE_WRITER: &str =
+    "(exec 3>witness.fifo; echo $BASHPID >&3; sleep 30; echo late > marker) & wait";
+
+/// Longer than any kill takes, shorter than the writer's sleep: the writer must die early.
+const WITNESS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
+impl ExitWitness {
+    fn new(fixture: &Fixture) -> Self {
+        let path = fixture.path("witness.fifo");
+        let status = std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .expect("mkfifo");
+        assert!(status.success());
+        let (sender, first_line) = tokio::sync::oneshot::channel();
+        let closed = tokio::task::spawn_blocking(move || {
+            use std::io::BufRead;
+            let mut reader = std::io::BufReader::new(std::fs::File::open(path).expect("open"));
+            let mut line = String::new();
+            reader.read_line(&mut line).expect("first line");
+            let _ = sender.send(line);
+            std::io::copy(&mut reader, &mut std::io::sink()).expect("read to the end");
+        });
+        Self { first_line, closed }
+    }
+
+    /// Waits until every holder of the witness has exited.
+    async fn wait_closed(self) {
+        tokio::time::timeout(WITNESS_TIMEOUT, self.closed)
+            .await
+            .expect("the background writer outlived its process group")
+            .expect("witness reader");
     }
 }
 
@@ -779,9 +826,9 @@ async fn bash_output_is_capped() {
 #[tokio::test]
 async fn bash_timeout_kills_the_whole_process_group() {
     let fixture = Fixture::new();
-    let command = "(sleep 30; echo late > marker) & echo $! > writer.pid; wait";
+    let witness = ExitWitness::new(&fixture);
     let output = fixture
-        .call(&Bash, json!({"command": command, "timeout": 1000}))
+        .call(&Bash, json!({"command": LATE_WRITER, "timeout": 1000}))
         .await;
     assert_error(
         &output,
@@ -790,15 +837,7 @@ async fn bash_timeout_kills_the_whole_process_group() {
     let outcome = bash_outcome(&output);
     assert!(outcome.timed_out);
     assert_eq!(outcome.exit_code, None);
-    let writer: u32 = fixture
-        .read("writer.pid")
-        .trim()
-        .parse()
-        .expect("writer pid");
-    assert!(
-        has_exited(writer),
-        "the grandchild writer {writer} still runs"
-    );
+    witness.wait_closed().await;
     assert!(!fixture.path("marker").exists());
 }
 
@@ -806,29 +845,32 @@ async fn bash_timeout_kills_the_whole_process_group() {
 #[tokio::test]
 async fn bash_shutdown_kills_the_whole_process_group() {
     let fixture = Fixture::new();
+    let mut witness = ExitWitness::new(&fixture);
     let (trigger, signal) = ShutdownSignal::channel();
-    let (recorder, mut groups) = marker_recorder(fixture.path("unused"), false);
-    let context = fixture
-        .context
-        .clone()
-        .with_shutdown(signal)
-        .with_process_group_recorder(recorder);
-    let command = "(sleep 30; echo late > marker) & echo $! > writer.pid; wait";
-    let call = Bash.call(&context, json!({"command": command}));
+    let context = fixture.context.clone().with_shutdown(signal);
+    let call = Bash.call(&context, json!({"command": LATE_WRITER}));
     let shut_down = async {
-        groups.recv().await.expect("recorded group");
+        (&mut witness.first_line).await.expect("the writer started");
         trigger.trigger();
     };
     let (output, ()) = tokio::join!(call, shut_down);
     assert_error(&output, &["interrupted by shutdown"]);
     assert!(bash_outcome(&output).interrupted);
-    if let Ok(pid) = std::fs::read_to_string(fixture.path("writer.pid")) {
-        let writer: u32 = pid.trim().parse().expect("writer pid");
-        assert!(
-            has_exited(writer),
-            "the grandchild writer {writer} still runs"
-        );
+    witness.wait_closed().await;
+    assert!(!fixture.path("marker").exists());
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn bash_dropped_mid_call_kills_the_whole_process_group() {
+    let fixture = Fixture::new();
+    let mut witness = ExitWitness::new(&fixture);
+    let call = fixture.call(&Bash, json!({"command": LATE_WRITER}));
+    tokio::select! {
+        output = call => panic!("the command ended early: {}", output.content),
+        started = &mut witness.first_line => assert!(started.is_ok()),
     }
+    witness.wait_closed().await;
     assert!(!fixture.path("marker").exists());
 }
 
@@ -1672,5 +1714,311 @@ fn granted_modes_are_permission_modes_spelled_the_same() {
     for mode in granted {
         let spelled = serde_json::to_value(mode).expect("serialise");
         assert_eq!(spelled, json!(PermissionMode::from(mode).as_str()));
+    }
+}
+
+// ---- Invariant 6: file tools stay inside the workspace and out of .git/ and .muster/ ----
+
+mod confinement {
+    use std::collections::BTreeMap;
+    use std::path::Path;
+
+    use muster_agents::tools::{Tool, ToolContext, ToolRegistry, Workspace};
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    /// Every tool but `Bash`, which is not path-confined (DESIGN.md) and would run random text.
+    const TOOLS: &[&str] = &[
+        "Read",
+        "Write",
+        "Edit",
+        "MultiEdit",
+        "NotebookEdit",
+        "Glob",
+        "Grep",
+        "LS",
+        "AskUserQuestion",
+        "ExitPlanMode",
+        "TaskUpdate",
+        "ReviewPlan",
+    ];
+
+    const FIELDS: &[&str] = &[
+        "file_path",
+        "content",
+        "old_string",
+        "new_string",
+        "replace_all",
+        "edits",
+        "notebook_path",
+        "cell_id",
+        "new_source",
+        "cell_type",
+        "edit_mode",
+        "pattern",
+        "path",
+        "glob",
+        "output_mode",
+        "-i",
+        "-n",
+        "-A",
+        "-C",
+        "head_limit",
+        "offset",
+        "limit",
+        "ignore",
+        "multiline",
+        "type",
+        "plan",
+        "task_id",
+        "mode",
+        "extra",
+    ];
+
+    const STRINGS: &[&str] = &[
+        "",
+        ".",
+        "/",
+        "a.txt",
+        "new.txt",
+        "nb.ipynb",
+        "out/secret.txt",
+        "out/new.txt",
+        "out-file",
+        "../escape.txt",
+        "sub/../../escape.txt",
+        "/etc/hostname",
+        ".git/config",
+        ".git/new.txt",
+        "git-alias/config",
+        ".muster/settings.toml",
+        ".muster/plans/other.md",
+        "**/*",
+        "*",
+        "secret",
+        "text",
+        "insert",
+        "delete",
+        "code",
+        "content",
+        "count",
+        "intro",
+        "cell-0",
+    ];
+
+    fn leaf() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|number| json!(number)),
+            any::<u64>().prop_map(|number| json!(number)),
+            prop::sample::select(STRINGS).prop_map(|text| json!(text)),
+            "[a-z./*\\-]{0,12}".prop_map(Value::String),
+        ]
+    }
+
+    fn value() -> impl Strategy<Value = Value> {
+        leaf().prop_recursive(2, 8, 3, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+                prop::collection::btree_map(prop::sample::select(FIELDS), inner, 0..4).prop_map(
+                    |fields| {
+                        Value::Object(
+                            fields
+                                .into_iter()
+                                .map(|(key, value)| (key.to_owned(), value))
+                                .collect(),
+                        )
+                    }
+                ),
+            ]
+        })
+    }
+
+    fn garbage_input() -> impl Strategy<Value = Value> {
+        prop::collection::btree_map(prop::sample::select(FIELDS), value(), 0..6).prop_map(
+            |fields| {
+                Value::Object(
+                    fields
+                        .into_iter()
+                        .map(|(key, value)| (key.to_owned(), value))
+                        .collect(),
+                )
+            },
+        )
+    }
+
+    const PATHS: &[&str] = &[
+        "a.txt",
+        "new.txt",
+        "dir/new.txt",
+        "out/secret.txt",
+        "out/new.txt",
+        "out/nb.ipynb",
+        "out-file",
+        "../escape.txt",
+        "sub/../../escape.txt",
+        "/etc/hostname",
+        ".git/config",
+        ".git/nb.ipynb",
+        ".git/new.txt",
+        "git-alias/config",
+        "git-alias/nb.ipynb",
+        ".muster/settings.toml",
+        ".muster/nb.ipynb",
+        ".muster/plans/other.md",
+        "nb.ipynb",
+        "",
+        ".",
+        "/",
+    ];
+
+    const TEXTS: &[&str] = &["", "secret", "text", "core", "x", "intro", "new\ntext"];
+
+    fn path() -> impl Strategy<Value = Value> {
+        prop::sample::select(PATHS).prop_map(|path| json!(path))
+    }
+
+    fn text() -> impl Strategy<Value = Value> {
+        prop::sample::select(TEXTS).prop_map(|text| json!(text))
+    }
+
+    /// Inputs shaped like each tool's, so calls get past validation and reach the paths.
+    fn shaped_input() -> impl Strategy<Value = (&'static str, Value)> {
+        prop_oneof![
+            (path(), text()).prop_map(|(file_path, content)| {
+                ("Write", json!({"file_path": file_path, "content": content}))
+            }),
+            (path(), text(), text(), any::<bool>()).prop_map(|(file_path, old, new, all)| {
+                (
+                    "Edit",
+                    json!({"file_path": file_path, "old_string": old, "new_string": new, "replace_all": all}),
+                )
+            }),
+            (path(), prop::collection::vec((text(), text()), 1..3)).prop_map(|(file_path, edits)| {
+                let edits: Vec<Value> = edits
+                    .into_iter()
+                    .map(|(old, new)| json!({"old_string": old, "new_string": new}))
+                    .collect();
+                ("MultiEdit", json!({"file_path": file_path, "edits": edits}))
+            }),
+            (
+                path(),
+                prop::sample::select(&["intro", "cell-0", "missing"][..]),
+                text(),
+                prop::sample::select(&["code", "markdown"][..]),
+                prop::sample::select(&["replace", "insert", "delete"][..]),
+            )
+                .prop_map(|(notebook_path, cell_id, source, cell_type, mode)| {
+                    (
+                        "NotebookEdit",
+                        json!({"notebook_path": notebook_path, "cell_id": cell_id, "new_source": source, "cell_type": cell_type, "edit_mode": mode}),
+                    )
+                }),
+            path().prop_map(|file_path| ("Read", json!({"file_path": file_path}))),
+            path().prop_map(|path| ("LS", json!({"path": path}))),
+            path().prop_map(|path| ("Grep", json!({"pattern": "secret", "path": path, "output_mode": "content"}))),
+            path().prop_map(|path| ("Glob", json!({"pattern": "**/*", "path": path}))),
+        ]
+    }
+
+    fn call() -> impl Strategy<Value = (&'static str, Value)> {
+        prop_oneof![
+            3 => shaped_input(),
+            1 => (prop::sample::select(TOOLS), garbage_input()),
+        ]
+    }
+
+    const NOTEBOOK: &str = r#"{"cells": [{"cell_type": "markdown", "id": "intro", "metadata": {}, "source": ["x"]}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}"#;
+
+    /// Every file under `root` with its content (symlinks not followed).
+    fn snapshot(root: &Path) -> BTreeMap<String, String> {
+        let mut files = BTreeMap::new();
+        let mut pending = vec![root.to_path_buf()];
+        while let Some(directory) = pending.pop() {
+            let Ok(entries) = std::fs::read_dir(&directory) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let kind = entry.file_type().expect("file type");
+                if kind.is_dir() {
+                    pending.push(path);
+                } else if kind.is_file() {
+                    let content = std::fs::read(&path).expect("read");
+                    let content = String::from_utf8_lossy(&content).into_owned();
+                    files.insert(path.display().to_string(), content);
+                } else {
+                    files.insert(path.display().to_string(), "<link>".to_owned());
+                }
+            }
+        }
+        files
+    }
+
+    fn setup(workspace: &Path, outside: &Path) {
+        std::fs::write(outside.join("secret.txt"), "secret").expect("secret");
+        std::fs::create_dir_all(workspace.join(".git")).expect(".git");
+        std::fs::write(workspace.join(".git/config"), "[core]").expect("git config");
+        std::fs::create_dir_all(workspace.join(".muster/plans")).expect(".muster");
+        std::fs::write(workspace.join(".muster/settings.toml"), "x = 1").expect("settings");
+        for directory in [
+            workspace.join(".git"),
+            workspace.join(".muster"),
+            outside.to_path_buf(),
+        ] {
+            std::fs::write(directory.join("nb.ipynb"), NOTEBOOK).expect("notebook");
+        }
+        std::fs::write(workspace.join("a.txt"), "text secret text").expect("a.txt");
+        std::fs::write(workspace.join("nb.ipynb"), NOTEBOOK).expect("notebook");
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink(outside, workspace.join("out")).expect("symlink");
+            std::os::unix::fs::symlink(outside.join("secret.txt"), workspace.join("out-file"))
+                .expect("symlink");
+            std::os::unix::fs::symlink(workspace.join(".git"), workspace.join("git-alias"))
+                .expect("symlink");
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(400))]
+
+        #[test]
+        fn file_tools_never_panic_and_never_write_outside_or_into_protected_directories(
+            (tool, input) in call(),
+        ) {
+            let workspace_dir = tempfile::tempdir().expect("workspace");
+            let outside_dir = tempfile::tempdir().expect("outside");
+            setup(workspace_dir.path(), outside_dir.path());
+            let workspace = Workspace::new(workspace_dir.path()).expect("workspace");
+            let root = workspace.root().to_path_buf();
+            let context = ToolContext::new(workspace, Vec::new());
+            let before = (
+                snapshot(outside_dir.path()),
+                snapshot(&root.join(".git")),
+                snapshot(&root.join(".muster")),
+            );
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            let registry = ToolRegistry::standard();
+            let output = runtime.block_on(async {
+                let tool: &dyn Tool = registry.get(tool).expect("tool").as_ref();
+                tool.call(&context, input.clone()).await
+            });
+            prop_assert!(
+                !output.content.contains("failed internally"),
+                "{tool} panicked on {input}: {}",
+                output.content
+            );
+            let after = (
+                snapshot(outside_dir.path()),
+                snapshot(&root.join(".git")),
+                snapshot(&root.join(".muster")),
+            );
+            prop_assert_eq!(before, after, "{} changed protected files with {}", tool, input);
+        }
     }
 }
