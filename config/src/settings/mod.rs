@@ -243,6 +243,11 @@ impl Settings {
     }
 }
 
+/// Every settings key, with `<id>` for free keys (`models.<id>.price_in`).
+pub fn known_keys() -> Vec<String> {
+    schema::SETTINGS.documented_keys()
+}
+
 /// The user, project and project-local settings files, in layer order.
 pub fn settings_files(inputs: &SettingsInputs<'_>) -> Vec<(Layer, PathBuf)> {
     let muster_dir = inputs.project_root.muster_dir();

@@ -211,6 +211,32 @@ impl Schema {
         found
     }
 
+    /// Every key path, maps written as `<id>` (`models.<id>.price_in`).
+    pub fn documented_keys(&self) -> Vec<String> {
+        let mut keys = Vec::new();
+        self.collect_keys(String::new(), &mut keys);
+        keys
+    }
+
+    fn collect_keys(&self, prefix: String, keys: &mut Vec<String>) {
+        let join = |name: &str| {
+            if prefix.is_empty() {
+                name.to_string()
+            } else {
+                format!("{prefix}.{name}")
+            }
+        };
+        match self {
+            Schema::Table(children) => {
+                for (name, child) in children.iter() {
+                    child.collect_keys(join(name), keys);
+                }
+            }
+            Schema::Map(child) => child.collect_keys(join("<id>"), keys),
+            Schema::Leaf(..) | Schema::Rules(_) => keys.push(prefix),
+        }
+    }
+
     fn collect_leaves<'s>(
         &'s self,
         prefix: &mut Vec<&'static str>,

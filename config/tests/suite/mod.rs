@@ -1,4 +1,6 @@
 mod agents;
+mod examples;
 mod fixtures;
+mod fuzz;
 mod settings;
 mod teams;
