@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use super::context::{OutputLimits, ToolContext};
 use super::output::ToolOutput;
-use super::text::{looks_binary, run_blocking, truncate_line};
+use super::text::{looks_binary, refuse_special_file, run_blocking, truncate_line};
 use super::workspace::PathAccess;
 use super::{ToolDetails, TypedTool};
 
@@ -77,6 +77,9 @@ fn read_lines(input: &ReadInput, resolved: &Path, limits: &OutputLimits) -> Tool
         return ToolOutput::error(format!(
             "`{requested}` is a directory, not a file; use LS to list it"
         ));
+    }
+    if let Err(error) = refuse_special_file(requested, resolved) {
+        return ToolOutput::error(error.to_string());
     }
     if metadata.len() > limits.max_file_bytes && input.offset.is_none() && input.limit.is_none() {
         return ToolOutput::error(format!(

@@ -29,6 +29,10 @@ pub(crate) enum TextFileError {
     Missing { requested: String, resolved: String },
     #[error("`{requested}` is a directory, not a file; use LS to list it")]
     Directory { requested: String },
+    #[error(
+        "`{requested}` is not a regular file (a FIFO, socket or device); file tools only use regular files"
+    )]
+    Special { requested: String },
     #[error("`{requested}` is a binary file; file tools edit text files only")]
     Binary { requested: String },
     #[error("`{requested}` is not valid UTF-8 text; file tools edit UTF-8 text files only")]
@@ -40,8 +44,20 @@ pub(crate) enum TextFileError {
     },
 }
 
+/// Refuses FIFOs, sockets and devices, which would block or never end; a missing path or a
+/// directory passes (callers report those themselves).
+pub(crate) fn refuse_special_file(requested: &str, resolved: &Path) -> Result<(), TextFileError> {
+    match std::fs::metadata(resolved) {
+        Ok(metadata) if !metadata.is_file() && !metadata.is_dir() => Err(TextFileError::Special {
+            requested: requested.to_owned(),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Reads a whole UTF-8 text file for editing.
 pub(crate) fn read_text_file(requested: &str, resolved: &Path) -> Result<String, TextFileError> {
+    refuse_special_file(requested, resolved)?;
     let bytes = std::fs::read(resolved).map_err(|source| match source.kind() {
         io::ErrorKind::NotFound => TextFileError::Missing {
             requested: requested.to_owned(),

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use super::TypedTool;
 use super::context::ToolContext;
 use super::output::{ToolDetails, ToolOutput};
-use super::text::{run_blocking, write_text_file};
+use super::text::{refuse_special_file, run_blocking, write_text_file};
 use super::workspace::PathAccess;
 
 /// Input of `Write`.
@@ -53,6 +53,9 @@ fn write_file(input: &WriteInput, resolved: PathBuf) -> ToolOutput {
         return ToolOutput::error(format!(
             "`{requested}` is a directory; give the path of a file"
         ));
+    }
+    if let Err(error) = refuse_special_file(requested, &resolved) {
+        return ToolOutput::error(error.to_string());
     }
     let existed = resolved.exists();
     if let Err(error) = write_text_file(&resolved, &input.content) {

@@ -158,6 +158,29 @@ async fn read_errors_are_clear() {
     assert!(part.content.contains("    12\tx"));
 }
 
+#[cfg(unix)]
+#[tokio::test]
+async fn file_tools_refuse_fifos_instead_of_blocking() {
+    let fixture = Fixture::new();
+    let status = std::process::Command::new("mkfifo")
+        .arg(fixture.path("pipe"))
+        .status()
+        .expect("mkfifo");
+    assert!(status.success());
+    let calls: [(&dyn Tool, Value); 3] = [
+        (&Read, json!({"file_path": "pipe"})),
+        (&Write, json!({"file_path": "pipe", "content": "x"})),
+        (
+            &Edit,
+            json!({"file_path": "pipe", "old_string": "a", "new_string": "b"}),
+        ),
+    ];
+    for (tool, input) in calls {
+        let output = fixture.call(tool, input).await;
+        assert_error(&output, &["`pipe` is not a regular file"]);
+    }
+}
+
 #[tokio::test]
 async fn read_of_an_empty_file_says_so() {
     let fixture = Fixture::new();
@@ -1982,7 +2005,7 @@ mod confinement {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(400))]
+        #![proptest_config(ProptestConfig::with_cases(200))]
 
         #[test]
         fn file_tools_never_panic_and_never_write_outside_or_into_protected_directories(
