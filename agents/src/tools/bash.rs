@@ -77,6 +77,9 @@ impl TypedTool for Bash {
         if input.command.trim().is_empty() {
             return ToolOutput::error("invalid input for Bash: field `command` is empty");
         }
+        if context.shutdown().is_triggered() {
+            return ToolOutput::error("the command did not run: the run is shutting down");
+        }
         run_command(context, &input.command, timeout).await
     }
 }

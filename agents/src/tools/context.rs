@@ -203,6 +203,16 @@ impl ToolContext {
             .resolve_read(Path::new(requested), self.plan_file.as_deref())
     }
 
+    /// Whether `requested` resolves to the agent's own plan file (the permission engine lets
+    /// plan mode write exactly that file).
+    pub fn is_own_plan_file(&self, requested: &str) -> bool {
+        self.plan_file.as_deref().is_some_and(|plan_file| {
+            self.workspace
+                .resolve_plan_file(Path::new(requested))
+                .is_ok_and(|resolved| resolved == plan_file)
+        })
+    }
+
     /// Resolves a path the call writes; see [`Workspace::resolve_write`].
     pub fn resolve_write(&self, requested: &str) -> Result<PathBuf, PathError> {
         self.workspace

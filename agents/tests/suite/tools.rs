@@ -591,6 +591,14 @@ async fn the_own_plan_file_is_writable_in_muster_plans() {
         )
         .await;
     assert_ok(&edit);
+    assert!(context.is_own_plan_file(".muster/plans/brave-blue-fox.md"));
+    assert!(context.is_own_plan_file(absolute.to_str().expect("utf-8")));
+    assert!(!context.is_own_plan_file(".muster/plans/brave-blue-fox-agent-bob.md"));
+    assert!(
+        !fixture
+            .context
+            .is_own_plan_file(".muster/plans/brave-blue-fox.md")
+    );
     let other = Write
         .call(
             &context,
@@ -895,6 +903,17 @@ async fn bash_dropped_mid_call_kills_the_whole_process_group() {
     }
     witness.wait_closed().await;
     assert!(!fixture.path("marker").exists());
+}
+
+#[tokio::test]
+async fn bash_does_not_start_once_shutdown_was_signalled() {
+    let fixture = Fixture::new();
+    let (trigger, signal) = ShutdownSignal::channel();
+    trigger.trigger();
+    let context = fixture.context.clone().with_shutdown(signal);
+    let output = Bash.call(&context, json!({"command": "touch ran"})).await;
+    assert_error(&output, &["did not run", "shutting down"]);
+    assert!(!fixture.path("ran").exists());
 }
 
 #[cfg(unix)]
