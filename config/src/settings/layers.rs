@@ -309,6 +309,51 @@ impl CliOverrides {
         self
     }
 
+    /// `--store PATH`.
+    pub fn store(self, path: impl Into<String>) -> CliOverrides {
+        self.set("store_path", path, "--store")
+    }
+
+    /// `--permission-mode MODE`.
+    pub fn permission_mode(self, mode: impl Into<String>) -> CliOverrides {
+        self.set("permission_mode", mode, "--permission-mode")
+    }
+
+    /// `--approver human|policy:FILE`.
+    pub fn approver(self, approver: impl Into<String>) -> CliOverrides {
+        self.set("approver", approver, "--approver")
+    }
+
+    /// `--provider P`: the provider of both modes (a shared key set in a later layer beats
+    /// `[plan]`/`[act]` keys from earlier ones).
+    pub fn provider(self, provider: impl Into<String>) -> CliOverrides {
+        self.set("provider", provider, "--provider")
+    }
+
+    /// `--model M`: the model of both modes.
+    pub fn model(self, model: impl Into<String>) -> CliOverrides {
+        self.set("model", model, "--model")
+    }
+
+    /// `--base-url URL` for `provider` (`providers.<provider>.base_url`).
+    pub fn base_url(self, provider: &str, url: impl Into<String>) -> CliOverrides {
+        self.set(format!("providers.{provider}.base_url"), url, "--base-url")
+    }
+
+    /// `--cassette FILE` (`providers.script.cassette`).
+    pub fn cassette(self, path: impl Into<String>) -> CliOverrides {
+        self.set("providers.script.cassette", path, "--cassette")
+    }
+
+    /// `--max-duration SECS` (`budgets.run.duration_secs`).
+    pub fn max_duration_secs(self, seconds: u64) -> CliOverrides {
+        self.set(
+            "budgets.run.duration_secs",
+            seconds.to_string(),
+            "--max-duration",
+        )
+    }
+
     pub(crate) fn parse(&self) -> (LayerValues, Vec<Diagnostic>) {
         let mut values = LayerValues::default();
         let mut errors = Vec::new();

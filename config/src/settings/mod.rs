@@ -386,29 +386,28 @@ impl Builder<'_> {
         })
     }
 
-    /// `[plan]`/`[act]` values fall back to the top-level ones.
-    fn mode_settings(&mut self, mode: &str) -> ModeSettings {
-        let provider_path = if self.merged.get(&[mode, "provider"]).is_some() {
-            vec![mode, "provider"]
-        } else {
-            vec!["provider"]
-        };
-        let model_path = if self.merged.get(&[mode, "model"]).is_some() {
-            vec![mode, "model"]
-        } else {
-            vec!["model"]
-        };
-        let provider = self.required(&provider_path, |text| text.parse::<ProviderKind>());
-        let model = self.text(&model_path);
-        let thinking_budget = self
+    /// The path that decides `leaf` for `mode`: `[plan]`/`[act]` beats the shared key unless
+    /// the shared key was set in a later layer (`MUSTER_MODEL` beats a file's `[plan] model`).
+    fn mode_path<'p>(&self, mode: &'p str, leaf: &'p str) -> Vec<&'p str> {
+        let specific = self
             .merged
-            .count(&[mode, "thinking_budget"])
-            .or_else(|| self.merged.count(&["thinking_budget"]));
-        let effort_path = if self.merged.get(&[mode, "reasoning_effort"]).is_some() {
-            vec![mode, "reasoning_effort"]
-        } else {
-            vec!["reasoning_effort"]
-        };
+            .get(&[mode, leaf])
+            .map(|(_, origin)| origin.layer);
+        let shared = self.merged.get(&[leaf]).map(|(_, origin)| origin.layer);
+        match (specific, shared) {
+            (Some(specific), Some(shared)) if shared > specific => vec![leaf],
+            (Some(_), _) => vec![mode, leaf],
+            (None, _) => vec![leaf],
+        }
+    }
+
+    /// `[plan]`/`[act]` values, falling back to the shared ones.
+    fn mode_settings(&mut self, mode: &str) -> ModeSettings {
+        let provider_path = self.mode_path(mode, "provider");
+        let provider = self.required(&provider_path, |text| text.parse::<ProviderKind>());
+        let model = self.text(&self.mode_path(mode, "model"));
+        let thinking_budget = self.merged.count(&self.mode_path(mode, "thinking_budget"));
+        let effort_path = self.mode_path(mode, "reasoning_effort");
         let reasoning_effort = self.parsed(&effort_path, |text| text.parse::<ReasoningEffort>());
         ModeSettings {
             provider,
@@ -553,7 +552,33 @@ fn build(merged: &Merged, root: &Path, errors: &mut Vec<Diagnostic>) -> Settings
     };
     errors.append(&mut builder.errors);
     check_cost_budgets(&settings, errors);
+    check_approver_policy(&settings, errors);
     settings
+}
+
+/// A policy named by `approver` must exist and be valid.
+fn check_approver_policy(settings: &Settings, errors: &mut Vec<Diagnostic>) {
+    let Approver::Policy(file) = &settings.approver.value else {
+        return;
+    };
+    let path = settings.project_root.join(file);
+    if !path.is_file() {
+        errors.push(origin_diagnostic(
+            &settings.approver.origin,
+            "approver",
+            format!("policy file {} not found", path.display()),
+        ));
+        return;
+    }
+    match crate::policy::Policy::load(&path) {
+        Ok(_) => {}
+        Err(ConfigError::Io { path, source }) => errors.push(origin_diagnostic(
+            &settings.approver.origin,
+            "approver",
+            format!("cannot read policy file {}: {source}", path.display()),
+        )),
+        Err(ConfigError::Invalid(found)) => errors.extend(found),
+    }
 }
 
 /// A cost budget needs prices for every model it would count.

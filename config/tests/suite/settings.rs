@@ -436,3 +436,62 @@ fn invalid_utf8_is_an_error_naming_the_file() {
         )
     );
 }
+
+#[test]
+fn a_shared_key_from_a_later_layer_beats_a_mode_key_from_an_earlier_one() {
+    let mut project = Project::new().env("MUSTER_MODEL", "claude-haiku-4-5");
+    project.write(
+        ".muster/settings.toml",
+        "model = \"gpt-5\"\n[plan]\nmodel = \"claude-opus-4-1\"\n",
+    );
+    let settings = project.settings();
+    assert_eq!(settings.plan.model.value, "claude-haiku-4-5");
+    assert_eq!(settings.plan.model.origin.layer, Layer::Env);
+    assert_eq!(settings.act.model.value, "claude-haiku-4-5");
+
+    project.env.clear();
+    project
+        .env
+        .insert("MUSTER_PLAN__MODEL".into(), "gpt-5-mini".into());
+    project.cli = muster_config::CliOverrides::new()
+        .provider("openai")
+        .max_duration_secs(90)
+        .permission_mode("dontAsk")
+        .approver("policy:p.toml")
+        .store("s.db");
+    project.write("p.toml", "");
+    let settings = project.settings();
+    assert_eq!(settings.plan.model.value, "gpt-5-mini");
+    assert_eq!(settings.act.model.value, "gpt-5");
+    assert_eq!(*settings.plan.provider, ProviderKind::OpenAi);
+    assert_eq!(settings.plan.provider.origin.source, "--provider");
+    assert_eq!(
+        settings.budgets.run_duration_secs.as_ref().unwrap().value,
+        90
+    );
+    assert_eq!(*settings.permission_mode, PermissionMode::DontAsk);
+    assert_eq!(*settings.approver, Approver::Policy("p.toml".into()));
+}
+
+#[test]
+fn an_approver_policy_file_must_exist_and_be_valid() {
+    let project = Project::new();
+    let file = project.write(".muster/settings.toml", "approver = \"policy:ci.toml\"\n");
+    assert_eq!(
+        project.error(),
+        format!(
+            "{}:1:12: approver: policy file {} not found",
+            display(&file),
+            display(&project.path("ci.toml"))
+        )
+    );
+    let policy = project.write("ci.toml", "max_mode = \"sideways\"\n");
+    let error = project.error();
+    assert!(
+        error.starts_with(&format!(
+            "{}:1:12: max_mode: unknown permission mode `sideways`",
+            display(&policy)
+        )),
+        "{error}"
+    );
+}

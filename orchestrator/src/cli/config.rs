@@ -62,7 +62,7 @@ pub fn load_settings(
     let env = process_env();
     let home: Option<PathBuf> = std::env::home_dir();
     let cli = match &global.store {
-        Some(store) => cli.set("store_path", store.display().to_string(), "--store"),
+        Some(store) => cli.store(store.display().to_string()),
         None => cli,
     };
     Settings::load(&SettingsInputs {
