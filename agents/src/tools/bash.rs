@@ -20,7 +20,7 @@ use super::context::{ProcessGroupId, ToolContext};
 use super::output::{ToolDetails, ToolOutput};
 
 /// Waits for the gate line, then runs the command (`$1`) with stdin from `/dev/null`.
-const GATE_SCRIPT: &str = "IFS= read -r _ || exit 125; exec bash -c \"$1\" </dev/null";
+const GATE_SCRIPT: &str = "IFS= read -r _ || exit 125; exec \"$BASH\" -c \"$1\" </dev/null";
 
 /// How long output pipes may stay open after the group was killed (a process that left the
 /// group can hold them).

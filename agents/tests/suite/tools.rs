@@ -826,6 +826,19 @@ async fn bash_removes_every_ld_variable() {
 }
 
 #[tokio::test]
+async fn bash_runs_with_an_empty_environment() {
+    let directory = tempfile::tempdir().expect("workspace");
+    let workspace = Workspace::new(directory.path()).expect("workspace");
+    let context = ToolContext::new(workspace, Vec::new());
+    let output = Bash
+        .call(&context, json!({"command": "echo \"$0 ran\""}))
+        .await;
+    assert_ok(&output);
+    assert!(output.content.starts_with("/"), "{}", output.content);
+    assert!(output.content.contains("bash ran"), "{}", output.content);
+}
+
+#[tokio::test]
 async fn bash_output_is_capped() {
     let fixture = Fixture::new();
     let limits = OutputLimits {
