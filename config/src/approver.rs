@@ -3,7 +3,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// A plan approver (a request's `responder`): `lead`, `human` or `policy:FILE`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
@@ -49,6 +49,13 @@ impl Serialize for Approver {
     }
 }
 
+impl<'de> Deserialize<'de> for Approver {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        Approver::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -58,6 +65,8 @@ mod tests {
         for text in ["lead", "human", "policy:policies/ci.toml"] {
             assert_eq!(Approver::parse(text).unwrap().to_string(), text);
         }
+        let back: Approver = serde_json::from_str("\"policy:ci.toml\"").unwrap();
+        assert_eq!(back, Approver::Policy("ci.toml".into()));
         assert_eq!(
             Approver::parse("policy:").unwrap_err(),
             "expected \"lead\", \"human\" or \"policy:FILE\", found \"policy:\""

@@ -26,6 +26,13 @@ pub const AGENT_KEYS: &[&str] = &[
     "read_only",
 ];
 
+/// Claude Code's model aliases and the catalogue ids they stand for.
+pub const MODEL_ALIASES: &[(&str, &str)] = &[
+    ("sonnet", "claude-sonnet-4-5"),
+    ("opus", "claude-opus-4-1"),
+    ("haiku", "claude-haiku-4-5"),
+];
+
 /// Built-in definitions, in the same format as project files.
 const BUILT_IN: &[(&str, &str)] = &[
     ("lead", include_str!("builtin/lead.md")),
@@ -258,7 +265,13 @@ impl DefinitionFile<'_> {
             None => ModelChoice::Settings,
             Some(node) => match self.text("model", node) {
                 Some("inherit") => ModelChoice::Inherit,
-                Some(model) => ModelChoice::Named(model.to_string()),
+                Some(model) => {
+                    let id = MODEL_ALIASES
+                        .iter()
+                        .find(|(alias, _)| *alias == model)
+                        .map_or(model, |(_, id)| id);
+                    ModelChoice::Named(id.to_string())
+                }
                 None => ModelChoice::Settings,
             },
         };

@@ -105,7 +105,8 @@ pub struct ProviderSettings {
 }
 
 /// A model catalogue entry. Prices are US dollars per million tokens.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct ModelInfo {
     pub context_window: Option<u64>,
     pub max_output: Option<u64>,
@@ -652,4 +653,26 @@ fn entries(merged: &Merged) -> Vec<SettingEntry> {
         }
     }
     entries
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn named_enums_round_trip_through_serde() {
+        for effort in ReasoningEffort::ALL {
+            let json = serde_json::to_string(effort).unwrap();
+            assert_eq!(
+                serde_json::from_str::<ReasoningEffort>(&json).unwrap(),
+                *effort
+            );
+        }
+        let error = serde_json::from_str::<ProviderKind>("\"gemini\"").unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("expected one of anthropic, openai, script")
+        );
+    }
 }

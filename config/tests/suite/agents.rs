@@ -102,6 +102,10 @@ fn claude_files_load_with_warnings_for_what_muster_ignores() {
     let text = "---\nname: code-reviewer\ndescription: Expert reviewer\ntools: Read, Grep, WebFetch, mcp__github__get_pr, Task\ncolor: purple\nmodel: sonnet\n---\nReview.\n";
     let loaded = parse_agent_file("c.md", text, AgentDir::Claude).unwrap();
     assert_eq!(loaded.value.tools, Some(vec!["Read", "Grep", "Agent"]));
+    assert_eq!(
+        loaded.value.model,
+        ModelChoice::Named("claude-sonnet-4-5".to_string())
+    );
     let warnings: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
     assert_eq!(
         warnings,

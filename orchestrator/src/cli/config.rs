@@ -62,7 +62,8 @@ pub fn load_settings(
     let env = process_env();
     let home: Option<PathBuf> = std::env::home_dir();
     let cli = match &global.store {
-        Some(store) => cli.store(store.display().to_string()),
+        // A path on the command line is relative to the current directory.
+        Some(store) => cli.store(std::path::absolute(store)?.display().to_string()),
         None => cli,
     };
     Settings::load(&SettingsInputs {
