@@ -149,7 +149,10 @@ fn config_show_text_names_layers_and_flags_override() {
         "{text}"
     );
     assert!(
-        text.contains("store_path = \"state/db.sqlite\"  # cli (--store)"),
+        text.contains(&format!(
+            "store_path = \"{}\"  # cli (--store)",
+            fixture.root.join("state/db.sqlite").display()
+        )),
         "{text}"
     );
     assert!(
