@@ -122,6 +122,13 @@ proptest! {
     }
 
     #[test]
+    fn loading_mutated_settings_never_panics(text in mutated(SETTINGS)) {
+        let project = super::fixtures::Project::new();
+        project.write(".muster/settings.toml", &text);
+        let _ = project.load();
+    }
+
+    #[test]
     fn mutated_agent_files_never_panic(text in mutated(AGENT)) {
         let _ = parse_agent_file("fuzz.md", &text, AgentDir::Muster);
         let _ = parse_agent_file("fuzz.md", &text, AgentDir::Claude);
