@@ -8,7 +8,7 @@ use toml::de::{DeTable, DeValue};
 use crate::diagnostic::{Diagnostic, did_you_mean, suggestion_suffix};
 use crate::origin::{Layer, Origin, Sourced};
 use crate::rule::{PermissionRule, RuleBehavior, SourcedRule};
-use crate::settings::schema::{SETTINGS, Schema, SettingValue};
+use crate::settings::schema::{PROVIDER_NAMES, SETTINGS, Schema, SettingValue};
 use crate::toml_source::{SourceText, describe, join_key};
 
 /// The prefix of settings environment variables.
@@ -241,6 +241,16 @@ pub fn env_var_name(path: &[&str]) -> String {
     format!("{ENV_PREFIX}{}", joined.join("__"))
 }
 
+/// Variables that set one provider key for every provider, applied before the per-provider
+/// variables (`MUSTER_PROVIDERS__OPENAI__MAX_RETRIES` beats `MUSTER_MAX_RETRIES`).
+pub const ENV_PROVIDER_ALIASES: &[(&str, &str)] = &[
+    ("MUSTER_CONNECT_TIMEOUT_MS", "connect_timeout_ms"),
+    ("MUSTER_REQUEST_TIMEOUT_MS", "request_timeout_ms"),
+    ("MUSTER_STREAM_IDLE_TIMEOUT_MS", "stream_idle_timeout_ms"),
+    ("MUSTER_MAX_RETRIES", "max_retries"),
+    ("MUSTER_RETRY_BACKOFF_MS", "retry_backoff_ms"),
+];
+
 /// Reads the `MUSTER_*` variables of `env`. Variables that name no setting are warnings.
 pub fn parse_env(
     env: &BTreeMap<String, String>,
@@ -248,15 +258,49 @@ pub fn parse_env(
     let mut values = LayerValues::default();
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
-    let known: Vec<String> = SETTINGS
+    let env_origin = |name: &str| Origin {
+        layer: Layer::Env,
+        source: name.to_string(),
+        position: None,
+    };
+    for (alias, leaf) in ENV_PROVIDER_ALIASES {
+        let Some(text) = env.get(*alias) else {
+            continue;
+        };
+        for provider in PROVIDER_NAMES {
+            let path = vec![
+                "providers".to_string(),
+                provider.to_string(),
+                leaf.to_string(),
+            ];
+            let key = display_path(&path);
+            if let Err(message) = set_from_text(path, text, env_origin(alias), &mut values) {
+                errors.push(
+                    Diagnostic::new(message)
+                        .in_source(format!("environment variable {alias}"))
+                        .for_key(key),
+                );
+                break;
+            }
+        }
+    }
+    let mut known: Vec<String> = SETTINGS
         .leaf_paths()
         .into_iter()
         .map(|(path, _)| env_var_name(&path))
         .collect();
+    known.extend(
+        ENV_PROVIDER_ALIASES
+            .iter()
+            .map(|(alias, _)| alias.to_string()),
+    );
     for (name, text) in env {
         let Some(rest) = name.strip_prefix(ENV_PREFIX) else {
             continue;
         };
+        if ENV_PROVIDER_ALIASES.iter().any(|(alias, _)| alias == name) {
+            continue;
+        }
         let path: Vec<String> = rest.split("__").map(str::to_lowercase).collect();
         let source = format!("environment variable {name}");
         let is_setting = matches!(
@@ -273,13 +317,8 @@ pub fn parse_env(
             );
             continue;
         }
-        let origin = Origin {
-            layer: Layer::Env,
-            source: name.clone(),
-            position: None,
-        };
         let key = display_path(&path);
-        if let Err(message) = set_from_text(path, text, origin, &mut values) {
+        if let Err(message) = set_from_text(path, text, env_origin(name), &mut values) {
             errors.push(Diagnostic::new(message).in_source(source).for_key(key));
         }
     }

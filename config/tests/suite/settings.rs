@@ -495,3 +495,23 @@ fn an_approver_policy_file_must_exist_and_be_valid() {
         "{error}"
     );
 }
+
+#[test]
+fn provider_wide_variables_set_every_provider_and_specific_ones_win() {
+    let project = Project::new()
+        .env("MUSTER_STREAM_IDLE_TIMEOUT_MS", "1234")
+        .env("MUSTER_PROVIDERS__OPENAI__STREAM_IDLE_TIMEOUT_MS", "99");
+    let settings = project.settings();
+    assert_eq!(*settings.anthropic.stream_idle_timeout_ms, 1234);
+    assert_eq!(
+        settings.anthropic.stream_idle_timeout_ms.origin.source,
+        "MUSTER_STREAM_IDLE_TIMEOUT_MS"
+    );
+    assert_eq!(*settings.script.stream_idle_timeout_ms, 1234);
+    assert_eq!(*settings.openai.stream_idle_timeout_ms, 99);
+    let project = Project::new().env("MUSTER_MAX_RETRIES", "many");
+    assert_eq!(
+        project.error(),
+        "environment variable MUSTER_MAX_RETRIES: providers.anthropic.max_retries: expected a non-negative integer, found \"many\""
+    );
+}
