@@ -206,7 +206,29 @@ const RG: Spec = Spec {
     forbid_long: &["pre", "hostname-bin", "search-zip"],
     forbid_why: "makes rg run another program (a preprocessor, a hostname program or decompressors)",
     pattern_short: "ef",
-    pattern_long: &["regexp", "file"],
+    pattern_long: &["regexp", "file", "files"],
+    always_recursive: true,
+    ..BASE
+};
+
+const GIT_GREP: Spec = Spec {
+    pos: Pos::PatternThenPaths,
+    short_val: "eABCm",
+    short_path: "f",
+    long_val: &[
+        "max-depth",
+        "max-count",
+        "threads",
+        "context",
+        "after-context",
+        "before-context",
+    ],
+    long_path: &["file"],
+    forbid_short: "O",
+    forbid_long: &["open-files-in-pager", "textconv"],
+    forbid_why: "opens a pager or runs a text converter",
+    pattern_short: "ef",
+    pattern_long: &["file"],
     always_recursive: true,
     ..BASE
 };
@@ -214,8 +236,16 @@ const RG: Spec = Spec {
 /// The rule for an allowed command, or `None` if the command is not on the allow-list.
 fn spec(name: &str) -> Option<Spec> {
     let spec = match name {
-        "cat" | "rev" | "md5sum" | "sha1sum" | "sha224sum" | "sha256sum" | "sha384sum"
-        | "sha512sum" | "b2sum" | "cksum" | "sum" | "realpath" | "readlink" => Spec {
+        "md5sum" | "sha1sum" | "sha224sum" | "sha256sum" | "sha384sum" | "sha512sum" | "b2sum"
+        | "cksum" | "sum" => Spec {
+            short_val: "a",
+            long_val: &["algorithm", "length"],
+            forbid_short: "c",
+            forbid_long: &["check"],
+            forbid_why: "reads the files a checksum list names, which cannot be checked beforehand",
+            ..BASE
+        },
+        "cat" | "rev" | "realpath" | "readlink" => Spec {
             long_path: &["relative-to", "relative-base"],
             ..BASE
         },
@@ -248,7 +278,8 @@ fn spec(name: &str) -> Option<Spec> {
             ..BASE
         },
         "wc" => Spec {
-            long_path: &["files0-from"],
+            forbid_long: &["files0-from"],
+            forbid_why: "reads the files named in a list, which cannot be checked beforehand",
             ..BASE
         },
         "stat" => Spec {
@@ -258,12 +289,12 @@ fn spec(name: &str) -> Option<Spec> {
         },
         "file" => Spec {
             short_val: "FeP",
-            short_path: "mf",
+            short_path: "m",
             long_val: &["separator", "exclude", "exclude-quiet", "parameter"],
-            long_path: &["magic-file", "files-from"],
-            forbid_short: "C",
-            forbid_long: &["compile"],
-            forbid_why: "writes a compiled magic file",
+            long_path: &["magic-file"],
+            forbid_short: "Cf",
+            forbid_long: &["compile", "files-from"],
+            forbid_why: "writes a compiled magic file or reads the files named in a list (which cannot be checked beforehand)",
             ..BASE
         },
         "nl" => Spec {
@@ -359,8 +390,8 @@ fn spec(name: &str) -> Option<Spec> {
                 "palette",
             ],
             long_path: &["exclude-from", "from-file", "to-file"],
-            recursive_short: "r",
-            recursive_long: &["recursive"],
+            // Comparing directories reads the files in them, even without `-r`.
+            always_recursive: true,
             ..BASE
         },
         "cmp" => Spec {
@@ -379,7 +410,9 @@ fn spec(name: &str) -> Option<Spec> {
                 "time-style",
                 "time",
             ],
-            long_path: &["exclude-from", "files0-from"],
+            long_path: &["exclude-from"],
+            forbid_long: &["files0-from"],
+            forbid_why: "reads the files named in a list, which cannot be checked beforehand",
             ..BASE
         },
         "df" => Spec {
@@ -429,10 +462,15 @@ fn spec(name: &str) -> Option<Spec> {
                 "batch-size",
                 "sort",
             ],
-            long_path: &["files0-from", "random-source"],
+            long_path: &["random-source"],
             forbid_short: "oT",
-            forbid_long: &["output", "compress-program", "temporary-directory"],
-            forbid_why: "writes a file or runs a compression program",
+            forbid_long: &[
+                "output",
+                "compress-program",
+                "temporary-directory",
+                "files0-from",
+            ],
+            forbid_why: "writes a file, runs a compression program or reads the files named in a list (which cannot be checked beforehand)",
             ..BASE
         },
         "base64" | "base32" | "basenc" => Spec {
@@ -918,7 +956,8 @@ impl<'a> Checker<'a> {
     }
 
     fn find(&self, args: &[&str]) -> Result<(), String> {
-        const FORBIDDEN_PREFIXES: &[&str] = &["-exec", "-ok", "-delete", "-fls", "-fprint"];
+        const FORBIDDEN_PREFIXES: &[&str] =
+            &["-exec", "-ok", "-delete", "-fls", "-fprint", "-files0"];
         const VALUE: &[&str] = &[
             "-name",
             "-iname",
@@ -954,13 +993,13 @@ impl<'a> Checker<'a> {
             "-used",
             "-context",
         ];
-        const PATH: &[&str] = &["-newer", "-anewer", "-cnewer", "-samefile", "-files0-from"];
+        const PATH: &[&str] = &["-newer", "-anewer", "-cnewer", "-samefile"];
         if let Some(bad) = args
             .iter()
             .find(|a| FORBIDDEN_PREFIXES.iter().any(|f| a.starts_with(f)))
         {
             return Err(format!(
-                "`find {bad}` runs commands, deletes files or writes files"
+                "`find {bad}` runs commands, deletes or writes files, or reads starting points from a list that cannot be checked"
             ));
         }
         let mut i = 0;
@@ -1134,10 +1173,9 @@ impl<'a> Checker<'a> {
             }
             "stash" => {
                 return match rest.first() {
-                    Some(&"list") => self.git_args("stash", &rest[1..]),
-                    Some(&"show") => {
+                    Some(&verb @ ("list" | "show")) => {
                         if patch_flag(&rest[1..]) && !rest.contains(&"--no-ext-diff") {
-                            return Err(ext_diff("stash show"));
+                            return Err(ext_diff(&format!("stash {verb}")));
                         }
                         self.git_args("stash", &rest[1..])
                     }
@@ -1147,6 +1185,9 @@ impl<'a> Checker<'a> {
                 };
             }
             "reflog" => {
+                if patch_flag(rest) && !rest.contains(&"--no-ext-diff") {
+                    return Err(ext_diff("reflog"));
+                }
                 return match rest.first() {
                     None => Ok(()),
                     Some(&"show") => self.git_args("reflog", &rest[1..]),
@@ -1183,7 +1224,7 @@ impl<'a> Checker<'a> {
             return Err(ext_diff(sub));
         }
         if sub == "grep" {
-            return self.git_grep(rest);
+            return self.generic("git grep", &GIT_GREP, rest);
         }
         self.git_args(sub, rest)
     }
@@ -1245,7 +1286,7 @@ impl<'a> Checker<'a> {
                     if let Some(v) = value {
                         self.read(&cmd, v)?;
                     }
-                } else if PATH_LONG.contains(&opt) {
+                } else if opt.len() > 3 && PATH_LONG.iter().any(|p| p.starts_with(opt)) {
                     let value = inline.or_else(|| {
                         i += 1;
                         rest.get(i - 1).copied()
@@ -1264,53 +1305,6 @@ impl<'a> Checker<'a> {
                 && !path.is_empty()
             {
                 self.read(&cmd, path)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn git_grep(&self, rest: &[&str]) -> Result<(), String> {
-        let mut pattern_given = false;
-        let mut positional = Vec::new();
-        let mut end = false;
-        let mut i = 0;
-        while let Some(&a) = rest.get(i) {
-            i += 1;
-            if !end && a == "--" {
-                end = true;
-                continue;
-            }
-            if !end && a.starts_with('-') {
-                match a {
-                    "-e" => {
-                        pattern_given = true;
-                        i += 1;
-                    }
-                    "-f" => {
-                        pattern_given = true;
-                        if let Some(v) = rest.get(i) {
-                            self.read("git grep", v)?;
-                        }
-                        i += 1;
-                    }
-                    "-A" | "-B" | "-C" | "-m" | "--max-depth" | "--max-count" | "--threads" => {
-                        i += 1;
-                    }
-                    _ => {}
-                }
-                continue;
-            }
-            positional.push(a);
-        }
-        let skip = usize::from(!pattern_given);
-        let paths = positional.get(skip..).unwrap_or(&[]);
-        if paths.is_empty() {
-            return self.read_tree("git grep", ".");
-        }
-        for p in paths {
-            self.read_tree("git grep", p)?;
-            if let Some((_, path)) = p.split_once(':') {
-                self.read_tree("git grep", path)?;
             }
         }
         Ok(())
