@@ -93,6 +93,8 @@ struct Spec {
     short_val: &'static str,
     /// Short options whose required value is a path that is read.
     short_path: &'static str,
+    /// Short options with an optional value, which can only be attached (`date -Iseconds`).
+    short_opt: &'static str,
     /// Long options that take a required value which is not a path.
     long_val: &'static [&'static str],
     /// Long options whose required value is a path that is read.
@@ -119,6 +121,7 @@ const BASE: Spec = Spec {
     pos: Pos::Paths,
     short_val: "",
     short_path: "",
+    short_opt: "",
     long_val: &[],
     long_path: &[],
     forbid_short: "",
@@ -408,7 +411,6 @@ fn spec(name: &str) -> Option<Spec> {
                 "threshold",
                 "exclude",
                 "time-style",
-                "time",
             ],
             long_path: &["exclude-from"],
             forbid_long: &["files0-from"],
@@ -422,6 +424,7 @@ fn spec(name: &str) -> Option<Spec> {
         },
         "od" => Spec {
             short_val: "AjNSt",
+            short_opt: "w",
             long_val: &[
                 "address-radix",
                 "skip-bytes",
@@ -495,8 +498,9 @@ fn spec(name: &str) -> Option<Spec> {
         "rg" => RG,
         "date" => Spec {
             pos: Pos::DateFormat,
-            short_val: "dI",
+            short_val: "d",
             short_path: "fr",
+            short_opt: "I",
             long_val: &["date"],
             long_path: &["file", "reference"],
             forbid_short: "s",
@@ -854,6 +858,9 @@ impl<'a> Checker<'a> {
                 }
                 if spec.recursive_short.contains(c) {
                     out.recursive = true;
+                }
+                if spec.short_opt.contains(c) {
+                    break;
                 }
                 let path = spec.short_path.contains(c);
                 if path || spec.short_val.contains(c) {
@@ -1275,7 +1282,21 @@ impl<'a> Checker<'a> {
             }
             if !end && a.starts_with('-') {
                 let (opt, inline) = a.split_once('=').map_or((a, None), |(o, v)| (o, Some(v)));
-                if let Some(order) = a.strip_prefix("-O") {
+                let file_opt = a
+                    .strip_prefix("-X")
+                    .or_else(|| a.strip_prefix("-S").filter(|_| sub == "blame"));
+                if let Some(attached) = file_opt {
+                    // `-X <file>` (ls-files excludes), `blame -S <revs-file>` read a file.
+                    let value = if attached.is_empty() {
+                        i += 1;
+                        rest.get(i - 1).copied()
+                    } else {
+                        Some(attached)
+                    };
+                    if let Some(v) = value {
+                        self.read(&cmd, v)?;
+                    }
+                } else if let Some(order) = a.strip_prefix("-O") {
                     // `-O<orderfile>` reads a file.
                     let value = if order.is_empty() {
                         i += 1;
@@ -1409,7 +1430,13 @@ fn patch_flag(args: &[&str]) -> bool {
                 | "-c"
                 | "--remerge-diff"
                 | "--full-diff"
+                | "--binary"
+                | "-m"
+                | "--dd"
         ) || a.starts_with("-L")
+            || a.starts_with("--word-diff")
+            || a.starts_with("--color-words")
+            || a.starts_with("--diff-merges")
             || a.starts_with("-U")
             || a.starts_with("--unified")
             || (a.starts_with('-') && !a.starts_with("--") && (a.contains('p') || a.contains('u')))
@@ -1440,7 +1467,11 @@ fn produces_patch(sub: &str, args: &[&str]) -> bool {
         "log" | "whatchanged" => patch_flag(args),
         "show" => {
             let objects: Vec<&&str> = args.iter().filter(|a| !a.starts_with('-')).collect();
-            let only_blobs = !objects.is_empty() && objects.iter().all(|a| a.contains(':'));
+            // `rev:path` names a blob or tree; `:/text` names a commit by its message.
+            let only_blobs = !objects.is_empty()
+                && objects
+                    .iter()
+                    .all(|a| a.contains(':') && !a.starts_with(":/"));
             patch_flag(args) || !(no_patch || only_blobs)
         }
         _ => false,
