@@ -270,16 +270,37 @@ fn command_name(node: Node<'_>, bytes: &[u8]) -> Result<String, String> {
     }
 }
 
+/// What the unquoted parts of one word contain, for brace expansion: bash expands `{…}` only
+/// with an unquoted `,` or `..` inside, so `HEAD@{1}` is literal but `{a,b}` is not.
+#[derive(Default)]
+struct Unquoted {
+    brace: bool,
+    comma_or_range: bool,
+}
+
 fn word(node: Node<'_>, bytes: &[u8]) -> Result<Word, String> {
     let mut value = String::new();
-    piece(node, bytes, &mut value, true)?;
+    let mut seen = Unquoted::default();
+    piece(node, bytes, &mut value, &mut seen, true)?;
+    if seen.brace && seen.comma_or_range {
+        return Err(format!(
+            "`{}` has an unquoted `{{…}}` with `,` or `..` (brace expansion); quote it",
+            shorten(text(node, bytes))
+        ));
+    }
     Ok(Word { value })
 }
 
-fn piece(node: Node<'_>, bytes: &[u8], value: &mut String, top: bool) -> Result<(), String> {
+fn piece(
+    node: Node<'_>,
+    bytes: &[u8],
+    value: &mut String,
+    seen: &mut Unquoted,
+    top: bool,
+) -> Result<(), String> {
     let raw = text(node, bytes);
     match node.kind() {
-        "word" | "number" => unquoted(raw, value),
+        "word" | "number" => unquoted(raw, value, seen),
         "raw_string" => {
             let inner = raw
                 .strip_prefix('\'')
@@ -316,7 +337,7 @@ fn piece(node: Node<'_>, bytes: &[u8], value: &mut String, top: bool) -> Result<
                     return Err(format!("`{}` is not one contiguous word", shorten(raw)));
                 }
                 pos = child.end_byte();
-                piece(child, bytes, value, false)?;
+                piece(child, bytes, value, seen, false)?;
             }
             if pos != node.end_byte() {
                 return Err(format!("`{}` is not one contiguous word", shorten(raw)));
@@ -330,7 +351,7 @@ fn piece(node: Node<'_>, bytes: &[u8], value: &mut String, top: bool) -> Result<
 /// An unquoted word: backslash escapes make the next character literal; expansion, glob, brace
 /// and tilde characters are rejected because the shell would rewrite the word after
 /// classification.
-fn unquoted(raw: &str, value: &mut String) -> Result<(), String> {
+fn unquoted(raw: &str, value: &mut String, seen: &mut Unquoted) -> Result<(), String> {
     let mut chars = raw.chars().peekable();
     let mut prev: Option<char> = None;
     while let Some(c) = chars.next() {
@@ -355,10 +376,16 @@ fn unquoted(raw: &str, value: &mut String) -> Result<(), String> {
                 ));
             }
             '{' | '}' => {
-                return Err(format!(
-                    "`{}` has an unquoted `{c}` (brace expansion); quote it",
-                    shorten(raw)
-                ));
+                seen.brace = true;
+                value.push(c);
+            }
+            ',' => {
+                seen.comma_or_range = true;
+                value.push(c);
+            }
+            '.' if prev == Some('.') => {
+                seen.comma_or_range = true;
+                value.push(c);
             }
             '~' if prev.is_none() || matches!(prev, Some('=' | ':')) => {
                 return Err(format!(
@@ -461,6 +488,8 @@ mod tests {
             ),
             ("echo a'b'\"c\"", &[&["echo", "abc"]]),
             ("git show HEAD~1:a.md", &[&["git", "show", "HEAD~1:a.md"]]),
+            ("git show HEAD@{1}", &[&["git", "show", "HEAD@{1}"]]),
+            ("echo {'a,b'}", &[&["echo", "{a,b}"]]),
         ];
         for (src, want) in table {
             let want: Vec<Vec<String>> = want
@@ -516,6 +545,10 @@ mod tests {
             "echo a\\\nb",
             "ls *.rs",
             "ls {a,b}",
+            "ls {a'',b}",
+            "ls x{a,'b'}",
+            "ls {a..c}",
+            "ls {1..3}",
             "ls ~/x",
             "echo $(id)",
             "echo `id`",
