@@ -1,1 +1,213 @@
-//! Model providers: one trait, the Anthropic and OpenAI-compatible clients, the script provider.
+//! Model providers: one trait, the Anthropic and OpenAI-compatible clients, the script provider
+//! (cassette replay) and the recorder.
+//!
+//! - [`ModelProvider::stream`] takes a [`RequestContext`] (run, agent, turn, purpose: sent as
+//!   `x-muster-*` headers) and a [`ModelRequest`], and returns a [`ResponseStream`] of
+//!   [`StreamEvent`]s ending in the complete [`ModelResponse`] or a [`ModelError`].
+//!   [`ResponseStream::response`] waits for the complete response. An agent acts only on a
+//!   complete response: text deltas are for display, and [`StreamEvent::Retrying`] says that
+//!   the failed attempt's partial output is to be discarded.
+//! - [`HttpClient::anthropic`] / [`HttpClient::openai`] build the network clients; retries,
+//!   idle timeouts and deadlines are in [`ClientConfig`] and [`RetryPolicy`].
+//! - [`build_provider`] builds any provider from `muster_config` settings and a key lookup.
+//! - [`ScriptProvider`] replays a cassette; [`Recorder`] writes one. See [`script`] for the
+//!   format.
+
+mod anthropic;
+mod cost;
+mod error;
+mod http;
+mod openai;
+mod retry;
+pub mod script;
+mod stream;
+mod types;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use muster_config::Settings;
+use muster_config::settings::{ProviderKind, ProviderSettings};
+
+pub use anthropic::{
+    AnthropicOptions, MIN_THINKING_BUDGET, VERSION as ANTHROPIC_VERSION, clip_thinking_budget,
+};
+pub use cost::{UsageTotals, cost_usd};
+pub use error::{FailureKind, GaveUp, ModelError, RETRYABLE_STATUSES};
+pub use http::{ClientConfig, HttpClient};
+pub use openai::OpenAiOptions;
+pub use retry::{RecordingSleeper, RetryPolicy, Sleeper, TokioSleeper, retry_after};
+pub use script::{Cassette, CassetteEntry, Recorder, Redaction, ScriptOptions, ScriptProvider};
+pub use stream::ResponseStream;
+pub use types::{
+    ContentBlock, Message, ModelRequest, ModelResponse, RequestContext, RequestPurpose, Role,
+    StopReason, StreamEvent, ThinkingForm, ThinkingSettings, ToolCall, ToolDefinition,
+    ToolResultContent, Usage,
+};
+
+/// A model provider: a request in, a stream of events out.
+pub trait ModelProvider: Send + Sync + std::fmt::Debug {
+    /// `anthropic`, `openai`, `script`, …
+    fn name(&self) -> &str;
+
+    /// Starts a request. Nothing is sent until the stream is polled; dropping the stream
+    /// abandons the request.
+    fn stream(&self, ctx: &RequestContext, request: &ModelRequest) -> ResponseStream;
+}
+
+/// A provider could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error(
+        "{provider}: no API key: set {variable}, or name another variable with `providers.{provider}.api_key_env`"
+    )]
+    MissingKey {
+        provider: &'static str,
+        variable: String,
+    },
+    #[error("{provider}: base URL {url:?} must start with http:// or https://")]
+    BaseUrl { provider: &'static str, url: String },
+    #[error("{provider}: cannot build the HTTP client: {detail}")]
+    Http {
+        provider: &'static str,
+        detail: String,
+    },
+    #[error("script: {0}")]
+    Cassette(String),
+}
+
+/// The official endpoints (a key is required there; any other base URL may need none).
+pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
+pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+
+/// Extra options for [`build_provider`].
+#[derive(Debug, Clone)]
+pub struct ProviderOptions {
+    /// Waits between retries ([`TokioSleeper`] by default).
+    pub sleeper: Arc<dyn Sleeper>,
+    pub anthropic: AnthropicOptions,
+    pub openai: OpenAiOptions,
+    /// For the script provider: strictness and placeholders.
+    pub script: ScriptOptions,
+    /// Caps on retries beyond what settings say (the total wait).
+    pub max_total_wait: Duration,
+}
+
+impl Default for ProviderOptions {
+    fn default() -> Self {
+        ProviderOptions {
+            sleeper: Arc::new(TokioSleeper),
+            anthropic: AnthropicOptions::default(),
+            openai: OpenAiOptions::default(),
+            script: ScriptOptions::default(),
+            max_total_wait: RetryPolicy::default().max_total_wait,
+        }
+    }
+}
+
+/// The client settings of one provider. `lookup` reads environment variables (only `main`
+/// passes the process environment): the key from `api_key_env` (default `ANTHROPIC_API_KEY` /
+/// `OPENAI_API_KEY`), and `ANTHROPIC_BASE_URL` / `OPENAI_BASE_URL` when settings name no base
+/// URL. A key written in settings wins. Without a key, the official endpoints are refused and
+/// any other server is called without authentication.
+pub fn client_config(
+    kind: ProviderKind,
+    provider: &ProviderSettings,
+    models: &BTreeMap<String, muster_config::settings::ModelInfo>,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    options: &ProviderOptions,
+) -> Result<ClientConfig, SetupError> {
+    let (name, default_var, url_var, official): (&'static str, _, _, _) = match kind {
+        ProviderKind::OpenAi => (
+            "openai",
+            "OPENAI_API_KEY",
+            "OPENAI_BASE_URL",
+            OPENAI_BASE_URL,
+        ),
+        _ => (
+            "anthropic",
+            "ANTHROPIC_API_KEY",
+            "ANTHROPIC_BASE_URL",
+            ANTHROPIC_BASE_URL,
+        ),
+    };
+    let mut base_url = provider
+        .base_url
+        .as_ref()
+        .map(|s| s.value.clone())
+        .or_else(|| lookup(url_var).filter(|v| !v.trim().is_empty()))
+        .unwrap_or_else(|| official.to_owned());
+    base_url = base_url.trim_end_matches('/').to_owned();
+    if kind == ProviderKind::Anthropic
+        && let Some(stripped) = base_url.strip_suffix("/v1")
+    {
+        base_url = stripped.to_owned();
+    }
+    let variable = provider
+        .api_key_env
+        .as_ref()
+        .map(|s| s.value.clone())
+        .unwrap_or_else(|| default_var.to_owned());
+    let api_key = provider
+        .api_key
+        .as_ref()
+        .map(|s| s.value.clone())
+        .or_else(|| lookup(&variable))
+        .filter(|k| !k.trim().is_empty());
+    if api_key.is_none() && base_url == official {
+        return Err(SetupError::MissingKey {
+            provider: name,
+            variable,
+        });
+    }
+    let ms = |v: u64| Duration::from_millis(v);
+    let mut config = ClientConfig::new(base_url, api_key);
+    config.connect_timeout = ms(provider.connect_timeout_ms.value);
+    config.request_timeout = ms(provider.request_timeout_ms.value);
+    config.stream_idle_timeout = ms(provider.stream_idle_timeout_ms.value);
+    config.retry.max_retries = u32::try_from(provider.max_retries.value).unwrap_or(u32::MAX);
+    config.retry.initial_backoff = ms(provider.retry_backoff_ms.value);
+    config.retry.max_backoff = config.retry.max_backoff.max(config.retry.initial_backoff);
+    config.retry.max_total_wait = options.max_total_wait;
+    config.sleeper = options.sleeper.clone();
+    config.models = models.clone();
+    Ok(config)
+}
+
+/// Builds the provider `kind` from settings. `lookup` reads environment variables (see
+/// [`client_config`]). The script provider replays `providers.script.cassette`.
+pub fn build_provider(
+    kind: ProviderKind,
+    settings: &Settings,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    options: &ProviderOptions,
+) -> Result<Arc<dyn ModelProvider>, SetupError> {
+    let provider = settings.provider(kind);
+    match kind {
+        ProviderKind::Anthropic => {
+            let config = client_config(kind, provider, &settings.models, lookup, options)?;
+            Ok(Arc::new(HttpClient::anthropic(
+                config,
+                options.anthropic.clone(),
+            )?))
+        }
+        ProviderKind::OpenAi => {
+            let config = client_config(kind, provider, &settings.models, lookup, options)?;
+            Ok(Arc::new(HttpClient::openai(
+                config,
+                options.openai.clone(),
+            )?))
+        }
+        ProviderKind::Script => {
+            let path = provider.cassette.as_ref().ok_or_else(|| {
+                SetupError::Cassette(
+                    "no cassette: pass --cassette FILE or set providers.script.cassette".into(),
+                )
+            })?;
+            let mut provider = ScriptProvider::open(&path.value, options.script.clone())?;
+            provider.set_models(settings.models.clone());
+            Ok(Arc::new(provider))
+        }
+    }
+}

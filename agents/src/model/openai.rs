@@ -1,0 +1,388 @@
+//! OpenAI-compatible `/chat/completions`: the request body and the chunk parser, with the
+//! defences against the quirks of compatible servers (Ollama, vLLM, llama.cpp).
+
+use muster_config::settings::ReasoningEffort;
+use serde_json::{Map, Value, json};
+
+use super::error::FailureKind;
+use super::http::{StreamParser, truncate};
+use super::types::{
+    ContentBlock, ModelRequest, ModelResponse, Role, StopReason, StreamEvent, ToolCall, Usage,
+};
+
+/// OpenAI-specific options.
+#[derive(Debug, Clone)]
+pub struct OpenAiOptions {
+    /// The name of the output limit field: `max_tokens` (default; every compatible server
+    /// takes it) or `max_completion_tokens` (newer OpenAI models require it).
+    pub max_tokens_field: String,
+}
+
+impl Default for OpenAiOptions {
+    fn default() -> Self {
+        OpenAiOptions {
+            max_tokens_field: "max_tokens".into(),
+        }
+    }
+}
+
+/// The `POST /chat/completions` body.
+pub fn body(request: &ModelRequest, options: &OpenAiOptions) -> Value {
+    let mut messages = Vec::new();
+    if !request.system.is_empty() {
+        messages.push(json!({"role": "system", "content": request.system}));
+    }
+    for m in &request.messages {
+        match m.role {
+            Role::User => {
+                // Tool results first, as `tool` messages, then the rest as one user message.
+                let mut text = Vec::new();
+                for block in &m.content {
+                    match block {
+                        ContentBlock::ToolResult {
+                            tool_use_id,
+                            content,
+                            is_error,
+                        } => {
+                            let mut body = content.to_text();
+                            if *is_error && !body.starts_with("Error") {
+                                body = format!("Error: {body}");
+                            }
+                            messages.push(json!({
+                                "role": "tool", "tool_call_id": tool_use_id, "content": body,
+                            }));
+                        }
+                        ContentBlock::Text { text: t } => text.push(t.as_str()),
+                        _ => {}
+                    }
+                }
+                if !text.is_empty() {
+                    messages.push(json!({"role": "user", "content": text.join("\n\n")}));
+                }
+            }
+            Role::Assistant => {
+                let mut text = Vec::new();
+                let mut calls = Vec::new();
+                for block in &m.content {
+                    match block {
+                        ContentBlock::Text { text: t } => text.push(t.as_str()),
+                        ContentBlock::ToolUse { id, name, input } => calls.push(json!({
+                            "id": id, "type": "function",
+                            "function": {"name": name, "arguments": input.to_string()},
+                        })),
+                        // Thinking and unknown blocks have no place in this format.
+                        _ => {}
+                    }
+                }
+                let mut msg = Map::new();
+                msg.insert("role".into(), json!("assistant"));
+                msg.insert(
+                    "content".into(),
+                    if text.is_empty() {
+                        Value::Null
+                    } else {
+                        json!(text.join(""))
+                    },
+                );
+                if !calls.is_empty() {
+                    msg.insert("tool_calls".into(), Value::Array(calls));
+                }
+                messages.push(Value::Object(msg));
+            }
+        }
+    }
+    let mut body = Map::new();
+    body.insert("model".into(), json!(request.model));
+    body.insert("messages".into(), Value::Array(messages));
+    body.insert(options.max_tokens_field.clone(), json!(request.max_tokens));
+    body.insert("stream".into(), json!(true));
+    body.insert("stream_options".into(), json!({"include_usage": true}));
+    if !request.tools.is_empty() {
+        let tools: Vec<Value> = request
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "function": {
+                    "name": t.name, "description": t.description, "parameters": t.input_schema,
+                }})
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(effort) = request.thinking.effort {
+        let name = match effort {
+            ReasoningEffort::Minimal => "minimal",
+            ReasoningEffort::Low => "low",
+            ReasoningEffort::Medium => "medium",
+            ReasoningEffort::High => "high",
+        };
+        body.insert("reasoning_effort".into(), json!(name));
+    }
+    Value::Object(body)
+}
+
+/// A tool call being assembled.
+#[derive(Debug, Default)]
+struct CallBuilder {
+    id: String,
+    name: String,
+    arguments: String,
+    /// Arguments sent as a JSON object rather than a string (Ollama-style).
+    object: Option<Value>,
+}
+
+/// The chunk parser of a chat-completions stream.
+#[derive(Debug, Default)]
+pub(crate) struct Parser {
+    id: Option<String>,
+    model: String,
+    text: String,
+    reasoning: String,
+    calls: Vec<CallBuilder>,
+    /// The call each wire `index` currently feeds.
+    by_index: Vec<(u64, usize)>,
+    finish_reason: Option<String>,
+    usage: Option<Usage>,
+}
+
+impl Parser {
+    fn call_for(&mut self, index: u64, id: Option<&str>) -> usize {
+        let current = self
+            .by_index
+            .iter()
+            .rev()
+            .find(|(i, _)| *i == index)
+            .map(|(_, c)| *c);
+        let new_call = match (current, id) {
+            (None, _) => true,
+            // A different id at an index already in use: a new parallel call (Ollama sends
+            // every call at index 0).
+            (Some(c), Some(id)) => {
+                !id.is_empty() && !self.calls[c].id.is_empty() && self.calls[c].id != id
+            }
+            (Some(_), None) => false,
+        };
+        if new_call {
+            self.calls.push(CallBuilder::default());
+            let c = self.calls.len() - 1;
+            self.by_index.push((index, c));
+            c
+        } else {
+            current.unwrap_or_default()
+        }
+    }
+
+    fn tool_call_delta(&mut self, position: usize, tc: &Value) {
+        let index = tc
+            .get("index")
+            .and_then(Value::as_u64)
+            .unwrap_or(position as u64);
+        let id = tc.get("id").and_then(Value::as_str);
+        let c = self.call_for(index, id);
+        let call = &mut self.calls[c];
+        if let Some(id) = id
+            && call.id.is_empty()
+        {
+            call.id = id.to_owned();
+        }
+        let function = tc.get("function").unwrap_or(&Value::Null);
+        if let Some(name) = function.get("name").and_then(Value::as_str)
+            && call.name.is_empty()
+        {
+            call.name = name.to_owned();
+        }
+        match function.get("arguments") {
+            Some(Value::String(s)) => call.arguments.push_str(s),
+            Some(v @ Value::Object(_)) => call.object = Some(v.clone()),
+            _ => {}
+        }
+    }
+}
+
+fn openai_usage(v: &Value) -> Usage {
+    let get = |k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let prompt = get("prompt_tokens");
+    let cached = v
+        .get("prompt_tokens_details")
+        .and_then(|d| d.get("cached_tokens"))
+        .and_then(Value::as_u64)
+        .unwrap_or(0)
+        .min(prompt);
+    Usage {
+        input_tokens: prompt - cached,
+        output_tokens: get("completion_tokens"),
+        cache_read_tokens: cached,
+        cache_write_tokens: 0,
+    }
+}
+
+impl StreamParser for Parser {
+    fn event(
+        &mut self,
+        _name: &str,
+        data: &str,
+        emit: &mut dyn FnMut(StreamEvent),
+    ) -> Result<bool, FailureKind> {
+        let data = data.trim();
+        if data.is_empty() {
+            return Ok(false);
+        }
+        if data == "[DONE]" {
+            return Ok(true);
+        }
+        let v: Value = serde_json::from_str(data).map_err(|e| FailureKind::MalformedChunk {
+            detail: format!("{e}: {}", truncate(data, 200)),
+        })?;
+        if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
+            let field = |k: &str| {
+                err.get(k)
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| "unknown".into())
+            };
+            return Err(FailureKind::StreamError {
+                error_type: field("type"),
+                message: field("message"),
+            });
+        }
+        if self.id.is_none() {
+            self.id = v.get("id").and_then(Value::as_str).map(str::to_owned);
+        }
+        if let Some(model) = v.get("model").and_then(Value::as_str) {
+            self.model = model.to_owned();
+        }
+        if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+            let usage = openai_usage(u);
+            self.usage = Some(usage);
+            emit(StreamEvent::Usage(usage));
+        }
+        // `choices` may be missing, null or empty (the usage chunk).
+        let choices = v.get("choices").and_then(Value::as_array);
+        for choice in choices.into_iter().flatten() {
+            if choice.get("index").and_then(Value::as_u64).unwrap_or(0) != 0 {
+                continue;
+            }
+            let delta = choice
+                .get("delta")
+                .or_else(|| choice.get("message"))
+                .unwrap_or(&Value::Null);
+            if let Some(text) = delta.get("content").and_then(Value::as_str)
+                && !text.is_empty()
+            {
+                self.text.push_str(text);
+                emit(StreamEvent::TextDelta {
+                    index: 0,
+                    text: text.to_owned(),
+                });
+            }
+            let reasoning = delta
+                .get("reasoning_content")
+                .or_else(|| delta.get("reasoning"))
+                .and_then(Value::as_str);
+            if let Some(r) = reasoning
+                && !r.is_empty()
+            {
+                self.reasoning.push_str(r);
+                emit(StreamEvent::ThinkingDelta {
+                    index: 0,
+                    thinking: r.to_owned(),
+                });
+            }
+            if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
+                for (position, tc) in calls.iter().enumerate() {
+                    self.tool_call_delta(position, tc);
+                }
+            }
+            if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+                self.finish_reason = Some(reason.to_owned());
+            }
+        }
+        Ok(false)
+    }
+
+    fn finish(
+        self: Box<Self>,
+        terminal: bool,
+        emit: &mut dyn FnMut(StreamEvent),
+    ) -> Result<ModelResponse, FailureKind> {
+        // A missing `[DONE]` is tolerated after a finish reason; without either the stream
+        // was cut.
+        if !terminal && self.finish_reason.is_none() {
+            return Err(FailureKind::Truncated {
+                expected: "a finish_reason or [DONE]",
+            });
+        }
+        let mut content = Vec::new();
+        if !self.reasoning.is_empty() {
+            content.push(ContentBlock::Thinking {
+                thinking: self.reasoning,
+                signature: String::new(),
+            });
+        }
+        if !self.text.is_empty() {
+            content.push(ContentBlock::Text { text: self.text });
+        }
+        let first_call = content.len();
+        let mut n = 0;
+        for call in self.calls {
+            n += 1;
+            let input = match call.object {
+                Some(obj) if call.arguments.trim().is_empty() => obj,
+                _ if call.arguments.trim().is_empty() => Value::Object(Map::new()),
+                _ => match serde_json::from_str(&call.arguments) {
+                    Ok(v) => v,
+                    // Cut by the output limit: the call cannot be run; drop it.
+                    Err(_) if self.finish_reason.as_deref() == Some("length") => {
+                        tracing::warn!(tool = %call.name, "dropping a tool call cut off by the output limit");
+                        n -= 1;
+                        continue;
+                    }
+                    Err(e) => {
+                        return Err(FailureKind::MalformedToolInput {
+                            tool: call.name.clone(),
+                            detail: format!("{e}: {}", truncate(&call.arguments, 200)),
+                        });
+                    }
+                },
+            };
+            let id = if call.id.is_empty() {
+                format!("call_muster_{n}")
+            } else {
+                call.id
+            };
+            emit(StreamEvent::ToolCall {
+                index: first_call + n - 1,
+                call: ToolCall {
+                    id: id.clone(),
+                    name: call.name.clone(),
+                    input: input.clone(),
+                },
+            });
+            content.push(ContentBlock::ToolUse {
+                id,
+                name: call.name,
+                input,
+            });
+        }
+        // A tool turn is decided by the calls, never by `finish_reason` alone (vLLM sends
+        // `stop` beside tool calls).
+        let stop_reason = if n > 0 {
+            StopReason::ToolUse
+        } else {
+            match self.finish_reason.as_deref() {
+                Some("length") => StopReason::MaxTokens,
+                Some("content_filter") => StopReason::Refusal,
+                _ => StopReason::EndTurn,
+            }
+        };
+        Ok(ModelResponse {
+            id: self.id,
+            model: self.model,
+            content,
+            stop_reason,
+            usage: self.usage.unwrap_or_default(),
+            cost_usd: None,
+            attempts: 1,
+        })
+    }
+}
