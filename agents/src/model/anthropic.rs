@@ -419,6 +419,46 @@ impl StreamParser for Parser {
     }
 }
 
+/// A non-streamed Messages answer, parsed as the equivalent stream.
+pub(crate) fn from_message(
+    v: &Value,
+    emit: &mut dyn FnMut(StreamEvent),
+) -> Result<ModelResponse, FailureKind> {
+    let mut parser = Box::new(Parser::default());
+    if v.get("type").and_then(Value::as_str) == Some("error") {
+        parser.event("error", &v.to_string(), emit)?;
+    }
+    let Some(content) = v.get("content").and_then(Value::as_array) else {
+        return Err(FailureKind::MalformedChunk {
+            detail: format!(
+                "JSON body is not a message: {}",
+                truncate(&v.to_string(), 200)
+            ),
+        });
+    };
+    let mut start = v.clone();
+    if let Some(map) = start.as_object_mut() {
+        map.insert("content".into(), json!([]));
+    }
+    parser.event(
+        "message_start",
+        &json!({"message": start}).to_string(),
+        emit,
+    )?;
+    for (index, block) in content.iter().enumerate() {
+        let start = json!({"index": index, "content_block": block});
+        parser.event("content_block_start", &start.to_string(), emit)?;
+        parser.event(
+            "content_block_stop",
+            &json!({"index": index}).to_string(),
+            emit,
+        )?;
+    }
+    let delta = json!({"delta": {"stop_reason": v.get("stop_reason")}});
+    parser.event("message_delta", &delta.to_string(), emit)?;
+    parser.finish(true, emit)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,8 +23,8 @@ use super::stream::ResponseStream;
 use super::types::{ModelRequest, ModelResponse, RequestContext, StreamEvent};
 use super::{ModelProvider, SetupError};
 
-/// Connection and retry settings of an HTTP client.
-#[derive(Debug, Clone)]
+/// Connection and retry settings of an HTTP client. `Debug` masks the key.
+#[derive(Clone)]
 pub struct ClientConfig {
     /// Anthropic: without `/v1` (`https://api.anthropic.com`); OpenAI: with it
     /// (`https://api.openai.com/v1`).
@@ -40,6 +40,21 @@ pub struct ClientConfig {
     pub sleeper: Arc<dyn Sleeper>,
     /// The model catalogue, for prices (cost per request).
     pub models: BTreeMap<String, ModelInfo>,
+}
+
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("stream_idle_timeout", &self.stream_idle_timeout)
+            .field("retry", &self.retry)
+            .field("sleeper", &self.sleeper)
+            .field("models", &self.models.len())
+            .finish()
+    }
 }
 
 impl ClientConfig {
@@ -303,7 +318,12 @@ async fn attempt_once(
         .headers(headers)
         .body(body)
         .send();
-    let response = match tokio::time::timeout_at(deadline, send).await {
+    // Waiting for the response head counts against the idle timeout too: a server that
+    // sends nothing at all has stalled.
+    let idle = inner.config.stream_idle_timeout;
+    let head_wait = idle.min(total);
+    let response = match tokio::time::timeout(head_wait, send).await {
+        Err(_) if idle < total => return Err(FailureKind::IdleTimeout { after: idle }),
         Err(_) => return Err(FailureKind::Deadline { after: total }),
         Ok(Err(e)) => return Err(send_failure(&e)),
         Ok(Ok(r)) => r,
@@ -312,7 +332,10 @@ async fn attempt_once(
     if !status.is_success() {
         return Err(http_failure(response, deadline).await);
     }
-    let idle = inner.config.stream_idle_timeout;
+    if is_json(response.headers()) {
+        // A server that ignored `"stream": true` and answered with one JSON body.
+        return json_response(&inner.dialect, response, deadline, total, tx).await;
+    }
     let bytes = guarded(Box::pin(response.bytes_stream()), idle, deadline, total);
     let mut events = Box::pin(bytes.eventsource());
     let mut parser: Box<dyn StreamParser> = match &inner.dialect {
@@ -377,6 +400,45 @@ fn guarded(
             Ok(Some(Err(e))) => Some((Err(BodyError::Transport(error_chain(&e))), None)),
         }
     })
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.trim_start().starts_with("application/json"))
+}
+
+/// A whole (non-streamed) JSON answer, read within the deadline and parsed like the stream.
+async fn json_response(
+    dialect: &Dialect,
+    response: reqwest::Response,
+    deadline: Instant,
+    total: Duration,
+    tx: &mpsc::UnboundedSender<StreamEvent>,
+) -> Result<ModelResponse, FailureKind> {
+    let bytes = match tokio::time::timeout_at(deadline, response.bytes()).await {
+        Err(_) => return Err(FailureKind::Deadline { after: total }),
+        Ok(Err(e)) => {
+            return Err(FailureKind::Disconnected {
+                detail: error_chain(&e),
+            });
+        }
+        Ok(Ok(b)) => b,
+    };
+    let value: Value = serde_json::from_slice(&bytes).map_err(|e| FailureKind::MalformedChunk {
+        detail: format!(
+            "JSON body: {e}: {}",
+            truncate(&String::from_utf8_lossy(&bytes), 200)
+        ),
+    })?;
+    let mut emit = |e: StreamEvent| {
+        let _ = tx.send(e);
+    };
+    match dialect {
+        Dialect::Anthropic(_) => anthropic::from_message(&value, &mut emit),
+        Dialect::OpenAi(_) => openai::from_completion(&value, &mut emit),
+    }
 }
 
 fn send_failure(e: &reqwest::Error) -> FailureKind {

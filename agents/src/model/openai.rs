@@ -386,3 +386,36 @@ impl StreamParser for Parser {
         })
     }
 }
+
+/// A non-streamed chat completion, parsed as one chunk.
+pub(crate) fn from_completion(
+    v: &Value,
+    emit: &mut dyn FnMut(StreamEvent),
+) -> Result<ModelResponse, FailureKind> {
+    let mut parser = Box::new(Parser::default());
+    let choice = v
+        .get("choices")
+        .and_then(Value::as_array)
+        .and_then(|c| c.first());
+    let chunk = match choice {
+        Some(choice) => json!({
+            "id": v.get("id"), "model": v.get("model"), "usage": v.get("usage"),
+            "choices": [{
+                "index": 0,
+                "delta": choice.get("message"),
+                "finish_reason": choice.get("finish_reason").cloned().unwrap_or(json!("stop")),
+            }],
+        }),
+        None if v.get("error").is_some() => v.clone(),
+        None => {
+            return Err(FailureKind::MalformedChunk {
+                detail: format!(
+                    "JSON body is not a chat completion: {}",
+                    truncate(&v.to_string(), 200)
+                ),
+            });
+        }
+    };
+    parser.event("", &chunk.to_string(), emit)?;
+    parser.finish(true, emit)
+}

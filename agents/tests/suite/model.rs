@@ -763,7 +763,7 @@ async fn fault_then_recovery(fault: Fault, stream: StreamOptions, openai_api: bo
         },
         &sleeper,
     );
-    c.stream_idle_timeout = Duration::from_millis(300);
+    c.stream_idle_timeout = Duration::from_millis(500);
     let client = if openai_api {
         HttpClient::openai(c, OpenAiOptions::default()).unwrap()
     } else {
@@ -907,7 +907,7 @@ async fn anthropic_stall_hits_the_idle_timeout_and_is_retried() {
         },
         StreamOptions::default(),
         false,
-        "stream stalled: no bytes for 300 ms",
+        "stream stalled: no bytes for 500 ms",
     )
     .await;
 }
@@ -918,7 +918,7 @@ async fn keep_alive_pings_during_a_stall_are_not_idle() {
         entry("lead", 1, vec![Block::text("slow but alive")]).fault(Fault {
             stall: Some(Stall {
                 after_events: 3,
-                ms: 700,
+                ms: 1200,
                 ping_every_ms: 50,
                 then_disconnect: false,
             }),
@@ -929,7 +929,7 @@ async fn keep_alive_pings_during_a_stall_are_not_idle() {
     .unwrap();
     let sleeper = RecordingSleeper::new();
     let mut c = config(fake.base_url(), &sleeper);
-    c.stream_idle_timeout = Duration::from_millis(300);
+    c.stream_idle_timeout = Duration::from_millis(500);
     let r = complete(
         &HttpClient::anthropic(c, AnthropicOptions::default()).unwrap(),
         &ctx("lead", 1),
@@ -999,6 +999,11 @@ async fn connection_refused_is_retried_then_reported() {
 
 /// A one-shot HTTP server answering every connection with `body` as an SSE stream.
 async fn canned_sse(body: &'static str) -> String {
+    canned("text/event-stream", body).await
+}
+
+/// A one-shot HTTP server answering every connection with `body` as `content_type`.
+async fn canned(content_type: &'static str, body: &'static str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -1029,7 +1034,9 @@ async fn canned_sse(body: &'static str) -> String {
                         }
                     }
                 }
-                let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\nconnection: close\r\n\r\n"
+                );
                 let _ = sock.write_all(head.as_bytes()).await;
                 let _ = sock.write_all(body.as_bytes()).await;
                 let _ = sock.shutdown().await;
@@ -1924,4 +1931,69 @@ fn a_fake_server_script_replays_as_a_cassette() {
     assert_eq!(r.stop_reason, StopReason::ToolUse);
     assert_eq!(r.tool_calls()[0].id, "toolu_script_lead_1_1");
     let _ = When::default();
+}
+
+#[tokio::test]
+async fn silent_server_before_headers_hits_the_idle_timeout() {
+    fault_then_recovery(
+        Fault {
+            first_byte_delay_ms: 5_000,
+            ..Default::default()
+        },
+        StreamOptions::default(),
+        false,
+        "stream stalled: no bytes for 500 ms",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_json_answer_to_a_streaming_request_is_accepted() {
+    let sleeper = RecordingSleeper::new();
+    let base = canned(
+        "application/json",
+        r#"{"id":"msg_j","type":"message","role":"assistant","model":"m","content":[{"type":"thinking","thinking":"t","signature":"s"},{"type":"text","text":"Hi"},{"type":"tool_use","id":"toolu_j","name":"LS","input":{"path":"."}}],"stop_reason":"tool_use","usage":{"input_tokens":5,"output_tokens":3}}"#,
+    )
+    .await;
+    let client =
+        HttpClient::anthropic(config(base, &sleeper), AnthropicOptions::default()).unwrap();
+    let r = complete(&client, &ctx("lead", 1), &request(MODEL))
+        .await
+        .unwrap();
+    assert_eq!(r.text(), "Hi");
+    assert_eq!(
+        r.content[0],
+        ContentBlock::Thinking {
+            thinking: "t".into(),
+            signature: "s".into()
+        }
+    );
+    assert_eq!(tool_uses(&r), vec![("LS".to_owned(), json!({"path": "."}))]);
+    assert_eq!(r.usage.input_tokens, 5);
+    let base = canned(
+        "application/json; charset=utf-8",
+        r#"{"id":"c","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"LS","arguments":"{\"path\":\".\"}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":9,"completion_tokens":4}}"#,
+    )
+    .await;
+    let client = HttpClient::openai(
+        config(format!("{base}/v1"), &sleeper),
+        OpenAiOptions::default(),
+    )
+    .unwrap();
+    let r = complete(&client, &ctx("lead", 1), &request("gpt-test"))
+        .await
+        .unwrap();
+    assert_eq!(tool_uses(&r), vec![("LS".to_owned(), json!({"path": "."}))]);
+    assert_eq!(r.stop_reason, StopReason::ToolUse);
+    assert_eq!(r.usage.output_tokens, 4);
+}
+
+#[test]
+fn the_key_is_masked_and_streams_are_send() {
+    let c = ClientConfig::new("http://localhost:1", Some("sk-secret-123".into()));
+    let shown = format!("{c:?}");
+    assert!(!shown.contains("sk-secret"), "{shown}");
+    fn is_send<T: Send>(_: &T) {}
+    let provider = ScriptProvider::new(Cassette::default(), ScriptOptions::default());
+    is_send(&provider.stream(&ctx("a", 1), &request(MODEL)));
 }
