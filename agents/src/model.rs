@@ -12,6 +12,25 @@
 //! - [`build_provider`] builds any provider from `muster_config` settings and a key lookup.
 //! - [`ScriptProvider`] replays a cassette; [`Recorder`] writes one. See [`script`] for the
 //!   format.
+//!
+//! # Failures and what the clients do
+//! | Failure | Behaviour |
+//! |---|---|
+//! | HTTP 408, 409, 429, 500, 502, 503, 504, 529 | retried: `retry-after-ms`, else `retry-after` (seconds or HTTP date) when 0 < delay ≤ 60 s, else exponential backoff ×(1 − 0.25·rand); `x-should-retry: false` never retried, `x-should-retry: true` retries another 5xx |
+//! | any other 4xx | never retried (whatever `x-should-retry` says) |
+//! | `error` event after 200 | retried when its type is transient (`overloaded_error`, `api_error`, `rate_limit_error`, `timeout_error`, …), else reported |
+//! | connection dropped mid-stream, or refused | retried |
+//! | body ends without `message_stop` (OpenAI: without a finish reason or `[DONE]`) | retried |
+//! | `data:` not JSON, bad UTF-8, bad SSE; tool input not JSON at block end | retried |
+//! | no bytes (headers included) for `stream_idle_timeout` | abandoned, retried |
+//! | attempt past `request_timeout` | abandoned, retried |
+//! | unknown SSE event / delta / block | skipped / skipped / kept raw and sent back |
+//! | a tool call cut by `max_tokens` | dropped; text kept; stop reason `max_tokens` |
+//! | a JSON body answering a streaming request | parsed as the equivalent stream |
+//!
+//! Attempts are capped by [`RetryPolicy::max_retries`] and the summed waits by
+//! [`RetryPolicy::max_total_wait`]; a retry resends the identical body, and on any failure the
+//! connection is dropped at once.
 
 mod anthropic;
 mod cost;

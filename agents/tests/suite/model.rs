@@ -1997,3 +1997,76 @@ fn the_key_is_masked_and_streams_are_send() {
     let provider = ScriptProvider::new(Cassette::default(), ScriptOptions::default());
     is_send(&provider.stream(&ctx("a", 1), &request(MODEL)));
 }
+
+fn load_settings(
+    root: &std::path::Path,
+    cli: muster_config::CliOverrides,
+) -> muster_config::Settings {
+    let project = muster_config::project::ProjectRoot::at(root);
+    let env = BTreeMap::new();
+    muster_config::Settings::load(&muster_config::SettingsInputs {
+        project_root: &project,
+        home_dir: None,
+        env: &env,
+        cli: &cli,
+    })
+    .unwrap_or_else(|e| panic!("{e}"))
+    .value
+}
+
+#[tokio::test]
+async fn build_provider_from_settings_and_a_key_lookup() {
+    use muster_agents::model::build_provider;
+    let dir = tempfile::tempdir().unwrap();
+    let cassette = dir.path().join("model-replay.jsonl");
+    std::fs::write(
+        &cassette,
+        serde_json::to_string(&cassette_entry("lead", Some(1), "from the cassette")).unwrap()
+            + "\n",
+    )
+    .unwrap();
+    let fake = FakeLlm::start(vec![reply_ok("lead", 1)]).await.unwrap();
+    let cli = muster_config::CliOverrides::new()
+        .set(
+            "providers.script.cassette",
+            cassette.display().to_string(),
+            "--cassette",
+        )
+        .set(
+            "providers.openai.base_url",
+            fake.openai_base_url(),
+            "--base-url",
+        );
+    let settings = load_settings(dir.path(), cli);
+    let env = BTreeMap::from([("OPENAI_API_KEY".to_owned(), "k".to_owned())]);
+    let lookup = |name: &str| env.get(name).cloned();
+    let options = ProviderOptions::default();
+
+    let script = build_provider(ProviderKind::Script, &settings, &lookup, &options).unwrap();
+    assert_eq!(script.name(), "script");
+    let r = complete(script.as_ref(), &ctx("lead", 1), &request(MODEL))
+        .await
+        .unwrap();
+    assert_eq!(r.text(), "from the cassette");
+
+    let openai = build_provider(ProviderKind::OpenAi, &settings, &lookup, &options).unwrap();
+    let r = complete(openai.as_ref(), &ctx("lead", 1), &request("gpt-5"))
+        .await
+        .unwrap();
+    assert_eq!(r.text(), "Recovered.");
+    assert!(r.cost_usd.is_some(), "built-in prices for gpt-5");
+    assert_eq!(
+        model_requests(&fake)[0].header("authorization"),
+        Some("Bearer k")
+    );
+
+    // The official Anthropic endpoint with no key in the lookup.
+    let e = build_provider(
+        ProviderKind::Anthropic,
+        &settings,
+        &|_: &str| None,
+        &options,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("ANTHROPIC_API_KEY"), "{e}");
+}
