@@ -37,10 +37,11 @@ impl UsageTotals {
     pub fn add(&mut self, response: &ModelResponse) {
         self.requests += 1;
         let u = &response.usage;
-        self.usage.input_tokens += u.input_tokens;
-        self.usage.output_tokens += u.output_tokens;
-        self.usage.cache_read_tokens += u.cache_read_tokens;
-        self.usage.cache_write_tokens += u.cache_write_tokens;
+        let t = &mut self.usage;
+        t.input_tokens = t.input_tokens.saturating_add(u.input_tokens);
+        t.output_tokens = t.output_tokens.saturating_add(u.output_tokens);
+        t.cache_read_tokens = t.cache_read_tokens.saturating_add(u.cache_read_tokens);
+        t.cache_write_tokens = t.cache_write_tokens.saturating_add(u.cache_write_tokens);
         match response.cost_usd {
             Some(c) => self.cost_usd += c,
             None => self.unpriced_requests += 1,

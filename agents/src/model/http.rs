@@ -195,7 +195,7 @@ async fn run(
     let mut waited = Duration::ZERO;
     let mut attempt: u32 = 0;
     loop {
-        attempt += 1;
+        attempt = attempt.saturating_add(1);
         let _ = tx.send(StreamEvent::AttemptStarted { attempt });
         match attempt_once(&inner, headers.clone(), body.clone(), &tx).await {
             Ok(mut response) => {
@@ -223,10 +223,11 @@ async fn run(
                     _ => None,
                 };
                 let delay = policy.delay(attempt, asked);
-                if waited + delay > policy.max_total_wait {
+                let total = waited.saturating_add(delay);
+                if total > policy.max_total_wait {
                     return Err(fail(attempt, GaveUp::WaitCap, kind));
                 }
-                waited += delay;
+                waited = total;
                 tracing::warn!(
                     provider,
                     agent = %ctx.agent_id,

@@ -116,15 +116,15 @@ pub fn retry_after(
             .and_then(|v| v.to_str().ok())
             .map(str::trim)
     };
+    // `try_from_secs_f64` refuses NaN, negative and huge values: no panic on any header.
     if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
-        && ms.is_finite()
-        && ms >= 0.0
+        && let Ok(delay) = Duration::try_from_secs_f64(ms / 1000.0)
     {
-        return Some(Duration::from_secs_f64(ms / 1000.0));
+        return Some(delay);
     }
     let value = text("retry-after")?;
     if let Ok(secs) = value.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+        return Duration::try_from_secs_f64(secs).ok();
     }
     let when = parse_http_date(value)?;
     Some(when.duration_since(now).unwrap_or_default())
@@ -149,7 +149,8 @@ fn parse_http_date(s: &str) -> Option<std::time::SystemTime> {
     let [h, m, sec] = hms.as_slice() else {
         return None;
     };
-    if year < 1970 || !(1..=31).contains(&day) {
+    if !(1970..=9999).contains(&year) || !(1..=31).contains(&day) || *h > 23 || *m > 59 || *sec > 60
+    {
         return None;
     }
     // Days from 1970-01-01 (civil-from-days inverse, Howard Hinnant).
@@ -178,6 +179,41 @@ mod tests {
             t.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()),
             Some(Duration::from_secs(784_111_777))
         );
+    }
+
+    #[test]
+    fn retry_after_headers_never_panic() {
+        use reqwest::header::{HeaderMap, HeaderValue};
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(784_111_000);
+        let read = |name: &'static str, value: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(name, HeaderValue::from_static(value));
+            retry_after(&h, now)
+        };
+        assert_eq!(
+            read("retry-after-ms", "250"),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(read("retry-after", "3"), Some(Duration::from_secs(3)));
+        assert_eq!(
+            read("retry-after", "1.5"),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(
+            read("retry-after", "Sun, 06 Nov 1994 08:49:37 GMT"),
+            Some(Duration::from_secs(777))
+        );
+        for bad in [
+            "NaN",
+            "-5",
+            "1e300",
+            "inf",
+            "soon",
+            "Sun, 99 Nov 1994 99:49:37 GMT",
+        ] {
+            assert_eq!(read("retry-after", bad), None, "{bad}");
+            assert_eq!(read("retry-after-ms", bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -400,12 +400,14 @@ pub struct Usage {
 impl Usage {
     /// The prompt size: input + cache read + cache write.
     pub fn prompt_tokens(&self) -> u64 {
-        self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+        self.input_tokens
+            .saturating_add(self.cache_read_tokens)
+            .saturating_add(self.cache_write_tokens)
     }
 
     /// Everything billed: prompt + output.
     pub fn total_tokens(&self) -> u64 {
-        self.prompt_tokens() + self.output_tokens
+        self.prompt_tokens().saturating_add(self.output_tokens)
     }
 
     /// Applies the fields present in an Anthropic `usage` object (present fields override).

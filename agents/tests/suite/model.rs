@@ -2070,3 +2070,48 @@ async fn build_provider_from_settings_and_a_key_lookup() {
     .unwrap_err();
     assert!(e.to_string().contains("ANTHROPIC_API_KEY"), "{e}");
 }
+
+#[tokio::test]
+async fn openai_keep_alive_comments_during_a_stall_are_not_idle() {
+    let fake = FakeLlm::start(vec![
+        entry("lead", 1, vec![Block::text("slow but alive")]).fault(Fault {
+            stall: Some(Stall {
+                after_events: 2,
+                ms: 1200,
+                ping_every_ms: 50,
+                then_disconnect: false,
+            }),
+            ..Default::default()
+        }),
+    ])
+    .await
+    .unwrap();
+    let sleeper = RecordingSleeper::new();
+    let mut c = config(fake.openai_base_url(), &sleeper);
+    c.stream_idle_timeout = Duration::from_millis(500);
+    let client = HttpClient::openai(c, OpenAiOptions::default()).unwrap();
+    let r = complete(&client, &ctx("lead", 1), &request("gpt-test"))
+        .await
+        .unwrap();
+    assert_eq!(r.text(), "slow but alive");
+    assert_eq!(r.attempts, 1);
+}
+
+#[tokio::test]
+async fn a_stall_that_ends_in_a_disconnect_is_retried() {
+    fault_then_recovery(
+        Fault {
+            stall: Some(Stall {
+                after_events: 3,
+                ms: 100,
+                ping_every_ms: 0,
+                then_disconnect: true,
+            }),
+            ..Default::default()
+        },
+        StreamOptions::default(),
+        false,
+        "connection dropped mid-stream",
+    )
+    .await;
+}
