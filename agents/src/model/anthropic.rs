@@ -463,6 +463,69 @@ pub(crate) fn from_message(
 mod tests {
     use super::*;
 
+    use proptest::prelude::*;
+
+    fn event_strategy() -> impl Strategy<Value = (String, String)> {
+        let names = prop::sample::select(vec![
+            "message_start",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop",
+            "ping",
+            "error",
+            "",
+            "future",
+        ]);
+        let block = prop::sample::select(vec!["text", "tool_use", "thinking", "redacted", "x"]);
+        let delta = prop::sample::select(vec![
+            "text_delta",
+            "input_json_delta",
+            "thinking_delta",
+            "signature_delta",
+            "citations_delta",
+        ]);
+        (names, block, delta, 0u64..4, ".{0,12}", any::<u64>()).prop_map(
+            |(name, block, delta, index, text, n)| {
+                let data = match name {
+                    "message_start" => json!({"message": {"id": text, "usage": {"input_tokens": n}}}),
+                    "content_block_start" => {
+                        json!({"index": index, "content_block": {"type": block, "text": text, "id": text, "name": text}})
+                    }
+                    "content_block_delta" => json!({"index": index, "delta": {
+                        "type": delta, "text": text, "partial_json": text, "thinking": text, "signature": text,
+                    }}),
+                    "content_block_stop" => json!({"index": index}),
+                    "message_delta" => {
+                        json!({"delta": {"stop_reason": text}, "usage": {"output_tokens": n, "input_tokens": n}})
+                    }
+                    _ => json!({"type": text, "error": {"type": text}}),
+                };
+                let data = if n % 7 == 0 { text } else { data.to_string() };
+                (name.to_owned(), data)
+            },
+        )
+    }
+
+    proptest! {
+        /// Any sequence of events, well-formed or not, gives a response or a typed error.
+        #[test]
+        fn parser_never_panics(events in prop::collection::vec(event_strategy(), 0..24), terminal in any::<bool>()) {
+            let mut parser = Box::new(Parser::default());
+            let mut emit = |_e: StreamEvent| {};
+            let mut done = false;
+            for (name, data) in &events {
+                match parser.event(name, data, &mut emit) {
+                    Ok(true) => { done = true; break; }
+                    Ok(false) => {}
+                    Err(_) => return Ok(()),
+                }
+            }
+            let _ = parser.finish(done || terminal, &mut emit);
+        }
+    }
+
     #[test]
     fn thinking_budget_clipping() {
         assert_eq!(clip_thinking_budget(500, 8192), Some(1024));

@@ -419,3 +419,82 @@ pub(crate) fn from_completion(
     parser.event("", &chunk.to_string(), emit)?;
     parser.finish(true, emit)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn chunk_strategy() -> impl Strategy<Value = String> {
+        let args = prop_oneof![
+            ".{0,8}".prop_map(Value::String),
+            Just(json!({"a": 1})),
+            Just(Value::Null),
+            Just(json!(3)),
+        ];
+        (
+            prop::option::of(0u64..3),
+            prop::option::of("[a-c]{1,2}"),
+            args,
+            prop::option::of(prop::sample::select(vec!["stop", "tool_calls", "length", "x"])),
+            any::<u64>(),
+            0u8..6,
+        )
+            .prop_map(|(index, id, args, finish, n, shape)| {
+                let mut tc = json!({"function": {"name": "f", "arguments": args}});
+                if let Some(i) = index {
+                    tc["index"] = json!(i);
+                }
+                if let Some(id) = id {
+                    tc["id"] = json!(id);
+                }
+                match shape {
+                    0 => "[DONE]".to_owned(),
+                    1 => json!({"choices": null, "usage": {"prompt_tokens": n, "completion_tokens": n,
+                        "prompt_tokens_details": {"cached_tokens": n.rotate_left(3)}}}).to_string(),
+                    2 => "{not json".to_owned(),
+                    3 => json!({"error": {"message": "x"}}).to_string(),
+                    _ => json!({"choices": [{"index": 0, "delta": {"content": "t", "tool_calls": [tc]},
+                        "finish_reason": finish}]}).to_string(),
+                }
+            })
+    }
+
+    proptest! {
+        /// Any sequence of chunks gives a response or a typed error.
+        #[test]
+        fn parser_never_panics(chunks in prop::collection::vec(chunk_strategy(), 0..16), terminal in any::<bool>()) {
+            let mut parser = Box::new(Parser::default());
+            let mut emit = |_e: StreamEvent| {};
+            let mut done = false;
+            for data in &chunks {
+                match parser.event("", data, &mut emit) {
+                    Ok(true) => { done = true; break; }
+                    Ok(false) => {}
+                    Err(_) => return Ok(()),
+                }
+            }
+            let _ = parser.finish(done || terminal, &mut emit);
+        }
+    }
+
+    #[test]
+    fn ollama_parallel_calls_at_index_zero_are_split_by_id() {
+        let mut parser = Box::new(Parser::default());
+        let mut emit = |_e: StreamEvent| {};
+        for data in [
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"Read","arguments":"{\"path\":"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"a\"}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"b","function":{"name":"Read","arguments":"{\"path\":\"b\"}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+        ] {
+            assert!(matches!(parser.event("", data, &mut emit), Ok(false)));
+        }
+        let r = parser.finish(false, &mut emit);
+        let calls = r.map(|r| r.tool_calls()).unwrap_or_default();
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[0].input, json!({"path": "a"}));
+        assert_eq!(calls[1].input, json!({"path": "b"}));
+        assert_eq!(calls[1].id, "b");
+    }
+}
