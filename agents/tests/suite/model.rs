@@ -2115,3 +2115,21 @@ async fn a_stall_that_ends_in_a_disconnect_is_retried() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn https_goes_through_rustls_and_a_failed_handshake_is_a_connect_error() {
+    // The fake speaks plain HTTP: a TLS client hello gets no valid answer.
+    let fake = FakeLlm::start(vec![]).await.unwrap();
+    let sleeper = RecordingSleeper::new();
+    let base = format!("https://{}", fake.addr());
+    let mut c = config(base, &sleeper);
+    c.retry.max_retries = 0;
+    let client = HttpClient::anthropic(c, AnthropicOptions::default()).unwrap();
+    let e = complete(&client, &ctx("lead", 1), &request(MODEL))
+        .await
+        .unwrap_err();
+    assert!(matches!(e.kind, FailureKind::Connect { .. }), "{e:?}");
+    assert_eq!(e.attempts, 1);
+    assert!(model_requests(&fake).is_empty());
+    assert!(e.to_string().contains("received corrupt message"), "{e}");
+}
