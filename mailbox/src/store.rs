@@ -55,6 +55,15 @@ pub trait MailboxStore: Send + Sync {
         epoch: i64,
         filter: MessageFilter,
     ) -> StoreResult<Message>;
+    /// Waits (without polling) until mail for `recipient` is pending, then leases up to `max`
+    /// messages in one operation, in delivery order: what an agent takes at a turn boundary.
+    async fn receive_batch(
+        &self,
+        run_id: &str,
+        recipient: &str,
+        epoch: i64,
+        max: usize,
+    ) -> StoreResult<Vec<Message>>;
     async fn ack(&self, run_id: &str, keys: Vec<String>) -> StoreResult<()>;
     /// Answers a request; only its responder may, and only the first answer is accepted.
     async fn respond(&self, response: NewResponse) -> StoreResult<Message>;

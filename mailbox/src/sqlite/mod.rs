@@ -75,6 +75,19 @@ impl SqliteStore {
         self.writer.queued()
     }
 
+    /// Copies the write-ahead log into the database file and truncates it (between
+    /// transactions). For maintenance, and to start benchmarks from a settled file.
+    pub async fn checkpoint(&self) -> StoreResult<()> {
+        self.writer.checkpoint().await
+    }
+
+    /// Sends many plain messages in one operation (one transaction): broadcasts, and
+    /// prefilling large inboxes for benchmarks. Requests and keyed messages are refused here.
+    pub async fn send_many(&self, messages: Vec<NewMessage>) -> StoreResult<usize> {
+        self.op(move |conn, ctx, wakes| ops::send_many(conn, ctx, &messages, wakes))
+            .await
+    }
+
     async fn op<T, F>(&self, body: F) -> StoreResult<T>
     where
         T: Send + 'static,
@@ -182,6 +195,29 @@ impl MailboxStore for SqliteStore {
                 .await?
             {
                 return Ok(message);
+            }
+            notified.await;
+        }
+    }
+
+    async fn receive_batch(
+        &self,
+        run_id: &str,
+        recipient: &str,
+        epoch: i64,
+        max: usize,
+    ) -> StoreResult<Vec<Message>> {
+        let notify = self.waiters.notify_for(run_id, recipient);
+        loop {
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let (run, who) = (run_id.to_owned(), recipient.to_owned());
+            let batch = self
+                .op(move |conn, ctx, _| ops::lease_batch(conn, ctx, &run, &who, epoch, max))
+                .await?;
+            if !batch.is_empty() {
+                return Ok(batch);
             }
             notified.await;
         }

@@ -533,7 +533,7 @@ pub(crate) fn send(
     )? {
         return Ok(original);
     }
-    require_run(conn, ctx, &message.run_id)?;
+    require_run_exists(conn, ctx, &message.run_id)?;
     let sender_kind =
         check_member(conn, ctx, &message.run_id, &message.sender)?.ok_or_else(|| {
             StoreError::UnknownSender {
@@ -597,6 +597,7 @@ pub(crate) fn send(
         ])
     })
     .map_err(ctx.sql())?;
+    let seq = conn.last_insert_rowid();
     if correlation == Correlation::Request
         && let Some(request_id) = &request_id
     {
@@ -606,7 +607,127 @@ pub(crate) fn send(
         run_id: message.run_id.clone(),
         recipient: message.recipient.clone(),
     });
-    message_by_key(conn, ctx, &key)?.ok_or_else(|| StoreError::UnknownMessage(key))
+    Ok(Message {
+        key,
+        seq,
+        run_id: message.run_id.clone(),
+        sender: message.sender.clone(),
+        recipient: message.recipient.clone(),
+        kind,
+        priority,
+        request_id,
+        idempotency_key: message.idempotency_key.clone(),
+        body,
+        state: DeliveryState::Pending,
+        created_at: now,
+        leased_at: None,
+        acked_at: None,
+    })
+}
+
+/// Whether a run exists, without reading its row: the hot path of every send.
+fn require_run_exists(conn: &Connection, ctx: &OpContext, id: &str) -> StoreResult<()> {
+    let exists: bool = conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM runs WHERE id = ?1)")
+        .and_then(|mut stmt| stmt.query_row([id], |row| row.get(0)))
+        .map_err(ctx.sql())?;
+    if exists {
+        Ok(())
+    } else {
+        Err(StoreError::UnknownRun(id.to_owned()))
+    }
+}
+
+/// Inserts many plain messages in one operation, checking each distinct sender and recipient
+/// once: for broadcasts and for prefilling benchmarks. Requests and keyed messages go through
+/// [`send`], which correlates and deduplicates them.
+pub(crate) fn send_many(
+    conn: &Connection,
+    ctx: &OpContext,
+    messages: &[NewMessage],
+    wakes: &mut Vec<Wake>,
+) -> StoreResult<usize> {
+    let mut kinds: std::collections::HashMap<(String, String), MemberKind> =
+        std::collections::HashMap::new();
+    let mut insert = conn
+        .prepare_cached(
+            "INSERT INTO messages (key, run_id, sender, recipient, kind, priority, request_id, \
+             idempotency_key, body, state, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL, NULL, ?7, 0, ?8)",
+        )
+        .map_err(ctx.sql())?;
+    let now = now_millis();
+    for message in messages {
+        let kind = message.body.kind().to_owned();
+        if message.idempotency_key.is_some() || correlation_of(&kind) != Correlation::None {
+            return Err(StoreError::InvalidId {
+                what: "bulk message",
+                value: kind,
+                rule: "send requests, responses and keyed messages one by one",
+            });
+        }
+        let mut member = |agent: &str| -> StoreResult<Option<MemberKind>> {
+            let key = (message.run_id.clone(), agent.to_owned());
+            if let Some(kind) = kinds.get(&key) {
+                return Ok(Some(*kind));
+            }
+            let found = member_kind(conn, ctx, &message.run_id, agent)?;
+            if let Some(kind) = found {
+                kinds.insert(key, kind);
+            }
+            Ok(found)
+        };
+        let sender_kind = member(&message.sender)?.ok_or_else(|| StoreError::UnknownSender {
+            run: message.run_id.clone(),
+            sender: message.sender.clone(),
+        })?;
+        if member(&message.recipient)?.is_none() {
+            return Err(unknown_recipient(
+                conn,
+                ctx,
+                &message.run_id,
+                &message.recipient,
+            ));
+        }
+        let body = message
+            .body
+            .to_stored()
+            .map_err(|e| StoreError::CorruptRow {
+                table: "messages",
+                detail: format!("body does not serialise: {e}"),
+            })?;
+        let body_text = to_json_text(&body);
+        if body_text.len() > ctx.max_body_bytes {
+            return Err(StoreError::BodyTooLarge {
+                size: body_text.len(),
+                limit: ctx.max_body_bytes,
+            });
+        }
+        let priority = if sender_kind == MemberKind::Lead {
+            Priority::FromLead
+        } else {
+            Priority::Normal
+        };
+        insert
+            .execute(params![
+                Uuid::now_v7().to_string(),
+                message.run_id,
+                message.sender,
+                message.recipient,
+                kind,
+                priority as i64,
+                body_text,
+                now
+            ])
+            .map_err(ctx.sql())?;
+        let wake = Wake {
+            run_id: message.run_id.clone(),
+            recipient: message.recipient.clone(),
+        };
+        if !wakes.contains(&wake) {
+            wakes.push(wake);
+        }
+    }
+    Ok(messages.len())
 }
 
 fn open_request(
@@ -675,6 +796,25 @@ pub(crate) fn lease_next(
     }
     .map_err(ctx.sql())?;
     raw.map(RawMessage::into_message).transpose()
+}
+
+/// Leases up to `max` pending messages for `recipient`, in delivery order.
+pub(crate) fn lease_batch(
+    conn: &Connection,
+    ctx: &OpContext,
+    run_id: &str,
+    recipient: &str,
+    epoch: i64,
+    max: usize,
+) -> StoreResult<Vec<Message>> {
+    let mut batch = Vec::new();
+    while batch.len() < max {
+        match lease_next(conn, ctx, run_id, recipient, epoch, &MessageFilter::Any)? {
+            Some(message) => batch.push(message),
+            None => break,
+        }
+    }
+    Ok(batch)
 }
 
 pub(crate) fn ack(

@@ -132,6 +132,10 @@ pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 /// Brings the schema up to [`SCHEMA_VERSION`], each step in one transaction that re-reads the
 /// version under the write lock, so two processes opening a new store at once do not collide.
 pub(crate) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    // The common case, a current store, takes no write lock and no transaction.
+    if stored_version(conn)? >= SCHEMA_VERSION {
+        return Ok(());
+    }
     for (index, sql) in MIGRATIONS.iter().enumerate() {
         let to = index as i64 + 1;
         conn.execute_batch("BEGIN IMMEDIATE")?;

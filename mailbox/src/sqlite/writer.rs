@@ -87,6 +87,9 @@ where
 
 pub(crate) enum Job {
     Operation(Box<dyn Operation>),
+    /// Moves the WAL's pages into the database file and truncates the WAL, between
+    /// transactions (a checkpoint cannot run inside one).
+    Checkpoint(oneshot::Sender<Result<(), BatchFailure>>),
     /// Test hook: the writer stops taking jobs until the sender side is dropped.
     Hold {
         entered: oneshot::Sender<()>,
@@ -174,6 +177,16 @@ impl Writer {
         Ok(release_tx)
     }
 
+    /// Checkpoints the WAL into the database file and truncates it.
+    pub(crate) async fn checkpoint(&self) -> StoreResult<()> {
+        let (done, result) = oneshot::channel();
+        self.enqueue(Job::Checkpoint(done))?;
+        match result.await.map_err(|_| StoreError::WriterGone)? {
+            Ok(()) => Ok(()),
+            Err(failure) => Err(failure.into_error(&self.path, self.busy_timeout_ms)),
+        }
+    }
+
     /// Jobs queued and not yet taken by the writer thread.
     pub(crate) fn queued(&self) -> watch::Receiver<u64> {
         self.queued.subscribe()
@@ -206,6 +219,14 @@ impl WriterThread {
                         self.commit_batch(std::mem::take(&mut batch));
                         let _ = entered.send(());
                         let _ = release.recv();
+                    }
+                    Job::Checkpoint(done) => {
+                        self.commit_batch(std::mem::take(&mut batch));
+                        let result = self
+                            .conn
+                            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+                            .map_err(|error| batch_failure(&error));
+                        let _ = done.send(result);
                     }
                     Job::Operation(operation) => batch.push(operation),
                 }

@@ -1,2 +1,3 @@
+mod bench_cli;
 mod config_cli;
 mod store_cli;

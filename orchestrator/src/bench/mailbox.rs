@@ -1,0 +1,933 @@
+//! `muster bench mailbox`: muster's store against the per-inbox JSON-file design, on one disk,
+//! in one run. See issue 3 for the scenarios and targets.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use muster_mailbox::*;
+use serde::Serialize;
+use serde_json::json;
+
+use super::file_inbox::{self, FileInboxes};
+use super::samples::{Samples, median};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub senders: Vec<usize>,
+    pub messages: usize,
+    pub body_bytes: usize,
+    pub syncs: Vec<SyncMode>,
+    pub smoke: bool,
+    pub dir: PathBuf,
+}
+
+/// Sizes that depend on `--smoke`.
+struct Sizes {
+    fsync_samples: usize,
+    paced_seconds: f64,
+    big_inbox: usize,
+    sends_into_inbox: usize,
+    store_messages: usize,
+    store_recipients: usize,
+    runs: usize,
+}
+
+impl Sizes {
+    fn for_options(options: &Options) -> Sizes {
+        if options.smoke {
+            Sizes {
+                fsync_samples: 20,
+                paced_seconds: 1.0,
+                big_inbox: 500,
+                sends_into_inbox: 10,
+                store_messages: 10_000,
+                store_recipients: 10,
+                runs: 3,
+            }
+        } else {
+            Sizes {
+                fsync_samples: 200,
+                paced_seconds: 10.0,
+                big_inbox: 10_000,
+                sends_into_inbox: 100,
+                store_messages: 1_000_000,
+                store_recipients: 100,
+                runs: 5,
+            }
+        }
+    }
+}
+
+/// One line of the result (`--json` prints an array of these).
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// `muster`, `file-inbox`, or `disk`.
+    pub system: &'static str,
+    pub scenario: String,
+    pub senders: usize,
+    pub msgs_per_s: Option<f64>,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    /// Whether the scenario's target is met; `null` where there is no target.
+    pub target_met: Option<bool>,
+    /// What the target is, or other context (lock failures of the baseline).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl Row {
+    fn new(
+        system: &'static str,
+        scenario: impl Into<String>,
+        senders: usize,
+        samples: &Samples,
+        wall: Duration,
+    ) -> Row {
+        let msgs_per_s =
+            (wall.as_secs_f64() > 0.0).then(|| samples.len() as f64 / wall.as_secs_f64());
+        Row {
+            system,
+            scenario: scenario.into(),
+            senders,
+            msgs_per_s,
+            p50_ms: samples.p50(),
+            p99_ms: samples.p99(),
+            target_met: None,
+            note: None,
+        }
+    }
+}
+
+/// Runs every scenario, printing progress on stderr; returns the rows.
+pub fn run(options: &Options) -> anyhow::Result<Vec<Row>> {
+    let sizes = Sizes::for_options(options);
+    std::fs::create_dir_all(&options.dir)
+        .with_context(|| format!("cannot create {}", options.dir.display()))?;
+    let scratch = tempfile::Builder::new()
+        .prefix("muster-bench-")
+        .tempdir_in(&options.dir)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let mut rows = Vec::new();
+
+    progress("disk: fsync of 4 KiB appends");
+    let disk = fsync_row(scratch.path(), sizes.fsync_samples)?;
+    let fsync_p50 = disk.p50_ms.unwrap_or(1.0).max(0.001);
+    rows.push(disk);
+
+    progress("file-inbox: no-loss check with 8 concurrent senders");
+    file_inbox::no_loss_check(&fresh(scratch.path(), "no-loss")?, 8, 25)
+        .map_err(anyhow::Error::msg)?;
+
+    for &sync in &options.syncs {
+        for &senders in &options.senders {
+            progress(&format!(
+                "durable throughput, {senders} sender(s), sync {}",
+                sync_name(sync)
+            ));
+            let scenario = format!("throughput_sync_{}", sync_name(sync));
+            let dir = fresh(scratch.path(), &format!("{scenario}-{senders}"))?;
+            rows.push(
+                runtime
+                    .block_on(muster_throughput(&dir, sync, senders, options))?
+                    .named(&scenario),
+            );
+            rows.push(file_throughput(&dir, sync, senders, options)?.named(&scenario));
+        }
+    }
+    mark_throughput_targets(&mut rows, fsync_p50);
+
+    progress("send→received latency, 8 senders paced at 5 msg/s");
+    let dir = fresh(scratch.path(), "paced")?;
+    let mut paced = runtime.block_on(muster_latency(
+        &dir,
+        8,
+        Some(5.0),
+        sizes.paced_seconds,
+        options,
+    ))?;
+    paced.target_met = paced.p99_ms.map(|p99| p99 <= 100.0);
+    paced.note = Some("target: p99 ≤ 100 ms".into());
+    rows.push(paced);
+    rows.push(file_latency(
+        &dir,
+        8,
+        Some(5.0),
+        sizes.paced_seconds,
+        options,
+    )?);
+    progress("send→received latency, 8 closed-loop senders");
+    let dir = fresh(scratch.path(), "closed")?;
+    rows.push(runtime.block_on(muster_latency(&dir, 8, None, sizes.paced_seconds, options))?);
+    rows.push(file_latency(&dir, 8, None, sizes.paced_seconds, options)?);
+
+    progress(&format!(
+        "sends into an empty inbox vs one holding {}",
+        sizes.big_inbox
+    ));
+    rows.extend(inbox_size_rows(scratch.path(), &runtime, &sizes, options)?);
+
+    progress(&format!(
+        "reopen and resume a store holding {} messages",
+        sizes.store_messages
+    ));
+    rows.extend(reopen_rows(scratch.path(), &runtime, &sizes)?);
+    Ok(rows)
+}
+
+impl Row {
+    fn named(mut self, scenario: &str) -> Row {
+        self.scenario = scenario.to_owned();
+        self
+    }
+}
+
+fn progress(what: &str) {
+    eprintln!("bench: {what}");
+}
+
+fn sync_name(sync: SyncMode) -> &'static str {
+    match sync {
+        SyncMode::Full => "full",
+        SyncMode::Normal => "normal",
+    }
+}
+
+fn fresh(scratch: &Path, name: &str) -> anyhow::Result<PathBuf> {
+    let dir = scratch.join(name);
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// fsync p50/p99 of a 4 KiB append on the benchmark's filesystem.
+fn fsync_row(dir: &Path, samples: usize) -> anyhow::Result<Row> {
+    let path = dir.join("fsync-probe");
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)?;
+    let block = [0x5au8; 4096];
+    let mut latencies = Samples::default();
+    let start = Instant::now();
+    for _ in 0..samples {
+        let began = Instant::now();
+        file.write_all(&block)?;
+        file.sync_data()?;
+        latencies.push(began.elapsed());
+    }
+    let mut row = Row::new("disk", "fsync_4k_append", 1, &latencies, start.elapsed());
+    row.note = Some("fdatasync after each 4 KiB append".into());
+    Ok(row)
+}
+
+fn store_options(sync: SyncMode) -> StoreOptions {
+    StoreOptions {
+        sync,
+        ..StoreOptions::default()
+    }
+}
+
+/// A store with run `b` whose roster is `lead`, `s0..sN` and `r0..rM`.
+async fn bench_store(
+    dir: &Path,
+    sync: SyncMode,
+    senders: usize,
+    recipients: usize,
+) -> anyhow::Result<Arc<SqliteStore>> {
+    let store = Arc::new(SqliteStore::open(
+        &dir.join("muster.db"),
+        store_options(sync),
+    )?);
+    store
+        .create_run(NewRun {
+            id: "b".into(),
+            slug: format!(
+                "bench-{}",
+                dir.file_name().and_then(|n| n.to_str()).unwrap_or("run")
+            ),
+            team: None,
+            workspace: dir.display().to_string(),
+            batch_line_id: None,
+            auto_gate: AutoGate::default(),
+            launch_options: json!({"bench": "mailbox"}),
+        })
+        .await?;
+    let members = std::iter::once(("lead".to_owned(), MemberKind::Lead))
+        .chain((0..senders).map(|i| (format!("s{i}"), MemberKind::Teammate)))
+        .chain((0..recipients).map(|i| (format!("r{i}"), MemberKind::Teammate)));
+    for (agent, kind) in members {
+        store
+            .add_member(
+                "b",
+                RosterEntry {
+                    agent,
+                    kind,
+                    definition: None,
+                    parent: None,
+                },
+            )
+            .await?;
+    }
+    Ok(store)
+}
+
+fn body(id: &str, body_bytes: usize) -> MessageBody {
+    MessageBody::Text {
+        text: format!(
+            "{id} {}",
+            "x".repeat(body_bytes.saturating_sub(id.len() + 1))
+        ),
+        summary: None,
+    }
+}
+
+fn mail(from: &str, to: &str, id: &str, body_bytes: usize) -> NewMessage {
+    NewMessage {
+        run_id: "b".into(),
+        sender: from.into(),
+        recipient: to.into(),
+        body: body(id, body_bytes),
+        idempotency_key: None,
+    }
+}
+
+async fn muster_throughput(
+    dir: &Path,
+    sync: SyncMode,
+    senders: usize,
+    options: &Options,
+) -> anyhow::Result<Row> {
+    let store = bench_store(dir, sync, senders, 0).await?;
+    let per_sender = (options.messages / senders).max(1);
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..senders)
+        .map(|s| {
+            let store = store.clone();
+            let body_bytes = options.body_bytes;
+            tokio::spawn(async move {
+                let mut samples = Samples::default();
+                for i in 0..per_sender {
+                    let began = Instant::now();
+                    store
+                        .send(mail(
+                            &format!("s{s}"),
+                            "lead",
+                            &format!("s{s}-{i}"),
+                            body_bytes,
+                        ))
+                        .await?;
+                    samples.push(began.elapsed());
+                }
+                Ok::<_, StoreError>(samples)
+            })
+        })
+        .collect();
+    let mut samples = Samples::default();
+    for task in tasks {
+        samples.extend(task.await??);
+    }
+    Ok(Row::new("muster", "", senders, &samples, start.elapsed()))
+}
+
+fn file_throughput(
+    dir: &Path,
+    sync: SyncMode,
+    senders: usize,
+    options: &Options,
+) -> anyhow::Result<Row> {
+    let inboxes = FileInboxes::new(dir, sync == SyncMode::Full)?;
+    let per_sender = (options.messages / senders).max(1);
+    let start = Instant::now();
+    let (samples, lock_failures) = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..senders)
+            .map(|s| {
+                let inboxes = inboxes.clone();
+                scope.spawn(move || {
+                    let mut samples = Samples::default();
+                    let mut failures = 0;
+                    for i in 0..per_sender {
+                        let began = Instant::now();
+                        let entry = file_inbox::entry(
+                            &format!("s{s}"),
+                            &format!("s{s}-{i}"),
+                            options.body_bytes,
+                        );
+                        failures += file_inbox::send_retrying(&inboxes, "lead", entry)?;
+                        samples.push(began.elapsed());
+                    }
+                    Ok::<_, file_inbox::InboxError>((samples, failures))
+                })
+            })
+            .collect();
+        let mut all = Samples::default();
+        let mut failures = 0;
+        for handle in handles {
+            let (samples, failed) = handle
+                .join()
+                .map_err(|_| anyhow::anyhow!("a baseline sender panicked"))??;
+            all.extend(samples);
+            failures += failed;
+        }
+        anyhow::Ok((all, failures))
+    })?;
+    let mut row = Row::new("file-inbox", "", senders, &samples, start.elapsed());
+    if lock_failures > 0 {
+        row.note = Some(format!(
+            "{lock_failures} send(s) hit ELOCKED after 10 lock retries and were retried whole"
+        ));
+    }
+    Ok(row)
+}
+
+/// Durable throughput at N senders must reach min(0.5 × N ÷ fsync_p50, 0.5 × the
+/// normal-sync throughput at N senders measured in this run).
+fn mark_throughput_targets(rows: &mut [Row], fsync_p50_ms: f64) {
+    let normal: HashMap<usize, f64> = rows
+        .iter()
+        .filter(|r| r.system == "muster" && r.scenario == "throughput_sync_normal")
+        .filter_map(|r| Some((r.senders, r.msgs_per_s?)))
+        .collect();
+    for row in rows
+        .iter_mut()
+        .filter(|r| r.system == "muster" && r.scenario == "throughput_sync_full")
+    {
+        let disk_bound = 0.5 * row.senders as f64 * 1000.0 / fsync_p50_ms;
+        let target = normal
+            .get(&row.senders)
+            .map_or(disk_bound, |n| disk_bound.min(0.5 * n));
+        row.target_met = row.msgs_per_s.map(|got| got >= target);
+        row.note = Some(format!("target: ≥ {target:.0} msgs/s"));
+    }
+}
+
+/// Send→received latency: from the `send` call until the recipient holds the leased message.
+async fn muster_latency(
+    dir: &Path,
+    senders: usize,
+    rate: Option<f64>,
+    seconds: f64,
+    options: &Options,
+) -> anyhow::Result<Row> {
+    let store = bench_store(dir, SyncMode::Full, senders, 0).await?;
+    let epoch = store.open_epoch("b").await?;
+    let per_sender = per_sender_count(rate, seconds, options.messages, senders);
+    let total = per_sender * senders;
+    let started: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let receiver = tokio::spawn({
+        let (store, started) = (store.clone(), started.clone());
+        async move {
+            let mut samples = Samples::default();
+            let mut received = 0;
+            while received < total {
+                // Everything pending at once, as an agent takes mail at a turn boundary.
+                let batch = store.receive_batch("b", "lead", epoch, 256).await?;
+                let held = Instant::now();
+                for message in &batch {
+                    let id = message.body["text"]
+                        .as_str()
+                        .and_then(|t| t.split(' ').next())
+                        .unwrap_or_default();
+                    if let Some(began) = started.lock().ok().and_then(|map| map.get(id).copied()) {
+                        samples.push(held - began);
+                    }
+                }
+                received += batch.len();
+                // Acked in the background, as a turn commit would: grouped with the next lease.
+                let (store, keys) = (store.clone(), batch.into_iter().map(|m| m.key).collect());
+                tokio::spawn(async move { store.ack("b", keys).await });
+            }
+            Ok::<_, StoreError>(samples)
+        }
+    });
+    let start = Instant::now();
+    let senders_done: Vec<_> = (0..senders)
+        .map(|s| {
+            let (store, started) = (store.clone(), started.clone());
+            let body_bytes = options.body_bytes;
+            tokio::spawn(async move {
+                // Senders keep their own phase, spread evenly, rather than firing in lockstep.
+                let mut ticker = rate.map(|r| {
+                    let period = Duration::from_secs_f64(1.0 / r);
+                    let phase = period.mul_f64(s as f64 / senders as f64);
+                    tokio::time::interval_at(tokio::time::Instant::now() + phase, period)
+                });
+                for i in 0..per_sender {
+                    if let Some(ticker) = ticker.as_mut() {
+                        ticker.tick().await;
+                    }
+                    let id = format!("s{s}-{i}");
+                    if let Ok(mut map) = started.lock() {
+                        map.insert(id.clone(), Instant::now());
+                    }
+                    store
+                        .send(mail(&format!("s{s}"), "lead", &id, body_bytes))
+                        .await?;
+                }
+                Ok::<_, StoreError>(())
+            })
+        })
+        .collect();
+    for sender in senders_done {
+        sender.await??;
+    }
+    let samples = receiver.await??;
+    let scenario = if rate.is_some() {
+        "latency_paced_5_per_s"
+    } else {
+        "latency_closed_loop"
+    };
+    Ok(Row::new(
+        "muster",
+        scenario,
+        senders,
+        &samples,
+        start.elapsed(),
+    ))
+}
+
+fn per_sender_count(rate: Option<f64>, seconds: f64, messages: usize, senders: usize) -> usize {
+    match rate {
+        Some(rate) => ((rate * seconds).round() as usize).max(1),
+        None => (messages / senders).max(1),
+    }
+}
+
+/// The baseline's receiver polls its inbox every 500 ms, as an in-process Claude Code teammate
+/// does, and marks what it read with a locked rewrite.
+const FILE_POLL: Duration = Duration::from_millis(500);
+
+fn file_latency(
+    dir: &Path,
+    senders: usize,
+    rate: Option<f64>,
+    seconds: f64,
+    options: &Options,
+) -> anyhow::Result<Row> {
+    let inboxes = FileInboxes::new(dir, true)?;
+    let per_sender = per_sender_count(rate, seconds, options.messages, senders);
+    let total = per_sender * senders;
+    let started: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let start = Instant::now();
+    let samples = std::thread::scope(|scope| {
+        let receiver = scope.spawn(|| {
+            let mut samples = Samples::default();
+            let mut received = 0;
+            while received < total {
+                let unread = loop {
+                    match inboxes.take_unread("lead") {
+                        Ok(unread) => break unread,
+                        Err(file_inbox::InboxError::Locked(_)) => continue,
+                        Err(other) => return Err(other),
+                    }
+                };
+                let held = Instant::now();
+                for entry in &unread {
+                    let id = entry.text.split(' ').next().unwrap_or_default();
+                    if let Some(began) = started.lock().ok().and_then(|map| map.get(id).copied()) {
+                        samples.push(held - began);
+                    }
+                }
+                received += unread.len();
+                if received < total {
+                    std::thread::sleep(FILE_POLL);
+                }
+            }
+            Ok(samples)
+        });
+        for s in 0..senders {
+            let (inboxes, started) = (inboxes.clone(), started.clone());
+            scope.spawn(move || {
+                let interval = rate.map(|r| Duration::from_secs_f64(1.0 / r));
+                let phase =
+                    interval.map_or(Duration::ZERO, |i| i.mul_f64(s as f64 / senders as f64));
+                let begin = Instant::now() + phase;
+                for i in 0..per_sender {
+                    if let Some(interval) = interval {
+                        let due = begin + interval * i as u32;
+                        std::thread::sleep(due.saturating_duration_since(Instant::now()));
+                    }
+                    let id = format!("s{s}-{i}");
+                    if let Ok(mut map) = started.lock() {
+                        map.insert(id.clone(), Instant::now());
+                    }
+                    file_inbox::send_retrying(
+                        &inboxes,
+                        "lead",
+                        file_inbox::entry(&format!("s{s}"), &id, options.body_bytes),
+                    )?;
+                }
+                Ok::<_, file_inbox::InboxError>(())
+            });
+        }
+        receiver
+            .join()
+            .map_err(|_| anyhow::anyhow!("the baseline receiver panicked"))?
+            .map_err(anyhow::Error::from)
+    })?;
+    let scenario = if rate.is_some() {
+        "latency_paced_5_per_s"
+    } else {
+        "latency_closed_loop"
+    };
+    let mut row = Row::new("file-inbox", scenario, senders, &samples, start.elapsed());
+    row.note = Some(format!(
+        "the receiver polls every {} ms",
+        FILE_POLL.as_millis()
+    ));
+    Ok(row)
+}
+
+/// Per-send latency into an empty inbox and into one already holding `big_inbox` messages,
+/// median over several runs; muster's must stay within 10% and beat the baseline 20×.
+fn inbox_size_rows(
+    scratch: &Path,
+    runtime: &tokio::runtime::Runtime,
+    sizes: &Sizes,
+    options: &Options,
+) -> anyhow::Result<Vec<Row>> {
+    let mut figures: HashMap<(&'static str, bool), Vec<SeriesFigures>> = HashMap::new();
+    for run in 0..sizes.runs {
+        for prefilled in [false, true] {
+            let dir = fresh(scratch, &format!("inbox-{run}-{prefilled}"))?;
+            let held = if prefilled { sizes.big_inbox } else { 0 };
+            let (samples, wall) = runtime.block_on(muster_sends_into(
+                &dir,
+                held,
+                sizes.sends_into_inbox,
+                options.body_bytes,
+            ))?;
+            figures
+                .entry(("muster", prefilled))
+                .or_default()
+                .push(summary(&samples, wall));
+            let baseline_sends = (sizes.sends_into_inbox / 5).max(5);
+            let (samples, wall) = file_sends_into(&dir, held, baseline_sends, options.body_bytes)?;
+            figures
+                .entry(("file-inbox", prefilled))
+                .or_default()
+                .push(summary(&samples, wall));
+        }
+    }
+    let mut rows = Vec::new();
+    for system in ["muster", "file-inbox"] {
+        for prefilled in [false, true] {
+            let runs = figures.remove(&(system, prefilled)).unwrap_or_default();
+            let scenario = if prefilled {
+                format!("send_into_{}_inbox", sizes.big_inbox)
+            } else {
+                "send_into_empty_inbox".into()
+            };
+            rows.push(Row {
+                system,
+                scenario,
+                senders: 1,
+                msgs_per_s: median(runs.iter().map(|r| r.0).collect()),
+                p50_ms: median(runs.iter().map(|r| r.1).collect()),
+                p99_ms: median(runs.iter().map(|r| r.2).collect()),
+                target_met: None,
+                note: Some(format!("median of {} runs", runs.len())),
+            });
+        }
+    }
+    let find = |system: &str, big: bool| {
+        rows.iter().position(|r| {
+            r.system == system
+                && r.scenario.starts_with("send_into_")
+                && (r.scenario != "send_into_empty_inbox") == big
+        })
+    };
+    if let (Some(empty), Some(big), Some(file_big)) = (
+        find("muster", false),
+        find("muster", true),
+        find("file-inbox", true),
+    ) {
+        let within = match (rows[empty].p50_ms, rows[big].p50_ms) {
+            (Some(empty_p50), Some(big_p50)) => Some(big_p50 <= empty_p50 * 1.10),
+            _ => None,
+        };
+        let beats = match (rows[big].msgs_per_s, rows[file_big].msgs_per_s) {
+            (Some(ours), Some(theirs)) => Some(ours >= 20.0 * theirs),
+            _ => None,
+        };
+        rows[big].target_met = within.zip(beats).map(|(a, b)| a && b);
+        rows[big].note = Some(format!(
+            "median of {} runs; targets: p50 within 10% of the empty inbox's ({}), ≥ 20× the baseline ({})",
+            sizes.runs,
+            verdict(within),
+            verdict(beats)
+        ));
+    }
+    Ok(rows)
+}
+
+fn verdict(met: Option<bool>) -> &'static str {
+    match met {
+        Some(true) => "met",
+        Some(false) => "missed",
+        None => "not measured",
+    }
+}
+
+/// One measured series: msgs/s, p50 ms, p99 ms.
+type SeriesFigures = (f64, f64, f64);
+
+fn summary(samples: &Samples, wall: Duration) -> SeriesFigures {
+    (
+        samples.len() as f64 / wall.as_secs_f64().max(f64::MIN_POSITIVE),
+        samples.p50().unwrap_or(0.0),
+        samples.p99().unwrap_or(0.0),
+    )
+}
+
+/// Unmeasured sends before each measured series, for both systems alike, so neither is
+/// measured while its files are first allocated.
+const WARMUP_SENDS: usize = 5;
+
+async fn muster_sends_into(
+    dir: &Path,
+    held: usize,
+    sends: usize,
+    body_bytes: usize,
+) -> anyhow::Result<(Samples, Duration)> {
+    let store = bench_store(dir, SyncMode::Full, 1, 0).await?;
+    if held > 0 {
+        let prefill = (0..held)
+            .map(|i| mail("s0", "lead", &format!("old-{i}"), body_bytes))
+            .collect();
+        store.send_many(prefill).await?;
+    }
+    // A store that has been running has its history checkpointed into the database file.
+    store.checkpoint().await?;
+    for i in 0..WARMUP_SENDS {
+        store
+            .send(mail("s0", "lead", &format!("warm-{i}"), body_bytes))
+            .await?;
+    }
+    let mut samples = Samples::default();
+    let start = Instant::now();
+    for i in 0..sends {
+        let began = Instant::now();
+        store
+            .send(mail("s0", "lead", &format!("new-{i}"), body_bytes))
+            .await?;
+        samples.push(began.elapsed());
+    }
+    Ok((samples, start.elapsed()))
+}
+
+fn file_sends_into(
+    dir: &Path,
+    held: usize,
+    sends: usize,
+    body_bytes: usize,
+) -> anyhow::Result<(Samples, Duration)> {
+    let inboxes = FileInboxes::new(dir, true)?;
+    if held > 0 {
+        let prefill: Vec<_> = (0..held)
+            .map(|i| file_inbox::entry("s0", &format!("old-{i}"), body_bytes))
+            .collect();
+        inboxes.prefill("lead", &prefill)?;
+    }
+    for i in 0..WARMUP_SENDS {
+        file_inbox::send_retrying(
+            &inboxes,
+            "lead",
+            file_inbox::entry("s0", &format!("warm-{i}"), body_bytes),
+        )?;
+    }
+    let mut samples = Samples::default();
+    let start = Instant::now();
+    for i in 0..sends {
+        let began = Instant::now();
+        file_inbox::send_retrying(
+            &inboxes,
+            "lead",
+            file_inbox::entry("s0", &format!("new-{i}"), body_bytes),
+        )?;
+        samples.push(began.elapsed());
+    }
+    Ok((samples, start.elapsed()))
+}
+
+/// Reopen + resume delivery of a big store: open the file, take a new epoch (voiding a
+/// thousand leases of the dead one), and lease the next message. Small bodies keep the
+/// prefill quick; the cost measured does not depend on them.
+fn reopen_rows(
+    scratch: &Path,
+    runtime: &tokio::runtime::Runtime,
+    sizes: &Sizes,
+) -> anyhow::Result<Vec<Row>> {
+    const BODY: usize = 64;
+    let dir = fresh(scratch, "reopen")?;
+    let db = dir.join("muster.db");
+    runtime.block_on(async {
+        let store = bench_store(&dir, SyncMode::Full, 1, sizes.store_recipients).await?;
+        let chunk = 100_000.min(sizes.store_messages);
+        let hold = store.hold_writer().await?;
+        let mut queued = Vec::new();
+        for first in (0..sizes.store_messages).step_by(chunk) {
+            let messages: Vec<_> = (first..(first + chunk).min(sizes.store_messages))
+                .map(|i| {
+                    mail(
+                        "s0",
+                        &format!("r{}", i % sizes.store_recipients),
+                        &format!("m{i}"),
+                        BODY,
+                    )
+                })
+                .collect();
+            let store = store.clone();
+            queued.push(tokio::spawn(async move { store.send_many(messages).await }));
+        }
+        let mut waiting = store.queued();
+        waiting.wait_for(|n| *n >= queued.len() as u64).await?;
+        drop(hold);
+        for job in queued {
+            job.await??;
+        }
+        let epoch = store.open_epoch("b").await?;
+        for _ in 0..1000.min(sizes.store_messages / 2) {
+            store
+                .try_receive("b", "r0", epoch, MessageFilter::Any)
+                .await?;
+        }
+        anyhow::Ok(())
+    })?;
+    let mut reopen = Samples::default();
+    for _ in 0..sizes.runs {
+        let began = Instant::now();
+        runtime.block_on(async {
+            let store = SqliteStore::open(&db, StoreOptions::default())?;
+            let epoch = store.open_epoch("b").await?;
+            store
+                .try_receive("b", "r1", epoch, MessageFilter::Any)
+                .await?
+                .context("no message to resume")?;
+            anyhow::Ok(())
+        })?;
+        reopen.push(began.elapsed());
+    }
+    let scenario = format!("reopen_resume_{}", sizes.store_messages);
+    let mut ours = Row::new("muster", scenario.clone(), 1, &reopen, Duration::ZERO);
+    ours.msgs_per_s = None;
+    ours.target_met = reopen.p50().map(|ms| ms <= 100.0);
+    ours.note = Some(format!(
+        "open + new epoch + first lease, {} runs; target ≤ 100 ms",
+        sizes.runs
+    ));
+
+    let inboxes = FileInboxes::new(&dir, true)?;
+    let per_inbox = sizes.store_messages / sizes.store_recipients;
+    for r in 0..sizes.store_recipients {
+        let entries: Vec<_> = (0..per_inbox)
+            .map(|i| file_inbox::entry("s0", &format!("m{i}"), BODY))
+            .collect();
+        inboxes.prefill(&format!("r{r}"), &entries)?;
+    }
+    let mut theirs_samples = Samples::default();
+    for r in 0..sizes.runs {
+        let began = Instant::now();
+        let unread = inboxes.take_unread(&format!("r{}", r + 1))?;
+        anyhow::ensure!(!unread.is_empty(), "the baseline inbox was empty");
+        theirs_samples.push(began.elapsed());
+    }
+    let mut theirs = Row::new("file-inbox", scenario, 1, &theirs_samples, Duration::ZERO);
+    theirs.msgs_per_s = None;
+    theirs.note = Some(format!(
+        "read + mark-read rewrite of one {per_inbox}-message inbox"
+    ));
+    Ok(vec![ours, theirs])
+}
+
+/// The rows as a person reads them: one line per scenario and system, with the ratio.
+pub fn render(rows: &[Row]) -> String {
+    let mut out = String::new();
+    if let Some(disk) = rows.iter().find(|r| r.system == "disk") {
+        out.push_str(&format!(
+            "disk: fsync of a 4 KiB append  p50 {}  p99 {}\n\n",
+            ms(disk.p50_ms),
+            ms(disk.p99_ms)
+        ));
+    }
+    let header = format!(
+        "{:<28} {:>7} | {:>12} {:>9} {:>9} | {:>12} {:>9} {:>9} | {:>8} | {}\n",
+        "scenario",
+        "senders",
+        "muster msg/s",
+        "p50",
+        "p99",
+        "file msg/s",
+        "p50",
+        "p99",
+        "ratio",
+        "target"
+    );
+    out.push_str(&header);
+    out.push_str(&"-".repeat(header.len().saturating_sub(1)));
+    out.push('\n');
+    let mut seen = Vec::new();
+    for row in rows.iter().filter(|r| r.system == "muster") {
+        let key = (row.scenario.clone(), row.senders);
+        if seen.contains(&key) {
+            continue;
+        }
+        seen.push(key);
+        let theirs = rows.iter().find(|r| {
+            r.system == "file-inbox" && r.scenario == row.scenario && r.senders == row.senders
+        });
+        let ratio = match (row.msgs_per_s, theirs.and_then(|t| t.msgs_per_s)) {
+            (Some(a), Some(b)) if b > 0.0 => format!("{:.1}×", a / b),
+            _ => match (row.p50_ms, theirs.and_then(|t| t.p50_ms)) {
+                (Some(a), Some(b)) if a > 0.0 => format!("{:.1}× p50", b / a),
+                _ => "-".into(),
+            },
+        };
+        let target = match row.target_met {
+            Some(true) => "met",
+            Some(false) => "MISSED",
+            None => "-",
+        };
+        out.push_str(&format!(
+            "{:<28} {:>7} | {:>12} {:>9} {:>9} | {:>12} {:>9} {:>9} | {:>8} | {}\n",
+            row.scenario,
+            row.senders,
+            rate(row.msgs_per_s),
+            ms(row.p50_ms),
+            ms(row.p99_ms),
+            rate(theirs.and_then(|t| t.msgs_per_s)),
+            ms(theirs.and_then(|t| t.p50_ms)),
+            ms(theirs.and_then(|t| t.p99_ms)),
+            ratio,
+            target
+        ));
+    }
+    let notes: Vec<String> = rows
+        .iter()
+        .filter_map(|r| {
+            r.note
+                .as_ref()
+                .map(|n| format!("  {} {} ({} senders): {n}", r.system, r.scenario, r.senders))
+        })
+        .collect();
+    if !notes.is_empty() {
+        out.push_str("\nnotes:\n");
+        out.push_str(&notes.join("\n"));
+        out.push('\n');
+    }
+    out
+}
+
+fn ms(value: Option<f64>) -> String {
+    value.map_or_else(|| "-".into(), |v| format!("{v:.2} ms"))
+}
+
+fn rate(value: Option<f64>) -> String {
+    value.map_or_else(|| "-".into(), |v| format!("{v:.0}"))
+}
