@@ -2133,3 +2133,43 @@ async fn https_goes_through_rustls_and_a_failed_handshake_is_a_connect_error() {
     assert!(model_requests(&fake).is_empty());
     assert!(e.to_string().contains("received corrupt message"), "{e}");
 }
+
+#[tokio::test]
+async fn the_example_cassette_replays_and_drives_the_fake_server() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/model-cassette.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    // Without request hashes it is also a fake-server script as it stands.
+    let script = muster_fake_llm::parse_script(&text).unwrap();
+    assert_eq!(script.len(), 3);
+    let provider = ScriptProvider::open(
+        &path,
+        ScriptOptions {
+            strict: true,
+            redactions: vec![],
+        },
+    )
+    .unwrap();
+    let fake = FakeLlm::start(script).await.unwrap();
+    let sleeper = RecordingSleeper::new();
+    let http = anthropic(&fake, &sleeper);
+    let mut mail = request(MODEL);
+    mail.messages = vec![Message::user(
+        "<mail type=\"plan_approval_response\" from=\"lead\" id=\"m1\">Approved.</mail>",
+    )];
+    for (c, req) in [
+        (ctx("lead", 1), request(MODEL)),
+        (ctx("lead", 2), request(MODEL)),
+        (ctx("alice", 5), mail),
+    ] {
+        let replayed = complete(&provider, &c, &req).await.unwrap();
+        let served = complete(&http, &c, &req).await.unwrap();
+        assert_eq!(replayed.content, served.content, "{c:?}");
+        assert_eq!(replayed.stop_reason, served.stop_reason, "{c:?}");
+    }
+    let first = complete(&provider, &ctx("lead", 1), &request(MODEL))
+        .await
+        .unwrap();
+    assert_eq!(first.usage.cache_write_tokens, 900);
+    fake.verify().unwrap();
+}
