@@ -2,5 +2,6 @@
 //! permission engine, plan mode and plan files, subagents.
 
 pub mod model;
+pub mod permission;
 pub mod shell;
 pub mod tools;

@@ -1,3 +1,4 @@
 mod model;
+mod permission;
 mod shell;
 mod tools;

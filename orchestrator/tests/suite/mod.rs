@@ -1,3 +1,4 @@
 mod bench_cli;
+mod check_cli;
 mod config_cli;
 mod store_cli;

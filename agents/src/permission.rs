@@ -1,0 +1,1 @@
+//! The permission engine: one function decides every tool call (allow, ask or deny, with a reason).
