@@ -1,32 +1,45 @@
-//! The project a command works in: its root, its store and its runs directory.
+//! The project a command works in: its root, its settings, its store and its runs directory.
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use muster_config::project::ProjectRoot;
-use muster_mailbox::{SqliteStore, StoreOptions};
+use muster_config::settings::{CliOverrides, MailboxSync, Settings};
+use muster_mailbox::{SqliteStore, StoreOptions, SyncMode};
 
 use crate::cli::GlobalArgs;
+use crate::cli::config::{load_settings, print_warnings, project_root};
 
-/// Where a command's project and store live.
+/// Where a command's project and store live, and the settings that apply.
 #[derive(Debug, Clone)]
 pub struct Project {
     pub root: ProjectRoot,
-    pub store_path: PathBuf,
+    pub settings: Settings,
 }
 
 impl Project {
-    /// Finds the project from the current directory and the global flags. Only the CLI calls
-    /// this: it reads the process's current directory.
+    /// Finds the project from the current directory and the global flags and loads its
+    /// settings (warnings go to stderr; a configuration error exits 2). Only the CLI calls
+    /// this: it reads the process's current directory and environment.
     pub fn locate(global: &GlobalArgs) -> anyhow::Result<Project> {
-        let cwd = std::env::current_dir()?;
-        let root = ProjectRoot::discover(&cwd, global.directory.as_deref());
-        let store_path = match &global.store {
-            Some(path) if path.is_absolute() => path.clone(),
-            Some(path) => cwd.join(path),
-            None => root.default_store_path(),
-        };
-        Ok(Project { root, store_path })
+        let root = project_root(global)?;
+        let loaded = load_settings(global, &root, CliOverrides::new())?;
+        print_warnings(&loaded.warnings);
+        Ok(Project {
+            root,
+            settings: loaded.value,
+        })
+    }
+
+    /// The store file (`store_path`; `--store` overrides it).
+    pub fn store_path(&self) -> &PathBuf {
+        &self.settings.store_path.value
+    }
+
+    /// Where plan files live (`plans_directory`, inside the project root).
+    pub fn plans_dir(&self) -> &PathBuf {
+        &self.settings.plans_directory.value
     }
 
     /// `.muster/runs/`, where live runs keep their lock and socket.
@@ -34,8 +47,21 @@ impl Project {
         self.root.runs_dir()
     }
 
+    /// The store options the `[mailbox]` settings give.
+    pub fn store_options(&self) -> StoreOptions {
+        let mailbox = &self.settings.mailbox;
+        StoreOptions {
+            sync: match mailbox.sync.value {
+                MailboxSync::Full => SyncMode::Full,
+                MailboxSync::Normal => SyncMode::Normal,
+            },
+            busy_timeout: Duration::from_millis(mailbox.busy_timeout_ms.value),
+            max_body_bytes: usize::try_from(mailbox.max_body_bytes.value).unwrap_or(usize::MAX),
+        }
+    }
+
     /// Opens the store, creating it when absent.
     pub fn open_store(&self) -> Result<Arc<SqliteStore>, muster_mailbox::StoreError> {
-        SqliteStore::open(&self.store_path, StoreOptions::default()).map(Arc::new)
+        SqliteStore::open(self.store_path(), self.store_options()).map(Arc::new)
     }
 }

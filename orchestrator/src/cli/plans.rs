@@ -38,9 +38,8 @@ pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
         let requests = store.requests(&run.id).await?;
         anyhow::Ok((run, requests))
     })?;
-    // Settings' `plans_directory` is read here once the configuration crate provides it.
-    let plans_dir = project.root.muster_dir().join("plans");
-    let plans = collect(&plans_dir, &run.slug, &requests, project.root.path());
+    let plans_dir = project.plans_dir();
+    let plans = collect(plans_dir, &run.slug, &requests, project.root.path());
     if args.json {
         print_json(&plans)?;
         return Ok(Exit::Success);

@@ -31,7 +31,7 @@ pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
         return Ok(Exit::Success);
     }
     if runs.is_empty() {
-        println!("No runs in {} yet.", project.store_path.display());
+        println!("No runs in {} yet.", project.store_path().display());
         return Ok(Exit::Success);
     }
     let rows: Vec<Vec<String>> = runs
