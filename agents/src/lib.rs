@@ -3,5 +3,6 @@
 
 pub mod model;
 pub mod permission;
+pub mod runtime;
 pub mod shell;
 pub mod tools;

@@ -1,4 +1,5 @@
 mod model;
 mod permission;
+mod runtime;
 mod shell;
 mod tools;

@@ -1,4 +1,5 @@
 mod bench_cli;
 mod check_cli;
 mod config_cli;
+mod run_cli;
 mod store_cli;
