@@ -1,0 +1,1 @@
+//! Tests for this suite are being written.
