@@ -72,11 +72,12 @@ impl FileInboxes {
         self.dir.join(format!("{agent}.json"))
     }
 
-    /// Appends one message: create the file as `[]` if missing, lock, re-read, push, rewrite.
-    /// Returns how many lock attempts failed before it got the lock.
+    /// Appends one message: lock, re-read, push, rewrite. Claude Code first creates a missing
+    /// file as `[]` outside the lock (its lock library needs the file to exist); a lock
+    /// directory does not, so the baseline creates the file under the lock and avoids that
+    /// race, which would otherwise lose messages. Returns how many lock attempts failed.
     pub fn send(&self, to: &str, entry: InboxEntry) -> Result<u32, InboxError> {
         let path = self.path(to);
-        self.create_if_missing(&path)?;
         let (_lock, contended) = self.lock(&path)?;
         let mut entries = self.read(&path)?;
         entries.push(entry);
@@ -110,18 +111,6 @@ impl FileInboxes {
         self.write(&self.path(agent), entries)
     }
 
-    fn create_if_missing(&self, path: &Path) -> Result<(), InboxError> {
-        match fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(path)
-        {
-            Ok(mut file) => file.write_all(b"[]").map_err(|source| io(path, source)),
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(()),
-            Err(source) => Err(io(path, source)),
-        }
-    }
-
     fn lock(&self, path: &Path) -> Result<(LockDir, u32), InboxError> {
         let lock = path.with_extension("json.lock");
         let mut wait = LOCK_MIN_WAIT;
@@ -147,6 +136,7 @@ impl FileInboxes {
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
             Err(source) => return Err(io(path, source)),
         };
+
         serde_json::from_slice(&text).map_err(|source| InboxError::Corrupt {
             path: path.to_path_buf(),
             source,
