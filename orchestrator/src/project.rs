@@ -60,8 +60,37 @@ impl Project {
         }
     }
 
-    /// Opens the store, creating it when absent.
+    /// Opens the store, creating it (and `.muster/.gitignore`) when absent.
     pub fn open_store(&self) -> Result<Arc<SqliteStore>, muster_mailbox::StoreError> {
+        self.ensure_muster_gitignore();
         SqliteStore::open(self.store_path(), self.store_options()).map(Arc::new)
+    }
+
+    /// Opens the store if it exists; reading commands never create one.
+    pub fn open_existing_store(
+        &self,
+    ) -> Result<Option<Arc<SqliteStore>>, muster_mailbox::StoreError> {
+        if self.store_path().exists() {
+            SqliteStore::open(self.store_path(), self.store_options()).map(|s| Some(Arc::new(s)))
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// `.muster/.gitignore` keeps the store, local settings, run files, logs and plans out of
+    /// git, never `settings.toml` or `agents/`. Written once; a user's own file is left alone.
+    fn ensure_muster_gitignore(&self) {
+        let dir = self.root.muster_dir();
+        if std::fs::create_dir_all(&dir).is_err() {
+            return;
+        }
+        let contents = "muster.db*\nsettings.local.toml\nruns/\nlogs/\nplans/\n";
+        if let Ok(mut file) = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(dir.join(".gitignore"))
+        {
+            let _ = std::io::Write::write_all(&mut file, contents.as_bytes());
+        }
     }
 }

@@ -651,3 +651,90 @@ async fn a_store_reopens_with_everything_in_it() {
         "alice"
     );
 }
+
+#[tokio::test]
+async fn prune_deletes_only_settled_chat_of_finished_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("m.db"));
+    let epoch = run_with(&store, RUN, &["alice"]).await;
+    run_with(&store, "live", &["alice"]).await;
+    let acked = store
+        .send(text(RUN, "lead", "alice", "done with"))
+        .await
+        .unwrap();
+    let pending = store
+        .send(text(RUN, "lead", "alice", "still to read"))
+        .await
+        .unwrap();
+    store
+        .send(plan_request(RUN, "plan-alice-1", "human"))
+        .await
+        .unwrap();
+    let answer = store
+        .respond(plan_response(RUN, "plan-alice-1", "human", true))
+        .await
+        .unwrap();
+    let first = store
+        .try_receive(RUN, "alice", epoch, MessageFilter::Any)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.key, acked.key);
+    store.ack(RUN, vec![acked.key.clone()]).await.unwrap();
+    let answer_leased = store
+        .try_receive(
+            RUN,
+            "alice",
+            epoch,
+            MessageFilter::RequestId("plan-alice-1".into()),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .ack(RUN, vec![answer_leased.key.clone()])
+        .await
+        .unwrap();
+    store
+        .send(text("live", "lead", "alice", "running run"))
+        .await
+        .unwrap();
+
+    let refused = store.prune(i64::MAX).await.unwrap();
+    assert_eq!(refused.runs_pruned.len(), 0, "nothing is finished yet");
+    assert_eq!(refused.runs_skipped.len(), 2);
+
+    store
+        .set_run_status(RUN, RunStatus::Completed, None)
+        .await
+        .unwrap();
+    let too_recent = store.prune(0).await.unwrap();
+    assert_eq!(
+        too_recent.messages_deleted, 0,
+        "nothing is older than the cutoff"
+    );
+    let report = store.prune(i64::MAX).await.unwrap();
+    assert_eq!(report.runs_pruned, [RUN]);
+    assert_eq!(
+        report.runs_skipped,
+        [("live".to_owned(), RunStatus::Running)]
+    );
+    assert_eq!(report.messages_deleted, 1, "only the acked chat message");
+    assert_eq!(report.decisions_kept, 2, "the request and its response");
+    assert!(store.message(&acked.key).await.unwrap().is_none());
+    assert!(
+        store.message(&pending.key).await.unwrap().is_some(),
+        "unread mail is not history"
+    );
+    assert!(store.message(&answer.key).await.unwrap().is_some());
+    assert!(
+        store
+            .request(RUN, "plan-alice-1")
+            .await
+            .unwrap()
+            .unwrap()
+            .response
+            .is_some()
+    );
+    assert_eq!(store.messages("live", None).await.unwrap().len(), 1);
+}

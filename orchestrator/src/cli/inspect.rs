@@ -9,10 +9,19 @@ use crate::cli::GlobalArgs;
 use crate::exit::{Exit, ExitError};
 use crate::project::Project;
 
-/// The store of the project the command runs in.
+/// The store of the project the command runs in. Reading commands never create a store: with
+/// none yet, they say so (exit 2).
 pub fn open(global: &GlobalArgs) -> anyhow::Result<(Project, Arc<SqliteStore>)> {
     let project = Project::locate(global)?;
-    let store = project.open_store()?;
+    let store = project.open_existing_store()?.ok_or_else(|| {
+        ExitError::new(
+            Exit::Usage,
+            format!(
+                "no store at {} yet: start a run with `muster run -p …` (or point --store at one)",
+                project.store_path().display()
+            ),
+        )
+    })?;
     Ok((project, store))
 }
 

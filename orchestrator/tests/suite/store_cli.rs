@@ -357,3 +357,24 @@ async fn prune_keeps_decisions_and_unfinished_runs() {
         stdout(&output)
     );
 }
+
+#[test]
+fn reading_commands_never_create_a_store() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join(".git")).unwrap();
+    for args in [
+        &["runs"][..],
+        &["inbox"][..],
+        &["tasks"][..],
+        &["plans"][..],
+    ] {
+        let output = muster(dir.path(), args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        assert!(
+            stderr(&output).contains("no store at"),
+            "{}",
+            stderr(&output)
+        );
+    }
+    assert!(!dir.path().join(".muster").exists());
+}
