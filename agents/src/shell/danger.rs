@@ -11,7 +11,8 @@
 //! - `rm` with `-r`, `-R`, `-f`, `--recursive` or `--force` (in any cluster: `-rf`, `-fr`, `-Rf`);
 //! - `git push` with `--force`, `-f`, `--force-with-lease`, `--force-if-includes`, `--mirror`,
 //!   `--delete`, `-d` or a `+refspec`/`:refspec`; `git reset --hard`; `git clean` with `-f`/`--force`;
-//!   `git branch -D`; `git checkout`/`git switch` with `-f`/`--force`; `git stash clear`;
+//!   `git branch -D`; `git checkout`/`git switch` with `-f`/`--force`; `git checkout .` and
+//!   `git restore .` (whole work tree); `git stash clear`;
 //! - `dd` with `of=`; `mkfs`, `mkfs.*`, `mke2fs`, `mkswap`, `wipefs`, `fdisk`, `sfdisk`, `parted`,
 //!   `shred`;
 //! - `chmod`/`chown`/`chgrp` recursive (`-R`, `--recursive`) on `/`, `/*`, `~` or a top-level
@@ -19,7 +20,8 @@
 //! - `find … -delete`;
 //! - a redirection onto a disk device (`> /dev/sda`).
 //!
-//! Not flagged: everything else, including `git push` without force and `mv`/`cp` over files.
+//! Not flagged: everything else, including `git push` without force, `mv`/`cp` over files,
+//! commands run remotely (`ssh host rm -rf /`) and fork bombs.
 
 use tree_sitter::{Node, Parser};
 
@@ -82,7 +84,7 @@ fn scan(command: &str, depth: usize) -> Option<String> {
         .set_language(&tree_sitter_bash::LANGUAGE.into())
         .ok()?;
     let bytes = command.as_bytes();
-    if let Some(tree) = parser.parse(command, None) {
+    if let Some(tree) = parser.parse(super::parse::ascii_shadow(command), None) {
         let mut stack = vec![tree.root_node()];
         while let Some(node) = stack.pop() {
             match node.kind() {
@@ -124,11 +126,9 @@ fn scan(command: &str, depth: usize) -> Option<String> {
     })
 }
 
-fn text<'a>(node: Node<'_>, bytes: &'a [u8]) -> &'a str {
-    bytes
-        .get(node.start_byte()..node.end_byte())
-        .and_then(|b| std::str::from_utf8(b).ok())
-        .unwrap_or("")
+fn text(node: Node<'_>, bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes.get(node.start_byte()..node.end_byte()).unwrap_or(&[]))
+        .into_owned()
 }
 
 /// Best-effort literal value of a word: quotes and backslashes removed, `$'…'` unwrapped.
@@ -159,14 +159,14 @@ fn argv(node: Node<'_>, bytes: &[u8]) -> Vec<String> {
                 "variable_assignment" | "file_redirect" | "herestring_redirect"
             )
         })
-        .map(|c| unquote(text(c, bytes)))
+        .map(|c| unquote(&text(c, bytes)))
         .collect()
 }
 
 fn words_under(node: Node<'_>, bytes: &[u8]) -> Vec<String> {
     let mut cursor = node.walk();
     node.named_children(&mut cursor)
-        .map(|c| unquote(text(c, bytes)))
+        .map(|c| unquote(&text(c, bytes)))
         .collect()
 }
 
@@ -292,6 +292,11 @@ fn check_argv(argv: &[String], depth: usize) -> Option<String> {
     }
 }
 
+/// A pathspec naming the whole work tree.
+fn whole_tree(a: &str) -> bool {
+    matches!(a, "." | "./" | ":/" | "*" | ":(top)")
+}
+
 fn git(args: &[String]) -> Option<String> {
     let mut i = 0;
     while let Some(a) = args.get(i) {
@@ -332,7 +337,11 @@ fn git(args: &[String]) -> Option<String> {
             has_flag(rest, "D", &[])
                 || (has_flag(rest, "d", &["delete"]) && has_flag(rest, "f", &["force"]))
         }
-        "checkout" | "switch" => has_flag(rest, "f", &["force", "discard-changes"]),
+        "checkout" | "switch" => {
+            has_flag(rest, "f", &["force", "discard-changes"])
+                || (sub == "checkout" && rest.iter().any(|a| whole_tree(a)))
+        }
+        "restore" => rest.iter().any(|a| whole_tree(a)),
         "stash" => matches!(rest.first().map(String::as_str), Some("clear")),
         _ => false,
     };
@@ -379,6 +388,9 @@ mod tests {
             "git clean -fdx",
             "git clean -f",
             "git branch -D feature",
+            "git checkout -- .",
+            "git restore .",
+            "git checkout -f main",
             "dd if=/dev/zero of=/dev/sda",
             "mkfs.ext4 /dev/sda1",
             "mkfs -t ext4 /dev/sda1",
@@ -401,6 +413,8 @@ mod tests {
             "git reset --soft HEAD~1",
             "git clean -n",
             "git branch -d merged",
+            "git checkout main",
+            "git restore --staged src/a.rs",
             "ls -la",
             "dd if=a",
             "chmod -R 755 src",

@@ -65,7 +65,7 @@ pub(crate) fn parse(src: &str) -> Result<Vec<SimpleCommand>, String> {
     parser
         .set_language(&tree_sitter_bash::LANGUAGE.into())
         .map_err(|e| format!("the bash grammar failed to load: {e}"))?;
-    let Some(tree) = parser.parse(src, None) else {
+    let Some(tree) = parser.parse(ascii_shadow(src), None) else {
         return Err("the command could not be parsed".to_string());
     };
     let root = tree.root_node();
@@ -151,7 +151,7 @@ fn construct(kind: &str, text: &str) -> String {
         "heredoc_redirect" | "heredoc_body" | "heredoc_start" => "a heredoc",
         "herestring_redirect" => "a here-string",
         "subshell" => "a subshell `( … )`",
-        "compound_statement" => "a group `{ … }`",
+        "compound_statement" => "a group `{ … }` or an arithmetic command `(( … ))`",
         "function_definition" => "a function definition",
         "if_statement"
         | "while_statement"
@@ -188,11 +188,31 @@ fn shorten(s: &str) -> String {
     }
 }
 
+/// The source text of a node. A node that does not start and end on character boundaries
+/// (possible only inside a run of non-ASCII characters, see [`ascii_shadow`]) reads as a NUL,
+/// which every later check refuses.
 fn text<'a>(node: Node<'_>, bytes: &'a [u8]) -> &'a str {
     bytes
         .get(node.start_byte()..node.end_byte())
         .and_then(|b| std::str::from_utf8(b).ok())
-        .unwrap_or("")
+        .unwrap_or("\0")
+}
+
+/// `src` with every non-ASCII character replaced by as many `x` as it has bytes, so byte offsets
+/// stay the same. tree-sitter-bash crashes (SIGSEGV) on some non-ASCII input, e.g. `{` followed
+/// by U+E0000, so it only ever sees ASCII. Bash treats non-ASCII characters as ordinary word
+/// characters, as it does `x`, so the parse is the same; node texts are then read from the
+/// original.
+pub(crate) fn ascii_shadow(src: &str) -> String {
+    let mut out = String::with_capacity(src.len());
+    for c in src.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            out.extend(std::iter::repeat_n('x', c.len_utf8()));
+        }
+    }
+    out
 }
 
 fn only(bytes: &[u8], allowed: &[u8]) -> bool {

@@ -238,6 +238,45 @@ proptest! {
     }
 }
 
+/// tree-sitter-bash crashes (SIGSEGV) on `{` followed by some astral characters; the classifier
+/// parses an ASCII shadow of the text instead. Non-ASCII words stay literal words.
+#[test]
+fn non_ascii_input_is_parsed_safely() {
+    let check = WorkspaceReadCheck::new(ROOT);
+    for crash in [
+        "{\u{E0000}",
+        "'a'{\u{44FFD}",
+        "'\u{FFFD}'{\u{44FFD}",
+        "{\u{10FFFF}",
+        "ls {\u{F0000}",
+    ] {
+        let _ = known_dangerous(crash);
+        assert!(!classify(crash, &check).is_read_only(), "{crash:?}");
+    }
+    for ok in [
+        "cat 'docs/résumé.md'",
+        "grep -rn café src",
+        "echo 日本語",
+        "ls données",
+        "rg -n 'naïve' src",
+    ] {
+        assert!(
+            classify(ok, &check).is_read_only(),
+            "{ok:?}: {}",
+            classify(ok, &check)
+        );
+    }
+    for refused in [
+        "é",
+        "ls\u{a0}-la",
+        "ls \u{200b}",
+        "cat x\u{2028}y",
+        "rm\u{0301} x",
+    ] {
+        assert!(!classify(refused, &check).is_read_only(), "{refused:?}");
+    }
+}
+
 #[test]
 fn read_deny_on_dot_env_applies_to_bash() {
     let dir = tempfile::tempdir().expect("tempdir");
