@@ -1,0 +1,725 @@
+//! One agent's loop: send the context to the model, run each tool call through the gate,
+//! append the results, repeat until the model ends its turn. Every step is committed before it
+//! is reported.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use muster_config::{AgentDefinition, ModelChoice, PermissionMode};
+use muster_mailbox::{AutoGateUpdate, CommitTurn, Message as Mail, NewRecord};
+use serde_json::Value;
+
+use crate::model::{
+    ContentBlock, Message, ModelRequest, ModelResponse, RequestContext, Role, ToolCall,
+    ToolDefinition, ToolResultContent,
+};
+use crate::tools::{
+    HandledBy, ProcessGroupId, ProcessGroupRecorder, RecordFuture, ToolContext, ToolOutput,
+};
+
+use super::context::{ModeModel, RunContext};
+use super::error::{RuntimeError, RuntimeResult};
+use super::events::RuntimeEvent;
+use super::gate::{CallContext, GateDecision, SUBAGENT_FORBIDDEN, Verdict};
+use super::prompt::{mode_reminder, system_prompt};
+use super::records::{AgentKind, Record};
+
+/// How a new agent starts.
+#[derive(Debug, Clone)]
+pub struct AgentSpec {
+    pub agent_id: String,
+    pub kind: AgentKind,
+    /// The agent definition's name in the run's catalog.
+    pub definition: String,
+    /// The mode it starts in.
+    pub mode: PermissionMode,
+    /// The mode to restore after plan mode (for an agent that starts in plan mode).
+    pub pre_plan_mode: Option<PermissionMode>,
+    /// The highest mode an approval may restore (a teammate's lead's mode; `None`: no cap
+    /// beyond the approver's).
+    pub approval_ceiling: Option<PermissionMode>,
+    /// The parent's current model, for `model: inherit`.
+    pub inherited_model: Option<String>,
+}
+
+/// How a run of the loop ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentOutcome {
+    /// The model ended its turn with no tool call; its last text is the result.
+    Finished { result: String },
+    /// A plan waits for a decision that no one in this process can make (exit code 5).
+    AwaitingDecision {
+        request_id: String,
+        plan_file: PathBuf,
+    },
+}
+
+/// The result of one tool call, with what must be committed beside it.
+pub(super) struct CallResult {
+    pub decision: String,
+    pub reason: String,
+    pub output: ToolOutput,
+    /// Records committed before the `tool_call` record (mode changes, snapshots).
+    pub records: Vec<Record>,
+    pub acks: Vec<String>,
+    /// Events reported after the commit.
+    pub events: Vec<RuntimeEvent>,
+    /// Restart the context with this user message (approval with `clear_context`).
+    pub reset_context: Option<String>,
+}
+
+impl CallResult {
+    pub(super) fn new(decision: &GateDecision, output: ToolOutput) -> CallResult {
+        CallResult {
+            decision: decision.verdict.as_str().to_owned(),
+            reason: decision.reason.clone(),
+            output,
+            records: Vec::new(),
+            acks: Vec::new(),
+            events: Vec::new(),
+            reset_context: None,
+        }
+    }
+
+    fn invalid(output: ToolOutput) -> CallResult {
+        CallResult {
+            decision: "invalid".into(),
+            reason: output.content.clone(),
+            output,
+            records: Vec::new(),
+            acks: Vec::new(),
+            events: Vec::new(),
+            reset_context: None,
+        }
+    }
+}
+
+/// What one dispatched call came to.
+pub(super) enum Dispatched {
+    Done(Box<CallResult>),
+    /// The call waits for a decision no one here can make: stop the run.
+    Stop(AgentOutcome),
+}
+
+/// The tool calls of the newest assistant message and what is known of them.
+#[derive(Debug, Default, Clone)]
+pub(super) struct PendingCalls {
+    pub calls: Vec<ToolCall>,
+    pub done: BTreeMap<String, (String, bool)>,
+    pub started: BTreeMap<String, Option<i32>>,
+    /// `(tool_use_id, request_id, responder)` of an `ExitPlanMode` waiting for its answer.
+    pub awaiting: Option<(String, String, String)>,
+}
+
+/// One agent at work.
+pub struct AgentRuntime {
+    pub(super) run: Arc<RunContext>,
+    pub(super) id: String,
+    pub(super) kind: AgentKind,
+    pub(super) definition: AgentDefinition,
+    pub(super) mode: PermissionMode,
+    pub(super) pre_plan_mode: Option<PermissionMode>,
+    pub(super) approval_ceiling: Option<PermissionMode>,
+    pub(super) plan_file: Option<PathBuf>,
+    pub(super) system: String,
+    pub(super) tools: Vec<String>,
+    pub(super) tool_definitions: Vec<ToolDefinition>,
+    pub(super) messages: Vec<Message>,
+    pub(super) turn: u64,
+    pub(super) inherited_model: Option<String>,
+    pub(super) unacked: Vec<String>,
+    pub(super) pending: Option<PendingCalls>,
+    pub(super) finished: Option<String>,
+}
+
+impl AgentRuntime {
+    /// Starts a new agent on `prompt`: commits its `started` record and first user message.
+    pub async fn start(
+        run: Arc<RunContext>,
+        spec: AgentSpec,
+        prompt: &str,
+    ) -> RuntimeResult<AgentRuntime> {
+        let definition = run
+            .catalog
+            .get(&spec.definition)
+            .cloned()
+            .ok_or_else(|| RuntimeError::UnknownDefinition(spec.definition.clone()))?;
+        let plan_file = plan_file_for(&run, &spec.kind, &spec.agent_id, &definition);
+        let system = system_prompt(
+            &definition.system_prompt,
+            &run.instructions,
+            run.workspace.root(),
+        );
+        let tools = offered_tools(&definition, &spec.kind);
+        let mut agent = AgentRuntime {
+            tool_definitions: tool_definitions(&run, &tools),
+            run,
+            id: spec.agent_id,
+            kind: spec.kind,
+            definition,
+            mode: spec.mode,
+            pre_plan_mode: spec.pre_plan_mode,
+            approval_ceiling: spec.approval_ceiling,
+            plan_file,
+            system,
+            tools,
+            messages: Vec::new(),
+            turn: 0,
+            inherited_model: spec.inherited_model,
+            unacked: Vec::new(),
+            pending: None,
+            finished: None,
+        };
+        if agent.mode == PermissionMode::Plan && agent.pre_plan_mode.is_none() {
+            agent.pre_plan_mode = Some(
+                agent
+                    .definition
+                    .permission_mode
+                    .filter(|m| *m != PermissionMode::Plan)
+                    .unwrap_or_default(),
+            );
+        }
+        let first = agent.user_message(vec![ContentBlock::text(prompt)]);
+        let started = Record::Started {
+            definition: agent.definition.name.clone(),
+            agent_kind: agent.kind.clone(),
+            mode: agent.mode,
+            pre_plan_mode: agent.pre_plan_mode,
+            plan_file: agent.plan_file.as_ref().map(|p| p.display().to_string()),
+            system: agent.system.clone(),
+            tools: agent.tools.clone(),
+        };
+        let message = agent.message_record(first.clone(), None);
+        agent
+            .commit(vec![started, message], Vec::new(), None)
+            .await?;
+        agent.messages.push(first);
+        agent.run.events.emit(RuntimeEvent::AgentStarted {
+            agent: agent.id.clone(),
+            definition: agent.definition.name.clone(),
+            mode: agent.mode.to_string(),
+            plan_file: agent.plan_file.as_ref().map(|p| p.display().to_string()),
+        });
+        Ok(agent)
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn mode(&self) -> PermissionMode {
+        self.mode
+    }
+
+    pub fn pre_plan_mode(&self) -> Option<PermissionMode> {
+        self.pre_plan_mode
+    }
+
+    pub fn plan_file(&self) -> Option<&std::path::Path> {
+        self.plan_file.as_deref()
+    }
+
+    /// The model requests made so far (the durable turn index).
+    pub fn turn(&self) -> u64 {
+        self.turn
+    }
+
+    /// The context as the model sees it next.
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// The model in force for the current mode.
+    pub fn current_model(&self) -> String {
+        self.model_for_mode().model
+    }
+
+    /// Runs until the model ends its turn, or until a plan waits for a decision that no one in
+    /// this process can make.
+    pub async fn run(&mut self) -> RuntimeResult<AgentOutcome> {
+        loop {
+            if let Some(result) = &self.finished {
+                return Ok(AgentOutcome::Finished {
+                    result: result.clone(),
+                });
+            }
+            if let Some(pending) = self.pending.take()
+                && let Some(stop) = self.resolve_calls(pending).await?
+            {
+                return Ok(stop);
+            }
+            if self.turn >= self.run.max_turns {
+                return Err(RuntimeError::ModelStopped {
+                    reason: "turn limit".into(),
+                    detail: format!("{} model requests", self.turn),
+                });
+            }
+            let response = self.call_model().await?;
+            let calls = response.tool_calls();
+            if calls.is_empty() {
+                let result = response.text();
+                self.commit(
+                    vec![Record::Finished {
+                        result: result.clone(),
+                    }],
+                    Vec::new(),
+                    None,
+                )
+                .await?;
+                self.finished = Some(result);
+                continue;
+            }
+            self.pending = Some(PendingCalls {
+                calls,
+                ..PendingCalls::default()
+            });
+        }
+    }
+
+    /// Puts mail the agent received into its context as `<mail>` tags; the mail is acked with
+    /// the next commit. For a team's wait-for-mail step.
+    pub fn deliver_mail(&mut self, mail: &[Mail]) {
+        let mut blocks = Vec::new();
+        for message in mail {
+            let text = match message.body.get("text").and_then(Value::as_str) {
+                Some(text) => text.to_owned(),
+                None => message.body.to_string(),
+            };
+            blocks.push(ContentBlock::text(format!(
+                "<mail type=\"{}\" from=\"{}\" id=\"{}\">{}</mail>",
+                message.kind,
+                message.sender,
+                message.key,
+                escape_mail(&text)
+            )));
+            self.unacked.push(message.key.clone());
+        }
+        let message = self.user_message(blocks);
+        self.messages.push(message);
+        self.finished = None;
+    }
+
+    /// Waits (pushed, not polled) for mail and delivers it.
+    pub async fn wait_for_mail(&mut self, max: usize) -> RuntimeResult<usize> {
+        let mail = self
+            .run
+            .store
+            .receive_batch(&self.run.run_id, &self.id, self.run.epoch, max)
+            .await?;
+        self.deliver_mail(&mail);
+        Ok(mail.len())
+    }
+
+    pub(super) fn model_for_mode(&self) -> ModeModel {
+        let routed = self.run.models.for_mode(self.mode).clone();
+        match &self.definition.model {
+            ModelChoice::Inherit => match &self.inherited_model {
+                Some(model) => ModeModel {
+                    model: model.clone(),
+                    ..routed
+                },
+                None => routed,
+            },
+            ModelChoice::Named(model) => ModeModel {
+                model: model.clone(),
+                ..routed
+            },
+            ModelChoice::Settings => routed,
+        }
+    }
+
+    async fn call_model(&mut self) -> RuntimeResult<ModelResponse> {
+        let model = self.model_for_mode();
+        let turn = self.turn + 1;
+        let request = ModelRequest {
+            model: model.model.clone(),
+            system: self.system.clone(),
+            messages: self.messages.clone(),
+            tools: self.tool_definitions.clone(),
+            max_tokens: model.max_tokens,
+            thinking: model.thinking,
+        };
+        let context = RequestContext::new(&self.run.run_id, &self.id, turn);
+        let response = model.provider.stream(&context, &request).response().await?;
+        self.turn = turn;
+        let message = Message::assistant(response.content.clone());
+        let record = Record::Message {
+            message: message.clone(),
+            turn: Some(turn),
+            model: Some(response.model.clone()),
+            mode: self.mode,
+            stop_reason: Some(response.stop_reason.clone()),
+            usage: Some(response.usage),
+        };
+        let acks = std::mem::take(&mut self.unacked);
+        self.commit(vec![record], acks, None).await?;
+        self.messages.push(message);
+        self.run.events.emit(RuntimeEvent::ModelTurn {
+            agent: self.id.clone(),
+            turn,
+            model: model.model,
+            mode: self.mode.to_string(),
+            stop_reason: response.stop_reason.as_str().to_owned(),
+            text: response.text(),
+        });
+        Ok(response)
+    }
+
+    /// Gives every pending call its result (running what has not run), then appends the
+    /// results as one user message.
+    async fn resolve_calls(
+        &mut self,
+        mut pending: PendingCalls,
+    ) -> RuntimeResult<Option<AgentOutcome>> {
+        let calls = pending.calls.clone();
+        for call in &calls {
+            if pending.done.contains_key(&call.id) {
+                continue;
+            }
+            let dispatched = if pending
+                .awaiting
+                .as_ref()
+                .is_some_and(|(tool_use_id, _, _)| *tool_use_id == call.id)
+            {
+                let (_, request_id, responder) = pending.awaiting.clone().unwrap_or_default();
+                self.await_plan_decision(&request_id, &responder).await?
+            } else if let Some(group) = pending.started.get(&call.id) {
+                Dispatched::Done(Box::new(interrupted(*group)))
+            } else {
+                self.dispatch(call).await?
+            };
+            let result = match dispatched {
+                Dispatched::Done(result) => result,
+                Dispatched::Stop(outcome) => {
+                    self.pending = Some(pending);
+                    return Ok(Some(outcome));
+                }
+            };
+            let reset = result.reset_context.clone();
+            pending.done.insert(
+                call.id.clone(),
+                (result.output.content.clone(), result.output.is_error),
+            );
+            self.commit_call(call, *result).await?;
+            if let Some(first) = reset {
+                self.reset_context(first).await?;
+                return Ok(None);
+            }
+        }
+        let blocks = calls
+            .iter()
+            .map(|call| {
+                let (content, is_error) = pending.done.get(&call.id).cloned().unwrap_or_default();
+                ContentBlock::ToolResult {
+                    tool_use_id: call.id.clone(),
+                    content: ToolResultContent::Text(content),
+                    is_error,
+                }
+            })
+            .collect();
+        let message = self.user_message(blocks);
+        let record = self.message_record(message.clone(), None);
+        self.commit(vec![record], Vec::new(), None).await?;
+        self.messages.push(message);
+        Ok(None)
+    }
+
+    async fn commit_call(&mut self, call: &ToolCall, result: CallResult) -> RuntimeResult<()> {
+        let mut records = result.records;
+        records.push(Record::ToolCall {
+            tool_use_id: call.id.clone(),
+            tool: call.name.clone(),
+            decision: result.decision.clone(),
+            reason: result.reason.clone(),
+            content: result.output.content.clone(),
+            is_error: result.output.is_error,
+        });
+        let gate = (self.mode == PermissionMode::Auto).then(|| match result.decision.as_str() {
+            "deny" => AutoGateUpdate::Denied(1),
+            _ => AutoGateUpdate::Allowed,
+        });
+        self.commit(records, result.acks, gate).await?;
+        for event in result.events {
+            self.run.events.emit(event);
+        }
+        self.run.events.emit(RuntimeEvent::ToolCall {
+            agent: self.id.clone(),
+            tool_use_id: call.id.clone(),
+            tool: call.name.clone(),
+            decision: result.decision,
+            reason: result.reason,
+            is_error: result.output.is_error,
+        });
+        Ok(())
+    }
+
+    async fn reset_context(&mut self, first: String) -> RuntimeResult<()> {
+        let message = self.user_message(vec![ContentBlock::text(first)]);
+        let records = vec![
+            Record::ContextReset {
+                reason: "the plan was approved with clear_context".into(),
+            },
+            self.message_record(message.clone(), None),
+        ];
+        self.commit(records, Vec::new(), None).await?;
+        self.messages = vec![message];
+        Ok(())
+    }
+
+    /// Decides one call through the gate and runs it.
+    async fn dispatch(&mut self, call: &ToolCall) -> RuntimeResult<Dispatched> {
+        let Some(tool) = self.run.tools.get(&call.name).cloned() else {
+            return Ok(Dispatched::Done(Box::new(CallResult::invalid(
+                ToolOutput::error(format!(
+                    "unknown tool `{}`; your tools are: {}",
+                    call.name,
+                    self.tools.join(", ")
+                )),
+            ))));
+        };
+        if let Err(error) = tool.accessed_paths(&call.input) {
+            return Ok(Dispatched::Done(Box::new(CallResult::invalid(
+                ToolOutput::error(error.to_string()),
+            ))));
+        }
+        let context = self.tool_context(&call.id)?;
+        let decision = {
+            let call_context = CallContext {
+                agent_id: &self.id,
+                agent_kind: &self.kind,
+                mode: self.mode,
+                read_only_agent: self.definition.read_only,
+                plans: &self.run.plans,
+                tool_context: &context,
+            };
+            self.run
+                .gate
+                .decide(&call_context, tool.as_ref(), &call.input)
+        };
+        let decision = self.settle_ask(decision, call).await;
+        if decision.verdict != Verdict::Allow {
+            let output = ToolOutput::error(format!("Permission denied: {}", decision.reason));
+            return Ok(Dispatched::Done(Box::new(CallResult::new(
+                &decision, output,
+            ))));
+        }
+        if !self.tools.iter().any(|name| *name == call.name) {
+            let output = ToolOutput::error(format!(
+                "{} is not one of your tools; your tools are: {}",
+                call.name,
+                self.tools.join(", ")
+            ));
+            return Ok(Dispatched::Done(Box::new(CallResult::new(
+                &decision, output,
+            ))));
+        }
+        if tool.handled_by() == HandledBy::AgentRuntime {
+            return self.coordinate(call, &decision).await;
+        }
+        if !tool.is_read_only() && !tool.is_idempotent() && call.name != "Bash" {
+            let started = Record::ToolStarted {
+                tool_use_id: call.id.clone(),
+                tool: call.name.clone(),
+                process_group: None,
+            };
+            self.commit(vec![started], Vec::new(), None).await?;
+        }
+        let output = tool.call(&context, call.input.clone()).await;
+        Ok(Dispatched::Done(Box::new(CallResult::new(
+            &decision, output,
+        ))))
+    }
+
+    /// An `ask` goes to the person at the terminal; with no one to ask it is a deny.
+    async fn settle_ask(&self, decision: GateDecision, call: &ToolCall) -> GateDecision {
+        if decision.verdict != Verdict::Ask {
+            return decision;
+        }
+        let Some(terminal) = self.run.terminal.clone() else {
+            return GateDecision {
+                verdict: Verdict::Deny,
+                reason: format!(
+                    "{}; no one can approve it in this run (no person at a terminal), so it is denied",
+                    decision.reason
+                ),
+            };
+        };
+        let (agent, tool, input, reason) = (
+            self.id.clone(),
+            call.name.clone(),
+            call.input.clone(),
+            decision.reason.clone(),
+        );
+        let allowed = tokio::task::spawn_blocking(move || {
+            terminal.allow_call(&agent, &tool, &input, &reason)
+        })
+        .await
+        .unwrap_or(false);
+        GateDecision {
+            verdict: if allowed {
+                Verdict::Allow
+            } else {
+                Verdict::Deny
+            },
+            reason: if allowed {
+                format!("{} (approved at the terminal)", decision.reason)
+            } else {
+                format!("{} (refused at the terminal)", decision.reason)
+            },
+        }
+    }
+
+    fn tool_context(&self, tool_use_id: &str) -> RuntimeResult<ToolContext> {
+        let mut context =
+            ToolContext::new(self.run.workspace.clone(), self.run.environment.clone());
+        if let Some(plan_file) = &self.plan_file {
+            context = context
+                .with_plan_file(plan_file)
+                .map_err(|error| RuntimeError::Workspace(error.to_string()))?;
+        }
+        let recorder = StartRecorder {
+            run: self.run.clone(),
+            agent: self.id.clone(),
+            tool_use_id: tool_use_id.to_owned(),
+        };
+        Ok(context.with_process_group_recorder(Arc::new(recorder)))
+    }
+
+    /// A user message with the mode reminder appended.
+    pub(super) fn user_message(&self, mut blocks: Vec<ContentBlock>) -> Message {
+        blocks.push(ContentBlock::text(mode_reminder(
+            self.mode,
+            self.plan_file.as_deref(),
+            matches!(self.kind, AgentKind::Subagent { .. }),
+        )));
+        Message {
+            role: Role::User,
+            content: blocks,
+        }
+    }
+
+    pub(super) fn message_record(&self, message: Message, turn: Option<u64>) -> Record {
+        Record::Message {
+            message,
+            turn,
+            model: None,
+            mode: self.mode,
+            stop_reason: None,
+            usage: None,
+        }
+    }
+
+    /// Commits records (and acks) in one transaction.
+    pub(super) async fn commit(
+        &self,
+        records: Vec<Record>,
+        acks: Vec<String>,
+        auto_gate: Option<AutoGateUpdate>,
+    ) -> RuntimeResult<()> {
+        let records = records
+            .iter()
+            .map(|record| record.to_new(&self.id))
+            .collect::<RuntimeResult<Vec<NewRecord>>>()?;
+        self.run
+            .store
+            .commit_turn(CommitTurn {
+                run_id: self.run.run_id.clone(),
+                agent: self.id.clone(),
+                acks,
+                records,
+                sends: Vec::new(),
+                responses: Vec::new(),
+                auto_gate,
+            })
+            .await?;
+        Ok(())
+    }
+}
+
+/// Commits the `tool_started` record of a `Bash` call with its process group, before the
+/// command runs.
+struct StartRecorder {
+    run: Arc<RunContext>,
+    agent: String,
+    tool_use_id: String,
+}
+
+impl ProcessGroupRecorder for StartRecorder {
+    fn record(&self, group: ProcessGroupId) -> RecordFuture<'_> {
+        Box::pin(async move {
+            let record = Record::ToolStarted {
+                tool_use_id: self.tool_use_id.clone(),
+                tool: "Bash".into(),
+                process_group: Some(group),
+            };
+            let row = record.to_new(&self.agent).map_err(|e| e.to_string())?;
+            self.run
+                .store
+                .append_records(&self.run.run_id, vec![row])
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// The result of a call that started before a crash and never finished: its process group is
+/// killed if still alive.
+fn interrupted(group: Option<i32>) -> CallResult {
+    if let Some(pid) = group.and_then(rustix::process::Pid::from_raw) {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+    CallResult::invalid(ToolOutput::error(
+        "interrupted by a crash; inspect the workspace before retrying",
+    ))
+}
+
+fn escape_mail(text: &str) -> String {
+    text.replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// The tools an agent is offered: its definition's, less what subagents never get.
+pub(super) fn offered_tools(definition: &AgentDefinition, kind: &AgentKind) -> Vec<String> {
+    definition
+        .effective_tools()
+        .into_iter()
+        .filter(|tool| {
+            !(matches!(kind, AgentKind::Subagent { .. }) && SUBAGENT_FORBIDDEN.contains(tool))
+        })
+        .filter(|tool| !(definition.read_only && *tool == "ExitPlanMode"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The tool definitions for model requests, in the registry's stable order.
+pub(super) fn tool_definitions(run: &RunContext, tools: &[String]) -> Vec<ToolDefinition> {
+    let offered: BTreeSet<&str> = tools.iter().map(String::as_str).collect();
+    run.tools
+        .definitions(|name| offered.contains(name))
+        .into_iter()
+        .map(|definition| ToolDefinition {
+            name: definition.name.to_owned(),
+            description: definition.description.to_owned(),
+            input_schema: definition.input_schema,
+        })
+        .collect()
+}
+
+/// The plan file of an agent: the main agent's, `-agent-{id}` for others, none for subagents
+/// and read-only agents.
+pub(super) fn plan_file_for(
+    run: &RunContext,
+    kind: &AgentKind,
+    agent_id: &str,
+    definition: &AgentDefinition,
+) -> Option<PathBuf> {
+    if definition.read_only {
+        return None;
+    }
+    match kind {
+        AgentKind::Main => Some(run.plans.main_file()),
+        AgentKind::Teammate { .. } => Some(run.plans.agent_file(agent_id)),
+        AgentKind::Subagent { .. } => None,
+    }
+}

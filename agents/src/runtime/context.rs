@@ -1,0 +1,127 @@
+//! What every agent of a run shares: the store, the models per mode, the permission gate, the
+//! workspace, the plan files, who approves, and where events go.
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::sync::Arc;
+
+use muster_config::{AgentCatalog, PermissionMode, Policy};
+use muster_mailbox::MailboxStore;
+use serde_json::Value;
+use tokio::sync::Semaphore;
+
+use crate::model::{ModelProvider, ThinkingSettings};
+use crate::tools::{ToolRegistry, Workspace};
+
+use super::events::EventSink;
+use super::gate::ToolGate;
+use super::plan_files::PlanFiles;
+
+/// The model of one mode (Cline-style: plan and act may differ).
+#[derive(Clone, Debug)]
+pub struct ModeModel {
+    pub provider: Arc<dyn ModelProvider>,
+    pub model: String,
+    pub max_tokens: u64,
+    pub thinking: ThinkingSettings,
+}
+
+/// The models per mode: `plan` while planning, `act` otherwise.
+#[derive(Clone, Debug)]
+pub struct ModelRouter {
+    pub plan: ModeModel,
+    pub act: ModeModel,
+}
+
+impl ModelRouter {
+    /// One model for every mode.
+    pub fn single(model: ModeModel) -> ModelRouter {
+        ModelRouter {
+            plan: model.clone(),
+            act: model,
+        }
+    }
+
+    pub fn for_mode(&self, mode: PermissionMode) -> &ModeModel {
+        if mode == PermissionMode::Plan {
+            &self.plan
+        } else {
+            &self.act
+        }
+    }
+}
+
+/// Who decides the main agent's plans (DESIGN.md "Plans and approval").
+#[derive(Clone, Debug)]
+pub enum PlanApprover {
+    /// A person: at the terminal when there is one, else `muster approve` (the run stops with
+    /// exit code 5).
+    Human,
+    /// A policy file: decides at once; its answer is stored as a response from `policy`.
+    Policy {
+        policy: Arc<Policy>,
+        responder: String,
+    },
+}
+
+impl PlanApprover {
+    /// The request's `responder`.
+    pub fn responder(&self) -> &str {
+        match self {
+            PlanApprover::Human => muster_mailbox::HUMAN,
+            PlanApprover::Policy { responder, .. } => responder,
+        }
+    }
+}
+
+/// A person's answer to a plan at the terminal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TerminalPlanDecision {
+    Approve {
+        mode: Option<PermissionMode>,
+        feedback: Option<String>,
+        clear_context: bool,
+    },
+    Reject {
+        feedback: String,
+    },
+}
+
+/// A person at the terminal (only when stdin is a TTY). Calls block; the runtime runs them on
+/// a blocking thread.
+pub trait Terminal: Send + Sync {
+    fn decide_plan(&self, agent: &str, plan_file: &Path, plan: &str) -> TerminalPlanDecision;
+    /// `None` when the person gave no answer.
+    fn answer_question(&self, agent: &str, question: &str, options: &[String]) -> Option<String>;
+    fn allow_call(&self, agent: &str, tool: &str, input: &Value, reason: &str) -> bool;
+}
+
+/// Everything the agents of one run share.
+pub struct RunContext {
+    pub run_id: String,
+    /// This process's epoch of the run (leases belong to it).
+    pub epoch: i64,
+    pub store: Arc<dyn MailboxStore>,
+    pub models: ModelRouter,
+    pub catalog: Arc<AgentCatalog>,
+    pub gate: Arc<dyn ToolGate>,
+    pub tools: ToolRegistry,
+    pub workspace: Workspace,
+    pub plans: PlanFiles,
+    pub approver: PlanApprover,
+    pub terminal: Option<Arc<dyn Terminal>>,
+    pub events: Arc<dyn EventSink>,
+    /// AGENTS.md / CLAUDE.md text for system prompts.
+    pub instructions: String,
+    /// The base environment of `Bash`.
+    pub environment: Vec<(OsString, OsString)>,
+    /// Caps concurrent subagents across the run.
+    pub subagents: Arc<Semaphore>,
+    /// Model requests one agent may make before it is stopped (a runaway guard).
+    pub max_turns: u64,
+}
+
+/// Default cap on concurrent subagents.
+pub const DEFAULT_MAX_SUBAGENTS: usize = 4;
+/// Default cap on one agent's model requests.
+pub const DEFAULT_MAX_TURNS: u64 = 200;

@@ -1,0 +1,45 @@
+//! Errors that end an agent's turn: what the model cannot fix.
+
+use std::path::PathBuf;
+
+use muster_mailbox::StoreError;
+
+use crate::model::ModelError;
+
+/// Why an agent could not go on. Errors a model can fix never appear here: they go back to it
+/// as `is_error` tool results.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    #[error("model: {0}")]
+    Model(#[from] ModelError),
+    #[error("plan file {path}: {source}")]
+    PlanFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("no free plan slug in {dir} after {attempts} attempts: {detail}")]
+    NoFreeSlug {
+        dir: PathBuf,
+        attempts: u32,
+        detail: String,
+    },
+    #[error("agent definition {0:?} is not in the catalog")]
+    UnknownDefinition(String),
+    #[error("agent {agent}: record {seq} cannot be read: {detail}")]
+    CorruptRecord {
+        agent: String,
+        seq: i64,
+        detail: String,
+    },
+    #[error("agent {agent} has no records in run {run}: nothing to resume")]
+    NothingToResume { run: String, agent: String },
+    #[error("workspace: {0}")]
+    Workspace(String),
+    #[error("the model stopped with {reason}: {detail}")]
+    ModelStopped { reason: String, detail: String },
+}
+
+/// Results of runtime operations.
+pub type RuntimeResult<T> = Result<T, RuntimeError>;

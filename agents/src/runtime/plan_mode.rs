@@ -1,0 +1,508 @@
+//! Plan mode as a state machine: `EnterPlanMode` saves `pre_plan_mode` and switches to plan;
+//! `ExitPlanMode` checks and writes the plan, sends the `plan_approval_request` through the
+//! store and waits for the matching response in the agent's own inbox; approval restores the
+//! saved mode (capped, with the auto-gate fallback), rejection keeps planning.
+
+use muster_config::PermissionMode;
+use muster_mailbox::{Message as Mail, MessageBody, MessageFilter, NewMessage, NewResponse};
+
+use crate::model::ToolCall;
+use crate::tools::{ExitPlanModeInput, ToolOutput};
+
+use super::agent::{AgentOutcome, AgentRuntime, CallResult, Dispatched};
+use super::context::{PlanApprover, TerminalPlanDecision};
+use super::error::RuntimeResult;
+use super::events::RuntimeEvent;
+use super::gate::GateDecision;
+use super::plan_files::{missing_sections, read_plan, write_plan};
+use super::records::{AgentKind, Record};
+
+/// A decision on a plan, as read from the response message.
+struct PlanDecision {
+    responder: String,
+    approved: bool,
+    feedback: Option<String>,
+    mode: Option<PermissionMode>,
+    edited_plan: Option<String>,
+    clear_context: bool,
+}
+
+impl AgentRuntime {
+    pub(super) fn enter_plan_mode(&mut self, decision: &GateDecision) -> Dispatched {
+        if matches!(self.kind, AgentKind::Subagent { .. }) {
+            return done(CallResult::new(
+                decision,
+                ToolOutput::error("EnterPlanMode cannot be used by a subagent"),
+            ));
+        }
+        if self.mode == PermissionMode::Plan {
+            return done(CallResult::new(
+                decision,
+                ToolOutput::error("You are already in plan mode."),
+            ));
+        }
+        self.pre_plan_mode = Some(self.mode);
+        self.mode = PermissionMode::Plan;
+        let file = self
+            .plan_file
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        let text = format!(
+            "Entered plan mode. Explore the code base and design an approach; do not change \
+             anything (edits and state-changing commands are refused). Write your plan to \
+             {file} with the sections ## Goal, ## Steps (numbered), ## Files (one path per \
+             line), ## Tests and ## Risks, then call ExitPlanMode to ask for approval."
+        );
+        let mut result = CallResult::new(decision, ToolOutput::text(text));
+        result.records.push(Record::Mode {
+            mode: self.mode,
+            pre_plan_mode: self.pre_plan_mode,
+            reason: "EnterPlanMode".into(),
+        });
+        result.events.push(self.mode_event("EnterPlanMode"));
+        done(result)
+    }
+
+    pub(super) async fn exit_plan_mode(
+        &mut self,
+        call: &ToolCall,
+        decision: &GateDecision,
+    ) -> RuntimeResult<Dispatched> {
+        let refuse = |text: &str| done(CallResult::new(decision, ToolOutput::error(text)));
+        if matches!(self.kind, AgentKind::Subagent { .. }) {
+            return Ok(refuse(
+                "ExitPlanMode cannot be used by a subagent: subagents never plan",
+            ));
+        }
+        if self.mode != PermissionMode::Plan {
+            return Ok(refuse(
+                "You are not in plan mode: ExitPlanMode only submits a plan made in plan mode.",
+            ));
+        }
+        let Some(plan_file) = self.plan_file.clone() else {
+            return Ok(refuse("This agent has no plan file."));
+        };
+        let input: ExitPlanModeInput = match serde_json::from_value(call.input.clone()) {
+            Ok(input) => input,
+            Err(error) => {
+                return Ok(refuse(&format!("invalid input for ExitPlanMode: {error}")));
+            }
+        };
+        let plan = match input.plan.filter(|p| !p.trim().is_empty()) {
+            Some(plan) => plan,
+            None => read_plan(&plan_file)?,
+        };
+        if plan.trim().is_empty() {
+            return Ok(refuse(&format!(
+                "No plan found: write it to {} or pass it as `plan`.",
+                plan_file.display()
+            )));
+        }
+        let path = plan_file.display().to_string();
+        if input.needs_more_exploration == Some(true) {
+            write_plan(&plan_file, &plan)?;
+            let mut result = CallResult::new(
+                decision,
+                ToolOutput::text(format!(
+                    "Draft saved to {path}. Nothing was submitted: keep exploring, then call \
+                     ExitPlanMode again when the plan is ready."
+                )),
+            );
+            result.records.push(snapshot(&path, &plan, "draft", None));
+            return Ok(done(result));
+        }
+        let missing = missing_sections(&plan);
+        if !missing.is_empty() {
+            return Ok(refuse(&format!(
+                "The plan is missing {}: add {} (Steps numbered, Files one path per line) and \
+                 call ExitPlanMode again.",
+                missing
+                    .iter()
+                    .map(|s| format!("`## {s}`"))
+                    .collect::<Vec<_>>()
+                    .join(" and "),
+                if missing.len() == 1 { "it" } else { "them" }
+            )));
+        }
+        write_plan(&plan_file, &plan)?;
+        let (request_id, responder) = self.send_plan_request(call, &path, &plan).await?;
+        self.await_plan_decision(&request_id, &responder).await
+    }
+
+    /// Commits the snapshot, sends the request (idempotent per tool call) and records that
+    /// the agent waits for it.
+    async fn send_plan_request(
+        &mut self,
+        call: &ToolCall,
+        path: &str,
+        plan: &str,
+    ) -> RuntimeResult<(String, String)> {
+        let (recipient, responder) = match &self.kind {
+            AgentKind::Teammate { lead } => (lead.clone(), "lead".to_owned()),
+            _ => {
+                let responder = self.run.approver.responder().to_owned();
+                let member = muster_mailbox::message::responder_member(&responder).to_owned();
+                (member, responder)
+            }
+        };
+        let counter = self
+            .run
+            .store
+            .next_counter(&self.run.run_id, &format!("plan-{}", self.id))
+            .await?;
+        let request_id = format!("plan-{}-{counter}", self.id);
+        let sent = self
+            .run
+            .store
+            .send(NewMessage {
+                run_id: self.run.run_id.clone(),
+                sender: self.id.clone(),
+                recipient,
+                body: MessageBody::PlanApprovalRequest {
+                    request_id: request_id.clone(),
+                    plan_file: path.to_owned(),
+                    plan: plan.to_owned(),
+                    responder: responder.clone(),
+                },
+                idempotency_key: Some(format!("{}:{}", self.id, call.id)),
+            })
+            .await?;
+        let request_id = sent.request_id.unwrap_or(request_id);
+        self.commit(
+            vec![
+                snapshot(path, plan, "submitted", Some(&request_id)),
+                Record::Awaiting {
+                    request_id: request_id.clone(),
+                    tool_use_id: call.id.clone(),
+                    responder: responder.clone(),
+                },
+            ],
+            Vec::new(),
+            None,
+        )
+        .await?;
+        self.run.events.emit(RuntimeEvent::ApprovalRequested {
+            agent: self.id.clone(),
+            request_id: request_id.clone(),
+            responder: responder.clone(),
+            plan_file: path.to_owned(),
+        });
+        Ok((request_id, responder))
+    }
+
+    /// Gets the decision on `request_id` — from a policy or a person at the terminal at once,
+    /// from the inbox when it is there, by waiting for the lead — or stops the run.
+    pub(super) async fn await_plan_decision(
+        &mut self,
+        request_id: &str,
+        responder: &str,
+    ) -> RuntimeResult<Dispatched> {
+        let filter = MessageFilter::RequestId(request_id.to_owned());
+        let (run_id, epoch) = (self.run.run_id.clone(), self.run.epoch);
+        if let Some(mail) = self
+            .run
+            .store
+            .try_receive(&run_id, &self.id, epoch, filter.clone())
+            .await?
+        {
+            return self.apply_plan_decision(mail).await;
+        }
+        if matches!(self.kind, AgentKind::Teammate { .. }) {
+            let mail = self
+                .run
+                .store
+                .receive(&run_id, &self.id, epoch, filter)
+                .await?;
+            return self.apply_plan_decision(mail).await;
+        }
+        let request = self.run.store.request(&run_id, request_id).await?;
+        if request.as_ref().is_some_and(|r| r.response.is_none()) {
+            self.decide_here(request_id, responder).await?;
+        }
+        match self
+            .run
+            .store
+            .try_receive(&run_id, &self.id, epoch, filter)
+            .await?
+        {
+            Some(mail) => self.apply_plan_decision(mail).await,
+            None => Ok(Dispatched::Stop(AgentOutcome::AwaitingDecision {
+                request_id: request_id.to_owned(),
+                plan_file: self.plan_file.clone().unwrap_or_default(),
+            })),
+        }
+    }
+
+    /// A policy decides at once; a person at the terminal is asked. Without either, nothing
+    /// is decided here.
+    async fn decide_here(&self, request_id: &str, responder: &str) -> RuntimeResult<()> {
+        let plan_file = self.plan_file.clone().unwrap_or_default();
+        let plan = read_plan(&plan_file)?;
+        let body = match (&self.run.approver, &self.run.terminal) {
+            (PlanApprover::Policy { policy, .. }, _) if responder.starts_with("policy:") => {
+                let verdict = policy.review_plan(&plan);
+                let restored = self.restored_mode(None);
+                let granted = restored.capped_at(verdict.granted_mode);
+                MessageBody::PlanApprovalResponse {
+                    request_id: request_id.to_owned(),
+                    approved: verdict.approved,
+                    feedback: (!verdict.reasons.is_empty()).then(|| verdict.reasons.join("; ")),
+                    mode: verdict.approved.then(|| granted.to_string()),
+                    lowered_from: (verdict.approved && granted != restored)
+                        .then(|| restored.to_string()),
+                    edited_plan: None,
+                    clear_context: false,
+                    rule: Some(if policy.approve_all {
+                        "approve_all".into()
+                    } else {
+                        "required_sections, max_files, allowed_paths, denied_paths".into()
+                    }),
+                }
+            }
+            (PlanApprover::Human, Some(terminal)) if responder == muster_mailbox::HUMAN => {
+                let (terminal, agent) = (terminal.clone(), self.id.clone());
+                let decided = tokio::task::spawn_blocking(move || {
+                    terminal.decide_plan(&agent, &plan_file, &plan)
+                })
+                .await
+                .unwrap_or(TerminalPlanDecision::Reject {
+                    feedback: "the terminal prompt failed".into(),
+                });
+                terminal_response(request_id, decided)
+            }
+            _ => return Ok(()),
+        };
+        let sender = muster_mailbox::message::responder_member(responder).to_owned();
+        self.run
+            .store
+            .respond(NewResponse {
+                run_id: self.run.run_id.clone(),
+                sender,
+                body,
+                idempotency_key: None,
+            })
+            .await?;
+        Ok(())
+    }
+
+    async fn apply_plan_decision(&mut self, mail: Mail) -> RuntimeResult<Dispatched> {
+        let decision = read_decision(&mail);
+        let gate = GateDecision {
+            verdict: super::gate::Verdict::Allow,
+            reason: "plan mode: ExitPlanMode submits the plan".into(),
+        };
+        let request_id = mail.request_id.clone().unwrap_or_default();
+        let plan_file = self.plan_file.clone().unwrap_or_default();
+        let path = plan_file.display().to_string();
+        if !decision.approved {
+            let feedback = decision
+                .feedback
+                .clone()
+                .unwrap_or_else(|| "no reason given".into());
+            let mut result = CallResult::new(
+                &gate,
+                ToolOutput::error(format!(
+                    "Your plan was rejected by {}: {feedback}\nYou are still in plan mode: revise \
+                     {path} and call ExitPlanMode again.",
+                    decision.responder
+                )),
+            );
+            result.acks.push(mail.key.clone());
+            result
+                .events
+                .push(self.decided_event(&request_id, &decision, None));
+            return Ok(done(result));
+        }
+        let mut result = CallResult::new(&gate, ToolOutput::text(String::new()));
+        result.acks.push(mail.key.clone());
+        let mut plan = read_plan(&plan_file)?;
+        if let Some(edited) = decision
+            .edited_plan
+            .clone()
+            .filter(|p| !p.trim().is_empty())
+        {
+            write_plan(&plan_file, &edited)?;
+            result
+                .records
+                .push(snapshot(&path, &edited, "edited", Some(&request_id)));
+            plan = edited;
+        }
+        result
+            .records
+            .push(snapshot(&path, &plan, "approved", Some(&request_id)));
+        let (mode, note) = self
+            .mode_after_approval(decision.mode, &decision.responder)
+            .await?;
+        self.mode = mode;
+        self.pre_plan_mode = None;
+        result.records.push(Record::Mode {
+            mode,
+            pre_plan_mode: None,
+            reason: format!("plan {request_id} approved by {}{note}", decision.responder),
+        });
+        result
+            .events
+            .push(self.decided_event(&request_id, &decision, Some(mode)));
+        result.events.push(self.mode_event("plan approved"));
+        let edited = if decision.edited_plan.is_some() {
+            format!(
+                "\n\n## Approved Plan (edited by {})\n{plan}",
+                decision.responder
+            )
+        } else {
+            String::new()
+        };
+        let feedback = decision
+            .feedback
+            .as_ref()
+            .map(|f| format!("\nReviewer's notes: {f}"))
+            .unwrap_or_default();
+        result.output = ToolOutput::text(format!(
+            "Your plan was approved by {}. You are now in {mode} mode{note}. The approved plan \
+             is in {path}; implement it step by step.{feedback}{edited}",
+            decision.responder
+        ));
+        if decision.clear_context {
+            result.reset_context = Some(format!(
+                "Implement this approved plan (from {path}).{feedback}\n\n{plan}"
+            ));
+        }
+        Ok(done(result))
+    }
+
+    /// The mode an approval leads to: the granted mode or the saved one, `default` instead of
+    /// `auto` when the run's auto gate has closed, capped at the approver's ceiling.
+    async fn mode_after_approval(
+        &self,
+        granted: Option<PermissionMode>,
+        responder: &str,
+    ) -> RuntimeResult<(PermissionMode, String)> {
+        let mut mode = self.restored_mode(granted);
+        let mut note = String::new();
+        if mode == PermissionMode::Auto {
+            let run = self.run.store.run(&self.run.run_id).await?;
+            if run.is_some_and(|r| !r.auto_gate.open) {
+                mode = PermissionMode::Default;
+                note = " (auto mode's gate closed while you planned, so default)".into();
+            }
+        }
+        let ceiling = match (&self.kind, &self.run.approver) {
+            (AgentKind::Teammate { .. }, _) => self.approval_ceiling,
+            (_, PlanApprover::Policy { policy, .. }) if responder == muster_mailbox::POLICY => {
+                Some(policy.max_mode)
+            }
+            _ => self.approval_ceiling,
+        };
+        if let Some(ceiling) = ceiling
+            && mode > ceiling
+        {
+            note = format!(" (lowered from {mode} to the approver's ceiling)");
+            mode = ceiling;
+        }
+        Ok((mode, note))
+    }
+
+    pub(super) fn restored_mode(&self, granted: Option<PermissionMode>) -> PermissionMode {
+        granted
+            .filter(|m| *m != PermissionMode::Plan)
+            .or(self.pre_plan_mode.filter(|m| *m != PermissionMode::Plan))
+            .unwrap_or_default()
+    }
+
+    pub(super) fn mode_event(&self, reason: &str) -> RuntimeEvent {
+        RuntimeEvent::ModeChanged {
+            agent: self.id.clone(),
+            mode: self.mode.to_string(),
+            reason: reason.to_owned(),
+        }
+    }
+
+    fn decided_event(
+        &self,
+        request_id: &str,
+        decision: &PlanDecision,
+        mode: Option<PermissionMode>,
+    ) -> RuntimeEvent {
+        RuntimeEvent::ApprovalDecided {
+            agent: self.id.clone(),
+            request_id: request_id.to_owned(),
+            responder: decision.responder.clone(),
+            approved: decision.approved,
+            mode: mode.map(|m| m.to_string()),
+        }
+    }
+}
+
+fn done(result: CallResult) -> Dispatched {
+    Dispatched::Done(Box::new(result))
+}
+
+fn snapshot(path: &str, content: &str, state: &str, request_id: Option<&str>) -> Record {
+    Record::PlanSnapshot {
+        path: path.to_owned(),
+        content: content.to_owned(),
+        state: state.to_owned(),
+        request_id: request_id.map(str::to_owned),
+    }
+}
+
+fn read_decision(mail: &Mail) -> PlanDecision {
+    match mail.typed_body() {
+        MessageBody::PlanApprovalResponse {
+            approved,
+            feedback,
+            mode,
+            edited_plan,
+            clear_context,
+            ..
+        } => PlanDecision {
+            responder: mail.sender.clone(),
+            approved,
+            feedback,
+            mode: mode.and_then(|m| m.parse().ok()),
+            edited_plan,
+            clear_context,
+        },
+        other => PlanDecision {
+            responder: mail.sender.clone(),
+            approved: false,
+            feedback: Some(format!(
+                "the answer was a {} message, not a plan approval response",
+                other.kind()
+            )),
+            mode: None,
+            edited_plan: None,
+            clear_context: false,
+        },
+    }
+}
+
+fn terminal_response(request_id: &str, decided: TerminalPlanDecision) -> MessageBody {
+    match decided {
+        TerminalPlanDecision::Approve {
+            mode,
+            feedback,
+            clear_context,
+        } => MessageBody::PlanApprovalResponse {
+            request_id: request_id.to_owned(),
+            approved: true,
+            feedback,
+            mode: mode.map(|m| m.to_string()),
+            lowered_from: None,
+            edited_plan: None,
+            clear_context,
+            rule: None,
+        },
+        TerminalPlanDecision::Reject { feedback } => MessageBody::PlanApprovalResponse {
+            request_id: request_id.to_owned(),
+            approved: false,
+            feedback: Some(feedback),
+            mode: None,
+            lowered_from: None,
+            edited_plan: None,
+            clear_context: false,
+            rule: None,
+        },
+    }
+}

@@ -1,0 +1,138 @@
+//! The records an agent keeps in the store (stream [`TRANSCRIPT`]), one JSON object per row,
+//! tagged by `type`. They are what `muster resume` rebuilds the agent from; see the module
+//! documentation of [`crate::runtime`] for the table.
+
+use muster_config::PermissionMode;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::model::{Message, StopReason, Usage};
+use muster_mailbox::{AgentRecord, NewRecord};
+
+use super::error::{RuntimeError, RuntimeResult};
+
+/// The stream every agent's records live in.
+pub const TRANSCRIPT: &str = "transcript";
+
+/// The kind of agent, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum AgentKind {
+    /// The main agent of a run (a single agent, or a team's lead).
+    Main,
+    /// A teammate: its plans and questions go to the lead's mailbox.
+    Teammate { lead: String },
+    /// A subagent of `parent`: reports only to it, never plans.
+    Subagent { parent: String },
+}
+
+/// What a record says. Field names are the stored JSON's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Record {
+    /// First record: who the agent is and how it starts.
+    Started {
+        definition: String,
+        agent_kind: AgentKind,
+        mode: PermissionMode,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pre_plan_mode: Option<PermissionMode>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        plan_file: Option<String>,
+        /// The system prompt, verbatim (so a resumed agent sends the same prefix).
+        system: String,
+        /// The tools offered, in order.
+        tools: Vec<String>,
+    },
+    /// One message of the context. Assistant messages carry the model request's turn index
+    /// (`x-muster-turn`), the model and the mode in force.
+    Message {
+        message: Message,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        turn: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
+        mode: PermissionMode,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stop_reason: Option<StopReason>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<Usage>,
+    },
+    /// A tool that is neither read-only nor idempotent is about to run (Bash: its process
+    /// group exists and waits for this commit).
+    ToolStarted {
+        tool_use_id: String,
+        tool: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        process_group: Option<i32>,
+    },
+    /// One tool call decided and finished.
+    ToolCall {
+        tool_use_id: String,
+        tool: String,
+        /// `allow`, `ask` or `deny` (the permission engine's answer) or `invalid`.
+        decision: String,
+        reason: String,
+        content: String,
+        is_error: bool,
+    },
+    /// The permission mode changed.
+    Mode {
+        mode: PermissionMode,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pre_plan_mode: Option<PermissionMode>,
+        reason: String,
+    },
+    /// The plan file's content at a point of the lifecycle.
+    PlanSnapshot {
+        path: String,
+        content: String,
+        /// `draft`, `submitted`, `approved`, `edited`.
+        state: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request_id: Option<String>,
+    },
+    /// The agent waits for the answer to `request_id` (from `ExitPlanMode`'s `tool_use_id`).
+    Awaiting {
+        request_id: String,
+        tool_use_id: String,
+        responder: String,
+    },
+    /// The context restarts here with only the system prompt (approval with `clear_context`).
+    ContextReset { reason: String },
+    /// The agent ended its work with this final answer.
+    Finished { result: String },
+}
+
+impl Record {
+    /// As a row for `append_records` / `CommitTurn`.
+    pub fn to_new(&self, agent: &str) -> RuntimeResult<NewRecord> {
+        let body = serde_json::to_value(self).map_err(|error| RuntimeError::CorruptRecord {
+            agent: agent.to_owned(),
+            seq: -1,
+            detail: error.to_string(),
+        })?;
+        Ok(NewRecord {
+            agent: agent.to_owned(),
+            stream: TRANSCRIPT.to_owned(),
+            seq: None,
+            body,
+        })
+    }
+
+    /// Reads a stored row.
+    pub fn from_stored(row: &AgentRecord) -> RuntimeResult<Record> {
+        serde_json::from_value::<Record>(row.body.clone()).map_err(|error| {
+            RuntimeError::CorruptRecord {
+                agent: row.agent.clone(),
+                seq: row.seq,
+                detail: error.to_string(),
+            }
+        })
+    }
+
+    /// The JSON body of a record (for tests and inspection).
+    pub fn body(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}

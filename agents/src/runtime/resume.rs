@@ -1,0 +1,172 @@
+//! Rebuilding an agent from its records (see the table in [`crate::runtime`]).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use muster_config::PermissionMode;
+
+use crate::model::{Message, Role};
+
+use super::agent::{AgentRuntime, PendingCalls, offered_tools, tool_definitions};
+use super::context::RunContext;
+use super::error::{RuntimeError, RuntimeResult};
+use super::plan_files::{read_plan, write_plan};
+use super::records::{Record, TRANSCRIPT};
+
+impl AgentRuntime {
+    /// Rebuilds agent `agent_id` of the run from its records, ready to [`AgentRuntime::run`]
+    /// on: the pending tool calls of its newest assistant message are resolved first.
+    pub async fn resume(
+        run: Arc<RunContext>,
+        agent_id: &str,
+        approval_ceiling: Option<PermissionMode>,
+        inherited_model: Option<String>,
+    ) -> RuntimeResult<AgentRuntime> {
+        let rows = run
+            .store
+            .records(&run.run_id, agent_id, TRANSCRIPT, 0)
+            .await?;
+        let records = rows
+            .iter()
+            .map(Record::from_stored)
+            .collect::<RuntimeResult<Vec<Record>>>()?;
+        let Some(Record::Started {
+            definition,
+            agent_kind,
+            mode,
+            pre_plan_mode,
+            plan_file,
+            system,
+            tools: _,
+        }) = records.first().cloned()
+        else {
+            return Err(RuntimeError::NothingToResume {
+                run: run.run_id.clone(),
+                agent: agent_id.to_owned(),
+            });
+        };
+        let definition = run
+            .catalog
+            .get(&definition)
+            .cloned()
+            .ok_or(RuntimeError::UnknownDefinition(definition))?;
+        let tools = offered_tools(&definition, &agent_kind);
+        let mut agent = AgentRuntime {
+            tool_definitions: tool_definitions(&run, &tools),
+            run,
+            id: agent_id.to_owned(),
+            kind: agent_kind,
+            definition,
+            mode,
+            pre_plan_mode,
+            approval_ceiling,
+            plan_file: plan_file.map(PathBuf::from),
+            system,
+            tools,
+            messages: Vec::new(),
+            turn: 0,
+            inherited_model,
+            unacked: Vec::new(),
+            pending: None,
+            finished: None,
+        };
+        let mut pending = PendingCalls::default();
+        let mut last_plan: Option<String> = None;
+        for record in records.into_iter().skip(1) {
+            agent.replay(record, &mut pending, &mut last_plan);
+        }
+        agent.restore_plan_file(last_plan)?;
+        if let Some(last) = agent.messages.last()
+            && last.role == Role::Assistant
+            && agent.finished.is_none()
+        {
+            pending.calls = tool_calls_of(last);
+            if !pending.calls.is_empty() {
+                agent.pending = Some(pending);
+            }
+        }
+        Ok(agent)
+    }
+
+    fn replay(
+        &mut self,
+        record: Record,
+        pending: &mut PendingCalls,
+        last_plan: &mut Option<String>,
+    ) {
+        match record {
+            Record::Message { message, turn, .. } => {
+                if let Some(turn) = turn {
+                    self.turn = self.turn.max(turn);
+                }
+                if message.role == Role::Assistant {
+                    *pending = PendingCalls::default();
+                }
+                self.messages.push(message);
+                self.finished = None;
+            }
+            Record::ContextReset { .. } => {
+                self.messages.clear();
+                *pending = PendingCalls::default();
+            }
+            Record::Mode {
+                mode,
+                pre_plan_mode,
+                ..
+            } => {
+                self.mode = mode;
+                self.pre_plan_mode = pre_plan_mode;
+            }
+            Record::ToolStarted {
+                tool_use_id,
+                process_group,
+                ..
+            } => {
+                pending.started.insert(tool_use_id, process_group);
+            }
+            Record::ToolCall {
+                tool_use_id,
+                content,
+                is_error,
+                ..
+            } => {
+                pending.done.insert(tool_use_id, (content, is_error));
+            }
+            Record::Awaiting {
+                request_id,
+                tool_use_id,
+                responder,
+            } => pending.awaiting = Some((tool_use_id, request_id, responder)),
+            Record::PlanSnapshot { content, .. } => *last_plan = Some(content),
+            Record::Finished { result } => self.finished = Some(result),
+            Record::Started { .. } => {}
+        }
+    }
+
+    /// A plan file lost meanwhile is rewritten from the newest snapshot.
+    fn restore_plan_file(&self, last_plan: Option<String>) -> RuntimeResult<()> {
+        if let (Some(path), Some(plan)) = (&self.plan_file, last_plan)
+            && read_plan(path)?.trim().is_empty()
+        {
+            write_plan(path, &plan)?;
+        }
+        Ok(())
+    }
+}
+
+fn tool_calls_of(message: &Message) -> Vec<crate::model::ToolCall> {
+    message
+        .content
+        .iter()
+        .filter_map(|block| match block {
+            crate::model::ContentBlock::ToolUse { id, name, input } => {
+                Some(crate::model::ToolCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    input: input.clone(),
+                })
+            }
+            _ => None,
+        })
+        .collect()
+}
