@@ -798,6 +798,9 @@ fn reopen_rows(
                 .try_receive("b", "r0", epoch, MessageFilter::Any)
                 .await?;
         }
+        // A store that has been running has checkpointed its history as it went; one bulk
+        // prefill transaction would otherwise leave it all in the write-ahead log.
+        store.checkpoint().await?;
         anyhow::Ok(())
     })?;
     let mut reopen = Samples::default();
