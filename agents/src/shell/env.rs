@@ -4,7 +4,8 @@
 //! text does not show: `core.fsmonitor` runs a program on `git status`, `core.pager` and
 //! `pager.<cmd>` pick the pager, `diff.<driver>.textconv`/`.command` (selected by
 //! `.gitattributes`, which file tools can write) run converters, `gpg.program` runs on
-//! `--show-signature`, and partial clones fetch missing objects over the network. The classifier
+//! `--show-signature`, hooks run when a command rewrites the index (`git diff` refreshes it),
+//! and partial clones fetch missing objects over the network. The classifier
 //! refuses `diff.external` separately: patch output needs `--no-ext-diff`.
 
 /// The hash of the empty tree (SHA-1). `attr.tree` pointing at it means no `.gitattributes`
@@ -25,6 +26,7 @@ const GIT_OVERRIDES: &[(&str, &str)] = &[
     ("gpg.x509.program", "false"),
     ("gpg.ssh.program", "false"),
     ("protocol.allow", "never"),
+    ("core.hooksPath", "/dev/null"),
 ];
 
 /// Variables to set for read-only Bash: the git configuration overrides above, `GIT_PAGER=cat`
@@ -112,7 +114,7 @@ mod tests {
                 .find(|(key, _)| *key == k)
                 .map(|(_, v)| v.as_str())
         };
-        assert_eq!(get("GIT_CONFIG_COUNT"), Some("9"));
+        assert_eq!(get("GIT_CONFIG_COUNT"), Some("10"));
         assert_eq!(get("GIT_CONFIG_KEY_0"), Some("core.fsmonitor"));
         assert_eq!(get("GIT_CONFIG_VALUE_0"), Some("false"));
         assert_eq!(get("GIT_CONFIG_KEY_8"), Some("protocol.allow"));
