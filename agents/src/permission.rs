@@ -1,1 +1,1033 @@
-//! The permission engine: one function decides every tool call (allow, ask or deny, with a reason).
+//! The permission engine: one function decides every tool call (allow, ask or deny, with a
+//! reason a person and a model can act on). DESIGN.md "Agents and permission modes" is the
+//! specification; tools never check the mode themselves.
+//!
+//! [`PermissionEngine::decide`] takes the agent's [`PermissionContext`], the tool's name and its
+//! input, and answers a [`Decision`]. The order:
+//!
+//! 1. **Deny rules** (`deny` in the settings) — in every mode. `Read(…)` rules also cover the
+//!    trees `Grep` searches.
+//! 2. **Who may call it** — an unknown tool, a tool the agent's definition does not list, a
+//!    lead-only tool (`SpawnTeammate`, `ReviewPlan`, `ShutdownTeammate`) called by anyone else,
+//!    and for subagents `Agent`, `EnterPlanMode`, `ExitPlanMode`, `AskUserQuestion` and the
+//!    team tools (mail, the task board and the team: a subagent reports only to its parent).
+//! 3. **The mode** — the agent's effective mode: a subagent's is its parent's current mode
+//!    capped by its definition's `permissionMode`; `auto` with a closed gate is `default`.
+//!    Plan mode, and every mode for a `read_only` definition, allows exactly DESIGN.md's list;
+//!    everything else in plan mode is denied for good.
+//! 4. **The tool's own check** — every path from [`Tool::accessed_paths`] resolved through the
+//!    [`Workspace`] (confinement, `.git/` and `.muster/`, the agent's own plan file); for `Bash`
+//!    the read-only classifier with [`RulesReadCheck`] (workspace confinement plus `Read` deny
+//!    rules) and [`known_dangerous`].
+//! 5. **Ask rules**, 6. **allow rules** (an ask becomes an allow; never in plan mode or for a
+//!    `read_only` agent), 7. **the mode's default** for what would ask: `default` and
+//!    `acceptEdits` ask, `dontAsk` denies, `auto` denies and reports an auto denial.
+//!
+//! Interpretations of DESIGN.md, stated once: what plan mode allows (coordination tools, the
+//! agent's own plan file, `Agent` with a `read_only` definition) every higher mode allows too,
+//! and a lead's team tools are allowed outside plan mode (they change the mailbox and the
+//! roster, not the workspace). Path limits deny in every mode, `bypassPermissions` included:
+//! the tool would refuse the path anyway, so no approval could help; only known-dangerous
+//! commands ask there. In `auto`, a known-dangerous command is denied and counted as an auto
+//! denial. The classifier's path check applies to `Bash` in every mode, so outside plan mode
+//! `cat ~/.aws/credentials` is not read-only and asks.
+
+mod dispatch;
+mod paths;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use muster_config::rule::SourcedRule;
+use muster_config::settings::AutoGate;
+use muster_config::tools::{TEAM_TOOLS, canonical_tool_name};
+use muster_config::{
+    AgentCatalog, AgentDefinition, PermissionMode, PermissionRules, RuleBehavior, RuleSubject,
+};
+use serde::Serialize;
+use serde_json::Value;
+
+pub use dispatch::{Dispatched, dispatch};
+pub use paths::{MAX_TREE_ENTRIES, RulesReadCheck};
+
+use crate::shell::{ShellVerdict, classify, known_dangerous};
+use crate::tools::{PathAccess, PathUse, Tool, ToolRegistry, Workspace};
+use paths::{PathForm, lexical_absolute, rule_matches_path};
+
+/// What kind of agent makes the call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentKind {
+    /// The main agent of a team run.
+    Lead,
+    /// A member of the team the lead spawned.
+    Teammate,
+    /// A short-lived helper started with `Agent`; reports only to its parent.
+    Subagent,
+}
+
+impl AgentKind {
+    /// Every kind.
+    pub const ALL: [AgentKind; 3] = [AgentKind::Lead, AgentKind::Teammate, AgentKind::Subagent];
+
+    /// The name users write.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentKind::Lead => "lead",
+            AgentKind::Teammate => "teammate",
+            AgentKind::Subagent => "subagent",
+        }
+    }
+}
+
+impl fmt::Display for AgentKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A string that names no agent kind.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown agent kind `{found}`; expected one of lead, teammate, subagent")]
+pub struct UnknownAgentKind {
+    /// What was given.
+    pub found: String,
+}
+
+impl FromStr for AgentKind {
+    type Err = UnknownAgentKind;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        AgentKind::ALL
+            .into_iter()
+            .find(|kind| kind.as_str() == text)
+            .ok_or_else(|| UnknownAgentKind {
+                found: text.to_string(),
+            })
+    }
+}
+
+/// The engine's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Run the call.
+    Allow,
+    /// Ask whoever approves for the agent; with no one to ask, it is a deny.
+    Ask,
+    /// Do not run it; the reason goes back to the model as an error result.
+    Deny,
+}
+
+impl Verdict {
+    /// `allow`, `ask` or `deny`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Allow => "allow",
+            Verdict::Ask => "ask",
+            Verdict::Deny => "deny",
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a decision means for the run's auto gate (DESIGN.md: each auto denial increments a
+/// per-run counter in the same `CommitTurn`; an allowed auto decision resets it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AutoGateEffect {
+    /// The agent is not in an effective `auto` mode, or the decision does not count.
+    Unaffected,
+    /// An auto denial: count it against the gate.
+    CountDenial,
+    /// An allowed auto decision: reset the counter.
+    ResetCount,
+}
+
+/// The engine's decision on one call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Decision {
+    /// Allow, ask or deny.
+    pub verdict: Verdict,
+    /// Why, for a person and for the model.
+    pub reason: String,
+    /// The mode the call was decided in (after the subagent cap and the auto gate).
+    pub effective_mode: PermissionMode,
+    /// What the decision does to the run's auto gate counter.
+    pub auto_gate: AutoGateEffect,
+    /// The call is `Bash` allowed because the classifier proved it read-only: it must run with
+    /// [`crate::shell::read_only_git_env`] set and the variables
+    /// [`crate::shell::remove_from_read_only_env`] names removed ([`dispatch`] does this).
+    pub read_only_shell: bool,
+}
+
+impl Decision {
+    fn new(verdict: Verdict, reason: impl Into<String>, mode: PermissionMode) -> Decision {
+        Decision {
+            verdict,
+            reason: reason.into(),
+            effective_mode: mode,
+            auto_gate: AutoGateEffect::Unaffected,
+            read_only_shell: false,
+        }
+    }
+
+    /// Is the call allowed?
+    pub fn is_allowed(&self) -> bool {
+        self.verdict == Verdict::Allow
+    }
+}
+
+/// What the engine needs from the agent's definition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DefinitionPermissions {
+    /// The definition's name (for reasons).
+    pub name: String,
+    /// `read_only: true`: plan-mode rules in every mode, without `ExitPlanMode` or a plan file.
+    pub read_only: bool,
+    /// The tools the agent is offered; `None` allows every tool.
+    pub tools: Option<Vec<&'static str>>,
+    /// The definition's `permissionMode`: a subagent's mode is capped by it.
+    pub permission_mode: Option<PermissionMode>,
+}
+
+impl DefinitionPermissions {
+    /// No restriction from a definition: every tool, not read-only, no mode cap.
+    pub fn unrestricted(name: impl Into<String>) -> DefinitionPermissions {
+        DefinitionPermissions {
+            name: name.into(),
+            read_only: false,
+            tools: None,
+            permission_mode: None,
+        }
+    }
+}
+
+impl From<&AgentDefinition> for DefinitionPermissions {
+    fn from(definition: &AgentDefinition) -> DefinitionPermissions {
+        DefinitionPermissions {
+            name: definition.name.clone(),
+            read_only: definition.read_only,
+            tools: Some(definition.effective_tools()),
+            permission_mode: definition.permission_mode,
+        }
+    }
+}
+
+/// The agent context the engine decides a call in.
+#[derive(Debug, Clone)]
+pub struct PermissionContext<'a> {
+    /// Lead, teammate or subagent.
+    pub kind: AgentKind,
+    /// Whether the agent is the run's main agent (its plan file has no `-agent-{id}` suffix).
+    pub is_main: bool,
+    /// The agent's current mode (for a subagent, see `parent_mode`).
+    pub mode: PermissionMode,
+    /// The mode leaving plan mode restores.
+    pub pre_plan_mode: Option<PermissionMode>,
+    /// The agent's definition: `read_only`, tools, `permissionMode`.
+    pub definition: DefinitionPermissions,
+    /// A subagent's parent's current mode; `None` uses `mode`.
+    pub parent_mode: Option<PermissionMode>,
+    /// The agent's own plan file (relative to the workspace root or absolute); subagents and
+    /// `read_only` agents have none, whatever is set here.
+    pub plan_file: Option<PathBuf>,
+    /// The workspace file tools are confined to.
+    pub workspace: &'a Workspace,
+    /// The allow, ask and deny rules from the settings.
+    pub rules: &'a PermissionRules,
+    /// Agent definitions, for `Agent` calls (only `read_only` ones in plan mode).
+    pub catalog: &'a AgentCatalog,
+    /// The run's auto gate; closed makes `auto` behave as `default`.
+    pub auto_gate: AutoGate,
+    /// The home directory, for `~/` rule patterns; `None` matches none of them.
+    pub home_dir: Option<&'a Path>,
+}
+
+impl<'a> PermissionContext<'a> {
+    /// A context with no definition restrictions, no plan file, an open auto gate; the lead is
+    /// the main agent.
+    pub fn new(
+        kind: AgentKind,
+        mode: PermissionMode,
+        workspace: &'a Workspace,
+        rules: &'a PermissionRules,
+        catalog: &'a AgentCatalog,
+    ) -> PermissionContext<'a> {
+        PermissionContext {
+            kind,
+            is_main: kind == AgentKind::Lead,
+            mode,
+            pre_plan_mode: None,
+            definition: DefinitionPermissions::unrestricted(kind.as_str()),
+            parent_mode: None,
+            plan_file: None,
+            workspace,
+            rules,
+            catalog,
+            auto_gate: AutoGate::Open,
+            home_dir: None,
+        }
+    }
+
+    /// The same context with `definition`'s restrictions.
+    #[must_use]
+    pub fn with_definition(mut self, definition: &AgentDefinition) -> PermissionContext<'a> {
+        self.definition = DefinitionPermissions::from(definition);
+        self
+    }
+
+    /// The mode calls are decided in, and a note when it differs from the agent's own.
+    pub fn effective_mode(&self) -> (PermissionMode, Option<String>) {
+        let mut mode = self.mode;
+        let mut notes = Vec::new();
+        if self.kind == AgentKind::Subagent {
+            mode = self.parent_mode.unwrap_or(self.mode);
+            if let Some(cap) = self.definition.permission_mode
+                && cap < mode
+            {
+                notes.push(format!(
+                    "the parent's mode `{mode}` is capped at `{cap}` by definition `{}`",
+                    self.definition.name
+                ));
+                mode = cap;
+            }
+        }
+        if mode == PermissionMode::Auto && self.auto_gate == AutoGate::Closed {
+            notes.push("the run's auto gate is closed, so `auto` behaves as `default`".to_string());
+            mode = PermissionMode::Default;
+        }
+        let note = (!notes.is_empty()).then(|| notes.join("; "));
+        (mode, note)
+    }
+
+    /// The plan file this agent may write, resolved; `None` for subagents, `read_only` agents
+    /// and an unresolvable path.
+    fn own_plan_file(&self) -> Option<PathBuf> {
+        if self.kind == AgentKind::Subagent || self.definition.read_only {
+            return None;
+        }
+        let plan_file = self.plan_file.as_deref()?;
+        self.workspace.resolve_plan_file(plan_file).ok()
+    }
+
+    fn is_own_plan_file(&self, own: Option<&Path>, requested: &str) -> bool {
+        own.is_some_and(|own| {
+            self.workspace
+                .resolve_plan_file(Path::new(requested))
+                .is_ok_and(|resolved| resolved == own)
+        })
+    }
+}
+
+/// Tools a subagent may never call: plan mode, questions, spawning, and the team tools (mail,
+/// the task board, the team): a subagent reports only to its parent.
+pub const SUBAGENT_FORBIDDEN_TOOLS: &[&str] = &[
+    "Agent",
+    "EnterPlanMode",
+    "ExitPlanMode",
+    "AskUserQuestion",
+    "SendMessage",
+    "TaskCreate",
+    "TaskUpdate",
+    "TaskList",
+    "TaskGet",
+    "SpawnTeammate",
+    "ReviewPlan",
+    "ShutdownTeammate",
+];
+
+/// Coordination tools plan mode allows: mail and the board are coordination state, not the
+/// workspace.
+pub const COORDINATION_TOOLS: &[&str] = &[
+    "AskUserQuestion",
+    "SendMessage",
+    "TaskCreate",
+    "TaskUpdate",
+    "TaskList",
+    "TaskGet",
+];
+
+/// File tools plan mode lets an agent use on its own plan file.
+pub const PLAN_FILE_TOOLS: &[&str] = &["Write", "Edit", "MultiEdit"];
+
+/// The one permission engine. Holds the tool registry (read-only flags and the paths each
+/// call touches); everything about the agent comes in the [`PermissionContext`].
+#[derive(Debug, Clone, Default)]
+pub struct PermissionEngine {
+    registry: ToolRegistry,
+}
+
+/// What the mode step says about a call before rules adjust it.
+enum ModeOutcome {
+    /// Decided: no rule changes it (plan-mode denials, known-dangerous commands).
+    Final(Verdict, String, AutoGateEffect),
+    /// Allowed by the mode; an ask rule can still make it ask.
+    Allow {
+        reason: String,
+        read_only_shell: bool,
+    },
+    /// Would ask; an allow rule can allow it, else the mode's default applies.
+    Approval(String),
+}
+
+/// What a call is about, for matching rules.
+struct CallSubjects {
+    /// Every path the call touches, with its forms (empty forms when unresolvable).
+    paths: Vec<(PathAccess, Vec<PathForm>)>,
+    /// The Bash command.
+    command: Option<String>,
+    /// Names for `Name(…)` rules.
+    names: Vec<String>,
+}
+
+impl PermissionEngine {
+    /// An engine over `registry`.
+    pub fn new(registry: ToolRegistry) -> PermissionEngine {
+        PermissionEngine { registry }
+    }
+
+    /// An engine over [`ToolRegistry::standard`].
+    pub fn standard() -> PermissionEngine {
+        PermissionEngine::new(ToolRegistry::standard())
+    }
+
+    /// The registry the engine reads tool flags from.
+    pub fn registry(&self) -> &ToolRegistry {
+        &self.registry
+    }
+
+    /// Decides one call of `tool` with `input` for the agent in `context`. Never panics and
+    /// never runs anything.
+    pub fn decide(&self, context: &PermissionContext<'_>, tool: &str, input: &Value) -> Decision {
+        let (mode, note) = context.effective_mode();
+        let mut decision = self.decide_in(context, mode, tool, input);
+        if let Some(note) = note {
+            decision.reason = format!("{} ({note})", decision.reason);
+        }
+        decision
+    }
+
+    fn decide_in(
+        &self,
+        context: &PermissionContext<'_>,
+        mode: PermissionMode,
+        tool: &str,
+        input: &Value,
+    ) -> Decision {
+        let deny = |reason: String| Decision::new(Verdict::Deny, reason, mode);
+        let Some(name) = canonical_tool_name(tool) else {
+            return deny(format!(
+                "unknown tool `{tool}`; the tools are: {}",
+                self.registry.names().join(", ")
+            ));
+        };
+        let Some(implementation) = self.registry.get(name) else {
+            return deny(format!(
+                "tool `{name}` is not offered; the tools are: {}",
+                self.registry.names().join(", ")
+            ));
+        };
+        let implementation: &dyn Tool = implementation.as_ref();
+        let subjects = match self.subjects(context, name, implementation, input) {
+            Ok(subjects) => subjects,
+            Err(reason) => return deny(reason),
+        };
+
+        // 1. Deny rules, in every mode.
+        if let Some(reason) = self.denied_by_rule(context, name, &subjects) {
+            return deny(reason);
+        }
+        // 2. Who may call the tool at all.
+        if let Some(reason) = who_may_call(context, name) {
+            return deny(reason);
+        }
+        // 3 and 4. The mode, then the tool's own check.
+        let plan_rules = mode == PermissionMode::Plan || context.definition.read_only;
+        let own_plan_file = context.own_plan_file();
+        let outcome = if plan_rules {
+            self.plan_rules(
+                context,
+                name,
+                implementation,
+                &subjects,
+                own_plan_file.as_deref(),
+            )
+        } else {
+            self.mode_rules(
+                context,
+                mode,
+                name,
+                implementation,
+                &subjects,
+                own_plan_file.as_deref(),
+            )
+        };
+        let outcome = match outcome {
+            ModeOutcome::Final(verdict, reason, auto_gate) => {
+                let mut decision = Decision::new(verdict, reason, mode);
+                decision.auto_gate = auto_gate;
+                return decision;
+            }
+            other => other,
+        };
+        if let Some(reason) = path_limits(context, own_plan_file.as_deref(), &subjects) {
+            return deny(reason);
+        }
+        // 5. Ask rules (bypassPermissions stops only at deny rules, path limits and
+        // known-dangerous commands).
+        if mode != PermissionMode::BypassPermissions
+            && let Some(rule) = self.rule_matching(RuleBehavior::Ask, context, name, &subjects)
+        {
+            let reason = format!(
+                "`{name}` matches the ask rule `{}` (from {})",
+                rule.value, rule.origin
+            );
+            return would_ask(mode, reason);
+        }
+        match outcome {
+            ModeOutcome::Allow {
+                reason,
+                read_only_shell,
+            } => {
+                let mut decision = Decision::new(Verdict::Allow, reason, mode);
+                decision.read_only_shell = read_only_shell;
+                if mode == PermissionMode::Auto {
+                    decision.auto_gate = AutoGateEffect::ResetCount;
+                }
+                decision
+            }
+            ModeOutcome::Approval(reason) => {
+                // 6. Allow rules turn an ask into an allow (never reached in plan rules).
+                if let Some(rule) = self.allowed_by_rule(context, name, &subjects) {
+                    let mut decision = Decision::new(
+                        Verdict::Allow,
+                        format!(
+                            "`{name}` is allowed by the rule `{}` (from {})",
+                            rule.value, rule.origin
+                        ),
+                        mode,
+                    );
+                    if mode == PermissionMode::Auto {
+                        decision.auto_gate = AutoGateEffect::ResetCount;
+                    }
+                    return decision;
+                }
+                // 7. The mode's default.
+                would_ask(mode, reason)
+            }
+            ModeOutcome::Final(verdict, reason, auto_gate) => {
+                let mut decision = Decision::new(verdict, reason, mode);
+                decision.auto_gate = auto_gate;
+                decision
+            }
+        }
+    }
+
+    /// Gathers what rules match against: paths (with their forms), the command, names.
+    fn subjects(
+        &self,
+        context: &PermissionContext<'_>,
+        name: &str,
+        implementation: &dyn Tool,
+        input: &Value,
+    ) -> Result<CallSubjects, String> {
+        let accessed = implementation
+            .accessed_paths(input)
+            .map_err(|error| format!("invalid input for `{name}`: {error}"))?;
+        let root = context.workspace.root();
+        let paths = accessed
+            .into_iter()
+            .map(|access| {
+                let requested = Path::new(&access.path);
+                let mut forms = Vec::new();
+                if let Some(lexical) = lexical_absolute(root, requested) {
+                    forms.push(PathForm::new(lexical, root, context.home_dir));
+                }
+                if let Ok(resolved) = context.workspace.resolve_plan_file(requested) {
+                    forms.push(PathForm::new(resolved, root, context.home_dir));
+                }
+                (access, forms)
+            })
+            .collect();
+        let text = |field: &str| input.get(field).and_then(Value::as_str).map(str::to_string);
+        let command = (name == "Bash").then(|| text("command")).flatten();
+        let names = match name {
+            "Agent" => text("subagent_type").into_iter().collect(),
+            "SendMessage" => text("to").into_iter().collect(),
+            "SpawnTeammate" => text("agent").into_iter().chain(text("name")).collect(),
+            "ShutdownTeammate" => text("name").into_iter().collect(),
+            "ReviewPlan" => text("request_id").into_iter().collect(),
+            _ => Vec::new(),
+        };
+        Ok(CallSubjects {
+            paths,
+            command,
+            names,
+        })
+    }
+
+    /// The reason a deny rule stops the call, if one does.
+    fn denied_by_rule(
+        &self,
+        context: &PermissionContext<'_>,
+        name: &str,
+        subjects: &CallSubjects,
+    ) -> Option<String> {
+        if let Some(rule) = self.rule_matching(RuleBehavior::Deny, context, name, subjects) {
+            let about = subjects
+                .paths
+                .iter()
+                .find(|(_, forms)| rule_matches_path(&rule.value, name, forms))
+                .map(|(access, _)| format!(" on `{}`", access.path))
+                .unwrap_or_default();
+            return Some(format!(
+                "`{name}`{about} is denied by the deny rule `{}` (from {}); deny rules apply in every mode",
+                rule.value, rule.origin
+            ));
+        }
+        if name == "Grep" {
+            let check = RulesReadCheck::new(context.workspace, context.rules, context.home_dir);
+            for (access, _) in &subjects.paths {
+                if let Ok(resolved) = context
+                    .workspace
+                    .resolve_read(Path::new(&access.path), None)
+                    && let Err(reason) = check.denied_in_tree(&access.path, &resolved)
+                {
+                    return Some(format!("`Grep` is denied: {reason}"));
+                }
+            }
+        }
+        None
+    }
+
+    /// The first rule of `behavior` matching the call: any path, the command (or any part of
+    /// a compound command), or any name.
+    fn rule_matching<'r>(
+        &self,
+        behavior: RuleBehavior,
+        context: &'r PermissionContext<'_>,
+        name: &str,
+        subjects: &CallSubjects,
+    ) -> Option<&'r SourcedRule> {
+        let rules = context.rules.list(behavior);
+        rules.iter().find(|rule| {
+            let rule_value = &rule.value;
+            if !subjects.paths.is_empty() {
+                return subjects
+                    .paths
+                    .iter()
+                    .any(|(_, forms)| rule_matches_path(rule_value, name, forms));
+            }
+            if let Some(command) = &subjects.command {
+                return rule_value.matches(name, RuleSubject::Command(command))
+                    || command_parts(command)
+                        .iter()
+                        .any(|part| rule_value.matches(name, RuleSubject::Command(part)));
+            }
+            if !subjects.names.is_empty() {
+                return subjects
+                    .names
+                    .iter()
+                    .any(|subject| rule_value.matches(name, RuleSubject::Name(subject)));
+            }
+            rule_value.matches(name, RuleSubject::Nothing)
+        })
+    }
+
+    /// An allow rule covering the whole call: every path, every part of a command with no
+    /// redirection or substitution, or a name.
+    fn allowed_by_rule<'r>(
+        &self,
+        context: &'r PermissionContext<'_>,
+        name: &str,
+        subjects: &CallSubjects,
+    ) -> Option<&'r SourcedRule> {
+        let allow = &context.rules.allow;
+        if !subjects.paths.is_empty() {
+            let mut first = None;
+            for (_, forms) in &subjects.paths {
+                let rule = allow
+                    .iter()
+                    .find(|rule| rule_matches_path(&rule.value, name, forms))?;
+                first.get_or_insert(rule);
+            }
+            return first;
+        }
+        if let Some(command) = &subjects.command {
+            if command.contains(['`', '$', '>', '<', '(', ')', '{', '}']) {
+                return None;
+            }
+            let parts = command_parts(command);
+            let mut first = None;
+            for part in &parts {
+                let rule = allow
+                    .iter()
+                    .find(|rule| rule.value.matches(name, RuleSubject::Command(part)))?;
+                first.get_or_insert(rule);
+            }
+            return first;
+        }
+        if !subjects.names.is_empty() {
+            return allow.iter().find(|rule| {
+                subjects
+                    .names
+                    .iter()
+                    .any(|subject| rule.value.matches(name, RuleSubject::Name(subject)))
+            });
+        }
+        allow
+            .iter()
+            .find(|rule| rule.value.matches(name, RuleSubject::Nothing))
+    }
+
+    /// Plan mode, and every mode for a `read_only` definition: exactly DESIGN.md's list.
+    fn plan_rules(
+        &self,
+        context: &PermissionContext<'_>,
+        name: &str,
+        implementation: &dyn Tool,
+        subjects: &CallSubjects,
+        own_plan_file: Option<&Path>,
+    ) -> ModeOutcome {
+        let read_only = context.definition.read_only;
+        let restriction = if read_only {
+            format!(
+                "agent definition `{}` is read_only, which allows only what plan mode allows (without ExitPlanMode or a plan file)",
+                context.definition.name
+            )
+        } else {
+            "plan mode allows only read-only tools, read-only Bash, writing your own plan file, ExitPlanMode, AskUserQuestion, SendMessage, the task tools and Agent with a read_only definition".to_string()
+        };
+        let deny = |what: String| {
+            ModeOutcome::Final(
+                Verdict::Deny,
+                format!("{what}: {restriction}"),
+                AutoGateEffect::Unaffected,
+            )
+        };
+        let allow = |reason: String| ModeOutcome::Allow {
+            reason,
+            read_only_shell: false,
+        };
+        let label = if read_only {
+            "read_only agent"
+        } else {
+            "plan mode"
+        };
+        if implementation.is_read_only() {
+            return allow(format!("`{name}` is read-only, which {label} allows"));
+        }
+        match name {
+            "Bash" => {
+                let command = subjects.command.as_deref().unwrap_or_default();
+                let check = RulesReadCheck::new(context.workspace, context.rules, context.home_dir);
+                match classify(command, &check) {
+                    ShellVerdict::ReadOnly { .. } => ModeOutcome::Allow {
+                        reason: format!(
+                            "the command is read-only, which {label} allows; it runs with git's optional locks, pagers and repository programs disabled"
+                        ),
+                        read_only_shell: true,
+                    },
+                    ShellVerdict::NotReadOnly { reason } => {
+                        deny(format!("`Bash` command is not read-only ({reason})"))
+                    }
+                }
+            }
+            "Write" | "Edit" | "MultiEdit"
+                if !subjects.paths.is_empty()
+                    && subjects.paths.iter().all(|(access, _)| {
+                        context.is_own_plan_file(own_plan_file, &access.path)
+                    }) =>
+            {
+                allow(format!(
+                    "`{name}` writes your own plan file, which {label} allows"
+                ))
+            }
+            "ExitPlanMode" if !read_only => {
+                let restores = match context.pre_plan_mode {
+                    Some(PermissionMode::Auto) if context.auto_gate == AutoGate::Closed => {
+                        " (leaving restores `default`: the auto gate has closed)".to_string()
+                    }
+                    Some(previous) => format!(" (leaving restores `{previous}`)"),
+                    None => String::new(),
+                };
+                allow(format!(
+                    "ExitPlanMode submits your plan for approval; plan mode allows it by name{restores}"
+                ))
+            }
+            _ if COORDINATION_TOOLS.contains(&name) => allow(format!(
+                "`{name}` changes coordination state (mail, the task board), not the workspace; {label} allows it"
+            )),
+            "Agent" => match self.agent_definition(context, subjects) {
+                Err(reason) => {
+                    ModeOutcome::Final(Verdict::Deny, reason, AutoGateEffect::Unaffected)
+                }
+                Ok(definition) if definition.read_only => allow(format!(
+                    "definition `{}` is read_only, so {label} allows starting it",
+                    definition.name
+                )),
+                Ok(definition) => deny(format!(
+                    "`Agent` with definition `{}`, which is not read_only, is denied",
+                    definition.name
+                )),
+            },
+            _ if PLAN_FILE_TOOLS.contains(&name) || name == "NotebookEdit" => {
+                let target = subjects
+                    .paths
+                    .first()
+                    .map(|(access, _)| access.path.as_str())
+                    .unwrap_or_default();
+                let plan = match (read_only, own_plan_file) {
+                    (false, Some(plan)) if PLAN_FILE_TOOLS.contains(&name) => {
+                        format!(
+                            "; only your own plan file `{}` may be written",
+                            plan.display()
+                        )
+                    }
+                    _ => String::new(),
+                };
+                deny(format!("`{name}` on `{target}` is denied{plan}"))
+            }
+            _ => deny(format!("`{name}` is denied")),
+        }
+    }
+
+    /// Every mode but plan, for agents whose definition is not `read_only`.
+    fn mode_rules(
+        &self,
+        context: &PermissionContext<'_>,
+        mode: PermissionMode,
+        name: &str,
+        implementation: &dyn Tool,
+        subjects: &CallSubjects,
+        own_plan_file: Option<&Path>,
+    ) -> ModeOutcome {
+        let allow = |reason: String| ModeOutcome::Allow {
+            reason,
+            read_only_shell: false,
+        };
+        let bypass = mode == PermissionMode::BypassPermissions;
+        if implementation.is_read_only() {
+            return allow(format!("`{name}` is read-only, which `{mode}` allows"));
+        }
+        match name {
+            "Bash" => {
+                let command = subjects.command.as_deref().unwrap_or_default();
+                let check = RulesReadCheck::new(context.workspace, context.rules, context.home_dir);
+                let verdict = classify(command, &check);
+                if verdict.is_read_only() {
+                    return ModeOutcome::Allow {
+                        reason: format!(
+                            "the command is read-only, which `{mode}` allows; it runs with git's optional locks, pagers and repository programs disabled"
+                        ),
+                        read_only_shell: true,
+                    };
+                }
+                let not_read_only = verdict.reason().unwrap_or("not read-only").to_string();
+                match (mode, known_dangerous(command)) {
+                    (PermissionMode::Auto, Some(danger)) => ModeOutcome::Final(
+                        Verdict::Deny,
+                        format!(
+                            "auto mode denies known-dangerous commands: {danger} (counted against the run's auto gate)"
+                        ),
+                        AutoGateEffect::CountDenial,
+                    ),
+                    (PermissionMode::BypassPermissions, Some(danger)) => ModeOutcome::Final(
+                        Verdict::Ask,
+                        format!(
+                            "known-dangerous command: {danger}; bypassPermissions asks before running it"
+                        ),
+                        AutoGateEffect::Unaffected,
+                    ),
+                    (PermissionMode::BypassPermissions, None) => allow(
+                        "bypassPermissions allows every command that is not known-dangerous"
+                            .to_string(),
+                    ),
+                    _ => ModeOutcome::Approval(format!(
+                        "`Bash` command is not read-only ({not_read_only}), so `{mode}` needs approval"
+                    )),
+                }
+            }
+            "Write" | "Edit" | "MultiEdit" | "NotebookEdit" => {
+                if PLAN_FILE_TOOLS.contains(&name)
+                    && !subjects.paths.is_empty()
+                    && subjects
+                        .paths
+                        .iter()
+                        .all(|(access, _)| context.is_own_plan_file(own_plan_file, &access.path))
+                {
+                    return allow(format!("`{name}` writes your own plan file"));
+                }
+                let target = subjects
+                    .paths
+                    .first()
+                    .map(|(access, _)| access.path.as_str())
+                    .unwrap_or_default();
+                match mode {
+                    PermissionMode::AcceptEdits
+                    | PermissionMode::Auto
+                    | PermissionMode::BypassPermissions => allow(format!(
+                        "`{name}` on `{target}` edits a file inside the workspace, which `{mode}` allows"
+                    )),
+                    _ => ModeOutcome::Approval(format!(
+                        "`{name}` changes `{target}`, so `{mode}` needs approval"
+                    )),
+                }
+            }
+            "ExitPlanMode" => allow(
+                "ExitPlanMode is allowed by name (outside plan mode there is no plan to submit)"
+                    .to_string(),
+            ),
+            _ if COORDINATION_TOOLS.contains(&name) => allow(format!(
+                "`{name}` changes coordination state (mail, the task board), not the workspace"
+            )),
+            _ if TEAM_TOOLS.contains(&name) => allow(format!(
+                "`{name}` is the lead's own team work (the mailbox and the roster, not the workspace)"
+            )),
+            "Agent" => match self.agent_definition(context, subjects) {
+                Err(reason) => {
+                    ModeOutcome::Final(Verdict::Deny, reason, AutoGateEffect::Unaffected)
+                }
+                Ok(definition) if definition.read_only => allow(format!(
+                    "definition `{}` is read_only, so starting it is allowed",
+                    definition.name
+                )),
+                Ok(definition) if bypass => allow(format!(
+                    "bypassPermissions allows starting `{}`; its calls are decided in a mode no higher than this one",
+                    definition.name
+                )),
+                Ok(definition) => ModeOutcome::Approval(format!(
+                    "`Agent` starts definition `{}`, which is not read_only, so `{mode}` needs approval",
+                    definition.name
+                )),
+            },
+            _ if bypass => allow(format!("bypassPermissions allows `{name}`")),
+            _ => ModeOutcome::Approval(format!(
+                "`{name}` is not read-only, so `{mode}` needs approval"
+            )),
+        }
+    }
+
+    /// The definition an `Agent` call names, from the catalog.
+    fn agent_definition<'c>(
+        &self,
+        context: &'c PermissionContext<'_>,
+        subjects: &CallSubjects,
+    ) -> Result<&'c AgentDefinition, String> {
+        let requested = subjects
+            .names
+            .first()
+            .map(String::as_str)
+            .unwrap_or_default();
+        context.catalog.get(requested).ok_or_else(|| {
+            format!(
+                "there is no agent definition named `{requested}`{}; the definitions are: {}",
+                context.catalog.suggestion_for(requested),
+                context.catalog.names().collect::<Vec<_>>().join(", ")
+            )
+        })
+    }
+}
+
+/// The lead-only, subagent and definition restrictions, whatever the mode.
+fn who_may_call(context: &PermissionContext<'_>, name: &str) -> Option<String> {
+    if TEAM_TOOLS.contains(&name) && context.kind != AgentKind::Lead {
+        return Some(format!(
+            "`{name}` is only for the lead; a {} cannot run the team",
+            context.kind
+        ));
+    }
+    if context.kind == AgentKind::Subagent && SUBAGENT_FORBIDDEN_TOOLS.contains(&name) {
+        return Some(format!(
+            "a subagent cannot call `{name}`: subagents never spawn agents, enter or leave plan mode, ask the user or use the team tools; they report only to their parent"
+        ));
+    }
+    if let Some(tools) = &context.definition.tools
+        && !tools.contains(&name)
+    {
+        return Some(format!(
+            "`{name}` is not among the tools of agent definition `{}` ({})",
+            context.definition.name,
+            tools.join(", ")
+        ));
+    }
+    None
+}
+
+/// Path limits: every accessed path must resolve inside the workspace (writes outside `.git/`
+/// and `.muster/`), or be the agent's own plan file.
+fn path_limits(
+    context: &PermissionContext<'_>,
+    own_plan_file: Option<&Path>,
+    subjects: &CallSubjects,
+) -> Option<String> {
+    subjects.paths.iter().find_map(|(access, _)| {
+        context
+            .workspace
+            .resolve(Path::new(&access.path), access.usage, own_plan_file)
+            .err()
+            .map(|error| {
+                let usage = match access.usage {
+                    PathUse::Read => "read",
+                    PathUse::Write => "write",
+                };
+                format!("path limits ({usage}): {error}")
+            })
+    })
+}
+
+/// What "would ask" becomes in `mode`.
+fn would_ask(mode: PermissionMode, reason: String) -> Decision {
+    match mode {
+        PermissionMode::DontAsk => Decision::new(
+            Verdict::Deny,
+            format!("{reason}; dontAsk mode turns every ask into a deny"),
+            mode,
+        ),
+        PermissionMode::Auto => {
+            let mut decision = Decision::new(
+                Verdict::Deny,
+                format!(
+                    "{reason}; auto mode denies what would ask (an auto denial, counted against the run's auto gate)"
+                ),
+                mode,
+            );
+            decision.auto_gate = AutoGateEffect::CountDenial;
+            decision
+        }
+        _ => Decision::new(Verdict::Ask, reason, mode),
+    }
+}
+
+/// The parts of a command line, split wherever a shell could start another command (`&&`,
+/// `||`, `;`, `|`, `&`, newlines, substitutions, subshells and groups). Over-splitting is safe:
+/// deny and ask rules match any part, allow rules must match every part.
+fn command_parts(command: &str) -> Vec<String> {
+    command
+        .split(['&', '|', ';', '\n', '(', ')', '`', '{', '}'])
+        .map(|part| part.trim().trim_start_matches('$').trim())
+        .filter(|part| !part.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_parts_split_everywhere_a_command_can_start() {
+        assert_eq!(
+            command_parts("ls && git push --force; echo $(rm -rf x) | cat"),
+            vec!["ls", "git push --force", "echo", "rm -rf x", "cat"]
+        );
+        assert!(command_parts("").is_empty());
+    }
+}
