@@ -23,10 +23,20 @@
 //!   that path through [`ReadPathCheck`], so plan-mode Bash cannot read what `Read` refuses;
 //!   recursive content searches (`grep -r`, `rg`, `git grep`, `diff -r`) check the whole tree.
 //!
-//! Read-only Bash must run with [`read_only_git_env`] set and the variables
-//! [`remove_from_read_only_env`] names removed (git configuration, `BASH_ENV`, exported
-//! functions, `RIPGREP_CONFIG_PATH`, …), in the workspace root (relative paths are checked
-//! relative to it).
+//! Read-only Bash must run under bash (`bash -c`, not zsh, which expands `=cmd` and more), in
+//! the workspace root (relative paths are checked relative to it), with the variables
+//! [`remove_from_read_only_env`] names removed (`BASH_ENV`, exported functions,
+//! `RIPGREP_CONFIG_PATH`, `GIT_EXTERNAL_DIFF`, …), `PATH` filtered by [`read_only_path`], and
+//! [`read_only_git_env`] set (git configuration that would run programs, pagers, hooks,
+//! optional index locks).
+//!
+//! Known limits: deny rules apply to paths named on the command line and to recursive searches
+//! of the working tree, not to file contents inside git history (`git log -p` shows a committed
+//! `.env`); a recursive search that follows symlinks (`grep -R`, `rg -L`, `find -L`) may leave
+//! the workspace through a symlinked directory, as `WorkspaceReadCheck` resolves symlinks only
+//! for paths named directly; a textconv driver selected by `.git/info/attributes` (which file
+//! tools cannot write) still runs for `git diff --stat`; `git diff` may refresh the index's
+//! stat data.
 //!
 //! [`known_dangerous`] is the separate, narrow list of destructive commands for the `auto` and
 //! `bypassPermissions` modes.
@@ -41,7 +51,7 @@ use std::fmt;
 
 pub use danger::known_dangerous;
 pub use env::{
-    READ_ONLY_ENV_REMOVE, READ_ONLY_ENV_REMOVE_PREFIXES, read_only_git_env,
+    READ_ONLY_ENV_REMOVE, READ_ONLY_ENV_REMOVE_PREFIXES, read_only_git_env, read_only_path,
     remove_from_read_only_env,
 };
 pub use paths::{ReadPathCheck, WorkspaceReadCheck};

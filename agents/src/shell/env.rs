@@ -81,6 +81,7 @@ pub const READ_ONLY_ENV_REMOVE: &[&str] = &[
     "GIT_ATTR_SOURCE",
     "LESSOPEN",
     "LESSCLOSE",
+    "POSIXLY_CORRECT",
 ];
 
 /// Prefixes of inherited variables to remove: exported bash functions (`BASH_FUNC_ls%%` would
@@ -100,6 +101,15 @@ pub fn remove_from_read_only_env(name: &str) -> bool {
         || READ_ONLY_ENV_REMOVE_PREFIXES
             .iter()
             .any(|prefix| name.starts_with(prefix))
+}
+
+/// `PATH` for read-only Bash: the inherited value without empty or relative entries, which
+/// would let a file in the workspace named `ls` or `cat` replace the real program.
+pub fn read_only_path(path: &str) -> String {
+    path.split(':')
+        .filter(|entry| entry.starts_with('/'))
+        .collect::<Vec<_>>()
+        .join(":")
 }
 
 #[cfg(test)]
@@ -124,5 +134,6 @@ mod tests {
         assert!(remove_from_read_only_env("GIT_EXTERNAL_DIFF"));
         assert!(!remove_from_read_only_env("PATH"));
         assert!(!remove_from_read_only_env("GIT_CONFIG_COUNT"));
+        assert_eq!(read_only_path("/usr/bin::.:bin:/bin:"), "/usr/bin:/bin");
     }
 }
