@@ -4,4 +4,5 @@ pub mod bench;
 pub mod cli;
 pub mod exit;
 pub mod project;
+pub mod single_run;
 pub mod store_demo;

@@ -1,7 +1,8 @@
 //! `muster resume`: continue a stopped, crashed or decided run.
 
 use crate::cli::GlobalArgs;
-use crate::exit::{Exit, ExitError};
+use crate::exit::Exit;
+use crate::single_run::ResumeFlags;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -13,8 +14,20 @@ pub struct Args {
     pub cassette: Option<std::path::PathBuf>,
     #[arg(long = "max-duration")]
     pub max_duration: Option<u64>,
+    /// Output format on stdout: text, json or stream-json.
+    #[arg(long, default_value = "text")]
+    pub output: String,
 }
 
-pub fn execute(_global: &GlobalArgs, _args: Args) -> anyhow::Result<Exit> {
-    Err(ExitError::not_built("resume").into())
+pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
+    crate::single_run::resume(
+        global,
+        ResumeFlags {
+            run: args.run,
+            base_url: args.base_url,
+            cassette: args.cassette,
+            max_duration: args.max_duration,
+            output: args.output,
+        },
+    )
 }

@@ -1,7 +1,8 @@
 //! `muster run`: run one agent, or a team, on a prompt.
 
 use crate::cli::GlobalArgs;
-use crate::exit::{Exit, ExitError};
+use crate::exit::Exit;
+use crate::single_run::RunFlags;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -49,6 +50,24 @@ pub struct Args {
     pub max_duration: Option<u64>,
 }
 
-pub fn execute(_global: &GlobalArgs, _args: Args) -> anyhow::Result<Exit> {
-    Err(ExitError::not_built("run").into())
+pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
+    crate::single_run::run(
+        global,
+        RunFlags {
+            prompt: args.prompt,
+            team: args.team,
+            agent: args.agent,
+            workspace: args.workspace,
+            permission_mode: args.permission_mode,
+            approver: args.approver,
+            provider: args.provider,
+            base_url: args.base_url,
+            model: args.model,
+            cassette: args.cassette,
+            strict: args.strict,
+            record: args.record,
+            output: args.output,
+            max_duration: args.max_duration,
+        },
+    )
 }

@@ -1,1 +1,230 @@
-//! Tests for this suite are being written.
+//! `muster run -p` and `muster resume` through the binary against `muster-fake-llm` over real
+//! HTTP: stream-json events, the human approver's stop (exit 5) → `muster approve` → `muster
+//! resume`, and the refusal of team runs. Each step waits for the child process to exit.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use muster_fake_llm::{Block, FakeLlm, FakeLlmHandle, ScriptEntry};
+use serde_json::{Value, json};
+
+const GUARD: Duration = Duration::from_secs(120);
+const PLAN: &str = "## Goal\nGreet.\n## Steps\n1. Write hello.txt\n## Files\nhello.txt\n## Tests\nnone\n## Risks\nnone\n";
+
+fn project() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".muster")).unwrap();
+    std::fs::create_dir_all(dir.path().join(".git")).unwrap();
+    std::fs::write(dir.path().join("README.md"), "hello\n").unwrap();
+    dir
+}
+
+async fn muster(dir: &Path, args: &[&str]) -> Output {
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_muster"))
+        .current_dir(dir)
+        .args(args)
+        .env("HOME", dir)
+        .env("ANTHROPIC_API_KEY", "test-key")
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("ANTHROPIC_BASE_URL")
+        .stdin(std::process::Stdio::null())
+        .output();
+    tokio::time::timeout(GUARD, child)
+        .await
+        .expect("guard timeout")
+        .unwrap()
+}
+
+fn lines(output: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+async fn fake(script: Vec<ScriptEntry>) -> FakeLlmHandle {
+    FakeLlm::start(script).await.unwrap()
+}
+
+fn tool(name: &str, input: Value) -> Block {
+    Block::tool_use(name, input)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_single_agent_run_streams_each_committed_step() {
+    let dir = project();
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![
+                Block::text("Reading."),
+                tool("Read", json!({"file_path": "README.md"})),
+                tool("Write", json!({"file_path": "out.txt", "content": "x"})),
+            ],
+        ),
+        ScriptEntry::reply("main", 2, vec![Block::text("All done.")]),
+    ])
+    .await;
+    let base = fake.base_url();
+    let output = muster(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Look around.",
+            "--base-url",
+            &base,
+            "--output",
+            "stream-json",
+        ],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let events = lines(&output);
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "agent_started",
+            "model_turn",
+            "tool_call",
+            "tool_call",
+            "model_turn",
+            "run_finished"
+        ]
+    );
+    for event in &events {
+        assert_eq!(event["v"], 1);
+        assert!(event["ts"].is_i64() && event["run_id"].is_string());
+        assert_eq!(event["agent"], "main");
+        assert!(event["run_id"].as_str().unwrap().len() <= 16);
+    }
+    assert_eq!(events[2]["tool"], "Read");
+    assert_eq!(events[2]["decision"], "allow");
+    assert_eq!(events[3]["tool"], "Write");
+    assert_eq!(
+        events[3]["decision"], "deny",
+        "default mode with no one to ask"
+    );
+    assert!(
+        events[3]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no one can approve")
+    );
+    assert_eq!(events[5]["exit_code"], 0);
+    assert_eq!(events[5]["result"], "All done.");
+    assert!(!dir.path().join("out.txt").exists());
+    fake.verify().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn human_approver_stops_with_exit_5_then_approve_and_resume_land_the_edit() {
+    let dir = project();
+    let fake = fake(vec![
+        ScriptEntry::reply("main", 1, vec![tool("ExitPlanMode", json!({"plan": PLAN}))]),
+        ScriptEntry::reply(
+            "main",
+            2,
+            vec![tool(
+                "Write",
+                json!({"file_path": "hello.txt", "content": "hello, world\n"}),
+            )],
+        ),
+        ScriptEntry::reply("main", 3, vec![Block::text("Greeted.")]),
+    ])
+    .await;
+    let base = fake.base_url();
+    let first = muster(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Greet the world.",
+            "--permission-mode",
+            "plan",
+            "--base-url",
+            &base,
+            "--output",
+            "json",
+        ],
+    )
+    .await;
+    assert_eq!(first.status.code(), Some(5), "{}", stderr(&first));
+    let finished = lines(&first);
+    assert_eq!(finished.len(), 1, "json prints only run_finished");
+    let finished = &finished[0];
+    assert_eq!(finished["type"], "run_finished");
+    assert_eq!(finished["exit_code"], 5);
+    assert_eq!(finished["request_id"], "plan-main-1");
+    let plan_file = PathBuf::from(finished["plan_file"].as_str().unwrap());
+    assert_eq!(std::fs::read_to_string(&plan_file).unwrap(), PLAN);
+    assert!(
+        plan_file.starts_with(
+            std::fs::canonicalize(dir.path())
+                .unwrap()
+                .join(".muster/plans")
+        ) || plan_file.starts_with(dir.path().join(".muster/plans"))
+    );
+    let slug = plan_file.file_stem().unwrap().to_str().unwrap().to_owned();
+    assert_eq!(slug.split('-').count(), 3, "{slug}");
+    let run_id = finished["run_id"].as_str().unwrap().to_owned();
+
+    let edited = format!("{PLAN}\n## Notes\nSay hello, world.\n");
+    std::fs::write(dir.path().join("edited.md"), &edited).unwrap();
+    let approve = muster(
+        dir.path(),
+        &[
+            "approve",
+            "plan-main-1",
+            "--mode",
+            "acceptEdits",
+            "--plan-file",
+            "edited.md",
+        ],
+    )
+    .await;
+    assert_eq!(approve.status.code(), Some(0), "{}", stderr(&approve));
+
+    let resumed = muster(dir.path(), &["resume", &run_id, "--output", "stream-json"]).await;
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    let events = lines(&resumed);
+    let decided = events
+        .iter()
+        .find(|e| e["type"] == "approval_decided")
+        .expect("approval_decided");
+    assert_eq!(decided["approved"], true);
+    assert_eq!(decided["responder"], "human");
+    assert_eq!(decided["mode"], "acceptEdits");
+    let write = events
+        .iter()
+        .find(|e| e["type"] == "tool_call" && e["tool"] == "Write")
+        .expect("the Write call");
+    assert_eq!(write["decision"], "allow");
+    assert_eq!(events.last().unwrap()["exit_code"], 0);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(),
+        "hello, world\n"
+    );
+    assert_eq!(std::fs::read_to_string(&plan_file).unwrap(), edited);
+    // The model saw the edited plan in the ExitPlanMode result.
+    let requests = fake.requests();
+    let turn2 = requests.iter().find(|r| r.turn == Some(2)).unwrap();
+    assert!(turn2.body.to_string().contains("Say hello, world."));
+    fake.verify().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn team_runs_are_refused_with_exit_2() {
+    let dir = project();
+    std::fs::write(dir.path().join("muster.team.toml"), "").unwrap();
+    let output = muster(dir.path(), &["run", "-p", "x"]).await;
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("team runs are not built yet"));
+}

@@ -1,0 +1,747 @@
+//! A run with no team: one agent (`general` by default) as the main agent of its run —
+//! `muster run -p` starts one, `muster resume` continues one that stopped awaiting a decision
+//! (or was interrupted), rebuilt from the stored launch options and the agent's records.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use muster_agents::model::{
+    ModelProvider, ProviderOptions, Recorder, ScriptOptions, ThinkingSettings, build_provider,
+};
+use muster_agents::runtime::{
+    AgentKind, AgentOutcome, AgentRuntime, AgentSpec, DEFAULT_MAX_SUBAGENTS, DEFAULT_MAX_TURNS,
+    EventSink, InterimGate, ModeModel, ModelRouter, PlanApprover, PlanFiles, RunContext,
+    RuntimeEvent, Terminal, TerminalPlanDecision,
+};
+use muster_agents::tools::{ToolRegistry, Workspace};
+use muster_config::settings::{AutoGate as AutoGateSetting, CliOverrides, ProviderKind};
+use muster_config::{AgentCatalog, Approver, PermissionMode, Policy, ProjectInstructions};
+use muster_mailbox::live::LiveRun;
+use muster_mailbox::{
+    AutoGate, MailboxStore, MemberKind, NewRun, RosterEntry, RunRecord, RunStatus,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+use crate::cli::GlobalArgs;
+use crate::cli::config::{load_settings, print_warnings, process_env, project_root};
+use crate::exit::{Exit, ExitError};
+use crate::project::Project;
+
+/// The id of the one agent of a single-agent run.
+pub const MAIN_AGENT: &str = "main";
+
+/// Everything `muster resume` needs to rebuild a single-agent run (stored with the run).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LaunchOptions {
+    pub v: u32,
+    pub kind: String,
+    pub prompt: String,
+    /// The agent definition.
+    pub agent: String,
+    pub workspace: PathBuf,
+    pub permission_mode: PermissionMode,
+    pub approver: String,
+    pub plan_provider: String,
+    pub plan_model: String,
+    pub act_provider: String,
+    pub act_model: String,
+    pub base_url: Option<String>,
+    pub cassette: Option<PathBuf>,
+    pub strict: bool,
+    pub record: Option<PathBuf>,
+    /// Absolute deadline, milliseconds since the Unix epoch.
+    pub deadline_ms: Option<i64>,
+}
+
+/// What the user asked for on the command line.
+#[derive(Debug, Clone, Default)]
+pub struct RunFlags {
+    pub prompt: String,
+    pub team: Option<PathBuf>,
+    pub agent: Option<String>,
+    pub workspace: Option<PathBuf>,
+    pub permission_mode: Option<String>,
+    pub approver: Option<String>,
+    pub provider: Option<String>,
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    pub cassette: Option<PathBuf>,
+    pub strict: bool,
+    pub record: Option<PathBuf>,
+    pub output: String,
+    pub max_duration: Option<u64>,
+}
+
+/// Flags of `muster resume`.
+#[derive(Debug, Clone, Default)]
+pub struct ResumeFlags {
+    pub run: Option<String>,
+    pub base_url: Option<String>,
+    pub cassette: Option<PathBuf>,
+    pub max_duration: Option<u64>,
+    pub output: String,
+}
+
+/// `--output`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputFormat {
+    Text,
+    Json,
+    StreamJson,
+}
+
+impl OutputFormat {
+    pub fn parse(text: &str) -> anyhow::Result<OutputFormat> {
+        match text {
+            "text" => Ok(OutputFormat::Text),
+            "json" => Ok(OutputFormat::Json),
+            "stream-json" => Ok(OutputFormat::StreamJson),
+            other => Err(usage(format!(
+                "--output: expected text, json or stream-json, found {other:?}"
+            ))),
+        }
+    }
+}
+
+fn usage(message: impl Into<String>) -> anyhow::Error {
+    ExitError::new(Exit::Usage, message).into()
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// `muster run -p` with no team.
+pub fn run(global: &GlobalArgs, flags: RunFlags) -> anyhow::Result<Exit> {
+    let output = OutputFormat::parse(&flags.output)?;
+    let root = project_root(global)?;
+    if flags.team.is_some() || root.path().join("muster.team.toml").exists() {
+        return Err(usage(
+            "team runs are not built yet: run without --team (and without muster.team.toml)",
+        ));
+    }
+    let mut overrides = CliOverrides::new();
+    if let Some(mode) = &flags.permission_mode {
+        overrides = overrides.permission_mode(mode);
+    }
+    if let Some(approver) = &flags.approver {
+        overrides = overrides.approver(approver);
+    }
+    if let Some(provider) = &flags.provider {
+        overrides = overrides.provider(provider);
+    }
+    if let Some(model) = &flags.model {
+        overrides = overrides.model(model);
+    }
+    if let Some(url) = &flags.base_url {
+        overrides = overrides.base_url("anthropic", url).base_url("openai", url);
+    }
+    if let Some(cassette) = &flags.cassette {
+        overrides = overrides.cassette(std::path::absolute(cassette)?.display().to_string());
+    }
+    let loaded = load_settings(global, &root, overrides)?;
+    print_warnings(&loaded.warnings);
+    let project = Project {
+        root,
+        settings: loaded.value,
+    };
+    let catalog = load_catalog(&project)?;
+    let agent = flags.agent.clone().unwrap_or_else(|| "general".into());
+    let definition = catalog.get(&agent).ok_or_else(|| {
+        usage(format!(
+            "unknown agent {agent:?}{}",
+            catalog.suggestion_for(&agent)
+        ))
+    })?;
+    let settings = &project.settings;
+    let permission_mode = match &flags.permission_mode {
+        Some(_) => settings.permission_mode.value,
+        None => definition
+            .permission_mode
+            .unwrap_or(settings.permission_mode.value),
+    };
+    let workspace = match &flags.workspace {
+        Some(dir) => std::path::absolute(dir)?,
+        None => project.root.path().to_path_buf(),
+    };
+    let max_duration =
+        flags
+            .max_duration
+            .or(settings.budgets.run_duration_secs.as_ref().map(|s| s.value));
+    let launch = LaunchOptions {
+        v: 1,
+        kind: "single".into(),
+        prompt: flags.prompt.clone(),
+        agent,
+        workspace,
+        permission_mode,
+        approver: settings.approver.value.to_string(),
+        plan_provider: settings.plan.provider.value.as_str().to_owned(),
+        plan_model: settings.plan.model.value.clone(),
+        act_provider: settings.act.provider.value.as_str().to_owned(),
+        act_model: settings.act.model.value.clone(),
+        base_url: flags.base_url.clone(),
+        cassette: settings.script.cassette.as_ref().map(|c| c.value.clone()),
+        strict: flags.strict,
+        record: flags.record.as_ref().map(std::path::absolute).transpose()?,
+        deadline_ms: max_duration.map(|secs| now_ms() + (secs as i64) * 1000),
+    };
+    let session = Session::prepare(project, catalog, launch, output)?;
+    session.execute(None)
+}
+
+/// `muster resume [RUN]` of a single-agent run.
+pub fn resume(global: &GlobalArgs, flags: ResumeFlags) -> anyhow::Result<Exit> {
+    let output = OutputFormat::parse(&flags.output)?;
+    let probe = Project::locate(global)?;
+    let store = probe.open_store()?;
+    let runtime = tokio_runtime()?;
+    let record = runtime.block_on(pick_run(store.as_ref(), &probe, flags.run.as_deref()))?;
+    let mut launch: LaunchOptions =
+        serde_json::from_value(record.launch_options.clone()).map_err(|e| {
+            usage(format!(
+                "run {} cannot be resumed by this version: its launch options do not read ({e})",
+                record.id
+            ))
+        })?;
+    if let Some(url) = flags.base_url {
+        launch.base_url = Some(url);
+    }
+    if let Some(cassette) = flags.cassette {
+        launch.cassette = Some(std::path::absolute(cassette)?);
+    }
+    if let Some(secs) = flags.max_duration {
+        launch.deadline_ms = Some(now_ms() + (secs as i64) * 1000);
+    }
+    drop(store);
+    drop(runtime);
+    let mut overrides = CliOverrides::new()
+        .set(
+            "plan.provider",
+            &launch.plan_provider,
+            "the run's launch options",
+        )
+        .set("plan.model", &launch.plan_model, "the run's launch options")
+        .set(
+            "act.provider",
+            &launch.act_provider,
+            "the run's launch options",
+        )
+        .set("act.model", &launch.act_model, "the run's launch options")
+        .approver(&launch.approver);
+    if let Some(url) = &launch.base_url {
+        overrides = overrides.base_url("anthropic", url).base_url("openai", url);
+    }
+    if let Some(cassette) = &launch.cassette {
+        overrides = overrides.cassette(cassette.display().to_string());
+    }
+    let root = project_root(global)?;
+    let loaded = load_settings(global, &root, overrides)?;
+    let project = Project {
+        root,
+        settings: loaded.value,
+    };
+    let catalog = load_catalog(&project)?;
+    let session = Session::prepare(project, catalog, launch, output)?;
+    session.execute(Some(record))
+}
+
+async fn pick_run(
+    store: &dyn MailboxStore,
+    project: &Project,
+    run: Option<&str>,
+) -> anyhow::Result<RunRecord> {
+    let record = match run {
+        Some(id) => store
+            .run(id)
+            .await?
+            .ok_or_else(|| usage(format!("no run {id:?} in this store (see `muster runs`)")))?,
+        None => {
+            let mut runs = store.runs().await?;
+            runs.retain(|r| !r.status.is_finished());
+            runs.into_iter()
+                .max_by_key(|r| (r.updated_at, r.id.clone()))
+                .ok_or_else(|| usage("no run to resume (see `muster runs`)"))?
+        }
+    };
+    if record.status.is_finished() {
+        return Err(usage(format!(
+            "run {} is {} and cannot be resumed",
+            record.id,
+            record.status.as_str()
+        )));
+    }
+    if muster_mailbox::live::is_live(&project.runs_dir(), &record.id)? {
+        return Err(ExitError::new(
+            Exit::Failed,
+            format!(
+                "run {} is live in another process; it cannot be resumed twice",
+                record.id
+            ),
+        )
+        .into());
+    }
+    if record.team.is_some() {
+        return Err(usage(
+            "team runs are not built yet: this run cannot be resumed",
+        ));
+    }
+    Ok(record)
+}
+
+fn load_catalog(project: &Project) -> anyhow::Result<AgentCatalog> {
+    let loaded = AgentCatalog::load(&project.root)
+        .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
+    print_warnings(&loaded.warnings);
+    Ok(loaded.value)
+}
+
+fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// A run about to start or continue.
+struct Session {
+    project: Project,
+    catalog: Arc<AgentCatalog>,
+    launch: LaunchOptions,
+    output: OutputFormat,
+}
+
+/// How the run ended, for the status, the exit code and the output.
+struct Ending {
+    status: RunStatus,
+    exit: Exit,
+    result: Value,
+    text: String,
+}
+
+impl Session {
+    fn prepare(
+        project: Project,
+        catalog: AgentCatalog,
+        launch: LaunchOptions,
+        output: OutputFormat,
+    ) -> anyhow::Result<Session> {
+        Ok(Session {
+            project,
+            catalog: Arc::new(catalog),
+            launch,
+            output,
+        })
+    }
+
+    fn execute(self, existing: Option<RunRecord>) -> anyhow::Result<Exit> {
+        let runtime = tokio_runtime()?;
+        runtime.block_on(self.execute_async(existing))
+    }
+
+    async fn execute_async(self, existing: Option<RunRecord>) -> anyhow::Result<Exit> {
+        let store: Arc<dyn MailboxStore> = self.project.open_store()?;
+        let (run_id, plans, resumed) = match &existing {
+            Some(record) => (
+                record.id.clone(),
+                PlanFiles::new(self.project.plans_dir(), &record.slug),
+                true,
+            ),
+            None => {
+                let (id, plans) = self.create_run(store.as_ref()).await?;
+                (id, plans, false)
+            }
+        };
+        let env = process_env();
+        let runtime_dir = env.get("XDG_RUNTIME_DIR").map(PathBuf::from);
+        let _live = LiveRun::start(
+            &self.project.runs_dir(),
+            &run_id,
+            store.clone(),
+            runtime_dir.as_deref(),
+        )?;
+        let epoch = store.open_epoch(&run_id).await?;
+        if resumed {
+            store
+                .set_run_status(&run_id, RunStatus::Running, None)
+                .await?;
+        }
+        let printer = Arc::new(Printer {
+            run_id: run_id.clone(),
+            format: self.output,
+            lock: Mutex::new(()),
+        });
+        let context =
+            Arc::new(self.context(&run_id, epoch, store.clone(), plans, printer.clone(), &env)?);
+        let ending = self.drive(context, resumed).await;
+        let ending = match ending {
+            Ok(ending) => ending,
+            Err(error) => Ending {
+                status: RunStatus::Failed,
+                exit: Exit::Failed,
+                result: json!({"error": error.to_string()}),
+                text: format!("muster: the run failed: {error}"),
+            },
+        };
+        store
+            .set_run_status(&run_id, ending.status, Some(ending.result.clone()))
+            .await?;
+        printer.finished(&ending);
+        Ok(ending.exit)
+    }
+
+    async fn create_run(&self, store: &dyn MailboxStore) -> anyhow::Result<(String, PlanFiles)> {
+        let mut rng = fastrand::Rng::new();
+        let plans = PlanFiles::reserve(self.project.plans_dir(), &mut rng)?;
+        let settings = &self.project.settings;
+        let auto_gate = AutoGate {
+            open: settings.auto_gate.value == AutoGateSetting::Open,
+            consecutive_denials: 0,
+            limit: u32::try_from(settings.auto_gate_denial_limit.value).unwrap_or(u32::MAX),
+        };
+        let id = format!(
+            "r{}",
+            (0..10)
+                .map(|_| rng.alphanumeric().to_ascii_lowercase())
+                .collect::<String>()
+        );
+        store
+            .create_run(NewRun {
+                id: id.clone(),
+                slug: plans.slug().to_owned(),
+                team: None,
+                workspace: self.launch.workspace.display().to_string(),
+                batch_line_id: None,
+                auto_gate,
+                launch_options: serde_json::to_value(&self.launch)?,
+            })
+            .await?;
+        store
+            .add_member(
+                &id,
+                RosterEntry {
+                    agent: MAIN_AGENT.into(),
+                    kind: MemberKind::Lead,
+                    definition: Some(self.launch.agent.clone()),
+                    parent: None,
+                },
+            )
+            .await?;
+        Ok((id, plans))
+    }
+
+    fn context(
+        &self,
+        run_id: &str,
+        epoch: i64,
+        store: Arc<dyn MailboxStore>,
+        plans: PlanFiles,
+        printer: Arc<Printer>,
+        env: &BTreeMap<String, String>,
+    ) -> anyhow::Result<RunContext> {
+        let settings = &self.project.settings;
+        let approver = match &settings.approver.value {
+            Approver::Human => PlanApprover::Human,
+            Approver::Lead => {
+                return Err(usage(
+                    "--approver lead needs a team; a single-agent run takes human or policy:FILE",
+                ));
+            }
+            Approver::Policy(path) => {
+                let path = if path.is_absolute() {
+                    path.clone()
+                } else {
+                    self.project.root.path().join(path)
+                };
+                let policy =
+                    Policy::load(&path).map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
+                PlanApprover::Policy {
+                    policy: Arc::new(policy),
+                    responder: settings.approver.value.to_string(),
+                }
+            }
+        };
+        let terminal: Option<Arc<dyn Terminal>> = (std::io::stdin().is_terminal()
+            && self.output == OutputFormat::Text)
+            .then(|| Arc::new(StdinTerminal) as Arc<dyn Terminal>);
+        let instructions =
+            ProjectInstructions::load(&self.project.root, settings.instructions_max_bytes.value)
+                .map(|loaded| {
+                    loaded
+                        .value
+                        .files
+                        .iter()
+                        .map(|f| f.content.clone())
+                        .collect::<Vec<_>>()
+                        .join("\n\n")
+                })
+                .unwrap_or_default();
+        let workspace = Workspace::new(&self.launch.workspace)
+            .map_err(|e| usage(format!("--workspace: {e}")))?;
+        Ok(RunContext {
+            run_id: run_id.to_owned(),
+            epoch,
+            store,
+            models: self.models(env)?,
+            gate: Arc::new(InterimGate::new(self.catalog.clone())),
+            catalog: self.catalog.clone(),
+            tools: ToolRegistry::standard(),
+            workspace,
+            plans,
+            approver,
+            terminal,
+            events: printer,
+            instructions,
+            environment: env
+                .iter()
+                .map(|(name, value)| (name.into(), value.into()))
+                .collect(),
+            subagents: Arc::new(Semaphore::new(DEFAULT_MAX_SUBAGENTS)),
+            max_turns: DEFAULT_MAX_TURNS,
+        })
+    }
+
+    fn models(&self, env: &BTreeMap<String, String>) -> anyhow::Result<ModelRouter> {
+        let settings = &self.project.settings;
+        let lookup = |name: &str| env.get(name).cloned();
+        let options = ProviderOptions {
+            script: ScriptOptions {
+                strict: self.launch.strict,
+                redactions: Vec::new(),
+            },
+            ..ProviderOptions::default()
+        };
+        let mut built: BTreeMap<&'static str, Arc<dyn ModelProvider>> = BTreeMap::new();
+        let mut model_for = |mode: PermissionMode| -> anyhow::Result<ModeModel> {
+            let mode_settings = settings.mode(mode);
+            let kind: ProviderKind = mode_settings.provider.value;
+            let provider = match built.get(kind.as_str()) {
+                Some(provider) => provider.clone(),
+                None => {
+                    let mut provider = build_provider(kind, settings, &lookup, &options)
+                        .map_err(|e| usage(e.to_string()))?;
+                    if let Some(path) = &self.launch.record {
+                        provider = Arc::new(
+                            Recorder::append(provider, path, Vec::new())
+                                .map_err(|e| usage(e.to_string()))?,
+                        );
+                    }
+                    built.insert(kind.as_str(), provider.clone());
+                    provider
+                }
+            };
+            let model = mode_settings.model.value.clone();
+            let max_tokens = settings
+                .models
+                .get(&model)
+                .and_then(|info| info.max_output)
+                .unwrap_or(8192);
+            Ok(ModeModel {
+                provider,
+                model,
+                max_tokens,
+                thinking: ThinkingSettings {
+                    budget_tokens: mode_settings.thinking_budget.as_ref().map(|s| s.value),
+                    effort: mode_settings.reasoning_effort.as_ref().map(|s| s.value),
+                },
+            })
+        };
+        Ok(ModelRouter {
+            plan: model_for(PermissionMode::Plan)?,
+            act: model_for(PermissionMode::Default)?,
+        })
+    }
+
+    async fn drive(&self, context: Arc<RunContext>, resumed: bool) -> anyhow::Result<Ending> {
+        let run_id = context.run_id.clone();
+        let mut agent = if resumed {
+            AgentRuntime::resume(context, MAIN_AGENT, None, None).await?
+        } else {
+            let spec = AgentSpec {
+                agent_id: MAIN_AGENT.into(),
+                kind: AgentKind::Main,
+                definition: self.launch.agent.clone(),
+                mode: self.launch.permission_mode,
+                pre_plan_mode: None,
+                approval_ceiling: None,
+                inherited_model: None,
+            };
+            AgentRuntime::start(context, spec, &self.launch.prompt).await?
+        };
+        let outcome = match self.launch.deadline_ms {
+            Some(deadline) => {
+                let left = Duration::from_millis(u64::try_from(deadline - now_ms()).unwrap_or(0));
+                match tokio::time::timeout(left, agent.run()).await {
+                    Ok(outcome) => outcome?,
+                    Err(_) => {
+                        return Ok(Ending {
+                            status: RunStatus::Budget,
+                            exit: Exit::Budget,
+                            result: json!({"error": "the run's deadline passed (--max-duration)"}),
+                            text: "muster: the run's deadline passed (--max-duration)".into(),
+                        });
+                    }
+                }
+            }
+            None => agent.run().await?,
+        };
+        Ok(match outcome {
+            AgentOutcome::Finished { result } => Ending {
+                status: RunStatus::Completed,
+                exit: Exit::Success,
+                result: json!({"result": result}),
+                text: result,
+            },
+            AgentOutcome::AwaitingDecision {
+                request_id,
+                plan_file,
+            } => Ending {
+                status: RunStatus::AwaitingDecision,
+                exit: Exit::AwaitingDecision,
+                result: json!({"request_id": request_id, "plan_file": plan_file}),
+                text: format!(
+                    "The plan in {} awaits a decision ({request_id}): `muster approve {request_id}` \
+                     or `muster reject {request_id} --feedback …`, then `muster resume {}`.",
+                    plan_file.display(),
+                    run_id
+                ),
+            },
+        })
+    }
+}
+
+/// Prints events per `--output`, each line after the commit it reports.
+struct Printer {
+    run_id: String,
+    format: OutputFormat,
+    lock: Mutex<()>,
+}
+
+impl Printer {
+    fn line(&self, kind: &str, agent: &str, fields: Value) {
+        let mut event = json!({
+            "v": 1,
+            "type": kind,
+            "ts": now_ms(),
+            "run_id": self.run_id,
+            "agent": agent,
+        });
+        if let (Value::Object(event), Value::Object(fields)) = (&mut event, fields) {
+            event.extend(fields);
+        }
+        let _guard = self.lock.lock();
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(stdout, "{event}");
+        let _ = stdout.flush();
+    }
+
+    fn finished(&self, ending: &Ending) {
+        let mut fields = json!({"status": ending.status.as_str(), "exit_code": ending.exit.code()});
+        if let (Value::Object(fields), Value::Object(result)) = (&mut fields, &ending.result) {
+            fields.extend(result.clone());
+        }
+        match self.format {
+            OutputFormat::Json | OutputFormat::StreamJson => {
+                self.line("run_finished", MAIN_AGENT, fields)
+            }
+            OutputFormat::Text => {
+                let resume = if ending.status == RunStatus::AwaitingDecision {
+                    format!("\nRun {} stopped awaiting a decision.", self.run_id)
+                } else {
+                    String::new()
+                };
+                let mut stdout = std::io::stdout().lock();
+                let _ = writeln!(stdout, "{}{resume}", ending.text);
+                let _ = stdout.flush();
+            }
+        }
+    }
+}
+
+impl EventSink for Printer {
+    fn emit(&self, event: RuntimeEvent) {
+        match self.format {
+            OutputFormat::StreamJson => self.line(event.kind(), event.agent(), event.fields()),
+            OutputFormat::Text => {
+                if let RuntimeEvent::ToolCall {
+                    agent,
+                    tool,
+                    decision,
+                    reason,
+                    ..
+                } = &event
+                {
+                    eprintln!("[{agent}] {tool}: {decision} ({reason})");
+                }
+            }
+            OutputFormat::Json => {}
+        }
+    }
+}
+
+/// A person at the terminal: questions on stderr, answers from stdin.
+struct StdinTerminal;
+
+impl StdinTerminal {
+    fn ask(prompt: &str) -> Option<String> {
+        eprint!("{prompt}");
+        let _ = std::io::stderr().flush();
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).ok()?;
+        Some(line.trim().to_owned())
+    }
+}
+
+impl Terminal for StdinTerminal {
+    fn decide_plan(&self, agent: &str, plan_file: &Path, plan: &str) -> TerminalPlanDecision {
+        eprintln!(
+            "\n--- plan from {agent} ({}) ---\n{plan}\n---",
+            plan_file.display()
+        );
+        let answer = Self::ask("Approve? [y]es / [n]o (or a mode name to approve with it): ")
+            .unwrap_or_default();
+        match answer.as_str() {
+            "y" | "yes" => TerminalPlanDecision::Approve {
+                mode: None,
+                feedback: None,
+                clear_context: false,
+            },
+            mode if mode.parse::<PermissionMode>().is_ok() => TerminalPlanDecision::Approve {
+                mode: mode.parse().ok(),
+                feedback: None,
+                clear_context: false,
+            },
+            _ => TerminalPlanDecision::Reject {
+                feedback: Self::ask("What should change? ").unwrap_or_default(),
+            },
+        }
+    }
+
+    fn answer_question(&self, agent: &str, question: &str, options: &[String]) -> Option<String> {
+        eprintln!("\n{agent} asks: {question}");
+        for (i, option) in options.iter().enumerate() {
+            eprintln!("  {}. {option}", i + 1);
+        }
+        let answer = Self::ask("Answer: ")?;
+        let chosen = answer
+            .parse::<usize>()
+            .ok()
+            .and_then(|n| options.get(n.wrapping_sub(1)).cloned());
+        Some(chosen.unwrap_or(answer)).filter(|a| !a.is_empty())
+    }
+
+    fn allow_call(&self, agent: &str, tool: &str, input: &Value, reason: &str) -> bool {
+        eprintln!("\n{agent} wants to run {tool} {input} ({reason})");
+        matches!(
+            Self::ask("Allow? [y/N] ").as_deref(),
+            Some("y") | Some("yes")
+        )
+    }
+}
