@@ -1,31 +1,259 @@
 //! `muster check`: show the permission decision for a call without running it.
+//!
+//! `muster check [--permission-mode MODE] [--agent-kind lead|teammate|subagent] [--agent NAME]
+//! [--parent-mode MODE] [--plan-file PATH] [--workspace DIR] [--json] [--stdin] TOOL INPUT_JSON`
+//! asks the permission engine about one call (or, with `--stdin`, one call per JSON line
+//! `{"tool": …, "input": …}`) and prints its decision and reason. Exit code: 0 allow, 1 ask or
+//! deny (with `--stdin`: any line), 2 bad arguments (with `--stdin`: any bad line).
+//!
+//! The mode is `--permission-mode`, else the `--agent` definition's `permissionMode`, else the
+//! settings' `permission_mode`. Rules and the auto gate come from the settings; `--agent` takes
+//! the definition's `read_only`, tools and mode cap from the project's agent catalog.
+
+use std::io::{BufRead, Write as _};
+use std::path::PathBuf;
+
+use muster_agents::permission::{AgentKind, Decision, PermissionContext, PermissionEngine};
+use muster_agents::tools::Workspace;
+use muster_config::settings::CliOverrides;
+use muster_config::{AgentCatalog, PermissionMode};
+use serde_json::{Value, json};
 
 use crate::cli::GlobalArgs;
+use crate::cli::config::{load_settings, print_warnings, project_root, usage_error};
 use crate::exit::{Exit, ExitError};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    #[arg(long = "permission-mode", alias = "mode")]
+    /// The agent's permission mode (for a subagent without --parent-mode, its parent's).
+    #[arg(long = "permission-mode", alias = "mode", value_name = "MODE")]
     pub permission_mode: Option<String>,
-    #[arg(long = "agent-kind")]
+    /// lead (default), teammate or subagent.
+    #[arg(long = "agent-kind", value_name = "KIND")]
     pub agent_kind: Option<String>,
-    #[arg(long)]
+    /// Take read_only, tools and permissionMode from this agent definition.
+    #[arg(long, value_name = "NAME")]
     pub agent: Option<String>,
-    #[arg(long = "parent-mode")]
+    /// A subagent's parent's current mode.
+    #[arg(long = "parent-mode", value_name = "MODE")]
     pub parent_mode: Option<String>,
-    #[arg(long = "plan-file")]
+    /// The agent's own plan file (relative to the current directory).
+    #[arg(long = "plan-file", value_name = "PATH")]
     pub plan_file: Option<std::path::PathBuf>,
-    #[arg(long)]
+    /// The workspace (default: the project root).
+    #[arg(long, value_name = "DIR")]
     pub workspace: Option<std::path::PathBuf>,
+    /// Print {"tool", "decision", "reason"} JSON.
     #[arg(long)]
     pub json: bool,
     /// Read {"tool", "input"} JSON lines from stdin, one verdict per line.
     #[arg(long)]
     pub stdin: bool,
+    /// The tool's name (`Bash`, `Write`, …).
     pub tool: Option<String>,
+    /// The call's input as JSON (`{"command": "ls"}`).
     pub input_json: Option<String>,
 }
 
-pub fn execute(_global: &GlobalArgs, _args: Args) -> anyhow::Result<Exit> {
-    Err(ExitError::not_built("check").into())
+fn usage(message: impl Into<String>) -> anyhow::Error {
+    ExitError::new(Exit::Usage, message).into()
+}
+
+fn parse_mode(flag: &str, text: &str) -> anyhow::Result<PermissionMode> {
+    text.parse::<PermissionMode>()
+        .map_err(|error| usage(format!("{flag}: {error}")))
+}
+
+pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
+    let single = match (&args.tool, &args.input_json, args.stdin) {
+        (None, None, true) => None,
+        (Some(_), _, true) | (None, Some(_), true) => {
+            return Err(usage(
+                "--stdin reads every call from stdin; give no TOOL or INPUT_JSON with it",
+            ));
+        }
+        (Some(tool), Some(input), false) => {
+            let input: Value = serde_json::from_str(input)
+                .map_err(|error| usage(format!("INPUT_JSON is not valid JSON: {error}")))?;
+            Some((tool.clone(), input))
+        }
+        (Some(_), None, false) => {
+            return Err(usage(
+                "expected INPUT_JSON after TOOL, e.g. muster check Bash '{\"command\":\"ls\"}'",
+            ));
+        }
+        (None, _, false) => {
+            return Err(usage(
+                "expected TOOL and INPUT_JSON (or --stdin), e.g. muster check Bash '{\"command\":\"ls\"}'",
+            ));
+        }
+    };
+
+    let kind: AgentKind = match &args.agent_kind {
+        Some(text) => text
+            .parse()
+            .map_err(|error| usage(format!("--agent-kind: {error}")))?,
+        None => AgentKind::Lead,
+    };
+    let flag_mode = args
+        .permission_mode
+        .as_deref()
+        .map(|text| parse_mode("--permission-mode", text))
+        .transpose()?;
+    let parent_mode = args
+        .parent_mode
+        .as_deref()
+        .map(|text| parse_mode("--parent-mode", text))
+        .transpose()?;
+    if parent_mode.is_some() && kind != AgentKind::Subagent {
+        return Err(usage("--parent-mode applies only to --agent-kind subagent"));
+    }
+
+    let root = project_root(global)?;
+    let settings = load_settings(global, &root, CliOverrides::new())?;
+    let catalog = AgentCatalog::load(&root).map_err(usage_error)?;
+    print_warnings(&settings.warnings);
+    let settings = settings.value;
+    let catalog = catalog.value;
+    let definition = match &args.agent {
+        Some(name) => Some(catalog.get(name).ok_or_else(|| {
+            usage(format!(
+                "--agent: there is no agent definition named `{name}`{}; the definitions are: {}",
+                catalog.suggestion_for(name),
+                catalog.names().collect::<Vec<_>>().join(", ")
+            ))
+        })?),
+        None => None,
+    };
+    let workspace_dir = match &args.workspace {
+        Some(dir) => dir.clone(),
+        None => root.path().to_path_buf(),
+    };
+    let workspace =
+        Workspace::new(&workspace_dir).map_err(|error| usage(format!("--workspace: {error}")))?;
+    let plan_file: Option<PathBuf> = args
+        .plan_file
+        .as_deref()
+        .map(std::path::absolute)
+        .transpose()
+        .map_err(|error| usage(format!("--plan-file: {error}")))?;
+    let home = std::env::home_dir();
+
+    let mode = flag_mode
+        .or(definition.and_then(|definition| {
+            (kind != AgentKind::Subagent)
+                .then_some(definition.permission_mode)
+                .flatten()
+        }))
+        .unwrap_or(settings.permission_mode.value);
+    let mut context =
+        PermissionContext::new(kind, mode, &workspace, &settings.permissions, &catalog);
+    if let Some(definition) = definition {
+        context = context.with_definition(definition);
+    }
+    context.parent_mode = parent_mode;
+    context.plan_file = plan_file;
+    context.auto_gate = settings.auto_gate.value;
+    context.home_dir = home.as_deref();
+
+    let engine = PermissionEngine::standard();
+    match single {
+        Some((tool, input)) => {
+            let decision = engine.decide(&context, &tool, &input);
+            let line = render(&tool, &decision, args.json);
+            crate::cli::config::print_output(&format!("{line}\n"))?;
+            Ok(if decision.is_allowed() {
+                Exit::Success
+            } else {
+                Exit::Failed
+            })
+        }
+        None => check_lines(&engine, &context, args.json),
+    }
+}
+
+/// One decision as a line of output.
+fn render(tool: &str, decision: &Decision, as_json: bool) -> String {
+    if as_json {
+        json!({
+            "tool": tool,
+            "decision": decision.verdict.as_str(),
+            "reason": decision.reason,
+            "effective_mode": decision.effective_mode.as_str(),
+            "read_only_shell": decision.read_only_shell,
+        })
+        .to_string()
+    } else {
+        format!("{}: {} ({tool})", decision.verdict, decision.reason)
+    }
+}
+
+/// A line of `--stdin` that is not a call: reported in place, in the same format.
+fn render_error(line_number: usize, message: &str, as_json: bool) -> String {
+    let reason = format!("line {line_number}: {message}");
+    if as_json {
+        json!({"tool": Value::Null, "decision": "error", "reason": reason}).to_string()
+    } else {
+        format!("error: {reason}")
+    }
+}
+
+/// `--stdin`: one verdict line per input line, in order.
+fn check_lines(
+    engine: &PermissionEngine,
+    context: &PermissionContext<'_>,
+    as_json: bool,
+) -> anyhow::Result<Exit> {
+    let stdin = std::io::stdin();
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut any_refused = false;
+    let mut any_bad = false;
+    for (index, line) in stdin.lock().lines().enumerate() {
+        let line = line.map_err(|error| usage(format!("reading stdin: {error}")))?;
+        let rendered = match parse_call(&line) {
+            Ok((tool, input)) => {
+                let decision = engine.decide(context, &tool, &input);
+                any_refused |= !decision.is_allowed();
+                render(&tool, &decision, as_json)
+            }
+            Err(message) => {
+                any_bad = true;
+                render_error(index + 1, &message, as_json)
+            }
+        };
+        match writeln!(out, "{rendered}") {
+            Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {
+                return Ok(Exit::Failed);
+            }
+            other => other?,
+        }
+    }
+    match out.flush() {
+        Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => return Err(error.into()),
+        _ => {}
+    }
+    Ok(if any_bad {
+        Exit::Usage
+    } else if any_refused {
+        Exit::Failed
+    } else {
+        Exit::Success
+    })
+}
+
+/// `{"tool": "Bash", "input": {...}}` from one line.
+fn parse_call(line: &str) -> Result<(String, Value), String> {
+    let value: Value =
+        serde_json::from_str(line).map_err(|error| format!("not valid JSON: {error}"))?;
+    let tool = value
+        .get("tool")
+        .and_then(Value::as_str)
+        .ok_or("expected {\"tool\": NAME, \"input\": {...}}, found no string `tool`")?
+        .to_string();
+    let input = value
+        .get("input")
+        .cloned()
+        .ok_or("expected {\"tool\": NAME, \"input\": {...}}, found no `input`")?;
+    Ok((tool, input))
 }
