@@ -244,8 +244,11 @@ fn check_gaps(node: Node<'_>, bytes: &[u8], allowed: &[u8]) -> Result<(), String
 fn command(node: Node<'_>, bytes: &[u8]) -> Result<(String, Vec<Word>), String> {
     check_gaps(node, bytes, b" \t")?;
     let mut cursor = node.walk();
-    let mut name: Option<String> = None;
-    let mut args = Vec::new();
+    let mut name: Option<(String, usize)> = None;
+    // Argument nodes grouped into shell words: tree-sitter can give one word as adjacent
+    // sibling nodes (`'-de'\lete` is a raw string then a word), which bash joins.
+    let mut groups: Vec<Vec<Node<'_>>> = Vec::new();
+    let mut prev_end: Option<usize> = None;
     for child in node.children(&mut cursor) {
         if !child.is_named() {
             return Err(format!(
@@ -253,18 +256,37 @@ fn command(node: Node<'_>, bytes: &[u8]) -> Result<(String, Vec<Word>), String> 
                 shorten(text(child, bytes))
             ));
         }
+        let adjacent = prev_end == Some(child.start_byte());
+        prev_end = Some(child.end_byte());
         match (child.kind(), &name) {
-            ("command_name", None) => name = Some(command_name(child, bytes)?),
+            ("command_name", None) => {
+                name = Some((command_name(child, bytes)?, child.end_byte()));
+            }
             ("command_name", Some(_)) => {
                 return Err("a command has two program names".to_string());
             }
             (_, None) => return Err(construct(child.kind(), text(child, bytes))),
-            (_, Some(_)) => args.push(word(child, bytes)?),
+            (_, Some((name, name_end))) => {
+                if child.start_byte() == *name_end {
+                    return Err(format!(
+                        "the program name `{name}{}` is not a bare literal name (no paths, quotes, escapes or expansions)",
+                        shorten(text(child, bytes))
+                    ));
+                }
+                match groups.last_mut() {
+                    Some(group) if adjacent => group.push(child),
+                    _ => groups.push(vec![child]),
+                }
+            }
         }
     }
-    let Some(name) = name else {
+    let Some((name, _)) = name else {
         return Err("a command has no program name".to_string());
     };
+    let args = groups
+        .iter()
+        .map(|group| word(group, bytes))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok((name, args))
 }
 
@@ -298,14 +320,25 @@ struct Unquoted {
     comma_or_range: bool,
 }
 
-fn word(node: Node<'_>, bytes: &[u8]) -> Result<Word, String> {
+/// One shell word from adjacent argument nodes.
+fn word(nodes: &[Node<'_>], bytes: &[u8]) -> Result<Word, String> {
     let mut value = String::new();
     let mut seen = Unquoted::default();
-    piece(node, bytes, &mut value, &mut seen, true)?;
+    for node in nodes {
+        piece(*node, bytes, &mut value, &mut seen, true)?;
+    }
     if seen.brace && seen.comma_or_range {
+        let raw = match (nodes.first(), nodes.last()) {
+            (Some(first), Some(last)) => bytes
+                .get(first.start_byte()..last.end_byte())
+                .map(String::from_utf8_lossy)
+                .unwrap_or_default()
+                .into_owned(),
+            _ => String::new(),
+        };
         return Err(format!(
             "`{}` has an unquoted `{{…}}` with `,` or `..` (brace expansion); quote it",
-            shorten(text(node, bytes))
+            shorten(&raw)
         ));
     }
     Ok(Word { value })
@@ -509,6 +542,8 @@ mod tests {
             ("echo a'b'\"c\"", &[&["echo", "abc"]]),
             ("git show HEAD~1:a.md", &[&["git", "show", "HEAD~1:a.md"]]),
             ("git show HEAD@{1}", &[&["git", "show", "HEAD@{1}"]]),
+            ("find . '-de'\\lete", &[&["find", ".", "-delete"]]),
+            ("echo 'b c'\\* '~'\\~", &[&["echo", "b c*", "~~"]]),
             ("echo {'a,b'}", &[&["echo", "{a,b}"]]),
         ];
         for (src, want) in table {

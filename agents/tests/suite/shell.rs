@@ -118,6 +118,200 @@ fn corpus_verdicts() {
     }
 }
 
+/// Runs command lines under bash with every program replaced by a stub that records its argv
+/// (builtins disabled with `enable -n`), to compare with the argv the classifier checked.
+#[cfg(unix)]
+struct StubShell {
+    bash: String,
+    dir: tempfile::TempDir,
+    stubs: std::collections::BTreeSet<String>,
+}
+
+#[cfg(unix)]
+impl StubShell {
+    /// `None` when there is no bash on this machine.
+    fn new() -> Option<Self> {
+        let found = std::process::Command::new("bash")
+            .args(["-c", "command -v bash"])
+            .output()
+            .ok()?;
+        let bash = String::from_utf8(found.stdout).ok()?.trim().to_string();
+        let dir = tempfile::tempdir().expect("tempdir");
+        for d in ["bin", "log", "work"] {
+            std::fs::create_dir(dir.path().join(d)).expect("mkdir");
+        }
+        Some(Self {
+            bash,
+            dir,
+            stubs: std::collections::BTreeSet::new(),
+        })
+    }
+
+    /// Run `command` (whose simple commands are `commands`); the sorted argvs bash ran.
+    fn run(&mut self, command: &str, commands: &[Vec<String>]) -> Vec<Vec<String>> {
+        use std::os::unix::fs::PermissionsExt;
+        let bin = self.dir.path().join("bin");
+        let log = self.dir.path().join("log");
+        for argv in commands {
+            if self.stubs.insert(argv[0].clone()) {
+                let stub = bin.join(&argv[0]);
+                std::fs::write(
+                    &stub,
+                    "#!/bin/sh\nprintf '%s\\0' \"${0##*/}\" \"$@\" > \"$STUB_LOG/$$\"\n",
+                )
+                .expect("write stub");
+                std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755))
+                    .expect("chmod stub");
+            }
+        }
+        for entry in std::fs::read_dir(&log).expect("read log dir") {
+            std::fs::remove_file(entry.expect("entry").path()).expect("clear log");
+        }
+        let status = std::process::Command::new(&self.bash)
+            .arg("-c")
+            .arg(format!(
+                "enable -n echo printf pwd true false type cd\n{command}"
+            ))
+            .current_dir(self.dir.path().join("work"))
+            .env_clear()
+            .env("PATH", &bin)
+            .env("STUB_LOG", &log)
+            .stdin(std::process::Stdio::null())
+            .status()
+            .expect("run bash");
+        assert!(status.success(), "bash failed: {command:?}");
+        let mut ran: Vec<Vec<String>> = std::fs::read_dir(&log)
+            .expect("read log dir")
+            .map(|e| {
+                let bytes = std::fs::read(e.expect("entry").path()).expect("read log");
+                String::from_utf8(bytes)
+                    .expect("utf-8 argv")
+                    .split_terminator('\0')
+                    .map(str::to_string)
+                    .collect()
+            })
+            .collect();
+        ran.sort();
+        ran
+    }
+
+    /// Bash ran exactly `commands` (only some of them when `command` has `||`).
+    fn assert_agrees(&mut self, command: &str, commands: &[Vec<String>]) {
+        let ran = self.run(command, commands);
+        let mut expected = commands.to_vec();
+        expected.sort();
+        if command.contains("||") {
+            for argv in &ran {
+                assert!(
+                    expected.contains(argv),
+                    "{command:?}: bash ran {argv:?}, not among {expected:?}"
+                );
+            }
+        } else {
+            assert_eq!(ran, expected, "{command:?}");
+        }
+    }
+}
+
+/// Every command line of the corpus the classifier calls read-only, run by bash: bash runs
+/// exactly the argv the classifier checked (quote removal, escapes and word boundaries agree).
+#[cfg(unix)]
+#[test]
+fn bash_runs_the_argv_the_classifier_checked() {
+    let Some(mut shell) = StubShell::new() else {
+        return;
+    };
+    let check = WorkspaceReadCheck::new(ROOT);
+    let mut checked = 0;
+    for case in corpus() {
+        if let ShellVerdict::ReadOnly { commands } = classify(&case.command, &check) {
+            shell.assert_agrees(&case.command, &commands);
+            checked += 1;
+        }
+    }
+    assert!(checked >= 150, "only {checked} read-only lines were run");
+}
+
+/// Words built from quoting and escaping pieces: whenever the classifier accepts the line, bash
+/// passes the same argv.
+#[cfg(unix)]
+#[test]
+fn bash_agrees_on_random_quoting() {
+    const PIECES: &[&str] = &[
+        "a",
+        "-n",
+        "--x=y",
+        "'b c'",
+        "\"d e\"",
+        "\"d\\\"e\"",
+        "\\x",
+        "\\ ",
+        "'\\'",
+        "\"\\\\\"",
+        "\"\\$\"",
+        "\"\\`\"",
+        "\"a\\b\"",
+        "x'y'z",
+        "#",
+        "a#b",
+        "!",
+        "=",
+        "%",
+        "@",
+        "^",
+        ",",
+        ":",
+        "\\*",
+        "'*'",
+        "\"?\"",
+        "\\[",
+        "{}",
+        "x{1}",
+        "'{a,b}'",
+        "\\{a,b}",
+        "é",
+        "''",
+        "\"\"",
+        "'\t'",
+        "\"x\ny\"",
+        "\\#",
+        "~x",
+        "a~",
+        "\\~",
+        "'~'",
+        "-",
+        "--",
+        "..",
+        "/x",
+        "./y",
+    ];
+    const JOINS: &[&str] = &[" ", " ", " ", "", " && ", " ; ", " | ", "\n"];
+    let Some(shell) = StubShell::new() else {
+        return;
+    };
+    let shell = std::cell::RefCell::new(shell);
+    let check = WorkspaceReadCheck::new(ROOT);
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(300));
+    let strategy = proptest::collection::vec((0..PIECES.len(), 0..JOINS.len()), 1..10);
+    runner
+        .run(&strategy, |picks| {
+            let mut command = String::from("echo ");
+            for (piece, join) in picks {
+                command.push_str(PIECES[piece]);
+                let j = JOINS[join];
+                command.push_str(j);
+                if j.trim().len() == 1 || j.contains('&') || j == "\n" {
+                    command.push_str("echo ");
+                }
+            }
+            if let ShellVerdict::ReadOnly { commands } = classify(&command, &check) {
+                shell.borrow_mut().assert_agrees(&command, &commands);
+            }
+            Ok(())
+        })
+        .expect("bash and the classifier agree");
+}
+
 /// Is there a `>` outside quotes and not escaped by a backslash?
 fn has_unquoted_gt(s: &str) -> bool {
     let mut single = false;
