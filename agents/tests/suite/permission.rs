@@ -2,6 +2,12 @@
 //! rules, the auto gate, the `Read(./.env)` plan-mode Bash rule, and "one engine decides every
 //! call" through the dispatch helper.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test setup and assertions fail loudly"
+)]
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
