@@ -1012,7 +1012,7 @@ fn would_ask(mode: PermissionMode, reason: String) -> Decision {
 fn command_parts(command: &str) -> Vec<String> {
     command
         .split(['&', '|', ';', '\n', '(', ')', '`', '{', '}'])
-        .map(|part| part.trim().trim_start_matches('$').trim())
+        .map(|part| part.trim().trim_matches('$').trim())
         .filter(|part| !part.is_empty())
         .map(str::to_string)
         .collect()
