@@ -150,17 +150,27 @@ fn unquote(raw: &str) -> String {
     out
 }
 
+/// The words of a command; adjacent nodes (`'-'rf`) are one word, as in bash.
 fn argv(node: Node<'_>, bytes: &[u8]) -> Vec<String> {
     let mut cursor = node.walk();
-    node.named_children(&mut cursor)
-        .filter(|c| {
-            !matches!(
-                c.kind(),
-                "variable_assignment" | "file_redirect" | "herestring_redirect"
-            )
-        })
-        .map(|c| unquote(&text(c, bytes)))
-        .collect()
+    let mut words: Vec<String> = Vec::new();
+    let mut prev_end = None;
+    for c in node.named_children(&mut cursor) {
+        if matches!(
+            c.kind(),
+            "variable_assignment" | "file_redirect" | "herestring_redirect"
+        ) {
+            prev_end = None;
+            continue;
+        }
+        let word = unquote(&text(c, bytes));
+        match words.last_mut() {
+            Some(last) if prev_end == Some(c.start_byte()) => last.push_str(&word),
+            _ => words.push(word),
+        }
+        prev_end = Some(c.end_byte());
+    }
+    words
 }
 
 fn words_under(node: Node<'_>, bytes: &[u8]) -> Vec<String> {
@@ -400,6 +410,9 @@ mod tests {
             "find . -exec rm -rf {} +",
             "echo x > /dev/sda",
             "rm -rf x; (",
+            "rm '-'rf x",
+            "rm \"-r\"\\f x",
+            "git push '--'force",
         ];
         for c in dangerous {
             assert!(known_dangerous(c).is_some(), "{c} should be dangerous");
