@@ -435,7 +435,7 @@ impl AgentRuntime {
             content: result.output.content.clone(),
             is_error: result.output.is_error,
         });
-        let gate = (self.mode == PermissionMode::Auto).then(|| match result.decision.as_str() {
+        let gate = (self.mode == PermissionMode::Auto).then_some(match result.decision.as_str() {
             "deny" => AutoGateUpdate::Denied(1),
             _ => AutoGateUpdate::Allowed,
         });
@@ -504,7 +504,7 @@ impl AgentRuntime {
                 &decision, output,
             ))));
         }
-        if !self.tools.iter().any(|name| *name == call.name) {
+        if !self.tools.contains(&call.name) {
             let output = ToolOutput::error(format!(
                 "{} is not one of your tools; your tools are: {}",
                 call.name,
@@ -525,6 +525,11 @@ impl AgentRuntime {
             };
             self.commit(vec![started], Vec::new(), None).await?;
         }
+        let context = if decision.read_only_shell {
+            read_only_context(context)?
+        } else {
+            context
+        };
         let output = tool.call(&context, call.input.clone()).await;
         Ok(Dispatched::Done(Box::new(CallResult::new(
             &decision, output,
@@ -537,13 +542,10 @@ impl AgentRuntime {
             return decision;
         }
         let Some(terminal) = self.run.terminal.clone() else {
-            return GateDecision {
-                verdict: Verdict::Deny,
-                reason: format!(
-                    "{}; no one can approve it in this run (no person at a terminal), so it is denied",
-                    decision.reason
-                ),
-            };
+            return GateDecision::deny(format!(
+                "{}; no one can approve it in this run (no person at a terminal), so it is denied",
+                decision.reason
+            ));
         };
         let (agent, tool, input, reason) = (
             self.id.clone(),
@@ -567,6 +569,7 @@ impl AgentRuntime {
             } else {
                 format!("{} (refused at the terminal)", decision.reason)
             },
+            read_only_shell: false,
         }
     }
 
@@ -673,6 +676,39 @@ fn interrupted(group: Option<i32>) -> CallResult {
     CallResult::invalid(ToolOutput::error(
         "interrupted by a crash; inspect the workspace before retrying",
     ))
+}
+
+/// The context read-only `Bash` runs in: variables that could run code removed, git's
+/// read-only overrides (`GIT_OPTIONAL_LOCKS=0`, …) set.
+fn read_only_context(context: ToolContext) -> RuntimeResult<ToolContext> {
+    let overrides = crate::shell::read_only_git_env();
+    let mut environment: Vec<(std::ffi::OsString, std::ffi::OsString)> = context
+        .environment()
+        .iter()
+        .filter(|(name, _)| {
+            let name = name.to_string_lossy();
+            !crate::shell::remove_from_read_only_env(&name)
+                && !overrides.iter().any(|(key, _)| *key == name)
+        })
+        .cloned()
+        .collect();
+    environment.extend(
+        overrides
+            .into_iter()
+            .map(|(key, value)| (key.into(), value.into())),
+    );
+    let mut read_only = ToolContext::new(context.workspace().clone(), environment)
+        .with_shutdown(context.shutdown().clone())
+        .with_limits(context.limits().clone());
+    if let Some(recorder) = context.process_group_recorder() {
+        read_only = read_only.with_process_group_recorder(recorder.clone());
+    }
+    if let Some(plan_file) = context.plan_file() {
+        read_only = read_only
+            .with_plan_file(plan_file)
+            .map_err(|error| RuntimeError::Workspace(error.to_string()))?;
+    }
+    Ok(read_only)
 }
 
 fn escape_mail(text: &str) -> String {

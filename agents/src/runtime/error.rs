@@ -13,7 +13,7 @@ pub enum RuntimeError {
     #[error("store: {0}")]
     Store(#[from] StoreError),
     #[error("model: {0}")]
-    Model(#[from] ModelError),
+    Model(Box<ModelError>),
     #[error("plan file {path}: {source}")]
     PlanFile {
         path: PathBuf,
@@ -39,6 +39,12 @@ pub enum RuntimeError {
     Workspace(String),
     #[error("the model stopped with {reason}: {detail}")]
     ModelStopped { reason: String, detail: String },
+}
+
+impl From<ModelError> for RuntimeError {
+    fn from(error: ModelError) -> Self {
+        RuntimeError::Model(Box::new(error))
+    }
 }
 
 /// Results of runtime operations.

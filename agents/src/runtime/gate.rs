@@ -20,6 +20,11 @@ pub const SUBAGENT_FORBIDDEN: &[&str] = &[
     "EnterPlanMode",
     "ExitPlanMode",
     "AskUserQuestion",
+    "SendMessage",
+    "TaskCreate",
+    "TaskUpdate",
+    "TaskList",
+    "TaskGet",
     "SpawnTeammate",
     "ReviewPlan",
     "ShutdownTeammate",
@@ -61,6 +66,9 @@ impl Verdict {
 pub struct GateDecision {
     pub verdict: Verdict,
     pub reason: String,
+    /// `Bash` allowed because the classifier proved it read-only: it runs with the read-only
+    /// git environment.
+    pub read_only_shell: bool,
 }
 
 impl GateDecision {
@@ -68,18 +76,26 @@ impl GateDecision {
         GateDecision {
             verdict: Verdict::Allow,
             reason: reason.into(),
+            read_only_shell: false,
         }
     }
     fn ask(reason: impl Into<String>) -> Self {
         GateDecision {
             verdict: Verdict::Ask,
             reason: reason.into(),
+            read_only_shell: false,
         }
     }
-    fn deny(reason: impl Into<String>) -> Self {
+    fn read_only_shell(mut self) -> Self {
+        self.read_only_shell = true;
+        self
+    }
+
+    pub fn deny(reason: impl Into<String>) -> Self {
         GateDecision {
             verdict: Verdict::Deny,
             reason: reason.into(),
+            read_only_shell: false,
         }
     }
 }
@@ -148,6 +164,7 @@ impl InterimGate {
                 match shell::classify(command, &check) {
                     shell::ShellVerdict::ReadOnly { .. } => {
                         GateDecision::allow(format!("{why}: the command is read-only"))
+                            .read_only_shell()
                     }
                     shell::ShellVerdict::NotReadOnly { reason } => GateDecision::deny(format!(
                         "{why}: only read-only commands may run ({reason})"
@@ -194,7 +211,7 @@ impl InterimGate {
             let check = WorkspaceReadCheck::new(call.tool_context.workspace().root());
             return match shell::classify(command, &check) {
                 shell::ShellVerdict::ReadOnly { .. } => {
-                    GateDecision::allow("the command is read-only")
+                    GateDecision::allow("the command is read-only").read_only_shell()
                 }
                 shell::ShellVerdict::NotReadOnly { reason } => {
                     self.would_ask(mode, format!("the command may change things ({reason})"))

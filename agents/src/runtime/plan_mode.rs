@@ -291,6 +291,7 @@ impl AgentRuntime {
         let gate = GateDecision {
             verdict: super::gate::Verdict::Allow,
             reason: "plan mode: ExitPlanMode submits the plan".into(),
+            read_only_shell: false,
         };
         let request_id = mail.request_id.clone().unwrap_or_default();
         let plan_file = self.plan_file.clone().unwrap_or_default();

@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -311,4 +311,540 @@ async fn main_agent_plan_approved_by_policy_then_acts() {
         .into_iter()
         .collect();
     assert!(kinds.contains(&"approval_requested") && kinds.contains(&"approval_decided"));
+}
+
+fn teammate(agent: &str, mode: PermissionMode) -> AgentSpec {
+    spec(
+        agent,
+        AgentKind::Teammate {
+            lead: "lead".into(),
+        },
+        mode,
+    )
+}
+
+/// Waits (pushed wake-up) for the next mail to `agent`.
+async fn next_mail(store: &SqliteStore, agent: &str) -> Message {
+    tokio::time::timeout(GUARD, store.receive("r1", agent, 1, MessageFilter::Any))
+        .await
+        .expect("guard timeout")
+        .unwrap()
+}
+
+#[tokio::test]
+async fn every_change_is_refused_in_plan_mode_and_the_workspace_is_unchanged() {
+    let h = Harness::new(vec![
+        reply(
+            "main",
+            1,
+            vec![
+                tool("Write", json!({"file_path": "README.md", "content": "changed"})),
+                tool(
+                    "Edit",
+                    json!({"file_path": "README.md", "old_string": "hello", "new_string": "bye"}),
+                ),
+                tool(
+                    "NotebookEdit",
+                    json!({"notebook_path": "nb.ipynb", "new_source": "1", "cell_id": "c1"}),
+                ),
+                tool("Bash", json!({"command": "touch created.txt"})),
+                tool("Bash", json!({"command": "sed -i s/hello/bye/ README.md"})),
+                tool(
+                    "Agent",
+                    json!({"description": "edit", "prompt": "edit README", "subagent_type": "general"}),
+                ),
+                tool("SpawnTeammate", json!({"name": "bob", "prompt": "edit"})),
+            ],
+        ),
+        reply("main", 2, vec![Block::text("Nothing changed.")]),
+    ])
+    .await;
+    std::fs::write(
+        h.workspace().join("nb.ipynb"),
+        r#"{"cells":[{"cell_type":"code","id":"c1","metadata":{},"source":["1"],"outputs":[],"execution_count":null}],"metadata":{},"nbformat":4,"nbformat_minor":5}"#,
+    )
+    .unwrap();
+    let before = h.workspace_hash();
+    h.member("main", MemberKind::Lead).await;
+    let mut agent = AgentRuntime::start(
+        h.single(PlanApprover::Human),
+        spec("main", AgentKind::Main, PermissionMode::Plan),
+        "Change things.",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        run(&mut agent).await,
+        AgentOutcome::Finished {
+            result: "Nothing changed.".into()
+        }
+    );
+    let calls = h.tool_calls("main").await;
+    assert_eq!(calls.len(), 7);
+    for (tool, decision, content, is_error) in &calls {
+        assert_eq!(decision, "deny", "{tool}: {content}");
+        assert!(is_error, "{tool}");
+        assert!(content.contains("plan mode"), "{tool}: {content}");
+    }
+    assert_eq!(h.workspace_hash(), before);
+    assert_eq!(
+        h.store.roster("r1").await.unwrap().len(),
+        3,
+        "no subagent started"
+    );
+    h.fake.verify().unwrap();
+}
+
+#[tokio::test]
+async fn teammate_plan_goes_to_the_lead_and_a_closed_auto_gate_restores_default() {
+    let h = Harness::new(vec![
+        reply(
+            "alice",
+            1,
+            vec![tool("ExitPlanMode", json!({"plan": PLAN}))],
+        ),
+        reply("alice", 2, vec![Block::text("Implementing.")]),
+    ])
+    .await;
+    h.member("lead", MemberKind::Lead).await;
+    h.member("alice", MemberKind::Teammate).await;
+    let context = h.single(PlanApprover::Human);
+    let mut spec = teammate("alice", PermissionMode::Plan);
+    spec.pre_plan_mode = Some(PermissionMode::Auto);
+    spec.approval_ceiling = Some(PermissionMode::BypassPermissions);
+    let mut agent = AgentRuntime::start(context, spec, "Plan the greeting.")
+        .await
+        .unwrap();
+    assert_eq!(
+        agent.plan_file().unwrap(),
+        h.plans().agent_file("alice").as_path()
+    );
+    let task = tokio::spawn(async move {
+        let outcome = run(&mut agent).await;
+        (outcome, agent.mode(), agent.pre_plan_mode())
+    });
+    let request = next_mail(&h.store, "lead").await;
+    assert_eq!(request.kind, "plan_approval_request");
+    assert_eq!(request.sender, "alice");
+    let MessageBody::PlanApprovalRequest {
+        request_id,
+        plan_file,
+        plan,
+        responder,
+    } = request.typed_body()
+    else {
+        panic!("not a plan request");
+    };
+    assert_eq!(request_id, "plan-alice-1");
+    assert_eq!(responder, "lead");
+    assert_eq!(plan, PLAN);
+    assert_eq!(PathBuf::from(&plan_file), h.plans().agent_file("alice"));
+    // The gate closes while alice waits; then the lead approves without granting a mode.
+    h.store
+        .update_auto_gate("r1", AutoGateUpdate::Close)
+        .await
+        .unwrap();
+    h.store
+        .respond(NewResponse {
+            run_id: "r1".into(),
+            sender: "lead".into(),
+            body: MessageBody::PlanApprovalResponse {
+                request_id: request_id.clone(),
+                approved: true,
+                feedback: Some("Keep it small.".into()),
+                mode: None,
+                lowered_from: None,
+                edited_plan: None,
+                clear_context: false,
+                rule: None,
+            },
+            idempotency_key: None,
+        })
+        .await
+        .unwrap();
+    let (outcome, mode, pre_plan) = tokio::time::timeout(GUARD, task).await.unwrap().unwrap();
+    assert_eq!(
+        outcome,
+        AgentOutcome::Finished {
+            result: "Implementing.".into()
+        }
+    );
+    assert_eq!(mode, PermissionMode::Default, "auto falls back to default");
+    assert_eq!(pre_plan, None);
+    let calls = h.tool_calls("alice").await;
+    assert!(calls[0].2.contains("gate closed"), "{}", calls[0].2);
+    assert!(calls[0].2.contains("Keep it small."), "{}", calls[0].2);
+    assert_eq!(modes(&h.records("alice").await), [PermissionMode::Default]);
+    let answered = h.store.request("r1", &request_id).await.unwrap().unwrap();
+    assert_eq!(answered.response.unwrap().responder, "lead");
+    h.fake.verify().unwrap();
+}
+
+#[tokio::test]
+async fn a_rejected_teammate_plan_keeps_planning_with_the_feedback() {
+    let h = Harness::new(vec![
+        reply(
+            "alice",
+            1,
+            vec![tool("ExitPlanMode", json!({"plan": PLAN}))],
+        ),
+        reply("alice", 2, vec![Block::text("Revising.")]),
+    ])
+    .await;
+    h.member("lead", MemberKind::Lead).await;
+    h.member("alice", MemberKind::Teammate).await;
+    let mut agent = AgentRuntime::start(
+        h.single(PlanApprover::Human),
+        teammate("alice", PermissionMode::Plan),
+        "Plan.",
+    )
+    .await
+    .unwrap();
+    let task = tokio::spawn(async move {
+        let outcome = run(&mut agent).await;
+        (outcome, agent.mode())
+    });
+    let request = next_mail(&h.store, "lead").await;
+    h.store
+        .respond(NewResponse {
+            run_id: "r1".into(),
+            sender: "lead".into(),
+            body: MessageBody::PlanApprovalResponse {
+                request_id: request.request_id.unwrap(),
+                approved: false,
+                feedback: Some("Add tests.".into()),
+                mode: None,
+                lowered_from: None,
+                edited_plan: None,
+                clear_context: false,
+                rule: None,
+            },
+            idempotency_key: None,
+        })
+        .await
+        .unwrap();
+    let (_, mode) = tokio::time::timeout(GUARD, task).await.unwrap().unwrap();
+    assert_eq!(mode, PermissionMode::Plan);
+    let calls = h.tool_calls("alice").await;
+    assert!(
+        calls[0].3 && calls[0].2.contains("Add tests."),
+        "{:?}",
+        calls[0]
+    );
+}
+
+#[tokio::test]
+async fn subagents_cannot_spawn_plan_or_ask_nor_write_plan_files() {
+    let h = Harness::new(vec![
+        reply(
+            "main",
+            1,
+            vec![tool(
+                "Agent",
+                json!({"description": "try things", "prompt": "Try.", "subagent_type": "general"}),
+            )],
+        ),
+        reply(
+            "main.sub-1",
+            1,
+            vec![
+                tool(
+                    "Agent",
+                    json!({"description": "x", "prompt": "x", "subagent_type": "Plan"}),
+                ),
+                tool("EnterPlanMode", json!({})),
+                tool("ExitPlanMode", json!({"plan": PLAN})),
+                tool(
+                    "AskUserQuestion",
+                    json!({"questions": [{"question": "Which?", "header": "Pick",
+                        "options": [{"label": "a", "description": "A"}, {"label": "b", "description": "B"}]}]}),
+                ),
+            ],
+        ),
+        reply("main.sub-1", 2, vec![Block::text("I was refused four times.")]),
+        reply("main", 2, vec![Block::text("The subagent reported.")]),
+    ])
+    .await;
+    h.member("main", MemberKind::Lead).await;
+    let mut agent = AgentRuntime::start(
+        h.single(PlanApprover::Human),
+        spec("main", AgentKind::Main, PermissionMode::AcceptEdits),
+        "Delegate.",
+    )
+    .await
+    .unwrap();
+    run(&mut agent).await;
+    let sub_calls = h.tool_calls("main.sub-1").await;
+    assert_eq!(sub_calls.len(), 4);
+    for (tool, decision, content, _) in &sub_calls {
+        assert_eq!(decision, "deny", "{tool}");
+        assert!(
+            content.contains("subagents cannot use"),
+            "{tool}: {content}"
+        );
+    }
+    let parent = h.tool_calls("main").await;
+    assert_eq!(parent[0].0, "Agent");
+    assert_eq!(parent[0].2, "I was refused four times.");
+    let offered: Vec<String> = h
+        .fake
+        .requests()
+        .iter()
+        .find(|r| r.agent.as_deref() == Some("main.sub-1"))
+        .unwrap()
+        .body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+    for forbidden in [
+        "Agent",
+        "EnterPlanMode",
+        "ExitPlanMode",
+        "AskUserQuestion",
+        "SendMessage",
+    ] {
+        assert!(
+            !offered.iter().any(|t| t == forbidden),
+            "{forbidden} offered"
+        );
+    }
+    let roster = h.store.roster("r1").await.unwrap();
+    let sub = roster.iter().find(|m| m.agent == "main.sub-1").unwrap();
+    assert_eq!(sub.kind, MemberKind::Subagent);
+    assert_eq!(sub.parent.as_deref(), Some("main"));
+    h.fake.verify().unwrap();
+}
+
+#[tokio::test]
+async fn a_subagent_write_to_a_plan_file_is_denied() {
+    let h = Harness::new(Vec::new()).await;
+    let plan_file = h.plans().main_file().display().to_string();
+    h.fake
+        .append_script(vec![
+            reply(
+                "main",
+                1,
+                vec![tool(
+                    "Agent",
+                    json!({"description": "w", "prompt": "Write the plan.", "subagent_type": "general"}),
+                )],
+            ),
+            reply(
+                "main.sub-1",
+                1,
+                vec![tool("Write", json!({"file_path": plan_file, "content": PLAN}))],
+            ),
+            reply("main.sub-1", 2, vec![Block::text("Denied.")]),
+            reply("main", 2, vec![Block::text("ok")]),
+        ])
+        .unwrap();
+    h.member("main", MemberKind::Lead).await;
+    let mut agent = AgentRuntime::start(
+        h.single(PlanApprover::Human),
+        spec("main", AgentKind::Main, PermissionMode::BypassPermissions),
+        "Delegate.",
+    )
+    .await
+    .unwrap();
+    run(&mut agent).await;
+    let calls = h.tool_calls("main.sub-1").await;
+    assert_eq!(calls[0].1, "deny");
+    assert!(
+        calls[0].2.contains("never write plan files"),
+        "{}",
+        calls[0].2
+    );
+    assert!(!h.plans().main_file().exists());
+}
+
+#[tokio::test]
+async fn plan_file_names_per_agent_and_slugs_reserved_with_create_new() {
+    let h = Harness::new(Vec::new()).await;
+    for agent in ["main", "alice", "worker-1", "worker-2"] {
+        h.member(agent, MemberKind::Teammate).await;
+    }
+    let context = h.single(PlanApprover::Human);
+    let main = AgentRuntime::start(
+        context.clone(),
+        spec("main", AgentKind::Main, PermissionMode::Plan),
+        "p",
+    )
+    .await
+    .unwrap();
+    let mut files = vec![main.plan_file().unwrap().to_path_buf()];
+    for agent in ["alice", "worker-1", "worker-2"] {
+        let mate = AgentRuntime::start(context.clone(), teammate(agent, PermissionMode::Plan), "p")
+            .await
+            .unwrap();
+        files.push(mate.plan_file().unwrap().to_path_buf());
+    }
+    let dir = h.plans().dir().to_path_buf();
+    assert_eq!(
+        files,
+        [
+            dir.join("calm-baking-otter.md"),
+            dir.join("calm-baking-otter-agent-alice.md"),
+            dir.join("calm-baking-otter-agent-worker-1.md"),
+            dir.join("calm-baking-otter-agent-worker-2.md"),
+        ]
+    );
+    // Two reservations with the same random sequence still get distinct slugs.
+    let reserved = h.dir.path().join("reserved");
+    let first = PlanFiles::reserve(&reserved, &mut fastrand::Rng::with_seed(3)).unwrap();
+    let second = PlanFiles::reserve(&reserved, &mut fastrand::Rng::with_seed(3)).unwrap();
+    assert_ne!(first.slug(), second.slug());
+    assert!(first.main_file().exists() && second.main_file().exists());
+}
+
+#[tokio::test]
+async fn per_mode_models_and_the_mode_section_change_between_plan_and_act_turns() {
+    let h = Harness::new(vec![
+        reply("main", 1, vec![tool("EnterPlanMode", json!({}))]),
+        reply(
+            "main",
+            2,
+            vec![tool(
+                "Agent",
+                json!({"description": "research", "prompt": "Find the files.", "subagent_type": "Plan"}),
+            )],
+        ),
+        reply(
+            "main.sub-1",
+            1,
+            vec![Block::text("### Critical Files for Implementation
+- README.md")],
+        ),
+        reply("main", 3, vec![tool("ExitPlanMode", json!({"plan": PLAN}))]),
+        reply("main", 4, vec![Block::text("Acting now.")]),
+    ])
+    .await;
+    h.member("main", MemberKind::Lead).await;
+    let models = ModelRouter {
+        plan: h.model("claude-opus-4-1"),
+        act: h.model("claude-sonnet-4-5"),
+    };
+    let context = h.context(
+        policy("approve_all = true\nmax_mode = \"acceptEdits\"\n"),
+        models,
+    );
+    let mut agent = AgentRuntime::start(
+        context,
+        spec("main", AgentKind::Main, PermissionMode::AcceptEdits),
+        "Plan then act.",
+    )
+    .await
+    .unwrap();
+    run(&mut agent).await;
+    h.fake.verify().unwrap();
+    let requests = h.fake.requests();
+    let main: Vec<_> = requests
+        .iter()
+        .filter(|r| r.agent.as_deref() == Some("main"))
+        .collect();
+    let model = |i: usize| main[i].body["model"].as_str().unwrap().to_owned();
+    let newest_user_turn = |body: &Value| {
+        body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|m| m["role"] == "user")
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(
+        (0..4).map(model).collect::<Vec<_>>(),
+        [
+            "claude-sonnet-4-5",
+            "claude-opus-4-1",
+            "claude-opus-4-1",
+            "claude-sonnet-4-5"
+        ]
+    );
+    assert!(newest_user_turn(&main[0].body).contains("Mode: acceptEdits"));
+    assert!(newest_user_turn(&main[1].body).contains("Mode: plan"));
+    assert!(newest_user_turn(&main[2].body).contains("Mode: plan"));
+    assert!(newest_user_turn(&main[3].body).contains("Mode: acceptEdits"));
+    // The cached prefix stays the same: system prompt and tools do not depend on the mode.
+    for request in &main {
+        assert_eq!(request.body["system"], main[0].body["system"]);
+        assert_eq!(request.body["tools"], main[0].body["tools"]);
+    }
+    // The Plan subagent inherits the parent's current (plan-mode) model.
+    let sub = requests
+        .iter()
+        .find(|r| r.agent.as_deref() == Some("main.sub-1"))
+        .unwrap();
+    assert_eq!(sub.body["model"], "claude-opus-4-1");
+    let calls = h.tool_calls("main").await;
+    assert!(calls[1].2.contains("Critical Files"), "{}", calls[1].2);
+}
+
+#[tokio::test]
+async fn a_main_agent_with_the_human_approver_stops_and_resumes_after_the_decision() {
+    let h = Harness::new(vec![
+        reply("main", 1, vec![tool("ExitPlanMode", json!({"plan": PLAN}))]),
+        reply("main", 2, vec![Block::text("Approved, going on.")]),
+    ])
+    .await;
+    h.member("main", MemberKind::Lead).await;
+    let context = h.single(PlanApprover::Human);
+    let mut agent = AgentRuntime::start(
+        context.clone(),
+        spec("main", AgentKind::Main, PermissionMode::Plan),
+        "Plan.",
+    )
+    .await
+    .unwrap();
+    let outcome = run(&mut agent).await;
+    assert_eq!(
+        outcome,
+        AgentOutcome::AwaitingDecision {
+            request_id: "plan-main-1".into(),
+            plan_file: h.plans().main_file(),
+        }
+    );
+    drop(agent);
+    h.store
+        .respond(NewResponse {
+            run_id: "r1".into(),
+            sender: "human".into(),
+            body: MessageBody::PlanApprovalResponse {
+                request_id: "plan-main-1".into(),
+                approved: true,
+                feedback: None,
+                mode: Some("acceptEdits".into()),
+                lowered_from: None,
+                edited_plan: None,
+                clear_context: true,
+                rule: None,
+            },
+            idempotency_key: None,
+        })
+        .await
+        .unwrap();
+    let mut resumed = AgentRuntime::resume(context, "main", None, None)
+        .await
+        .unwrap();
+    assert_eq!(resumed.turn(), 1, "the turn index survives the restart");
+    assert_eq!(
+        run(&mut resumed).await,
+        AgentOutcome::Finished {
+            result: "Approved, going on.".into()
+        }
+    );
+    assert_eq!(resumed.mode(), PermissionMode::AcceptEdits);
+    // clear_context: the second request carries only the approved plan.
+    let second = h
+        .fake
+        .requests()
+        .into_iter()
+        .find(|r| r.turn == Some(2))
+        .unwrap();
+    let messages = second.body["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 1);
+    assert!(messages[0].to_string().contains("## Steps"));
+    h.fake.verify().unwrap();
 }
