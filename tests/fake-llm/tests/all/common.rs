@@ -29,6 +29,8 @@ pub fn entries(v: Value) -> Vec<ScriptEntry> {
 }
 
 pub fn client() -> reqwest::Client {
+    // Only needed when features unify with muster-agents' `rustls-no-provider`; harmless alone.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
         .no_proxy()
         .build()
