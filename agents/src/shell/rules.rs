@@ -515,10 +515,10 @@ fn spec(name: &str) -> Option<Spec> {
                 "max-results",
                 "batch-size",
             ],
-            long_path: &["base-directory", "search-path", "ignore-file"],
+            long_path: &["search-path", "ignore-file"],
             forbid_short: "xX",
-            forbid_long: &["exec", "exec-batch"],
-            forbid_why: "runs a command for the files it finds",
+            forbid_long: &["exec", "exec-batch", "base-directory"],
+            forbid_why: "runs a command for the files it finds, or changes the directory its paths are relative to",
             pattern_long: &["search-path"],
             ..BASE
         },
@@ -1091,6 +1091,12 @@ impl<'a> Checker<'a> {
     }
 
     fn git(&self, args: &[&str]) -> Result<(), String> {
+        // `-C dir` moves git the way `cd` moves the shell: later paths are relative to it.
+        let mut here = Checker {
+            paths: self.paths,
+            cwds: self.cwds.clone(),
+            cd_to: None,
+        };
         let mut i = 0;
         while let Some(&a) = args.get(i) {
             if !a.starts_with('-') {
@@ -1110,9 +1116,12 @@ impl<'a> Checker<'a> {
                             args.get(i - 1).copied()
                         }
                     };
-                    match value {
-                        Some(v) => self.read("git", v)?,
-                        None => return Err(format!("`git {a}` is missing its directory")),
+                    let Some(v) = value else {
+                        return Err(format!("`git {a}` is missing its directory"));
+                    };
+                    here.read("git", v)?;
+                    if opt == "-C" {
+                        here.cwds = here.cwds.iter().map(|c| Self::joined(c, v)).collect();
                     }
                 }
                 "--namespace" => {
@@ -1139,7 +1148,11 @@ impl<'a> Checker<'a> {
                 "-p" | "--paginate" => {
                     return Err(format!("`git {a}` starts a pager"));
                 }
-                c if c.starts_with("-C") => self.read("git", &c[2..])?,
+                c if c.starts_with("-C") => {
+                    let v = &c[2..];
+                    here.read("git", v)?;
+                    here.cwds = here.cwds.iter().map(|c| Self::joined(c, v)).collect();
+                }
                 other => {
                     return Err(format!(
                         "`git {other}` is not a global option the classifier knows to be harmless"
@@ -1147,10 +1160,14 @@ impl<'a> Checker<'a> {
                 }
             }
         }
-        let Some(&sub) = args.get(i) else {
+        here.git_subcommand(args.get(i..).unwrap_or(&[]))
+    }
+
+    /// A git subcommand and its arguments, after the global options.
+    fn git_subcommand(&self, args: &[&str]) -> Result<(), String> {
+        let Some((&sub, rest)) = args.split_first() else {
             return Ok(());
         };
-        let rest = &args[i + 1..];
         const FORBID: &[&str] = &[
             "output",
             "ext-diff",
