@@ -128,6 +128,7 @@ struct StubShell {
 }
 
 #[cfg(unix)]
+#[expect(clippy::expect_used, reason = "test helper: a failed setup step fails the test")]
 impl StubShell {
     /// `None` when there is no bash on this machine.
     fn new() -> Option<Self> {
