@@ -45,7 +45,9 @@ impl WorkspaceReadCheck {
     }
 
     /// Add a denied path, relative to the root (`.env`, `./.env`, `secrets/`) or absolute inside
-    /// it. A path that escapes the root is ignored: it is unreadable anyway.
+    /// it; it denies itself and everything below it. Exact paths only, no glob patterns (the
+    /// engine's implementation handles the `Read(…)` rule syntax). A path that escapes the root
+    /// is ignored: it is unreadable anyway.
     #[must_use]
     pub fn deny(mut self, path: &str) -> Self {
         if let Ok(components) = self.components(path) {
