@@ -57,6 +57,9 @@ pub enum StoreError {
     #[error("run {0:?} already exists")]
     RunExists(String),
 
+    #[error("slug {0:?} is already used by another run; plan file names must not collide")]
+    SlugExists(String),
+
     #[error("no run {0:?} in this store (see `muster runs`)")]
     UnknownRun(String),
 

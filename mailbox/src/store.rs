@@ -110,4 +110,11 @@ pub trait MailboxStore: Send + Sync {
     /// runs only. Requests and responses are never deleted, nor anything of a run that is
     /// not finished; those runs are reported as skipped.
     async fn prune(&self, cutoff: UnixMillis) -> StoreResult<PruneReport>;
+
+    // ---- forks
+    /// Copies run `source` whole under `new_id` and `new_slug`, in one transaction: roster,
+    /// messages (new keys, same order; leases returned to pending), requests and responses,
+    /// agents' records, tasks and counters. The copy is `interrupted` (or keeps a finished
+    /// status) with epoch 0, so `muster resume` continues it independently.
+    async fn fork_run(&self, source: &str, new_id: &str, new_slug: &str) -> StoreResult<RunRecord>;
 }

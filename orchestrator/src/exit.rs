@@ -79,6 +79,7 @@ impl Exit {
             StoreError::AlreadyDecided { .. }
             | StoreError::WrongResponder { .. }
             | StoreError::RunExists(_)
+            | StoreError::SlugExists(_)
             | StoreError::AlreadyOnRoster { .. }
             | StoreError::DuplicateRequest { .. }
             | StoreError::NotLeased { .. }

@@ -1,5 +1,6 @@
 //! The SQLite backend: one file, WAL, one writer thread with group commit.
 
+mod fork;
 mod open;
 mod ops;
 mod schema;
@@ -332,6 +333,13 @@ impl MailboxStore for SqliteStore {
     async fn release_tasks_of(&self, run_id: &str, agent: &str) -> StoreResult<Vec<i64>> {
         let (run_id, agent) = (run_id.to_owned(), agent.to_owned());
         self.op(move |conn, ctx, _| tasks::release_tasks_of(conn, ctx, &run_id, &agent))
+            .await
+    }
+
+    async fn fork_run(&self, source: &str, new_id: &str, new_slug: &str) -> StoreResult<RunRecord> {
+        let (source, new_id, new_slug) =
+            (source.to_owned(), new_id.to_owned(), new_slug.to_owned());
+        self.op(move |conn, ctx, _| fork::fork_run(conn, ctx, &source, &new_id, &new_slug))
             .await
     }
 

@@ -141,6 +141,7 @@ pub(crate) fn create_run(
     if get_run(conn, ctx, &run.id)?.is_some() {
         return Err(StoreError::RunExists(run.id.clone()));
     }
+    require_free_slug(conn, ctx, &run.slug)?;
     let now = now_millis();
     conn.execute(
         "INSERT INTO runs (id, slug, team, workspace, status, created_at, updated_at, \
@@ -623,6 +624,19 @@ pub(crate) fn send(
         leased_at: None,
         acked_at: None,
     })
+}
+
+/// Refuses a slug another run holds: plan files are named after it.
+pub(crate) fn require_free_slug(conn: &Connection, ctx: &OpContext, slug: &str) -> StoreResult<()> {
+    let taken: bool = conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM runs WHERE slug = ?1)")
+        .and_then(|mut stmt| stmt.query_row([slug], |row| row.get(0)))
+        .map_err(ctx.sql())?;
+    if taken {
+        Err(StoreError::SlugExists(slug.to_owned()))
+    } else {
+        Ok(())
+    }
 }
 
 /// Whether a run exists, without reading its row: the hot path of every send.

@@ -738,3 +738,123 @@ async fn prune_deletes_only_settled_chat_of_finished_runs() {
     );
     assert_eq!(store.messages("live", None).await.unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn a_fork_copies_everything_and_then_goes_its_own_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("m.db"));
+    let epoch = run_with(&store, RUN, &["alice"]).await;
+    store
+        .send(plan_request(RUN, "plan-alice-1", "human"))
+        .await
+        .unwrap();
+    store
+        .respond(plan_response(RUN, "plan-alice-1", "human", true))
+        .await
+        .unwrap();
+    store
+        .send(text(RUN, "lead", "alice", "in flight"))
+        .await
+        .unwrap();
+    let leased = store
+        .try_receive(RUN, "alice", epoch, MessageFilter::Any)
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .append_records(
+            RUN,
+            vec![NewRecord {
+                agent: "alice".into(),
+                stream: "transcript".into(),
+                seq: None,
+                body: json!({"turn": 1}),
+            }],
+        )
+        .await
+        .unwrap();
+    store
+        .create_task(NewTask {
+            run_id: RUN.into(),
+            created_by: "lead".into(),
+            subject: "s".into(),
+            description: "d".into(),
+            blocked_by: vec![],
+        })
+        .await
+        .unwrap();
+    store.next_counter(RUN, "plan-alice").await.unwrap();
+
+    let fork = store
+        .fork_run(RUN, "r1-fork", "other-slug-here")
+        .await
+        .unwrap();
+    assert_eq!(
+        (fork.slug.as_str(), fork.status, fork.epoch),
+        ("other-slug-here", RunStatus::Interrupted, 0)
+    );
+    assert_eq!(
+        store.roster("r1-fork").await.unwrap(),
+        store.roster(RUN).await.unwrap()
+    );
+    let copied = store.messages("r1-fork", None).await.unwrap();
+    let original = store.messages(RUN, None).await.unwrap();
+    assert_eq!(copied.len(), original.len());
+    assert!(
+        copied
+            .iter()
+            .zip(&original)
+            .all(|(c, o)| c.key != o.key && c.body == o.body && c.kind == o.kind)
+    );
+    let in_flight = copied
+        .iter()
+        .find(|m| m.body["text"] == "in flight")
+        .unwrap();
+    assert_eq!(
+        in_flight.state,
+        DeliveryState::Pending,
+        "the source's lease does not follow the fork"
+    );
+    assert_ne!(in_flight.key, leased.key);
+    let decided = store
+        .request("r1-fork", "plan-alice-1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(decided.response.unwrap().body["approved"], json!(true));
+    assert_eq!(
+        store
+            .records("r1-fork", "alice", "transcript", 0)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(store.tasks("r1-fork").await.unwrap().len(), 1);
+    assert_eq!(
+        store.next_counter("r1-fork", "plan-alice").await.unwrap(),
+        2
+    );
+
+    // Independent from now on.
+    store
+        .send(text("r1-fork", "lead", "alice", "only in the fork"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.messages(RUN, None).await.unwrap().len(),
+        original.len()
+    );
+    let taken = store.fork_run(RUN, "r1-fork", "x").await.unwrap_err();
+    assert!(matches!(taken, StoreError::RunExists(_)), "{taken}");
+    let slug_taken = store
+        .fork_run(RUN, "r1-fork2", "other-slug-here")
+        .await
+        .unwrap_err();
+    assert!(
+        slug_taken
+            .to_string()
+            .contains("slug \"other-slug-here\" is already used"),
+        "{slug_taken}"
+    );
+}
