@@ -54,7 +54,7 @@ pub use context::{
 pub use coordination::capped_mode;
 pub use error::{RuntimeError, RuntimeResult};
 pub use events::{EventSink, NoEvents, RuntimeEvent};
-pub use gate::{CallContext, GateDecision, InterimGate, SUBAGENT_FORBIDDEN, ToolGate, Verdict};
+pub use gate::{CallContext, EngineGate, GateDecision, SUBAGENT_FORBIDDEN, ToolGate, Verdict};
 pub use plan_files::{PlanFiles, REQUIRED_SECTIONS, missing_sections, random_slug};
 pub use prompt::{mode_reminder, system_prompt};
 pub use records::{AgentKind, Record, TRANSCRIPT};

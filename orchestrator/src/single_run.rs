@@ -13,7 +13,7 @@ use muster_agents::model::{
 };
 use muster_agents::runtime::{
     AgentKind, AgentOutcome, AgentRuntime, AgentSpec, DEFAULT_MAX_SUBAGENTS, DEFAULT_MAX_TURNS,
-    EventSink, InterimGate, ModeModel, ModelRouter, PlanApprover, PlanFiles, RunContext,
+    EngineGate, EventSink, ModeModel, ModelRouter, PlanApprover, PlanFiles, RunContext,
     RuntimeEvent, Terminal, TerminalPlanDecision,
 };
 use muster_agents::tools::{ToolRegistry, Workspace};
@@ -490,7 +490,11 @@ impl Session {
             epoch,
             store,
             models: self.models(env)?,
-            gate: Arc::new(InterimGate::new(self.catalog.clone())),
+            gate: Arc::new(EngineGate::new(
+                settings.permissions.clone(),
+                self.catalog.clone(),
+                std::env::home_dir(),
+            )),
             catalog: self.catalog.clone(),
             tools: ToolRegistry::standard(),
             workspace,

@@ -58,6 +58,8 @@ pub enum AgentOutcome {
 /// The result of one tool call, with what must be committed beside it.
 pub(super) struct CallResult {
     pub decision: String,
+    /// What the decision does to the run's auto gate.
+    pub auto_gate: Option<AutoGateUpdate>,
     pub reason: String,
     pub output: ToolOutput,
     /// Records committed before the `tool_call` record (mode changes, snapshots).
@@ -73,6 +75,7 @@ impl CallResult {
     pub(super) fn new(decision: &GateDecision, output: ToolOutput) -> CallResult {
         CallResult {
             decision: decision.verdict.as_str().to_owned(),
+            auto_gate: decision.auto_gate,
             reason: decision.reason.clone(),
             output,
             records: Vec::new(),
@@ -85,6 +88,7 @@ impl CallResult {
     fn invalid(output: ToolOutput) -> CallResult {
         CallResult {
             decision: "invalid".into(),
+            auto_gate: None,
             reason: output.content.clone(),
             output,
             records: Vec::new(),
@@ -131,6 +135,8 @@ pub struct AgentRuntime {
     pub(super) unacked: Vec<String>,
     pub(super) pending: Option<PendingCalls>,
     pub(super) finished: Option<String>,
+    /// The run's auto gate as of this agent's last commit.
+    pub(super) auto_gate_open: bool,
 }
 
 impl AgentRuntime {
@@ -170,6 +176,7 @@ impl AgentRuntime {
             unacked: Vec::new(),
             pending: None,
             finished: None,
+            auto_gate_open: true,
         };
         if agent.mode == PermissionMode::Plan && agent.pre_plan_mode.is_none() {
             agent.pre_plan_mode = Some(
@@ -435,11 +442,7 @@ impl AgentRuntime {
             content: result.output.content.clone(),
             is_error: result.output.is_error,
         });
-        let gate = (self.mode == PermissionMode::Auto).then_some(match result.decision.as_str() {
-            "deny" => AutoGateUpdate::Denied(1),
-            _ => AutoGateUpdate::Allowed,
-        });
-        self.commit(records, result.acks, gate).await?;
+        self.commit(records, result.acks, result.auto_gate).await?;
         for event in result.events {
             self.run.events.emit(event);
         }
@@ -489,9 +492,11 @@ impl AgentRuntime {
                 agent_id: &self.id,
                 agent_kind: &self.kind,
                 mode: self.mode,
-                read_only_agent: self.definition.read_only,
+                pre_plan_mode: self.pre_plan_mode,
+                definition: &self.definition,
                 plans: &self.run.plans,
                 tool_context: &context,
+                auto_gate_open: self.auto_gate_open,
             };
             self.run
                 .gate
@@ -570,6 +575,7 @@ impl AgentRuntime {
                 format!("{} (refused at the terminal)", decision.reason)
             },
             read_only_shell: false,
+            auto_gate: decision.auto_gate,
         }
     }
 
@@ -615,7 +621,7 @@ impl AgentRuntime {
 
     /// Commits records (and acks) in one transaction.
     pub(super) async fn commit(
-        &self,
+        &mut self,
         records: Vec<Record>,
         acks: Vec<String>,
         auto_gate: Option<AutoGateUpdate>,
@@ -624,7 +630,8 @@ impl AgentRuntime {
             .iter()
             .map(|record| record.to_new(&self.id))
             .collect::<RuntimeResult<Vec<NewRecord>>>()?;
-        self.run
+        let outcome = self
+            .run
             .store
             .commit_turn(CommitTurn {
                 run_id: self.run.run_id.clone(),
@@ -636,6 +643,7 @@ impl AgentRuntime {
                 auto_gate,
             })
             .await?;
+        self.auto_gate_open = outcome.auto_gate.open;
         Ok(())
     }
 }

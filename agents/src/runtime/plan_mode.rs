@@ -288,11 +288,7 @@ impl AgentRuntime {
 
     async fn apply_plan_decision(&mut self, mail: Mail) -> RuntimeResult<Dispatched> {
         let decision = read_decision(&mail);
-        let gate = GateDecision {
-            verdict: super::gate::Verdict::Allow,
-            reason: "plan mode: ExitPlanMode submits the plan".into(),
-            read_only_shell: false,
-        };
+        let gate = GateDecision::allow("plan mode: ExitPlanMode submits the plan");
         let request_id = mail.request_id.clone().unwrap_or_default();
         let plan_file = self.plan_file.clone().unwrap_or_default();
         let path = plan_file.display().to_string();

@@ -69,7 +69,14 @@ impl AgentRuntime {
             unacked: Vec::new(),
             pending: None,
             finished: None,
+            auto_gate_open: true,
         };
+        agent.auto_gate_open = agent
+            .run
+            .store
+            .run(&agent.run.run_id)
+            .await?
+            .is_none_or(|record| record.auto_gate.open);
         let mut pending = PendingCalls::default();
         let mut last_plan: Option<String> = None;
         for record in records.into_iter().skip(1) {
