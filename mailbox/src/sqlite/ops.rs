@@ -551,32 +551,13 @@ pub(crate) fn send(
         ));
     }
     let kind = message.body.kind().to_owned();
-    let body = message
-        .body
-        .to_stored()
-        .map_err(|e| StoreError::CorruptRow {
-            table: "messages",
-            detail: format!("body does not serialise: {e}"),
-        })?;
-    let body_text = to_json_text(&body);
-    if body_text.len() > ctx.max_body_bytes {
-        return Err(StoreError::BodyTooLarge {
-            size: body_text.len(),
-            limit: ctx.max_body_bytes,
-        });
-    }
+    let (body, body_text) = stored_body(ctx, &message.body)?;
     let request_id = message.body.request_id().map(str::to_owned);
     let correlation = correlation_of(&kind);
     if correlation != Correlation::None && request_id.is_none() {
         return Err(StoreError::MissingRequestId { kind });
     }
-    let priority = if kind == "shutdown_request" {
-        Priority::Shutdown
-    } else if sender_kind == MemberKind::Lead {
-        Priority::FromLead
-    } else {
-        Priority::Normal
-    };
+    let priority = priority_of(&kind, sender_kind);
     let key = Uuid::now_v7().to_string();
     let now = now_millis();
     conn.prepare_cached(
@@ -624,6 +605,36 @@ pub(crate) fn send(
         leased_at: None,
         acked_at: None,
     })
+}
+
+/// Delivery class: shutdown requests first, then mail from the lead, then the rest.
+fn priority_of(kind: &str, sender: MemberKind) -> Priority {
+    if kind == "shutdown_request" {
+        Priority::Shutdown
+    } else if sender == MemberKind::Lead {
+        Priority::FromLead
+    } else {
+        Priority::Normal
+    }
+}
+
+/// The body as stored (JSON and its text), refused when over the configured limit.
+fn stored_body(
+    ctx: &OpContext,
+    body: &crate::message::MessageBody,
+) -> StoreResult<(Value, String)> {
+    let value = body.to_stored().map_err(|e| StoreError::CorruptRow {
+        table: "messages",
+        detail: format!("body does not serialise: {e}"),
+    })?;
+    let text = to_json_text(&value);
+    if text.len() > ctx.max_body_bytes {
+        return Err(StoreError::BodyTooLarge {
+            size: text.len(),
+            limit: ctx.max_body_bytes,
+        });
+    }
+    Ok((value, text))
 }
 
 /// Refuses a slug another run holds: plan files are named after it.
@@ -702,25 +713,8 @@ pub(crate) fn send_many(
                 &message.recipient,
             ));
         }
-        let body = message
-            .body
-            .to_stored()
-            .map_err(|e| StoreError::CorruptRow {
-                table: "messages",
-                detail: format!("body does not serialise: {e}"),
-            })?;
-        let body_text = to_json_text(&body);
-        if body_text.len() > ctx.max_body_bytes {
-            return Err(StoreError::BodyTooLarge {
-                size: body_text.len(),
-                limit: ctx.max_body_bytes,
-            });
-        }
-        let priority = if sender_kind == MemberKind::Lead {
-            Priority::FromLead
-        } else {
-            Priority::Normal
-        };
+        let (_, body_text) = stored_body(ctx, &message.body)?;
+        let priority = priority_of(&kind, sender_kind);
         insert
             .execute(params![
                 Uuid::now_v7().to_string(),
