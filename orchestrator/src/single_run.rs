@@ -672,6 +672,9 @@ impl Printer {
 impl EventSink for Printer {
     fn emit(&self, event: RuntimeEvent) {
         match self.format {
+            // DESIGN.md's event types only: mode changes show in model_turn and
+            // approval_decided.
+            OutputFormat::StreamJson if matches!(event, RuntimeEvent::ModeChanged { .. }) => {}
             OutputFormat::StreamJson => self.line(event.kind(), event.agent(), event.fields()),
             OutputFormat::Text => {
                 if let RuntimeEvent::ToolCall {

@@ -380,7 +380,28 @@ impl AgentRuntime {
         mut pending: PendingCalls,
     ) -> RuntimeResult<Option<AgentOutcome>> {
         let calls = pending.calls.clone();
-        for call in &calls {
+        let mut index = 0;
+        while index < calls.len() {
+            let group = self.read_only_group(&calls[index..], &pending);
+            if group > 1 {
+                let batch = &calls[index..index + group];
+                let results = futures_util::future::join_all(
+                    batch.iter().map(|call| self.dispatch_read_only(call)),
+                )
+                .await;
+                for (call, result) in batch.iter().zip(results) {
+                    let result = result?;
+                    pending.done.insert(
+                        call.id.clone(),
+                        (result.output.content.clone(), result.output.is_error),
+                    );
+                    self.commit_call(call, result).await?;
+                }
+                index += group;
+                continue;
+            }
+            let call = &calls[index];
+            index += 1;
             if pending.done.contains_key(&call.id) {
                 continue;
             }
@@ -432,6 +453,18 @@ impl AgentRuntime {
         Ok(None)
     }
 
+    /// How many calls from the start of `calls` are read-only tool-set calls still to run.
+    fn read_only_group(&self, calls: &[ToolCall], pending: &PendingCalls) -> usize {
+        calls
+            .iter()
+            .take_while(|call| {
+                !pending.done.contains_key(&call.id)
+                    && !pending.started.contains_key(&call.id)
+                    && self.is_read_only_call(call)
+            })
+            .count()
+    }
+
     async fn commit_call(&mut self, call: &ToolCall, result: CallResult) -> RuntimeResult<()> {
         let mut records = result.records;
         records.push(Record::ToolCall {
@@ -472,8 +505,54 @@ impl AgentRuntime {
 
     /// Decides one call through the gate and runs it.
     async fn dispatch(&mut self, call: &ToolCall) -> RuntimeResult<Dispatched> {
+        match self.prepare(call).await? {
+            Prepared::Finished(result) => Ok(Dispatched::Done(result)),
+            Prepared::Runtime(decision, acks) => {
+                let mut dispatched = self.coordinate(call, &decision).await?;
+                if let Dispatched::Done(result) = &mut dispatched {
+                    result.acks.extend(acks);
+                }
+                Ok(dispatched)
+            }
+            Prepared::Run(run) => {
+                if !run.tool.is_read_only() && !run.tool.is_idempotent() && call.name != "Bash" {
+                    let started = Record::ToolStarted {
+                        tool_use_id: call.id.clone(),
+                        tool: call.name.clone(),
+                        process_group: None,
+                    };
+                    self.commit(vec![started], Vec::new(), None).await?;
+                }
+                Ok(Dispatched::Done(Box::new(run.execute(call).await)))
+            }
+        }
+    }
+
+    /// A read-only call of the tool set: decided and run without committing anything first,
+    /// so consecutive ones run concurrently.
+    async fn dispatch_read_only(&self, call: &ToolCall) -> RuntimeResult<CallResult> {
+        Ok(match self.prepare(call).await? {
+            Prepared::Finished(result) => *result,
+            Prepared::Run(run) => run.execute(call).await,
+            Prepared::Runtime(decision, _) => CallResult::new(
+                &decision,
+                ToolOutput::error(format!("{} is not a tool-set tool", call.name)),
+            ),
+        })
+    }
+
+    /// Whether a call is of a read-only tool the tool set runs.
+    fn is_read_only_call(&self, call: &ToolCall) -> bool {
+        self.run
+            .tools
+            .get(&call.name)
+            .is_some_and(|tool| tool.is_read_only() && tool.handled_by() == HandledBy::ToolSet)
+    }
+
+    /// The gate's decision (with an ask settled), and what runs the call if it is allowed.
+    async fn prepare(&self, call: &ToolCall) -> RuntimeResult<Prepared> {
         let Some(tool) = self.run.tools.get(&call.name).cloned() else {
-            return Ok(Dispatched::Done(Box::new(CallResult::invalid(
+            return Ok(Prepared::Finished(Box::new(CallResult::invalid(
                 ToolOutput::error(format!(
                     "unknown tool `{}`; your tools are: {}",
                     call.name,
@@ -482,7 +561,7 @@ impl AgentRuntime {
             ))));
         };
         if let Err(error) = tool.accessed_paths(&call.input) {
-            return Ok(Dispatched::Done(Box::new(CallResult::invalid(
+            return Ok(Prepared::Finished(Box::new(CallResult::invalid(
                 ToolOutput::error(error.to_string()),
             ))));
         }
@@ -502,81 +581,131 @@ impl AgentRuntime {
                 .gate
                 .decide(&call_context, tool.as_ref(), &call.input)
         };
-        let decision = self.settle_ask(decision, call).await;
+        let (decision, acks) = self.settle_ask(decision, call).await?;
+        let refuse = |text: String| {
+            let mut result = CallResult::new(&decision, ToolOutput::error(text));
+            result.acks = acks.clone();
+            Ok(Prepared::Finished(Box::new(result)))
+        };
         if decision.verdict != Verdict::Allow {
-            let output = ToolOutput::error(format!("Permission denied: {}", decision.reason));
-            return Ok(Dispatched::Done(Box::new(CallResult::new(
-                &decision, output,
-            ))));
+            return refuse(format!("Permission denied: {}", decision.reason));
         }
         if !self.tools.contains(&call.name) {
-            let output = ToolOutput::error(format!(
+            return refuse(format!(
                 "{} is not one of your tools; your tools are: {}",
                 call.name,
                 self.tools.join(", ")
             ));
-            return Ok(Dispatched::Done(Box::new(CallResult::new(
-                &decision, output,
-            ))));
         }
         if tool.handled_by() == HandledBy::AgentRuntime {
-            return self.coordinate(call, &decision).await;
-        }
-        if !tool.is_read_only() && !tool.is_idempotent() && call.name != "Bash" {
-            let started = Record::ToolStarted {
-                tool_use_id: call.id.clone(),
-                tool: call.name.clone(),
-                process_group: None,
-            };
-            self.commit(vec![started], Vec::new(), None).await?;
+            return Ok(Prepared::Runtime(decision, acks));
         }
         let context = if decision.read_only_shell {
             read_only_context(context)?
         } else {
             context
         };
-        let output = tool.call(&context, call.input.clone()).await;
-        Ok(Dispatched::Done(Box::new(CallResult::new(
-            &decision, output,
-        ))))
+        Ok(Prepared::Run(ToolRun {
+            tool,
+            decision,
+            context,
+            acks,
+        }))
     }
 
-    /// An `ask` goes to the person at the terminal; with no one to ask it is a deny.
-    async fn settle_ask(&self, decision: GateDecision, call: &ToolCall) -> GateDecision {
+    /// An `ask` goes to whoever approves for the agent: the person at the terminal, or the
+    /// lead by mail (a teammate); with no one to ask it is a deny. Gives back the answer's
+    /// mail to ack with the call.
+    async fn settle_ask(
+        &self,
+        decision: GateDecision,
+        call: &ToolCall,
+    ) -> RuntimeResult<(GateDecision, Vec<String>)> {
         if decision.verdict != Verdict::Ask {
-            return decision;
+            return Ok((decision, Vec::new()));
         }
-        let Some(terminal) = self.run.terminal.clone() else {
-            return GateDecision::deny(format!(
-                "{}; no one can approve it in this run (no person at a terminal), so it is denied",
-                decision.reason
+        if let Some(terminal) = self.run.terminal.clone() {
+            let (agent, tool, input, reason) = (
+                self.id.clone(),
+                call.name.clone(),
+                call.input.clone(),
+                decision.reason.clone(),
+            );
+            let allowed = tokio::task::spawn_blocking(move || {
+                terminal.allow_call(&agent, &tool, &input, &reason)
+            })
+            .await
+            .unwrap_or(false);
+            let how = if allowed { "approved" } else { "refused" };
+            return Ok((
+                answered(decision, allowed, format!("{how} at the terminal")),
+                Vec::new(),
             ));
-        };
-        let (agent, tool, input, reason) = (
-            self.id.clone(),
-            call.name.clone(),
-            call.input.clone(),
-            decision.reason.clone(),
-        );
-        let allowed = tokio::task::spawn_blocking(move || {
-            terminal.allow_call(&agent, &tool, &input, &reason)
-        })
-        .await
-        .unwrap_or(false);
-        GateDecision {
-            verdict: if allowed {
-                Verdict::Allow
-            } else {
-                Verdict::Deny
-            },
-            reason: if allowed {
-                format!("{} (approved at the terminal)", decision.reason)
-            } else {
-                format!("{} (refused at the terminal)", decision.reason)
-            },
-            read_only_shell: false,
-            auto_gate: decision.auto_gate,
         }
+        if let AgentKind::Teammate { lead } = &self.kind {
+            return self.ask_lead(decision, call, lead).await;
+        }
+        Ok((
+            GateDecision::deny(format!(
+                "{}; no one can approve it in this run (no person at a terminal, no lead), so it is denied",
+                decision.reason
+            )),
+            Vec::new(),
+        ))
+    }
+
+    /// Sends a `permission_request` to the lead and waits for its answer in the inbox.
+    async fn ask_lead(
+        &self,
+        decision: GateDecision,
+        call: &ToolCall,
+        lead: &str,
+    ) -> RuntimeResult<(GateDecision, Vec<String>)> {
+        let store = &self.run.store;
+        let number = store
+            .next_counter(&self.run.run_id, &format!("perm-{}", self.id))
+            .await?;
+        let sent = store
+            .send(muster_mailbox::NewMessage {
+                run_id: self.run.run_id.clone(),
+                sender: self.id.clone(),
+                recipient: lead.to_owned(),
+                body: muster_mailbox::MessageBody::PermissionRequest {
+                    request_id: format!("perm-{}-{number}", self.id),
+                    tool: call.name.clone(),
+                    input: call.input.clone(),
+                    tool_use_id: Some(call.id.clone()),
+                    reason: decision.reason.clone(),
+                    responder: "lead".into(),
+                },
+                idempotency_key: Some(format!("{}:{}", self.id, call.id)),
+            })
+            .await?;
+        let request_id = sent.request_id.unwrap_or_default();
+        let mail = store
+            .receive(
+                &self.run.run_id,
+                &self.id,
+                self.run.epoch,
+                muster_mailbox::MessageFilter::RequestId(request_id.clone()),
+            )
+            .await?;
+        let (approved, feedback) = match mail.typed_body() {
+            muster_mailbox::MessageBody::PermissionResponse {
+                approved, feedback, ..
+            } => (approved, feedback),
+            other => (
+                false,
+                Some(format!("the answer was a {} message", other.kind())),
+            ),
+        };
+        let how = format!(
+            "{} by {} ({request_id}){}",
+            if approved { "approved" } else { "refused" },
+            mail.sender,
+            feedback.map(|f| format!(": {f}")).unwrap_or_default()
+        );
+        Ok((answered(decision, approved, how), vec![mail.key]))
     }
 
     fn tool_context(&self, tool_use_id: &str) -> RuntimeResult<ToolContext> {
@@ -645,6 +774,46 @@ impl AgentRuntime {
             .await?;
         self.auto_gate_open = outcome.auto_gate.open;
         Ok(())
+    }
+}
+
+/// What `prepare` found for a call.
+enum Prepared {
+    /// Refused or invalid: the result is ready.
+    Finished(Box<CallResult>),
+    /// Allowed, and the runtime carries it out (with the acks of an answered ask).
+    Runtime(GateDecision, Vec<String>),
+    /// Allowed, and the tool set runs it.
+    Run(ToolRun),
+}
+
+/// An allowed call of the tool set, ready to run.
+struct ToolRun {
+    tool: Arc<dyn crate::tools::Tool>,
+    decision: GateDecision,
+    context: ToolContext,
+    acks: Vec<String>,
+}
+
+impl ToolRun {
+    async fn execute(self, call: &ToolCall) -> CallResult {
+        let output = self.tool.call(&self.context, call.input.clone()).await;
+        let mut result = CallResult::new(&self.decision, output);
+        result.acks = self.acks;
+        result
+    }
+}
+
+/// An ask as answered: allowed or denied, with who answered.
+fn answered(decision: GateDecision, allowed: bool, how: String) -> GateDecision {
+    GateDecision {
+        verdict: if allowed {
+            Verdict::Allow
+        } else {
+            Verdict::Deny
+        },
+        reason: format!("{} ({how})", decision.reason),
+        ..decision
     }
 }
 

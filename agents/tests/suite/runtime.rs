@@ -854,3 +854,101 @@ async fn a_main_agent_with_the_human_approver_stops_and_resumes_after_the_decisi
     assert!(messages[0].to_string().contains("## Steps"));
     h.fake.verify().unwrap();
 }
+
+#[tokio::test]
+async fn a_teammate_asks_the_lead_by_mail_and_reads_run_concurrently() {
+    let h = Harness::new(vec![
+        reply(
+            "alice",
+            1,
+            vec![
+                tool("Read", json!({"file_path": "README.md"})),
+                tool("Grep", json!({"pattern": "hello"})),
+                tool("Glob", json!({"pattern": "*.md"})),
+                tool("Write", json!({"file_path": "notes.txt", "content": "n\n"})),
+                tool(
+                    "AskUserQuestion",
+                    json!({"questions": [{"question": "Which greeting?", "header": "Greeting",
+                        "options": [{"label": "hi", "description": "short"},
+                                    {"label": "hello", "description": "long"}]}]}),
+                ),
+            ],
+        ),
+        reply("alice", 2, vec![Block::text("Asked and wrote.")]),
+    ])
+    .await;
+    h.member("lead", MemberKind::Lead).await;
+    h.member("alice", MemberKind::Teammate).await;
+    let mut agent = AgentRuntime::start(
+        h.single(PlanApprover::Human),
+        teammate("alice", PermissionMode::Default),
+        "Write notes.",
+    )
+    .await
+    .unwrap();
+    let task = tokio::spawn(async move { run(&mut agent).await });
+    let permission = next_mail(&h.store, "lead").await;
+    assert_eq!(permission.kind, "permission_request");
+    assert_eq!(permission.typed_body().responder(), Some("lead"));
+    h.store
+        .respond(NewResponse {
+            run_id: "r1".into(),
+            sender: "lead".into(),
+            body: MessageBody::PermissionResponse {
+                request_id: permission.request_id.clone().unwrap(),
+                approved: true,
+                feedback: None,
+                rule: None,
+            },
+            idempotency_key: None,
+        })
+        .await
+        .unwrap();
+    let question = next_mail(&h.store, "lead").await;
+    assert_eq!(question.kind, "question");
+    h.store
+        .respond(NewResponse {
+            run_id: "r1".into(),
+            sender: "lead".into(),
+            body: MessageBody::Answer {
+                request_id: question.request_id.clone().unwrap(),
+                answer: "hi".into(),
+            },
+            idempotency_key: None,
+        })
+        .await
+        .unwrap();
+    let outcome = tokio::time::timeout(GUARD, task).await.unwrap().unwrap();
+    assert_eq!(
+        outcome,
+        AgentOutcome::Finished {
+            result: "Asked and wrote.".into()
+        }
+    );
+    let calls = h.tool_calls("alice").await;
+    let decisions: Vec<(&str, &str)> = calls
+        .iter()
+        .map(|(tool, decision, _, _)| (tool.as_str(), decision.as_str()))
+        .collect();
+    assert_eq!(
+        decisions,
+        [
+            ("Read", "allow"),
+            ("Grep", "allow"),
+            ("Glob", "allow"),
+            ("Write", "allow"),
+            ("AskUserQuestion", "allow"),
+        ]
+    );
+    assert!(calls[3].2.contains("Created"), "{}", calls[3].2);
+    assert!(calls[4].2.contains("Which greeting?: hi"), "{}", calls[4].2);
+    assert_eq!(
+        std::fs::read_to_string(h.workspace().join("notes.txt")).unwrap(),
+        "n\n"
+    );
+    // The answers were acked with the calls that consumed them.
+    for message in h.store.messages("r1", Some("alice")).await.unwrap() {
+        assert_eq!(message.state, DeliveryState::Acked, "{}", message.kind);
+    }
+    h.fake.verify().unwrap();
+}
