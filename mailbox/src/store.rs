@@ -114,7 +114,8 @@ pub trait MailboxStore: Send + Sync {
     // ---- forks
     /// Copies run `source` whole under `new_id` and `new_slug`, in one transaction: roster,
     /// messages (new keys, same order; leases returned to pending), requests and responses,
-    /// agents' records, tasks and counters. The copy is `interrupted` (or keeps a finished
-    /// status) with epoch 0, so `muster resume` continues it independently.
+    /// agents' records, tasks and counters. Mentions of the old slug in records and mail are
+    /// renamed to the new one (plan file names carry it). The copy is `interrupted` (or keeps
+    /// a finished status) with epoch 0, so `muster resume` continues it independently.
     async fn fork_run(&self, source: &str, new_id: &str, new_slug: &str) -> StoreResult<RunRecord>;
 }

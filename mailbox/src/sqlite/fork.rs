@@ -39,7 +39,31 @@ pub(crate) fn fork_run(
     copy_rows(conn, ctx, source, new_id)?;
     let keys = copy_messages(conn, ctx, source, new_id)?;
     copy_decisions(conn, ctx, source, new_id, &keys)?;
+    rename_slug(conn, ctx, new_id, &original.slug, new_slug)?;
     require_run(conn, ctx, new_id)
+}
+
+/// Plan file names carry the slug (`{slug}.md`, `{slug}-agent-{id}.md`), and so do records and
+/// mail that mention them: the fork's copies name its own files, so the two runs never write
+/// each other's plans. Slugs are words joined by `-`, so the text replacement is JSON-safe.
+fn rename_slug(
+    conn: &Connection,
+    ctx: &OpContext,
+    run_id: &str,
+    old: &str,
+    new: &str,
+) -> StoreResult<()> {
+    if old.is_empty() || old == new {
+        return Ok(());
+    }
+    for sql in [
+        "UPDATE agent_records SET body = replace(body, ?2, ?3) WHERE run_id = ?1 AND instr(body, ?2) > 0",
+        "UPDATE messages SET body = replace(body, ?2, ?3) WHERE run_id = ?1 AND instr(body, ?2) > 0",
+    ] {
+        conn.execute(sql, params![run_id, old, new])
+            .map_err(ctx.sql())?;
+    }
+    Ok(())
 }
 
 /// Rows that carry no message key: copied as they are, under the new run id.

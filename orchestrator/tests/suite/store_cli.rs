@@ -124,10 +124,10 @@ fn a_store_from_a_newer_muster_exits_4_naming_both_versions() {
 #[test]
 fn commands_not_built_yet_say_so_and_exit_2() {
     let dir = tempfile::tempdir().unwrap();
-    let output = muster(dir.path(), &["fork", "r1"]);
+    let output = muster(dir.path(), &["batch", "tasks.jsonl"]);
     assert_eq!(output.status.code(), Some(2));
     assert!(
-        stderr(&output).contains("`muster fork` is not built yet"),
+        stderr(&output).contains("`muster batch` is not built yet"),
         "{}",
         stderr(&output)
     );
@@ -377,4 +377,55 @@ fn reading_commands_never_create_a_store() {
         );
     }
     assert!(!dir.path().join(".muster").exists());
+}
+
+#[tokio::test]
+async fn fork_copies_the_run_and_its_plan_files_under_a_new_slug() {
+    let (dir, store) = project_with_request("human").await;
+    let plans = dir.path().join(".muster/plans");
+    std::fs::create_dir_all(&plans).unwrap();
+    std::fs::write(plans.join("brave-red-fox.md"), "main plan").unwrap();
+    std::fs::write(plans.join("brave-red-fox-agent-alice.md"), "alice's plan").unwrap();
+    std::fs::write(plans.join("other-run-agent-alice.md"), "not ours").unwrap();
+
+    let output = muster(dir.path(), &["fork", "r1"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(text.contains("with 2 plan file(s) copied"), "{text}");
+    let runs = store.runs().await.unwrap();
+    let fork = runs.iter().find(|r| r.id != "r1").unwrap();
+    assert_eq!(fork.status, RunStatus::Interrupted);
+    assert_eq!(
+        std::fs::read_to_string(plans.join(format!("{}.md", fork.slug))).unwrap(),
+        "main plan"
+    );
+    assert_eq!(
+        std::fs::read_to_string(plans.join(format!("{}-agent-alice.md", fork.slug))).unwrap(),
+        "alice's plan"
+    );
+    assert_eq!(
+        std::fs::read_to_string(plans.join("brave-red-fox.md")).unwrap(),
+        "main plan",
+        "the original stays"
+    );
+    let request = store
+        .request(&fork.id, "plan-alice-1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        request.body["plan_file"],
+        format!(".muster/plans/{}-agent-alice.md", fork.slug)
+    );
+    assert_eq!(
+        store
+            .request("r1", "plan-alice-1")
+            .await
+            .unwrap()
+            .unwrap()
+            .body["plan_file"],
+        ".muster/plans/brave-red-fox-agent-alice.md"
+    );
+    let unknown = muster(dir.path(), &["fork", "nope"]);
+    assert_eq!(unknown.status.code(), Some(2));
 }
