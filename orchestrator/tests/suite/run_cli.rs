@@ -228,3 +228,152 @@ async fn team_runs_are_refused_with_exit_2() {
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr(&output).contains("team runs are not built yet"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_policy_approves_at_once_per_mode_models_apply_and_the_recording_replays() {
+    let dir = project();
+    std::fs::write(
+        dir.path().join(".muster/settings.toml"),
+        "[plan]\nmodel = \"claude-opus-4-1\"\n[act]\nmodel = \"claude-sonnet-4-5\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("policy.toml"),
+        "max_mode = \"acceptEdits\"\nallowed_paths = [\"hello.txt\"]\n",
+    )
+    .unwrap();
+    let fake = fake(vec![
+        ScriptEntry::reply("main", 1, vec![tool("EnterPlanMode", json!({}))]),
+        ScriptEntry::reply("main", 2, vec![tool("ExitPlanMode", json!({"plan": PLAN}))]),
+        ScriptEntry::reply(
+            "main",
+            3,
+            vec![tool(
+                "Write",
+                json!({"file_path": "hello.txt", "content": "hi\n"}),
+            )],
+        ),
+        ScriptEntry::reply("main", 4, vec![Block::text("Done.")]),
+    ])
+    .await;
+    let base = fake.base_url();
+    let cassette = dir.path().join("run.jsonl");
+    let cassette_arg = cassette.display().to_string();
+    let output = muster(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Greet.",
+            "--permission-mode",
+            "acceptEdits",
+            "--approver",
+            "policy:policy.toml",
+            "--base-url",
+            &base,
+            "--record",
+            &cassette_arg,
+            "--output",
+            "stream-json",
+        ],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let events = lines(&output);
+    let turns: Vec<(String, String)> = events
+        .iter()
+        .filter(|e| e["type"] == "model_turn")
+        .map(|e| {
+            (
+                e["model"].as_str().unwrap().to_owned(),
+                e["mode"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        turns,
+        [
+            ("claude-sonnet-4-5".to_owned(), "acceptEdits".to_owned()),
+            ("claude-opus-4-1".to_owned(), "plan".to_owned()),
+            ("claude-sonnet-4-5".to_owned(), "acceptEdits".to_owned()),
+            ("claude-sonnet-4-5".to_owned(), "acceptEdits".to_owned()),
+        ]
+    );
+    let requested = events
+        .iter()
+        .position(|e| e["type"] == "approval_requested")
+        .unwrap();
+    let decided = events
+        .iter()
+        .position(|e| e["type"] == "approval_decided")
+        .unwrap();
+    assert!(requested < decided);
+    assert_eq!(events[requested]["responder"], "policy:policy.toml");
+    assert_eq!(events[decided]["responder"], "policy");
+    assert_eq!(events[decided]["mode"], "acceptEdits");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(),
+        "hi\n"
+    );
+    fake.verify().unwrap();
+
+    // The recording replays offline with the script provider.
+    std::fs::remove_file(dir.path().join("hello.txt")).unwrap();
+    let replay = muster(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Greet.",
+            "--permission-mode",
+            "acceptEdits",
+            "--approver",
+            "policy:policy.toml",
+            "--provider",
+            "script",
+            "--cassette",
+            &cassette_arg,
+            "--output",
+            "json",
+        ],
+    )
+    .await;
+    assert_eq!(replay.status.code(), Some(0), "{}", stderr(&replay));
+    assert_eq!(lines(&replay)[0]["result"], "Done.");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(),
+        "hi\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_deadline_stops_a_run_with_exit_3() {
+    let dir = project();
+    let fake = fake(vec![
+        ScriptEntry::reply("main", 1, vec![Block::text("late")]).fault(muster_fake_llm::Fault {
+            first_byte_delay_ms: 20_000,
+            ..Default::default()
+        }),
+    ])
+    .await;
+    let base = fake.base_url();
+    let output = muster(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "x",
+            "--base-url",
+            &base,
+            "--max-duration",
+            "1",
+            "--output",
+            "json",
+        ],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    let finished = &lines(&output)[0];
+    assert_eq!(finished["status"], "budget");
+    assert_eq!(finished["exit_code"], 3);
+}
