@@ -137,6 +137,8 @@ pub struct AgentRuntime {
     pub(super) finished: Option<String>,
     /// The run's auto gate as of this agent's last commit.
     pub(super) auto_gate_open: bool,
+    /// The newest plan snapshot is an approved one (resume keeps it authoritative).
+    pub(super) plan_approved: bool,
 }
 
 impl AgentRuntime {
@@ -177,6 +179,7 @@ impl AgentRuntime {
             pending: None,
             finished: None,
             auto_gate_open: true,
+            plan_approved: false,
         };
         if agent.mode == PermissionMode::Plan && agent.pre_plan_mode.is_none() {
             agent.pre_plan_mode = Some(
@@ -508,6 +511,15 @@ impl AgentRuntime {
         match self.prepare(call).await? {
             Prepared::Finished(result) => Ok(Dispatched::Done(result)),
             Prepared::Runtime(decision, acks) => {
+                if call.name == "Agent" {
+                    // A subagent is not resumed after a crash: its parent gets an error.
+                    let started = Record::ToolStarted {
+                        tool_use_id: call.id.clone(),
+                        tool: call.name.clone(),
+                        process_group: None,
+                    };
+                    self.commit(vec![started], Vec::new(), None).await?;
+                }
                 let mut dispatched = self.coordinate(call, &decision).await?;
                 if let Dispatched::Done(result) = &mut dispatched {
                     result.acks.extend(acks);

@@ -70,6 +70,7 @@ impl AgentRuntime {
             pending: None,
             finished: None,
             auto_gate_open: true,
+            plan_approved: false,
         };
         agent.auto_gate_open = agent
             .run
@@ -144,17 +145,32 @@ impl AgentRuntime {
                 tool_use_id,
                 responder,
             } => pending.awaiting = Some((tool_use_id, request_id, responder)),
-            Record::PlanSnapshot { content, .. } => *last_plan = Some(content),
+            Record::PlanSnapshot { content, state, .. } => {
+                *last_plan = Some(content);
+                self.plan_approved = matches!(state.as_str(), "approved" | "edited");
+            }
             Record::Finished { result } => self.finished = Some(result),
             Record::Started { .. } => {}
         }
     }
 
-    /// A plan file lost meanwhile is rewritten from the newest snapshot.
+    /// A plan file lost meanwhile is rewritten from the newest snapshot. For an approved plan
+    /// the snapshot is authoritative: a file changed outside muster is kept as
+    /// `<name>.edited.md` and rewritten.
     fn restore_plan_file(&self, last_plan: Option<String>) -> RuntimeResult<()> {
-        if let (Some(path), Some(plan)) = (&self.plan_file, last_plan)
-            && read_plan(path)?.trim().is_empty()
-        {
+        let (Some(path), Some(plan)) = (&self.plan_file, last_plan) else {
+            return Ok(());
+        };
+        let on_disk = read_plan(path)?;
+        if on_disk == plan {
+            return Ok(());
+        }
+        if on_disk.trim().is_empty() {
+            return write_plan(path, &plan);
+        }
+        if self.plan_approved {
+            let kept = path.with_extension("edited.md");
+            write_plan(&kept, &on_disk)?;
             write_plan(path, &plan)?;
         }
         Ok(())

@@ -26,11 +26,27 @@ const GUARD: Duration = Duration::from_secs(60);
 const PLAN: &str = "## Goal\nAdd a greeting.\n## Steps\n1. Write hello.txt\n## Files\nhello.txt\n## Tests\nnone\n## Risks\nnone\n";
 
 #[derive(Default)]
-struct Events(Mutex<Vec<RuntimeEvent>>);
+struct Events(Mutex<Vec<RuntimeEvent>>, tokio::sync::Notify);
 
 impl EventSink for Events {
     fn emit(&self, event: RuntimeEvent) {
         self.0.lock().unwrap().push(event);
+        self.1.notify_waiters();
+    }
+}
+
+impl Events {
+    /// Waits (woken by each event) until an event matches.
+    async fn wait_for(&self, matches: impl Fn(&RuntimeEvent) -> bool) {
+        loop {
+            let notified = self.1.notified();
+            if self.0.lock().unwrap().iter().any(&matches) {
+                return;
+            }
+            tokio::time::timeout(GUARD, notified)
+                .await
+                .expect("guard timeout");
+        }
     }
 }
 
@@ -951,4 +967,62 @@ async fn a_teammate_asks_the_lead_by_mail_and_reads_run_concurrently() {
         assert_eq!(message.state, DeliveryState::Acked, "{}", message.kind);
     }
     h.fake.verify().unwrap();
+}
+
+#[tokio::test]
+async fn an_unfinished_subagent_is_not_resumed_and_its_parent_gets_an_error() {
+    let h = Harness::new(vec![
+        reply(
+            "main",
+            1,
+            vec![tool(
+                "Agent",
+                json!({"description": "slow", "prompt": "Take long.", "subagent_type": "Plan"}),
+            )],
+        ),
+        reply("main.sub-1", 1, vec![Block::text("never seen")]).fault(muster_fake_llm::Fault {
+            first_byte_delay_ms: 30_000,
+            ..Default::default()
+        }),
+        reply("main", 2, vec![Block::text("Recovered.")]),
+    ])
+    .await;
+    h.member("main", MemberKind::Lead).await;
+    let context = h.single(PlanApprover::Human);
+    let mut agent = AgentRuntime::start(
+        context.clone(),
+        spec("main", AgentKind::Main, PermissionMode::Default),
+        "Delegate.",
+    )
+    .await
+    .unwrap();
+    let task = tokio::spawn(async move { agent.run().await });
+    h.events
+        .wait_for(
+            |e| matches!(e, RuntimeEvent::AgentStarted { agent, .. } if agent == "main.sub-1"),
+        )
+        .await;
+    task.abort(); // the process "crashes" while the subagent works
+    let _ = task.await;
+    let mut resumed = AgentRuntime::resume(context, "main", None, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        run(&mut resumed).await,
+        AgentOutcome::Finished {
+            result: "Recovered.".into()
+        }
+    );
+    let calls = h.tool_calls("main").await;
+    assert_eq!(calls.len(), 1);
+    assert!(
+        calls[0].3 && calls[0].2.contains("interrupted by a crash"),
+        "{:?}",
+        calls[0]
+    );
+    let roster = h.store.roster("r1").await.unwrap();
+    assert!(
+        roster.iter().all(|m| m.agent != "main.sub-2"),
+        "the subagent is not started again"
+    );
 }
