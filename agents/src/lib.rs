@@ -1,6 +1,7 @@
 //! `muster-agents`: one agent — its loop and context window, model providers, tools, the
 //! permission engine, plan mode and plan files, subagents.
 
+pub mod budget;
 pub mod model;
 pub mod permission;
 pub mod runtime;
