@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use muster_config::{AgentDefinition, ModelChoice, PermissionMode};
+use muster_config::{AgentDefinition, ModelChoice, PermissionMode, RuleSubject};
 use muster_mailbox::{AutoGateUpdate, CommitTurn, Message as Mail, NewRecord};
 use serde_json::Value;
 
@@ -18,7 +18,7 @@ use crate::tools::{
     HandledBy, ProcessGroupId, ProcessGroupRecorder, RecordFuture, ToolContext, ToolOutput,
 };
 
-use super::context::{ModeModel, RunContext};
+use super::context::{ModeModel, PlanApprover, RunContext};
 use super::error::{RuntimeError, RuntimeResult};
 use super::events::RuntimeEvent;
 use super::gate::{CallContext, GateDecision, SUBAGENT_FORBIDDEN, Verdict};
@@ -657,6 +657,11 @@ impl AgentRuntime {
         if let AgentKind::Teammate { lead } = &self.kind {
             return self.ask_lead(decision, call, lead).await;
         }
+        if let (AgentKind::Main, PlanApprover::Policy { policy, responder }) =
+            (&self.kind, &self.run.approver)
+        {
+            return self.ask_policy(decision, call, policy, responder).await;
+        }
         Ok((
             GateDecision::deny(format!(
                 "{}; no one can approve it in this run (no person at a terminal, no lead), so it is denied",
@@ -664,6 +669,88 @@ impl AgentRuntime {
             )),
             Vec::new(),
         ))
+    }
+
+    /// Stores a `permission_request` for the policy, the policy's answer (a `deny` when no
+    /// rule allows it), and takes that answer from the inbox.
+    async fn ask_policy(
+        &self,
+        decision: GateDecision,
+        call: &ToolCall,
+        policy: &muster_config::Policy,
+        responder: &str,
+    ) -> RuntimeResult<(GateDecision, Vec<String>)> {
+        let store = &self.run.store;
+        let number = store
+            .next_counter(&self.run.run_id, &format!("perm-{}", self.id))
+            .await?;
+        let sent = store
+            .send(muster_mailbox::NewMessage {
+                run_id: self.run.run_id.clone(),
+                sender: self.id.clone(),
+                recipient: muster_mailbox::POLICY.to_owned(),
+                body: muster_mailbox::MessageBody::PermissionRequest {
+                    request_id: format!("perm-{}-{number}", self.id),
+                    tool: call.name.clone(),
+                    input: call.input.clone(),
+                    tool_use_id: Some(call.id.clone()),
+                    reason: decision.reason.clone(),
+                    responder: responder.to_owned(),
+                },
+                idempotency_key: Some(format!("{}:{}", self.id, call.id)),
+            })
+            .await?;
+        let request_id = sent.request_id.unwrap_or_default();
+        let answered_already = store
+            .request(&self.run.run_id, &request_id)
+            .await?
+            .is_some_and(|request| request.response.is_some());
+        if !answered_already {
+            let (approved, feedback, rule) = policy_answer(policy, call, self.run.workspace.root());
+            store
+                .respond(muster_mailbox::NewResponse {
+                    run_id: self.run.run_id.clone(),
+                    sender: muster_mailbox::POLICY.to_owned(),
+                    body: muster_mailbox::MessageBody::PermissionResponse {
+                        request_id: request_id.clone(),
+                        approved,
+                        feedback,
+                        rule,
+                    },
+                    idempotency_key: None,
+                })
+                .await?;
+        }
+        let mail = store
+            .receive(
+                &self.run.run_id,
+                &self.id,
+                self.run.epoch,
+                muster_mailbox::MessageFilter::RequestId(request_id.clone()),
+            )
+            .await?;
+        let (approved, how) = match mail.typed_body() {
+            muster_mailbox::MessageBody::PermissionResponse {
+                approved,
+                feedback,
+                rule,
+                ..
+            } => (
+                approved,
+                format!(
+                    "{} by the policy ({request_id}){}",
+                    if approved { "allowed" } else { "denied" },
+                    rule.or(feedback)
+                        .map(|r| format!(": {r}"))
+                        .unwrap_or_default()
+                ),
+            ),
+            other => (
+                false,
+                format!("the policy's answer was a {} message", other.kind()),
+            ),
+        };
+        Ok((answered(decision, approved, how), vec![mail.key]))
     }
 
     /// Sends a `permission_request` to the lead and waits for its answer in the inbox.
@@ -813,6 +900,32 @@ impl ToolRun {
         let mut result = CallResult::new(&self.decision, output);
         result.acks = self.acks;
         result
+    }
+}
+
+/// A policy's answer to a call: approved, feedback (the deny reason), rule.
+fn policy_answer(
+    policy: &muster_config::Policy,
+    call: &ToolCall,
+    root: &std::path::Path,
+) -> (bool, Option<String>, Option<String>) {
+    let text = |field: &str| call.input.get(field).and_then(Value::as_str);
+    let path = ["file_path", "notebook_path", "path"]
+        .into_iter()
+        .find_map(text)
+        .map(|p| {
+            let path = std::path::Path::new(p);
+            path.strip_prefix(root).unwrap_or(path).to_path_buf()
+        });
+    let subject = match (call.name.as_str(), &path) {
+        ("Bash", _) => text("command").map_or(RuleSubject::Nothing, RuleSubject::Command),
+        ("Agent", _) => text("subagent_type").map_or(RuleSubject::Nothing, RuleSubject::Name),
+        (_, Some(path)) => RuleSubject::Path(path),
+        _ => RuleSubject::Nothing,
+    };
+    match policy.answer_permission(&call.name, subject) {
+        muster_config::PolicyAnswer::Allow { rule } => (true, None, Some(rule)),
+        muster_config::PolicyAnswer::Deny { reason } => (false, Some(reason), None),
     }
 }
 

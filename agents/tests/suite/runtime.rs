@@ -1026,3 +1026,41 @@ async fn an_unfinished_subagent_is_not_resumed_and_its_parent_gets_an_error() {
         "the subagent is not started again"
     );
 }
+
+#[tokio::test]
+async fn a_policy_approver_answers_the_main_agents_asks_through_the_store() {
+    let h = Harness::new(vec![
+        reply(
+            "main",
+            1,
+            vec![
+                tool("Write", json!({"file_path": "notes.txt", "content": "n\n"})),
+                tool("Bash", json!({"command": "touch other.txt"})),
+            ],
+        ),
+        reply("main", 2, vec![Block::text("One of two.")]),
+    ])
+    .await;
+    h.member("main", MemberKind::Lead).await;
+    let context = h.single(policy("[permissions]\nallow = [\"Write(notes.txt)\"]\n"));
+    let mut agent = AgentRuntime::start(
+        context,
+        spec("main", AgentKind::Main, PermissionMode::Default),
+        "Write notes.",
+    )
+    .await
+    .unwrap();
+    run(&mut agent).await;
+    let calls = h.tool_calls("main").await;
+    assert_eq!(calls[0].1, "allow", "{}", calls[0].2);
+    assert_eq!(calls[1].1, "deny");
+    assert!(calls[1].2.contains("policy has no rule"), "{}", calls[1].2);
+    assert!(h.workspace().join("notes.txt").exists());
+    assert!(!h.workspace().join("other.txt").exists());
+    let requests = h.store.requests("r1").await.unwrap();
+    assert_eq!(requests.len(), 2);
+    for request in requests {
+        assert_eq!(request.kind, "permission_request");
+        assert_eq!(request.response.unwrap().responder, "policy");
+    }
+}
