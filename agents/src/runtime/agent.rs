@@ -132,7 +132,6 @@ pub struct AgentRuntime {
     pub(super) messages: Vec<Message>,
     pub(super) turn: u64,
     pub(super) inherited_model: Option<String>,
-    pub(super) unacked: Vec<String>,
     pub(super) pending: Option<PendingCalls>,
     pub(super) finished: Option<String>,
     /// The run's auto gate as of this agent's last commit.
@@ -175,7 +174,6 @@ impl AgentRuntime {
             messages: Vec::new(),
             turn: 0,
             inherited_model: spec.inherited_model,
-            unacked: Vec::new(),
             pending: None,
             finished: None,
             auto_gate_open: true,
@@ -287,9 +285,12 @@ impl AgentRuntime {
         }
     }
 
-    /// Puts mail the agent received into its context as `<mail>` tags; the mail is acked with
-    /// the next commit. For a team's wait-for-mail step.
-    pub fn deliver_mail(&mut self, mail: &[Mail]) {
+    /// Puts mail the agent received (leased) into its context as `<mail>` tags: the user turn
+    /// is recorded and the mail acked in one commit. For a team's wait-for-mail step.
+    pub async fn deliver_mail(&mut self, mail: &[Mail]) -> RuntimeResult<()> {
+        if mail.is_empty() {
+            return Ok(());
+        }
         let mut blocks = Vec::new();
         for message in mail {
             let text = match message.body.get("text").and_then(Value::as_str) {
@@ -298,16 +299,19 @@ impl AgentRuntime {
             };
             blocks.push(ContentBlock::text(format!(
                 "<mail type=\"{}\" from=\"{}\" id=\"{}\">{}</mail>",
-                message.kind,
-                message.sender,
+                escape_mail(&message.kind),
+                escape_mail(&message.sender),
                 message.key,
                 escape_mail(&text)
             )));
-            self.unacked.push(message.key.clone());
         }
         let message = self.user_message(blocks);
+        let record = self.message_record(message.clone(), None);
+        let acks = mail.iter().map(|m| m.key.clone()).collect();
+        self.commit(vec![record], acks, None).await?;
         self.messages.push(message);
         self.finished = None;
+        Ok(())
     }
 
     /// Waits (pushed, not polled) for mail and delivers it.
@@ -317,7 +321,7 @@ impl AgentRuntime {
             .store
             .receive_batch(&self.run.run_id, &self.id, self.run.epoch, max)
             .await?;
-        self.deliver_mail(&mail);
+        self.deliver_mail(&mail).await?;
         Ok(mail.len())
     }
 
@@ -362,8 +366,7 @@ impl AgentRuntime {
             stop_reason: Some(response.stop_reason.clone()),
             usage: Some(response.usage),
         };
-        let acks = std::mem::take(&mut self.unacked);
-        self.commit(vec![record], acks, None).await?;
+        self.commit(vec![record], Vec::new(), None).await?;
         self.messages.push(message);
         self.run.events.emit(RuntimeEvent::ModelTurn {
             agent: self.id.clone(),
@@ -1014,7 +1017,10 @@ fn read_only_context(context: ToolContext) -> RuntimeResult<ToolContext> {
 }
 
 fn escape_mail(text: &str) -> String {
-    text.replace('<', "&lt;").replace('>', "&gt;")
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 /// The tools an agent is offered: its definition's, less what subagents never get.

@@ -66,7 +66,6 @@ impl AgentRuntime {
             messages: Vec::new(),
             turn: 0,
             inherited_model,
-            unacked: Vec::new(),
             pending: None,
             finished: None,
             auto_gate_open: true,

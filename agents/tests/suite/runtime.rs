@@ -1064,3 +1064,68 @@ async fn a_policy_approver_answers_the_main_agents_asks_through_the_store() {
         assert_eq!(request.response.unwrap().responder, "policy");
     }
 }
+
+#[tokio::test]
+async fn an_idle_agent_wakes_on_mail_and_sees_it_as_a_mail_tag() {
+    let mut from_lead = reply("alice", 2, vec![Block::text("Got your note.")]);
+    from_lead.turn = None;
+    from_lead.when = Some(muster_fake_llm::When {
+        mail_type: Some("text".into()),
+        from: Some("lead".into()),
+    });
+    let h = Harness::new(vec![
+        reply("alice", 1, vec![Block::text("Idle.")]),
+        from_lead,
+    ])
+    .await;
+    h.member("lead", MemberKind::Lead).await;
+    h.member("alice", MemberKind::Teammate).await;
+    let mut agent = AgentRuntime::start(
+        h.single(PlanApprover::Human),
+        teammate("alice", PermissionMode::Default),
+        "Wait for the lead.",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        run(&mut agent).await,
+        AgentOutcome::Finished {
+            result: "Idle.".into()
+        }
+    );
+    let store = h.store.clone();
+    let waiter = tokio::spawn(async move {
+        agent.wait_for_mail(8).await.unwrap();
+        let outcome = run(&mut agent).await;
+        (outcome, agent)
+    });
+    store
+        .send(NewMessage {
+            run_id: "r1".into(),
+            sender: "lead".into(),
+            recipient: "alice".into(),
+            body: MessageBody::Text {
+                text: "Use <b>bold</b>.".into(),
+                summary: None,
+            },
+            idempotency_key: None,
+        })
+        .await
+        .unwrap();
+    let (outcome, _agent) = tokio::time::timeout(GUARD, waiter).await.unwrap().unwrap();
+    assert_eq!(
+        outcome,
+        AgentOutcome::Finished {
+            result: "Got your note.".into()
+        }
+    );
+    for message in h.store.messages("r1", Some("alice")).await.unwrap() {
+        assert_eq!(message.state, DeliveryState::Acked);
+    }
+    let recorded = h.records("alice").await.iter().any(|r| {
+        matches!(r, Record::Message { message, .. }
+            if serde_json::to_string(message).unwrap().contains("from=\\\"lead\\\""))
+    });
+    assert!(recorded, "the mail turn is recorded with its ack");
+    h.fake.verify().unwrap();
+}
