@@ -1,3 +1,4 @@
+mod budget;
 mod model;
 mod permission;
 mod runtime;
