@@ -35,8 +35,10 @@
 //! written again once.
 
 mod agent;
+mod asks;
 mod context;
 mod coordination;
+mod dispatch;
 mod error;
 mod events;
 mod gate;

@@ -1,0 +1,237 @@
+//! Settling an `ask`: whoever approves for the agent answers — the person at the terminal,
+//! the lead by mail (a teammate), or the policy (the main agent of a run with a policy
+//! approver); with no one to ask it is a deny. Answers from the store are acked with the call.
+
+use muster_config::RuleSubject;
+use serde_json::Value;
+
+use crate::model::ToolCall;
+
+use super::agent::AgentRuntime;
+use super::context::PlanApprover;
+use super::error::RuntimeResult;
+use super::gate::{GateDecision, Verdict};
+use super::records::AgentKind;
+
+impl AgentRuntime {
+    /// An `ask` goes to whoever approves for the agent: the person at the terminal, or the
+    /// lead by mail (a teammate); with no one to ask it is a deny. Gives back the answer's
+    /// mail to ack with the call.
+    pub(super) async fn settle_ask(
+        &self,
+        decision: GateDecision,
+        call: &ToolCall,
+    ) -> RuntimeResult<(GateDecision, Vec<String>)> {
+        if decision.verdict != Verdict::Ask {
+            return Ok((decision, Vec::new()));
+        }
+        if let Some(terminal) = self.run.terminal.clone() {
+            let (agent, tool, input, reason) = (
+                self.id.clone(),
+                call.name.clone(),
+                call.input.clone(),
+                decision.reason.clone(),
+            );
+            let allowed = tokio::task::spawn_blocking(move || {
+                terminal.allow_call(&agent, &tool, &input, &reason)
+            })
+            .await
+            .unwrap_or(false);
+            let how = if allowed { "approved" } else { "refused" };
+            return Ok((
+                answered(decision, allowed, format!("{how} at the terminal")),
+                Vec::new(),
+            ));
+        }
+        if let AgentKind::Teammate { lead } = &self.kind {
+            return self.ask_lead(decision, call, lead).await;
+        }
+        if let (AgentKind::Main, PlanApprover::Policy { policy, responder }) =
+            (&self.kind, &self.run.approver)
+        {
+            return self.ask_policy(decision, call, policy, responder).await;
+        }
+        Ok((
+            GateDecision::deny(format!(
+                "{}; no one can approve it in this run (no person at a terminal, no lead), so it is denied",
+                decision.reason
+            )),
+            Vec::new(),
+        ))
+    }
+
+    /// Stores a `permission_request` for the policy, the policy's answer (a `deny` when no
+    /// rule allows it), and takes that answer from the inbox.
+    async fn ask_policy(
+        &self,
+        decision: GateDecision,
+        call: &ToolCall,
+        policy: &muster_config::Policy,
+        responder: &str,
+    ) -> RuntimeResult<(GateDecision, Vec<String>)> {
+        let store = &self.run.store;
+        let number = store
+            .next_counter(&self.run.run_id, &format!("perm-{}", self.id))
+            .await?;
+        let sent = store
+            .send(muster_mailbox::NewMessage {
+                run_id: self.run.run_id.clone(),
+                sender: self.id.clone(),
+                recipient: muster_mailbox::POLICY.to_owned(),
+                body: muster_mailbox::MessageBody::PermissionRequest {
+                    request_id: format!("perm-{}-{number}", self.id),
+                    tool: call.name.clone(),
+                    input: call.input.clone(),
+                    tool_use_id: Some(call.id.clone()),
+                    reason: decision.reason.clone(),
+                    responder: responder.to_owned(),
+                },
+                idempotency_key: Some(format!("{}:{}", self.id, call.id)),
+            })
+            .await?;
+        let request_id = sent.request_id.unwrap_or_default();
+        let answered_already = store
+            .request(&self.run.run_id, &request_id)
+            .await?
+            .is_some_and(|request| request.response.is_some());
+        if !answered_already {
+            let (approved, feedback, rule) = policy_answer(policy, call, self.run.workspace.root());
+            store
+                .respond(muster_mailbox::NewResponse {
+                    run_id: self.run.run_id.clone(),
+                    sender: muster_mailbox::POLICY.to_owned(),
+                    body: muster_mailbox::MessageBody::PermissionResponse {
+                        request_id: request_id.clone(),
+                        approved,
+                        feedback,
+                        rule,
+                    },
+                    idempotency_key: None,
+                })
+                .await?;
+        }
+        let mail = store
+            .receive(
+                &self.run.run_id,
+                &self.id,
+                self.run.epoch,
+                muster_mailbox::MessageFilter::RequestId(request_id.clone()),
+            )
+            .await?;
+        let (approved, how) = match mail.typed_body() {
+            muster_mailbox::MessageBody::PermissionResponse {
+                approved,
+                feedback,
+                rule,
+                ..
+            } => (
+                approved,
+                format!(
+                    "{} by the policy ({request_id}){}",
+                    if approved { "allowed" } else { "denied" },
+                    rule.or(feedback)
+                        .map(|r| format!(": {r}"))
+                        .unwrap_or_default()
+                ),
+            ),
+            other => (
+                false,
+                format!("the policy's answer was a {} message", other.kind()),
+            ),
+        };
+        Ok((answered(decision, approved, how), vec![mail.key]))
+    }
+
+    /// Sends a `permission_request` to the lead and waits for its answer in the inbox.
+    async fn ask_lead(
+        &self,
+        decision: GateDecision,
+        call: &ToolCall,
+        lead: &str,
+    ) -> RuntimeResult<(GateDecision, Vec<String>)> {
+        let store = &self.run.store;
+        let number = store
+            .next_counter(&self.run.run_id, &format!("perm-{}", self.id))
+            .await?;
+        let sent = store
+            .send(muster_mailbox::NewMessage {
+                run_id: self.run.run_id.clone(),
+                sender: self.id.clone(),
+                recipient: lead.to_owned(),
+                body: muster_mailbox::MessageBody::PermissionRequest {
+                    request_id: format!("perm-{}-{number}", self.id),
+                    tool: call.name.clone(),
+                    input: call.input.clone(),
+                    tool_use_id: Some(call.id.clone()),
+                    reason: decision.reason.clone(),
+                    responder: "lead".into(),
+                },
+                idempotency_key: Some(format!("{}:{}", self.id, call.id)),
+            })
+            .await?;
+        let request_id = sent.request_id.unwrap_or_default();
+        let mail = store
+            .receive(
+                &self.run.run_id,
+                &self.id,
+                self.run.epoch,
+                muster_mailbox::MessageFilter::RequestId(request_id.clone()),
+            )
+            .await?;
+        let (approved, feedback) = match mail.typed_body() {
+            muster_mailbox::MessageBody::PermissionResponse {
+                approved, feedback, ..
+            } => (approved, feedback),
+            other => (
+                false,
+                Some(format!("the answer was a {} message", other.kind())),
+            ),
+        };
+        let how = format!(
+            "{} by {} ({request_id}){}",
+            if approved { "approved" } else { "refused" },
+            mail.sender,
+            feedback.map(|f| format!(": {f}")).unwrap_or_default()
+        );
+        Ok((answered(decision, approved, how), vec![mail.key]))
+    }
+}
+
+/// A policy's answer to a call: approved, feedback (the deny reason), rule.
+fn policy_answer(
+    policy: &muster_config::Policy,
+    call: &ToolCall,
+    root: &std::path::Path,
+) -> (bool, Option<String>, Option<String>) {
+    let text = |field: &str| call.input.get(field).and_then(Value::as_str);
+    let path = ["file_path", "notebook_path", "path"]
+        .into_iter()
+        .find_map(text)
+        .map(|p| {
+            let path = std::path::Path::new(p);
+            path.strip_prefix(root).unwrap_or(path).to_path_buf()
+        });
+    let subject = match (call.name.as_str(), &path) {
+        ("Bash", _) => text("command").map_or(RuleSubject::Nothing, RuleSubject::Command),
+        ("Agent", _) => text("subagent_type").map_or(RuleSubject::Nothing, RuleSubject::Name),
+        (_, Some(path)) => RuleSubject::Path(path),
+        _ => RuleSubject::Nothing,
+    };
+    match policy.answer_permission(&call.name, subject) {
+        muster_config::PolicyAnswer::Allow { rule } => (true, None, Some(rule)),
+        muster_config::PolicyAnswer::Deny { reason } => (false, Some(reason), None),
+    }
+}
+
+/// An ask as answered: allowed or denied, with who answered.
+fn answered(decision: GateDecision, allowed: bool, how: String) -> GateDecision {
+    GateDecision {
+        verdict: if allowed {
+            Verdict::Allow
+        } else {
+            Verdict::Deny
+        },
+        reason: format!("{} ({how})", decision.reason),
+        ..decision
+    }
+}

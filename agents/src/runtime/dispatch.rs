@@ -1,0 +1,251 @@
+//! Dispatching one tool call: the gate decides (an ask is settled), the runtime carries out
+//! its own tools, the tool set runs the rest — after a `tool_started` commit for a tool that
+//! is neither read-only nor idempotent (Bash: with its process group, before the command runs).
+
+use std::sync::Arc;
+
+use crate::model::ToolCall;
+use crate::tools::{
+    HandledBy, ProcessGroupId, ProcessGroupRecorder, RecordFuture, ToolContext, ToolOutput,
+};
+
+use super::agent::{AgentRuntime, CallResult, Dispatched};
+use super::context::RunContext;
+use super::error::{RuntimeError, RuntimeResult};
+use super::gate::{CallContext, GateDecision, Verdict};
+use super::records::Record;
+
+impl AgentRuntime {
+    /// Decides one call through the gate and runs it.
+    pub(super) async fn dispatch(&mut self, call: &ToolCall) -> RuntimeResult<Dispatched> {
+        match self.prepare(call).await? {
+            Prepared::Finished(result) => Ok(Dispatched::Done(result)),
+            Prepared::Runtime(decision, acks) => {
+                if call.name == "Agent" {
+                    // A subagent is not resumed after a crash: its parent gets an error.
+                    let started = Record::ToolStarted {
+                        tool_use_id: call.id.clone(),
+                        tool: call.name.clone(),
+                        process_group: None,
+                    };
+                    self.commit(vec![started], Vec::new(), None).await?;
+                }
+                let mut dispatched = self.coordinate(call, &decision).await?;
+                if let Dispatched::Done(result) = &mut dispatched {
+                    result.acks.extend(acks);
+                }
+                Ok(dispatched)
+            }
+            Prepared::Run(run) => {
+                if !run.tool.is_read_only() && !run.tool.is_idempotent() && call.name != "Bash" {
+                    let started = Record::ToolStarted {
+                        tool_use_id: call.id.clone(),
+                        tool: call.name.clone(),
+                        process_group: None,
+                    };
+                    self.commit(vec![started], Vec::new(), None).await?;
+                }
+                Ok(Dispatched::Done(Box::new(run.execute(call).await)))
+            }
+        }
+    }
+
+    /// A read-only call of the tool set: decided and run without committing anything first,
+    /// so consecutive ones run concurrently.
+    pub(super) async fn dispatch_read_only(&self, call: &ToolCall) -> RuntimeResult<CallResult> {
+        Ok(match self.prepare(call).await? {
+            Prepared::Finished(result) => *result,
+            Prepared::Run(run) => run.execute(call).await,
+            Prepared::Runtime(decision, _) => CallResult::new(
+                &decision,
+                ToolOutput::error(format!("{} is not a tool-set tool", call.name)),
+            ),
+        })
+    }
+
+    /// Whether a call is of a read-only tool the tool set runs.
+    pub(super) fn is_read_only_call(&self, call: &ToolCall) -> bool {
+        self.run
+            .tools
+            .get(&call.name)
+            .is_some_and(|tool| tool.is_read_only() && tool.handled_by() == HandledBy::ToolSet)
+    }
+
+    /// The gate's decision (with an ask settled), and what runs the call if it is allowed.
+    async fn prepare(&self, call: &ToolCall) -> RuntimeResult<Prepared> {
+        let Some(tool) = self.run.tools.get(&call.name).cloned() else {
+            return Ok(Prepared::Finished(Box::new(CallResult::invalid(
+                ToolOutput::error(format!(
+                    "unknown tool `{}`; your tools are: {}",
+                    call.name,
+                    self.tools.join(", ")
+                )),
+            ))));
+        };
+        if let Err(error) = tool.accessed_paths(&call.input) {
+            return Ok(Prepared::Finished(Box::new(CallResult::invalid(
+                ToolOutput::error(error.to_string()),
+            ))));
+        }
+        let context = self.tool_context(&call.id)?;
+        let decision = {
+            let call_context = CallContext {
+                agent_id: &self.id,
+                agent_kind: &self.kind,
+                mode: self.mode,
+                pre_plan_mode: self.pre_plan_mode,
+                definition: &self.definition,
+                plans: &self.run.plans,
+                tool_context: &context,
+                auto_gate_open: self.auto_gate_open,
+            };
+            self.run
+                .gate
+                .decide(&call_context, tool.as_ref(), &call.input)
+        };
+        let (decision, acks) = self.settle_ask(decision, call).await?;
+        let refuse = |text: String| {
+            let mut result = CallResult::new(&decision, ToolOutput::error(text));
+            result.acks = acks.clone();
+            Ok(Prepared::Finished(Box::new(result)))
+        };
+        if decision.verdict != Verdict::Allow {
+            return refuse(format!("Permission denied: {}", decision.reason));
+        }
+        if !self.tools.contains(&call.name) {
+            return refuse(format!(
+                "{} is not one of your tools; your tools are: {}",
+                call.name,
+                self.tools.join(", ")
+            ));
+        }
+        if tool.handled_by() == HandledBy::AgentRuntime {
+            return Ok(Prepared::Runtime(decision, acks));
+        }
+        let context = if decision.read_only_shell {
+            read_only_context(context)?
+        } else {
+            context
+        };
+        Ok(Prepared::Run(ToolRun {
+            tool,
+            decision,
+            context,
+            acks,
+        }))
+    }
+
+    fn tool_context(&self, tool_use_id: &str) -> RuntimeResult<ToolContext> {
+        let mut context =
+            ToolContext::new(self.run.workspace.clone(), self.run.environment.clone());
+        if let Some(plan_file) = &self.plan_file {
+            context = context
+                .with_plan_file(plan_file)
+                .map_err(|error| RuntimeError::Workspace(error.to_string()))?;
+        }
+        let recorder = StartRecorder {
+            run: self.run.clone(),
+            agent: self.id.clone(),
+            tool_use_id: tool_use_id.to_owned(),
+        };
+        Ok(context.with_process_group_recorder(Arc::new(recorder)))
+    }
+}
+
+/// What `prepare` found for a call.
+enum Prepared {
+    /// Refused or invalid: the result is ready.
+    Finished(Box<CallResult>),
+    /// Allowed, and the runtime carries it out (with the acks of an answered ask).
+    Runtime(GateDecision, Vec<String>),
+    /// Allowed, and the tool set runs it.
+    Run(ToolRun),
+}
+
+/// An allowed call of the tool set, ready to run.
+struct ToolRun {
+    tool: Arc<dyn crate::tools::Tool>,
+    decision: GateDecision,
+    context: ToolContext,
+    acks: Vec<String>,
+}
+
+impl ToolRun {
+    async fn execute(self, call: &ToolCall) -> CallResult {
+        let output = self.tool.call(&self.context, call.input.clone()).await;
+        let mut result = CallResult::new(&self.decision, output);
+        result.acks = self.acks;
+        result
+    }
+}
+
+/// Commits the `tool_started` record of a `Bash` call with its process group, before the
+/// command runs.
+struct StartRecorder {
+    run: Arc<RunContext>,
+    agent: String,
+    tool_use_id: String,
+}
+
+impl ProcessGroupRecorder for StartRecorder {
+    fn record(&self, group: ProcessGroupId) -> RecordFuture<'_> {
+        Box::pin(async move {
+            let record = Record::ToolStarted {
+                tool_use_id: self.tool_use_id.clone(),
+                tool: "Bash".into(),
+                process_group: Some(group),
+            };
+            let row = record.to_new(&self.agent).map_err(|e| e.to_string())?;
+            self.run
+                .store
+                .append_records(&self.run.run_id, vec![row])
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// The result of a call that started before a crash and never finished: its process group is
+/// killed if still alive.
+pub(super) fn interrupted(group: Option<i32>) -> CallResult {
+    if let Some(pid) = group.and_then(rustix::process::Pid::from_raw) {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+    CallResult::invalid(ToolOutput::error(
+        "interrupted by a crash; inspect the workspace before retrying",
+    ))
+}
+
+/// The context read-only `Bash` runs in: variables that could run code removed, git's
+/// read-only overrides (`GIT_OPTIONAL_LOCKS=0`, …) set.
+fn read_only_context(context: ToolContext) -> RuntimeResult<ToolContext> {
+    let overrides = crate::shell::read_only_git_env();
+    let mut environment: Vec<(std::ffi::OsString, std::ffi::OsString)> = context
+        .environment()
+        .iter()
+        .filter(|(name, _)| {
+            let name = name.to_string_lossy();
+            !crate::shell::remove_from_read_only_env(&name)
+                && !overrides.iter().any(|(key, _)| *key == name)
+        })
+        .cloned()
+        .collect();
+    environment.extend(
+        overrides
+            .into_iter()
+            .map(|(key, value)| (key.into(), value.into())),
+    );
+    let mut read_only = ToolContext::new(context.workspace().clone(), environment)
+        .with_shutdown(context.shutdown().clone())
+        .with_limits(context.limits().clone());
+    if let Some(recorder) = context.process_group_recorder() {
+        read_only = read_only.with_process_group_recorder(recorder.clone());
+    }
+    if let Some(plan_file) = context.plan_file() {
+        read_only = read_only
+            .with_plan_file(plan_file)
+            .map_err(|error| RuntimeError::Workspace(error.to_string()))?;
+    }
+    Ok(read_only)
+}
