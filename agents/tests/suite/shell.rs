@@ -128,7 +128,10 @@ struct StubShell {
 }
 
 #[cfg(unix)]
-#[expect(clippy::expect_used, reason = "test helper: a failed setup step fails the test")]
+#[expect(
+    clippy::expect_used,
+    reason = "test helper: a failed setup step fails the test"
+)]
 impl StubShell {
     /// `None` when there is no bash on this machine.
     fn new() -> Option<Self> {
