@@ -318,6 +318,21 @@ struct Session {
     output: OutputFormat,
 }
 
+/// What `parts` checked: the approver, the workspace and the models.
+struct RunParts {
+    approver: PlanApprover,
+    workspace: Workspace,
+    models: ModelRouter,
+}
+
+/// The run the agent works in.
+struct RunIdentity {
+    id: String,
+    epoch: i64,
+    store: Arc<dyn MailboxStore>,
+    plans: PlanFiles,
+}
+
 /// How the run ended, for the status, the exit code and the output.
 struct Ending {
     status: RunStatus,
@@ -347,6 +362,8 @@ impl Session {
     }
 
     async fn execute_async(self, existing: Option<RunRecord>) -> anyhow::Result<Exit> {
+        let env = process_env();
+        let parts = self.parts(&env)?;
         let store: Arc<dyn MailboxStore> = self.project.open_store()?;
         let (run_id, plans, resumed) = match &existing {
             Some(record) => (
@@ -359,7 +376,6 @@ impl Session {
                 (id, plans, false)
             }
         };
-        let env = process_env();
         let runtime_dir = env.get("XDG_RUNTIME_DIR").map(PathBuf::from);
         let _live = LiveRun::start(
             &self.project.runs_dir(),
@@ -378,16 +394,20 @@ impl Session {
             format: self.output,
             lock: Mutex::new(()),
         });
-        let context =
-            Arc::new(self.context(&run_id, epoch, store.clone(), plans, printer.clone(), &env)?);
-        let ending = self.drive(context, resumed).await;
-        let ending = match ending {
+        let identity = RunIdentity {
+            id: run_id.clone(),
+            epoch,
+            store: store.clone(),
+            plans,
+        };
+        let context = Arc::new(self.context(identity, parts, printer.clone(), &env));
+        let ending = match self.drive(context, resumed).await {
             Ok(ending) => ending,
             Err(error) => Ending {
                 status: RunStatus::Failed,
-                exit: Exit::Failed,
-                result: json!({"error": error.to_string()}),
-                text: format!("muster: the run failed: {error}"),
+                exit: Exit::for_error(&error),
+                result: json!({"error": format!("{error:#}")}),
+                text: format!("muster: the run failed: {error:#}"),
             },
         };
         store
@@ -437,15 +457,8 @@ impl Session {
         Ok((id, plans))
     }
 
-    fn context(
-        &self,
-        run_id: &str,
-        epoch: i64,
-        store: Arc<dyn MailboxStore>,
-        plans: PlanFiles,
-        printer: Arc<Printer>,
-        env: &BTreeMap<String, String>,
-    ) -> anyhow::Result<RunContext> {
+    /// Everything that can fail on configuration, checked before the run is created.
+    fn parts(&self, env: &BTreeMap<String, String>) -> anyhow::Result<RunParts> {
         let settings = &self.project.settings;
         let approver = match &settings.approver.value {
             Approver::Human => PlanApprover::Human,
@@ -468,6 +481,23 @@ impl Session {
                 }
             }
         };
+        let workspace = Workspace::new(&self.launch.workspace)
+            .map_err(|e| usage(format!("--workspace: {e}")))?;
+        Ok(RunParts {
+            approver,
+            workspace,
+            models: self.models(env)?,
+        })
+    }
+
+    fn context(
+        &self,
+        run: RunIdentity,
+        parts: RunParts,
+        printer: Arc<Printer>,
+        env: &BTreeMap<String, String>,
+    ) -> RunContext {
+        let settings = &self.project.settings;
         let terminal: Option<Arc<dyn Terminal>> = (std::io::stdin().is_terminal()
             && self.output == OutputFormat::Text)
             .then(|| Arc::new(StdinTerminal) as Arc<dyn Terminal>);
@@ -483,13 +513,11 @@ impl Session {
                         .join("\n\n")
                 })
                 .unwrap_or_default();
-        let workspace = Workspace::new(&self.launch.workspace)
-            .map_err(|e| usage(format!("--workspace: {e}")))?;
-        Ok(RunContext {
-            run_id: run_id.to_owned(),
-            epoch,
-            store,
-            models: self.models(env)?,
+        RunContext {
+            run_id: run.id,
+            epoch: run.epoch,
+            store: run.store,
+            models: parts.models,
             gate: Arc::new(EngineGate::new(
                 settings.permissions.clone(),
                 self.catalog.clone(),
@@ -497,9 +525,9 @@ impl Session {
             )),
             catalog: self.catalog.clone(),
             tools: ToolRegistry::standard(),
-            workspace,
-            plans,
-            approver,
+            workspace: parts.workspace,
+            plans: run.plans,
+            approver: parts.approver,
             terminal,
             events: printer,
             instructions,
@@ -509,7 +537,7 @@ impl Session {
                 .collect(),
             subagents: Arc::new(Semaphore::new(DEFAULT_MAX_SUBAGENTS)),
             max_turns: DEFAULT_MAX_TURNS,
-        })
+        }
     }
 
     fn models(&self, env: &BTreeMap<String, String>) -> anyhow::Result<ModelRouter> {
@@ -661,6 +689,10 @@ impl Printer {
                 } else {
                     String::new()
                 };
+                if ending.status == RunStatus::Failed || ending.status == RunStatus::Budget {
+                    eprintln!("{}", ending.text);
+                    return;
+                }
                 let mut stdout = std::io::stdout().lock();
                 let _ = writeln!(stdout, "{}{resume}", ending.text);
                 let _ = stdout.flush();

@@ -377,3 +377,35 @@ async fn the_deadline_stops_a_run_with_exit_3() {
     assert_eq!(finished["status"], "budget");
     assert_eq!(finished["exit_code"], 3);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_configuration_error_exits_2_before_any_run_is_created() {
+    let dir = project();
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_muster"))
+        .current_dir(dir.path())
+        .args(["run", "-p", "x"])
+        .env("HOME", dir.path())
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ANTHROPIC_BASE_URL")
+        .env_remove("XDG_RUNTIME_DIR")
+        .stdin(std::process::Stdio::null())
+        .output();
+    let output = tokio::time::timeout(GUARD, child).await.unwrap().unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("ANTHROPIC_API_KEY"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(
+        !dir.path().join(".muster/muster.db").exists(),
+        "nothing was created"
+    );
+    let unknown = muster(dir.path(), &["run", "-p", "x", "--agent", "nobody"]).await;
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(
+        stderr(&unknown).contains("unknown agent"),
+        "{}",
+        stderr(&unknown)
+    );
+}
