@@ -2,6 +2,7 @@
 //! permission engine, plan mode and plan files, subagents.
 
 pub mod budget;
+pub mod compaction;
 pub mod model;
 pub mod permission;
 pub mod runtime;
