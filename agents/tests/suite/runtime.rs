@@ -1129,3 +1129,46 @@ async fn an_idle_agent_wakes_on_mail_and_sees_it_as_a_mail_tag() {
     assert!(recorded, "the mail turn is recorded with its ack");
     h.fake.verify().unwrap();
 }
+
+#[tokio::test]
+async fn after_approval_the_snapshot_is_authoritative_on_resume() {
+    let h = Harness::new(vec![
+        reply("main", 1, vec![tool("ExitPlanMode", json!({"plan": PLAN}))]),
+        reply("main", 2, vec![Block::text("never seen")]).fault(muster_fake_llm::Fault {
+            first_byte_delay_ms: 30_000,
+            ..Default::default()
+        }),
+    ])
+    .await;
+    h.member("main", MemberKind::Lead).await;
+    let context = h.single(policy("approve_all = true\n"));
+    let mut agent = AgentRuntime::start(
+        context.clone(),
+        spec("main", AgentKind::Main, PermissionMode::Plan),
+        "Plan.",
+    )
+    .await
+    .unwrap();
+    let task = tokio::spawn(async move { agent.run().await });
+    h.events
+        .wait_for(|e| matches!(e, RuntimeEvent::ApprovalDecided { approved: true, .. }))
+        .await;
+    task.abort(); // crash while the next model request is in flight
+    let _ = task.await;
+    let plan_file = h.plans().main_file();
+    std::fs::write(&plan_file, "changed outside muster\n").unwrap();
+    let resumed = AgentRuntime::resume(context, "main", None, None)
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read_to_string(&plan_file).unwrap(), PLAN);
+    assert_eq!(
+        std::fs::read_to_string(plan_file.with_extension("edited.md")).unwrap(),
+        "changed outside muster\n"
+    );
+    assert_eq!(resumed.mode(), PermissionMode::Default);
+    assert_eq!(
+        resumed.turn(),
+        1,
+        "the request in flight is sent again as turn 2"
+    );
+}
