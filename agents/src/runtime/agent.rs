@@ -136,6 +136,8 @@ pub struct AgentRuntime {
     pub(super) auto_gate_open: bool,
     /// The newest plan snapshot is an approved one (resume keeps it authoritative).
     pub(super) plan_approved: bool,
+    /// Where asks go.
+    pub(super) asks: super::asks::AskSettings,
 }
 
 impl AgentRuntime {
@@ -157,6 +159,7 @@ impl AgentRuntime {
             run.workspace.root(),
         );
         let tools = offered_tools(&definition, &spec.kind);
+        let asks = super::asks::AskSettings::of(&run, &spec.agent_id, &spec.kind).await?;
         let mut agent = AgentRuntime {
             tool_definitions: tool_definitions(&run, &tools),
             run,
@@ -176,6 +179,7 @@ impl AgentRuntime {
             finished: None,
             auto_gate_open: true,
             plan_approved: false,
+            asks,
         };
         if agent.mode == PermissionMode::Plan && agent.pre_plan_mode.is_none() {
             agent.pre_plan_mode = Some(

@@ -13,6 +13,65 @@ use super::error::RuntimeResult;
 use super::gate::{GateDecision, Verdict};
 use super::records::AgentKind;
 
+/// Where an agent's asks go, and under whose name (a subagent asks under its parent's id, and
+/// its parent's route applies; the answer comes back to the parent's inbox).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct AskSettings {
+    pub asker: String,
+    pub route: AskRoute,
+}
+
+/// Who answers an ask when no person is at the terminal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum AskRoute {
+    /// The lead, by mail.
+    Lead { lead: String },
+    /// The run's approver (a policy answers; a person only at the terminal).
+    Approver,
+}
+
+impl AskSettings {
+    /// The route of `agent_id` of `kind`; a subagent's follows its parent's roster entry.
+    pub(super) async fn of(
+        run: &super::context::RunContext,
+        agent_id: &str,
+        kind: &AgentKind,
+    ) -> RuntimeResult<AskSettings> {
+        let (asker, parent_is_teammate) = match kind {
+            AgentKind::Teammate { lead } => {
+                return Ok(AskSettings {
+                    asker: agent_id.to_owned(),
+                    route: AskRoute::Lead { lead: lead.clone() },
+                });
+            }
+            AgentKind::Main => {
+                return Ok(AskSettings {
+                    asker: agent_id.to_owned(),
+                    route: AskRoute::Approver,
+                });
+            }
+            AgentKind::Subagent { parent } => {
+                let roster = run.store.roster(&run.run_id).await?;
+                let teammate = roster.iter().any(|member| {
+                    member.agent == *parent && member.kind == muster_mailbox::MemberKind::Teammate
+                });
+                let lead = roster
+                    .iter()
+                    .find(|member| member.kind == muster_mailbox::MemberKind::Lead)
+                    .map(|member| member.agent.clone());
+                (parent.clone(), teammate.then_some(lead).flatten())
+            }
+        };
+        Ok(AskSettings {
+            asker,
+            route: match parent_is_teammate {
+                Some(lead) => AskRoute::Lead { lead },
+                None => AskRoute::Approver,
+            },
+        })
+    }
+}
+
 impl AgentRuntime {
     /// An `ask` goes to whoever approves for the agent: the person at the terminal, or the
     /// lead by mail (a teammate); with no one to ask it is a deny. Gives back the answer's
@@ -43,13 +102,14 @@ impl AgentRuntime {
                 Vec::new(),
             ));
         }
-        if let AgentKind::Teammate { lead } = &self.kind {
-            return self.ask_lead(decision, call, lead).await;
-        }
-        if let (AgentKind::Main, PlanApprover::Policy { policy, responder }) =
-            (&self.kind, &self.run.approver)
-        {
-            return self.ask_policy(decision, call, policy, responder).await;
+        match (&self.asks.route, &self.run.approver) {
+            (AskRoute::Lead { lead }, _) => {
+                return self.ask_lead(decision, call, &lead.clone()).await;
+            }
+            (AskRoute::Approver, PlanApprover::Policy { policy, responder }) => {
+                return self.ask_policy(decision, call, policy, responder).await;
+            }
+            _ => {}
         }
         Ok((
             GateDecision::deny(format!(
@@ -71,22 +131,22 @@ impl AgentRuntime {
     ) -> RuntimeResult<(GateDecision, Vec<String>)> {
         let store = &self.run.store;
         let number = store
-            .next_counter(&self.run.run_id, &format!("perm-{}", self.id))
+            .next_counter(&self.run.run_id, &format!("perm-{}", self.asks.asker))
             .await?;
         let sent = store
             .send(muster_mailbox::NewMessage {
                 run_id: self.run.run_id.clone(),
-                sender: self.id.clone(),
+                sender: self.asks.asker.clone(),
                 recipient: muster_mailbox::POLICY.to_owned(),
                 body: muster_mailbox::MessageBody::PermissionRequest {
-                    request_id: format!("perm-{}-{number}", self.id),
+                    request_id: format!("perm-{}-{number}", self.asks.asker),
                     tool: call.name.clone(),
                     input: call.input.clone(),
                     tool_use_id: Some(call.id.clone()),
                     reason: decision.reason.clone(),
                     responder: responder.to_owned(),
                 },
-                idempotency_key: Some(format!("{}:{}", self.id, call.id)),
+                idempotency_key: Some(format!("{}:{}", self.asks.asker, call.id)),
             })
             .await?;
         let request_id = sent.request_id.unwrap_or_default();
@@ -113,7 +173,7 @@ impl AgentRuntime {
         let mail = store
             .receive(
                 &self.run.run_id,
-                &self.id,
+                &self.asks.asker,
                 self.run.epoch,
                 muster_mailbox::MessageFilter::RequestId(request_id.clone()),
             )
@@ -151,29 +211,29 @@ impl AgentRuntime {
     ) -> RuntimeResult<(GateDecision, Vec<String>)> {
         let store = &self.run.store;
         let number = store
-            .next_counter(&self.run.run_id, &format!("perm-{}", self.id))
+            .next_counter(&self.run.run_id, &format!("perm-{}", self.asks.asker))
             .await?;
         let sent = store
             .send(muster_mailbox::NewMessage {
                 run_id: self.run.run_id.clone(),
-                sender: self.id.clone(),
+                sender: self.asks.asker.clone(),
                 recipient: lead.to_owned(),
                 body: muster_mailbox::MessageBody::PermissionRequest {
-                    request_id: format!("perm-{}-{number}", self.id),
+                    request_id: format!("perm-{}-{number}", self.asks.asker),
                     tool: call.name.clone(),
                     input: call.input.clone(),
                     tool_use_id: Some(call.id.clone()),
                     reason: decision.reason.clone(),
                     responder: "lead".into(),
                 },
-                idempotency_key: Some(format!("{}:{}", self.id, call.id)),
+                idempotency_key: Some(format!("{}:{}", self.asks.asker, call.id)),
             })
             .await?;
         let request_id = sent.request_id.unwrap_or_default();
         let mail = store
             .receive(
                 &self.run.run_id,
-                &self.id,
+                &self.asks.asker,
                 self.run.epoch,
                 muster_mailbox::MessageFilter::RequestId(request_id.clone()),
             )

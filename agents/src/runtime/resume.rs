@@ -51,6 +51,7 @@ impl AgentRuntime {
             .cloned()
             .ok_or(RuntimeError::UnknownDefinition(definition))?;
         let tools = offered_tools(&definition, &agent_kind);
+        let asks = super::asks::AskSettings::of(&run, agent_id, &agent_kind).await?;
         let mut agent = AgentRuntime {
             tool_definitions: tool_definitions(&run, &tools),
             run,
@@ -70,6 +71,7 @@ impl AgentRuntime {
             finished: None,
             auto_gate_open: true,
             plan_approved: false,
+            asks,
         };
         agent.auto_gate_open = agent
             .run

@@ -1172,3 +1172,75 @@ async fn after_approval_the_snapshot_is_authoritative_on_resume() {
         "the request in flight is sent again as turn 2"
     );
 }
+
+#[tokio::test]
+async fn a_subagent_asks_under_its_parents_id_and_the_answer_comes_back() {
+    let h = Harness::new(vec![
+        reply(
+            "alice",
+            1,
+            vec![tool(
+                "Agent",
+                json!({"description": "write", "prompt": "Write sub.txt.", "subagent_type": "general"}),
+            )],
+        ),
+        reply(
+            "alice.sub-1",
+            1,
+            vec![tool("Write", json!({"file_path": "sub.txt", "content": "s\n"}))],
+        ),
+        reply("alice.sub-1", 2, vec![Block::text("Wrote it.")]),
+        reply("alice", 2, vec![Block::text("Delegated.")]),
+    ])
+    .await;
+    h.member("lead", MemberKind::Lead).await;
+    h.member("alice", MemberKind::Teammate).await;
+    let mut agent = AgentRuntime::start(
+        h.single(PlanApprover::Human),
+        teammate("alice", PermissionMode::Default),
+        "Delegate.",
+    )
+    .await
+    .unwrap();
+    let task = tokio::spawn(async move { run(&mut agent).await });
+    let mut asked = Vec::new();
+    for _ in 0..2 {
+        let request = next_mail(&h.store, "lead").await;
+        let MessageBody::PermissionRequest { tool, .. } = request.typed_body() else {
+            panic!("not a permission request: {}", request.kind);
+        };
+        asked.push((request.sender.clone(), tool));
+        h.store
+            .respond(NewResponse {
+                run_id: "r1".into(),
+                sender: "lead".into(),
+                body: MessageBody::PermissionResponse {
+                    request_id: request.request_id.clone().unwrap(),
+                    approved: true,
+                    feedback: None,
+                    rule: None,
+                },
+                idempotency_key: None,
+            })
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        asked,
+        [
+            ("alice".to_owned(), "Agent".to_owned()),
+            ("alice".to_owned(), "Write".to_owned())
+        ]
+    );
+    assert_eq!(
+        tokio::time::timeout(GUARD, task).await.unwrap().unwrap(),
+        AgentOutcome::Finished {
+            result: "Delegated.".into()
+        }
+    );
+    assert!(h.workspace().join("sub.txt").exists());
+    assert_eq!(h.tool_calls("alice.sub-1").await[0].1, "allow");
+    for message in h.store.messages("r1", Some("alice")).await.unwrap() {
+        assert_eq!(message.state, DeliveryState::Acked, "{}", message.kind);
+    }
+}
