@@ -1,4 +1,5 @@
 mod budget;
+mod compaction;
 mod model;
 mod permission;
 mod runtime;
