@@ -153,11 +153,14 @@ impl AgentRuntime {
             .cloned()
             .ok_or_else(|| RuntimeError::UnknownDefinition(spec.definition.clone()))?;
         let plan_file = plan_file_for(&run, &spec.kind, &spec.agent_id, &definition);
-        let system = system_prompt(
+        let mut system = system_prompt(
             &definition.system_prompt,
             &run.instructions,
             run.workspace.root(),
         );
+        if definition.read_only && matches!(spec.kind, AgentKind::Subagent { .. }) {
+            system.push_str(super::prompt::RESEARCH_REPORT);
+        }
         let tools = offered_tools(&definition, &spec.kind);
         let asks = super::asks::AskSettings::of(&run, &spec.agent_id, &spec.kind).await?;
         let mut agent = AgentRuntime {

@@ -23,6 +23,12 @@ pub fn system_prompt(definition_prompt: &str, instructions: &str, workspace: &Pa
     prompt
 }
 
+/// How a read-only research subagent (the built-in `Plan`) ends its report.
+pub const RESEARCH_REPORT: &str = "\n\n# Your report\nYour final answer is all the agent that \
+    started you sees. End it with a section `### Critical Files for Implementation` listing the \
+    3-5 files most important for implementing the change, one path per line with a few words \
+    on why.";
+
 /// The mode section for one turn.
 pub fn mode_reminder(mode: PermissionMode, plan_file: Option<&Path>, subagent: bool) -> String {
     let body = match mode {

@@ -800,6 +800,12 @@ async fn per_mode_models_and_the_mode_section_change_between_plan_and_act_turns(
         .find(|r| r.agent.as_deref() == Some("main.sub-1"))
         .unwrap();
     assert_eq!(sub.body["model"], "claude-opus-4-1");
+    assert!(
+        sub.body["system"]
+            .as_str()
+            .unwrap()
+            .contains("### Critical Files for Implementation")
+    );
     let calls = h.tool_calls("main").await;
     assert!(calls[1].2.contains("Critical Files"), "{}", calls[1].2);
 }
@@ -1243,4 +1249,74 @@ async fn a_subagent_asks_under_its_parents_id_and_the_answer_comes_back() {
     for message in h.store.messages("r1", Some("alice")).await.unwrap() {
         assert_eq!(message.state, DeliveryState::Acked, "{}", message.kind);
     }
+}
+
+#[tokio::test]
+async fn plan_mode_tools_refuse_out_of_order_calls_with_clear_messages() {
+    let h = Harness::new(vec![
+        reply("main", 1, vec![tool("ExitPlanMode", json!({"plan": PLAN}))]),
+        reply("main", 2, vec![tool("EnterPlanMode", json!({}))]),
+        reply(
+            "main",
+            3,
+            vec![
+                tool("EnterPlanMode", json!({})),
+                tool(
+                    "ExitPlanMode",
+                    json!({"needs_more_exploration": true, "plan": "## Goal\ndraft\n"}),
+                ),
+                tool("ExitPlanMode", json!({})),
+            ],
+        ),
+        reply("main", 4, vec![Block::text("ok")]),
+    ])
+    .await;
+    h.member("main", MemberKind::Lead).await;
+    let mut agent = AgentRuntime::start(
+        h.single(PlanApprover::Human),
+        spec("main", AgentKind::Main, PermissionMode::Default),
+        "Go.",
+    )
+    .await
+    .unwrap();
+    run(&mut agent).await;
+    let calls = h.tool_calls("main").await;
+    assert!(
+        calls[0].3 && calls[0].2.contains("not in plan mode"),
+        "{:?}",
+        calls[0]
+    );
+    assert!(
+        !calls[1].3 && calls[1].2.contains("Entered plan mode"),
+        "{:?}",
+        calls[1]
+    );
+    assert!(
+        calls[2].3 && calls[2].2.contains("already in plan mode"),
+        "{:?}",
+        calls[2]
+    );
+    assert!(
+        !calls[3].3 && calls[3].2.contains("Draft saved"),
+        "{:?}",
+        calls[3]
+    );
+    // With no plan in the input, the draft in the file is checked: it lacks Steps and Files.
+    assert!(
+        calls[4].3 && calls[4].2.contains("`## Steps`"),
+        "{:?}",
+        calls[4]
+    );
+    assert_eq!(
+        std::fs::read_to_string(h.plans().main_file()).unwrap(),
+        "## Goal\ndraft\n"
+    );
+    assert_eq!(agent.mode(), PermissionMode::Plan);
+    assert_eq!(agent.pre_plan_mode(), Some(PermissionMode::Default));
+    let records = h.records("main").await;
+    assert!(
+        records
+            .iter()
+            .any(|r| matches!(r, Record::PlanSnapshot { state, .. } if state == "draft"))
+    );
 }
