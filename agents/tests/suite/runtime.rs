@@ -802,8 +802,7 @@ async fn per_mode_models_and_the_mode_section_change_between_plan_and_act_turns(
     assert_eq!(sub.body["model"], "claude-opus-4-1");
     assert!(
         sub.body["system"]
-            .as_str()
-            .unwrap()
+            .to_string()
             .contains("### Critical Files for Implementation")
     );
     let calls = h.tool_calls("main").await;
