@@ -2,6 +2,8 @@
 //! the stop at the first crossing response, cache prices in cost, the deadline, restore from
 //! stored totals, and agents racing for the run's last turn.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};

@@ -3,6 +3,8 @@
 //! summary request, the rebuilt context's order and budget, and the summary request against
 //! `muster-fake-llm` carrying `x-muster-purpose: compact`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
