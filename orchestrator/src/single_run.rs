@@ -363,7 +363,7 @@ impl Session {
 
     async fn execute_async(self, existing: Option<RunRecord>) -> anyhow::Result<Exit> {
         let env = process_env();
-        let parts = self.parts(&env)?;
+        let parts = self.parts(&env, existing.is_some())?;
         let store: Arc<dyn MailboxStore> = self.project.open_store()?;
         let (run_id, plans, resumed) = match &existing {
             Some(record) => (
@@ -458,7 +458,7 @@ impl Session {
     }
 
     /// Everything that can fail on configuration, checked before the run is created.
-    fn parts(&self, env: &BTreeMap<String, String>) -> anyhow::Result<RunParts> {
+    fn parts(&self, env: &BTreeMap<String, String>, resumed: bool) -> anyhow::Result<RunParts> {
         let settings = &self.project.settings;
         let approver = match &settings.approver.value {
             Approver::Human => PlanApprover::Human,
@@ -486,7 +486,7 @@ impl Session {
         Ok(RunParts {
             approver,
             workspace,
-            models: self.models(env)?,
+            models: self.models(env, resumed)?,
         })
     }
 
@@ -540,7 +540,8 @@ impl Session {
         }
     }
 
-    fn models(&self, env: &BTreeMap<String, String>) -> anyhow::Result<ModelRouter> {
+    /// The models per mode; `--record` starts a new cassette, and a resumed run appends.
+    fn models(&self, env: &BTreeMap<String, String>, resumed: bool) -> anyhow::Result<ModelRouter> {
         let settings = &self.project.settings;
         let lookup = |name: &str| env.get(name).cloned();
         let options = ProviderOptions {
@@ -561,8 +562,12 @@ impl Session {
                         .map_err(|e| usage(e.to_string()))?;
                     if let Some(path) = &self.launch.record {
                         provider = Arc::new(
-                            Recorder::append(provider, path, Vec::new())
-                                .map_err(|e| usage(e.to_string()))?,
+                            if resumed {
+                                Recorder::append(provider, path, Vec::new())
+                            } else {
+                                Recorder::create(provider, path, Vec::new())
+                            }
+                            .map_err(|e| usage(e.to_string()))?,
                         );
                     }
                     built.insert(kind.as_str(), provider.clone());
