@@ -28,8 +28,9 @@
 //! [`Spend`] from its records, so for every model request (turns and compaction requests) it
 //! records the turn index, the model, the [`Usage`] and the cost in dollars (the `message`
 //! record of an assistant message carries `turn`, `model` and `usage`; a compaction request
-//! needs a record of its own with the same fields). On resume it folds them with
-//! [`Spend::add_usage`], sets [`Spend::turns`] to the agent's turn index, and passes the map to
+//! needs a record of its own with the same fields). On resume it builds each agent's spend with
+//! [`Spend::from_requests`] (the agent's turn index, and each request's usage and cost; a
+//! missing cost is recomputed with [`cost_of`] from the catalogue) and passes the map to
 //! [`BudgetLedger::new`]. The deadline is absolute (milliseconds since the Unix epoch) and is
 //! stored with the run's launch options; pass the stored value back, not a new duration.
 //!
@@ -136,6 +137,22 @@ impl Spend {
         if let Some(cost) = cost_usd.filter(|c| c.is_finite()) {
             self.cost_usd += cost;
         }
+    }
+
+    /// An agent's spend rebuilt from its records: `turns` is its durable turn index, and each
+    /// item is one model request's usage and cost (turns and compaction requests alike).
+    pub fn from_requests(
+        turns: u64,
+        requests: impl IntoIterator<Item = (Usage, Option<f64>)>,
+    ) -> Spend {
+        let mut spend = Spend {
+            turns,
+            ..Spend::default()
+        };
+        for (usage, cost) in requests {
+            spend.add_usage(&usage, cost);
+        }
+        spend
     }
 
     /// The sum of two spends.

@@ -540,18 +540,8 @@ fn totals_restored_after_a_resume_continue_where_they_stopped() {
 
     // The runtime folds its records the documented way: turns from the turn index, tokens and
     // cost from each request's usage and cost.
-    let mut alice = Spend {
-        turns: 3,
-        ..Spend::default()
-    };
-    for _ in 0..3 {
-        alice.add_usage(&usage(100, 10), Some(0.2));
-    }
-    let mut bob = Spend {
-        turns: 1,
-        ..Spend::default()
-    };
-    bob.add_usage(&usage(100, 10), Some(0.1));
+    let alice = Spend::from_requests(3, vec![(usage(100, 10), Some(0.2)); 3]);
+    let bob = Spend::from_requests(1, [(usage(100, 10), Some(0.1))]);
     let folded = BTreeMap::from([("alice".to_string(), alice), ("bob".to_string(), bob)]);
     assert_eq!(folded, stored);
 
@@ -591,4 +581,69 @@ fn agents_racing_for_the_last_run_turns_never_overshoot() {
     let sent: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
     assert_eq!(sent, 25);
     assert_eq!(ledger.run_spend().turns, 25);
+}
+
+fn load_settings(root: &std::path::Path) -> Result<muster_config::Settings, String> {
+    let project = muster_config::project::ProjectRoot::at(root);
+    let env = BTreeMap::new();
+    let cli = muster_config::CliOverrides::new();
+    muster_config::Settings::load(&muster_config::SettingsInputs {
+        project_root: &project,
+        home_dir: None,
+        env: &env,
+        cli: &cli,
+    })
+    .map(|loaded| loaded.value)
+    .map_err(|e| e.to_string())
+}
+
+#[test]
+fn budgets_from_a_settings_file_and_the_configs_price_check() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join(".muster")).unwrap();
+    let settings_file = dir.path().join(".muster/settings.toml");
+    std::fs::write(
+        &settings_file,
+        "[budgets.agent]\nturns = 3\n\n[budgets.run]\ncost_usd = 1.5\nduration_secs = 60\n",
+    )
+    .unwrap();
+    let settings = load_settings(dir.path()).unwrap();
+    let budgets = BudgetSettings::from_settings(&settings.budgets);
+    assert_eq!(
+        budgets,
+        BudgetSettings {
+            agent: SpendLimits {
+                turns: Some(3),
+                tokens: None,
+                cost_usd: None
+            },
+            run: SpendLimits {
+                turns: None,
+                tokens: None,
+                cost_usd: Some(1.5)
+            },
+            duration_secs: Some(60),
+        }
+    );
+    // The catalogue prices the default model, so the ledger accepts it.
+    let ledger = BudgetLedger::new(
+        budgets.with_max_duration(Some(5)),
+        budgets.with_max_duration(Some(5)).deadline_ms(0),
+        BTreeMap::new(),
+    );
+    let model = settings.act.model.value.clone();
+    ledger
+        .check_priced(&model, settings.models.get(&model))
+        .unwrap();
+    assert_eq!(ledger.deadline_ms(), Some(5_000));
+
+    // A cost budget with an unpriced model is refused by the configuration itself.
+    std::fs::write(
+        &settings_file,
+        "model = \"local-llama\"\n\n[budgets.run]\ncost_usd = 1.5\n",
+    )
+    .unwrap();
+    let err = load_settings(dir.path()).unwrap_err();
+    assert!(err.contains("a cost budget needs model prices"), "{err}");
+    assert!(err.contains("local-llama"), "{err}");
 }
