@@ -318,6 +318,15 @@ struct Session {
     output: OutputFormat,
 }
 
+fn is_turn_limit(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        matches!(
+            cause.downcast_ref::<muster_agents::runtime::RuntimeError>(),
+            Some(muster_agents::runtime::RuntimeError::TurnLimit { .. })
+        )
+    })
+}
+
 /// What `parts` checked: the approver, the workspace and the models.
 struct RunParts {
     approver: PlanApprover,
@@ -403,6 +412,12 @@ impl Session {
         let context = Arc::new(self.context(identity, parts, printer.clone(), &env));
         let ending = match self.drive(context, resumed).await {
             Ok(ending) => ending,
+            Err(error) if is_turn_limit(&error) => Ending {
+                status: RunStatus::Budget,
+                exit: Exit::Budget,
+                result: json!({"error": format!("{error:#}")}),
+                text: format!("muster: {error:#}"),
+            },
             Err(error) => Ending {
                 status: RunStatus::Failed,
                 exit: Exit::for_error(&error),
@@ -536,7 +551,12 @@ impl Session {
                 .map(|(name, value)| (name.into(), value.into()))
                 .collect(),
             subagents: Arc::new(Semaphore::new(DEFAULT_MAX_SUBAGENTS)),
-            max_turns: DEFAULT_MAX_TURNS,
+            max_turns: settings
+                .budgets
+                .agent
+                .turns
+                .as_ref()
+                .map_or(DEFAULT_MAX_TURNS, |turns| turns.value),
         }
     }
 

@@ -263,9 +263,9 @@ impl AgentRuntime {
                 return Ok(stop);
             }
             if self.turn >= self.run.max_turns {
-                return Err(RuntimeError::ModelStopped {
-                    reason: "turn limit".into(),
-                    detail: format!("{} model requests", self.turn),
+                return Err(RuntimeError::TurnLimit {
+                    agent: self.id.clone(),
+                    turns: self.turn,
                 });
             }
             let response = self.call_model().await?;

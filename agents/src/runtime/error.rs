@@ -37,6 +37,8 @@ pub enum RuntimeError {
     NothingToResume { run: String, agent: String },
     #[error("workspace: {0}")]
     Workspace(String),
+    #[error("agent {agent} reached its limit of {turns} model requests")]
+    TurnLimit { agent: String, turns: u64 },
     #[error("the model stopped with {reason}: {detail}")]
     ModelStopped { reason: String, detail: String },
 }

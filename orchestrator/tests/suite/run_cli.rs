@@ -409,3 +409,35 @@ async fn a_configuration_error_exits_2_before_any_run_is_created() {
         stderr(&unknown)
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_turn_budget_stops_a_run_with_exit_3() {
+    let dir = project();
+    std::fs::write(
+        dir.path().join(".muster/settings.toml"),
+        "[budgets.agent]\nturns = 1\n",
+    )
+    .unwrap();
+    let fake = fake(vec![ScriptEntry::reply(
+        "main",
+        1,
+        vec![tool("Read", json!({"file_path": "README.md"}))],
+    )])
+    .await;
+    let base = fake.base_url();
+    let output = muster(
+        dir.path(),
+        &["run", "-p", "x", "--base-url", &base, "--output", "json"],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    let finished = &lines(&output)[0];
+    assert_eq!(finished["status"], "budget");
+    assert!(
+        finished["error"]
+            .as_str()
+            .unwrap()
+            .contains("limit of 1 model requests")
+    );
+    fake.verify().unwrap();
+}
