@@ -1319,3 +1319,36 @@ async fn plan_mode_tools_refuse_out_of_order_calls_with_clear_messages() {
             .any(|r| matches!(r, Record::PlanSnapshot { state, .. } if state == "draft"))
     );
 }
+
+#[tokio::test]
+async fn bash_records_tool_started_with_its_process_group_before_it_runs() {
+    let h = Harness::new(vec![
+        reply(
+            "main",
+            1,
+            vec![tool("Bash", json!({"command": "echo started > ran.txt"}))],
+        ),
+        reply("main", 2, vec![Block::text("ran")]),
+    ])
+    .await;
+    h.member("main", MemberKind::Lead).await;
+    let mut agent = AgentRuntime::start(
+        h.single(PlanApprover::Human),
+        spec("main", AgentKind::Main, PermissionMode::BypassPermissions),
+        "Run it.",
+    )
+    .await
+    .unwrap();
+    run(&mut agent).await;
+    let records = h.records("main").await;
+    let started = records
+        .iter()
+        .position(|r| matches!(r, Record::ToolStarted { process_group: Some(group), tool, .. } if *group > 0 && tool == "Bash"))
+        .expect("a tool_started record with the process group");
+    let finished = records
+        .iter()
+        .position(|r| matches!(r, Record::ToolCall { tool, .. } if tool == "Bash"))
+        .unwrap();
+    assert!(started < finished);
+    assert!(h.workspace().join("ran.txt").exists());
+}

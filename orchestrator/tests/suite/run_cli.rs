@@ -441,3 +441,60 @@ async fn the_agent_turn_budget_stops_a_run_with_exit_3() {
     );
     fake.verify().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn text_output_prints_the_result_and_resume_refuses_a_live_run() {
+    let dir = project();
+    let fake = fake(vec![ScriptEntry::reply(
+        "main",
+        1,
+        vec![tool("ExitPlanMode", json!({"plan": PLAN}))],
+    )])
+    .await;
+    let base = fake.base_url();
+    let first = muster(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Plan.",
+            "--permission-mode",
+            "plan",
+            "--base-url",
+            &base,
+        ],
+    )
+    .await;
+    assert_eq!(first.status.code(), Some(5), "{}", stderr(&first));
+    let text = String::from_utf8_lossy(&first.stdout).into_owned();
+    assert!(text.contains("muster approve plan-main-1"), "{text}");
+    let run_id = text
+        .split("muster resume ")
+        .nth(1)
+        .and_then(|rest| rest.split('`').next())
+        .unwrap()
+        .to_owned();
+    // Another process holds the run: resume refuses it.
+    let store: std::sync::Arc<dyn muster_mailbox::MailboxStore> = std::sync::Arc::new(
+        muster_mailbox::SqliteStore::open(
+            &dir.path().join(".muster/muster.db"),
+            muster_mailbox::StoreOptions::default(),
+        )
+        .unwrap(),
+    );
+    let live = muster_mailbox::live::LiveRun::start(
+        &dir.path().join(".muster/runs"),
+        &run_id,
+        store,
+        None,
+    )
+    .unwrap();
+    let refused = muster(dir.path(), &["resume", &run_id]).await;
+    assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("live"), "{}", stderr(&refused));
+    drop(live);
+    // Not decided yet: resuming stops again with exit 5.
+    let again = muster(dir.path(), &["resume", &run_id, "--output", "json"]).await;
+    assert_eq!(again.status.code(), Some(5), "{}", stderr(&again));
+    assert_eq!(lines(&again)[0]["request_id"], "plan-main-1");
+}
