@@ -76,8 +76,9 @@ impl SqliteStore {
         self.writer.queued()
     }
 
-    /// Copies the write-ahead log into the database file and truncates it (between
-    /// transactions). For maintenance, and to start benchmarks from a settled file.
+    /// Copies the write-ahead log into the database file and restarts the log from its
+    /// beginning (between transactions). For maintenance, and to start benchmarks from a
+    /// settled file.
     pub async fn checkpoint(&self) -> StoreResult<()> {
         self.writer.checkpoint().await
     }

@@ -87,8 +87,9 @@ where
 
 pub(crate) enum Job {
     Operation(Box<dyn Operation>),
-    /// Moves the WAL's pages into the database file and truncates the WAL, between
-    /// transactions (a checkpoint cannot run inside one).
+    /// Moves the WAL's pages into the database file and restarts the WAL from its beginning
+    /// (the file keeps its size, as in steady operation), between transactions (a checkpoint
+    /// cannot run inside one).
     Checkpoint(oneshot::Sender<Result<(), BatchFailure>>),
     /// Test hook: the writer stops taking jobs until the sender side is dropped.
     Hold {
@@ -177,7 +178,7 @@ impl Writer {
         Ok(release_tx)
     }
 
-    /// Checkpoints the WAL into the database file and truncates it.
+    /// Checkpoints the WAL into the database file; the next commit starts the WAL over.
     pub(crate) async fn checkpoint(&self) -> StoreResult<()> {
         let (done, result) = oneshot::channel();
         self.enqueue(Job::Checkpoint(done))?;
@@ -224,7 +225,7 @@ impl WriterThread {
                         self.commit_batch(std::mem::take(&mut batch));
                         let result = self
                             .conn
-                            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+                            .query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(()))
                             .map_err(|error| batch_failure(&error));
                         let _ = done.send(result);
                     }
