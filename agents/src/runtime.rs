@@ -47,6 +47,7 @@ mod plan_mode;
 mod prompt;
 mod records;
 mod resume;
+pub mod team;
 
 pub use agent::{AgentOutcome, AgentRuntime, AgentSpec};
 pub use context::{

@@ -6,3 +6,4 @@ pub mod exit;
 pub mod project;
 pub mod single_run;
 pub mod store_demo;
+pub mod team;

@@ -26,13 +26,7 @@ impl AgentRuntime {
             "ExitPlanMode" => self.exit_plan_mode(call, decision).await,
             "Agent" => self.run_subagent(call, decision).await,
             "AskUserQuestion" => self.ask_question(call, decision).await,
-            name => Ok(done(CallResult::new(
-                decision,
-                ToolOutput::error(format!(
-                    "{name} needs a team, and there is no team in this run: mail, the task board \
-                     and teammates exist only in team runs (muster run --team)."
-                )),
-            ))),
+            _ => self.team_tool(call, decision).await,
         }
     }
 

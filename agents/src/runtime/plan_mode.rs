@@ -139,7 +139,10 @@ impl AgentRuntime {
         plan: &str,
     ) -> RuntimeResult<(String, String)> {
         let (recipient, responder) = match &self.kind {
-            AgentKind::Teammate { lead } => (lead.clone(), "lead".to_owned()),
+            AgentKind::Teammate { lead } => (
+                lead.clone(),
+                super::team::responder_for(&self.run.run_id, &self.id),
+            ),
             _ => {
                 let responder = self.run.approver.responder().to_owned();
                 let member = muster_mailbox::message::responder_member(&responder).to_owned();

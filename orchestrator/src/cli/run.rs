@@ -51,23 +51,25 @@ pub struct Args {
 }
 
 pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
-    crate::single_run::run(
-        global,
-        RunFlags {
-            prompt: args.prompt,
-            team: args.team,
-            agent: args.agent,
-            workspace: args.workspace,
-            permission_mode: args.permission_mode,
-            approver: args.approver,
-            provider: args.provider,
-            base_url: args.base_url,
-            model: args.model,
-            cassette: args.cassette,
-            strict: args.strict,
-            record: args.record,
-            output: args.output,
-            max_duration: args.max_duration,
-        },
-    )
+    let team_file = crate::team::team_file_for(global, args.team.as_deref())?;
+    let flags = RunFlags {
+        prompt: args.prompt,
+        team: args.team,
+        agent: args.agent,
+        workspace: args.workspace,
+        permission_mode: args.permission_mode,
+        approver: args.approver,
+        provider: args.provider,
+        base_url: args.base_url,
+        model: args.model,
+        cassette: args.cassette,
+        strict: args.strict,
+        record: args.record,
+        output: args.output,
+        max_duration: args.max_duration,
+    };
+    match team_file {
+        Some(team_file) => crate::team::run(global, flags, team_file),
+        None => crate::single_run::run(global, flags),
+    }
 }

@@ -3,3 +3,4 @@ mod check_cli;
 mod config_cli;
 mod run_cli;
 mod store_cli;
+mod team_cli;

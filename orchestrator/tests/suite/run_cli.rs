@@ -221,12 +221,12 @@ async fn human_approver_stops_with_exit_5_then_approve_and_resume_land_the_edit(
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn team_runs_are_refused_with_exit_2() {
+async fn an_invalid_team_file_is_refused_with_exit_2() {
     let dir = project();
     std::fs::write(dir.path().join("muster.team.toml"), "").unwrap();
     let output = muster(dir.path(), &["run", "-p", "x"]).await;
     assert_eq!(output.status.code(), Some(2));
-    assert!(stderr(&output).contains("team runs are not built yet"));
+    assert!(stderr(&output).contains("missing required key `name`"));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,0 +1,689 @@
+//! The team tools an agent of a team run calls: `SendMessage`, the task tools (`TaskCreate`,
+//! `TaskUpdate`, `TaskList`, `TaskGet`), and the lead's `SpawnTeammate`, `ReviewPlan` and
+//! `ShutdownTeammate`.
+//!
+//! Mail and the task board live in the store, so the runtime carries those tools out itself.
+//! Starting and stopping teammates needs the orchestrator: it implements [`TeamServices`] and
+//! registers it for the run with [`register_team`] for as long as the team runs. A run with no
+//! registered team (a single-agent run) answers every team tool with an error that says so.
+//!
+//! Results are written for a model: what happened, the ids it needs next (the new teammate's
+//! id, the request id), and why a call was refused.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, LazyLock, RwLock};
+
+use muster_config::PermissionMode;
+use muster_mailbox::{
+    MemberKind, MessageBody, NewMessage, NewResponse, NewTask, StoreError, Task, TaskStatus,
+    TaskUpdate,
+};
+use serde::de::DeserializeOwned;
+
+use crate::model::ToolCall;
+use crate::tools::{
+    ReviewPlanInput, SendMessageInput, ShutdownTeammateInput, SpawnTeammateInput, TaskCreateInput,
+    TaskGetInput, TaskStatus as InputTaskStatus, TaskUpdateInput, ToolOutput,
+};
+
+use super::agent::{AgentRuntime, CallResult, Dispatched};
+use super::error::RuntimeResult;
+use super::gate::GateDecision;
+
+/// The names no teammate may have: the lead's and the reserved responders'.
+pub const RESERVED_NAMES: &[&str] = &["lead", "human", "policy"];
+
+/// A boxed future, for [`TeamServices`]' methods.
+pub type TeamFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What the lead asked for with `SpawnTeammate`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpawnRequest {
+    pub name: String,
+    /// The definition asked for (`None`: the team's default).
+    pub definition: Option<String>,
+    pub prompt: String,
+    /// `Some(false)` cannot loosen the team's `[spawn] plan_mode_required`.
+    pub plan_mode_required: Option<bool>,
+    /// The lead's current mode (a spawned teammate never works above it).
+    pub lead_mode: PermissionMode,
+    /// The lead's agent id.
+    pub lead: String,
+}
+
+/// A teammate the orchestrator started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpawnedTeammate {
+    pub id: String,
+    pub definition: String,
+    /// The mode it starts in (`plan` when it must plan first).
+    pub mode: PermissionMode,
+    /// The mode it works in once its plan is approved (or from the start).
+    pub working_mode: PermissionMode,
+    /// Who decides its plans and permission requests (`lead`, `human`, `policy:FILE`).
+    pub responder: String,
+    /// What the rules changed about the request, in words (empty when nothing).
+    pub notes: Vec<String>,
+}
+
+/// What a team run's orchestrator does for the runtime.
+pub trait TeamServices: Send + Sync {
+    /// Starts a teammate; `Err` is a refusal in words for the model.
+    fn spawn_teammate(
+        &self,
+        request: SpawnRequest,
+    ) -> TeamFuture<'_, Result<SpawnedTeammate, String>>;
+    /// Sends a teammate a `shutdown_request` and stops it after the shutdown timeout; gives
+    /// back what happened in words, or a refusal.
+    fn shutdown_teammate<'a>(
+        &'a self,
+        requested_by: &'a str,
+        name: &'a str,
+        reason: Option<String>,
+    ) -> TeamFuture<'a, Result<String, String>>;
+    /// Who answers `agent`'s plan and permission requests: `lead`, `human` or `policy:FILE`.
+    fn responder_for(&self, agent: &str) -> String;
+    /// The task board changed (idle teammates look for work).
+    fn board_changed(&self) {}
+}
+
+static TEAMS: LazyLock<RwLock<HashMap<String, Arc<dyn TeamServices>>>> =
+    LazyLock::new(|| RwLock::new(HashMap::new()));
+
+/// The team of a run, registered while it runs; dropping it unregisters the team.
+pub struct TeamRegistration {
+    run_id: String,
+}
+
+impl Drop for TeamRegistration {
+    fn drop(&mut self) {
+        let mut teams = TEAMS
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        teams.remove(&self.run_id);
+    }
+}
+
+/// Makes `services` the team of run `run_id` until the registration is dropped.
+pub fn register_team(run_id: &str, services: Arc<dyn TeamServices>) -> TeamRegistration {
+    let mut teams = TEAMS
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    teams.insert(run_id.to_owned(), services);
+    TeamRegistration {
+        run_id: run_id.to_owned(),
+    }
+}
+
+/// The team of run `run_id`, if it has one in this process.
+pub fn team_of(run_id: &str) -> Option<Arc<dyn TeamServices>> {
+    let teams = TEAMS
+        .read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    teams.get(run_id).cloned()
+}
+
+/// Who answers `agent`'s requests in run `run_id`: its team's choice, else `lead`.
+pub fn responder_for(run_id: &str, agent: &str) -> String {
+    team_of(run_id).map_or_else(|| "lead".to_owned(), |team| team.responder_for(agent))
+}
+
+impl AgentRuntime {
+    /// Carries out a team tool the gate allowed.
+    pub(super) async fn team_tool(
+        &mut self,
+        call: &ToolCall,
+        decision: &GateDecision,
+    ) -> RuntimeResult<Dispatched> {
+        let Some(team) = team_of(&self.run.run_id) else {
+            return Ok(reply(
+                decision,
+                Err(format!(
+                    "{} needs a team, and there is no team in this run: mail, the task board \
+                     and teammates exist only in team runs (muster run --team).",
+                    call.name
+                )),
+            ));
+        };
+        let outcome = match call.name.as_str() {
+            "SendMessage" => match parse::<SendMessageInput>(call) {
+                Ok(input) => self.send_message(call, input).await?,
+                Err(error) => Err(error),
+            },
+            "TaskCreate" => match parse::<TaskCreateInput>(call) {
+                Ok(input) => self.task_create(input, team.as_ref()).await?,
+                Err(error) => Err(error),
+            },
+            "TaskUpdate" => match parse::<TaskUpdateInput>(call) {
+                Ok(input) => self.task_update(input, team.as_ref()).await?,
+                Err(error) => Err(error),
+            },
+            "TaskList" => self.task_list().await?,
+            "TaskGet" => match parse::<TaskGetInput>(call) {
+                Ok(input) => self.task_get(input).await?,
+                Err(error) => Err(error),
+            },
+            "SpawnTeammate" => match parse::<SpawnTeammateInput>(call) {
+                Ok(input) => self.spawn_teammate(input, team.as_ref()).await,
+                Err(error) => Err(error),
+            },
+            "ReviewPlan" => match parse::<ReviewPlanInput>(call) {
+                Ok(input) => self.review_plan(call, input).await?,
+                Err(error) => Err(error),
+            },
+            "ShutdownTeammate" => match parse::<ShutdownTeammateInput>(call) {
+                Ok(input) => {
+                    team.shutdown_teammate(&self.id, &input.name, input.reason)
+                        .await
+                }
+                Err(error) => Err(error),
+            },
+            other => Err(format!("{other} is not a team tool")),
+        };
+        Ok(reply(decision, outcome))
+    }
+
+    async fn send_message(
+        &mut self,
+        call: &ToolCall,
+        input: SendMessageInput,
+    ) -> RuntimeResult<Result<String, String>> {
+        if let Some(request_id) = input.reply_to.clone() {
+            return self.reply_to_request(call, &request_id, input).await;
+        }
+        let roster = self.run.store.roster(&self.run.run_id).await?;
+        let agents: Vec<&str> = roster
+            .iter()
+            .filter(|m| matches!(m.kind, MemberKind::Lead | MemberKind::Teammate))
+            .map(|m| m.agent.as_str())
+            .collect();
+        let recipients: Vec<String> = if input.to == "*" {
+            agents
+                .iter()
+                .filter(|name| **name != self.id)
+                .map(|name| (*name).to_owned())
+                .collect()
+        } else if agents.contains(&input.to.as_str()) {
+            vec![input.to.clone()]
+        } else {
+            return Ok(Err(format!(
+                "unknown recipient {:?}; the team is: {} (or `*` for everyone)",
+                input.to,
+                agents.join(", ")
+            )));
+        };
+        if recipients.is_empty() {
+            return Ok(Err("there is no one else in the team to send to".into()));
+        }
+        if recipients.contains(&self.id) {
+            return Ok(Err("you cannot send mail to yourself".into()));
+        }
+        let broadcast = recipients.len() > 1 || input.to == "*";
+        let mut sent = Vec::new();
+        for recipient in &recipients {
+            let key = if broadcast {
+                format!("{}:{}:{recipient}", self.id, call.id)
+            } else {
+                format!("{}:{}", self.id, call.id)
+            };
+            let message = self
+                .run
+                .store
+                .send(NewMessage {
+                    run_id: self.run.run_id.clone(),
+                    sender: self.id.clone(),
+                    recipient: recipient.clone(),
+                    body: MessageBody::Text {
+                        text: input.message.clone(),
+                        summary: input.summary.clone(),
+                    },
+                    idempotency_key: Some(key),
+                })
+                .await?;
+            sent.push(format!("{} (message {})", recipient, message.key));
+        }
+        Ok(Ok(format!(
+            "Sent to {}. They see it at their next turn boundary.",
+            sent.join(", ")
+        )))
+    }
+
+    /// Answers a `question` with an `answer` or a `shutdown_request` with a
+    /// `shutdown_response`, through the store's `respond` (only the request's responder may).
+    async fn reply_to_request(
+        &mut self,
+        call: &ToolCall,
+        request_id: &str,
+        input: SendMessageInput,
+    ) -> RuntimeResult<Result<String, String>> {
+        let Some(request) = self.run.store.request(&self.run.run_id, request_id).await? else {
+            return Ok(Err(format!(
+                "there is no request {request_id:?} in this run; reply_to takes the request id \
+                 shown with the mail (question-…, shutdown-…)"
+            )));
+        };
+        let body = match request.kind.as_str() {
+            "question" => MessageBody::Answer {
+                request_id: request_id.to_owned(),
+                answer: input.message.clone(),
+            },
+            "shutdown_request" => MessageBody::ShutdownResponse {
+                request_id: request_id.to_owned(),
+                approve: input.approve.unwrap_or(true),
+                reason: Some(input.message.clone()).filter(|m| !m.trim().is_empty()),
+            },
+            "plan_approval_request" | "permission_request" => {
+                return Ok(Err(format!(
+                    "{request_id} is a {}: answer it with ReviewPlan, not SendMessage",
+                    request.kind
+                )));
+            }
+            other => {
+                return Ok(Err(format!(
+                    "{request_id} is a {other}, which SendMessage cannot answer"
+                )));
+            }
+        };
+        let answered = self
+            .run
+            .store
+            .respond(NewResponse {
+                run_id: self.run.run_id.clone(),
+                sender: self.id.clone(),
+                body,
+                idempotency_key: Some(format!("{}:{}", self.id, call.id)),
+            })
+            .await;
+        Ok(match answered {
+            Ok(_) => Ok(format!("Answered {request_id} from {}.", request.requester)),
+            Err(error) => Err(refusal(request_id, error)?),
+        })
+    }
+
+    async fn task_create(
+        &mut self,
+        input: TaskCreateInput,
+        team: &dyn TeamServices,
+    ) -> RuntimeResult<Result<String, String>> {
+        let blocked_by: Vec<i64> = input
+            .blocked_by
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|id| i64::try_from(id).ok())
+            .collect();
+        let created = self
+            .run
+            .store
+            .create_task(NewTask {
+                run_id: self.run.run_id.clone(),
+                created_by: self.id.clone(),
+                subject: input.subject,
+                description: input.description,
+                blocked_by,
+            })
+            .await;
+        let task = match created {
+            Ok(task) => task,
+            Err(
+                error @ (StoreError::UnknownTask { .. }
+                | StoreError::InvalidDependency { .. }
+                | StoreError::ClaimRefused { .. }),
+            ) => {
+                return Ok(Err(error.to_string()));
+            }
+            Err(error) => return Err(error.into()),
+        };
+        team.board_changed();
+        Ok(Ok(format!(
+            "Created task #{}: {}{}. Idle teammates claim unblocked tasks; assign one with \
+             TaskUpdate {{task_id, owner}}.",
+            task.task_id,
+            task.subject,
+            blockers(&task)
+        )))
+    }
+
+    async fn task_update(
+        &mut self,
+        input: TaskUpdateInput,
+        team: &dyn TeamServices,
+    ) -> RuntimeResult<Result<String, String>> {
+        let Ok(task_id) = i64::try_from(input.task_id) else {
+            return Ok(Err(format!("there is no task #{}", input.task_id)));
+        };
+        let Some(before) = self.run.store.task(&self.run.run_id, task_id).await? else {
+            return Ok(Err(format!(
+                "there is no task #{task_id}; TaskList shows the board"
+            )));
+        };
+        let status = input.status.map(store_status);
+        let mut owner = input.owner.map(|o| {
+            let o = o.trim().to_owned();
+            (!o.is_empty()).then_some(o)
+        });
+        if status == Some(TaskStatus::InProgress) && owner.is_none() && before.owner.is_none() {
+            owner = Some(Some(self.id.clone()));
+        }
+        let updated = self
+            .run
+            .store
+            .update_task(TaskUpdate {
+                run_id: self.run.run_id.clone(),
+                task_id,
+                updated_by: self.id.clone(),
+                subject: input.subject,
+                description: input.description,
+                status,
+                owner,
+                blocked_reason: input.blocked_reason,
+                add_blocked_by: input
+                    .add_blocked_by
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|id| i64::try_from(id).ok())
+                    .collect(),
+            })
+            .await;
+        let task = match updated {
+            Ok(task) => task,
+            Err(
+                error @ (StoreError::UnknownTask { .. }
+                | StoreError::InvalidDependency { .. }
+                | StoreError::ClaimRefused { .. }),
+            ) => {
+                return Ok(Err(error.to_string()));
+            }
+            Err(StoreError::UnknownRecipient { recipient, .. }) => {
+                return Ok(Err(format!(
+                    "{recipient:?} is not a member of the team, so it cannot own a task"
+                )));
+            }
+            Err(error) => return Err(error.into()),
+        };
+        team.board_changed();
+        let mut changes = Vec::new();
+        if task.status != before.status {
+            changes.push(format!(
+                "status {} → {}",
+                before.status.as_str(),
+                task.status.as_str()
+            ));
+        }
+        if task.owner != before.owner {
+            changes.push(format!(
+                "owner {} (told by mail)",
+                task.owner.as_deref().unwrap_or("none")
+            ));
+        }
+        if task.subject != before.subject || task.description != before.description {
+            changes.push("text updated".into());
+        }
+        if task.blocked_by != before.blocked_by {
+            changes.push(format!("blocked by {:?}", task.blocked_by));
+        }
+        Ok(Ok(format!(
+            "Task #{task_id} updated: {}.",
+            if changes.is_empty() {
+                "nothing changed".to_owned()
+            } else {
+                changes.join("; ")
+            }
+        )))
+    }
+
+    async fn task_list(&mut self) -> RuntimeResult<Result<String, String>> {
+        let tasks = self.run.store.tasks(&self.run.run_id).await?;
+        if tasks.is_empty() {
+            return Ok(Ok("The task board is empty.".into()));
+        }
+        let lines: Vec<String> = tasks.iter().map(task_line).collect();
+        Ok(Ok(lines.join("\n")))
+    }
+
+    async fn task_get(&mut self, input: TaskGetInput) -> RuntimeResult<Result<String, String>> {
+        let task = match i64::try_from(input.task_id) {
+            Ok(id) => self.run.store.task(&self.run.run_id, id).await?,
+            Err(_) => None,
+        };
+        Ok(match task {
+            Some(task) => Ok(format!(
+                "{}\n\n{}{}",
+                task_line(&task),
+                task.description,
+                task.blocked_reason
+                    .as_ref()
+                    .map(|r| format!("\nBlocked: {r}"))
+                    .unwrap_or_default()
+            )),
+            None => Err(format!(
+                "there is no task #{}; TaskList shows the board",
+                input.task_id
+            )),
+        })
+    }
+
+    async fn spawn_teammate(
+        &mut self,
+        input: SpawnTeammateInput,
+        team: &dyn TeamServices,
+    ) -> Result<String, String> {
+        if RESERVED_NAMES.contains(&input.name.as_str()) {
+            return Err(format!(
+                "{:?} is reserved (lead, human and policy cannot be teammates' names); choose \
+                 another name",
+                input.name
+            ));
+        }
+        if muster_mailbox::validate_agent_id(&input.name).is_err() || input.name.contains('.') {
+            return Err(format!(
+                "{:?} is not a valid teammate name: use [a-z][a-z0-9-]{{0,31}}",
+                input.name
+            ));
+        }
+        let spawned = team
+            .spawn_teammate(SpawnRequest {
+                name: input.name,
+                definition: input.agent,
+                prompt: input.prompt,
+                plan_mode_required: input.plan_mode_required,
+                lead_mode: self.mode,
+                lead: self.id.clone(),
+            })
+            .await?;
+        let plans = if spawned.mode == PermissionMode::Plan {
+            format!(
+                " It starts in plan mode and works in {} once {} approves its plan; its plan \
+                 approval request will reach your mailbox.",
+                spawned.working_mode, spawned.responder
+            )
+        } else {
+            format!(" It works in {} mode.", spawned.working_mode)
+        };
+        let notes = if spawned.notes.is_empty() {
+            String::new()
+        } else {
+            format!(" Note: {}.", spawned.notes.join("; "))
+        };
+        Ok(format!(
+            "Spawned teammate {} (agent id {}, definition {}).{plans}{notes} Reach it with \
+             SendMessage {{to: \"{}\"}} or assign it a task with TaskUpdate.",
+            spawned.id, spawned.id, spawned.definition, spawned.id
+        ))
+    }
+
+    async fn review_plan(
+        &mut self,
+        call: &ToolCall,
+        input: ReviewPlanInput,
+    ) -> RuntimeResult<Result<String, String>> {
+        let request_id = input.request_id.clone();
+        let Some(request) = self
+            .run
+            .store
+            .request(&self.run.run_id, &request_id)
+            .await?
+        else {
+            return Ok(Err(format!(
+                "there is no request {request_id:?} in this run; use the request id shown with \
+                 the plan or permission request (plan-…, perm-…)"
+            )));
+        };
+        if input.approve && self.mode == PermissionMode::Plan {
+            return Ok(Err(format!(
+                "You are in plan mode, and a lead that is planning cannot approve \
+                 {request_id}: leave plan mode first (your own plan must be approved), or \
+                 reject it with feedback."
+            )));
+        }
+        let (body, summary) = match request.kind.as_str() {
+            "plan_approval_request" => {
+                let asked = input.mode.map(PermissionMode::from);
+                let granted = asked.map(|m| m.capped_at(self.mode));
+                let lowered = match (asked, granted) {
+                    (Some(asked), Some(granted)) if granted != asked => Some(asked),
+                    _ => None,
+                };
+                let approve = input.approve;
+                let body = MessageBody::PlanApprovalResponse {
+                    request_id: request_id.clone(),
+                    approved: approve,
+                    feedback: input.feedback.clone().or_else(|| {
+                        (!approve).then(|| "the plan needs revision (no reason given)".into())
+                    }),
+                    mode: granted.filter(|_| approve).map(|m| m.to_string()),
+                    lowered_from: lowered.filter(|_| approve).map(|m| m.to_string()),
+                    edited_plan: input.edited_plan.clone().filter(|_| approve),
+                    clear_context: approve && input.clear_context.unwrap_or(false),
+                    rule: None,
+                };
+                let mut summary = if approve {
+                    format!("Approved plan {request_id} of {}", request.requester)
+                } else {
+                    format!(
+                        "Rejected plan {request_id} of {}; it keeps planning with your feedback",
+                        request.requester
+                    )
+                };
+                if approve {
+                    match (granted, lowered) {
+                        (Some(granted), Some(asked)) => summary.push_str(&format!(
+                            "; it works in {granted} mode (lowered from {asked}: your own mode \
+                             {} is the ceiling)",
+                            self.mode
+                        )),
+                        (Some(granted), None) => {
+                            summary.push_str(&format!("; it works in {granted} mode"))
+                        }
+                        _ => summary.push_str("; it returns to its working mode"),
+                    }
+                    if input.edited_plan.is_some() {
+                        summary.push_str("; your edited plan replaces its plan");
+                    }
+                    if input.clear_context.unwrap_or(false) {
+                        summary.push_str("; it starts with a fresh context");
+                    }
+                }
+                (body, summary)
+            }
+            "permission_request" => (
+                MessageBody::PermissionResponse {
+                    request_id: request_id.clone(),
+                    approved: input.approve,
+                    feedback: input.feedback.clone(),
+                    rule: None,
+                },
+                format!(
+                    "{} permission request {request_id} of {}",
+                    if input.approve { "Approved" } else { "Refused" },
+                    request.requester
+                ),
+            ),
+            other => {
+                return Ok(Err(format!(
+                    "{request_id} is a {other}: ReviewPlan answers plan and permission \
+                     requests; answer questions with SendMessage {{reply_to}}"
+                )));
+            }
+        };
+        let answered = self
+            .run
+            .store
+            .respond(NewResponse {
+                run_id: self.run.run_id.clone(),
+                sender: self.id.clone(),
+                body,
+                idempotency_key: Some(format!("{}:{}", self.id, call.id)),
+            })
+            .await;
+        Ok(match answered {
+            Ok(_) => Ok(format!("{summary}.")),
+            Err(error) => Err(refusal(&request_id, error)?),
+        })
+    }
+}
+
+/// A store refusal of an answer, in words; other store errors stay errors.
+fn refusal(request_id: &str, error: StoreError) -> RuntimeResult<String> {
+    match error {
+        StoreError::AlreadyDecided { decided_by, .. } => Ok(format!(
+            "{request_id} was already decided by {decided_by}; only the first answer counts"
+        )),
+        StoreError::WrongResponder { responder, .. } => Ok(format!(
+            "{request_id} is answered by {responder}, not by you"
+        )),
+        StoreError::MismatchedResponse { .. } | StoreError::UnknownRequest { .. } => {
+            Ok(error.to_string())
+        }
+        other => Err(other.into()),
+    }
+}
+
+fn parse<T: DeserializeOwned>(call: &ToolCall) -> Result<T, String> {
+    serde_json::from_value(call.input.clone())
+        .map_err(|error| format!("invalid input for {}: {error}", call.name))
+}
+
+fn reply(decision: &GateDecision, outcome: Result<String, String>) -> Dispatched {
+    let output = match outcome {
+        Ok(text) => ToolOutput::text(text),
+        Err(text) => ToolOutput::error(text),
+    };
+    Dispatched::Done(Box::new(CallResult::new(decision, output)))
+}
+
+fn store_status(status: InputTaskStatus) -> TaskStatus {
+    match status {
+        InputTaskStatus::Pending => TaskStatus::Pending,
+        InputTaskStatus::InProgress => TaskStatus::InProgress,
+        InputTaskStatus::Completed => TaskStatus::Completed,
+        InputTaskStatus::Failed => TaskStatus::Failed,
+        InputTaskStatus::Blocked => TaskStatus::Blocked,
+    }
+}
+
+fn blockers(task: &Task) -> String {
+    if task.blocked_by_open.is_empty() {
+        String::new()
+    } else {
+        let ids: Vec<String> = task
+            .blocked_by_open
+            .iter()
+            .map(|id| format!("#{id}"))
+            .collect();
+        format!(" (blocked by {})", ids.join(", "))
+    }
+}
+
+/// One task in a line: `#3 [in_progress] subject — owner alice (blocked by #1)`.
+pub fn task_line(task: &Task) -> String {
+    format!(
+        "#{} [{}] {} — owner {}{}",
+        task.task_id,
+        task.status.as_str(),
+        task.subject,
+        task.owner.as_deref().unwrap_or("none"),
+        blockers(task)
+    )
+}

@@ -1,0 +1,750 @@
+//! Team runs: `muster run -p GOAL` with `--team FILE` or a `muster.team.toml` at the project
+//! root. The lead (the main agent, the team file's `lead` definition) and every teammate run
+//! as their own tokio tasks with their own contexts; they talk only through the store's mail.
+//!
+//! - Mail reaches an agent at its next turn boundary, rendered by [`mail`] (the kind and the
+//!   request id in words; another agent's plan between nonce delimiters, as untrusted data).
+//! - Teammates declared by the team file start idle; an idle teammate claims the next
+//!   unblocked task (the store's conditional claim) or wakes on mail. When it ends a turn its
+//!   result goes to the lead as an `idle_notification`, and tasks it still holds in progress
+//!   are marked completed.
+//! - Plan and permission requests go to the lead's mailbox with the teammate's `responder`:
+//!   `lead` (the lead's model answers with `ReviewPlan`), `human` (`muster approve` / `reject`
+//!   from another process, woken through the run's socket), or `policy:FILE` (decided at once,
+//!   the deciding rule recorded in the response).
+//! - When the lead ends a turn with no running teammate, no pending or in-progress task and no
+//!   undelivered mail, idle teammates get a `shutdown_request`, are stopped after the shutdown
+//!   timeout, and the run ends: exit 1 if a task failed, else 0. At the deadline a run waiting
+//!   only on a person's decision stops with exit 5, else 3.
+
+mod mail;
+mod members;
+mod printer;
+mod services;
+mod setup;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use muster_agents::runtime::{AgentKind, AgentOutcome, AgentRuntime, AgentSpec, PlanFiles};
+use muster_config::settings::{AutoGate as AutoGateSetting, CliOverrides};
+use muster_config::{AgentCatalog, PermissionMode, Policy, TeamFile};
+use muster_mailbox::live::LiveRun;
+use muster_mailbox::{
+    AutoGate, DeliveryState, MailboxStore, MemberKind, MessageBody, MessageFilter, NewRun,
+    RosterEntry, RunStatus, TaskStatus,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::cli::GlobalArgs;
+use crate::cli::config::{load_settings, print_warnings, process_env, project_root};
+use crate::exit::{Exit, ExitError};
+use crate::project::Project;
+use crate::single_run::{OutputFormat, RunFlags};
+
+use printer::{TeamPrinter, now_ms};
+
+/// The lead's agent id.
+pub const LEAD: &str = "lead";
+/// How long a teammate has to answer a `shutdown_request` before it is stopped.
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most mail an agent takes at one turn boundary.
+const MAIL_BATCH: usize = 32;
+
+fn usage(message: impl Into<String>) -> anyhow::Error {
+    ExitError::new(Exit::Usage, message).into()
+}
+
+/// The team file of a `muster run`: `--team FILE`, else `muster.team.toml` at the project
+/// root; `None` for a single-agent run.
+pub fn team_file_for(global: &GlobalArgs, team: Option<&Path>) -> anyhow::Result<Option<PathBuf>> {
+    if let Some(path) = team {
+        return Ok(Some(std::path::absolute(path)?));
+    }
+    let root = project_root(global)?;
+    Ok(TeamFile::discover(&root))
+}
+
+/// What a team run was started with (stored as the run's launch options).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TeamLaunch {
+    pub v: u32,
+    pub kind: String,
+    pub prompt: String,
+    pub team_file: PathBuf,
+    /// The team file's text, as read at launch.
+    pub team_text: String,
+    pub workspace: PathBuf,
+    /// The lead's mode.
+    pub permission_mode: PermissionMode,
+    pub approver: String,
+    pub plan_provider: String,
+    pub plan_model: String,
+    pub act_provider: String,
+    pub act_model: String,
+    pub base_url: Option<String>,
+    pub cassette: Option<PathBuf>,
+    pub strict: bool,
+    pub record: Option<PathBuf>,
+    /// Absolute deadline, milliseconds since the Unix epoch.
+    pub deadline_ms: Option<i64>,
+}
+
+/// `muster run -p GOAL` as a team run with the team file at `team_path`.
+pub fn run(global: &GlobalArgs, flags: RunFlags, team_path: PathBuf) -> anyhow::Result<Exit> {
+    let output = OutputFormat::parse(&flags.output)?;
+    let root = project_root(global)?;
+    let mut overrides = CliOverrides::new();
+    if let Some(mode) = &flags.permission_mode {
+        overrides = overrides.permission_mode(mode);
+    }
+    if let Some(approver) = &flags.approver {
+        overrides = overrides.approver(approver);
+    }
+    if let Some(provider) = &flags.provider {
+        overrides = overrides.provider(provider);
+    }
+    if let Some(model) = &flags.model {
+        overrides = overrides.model(model);
+    }
+    if let Some(url) = &flags.base_url {
+        overrides = overrides.base_url("anthropic", url).base_url("openai", url);
+    }
+    if let Some(cassette) = &flags.cassette {
+        overrides = overrides.cassette(std::path::absolute(cassette)?.display().to_string());
+    }
+    let loaded = load_settings(global, &root, overrides)?;
+    print_warnings(&loaded.warnings);
+    let project = Project {
+        root,
+        settings: loaded.value,
+    };
+    let catalog = AgentCatalog::load(&project.root)
+        .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
+    print_warnings(&catalog.warnings);
+    let catalog = catalog.value;
+    let team = TeamFile::load(&team_path, &project.root, &catalog)
+        .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
+    if flags.agent.is_some() {
+        return Err(usage(
+            "--agent chooses a single-agent run's definition; a team's lead is the team file's `lead`",
+        ));
+    }
+    let lead_definition = catalog
+        .get(&team.lead)
+        .ok_or_else(|| usage(format!("unknown lead definition {:?}", team.lead)))?;
+    let settings = &project.settings;
+    let permission_mode = match &flags.permission_mode {
+        Some(_) => settings.permission_mode.value,
+        None => lead_definition
+            .permission_mode
+            .unwrap_or(settings.permission_mode.value),
+    };
+    let workspace = match &flags.workspace {
+        Some(dir) => std::path::absolute(dir)?,
+        None => project.root.path().to_path_buf(),
+    };
+    let max_duration =
+        flags
+            .max_duration
+            .or(settings.budgets.run_duration_secs.as_ref().map(|s| s.value));
+    let launch = TeamLaunch {
+        v: 1,
+        kind: "team".into(),
+        prompt: flags.prompt.clone(),
+        team_file: team_path,
+        team_text: team.text.clone(),
+        workspace,
+        permission_mode,
+        approver: settings.approver.value.to_string(),
+        plan_provider: settings.plan.provider.value.as_str().to_owned(),
+        plan_model: settings.plan.model.value.clone(),
+        act_provider: settings.act.provider.value.as_str().to_owned(),
+        act_model: settings.act.model.value.clone(),
+        base_url: flags.base_url.clone(),
+        cassette: settings.script.cassette.as_ref().map(|c| c.value.clone()),
+        strict: flags.strict,
+        record: flags.record.as_ref().map(std::path::absolute).transpose()?,
+        deadline_ms: max_duration.map(|secs| now_ms() + (secs as i64) * 1000),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(execute(project, Arc::new(catalog), team, launch, output))
+}
+
+/// How a team run ended.
+struct Ending {
+    status: RunStatus,
+    exit: Exit,
+    result: Value,
+    text: String,
+}
+
+async fn execute(
+    project: Project,
+    catalog: Arc<AgentCatalog>,
+    team_file: TeamFile,
+    launch: TeamLaunch,
+    output: OutputFormat,
+) -> anyhow::Result<Exit> {
+    let store: Arc<dyn MailboxStore> = project.open_store()?;
+    let mut rng = fastrand::Rng::new();
+    let plans = PlanFiles::reserve(project.plans_dir(), &mut rng)?;
+    let settings = &project.settings;
+    let run_id = format!(
+        "t{}",
+        (0..10)
+            .map(|_| rng.alphanumeric().to_ascii_lowercase())
+            .collect::<String>()
+    );
+    store
+        .create_run(NewRun {
+            id: run_id.clone(),
+            slug: plans.slug().to_owned(),
+            team: Some(team_file.name.clone()),
+            workspace: launch.workspace.display().to_string(),
+            batch_line_id: None,
+            auto_gate: AutoGate {
+                open: settings.auto_gate.value == AutoGateSetting::Open,
+                consecutive_denials: 0,
+                limit: u32::try_from(settings.auto_gate_denial_limit.value).unwrap_or(u32::MAX),
+            },
+            launch_options: serde_json::to_value(&launch)?,
+        })
+        .await?;
+    store
+        .add_member(
+            &run_id,
+            RosterEntry {
+                agent: LEAD.into(),
+                kind: MemberKind::Lead,
+                definition: Some(team_file.lead.clone()),
+                parent: None,
+            },
+        )
+        .await?;
+    for teammate in &team_file.teammates {
+        store
+            .add_member(
+                &run_id,
+                RosterEntry {
+                    agent: teammate.id.clone(),
+                    kind: MemberKind::Teammate,
+                    definition: Some(teammate.definition.clone()),
+                    parent: None,
+                },
+            )
+            .await?;
+    }
+    let env = process_env();
+    let runtime_dir = env.get("XDG_RUNTIME_DIR").map(PathBuf::from);
+    let _live = LiveRun::start(
+        &project.runs_dir(),
+        &run_id,
+        store.clone(),
+        runtime_dir.as_deref(),
+    )?;
+    let epoch = store.open_epoch(&run_id).await?;
+    let printer = Arc::new(TeamPrinter::new(&run_id, output));
+    let context = Arc::new(setup::run_context(setup::ContextParts {
+        project: &project,
+        catalog: catalog.clone(),
+        launch: &launch,
+        run_id: &run_id,
+        epoch,
+        store: store.clone(),
+        plans,
+        events: printer.clone(),
+        env: &env,
+    })?);
+    let (states, _) = watch::channel(0u64);
+    let (board, _) = watch::channel(0u64);
+    let team = Arc::new_cyclic(|me| Team {
+        me: me.clone(),
+        run: context.clone(),
+        store: store.clone(),
+        file: team_file.clone(),
+        root: project.root.path().to_path_buf(),
+        lead_mode: launch.permission_mode,
+        members: Mutex::new(BTreeMap::new()),
+        policies: Mutex::new(BTreeMap::new()),
+        states,
+        board,
+        printer: printer.clone(),
+        shutdown_timeout: SHUTDOWN_TIMEOUT,
+    });
+    printer.attach(Arc::downgrade(&team));
+    let _registration = muster_agents::runtime::team::register_team(&run_id, team.clone());
+    for teammate in &team_file.teammates {
+        team.start_declared(teammate)?;
+    }
+    let driven = match launch.deadline_ms {
+        Some(deadline) => {
+            let left = Duration::from_millis(u64::try_from(deadline - now_ms()).unwrap_or(0));
+            match tokio::time::timeout(left, team.drive_lead(&launch)).await {
+                Ok(ending) => ending,
+                Err(_) => team.deadline_ending().await,
+            }
+        }
+        None => team.drive_lead(&launch).await,
+    };
+    let ending = match driven {
+        Ok(ending) => ending,
+        Err(error) => Ending {
+            status: RunStatus::Failed,
+            exit: Exit::Failed,
+            result: json!({"error": error.to_string()}),
+            text: format!("muster: the team run failed: {error}"),
+        },
+    };
+    team.stop_all().await;
+    store
+        .set_run_status(&run_id, ending.status, Some(ending.result.clone()))
+        .await?;
+    printer.finished(
+        ending.status.as_str(),
+        ending.exit.code(),
+        &ending.result,
+        &ending.text,
+    );
+    Ok(ending.exit)
+}
+
+/// Where a teammate is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MemberState {
+    /// Waiting for mail or a task.
+    Idle,
+    /// A model request, a tool call or a claimed task in flight (waiting for a decision too).
+    Running,
+    /// Ended (shut down, stopped, or failed).
+    Stopped,
+}
+
+/// What the team knows of one teammate.
+pub(crate) struct Member {
+    pub definition: String,
+    pub responder: String,
+    pub working_mode: PermissionMode,
+    pub state: MemberState,
+    pub task: Option<JoinHandle<()>>,
+}
+
+/// A running team: the shared state behind the lead's loop, the teammates' tasks and the
+/// runtime's [`muster_agents::runtime::team::TeamServices`].
+pub(crate) struct Team {
+    me: std::sync::Weak<Team>,
+    run: Arc<muster_agents::runtime::RunContext>,
+    store: Arc<dyn MailboxStore>,
+    file: TeamFile,
+    root: PathBuf,
+    /// The lead's mode at launch (ceiling of declared teammates' grants).
+    lead_mode: PermissionMode,
+    members: Mutex<BTreeMap<String, Member>>,
+    policies: Mutex<BTreeMap<PathBuf, Arc<Policy>>>,
+    /// Bumped whenever a teammate changes state.
+    states: watch::Sender<u64>,
+    /// Bumped whenever the task board changes.
+    board: watch::Sender<u64>,
+    printer: Arc<TeamPrinter>,
+    shutdown_timeout: Duration,
+}
+
+impl Team {
+    fn run_id(&self) -> &str {
+        &self.run.run_id
+    }
+
+    fn epoch(&self) -> i64 {
+        self.run.epoch
+    }
+
+    pub(crate) fn set_state(&self, agent: &str, state: MemberState) {
+        {
+            let mut members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(member) = members.get_mut(agent) {
+                if member.state == MemberState::Stopped {
+                    return;
+                }
+                member.state = state;
+            }
+        }
+        self.states.send_modify(|n| *n += 1);
+    }
+
+    fn states_of(&self) -> Vec<(String, MemberState)> {
+        let members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        members
+            .iter()
+            .map(|(id, m)| (id.clone(), m.state))
+            .collect()
+    }
+
+    fn lead_prompt(&self, goal: &str) -> String {
+        let members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        let roster: Vec<String> = members
+            .iter()
+            .map(|(id, m)| {
+                format!(
+                    "- {id} (definition {}; works in {} mode; plans approved by {})",
+                    m.definition, m.working_mode, m.responder
+                )
+            })
+            .collect();
+        let roster = if roster.is_empty() {
+            "No teammates yet: spawn them with SpawnTeammate.".to_owned()
+        } else {
+            format!("Your teammates:\n{}", roster.join("\n"))
+        };
+        format!(
+            "{goal}\n\nYou lead team {}. {roster}\nIdle teammates claim unblocked tasks from the \
+             board: put the work on it with TaskCreate (or assign a task with TaskUpdate \
+             {{owner}}). Plan approval requests, permission requests, questions and teammates' \
+             reports arrive as mail between your turns. End your turn when you are waiting for \
+             mail; the run ends when every task is done and every teammate is idle.",
+            self.file.name
+        )
+    }
+
+    /// The lead's loop: run a turn, then take mail at the boundary, until the team is done.
+    async fn drive_lead(&self, launch: &TeamLaunch) -> anyhow::Result<Ending> {
+        let spec = AgentSpec {
+            agent_id: LEAD.into(),
+            kind: AgentKind::Main,
+            definition: self.file.lead.clone(),
+            mode: launch.permission_mode,
+            pre_plan_mode: None,
+            approval_ceiling: None,
+            inherited_model: None,
+        };
+        let prompt = self.lead_prompt(&launch.prompt);
+        let mut lead = AgentRuntime::start(self.run.clone(), spec, &prompt).await?;
+        let mut states = self.states.subscribe();
+        loop {
+            let result = match lead.run().await? {
+                AgentOutcome::Finished { result } => result,
+                AgentOutcome::AwaitingDecision {
+                    request_id,
+                    plan_file,
+                } => {
+                    return Ok(Ending {
+                        status: RunStatus::AwaitingDecision,
+                        exit: Exit::AwaitingDecision,
+                        result: json!({"request_id": request_id, "plan_file": plan_file}),
+                        text: format!(
+                            "The lead's plan in {} awaits a decision ({request_id}).",
+                            plan_file.display()
+                        ),
+                    });
+                }
+            };
+            // The lead's turn ended: take its mail, or end the run, or wait.
+            loop {
+                let mail = self.take_lead_mail(None).await?;
+                if !mail.is_empty() {
+                    self.deliver(&mut lead, &mail).await?;
+                    break;
+                }
+                if let Some(ending) = self.ending_if_done(&result).await? {
+                    return Ok(ending);
+                }
+                states.borrow_and_update();
+                tokio::select! {
+                    biased;
+                    batch = self.store.receive_batch(self.run_id(), LEAD, self.epoch(), MAIL_BATCH) => {
+                        let mail = self.take_lead_mail(Some(batch?)).await?;
+                        if !mail.is_empty() {
+                            self.deliver(&mut lead, &mail).await?;
+                            break;
+                        }
+                    }
+                    _ = states.changed() => {
+                        if self.recover_orphans(LEAD, &mut lead).await? {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Mail an idle agent leased in a wait that was cancelled: delivered now. (An idle agent
+    /// holds no other leased mail: everything it was given was acked with its last commit.)
+    pub(crate) async fn recover_orphans(
+        &self,
+        agent: &str,
+        runtime: &mut AgentRuntime,
+    ) -> anyhow::Result<bool> {
+        let orphans: Vec<_> = self
+            .store
+            .messages(self.run_id(), Some(agent))
+            .await?
+            .into_iter()
+            .filter(|m| m.state == DeliveryState::Leased)
+            .collect();
+        if orphans.is_empty() {
+            return Ok(false);
+        }
+        self.deliver(runtime, &orphans).await?;
+        Ok(true)
+    }
+
+    /// Renders and delivers mail into an agent's context.
+    pub(crate) async fn deliver(
+        &self,
+        runtime: &mut AgentRuntime,
+        mail: &[muster_mailbox::Message],
+    ) -> anyhow::Result<()> {
+        let nonce = mail::nonce();
+        let rendered: Vec<_> = mail.iter().map(|m| mail::for_agent(m, &nonce)).collect();
+        runtime.deliver_mail(&rendered).await?;
+        for message in mail {
+            self.printer.line(
+                "mail_delivered",
+                &message.recipient,
+                json!({"kind": message.kind, "from": message.sender,
+                       "request_id": message.request_id, "queued_ms": now_ms() - message.created_at}),
+            );
+        }
+        Ok(())
+    }
+
+    /// The lead's pending mail (or `batch`, already leased), less what the team settles
+    /// itself: requests a person or a policy answers are acked here (a policy decides at
+    /// once; a person's wait in `muster inbox human`).
+    async fn take_lead_mail(
+        &self,
+        batch: Option<Vec<muster_mailbox::Message>>,
+    ) -> anyhow::Result<Vec<muster_mailbox::Message>> {
+        let mut mail = match batch {
+            Some(batch) => batch,
+            None => {
+                let mut taken = Vec::new();
+                while taken.len() < MAIL_BATCH {
+                    match self
+                        .store
+                        .try_receive(self.run_id(), LEAD, self.epoch(), MessageFilter::Any)
+                        .await?
+                    {
+                        Some(message) => taken.push(message),
+                        None => break,
+                    }
+                }
+                taken
+            }
+        };
+        let mut settled = Vec::new();
+        let mut kept = Vec::new();
+        for message in mail.drain(..) {
+            let responder = message.typed_body().responder().map(str::to_owned);
+            match responder.as_deref() {
+                Some(r) if r != LEAD && message.kind != "question" => {
+                    if r.starts_with("policy:") {
+                        self.decide_by_policy(message.request_id.as_deref().unwrap_or_default())
+                            .await;
+                    }
+                    settled.push(message.key.clone());
+                }
+                _ => kept.push(message),
+            }
+        }
+        if !settled.is_empty() {
+            self.store.ack(self.run_id(), settled).await?;
+        }
+        Ok(kept)
+    }
+
+    /// The run's ending when the team is done: no running teammate, no pending or
+    /// in-progress task, no undelivered mail.
+    async fn ending_if_done(&self, lead_result: &str) -> anyhow::Result<Option<Ending>> {
+        if self
+            .states_of()
+            .iter()
+            .any(|(_, state)| *state == MemberState::Running)
+        {
+            return Ok(None);
+        }
+        let undelivered = self
+            .store
+            .messages(self.run_id(), None)
+            .await?
+            .into_iter()
+            .any(|m| {
+                m.state != DeliveryState::Acked
+                    && m.recipient != muster_mailbox::HUMAN
+                    && m.recipient != muster_mailbox::POLICY
+                    && self.is_live_recipient(&m.recipient)
+            });
+        if undelivered {
+            return Ok(None);
+        }
+        let tasks = self.store.tasks(self.run_id()).await?;
+        let open: Vec<_> = tasks
+            .iter()
+            .filter(|t| matches!(t.status, TaskStatus::Pending | TaskStatus::InProgress))
+            .collect();
+        if open.iter().any(|t| t.is_claimable()) && self.has_idle_teammate() {
+            // An idle teammate is about to claim it.
+            self.board.send_modify(|n| *n += 1);
+            return Ok(None);
+        }
+        if !open.is_empty() && open.iter().any(|t| t.status == TaskStatus::InProgress) {
+            return Ok(None);
+        }
+        let failed: Vec<i64> = tasks
+            .iter()
+            .filter(|t| t.status == TaskStatus::Failed)
+            .map(|t| t.task_id)
+            .collect();
+        let stuck: Vec<i64> = open.iter().map(|t| t.task_id).collect();
+        let task_rows: Vec<Value> = tasks
+            .iter()
+            .map(|t| json!({"task_id": t.task_id, "subject": t.subject, "status": t.status.as_str(), "owner": t.owner}))
+            .collect();
+        let (status, exit) = if failed.is_empty() && stuck.is_empty() {
+            (RunStatus::Completed, Exit::Success)
+        } else {
+            (RunStatus::Failed, Exit::Failed)
+        };
+        let mut text = lead_result.to_owned();
+        if !failed.is_empty() {
+            text.push_str(&format!("\nFailed tasks: {failed:?}"));
+        }
+        if !stuck.is_empty() {
+            text.push_str(&format!(
+                "\nTasks left pending with no one able to take them: {stuck:?}"
+            ));
+        }
+        Ok(Some(Ending {
+            status,
+            exit,
+            result: json!({"result": lead_result, "tasks": task_rows}),
+            text,
+        }))
+    }
+
+    fn is_live_recipient(&self, agent: &str) -> bool {
+        if agent == LEAD {
+            return true;
+        }
+        let members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        members
+            .get(agent)
+            .is_some_and(|m| m.state != MemberState::Stopped)
+    }
+
+    fn has_idle_teammate(&self) -> bool {
+        self.states_of()
+            .iter()
+            .any(|(_, state)| *state == MemberState::Idle)
+    }
+
+    /// At the deadline: exit 5 when the run waits only on a person's decisions, else 3.
+    async fn deadline_ending(&self) -> anyhow::Result<Ending> {
+        let waiting: Vec<String> = self
+            .store
+            .requests(self.run_id())
+            .await?
+            .into_iter()
+            .filter(|r| r.response.is_none() && r.responder == muster_mailbox::HUMAN)
+            .map(|r| r.request_id)
+            .collect();
+        if waiting.is_empty() {
+            return Ok(Ending {
+                status: RunStatus::Budget,
+                exit: Exit::Budget,
+                result: json!({"error": "the run's deadline passed (--max-duration)"}),
+                text: "muster: the run's deadline passed (--max-duration)".into(),
+            });
+        }
+        Ok(Ending {
+            status: RunStatus::AwaitingDecision,
+            exit: Exit::AwaitingDecision,
+            result: json!({"waiting_on": waiting}),
+            text: format!(
+                "The team waits for a person's decision on {}: `muster inbox human` shows them.",
+                waiting.join(", ")
+            ),
+        })
+    }
+
+    /// Sends every live teammate a `shutdown_request`, then stops whoever has not ended
+    /// after the shutdown timeout.
+    async fn stop_all(&self) {
+        let live: Vec<String> = self
+            .states_of()
+            .into_iter()
+            .filter(|(_, state)| *state != MemberState::Stopped)
+            .map(|(id, _)| id)
+            .collect();
+        for id in &live {
+            let _ = self
+                .request_shutdown(id, Some("the team's work is done".into()))
+                .await;
+        }
+        for id in &live {
+            self.stop_after_timeout(id).await;
+        }
+    }
+
+    /// Takes a teammate's task handle (once).
+    fn take_handle(&self, agent: &str) -> Option<JoinHandle<()>> {
+        let mut members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        members.get_mut(agent).and_then(|m| m.task.take())
+    }
+
+    /// Waits up to the shutdown timeout for a teammate's task to end, then aborts it;
+    /// its unfinished tasks return to the board.
+    pub(crate) async fn stop_after_timeout(&self, agent: &str) -> bool {
+        let Some(mut handle) = self.take_handle(agent) else {
+            return true;
+        };
+        let ended = tokio::time::timeout(self.shutdown_timeout, &mut handle)
+            .await
+            .is_ok();
+        if !ended {
+            handle.abort();
+        }
+        self.set_state(agent, MemberState::Stopped);
+        let released = self
+            .store
+            .release_tasks_of(self.run_id(), agent)
+            .await
+            .unwrap_or_default();
+        if !released.is_empty() {
+            self.board.send_modify(|n| *n += 1);
+        }
+        if !ended {
+            let summary = format!(
+                "{agent} did not answer the shutdown request within {}s and was stopped{}",
+                self.shutdown_timeout.as_secs(),
+                if released.is_empty() {
+                    String::new()
+                } else {
+                    format!("; its unfinished tasks {released:?} are back on the board")
+                }
+            );
+            let _ = self
+                .store
+                .send(muster_mailbox::NewMessage {
+                    run_id: self.run_id().to_owned(),
+                    sender: agent.to_owned(),
+                    recipient: LEAD.into(),
+                    body: MessageBody::IdleNotification {
+                        reason: "stopped".into(),
+                        summary: Some(summary),
+                        completed_task: None,
+                    },
+                    idempotency_key: None,
+                })
+                .await;
+        }
+        ended
+    }
+}

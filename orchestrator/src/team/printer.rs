@@ -1,0 +1,120 @@
+//! Events of a team run on stdout per `--output`, each line after the commit it reports, and
+//! the hook that lets a policy decide a teammate's plan the moment it is requested.
+
+use std::io::Write as _;
+use std::sync::{Mutex, OnceLock, Weak};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use muster_agents::runtime::{EventSink, RuntimeEvent};
+use serde_json::{Value, json};
+
+use crate::single_run::OutputFormat;
+
+use super::Team;
+
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Prints a team run's events.
+pub(crate) struct TeamPrinter {
+    run_id: String,
+    format: OutputFormat,
+    lock: Mutex<()>,
+    /// The team, once it exists (policy decisions on `approval_requested`).
+    team: OnceLock<Weak<Team>>,
+}
+
+impl TeamPrinter {
+    pub(crate) fn new(run_id: &str, format: OutputFormat) -> TeamPrinter {
+        TeamPrinter {
+            run_id: run_id.to_owned(),
+            format,
+            lock: Mutex::new(()),
+            team: OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn attach(&self, team: Weak<Team>) {
+        let _ = self.team.set(team);
+    }
+
+    /// One `stream-json` line (only with `--output stream-json`).
+    pub(crate) fn line(&self, kind: &str, agent: &str, fields: Value) {
+        if self.format != OutputFormat::StreamJson {
+            return;
+        }
+        self.print(kind, agent, fields);
+    }
+
+    fn print(&self, kind: &str, agent: &str, fields: Value) {
+        let mut event = json!({
+            "v": 1,
+            "type": kind,
+            "ts": now_ms(),
+            "run_id": self.run_id,
+            "agent": agent,
+        });
+        if let (Value::Object(event), Value::Object(fields)) = (&mut event, fields) {
+            event.extend(fields);
+        }
+        let _guard = self.lock.lock();
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(stdout, "{event}");
+        let _ = stdout.flush();
+    }
+
+    /// The `run_finished` event (json, stream-json) or the result text.
+    pub(crate) fn finished(&self, status: &str, exit_code: u8, result: &Value, text: &str) {
+        let mut fields = json!({"status": status, "exit_code": exit_code});
+        if let (Value::Object(fields), Value::Object(result)) = (&mut fields, result) {
+            fields.extend(result.clone());
+        }
+        match self.format {
+            OutputFormat::Json | OutputFormat::StreamJson => {
+                self.print("run_finished", super::LEAD, fields)
+            }
+            OutputFormat::Text => {
+                let mut stdout = std::io::stdout().lock();
+                let _ = writeln!(stdout, "{text}");
+                let _ = stdout.flush();
+            }
+        }
+    }
+}
+
+impl EventSink for TeamPrinter {
+    fn emit(&self, event: RuntimeEvent) {
+        if let RuntimeEvent::ApprovalRequested {
+            request_id,
+            responder,
+            ..
+        } = &event
+            && responder.starts_with("policy:")
+            && let Some(team) = self.team.get().and_then(Weak::upgrade)
+        {
+            let request_id = request_id.clone();
+            tokio::spawn(async move { team.decide_by_policy(&request_id).await });
+        }
+        match self.format {
+            OutputFormat::StreamJson if matches!(event, RuntimeEvent::ModeChanged { .. }) => {}
+            OutputFormat::StreamJson => self.print(event.kind(), event.agent(), event.fields()),
+            OutputFormat::Text => {
+                if let RuntimeEvent::ToolCall {
+                    agent,
+                    tool,
+                    decision,
+                    reason,
+                    ..
+                } = &event
+                {
+                    eprintln!("[{agent}] {tool}: {decision} ({reason})");
+                }
+            }
+            OutputFormat::Json => {}
+        }
+    }
+}

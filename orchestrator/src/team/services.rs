@@ -1,0 +1,340 @@
+//! What the team does for the runtime ([`TeamServices`]): spawning and shutting down
+//! teammates, who answers each teammate's requests, board changes; and policy decisions.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use muster_agents::runtime::team::{SpawnRequest, SpawnedTeammate, TeamFuture, TeamServices};
+use muster_config::{PermissionMode, PlanVerdict, Policy, RuleSubject};
+use muster_mailbox::{MemberKind, MessageBody, NewMessage, NewResponse, RosterEntry, StoreError};
+
+use super::members::TeammatePlan;
+use super::{LEAD, MemberState, Team};
+
+impl TeamServices for Team {
+    fn spawn_teammate(
+        &self,
+        request: SpawnRequest,
+    ) -> TeamFuture<'_, Result<SpawnedTeammate, String>> {
+        Box::pin(async move { self.spawn(request).await })
+    }
+
+    fn shutdown_teammate<'a>(
+        &'a self,
+        requested_by: &'a str,
+        name: &'a str,
+        reason: Option<String>,
+    ) -> TeamFuture<'a, Result<String, String>> {
+        Box::pin(async move { self.shutdown(requested_by, name, reason).await })
+    }
+
+    fn responder_for(&self, agent: &str) -> String {
+        let members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        members
+            .get(agent)
+            .map_or_else(|| LEAD.to_owned(), |m| m.responder.clone())
+    }
+
+    fn board_changed(&self) {
+        self.board.send_modify(|n| *n += 1);
+    }
+}
+
+impl Team {
+    async fn spawn(&self, request: SpawnRequest) -> Result<SpawnedTeammate, String> {
+        let rules = &self.file.spawn;
+        let definition_name = request
+            .definition
+            .clone()
+            .unwrap_or_else(|| "general".into());
+        if !rules.allows_definition(&definition_name) {
+            return Err(format!(
+                "the team's [spawn] rules do not allow definition {definition_name:?}{}",
+                rules
+                    .definitions
+                    .as_ref()
+                    .map(|d| format!("; allowed: {}", d.join(", ")))
+                    .unwrap_or_default()
+            ));
+        }
+        let Some(definition) = self.run.catalog.get(&definition_name).cloned() else {
+            let names: Vec<&str> = self.run.catalog.names().collect();
+            return Err(format!(
+                "unknown definition {definition_name:?}; the definitions are: {}",
+                names.join(", ")
+            ));
+        };
+        let live = {
+            let members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+            if members.contains_key(&request.name) {
+                return Err(format!(
+                    "a teammate named {:?} already exists; choose another name",
+                    request.name
+                ));
+            }
+            members
+                .values()
+                .filter(|m| m.state != MemberState::Stopped)
+                .count()
+        };
+        if live as u64 >= self.file.max_concurrent_teammates {
+            return Err(format!(
+                "the team already has {live} live teammates, its max_concurrent_teammates; shut \
+                 one down first"
+            ));
+        }
+        let mut notes = Vec::new();
+        let plan_mode_required =
+            rules.plan_mode_required || request.plan_mode_required == Some(true);
+        if rules.plan_mode_required && request.plan_mode_required == Some(false) {
+            notes.push(
+                "plan_mode_required: false was not applied: the team's [spawn] rules require \
+                 spawned teammates to plan first"
+                    .to_owned(),
+            );
+        }
+        let asked = definition
+            .permission_mode
+            .filter(|m| *m != PermissionMode::Plan)
+            .unwrap_or_default();
+        let mut working_mode = asked;
+        if let Some(max) = rules.max_mode
+            && working_mode > max
+        {
+            working_mode = max;
+            notes.push(format!(
+                "its mode was lowered from {asked} to {max}, the team's [spawn] max_mode"
+            ));
+        }
+        if working_mode > request.lead_mode {
+            notes.push(format!(
+                "its mode was lowered from {working_mode} to {}, your own mode",
+                request.lead_mode
+            ));
+            working_mode = request.lead_mode;
+        }
+        let responder = rules.approver.to_string();
+        let added = self
+            .store
+            .add_member(
+                self.run_id(),
+                RosterEntry {
+                    agent: request.name.clone(),
+                    kind: MemberKind::Teammate,
+                    definition: Some(definition_name.clone()),
+                    parent: None,
+                },
+            )
+            .await;
+        match added {
+            Ok(()) => {}
+            Err(StoreError::AlreadyOnRoster { .. }) => {
+                return Err(format!(
+                    "{:?} is already a member of this run",
+                    request.name
+                ));
+            }
+            Err(error) => return Err(format!("the store refused the new teammate: {error}")),
+        }
+        self.start_teammate(
+            TeammatePlan {
+                id: request.name.clone(),
+                definition: definition_name.clone(),
+                approval_ceiling: (responder == LEAD).then_some(request.lead_mode),
+                responder: responder.clone(),
+                plan_mode_required,
+                working_mode,
+            },
+            Some(request.prompt),
+        )?;
+        Ok(SpawnedTeammate {
+            id: request.name,
+            definition: definition_name,
+            mode: if plan_mode_required {
+                PermissionMode::Plan
+            } else {
+                working_mode
+            },
+            working_mode,
+            responder,
+            notes,
+        })
+    }
+
+    /// Sends `agent` a `shutdown_request` from the lead; gives back its request id.
+    pub(crate) async fn request_shutdown(
+        &self,
+        agent: &str,
+        reason: Option<String>,
+    ) -> Result<String, StoreError> {
+        let number = self
+            .store
+            .next_counter(self.run_id(), &format!("shutdown-{agent}"))
+            .await?;
+        let request_id = format!("shutdown-{agent}-{number}");
+        self.store
+            .send(NewMessage {
+                run_id: self.run_id().to_owned(),
+                sender: LEAD.into(),
+                recipient: agent.to_owned(),
+                body: MessageBody::ShutdownRequest {
+                    request_id: request_id.clone(),
+                    reason,
+                },
+                idempotency_key: None,
+            })
+            .await?;
+        Ok(request_id)
+    }
+
+    async fn shutdown(
+        &self,
+        requested_by: &str,
+        name: &str,
+        reason: Option<String>,
+    ) -> Result<String, String> {
+        if requested_by != LEAD {
+            return Err("only the lead shuts teammates down".into());
+        }
+        let state = {
+            let members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+            members.get(name).map(|m| m.state)
+        };
+        match state {
+            None => return Err(format!("there is no teammate {name:?}")),
+            Some(MemberState::Stopped) => return Ok(format!("{name} has already stopped.")),
+            Some(_) => {}
+        }
+        let request_id = self
+            .request_shutdown(name, reason)
+            .await
+            .map_err(|e| format!("the shutdown request could not be sent: {e}"))?;
+        if let Some(team) = self.me.upgrade() {
+            let agent = name.to_owned();
+            tokio::spawn(async move {
+                team.stop_after_timeout(&agent).await;
+            });
+        }
+        Ok(format!(
+            "Sent shutdown request {request_id} to {name}. It stops when it agrees, or is \
+             stopped after {}s; its unfinished tasks return to the board.",
+            self.shutdown_timeout.as_secs()
+        ))
+    }
+
+    fn policy(&self, path: &Path) -> anyhow::Result<Arc<Policy>> {
+        let mut policies = self.policies.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(policy) = policies.get(path) {
+            return Ok(policy.clone());
+        }
+        let policy = Arc::new(super::setup::load_policy(&self.root, path)?);
+        policies.insert(path.to_path_buf(), policy.clone());
+        Ok(policy)
+    }
+
+    /// A policy answers a teammate's plan or permission request at once; the response names
+    /// the rule that decided.
+    pub(crate) async fn decide_by_policy(&self, request_id: &str) {
+        if let Err(error) = self.try_decide_by_policy(request_id).await {
+            tracing::warn!(%request_id, %error, "the policy could not decide");
+        }
+    }
+
+    async fn try_decide_by_policy(&self, request_id: &str) -> anyhow::Result<()> {
+        let Some(request) = self.store.request(self.run_id(), request_id).await? else {
+            return Ok(());
+        };
+        if request.response.is_some() {
+            return Ok(());
+        }
+        let Some(path) = request.responder.strip_prefix("policy:") else {
+            return Ok(());
+        };
+        let policy = self.policy(Path::new(path))?;
+        let body = match MessageBody::from_stored(&request.kind, &request.body) {
+            MessageBody::PlanApprovalRequest { plan, .. } => {
+                let verdict = policy.review_plan(&plan);
+                let working = {
+                    let members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+                    members
+                        .get(&request.requester)
+                        .map_or(PermissionMode::Default, |m| m.working_mode)
+                };
+                let granted = working.capped_at(verdict.granted_mode);
+                MessageBody::PlanApprovalResponse {
+                    request_id: request_id.to_owned(),
+                    approved: verdict.approved,
+                    feedback: (!verdict.reasons.is_empty()).then(|| verdict.reasons.join("; ")),
+                    mode: verdict.approved.then(|| granted.to_string()),
+                    lowered_from: (verdict.approved && granted != working)
+                        .then(|| working.to_string()),
+                    edited_plan: None,
+                    clear_context: false,
+                    rule: Some(deciding_rule(&policy, &verdict)),
+                }
+            }
+            MessageBody::PermissionRequest { tool, input, .. } => {
+                let command = input.get("command").and_then(|c| c.as_str());
+                let subject = match command {
+                    Some(command) if tool == "Bash" => RuleSubject::Command(command),
+                    _ => RuleSubject::Nothing,
+                };
+                let (approved, feedback, rule) = match policy.answer_permission(&tool, subject) {
+                    muster_config::PolicyAnswer::Allow { rule } => (true, None, rule),
+                    muster_config::PolicyAnswer::Deny { reason } => {
+                        (false, Some(reason.clone()), reason)
+                    }
+                };
+                MessageBody::PermissionResponse {
+                    request_id: request_id.to_owned(),
+                    approved,
+                    feedback,
+                    rule: Some(format!("{rule} ({})", policy.source)),
+                }
+            }
+            _ => return Ok(()),
+        };
+        match self
+            .store
+            .respond(NewResponse {
+                run_id: self.run_id().to_owned(),
+                sender: muster_mailbox::POLICY.into(),
+                body,
+                idempotency_key: None,
+            })
+            .await
+        {
+            Ok(_) | Err(StoreError::AlreadyDecided { .. }) => Ok(()),
+            Err(error) => Err(error.into()),
+        }
+    }
+}
+
+/// The policy rule that decided a plan, by name, with the policy file.
+fn deciding_rule(policy: &Policy, verdict: &PlanVerdict) -> String {
+    if policy.approve_all {
+        return format!("approve_all ({})", policy.source);
+    }
+    if verdict.approved {
+        return format!(
+            "every check passed: required_sections, max_files, allowed_paths, denied_paths ({})",
+            policy.source
+        );
+    }
+    let mut rules = Vec::new();
+    for reason in &verdict.reasons {
+        let rule = if reason.contains("denied path") {
+            "denied_paths"
+        } else if reason.contains("no allowed path") {
+            "allowed_paths"
+        } else if reason.starts_with("missing section") {
+            "required_sections"
+        } else {
+            "max_files"
+        };
+        if !rules.contains(&rule) {
+            rules.push(rule);
+        }
+    }
+    format!("{} ({})", rules.join(", "), policy.source)
+}

@@ -1,0 +1,157 @@
+//! Building a team run's shared [`RunContext`]: models per mode, the permission gate, the
+//! workspace, plan files, the lead's own approver. (The single-agent run builds its own the
+//! same way; a team has no person at a terminal, so teammates' asks go to their responder.)
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use muster_agents::model::{
+    ModelProvider, ProviderOptions, Recorder, ScriptOptions, ThinkingSettings, build_provider,
+};
+use muster_agents::runtime::{
+    DEFAULT_MAX_SUBAGENTS, DEFAULT_MAX_TURNS, EngineGate, EventSink, ModeModel, ModelRouter,
+    PlanApprover, PlanFiles, RunContext,
+};
+use muster_agents::tools::{ToolRegistry, Workspace};
+use muster_config::settings::ProviderKind;
+use muster_config::{AgentCatalog, Approver, PermissionMode, Policy, ProjectInstructions};
+use muster_mailbox::MailboxStore;
+use tokio::sync::Semaphore;
+
+use crate::exit::{Exit, ExitError};
+use crate::project::Project;
+
+use super::TeamLaunch;
+
+fn usage(message: impl Into<String>) -> anyhow::Error {
+    ExitError::new(Exit::Usage, message).into()
+}
+
+/// A policy file named by an approver, relative to the project root unless absolute.
+pub(crate) fn load_policy(root: &Path, path: &Path) -> anyhow::Result<Policy> {
+    let path = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        root.join(path)
+    };
+    Policy::load(&path).map_err(|e| usage(e.to_string()))
+}
+
+pub(crate) struct ContextParts<'a> {
+    pub project: &'a Project,
+    pub catalog: Arc<AgentCatalog>,
+    pub launch: &'a TeamLaunch,
+    pub run_id: &'a str,
+    pub epoch: i64,
+    pub store: Arc<dyn MailboxStore>,
+    pub plans: PlanFiles,
+    pub events: Arc<dyn EventSink>,
+    pub env: &'a BTreeMap<String, String>,
+}
+
+pub(crate) fn run_context(parts: ContextParts<'_>) -> anyhow::Result<RunContext> {
+    let settings = &parts.project.settings;
+    let approver = match &settings.approver.value {
+        Approver::Human | Approver::Lead => PlanApprover::Human,
+        Approver::Policy(path) => PlanApprover::Policy {
+            policy: Arc::new(load_policy(parts.project.root.path(), path)?),
+            responder: settings.approver.value.to_string(),
+        },
+    };
+    let instructions =
+        ProjectInstructions::load(&parts.project.root, settings.instructions_max_bytes.value)
+            .map(|loaded| {
+                loaded
+                    .value
+                    .files
+                    .iter()
+                    .map(|f| f.content.clone())
+                    .collect::<Vec<_>>()
+                    .join("\n\n")
+            })
+            .unwrap_or_default();
+    let workspace =
+        Workspace::new(&parts.launch.workspace).map_err(|e| usage(format!("--workspace: {e}")))?;
+    Ok(RunContext {
+        run_id: parts.run_id.to_owned(),
+        epoch: parts.epoch,
+        store: parts.store,
+        models: models(parts.project, parts.launch, parts.env)?,
+        gate: Arc::new(EngineGate::new(
+            settings.permissions.clone(),
+            parts.catalog.clone(),
+            std::env::home_dir(),
+        )),
+        catalog: parts.catalog,
+        tools: ToolRegistry::standard(),
+        workspace,
+        plans: parts.plans,
+        approver,
+        terminal: None,
+        events: parts.events,
+        instructions,
+        environment: parts
+            .env
+            .iter()
+            .map(|(name, value)| (name.into(), value.into()))
+            .collect(),
+        subagents: Arc::new(Semaphore::new(DEFAULT_MAX_SUBAGENTS)),
+        max_turns: DEFAULT_MAX_TURNS,
+    })
+}
+
+fn models(
+    project: &Project,
+    launch: &TeamLaunch,
+    env: &BTreeMap<String, String>,
+) -> anyhow::Result<ModelRouter> {
+    let settings = &project.settings;
+    let lookup = |name: &str| env.get(name).cloned();
+    let options = ProviderOptions {
+        script: ScriptOptions {
+            strict: launch.strict,
+            redactions: Vec::new(),
+        },
+        ..ProviderOptions::default()
+    };
+    let mut built: BTreeMap<&'static str, Arc<dyn ModelProvider>> = BTreeMap::new();
+    let mut model_for = |mode: PermissionMode| -> anyhow::Result<ModeModel> {
+        let mode_settings = settings.mode(mode);
+        let kind: ProviderKind = mode_settings.provider.value;
+        let provider = match built.get(kind.as_str()) {
+            Some(provider) => provider.clone(),
+            None => {
+                let mut provider = build_provider(kind, settings, &lookup, &options)
+                    .map_err(|e| usage(e.to_string()))?;
+                if let Some(path) = &launch.record {
+                    provider = Arc::new(
+                        Recorder::append(provider, path, Vec::new())
+                            .map_err(|e| usage(e.to_string()))?,
+                    );
+                }
+                built.insert(kind.as_str(), provider.clone());
+                provider
+            }
+        };
+        let model = mode_settings.model.value.clone();
+        let max_tokens = settings
+            .models
+            .get(&model)
+            .and_then(|info| info.max_output)
+            .unwrap_or(8192);
+        Ok(ModeModel {
+            provider,
+            model,
+            max_tokens,
+            thinking: ThinkingSettings {
+                budget_tokens: mode_settings.thinking_budget.as_ref().map(|s| s.value),
+                effort: mode_settings.reasoning_effort.as_ref().map(|s| s.value),
+            },
+        })
+    };
+    Ok(ModelRouter {
+        plan: model_for(PermissionMode::Plan)?,
+        act: model_for(PermissionMode::Default)?,
+    })
+}

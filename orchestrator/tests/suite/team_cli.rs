@@ -1,0 +1,214 @@
+//! Team runs through the `muster` binary against `muster-fake-llm` over real HTTP: the lead
+//! approves a teammate's plan, a person approves from a second process while the run waits, a
+//! policy rejects then approves, an injected plan reaches the lead inert, a teammate cannot
+//! answer another's request, and a headless team ends when its teammates go idle. Tests wait
+//! for processes and stdout lines, never on sleeps.
+
+use std::path::Path;
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use muster_fake_llm::{Block, FakeLlm, FakeLlmHandle, ScriptEntry};
+use serde_json::{Value, json};
+
+const GUARD: Duration = Duration::from_secs(120);
+const PLAN: &str = "## Goal\nGreet.\n## Steps\n1. Write hello.txt\n## Files\nhello.txt\n## Tests\nnone\n## Risks\nnone\n";
+
+fn project(team: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".muster")).unwrap();
+    std::fs::create_dir_all(dir.path().join(".git")).unwrap();
+    std::fs::write(dir.path().join("README.md"), "hello\n").unwrap();
+    std::fs::write(dir.path().join("muster.team.toml"), team).unwrap();
+    dir
+}
+
+fn command(dir: &Path, args: &[&str]) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_muster"));
+    command
+        .current_dir(dir)
+        .args(args)
+        .env("HOME", dir)
+        .env("ANTHROPIC_API_KEY", "test-key")
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("ANTHROPIC_BASE_URL")
+        .stdin(Stdio::null());
+    command
+}
+
+async fn muster(dir: &Path, args: &[&str]) -> Output {
+    let child = command(dir, args).output();
+    tokio::time::timeout(GUARD, child)
+        .await
+        .expect("guard timeout")
+        .unwrap()
+}
+
+async fn team_run(dir: &Path, base: &str) -> Output {
+    muster(
+        dir,
+        &[
+            "run",
+            "-p",
+            "Greet the world.",
+            "--base-url",
+            base,
+            "--output",
+            "stream-json",
+        ],
+    )
+    .await
+}
+
+fn lines(output: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn tool(name: &str, input: Value) -> Block {
+    Block::tool_use(name, input)
+}
+
+fn when(agent: &str, mail_type: &str, content: Vec<Block>) -> ScriptEntry {
+    serde_json::from_value(json!({
+        "agent": agent,
+        "when": {"mail_type": mail_type},
+        "reply": {"content": content, "stop_reason": stop_reason(&content)},
+    }))
+    .unwrap()
+}
+
+fn any_turn(agent: &str, content: Vec<Block>) -> ScriptEntry {
+    serde_json::from_value(json!({
+        "agent": agent,
+        "reply": {"content": content, "stop_reason": stop_reason(&content)},
+    }))
+    .unwrap()
+}
+
+fn stop_reason(content: &[Block]) -> &'static str {
+    let value = serde_json::to_value(content).unwrap();
+    if value
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|b| b["type"] == "tool_use")
+    {
+        "tool_use"
+    } else {
+        "end_turn"
+    }
+}
+
+/// Position of the first event matching `pred`.
+fn position(events: &[Value], what: &str, pred: impl Fn(&Value) -> bool) -> usize {
+    events
+        .iter()
+        .position(pred)
+        .unwrap_or_else(|| panic!("no {what} in {events:#?}"))
+}
+
+const ONE_TEAMMATE: &str = "name = \"greeters\"\n\n[[teammates]]\nname = \"alice\"\n";
+
+/// The lead puts one task on the board, then waits; its answer to mail is scripted by kind.
+fn lead_script(review: Value) -> Vec<ScriptEntry> {
+    vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "Greet", "description": "Write hello.txt saying hello."}),
+            )],
+        ),
+        when(
+            "lead",
+            "plan_approval_request",
+            vec![tool("ReviewPlan", review)],
+        ),
+        any_turn("lead", vec![Block::text("Waiting for the team.")]),
+    ]
+}
+
+/// alice explores, submits `plan`, then writes hello.txt and reports.
+fn alice_script(first_plan: &str) -> Vec<ScriptEntry> {
+    vec![
+        ScriptEntry::reply(
+            "alice",
+            1,
+            vec![
+                tool("Read", json!({"file_path": "README.md"})),
+                tool("ExitPlanMode", json!({"plan": first_plan})),
+            ],
+        ),
+        ScriptEntry::reply(
+            "alice",
+            2,
+            vec![tool(
+                "Write",
+                json!({"file_path": "hello.txt", "content": "hello, world\n"}),
+            )],
+        ),
+        ScriptEntry::reply("alice", 3, vec![Block::text("Wrote hello.txt.")]),
+    ]
+}
+
+async fn fake(script: Vec<ScriptEntry>) -> FakeLlmHandle {
+    FakeLlm::start(script).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_lead_approves_and_the_teammates_first_write_lands_only_after_the_response() {
+    let dir = project(ONE_TEAMMATE);
+    let mut script =
+        lead_script(json!({"request_id": "plan-alice-1", "approve": true, "mode": "acceptEdits"}));
+    script.extend(alice_script(PLAN));
+    let fake = fake(script).await;
+    let output = team_run(dir.path(), &fake.base_url()).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let events = lines(&output);
+    let requested = position(&events, "approval_requested", |e| {
+        e["type"] == "approval_requested" && e["agent"] == "alice"
+    });
+    assert_eq!(events[requested]["request_id"], "plan-alice-1");
+    assert_eq!(events[requested]["responder"], "lead");
+    let review = position(&events, "the lead's ReviewPlan", |e| {
+        e["type"] == "tool_call" && e["agent"] == "lead" && e["tool"] == "ReviewPlan"
+    });
+    let decided = position(&events, "approval_decided", |e| {
+        e["type"] == "approval_decided" && e["agent"] == "alice"
+    });
+    let write = position(&events, "alice's Write", |e| {
+        e["type"] == "tool_call" && e["agent"] == "alice" && e["tool"] == "Write"
+    });
+    assert!(requested < review && review < decided && decided < write);
+    assert_eq!(events[decided]["responder"], "lead");
+    assert_eq!(events[decided]["approved"], true);
+    assert_eq!(events[decided]["mode"], "acceptEdits");
+    assert_eq!(events[write]["decision"], "allow");
+    let finished = events.last().unwrap();
+    assert_eq!(finished["type"], "run_finished");
+    assert_eq!(finished["exit_code"], 0);
+    assert_eq!(finished["tasks"][0]["status"], "completed");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(),
+        "hello, world\n"
+    );
+    // The request reached the lead's model through its mailbox.
+    let lead_saw = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.agent.as_deref() == Some("lead"))
+        .any(|r| {
+            r.body.to_string().contains("plan_approval_request")
+                && r.body.to_string().contains("plan-alice-1")
+        });
+    assert!(lead_saw);
+    fake.verify().unwrap();
+}
