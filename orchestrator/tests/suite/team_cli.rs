@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use muster_fake_llm::{Block, FakeLlm, FakeLlmHandle, ScriptEntry};
 use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
 
 const GUARD: Duration = Duration::from_secs(120);
 const PLAN: &str = "## Goal\nGreet.\n## Steps\n1. Write hello.txt\n## Files\nhello.txt\n## Tests\nnone\n## Risks\nnone\n";
@@ -210,5 +211,236 @@ async fn the_lead_approves_and_the_teammates_first_write_lands_only_after_the_re
                 && r.body.to_string().contains("plan-alice-1")
         });
     assert!(lead_saw);
+    fake.verify().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_person_approves_from_a_second_process_while_the_run_waits() {
+    let dir =
+        project("name = \"greeters\"\n\n[[teammates]]\nname = \"alice\"\napprover = \"human\"\n");
+    let mut script = vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "Greet", "description": "Write hello.txt saying hello."}),
+            )],
+        ),
+        any_turn("lead", vec![Block::text("Waiting for the team.")]),
+    ];
+    script.extend(alice_script(PLAN));
+    let fake = fake(script).await;
+    let base = fake.base_url();
+    let mut child = command(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Greet the world.",
+            "--base-url",
+            &base,
+            "--output",
+            "stream-json",
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut events = Vec::new();
+    // Read until the request waits on a person.
+    loop {
+        let line = tokio::time::timeout(GUARD, stdout.next_line())
+            .await
+            .expect("guard timeout")
+            .unwrap()
+            .expect("the run ended before asking");
+        let event: Value = serde_json::from_str(&line).unwrap();
+        let asked = event["type"] == "approval_requested" && event["responder"] == "human";
+        events.push(event);
+        if asked {
+            break;
+        }
+    }
+    assert!(!dir.path().join("hello.txt").exists());
+    let inbox = muster(dir.path(), &["inbox", "human"]).await;
+    assert_eq!(inbox.status.code(), Some(0), "{}", stderr(&inbox));
+    assert!(String::from_utf8_lossy(&inbox.stdout).contains("plan-alice-1"));
+
+    let approve = muster(
+        dir.path(),
+        &["approve", "plan-alice-1", "--mode", "acceptEdits"],
+    )
+    .await;
+    assert_eq!(approve.status.code(), Some(0), "{}", stderr(&approve));
+    assert!(
+        String::from_utf8_lossy(&approve.stdout).contains("was woken"),
+        "{}",
+        String::from_utf8_lossy(&approve.stdout)
+    );
+    let again = muster(dir.path(), &["approve", "plan-alice-1"]).await;
+    assert_eq!(again.status.code(), Some(1), "{}", stderr(&again));
+    assert!(stderr(&again).contains("already decided"));
+    let reject = muster(
+        dir.path(),
+        &["reject", "plan-alice-1", "--feedback", "too late"],
+    )
+    .await;
+    assert_eq!(reject.status.code(), Some(1), "{}", stderr(&reject));
+
+    while let Some(line) = tokio::time::timeout(GUARD, stdout.next_line())
+        .await
+        .expect("guard timeout")
+        .unwrap()
+    {
+        events.push(serde_json::from_str(&line).unwrap());
+    }
+    let status = tokio::time::timeout(GUARD, child.wait())
+        .await
+        .expect("guard timeout")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let decided = position(&events, "approval_decided", |e| {
+        e["type"] == "approval_decided" && e["agent"] == "alice"
+    });
+    assert_eq!(events[decided]["responder"], "human");
+    assert_eq!(events[decided]["mode"], "acceptEdits");
+    let write = position(&events, "alice's Write", |e| {
+        e["type"] == "tool_call" && e["agent"] == "alice" && e["tool"] == "Write"
+    });
+    assert!(decided < write);
+    assert_eq!(events.last().unwrap()["exit_code"], 0);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(),
+        "hello, world\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_policy_rejects_a_forbidden_path_naming_the_rule_and_approves_the_new_plan() {
+    let dir = project(
+        "name = \"greeters\"\n\n[[teammates]]\nname = \"alice\"\napprover = \"policy:policy.toml\"\n",
+    );
+    std::fs::write(
+        dir.path().join("policy.toml"),
+        "denied_paths = [\"secrets/**\"]\nmax_mode = \"acceptEdits\"\n",
+    )
+    .unwrap();
+    let forbidden = PLAN.replace(
+        "## Files\nhello.txt",
+        "## Files\nhello.txt\nsecrets/key.txt",
+    );
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "Greet", "description": "Write hello.txt saying hello."}),
+            )],
+        ),
+        when(
+            "lead",
+            "permission_request",
+            vec![tool(
+                "ReviewPlan",
+                json!({"request_id": "perm-alice-1", "approve": true}),
+            )],
+        ),
+        any_turn("lead", vec![Block::text("Waiting for the team.")]),
+        ScriptEntry::reply(
+            "alice",
+            1,
+            vec![tool("ExitPlanMode", json!({"plan": forbidden}))],
+        ),
+        ScriptEntry::reply(
+            "alice",
+            2,
+            vec![tool("ExitPlanMode", json!({"plan": PLAN}))],
+        ),
+        ScriptEntry::reply(
+            "alice",
+            3,
+            vec![tool(
+                "Write",
+                json!({"file_path": "hello.txt", "content": "hello, world\n"}),
+            )],
+        ),
+        ScriptEntry::reply("alice", 4, vec![Block::text("Wrote hello.txt.")]),
+    ])
+    .await;
+    let output = team_run(dir.path(), &fake.base_url()).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let events = lines(&output);
+    let decisions: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "approval_decided" && e["agent"] == "alice")
+        .collect();
+    assert_eq!(decisions.len(), 2, "{events:#?}");
+    assert_eq!(decisions[0]["request_id"], "plan-alice-1");
+    assert_eq!(decisions[0]["approved"], false);
+    assert_eq!(decisions[0]["responder"], "policy");
+    assert_eq!(decisions[1]["request_id"], "plan-alice-2");
+    assert_eq!(decisions[1]["approved"], true);
+    assert_eq!(decisions[1]["mode"], "default");
+    // The rejection reached alice's model with the reason.
+    let turn2 = fake
+        .requests()
+        .into_iter()
+        .find(|r| r.agent.as_deref() == Some("alice") && r.turn == Some(2))
+        .unwrap();
+    assert!(turn2.body.to_string().contains("secrets/key.txt"));
+    // The stored responses name the deciding rule.
+    let inbox = muster(dir.path(), &["inbox", "alice", "--json"]).await;
+    assert_eq!(inbox.status.code(), Some(0), "{}", stderr(&inbox));
+    let rows: Value = serde_json::from_slice(&inbox.stdout).unwrap();
+    let responses: Vec<&Value> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| &row["message"])
+        .filter(|m| m["kind"] == "plan_approval_response")
+        .collect();
+    assert_eq!(responses.len(), 2);
+    assert_eq!(responses[0]["sender"], "policy");
+    assert!(
+        responses[0]["body"]["rule"]
+            .as_str()
+            .unwrap()
+            .starts_with("denied_paths"),
+        "{}",
+        responses[0]["body"]
+    );
+    assert!(
+        responses[0]["body"]["feedback"]
+            .as_str()
+            .unwrap()
+            .contains("`secrets/key.txt` matches a denied path")
+    );
+    assert_eq!(responses[1]["body"]["approved"], true);
+    // Approved in default mode (alice's working mode, under the policy's ceiling): her write
+    // asked the lead with a permission request, which the lead approved with ReviewPlan.
+    let review = position(&events, "the lead's ReviewPlan", |e| {
+        e["type"] == "tool_call" && e["agent"] == "lead" && e["tool"] == "ReviewPlan"
+    });
+    let write = position(&events, "alice's Write", |e| {
+        e["type"] == "tool_call" && e["agent"] == "alice" && e["tool"] == "Write"
+    });
+    assert!(review < write);
+    assert_eq!(events[write]["decision"], "allow");
+    assert!(
+        events[write]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("approved by lead (perm-alice-1)"),
+        "{}",
+        events[write]
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(),
+        "hello, world\n"
+    );
     fake.verify().unwrap();
 }
