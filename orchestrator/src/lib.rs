@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod cli;
 pub mod exit;
+pub mod ids;
 pub mod project;
 pub mod single_run;
 pub mod store_demo;

@@ -441,12 +441,7 @@ impl Session {
             consecutive_denials: 0,
             limit: u32::try_from(settings.auto_gate_denial_limit.value).unwrap_or(u32::MAX),
         };
-        let id = format!(
-            "r{}",
-            (0..10)
-                .map(|_| rng.alphanumeric().to_ascii_lowercase())
-                .collect::<String>()
-        );
+        let id = crate::ids::new_run_id(&mut rng);
         store
             .create_run(NewRun {
                 id: id.clone(),
@@ -567,7 +562,7 @@ impl Session {
         let options = ProviderOptions {
             script: ScriptOptions {
                 strict: self.launch.strict,
-                redactions: Vec::new(),
+                redactions: crate::ids::hash_redactions(),
             },
             ..ProviderOptions::default()
         };
@@ -583,9 +578,9 @@ impl Session {
                     if let Some(path) = &self.launch.record {
                         provider = Arc::new(
                             if resumed {
-                                Recorder::append(provider, path, Vec::new())
+                                Recorder::append(provider, path, crate::ids::hash_redactions())
                             } else {
-                                Recorder::create(provider, path, Vec::new())
+                                Recorder::create(provider, path, crate::ids::hash_redactions())
                             }
                             .map_err(|e| usage(e.to_string()))?,
                         );

@@ -34,7 +34,7 @@ pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
     let mut rng = fastrand::Rng::new();
     let plans_dir = project.plans_dir();
     let fork = PlanFiles::reserve(plans_dir, &mut rng)?;
-    let new_id = new_run_id(&mut rng);
+    let new_id = crate::ids::new_run_id(&mut rng);
     let copied = match copy_plan_files(plans_dir, &source.slug, fork.slug()) {
         Ok(copied) => copied,
         Err(error) => {
@@ -57,13 +57,6 @@ pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
     );
     println!("Continue the copy with `muster resume {new_id}`; the original is untouched.");
     Ok(Exit::Success)
-}
-
-/// `r` and ten random letters and digits: at most 16 characters, as run ids must be.
-fn new_run_id(rng: &mut fastrand::Rng) -> String {
-    std::iter::once('r')
-        .chain((0..10).map(|_| rng.alphanumeric().to_ascii_lowercase()))
-        .collect()
 }
 
 /// Copies `{old}.md` and `{old}-agent-{id}.md` to the same names under the new slug; gives back

@@ -498,3 +498,111 @@ async fn text_output_prints_the_result_and_resume_refuses_a_live_run() {
     assert_eq!(again.status.code(), Some(5), "{}", stderr(&again));
     assert_eq!(lines(&again)[0]["request_id"], "plan-main-1");
 }
+
+/// The whole stream-json log of a run, minus what differs between two runs by design: the
+/// time, the run id, and the slug inside plan file names.
+fn comparable_log(output: &Output, slug: &str) -> Vec<Value> {
+    lines(output)
+        .into_iter()
+        .map(|mut event| {
+            if let Some(fields) = event.as_object_mut() {
+                fields.remove("ts");
+                fields.remove("run_id");
+            }
+            let text = event.to_string().replace(slug, "<slug>");
+            serde_json::from_str(&text).unwrap()
+        })
+        .collect()
+}
+
+async fn newest_slug(dir: &Path) -> String {
+    let runs = muster(dir, &["runs", "--json"]).await;
+    let rows: Vec<Value> = serde_json::from_slice(&runs.stdout).unwrap();
+    let newest = rows
+        .iter()
+        .max_by_key(|row| row["run"]["created_at"].as_i64().unwrap())
+        .unwrap();
+    newest["run"]["slug"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_recorded_run_replays_offline_with_the_same_stream_json_log() {
+    let dir = project();
+    std::fs::write(
+        dir.path().join("policy.toml"),
+        "max_mode = \"acceptEdits\"\nallowed_paths = [\"hello.txt\"]\n",
+    )
+    .unwrap();
+    let fake = fake(vec![
+        ScriptEntry::reply("main", 1, vec![tool("EnterPlanMode", json!({}))]),
+        ScriptEntry::reply(
+            "main",
+            2,
+            vec![
+                Block::text("Looking first."),
+                tool("Read", json!({"file_path": "README.md"})),
+            ],
+        ),
+        ScriptEntry::reply("main", 3, vec![tool("ExitPlanMode", json!({"plan": PLAN}))]),
+        ScriptEntry::reply(
+            "main",
+            4,
+            vec![tool(
+                "Write",
+                json!({"file_path": "hello.txt", "content": "hi\n"}),
+            )],
+        ),
+        ScriptEntry::reply("main", 5, vec![Block::text("Done.")]),
+    ])
+    .await;
+    let base = fake.base_url();
+    let cassette = dir.path().join("recorded.jsonl").display().to_string();
+    let common = [
+        "run",
+        "-p",
+        "Greet.",
+        "--permission-mode",
+        "acceptEdits",
+        "--approver",
+        "policy:policy.toml",
+        "--output",
+        "stream-json",
+    ];
+    let recorded = muster(
+        dir.path(),
+        &[&common[..], &["--base-url", &base, "--record", &cassette]].concat(),
+    )
+    .await;
+    assert_eq!(recorded.status.code(), Some(0), "{}", stderr(&recorded));
+    let recorded_slug = newest_slug(dir.path()).await;
+    fake.verify().unwrap();
+    drop(fake);
+
+    std::fs::remove_file(dir.path().join("hello.txt")).unwrap();
+    let replayed = muster(
+        dir.path(),
+        &[
+            &common[..],
+            &["--provider", "script", "--cassette", &cassette, "--strict"],
+        ]
+        .concat(),
+    )
+    .await;
+    assert_eq!(
+        replayed.status.code(),
+        Some(0),
+        "{}\n{}",
+        stderr(&replayed),
+        String::from_utf8_lossy(&replayed.stdout)
+    );
+    let replayed_slug = newest_slug(dir.path()).await;
+    assert_ne!(recorded_slug, replayed_slug, "two runs, two slugs");
+
+    let original = comparable_log(&recorded, &recorded_slug);
+    let replay = comparable_log(&replayed, &replayed_slug);
+    assert!(original.len() >= 8, "{original:#?}");
+    assert_eq!(
+        original, replay,
+        "the replay's log equals the recording's, event for event"
+    );
+}
