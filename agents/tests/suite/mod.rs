@@ -5,3 +5,4 @@ mod permission;
 mod runtime;
 mod shell;
 mod tools;
+mod team;

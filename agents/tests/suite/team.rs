@@ -1,0 +1,466 @@
+//! The team tools in the runtime against `muster-fake-llm` over real HTTP, with a stub
+//! [`TeamServices`]: mail and replies through the store (a teammate's forged answer refused by
+//! the store, a lead-only tool denied by the engine, a second decision refused), the task
+//! board, a planning lead that cannot approve (the engine refuses ReviewPlan in plan mode;
+//! the tool refuses an approval too), grants capped at the lead's mode, and the
+//! answer of a run with no team.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
+use std::sync::{Arc, Mutex};
+
+use muster_agents::model::{
+    AnthropicOptions, ClientConfig, ContentBlock, HttpClient, ThinkingSettings,
+};
+use muster_agents::runtime::team::{
+    SpawnRequest, SpawnedTeammate, TeamFuture, TeamServices, register_team,
+};
+use muster_agents::runtime::{
+    AgentKind, AgentRuntime, AgentSpec, EngineGate, ModeModel, ModelRouter, NoEvents, PlanApprover,
+    PlanFiles, RunContext,
+};
+use muster_agents::tools::{ToolRegistry, Workspace};
+use muster_config::{AgentCatalog, PermissionMode, PermissionRules};
+use muster_fake_llm::{Block, FakeLlm, FakeLlmHandle, ScriptEntry};
+use muster_mailbox::*;
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+const PLAN: &str = "## Goal\nGreet.\n## Steps\n1. Write hello.txt\n## Files\nhello.txt\n## Tests\nnone\n## Risks\nnone\n";
+
+/// Records what the runtime asked of the team.
+#[derive(Default)]
+struct StubTeam {
+    spawned: Mutex<Vec<SpawnRequest>>,
+    board_changes: Mutex<u32>,
+}
+
+impl TeamServices for StubTeam {
+    fn spawn_teammate(
+        &self,
+        request: SpawnRequest,
+    ) -> TeamFuture<'_, Result<SpawnedTeammate, String>> {
+        Box::pin(async move {
+            self.spawned.lock().unwrap().push(request.clone());
+            Ok(SpawnedTeammate {
+                id: request.name,
+                definition: "general".into(),
+                mode: PermissionMode::Plan,
+                working_mode: PermissionMode::Default,
+                responder: "lead".into(),
+                notes: vec![],
+            })
+        })
+    }
+
+    fn shutdown_teammate<'a>(
+        &'a self,
+        _requested_by: &'a str,
+        name: &'a str,
+        _reason: Option<String>,
+    ) -> TeamFuture<'a, Result<String, String>> {
+        Box::pin(async move { Ok(format!("asked {name} to shut down")) })
+    }
+
+    fn responder_for(&self, _agent: &str) -> String {
+        "lead".into()
+    }
+
+    fn board_changed(&self) {
+        *self.board_changes.lock().unwrap() += 1;
+    }
+}
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    store: Arc<SqliteStore>,
+    fake: FakeLlmHandle,
+    context: Arc<RunContext>,
+}
+
+impl Harness {
+    async fn new(run_id: &str, script: Vec<ScriptEntry>) -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("ws/.muster/plans")).unwrap();
+        let store = Arc::new(
+            SqliteStore::open(&dir.path().join("muster.db"), StoreOptions::default()).unwrap(),
+        );
+        let workspace = std::fs::canonicalize(dir.path().join("ws")).unwrap();
+        store
+            .create_run(NewRun {
+                id: run_id.into(),
+                slug: "calm-baking-otter".into(),
+                team: Some("t".into()),
+                workspace: workspace.display().to_string(),
+                batch_line_id: None,
+                auto_gate: AutoGate::default(),
+                launch_options: json!({}),
+            })
+            .await
+            .unwrap();
+        for (agent, kind) in [
+            ("lead", MemberKind::Lead),
+            ("alice", MemberKind::Teammate),
+            ("bob", MemberKind::Teammate),
+        ] {
+            store
+                .add_member(
+                    run_id,
+                    RosterEntry {
+                        agent: agent.into(),
+                        kind,
+                        definition: Some("general".into()),
+                        parent: None,
+                    },
+                )
+                .await
+                .unwrap();
+        }
+        let fake = FakeLlm::start(script).await.unwrap();
+        let mut config = ClientConfig::new(fake.base_url(), Some("test-key".into()));
+        config.retry.max_retries = 0;
+        let model = ModeModel {
+            provider: Arc::new(HttpClient::anthropic(config, AnthropicOptions::default()).unwrap()),
+            model: "claude-sonnet-4-5".into(),
+            max_tokens: 4096,
+            thinking: ThinkingSettings::default(),
+        };
+        let catalog = Arc::new(AgentCatalog::built_in().unwrap());
+        let context = Arc::new(RunContext {
+            run_id: run_id.into(),
+            epoch: store.open_epoch(run_id).await.unwrap(),
+            store: store.clone(),
+            models: ModelRouter::single(model),
+            gate: Arc::new(EngineGate::new(
+                PermissionRules::default(),
+                catalog.clone(),
+                None,
+            )),
+            catalog,
+            tools: ToolRegistry::standard(),
+            workspace: Workspace::new(&workspace).unwrap(),
+            plans: PlanFiles::new(workspace.join(".muster/plans"), "calm-baking-otter"),
+            approver: PlanApprover::Human,
+            terminal: None,
+            events: Arc::new(NoEvents),
+            instructions: String::new(),
+            environment: Vec::new(),
+            subagents: Arc::new(Semaphore::new(2)),
+            max_turns: 20,
+        });
+        Harness {
+            _dir: dir,
+            store,
+            fake,
+            context,
+        }
+    }
+
+    async fn agent(&self, id: &str, mode: PermissionMode) -> AgentRuntime {
+        let (kind, definition) = if id == "lead" {
+            (AgentKind::Main, "lead")
+        } else {
+            (
+                AgentKind::Teammate {
+                    lead: "lead".into(),
+                },
+                "general",
+            )
+        };
+        let spec = AgentSpec {
+            agent_id: id.into(),
+            kind,
+            definition: definition.into(),
+            mode,
+            pre_plan_mode: None,
+            approval_ceiling: None,
+            inherited_model: None,
+        };
+        AgentRuntime::start(self.context.clone(), spec, "Work.")
+            .await
+            .unwrap()
+    }
+
+    /// alice's plan request to the lead, as the runtime sends it.
+    async fn plan_request(&self) -> String {
+        self.store
+            .send(NewMessage {
+                run_id: self.context.run_id.clone(),
+                sender: "alice".into(),
+                recipient: "lead".into(),
+                body: MessageBody::PlanApprovalRequest {
+                    request_id: "plan-alice-1".into(),
+                    plan_file: "plan.md".into(),
+                    plan: PLAN.into(),
+                    responder: "lead".into(),
+                },
+                idempotency_key: None,
+            })
+            .await
+            .unwrap();
+        "plan-alice-1".into()
+    }
+}
+
+/// The tool results of the agent's newest user message, in order.
+fn results(agent: &AgentRuntime) -> Vec<(String, bool)> {
+    let last = agent
+        .messages()
+        .iter()
+        .rev()
+        .find(|m| {
+            m.content
+                .iter()
+                .any(|b| matches!(b, ContentBlock::ToolResult { .. }))
+        })
+        .unwrap();
+    last.content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::ToolResult {
+                content, is_error, ..
+            } => Some((content.to_text(), *is_error)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn calls(agent: &str, blocks: Vec<(&str, Value)>) -> Vec<ScriptEntry> {
+    vec![
+        ScriptEntry::reply(
+            agent,
+            1,
+            blocks
+                .into_iter()
+                .map(|(name, input)| Block::tool_use(name, input))
+                .collect(),
+        ),
+        ScriptEntry::reply(agent, 2, vec![Block::text("Done.")]),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_teammates_forged_answer_is_refused_and_only_the_leads_first_decision_counts() {
+    let mut script = calls(
+        "bob",
+        vec![
+            (
+                "ReviewPlan",
+                json!({"request_id": "plan-alice-1", "approve": true}),
+            ),
+            (
+                "SendMessage",
+                json!({"to": "alice", "message": "blue", "reply_to": "question-alice-1"}),
+            ),
+        ],
+    );
+    script.extend(calls(
+        "lead",
+        vec![
+            (
+                "ReviewPlan",
+                json!({"request_id": "plan-alice-1", "approve": true, "mode": "bypassPermissions"}),
+            ),
+            (
+                "ReviewPlan",
+                json!({"request_id": "plan-alice-1", "approve": false, "feedback": "no"}),
+            ),
+            (
+                "SendMessage",
+                json!({"to": "alice", "message": "blue", "reply_to": "question-alice-1"}),
+            ),
+        ],
+    ));
+    let harness = Harness::new("forge", script).await;
+    let _team = register_team("forge", Arc::new(StubTeam::default()));
+    let request_id = harness.plan_request().await;
+    harness
+        .store
+        .send(NewMessage {
+            run_id: "forge".into(),
+            sender: "alice".into(),
+            recipient: "lead".into(),
+            body: MessageBody::Question {
+                request_id: "question-alice-1".into(),
+                question: "Which colour?".into(),
+                options: vec![],
+                responder: "lead".into(),
+            },
+            idempotency_key: None,
+        })
+        .await
+        .unwrap();
+
+    let mut bob = harness.agent("bob", PermissionMode::Default).await;
+    bob.run().await.unwrap();
+    let refused = results(&bob);
+    assert!(
+        refused[0].1 && refused[0].0.contains("Permission denied"),
+        "{refused:?}"
+    );
+    assert!(refused[1].1, "{refused:?}");
+    assert!(
+        refused[1]
+            .0
+            .contains("question-alice-1 is answered by lead, not by you"),
+        "{refused:?}"
+    );
+    let request = harness
+        .store
+        .request("forge", &request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(request.response.is_none(), "bob decided nothing");
+
+    let mut lead = harness.agent("lead", PermissionMode::AcceptEdits).await;
+    lead.run().await.unwrap();
+    let answered = results(&lead);
+    assert!(!answered[0].1, "{answered:?}");
+    assert!(
+        answered[0]
+            .0
+            .contains("lowered from bypassPermissions: your own mode acceptEdits is the ceiling"),
+        "{answered:?}"
+    );
+    assert!(answered[1].1);
+    assert!(
+        answered[1].0.contains("already decided by lead"),
+        "{answered:?}"
+    );
+    assert!(!answered[2].1 && answered[2].0.contains("Answered question-alice-1"));
+    let request = harness
+        .store
+        .request("forge", &request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    let response = request.response.unwrap();
+    assert_eq!(response.responder, "lead");
+    assert_eq!(response.body["approved"], true);
+    assert_eq!(response.body["mode"], "acceptEdits");
+    assert_eq!(response.body["lowered_from"], "bypassPermissions");
+    harness.fake.verify().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lead_in_plan_mode_cannot_approve() {
+    let script = calls(
+        "lead",
+        vec![(
+            "ReviewPlan",
+            json!({"request_id": "plan-alice-1", "approve": true}),
+        )],
+    );
+    let harness = Harness::new("planning", script).await;
+    let _team = register_team("planning", Arc::new(StubTeam::default()));
+    harness.plan_request().await;
+    let mut lead = harness.agent("lead", PermissionMode::Plan).await;
+    lead.run().await.unwrap();
+    let results = results(&lead);
+    assert!(results[0].1);
+    assert!(
+        results[0].0.contains("ReviewPlan") && results[0].0.contains("plan mode"),
+        "{results:?}"
+    );
+    let request = harness
+        .store
+        .request("planning", "plan-alice-1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(request.response.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_task_tools_and_mail_work_on_the_store() {
+    let script = calls(
+        "lead",
+        vec![
+            (
+                "TaskCreate",
+                json!({"subject": "Greet", "description": "Write hello.txt."}),
+            ),
+            (
+                "TaskCreate",
+                json!({"subject": "Check", "description": "Read it.", "blocked_by": [1]}),
+            ),
+            ("TaskUpdate", json!({"task_id": 1, "owner": "alice"})),
+            ("TaskList", json!({})),
+            ("TaskGet", json!({"task_id": 2})),
+            ("TaskGet", json!({"task_id": 9})),
+            ("SendMessage", json!({"to": "*", "message": "Hello, team."})),
+            ("SendMessage", json!({"to": "carol", "message": "Hi?"})),
+            ("SpawnTeammate", json!({"name": "policy", "prompt": "x"})),
+            ("SpawnTeammate", json!({"name": "dave", "prompt": "Help."})),
+            ("ShutdownTeammate", json!({"name": "dave"})),
+        ],
+    );
+    let harness = Harness::new("board", script).await;
+    let stub = Arc::new(StubTeam::default());
+    let _team = register_team("board", stub.clone());
+    let mut lead = harness.agent("lead", PermissionMode::AcceptEdits).await;
+    lead.run().await.unwrap();
+    let r = results(&lead);
+    assert!(r[0].0.starts_with("Created task #1: Greet"), "{r:?}");
+    assert!(
+        r[1].0.contains("Created task #2: Check (blocked by #1)"),
+        "{r:?}"
+    );
+    assert!(r[2].0.contains("owner alice (told by mail)"), "{r:?}");
+    assert!(r[3].0.contains("#1 [pending] Greet — owner alice"), "{r:?}");
+    assert!(
+        r[3].0
+            .contains("#2 [pending] Check — owner none (blocked by #1)")
+    );
+    assert!(r[4].0.contains("Read it."), "{r:?}");
+    assert!(r[5].1 && r[5].0.contains("there is no task #9"));
+    assert!(
+        r[6].0.contains("Sent to alice") && r[6].0.contains("bob"),
+        "{r:?}"
+    );
+    assert!(
+        r[7].1 && r[7].0.contains("unknown recipient \"carol\""),
+        "{r:?}"
+    );
+    assert!(r[8].1 && r[8].0.contains("is reserved"), "{r:?}");
+    assert!(
+        r[9].0.contains("Spawned teammate dave (agent id dave"),
+        "{r:?}"
+    );
+    assert!(
+        r[9].0
+            .contains("plan approval request will reach your mailbox")
+    );
+    assert_eq!(r[10].0, "asked dave to shut down");
+    let spawned = stub.spawned.lock().unwrap().clone();
+    assert_eq!(spawned.len(), 1);
+    assert_eq!(spawned[0].lead_mode, PermissionMode::AcceptEdits);
+    assert_eq!(spawned[0].lead, "lead");
+    assert!(*stub.board_changes.lock().unwrap() >= 3);
+
+    let alice_mail = harness
+        .store
+        .messages("board", Some("alice"))
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = alice_mail.iter().map(|m| m.kind.as_str()).collect();
+    assert_eq!(kinds, ["task_assignment", "text"]);
+    let bob_mail = harness.store.messages("board", Some("bob")).await.unwrap();
+    assert_eq!(bob_mail.len(), 1);
+    assert_eq!(bob_mail[0].body["text"], "Hello, team.");
+    harness.fake.verify().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_without_a_team_says_so() {
+    let script = calls("lead", vec![("TaskList", json!({}))]);
+    let harness = Harness::new("solo", script).await;
+    let mut lead = harness.agent("lead", PermissionMode::AcceptEdits).await;
+    lead.run().await.unwrap();
+    let r = results(&lead);
+    assert!(
+        r[0].1 && r[0].0.contains("there is no team in this run"),
+        "{r:?}"
+    );
+}
