@@ -224,7 +224,7 @@ impl AgentRuntime {
                     input: call.input.clone(),
                     tool_use_id: Some(call.id.clone()),
                     reason: decision.reason.clone(),
-                    responder: "lead".into(),
+                    responder: super::team::responder_for(&self.run.run_id, &self.asks.asker),
                 },
                 idempotency_key: Some(format!("{}:{}", self.asks.asker, call.id)),
             })

@@ -544,10 +544,19 @@ impl Team {
         for message in mail.drain(..) {
             let responder = message.typed_body().responder().map(str::to_owned);
             match responder.as_deref() {
-                Some(r) if r != LEAD && message.kind != "question" => {
+                Some(r) if r != LEAD => {
                     if r.starts_with("policy:") {
                         self.decide_by_policy(message.request_id.as_deref().unwrap_or_default())
                             .await;
+                    } else if message.kind != "plan_approval_request" {
+                        // The runtime reports plan requests itself; a person's permission
+                        // requests and questions are reported here, as they start to wait.
+                        self.printer.line(
+                            "approval_requested",
+                            &message.sender,
+                            json!({"request_id": message.request_id, "responder": r,
+                                   "kind": message.kind}),
+                        );
                     }
                     settled.push(message.key.clone());
                 }

@@ -292,6 +292,12 @@ impl Team {
                     rule: Some(format!("{rule} ({})", policy.source)),
                 }
             }
+            MessageBody::Question { .. } => MessageBody::Answer {
+                request_id: request_id.to_owned(),
+                answer: "A policy cannot answer questions: decide yourself and state the \
+                         assumption you made."
+                    .into(),
+            },
             _ => return Ok(()),
         };
         match self

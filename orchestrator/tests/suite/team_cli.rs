@@ -327,7 +327,7 @@ async fn a_policy_rejects_a_forbidden_path_naming_the_rule_and_approves_the_new_
     );
     std::fs::write(
         dir.path().join("policy.toml"),
-        "denied_paths = [\"secrets/**\"]\nmax_mode = \"acceptEdits\"\n",
+        "denied_paths = [\"secrets/**\"]\nmax_mode = \"acceptEdits\"\n\n[permissions]\nallow = [\"Write\"]\n",
     )
     .unwrap();
     let forbidden = PLAN.replace(
@@ -341,14 +341,6 @@ async fn a_policy_rejects_a_forbidden_path_naming_the_rule_and_approves_the_new_
             vec![tool(
                 "TaskCreate",
                 json!({"subject": "Greet", "description": "Write hello.txt saying hello."}),
-            )],
-        ),
-        when(
-            "lead",
-            "permission_request",
-            vec![tool(
-                "ReviewPlan",
-                json!({"request_id": "perm-alice-1", "approve": true}),
             )],
         ),
         any_turn("lead", vec![Block::text("Waiting for the team.")]),
@@ -423,10 +415,7 @@ async fn a_policy_rejects_a_forbidden_path_naming_the_rule_and_approves_the_new_
     );
     assert_eq!(responses[1]["body"]["approved"], true);
     // Approved in default mode (alice's working mode, under the policy's ceiling): her write
-    // asked the lead with a permission request, which the lead approved with ReviewPlan.
-    position(&events, "the lead's ReviewPlan", |e| {
-        e["type"] == "tool_call" && e["agent"] == "lead" && e["tool"] == "ReviewPlan"
-    });
+    // asked, and the same policy answered the permission request by its allow rule.
     let write = position(&events, "alice's Write", |e| {
         e["type"] == "tool_call" && e["agent"] == "alice" && e["tool"] == "Write"
     });
@@ -435,7 +424,7 @@ async fn a_policy_rejects_a_forbidden_path_naming_the_rule_and_approves_the_new_
         events[write]["reason"]
             .as_str()
             .unwrap()
-            .contains("approved by lead (perm-alice-1)"),
+            .contains("approved by policy (perm-alice-1)"),
         "{}",
         events[write]
     );
@@ -708,5 +697,230 @@ async fn spawn_rules_keep_planning_and_cap_modes_and_grants_are_lowered_to_the_l
         .unwrap();
     assert_eq!(response["body"]["mode"], "default");
     assert_eq!(response["body"]["lowered_from"], "bypassPermissions");
+    fake.verify().unwrap();
+}
+
+/// A team run in a child process whose stream-json lines are read as they come.
+struct Running {
+    child: tokio::process::Child,
+    stdout: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    events: Vec<Value>,
+}
+
+impl Running {
+    fn start(dir: &Path, base: &str) -> Running {
+        let mut child = command(
+            dir,
+            &[
+                "run",
+                "-p",
+                "Greet the world.",
+                "--base-url",
+                base,
+                "--output",
+                "stream-json",
+            ],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+        Running {
+            child,
+            stdout,
+            events: Vec::new(),
+        }
+    }
+
+    /// Reads lines until one matches.
+    async fn until(&mut self, what: &str, matches: impl Fn(&Value) -> bool) -> Value {
+        loop {
+            let line = tokio::time::timeout(GUARD, self.stdout.next_line())
+                .await
+                .expect("guard timeout")
+                .unwrap()
+                .unwrap_or_else(|| panic!("the run ended before {what}: {:#?}", self.events));
+            let event: Value = serde_json::from_str(&line).unwrap();
+            self.events.push(event.clone());
+            if matches(&event) {
+                return event;
+            }
+        }
+    }
+
+    /// Reads to the end; gives back the exit code.
+    async fn finish(&mut self) -> Option<i32> {
+        while let Some(line) = tokio::time::timeout(GUARD, self.stdout.next_line())
+            .await
+            .expect("guard timeout")
+            .unwrap()
+        {
+            self.events.push(serde_json::from_str(&line).unwrap());
+        }
+        tokio::time::timeout(GUARD, self.child.wait())
+            .await
+            .expect("guard timeout")
+            .unwrap()
+            .code()
+    }
+}
+
+const ASKS: &str =
+    "name = \"askers\"\n\n[[teammates]]\nname = \"alice\"\nplan_mode_required = false\n";
+
+fn question_script() -> Vec<ScriptEntry> {
+    vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "Paint", "description": "Pick a colour and say it."}),
+            )],
+        ),
+        any_turn("lead", vec![Block::text("Waiting for the team.")]),
+        ScriptEntry::reply(
+            "alice",
+            1,
+            vec![tool(
+                "AskUserQuestion",
+                json!({"questions": [{"question": "Which colour?", "header": "Colour",
+                    "options": [{"label": "Blue", "description": "calm"},
+                                {"label": "Green", "description": "fresh"}]}]}),
+            )],
+        ),
+        ScriptEntry::reply("alice", 2, vec![Block::text("Painted.")]),
+    ]
+}
+
+fn alice_turn(fake: &FakeLlmHandle, turn: u64) -> String {
+    fake.requests()
+        .into_iter()
+        .find(|r| r.agent.as_deref() == Some("alice") && r.turn == Some(turn))
+        .unwrap()
+        .body
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_teammates_question_is_answered_by_the_lead() {
+    let dir = project(ASKS);
+    let mut script = question_script();
+    script.push(when(
+        "lead",
+        "question",
+        vec![tool(
+            "SendMessage",
+            json!({"to": "alice", "reply_to": "question-alice-1", "message": "Blue, please."}),
+        )],
+    ));
+    let fake = fake(script).await;
+    let output = team_run(dir.path(), &fake.base_url()).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(alice_turn(&fake, 2).contains("Which colour?: Blue, please."));
+    fake.verify().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_teammates_question_is_answered_by_muster_answer_while_the_run_waits() {
+    let dir = project(&ASKS.replace(
+        "plan_mode_required = false\n",
+        "plan_mode_required = false\napprover = \"human\"\n",
+    ));
+    let fake = fake(question_script()).await;
+    let mut run = Running::start(dir.path(), &fake.base_url());
+    let asked = run
+        .until("the question", |e| {
+            e["type"] == "approval_requested" && e["kind"] == "question"
+        })
+        .await;
+    assert_eq!(asked["request_id"], "question-alice-1");
+    assert_eq!(asked["responder"], "human");
+    let answer = muster(dir.path(), &["answer", "question-alice-1", "Green."]).await;
+    assert_eq!(answer.status.code(), Some(0), "{}", stderr(&answer));
+    assert_eq!(run.finish().await, Some(0));
+    assert!(alice_turn(&fake, 2).contains("Which colour?: Green."));
+}
+
+fn writer_script() -> Vec<ScriptEntry> {
+    vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "Greet", "description": "Write hello.txt saying hello."}),
+            )],
+        ),
+        any_turn("lead", vec![Block::text("Waiting for the team.")]),
+        ScriptEntry::reply(
+            "alice",
+            1,
+            vec![tool(
+                "Write",
+                json!({"file_path": "hello.txt", "content": "hello, world\n"}),
+            )],
+        ),
+        ScriptEntry::reply("alice", 2, vec![Block::text("Done.")]),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_teammates_permission_request_is_approved_by_a_person() {
+    let dir = project(&ASKS.replace(
+        "plan_mode_required = false\n",
+        "plan_mode_required = false\napprover = \"human\"\n",
+    ));
+    let fake = fake(writer_script()).await;
+    let mut run = Running::start(dir.path(), &fake.base_url());
+    let asked = run
+        .until("the permission request", |e| {
+            e["type"] == "approval_requested" && e["kind"] == "permission_request"
+        })
+        .await;
+    assert_eq!(asked["request_id"], "perm-alice-1");
+    assert!(!dir.path().join("hello.txt").exists());
+    let approve = muster(dir.path(), &["approve", "perm-alice-1"]).await;
+    assert_eq!(approve.status.code(), Some(0), "{}", stderr(&approve));
+    assert_eq!(run.finish().await, Some(0));
+    let write = position(&run.events, "alice's Write", |e| {
+        e["type"] == "tool_call" && e["tool"] == "Write"
+    });
+    assert_eq!(run.events[write]["decision"], "allow");
+    assert!(
+        run.events[write]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("approved by human (perm-alice-1)")
+    );
+    assert!(dir.path().join("hello.txt").exists());
+    fake.verify().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_policy_with_no_rule_denies_a_teammates_permission_request() {
+    let dir = project(&ASKS.replace(
+        "plan_mode_required = false\n",
+        "plan_mode_required = false\napprover = \"policy:policy.toml\"\n",
+    ));
+    std::fs::write(dir.path().join("policy.toml"), "max_mode = \"default\"\n").unwrap();
+    let fake = fake(writer_script()).await;
+    let output = team_run(dir.path(), &fake.base_url()).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let events = lines(&output);
+    let write = position(&events, "alice's Write", |e| {
+        e["type"] == "tool_call" && e["tool"] == "Write"
+    });
+    assert_eq!(events[write]["decision"], "deny");
+    assert!(
+        events[write]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("refused by policy (perm-alice-1): policy has no rule"),
+        "{}",
+        events[write]
+    );
+    assert!(!dir.path().join("hello.txt").exists());
     fake.verify().unwrap();
 }
