@@ -53,6 +53,8 @@ use printer::{TeamPrinter, now_ms};
 pub const LEAD: &str = "lead";
 /// How long a teammate has to answer a `shutdown_request` before it is stopped.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Overrides [`SHUTDOWN_TIMEOUT`], in milliseconds (read from the environment `main` passes).
+pub const SHUTDOWN_TIMEOUT_VARIABLE: &str = "MUSTER_SHUTDOWN_TIMEOUT_MS";
 /// The most mail an agent takes at one turn boundary.
 const MAIL_BATCH: usize = 32;
 
@@ -277,7 +279,10 @@ async fn execute(
         states,
         board,
         printer: printer.clone(),
-        shutdown_timeout: SHUTDOWN_TIMEOUT,
+        shutdown_timeout: env
+            .get(SHUTDOWN_TIMEOUT_VARIABLE)
+            .and_then(|ms| ms.parse().ok())
+            .map_or(SHUTDOWN_TIMEOUT, Duration::from_millis),
     });
     printer.attach(Arc::downgrade(&team));
     let _registration = muster_agents::runtime::team::register_team(&run_id, team.clone());
@@ -719,6 +724,12 @@ impl Team {
             .is_ok();
         if !ended {
             handle.abort();
+            let _ = muster_agents::runtime::team::kill_unfinished_tools(
+                self.store.as_ref(),
+                self.run_id(),
+                agent,
+            )
+            .await;
         }
         self.set_state(agent, MemberState::Stopped);
         let released = self
@@ -731,8 +742,8 @@ impl Team {
         }
         if !ended {
             let summary = format!(
-                "{agent} did not answer the shutdown request within {}s and was stopped{}",
-                self.shutdown_timeout.as_secs(),
+                "{agent} did not answer the shutdown request within {} ms and was stopped{}",
+                self.shutdown_timeout.as_millis(),
                 if released.is_empty() {
                     String::new()
                 } else {

@@ -217,8 +217,8 @@ impl Team {
         }
         Ok(format!(
             "Sent shutdown request {request_id} to {name}. It stops when it agrees, or is \
-             stopped after {}s; its unfinished tasks return to the board.",
-            self.shutdown_timeout.as_secs()
+             stopped after {} ms; its unfinished tasks return to the board.",
+            self.shutdown_timeout.as_millis()
         ))
     }
 

@@ -924,3 +924,77 @@ async fn a_policy_with_no_rule_denies_a_teammates_permission_request() {
     assert!(!dir.path().join("hello.txt").exists());
     fake.verify().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_teammate_that_ignores_a_shutdown_request_is_stopped_and_its_task_returns_to_the_board() {
+    let dir = project(ONE_TEAMMATE);
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "Greet", "description": "Write hello.txt saying hello."}),
+            )],
+        ),
+        when(
+            "lead",
+            "plan_approval_request",
+            vec![tool(
+                "ShutdownTeammate",
+                json!({"name": "alice", "reason": "The greeting is cancelled."}),
+            )],
+        ),
+        any_turn("lead", vec![Block::text("Waiting for the team.")]),
+        // alice waits for a decision that never comes, so she never reads the request.
+        ScriptEntry::reply(
+            "alice",
+            1,
+            vec![tool("ExitPlanMode", json!({"plan": PLAN}))],
+        ),
+    ])
+    .await;
+    let base = fake.base_url();
+    let child = command(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Greet the world.",
+            "--base-url",
+            &base,
+            "--output",
+            "stream-json",
+        ],
+    )
+    .env("MUSTER_SHUTDOWN_TIMEOUT_MS", "300")
+    .output();
+    let output = tokio::time::timeout(GUARD, child)
+        .await
+        .expect("guard timeout")
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let events = lines(&output);
+    let finished = events.last().unwrap();
+    assert_eq!(finished["status"], "failed");
+    assert_eq!(finished["tasks"][0]["status"], "pending");
+    assert_eq!(finished["tasks"][0]["owner"], Value::Null);
+    let lead_requests: Vec<String> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.agent.as_deref() == Some("lead"))
+        .map(|r| r.body.to_string())
+        .collect();
+    assert!(
+        lead_requests
+            .iter()
+            .any(|b| b.contains("Sent shutdown request shutdown-alice-1 to alice"))
+    );
+    assert!(
+        lead_requests.iter().any(|b| b
+            .contains("alice did not answer the shutdown request within 300 ms and was stopped")
+            && b.contains("back on the board")),
+        "{lead_requests:#?}"
+    );
+    fake.verify().unwrap();
+}
