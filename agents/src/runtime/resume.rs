@@ -90,7 +90,21 @@ impl AgentRuntime {
             && agent.finished.is_none()
         {
             pending.calls = tool_calls_of(last);
-            if !pending.calls.is_empty() {
+            if pending.calls.is_empty() {
+                // The final answer arrived and was committed, but not its `finished` record:
+                // finish as the loop would have, without asking the model again.
+                let result = text_of(last);
+                agent
+                    .commit(
+                        vec![Record::Finished {
+                            result: result.clone(),
+                        }],
+                        Vec::new(),
+                        None,
+                    )
+                    .await?;
+                agent.finished = Some(result);
+            } else {
                 agent.pending = Some(pending);
             }
         }
@@ -176,6 +190,17 @@ impl AgentRuntime {
         }
         Ok(())
     }
+}
+
+fn text_of(message: &Message) -> String {
+    message
+        .content
+        .iter()
+        .filter_map(|block| match block {
+            crate::model::ContentBlock::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
 }
 
 fn tool_calls_of(message: &Message) -> Vec<crate::model::ToolCall> {

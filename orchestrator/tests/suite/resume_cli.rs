@@ -1,0 +1,413 @@
+//! `muster resume` after `kill -9`, budgets, plan recovery and fork, through the binary against
+//! `muster-fake-llm` over real HTTP.
+//!
+//! The crash test runs a scripted single-agent run once uninterrupted, then, for every K, starts
+//! the same run as a real child printing stream-json (each line is a durable fact), kills it
+//! with SIGKILL right after its K-th line, and finishes it with `muster resume`. Tests wait on
+//! events (lines read from the child's stdout, process exit), never on sleeps.
+
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use muster_fake_llm::{Block, FakeLlm, ScriptEntry};
+use muster_mailbox::{MailboxStore, SqliteStore, StoreOptions};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+const GUARD: Duration = Duration::from_secs(120);
+const INTERRUPTED: &str = "interrupted by a crash; inspect the workspace before retrying";
+const PLAN: &str = "## Goal\nMark.\n## Steps\n1. Append two and three to marker.txt\n2. Write out.txt\n## Files\nmarker.txt\nout.txt\n## Tests\nnone\n## Risks\nnone\n";
+const MARKER_LINES: [&str; 3] = ["one", "two", "three"];
+
+fn project() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".muster")).unwrap();
+    std::fs::create_dir_all(dir.path().join(".git")).unwrap();
+    std::fs::write(dir.path().join("README.md"), "hello\n").unwrap();
+    std::fs::write(
+        dir.path().join("policy.toml"),
+        "approve_all = true\nmax_mode = \"bypassPermissions\"\n",
+    )
+    .unwrap();
+    dir
+}
+
+fn command(dir: &Path, args: &[&str]) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_muster"));
+    command
+        .current_dir(dir)
+        .args(args)
+        .env("HOME", dir)
+        .env("ANTHROPIC_API_KEY", "test-key")
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("ANTHROPIC_BASE_URL")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+async fn muster(dir: &Path, args: &[&str]) -> Output {
+    let child = command(dir, args).output();
+    tokio::time::timeout(GUARD, child)
+        .await
+        .expect("guard timeout")
+        .unwrap()
+}
+
+fn lines(output: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn bash(line: &str) -> Block {
+    Block::tool_use(
+        "Bash",
+        json!({"command": format!("echo {line} >> marker.txt")}),
+    )
+}
+
+/// Bash (side effect) → EnterPlanMode → ExitPlanMode (a policy approves: a request, a
+/// decision, a response mail acked) → Bash + Write → Bash → done.
+fn crash_script() -> Vec<ScriptEntry> {
+    vec![
+        ScriptEntry::reply("main", 1, vec![Block::text("First."), bash("one")]),
+        ScriptEntry::reply("main", 2, vec![Block::tool_use("EnterPlanMode", json!({}))]),
+        ScriptEntry::reply(
+            "main",
+            3,
+            vec![Block::tool_use("ExitPlanMode", json!({"plan": PLAN}))],
+        ),
+        ScriptEntry::reply(
+            "main",
+            4,
+            vec![
+                bash("two"),
+                Block::tool_use(
+                    "Write",
+                    json!({"file_path": "out.txt", "content": "written once\n"}),
+                ),
+            ],
+        ),
+        ScriptEntry::reply("main", 5, vec![bash("three")]),
+        ScriptEntry::reply("main", 6, vec![Block::text("All marked.")]),
+    ]
+}
+
+fn run_args(base: &str) -> Vec<String> {
+    [
+        "run",
+        "-p",
+        "Mark the file.",
+        "--permission-mode",
+        "bypassPermissions",
+        "--approver",
+        "policy:policy.toml",
+        "--base-url",
+        base,
+        "--output",
+        "stream-json",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect()
+}
+
+/// Runs `args` as a child and kills it with SIGKILL right after its `kill_at`-th stdout line
+/// (`None`: lets it finish). Gives back the lines read and the exit status code.
+async fn run_killed_at(dir: &Path, args: &[String], kill_at: Option<usize>) -> (Vec<Value>, i32) {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut child = command(dir, &args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut reader = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let read = async {
+        while let Some(line) = reader.next_line().await.unwrap() {
+            seen.push(serde_json::from_str::<Value>(&line).unwrap());
+            if Some(seen.len()) == kill_at {
+                child.start_kill().unwrap();
+                break;
+            }
+        }
+        child.wait().await.unwrap()
+    };
+    let status = tokio::time::timeout(GUARD, read)
+        .await
+        .expect("guard timeout");
+    use std::os::unix::process::ExitStatusExt;
+    let code = status
+        .code()
+        .unwrap_or_else(|| -status.signal().unwrap_or(0));
+    (seen, code)
+}
+
+fn open_store(dir: &Path) -> Arc<dyn MailboxStore> {
+    Arc::new(SqliteStore::open(&dir.join(".muster/muster.db"), StoreOptions::default()).unwrap())
+}
+
+async fn transcript(store: &dyn MailboxStore, run_id: &str, agent: &str) -> Vec<Value> {
+    store
+        .records(run_id, agent, "transcript", 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|row| row.body)
+        .collect()
+}
+
+fn marker(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("marker.txt"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn plan_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join(".muster/plans"))
+        .map(|entries| entries.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+/// The marker line a Bash tool_use appends, by its input.
+fn marker_line_of(input: &Value) -> Option<String> {
+    let command = input["command"].as_str()?;
+    let line = command
+        .strip_prefix("echo ")?
+        .strip_suffix(" >> marker.txt")?;
+    Some(line.to_owned())
+}
+
+/// The Bash calls of a transcript whose result is the interrupted error, as marker lines.
+fn interrupted_bash_lines(records: &[Value]) -> Vec<String> {
+    let mut inputs = std::collections::BTreeMap::new();
+    for record in records {
+        if record["type"] == "message" {
+            for block in record["message"]["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                if block["type"] == "tool_use" && block["name"] == "Bash" {
+                    inputs.insert(
+                        block["id"].as_str().unwrap().to_owned(),
+                        block["input"].clone(),
+                    );
+                }
+            }
+        }
+    }
+    records
+        .iter()
+        .filter(|r| r["type"] == "tool_call" && r["tool"] == "Bash" && r["content"] == INTERRUPTED)
+        .filter_map(|r| inputs.get(r["tool_use_id"].as_str().unwrap()))
+        .filter_map(marker_line_of)
+        .collect()
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_killed_at_each_durable_event_is_finished_by_resume() {
+    // The uninterrupted run: what every resumed run must end with.
+    let reference = project();
+    let fake = FakeLlm::start(crash_script()).await.unwrap();
+    let (reference_lines, code) =
+        run_killed_at(reference.path(), &run_args(&fake.base_url()), None).await;
+    assert_eq!(code, 0, "{reference_lines:?}");
+    fake.verify().unwrap();
+    let events = reference_lines.len();
+    assert!(events >= 12, "{reference_lines:?}");
+    assert_eq!(marker(reference.path()), MARKER_LINES);
+    let reference_out = std::fs::read_to_string(reference.path().join("out.txt")).unwrap();
+    let reference_plans = plan_files(reference.path());
+    assert_eq!(reference_plans.len(), 1);
+    assert_eq!(std::fs::read_to_string(&reference_plans[0]).unwrap(), PLAN);
+
+    // Every K but the last line (run_finished) itself.
+    for kill_at in 1..events {
+        let dir = project();
+        let fake = FakeLlm::start(crash_script()).await.unwrap();
+        let (before, code) =
+            run_killed_at(dir.path(), &run_args(&fake.base_url()), Some(kill_at)).await;
+        assert_eq!(before.len(), kill_at);
+        assert_eq!(code, -9, "K={kill_at}: killed with SIGKILL");
+        let run_id = before[0]["run_id"].as_str().unwrap().to_owned();
+
+        let resumed = muster(dir.path(), &["resume", "--output", "stream-json"]).await;
+        assert_eq!(
+            resumed.status.code(),
+            Some(0),
+            "K={kill_at}: {}{}",
+            stderr(&resumed),
+            String::from_utf8_lossy(&resumed.stdout)
+        );
+        let after = lines(&resumed);
+        let finished = after.last().unwrap();
+        assert_eq!(finished["type"], "run_finished", "K={kill_at}");
+        assert_eq!(finished["run_id"], run_id.as_str(), "K={kill_at}");
+        assert_eq!(finished["result"], "All marked.", "K={kill_at}");
+        fake.verify().unwrap();
+
+        let store = open_store(dir.path());
+        let records = transcript(store.as_ref(), &run_id, "main").await;
+        let interrupted = interrupted_bash_lines(&records);
+        assert!(interrupted.len() <= 1, "K={kill_at}: {interrupted:?}");
+
+        // No side-effecting tool executed twice: no marker line twice.
+        let lines_now = marker(dir.path());
+        for line in MARKER_LINES {
+            let count = lines_now.iter().filter(|l| *l == line).count();
+            assert!(
+                count <= 1,
+                "K={kill_at}: {line} ran {count} times: {lines_now:?}"
+            );
+        }
+
+        // No tool call resolved twice; no mail acked twice.
+        let mut resolved = std::collections::BTreeSet::new();
+        for record in records.iter().filter(|r| r["type"] == "tool_call") {
+            let id = record["tool_use_id"].as_str().unwrap();
+            assert!(
+                resolved.insert(id.to_owned()),
+                "K={kill_at}: {id} resolved twice"
+            );
+        }
+        let mail = store.messages(&run_id, Some("main")).await.unwrap();
+        assert_eq!(
+            mail.len(),
+            1,
+            "K={kill_at}: one plan decision for main: {mail:?}"
+        );
+        assert!(
+            mail.iter().all(|m| m.acked_at.is_some()),
+            "K={kill_at}: {mail:?}"
+        );
+        let applied = records
+            .iter()
+            .filter(|r| {
+                r["type"] == "mode" && r["reason"].as_str().unwrap().contains("approved by")
+            })
+            .count();
+        assert_eq!(
+            applied, 1,
+            "K={kill_at}: the approval mail was applied once"
+        );
+
+        // No decision made twice: one request, one response, one approval_decided line.
+        let requests = store.requests(&run_id).await.unwrap();
+        assert_eq!(requests.len(), 1, "K={kill_at}: {requests:?}");
+        assert!(requests[0].response.is_some(), "K={kill_at}");
+        let decided = before
+            .iter()
+            .chain(after.iter())
+            .filter(|e| e["type"] == "approval_decided")
+            .count();
+        assert!(
+            decided <= 1,
+            "K={kill_at}: approval_decided printed {decided} times"
+        );
+
+        // The final workspace equals the uninterrupted run's, except that a Bash call cut
+        // between its tool_started and its result may have left its line out, and shows the
+        // interrupted error.
+        let expected: Vec<&str> = MARKER_LINES
+            .iter()
+            .copied()
+            .filter(|line| {
+                !interrupted.iter().any(|i| i == line) || lines_now.iter().any(|l| l == line)
+            })
+            .collect();
+        assert_eq!(
+            lines_now, expected,
+            "K={kill_at}: interrupted {interrupted:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("out.txt")).unwrap(),
+            reference_out,
+            "K={kill_at}"
+        );
+        let plans = plan_files(dir.path());
+        assert_eq!(plans.len(), 1, "K={kill_at}: {plans:?}");
+        assert_eq!(
+            std::fs::read_to_string(&plans[0]).unwrap(),
+            PLAN,
+            "K={kill_at}"
+        );
+        let status = store.run(&run_id).await.unwrap().unwrap().status;
+        assert_eq!(status.as_str(), "completed", "K={kill_at}");
+    }
+}
+
+/// A crash inside a Bash call (the command kills `muster` itself, after its side effect): the
+/// call is not run again on resume; the model gets the interrupted error and goes on.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_inside_a_bash_call_gives_the_interrupted_error_and_never_reruns_it() {
+    let dir = project();
+    let fake = FakeLlm::start(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![Block::tool_use(
+                "Bash",
+                json!({"command": "echo crash >> marker.txt; kill -9 $PPID"}),
+            )],
+        ),
+        ScriptEntry::reply("main", 2, vec![bash("after")]),
+        ScriptEntry::reply("main", 3, vec![Block::text("Recovered.")]),
+    ])
+    .await
+    .unwrap();
+    let (before, code) = run_killed_at(dir.path(), &run_args(&fake.base_url()), None).await;
+    assert_eq!(code, -9, "the command killed muster: {before:?}");
+    let run_id = before[0]["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(marker(dir.path()), ["crash"]);
+
+    let store = open_store(dir.path());
+    let listed = muster(dir.path(), &["runs", "--json"]).await;
+    assert!(
+        String::from_utf8_lossy(&listed.stdout).contains("interrupted"),
+        "a running run whose lock is free shows as interrupted: {}",
+        String::from_utf8_lossy(&listed.stdout)
+    );
+    let resumed = muster(dir.path(), &["resume", &run_id, "--output", "stream-json"]).await;
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    assert_eq!(lines(&resumed).last().unwrap()["result"], "Recovered.");
+    assert_eq!(
+        marker(dir.path()),
+        ["crash", "after"],
+        "the crashed call ran once"
+    );
+    let records = transcript(store.as_ref(), &run_id, "main").await;
+    let interrupted = records
+        .iter()
+        .filter(|r| r["type"] == "tool_call" && r["content"] == INTERRUPTED)
+        .count();
+    assert_eq!(interrupted, 1);
+    assert!(
+        records
+            .iter()
+            .any(|r| r["type"] == "tool_started" && r["process_group"].is_i64()),
+        "the Bash call's process group was recorded before it ran"
+    );
+    // The model saw the interrupted error as the call's result.
+    let turn2 = fake
+        .requests()
+        .into_iter()
+        .find(|r| r.turn == Some(2))
+        .unwrap();
+    assert!(turn2.body.to_string().contains(INTERRUPTED));
+    fake.verify().unwrap();
+}
