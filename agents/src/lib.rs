@@ -8,3 +8,4 @@ pub mod permission;
 pub mod runtime;
 pub mod shell;
 pub mod tools;
+pub mod verification;

@@ -1,0 +1,140 @@
+//! Verification against the approved plan: after a teammate finishes an approved plan, its
+//! own transcript is compared with the plan, and a [`VerificationReport`] (the `report` of a
+//! `verification_report` message) marks each `## Steps` item, each `## Files` entry and each
+//! `## Tests` command `done`, `deviated` or `missing`, lists unplanned changes, and gives the
+//! evidence of each: a path, or a command and its exit status.
+//!
+//! # Calling it
+//! ```text
+//! let rows = store.records(run_id, agent, TRANSCRIPT)?;            // the agent's transcript
+//! let report = build_report(agent, rows.iter().map(|row| &row.body), workspace_root)?;
+//! MessageBody::VerificationReport { request_id: report.request_id.clone(), report: report.to_json() }
+//! report.render_text()                                               // for summaries
+//! ```
+//! [`build_report`] finds the newest `plan_snapshot` with `state: "approved"` (its content is
+//! the plan, an edited approval included) and reads only the records after it. To check a
+//! plan against a log you already have, use [`ParsedPlan::parse`], [`ToolLog`] through
+//! [`build_report`]'s lower half [`report_for_plan`], and [`VerificationReport::check`].
+//!
+//! # What counts as evidence (attribution)
+//! Only `tool_call` records after the approval whose `decision` is `allow` or `ask` (denied
+//! and invalid calls did not run). Their inputs come from the `tool_use` blocks of `message`
+//! records (the whole transcript is searched).
+//! - `Write`, `Edit`, `MultiEdit` (`file_path`) and `NotebookEdit` (`notebook_path`): the path
+//!   (made relative to the workspace root) changed when `is_error` is false; a failed call is
+//!   an attempt, kept as evidence of a deviation, never of a change.
+//! - `Bash`: the command and its exit code; the files it changed come from its
+//!   [`BashEffects`] record (`type: "bash_effects"`), which the runtime writes around every
+//!   non-read-only Bash call: [`WorkspaceSnapshot::take`] before the command,
+//!   [`WorkspaceSnapshot::take`] after it, [`WorkspaceSnapshot::diff`], and
+//!   `BashEffects { tool_use_id, command, exit_code, changed: diff.changed_paths() }` appended
+//!   with the call's `tool_call`. A Bash call without that record changed nothing as far as
+//!   the report knows (its exit code is then read from the `[exit code N]` status line).
+//!
+//! Files changed any other way (by hand, by another agent, by a Bash call that was not
+//! recorded) are not evidence: a status without evidence is `missing`.
+//!
+//! # Matching (simple and explainable)
+//! - **Paths.** A plan path matches a changed path when they are equal; an entry ending in `/`
+//!   matches everything under it; an entry with `*`, `?`, `[` or `{` is a glob (`*` stays
+//!   within one directory, `**` crosses them); an entry without `/` also matches by its last
+//!   component (`lib.rs` matches `src/lib.rs`).
+//! - **Commands.** A command line is split into simple commands at `&&`, `||`, `;`, `|` and
+//!   newlines, and redirections (`2>&1`, `> out`) are dropped. A planned command is *run as
+//!   written* when one of those equals it (whitespace collapsed); it is *run differently* when
+//!   one runs the same program and subcommand (`cargo test`, `npm test`, `python -m pytest`,
+//!   `pytest`) with other arguments.
+//! - **`## Files` entries:** `done` if a change to it applied; `deviated` if only failed edits
+//!   touched it; `missing` otherwise.
+//! - **`## Tests` commands:** `done` if run as written and it exited 0; `deviated` if run as
+//!   written but never exited 0, or only run differently; `missing` if never run.
+//! - **`## Steps` items:** a step is checked by what it names, in its text, continuation lines
+//!   and sub-bullets: paths (code spans or words with a `/` or a file extension), commands
+//!   (code spans starting with a known program such as `cargo`, `npm`, `pytest`, `make`, or
+//!   `./…`), and `## Files` entries named by file name (`lib.rs`) or stem of 3+ characters
+//!   (`hello` for `hello.txt`). Each named path is satisfied by an applied change, each named
+//!   command by a run as written that exited 0. All satisfied → `done`; none with any
+//!   evidence → `missing`; anything between (some missing, failed, run differently) →
+//!   `deviated`. A step that names nothing checkable is `missing` (its note says so).
+//! - **Unplanned changes:** every applied change whose path no `## Files` entry matches,
+//!   except the plan file itself, with the calls that made it.
+//! - **No evidence, no status:** `done` or `deviated` without evidence becomes `missing`, also
+//!   when a report is read back with [`VerificationReport::from_json`].
+//!
+//! # Parsing plans
+//! [`ParsedPlan::parse`] accepts any Markdown: headings of any level titled Steps/Files/Tests
+//! (case, numbering, emphasis and a trailing colon ignored); steps are items numbered `1.` or
+//! `1)` (bullets when nothing is numbered); `## Files` takes one path per line (bullets,
+//! numbering, checkboxes, backticks and trailing descriptions tolerated; "none" skipped);
+//! `## Tests` takes code spans and fenced lines that look like commands, and plain lines
+//! starting with a known program. Nothing in this module panics on any input.
+
+mod paths;
+mod plan;
+mod report;
+mod snapshot;
+mod tool_log;
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+pub use plan::{ParsedPlan, PlannedStep};
+pub use report::{
+    CheckedItem, CommandRun, Evidence, ReportSummary, Status, UnplannedChange, VerificationReport,
+};
+pub use snapshot::{SKIPPED_DIRECTORIES, SnapshotDiff, WorkspaceSnapshot};
+pub use tool_log::{BASH_EFFECTS, BashEffects, ToolLog};
+
+/// Why no report could be built.
+#[derive(Debug, thiserror::Error)]
+pub enum VerificationError {
+    /// The records hold no `plan_snapshot` with `state: "approved"`.
+    #[error("agent {agent} has no approved plan in its records")]
+    NoApprovedPlan { agent: String },
+    /// The workspace cannot be walked.
+    #[error("workspace {root}: {detail}")]
+    Workspace { root: PathBuf, detail: String },
+    /// A `verification_report`'s JSON is not a report.
+    #[error("malformed verification report: {0}")]
+    MalformedReport(String),
+}
+
+/// The report for `agent` from its transcript record bodies (in `seq` order; the `body` of
+/// each stored row, or [`crate::runtime::Record::body`]), with paths made relative to
+/// `workspace_root` (the agent's workspace). Fails only when there is no approved plan.
+pub fn build_report<'a>(
+    agent: &str,
+    records: impl IntoIterator<Item = &'a Value>,
+    workspace_root: &Path,
+) -> Result<VerificationReport, VerificationError> {
+    let records: Vec<&Value> = records.into_iter().collect();
+    let approved =
+        tool_log::approved_plan(&records).ok_or_else(|| VerificationError::NoApprovedPlan {
+            agent: agent.to_owned(),
+        })?;
+    let after = records.get(approved.index..).unwrap_or_default();
+    let log = ToolLog::from_records(after, &records, workspace_root);
+    let plan = ParsedPlan::parse(&approved.content);
+    Ok(VerificationReport::check(
+        agent,
+        &approved.path,
+        approved.request_id,
+        &plan,
+        &log,
+    ))
+}
+
+/// The report for a plan given as text, against `records` taken as all after the approval
+/// (for callers that track the approval themselves).
+pub fn report_for_plan<'a>(
+    agent: &str,
+    plan_path: &str,
+    plan: &str,
+    records: impl IntoIterator<Item = &'a Value>,
+    workspace_root: &Path,
+) -> VerificationReport {
+    let records: Vec<&Value> = records.into_iter().collect();
+    let log = ToolLog::from_records(&records, &records, workspace_root);
+    VerificationReport::check(agent, plan_path, None, &ParsedPlan::parse(plan), &log)
+}
