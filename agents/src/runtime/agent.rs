@@ -268,6 +268,7 @@ impl AgentRuntime {
                     turns: self.turn,
                 });
             }
+            self.take_team_mail().await?;
             let response = self.call_model().await?;
             let calls = response.tool_calls();
             if calls.is_empty() {

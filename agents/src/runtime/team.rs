@@ -17,8 +17,8 @@ use std::sync::{Arc, LazyLock, RwLock};
 
 use muster_config::PermissionMode;
 use muster_mailbox::{
-    MemberKind, MessageBody, NewMessage, NewResponse, NewTask, StoreError, Task, TaskStatus,
-    TaskUpdate,
+    MemberKind, Message as Mail, MessageBody, NewMessage, NewResponse, NewTask, StoreError, Task,
+    TaskStatus, TaskUpdate,
 };
 use serde::de::DeserializeOwned;
 
@@ -87,6 +87,12 @@ pub trait TeamServices: Send + Sync {
     fn responder_for(&self, agent: &str) -> String;
     /// The task board changed (idle teammates look for work).
     fn board_changed(&self) {}
+    /// Mail for `agent` at a turn boundary (its tool calls finished, its next model request
+    /// not sent yet), leased and rendered for its context; it is acked when delivered.
+    fn mail_at_turn_boundary<'a>(&'a self, agent: &'a str) -> TeamFuture<'a, Vec<Mail>> {
+        let _ = agent;
+        Box::pin(async { Vec::new() })
+    }
 }
 
 static TEAMS: LazyLock<RwLock<HashMap<String, Arc<dyn TeamServices>>>> =
@@ -131,6 +137,19 @@ pub fn responder_for(run_id: &str, agent: &str) -> String {
 }
 
 impl AgentRuntime {
+    /// At a turn boundary of a team's lead or teammate, delivers the mail the team hands
+    /// over, so a busy agent sees mail before its next model request.
+    pub(super) async fn take_team_mail(&mut self) -> RuntimeResult<()> {
+        if matches!(self.kind, super::records::AgentKind::Subagent { .. }) {
+            return Ok(());
+        }
+        let Some(team) = team_of(&self.run.run_id) else {
+            return Ok(());
+        };
+        let mail = team.mail_at_turn_boundary(&self.id).await;
+        self.deliver_mail(&mail).await
+    }
+
     /// Carries out a team tool the gate allowed.
     pub(super) async fn team_tool(
         &mut self,

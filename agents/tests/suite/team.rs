@@ -33,6 +33,9 @@ const PLAN: &str = "## Goal\nGreet.\n## Steps\n1. Write hello.txt\n## Files\nhel
 struct StubTeam {
     spawned: Mutex<Vec<SpawnRequest>>,
     board_changes: Mutex<u32>,
+    /// Mail handed over at the second turn boundary (after the first turn's tool calls).
+    boundary: Mutex<Vec<Message>>,
+    boundaries: Mutex<u32>,
 }
 
 impl TeamServices for StubTeam {
@@ -68,6 +71,18 @@ impl TeamServices for StubTeam {
 
     fn board_changed(&self) {
         *self.board_changes.lock().unwrap() += 1;
+    }
+
+    fn mail_at_turn_boundary<'a>(&'a self, _agent: &'a str) -> TeamFuture<'a, Vec<Message>> {
+        Box::pin(async move {
+            let mut boundaries = self.boundaries.lock().unwrap();
+            *boundaries += 1;
+            if *boundaries == 2 {
+                std::mem::take(&mut *self.boundary.lock().unwrap())
+            } else {
+                Vec::new()
+            }
+        })
     }
 }
 
@@ -463,4 +478,70 @@ async fn a_run_without_a_team_says_so() {
         r[0].1 && r[0].0.contains("there is no team in this run"),
         "{r:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_busy_agent_gets_mail_at_its_next_turn_boundary() {
+    let script = vec![
+        ScriptEntry::reply("lead", 1, vec![Block::tool_use("TaskList", json!({}))]),
+        serde_json::from_value(json!({
+            "agent": "lead",
+            "when": {"mail_type": "text", "from": "alice"},
+            "reply": {"content": [{"type": "text", "text": "Got it."}], "stop_reason": "end_turn"},
+        }))
+        .unwrap(),
+    ];
+    let harness = Harness::new("boundary", script).await;
+    let stub = Arc::new(StubTeam::default());
+    let _team = register_team("boundary", stub.clone());
+    let mut lead = harness.agent("lead", PermissionMode::AcceptEdits).await;
+    harness
+        .store
+        .send(NewMessage {
+            run_id: "boundary".into(),
+            sender: "alice".into(),
+            recipient: "lead".into(),
+            body: MessageBody::Text {
+                text: "The tests pass.".into(),
+                summary: None,
+            },
+            idempotency_key: None,
+        })
+        .await
+        .unwrap();
+    let leased = harness
+        .store
+        .try_receive(
+            "boundary",
+            "lead",
+            harness.context.epoch,
+            MessageFilter::Any,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    // Handed over after the first turn's tool call, not when the lead goes idle.
+    let key = leased.key.clone();
+    *stub.boundary.lock().unwrap() = vec![leased];
+    let outcome = lead.run().await.unwrap();
+    assert_eq!(
+        outcome,
+        muster_agents::runtime::AgentOutcome::Finished {
+            result: "Got it.".into()
+        }
+    );
+    let turn2 = harness
+        .fake
+        .requests()
+        .into_iter()
+        .find(|r| r.agent.as_deref() == Some("lead") && r.turn == Some(2))
+        .unwrap();
+    let messages = turn2.body["messages"].as_array().unwrap();
+    let last = messages.last().unwrap().to_string();
+    assert!(last.contains("The tests pass."), "{last}");
+    let before_last = messages[messages.len() - 2].to_string();
+    assert!(before_last.contains("tool_result"), "{before_last}");
+    let acked = harness.store.message(&key).await.unwrap().unwrap();
+    assert_eq!(acked.state, DeliveryState::Acked);
+    harness.fake.verify().unwrap();
 }

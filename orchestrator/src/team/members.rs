@@ -205,6 +205,13 @@ impl Team {
                     format!("{id} stopped waiting for {request_id}")
                 }
             };
+            if self.agreed_to_shutdown(id).await? {
+                let released = self.store.release_tasks_of(self.run_id(), id).await?;
+                if !released.is_empty() {
+                    self.board.send_modify(|n| *n += 1);
+                }
+                return Ok(());
+            }
             let completed = self.complete_tasks_of(id, &open_before).await?;
             self.set_state(id, MemberState::Idle);
             self.store

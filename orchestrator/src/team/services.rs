@@ -6,7 +6,10 @@ use std::sync::Arc;
 
 use muster_agents::runtime::team::{SpawnRequest, SpawnedTeammate, TeamFuture, TeamServices};
 use muster_config::{PermissionMode, PlanVerdict, Policy, RuleSubject};
-use muster_mailbox::{MemberKind, MessageBody, NewMessage, NewResponse, RosterEntry, StoreError};
+use muster_mailbox::{
+    MemberKind, Message, MessageBody, MessageFilter, NewMessage, NewResponse, RosterEntry,
+    StoreError,
+};
 
 use super::members::TeammatePlan;
 use super::{LEAD, MemberState, Team};
@@ -38,9 +41,63 @@ impl TeamServices for Team {
     fn board_changed(&self) {
         self.board.send_modify(|n| *n += 1);
     }
+
+    fn mail_at_turn_boundary<'a>(&'a self, agent: &'a str) -> TeamFuture<'a, Vec<Message>> {
+        Box::pin(async move {
+            match self.boundary_mail(agent).await {
+                Ok(mail) => mail,
+                Err(error) => {
+                    tracing::warn!(%agent, %error, "mail at the turn boundary");
+                    Vec::new()
+                }
+            }
+        })
+    }
 }
 
 impl Team {
+    /// The agent's pending mail, rendered (the lead's less what a person or a policy
+    /// answers).
+    async fn boundary_mail(&self, agent: &str) -> anyhow::Result<Vec<Message>> {
+        let taken = if agent == LEAD {
+            self.take_lead_mail(None).await?
+        } else {
+            let mut taken = Vec::new();
+            while taken.len() < super::MAIL_BATCH {
+                match self
+                    .store
+                    .try_receive(self.run_id(), agent, self.epoch(), MessageFilter::Any)
+                    .await?
+                {
+                    Some(message) => taken.push(message),
+                    None => break,
+                }
+            }
+            taken
+        };
+        let nonce = super::mail::nonce();
+        Ok(taken
+            .iter()
+            .map(|m| super::mail::for_agent(m, &nonce))
+            .collect())
+    }
+
+    /// Whether the teammate agreed (with SendMessage `reply_to`) to a shutdown request.
+    pub(crate) async fn agreed_to_shutdown(&self, agent: &str) -> anyhow::Result<bool> {
+        Ok(self
+            .store
+            .requests(self.run_id())
+            .await?
+            .into_iter()
+            .any(|r| {
+                r.kind == "shutdown_request"
+                    && r.recipient == agent
+                    && r.response
+                        .as_ref()
+                        .is_some_and(|response| response.body["approve"] == true)
+            }))
+    }
+
     async fn spawn(&self, request: SpawnRequest) -> Result<SpawnedTeammate, String> {
         let rules = &self.file.spawn;
         let definition_name = request
