@@ -493,6 +493,11 @@ impl Team {
             .into_iter()
             .filter(|m| m.state == DeliveryState::Leased)
             .collect();
+        let orphans = if agent == LEAD {
+            self.take_lead_mail(Some(orphans)).await?
+        } else {
+            orphans
+        };
         if orphans.is_empty() {
             return Ok(false);
         }

@@ -998,3 +998,89 @@ async fn a_teammate_that_ignores_a_shutdown_request_is_stopped_and_its_task_retu
     );
     fake.verify().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_approval_with_an_edited_plan_and_clear_context_restarts_the_teammate_on_the_edit() {
+    let dir = project(ONE_TEAMMATE);
+    let edited = PLAN.replace("Write hello.txt", "Write hello.txt with a trailing newline");
+    let mut script = lead_script(json!({
+        "request_id": "plan-alice-1", "approve": true, "mode": "acceptEdits",
+        "edited_plan": edited, "clear_context": true,
+    }));
+    script.extend(alice_script(PLAN));
+    let fake = fake(script).await;
+    let output = team_run(dir.path(), &fake.base_url()).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let events = lines(&output);
+    let started = position(&events, "alice's start", |e| {
+        e["type"] == "agent_started" && e["agent"] == "alice"
+    });
+    let plan_file = events[started]["plan_file"].as_str().unwrap();
+    assert!(plan_file.ends_with("-agent-alice.md"), "{plan_file}");
+    assert_eq!(std::fs::read_to_string(plan_file).unwrap(), edited);
+    // alice's next request holds only the system prompt and the approved plan.
+    let turn2 = fake
+        .requests()
+        .into_iter()
+        .find(|r| r.agent.as_deref() == Some("alice") && r.turn == Some(2))
+        .unwrap();
+    let messages = turn2.body["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 1, "{messages:#?}");
+    assert_eq!(messages[0]["role"], "user");
+    let text = messages[0].to_string();
+    assert!(text.contains("with a trailing newline"), "{text}");
+    assert!(!text.contains("README"), "{text}");
+    assert!(dir.path().join("hello.txt").exists());
+    fake.verify().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_left_waiting_only_on_a_person_stops_with_exit_5_at_its_deadline() {
+    let dir =
+        project("name = \"greeters\"\n\n[[teammates]]\nname = \"alice\"\napprover = \"human\"\n");
+    let mut script = vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "Greet", "description": "Write hello.txt saying hello."}),
+            )],
+        ),
+        any_turn("lead", vec![Block::text("Waiting for the team.")]),
+    ];
+    script.push(ScriptEntry::reply(
+        "alice",
+        1,
+        vec![tool("ExitPlanMode", json!({"plan": PLAN}))],
+    ));
+    let fake = fake(script).await;
+    let base = fake.base_url();
+    let child = command(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Greet the world.",
+            "--base-url",
+            &base,
+            "--output",
+            "json",
+            "--max-duration",
+            "2",
+        ],
+    )
+    .env("MUSTER_SHUTDOWN_TIMEOUT_MS", "100")
+    .output();
+    let output = tokio::time::timeout(GUARD, child)
+        .await
+        .expect("guard timeout")
+        .unwrap();
+    assert_eq!(output.status.code(), Some(5), "{}", stderr(&output));
+    let finished = &lines(&output)[0];
+    assert_eq!(finished["status"], "awaiting_decision");
+    assert_eq!(finished["waiting_on"][0], "plan-alice-1");
+    let runs = muster(dir.path(), &["runs", "--json"]).await;
+    assert!(String::from_utf8_lossy(&runs.stdout).contains("awaiting_decision"));
+    assert!(!dir.path().join("hello.txt").exists());
+}
