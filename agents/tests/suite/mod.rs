@@ -4,5 +4,5 @@ mod model;
 mod permission;
 mod runtime;
 mod shell;
-mod tools;
 mod team;
+mod tools;
