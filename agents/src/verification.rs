@@ -40,7 +40,8 @@
 //!   within one directory, `**` crosses them); an entry without `/` also matches by its last
 //!   component (`lib.rs` matches `src/lib.rs`).
 //! - **Commands.** A command line is split into simple commands at `&&`, `||`, `;`, `|` and
-//!   newlines, and redirections (`2>&1`, `> out`) are dropped. A planned command is *run as
+//!   newlines; leading `NAME=value` assignments and redirections (`2>&1`, `> out`) are
+//!   dropped. A planned command is *run as
 //!   written* when one of those equals it (whitespace collapsed); it is *run differently* when
 //!   one runs the same program and subcommand (`cargo test`, `npm test`, `python -m pytest`,
 //!   `pytest`) with other arguments.

@@ -515,7 +515,8 @@ pub(crate) fn looks_like_command(text: &str) -> bool {
         || program.starts_with("scripts/")
 }
 
-fn is_assignment(word: &str) -> bool {
+/// `NAME=value`.
+pub(crate) fn is_assignment(word: &str) -> bool {
     word.split_once('=').is_some_and(|(name, _)| {
         !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
     })

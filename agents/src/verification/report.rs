@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use globset::GlobBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::plan::{ParsedPlan, PlannedStep, normalize_command};
+use super::plan::{ParsedPlan, PlannedStep, is_assignment, normalize_command};
 use super::tool_log::{LoggedCall, ToolLog};
 
 /// How a plan item went.
@@ -295,7 +295,7 @@ impl Attribution {
     /// Runs of `planned`: those run as written, those run otherwise (same program and
     /// subcommand).
     fn runs_of(&self, planned: &str) -> (Vec<&Evidence>, Vec<&Evidence>) {
-        let planned = normalize_command(planned);
+        let planned = without_redirections(&normalize_command(planned));
         let planned_key = command_key(&planned);
         let mut as_written = Vec::new();
         let mut otherwise = Vec::new();
@@ -315,8 +315,9 @@ impl Attribution {
     }
 }
 
-/// The simple commands of a command line: split at `&&`, `||`, `;`, `|` and newlines
-/// (quotes are not parsed: a heuristic).
+/// The simple commands of a command line: split at `&&`, `||`, `;`, `|` and newlines, each
+/// without leading `NAME=value` assignments and redirections (quotes are not parsed: a
+/// heuristic).
 fn segments_of(command: &str) -> Vec<String> {
     command
         .split(['\n', ';'])
@@ -328,12 +329,15 @@ fn segments_of(command: &str) -> Vec<String> {
         .collect()
 }
 
-/// A simple command without its redirections (`2>&1`, `> out.txt`, `2>/dev/null`), whitespace
-/// collapsed.
+/// A simple command without its leading `NAME=value` assignments and its redirections
+/// (`2>&1`, `> out.txt`, `2>/dev/null`), whitespace collapsed.
 fn without_redirections(segment: &str) -> String {
     let mut words = Vec::new();
     let mut skip_target = false;
-    for word in segment.split_whitespace() {
+    for word in segment
+        .split_whitespace()
+        .skip_while(|word| is_assignment(word))
+    {
         if skip_target {
             skip_target = false;
             continue;
@@ -379,11 +383,9 @@ const SUBCOMMAND_PROGRAMS: &[&str] = &[
 /// What a command runs: its program (after `NAME=value` assignments), with the subcommand for
 /// [`SUBCOMMAND_PROGRAMS`] and the module for `python -m`.
 fn command_key(command: &str) -> Option<String> {
-    let mut words = command.split_whitespace().skip_while(|word| {
-        word.split_once('=').is_some_and(|(name, _)| {
-            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        })
-    });
+    let mut words = command
+        .split_whitespace()
+        .skip_while(|word| is_assignment(word));
     let program = words.next()?.to_lowercase();
     let next = words.next();
     if SUBCOMMAND_PROGRAMS.contains(&program.as_str())
@@ -802,6 +804,10 @@ mod tests {
             vec!["cargo test"]
         );
         assert_eq!(segments_of("cargo test &> log"), vec!["cargo test"]);
+        assert_eq!(
+            segments_of("PATH=bin:$PATH A=1 cargo test"),
+            vec!["cargo test"]
+        );
     }
 
     #[test]

@@ -6,3 +6,4 @@ mod runtime;
 mod shell;
 mod team;
 mod tools;
+mod verification;
