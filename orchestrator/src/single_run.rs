@@ -448,7 +448,7 @@ impl Session {
                 slug: plans.slug().to_owned(),
                 team: None,
                 workspace: self.launch.workspace.display().to_string(),
-                batch_line_id: None,
+                batch_line_id: crate::batch::line_id(),
                 auto_gate,
                 launch_options: serde_json::to_value(&self.launch)?,
             })

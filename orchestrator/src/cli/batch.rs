@@ -1,7 +1,8 @@
 //! `muster batch`: one run per line of a JSONL file, resumable.
 
+use crate::batch::BatchOptions;
 use crate::cli::GlobalArgs;
-use crate::exit::{Exit, ExitError};
+use crate::exit::Exit;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -13,8 +14,24 @@ pub struct Args {
     /// Where to write one result line per task.
     #[arg(long)]
     pub out: Option<std::path::PathBuf>,
+    /// Internal: run only this line (the child process of a batch).
+    #[arg(long, hide = true)]
+    pub line: Option<String>,
+    /// Internal: continue this run of the line instead of starting one.
+    #[arg(long = "resume-run", hide = true, requires = "line")]
+    pub resume_run: Option<String>,
 }
 
-pub fn execute(_global: &GlobalArgs, _args: Args) -> anyhow::Result<Exit> {
-    Err(ExitError::not_built("batch").into())
+pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
+    match &args.line {
+        Some(id) => crate::batch::run_line(global, &args.file, id, args.resume_run.as_deref()),
+        None => crate::batch::run(
+            global,
+            BatchOptions {
+                file: args.file,
+                concurrency: args.concurrency,
+                out: args.out,
+            },
+        ),
+    }
 }

@@ -1,3 +1,4 @@
+mod batch_cli;
 mod bench_cli;
 mod check_cli;
 mod config_cli;

@@ -1,0 +1,518 @@
+//! `muster batch FILE.jsonl`: one run per line, in the invoking project's store with its
+//! settings, agent definitions and `plans_dir`.
+//!
+//! - The whole file is checked first ([`file`]): a bad line refuses the file, naming it.
+//! - Each line runs as a child process, `muster batch FILE --line ID`, which starts the line's
+//!   run as `muster run` would (a team run with `team`, or with `muster.team.toml` at the root)
+//!   or continues it as `muster resume` would, and records the line in the run's
+//!   `batch_line_id` (`{file key}#{id}`, see [`line_id`]). A child per line keeps runs apart
+//!   (one process, one run, one lock) and lets the batch stop any of them; a child whose batch
+//!   dies sees its stdin close and exits at once, leaving its run interrupted, not orphaned.
+//! - Lines that resolve to the same workspace form a queue run in file order; up to
+//!   `--concurrency` queues run at once.
+//! - A re-run of the file skips lines whose run finished (completed, failed, budget) and
+//!   resumes the others (interrupted, or stopped awaiting a decision).
+//! - One result line per task ([`results`]), durable as each task ends; the exit code is the
+//!   worst of the runs' ([`results::severity`]).
+
+pub mod file;
+pub mod results;
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::io::{BufRead as _, BufReader, IsTerminal as _, Read as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use clap::Parser as _;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use muster_mailbox::{MailboxStore, RunRecord, SqliteStore};
+use serde_json::Value;
+
+use crate::cli::config::project_root;
+use crate::cli::{Cli, GlobalArgs};
+use crate::exit::{Exit, ExitError};
+use crate::project::Project;
+use file::{BatchFile, BatchLine};
+use results::{ResultLine, Results};
+
+static LINE_ID: OnceLock<String> = OnceLock::new();
+
+/// The `batch_line_id` a run created by this process records: set only in the child process
+/// of a batch line (`muster batch FILE --line ID`), `None` everywhere else.
+pub fn line_id() -> Option<String> {
+    LINE_ID.get().cloned()
+}
+
+/// What `muster batch` was asked to do.
+#[derive(Debug, Clone)]
+pub struct BatchOptions {
+    pub file: PathBuf,
+    pub concurrency: usize,
+    pub out: Option<PathBuf>,
+}
+
+fn usage(message: impl Into<String>) -> anyhow::Error {
+    ExitError::new(Exit::Usage, message).into()
+}
+
+/// What a line needs, from what the store holds for it.
+#[derive(Debug, Clone)]
+enum LinePlan {
+    /// A run of the line finished: report it, run nothing.
+    Finished(Box<RunRecord>),
+    /// No run yet.
+    Start,
+    /// Continue this run (interrupted, or stopped awaiting a decision).
+    Resume(String),
+}
+
+fn plan_for(key: &str, runs: &[RunRecord]) -> LinePlan {
+    let mut mine: Vec<&RunRecord> = runs
+        .iter()
+        .filter(|run| run.batch_line_id.as_deref() == Some(key))
+        .collect();
+    mine.sort_by_key(|run| (run.created_at, run.id.clone()));
+    if let Some(done) = mine.iter().rev().find(|run| run.status.is_finished()) {
+        return LinePlan::Finished(Box::new((*done).clone()));
+    }
+    match mine.last() {
+        Some(run) => LinePlan::Resume(run.id.clone()),
+        None => LinePlan::Start,
+    }
+}
+
+/// `muster batch FILE [--concurrency N] [--out FILE]`.
+pub fn run(global: &GlobalArgs, options: BatchOptions) -> anyhow::Result<Exit> {
+    if options.concurrency == 0 {
+        return Err(usage("--concurrency must be at least 1"));
+    }
+    let project = Project::locate(global)?;
+    let batch = file::load(&options.file, project.root.path())
+        .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
+    let results = Results::open(options.out.as_deref()).map_err(|e| {
+        let out = options.out.as_deref().unwrap_or(Path::new("-"));
+        ExitError::new(
+            Exit::Usage,
+            format!("--out {}: cannot open it for appending: {e}", out.display()),
+        )
+    })?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let store = project.open_store()?;
+    let runs = runtime.block_on(store.runs())?;
+    let progress = Progress::new(batch.lines.len());
+
+    // Finished lines first, in file order; the rest queue per workspace.
+    let mut queues: Vec<(PathBuf, VecDeque<(BatchLine, LinePlan)>)> = Vec::new();
+    for line in &batch.lines {
+        match plan_for(&batch.line_key(&line.id), &runs) {
+            LinePlan::Finished(record) => {
+                report_finished(&results, &line.id, &record)?;
+                progress.finished(&line.id);
+            }
+            plan => match queues.iter_mut().find(|(ws, _)| *ws == line.workspace) {
+                Some((_, queue)) => queue.push_back((line.clone(), plan)),
+                None => queues.push((
+                    line.workspace.clone(),
+                    VecDeque::from([(line.clone(), plan)]),
+                )),
+            },
+        }
+    }
+
+    let context = LineContext {
+        exe: std::env::current_exe()?,
+        global_args: child_global_args(global, &project)?,
+        batch: &batch,
+        runs_dir: project.runs_dir(),
+        store,
+        runtime: runtime.handle().clone(),
+        results: &results,
+        progress: &progress,
+    };
+    let workers = options.concurrency.min(queues.len());
+    let queues = Mutex::new(queues.into_iter().map(|(_, q)| q).collect::<VecDeque<_>>());
+    let stop = AtomicBool::new(false);
+    let failure: Mutex<Option<anyhow::Error>> = Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                while !stop.load(Ordering::SeqCst) {
+                    let next = queues.lock().ok().and_then(|mut q| q.pop_front());
+                    let Some(mut queue) = next else { break };
+                    while let Some((line, plan)) = queue.pop_front() {
+                        if stop.load(Ordering::SeqCst) {
+                            break;
+                        }
+                        if let Err(error) = context.execute(&line, plan) {
+                            stop.store(true, Ordering::SeqCst);
+                            if let Ok(mut failure) = failure.lock() {
+                                failure.get_or_insert(error);
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    progress.done();
+    if let Some(error) = failure.into_inner().ok().flatten() {
+        return Err(error);
+    }
+    Ok(results::exit_for(results.worst()))
+}
+
+/// A finished run's line: counted always, written unless `--out` already has it.
+fn report_finished(results: &Results, id: &str, record: &RunRecord) -> anyhow::Result<()> {
+    let line = ResultLine::from_record(id, record);
+    if results.already_written(&line) {
+        results.count(&line);
+        Ok(())
+    } else {
+        results.write(&line)
+    }
+}
+
+/// The global flags a line's child process gets: the same project, store and log level.
+fn child_global_args(global: &GlobalArgs, project: &Project) -> anyhow::Result<Vec<OsString>> {
+    let mut args: Vec<OsString> = vec!["-C".into(), project.root.path().into()];
+    if let Some(store) = &global.store {
+        args.push("--store".into());
+        args.push(std::path::absolute(store)?.into());
+    }
+    args.push("--log-level".into());
+    args.push(global.log_level.clone().into());
+    Ok(args)
+}
+
+/// What running one line needs.
+struct LineContext<'a> {
+    exe: PathBuf,
+    global_args: Vec<OsString>,
+    batch: &'a BatchFile,
+    runs_dir: PathBuf,
+    store: Arc<SqliteStore>,
+    runtime: tokio::runtime::Handle,
+    results: &'a Results,
+    progress: &'a Progress,
+}
+
+impl LineContext<'_> {
+    /// Runs or resumes one line and writes its result line. An error here (the result
+    /// cannot be written, the store cannot be read) stops the batch.
+    fn execute(&self, line: &BatchLine, plan: LinePlan) -> anyhow::Result<()> {
+        self.progress.started(&line.id);
+        let result = match plan {
+            LinePlan::Finished(record) => {
+                report_finished(self.results, &line.id, &record)?;
+                self.progress.finished(&line.id);
+                return Ok(());
+            }
+            LinePlan::Start => self.spawn(line, None)?,
+            LinePlan::Resume(run_id) => {
+                self.wait_until_not_live(line, &run_id)?;
+                let record = self.runtime.block_on(self.store.run(&run_id))?;
+                match record {
+                    Some(record) if record.status.is_finished() => {
+                        report_finished(self.results, &line.id, &record)?;
+                        self.progress.finished(&line.id);
+                        return Ok(());
+                    }
+                    _ => {
+                        tracing::info!("batch line {}: resuming run {run_id}", line.id);
+                        self.spawn(line, Some(&run_id))?
+                    }
+                }
+            }
+        };
+        self.results.write(&result).map_err(|e| {
+            ExitError::new(
+                Exit::Failed,
+                format!("cannot write the result of line {:?}: {e:#}", line.id),
+            )
+        })?;
+        self.progress.finished(&line.id);
+        Ok(())
+    }
+
+    /// A run still held by another process (a batch killed a moment ago whose child is
+    /// exiting, or another batch) is waited for rather than refused.
+    fn wait_until_not_live(&self, line: &BatchLine, run_id: &str) -> anyhow::Result<()> {
+        if !muster_mailbox::live::is_live(&self.runs_dir, run_id)? {
+            return Ok(());
+        }
+        self.progress.note(&format!(
+            "[{}] run {run_id} is live in another process; waiting for it to stop",
+            line.id
+        ));
+        let path = muster_mailbox::live::lock_path(&self.runs_dir, run_id);
+        let lock = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .open(&path)?;
+        lock.lock()?;
+        lock.unlock()?;
+        Ok(())
+    }
+
+    /// The line's child process: its stream-json events on stdout (the last one,
+    /// `run_finished`, is the result), its stderr forwarded with the line's id.
+    fn spawn(&self, line: &BatchLine, resume: Option<&str>) -> anyhow::Result<ResultLine> {
+        let mut command = Command::new(&self.exe);
+        command
+            .args(&self.global_args)
+            .arg("batch")
+            .arg(&self.batch.path)
+            .arg("--line")
+            .arg(&line.id);
+        if let Some(run_id) = resume {
+            command.arg("--resume-run").arg(run_id);
+        }
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                return Ok(ResultLine::without_event(
+                    &line.id,
+                    None,
+                    Exit::Failed.code(),
+                    format!("cannot start {}: {e}", self.exe.display()),
+                ));
+            }
+        };
+        // Held until the child has exited: if this process dies, the child's stdin closes.
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
+        let (finished, tail) = std::thread::scope(|scope| {
+            let forward = scope.spawn(|| self.forward_stderr(&line.id, stderr));
+            let finished = self.read_events(&line.id, resume.is_some(), stdout);
+            (finished, forward.join().unwrap_or_default())
+        });
+        let status = child.wait()?;
+        drop(stdin);
+        let code = status
+            .code()
+            .and_then(|code| u8::try_from(code).ok())
+            .unwrap_or(Exit::Interrupted.code());
+        if let Some(event) = finished {
+            return Ok(ResultLine::from_event(&line.id, &event, code));
+        }
+        let key = self.batch.line_key(&line.id);
+        let runs = self.runtime.block_on(self.store.runs())?;
+        let record = runs
+            .into_iter()
+            .filter(|run| run.batch_line_id.as_deref() == Some(key.as_str()))
+            .max_by_key(|run| (run.created_at, run.id.clone()));
+        Ok(match record {
+            Some(record) if record.status.is_finished() => {
+                ResultLine::from_record(&line.id, &record)
+            }
+            record => ResultLine::without_event(&line.id, record.as_ref(), code, tail),
+        })
+    }
+
+    /// Reads the child's events until its stdout closes; returns `run_finished`.
+    fn read_events(
+        &self,
+        id: &str,
+        resumed: bool,
+        stdout: Option<std::process::ChildStdout>,
+    ) -> Option<Value> {
+        let stdout = stdout?;
+        let mut finished = None;
+        let mut announced = resumed;
+        for text in BufReader::new(stdout).lines() {
+            let Ok(text) = text else { break };
+            let Ok(event) = serde_json::from_str::<Value>(&text) else {
+                continue;
+            };
+            match event["type"].as_str() {
+                Some("agent_started") if !announced => {
+                    if let Some(run_id) = event["run_id"].as_str() {
+                        tracing::info!("batch line {id}: run {run_id} started");
+                        self.progress.running(id, run_id);
+                        announced = true;
+                    }
+                }
+                Some("run_finished") => finished = Some(event),
+                _ => {}
+            }
+        }
+        finished
+    }
+
+    /// Forwards the child's stderr line by line as `[id] …`; returns what the child said
+    /// last (its error, when it ended without a result).
+    fn forward_stderr(&self, id: &str, stderr: Option<std::process::ChildStderr>) -> String {
+        let Some(stderr) = stderr else {
+            return String::new();
+        };
+        let mut last_error = None;
+        let mut last_line = None;
+        for text in BufReader::new(stderr).lines() {
+            let Ok(text) = text else { break };
+            if text.trim().is_empty() {
+                continue;
+            }
+            self.progress.note(&format!("[{id}] {text}"));
+            if let Some(error) = text.strip_prefix("muster: ") {
+                last_error = Some(error.to_owned());
+            }
+            last_line = Some(text);
+        }
+        last_error
+            .or(last_line)
+            .unwrap_or_else(|| "the line's process ended without a result".into())
+    }
+}
+
+/// The child process of one batch line: `muster batch FILE --line ID [--resume-run RUN]`.
+pub fn run_line(
+    global: &GlobalArgs,
+    path: &Path,
+    id: &str,
+    resume: Option<&str>,
+) -> anyhow::Result<Exit> {
+    let root = project_root(global)?;
+    let batch =
+        file::load(path, root.path()).map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
+    let line = batch
+        .line(id)
+        .ok_or_else(|| usage(format!("the batch file has no line with id {id:?}")))?;
+    let _ = LINE_ID.set(batch.line_key(id));
+    exit_when_the_batch_dies();
+    let mut argv: Vec<OsString> = vec!["muster".into()];
+    match resume {
+        Some(run_id) => argv.extend(["resume".into(), run_id.into()]),
+        None => {
+            argv.push("run".into());
+            argv.push(format!("--prompt={}", line.prompt).into());
+            let mut workspace = OsString::from("--workspace=");
+            workspace.push(&line.workspace);
+            argv.push(workspace);
+            if let Some(team) = &line.team {
+                let mut flag = OsString::from("--team=");
+                flag.push(team);
+                argv.push(flag);
+            }
+        }
+    }
+    argv.extend(["--output".into(), "stream-json".into()]);
+    let parsed = Cli::try_parse_from(argv).map_err(|e| usage(e.to_string()))?;
+    crate::cli::dispatch(Cli {
+        global: global.clone(),
+        command: parsed.command,
+    })
+}
+
+/// The batch holds the write end of this process's stdin: when it closes (the batch exited
+/// or was killed), the line's run stops as if killed, to be resumed by the next batch.
+fn exit_when_the_batch_dies() {
+    if std::io::stdin().is_terminal() {
+        return;
+    }
+    std::thread::spawn(|| {
+        let mut stdin = std::io::stdin();
+        let mut buffer = [0u8; 64];
+        loop {
+            match stdin.read(&mut buffer) {
+                Ok(0) | Err(_) => std::process::exit(i32::from(Exit::Interrupted.code())),
+                Ok(_) => {}
+            }
+        }
+    });
+}
+
+/// The progress bar on stderr when it is a terminal; nothing otherwise.
+struct Progress {
+    bar: ProgressBar,
+    visible: bool,
+    running: Mutex<Vec<(String, Option<String>)>>,
+}
+
+impl Progress {
+    fn new(len: usize) -> Progress {
+        let visible = std::io::stderr().is_terminal();
+        let bar = if visible {
+            let bar = ProgressBar::with_draw_target(Some(len as u64), ProgressDrawTarget::stderr());
+            if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} {wide_msg}") {
+                bar.set_style(style);
+            }
+            bar
+        } else {
+            ProgressBar::hidden()
+        };
+        Progress {
+            bar,
+            visible,
+            running: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A line for stderr, above the bar when there is one.
+    fn note(&self, text: &str) {
+        if self.visible {
+            self.bar.println(text);
+        } else {
+            let _ = writeln!(std::io::stderr().lock(), "{text}");
+        }
+    }
+
+    fn started(&self, id: &str) {
+        if let Ok(mut running) = self.running.lock() {
+            running.push((id.to_owned(), None));
+        }
+        self.refresh();
+    }
+
+    fn running(&self, id: &str, run_id: &str) {
+        if let Ok(mut running) = self.running.lock()
+            && let Some(entry) = running.iter_mut().find(|(line, _)| line == id)
+        {
+            entry.1 = Some(run_id.to_owned());
+        }
+        self.refresh();
+    }
+
+    fn finished(&self, id: &str) {
+        if let Ok(mut running) = self.running.lock() {
+            running.retain(|(line, _)| line != id);
+        }
+        self.bar.inc(1);
+        self.refresh();
+    }
+
+    fn refresh(&self) {
+        if !self.visible {
+            return;
+        }
+        let Ok(running) = self.running.lock() else {
+            return;
+        };
+        let names: Vec<String> = running
+            .iter()
+            .map(|(id, run)| match run {
+                Some(run) => format!("{id} ({run})"),
+                None => id.clone(),
+            })
+            .collect();
+        self.bar.set_message(if names.is_empty() {
+            String::new()
+        } else {
+            format!("running: {}", names.join(", "))
+        });
+    }
+
+    fn done(&self) {
+        self.bar.finish_and_clear();
+    }
+}
