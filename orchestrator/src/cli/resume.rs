@@ -20,14 +20,15 @@ pub struct Args {
 }
 
 pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
-    crate::single_run::resume(
-        global,
-        ResumeFlags {
-            run: args.run,
-            base_url: args.base_url,
-            cassette: args.cassette,
-            max_duration: args.max_duration,
-            output: args.output,
-        },
-    )
+    let flags = ResumeFlags {
+        run: args.run,
+        base_url: args.base_url,
+        cassette: args.cassette,
+        max_duration: args.max_duration,
+        output: args.output,
+    };
+    if let Some(exit) = crate::team::resume(global, &flags)? {
+        return Ok(exit);
+    }
+    crate::single_run::resume(global, flags)
 }

@@ -5,20 +5,24 @@
 
 use std::sync::Arc;
 
-use muster_agents::runtime::{AgentKind, AgentOutcome, AgentRuntime, AgentSpec};
+use muster_agents::runtime::{
+    AgentKind, AgentOutcome, AgentRuntime, AgentSpec, Record, TRANSCRIPT,
+};
 use muster_config::PermissionMode;
 use muster_config::team::TeammateSpec;
 use muster_mailbox::{
-    DeliveryState, Message, MessageBody, MessageFilter, NewMessage, NewResponse, TaskStatus,
-    TaskUpdate,
+    DeliveryState, MemberKind, Message, MessageBody, MessageFilter, NewMessage, NewRecord,
+    NewResponse, TaskStatus, TaskUpdate,
 };
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::sync::watch;
 
 use super::{LEAD, MAIL_BATCH, Member, MemberState, Team};
 
-/// How a teammate starts and what decides for it.
-#[derive(Debug, Clone)]
+/// How a teammate starts and what decides for it (kept in the store, stream [`TEAM_STREAM`],
+/// for a spawned teammate, so `muster resume` rebuilds it).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct TeammatePlan {
     pub id: String,
     pub definition: String,
@@ -29,8 +33,13 @@ pub(crate) struct TeammatePlan {
     pub approval_ceiling: Option<PermissionMode>,
 }
 
+/// The records stream holding a spawned teammate's [`TeammatePlan`].
+pub(crate) const TEAM_STREAM: &str = "team";
+
 /// What wakes an idle teammate.
 enum Work {
+    /// A resumed agent that had not finished its turn.
+    Continue,
     Prompt(String),
     Mail(Vec<Message>),
     Shutdown(Box<Message>),
@@ -38,7 +47,7 @@ enum Work {
 
 impl Team {
     /// A teammate the team file declares: it starts idle.
-    pub(crate) fn start_declared(&self, spec: &TeammateSpec) -> anyhow::Result<()> {
+    pub(crate) fn start_declared(&self, spec: &TeammateSpec, resumed: bool) -> anyhow::Result<()> {
         let definition = self.run.catalog.get(&spec.definition);
         let working_mode = definition
             .and_then(|d| d.permission_mode)
@@ -56,8 +65,53 @@ impl Team {
                 working_mode,
             },
             None,
+            resumed,
         )
         .map_err(anyhow::Error::msg)
+    }
+
+    /// Rebuilds every teammate of a resumed run from the roster: declared ones from the team
+    /// file, spawned ones from their stored plan.
+    pub(crate) async fn resume_teammates(&self) -> anyhow::Result<()> {
+        for entry in self.store.roster(self.run_id()).await? {
+            if entry.kind != MemberKind::Teammate {
+                continue;
+            }
+            if let Some(spec) = self.file.teammates.iter().find(|t| t.id == entry.agent) {
+                self.start_declared(spec, true)?;
+                continue;
+            }
+            let rows = self
+                .store
+                .records(self.run_id(), &entry.agent, TEAM_STREAM, 0)
+                .await?;
+            let Some(plan) = rows
+                .last()
+                .and_then(|row| serde_json::from_value::<TeammatePlan>(row.body.clone()).ok())
+            else {
+                tracing::warn!(agent = %entry.agent, "a spawned teammate without its plan is not resumed");
+                continue;
+            };
+            self.start_teammate(plan, None, true)
+                .map_err(anyhow::Error::msg)?;
+        }
+        Ok(())
+    }
+
+    /// Keeps a spawned teammate's plan in the store.
+    pub(crate) async fn remember(&self, plan: &TeammatePlan) -> anyhow::Result<()> {
+        self.store
+            .append_records(
+                self.run_id(),
+                vec![NewRecord {
+                    agent: plan.id.clone(),
+                    stream: TEAM_STREAM.into(),
+                    seq: None,
+                    body: serde_json::to_value(plan)?,
+                }],
+            )
+            .await?;
+        Ok(())
     }
 
     /// Starts a teammate's task (its roster entry exists).
@@ -65,6 +119,7 @@ impl Team {
         &self,
         plan: TeammatePlan,
         first: Option<String>,
+        resumed: bool,
     ) -> Result<(), String> {
         let team = self
             .me
@@ -78,7 +133,7 @@ impl Team {
                     definition: plan.definition.clone(),
                     responder: plan.responder.clone(),
                     working_mode: plan.working_mode,
-                    state: if first.is_some() {
+                    state: if first.is_some() || resumed {
                         MemberState::Running
                     } else {
                         MemberState::Idle
@@ -88,7 +143,7 @@ impl Team {
             );
         }
         let id = plan.id.clone();
-        let handle = tokio::spawn(async move { team.teammate(plan, first).await });
+        let handle = tokio::spawn(async move { team.teammate(plan, first, resumed).await });
         let mut members = self.members.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(member) = members.get_mut(&id) {
             member.task = Some(handle);
@@ -98,9 +153,9 @@ impl Team {
         Ok(())
     }
 
-    async fn teammate(self: Arc<Self>, plan: TeammatePlan, first: Option<String>) {
+    async fn teammate(self: Arc<Self>, plan: TeammatePlan, first: Option<String>, resumed: bool) {
         let id = plan.id.clone();
-        if let Err(error) = self.teammate_work(&plan, first).await {
+        if let Err(error) = self.teammate_work(&plan, first, resumed).await {
             tracing::warn!(agent = %id, %error, "teammate failed");
             let released = self
                 .store
@@ -158,11 +213,27 @@ impl Team {
         &self,
         plan: &TeammatePlan,
         first: Option<String>,
+        resumed: bool,
     ) -> anyhow::Result<()> {
         let id = plan.id.as_str();
         let mut board = self.board.subscribe();
         let mut agent: Option<AgentRuntime> = None;
         let mut work = first.map(Work::Prompt);
+        if resumed {
+            let rows = self.store.records(self.run_id(), id, TRANSCRIPT, 0).await?;
+            if let Some(last) = rows.last() {
+                let finished = matches!(Record::from_stored(last), Ok(Record::Finished { .. }));
+                agent = Some(
+                    AgentRuntime::resume(self.run.clone(), id, plan.approval_ceiling, None).await?,
+                );
+                if !finished {
+                    work = Some(Work::Continue);
+                }
+            }
+            if work.is_none() {
+                self.set_state(id, MemberState::Idle);
+            }
+        }
         loop {
             let next = match work.take() {
                 Some(next) => next,
@@ -170,6 +241,7 @@ impl Team {
             };
             self.set_state(id, MemberState::Running);
             match next {
+                Work::Continue => {}
                 Work::Shutdown(request) => {
                     self.agree_to_shutdown(id, &request).await?;
                     return Ok(());

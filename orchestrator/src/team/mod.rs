@@ -177,7 +177,124 @@ pub fn run(global: &GlobalArgs, flags: RunFlags, team_path: PathBuf) -> anyhow::
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(execute(project, Arc::new(catalog), team, launch, output))
+    runtime.block_on(execute(
+        project,
+        Arc::new(catalog),
+        team,
+        launch,
+        output,
+        None,
+    ))
+}
+
+/// `muster resume [RUN]` of a team run: `None` when the run is not a team run (the
+/// single-agent resume takes it).
+pub fn resume(
+    global: &GlobalArgs,
+    flags: &crate::single_run::ResumeFlags,
+) -> anyhow::Result<Option<Exit>> {
+    let probe = Project::locate(global)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let record = {
+        let store = probe.open_store()?;
+        let record = runtime.block_on(async {
+            match &flags.run {
+                Some(id) => store.run(id).await,
+                None => Ok(store
+                    .runs()
+                    .await?
+                    .into_iter()
+                    .filter(|r| !r.status.is_finished())
+                    .max_by_key(|r| (r.updated_at, r.id.clone()))),
+            }
+        })?;
+        match record {
+            Some(record) if record.team.is_some() => record,
+            _ => return Ok(None),
+        }
+    };
+    if record.status.is_finished() {
+        return Err(usage(format!(
+            "run {} is {} and cannot be resumed",
+            record.id,
+            record.status.as_str()
+        )));
+    }
+    if muster_mailbox::live::is_live(&probe.runs_dir(), &record.id)? {
+        return Err(ExitError::new(
+            Exit::Failed,
+            format!(
+                "run {} is live in another process; it cannot be resumed twice",
+                record.id
+            ),
+        )
+        .into());
+    }
+    let output = OutputFormat::parse(&flags.output)?;
+    let mut launch: TeamLaunch =
+        serde_json::from_value(record.launch_options.clone()).map_err(|e| {
+            usage(format!(
+                "run {} cannot be resumed by this version: its launch options do not read ({e})",
+                record.id
+            ))
+        })?;
+    if let Some(url) = &flags.base_url {
+        launch.base_url = Some(url.clone());
+    }
+    if let Some(cassette) = &flags.cassette {
+        launch.cassette = Some(std::path::absolute(cassette)?);
+    }
+    if let Some(secs) = flags.max_duration {
+        launch.deadline_ms = Some(now_ms() + (secs as i64) * 1000);
+    }
+    let mut overrides = CliOverrides::new()
+        .set(
+            "plan.provider",
+            &launch.plan_provider,
+            "the run's launch options",
+        )
+        .set("plan.model", &launch.plan_model, "the run's launch options")
+        .set(
+            "act.provider",
+            &launch.act_provider,
+            "the run's launch options",
+        )
+        .set("act.model", &launch.act_model, "the run's launch options")
+        .approver(&launch.approver);
+    if let Some(url) = &launch.base_url {
+        overrides = overrides.base_url("anthropic", url).base_url("openai", url);
+    }
+    if let Some(cassette) = &launch.cassette {
+        overrides = overrides.cassette(cassette.display().to_string());
+    }
+    let root = project_root(global)?;
+    let loaded = load_settings(global, &root, overrides)?;
+    print_warnings(&loaded.warnings);
+    let project = Project {
+        root,
+        settings: loaded.value,
+    };
+    let catalog = AgentCatalog::load(&project.root)
+        .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
+    print_warnings(&catalog.warnings);
+    let catalog = catalog.value;
+    let team = TeamFile::parse(
+        &launch.team_file.display().to_string(),
+        &launch.team_text,
+        &catalog,
+    )
+    .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
+    let exit = runtime.block_on(execute(
+        project,
+        Arc::new(catalog),
+        team,
+        launch,
+        output,
+        Some(record),
+    ))?;
+    Ok(Some(exit))
 }
 
 /// How a team run ended.
@@ -194,56 +311,17 @@ async fn execute(
     team_file: TeamFile,
     launch: TeamLaunch,
     output: OutputFormat,
+    existing: Option<muster_mailbox::RunRecord>,
 ) -> anyhow::Result<Exit> {
     let store: Arc<dyn MailboxStore> = project.open_store()?;
-    let mut rng = fastrand::Rng::new();
-    let plans = PlanFiles::reserve(project.plans_dir(), &mut rng)?;
-    let settings = &project.settings;
-    let run_id = format!(
-        "t{}",
-        (0..10)
-            .map(|_| rng.alphanumeric().to_ascii_lowercase())
-            .collect::<String>()
-    );
-    store
-        .create_run(NewRun {
-            id: run_id.clone(),
-            slug: plans.slug().to_owned(),
-            team: Some(team_file.name.clone()),
-            workspace: launch.workspace.display().to_string(),
-            batch_line_id: None,
-            auto_gate: AutoGate {
-                open: settings.auto_gate.value == AutoGateSetting::Open,
-                consecutive_denials: 0,
-                limit: u32::try_from(settings.auto_gate_denial_limit.value).unwrap_or(u32::MAX),
-            },
-            launch_options: serde_json::to_value(&launch)?,
-        })
-        .await?;
-    store
-        .add_member(
-            &run_id,
-            RosterEntry {
-                agent: LEAD.into(),
-                kind: MemberKind::Lead,
-                definition: Some(team_file.lead.clone()),
-                parent: None,
-            },
-        )
-        .await?;
-    for teammate in &team_file.teammates {
-        store
-            .add_member(
-                &run_id,
-                RosterEntry {
-                    agent: teammate.id.clone(),
-                    kind: MemberKind::Teammate,
-                    definition: Some(teammate.definition.clone()),
-                    parent: None,
-                },
-            )
-            .await?;
-    }
+    let resumed = existing.is_some();
+    let (run_id, plans) = match existing {
+        Some(record) => {
+            let plans = PlanFiles::new(project.plans_dir(), &record.slug);
+            (record.id, plans)
+        }
+        None => create_run(&project, &store, &team_file, &launch).await?,
+    };
     let env = process_env();
     let runtime_dir = env.get("XDG_RUNTIME_DIR").map(PathBuf::from);
     let _live = LiveRun::start(
@@ -253,6 +331,11 @@ async fn execute(
         runtime_dir.as_deref(),
     )?;
     let epoch = store.open_epoch(&run_id).await?;
+    if resumed {
+        store
+            .set_run_status(&run_id, RunStatus::Running, None)
+            .await?;
+    }
     let printer = Arc::new(TeamPrinter::new(&run_id, output));
     let context = Arc::new(setup::run_context(setup::ContextParts {
         project: &project,
@@ -286,18 +369,22 @@ async fn execute(
     });
     printer.attach(Arc::downgrade(&team));
     let _registration = muster_agents::runtime::team::register_team(&run_id, team.clone());
-    for teammate in &team_file.teammates {
-        team.start_declared(teammate)?;
+    if resumed {
+        team.resume_teammates().await?;
+    } else {
+        for teammate in &team_file.teammates {
+            team.start_declared(teammate, false)?;
+        }
     }
     let driven = match launch.deadline_ms {
         Some(deadline) => {
             let left = Duration::from_millis(u64::try_from(deadline - now_ms()).unwrap_or(0));
-            match tokio::time::timeout(left, team.drive_lead(&launch)).await {
+            match tokio::time::timeout(left, team.drive_lead(&launch, resumed)).await {
                 Ok(ending) => ending,
                 Err(_) => team.deadline_ending().await,
             }
         }
-        None => team.drive_lead(&launch).await,
+        None => team.drive_lead(&launch, resumed).await,
     };
     let ending = match driven {
         Ok(ending) => ending,
@@ -319,6 +406,64 @@ async fn execute(
         &ending.text,
     );
     Ok(ending.exit)
+}
+
+/// Creates the run, its slug and its roster (the lead and the declared teammates).
+async fn create_run(
+    project: &Project,
+    store: &Arc<dyn MailboxStore>,
+    team_file: &TeamFile,
+    launch: &TeamLaunch,
+) -> anyhow::Result<(String, PlanFiles)> {
+    let mut rng = fastrand::Rng::new();
+    let plans = PlanFiles::reserve(project.plans_dir(), &mut rng)?;
+    let settings = &project.settings;
+    let run_id = format!(
+        "t{}",
+        (0..10)
+            .map(|_| rng.alphanumeric().to_ascii_lowercase())
+            .collect::<String>()
+    );
+    store
+        .create_run(NewRun {
+            id: run_id.clone(),
+            slug: plans.slug().to_owned(),
+            team: Some(team_file.name.clone()),
+            workspace: launch.workspace.display().to_string(),
+            batch_line_id: None,
+            auto_gate: AutoGate {
+                open: settings.auto_gate.value == AutoGateSetting::Open,
+                consecutive_denials: 0,
+                limit: u32::try_from(settings.auto_gate_denial_limit.value).unwrap_or(u32::MAX),
+            },
+            launch_options: serde_json::to_value(launch)?,
+        })
+        .await?;
+    store
+        .add_member(
+            &run_id,
+            RosterEntry {
+                agent: LEAD.into(),
+                kind: MemberKind::Lead,
+                definition: Some(team_file.lead.clone()),
+                parent: None,
+            },
+        )
+        .await?;
+    for teammate in &team_file.teammates {
+        store
+            .add_member(
+                &run_id,
+                RosterEntry {
+                    agent: teammate.id.clone(),
+                    kind: MemberKind::Teammate,
+                    definition: Some(teammate.definition.clone()),
+                    parent: None,
+                },
+            )
+            .await?;
+    }
+    Ok((run_id, plans))
 }
 
 /// Where a teammate is in its life.
@@ -418,7 +563,7 @@ impl Team {
     }
 
     /// The lead's loop: run a turn, then take mail at the boundary, until the team is done.
-    async fn drive_lead(&self, launch: &TeamLaunch) -> anyhow::Result<Ending> {
+    async fn drive_lead(&self, launch: &TeamLaunch, resumed: bool) -> anyhow::Result<Ending> {
         let spec = AgentSpec {
             agent_id: LEAD.into(),
             kind: AgentKind::Main,
@@ -428,8 +573,12 @@ impl Team {
             approval_ceiling: None,
             inherited_model: None,
         };
-        let prompt = self.lead_prompt(&launch.prompt);
-        let mut lead = AgentRuntime::start(self.run.clone(), spec, &prompt).await?;
+        let mut lead = if resumed {
+            AgentRuntime::resume(self.run.clone(), LEAD, None, None).await?
+        } else {
+            let prompt = self.lead_prompt(&launch.prompt);
+            AgentRuntime::start(self.run.clone(), spec, &prompt).await?
+        };
         let mut states = self.states.subscribe();
         loop {
             let result = match lead.run().await? {

@@ -193,17 +193,18 @@ impl Team {
             }
             Err(error) => return Err(format!("the store refused the new teammate: {error}")),
         }
-        self.start_teammate(
-            TeammatePlan {
-                id: request.name.clone(),
-                definition: definition_name.clone(),
-                approval_ceiling: (responder == LEAD).then_some(request.lead_mode),
-                responder: responder.clone(),
-                plan_mode_required,
-                working_mode,
-            },
-            Some(request.prompt),
-        )?;
+        let plan = TeammatePlan {
+            id: request.name.clone(),
+            definition: definition_name.clone(),
+            approval_ceiling: (responder == LEAD).then_some(request.lead_mode),
+            responder: responder.clone(),
+            plan_mode_required,
+            working_mode,
+        };
+        self.remember(&plan)
+            .await
+            .map_err(|e| format!("the store refused the new teammate: {e}"))?;
+        self.start_teammate(plan, Some(request.prompt), false)?;
         Ok(SpawnedTeammate {
             id: request.name,
             definition: definition_name,

@@ -1084,3 +1084,84 @@ async fn a_run_left_waiting_only_on_a_person_stops_with_exit_5_at_its_deadline()
     assert!(String::from_utf8_lossy(&runs.stdout).contains("awaiting_decision"));
     assert!(!dir.path().join("hello.txt").exists());
 }
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_while_a_teammate_awaits_approval_then_approve_and_resume_completes_once() {
+    let dir =
+        project("name = \"greeters\"\n\n[[teammates]]\nname = \"alice\"\napprover = \"human\"\n");
+    let mut script = vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "Greet", "description": "Write hello.txt saying hello."}),
+            )],
+        ),
+        any_turn("lead", vec![Block::text("Waiting for the team.")]),
+    ];
+    script.extend(alice_script(PLAN));
+    let fake = fake(script).await;
+    let base = fake.base_url();
+    let mut run = Running::start(dir.path(), &base);
+    let asked = run
+        .until("the plan request", |e| {
+            e["type"] == "approval_requested" && e["responder"] == "human"
+        })
+        .await;
+    let run_id = asked["run_id"].as_str().unwrap().to_owned();
+    run.child.kill().await.unwrap();
+    let _ = run.child.wait().await;
+
+    let approve = muster(
+        dir.path(),
+        &["approve", "plan-alice-1", "--mode", "acceptEdits"],
+    )
+    .await;
+    assert_eq!(approve.status.code(), Some(0), "{}", stderr(&approve));
+    assert!(String::from_utf8_lossy(&approve.stdout).contains("not live"));
+
+    let resumed = muster(
+        dir.path(),
+        &[
+            "resume",
+            &run_id,
+            "--base-url",
+            &base,
+            "--output",
+            "stream-json",
+        ],
+    )
+    .await;
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    let events = lines(&resumed);
+    let decided = position(&events, "approval_decided", |e| {
+        e["type"] == "approval_decided" && e["agent"] == "alice"
+    });
+    assert_eq!(events[decided]["responder"], "human");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(),
+        "hello, world\n"
+    );
+    // Nothing repeated: each of alice's turns was requested once, the plan request sent once.
+    let requests = fake.requests();
+    for turn in 1..=3 {
+        let count = requests
+            .iter()
+            .filter(|r| r.agent.as_deref() == Some("alice") && r.turn == Some(turn))
+            .count();
+        assert_eq!(count, 1, "alice turn {turn}");
+    }
+    let lead_turn_1 = requests
+        .iter()
+        .filter(|r| r.agent.as_deref() == Some("lead") && r.turn == Some(1))
+        .count();
+    assert_eq!(lead_turn_1, 1);
+    let inbox = muster(dir.path(), &["inbox", "human", "--json"]).await;
+    let rows: Value = serde_json::from_slice(&inbox.stdout).unwrap();
+    assert_eq!(rows.as_array().unwrap().len(), 1);
+    assert_eq!(events.last().unwrap()["exit_code"], 0);
+    assert_eq!(events.last().unwrap()["tasks"][0]["status"], "completed");
+    fake.verify().unwrap();
+}
