@@ -6,15 +6,17 @@
 //!
 //! # Calling it
 //! ```text
-//! let rows = store.records(run_id, agent, TRANSCRIPT)?;            // the agent's transcript
+//! let rows = store.records(run_id, agent, TRANSCRIPT, 0).await?;   // the agent's transcript
+//! // Reads no file (it only resolves the root once): fine on the async runtime.
 //! let report = build_report(agent, rows.iter().map(|row| &row.body), workspace_root)?;
 //! MessageBody::VerificationReport { request_id: report.request_id.clone(), report: report.to_json() }
 //! report.render_text()                                               // for summaries
 //! ```
 //! [`build_report`] finds the newest `plan_snapshot` with `state: "approved"` (its content is
-//! the plan, an edited approval included) and reads only the records after it. To check a
-//! plan against a log you already have, use [`ParsedPlan::parse`], [`ToolLog`] through
-//! [`build_report`]'s lower half [`report_for_plan`], and [`VerificationReport::check`].
+//! the plan, an edited approval included) and reads only the records after it. A caller that
+//! tracks the approval itself passes the plan text and the records after it to
+//! [`report_for_plan`]; the parts are public too ([`ParsedPlan::parse`],
+//! [`ToolLog::from_records`], [`VerificationReport::check`]).
 //!
 //! # What counts as evidence (attribution)
 //! Only `tool_call` records after the approval whose `decision` is `allow` or `ask` (denied
@@ -30,6 +32,24 @@
 //!   `BashEffects { tool_use_id, command, exit_code, changed: diff.changed_paths() }` appended
 //!   with the call's `tool_call`. A Bash call without that record changed nothing as far as
 //!   the report knows (its exit code is then read from the `[exit code N]` status line).
+//!
+//! ## The `bash_effects` record (for the runtime)
+//! ```text
+//! {"type": "bash_effects", "tool_use_id": "toolu_…", "command": "sed -i … src/a.rs",
+//!  "exit_code": 0 | null, "changed": ["src/a.rs", …]}
+//! ```
+//! Written for every Bash call the shell analysis does not classify read-only, while the
+//! workspace's non-read-only Bash calls are serialised (so the diff is the command's own):
+//! snapshot before spawning, snapshot after the process group ends (also on timeout or
+//! interruption, with `exit_code: null`), then the record in the same commit as the call's
+//! `tool_call`. `changed` holds created, modified and deleted paths, relative to the workspace
+//! root, `/`-separated, sorted. [`BashEffects::to_record_body`] writes this JSON; the
+//! `Record` enum needs a matching variant (`BashEffects { tool_use_id, command, exit_code,
+//! changed }`, ignored when rebuilding) so that `Record::from_stored` accepts the row.
+//! A call interrupted by a crash has no record: whatever it changed is unattributed.
+//!
+//! Subagents keep their own transcripts: to count a subagent's edits, chain its record
+//! bodies after the teammate's (everything after the approval counts).
 //!
 //! Files changed any other way (by hand, by another agent, by a Bash call that was not
 //! recorded) are not evidence: a status without evidence is `missing`.
@@ -138,4 +158,84 @@ pub fn report_for_plan<'a>(
     let records: Vec<&Value> = records.into_iter().collect();
     let log = ToolLog::from_records(&records, &records, workspace_root);
     VerificationReport::check(agent, plan_path, None, &ParsedPlan::parse(plan), &log)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn write_call(id: &str, path: &str, is_error: bool) -> [Value; 2] {
+        [
+            json!({"type": "message", "mode": "default", "message": {"role": "assistant",
+                "content": [{"type": "tool_use", "id": id, "name": "Write",
+                "input": {"file_path": path, "content": "x"}}]}}),
+            json!({"type": "tool_call", "tool_use_id": id, "tool": "Write", "decision": "allow",
+                "reason": "", "content": "", "is_error": is_error}),
+        ]
+    }
+
+    #[test]
+    fn table_of_steps_and_their_status() {
+        let plan = "## Steps\n1. Edit a.rs and b.rs\n2. Make it nicer\n3. Touch the hello file\n4. Edit c.rs\n## Files\na.rs\nb.rs\nhello.txt\nc.rs\n";
+        let records: Vec<Value> = [
+            write_call("t1", "/ws/a.rs", false),
+            write_call("t2", "hello.txt", false),
+            write_call("t3", "c.rs", true),
+        ]
+        .concat();
+        let report = report_for_plan("w", "p.md", plan, &records, Path::new("/ws"));
+        let statuses: Vec<(u64, Status)> = report
+            .steps
+            .iter()
+            .map(|step| (step.number.unwrap_or_default(), step.status))
+            .collect();
+        assert_eq!(
+            statuses,
+            vec![
+                (1, Status::Deviated), // a.rs changed, b.rs not
+                (2, Status::Missing),  // names nothing checkable
+                (3, Status::Done),     // `hello` names hello.txt
+                (4, Status::Deviated), // only a failed Write
+            ]
+        );
+        assert!(report.steps[1].note.contains("names no file or command"));
+        assert_eq!(report.files[0].evidence[0].path.as_deref(), Some("a.rs"));
+    }
+
+    #[test]
+    fn writes_outside_the_workspace_are_unplanned_by_their_absolute_path() {
+        let records = write_call("t1", "/elsewhere/x.rs", false);
+        let report = report_for_plan("w", "p.md", "## Files\na.rs\n", &records, Path::new("/ws"));
+        assert_eq!(report.unplanned[0].path, "/elsewhere/x.rs");
+        assert_eq!(report.files[0].status, Status::Missing);
+        assert!(!report.is_clean());
+    }
+
+    #[test]
+    fn only_records_after_the_newest_approval_count() {
+        let snapshot = |state: &str, plan: &str| {
+            json!({"type": "plan_snapshot", "path": ".muster/plans/p.md", "content": plan,
+                "state": state, "request_id": "r2"})
+        };
+        let mut records = vec![snapshot("approved", "## Files\nold.rs\n")];
+        records.extend(write_call("t1", "a.rs", false));
+        records.push(snapshot("edited", "## Files\na.rs\n"));
+        records.push(snapshot("approved", "## Files\nb.rs\n"));
+        records.extend(write_call("t2", "b.rs", false));
+        let report = build_report("w", &records, Path::new("/ws")).unwrap();
+        assert_eq!(report.request_id.as_deref(), Some("r2"));
+        assert_eq!(report.files.len(), 1);
+        assert_eq!(report.files[0].item, "b.rs");
+        assert_eq!(report.files[0].status, Status::Done);
+        assert!(report.unplanned.is_empty());
+    }
+
+    #[test]
+    fn a_report_that_is_not_one_is_an_error() {
+        assert!(matches!(
+            VerificationReport::from_json(&json!({"steps": 3})),
+            Err(VerificationError::MalformedReport(_))
+        ));
+    }
 }

@@ -116,12 +116,8 @@ impl ToolLog {
     /// The calls among `records` (the transcript bodies from the approval on) that ran. Tool
     /// inputs are looked up in `inputs_from` (every `message` record's `tool_use` blocks;
     /// pass the whole transcript, a tool_use may precede the approval). Records of unknown
-    /// shape are skipped.
-    pub(crate) fn from_records(
-        after_approval: &[&Value],
-        inputs_from: &[&Value],
-        root: &Path,
-    ) -> ToolLog {
+    /// shape are skipped. Paths are made relative to `root`.
+    pub fn from_records(after_approval: &[&Value], inputs_from: &[&Value], root: &Path) -> ToolLog {
         let root = Root::new(root);
         let inputs = tool_inputs(inputs_from);
         let effects: BTreeMap<String, BashEffects> = after_approval
