@@ -8,13 +8,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use muster_agents::budget::{BudgetExceeded, BudgetLedger};
 use muster_agents::model::{
     ModelProvider, ProviderOptions, Recorder, ScriptOptions, ThinkingSettings, build_provider,
 };
 use muster_agents::runtime::{
-    AgentKind, AgentOutcome, AgentRuntime, AgentSpec, DEFAULT_MAX_SUBAGENTS, DEFAULT_MAX_TURNS,
-    EngineGate, EventSink, ModeModel, ModelRouter, PlanApprover, PlanFiles, RunContext,
-    RuntimeEvent, Terminal, TerminalPlanDecision,
+    AgentKind, AgentOutcome, AgentRuntime, AgentSpec, DEFAULT_MAX_SUBAGENTS, EngineGate, EventSink,
+    ModeModel, ModelRouter, PlanApprover, PlanFiles, RunContext, RuntimeEvent, Terminal,
+    TerminalPlanDecision,
 };
 use muster_agents::tools::{ToolRegistry, Workspace};
 use muster_config::settings::{AutoGate as AutoGateSetting, CliOverrides, ProviderKind};
@@ -318,13 +319,25 @@ struct Session {
     output: OutputFormat,
 }
 
-fn is_turn_limit(error: &anyhow::Error) -> bool {
-    error.chain().any(|cause| {
-        matches!(
-            cause.downcast_ref::<muster_agents::runtime::RuntimeError>(),
-            Some(muster_agents::runtime::RuntimeError::TurnLimit { .. })
-        )
+/// The budget that stopped the run, if one did.
+fn budget_exceeded(error: &anyhow::Error) -> Option<BudgetExceeded> {
+    error.chain().find_map(|cause| {
+        match cause.downcast_ref::<muster_agents::runtime::RuntimeError>() {
+            Some(muster_agents::runtime::RuntimeError::Budget(exceeded)) => Some(exceeded.clone()),
+            _ => cause.downcast_ref::<BudgetExceeded>().cloned(),
+        }
     })
+}
+
+/// A run stopped by a budget: status `budget`, exit code 3, the budget named in the reason.
+fn budget_ending(exceeded: &BudgetExceeded) -> Ending {
+    let reason = exceeded.to_string();
+    Ending {
+        status: RunStatus::Budget,
+        exit: Exit::Budget,
+        result: json!({"reason": reason, "budget": exceeded.setting_key()}),
+        text: format!("muster: {reason}"),
+    }
 }
 
 /// What `parts` checked: the approver, the workspace and the models.
@@ -340,6 +353,7 @@ struct RunIdentity {
     epoch: i64,
     store: Arc<dyn MailboxStore>,
     plans: PlanFiles,
+    budget: Arc<BudgetLedger>,
 }
 
 /// How the run ended, for the status, the exit code and the output.
@@ -403,26 +417,36 @@ impl Session {
             format: self.output,
             lock: Mutex::new(()),
         });
+        let restored = if resumed {
+            AgentRuntime::restored_spends(store.as_ref(), &run_id, &self.project.settings.models)
+                .await?
+        } else {
+            BTreeMap::new()
+        };
+        let budget = Arc::new(RunContext::budget_ledger(
+            &self.project.settings.budgets,
+            None,
+            self.launch.deadline_ms,
+            restored,
+        ));
         let identity = RunIdentity {
             id: run_id.clone(),
             epoch,
             store: store.clone(),
             plans,
+            budget: budget.clone(),
         };
         let context = Arc::new(self.context(identity, parts, printer.clone(), &env));
-        let ending = match self.drive(context, resumed).await {
+        let ending = match self.drive(context, &budget, resumed).await {
             Ok(ending) => ending,
-            Err(error) if is_turn_limit(&error) => Ending {
-                status: RunStatus::Budget,
-                exit: Exit::Budget,
-                result: json!({"error": format!("{error:#}")}),
-                text: format!("muster: {error:#}"),
-            },
-            Err(error) => Ending {
-                status: RunStatus::Failed,
-                exit: Exit::for_error(&error),
-                result: json!({"error": format!("{error:#}")}),
-                text: format!("muster: the run failed: {error:#}"),
+            Err(error) => match budget_exceeded(&error) {
+                Some(exceeded) => budget_ending(&exceeded),
+                None => Ending {
+                    status: RunStatus::Failed,
+                    exit: Exit::for_error(&error),
+                    result: json!({"error": format!("{error:#}")}),
+                    text: format!("muster: the run failed: {error:#}"),
+                },
             },
         };
         store
@@ -546,12 +570,7 @@ impl Session {
                 .map(|(name, value)| (name.into(), value.into()))
                 .collect(),
             subagents: Arc::new(Semaphore::new(DEFAULT_MAX_SUBAGENTS)),
-            max_turns: settings
-                .budgets
-                .agent
-                .turns
-                .as_ref()
-                .map_or(DEFAULT_MAX_TURNS, |turns| turns.value),
+            budget: run.budget,
         }
     }
 
@@ -611,7 +630,12 @@ impl Session {
         })
     }
 
-    async fn drive(&self, context: Arc<RunContext>, resumed: bool) -> anyhow::Result<Ending> {
+    async fn drive(
+        &self,
+        context: Arc<RunContext>,
+        budget: &BudgetLedger,
+        resumed: bool,
+    ) -> anyhow::Result<Ending> {
         let run_id = context.run_id.clone();
         let mut agent = if resumed {
             AgentRuntime::resume(context, MAIN_AGENT, None, None).await?
@@ -633,11 +657,15 @@ impl Session {
                 match tokio::time::timeout(left, agent.run()).await {
                     Ok(outcome) => outcome?,
                     Err(_) => {
-                        return Ok(Ending {
-                            status: RunStatus::Budget,
-                            exit: Exit::Budget,
-                            result: json!({"error": "the run's deadline passed (--max-duration)"}),
-                            text: "muster: the run's deadline passed (--max-duration)".into(),
+                        let passed = budget.check_deadline_at(deadline);
+                        return Ok(match passed {
+                            Err(exceeded) => budget_ending(&exceeded),
+                            Ok(()) => Ending {
+                                status: RunStatus::Budget,
+                                exit: Exit::Budget,
+                                result: json!({"reason": "the run's deadline passed (--max-duration)"}),
+                                text: "muster: the run's deadline passed (--max-duration)".into(),
+                            },
                         });
                     }
                 }

@@ -262,12 +262,6 @@ impl AgentRuntime {
             {
                 return Ok(stop);
             }
-            if self.turn >= self.run.max_turns {
-                return Err(RuntimeError::TurnLimit {
-                    agent: self.id.clone(),
-                    turns: self.turn,
-                });
-            }
             self.take_team_mail().await?;
             let response = self.call_model().await?;
             let calls = response.tool_calls();
@@ -349,7 +343,11 @@ impl AgentRuntime {
         }
     }
 
+    /// One model request: refused, sending nothing, once a budget has reached its limit; the
+    /// response is committed (with its usage and cost, for the ledger on resume) and reported
+    /// before a budget it crosses stops the agent.
     async fn call_model(&mut self) -> RuntimeResult<ModelResponse> {
+        self.run.budget.check_before_request(&self.id)?;
         let model = self.model_for_mode();
         let turn = self.turn + 1;
         let request = ModelRequest {
@@ -371,6 +369,7 @@ impl AgentRuntime {
             mode: self.mode,
             stop_reason: Some(response.stop_reason.clone()),
             usage: Some(response.usage),
+            cost_usd: response.cost_usd,
         };
         self.commit(vec![record], Vec::new(), None).await?;
         self.messages.push(message);
@@ -382,6 +381,7 @@ impl AgentRuntime {
             stop_reason: response.stop_reason.as_str().to_owned(),
             text: response.text(),
         });
+        self.run.budget.record(&self.id, &response)?;
         Ok(response)
     }
 
@@ -536,6 +536,7 @@ impl AgentRuntime {
             mode: self.mode,
             stop_reason: None,
             usage: None,
+            cost_usd: None,
         }
     }
 

@@ -1,15 +1,18 @@
 //! What every agent of a run shares: the store, the models per mode, the permission gate, the
 //! workspace, the plan files, who approves, and where events go.
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::Path;
 use std::sync::Arc;
 
+use muster_config::settings::Budgets;
 use muster_config::{AgentCatalog, PermissionMode, Policy};
 use muster_mailbox::MailboxStore;
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
+use crate::budget::{BudgetLedger, BudgetSettings, Spend};
 use crate::model::{ModelProvider, ThinkingSettings};
 use crate::tools::{ToolRegistry, Workspace};
 
@@ -117,11 +120,30 @@ pub struct RunContext {
     pub environment: Vec<(OsString, OsString)>,
     /// Caps concurrent subagents across the run.
     pub subagents: Arc<Semaphore>,
-    /// Model requests one agent may make before it is stopped (a runaway guard).
-    pub max_turns: u64,
+    /// The run's budgets and what its agents have spent: every model request is checked
+    /// and recorded here (the one turn counter; see [`crate::budget`]).
+    pub budget: Arc<BudgetLedger>,
+}
+
+impl RunContext {
+    /// The ledger of a run from its `budgets.*` settings (`budgets.agent.turns` defaults to
+    /// [`DEFAULT_MAX_TURNS`], a runaway guard), `--max-duration`, the run's absolute deadline
+    /// (from its launch options) and the spends restored from its records (see
+    /// [`super::AgentRuntime::restored_spends`]; empty for a new run).
+    pub fn budget_ledger(
+        budgets: &Budgets,
+        max_duration_secs: Option<u64>,
+        deadline_ms: Option<i64>,
+        restored: BTreeMap<String, Spend>,
+    ) -> BudgetLedger {
+        let mut settings =
+            BudgetSettings::from_settings(budgets).with_max_duration(max_duration_secs);
+        settings.agent.turns.get_or_insert(DEFAULT_MAX_TURNS);
+        BudgetLedger::new(settings, deadline_ms, restored)
+    }
 }
 
 /// Default cap on concurrent subagents.
 pub const DEFAULT_MAX_SUBAGENTS: usize = 4;
-/// Default cap on one agent's model requests.
+/// Default cap on one agent's model requests (when `budgets.agent.turns` is not set).
 pub const DEFAULT_MAX_TURNS: u64 = 200;

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use muster_mailbox::StoreError;
 
+use crate::budget::{BudgetError, BudgetExceeded, UnpricedModel};
 use crate::model::ModelError;
 
 /// Why an agent could not go on. Errors a model can fix never appear here: they go back to it
@@ -37,8 +38,11 @@ pub enum RuntimeError {
     NothingToResume { run: String, agent: String },
     #[error("workspace: {0}")]
     Workspace(String),
-    #[error("agent {agent} reached its limit of {turns} model requests")]
-    TurnLimit { agent: String, turns: u64 },
+    /// A budget stopped the agent (or the run): its `Display` is `run_finished.reason`.
+    #[error(transparent)]
+    Budget(#[from] BudgetExceeded),
+    #[error(transparent)]
+    UnpricedModel(#[from] UnpricedModel),
     #[error("the model stopped with {reason}: {detail}")]
     ModelStopped { reason: String, detail: String },
 }
@@ -46,6 +50,15 @@ pub enum RuntimeError {
 impl From<ModelError> for RuntimeError {
     fn from(error: ModelError) -> Self {
         RuntimeError::Model(Box::new(error))
+    }
+}
+
+impl From<BudgetError> for RuntimeError {
+    fn from(error: BudgetError) -> Self {
+        match error {
+            BudgetError::Exceeded(exceeded) => RuntimeError::Budget(exceeded),
+            BudgetError::UnpricedModel(unpriced) => RuntimeError::UnpricedModel(unpriced),
+        }
     }
 }
 

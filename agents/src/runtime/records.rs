@@ -57,6 +57,9 @@ pub enum Record {
         stop_reason: Option<StopReason>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         usage: Option<Usage>,
+        /// The request's cost in US dollars at the catalogue's prices (`None`: unpriced).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
     },
     /// A tool that is neither read-only nor idempotent is about to run (Bash: its process
     /// group exists and waits for this commit).

@@ -1,10 +1,14 @@
 //! Rebuilding an agent from its records (see the table in [`crate::runtime`]).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use muster_config::PermissionMode;
+use muster_config::settings::ModelInfo;
+use muster_mailbox::MailboxStore;
 
+use crate::budget::{Spend, cost_of};
 use crate::model::{Message, Role};
 
 use super::agent::{AgentRuntime, PendingCalls, offered_tools, tool_definitions};
@@ -109,6 +113,43 @@ impl AgentRuntime {
             }
         }
         Ok(agent)
+    }
+
+    /// Every agent's spend in run `run_id`, rebuilt from its records (its turn index, and
+    /// each model request's usage and cost; a missing cost from the catalogue's prices in
+    /// `models`), for [`RunContext::budget_ledger`] on resume.
+    pub async fn restored_spends(
+        store: &dyn MailboxStore,
+        run_id: &str,
+        models: &BTreeMap<String, ModelInfo>,
+    ) -> RuntimeResult<BTreeMap<String, Spend>> {
+        let mut spends = BTreeMap::new();
+        for member in store.roster(run_id).await? {
+            let rows = store.records(run_id, &member.agent, TRANSCRIPT, 0).await?;
+            if rows.is_empty() {
+                continue;
+            }
+            let mut turns = 0;
+            let mut requests = Vec::new();
+            for row in &rows {
+                if let Record::Message {
+                    turn,
+                    model,
+                    usage,
+                    cost_usd,
+                    ..
+                } = Record::from_stored(row)?
+                {
+                    turns = turns.max(turn.unwrap_or(0));
+                    if let Some(usage) = usage {
+                        let info = model.as_deref().and_then(|name| models.get(name));
+                        requests.push((usage, cost_usd.or_else(|| cost_of(&usage, info))));
+                    }
+                }
+            }
+            spends.insert(member.agent, Spend::from_requests(turns, requests));
+        }
+        Ok(spends)
     }
 
     fn replay(

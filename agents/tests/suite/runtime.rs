@@ -127,7 +127,12 @@ impl Harness {
             instructions: String::new(),
             environment: Vec::new(),
             subagents: Arc::new(Semaphore::new(2)),
-            max_turns: 20,
+            budget: Arc::new(RunContext::budget_ledger(
+                &Default::default(),
+                None,
+                None,
+                BTreeMap::new(),
+            )),
         })
     }
 

@@ -10,8 +10,8 @@ use muster_agents::model::{
     ModelProvider, ProviderOptions, Recorder, ScriptOptions, ThinkingSettings, build_provider,
 };
 use muster_agents::runtime::{
-    DEFAULT_MAX_SUBAGENTS, DEFAULT_MAX_TURNS, EngineGate, EventSink, ModeModel, ModelRouter,
-    PlanApprover, PlanFiles, RunContext,
+    DEFAULT_MAX_SUBAGENTS, EngineGate, EventSink, ModeModel, ModelRouter, PlanApprover, PlanFiles,
+    RunContext,
 };
 use muster_agents::tools::{ToolRegistry, Workspace};
 use muster_config::settings::ProviderKind;
@@ -97,7 +97,12 @@ pub(crate) fn run_context(parts: ContextParts<'_>) -> anyhow::Result<RunContext>
             .map(|(name, value)| (name.into(), value.into()))
             .collect(),
         subagents: Arc::new(Semaphore::new(DEFAULT_MAX_SUBAGENTS)),
-        max_turns: DEFAULT_MAX_TURNS,
+        budget: Arc::new(RunContext::budget_ledger(
+            &settings.budgets,
+            None,
+            None,
+            BTreeMap::new(),
+        )),
     })
 }
 

@@ -411,3 +411,184 @@ async fn a_crash_inside_a_bash_call_gives_the_interrupted_error_and_never_reruns
     assert!(turn2.body.to_string().contains(INTERRUPTED));
     fake.verify().unwrap();
 }
+
+fn with_usage(mut entry: ScriptEntry, input: u64, output: u64) -> ScriptEntry {
+    if let Some(reply) = entry.reply.as_mut() {
+        reply.usage = Some(muster_fake_llm::UsageSpec {
+            input_tokens: Some(input),
+            output_tokens: Some(output),
+            cache_read_input_tokens: Some(0),
+            cache_creation_input_tokens: Some(0),
+        });
+    }
+    entry
+}
+
+fn settings(dir: &Path, text: &str) {
+    std::fs::write(dir.join(".muster/settings.toml"), text).unwrap();
+}
+
+async fn run_json(dir: &Path, base: &str, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "run",
+        "-p",
+        "Work.",
+        "--permission-mode",
+        "bypassPermissions",
+        "--base-url",
+        base,
+        "--output",
+        "stream-json",
+    ];
+    args.extend_from_slice(extra);
+    muster(dir, &args).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_model_request_is_sent_once_the_turn_budget_is_reached() {
+    let dir = project();
+    settings(dir.path(), "[budgets.agent]\nturns = 2\n");
+    let fake = FakeLlm::start(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![Block::tool_use("Read", json!({"file_path": "README.md"}))],
+        ),
+        ScriptEntry::reply("main", 2, vec![bash("two")]),
+        ScriptEntry::reply("main", 3, vec![Block::text("never asked")]),
+    ])
+    .await
+    .unwrap();
+    let output = run_json(dir.path(), &fake.base_url(), &[]).await;
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    let events = lines(&output);
+    let finished = events.last().unwrap();
+    assert_eq!(finished["type"], "run_finished");
+    assert_eq!(finished["status"], "budget");
+    assert_eq!(finished["exit_code"], 3);
+    assert_eq!(finished["budget"], "budgets.agent.turns");
+    let reason = finished["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("turn budget (budgets.agent.turns)"),
+        "{reason}"
+    );
+    assert!(reason.contains("limit of 2"), "{reason}");
+    // Two requests, and the second response's tool call ran (it crossed nothing).
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    assert_eq!(marker(dir.path()), ["two"]);
+    assert_eq!(fake.unused_entries(), [2]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_response_that_crosses_the_token_budget_stops_the_agent_before_its_tool_calls() {
+    let dir = project();
+    settings(dir.path(), "[budgets.run]\ntokens = 1000\n");
+    let fake = FakeLlm::start(vec![
+        with_usage(
+            ScriptEntry::reply(
+                "main",
+                1,
+                vec![Block::tool_use("Read", json!({"file_path": "README.md"}))],
+            ),
+            400,
+            100,
+        ),
+        with_usage(
+            ScriptEntry::reply("main", 2, vec![bash("crossed")]),
+            600,
+            100,
+        ),
+        ScriptEntry::reply("main", 3, vec![Block::text("never asked")]),
+    ])
+    .await
+    .unwrap();
+    let output = run_json(dir.path(), &fake.base_url(), &[]).await;
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    let events = lines(&output);
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "agent_started",
+            "model_turn",
+            "tool_call",
+            "model_turn",
+            "run_finished"
+        ],
+        "nothing runs after the crossing response"
+    );
+    let finished = events.last().unwrap();
+    assert_eq!(finished["status"], "budget");
+    assert_eq!(finished["exit_code"], 3);
+    let reason = finished["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("the run's token budget (budgets.run.tokens): 1200 tokens"),
+        "{reason}"
+    );
+    assert_eq!(fake.requests().len(), 2, "no request follows the crossing");
+    assert!(
+        !dir.path().join("marker.txt").exists(),
+        "the crossing response's Bash call never ran"
+    );
+    let store = open_store(dir.path());
+    let run_id = finished["run_id"].as_str().unwrap();
+    let run = store.run(run_id).await.unwrap().unwrap();
+    assert_eq!(run.status.as_str(), "budget");
+}
+
+/// The ledger is rebuilt from the records' usage on resume: tokens spent before the stop
+/// count against the budget after it.
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_restores_the_spend_from_the_records() {
+    let dir = project();
+    settings(dir.path(), "[budgets.agent]\ntokens = 1000\n");
+    let fake = FakeLlm::start(vec![
+        with_usage(
+            ScriptEntry::reply(
+                "main",
+                1,
+                vec![Block::tool_use("ExitPlanMode", json!({"plan": PLAN}))],
+            ),
+            500,
+            100,
+        ),
+        with_usage(ScriptEntry::reply("main", 2, vec![bash("two")]), 400, 100),
+        ScriptEntry::reply("main", 3, vec![Block::text("never asked")]),
+    ])
+    .await
+    .unwrap();
+    let base = fake.base_url();
+    let first = muster(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Plan.",
+            "--permission-mode",
+            "plan",
+            "--base-url",
+            &base,
+            "--output",
+            "json",
+        ],
+    )
+    .await;
+    assert_eq!(first.status.code(), Some(5), "{}", stderr(&first));
+    let approve = muster(
+        dir.path(),
+        &["approve", "plan-main-1", "--mode", "bypassPermissions"],
+    )
+    .await;
+    assert_eq!(approve.status.code(), Some(0), "{}", stderr(&approve));
+    let resumed = muster(dir.path(), &["resume", "--output", "stream-json"]).await;
+    assert_eq!(resumed.status.code(), Some(3), "{}", stderr(&resumed));
+    let finished = lines(&resumed).pop().unwrap();
+    let reason = finished["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("agent `main`'s token budget (budgets.agent.tokens): 1100 tokens"),
+        "{reason}"
+    );
+    assert_eq!(fake.requests().len(), 2);
+    assert!(!dir.path().join("marker.txt").exists());
+}

@@ -434,10 +434,10 @@ async fn the_agent_turn_budget_stops_a_run_with_exit_3() {
     let finished = &lines(&output)[0];
     assert_eq!(finished["status"], "budget");
     assert!(
-        finished["error"]
+        finished["reason"]
             .as_str()
             .unwrap()
-            .contains("limit of 1 model requests")
+            .contains("turn budget (budgets.agent.turns): 1 model requests reached the limit of 1")
     );
     fake.verify().unwrap();
 }
