@@ -200,6 +200,21 @@ mod tests {
             ]
         );
         assert!(report.steps[1].note.contains("names no file or command"));
+        assert_eq!(
+            report.render_text(),
+            "Verification of w's plan p.md: 3 done, 3 deviated, 2 missing, 0 unplanned changes
+Steps:
+  [deviated] 1. Edit a.rs and b.rs — b.rs: not changed; evidence: Write a.rs
+  [missing] 2. Make it nicer — names no file or command, so nothing in the tool log can show it
+  [done] 3. Touch the hello file — Write hello.txt
+  [deviated] 4. Edit c.rs — c.rs: only failed attempts; evidence: Write c.rs (failed)
+Files:
+  [done] a.rs — Write a.rs
+  [missing] b.rs — no change to it in the tool log
+  [done] hello.txt — Write hello.txt
+  [deviated] c.rs — only failed attempts to change it; evidence: Write c.rs (failed)
+"
+        );
         assert_eq!(report.files[0].evidence[0].path.as_deref(), Some("a.rs"));
     }
 

@@ -580,11 +580,14 @@ impl VerificationReport {
                     Some(number) => format!("{number}. {}", item.item),
                     None => item.item.clone(),
                 };
-                let _ = writeln!(text, "  [{}] {label}", item.status.as_str());
-                let _ = writeln!(text, "      {}", item.note);
-                for evidence in &item.evidence {
-                    let _ = writeln!(text, "      - {}", evidence.render_text());
-                }
+                let evidence: Vec<String> =
+                    item.evidence.iter().map(Evidence::render_text).collect();
+                let detail = match (item.status, evidence.is_empty()) {
+                    (Status::Done, false) => evidence.join("; "),
+                    (_, true) => item.note.clone(),
+                    (_, false) => format!("{}; evidence: {}", item.note, evidence.join("; ")),
+                };
+                let _ = writeln!(text, "  [{}] {label} — {detail}", item.status.as_str());
             }
         }
         if !self.unplanned.is_empty() {
