@@ -9,3 +9,4 @@ pub mod project;
 pub mod single_run;
 pub mod store_demo;
 pub mod team;
+pub mod team_demo;

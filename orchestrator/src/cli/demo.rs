@@ -1,21 +1,30 @@
-//! `muster demo`: the offline demonstration (for now, of the durable store).
+//! `muster demo`: the offline demonstration. By default a whole team changes a small project
+//! with a scripted model ([`crate::team_demo`]); `--crash` runs the store's crash
+//! demonstration instead ([`crate::store_demo`]).
 
 use crate::cli::GlobalArgs;
 use crate::exit::Exit;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Where to run it (default: a new temporary directory, whose path is printed).
+    /// Where to run it: an empty or new directory (default: a new temporary directory, whose
+    /// path is printed).
     #[arg(long)]
     pub dir: Option<std::path::PathBuf>,
-    /// Internal: the demo's child process, owning the store at this path.
+    /// Run the store's crash demonstration instead: a child process killed with SIGKILL
+    /// mid-stream, then a resume that loses and repeats nothing. (`--store` is the global
+    /// flag naming a store file.)
+    #[arg(long)]
+    pub crash: bool,
+    /// Internal: the crash demonstration's child process, owning the store at this path.
     #[arg(long = "store-child", hide = true)]
     pub store_child: Option<std::path::PathBuf>,
 }
 
-pub fn execute(_global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
+pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
     match args.store_child {
         Some(db) => crate::store_demo::child(&db),
-        None => crate::store_demo::run(args.dir.as_deref()),
+        None if args.crash => crate::store_demo::run(args.dir.as_deref()),
+        None => crate::team_demo::run(global, args.dir.as_deref()),
     }
 }

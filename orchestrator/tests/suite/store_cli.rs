@@ -136,7 +136,7 @@ fn commands_not_built_yet_say_so_and_exit_2() {
 #[test]
 fn the_demo_crashes_a_child_and_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let output = muster(dir.path(), &["demo", "--dir", "d"]);
+    let output = muster(dir.path(), &["demo", "--crash", "--dir", "d"]);
     let text = stdout(&output);
     assert_eq!(output.status.code(), Some(0), "{text}\n{}", stderr(&output));
     assert!(text.contains("killed with SIGKILL"), "{text}");
@@ -160,7 +160,7 @@ fn the_demo_crashes_a_child_and_loses_nothing() {
     let rows: Vec<Value> = serde_json::from_slice(&inbox.stdout).unwrap();
     assert_eq!(rows.len(), 24);
     assert!(rows.iter().all(|row| row["message"]["state"] == "acked"));
-    let again = muster(dir.path(), &["demo", "--dir", "d"]);
+    let again = muster(dir.path(), &["demo", "--crash", "--dir", "d"]);
     assert_ne!(again.status.code(), Some(0));
     assert!(
         stderr(&again).contains("give `muster demo --dir` an empty directory"),

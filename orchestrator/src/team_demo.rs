@@ -1,0 +1,999 @@
+//! `muster demo`: a whole team changes a small real project, offline. The project
+//! (`examples/demo`, embedded in the binary) is copied into a directory as a fresh git
+//! repository; `muster run` runs its team there with the `script` provider replaying the
+//! project's cassette (no key, no network); then a summary says who did what, the mail, the
+//! plans and their decisions, the tasks, the diff and the tests.
+//!
+//! The story the cassette scripts: the lead sends a `Plan` subagent to survey the project and
+//! puts two tasks on the board; alice (declared in the team file) claims the first, asks a
+//! `Plan` subagent of her own and plans; the lead spawns bob for the second, who plans too.
+//! Both plans reach the lead's mailbox as `plan_approval_request`s. The lead's model approves
+//! alice's; bob's are decided by the team's written policy, which rejects the first (it would
+//! change the shared test runner) with feedback, so bob plans again and is approved. Both edit
+//! the code and run the tests; the run ends with exit 0.
+//!
+//! Every reply the lead's model gives is keyed by the kind and sender of the mail it reacts to
+//! (never by the order mail arrives in), so the run and its summary are the same every time.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::Context;
+use muster_mailbox::{MailboxStore, Message, MessageBody, RequestRecord, Task};
+use serde_json::Value;
+
+use crate::cli::GlobalArgs;
+use crate::exit::{Exit, ExitError};
+use crate::project::Project;
+
+/// The goal the team is given.
+pub const GOAL: &str =
+    "Make slugify collapse repeated dashes, and make titlecase keep small words lowercase.";
+
+/// One file of the embedded project.
+struct ProjectFile {
+    path: &'static str,
+    text: &'static str,
+    executable: bool,
+}
+
+macro_rules! project_file {
+    ($path:literal, $executable:literal) => {
+        ProjectFile {
+            path: $path,
+            text: include_str!(concat!("../../examples/demo/", $path)),
+            executable: $executable,
+        }
+    };
+}
+
+/// `examples/demo`, as the binary carries it.
+const PROJECT: &[ProjectFile] = &[
+    project_file!("README.md", false),
+    project_file!("slugify.sh", true),
+    project_file!("titlecase.sh", true),
+    project_file!("tests/run.sh", true),
+    project_file!("tests/slugify.cases", false),
+    project_file!("tests/titlecase.cases", false),
+    project_file!("muster.team.toml", false),
+    project_file!("policy.toml", false),
+    project_file!("cassette.jsonl", false),
+    project_file!(".muster/settings.toml", false),
+    project_file!(".muster/agents/editor.md", false),
+];
+
+const CASSETTE: &str = "cassette.jsonl";
+
+/// Runs the demo in `dir` (a new temporary directory when `None`) and prints its summary.
+pub fn run(_global: &GlobalArgs, dir: Option<&Path>) -> anyhow::Result<Exit> {
+    let started = Instant::now();
+    let root = prepare_dir(dir)?;
+    copy_project(&root)?;
+    let git = init_git(&root);
+    let output = Command::new(std::env::current_exe().context("cannot find the muster binary")?)
+        .arg("-C")
+        .arg(&root)
+        .args(["run", "-p", GOAL, "--provider", "script", "--cassette"])
+        .arg(root.join(CASSETTE))
+        .args(["--output", "stream-json"])
+        .current_dir(&root)
+        .stdin(Stdio::null())
+        .output()
+        .context("cannot start `muster run`")?;
+    let events: Vec<Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    let Some(run_id) = events
+        .iter()
+        .find_map(|e| e.get("run_id").and_then(Value::as_str))
+        .map(str::to_owned)
+    else {
+        eprintln!("{}", String::from_utf8_lossy(&output.stderr));
+        return Err(anyhow::anyhow!(
+            "the team run in {} printed no events (exit status {})",
+            root.display(),
+            output.status
+        ));
+    };
+    let stored = read_store(&root, &run_id)?;
+    let tests = run_tests(&root);
+    let summary = Summary {
+        root: &root,
+        git,
+        run_id: &run_id,
+        events: &events,
+        stored: &stored,
+        tests: tests.as_ref(),
+        cassette: tool_inputs(),
+    };
+    print!("{}", summary.render());
+    let code = events
+        .iter()
+        .rev()
+        .find(|e| e["type"] == "run_finished")
+        .and_then(|e| e["exit_code"].as_u64())
+        .or_else(|| output.status.code().and_then(|c| u64::try_from(c).ok()))
+        .unwrap_or(1);
+    if code != 0 {
+        eprint!("{}", String::from_utf8_lossy(&output.stderr));
+    }
+    println!(
+        "The demo took {:.1} s. Its exit code is the run's: {code}.",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(exit_for(code))
+}
+
+fn exit_for(code: u64) -> Exit {
+    match code {
+        0 => Exit::Success,
+        2 => Exit::Usage,
+        3 => Exit::Budget,
+        4 => Exit::Store,
+        5 => Exit::AwaitingDecision,
+        130 => Exit::Interrupted,
+        _ => Exit::Failed,
+    }
+}
+
+/// The directory to run in: `dir` (created; it must be empty) or a new temporary one.
+fn prepare_dir(dir: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let Some(dir) = dir else {
+        let dir = tempfile::Builder::new()
+            .prefix("muster-demo-")
+            .tempdir()?
+            .keep();
+        return Ok(dir);
+    };
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let used = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot read {}", dir.display()))?
+        .next()
+        .is_some();
+    if used {
+        return Err(ExitError::new(
+            Exit::Usage,
+            format!(
+                "{} is not empty: the demo copies its project into an empty directory",
+                dir.display()
+            ),
+        )
+        .into());
+    }
+    Ok(std::path::absolute(dir)?)
+}
+
+fn copy_project(root: &Path) -> anyhow::Result<()> {
+    for file in PROJECT {
+        let path = root.join(file.path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&path, file.text)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        #[cfg(unix)]
+        if file.executable {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
+        }
+    }
+    Ok(())
+}
+
+/// Makes `root` a git repository with the project as its first commit; false without git.
+fn init_git(root: &Path) -> bool {
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .args(args)
+            .current_dir(root)
+            .env("GIT_AUTHOR_NAME", "muster demo")
+            .env("GIT_AUTHOR_EMAIL", "demo@muster.invalid")
+            .env("GIT_COMMITTER_NAME", "muster demo")
+            .env("GIT_COMMITTER_EMAIL", "demo@muster.invalid")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    git(&["init", "-q"])
+        && git(&["add", "-A"])
+        && git(&[
+            "commit",
+            "-q",
+            "--no-gpg-sign",
+            "-m",
+            "textkit, as muster demo copied it",
+        ])
+}
+
+/// What the store holds about the run.
+struct Stored {
+    messages: Vec<Message>,
+    requests: Vec<RequestRecord>,
+    tasks: Vec<Task>,
+}
+
+fn read_store(root: &Path, run_id: &str) -> anyhow::Result<Stored> {
+    let global = GlobalArgs {
+        directory: Some(root.to_path_buf()),
+        store: None,
+        log_level: "warn".into(),
+    };
+    let project = Project::locate(&global)?;
+    let store = project
+        .open_existing_store()?
+        .ok_or_else(|| anyhow::anyhow!("the team run left no store in {}", root.display()))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        Ok(Stored {
+            messages: store.messages(run_id, None).await?,
+            requests: store.requests(run_id).await?,
+            tasks: store.tasks(run_id).await?,
+        })
+    })
+}
+
+/// `bash tests/run.sh` after the run: its exit code and output (`None` without bash).
+struct TestRun {
+    code: i32,
+    output: String,
+}
+
+fn run_tests(root: &Path) -> Option<TestRun> {
+    let output = Command::new("bash")
+        .arg("tests/run.sh")
+        .current_dir(root)
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&output.stderr));
+    Some(TestRun {
+        code: output.status.code().unwrap_or(-1),
+        output: text,
+    })
+}
+
+/// Tool inputs of the cassette by tool-use id, to say what each call did.
+fn tool_inputs() -> BTreeMap<String, Value> {
+    let mut inputs = BTreeMap::new();
+    let Some(cassette) = PROJECT.iter().find(|f| f.path == CASSETTE) else {
+        return inputs;
+    };
+    for line in cassette.text.lines() {
+        let Ok(entry) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let blocks = entry["reply"]["content"].as_array().cloned();
+        for block in blocks.unwrap_or_default() {
+            if let Some(id) = block["id"].as_str() {
+                inputs.insert(id.to_owned(), block["input"].clone());
+            }
+        }
+    }
+    inputs
+}
+
+/// Everything the summary is made of.
+struct Summary<'a> {
+    root: &'a Path,
+    git: bool,
+    run_id: &'a str,
+    events: &'a [Value],
+    stored: &'a Stored,
+    tests: Option<&'a TestRun>,
+    cassette: BTreeMap<String, Value>,
+}
+
+const WIDTH: usize = 96;
+
+impl Summary<'_> {
+    fn render(&self) -> String {
+        let mut out = String::new();
+        let root = self.root.display();
+        out.push_str("muster demo: a team of agents changes a small project, offline\n\n");
+        out.push_str(&format!(
+            "  project  {root}\n           textkit, two bash text filters with tests{}\n",
+            if self.git {
+                ", as a fresh git repository"
+            } else {
+                " (git was not found: no repository)"
+            }
+        ));
+        out.push_str(&format!("  goal     {GOAL}\n"));
+        out.push_str(
+            "  model    the `script` provider replays cassette.jsonl: no API key, no network\n",
+        );
+        out.push_str(&format!(
+            "  run      {}, team textkit (muster.team.toml): `muster run -p GOAL --provider \
+             script --cassette cassette.jsonl`\n",
+            self.run_id
+        ));
+        self.who_did_what(&mut out);
+        self.plans(&mut out);
+        self.tasks(&mut out);
+        self.mail(&mut out);
+        self.verification(&mut out);
+        self.diff(&mut out);
+        self.tests_and_end(&mut out);
+        out
+    }
+
+    fn events_of<'e>(&'e self, kind: &'e str) -> impl Iterator<Item = &'e Value> + 'e {
+        self.events.iter().filter(move |e| e["type"] == kind)
+    }
+
+    /// Agents in a fixed order: the lead, then teammates by name, each followed by its
+    /// subagents.
+    fn agents(&self) -> Vec<(String, Value)> {
+        let mut agents: Vec<(String, Value)> = self
+            .events_of("agent_started")
+            .filter_map(|e| Some((e["agent"].as_str()?.to_owned(), e.clone())))
+            .collect();
+        agents.sort_by_key(|(id, _)| {
+            let top = id.split('.').next().unwrap_or(id).to_owned();
+            (top != crate::team::LEAD, top, id.contains('.'), id.clone())
+        });
+        agents.dedup_by(|a, b| a.0 == b.0);
+        agents
+    }
+
+    fn relative(&self, path: &str) -> String {
+        Path::new(path)
+            .strip_prefix(self.root)
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| path.to_owned())
+    }
+
+    fn who_did_what(&self, out: &mut String) {
+        out.push_str(
+            "\nWho did what (each agent's tool calls in order; all were allowed unless marked)\n",
+        );
+        let spawned: Vec<String> = self
+            .tool_calls(crate::team::LEAD)
+            .filter(|(tool, _, _)| tool == "SpawnTeammate")
+            .filter_map(|(_, input, _)| input["name"].as_str().map(str::to_owned))
+            .collect();
+        for (agent, started) in self.agents() {
+            let definition = started["definition"].as_str().unwrap_or("?");
+            let mode = started["mode"].as_str().unwrap_or("?");
+            let role = if agent == crate::team::LEAD {
+                format!("the lead (definition {definition}, mode {mode})")
+            } else if let Some((parent, _)) = agent.split_once('.') {
+                format!("a {definition} subagent of {parent}, read-only, reports only to {parent}")
+            } else {
+                let origin = if spawned.contains(&agent) {
+                    "spawned by the lead"
+                } else {
+                    "declared in muster.team.toml"
+                };
+                let approver = self
+                    .events_of("approval_requested")
+                    .find(|e| e["agent"] == agent.as_str())
+                    .and_then(|e| e["responder"].as_str())
+                    .map(|r| format!("; its plans are decided by {r}"))
+                    .unwrap_or_default();
+                format!("a teammate ({definition}), {origin}; starts in {mode} mode{approver}")
+            };
+            out.push('\n');
+            wrap_after(out, &format!("  {agent:<12} "), &role, 15);
+            let mut plans = self
+                .events_of("approval_requested")
+                .filter(|e| e["agent"] == agent.as_str())
+                .filter_map(|e| e["request_id"].as_str());
+            for (tool, input, event) in self.tool_calls(&agent) {
+                let mut line = describe(&tool, &input);
+                if tool == "ExitPlanMode"
+                    && let Some(request) = plans.next()
+                {
+                    line = format!("ExitPlanMode: sends its plan as {request}");
+                    if let Some(decision) = self.decision(request) {
+                        line.push_str(&format!(" ({decision})"));
+                    }
+                } else if event["decision"] != "allow" {
+                    line.push_str(&format!(
+                        " [{}: {}]",
+                        event["decision"].as_str().unwrap_or("?"),
+                        event["reason"].as_str().unwrap_or("")
+                    ));
+                } else if event["is_error"] == true {
+                    line.push_str(" [the tool reported an error]");
+                }
+                out.push_str(&format!("                 {line}\n"));
+            }
+            if let Some(report) = self.report(&agent) {
+                wrap(out, &format!("reported: \"{report}\""), 17);
+            }
+        }
+    }
+
+    /// `(tool, input, event)` of an agent's tool calls, in order.
+    fn tool_calls<'e>(
+        &'e self,
+        agent: &'e str,
+    ) -> impl Iterator<Item = (String, Value, &'e Value)> + 'e {
+        self.events_of("tool_call")
+            .filter(move |e| e["agent"] == agent)
+            .map(|e| {
+                let tool = e["tool"].as_str().unwrap_or("?").to_owned();
+                let input = e["tool_use_id"]
+                    .as_str()
+                    .and_then(|id| self.cassette.get(id))
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                (tool, input, e)
+            })
+    }
+
+    /// What an agent reported: a teammate's first idle notification, a subagent's last text,
+    /// the lead's result.
+    fn report(&self, agent: &str) -> Option<String> {
+        if agent == crate::team::LEAD {
+            return None;
+        }
+        if agent.contains('.') {
+            return self
+                .events_of("model_turn")
+                .filter(|e| e["agent"] == agent)
+                .filter_map(|e| e["text"].as_str())
+                .filter(|t| !t.trim().is_empty())
+                .last()
+                .map(str::to_owned);
+        }
+        self.stored
+            .messages
+            .iter()
+            .find_map(|m| match m.typed_body() {
+                MessageBody::IdleNotification { summary, .. } if m.sender == agent => summary,
+                _ => None,
+            })
+    }
+
+    /// `approved by lead, mode acceptEdits` or `rejected by policy: …` for a request.
+    fn decision(&self, request_id: &str) -> Option<String> {
+        let request = self
+            .stored
+            .requests
+            .iter()
+            .find(|r| r.request_id == request_id)?;
+        let Some(response) = &request.response else {
+            return Some(format!("waiting for {}", request.responder));
+        };
+        let body = MessageBody::from_stored(&response.kind, &response.body);
+        Some(match body {
+            MessageBody::PlanApprovalResponse {
+                approved: true,
+                mode,
+                ..
+            } => format!(
+                "approved by {}{}",
+                response.responder,
+                mode.map(|m| format!(", mode {m}")).unwrap_or_default()
+            ),
+            MessageBody::PlanApprovalResponse {
+                approved: false, ..
+            } => format!("rejected by {}", response.responder),
+            MessageBody::PermissionResponse { approved, .. } => format!(
+                "{} by {}",
+                if approved { "allowed" } else { "denied" },
+                response.responder
+            ),
+            _ => format!("answered by {}", response.responder),
+        })
+    }
+
+    fn plans(&self, out: &mut String) {
+        out.push_str(
+            "\nPlans (each sent to the lead's mailbox as a plan_approval_request; \
+             `muster plans` lists them)\n",
+        );
+        let mut plans: Vec<&RequestRecord> = self
+            .stored
+            .requests
+            .iter()
+            .filter(|r| r.kind == "plan_approval_request")
+            .collect();
+        plans.sort_by_key(|r| (r.requester.clone(), number(&r.request_id)));
+        for request in plans {
+            let file = match MessageBody::from_stored(&request.kind, &request.body) {
+                MessageBody::PlanApprovalRequest { plan_file, .. } => self.relative(&plan_file),
+                _ => "?".into(),
+            };
+            out.push_str(&format!(
+                "\n  {:<13} {:<6} {file}\n",
+                request.request_id, request.requester
+            ));
+            let decision = self
+                .decision(&request.request_id)
+                .unwrap_or_else(|| "undecided".into());
+            out.push_str(&format!("                       {decision}\n"));
+            if let Some(response) = &request.response
+                && let MessageBody::PlanApprovalResponse { feedback, rule, .. } =
+                    MessageBody::from_stored(&response.kind, &response.body)
+            {
+                if let Some(feedback) = feedback {
+                    wrap(out, &format!("feedback: \"{feedback}\""), 23);
+                }
+                if let Some(rule) = rule {
+                    let rule = rule.replace(&format!("{}/", self.root.display()), "");
+                    wrap(out, &format!("rule: {rule}"), 23);
+                }
+            }
+        }
+    }
+
+    fn tasks(&self, out: &mut String) {
+        out.push_str("\nTasks (the board; `muster tasks`)\n");
+        for task in &self.stored.tasks {
+            out.push_str(&format!(
+                "  #{:<3} {:<40} {:<6} {}\n",
+                task.task_id,
+                task.subject,
+                task.owner.as_deref().unwrap_or("-"),
+                task.status.as_str()
+            ));
+        }
+    }
+
+    /// Mail grouped by the teammate it concerns (each group in the order it was sent), so
+    /// the listing does not depend on how the teammates' work interleaved.
+    fn mail(&self, out: &mut String) {
+        out.push_str(&format!(
+            "\nMail ({} messages, all kept in the store; `muster inbox --run {}` shows them)\n",
+            self.stored.messages.len(),
+            self.run_id
+        ));
+        let mut by_thread: BTreeMap<(bool, String), Vec<&Message>> = BTreeMap::new();
+        for message in &self.stored.messages {
+            let party = if message.sender == crate::team::LEAD
+                || message.sender == muster_mailbox::POLICY
+                || message.sender == muster_mailbox::HUMAN
+            {
+                message.recipient.clone()
+            } else {
+                message.sender.clone()
+            };
+            by_thread
+                .entry((party == crate::team::LEAD, party))
+                .or_default()
+                .push(message);
+        }
+        for messages in by_thread.values_mut() {
+            messages.sort_by_key(|m| {
+                (
+                    phase(&m.kind),
+                    number(m.request_id.as_deref().unwrap_or("")),
+                    m.seq,
+                )
+            });
+            for message in messages.iter() {
+                let line = format!(
+                    "{:>6} → {:<6} {:<23} {}",
+                    message.sender,
+                    message.recipient,
+                    message.kind.replace('_', " "),
+                    self.mail_detail(message)
+                );
+                out.push_str(&format!("  {}\n", cut(&line, WIDTH - 2)));
+            }
+        }
+    }
+
+    fn mail_detail(&self, message: &Message) -> String {
+        match message.typed_body() {
+            MessageBody::TaskAssignment { task_id, .. } => {
+                if message.sender == message.recipient {
+                    format!("task #{task_id} (claimed from the board)")
+                } else {
+                    format!("task #{task_id}")
+                }
+            }
+            MessageBody::PlanApprovalRequest { request_id, .. } => {
+                format!(
+                    "{request_id} (its plan, for {})",
+                    message.body["responder"].as_str().unwrap_or("the lead")
+                )
+            }
+            MessageBody::PlanApprovalResponse {
+                request_id,
+                approved,
+                mode,
+                ..
+            } => {
+                if approved {
+                    format!(
+                        "{request_id}: approved{}",
+                        mode.map(|m| format!(", mode {m}")).unwrap_or_default()
+                    )
+                } else {
+                    format!("{request_id}: rejected, with feedback")
+                }
+            }
+            MessageBody::PermissionRequest {
+                request_id, tool, ..
+            } => format!("{request_id}: may it run {tool}?"),
+            MessageBody::PermissionResponse {
+                request_id,
+                approved,
+                ..
+            } => format!(
+                "{request_id}: {}",
+                if approved { "allowed" } else { "denied" }
+            ),
+            MessageBody::Question {
+                request_id,
+                question,
+                ..
+            } => format!("{request_id}: \"{question}\""),
+            MessageBody::Answer { request_id, answer } => format!("{request_id}: \"{answer}\""),
+            MessageBody::ShutdownRequest { request_id, .. } => {
+                format!("{request_id}: the team's work is done")
+            }
+            MessageBody::ShutdownResponse {
+                request_id,
+                approve,
+                ..
+            } => format!(
+                "{request_id}: {}",
+                if approve { "agreed" } else { "refused" }
+            ),
+            MessageBody::IdleNotification { summary, .. } => {
+                format!("\"{}\"", summary.unwrap_or_default())
+            }
+            MessageBody::Text { text, .. } => format!("\"{text}\""),
+            MessageBody::VerificationReport { request_id, .. } => {
+                format!("for {}", request_id.unwrap_or_else(|| "its work".into()))
+            }
+            MessageBody::Unknown { kind, .. } => format!("(a {kind} this version does not know)"),
+        }
+    }
+
+    /// Verification reports, when team runs send them (`verification_report` mail to the lead).
+    fn verification(&self, out: &mut String) {
+        out.push_str("\nVerification (each approved plan checked against what was done)\n");
+        let reports: Vec<&Message> = self
+            .stored
+            .messages
+            .iter()
+            .filter(|m| m.kind == "verification_report")
+            .collect();
+        if reports.is_empty() {
+            wrap(
+                out,
+                "None yet: this version's team runs do not send verification_report mail. \
+                 When they do, each report the lead receives is listed here.",
+                2,
+            );
+            return;
+        }
+        let mut reports = reports;
+        reports.sort_by_key(|m| (m.sender.clone(), m.seq));
+        for report in reports {
+            let body = match report.typed_body() {
+                MessageBody::VerificationReport { report, .. } => report,
+                _ => report.body.clone(),
+            };
+            out.push_str(&format!("  {} → {}\n", report.sender, report.recipient));
+            wrap(out, &body.to_string(), 4);
+        }
+    }
+
+    fn diff(&self, out: &mut String) {
+        out.push_str(&format!(
+            "\nThe diff (the project as copied → as the team left it{})\n\n",
+            if self.git {
+                "; `git diff` in the project"
+            } else {
+                ""
+            }
+        ));
+        let mut changed = false;
+        let now = project_now(self.root);
+        for file in PROJECT {
+            let after = now.get(file.path).map(String::as_str);
+            if after != Some(file.text) {
+                changed = true;
+                out.push_str(&unified_diff(file.path, Some(file.text), after));
+            }
+        }
+        for (path, text) in &now {
+            if !PROJECT.iter().any(|f| f.path == path) {
+                changed = true;
+                out.push_str(&unified_diff(path, None, Some(text)));
+            }
+        }
+        if !changed {
+            out.push_str("  (no file changed)\n");
+        }
+    }
+
+    fn tests_and_end(&self, out: &mut String) {
+        out.push_str("\nThe tests after the run: bash tests/run.sh\n");
+        match self.tests {
+            Some(tests) => {
+                for line in tests.output.lines() {
+                    out.push_str(&format!("  {line}\n"));
+                }
+                out.push_str(&format!("  exit code {}\n", tests.code));
+            }
+            None => out.push_str("  (bash was not found: not run)\n"),
+        }
+        let finished = self.events_of("run_finished").last();
+        let status = finished
+            .and_then(|e| e["status"].as_str())
+            .unwrap_or("unknown");
+        let code = finished
+            .and_then(|e| e["exit_code"].as_u64())
+            .map_or_else(|| "?".to_owned(), |c| c.to_string());
+        let root = self.root.display();
+        out.push_str(&format!(
+            "\nThe run ended: {status}, exit code {code}.\n\nLook closer: `cd {root}`, then \
+             `muster runs`, `muster inbox`, `muster plans`, `muster tasks`{}.\n",
+            if self.git { ", `git diff`" } else { "" }
+        ));
+        wrap(
+            out,
+            &format!(
+                "The same team on a real model: in {root}, `git checkout .` then \
+                 `muster run -p \"{GOAL}\" --provider anthropic` (with ANTHROPIC_API_KEY set), \
+                 or `--provider openai --base-url http://localhost:11434/v1` for a local \
+                 OpenAI-compatible server."
+            ),
+            0,
+        );
+    }
+}
+
+/// The project's files now (outside `.git/` and `.muster/`, except the embedded ones).
+fn project_now(root: &Path) -> BTreeMap<String, String> {
+    let mut files = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(relative) = path.strip_prefix(root) else {
+                continue;
+            };
+            let relative = relative.to_string_lossy().replace('\\', "/");
+            if relative == ".git" || relative == ".muster" {
+                continue;
+            }
+            if path.is_dir() {
+                stack.push(path);
+            } else if let Ok(text) = std::fs::read_to_string(&path) {
+                files.insert(relative, text);
+            }
+        }
+    }
+    for file in PROJECT.iter().filter(|f| f.path.starts_with(".muster/")) {
+        if let Ok(text) = std::fs::read_to_string(root.join(file.path)) {
+            files.insert(file.path.to_owned(), text);
+        }
+    }
+    files
+}
+
+/// The order of a kind within a teammate's mail: work, plans, asks, reports, shutdown.
+fn phase(kind: &str) -> u8 {
+    match kind {
+        "task_assignment" => 0,
+        "plan_approval_request" | "plan_approval_response" => 1,
+        "permission_request" | "permission_response" | "question" | "answer" | "text" => 2,
+        "idle_notification" => 3,
+        "verification_report" => 4,
+        "shutdown_request" | "shutdown_response" => 5,
+        _ => 6,
+    }
+}
+
+/// The trailing number of an id (`plan-bob-2` → 2), for ordering.
+fn number(id: &str) -> u64 {
+    id.rsplit('-')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// One line for a tool call: the tool and what it was called on.
+fn describe(tool: &str, input: &Value) -> String {
+    let text = |key: &str| input[key].as_str().unwrap_or("").to_owned();
+    match tool {
+        "Read" | "Write" | "Edit" | "MultiEdit" => format!("{tool} {}", text("file_path")),
+        "Glob" | "Grep" => format!("{tool} {}", text("pattern")),
+        "LS" => format!("LS {}", text("path")),
+        "Bash" => format!("Bash `{}`", text("command")),
+        "Agent" => format!(
+            "Agent: starts a {} subagent to \"{}\"",
+            text("subagent_type"),
+            text("description").to_lowercase()
+        ),
+        "TaskCreate" => format!("TaskCreate \"{}\"", text("subject")),
+        "TaskUpdate" => {
+            let mut changes = Vec::new();
+            if let Some(owner) = input["owner"].as_str() {
+                changes.push(format!("owner {owner}"));
+            }
+            if let Some(status) = input["status"].as_str() {
+                changes.push(format!("status {status}"));
+            }
+            format!("TaskUpdate #{}: {}", input["task_id"], changes.join(", "))
+        }
+        "SpawnTeammate" => format!(
+            "SpawnTeammate {} (definition {})",
+            text("name"),
+            input["agent"].as_str().unwrap_or("general")
+        ),
+        "ReviewPlan" => format!(
+            "ReviewPlan {}: {}",
+            text("request_id"),
+            if input["approve"] == true {
+                match input["mode"].as_str() {
+                    Some(mode) => format!("approve, mode {mode}"),
+                    None => "approve".into(),
+                }
+            } else {
+                "reject".into()
+            }
+        ),
+        "SendMessage" => format!("SendMessage to {}", text("to")),
+        _ => tool.to_owned(),
+    }
+}
+
+/// Cuts a line to `max` characters.
+fn cut(line: &str, max: usize) -> String {
+    if line.chars().count() <= max {
+        return line.to_owned();
+    }
+    let mut cut: String = line.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+/// Appends `text` wrapped at [`WIDTH`], each line indented by `indent` spaces.
+fn wrap(out: &mut String, text: &str, indent: usize) {
+    wrap_after(out, &" ".repeat(indent), text, indent);
+}
+
+/// Appends `text` wrapped at [`WIDTH`]: the first line after `prefix`, the others indented
+/// by `indent` spaces.
+fn wrap_after(out: &mut String, prefix: &str, text: &str, indent: usize) {
+    let mut line = prefix.to_owned();
+    let mut empty = true;
+    for word in text.split_whitespace() {
+        if !empty && line.chars().count() + 1 + word.chars().count() > WIDTH {
+            out.push_str(&line);
+            out.push('\n');
+            line = " ".repeat(indent);
+            empty = true;
+        }
+        if !empty {
+            line.push(' ');
+        }
+        line.push_str(word);
+        empty = false;
+    }
+    if !empty {
+        out.push_str(&line);
+        out.push('\n');
+    }
+}
+
+/// A unified diff of one file (`None`: the file does not exist on that side), three lines
+/// of context, computed here so the demo needs no git.
+pub fn unified_diff(path: &str, before: Option<&str>, after: Option<&str>) -> String {
+    let old: Vec<&str> = before.map(|t| t.lines().collect()).unwrap_or_default();
+    let new: Vec<&str> = after.map(|t| t.lines().collect()).unwrap_or_default();
+    let mut out = format!(
+        "--- {}\n+++ {}\n",
+        if before.is_some() {
+            format!("a/{path}")
+        } else {
+            "/dev/null".into()
+        },
+        if after.is_some() {
+            format!("b/{path}")
+        } else {
+            "/dev/null".into()
+        }
+    );
+    // Longest common subsequence table, from the end.
+    let (n, m) = (old.len(), new.len());
+    let mut lcs = vec![vec![0usize; m + 1]; n + 1];
+    for i in (0..n).rev() {
+        for j in (0..m).rev() {
+            lcs[i][j] = if old[i] == new[j] {
+                lcs[i + 1][j + 1] + 1
+            } else {
+                lcs[i + 1][j].max(lcs[i][j + 1])
+            };
+        }
+    }
+    // The edit script: (' ' | '-' | '+', old index, new index).
+    let mut script = Vec::new();
+    let (mut i, mut j) = (0, 0);
+    while i < n || j < m {
+        if i < n && j < m && old[i] == new[j] {
+            script.push((' ', i, j));
+            i += 1;
+            j += 1;
+        } else if i < n && (j == m || lcs[i + 1][j] >= lcs[i][j + 1]) {
+            script.push(('-', i, j));
+            i += 1;
+        } else {
+            script.push(('+', i, j));
+            j += 1;
+        }
+    }
+    const CONTEXT: usize = 3;
+    let changes: Vec<usize> = (0..script.len()).filter(|&k| script[k].0 != ' ').collect();
+    let mut k = 0;
+    while k < changes.len() {
+        let start = changes[k].saturating_sub(CONTEXT);
+        let mut end = changes[k];
+        while k + 1 < changes.len() && changes[k + 1] <= end + 2 * CONTEXT + 1 {
+            k += 1;
+            end = changes[k];
+        }
+        let end = (end + CONTEXT + 1).min(script.len());
+        let hunk = &script[start..end];
+        let old_count = hunk.iter().filter(|s| s.0 != '+').count();
+        let new_count = hunk.iter().filter(|s| s.0 != '-').count();
+        let old_start = hunk.first().map_or(0, |s| s.1);
+        let new_start = hunk.first().map_or(0, |s| s.2);
+        out.push_str(&format!(
+            "@@ -{} +{} @@\n",
+            range(old_start, old_count),
+            range(new_start, new_count)
+        ));
+        for (op, oi, nj) in hunk {
+            let line = if *op == '+' { new[*nj] } else { old[*oi] };
+            out.push_str(&format!("{op}{line}\n"));
+        }
+        k += 1;
+    }
+    out
+}
+
+/// `start,count` of a hunk side, 1-based (`start-1,0` for an empty side, as diff does).
+fn range(start: usize, count: usize) -> String {
+    match count {
+        0 => format!("{start},0"),
+        1 => format!("{}", start + 1),
+        _ => format!("{},{count}", start + 1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_unified_diff_has_context_and_ranges() {
+        let before = "a\nb\nc\nd\ne\nf\ng\nh\n";
+        let after = "a\nb\nc\nD\ne\nf\ng\nh\ni\n";
+        let diff = unified_diff("x", Some(before), Some(after));
+        assert_eq!(
+            diff,
+            "--- a/x\n+++ b/x\n@@ -1,8 +1,9 @@\n a\n b\n c\n-d\n+D\n e\n f\n g\n h\n+i\n"
+        );
+        let created = unified_diff("y", None, Some("one\n"));
+        assert_eq!(created, "--- /dev/null\n+++ b/y\n@@ -0,0 +1 @@\n+one\n");
+    }
+
+    #[test]
+    fn every_embedded_file_is_there_and_the_cassette_parses() {
+        assert!(PROJECT.iter().all(|f| !f.text.is_empty()));
+        let inputs = tool_inputs();
+        assert!(inputs.len() > 20, "{}", inputs.len());
+    }
+}
