@@ -85,10 +85,14 @@ impl AgentRuntime {
             .is_none_or(|record| record.auto_gate.open);
         let mut pending = PendingCalls::default();
         let mut last_plan: Option<String> = None;
+        let mut history_plan: Option<String> = None;
         for record in records.into_iter().skip(1) {
+            if let Some(plan) = plan_in_history(&record) {
+                history_plan = Some(plan);
+            }
             agent.replay(record, &mut pending, &mut last_plan);
         }
-        agent.restore_plan_file(last_plan)?;
+        agent.restore_plan_file(last_plan.or(history_plan))?;
         if let Some(last) = agent.messages.last()
             && last.role == Role::Assistant
             && agent.finished.is_none()
@@ -210,8 +214,9 @@ impl AgentRuntime {
         }
     }
 
-    /// A plan file lost meanwhile is rewritten from the newest snapshot. For an approved plan
-    /// the snapshot is authoritative: a file changed outside muster is kept as
+    /// A plan file lost meanwhile is rewritten from the newest snapshot or, with no snapshot
+    /// left, from the newest plan in the message history (see [`plan_in_history`]). For an
+    /// approved plan the snapshot is authoritative: a file changed outside muster is kept as
     /// `<name>.edited.md` and rewritten.
     fn restore_plan_file(&self, last_plan: Option<String>) -> RuntimeResult<()> {
         let (Some(path), Some(plan)) = (&self.plan_file, last_plan) else {
@@ -231,6 +236,40 @@ impl AgentRuntime {
         }
         Ok(())
     }
+}
+
+/// The first words of the user message that restarts a context with an approved plan.
+const APPROVED_PLAN_PREFIX: &str = "Implement this approved plan (from ";
+
+/// A plan a record carries in the message history: the `plan` input of an `ExitPlanMode`
+/// call, or the plan of the user message that restarts the context after an approval with
+/// `clear_context` (after its first blank line).
+fn plan_in_history(record: &Record) -> Option<String> {
+    let Record::Message { message, .. } = record else {
+        return None;
+    };
+    message
+        .content
+        .iter()
+        .find_map(|block| match (message.role, block) {
+            (Role::Assistant, crate::model::ContentBlock::ToolUse { name, input, .. })
+                if name == "ExitPlanMode" =>
+            {
+                input
+                    .get("plan")
+                    .and_then(serde_json::Value::as_str)
+                    .filter(|plan| !plan.trim().is_empty())
+                    .map(str::to_owned)
+            }
+            (Role::User, crate::model::ContentBlock::Text { text })
+                if text.starts_with(APPROVED_PLAN_PREFIX) =>
+            {
+                text.split_once("\n\n")
+                    .map(|(_, plan)| plan.to_owned())
+                    .filter(|plan| !plan.trim().is_empty())
+            }
+            _ => None,
+        })
 }
 
 fn text_of(message: &Message) -> String {

@@ -592,3 +592,127 @@ async fn resume_restores_the_spend_from_the_records() {
     assert_eq!(fake.requests().len(), 2);
     assert!(!dir.path().join("marker.txt").exists());
 }
+
+/// Deletes every plan snapshot record of a run (as if the store had lost them).
+fn delete_snapshots(dir: &Path, run_id: &str) -> usize {
+    let connection = rusqlite::Connection::open(dir.join(".muster/muster.db")).unwrap();
+    connection
+        .execute(
+            "DELETE FROM agent_records WHERE run_id = ?1 AND body LIKE '%\"plan_snapshot\"%'",
+            [run_id],
+        )
+        .unwrap()
+}
+
+/// A plan-mode run with the human approver: stops with exit 5 after writing the plan.
+async fn plan_then_stop(dir: &Path, base: &str) -> (String, PathBuf) {
+    let first = muster(
+        dir,
+        &[
+            "run",
+            "-p",
+            "Plan.",
+            "--permission-mode",
+            "plan",
+            "--base-url",
+            base,
+            "--output",
+            "json",
+        ],
+    )
+    .await;
+    assert_eq!(first.status.code(), Some(5), "{}", stderr(&first));
+    let finished = lines(&first).pop().unwrap();
+    let plan_file = PathBuf::from(finished["plan_file"].as_str().unwrap());
+    assert_eq!(std::fs::read_to_string(&plan_file).unwrap(), PLAN);
+    (finished["run_id"].as_str().unwrap().to_owned(), plan_file)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_plan_file_is_restored_from_the_snapshot_then_from_exit_plan_mode() {
+    let dir = project();
+    let fake = FakeLlm::start(vec![ScriptEntry::reply(
+        "main",
+        1,
+        vec![Block::tool_use("ExitPlanMode", json!({"plan": PLAN}))],
+    )])
+    .await
+    .unwrap();
+    let (run_id, plan_file) = plan_then_stop(dir.path(), &fake.base_url()).await;
+
+    // 1. From the store's snapshot.
+    std::fs::remove_file(&plan_file).unwrap();
+    let again = muster(dir.path(), &["resume", &run_id, "--output", "json"]).await;
+    assert_eq!(again.status.code(), Some(5), "{}", stderr(&again));
+    assert_eq!(std::fs::read_to_string(&plan_file).unwrap(), PLAN);
+
+    // 2. With the snapshots gone too: from the ExitPlanMode input in the history.
+    std::fs::remove_file(&plan_file).unwrap();
+    assert!(delete_snapshots(dir.path(), &run_id) >= 1);
+    let again = muster(dir.path(), &["resume", &run_id, "--output", "json"]).await;
+    assert_eq!(again.status.code(), Some(5), "{}", stderr(&again));
+    assert_eq!(std::fs::read_to_string(&plan_file).unwrap(), PLAN);
+    assert_eq!(fake.requests().len(), 1, "the model was not asked again");
+}
+
+/// After an approval with an edited plan and `clear_context`, the newest plan in the history
+/// is the one the fresh context carries: with the file and the snapshots gone, it comes back.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_plan_file_is_restored_from_the_plan_carried_after_a_context_reset() {
+    let dir = project();
+    let fake = FakeLlm::start(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![Block::tool_use("ExitPlanMode", json!({"plan": PLAN}))],
+        ),
+        // The command kills muster itself: the run is interrupted after the reset.
+        ScriptEntry::reply(
+            "main",
+            2,
+            vec![Block::tool_use("Bash", json!({"command": "kill -9 $PPID"}))],
+        ),
+        ScriptEntry::reply("main", 3, vec![Block::text("Done.")]),
+    ])
+    .await
+    .unwrap();
+    let (run_id, plan_file) = plan_then_stop(dir.path(), &fake.base_url()).await;
+    let edited = format!("{PLAN}\n## Notes\nThe edited plan.\n");
+    std::fs::write(dir.path().join("edited.md"), &edited).unwrap();
+    let approve = muster(
+        dir.path(),
+        &[
+            "approve",
+            "plan-main-1",
+            "--mode",
+            "bypassPermissions",
+            "--plan-file",
+            "edited.md",
+            "--clear-context",
+        ],
+    )
+    .await;
+    assert_eq!(approve.status.code(), Some(0), "{}", stderr(&approve));
+    let crashed = muster(dir.path(), &["resume", &run_id, "--output", "json"]).await;
+    assert_eq!(crashed.status.code(), None, "killed: {}", stderr(&crashed));
+    let turn2 = fake
+        .requests()
+        .into_iter()
+        .find(|r| r.turn == Some(2))
+        .unwrap();
+    assert!(
+        turn2
+            .body
+            .to_string()
+            .contains("Implement this approved plan"),
+        "the context was reset with the plan"
+    );
+
+    std::fs::remove_file(&plan_file).unwrap();
+    assert!(delete_snapshots(dir.path(), &run_id) >= 2);
+    let finished = muster(dir.path(), &["resume", &run_id, "--output", "json"]).await;
+    assert_eq!(finished.status.code(), Some(0), "{}", stderr(&finished));
+    assert_eq!(std::fs::read_to_string(&plan_file).unwrap(), edited);
+    fake.verify().unwrap();
+}
