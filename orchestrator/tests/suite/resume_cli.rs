@@ -716,3 +716,129 @@ async fn a_missing_plan_file_is_restored_from_the_plan_carried_after_a_context_r
     assert_eq!(std::fs::read_to_string(&plan_file).unwrap(), edited);
     fake.verify().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forked_run_and_its_original_continue_independently_with_distinct_plan_files() {
+    let dir = project();
+    let write = |name: &str, text: &str| {
+        Block::tool_use("Write", json!({"file_path": name, "content": text}))
+    };
+    let original_model = FakeLlm::start(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![Block::tool_use("ExitPlanMode", json!({"plan": PLAN}))],
+        ),
+        ScriptEntry::reply("main", 2, vec![write("original.txt", "original\n")]),
+        ScriptEntry::reply("main", 3, vec![Block::text("Original done.")]),
+    ])
+    .await
+    .unwrap();
+    let fork_model = FakeLlm::start(vec![
+        ScriptEntry::reply("main", 2, vec![write("fork.txt", "fork\n")]),
+        ScriptEntry::reply("main", 3, vec![Block::text("Fork done.")]),
+    ])
+    .await
+    .unwrap();
+    let (original, original_plan) = plan_then_stop(dir.path(), &original_model.base_url()).await;
+
+    let forked = muster(dir.path(), &["fork", &original]).await;
+    assert_eq!(forked.status.code(), Some(0), "{}", stderr(&forked));
+    let text = String::from_utf8_lossy(&forked.stdout).into_owned();
+    let fork = text
+        .split(" as ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap()
+        .to_owned();
+    assert_ne!(fork, original);
+    let plans = plan_files(dir.path());
+    assert_eq!(plans.len(), 2, "{plans:?}");
+    let fork_plan = plans.iter().find(|p| **p != original_plan).unwrap().clone();
+    assert_eq!(std::fs::read_to_string(&fork_plan).unwrap(), PLAN);
+
+    // Each run is approved with its own edit of the plan.
+    for (run, note) in [(&original, "original"), (&fork, "fork")] {
+        let edited = dir.path().join(format!("{note}-plan.md"));
+        std::fs::write(&edited, format!("{PLAN}\n## Notes\n{note}\n")).unwrap();
+        let approve = muster(
+            dir.path(),
+            &[
+                "approve",
+                "plan-main-1",
+                "--run",
+                run,
+                "--mode",
+                "acceptEdits",
+                "--plan-file",
+                edited.to_str().unwrap(),
+            ],
+        )
+        .await;
+        assert_eq!(approve.status.code(), Some(0), "{}", stderr(&approve));
+    }
+    let fork_base = fork_model.base_url();
+    let resumed_fork = muster(
+        dir.path(),
+        &[
+            "resume",
+            &fork,
+            "--base-url",
+            &fork_base,
+            "--output",
+            "json",
+        ],
+    )
+    .await;
+    assert_eq!(
+        resumed_fork.status.code(),
+        Some(0),
+        "{}",
+        stderr(&resumed_fork)
+    );
+    assert_eq!(lines(&resumed_fork)[0]["result"], "Fork done.");
+    let resumed_original = muster(dir.path(), &["resume", &original, "--output", "json"]).await;
+    assert_eq!(
+        resumed_original.status.code(),
+        Some(0),
+        "{}",
+        stderr(&resumed_original)
+    );
+    assert_eq!(lines(&resumed_original)[0]["result"], "Original done.");
+
+    assert_eq!(
+        std::fs::read_to_string(&original_plan).unwrap(),
+        format!("{PLAN}\n## Notes\noriginal\n")
+    );
+    assert_eq!(
+        std::fs::read_to_string(&fork_plan).unwrap(),
+        format!("{PLAN}\n## Notes\nfork\n")
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("original.txt")).unwrap(),
+        "original\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("fork.txt")).unwrap(),
+        "fork\n"
+    );
+    assert!(
+        fork_model
+            .requests()
+            .iter()
+            .all(|r| r.run_id.as_deref() == Some(fork.as_str()))
+    );
+    assert!(
+        original_model
+            .requests()
+            .iter()
+            .all(|r| r.run_id.as_deref() == Some(original.as_str()))
+    );
+    original_model.verify().unwrap();
+    fork_model.verify().unwrap();
+    let store = open_store(dir.path());
+    for run in [&original, &fork] {
+        let status = store.run(run).await.unwrap().unwrap().status;
+        assert_eq!(status.as_str(), "completed", "{run}");
+    }
+}
