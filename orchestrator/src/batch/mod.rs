@@ -303,10 +303,12 @@ impl LineContext<'_> {
             .code()
             .and_then(|code| u8::try_from(code).ok())
             .unwrap_or(Exit::Interrupted.code());
-        if let Some(event) = finished {
-            return Ok(ResultLine::from_event(&line.id, &event, code));
-        }
         let key = self.batch.line_key(&line.id);
+        if let Some(event) = finished {
+            let result = ResultLine::from_event(&line.id, &event, code);
+            self.check_recorded(&line.id, &key, result.run_id.as_deref());
+            return Ok(result);
+        }
         let runs = self.runtime.block_on(self.store.runs())?;
         let record = runs
             .into_iter()
@@ -318,6 +320,20 @@ impl LineContext<'_> {
             }
             record => ResultLine::without_event(&line.id, record.as_ref(), code, tail),
         })
+    }
+
+    /// Says so when the line's run did not record its batch line (a kind of run that does
+    /// not read [`line_id`] yet): a re-run of the file cannot skip or resume it.
+    fn check_recorded(&self, id: &str, key: &str, run_id: Option<&str>) {
+        let Some(run_id) = run_id else { return };
+        if let Ok(Some(record)) = self.runtime.block_on(self.store.run(run_id))
+            && record.batch_line_id.as_deref() != Some(key)
+        {
+            tracing::warn!(
+                "batch line {id}: run {run_id} does not record its batch line; \
+                 a re-run of this file will start the line again"
+            );
+        }
     }
 
     /// Reads the child's events until its stdout closes; returns `run_finished`.
