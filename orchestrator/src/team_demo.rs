@@ -121,7 +121,7 @@ pub fn run(_global: &GlobalArgs, dir: Option<&Path>) -> anyhow::Result<Exit> {
         eprint!("{}", String::from_utf8_lossy(&output.stderr));
     }
     println!(
-        "The demo took {:.1} s. Its exit code is the run's: {code}.",
+        "\nThe demo took {:.1} s. Its exit code is the run's: {code}.",
         started.elapsed().as_secs_f64()
     );
     Ok(exit_for(code))
@@ -212,6 +212,9 @@ fn init_git(root: &Path) -> bool {
 
 /// What the store holds about the run.
 struct Stored {
+    /// Reports the demo computed from each teammate's transcript, for a run whose team sent
+    /// no `verification_report` mail: `(agent, text)`.
+    computed_reports: Vec<(String, String)>,
     messages: Vec<Message>,
     requests: Vec<RequestRecord>,
     tasks: Vec<Task>,
@@ -231,8 +234,34 @@ fn read_store(root: &Path, run_id: &str) -> anyhow::Result<Stored> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
+        let messages = store.messages(run_id, None).await?;
+        let mut computed_reports = Vec::new();
+        if !messages.iter().any(|m| m.kind == "verification_report") {
+            let mut teammates: Vec<String> = store
+                .requests(run_id)
+                .await?
+                .into_iter()
+                .filter(|r| r.kind == "plan_approval_request")
+                .map(|r| r.requester)
+                .collect();
+            teammates.sort();
+            teammates.dedup();
+            for agent in teammates {
+                let rows = store
+                    .records(run_id, &agent, muster_agents::runtime::TRANSCRIPT, 0)
+                    .await?;
+                if let Ok(report) = muster_agents::verification::build_report(
+                    &agent,
+                    rows.iter().map(|row| &row.body),
+                    root,
+                ) {
+                    computed_reports.push((agent, report.render_text()));
+                }
+            }
+        }
         Ok(Stored {
-            messages: store.messages(run_id, None).await?,
+            computed_reports,
+            messages,
             requests: store.requests(run_id).await?,
             tasks: store.tasks(run_id).await?,
         })
@@ -654,33 +683,63 @@ impl Summary<'_> {
         }
     }
 
-    /// Verification reports, when team runs send them (`verification_report` mail to the lead).
+    /// Verification reports: the `verification_report` mail the lead received; for a team
+    /// that sends none, reports the demo computes itself with the same module.
     fn verification(&self, out: &mut String) {
-        out.push_str("\nVerification (each approved plan checked against what was done)\n");
-        let reports: Vec<&Message> = self
+        out.push_str("\nVerification (each approved plan checked against what its teammate did)\n");
+        let mut reports: Vec<&Message> = self
             .stored
             .messages
             .iter()
             .filter(|m| m.kind == "verification_report")
             .collect();
-        if reports.is_empty() {
+        reports.sort_by_key(|m| (m.sender.clone(), m.seq));
+        let texts: Vec<String> = if reports.is_empty() {
+            if self.stored.computed_reports.is_empty() {
+                out.push_str("  (no teammate finished an approved plan)\n");
+                return;
+            }
             wrap(
                 out,
-                "None yet: this version's team runs do not send verification_report mail. \
-                 When they do, each report the lead receives is listed here.",
+                "This version's team runs send the lead no verification_report mail yet: the demo \
+                 built these reports itself, from each teammate's transcript in the store, with \
+                 the module team runs will use (muster_agents::verification).",
                 2,
             );
-            return;
-        }
-        let mut reports = reports;
-        reports.sort_by_key(|m| (m.sender.clone(), m.seq));
-        for report in reports {
-            let body = match report.typed_body() {
-                MessageBody::VerificationReport { report, .. } => report,
-                _ => report.body.clone(),
-            };
-            out.push_str(&format!("  {} → {}\n", report.sender, report.recipient));
-            wrap(out, &body.to_string(), 4);
+            self.stored
+                .computed_reports
+                .iter()
+                .map(|(_, text)| text.clone())
+                .collect()
+        } else {
+            reports
+                .iter()
+                .map(|message| {
+                    let report = match message.typed_body() {
+                        MessageBody::VerificationReport { report, .. } => report,
+                        _ => message.body.clone(),
+                    };
+                    let text = muster_agents::verification::VerificationReport::from_json(&report)
+                        .map(|r| r.render_text())
+                        .unwrap_or_else(|_| report.to_string());
+                    format!(
+                        "({} → {} by mail) {text}",
+                        message.sender, message.recipient
+                    )
+                })
+                .collect()
+        };
+        for text in texts {
+            let text = text.replace(&format!("{}/", self.root.display()), "");
+            out.push('\n');
+            let mut lines = text.lines();
+            if let Some(head) = lines.next() {
+                out.push_str(&format!("  {head}\n"));
+            }
+            for line in lines {
+                let indent = 2 + line.len() - line.trim_start().len();
+                wrap_after(out, &" ".repeat(indent), line.trim_start(), indent + 4);
+            }
         }
     }
 
@@ -737,16 +796,12 @@ impl Summary<'_> {
              `muster runs`, `muster inbox`, `muster plans`, `muster tasks`{}.\n",
             if self.git { ", `git diff`" } else { "" }
         ));
-        wrap(
-            out,
-            &format!(
-                "The same team on a real model: in {root}, `git checkout .` then \
-                 `muster run -p \"{GOAL}\" --provider anthropic` (with ANTHROPIC_API_KEY set), \
-                 or `--provider openai --base-url http://localhost:11434/v1` for a local \
-                 OpenAI-compatible server."
-            ),
-            0,
-        );
+        out.push_str(&format!(
+            "The same team on a real model, in {root} (`git checkout .` first undoes the \
+             scripted changes):\n  ANTHROPIC_API_KEY=… muster run -p \"{GOAL}\" --provider \
+             anthropic\n  or, with a local OpenAI-compatible server: muster run -p \"…\" \
+             --provider openai --base-url http://localhost:11434/v1 --model MODEL\n"
+        ));
     }
 }
 
