@@ -285,7 +285,8 @@ impl Team {
                 return Ok(());
             }
             let completed = self.complete_tasks_of(id, &open_before).await?;
-            self.set_state(id, MemberState::Idle);
+            // The report goes out before the teammate counts as idle, so the lead never
+            // sees an idle team with the last report still unsent.
             self.store
                 .send(NewMessage {
                     run_id: self.run_id().to_owned(),
@@ -299,6 +300,7 @@ impl Team {
                     idempotency_key: None,
                 })
                 .await?;
+            self.set_state(id, MemberState::Idle);
         }
     }
 

@@ -600,6 +600,8 @@ impl Team {
             };
             // The lead's turn ended: take its mail, or end the run, or wait.
             loop {
+                // Marked seen before looking, so a change after the look still wakes the wait.
+                states.borrow_and_update();
                 let mail = self.take_lead_mail(None).await?;
                 if !mail.is_empty() {
                     self.deliver(&mut lead, &mail).await?;
@@ -608,7 +610,6 @@ impl Team {
                 if let Some(ending) = self.ending_if_done(&result).await? {
                     return Ok(ending);
                 }
-                states.borrow_and_update();
                 tokio::select! {
                     biased;
                     batch = self.store.receive_batch(self.run_id(), LEAD, self.epoch(), MAIL_BATCH) => {
