@@ -18,6 +18,7 @@
 //! | `mode` | a mode change | `mode`, `pre_plan_mode?`, `reason` |
 //! | `plan_snapshot` | the plan at `draft`, `submitted`, `edited`, `approved` | `path`, `content`, `state`, `request_id?` |
 //! | `awaiting` | a plan request was sent | `request_id`, `tool_use_id`, `responder` |
+//! | `compacted` | the context was summarised before a request | `turn`, `model`, `usage`, `cost_usd?`, `summary`, `messages` (the context from here on) |
 //! | `context_reset` | approval with `clear_context` | `reason` |
 //! | `finished` | the model ended its turn with no tool call | `result` |
 //!
@@ -51,8 +52,8 @@ pub mod team;
 
 pub use agent::{AgentOutcome, AgentRuntime, AgentSpec};
 pub use context::{
-    DEFAULT_MAX_SUBAGENTS, DEFAULT_MAX_TURNS, ModeModel, ModelRouter, PlanApprover, RunContext,
-    Terminal, TerminalPlanDecision,
+    CompactionPolicy, DEFAULT_MAX_SUBAGENTS, DEFAULT_MAX_TURNS, ModeModel, ModelRouter,
+    PlanApprover, RunContext, Terminal, TerminalPlanDecision,
 };
 pub use coordination::capped_mode;
 pub use error::{RuntimeError, RuntimeResult};

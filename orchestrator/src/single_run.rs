@@ -13,7 +13,7 @@ use muster_agents::model::{
     ModelProvider, ProviderOptions, Recorder, ScriptOptions, ThinkingSettings, build_provider,
 };
 use muster_agents::runtime::{
-    AgentKind, AgentOutcome, AgentRuntime, AgentSpec, DEFAULT_MAX_SUBAGENTS, EngineGate, EventSink,
+    AgentKind, AgentOutcome, AgentRuntime, AgentSpec, CompactionPolicy, DEFAULT_MAX_SUBAGENTS, EngineGate, EventSink,
     ModeModel, ModelRouter, PlanApprover, PlanFiles, RunContext, RuntimeEvent, Terminal,
     TerminalPlanDecision,
 };
@@ -571,6 +571,10 @@ impl Session {
                 .collect(),
             subagents: Arc::new(Semaphore::new(DEFAULT_MAX_SUBAGENTS)),
             budget: run.budget,
+            compaction: CompactionPolicy {
+                config: Default::default(),
+                models: settings.models.clone(),
+            },
         }
     }
 

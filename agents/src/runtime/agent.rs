@@ -10,9 +10,13 @@ use muster_config::{AgentDefinition, ModelChoice, PermissionMode};
 use muster_mailbox::{AutoGateUpdate, CommitTurn, Message as Mail, NewRecord};
 use serde_json::Value;
 
+use crate::compaction::{
+    CompactionInputs, PlanReference, SummaryRequest, estimate_messages_tokens, needs_compaction,
+    plan_cut, rebuild, summary_text,
+};
 use crate::model::{
     ContentBlock, Message, ModelRequest, ModelResponse, RequestContext, Role, ToolCall,
-    ToolDefinition, ToolResultContent,
+    ToolDefinition, ToolResultContent, Usage,
 };
 use crate::tools::ToolOutput;
 
@@ -138,6 +142,9 @@ pub struct AgentRuntime {
     pub(super) plan_approved: bool,
     /// Where asks go.
     pub(super) asks: super::asks::AskSettings,
+    /// The usage of the newest response still in the context, and the context's length right
+    /// after it (what came later is estimated): the compaction trigger's input.
+    pub(super) last_prompt: Option<(Usage, usize)>,
 }
 
 impl AgentRuntime {
@@ -183,6 +190,7 @@ impl AgentRuntime {
             auto_gate_open: true,
             plan_approved: false,
             asks,
+            last_prompt: None,
         };
         if agent.mode == PermissionMode::Plan && agent.pre_plan_mode.is_none() {
             agent.pre_plan_mode = Some(
@@ -347,17 +355,11 @@ impl AgentRuntime {
     /// response is committed (with its usage and cost, for the ledger on resume) and reported
     /// before a budget it crosses stops the agent.
     async fn call_model(&mut self) -> RuntimeResult<ModelResponse> {
+        self.compact_if_needed().await?;
         self.run.budget.check_before_request(&self.id)?;
         let model = self.model_for_mode();
         let turn = self.turn + 1;
-        let request = ModelRequest {
-            model: model.model.clone(),
-            system: self.system.clone(),
-            messages: self.messages.clone(),
-            tools: self.tool_definitions.clone(),
-            max_tokens: model.max_tokens,
-            thinking: model.thinking,
-        };
+        let request = self.request_for(&model);
         let context = RequestContext::new(&self.run.run_id, &self.id, turn);
         let response = model.provider.stream(&context, &request).response().await?;
         self.turn = turn;
@@ -373,6 +375,7 @@ impl AgentRuntime {
         };
         self.commit(vec![record], Vec::new(), None).await?;
         self.messages.push(message);
+        self.last_prompt = Some((response.usage, self.messages.len()));
         self.run.events.emit(RuntimeEvent::ModelTurn {
             agent: self.id.clone(),
             turn,
@@ -383,6 +386,94 @@ impl AgentRuntime {
         });
         self.run.budget.record(&self.id, &response)?;
         Ok(response)
+    }
+
+    /// The next model request of `model` on the current context.
+    fn request_for(&self, model: &ModeModel) -> ModelRequest {
+        ModelRequest {
+            model: model.model.clone(),
+            system: self.system.clone(),
+            messages: self.messages.clone(),
+            tools: self.tool_definitions.clone(),
+            max_tokens: model.max_tokens,
+            thinking: model.thinking,
+        }
+    }
+
+    /// Before a model request: when the context nears the model's window (see
+    /// [`crate::compaction`]), older turns are summarised by the model (a request of its own,
+    /// with the next turn index, through the budget) and the context is rebuilt around the
+    /// summary and the plan re-read from disk. The `compacted` record holds the new context, so
+    /// a resume continues from it.
+    async fn compact_if_needed(&mut self) -> RuntimeResult<()> {
+        let Some((usage, length)) = self.last_prompt else {
+            return Ok(());
+        };
+        let model = self.model_for_mode();
+        let policy = &self.run.compaction;
+        let Some(info) = policy.models.get(&model.model) else {
+            return Ok(());
+        };
+        let appended = self.messages.get(length.saturating_sub(1)..).unwrap_or(&[]);
+        if !needs_compaction(
+            &usage,
+            estimate_messages_tokens(appended),
+            info,
+            &policy.config,
+        ) {
+            return Ok(());
+        }
+        let config = policy.config;
+        let cut = plan_cut(&self.messages);
+        let turn = self.turn + 1;
+        let context = RequestContext::new(&self.run.run_id, &self.id, turn);
+        let Ok(summary_request) =
+            SummaryRequest::build(context, &self.request_for(&model), &cut, &config)
+        else {
+            // Nothing to summarise: the whole context must be kept verbatim.
+            return Ok(());
+        };
+        self.run.budget.check_before_request(&self.id)?;
+        let response = model
+            .provider
+            .stream(&summary_request.context, &summary_request.request)
+            .response()
+            .await?;
+        self.turn = turn;
+        let summary = summary_text(&response).map_err(|error| RuntimeError::ModelStopped {
+            reason: response.stop_reason.as_str().to_owned(),
+            detail: error.to_string(),
+        })?;
+        let plan = match &self.plan_file {
+            Some(path) => Some(super::plan_files::read_plan(path)?)
+                .filter(|content| !content.trim().is_empty())
+                .map(|content| PlanReference {
+                    path: path.display().to_string(),
+                    content,
+                }),
+            None => None,
+        };
+        let messages = rebuild(CompactionInputs {
+            messages: &self.messages,
+            cut,
+            summary: &summary,
+            plan,
+            coordination_state: None,
+            recent_messages_tokens: config.recent_messages_tokens,
+        });
+        let record = Record::Compacted {
+            turn,
+            model: response.model.clone(),
+            usage: response.usage,
+            cost_usd: response.cost_usd,
+            summary,
+            messages: messages.clone(),
+        };
+        self.commit(vec![record], Vec::new(), None).await?;
+        self.messages = messages;
+        self.last_prompt = None;
+        self.run.budget.record(&self.id, &response)?;
+        Ok(())
     }
 
     /// Gives every pending call its result (running what has not run), then appends the

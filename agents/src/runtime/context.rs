@@ -6,13 +6,14 @@ use std::ffi::OsString;
 use std::path::Path;
 use std::sync::Arc;
 
-use muster_config::settings::Budgets;
+use muster_config::settings::{Budgets, ModelInfo};
 use muster_config::{AgentCatalog, PermissionMode, Policy};
 use muster_mailbox::MailboxStore;
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
 use crate::budget::{BudgetLedger, BudgetSettings, Spend};
+use crate::compaction::CompactionConfig;
 use crate::model::{ModelProvider, ThinkingSettings};
 use crate::tools::{ToolRegistry, Workspace};
 
@@ -123,6 +124,17 @@ pub struct RunContext {
     /// The run's budgets and what its agents have spent: every model request is checked
     /// and recorded here (the one turn counter; see [`crate::budget`]).
     pub budget: Arc<BudgetLedger>,
+    /// When agents compact their context.
+    pub compaction: CompactionPolicy,
+}
+
+/// When agents compact their context (see [`crate::compaction`]): the trigger's settings and
+/// the catalogue's models (a model without a `context_window` is never compacted; the
+/// default, with no models, never compacts).
+#[derive(Clone, Debug, Default)]
+pub struct CompactionPolicy {
+    pub config: CompactionConfig,
+    pub models: BTreeMap<String, ModelInfo>,
 }
 
 impl RunContext {

@@ -101,6 +101,17 @@ pub enum Record {
         tool_use_id: String,
         responder: String,
     },
+    /// The context was compacted before model request `turn`: that request (with
+    /// `x-muster-purpose: compact`) returned `summary`, and the context is `messages` from here.
+    Compacted {
+        turn: u64,
+        model: String,
+        usage: Usage,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
+        summary: String,
+        messages: Vec<Message>,
+    },
     /// The context restarts here with only the system prompt (approval with `clear_context`).
     ContextReset { reason: String },
     /// The agent ended its work with this final answer.

@@ -76,6 +76,7 @@ impl AgentRuntime {
             auto_gate_open: true,
             plan_approved: false,
             asks,
+            last_prompt: None,
         };
         agent.auto_gate_open = agent
             .run
@@ -136,19 +137,27 @@ impl AgentRuntime {
             let mut turns = 0;
             let mut requests = Vec::new();
             for row in &rows {
-                if let Record::Message {
-                    turn,
-                    model,
-                    usage,
-                    cost_usd,
-                    ..
-                } = Record::from_stored(row)?
-                {
-                    turns = turns.max(turn.unwrap_or(0));
-                    if let Some(usage) = usage {
-                        let info = model.as_deref().and_then(|name| models.get(name));
-                        requests.push((usage, cost_usd.or_else(|| cost_of(&usage, info))));
-                    }
+                let (turn, model, usage, cost_usd) = match Record::from_stored(row)? {
+                    Record::Message {
+                        turn,
+                        model,
+                        usage,
+                        cost_usd,
+                        ..
+                    } => (turn, model, usage, cost_usd),
+                    Record::Compacted {
+                        turn,
+                        model,
+                        usage,
+                        cost_usd,
+                        ..
+                    } => (Some(turn), Some(model), Some(usage), cost_usd),
+                    _ => continue,
+                };
+                turns = turns.max(turn.unwrap_or(0));
+                if let Some(usage) = usage {
+                    let info = model.as_deref().and_then(|name| models.get(name));
+                    requests.push((usage, cost_usd.or_else(|| cost_of(&usage, info))));
                 }
             }
             spends.insert(member.agent, Spend::from_requests(turns, requests));
@@ -163,7 +172,12 @@ impl AgentRuntime {
         last_plan: &mut Option<String>,
     ) {
         match record {
-            Record::Message { message, turn, .. } => {
+            Record::Message {
+                message,
+                turn,
+                usage,
+                ..
+            } => {
                 if let Some(turn) = turn {
                     self.turn = self.turn.max(turn);
                 }
@@ -171,10 +185,19 @@ impl AgentRuntime {
                     *pending = PendingCalls::default();
                 }
                 self.messages.push(message);
+                if let Some(usage) = usage {
+                    self.last_prompt = Some((usage, self.messages.len()));
+                }
                 self.finished = None;
+            }
+            Record::Compacted { turn, messages, .. } => {
+                self.turn = self.turn.max(turn);
+                self.messages = messages;
+                self.last_prompt = None;
             }
             Record::ContextReset { .. } => {
                 self.messages.clear();
+                self.last_prompt = None;
                 *pending = PendingCalls::default();
             }
             Record::Mode {

@@ -133,6 +133,7 @@ impl Harness {
                 None,
                 BTreeMap::new(),
             )),
+            compaction: Default::default(),
         })
     }
 

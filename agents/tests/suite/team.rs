@@ -167,6 +167,7 @@ impl Harness {
                 None,
                 std::collections::BTreeMap::new(),
             )),
+            compaction: Default::default(),
         });
         Harness {
             _dir: dir,

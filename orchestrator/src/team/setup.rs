@@ -10,8 +10,8 @@ use muster_agents::model::{
     ModelProvider, ProviderOptions, Recorder, ScriptOptions, ThinkingSettings, build_provider,
 };
 use muster_agents::runtime::{
-    DEFAULT_MAX_SUBAGENTS, EngineGate, EventSink, ModeModel, ModelRouter, PlanApprover, PlanFiles,
-    RunContext,
+    CompactionPolicy, DEFAULT_MAX_SUBAGENTS, EngineGate, EventSink, ModeModel, ModelRouter,
+    PlanApprover, PlanFiles, RunContext,
 };
 use muster_agents::tools::{ToolRegistry, Workspace};
 use muster_config::settings::ProviderKind;
@@ -103,6 +103,10 @@ pub(crate) fn run_context(parts: ContextParts<'_>) -> anyhow::Result<RunContext>
             None,
             BTreeMap::new(),
         )),
+        compaction: CompactionPolicy {
+            config: Default::default(),
+            models: settings.models.clone(),
+        },
     })
 }
 

@@ -842,3 +842,142 @@ async fn a_forked_run_and_its_original_continue_independently_with_distinct_plan
         assert_eq!(status.as_str(), "completed", "{run}");
     }
 }
+
+/// The `tool_use` ids and `tool_result` ids of a recorded request's messages: every result
+/// must answer a call made before it.
+fn assert_no_orphan_tool_results(body: &Value) {
+    let mut calls = std::collections::BTreeSet::new();
+    for message in body["messages"].as_array().unwrap() {
+        for block in message["content"].as_array().into_iter().flatten() {
+            match block["type"].as_str() {
+                Some("tool_use") => {
+                    calls.insert(block["id"].as_str().unwrap().to_owned());
+                }
+                Some("tool_result") => {
+                    let id = block["tool_use_id"].as_str().unwrap();
+                    assert!(calls.contains(id), "orphan tool result {id}: {body}");
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// A scripted long run crosses the compaction threshold (window 20,000, max output 1,000: the
+/// threshold is 6,000 tokens): the model is asked for a handoff note (`x-muster-purpose:
+/// compact`, the next turn index), the next request carries the note and the plan re-read
+/// from disk and no orphan tool result; killed after that, the resumed run continues from the
+/// compacted context.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_long_run_is_compacted_and_resume_continues_from_the_compacted_context() {
+    let dir = project();
+    settings(
+        dir.path(),
+        "[models.\"claude-sonnet-4-5\"]\ncontext_window = 20000\nmax_output = 1000\n",
+    );
+    let note = "HANDOFF: the plan is approved and README.md was read.";
+    let mut compact = with_usage(
+        ScriptEntry::reply("main", 3, vec![Block::text(note)]),
+        2000,
+        40,
+    );
+    compact.purpose = Some("compact".into());
+    let fake = FakeLlm::start(vec![
+        with_usage(
+            ScriptEntry::reply(
+                "main",
+                1,
+                vec![Block::tool_use("ExitPlanMode", json!({"plan": PLAN}))],
+            ),
+            300,
+            50,
+        ),
+        with_usage(
+            ScriptEntry::reply(
+                "main",
+                2,
+                vec![Block::tool_use("Read", json!({"file_path": "README.md"}))],
+            ),
+            7000,
+            50,
+        ),
+        compact,
+        with_usage(
+            ScriptEntry::reply(
+                "main",
+                4,
+                vec![Block::tool_use("Bash", json!({"command": "kill -9 $PPID"}))],
+            ),
+            900,
+            20,
+        ),
+        with_usage(
+            ScriptEntry::reply("main", 5, vec![Block::text("Done.")]),
+            900,
+            20,
+        ),
+    ])
+    .await
+    .unwrap();
+    let base = fake.base_url();
+    let args = [
+        "run",
+        "-p",
+        "Plan, read, then finish.",
+        "--permission-mode",
+        "plan",
+        "--approver",
+        "policy:policy.toml",
+        "--model",
+        "claude-sonnet-4-5",
+        "--base-url",
+        &base,
+        "--output",
+        "stream-json",
+    ];
+    let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+    let (before, code) = run_killed_at(dir.path(), &args, None).await;
+    assert_eq!(code, -9, "the Bash call killed muster: {before:?}");
+    let run_id = before[0]["run_id"].as_str().unwrap().to_owned();
+
+    let requests = fake.requests();
+    let compaction = requests.iter().find(|r| r.turn == Some(3)).unwrap();
+    assert_eq!(compaction.purpose.as_deref(), Some("compact"));
+    assert!(compaction.body.to_string().contains("<compaction-request>"));
+    let after = requests.iter().find(|r| r.turn == Some(4)).unwrap();
+    assert_eq!(after.purpose, None);
+    let body = after.body.to_string();
+    assert!(body.contains(note), "the summary follows: {body}");
+    assert!(
+        body.contains("1. Append two and three to marker.txt"),
+        "the plan, re-read"
+    );
+    assert_no_orphan_tool_results(&after.body);
+
+    let resumed = muster(dir.path(), &["resume", &run_id, "--output", "json"]).await;
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    assert_eq!(lines(&resumed)[0]["result"], "Done.");
+    let last = fake
+        .requests()
+        .into_iter()
+        .find(|r| r.turn == Some(5))
+        .unwrap();
+    let body = last.body.to_string();
+    assert!(
+        body.contains(note),
+        "resume continues from the compacted context"
+    );
+    assert!(
+        !body.contains("<compaction-request>"),
+        "the handoff prompt is not part of the context"
+    );
+    assert_no_orphan_tool_results(&last.body);
+    let store = open_store(dir.path());
+    let records = transcript(store.as_ref(), &run_id, "main").await;
+    assert_eq!(
+        records.iter().filter(|r| r["type"] == "compacted").count(),
+        1
+    );
+    fake.verify().unwrap();
+}
