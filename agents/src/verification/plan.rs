@@ -697,6 +697,19 @@ mod tests {
         assert_eq!(plan.files, vec!["src/a.rs"]);
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_text_parses_without_panicking(text in proptest::prelude::any::<String>()) {
+            let sections = format!("## Steps\n1. {text}\n## Files\n{text}\n## Tests\n{text}\n");
+            for plan in [text.as_str(), sections.as_str()] {
+                let parsed = ParsedPlan::parse(plan);
+                for file in &parsed.files {
+                    proptest::prop_assert!(!file.is_empty() && !file.starts_with(".."));
+                }
+            }
+        }
+    }
+
     #[test]
     fn unterminated_spans_and_odd_text_do_not_panic() {
         for text in [
