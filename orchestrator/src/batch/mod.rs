@@ -167,14 +167,18 @@ pub fn run(global: &GlobalArgs, options: BatchOptions) -> anyhow::Result<Exit> {
     Ok(results::exit_for(results.worst()))
 }
 
-/// A finished run's line: counted always, written unless `--out` already has it.
+/// A finished run's line: counted always (with the exit code written then, when `--out`
+/// already has it: the store keeps a failed run's status, not its exact code), written
+/// unless `--out` already has it.
 fn report_finished(results: &Results, id: &str, record: &RunRecord) -> anyhow::Result<()> {
-    let line = ResultLine::from_record(id, record);
-    if results.already_written(&line) {
-        results.count(&line);
-        Ok(())
-    } else {
-        results.write(&line)
+    let mut line = ResultLine::from_record(id, record);
+    match results.already_written(&line) {
+        Some(code) => {
+            line.exit_code = code;
+            results.count(&line);
+            Ok(())
+        }
+        None => results.write(&line),
     }
 }
 
@@ -503,8 +507,8 @@ impl Progress {
         if let Ok(mut running) = self.running.lock() {
             running.retain(|(line, _)| line != id);
         }
-        self.bar.inc(1);
         self.refresh();
+        self.bar.inc(1);
     }
 
     fn refresh(&self) {

@@ -1,7 +1,7 @@
 //! Result lines: one per task, appended to `--out` (or stdout) as each task ends, each made
 //! durable before the next one is written, and the batch's exit code as the worst of them.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::path::Path;
@@ -144,8 +144,8 @@ enum Sink {
 /// Where result lines go, and what an earlier batch already wrote there.
 pub struct Results {
     sink: Mutex<Sink>,
-    /// `(id, run_id, status)` of the lines already in `--out`.
-    written: HashSet<(String, Option<String>, String)>,
+    /// `(id, run_id, status)` of the lines already in `--out`, with their exit codes.
+    written: HashMap<(String, Option<String>, String), u8>,
     worst: Mutex<u8>,
 }
 
@@ -156,7 +156,7 @@ impl Results {
         let Some(path) = out else {
             return Ok(Results {
                 sink: Mutex::new(Sink::Stdout),
-                written: HashSet::new(),
+                written: HashMap::new(),
                 worst: Mutex::new(0),
             });
         };
@@ -171,7 +171,7 @@ impl Results {
         let written = text
             .lines()
             .filter_map(|line| serde_json::from_str::<ResultLine>(line).ok())
-            .map(|line| (line.id, line.run_id, line.status))
+            .map(|line| ((line.id, line.run_id, line.status), line.exit_code))
             .collect();
         if !text.is_empty() && !text.ends_with('\n') {
             file.write_all(b"\n")?;
@@ -184,10 +184,11 @@ impl Results {
         })
     }
 
-    /// Whether `--out` already holds this line (same task, run and status).
-    pub fn already_written(&self, line: &ResultLine) -> bool {
+    /// The exit code of the line `--out` already holds for this task, run and status.
+    pub fn already_written(&self, line: &ResultLine) -> Option<u8> {
         self.written
-            .contains(&(line.id.clone(), line.run_id.clone(), line.status.clone()))
+            .get(&(line.id.clone(), line.run_id.clone(), line.status.clone()))
+            .copied()
     }
 
     /// Counts the line towards the batch's exit code.
@@ -275,7 +276,7 @@ mod tests {
             exit_code: 0,
             rest: Map::new(),
         };
-        assert!(results.already_written(&a));
+        assert_eq!(results.already_written(&a), Some(0));
         let b = ResultLine {
             id: "b".into(),
             exit_code: 3,
