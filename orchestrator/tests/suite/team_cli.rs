@@ -1165,3 +1165,50 @@ async fn kill_9_while_a_teammate_awaits_approval_then_approve_and_resume_complet
     assert_eq!(events.last().unwrap()["tasks"][0]["status"], "completed");
     fake.verify().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn team_flag_names_the_team_file_and_a_lead_with_nothing_to_do_ends_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".muster")).unwrap();
+    std::fs::create_dir_all(dir.path().join("teams")).unwrap();
+    std::fs::write(dir.path().join("teams/solo.toml"), "name = \"solo\"\n").unwrap();
+    let fake = fake(vec![ScriptEntry::reply(
+        "lead",
+        1,
+        vec![Block::text("Nothing to split: the goal is already met.")],
+    )])
+    .await;
+    let output = muster(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Check the README.",
+            "--team",
+            "teams/solo.toml",
+            "--base-url",
+            &fake.base_url(),
+            "--output",
+            "json",
+        ],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let finished = &lines(&output)[0];
+    assert_eq!(finished["type"], "run_finished");
+    assert_eq!(finished["agent"], "lead");
+    assert_eq!(
+        finished["result"],
+        "Nothing to split: the goal is already met."
+    );
+    let runs = muster(dir.path(), &["runs", "--json"]).await;
+    let runs: Value = serde_json::from_slice(&runs.stdout).unwrap();
+    assert!(runs.to_string().contains("\"team\":\"solo\""), "{runs}");
+    let request = &fake.requests()[0];
+    assert!(
+        request.body.to_string().contains("You lead team solo"),
+        "{}",
+        request.body
+    );
+    fake.verify().unwrap();
+}
