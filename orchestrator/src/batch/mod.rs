@@ -8,8 +8,8 @@
 //!   `batch_line_id` (`{file key}#{id}`, see [`line_id`]). A child per line keeps runs apart
 //!   (one process, one run, one lock) and lets the batch stop any of them; a child whose batch
 //!   dies sees its stdin close and exits at once, leaving its run interrupted, not orphaned.
-//! - Lines that resolve to the same workspace form a queue run in file order; up to
-//!   `--concurrency` queues run at once.
+//! - Lines that resolve to the same workspace run one at a time, in file order; up to
+//!   `--concurrency` lines (so distinct workspaces) run at once ([`Schedule`]).
 //! - A re-run of the file skips lines whose run finished (completed, failed, budget) and
 //!   resumes the others (interrupted, or stopped awaiting a decision).
 //! - One result line per task ([`results`]), durable as each task ends; the exit code is the
@@ -18,13 +18,12 @@
 pub mod file;
 pub mod results;
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::ffi::OsString;
 use std::io::{BufRead as _, BufReader, IsTerminal as _, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use clap::Parser as _;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -107,21 +106,15 @@ pub fn run(global: &GlobalArgs, options: BatchOptions) -> anyhow::Result<Exit> {
     let runs = runtime.block_on(store.runs())?;
     let progress = Progress::new(batch.lines.len());
 
-    // Finished lines first, in file order; the rest queue per workspace.
-    let mut queues: Vec<(PathBuf, VecDeque<(BatchLine, LinePlan)>)> = Vec::new();
+    // Finished lines first, in file order; the rest wait for their workspace.
+    let mut pending: VecDeque<(BatchLine, LinePlan)> = VecDeque::new();
     for line in &batch.lines {
         match plan_for(&batch.line_key(&line.id), &runs) {
             LinePlan::Finished(record) => {
                 report_finished(&results, &line.id, &record)?;
                 progress.finished(&line.id);
             }
-            plan => match queues.iter_mut().find(|(ws, _)| *ws == line.workspace) {
-                Some((_, queue)) => queue.push_back((line.clone(), plan)),
-                None => queues.push((
-                    line.workspace.clone(),
-                    VecDeque::from([(line.clone(), plan)]),
-                )),
-            },
+            plan => pending.push_back((line.clone(), plan)),
         }
     }
 
@@ -135,27 +128,29 @@ pub fn run(global: &GlobalArgs, options: BatchOptions) -> anyhow::Result<Exit> {
         results: &results,
         progress: &progress,
     };
-    let workers = options.concurrency.min(queues.len());
-    let queues = Mutex::new(queues.into_iter().map(|(_, q)| q).collect::<VecDeque<_>>());
-    let stop = AtomicBool::new(false);
+    let workspaces: HashSet<&PathBuf> = pending.iter().map(|(line, _)| &line.workspace).collect();
+    let workers = options.concurrency.min(workspaces.len());
+    let schedule = Schedule {
+        state: Mutex::new(ScheduleState {
+            pending,
+            busy: HashSet::new(),
+            stopped: false,
+        }),
+        changed: Condvar::new(),
+    };
     let failure: Mutex<Option<anyhow::Error>> = Mutex::new(None);
     std::thread::scope(|scope| {
         for _ in 0..workers {
             scope.spawn(|| {
-                while !stop.load(Ordering::SeqCst) {
-                    let next = queues.lock().ok().and_then(|mut q| q.pop_front());
-                    let Some(mut queue) = next else { break };
-                    while let Some((line, plan)) = queue.pop_front() {
-                        if stop.load(Ordering::SeqCst) {
-                            break;
-                        }
-                        if let Err(error) = context.execute(&line, plan) {
-                            stop.store(true, Ordering::SeqCst);
-                            if let Ok(mut failure) = failure.lock() {
-                                failure.get_or_insert(error);
-                            }
-                        }
+                while let Some((line, plan)) = schedule.next() {
+                    let outcome = context.execute(&line, plan);
+                    let failed = outcome.is_err();
+                    if let Err(error) = outcome
+                        && let Ok(mut failure) = failure.lock()
+                    {
+                        failure.get_or_insert(error);
                     }
+                    schedule.done(&line.workspace, failed);
                 }
             });
         }
@@ -165,6 +160,53 @@ pub fn run(global: &GlobalArgs, options: BatchOptions) -> anyhow::Result<Exit> {
         return Err(error);
     }
     Ok(results::exit_for(results.worst()))
+}
+
+/// Which line starts next: the first pending line, in file order, whose workspace no running
+/// line holds. Lines of one workspace so start in file order, one at a time, and with
+/// `--concurrency 1` the whole file runs in file order.
+struct Schedule {
+    state: Mutex<ScheduleState>,
+    changed: Condvar,
+}
+
+struct ScheduleState {
+    pending: VecDeque<(BatchLine, LinePlan)>,
+    busy: HashSet<PathBuf>,
+    /// A line could not be reported: start nothing more.
+    stopped: bool,
+}
+
+impl Schedule {
+    /// The next line to run (its workspace now busy), waiting while every pending line's
+    /// workspace is busy; `None` when nothing is left to start.
+    fn next(&self) -> Option<(BatchLine, LinePlan)> {
+        let mut state = self.state.lock().ok()?;
+        loop {
+            if state.stopped || state.pending.is_empty() {
+                return None;
+            }
+            let free = state
+                .pending
+                .iter()
+                .position(|(line, _)| !state.busy.contains(&line.workspace));
+            if let Some(index) = free {
+                let (line, plan) = state.pending.remove(index)?;
+                state.busy.insert(line.workspace.clone());
+                return Some((line, plan));
+            }
+            state = self.changed.wait(state).ok()?;
+        }
+    }
+
+    /// The line on `workspace` ended; `failed` stops the batch.
+    fn done(&self, workspace: &Path, failed: bool) {
+        if let Ok(mut state) = self.state.lock() {
+            state.busy.remove(workspace);
+            state.stopped |= failed;
+        }
+        self.changed.notify_all();
+    }
 }
 
 /// A finished run's line: counted always (with the exit code written then, when `--out`
