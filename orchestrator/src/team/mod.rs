@@ -732,13 +732,12 @@ impl Team {
     /// The run's ending when the team is done: no running teammate, no pending or
     /// in-progress task, no undelivered mail.
     async fn ending_if_done(&self, lead_result: &str) -> anyhow::Result<Option<Ending>> {
-        if self
+        let running: Vec<String> = self
             .states_of()
-            .iter()
-            .any(|(_, state)| *state == MemberState::Running)
-        {
-            return Ok(None);
-        }
+            .into_iter()
+            .filter(|(_, state)| *state == MemberState::Running)
+            .map(|(id, _)| id)
+            .collect();
         let undelivered = self
             .store
             .messages(self.run_id(), None)
@@ -752,6 +751,9 @@ impl Team {
             });
         if undelivered {
             return Ok(None);
+        }
+        if !running.is_empty() {
+            return self.ending_if_stuck_on_lead(&running, lead_result).await;
         }
         let tasks = self.store.tasks(self.run_id()).await?;
         let open: Vec<_> = tasks
@@ -795,6 +797,41 @@ impl Team {
             exit,
             result: json!({"result": lead_result, "tasks": task_rows}),
             text,
+        }))
+    }
+
+    /// The lead ended its turn, saw all its mail, and every running teammate waits for a
+    /// request only the lead answers: nothing can happen any more, so the run ends (exit 1)
+    /// instead of hanging.
+    async fn ending_if_stuck_on_lead(
+        &self,
+        running: &[String],
+        lead_result: &str,
+    ) -> anyhow::Result<Option<Ending>> {
+        let undecided: Vec<(String, String)> = self
+            .store
+            .requests(self.run_id())
+            .await?
+            .into_iter()
+            .filter(|r| r.response.is_none() && r.responder == LEAD)
+            .map(|r| (r.requester, r.request_id))
+            .collect();
+        let stuck = running
+            .iter()
+            .all(|agent| undecided.iter().any(|(requester, _)| requester == agent));
+        if !stuck {
+            return Ok(None);
+        }
+        let ids: Vec<&str> = undecided.iter().map(|(_, id)| id.as_str()).collect();
+        Ok(Some(Ending {
+            status: RunStatus::Failed,
+            exit: Exit::Failed,
+            result: json!({"result": lead_result, "undecided": ids}),
+            text: format!(
+                "{lead_result}
+The lead ended its turn without deciding {}; the teammates                  waiting on it cannot go on.",
+                ids.join(", ")
+            ),
         }))
     }
 

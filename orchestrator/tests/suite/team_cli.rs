@@ -1212,3 +1212,52 @@ async fn team_flag_names_the_team_file_and_a_lead_with_nothing_to_do_ends_the_ru
     );
     fake.verify().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lead_that_leaves_a_plan_undecided_ends_the_run_instead_of_hanging() {
+    let dir = project(ONE_TEAMMATE);
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "Greet", "description": "Write hello.txt saying hello."}),
+            )],
+        ),
+        any_turn("lead", vec![Block::text("I will look at it later.")]),
+        ScriptEntry::reply(
+            "alice",
+            1,
+            vec![tool("ExitPlanMode", json!({"plan": PLAN}))],
+        ),
+    ])
+    .await;
+    let base = fake.base_url();
+    let child = command(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Greet.",
+            "--base-url",
+            &base,
+            "--output",
+            "json",
+        ],
+    )
+    .env("MUSTER_SHUTDOWN_TIMEOUT_MS", "100")
+    .output();
+    let output = tokio::time::timeout(GUARD, child)
+        .await
+        .expect("guard timeout")
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let finished = &lines(&output)[0];
+    assert_eq!(finished["status"], "failed");
+    assert_eq!(finished["undecided"][0], "plan-alice-1");
+    // The lead did see the request before it ended its turn.
+    assert!(fake.requests().iter().any(|r| {
+        r.agent.as_deref() == Some("lead") && r.body.to_string().contains("plan-alice-1")
+    }));
+}
