@@ -124,10 +124,10 @@ fn a_store_from_a_newer_muster_exits_4_naming_both_versions() {
 #[test]
 fn commands_not_built_yet_say_so_and_exit_2() {
     let dir = tempfile::tempdir().unwrap();
-    let output = muster(dir.path(), &["batch", "tasks.jsonl"]);
+    let output = muster(dir.path(), &["bench", "team"]);
     assert_eq!(output.status.code(), Some(2));
     assert!(
-        stderr(&output).contains("`muster batch` is not built yet"),
+        stderr(&output).contains("`muster bench team` is not built yet"),
         "{}",
         stderr(&output)
     );
