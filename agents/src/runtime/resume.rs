@@ -264,12 +264,27 @@ impl AgentRuntime {
 /// The first words of the user message that restarts a context with an approved plan.
 const APPROVED_PLAN_PREFIX: &str = "Implement this approved plan (from ";
 
+/// The start of the plan reference a compacted context keeps (see [`crate::compaction::rebuild`]).
+const PLAN_REFERENCE_OPEN: &str = "<plan-file path=\"";
+const PLAN_REFERENCE_CLOSE: &str = "\n</plan-file>";
+
 /// A plan a record carries in the message history: the `plan` input of an `ExitPlanMode`
-/// call, or the plan of the user message that restarts the context after an approval with
-/// `clear_context` (after its first blank line).
+/// call, the plan of the user message that restarts the context after an approval with
+/// `clear_context` (after its first blank line), or the plan reference kept by compaction.
 fn plan_in_history(record: &Record) -> Option<String> {
-    let Record::Message { message, .. } = record else {
-        return None;
+    let message = match record {
+        Record::Message { message, .. } => message,
+        Record::Compacted { messages, .. } => {
+            return messages.iter().flat_map(|m| &m.content).find_map(|block| {
+                let crate::model::ContentBlock::Text { text } = block else {
+                    return None;
+                };
+                let (_, rest) = text.strip_prefix(PLAN_REFERENCE_OPEN)?.split_once('\n')?;
+                let (plan, _) = rest.split_once(PLAN_REFERENCE_CLOSE)?;
+                Some(format!("{plan}\n")).filter(|plan| !plan.trim().is_empty())
+            });
+        }
+        _ => return None,
     };
     message
         .content

@@ -955,6 +955,22 @@ async fn a_long_run_is_compacted_and_resume_continues_from_the_compacted_context
     );
     assert_no_orphan_tool_results(&after.body);
 
+    // Plan recovery from the plan reference kept by compaction: the file, the snapshots and
+    // the ExitPlanMode call are gone; the compacted context still holds the plan.
+    let plan_file = plan_files(dir.path()).pop().unwrap();
+    std::fs::remove_file(&plan_file).unwrap();
+    assert!(delete_snapshots(dir.path(), &run_id) >= 1);
+    let connection = rusqlite::Connection::open(dir.path().join(".muster/muster.db")).unwrap();
+    let deleted = connection
+        .execute(
+            "DELETE FROM agent_records WHERE run_id = ?1 AND body LIKE '%\"type\":\"message\"%' \
+             AND body LIKE '%\"ExitPlanMode\"%'",
+            [&run_id],
+        )
+        .unwrap();
+    assert_eq!(deleted, 1);
+    drop(connection);
+
     let resumed = muster(dir.path(), &["resume", &run_id, "--output", "json"]).await;
     assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
     assert_eq!(lines(&resumed)[0]["result"], "Done.");
@@ -973,6 +989,7 @@ async fn a_long_run_is_compacted_and_resume_continues_from_the_compacted_context
         "the handoff prompt is not part of the context"
     );
     assert_no_orphan_tool_results(&last.body);
+    assert_eq!(std::fs::read_to_string(&plan_file).unwrap(), PLAN);
     let store = open_store(dir.path());
     let records = transcript(store.as_ref(), &run_id, "main").await;
     assert_eq!(
