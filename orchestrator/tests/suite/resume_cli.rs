@@ -998,3 +998,44 @@ async fn a_long_run_is_compacted_and_resume_continues_from_the_compacted_context
     );
     fake.verify().unwrap();
 }
+
+/// Cost at the catalogue's prices (here $1,000 per million tokens: $0.001 a token).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_response_that_crosses_the_cost_budget_stops_the_run_with_exit_3() {
+    let dir = project();
+    settings(
+        dir.path(),
+        "[models.\"claude-sonnet-4-5\"]\nprice_in = 1000.0\nprice_out = 1000.0\n\
+         [budgets.run]\ncost_usd = 1.0\n",
+    );
+    let fake = FakeLlm::start(vec![
+        with_usage(ScriptEntry::reply("main", 1, vec![bash("one")]), 400, 100),
+        with_usage(ScriptEntry::reply("main", 2, vec![bash("two")]), 600, 100),
+        ScriptEntry::reply("main", 3, vec![Block::text("never asked")]),
+    ])
+    .await
+    .unwrap();
+    let output = run_json(
+        dir.path(),
+        &fake.base_url(),
+        &["--model", "claude-sonnet-4-5"],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    let finished = lines(&output).pop().unwrap();
+    assert_eq!(finished["status"], "budget");
+    assert_eq!(finished["budget"], "budgets.run.cost_usd");
+    let reason = finished["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(
+            "the run's cost budget (budgets.run.cost_usd): $1.2000 reached the limit of $1.0000"
+        ),
+        "{reason}"
+    );
+    assert_eq!(fake.requests().len(), 2, "no request follows the crossing");
+    assert_eq!(
+        marker(dir.path()),
+        ["one"],
+        "the crossing response's call never ran"
+    );
+}
