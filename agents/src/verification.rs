@@ -72,8 +72,8 @@
 //! - **`## Steps` items:** a step is checked by what it names, in its text, continuation lines
 //!   and sub-bullets: paths (code spans or words with a `/` or a file extension), commands
 //!   (code spans starting with a known program such as `cargo`, `npm`, `pytest`, `make`, or
-//!   `./…`), and `## Files` entries named by file name (`lib.rs`) or stem of 3+ characters
-//!   (`hello` for `hello.txt`). Each named path is satisfied by an applied change, each named
+//!   `./…`), `## Tests` commands written in it without backticks, and `## Files` entries
+//!   named by file name (`lib.rs`) or stem of 3+ characters (`hello` for `hello.txt`). Each named path is satisfied by an applied change, each named
 //!   command by a run as written that exited 0. All satisfied → `done`; none with any
 //!   evidence → `missing`; anything between (some missing, failed, run differently) →
 //!   `deviated`. A step that names nothing checkable is `missing` (its note says so).
@@ -177,7 +177,7 @@ mod tests {
 
     #[test]
     fn table_of_steps_and_their_status() {
-        let plan = "## Steps\n1. Edit a.rs and b.rs\n2. Make it nicer\n3. Touch the hello file\n4. Edit c.rs\n## Files\na.rs\nb.rs\nhello.txt\nc.rs\n";
+        let plan = "## Steps\n1. Edit a.rs and b.rs\n2. Make it nicer\n3. Touch the hello file\n4. Edit c.rs\n5. Then run make check\n## Files\na.rs\nb.rs\nhello.txt\nc.rs\n## Tests\nmake check\n";
         let records: Vec<Value> = [
             write_call("t1", "/ws/a.rs", false),
             write_call("t2", "hello.txt", false),
@@ -197,22 +197,26 @@ mod tests {
                 (2, Status::Missing),  // names nothing checkable
                 (3, Status::Done),     // `hello` names hello.txt
                 (4, Status::Deviated), // only a failed Write
+                (5, Status::Missing),  // the planned test, never run
             ]
         );
         assert!(report.steps[1].note.contains("names no file or command"));
         assert_eq!(
             report.render_text(),
-            "Verification of w's plan p.md: 3 done, 3 deviated, 2 missing, 0 unplanned changes
+            "Verification of w's plan p.md: 3 done, 3 deviated, 4 missing, 0 unplanned changes
 Steps:
   [deviated] 1. Edit a.rs and b.rs — b.rs: not changed; evidence: Write a.rs
   [missing] 2. Make it nicer — names no file or command, so nothing in the tool log can show it
   [done] 3. Touch the hello file — Write hello.txt
   [deviated] 4. Edit c.rs — c.rs: only failed attempts; evidence: Write c.rs (failed)
+  [missing] 5. Then run make check — `make check`: never run
 Files:
   [done] a.rs — Write a.rs
   [missing] b.rs — no change to it in the tool log
   [done] hello.txt — Write hello.txt
   [deviated] c.rs — only failed attempts to change it; evidence: Write c.rs (failed)
+Tests:
+  [missing] make check — never run
 "
         );
         assert_eq!(report.files[0].evidence[0].path.as_deref(), Some("a.rs"));

@@ -20,6 +20,10 @@ pub struct PlannedStep {
     /// Every word of the item (lowercase), to find `## Files` entries named by file name.
     #[serde(skip)]
     pub(crate) words: Vec<String>,
+    /// The whole item (continuation lines included), whitespace collapsed, to find `## Tests`
+    /// commands written without backticks.
+    #[serde(skip)]
+    pub(crate) collapsed_text: String,
 }
 
 /// The parts of a plan the report checks.
@@ -235,6 +239,7 @@ fn step_of(index: usize, lines: &[String], numbered: bool) -> Option<PlannedStep
         mentioned_paths: mentions.paths,
         mentioned_commands: mentions.commands,
         words: words_of(&whole),
+        collapsed_text: normalize_command(&whole),
     })
 }
 

@@ -687,7 +687,12 @@ fn check_step(step: &PlannedStep, plan: &ParsedPlan, attribution: &Attribution) 
             paths.push(file);
         }
     }
-    let commands = &step.mentioned_commands;
+    let mut commands = step.mentioned_commands.clone();
+    for test in &plan.tests {
+        if !commands.contains(test) && step.collapsed_text.contains(test.as_str()) {
+            commands.push(test.clone());
+        }
+    }
     if paths.is_empty() && commands.is_empty() {
         return CheckedItem::new(
             Some(step.number),
@@ -714,7 +719,7 @@ fn check_step(step: &PlannedStep, plan: &ParsedPlan, attribution: &Attribution) 
         outcomes.push(outcome);
         evidence.extend(found);
     }
-    for command in commands {
+    for command in &commands {
         let (as_written, otherwise) = attribution.runs_of(command);
         let outcome = if as_written.iter().any(|run| run.exit_code == Some(0)) {
             MentionOutcome::Satisfied
