@@ -388,6 +388,15 @@ async fn execute(
     };
     let ending = match driven {
         Ok(ending) => ending,
+        Err(error) if budget_reason(&error).is_some() => {
+            let reason = budget_reason(&error).unwrap_or_default();
+            Ending {
+                status: RunStatus::Budget,
+                exit: Exit::Budget,
+                result: json!({"reason": reason}),
+                text: format!("muster: the team run stopped: {reason}"),
+            }
+        }
         Err(error) => Ending {
             status: RunStatus::Failed,
             exit: Exit::Failed,
@@ -406,6 +415,18 @@ async fn execute(
         &ending.text,
     );
     Ok(ending.exit)
+}
+
+/// The budget that stopped the lead, when one did (exit 3).
+fn budget_reason(error: &anyhow::Error) -> Option<String> {
+    error.chain().find_map(|cause| {
+        match cause.downcast_ref::<muster_agents::runtime::RuntimeError>() {
+            Some(muster_agents::runtime::RuntimeError::Budget(exceeded)) => {
+                Some(exceeded.to_string())
+            }
+            _ => None,
+        }
+    })
 }
 
 /// Creates the run, its slug and its roster (the lead and the declared teammates).

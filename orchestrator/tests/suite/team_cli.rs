@@ -1261,3 +1261,42 @@ async fn a_lead_that_leaves_a_plan_undecided_ends_the_run_instead_of_hanging() {
         r.agent.as_deref() == Some("lead") && r.body.to_string().contains("plan-alice-1")
     }));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_budget_that_stops_the_lead_ends_the_team_run_with_exit_3() {
+    let dir = project("name = \"solo\"\n");
+    std::fs::write(
+        dir.path().join(".muster/settings.toml"),
+        "[budgets.agent]\nturns = 1\n",
+    )
+    .unwrap();
+    let fake = fake(vec![ScriptEntry::reply(
+        "lead",
+        1,
+        vec![tool("TaskList", json!({}))],
+    )])
+    .await;
+    let output = muster(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Look.",
+            "--base-url",
+            &fake.base_url(),
+            "--output",
+            "json",
+        ],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    let finished = &lines(&output)[0];
+    assert_eq!(finished["status"], "budget");
+    assert!(
+        finished["reason"]
+            .as_str()
+            .unwrap()
+            .contains("budgets.agent.turns"),
+        "{finished}"
+    );
+}
