@@ -74,20 +74,35 @@ fn bash(line: &str) -> Block {
     )
 }
 
-/// Bash (side effect) → EnterPlanMode → ExitPlanMode (a policy approves: a request, a
-/// decision, a response mail acked) → Bash + Write → Bash → done.
+/// Bash (side effect) → a read-only `Plan` subagent (its own requests; a crash while it works
+/// gives its parent an error result) → EnterPlanMode → ExitPlanMode (a policy approves: a
+/// request, a decision, a response mail acked) → Bash + Write → Bash → done.
 fn crash_script() -> Vec<ScriptEntry> {
     vec![
         ScriptEntry::reply("main", 1, vec![Block::text("First."), bash("one")]),
-        ScriptEntry::reply("main", 2, vec![Block::tool_use("EnterPlanMode", json!({}))]),
         ScriptEntry::reply(
             "main",
-            3,
+            2,
+            vec![Block::tool_use(
+                "Agent",
+                json!({"description": "read", "prompt": "Read README.md", "subagent_type": "Plan"}),
+            )],
+        ),
+        ScriptEntry::reply(
+            "main.sub-1",
+            1,
+            vec![Block::tool_use("Read", json!({"file_path": "README.md"}))],
+        ),
+        ScriptEntry::reply("main.sub-1", 2, vec![Block::text("README.md says hello.")]),
+        ScriptEntry::reply("main", 3, vec![Block::tool_use("EnterPlanMode", json!({}))]),
+        ScriptEntry::reply(
+            "main",
+            4,
             vec![Block::tool_use("ExitPlanMode", json!({"plan": PLAN}))],
         ),
         ScriptEntry::reply(
             "main",
-            4,
+            5,
             vec![
                 bash("two"),
                 Block::tool_use(
@@ -96,8 +111,8 @@ fn crash_script() -> Vec<ScriptEntry> {
                 ),
             ],
         ),
-        ScriptEntry::reply("main", 5, vec![bash("three")]),
-        ScriptEntry::reply("main", 6, vec![Block::text("All marked.")]),
+        ScriptEntry::reply("main", 6, vec![bash("three")]),
+        ScriptEntry::reply("main", 7, vec![Block::text("All marked.")]),
     ]
 }
 
@@ -229,6 +244,10 @@ async fn a_run_killed_at_each_durable_event_is_finished_by_resume() {
     fake.verify().unwrap();
     let events = reference_lines.len();
     assert!(events >= 12, "{reference_lines:?}");
+    assert!(
+        reference_lines.iter().any(|e| e["agent"] == "main.sub-1"),
+        "the subagent's steps are durable events too, so some K fall inside it: {reference_lines:?}"
+    );
     assert_eq!(marker(reference.path()), MARKER_LINES);
     let reference_out = std::fs::read_to_string(reference.path().join("out.txt")).unwrap();
     let reference_plans = plan_files(reference.path());
@@ -258,7 +277,11 @@ async fn a_run_killed_at_each_durable_event_is_finished_by_resume() {
         assert_eq!(finished["type"], "run_finished", "K={kill_at}");
         assert_eq!(finished["run_id"], run_id.as_str(), "K={kill_at}");
         assert_eq!(finished["result"], "All marked.", "K={kill_at}");
-        fake.verify().unwrap();
+        assert!(
+            fake.failures().is_empty(),
+            "K={kill_at}: {:?}",
+            fake.failures()
+        );
 
         let store = open_store(dir.path());
         let records = transcript(store.as_ref(), &run_id, "main").await;
