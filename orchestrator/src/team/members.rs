@@ -8,11 +8,12 @@ use std::sync::Arc;
 use muster_agents::runtime::{
     AgentKind, AgentOutcome, AgentRuntime, AgentSpec, Record, TRANSCRIPT,
 };
+use muster_agents::verification;
 use muster_config::PermissionMode;
 use muster_config::team::TeammateSpec;
 use muster_mailbox::{
-    DeliveryState, MemberKind, Message, MessageBody, MessageFilter, NewMessage, NewRecord,
-    NewResponse, TaskStatus, TaskUpdate,
+    CommitTurn, DeliveryState, MemberKind, Message, MessageBody, MessageFilter, NewMessage,
+    NewRecord, NewResponse, TaskStatus, TaskUpdate,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -286,22 +287,64 @@ impl Team {
             }
             let completed = self.complete_tasks_of(id, &open_before).await?;
             // The report goes out before the teammate counts as idle, so the lead never
-            // sees an idle team with the last report still unsent.
+            // sees an idle team with the last report still unsent. A verification of the
+            // approved plan travels in the same commit, so the lead reads both at once.
+            let idle = NewMessage {
+                run_id: self.run_id().to_owned(),
+                sender: id.to_owned(),
+                recipient: LEAD.into(),
+                body: MessageBody::IdleNotification {
+                    reason: "available".into(),
+                    summary: Some(result),
+                    completed_task: completed.last().copied(),
+                },
+                idempotency_key: None,
+            };
+            let sends = self
+                .verification_of(id)
+                .await?
+                .into_iter()
+                .chain([idle])
+                .collect();
             self.store
-                .send(NewMessage {
+                .commit_turn(CommitTurn {
                     run_id: self.run_id().to_owned(),
-                    sender: id.to_owned(),
-                    recipient: LEAD.into(),
-                    body: MessageBody::IdleNotification {
-                        reason: "available".into(),
-                        summary: Some(result),
-                        completed_task: completed.last().copied(),
-                    },
-                    idempotency_key: None,
+                    agent: id.to_owned(),
+                    sends,
+                    ..CommitTurn::default()
                 })
                 .await?;
             self.set_state(id, MemberState::Idle);
         }
+    }
+
+    /// The verification report of the teammate's approved plan, once per approval (its
+    /// idempotency key is the plan request's id): `None` without an approved plan.
+    async fn verification_of(&self, id: &str) -> anyhow::Result<Option<NewMessage>> {
+        let rows = self.store.records(self.run_id(), id, TRANSCRIPT, 0).await?;
+        let root = self.run.workspace.root().to_path_buf();
+        let report = match verification::build_report(id, rows.iter().map(|r| &r.body), &root) {
+            Ok(report) => report,
+            Err(verification::VerificationError::NoApprovedPlan { .. }) => return Ok(None),
+            Err(error) => {
+                tracing::warn!(agent = %id, %error, "no verification report");
+                return Ok(None);
+            }
+        };
+        let key = format!(
+            "{id}:verification:{}",
+            report.request_id.as_deref().unwrap_or("plan")
+        );
+        Ok(Some(NewMessage {
+            run_id: self.run_id().to_owned(),
+            sender: id.to_owned(),
+            recipient: LEAD.into(),
+            body: MessageBody::VerificationReport {
+                request_id: report.request_id.clone(),
+                report: report.to_json(),
+            },
+            idempotency_key: Some(key),
+        }))
     }
 
     async fn start_agent(&self, plan: &TeammatePlan, prompt: &str) -> anyhow::Result<AgentRuntime> {

@@ -451,7 +451,7 @@ async fn create_run(
             slug: plans.slug().to_owned(),
             team: Some(team_file.name.clone()),
             workspace: launch.workspace.display().to_string(),
-            batch_line_id: None,
+            batch_line_id: crate::batch::line_id(),
             auto_gate: AutoGate {
                 open: settings.auto_gate.value == AutoGateSetting::Open,
                 consecutive_denials: 0,
