@@ -13,9 +13,9 @@ use muster_agents::model::{
     ModelProvider, ProviderOptions, Recorder, ScriptOptions, ThinkingSettings, build_provider,
 };
 use muster_agents::runtime::{
-    AgentKind, AgentOutcome, AgentRuntime, AgentSpec, CompactionPolicy, DEFAULT_MAX_SUBAGENTS, EngineGate, EventSink,
-    ModeModel, ModelRouter, PlanApprover, PlanFiles, RunContext, RuntimeEvent, Terminal,
-    TerminalPlanDecision,
+    AgentKind, AgentOutcome, AgentRuntime, AgentSpec, CompactionPolicy, DEFAULT_MAX_SUBAGENTS,
+    EngineGate, EventSink, ModeModel, ModelRouter, PlanApprover, PlanFiles, RunContext,
+    RuntimeEvent, Terminal, TerminalPlanDecision,
 };
 use muster_agents::tools::{ToolRegistry, Workspace};
 use muster_config::settings::{AutoGate as AutoGateSetting, CliOverrides, ProviderKind};
