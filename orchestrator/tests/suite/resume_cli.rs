@@ -1062,3 +1062,37 @@ async fn the_response_that_crosses_the_cost_budget_stops_the_run_with_exit_3() {
         "the crossing response's call never ran"
     );
 }
+
+/// `muster resume --max-duration` overrides the stored deadline; the run stops with exit 3 and
+/// the reason names the deadline.
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_with_max_duration_stops_at_the_new_deadline() {
+    let dir = project();
+    let fake = FakeLlm::start(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![Block::tool_use("ExitPlanMode", json!({"plan": PLAN}))],
+        ),
+        ScriptEntry::reply("main", 2, vec![Block::text("late")]).fault(muster_fake_llm::Fault {
+            first_byte_delay_ms: 20_000,
+            ..Default::default()
+        }),
+    ])
+    .await
+    .unwrap();
+    let (run_id, _) = plan_then_stop(dir.path(), &fake.base_url()).await;
+    let approve = muster(dir.path(), &["approve", "plan-main-1"]).await;
+    assert_eq!(approve.status.code(), Some(0), "{}", stderr(&approve));
+    let resumed = muster(
+        dir.path(),
+        &["resume", &run_id, "--max-duration", "1", "--output", "json"],
+    )
+    .await;
+    assert_eq!(resumed.status.code(), Some(3), "{}", stderr(&resumed));
+    let finished = lines(&resumed).pop().unwrap();
+    assert_eq!(finished["status"], "budget");
+    assert_eq!(finished["budget"], "budgets.run.duration_secs");
+    let reason = finished["reason"].as_str().unwrap();
+    assert!(reason.contains("the run's deadline passed"), "{reason}");
+}
