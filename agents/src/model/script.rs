@@ -17,9 +17,14 @@
 //! Every field but `request_hash` is a field of a `muster-fake-llm` script entry with the same
 //! meaning (content blocks in the Anthropic shape; unknown block types verbatim), so
 //! [`Cassette::to_fake_script`] (which drops `request_hash`) gives a script that drives the fake
-//! server. Fields the replayer does not use (`attempt`, `stream`, `fault`, `openai`) are
-//! ignored, and entries without `reply` (scripted HTTP errors) are skipped, so a fake-server
-//! script of JSON lines can be replayed too.
+//! server. Fields the replayer does not use (`attempt`, `stream`, `openai`, and every `fault`
+//! but one) are ignored, and entries without `reply` (scripted HTTP errors) are skipped, so a
+//! fake-server script of JSON lines can be replayed too.
+//!
+//! # Model latency
+//! `"fault":{"first_byte_delay_ms":N}` on an entry read by [`ScriptProvider::open`] delays
+//! that response by N ms, as the fake server delays its first byte: a fixed model latency for
+//! `muster bench team`. Entries without it answer at once.
 //!
 //! # Choosing an entry
 //! As the fake server does, never by order: an entry matches when its `agent` equals the
@@ -37,6 +42,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use muster_config::settings::ModelInfo;
 use regex::Regex;
@@ -290,6 +296,8 @@ pub struct ScriptProvider {
     options: ScriptOptions,
     models: BTreeMap<String, ModelInfo>,
     warnings: Mutex<Vec<String>>,
+    /// Per entry (same index): `fault.first_byte_delay_ms`, when the cassette file sets one.
+    latency: Vec<Option<Duration>>,
 }
 
 impl ScriptProvider {
@@ -299,6 +307,7 @@ impl ScriptProvider {
             options,
             models: BTreeMap::new(),
             warnings: Mutex::new(Vec::new()),
+            latency: Vec::new(),
         }
     }
 
@@ -308,7 +317,9 @@ impl ScriptProvider {
             .map_err(|e| SetupError::Cassette(format!("cannot read {}: {e}", path.display())))?;
         let cassette = Cassette::parse(&text)
             .map_err(|e| SetupError::Cassette(format!("{}: {e}", path.display())))?;
-        Ok(Self::new(cassette, options))
+        let mut provider = Self::new(cassette, options);
+        provider.latency = entry_latencies(&text);
+        Ok(provider)
     }
 
     /// The model catalogue, for costs.
@@ -321,17 +332,28 @@ impl ScriptProvider {
         self.warnings.lock().map(|w| w.clone()).unwrap_or_default()
     }
 
+    /// The latency set on `entry` (found by address among the cassette's entries).
+    fn latency_of(&self, entry: &CassetteEntry) -> Option<Duration> {
+        let index = self
+            .cassette
+            .entries
+            .iter()
+            .position(|e| std::ptr::eq(e, entry))?;
+        self.latency.get(index).copied().flatten()
+    }
+
     fn answer(
         &self,
         ctx: &RequestContext,
         request: &ModelRequest,
-    ) -> Result<ModelResponse, FailureKind> {
+    ) -> Result<(ModelResponse, Option<Duration>), FailureKind> {
         let entry = self.cassette.select(ctx, request).ok_or_else(|| {
             FailureKind::MissingCassetteEntry {
                 agent: ctx.agent_id.clone(),
                 turn: ctx.turn,
             }
         })?;
+        let latency = self.latency_of(entry);
         if let Some(recorded) = &entry.request_hash {
             let actual = request_hash(request, &self.options.redactions);
             if *recorded != actual {
@@ -399,7 +421,7 @@ impl ScriptProvider {
             .models
             .get(&model)
             .and_then(|info| cost_usd(&usage, info));
-        Ok(ModelResponse {
+        let response = ModelResponse {
             id: None,
             model,
             content,
@@ -407,7 +429,35 @@ impl ScriptProvider {
             usage,
             cost_usd: cost,
             attempts: 1,
+        };
+        Ok((response, latency))
+    }
+}
+
+/// `fault.first_byte_delay_ms` of each entry of a cassette's text, in [`Cassette::parse`]'s
+/// order (blank lines skipped); empty when the text holds none.
+fn entry_latencies(text: &str) -> Vec<Option<Duration>> {
+    let values: Vec<Value> = if text.trim_start().starts_with('[') {
+        serde_json::from_str(text).unwrap_or_default()
+    } else {
+        text.lines()
+            .filter(|line| !line.trim().is_empty())
+            .map(|line| serde_json::from_str(line).unwrap_or(Value::Null))
+            .collect()
+    };
+    let latencies: Vec<Option<Duration>> = values
+        .iter()
+        .map(|v| {
+            v.pointer("/fault/first_byte_delay_ms")
+                .and_then(Value::as_u64)
+                .filter(|ms| *ms > 0)
+                .map(Duration::from_millis)
         })
+        .collect();
+    if latencies.iter().all(Option::is_none) {
+        Vec::new()
+    } else {
+        latencies
     }
 }
 
@@ -418,7 +468,7 @@ impl ModelProvider for ScriptProvider {
 
     fn stream(&self, ctx: &RequestContext, request: &ModelRequest) -> ResponseStream {
         match self.answer(ctx, request) {
-            Ok(response) => {
+            Ok((response, latency)) => {
                 let mut events = vec![StreamEvent::AttemptStarted { attempt: 1 }];
                 for (index, block) in response.content.iter().enumerate() {
                     match block {
@@ -446,7 +496,16 @@ impl ModelProvider for ScriptProvider {
                     }
                 }
                 events.push(StreamEvent::Usage(response.usage));
-                ResponseStream::ready(events, Ok(response))
+                match latency {
+                    None => ResponseStream::ready(events, Ok(response)),
+                    Some(latency) => ResponseStream::new(move |tx| async move {
+                        tokio::time::sleep(latency).await;
+                        for event in events {
+                            let _ = tx.send(event);
+                        }
+                        Ok(response)
+                    }),
+                }
             }
             Err(kind) => ResponseStream::ready(
                 vec![StreamEvent::AttemptStarted { attempt: 1 }],
@@ -588,5 +647,27 @@ impl ModelProvider for Recorder {
                 },
             })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_entries_with_a_first_byte_delay_have_a_latency() {
+        let text =
+            "{\"agent\":\"a\",\"fault\":{\"first_byte_delay_ms\":200}}\n\n{\"agent\":\"b\"}\n";
+        assert_eq!(
+            entry_latencies(text),
+            [Some(Duration::from_millis(200)), None]
+        );
+        assert!(entry_latencies("{\"agent\":\"a\"}\n").is_empty());
+        assert_eq!(
+            entry_latencies(
+                "[{\"agent\":\"a\"},{\"agent\":\"b\",\"fault\":{\"first_byte_delay_ms\":5}}]"
+            ),
+            [None, Some(Duration::from_millis(5))]
+        );
     }
 }
