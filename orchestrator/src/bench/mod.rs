@@ -4,3 +4,4 @@
 pub mod file_inbox;
 pub mod mailbox;
 mod samples;
+pub mod team;

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use muster_mailbox::SyncMode;
 
-use crate::bench::mailbox;
+use crate::bench::{mailbox, team};
 use crate::cli::GlobalArgs;
 use crate::exit::{Exit, ExitError};
 
@@ -18,8 +18,33 @@ pub struct Args {
 pub enum BenchTarget {
     /// muster's store against the per-inbox JSON-file design, side by side.
     Mailbox(MailboxArgs),
-    /// Team orchestration overhead (not built yet).
-    Team,
+    /// Team orchestration: overhead per tool call, wall time against the ideal, peak memory.
+    Team(TeamArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TeamArgs {
+    /// Synthetic teammates, one independent task each.
+    #[arg(long, default_value_t = 8)]
+    pub teammates: usize,
+    /// The fixed model latency of every scripted response, in milliseconds.
+    #[arg(long = "model-latency-ms", default_value_t = 200)]
+    pub model_latency_ms: u64,
+    /// Only this mailbox sync setting (default: normal, then full beside it).
+    #[arg(long)]
+    pub sync: Option<String>,
+    /// Teammates of the idle-memory scenario.
+    #[arg(long = "idle-teammates", default_value_t = 200)]
+    pub idle_teammates: usize,
+    /// Tiny sizes, for CI.
+    #[arg(long)]
+    pub smoke: bool,
+    /// Print the rows as a JSON array.
+    #[arg(long)]
+    pub json: bool,
+    /// Where to put the temporary projects (default: the system's temporary directory).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -50,8 +75,55 @@ pub struct MailboxArgs {
 pub fn execute(_global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
     match args.target {
         BenchTarget::Mailbox(args) => bench_mailbox(args),
-        BenchTarget::Team => Err(ExitError::not_built("bench team").into()),
+        BenchTarget::Team(args) => bench_team(args),
     }
+}
+
+fn bench_team(args: TeamArgs) -> anyhow::Result<Exit> {
+    let syncs = match args.sync.as_deref() {
+        None => vec![SyncMode::Normal, SyncMode::Full],
+        Some("full") => vec![SyncMode::Full],
+        Some("normal") => vec![SyncMode::Normal],
+        Some(other) => {
+            return Err(ExitError::new(
+                Exit::Usage,
+                format!("--sync {other:?}: expected full or normal"),
+            )
+            .into());
+        }
+    };
+    if args.teammates == 0 {
+        return Err(ExitError::new(Exit::Usage, "--teammates needs at least 1").into());
+    }
+    let muster = std::env::current_exe()?;
+    let (teammates, idle_teammates, turns, calls_per_turn, latency_ms) = if args.smoke {
+        (2, 3, 2, 2, args.model_latency_ms.min(5))
+    } else {
+        (
+            args.teammates,
+            args.idle_teammates,
+            5,
+            4,
+            args.model_latency_ms,
+        )
+    };
+    let options = team::Options {
+        teammates,
+        turns,
+        calls_per_turn,
+        latency: std::time::Duration::from_millis(latency_ms),
+        syncs,
+        idle_teammates,
+        muster,
+        dir: args.dir.unwrap_or_else(std::env::temp_dir),
+    };
+    let rows = team::run(&options)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        print!("{}", team::render(&rows));
+    }
+    Ok(Exit::Success)
 }
 
 fn bench_mailbox(args: MailboxArgs) -> anyhow::Result<Exit> {

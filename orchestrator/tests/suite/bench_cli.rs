@@ -60,3 +60,80 @@ fn the_mailbox_bench_prints_both_systems_and_the_disk() {
     assert!(paced["p50_ms"].as_f64().unwrap() > 0.0);
     assert!(paced["target_met"].is_boolean());
 }
+
+#[test]
+fn the_team_bench_prints_overhead_wall_time_and_memory_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_muster"))
+        .args(["bench", "team", "--smoke", "--json", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let rows: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
+    let scenarios: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| (r["scenario"].as_str().unwrap(), r["sync"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        scenarios,
+        [
+            ("overhead_per_tool_call", "normal"),
+            ("wall_vs_ideal", "normal"),
+            ("overhead_per_tool_call", "full"),
+            ("idle_teammates_memory", "normal"),
+        ]
+    );
+    for row in &rows {
+        for field in [
+            "system",
+            "scenario",
+            "sync",
+            "teammates",
+            "model_latency_ms",
+            "lead_turns",
+            "longest_teammate_turns",
+            "model_requests",
+            "tool_calls",
+            "wall_ms",
+            "ideal_ms",
+            "overhead_ms_per_tool_call",
+            "peak_mib",
+            "target",
+            "target_met",
+            "note",
+        ] {
+            assert!(row.get(field).is_some(), "{field} missing in {row}");
+        }
+        assert!(row["wall_ms"].as_f64().unwrap() > 0.0, "{row}");
+        assert!(row["peak_mib"].as_f64().unwrap() > 0.0, "{row}");
+    }
+    for row in rows
+        .iter()
+        .filter(|r| r["scenario"] != "idle_teammates_memory")
+    {
+        // Two workers, each one turn of two tool calls; the lead creates two tasks.
+        assert_eq!(row["tool_calls"], 6, "{row}");
+        assert_eq!(row["longest_teammate_turns"], 2, "{row}");
+        assert!(row["overhead_ms_per_tool_call"].is_number(), "{row}");
+        assert!(
+            row["ideal_ms"].as_f64().unwrap() >= 5.0 * 3.0,
+            "at least the lead's first turn and two worker turns: {row}"
+        );
+    }
+    let normal = &rows[0];
+    assert!(normal["target_met"].is_boolean());
+    assert!(
+        rows[2]["target_met"].is_null(),
+        "full is reported, not judged"
+    );
+    let idle = &rows[3];
+    assert_eq!(idle["teammates"], 3);
+    assert_eq!(idle["tool_calls"], 0);
+    assert!(idle["target_met"].is_boolean());
+}
