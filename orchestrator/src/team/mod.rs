@@ -944,7 +944,9 @@ The lead ended its turn without deciding {}; the teammates                  wait
             )
             .await;
         }
-        self.set_state(agent, MemberState::Stopped);
+        // The board and the lead's mail are updated before the teammate counts as stopped:
+        // whoever watches the states then sees the returned tasks and the undelivered notice,
+        // and the run cannot end in between.
         let released = self
             .store
             .release_tasks_of(self.run_id(), agent)
@@ -978,6 +980,7 @@ The lead ended its turn without deciding {}; the teammates                  wait
                 })
                 .await;
         }
+        self.set_state(agent, MemberState::Stopped);
         ended
     }
 }
