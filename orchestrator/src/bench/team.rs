@@ -41,8 +41,11 @@ pub struct Options {
     pub latency: Duration,
     /// Sync settings to run the tasks scenario with (the first also gives the wall-time row).
     pub syncs: Vec<SyncMode>,
-    /// Teammates of the idle scenario (no tasks).
+    /// Teammates of the idle scenario (one answer each, then idle).
     pub idle_teammates: usize,
+    /// The idle scenario's model latency: long enough for every teammate to claim its task
+    /// before the first one answers, so that all of them are started at once.
+    pub idle_hold: Duration,
     /// The `muster` binary to run.
     pub muster: PathBuf,
     /// Where to create the temporary projects.
@@ -84,7 +87,12 @@ struct Measured {
     model_requests: usize,
     tool_calls: usize,
     overhead_ms_per_call: Option<f64>,
+    /// Teammates with an `agent_started` event.
+    teammates_started: usize,
 }
+
+/// The most teammates one `[[teammates]]` entry may declare.
+const GROUP: usize = 64;
 
 fn sync_name(sync: SyncMode) -> &'static str {
     match sync {
@@ -98,7 +106,12 @@ pub fn run(options: &Options) -> anyhow::Result<Vec<Row>> {
     let l_ms = options.latency.as_secs_f64() * 1000.0;
     let mut rows = Vec::new();
     for (i, sync) in options.syncs.iter().copied().enumerate() {
-        let m = run_team(options, sync, options.teammates, true)?;
+        let shape = Shape {
+            teammates: options.teammates,
+            turns: options.turns,
+            latency: options.latency,
+        };
+        let m = run_team(options, sync, &shape)?;
         let ideal_ms = l_ms * (m.lead_turns + m.longest_teammate_turns) as f64;
         let wall_ms = m.wall.as_secs_f64() * 1000.0;
         let base = Row {
@@ -156,52 +169,60 @@ pub fn run(options: &Options) -> anyhow::Result<Vec<Row>> {
         }
     }
     let sync = options.syncs.first().copied().unwrap_or(SyncMode::Normal);
-    let m = run_team(options, sync, options.idle_teammates, false)?;
+    let shape = Shape {
+        teammates: options.idle_teammates,
+        turns: 1,
+        latency: options.idle_hold,
+    };
+    let m = run_team(options, sync, &shape)?;
     let peak_mib = m.peak_kib.map(|k| k as f64 / 1024.0);
     rows.push(Row {
         system: "muster",
         scenario: "idle_teammates_memory",
         sync: sync_name(sync),
         teammates: options.idle_teammates,
-        model_latency_ms: l_ms,
+        model_latency_ms: options.idle_hold.as_secs_f64() * 1000.0,
         lead_turns: m.lead_turns,
         longest_teammate_turns: m.longest_teammate_turns,
         model_requests: m.model_requests,
         tool_calls: m.tool_calls,
         wall_ms: m.wall.as_secs_f64() * 1000.0,
-        ideal_ms: l_ms * (m.lead_turns + m.longest_teammate_turns) as f64,
+        ideal_ms: 0.0,
         overhead_ms_per_tool_call: m.overhead_ms_per_call,
         peak_mib,
         target: "<= 100 MiB (issue: 200 idle teammates)",
         target_met: peak_mib.map(|p| p <= 100.0),
-        note: "the child's VmHWM from /proc/PID/status, sampled every 2 ms while it ran; the \
-               lead ends its first turn with no tasks, every teammate idle"
-            .into(),
+        note: format!(
+            "the child's VmHWM from /proc/PID/status, sampled every 2 ms while it ran; the lead \
+             creates a task per teammate; {} of {} teammates started, each answered once after L \
+             and went idle, and the run ended with every teammate idle",
+            m.teammates_started, options.idle_teammates
+        ),
     });
     Ok(rows)
 }
 
-/// Writes a project for `teammates` workers (with a task each when `tasks`), runs it as a
-/// child `muster run` and measures it.
-fn run_team(
-    options: &Options,
-    sync: SyncMode,
+/// The size of one run.
+struct Shape {
     teammates: usize,
-    tasks: bool,
-) -> anyhow::Result<Measured> {
+    /// Model turns per worker (the last one ends with text).
+    turns: usize,
+    latency: Duration,
+}
+
+/// Writes a project of `shape.teammates` workers with a task each, runs it as a child
+/// `muster run` and measures it.
+fn run_team(options: &Options, sync: SyncMode, shape: &Shape) -> anyhow::Result<Measured> {
+    let teammates = shape.teammates;
     let project = tempfile::Builder::new()
         .prefix("muster-bench-team-")
         .tempdir_in(&options.dir)
         .with_context(|| format!("cannot create a project in {}", options.dir.display()))?;
     let root = project.path();
-    write_project(root, options, sync, teammates, tasks)?;
+    write_project(root, options, sync, shape)?;
     let stdout = std::fs::File::create(root.join("events.jsonl"))?;
     let stderr = std::fs::File::create(root.join("stderr.txt"))?;
-    let goal = if tasks {
-        format!("Benchmark: {teammates} independent tasks.")
-    } else {
-        format!("Benchmark: {teammates} idle teammates.")
-    };
+    let goal = format!("Benchmark: {teammates} independent tasks.");
     let started = Instant::now();
     let mut child = Command::new(&options.muster)
         .current_dir(root)
@@ -239,7 +260,7 @@ fn run_team(
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
-    let mut m = measure(&events, options.latency);
+    let mut m = measure(&events, shape.latency);
     m.wall = wall;
     m.peak_kib = peak_kib;
     Ok(m)
@@ -260,6 +281,7 @@ fn measure(events: &[Value], latency: Duration) -> Measured {
     let mut gap_ms = 0.0;
     let mut calls_in_gaps = 0;
     let mut tool_calls = 0;
+    let mut teammates_started = 0;
     let l_ms = latency.as_secs_f64() * 1000.0;
     for event in events {
         let (Some(agent), Some(ts)) = (
@@ -280,6 +302,9 @@ fn measure(events: &[Value], latency: Duration) -> Measured {
                     calls_in_gaps += calls;
                 }
                 open.insert(agent, (ts, 0));
+            }
+            Some("agent_started") if agent != "lead" && !agent.contains('.') => {
+                teammates_started += 1;
             }
             Some("tool_call") => {
                 tool_calls += 1;
@@ -305,6 +330,7 @@ fn measure(events: &[Value], latency: Duration) -> Measured {
         model_requests: turns.values().sum(),
         tool_calls,
         overhead_ms_per_call: (calls_in_gaps > 0).then(|| gap_ms / calls_in_gaps as f64),
+        teammates_started,
     }
 }
 
@@ -313,9 +339,9 @@ fn write_project(
     root: &Path,
     options: &Options,
     sync: SyncMode,
-    teammates: usize,
-    tasks: bool,
+    shape: &Shape,
 ) -> anyhow::Result<()> {
+    let teammates = shape.teammates;
     std::fs::create_dir_all(root.join(".muster"))?;
     std::fs::create_dir_all(root.join(".git"))?;
     std::fs::write(root.join("README.md"), "A benchmark project.\n")?;
@@ -323,13 +349,24 @@ fn write_project(
         root.join(".muster/settings.toml"),
         format!("[mailbox]\nsync = \"{}\"\n", sync_name(sync)),
     )?;
-    std::fs::write(
-        root.join("muster.team.toml"),
-        format!(
-            "name = \"bench\"\n\n[[teammates]]\nname = \"worker\"\ncount = {teammates}\nplan_mode_required = false\n"
-        ),
-    )?;
-    let delay = u64::try_from(options.latency.as_millis()).unwrap_or(u64::MAX);
+    // A team file's `count` is at most 64: larger teams are several groups, `g1`, `g2`, ….
+    let mut team = String::from("name = \"bench\"\n");
+    let mut agents = Vec::new();
+    let groups = teammates.div_ceil(GROUP).max(1);
+    for g in 1..=groups {
+        let count = (teammates - (g - 1) * GROUP).min(GROUP);
+        let name = if groups == 1 {
+            "worker".to_owned()
+        } else {
+            format!("g{g}")
+        };
+        team.push_str(&format!(
+            "\n[[teammates]]\nname = \"{name}\"\ncount = {count}\nplan_mode_required = false\n"
+        ));
+        agents.extend((1..=count).map(|n| format!("{name}-{n}")));
+    }
+    std::fs::write(root.join("muster.team.toml"), team)?;
+    let delay = u64::try_from(shape.latency.as_millis()).unwrap_or(u64::MAX);
     let entry = |agent: &str, turn: Option<usize>, content: Vec<Value>| -> String {
         let has_tools = content.iter().any(|b| b["type"] == "tool_use");
         let mut entry = json!({
@@ -338,15 +375,17 @@ fn write_project(
                 "content": content,
                 "stop_reason": if has_tools { "tool_use" } else { "end_turn" },
             },
-            "fault": {"first_byte_delay_ms": delay},
         });
+        if delay > 0 {
+            entry["fault"] = json!({"first_byte_delay_ms": delay});
+        }
         if let Some(turn) = turn {
             entry["turn"] = json!(turn);
         }
         entry.to_string() + "\n"
     };
     let mut cassette = String::new();
-    if tasks {
+    {
         let creates = (1..=teammates)
             .map(|n| {
                 json!({"type": "tool_use", "id": format!("toolu_lead_1_{n}"), "name": "TaskCreate",
@@ -360,10 +399,9 @@ fn write_project(
         None,
         vec![json!({"type": "text", "text": "Waiting for the team."})],
     ));
-    for w in 1..=teammates {
-        let agent = format!("worker-{w}");
-        if tasks {
-            for turn in 1..options.turns {
+    for agent in agents {
+        {
+            for turn in 1..shape.turns {
                 let calls = (1..=options.calls_per_turn)
                     .map(|c| {
                         let id = format!("toolu_{agent}_{turn}_{c}");

@@ -114,6 +114,7 @@ fn bench_team(args: TeamArgs) -> anyhow::Result<Exit> {
         latency: std::time::Duration::from_millis(latency_ms),
         syncs,
         idle_teammates,
+        idle_hold: std::time::Duration::from_millis(if args.smoke { 50 } else { 3000 }),
         muster,
         dir: args.dir.unwrap_or_else(std::env::temp_dir),
     };

@@ -134,6 +134,9 @@ fn the_team_bench_prints_overhead_wall_time_and_memory_rows() {
     );
     let idle = &rows[3];
     assert_eq!(idle["teammates"], 3);
-    assert_eq!(idle["tool_calls"], 0);
+    assert_eq!(
+        idle["tool_calls"], 3,
+        "the lead creates a task per teammate: {idle}"
+    );
     assert!(idle["target_met"].is_boolean());
 }
