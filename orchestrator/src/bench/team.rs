@@ -110,6 +110,7 @@ pub fn run(options: &Options) -> anyhow::Result<Vec<Row>> {
             teammates: options.teammates,
             turns: options.turns,
             latency: options.latency,
+            lead_latency: options.latency,
         };
         let m = run_team(options, sync, &shape)?;
         let ideal_ms = l_ms * (m.lead_turns + m.longest_teammate_turns) as f64;
@@ -173,6 +174,7 @@ pub fn run(options: &Options) -> anyhow::Result<Vec<Row>> {
         teammates: options.idle_teammates,
         turns: 1,
         latency: options.idle_hold,
+        lead_latency: Duration::ZERO,
     };
     let m = run_team(options, sync, &shape)?;
     let peak_mib = m.peak_kib.map(|k| k as f64 / 1024.0);
@@ -194,8 +196,8 @@ pub fn run(options: &Options) -> anyhow::Result<Vec<Row>> {
         target_met: peak_mib.map(|p| p <= 100.0),
         note: format!(
             "the child's VmHWM from /proc/PID/status, sampled every 2 ms while it ran; the lead \
-             creates a task per teammate; {} of {} teammates started, each answered once after L \
-             and went idle, and the run ended with every teammate idle",
+             creates a task per teammate (the lead's L = 0); {} of {} teammates started, each \
+             answered once after L and went idle, and the run ended with every teammate idle",
             m.teammates_started, options.idle_teammates
         ),
     });
@@ -207,7 +209,10 @@ struct Shape {
     teammates: usize,
     /// Model turns per worker (the last one ends with text).
     turns: usize,
+    /// The teammates' model latency.
     latency: Duration,
+    /// The lead's model latency.
+    lead_latency: Duration,
 }
 
 /// Writes a project of `shape.teammates` workers with a task each, runs it as a child
@@ -260,7 +265,7 @@ fn run_team(options: &Options, sync: SyncMode, shape: &Shape) -> anyhow::Result<
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
-    let mut m = measure(&events, shape.latency);
+    let mut m = measure(&events, shape.latency, shape.lead_latency);
     m.wall = wall;
     m.peak_kib = peak_kib;
     Ok(m)
@@ -273,7 +278,7 @@ fn vm_hwm_kib(path: &Path) -> Option<u64> {
 }
 
 /// Turns, tool calls and the overhead per call from a run's stream-json events.
-fn measure(events: &[Value], latency: Duration) -> Measured {
+fn measure(events: &[Value], latency: Duration, lead_latency: Duration) -> Measured {
     use std::collections::BTreeMap;
     // Per agent: (ts of the last model_turn, tool calls since it).
     let mut open: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
@@ -283,6 +288,7 @@ fn measure(events: &[Value], latency: Duration) -> Measured {
     let mut tool_calls = 0;
     let mut teammates_started = 0;
     let l_ms = latency.as_secs_f64() * 1000.0;
+    let lead_l_ms = lead_latency.as_secs_f64() * 1000.0;
     for event in events {
         let (Some(agent), Some(ts)) = (
             event["agent"].as_str(),
@@ -298,7 +304,7 @@ fn measure(events: &[Value], latency: Duration) -> Measured {
                 if let Some((last, calls)) = open.get(agent)
                     && *calls > 0
                 {
-                    gap_ms += ts - last - l_ms;
+                    gap_ms += ts - last - if agent == "lead" { lead_l_ms } else { l_ms };
                     calls_in_gaps += calls;
                 }
                 open.insert(agent, (ts, 0));
@@ -366,8 +372,13 @@ fn write_project(
         agents.extend((1..=count).map(|n| format!("{name}-{n}")));
     }
     std::fs::write(root.join("muster.team.toml"), team)?;
-    let delay = u64::try_from(shape.latency.as_millis()).unwrap_or(u64::MAX);
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     let entry = |agent: &str, turn: Option<usize>, content: Vec<Value>| -> String {
+        let delay = if agent == "lead" {
+            ms(shape.lead_latency)
+        } else {
+            ms(shape.latency)
+        };
         let has_tools = content.iter().any(|b| b["type"] == "tool_use");
         let mut entry = json!({
             "agent": agent,
