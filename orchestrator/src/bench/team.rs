@@ -87,6 +87,10 @@ struct Measured {
     model_requests: usize,
     tool_calls: usize,
     overhead_ms_per_call: Option<f64>,
+    /// The same time per tool-calling turn.
+    overhead_ms_per_turn: Option<f64>,
+    /// Between two `tool_call` events of one turn: one tool and its records alone.
+    ms_between_calls: Option<f64>,
     /// Teammates with an `agent_started` event.
     teammates_started: usize,
 }
@@ -143,10 +147,14 @@ pub fn run(options: &Options) -> anyhow::Result<Vec<Row>> {
         rows.push(Row {
             target,
             target_met,
-            note: "per agent: (next model_turn ts - a tool-calling model_turn ts - L), summed, \
-                   / tool calls in between; ms timestamps, L's timer rounding counted as \
-                   overhead (an upper bound)"
-                .into(),
+            note: format!(
+                "per agent: (next model_turn ts - a tool-calling model_turn ts - L), summed, / \
+                 tool calls in between; ms timestamps, L's timer rounding counted as overhead \
+                 (an upper bound); per tool-calling turn {} ms, of which {} ms between two \
+                 calls of one turn (the tool and its records alone); the rest is per turn",
+                fmt_ms(m.overhead_ms_per_turn),
+                fmt_ms(m.ms_between_calls)
+            ),
             ..base.clone()
         });
         if i == 0 {
@@ -271,6 +279,10 @@ fn run_team(options: &Options, sync: SyncMode, shape: &Shape) -> anyhow::Result<
     Ok(m)
 }
 
+fn fmt_ms(v: Option<f64>) -> String {
+    v.map_or("-".to_owned(), |v| format!("{v:.2}"))
+}
+
 fn vm_hwm_kib(path: &Path) -> Option<u64> {
     let status = std::fs::read_to_string(path).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
@@ -280,8 +292,11 @@ fn vm_hwm_kib(path: &Path) -> Option<u64> {
 /// Turns, tool calls and the overhead per call from a run's stream-json events.
 fn measure(events: &[Value], latency: Duration, lead_latency: Duration) -> Measured {
     use std::collections::BTreeMap;
-    // Per agent: (ts of the last model_turn, tool calls since it).
-    let mut open: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
+    // Per agent: (ts of the last model_turn, tool calls since it, ts of the last tool_call).
+    let mut open: BTreeMap<&str, (f64, usize, f64)> = BTreeMap::new();
+    let mut between_ms = 0.0;
+    let mut between_n = 0;
+    let mut turns_in_gaps = 0;
     let mut turns: BTreeMap<&str, usize> = BTreeMap::new();
     let mut gap_ms = 0.0;
     let mut calls_in_gaps = 0;
@@ -301,21 +316,27 @@ fn measure(events: &[Value], latency: Duration, lead_latency: Duration) -> Measu
         match event["type"].as_str() {
             Some("model_turn") => {
                 *turns.entry(agent).or_default() += 1;
-                if let Some((last, calls)) = open.get(agent)
+                if let Some((last, calls, _)) = open.get(agent)
                     && *calls > 0
                 {
+                    turns_in_gaps += 1;
                     gap_ms += ts - last - if agent == "lead" { lead_l_ms } else { l_ms };
                     calls_in_gaps += calls;
                 }
-                open.insert(agent, (ts, 0));
+                open.insert(agent, (ts, 0, ts));
             }
             Some("agent_started") if agent != "lead" && !agent.contains('.') => {
                 teammates_started += 1;
             }
             Some("tool_call") => {
                 tool_calls += 1;
-                if let Some((_, calls)) = open.get_mut(agent) {
+                if let Some((_, calls, last_call)) = open.get_mut(agent) {
+                    if *calls > 0 {
+                        between_ms += ts - *last_call;
+                        between_n += 1;
+                    }
                     *calls += 1;
+                    *last_call = ts;
                 }
             }
             _ => {}
@@ -336,6 +357,8 @@ fn measure(events: &[Value], latency: Duration, lead_latency: Duration) -> Measu
         model_requests: turns.values().sum(),
         tool_calls,
         overhead_ms_per_call: (calls_in_gaps > 0).then(|| gap_ms / calls_in_gaps as f64),
+        overhead_ms_per_turn: (turns_in_gaps > 0).then(|| gap_ms / turns_in_gaps as f64),
+        ms_between_calls: (between_n > 0).then(|| between_ms / between_n as f64),
         teammates_started,
     }
 }
@@ -478,12 +501,8 @@ pub fn render(rows: &[Row]) -> String {
         ));
     }
     out.push('\n');
-    let mut seen = Vec::new();
     for r in rows {
-        if !seen.contains(&r.scenario) {
-            seen.push(r.scenario);
-            out.push_str(&format!("{}: {}\n", r.scenario, r.note));
-        }
+        out.push_str(&format!("{} ({}): {}\n", r.scenario, r.sync, r.note));
     }
     out
 }
