@@ -105,12 +105,4 @@ impl ExitError {
             message: message.into(),
         }
     }
-
-    /// A subcommand that a later issue builds.
-    pub fn not_built(command: &str) -> Self {
-        ExitError::new(
-            Exit::Usage,
-            format!("`muster {command}` is not built yet in this version of muster"),
-        )
-    }
 }

@@ -122,18 +122,6 @@ fn a_store_from_a_newer_muster_exits_4_naming_both_versions() {
 }
 
 #[test]
-fn commands_not_built_yet_say_so_and_exit_2() {
-    let dir = tempfile::tempdir().unwrap();
-    let output = muster(dir.path(), &["bench", "team"]);
-    assert_eq!(output.status.code(), Some(2));
-    assert!(
-        stderr(&output).contains("`muster bench team` is not built yet"),
-        "{}",
-        stderr(&output)
-    );
-}
-
-#[test]
 fn the_demo_crashes_a_child_and_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let output = muster(dir.path(), &["demo", "--crash", "--dir", "d"]);
