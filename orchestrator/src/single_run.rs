@@ -120,15 +120,8 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// `muster run -p` with no team.
-pub fn run(global: &GlobalArgs, flags: RunFlags) -> anyhow::Result<Exit> {
-    let output = OutputFormat::parse(&flags.output)?;
-    let root = project_root(global)?;
-    if flags.team.is_some() || root.path().join("muster.team.toml").exists() {
-        return Err(usage(
-            "team runs are not built yet: run without --team (and without muster.team.toml)",
-        ));
-    }
+/// The command-line settings layer of `muster run` (single or team).
+pub(crate) fn overrides_from(flags: &RunFlags) -> anyhow::Result<CliOverrides> {
     let mut overrides = CliOverrides::new();
     if let Some(mode) = &flags.permission_mode {
         overrides = overrides.permission_mode(mode);
@@ -148,7 +141,14 @@ pub fn run(global: &GlobalArgs, flags: RunFlags) -> anyhow::Result<Exit> {
     if let Some(cassette) = &flags.cassette {
         overrides = overrides.cassette(std::path::absolute(cassette)?.display().to_string());
     }
-    let loaded = load_settings(global, &root, overrides)?;
+    Ok(overrides)
+}
+
+/// `muster run -p` with no team (the CLI sends team runs to `crate::team::run`).
+pub fn run(global: &GlobalArgs, flags: RunFlags) -> anyhow::Result<Exit> {
+    let output = OutputFormat::parse(&flags.output)?;
+    let root = project_root(global)?;
+    let loaded = load_settings(global, &root, overrides_from(&flags)?)?;
     print_warnings(&loaded.warnings);
     let project = Project {
         root,

@@ -101,26 +101,7 @@ pub struct TeamLaunch {
 pub fn run(global: &GlobalArgs, flags: RunFlags, team_path: PathBuf) -> anyhow::Result<Exit> {
     let output = OutputFormat::parse(&flags.output)?;
     let root = project_root(global)?;
-    let mut overrides = CliOverrides::new();
-    if let Some(mode) = &flags.permission_mode {
-        overrides = overrides.permission_mode(mode);
-    }
-    if let Some(approver) = &flags.approver {
-        overrides = overrides.approver(approver);
-    }
-    if let Some(provider) = &flags.provider {
-        overrides = overrides.provider(provider);
-    }
-    if let Some(model) = &flags.model {
-        overrides = overrides.model(model);
-    }
-    if let Some(url) = &flags.base_url {
-        overrides = overrides.base_url("anthropic", url).base_url("openai", url);
-    }
-    if let Some(cassette) = &flags.cassette {
-        overrides = overrides.cassette(std::path::absolute(cassette)?.display().to_string());
-    }
-    let loaded = load_settings(global, &root, overrides)?;
+    let loaded = load_settings(global, &root, crate::single_run::overrides_from(&flags)?)?;
     print_warnings(&loaded.warnings);
     let project = Project {
         root,

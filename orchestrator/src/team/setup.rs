@@ -120,7 +120,7 @@ fn models(
     let options = ProviderOptions {
         script: ScriptOptions {
             strict: launch.strict,
-            redactions: Vec::new(),
+            redactions: crate::ids::hash_redactions(),
         },
         ..ProviderOptions::default()
     };
@@ -135,7 +135,7 @@ fn models(
                     .map_err(|e| usage(e.to_string()))?;
                 if let Some(path) = &launch.record {
                     provider = Arc::new(
-                        Recorder::append(provider, path, Vec::new())
+                        Recorder::append(provider, path, crate::ids::hash_redactions())
                             .map_err(|e| usage(e.to_string()))?,
                     );
                 }
