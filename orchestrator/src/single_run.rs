@@ -224,26 +224,15 @@ pub fn resume(global: &GlobalArgs, flags: ResumeFlags) -> anyhow::Result<Exit> {
     }
     drop(store);
     drop(runtime);
-    let mut overrides = CliOverrides::new()
-        .set(
-            "plan.provider",
-            &launch.plan_provider,
-            "the run's launch options",
-        )
-        .set("plan.model", &launch.plan_model, "the run's launch options")
-        .set(
-            "act.provider",
-            &launch.act_provider,
-            "the run's launch options",
-        )
-        .set("act.model", &launch.act_model, "the run's launch options")
-        .approver(&launch.approver);
-    if let Some(url) = &launch.base_url {
-        overrides = overrides.base_url("anthropic", url).base_url("openai", url);
-    }
-    if let Some(cassette) = &launch.cassette {
-        overrides = overrides.cassette(cassette.display().to_string());
-    }
+    let overrides = launch_overrides(StoredModels {
+        approver: &launch.approver,
+        plan_provider: &launch.plan_provider,
+        plan_model: &launch.plan_model,
+        act_provider: &launch.act_provider,
+        act_model: &launch.act_model,
+        base_url: launch.base_url.as_deref(),
+        cassette: launch.cassette.as_deref(),
+    });
     let root = project_root(global)?;
     let loaded = load_settings(global, &root, overrides)?;
     let project = Project {
@@ -580,58 +569,12 @@ impl Session {
 
     /// The models per mode; `--record` starts a new cassette, and a resumed run appends.
     fn models(&self, env: &BTreeMap<String, String>, resumed: bool) -> anyhow::Result<ModelRouter> {
-        let settings = &self.project.settings;
-        let lookup = |name: &str| env.get(name).cloned();
-        let options = ProviderOptions {
-            script: ScriptOptions {
-                strict: self.launch.strict,
-                redactions: crate::ids::hash_redactions(),
-            },
-            ..ProviderOptions::default()
+        let recording = match &self.launch.record {
+            Some(path) if resumed => Recording::Append(path),
+            Some(path) => Recording::New(path),
+            None => Recording::Off,
         };
-        let mut built: BTreeMap<&'static str, Arc<dyn ModelProvider>> = BTreeMap::new();
-        let mut model_for = |mode: PermissionMode| -> anyhow::Result<ModeModel> {
-            let mode_settings = settings.mode(mode);
-            let kind: ProviderKind = mode_settings.provider.value;
-            let provider = match built.get(kind.as_str()) {
-                Some(provider) => provider.clone(),
-                None => {
-                    let mut provider = build_provider(kind, settings, &lookup, &options)
-                        .map_err(|e| usage(e.to_string()))?;
-                    if let Some(path) = &self.launch.record {
-                        provider = Arc::new(
-                            if resumed {
-                                Recorder::append(provider, path, crate::ids::hash_redactions())
-                            } else {
-                                Recorder::create(provider, path, crate::ids::hash_redactions())
-                            }
-                            .map_err(|e| usage(e.to_string()))?,
-                        );
-                    }
-                    built.insert(kind.as_str(), provider.clone());
-                    provider
-                }
-            };
-            let model = mode_settings.model.value.clone();
-            let max_tokens = settings
-                .models
-                .get(&model)
-                .and_then(|info| info.max_output)
-                .unwrap_or(8192);
-            Ok(ModeModel {
-                provider,
-                model,
-                max_tokens,
-                thinking: ThinkingSettings {
-                    budget_tokens: mode_settings.thinking_budget.as_ref().map(|s| s.value),
-                    effort: mode_settings.reasoning_effort.as_ref().map(|s| s.value),
-                },
-            })
-        };
-        Ok(ModelRouter {
-            plan: model_for(PermissionMode::Plan)?,
-            act: model_for(PermissionMode::Default)?,
-        })
+        model_router(&self.project.settings, env, self.launch.strict, recording)
     }
 
     async fn drive(
@@ -835,4 +778,104 @@ impl Terminal for StdinTerminal {
             Some("y") | Some("yes")
         )
     }
+}
+
+/// Whether a run records the model's replies into a cassette (`--record`).
+pub(crate) enum Recording<'a> {
+    Off,
+    /// Start a new cassette.
+    New(&'a Path),
+    /// Append to the cassette of an earlier part of the run.
+    Append(&'a Path),
+}
+
+/// The model of each mode (Cline's plan/act split), one provider per kind shared by both
+/// modes; the `script` provider replays with the drift hash hiding run ids and slugs.
+pub(crate) fn model_router(
+    settings: &muster_config::Settings,
+    env: &BTreeMap<String, String>,
+    strict: bool,
+    recording: Recording<'_>,
+) -> anyhow::Result<ModelRouter> {
+    let lookup = |name: &str| env.get(name).cloned();
+    let options = ProviderOptions {
+        script: ScriptOptions {
+            strict,
+            redactions: crate::ids::hash_redactions(),
+        },
+        ..ProviderOptions::default()
+    };
+    let mut built: BTreeMap<&'static str, Arc<dyn ModelProvider>> = BTreeMap::new();
+    let mut model_for = |mode: PermissionMode| -> anyhow::Result<ModeModel> {
+        let mode_settings = settings.mode(mode);
+        let kind: ProviderKind = mode_settings.provider.value;
+        let provider = match built.get(kind.as_str()) {
+            Some(provider) => provider.clone(),
+            None => {
+                let provider = build_provider(kind, settings, &lookup, &options)
+                    .map_err(|e| usage(e.to_string()))?;
+                let provider: Arc<dyn ModelProvider> = match recording {
+                    Recording::Off => provider,
+                    Recording::New(path) => Arc::new(
+                        Recorder::create(provider, path, crate::ids::hash_redactions())
+                            .map_err(|e| usage(e.to_string()))?,
+                    ),
+                    Recording::Append(path) => Arc::new(
+                        Recorder::append(provider, path, crate::ids::hash_redactions())
+                            .map_err(|e| usage(e.to_string()))?,
+                    ),
+                };
+                built.insert(kind.as_str(), provider.clone());
+                provider
+            }
+        };
+        let model = mode_settings.model.value.clone();
+        let max_tokens = settings
+            .models
+            .get(&model)
+            .and_then(|info| info.max_output)
+            .unwrap_or(8192);
+        Ok(ModeModel {
+            provider,
+            model,
+            max_tokens,
+            thinking: ThinkingSettings {
+                budget_tokens: mode_settings.thinking_budget.as_ref().map(|s| s.value),
+                effort: mode_settings.reasoning_effort.as_ref().map(|s| s.value),
+            },
+        })
+    };
+    Ok(ModelRouter {
+        plan: model_for(PermissionMode::Plan)?,
+        act: model_for(PermissionMode::Default)?,
+    })
+}
+
+/// The stored launch options that decide a resumed run's models and approver.
+pub(crate) struct StoredModels<'a> {
+    pub approver: &'a str,
+    pub plan_provider: &'a str,
+    pub plan_model: &'a str,
+    pub act_provider: &'a str,
+    pub act_model: &'a str,
+    pub base_url: Option<&'a str>,
+    pub cassette: Option<&'a Path>,
+}
+
+/// The settings layer a resumed run (single or team) rebuilds from its launch options.
+pub(crate) fn launch_overrides(stored: StoredModels<'_>) -> CliOverrides {
+    let from = "the run's launch options";
+    let mut overrides = CliOverrides::new()
+        .set("plan.provider", stored.plan_provider, from)
+        .set("plan.model", stored.plan_model, from)
+        .set("act.provider", stored.act_provider, from)
+        .set("act.model", stored.act_model, from)
+        .approver(stored.approver);
+    if let Some(url) = stored.base_url {
+        overrides = overrides.base_url("anthropic", url).base_url("openai", url);
+    }
+    if let Some(cassette) = stored.cassette {
+        overrides = overrides.cassette(cassette.display().to_string());
+    }
+    overrides
 }

@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use muster_agents::runtime::{AgentKind, AgentOutcome, AgentRuntime, AgentSpec, PlanFiles};
-use muster_config::settings::{AutoGate as AutoGateSetting, CliOverrides};
+use muster_config::settings::AutoGate as AutoGateSetting;
 use muster_config::{AgentCatalog, PermissionMode, Policy, TeamFile};
 use muster_mailbox::live::LiveRun;
 use muster_mailbox::{
@@ -230,26 +230,15 @@ pub fn resume(
     if let Some(secs) = flags.max_duration {
         launch.deadline_ms = Some(now_ms() + (secs as i64) * 1000);
     }
-    let mut overrides = CliOverrides::new()
-        .set(
-            "plan.provider",
-            &launch.plan_provider,
-            "the run's launch options",
-        )
-        .set("plan.model", &launch.plan_model, "the run's launch options")
-        .set(
-            "act.provider",
-            &launch.act_provider,
-            "the run's launch options",
-        )
-        .set("act.model", &launch.act_model, "the run's launch options")
-        .approver(&launch.approver);
-    if let Some(url) = &launch.base_url {
-        overrides = overrides.base_url("anthropic", url).base_url("openai", url);
-    }
-    if let Some(cassette) = &launch.cassette {
-        overrides = overrides.cassette(cassette.display().to_string());
-    }
+    let overrides = crate::single_run::launch_overrides(crate::single_run::StoredModels {
+        approver: &launch.approver,
+        plan_provider: &launch.plan_provider,
+        plan_model: &launch.plan_model,
+        act_provider: &launch.act_provider,
+        act_model: &launch.act_model,
+        base_url: launch.base_url.as_deref(),
+        cassette: launch.cassette.as_deref(),
+    });
     let root = project_root(global)?;
     let loaded = load_settings(global, &root, overrides)?;
     print_warnings(&loaded.warnings);

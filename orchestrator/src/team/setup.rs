@@ -6,21 +6,18 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use muster_agents::model::{
-    ModelProvider, ProviderOptions, Recorder, ScriptOptions, ThinkingSettings, build_provider,
-};
 use muster_agents::runtime::{
-    CompactionPolicy, DEFAULT_MAX_SUBAGENTS, EngineGate, EventSink, ModeModel, ModelRouter,
-    PlanApprover, PlanFiles, RunContext,
+    CompactionPolicy, DEFAULT_MAX_SUBAGENTS, EngineGate, EventSink, ModelRouter, PlanApprover,
+    PlanFiles, RunContext,
 };
 use muster_agents::tools::{ToolRegistry, Workspace};
-use muster_config::settings::ProviderKind;
-use muster_config::{AgentCatalog, Approver, PermissionMode, Policy, ProjectInstructions};
+use muster_config::{AgentCatalog, Approver, Policy, ProjectInstructions};
 use muster_mailbox::MailboxStore;
 use tokio::sync::Semaphore;
 
 use crate::exit::{Exit, ExitError};
 use crate::project::Project;
+use crate::single_run::{Recording, model_router};
 
 use super::TeamLaunch;
 
@@ -110,57 +107,15 @@ pub(crate) fn run_context(parts: ContextParts<'_>) -> anyhow::Result<RunContext>
     })
 }
 
+/// A team's models: a team run always appends to its cassette (`--record`), as it did.
 fn models(
     project: &Project,
     launch: &TeamLaunch,
     env: &BTreeMap<String, String>,
 ) -> anyhow::Result<ModelRouter> {
-    let settings = &project.settings;
-    let lookup = |name: &str| env.get(name).cloned();
-    let options = ProviderOptions {
-        script: ScriptOptions {
-            strict: launch.strict,
-            redactions: crate::ids::hash_redactions(),
-        },
-        ..ProviderOptions::default()
+    let recording = match &launch.record {
+        Some(path) => Recording::Append(path),
+        None => Recording::Off,
     };
-    let mut built: BTreeMap<&'static str, Arc<dyn ModelProvider>> = BTreeMap::new();
-    let mut model_for = |mode: PermissionMode| -> anyhow::Result<ModeModel> {
-        let mode_settings = settings.mode(mode);
-        let kind: ProviderKind = mode_settings.provider.value;
-        let provider = match built.get(kind.as_str()) {
-            Some(provider) => provider.clone(),
-            None => {
-                let mut provider = build_provider(kind, settings, &lookup, &options)
-                    .map_err(|e| usage(e.to_string()))?;
-                if let Some(path) = &launch.record {
-                    provider = Arc::new(
-                        Recorder::append(provider, path, crate::ids::hash_redactions())
-                            .map_err(|e| usage(e.to_string()))?,
-                    );
-                }
-                built.insert(kind.as_str(), provider.clone());
-                provider
-            }
-        };
-        let model = mode_settings.model.value.clone();
-        let max_tokens = settings
-            .models
-            .get(&model)
-            .and_then(|info| info.max_output)
-            .unwrap_or(8192);
-        Ok(ModeModel {
-            provider,
-            model,
-            max_tokens,
-            thinking: ThinkingSettings {
-                budget_tokens: mode_settings.thinking_budget.as_ref().map(|s| s.value),
-                effort: mode_settings.reasoning_effort.as_ref().map(|s| s.value),
-            },
-        })
-    };
-    Ok(ModelRouter {
-        plan: model_for(PermissionMode::Plan)?,
-        act: model_for(PermissionMode::Default)?,
-    })
+    model_router(&project.settings, env, launch.strict, recording)
 }
