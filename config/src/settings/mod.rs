@@ -148,6 +148,24 @@ pub struct MailboxSettings {
     pub busy_timeout_ms: Sourced<u64>,
 }
 
+/// When an agent's context is compacted: the fields of
+/// `muster_agents::compaction::CompactionConfig`.
+#[derive(Debug, Clone, Serialize)]
+pub struct CompactionSettings {
+    /// Compact at all.
+    pub enabled: Sourced<bool>,
+    /// The share of the model's window the prompt may fill, in (0, 1].
+    pub trigger_ratio: Sourced<f64>,
+    /// Tokens kept free beside the model's maximum output.
+    pub reserve_tokens: Sourced<u64>,
+    /// An absolute prompt size that can only lower the computed threshold.
+    pub max_prompt_tokens: Option<Sourced<u64>>,
+    /// The budget for the most recent user and lead messages kept verbatim.
+    pub recent_messages_tokens: Sourced<u64>,
+    /// `max_tokens` of the summary request (at least 1).
+    pub summary_max_tokens: Sourced<u64>,
+}
+
 /// One effective value as `muster config show` prints it.
 #[derive(Debug, Clone, Serialize)]
 pub struct SettingEntry {
@@ -182,6 +200,7 @@ pub struct Settings {
     pub models: BTreeMap<String, ModelInfo>,
     pub budgets: Budgets,
     pub mailbox: MailboxSettings,
+    pub compaction: CompactionSettings,
     #[serde(skip)]
     entries: Vec<SettingEntry>,
 }
@@ -330,6 +349,13 @@ impl Merged {
             _ => None,
         }
     }
+
+    fn flag(&self, path: &[&str]) -> Option<Sourced<bool>> {
+        match self.get(path)? {
+            (SettingValue::Flag(flag), origin) => Some(Sourced::new(*flag, origin.clone())),
+            _ => None,
+        }
+    }
 }
 
 /// Reads typed values, recording an error for values that do not convert.
@@ -349,6 +375,32 @@ impl Builder<'_> {
             self.missing(path);
             Sourced::new(0, Origin::built_in())
         })
+    }
+
+    fn number(&mut self, path: &[&str]) -> Sourced<f64> {
+        self.merged.number(path).unwrap_or_else(|| {
+            self.missing(path);
+            Sourced::new(0.0, Origin::built_in())
+        })
+    }
+
+    fn flag(&mut self, path: &[&str]) -> Sourced<bool> {
+        self.merged.flag(path).unwrap_or_else(|| {
+            self.missing(path);
+            Sourced::new(false, Origin::built_in())
+        })
+    }
+
+    fn compaction(&mut self) -> CompactionSettings {
+        let key = |leaf: &'static str| ["compaction", leaf];
+        CompactionSettings {
+            enabled: self.flag(&key("enabled")),
+            trigger_ratio: self.number(&key("trigger_ratio")),
+            reserve_tokens: self.count(&key("reserve_tokens")),
+            max_prompt_tokens: self.merged.count(&key("max_prompt_tokens")),
+            recent_messages_tokens: self.count(&key("recent_messages_tokens")),
+            summary_max_tokens: self.count(&key("summary_max_tokens")),
+        }
     }
 
     fn text(&mut self, path: &[&str]) -> Sourced<String> {
@@ -549,12 +601,38 @@ fn build(merged: &Merged, root: &Path, errors: &mut Vec<Diagnostic>) -> Settings
             sync: builder.required(&["mailbox", "sync"], |text| text.parse::<MailboxSync>()),
             busy_timeout_ms: builder.count(&["mailbox", "busy_timeout_ms"]),
         },
+        compaction: builder.compaction(),
         entries: entries(merged),
     };
     errors.append(&mut builder.errors);
     check_cost_budgets(&settings, errors);
     check_approver_policy(&settings, errors);
+    check_compaction(&settings.compaction, errors);
     settings
+}
+
+/// Token counts of `[compaction]` that cannot be 0: a summary of no tokens, a threshold of no
+/// prompt.
+fn check_compaction(compaction: &CompactionSettings, errors: &mut Vec<Diagnostic>) {
+    let positive = [
+        (
+            "compaction.summary_max_tokens",
+            Some(&compaction.summary_max_tokens),
+        ),
+        (
+            "compaction.max_prompt_tokens",
+            compaction.max_prompt_tokens.as_ref(),
+        ),
+    ];
+    for (key, value) in positive {
+        if let Some(value) = value.filter(|value| value.value == 0) {
+            errors.push(origin_diagnostic(
+                &value.origin,
+                key,
+                "expected a positive integer, found 0",
+            ));
+        }
+    }
 }
 
 /// A policy named by `approver` must exist and be valid.

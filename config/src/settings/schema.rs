@@ -25,6 +25,10 @@ pub(crate) enum Kind {
     Url,
     Count,
     Price,
+    /// `true` or `false`.
+    Flag,
+    /// A number greater than 0 and at most 1.
+    Ratio,
     Mode,
     Approver,
     OneOf(&'static [&'static str]),
@@ -36,6 +40,7 @@ pub enum SettingValue {
     Text(String),
     Count(u64),
     Number(f64),
+    Flag(bool),
 }
 
 impl SettingValue {
@@ -44,6 +49,7 @@ impl SettingValue {
             SettingValue::Text(text) => serde_json::Value::from(text.clone()),
             SettingValue::Count(count) => serde_json::Value::from(*count),
             SettingValue::Number(number) => serde_json::Value::from(*number),
+            SettingValue::Flag(flag) => serde_json::Value::from(*flag),
         }
     }
 }
@@ -128,6 +134,17 @@ const RUN_BUDGET: Schema = Schema::Table(&[
     ("duration_secs", leaf(Kind::Count)),
 ]);
 
+/// When an agent's context is compacted (see `muster_agents::compaction::CompactionConfig`,
+/// whose fields these are).
+const COMPACTION: Schema = Schema::Table(&[
+    ("enabled", with_default(Kind::Flag, "true")),
+    ("trigger_ratio", with_default(Kind::Ratio, "0.85")),
+    ("reserve_tokens", with_default(Kind::Count, "13000")),
+    ("max_prompt_tokens", leaf(Kind::Count)),
+    ("recent_messages_tokens", with_default(Kind::Count, "20000")),
+    ("summary_max_tokens", with_default(Kind::Count, "8192")),
+]);
+
 /// Every settings key.
 pub(crate) const SETTINGS: Schema = Schema::Table(&[
     ("permission_mode", with_default(Kind::Mode, "default")),
@@ -178,6 +195,7 @@ pub(crate) const SETTINGS: Schema = Schema::Table(&[
             ("busy_timeout_ms", with_default(Kind::Count, "5000")),
         ]),
     ),
+    ("compaction", COMPACTION),
 ]);
 
 impl Schema {
@@ -265,6 +283,8 @@ impl Kind {
             Kind::Url => "a URL string starting with http:// or https://".to_string(),
             Kind::Count => "a non-negative integer".to_string(),
             Kind::Price => "a non-negative number".to_string(),
+            Kind::Flag => "true or false".to_string(),
+            Kind::Ratio => "a number greater than 0 and at most 1".to_string(),
             Kind::Mode => format!("one of {}", PermissionMode::names().join(", ")),
             Kind::Approver => "\"human\" or \"policy:FILE\"".to_string(),
             Kind::OneOf(choices) => format!("one of {}", choices.join(", ")),
@@ -283,6 +303,14 @@ impl Kind {
                 Some(number) if number.is_finite() && number >= 0.0 => {
                     Ok(SettingValue::Number(number))
                 }
+                _ => Err(mismatch()),
+            },
+            Kind::Ratio => match number_value(value) {
+                Some(number) if is_ratio(number) => Ok(SettingValue::Number(number)),
+                _ => Err(mismatch()),
+            },
+            Kind::Flag => match value {
+                DeValue::Boolean(flag) => Ok(SettingValue::Flag(*flag)),
                 _ => Err(mismatch()),
             },
             _ => match value {
@@ -319,6 +347,15 @@ impl Kind {
                 Ok(number) if number.is_finite() && number >= 0.0 => {
                     Ok(SettingValue::Number(number))
                 }
+                _ => Err(format!("expected {}, found {found}", self.expected())),
+            },
+            Kind::Ratio => match text.trim().parse::<f64>() {
+                Ok(number) if is_ratio(number) => Ok(SettingValue::Number(number)),
+                _ => Err(format!("expected {}, found {found}", self.expected())),
+            },
+            Kind::Flag => match text.trim() {
+                "true" => Ok(SettingValue::Flag(true)),
+                "false" => Ok(SettingValue::Flag(false)),
                 _ => Err(format!("expected {}, found {found}", self.expected())),
             },
             Kind::Mode => text
@@ -359,4 +396,9 @@ impl Kind {
             }
         }
     }
+}
+
+/// In (0, 1]: a share of something that cannot be empty (NaN is not).
+fn is_ratio(number: f64) -> bool {
+    number > 0.0 && number <= 1.0
 }

@@ -515,3 +515,109 @@ fn provider_wide_variables_set_every_provider_and_specific_ones_win() {
         "environment variable MUSTER_MAX_RETRIES: providers.anthropic.max_retries: expected a non-negative integer, found \"many\""
     );
 }
+
+#[test]
+fn compaction_defaults_and_layers() {
+    let settings = Project::new().settings();
+    let compaction = &settings.compaction;
+    assert!(*compaction.enabled);
+    assert_eq!(*compaction.trigger_ratio, 0.85);
+    assert_eq!(*compaction.reserve_tokens, 13_000);
+    assert!(compaction.max_prompt_tokens.is_none());
+    assert_eq!(*compaction.recent_messages_tokens, 20_000);
+    assert_eq!(*compaction.summary_max_tokens, 8192);
+    assert_eq!(compaction.trigger_ratio.origin.layer, Layer::Default);
+
+    let project = Project::new()
+        .env("MUSTER_COMPACTION__ENABLED", "false")
+        .env("MUSTER_COMPACTION__RESERVE_TOKENS", "4000");
+    project.write(
+        ".muster/settings.toml",
+        "[compaction]\nenabled = true\ntrigger_ratio = 0.5\nmax_prompt_tokens = 90000\n",
+    );
+    let settings = project.settings();
+    let compaction = &settings.compaction;
+    assert!(!*compaction.enabled);
+    assert_eq!(
+        compaction.enabled.origin.source,
+        "MUSTER_COMPACTION__ENABLED"
+    );
+    assert_eq!(*compaction.trigger_ratio, 0.5);
+    assert_eq!(compaction.trigger_ratio.origin.layer, Layer::Project);
+    assert_eq!(*compaction.reserve_tokens, 4000);
+    assert_eq!(
+        compaction.max_prompt_tokens.as_ref().map(|v| v.value),
+        Some(90_000)
+    );
+    let shown: Vec<(String, serde_json::Value)> = settings
+        .entries()
+        .iter()
+        .filter(|entry| entry.key.starts_with("compaction."))
+        .map(|entry| (entry.key.clone(), entry.value.clone()))
+        .collect();
+    assert!(shown.contains(&("compaction.enabled".into(), serde_json::json!(false))));
+    assert!(shown.contains(&("compaction.trigger_ratio".into(), serde_json::json!(0.5))));
+    assert_eq!(shown.len(), 6, "{shown:?}");
+}
+
+#[test]
+fn compaction_values_out_of_range_are_refused() {
+    let file_cases = [
+        (
+            "[compaction]\ntrigger_ratio = 1.5",
+            "settings.toml:2:17: compaction.trigger_ratio: expected a number greater than 0 and at most 1, found a float 1.5",
+        ),
+        (
+            "[compaction]\ntrigger_ratio = 0",
+            "compaction.trigger_ratio: expected a number greater than 0 and at most 1, found an integer 0",
+        ),
+        (
+            "[compaction]\ntrigger_ratio = nan",
+            "compaction.trigger_ratio: expected a number greater than 0 and at most 1, found a float nan",
+        ),
+        (
+            "[compaction]\nenabled = \"yes\"",
+            "compaction.enabled: expected true or false, found a string \"yes\"",
+        ),
+        (
+            "[compaction]\nreserve_tokens = -1",
+            "compaction.reserve_tokens: expected a non-negative integer, found an integer -1",
+        ),
+        (
+            "[compaction]\nsummary_max_tokens = 0",
+            "settings.toml:2:22: compaction.summary_max_tokens: expected a positive integer, found 0",
+        ),
+        (
+            "[compaction]\nmax_prompt_tokens = 0",
+            "compaction.max_prompt_tokens: expected a positive integer, found 0",
+        ),
+        (
+            "[compaction]\ntrigger = 0.5",
+            "compaction.trigger: unknown key `trigger` (did you mean `trigger_ratio`?)",
+        ),
+    ];
+    for (text, expected) in file_cases {
+        let project = Project::new();
+        project.write(".muster/settings.toml", text);
+        let error = project.error();
+        assert!(
+            error.contains(expected),
+            "for {text:?}\n got: {error}\nwant: {expected}"
+        );
+    }
+    let env_cases = [
+        (
+            "MUSTER_COMPACTION__TRIGGER_RATIO",
+            "1.01",
+            "environment variable MUSTER_COMPACTION__TRIGGER_RATIO: compaction.trigger_ratio: expected a number greater than 0 and at most 1, found \"1.01\"",
+        ),
+        (
+            "MUSTER_COMPACTION__ENABLED",
+            "1",
+            "environment variable MUSTER_COMPACTION__ENABLED: compaction.enabled: expected true or false, found \"1\"",
+        ),
+    ];
+    for (name, value, expected) in env_cases {
+        assert_eq!(Project::new().env(name, value).error(), expected);
+    }
+}
