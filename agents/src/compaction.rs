@@ -17,7 +17,8 @@
 //! 4. [`rebuild`] the context from [`CompactionInputs`]: the most recent user and lead
 //!    messages (within [`CompactionConfig::recent_messages_tokens`], newest first, the oldest
 //!    truncated), the summary, the plan reference with the plan re-read from disk, the mailbox
-//!    and task state read fresh from the store, then the kept messages (any unanswered tool
+//!    and task state read fresh from the store ([`read_coordination_state`], rendered within
+//!    [`COORDINATION_STATE_TOKENS`] by [`render_coordination_state`]), then the kept messages (any unanswered tool
 //!    call and the latest thinking block among them).
 //!
 //! The system prompt and the tool list are not part of the messages: the caller rebuilds them
@@ -35,6 +36,7 @@
 mod cut;
 mod estimate;
 mod rebuild;
+mod state;
 mod summary;
 mod trigger;
 
@@ -46,6 +48,10 @@ pub use estimate::{
     estimate_block_tokens, estimate_message_tokens, estimate_messages_tokens, estimate_tokens,
 };
 pub use rebuild::{CompactionInputs, PlanReference, SUMMARY_PREFIX, rebuild};
+pub use state::{
+    BoardTask, COORDINATION_STATE_TOKENS, CoordinationState, MailEntry, OpenRequest,
+    read_coordination_state, render_coordination_state,
+};
 pub use summary::{HANDOFF_PROMPT, SummaryRequest, summary_text};
 pub use trigger::{CompactionConfig, compaction_threshold, needs_compaction};
 

@@ -67,7 +67,7 @@ fn threshold_is_the_lower_of_fraction_and_reserve() {
         (
             info(Some(200_000), Some(8_000)),
             CompactionConfig {
-                window_fraction: f64::NAN,
+                trigger_ratio: f64::NAN,
                 ..config
             },
             Some(170_000),
@@ -75,7 +75,7 @@ fn threshold_is_the_lower_of_fraction_and_reserve() {
         (
             info(Some(200_000), Some(8_000)),
             CompactionConfig {
-                window_fraction: 7.0,
+                trigger_ratio: 7.0,
                 ..config
             },
             Some(179_000),
@@ -276,4 +276,216 @@ fn recent_messages_newest_first_within_budget() {
     let total: u64 = kept.iter().map(|t| estimate_tokens(t)).sum();
     assert!(total <= 50);
     assert!(recent_user_messages(&messages, 0).is_empty());
+}
+
+mod coordination_state {
+    use muster_mailbox::TaskStatus;
+
+    use super::super::{
+        BoardTask, CoordinationState, MailEntry, OpenRequest, estimate_tokens,
+        render_coordination_state,
+    };
+
+    fn mail(kind: &str, sender: &str, request_id: Option<&str>, leased: bool) -> MailEntry {
+        MailEntry {
+            kind: kind.into(),
+            sender: sender.into(),
+            request_id: request_id.map(Into::into),
+            leased,
+        }
+    }
+
+    fn request(id: &str, kind: &str, requester: &str, responder: &str) -> OpenRequest {
+        OpenRequest {
+            request_id: id.into(),
+            kind: kind.into(),
+            requester: requester.into(),
+            responder: responder.into(),
+        }
+    }
+
+    fn task(
+        id: i64,
+        title: &str,
+        status: TaskStatus,
+        owner: Option<&str>,
+        by: &[i64],
+    ) -> BoardTask {
+        BoardTask {
+            id,
+            title: title.into(),
+            status,
+            owner: owner.map(Into::into),
+            blocked_by: by.to_vec(),
+        }
+    }
+
+    fn state(agent: &str) -> CoordinationState {
+        CoordinationState {
+            agent: agent.into(),
+            ..CoordinationState::default()
+        }
+    }
+
+    #[test]
+    fn rendering_table() {
+        let many_tasks: Vec<BoardTask> = (1..=60)
+            .map(|id| {
+                task(
+                    id,
+                    &format!("Task number {id}"),
+                    TaskStatus::Pending,
+                    None,
+                    &[],
+                )
+            })
+            .collect();
+        let cases: Vec<(&str, CoordinationState, u64, Option<&str>)> = vec![
+            ("nothing to say", state("main"), 1_500, None),
+            (
+                "single run: mail and a pending plan",
+                CoordinationState {
+                    mail: vec![
+                        mail("text", "human", None, false),
+                        mail("permission_response", "policy", Some("perm-main-1"), true),
+                    ],
+                    waiting_for: vec![request(
+                        "plan-main-1",
+                        "plan_approval_request",
+                        "main",
+                        "human",
+                    )],
+                    ..state("main")
+                },
+                1_500,
+                Some(
+                    "You are main.\n\
+                     Mailbox: 2 unread (1 taken but not yet acknowledged).\n\
+                     - text from human\n\
+                     - permission_response from policy (request perm-main-1)\n\
+                     Your requests waiting for an answer: 1.\n\
+                     - plan-main-1 (plan_approval_request) to human",
+                ),
+            ),
+            (
+                "lead: requests to answer and the board, own open tasks first, finished last",
+                CoordinationState {
+                    to_answer: vec![request(
+                        "plan-alice-1",
+                        "plan_approval_request",
+                        "alice",
+                        "lead",
+                    )],
+                    board: Some(vec![
+                        task(
+                            1,
+                            "Write the parser",
+                            TaskStatus::Completed,
+                            Some("alice"),
+                            &[],
+                        ),
+                        task(2, "Test the parser", TaskStatus::Pending, None, &[3]),
+                        task(3, "Review", TaskStatus::InProgress, Some("lead"), &[]),
+                        task(4, "Docs", TaskStatus::InProgress, Some("bob"), &[]),
+                    ]),
+                    ..state("lead")
+                },
+                1_500,
+                Some(
+                    "You are lead.\n\
+                     Requests waiting for your answer: 1.\n\
+                     - plan-alice-1 (plan_approval_request) from alice\n\
+                     Task board: 4 tasks, 3 not finished.\n\
+                     - #3 [in_progress] Review (owner lead)\n\
+                     - #2 [pending] Test the parser (unowned, blocked by #3)\n\
+                     - #4 [in_progress] Docs (owner bob)\n\
+                     - #1 [completed] Write the parser (owner alice)",
+                ),
+            ),
+            (
+                "a team run with no task yet",
+                CoordinationState {
+                    board: Some(Vec::new()),
+                    ..state("alice")
+                },
+                1_500,
+                Some("You are alice.\nTask board: empty."),
+            ),
+            (
+                "a long board is cut within the budget, saying how many were left out",
+                CoordinationState {
+                    board: Some(many_tasks.clone()),
+                    ..state("lead")
+                },
+                60,
+                Some(
+                    "You are lead.\n\
+                     Task board: 60 tasks, 60 not finished.\n\
+                     - #1 [pending] Task number 1 (unowned)\n\
+                     - #2 [pending] Task number 2 (unowned)\n\
+                     - #3 [pending] Task number 3 (unowned)\n\
+                     - … 57 more not shown",
+                ),
+            ),
+            (
+                "a budget too small for any entry still gives the counts",
+                CoordinationState {
+                    mail: vec![mail("text", "lead", None, false); 3],
+                    ..state("bob")
+                },
+                5,
+                Some("You are bob.\nMailbox: 3 unread.\n- … 3 more not shown"),
+            ),
+        ];
+        for (name, state, budget, want) in cases {
+            assert_eq!(
+                render_coordination_state(&state, budget).as_deref(),
+                want,
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn long_titles_are_cut_and_the_budget_holds_for_big_states() {
+        let title = "x".repeat(500);
+        let state = CoordinationState {
+            mail: vec![mail("text", "lead", None, false); 200],
+            to_answer: (0..200)
+                .map(|n| {
+                    request(
+                        &format!("perm-bob-{n}"),
+                        "permission_request",
+                        "bob",
+                        "lead",
+                    )
+                })
+                .collect(),
+            board: Some(
+                (1..=200)
+                    .map(|id| task(id, &title, TaskStatus::Blocked, Some("bob"), &[1, 2]))
+                    .collect(),
+            ),
+            ..state("lead")
+        };
+        for budget in [50, 200, 1_500, 5_000] {
+            let text = render_coordination_state(&state, budget).unwrap();
+            // Every heading and "left out" line is kept even when the budget cannot hold them.
+            let floor = 60;
+            assert!(
+                estimate_tokens(&text) <= budget.max(floor),
+                "{budget}: {} tokens",
+                estimate_tokens(&text)
+            );
+            for heading in [
+                "Mailbox: 200 unread.",
+                "Requests waiting for your answer: 200.",
+                "Task board: 200 tasks, 200 not finished.",
+            ] {
+                assert!(text.contains(heading), "{budget}: {text}");
+            }
+            assert!(text.contains("more not shown"), "{budget}");
+            assert!(!text.contains(&"x".repeat(81)), "titles are cut");
+        }
+    }
 }

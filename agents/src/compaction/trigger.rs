@@ -1,11 +1,11 @@
 //! When to compact: the threshold from the catalogue's window and output size.
 
-use muster_config::settings::ModelInfo;
+use muster_config::settings::{CompactionSettings, ModelInfo};
 use serde::{Deserialize, Serialize};
 
 use crate::model::Usage;
 
-/// Compaction settings. The defaults follow Claude Code (window − 13k) and Codex (a fraction of
+/// Compaction settings (the `[compaction]` settings table). The defaults follow Claude Code (window − 13k) and Codex (a fraction of
 /// the window, a 20k budget for recent user messages).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -13,7 +13,8 @@ pub struct CompactionConfig {
     /// Compact at all.
     pub enabled: bool,
     /// The share of the window the prompt may fill (0.0–1.0; default 0.85).
-    pub window_fraction: f64,
+    #[serde(alias = "window_fraction")]
+    pub trigger_ratio: f64,
     /// Tokens kept free beside the model's maximum output (default 13,000).
     pub reserve_tokens: u64,
     /// An absolute threshold; it can only lower the computed one.
@@ -28,7 +29,7 @@ impl Default for CompactionConfig {
     fn default() -> Self {
         CompactionConfig {
             enabled: true,
-            window_fraction: 0.85,
+            trigger_ratio: 0.85,
             reserve_tokens: 13_000,
             max_prompt_tokens: None,
             recent_messages_tokens: 20_000,
@@ -37,8 +38,23 @@ impl Default for CompactionConfig {
     }
 }
 
+impl CompactionConfig {
+    /// From the `[compaction]` settings table (its keys are these fields; the config crate
+    /// has checked the ranges).
+    pub fn from_settings(settings: &CompactionSettings) -> CompactionConfig {
+        CompactionConfig {
+            enabled: settings.enabled.value,
+            trigger_ratio: settings.trigger_ratio.value,
+            reserve_tokens: settings.reserve_tokens.value,
+            max_prompt_tokens: settings.max_prompt_tokens.as_ref().map(|v| v.value),
+            recent_messages_tokens: settings.recent_messages_tokens.value,
+            summary_max_tokens: settings.summary_max_tokens.value,
+        }
+    }
+}
+
 /// The prompt size (tokens) at which to compact for a model: the lower of
-/// `window_fraction × window` and `window − max_output − reserve_tokens`, lowered further by
+/// `trigger_ratio × window` and `window − max_output − reserve_tokens`, lowered further by
 /// `max_prompt_tokens`. `None` when compaction is off or the window is unknown (the catalogue
 /// has no `context_window` for the model): such a model is never compacted. An unknown
 /// `max_output` counts as 0.
@@ -47,10 +63,10 @@ pub fn compaction_threshold(info: &ModelInfo, config: &CompactionConfig) -> Opti
         return None;
     }
     let window = info.context_window?;
-    let fraction = if config.window_fraction.is_finite() {
-        config.window_fraction.clamp(0.0, 1.0)
+    let fraction = if config.trigger_ratio.is_finite() {
+        config.trigger_ratio.clamp(0.0, 1.0)
     } else {
-        CompactionConfig::default().window_fraction
+        CompactionConfig::default().trigger_ratio
     };
     // Exact for every realistic window; `as` saturates instead of panicking.
     let by_fraction = (window as f64 * fraction).floor() as u64;

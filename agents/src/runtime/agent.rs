@@ -11,8 +11,9 @@ use muster_mailbox::{AutoGateUpdate, CommitTurn, Message as Mail, NewRecord};
 use serde_json::Value;
 
 use crate::compaction::{
-    CompactionInputs, PlanReference, SummaryRequest, estimate_messages_tokens, needs_compaction,
-    plan_cut, rebuild, summary_text,
+    COORDINATION_STATE_TOKENS, CompactionInputs, PlanReference, SummaryRequest,
+    estimate_messages_tokens, needs_compaction, plan_cut, read_coordination_state, rebuild,
+    render_coordination_state, summary_text,
 };
 use crate::model::{
     ContentBlock, Message, ModelRequest, ModelResponse, RequestContext, Role, ToolCall,
@@ -403,8 +404,8 @@ impl AgentRuntime {
     /// Before a model request: when the context nears the model's window (see
     /// [`crate::compaction`]), older turns are summarised by the model (a request of its own,
     /// with the next turn index, through the budget) and the context is rebuilt around the
-    /// summary and the plan re-read from disk. The `compacted` record holds the new context, so
-    /// a resume continues from it.
+    /// summary, the plan re-read from disk and the mailbox and task state read from the store.
+    /// The `compacted` record holds the new context, so a resume continues from it.
     async fn compact_if_needed(&mut self) -> RuntimeResult<()> {
         let Some((usage, length)) = self.last_prompt else {
             return Ok(());
@@ -453,12 +454,18 @@ impl AgentRuntime {
                 }),
             None => None,
         };
+        // Read after the summary came back, so it is as fresh as the plan.
+        let team = matches!(self.kind, AgentKind::Teammate { .. })
+            || super::team::team_of(&self.run.run_id).is_some();
+        let state =
+            read_coordination_state(self.run.store.as_ref(), &self.run.run_id, &self.id, team)
+                .await?;
         let messages = rebuild(CompactionInputs {
             messages: &self.messages,
             cut,
             summary: &summary,
             plan,
-            coordination_state: None,
+            coordination_state: render_coordination_state(&state, COORDINATION_STATE_TOKENS),
             recent_messages_tokens: config.recent_messages_tokens,
         });
         let record = Record::Compacted {
