@@ -26,6 +26,13 @@ pub trait MailboxStore: Send + Sync {
         status: RunStatus,
         result: Option<Value>,
     ) -> StoreResult<RunRecord>;
+    /// Replaces the run's launch options (a resume that overrides some, such as a new
+    /// deadline, keeps them for the next resume).
+    async fn set_launch_options(
+        &self,
+        run_id: &str,
+        launch_options: Value,
+    ) -> StoreResult<RunRecord>;
     /// Takes ownership of a run for this process: a new epoch, and every lease taken by an
     /// older epoch returns to pending.
     async fn open_epoch(&self, run_id: &str) -> StoreResult<i64>;

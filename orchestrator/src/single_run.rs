@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use muster_agents::budget::{BudgetExceeded, BudgetLedger};
+use muster_agents::compaction::CompactionConfig;
 use muster_agents::model::{
     ModelProvider, ProviderOptions, Recorder, ScriptOptions, ThinkingSettings, build_provider,
 };
@@ -396,7 +397,13 @@ impl Session {
             runtime_dir.as_deref(),
         )?;
         let epoch = store.open_epoch(&run_id).await?;
-        if resumed {
+        if let Some(record) = &existing {
+            // The flags' overrides (a new deadline, base URL, cassette) hold for the next
+            // resume too; written under the live-run lock, so no other resume races it.
+            let launch = serde_json::to_value(&self.launch)?;
+            if launch != record.launch_options {
+                store.set_launch_options(&run_id, launch).await?;
+            }
             store
                 .set_run_status(&run_id, RunStatus::Running, None)
                 .await?;
@@ -561,7 +568,7 @@ impl Session {
             subagents: Arc::new(Semaphore::new(DEFAULT_MAX_SUBAGENTS)),
             budget: run.budget,
             compaction: CompactionPolicy {
-                config: Default::default(),
+                config: CompactionConfig::from_settings(&settings.compaction),
                 models: settings.models.clone(),
             },
         }
@@ -569,11 +576,7 @@ impl Session {
 
     /// The models per mode; `--record` starts a new cassette, and a resumed run appends.
     fn models(&self, env: &BTreeMap<String, String>, resumed: bool) -> anyhow::Result<ModelRouter> {
-        let recording = match &self.launch.record {
-            Some(path) if resumed => Recording::Append(path),
-            Some(path) => Recording::New(path),
-            None => Recording::Off,
-        };
+        let recording = Recording::of(self.launch.record.as_deref(), resumed);
         model_router(&self.project.settings, env, self.launch.strict, recording)
     }
 
@@ -787,6 +790,18 @@ pub(crate) enum Recording<'a> {
     New(&'a Path),
     /// Append to the cassette of an earlier part of the run.
     Append(&'a Path),
+}
+
+impl<'a> Recording<'a> {
+    /// A run's recording (single or team): a new run starts a fresh cassette at `path`
+    /// (replacing what was there); a resumed run appends to it.
+    pub(crate) fn of(path: Option<&'a Path>, resumed: bool) -> Recording<'a> {
+        match path {
+            Some(path) if resumed => Recording::Append(path),
+            Some(path) => Recording::New(path),
+            None => Recording::Off,
+        }
+    }
 }
 
 /// The model of each mode (Cline's plan/act split), one provider per kind shared by both

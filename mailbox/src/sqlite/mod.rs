@@ -134,6 +134,16 @@ impl MailboxStore for SqliteStore {
         .await
     }
 
+    async fn set_launch_options(
+        &self,
+        run_id: &str,
+        launch_options: Value,
+    ) -> StoreResult<RunRecord> {
+        let run_id = run_id.to_owned();
+        self.op(move |conn, ctx, _| ops::set_launch_options(conn, ctx, &run_id, &launch_options))
+            .await
+    }
+
     async fn open_epoch(&self, run_id: &str) -> StoreResult<i64> {
         let run_id = run_id.to_owned();
         self.op(move |conn, ctx, _| ops::open_epoch(conn, ctx, &run_id))

@@ -225,6 +225,24 @@ pub(crate) fn set_run_status(
     require_run(conn, ctx, id)
 }
 
+pub(crate) fn set_launch_options(
+    conn: &Connection,
+    ctx: &OpContext,
+    id: &str,
+    launch_options: &Value,
+) -> StoreResult<RunRecord> {
+    let changed = conn
+        .execute(
+            "UPDATE runs SET launch_options = ?2, updated_at = ?3 WHERE id = ?1",
+            params![id, to_json_text(launch_options), now_millis()],
+        )
+        .map_err(ctx.sql())?;
+    if changed == 0 {
+        return Err(StoreError::UnknownRun(id.to_owned()));
+    }
+    require_run(conn, ctx, id)
+}
+
 /// Takes ownership of a run for a new process epoch and voids the leases of older epochs.
 pub(crate) fn open_epoch(conn: &Connection, ctx: &OpContext, id: &str) -> StoreResult<i64> {
     let epoch: Option<i64> = conn

@@ -1096,3 +1096,82 @@ async fn resume_with_max_duration_stops_at_the_new_deadline() {
     let reason = finished["reason"].as_str().unwrap();
     assert!(reason.contains("the run's deadline passed"), "{reason}");
 }
+
+/// The stored absolute deadline of a run.
+async fn stored_deadline(dir: &Path, run_id: &str) -> Option<i64> {
+    let store = open_store(dir);
+    let record = store.run(run_id).await.unwrap().unwrap();
+    record.launch_options["deadline_ms"].as_i64()
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// `muster resume --max-duration` stores the new absolute deadline in the run's launch
+/// options: after a second crash, a resume without the flag keeps it (and does not move it).
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deadline_given_to_resume_survives_a_second_crash() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = project();
+    let kill = |turn| {
+        ScriptEntry::reply(
+            "main",
+            turn,
+            vec![Block::tool_use("Bash", json!({"command": "kill -9 $PPID"}))],
+        )
+    };
+    let fake = FakeLlm::start(vec![
+        kill(1),
+        kill(2),
+        ScriptEntry::reply("main", 3, vec![Block::text("Done.")]),
+    ])
+    .await
+    .unwrap();
+    let (seen, code) = run_killed_at(dir.path(), &run_args(&fake.base_url()), None).await;
+    assert_eq!(code, -9, "the first Bash call killed muster: {seen:?}");
+    let run_id = seen[0]["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(stored_deadline(dir.path(), &run_id).await, None);
+
+    let before = now_ms();
+    let resumed = muster(
+        dir.path(),
+        &[
+            "resume",
+            &run_id,
+            "--max-duration",
+            "3600",
+            "--output",
+            "json",
+        ],
+    )
+    .await;
+    let after = now_ms();
+    assert_eq!(
+        resumed.status.signal(),
+        Some(9),
+        "the second Bash call killed muster: {}",
+        stderr(&resumed)
+    );
+    let deadline = stored_deadline(dir.path(), &run_id)
+        .await
+        .expect("the new deadline is stored");
+    assert!(
+        (before + 3_600_000..=after + 3_600_000).contains(&deadline),
+        "{before} {deadline} {after}"
+    );
+
+    let finished = muster(dir.path(), &["resume", &run_id, "--output", "json"]).await;
+    assert_eq!(finished.status.code(), Some(0), "{}", stderr(&finished));
+    assert_eq!(lines(&finished).pop().unwrap()["result"], "Done.");
+    assert_eq!(
+        stored_deadline(dir.path(), &run_id).await,
+        Some(deadline),
+        "a resume without --max-duration keeps the stored deadline"
+    );
+    fake.verify().unwrap();
+}

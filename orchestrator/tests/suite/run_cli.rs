@@ -606,3 +606,58 @@ async fn a_recorded_run_replays_offline_with_the_same_stream_json_log() {
         "the replay's log equals the recording's, event for event"
     );
 }
+
+/// `--record` starts a fresh cassette for a single run and for a team run alike: what the file
+/// held before is replaced, not appended to.
+#[tokio::test(flavor = "multi_thread")]
+async fn record_starts_a_fresh_cassette_for_single_and_team_runs() {
+    let cases: [(&str, &str, &[&str]); 2] = [
+        ("single", "main", &[]),
+        ("team", "lead", &["--team", "teams/solo.toml"]),
+    ];
+    for (name, agent, extra) in cases {
+        let dir = project();
+        std::fs::create_dir_all(dir.path().join("teams")).unwrap();
+        std::fs::write(dir.path().join("teams/solo.toml"), "name = \"solo\"\n").unwrap();
+        let cassette = dir.path().join("recorded.jsonl");
+        std::fs::write(&cassette, "{\"stale\": \"an earlier recording\"}\n").unwrap();
+        let fake = fake(vec![ScriptEntry::reply(
+            agent,
+            1,
+            vec![Block::text("Nothing to do.")],
+        )])
+        .await;
+        let base = fake.base_url();
+        let cassette_arg = cassette.display().to_string();
+        let args = [
+            &[
+                "run",
+                "-p",
+                "Check the README.",
+                "--base-url",
+                &base,
+                "--record",
+                &cassette_arg,
+                "--output",
+                "json",
+            ][..],
+            extra,
+        ]
+        .concat();
+        let output = muster(dir.path(), &args).await;
+        assert_eq!(output.status.code(), Some(0), "{name}: {}", stderr(&output));
+        let recorded = std::fs::read_to_string(&cassette).unwrap();
+        assert!(!recorded.contains("stale"), "{name}: {recorded}");
+        let entries: Vec<Value> = recorded
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        assert_eq!(
+            entries.len(),
+            1,
+            "{name}: one request, one entry: {recorded}"
+        );
+        assert!(recorded.contains("Nothing to do."), "{name}: {recorded}");
+        fake.verify().unwrap();
+    }
+}
