@@ -22,6 +22,7 @@ const TEAM_KEYS: &[&str] = &[
     "name",
     "lead",
     "max_concurrent_teammates",
+    "shutdown_timeout_ms",
     "teammates",
     "spawn",
 ];
@@ -36,6 +37,11 @@ const SPAWN_KEYS: &[&str] = &["plan_mode_required", "approver", "max_mode", "def
 
 /// Default for `max_concurrent_teammates`.
 pub const DEFAULT_MAX_CONCURRENT: u64 = 4;
+/// Default for `shutdown_timeout_ms`: how long a teammate has to answer a `shutdown_request`
+/// before it is stopped.
+pub const DEFAULT_SHUTDOWN_TIMEOUT_MS: u64 = 10_000;
+/// The longest `shutdown_timeout_ms` (one hour): a longer wait is a hung shutdown.
+pub const MAX_SHUTDOWN_TIMEOUT_MS: u64 = 3_600_000;
 /// The largest `count` a teammate entry may have.
 pub const MAX_COUNT: u64 = 64;
 
@@ -94,7 +100,11 @@ pub struct TeamFile {
     pub name: String,
     /// The lead's definition (default `lead`).
     pub lead: String,
+    /// Live teammates at most; every declared teammate is live for the whole run, so the
+    /// declared ones never outnumber it (a spawn beyond it is refused).
     pub max_concurrent_teammates: u64,
+    /// How long a teammate has to answer a `shutdown_request` before it is stopped.
+    pub shutdown_timeout_ms: u64,
     pub teammates: Vec<TeammateSpec>,
     pub spawn: SpawnRules,
 }
@@ -185,6 +195,21 @@ impl TeamFile {
             Some(count) => count.value,
             None => DEFAULT_MAX_CONCURRENT,
         };
+        let shutdown_timeout_ms = match reader.count("shutdown_timeout_ms", &mut errors) {
+            Some(ms) if ms.value == 0 || ms.value > MAX_SHUTDOWN_TIMEOUT_MS => {
+                errors.push(located_error(
+                    &source,
+                    &ms,
+                    format!(
+                        "expected milliseconds from 1 to {MAX_SHUTDOWN_TIMEOUT_MS}, found {}",
+                        ms.value
+                    ),
+                ));
+                DEFAULT_SHUTDOWN_TIMEOUT_MS
+            }
+            Some(ms) => ms.value,
+            None => DEFAULT_SHUTDOWN_TIMEOUT_MS,
+        };
 
         let mut teammates: Vec<TeammateSpec> = Vec::new();
         let mut origins: Vec<(String, String)> = Vec::new();
@@ -202,6 +227,23 @@ impl TeamFile {
             Some(table) => read_spawn(&source, &table, catalog, &mut errors),
             None => SpawnRules::default(),
         };
+        // Declared teammates are live from the start to the end of the run: more of them than
+        // the cap could never all start, so the file says so instead of queueing them forever.
+        if errors.is_empty() && teammates.len() as u64 > max_concurrent_teammates {
+            let message = format!(
+                "the team declares {} teammates but max_concurrent_teammates is {}: every \
+                 declared teammate is live for the whole run, so set max_concurrent_teammates \
+                 to at least {} or declare fewer",
+                teammates.len(),
+                max_concurrent_teammates,
+                teammates.len()
+            );
+            errors.push(if reader.has("max_concurrent_teammates") {
+                reader.error_at("max_concurrent_teammates", message)
+            } else {
+                Diagnostic::new(message).in_source(source.label.clone())
+            });
+        }
         if !errors.is_empty() {
             return Err(invalid(errors));
         }
@@ -211,6 +253,7 @@ impl TeamFile {
             name,
             lead: lead.map_or_else(|| "lead".to_string(), |lead| lead.value),
             max_concurrent_teammates,
+            shutdown_timeout_ms,
             teammates,
             spawn,
         })

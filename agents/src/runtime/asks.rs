@@ -149,6 +149,7 @@ impl AgentRuntime {
                 idempotency_key: Some(format!("{}:{}", self.asks.asker, call.id)),
             })
             .await?;
+        self.mail_sent(&sent);
         let request_id = sent.request_id.unwrap_or_default();
         let answered_already = store
             .request(&self.run.run_id, &request_id)
@@ -156,7 +157,7 @@ impl AgentRuntime {
             .is_some_and(|request| request.response.is_some());
         if !answered_already {
             let (approved, feedback, rule) = policy_answer(policy, call, self.run.workspace.root());
-            store
+            let response = store
                 .respond(muster_mailbox::NewResponse {
                     run_id: self.run.run_id.clone(),
                     sender: muster_mailbox::POLICY.to_owned(),
@@ -169,6 +170,7 @@ impl AgentRuntime {
                     idempotency_key: None,
                 })
                 .await?;
+            self.mail_sent(&response);
         }
         let mail = store
             .receive(
@@ -229,6 +231,7 @@ impl AgentRuntime {
                 idempotency_key: Some(format!("{}:{}", self.asks.asker, call.id)),
             })
             .await?;
+        self.mail_sent(&sent);
         let request_id = sent.request_id.unwrap_or_default();
         let mail = store
             .receive(

@@ -185,6 +185,7 @@ impl AgentRuntime {
                 idempotency_key: Some(format!("{}:{}:{question}", self.id, call.id)),
             })
             .await?;
+        self.mail_sent(&sent);
         let request_id = sent.request_id.unwrap_or_default();
         let mail = self
             .run

@@ -1,6 +1,7 @@
 //! What the runtime reports as it goes, each event only after the commit it describes (the
 //! CLI prints them as `stream-json`).
 
+use muster_mailbox::Message as Mail;
 use serde_json::{Value, json};
 
 /// One durable fact about an agent.
@@ -46,6 +47,22 @@ pub enum RuntimeEvent {
         approved: bool,
         mode: Option<String>,
     },
+    /// A message was committed; `agent` is its sender.
+    MailSent {
+        agent: String,
+        to: String,
+        kind: String,
+        request_id: Option<String>,
+    },
+    /// Mail was put into an agent's context (committed with its ack); `agent` is the
+    /// recipient, `queued_ms` the time from the send's commit to this delivery.
+    MailDelivered {
+        agent: String,
+        from: String,
+        kind: String,
+        request_id: Option<String>,
+        queued_ms: i64,
+    },
 }
 
 impl RuntimeEvent {
@@ -58,6 +75,8 @@ impl RuntimeEvent {
             RuntimeEvent::ModeChanged { .. } => "mode_changed",
             RuntimeEvent::ApprovalRequested { .. } => "approval_requested",
             RuntimeEvent::ApprovalDecided { .. } => "approval_decided",
+            RuntimeEvent::MailSent { .. } => "mail_sent",
+            RuntimeEvent::MailDelivered { .. } => "mail_delivered",
         }
     }
 
@@ -69,7 +88,9 @@ impl RuntimeEvent {
             | RuntimeEvent::ToolCall { agent, .. }
             | RuntimeEvent::ModeChanged { agent, .. }
             | RuntimeEvent::ApprovalRequested { agent, .. }
-            | RuntimeEvent::ApprovalDecided { agent, .. } => agent,
+            | RuntimeEvent::ApprovalDecided { agent, .. }
+            | RuntimeEvent::MailSent { agent, .. }
+            | RuntimeEvent::MailDelivered { agent, .. } => agent,
         }
     }
 
@@ -117,6 +138,41 @@ impl RuntimeEvent {
                 ..
             } => json!({"request_id": request_id, "responder": responder,
                         "approved": approved, "mode": mode}),
+            RuntimeEvent::MailSent {
+                agent,
+                to,
+                kind,
+                request_id,
+            } => json!({"from": agent, "to": to, "kind": kind, "request_id": request_id}),
+            RuntimeEvent::MailDelivered {
+                from,
+                kind,
+                request_id,
+                queued_ms,
+                ..
+            } => json!({"kind": kind, "from": from, "request_id": request_id,
+                        "queued_ms": queued_ms}),
+        }
+    }
+
+    /// `mail_sent` for a committed message.
+    pub fn mail_sent(message: &Mail) -> RuntimeEvent {
+        RuntimeEvent::MailSent {
+            agent: message.sender.clone(),
+            to: message.recipient.clone(),
+            kind: message.kind.clone(),
+            request_id: message.request_id.clone(),
+        }
+    }
+
+    /// `mail_delivered` for a message whose delivery was committed at `now_ms`.
+    pub fn mail_delivered(message: &Mail, now_ms: i64) -> RuntimeEvent {
+        RuntimeEvent::MailDelivered {
+            agent: message.recipient.clone(),
+            from: message.sender.clone(),
+            kind: message.kind.clone(),
+            request_id: message.request_id.clone(),
+            queued_ms: now_ms.saturating_sub(message.created_at),
         }
     }
 }

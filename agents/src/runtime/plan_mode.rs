@@ -171,6 +171,7 @@ impl AgentRuntime {
                 idempotency_key: Some(format!("{}:{}", self.id, call.id)),
             })
             .await?;
+        self.mail_sent(&sent);
         let request_id = sent.request_id.unwrap_or(request_id);
         self.commit(
             vec![
@@ -226,10 +227,20 @@ impl AgentRuntime {
         match self
             .run
             .store
-            .try_receive(&run_id, &self.id, epoch, filter)
+            .try_receive(&run_id, &self.id, epoch, filter.clone())
             .await?
         {
             Some(mail) => self.apply_plan_decision(mail).await,
+            // A team's lead waits like a teammate: its team goes on meanwhile, and the team
+            // stops the run (exit 5) once nothing but this decision could move it.
+            None if self.leads_a_team() => {
+                let mail = self
+                    .run
+                    .store
+                    .receive(&run_id, &self.id, epoch, filter)
+                    .await?;
+                self.apply_plan_decision(mail).await
+            }
             None => Ok(Dispatched::Stop(AgentOutcome::AwaitingDecision {
                 request_id: request_id.to_owned(),
                 plan_file: self.plan_file.clone().unwrap_or_default(),
@@ -277,7 +288,8 @@ impl AgentRuntime {
             _ => return Ok(()),
         };
         let sender = muster_mailbox::message::responder_member(responder).to_owned();
-        self.run
+        let response = self
+            .run
             .store
             .respond(NewResponse {
                 run_id: self.run.run_id.clone(),
@@ -286,6 +298,7 @@ impl AgentRuntime {
                 idempotency_key: None,
             })
             .await?;
+        self.mail_sent(&response);
         Ok(())
     }
 

@@ -30,6 +30,7 @@ use crate::tools::{
 
 use super::agent::{AgentRuntime, CallResult, Dispatched};
 use super::error::RuntimeResult;
+use super::events::RuntimeEvent;
 use super::gate::GateDecision;
 
 /// The names no teammate may have: the lead's and the reserved responders'.
@@ -147,7 +148,24 @@ impl AgentRuntime {
             return Ok(());
         };
         let mail = team.mail_at_turn_boundary(&self.id).await;
-        self.deliver_mail(&mail).await
+        self.deliver_mail(&mail).await?;
+        let now = now_ms();
+        for message in &mail {
+            self.run
+                .events
+                .emit(RuntimeEvent::mail_delivered(message, now));
+        }
+        Ok(())
+    }
+
+    /// Whether this agent is the main agent of a run with a registered team (its lead).
+    pub(super) fn leads_a_team(&self) -> bool {
+        matches!(self.kind, super::records::AgentKind::Main) && team_of(&self.run.run_id).is_some()
+    }
+
+    /// Reports a committed message (`mail_sent`).
+    pub(super) fn mail_sent(&self, message: &Mail) {
+        self.run.events.emit(RuntimeEvent::mail_sent(message));
     }
 
     /// Carries out a team tool the gate allowed.
@@ -261,6 +279,7 @@ impl AgentRuntime {
                     idempotency_key: Some(key),
                 })
                 .await?;
+            self.mail_sent(&message);
             sent.push(format!("{} (message {})", recipient, message.key));
         }
         Ok(Ok(format!(
@@ -315,6 +334,9 @@ impl AgentRuntime {
                 idempotency_key: Some(format!("{}:{}", self.id, call.id)),
             })
             .await;
+        if let Ok(response) = &answered {
+            self.mail_sent(response);
+        }
         Ok(match answered {
             Ok(_) => Ok(format!("Answered {request_id} from {}.", request.requester)),
             Err(error) => Err(refusal(request_id, error)?),
@@ -422,6 +444,17 @@ impl AgentRuntime {
             Err(error) => return Err(error.into()),
         };
         team.board_changed();
+        // The store sent the new owner a task_assignment in the update's commit.
+        if task.owner != before.owner
+            && let Some(owner) = &task.owner
+        {
+            self.run.events.emit(RuntimeEvent::MailSent {
+                agent: self.id.clone(),
+                to: owner.clone(),
+                kind: "task_assignment".into(),
+                request_id: None,
+            });
+        }
         let mut changes = Vec::new();
         if task.status != before.status {
             changes.push(format!(
@@ -636,6 +669,9 @@ impl AgentRuntime {
                 idempotency_key: Some(format!("{}:{}", self.id, call.id)),
             })
             .await;
+        if let Ok(response) = &answered {
+            self.mail_sent(response);
+        }
         Ok(match answered {
             Ok(_) => Ok(format!("{summary}.")),
             Err(error) => Err(refusal(&request_id, error)?),
@@ -657,6 +693,12 @@ fn refusal(request_id: &str, error: StoreError) -> RuntimeResult<String> {
         }
         other => Err(other.into()),
     }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 fn parse<T: DeserializeOwned>(call: &ToolCall) -> Result<T, String> {

@@ -14,6 +14,7 @@ const TEAM: &str = r#"
 name = "shop"
 lead = "lead"
 max_concurrent_teammates = 3
+shutdown_timeout_ms = 2500
 
 [[teammates]]
 name = "alice"
@@ -40,6 +41,7 @@ fn a_team_file_expands_counts_and_keeps_spawn_rules() {
     assert_eq!(team.name, "shop");
     assert_eq!(team.lead, "lead");
     assert_eq!(team.max_concurrent_teammates, 3);
+    assert_eq!(team.shutdown_timeout_ms, 2500);
     let ids: Vec<&str> = team.teammates.iter().map(|t| t.id.as_str()).collect();
     assert_eq!(ids, vec!["alice", "worker-1", "worker-2"]);
     assert_eq!(team.teammates[0].approver, Approver::Human);
@@ -61,6 +63,15 @@ fn spawn_defaults_require_plans_approved_by_the_lead() {
     assert!(!team.spawn.allows_definition("lead"));
     assert_eq!(team.lead, "lead");
     assert!(team.teammates.is_empty());
+    assert_eq!(team.shutdown_timeout_ms, 10_000);
+    assert_eq!(team.max_concurrent_teammates, 4);
+}
+
+#[test]
+fn declared_teammates_may_fill_max_concurrent_teammates_exactly() {
+    let text = "name = \"t\"\nmax_concurrent_teammates = 3\n[[teammates]]\nname = \"w\"\ncount = 3";
+    let team = TeamFile::parse("t.toml", text, &catalog()).unwrap();
+    assert_eq!(team.teammates.len(), 3);
 }
 
 #[test]
@@ -121,6 +132,26 @@ fn bad_team_files_say_where_and_what() {
         (
             "name = \"t\"\n[[teammates]]\nname = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\ncount = 12",
             "teammate id \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-10\"",
+        ),
+        (
+            "name = \"t\"\nshutdown_timeout_ms = 0",
+            "t.toml:2:23: shutdown_timeout_ms: expected milliseconds from 1 to 3600000, found 0",
+        ),
+        (
+            "name = \"t\"\nshutdown_timeout_ms = 3600001",
+            "t.toml:2:23: shutdown_timeout_ms: expected milliseconds from 1 to 3600000, found 3600001",
+        ),
+        (
+            "name = \"t\"\nshutdown_timeout_ms = \"10s\"",
+            "t.toml:2:23: shutdown_timeout_ms: expected a non-negative integer, found a string",
+        ),
+        (
+            "name = \"t\"\nmax_concurrent_teammates = 2\n[[teammates]]\nname = \"w\"\ncount = 3",
+            "t.toml:2:28: max_concurrent_teammates: the team declares 3 teammates but max_concurrent_teammates is 2: every declared teammate is live for the whole run, so set max_concurrent_teammates to at least 3 or declare fewer",
+        ),
+        (
+            "name = \"t\"\n[[teammates]]\nname = \"w\"\ncount = 5",
+            "t.toml: the team declares 5 teammates but max_concurrent_teammates is 4",
         ),
         ("name = ", "t.toml:1:8: invalid TOML"),
     ];

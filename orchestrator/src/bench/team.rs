@@ -379,7 +379,11 @@ fn write_project(
         format!("[mailbox]\nsync = \"{}\"\n", sync_name(sync)),
     )?;
     // A team file's `count` is at most 64: larger teams are several groups, `g1`, `g2`, ….
-    let mut team = String::from("name = \"bench\"\n");
+    // Every declared teammate is live for the whole run: the cap must hold them all.
+    let mut team = format!(
+        "name = \"bench\"\nmax_concurrent_teammates = {}\n",
+        teammates.max(1)
+    );
     let mut agents = Vec::new();
     let groups = teammates.div_ceil(GROUP).max(1);
     for g in 1..=groups {

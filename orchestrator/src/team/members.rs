@@ -163,7 +163,7 @@ impl Team {
                 .release_tasks_of(self.run_id(), &id)
                 .await
                 .unwrap_or_default();
-            let _ = self
+            let notice = self
                 .store
                 .send(NewMessage {
                     run_id: self.run_id().to_owned(),
@@ -184,6 +184,9 @@ impl Team {
                     idempotency_key: None,
                 })
                 .await;
+            if let Ok(notice) = &notice {
+                self.sent(notice);
+            }
             if !released.is_empty() {
                 self.board.send_modify(|n| *n += 1);
             }
@@ -306,7 +309,8 @@ impl Team {
                 .into_iter()
                 .chain([idle])
                 .collect();
-            self.store
+            let committed = self
+                .store
                 .commit_turn(CommitTurn {
                     run_id: self.run_id().to_owned(),
                     agent: id.to_owned(),
@@ -314,6 +318,10 @@ impl Team {
                     ..CommitTurn::default()
                 })
                 .await?;
+            for message in &committed.sent {
+                self.sent(message);
+                self.report_verification(message);
+            }
             self.set_state(id, MemberState::Idle);
         }
     }
@@ -389,7 +397,8 @@ impl Team {
                     json!({"task_id": task.task_id, "subject": task.subject}),
                 );
                 // The claim reaches the teammate as mail to itself, like an assignment.
-                self.store
+                let assignment = self
+                    .store
                     .send(NewMessage {
                         run_id: self.run_id().to_owned(),
                         sender: id.to_owned(),
@@ -403,6 +412,7 @@ impl Team {
                         idempotency_key: Some(format!("claim:{id}:{}", task.task_id)),
                     })
                     .await?;
+                self.sent(&assignment);
                 continue;
             }
             tokio::select! {
@@ -444,7 +454,8 @@ impl Team {
             })
             .await;
         match answered {
-            Ok(_) | Err(muster_mailbox::StoreError::AlreadyDecided { .. }) => {}
+            Ok(response) => self.sent(&response),
+            Err(muster_mailbox::StoreError::AlreadyDecided { .. }) => {}
             Err(error) => return Err(error.into()),
         }
         self.store

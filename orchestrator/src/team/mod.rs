@@ -13,9 +13,15 @@
 //!   from another process, woken through the run's socket), or `policy:FILE` (decided at once,
 //!   the deciding rule recorded in the response).
 //! - When the lead ends a turn with no running teammate, no pending or in-progress task and no
-//!   undelivered mail, idle teammates get a `shutdown_request`, are stopped after the shutdown
-//!   timeout, and the run ends: exit 1 if a task failed, else 0. At the deadline a run waiting
-//!   only on a person's decision stops with exit 5, else 3.
+//!   undelivered mail, idle teammates get a `shutdown_request`, are stopped after the team
+//!   file's `shutdown_timeout_ms`, and the run ends: exit 1 if a task failed, else 0. At the
+//!   deadline a run waiting only on a person's decision stops with exit 5, else 3. A lead
+//!   waiting on a person for its own plan blocks only itself: the run stops with exit 5 once
+//!   no teammate can go on either.
+//! - Every message committed is printed as `mail_sent` (the runtime reports its tools' mail,
+//!   the team its own); every delivery into a context as `mail_delivered`, with `queued_ms`.
+//! - A resume restores the spend recorded so far into the budget ledger, which also holds the
+//!   run's deadline; a deadline `--max-duration` sets on a resume is kept for the next one.
 
 mod mail;
 mod members;
@@ -25,10 +31,14 @@ mod setup;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use muster_agents::runtime::{AgentKind, AgentOutcome, AgentRuntime, AgentSpec, PlanFiles};
+use muster_agents::runtime::{
+    AgentKind, AgentOutcome, AgentRuntime, AgentSpec, EventSink, PlanFiles, RuntimeEvent,
+};
+use muster_agents::verification::VerificationReport;
 use muster_config::settings::AutoGate as AutoGateSetting;
 use muster_config::{AgentCatalog, PermissionMode, Policy, TeamFile};
 use muster_mailbox::live::LiveRun;
@@ -51,10 +61,6 @@ use printer::{TeamPrinter, now_ms};
 
 /// The lead's agent id.
 pub const LEAD: &str = "lead";
-/// How long a teammate has to answer a `shutdown_request` before it is stopped.
-pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
-/// Overrides [`SHUTDOWN_TIMEOUT`], in milliseconds (read from the environment `main` passes).
-pub const SHUTDOWN_TIMEOUT_VARIABLE: &str = "MUSTER_SHUTDOWN_TIMEOUT_MS";
 /// The most mail an agent takes at one turn boundary.
 const MAIL_BATCH: usize = 32;
 
@@ -227,9 +233,9 @@ pub fn resume(
     if let Some(cassette) = &flags.cassette {
         launch.cassette = Some(std::path::absolute(cassette)?);
     }
-    if let Some(secs) = flags.max_duration {
-        launch.deadline_ms = Some(now_ms() + (secs as i64) * 1000);
-    }
+    let new_deadline = flags
+        .max_duration
+        .map(|secs| now_ms() + (secs as i64) * 1000);
     let overrides = crate::single_run::launch_overrides(crate::single_run::StoredModels {
         approver: &launch.approver,
         plan_provider: &launch.plan_provider,
@@ -262,9 +268,52 @@ pub fn resume(
         team,
         launch,
         output,
-        Some(record),
+        Some(Resumed {
+            record,
+            new_deadline,
+        }),
     ))?;
     Ok(Some(exit))
+}
+
+/// A run `muster resume` continues.
+struct Resumed {
+    record: muster_mailbox::RunRecord,
+    /// The deadline `--max-duration` set on this resume (kept for later resumes).
+    new_deadline: Option<i64>,
+}
+
+/// The records stream of the lead holding the deadline a resume set (the run's launch
+/// options are written once, at creation; the newest row here overrides their deadline).
+const DEADLINE_STREAM: &str = "deadline";
+
+/// The run's deadline on a resume: the one `--max-duration` sets now (stored for the next
+/// resume), else the newest one a resume stored, else the launch options'.
+async fn resumed_deadline(
+    store: &dyn MailboxStore,
+    run_id: &str,
+    stored: Option<i64>,
+    new_deadline: Option<i64>,
+) -> anyhow::Result<Option<i64>> {
+    if let Some(deadline_ms) = new_deadline {
+        store
+            .append_records(
+                run_id,
+                vec![muster_mailbox::NewRecord {
+                    agent: LEAD.into(),
+                    stream: DEADLINE_STREAM.into(),
+                    seq: None,
+                    body: json!({"deadline_ms": deadline_ms}),
+                }],
+            )
+            .await?;
+        return Ok(Some(deadline_ms));
+    }
+    let rows = store.records(run_id, LEAD, DEADLINE_STREAM, 0).await?;
+    Ok(rows
+        .last()
+        .and_then(|row| row.body["deadline_ms"].as_i64())
+        .or(stored))
 }
 
 /// How a team run ended.
@@ -275,22 +324,53 @@ struct Ending {
     text: String,
 }
 
+impl Ending {
+    /// The run's verification reports: whole in the result, one line each in the text.
+    fn add_verifications(&mut self, reports: &[VerificationReport]) {
+        if let Value::Object(result) = &mut self.result {
+            let reports: Vec<Value> = reports.iter().map(VerificationReport::to_json).collect();
+            result.insert("verifications".into(), Value::Array(reports));
+        }
+        for report in reports {
+            let rendered = report.render_text();
+            if let Some(line) = rendered.lines().next() {
+                self.text.push('\n');
+                self.text.push_str(line);
+            }
+        }
+    }
+}
+
 async fn execute(
     project: Project,
     catalog: Arc<AgentCatalog>,
     team_file: TeamFile,
     launch: TeamLaunch,
     output: OutputFormat,
-    existing: Option<muster_mailbox::RunRecord>,
+    existing: Option<Resumed>,
 ) -> anyhow::Result<Exit> {
+    let mut launch = launch;
     let store: Arc<dyn MailboxStore> = project.open_store()?;
     let resumed = existing.is_some();
     let (run_id, plans) = match existing {
-        Some(record) => {
+        Some(Resumed {
+            record,
+            new_deadline,
+        }) => {
+            launch.deadline_ms =
+                resumed_deadline(store.as_ref(), &record.id, launch.deadline_ms, new_deadline)
+                    .await?;
             let plans = PlanFiles::new(project.plans_dir(), &record.slug);
             (record.id, plans)
         }
         None => create_run(&project, &store, &team_file, &launch).await?,
+    };
+    // Spend already recorded (a resume) counts against the budgets, so limits hold across a
+    // crash; the ledger knows the deadline too (no model request after it).
+    let restored = if resumed {
+        AgentRuntime::restored_spends(store.as_ref(), &run_id, &project.settings.models).await?
+    } else {
+        BTreeMap::new()
     };
     let env = process_env();
     let runtime_dir = env.get("XDG_RUNTIME_DIR").map(PathBuf::from);
@@ -317,6 +397,8 @@ async fn execute(
         plans,
         events: printer.clone(),
         env: &env,
+        resumed,
+        restored,
     })?);
     let (states, _) = watch::channel(0u64);
     let (board, _) = watch::channel(0u64);
@@ -332,12 +414,19 @@ async fn execute(
         states,
         board,
         printer: printer.clone(),
-        shutdown_timeout: env
-            .get(SHUTDOWN_TIMEOUT_VARIABLE)
-            .and_then(|ms| ms.parse().ok())
-            .map_or(SHUTDOWN_TIMEOUT, Duration::from_millis),
+        shutdown_timeout: Duration::from_millis(team_file.shutdown_timeout_ms),
+        lead_awaits_decision: AtomicBool::new(false),
     });
     printer.attach(Arc::downgrade(&team));
+    if resumed {
+        // A resumed lead goes back to its wait without asking again.
+        let awaits = store
+            .requests(&run_id)
+            .await?
+            .iter()
+            .any(|r| r.requester == LEAD && r.response.is_none());
+        team.lead_awaits_decision.store(awaits, Ordering::SeqCst);
+    }
     let _registration = muster_agents::runtime::team::register_team(&run_id, team.clone());
     if resumed {
         team.resume_teammates().await?;
@@ -358,23 +447,27 @@ async fn execute(
     };
     let ending = match driven {
         Ok(ending) => ending,
-        Err(error) if budget_reason(&error).is_some() => {
-            let reason = budget_reason(&error).unwrap_or_default();
-            Ending {
-                status: RunStatus::Budget,
-                exit: Exit::Budget,
-                result: json!({"reason": reason}),
-                text: format!("muster: the team run stopped: {reason}"),
+        Err(error) => match budget_exceeded(&error) {
+            Some(exceeded) => {
+                let reason = exceeded.to_string();
+                Ending {
+                    status: RunStatus::Budget,
+                    exit: Exit::Budget,
+                    result: json!({"reason": reason, "budget": exceeded.setting_key()}),
+                    text: format!("muster: the team run stopped: {reason}"),
+                }
             }
-        }
-        Err(error) => Ending {
-            status: RunStatus::Failed,
-            exit: Exit::Failed,
-            result: json!({"error": error.to_string()}),
-            text: format!("muster: the team run failed: {error}"),
+            None => Ending {
+                status: RunStatus::Failed,
+                exit: Exit::Failed,
+                result: json!({"error": error.to_string()}),
+                text: format!("muster: the team run failed: {error}"),
+            },
         },
     };
     team.stop_all().await;
+    let mut ending = ending;
+    ending.add_verifications(&team.verifications().await?);
     store
         .set_run_status(&run_id, ending.status, Some(ending.result.clone()))
         .await?;
@@ -388,12 +481,10 @@ async fn execute(
 }
 
 /// The budget that stopped the lead, when one did (exit 3).
-fn budget_reason(error: &anyhow::Error) -> Option<String> {
+fn budget_exceeded(error: &anyhow::Error) -> Option<muster_agents::budget::BudgetExceeded> {
     error.chain().find_map(|cause| {
         match cause.downcast_ref::<muster_agents::runtime::RuntimeError>() {
-            Some(muster_agents::runtime::RuntimeError::Budget(exceeded)) => {
-                Some(exceeded.to_string())
-            }
+            Some(muster_agents::runtime::RuntimeError::Budget(exceeded)) => Some(exceeded.clone()),
             _ => None,
         }
     })
@@ -495,6 +586,9 @@ pub(crate) struct Team {
     board: watch::Sender<u64>,
     printer: Arc<TeamPrinter>,
     shutdown_timeout: Duration,
+    /// Whether the lead may be waiting on a decision on its own plan (set and cleared by its
+    /// approval events), so the team's watch looks at the store only then.
+    lead_awaits_decision: AtomicBool,
 }
 
 impl Team {
@@ -572,7 +666,14 @@ impl Team {
         };
         let mut states = self.states.subscribe();
         loop {
-            let result = match lead.run().await? {
+            // The lead waiting on a person for its own plan blocks only itself; the run stops
+            // (exit 5) when nothing else can move either.
+            let outcome = tokio::select! {
+                biased;
+                outcome = lead.run() => outcome?,
+                ending = self.until_only_a_person_can_move_the_lead() => return ending,
+            };
+            let result = match outcome {
                 AgentOutcome::Finished { result } => result,
                 AgentOutcome::AwaitingDecision {
                     request_id,
@@ -620,6 +721,97 @@ impl Team {
         }
     }
 
+    /// Returns once the lead waits on a person's decision on its own plan and nothing else
+    /// in the team can move: the run then stops with exit 5.
+    async fn until_only_a_person_can_move_the_lead(&self) -> anyhow::Result<Ending> {
+        let mut states = self.states.subscribe();
+        let mut board = self.board.subscribe();
+        loop {
+            states.borrow_and_update();
+            board.borrow_and_update();
+            if let Some(ending) = self.ending_if_only_a_person_can_move().await? {
+                return Ok(ending);
+            }
+            tokio::select! {
+                changed = states.changed() => changed?,
+                changed = board.changed() => changed?,
+            }
+        }
+    }
+
+    /// Exit 5 when the lead waits on a person's decision on its own plan and no teammate can
+    /// go on: every running one waits on the lead or a person, no idle one has mail, and no
+    /// idle one could claim a task.
+    async fn ending_if_only_a_person_can_move(&self) -> anyhow::Result<Option<Ending>> {
+        if !self.lead_awaits_decision.load(Ordering::SeqCst) {
+            return Ok(None);
+        }
+        let requests = self.store.requests(self.run_id()).await?;
+        let Some(own) = requests.iter().find(|r| {
+            r.requester == LEAD && r.responder == muster_mailbox::HUMAN && r.response.is_none()
+        }) else {
+            return Ok(None);
+        };
+        let blocked: Vec<&str> = requests
+            .iter()
+            .filter(|r| {
+                r.response.is_none()
+                    && (r.responder == LEAD || r.responder == muster_mailbox::HUMAN)
+            })
+            .map(|r| r.requester.as_str())
+            .collect();
+        let states = self.states_of();
+        let working = states
+            .iter()
+            .any(|(id, state)| *state == MemberState::Running && !blocked.contains(&id.as_str()));
+        if working {
+            return Ok(None);
+        }
+        let idle: Vec<&str> = states
+            .iter()
+            .filter(|(_, state)| *state == MemberState::Idle)
+            .map(|(id, _)| id.as_str())
+            .collect();
+        let mail_for_idle = self
+            .store
+            .messages(self.run_id(), None)
+            .await?
+            .iter()
+            .any(|m| m.state != DeliveryState::Acked && idle.contains(&m.recipient.as_str()));
+        if mail_for_idle {
+            return Ok(None);
+        }
+        let claimable = self
+            .store
+            .tasks(self.run_id())
+            .await?
+            .iter()
+            .any(|t| t.status == TaskStatus::Pending && t.is_claimable());
+        if claimable && !idle.is_empty() {
+            return Ok(None);
+        }
+        let plan_file = own.body["plan_file"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let waiting: Vec<&str> = requests
+            .iter()
+            .filter(|r| r.response.is_none() && r.responder == muster_mailbox::HUMAN)
+            .map(|r| r.request_id.as_str())
+            .collect();
+        Ok(Some(Ending {
+            status: RunStatus::AwaitingDecision,
+            exit: Exit::AwaitingDecision,
+            result: json!({"request_id": own.request_id, "plan_file": plan_file,
+                           "waiting_on": waiting}),
+            text: format!(
+                "The lead's plan in {plan_file} awaits a decision ({}) and nothing else can go \
+                 on: `muster inbox human` shows what waits; answer, then `muster resume`.",
+                own.request_id
+            ),
+        }))
+    }
+
     /// Mail an idle agent leased in a wait that was cancelled: delivered now. (An idle agent
     /// holds no other leased mail: everything it was given was acked with its last commit.)
     pub(crate) async fn recover_orphans(
@@ -655,15 +847,47 @@ impl Team {
         let nonce = mail::nonce();
         let rendered: Vec<_> = mail.iter().map(|m| mail::for_agent(m, &nonce)).collect();
         runtime.deliver_mail(&rendered).await?;
+        let now = now_ms();
         for message in mail {
-            self.printer.line(
-                "mail_delivered",
-                &message.recipient,
-                json!({"kind": message.kind, "from": message.sender,
-                       "request_id": message.request_id, "queued_ms": now_ms() - message.created_at}),
-            );
+            self.printer
+                .emit(RuntimeEvent::mail_delivered(message, now));
         }
         Ok(())
+    }
+
+    /// The `verification` event of a committed `verification_report`.
+    pub(crate) fn report_verification(&self, message: &muster_mailbox::Message) {
+        if let MessageBody::VerificationReport { request_id, report } = message.typed_body() {
+            self.printer.line(
+                "verification",
+                &message.sender,
+                json!({"request_id": request_id, "plan_file": report["plan_path"],
+                       "summary": report["summary"]}),
+            );
+        }
+    }
+
+    /// Every verification report mailed to the lead in this run (before a resume too), in
+    /// commit order.
+    async fn verifications(&self) -> anyhow::Result<Vec<VerificationReport>> {
+        let mut reports = Vec::new();
+        for message in self.store.messages(self.run_id(), Some(LEAD)).await? {
+            let MessageBody::VerificationReport { report, .. } = message.typed_body() else {
+                continue;
+            };
+            match serde_json::from_value::<VerificationReport>(report) {
+                Ok(report) => reports.push(report),
+                Err(error) => {
+                    tracing::warn!(key = %message.key, %error, "an unreadable verification report")
+                }
+            }
+        }
+        Ok(reports)
+    }
+
+    /// Reports a message the orchestrator committed (`mail_sent`).
+    pub(crate) fn sent(&self, message: &muster_mailbox::Message) {
+        self.printer.emit(RuntimeEvent::mail_sent(message));
     }
 
     /// The lead's pending mail (or `batch`, already leased), less what the team settles
@@ -935,7 +1159,7 @@ The lead ended its turn without deciding {}; the teammates                  wait
                     format!("; its unfinished tasks {released:?} are back on the board")
                 }
             );
-            let _ = self
+            let notice = self
                 .store
                 .send(muster_mailbox::NewMessage {
                     run_id: self.run_id().to_owned(),
@@ -949,6 +1173,9 @@ The lead ended its turn without deciding {}; the teammates                  wait
                     idempotency_key: None,
                 })
                 .await;
+            if let Ok(notice) = &notice {
+                self.sent(notice);
+            }
         }
         self.set_state(agent, MemberState::Stopped);
         ended

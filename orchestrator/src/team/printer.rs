@@ -99,6 +99,18 @@ impl EventSink for TeamPrinter {
             let request_id = request_id.clone();
             tokio::spawn(async move { team.decide_by_policy(&request_id).await });
         }
+        // The lead waits on its own plan, or no longer: whoever watches the team looks again.
+        if let RuntimeEvent::ApprovalRequested { agent, .. }
+        | RuntimeEvent::ApprovalDecided { agent, .. } = &event
+            && agent == super::LEAD
+            && let Some(team) = self.team.get().and_then(Weak::upgrade)
+        {
+            team.lead_awaits_decision.store(
+                matches!(event, RuntimeEvent::ApprovalRequested { .. }),
+                std::sync::atomic::Ordering::SeqCst,
+            );
+            team.states.send_modify(|n| *n += 1);
+        }
         match self.format {
             OutputFormat::StreamJson if matches!(event, RuntimeEvent::ModeChanged { .. }) => {}
             OutputFormat::StreamJson => self.print(event.kind(), event.agent(), event.fields()),

@@ -230,7 +230,8 @@ impl Team {
             .next_counter(self.run_id(), &format!("shutdown-{agent}"))
             .await?;
         let request_id = format!("shutdown-{agent}-{number}");
-        self.store
+        let request = self
+            .store
             .send(NewMessage {
                 run_id: self.run_id().to_owned(),
                 sender: LEAD.into(),
@@ -242,6 +243,7 @@ impl Team {
                 idempotency_key: None,
             })
             .await?;
+        self.sent(&request);
         Ok(request_id)
     }
 
@@ -368,7 +370,11 @@ impl Team {
             })
             .await
         {
-            Ok(_) | Err(StoreError::AlreadyDecided { .. }) => Ok(()),
+            Ok(response) => {
+                self.sent(&response);
+                Ok(())
+            }
+            Err(StoreError::AlreadyDecided { .. }) => Ok(()),
             Err(error) => Err(error.into()),
         }
     }

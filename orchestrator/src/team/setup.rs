@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use muster_agents::budget::Spend;
 use muster_agents::runtime::{
     CompactionPolicy, DEFAULT_MAX_SUBAGENTS, EngineGate, EventSink, ModelRouter, PlanApprover,
     PlanFiles, RunContext,
@@ -45,6 +46,10 @@ pub(crate) struct ContextParts<'a> {
     pub plans: PlanFiles,
     pub events: Arc<dyn EventSink>,
     pub env: &'a BTreeMap<String, String>,
+    /// A resumed run appends to its `--record` cassette; a new one starts it afresh.
+    pub resumed: bool,
+    /// Each agent's spend restored from the store (empty for a new run).
+    pub restored: BTreeMap<String, Spend>,
 }
 
 pub(crate) fn run_context(parts: ContextParts<'_>) -> anyhow::Result<RunContext> {
@@ -74,7 +79,7 @@ pub(crate) fn run_context(parts: ContextParts<'_>) -> anyhow::Result<RunContext>
         run_id: parts.run_id.to_owned(),
         epoch: parts.epoch,
         store: parts.store,
-        models: models(parts.project, parts.launch, parts.env)?,
+        models: models(parts.project, parts.launch, parts.env, parts.resumed)?,
         gate: Arc::new(EngineGate::new(
             settings.permissions.clone(),
             parts.catalog.clone(),
@@ -97,25 +102,26 @@ pub(crate) fn run_context(parts: ContextParts<'_>) -> anyhow::Result<RunContext>
         budget: Arc::new(RunContext::budget_ledger(
             &settings.budgets,
             None,
-            None,
-            BTreeMap::new(),
+            parts.launch.deadline_ms,
+            parts.restored,
         )),
         compaction: CompactionPolicy {
-            config: Default::default(),
+            config: muster_agents::compaction::CompactionConfig::from_settings(
+                &settings.compaction,
+            ),
             models: settings.models.clone(),
         },
     })
 }
 
-/// A team's models: a team run always appends to its cassette (`--record`), as it did.
+/// A team's models: `--record` starts a new cassette, and a resumed run appends (as a
+/// single run does).
 fn models(
     project: &Project,
     launch: &TeamLaunch,
     env: &BTreeMap<String, String>,
+    resumed: bool,
 ) -> anyhow::Result<ModelRouter> {
-    let recording = match &launch.record {
-        Some(path) => Recording::Append(path),
-        None => Recording::Off,
-    };
+    let recording = Recording::of(launch.record.as_deref(), resumed);
     model_router(&project.settings, env, launch.strict, recording)
 }

@@ -107,6 +107,17 @@ fn stop_reason(content: &[Block]) -> &'static str {
     }
 }
 
+/// Position of the `mail_sent` event of a `kind` message from `from` to `to`.
+fn sent(events: &[Value], from: &str, to: &str, kind: &str) -> usize {
+    position(events, &format!("mail_sent {kind} {from}→{to}"), |e| {
+        e["type"] == "mail_sent"
+            && e["agent"] == from
+            && e["from"] == from
+            && e["to"] == to
+            && e["kind"] == kind
+    })
+}
+
 /// Position of the first event matching `pred`.
 fn position(events: &[Value], what: &str, pred: impl Fn(&Value) -> bool) -> usize {
     events
@@ -213,6 +224,72 @@ async fn the_lead_approves_and_the_teammates_first_write_lands_only_after_the_re
                 && r.body.to_string().contains("plan-alice-1")
         });
     assert!(lead_saw);
+    // Every message of the run was reported once committed: the tools' and the team's.
+    let request = sent(&events, "alice", "lead", "plan_approval_request");
+    assert_eq!(events[request]["request_id"], "plan-alice-1");
+    assert!(request < requested);
+    let response = sent(&events, "lead", "alice", "plan_approval_response");
+    assert_eq!(events[response]["request_id"], "plan-alice-1");
+    assert!(requested < response && response < write);
+    let claim = sent(&events, "alice", "alice", "task_assignment");
+    assert!(claim < request);
+    let report = sent(&events, "alice", "lead", "verification_report");
+    let idle = sent(&events, "alice", "lead", "idle_notification");
+    assert!(write < report && write < idle);
+    let shutdown = sent(&events, "lead", "alice", "shutdown_request");
+    let agreed = sent(&events, "alice", "lead", "shutdown_response");
+    assert_eq!(events[agreed]["request_id"], events[shutdown]["request_id"]);
+    assert!(idle < shutdown && shutdown < agreed);
+    // The verification report: an event, and whole in the run's result.
+    let verification = position(&events, "verification", |e| {
+        e["type"] == "verification" && e["agent"] == "alice"
+    });
+    assert_eq!(events[verification]["request_id"], "plan-alice-1");
+    assert!(report < verification);
+    let verifications = finished["verifications"].as_array().unwrap();
+    assert_eq!(verifications.len(), 1, "{finished:#}");
+    assert_eq!(verifications[0]["agent"], "alice");
+    assert_eq!(verifications[0]["request_id"], "plan-alice-1");
+    assert_eq!(verifications[0]["summary"]["missing"], 0, "{finished:#}");
+    assert!(verifications[0]["summary"]["done"].as_u64().unwrap() >= 2);
+    assert_eq!(verifications[0]["summary"], events[verification]["summary"]);
+    assert_eq!(
+        verifications[0]["files"][0]["item"], "hello.txt",
+        "{finished:#}"
+    );
+    fake.verify().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn text_output_summarises_each_verification_report_in_a_line() {
+    let dir = project(ONE_TEAMMATE);
+    let mut script =
+        lead_script(json!({"request_id": "plan-alice-1", "approve": true, "mode": "acceptEdits"}));
+    script.extend(alice_script(PLAN));
+    let fake = fake(script).await;
+    let output = muster(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Greet the world.",
+            "--base-url",
+            &fake.base_url(),
+            "--output",
+            "text",
+        ],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let text = String::from_utf8_lossy(&output.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("Verification of alice's plan "))
+        .unwrap_or_else(|| panic!("no verification line in {text}"));
+    assert!(
+        line.ends_with("-agent-alice.md: 2 done, 0 deviated, 0 missing, 0 unplanned changes"),
+        "{line}"
+    );
     fake.verify().unwrap();
 }
 
@@ -432,6 +509,14 @@ async fn a_policy_rejects_a_forbidden_path_naming_the_rule_and_approves_the_new_
         std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(),
         "hello, world\n"
     );
+    // The policy's decisions are reported as mail from `policy`.
+    let first = sent(&events, "policy", "alice", "plan_approval_response");
+    assert_eq!(events[first]["request_id"], "plan-alice-1");
+    // Teammates' requests go to the lead's mailbox; the team has the policy answer them.
+    let permission = sent(&events, "alice", "lead", "permission_request");
+    let allowed = sent(&events, "policy", "alice", "permission_response");
+    assert_eq!(events[allowed]["request_id"], "perm-alice-1");
+    assert!(first < permission && permission < allowed && allowed < write);
     fake.verify().unwrap();
 }
 
@@ -819,6 +904,61 @@ async fn a_teammates_question_is_answered_by_the_lead() {
     let output = team_run(dir.path(), &fake.base_url()).await;
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(alice_turn(&fake, 2).contains("Which colour?: Blue, please."));
+    let events = lines(&output);
+    let question = sent(&events, "alice", "lead", "question");
+    let answer = sent(&events, "lead", "alice", "answer");
+    assert_eq!(events[question]["request_id"], "question-alice-1");
+    assert_eq!(events[answer]["request_id"], "question-alice-1");
+    assert!(question < answer);
+    fake.verify().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mail_for_a_busy_teammate_is_delivered_at_its_turn_boundary_before_its_next_model_turn() {
+    let dir = project(ASKS);
+    let mut script = question_script();
+    // alice is busy in her question's tool call when the lead's note arrives: it waits for
+    // the boundary after that call, not for her to go idle.
+    script.push(when(
+        "lead",
+        "question",
+        vec![
+            tool(
+                "SendMessage",
+                json!({"to": "alice", "message": "Note: name the colour in capitals."}),
+            ),
+            tool(
+                "SendMessage",
+                json!({"to": "alice", "reply_to": "question-alice-1", "message": "Blue, please."}),
+            ),
+        ],
+    ));
+    let fake = fake(script).await;
+    let output = team_run(dir.path(), &fake.base_url()).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let events = lines(&output);
+    let note = sent(&events, "lead", "alice", "text");
+    let asked = position(&events, "alice's question", |e| {
+        e["type"] == "tool_call" && e["agent"] == "alice" && e["tool"] == "AskUserQuestion"
+    });
+    let delivered = position(&events, "the note's delivery", |e| {
+        e["type"] == "mail_delivered" && e["agent"] == "alice" && e["kind"] == "text"
+    });
+    let next_turn = position(&events, "alice's second model turn", |e| {
+        e["type"] == "model_turn" && e["agent"] == "alice" && e["turn"] == 2
+    });
+    assert!(
+        note < delivered && asked < delivered && delivered < next_turn,
+        "{events:#?}"
+    );
+    assert_eq!(events[delivered]["from"], "lead");
+    assert!(events[delivered]["queued_ms"].as_i64().unwrap() >= 0);
+    // alice was busy the whole time: no idle notification came between her two turns.
+    let idle = sent(&events, "alice", "lead", "idle_notification");
+    assert!(next_turn < idle);
+    let turn2 = alice_turn(&fake, 2);
+    assert!(turn2.contains("name the colour in capitals"), "{turn2}");
+    assert!(turn2.contains("Which colour?: Blue, please."), "{turn2}");
     fake.verify().unwrap();
 }
 
@@ -880,6 +1020,8 @@ async fn a_teammates_permission_request_is_approved_by_a_person() {
         })
         .await;
     assert_eq!(asked["request_id"], "perm-alice-1");
+    let request = sent(&run.events, "alice", "lead", "permission_request");
+    assert_eq!(run.events[request]["request_id"], "perm-alice-1");
     assert!(!dir.path().join("hello.txt").exists());
     let approve = muster(dir.path(), &["approve", "perm-alice-1"]).await;
     assert_eq!(approve.status.code(), Some(0), "{}", stderr(&approve));
@@ -927,7 +1069,9 @@ async fn a_policy_with_no_rule_denies_a_teammates_permission_request() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_teammate_that_ignores_a_shutdown_request_is_stopped_and_its_task_returns_to_the_board() {
-    let dir = project(ONE_TEAMMATE);
+    let dir = project(
+        "name = \"greeters\"\nshutdown_timeout_ms = 300\n\n[[teammates]]\nname = \"alice\"\n",
+    );
     let fake = fake(vec![
         ScriptEntry::reply(
             "lead",
@@ -967,7 +1111,6 @@ async fn a_teammate_that_ignores_a_shutdown_request_is_stopped_and_its_task_retu
             "stream-json",
         ],
     )
-    .env("MUSTER_SHUTDOWN_TIMEOUT_MS", "300")
     .output();
     let output = tokio::time::timeout(GUARD, child)
         .await
@@ -1036,8 +1179,9 @@ async fn an_approval_with_an_edited_plan_and_clear_context_restarts_the_teammate
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_left_waiting_only_on_a_person_stops_with_exit_5_at_its_deadline() {
-    let dir =
-        project("name = \"greeters\"\n\n[[teammates]]\nname = \"alice\"\napprover = \"human\"\n");
+    let dir = project(
+        "name = \"greeters\"\nshutdown_timeout_ms = 100\n\n[[teammates]]\nname = \"alice\"\napprover = \"human\"\n",
+    );
     let mut script = vec![
         ScriptEntry::reply(
             "lead",
@@ -1070,7 +1214,6 @@ async fn a_run_left_waiting_only_on_a_person_stops_with_exit_5_at_its_deadline()
             "2",
         ],
     )
-    .env("MUSTER_SHUTDOWN_TIMEOUT_MS", "100")
     .output();
     let output = tokio::time::timeout(GUARD, child)
         .await
@@ -1215,7 +1358,9 @@ async fn team_flag_names_the_team_file_and_a_lead_with_nothing_to_do_ends_the_ru
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lead_that_leaves_a_plan_undecided_ends_the_run_instead_of_hanging() {
-    let dir = project(ONE_TEAMMATE);
+    let dir = project(
+        "name = \"greeters\"\nshutdown_timeout_ms = 100\n\n[[teammates]]\nname = \"alice\"\n",
+    );
     let fake = fake(vec![
         ScriptEntry::reply(
             "lead",
@@ -1246,7 +1391,6 @@ async fn a_lead_that_leaves_a_plan_undecided_ends_the_run_instead_of_hanging() {
             "json",
         ],
     )
-    .env("MUSTER_SHUTDOWN_TIMEOUT_MS", "100")
     .output();
     let output = tokio::time::timeout(GUARD, child)
         .await
@@ -1299,4 +1443,216 @@ async fn a_budget_that_stops_the_lead_ends_the_team_run_with_exit_3() {
             .contains("budgets.agent.turns"),
         "{finished}"
     );
+}
+
+const LEAD_PLAN: &str = "## Goal\nSplit the greeting.\n## Steps\n1. Let alice read the README\n## Files\nREADME.md\n## Tests\nnone\n## Risks\nnone\n";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lead_waiting_on_a_person_for_its_own_plan_stops_with_exit_5_only_after_its_teammates_finish()
+ {
+    let dir = project(ASKS);
+    let mut slow_report: ScriptEntry = serde_json::from_value(json!({
+        "agent": "alice",
+        "turn": 2,
+        "reply": {"content": [Block::text("I read the README.")], "stop_reason": "end_turn"},
+        // alice is still working well after the lead's request waits on a person.
+        "fault": {"first_byte_delay_ms": 800},
+    }))
+    .unwrap();
+    slow_report.turn = Some(2);
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![
+                tool(
+                    "TaskCreate",
+                    json!({"subject": "Read", "description": "Read the README."}),
+                ),
+                tool("EnterPlanMode", json!({})),
+                tool("ExitPlanMode", json!({"plan": LEAD_PLAN})),
+            ],
+        ),
+        ScriptEntry::reply(
+            "alice",
+            1,
+            vec![tool("Read", json!({"file_path": "README.md"}))],
+        ),
+        slow_report,
+    ])
+    .await;
+    let output = muster(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Greet.",
+            "--base-url",
+            &fake.base_url(),
+            "--output",
+            "stream-json",
+        ],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(5), "{}", stderr(&output));
+    let events = lines(&output);
+    let asked = position(&events, "the lead's request", |e| {
+        e["type"] == "approval_requested" && e["agent"] == "lead"
+    });
+    assert_eq!(events[asked]["responder"], "human");
+    let completed = position(&events, "alice's task", |e| {
+        e["type"] == "task_completed" && e["agent"] == "alice"
+    });
+    let finished = events.len() - 1;
+    assert!(asked < completed && completed < finished, "{events:#?}");
+    let finished = &events[finished];
+    assert_eq!(finished["type"], "run_finished");
+    assert_eq!(finished["status"], "awaiting_decision");
+    assert_eq!(finished["exit_code"], 5);
+    assert_eq!(finished["request_id"], "plan-lead-1");
+    assert!(
+        finished["plan_file"].as_str().unwrap().ends_with(".md"),
+        "{finished}"
+    );
+    let inbox = muster(dir.path(), &["inbox", "human", "--json"]).await;
+    assert!(String::from_utf8_lossy(&inbox.stdout).contains("plan-lead-1"));
+    fake.verify().unwrap();
+}
+
+/// Starts a team run whose alice waits on a person for her plan; kills it (`kill -9`) once
+/// the plan waits and the lead has ended its second turn; gives back the run id.
+async fn kill_while_alice_awaits_a_person(dir: &Path, base: &str) -> String {
+    let mut run = Running::start(dir, base);
+    let asked = run
+        .until("the plan request", |e| {
+            e["type"] == "approval_requested" && e["responder"] == "human"
+        })
+        .await;
+    let lead_turn_2 =
+        |e: &Value| e["type"] == "model_turn" && e["agent"] == "lead" && e["turn"] == 2;
+    if !run.events.iter().any(lead_turn_2) {
+        run.until("the lead's second turn", lead_turn_2).await;
+    }
+    run.child.kill().await.unwrap();
+    let _ = run.child.wait().await;
+    asked["run_id"].as_str().unwrap().to_owned()
+}
+
+const HUMAN_APPROVES_ALICE: &str = "name = \"greeters\"\nshutdown_timeout_ms = 100\n\n[[teammates]]\nname = \"alice\"\napprover = \"human\"\n";
+
+fn waiting_lead_script() -> Vec<ScriptEntry> {
+    vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "Greet", "description": "Write hello.txt saying hello."}),
+            )],
+        ),
+        any_turn("lead", vec![Block::text("Waiting for the team.")]),
+    ]
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_budget_holds_across_a_crash_and_resume_and_ends_the_run_with_exit_3() {
+    let dir = project(HUMAN_APPROVES_ALICE);
+    // Three turns are spent before the crash (the lead's two, alice's plan); the fourth is
+    // the run's last.
+    std::fs::write(
+        dir.path().join(".muster/settings.toml"),
+        "[budgets.run]\nturns = 4\n",
+    )
+    .unwrap();
+    let mut script = waiting_lead_script();
+    script.push(ScriptEntry::reply(
+        "alice",
+        1,
+        vec![tool("ExitPlanMode", json!({"plan": PLAN}))],
+    ));
+    script.push(ScriptEntry::reply(
+        "alice",
+        2,
+        vec![tool(
+            "Write",
+            json!({"file_path": "hello.txt", "content": "hello, world\n"}),
+        )],
+    ));
+    let fake = fake(script).await;
+    let base = fake.base_url();
+    let run_id = kill_while_alice_awaits_a_person(dir.path(), &base).await;
+    let approve = muster(
+        dir.path(),
+        &["approve", "plan-alice-1", "--mode", "acceptEdits"],
+    )
+    .await;
+    assert_eq!(approve.status.code(), Some(0), "{}", stderr(&approve));
+    let resumed = muster(
+        dir.path(),
+        &["resume", &run_id, "--base-url", &base, "--output", "json"],
+    )
+    .await;
+    assert_eq!(resumed.status.code(), Some(3), "{}", stderr(&resumed));
+    let finished = &lines(&resumed)[0];
+    assert_eq!(finished["status"], "budget");
+    assert_eq!(finished["budget"], "budgets.run.turns", "{finished}");
+    assert!(
+        finished["reason"].as_str().unwrap().contains("the run"),
+        "{finished}"
+    );
+    // alice's fourth request of the run was allowed; nothing after it was sent.
+    assert!(dir.path().join("hello.txt").exists());
+    let requests = fake.requests();
+    assert_eq!(
+        requests.len(),
+        4,
+        "{:#?}",
+        requests
+            .iter()
+            .map(|r| (&r.agent, r.turn))
+            .collect::<Vec<_>>()
+    );
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deadline_set_on_resume_is_kept_for_the_next_resume() {
+    let dir = project(HUMAN_APPROVES_ALICE);
+    let mut script = waiting_lead_script();
+    script.push(ScriptEntry::reply(
+        "alice",
+        1,
+        vec![tool("ExitPlanMode", json!({"plan": PLAN}))],
+    ));
+    let fake = fake(script).await;
+    let base = fake.base_url();
+    let run_id = kill_while_alice_awaits_a_person(dir.path(), &base).await;
+    // The resume's deadline passes while the plan still waits on a person: exit 5.
+    let first = muster(
+        dir.path(),
+        &[
+            "resume",
+            &run_id,
+            "--base-url",
+            &base,
+            "--output",
+            "json",
+            "--max-duration",
+            "1",
+        ],
+    )
+    .await;
+    assert_eq!(first.status.code(), Some(5), "{}", stderr(&first));
+    // A later resume without --max-duration keeps that deadline (already passed): it stops at
+    // once instead of waiting without end.
+    let second = muster(
+        dir.path(),
+        &["resume", &run_id, "--base-url", &base, "--output", "json"],
+    )
+    .await;
+    assert_eq!(second.status.code(), Some(5), "{}", stderr(&second));
+    let finished = &lines(&second)[0];
+    assert_eq!(finished["waiting_on"][0], "plan-alice-1", "{finished}");
+    fake.verify().unwrap();
 }
