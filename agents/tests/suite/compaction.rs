@@ -1,7 +1,8 @@
 //! Compaction: the trigger over the built-in catalogue, cuts that never orphan a tool result or
 //! drop the latest thinking signature (property test over random well-formed transcripts), the
-//! summary request, the rebuilt context's order and budget, and the summary request against
-//! `muster-fake-llm` carrying `x-muster-purpose: compact`.
+//! summary request, the rebuilt context's order and budget, the summary request against
+//! `muster-fake-llm` carrying `x-muster-purpose: compact`, and a run whose request after
+//! compaction carries the task board read from the store.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
@@ -854,5 +855,235 @@ async fn the_summary_request_is_sent_as_compact_and_the_rebuilt_context_is_accep
     let plan_at = body.find("1. Edit parse.rs").unwrap();
     assert!(summary_at < plan_at, "the plan follows the summary");
     assert!(!body.contains("<compaction-request>"));
+    fake.verify().unwrap();
+}
+
+// ---------------------------------------------------------------- in a run
+
+struct NoEvents;
+
+impl muster_agents::runtime::EventSink for NoEvents {
+    fn emit(&self, _event: muster_agents::runtime::RuntimeEvent) {}
+}
+
+fn with_usage(mut entry: ScriptEntry, input: u64) -> ScriptEntry {
+    if let Some(reply) = entry.reply.as_mut() {
+        reply.usage = Some(muster_fake_llm::UsageSpec {
+            input_tokens: Some(input),
+            output_tokens: Some(20),
+            cache_read_input_tokens: Some(0),
+            cache_creation_input_tokens: Some(0),
+        });
+    }
+    entry
+}
+
+/// A scripted run with tasks on the store's board crosses the threshold (window 20,000, max
+/// output 1,000: 6,000 tokens); the request after the compaction carries the board as read
+/// from the store at that moment (a task completed after the run started shows completed),
+/// after the summary.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_request_after_compaction_carries_the_task_board_read_from_the_store() {
+    use muster_agents::runtime::{
+        AgentKind, AgentOutcome, AgentRuntime, AgentSpec, CompactionPolicy, EngineGate, ModeModel,
+        ModelRouter, PlanApprover, PlanFiles, RunContext,
+    };
+    use muster_agents::tools::{ToolRegistry, Workspace};
+    use muster_config::{AgentCatalog, PermissionMode, PermissionRules};
+    use muster_mailbox::{
+        AutoGate, MailboxStore, MemberKind, NewRun, NewTask, RosterEntry, SqliteStore,
+        StoreOptions, TaskStatus, TaskUpdate,
+    };
+
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("ws");
+    std::fs::create_dir_all(root.join(".muster/plans")).unwrap();
+    std::fs::write(root.join("README.md"), "hello\n").unwrap();
+    let root = std::fs::canonicalize(root).unwrap();
+    let store = Arc::new(
+        SqliteStore::open(&dir.path().join("muster.db"), StoreOptions::default()).unwrap(),
+    );
+    store
+        .create_run(NewRun {
+            id: "r1".into(),
+            slug: "calm-baking-otter".into(),
+            team: None,
+            workspace: root.display().to_string(),
+            batch_line_id: None,
+            auto_gate: AutoGate::default(),
+            launch_options: json!({}),
+        })
+        .await
+        .unwrap();
+    store
+        .add_member(
+            "r1",
+            RosterEntry {
+                agent: "main".into(),
+                kind: MemberKind::Lead,
+                definition: Some("general".into()),
+                parent: None,
+            },
+        )
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for (subject, blocked_by) in [
+        ("Write the tokenizer", vec![]),
+        ("Test the tokenizer", vec![1]),
+    ] {
+        let task = store
+            .create_task(NewTask {
+                run_id: "r1".into(),
+                created_by: "main".into(),
+                subject: subject.into(),
+                description: String::new(),
+                blocked_by,
+            })
+            .await
+            .unwrap();
+        ids.push(task.task_id);
+    }
+    assert_eq!(ids, vec![1, 2]);
+
+    let note = "HANDOFF: README.md was read twice.";
+    let fake = FakeLlm::start(vec![
+        with_usage(
+            ScriptEntry::reply(
+                "main",
+                1,
+                vec![Block::tool_use("Read", json!({"file_path": "README.md"}))],
+            ),
+            300,
+        ),
+        with_usage(
+            ScriptEntry::reply(
+                "main",
+                2,
+                vec![Block::tool_use("Read", json!({"file_path": "README.md"}))],
+            ),
+            7000,
+        ),
+        ScriptEntry {
+            purpose: Some("compact".into()),
+            ..with_usage(ScriptEntry::reply("main", 3, vec![Block::text(note)]), 2000)
+        },
+        with_usage(
+            ScriptEntry::reply("main", 4, vec![Block::text("Done.")]),
+            900,
+        ),
+    ])
+    .await
+    .unwrap();
+    let mut config = ClientConfig::new(fake.base_url(), Some("test-key".into()));
+    config.retry.max_retries = 0;
+    let model = ModeModel {
+        provider: Arc::new(HttpClient::anthropic(config, AnthropicOptions::default()).unwrap()),
+        model: "claude-sonnet-4-5".into(),
+        max_tokens: 1000,
+        thinking: ThinkingSettings::default(),
+    };
+    let catalog = Arc::new(AgentCatalog::built_in().unwrap());
+    let models = BTreeMap::from([(
+        "claude-sonnet-4-5".to_owned(),
+        ModelInfo {
+            context_window: Some(20_000),
+            max_output: Some(1_000),
+            ..ModelInfo::default()
+        },
+    )]);
+    let context = Arc::new(RunContext {
+        run_id: "r1".into(),
+        epoch: 1,
+        store: store.clone(),
+        models: ModelRouter::single(model),
+        gate: Arc::new(EngineGate::new(
+            PermissionRules::default(),
+            catalog.clone(),
+            None,
+        )),
+        catalog,
+        tools: ToolRegistry::standard(),
+        workspace: Workspace::new(&root).unwrap(),
+        plans: PlanFiles::new(root.join(".muster/plans"), "calm-baking-otter"),
+        approver: PlanApprover::Human,
+        terminal: None,
+        events: Arc::new(NoEvents),
+        instructions: String::new(),
+        environment: Vec::new(),
+        subagents: Arc::new(tokio::sync::Semaphore::new(2)),
+        budget: Arc::new(RunContext::budget_ledger(
+            &Default::default(),
+            None,
+            None,
+            BTreeMap::new(),
+        )),
+        compaction: CompactionPolicy {
+            config: CompactionConfig::default(),
+            models,
+        },
+    });
+    let mut agent = AgentRuntime::start(
+        context,
+        AgentSpec {
+            agent_id: "main".into(),
+            kind: AgentKind::Main,
+            definition: "general".into(),
+            mode: PermissionMode::Default,
+            pre_plan_mode: None,
+            approval_ceiling: None,
+            inherited_model: None,
+        },
+        "Read the README, twice.",
+    )
+    .await
+    .unwrap();
+    // The board changes after the run started: compaction must read it fresh.
+    store
+        .update_task(TaskUpdate {
+            run_id: "r1".into(),
+            task_id: 1,
+            updated_by: "main".into(),
+            status: Some(TaskStatus::Completed),
+            ..TaskUpdate::default()
+        })
+        .await
+        .unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(60), agent.run())
+        .await
+        .expect("guard timeout")
+        .unwrap();
+    assert_eq!(
+        outcome,
+        AgentOutcome::Finished {
+            result: "Done.".into()
+        }
+    );
+
+    let requests = fake.requests();
+    let compact = requests.iter().find(|r| r.turn == Some(3)).unwrap();
+    assert_eq!(compact.purpose.as_deref(), Some("compact"));
+    let before = requests.iter().find(|r| r.turn == Some(2)).unwrap();
+    assert!(
+        !before.body.to_string().contains("Task board"),
+        "no board before compaction"
+    );
+    let after = requests.iter().find(|r| r.turn == Some(4)).unwrap();
+    let body = serde_json::to_string(&after.body["messages"]).unwrap();
+    let summary_at = body.find(note).expect("the summary");
+    let board_at = body
+        .find("Task board: 2 tasks, 1 not finished.")
+        .expect("the board");
+    assert!(
+        summary_at < board_at,
+        "the state follows the summary: {body}"
+    );
+    for line in [
+        "- #2 [pending] Test the tokenizer (unowned)",
+        "- #1 [completed] Write the tokenizer (unowned)",
+        "<team-state>",
+    ] {
+        assert!(body.contains(line), "{line} in {body}");
+    }
     fake.verify().unwrap();
 }
