@@ -14,6 +14,7 @@
 //! | `started` | first | `definition`, `agent_kind` (`{kind: main \| teammate(lead) \| subagent(parent)}`), `mode`, `pre_plan_mode?`, `plan_file?`, `system`, `tools` |
 //! | `message` | each message of the context | `message` (`{role, content}` in Anthropic block shape), `mode`; assistant messages add `turn` (the durable `x-muster-turn`), `model`, `stop_reason`, `usage`, `cost_usd?` (what resume restores the budget ledger from) |
 //! | `tool_started` | before a tool that is neither read-only nor idempotent runs | `tool_use_id`, `tool`, `process_group?` (Bash: committed by the process-group recorder before the command runs) |
+//! | `bash_effects` | with the `tool_call` of a non-read-only Bash call, just before it | `tool_use_id`, `command`, `exit_code`, `changed` (paths relative to the workspace), `effects_unknown?` (see [`crate::verification`]; skipped by resume) |
 //! | `tool_call` | each call decided and finished | `tool_use_id`, `tool`, `decision` (`allow`/`ask`/`deny`/`invalid`), `reason`, `content`, `is_error` |
 //! | `mode` | a mode change | `mode`, `pre_plan_mode?`, `reason` |
 //! | `plan_snapshot` | the plan at `draft`, `submitted`, `edited`, `approved` | `path`, `content`, `state`, `request_id?` |

@@ -27,26 +27,31 @@
 //!   an attempt, kept as evidence of a deviation, never of a change.
 //! - `Bash`: the command and its exit code; the files it changed come from its
 //!   [`BashEffects`] record (`type: "bash_effects"`), which the runtime writes around every
-//!   non-read-only Bash call: [`WorkspaceSnapshot::take`] before the command,
-//!   [`WorkspaceSnapshot::take`] after it, [`WorkspaceSnapshot::diff`], and
-//!   `BashEffects { tool_use_id, command, exit_code, changed: diff.changed_paths() }` appended
-//!   with the call's `tool_call`. A Bash call without that record changed nothing as far as
-//!   the report knows (its exit code is then read from the `[exit code N]` status line).
+//!   non-read-only Bash call ([`BashMeasurement`]: the workspace's Bash lock taken, a
+//!   [`WorkspaceSnapshot`] before the command and one after, [`WorkspaceSnapshot::diff`]).
+//!   A Bash call without that record (a read-only one, or one from before this record
+//!   existed) changed nothing as far as the report knows (its exit code is then read from the
+//!   `[exit code N]` status line). A record with `effects_unknown` is no evidence of any
+//!   change: the notes of missing files and steps then say that evidence may be missing.
 //!
 //! ## The `bash_effects` record (for the runtime)
 //! ```text
 //! {"type": "bash_effects", "tool_use_id": "toolu_…", "command": "sed -i … src/a.rs",
-//!  "exit_code": 0 | null, "changed": ["src/a.rs", …]}
+//!  "exit_code": 0 | null, "changed": ["src/a.rs", …],
+//!  "effects_unknown": "before the command: …"}        // only when the changes are unknown
 //! ```
-//! Written for every Bash call the shell analysis does not classify read-only, while the
-//! workspace's non-read-only Bash calls are serialised (so the diff is the command's own):
-//! snapshot before spawning, snapshot after the process group ends (also on timeout or
-//! interruption, with `exit_code: null`), then the record in the same commit as the call's
-//! `tool_call`. `changed` holds created, modified and deleted paths, relative to the workspace
-//! root, `/`-separated, sorted. [`BashEffects::to_record_body`] writes this JSON; the
-//! `Record` enum needs a matching variant (`BashEffects { tool_use_id, command, exit_code,
-//! changed }`, ignored when rebuilding) so that `Record::from_stored` accepts the row.
-//! A call interrupted by a crash has no record: whatever it changed is unattributed.
+//! Written for every Bash call that ran allowed without the permission engine's read-only
+//! verdict (`read_only_shell`), while the workspace's non-read-only Bash calls are serialised
+//! by a process-wide lock keyed by the canonical workspace path (so the diff is the command's
+//! own; file tools take no lock, see [`BashMeasurement`]): snapshot before spawning, snapshot
+//! after the process group ends (also on timeout or interruption, with `exit_code: null`),
+//! then the record in the same commit as the call's `tool_call`, just before it
+//! (`Record::BashEffects`, which resume skips). `changed` holds created, modified and deleted
+//! paths, relative to the workspace root, `/`-separated, sorted. When a snapshot fails or the
+//! workspace exceeds [`SnapshotLimits`] (100 000 files, 512 MiB to read), the command still
+//! runs and returns its result; `changed` is then empty and `effects_unknown` says why.
+//! [`BashEffects::to_record_body`] writes this JSON. A call interrupted by a crash has no
+//! record: whatever it changed is unattributed.
 //!
 //! Subagents keep their own transcripts: to count a subagent's edits, chain its record
 //! bodies after the teammate's (everything after the approval counts).
@@ -90,6 +95,7 @@
 //! `## Tests` takes code spans and fenced lines that look like commands, and plain lines
 //! starting with a known program. Nothing in this module panics on any input.
 
+mod effects;
 mod paths;
 mod plan;
 mod report;
@@ -100,11 +106,14 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+pub use effects::{BashMeasurement, bash_calls_waiting};
 pub use plan::{ParsedPlan, PlannedStep};
 pub use report::{
     CheckedItem, CommandRun, Evidence, ReportSummary, Status, UnplannedChange, VerificationReport,
 };
-pub use snapshot::{SKIPPED_DIRECTORIES, SnapshotDiff, WorkspaceSnapshot};
+pub use snapshot::{
+    RACY_MARGIN, SKIPPED_DIRECTORIES, SnapshotDiff, SnapshotLimits, WorkspaceSnapshot,
+};
 pub use tool_log::{BASH_EFFECTS, BashEffects, ToolLog};
 
 /// Why no report could be built.
@@ -116,6 +125,9 @@ pub enum VerificationError {
     /// The workspace cannot be walked.
     #[error("workspace {root}: {detail}")]
     Workspace { root: PathBuf, detail: String },
+    /// The workspace is beyond what a snapshot may cost ([`SnapshotLimits`]).
+    #[error("workspace {root} is too large to snapshot: {detail}")]
+    WorkspaceTooLarge { root: PathBuf, detail: String },
     /// A `verification_report`'s JSON is not a report.
     #[error("malformed verification report: {0}")]
     MalformedReport(String),

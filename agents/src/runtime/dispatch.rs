@@ -1,13 +1,20 @@
 //! Dispatching one tool call: the gate decides (an ask is settled), the runtime carries out
 //! its own tools, the tool set runs the rest — after a `tool_started` commit for a tool that
 //! is neither read-only nor idempotent (Bash: with its process group, before the command runs).
+//!
+//! A `Bash` call the classifier did not prove read-only runs measured: under the workspace's
+//! Bash lock, between two workspace snapshots, and its `bash_effects` record is committed with
+//! its `tool_call` (see [`crate::verification::BashMeasurement`] for why the lock, and what it
+//! costs).
 
 use std::sync::Arc;
 
 use crate::model::ToolCall;
 use crate::tools::{
-    HandledBy, ProcessGroupId, ProcessGroupRecorder, RecordFuture, ToolContext, ToolOutput,
+    HandledBy, ProcessGroupId, ProcessGroupRecorder, RecordFuture, ToolContext, ToolDetails,
+    ToolOutput,
 };
+use crate::verification::{BashMeasurement, SnapshotLimits};
 
 use super::agent::{AgentRuntime, CallResult, Dispatched};
 use super::context::RunContext;
@@ -45,9 +52,35 @@ impl AgentRuntime {
                     };
                     self.commit(vec![started], Vec::new(), None).await?;
                 }
+                if call.name == "Bash" && !run.decision.read_only_shell {
+                    return Ok(Dispatched::Done(Box::new(
+                        self.measured_bash(call, run).await,
+                    )));
+                }
                 Ok(Dispatched::Done(Box::new(run.execute(call).await)))
             }
         }
+    }
+
+    /// Runs a non-read-only `Bash` call between two snapshots of the workspace, under its Bash
+    /// lock; the result carries the `bash_effects` record (committed with the `tool_call`). A
+    /// failed snapshot never stops the command: the record then says its effects are unknown.
+    async fn measured_bash(&self, call: &ToolCall, run: ToolRun) -> CallResult {
+        let measurement =
+            BashMeasurement::begin(self.run.workspace.root(), SnapshotLimits::default()).await;
+        let mut result = run.execute(call).await;
+        let exit_code = match &result.output.details {
+            ToolDetails::Bash(outcome) => outcome.exit_code,
+            _ => None,
+        };
+        let command = call
+            .input
+            .get("command")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default();
+        let effects = measurement.finish(&call.id, command, exit_code).await;
+        result.records.push(Record::BashEffects(effects));
+        result
     }
 
     /// A read-only call of the tool set: decided and run without committing anything first,

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::model::{Message, StopReason, Usage};
+use crate::verification::BashEffects;
 use muster_mailbox::{AgentRecord, NewRecord};
 
 use super::error::{RuntimeError, RuntimeResult};
@@ -69,6 +70,10 @@ pub enum Record {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         process_group: Option<i32>,
     },
+    /// What a non-read-only `Bash` call changed in the workspace (snapshots before and after
+    /// it, taken under the workspace's Bash lock): committed just before its `tool_call`, in
+    /// the same commit. Evidence for verification reports; nothing to rebuild.
+    BashEffects(BashEffects),
     /// One tool call decided and finished.
     ToolCall {
         tool_use_id: String,

@@ -233,7 +233,8 @@ impl AgentRuntime {
                 self.plan_approved = matches!(state.as_str(), "approved" | "edited");
             }
             Record::Finished { result } => self.finished = Some(result),
-            Record::Started { .. } => {}
+            // Evidence for verification; the `tool_call` beside it is the call's result.
+            Record::Started { .. } | Record::BashEffects(_) => {}
         }
     }
 

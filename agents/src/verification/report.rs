@@ -133,6 +133,10 @@ pub struct CommandRun {
     /// The files it changed (from its `bash_effects` record).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub changed: Vec<String>,
+    /// Why the files it changed are unknown (its `bash_effects` record says so): the report
+    /// then lacks evidence for them, and says so in the notes of what is missing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effects_unknown: Option<String>,
 }
 
 /// Counts over steps, files and tests.
@@ -215,12 +219,15 @@ struct FileChange {
 struct Attribution {
     changes: Vec<FileChange>,
     commands: Vec<(Evidence, String)>,
+    /// Bash calls whose changes are unknown: `` `command` (why) ``.
+    unknown_effects: Vec<String>,
 }
 
 impl Attribution {
     fn of(log: &ToolLog) -> Attribution {
         let mut changes = Vec::new();
         let mut commands = Vec::new();
+        let mut unknown_effects = Vec::new();
         for call in &log.calls {
             match call {
                 LoggedCall::FileEdit {
@@ -249,7 +256,11 @@ impl Attribution {
                     command,
                     exit_code,
                     changed,
+                    effects_unknown,
                 } => {
+                    if let Some(why) = effects_unknown {
+                        unknown_effects.push(format!("`{command}` ({why})"));
+                    }
                     let evidence = Evidence {
                         tool_use_id: tool_use_id.clone(),
                         tool: "Bash".to_owned(),
@@ -272,7 +283,23 @@ impl Attribution {
                 }
             }
         }
-        Attribution { changes, commands }
+        Attribution {
+            changes,
+            commands,
+            unknown_effects,
+        }
+    }
+
+    /// `note`, with the Bash calls whose effects are unknown when there are any: what they
+    /// changed is not evidence either way.
+    fn note_unknown_effects(&self, note: String) -> String {
+        if self.unknown_effects.is_empty() {
+            return note;
+        }
+        format!(
+            "{note}; the files changed by {} are unknown, so evidence may be missing",
+            self.unknown_effects.join(", ")
+        )
     }
 
     /// The changes `pattern` names: (evidence, whether any of them applied).
@@ -481,11 +508,13 @@ impl VerificationReport {
                     command,
                     exit_code,
                     changed,
+                    effects_unknown,
                 } => Some(CommandRun {
                     tool_use_id: tool_use_id.clone(),
                     command: command.clone(),
                     exit_code: *exit_code,
                     changed: changed.clone(),
+                    effects_unknown: effects_unknown.clone(),
                 }),
                 LoggedCall::FileEdit { .. } => None,
             })
@@ -601,10 +630,13 @@ impl VerificationReport {
         if !self.commands.is_empty() {
             let _ = writeln!(text, "Commands run:");
             for run in &self.commands {
-                let status = match run.exit_code {
+                let mut status = match run.exit_code {
                     Some(code) => format!("exit {code}"),
                     None => "no exit code".to_owned(),
                 };
+                if let Some(why) = &run.effects_unknown {
+                    let _ = write!(status, "; files changed unknown: {why}");
+                }
                 let _ = writeln!(text, "  `{}` ({status})", run.command);
             }
         }
@@ -625,7 +657,7 @@ fn check_file(pattern: &PathPattern, attribution: &Attribution) -> CheckedItem {
     } else {
         (
             Status::Missing,
-            "no change to it in the tool log".to_owned(),
+            attribution.note_unknown_effects("no change to it in the tool log".to_owned()),
         )
     };
     CheckedItem::new(None, pattern.written.clone(), status, evidence, note)
@@ -705,6 +737,7 @@ fn check_step(step: &PlannedStep, plan: &ParsedPlan, attribution: &Attribution) 
     let mut evidence = Vec::new();
     let mut outcomes = Vec::new();
     let mut notes = Vec::new();
+    let mut path_absent = false;
     for path in &paths {
         let (found, applied) = attribution.changes_named(&PathPattern::new(path));
         let outcome = if applied {
@@ -714,6 +747,7 @@ fn check_step(step: &PlannedStep, plan: &ParsedPlan, attribution: &Attribution) 
             MentionOutcome::Partial
         } else {
             notes.push(format!("{path}: not changed"));
+            path_absent = true;
             MentionOutcome::Absent
         };
         outcomes.push(outcome);
@@ -752,6 +786,8 @@ fn check_step(step: &PlannedStep, plan: &ParsedPlan, attribution: &Attribution) 
     };
     let note = if notes.is_empty() {
         "everything it names happened".to_owned()
+    } else if path_absent {
+        attribution.note_unknown_effects(notes.join("; "))
     } else {
         notes.join("; ")
     };

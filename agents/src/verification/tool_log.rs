@@ -13,8 +13,7 @@ pub const BASH_EFFECTS: &str = "bash_effects";
 
 /// What a non-read-only Bash call changed: the runtime hashes the workspace before and after
 /// the command ([`super::WorkspaceSnapshot`]) and records this with the call's `tool_call`
-/// (same commit, or just before it). Stored as `{"type": "bash_effects", …}` in the
-/// transcript.
+/// (same commit, just before it). Stored as `{"type": "bash_effects", …}` in the transcript.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BashEffects {
     /// The Bash call's `tool_use_id`.
@@ -25,9 +24,13 @@ pub struct BashEffects {
     #[serde(default)]
     pub exit_code: Option<i32>,
     /// Files created, modified or deleted, relative to the workspace root, `/`-separated,
-    /// sorted ([`super::SnapshotDiff::changed_paths`]).
+    /// sorted ([`super::SnapshotDiff::changed_paths`]). Empty when `effects_unknown` is set.
     #[serde(default)]
     pub changed: Vec<String>,
+    /// Why the files it changed are not known (a snapshot failed or the workspace is too
+    /// large to hash); `None` when `changed` is the whole truth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effects_unknown: Option<String>,
 }
 
 impl BashEffects {
@@ -65,6 +68,8 @@ pub(crate) enum LoggedCall {
         command: String,
         exit_code: Option<i32>,
         changed: Vec<String>,
+        /// Its `bash_effects` record says the changes are unknown, and why.
+        effects_unknown: Option<String>,
     },
 }
 
@@ -176,11 +181,13 @@ impl ToolLog {
                             .collect()
                     })
                     .unwrap_or_default();
+                let effects_unknown = recorded.and_then(|effects| effects.effects_unknown.clone());
                 calls.push(LoggedCall::Command {
                     tool_use_id,
                     command,
                     exit_code,
                     changed,
+                    effects_unknown,
                 });
             }
         }
@@ -253,10 +260,21 @@ mod tests {
             command: "sed -i s/a/b/ src/a.rs".to_owned(),
             exit_code: Some(0),
             changed: vec!["src/a.rs".to_owned()],
+            effects_unknown: None,
         };
         let body = effects.to_record_body();
         assert_eq!(body["type"], json!("bash_effects"));
+        assert!(body.get("effects_unknown").is_none());
         assert_eq!(BashEffects::from_record_body(&body), Some(effects));
+        let unknown = BashEffects {
+            changed: Vec::new(),
+            effects_unknown: Some("workspace too large".to_owned()),
+            ..BashEffects::from_record_body(&body).unwrap()
+        };
+        assert_eq!(
+            BashEffects::from_record_body(&unknown.to_record_body()),
+            Some(unknown)
+        );
         assert_eq!(
             BashEffects::from_record_body(&json!({"type": "tool_call"})),
             None

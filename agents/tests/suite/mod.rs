@@ -1,3 +1,4 @@
+mod bash_effects;
 mod budget;
 mod compaction;
 mod model;

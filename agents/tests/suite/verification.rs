@@ -183,6 +183,7 @@ impl Transcript {
                 command: command.to_owned(),
                 exit_code: Some(exit_code),
                 changed: after.diff(&before).changed_paths(),
+                effects_unknown: None,
             }
             .to_record_body(),
         );
@@ -194,6 +195,27 @@ impl Transcript {
             exit_code != 0,
         );
         exit_code
+    }
+
+    /// A Bash call whose `bash_effects` record says its changes are unknown (the workspace was
+    /// too large to hash); the command really runs.
+    fn bash_with_unknown_effects(&mut self, command: &str) {
+        let exit_code = self.run(command);
+        let id = self.tool_use("Bash", json!({"command": command}));
+        self.records.push(
+            BashEffects {
+                tool_use_id: id.clone(),
+                command: command.to_owned(),
+                exit_code: Some(exit_code),
+                changed: Vec::new(),
+                effects_unknown: Some(
+                    "before the command: workspace is too large to snapshot: more than 100000 files"
+                        .to_owned(),
+                ),
+            }
+            .to_record_body(),
+        );
+        self.tool_call(&id, "Bash", "allow", "[exit code 0]", exit_code != 0);
     }
 
     /// A Bash call run without a `bash_effects` record (as a read-only call is).
@@ -458,6 +480,44 @@ fn a_bash_call_that_changed_a_planned_file_is_done_with_the_command_as_evidence(
 }
 
 #[test]
+fn a_bash_call_with_unknown_effects_is_no_evidence_and_the_report_says_so() {
+    let mut transcript = Transcript::approved(PLAN);
+    transcript.bash_with_unknown_effects("sed -i 's/sketch/greet/' src/lib.rs");
+    transcript.write("src/main.rs", "fn main() {}\n");
+    transcript.finish();
+
+    let report = transcript.report();
+    let lib = status_of(&report.files, "src/lib.rs");
+    assert_eq!(lib.status, Status::Missing, "the change is not invented");
+    assert!(lib.evidence.is_empty());
+    assert!(
+        lib.note
+            .contains("the files changed by `sed -i 's/sketch/greet/' src/lib.rs`")
+            && lib.note.contains("more than 100000 files")
+            && lib.note.contains("evidence may be missing"),
+        "{}",
+        lib.note
+    );
+    let step = status_of(&report.steps, "Add `greet()`");
+    assert_eq!(step.status, Status::Missing);
+    assert!(
+        step.note.contains("evidence may be missing"),
+        "{}",
+        step.note
+    );
+    // What did change by a file tool is unaffected.
+    assert_eq!(status_of(&report.files, "src/main.rs").status, Status::Done);
+    assert!(report.commands[0].effects_unknown.is_some());
+    assert!(
+        report
+            .render_text()
+            .contains("(exit 0; files changed unknown: before the command:"),
+        "{}",
+        report.render_text()
+    );
+}
+
+#[test]
 fn only_failed_edits_to_a_planned_file_are_a_deviation() {
     let mut transcript = Transcript::approved(PLAN);
     transcript.failed_edit("src/main.rs");
@@ -513,6 +573,8 @@ fn arbitrary_record() -> impl Strategy<Value = Value> {
         Just(json!(null)),
         Just(json!([1, 2])),
         Just(json!({"type": "bash_effects", "changed": "not a list"})),
+        (text, text).prop_map(|(id, why)| json!({"type": "bash_effects", "tool_use_id": id,
+            "command": "x", "exit_code": null, "changed": [], "effects_unknown": why})),
     ]
 }
 

@@ -1,0 +1,437 @@
+//! The runtime records what non-read-only Bash calls change: scripted agents (the fake model
+//! server over real HTTP) run real commands in a real workspace, and their `bash_effects`
+//! records are read back from the SQLite store and checked by `build_report`. Concurrency is
+//! proven with a FIFO the test controls and the lock's waiter count, never with sleeps.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use muster_agents::model::{AnthropicOptions, ClientConfig, HttpClient, ThinkingSettings};
+use muster_agents::runtime::{
+    AgentKind, AgentOutcome, AgentRuntime, AgentSpec, EngineGate, ModeModel, ModelRouter, NoEvents,
+    PlanApprover, PlanFiles, Record, RunContext, TRANSCRIPT,
+};
+use muster_agents::tools::{ToolRegistry, Workspace};
+use muster_agents::verification::{BashEffects, Status, bash_calls_waiting, build_report};
+use muster_config::{AgentCatalog, PermissionMode, PermissionRules, Policy};
+use muster_fake_llm::{Block, FakeLlm, FakeLlmHandle, ScriptEntry};
+use muster_mailbox::*;
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+const GUARD: Duration = Duration::from_secs(60);
+
+const PLAN: &str = "## Goal\nFill a.rs.\n## Steps\n1. Write `src/a.rs`\n## Files\nsrc/a.rs\n## Tests\nnone\n## Risks\nnone\n";
+
+struct Harness {
+    dir: tempfile::TempDir,
+    store: Arc<SqliteStore>,
+    fake: FakeLlmHandle,
+}
+
+impl Harness {
+    async fn new(script: Vec<ScriptEntry>) -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(ws.join(".muster/plans")).unwrap();
+        std::fs::create_dir_all(ws.join("src")).unwrap();
+        std::fs::write(ws.join("src/a.rs"), "// empty\n").unwrap();
+        // The concurrency test's marker and FIFO are not the agents' changes.
+        std::fs::write(ws.join(".gitignore"), "target/\nmarker\ngate.fifo\n").unwrap();
+        let store = Arc::new(
+            SqliteStore::open(&dir.path().join("muster.db"), StoreOptions::default()).unwrap(),
+        );
+        store
+            .create_run(NewRun {
+                id: "r1".into(),
+                slug: "calm-baking-otter".into(),
+                team: None,
+                workspace: ws.display().to_string(),
+                batch_line_id: None,
+                auto_gate: AutoGate::default(),
+                launch_options: json!({}),
+            })
+            .await
+            .unwrap();
+        let fake = FakeLlm::start(script).await.unwrap();
+        Harness { dir, store, fake }
+    }
+
+    fn workspace(&self) -> PathBuf {
+        std::fs::canonicalize(self.dir.path().join("ws")).unwrap()
+    }
+
+    fn context(&self, approver: PlanApprover) -> Arc<RunContext> {
+        let catalog = Arc::new(AgentCatalog::built_in().unwrap());
+        let mut config = ClientConfig::new(self.fake.base_url(), Some("test-key".into()));
+        config.retry.max_retries = 0;
+        let model = ModeModel {
+            provider: Arc::new(HttpClient::anthropic(config, AnthropicOptions::default()).unwrap()),
+            model: "claude-sonnet-4-5".into(),
+            max_tokens: 4096,
+            thinking: ThinkingSettings::default(),
+        };
+        Arc::new(RunContext {
+            run_id: "r1".into(),
+            epoch: 1,
+            store: self.store.clone(),
+            models: ModelRouter::single(model),
+            gate: Arc::new(EngineGate::new(
+                PermissionRules::default(),
+                catalog.clone(),
+                None,
+            )),
+            catalog,
+            tools: ToolRegistry::standard(),
+            workspace: Workspace::new(self.workspace()).unwrap(),
+            plans: PlanFiles::new(self.workspace().join(".muster/plans"), "calm-baking-otter"),
+            approver,
+            terminal: None,
+            events: Arc::new(NoEvents),
+            instructions: String::new(),
+            environment: Vec::new(),
+            subagents: Arc::new(Semaphore::new(2)),
+            budget: Arc::new(RunContext::budget_ledger(
+                &Default::default(),
+                None,
+                None,
+                BTreeMap::new(),
+            )),
+            compaction: Default::default(),
+        })
+    }
+
+    async fn member(&self, agent: &str, kind: MemberKind) {
+        self.store
+            .add_member(
+                "r1",
+                RosterEntry {
+                    agent: agent.into(),
+                    kind,
+                    definition: Some("general".into()),
+                    parent: None,
+                },
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn bodies(&self, agent: &str) -> Vec<Value> {
+        self.store
+            .records("r1", agent, TRANSCRIPT, 0)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|row| row.body)
+            .collect()
+    }
+
+    async fn records(&self, agent: &str) -> Vec<Record> {
+        self.bodies(agent)
+            .await
+            .iter()
+            .map(|body| serde_json::from_value(body.clone()).unwrap())
+            .collect()
+    }
+}
+
+fn spec(agent: &str, kind: AgentKind, mode: PermissionMode) -> AgentSpec {
+    AgentSpec {
+        agent_id: agent.into(),
+        kind,
+        definition: "general".into(),
+        mode,
+        pre_plan_mode: None,
+        approval_ceiling: None,
+        inherited_model: None,
+    }
+}
+
+fn bash(command: &str) -> Block {
+    Block::tool_use("Bash", json!({"command": command}))
+}
+
+async fn run(agent: &mut AgentRuntime) -> AgentOutcome {
+    tokio::time::timeout(GUARD, agent.run())
+        .await
+        .expect("guard timeout")
+        .unwrap()
+}
+
+/// Each Bash call's `bash_effects` record, with the index of the record that follows it.
+fn effects_of(records: &[Record]) -> Vec<(BashEffects, Option<&Record>)> {
+    records
+        .iter()
+        .enumerate()
+        .filter_map(|(index, record)| match record {
+            Record::BashEffects(effects) => Some((effects.clone(), records.get(index + 1))),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn bash_edits_after_an_approved_plan_are_recorded_and_verified() {
+    let h = Harness::new(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![Block::tool_use("ExitPlanMode", json!({"plan": PLAN}))],
+        ),
+        ScriptEntry::reply(
+            "main",
+            2,
+            vec![
+                bash("printf x > src/a.rs"),
+                bash("cat src/a.rs"),
+                bash("printf y > notes.txt; exit 3"),
+            ],
+        ),
+        ScriptEntry::reply("main", 3, vec![Block::text("Done.")]),
+    ])
+    .await;
+    h.member("main", MemberKind::Lead).await;
+    let approver = PlanApprover::Policy {
+        policy: Arc::new(
+            Policy::parse(
+                "policy.toml",
+                "approve_all = true\nmax_mode = \"bypassPermissions\"\n",
+            )
+            .unwrap(),
+        ),
+        responder: "policy:policy.toml".into(),
+    };
+    let mut main = spec("main", AgentKind::Main, PermissionMode::Plan);
+    main.pre_plan_mode = Some(PermissionMode::BypassPermissions);
+    let context = h.context(approver);
+    let mut agent = AgentRuntime::start(context.clone(), main, "Fill a.rs.")
+        .await
+        .unwrap();
+    assert_eq!(
+        run(&mut agent).await,
+        AgentOutcome::Finished {
+            result: "Done.".into()
+        }
+    );
+    h.fake.verify().unwrap();
+    assert_eq!(agent.mode(), PermissionMode::BypassPermissions);
+    assert_eq!(
+        std::fs::read_to_string(h.workspace().join("src/a.rs")).unwrap(),
+        "x"
+    );
+
+    let records = h.records("main").await;
+    let effects = effects_of(&records);
+    // The read-only `cat` has no record; the two others do, each right before its tool_call.
+    assert_eq!(effects.len(), 2, "{effects:?}");
+    let expected = [
+        ("printf x > src/a.rs", Some(0), vec!["src/a.rs"]),
+        ("printf y > notes.txt; exit 3", Some(3), vec!["notes.txt"]),
+    ];
+    for ((effects, next), (command, exit_code, changed)) in effects.iter().zip(expected) {
+        assert_eq!(effects.command, command);
+        assert_eq!(effects.exit_code, exit_code);
+        assert_eq!(effects.changed, changed);
+        assert_eq!(effects.effects_unknown, None);
+        assert!(
+            matches!(next, Some(Record::ToolCall { tool_use_id, tool, .. })
+                if *tool_use_id == effects.tool_use_id && tool == "Bash"),
+            "{next:?}"
+        );
+    }
+    let bash_calls = records
+        .iter()
+        .filter(|record| matches!(record, Record::ToolCall { tool, .. } if tool == "Bash"))
+        .count();
+    assert_eq!(bash_calls, 3);
+
+    let bodies = h.bodies("main").await;
+    let report = build_report("main", &bodies, &h.workspace()).unwrap();
+    let file = &report.files[0];
+    assert_eq!(
+        (file.item.as_str(), file.status),
+        ("src/a.rs", Status::Done)
+    );
+    assert_eq!(
+        file.evidence[0].command.as_deref(),
+        Some("printf x > src/a.rs")
+    );
+    assert_eq!(file.evidence[0].exit_code, Some(0));
+    assert_eq!(report.steps[0].status, Status::Done);
+    assert_eq!(report.unplanned.len(), 1);
+    assert_eq!(report.unplanned[0].path, "notes.txt");
+    assert_eq!(
+        report.unplanned[0].evidence[0].command.as_deref(),
+        Some("printf y > notes.txt; exit 3")
+    );
+    assert_eq!(report.unplanned[0].evidence[0].exit_code, Some(3));
+    // The read-only command is listed as run, with nothing changed.
+    assert_eq!(report.commands.len(), 3);
+    assert!(report.commands[1].changed.is_empty());
+
+    // Resume reads the records back (the new type included) and finds the agent finished.
+    let resumed = AgentRuntime::resume(context, "main", None, None)
+        .await
+        .unwrap();
+    assert_eq!(resumed.mode(), PermissionMode::BypassPermissions);
+    assert_eq!(resumed.turn(), 3);
+}
+
+#[tokio::test]
+async fn a_workspace_that_cannot_be_snapshotted_still_runs_the_command() {
+    // The command moves the workspace away: the snapshot after it fails.
+    let h = Harness::new(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![bash("printf x > src/a.rs && mv \"$PWD\" \"$PWD-moved\"")],
+        ),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+    ])
+    .await;
+    h.member("main", MemberKind::Lead).await;
+    let mut agent = AgentRuntime::start(
+        h.context(PlanApprover::Human),
+        spec("main", AgentKind::Main, PermissionMode::BypassPermissions),
+        "Fill a.rs.",
+    )
+    .await
+    .unwrap();
+    let outcome = run(&mut agent).await;
+    let workspace = h.dir.path().join("ws");
+    std::fs::rename(h.dir.path().join("ws-moved"), &workspace).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("src/a.rs")).unwrap(),
+        "x"
+    );
+    assert_eq!(
+        outcome,
+        AgentOutcome::Finished {
+            result: "Done.".into()
+        }
+    );
+    let records = h.records("main").await;
+    let effects = effects_of(&records);
+    assert_eq!(effects.len(), 1);
+    let (effects, next) = &effects[0];
+    assert_eq!(effects.exit_code, Some(0));
+    assert!(effects.changed.is_empty());
+    let reason = effects.effects_unknown.as_deref().unwrap();
+    assert!(reason.starts_with("after the command:"), "{reason}");
+    assert!(
+        matches!(next, Some(Record::ToolCall { content, is_error: false, .. }) if content.contains("[exit code 0]")),
+        "{next:?}"
+    );
+}
+
+/// Opens `fifo` for writing (waits for a reader) and writes one line: releases the command
+/// blocked on it. A guard timeout unblocks the open before failing.
+async fn release(fifo: &Path) {
+    let path = fifo.to_path_buf();
+    let writer = tokio::task::spawn_blocking(move || {
+        use std::io::Write as _;
+        let mut pipe = std::fs::OpenOptions::new().write(true).open(&path)?;
+        pipe.write_all(b"go\n")
+    });
+    match tokio::time::timeout(GUARD, writer).await {
+        Ok(written) => written.unwrap().unwrap(),
+        Err(_) => {
+            let _ = std::fs::File::open(fifo);
+            panic!("guard timeout: no command read the FIFO");
+        }
+    }
+}
+
+#[tokio::test]
+async fn concurrent_bash_calls_in_one_workspace_are_serialised_and_each_sees_its_own_files() {
+    let h = Harness::new(Vec::new()).await;
+    let marker = h.workspace().join("marker");
+    let fifo = h.workspace().join("gate.fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let mut script = Vec::new();
+    for agent in ["alice", "bob"] {
+        let command = format!(
+            "echo start-{agent} >> '{marker}'; read _ < '{fifo}'; printf {agent} > {agent}.txt; echo end-{agent} >> '{marker}'",
+            marker = marker.display(),
+            fifo = fifo.display(),
+        );
+        script.push(ScriptEntry::reply(agent, 1, vec![bash(&command)]));
+        script.push(ScriptEntry::reply(agent, 2, vec![Block::text("Done.")]));
+    }
+    h.fake.append_script(script).unwrap();
+    h.member("lead", MemberKind::Lead).await;
+    let context = h.context(PlanApprover::Human);
+    let mut tasks = Vec::new();
+    for agent in ["alice", "bob"] {
+        h.member(agent, MemberKind::Teammate).await;
+        let mut runtime = AgentRuntime::start(
+            context.clone(),
+            spec(
+                agent,
+                AgentKind::Teammate {
+                    lead: "lead".into(),
+                },
+                PermissionMode::BypassPermissions,
+            ),
+            "Write your file.",
+        )
+        .await
+        .unwrap();
+        tasks.push(tokio::spawn(async move { run(&mut runtime).await }));
+    }
+    // One command holds the workspace (blocked on the FIFO until released) while the other
+    // waits for it.
+    let mut waiting = bash_calls_waiting(&h.workspace());
+    tokio::time::timeout(GUARD, waiting.wait_for(|count| *count == 1))
+        .await
+        .expect("guard timeout: no Bash call waited for the workspace")
+        .unwrap();
+    release(&fifo).await;
+    release(&fifo).await;
+    for task in tasks {
+        assert_eq!(
+            task.await.unwrap(),
+            AgentOutcome::Finished {
+                result: "Done.".into()
+            }
+        );
+    }
+    h.fake.verify().unwrap();
+
+    let lines: Vec<String> = std::fs::read_to_string(&marker)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let first = lines[0].strip_prefix("start-").unwrap().to_owned();
+    let second = if first == "alice" { "bob" } else { "alice" };
+    assert_eq!(
+        lines,
+        [
+            format!("start-{first}"),
+            format!("end-{first}"),
+            format!("start-{second}"),
+            format!("end-{second}"),
+        ],
+        "the commands interleaved"
+    );
+    for agent in ["alice", "bob"] {
+        let records = h.records(agent).await;
+        let effects = effects_of(&records);
+        assert_eq!(effects.len(), 1, "{agent}");
+        assert_eq!(
+            effects[0].0.changed,
+            vec![format!("{agent}.txt")],
+            "{agent}"
+        );
+        assert_eq!(effects[0].0.exit_code, Some(0), "{agent}");
+    }
+}
