@@ -14,8 +14,12 @@
 //!   resumes the others (interrupted, or stopped awaiting a decision).
 //! - One result line per task ([`results`]), durable as each task ends; the exit code is the
 //!   worst of the runs' ([`results::severity`]).
+//! - With `--output text|json|stream-json`, stdout carries each run in that format
+//!   ([`output`]); the result lines then go to `--out` only. Without it, stdout carries the
+//!   result lines unless `--out` takes them.
 
 pub mod file;
+pub mod output;
 pub mod results;
 
 use std::collections::{HashSet, VecDeque};
@@ -35,6 +39,7 @@ use crate::cli::{Cli, GlobalArgs};
 use crate::exit::{Exit, ExitError};
 use crate::project::Project;
 use file::{BatchFile, BatchLine};
+use output::BatchOutput;
 use results::{ResultLine, Results};
 
 static LINE_ID: OnceLock<String> = OnceLock::new();
@@ -51,6 +56,8 @@ pub struct BatchOptions {
     pub file: PathBuf,
     pub concurrency: usize,
     pub out: Option<PathBuf>,
+    /// `--output`: what stdout carries for each run (`None`: the result lines).
+    pub output: Option<crate::single_run::OutputFormat>,
 }
 
 fn usage(message: impl Into<String>) -> anyhow::Error {
@@ -91,7 +98,8 @@ pub fn run(global: &GlobalArgs, options: BatchOptions) -> anyhow::Result<Exit> {
     let project = Project::locate(global)?;
     let batch = file::load(&options.file, project.root.path())
         .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
-    let results = Results::open(options.out.as_deref()).map_err(|e| {
+    let stdout = BatchOutput::new(options.output);
+    let results = Results::open(options.out.as_deref(), options.output.is_none()).map_err(|e| {
         let out = options.out.as_deref().unwrap_or(Path::new("-"));
         ExitError::new(
             Exit::Usage,
@@ -111,7 +119,7 @@ pub fn run(global: &GlobalArgs, options: BatchOptions) -> anyhow::Result<Exit> {
     for line in &batch.lines {
         match plan_for(&batch.line_key(&line.id), &runs) {
             LinePlan::Finished(record) => {
-                report_finished(&results, &line.id, &record)?;
+                report_finished(&results, &stdout, &line.id, &record)?;
                 progress.finished(&line.id);
             }
             plan => pending.push_back((line.clone(), plan)),
@@ -126,6 +134,7 @@ pub fn run(global: &GlobalArgs, options: BatchOptions) -> anyhow::Result<Exit> {
         store,
         runtime: runtime.handle().clone(),
         results: &results,
+        stdout: &stdout,
         progress: &progress,
     };
     let workspaces: HashSet<&PathBuf> = pending.iter().map(|(line, _)| &line.workspace).collect();
@@ -212,16 +221,22 @@ impl Schedule {
 /// A finished run's line: counted always (with the exit code written then, when `--out`
 /// already has it: the store keeps a failed run's status, not its exact code), written
 /// unless `--out` already has it.
-fn report_finished(results: &Results, id: &str, record: &RunRecord) -> anyhow::Result<()> {
+fn report_finished(
+    results: &Results,
+    stdout: &BatchOutput,
+    id: &str,
+    record: &RunRecord,
+) -> anyhow::Result<()> {
     let mut line = ResultLine::from_record(id, record);
     match results.already_written(&line) {
         Some(code) => {
             line.exit_code = code;
             results.count(&line);
-            Ok(())
         }
-        None => results.write(&line),
+        None => results.write(&line)?,
     }
+    stdout.finished(&line, None);
+    Ok(())
 }
 
 /// The global flags a line's child process gets: the same project, store and log level.
@@ -245,6 +260,7 @@ struct LineContext<'a> {
     store: Arc<SqliteStore>,
     runtime: tokio::runtime::Handle,
     results: &'a Results,
+    stdout: &'a BatchOutput,
     progress: &'a Progress,
 }
 
@@ -253,9 +269,9 @@ impl LineContext<'_> {
     /// cannot be written, the store cannot be read) stops the batch.
     fn execute(&self, line: &BatchLine, plan: LinePlan) -> anyhow::Result<()> {
         self.progress.started(&line.id);
-        let result = match plan {
+        let (result, event) = match plan {
             LinePlan::Finished(record) => {
-                report_finished(self.results, &line.id, &record)?;
+                report_finished(self.results, self.stdout, &line.id, &record)?;
                 self.progress.finished(&line.id);
                 return Ok(());
             }
@@ -265,7 +281,7 @@ impl LineContext<'_> {
                 let record = self.runtime.block_on(self.store.run(&run_id))?;
                 match record {
                     Some(record) if record.status.is_finished() => {
-                        report_finished(self.results, &line.id, &record)?;
+                        report_finished(self.results, self.stdout, &line.id, &record)?;
                         self.progress.finished(&line.id);
                         return Ok(());
                     }
@@ -282,6 +298,7 @@ impl LineContext<'_> {
                 format!("cannot write the result of line {:?}: {e:#}", line.id),
             )
         })?;
+        self.stdout.finished(&result, event.as_ref());
         self.progress.finished(&line.id);
         Ok(())
     }
@@ -307,8 +324,13 @@ impl LineContext<'_> {
     }
 
     /// The line's child process: its stream-json events on stdout (the last one,
-    /// `run_finished`, is the result), its stderr forwarded with the line's id.
-    fn spawn(&self, line: &BatchLine, resume: Option<&str>) -> anyhow::Result<ResultLine> {
+    /// `run_finished`, is the result), its stderr forwarded with the line's id. Gives back the
+    /// result line and the child's `run_finished` event, when it printed one.
+    fn spawn(
+        &self,
+        line: &BatchLine,
+        resume: Option<&str>,
+    ) -> anyhow::Result<(ResultLine, Option<Value>)> {
         let mut command = Command::new(&self.exe);
         command
             .args(&self.global_args)
@@ -326,12 +348,13 @@ impl LineContext<'_> {
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(e) => {
-                return Ok(ResultLine::without_event(
+                let result = ResultLine::without_event(
                     &line.id,
                     None,
                     Exit::Failed.code(),
                     format!("cannot start {}: {e}", self.exe.display()),
-                ));
+                );
+                return Ok((result, None));
             }
         };
         // Held until the child has exited: if this process dies, the child's stdin closes.
@@ -353,19 +376,20 @@ impl LineContext<'_> {
         if let Some(event) = finished {
             let result = ResultLine::from_event(&line.id, &event, code);
             self.check_recorded(&line.id, &key, result.run_id.as_deref());
-            return Ok(result);
+            return Ok((result, Some(event)));
         }
         let runs = self.runtime.block_on(self.store.runs())?;
         let record = runs
             .into_iter()
             .filter(|run| run.batch_line_id.as_deref() == Some(key.as_str()))
             .max_by_key(|run| (run.created_at, run.id.clone()));
-        Ok(match record {
+        let result = match record {
             Some(record) if record.status.is_finished() => {
                 ResultLine::from_record(&line.id, &record)
             }
             record => ResultLine::without_event(&line.id, record.as_ref(), code, tail),
-        })
+        };
+        Ok((result, None))
     }
 
     /// Says so when the line's run did not record its batch line (a kind of run that does
@@ -397,6 +421,7 @@ impl LineContext<'_> {
             let Ok(event) = serde_json::from_str::<Value>(&text) else {
                 continue;
             };
+            self.stdout.event(id, &event);
             match event["type"].as_str() {
                 Some("agent_started") if !announced => {
                     if let Some(run_id) = event["run_id"].as_str() {

@@ -1,4 +1,5 @@
-//! Result lines: one per task, appended to `--out` (or stdout) as each task ends, each made
+//! Result lines: one per task, appended to `--out` (or stdout, unless `--output` gives stdout
+//! to the runs' own output) as each task ends, each made
 //! durable before the next one is written, and the batch's exit code as the worst of them.
 
 use std::collections::HashMap;
@@ -139,6 +140,9 @@ pub fn exit_for(code: u8) -> Exit {
 enum Sink {
     Stdout,
     File(File),
+    /// Counted for the exit code, written nowhere (stdout carries `--output`, and there is
+    /// no `--out`).
+    Nowhere,
 }
 
 /// Where result lines go, and what an earlier batch already wrote there.
@@ -150,12 +154,17 @@ pub struct Results {
 }
 
 impl Results {
-    /// Stdout, or `out` opened for appending (created if absent). A last line cut short by a
-    /// killed batch is ended first, so the next line starts on its own.
-    pub fn open(out: Option<&Path>) -> std::io::Result<Results> {
+    /// `out` opened for appending (created if absent), else stdout when `to_stdout`, else
+    /// nowhere. A last line cut short by a killed batch is ended first, so the next line
+    /// starts on its own.
+    pub fn open(out: Option<&Path>, to_stdout: bool) -> std::io::Result<Results> {
         let Some(path) = out else {
             return Ok(Results {
-                sink: Mutex::new(Sink::Stdout),
+                sink: Mutex::new(if to_stdout {
+                    Sink::Stdout
+                } else {
+                    Sink::Nowhere
+                }),
                 written: HashMap::new(),
                 worst: Mutex::new(0),
             });
@@ -219,6 +228,7 @@ impl Results {
                 file.write_all(text.as_bytes())?;
                 file.sync_data()?;
             }
+            Sink::Nowhere => {}
         }
         Ok(())
     }
@@ -268,7 +278,7 @@ mod tests {
             "{\"id\":\"a\",\"run_id\":\"r\",\"status\":\"completed\",\"exit_code\":0}\n{\"id\":\"b\",\"ru",
         )
         .unwrap();
-        let results = Results::open(Some(&path)).unwrap();
+        let results = Results::open(Some(&path), false).unwrap();
         let a = ResultLine {
             id: "a".into(),
             run_id: Some("r".into()),

@@ -11,9 +11,13 @@ pub struct Args {
     /// Runs in distinct workspaces that may go at once.
     #[arg(long, default_value_t = 2)]
     pub concurrency: usize,
-    /// Where to write one result line per task.
+    /// Where to write one result line per task (default: stdout, unless --output is given).
     #[arg(long)]
     pub out: Option<std::path::PathBuf>,
+    /// What stdout carries for each run: text, json (its run_finished event) or stream-json
+    /// (every event). Without it, stdout carries the result lines when there is no --out.
+    #[arg(long)]
+    pub output: Option<String>,
     /// Internal: run only this line (the child process of a batch).
     #[arg(long, hide = true)]
     pub line: Option<String>,
@@ -31,6 +35,11 @@ pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
                 file: args.file,
                 concurrency: args.concurrency,
                 out: args.out,
+                output: args
+                    .output
+                    .as_deref()
+                    .map(crate::single_run::OutputFormat::parse)
+                    .transpose()?,
             },
         ),
     }

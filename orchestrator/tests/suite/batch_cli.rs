@@ -1,7 +1,8 @@
 //! `muster batch` through the binary against `muster-fake-llm` over real HTTP: result lines
 //! and the worst exit code, a bad file refused before anything runs, one workspace's lines in
 //! file order while distinct workspaces run together (from the runs' stored times), and a
-//! batch killed with SIGKILL then run again: every id finished exactly once.
+//! batch killed with SIGKILL then run again: every id finished exactly once, and `--output`
+//! formats on stdout beside unchanged `--out` result lines.
 
 use std::path::Path;
 use std::process::Output;
@@ -438,5 +439,119 @@ async fn a_line_awaiting_a_decision_exits_5_and_the_next_batch_resumes_it() {
     assert_eq!(results[1]["status"], "completed");
     assert_eq!(results[1]["result"], "Planned and done.");
     assert_eq!(runs_of(&stored_runs(dir.path()).await, "p").len(), 1);
+    fake.verify().unwrap();
+}
+
+/// `--output stream-json` puts every run's events on stdout, each with its `run_id` and the
+/// task's `id`, while `--out` gets the usual result lines; a re-run with `--output json` prints
+/// one `run_finished` per task (finished earlier, so built from the store), with `text` one
+/// line per task for a person; a bad format is a usage error.
+#[tokio::test(flavor = "multi_thread")]
+async fn output_formats_put_each_run_on_stdout_and_leave_the_result_lines_alone() {
+    let fake = FakeLlm::start(vec![ScriptEntry::reply(
+        "main",
+        1,
+        vec![Block::text("done")],
+    )])
+    .await
+    .unwrap();
+    let dir = project(&fake);
+    std::fs::create_dir_all(dir.path().join("other")).unwrap();
+    write_batch(
+        dir.path(),
+        &[
+            r#"{"id": "a", "prompt": "Say done."}"#,
+            r#"{"id": "b", "prompt": "Say done too.", "workspace": "other"}"#,
+        ],
+    );
+    let output = muster(
+        dir.path(),
+        &[
+            "batch",
+            "tasks.jsonl",
+            "--output",
+            "stream-json",
+            "--out",
+            "results.jsonl",
+        ],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let events = json_lines(&String::from_utf8_lossy(&output.stdout));
+    let results = json_lines(&std::fs::read_to_string(dir.path().join("results.jsonl")).unwrap());
+    assert_eq!(results.len(), 2, "{results:#?}");
+    for id in ["a", "b"] {
+        let result = by_id(&results, id);
+        let keys: Vec<&str> = result
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            keys,
+            ["exit_code", "id", "result", "run_id", "status"],
+            "an unchanged result line: {result}"
+        );
+        let run_id = result["run_id"].as_str().unwrap();
+        let mine: Vec<&Value> = events.iter().filter(|e| e["run_id"] == run_id).collect();
+        let kinds: Vec<&str> = mine.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!(kinds.first(), Some(&"agent_started"), "{kinds:?}");
+        assert_eq!(kinds.last(), Some(&"run_finished"), "{kinds:?}");
+        assert!(kinds.contains(&"model_turn"), "{kinds:?}");
+        assert!(
+            mine.iter().all(|e| e["id"] == id && e["v"] == 1),
+            "{mine:#?}"
+        );
+    }
+    assert!(
+        events.iter().all(|e| e["run_id"].is_string()),
+        "every line carries its run_id: {events:#?}"
+    );
+
+    let again = muster(dir.path(), &["batch", "tasks.jsonl", "--output", "json"]).await;
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    let finished = json_lines(&String::from_utf8_lossy(&again.stdout));
+    assert_eq!(finished.len(), 2, "{finished:#?}");
+    for id in ["a", "b"] {
+        let event = by_id(&finished, id);
+        assert_eq!(event["type"], "run_finished");
+        assert_eq!(event["run_id"], by_id(&results, id)["run_id"]);
+        assert_eq!(event["status"], "completed");
+        assert_eq!(event["exit_code"], 0);
+        assert_eq!(event["result"], "done");
+    }
+
+    let text = muster(dir.path(), &["batch", "tasks.jsonl", "--output", "text"]).await;
+    assert_eq!(text.status.code(), Some(0), "{}", stderr(&text));
+    let mut lines: Vec<String> = String::from_utf8_lossy(&text.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    lines.sort();
+    let want: Vec<String> = ["a", "b"]
+        .iter()
+        .map(|id| {
+            format!(
+                "{id} (run {}): completed, exit 0: done",
+                by_id(&results, id)["run_id"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(lines, want);
+    let lines_in_out = std::fs::read_to_string(dir.path().join("results.jsonl"))
+        .unwrap()
+        .lines()
+        .count();
+    assert_eq!(lines_in_out, 2, "re-runs without --out leave it alone");
+
+    let bad = muster(dir.path(), &["batch", "tasks.jsonl", "--output", "yaml"]).await;
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        stderr(&bad).contains("--output: expected text, json or stream-json, found \"yaml\""),
+        "{}",
+        stderr(&bad)
+    );
+    assert!(bad.stdout.is_empty());
     fake.verify().unwrap();
 }
