@@ -6,6 +6,7 @@ pub mod cli;
 pub mod exit;
 pub mod ids;
 pub mod project;
+pub mod run_log;
 pub mod single_run;
 pub mod store_demo;
 pub mod team;

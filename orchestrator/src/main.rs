@@ -5,29 +5,45 @@ use std::process::ExitCode;
 use clap::Parser;
 use muster::cli::{Cli, dispatch};
 use muster::exit::Exit;
+use muster::run_log;
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(&cli.global.log_level);
-    match dispatch(cli) {
-        Ok(exit) => ExitCode::from(exit.code()),
+    let code = match dispatch(cli) {
+        Ok(exit) => {
+            run_log::finish(exit.code(), None, None);
+            exit.code()
+        }
         Err(error) => {
             eprintln!("muster: {error:#}");
-            ExitCode::from(Exit::for_error(&error).code())
+            let code = Exit::for_error(&error).code();
+            run_log::finish(code, None, Some(&format!("{error:#}")));
+            code
         }
-    }
+    };
+    run_log::close();
+    ExitCode::from(code)
 }
 
-/// Logs go to stderr, never stdout; `--log-level` sets the level (a bad value is reported and
-/// the default `warn` kept).
+/// Logs go to stderr and, once a run is known, to its `.muster/logs/<run>.jsonl`
+/// ([`run_log`]), never to stdout; `--log-level` sets stderr's level (a bad value is reported
+/// and the default `warn` kept).
 fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(level).unwrap_or_else(|error| {
         eprintln!("muster: --log-level {level:?} is not a level ({error}); using warn");
         tracing_subscriber::EnvFilter::new("warn")
     });
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let stderr_level = filter.max_level_hint();
+    let stderr = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_target(false)
+        .with_filter(filter);
+    let _ = tracing_subscriber::registry()
+        .with(stderr)
+        .with(run_log::layer(stderr_level))
         .try_init();
 }

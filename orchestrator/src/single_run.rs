@@ -396,6 +396,7 @@ impl Session {
             store.clone(),
             runtime_dir.as_deref(),
         )?;
+        crate::run_log::start(&self.project.root.logs_dir(), &run_id, "single", resumed);
         let epoch = store.open_epoch(&run_id).await?;
         if let Some(record) = &existing {
             // The flags' overrides (a new deadline, base URL, cassette) hold for the next
@@ -448,6 +449,11 @@ impl Session {
         store
             .set_run_status(&run_id, ending.status, Some(ending.result.clone()))
             .await?;
+        crate::run_log::finish(
+            ending.exit.code(),
+            Some(ending.status.as_str()),
+            ending.result["error"].as_str(),
+        );
         printer.finished(&ending);
         Ok(ending.exit)
     }

@@ -380,6 +380,7 @@ async fn execute(
         store.clone(),
         runtime_dir.as_deref(),
     )?;
+    crate::run_log::start(&project.root.logs_dir(), &run_id, "team", resumed);
     let epoch = store.open_epoch(&run_id).await?;
     if resumed {
         store

@@ -503,6 +503,15 @@ async fn output_formats_put_each_run_on_stdout_and_leave_the_result_lines_alone(
             mine.iter().all(|e| e["id"] == id && e["v"] == 1),
             "{mine:#?}"
         );
+        // Each line's run keeps its own log file, with its start and finish.
+        let log = std::fs::read_to_string(dir.path().join(format!(".muster/logs/{run_id}.jsonl")))
+            .unwrap();
+        let messages: Vec<Value> = json_lines(&log)
+            .iter()
+            .filter(|l| l["fields"]["run_id"] == run_id)
+            .map(|l| l["fields"]["message"].clone())
+            .collect();
+        assert_eq!(messages, ["run started", "run finished"], "{log}");
     }
     assert!(
         events.iter().all(|e| e["run_id"].is_string()),

@@ -661,3 +661,141 @@ async fn record_starts_a_fresh_cassette_for_single_and_team_runs() {
         fake.verify().unwrap();
     }
 }
+
+/// The JSON lines of run `run_id`'s log file, each checked to be valid JSON.
+fn run_log(dir: &Path, run_id: &str) -> Vec<Value> {
+    let path = dir.join(format!(".muster/logs/{run_id}.jsonl"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect()
+}
+
+/// A single run and a team run each leave `.muster/logs/<run_id>.jsonl`: valid JSON lines, the
+/// first `run started` and a `run finished` with the exit code; stdout holds only the run's
+/// own output, and a resume appends to the same file.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_leaves_its_json_lines_log_and_stdout_stays_clean() {
+    let cases: [(&str, &str, &[&str]); 2] = [
+        ("single", "main", &[]),
+        ("team", "lead", &["--team", "teams/solo.toml"]),
+    ];
+    for (kind, agent, extra) in cases {
+        let dir = project();
+        std::fs::create_dir_all(dir.path().join("teams")).unwrap();
+        std::fs::write(dir.path().join("teams/solo.toml"), "name = \"solo\"\n").unwrap();
+        let fake = fake(vec![ScriptEntry::reply(
+            agent,
+            1,
+            vec![Block::text("Nothing to do.")],
+        )])
+        .await;
+        let base = fake.base_url();
+        let args = [
+            &[
+                "--log-level",
+                "debug",
+                "run",
+                "-p",
+                "Check the README.",
+                "--base-url",
+                &base,
+                "--output",
+                "stream-json",
+            ][..],
+            extra,
+        ]
+        .concat();
+        let output = muster(dir.path(), &args).await;
+        assert_eq!(output.status.code(), Some(0), "{kind}: {}", stderr(&output));
+        let events = lines(&output);
+        assert!(
+            events.iter().all(|e| e["v"] == 1 && e["level"].is_null()),
+            "{kind}: no log line on stdout: {events:#?}"
+        );
+        let run_id = events[0]["run_id"].as_str().unwrap().to_owned();
+        let log = run_log(dir.path(), &run_id);
+        let started = &log[0];
+        assert_eq!(
+            started["fields"]["message"], "run started",
+            "{kind}: {log:#?}"
+        );
+        assert_eq!(started["fields"]["run_id"], run_id.as_str());
+        assert_eq!(started["fields"]["kind"], kind);
+        assert_eq!(started["level"], "INFO");
+        assert!(started["timestamp"].is_string());
+        let finished: Vec<&Value> = log
+            .iter()
+            .filter(|l| l["fields"]["message"] == "run finished")
+            .collect();
+        assert_eq!(finished.len(), 1, "{kind}: {log:#?}");
+        assert_eq!(finished[0]["fields"]["run_id"], run_id.as_str());
+        assert_eq!(finished[0]["fields"]["exit_code"], 0);
+        assert!(
+            log.len() > 2,
+            "{kind}: --log-level debug puts the run's debug events in the file too"
+        );
+        fake.verify().unwrap();
+    }
+}
+
+/// `muster resume` appends to the run's log: a run stopped awaiting a decision, approved, then
+/// resumed has two `run started` lines (the second resumed) and two `run finished` (exit 5,
+/// then 0) in one file.
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_appends_to_the_runs_log() {
+    let dir = project();
+    let fake = fake(vec![
+        ScriptEntry::reply("main", 1, vec![tool("ExitPlanMode", json!({"plan": PLAN}))]),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+    ])
+    .await;
+    let base = fake.base_url();
+    let first = muster(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Greet.",
+            "--permission-mode",
+            "plan",
+            "--base-url",
+            &base,
+            "--output",
+            "json",
+        ],
+    )
+    .await;
+    assert_eq!(first.status.code(), Some(5), "{}", stderr(&first));
+    let run_id = lines(&first)[0]["run_id"].as_str().unwrap().to_owned();
+    let approve = muster(dir.path(), &["approve", "plan-main-1"]).await;
+    assert_eq!(approve.status.code(), Some(0), "{}", stderr(&approve));
+    let resumed = muster(
+        dir.path(),
+        &["resume", &run_id, "--base-url", &base, "--output", "json"],
+    )
+    .await;
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    let log = run_log(dir.path(), &run_id);
+    let marks: Vec<(String, Value, Value)> = log
+        .iter()
+        .filter(|l| l["fields"]["run_id"] == run_id.as_str())
+        .map(|l| {
+            (
+                l["fields"]["message"].as_str().unwrap().to_owned(),
+                l["fields"]["resumed"].clone(),
+                l["fields"]["exit_code"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        marks,
+        vec![
+            ("run started".into(), json!(false), Value::Null),
+            ("run finished".into(), Value::Null, json!(5)),
+            ("run started".into(), json!(true), Value::Null),
+            ("run finished".into(), Value::Null, json!(0)),
+        ]
+    );
+    fake.verify().unwrap();
+}
