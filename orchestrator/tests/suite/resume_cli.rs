@@ -1175,3 +1175,66 @@ async fn a_deadline_given_to_resume_survives_a_second_crash() {
     );
     fake.verify().unwrap();
 }
+
+/// The `[compaction]` settings reach a run: the same prompt size (7,000 tokens after turn 2)
+/// compacts or not as `enabled` and `trigger_ratio` say, against the catalogue's window.
+#[tokio::test(flavor = "multi_thread")]
+async fn compaction_settings_decide_when_a_run_compacts() {
+    // (settings, compacts): window 20,000 and max output 1,000 give 6,000 by default.
+    let cases = [
+        ("context_window = 20000\nmax_output = 1000\n", "", true),
+        (
+            "context_window = 20000\nmax_output = 1000\n",
+            "[compaction]\nenabled = false\n",
+            false,
+        ),
+        // 85 % of 100,000 is far above 7,000; a ratio of 0.05 puts it at 5,000.
+        ("context_window = 100000\nmax_output = 1000\n", "", false),
+        (
+            "context_window = 100000\nmax_output = 1000\n",
+            "[compaction]\ntrigger_ratio = 0.05\n",
+            true,
+        ),
+    ];
+    for (model, compaction, compacts) in cases {
+        let dir = project();
+        settings(
+            dir.path(),
+            &format!("[models.\"claude-sonnet-4-5\"]\n{model}{compaction}"),
+        );
+        let read = |turn, input| {
+            with_usage(
+                ScriptEntry::reply(
+                    "main",
+                    turn,
+                    vec![Block::tool_use("Read", json!({"file_path": "README.md"}))],
+                ),
+                input,
+                20,
+            )
+        };
+        let mut script = vec![read(1, 300), read(2, 7000)];
+        if compacts {
+            let mut note = with_usage(
+                ScriptEntry::reply("main", 3, vec![Block::text("HANDOFF: read twice.")]),
+                2000,
+                20,
+            );
+            note.purpose = Some("compact".into());
+            script.push(note);
+            script.push(ScriptEntry::reply("main", 4, vec![Block::text("Done.")]));
+        } else {
+            script.push(ScriptEntry::reply("main", 3, vec![Block::text("Done.")]));
+        }
+        let fake = FakeLlm::start(script).await.unwrap();
+        let output = run_json(dir.path(), &fake.base_url(), &[]).await;
+        let case = format!("{model}{compaction}");
+        assert_eq!(output.status.code(), Some(0), "{case}: {}", stderr(&output));
+        let compacted = fake
+            .requests()
+            .iter()
+            .any(|r| r.purpose.as_deref() == Some("compact"));
+        assert_eq!(compacted, compacts, "{case}");
+        fake.verify().unwrap();
+    }
+}

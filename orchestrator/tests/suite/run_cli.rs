@@ -1,6 +1,7 @@
 //! `muster run -p` and `muster resume` through the binary against `muster-fake-llm` over real
 //! HTTP: stream-json events, the human approver's stop (exit 5) → `muster approve` → `muster
-//! resume`, and the refusal of team runs. Each step waits for the child process to exit.
+//! resume`, `--record` starting a fresh cassette for single and team runs, and each run's JSON
+//! lines log under `.muster/logs/`. Each step waits for the child process to exit.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
