@@ -856,6 +856,31 @@ impl Team {
         Ok(())
     }
 
+    /// A teammate's permission request or question that came to the lead's mailbox for
+    /// someone else: a policy decides it at once, a person's wait is reported. Called when it
+    /// is sent, so neither waits for the lead's turn boundary (nor for a lead that itself
+    /// waits on a decision).
+    pub(crate) async fn settle_for_others(&self, request_id: &str) {
+        let request = match self.store.request(self.run_id(), request_id).await {
+            Ok(Some(request)) if request.response.is_none() => request,
+            Ok(_) => return,
+            Err(error) => {
+                tracing::warn!(%request_id, %error, "a request sent to the lead");
+                return;
+            }
+        };
+        if request.responder.starts_with("policy:") {
+            self.decide_by_policy(request_id).await;
+        } else if request.responder == muster_mailbox::HUMAN {
+            self.printer.line(
+                "approval_requested",
+                &request.requester,
+                json!({"request_id": request_id, "responder": request.responder,
+                       "kind": request.kind}),
+            );
+        }
+    }
+
     /// The `verification` event of a committed `verification_report`.
     pub(crate) fn report_verification(&self, message: &muster_mailbox::Message) {
         if let MessageBody::VerificationReport { request_id, report } = message.typed_body() {
@@ -921,18 +946,11 @@ impl Team {
             let responder = message.typed_body().responder().map(str::to_owned);
             match responder.as_deref() {
                 Some(r) if r != LEAD => {
+                    // Decided (a policy) or announced (a person) when it was sent; a policy
+                    // decides here too for a request sent before a crash (at most once).
                     if r.starts_with("policy:") {
                         self.decide_by_policy(message.request_id.as_deref().unwrap_or_default())
                             .await;
-                    } else if message.kind != "plan_approval_request" {
-                        // The runtime reports plan requests itself; a person's permission
-                        // requests and questions are reported here, as they start to wait.
-                        self.printer.line(
-                            "approval_requested",
-                            &message.sender,
-                            json!({"request_id": message.request_id, "responder": r,
-                                   "kind": message.kind}),
-                        );
                     }
                     settled.push(message.key.clone());
                 }

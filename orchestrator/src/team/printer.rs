@@ -99,6 +99,22 @@ impl EventSink for TeamPrinter {
             let request_id = request_id.clone();
             tokio::spawn(async move { team.decide_by_policy(&request_id).await });
         }
+        // A teammate's permission request or question for a policy or a person is settled
+        // (or announced) as soon as it is committed, not at the lead's turn boundary.
+        if let RuntimeEvent::MailSent {
+            agent,
+            to,
+            kind,
+            request_id: Some(request_id),
+        } = &event
+            && to == super::LEAD
+            && agent != super::LEAD
+            && matches!(kind.as_str(), "permission_request" | "question")
+            && let Some(team) = self.team.get().and_then(Weak::upgrade)
+        {
+            let request_id = request_id.clone();
+            tokio::spawn(async move { team.settle_for_others(&request_id).await });
+        }
         // The lead waits on its own plan, or no longer: whoever watches the team looks again.
         if let RuntimeEvent::ApprovalRequested { agent, .. }
         | RuntimeEvent::ApprovalDecided { agent, .. } = &event

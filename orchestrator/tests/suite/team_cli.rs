@@ -1450,11 +1450,20 @@ const LEAD_PLAN: &str = "## Goal\nSplit the greeting.\n## Steps\n1. Let alice re
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lead_waiting_on_a_person_for_its_own_plan_stops_with_exit_5_only_after_its_teammates_finish()
  {
-    let dir = project(ASKS);
+    // alice's asks go to a policy, which answers while the lead itself waits.
+    let dir = project(&ASKS.replace(
+        "plan_mode_required = false\n",
+        "plan_mode_required = false\napprover = \"policy:policy.toml\"\n",
+    ));
+    std::fs::write(
+        dir.path().join("policy.toml"),
+        "[permissions]\nallow = [\"Write\"]\n",
+    )
+    .unwrap();
     let mut slow_report: ScriptEntry = serde_json::from_value(json!({
         "agent": "alice",
         "turn": 2,
-        "reply": {"content": [Block::text("I read the README.")], "stop_reason": "end_turn"},
+        "reply": {"content": [Block::text("I wrote hello.txt.")], "stop_reason": "end_turn"},
         // alice is still working well after the lead's request waits on a person.
         "fault": {"first_byte_delay_ms": 800},
     }))
@@ -1467,7 +1476,7 @@ async fn a_lead_waiting_on_a_person_for_its_own_plan_stops_with_exit_5_only_afte
             vec![
                 tool(
                     "TaskCreate",
-                    json!({"subject": "Read", "description": "Read the README."}),
+                    json!({"subject": "Greet", "description": "Write hello.txt."}),
                 ),
                 tool("EnterPlanMode", json!({})),
                 tool("ExitPlanMode", json!({"plan": LEAD_PLAN})),
@@ -1476,7 +1485,10 @@ async fn a_lead_waiting_on_a_person_for_its_own_plan_stops_with_exit_5_only_afte
         ScriptEntry::reply(
             "alice",
             1,
-            vec![tool("Read", json!({"file_path": "README.md"}))],
+            vec![tool(
+                "Write",
+                json!({"file_path": "hello.txt", "content": "hello, world\n"}),
+            )],
         ),
         slow_report,
     ])
@@ -1505,6 +1517,9 @@ async fn a_lead_waiting_on_a_person_for_its_own_plan_stops_with_exit_5_only_afte
     });
     let finished = events.len() - 1;
     assert!(asked < completed && completed < finished, "{events:#?}");
+    let allowed = sent(&events, "policy", "alice", "permission_response");
+    assert!(allowed < completed);
+    assert!(dir.path().join("hello.txt").exists());
     let finished = &events[finished];
     assert_eq!(finished["type"], "run_finished");
     assert_eq!(finished["status"], "awaiting_decision");
@@ -1654,5 +1669,69 @@ async fn a_deadline_set_on_resume_is_kept_for_the_next_resume() {
     assert_eq!(second.status.code(), Some(5), "{}", stderr(&second));
     let finished = &lines(&second)[0];
     assert_eq!(finished["waiting_on"][0], "plan-alice-1", "{finished}");
+    fake.verify().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_person_approves_the_leads_own_plan_while_a_teammate_works_and_the_lead_goes_on() {
+    let dir = project(ASKS);
+    // alice's only turn takes seconds: the run is live, with work going on, while the
+    // lead's own plan waits on a person.
+    let slow_turn: ScriptEntry = serde_json::from_value(json!({
+        "agent": "alice",
+        "turn": 1,
+        "reply": {"content": [Block::text("Read it.")], "stop_reason": "end_turn"},
+        "fault": {"first_byte_delay_ms": 4000},
+    }))
+    .unwrap();
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![
+                tool(
+                    "TaskCreate",
+                    json!({"subject": "Read", "description": "Read the README."}),
+                ),
+                tool("EnterPlanMode", json!({})),
+                tool("ExitPlanMode", json!({"plan": LEAD_PLAN})),
+            ],
+        ),
+        any_turn("lead", vec![Block::text("Waiting for alice.")]),
+        slow_turn,
+    ])
+    .await;
+    let mut run = Running::start(dir.path(), &fake.base_url());
+    run.until("the lead's request", |e| {
+        e["type"] == "approval_requested" && e["agent"] == "lead"
+    })
+    .await;
+    let approve = muster(dir.path(), &["approve", "plan-lead-1"]).await;
+    assert_eq!(approve.status.code(), Some(0), "{}", stderr(&approve));
+    assert!(
+        String::from_utf8_lossy(&approve.stdout).contains("was woken"),
+        "{}",
+        String::from_utf8_lossy(&approve.stdout)
+    );
+    assert_eq!(run.finish().await, Some(0), "{:#?}", run.events);
+    let decided = position(&run.events, "the lead's decision", |e| {
+        e["type"] == "approval_decided" && e["agent"] == "lead"
+    });
+    assert_eq!(run.events[decided]["responder"], "human");
+    assert_eq!(run.events[decided]["approved"], true);
+    // The lead went on before alice reported.
+    let lead_turn_2 = position(&run.events, "the lead's second turn", |e| {
+        e["type"] == "model_turn" && e["agent"] == "lead" && e["turn"] == 2
+    });
+    let report = sent(&run.events, "alice", "lead", "idle_notification");
+    assert!(
+        decided < lead_turn_2 && lead_turn_2 < report,
+        "{:#?}",
+        run.events
+    );
+    assert_eq!(
+        run.events.last().unwrap()["tasks"][0]["status"],
+        "completed"
+    );
     fake.verify().unwrap();
 }
