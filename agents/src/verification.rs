@@ -43,10 +43,11 @@
 //! Written for every Bash call that ran allowed without the permission engine's read-only
 //! verdict (`read_only_shell`), while the workspace's non-read-only Bash calls are serialised
 //! by a process-wide lock keyed by the canonical workspace path (so the diff is the command's
-//! own; file tools take no lock, see [`BashMeasurement`]): snapshot before spawning, snapshot
-//! after the process group ends (also on timeout or interruption, with `exit_code: null`),
-//! then the record in the same commit as the call's `tool_call`, just before it
-//! (`Record::BashEffects`, which resume skips). `changed` holds created, modified and deleted
+//! own; file tools take no lock but announce their paths with [`FileEdits`], and what another
+//! agent's file tool wrote meanwhile is left out, see [`BashMeasurement`]): snapshot before
+//! spawning, snapshot after the process group ends (also on timeout or interruption, with
+//! `exit_code: null`), then the record in the same commit as the call's `tool_call`, just
+//! before it (`Record::BashEffects`, which resume skips). `changed` holds created, modified and deleted
 //! paths, relative to the workspace root, `/`-separated, sorted. When a snapshot fails or the
 //! workspace exceeds [`SnapshotLimits`] (100 000 files, 512 MiB to read), the command still
 //! runs and returns its result; `changed` is then empty and `effects_unknown` says why.
@@ -106,7 +107,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-pub use effects::{BashMeasurement, bash_calls_waiting};
+pub use effects::{BashMeasurement, FileEdits, bash_calls_waiting};
 pub use plan::{ParsedPlan, PlannedStep};
 pub use report::{
     CheckedItem, CommandRun, Evidence, ReportSummary, Status, UnplannedChange, VerificationReport,

@@ -5,16 +5,17 @@
 //! A `Bash` call the classifier did not prove read-only runs measured: under the workspace's
 //! Bash lock, between two workspace snapshots, and its `bash_effects` record is committed with
 //! its `tool_call` (see [`crate::verification::BashMeasurement`] for why the lock, and what it
-//! costs).
+//! costs). Other writing tools take no lock; they announce their paths while they run
+//! ([`crate::verification::FileEdits`]) so that a concurrent command's record leaves them out.
 
 use std::sync::Arc;
 
 use crate::model::ToolCall;
 use crate::tools::{
-    HandledBy, ProcessGroupId, ProcessGroupRecorder, RecordFuture, ToolContext, ToolDetails,
-    ToolOutput,
+    HandledBy, PathUse, ProcessGroupId, ProcessGroupRecorder, RecordFuture, ToolContext,
+    ToolDetails, ToolOutput,
 };
-use crate::verification::{BashMeasurement, SnapshotLimits};
+use crate::verification::{BashMeasurement, FileEdits, SnapshotLimits};
 
 use super::agent::{AgentRuntime, CallResult, Dispatched};
 use super::context::RunContext;
@@ -57,6 +58,8 @@ impl AgentRuntime {
                         self.measured_bash(call, run).await,
                     )));
                 }
+                // Announced so that another agent's measured Bash call leaves them out.
+                let _edits = self.file_edits(&run, call);
                 Ok(Dispatched::Done(Box::new(run.execute(call).await)))
             }
         }
@@ -81,6 +84,20 @@ impl AgentRuntime {
         let effects = measurement.finish(&call.id, command, exit_code).await;
         result.records.push(Record::BashEffects(effects));
         result
+    }
+
+    /// The paths a non-read-only tool-set call writes, announced while it runs.
+    fn file_edits(&self, run: &ToolRun, call: &ToolCall) -> Option<FileEdits> {
+        if run.tool.is_read_only() {
+            return None;
+        }
+        let paths = run.tool.accessed_paths(&call.input).ok()?;
+        let written: Vec<&str> = paths
+            .iter()
+            .filter(|access| access.usage == PathUse::Write)
+            .map(|access| access.path.as_str())
+            .collect();
+        (!written.is_empty()).then(|| FileEdits::begin(self.run.workspace.root(), written))
     }
 
     /// A read-only call of the tool set: decided and run without committing anything first,

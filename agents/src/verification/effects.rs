@@ -9,10 +9,12 @@
 //! held from the snapshot before the command to the one after: two agents' commands in one
 //! workspace never overlap, and neither is credited with the other's files. File tools take
 //! no lock: their changes are attributed from their own inputs, and making every `Write` wait
-//! for a long `cargo test` would serialise the team. The price is that a file-tool edit made
-//! while another agent's command runs also shows up in that command's record (attributed
-//! twice, never lost). Read-only Bash takes no lock either: it changes nothing. Agents in
-//! other processes are not serialised (a run's agents share one process).
+//! for a long `cargo test` would serialise the team. Instead they announce the paths they
+//! write ([`FileEdits::begin`], held while the tool runs), and a path another agent's file
+//! tool wrote while a command was measured is left out of that command's record (it is
+//! attributed to the edit; should the command have changed it too, that goes unrecorded).
+//! Read-only Bash takes no lock either: it changes nothing. Agents in other processes are not
+//! serialised (a run's agents share one process).
 //!
 //! # Cost
 //! The lock also keeps the workspace's newest snapshot, so each snapshot re-reads only files
@@ -21,12 +23,13 @@
 //! then says its effects are unknown (`effects_unknown`), and the report says evidence may be
 //! missing rather than inventing any.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use tokio::sync::{OwnedMutexGuard, watch};
 
+use super::paths::Root;
 use super::snapshot::{SnapshotLimits, WorkspaceSnapshot};
 use super::tool_log::BashEffects;
 
@@ -35,6 +38,22 @@ struct WorkspaceSlot {
     newest: Arc<tokio::sync::Mutex<Option<WorkspaceSnapshot>>>,
     /// How many calls wait for the lock.
     waiting: watch::Sender<usize>,
+    edits: Mutex<EditJournal>,
+}
+
+/// What file tools write in the workspace, as relative paths.
+#[derive(Debug, Default)]
+struct EditJournal {
+    /// Paths being written now, with how many tools write each.
+    in_flight: BTreeMap<String, usize>,
+    /// Paths written since the measured command began (`None`: no command is measured).
+    during_command: Option<BTreeSet<String>>,
+}
+
+impl WorkspaceSlot {
+    fn journal(&self) -> std::sync::MutexGuard<'_, EditJournal> {
+        self.edits.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// Slots by canonical workspace path. Never pruned: a process works in a handful of
@@ -52,6 +71,7 @@ fn slot(root: &Path) -> (PathBuf, Arc<WorkspaceSlot>) {
             Arc::new(WorkspaceSlot {
                 newest: Arc::new(tokio::sync::Mutex::new(None)),
                 waiting: watch::Sender::new(0),
+                edits: Mutex::default(),
             })
         })
         .clone();
@@ -82,9 +102,56 @@ impl Drop for Waiting {
     }
 }
 
+/// The paths a file tool is writing, announced until dropped (see the module documentation).
+pub struct FileEdits {
+    slot: Arc<WorkspaceSlot>,
+    paths: Vec<String>,
+}
+
+impl FileEdits {
+    /// Announces that a file tool writes `paths` (as given in its input: relative to `root`,
+    /// or absolute) in workspace `root`, until the returned value is dropped.
+    pub fn begin<'a>(root: &Path, paths: impl IntoIterator<Item = &'a str>) -> FileEdits {
+        let (_, slot) = slot(root);
+        // Absolute paths under the root as given or as resolved become relative; paths
+        // outside it are never in a snapshot.
+        let root = Root::new(root);
+        let paths: Vec<String> = paths
+            .into_iter()
+            .filter_map(|path| root.relative(path))
+            .filter(|path| !path.starts_with('/'))
+            .collect();
+        {
+            let mut journal = slot.journal();
+            for path in &paths {
+                *journal.in_flight.entry(path.clone()).or_default() += 1;
+                if let Some(during) = &mut journal.during_command {
+                    during.insert(path.clone());
+                }
+            }
+        }
+        FileEdits { slot, paths }
+    }
+}
+
+impl Drop for FileEdits {
+    fn drop(&mut self) {
+        let mut journal = self.slot.journal();
+        for path in &self.paths {
+            if let Some(count) = journal.in_flight.get_mut(path) {
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    journal.in_flight.remove(path);
+                }
+            }
+        }
+    }
+}
+
 /// A Bash call being measured: holds the workspace's lock until [`BashMeasurement::finish`]
 /// (or until dropped, when the call is cancelled).
 pub struct BashMeasurement {
+    slot: Arc<WorkspaceSlot>,
     root: PathBuf,
     limits: SnapshotLimits,
     lock: OwnedMutexGuard<Option<WorkspaceSnapshot>>,
@@ -106,6 +173,11 @@ impl BashMeasurement {
                 lock
             }
         };
+        {
+            // Edits in flight now may land after the snapshot: they are not the command's.
+            let mut journal = slot.journal();
+            journal.during_command = Some(journal.in_flight.keys().cloned().collect());
+        }
         let previous = lock.take();
         let task_root = root.clone();
         let taken = tokio::task::spawn_blocking(move || {
@@ -123,6 +195,7 @@ impl BashMeasurement {
             Err(error) => Err(format!("the snapshot task failed: {error}")),
         };
         BashMeasurement {
+            slot,
             root,
             limits,
             lock,
@@ -147,9 +220,16 @@ impl BashMeasurement {
             (before, cached, after)
         })
         .await;
+        let edited = self
+            .slot
+            .journal()
+            .during_command
+            .take()
+            .unwrap_or_default();
         let (changed, effects_unknown) = match taken {
             Ok((Ok(before), _, Ok(after))) => {
-                let changed = after.diff(&before).changed_paths();
+                let mut changed = after.diff(&before).changed_paths();
+                changed.retain(|path| !edited.contains(path));
                 *self.lock = Some(after);
                 (changed, None)
             }
@@ -235,6 +315,34 @@ mod tests {
         let effects = measurement.finish("toolu_1", "true", None).await;
         assert!(effects.changed.is_empty());
         assert!(effects.effects_unknown.is_some());
+    }
+
+    #[tokio::test]
+    async fn files_written_by_file_tools_during_a_command_are_left_out_of_its_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("src")).unwrap();
+        // An edit in flight when the command begins, finishing during it.
+        let early = FileEdits::begin(root, ["src/early.rs"]);
+        let measurement = BashMeasurement::begin(root, limits()).await;
+        std::fs::write(root.join("src/early.rs"), "e").unwrap();
+        drop(early);
+        // An edit made while the command runs, by absolute path.
+        let absolute = root.join("src/during.rs");
+        let during = FileEdits::begin(root, [absolute.to_str().unwrap()]);
+        std::fs::write(&absolute, "d").unwrap();
+        drop(during);
+        std::fs::write(root.join("src/command.rs"), "c").unwrap();
+        let effects = measurement.finish("toolu_1", "cmd", Some(0)).await;
+        assert_eq!(effects.changed, vec!["src/command.rs"]);
+        // An edit after the command is nobody's concern here; the next command does not skip
+        // the paths of earlier edits.
+        let later = FileEdits::begin(root, ["src/early.rs"]);
+        drop(later);
+        let measurement = BashMeasurement::begin(root, limits()).await;
+        std::fs::write(root.join("src/early.rs"), "changed by the command").unwrap();
+        let effects = measurement.finish("toolu_2", "cmd", Some(0)).await;
+        assert_eq!(effects.changed, vec!["src/early.rs"]);
     }
 
     #[tokio::test]

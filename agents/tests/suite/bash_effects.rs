@@ -40,8 +40,8 @@ impl Harness {
         std::fs::create_dir_all(ws.join(".muster/plans")).unwrap();
         std::fs::create_dir_all(ws.join("src")).unwrap();
         std::fs::write(ws.join("src/a.rs"), "// empty\n").unwrap();
-        // The concurrency test's marker and FIFO are not the agents' changes.
-        std::fs::write(ws.join(".gitignore"), "target/\nmarker\ngate.fifo\n").unwrap();
+        // The tests' markers and FIFOs are not the agents' changes.
+        std::fs::write(ws.join(".gitignore"), "target/\nmarker\n*.fifo\n").unwrap();
         let store = Arc::new(
             SqliteStore::open(&dir.path().join("muster.db"), StoreOptions::default()).unwrap(),
         );
@@ -395,6 +395,12 @@ async fn concurrent_bash_calls_in_one_workspace_are_serialised_and_each_sees_its
         .expect("guard timeout: no Bash call waited for the workspace")
         .unwrap();
     release(&fifo).await;
+    // The second call takes the workspace once the first command ended (and closed the FIFO,
+    // which a second writer must not meet).
+    tokio::time::timeout(GUARD, waiting.wait_for(|count| *count == 0))
+        .await
+        .expect("guard timeout: the second Bash call never took the workspace")
+        .unwrap();
     release(&fifo).await;
     for task in tasks {
         assert_eq!(
@@ -434,4 +440,77 @@ async fn concurrent_bash_calls_in_one_workspace_are_serialised_and_each_sees_its
         );
         assert_eq!(effects[0].0.exit_code, Some(0), "{agent}");
     }
+}
+
+#[tokio::test]
+async fn a_file_another_agent_writes_while_a_command_runs_is_not_the_commands() {
+    let h = Harness::new(Vec::new()).await;
+    let started = h.workspace().join("started.fifo");
+    let ending = h.workspace().join("ending.fifo");
+    for fifo in [&started, &ending] {
+        let made = std::process::Command::new("mkfifo")
+            .arg(fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+    }
+    // alice's command waits on one FIFO once started (its "before" snapshot taken), and on
+    // another before it ends.
+    let command = format!(
+        "read _ < '{started}'; printf a > alice.txt; read _ < '{ending}'",
+        started = started.display(),
+        ending = ending.display()
+    );
+    h.fake
+        .append_script(vec![
+            ScriptEntry::reply("alice", 1, vec![bash(&command)]),
+            ScriptEntry::reply("alice", 2, vec![Block::text("Done.")]),
+            ScriptEntry::reply(
+                "bob",
+                1,
+                vec![Block::tool_use(
+                    "Write",
+                    json!({"file_path": "bob.txt", "content": "b"}),
+                )],
+            ),
+            ScriptEntry::reply("bob", 2, vec![Block::text("Done.")]),
+        ])
+        .unwrap();
+    h.member("lead", MemberKind::Lead).await;
+    let context = h.context(PlanApprover::Human);
+    let teammate = |agent: &str| {
+        spec(
+            agent,
+            AgentKind::Teammate {
+                lead: "lead".into(),
+            },
+            PermissionMode::BypassPermissions,
+        )
+    };
+    h.member("alice", MemberKind::Teammate).await;
+    let mut alice = AgentRuntime::start(context.clone(), teammate("alice"), "Write yours.")
+        .await
+        .unwrap();
+    let alice = tokio::spawn(async move { run(&mut alice).await });
+    release(&started).await;
+    // alice's command is running: bob writes meanwhile, to the end of his run.
+    h.member("bob", MemberKind::Teammate).await;
+    let mut bob = AgentRuntime::start(context, teammate("bob"), "Write yours.")
+        .await
+        .unwrap();
+    run(&mut bob).await;
+    assert_eq!(
+        std::fs::read_to_string(h.workspace().join("bob.txt")).unwrap(),
+        "b"
+    );
+    release(&ending).await;
+    alice.await.unwrap();
+    h.fake.verify().unwrap();
+
+    let records = h.records("alice").await;
+    let effects = effects_of(&records);
+    assert_eq!(effects.len(), 1);
+    assert_eq!(effects[0].0.changed, vec!["alice.txt"]);
+    // bob's Write is his, by its own input, and took no Bash record.
+    assert!(effects_of(&h.records("bob").await).is_empty());
 }
