@@ -421,11 +421,9 @@ async fn execute(
     printer.attach(Arc::downgrade(&team));
     if resumed {
         // A resumed lead goes back to its wait without asking again.
-        let awaits = store
-            .requests(&run_id)
-            .await?
-            .iter()
-            .any(|r| r.requester == LEAD && r.response.is_none());
+        let awaits = store.requests(&run_id).await?.iter().any(|r| {
+            r.requester == LEAD && r.responder == muster_mailbox::HUMAN && r.response.is_none()
+        });
         team.lead_awaits_decision.store(awaits, Ordering::SeqCst);
     }
     let _registration = muster_agents::runtime::team::register_team(&run_id, team.clone());
@@ -787,7 +785,7 @@ impl Team {
             .tasks(self.run_id())
             .await?
             .iter()
-            .any(|t| t.status == TaskStatus::Pending && t.is_claimable());
+            .any(|t| t.is_claimable());
         if claimable && !idle.is_empty() {
             return Ok(None);
         }

@@ -1491,6 +1491,11 @@ async fn a_lead_waiting_on_a_person_for_its_own_plan_stops_with_exit_5_only_afte
             )],
         ),
         slow_report,
+        ScriptEntry::reply(
+            "lead",
+            2,
+            vec![Block::text("Plan approved; alice is done.")],
+        ),
     ])
     .await;
     let output = muster(
@@ -1531,6 +1536,26 @@ async fn a_lead_waiting_on_a_person_for_its_own_plan_stops_with_exit_5_only_afte
     );
     let inbox = muster(dir.path(), &["inbox", "human", "--json"]).await;
     assert!(String::from_utf8_lossy(&inbox.stdout).contains("plan-lead-1"));
+    // Answered, the run resumes where the lead waited, and ends.
+    let run_id = finished["run_id"].as_str().unwrap().to_owned();
+    let approve = muster(dir.path(), &["approve", "plan-lead-1"]).await;
+    assert_eq!(approve.status.code(), Some(0), "{}", stderr(&approve));
+    let resumed = muster(
+        dir.path(),
+        &[
+            "resume",
+            &run_id,
+            "--base-url",
+            &fake.base_url(),
+            "--output",
+            "json",
+        ],
+    )
+    .await;
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    let finished = &lines(&resumed)[0];
+    assert_eq!(finished["result"], "Plan approved; alice is done.");
+    assert_eq!(finished["tasks"][0]["status"], "completed");
     fake.verify().unwrap();
 }
 
