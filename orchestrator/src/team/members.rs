@@ -468,8 +468,13 @@ impl Team {
         Ok(())
     }
 
-    /// Tasks assigned to the teammate by mail are in progress once it gets the mail.
-    async fn start_assigned_tasks(&self, id: &str, mail: &[Message]) -> anyhow::Result<()> {
+    /// Tasks assigned to the teammate by mail are in progress once it gets the mail (idle, or
+    /// busy at a turn boundary).
+    pub(super) async fn start_assigned_tasks(
+        &self,
+        id: &str,
+        mail: &[Message],
+    ) -> anyhow::Result<()> {
         for message in mail {
             if let MessageBody::TaskAssignment { task_id, .. } = message.typed_body()
                 && let Some(task) = self.store.task(self.run_id(), task_id).await?

@@ -73,6 +73,7 @@ impl Team {
                     None => break,
                 }
             }
+            self.start_assigned_tasks(agent, &taken).await?;
             taken
         };
         let nonce = super::mail::nonce();

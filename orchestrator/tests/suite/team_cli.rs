@@ -1760,3 +1760,71 @@ async fn a_person_approves_the_leads_own_plan_while_a_teammate_works_and_the_lea
     );
     fake.verify().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_assigned_to_a_busy_teammate_is_mail_sent_delivered_at_a_turn_boundary_and_completed()
+ {
+    let dir = project("name = \"solo\"\n");
+    // bob is busy with his first (tool-calling) turn while the lead assigns him the task: he
+    // gets it at a turn boundary, never idle, and the task is his work from then on.
+    let slow_first_turn: ScriptEntry = serde_json::from_value(json!({
+        "agent": "bob",
+        "turn": 1,
+        "reply": {"content": [tool("Read", json!({"file_path": "README.md"}))],
+                  "stop_reason": "tool_use"},
+        "fault": {"first_byte_delay_ms": 500},
+    }))
+    .unwrap();
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![
+                tool(
+                    "TaskCreate",
+                    json!({"subject": "Count", "description": "Count the README's lines."}),
+                ),
+                tool(
+                    "SpawnTeammate",
+                    json!({"name": "bob", "prompt": "Wait for your task."}),
+                ),
+                tool("TaskUpdate", json!({"task_id": 1, "owner": "bob"})),
+            ],
+        ),
+        any_turn("lead", vec![Block::text("Waiting for bob.")]),
+        slow_first_turn,
+        ScriptEntry::reply("bob", 2, vec![Block::text("One line.")]),
+    ])
+    .await;
+    let output = team_run(dir.path(), &fake.base_url()).await;
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}{}",
+        stderr(&output),
+        String::from_utf8_lossy(&output.stdout)
+    );
+    let events = lines(&output);
+    let assigned = sent(&events, "lead", "bob", "task_assignment");
+    let delivered = position(&events, "the assignment's delivery", |e| {
+        e["type"] == "mail_delivered" && e["agent"] == "bob" && e["kind"] == "task_assignment"
+    });
+    assert_eq!(events[delivered]["from"], "lead");
+    let bob_turn_2 = position(&events, "bob's second turn", |e| {
+        e["type"] == "model_turn" && e["agent"] == "bob" && e["turn"] == 2
+    });
+    assert!(
+        assigned < delivered && delivered < bob_turn_2,
+        "{events:#?}"
+    );
+    let report = sent(&events, "bob", "lead", "idle_notification");
+    assert!(bob_turn_2 < report);
+    let completed = position(&events, "bob's task", |e| {
+        e["type"] == "task_completed" && e["agent"] == "bob"
+    });
+    assert_eq!(events[completed]["task_id"], 1);
+    let finished = events.last().unwrap();
+    assert_eq!(finished["tasks"][0]["owner"], "bob");
+    assert_eq!(finished["tasks"][0]["status"], "completed");
+    fake.verify().unwrap();
+}
