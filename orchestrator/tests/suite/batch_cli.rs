@@ -202,10 +202,11 @@ async fn a_bad_line_refuses_the_file_before_anything_runs() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn one_workspace_runs_in_file_order_while_distinct_workspaces_run_together() {
-    // Every answer takes a second, so runs that overlapped would show it in their times.
+    // Every answer is held until two runs wait for theirs at once: x and z (distinct
+    // workspaces) must overlap, and y (x's workspace) must wait for x.
     let fake = FakeLlm::start(vec![
         ScriptEntry::reply("main", 1, vec![Block::text("done")]).fault(Fault {
-            first_byte_delay_ms: 1000,
+            hold: Some("answers".into()),
             ..Fault::default()
         }),
     ])
@@ -229,7 +230,16 @@ async fn one_workspace_runs_in_file_order_while_distinct_workspaces_run_together
         "--out",
         "results.jsonl",
     ];
-    let output = muster(dir.path(), &args).await;
+    let mut batch = command(dir.path(), &args);
+    let batch = batch.output();
+    let opened = async {
+        tokio::time::timeout(GUARD, fake.gate_reached("answers", 2))
+            .await
+            .expect("two runs in flight at once");
+        fake.open_gate("answers");
+    };
+    let (output, ()) = tokio::join!(async { tokio::time::timeout(GUARD, batch).await }, opened);
+    let output = output.expect("guard timeout").unwrap();
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(output.stdout.is_empty(), "results go to --out");
     let results = json_lines(&std::fs::read_to_string(dir.path().join("results.jsonl")).unwrap());

@@ -1460,15 +1460,15 @@ async fn a_lead_waiting_on_a_person_for_its_own_plan_stops_with_exit_5_only_afte
         "[permissions]\nallow = [\"Write\"]\n",
     )
     .unwrap();
-    let mut slow_report: ScriptEntry = serde_json::from_value(json!({
+    // alice's report is held until the lead's request waits on a person: she is still
+    // working then.
+    let held_report: ScriptEntry = serde_json::from_value(json!({
         "agent": "alice",
         "turn": 2,
         "reply": {"content": [Block::text("I wrote hello.txt.")], "stop_reason": "end_turn"},
-        // alice is still working well after the lead's request waits on a person.
-        "fault": {"first_byte_delay_ms": 800},
+        "fault": {"hold": "alice-report"},
     }))
     .unwrap();
-    slow_report.turn = Some(2);
     let fake = fake(vec![
         ScriptEntry::reply(
             "lead",
@@ -1490,7 +1490,7 @@ async fn a_lead_waiting_on_a_person_for_its_own_plan_stops_with_exit_5_only_afte
                 json!({"file_path": "hello.txt", "content": "hello, world\n"}),
             )],
         ),
-        slow_report,
+        held_report,
         ScriptEntry::reply(
             "lead",
             2,
@@ -1498,21 +1498,14 @@ async fn a_lead_waiting_on_a_person_for_its_own_plan_stops_with_exit_5_only_afte
         ),
     ])
     .await;
-    let output = muster(
-        dir.path(),
-        &[
-            "run",
-            "-p",
-            "Greet.",
-            "--base-url",
-            &fake.base_url(),
-            "--output",
-            "stream-json",
-        ],
-    )
+    let mut run = Running::start(dir.path(), &fake.base_url());
+    run.until("the lead's request", |e| {
+        e["type"] == "approval_requested" && e["agent"] == "lead"
+    })
     .await;
-    assert_eq!(output.status.code(), Some(5), "{}", stderr(&output));
-    let events = lines(&output);
+    fake.open_gate("alice-report");
+    assert_eq!(run.finish().await, Some(5), "{:#?}", run.events);
+    let events = run.events.clone();
     let asked = position(&events, "the lead's request", |e| {
         e["type"] == "approval_requested" && e["agent"] == "lead"
     });
@@ -1700,13 +1693,13 @@ async fn a_deadline_set_on_resume_is_kept_for_the_next_resume() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_person_approves_the_leads_own_plan_while_a_teammate_works_and_the_lead_goes_on() {
     let dir = project(ASKS);
-    // alice's only turn takes seconds: the run is live, with work going on, while the
-    // lead's own plan waits on a person.
-    let slow_turn: ScriptEntry = serde_json::from_value(json!({
+    // alice's only turn is held until the lead has gone on: the run is live, with work
+    // going on, while the lead's own plan waits on a person.
+    let held_turn: ScriptEntry = serde_json::from_value(json!({
         "agent": "alice",
         "turn": 1,
         "reply": {"content": [Block::text("Read it.")], "stop_reason": "end_turn"},
-        "fault": {"first_byte_delay_ms": 4000},
+        "fault": {"hold": "alice"},
     }))
     .unwrap();
     let fake = fake(vec![
@@ -1723,7 +1716,7 @@ async fn a_person_approves_the_leads_own_plan_while_a_teammate_works_and_the_lea
             ],
         ),
         any_turn("lead", vec![Block::text("Waiting for alice.")]),
-        slow_turn,
+        held_turn,
     ])
     .await;
     let mut run = Running::start(dir.path(), &fake.base_url());
@@ -1738,6 +1731,11 @@ async fn a_person_approves_the_leads_own_plan_while_a_teammate_works_and_the_lea
         "{}",
         String::from_utf8_lossy(&approve.stdout)
     );
+    run.until("the lead's second turn", |e| {
+        e["type"] == "model_turn" && e["agent"] == "lead" && e["turn"] == 2
+    })
+    .await;
+    fake.open_gate("alice");
     assert_eq!(run.finish().await, Some(0), "{:#?}", run.events);
     let decided = position(&run.events, "the lead's decision", |e| {
         e["type"] == "approval_decided" && e["agent"] == "lead"
@@ -1767,12 +1765,12 @@ async fn a_task_assigned_to_a_busy_teammate_is_mail_sent_delivered_at_a_turn_bou
     let dir = project("name = \"solo\"\n");
     // bob is busy with his first (tool-calling) turn while the lead assigns him the task: he
     // gets it at a turn boundary, never idle, and the task is his work from then on.
-    let slow_first_turn: ScriptEntry = serde_json::from_value(json!({
+    let held_first_turn: ScriptEntry = serde_json::from_value(json!({
         "agent": "bob",
         "turn": 1,
         "reply": {"content": [tool("Read", json!({"file_path": "README.md"}))],
                   "stop_reason": "tool_use"},
-        "fault": {"first_byte_delay_ms": 500},
+        "fault": {"hold": "bob-1"},
     }))
     .unwrap();
     let fake = fake(vec![
@@ -1792,19 +1790,21 @@ async fn a_task_assigned_to_a_busy_teammate_is_mail_sent_delivered_at_a_turn_bou
             ],
         ),
         any_turn("lead", vec![Block::text("Waiting for bob.")]),
-        slow_first_turn,
+        held_first_turn,
         ScriptEntry::reply("bob", 2, vec![Block::text("One line.")]),
     ])
     .await;
-    let output = team_run(dir.path(), &fake.base_url()).await;
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}{}",
-        stderr(&output),
-        String::from_utf8_lossy(&output.stdout)
-    );
-    let events = lines(&output);
+    let mut run = Running::start(dir.path(), &fake.base_url());
+    run.until("the assignment", |e| {
+        e["type"] == "mail_sent" && e["to"] == "bob" && e["kind"] == "task_assignment"
+    })
+    .await;
+    tokio::time::timeout(GUARD, fake.gate_reached("bob-1", 1))
+        .await
+        .expect("bob's first request");
+    fake.open_gate("bob-1");
+    assert_eq!(run.finish().await, Some(0), "{:#?}", run.events);
+    let events = run.events.clone();
     let assigned = sent(&events, "lead", "bob", "task_assignment");
     let delivered = position(&events, "the assignment's delivery", |e| {
         e["type"] == "mail_delivered" && e["agent"] == "bob" && e["kind"] == "task_assignment"

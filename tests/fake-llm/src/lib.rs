@@ -25,7 +25,8 @@
 //! with both APIs' fields). Control plane: `POST /_fake/script` (append entries; same formats
 //! as a script file), `GET /_fake/requests` (the [`RecordedRequest`]s), `POST /_fake/reset`
 //! (forget script, requests, attempt and id counters), `GET /_fake/health`,
-//! `GET /_fake/verify` (200, or 409 listing unmatched requests and unused entries).
+//! `GET /_fake/verify` (200, or 409 listing unmatched requests and unused entries),
+//! `POST /_fake/gates/NAME/open` (let every response held on gate NAME go on).
 //!
 //! # Choosing a response
 //! Never by pop order. Each model request is keyed by
@@ -81,7 +82,7 @@
 //!             "error_event": {"after_events": 2, "type": "overloaded_error", "message": "Overloaded"},
 //!             "stall": {"after_events": 2, "ms": 300, "ping_every_ms": 50, "then_disconnect": false},
 //!             "malformed_after_events": 2, "unknown_event_after_events": 1,
-//!             "cut_last_block": false},
+//!             "cut_last_block": false, "hold": "gate-name"},
 //!   "openai": {"tool_index_always_zero": false, "omit_tool_index": false,
 //!              "finish_reason_stop_with_tools": false, "usage_choices_null": false,
 //!              "no_done": false}
@@ -104,7 +105,10 @@
 //! `content-length`; with a body fault or `tcp_chunk_bytes` it is sent chunked as two halves
 //! that count as two events (so `disconnect_after_events: 1` cuts the JSON in the middle).
 //! `error_event`, `malformed_after_events`, `unknown_event_after_events` and
-//! `cut_last_block` apply to streams only.
+//! `cut_last_block` apply to streams only. `hold: NAME` keeps the response (before its first
+//! byte, and before `first_byte_delay_ms`) until gate NAME is opened
+//! ([`FakeLlmHandle::open_gate`]); [`FakeLlmHandle::gate_reached`] tells a test that a request
+//! is waiting there, so it can hold an agent mid-turn exactly until something else happened.
 //!
 //! # Validation (as the real APIs)
 //! Body over [`FakeLlmConfig::max_body_bytes`] → 413 `request_too_large`; missing key
@@ -118,6 +122,7 @@
 //! in the real shapes: Anthropic `{"type":"error","error":{"type","message"},"request_id"}`,
 //! OpenAI `{"error":{"message","type","param","code"}}`.
 
+mod gates;
 mod render;
 mod script;
 mod server;
@@ -241,6 +246,7 @@ impl FakeLlm {
         let shared = Arc::new(Shared {
             state: Mutex::new(state),
             config,
+            gates: gates::Gates::default(),
         });
         let app = server::router(shared.clone());
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -320,6 +326,17 @@ impl FakeLlmHandle {
         }
         self.shared.lock().append(entries);
         Ok(())
+    }
+
+    /// Opens gate `name`: every response held on it (`fault.hold`), now and later, goes on.
+    pub fn open_gate(&self, name: &str) {
+        self.shared.gates.open(name);
+    }
+
+    /// Waits until `count` requests have reached gate `name` (the agent is mid-turn, its
+    /// response held). Guard it with a timeout.
+    pub async fn gate_reached(&self, name: &str, count: u32) {
+        self.shared.gates.reached(name, count).await;
     }
 
     /// Forgets the script, the recorded requests, the attempt and id counters.

@@ -354,6 +354,10 @@ pub struct Fault {
     /// `incomplete_partial_json_response`. OpenAI: the last block's fragments are cut.
     #[serde(default, skip_serializing_if = "is_false")]
     pub cut_last_block: bool,
+    /// Wait before the first byte until the test opens the gate of this name
+    /// ([`crate::FakeLlmHandle::open_gate`] or `POST /_fake/gates/NAME/open`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<String>,
 }
 
 impl Fault {

@@ -1,5 +1,6 @@
 //! The axum router: API endpoints, control plane, and the response emitter with faults.
 
+use crate::gates::Gates;
 use crate::render::{self, Event, Prepared};
 use crate::script::{Block, Fault, HttpError, ScriptEntry, StreamOptions};
 use crate::state::{self, MatchKey, RecordedRequest, State};
@@ -21,6 +22,7 @@ use tokio::sync::mpsc;
 pub(crate) struct Shared {
     pub state: Mutex<State>,
     pub config: FakeLlmConfig,
+    pub gates: Gates,
 }
 
 impl Shared {
@@ -42,6 +44,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/_fake/reset", post(control_reset))
         .route("/_fake/health", get(control_health))
         .route("/_fake/verify", get(control_verify))
+        .route("/_fake/gates/{name}/open", post(control_open_gate))
         .fallback(not_found)
         .with_state(shared)
 }
@@ -381,7 +384,7 @@ async fn model_request(s: Arc<Shared>, api: Api, req: Request) -> Response {
         (plan, request_id)
     };
     let _ = request_id;
-    deliver(api, plan).await
+    deliver(api, plan, &s.gates).await
 }
 
 /// What to send: either a finished response or a body of pieces with faults.
@@ -389,6 +392,8 @@ struct Plan {
     status: u16,
     error: Option<String>,
     first_byte_delay_ms: u64,
+    /// The gate to pass before the first byte.
+    hold: Option<String>,
     kind: PlanKind,
 }
 
@@ -418,6 +423,7 @@ fn build_plan(
             status: spec.status,
             error: Some(message),
             first_byte_delay_ms,
+            hold: entry.fault.hold.clone(),
             kind: PlanKind::Ready(resp),
         };
     }
@@ -478,6 +484,7 @@ fn build_plan(
         status: 200,
         error: None,
         first_byte_delay_ms,
+        hold: entry.fault.hold.clone(),
         kind: PlanKind::Body {
             headers: id_headers(request_id),
             content_type: if streaming {
@@ -497,7 +504,10 @@ fn format_event(e: &Event, opts: &StreamOptions) -> Bytes {
     Bytes::from(render::format_event(e, opts.crlf, opts.trailing_whitespace))
 }
 
-async fn deliver(api: Api, plan: Plan) -> Response {
+async fn deliver(api: Api, plan: Plan, gates: &Gates) -> Response {
+    if let Some(gate) = &plan.hold {
+        gates.pass(gate).await;
+    }
     if plan.first_byte_delay_ms > 0 {
         tokio::time::sleep(Duration::from_millis(plan.first_byte_delay_ms)).await;
     }
@@ -514,6 +524,7 @@ async fn deliver(api: Api, plan: Plan) -> Response {
     };
     let plain = Fault {
         first_byte_delay_ms: fault.first_byte_delay_ms,
+        hold: fault.hold.clone(),
         ..Fault::default()
     };
     if !streaming && fault == plain && opts.tcp_chunk_bytes == 0 {
@@ -818,6 +829,14 @@ async fn control_requests(AxState(s): Ctx) -> Response {
 async fn control_reset(AxState(s): Ctx) -> Response {
     s.lock().reset();
     json_response(200, &json!({"status": "ok"}), &[])
+}
+
+async fn control_open_gate(
+    AxState(s): Ctx,
+    axum::extract::Path(name): axum::extract::Path<String>,
+) -> Response {
+    s.gates.open(&name);
+    json_response(200, &json!({"status": "ok", "gate": name}), &[])
 }
 
 async fn control_health() -> Response {

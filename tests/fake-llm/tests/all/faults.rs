@@ -561,3 +561,35 @@ async fn quirk_no_done_sentinel() {
     assert!(events.iter().all(|e| e.data != "[DONE]"));
     assert!(events.last().unwrap().json()["usage"].is_object());
 }
+
+#[tokio::test]
+async fn fault_hold_keeps_the_response_until_its_gate_opens() {
+    let fake =
+        std::sync::Arc::new(start(text_entry("held", json!({"fault": {"hold": "g1"}}))).await);
+    let request = tokio::spawn({
+        let fake = fake.clone();
+        async move { anthropic_raw(&fake, true).await }
+    });
+    tokio::time::timeout(Duration::from_secs(30), fake.gate_reached("g1", 1))
+        .await
+        .expect("the request reached the gate");
+    // Held: the request has not been answered while the gate is shut.
+    assert!(!request.is_finished());
+    fake.open_gate("g1");
+    let raw = tokio::time::timeout(Duration::from_secs(30), request)
+        .await
+        .expect("the response after the gate opened")
+        .unwrap();
+    assert!(raw.complete);
+    assert_eq!(names(&parse_sse(&raw.text())), NORMAL);
+    // An open gate lets later requests through at once, and the control route opens gates
+    // by name.
+    let again = anthropic_raw(&fake, true).await;
+    assert!(again.complete);
+    let opened = raw_post(fake.addr(), "/_fake/gates/g2/open", &[], &json!({})).await;
+    assert!(
+        opened.text().contains("\"gate\":\"g2\""),
+        "{}",
+        opened.text()
+    );
+}
