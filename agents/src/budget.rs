@@ -450,6 +450,17 @@ impl BudgetLedger {
         Some(Duration::from_millis(u64::try_from(left).unwrap_or(0)))
     }
 
+    /// Fails when no agent of the run may send another request: the deadline has passed or
+    /// one of the run's totals has reached its limit. (A team asks this when it would
+    /// otherwise stop to wait for a person: a spent run ends with its budget named.)
+    pub fn check_run(&self) -> Result<(), BudgetExceeded> {
+        self.check_deadline()?;
+        let run = self.totals().run();
+        first_over(&self.settings.run, &run, Threshold::Reached, || {
+            BudgetScope::Run
+        })
+    }
+
     /// Call right before sending a model request for `agent` (a turn or a compaction request).
     /// Fails, sending nothing, when the deadline has passed or one of the agent's or the run's
     /// totals has reached its limit; otherwise counts the request as a turn.

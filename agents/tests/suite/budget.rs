@@ -278,6 +278,8 @@ fn agent_budget_is_per_agent_run_budget_sums_all_agents() {
     let alice = run_agent(&ledger, "alice", usage(50, 50), Some(0.0), 10);
     assert_eq!(alice.sent, 2);
     assert_eq!(exceeded(&alice).kind(), BudgetKind::Turns);
+    // alice's own limit does not spend the run.
+    assert!(ledger.check_run().is_ok());
     let bob = run_agent(&ledger, "bob", usage(50, 50), Some(0.0), 10);
     assert_eq!(bob.sent, 2);
     assert_eq!(ledger.run_spend().tokens, 400);
@@ -288,6 +290,10 @@ fn agent_budget_is_per_agent_run_budget_sums_all_agents() {
     let stop = exceeded(&carol);
     assert_eq!(stop.scope, BudgetScope::Run);
     assert!(stop.stops_run());
+    assert_eq!(
+        ledger.check_run().unwrap_err().setting_key(),
+        "budgets.run.tokens"
+    );
     // And every other agent is refused its next request.
     let dave = run_agent(&ledger, "dave", usage(1, 1), Some(0.0), 10);
     assert_eq!(dave.sent, 0);

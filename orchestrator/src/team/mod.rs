@@ -283,39 +283,6 @@ struct Resumed {
     new_deadline: Option<i64>,
 }
 
-/// The records stream of the lead holding the deadline a resume set (the run's launch
-/// options are written once, at creation; the newest row here overrides their deadline).
-const DEADLINE_STREAM: &str = "deadline";
-
-/// The run's deadline on a resume: the one `--max-duration` sets now (stored for the next
-/// resume), else the newest one a resume stored, else the launch options'.
-async fn resumed_deadline(
-    store: &dyn MailboxStore,
-    run_id: &str,
-    stored: Option<i64>,
-    new_deadline: Option<i64>,
-) -> anyhow::Result<Option<i64>> {
-    if let Some(deadline_ms) = new_deadline {
-        store
-            .append_records(
-                run_id,
-                vec![muster_mailbox::NewRecord {
-                    agent: LEAD.into(),
-                    stream: DEADLINE_STREAM.into(),
-                    seq: None,
-                    body: json!({"deadline_ms": deadline_ms}),
-                }],
-            )
-            .await?;
-        return Ok(Some(deadline_ms));
-    }
-    let rows = store.records(run_id, LEAD, DEADLINE_STREAM, 0).await?;
-    Ok(rows
-        .last()
-        .and_then(|row| row.body["deadline_ms"].as_i64())
-        .or(stored))
-}
-
 /// How a team run ended.
 struct Ending {
     status: RunStatus,
@@ -325,6 +292,17 @@ struct Ending {
 }
 
 impl Ending {
+    /// The run stopped on a budget or its deadline (exit 3), the budget named.
+    fn budget(exceeded: &muster_agents::budget::BudgetExceeded) -> Ending {
+        let reason = exceeded.to_string();
+        Ending {
+            status: RunStatus::Budget,
+            exit: Exit::Budget,
+            result: json!({"reason": reason, "budget": exceeded.setting_key()}),
+            text: format!("muster: the team run stopped: {reason}"),
+        }
+    }
+
     /// The run's verification reports: whole in the result, one line each in the text.
     fn add_verifications(&mut self, reports: &[VerificationReport]) {
         if let Value::Object(result) = &mut self.result {
@@ -352,14 +330,14 @@ async fn execute(
     let mut launch = launch;
     let store: Arc<dyn MailboxStore> = project.open_store()?;
     let resumed = existing.is_some();
+    let mut stored_launch = None;
     let (run_id, plans) = match existing {
         Some(Resumed {
             record,
             new_deadline,
         }) => {
-            launch.deadline_ms =
-                resumed_deadline(store.as_ref(), &record.id, launch.deadline_ms, new_deadline)
-                    .await?;
+            launch.deadline_ms = new_deadline.or(launch.deadline_ms);
+            stored_launch = Some(record.launch_options);
             let plans = PlanFiles::new(project.plans_dir(), &record.slug);
             (record.id, plans)
         }
@@ -382,7 +360,13 @@ async fn execute(
     )?;
     crate::run_log::start(&project.root.logs_dir(), &run_id, "team", resumed);
     let epoch = store.open_epoch(&run_id).await?;
-    if resumed {
+    if let Some(stored) = stored_launch {
+        // The flags' overrides (a new deadline, base URL, cassette) hold for the next resume
+        // too; written under the live-run lock, so no other resume races it.
+        let effective = serde_json::to_value(&launch)?;
+        if effective != stored {
+            store.set_launch_options(&run_id, effective).await?;
+        }
         store
             .set_run_status(&run_id, RunStatus::Running, None)
             .await?;
@@ -447,15 +431,7 @@ async fn execute(
     let ending = match driven {
         Ok(ending) => ending,
         Err(error) => match budget_exceeded(&error) {
-            Some(exceeded) => {
-                let reason = exceeded.to_string();
-                Ending {
-                    status: RunStatus::Budget,
-                    exit: Exit::Budget,
-                    result: json!({"reason": reason, "budget": exceeded.setting_key()}),
-                    text: format!("muster: the team run stopped: {reason}"),
-                }
-            }
+            Some(exceeded) => Ending::budget(&exceeded),
             None => Ending {
                 status: RunStatus::Failed,
                 exit: Exit::Failed,
@@ -788,6 +764,10 @@ impl Team {
             .any(|t| t.is_claimable());
         if claimable && !idle.is_empty() {
             return Ok(None);
+        }
+        if let Err(exceeded) = self.run.budget.check_run() {
+            // A teammate spent the run's budget: the run cannot go on, whatever is decided.
+            return Ok(Some(Ending::budget(&exceeded)));
         }
         let plan_file = own.body["plan_file"]
             .as_str()

@@ -1828,3 +1828,42 @@ async fn a_task_assigned_to_a_busy_teammate_is_mail_sent_delivered_at_a_turn_bou
     assert_eq!(finished["tasks"][0]["status"], "completed");
     fake.verify().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_teammate_spending_the_run_budget_while_the_lead_waits_on_a_person_ends_the_run_with_exit_3()
+ {
+    let dir = project(ASKS);
+    // The lead's first turn and alice's two: the run's third turn is its last.
+    std::fs::write(
+        dir.path().join(".muster/settings.toml"),
+        "[budgets.run]\nturns = 3\n",
+    )
+    .unwrap();
+    let read = || tool("Read", json!({"file_path": "README.md"}));
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![
+                tool(
+                    "TaskCreate",
+                    json!({"subject": "Read", "description": "Read the README twice."}),
+                ),
+                tool("EnterPlanMode", json!({})),
+                tool("ExitPlanMode", json!({"plan": LEAD_PLAN})),
+            ],
+        ),
+        ScriptEntry::reply("alice", 1, vec![read()]),
+        ScriptEntry::reply("alice", 2, vec![read()]),
+    ])
+    .await;
+    let output = team_run(dir.path(), &fake.base_url()).await;
+    // Not exit 5: answering the lead's plan could not let the spent run go on.
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    let finished = lines(&output).last().cloned().unwrap();
+    assert_eq!(finished["type"], "run_finished");
+    assert_eq!(finished["status"], "budget", "{finished}");
+    assert_eq!(finished["budget"], "budgets.run.turns", "{finished}");
+    assert_eq!(fake.requests().len(), 3);
+    fake.verify().unwrap();
+}
