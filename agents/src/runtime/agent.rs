@@ -499,15 +499,23 @@ impl AgentRuntime {
                     batch.iter().map(|call| self.dispatch_read_only(call)),
                 )
                 .await;
+                let mut outcomes = Vec::with_capacity(group);
                 for (call, result) in batch.iter().zip(results) {
                     let result = result?;
                     pending.done.insert(
                         call.id.clone(),
                         (result.output.content.clone(), result.output.is_error),
                     );
-                    self.commit_call(call, result).await?;
+                    outcomes.push((call, result));
                 }
                 index += group;
+                // Read-only calls re-run on resume, so one commit may hold the whole group.
+                let results = (index == calls.len()).then(|| self.results_message(&pending));
+                let finished = results.is_some();
+                self.commit_calls(outcomes, results).await?;
+                if finished {
+                    return Ok(None);
+                }
                 continue;
             }
             let call = &calls[index];
@@ -539,13 +547,31 @@ impl AgentRuntime {
                 call.id.clone(),
                 (result.output.content.clone(), result.output.is_error),
             );
-            self.commit_call(call, *result).await?;
+            // The turn's last call commits the results message with its own record.
+            let results =
+                (index == calls.len() && reset.is_none()).then(|| self.results_message(&pending));
+            let finished = results.is_some();
+            self.commit_calls(vec![(call, *result)], results).await?;
             if let Some(first) = reset {
                 self.reset_context(first).await?;
                 return Ok(None);
             }
+            if finished {
+                return Ok(None);
+            }
         }
-        let blocks = calls
+        // Every call was done before (a resume): only the results message is missing.
+        let message = self.results_message(&pending);
+        let record = self.message_record(message.clone(), None);
+        self.commit(vec![record], Vec::new(), None).await?;
+        self.messages.push(message);
+        Ok(None)
+    }
+
+    /// The user message carrying every call's result, in the order of the calls.
+    fn results_message(&self, pending: &PendingCalls) -> Message {
+        let blocks = pending
+            .calls
             .iter()
             .map(|call| {
                 let (content, is_error) = pending.done.get(&call.id).cloned().unwrap_or_default();
@@ -556,11 +582,7 @@ impl AgentRuntime {
                 }
             })
             .collect();
-        let message = self.user_message(blocks);
-        let record = self.message_record(message.clone(), None);
-        self.commit(vec![record], Vec::new(), None).await?;
-        self.messages.push(message);
-        Ok(None)
+        self.user_message(blocks)
     }
 
     /// How many calls from the start of `calls` are read-only tool-set calls still to run.
@@ -575,28 +597,63 @@ impl AgentRuntime {
             .count()
     }
 
-    async fn commit_call(&mut self, call: &ToolCall, result: CallResult) -> RuntimeResult<()> {
-        let mut records = result.records;
-        records.push(Record::ToolCall {
-            tool_use_id: call.id.clone(),
-            tool: call.name.clone(),
-            decision: result.decision.clone(),
-            reason: result.reason.clone(),
-            content: result.output.content.clone(),
-            is_error: result.output.is_error,
-        });
-        self.commit(records, result.acks, result.auto_gate).await?;
-        for event in result.events {
+    /// Commits calls' records (each call's own, then its `tool_call`) and, when the turn's
+    /// calls are all done, the results message, in one transaction; then reports them. Calls
+    /// that each move the auto gate are committed one by one, as the gate counts in order.
+    async fn commit_calls(
+        &mut self,
+        outcomes: Vec<(&ToolCall, CallResult)>,
+        results: Option<Message>,
+    ) -> RuntimeResult<()> {
+        let gate_moves = outcomes
+            .iter()
+            .filter(|(_, result)| result.auto_gate.is_some())
+            .count();
+        if gate_moves > 1 {
+            let last = outcomes.len() - 1;
+            let mut results = results;
+            for (n, outcome) in outcomes.into_iter().enumerate() {
+                let results = if n == last { results.take() } else { None };
+                Box::pin(self.commit_calls(vec![outcome], results)).await?;
+            }
+            return Ok(());
+        }
+        let mut records = Vec::new();
+        let mut acks = Vec::new();
+        let mut auto_gate = None;
+        let mut events = Vec::new();
+        for (call, result) in outcomes {
+            records.extend(result.records);
+            records.push(Record::ToolCall {
+                tool_use_id: call.id.clone(),
+                tool: call.name.clone(),
+                decision: result.decision.clone(),
+                reason: result.reason.clone(),
+                content: result.output.content.clone(),
+                is_error: result.output.is_error,
+            });
+            acks.extend(result.acks);
+            auto_gate = auto_gate.or(result.auto_gate);
+            events.extend(result.events);
+            events.push(RuntimeEvent::ToolCall {
+                agent: self.id.clone(),
+                tool_use_id: call.id.clone(),
+                tool: call.name.clone(),
+                decision: result.decision,
+                reason: result.reason,
+                is_error: result.output.is_error,
+            });
+        }
+        if let Some(message) = &results {
+            records.push(self.message_record(message.clone(), None));
+        }
+        self.commit(records, acks, auto_gate).await?;
+        if let Some(message) = results {
+            self.messages.push(message);
+        }
+        for event in events {
             self.run.events.emit(event);
         }
-        self.run.events.emit(RuntimeEvent::ToolCall {
-            agent: self.id.clone(),
-            tool_use_id: call.id.clone(),
-            tool: call.name.clone(),
-            decision: result.decision,
-            reason: result.reason,
-            is_error: result.output.is_error,
-        });
         Ok(())
     }
 

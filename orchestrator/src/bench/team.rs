@@ -89,8 +89,8 @@ struct Measured {
     overhead_ms_per_call: Option<f64>,
     /// The same time per tool-calling turn.
     overhead_ms_per_turn: Option<f64>,
-    /// Between two `tool_call` events of one turn: one tool and its records alone.
-    ms_between_calls: Option<f64>,
+    /// Tool calls per tool-calling turn.
+    calls_per_turn: Option<f64>,
     /// Teammates with an `agent_started` event.
     teammates_started: usize,
 }
@@ -150,10 +150,10 @@ pub fn run(options: &Options) -> anyhow::Result<Vec<Row>> {
             note: format!(
                 "per agent: (next model_turn ts - a tool-calling model_turn ts - L), summed, / \
                  tool calls in between; ms timestamps, L's timer rounding counted as overhead \
-                 (an upper bound); per tool-calling turn {} ms, of which {} ms between two \
-                 calls of one turn (the tool and its records alone); the rest is per turn",
+                 (an upper bound); per tool-calling turn {} ms, with {} calls per turn (a \
+                 turn's read-only calls run concurrently and are committed together)",
                 fmt_ms(m.overhead_ms_per_turn),
-                fmt_ms(m.ms_between_calls)
+                fmt_ms(m.calls_per_turn)
             ),
             ..base.clone()
         });
@@ -292,10 +292,8 @@ fn vm_hwm_kib(path: &Path) -> Option<u64> {
 /// Turns, tool calls and the overhead per call from a run's stream-json events.
 fn measure(events: &[Value], latency: Duration, lead_latency: Duration) -> Measured {
     use std::collections::BTreeMap;
-    // Per agent: (ts of the last model_turn, tool calls since it, ts of the last tool_call).
-    let mut open: BTreeMap<&str, (f64, usize, f64)> = BTreeMap::new();
-    let mut between_ms = 0.0;
-    let mut between_n = 0;
+    // Per agent: (ts of the last model_turn, tool calls since it).
+    let mut open: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
     let mut turns_in_gaps = 0;
     let mut turns: BTreeMap<&str, usize> = BTreeMap::new();
     let mut gap_ms = 0.0;
@@ -316,27 +314,22 @@ fn measure(events: &[Value], latency: Duration, lead_latency: Duration) -> Measu
         match event["type"].as_str() {
             Some("model_turn") => {
                 *turns.entry(agent).or_default() += 1;
-                if let Some((last, calls, _)) = open.get(agent)
+                if let Some((last, calls)) = open.get(agent)
                     && *calls > 0
                 {
                     turns_in_gaps += 1;
                     gap_ms += ts - last - if agent == "lead" { lead_l_ms } else { l_ms };
                     calls_in_gaps += calls;
                 }
-                open.insert(agent, (ts, 0, ts));
+                open.insert(agent, (ts, 0));
             }
             Some("agent_started") if agent != "lead" && !agent.contains('.') => {
                 teammates_started += 1;
             }
             Some("tool_call") => {
                 tool_calls += 1;
-                if let Some((_, calls, last_call)) = open.get_mut(agent) {
-                    if *calls > 0 {
-                        between_ms += ts - *last_call;
-                        between_n += 1;
-                    }
+                if let Some((_, calls)) = open.get_mut(agent) {
                     *calls += 1;
-                    *last_call = ts;
                 }
             }
             _ => {}
@@ -358,7 +351,7 @@ fn measure(events: &[Value], latency: Duration, lead_latency: Duration) -> Measu
         tool_calls,
         overhead_ms_per_call: (calls_in_gaps > 0).then(|| gap_ms / calls_in_gaps as f64),
         overhead_ms_per_turn: (turns_in_gaps > 0).then(|| gap_ms / turns_in_gaps as f64),
-        ms_between_calls: (between_n > 0).then(|| between_ms / between_n as f64),
+        calls_per_turn: (turns_in_gaps > 0).then(|| calls_in_gaps as f64 / turns_in_gaps as f64),
         teammates_started,
     }
 }
