@@ -362,7 +362,9 @@ impl AgentRuntime {
         let turn = self.turn + 1;
         let request = self.request_for(&model);
         let context = RequestContext::new(&self.run.run_id, &self.id, turn);
+        let sent = std::time::Instant::now();
         let response = model.provider.stream(&context, &request).response().await?;
+        let latency = sent.elapsed();
         self.turn = turn;
         let message = Message::assistant(response.content.clone());
         let record = Record::Message {
@@ -384,6 +386,7 @@ impl AgentRuntime {
             mode: self.mode.to_string(),
             stop_reason: response.stop_reason.as_str().to_owned(),
             text: response.text(),
+            latency_ms: latency.as_secs_f64() * 1000.0,
         });
         self.run.budget.record(&self.id, &response)?;
         Ok(response)

@@ -20,6 +20,9 @@ pub enum RuntimeEvent {
         mode: String,
         stop_reason: String,
         text: String,
+        /// From sending the request to the complete response (retries included), in
+        /// milliseconds: the time spent waiting for the model rather than in muster.
+        latency_ms: f64,
     },
     ToolCall {
         agent: String,
@@ -109,9 +112,11 @@ impl RuntimeEvent {
                 mode,
                 stop_reason,
                 text,
+                latency_ms,
                 ..
             } => json!({"turn": turn, "model": model, "mode": mode,
-                        "stop_reason": stop_reason, "text": text}),
+                        "stop_reason": stop_reason, "text": text,
+                        "latency_ms": (latency_ms * 1000.0).round() / 1000.0}),
             RuntimeEvent::ToolCall {
                 tool_use_id,
                 tool,

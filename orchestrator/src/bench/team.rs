@@ -8,12 +8,12 @@
 //!
 //! Figures, per run (from the child's `--output stream-json` events and its `/proc` entry):
 //! - **overhead per tool call**: for each agent, the time between a `model_turn` event that
-//!   ended with tool calls and that agent's next `model_turn`, minus L (the next response's
-//!   latency), summed over every agent and divided by the tool calls in between. It is what
-//!   muster spends per call outside the model: permission check, the tool, the mailbox and
+//!   ended with tool calls and that agent's next `model_turn`, minus the next turn's
+//!   `latency_ms` (the runtime's own measure of the wait for the model: L and the timer's
+//!   rounding of it), summed over every agent and divided by the tool calls in between. It is
+//!   what muster spends per call outside the model: permission check, the tool, the mailbox and
 //!   event writes, building the next request. Timestamps are in whole milliseconds (averaged
-//!   over many calls), and the timer's rounding of L up to its next tick counts as overhead, so
-//!   the figure is an upper bound.
+//!   over many calls).
 //! - **wall time against the ideal**: the child process from spawn to exit, against
 //!   L × (lead turns + the longest teammate's turns), with the turns counted from the events.
 //! - **peak memory**: the child's `VmHWM` (peak resident set), read from `/proc/PID/status`
@@ -148,9 +148,9 @@ pub fn run(options: &Options) -> anyhow::Result<Vec<Row>> {
             target,
             target_met,
             note: format!(
-                "per agent: (next model_turn ts - a tool-calling model_turn ts - L), summed, / \
-                 tool calls in between; ms timestamps, L's timer rounding counted as overhead \
-                 (an upper bound); per tool-calling turn {} ms, with {} calls per turn (a \
+                "per agent: (next model_turn ts - a tool-calling model_turn ts - the next \
+                 turn's latency_ms, the wait for the model as the runtime measured it), summed, \
+                 / tool calls in between; ms timestamps; per tool-calling turn {} ms, with {} calls per turn (a \
                  turn's read-only calls run concurrently and are committed together)",
                 fmt_ms(m.overhead_ms_per_turn),
                 fmt_ms(m.calls_per_turn)
@@ -318,7 +318,14 @@ fn measure(events: &[Value], latency: Duration, lead_latency: Duration) -> Measu
                     && *calls > 0
                 {
                     turns_in_gaps += 1;
-                    gap_ms += ts - last - if agent == "lead" { lead_l_ms } else { l_ms };
+                    // The wait for the model as the runtime measured it (L, plus the timer's
+                    // rounding of L, which is not muster's); L itself when not reported.
+                    let waited = event["latency_ms"].as_f64().unwrap_or(if agent == "lead" {
+                        lead_l_ms
+                    } else {
+                        l_ms
+                    });
+                    gap_ms += ts - last - waited;
                     calls_in_gaps += calls;
                 }
                 open.insert(agent, (ts, 0));

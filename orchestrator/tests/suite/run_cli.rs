@@ -69,7 +69,13 @@ async fn a_single_agent_run_streams_each_committed_step() {
                 tool("Write", json!({"file_path": "out.txt", "content": "x"})),
             ],
         ),
-        ScriptEntry::reply("main", 2, vec![Block::text("All done.")]),
+        // The second answer takes at least 150 ms: its model_turn says so.
+        ScriptEntry::reply("main", 2, vec![Block::text("All done.")]).fault(
+            muster_fake_llm::Fault {
+                first_byte_delay_ms: 150,
+                ..muster_fake_llm::Fault::default()
+            },
+        ),
     ])
     .await;
     let base = fake.base_url();
@@ -121,6 +127,13 @@ async fn a_single_agent_run_streams_each_committed_step() {
     );
     assert_eq!(events[5]["exit_code"], 0);
     assert_eq!(events[5]["result"], "All done.");
+    // Each model_turn reports the wait for the model (a lower bound is all timing can prove).
+    assert!(events[1]["latency_ms"].as_f64().unwrap() >= 0.0);
+    assert!(
+        events[4]["latency_ms"].as_f64().unwrap() >= 150.0,
+        "{}",
+        events[4]
+    );
     assert!(!dir.path().join("out.txt").exists());
     fake.verify().unwrap();
 }
@@ -501,7 +514,7 @@ async fn text_output_prints_the_result_and_resume_refuses_a_live_run() {
 }
 
 /// The whole stream-json log of a run, minus what differs between two runs by design: the
-/// time, the run id, and the slug inside plan file names.
+/// time, the model's latency, the run id, and the slug inside plan file names.
 fn comparable_log(output: &Output, slug: &str) -> Vec<Value> {
     lines(output)
         .into_iter()
@@ -509,6 +522,7 @@ fn comparable_log(output: &Output, slug: &str) -> Vec<Value> {
             if let Some(fields) = event.as_object_mut() {
                 fields.remove("ts");
                 fields.remove("run_id");
+                fields.remove("latency_ms");
             }
             let text = event.to_string().replace(slug, "<slug>");
             serde_json::from_str(&text).unwrap()
