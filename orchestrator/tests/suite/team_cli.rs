@@ -1174,6 +1174,23 @@ async fn an_approval_with_an_edited_plan_and_clear_context_restarts_the_teammate
     assert!(text.contains("with a trailing newline"), "{text}");
     assert!(!text.contains("README"), "{text}");
     assert!(dir.path().join("hello.txt").exists());
+    // The reset context did not lose the verification: it checks the edited plan against
+    // what alice did, reaches the lead, and is in the run's result.
+    let verified = position(&events, "alice's verification", |e| {
+        e["type"] == "verification" && e["agent"] == "alice"
+    });
+    assert_eq!(events[verified]["request_id"], "plan-alice-1");
+    assert_eq!(
+        events[verified]["summary"]["missing"], 0,
+        "{}",
+        events[verified]
+    );
+    let report = &events.last().unwrap()["verifications"][0];
+    assert_eq!(report["agent"], "alice", "{report}");
+    assert!(
+        report.to_string().contains("with a trailing newline"),
+        "the edited plan's step: {report}"
+    );
     fake.verify().unwrap();
 }
 
