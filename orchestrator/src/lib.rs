@@ -9,5 +9,6 @@ pub mod project;
 pub mod run_log;
 pub mod single_run;
 pub mod store_demo;
+pub mod stream_json;
 pub mod team;
 pub mod team_demo;

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use muster_agents::budget::{BudgetExceeded, BudgetLedger};
 use muster_agents::compaction::CompactionConfig;
@@ -33,6 +33,8 @@ use crate::cli::GlobalArgs;
 use crate::cli::config::{load_settings, print_warnings, process_env, project_root};
 use crate::exit::{Exit, ExitError};
 use crate::project::Project;
+use crate::stream_json;
+use crate::stream_json::now_ms;
 
 /// The id of the one agent of a single-agent run.
 pub const MAIN_AGENT: &str = "main";
@@ -112,13 +114,6 @@ impl OutputFormat {
 
 fn usage(message: impl Into<String>) -> anyhow::Error {
     ExitError::new(Exit::Usage, message).into()
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// The command-line settings layer of `muster run` (single or team).
@@ -661,21 +656,17 @@ struct Printer {
 }
 
 impl Printer {
+    /// Logs the event and prints it as a line on stdout.
     fn line(&self, kind: &str, agent: &str, fields: Value) {
-        let mut event = json!({
-            "v": 1,
-            "type": kind,
-            "ts": now_ms(),
-            "run_id": self.run_id,
-            "agent": agent,
-        });
-        if let (Value::Object(event), Value::Object(fields)) = (&mut event, fields) {
-            event.extend(fields);
-        }
+        let event = stream_json::event(&self.run_id, kind, agent, fields);
         let _guard = self.lock.lock();
-        let mut stdout = std::io::stdout().lock();
-        let _ = writeln!(stdout, "{event}");
-        let _ = stdout.flush();
+        stream_json::log(&event);
+        stream_json::print(&event);
+    }
+
+    /// Logs the event only.
+    fn log(&self, kind: &str, agent: &str, fields: Value) {
+        stream_json::log(&stream_json::event(&self.run_id, kind, agent, fields));
     }
 
     fn finished(&self, ending: &Ending) {
@@ -688,6 +679,7 @@ impl Printer {
                 self.line("run_finished", MAIN_AGENT, fields)
             }
             OutputFormat::Text => {
+                self.log("run_finished", MAIN_AGENT, fields);
                 let resume = if ending.status == RunStatus::AwaitingDecision {
                     format!("\nRun {} stopped awaiting a decision.", self.run_id)
                 } else {
@@ -707,24 +699,25 @@ impl Printer {
 
 impl EventSink for Printer {
     fn emit(&self, event: RuntimeEvent) {
-        match self.format {
-            // DESIGN.md's event types only: mode changes show in model_turn and
-            // approval_decided.
-            OutputFormat::StreamJson if matches!(event, RuntimeEvent::ModeChanged { .. }) => {}
-            OutputFormat::StreamJson => self.line(event.kind(), event.agent(), event.fields()),
-            OutputFormat::Text => {
-                if let RuntimeEvent::ToolCall {
-                    agent,
-                    tool,
-                    decision,
-                    reason,
-                    ..
-                } = &event
-                {
-                    eprintln!("[{agent}] {tool}: {decision} ({reason})");
-                }
-            }
-            OutputFormat::Json => {}
+        // DESIGN.md's event types only on stdout: mode changes show in model_turn and
+        // approval_decided. The log file gets every event.
+        let on_stdout = self.format == OutputFormat::StreamJson
+            && !matches!(event, RuntimeEvent::ModeChanged { .. });
+        if on_stdout {
+            self.line(event.kind(), event.agent(), event.fields());
+        } else {
+            self.log(event.kind(), event.agent(), event.fields());
+        }
+        if self.format == OutputFormat::Text
+            && let RuntimeEvent::ToolCall {
+                agent,
+                tool,
+                decision,
+                reason,
+                ..
+            } = &event
+        {
+            eprintln!("[{agent}] {tool}: {decision} ({reason})");
         }
     }
 }

@@ -17,6 +17,7 @@ use serde_json::{Map, Value, json};
 
 use super::results::ResultLine;
 use crate::single_run::OutputFormat;
+use crate::stream_json::now_ms;
 
 /// Stdout of a batch.
 pub struct BatchOutput {
@@ -117,13 +118,6 @@ fn detail(rest: &Map<String, Value>) -> Option<String> {
     text("result")
         .or_else(|| text("error"))
         .or_else(|| text("reason"))
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

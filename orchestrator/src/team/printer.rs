@@ -3,21 +3,16 @@
 
 use std::io::Write as _;
 use std::sync::{Mutex, OnceLock, Weak};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use muster_agents::runtime::{EventSink, RuntimeEvent};
 use serde_json::{Value, json};
 
 use crate::single_run::OutputFormat;
+use crate::stream_json;
 
 use super::Team;
 
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+pub(crate) use crate::stream_json::now_ms;
 
 /// Prints a team run's events.
 pub(crate) struct TeamPrinter {
@@ -42,29 +37,21 @@ impl TeamPrinter {
         let _ = self.team.set(team);
     }
 
-    /// One `stream-json` line (only with `--output stream-json`).
+    /// One event: in the run's log, and a `stream-json` line (only with
+    /// `--output stream-json`).
     pub(crate) fn line(&self, kind: &str, agent: &str, fields: Value) {
-        if self.format != OutputFormat::StreamJson {
-            return;
+        if self.format == OutputFormat::StreamJson {
+            self.print(kind, agent, fields);
+        } else {
+            stream_json::log(&stream_json::event(&self.run_id, kind, agent, fields));
         }
-        self.print(kind, agent, fields);
     }
 
     fn print(&self, kind: &str, agent: &str, fields: Value) {
-        let mut event = json!({
-            "v": 1,
-            "type": kind,
-            "ts": now_ms(),
-            "run_id": self.run_id,
-            "agent": agent,
-        });
-        if let (Value::Object(event), Value::Object(fields)) = (&mut event, fields) {
-            event.extend(fields);
-        }
+        let event = stream_json::event(&self.run_id, kind, agent, fields);
         let _guard = self.lock.lock();
-        let mut stdout = std::io::stdout().lock();
-        let _ = writeln!(stdout, "{event}");
-        let _ = stdout.flush();
+        stream_json::log(&event);
+        stream_json::print(&event);
     }
 
     /// The `run_finished` event (json, stream-json) or the result text.
@@ -78,6 +65,12 @@ impl TeamPrinter {
                 self.print("run_finished", super::LEAD, fields)
             }
             OutputFormat::Text => {
+                stream_json::log(&stream_json::event(
+                    &self.run_id,
+                    "run_finished",
+                    super::LEAD,
+                    fields,
+                ));
                 let mut stdout = std::io::stdout().lock();
                 let _ = writeln!(stdout, "{text}");
                 let _ = stdout.flush();
@@ -127,9 +120,22 @@ impl EventSink for TeamPrinter {
             );
             team.states.send_modify(|n| *n += 1);
         }
+        // DESIGN.md's event types only on stdout (mode changes show in model_turn and
+        // approval_decided); the log file gets every event.
+        if self.format == OutputFormat::StreamJson
+            && !matches!(event, RuntimeEvent::ModeChanged { .. })
+        {
+            self.print(event.kind(), event.agent(), event.fields());
+        } else {
+            stream_json::log(&stream_json::event(
+                &self.run_id,
+                event.kind(),
+                event.agent(),
+                event.fields(),
+            ));
+        }
         match self.format {
-            OutputFormat::StreamJson if matches!(event, RuntimeEvent::ModeChanged { .. }) => {}
-            OutputFormat::StreamJson => self.print(event.kind(), event.agent(), event.fields()),
+            OutputFormat::StreamJson => {}
             OutputFormat::Text => {
                 if let RuntimeEvent::ToolCall {
                     agent,

@@ -754,6 +754,58 @@ async fn a_run_leaves_its_json_lines_log_and_stdout_stays_clean() {
     }
 }
 
+/// Whatever `--output` prints, the run's log file records every event of the run as a
+/// `muster::event` line carrying the stream-json object.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_runs_log_records_every_event_whatever_the_output() {
+    let cases: [(&str, &str, &[&str]); 2] = [
+        ("single", "main", &[]),
+        ("team", "lead", &["--team", "teams/solo.toml"]),
+    ];
+    for (kind, agent, extra) in cases {
+        let dir = project();
+        std::fs::create_dir_all(dir.path().join("teams")).unwrap();
+        std::fs::write(dir.path().join("teams/solo.toml"), "name = \"solo\"\n").unwrap();
+        let fake = fake(vec![
+            ScriptEntry::reply(agent, 1, vec![tool("Read", json!({"file_path": "README.md"}))]),
+            ScriptEntry::reply(agent, 2, vec![Block::text("Read it.")]),
+        ])
+        .await;
+        let base = fake.base_url();
+        let args = [
+            &[
+                "run",
+                "-p",
+                "Read the README.",
+                "--base-url",
+                &base,
+                "--output",
+                "json",
+            ][..],
+            extra,
+        ]
+        .concat();
+        let output = muster(dir.path(), &args).await;
+        assert_eq!(output.status.code(), Some(0), "{kind}: {}", stderr(&output));
+        let finished = &lines(&output)[0];
+        let run_id = finished["run_id"].as_str().unwrap().to_owned();
+        let events: Vec<Value> = run_log(dir.path(), &run_id)
+            .into_iter()
+            .filter(|l| l["target"] == "muster::event")
+            .map(|l| serde_json::from_str(l["fields"]["event"].as_str().unwrap()).unwrap())
+            .collect();
+        let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        for expected in ["agent_started", "model_turn", "tool_call", "run_finished"] {
+            assert!(kinds.contains(&expected), "{kind}: {expected} in {kinds:?}");
+        }
+        let call = events.iter().find(|e| e["type"] == "tool_call").unwrap();
+        assert_eq!(call["tool"], "Read", "{kind}");
+        assert_eq!(call["run_id"], run_id.as_str());
+        assert_eq!(events.last().unwrap()["exit_code"], 0, "{kind}");
+        fake.verify().unwrap();
+    }
+}
+
 /// `muster resume` appends to the run's log: a run stopped awaiting a decision, approved, then
 /// resumed has two `run started` lines (the second resumed) and two `run finished` (exit 5,
 /// then 0) in one file.

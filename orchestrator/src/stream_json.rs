@@ -1,0 +1,49 @@
+//! The `stream-json` event (DESIGN.md: `{"v":1,"type","ts","run_id","agent",…}`), built the
+//! same way for single runs, team runs and batches. Every event of a run is also recorded in
+//! its log file (`.muster/logs/<run_id>.jsonl`), whatever `--output` prints.
+
+use std::io::Write as _;
+
+use serde_json::{Value, json};
+
+/// Milliseconds since the Unix epoch: the events' `ts`.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// The event `kind` of `agent` in run `run_id`, with its own `fields` after the common ones.
+pub fn event(run_id: &str, kind: &str, agent: &str, fields: Value) -> Value {
+    let mut event = json!({
+        "v": 1,
+        "type": kind,
+        "ts": now_ms(),
+        "run_id": run_id,
+        "agent": agent,
+    });
+    if let (Value::Object(event), Value::Object(fields)) = (&mut event, fields) {
+        event.extend(fields);
+    }
+    event
+}
+
+/// Records `event` in the run's log file (an `info` line of target `muster::event`).
+pub fn log(event: &Value) {
+    tracing::info!(
+        target: "muster::event",
+        kind = event["type"].as_str().unwrap_or_default(),
+        agent = event["agent"].as_str().unwrap_or_default(),
+        event = %event,
+        "event"
+    );
+}
+
+/// Prints `event` as one line on stdout, flushed (callers hold their printer's lock, so
+/// lines of concurrent agents never mix).
+pub fn print(event: &Value) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{event}");
+    let _ = stdout.flush();
+}
