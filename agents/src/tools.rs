@@ -22,7 +22,7 @@ mod output;
 mod read;
 mod registry;
 mod text;
-mod walk;
+pub(crate) mod walk;
 mod workspace;
 mod write;
 

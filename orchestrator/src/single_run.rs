@@ -699,25 +699,13 @@ impl Printer {
 
 impl EventSink for Printer {
     fn emit(&self, event: RuntimeEvent) {
-        // DESIGN.md's event types only on stdout: mode changes show in model_turn and
-        // approval_decided. The log file gets every event.
-        let on_stdout = self.format == OutputFormat::StreamJson
-            && !matches!(event, RuntimeEvent::ModeChanged { .. });
-        if on_stdout {
+        if self.format == OutputFormat::StreamJson && stream_json::on_stream(&event) {
             self.line(event.kind(), event.agent(), event.fields());
         } else {
             self.log(event.kind(), event.agent(), event.fields());
         }
-        if self.format == OutputFormat::Text
-            && let RuntimeEvent::ToolCall {
-                agent,
-                tool,
-                decision,
-                reason,
-                ..
-            } = &event
-        {
-            eprintln!("[{agent}] {tool}: {decision} ({reason})");
+        if self.format == OutputFormat::Text {
+            stream_json::text_progress(&event);
         }
     }
 }

@@ -4,6 +4,7 @@
 
 use std::io::Write as _;
 
+use muster_agents::runtime::RuntimeEvent;
 use serde_json::{Value, json};
 
 /// Milliseconds since the Unix epoch: the events' `ts`.
@@ -46,4 +47,24 @@ pub fn print(event: &Value) {
     let mut stdout = std::io::stdout().lock();
     let _ = writeln!(stdout, "{event}");
     let _ = stdout.flush();
+}
+
+/// Whether `event` is one of DESIGN.md's `stream-json` types (a mode change is not: it shows
+/// in `model_turn` and `approval_decided`); the log file gets every event.
+pub fn on_stream(event: &RuntimeEvent) -> bool {
+    !matches!(event, RuntimeEvent::ModeChanged { .. })
+}
+
+/// `--output text`'s progress on stderr: a line per tool call, with its decision.
+pub fn text_progress(event: &RuntimeEvent) {
+    if let RuntimeEvent::ToolCall {
+        agent,
+        tool,
+        decision,
+        reason,
+        ..
+    } = event
+    {
+        eprintln!("[{agent}] {tool}: {decision} ({reason})");
+    }
 }

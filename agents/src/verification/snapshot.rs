@@ -27,7 +27,6 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use ignore::WalkBuilder;
 use serde::{Deserialize, Serialize};
 
 use super::VerificationError;
@@ -326,15 +325,8 @@ impl WorkspaceSnapshot {
 /// Every file under `root` the snapshot covers, with its metadata; more than `max_files` is
 /// an error (found before anything is read).
 fn walk(root: &Path, max_files: usize) -> Result<Vec<Found>, VerificationError> {
-    let walker = WalkBuilder::new(root)
-        .hidden(false)
-        .git_ignore(true)
-        .git_global(false)
-        .git_exclude(true)
-        .require_git(false)
-        .ignore(true)
-        .parents(true)
-        .follow_links(false)
+    // The tools' walker (the same gitignore rules as Glob and Grep), skipping more.
+    let walker = crate::tools::walk::walker(root)
         .filter_entry(|entry| {
             !(entry.depth() > 0
                 && entry.file_type().is_some_and(|kind| kind.is_dir())

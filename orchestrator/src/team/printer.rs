@@ -120,11 +120,7 @@ impl EventSink for TeamPrinter {
             );
             team.states.send_modify(|n| *n += 1);
         }
-        // DESIGN.md's event types only on stdout (mode changes show in model_turn and
-        // approval_decided); the log file gets every event.
-        if self.format == OutputFormat::StreamJson
-            && !matches!(event, RuntimeEvent::ModeChanged { .. })
-        {
+        if self.format == OutputFormat::StreamJson && stream_json::on_stream(&event) {
             self.print(event.kind(), event.agent(), event.fields());
         } else {
             stream_json::log(&stream_json::event(
@@ -134,21 +130,8 @@ impl EventSink for TeamPrinter {
                 event.fields(),
             ));
         }
-        match self.format {
-            OutputFormat::StreamJson => {}
-            OutputFormat::Text => {
-                if let RuntimeEvent::ToolCall {
-                    agent,
-                    tool,
-                    decision,
-                    reason,
-                    ..
-                } = &event
-                {
-                    eprintln!("[{agent}] {tool}: {decision} ({reason})");
-                }
-            }
-            OutputFormat::Json => {}
+        if self.format == OutputFormat::Text {
+            stream_json::text_progress(&event);
         }
     }
 }
