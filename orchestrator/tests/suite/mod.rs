@@ -3,6 +3,7 @@ mod bench_cli;
 mod check_cli;
 mod config_cli;
 mod demo_cli;
+mod openai_cli;
 mod resume_cli;
 mod run_cli;
 mod store_cli;
