@@ -78,7 +78,8 @@ pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
 }
 
 /// Joins the run's plan files on disk with its plan approval requests; the newest request for
-/// a file decides its state.
+/// a file decides its state. An empty file no request names is left out: it is the slug's
+/// reservation (`{slug}.md` is created empty when the run starts), not a plan.
 pub fn collect(
     plans_dir: &Path,
     slug: &str,
@@ -87,6 +88,9 @@ pub fn collect(
 ) -> Vec<PlanEntry> {
     let mut by_file: BTreeMap<PathBuf, PlanEntry> = BTreeMap::new();
     for file in plan_files(plans_dir, slug) {
+        if std::fs::metadata(&file).is_ok_and(|m| m.len() == 0) {
+            continue;
+        }
         let agent = agent_of(&file, slug);
         by_file.insert(
             file.clone(),

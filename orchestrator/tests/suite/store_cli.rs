@@ -191,11 +191,26 @@ async fn inspection_commands_read_a_run() {
         tasks.contains("write the parser") && tasks.contains("blocked") && tasks.contains("#1"),
         "{tasks}"
     );
+    // The slug's empty reservation is no plan; a written file no request names is a draft.
+    std::fs::create_dir_all(dir.path().join(".muster/plans")).unwrap();
+    std::fs::write(dir.path().join(".muster/plans/brave-red-fox.md"), "").unwrap();
+    std::fs::write(
+        dir.path().join(".muster/plans/brave-red-fox-agent-bob.md"),
+        "## Steps\n1. think\n",
+    )
+    .unwrap();
     let plans = stdout(&muster(dir.path(), &["plans", "--run", "r1"]));
     assert!(
         plans.contains("brave-red-fox-agent-alice.md (missing)") && plans.contains("pending"),
         "{plans}"
     );
+    assert!(
+        plans
+            .lines()
+            .any(|l| l.contains("-agent-bob.md") && l.contains("draft")),
+        "{plans}"
+    );
+    assert!(!plans.contains("brave-red-fox.md"), "{plans}");
     let runs = stdout(&muster(dir.path(), &["runs"]));
     assert!(
         runs.contains("interrupted"),
