@@ -5,161 +5,31 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
+use std::path::Path;
 
-use muster_agents::model::{AnthropicOptions, ClientConfig, HttpClient, ThinkingSettings};
-use muster_agents::runtime::{
-    AgentKind, AgentOutcome, AgentRuntime, AgentSpec, EngineGate, ModeModel, ModelRouter, NoEvents,
-    PlanApprover, PlanFiles, Record, RunContext, TRANSCRIPT,
-};
-use muster_agents::tools::{ToolRegistry, Workspace};
+use muster_agents::runtime::{AgentKind, AgentOutcome, AgentRuntime, PlanApprover, Record};
 use muster_agents::verification::{BashEffects, Status, bash_calls_waiting, build_report};
-use muster_config::{AgentCatalog, PermissionMode, PermissionRules, Policy};
-use muster_fake_llm::{Block, FakeLlm, FakeLlmHandle, ScriptEntry};
-use muster_mailbox::*;
-use serde_json::{Value, json};
-use tokio::sync::Semaphore;
+use muster_config::PermissionMode;
+use muster_fake_llm::{Block, ScriptEntry};
+use muster_mailbox::MemberKind;
+use serde_json::json;
 
-const GUARD: Duration = Duration::from_secs(60);
+use super::harness::{GUARD, RunHarness, policy, run, spec, teammate};
 
 const PLAN: &str = "## Goal\nFill a.rs.\n## Steps\n1. Write `src/a.rs`\n## Files\nsrc/a.rs\n## Tests\nnone\n## Risks\nnone\n";
 
-struct Harness {
-    dir: tempfile::TempDir,
-    store: Arc<SqliteStore>,
-    fake: FakeLlmHandle,
-}
-
-impl Harness {
-    async fn new(script: Vec<ScriptEntry>) -> Harness {
-        let dir = tempfile::tempdir().unwrap();
-        let ws = dir.path().join("ws");
-        std::fs::create_dir_all(ws.join(".muster/plans")).unwrap();
-        std::fs::create_dir_all(ws.join("src")).unwrap();
-        std::fs::write(ws.join("src/a.rs"), "// empty\n").unwrap();
-        // The tests' markers and FIFOs are not the agents' changes.
-        std::fs::write(ws.join(".gitignore"), "target/\nmarker\n*.fifo\n").unwrap();
-        let store = Arc::new(
-            SqliteStore::open(&dir.path().join("muster.db"), StoreOptions::default()).unwrap(),
-        );
-        store
-            .create_run(NewRun {
-                id: "r1".into(),
-                slug: "calm-baking-otter".into(),
-                team: None,
-                workspace: ws.display().to_string(),
-                batch_line_id: None,
-                auto_gate: AutoGate::default(),
-                launch_options: json!({}),
-            })
-            .await
-            .unwrap();
-        let fake = FakeLlm::start(script).await.unwrap();
-        Harness { dir, store, fake }
-    }
-
-    fn workspace(&self) -> PathBuf {
-        std::fs::canonicalize(self.dir.path().join("ws")).unwrap()
-    }
-
-    fn context(&self, approver: PlanApprover) -> Arc<RunContext> {
-        let catalog = Arc::new(AgentCatalog::built_in().unwrap());
-        let mut config = ClientConfig::new(self.fake.base_url(), Some("test-key".into()));
-        config.retry.max_retries = 0;
-        let model = ModeModel {
-            provider: Arc::new(HttpClient::anthropic(config, AnthropicOptions::default()).unwrap()),
-            model: "claude-sonnet-4-5".into(),
-            max_tokens: 4096,
-            thinking: ThinkingSettings::default(),
-        };
-        Arc::new(RunContext {
-            run_id: "r1".into(),
-            epoch: 1,
-            store: self.store.clone(),
-            models: ModelRouter::single(model),
-            gate: Arc::new(EngineGate::new(
-                PermissionRules::default(),
-                catalog.clone(),
-                None,
-            )),
-            catalog,
-            tools: ToolRegistry::standard(),
-            workspace: Workspace::new(self.workspace()).unwrap(),
-            plans: PlanFiles::new(self.workspace().join(".muster/plans"), "calm-baking-otter"),
-            approver,
-            terminal: None,
-            events: Arc::new(NoEvents),
-            instructions: String::new(),
-            environment: Vec::new(),
-            subagents: Arc::new(Semaphore::new(2)),
-            budget: Arc::new(RunContext::budget_ledger(
-                &Default::default(),
-                None,
-                None,
-                BTreeMap::new(),
-            )),
-            compaction: Default::default(),
-        })
-    }
-
-    async fn member(&self, agent: &str, kind: MemberKind) {
-        self.store
-            .add_member(
-                "r1",
-                RosterEntry {
-                    agent: agent.into(),
-                    kind,
-                    definition: Some("general".into()),
-                    parent: None,
-                },
-            )
-            .await
-            .unwrap();
-    }
-
-    async fn bodies(&self, agent: &str) -> Vec<Value> {
-        self.store
-            .records("r1", agent, TRANSCRIPT, 0)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|row| row.body)
-            .collect()
-    }
-
-    async fn records(&self, agent: &str) -> Vec<Record> {
-        self.bodies(agent)
-            .await
-            .iter()
-            .map(|body| serde_json::from_value(body.clone()).unwrap())
-            .collect()
-    }
-}
-
-fn spec(agent: &str, kind: AgentKind, mode: PermissionMode) -> AgentSpec {
-    AgentSpec {
-        agent_id: agent.into(),
-        kind,
-        definition: "general".into(),
-        mode,
-        pre_plan_mode: None,
-        approval_ceiling: None,
-        inherited_model: None,
-    }
+/// A run whose workspace has `src/a.rs`; the tests' markers and FIFOs are not the agents'
+/// changes.
+async fn harness(script: Vec<ScriptEntry>) -> RunHarness {
+    RunHarness::setup()
+        .file("src/a.rs", "// empty\n")
+        .file(".gitignore", "target/\nmarker\n*.fifo\n")
+        .start(script)
+        .await
 }
 
 fn bash(command: &str) -> Block {
     Block::tool_use("Bash", json!({"command": command}))
-}
-
-async fn run(agent: &mut AgentRuntime) -> AgentOutcome {
-    tokio::time::timeout(GUARD, agent.run())
-        .await
-        .expect("guard timeout")
-        .unwrap()
 }
 
 /// Each Bash call's `bash_effects` record, with the index of the record that follows it.
@@ -176,7 +46,7 @@ fn effects_of(records: &[Record]) -> Vec<(BashEffects, Option<&Record>)> {
 
 #[tokio::test]
 async fn bash_edits_after_an_approved_plan_are_recorded_and_verified() {
-    let h = Harness::new(vec![
+    let h = harness(vec![
         ScriptEntry::reply(
             "main",
             1,
@@ -195,16 +65,7 @@ async fn bash_edits_after_an_approved_plan_are_recorded_and_verified() {
     ])
     .await;
     h.member("main", MemberKind::Lead).await;
-    let approver = PlanApprover::Policy {
-        policy: Arc::new(
-            Policy::parse(
-                "policy.toml",
-                "approve_all = true\nmax_mode = \"bypassPermissions\"\n",
-            )
-            .unwrap(),
-        ),
-        responder: "policy:policy.toml".into(),
-    };
+    let approver = policy("approve_all = true\nmax_mode = \"bypassPermissions\"\n");
     let mut main = spec("main", AgentKind::Main, PermissionMode::Plan);
     main.pre_plan_mode = Some(PermissionMode::BypassPermissions);
     let context = h.context(approver);
@@ -284,7 +145,7 @@ async fn bash_edits_after_an_approved_plan_are_recorded_and_verified() {
 #[tokio::test]
 async fn a_workspace_that_cannot_be_snapshotted_still_runs_the_command() {
     // The command moves the workspace away: the snapshot after it fails.
-    let h = Harness::new(vec![
+    let h = harness(vec![
         ScriptEntry::reply(
             "main",
             1,
@@ -302,8 +163,8 @@ async fn a_workspace_that_cannot_be_snapshotted_still_runs_the_command() {
     .await
     .unwrap();
     let outcome = run(&mut agent).await;
-    let workspace = h.dir.path().join("ws");
-    std::fs::rename(h.dir.path().join("ws-moved"), &workspace).unwrap();
+    let workspace = h.dir().join("ws");
+    std::fs::rename(h.dir().join("ws-moved"), &workspace).unwrap();
     assert_eq!(
         std::fs::read_to_string(workspace.join("src/a.rs")).unwrap(),
         "x"
@@ -348,7 +209,7 @@ async fn release(fifo: &Path) {
 
 #[tokio::test]
 async fn concurrent_bash_calls_in_one_workspace_are_serialised_and_each_sees_its_own_files() {
-    let h = Harness::new(Vec::new()).await;
+    let h = harness(Vec::new()).await;
     let marker = h.workspace().join("marker");
     let fifo = h.workspace().join("gate.fifo");
     let made = std::process::Command::new("mkfifo")
@@ -374,13 +235,7 @@ async fn concurrent_bash_calls_in_one_workspace_are_serialised_and_each_sees_its
         h.member(agent, MemberKind::Teammate).await;
         let mut runtime = AgentRuntime::start(
             context.clone(),
-            spec(
-                agent,
-                AgentKind::Teammate {
-                    lead: "lead".into(),
-                },
-                PermissionMode::BypassPermissions,
-            ),
+            teammate(agent, PermissionMode::BypassPermissions),
             "Write your file.",
         )
         .await
@@ -444,7 +299,7 @@ async fn concurrent_bash_calls_in_one_workspace_are_serialised_and_each_sees_its
 
 #[tokio::test]
 async fn a_file_another_agent_writes_while_a_command_runs_is_not_the_commands() {
-    let h = Harness::new(Vec::new()).await;
+    let h = harness(Vec::new()).await;
     let started = h.workspace().join("started.fifo");
     let ending = h.workspace().join("ending.fifo");
     for fifo in [&started, &ending] {
@@ -478,26 +333,25 @@ async fn a_file_another_agent_writes_while_a_command_runs_is_not_the_commands() 
         .unwrap();
     h.member("lead", MemberKind::Lead).await;
     let context = h.context(PlanApprover::Human);
-    let teammate = |agent: &str| {
-        spec(
-            agent,
-            AgentKind::Teammate {
-                lead: "lead".into(),
-            },
-            PermissionMode::BypassPermissions,
-        )
-    };
     h.member("alice", MemberKind::Teammate).await;
-    let mut alice = AgentRuntime::start(context.clone(), teammate("alice"), "Write yours.")
-        .await
-        .unwrap();
+    let mut alice = AgentRuntime::start(
+        context.clone(),
+        teammate("alice", PermissionMode::BypassPermissions),
+        "Write yours.",
+    )
+    .await
+    .unwrap();
     let alice = tokio::spawn(async move { run(&mut alice).await });
     release(&started).await;
     // alice's command is running: bob writes meanwhile, to the end of his run.
     h.member("bob", MemberKind::Teammate).await;
-    let mut bob = AgentRuntime::start(context, teammate("bob"), "Write yours.")
-        .await
-        .unwrap();
+    let mut bob = AgentRuntime::start(
+        context,
+        teammate("bob", PermissionMode::BypassPermissions),
+        "Write yours.",
+    )
+    .await
+    .unwrap();
     run(&mut bob).await;
     assert_eq!(
         std::fs::read_to_string(h.workspace().join("bob.txt")).unwrap(),

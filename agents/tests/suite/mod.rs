@@ -1,6 +1,7 @@
 mod bash_effects;
 mod budget;
 mod compaction;
+mod harness;
 mod model;
 mod permission;
 mod runtime;
