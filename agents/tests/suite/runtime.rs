@@ -6,23 +6,21 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
 use std::collections::BTreeMap;
+use std::ops::Deref;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use muster_agents::model::{AnthropicOptions, ClientConfig, HttpClient, ThinkingSettings};
 use muster_agents::runtime::{
-    AgentKind, AgentOutcome, AgentRuntime, AgentSpec, EngineGate, EventSink, ModeModel,
-    ModelRouter, PlanApprover, PlanFiles, Record, RunContext, RuntimeEvent, TRANSCRIPT,
+    AgentKind, AgentOutcome, AgentRuntime, EventSink, ModelRouter, PlanApprover, PlanFiles, Record,
+    RunContext, RuntimeEvent,
 };
-use muster_agents::tools::{ToolRegistry, Workspace};
-use muster_config::{AgentCatalog, PermissionMode, PermissionRules, Policy};
-use muster_fake_llm::{Block, FakeLlm, FakeLlmHandle, ScriptEntry};
+use muster_config::PermissionMode;
+use muster_fake_llm::{Block, ScriptEntry};
 use muster_mailbox::*;
 use serde_json::{Value, json};
-use tokio::sync::Semaphore;
 
-const GUARD: Duration = Duration::from_secs(60);
+use super::harness::{GUARD, RunHarness, SONNET, policy, run, spec, teammate};
+
 const PLAN: &str = "## Goal\nAdd a greeting.\n## Steps\n1. Write hello.txt\n## Files\nhello.txt\n## Tests\nnone\n## Risks\nnone\n";
 
 #[derive(Default)]
@@ -50,123 +48,42 @@ impl Events {
     }
 }
 
+/// The shared run harness (a README in the workspace) with the runtime's events recorded.
 struct Harness {
-    dir: tempfile::TempDir,
-    store: Arc<SqliteStore>,
-    fake: FakeLlmHandle,
+    run: RunHarness,
     events: Arc<Events>,
+}
+
+impl Deref for Harness {
+    type Target = RunHarness;
+
+    fn deref(&self) -> &RunHarness {
+        &self.run
+    }
 }
 
 impl Harness {
     async fn new(script: Vec<ScriptEntry>) -> Harness {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("ws/.muster/plans")).unwrap();
-        std::fs::write(dir.path().join("ws/README.md"), "hello\n").unwrap();
-        let store = Arc::new(
-            SqliteStore::open(&dir.path().join("muster.db"), StoreOptions::default()).unwrap(),
-        );
-        store
-            .create_run(NewRun {
-                id: "r1".into(),
-                slug: "calm-baking-otter".into(),
-                team: None,
-                workspace: dir.path().join("ws").display().to_string(),
-                batch_line_id: None,
-                auto_gate: AutoGate::default(),
-                launch_options: json!({}),
-            })
-            .await
-            .unwrap();
-        let fake = FakeLlm::start(script).await.unwrap();
         Harness {
-            dir,
-            store,
-            fake,
+            run: RunHarness::setup()
+                .file("README.md", "hello\n")
+                .start(script)
+                .await,
             events: Arc::new(Events::default()),
         }
     }
 
-    fn workspace(&self) -> PathBuf {
-        std::fs::canonicalize(self.dir.path().join("ws")).unwrap()
-    }
-
-    fn plans(&self) -> PlanFiles {
-        PlanFiles::new(self.workspace().join(".muster/plans"), "calm-baking-otter")
-    }
-
-    fn model(&self, name: &str) -> ModeModel {
-        let mut config = ClientConfig::new(self.fake.base_url(), Some("test-key".into()));
-        config.retry.max_retries = 0;
-        ModeModel {
-            provider: Arc::new(HttpClient::anthropic(config, AnthropicOptions::default()).unwrap()),
-            model: name.into(),
-            max_tokens: 4096,
-            thinking: ThinkingSettings::default(),
-        }
-    }
-
-    fn context(&self, approver: PlanApprover, models: ModelRouter) -> Arc<RunContext> {
-        let catalog = Arc::new(AgentCatalog::built_in().unwrap());
+    /// The run's context with these models, its events recorded.
+    fn routed(&self, approver: PlanApprover, models: ModelRouter) -> Arc<RunContext> {
         Arc::new(RunContext {
-            run_id: "r1".into(),
-            epoch: 1,
-            store: self.store.clone(),
             models,
-            gate: Arc::new(EngineGate::new(
-                PermissionRules::default(),
-                catalog.clone(),
-                None,
-            )),
-            catalog,
-            tools: ToolRegistry::standard(),
-            workspace: Workspace::new(self.workspace()).unwrap(),
-            plans: self.plans(),
-            approver,
-            terminal: None,
             events: self.events.clone(),
-            instructions: String::new(),
-            environment: Vec::new(),
-            subagents: Arc::new(Semaphore::new(2)),
-            budget: Arc::new(RunContext::budget_ledger(
-                &Default::default(),
-                None,
-                None,
-                BTreeMap::new(),
-            )),
-            compaction: Default::default(),
+            ..self.run_context(approver)
         })
     }
 
     fn single(&self, approver: PlanApprover) -> Arc<RunContext> {
-        self.context(
-            approver,
-            ModelRouter::single(self.model("claude-sonnet-4-5")),
-        )
-    }
-
-    async fn member(&self, agent: &str, kind: MemberKind) {
-        self.store
-            .add_member(
-                "r1",
-                RosterEntry {
-                    agent: agent.into(),
-                    kind,
-                    definition: Some("general".into()),
-                    parent: None,
-                },
-            )
-            .await
-            .unwrap();
-    }
-
-    async fn records(&self, agent: &str) -> Vec<Record> {
-        self.store
-            .records("r1", agent, TRANSCRIPT, 0)
-            .await
-            .unwrap()
-            .iter()
-            .map(|row| Record::from_stored(row).unwrap())
-            .collect()
+        self.routed(approver, ModelRouter::single(self.model(SONNET)))
     }
 
     async fn tool_calls(&self, agent: &str) -> Vec<(String, String, String, bool)> {
@@ -208,38 +125,12 @@ impl Harness {
     }
 }
 
-fn spec(agent: &str, kind: AgentKind, mode: PermissionMode) -> AgentSpec {
-    AgentSpec {
-        agent_id: agent.into(),
-        kind,
-        definition: "general".into(),
-        mode,
-        pre_plan_mode: None,
-        approval_ceiling: None,
-        inherited_model: None,
-    }
-}
-
 fn reply(agent: &str, turn: u64, blocks: Vec<Block>) -> ScriptEntry {
     ScriptEntry::reply(agent, turn, blocks)
 }
 
 fn tool(name: &str, input: Value) -> Block {
     Block::tool_use(name, input)
-}
-
-async fn run(agent: &mut AgentRuntime) -> AgentOutcome {
-    tokio::time::timeout(GUARD, agent.run())
-        .await
-        .expect("guard timeout")
-        .unwrap()
-}
-
-fn policy(text: &str) -> PlanApprover {
-    PlanApprover::Policy {
-        policy: Arc::new(Policy::parse("policy.toml", text).unwrap()),
-        responder: "policy:policy.toml".into(),
-    }
 }
 
 fn modes(records: &[Record]) -> Vec<PermissionMode> {
@@ -337,16 +228,6 @@ async fn main_agent_plan_approved_by_policy_then_acts() {
         .into_iter()
         .collect();
     assert!(kinds.contains(&"approval_requested") && kinds.contains(&"approval_decided"));
-}
-
-fn teammate(agent: &str, mode: PermissionMode) -> AgentSpec {
-    spec(
-        agent,
-        AgentKind::Teammate {
-            lead: "lead".into(),
-        },
-        mode,
-    )
 }
 
 /// Waits (pushed wake-up) for the next mail to `agent`.
@@ -719,7 +600,7 @@ async fn plan_file_names_per_agent_and_slugs_reserved_with_create_new() {
         ]
     );
     // Two reservations with the same random sequence still get distinct slugs.
-    let reserved = h.dir.path().join("reserved");
+    let reserved = h.dir().join("reserved");
     let first = PlanFiles::reserve(&reserved, &mut fastrand::Rng::with_seed(3)).unwrap();
     let second = PlanFiles::reserve(&reserved, &mut fastrand::Rng::with_seed(3)).unwrap();
     assert_ne!(first.slug(), second.slug());
@@ -753,7 +634,7 @@ async fn per_mode_models_and_the_mode_section_change_between_plan_and_act_turns(
         plan: h.model("claude-opus-4-1"),
         act: h.model("claude-sonnet-4-5"),
     };
-    let context = h.context(
+    let context = h.routed(
         policy("approve_all = true\nmax_mode = \"acceptEdits\"\n"),
         models,
     );
