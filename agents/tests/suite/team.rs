@@ -7,24 +7,20 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
+use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 
-use muster_agents::model::{
-    AnthropicOptions, ClientConfig, ContentBlock, HttpClient, ThinkingSettings,
-};
+use muster_agents::model::ContentBlock;
 use muster_agents::runtime::team::{
     SpawnRequest, SpawnedTeammate, TeamFuture, TeamServices, register_team,
 };
-use muster_agents::runtime::{
-    AgentKind, AgentRuntime, AgentSpec, EngineGate, ModeModel, ModelRouter, NoEvents, PlanApprover,
-    PlanFiles, RunContext,
-};
-use muster_agents::tools::{ToolRegistry, Workspace};
-use muster_config::{AgentCatalog, PermissionMode, PermissionRules};
-use muster_fake_llm::{Block, FakeLlm, FakeLlmHandle, ScriptEntry};
+use muster_agents::runtime::{AgentKind, AgentRuntime, AgentSpec, PlanApprover, RunContext};
+use muster_config::PermissionMode;
+use muster_fake_llm::{Block, ScriptEntry};
 use muster_mailbox::*;
 use serde_json::{Value, json};
-use tokio::sync::Semaphore;
+
+use super::harness::RunHarness;
 
 const PLAN: &str = "## Goal\nGreet.\n## Steps\n1. Write hello.txt\n## Files\nhello.txt\n## Tests\nnone\n## Risks\nnone\n";
 
@@ -86,95 +82,40 @@ impl TeamServices for StubTeam {
     }
 }
 
+/// Team `t`'s run with the lead, alice and bob on its roster, the human approver and the
+/// run's epoch opened.
 struct Harness {
-    _dir: tempfile::TempDir,
-    store: Arc<SqliteStore>,
-    fake: FakeLlmHandle,
+    run: RunHarness,
     context: Arc<RunContext>,
+}
+
+impl Deref for Harness {
+    type Target = RunHarness;
+
+    fn deref(&self) -> &RunHarness {
+        &self.run
+    }
 }
 
 impl Harness {
     async fn new(run_id: &str, script: Vec<ScriptEntry>) -> Harness {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("ws/.muster/plans")).unwrap();
-        let store = Arc::new(
-            SqliteStore::open(&dir.path().join("muster.db"), StoreOptions::default()).unwrap(),
-        );
-        let workspace = std::fs::canonicalize(dir.path().join("ws")).unwrap();
-        store
-            .create_run(NewRun {
-                id: run_id.into(),
-                slug: "calm-baking-otter".into(),
-                team: Some("t".into()),
-                workspace: workspace.display().to_string(),
-                batch_line_id: None,
-                auto_gate: AutoGate::default(),
-                launch_options: json!({}),
-            })
-            .await
-            .unwrap();
+        let run = RunHarness::setup()
+            .run_id(run_id)
+            .team("t")
+            .start(script)
+            .await;
         for (agent, kind) in [
             ("lead", MemberKind::Lead),
             ("alice", MemberKind::Teammate),
             ("bob", MemberKind::Teammate),
         ] {
-            store
-                .add_member(
-                    run_id,
-                    RosterEntry {
-                        agent: agent.into(),
-                        kind,
-                        definition: Some("general".into()),
-                        parent: None,
-                    },
-                )
-                .await
-                .unwrap();
+            run.member(agent, kind).await;
         }
-        let fake = FakeLlm::start(script).await.unwrap();
-        let mut config = ClientConfig::new(fake.base_url(), Some("test-key".into()));
-        config.retry.max_retries = 0;
-        let model = ModeModel {
-            provider: Arc::new(HttpClient::anthropic(config, AnthropicOptions::default()).unwrap()),
-            model: "claude-sonnet-4-5".into(),
-            max_tokens: 4096,
-            thinking: ThinkingSettings::default(),
-        };
-        let catalog = Arc::new(AgentCatalog::built_in().unwrap());
         let context = Arc::new(RunContext {
-            run_id: run_id.into(),
-            epoch: store.open_epoch(run_id).await.unwrap(),
-            store: store.clone(),
-            models: ModelRouter::single(model),
-            gate: Arc::new(EngineGate::new(
-                PermissionRules::default(),
-                catalog.clone(),
-                None,
-            )),
-            catalog,
-            tools: ToolRegistry::standard(),
-            workspace: Workspace::new(&workspace).unwrap(),
-            plans: PlanFiles::new(workspace.join(".muster/plans"), "calm-baking-otter"),
-            approver: PlanApprover::Human,
-            terminal: None,
-            events: Arc::new(NoEvents),
-            instructions: String::new(),
-            environment: Vec::new(),
-            subagents: Arc::new(Semaphore::new(2)),
-            budget: Arc::new(RunContext::budget_ledger(
-                &Default::default(),
-                None,
-                None,
-                std::collections::BTreeMap::new(),
-            )),
-            compaction: Default::default(),
+            epoch: run.store.open_epoch(run_id).await.unwrap(),
+            ..run.run_context(PlanApprover::Human)
         });
-        Harness {
-            _dir: dir,
-            store,
-            fake,
-            context,
-        }
+        Harness { run, context }
     }
 
     async fn agent(&self, id: &str, mode: PermissionMode) -> AgentRuntime {
