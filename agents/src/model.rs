@@ -46,8 +46,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use muster_config::Settings;
 use muster_config::settings::{ProviderKind, ProviderSettings};
+use muster_config::{Layer, Settings};
 
 pub use anthropic::{
     AnthropicOptions, MIN_THINKING_BUDGET, VERSION as ANTHROPIC_VERSION, clip_thinking_budget,
@@ -151,9 +151,12 @@ pub fn client_config(
             ANTHROPIC_BASE_URL,
         ),
     };
+    // Loaded settings always hold a base URL: the built-in default (the official endpoint)
+    // at least. That one yields to the environment's variable, else it would never apply.
     let mut base_url = provider
         .base_url
         .as_ref()
+        .filter(|s| !(s.origin.layer == Layer::Default && s.value == official))
         .map(|s| s.value.clone())
         .or_else(|| lookup(url_var).filter(|v| !v.trim().is_empty()))
         .unwrap_or_else(|| official.to_owned());

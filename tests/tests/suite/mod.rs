@@ -1,1 +1,2 @@
 mod plan_cycle;
+mod provider_settings;
