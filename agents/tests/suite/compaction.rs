@@ -25,6 +25,8 @@ use muster_fake_llm::{Block, FakeLlm, ScriptEntry};
 use proptest::prelude::*;
 use serde_json::json;
 
+use super::harness::{RunHarness, SONNET, load_settings, run, spec};
+
 // ---------------------------------------------------------------- transcripts
 
 fn calls(turn: usize, n: usize) -> Vec<ContentBlock> {
@@ -326,18 +328,9 @@ proptest! {
 
 fn builtin_catalogue() -> BTreeMap<String, ModelInfo> {
     let dir = tempfile::tempdir().unwrap();
-    let project = muster_config::project::ProjectRoot::at(dir.path());
-    let env = BTreeMap::new();
-    let cli = muster_config::CliOverrides::new();
-    muster_config::Settings::load(&muster_config::SettingsInputs {
-        project_root: &project,
-        home_dir: None,
-        env: &env,
-        cli: &cli,
-    })
-    .unwrap_or_else(|e| panic!("{e}"))
-    .value
-    .models
+    load_settings(dir.path(), muster_config::CliOverrides::new())
+        .unwrap_or_else(|e| panic!("{e}"))
+        .models
 }
 
 #[test]
@@ -860,12 +853,6 @@ async fn the_summary_request_is_sent_as_compact_and_the_rebuilt_context_is_accep
 
 // ---------------------------------------------------------------- in a run
 
-struct NoEvents;
-
-impl muster_agents::runtime::EventSink for NoEvents {
-    fn emit(&self, _event: muster_agents::runtime::RuntimeEvent) {}
-}
-
 fn with_usage(mut entry: ScriptEntry, input: u64) -> ScriptEntry {
     if let Some(reply) = entry.reply.as_mut() {
         reply.usage = Some(muster_fake_llm::UsageSpec {
@@ -885,69 +872,14 @@ fn with_usage(mut entry: ScriptEntry, input: u64) -> ScriptEntry {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_request_after_compaction_carries_the_task_board_read_from_the_store() {
     use muster_agents::runtime::{
-        AgentKind, AgentOutcome, AgentRuntime, AgentSpec, CompactionPolicy, EngineGate, ModeModel,
-        ModelRouter, PlanApprover, PlanFiles, RunContext,
+        AgentKind, AgentOutcome, AgentRuntime, CompactionPolicy, ModeModel, ModelRouter,
+        PlanApprover, RunContext,
     };
-    use muster_agents::tools::{ToolRegistry, Workspace};
-    use muster_config::{AgentCatalog, PermissionMode, PermissionRules};
-    use muster_mailbox::{
-        AutoGate, MailboxStore, MemberKind, NewRun, NewTask, RosterEntry, SqliteStore,
-        StoreOptions, TaskStatus, TaskUpdate,
-    };
-
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("ws");
-    std::fs::create_dir_all(root.join(".muster/plans")).unwrap();
-    std::fs::write(root.join("README.md"), "hello\n").unwrap();
-    let root = std::fs::canonicalize(root).unwrap();
-    let store = Arc::new(
-        SqliteStore::open(&dir.path().join("muster.db"), StoreOptions::default()).unwrap(),
-    );
-    store
-        .create_run(NewRun {
-            id: "r1".into(),
-            slug: "calm-baking-otter".into(),
-            team: None,
-            workspace: root.display().to_string(),
-            batch_line_id: None,
-            auto_gate: AutoGate::default(),
-            launch_options: json!({}),
-        })
-        .await
-        .unwrap();
-    store
-        .add_member(
-            "r1",
-            RosterEntry {
-                agent: "main".into(),
-                kind: MemberKind::Lead,
-                definition: Some("general".into()),
-                parent: None,
-            },
-        )
-        .await
-        .unwrap();
-    let mut ids = Vec::new();
-    for (subject, blocked_by) in [
-        ("Write the tokenizer", vec![]),
-        ("Test the tokenizer", vec![1]),
-    ] {
-        let task = store
-            .create_task(NewTask {
-                run_id: "r1".into(),
-                created_by: "main".into(),
-                subject: subject.into(),
-                description: String::new(),
-                blocked_by,
-            })
-            .await
-            .unwrap();
-        ids.push(task.task_id);
-    }
-    assert_eq!(ids, vec![1, 2]);
+    use muster_config::PermissionMode;
+    use muster_mailbox::{MailboxStore, MemberKind, NewTask, TaskStatus, TaskUpdate};
 
     let note = "HANDOFF: README.md was read twice.";
-    let fake = FakeLlm::start(vec![
+    let script = vec![
         with_usage(
             ScriptEntry::reply(
                 "main",
@@ -972,20 +904,34 @@ async fn the_request_after_compaction_carries_the_task_board_read_from_the_store
             ScriptEntry::reply("main", 4, vec![Block::text("Done.")]),
             900,
         ),
-    ])
-    .await
-    .unwrap();
-    let mut config = ClientConfig::new(fake.base_url(), Some("test-key".into()));
-    config.retry.max_retries = 0;
-    let model = ModeModel {
-        provider: Arc::new(HttpClient::anthropic(config, AnthropicOptions::default()).unwrap()),
-        model: "claude-sonnet-4-5".into(),
-        max_tokens: 1000,
-        thinking: ThinkingSettings::default(),
-    };
-    let catalog = Arc::new(AgentCatalog::built_in().unwrap());
+    ];
+    let h = RunHarness::setup()
+        .file("README.md", "hello\n")
+        .start(script)
+        .await;
+    h.member("main", MemberKind::Lead).await;
+    let mut ids = Vec::new();
+    for (subject, blocked_by) in [
+        ("Write the tokenizer", vec![]),
+        ("Test the tokenizer", vec![1]),
+    ] {
+        let task = h
+            .store
+            .create_task(NewTask {
+                run_id: "r1".into(),
+                created_by: "main".into(),
+                subject: subject.into(),
+                description: String::new(),
+                blocked_by,
+            })
+            .await
+            .unwrap();
+        ids.push(task.task_id);
+    }
+    assert_eq!(ids, vec![1, 2]);
+
     let models = BTreeMap::from([(
-        "claude-sonnet-4-5".to_owned(),
+        SONNET.to_owned(),
         ModelInfo {
             context_window: Some(20_000),
             max_output: Some(1_000),
@@ -993,53 +939,25 @@ async fn the_request_after_compaction_carries_the_task_board_read_from_the_store
         },
     )]);
     let context = Arc::new(RunContext {
-        run_id: "r1".into(),
-        epoch: 1,
-        store: store.clone(),
-        models: ModelRouter::single(model),
-        gate: Arc::new(EngineGate::new(
-            PermissionRules::default(),
-            catalog.clone(),
-            None,
-        )),
-        catalog,
-        tools: ToolRegistry::standard(),
-        workspace: Workspace::new(&root).unwrap(),
-        plans: PlanFiles::new(root.join(".muster/plans"), "calm-baking-otter"),
-        approver: PlanApprover::Human,
-        terminal: None,
-        events: Arc::new(NoEvents),
-        instructions: String::new(),
-        environment: Vec::new(),
-        subagents: Arc::new(tokio::sync::Semaphore::new(2)),
-        budget: Arc::new(RunContext::budget_ledger(
-            &Default::default(),
-            None,
-            None,
-            BTreeMap::new(),
-        )),
+        models: ModelRouter::single(ModeModel {
+            max_tokens: 1000,
+            ..h.model(SONNET)
+        }),
         compaction: CompactionPolicy {
             config: CompactionConfig::default(),
             models,
         },
+        ..h.run_context(PlanApprover::Human)
     });
     let mut agent = AgentRuntime::start(
         context,
-        AgentSpec {
-            agent_id: "main".into(),
-            kind: AgentKind::Main,
-            definition: "general".into(),
-            mode: PermissionMode::Default,
-            pre_plan_mode: None,
-            approval_ceiling: None,
-            inherited_model: None,
-        },
+        spec("main", AgentKind::Main, PermissionMode::Default),
         "Read the README, twice.",
     )
     .await
     .unwrap();
     // The board changes after the run started: compaction must read it fresh.
-    store
+    h.store
         .update_task(TaskUpdate {
             run_id: "r1".into(),
             task_id: 1,
@@ -1049,18 +967,14 @@ async fn the_request_after_compaction_carries_the_task_board_read_from_the_store
         })
         .await
         .unwrap();
-    let outcome = tokio::time::timeout(Duration::from_secs(60), agent.run())
-        .await
-        .expect("guard timeout")
-        .unwrap();
     assert_eq!(
-        outcome,
+        run(&mut agent).await,
         AgentOutcome::Finished {
             result: "Done.".into()
         }
     );
 
-    let requests = fake.requests();
+    let requests = h.fake.requests();
     let compact = requests.iter().find(|r| r.turn == Some(3)).unwrap();
     assert_eq!(compact.purpose.as_deref(), Some("compact"));
     let before = requests.iter().find(|r| r.turn == Some(2)).unwrap();
@@ -1085,5 +999,5 @@ async fn the_request_after_compaction_carries_the_task_board_read_from_the_store
     ] {
         assert!(body.contains(line), "{line} in {body}");
     }
-    fake.verify().unwrap();
+    h.fake.verify().unwrap();
 }
