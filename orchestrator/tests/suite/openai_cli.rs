@@ -29,8 +29,7 @@ fn project(files: &[(&str, &str)]) -> tempfile::TempDir {
     dir
 }
 
-/// `muster run --provider openai` at the fake's OpenAI base URL. No Anthropic key nor base
-/// URL is in the environment, and only the variables in `keys` hold OpenAI keys.
+/// `muster run --provider openai` at the fake's OpenAI base URL, then `extra`.
 async fn run_openai(
     dir: &Path,
     fake: &FakeLlmHandle,
@@ -52,10 +51,16 @@ async fn run_openai(
         "stream-json",
     ];
     args.extend_from_slice(extra);
+    muster(dir, keys, &args).await
+}
+
+/// The `muster` binary in `dir`. No Anthropic key nor base URL is in the environment, and
+/// only the variables in `keys` hold OpenAI keys.
+async fn muster(dir: &Path, keys: &[(&str, &str)], args: &[&str]) -> Output {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_muster"));
     command
         .current_dir(dir)
-        .args(&args)
+        .args(args)
         .env("HOME", dir)
         .env_remove("ANTHROPIC_API_KEY")
         .env_remove("ANTHROPIC_BASE_URL")
@@ -363,4 +368,67 @@ async fn parallel_tool_calls_over_the_openai_wire_both_run_whatever_their_index(
         assert_eq!(answered, call_ids, "{name}");
         fake.verify().unwrap();
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_openai_run_stopped_for_a_person_resumes_on_the_same_provider_url_and_model() {
+    let dir = project(&[]);
+    let keys = [("OPENAI_API_KEY", "sk-openai-resume")];
+    let fake = fake_with_key(
+        "sk-openai-resume",
+        vec![
+            vllm(ScriptEntry::reply(
+                "main",
+                1,
+                vec![tool("ExitPlanMode", json!({"plan": PLAN}))],
+            )),
+            vllm(ScriptEntry::reply(
+                "main",
+                2,
+                vec![tool(
+                    "Write",
+                    json!({"file_path": "hello.txt", "content": "hello, world\n"}),
+                )],
+            )),
+            ScriptEntry::reply("main", 3, vec![Block::text("Greeted.")]),
+        ],
+    )
+    .await;
+    let first = run_openai(dir.path(), &fake, &keys, &["--permission-mode", "plan"]).await;
+    assert_eq!(first.status.code(), Some(5), "{}", stderr(&first));
+    let finished = lines(&first).pop().unwrap();
+    assert_eq!(finished["request_id"], "plan-main-1");
+    let run_id = finished["run_id"].as_str().unwrap().to_owned();
+    let approve = muster(
+        dir.path(),
+        &keys,
+        &["approve", "plan-main-1", "--mode", "acceptEdits"],
+    )
+    .await;
+    assert_eq!(approve.status.code(), Some(0), "{}", stderr(&approve));
+    // No --provider, --base-url nor --model: the run's launch options hold them.
+    let resumed = muster(
+        dir.path(),
+        &keys,
+        &["resume", &run_id, "--output", "stream-json"],
+    )
+    .await;
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    let events = lines(&resumed);
+    let write = position(&events, "the Write call", |e| {
+        e["type"] == "tool_call" && e["tool"] == "Write"
+    });
+    assert_eq!(events[write]["decision"], "allow");
+    assert_eq!(events.last().unwrap()["result"], "Greeted.");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(),
+        "hello, world\n"
+    );
+    let requests = fake.requests();
+    assert_eq!(
+        requests.iter().map(|r| r.turn).collect::<Vec<_>>(),
+        [Some(1), Some(2), Some(3)]
+    );
+    assert_openai_shape(&requests, "sk-openai-resume");
+    fake.verify().unwrap();
 }
