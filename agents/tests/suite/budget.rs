@@ -16,6 +16,8 @@ use muster_agents::model::{ContentBlock, ModelResponse, StopReason, Usage, cost_
 use muster_config::settings::{BudgetLimits, Budgets, ModelInfo};
 use muster_config::{Origin, Sourced};
 
+use super::harness::{load_settings, sonnet_info};
+
 fn usage(input: u64, output: u64) -> Usage {
     Usage {
         input_tokens: input,
@@ -33,17 +35,6 @@ fn response(usage: Usage, cost: Option<f64>) -> ModelResponse {
         usage,
         cost_usd: cost,
         attempts: 1,
-    }
-}
-
-fn sonnet() -> ModelInfo {
-    ModelInfo {
-        context_window: Some(200_000),
-        max_output: Some(64_000),
-        price_in: Some(3.0),
-        price_out: Some(15.0),
-        price_cache_read: Some(0.3),
-        price_cache_write: Some(3.75),
     }
 }
 
@@ -345,7 +336,7 @@ fn no_request_follows_the_crossing_response() {
 
 #[test]
 fn cost_uses_cache_read_and_write_prices() {
-    let info = sonnet();
+    let info = sonnet_info();
     // 1M of each kind: input $3, output $15, cache read $0.30, cache write $3.75.
     let table = [
         (usage(1_000_000, 0), 3.0),
@@ -437,7 +428,11 @@ fn unpriced_model_under_a_cost_budget_is_a_configuration_error() {
         .unwrap_err();
     assert!(err.to_string().contains("`local-llama`"), "{err}");
     assert!(with_cost.check_priced("unknown", None).is_err());
-    assert!(with_cost.check_priced("sonnet", Some(&sonnet())).is_ok());
+    assert!(
+        with_cost
+            .check_priced("sonnet", Some(&sonnet_info()))
+            .is_ok()
+    );
     let err = with_cost
         .record("a", &response(usage(1, 1), None))
         .unwrap_err();
@@ -589,20 +584,6 @@ fn agents_racing_for_the_last_run_turns_never_overshoot() {
     assert_eq!(ledger.run_spend().turns, 25);
 }
 
-fn load_settings(root: &std::path::Path) -> Result<muster_config::Settings, String> {
-    let project = muster_config::project::ProjectRoot::at(root);
-    let env = BTreeMap::new();
-    let cli = muster_config::CliOverrides::new();
-    muster_config::Settings::load(&muster_config::SettingsInputs {
-        project_root: &project,
-        home_dir: None,
-        env: &env,
-        cli: &cli,
-    })
-    .map(|loaded| loaded.value)
-    .map_err(|e| e.to_string())
-}
-
 #[test]
 fn budgets_from_a_settings_file_and_the_configs_price_check() {
     let dir = tempfile::tempdir().unwrap();
@@ -613,7 +594,7 @@ fn budgets_from_a_settings_file_and_the_configs_price_check() {
         "[budgets.agent]\nturns = 3\n\n[budgets.run]\ncost_usd = 1.5\nduration_secs = 60\n",
     )
     .unwrap();
-    let settings = load_settings(dir.path()).unwrap();
+    let settings = load_settings(dir.path(), muster_config::CliOverrides::new()).unwrap();
     let budgets = BudgetSettings::from_settings(&settings.budgets);
     assert_eq!(
         budgets,
@@ -649,7 +630,7 @@ fn budgets_from_a_settings_file_and_the_configs_price_check() {
         "model = \"local-llama\"\n\n[budgets.run]\ncost_usd = 1.5\n",
     )
     .unwrap();
-    let err = load_settings(dir.path()).unwrap_err();
+    let err = load_settings(dir.path(), muster_config::CliOverrides::new()).unwrap_err();
     assert!(err.contains("a cost budget needs model prices"), "{err}");
     assert!(err.contains("local-llama"), "{err}");
 }

@@ -106,18 +106,13 @@ pub struct RunHarness {
 }
 
 impl RunHarness {
-    /// Run `r1`, no team, an empty workspace but for `.muster/plans`.
+    /// Run `r1`, no team, an empty workspace but for `.muster/plans`; see [`RunSetup::start`].
     pub fn setup() -> RunSetup {
         RunSetup {
             run_id: "r1".into(),
             team: None,
             files: Vec::new(),
         }
-    }
-
-    /// [`RunHarness::setup`] as it is, started with `script`.
-    pub async fn new(script: Vec<ScriptEntry>) -> RunHarness {
-        RunHarness::setup().start(script).await
     }
 
     /// The temporary directory: the store file and the workspace `ws` are in it.
