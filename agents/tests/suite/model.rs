@@ -25,6 +25,8 @@ use muster_fake_llm::{
 };
 use serde_json::{Value, json};
 
+use super::harness::{load_settings, sonnet_info};
+
 const GUARD: Duration = Duration::from_secs(30);
 const MODEL: &str = "claude-sonnet-4-5";
 
@@ -55,14 +57,7 @@ fn request(model: &str) -> ModelRequest {
 }
 
 fn prices() -> BTreeMap<String, ModelInfo> {
-    let info = ModelInfo {
-        context_window: Some(200_000),
-        max_output: Some(64_000),
-        price_in: Some(3.0),
-        price_out: Some(15.0),
-        price_cache_read: Some(0.3),
-        price_cache_write: Some(3.75),
-    };
+    let info = sonnet_info();
     BTreeMap::from([
         (MODEL.to_owned(), info.clone()),
         ("gpt-test".to_owned(), info),
@@ -1998,22 +1993,6 @@ fn the_key_is_masked_and_streams_are_send() {
     is_send(&provider.stream(&ctx("a", 1), &request(MODEL)));
 }
 
-fn load_settings(
-    root: &std::path::Path,
-    cli: muster_config::CliOverrides,
-) -> muster_config::Settings {
-    let project = muster_config::project::ProjectRoot::at(root);
-    let env = BTreeMap::new();
-    muster_config::Settings::load(&muster_config::SettingsInputs {
-        project_root: &project,
-        home_dir: None,
-        env: &env,
-        cli: &cli,
-    })
-    .unwrap_or_else(|e| panic!("{e}"))
-    .value
-}
-
 #[tokio::test]
 async fn build_provider_from_settings_and_a_key_lookup() {
     use muster_agents::model::build_provider;
@@ -2037,7 +2016,7 @@ async fn build_provider_from_settings_and_a_key_lookup() {
             fake.openai_base_url(),
             "--base-url",
         );
-    let settings = load_settings(dir.path(), cli);
+    let settings = load_settings(dir.path(), cli).unwrap_or_else(|e| panic!("{e}"));
     let env = BTreeMap::from([("OPENAI_API_KEY".to_owned(), "k".to_owned())]);
     let lookup = |name: &str| env.get(name).cloned();
     let options = ProviderOptions::default();
