@@ -1,10 +1,11 @@
-//! One agent's plan-mode cycle, scripted once and driven twice over real HTTP against
-//! `muster-fake-llm`: through the Anthropic client and through the OpenAI-compatible client
-//! (with vLLM's and Ollama's quirks on). Everything else is real: the settings and the policy
-//! file load through `muster-config` from a temporary project, the store is a SQLite file, the
-//! agent is `muster-agents`' runtime with the permission engine. Both runs must end in the
-//! same workspace, with the same transcript in the store and the same decisions. The one wait
-//! is on the fake's gate (the agent's next request is held while the workspace is checked).
+//! One agent's plan-mode cycle, scripted once and driven over real HTTP against
+//! `muster-fake-llm`: through the Anthropic client, through the OpenAI-compatible client (with
+//! vLLM's and Ollama's quirks on), and with the plan-mode turns on OpenAI and the others on
+//! Anthropic. Everything else is real: the settings and the policy file load through
+//! `muster-config` from a temporary project, the store is a SQLite file, the agent is
+//! `muster-agents`' runtime with the permission engine. Every run must end in the same
+//! workspace, with the same transcript in the store and the same decisions. The one wait is on
+//! the fake's gate (the agent's next request is held while the workspace is checked).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -181,9 +182,9 @@ fn script() -> Vec<ScriptEntry> {
     ]
 }
 
-/// A project whose settings pick `wire` at the fake's URL, with a policy file approving plans
-/// that touch only hello.txt.
-fn project(wire: Wire, fake: &FakeLlmHandle) -> (tempfile::TempDir, PathBuf) {
+/// A project with `settings` (after the approver and the starting mode), and a policy file
+/// approving plans that touch only hello.txt.
+fn project(settings: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let root = std::fs::canonicalize(dir.path()).unwrap();
     std::fs::create_dir_all(root.join(".muster/plans")).unwrap();
@@ -197,16 +198,35 @@ fn project(wire: Wire, fake: &FakeLlmHandle) -> (tempfile::TempDir, PathBuf) {
     std::fs::write(
         root.join(".muster/settings.toml"),
         format!(
-            "permission_mode = \"acceptEdits\"\napprover = \"policy:approve.toml\"\n\
-             provider = \"{provider}\"\nmodel = \"{model}\"\n\n\
-             [providers.{provider}]\nbase_url = \"{url}\"\nmax_retries = 0\n",
-            provider = wire.provider(),
-            model = wire.model(),
-            url = wire.base_url(fake),
+            "permission_mode = \"acceptEdits\"\napprover = \"policy:approve.toml\"\n{settings}"
         ),
     )
     .unwrap();
     (dir, root)
+}
+
+/// Settings that pick `wire` for both modes at the fake's URL.
+fn wire_settings(wire: Wire, fake: &FakeLlmHandle) -> String {
+    format!(
+        "provider = \"{provider}\"\nmodel = \"{model}\"\n\n\
+         [providers.{provider}]\nbase_url = \"{url}\"\nmax_retries = 0\n",
+        provider = wire.provider(),
+        model = wire.model(),
+        url = wire.base_url(fake),
+    )
+}
+
+/// A fake server answering the cycle's script, accepting only `key`.
+async fn fake_for(key: &str) -> FakeLlmHandle {
+    FakeLlm::start_with(
+        FakeLlmConfig {
+            keys: KeyCheck::Exact(key.into()),
+            ..FakeLlmConfig::default()
+        },
+        script(),
+    )
+    .await
+    .unwrap()
 }
 
 /// Every file under `root` but `.muster/` and `.git/`, with its content.
@@ -275,18 +295,20 @@ struct Finished {
 
 /// Runs the cycle over `wire`.
 async fn run_over(wire: Wire) -> Finished {
-    let fake = FakeLlm::start_with(
-        FakeLlmConfig {
-            keys: KeyCheck::Exact(wire.key().into()),
-            ..FakeLlmConfig::default()
-        },
-        script(),
-    )
-    .await
-    .unwrap();
-    let (dir, root) = project(wire, &fake);
-    let before = workspace_files(&root);
+    let fake = fake_for(wire.key()).await;
     let env = BTreeMap::from([(wire.key_variable().to_owned(), wire.key().to_owned())]);
+    run_cycle(&fake, &wire_settings(wire, &fake), env).await
+}
+
+/// Runs the cycle against `fake` in a new project with `settings`; `env` is the environment
+/// the settings and the providers read.
+async fn run_cycle(
+    fake: &FakeLlmHandle,
+    settings: &str,
+    env: BTreeMap<String, String>,
+) -> Finished {
+    let (dir, root) = project(settings);
+    let before = workspace_files(&root);
     let project_root = ProjectRoot::at(&root);
     let settings = Settings::load(&SettingsInputs {
         project_root: &project_root,
@@ -296,8 +318,6 @@ async fn run_over(wire: Wire) -> Finished {
     })
     .unwrap()
     .value;
-    assert_eq!(settings.plan.provider.value.as_str(), wire.provider());
-    assert_eq!(settings.act.provider.value.as_str(), wire.provider());
     let Approver::Policy(policy_file) = &settings.approver.value else {
         panic!("approver: {:?}", settings.approver.value);
     };
@@ -400,10 +420,7 @@ async fn run_over(wire: Wire) -> Finished {
         look_at_refusal,
     );
     fake.verify().unwrap();
-    assert_eq!(
-        at_refusal, before,
-        "{wire:?}: the refused write changed nothing"
-    );
+    assert_eq!(at_refusal, before, "the refused write changed nothing");
     let records = store
         .records(RUN, AGENT, TRANSCRIPT, 0)
         .await
@@ -631,4 +648,58 @@ async fn a_plan_cycle_ends_the_same_over_the_anthropic_and_the_openai_wire() {
             .collect()
     };
     assert_eq!(decided(&anthropic), decided(&openai));
+}
+
+/// Cline's plan/act split across wires: the plan-mode turns go to the OpenAI-compatible
+/// server and the others to Anthropic, one context carried from one to the other. The run
+/// must be the one the Anthropic-only run was.
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_turns_over_openai_and_act_turns_over_anthropic_share_one_context() {
+    const KEY: &str = "sk-both-wires";
+    let fake = fake_for(KEY).await;
+    let settings = format!(
+        "[plan]\nprovider = \"openai\"\nmodel = \"gpt-4.1\"\n\n\
+         [act]\nprovider = \"anthropic\"\nmodel = \"claude-sonnet-4-5\"\n\n\
+         [providers.openai]\nbase_url = \"{}\"\nmax_retries = 0\n\n\
+         [providers.anthropic]\nbase_url = \"{}\"\nmax_retries = 0\n",
+        fake.openai_base_url(),
+        fake.base_url()
+    );
+    let env = BTreeMap::from([
+        ("OPENAI_API_KEY".to_owned(), KEY.to_owned()),
+        ("ANTHROPIC_API_KEY".to_owned(), KEY.to_owned()),
+    ]);
+    let split = run_cycle(&fake, &settings, env).await;
+    let anthropic = run_over(Wire::Anthropic).await;
+    assert_eq!(split.outcome, anthropic.outcome);
+    assert_eq!(split.workspace, anthropic.workspace);
+    assert_eq!(split.plan_file, PLAN);
+    assert_eq!(transcript(&split), transcript(&anthropic));
+    // Turn 1 asks to plan and turns 5 and 6 act after the approval; 2 to 4 plan.
+    let (act, plan) = (
+        ("/v1/messages", "claude-sonnet-4-5"),
+        ("/v1/chat/completions", "gpt-4.1"),
+    );
+    let wires: Vec<(Option<u64>, (&str, &str))> = split
+        .wire_requests
+        .iter()
+        .map(|r| {
+            assert_eq!(r.status, 200, "{:?}", r.error);
+            (
+                r.turn,
+                (r.path.as_str(), r.body["model"].as_str().unwrap_or("")),
+            )
+        })
+        .collect();
+    assert_eq!(
+        wires,
+        [
+            (Some(1), act),
+            (Some(2), plan),
+            (Some(3), plan),
+            (Some(4), plan),
+            (Some(5), act),
+            (Some(6), act),
+        ]
+    );
 }
