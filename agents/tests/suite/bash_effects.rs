@@ -7,14 +7,14 @@
 
 use std::path::Path;
 
-use muster_agents::runtime::{AgentKind, AgentOutcome, AgentRuntime, PlanApprover, Record};
+use muster_agents::runtime::{AgentKind, AgentRuntime, PlanApprover, Record};
 use muster_agents::verification::{BashEffects, Status, bash_calls_waiting, build_report};
 use muster_config::PermissionMode;
 use muster_fake_llm::{Block, ScriptEntry};
 use muster_mailbox::MemberKind;
 use serde_json::json;
 
-use super::harness::{GUARD, RunHarness, policy, run, spec, teammate};
+use super::harness::{GUARD, RunHarness, finished, policy, run, spec, start, teammate};
 
 const PLAN: &str = "## Goal\nFill a.rs.\n## Steps\n1. Write `src/a.rs`\n## Files\nsrc/a.rs\n## Tests\nnone\n## Risks\nnone\n";
 
@@ -69,15 +69,8 @@ async fn bash_edits_after_an_approved_plan_are_recorded_and_verified() {
     let mut main = spec("main", AgentKind::Main, PermissionMode::Plan);
     main.pre_plan_mode = Some(PermissionMode::BypassPermissions);
     let context = h.context(approver);
-    let mut agent = AgentRuntime::start(context.clone(), main, "Fill a.rs.")
-        .await
-        .unwrap();
-    assert_eq!(
-        run(&mut agent).await,
-        AgentOutcome::Finished {
-            result: "Done.".into()
-        }
-    );
+    let mut agent = start(context.clone(), main, "Fill a.rs.").await;
+    assert_eq!(run(&mut agent).await, finished("Done."));
     h.fake.verify().unwrap();
     assert_eq!(agent.mode(), PermissionMode::BypassPermissions);
     assert_eq!(
@@ -155,13 +148,12 @@ async fn a_workspace_that_cannot_be_snapshotted_still_runs_the_command() {
     ])
     .await;
     h.member("main", MemberKind::Lead).await;
-    let mut agent = AgentRuntime::start(
+    let mut agent = start(
         h.context(PlanApprover::Human),
         spec("main", AgentKind::Main, PermissionMode::BypassPermissions),
         "Fill a.rs.",
     )
-    .await
-    .unwrap();
+    .await;
     let outcome = run(&mut agent).await;
     let workspace = h.dir().join("ws");
     std::fs::rename(h.dir().join("ws-moved"), &workspace).unwrap();
@@ -169,12 +161,7 @@ async fn a_workspace_that_cannot_be_snapshotted_still_runs_the_command() {
         std::fs::read_to_string(workspace.join("src/a.rs")).unwrap(),
         "x"
     );
-    assert_eq!(
-        outcome,
-        AgentOutcome::Finished {
-            result: "Done.".into()
-        }
-    );
+    assert_eq!(outcome, finished("Done."));
     let records = h.records("main").await;
     let effects = effects_of(&records);
     assert_eq!(effects.len(), 1);
@@ -233,13 +220,12 @@ async fn concurrent_bash_calls_in_one_workspace_are_serialised_and_each_sees_its
     let mut tasks = Vec::new();
     for agent in ["alice", "bob"] {
         h.member(agent, MemberKind::Teammate).await;
-        let mut runtime = AgentRuntime::start(
+        let mut runtime = start(
             context.clone(),
             teammate(agent, PermissionMode::BypassPermissions),
             "Write your file.",
         )
-        .await
-        .unwrap();
+        .await;
         tasks.push(tokio::spawn(async move { run(&mut runtime).await }));
     }
     // One command holds the workspace (blocked on the FIFO until released) while the other
@@ -258,12 +244,7 @@ async fn concurrent_bash_calls_in_one_workspace_are_serialised_and_each_sees_its
         .unwrap();
     release(&fifo).await;
     for task in tasks {
-        assert_eq!(
-            task.await.unwrap(),
-            AgentOutcome::Finished {
-                result: "Done.".into()
-            }
-        );
+        assert_eq!(task.await.unwrap(), finished("Done."));
     }
     h.fake.verify().unwrap();
 
@@ -334,24 +315,22 @@ async fn a_file_another_agent_writes_while_a_command_runs_is_not_the_commands() 
     h.member("lead", MemberKind::Lead).await;
     let context = h.context(PlanApprover::Human);
     h.member("alice", MemberKind::Teammate).await;
-    let mut alice = AgentRuntime::start(
+    let mut alice = start(
         context.clone(),
         teammate("alice", PermissionMode::BypassPermissions),
         "Write yours.",
     )
-    .await
-    .unwrap();
+    .await;
     let alice = tokio::spawn(async move { run(&mut alice).await });
     release(&started).await;
     // alice's command is running: bob writes meanwhile, to the end of his run.
     h.member("bob", MemberKind::Teammate).await;
-    let mut bob = AgentRuntime::start(
+    let mut bob = start(
         context,
         teammate("bob", PermissionMode::BypassPermissions),
         "Write yours.",
     )
-    .await
-    .unwrap();
+    .await;
     run(&mut bob).await;
     assert_eq!(
         std::fs::read_to_string(h.workspace().join("bob.txt")).unwrap(),

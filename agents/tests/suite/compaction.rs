@@ -25,7 +25,7 @@ use muster_fake_llm::{Block, FakeLlm, ScriptEntry};
 use proptest::prelude::*;
 use serde_json::json;
 
-use super::harness::{RunHarness, SONNET, load_settings, run, spec};
+use super::harness::{RunHarness, SONNET, finished, load_settings, run, spec, start};
 
 // ---------------------------------------------------------------- transcripts
 
@@ -872,8 +872,7 @@ fn with_usage(mut entry: ScriptEntry, input: u64) -> ScriptEntry {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_request_after_compaction_carries_the_task_board_read_from_the_store() {
     use muster_agents::runtime::{
-        AgentKind, AgentOutcome, AgentRuntime, CompactionPolicy, ModeModel, ModelRouter,
-        PlanApprover, RunContext,
+        AgentKind, CompactionPolicy, ModeModel, ModelRouter, PlanApprover, RunContext,
     };
     use muster_config::PermissionMode;
     use muster_mailbox::{MailboxStore, MemberKind, NewTask, TaskStatus, TaskUpdate};
@@ -949,13 +948,12 @@ async fn the_request_after_compaction_carries_the_task_board_read_from_the_store
         },
         ..h.run_context(PlanApprover::Human)
     });
-    let mut agent = AgentRuntime::start(
+    let mut agent = start(
         context,
         spec("main", AgentKind::Main, PermissionMode::Default),
         "Read the README, twice.",
     )
-    .await
-    .unwrap();
+    .await;
     // The board changes after the run started: compaction must read it fresh.
     h.store
         .update_task(TaskUpdate {
@@ -967,12 +965,7 @@ async fn the_request_after_compaction_carries_the_task_board_read_from_the_store
         })
         .await
         .unwrap();
-    assert_eq!(
-        run(&mut agent).await,
-        AgentOutcome::Finished {
-            result: "Done.".into()
-        }
-    );
+    assert_eq!(run(&mut agent).await, finished("Done."));
 
     let requests = h.fake.requests();
     let compact = requests.iter().find(|r| r.turn == Some(3)).unwrap();

@@ -244,6 +244,18 @@ pub fn teammate(agent: &str, mode: PermissionMode) -> AgentSpec {
     )
 }
 
+/// Starts an agent of the run (the test fails if it cannot start).
+pub async fn start(context: Arc<RunContext>, spec: AgentSpec, prompt: &str) -> AgentRuntime {
+    AgentRuntime::start(context, spec, prompt).await.unwrap()
+}
+
+/// The outcome of an agent that finished with `result`.
+pub fn finished(result: &str) -> AgentOutcome {
+    AgentOutcome::Finished {
+        result: result.into(),
+    }
+}
+
 /// Runs `agent` to its outcome, within [`GUARD`].
 pub async fn run(agent: &mut AgentRuntime) -> AgentOutcome {
     tokio::time::timeout(GUARD, agent.run())

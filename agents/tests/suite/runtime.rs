@@ -19,7 +19,7 @@ use muster_fake_llm::{Block, ScriptEntry};
 use muster_mailbox::*;
 use serde_json::{Value, json};
 
-use super::harness::{GUARD, RunHarness, SONNET, policy, run, spec, teammate};
+use super::harness::{GUARD, RunHarness, SONNET, finished, policy, run, spec, start, teammate};
 
 const PLAN: &str = "## Goal\nAdd a greeting.\n## Steps\n1. Write hello.txt\n## Files\nhello.txt\n## Tests\nnone\n## Risks\nnone\n";
 
@@ -169,20 +169,14 @@ async fn main_agent_plan_approved_by_policy_then_acts() {
     .await;
     h.member("main", MemberKind::Lead).await;
     let context = h.single(policy("max_mode = \"acceptEdits\"\n"));
-    let mut agent = AgentRuntime::start(
+    let mut agent = start(
         context,
         spec("main", AgentKind::Main, PermissionMode::AcceptEdits),
         "Add a greeting file.",
     )
-    .await
-    .unwrap();
+    .await;
     let outcome = run(&mut agent).await;
-    assert_eq!(
-        outcome,
-        AgentOutcome::Finished {
-            result: "Done.".into()
-        }
-    );
+    assert_eq!(outcome, finished("Done."));
     h.fake.verify().unwrap();
     assert_eq!(
         std::fs::read_to_string(h.workspace().join("hello.txt")).unwrap(),
@@ -273,19 +267,13 @@ async fn every_change_is_refused_in_plan_mode_and_the_workspace_is_unchanged() {
     .unwrap();
     let before = h.workspace_hash();
     h.member("main", MemberKind::Lead).await;
-    let mut agent = AgentRuntime::start(
+    let mut agent = start(
         h.single(PlanApprover::Human),
         spec("main", AgentKind::Main, PermissionMode::Plan),
         "Change things.",
     )
-    .await
-    .unwrap();
-    assert_eq!(
-        run(&mut agent).await,
-        AgentOutcome::Finished {
-            result: "Nothing changed.".into()
-        }
-    );
+    .await;
+    assert_eq!(run(&mut agent).await, finished("Nothing changed."));
     let calls = h.tool_calls("main").await;
     assert_eq!(calls.len(), 7);
     for (tool, decision, content, is_error) in &calls {
@@ -321,9 +309,7 @@ async fn teammate_plan_goes_to_the_lead_and_a_closed_auto_gate_restores_default(
     let mut spec = teammate("alice", PermissionMode::Plan);
     spec.pre_plan_mode = Some(PermissionMode::Auto);
     spec.approval_ceiling = Some(PermissionMode::BypassPermissions);
-    let mut agent = AgentRuntime::start(context, spec, "Plan the greeting.")
-        .await
-        .unwrap();
+    let mut agent = start(context, spec, "Plan the greeting.").await;
     assert_eq!(
         agent.plan_file().unwrap(),
         h.plans().agent_file("alice").as_path()
@@ -372,12 +358,7 @@ async fn teammate_plan_goes_to_the_lead_and_a_closed_auto_gate_restores_default(
         .await
         .unwrap();
     let (outcome, mode, pre_plan) = tokio::time::timeout(GUARD, task).await.unwrap().unwrap();
-    assert_eq!(
-        outcome,
-        AgentOutcome::Finished {
-            result: "Implementing.".into()
-        }
-    );
+    assert_eq!(outcome, finished("Implementing."));
     assert_eq!(mode, PermissionMode::Default, "auto falls back to default");
     assert_eq!(pre_plan, None);
     let calls = h.tool_calls("alice").await;
@@ -402,13 +383,12 @@ async fn a_rejected_teammate_plan_keeps_planning_with_the_feedback() {
     .await;
     h.member("lead", MemberKind::Lead).await;
     h.member("alice", MemberKind::Teammate).await;
-    let mut agent = AgentRuntime::start(
+    let mut agent = start(
         h.single(PlanApprover::Human),
         teammate("alice", PermissionMode::Plan),
         "Plan.",
     )
-    .await
-    .unwrap();
+    .await;
     let task = tokio::spawn(async move {
         let outcome = run(&mut agent).await;
         (outcome, agent.mode())
@@ -475,13 +455,12 @@ async fn subagents_cannot_spawn_plan_or_ask_nor_write_plan_files() {
     ])
     .await;
     h.member("main", MemberKind::Lead).await;
-    let mut agent = AgentRuntime::start(
+    let mut agent = start(
         h.single(PlanApprover::Human),
         spec("main", AgentKind::Main, PermissionMode::BypassPermissions),
         "Delegate.",
     )
-    .await
-    .unwrap();
+    .await;
     run(&mut agent).await;
     let sub_calls = h.tool_calls("main.sub-1").await;
     assert_eq!(sub_calls.len(), 4, "{:?}", h.tool_calls("main").await);
@@ -550,13 +529,12 @@ async fn a_subagent_write_to_a_plan_file_is_denied() {
         ])
         .unwrap();
     h.member("main", MemberKind::Lead).await;
-    let mut agent = AgentRuntime::start(
+    let mut agent = start(
         h.single(PlanApprover::Human),
         spec("main", AgentKind::Main, PermissionMode::BypassPermissions),
         "Delegate.",
     )
-    .await
-    .unwrap();
+    .await;
     run(&mut agent).await;
     let calls = h.tool_calls("main.sub-1").await;
     assert_eq!(calls[0].1, "deny");
@@ -575,18 +553,15 @@ async fn plan_file_names_per_agent_and_slugs_reserved_with_create_new() {
         h.member(agent, MemberKind::Teammate).await;
     }
     let context = h.single(PlanApprover::Human);
-    let main = AgentRuntime::start(
+    let main = start(
         context.clone(),
         spec("main", AgentKind::Main, PermissionMode::Plan),
         "p",
     )
-    .await
-    .unwrap();
+    .await;
     let mut files = vec![main.plan_file().unwrap().to_path_buf()];
     for agent in ["alice", "worker-1", "worker-2"] {
-        let mate = AgentRuntime::start(context.clone(), teammate(agent, PermissionMode::Plan), "p")
-            .await
-            .unwrap();
+        let mate = start(context.clone(), teammate(agent, PermissionMode::Plan), "p").await;
         files.push(mate.plan_file().unwrap().to_path_buf());
     }
     let dir = h.plans().dir().to_path_buf();
@@ -638,13 +613,12 @@ async fn per_mode_models_and_the_mode_section_change_between_plan_and_act_turns(
         policy("approve_all = true\nmax_mode = \"acceptEdits\"\n"),
         models,
     );
-    let mut agent = AgentRuntime::start(
+    let mut agent = start(
         context,
         spec("main", AgentKind::Main, PermissionMode::AcceptEdits),
         "Plan then act.",
     )
-    .await
-    .unwrap();
+    .await;
     run(&mut agent).await;
     h.fake.verify().unwrap();
     let requests = h.fake.requests();
@@ -705,13 +679,12 @@ async fn a_main_agent_with_the_human_approver_stops_and_resumes_after_the_decisi
     .await;
     h.member("main", MemberKind::Lead).await;
     let context = h.single(PlanApprover::Human);
-    let mut agent = AgentRuntime::start(
+    let mut agent = start(
         context.clone(),
         spec("main", AgentKind::Main, PermissionMode::Plan),
         "Plan.",
     )
-    .await
-    .unwrap();
+    .await;
     let outcome = run(&mut agent).await;
     assert_eq!(
         outcome,
@@ -743,12 +716,7 @@ async fn a_main_agent_with_the_human_approver_stops_and_resumes_after_the_decisi
         .await
         .unwrap();
     assert_eq!(resumed.turn(), 1, "the turn index survives the restart");
-    assert_eq!(
-        run(&mut resumed).await,
-        AgentOutcome::Finished {
-            result: "Approved, going on.".into()
-        }
-    );
+    assert_eq!(run(&mut resumed).await, finished("Approved, going on."));
     assert_eq!(resumed.mode(), PermissionMode::AcceptEdits);
     // clear_context: the second request carries only the approved plan.
     let second = h
@@ -787,13 +755,12 @@ async fn a_teammate_asks_the_lead_by_mail_and_reads_run_concurrently() {
     .await;
     h.member("lead", MemberKind::Lead).await;
     h.member("alice", MemberKind::Teammate).await;
-    let mut agent = AgentRuntime::start(
+    let mut agent = start(
         h.single(PlanApprover::Human),
         teammate("alice", PermissionMode::Default),
         "Write notes.",
     )
-    .await
-    .unwrap();
+    .await;
     let task = tokio::spawn(async move { run(&mut agent).await });
     let permission = next_mail(&h.store, "lead").await;
     assert_eq!(permission.kind, "permission_request");
@@ -827,12 +794,7 @@ async fn a_teammate_asks_the_lead_by_mail_and_reads_run_concurrently() {
         .await
         .unwrap();
     let outcome = tokio::time::timeout(GUARD, task).await.unwrap().unwrap();
-    assert_eq!(
-        outcome,
-        AgentOutcome::Finished {
-            result: "Asked and wrote.".into()
-        }
-    );
+    assert_eq!(outcome, finished("Asked and wrote."));
     let calls = h.tool_calls("alice").await;
     let decisions: Vec<(&str, &str)> = calls
         .iter()
@@ -881,13 +843,12 @@ async fn an_unfinished_subagent_is_not_resumed_and_its_parent_gets_an_error() {
     .await;
     h.member("main", MemberKind::Lead).await;
     let context = h.single(PlanApprover::Human);
-    let mut agent = AgentRuntime::start(
+    let mut agent = start(
         context.clone(),
         spec("main", AgentKind::Main, PermissionMode::Default),
         "Delegate.",
     )
-    .await
-    .unwrap();
+    .await;
     let task = tokio::spawn(async move { agent.run().await });
     h.events
         .wait_for(
@@ -899,12 +860,7 @@ async fn an_unfinished_subagent_is_not_resumed_and_its_parent_gets_an_error() {
     let mut resumed = AgentRuntime::resume(context, "main", None, None)
         .await
         .unwrap();
-    assert_eq!(
-        run(&mut resumed).await,
-        AgentOutcome::Finished {
-            result: "Recovered.".into()
-        }
-    );
+    assert_eq!(run(&mut resumed).await, finished("Recovered."));
     let calls = h.tool_calls("main").await;
     assert_eq!(calls.len(), 1);
     assert!(
@@ -935,13 +891,12 @@ async fn a_policy_approver_answers_the_main_agents_asks_through_the_store() {
     .await;
     h.member("main", MemberKind::Lead).await;
     let context = h.single(policy("[permissions]\nallow = [\"Write(notes.txt)\"]\n"));
-    let mut agent = AgentRuntime::start(
+    let mut agent = start(
         context,
         spec("main", AgentKind::Main, PermissionMode::Default),
         "Write notes.",
     )
-    .await
-    .unwrap();
+    .await;
     run(&mut agent).await;
     let calls = h.tool_calls("main").await;
     assert_eq!(calls[0].1, "allow", "{}", calls[0].2);
@@ -972,19 +927,13 @@ async fn an_idle_agent_wakes_on_mail_and_sees_it_as_a_mail_tag() {
     .await;
     h.member("lead", MemberKind::Lead).await;
     h.member("alice", MemberKind::Teammate).await;
-    let mut agent = AgentRuntime::start(
+    let mut agent = start(
         h.single(PlanApprover::Human),
         teammate("alice", PermissionMode::Default),
         "Wait for the lead.",
     )
-    .await
-    .unwrap();
-    assert_eq!(
-        run(&mut agent).await,
-        AgentOutcome::Finished {
-            result: "Idle.".into()
-        }
-    );
+    .await;
+    assert_eq!(run(&mut agent).await, finished("Idle."));
     let store = h.store.clone();
     let waiter = tokio::spawn(async move {
         agent.wait_for_mail(8).await.unwrap();
@@ -1005,12 +954,7 @@ async fn an_idle_agent_wakes_on_mail_and_sees_it_as_a_mail_tag() {
         .await
         .unwrap();
     let (outcome, _agent) = tokio::time::timeout(GUARD, waiter).await.unwrap().unwrap();
-    assert_eq!(
-        outcome,
-        AgentOutcome::Finished {
-            result: "Got your note.".into()
-        }
-    );
+    assert_eq!(outcome, finished("Got your note."));
     for message in h.store.messages("r1", Some("alice")).await.unwrap() {
         assert_eq!(message.state, DeliveryState::Acked);
     }
@@ -1034,13 +978,12 @@ async fn after_approval_the_snapshot_is_authoritative_on_resume() {
     .await;
     h.member("main", MemberKind::Lead).await;
     let context = h.single(policy("approve_all = true\n"));
-    let mut agent = AgentRuntime::start(
+    let mut agent = start(
         context.clone(),
         spec("main", AgentKind::Main, PermissionMode::Plan),
         "Plan.",
     )
-    .await
-    .unwrap();
+    .await;
     let task = tokio::spawn(async move { agent.run().await });
     h.events
         .wait_for(|e| matches!(e, RuntimeEvent::ApprovalDecided { approved: true, .. }))
@@ -1087,13 +1030,12 @@ async fn a_subagent_asks_under_its_parents_id_and_the_answer_comes_back() {
     .await;
     h.member("lead", MemberKind::Lead).await;
     h.member("alice", MemberKind::Teammate).await;
-    let mut agent = AgentRuntime::start(
+    let mut agent = start(
         h.single(PlanApprover::Human),
         teammate("alice", PermissionMode::Default),
         "Delegate.",
     )
-    .await
-    .unwrap();
+    .await;
     let task = tokio::spawn(async move { run(&mut agent).await });
     let mut asked = Vec::new();
     for _ in 0..2 {
@@ -1126,9 +1068,7 @@ async fn a_subagent_asks_under_its_parents_id_and_the_answer_comes_back() {
     );
     assert_eq!(
         tokio::time::timeout(GUARD, task).await.unwrap().unwrap(),
-        AgentOutcome::Finished {
-            result: "Delegated.".into()
-        }
+        finished("Delegated.")
     );
     assert!(h.workspace().join("sub.txt").exists());
     assert_eq!(h.tool_calls("alice.sub-1").await[0].1, "allow");
@@ -1158,13 +1098,12 @@ async fn plan_mode_tools_refuse_out_of_order_calls_with_clear_messages() {
     ])
     .await;
     h.member("main", MemberKind::Lead).await;
-    let mut agent = AgentRuntime::start(
+    let mut agent = start(
         h.single(PlanApprover::Human),
         spec("main", AgentKind::Main, PermissionMode::Default),
         "Go.",
     )
-    .await
-    .unwrap();
+    .await;
     run(&mut agent).await;
     let calls = h.tool_calls("main").await;
     assert!(
@@ -1219,13 +1158,12 @@ async fn bash_records_tool_started_with_its_process_group_before_it_runs() {
     ])
     .await;
     h.member("main", MemberKind::Lead).await;
-    let mut agent = AgentRuntime::start(
+    let mut agent = start(
         h.single(PlanApprover::Human),
         spec("main", AgentKind::Main, PermissionMode::BypassPermissions),
         "Run it.",
     )
-    .await
-    .unwrap();
+    .await;
     run(&mut agent).await;
     let records = h.records("main").await;
     let started = records

@@ -20,7 +20,7 @@ use muster_fake_llm::{Block, ScriptEntry};
 use muster_mailbox::*;
 use serde_json::{Value, json};
 
-use super::harness::RunHarness;
+use super::harness::{RunHarness, finished, spec, start};
 
 const PLAN: &str = "## Goal\nGreet.\n## Steps\n1. Write hello.txt\n## Files\nhello.txt\n## Tests\nnone\n## Risks\nnone\n";
 
@@ -130,17 +130,10 @@ impl Harness {
             )
         };
         let spec = AgentSpec {
-            agent_id: id.into(),
-            kind,
             definition: definition.into(),
-            mode,
-            pre_plan_mode: None,
-            approval_ceiling: None,
-            inherited_model: None,
+            ..spec(id, kind, mode)
         };
-        AgentRuntime::start(self.context.clone(), spec, "Work.")
-            .await
-            .unwrap()
+        start(self.context.clone(), spec, "Work.").await
     }
 
     /// alice's plan request to the lead, as the runtime sends it.
@@ -471,12 +464,7 @@ async fn a_busy_agent_gets_mail_at_its_next_turn_boundary() {
     let key = leased.key.clone();
     *stub.boundary.lock().unwrap() = vec![leased];
     let outcome = lead.run().await.unwrap();
-    assert_eq!(
-        outcome,
-        muster_agents::runtime::AgentOutcome::Finished {
-            result: "Got it.".into()
-        }
-    );
+    assert_eq!(outcome, finished("Got it."));
     let turn2 = harness
         .fake
         .requests()
