@@ -20,7 +20,7 @@ use muster_config::settings::ModelInfo;
 use muster_config::{AgentCatalog, PermissionMode, PermissionRules, Policy};
 use muster_fake_llm::{FakeLlm, FakeLlmHandle, ScriptEntry};
 use muster_mailbox::{
-    AutoGate, MailboxStore, MemberKind, NewRun, RosterEntry, SqliteStore, StoreOptions,
+    AgentRecord, AutoGate, MailboxStore, MemberKind, NewRun, RosterEntry, SqliteStore, StoreOptions,
 };
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
@@ -197,24 +197,24 @@ impl RunHarness {
             .unwrap();
     }
 
-    /// The JSON bodies of `agent`'s transcript records, in order.
-    pub async fn bodies(&self, agent: &str) -> Vec<Value> {
+    /// `agent`'s transcript rows as stored, in order.
+    async fn transcript(&self, agent: &str) -> Vec<AgentRecord> {
         self.store
             .records(&self.run_id, agent, TRANSCRIPT, 0)
             .await
             .unwrap()
-            .into_iter()
-            .map(|row| row.body)
-            .collect()
+    }
+
+    /// The JSON bodies of `agent`'s transcript records, in order.
+    pub async fn bodies(&self, agent: &str) -> Vec<Value> {
+        let rows = self.transcript(agent).await;
+        rows.into_iter().map(|row| row.body).collect()
     }
 
     /// `agent`'s transcript records, in order.
     pub async fn records(&self, agent: &str) -> Vec<Record> {
-        self.store
-            .records(&self.run_id, agent, TRANSCRIPT, 0)
-            .await
-            .unwrap()
-            .iter()
+        let rows = self.transcript(agent).await;
+        rows.iter()
             .map(|row| Record::from_stored(row).unwrap())
             .collect()
     }
