@@ -484,37 +484,13 @@ impl Summary<'_> {
             })
     }
 
-    /// `approved by lead, mode acceptEdits` or `rejected by policy: …` for a request.
+    /// `approved by lead, mode acceptEdits` or `rejected by policy` for a request.
     fn decision(&self, request_id: &str) -> Option<String> {
-        let request = self
-            .stored
+        self.stored
             .requests
             .iter()
-            .find(|r| r.request_id == request_id)?;
-        let Some(response) = &request.response else {
-            return Some(format!("waiting for {}", request.responder));
-        };
-        let body = MessageBody::from_stored(&response.kind, &response.body);
-        Some(match body {
-            MessageBody::PlanApprovalResponse {
-                approved: true,
-                mode,
-                ..
-            } => format!(
-                "approved by {}{}",
-                response.responder,
-                mode.map(|m| format!(", mode {m}")).unwrap_or_default()
-            ),
-            MessageBody::PlanApprovalResponse {
-                approved: false, ..
-            } => format!("rejected by {}", response.responder),
-            MessageBody::PermissionResponse { approved, .. } => format!(
-                "{} by {}",
-                if approved { "allowed" } else { "denied" },
-                response.responder
-            ),
-            _ => format!("answered by {}", response.responder),
-        })
+            .find(|r| r.request_id == request_id)
+            .map(crate::team::summary::decision)
     }
 
     fn plans(&self, out: &mut String) {

@@ -28,6 +28,7 @@ mod members;
 mod printer;
 mod services;
 mod setup;
+pub(crate) mod summary;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -303,19 +304,48 @@ impl Ending {
         }
     }
 
-    /// The run's verification reports: whole in the result, one line each in the text.
+    /// The run's verification reports, whole, in the result.
     fn add_verifications(&mut self, reports: &[VerificationReport]) {
         if let Value::Object(result) = &mut self.result {
             let reports: Vec<Value> = reports.iter().map(VerificationReport::to_json).collect();
             result.insert("verifications".into(), Value::Array(reports));
         }
-        for report in reports {
-            let rendered = report.render_text();
-            if let Some(line) = rendered.lines().next() {
-                self.text.push('\n');
-                self.text.push_str(line);
-            }
-        }
+    }
+
+    /// The text for `--output text`: the ending's own words, then the run's facts from the
+    /// store (agents, decisions, tasks, verifications).
+    async fn summarise(
+        &mut self,
+        store: &dyn MailboxStore,
+        run_id: &str,
+        team: &str,
+        reports: &[VerificationReport],
+    ) -> anyhow::Result<()> {
+        let slug = store
+            .run(run_id)
+            .await?
+            .map(|run| run.slug)
+            .unwrap_or_default();
+        let roster = store.roster(run_id).await?;
+        let requests = store.requests(run_id).await?;
+        let tasks = store.tasks(run_id).await?;
+        let messages = store.messages(run_id, None).await?.len();
+        self.text = summary::render(
+            &self.text,
+            &summary::RunFacts {
+                run_id,
+                slug: &slug,
+                team,
+                status: self.status.as_str(),
+                exit_code: self.exit.code(),
+                roster: &roster,
+                requests: &requests,
+                tasks: &tasks,
+                reports,
+                messages,
+            },
+        );
+        Ok(())
     }
 }
 
@@ -442,7 +472,13 @@ async fn execute(
     };
     team.stop_all().await;
     let mut ending = ending;
-    ending.add_verifications(&team.verifications().await?);
+    let reports = team.verifications().await?;
+    ending.add_verifications(&reports);
+    if output == OutputFormat::Text {
+        ending
+            .summarise(store.as_ref(), &run_id, &team_file.name, &reports)
+            .await?;
+    }
     store
         .set_run_status(&run_id, ending.status, Some(ending.result.clone()))
         .await?;

@@ -284,12 +284,27 @@ async fn text_output_summarises_each_verification_report_in_a_line() {
     let text = String::from_utf8_lossy(&output.stdout);
     let line = text
         .lines()
+        .map(str::trim_start)
         .find(|l| l.starts_with("Verification of alice's plan "))
         .unwrap_or_else(|| panic!("no verification line in {text}"));
     assert!(
         line.ends_with("-agent-alice.md: 2 done, 0 deviated, 0 missing, 0 unplanned changes"),
         "{line}"
     );
+    // The rest a person needs: the run, who worked, how the plan was decided, the board.
+    assert!(
+        text.contains(", run ") && text.contains(": completed, exit code 0."),
+        "{text}"
+    );
+    assert!(
+        text.contains("agents: lead (lead), alice (general)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("plan-alice-1 (plan of alice): approved by lead, mode acceptEdits"),
+        "{text}"
+    );
+    assert!(text.contains("task #1 Greet: completed (alice)"), "{text}");
     fake.verify().unwrap();
 }
 

@@ -1,0 +1,173 @@
+//! What `--output text` prints when a team run ends: the lead's result, then what a person
+//! needs after a headless run — who worked, how each plan and permission request was decided
+//! and by whom, the task board, the verifications, and where to look further.
+
+use muster_agents::verification::VerificationReport;
+use muster_mailbox::{MemberKind, MessageBody, RequestRecord, RosterEntry, Task};
+
+/// The run as the summary shows it.
+pub(crate) struct RunFacts<'a> {
+    pub run_id: &'a str,
+    pub slug: &'a str,
+    pub team: &'a str,
+    pub status: &'a str,
+    pub exit_code: u8,
+    pub roster: &'a [RosterEntry],
+    pub requests: &'a [RequestRecord],
+    pub tasks: &'a [muster_mailbox::Task],
+    pub reports: &'a [VerificationReport],
+    pub messages: usize,
+}
+
+/// `approved by lead, mode acceptEdits`, `rejected by policy`, `waiting for human`, … for a
+/// request.
+pub(crate) fn decision(request: &RequestRecord) -> String {
+    let Some(response) = &request.response else {
+        return format!("waiting for {}", request.responder);
+    };
+    match MessageBody::from_stored(&response.kind, &response.body) {
+        MessageBody::PlanApprovalResponse {
+            approved: true,
+            mode,
+            ..
+        } => format!(
+            "approved by {}{}",
+            response.responder,
+            mode.map(|m| format!(", mode {m}")).unwrap_or_default()
+        ),
+        MessageBody::PlanApprovalResponse {
+            approved: false, ..
+        } => format!("rejected by {}", response.responder),
+        MessageBody::PermissionResponse { approved, .. } => format!(
+            "{} by {}",
+            if approved { "allowed" } else { "denied" },
+            response.responder
+        ),
+        _ => format!("answered by {}", response.responder),
+    }
+}
+
+/// The feedback of a decided plan request, if it carried any.
+fn feedback(request: &RequestRecord) -> Option<String> {
+    let response = request.response.as_ref()?;
+    match MessageBody::from_stored(&response.kind, &response.body) {
+        MessageBody::PlanApprovalResponse { feedback, .. } => feedback,
+        _ => None,
+    }
+}
+
+/// The text a person reads: `result` (the lead's own words) first, then the run's facts.
+pub(crate) fn render(result: &str, facts: &RunFacts<'_>) -> String {
+    let mut out = String::new();
+    if !result.trim().is_empty() {
+        out.push_str(result.trim_end());
+        out.push_str("\n\n");
+    }
+    out.push_str(&format!(
+        "Team {}, run {} ({}): {}, exit code {}.\n",
+        facts.team, facts.run_id, facts.slug, facts.status, facts.exit_code
+    ));
+    agents(&mut out, facts.roster);
+    requests(&mut out, facts.requests);
+    tasks(&mut out, facts.tasks);
+    for report in facts.reports {
+        if let Some(line) = report.render_text().lines().next() {
+            out.push_str(&format!("  {line}\n"));
+        }
+    }
+    out.push_str(&format!(
+        "  {} messages in the store: `muster inbox --run {id}`, `muster plans --run {id}`, \
+         `muster tasks --run {id}`.",
+        facts.messages,
+        id = facts.run_id
+    ));
+    out
+}
+
+fn agents(out: &mut String, roster: &[RosterEntry]) {
+    let names: Vec<String> = roster
+        .iter()
+        .filter(|m| matches!(m.kind, MemberKind::Lead | MemberKind::Teammate))
+        .map(|m| match &m.definition {
+            Some(definition) => format!("{} ({definition})", m.agent),
+            None => m.agent.clone(),
+        })
+        .collect();
+    let subagents = roster
+        .iter()
+        .filter(|m| m.kind == MemberKind::Subagent)
+        .count();
+    out.push_str(&format!("  agents: {}", names.join(", ")));
+    if subagents > 0 {
+        out.push_str(&format!("; {subagents} subagent(s)"));
+    }
+    out.push('\n');
+}
+
+fn requests(out: &mut String, requests: &[RequestRecord]) {
+    for request in requests.iter().filter(|r| {
+        matches!(
+            r.kind.as_str(),
+            "plan_approval_request" | "permission_request"
+        )
+    }) {
+        let what = if request.kind == "plan_approval_request" {
+            "plan"
+        } else {
+            "permission"
+        };
+        out.push_str(&format!(
+            "  {} ({what} of {}): {}",
+            request.request_id,
+            request.requester,
+            decision(request)
+        ));
+        if let Some(feedback) = feedback(request) {
+            out.push_str(&format!(" — \"{}\"", one_line(&feedback, 100)));
+        }
+        out.push('\n');
+    }
+}
+
+fn tasks(out: &mut String, tasks: &[Task]) {
+    for task in tasks {
+        out.push_str(&format!(
+            "  task #{} {}: {}{}\n",
+            task.task_id,
+            one_line(&task.subject, 60),
+            task.status.as_str(),
+            task.owner
+                .as_ref()
+                .map(|owner| format!(" ({owner})"))
+                .unwrap_or_default()
+        ));
+    }
+}
+
+/// `text` on one line, cut to `max` characters.
+fn one_line(text: &str, max: usize) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= max {
+        return flat;
+    }
+    let cut: String = flat.chars().take(max.saturating_sub(1)).collect();
+    format!("{cut}…")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_of_one_line_cuts() {
+        let cases = [
+            ("short", 10, "short"),
+            ("two\n  lines", 20, "two lines"),
+            ("abcdefghij", 5, "abcd…"),
+            ("", 3, ""),
+        ];
+        for (text, max, expected) in cases {
+            assert_eq!(one_line(text, max), expected, "{text:?}");
+        }
+    }
+}
