@@ -767,7 +767,11 @@ async fn the_runs_log_records_every_event_whatever_the_output() {
         std::fs::create_dir_all(dir.path().join("teams")).unwrap();
         std::fs::write(dir.path().join("teams/solo.toml"), "name = \"solo\"\n").unwrap();
         let fake = fake(vec![
-            ScriptEntry::reply(agent, 1, vec![tool("Read", json!({"file_path": "README.md"}))]),
+            ScriptEntry::reply(
+                agent,
+                1,
+                vec![tool("Read", json!({"file_path": "README.md"}))],
+            ),
             ScriptEntry::reply(agent, 2, vec![Block::text("Read it.")]),
         ])
         .await;
