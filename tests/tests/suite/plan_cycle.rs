@@ -8,101 +8,22 @@
 //! the fake's gate (the agent's next request is held while the workspace is checked).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::path::Path;
 
-use muster_agents::compaction::CompactionConfig;
-use muster_agents::model::{ProviderOptions, ThinkingSettings, build_provider};
-use muster_agents::runtime::{
-    AgentKind, AgentOutcome, AgentRuntime, AgentSpec, CompactionPolicy, EngineGate, EventSink,
-    ModeModel, ModelRouter, PlanApprover, PlanFiles, Record, RunContext, RuntimeEvent, TRANSCRIPT,
-};
-use muster_agents::tools::{ToolRegistry, Workspace};
-use muster_config::project::ProjectRoot;
-use muster_config::settings::ModeSettings;
-use muster_config::{AgentCatalog, Approver, CliOverrides, Policy, Settings, SettingsInputs};
+use muster_agents::runtime::{AgentOutcome, Record};
 use muster_fake_llm::{
     Block, FakeLlm, FakeLlmConfig, FakeLlmHandle, KeyCheck, OpenAiQuirks, RecordedRequest,
     ScriptEntry, StreamOptions, UsageSpec,
 };
-use muster_mailbox::{
-    AutoGate, MailboxStore, MemberKind, NewRun, RosterEntry, SqliteStore, StoreOptions,
-};
 use serde_json::{Value, json};
-use tokio::sync::Semaphore;
 
-const GUARD: Duration = Duration::from_secs(60);
-const RUN: &str = "r1";
-const AGENT: &str = "main";
-const SLUG: &str = "calm-baking-otter";
+use super::harness::{
+    AGENT, Finished, SLUG, Wire, comparable, run_agent, transcript, wire_settings,
+};
+
 const PLAN: &str = "## Goal\nGreet.\n## Steps\n1. Write hello.txt\n## Files\nhello.txt\n## Tests\nnone\n## Risks\nnone\n";
 /// The gate holding the request that follows the refused write.
 const AFTER_REFUSAL: &str = "after-refusal";
-
-/// The two wire formats muster's HTTP clients speak.
-#[derive(Clone, Copy, Debug)]
-enum Wire {
-    Anthropic,
-    OpenAi,
-}
-
-impl Wire {
-    /// The `provider` setting.
-    fn provider(self) -> &'static str {
-        match self {
-            Wire::Anthropic => "anthropic",
-            Wire::OpenAi => "openai",
-        }
-    }
-
-    /// A model of the built-in catalogue that the fake lists.
-    fn model(self) -> &'static str {
-        match self {
-            Wire::Anthropic => "claude-sonnet-4-5",
-            Wire::OpenAi => "gpt-4.1",
-        }
-    }
-
-    /// The provider's default key variable (`providers.*.api_key_env`).
-    fn key_variable(self) -> &'static str {
-        match self {
-            Wire::Anthropic => "ANTHROPIC_API_KEY",
-            Wire::OpenAi => "OPENAI_API_KEY",
-        }
-    }
-
-    fn key(self) -> &'static str {
-        match self {
-            Wire::Anthropic => "sk-ant-wire-test",
-            Wire::OpenAi => "sk-openai-wire-test",
-        }
-    }
-
-    fn base_url(self, fake: &FakeLlmHandle) -> String {
-        match self {
-            Wire::Anthropic => fake.base_url(),
-            Wire::OpenAi => fake.openai_base_url(),
-        }
-    }
-
-    fn path(self) -> &'static str {
-        match self {
-            Wire::Anthropic => "/v1/messages",
-            Wire::OpenAi => "/v1/chat/completions",
-        }
-    }
-}
-
-/// Collects the runtime's events.
-#[derive(Default)]
-struct Events(Mutex<Vec<RuntimeEvent>>);
-
-impl EventSink for Events {
-    fn emit(&self, event: RuntimeEvent) {
-        self.0.lock().unwrap().push(event);
-    }
-}
 
 /// One scripted model turn of `main`. Usage is explicit so that both wires must report the
 /// same figures (OpenAI's `prompt_tokens` includes the cached tokens). Small stream chunks
@@ -182,40 +103,6 @@ fn script() -> Vec<ScriptEntry> {
     ]
 }
 
-/// A project with `settings` (after the approver and the starting mode), and a policy file
-/// approving plans that touch only hello.txt.
-fn project(settings: &str) -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let root = std::fs::canonicalize(dir.path()).unwrap();
-    std::fs::create_dir_all(root.join(".muster/plans")).unwrap();
-    std::fs::create_dir_all(root.join(".git")).unwrap();
-    std::fs::write(root.join("README.md"), "hello\n").unwrap();
-    std::fs::write(
-        root.join("approve.toml"),
-        "max_files = 1\nallowed_paths = [\"hello.txt\"]\nmax_mode = \"acceptEdits\"\n",
-    )
-    .unwrap();
-    std::fs::write(
-        root.join(".muster/settings.toml"),
-        format!(
-            "permission_mode = \"acceptEdits\"\napprover = \"policy:approve.toml\"\n{settings}"
-        ),
-    )
-    .unwrap();
-    (dir, root)
-}
-
-/// Settings that pick `wire` for both modes at the fake's URL.
-fn wire_settings(wire: Wire, fake: &FakeLlmHandle) -> String {
-    format!(
-        "provider = \"{provider}\"\nmodel = \"{model}\"\n\n\
-         [providers.{provider}]\nbase_url = \"{url}\"\nmax_retries = 0\n",
-        provider = wire.provider(),
-        model = wire.model(),
-        url = wire.base_url(fake),
-    )
-}
-
 /// A fake server answering the cycle's script, accepting only `key`.
 async fn fake_for(key: &str) -> FakeLlmHandle {
     FakeLlm::start_with(
@@ -229,70 +116,6 @@ async fn fake_for(key: &str) -> FakeLlmHandle {
     .unwrap()
 }
 
-/// Every file under `root` but `.muster/` and `.git/`, with its content.
-fn workspace_files(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut files = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.ends_with(".muster") || path.ends_with(".git") {
-                continue;
-            }
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                files.insert(
-                    path.strip_prefix(root).unwrap().into(),
-                    std::fs::read(&path).unwrap(),
-                );
-            }
-        }
-    }
-    files
-}
-
-/// The model of one mode as the settings name it, its provider built from the settings.
-fn mode_model(
-    mode: &ModeSettings,
-    settings: &Settings,
-    env: &BTreeMap<String, String>,
-) -> ModeModel {
-    let lookup = |name: &str| env.get(name).cloned();
-    let provider = build_provider(
-        mode.provider.value,
-        settings,
-        &lookup,
-        &ProviderOptions::default(),
-    )
-    .unwrap();
-    let model = mode.model.value.clone();
-    ModeModel {
-        provider,
-        max_tokens: settings
-            .models
-            .get(&model)
-            .and_then(|info| info.max_output)
-            .unwrap_or(8192),
-        model,
-        thinking: ThinkingSettings::default(),
-    }
-}
-
-/// What one run left behind.
-struct Finished {
-    root: PathBuf,
-    outcome: AgentOutcome,
-    /// The workspace while the request after the refused write was held.
-    at_refusal: BTreeMap<PathBuf, Vec<u8>>,
-    workspace: BTreeMap<PathBuf, Vec<u8>>,
-    plan_file: String,
-    records: Vec<Record>,
-    requests: Vec<Value>,
-    wire_requests: Vec<RecordedRequest>,
-    _dir: tempfile::TempDir,
-}
-
 /// Runs the cycle over `wire`.
 async fn run_over(wire: Wire) -> Finished {
     let fake = fake_for(wire.key()).await;
@@ -300,196 +123,27 @@ async fn run_over(wire: Wire) -> Finished {
     run_cycle(&fake, &wire_settings(wire, &fake), env).await
 }
 
-/// Runs the cycle against `fake` in a new project with `settings`; `env` is the environment
-/// the settings and the providers read.
+/// The cycle against `fake`: the workspace is looked at while the request after the refused
+/// write waits.
 async fn run_cycle(
     fake: &FakeLlmHandle,
     settings: &str,
     env: BTreeMap<String, String>,
 ) -> Finished {
-    let (dir, root) = project(settings);
-    let before = workspace_files(&root);
-    let project_root = ProjectRoot::at(&root);
-    let settings = Settings::load(&SettingsInputs {
-        project_root: &project_root,
-        home_dir: None,
-        env: &env,
-        cli: &CliOverrides::new(),
-    })
-    .unwrap()
-    .value;
-    let Approver::Policy(policy_file) = &settings.approver.value else {
-        panic!("approver: {:?}", settings.approver.value);
-    };
-    let approver = PlanApprover::Policy {
-        policy: Arc::new(Policy::load(&root.join(policy_file)).unwrap()),
-        responder: settings.approver.value.to_string(),
-    };
-    let store: Arc<dyn MailboxStore> =
-        Arc::new(SqliteStore::open(&settings.store_path.value, StoreOptions::default()).unwrap());
-    store
-        .create_run(NewRun {
-            id: RUN.into(),
-            slug: SLUG.into(),
-            team: None,
-            workspace: root.display().to_string(),
-            batch_line_id: None,
-            auto_gate: AutoGate::default(),
-            launch_options: json!({}),
-        })
-        .await
-        .unwrap();
-    store
-        .add_member(
-            RUN,
-            RosterEntry {
-                agent: AGENT.into(),
-                kind: MemberKind::Lead,
-                definition: Some("general".into()),
-                parent: None,
-            },
-        )
-        .await
-        .unwrap();
-    let epoch = store.open_epoch(RUN).await.unwrap();
-    let catalog = Arc::new(AgentCatalog::built_in().unwrap());
-    let plans = PlanFiles::new(settings.plans_directory.value.clone(), SLUG);
-    let context = Arc::new(RunContext {
-        run_id: RUN.into(),
-        epoch,
-        store: store.clone(),
-        models: ModelRouter {
-            plan: mode_model(&settings.plan, &settings, &env),
-            act: mode_model(&settings.act, &settings, &env),
-        },
-        gate: Arc::new(EngineGate::new(
-            settings.permissions.clone(),
-            catalog.clone(),
-            None,
-        )),
-        catalog,
-        tools: ToolRegistry::standard(),
-        workspace: Workspace::new(&root).unwrap(),
-        plans: plans.clone(),
-        approver,
-        terminal: None,
-        events: Arc::new(Events::default()),
-        instructions: String::new(),
-        environment: Vec::new(),
-        subagents: Arc::new(Semaphore::new(1)),
-        budget: Arc::new(RunContext::budget_ledger(
-            &settings.budgets,
-            None,
-            None,
-            BTreeMap::new(),
-        )),
-        compaction: CompactionPolicy {
-            config: CompactionConfig::from_settings(&settings.compaction),
-            models: settings.models.clone(),
-        },
-    });
-    let spec = AgentSpec {
-        agent_id: AGENT.into(),
-        kind: AgentKind::Main,
-        definition: "general".into(),
-        mode: settings.permission_mode.value,
-        pre_plan_mode: None,
-        approval_ceiling: None,
-        inherited_model: None,
-    };
-    let mut agent = AgentRuntime::start(context, spec, "Add a greeting file.")
-        .await
-        .unwrap();
-    // The request after the refused write is held: the refusal is committed and the
-    // workspace can be looked at before the agent goes on.
-    let look_at_refusal = async {
-        tokio::time::timeout(GUARD, fake.gate_reached(AFTER_REFUSAL, 1))
-            .await
-            .expect("guard timeout: the agent never reached the turn after the refusal");
-        let files = workspace_files(&root);
-        fake.open_gate(AFTER_REFUSAL);
-        files
-    };
-    let (outcome, at_refusal) = tokio::join!(
-        async {
-            tokio::time::timeout(GUARD, agent.run())
-                .await
-                .expect("guard timeout")
-                .unwrap()
-        },
-        look_at_refusal,
+    let run = run_agent(
+        fake,
+        settings,
+        env,
+        "Add a greeting file.",
+        Some(AFTER_REFUSAL),
+    )
+    .await;
+    assert_eq!(
+        run.at_gate.as_ref(),
+        Some(&run.before),
+        "the refused write changed nothing"
     );
-    fake.verify().unwrap();
-    assert_eq!(at_refusal, before, "the refused write changed nothing");
-    let records = store
-        .records(RUN, AGENT, TRANSCRIPT, 0)
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| Record::from_stored(row).unwrap())
-        .collect();
-    let requests = store
-        .requests(RUN)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| serde_json::to_value(r).unwrap())
-        .collect();
-    Finished {
-        outcome,
-        at_refusal,
-        workspace: workspace_files(&root),
-        plan_file: std::fs::read_to_string(plans.main_file()).unwrap(),
-        records,
-        requests,
-        wire_requests: fake.requests(),
-        root,
-        _dir: dir,
-    }
-}
-
-/// A record, comparable across runs: the project root becomes `<root>`; tool-use ids become
-/// their order of appearance (they pair calls and results, and differ per wire); the fields
-/// that name the wire's model or its price are left out (checked separately).
-fn comparable(value: &Value, root: &Path, ids: &mut Vec<String>) -> Value {
-    match value {
-        Value::String(s) => Value::String(s.replace(&root.display().to_string(), "<root>")),
-        Value::Array(items) => {
-            Value::Array(items.iter().map(|v| comparable(v, root, ids)).collect())
-        }
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .filter(|(k, _)| {
-                    !matches!(
-                        k.as_str(),
-                        "model" | "cost_usd" | "created_at" | "decided_at" | "message_key"
-                    )
-                })
-                .map(|(k, v)| {
-                    let v = match (k.as_str(), v) {
-                        ("id" | "tool_use_id", Value::String(id)) => {
-                            let n = ids.iter().position(|seen| seen == id).unwrap_or_else(|| {
-                                ids.push(id.clone());
-                                ids.len() - 1
-                            });
-                            json!(format!("tool-use-{n}"))
-                        }
-                        _ => comparable(v, root, ids),
-                    };
-                    (k.clone(), v)
-                })
-                .collect(),
-        ),
-        other => other.clone(),
-    }
-}
-
-fn transcript(run: &Finished) -> Vec<Value> {
-    let mut ids = Vec::new();
-    run.records
-        .iter()
-        .map(|r| comparable(&r.body(), &run.root, &mut ids))
-        .collect()
+    run
 }
 
 /// `(tool, decision, is_error)` of every tool call, in order.
@@ -577,13 +231,18 @@ async fn a_plan_cycle_ends_the_same_over_the_anthropic_and_the_openai_wire() {
             },
             "{wire:?}"
         );
-        assert!(!run.at_refusal.contains_key(Path::new("hello.txt")));
+        assert!(
+            !run.at_gate
+                .as_ref()
+                .unwrap()
+                .contains_key(Path::new("hello.txt"))
+        );
         assert_eq!(
             run.workspace.get(Path::new("hello.txt")).map(Vec::as_slice),
             Some(&b"hello, world\n"[..]),
             "{wire:?}: the approved write landed, not the refused one"
         );
-        assert_eq!(run.plan_file, PLAN, "{wire:?}");
+        assert_eq!(run.plan_file.as_deref(), Some(PLAN), "{wire:?}");
         assert_eq!(
             decisions(&run.records),
             [
@@ -673,7 +332,7 @@ async fn plan_turns_over_openai_and_act_turns_over_anthropic_share_one_context()
     let anthropic = run_over(Wire::Anthropic).await;
     assert_eq!(split.outcome, anthropic.outcome);
     assert_eq!(split.workspace, anthropic.workspace);
-    assert_eq!(split.plan_file, PLAN);
+    assert_eq!(split.plan_file.as_deref(), Some(PLAN));
     assert_eq!(transcript(&split), transcript(&anthropic));
     // Turn 1 asks to plan and turns 5 and 6 act after the approval; 2 to 4 plan.
     let (act, plan) = (
