@@ -470,6 +470,33 @@ impl Builder<'_> {
         }
     }
 
+    /// An OpenAI-compatible provider needs a model named somewhere: the built-in default is
+    /// Anthropic's, which such a server refuses (or serves something else under that name).
+    fn check_openai_models(&mut self, plan: &ModeSettings, act: &ModeSettings) {
+        let unset: Vec<&str> = [("plan", plan), ("act", act)]
+            .into_iter()
+            .filter(|(_, mode)| {
+                mode.provider.value == ProviderKind::OpenAi
+                    && mode.model.origin.layer == Layer::Default
+            })
+            .map(|(name, _)| name)
+            .collect();
+        let Some(first) = unset.first() else {
+            return;
+        };
+        let default_model = &act.model.value;
+        self.errors.push(
+            Diagnostic::new(format!(
+                "the openai provider ({} mode) has no model of its own, and the built-in \
+                 default `{default_model}` is an Anthropic model: pass --model NAME (the name \
+                 your server serves, e.g. gpt-4.1 or qwen2.5-coder), or set `model` (or \
+                 `[{first}] model`) in .muster/settings.toml, or MUSTER_MODEL",
+                unset.join(" and ")
+            ))
+            .for_key("model"),
+        );
+    }
+
     fn provider(&mut self, name: &str, root: &Path) -> ProviderSettings {
         let key = |leaf: &'static str| ["providers", name, leaf];
         ProviderSettings {
@@ -575,6 +602,9 @@ fn build(merged: &Merged, root: &Path, errors: &mut Vec<Diagnostic>) -> Settings
         ),
         other => Ok(other),
     });
+    let plan = builder.mode_settings("plan");
+    let act = builder.mode_settings("act");
+    builder.check_openai_models(&plan, &act);
     let settings = Settings {
         project_root: root.to_path_buf(),
         permission_mode,
@@ -585,8 +615,8 @@ fn build(merged: &Merged, root: &Path, errors: &mut Vec<Diagnostic>) -> Settings
         auto_gate: builder.required(&["auto_gate"], |text| text.parse::<AutoGate>()),
         auto_gate_denial_limit: builder.count(&["auto_gate_denial_limit"]),
         instructions_max_bytes: builder.count(&["instructions_max_bytes"]),
-        plan: builder.mode_settings("plan"),
-        act: builder.mode_settings("act"),
+        plan,
+        act,
         anthropic: builder.provider("anthropic", root),
         openai: builder.provider("openai", root),
         script: builder.provider("script", root),

@@ -621,3 +621,42 @@ fn compaction_values_out_of_range_are_refused() {
         assert_eq!(Project::new().env(name, value).error(), expected);
     }
 }
+
+#[test]
+fn an_openai_provider_needs_a_model_of_its_own() {
+    // (settings file, Some(mode named in the error) | None: loads)
+    let cases: [(&str, Option<&str>); 6] = [
+        ("provider = \"openai\"\n", Some("plan and act mode")),
+        ("[plan]\nprovider = \"openai\"\n", Some("(plan mode)")),
+        ("provider = \"openai\"\nmodel = \"gpt-4.1\"\n", None),
+        (
+            "[act]\nprovider = \"openai\"\nmodel = \"qwen2.5-coder\"\n",
+            None,
+        ),
+        (
+            "[plan]\nprovider = \"openai\"\n[act]\nprovider = \"openai\"\nmodel = \"m\"\n",
+            Some("(plan mode)"),
+        ),
+        ("provider = \"anthropic\"\n", None),
+    ];
+    for (text, expected) in cases {
+        let project = Project::new();
+        project.write(".muster/settings.toml", text);
+        match expected {
+            Some(mode) => {
+                let error = project.error();
+                assert!(
+                    error.contains(mode) && error.contains("--model NAME"),
+                    "for {text:?}: {error}"
+                );
+            }
+            None => {
+                project.settings();
+            }
+        }
+    }
+    // A model from the environment or a flag counts too.
+    let project = Project::new().env("MUSTER_MODEL", "llama3.1");
+    project.write(".muster/settings.toml", "provider = \"openai\"\n");
+    assert_eq!(project.settings().act.model.value, "llama3.1");
+}
