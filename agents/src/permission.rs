@@ -39,7 +39,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use muster_config::rule::SourcedRule;
+use muster_config::rule::{RuleSpecifier, SourcedRule};
 use muster_config::settings::AutoGate;
 use muster_config::tools::{TEAM_TOOLS, canonical_tool_name};
 use muster_config::{
@@ -661,6 +661,14 @@ impl PermissionEngine {
             return first;
         }
         if let Some(command) = &subjects.command {
+            // `Bash` or `Bash(*)` allows every command, as the user wrote; a patterned rule
+            // covers only plain commands, whose every part it can see.
+            if let Some(rule) = allow.iter().find(|rule| {
+                rule.value.applies_to_tool(name)
+                    && matches!(rule.value.specifier(), RuleSpecifier::AnyCall)
+            }) {
+                return Some(rule);
+            }
             if command.contains(['`', '$', '>', '<', '(', ')', '{', '}']) {
                 return None;
             }

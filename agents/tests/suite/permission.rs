@@ -940,6 +940,70 @@ fn rules_deny_everywhere_ask_and_allow_never_widen_plan_mode() {
 }
 
 #[test]
+fn a_tool_wide_bash_rule_allows_every_command_but_never_widens_plan_mode_or_beats_deny() {
+    let fixture = Fixture::new();
+    let configured = rules(&["Bash"], &[], &["Bash(rm:*)"]);
+    let context = |mode| {
+        PermissionContext::new(
+            AgentKind::Teammate,
+            mode,
+            &fixture.workspace,
+            &configured,
+            &fixture.catalog,
+        )
+    };
+    use PermissionMode::*;
+    let table: Vec<(PermissionMode, &str, Verdict, &str)> = vec![
+        // `Bash` is every command, as the user wrote: redirections and expansions too.
+        (
+            Default,
+            "touch a > b",
+            Verdict::Allow,
+            "allowed by the rule `Bash`",
+        ),
+        (
+            Default,
+            "echo $$ > pid; exec sleep 1",
+            Verdict::Allow,
+            "rule `Bash`",
+        ),
+        (
+            Default,
+            "make test 2>&1 | tee log",
+            Verdict::Allow,
+            "rule `Bash`",
+        ),
+        // A deny rule still wins, in any part of the command.
+        (
+            Default,
+            "ls && rm x",
+            Verdict::Deny,
+            "deny rule `Bash(rm:*)`",
+        ),
+        // Plan mode stays a hard boundary.
+        (Plan, "touch a > b", Verdict::Deny, "plan mode allows only"),
+    ];
+    for (mode, command, verdict, fragment) in table {
+        let decision = decide(
+            &fixture,
+            &context(mode),
+            "Bash",
+            json!({"command": command}),
+        );
+        assert_eq!(
+            decision.verdict, verdict,
+            "{mode} {command}: {}",
+            decision.reason
+        );
+        assert!(
+            decision.reason.contains(fragment),
+            "{mode} {command}: {:?} lacks {fragment:?}",
+            decision.reason
+        );
+    }
+}
+
+#[test]
 fn auto_mode_reports_denials_and_resets_and_a_closed_gate_is_default() {
     let fixture = Fixture::new();
     let no_rules = PermissionRules::default();
