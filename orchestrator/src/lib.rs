@@ -7,6 +7,7 @@ pub mod exit;
 pub mod ids;
 pub mod project;
 pub mod run_log;
+pub mod signals;
 pub mod single_run;
 pub mod store_demo;
 pub mod stream_json;

@@ -33,6 +33,7 @@ use crate::cli::GlobalArgs;
 use crate::cli::config::{load_settings, print_warnings, process_env, project_root};
 use crate::exit::{Exit, ExitError};
 use crate::project::Project;
+use crate::signals::Interrupts;
 use crate::stream_json;
 use crate::stream_json::now_ms;
 
@@ -370,6 +371,7 @@ impl Session {
     }
 
     async fn execute_async(self, existing: Option<RunRecord>) -> anyhow::Result<Exit> {
+        let mut interrupts = Interrupts::install();
         let env = process_env();
         let parts = self.parts(&env, existing.is_some())?;
         let store: Arc<dyn MailboxStore> = self.project.open_store()?;
@@ -429,7 +431,21 @@ impl Session {
             budget: budget.clone(),
         };
         let context = Arc::new(self.context(identity, parts, printer.clone(), &env));
-        let ending = match self.drive(context, &budget, resumed).await {
+        let driven = tokio::select! {
+            driven = self.drive(context, &budget, resumed) => driven,
+            signal = interrupts.first() => {
+                // The agent is dropped with the losing branch: a running Bash call's process
+                // group is killed with it; anything else left running is killed here.
+                let _ = muster_agents::runtime::team::kill_unfinished_tools(
+                    store.as_ref(),
+                    &run_id,
+                    MAIN_AGENT,
+                )
+                .await;
+                Ok(interrupted_ending(signal, &run_id))
+            }
+        };
+        let ending = match driven {
             Ok(ending) => ending,
             Err(error) => match budget_exceeded(&error) {
                 Some(exceeded) => budget_ending(&exceeded),
@@ -648,6 +664,17 @@ impl Session {
     }
 }
 
+/// How a run stopped by a signal ends: `interrupted`, exit 130, to be resumed.
+fn interrupted_ending(signal: &str, run_id: &str) -> Ending {
+    let text = crate::signals::interrupted_text(signal, run_id);
+    Ending {
+        status: RunStatus::Interrupted,
+        exit: Exit::Interrupted,
+        result: json!({"error": text}),
+        text,
+    }
+}
+
 /// Prints events per `--output`, each line after the commit it reports.
 struct Printer {
     run_id: String,
@@ -685,7 +712,10 @@ impl Printer {
                 } else {
                     String::new()
                 };
-                if ending.status == RunStatus::Failed || ending.status == RunStatus::Budget {
+                if matches!(
+                    ending.status,
+                    RunStatus::Failed | RunStatus::Budget | RunStatus::Interrupted
+                ) {
                     eprintln!("{}", ending.text);
                     return;
                 }

@@ -56,6 +56,7 @@ use crate::cli::GlobalArgs;
 use crate::cli::config::{load_settings, print_warnings, process_env, project_root};
 use crate::exit::{Exit, ExitError};
 use crate::project::Project;
+use crate::signals::Interrupts;
 use crate::single_run::{OutputFormat, RunFlags};
 
 use printer::{TeamPrinter, now_ms};
@@ -357,6 +358,7 @@ async fn execute(
     output: OutputFormat,
     existing: Option<Resumed>,
 ) -> anyhow::Result<Exit> {
+    let mut interrupts = Interrupts::install();
     let mut launch = launch;
     let store: Arc<dyn MailboxStore> = project.open_store()?;
     let resumed = existing.is_some();
@@ -448,15 +450,31 @@ async fn execute(
             team.start_declared(teammate, false)?;
         }
     }
-    let driven = match launch.deadline_ms {
-        Some(deadline) => {
-            let left = Duration::from_millis(u64::try_from(deadline - now_ms()).unwrap_or(0));
-            match tokio::time::timeout(left, team.drive_lead(&launch, resumed)).await {
-                Ok(ending) => ending,
-                Err(_) => team.deadline_ending().await,
+    let lead = async {
+        match launch.deadline_ms {
+            Some(deadline) => {
+                let left = Duration::from_millis(u64::try_from(deadline - now_ms()).unwrap_or(0));
+                match tokio::time::timeout(left, team.drive_lead(&launch, resumed)).await {
+                    Ok(ending) => ending,
+                    Err(_) => team.deadline_ending().await,
+                }
             }
+            None => team.drive_lead(&launch, resumed).await,
         }
-        None => team.drive_lead(&launch, resumed).await,
+    };
+    let mut interrupted = false;
+    let driven = tokio::select! {
+        driven = lead => driven,
+        signal = interrupts.first() => {
+            interrupted = true;
+            let text = crate::signals::interrupted_text(signal, &run_id);
+            Ok(Ending {
+                status: RunStatus::Interrupted,
+                exit: Exit::Interrupted,
+                result: json!({"error": text}),
+                text,
+            })
+        }
     };
     let ending = match driven {
         Ok(ending) => ending,
@@ -470,7 +488,11 @@ async fn execute(
             },
         },
     };
-    team.stop_all().await;
+    if interrupted {
+        team.abort_all().await;
+    } else {
+        team.stop_all().await;
+    }
     let mut ending = ending;
     let reports = team.verifications().await?;
     ending.add_verifications(&reports);
@@ -1144,6 +1166,30 @@ The lead ended its turn without deciding {}; the teammates                  wait
         }
         for id in &live {
             self.stop_after_timeout(id).await;
+        }
+    }
+
+    /// On an interruption: every agent stops at once — teammates' tasks are aborted (their
+    /// Bash process groups killed as the tasks drop) and whatever tool is left unfinished is
+    /// killed. Nothing is handed back or reported: `muster resume` continues from the store.
+    async fn abort_all(&self) {
+        let live: Vec<String> = self
+            .states_of()
+            .into_iter()
+            .filter(|(_, state)| *state != MemberState::Stopped)
+            .map(|(id, _)| id)
+            .collect();
+        for id in live.iter().map(String::as_str).chain([LEAD]) {
+            if let Some(handle) = self.take_handle(id) {
+                handle.abort();
+                let _ = handle.await;
+            }
+            let _ = muster_agents::runtime::team::kill_unfinished_tools(
+                self.store.as_ref(),
+                self.run_id(),
+                id,
+            )
+            .await;
         }
     }
 

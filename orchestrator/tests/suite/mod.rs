@@ -6,5 +6,6 @@ mod demo_cli;
 mod openai_cli;
 mod resume_cli;
 mod run_cli;
+mod signal_cli;
 mod store_cli;
 mod team_cli;
