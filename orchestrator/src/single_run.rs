@@ -291,10 +291,22 @@ fn load_catalog(project: &Project) -> anyhow::Result<AgentCatalog> {
     Ok(loaded.value)
 }
 
-fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+pub(crate) fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?)
+}
+
+/// Runs a run's `future` to its end on `runtime`, then shuts the runtime down without
+/// waiting on a blocking call that cannot end by itself (a terminal prompt cut by Ctrl-C):
+/// dropping a runtime would wait for it forever.
+pub(crate) fn drive_to_end<T>(
+    runtime: tokio::runtime::Runtime,
+    future: impl std::future::Future<Output = T>,
+) -> T {
+    let output = runtime.block_on(future);
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    output
 }
 
 /// A run about to start or continue.
@@ -366,8 +378,7 @@ impl Session {
     }
 
     fn execute(self, existing: Option<RunRecord>) -> anyhow::Result<Exit> {
-        let runtime = tokio_runtime()?;
-        runtime.block_on(self.execute_async(existing))
+        drive_to_end(tokio_runtime()?, self.execute_async(existing))
     }
 
     async fn execute_async(self, existing: Option<RunRecord>) -> anyhow::Result<Exit> {

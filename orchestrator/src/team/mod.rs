@@ -163,17 +163,10 @@ pub fn run(global: &GlobalArgs, flags: RunFlags, team_path: PathBuf) -> anyhow::
         record: flags.record.as_ref().map(std::path::absolute).transpose()?,
         deadline_ms: max_duration.map(|secs| now_ms() + (secs as i64) * 1000),
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(execute(
-        project,
-        Arc::new(catalog),
-        team,
-        launch,
-        output,
-        None,
-    ))
+    crate::single_run::drive_to_end(
+        crate::single_run::tokio_runtime()?,
+        execute(project, Arc::new(catalog), team, launch, output, None),
+    )
 }
 
 /// `muster resume [RUN]` of a team run: `None` when the run is not a team run (the
@@ -183,9 +176,7 @@ pub fn resume(
     flags: &crate::single_run::ResumeFlags,
 ) -> anyhow::Result<Option<Exit>> {
     let probe = Project::locate(global)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = crate::single_run::tokio_runtime()?;
     let record = {
         let store = probe.open_store()?;
         let record = runtime.block_on(async {
@@ -264,17 +255,14 @@ pub fn resume(
         &catalog,
     )
     .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
-    let exit = runtime.block_on(execute(
-        project,
-        Arc::new(catalog),
-        team,
-        launch,
-        output,
-        Some(Resumed {
-            record,
-            new_deadline,
-        }),
-    ))?;
+    let resumed = Some(Resumed {
+        record,
+        new_deadline,
+    });
+    let exit = crate::single_run::drive_to_end(
+        runtime,
+        execute(project, Arc::new(catalog), team, launch, output, resumed),
+    )?;
     Ok(Some(exit))
 }
 
