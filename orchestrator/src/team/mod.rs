@@ -442,9 +442,14 @@ async fn execute(
         match launch.deadline_ms {
             Some(deadline) => {
                 let left = Duration::from_millis(u64::try_from(deadline - now_ms()).unwrap_or(0));
-                match tokio::time::timeout(left, team.drive_lead(&launch, resumed)).await {
-                    Ok(ending) => ending,
-                    Err(_) => team.deadline_ending().await,
+                if left.is_zero() {
+                    // Already passed (a resume): nothing runs.
+                    team.deadline_ending().await
+                } else {
+                    match tokio::time::timeout(left, team.drive_lead(&launch, resumed)).await {
+                        Ok(ending) => ending,
+                        Err(_) => team.deadline_ending().await,
+                    }
                 }
             }
             None => team.drive_lead(&launch, resumed).await,
@@ -467,6 +472,12 @@ async fn execute(
     let ending = match driven {
         Ok(ending) => ending,
         Err(error) => match budget_exceeded(&error) {
+            // The deadline reached by an agent's own check ends the run as the deadline's
+            // timer would have (exit 5 when only a person's decision waits), whichever fires
+            // first.
+            Some(exceeded) if exceeded.kind() == muster_agents::budget::BudgetKind::Duration => {
+                team.deadline_ending().await?
+            }
             Some(exceeded) => Ending::budget(&exceeded),
             None => Ending {
                 status: RunStatus::Failed,
@@ -812,6 +823,9 @@ impl Team {
             return Ok(None);
         }
         if let Err(exceeded) = self.run.budget.check_run() {
+            if exceeded.kind() == muster_agents::budget::BudgetKind::Duration {
+                return Ok(Some(self.deadline_ending().await?));
+            }
             // A teammate spent the run's budget: the run cannot go on, whatever is decided.
             return Ok(Some(Ending::budget(&exceeded)));
         }
