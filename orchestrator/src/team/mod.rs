@@ -1152,15 +1152,19 @@ The lead ended its turn without deciding {}; the teammates                  wait
         })
     }
 
-    /// Sends every live teammate a `shutdown_request`, then stops whoever has not ended
-    /// after the shutdown timeout.
-    async fn stop_all(&self) {
-        let live: Vec<String> = self
-            .states_of()
+    /// The teammates not stopped yet.
+    fn live_teammates(&self) -> Vec<String> {
+        self.states_of()
             .into_iter()
             .filter(|(_, state)| *state != MemberState::Stopped)
             .map(|(id, _)| id)
-            .collect();
+            .collect()
+    }
+
+    /// Sends every live teammate a `shutdown_request`, then stops whoever has not ended
+    /// after the shutdown timeout.
+    async fn stop_all(&self) {
+        let live = self.live_teammates();
         for id in &live {
             let _ = self
                 .request_shutdown(id, Some("the team's work is done".into()))
@@ -1175,12 +1179,7 @@ The lead ended its turn without deciding {}; the teammates                  wait
     /// Bash process groups killed as the tasks drop) and whatever tool is left unfinished is
     /// killed. Nothing is handed back or reported: `muster resume` continues from the store.
     async fn abort_all(&self) {
-        let live: Vec<String> = self
-            .states_of()
-            .into_iter()
-            .filter(|(_, state)| *state != MemberState::Stopped)
-            .map(|(id, _)| id)
-            .collect();
+        let live = self.live_teammates();
         for id in live.iter().map(String::as_str).chain([LEAD]) {
             if let Some(handle) = self.take_handle(id) {
                 handle.abort();
