@@ -1,6 +1,7 @@
 mod batch_cli;
 mod bench_cli;
 mod check_cli;
+mod common;
 mod config_cli;
 mod demo_cli;
 mod openai_cli;

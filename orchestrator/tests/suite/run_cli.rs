@@ -5,60 +5,17 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
-use std::time::Duration;
 
-use muster_fake_llm::{Block, FakeLlm, FakeLlmHandle, ScriptEntry};
+use muster_fake_llm::{Block, ScriptEntry};
 use serde_json::{Value, json};
 
-const GUARD: Duration = Duration::from_secs(120);
+use super::common::{command, fake, lines, muster, output, project, stderr, tool};
+
 const PLAN: &str = "## Goal\nGreet.\n## Steps\n1. Write hello.txt\n## Files\nhello.txt\n## Tests\nnone\n## Risks\nnone\n";
-
-fn project() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join(".muster")).unwrap();
-    std::fs::create_dir_all(dir.path().join(".git")).unwrap();
-    std::fs::write(dir.path().join("README.md"), "hello\n").unwrap();
-    dir
-}
-
-async fn muster(dir: &Path, args: &[&str]) -> Output {
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_muster"))
-        .current_dir(dir)
-        .args(args)
-        .env("HOME", dir)
-        .env("ANTHROPIC_API_KEY", "test-key")
-        .env_remove("XDG_RUNTIME_DIR")
-        .env_remove("ANTHROPIC_BASE_URL")
-        .stdin(std::process::Stdio::null())
-        .output();
-    tokio::time::timeout(GUARD, child)
-        .await
-        .expect("guard timeout")
-        .unwrap()
-}
-
-fn lines(output: &Output) -> Vec<Value> {
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
-        .collect()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-async fn fake(script: Vec<ScriptEntry>) -> FakeLlmHandle {
-    FakeLlm::start(script).await.unwrap()
-}
-
-fn tool(name: &str, input: Value) -> Block {
-    Block::tool_use(name, input)
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_single_agent_run_streams_each_committed_step() {
-    let dir = project();
+    let dir = project(&[]);
     let fake = fake(vec![
         ScriptEntry::reply(
             "main",
@@ -140,7 +97,7 @@ async fn a_single_agent_run_streams_each_committed_step() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn human_approver_stops_with_exit_5_then_approve_and_resume_land_the_edit() {
-    let dir = project();
+    let dir = project(&[]);
     let fake = fake(vec![
         ScriptEntry::reply("main", 1, vec![tool("ExitPlanMode", json!({"plan": PLAN}))]),
         ScriptEntry::reply(
@@ -236,7 +193,7 @@ async fn human_approver_stops_with_exit_5_then_approve_and_resume_land_the_edit(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_invalid_team_file_is_refused_with_exit_2() {
-    let dir = project();
+    let dir = project(&[]);
     std::fs::write(dir.path().join("muster.team.toml"), "").unwrap();
     let output = muster(dir.path(), &["run", "-p", "x"]).await;
     assert_eq!(output.status.code(), Some(2));
@@ -245,7 +202,7 @@ async fn an_invalid_team_file_is_refused_with_exit_2() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_policy_approves_at_once_per_mode_models_apply_and_the_recording_replays() {
-    let dir = project();
+    let dir = project(&[]);
     std::fs::write(
         dir.path().join(".muster/settings.toml"),
         "[plan]\nmodel = \"claude-opus-4-1\"\n[act]\nmodel = \"claude-sonnet-4-5\"\n",
@@ -362,7 +319,7 @@ async fn a_policy_approves_at_once_per_mode_models_apply_and_the_recording_repla
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_deadline_stops_a_run_with_exit_3() {
-    let dir = project();
+    let dir = project(&[]);
     let fake = fake(vec![
         ScriptEntry::reply("main", 1, vec![Block::text("late")]).fault(muster_fake_llm::Fault {
             first_byte_delay_ms: 20_000,
@@ -394,17 +351,11 @@ async fn the_deadline_stops_a_run_with_exit_3() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_configuration_error_exits_2_before_any_run_is_created() {
-    let dir = project();
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_muster"))
-        .current_dir(dir.path())
-        .args(["run", "-p", "x"])
-        .env("HOME", dir.path())
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("ANTHROPIC_BASE_URL")
-        .env_remove("XDG_RUNTIME_DIR")
-        .stdin(std::process::Stdio::null())
-        .output();
-    let output = tokio::time::timeout(GUARD, child).await.unwrap().unwrap();
+    let dir = project(&[]);
+    // Without a key: the test's key is taken out again.
+    let mut without_key = command(dir.path(), &["run", "-p", "x"]);
+    without_key.env_remove("ANTHROPIC_API_KEY");
+    let output = output(without_key).await;
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
     assert!(
         stderr(&output).contains("ANTHROPIC_API_KEY"),
@@ -426,7 +377,7 @@ async fn a_configuration_error_exits_2_before_any_run_is_created() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_agent_turn_budget_stops_a_run_with_exit_3() {
-    let dir = project();
+    let dir = project(&[]);
     std::fs::write(
         dir.path().join(".muster/settings.toml"),
         "[budgets.agent]\nturns = 1\n",
@@ -458,7 +409,7 @@ async fn the_agent_turn_budget_stops_a_run_with_exit_3() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn text_output_prints_the_result_and_resume_refuses_a_live_run() {
-    let dir = project();
+    let dir = project(&[]);
     let fake = fake(vec![ScriptEntry::reply(
         "main",
         1,
@@ -542,7 +493,7 @@ async fn newest_slug(dir: &Path) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_recorded_run_replays_offline_with_the_same_stream_json_log() {
-    let dir = project();
+    let dir = project(&[]);
     std::fs::write(
         dir.path().join("policy.toml"),
         "max_mode = \"acceptEdits\"\nallowed_paths = [\"hello.txt\"]\n",
@@ -631,7 +582,7 @@ async fn record_starts_a_fresh_cassette_for_single_and_team_runs() {
         ("team", "lead", &["--team", "teams/solo.toml"]),
     ];
     for (name, agent, extra) in cases {
-        let dir = project();
+        let dir = project(&[]);
         std::fs::create_dir_all(dir.path().join("teams")).unwrap();
         std::fs::write(dir.path().join("teams/solo.toml"), "name = \"solo\"\n").unwrap();
         let cassette = dir.path().join("recorded.jsonl");
@@ -696,7 +647,7 @@ async fn a_run_leaves_its_json_lines_log_and_stdout_stays_clean() {
         ("team", "lead", &["--team", "teams/solo.toml"]),
     ];
     for (kind, agent, extra) in cases {
-        let dir = project();
+        let dir = project(&[]);
         std::fs::create_dir_all(dir.path().join("teams")).unwrap();
         std::fs::write(dir.path().join("teams/solo.toml"), "name = \"solo\"\n").unwrap();
         let fake = fake(vec![ScriptEntry::reply(
@@ -763,7 +714,7 @@ async fn the_runs_log_records_every_event_whatever_the_output() {
         ("team", "lead", &["--team", "teams/solo.toml"]),
     ];
     for (kind, agent, extra) in cases {
-        let dir = project();
+        let dir = project(&[]);
         std::fs::create_dir_all(dir.path().join("teams")).unwrap();
         std::fs::write(dir.path().join("teams/solo.toml"), "name = \"solo\"\n").unwrap();
         let fake = fake(vec![
@@ -815,7 +766,7 @@ async fn the_runs_log_records_every_event_whatever_the_output() {
 /// then 0) in one file.
 #[tokio::test(flavor = "multi_thread")]
 async fn resume_appends_to_the_runs_log() {
-    let dir = project();
+    let dir = project(&[]);
     let fake = fake(vec![
         ScriptEntry::reply("main", 1, vec![tool("ExitPlanMode", json!({"plan": PLAN}))]),
         ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),

@@ -1,0 +1,79 @@
+//! Helpers the suites that run the `muster` binary share: a project directory, the command
+//! with a test environment, its output under a guard timeout, and reading that output.
+//! What a suite does differently (another environment, another project) it adds itself.
+
+use std::path::Path;
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use muster_fake_llm::{Block, FakeLlm, FakeLlmHandle, ScriptEntry};
+use serde_json::Value;
+
+/// How long one `muster` process may take before the test fails instead of hanging.
+pub const GUARD: Duration = Duration::from_secs(120);
+
+/// A project directory: `.muster/`, an empty `.git/` (so the project root is found here), a
+/// `README.md`, then each of `files` (path, content).
+pub fn project(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".muster")).unwrap();
+    std::fs::create_dir_all(dir.path().join(".git")).unwrap();
+    std::fs::write(dir.path().join("README.md"), "hello\n").unwrap();
+    for (path, content) in files {
+        std::fs::write(dir.path().join(path), content).unwrap();
+    }
+    dir
+}
+
+/// The `muster` binary in `dir` with `args`: `HOME` is `dir`, a test Anthropic key is set, no
+/// `XDG_RUNTIME_DIR` nor `ANTHROPIC_BASE_URL` leaks in from the caller, stdin is empty.
+pub fn command(dir: &Path, args: &[&str]) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_muster"));
+    command
+        .current_dir(dir)
+        .args(args)
+        .env("HOME", dir)
+        .env("ANTHROPIC_API_KEY", "test-key")
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("ANTHROPIC_BASE_URL")
+        .stdin(Stdio::null());
+    command
+}
+
+/// Runs `command` to its end, failing the test after [`GUARD`].
+pub async fn output(mut command: tokio::process::Command) -> Output {
+    tokio::time::timeout(GUARD, command.output())
+        .await
+        .expect("guard timeout")
+        .unwrap()
+}
+
+/// [`command`] run to its end under [`GUARD`].
+pub async fn muster(dir: &Path, args: &[&str]) -> Output {
+    output(command(dir, args)).await
+}
+
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Each line of `text` as JSON, naming the line that is not.
+pub fn json_lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect()
+}
+
+/// The stream-json events on stdout.
+pub fn lines(output: &Output) -> Vec<Value> {
+    json_lines(&String::from_utf8_lossy(&output.stdout))
+}
+
+pub fn tool(name: &str, input: Value) -> Block {
+    Block::tool_use(name, input)
+}
+
+/// The fake model server answering with `script`.
+pub async fn fake(script: Vec<ScriptEntry>) -> FakeLlmHandle {
+    FakeLlm::start(script).await.unwrap()
+}
