@@ -69,6 +69,14 @@ pub fn lines(output: &Output) -> Vec<Value> {
     json_lines(&String::from_utf8_lossy(&output.stdout))
 }
 
+/// Position of the first event matching `pred`.
+pub fn position(events: &[Value], what: &str, pred: impl Fn(&Value) -> bool) -> usize {
+    events
+        .iter()
+        .position(pred)
+        .unwrap_or_else(|| panic!("no {what} in {events:#?}"))
+}
+
 pub fn tool(name: &str, input: Value) -> Block {
     Block::tool_use(name, input)
 }

@@ -6,43 +6,18 @@
 
 use std::path::Path;
 use std::process::{Output, Stdio};
-use std::time::Duration;
 
-use muster_fake_llm::{Block, FakeLlm, FakeLlmHandle, ScriptEntry};
+use muster_fake_llm::{Block, FakeLlmHandle, ScriptEntry};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-const GUARD: Duration = Duration::from_secs(120);
+use super::common::{GUARD, command, fake, lines, muster, position, stderr, tool};
+
 const PLAN: &str = "## Goal\nGreet.\n## Steps\n1. Write hello.txt\n## Files\nhello.txt\n## Tests\nnone\n## Risks\nnone\n";
 
+/// A project whose team file is `team`.
 fn project(team: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join(".muster")).unwrap();
-    std::fs::create_dir_all(dir.path().join(".git")).unwrap();
-    std::fs::write(dir.path().join("README.md"), "hello\n").unwrap();
-    std::fs::write(dir.path().join("muster.team.toml"), team).unwrap();
-    dir
-}
-
-fn command(dir: &Path, args: &[&str]) -> tokio::process::Command {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_muster"));
-    command
-        .current_dir(dir)
-        .args(args)
-        .env("HOME", dir)
-        .env("ANTHROPIC_API_KEY", "test-key")
-        .env_remove("XDG_RUNTIME_DIR")
-        .env_remove("ANTHROPIC_BASE_URL")
-        .stdin(Stdio::null());
-    command
-}
-
-async fn muster(dir: &Path, args: &[&str]) -> Output {
-    let child = command(dir, args).output();
-    tokio::time::timeout(GUARD, child)
-        .await
-        .expect("guard timeout")
-        .unwrap()
+    super::common::project(&[("muster.team.toml", team)])
 }
 
 async fn team_run(dir: &Path, base: &str) -> Output {
@@ -59,21 +34,6 @@ async fn team_run(dir: &Path, base: &str) -> Output {
         ],
     )
     .await
-}
-
-fn lines(output: &Output) -> Vec<Value> {
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
-        .collect()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn tool(name: &str, input: Value) -> Block {
-    Block::tool_use(name, input)
 }
 
 fn when(agent: &str, mail_type: &str, content: Vec<Block>) -> ScriptEntry {
@@ -116,14 +76,6 @@ fn sent(events: &[Value], from: &str, to: &str, kind: &str) -> usize {
             && e["to"] == to
             && e["kind"] == kind
     })
-}
-
-/// Position of the first event matching `pred`.
-fn position(events: &[Value], what: &str, pred: impl Fn(&Value) -> bool) -> usize {
-    events
-        .iter()
-        .position(pred)
-        .unwrap_or_else(|| panic!("no {what} in {events:#?}"))
 }
 
 const ONE_TEAMMATE: &str = "name = \"greeters\"\n\n[[teammates]]\nname = \"alice\"\n";
@@ -169,10 +121,6 @@ fn alice_script(first_plan: &str) -> Vec<ScriptEntry> {
         ),
         ScriptEntry::reply("alice", 3, vec![Block::text("Wrote hello.txt.")]),
     ]
-}
-
-async fn fake(script: Vec<ScriptEntry>) -> FakeLlmHandle {
-    FakeLlm::start(script).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1113,24 +1061,7 @@ async fn a_teammate_that_ignores_a_shutdown_request_is_stopped_and_its_task_retu
         ),
     ])
     .await;
-    let base = fake.base_url();
-    let child = command(
-        dir.path(),
-        &[
-            "run",
-            "-p",
-            "Greet the world.",
-            "--base-url",
-            &base,
-            "--output",
-            "stream-json",
-        ],
-    )
-    .output();
-    let output = tokio::time::timeout(GUARD, child)
-        .await
-        .expect("guard timeout")
-        .unwrap();
+    let output = team_run(dir.path(), &fake.base_url()).await;
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
     let events = lines(&output);
     let finished = events.last().unwrap();
@@ -1232,7 +1163,7 @@ async fn a_run_left_waiting_only_on_a_person_stops_with_exit_5_at_its_deadline()
     ));
     let fake = fake(script).await;
     let base = fake.base_url();
-    let child = command(
+    let output = muster(
         dir.path(),
         &[
             "run",
@@ -1246,11 +1177,7 @@ async fn a_run_left_waiting_only_on_a_person_stops_with_exit_5_at_its_deadline()
             "2",
         ],
     )
-    .output();
-    let output = tokio::time::timeout(GUARD, child)
-        .await
-        .expect("guard timeout")
-        .unwrap();
+    .await;
     assert_eq!(output.status.code(), Some(5), "{}", stderr(&output));
     let finished = &lines(&output)[0];
     assert_eq!(finished["status"], "awaiting_decision");
@@ -1411,7 +1338,7 @@ async fn a_lead_that_leaves_a_plan_undecided_ends_the_run_instead_of_hanging() {
     ])
     .await;
     let base = fake.base_url();
-    let child = command(
+    let output = muster(
         dir.path(),
         &[
             "run",
@@ -1423,11 +1350,7 @@ async fn a_lead_that_leaves_a_plan_undecided_ends_the_run_instead_of_hanging() {
             "json",
         ],
     )
-    .output();
-    let output = tokio::time::timeout(GUARD, child)
-        .await
-        .expect("guard timeout")
-        .unwrap();
+    .await;
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
     let finished = &lines(&output)[0];
     assert_eq!(finished["status"], "failed");
