@@ -9,62 +9,35 @@
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::sync::Arc;
-use std::time::Duration;
 
 use muster_fake_llm::{Block, FakeLlm, ScriptEntry};
 use muster_mailbox::{MailboxStore, SqliteStore, StoreOptions};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-const GUARD: Duration = Duration::from_secs(120);
+use super::common::{GUARD, lines, output, stderr};
+
 const INTERRUPTED: &str = "interrupted by a crash; inspect the workspace before retrying";
 const PLAN: &str = "## Goal\nMark.\n## Steps\n1. Append two and three to marker.txt\n2. Write out.txt\n## Files\nmarker.txt\nout.txt\n## Tests\nnone\n## Risks\nnone\n";
 const MARKER_LINES: [&str; 3] = ["one", "two", "three"];
 
+/// A project whose `policy.toml` approves every plan up to `bypassPermissions`.
 fn project() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join(".muster")).unwrap();
-    std::fs::create_dir_all(dir.path().join(".git")).unwrap();
-    std::fs::write(dir.path().join("README.md"), "hello\n").unwrap();
-    std::fs::write(
-        dir.path().join("policy.toml"),
+    super::common::project(&[(
+        "policy.toml",
         "approve_all = true\nmax_mode = \"bypassPermissions\"\n",
-    )
-    .unwrap();
-    dir
+    )])
 }
 
+/// The shared command, killed when dropped: a run killed mid-way never outlives its test.
 fn command(dir: &Path, args: &[&str]) -> tokio::process::Command {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_muster"));
-    command
-        .current_dir(dir)
-        .args(args)
-        .env("HOME", dir)
-        .env("ANTHROPIC_API_KEY", "test-key")
-        .env_remove("XDG_RUNTIME_DIR")
-        .env_remove("ANTHROPIC_BASE_URL")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
+    let mut command = super::common::command(dir, args);
+    command.kill_on_drop(true);
     command
 }
 
 async fn muster(dir: &Path, args: &[&str]) -> Output {
-    let child = command(dir, args).output();
-    tokio::time::timeout(GUARD, child)
-        .await
-        .expect("guard timeout")
-        .unwrap()
-}
-
-fn lines(output: &Output) -> Vec<Value> {
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
-        .collect()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
+    output(command(dir, args)).await
 }
 
 fn bash(line: &str) -> Block {
