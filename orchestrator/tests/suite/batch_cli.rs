@@ -5,60 +5,22 @@
 //! formats on stdout beside unchanged `--out` result lines.
 
 use std::path::Path;
-use std::process::Output;
-use std::time::Duration;
 
 use muster_fake_llm::{Block, FakeLlm, FakeLlmHandle, Fault, ScriptEntry};
 use muster_mailbox::{MailboxStore, RunRecord, SqliteStore, StoreOptions};
 use serde_json::Value;
 
-const GUARD: Duration = Duration::from_secs(120);
+use super::common::{GUARD, command, json_lines, lines, muster, stderr};
 
 /// A project whose settings send every model request to `fake`.
 fn project(fake: &FakeLlmHandle) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join(".muster")).unwrap();
-    std::fs::create_dir_all(dir.path().join(".git")).unwrap();
-    std::fs::write(dir.path().join("README.md"), "hello\n").unwrap();
-    std::fs::write(
-        dir.path().join(".muster/settings.toml"),
-        format!(
+    super::common::project(&[(
+        ".muster/settings.toml",
+        &format!(
             "[providers.anthropic]\nbase_url = \"{}\"\n",
             fake.base_url()
         ),
-    )
-    .unwrap();
-    dir
-}
-
-fn command(dir: &Path, args: &[&str]) -> tokio::process::Command {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_muster"));
-    command
-        .current_dir(dir)
-        .args(args)
-        .env("HOME", dir)
-        .env("ANTHROPIC_API_KEY", "test-key")
-        .env_remove("XDG_RUNTIME_DIR")
-        .env_remove("ANTHROPIC_BASE_URL")
-        .stdin(std::process::Stdio::null());
-    command
-}
-
-async fn muster(dir: &Path, args: &[&str]) -> Output {
-    tokio::time::timeout(GUARD, command(dir, args).output())
-        .await
-        .expect("guard timeout")
-        .unwrap()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn json_lines(text: &str) -> Vec<Value> {
-    text.lines()
-        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
-        .collect()
+    )])
 }
 
 fn by_id<'a>(lines: &'a [Value], id: &str) -> &'a Value {
@@ -106,7 +68,7 @@ async fn each_line_runs_with_a_result_line_and_the_batch_exits_with_the_worst_co
     );
     // One workspace: the lines run in file order, so `a` gets attempt 1 and `b` attempt 2.
     let output = muster(dir.path(), &["batch", "tasks.jsonl", "--concurrency", "4"]).await;
-    let results = json_lines(&String::from_utf8_lossy(&output.stdout));
+    let results = lines(&output);
     assert_eq!(results.len(), 4, "{results:#?}\n{}", stderr(&output));
     assert_eq!(
         results
@@ -487,7 +449,7 @@ async fn output_formats_put_each_run_on_stdout_and_leave_the_result_lines_alone(
     )
     .await;
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    let events = json_lines(&String::from_utf8_lossy(&output.stdout));
+    let events = lines(&output);
     let results = json_lines(&std::fs::read_to_string(dir.path().join("results.jsonl")).unwrap());
     assert_eq!(results.len(), 2, "{results:#?}");
     for id in ["a", "b"] {
@@ -530,7 +492,7 @@ async fn output_formats_put_each_run_on_stdout_and_leave_the_result_lines_alone(
 
     let again = muster(dir.path(), &["batch", "tasks.jsonl", "--output", "json"]).await;
     assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
-    let finished = json_lines(&String::from_utf8_lossy(&again.stdout));
+    let finished = lines(&again);
     assert_eq!(finished.len(), 2, "{finished:#?}");
     for id in ["a", "b"] {
         let event = by_id(&finished, id);
