@@ -7,13 +7,12 @@
 
 use std::path::Path;
 use std::process::Stdio;
-use std::time::Duration;
 
 use muster_fake_llm::{Block, FakeLlm, FakeLlmHandle, ScriptEntry};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-const GUARD: Duration = Duration::from_secs(120);
+use super::common::{GUARD, command, lines, muster};
 
 /// The command an agent runs: it hands its pid to the test through a FIFO (so the test knows
 /// it runs), then sleeps far longer than any test.
@@ -37,19 +36,6 @@ fn project(team: Option<&str>) -> tempfile::TempDir {
         .unwrap();
     assert!(made.success());
     dir
-}
-
-fn command(dir: &Path, args: &[&str]) -> tokio::process::Command {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_muster"));
-    command
-        .current_dir(dir)
-        .args(args)
-        .env("HOME", dir)
-        .env("ANTHROPIC_API_KEY", "test-key")
-        .env_remove("XDG_RUNTIME_DIR")
-        .env_remove("ANTHROPIC_BASE_URL")
-        .stdin(Stdio::null());
-    command
 }
 
 fn bash(command: &str) -> Block {
@@ -122,28 +108,19 @@ async fn interrupt_while_bash_runs(dir: &Path, fake: &FakeLlmHandle) -> (Option<
 }
 
 async fn resume(dir: &Path, run_id: &str, fake: &FakeLlmHandle) -> (Option<i32>, Vec<Value>) {
-    let output = tokio::time::timeout(
-        GUARD,
-        command(
-            dir,
-            &[
-                "resume",
-                run_id,
-                "--base-url",
-                &fake.base_url(),
-                "--output",
-                "stream-json",
-            ],
-        )
-        .output(),
+    let output = muster(
+        dir,
+        &[
+            "resume",
+            run_id,
+            "--base-url",
+            &fake.base_url(),
+            "--output",
+            "stream-json",
+        ],
     )
-    .await
-    .expect("guard timeout")
-    .unwrap();
-    let events = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
+    .await;
+    let events = lines(&output);
     (output.status.code(), events)
 }
 
