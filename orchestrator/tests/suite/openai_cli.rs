@@ -5,8 +5,7 @@
 //! child process to exit, never on sleeps.
 
 use std::path::Path;
-use std::process::{Output, Stdio};
-use std::time::Duration;
+use std::process::Output;
 
 use muster_fake_llm::{
     Block, FakeLlm, FakeLlmConfig, FakeLlmHandle, KeyCheck, OpenAiQuirks, RecordedRequest,
@@ -14,20 +13,10 @@ use muster_fake_llm::{
 };
 use serde_json::{Value, json};
 
-const GUARD: Duration = Duration::from_secs(120);
+use super::common::{command, lines, output, position, project, stderr, tool};
+
 const MODEL: &str = "gpt-4.1";
 const PLAN: &str = "## Goal\nGreet.\n## Steps\n1. Write hello.txt\n## Files\nhello.txt\n## Tests\nnone\n## Risks\nnone\n";
-
-fn project(files: &[(&str, &str)]) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join(".muster")).unwrap();
-    std::fs::create_dir_all(dir.path().join(".git")).unwrap();
-    std::fs::write(dir.path().join("README.md"), "hello\n").unwrap();
-    for (path, content) in files {
-        std::fs::write(dir.path().join(path), content).unwrap();
-    }
-    dir
-}
 
 /// `muster run --provider openai` at the fake's OpenAI base URL, then `extra`.
 async fn run_openai(
@@ -54,27 +43,18 @@ async fn run_openai(
     muster(dir, keys, &args).await
 }
 
-/// The `muster` binary in `dir`. No Anthropic key nor base URL is in the environment, and
-/// only the variables in `keys` hold OpenAI keys.
+/// The shared `muster` command in `dir`, but without its test Anthropic key: no Anthropic key
+/// nor base URL is in the environment, and only the variables in `keys` hold OpenAI keys.
 async fn muster(dir: &Path, keys: &[(&str, &str)], args: &[&str]) -> Output {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_muster"));
+    let mut command = command(dir, args);
     command
-        .current_dir(dir)
-        .args(args)
-        .env("HOME", dir)
         .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("ANTHROPIC_BASE_URL")
         .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENAI_BASE_URL")
-        .env_remove("XDG_RUNTIME_DIR")
-        .stdin(Stdio::null());
+        .env_remove("OPENAI_BASE_URL");
     for (name, value) in keys {
         command.env(name, value);
     }
-    tokio::time::timeout(GUARD, command.output())
-        .await
-        .expect("guard timeout")
-        .unwrap()
+    output(command).await
 }
 
 async fn fake_with_key(key: &str, script: Vec<ScriptEntry>) -> FakeLlmHandle {
@@ -87,29 +67,6 @@ async fn fake_with_key(key: &str, script: Vec<ScriptEntry>) -> FakeLlmHandle {
     )
     .await
     .unwrap()
-}
-
-fn lines(output: &Output) -> Vec<Value> {
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
-        .collect()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn tool(name: &str, input: Value) -> Block {
-    Block::tool_use(name, input)
-}
-
-/// Position of the first event matching `pred`.
-fn position(events: &[Value], what: &str, pred: impl Fn(&Value) -> bool) -> usize {
-    events
-        .iter()
-        .position(pred)
-        .unwrap_or_else(|| panic!("no {what} in {events:#?}"))
 }
 
 /// vLLM's shape: `finish_reason: "stop"` beside tool calls, `choices: null` in the usage chunk.
