@@ -53,6 +53,10 @@ pub async fn muster(dir: &Path, args: &[&str]) -> Output {
     output(command(dir, args)).await
 }
 
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 pub fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }

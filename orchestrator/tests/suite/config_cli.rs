@@ -7,6 +7,8 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+use super::common::stderr;
+
 struct Fixture {
     _tmp: tempfile::TempDir,
     root: PathBuf,
@@ -88,10 +90,6 @@ impl Fixture {
         );
         fixture
     }
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 #[test]

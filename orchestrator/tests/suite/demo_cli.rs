@@ -3,7 +3,9 @@
 //! Set `MUSTER_UPDATE_SNAPSHOTS=1` to rewrite that file after a deliberate change.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
+
+use super::common::{stderr, stdout};
 
 const SNAPSHOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/demo-summary.txt");
 
@@ -20,14 +22,6 @@ fn demo(home: &Path, args: &[&str]) -> Command {
         .env_remove("OPENAI_API_KEY")
         .stdin(Stdio::null());
     command
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// The text between `start` and the first `end` after it.

@@ -10,6 +10,8 @@ use muster_mailbox::live::LiveRun;
 use muster_mailbox::*;
 use serde_json::{Value, json};
 
+use super::common::{stderr, stdout};
+
 const GUARD: Duration = Duration::from_secs(30);
 
 fn muster(dir: &Path, args: &[&str]) -> Output {
@@ -19,14 +21,6 @@ fn muster(dir: &Path, args: &[&str]) -> Output {
         .env_remove("XDG_RUNTIME_DIR")
         .output()
         .unwrap()
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// A project directory with a store holding run `r1`: a lead, alice and bob, and a plan
