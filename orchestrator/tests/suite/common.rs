@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use muster_fake_llm::{Block, FakeLlm, FakeLlmHandle, ScriptEntry};
 use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout};
 
 /// How long one `muster` process may take before the test fails instead of hanging.
 pub const GUARD: Duration = Duration::from_secs(120);
@@ -88,4 +90,61 @@ pub fn tool(name: &str, input: Value) -> Block {
 /// The fake model server answering with `script`.
 pub async fn fake(script: Vec<ScriptEntry>) -> FakeLlmHandle {
     FakeLlm::start(script).await.unwrap()
+}
+
+/// A `muster` child whose stream-json lines are read as they come.
+pub struct Running {
+    pub child: Child,
+    stdout: Lines<BufReader<ChildStdout>>,
+    /// Every event read so far.
+    pub events: Vec<Value>,
+}
+
+impl Running {
+    /// Spawns `command` with stdout piped and stderr dropped.
+    pub fn spawn(mut command: tokio::process::Command) -> Running {
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+        Running {
+            child,
+            stdout,
+            events: Vec::new(),
+        }
+    }
+
+    /// Reads lines until one matches.
+    pub async fn until(&mut self, what: &str, matches: impl Fn(&Value) -> bool) -> Value {
+        loop {
+            let line = tokio::time::timeout(GUARD, self.stdout.next_line())
+                .await
+                .expect("guard timeout")
+                .unwrap()
+                .unwrap_or_else(|| panic!("the run ended before {what}: {:#?}", self.events));
+            let event: Value = serde_json::from_str(&line).unwrap();
+            self.events.push(event.clone());
+            if matches(&event) {
+                return event;
+            }
+        }
+    }
+
+    /// Reads to the end; gives back the exit code.
+    pub async fn finish(&mut self) -> Option<i32> {
+        while let Some(line) = tokio::time::timeout(GUARD, self.stdout.next_line())
+            .await
+            .expect("guard timeout")
+            .unwrap()
+        {
+            self.events.push(serde_json::from_str(&line).unwrap());
+        }
+        tokio::time::timeout(GUARD, self.child.wait())
+            .await
+            .expect("guard timeout")
+            .unwrap()
+            .code()
+    }
 }

@@ -5,13 +5,12 @@
 //! for processes and stdout lines, never on sleeps.
 
 use std::path::Path;
-use std::process::{Output, Stdio};
+use std::process::Output;
 
 use muster_fake_llm::{Block, FakeLlmHandle, ScriptEntry};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
 
-use super::common::{GUARD, command, fake, lines, muster, position, stderr, tool};
+use super::common::{GUARD, Running, command, fake, lines, muster, position, stderr, tool};
 
 const PLAN: &str = "## Goal\nGreet.\n## Steps\n1. Write hello.txt\n## Files\nhello.txt\n## Tests\nnone\n## Risks\nnone\n";
 
@@ -274,38 +273,12 @@ async fn a_person_approves_from_a_second_process_while_the_run_waits() {
     script.extend(alice_script(PLAN));
     let fake = fake(script).await;
     let base = fake.base_url();
-    let mut child = command(
-        dir.path(),
-        &[
-            "run",
-            "-p",
-            "Greet the world.",
-            "--base-url",
-            &base,
-            "--output",
-            "stream-json",
-        ],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut events = Vec::new();
+    let mut run = start_team_run(dir.path(), &base);
     // Read until the request waits on a person.
-    loop {
-        let line = tokio::time::timeout(GUARD, stdout.next_line())
-            .await
-            .expect("guard timeout")
-            .unwrap()
-            .expect("the run ended before asking");
-        let event: Value = serde_json::from_str(&line).unwrap();
-        let asked = event["type"] == "approval_requested" && event["responder"] == "human";
-        events.push(event);
-        if asked {
-            break;
-        }
-    }
+    run.until("the request to a person", |event| {
+        event["type"] == "approval_requested" && event["responder"] == "human"
+    })
+    .await;
     assert!(!dir.path().join("hello.txt").exists());
     let inbox = muster(dir.path(), &["inbox", "human"]).await;
     assert_eq!(inbox.status.code(), Some(0), "{}", stderr(&inbox));
@@ -332,18 +305,8 @@ async fn a_person_approves_from_a_second_process_while_the_run_waits() {
     .await;
     assert_eq!(reject.status.code(), Some(1), "{}", stderr(&reject));
 
-    while let Some(line) = tokio::time::timeout(GUARD, stdout.next_line())
-        .await
-        .expect("guard timeout")
-        .unwrap()
-    {
-        events.push(serde_json::from_str(&line).unwrap());
-    }
-    let status = tokio::time::timeout(GUARD, child.wait())
-        .await
-        .expect("guard timeout")
-        .unwrap();
-    assert_eq!(status.code(), Some(0));
+    assert_eq!(run.finish().await, Some(0));
+    let events = &run.events;
     let decided = position(&events, "approval_decided", |e| {
         e["type"] == "approval_decided" && e["agent"] == "alice"
     });
@@ -748,70 +711,20 @@ async fn spawn_rules_keep_planning_and_cap_modes_and_grants_are_lowered_to_the_l
     fake.verify().unwrap();
 }
 
-/// A team run in a child process whose stream-json lines are read as they come.
-struct Running {
-    child: tokio::process::Child,
-    stdout: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
-    events: Vec<Value>,
-}
-
-impl Running {
-    fn start(dir: &Path, base: &str) -> Running {
-        let mut child = command(
-            dir,
-            &[
-                "run",
-                "-p",
-                "Greet the world.",
-                "--base-url",
-                base,
-                "--output",
-                "stream-json",
-            ],
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap()).lines();
-        Running {
-            child,
-            stdout,
-            events: Vec::new(),
-        }
-    }
-
-    /// Reads lines until one matches.
-    async fn until(&mut self, what: &str, matches: impl Fn(&Value) -> bool) -> Value {
-        loop {
-            let line = tokio::time::timeout(GUARD, self.stdout.next_line())
-                .await
-                .expect("guard timeout")
-                .unwrap()
-                .unwrap_or_else(|| panic!("the run ended before {what}: {:#?}", self.events));
-            let event: Value = serde_json::from_str(&line).unwrap();
-            self.events.push(event.clone());
-            if matches(&event) {
-                return event;
-            }
-        }
-    }
-
-    /// Reads to the end; gives back the exit code.
-    async fn finish(&mut self) -> Option<i32> {
-        while let Some(line) = tokio::time::timeout(GUARD, self.stdout.next_line())
-            .await
-            .expect("guard timeout")
-            .unwrap()
-        {
-            self.events.push(serde_json::from_str(&line).unwrap());
-        }
-        tokio::time::timeout(GUARD, self.child.wait())
-            .await
-            .expect("guard timeout")
-            .unwrap()
-            .code()
-    }
+/// `muster run` of the team on `base`, its stream-json lines read as they come.
+fn start_team_run(dir: &Path, base: &str) -> Running {
+    Running::spawn(command(
+        dir,
+        &[
+            "run",
+            "-p",
+            "Greet the world.",
+            "--base-url",
+            base,
+            "--output",
+            "stream-json",
+        ],
+    ))
 }
 
 const ASKS: &str =
@@ -932,7 +845,7 @@ async fn a_teammates_question_is_answered_by_muster_answer_while_the_run_waits()
         "plan_mode_required = false\napprover = \"human\"\n",
     ));
     let fake = fake(question_script()).await;
-    let mut run = Running::start(dir.path(), &fake.base_url());
+    let mut run = start_team_run(dir.path(), &fake.base_url());
     let asked = run
         .until("the question", |e| {
             e["type"] == "approval_requested" && e["kind"] == "question"
@@ -976,7 +889,7 @@ async fn a_teammates_permission_request_is_approved_by_a_person() {
         "plan_mode_required = false\napprover = \"human\"\n",
     ));
     let fake = fake(writer_script()).await;
-    let mut run = Running::start(dir.path(), &fake.base_url());
+    let mut run = start_team_run(dir.path(), &fake.base_url());
     let asked = run
         .until("the permission request", |e| {
             e["type"] == "approval_requested" && e["kind"] == "permission_request"
@@ -1206,7 +1119,7 @@ async fn kill_9_while_a_teammate_awaits_approval_then_approve_and_resume_complet
     script.extend(alice_script(PLAN));
     let fake = fake(script).await;
     let base = fake.base_url();
-    let mut run = Running::start(dir.path(), &base);
+    let mut run = start_team_run(dir.path(), &base);
     let asked = run
         .until("the plan request", |e| {
             e["type"] == "approval_requested" && e["responder"] == "human"
@@ -1453,7 +1366,7 @@ async fn a_lead_waiting_on_a_person_for_its_own_plan_stops_with_exit_5_only_afte
         ),
     ])
     .await;
-    let mut run = Running::start(dir.path(), &fake.base_url());
+    let mut run = start_team_run(dir.path(), &fake.base_url());
     run.until("the lead's request", |e| {
         e["type"] == "approval_requested" && e["agent"] == "lead"
     })
@@ -1510,7 +1423,7 @@ async fn a_lead_waiting_on_a_person_for_its_own_plan_stops_with_exit_5_only_afte
 /// Starts a team run whose alice waits on a person for her plan; kills it (`kill -9`) once
 /// the plan waits and the lead has ended its second turn; gives back the run id.
 async fn kill_while_alice_awaits_a_person(dir: &Path, base: &str) -> String {
-    let mut run = Running::start(dir, base);
+    let mut run = start_team_run(dir, base);
     let asked = run
         .until("the plan request", |e| {
             e["type"] == "approval_requested" && e["responder"] == "human"
@@ -1674,7 +1587,7 @@ async fn a_person_approves_the_leads_own_plan_while_a_teammate_works_and_the_lea
         held_turn,
     ])
     .await;
-    let mut run = Running::start(dir.path(), &fake.base_url());
+    let mut run = start_team_run(dir.path(), &fake.base_url());
     run.until("the lead's request", |e| {
         e["type"] == "approval_requested" && e["agent"] == "lead"
     })
@@ -1749,7 +1662,7 @@ async fn a_task_assigned_to_a_busy_teammate_is_mail_sent_delivered_at_a_turn_bou
         ScriptEntry::reply("bob", 2, vec![Block::text("One line.")]),
     ])
     .await;
-    let mut run = Running::start(dir.path(), &fake.base_url());
+    let mut run = start_team_run(dir.path(), &fake.base_url());
     run.until("the assignment", |e| {
         e["type"] == "mail_sent" && e["to"] == "bob" && e["kind"] == "task_assignment"
     })
