@@ -6,13 +6,12 @@
 #![cfg(target_os = "linux")]
 
 use std::path::Path;
-use std::process::Stdio;
 
 use muster_fake_llm::{Block, FakeLlm, FakeLlmHandle, ScriptEntry};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use super::common::{GUARD, command, lines, muster};
+use super::common::{GUARD, Running, command, lines, muster};
 
 /// The command an agent runs: it hands its pid to the test through a FIFO (so the test knows
 /// it runs), then sleeps far longer than any test.
@@ -45,7 +44,7 @@ fn bash(command: &str) -> Block {
 /// Starts `muster run` on the fake server, waits until the agent's Bash command runs, sends
 /// muster SIGINT, and waits for both to end; gives back muster's exit code and its events.
 async fn interrupt_while_bash_runs(dir: &Path, fake: &FakeLlmHandle) -> (Option<i32>, Vec<Value>) {
-    let mut child = command(
+    let mut run = Running::spawn(command(
         dir,
         &[
             "run",
@@ -56,11 +55,7 @@ async fn interrupt_while_bash_runs(dir: &Path, fake: &FakeLlmHandle) -> (Option<
             "--output",
             "stream-json",
         ],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
+    ));
     // Read and write: the open never blocks, and no EOF comes before the command writes.
     let fifo = tokio::net::unix::pipe::OpenOptions::new()
         .read_write(true)
@@ -73,21 +68,9 @@ async fn interrupt_while_bash_runs(dir: &Path, fake: &FakeLlmHandle) -> (Option<
         .unwrap();
     let pid = rustix::process::Pid::from_raw(pid.trim().parse().unwrap()).unwrap();
     let command = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).unwrap();
-    let muster = rustix::process::Pid::from_raw(child.id().unwrap() as i32).unwrap();
+    let muster = rustix::process::Pid::from_raw(run.child.id().unwrap() as i32).unwrap();
     rustix::process::kill_process(muster, rustix::process::Signal::INT).unwrap();
-    let mut events = Vec::new();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    while let Some(line) = tokio::time::timeout(GUARD, lines.next_line())
-        .await
-        .expect("guard timeout")
-        .unwrap()
-    {
-        events.push(serde_json::from_str(&line).unwrap());
-    }
-    let status = tokio::time::timeout(GUARD, child.wait())
-        .await
-        .expect("muster did not stop")
-        .unwrap();
+    let code = run.finish().await;
     // The command was killed, not left running without its run: its pidfd turns readable
     // when it ends (poll's own timeout guards the wait).
     let ended = tokio::task::spawn_blocking(move || {
@@ -104,7 +87,7 @@ async fn interrupt_while_bash_runs(dir: &Path, fake: &FakeLlmHandle) -> (Option<
     .await
     .unwrap();
     assert_eq!(ended, 1, "the Bash command outlived muster");
-    (status.code(), events)
+    (code, run.events)
 }
 
 async fn resume(dir: &Path, run_id: &str, fake: &FakeLlmHandle) -> (Option<i32>, Vec<Value>) {
