@@ -4,21 +4,23 @@ use std::process::Command;
 
 use serde_json::Value;
 
-#[test]
-fn the_mailbox_bench_prints_both_systems_and_the_disk() {
+use super::common::stderr;
+
+/// The JSON rows of `muster bench <kind> --smoke`, run in a fresh directory.
+fn smoke_rows(kind: &str) -> Vec<Value> {
     let dir = tempfile::tempdir().unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_muster"))
-        .args(["bench", "mailbox", "--smoke", "--json", "--dir"])
+        .args(["bench", kind, "--smoke", "--json", "--dir"])
         .arg(dir.path())
         .output()
         .unwrap();
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let rows: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[test]
+fn the_mailbox_bench_prints_both_systems_and_the_disk() {
+    let rows = smoke_rows("mailbox");
     let systems = |scenario: &str| -> Vec<&str> {
         rows.iter()
             .filter(|r| r["scenario"] == scenario)
@@ -63,19 +65,7 @@ fn the_mailbox_bench_prints_both_systems_and_the_disk() {
 
 #[test]
 fn the_team_bench_prints_overhead_wall_time_and_memory_rows() {
-    let dir = tempfile::tempdir().unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_muster"))
-        .args(["bench", "team", "--smoke", "--json", "--dir"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let rows: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
+    let rows = smoke_rows("team");
     let scenarios: Vec<(&str, &str)> = rows
         .iter()
         .map(|r| (r["scenario"].as_str().unwrap(), r["sync"].as_str().unwrap()))
