@@ -12,6 +12,8 @@ use muster_agents::tools::Workspace;
 use muster_config::{AgentCatalog, Origin, PermissionMode, PermissionRules, Sourced};
 use serde_json::{Value, json};
 
+use super::common::cleared_command;
+
 /// The shell classifier's corpus (see `agents/tests/suite/shell.rs` for the format).
 const CORPUS: &str = include_str!("../../../agents/tests/data/shell-corpus.tsv");
 /// The workspace root the corpus is written for.
@@ -51,14 +53,8 @@ impl Project {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_muster"));
-        command
-            .env_clear()
-            .env("HOME", &self.home)
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .current_dir(&self.root)
-            .arg("check")
-            .args(args);
+        let mut command = cleared_command(&self.root, &self.home);
+        command.arg("check").args(args);
         command
     }
 

@@ -42,6 +42,18 @@ pub fn command(dir: &Path, args: &[&str]) -> tokio::process::Command {
     command
 }
 
+/// The `muster` binary in `root`, blocking, with nothing of the caller's environment but
+/// `PATH`, and `HOME` at `home`: what it reads is only what the test wrote.
+pub fn cleared_command(root: &Path, home: &Path) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_muster"));
+    command
+        .env_clear()
+        .env("HOME", home)
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .current_dir(root);
+    command
+}
+
 /// Runs `command` to its end, failing the test after [`GUARD`].
 pub async fn output(mut command: tokio::process::Command) -> Output {
     tokio::time::timeout(GUARD, command.output())

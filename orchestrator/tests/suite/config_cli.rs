@@ -3,11 +3,11 @@
 //! process's environment is never changed.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
-use super::common::stderr;
+use super::common::{cleared_command, stderr};
 
 struct Fixture {
     _tmp: tempfile::TempDir,
@@ -37,13 +37,8 @@ impl Fixture {
     }
 
     fn muster(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_muster"));
-        command
-            .env_clear()
-            .env("HOME", &self.home)
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .current_dir(&self.root)
-            .args(args);
+        let mut command = cleared_command(&self.root, &self.home);
+        command.args(args);
         for (name, value) in env {
             command.env(name, value);
         }
@@ -52,11 +47,7 @@ impl Fixture {
 
     fn json(&self, args: &[&str], env: &[(&str, &str)]) -> Value {
         let output = self.muster(args, env);
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        assert!(output.status.success(), "{}", stderr(&output));
         serde_json::from_slice(&output.stdout).unwrap()
     }
 
