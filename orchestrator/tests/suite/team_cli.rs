@@ -306,7 +306,7 @@ async fn a_person_approves_from_a_second_process_while_the_run_waits() {
     assert_eq!(reject.status.code(), Some(1), "{}", stderr(&reject));
 
     assert_eq!(run.finish().await, Some(0));
-    let events = &run.events;
+    let events = run.events;
     let decided = position(&events, "approval_decided", |e| {
         e["type"] == "approval_decided" && e["agent"] == "alice"
     });
