@@ -1,6 +1,7 @@
 //! Helpers the suites that run the `muster` binary share: a project directory, the command
-//! with a test environment, its output under a guard timeout, and reading that output.
-//! What a suite does differently (another environment, another project) it adds itself.
+//! with a test environment (or a cleared one), its output under a guard timeout, reading that
+//! output, and a live child read line by line ([`Running`]). What a suite does differently
+//! (another environment, another project) it adds itself.
 
 use std::path::Path;
 use std::process::{Output, Stdio};
