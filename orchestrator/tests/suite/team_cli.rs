@@ -1727,7 +1727,13 @@ async fn a_teammate_spending_the_run_budget_while_the_lead_waits_on_a_person_end
     .await;
     let output = team_run(dir.path(), &fake.base_url()).await;
     // Not exit 5: answering the lead's plan could not let the spent run go on.
-    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    assert_eq!(
+        output.status.code(),
+        Some(3),
+        "{}\n{}",
+        stderr(&output),
+        String::from_utf8_lossy(&output.stdout)
+    );
     let finished = lines(&output).last().cloned().unwrap();
     assert_eq!(finished["type"], "run_finished");
     assert_eq!(finished["status"], "budget", "{finished}");
