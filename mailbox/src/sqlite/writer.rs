@@ -209,13 +209,7 @@ struct WriterThread {
 
 impl WriterThread {
     fn run(mut self) {
-        let mut last_batch = 0;
         while let Some(first) = self.receiver.blocking_recv() {
-            if last_batch > 1 {
-                // Several callers are at work: let those just answered queue their next
-                // operation, so it joins this commit instead of waiting for the next one.
-                std::thread::yield_now();
-            }
             let mut batch = Vec::new();
             let mut next = Some(first);
             while let Some(job) = next.take() {
@@ -241,7 +235,6 @@ impl WriterThread {
                     next = self.receiver.try_recv().ok();
                 }
             }
-            last_batch = batch.len();
             self.commit_batch(batch);
         }
     }
