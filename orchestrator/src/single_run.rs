@@ -48,7 +48,15 @@ pub struct LaunchOptions {
     pub prompt: String,
     /// The agent definition.
     pub agent: String,
+    #[serde(flatten)]
+    pub run: RunLaunch,
+}
+
+/// The launch options single and team runs share (flattened into either's stored JSON).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunLaunch {
     pub workspace: PathBuf,
+    /// The main agent's (a team's lead's) mode.
     pub permission_mode: PermissionMode,
     pub approver: String,
     pub plan_provider: String,
@@ -61,6 +69,81 @@ pub struct LaunchOptions {
     pub record: Option<PathBuf>,
     /// Absolute deadline, milliseconds since the Unix epoch.
     pub deadline_ms: Option<i64>,
+}
+
+impl RunLaunch {
+    /// From the flags and the loaded settings; `definition_mode` is the main agent's (or the
+    /// lead's) own `permissionMode`, which a `--permission-mode` flag overrides.
+    pub(crate) fn from_flags(
+        flags: &RunFlags,
+        project: &Project,
+        definition_mode: Option<PermissionMode>,
+    ) -> anyhow::Result<RunLaunch> {
+        let settings = &project.settings;
+        let permission_mode = match &flags.permission_mode {
+            Some(_) => settings.permission_mode.value,
+            None => definition_mode.unwrap_or(settings.permission_mode.value),
+        };
+        let workspace = match &flags.workspace {
+            Some(dir) => std::path::absolute(dir)?,
+            None => project.root.path().to_path_buf(),
+        };
+        let max_duration =
+            flags
+                .max_duration
+                .or(settings.budgets.run_duration_secs.as_ref().map(|s| s.value));
+        Ok(RunLaunch {
+            workspace,
+            permission_mode,
+            approver: settings.approver.value.to_string(),
+            plan_provider: settings.plan.provider.value.as_str().to_owned(),
+            plan_model: settings.plan.model.value.clone(),
+            act_provider: settings.act.provider.value.as_str().to_owned(),
+            act_model: settings.act.model.value.clone(),
+            base_url: flags.base_url.clone(),
+            cassette: settings.script.cassette.as_ref().map(|c| c.value.clone()),
+            strict: flags.strict,
+            record: flags.record.as_ref().map(std::path::absolute).transpose()?,
+            deadline_ms: max_duration.map(deadline_after),
+        })
+    }
+
+    /// What `muster resume`'s flags override: the base URL, the cassette, a new deadline.
+    pub(crate) fn apply_resume_flags(&mut self, flags: &ResumeFlags) -> std::io::Result<()> {
+        if let Some(url) = &flags.base_url {
+            self.base_url = Some(url.clone());
+        }
+        if let Some(cassette) = &flags.cassette {
+            self.cassette = Some(std::path::absolute(cassette)?);
+        }
+        if let Some(secs) = flags.max_duration {
+            self.deadline_ms = Some(deadline_after(secs));
+        }
+        Ok(())
+    }
+
+    /// The settings layer a resumed run (single or team) rebuilds from its launch options.
+    pub(crate) fn overrides(&self) -> CliOverrides {
+        let from = "the run's launch options";
+        let mut overrides = CliOverrides::new()
+            .set("plan.provider", &self.plan_provider, from)
+            .set("plan.model", &self.plan_model, from)
+            .set("act.provider", &self.act_provider, from)
+            .set("act.model", &self.act_model, from)
+            .approver(&self.approver);
+        if let Some(url) = &self.base_url {
+            overrides = overrides.base_url("anthropic", url).base_url("openai", url);
+        }
+        if let Some(cassette) = &self.cassette {
+            overrides = overrides.cassette(cassette.display().to_string());
+        }
+        overrides
+    }
+}
+
+/// The absolute deadline `secs` seconds from now.
+fn deadline_after(secs: u64) -> i64 {
+    now_ms() + (secs as i64) * 1000
 }
 
 /// What the user asked for on the command line.
@@ -159,38 +242,13 @@ pub fn run(global: &GlobalArgs, flags: RunFlags) -> anyhow::Result<Exit> {
             catalog.suggestion_for(&agent)
         ))
     })?;
-    let settings = &project.settings;
-    let permission_mode = match &flags.permission_mode {
-        Some(_) => settings.permission_mode.value,
-        None => definition
-            .permission_mode
-            .unwrap_or(settings.permission_mode.value),
-    };
-    let workspace = match &flags.workspace {
-        Some(dir) => std::path::absolute(dir)?,
-        None => project.root.path().to_path_buf(),
-    };
-    let max_duration =
-        flags
-            .max_duration
-            .or(settings.budgets.run_duration_secs.as_ref().map(|s| s.value));
+    let run = RunLaunch::from_flags(&flags, &project, definition.permission_mode)?;
     let launch = LaunchOptions {
         v: 1,
         kind: "single".into(),
         prompt: flags.prompt.clone(),
         agent,
-        workspace,
-        permission_mode,
-        approver: settings.approver.value.to_string(),
-        plan_provider: settings.plan.provider.value.as_str().to_owned(),
-        plan_model: settings.plan.model.value.clone(),
-        act_provider: settings.act.provider.value.as_str().to_owned(),
-        act_model: settings.act.model.value.clone(),
-        base_url: flags.base_url.clone(),
-        cassette: settings.script.cassette.as_ref().map(|c| c.value.clone()),
-        strict: flags.strict,
-        record: flags.record.as_ref().map(std::path::absolute).transpose()?,
-        deadline_ms: max_duration.map(|secs| now_ms() + (secs as i64) * 1000),
+        run,
     };
     let session = Session::prepare(project, catalog, launch, output)?;
     session.execute(None)
@@ -210,26 +268,10 @@ pub fn resume(global: &GlobalArgs, flags: ResumeFlags) -> anyhow::Result<Exit> {
                 record.id
             ))
         })?;
-    if let Some(url) = flags.base_url {
-        launch.base_url = Some(url);
-    }
-    if let Some(cassette) = flags.cassette {
-        launch.cassette = Some(std::path::absolute(cassette)?);
-    }
-    if let Some(secs) = flags.max_duration {
-        launch.deadline_ms = Some(now_ms() + (secs as i64) * 1000);
-    }
+    launch.run.apply_resume_flags(&flags)?;
     drop(store);
     drop(runtime);
-    let overrides = launch_overrides(StoredModels {
-        approver: &launch.approver,
-        plan_provider: &launch.plan_provider,
-        plan_model: &launch.plan_model,
-        act_provider: &launch.act_provider,
-        act_model: &launch.act_model,
-        base_url: launch.base_url.as_deref(),
-        cassette: launch.cassette.as_deref(),
-    });
+    let overrides = launch.run.overrides();
     let root = project_root(global)?;
     let loaded = load_settings(global, &root, overrides)?;
     let project = Project {
@@ -431,7 +473,7 @@ impl Session {
         let budget = Arc::new(RunContext::budget_ledger(
             &self.project.settings.budgets,
             None,
-            self.launch.deadline_ms,
+            self.launch.run.deadline_ms,
             restored,
         ));
         let identity = RunIdentity {
@@ -495,7 +537,7 @@ impl Session {
                 id: id.clone(),
                 slug: plans.slug().to_owned(),
                 team: None,
-                workspace: self.launch.workspace.display().to_string(),
+                workspace: self.launch.run.workspace.display().to_string(),
                 batch_line_id: crate::batch::line_id(),
                 auto_gate,
                 launch_options: serde_json::to_value(&self.launch)?,
@@ -539,7 +581,7 @@ impl Session {
                 }
             }
         };
-        let workspace = Workspace::new(&self.launch.workspace)
+        let workspace = Workspace::new(&self.launch.run.workspace)
             .map_err(|e| usage(format!("--workspace: {e}")))?;
         Ok(RunParts {
             approver,
@@ -604,8 +646,13 @@ impl Session {
 
     /// The models per mode; `--record` starts a new cassette, and a resumed run appends.
     fn models(&self, env: &BTreeMap<String, String>, resumed: bool) -> anyhow::Result<ModelRouter> {
-        let recording = Recording::of(self.launch.record.as_deref(), resumed);
-        model_router(&self.project.settings, env, self.launch.strict, recording)
+        let recording = Recording::of(self.launch.run.record.as_deref(), resumed);
+        model_router(
+            &self.project.settings,
+            env,
+            self.launch.run.strict,
+            recording,
+        )
     }
 
     async fn drive(
@@ -622,14 +669,14 @@ impl Session {
                 agent_id: MAIN_AGENT.into(),
                 kind: AgentKind::Main,
                 definition: self.launch.agent.clone(),
-                mode: self.launch.permission_mode,
+                mode: self.launch.run.permission_mode,
                 pre_plan_mode: None,
                 approval_ceiling: None,
                 inherited_model: None,
             };
             AgentRuntime::start(context, spec, &self.launch.prompt).await?
         };
-        let outcome = match self.launch.deadline_ms {
+        let outcome = match self.launch.run.deadline_ms {
             Some(deadline) => {
                 let left = Duration::from_millis(u64::try_from(deadline - now_ms()).unwrap_or(0));
                 match tokio::time::timeout(left, agent.run()).await {
@@ -894,31 +941,23 @@ pub(crate) fn model_router(
     })
 }
 
-/// The stored launch options that decide a resumed run's models and approver.
-pub(crate) struct StoredModels<'a> {
-    pub approver: &'a str,
-    pub plan_provider: &'a str,
-    pub plan_model: &'a str,
-    pub act_provider: &'a str,
-    pub act_model: &'a str,
-    pub base_url: Option<&'a str>,
-    pub cassette: Option<&'a Path>,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// The settings layer a resumed run (single or team) rebuilds from its launch options.
-pub(crate) fn launch_overrides(stored: StoredModels<'_>) -> CliOverrides {
-    let from = "the run's launch options";
-    let mut overrides = CliOverrides::new()
-        .set("plan.provider", stored.plan_provider, from)
-        .set("plan.model", stored.plan_model, from)
-        .set("act.provider", stored.act_provider, from)
-        .set("act.model", stored.act_model, from)
-        .approver(stored.approver);
-    if let Some(url) = stored.base_url {
-        overrides = overrides.base_url("anthropic", url).base_url("openai", url);
+    /// The shared part is flattened: stored launch options keep one flat JSON object, so runs
+    /// stored before `RunLaunch` existed still resume.
+    #[test]
+    fn launch_options_are_one_flat_object() {
+        let stored = serde_json::json!({
+            "v": 1, "kind": "single", "prompt": "p", "agent": "general",
+            "workspace": "/w", "permission_mode": "default", "approver": "human",
+            "plan_provider": "anthropic", "plan_model": "m", "act_provider": "anthropic",
+            "act_model": "m", "base_url": null, "cassette": null, "strict": false,
+            "record": null, "deadline_ms": 5
+        });
+        let launch: LaunchOptions = serde_json::from_value(stored.clone()).unwrap();
+        assert_eq!(launch.run.deadline_ms, Some(5));
+        assert_eq!(serde_json::to_value(&launch).unwrap(), stored);
     }
-    if let Some(cassette) = stored.cassette {
-        overrides = overrides.cassette(cassette.display().to_string());
-    }
-    overrides
 }

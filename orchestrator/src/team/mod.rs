@@ -57,6 +57,7 @@ use crate::cli::config::{load_settings, print_warnings, process_env, project_roo
 use crate::exit::{Exit, ExitError};
 use crate::project::Project;
 use crate::signals::Interrupts;
+use crate::single_run::RunLaunch;
 use crate::single_run::{OutputFormat, RunFlags};
 
 use printer::{TeamPrinter, now_ms};
@@ -89,20 +90,8 @@ pub struct TeamLaunch {
     pub team_file: PathBuf,
     /// The team file's text, as read at launch.
     pub team_text: String,
-    pub workspace: PathBuf,
-    /// The lead's mode.
-    pub permission_mode: PermissionMode,
-    pub approver: String,
-    pub plan_provider: String,
-    pub plan_model: String,
-    pub act_provider: String,
-    pub act_model: String,
-    pub base_url: Option<String>,
-    pub cassette: Option<PathBuf>,
-    pub strict: bool,
-    pub record: Option<PathBuf>,
-    /// Absolute deadline, milliseconds since the Unix epoch.
-    pub deadline_ms: Option<i64>,
+    #[serde(flatten)]
+    pub run: RunLaunch,
 }
 
 /// `muster run -p GOAL` as a team run with the team file at `team_path`.
@@ -129,39 +118,14 @@ pub fn run(global: &GlobalArgs, flags: RunFlags, team_path: PathBuf) -> anyhow::
     let lead_definition = catalog
         .get(&team.lead)
         .ok_or_else(|| usage(format!("unknown lead definition {:?}", team.lead)))?;
-    let settings = &project.settings;
-    let permission_mode = match &flags.permission_mode {
-        Some(_) => settings.permission_mode.value,
-        None => lead_definition
-            .permission_mode
-            .unwrap_or(settings.permission_mode.value),
-    };
-    let workspace = match &flags.workspace {
-        Some(dir) => std::path::absolute(dir)?,
-        None => project.root.path().to_path_buf(),
-    };
-    let max_duration =
-        flags
-            .max_duration
-            .or(settings.budgets.run_duration_secs.as_ref().map(|s| s.value));
+    let run = RunLaunch::from_flags(&flags, &project, lead_definition.permission_mode)?;
     let launch = TeamLaunch {
         v: 1,
         kind: "team".into(),
         prompt: flags.prompt.clone(),
         team_file: team_path,
         team_text: team.text.clone(),
-        workspace,
-        permission_mode,
-        approver: settings.approver.value.to_string(),
-        plan_provider: settings.plan.provider.value.as_str().to_owned(),
-        plan_model: settings.plan.model.value.clone(),
-        act_provider: settings.act.provider.value.as_str().to_owned(),
-        act_model: settings.act.model.value.clone(),
-        base_url: flags.base_url.clone(),
-        cassette: settings.script.cassette.as_ref().map(|c| c.value.clone()),
-        strict: flags.strict,
-        record: flags.record.as_ref().map(std::path::absolute).transpose()?,
-        deadline_ms: max_duration.map(|secs| now_ms() + (secs as i64) * 1000),
+        run,
     };
     crate::single_run::drive_to_end(
         crate::single_run::tokio_runtime()?,
@@ -220,24 +184,8 @@ pub fn resume(
                 record.id
             ))
         })?;
-    if let Some(url) = &flags.base_url {
-        launch.base_url = Some(url.clone());
-    }
-    if let Some(cassette) = &flags.cassette {
-        launch.cassette = Some(std::path::absolute(cassette)?);
-    }
-    let new_deadline = flags
-        .max_duration
-        .map(|secs| now_ms() + (secs as i64) * 1000);
-    let overrides = crate::single_run::launch_overrides(crate::single_run::StoredModels {
-        approver: &launch.approver,
-        plan_provider: &launch.plan_provider,
-        plan_model: &launch.plan_model,
-        act_provider: &launch.act_provider,
-        act_model: &launch.act_model,
-        base_url: launch.base_url.as_deref(),
-        cassette: launch.cassette.as_deref(),
-    });
+    launch.run.apply_resume_flags(flags)?;
+    let overrides = launch.run.overrides();
     let root = project_root(global)?;
     let loaded = load_settings(global, &root, overrides)?;
     print_warnings(&loaded.warnings);
@@ -255,10 +203,7 @@ pub fn resume(
         &catalog,
     )
     .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
-    let resumed = Some(Resumed {
-        record,
-        new_deadline,
-    });
+    let resumed = Some(Resumed { record });
     let exit = crate::single_run::drive_to_end(
         runtime,
         execute(project, Arc::new(catalog), team, launch, output, resumed),
@@ -266,11 +211,9 @@ pub fn resume(
     Ok(Some(exit))
 }
 
-/// A run `muster resume` continues.
+/// A run `muster resume` continues (its launch options already carry the resume's flags).
 struct Resumed {
     record: muster_mailbox::RunRecord,
-    /// The deadline `--max-duration` set on this resume (kept for later resumes).
-    new_deadline: Option<i64>,
 }
 
 /// How a team run ended.
@@ -347,16 +290,11 @@ async fn execute(
     existing: Option<Resumed>,
 ) -> anyhow::Result<Exit> {
     let mut interrupts = Interrupts::install();
-    let mut launch = launch;
     let store: Arc<dyn MailboxStore> = project.open_store()?;
     let resumed = existing.is_some();
     let mut stored_launch = None;
     let (run_id, plans) = match existing {
-        Some(Resumed {
-            record,
-            new_deadline,
-        }) => {
-            launch.deadline_ms = new_deadline.or(launch.deadline_ms);
+        Some(Resumed { record }) => {
             stored_launch = Some(record.launch_options);
             let plans = PlanFiles::new(project.plans_dir(), &record.slug);
             (record.id, plans)
@@ -413,7 +351,7 @@ async fn execute(
         store: store.clone(),
         file: team_file.clone(),
         root: project.root.path().to_path_buf(),
-        lead_mode: launch.permission_mode,
+        lead_mode: launch.run.permission_mode,
         members: Mutex::new(BTreeMap::new()),
         policies: Mutex::new(BTreeMap::new()),
         states,
@@ -439,7 +377,7 @@ async fn execute(
         }
     }
     let lead = async {
-        match launch.deadline_ms {
+        match launch.run.deadline_ms {
             Some(deadline) => {
                 let left = Duration::from_millis(u64::try_from(deadline - now_ms()).unwrap_or(0));
                 if left.is_zero() {
@@ -543,7 +481,7 @@ async fn create_run(
             id: run_id.clone(),
             slug: plans.slug().to_owned(),
             team: Some(team_file.name.clone()),
-            workspace: launch.workspace.display().to_string(),
+            workspace: launch.run.workspace.display().to_string(),
             batch_line_id: crate::batch::line_id(),
             auto_gate: AutoGate {
                 open: settings.auto_gate.value == AutoGateSetting::Open,
@@ -685,7 +623,7 @@ impl Team {
             agent_id: LEAD.into(),
             kind: AgentKind::Main,
             definition: self.file.lead.clone(),
-            mode: launch.permission_mode,
+            mode: launch.run.permission_mode,
             pre_plan_mode: None,
             approval_ceiling: None,
             inherited_model: None,

@@ -73,8 +73,8 @@ pub(crate) fn run_context(parts: ContextParts<'_>) -> anyhow::Result<RunContext>
                     .join("\n\n")
             })
             .unwrap_or_default();
-    let workspace =
-        Workspace::new(&parts.launch.workspace).map_err(|e| usage(format!("--workspace: {e}")))?;
+    let workspace = Workspace::new(&parts.launch.run.workspace)
+        .map_err(|e| usage(format!("--workspace: {e}")))?;
     Ok(RunContext {
         run_id: parts.run_id.to_owned(),
         epoch: parts.epoch,
@@ -102,7 +102,7 @@ pub(crate) fn run_context(parts: ContextParts<'_>) -> anyhow::Result<RunContext>
         budget: Arc::new(RunContext::budget_ledger(
             &settings.budgets,
             None,
-            parts.launch.deadline_ms,
+            parts.launch.run.deadline_ms,
             parts.restored,
         )),
         compaction: CompactionPolicy {
@@ -122,6 +122,6 @@ fn models(
     env: &BTreeMap<String, String>,
     resumed: bool,
 ) -> anyhow::Result<ModelRouter> {
-    let recording = Recording::of(launch.record.as_deref(), resumed);
-    model_router(&project.settings, env, launch.strict, recording)
+    let recording = Recording::of(launch.run.record.as_deref(), resumed);
+    model_router(&project.settings, env, launch.run.strict, recording)
 }
