@@ -34,6 +34,19 @@ impl Exit {
         }
     }
 
+    /// The [`Exit`] a child `muster` process ended with (an unknown code is a failed run).
+    pub fn from_code(code: u64) -> Exit {
+        match code {
+            0 => Exit::Success,
+            2 => Exit::Usage,
+            3 => Exit::Budget,
+            4 => Exit::Store,
+            5 => Exit::AwaitingDecision,
+            130 => Exit::Interrupted,
+            _ => Exit::Failed,
+        }
+    }
+
     /// The exit code an error ends the process with: a typed [`ExitError`] or
     /// [`StoreError`] anywhere in the chain decides; anything else is a failed run.
     pub fn for_error(error: &anyhow::Error) -> Exit {

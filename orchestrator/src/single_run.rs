@@ -141,6 +141,44 @@ impl RunLaunch {
     }
 }
 
+/// Refuses to resume a finished run, or one live in another process.
+pub(crate) fn check_resumable(record: &RunRecord, runs_dir: &Path) -> anyhow::Result<()> {
+    if record.status.is_finished() {
+        return Err(usage(format!(
+            "run {} is {} and cannot be resumed",
+            record.id,
+            record.status.as_str()
+        )));
+    }
+    if muster_mailbox::live::is_live(runs_dir, &record.id)? {
+        return Err(ExitError::new(
+            Exit::Failed,
+            format!(
+                "run {} is live in another process; it cannot be resumed twice",
+                record.id
+            ),
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// The project's AGENTS.md / CLAUDE.md, joined (empty when there are none or they cannot be
+/// read: loading already warned).
+pub(crate) fn project_instructions(project: &Project) -> String {
+    ProjectInstructions::load(&project.root, project.settings.instructions_max_bytes.value)
+        .map(|loaded| {
+            loaded
+                .value
+                .files
+                .iter()
+                .map(|f| f.content.clone())
+                .collect::<Vec<_>>()
+                .join("\n\n")
+        })
+        .unwrap_or_default()
+}
+
 /// The absolute deadline `secs` seconds from now.
 fn deadline_after(secs: u64) -> i64 {
     now_ms() + (secs as i64) * 1000
@@ -301,23 +339,7 @@ async fn pick_run(
                 .ok_or_else(|| usage("no run to resume (see `muster runs`)"))?
         }
     };
-    if record.status.is_finished() {
-        return Err(usage(format!(
-            "run {} is {} and cannot be resumed",
-            record.id,
-            record.status.as_str()
-        )));
-    }
-    if muster_mailbox::live::is_live(&project.runs_dir(), &record.id)? {
-        return Err(ExitError::new(
-            Exit::Failed,
-            format!(
-                "run {} is live in another process; it cannot be resumed twice",
-                record.id
-            ),
-        )
-        .into());
-    }
+    check_resumable(&record, &project.runs_dir())?;
     if record.team.is_some() {
         return Err(usage(
             "team runs are not built yet: this run cannot be resumed",
@@ -601,18 +623,7 @@ impl Session {
         let terminal: Option<Arc<dyn Terminal>> = (std::io::stdin().is_terminal()
             && self.output == OutputFormat::Text)
             .then(|| Arc::new(StdinTerminal) as Arc<dyn Terminal>);
-        let instructions =
-            ProjectInstructions::load(&self.project.root, settings.instructions_max_bytes.value)
-                .map(|loaded| {
-                    loaded
-                        .value
-                        .files
-                        .iter()
-                        .map(|f| f.content.clone())
-                        .collect::<Vec<_>>()
-                        .join("\n\n")
-                })
-                .unwrap_or_default();
+        let instructions = project_instructions(&self.project);
         RunContext {
             run_id: run.id,
             epoch: run.epoch,

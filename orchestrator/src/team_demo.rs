@@ -124,19 +124,7 @@ pub fn run(_global: &GlobalArgs, dir: Option<&Path>) -> anyhow::Result<Exit> {
         "\nThe demo took {:.1} s. Its exit code is the run's: {code}.",
         started.elapsed().as_secs_f64()
     );
-    Ok(exit_for(code))
-}
-
-fn exit_for(code: u64) -> Exit {
-    match code {
-        0 => Exit::Success,
-        2 => Exit::Usage,
-        3 => Exit::Budget,
-        4 => Exit::Store,
-        5 => Exit::AwaitingDecision,
-        130 => Exit::Interrupted,
-        _ => Exit::Failed,
-    }
+    Ok(Exit::from_code(code))
 }
 
 /// The directory to run in: `dir` (created; it must be empty) or a new temporary one.

@@ -168,7 +168,7 @@ pub fn run(global: &GlobalArgs, options: BatchOptions) -> anyhow::Result<Exit> {
     if let Some(error) = failure.into_inner().ok().flatten() {
         return Err(error);
     }
-    Ok(results::exit_for(results.worst()))
+    Ok(Exit::from_code(u64::from(results.worst())))
 }
 
 /// Which line starts next: the first pending line, in file order, whose workspace no running

@@ -124,19 +124,6 @@ pub fn severity(code: u8) -> u8 {
     }
 }
 
-/// The [`Exit`] for an exit code.
-pub fn exit_for(code: u8) -> Exit {
-    match code {
-        0 => Exit::Success,
-        2 => Exit::Usage,
-        3 => Exit::Budget,
-        4 => Exit::Store,
-        5 => Exit::AwaitingDecision,
-        130 => Exit::Interrupted,
-        _ => Exit::Failed,
-    }
-}
-
 enum Sink {
     Stdout,
     File(File),
@@ -254,7 +241,7 @@ mod tests {
         codes.sort_by_key(|code| severity(*code));
         assert_eq!(codes, sorted);
         for code in sorted {
-            assert_eq!(exit_for(code).code(), code);
+            assert_eq!(Exit::from_code(u64::from(code)).code(), code);
         }
     }
 

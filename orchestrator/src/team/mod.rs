@@ -159,23 +159,7 @@ pub fn resume(
             _ => return Ok(None),
         }
     };
-    if record.status.is_finished() {
-        return Err(usage(format!(
-            "run {} is {} and cannot be resumed",
-            record.id,
-            record.status.as_str()
-        )));
-    }
-    if muster_mailbox::live::is_live(&probe.runs_dir(), &record.id)? {
-        return Err(ExitError::new(
-            Exit::Failed,
-            format!(
-                "run {} is live in another process; it cannot be resumed twice",
-                record.id
-            ),
-        )
-        .into());
-    }
+    crate::single_run::check_resumable(&record, &probe.runs_dir())?;
     let output = OutputFormat::parse(&flags.output)?;
     let mut launch: TeamLaunch =
         serde_json::from_value(record.launch_options.clone()).map_err(|e| {

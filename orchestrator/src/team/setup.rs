@@ -12,7 +12,7 @@ use muster_agents::runtime::{
     PlanFiles, RunContext,
 };
 use muster_agents::tools::{ToolRegistry, Workspace};
-use muster_config::{AgentCatalog, Approver, Policy, ProjectInstructions};
+use muster_config::{AgentCatalog, Approver, Policy};
 use muster_mailbox::MailboxStore;
 use tokio::sync::Semaphore;
 
@@ -61,18 +61,7 @@ pub(crate) fn run_context(parts: ContextParts<'_>) -> anyhow::Result<RunContext>
             responder: settings.approver.value.to_string(),
         },
     };
-    let instructions =
-        ProjectInstructions::load(&parts.project.root, settings.instructions_max_bytes.value)
-            .map(|loaded| {
-                loaded
-                    .value
-                    .files
-                    .iter()
-                    .map(|f| f.content.clone())
-                    .collect::<Vec<_>>()
-                    .join("\n\n")
-            })
-            .unwrap_or_default();
+    let instructions = crate::single_run::project_instructions(parts.project);
     let workspace = Workspace::new(&parts.launch.run.workspace)
         .map_err(|e| usage(format!("--workspace: {e}")))?;
     Ok(RunContext {
