@@ -168,6 +168,29 @@ impl AgentRuntime {
         self.run.events.emit(RuntimeEvent::mail_sent(message));
     }
 
+    /// Commits this agent's response to a request, keyed by the tool call that gave it (a
+    /// repeat returns the original), and reports it as sent.
+    async fn respond_for_call(
+        &self,
+        call: &ToolCall,
+        body: MessageBody,
+    ) -> Result<muster_mailbox::Message, muster_mailbox::StoreError> {
+        let answered = self
+            .run
+            .store
+            .respond(NewResponse {
+                run_id: self.run.run_id.clone(),
+                sender: self.id.clone(),
+                body,
+                idempotency_key: Some(format!("{}:{}", self.id, call.id)),
+            })
+            .await;
+        if let Ok(response) = &answered {
+            self.mail_sent(response);
+        }
+        answered
+    }
+
     /// Carries out a team tool the gate allowed.
     pub(super) async fn team_tool(
         &mut self,
@@ -324,19 +347,7 @@ impl AgentRuntime {
                 )));
             }
         };
-        let answered = self
-            .run
-            .store
-            .respond(NewResponse {
-                run_id: self.run.run_id.clone(),
-                sender: self.id.clone(),
-                body,
-                idempotency_key: Some(format!("{}:{}", self.id, call.id)),
-            })
-            .await;
-        if let Ok(response) = &answered {
-            self.mail_sent(response);
-        }
+        let answered = self.respond_for_call(call, body).await;
         Ok(match answered {
             Ok(_) => Ok(format!("Answered {request_id} from {}.", request.requester)),
             Err(error) => Err(refusal(request_id, error)?),
@@ -659,19 +670,7 @@ impl AgentRuntime {
                 )));
             }
         };
-        let answered = self
-            .run
-            .store
-            .respond(NewResponse {
-                run_id: self.run.run_id.clone(),
-                sender: self.id.clone(),
-                body,
-                idempotency_key: Some(format!("{}:{}", self.id, call.id)),
-            })
-            .await;
-        if let Ok(response) = &answered {
-            self.mail_sent(response);
-        }
+        let answered = self.respond_for_call(call, body).await;
         Ok(match answered {
             Ok(_) => Ok(format!("{summary}.")),
             Err(error) => Err(refusal(&request_id, error)?),
