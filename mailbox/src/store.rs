@@ -102,13 +102,17 @@ pub trait MailboxStore: Send + Sync {
     async fn next_counter(&self, run_id: &str, name: &str) -> StoreResult<i64>;
 
     // ---- the task board
+    /// Creates a task; a repeated idempotency key returns the original task.
     async fn create_task(&self, task: NewTask) -> StoreResult<Task>;
     async fn task(&self, run_id: &str, task_id: i64) -> StoreResult<Option<Task>>;
     async fn tasks(&self, run_id: &str) -> StoreResult<Vec<Task>>;
     async fn claim_task(&self, run_id: &str, task_id: i64, agent: &str) -> StoreResult<Task>;
-    async fn claim_next_task(&self, run_id: &str, agent: &str) -> StoreResult<Option<Task>>;
-    /// Changes a task; a new owner is sent a `task_assignment` in the same transaction.
-    async fn update_task(&self, update: TaskUpdate) -> StoreResult<Task>;
+    /// Claims the lowest-numbered claimable task for `agent` and sends `agent` its
+    /// `task_assignment`, in one transaction.
+    async fn claim_next_task(&self, run_id: &str, agent: &str) -> StoreResult<Option<Claimed>>;
+    /// Changes a task; a new owner is sent a `task_assignment` in the same transaction. A
+    /// repeated idempotency key changes nothing and returns the original change.
+    async fn update_task(&self, update: TaskUpdate) -> StoreResult<TaskChange>;
     /// Returns a stopped agent's unfinished tasks to `pending`; gives back their ids.
     async fn release_tasks_of(&self, run_id: &str, agent: &str) -> StoreResult<Vec<i64>>;
 

@@ -382,6 +382,12 @@ pub struct CommitTurn {
     pub sends: Vec<NewMessage>,
     pub responses: Vec<NewResponse>,
     pub auto_gate: Option<AutoGateUpdate>,
+    /// Roster entries added first (a spawn: the new member, its records and its first mail
+    /// in one transaction).
+    pub members: Vec<RosterEntry>,
+    /// Task changes made in the same transaction (a teammate's end of turn completes its
+    /// tasks with its report); applied before `sends`.
+    pub task_updates: Vec<TaskUpdate>,
 }
 
 /// What a committed turn produced.
@@ -391,6 +397,8 @@ pub struct CommitTurnOutcome {
     pub sent: Vec<Message>,
     pub responses: Vec<Message>,
     pub auto_gate: AutoGate,
+    /// One per `task_updates` entry, in order.
+    pub tasks: Vec<TaskChange>,
 }
 
 /// Status of a task on the board. `blocked` is what an agent says; blocking by dependencies
@@ -437,6 +445,9 @@ pub struct NewTask {
     pub subject: String,
     pub description: String,
     pub blocked_by: Vec<i64>,
+    /// `"{agent}:{tool_use_id}"` for a task a tool creates: a repeat returns the original
+    /// task and creates nothing.
+    pub idempotency_key: Option<String>,
 }
 
 /// A change to a task; `None` leaves a field as it is.
@@ -453,6 +464,26 @@ pub struct TaskUpdate {
     pub owner: Option<Option<String>>,
     pub blocked_reason: Option<String>,
     pub add_blocked_by: Vec<i64>,
+    /// `"{agent}:{tool_use_id}"` for a change a tool makes: a repeat changes nothing and
+    /// returns the original [`TaskChange`].
+    pub idempotency_key: Option<String>,
+}
+
+/// A task before and after a change, and the `task_assignment` the change sent when it gave
+/// the task a new owner.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskChange {
+    pub before: Task,
+    pub after: Task,
+    pub assignment: Option<Message>,
+}
+
+/// A task claimed from the board and the `task_assignment` the claimer was sent in the same
+/// transaction (so a claimed task is never without its mail).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Claimed {
+    pub task: Task,
+    pub assignment: Message,
 }
 
 /// A task as read, with its blocking computed.

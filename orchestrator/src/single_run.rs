@@ -2,6 +2,7 @@
 //! `muster run -p` starts one, `muster resume` continues one that stopped awaiting a decision
 //! (or was interrupted), rebuilt from the stored launch options and the agent's records.
 
+use muster_agents::runtime::team::TeamSlot;
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write as _};
 use std::path::{Path, PathBuf};
@@ -652,6 +653,7 @@ impl Session {
                 config: CompactionConfig::from_settings(&settings.compaction),
                 models: settings.models.clone(),
             },
+            team: TeamSlot::default(),
         }
     }
 

@@ -276,14 +276,7 @@ impl AgentRuntime {
             let calls = response.tool_calls();
             if calls.is_empty() {
                 let result = response.text();
-                self.commit(
-                    vec![Record::Finished {
-                        result: result.clone(),
-                    }],
-                    Vec::new(),
-                    None,
-                )
-                .await?;
+                self.finish_turn(result.clone()).await?;
                 self.finished = Some(result);
                 continue;
             }
@@ -292,6 +285,41 @@ impl AgentRuntime {
                 ..PendingCalls::default()
             });
         }
+    }
+
+    /// Commits the `finished` record; a teammate's end-of-turn transition (its tasks, its
+    /// verification report, its idle notification) is part of the same commit, so a crash
+    /// leaves either the whole end of turn or none of it.
+    async fn finish_turn(&mut self, result: String) -> RuntimeResult<()> {
+        let team = match self.kind {
+            AgentKind::Teammate { .. } => self.run.team.get(),
+            _ => None,
+        };
+        let end = match &team {
+            Some(team) => team
+                .end_of_turn(&self.id, &result, self.turn)
+                .await
+                .map_err(RuntimeError::Team)?,
+            None => super::team::TurnEnd::default(),
+        };
+        let finished = Record::Finished { result }.to_new(&self.id)?;
+        let outcome = self
+            .run
+            .store
+            .commit_turn(CommitTurn {
+                run_id: self.run.run_id.clone(),
+                agent: self.id.clone(),
+                records: vec![finished],
+                sends: end.sends.clone(),
+                task_updates: end.task_updates.clone(),
+                ..CommitTurn::default()
+            })
+            .await?;
+        self.auto_gate_open = outcome.auto_gate.open;
+        if let Some(team) = team {
+            team.turn_ended(&self.id, &end, &outcome);
+        }
+        Ok(())
     }
 
     /// Puts mail the agent received (leased) into its context as `<mail>` tags: the user turn
@@ -458,8 +486,7 @@ impl AgentRuntime {
             None => None,
         };
         // Read after the summary came back, so it is as fresh as the plan.
-        let team = matches!(self.kind, AgentKind::Teammate { .. })
-            || super::team::team_of(&self.run.run_id).is_some();
+        let team = matches!(self.kind, AgentKind::Teammate { .. }) || self.run.team.get().is_some();
         let state =
             read_coordination_state(self.run.store.as_ref(), &self.run.run_id, &self.id, team)
                 .await?;
@@ -717,9 +744,8 @@ impl AgentRuntime {
                 agent: self.id.clone(),
                 acks,
                 records,
-                sends: Vec::new(),
-                responses: Vec::new(),
                 auto_gate,
+                ..CommitTurn::default()
             })
             .await?;
         self.auto_gate_open = outcome.auto_gate.open;

@@ -226,7 +226,7 @@ impl AgentRuntime {
                     input: call.input.clone(),
                     tool_use_id: Some(call.id.clone()),
                     reason: decision.reason.clone(),
-                    responder: super::team::responder_for(&self.run.run_id, &self.asks.asker),
+                    responder: self.run.team.responder_for(&self.asks.asker),
                 },
                 idempotency_key: Some(format!("{}:{}", self.asks.asker, call.id)),
             })

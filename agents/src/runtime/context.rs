@@ -126,6 +126,8 @@ pub struct RunContext {
     pub budget: Arc<BudgetLedger>,
     /// When agents compact their context.
     pub compaction: CompactionPolicy,
+    /// The run's team, in a team run (attached once the team exists).
+    pub team: super::team::TeamSlot,
 }
 
 /// When agents compact their context (see [`crate::compaction`]): the trigger's settings and

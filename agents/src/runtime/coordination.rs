@@ -180,7 +180,7 @@ impl AgentRuntime {
                     request_id: format!("question-{}-{number}", self.id),
                     question: question.to_owned(),
                     options: options.to_vec(),
-                    responder: super::team::responder_for(&self.run.run_id, &self.id),
+                    responder: self.run.team.responder_for(&self.id),
                 },
                 idempotency_key: Some(format!("{}:{}:{question}", self.id, call.id)),
             })

@@ -139,10 +139,7 @@ impl AgentRuntime {
         plan: &str,
     ) -> RuntimeResult<(String, String)> {
         let (recipient, responder) = match &self.kind {
-            AgentKind::Teammate { lead } => (
-                lead.clone(),
-                super::team::responder_for(&self.run.run_id, &self.id),
-            ),
+            AgentKind::Teammate { lead } => (lead.clone(), self.run.team.responder_for(&self.id)),
             _ => {
                 let responder = self.run.approver.responder().to_owned();
                 let member = muster_mailbox::message::responder_member(&responder).to_owned();

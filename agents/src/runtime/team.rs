@@ -13,12 +13,12 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, LazyLock, RwLock};
+use std::sync::{Arc, OnceLock, Weak};
 
 use muster_config::PermissionMode;
 use muster_mailbox::{
-    MemberKind, Message as Mail, MessageBody, NewMessage, NewResponse, NewTask, StoreError, Task,
-    TaskStatus, TaskUpdate,
+    CommitTurn, CommitTurnOutcome, MemberKind, Message as Mail, MessageBody, NewMessage,
+    NewResponse, NewTask, StoreError, Task, TaskStatus, TaskUpdate,
 };
 use serde::de::DeserializeOwned;
 
@@ -52,6 +52,9 @@ pub struct SpawnRequest {
     pub lead_mode: PermissionMode,
     /// The lead's agent id.
     pub lead: String,
+    /// `"{lead}:{tool_use_id}"` of the call: a repeat of the call (a resume) returns the
+    /// teammate it spawned instead of a second one.
+    pub call_key: String,
 }
 
 /// A teammate the orchestrator started.
@@ -80,9 +83,7 @@ pub trait TeamServices: Send + Sync {
     /// back what happened in words, or a refusal.
     fn shutdown_teammate<'a>(
         &'a self,
-        requested_by: &'a str,
-        name: &'a str,
-        reason: Option<String>,
+        request: ShutdownRequest<'a>,
     ) -> TeamFuture<'a, Result<String, String>>;
     /// Who answers `agent`'s plan and permission requests: `lead`, `human` or `policy:FILE`.
     fn responder_for(&self, agent: &str) -> String;
@@ -94,47 +95,72 @@ pub trait TeamServices: Send + Sync {
         let _ = agent;
         Box::pin(async { Vec::new() })
     }
-}
-
-static TEAMS: LazyLock<RwLock<HashMap<String, Arc<dyn TeamServices>>>> =
-    LazyLock::new(|| RwLock::new(HashMap::new()));
-
-/// The team of a run, registered while it runs; dropping it unregisters the team.
-pub struct TeamRegistration {
-    run_id: String,
-}
-
-impl Drop for TeamRegistration {
-    fn drop(&mut self) {
-        let mut teams = TEAMS
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        teams.remove(&self.run_id);
+    /// A message an agent's tool committed (a request, an answer, mail): what follows from it
+    /// once it is durable (a policy decides a request meant for it, a person's wait is
+    /// announced, whoever watches the lead's wait looks again). Called after the commit,
+    /// never from the event sink.
+    fn mail_committed(&self, message: &Mail) {
+        let _ = message;
+    }
+    /// What a teammate's end of turn commits with its `finished` record, in one transaction:
+    /// its tasks' status, its verification report, its idle notification. `turn` is the
+    /// agent's durable turn index (it keys the notification).
+    fn end_of_turn<'a>(
+        &'a self,
+        agent: &'a str,
+        result: &'a str,
+        turn: u64,
+    ) -> TeamFuture<'a, Result<TurnEnd, String>> {
+        let _ = (agent, result, turn);
+        Box::pin(async { Ok(TurnEnd::default()) })
+    }
+    /// After the end-of-turn commit: reports what it did.
+    fn turn_ended(&self, agent: &str, end: &TurnEnd, outcome: &CommitTurnOutcome) {
+        let _ = (agent, end, outcome);
     }
 }
 
-/// Makes `services` the team of run `run_id` until the registration is dropped.
-pub fn register_team(run_id: &str, services: Arc<dyn TeamServices>) -> TeamRegistration {
-    let mut teams = TEAMS
-        .write()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    teams.insert(run_id.to_owned(), services);
-    TeamRegistration {
-        run_id: run_id.to_owned(),
+/// The lead's `ShutdownTeammate` call.
+#[derive(Debug, Clone, Copy)]
+pub struct ShutdownRequest<'a> {
+    pub requested_by: &'a str,
+    pub name: &'a str,
+    pub reason: Option<&'a str>,
+    /// `"{lead}:{tool_use_id}"`: a repeat sends no second request.
+    pub call_key: &'a str,
+}
+
+/// A teammate's end-of-turn transition, committed with its `finished` record.
+#[derive(Debug, Clone, Default)]
+pub struct TurnEnd {
+    pub task_updates: Vec<TaskUpdate>,
+    pub sends: Vec<NewMessage>,
+    /// The tasks this turn completed (id, subject), for the report after the commit.
+    pub completed: Vec<(i64, String)>,
+}
+
+/// The team of a team run as its agents reach it (part of the run's context). The team holds
+/// the run's context, so the context holds the team weakly; it is attached once the team
+/// exists, and a run with none (a single-agent run) answers team tools with an error.
+#[derive(Default)]
+pub struct TeamSlot(OnceLock<Weak<dyn TeamServices>>);
+
+impl TeamSlot {
+    /// Makes `team` the run's team (the first attach wins).
+    pub fn attach(&self, team: &Arc<dyn TeamServices>) {
+        let _ = self.0.set(Arc::downgrade(team));
     }
-}
 
-/// The team of run `run_id`, if it has one in this process.
-pub fn team_of(run_id: &str) -> Option<Arc<dyn TeamServices>> {
-    let teams = TEAMS
-        .read()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    teams.get(run_id).cloned()
-}
+    /// The run's team while it exists.
+    pub fn get(&self) -> Option<Arc<dyn TeamServices>> {
+        self.0.get().and_then(Weak::upgrade)
+    }
 
-/// Who answers `agent`'s requests in run `run_id`: its team's choice, else `lead`.
-pub fn responder_for(run_id: &str, agent: &str) -> String {
-    team_of(run_id).map_or_else(|| "lead".to_owned(), |team| team.responder_for(agent))
+    /// Who answers `agent`'s requests: its team's choice, else the lead.
+    pub fn responder_for(&self, agent: &str) -> String {
+        self.get()
+            .map_or_else(|| "lead".to_owned(), |team| team.responder_for(agent))
+    }
 }
 
 impl AgentRuntime {
@@ -144,7 +170,7 @@ impl AgentRuntime {
         if matches!(self.kind, super::records::AgentKind::Subagent { .. }) {
             return Ok(());
         }
-        let Some(team) = team_of(&self.run.run_id) else {
+        let Some(team) = self.run.team.get() else {
             return Ok(());
         };
         let mail = team.mail_at_turn_boundary(&self.id).await;
@@ -160,12 +186,20 @@ impl AgentRuntime {
 
     /// Whether this agent is the main agent of a run with a registered team (its lead).
     pub(super) fn leads_a_team(&self) -> bool {
-        matches!(self.kind, super::records::AgentKind::Main) && team_of(&self.run.run_id).is_some()
+        matches!(self.kind, super::records::AgentKind::Main) && self.run.team.get().is_some()
     }
 
-    /// Reports a committed message (`mail_sent`).
+    /// Reports a committed message (`mail_sent`) and tells the team it is durable.
     pub(super) fn mail_sent(&self, message: &Mail) {
         self.run.events.emit(RuntimeEvent::mail_sent(message));
+        if let Some(team) = self.run.team.get() {
+            team.mail_committed(message);
+        }
+    }
+
+    /// The `idempotency_key` of what this agent's call `call` does in the store.
+    fn call_key(&self, call: &ToolCall) -> String {
+        format!("{}:{}", self.id, call.id)
     }
 
     /// Commits this agent's response to a request, keyed by the tool call that gave it (a
@@ -182,7 +216,7 @@ impl AgentRuntime {
                 run_id: self.run.run_id.clone(),
                 sender: self.id.clone(),
                 body,
-                idempotency_key: Some(format!("{}:{}", self.id, call.id)),
+                idempotency_key: Some(self.call_key(call)),
             })
             .await;
         if let Ok(response) = &answered {
@@ -197,7 +231,7 @@ impl AgentRuntime {
         call: &ToolCall,
         decision: &GateDecision,
     ) -> RuntimeResult<Dispatched> {
-        let Some(team) = team_of(&self.run.run_id) else {
+        let Some(team) = self.run.team.get() else {
             return Ok(reply(
                 decision,
                 Err(format!(
@@ -213,11 +247,11 @@ impl AgentRuntime {
                 Err(error) => Err(error),
             },
             "TaskCreate" => match parse::<TaskCreateInput>(call) {
-                Ok(input) => self.task_create(input, team.as_ref()).await?,
+                Ok(input) => self.task_create(call, input, team.as_ref()).await?,
                 Err(error) => Err(error),
             },
             "TaskUpdate" => match parse::<TaskUpdateInput>(call) {
-                Ok(input) => self.task_update(input, team.as_ref()).await?,
+                Ok(input) => self.task_update(call, input, team.as_ref()).await?,
                 Err(error) => Err(error),
             },
             "TaskList" => self.task_list().await?,
@@ -226,7 +260,7 @@ impl AgentRuntime {
                 Err(error) => Err(error),
             },
             "SpawnTeammate" => match parse::<SpawnTeammateInput>(call) {
-                Ok(input) => self.spawn_teammate(input, team.as_ref()).await,
+                Ok(input) => self.spawn_teammate(call, input, team.as_ref()).await,
                 Err(error) => Err(error),
             },
             "ReviewPlan" => match parse::<ReviewPlanInput>(call) {
@@ -235,8 +269,14 @@ impl AgentRuntime {
             },
             "ShutdownTeammate" => match parse::<ShutdownTeammateInput>(call) {
                 Ok(input) => {
-                    team.shutdown_teammate(&self.id, &input.name, input.reason)
-                        .await
+                    let call_key = self.call_key(call);
+                    team.shutdown_teammate(ShutdownRequest {
+                        requested_by: &self.id,
+                        name: &input.name,
+                        reason: input.reason.as_deref(),
+                        call_key: &call_key,
+                    })
+                    .await
                 }
                 Err(error) => Err(error),
             },
@@ -281,29 +321,38 @@ impl AgentRuntime {
             return Ok(Err("you cannot send mail to yourself".into()));
         }
         let broadcast = recipients.len() > 1 || input.to == "*";
+        let sends = recipients
+            .iter()
+            .map(|recipient| NewMessage {
+                run_id: self.run.run_id.clone(),
+                sender: self.id.clone(),
+                recipient: recipient.clone(),
+                body: MessageBody::Text {
+                    text: input.message.clone(),
+                    summary: input.summary.clone(),
+                },
+                idempotency_key: Some(if broadcast {
+                    format!("{}:{recipient}", self.call_key(call))
+                } else {
+                    self.call_key(call)
+                }),
+            })
+            .collect();
+        // Every recipient's copy in one commit: a crash sends all or none.
+        let committed = self
+            .run
+            .store
+            .commit_turn(CommitTurn {
+                run_id: self.run.run_id.clone(),
+                agent: self.id.clone(),
+                sends,
+                ..CommitTurn::default()
+            })
+            .await?;
         let mut sent = Vec::new();
-        for recipient in &recipients {
-            let key = if broadcast {
-                format!("{}:{}:{recipient}", self.id, call.id)
-            } else {
-                format!("{}:{}", self.id, call.id)
-            };
-            let message = self
-                .run
-                .store
-                .send(NewMessage {
-                    run_id: self.run.run_id.clone(),
-                    sender: self.id.clone(),
-                    recipient: recipient.clone(),
-                    body: MessageBody::Text {
-                        text: input.message.clone(),
-                        summary: input.summary.clone(),
-                    },
-                    idempotency_key: Some(key),
-                })
-                .await?;
-            self.mail_sent(&message);
-            sent.push(format!("{} (message {})", recipient, message.key));
+        for message in &committed.sent {
+            self.mail_sent(message);
+            sent.push(format!("{} (message {})", message.recipient, message.key));
         }
         Ok(Ok(format!(
             "Sent to {}. They see it at their next turn boundary.",
@@ -356,6 +405,7 @@ impl AgentRuntime {
 
     async fn task_create(
         &mut self,
+        call: &ToolCall,
         input: TaskCreateInput,
         team: &dyn TeamServices,
     ) -> RuntimeResult<Result<String, String>> {
@@ -374,6 +424,7 @@ impl AgentRuntime {
                 subject: input.subject,
                 description: input.description,
                 blocked_by,
+                idempotency_key: Some(self.call_key(call)),
             })
             .await;
         let task = match created {
@@ -399,13 +450,14 @@ impl AgentRuntime {
 
     async fn task_update(
         &mut self,
+        call: &ToolCall,
         input: TaskUpdateInput,
         team: &dyn TeamServices,
     ) -> RuntimeResult<Result<String, String>> {
         let Ok(task_id) = i64::try_from(input.task_id) else {
             return Ok(Err(format!("there is no task #{}", input.task_id)));
         };
-        let Some(before) = self.run.store.task(&self.run.run_id, task_id).await? else {
+        let Some(current) = self.run.store.task(&self.run.run_id, task_id).await? else {
             return Ok(Err(format!(
                 "there is no task #{task_id}; TaskList shows the board"
             )));
@@ -415,7 +467,7 @@ impl AgentRuntime {
             let o = o.trim().to_owned();
             (!o.is_empty()).then_some(o)
         });
-        if status == Some(TaskStatus::InProgress) && owner.is_none() && before.owner.is_none() {
+        if status == Some(TaskStatus::InProgress) && owner.is_none() && current.owner.is_none() {
             owner = Some(Some(self.id.clone()));
         }
         let updated = self
@@ -436,10 +488,17 @@ impl AgentRuntime {
                     .into_iter()
                     .filter_map(|id| i64::try_from(id).ok())
                     .collect(),
+                idempotency_key: Some(self.call_key(call)),
             })
             .await;
-        let task = match updated {
-            Ok(task) => task,
+        let (before, task) = match updated {
+            Ok(change) => {
+                if let Some(assignment) = &change.assignment {
+                    // The store sent the new owner its task_assignment in the update's commit.
+                    self.mail_sent(assignment);
+                }
+                (change.before, change.after)
+            }
             Err(
                 error @ (StoreError::UnknownTask { .. }
                 | StoreError::InvalidDependency { .. }
@@ -455,17 +514,6 @@ impl AgentRuntime {
             Err(error) => return Err(error.into()),
         };
         team.board_changed();
-        // The store sent the new owner a task_assignment in the update's commit.
-        if task.owner != before.owner
-            && let Some(owner) = &task.owner
-        {
-            self.run.events.emit(RuntimeEvent::MailSent {
-                agent: self.id.clone(),
-                to: owner.clone(),
-                kind: "task_assignment".into(),
-                request_id: None,
-            });
-        }
         let mut changes = Vec::new();
         if task.status != before.status {
             changes.push(format!(
@@ -529,6 +577,7 @@ impl AgentRuntime {
 
     async fn spawn_teammate(
         &mut self,
+        call: &ToolCall,
         input: SpawnTeammateInput,
         team: &dyn TeamServices,
     ) -> Result<String, String> {
@@ -553,6 +602,7 @@ impl AgentRuntime {
                 plan_mode_required: input.plan_mode_required,
                 lead_mode: self.mode,
                 lead: self.id.clone(),
+                call_key: self.call_key(call),
             })
             .await?;
         let plans = if spawned.mode == PermissionMode::Plan {

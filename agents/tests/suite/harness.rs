@@ -147,6 +147,7 @@ impl RunHarness {
     pub fn run_context(&self, approver: PlanApprover) -> RunContext {
         let catalog = Arc::new(AgentCatalog::built_in().unwrap());
         RunContext {
+            team: Default::default(),
             run_id: self.run_id.clone(),
             epoch: 1,
             store: self.store.clone(),

@@ -76,6 +76,7 @@ impl Harness {
     /// The run's context with these models, its events recorded.
     fn routed(&self, approver: PlanApprover, models: ModelRouter) -> Arc<RunContext> {
         Arc::new(RunContext {
+            team: Default::default(),
             models,
             events: self.events.clone(),
             ..self.run_context(approver)

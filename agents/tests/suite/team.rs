@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use muster_agents::model::ContentBlock;
 use muster_agents::runtime::team::{
-    SpawnRequest, SpawnedTeammate, TeamFuture, TeamServices, register_team,
+    ShutdownRequest, SpawnRequest, SpawnedTeammate, TeamFuture, TeamServices,
 };
 use muster_agents::runtime::{AgentKind, AgentRuntime, AgentSpec, PlanApprover, RunContext};
 use muster_config::PermissionMode;
@@ -54,11 +54,9 @@ impl TeamServices for StubTeam {
 
     fn shutdown_teammate<'a>(
         &'a self,
-        _requested_by: &'a str,
-        name: &'a str,
-        _reason: Option<String>,
+        request: ShutdownRequest<'a>,
     ) -> TeamFuture<'a, Result<String, String>> {
-        Box::pin(async move { Ok(format!("asked {name} to shut down")) })
+        Box::pin(async move { Ok(format!("asked {} to shut down", request.name)) })
     }
 
     fn responder_for(&self, _agent: &str) -> String {
@@ -116,6 +114,13 @@ impl Harness {
             ..run.run_context(PlanApprover::Human)
         });
         Harness { run, context }
+    }
+
+    /// Makes `team` the run's team; the returned handle keeps it alive.
+    fn attach(&self, team: Arc<StubTeam>) -> Arc<dyn TeamServices> {
+        let team: Arc<dyn TeamServices> = team;
+        self.context.team.attach(&team);
+        team
     }
 
     async fn agent(&self, id: &str, mode: PermissionMode) -> AgentRuntime {
@@ -227,7 +232,7 @@ async fn a_teammates_forged_answer_is_refused_and_only_the_leads_first_decision_
         ],
     ));
     let harness = Harness::new("forge", script).await;
-    let _team = register_team("forge", Arc::new(StubTeam::default()));
+    let _team = harness.attach(Arc::new(StubTeam::default()));
     let request_id = harness.plan_request().await;
     harness
         .store
@@ -308,7 +313,7 @@ async fn a_lead_in_plan_mode_cannot_approve() {
         )],
     );
     let harness = Harness::new("planning", script).await;
-    let _team = register_team("planning", Arc::new(StubTeam::default()));
+    let _team = harness.attach(Arc::new(StubTeam::default()));
     harness.plan_request().await;
     let mut lead = harness.agent("lead", PermissionMode::Plan).await;
     lead.run().await.unwrap();
@@ -353,7 +358,7 @@ async fn the_task_tools_and_mail_work_on_the_store() {
     );
     let harness = Harness::new("board", script).await;
     let stub = Arc::new(StubTeam::default());
-    let _team = register_team("board", stub.clone());
+    let _team = harness.attach(stub.clone());
     let mut lead = harness.agent("lead", PermissionMode::AcceptEdits).await;
     lead.run().await.unwrap();
     let r = results(&lead);
@@ -433,7 +438,7 @@ async fn a_busy_agent_gets_mail_at_its_next_turn_boundary() {
     ];
     let harness = Harness::new("boundary", script).await;
     let stub = Arc::new(StubTeam::default());
-    let _team = register_team("boundary", stub.clone());
+    let _team = harness.attach(stub.clone());
     let mut lead = harness.agent("lead", PermissionMode::AcceptEdits).await;
     harness
         .store

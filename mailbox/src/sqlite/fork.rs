@@ -78,6 +78,7 @@ fn copy_rows(conn: &Connection, ctx: &OpContext, source: &str, new_id: &str) -> 
          FROM tasks WHERE run_id = ?1",
         "INSERT INTO task_deps (run_id, task_id, blocked_by) SELECT ?2, task_id, blocked_by FROM task_deps WHERE run_id = ?1",
         "INSERT INTO counters (run_id, name, value) SELECT ?2, name, value FROM counters WHERE run_id = ?1",
+        "INSERT INTO operations (run_id, op_key, outcome) SELECT ?2, op_key, outcome FROM operations WHERE run_id = ?1",
     ];
     for sql in statements {
         conn.execute(sql, params![source, new_id])

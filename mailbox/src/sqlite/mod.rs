@@ -330,13 +330,13 @@ impl MailboxStore for SqliteStore {
             .await
     }
 
-    async fn claim_next_task(&self, run_id: &str, agent: &str) -> StoreResult<Option<Task>> {
+    async fn claim_next_task(&self, run_id: &str, agent: &str) -> StoreResult<Option<Claimed>> {
         let (run_id, agent) = (run_id.to_owned(), agent.to_owned());
-        self.op(move |conn, ctx, _| tasks::claim_next(conn, ctx, &run_id, &agent))
+        self.op(move |conn, ctx, wakes| tasks::claim_next(conn, ctx, &run_id, &agent, wakes))
             .await
     }
 
-    async fn update_task(&self, update: TaskUpdate) -> StoreResult<Task> {
+    async fn update_task(&self, update: TaskUpdate) -> StoreResult<TaskChange> {
         self.op(move |conn, ctx, wakes| tasks::update_task(conn, ctx, &update, wakes))
             .await
     }

@@ -1174,8 +1174,15 @@ pub(crate) fn commit_turn(
     turn: &CommitTurn,
     wakes: &mut Vec<Wake>,
 ) -> StoreResult<CommitTurnOutcome> {
+    for entry in &turn.members {
+        add_member(conn, ctx, &turn.run_id, entry)?;
+    }
     ack(conn, ctx, &turn.run_id, &turn.acks)?;
     let records = append_records(conn, ctx, &turn.run_id, &turn.records)?;
+    let mut tasks = Vec::with_capacity(turn.task_updates.len());
+    for update in &turn.task_updates {
+        tasks.push(crate::sqlite::tasks::update_task(conn, ctx, update, wakes)?);
+    }
     let mut sent = Vec::with_capacity(turn.sends.len());
     for message in &turn.sends {
         sent.push(send(conn, ctx, message, wakes)?);
@@ -1193,7 +1200,44 @@ pub(crate) fn commit_turn(
         sent,
         responses,
         auto_gate,
+        tasks,
     })
+}
+
+// ---------------------------------------------------------------- keyed operations
+
+/// Runs `operation` once per `(run, key)`: its outcome is stored in the same transaction, and
+/// a repeat of the key returns that first outcome without running anything. No key: it
+/// simply runs.
+pub(crate) fn once<T: serde::Serialize + serde::de::DeserializeOwned>(
+    conn: &Connection,
+    ctx: &OpContext,
+    run_id: &str,
+    key: Option<&str>,
+    operation: impl FnOnce() -> StoreResult<T>,
+) -> StoreResult<T> {
+    let Some(key) = key else {
+        return operation();
+    };
+    let stored: Option<String> = conn
+        .prepare_cached("SELECT outcome FROM operations WHERE run_id = ?1 AND op_key = ?2")
+        .and_then(|mut stmt| stmt.query_row([run_id, key], |row| row.get(0)).optional())
+        .map_err(ctx.sql())?;
+    if let Some(stored) = stored {
+        return serde_json::from_str(&stored).map_err(|e| StoreError::CorruptRow {
+            table: "operations",
+            detail: format!("the outcome of {key:?} does not read: {e}"),
+        });
+    }
+    let outcome = operation()?;
+    let text = serde_json::to_string(&outcome).map_err(|e| StoreError::CorruptRow {
+        table: "operations",
+        detail: format!("the outcome of {key:?} cannot be stored: {e}"),
+    })?;
+    conn.prepare_cached("INSERT INTO operations (run_id, op_key, outcome) VALUES (?1, ?2, ?3)")
+        .and_then(|mut stmt| stmt.execute(params![run_id, key, text]))
+        .map_err(ctx.sql())?;
+    Ok(outcome)
 }
 
 // ---------------------------------------------------------------- counters

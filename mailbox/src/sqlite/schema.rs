@@ -124,6 +124,16 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (run_id, name)
     ) STRICT, WITHOUT ROWID;
     "#,
+    // 1 -> 2: operations made idempotent by a key (a tool call's task changes): the first
+    // outcome, stored in the transaction of the change, is what a repeat returns.
+    r#"
+    CREATE TABLE operations (
+        run_id  TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        op_key  TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        PRIMARY KEY (run_id, op_key)
+    ) STRICT, WITHOUT ROWID;
+    "#,
 ];
 
 /// The newest schema version this build knows.

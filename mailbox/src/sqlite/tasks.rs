@@ -5,7 +5,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::{StoreError, StoreResult};
 use crate::message::MessageBody;
-use crate::sqlite::ops::{OpContext, now_millis, require_run, send};
+use crate::sqlite::ops::{OpContext, now_millis, once, require_run, send};
 use crate::sqlite::wake::Wake;
 use crate::types::*;
 
@@ -148,6 +148,13 @@ pub(crate) fn list_tasks(
 }
 
 pub(crate) fn create_task(conn: &Connection, ctx: &OpContext, task: &NewTask) -> StoreResult<Task> {
+    let key = task.idempotency_key.as_deref();
+    once(conn, ctx, &task.run_id, key, || {
+        insert_task(conn, ctx, task)
+    })
+}
+
+fn insert_task(conn: &Connection, ctx: &OpContext, task: &NewTask) -> StoreResult<Task> {
     require_run(conn, ctx, &task.run_id)?;
     let task_id: i64 = conn
         .query_row(
@@ -251,13 +258,15 @@ pub(crate) fn claim_task(
     })
 }
 
-/// Claims the lowest-numbered claimable task, if any.
+/// Claims the lowest-numbered claimable task, if any, and sends the claimer its
+/// `task_assignment` in the same transaction.
 pub(crate) fn claim_next(
     conn: &Connection,
     ctx: &OpContext,
     run_id: &str,
     agent: &str,
-) -> StoreResult<Option<Task>> {
+    wakes: &mut Vec<Wake>,
+) -> StoreResult<Option<Claimed>> {
     let candidate: Option<i64> = conn
         .prepare_cached(
             "SELECT t.task_id FROM tasks t WHERE t.run_id = ?1 AND t.status = 'pending' AND t.owner IS NULL \
@@ -267,9 +276,28 @@ pub(crate) fn claim_next(
         )
         .and_then(|mut stmt| stmt.query_row([run_id], |row| row.get(0)).optional())
         .map_err(ctx.sql())?;
-    candidate
-        .map(|task_id| claim_task(conn, ctx, run_id, task_id, agent))
-        .transpose()
+    let Some(task_id) = candidate else {
+        return Ok(None);
+    };
+    let task = claim_task(conn, ctx, run_id, task_id, agent)?;
+    let assignment = send(
+        conn,
+        ctx,
+        &NewMessage {
+            run_id: run_id.into(),
+            sender: agent.into(),
+            recipient: agent.into(),
+            body: MessageBody::TaskAssignment {
+                task_id,
+                subject: task.subject.clone(),
+                description: task.description.clone(),
+                assigned_by: agent.into(),
+            },
+            idempotency_key: Some(format!("claim:{agent}:{task_id}")),
+        },
+        wakes,
+    )?;
+    Ok(Some(Claimed { task, assignment }))
 }
 
 pub(crate) fn update_task(
@@ -277,7 +305,19 @@ pub(crate) fn update_task(
     ctx: &OpContext,
     update: &TaskUpdate,
     wakes: &mut Vec<Wake>,
-) -> StoreResult<Task> {
+) -> StoreResult<TaskChange> {
+    let key = update.idempotency_key.as_deref();
+    once(conn, ctx, &update.run_id, key, || {
+        change_task(conn, ctx, update, wakes)
+    })
+}
+
+fn change_task(
+    conn: &Connection,
+    ctx: &OpContext,
+    update: &TaskUpdate,
+    wakes: &mut Vec<Wake>,
+) -> StoreResult<TaskChange> {
     let before = require_task(conn, ctx, &update.run_id, update.task_id)?;
     let owner = update.owner.clone().unwrap_or_else(|| before.owner.clone());
     let status = update.status.unwrap_or(before.status);
@@ -311,12 +351,13 @@ pub(crate) fn update_task(
         &update.add_blocked_by,
     )?;
     let after = require_task(conn, ctx, &update.run_id, update.task_id)?;
+    let mut assignment = None;
     if let Some(new_owner) = after
         .owner
         .as_ref()
         .filter(|o| before.owner.as_ref() != Some(*o))
     {
-        send(
+        assignment = Some(send(
             conn,
             ctx,
             &NewMessage {
@@ -332,9 +373,13 @@ pub(crate) fn update_task(
                 idempotency_key: None,
             },
             wakes,
-        )?;
+        )?);
     }
-    Ok(after)
+    Ok(TaskChange {
+        before,
+        after,
+        assignment,
+    })
 }
 
 /// Returns a stopped agent's unfinished tasks to the board; gives back their ids.

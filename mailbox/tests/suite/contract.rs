@@ -529,6 +529,7 @@ async fn tasks_claim_block_assign_and_release() {
         subject: subject.into(),
         description: format!("do {subject}"),
         blocked_by,
+        idempotency_key: None,
     };
     let first = store.create_task(new("schema", vec![])).await.unwrap();
     let second = store
@@ -545,9 +546,23 @@ async fn tasks_claim_block_assign_and_release() {
     );
     let claimed = store.claim_next_task(RUN, "alice").await.unwrap().unwrap();
     assert_eq!(
-        (claimed.task_id, claimed.owner.as_deref()),
+        (claimed.task.task_id, claimed.task.owner.as_deref()),
         (1, Some("alice"))
     );
+    // The claim sent its task_assignment (mail to the claimer) in its own transaction.
+    assert_eq!(
+        (
+            claimed.assignment.kind.as_str(),
+            claimed.assignment.recipient.as_str()
+        ),
+        ("task_assignment", "alice")
+    );
+    let mail = store
+        .try_receive(RUN, "alice", epoch, MessageFilter::Any)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(mail.key, claimed.assignment.key);
     let taken = store.claim_task(RUN, 1, "bob").await.unwrap_err();
     assert!(
         taken.to_string().contains("already claimed by \"alice\""),
@@ -780,6 +795,7 @@ async fn a_fork_copies_everything_and_then_goes_its_own_way() {
             subject: "s".into(),
             description: "d".into(),
             blocked_by: vec![],
+            idempotency_key: None,
         })
         .await
         .unwrap();

@@ -19,6 +19,7 @@ async fn two_processes_claim_one_task_and_exactly_one_wins() {
                 subject: "s".into(),
                 description: "d".into(),
                 blocked_by: vec![],
+                idempotency_key: None,
             })
             .await
             .unwrap();

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use muster_agents::runtime::team::TurnEnd;
 use muster_agents::runtime::{
     AgentKind, AgentOutcome, AgentRuntime, AgentSpec, Record, TRANSCRIPT,
 };
@@ -12,8 +13,8 @@ use muster_agents::verification;
 use muster_config::PermissionMode;
 use muster_config::team::TeammateSpec;
 use muster_mailbox::{
-    CommitTurn, DeliveryState, MemberKind, Message, MessageBody, MessageFilter, NewMessage,
-    NewRecord, NewResponse, TaskStatus, TaskUpdate,
+    CommitTurn, CommitTurnOutcome, DeliveryState, MemberKind, Message, MessageBody, MessageFilter,
+    NewMessage, NewResponse, TaskStatus, TaskUpdate,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -32,6 +33,17 @@ pub(crate) struct TeammatePlan {
     pub working_mode: PermissionMode,
     /// The highest mode an approval may restore (`None`: the approver's own ceiling).
     pub approval_ceiling: Option<PermissionMode>,
+    /// A spawned teammate's first instructions (a resume that finds no transcript starts it
+    /// on them).
+    #[serde(default)]
+    pub prompt: Option<String>,
+    /// The `SpawnTeammate` call that spawned it (`"{lead}:{tool_use_id}"`): a repeat of the
+    /// call returns this teammate.
+    #[serde(default)]
+    pub call_key: Option<String>,
+    /// What the team's rules changed about the spawn request, in words.
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 /// The records stream holding a spawned teammate's [`TeammatePlan`].
@@ -64,6 +76,9 @@ impl Team {
                 responder,
                 plan_mode_required: spec.plan_mode_required,
                 working_mode,
+                prompt: None,
+                call_key: None,
+                notes: Vec::new(),
             },
             None,
             resumed,
@@ -93,25 +108,11 @@ impl Team {
                 tracing::warn!(agent = %entry.agent, "a spawned teammate without its plan is not resumed");
                 continue;
             };
-            self.start_teammate(plan, None, true)
+            // Spawned and killed before it started: it starts on its first instructions.
+            let first = plan.prompt.clone();
+            self.start_teammate(plan, first, true)
                 .map_err(anyhow::Error::msg)?;
         }
-        Ok(())
-    }
-
-    /// Keeps a spawned teammate's plan in the store.
-    pub(crate) async fn remember(&self, plan: &TeammatePlan) -> anyhow::Result<()> {
-        self.store
-            .append_records(
-                self.run_id(),
-                vec![NewRecord {
-                    agent: plan.id.clone(),
-                    stream: TEAM_STREAM.into(),
-                    seq: None,
-                    body: serde_json::to_value(plan)?,
-                }],
-            )
-            .await?;
         Ok(())
     }
 
@@ -140,6 +141,7 @@ impl Team {
                         MemberState::Idle
                     },
                     task: None,
+                    open_before: Vec::new(),
                 },
             );
         }
@@ -158,40 +160,80 @@ impl Team {
         let id = plan.id.clone();
         if let Err(error) = self.teammate_work(&plan, first, resumed).await {
             tracing::warn!(agent = %id, %error, "teammate failed");
-            let released = self
-                .store
-                .release_tasks_of(self.run_id(), &id)
-                .await
-                .unwrap_or_default();
-            let notice = self
-                .store
-                .send(NewMessage {
-                    run_id: self.run_id().to_owned(),
-                    sender: id.clone(),
-                    recipient: LEAD.into(),
-                    body: MessageBody::IdleNotification {
-                        reason: "failed".into(),
-                        summary: Some(format!(
-                            "{id} stopped with an error: {error}{}",
-                            if released.is_empty() {
-                                String::new()
-                            } else {
-                                format!("; its unfinished tasks {released:?} are back on the board")
-                            }
-                        )),
-                        completed_task: None,
-                    },
-                    idempotency_key: None,
-                })
-                .await;
-            if let Ok(notice) = &notice {
-                self.sent(notice);
-            }
-            if !released.is_empty() {
-                self.board.send_modify(|n| *n += 1);
+            let summary = |released: &[i64]| {
+                format!(
+                    "{id} stopped with an error: {error:#}{}",
+                    back_on_the_board(released)
+                )
+            };
+            if let Err(error) = self.stop_with_notice(&id, "failed", summary).await {
+                tracing::warn!(agent = %id, %error, "the failed teammate's notice");
             }
         }
         self.set_state(&id, MemberState::Stopped);
+    }
+
+    /// A teammate that stops for good (failed, or stopped by force): its unfinished tasks go
+    /// back to the board and the lead is told why, in one commit.
+    pub(crate) async fn stop_with_notice(
+        &self,
+        id: &str,
+        reason: &str,
+        summary: impl FnOnce(&[i64]) -> String,
+    ) -> anyhow::Result<()> {
+        let open = self.open_tasks_of(id).await?;
+        let notice = NewMessage {
+            run_id: self.run_id().to_owned(),
+            sender: id.to_owned(),
+            recipient: LEAD.into(),
+            body: MessageBody::IdleNotification {
+                reason: reason.into(),
+                summary: Some(summary(&open)),
+                completed_task: None,
+            },
+            // Once per process epoch: a resume that stops it again tells the lead again.
+            idempotency_key: Some(format!("{id}:{reason}:{}", self.epoch())),
+        };
+        let committed = self
+            .store
+            .commit_turn(CommitTurn {
+                run_id: self.run_id().to_owned(),
+                agent: id.to_owned(),
+                task_updates: self.released(id, &open),
+                sends: vec![notice],
+                ..CommitTurn::default()
+            })
+            .await?;
+        for message in &committed.sent {
+            self.sent(message);
+        }
+        if !open.is_empty() {
+            self.board.send_modify(|n| *n += 1);
+        }
+        Ok(())
+    }
+
+    /// A teammate that ended: its unfinished tasks go back to the board (one commit).
+    pub(crate) async fn return_tasks_of(&self, id: &str) -> anyhow::Result<()> {
+        let released = self.store.release_tasks_of(self.run_id(), id).await?;
+        if !released.is_empty() {
+            self.board.send_modify(|n| *n += 1);
+        }
+        Ok(())
+    }
+
+    /// The changes that put a stopped teammate's unfinished tasks back on the board.
+    fn released(&self, id: &str, open: &[i64]) -> Vec<TaskUpdate> {
+        open.iter()
+            .map(|&task_id| TaskUpdate {
+                run_id: self.run_id().to_owned(),
+                task_id,
+                updated_by: id.to_owned(),
+                status: Some(TaskStatus::Pending),
+                owner: Some(None),
+                ..TaskUpdate::default()
+            })
+            .collect()
     }
 
     fn intro(&self, plan: &TeammatePlan) -> String {
@@ -227,12 +269,15 @@ impl Team {
             let rows = self.store.records(self.run_id(), id, TRANSCRIPT, 0).await?;
             if let Some(last) = rows.last() {
                 let finished = matches!(Record::from_stored(last), Ok(Record::Finished { .. }));
+                if finished && self.agreed_to_shutdown(id).await? {
+                    // It agreed and ended its turn; its tasks went back in that commit.
+                    return Ok(());
+                }
                 agent = Some(
                     AgentRuntime::resume(self.run.clone(), id, plan.approval_ceiling, None).await?,
                 );
-                if !finished {
-                    work = Some(Work::Continue);
-                }
+                // A started teammate never takes its first instructions again.
+                work = (!finished).then_some(Work::Continue);
             }
             if work.is_none() {
                 self.set_state(id, MemberState::Idle);
@@ -275,55 +320,108 @@ impl Team {
                 continue;
             };
             let open_before = self.open_tasks_of(id).await?;
-            let result = match runtime.run().await? {
-                AgentOutcome::Finished { result } => result,
-                AgentOutcome::AwaitingDecision { request_id, .. } => {
-                    format!("{id} stopped waiting for {request_id}")
-                }
-            };
-            if self.agreed_to_shutdown(id).await? {
-                let released = self.store.release_tasks_of(self.run_id(), id).await?;
-                if !released.is_empty() {
-                    self.board.send_modify(|n| *n += 1);
-                }
-                return Ok(());
+            self.set_open_before(id, open_before);
+            // The end of the turn (its tasks, its report, its verification) is committed with
+            // its `finished` record, through the runtime's end-of-turn hook.
+            if let AgentOutcome::AwaitingDecision { request_id, .. } = runtime.run().await? {
+                anyhow::bail!("{id} stopped waiting for {request_id}, which no one here decides");
             }
-            let completed = self.complete_tasks_of(id, &open_before).await?;
-            // The report goes out before the teammate counts as idle, so the lead never
-            // sees an idle team with the last report still unsent. A verification of the
-            // approved plan travels in the same commit, so the lead reads both at once.
-            let idle = NewMessage {
-                run_id: self.run_id().to_owned(),
-                sender: id.to_owned(),
-                recipient: LEAD.into(),
-                body: MessageBody::IdleNotification {
-                    reason: "available".into(),
-                    summary: Some(result),
-                    completed_task: completed.last().copied(),
-                },
-                idempotency_key: None,
-            };
-            let sends = self
-                .verification_of(id)
-                .await?
-                .into_iter()
-                .chain([idle])
-                .collect();
-            let committed = self
-                .store
-                .commit_turn(CommitTurn {
-                    run_id: self.run_id().to_owned(),
-                    agent: id.to_owned(),
-                    sends,
-                    ..CommitTurn::default()
-                })
-                .await?;
-            for message in &committed.sent {
-                self.sent(message);
-                self.report_verification(message);
+            if self.agreed_to_shutdown(id).await? {
+                return Ok(());
             }
             self.set_state(id, MemberState::Idle);
         }
+    }
+
+    /// A teammate's end-of-turn transition, committed with its `finished` record: having
+    /// agreed to shut down, its unfinished tasks go back to the board; otherwise its tasks in
+    /// progress are completed, and the lead gets its verification report (of an approved
+    /// plan, once per approval) and its idle notification (once per turn).
+    pub(crate) async fn turn_end(
+        &self,
+        id: &str,
+        result: &str,
+        turn: u64,
+    ) -> anyhow::Result<TurnEnd> {
+        if self.agreed_to_shutdown(id).await? {
+            let open = self.open_tasks_of(id).await?;
+            return Ok(TurnEnd {
+                task_updates: self.released(id, &open),
+                ..TurnEnd::default()
+            });
+        }
+        let open_before = self.open_before(id);
+        let mut end = TurnEnd::default();
+        for task in self.store.tasks(self.run_id()).await? {
+            if task.owner.as_deref() != Some(id) {
+                continue;
+            }
+            if task.status == TaskStatus::InProgress {
+                end.task_updates.push(TaskUpdate {
+                    run_id: self.run_id().to_owned(),
+                    task_id: task.task_id,
+                    updated_by: id.to_owned(),
+                    status: Some(TaskStatus::Completed),
+                    ..TaskUpdate::default()
+                });
+            } else if !(task.status == TaskStatus::Completed && open_before.contains(&task.task_id))
+            {
+                continue;
+            }
+            end.completed.push((task.task_id, task.subject));
+        }
+        let idle = NewMessage {
+            run_id: self.run_id().to_owned(),
+            sender: id.to_owned(),
+            recipient: LEAD.into(),
+            body: MessageBody::IdleNotification {
+                reason: "available".into(),
+                summary: Some(result.to_owned()),
+                completed_task: end.completed.last().map(|(task_id, _)| *task_id),
+            },
+            idempotency_key: Some(format!("{id}:idle:{turn}")),
+        };
+        // The report goes out in the commit that ends the turn, before the teammate counts
+        // as idle, so the lead never sees an idle team with the last report unsent; a
+        // verification travels with it, so the lead reads both at once.
+        end.sends = self
+            .verification_of(id)
+            .await?
+            .into_iter()
+            .chain([idle])
+            .collect();
+        Ok(end)
+    }
+
+    /// Reports a committed end of turn: its completed tasks, its mail, its verification.
+    pub(crate) fn report_turn_end(&self, id: &str, end: &TurnEnd, outcome: &CommitTurnOutcome) {
+        for (task_id, subject) in &end.completed {
+            self.printer.line(
+                "task_completed",
+                id,
+                json!({"task_id": task_id, "subject": subject}),
+            );
+        }
+        for message in &outcome.sent {
+            self.sent(message);
+            self.report_verification(message);
+        }
+        self.board.send_modify(|n| *n += 1);
+    }
+
+    fn set_open_before(&self, id: &str, open: Vec<i64>) {
+        let mut members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(member) = members.get_mut(id) {
+            member.open_before = open;
+        }
+    }
+
+    fn open_before(&self, id: &str) -> Vec<i64> {
+        let members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        members
+            .get(id)
+            .map(|m| m.open_before.clone())
+            .unwrap_or_default()
     }
 
     /// The verification report of the teammate's approved plan, once per approval (its
@@ -343,6 +441,15 @@ impl Team {
             "{id}:verification:{}",
             report.request_id.as_deref().unwrap_or("plan")
         );
+        let sent_before = self
+            .store
+            .messages(self.run_id(), Some(LEAD))
+            .await?
+            .iter()
+            .any(|m| m.idempotency_key.as_deref() == Some(key.as_str()));
+        if sent_before {
+            return Ok(None);
+        }
         Ok(Some(NewMessage {
             run_id: self.run_id().to_owned(),
             sender: id.to_owned(),
@@ -390,29 +497,15 @@ impl Team {
             if let Some(work) = work_from(pending) {
                 return Ok(work);
             }
-            if let Some(task) = self.store.claim_next_task(self.run_id(), id).await? {
+            // The claim and its task_assignment (mail to itself) are one commit, so a claimed
+            // task always reaches its teammate, across a crash too.
+            if let Some(claimed) = self.store.claim_next_task(self.run_id(), id).await? {
                 self.printer.line(
                     "task_claimed",
                     id,
-                    json!({"task_id": task.task_id, "subject": task.subject}),
+                    json!({"task_id": claimed.task.task_id, "subject": claimed.task.subject}),
                 );
-                // The claim reaches the teammate as mail to itself, like an assignment.
-                let assignment = self
-                    .store
-                    .send(NewMessage {
-                        run_id: self.run_id().to_owned(),
-                        sender: id.to_owned(),
-                        recipient: id.to_owned(),
-                        body: MessageBody::TaskAssignment {
-                            task_id: task.task_id,
-                            subject: task.subject.clone(),
-                            description: task.description.clone(),
-                            assigned_by: id.to_owned(),
-                        },
-                        idempotency_key: Some(format!("claim:{id}:{}", task.task_id)),
-                    })
-                    .await?;
-                self.sent(&assignment);
+                self.sent(&claimed.assignment);
                 continue;
             }
             tokio::select! {
@@ -438,31 +531,41 @@ impl Team {
         }
     }
 
+    /// Agrees to a shutdown request while idle: the answer, the request's ack and the return
+    /// of its unfinished tasks to the board are one commit.
     async fn agree_to_shutdown(&self, id: &str, request: &Message) -> anyhow::Result<()> {
         let request_id = request.request_id.clone().unwrap_or_default();
-        let answered = self
+        let decided = self
             .store
-            .respond(NewResponse {
+            .request(self.run_id(), &request_id)
+            .await?
+            .is_some_and(|r| r.response.is_some());
+        let answer = NewResponse {
+            run_id: self.run_id().to_owned(),
+            sender: id.to_owned(),
+            body: MessageBody::ShutdownResponse {
+                request_id,
+                approve: true,
+                reason: Some("idle; shutting down".into()),
+            },
+            idempotency_key: None,
+        };
+        let open = self.open_tasks_of(id).await?;
+        let committed = self
+            .store
+            .commit_turn(CommitTurn {
                 run_id: self.run_id().to_owned(),
-                sender: id.to_owned(),
-                body: MessageBody::ShutdownResponse {
-                    request_id,
-                    approve: true,
-                    reason: Some("idle; shutting down".into()),
-                },
-                idempotency_key: None,
+                agent: id.to_owned(),
+                acks: vec![request.key.clone()],
+                responses: if decided { Vec::new() } else { vec![answer] },
+                task_updates: self.released(id, &open),
+                ..CommitTurn::default()
             })
-            .await;
-        match answered {
-            Ok(response) => self.sent(&response),
-            Err(muster_mailbox::StoreError::AlreadyDecided { .. }) => {}
-            Err(error) => return Err(error.into()),
-        }
-        self.store
-            .ack(self.run_id(), vec![request.key.clone()])
             .await?;
-        let released = self.store.release_tasks_of(self.run_id(), id).await?;
-        if !released.is_empty() {
+        for response in &committed.responses {
+            self.sent(response);
+        }
+        if !open.is_empty() {
             self.board.send_modify(|n| *n += 1);
         }
         Ok(())
@@ -509,37 +612,6 @@ impl Team {
             .map(|t| t.task_id)
             .collect())
     }
-
-    /// Marks the teammate's in-progress tasks completed when it ends its turn; gives back the
-    /// ids of the tasks it completed in this turn.
-    async fn complete_tasks_of(&self, id: &str, open_before: &[i64]) -> anyhow::Result<Vec<i64>> {
-        let mut completed = Vec::new();
-        for task in self.store.tasks(self.run_id()).await? {
-            let mine = task.owner.as_deref() == Some(id);
-            if mine && task.status == TaskStatus::InProgress {
-                self.store
-                    .update_task(TaskUpdate {
-                        run_id: self.run_id().to_owned(),
-                        task_id: task.task_id,
-                        updated_by: id.to_owned(),
-                        status: Some(TaskStatus::Completed),
-                        ..TaskUpdate::default()
-                    })
-                    .await?;
-            } else if !(task.status == TaskStatus::Completed && open_before.contains(&task.task_id))
-            {
-                continue;
-            }
-            completed.push(task.task_id);
-            self.printer.line(
-                "task_completed",
-                id,
-                json!({"task_id": task.task_id, "subject": task.subject}),
-            );
-        }
-        self.board.send_modify(|n| *n += 1);
-        Ok(completed)
-    }
 }
 
 /// What a batch of mail asks of an idle teammate: a shutdown request first.
@@ -551,4 +623,13 @@ fn work_from(mut mail: Vec<Message>) -> Option<Work> {
         return Some(Work::Shutdown(Box::new(mail.swap_remove(index))));
     }
     Some(Work::Mail(mail))
+}
+
+/// ", its unfinished tasks … are back on the board", when there were any.
+pub(crate) fn back_on_the_board(released: &[i64]) -> String {
+    if released.is_empty() {
+        String::new()
+    } else {
+        format!("; its unfinished tasks {released:?} are back on the board")
+    }
 }

@@ -344,7 +344,6 @@ async fn execute(
         shutdown_timeout: Duration::from_millis(team_file.shutdown_timeout_ms),
         lead_awaits_decision: AtomicBool::new(false),
     });
-    printer.attach(Arc::downgrade(&team));
     if resumed {
         // A resumed lead goes back to its wait without asking again.
         let awaits = store.requests(&run_id).await?.iter().any(|r| {
@@ -352,8 +351,12 @@ async fn execute(
         });
         team.lead_awaits_decision.store(awaits, Ordering::SeqCst);
     }
-    let _registration = muster_agents::runtime::team::register_team(&run_id, team.clone());
+    let services: Arc<dyn muster_agents::runtime::team::TeamServices> = team.clone();
+    context.team.attach(&services);
     if resumed {
+        // What the dead process left to do is derived from the store: requests waiting on a
+        // policy are decided, then every teammate is rebuilt from its records.
+        team.decide_waiting_policies().await?;
         team.resume_teammates().await?;
     } else {
         for teammate in &team_file.teammates {
@@ -520,6 +523,9 @@ pub(crate) struct Member {
     pub working_mode: PermissionMode,
     pub state: MemberState,
     pub task: Option<JoinHandle<()>>,
+    /// Its tasks not yet completed or failed when its current turn began (a task it
+    /// completed itself during the turn is reported with the turn).
+    pub open_before: Vec<i64>,
 }
 
 /// A running team: the shared state behind the lead's loop, the teammates' tasks and the
@@ -540,8 +546,9 @@ pub(crate) struct Team {
     board: watch::Sender<u64>,
     printer: Arc<TeamPrinter>,
     shutdown_timeout: Duration,
-    /// Whether the lead may be waiting on a decision on its own plan (set and cleared by its
-    /// approval events), so the team's watch looks at the store only then.
+    /// Whether the lead has asked a person to decide its own plan in this process's life (set
+    /// when that request is committed, or found on resume; never cleared, so no clearing can
+    /// race a new request): until then the team's watch need not look at the store.
     lead_awaits_decision: AtomicBool,
 }
 
@@ -816,31 +823,6 @@ impl Team {
         Ok(())
     }
 
-    /// A teammate's permission request or question that came to the lead's mailbox for
-    /// someone else: a policy decides it at once, a person's wait is reported. Called when it
-    /// is sent, so neither waits for the lead's turn boundary (nor for a lead that itself
-    /// waits on a decision).
-    pub(crate) async fn settle_for_others(&self, request_id: &str) {
-        let request = match self.store.request(self.run_id(), request_id).await {
-            Ok(Some(request)) if request.response.is_none() => request,
-            Ok(_) => return,
-            Err(error) => {
-                tracing::warn!(%request_id, %error, "a request sent to the lead");
-                return;
-            }
-        };
-        if request.responder.starts_with("policy:") {
-            self.decide_by_policy(request_id).await;
-        } else if request.responder == muster_mailbox::HUMAN {
-            self.printer.line(
-                "approval_requested",
-                &request.requester,
-                json!({"request_id": request_id, "responder": request.responder,
-                       "kind": request.kind}),
-            );
-        }
-    }
-
     /// The `verification` event of a committed `verification_report`.
     pub(crate) fn report_verification(&self, message: &muster_mailbox::Message) {
         if let MessageBody::VerificationReport { request_id, report } = message.typed_body() {
@@ -1089,7 +1071,7 @@ The lead ended its turn without deciding {}; the teammates                  wait
         let live = self.live_teammates();
         for id in &live {
             let _ = self
-                .request_shutdown(id, Some("the team's work is done".into()))
+                .request_shutdown(id, Some("the team's work is done".into()), None)
                 .await;
         }
         for id in &live {
@@ -1140,44 +1122,24 @@ The lead ended its turn without deciding {}; the teammates                  wait
             )
             .await;
         }
-        // The board and the lead's mail are updated before the teammate counts as stopped:
-        // whoever watches the states then sees the returned tasks and the undelivered notice,
-        // and the run cannot end in between.
-        let released = self
-            .store
-            .release_tasks_of(self.run_id(), agent)
-            .await
-            .unwrap_or_default();
-        if !released.is_empty() {
-            self.board.send_modify(|n| *n += 1);
-        }
-        if !ended {
-            let summary = format!(
-                "{agent} did not answer the shutdown request within {} ms and was stopped{}",
-                self.shutdown_timeout.as_millis(),
-                if released.is_empty() {
-                    String::new()
-                } else {
-                    format!("; its unfinished tasks {released:?} are back on the board")
-                }
-            );
-            let notice = self
-                .store
-                .send(muster_mailbox::NewMessage {
-                    run_id: self.run_id().to_owned(),
-                    sender: agent.to_owned(),
-                    recipient: LEAD.into(),
-                    body: MessageBody::IdleNotification {
-                        reason: "stopped".into(),
-                        summary: Some(summary),
-                        completed_task: None,
-                    },
-                    idempotency_key: None,
-                })
-                .await;
-            if let Ok(notice) = &notice {
-                self.sent(notice);
-            }
+        // The board and the lead's mail are updated (one commit) before the teammate counts
+        // as stopped: whoever watches the states then sees the returned tasks and the
+        // undelivered notice, and the run cannot end in between.
+        let stopped = if ended {
+            self.return_tasks_of(agent).await
+        } else {
+            let timeout = self.shutdown_timeout.as_millis();
+            let summary = |released: &[i64]| {
+                format!(
+                    "{agent} did not answer the shutdown request within {timeout} ms and was \
+                     stopped{}",
+                    members::back_on_the_board(released)
+                )
+            };
+            self.stop_with_notice(agent, "stopped", summary).await
+        };
+        if let Err(error) = stopped {
+            tracing::warn!(%agent, %error, "the stopped teammate's tasks");
         }
         self.set_state(agent, MemberState::Stopped);
         ended

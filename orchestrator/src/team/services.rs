@@ -4,14 +4,19 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use muster_agents::runtime::team::{SpawnRequest, SpawnedTeammate, TeamFuture, TeamServices};
+use std::sync::atomic::Ordering;
+
+use muster_agents::runtime::team::{
+    ShutdownRequest, SpawnRequest, SpawnedTeammate, TeamFuture, TeamServices, TurnEnd,
+};
 use muster_config::{PermissionMode, PlanVerdict, Policy, RuleSubject};
 use muster_mailbox::{
-    MemberKind, Message, MessageBody, MessageFilter, NewMessage, NewResponse, RosterEntry,
-    StoreError,
+    CommitTurn, CommitTurnOutcome, MemberKind, Message, MessageBody, MessageFilter, NewMessage,
+    NewRecord, NewResponse, RosterEntry, StoreError,
 };
+use serde_json::json;
 
-use super::members::TeammatePlan;
+use super::members::{TEAM_STREAM, TeammatePlan};
 use super::{LEAD, MemberState, Team};
 
 impl TeamServices for Team {
@@ -24,11 +29,9 @@ impl TeamServices for Team {
 
     fn shutdown_teammate<'a>(
         &'a self,
-        requested_by: &'a str,
-        name: &'a str,
-        reason: Option<String>,
+        request: ShutdownRequest<'a>,
     ) -> TeamFuture<'a, Result<String, String>> {
-        Box::pin(async move { self.shutdown(requested_by, name, reason).await })
+        Box::pin(async move { self.shutdown(request).await })
     }
 
     fn responder_for(&self, agent: &str) -> String {
@@ -53,9 +56,87 @@ impl TeamServices for Team {
             }
         })
     }
+
+    fn mail_committed(&self, message: &Message) {
+        self.follow_up(message);
+    }
+
+    fn end_of_turn<'a>(
+        &'a self,
+        agent: &'a str,
+        result: &'a str,
+        turn: u64,
+    ) -> TeamFuture<'a, Result<TurnEnd, String>> {
+        Box::pin(async move {
+            self.turn_end(agent, result, turn)
+                .await
+                .map_err(|error| format!("{agent}'s end of turn: {error:#}"))
+        })
+    }
+
+    fn turn_ended(&self, agent: &str, end: &TurnEnd, outcome: &CommitTurnOutcome) {
+        self.report_turn_end(agent, end, outcome);
+    }
 }
 
 impl Team {
+    /// What follows from a committed request (called after its commit): a teammate's request
+    /// to the lead's mailbox that a policy answers is decided now, one a person answers is
+    /// announced (a plan's own `approval_requested` comes from the runtime); the lead's own
+    /// plan sent to a person wakes the watch that stops the run once nothing else can move.
+    fn follow_up(&self, message: &Message) {
+        let Some(request_id) = message.request_id.clone() else {
+            return;
+        };
+        let is_request = matches!(
+            message.kind.as_str(),
+            "plan_approval_request" | "permission_request" | "question"
+        );
+        if !is_request {
+            return;
+        }
+        if message.sender == LEAD {
+            if message.recipient == muster_mailbox::HUMAN {
+                self.lead_awaits_decision.store(true, Ordering::SeqCst);
+                self.states.send_modify(|n| *n += 1);
+            }
+            return;
+        }
+        if message.recipient != LEAD {
+            return;
+        }
+        let body = message.typed_body();
+        let Some(responder) = body.responder() else {
+            return;
+        };
+        if responder.starts_with("policy:") {
+            if let Some(team) = self.me.upgrade() {
+                tokio::spawn(async move { team.decide_by_policy(&request_id).await });
+            }
+        } else if responder == muster_mailbox::HUMAN && message.kind != "plan_approval_request" {
+            self.printer.line(
+                "approval_requested",
+                &message.sender,
+                json!({"request_id": request_id, "responder": responder,
+                       "kind": message.kind}),
+            );
+        }
+    }
+
+    /// On resume: every teammate's request still waiting on a policy is decided (the dead
+    /// process may have committed the request and died before deciding it).
+    pub(crate) async fn decide_waiting_policies(&self) -> anyhow::Result<()> {
+        for request in self.store.requests(self.run_id()).await? {
+            if request.response.is_none()
+                && request.requester != LEAD
+                && request.responder.starts_with("policy:")
+            {
+                self.decide_by_policy(&request.request_id).await;
+            }
+        }
+        Ok(())
+    }
+
     /// The agent's pending mail, rendered (the lead's less what a person or a policy
     /// answers).
     async fn boundary_mail(&self, agent: &str) -> anyhow::Result<Vec<Message>> {
@@ -99,7 +180,36 @@ impl Team {
             }))
     }
 
+    /// The teammate an earlier run of the same `SpawnTeammate` call spawned (a resume repeats
+    /// a call whose result was not committed): found by the call's key in its stored plan.
+    async fn spawned_by(&self, request: &SpawnRequest) -> Result<Option<SpawnedTeammate>, String> {
+        let rows = self
+            .store
+            .records(self.run_id(), &request.name, TEAM_STREAM, 0)
+            .await
+            .map_err(|e| format!("the store could not be read: {e}"))?;
+        let plan = rows
+            .last()
+            .and_then(|row| serde_json::from_value::<TeammatePlan>(row.body.clone()).ok())
+            .filter(|plan| plan.call_key.as_deref() == Some(request.call_key.as_str()));
+        Ok(plan.map(|plan| SpawnedTeammate {
+            id: plan.id,
+            definition: plan.definition,
+            mode: if plan.plan_mode_required {
+                PermissionMode::Plan
+            } else {
+                plan.working_mode
+            },
+            working_mode: plan.working_mode,
+            responder: plan.responder,
+            notes: plan.notes,
+        }))
+    }
+
     async fn spawn(&self, request: SpawnRequest) -> Result<SpawnedTeammate, String> {
+        if let Some(spawned) = self.spawned_by(&request).await? {
+            return Ok(spawned);
+        }
         let rules = &self.file.spawn;
         let definition_name = request
             .definition
@@ -172,20 +282,43 @@ impl Team {
             working_mode = request.lead_mode;
         }
         let responder = rules.approver.to_string();
+        let plan = TeammatePlan {
+            id: request.name.clone(),
+            definition: definition_name.clone(),
+            approval_ceiling: (responder == LEAD).then_some(request.lead_mode),
+            responder: responder.clone(),
+            plan_mode_required,
+            working_mode,
+            prompt: Some(request.prompt.clone()),
+            call_key: Some(request.call_key.clone()),
+            notes: notes.clone(),
+        };
+        let body = serde_json::to_value(&plan)
+            .map_err(|e| format!("the new teammate's plan cannot be stored: {e}"))?;
+        // The roster entry and the plan it is rebuilt from (with its first instructions) are
+        // one commit: a resume finds both or neither.
         let added = self
             .store
-            .add_member(
-                self.run_id(),
-                RosterEntry {
+            .commit_turn(CommitTurn {
+                run_id: self.run_id().to_owned(),
+                agent: request.lead.clone(),
+                members: vec![RosterEntry {
                     agent: request.name.clone(),
                     kind: MemberKind::Teammate,
                     definition: Some(definition_name.clone()),
                     parent: None,
-                },
-            )
+                }],
+                records: vec![NewRecord {
+                    agent: request.name.clone(),
+                    stream: TEAM_STREAM.into(),
+                    seq: None,
+                    body,
+                }],
+                ..CommitTurn::default()
+            })
             .await;
         match added {
-            Ok(()) => {}
+            Ok(_) => {}
             Err(StoreError::AlreadyOnRoster { .. }) => {
                 return Err(format!(
                     "{:?} is already a member of this run",
@@ -194,17 +327,6 @@ impl Team {
             }
             Err(error) => return Err(format!("the store refused the new teammate: {error}")),
         }
-        let plan = TeammatePlan {
-            id: request.name.clone(),
-            definition: definition_name.clone(),
-            approval_ceiling: (responder == LEAD).then_some(request.lead_mode),
-            responder: responder.clone(),
-            plan_mode_required,
-            working_mode,
-        };
-        self.remember(&plan)
-            .await
-            .map_err(|e| format!("the store refused the new teammate: {e}"))?;
         self.start_teammate(plan, Some(request.prompt), false)?;
         Ok(SpawnedTeammate {
             id: request.name,
@@ -225,6 +347,7 @@ impl Team {
         &self,
         agent: &str,
         reason: Option<String>,
+        call_key: Option<&str>,
     ) -> Result<String, StoreError> {
         let number = self
             .store
@@ -241,19 +364,21 @@ impl Team {
                     request_id: request_id.clone(),
                     reason,
                 },
-                idempotency_key: None,
+                idempotency_key: call_key.map(str::to_owned),
             })
             .await?;
         self.sent(&request);
-        Ok(request_id)
+        // A repeated call returns its first request (and its id).
+        Ok(request.request_id.unwrap_or(request_id))
     }
 
-    async fn shutdown(
-        &self,
-        requested_by: &str,
-        name: &str,
-        reason: Option<String>,
-    ) -> Result<String, String> {
+    async fn shutdown(&self, request: ShutdownRequest<'_>) -> Result<String, String> {
+        let ShutdownRequest {
+            requested_by,
+            name,
+            reason,
+            call_key,
+        } = request;
         if requested_by != LEAD {
             return Err("only the lead shuts teammates down".into());
         }
@@ -267,7 +392,7 @@ impl Team {
             Some(_) => {}
         }
         let request_id = self
-            .request_shutdown(name, reason)
+            .request_shutdown(name, reason.map(str::to_owned), Some(call_key))
             .await
             .map_err(|e| format!("the shutdown request could not be sent: {e}"))?;
         if let Some(team) = self.me.upgrade() {

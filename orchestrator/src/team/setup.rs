@@ -2,6 +2,7 @@
 //! workspace, plan files, the lead's own approver. (The single-agent run builds its own the
 //! same way; a team has no person at a terminal, so teammates' asks go to their responder.)
 
+use muster_agents::runtime::team::TeamSlot;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -100,6 +101,7 @@ pub(crate) fn run_context(parts: ContextParts<'_>) -> anyhow::Result<RunContext>
             ),
             models: settings.models.clone(),
         },
+        team: TeamSlot::default(),
     })
 }
 

@@ -161,6 +161,7 @@ async fn inspection_commands_read_a_run() {
             subject: "write the parser".into(),
             description: "d".into(),
             blocked_by: vec![],
+            idempotency_key: None,
         })
         .await
         .unwrap();
@@ -171,6 +172,7 @@ async fn inspection_commands_read_a_run() {
             subject: "test it".into(),
             description: "d".into(),
             blocked_by: vec![1],
+            idempotency_key: None,
         })
         .await
         .unwrap();

@@ -253,6 +253,7 @@ pub(super) async fn run_agent(
     let catalog = Arc::new(AgentCatalog::built_in().unwrap());
     let plans = PlanFiles::new(settings.plans_directory.value.clone(), SLUG);
     let context = Arc::new(RunContext {
+        team: Default::default(),
         run_id: RUN.into(),
         epoch,
         store: store.clone(),
