@@ -7,6 +7,7 @@
 //! after COMMIT (in process) or through the live run's socket (across processes, see [`live`]).
 
 pub mod error;
+pub mod failpoint;
 pub mod live;
 pub mod message;
 pub mod sqlite;

@@ -100,6 +100,10 @@ pub trait MailboxStore: Send + Sync {
     ) -> StoreResult<Vec<AgentRecord>>;
     /// A per-run counter (request numbers and the like): 1, 2, 3, …
     async fn next_counter(&self, run_id: &str, name: &str) -> StoreResult<i64>;
+    /// The counter's next value once per `key`: a repeat of the key (the same tool call run
+    /// again after a crash) returns the number it got first, so the request id it builds
+    /// does not shift.
+    async fn counter_for(&self, run_id: &str, name: &str, key: &str) -> StoreResult<i64>;
 
     // ---- the task board
     /// Creates a task; a repeated idempotency key returns the original task.

@@ -137,6 +137,9 @@ pub struct AgentRuntime {
     pub(super) inherited_model: Option<String>,
     pub(super) pending: Option<PendingCalls>,
     pub(super) finished: Option<String>,
+    /// A final answer committed before a crash whose end of turn was not (resume sets it;
+    /// the loop commits the end of turn first thing).
+    pub(super) unfinished_answer: Option<String>,
     /// The run's auto gate as of this agent's last commit.
     pub(super) auto_gate_open: bool,
     /// The newest plan snapshot is an approved one (resume keeps it authoritative).
@@ -188,6 +191,7 @@ impl AgentRuntime {
             inherited_model: spec.inherited_model,
             pending: None,
             finished: None,
+            unfinished_answer: None,
             auto_gate_open: true,
             plan_approved: false,
             asks,
@@ -260,6 +264,10 @@ impl AgentRuntime {
     /// Runs until the model ends its turn, or until a plan waits for a decision that no one in
     /// this process can make.
     pub async fn run(&mut self) -> RuntimeResult<AgentOutcome> {
+        if let Some(result) = self.unfinished_answer.take() {
+            self.finish_turn(result.clone()).await?;
+            self.finished = Some(result);
+        }
         loop {
             if let Some(result) = &self.finished {
                 return Ok(AgentOutcome::Finished {
@@ -317,6 +325,7 @@ impl AgentRuntime {
             .await?;
         self.auto_gate_open = outcome.auto_gate.open;
         if let Some(team) = team {
+            muster_mailbox::failpoint!("turn_end");
             team.turn_ended(&self.id, &end, &outcome);
         }
         Ok(())

@@ -131,7 +131,11 @@ impl AgentRuntime {
     ) -> RuntimeResult<(GateDecision, Vec<String>)> {
         let store = &self.run.store;
         let number = store
-            .next_counter(&self.run.run_id, &format!("perm-{}", self.asks.asker))
+            .counter_for(
+                &self.run.run_id,
+                &format!("perm-{}", self.asks.asker),
+                &format!("{}:{}", self.asks.asker, call.id),
+            )
             .await?;
         let sent = store
             .send(muster_mailbox::NewMessage {
@@ -213,7 +217,11 @@ impl AgentRuntime {
     ) -> RuntimeResult<(GateDecision, Vec<String>)> {
         let store = &self.run.store;
         let number = store
-            .next_counter(&self.run.run_id, &format!("perm-{}", self.asks.asker))
+            .counter_for(
+                &self.run.run_id,
+                &format!("perm-{}", self.asks.asker),
+                &format!("{}:{}", self.asks.asker, call.id),
+            )
             .await?;
         let sent = store
             .send(muster_mailbox::NewMessage {

@@ -167,7 +167,11 @@ impl AgentRuntime {
         let number = self
             .run
             .store
-            .next_counter(&self.run.run_id, &format!("question-{}", self.id))
+            .counter_for(
+                &self.run.run_id,
+                &format!("question-{}", self.id),
+                &format!("{}:{}:{question}", self.id, call.id),
+            )
             .await?;
         let sent = self
             .run

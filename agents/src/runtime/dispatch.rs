@@ -39,6 +39,8 @@ impl AgentRuntime {
                     self.commit(vec![started], Vec::new(), None).await?;
                 }
                 let mut dispatched = self.coordinate(call, &decision).await?;
+                // Its effect is committed, its result not yet.
+                muster_mailbox::failpoint!("effect:{}", call.name);
                 if let Dispatched::Done(result) = &mut dispatched {
                     result.acks.extend(acks);
                 }

@@ -149,7 +149,11 @@ impl AgentRuntime {
         let counter = self
             .run
             .store
-            .next_counter(&self.run.run_id, &format!("plan-{}", self.id))
+            .counter_for(
+                &self.run.run_id,
+                &format!("plan-{}", self.id),
+                &format!("{}:{}", self.id, call.id),
+            )
             .await?;
         let request_id = format!("plan-{}-{counter}", self.id);
         let sent = self
@@ -168,6 +172,7 @@ impl AgentRuntime {
                 idempotency_key: Some(format!("{}:{}", self.id, call.id)),
             })
             .await?;
+        muster_mailbox::failpoint!("plan_request_sent");
         self.mail_sent(&sent);
         let request_id = sent.request_id.unwrap_or(request_id);
         self.commit(

@@ -73,6 +73,7 @@ impl AgentRuntime {
             inherited_model,
             pending: None,
             finished: None,
+            unfinished_answer: None,
             auto_gate_open: true,
             plan_approved: false,
             asks,
@@ -100,19 +101,10 @@ impl AgentRuntime {
         {
             pending.calls = tool_calls_of(last);
             if pending.calls.is_empty() {
-                // The final answer arrived and was committed, but not its `finished` record:
-                // finish as the loop would have, without asking the model again.
-                let result = text_of(last);
-                agent
-                    .commit(
-                        vec![Record::Finished {
-                            result: result.clone(),
-                        }],
-                        Vec::new(),
-                        None,
-                    )
-                    .await?;
-                agent.finished = Some(result);
+                // The final answer arrived and was committed, but not its end of turn: the
+                // loop finishes it (with a teammate's end-of-turn transition) when it runs,
+                // without asking the model again.
+                agent.unfinished_answer = Some(text_of(last));
             } else {
                 agent.pending = Some(pending);
             }

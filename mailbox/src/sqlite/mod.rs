@@ -307,6 +307,17 @@ impl MailboxStore for SqliteStore {
             .await
     }
 
+    async fn counter_for(&self, run_id: &str, name: &str, key: &str) -> StoreResult<i64> {
+        let (run_id, name) = (run_id.to_owned(), name.to_owned());
+        let key = format!("counter:{name}:{key}");
+        self.op(move |conn, ctx, _| {
+            ops::once(conn, ctx, &run_id, Some(&key), || {
+                ops::next_counter(conn, ctx, &run_id, &name)
+            })
+        })
+        .await
+    }
+
     async fn create_task(&self, task: NewTask) -> StoreResult<Task> {
         self.op(move |conn, ctx, _| tasks::create_task(conn, ctx, &task))
             .await

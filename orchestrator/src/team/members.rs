@@ -500,6 +500,7 @@ impl Team {
             // The claim and its task_assignment (mail to itself) are one commit, so a claimed
             // task always reaches its teammate, across a crash too.
             if let Some(claimed) = self.store.claim_next_task(self.run_id(), id).await? {
+                muster_mailbox::failpoint!("claim");
                 self.printer.line(
                     "task_claimed",
                     id,

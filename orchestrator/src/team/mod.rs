@@ -984,14 +984,23 @@ impl Team {
         running: &[String],
         lead_result: &str,
     ) -> anyhow::Result<Option<Ending>> {
-        let undecided: Vec<(String, String)> = self
-            .store
-            .requests(self.run_id())
-            .await?
-            .into_iter()
-            .filter(|r| r.response.is_none() && r.responder == LEAD)
-            .map(|r| (r.requester, r.request_id))
-            .collect();
+        let mut undecided: Vec<(String, String)> = Vec::new();
+        for request in self.store.requests(self.run_id()).await? {
+            if request.response.is_some() || request.responder != LEAD {
+                continue;
+            }
+            // A request the lead has not seen yet (committed after the look for its mail)
+            // reaches it at its next boundary: the team is not stuck.
+            let seen = self
+                .store
+                .message(&request.message_key)
+                .await?
+                .is_some_and(|m| m.state == DeliveryState::Acked);
+            if !seen {
+                return Ok(None);
+            }
+            undecided.push((request.requester, request.request_id));
+        }
         let stuck = running
             .iter()
             .all(|agent| undecided.iter().any(|(requester, _)| requester == agent));

@@ -327,6 +327,7 @@ impl Team {
             }
             Err(error) => return Err(format!("the store refused the new teammate: {error}")),
         }
+        muster_mailbox::failpoint!("spawn");
         self.start_teammate(plan, Some(request.prompt), false)?;
         Ok(SpawnedTeammate {
             id: request.name,
@@ -349,10 +350,11 @@ impl Team {
         reason: Option<String>,
         call_key: Option<&str>,
     ) -> Result<String, StoreError> {
-        let number = self
-            .store
-            .next_counter(self.run_id(), &format!("shutdown-{agent}"))
-            .await?;
+        let counter = format!("shutdown-{agent}");
+        let number = match call_key {
+            Some(key) => self.store.counter_for(self.run_id(), &counter, key).await?,
+            None => self.store.next_counter(self.run_id(), &counter).await?,
+        };
         let request_id = format!("shutdown-{agent}-{number}");
         let request = self
             .store

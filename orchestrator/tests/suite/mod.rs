@@ -10,3 +10,16 @@ mod run_cli;
 mod signal_cli;
 mod store_cli;
 mod team_cli;
+#[cfg(all(unix, feature = "failpoints"))]
+mod team_crash;
+
+/// Without the failpoints the team crash test cannot run: it fails naming the command that
+/// runs it, rather than skipping in silence.
+#[cfg(not(feature = "failpoints"))]
+#[test]
+fn a_team_run_killed_anywhere_resumes_to_the_end_an_uncut_run_reaches() {
+    panic!(
+        "the team crash test needs the `failpoints` feature: run `scripts/test` (cargo test \
+         --workspace --features muster/failpoints)"
+    );
+}
