@@ -6,3 +6,4 @@ mod faults;
 mod group_commit;
 mod live;
 mod races;
+mod transitions;
