@@ -5,6 +5,7 @@ pub mod bench;
 pub mod cli;
 pub mod exit;
 pub mod ids;
+pub(crate) mod lifecycle;
 pub mod project;
 pub mod run_log;
 pub mod signals;

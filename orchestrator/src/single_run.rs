@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use muster_agents::budget::{BudgetExceeded, BudgetLedger};
+use muster_agents::budget::BudgetLedger;
 use muster_agents::compaction::CompactionConfig;
 use muster_agents::model::{
     ModelProvider, ProviderOptions, Recorder, ScriptOptions, ThinkingSettings, build_provider,
@@ -22,7 +22,6 @@ use muster_agents::runtime::{
 use muster_agents::tools::{ToolRegistry, Workspace};
 use muster_config::settings::{AutoGate as AutoGateSetting, CliOverrides, ProviderKind};
 use muster_config::{AgentCatalog, Approver, PermissionMode, Policy, ProjectInstructions};
-use muster_mailbox::live::LiveRun;
 use muster_mailbox::{
     AutoGate, MailboxStore, MemberKind, NewRun, RosterEntry, RunRecord, RunStatus,
 };
@@ -33,6 +32,7 @@ use tokio::sync::Semaphore;
 use crate::cli::GlobalArgs;
 use crate::cli::config::{load_settings, print_warnings, process_env, project_root};
 use crate::exit::{Exit, ExitError};
+use crate::lifecycle::{self, Ending};
 use crate::project::Project;
 use crate::signals::Interrupts;
 use crate::stream_json;
@@ -140,28 +140,6 @@ impl RunLaunch {
         }
         overrides
     }
-}
-
-/// Refuses to resume a finished run, or one live in another process.
-pub(crate) fn check_resumable(record: &RunRecord, runs_dir: &Path) -> anyhow::Result<()> {
-    if record.status.is_finished() {
-        return Err(usage(format!(
-            "run {} is {} and cannot be resumed",
-            record.id,
-            record.status.as_str()
-        )));
-    }
-    if muster_mailbox::live::is_live(runs_dir, &record.id)? {
-        return Err(ExitError::new(
-            Exit::Failed,
-            format!(
-                "run {} is live in another process; it cannot be resumed twice",
-                record.id
-            ),
-        )
-        .into());
-    }
-    Ok(())
 }
 
 /// The project's AGENTS.md / CLAUDE.md, joined (empty when there are none or they cannot be
@@ -293,13 +271,10 @@ pub fn run(global: &GlobalArgs, flags: RunFlags) -> anyhow::Result<Exit> {
     session.execute(None)
 }
 
-/// `muster resume [RUN]` of a single-agent run.
-pub fn resume(global: &GlobalArgs, flags: ResumeFlags) -> anyhow::Result<Exit> {
+/// `muster resume [RUN]` of a single-agent run: `record` is the run `muster resume` picked
+/// and checked ([`crate::lifecycle::pick_run`]).
+pub fn resume(global: &GlobalArgs, flags: ResumeFlags, record: RunRecord) -> anyhow::Result<Exit> {
     let output = OutputFormat::parse(&flags.output)?;
-    let probe = Project::locate(global)?;
-    let store = probe.open_store()?;
-    let runtime = tokio_runtime()?;
-    let record = runtime.block_on(pick_run(store.as_ref(), &probe, flags.run.as_deref()))?;
     let mut launch: LaunchOptions =
         serde_json::from_value(record.launch_options.clone()).map_err(|e| {
             usage(format!(
@@ -308,8 +283,6 @@ pub fn resume(global: &GlobalArgs, flags: ResumeFlags) -> anyhow::Result<Exit> {
             ))
         })?;
     launch.run.apply_resume_flags(&flags)?;
-    drop(store);
-    drop(runtime);
     let overrides = launch.run.overrides();
     let root = project_root(global)?;
     let loaded = load_settings(global, &root, overrides)?;
@@ -320,33 +293,6 @@ pub fn resume(global: &GlobalArgs, flags: ResumeFlags) -> anyhow::Result<Exit> {
     let catalog = load_catalog(&project)?;
     let session = Session::prepare(project, catalog, launch, output)?;
     session.execute(Some(record))
-}
-
-async fn pick_run(
-    store: &dyn MailboxStore,
-    project: &Project,
-    run: Option<&str>,
-) -> anyhow::Result<RunRecord> {
-    let record = match run {
-        Some(id) => store
-            .run(id)
-            .await?
-            .ok_or_else(|| usage(format!("no run {id:?} in this store (see `muster runs`)")))?,
-        None => {
-            let mut runs = store.runs().await?;
-            runs.retain(|r| !r.status.is_finished());
-            runs.into_iter()
-                .max_by_key(|r| (r.updated_at, r.id.clone()))
-                .ok_or_else(|| usage("no run to resume (see `muster runs`)"))?
-        }
-    };
-    check_resumable(&record, &project.runs_dir())?;
-    if record.team.is_some() {
-        return Err(usage(
-            "team runs are not built yet: this run cannot be resumed",
-        ));
-    }
-    Ok(record)
 }
 
 fn load_catalog(project: &Project) -> anyhow::Result<AgentCatalog> {
@@ -382,27 +328,6 @@ struct Session {
     output: OutputFormat,
 }
 
-/// The budget that stopped the run, if one did.
-fn budget_exceeded(error: &anyhow::Error) -> Option<BudgetExceeded> {
-    error.chain().find_map(|cause| {
-        match cause.downcast_ref::<muster_agents::runtime::RuntimeError>() {
-            Some(muster_agents::runtime::RuntimeError::Budget(exceeded)) => Some(exceeded.clone()),
-            _ => cause.downcast_ref::<BudgetExceeded>().cloned(),
-        }
-    })
-}
-
-/// A run stopped by a budget: status `budget`, exit code 3, the budget named in the reason.
-fn budget_ending(exceeded: &BudgetExceeded) -> Ending {
-    let reason = exceeded.to_string();
-    Ending {
-        status: RunStatus::Budget,
-        exit: Exit::Budget,
-        result: json!({"reason": reason, "budget": exceeded.setting_key()}),
-        text: format!("muster: {reason}"),
-    }
-}
-
 /// What `parts` checked: the approver, the workspace and the models.
 struct RunParts {
     approver: PlanApprover,
@@ -417,14 +342,6 @@ struct RunIdentity {
     store: Arc<dyn MailboxStore>,
     plans: PlanFiles,
     budget: Arc<BudgetLedger>,
-}
-
-/// How the run ended, for the status, the exit code and the output.
-struct Ending {
-    status: RunStatus,
-    exit: Exit,
-    result: Value,
-    text: String,
 }
 
 impl Session {
@@ -462,26 +379,16 @@ impl Session {
                 (id, plans, false)
             }
         };
-        let runtime_dir = env.get("XDG_RUNTIME_DIR").map(PathBuf::from);
-        let _live = LiveRun::start(
-            &self.project.runs_dir(),
+        let owned = lifecycle::take_over(
+            &self.project,
+            &store,
             &run_id,
-            store.clone(),
-            runtime_dir.as_deref(),
-        )?;
-        crate::run_log::start(&self.project.root.logs_dir(), &run_id, "single", resumed);
-        let epoch = store.open_epoch(&run_id).await?;
-        if let Some(record) = &existing {
-            // The flags' overrides (a new deadline, base URL, cassette) hold for the next
-            // resume too; written under the live-run lock, so no other resume races it.
-            let launch = serde_json::to_value(&self.launch)?;
-            if launch != record.launch_options {
-                store.set_launch_options(&run_id, launch).await?;
-            }
-            store
-                .set_run_status(&run_id, RunStatus::Running, None)
-                .await?;
-        }
+            "single",
+            existing.as_ref().map(|record| (record, &self.launch)),
+            env.get("XDG_RUNTIME_DIR").map(PathBuf::from),
+        )
+        .await?;
+        let epoch = owned.epoch;
         let printer = Arc::new(Printer {
             run_id: run_id.clone(),
             format: self.output,
@@ -518,29 +425,11 @@ impl Session {
                     MAIN_AGENT,
                 )
                 .await;
-                Ok(interrupted_ending(signal, &run_id))
+                Ok(Ending::interrupted(signal, &run_id))
             }
         };
-        let ending = match driven {
-            Ok(ending) => ending,
-            Err(error) => match budget_exceeded(&error) {
-                Some(exceeded) => budget_ending(&exceeded),
-                None => Ending {
-                    status: RunStatus::Failed,
-                    exit: Exit::for_error(&error),
-                    result: json!({"error": format!("{error:#}")}),
-                    text: format!("muster: the run failed: {error:#}"),
-                },
-            },
-        };
-        store
-            .set_run_status(&run_id, ending.status, Some(ending.result.clone()))
-            .await?;
-        crate::run_log::finish(
-            ending.exit.code(),
-            Some(ending.status.as_str()),
-            ending.result["error"].as_str(),
-        );
+        let ending = driven.unwrap_or_else(|error| Ending::from_error(&error));
+        lifecycle::finish(store.as_ref(), &run_id, &ending).await?;
         printer.finished(&ending);
         Ok(ending.exit)
     }
@@ -697,7 +586,7 @@ impl Session {
                     Err(_) => {
                         let passed = budget.check_deadline_at(deadline);
                         return Ok(match passed {
-                            Err(exceeded) => budget_ending(&exceeded),
+                            Err(exceeded) => Ending::budget(&exceeded),
                             Ok(()) => Ending {
                                 status: RunStatus::Budget,
                                 exit: Exit::Budget,
@@ -732,17 +621,6 @@ impl Session {
                 ),
             },
         })
-    }
-}
-
-/// How a run stopped by a signal ends: `interrupted`, exit 130, to be resumed.
-fn interrupted_ending(signal: &str, run_id: &str) -> Ending {
-    let text = crate::signals::interrupted_text(signal, run_id);
-    Ending {
-        status: RunStatus::Interrupted,
-        exit: Exit::Interrupted,
-        result: json!({"error": text}),
-        text,
     }
 }
 

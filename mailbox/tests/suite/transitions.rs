@@ -58,10 +58,16 @@ async fn claims_from_two_instances_each_come_with_their_assignment() {
         owned.sort();
         let mut told = assignments_of(&messages, agent);
         told.sort();
-        assert_eq!(owned, told, "{agent}: every task it owns, and only those, told by mail");
+        assert_eq!(
+            owned, told,
+            "{agent}: every task it owns, and only those, told by mail"
+        );
     }
     for claim in &claimed {
-        assert_eq!(claim.assignment.recipient, claim.task.owner.clone().unwrap());
+        assert_eq!(
+            claim.assignment.recipient,
+            claim.task.owner.clone().unwrap()
+        );
         assert_eq!(claim.assignment.body["task_id"], json!(claim.task.task_id));
     }
 }
@@ -105,8 +111,16 @@ async fn an_end_of_turn_is_all_or_nothing_for_a_second_instance() {
     };
     // Its report to someone not on the roster refuses the whole transition.
     let refused = a.commit_turn(end("nobody")).await.unwrap_err();
-    assert!(matches!(refused, StoreError::UnknownRecipient { .. }), "{refused}");
-    assert!(b.records(RUN, "alice", "transcript", 0).await.unwrap().is_empty());
+    assert!(
+        matches!(refused, StoreError::UnknownRecipient { .. }),
+        "{refused}"
+    );
+    assert!(
+        b.records(RUN, "alice", "transcript", 0)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(
         b.task(RUN, 1).await.unwrap().unwrap().status,
         TaskStatus::InProgress
@@ -119,7 +133,13 @@ async fn an_end_of_turn_is_all_or_nothing_for_a_second_instance() {
         (done.tasks[0].before.status, done.tasks[0].after.status),
         (TaskStatus::InProgress, TaskStatus::Completed)
     );
-    assert_eq!(b.records(RUN, "alice", "transcript", 0).await.unwrap().len(), 1);
+    assert_eq!(
+        b.records(RUN, "alice", "transcript", 0)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     assert_eq!(
         b.task(RUN, 1).await.unwrap().unwrap().status,
         TaskStatus::Completed
@@ -169,11 +189,20 @@ async fn a_spawn_adds_the_member_with_its_records_and_mail_or_nothing() {
     assert!(b.records(RUN, "carol", "team", 0).await.unwrap().is_empty());
     // The new member can be written to in the commit that adds it.
     a.commit_turn(spawn("carol")).await.unwrap();
-    assert!(b.roster(RUN).await.unwrap().iter().any(|m| m.agent == "carol"));
+    assert!(
+        b.roster(RUN)
+            .await
+            .unwrap()
+            .iter()
+            .any(|m| m.agent == "carol")
+    );
     assert_eq!(b.records(RUN, "carol", "team", 0).await.unwrap().len(), 1);
     assert_eq!(b.messages(RUN, Some("carol")).await.unwrap().len(), 1);
     let twice = b.commit_turn(spawn("carol")).await.unwrap_err();
-    assert!(matches!(twice, StoreError::AlreadyOnRoster { .. }), "{twice}");
+    assert!(
+        matches!(twice, StoreError::AlreadyOnRoster { .. }),
+        "{twice}"
+    );
 }
 
 #[tokio::test]
@@ -182,10 +211,19 @@ async fn keyed_task_operations_run_once_whoever_repeats_them() {
     let db = dir.path().join("m.db");
     let (a, b) = (open(&db), open(&db));
     run_with(&a, RUN, &["alice"]).await;
-    let first = a.create_task(task("one", Some("lead:toolu_1"))).await.unwrap();
-    let repeat = b.create_task(task("one", Some("lead:toolu_1"))).await.unwrap();
+    let first = a
+        .create_task(task("one", Some("lead:toolu_1")))
+        .await
+        .unwrap();
+    let repeat = b
+        .create_task(task("one", Some("lead:toolu_1")))
+        .await
+        .unwrap();
     assert_eq!(repeat, first, "the repeat returns the original task");
-    let other = b.create_task(task("two", Some("lead:toolu_2"))).await.unwrap();
+    let other = b
+        .create_task(task("two", Some("lead:toolu_2")))
+        .await
+        .unwrap();
     assert_eq!((first.task_id, other.task_id), (1, 2));
     assert_eq!(a.tasks(RUN).await.unwrap().len(), 2);
 
@@ -214,7 +252,11 @@ async fn keyed_task_operations_run_once_whoever_repeats_them() {
     let repeated = b.update_task(assign).await.unwrap();
     assert_eq!(repeated, change);
     let now = a.task(RUN, 1).await.unwrap().unwrap();
-    assert_eq!(now.status, TaskStatus::Completed, "the repeat did not undo a later change");
+    assert_eq!(
+        now.status,
+        TaskStatus::Completed,
+        "the repeat did not undo a later change"
+    );
     let told = assignments_of(&a.messages(RUN, None).await.unwrap(), "alice");
     assert_eq!(told, [1], "one assignment");
 
@@ -237,12 +279,24 @@ async fn a_request_number_is_given_once_per_call() {
     let db = dir.path().join("m.db");
     let (a, b) = (open(&db), open(&db));
     run_with(&a, RUN, &["alice"]).await;
-    let first = a.counter_for(RUN, "plan-alice", "alice:toolu_1").await.unwrap();
-    let repeat = b.counter_for(RUN, "plan-alice", "alice:toolu_1").await.unwrap();
-    let next = b.counter_for(RUN, "plan-alice", "alice:toolu_2").await.unwrap();
+    let first = a
+        .counter_for(RUN, "plan-alice", "alice:toolu_1")
+        .await
+        .unwrap();
+    let repeat = b
+        .counter_for(RUN, "plan-alice", "alice:toolu_1")
+        .await
+        .unwrap();
+    let next = b
+        .counter_for(RUN, "plan-alice", "alice:toolu_2")
+        .await
+        .unwrap();
     assert_eq!((first, repeat, next), (1, 1, 2));
     // The fork keeps what its source's calls were given.
     a.fork_run(RUN, "r2", "slug-of-r2").await.unwrap();
-    let in_fork = b.counter_for("r2", "plan-alice", "alice:toolu_1").await.unwrap();
+    let in_fork = b
+        .counter_for("r2", "plan-alice", "alice:toolu_1")
+        .await
+        .unwrap();
     assert_eq!(in_fork, 1);
 }

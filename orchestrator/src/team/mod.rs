@@ -42,7 +42,6 @@ use muster_agents::runtime::{
 use muster_agents::verification::VerificationReport;
 use muster_config::settings::AutoGate as AutoGateSetting;
 use muster_config::{AgentCatalog, PermissionMode, Policy, TeamFile};
-use muster_mailbox::live::LiveRun;
 use muster_mailbox::{
     AutoGate, DeliveryState, MailboxStore, MemberKind, MessageBody, MessageFilter, NewRun,
     RosterEntry, RunStatus, TaskStatus,
@@ -55,6 +54,7 @@ use tokio::task::JoinHandle;
 use crate::cli::GlobalArgs;
 use crate::cli::config::{load_settings, print_warnings, process_env, project_root};
 use crate::exit::{Exit, ExitError};
+use crate::lifecycle::{self, Ending};
 use crate::project::Project;
 use crate::signals::Interrupts;
 use crate::single_run::RunLaunch;
@@ -133,33 +133,14 @@ pub fn run(global: &GlobalArgs, flags: RunFlags, team_path: PathBuf) -> anyhow::
     )
 }
 
-/// `muster resume [RUN]` of a team run: `None` when the run is not a team run (the
-/// single-agent resume takes it).
+/// `muster resume [RUN]` of a team run: `record` is the run `muster resume` picked and
+/// checked ([`crate::lifecycle::pick_run`]).
 pub fn resume(
     global: &GlobalArgs,
     flags: &crate::single_run::ResumeFlags,
-) -> anyhow::Result<Option<Exit>> {
-    let probe = Project::locate(global)?;
+    record: muster_mailbox::RunRecord,
+) -> anyhow::Result<Exit> {
     let runtime = crate::single_run::tokio_runtime()?;
-    let record = {
-        let store = probe.open_store()?;
-        let record = runtime.block_on(async {
-            match &flags.run {
-                Some(id) => store.run(id).await,
-                None => Ok(store
-                    .runs()
-                    .await?
-                    .into_iter()
-                    .filter(|r| !r.status.is_finished())
-                    .max_by_key(|r| (r.updated_at, r.id.clone()))),
-            }
-        })?;
-        match record {
-            Some(record) if record.team.is_some() => record,
-            _ => return Ok(None),
-        }
-    };
-    crate::single_run::check_resumable(&record, &probe.runs_dir())?;
     let output = OutputFormat::parse(&flags.output)?;
     let mut launch: TeamLaunch =
         serde_json::from_value(record.launch_options.clone()).map_err(|e| {
@@ -188,11 +169,10 @@ pub fn resume(
     )
     .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
     let resumed = Some(Resumed { record });
-    let exit = crate::single_run::drive_to_end(
+    crate::single_run::drive_to_end(
         runtime,
         execute(project, Arc::new(catalog), team, launch, output, resumed),
-    )?;
-    Ok(Some(exit))
+    )
 }
 
 /// A run `muster resume` continues (its launch options already carry the resume's flags).
@@ -200,26 +180,7 @@ struct Resumed {
     record: muster_mailbox::RunRecord,
 }
 
-/// How a team run ended.
-struct Ending {
-    status: RunStatus,
-    exit: Exit,
-    result: Value,
-    text: String,
-}
-
 impl Ending {
-    /// The run stopped on a budget or its deadline (exit 3), the budget named.
-    fn budget(exceeded: &muster_agents::budget::BudgetExceeded) -> Ending {
-        let reason = exceeded.to_string();
-        Ending {
-            status: RunStatus::Budget,
-            exit: Exit::Budget,
-            result: json!({"reason": reason, "budget": exceeded.setting_key()}),
-            text: format!("muster: the team run stopped: {reason}"),
-        }
-    }
-
     /// The run's verification reports, whole, in the result.
     fn add_verifications(&mut self, reports: &[VerificationReport]) {
         if let Value::Object(result) = &mut self.result {
@@ -276,12 +237,10 @@ async fn execute(
     let mut interrupts = Interrupts::install();
     let store: Arc<dyn MailboxStore> = project.open_store()?;
     let resumed = existing.is_some();
-    let mut stored_launch = None;
-    let (run_id, plans) = match existing {
+    let (run_id, plans) = match &existing {
         Some(Resumed { record }) => {
-            stored_launch = Some(record.launch_options);
             let plans = PlanFiles::new(project.plans_dir(), &record.slug);
-            (record.id, plans)
+            (record.id.clone(), plans)
         }
         None => create_run(&project, &store, &team_file, &launch).await?,
     };
@@ -293,26 +252,16 @@ async fn execute(
         BTreeMap::new()
     };
     let env = process_env();
-    let runtime_dir = env.get("XDG_RUNTIME_DIR").map(PathBuf::from);
-    let _live = LiveRun::start(
-        &project.runs_dir(),
+    let owned = lifecycle::take_over(
+        &project,
+        &store,
         &run_id,
-        store.clone(),
-        runtime_dir.as_deref(),
-    )?;
-    crate::run_log::start(&project.root.logs_dir(), &run_id, "team", resumed);
-    let epoch = store.open_epoch(&run_id).await?;
-    if let Some(stored) = stored_launch {
-        // The flags' overrides (a new deadline, base URL, cassette) hold for the next resume
-        // too; written under the live-run lock, so no other resume races it.
-        let effective = serde_json::to_value(&launch)?;
-        if effective != stored {
-            store.set_launch_options(&run_id, effective).await?;
-        }
-        store
-            .set_run_status(&run_id, RunStatus::Running, None)
-            .await?;
-    }
+        "team",
+        existing.as_ref().map(|resumed| (&resumed.record, &launch)),
+        env.get("XDG_RUNTIME_DIR").map(PathBuf::from),
+    )
+    .await?;
+    let epoch = owned.epoch;
     let printer = Arc::new(TeamPrinter::new(&run_id, output));
     let context = Arc::new(setup::run_context(setup::ContextParts {
         project: &project,
@@ -385,32 +334,20 @@ async fn execute(
         driven = lead => driven,
         signal = interrupts.first() => {
             interrupted = true;
-            let text = crate::signals::interrupted_text(signal, &run_id);
-            Ok(Ending {
-                status: RunStatus::Interrupted,
-                exit: Exit::Interrupted,
-                result: json!({"error": text}),
-                text,
-            })
+            Ok(Ending::interrupted(signal, &run_id))
         }
     };
     let ending = match driven {
         Ok(ending) => ending,
-        Err(error) => match budget_exceeded(&error) {
-            // The deadline reached by an agent's own check ends the run as the deadline's
-            // timer would have (exit 5 when only a person's decision waits), whichever fires
-            // first.
-            Some(exceeded) if exceeded.kind() == muster_agents::budget::BudgetKind::Duration => {
-                team.deadline_ending().await?
-            }
-            Some(exceeded) => Ending::budget(&exceeded),
-            None => Ending {
-                status: RunStatus::Failed,
-                exit: Exit::Failed,
-                result: json!({"error": error.to_string()}),
-                text: format!("muster: the team run failed: {error}"),
-            },
-        },
+        // The deadline reached by an agent's own check ends the run as the deadline's timer
+        // would have (exit 5 when only a person's decision waits), whichever fires first.
+        Err(error)
+            if lifecycle::budget_exceeded(&error)
+                .is_some_and(|e| e.kind() == muster_agents::budget::BudgetKind::Duration) =>
+        {
+            team.deadline_ending().await?
+        }
+        Err(error) => Ending::from_error(&error),
     };
     if interrupted {
         team.abort_all().await;
@@ -425,9 +362,7 @@ async fn execute(
             .summarise(store.as_ref(), &run_id, &team_file.name, &reports)
             .await?;
     }
-    store
-        .set_run_status(&run_id, ending.status, Some(ending.result.clone()))
-        .await?;
+    lifecycle::finish(store.as_ref(), &run_id, &ending).await?;
     printer.finished(
         ending.status.as_str(),
         ending.exit.code(),
@@ -435,16 +370,6 @@ async fn execute(
         &ending.text,
     );
     Ok(ending.exit)
-}
-
-/// The budget that stopped the lead, when one did (exit 3).
-fn budget_exceeded(error: &anyhow::Error) -> Option<muster_agents::budget::BudgetExceeded> {
-    error.chain().find_map(|cause| {
-        match cause.downcast_ref::<muster_agents::runtime::RuntimeError>() {
-            Some(muster_agents::runtime::RuntimeError::Budget(exceeded)) => Some(exceeded.clone()),
-            _ => None,
-        }
-    })
 }
 
 /// Creates the run, its slug and its roster (the lead and the declared teammates).
@@ -457,12 +382,7 @@ async fn create_run(
     let mut rng = fastrand::Rng::new();
     let plans = PlanFiles::reserve(project.plans_dir(), &mut rng)?;
     let settings = &project.settings;
-    let run_id = format!(
-        "t{}",
-        (0..10)
-            .map(|_| rng.alphanumeric().to_ascii_lowercase())
-            .collect::<String>()
-    );
+    let run_id = crate::ids::new_run_id(&mut rng);
     store
         .create_run(NewRun {
             id: run_id.clone(),

@@ -1,0 +1,222 @@
+//! The life of a run that single-agent and team runs share: the run to resume picked once and
+//! checked once, the run taken over (live-run lock, log, epoch, a resume's launch options),
+//! and its ending (how an error, a budget or a signal ends it, the status committed, the log
+//! closed). Single and team runs supply only how they drive their agents, so their exit codes,
+//! errors and resume rules agree by construction.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use muster_agents::budget::BudgetExceeded;
+use muster_mailbox::live::LiveRun;
+use muster_mailbox::{MailboxStore, RunRecord, RunStatus};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::exit::{Exit, ExitError};
+use crate::project::Project;
+
+fn usage(message: impl Into<String>) -> anyhow::Error {
+    ExitError::new(Exit::Usage, message).into()
+}
+
+/// How a run ended: its status, its exit code, its result (stored and printed) and the text
+/// for `--output text`.
+#[derive(Debug, Clone)]
+pub(crate) struct Ending {
+    pub status: RunStatus,
+    pub exit: Exit,
+    pub result: Value,
+    pub text: String,
+}
+
+impl Ending {
+    /// A budget stopped the run: status `budget`, exit 3, the budget named.
+    pub fn budget(exceeded: &BudgetExceeded) -> Ending {
+        let reason = exceeded.to_string();
+        Ending {
+            status: RunStatus::Budget,
+            exit: Exit::Budget,
+            result: json!({"reason": reason, "budget": exceeded.setting_key()}),
+            text: format!("muster: {reason}"),
+        }
+    }
+
+    /// A signal stopped the run: `interrupted`, exit 130, to be resumed.
+    pub fn interrupted(signal: &str, run_id: &str) -> Ending {
+        let text = crate::signals::interrupted_text(signal, run_id);
+        Ending {
+            status: RunStatus::Interrupted,
+            exit: Exit::Interrupted,
+            result: json!({"error": text}),
+            text,
+        }
+    }
+
+    /// An error ended the run: a budget it carries ends it as the budget does; otherwise it
+    /// failed, with the exit code of its cause (4 for the store's, see [`Exit::for_error`])
+    /// and the whole cause chain in words.
+    pub fn from_error(error: &anyhow::Error) -> Ending {
+        if let Some(exceeded) = budget_exceeded(error) {
+            return Ending::budget(&exceeded);
+        }
+        Ending {
+            status: RunStatus::Failed,
+            exit: Exit::for_error(error),
+            result: json!({"error": format!("{error:#}")}),
+            text: format!("muster: the run failed: {error:#}"),
+        }
+    }
+}
+
+/// The budget an error carries, if one stopped the run.
+pub(crate) fn budget_exceeded(error: &anyhow::Error) -> Option<BudgetExceeded> {
+    error.chain().find_map(|cause| {
+        match cause.downcast_ref::<muster_agents::runtime::RuntimeError>() {
+            Some(muster_agents::runtime::RuntimeError::Budget(exceeded)) => Some(exceeded.clone()),
+            _ => cause.downcast_ref::<BudgetExceeded>().cloned(),
+        }
+    })
+}
+
+/// The run `muster resume [RUN]` continues: the one named, else the newest unfinished one;
+/// refused when it is finished or live in another process.
+pub(crate) async fn pick_run(
+    store: &dyn MailboxStore,
+    project: &Project,
+    run: Option<&str>,
+) -> anyhow::Result<RunRecord> {
+    let record = match run {
+        Some(id) => store
+            .run(id)
+            .await?
+            .ok_or_else(|| usage(format!("no run {id:?} in this store (see `muster runs`)")))?,
+        None => store
+            .runs()
+            .await?
+            .into_iter()
+            .filter(|r| !r.status.is_finished())
+            .max_by_key(|r| (r.updated_at, r.id.clone()))
+            .ok_or_else(|| usage("no run to resume (see `muster runs`)"))?,
+    };
+    if record.status.is_finished() {
+        return Err(usage(format!(
+            "run {} is {} and cannot be resumed",
+            record.id,
+            record.status.as_str()
+        )));
+    }
+    if muster_mailbox::live::is_live(&project.runs_dir(), &record.id)? {
+        return Err(ExitError::new(
+            Exit::Failed,
+            format!(
+                "run {} is live in another process; it cannot be resumed twice",
+                record.id
+            ),
+        )
+        .into());
+    }
+    Ok(record)
+}
+
+/// A run this process owns until it is dropped: the live-run lock (and its socket) and the
+/// epoch its leases belong to.
+pub(crate) struct Owned {
+    pub epoch: i64,
+    _live: LiveRun,
+}
+
+/// Takes over `run_id` for this process: the live-run lock, the run's log, a new epoch; for a
+/// resume, the effective launch options (a new deadline, base URL or cassette from its flags,
+/// kept for the next resume; written under the lock, so no other resume races it) and the
+/// status `running`.
+pub(crate) async fn take_over(
+    project: &Project,
+    store: &Arc<dyn MailboxStore>,
+    run_id: &str,
+    kind: &str,
+    resumed: Option<(&RunRecord, &impl Serialize)>,
+    runtime_dir: Option<PathBuf>,
+) -> anyhow::Result<Owned> {
+    let live = LiveRun::start(
+        &project.runs_dir(),
+        run_id,
+        store.clone(),
+        runtime_dir.as_deref(),
+    )?;
+    crate::run_log::start(&project.root.logs_dir(), run_id, kind, resumed.is_some());
+    let epoch = store.open_epoch(run_id).await?;
+    if let Some((record, launch)) = resumed {
+        let effective = serde_json::to_value(launch)?;
+        if effective != record.launch_options {
+            store.set_launch_options(run_id, effective).await?;
+        }
+        store
+            .set_run_status(run_id, RunStatus::Running, None)
+            .await?;
+    }
+    Ok(Owned { epoch, _live: live })
+}
+
+/// Commits the run's ending (status and result) and closes its log.
+pub(crate) async fn finish(
+    store: &dyn MailboxStore,
+    run_id: &str,
+    ending: &Ending,
+) -> anyhow::Result<()> {
+    store
+        .set_run_status(run_id, ending.status, Some(ending.result.clone()))
+        .await?;
+    crate::run_log::finish(
+        ending.exit.code(),
+        Some(ending.status.as_str()),
+        ending.result["error"].as_str(),
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use muster_mailbox::StoreError;
+
+    /// Single and team runs end an error the same way: its cause's exit code, its whole
+    /// chain in words.
+    #[test]
+    fn an_error_ends_a_run_by_its_cause() {
+        let store = || StoreError::Locked {
+            path: "/p/.muster/muster.db".into(),
+            waited_ms: 5000,
+        };
+        let rows: Vec<(anyhow::Error, Exit, &str)> = vec![
+            (
+                anyhow::Error::from(store()).context("the lead's turn"),
+                Exit::Store,
+                "the lead's turn: ",
+            ),
+            (
+                anyhow::Error::from(muster_agents::runtime::RuntimeError::Store(store())),
+                Exit::Store,
+                "store: ",
+            ),
+            (
+                usage("--workspace: no such directory"),
+                Exit::Usage,
+                "--workspace",
+            ),
+            (
+                anyhow::anyhow!("the model stopped"),
+                Exit::Failed,
+                "the model stopped",
+            ),
+        ];
+        for (error, exit, text) in rows {
+            let ending = Ending::from_error(&error);
+            assert_eq!(ending.exit, exit, "{error:#}");
+            assert_eq!(ending.status, RunStatus::Failed);
+            let said = ending.result["error"].as_str().unwrap_or_default();
+            assert!(said.starts_with(text), "{said}");
+            assert!(ending.text.contains(said), "{}", ending.text);
+        }
+    }
+}
