@@ -11,6 +11,7 @@ pub mod run_log;
 pub mod signals;
 pub mod single_run;
 pub mod store_demo;
+pub mod stored_policies;
 pub mod stream_json;
 pub mod team;
 pub mod team_demo;

@@ -21,7 +21,7 @@ use muster_agents::runtime::{
 };
 use muster_agents::tools::{ToolRegistry, Workspace};
 use muster_config::settings::{AutoGate as AutoGateSetting, CliOverrides, ProviderKind};
-use muster_config::{AgentCatalog, Approver, PermissionMode, Policy, ProjectInstructions};
+use muster_config::{AgentCatalog, Approver, PermissionMode, ProjectInstructions};
 use muster_mailbox::{
     AutoGate, MailboxStore, MemberKind, NewRun, RosterEntry, RunRecord, RunStatus,
 };
@@ -35,6 +35,7 @@ use crate::exit::{Exit, ExitError};
 use crate::lifecycle::{self, Ending};
 use crate::project::Project;
 use crate::signals::Interrupts;
+use crate::stored_policies::StoredPolicies;
 use crate::stream_json;
 use crate::stream_json::now_ms;
 
@@ -70,6 +71,10 @@ pub struct RunLaunch {
     pub record: Option<PathBuf>,
     /// Absolute deadline, milliseconds since the Unix epoch.
     pub deadline_ms: Option<i64>,
+    /// Every policy the run's approvers name, as read at its start: its decisions use these
+    /// copies (a run stored before they were kept reads the files).
+    #[serde(default, skip_serializing_if = "StoredPolicies::is_empty")]
+    pub policies: StoredPolicies,
 }
 
 impl RunLaunch {
@@ -106,7 +111,15 @@ impl RunLaunch {
             strict: flags.strict,
             record: flags.record.as_ref().map(std::path::absolute).transpose()?,
             deadline_ms: max_duration.map(deadline_after),
+            policies: StoredPolicies::read(project.root.path(), [&settings.approver.value])?,
         })
+    }
+
+    /// On resume: says which stored policies no longer match their file.
+    pub(crate) fn warn_of_changed_policies(&self, root: &Path) {
+        for warning in self.policies.changed_since_stored(root) {
+            eprintln!("muster: warning: {warning}");
+        }
     }
 
     /// What `muster resume`'s flags override: the base URL, the cassette, a new deadline.
@@ -285,6 +298,7 @@ pub fn resume(global: &GlobalArgs, flags: ResumeFlags, record: RunRecord) -> any
     launch.run.apply_resume_flags(&flags)?;
     let overrides = launch.run.overrides();
     let root = project_root(global)?;
+    launch.run.warn_of_changed_policies(root.path());
     let loaded = load_settings(global, &root, overrides)?;
     let project = Project {
         root,
@@ -480,13 +494,11 @@ impl Session {
                 ));
             }
             Approver::Policy(path) => {
-                let path = if path.is_absolute() {
-                    path.clone()
-                } else {
-                    self.project.root.path().join(path)
-                };
-                let policy =
-                    Policy::load(&path).map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
+                let policy = self
+                    .launch
+                    .run
+                    .policies
+                    .policy(self.project.root.path(), path)?;
                 PlanApprover::Policy {
                     policy: Arc::new(policy),
                     responder: settings.approver.value.to_string(),

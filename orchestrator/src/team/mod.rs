@@ -59,6 +59,7 @@ use crate::project::Project;
 use crate::signals::Interrupts;
 use crate::single_run::RunLaunch;
 use crate::single_run::{OutputFormat, RunFlags};
+use crate::stored_policies::StoredPolicies;
 
 use printer::{TeamPrinter, now_ms};
 
@@ -118,7 +119,13 @@ pub fn run(global: &GlobalArgs, flags: RunFlags, team_path: PathBuf) -> anyhow::
     let lead_definition = catalog
         .get(&team.lead)
         .ok_or_else(|| usage(format!("unknown lead definition {:?}", team.lead)))?;
-    let run = RunLaunch::from_flags(&flags, &project, lead_definition.permission_mode)?;
+    let mut run = RunLaunch::from_flags(&flags, &project, lead_definition.permission_mode)?;
+    let approvers = team
+        .teammates
+        .iter()
+        .map(|teammate| &teammate.approver)
+        .chain([&team.spawn.approver, &project.settings.approver.value]);
+    run.policies = StoredPolicies::read(project.root.path(), approvers)?;
     let launch = TeamLaunch {
         v: 1,
         kind: "team".into(),
@@ -152,6 +159,7 @@ pub fn resume(
     launch.run.apply_resume_flags(flags)?;
     let overrides = launch.run.overrides();
     let root = project_root(global)?;
+    launch.run.warn_of_changed_policies(root.path());
     let loaded = load_settings(global, &root, overrides)?;
     print_warnings(&loaded.warnings);
     let project = Project {
@@ -284,6 +292,7 @@ async fn execute(
         store: store.clone(),
         file: team_file.clone(),
         root: project.root.path().to_path_buf(),
+        stored_policies: launch.run.policies.clone(),
         lead_mode: launch.run.permission_mode,
         members: Mutex::new(BTreeMap::new()),
         policies: Mutex::new(BTreeMap::new()),
@@ -459,6 +468,8 @@ pub(crate) struct Team {
     /// The lead's mode at launch (ceiling of declared teammates' grants).
     lead_mode: PermissionMode,
     members: Mutex<BTreeMap<String, Member>>,
+    /// The policies as the run stored them at its start (what every decision uses).
+    stored_policies: StoredPolicies,
     policies: Mutex<BTreeMap<PathBuf, Arc<Policy>>>,
     /// Bumped whenever a teammate changes state.
     states: watch::Sender<u64>,

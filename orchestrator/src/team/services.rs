@@ -415,7 +415,7 @@ impl Team {
         if let Some(policy) = policies.get(path) {
             return Ok(policy.clone());
         }
-        let policy = Arc::new(super::setup::load_policy(&self.root, path)?);
+        let policy = Arc::new(self.stored_policies.policy(&self.root, path)?);
         policies.insert(path.to_path_buf(), policy.clone());
         Ok(policy)
     }

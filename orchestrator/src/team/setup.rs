@@ -4,7 +4,6 @@
 
 use muster_agents::runtime::team::TeamSlot;
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 
 use muster_agents::budget::Spend;
@@ -13,7 +12,7 @@ use muster_agents::runtime::{
     PlanFiles, RunContext,
 };
 use muster_agents::tools::{ToolRegistry, Workspace};
-use muster_config::{AgentCatalog, Approver, Policy};
+use muster_config::{AgentCatalog, Approver};
 use muster_mailbox::MailboxStore;
 use tokio::sync::Semaphore;
 
@@ -25,16 +24,6 @@ use super::TeamLaunch;
 
 fn usage(message: impl Into<String>) -> anyhow::Error {
     ExitError::new(Exit::Usage, message).into()
-}
-
-/// A policy file named by an approver, relative to the project root unless absolute.
-pub(crate) fn load_policy(root: &Path, path: &Path) -> anyhow::Result<Policy> {
-    let path = if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        root.join(path)
-    };
-    Policy::load(&path).map_err(|e| usage(e.to_string()))
 }
 
 pub(crate) struct ContextParts<'a> {
@@ -58,7 +47,13 @@ pub(crate) fn run_context(parts: ContextParts<'_>) -> anyhow::Result<RunContext>
     let approver = match &settings.approver.value {
         Approver::Human | Approver::Lead => PlanApprover::Human,
         Approver::Policy(path) => PlanApprover::Policy {
-            policy: Arc::new(load_policy(parts.project.root.path(), path)?),
+            policy: Arc::new(
+                parts
+                    .launch
+                    .run
+                    .policies
+                    .policy(parts.project.root.path(), path)?,
+            ),
             responder: settings.approver.value.to_string(),
         },
     };

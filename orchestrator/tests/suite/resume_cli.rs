@@ -346,6 +346,55 @@ async fn a_run_killed_at_each_durable_event_is_finished_by_resume() {
     }
 }
 
+/// The policy that approves the run's plan is the copy stored when the run started: edited
+/// between a crash and the resume (to one that would reject the plan), it still approves, and
+/// the resume says the file changed.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_policy_edited_between_a_crash_and_the_resume_decides_as_stored() {
+    let dir = project();
+    let fake = FakeLlm::start(crash_script()).await.unwrap();
+    let (before, code) = run_killed_at(dir.path(), &run_args(&fake.base_url()), Some(1)).await;
+    assert_eq!(code, -9, "{before:?}");
+    let run_id = before[0]["run_id"].as_str().unwrap().to_owned();
+    std::fs::write(
+        dir.path().join("policy.toml"),
+        "max_files = 0
+",
+    )
+    .unwrap();
+    let resumed = muster(
+        dir.path(),
+        &[
+            "resume",
+            &run_id,
+            "--base-url",
+            &fake.base_url(),
+            "--output",
+            "json",
+        ],
+    )
+    .await;
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    assert!(
+        stderr(&resumed).contains("policy.toml changed since this run started"),
+        "{}",
+        stderr(&resumed)
+    );
+    let store = open_store(dir.path());
+    let requests = store.requests(&run_id).await.unwrap();
+    let response = requests[0].response.as_ref().unwrap();
+    assert_eq!(response.body["approved"], true, "{response:?}");
+    assert!(
+        response.body["rule"]
+            .as_str()
+            .unwrap()
+            .contains("approve_all"),
+        "{response:?}"
+    );
+    assert_eq!(marker(dir.path()), MARKER_LINES);
+}
+
 /// A crash inside a Bash call (the command kills `muster` itself, after its side effect): the
 /// call is not run again on resume; the model gets the interrupted error and goes on.
 #[cfg(unix)]
