@@ -6,6 +6,7 @@
 //! when `send` returns; leases belong to the process epoch that took them; wake-ups are pushed
 //! after COMMIT (in process) or through the live run's socket (across processes, see [`live`]).
 
+pub mod decide;
 pub mod error;
 pub mod failpoint;
 pub mod live;

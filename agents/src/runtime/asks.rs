@@ -161,20 +161,24 @@ impl AgentRuntime {
             .is_some_and(|request| request.response.is_some());
         if !answered_already {
             let (approved, feedback, rule) = policy_answer(policy, call, self.run.workspace.root());
-            let response = store
-                .respond(muster_mailbox::NewResponse {
-                    run_id: self.run.run_id.clone(),
-                    sender: muster_mailbox::POLICY.to_owned(),
-                    body: muster_mailbox::MessageBody::PermissionResponse {
-                        request_id: request_id.clone(),
-                        approved,
-                        feedback,
-                        rule,
-                    },
-                    idempotency_key: None,
-                })
-                .await?;
-            self.mail_sent(&response);
+            let answer = muster_mailbox::NewResponse {
+                run_id: self.run.run_id.clone(),
+                sender: muster_mailbox::POLICY.to_owned(),
+                body: muster_mailbox::MessageBody::PermissionResponse {
+                    request_id: request_id.clone(),
+                    approved,
+                    feedback,
+                    rule,
+                },
+                idempotency_key: None,
+            };
+            let decided = muster_mailbox::decide::decide(
+                store.as_ref(),
+                answer,
+                muster_mailbox::decide::Waiter::InProcess,
+            )
+            .await?;
+            self.mail_sent(&decided.response);
         }
         let mail = store
             .receive(

@@ -290,17 +290,19 @@ impl AgentRuntime {
             _ => return Ok(()),
         };
         let sender = muster_mailbox::message::responder_member(responder).to_owned();
-        let response = self
-            .run
-            .store
-            .respond(NewResponse {
-                run_id: self.run.run_id.clone(),
-                sender,
-                body,
-                idempotency_key: None,
-            })
-            .await?;
-        self.mail_sent(&response);
+        let answer = NewResponse {
+            run_id: self.run.run_id.clone(),
+            sender,
+            body,
+            idempotency_key: None,
+        };
+        let decided = muster_mailbox::decide::decide(
+            self.run.store.as_ref(),
+            answer,
+            muster_mailbox::decide::Waiter::InProcess,
+        )
+        .await?;
+        self.mail_sent(&decided.response);
         Ok(())
     }
 

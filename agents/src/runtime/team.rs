@@ -16,6 +16,7 @@ use std::pin::Pin;
 use std::sync::{Arc, OnceLock, Weak};
 
 use muster_config::PermissionMode;
+use muster_mailbox::decide::{Waiter, decide};
 use muster_mailbox::{
     CommitTurn, CommitTurnOutcome, MemberKind, Message as Mail, MessageBody, NewMessage,
     NewResponse, NewTask, StoreError, Task, TaskStatus, TaskUpdate,
@@ -209,16 +210,15 @@ impl AgentRuntime {
         call: &ToolCall,
         body: MessageBody,
     ) -> Result<muster_mailbox::Message, muster_mailbox::StoreError> {
-        let answered = self
-            .run
-            .store
-            .respond(NewResponse {
-                run_id: self.run.run_id.clone(),
-                sender: self.id.clone(),
-                body,
-                idempotency_key: Some(self.call_key(call)),
-            })
-            .await;
+        let answer = NewResponse {
+            run_id: self.run.run_id.clone(),
+            sender: self.id.clone(),
+            body,
+            idempotency_key: Some(self.call_key(call)),
+        };
+        let answered = decide(self.run.store.as_ref(), answer, Waiter::InProcess)
+            .await
+            .map(|decided| decided.response);
         if let Ok(response) = &answered {
             self.mail_sent(response);
         }

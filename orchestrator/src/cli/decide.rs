@@ -1,13 +1,15 @@
 //! What `approve`, `reject` and `answer` share: find the request, check that a person may
 //! answer it, commit the answer as `human`, then wake the live run through its socket.
 
-use muster_mailbox::live::{self, PokeOutcome};
-use muster_mailbox::{MailboxStore, MessageBody, NewResponse, RequestRecord, StoreError};
+use muster_mailbox::decide::{self, Waiter};
+use muster_mailbox::live::PokeOutcome;
+use muster_mailbox::{
+    MailboxStore, MessageBody, NewResponse, RequestRecord, StoreError, StoreResult,
+};
 
 use crate::cli::GlobalArgs;
 use crate::cli::inspect::{open, runtime};
 use crate::exit::{Exit, ExitError};
-use crate::project::Project;
 
 /// A person's decision on one request.
 pub enum Decision {
@@ -63,20 +65,24 @@ pub fn decide(
         body,
         idempotency_key: None,
     };
-    match runtime.block_on(store.respond(answer)) {
-        Ok(_) => {}
+    let runs_dir = project.runs_dir();
+    let waiter = Waiter::LiveRun {
+        runs_dir: &runs_dir,
+    };
+    let decided = match runtime.block_on(decide::decide(store.as_ref(), answer, waiter)) {
+        Ok(decided) => decided,
         Err(error @ StoreError::AlreadyDecided { .. }) => {
             return Err(ExitError::new(Exit::Failed, error.to_string()).into());
         }
         Err(error) => return Err(error.into()),
-    }
+    };
     println!(
         "{verdict} {request_id} ({} from {}, run {}).",
         kind_in_words(&request.kind),
         request.requester,
         request.run_id
     );
-    report_wake(&project, &request);
+    report_wake(&request, decided.wake);
     Ok(Exit::Success)
 }
 
@@ -227,8 +233,11 @@ fn kind_in_words(kind: &str) -> String {
 }
 
 /// Mail is committed first; the wake-up is a courtesy that never undoes it.
-fn report_wake(project: &Project, request: &RequestRecord) {
-    match live::poke(&project.runs_dir(), &request.run_id, &request.requester) {
+fn report_wake(request: &RequestRecord, wake: Option<StoreResult<PokeOutcome>>) {
+    let Some(wake) = wake else {
+        return;
+    };
+    match wake {
         Ok(PokeOutcome::Woken) => println!("The run is live and {} was woken.", request.requester),
         Ok(PokeOutcome::NotLive) => {
             println!(

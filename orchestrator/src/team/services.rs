@@ -10,6 +10,7 @@ use muster_agents::runtime::team::{
     ShutdownRequest, SpawnRequest, SpawnedTeammate, TeamFuture, TeamServices, TurnEnd,
 };
 use muster_config::{PermissionMode, PlanVerdict, Policy, RuleSubject};
+use muster_mailbox::decide::{Waiter, decide};
 use muster_mailbox::{
     CommitTurn, CommitTurnOutcome, MemberKind, Message, MessageBody, MessageFilter, NewMessage,
     NewRecord, NewResponse, RosterEntry, StoreError,
@@ -488,18 +489,15 @@ impl Team {
             },
             _ => return Ok(()),
         };
-        match self
-            .store
-            .respond(NewResponse {
-                run_id: self.run_id().to_owned(),
-                sender: muster_mailbox::POLICY.into(),
-                body,
-                idempotency_key: None,
-            })
-            .await
-        {
-            Ok(response) => {
-                self.sent(&response);
+        let answer = NewResponse {
+            run_id: self.run_id().to_owned(),
+            sender: muster_mailbox::POLICY.into(),
+            body,
+            idempotency_key: None,
+        };
+        match decide(self.store.as_ref(), answer, Waiter::InProcess).await {
+            Ok(decided) => {
+                self.sent(&decided.response);
                 Ok(())
             }
             Err(StoreError::AlreadyDecided { .. }) => Ok(()),
