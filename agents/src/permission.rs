@@ -32,7 +32,6 @@
 //! denial. The classifier's path check applies to `Bash` in every mode, so outside plan mode
 //! `cat ~/.aws/credentials` is not read-only and asks.
 
-mod dispatch;
 mod paths;
 
 use std::fmt;
@@ -48,7 +47,6 @@ use muster_config::{
 use serde::Serialize;
 use serde_json::Value;
 
-pub use dispatch::{Dispatched, dispatch};
 pub use paths::{MAX_TREE_ENTRIES, RulesReadCheck};
 
 use crate::shell::{ShellVerdict, classify, known_dangerous};
@@ -163,7 +161,7 @@ pub struct Decision {
     pub auto_gate: AutoGateEffect,
     /// The call is `Bash` allowed because the classifier proved it read-only: it must run with
     /// [`crate::shell::read_only_git_env`] set and the variables
-    /// [`crate::shell::remove_from_read_only_env`] names removed ([`dispatch`] does this).
+    /// [`crate::shell::remove_from_read_only_env`] names removed (the runtime's dispatch does this).
     pub read_only_shell: bool,
 }
 
@@ -248,6 +246,9 @@ pub struct PermissionContext<'a> {
     pub auto_gate: AutoGate,
     /// The home directory, for `~/` rule patterns; `None` matches none of them.
     pub home_dir: Option<&'a Path>,
+    /// The run's plans directory (resolved): a subagent writes nothing there, wherever it
+    /// lies; `None` when the caller has none.
+    pub plans_dir: Option<PathBuf>,
 }
 
 impl<'a> PermissionContext<'a> {
@@ -273,6 +274,7 @@ impl<'a> PermissionContext<'a> {
             catalog,
             auto_gate: AutoGate::Open,
             home_dir: None,
+            plans_dir: None,
         }
     }
 
@@ -444,9 +446,12 @@ impl PermissionEngine {
         if let Some(reason) = self.denied_by_rule(context, name, &subjects) {
             return deny(reason);
         }
-        // 2. Who may call the tool at all.
+        // 2. Who may call the tool at all, and a subagent never writes a plan file.
         if let Some(reason) = who_may_call(context, name) {
             return deny(reason);
+        }
+        if context.kind == AgentKind::Subagent && writes_into_plans_dir(context, &subjects) {
+            return deny("subagents never write plan files".to_owned());
         }
         // 3 and 4. The mode, then the tool's own check.
         let plan_rules = mode == PermissionMode::Plan || context.definition.read_only;
@@ -942,6 +947,20 @@ impl PermissionEngine {
             )
         })
     }
+}
+
+/// Whether a call writes into the run's plans directory (any plan file, anyone's).
+fn writes_into_plans_dir(context: &PermissionContext<'_>, subjects: &CallSubjects) -> bool {
+    let Some(plans_dir) = &context.plans_dir else {
+        return false;
+    };
+    subjects.paths.iter().any(|(access, _)| {
+        access.usage == PathUse::Write
+            && context
+                .workspace
+                .resolve_plan_file(Path::new(&access.path))
+                .is_ok_and(|resolved| resolved.starts_with(plans_dir))
+    })
 }
 
 /// The lead-only, subagent and definition restrictions, whatever the mode.

@@ -1,7 +1,7 @@
 //! The runtime's view of the permission engine: every tool call is decided by a [`ToolGate`]
 //! before it runs. [`EngineGate`] is the production gate: it asks
-//! [`crate::permission::PermissionEngine`] with the agent's context, after one rule of the
-//! runtime's own (a subagent never writes a plan file, wherever `plans_dir` lies).
+//! [`crate::permission::PermissionEngine`] with the agent's context (its kind, modes,
+//! definition, plan file and the run's plans directory); every rule lives in the engine.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use muster_mailbox::AutoGateUpdate;
 use serde_json::Value;
 
 use crate::permission::{self, AutoGateEffect, PermissionContext, PermissionEngine};
-use crate::tools::{PathUse, Tool, ToolContext};
+use crate::tools::{Tool, ToolContext};
 
 use super::plan_files::PlanFiles;
 use super::records::AgentKind;
@@ -97,9 +97,6 @@ impl ToolGate for EngineGate {
             AgentKind::Teammate { .. } => permission::AgentKind::Teammate,
             AgentKind::Subagent { .. } => permission::AgentKind::Subagent,
         };
-        if kind == permission::AgentKind::Subagent && writes_a_plan_file(call, tool, input) {
-            return GateDecision::deny("subagents never write plan files");
-        }
         let mut context = PermissionContext::new(
             kind,
             call.mode,
@@ -117,6 +114,7 @@ impl ToolGate for EngineGate {
             AutoGateSetting::Closed
         };
         context.home_dir = self.home_dir.as_deref();
+        context.plans_dir = Some(call.plans.dir().to_path_buf());
         let decision = self.engine.decide(&context, tool.name(), input);
         GateDecision {
             verdict: decision.verdict,
@@ -129,17 +127,4 @@ impl ToolGate for EngineGate {
             },
         }
     }
-}
-
-/// A write (by any file tool) into the run's plans directory.
-fn writes_a_plan_file(call: &CallContext<'_>, tool: &dyn Tool, input: &Value) -> bool {
-    let paths = tool.accessed_paths(input).unwrap_or_default();
-    paths.iter().any(|p| {
-        p.usage == PathUse::Write
-            && call
-                .tool_context
-                .workspace()
-                .resolve_plan_file(Path::new(&p.path))
-                .is_ok_and(|resolved| call.plans.contains(&resolved))
-    })
 }

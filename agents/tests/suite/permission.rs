@@ -1,6 +1,6 @@
 //! The permission engine: the mode × agent kind × tool × input matrix, the issue's named rows,
 //! rules, the auto gate, the `Read(./.env)` plan-mode Bash rule, and "one engine decides every
-//! call" through the dispatch helper.
+//! call" through the runtime's own path (`EngineGate`, `runtime/dispatch.rs`).
 
 #![allow(
     clippy::unwrap_used,
@@ -9,12 +9,11 @@
 )]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 
 use muster_agents::permission::{
     AgentKind, AutoGateEffect, Decision, DefinitionPermissions, PermissionContext,
-    PermissionEngine, Verdict, dispatch,
+    PermissionEngine, Verdict,
 };
 use muster_agents::tools::{TOOL_NAMES, ToolContext, ToolRegistry, Workspace};
 use muster_config::settings::AutoGate;
@@ -1157,28 +1156,6 @@ fn read_deny_rule_keeps_plan_mode_bash_out_of_dot_env() {
     assert_eq!(decision.verdict, Verdict::Deny);
 }
 
-/// A hash of every file's path and content under `root`, and every directory's path.
-fn workspace_hash(root: &Path) -> u64 {
-    fn walk(directory: &Path, root: &Path, entries: &mut BTreeMap<PathBuf, Vec<u8>>) {
-        for entry in std::fs::read_dir(directory).unwrap().flatten() {
-            let path = entry.path();
-            let relative = path.strip_prefix(root).unwrap().to_path_buf();
-            let kind = entry.file_type().unwrap();
-            if kind.is_dir() {
-                entries.insert(relative, b"<dir>".to_vec());
-                walk(&path, root, entries);
-            } else {
-                entries.insert(relative, std::fs::read(&path).unwrap_or_default());
-            }
-        }
-    }
-    let mut entries = BTreeMap::new();
-    walk(root, root, &mut entries);
-    let mut hasher = DefaultHasher::new();
-    entries.hash(&mut hasher);
-    hasher.finish()
-}
-
 /// A valid call of every registered tool; the file and shell ones change the workspace.
 fn every_tool_call(name: &str) -> Value {
     match name {
@@ -1206,78 +1183,19 @@ fn every_tool_call(name: &str) -> Value {
     }
 }
 
-#[tokio::test]
-async fn one_engine_decides_every_call_and_deny_all_runs_nothing() {
-    let fixture = Fixture::new();
-    let registry = ToolRegistry::standard();
-    let tool_context = ToolContext::new(
-        fixture.workspace.clone(),
-        vec![("PATH".into(), std::env::var_os("PATH").unwrap_or_default())],
-    );
-    let deny_all: Vec<&str> = TOOL_NAMES.to_vec();
-    let deny_rules = rules(&[], &[], &deny_all);
-    let before = workspace_hash(fixture.workspace.root());
-    for mode in PermissionMode::ALL {
-        let context = PermissionContext::new(
-            AgentKind::Lead,
-            mode,
-            &fixture.workspace,
-            &deny_rules,
-            &fixture.catalog,
-        );
-        for name in registry.names() {
-            let dispatched = dispatch(
-                &fixture.engine,
-                &context,
-                &registry,
-                &tool_context,
-                name,
-                every_tool_call(name),
-            )
-            .await;
-            assert_eq!(dispatched.decision.verdict, Verdict::Deny, "{mode} {name}");
-            assert!(dispatched.decision.reason.contains("deny rule"), "{name}");
-            assert!(dispatched.output.is_none(), "{mode} {name} ran");
-            assert!(dispatched.refusal().is_some_and(|output| output.is_error));
-        }
-    }
-    assert_eq!(
-        workspace_hash(fixture.workspace.root()),
-        before,
-        "a denied call ran"
-    );
-
-    // The control: with nothing denied, the same dispatch runs the workspace-changing tools.
-    let no_rules = PermissionRules::default();
-    let context = PermissionContext::new(
-        AgentKind::Lead,
-        PermissionMode::BypassPermissions,
-        &fixture.workspace,
-        &no_rules,
-        &fixture.catalog,
-    );
-    for name in ["Write", "Bash"] {
-        let dispatched = dispatch(
-            &fixture.engine,
-            &context,
-            &registry,
-            &tool_context,
-            name,
-            every_tool_call(name),
-        )
-        .await;
-        assert_eq!(dispatched.decision.verdict, Verdict::Allow, "{name}");
-        let output = dispatched.output.unwrap();
-        assert!(!output.is_error, "{name}: {}", output.content);
-    }
-    assert_ne!(workspace_hash(fixture.workspace.root()), before);
-}
-
+/// Read-only `Bash` the runtime runs in plan mode gets the read-only git environment: a
+/// repository-configured program `git status` would start does not run (it does when the
+/// same command runs outside the engine's decision).
 #[cfg(unix)]
 #[tokio::test]
 async fn read_only_bash_runs_with_the_read_only_git_environment() {
-    let fixture = Fixture::new();
-    let root = fixture.workspace.root().to_path_buf();
+    let status = json!({"command": "git status --short"});
+    let harness = shipping_harness(vec![muster_fake_llm::Block::tool_use(
+        "Bash",
+        status.clone(),
+    )])
+    .await;
+    let root = harness.workspace();
     let git = |args: &[&str]| {
         let status = std::process::Command::new("git")
             .args(["-c", "user.email=t@example.com", "-c", "user.name=t"])
@@ -1299,39 +1217,26 @@ async fn read_only_bash_runs_with_the_read_only_git_environment() {
         .iter()
         .filter_map(|name| Some(((*name).into(), std::env::var_os(name)?)))
         .collect();
-    let tool_context = ToolContext::new(fixture.workspace.clone(), environment);
-    let registry = ToolRegistry::standard();
-    let no_rules = PermissionRules::default();
-    let context = PermissionContext::new(
-        AgentKind::Lead,
+    let calls = ship(
+        &harness,
         PermissionMode::Plan,
-        &fixture.workspace,
-        &no_rules,
-        &fixture.catalog,
-    );
-    let status = json!({"command": "git status --short"});
-    let dispatched = dispatch(
-        &fixture.engine,
-        &context,
-        &registry,
-        &tool_context,
-        "Bash",
-        status.clone(),
+        PermissionRules::default(),
+        environment.clone(),
     )
     .await;
-    assert!(
-        dispatched.decision.read_only_shell,
-        "{}",
-        dispatched.decision.reason
-    );
-    let output = dispatched.output.unwrap();
-    assert!(!output.is_error, "{}", output.content);
+    let (_, decision, reason, content) = &calls[0];
+    assert_eq!(decision, "allow", "{reason}");
+    assert!(content.contains("[exit code 0]"), "{content}");
     assert!(
         !root.join("ran-fsmonitor").exists(),
         "the fsmonitor hook ran"
     );
     // The control: the same command outside the engine's environment runs the hook.
-    let output = registry.call("Bash", &tool_context, status).await;
+    let workspace = Workspace::new(&root).unwrap();
+    let tool_context = ToolContext::new(workspace, environment);
+    let output = ToolRegistry::standard()
+        .call("Bash", &tool_context, status)
+        .await;
     assert!(!output.is_error, "{}", output.content);
     assert!(
         root.join("ran-fsmonitor").exists(),
@@ -1371,4 +1276,186 @@ fn decisions_never_panic_on_odd_input() {
             }
         }
     }
+}
+
+/// The engine, not the runtime, keeps subagents out of plan files: a write into the run's
+/// plans directory is denied in every mode, even where that directory lies inside the
+/// workspace (where path limits would let the write through), while the same subagent may
+/// write elsewhere and the lead may write its own plan file there.
+#[test]
+fn a_subagent_never_writes_a_plan_file_wherever_plans_dir_lies() {
+    let fixture = Fixture::new();
+    let root = fixture.workspace.root().to_path_buf();
+    std::fs::create_dir_all(root.join("docs/plans")).unwrap();
+    let no_rules = PermissionRules::default();
+    let write = |path: &str| json!({"file_path": path, "content": "x"});
+    for mode in PermissionMode::ALL {
+        let mut context = Agent::Subagent.context(&fixture, &no_rules, mode);
+        context.plans_dir = Some(root.join("docs/plans"));
+        let decision = fixture
+            .engine
+            .decide(&context, "Write", &write("docs/plans/main.md"));
+        assert_eq!(decision.verdict, Verdict::Deny, "{mode}");
+        assert!(
+            decision.reason.contains("subagents never write plan files"),
+            "{mode}: {}",
+            decision.reason
+        );
+    }
+    let mut context =
+        Agent::Subagent.context(&fixture, &no_rules, PermissionMode::BypassPermissions);
+    context.plans_dir = Some(root.join("docs/plans"));
+    let elsewhere = fixture.engine.decide(&context, "Write", &write("src/b.rs"));
+    assert_eq!(elsewhere.verdict, Verdict::Allow, "{}", elsewhere.reason);
+
+    let mut lead = Agent::Lead.context(&fixture, &no_rules, PermissionMode::AcceptEdits);
+    lead.plans_dir = Some(root.join("docs/plans"));
+    lead.plan_file = Some(PathBuf::from("docs/plans/main.md"));
+    let own = fixture
+        .engine
+        .decide(&lead, "Write", &write("docs/plans/main.md"));
+    assert_eq!(own.verdict, Verdict::Allow, "{}", own.reason);
+}
+
+/// A run whose workspace holds the files [`every_tool_call`]'s inputs name.
+async fn shipping_harness(calls: Vec<muster_fake_llm::Block>) -> super::harness::RunHarness {
+    use muster_fake_llm::{Block, ScriptEntry};
+    let harness = super::harness::RunHarness::setup()
+        .file("src/a.rs", "fn a() {}\n")
+        .file(".env", "SECRET=1\n")
+        .file(
+            "nb.ipynb",
+            r#"{"cells":[{"cell_type":"code","id":"c1","metadata":{},"source":["1"],"outputs":[],"execution_count":null}],"metadata":{},"nbformat":4,"nbformat_minor":5}"#,
+        )
+        .start(vec![
+            ScriptEntry::reply("main", 1, calls),
+            ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+        ])
+        .await;
+    harness
+        .member("main", muster_mailbox::MemberKind::Lead)
+        .await;
+    harness
+}
+
+/// Runs the main agent of `harness` as it ships — the runtime's loop, `EngineGate`,
+/// `runtime/dispatch.rs` — in `mode` under `rules`, with `environment` for Bash; gives back
+/// each call's `tool_call` record (tool, decision, reason, content).
+async fn ship(
+    harness: &super::harness::RunHarness,
+    mode: PermissionMode,
+    rules: PermissionRules,
+    environment: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+) -> Vec<(String, String, String, String)> {
+    use muster_agents::runtime::{AgentKind as RuntimeKind, EngineGate, PlanApprover, RunContext};
+    use std::sync::Arc;
+
+    let catalog = Arc::new(AgentCatalog::built_in().unwrap());
+    let context = Arc::new(RunContext {
+        gate: Arc::new(EngineGate::new(rules, catalog.clone(), None)),
+        environment,
+        ..harness.run_context(PlanApprover::Human)
+    });
+    let spec = super::harness::spec("main", RuntimeKind::Main, mode);
+    let mut agent = super::harness::start(context, spec, "Call the tools.").await;
+    assert_eq!(
+        super::harness::run(&mut agent).await,
+        super::harness::finished("Done.")
+    );
+    harness
+        .bodies("main")
+        .await
+        .into_iter()
+        .filter(|body| body["type"] == "tool_call")
+        .map(|body| {
+            let field = |key: &str| body[key].as_str().unwrap_or_default().to_owned();
+            (
+                field("tool"),
+                field("decision"),
+                field("reason"),
+                field("content"),
+            )
+        })
+        .collect()
+}
+
+/// [`ship`] of one call of each of `tools`, with `PATH` for Bash.
+async fn ship_calls(
+    tools: &[&str],
+    mode: PermissionMode,
+    rules: PermissionRules,
+) -> (super::harness::RunHarness, Vec<(String, String, String)>) {
+    let calls = tools
+        .iter()
+        .map(|name| muster_fake_llm::Block::tool_use(name, every_tool_call(name)))
+        .collect();
+    let harness = shipping_harness(calls).await;
+    let path = vec![("PATH".into(), std::env::var_os("PATH").unwrap_or_default())];
+    let records = ship(&harness, mode, rules, path)
+        .await
+        .into_iter()
+        .map(|(tool, decision, reason, _)| (tool, decision, reason))
+        .collect();
+    (harness, records)
+}
+
+/// Invariant 1 on the path that ships: with every tool denied, an agent whose model calls
+/// every tool in every mode gets a deny for each call and changes nothing; the control run,
+/// with nothing denied, changes the workspace through the same path.
+#[tokio::test]
+async fn one_engine_decides_every_call_the_runtime_makes_and_deny_all_runs_nothing() {
+    let deny_all: Vec<&str> = TOOL_NAMES.to_vec();
+    let every_tool = ToolRegistry::standard().names();
+    for mode in PermissionMode::ALL {
+        let (harness, calls) = ship_calls(&every_tool, mode, rules(&[], &[], &deny_all)).await;
+        let names: BTreeSet<&str> = calls.iter().map(|(tool, _, _)| tool.as_str()).collect();
+        let registered: BTreeSet<&str> = every_tool.iter().copied().collect();
+        assert_eq!(names, registered, "{mode}: one decided call per tool");
+        for (tool, decision, reason) in &calls {
+            assert_eq!(decision, "deny", "{mode} {tool}: {reason}");
+            assert!(reason.contains("deny rule"), "{mode} {tool}: {reason}");
+        }
+        // The workspace holds exactly what the harness wrote, unchanged.
+        let files = files_in(&harness.workspace());
+        let written: Vec<&str> = files.keys().map(String::as_str).collect();
+        assert_eq!(written, [".env", "nb.ipynb", "src/a.rs"], "{mode}");
+        assert_eq!(files["src/a.rs"], "fn a() {}\n", "{mode}");
+        assert_eq!(files[".env"], "SECRET=1\n", "{mode}");
+    }
+    let (harness, calls) = ship_calls(
+        &["Write", "Bash"],
+        PermissionMode::BypassPermissions,
+        PermissionRules::default(),
+    )
+    .await;
+    for tool in ["Write", "Bash"] {
+        let (_, decision, reason) = calls.iter().find(|(name, _, _)| name == tool).unwrap();
+        assert_eq!(decision, "allow", "{tool}: {reason}");
+    }
+    assert!(
+        harness.workspace().join("src/new.rs").exists(),
+        "the control Write ran"
+    );
+    assert!(
+        harness.workspace().join("src/ran-bash.txt").exists(),
+        "the control Bash ran"
+    );
+}
+
+/// Every file under `root` (relative path → content), directories left out.
+fn files_in(root: &Path) -> BTreeMap<String, String> {
+    fn walk(directory: &Path, root: &Path, files: &mut BTreeMap<String, String>) {
+        for entry in std::fs::read_dir(directory).unwrap().flatten() {
+            let path = entry.path();
+            if entry.file_type().unwrap().is_dir() {
+                walk(&path, root, files);
+            } else {
+                let relative = path.strip_prefix(root).unwrap().display().to_string();
+                files.insert(relative, std::fs::read_to_string(&path).unwrap_or_default());
+            }
+        }
+    }
+    let mut files = BTreeMap::new();
+    walk(root, root, &mut files);
+    files
 }
