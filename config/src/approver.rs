@@ -33,6 +33,23 @@ impl Approver {
     }
 }
 
+impl Approver {
+    /// The roster entry that sends this approver's answers: every policy file answers as the
+    /// reserved `policy` entry.
+    pub fn member(&self) -> &'static str {
+        match self {
+            Approver::Lead => "lead",
+            Approver::Human => "human",
+            Approver::Policy(_) => "policy",
+        }
+    }
+
+    /// Whether a request's `responder` text names a policy file.
+    pub fn names_a_policy(responder: &str) -> bool {
+        matches!(Approver::parse(responder), Ok(Approver::Policy(_)))
+    }
+}
+
 impl fmt::Display for Approver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -210,12 +210,12 @@ pub fn correlation_of(kind: &str) -> Correlation {
     }
 }
 
-/// The roster entry that sends as a responder: `policy:<path>` answers as `policy`.
+/// The roster entry that sends as a responder: `policy:<path>` answers as `policy`; a
+/// responder that is no approver (an agent answering a shutdown request) answers as itself.
 pub fn responder_member(responder: &str) -> &str {
-    if responder.starts_with("policy:") {
-        crate::types::POLICY
-    } else {
-        responder
+    match muster_config::Approver::parse(responder) {
+        Ok(approver) => approver.member(),
+        Err(_) => responder,
     }
 }
 

@@ -23,6 +23,9 @@ struct PlanDecision {
     approved: bool,
     feedback: Option<String>,
     mode: Option<PermissionMode>,
+    /// A granted mode the response named that is no mode (never dropped in silence: the
+    /// teammate is told, and works in its restored mode).
+    unreadable_mode: Option<String>,
     edited_plan: Option<String>,
     clear_context: bool,
 }
@@ -256,7 +259,9 @@ impl AgentRuntime {
         let plan_file = self.plan_file.clone().unwrap_or_default();
         let plan = read_plan(&plan_file)?;
         let body = match (&self.run.approver, &self.run.terminal) {
-            (PlanApprover::Policy { policy, .. }, _) if responder.starts_with("policy:") => {
+            (PlanApprover::Policy { policy, .. }, _)
+                if muster_config::Approver::names_a_policy(responder) =>
+            {
                 let verdict = policy.review_plan(&plan);
                 let restored = self.restored_mode(None);
                 let granted = restored.capped_at(verdict.granted_mode);
@@ -348,9 +353,15 @@ impl AgentRuntime {
         result
             .records
             .push(snapshot(&path, &plan, "approved", Some(&request_id)));
-        let (mode, note) = self
+        let (mode, mut note) = self
             .mode_after_approval(decision.mode, &decision.responder)
             .await?;
+        if let Some(unreadable) = &decision.unreadable_mode {
+            note.push_str(&format!(
+                " (the approval named mode {unreadable:?}, which is not a mode, so the mode \
+                 restored after plan mode applies)"
+            ));
+        }
         self.mode = mode;
         self.pre_plan_mode = None;
         result.records.push(Record::Mode {
@@ -473,14 +484,18 @@ fn read_decision(mail: &Mail) -> PlanDecision {
             edited_plan,
             clear_context,
             ..
-        } => PlanDecision {
-            responder: mail.sender.clone(),
-            approved,
-            feedback,
-            mode: mode.and_then(|m| m.parse().ok()),
-            edited_plan,
-            clear_context,
-        },
+        } => {
+            let parsed = mode.as_deref().map(str::parse::<PermissionMode>);
+            PlanDecision {
+                responder: mail.sender.clone(),
+                approved,
+                feedback,
+                mode: parsed.clone().and_then(Result::ok),
+                unreadable_mode: mode.filter(|_| matches!(parsed, Some(Err(_)))),
+                edited_plan,
+                clear_context,
+            }
+        }
         other => PlanDecision {
             responder: mail.sender.clone(),
             approved: false,
@@ -489,6 +504,7 @@ fn read_decision(mail: &Mail) -> PlanDecision {
                 other.kind()
             )),
             mode: None,
+            unreadable_mode: None,
             edited_plan: None,
             clear_context: false,
         },
@@ -521,5 +537,49 @@ fn terminal_response(request_id: &str, decided: TerminalPlanDecision) -> Message
             clear_context: false,
             rule: None,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use muster_mailbox::{DeliveryState, Priority};
+
+    fn response(mode: Option<&str>) -> Mail {
+        Mail {
+            key: "k".into(),
+            seq: 1,
+            run_id: "r1".into(),
+            sender: "lead".into(),
+            recipient: "alice".into(),
+            kind: "plan_approval_response".into(),
+            priority: Priority::FromLead,
+            request_id: Some("plan-alice-1".into()),
+            idempotency_key: None,
+            body: serde_json::json!({
+                "type": "plan_approval_response", "request_id": "plan-alice-1",
+                "approved": true, "mode": mode, "clear_context": false,
+            }),
+            state: DeliveryState::Leased,
+            created_at: 0,
+            leased_at: None,
+            acked_at: None,
+        }
+    }
+
+    /// A granted mode is read as a mode, or kept as what it was: never dropped in silence.
+    #[test]
+    fn a_granted_mode_that_is_no_mode_is_kept_to_be_reported() {
+        let rows = [
+            (Some("acceptEdits"), Some(PermissionMode::AcceptEdits), None),
+            (Some("superuser"), None, Some("superuser")),
+            (None, None, None),
+        ];
+        for (named, mode, unreadable) in rows {
+            let decision = read_decision(&response(named));
+            assert!(decision.approved, "{named:?}");
+            assert_eq!(decision.mode, mode, "{named:?}");
+            assert_eq!(decision.unreadable_mode.as_deref(), unreadable, "{named:?}");
+        }
     }
 }

@@ -34,8 +34,9 @@ use super::error::RuntimeResult;
 use super::events::RuntimeEvent;
 use super::gate::GateDecision;
 
-/// The names no teammate may have: the lead's and the reserved responders'.
-pub const RESERVED_NAMES: &[&str] = &["lead", "human", "policy"];
+/// The names no teammate may have: the lead's and the reserved responders' (one list, in
+/// muster-config).
+pub use muster_config::ids::RESERVED_NAMES;
 
 /// A boxed future, for [`TeamServices`]' methods.
 pub type TeamFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -373,10 +373,8 @@ impl Kind {
                     .to_string(),
             ),
             Kind::Approver => {
-                let valid = text == "human"
-                    || text
-                        .strip_prefix("policy:")
-                        .is_some_and(|file| !file.trim().is_empty());
+                // "lead" was refused above; the rest is the approver's own parse.
+                let valid = crate::approver::Approver::parse(text).is_ok();
                 if valid {
                     Ok(SettingValue::Text(text.to_string()))
                 } else {

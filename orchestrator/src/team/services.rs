@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use muster_agents::runtime::team::{
     ShutdownRequest, SpawnRequest, SpawnedTeammate, TeamFuture, TeamServices, TurnEnd,
 };
-use muster_config::{PermissionMode, PlanVerdict, Policy, RuleSubject};
+use muster_config::{Approver, PermissionMode, PlanVerdict, Policy, RuleSubject};
 use muster_mailbox::decide::{Waiter, decide};
 use muster_mailbox::{
     CommitTurn, CommitTurnOutcome, MemberKind, Message, MessageBody, MessageFilter, NewMessage,
@@ -110,7 +110,7 @@ impl Team {
         let Some(responder) = body.responder() else {
             return;
         };
-        if responder.starts_with("policy:") {
+        if Approver::names_a_policy(responder) {
             if let Some(team) = self.me.upgrade() {
                 tokio::spawn(async move { team.decide_by_policy(&request_id).await });
             }
@@ -130,7 +130,7 @@ impl Team {
         for request in self.store.requests(self.run_id()).await? {
             if request.response.is_none()
                 && request.requester != LEAD
-                && request.responder.starts_with("policy:")
+                && Approver::names_a_policy(&request.responder)
             {
                 self.decide_by_policy(&request.request_id).await;
             }
@@ -436,10 +436,10 @@ impl Team {
         if request.response.is_some() {
             return Ok(());
         }
-        let Some(path) = request.responder.strip_prefix("policy:") else {
+        let Ok(Approver::Policy(path)) = Approver::parse(&request.responder) else {
             return Ok(());
         };
-        let policy = self.policy(Path::new(path))?;
+        let policy = self.policy(&path)?;
         let body = match MessageBody::from_stored(&request.kind, &request.body) {
             MessageBody::PlanApprovalRequest { plan, .. } => {
                 let verdict = policy.review_plan(&plan);
