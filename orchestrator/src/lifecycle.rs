@@ -79,6 +79,37 @@ pub(crate) fn budget_exceeded(error: &anyhow::Error) -> Option<BudgetExceeded> {
     })
 }
 
+/// `muster run`'s typed request: a team run when there is a team file (`--team`, else
+/// `muster.team.toml` at the project root), else a single-agent run.
+pub(crate) fn run(
+    global: &crate::cli::GlobalArgs,
+    flags: crate::single_run::RunFlags,
+) -> anyhow::Result<Exit> {
+    match crate::team::team_file_for(global, flags.team.as_deref())? {
+        Some(team_file) => crate::team::run(global, flags, team_file),
+        None => crate::single_run::run(global, flags),
+    }
+}
+
+/// `muster resume`'s typed request: the run is picked and checked once, and its kind says who
+/// drives it.
+pub(crate) fn resume(
+    global: &crate::cli::GlobalArgs,
+    flags: crate::single_run::ResumeFlags,
+) -> anyhow::Result<Exit> {
+    let project = Project::locate(global)?;
+    let record = {
+        let store = project.open_store()?;
+        let runtime = crate::single_run::tokio_runtime()?;
+        runtime.block_on(pick_run(store.as_ref(), &project, flags.run.as_deref()))?
+    };
+    if record.team.is_some() {
+        crate::team::resume(global, &flags, record)
+    } else {
+        crate::single_run::resume(global, flags, record)
+    }
+}
+
 /// The run `muster resume [RUN]` continues: the one named, else the newest unfinished one;
 /// refused when it is finished or live in another process.
 pub(crate) async fn pick_run(

@@ -193,6 +193,8 @@ pub struct RunFlags {
     pub record: Option<PathBuf>,
     pub output: String,
     pub max_duration: Option<u64>,
+    /// The batch line the run is (`"<file>#<id>"`): set only by a batch line's child.
+    pub batch_line_id: Option<String>,
 }
 
 /// Flags of `muster resume`.
@@ -281,7 +283,7 @@ pub fn run(global: &GlobalArgs, flags: RunFlags) -> anyhow::Result<Exit> {
         run,
     };
     let session = Session::prepare(project, catalog, launch, output)?;
-    session.execute(None)
+    session.execute(None, flags.batch_line_id)
 }
 
 /// `muster resume [RUN]` of a single-agent run: `record` is the run `muster resume` picked
@@ -306,7 +308,7 @@ pub fn resume(global: &GlobalArgs, flags: ResumeFlags, record: RunRecord) -> any
     };
     let catalog = load_catalog(&project)?;
     let session = Session::prepare(project, catalog, launch, output)?;
-    session.execute(Some(record))
+    session.execute(Some(record), None)
 }
 
 fn load_catalog(project: &Project) -> anyhow::Result<AgentCatalog> {
@@ -373,11 +375,23 @@ impl Session {
         })
     }
 
-    fn execute(self, existing: Option<RunRecord>) -> anyhow::Result<Exit> {
-        drive_to_end(tokio_runtime()?, self.execute_async(existing))
+    /// Runs a new run (its batch line, when it is one) or continues `existing`.
+    fn execute(
+        self,
+        existing: Option<RunRecord>,
+        batch_line_id: Option<String>,
+    ) -> anyhow::Result<Exit> {
+        drive_to_end(
+            tokio_runtime()?,
+            self.execute_async(existing, batch_line_id),
+        )
     }
 
-    async fn execute_async(self, existing: Option<RunRecord>) -> anyhow::Result<Exit> {
+    async fn execute_async(
+        self,
+        existing: Option<RunRecord>,
+        batch_line_id: Option<String>,
+    ) -> anyhow::Result<Exit> {
         let mut interrupts = Interrupts::install();
         let env = process_env();
         let parts = self.parts(&env, existing.is_some())?;
@@ -389,7 +403,7 @@ impl Session {
                 true,
             ),
             None => {
-                let (id, plans) = self.create_run(store.as_ref()).await?;
+                let (id, plans) = self.create_run(store.as_ref(), batch_line_id).await?;
                 (id, plans, false)
             }
         };
@@ -448,7 +462,11 @@ impl Session {
         Ok(ending.exit)
     }
 
-    async fn create_run(&self, store: &dyn MailboxStore) -> anyhow::Result<(String, PlanFiles)> {
+    async fn create_run(
+        &self,
+        store: &dyn MailboxStore,
+        batch_line_id: Option<String>,
+    ) -> anyhow::Result<(String, PlanFiles)> {
         let mut rng = fastrand::Rng::new();
         let plans = PlanFiles::reserve(self.project.plans_dir(), &mut rng)?;
         let settings = &self.project.settings;
@@ -464,7 +482,7 @@ impl Session {
                 slug: plans.slug().to_owned(),
                 team: None,
                 workspace: self.launch.run.workspace.display().to_string(),
-                batch_line_id: crate::batch::line_id(),
+                batch_line_id,
                 auto_gate,
                 launch_options: serde_json::to_value(&self.launch)?,
             })

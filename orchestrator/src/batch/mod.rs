@@ -27,28 +27,20 @@ use std::ffi::OsString;
 use std::io::{BufRead as _, BufReader, IsTerminal as _, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex};
 
-use clap::Parser as _;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use muster_mailbox::{MailboxStore, RunRecord, SqliteStore};
 use serde_json::Value;
 
+use crate::cli::GlobalArgs;
 use crate::cli::config::project_root;
-use crate::cli::{Cli, GlobalArgs};
 use crate::exit::{Exit, ExitError};
 use crate::project::Project;
+use crate::single_run::{ResumeFlags, RunFlags};
 use file::{BatchFile, BatchLine};
 use output::BatchOutput;
 use results::{ResultLine, Results};
-
-static LINE_ID: OnceLock<String> = OnceLock::new();
-
-/// The `batch_line_id` a run created by this process records: set only in the child process
-/// of a batch line (`muster batch FILE --line ID`), `None` everywhere else.
-pub fn line_id() -> Option<String> {
-    LINE_ID.get().cloned()
-}
 
 /// What `muster batch` was asked to do.
 #[derive(Debug, Clone)]
@@ -475,30 +467,31 @@ pub fn run_line(
     let line = batch
         .line(id)
         .ok_or_else(|| usage(format!("the batch file has no line with id {id:?}")))?;
-    let _ = LINE_ID.set(batch.line_key(id));
     exit_when_the_batch_dies();
-    let mut argv: Vec<OsString> = vec!["muster".into()];
+    // The line's run, as a typed request (no argv round trip through clap): its stream-json
+    // events on stdout are what the batch reads.
+    let output = "stream-json".to_owned();
     match resume {
-        Some(run_id) => argv.extend(["resume".into(), run_id.into()]),
-        None => {
-            argv.push("run".into());
-            argv.push(format!("--prompt={}", line.prompt).into());
-            let mut workspace = OsString::from("--workspace=");
-            workspace.push(&line.workspace);
-            argv.push(workspace);
-            if let Some(team) = &line.team {
-                let mut flag = OsString::from("--team=");
-                flag.push(team);
-                argv.push(flag);
-            }
-        }
+        Some(run_id) => crate::lifecycle::resume(
+            global,
+            ResumeFlags {
+                run: Some(run_id.to_owned()),
+                output,
+                ..ResumeFlags::default()
+            },
+        ),
+        None => crate::lifecycle::run(
+            global,
+            RunFlags {
+                prompt: line.prompt.clone(),
+                team: line.team.clone(),
+                workspace: Some(line.workspace.clone()),
+                output,
+                batch_line_id: Some(batch.line_key(id)),
+                ..RunFlags::default()
+            },
+        ),
     }
-    argv.extend(["--output".into(), "stream-json".into()]);
-    let parsed = Cli::try_parse_from(argv).map_err(|e| usage(e.to_string()))?;
-    crate::cli::dispatch(Cli {
-        global: global.clone(),
-        command: parsed.command,
-    })
 }
 
 /// The batch holds the write end of this process's stdin: when it closes (the batch exited

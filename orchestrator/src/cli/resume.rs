@@ -27,20 +27,5 @@ pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
         max_duration: args.max_duration,
         output: args.output,
     };
-    // The run is picked and checked once; its kind says who drives it.
-    let project = crate::project::Project::locate(global)?;
-    let record = {
-        let store = project.open_store()?;
-        let runtime = crate::single_run::tokio_runtime()?;
-        runtime.block_on(crate::lifecycle::pick_run(
-            store.as_ref(),
-            &project,
-            flags.run.as_deref(),
-        ))?
-    };
-    if record.team.is_some() {
-        crate::team::resume(global, &flags, record)
-    } else {
-        crate::single_run::resume(global, flags, record)
-    }
+    crate::lifecycle::resume(global, flags)
 }

@@ -51,7 +51,6 @@ pub struct Args {
 }
 
 pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
-    let team_file = crate::team::team_file_for(global, args.team.as_deref())?;
     let flags = RunFlags {
         prompt: args.prompt,
         team: args.team,
@@ -67,9 +66,7 @@ pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
         record: args.record,
         output: args.output,
         max_duration: args.max_duration,
+        batch_line_id: None,
     };
-    match team_file {
-        Some(team_file) => crate::team::run(global, flags, team_file),
-        None => crate::single_run::run(global, flags),
-    }
+    crate::lifecycle::run(global, flags)
 }

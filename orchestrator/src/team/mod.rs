@@ -134,9 +134,12 @@ pub fn run(global: &GlobalArgs, flags: RunFlags, team_path: PathBuf) -> anyhow::
         team_text: team.text.clone(),
         run,
     };
+    let new = NewTeamRun {
+        batch_line_id: flags.batch_line_id,
+    };
     crate::single_run::drive_to_end(
         crate::single_run::tokio_runtime()?,
-        execute(project, Arc::new(catalog), team, launch, output, None),
+        execute(project, Arc::new(catalog), team, launch, output, Err(new)),
     )
 }
 
@@ -176,7 +179,7 @@ pub fn resume(
         &catalog,
     )
     .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
-    let resumed = Some(Resumed { record });
+    let resumed = Ok(Resumed { record });
     crate::single_run::drive_to_end(
         runtime,
         execute(project, Arc::new(catalog), team, launch, output, resumed),
@@ -186,6 +189,12 @@ pub fn resume(
 /// A run `muster resume` continues (its launch options already carry the resume's flags).
 struct Resumed {
     record: muster_mailbox::RunRecord,
+}
+
+/// What a new team run records beside its launch options.
+struct NewTeamRun {
+    /// Its batch line, when a batch line's child starts it.
+    batch_line_id: Option<String>,
 }
 
 impl Ending {
@@ -240,17 +249,17 @@ async fn execute(
     team_file: TeamFile,
     launch: TeamLaunch,
     output: OutputFormat,
-    existing: Option<Resumed>,
+    existing: Result<Resumed, NewTeamRun>,
 ) -> anyhow::Result<Exit> {
     let mut interrupts = Interrupts::install();
     let store: Arc<dyn MailboxStore> = project.open_store()?;
-    let resumed = existing.is_some();
+    let resumed = existing.is_ok();
     let (run_id, plans) = match &existing {
-        Some(Resumed { record }) => {
+        Ok(Resumed { record }) => {
             let plans = PlanFiles::new(project.plans_dir(), &record.slug);
             (record.id.clone(), plans)
         }
-        None => create_run(&project, &store, &team_file, &launch).await?,
+        Err(new) => create_run(&project, &store, &team_file, &launch, new).await?,
     };
     // Spend already recorded (a resume) counts against the budgets, so limits hold across a
     // crash; the ledger knows the deadline too (no model request after it).
@@ -265,7 +274,10 @@ async fn execute(
         &store,
         &run_id,
         "team",
-        existing.as_ref().map(|resumed| (&resumed.record, &launch)),
+        existing
+            .as_ref()
+            .ok()
+            .map(|resumed| (&resumed.record, &launch)),
         env.get("XDG_RUNTIME_DIR").map(PathBuf::from),
     )
     .await?;
@@ -387,6 +399,7 @@ async fn create_run(
     store: &Arc<dyn MailboxStore>,
     team_file: &TeamFile,
     launch: &TeamLaunch,
+    new: &NewTeamRun,
 ) -> anyhow::Result<(String, PlanFiles)> {
     let mut rng = fastrand::Rng::new();
     let plans = PlanFiles::reserve(project.plans_dir(), &mut rng)?;
@@ -398,7 +411,7 @@ async fn create_run(
             slug: plans.slug().to_owned(),
             team: Some(team_file.name.clone()),
             workspace: launch.run.workspace.display().to_string(),
-            batch_line_id: crate::batch::line_id(),
+            batch_line_id: new.batch_line_id.clone(),
             auto_gate: AutoGate {
                 open: settings.auto_gate.value == AutoGateSetting::Open,
                 consecutive_denials: 0,
