@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use muster_agents::budget::BudgetExceeded;
 use muster_mailbox::live::LiveRun;
@@ -83,7 +84,7 @@ pub(crate) fn budget_exceeded(error: &anyhow::Error) -> Option<BudgetExceeded> {
 /// `muster.team.toml` at the project root), else a single-agent run.
 pub(crate) fn run(
     global: &crate::cli::GlobalArgs,
-    flags: crate::single_run::RunFlags,
+    flags: crate::launch::RunFlags,
 ) -> anyhow::Result<Exit> {
     match crate::team::team_file_for(global, flags.team.as_deref())? {
         Some(team_file) => crate::team::run(global, flags, team_file),
@@ -95,12 +96,12 @@ pub(crate) fn run(
 /// drives it.
 pub(crate) fn resume(
     global: &crate::cli::GlobalArgs,
-    flags: crate::single_run::ResumeFlags,
+    flags: crate::launch::ResumeFlags,
 ) -> anyhow::Result<Exit> {
     let project = Project::locate(global)?;
     let record = {
         let store = project.open_store()?;
-        let runtime = crate::single_run::tokio_runtime()?;
+        let runtime = crate::lifecycle::tokio_runtime()?;
         runtime.block_on(pick_run(store.as_ref(), &project, flags.run.as_deref()))?
     };
     if record.team.is_some() {
@@ -204,6 +205,44 @@ pub(crate) async fn finish(
         ending.result["error"].as_str(),
     );
     Ok(())
+}
+
+/// The runtime every run drives its agents on.
+pub(crate) fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// Runs a run's `future` to its end on `runtime`, then shuts the runtime down without
+/// waiting on a blocking call that cannot end by itself (a terminal prompt cut by Ctrl-C):
+/// dropping a runtime would wait for it forever.
+pub(crate) fn drive_to_end<T>(
+    runtime: tokio::runtime::Runtime,
+    future: impl std::future::Future<Output = T>,
+) -> T {
+    let output = runtime.block_on(future);
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    output
+}
+
+/// The project's AGENTS.md / CLAUDE.md, joined (empty when there are none or they cannot be
+/// read: loading already warned).
+pub(crate) fn project_instructions(project: &Project) -> String {
+    muster_config::ProjectInstructions::load(
+        &project.root,
+        project.settings.instructions_max_bytes.value,
+    )
+    .map(|loaded| {
+        loaded
+            .value
+            .files
+            .iter()
+            .map(|f| f.content.clone())
+            .collect::<Vec<_>>()
+            .join("\n\n")
+    })
+    .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -11,17 +11,14 @@ use std::time::Duration;
 
 use muster_agents::budget::BudgetLedger;
 use muster_agents::compaction::CompactionConfig;
-use muster_agents::model::{
-    ModelProvider, ProviderOptions, Recorder, ScriptOptions, ThinkingSettings, build_provider,
-};
 use muster_agents::runtime::{
     AgentKind, AgentOutcome, AgentRuntime, AgentSpec, CompactionPolicy, DEFAULT_MAX_SUBAGENTS,
-    EngineGate, EventSink, ModeModel, ModelRouter, PlanApprover, PlanFiles, RunContext,
-    RuntimeEvent, Terminal, TerminalPlanDecision,
+    EngineGate, EventSink, ModelRouter, PlanApprover, PlanFiles, RunContext, RuntimeEvent,
+    Terminal, TerminalPlanDecision,
 };
 use muster_agents::tools::{ToolRegistry, Workspace};
-use muster_config::settings::{AutoGate as AutoGateSetting, CliOverrides, ProviderKind};
-use muster_config::{AgentCatalog, Approver, PermissionMode, ProjectInstructions};
+use muster_config::settings::AutoGate as AutoGateSetting;
+use muster_config::{AgentCatalog, Approver, PermissionMode};
 use muster_mailbox::{
     AutoGate, MailboxStore, MemberKind, NewRun, RosterEntry, RunRecord, RunStatus,
 };
@@ -32,10 +29,11 @@ use tokio::sync::Semaphore;
 use crate::cli::GlobalArgs;
 use crate::cli::config::{load_settings, print_warnings, process_env, project_root};
 use crate::exit::{Exit, ExitError};
-use crate::lifecycle::{self, Ending};
+use crate::launch::{OutputFormat, ResumeFlags, RunFlags, RunLaunch, overrides_from};
+use crate::lifecycle::{self, Ending, drive_to_end, project_instructions, tokio_runtime};
+use crate::models::{Recording, model_router};
 use crate::project::Project;
 use crate::signals::Interrupts;
-use crate::stored_policies::StoredPolicies;
 use crate::stream_json;
 use crate::stream_json::now_ms;
 
@@ -54,206 +52,8 @@ pub struct LaunchOptions {
     pub run: RunLaunch,
 }
 
-/// The launch options single and team runs share (flattened into either's stored JSON).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunLaunch {
-    pub workspace: PathBuf,
-    /// The main agent's (a team's lead's) mode.
-    pub permission_mode: PermissionMode,
-    pub approver: String,
-    pub plan_provider: String,
-    pub plan_model: String,
-    pub act_provider: String,
-    pub act_model: String,
-    pub base_url: Option<String>,
-    pub cassette: Option<PathBuf>,
-    pub strict: bool,
-    pub record: Option<PathBuf>,
-    /// Absolute deadline, milliseconds since the Unix epoch.
-    pub deadline_ms: Option<i64>,
-    /// Every policy the run's approvers name, as read at its start: its decisions use these
-    /// copies (a run stored before they were kept reads the files).
-    #[serde(default, skip_serializing_if = "StoredPolicies::is_empty")]
-    pub policies: StoredPolicies,
-}
-
-impl RunLaunch {
-    /// From the flags and the loaded settings; `definition_mode` is the main agent's (or the
-    /// lead's) own `permissionMode`, which a `--permission-mode` flag overrides.
-    pub(crate) fn from_flags(
-        flags: &RunFlags,
-        project: &Project,
-        definition_mode: Option<PermissionMode>,
-    ) -> anyhow::Result<RunLaunch> {
-        let settings = &project.settings;
-        let permission_mode = match &flags.permission_mode {
-            Some(_) => settings.permission_mode.value,
-            None => definition_mode.unwrap_or(settings.permission_mode.value),
-        };
-        let workspace = match &flags.workspace {
-            Some(dir) => std::path::absolute(dir)?,
-            None => project.root.path().to_path_buf(),
-        };
-        let max_duration =
-            flags
-                .max_duration
-                .or(settings.budgets.run_duration_secs.as_ref().map(|s| s.value));
-        Ok(RunLaunch {
-            workspace,
-            permission_mode,
-            approver: settings.approver.value.to_string(),
-            plan_provider: settings.plan.provider.value.as_str().to_owned(),
-            plan_model: settings.plan.model.value.clone(),
-            act_provider: settings.act.provider.value.as_str().to_owned(),
-            act_model: settings.act.model.value.clone(),
-            base_url: flags.base_url.clone(),
-            cassette: settings.script.cassette.as_ref().map(|c| c.value.clone()),
-            strict: flags.strict,
-            record: flags.record.as_ref().map(std::path::absolute).transpose()?,
-            deadline_ms: max_duration.map(deadline_after),
-            policies: StoredPolicies::read(project.root.path(), [&settings.approver.value])?,
-        })
-    }
-
-    /// On resume: says which stored policies no longer match their file.
-    pub(crate) fn warn_of_changed_policies(&self, root: &Path) {
-        for warning in self.policies.changed_since_stored(root) {
-            eprintln!("muster: warning: {warning}");
-        }
-    }
-
-    /// What `muster resume`'s flags override: the base URL, the cassette, a new deadline.
-    pub(crate) fn apply_resume_flags(&mut self, flags: &ResumeFlags) -> std::io::Result<()> {
-        if let Some(url) = &flags.base_url {
-            self.base_url = Some(url.clone());
-        }
-        if let Some(cassette) = &flags.cassette {
-            self.cassette = Some(std::path::absolute(cassette)?);
-        }
-        if let Some(secs) = flags.max_duration {
-            self.deadline_ms = Some(deadline_after(secs));
-        }
-        Ok(())
-    }
-
-    /// The settings layer a resumed run (single or team) rebuilds from its launch options.
-    pub(crate) fn overrides(&self) -> CliOverrides {
-        let from = "the run's launch options";
-        let mut overrides = CliOverrides::new()
-            .set("plan.provider", &self.plan_provider, from)
-            .set("plan.model", &self.plan_model, from)
-            .set("act.provider", &self.act_provider, from)
-            .set("act.model", &self.act_model, from)
-            .approver(&self.approver);
-        if let Some(url) = &self.base_url {
-            overrides = overrides.base_url("anthropic", url).base_url("openai", url);
-        }
-        if let Some(cassette) = &self.cassette {
-            overrides = overrides.cassette(cassette.display().to_string());
-        }
-        overrides
-    }
-}
-
-/// The project's AGENTS.md / CLAUDE.md, joined (empty when there are none or they cannot be
-/// read: loading already warned).
-pub(crate) fn project_instructions(project: &Project) -> String {
-    ProjectInstructions::load(&project.root, project.settings.instructions_max_bytes.value)
-        .map(|loaded| {
-            loaded
-                .value
-                .files
-                .iter()
-                .map(|f| f.content.clone())
-                .collect::<Vec<_>>()
-                .join("\n\n")
-        })
-        .unwrap_or_default()
-}
-
-/// The absolute deadline `secs` seconds from now.
-fn deadline_after(secs: u64) -> i64 {
-    now_ms() + (secs as i64) * 1000
-}
-
-/// What the user asked for on the command line.
-#[derive(Debug, Clone, Default)]
-pub struct RunFlags {
-    pub prompt: String,
-    pub team: Option<PathBuf>,
-    pub agent: Option<String>,
-    pub workspace: Option<PathBuf>,
-    pub permission_mode: Option<String>,
-    pub approver: Option<String>,
-    pub provider: Option<String>,
-    pub base_url: Option<String>,
-    pub model: Option<String>,
-    pub cassette: Option<PathBuf>,
-    pub strict: bool,
-    pub record: Option<PathBuf>,
-    pub output: String,
-    pub max_duration: Option<u64>,
-    /// The batch line the run is (`"<file>#<id>"`): set only by a batch line's child.
-    pub batch_line_id: Option<String>,
-}
-
-/// Flags of `muster resume`.
-#[derive(Debug, Clone, Default)]
-pub struct ResumeFlags {
-    pub run: Option<String>,
-    pub base_url: Option<String>,
-    pub cassette: Option<PathBuf>,
-    pub max_duration: Option<u64>,
-    pub output: String,
-}
-
-/// `--output`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OutputFormat {
-    Text,
-    Json,
-    StreamJson,
-}
-
-impl OutputFormat {
-    pub fn parse(text: &str) -> anyhow::Result<OutputFormat> {
-        match text {
-            "text" => Ok(OutputFormat::Text),
-            "json" => Ok(OutputFormat::Json),
-            "stream-json" => Ok(OutputFormat::StreamJson),
-            other => Err(usage(format!(
-                "--output: expected text, json or stream-json, found {other:?}"
-            ))),
-        }
-    }
-}
-
 fn usage(message: impl Into<String>) -> anyhow::Error {
     ExitError::new(Exit::Usage, message).into()
-}
-
-/// The command-line settings layer of `muster run` (single or team).
-pub(crate) fn overrides_from(flags: &RunFlags) -> anyhow::Result<CliOverrides> {
-    let mut overrides = CliOverrides::new();
-    if let Some(mode) = &flags.permission_mode {
-        overrides = overrides.permission_mode(mode);
-    }
-    if let Some(approver) = &flags.approver {
-        overrides = overrides.approver(approver);
-    }
-    if let Some(provider) = &flags.provider {
-        overrides = overrides.provider(provider);
-    }
-    if let Some(model) = &flags.model {
-        overrides = overrides.model(model);
-    }
-    if let Some(url) = &flags.base_url {
-        overrides = overrides.base_url("anthropic", url).base_url("openai", url);
-    }
-    if let Some(cassette) = &flags.cassette {
-        overrides = overrides.cassette(std::path::absolute(cassette)?.display().to_string());
-    }
-    Ok(overrides)
 }
 
 /// `muster run -p` with no team (the CLI sends team runs to `crate::team::run`).
@@ -316,24 +116,6 @@ fn load_catalog(project: &Project) -> anyhow::Result<AgentCatalog> {
         .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
     print_warnings(&loaded.warnings);
     Ok(loaded.value)
-}
-
-pub(crate) fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?)
-}
-
-/// Runs a run's `future` to its end on `runtime`, then shuts the runtime down without
-/// waiting on a blocking call that cannot end by itself (a terminal prompt cut by Ctrl-C):
-/// dropping a runtime would wait for it forever.
-pub(crate) fn drive_to_end<T>(
-    runtime: tokio::runtime::Runtime,
-    future: impl std::future::Future<Output = T>,
-) -> T {
-    let output = runtime.block_on(future);
-    runtime.shutdown_timeout(Duration::from_millis(500));
-    output
 }
 
 /// A run about to start or continue.
@@ -777,89 +559,6 @@ impl Terminal for StdinTerminal {
             Some("y") | Some("yes")
         )
     }
-}
-
-/// Whether a run records the model's replies into a cassette (`--record`).
-pub(crate) enum Recording<'a> {
-    Off,
-    /// Start a new cassette.
-    New(&'a Path),
-    /// Append to the cassette of an earlier part of the run.
-    Append(&'a Path),
-}
-
-impl<'a> Recording<'a> {
-    /// A run's recording (single or team): a new run starts a fresh cassette at `path`
-    /// (replacing what was there); a resumed run appends to it.
-    pub(crate) fn of(path: Option<&'a Path>, resumed: bool) -> Recording<'a> {
-        match path {
-            Some(path) if resumed => Recording::Append(path),
-            Some(path) => Recording::New(path),
-            None => Recording::Off,
-        }
-    }
-}
-
-/// The model of each mode (Cline's plan/act split), one provider per kind shared by both
-/// modes; the `script` provider replays with the drift hash hiding run ids and slugs.
-pub(crate) fn model_router(
-    settings: &muster_config::Settings,
-    env: &BTreeMap<String, String>,
-    strict: bool,
-    recording: Recording<'_>,
-) -> anyhow::Result<ModelRouter> {
-    let lookup = |name: &str| env.get(name).cloned();
-    let options = ProviderOptions {
-        script: ScriptOptions {
-            strict,
-            redactions: crate::ids::hash_redactions(),
-        },
-        ..ProviderOptions::default()
-    };
-    let mut built: BTreeMap<&'static str, Arc<dyn ModelProvider>> = BTreeMap::new();
-    let mut model_for = |mode: PermissionMode| -> anyhow::Result<ModeModel> {
-        let mode_settings = settings.mode(mode);
-        let kind: ProviderKind = mode_settings.provider.value;
-        let provider = match built.get(kind.as_str()) {
-            Some(provider) => provider.clone(),
-            None => {
-                let provider = build_provider(kind, settings, &lookup, &options)
-                    .map_err(|e| usage(e.to_string()))?;
-                let provider: Arc<dyn ModelProvider> = match recording {
-                    Recording::Off => provider,
-                    Recording::New(path) => Arc::new(
-                        Recorder::create(provider, path, crate::ids::hash_redactions())
-                            .map_err(|e| usage(e.to_string()))?,
-                    ),
-                    Recording::Append(path) => Arc::new(
-                        Recorder::append(provider, path, crate::ids::hash_redactions())
-                            .map_err(|e| usage(e.to_string()))?,
-                    ),
-                };
-                built.insert(kind.as_str(), provider.clone());
-                provider
-            }
-        };
-        let model = mode_settings.model.value.clone();
-        let max_tokens = settings
-            .models
-            .get(&model)
-            .and_then(|info| info.max_output)
-            .unwrap_or(8192);
-        Ok(ModeModel {
-            provider,
-            model,
-            max_tokens,
-            thinking: ThinkingSettings {
-                budget_tokens: mode_settings.thinking_budget.as_ref().map(|s| s.value),
-                effort: mode_settings.reasoning_effort.as_ref().map(|s| s.value),
-            },
-        })
-    };
-    Ok(ModelRouter {
-        plan: model_for(PermissionMode::Plan)?,
-        act: model_for(PermissionMode::Default)?,
-    })
 }
 
 #[cfg(test)]

@@ -36,8 +36,8 @@ use serde_json::Value;
 use crate::cli::GlobalArgs;
 use crate::cli::config::project_root;
 use crate::exit::{Exit, ExitError};
+use crate::launch::{ResumeFlags, RunFlags};
 use crate::project::Project;
-use crate::single_run::{ResumeFlags, RunFlags};
 use file::{BatchFile, BatchLine};
 use output::BatchOutput;
 use results::{ResultLine, Results};
@@ -49,7 +49,7 @@ pub struct BatchOptions {
     pub concurrency: usize,
     pub out: Option<PathBuf>,
     /// `--output`: what stdout carries for each run (`None`: the result lines).
-    pub output: Option<crate::single_run::OutputFormat>,
+    pub output: Option<crate::launch::OutputFormat>,
 }
 
 fn usage(message: impl Into<String>) -> anyhow::Error {

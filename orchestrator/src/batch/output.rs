@@ -16,7 +16,7 @@ use std::io::Write as _;
 use serde_json::{Map, Value, json};
 
 use super::results::ResultLine;
-use crate::single_run::OutputFormat;
+use crate::launch::OutputFormat;
 use crate::stream_json::now_ms;
 
 /// Stdout of a batch.

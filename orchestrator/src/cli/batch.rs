@@ -38,7 +38,7 @@ pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
                 output: args
                     .output
                     .as_deref()
-                    .map(crate::single_run::OutputFormat::parse)
+                    .map(crate::launch::OutputFormat::parse)
                     .transpose()?,
             },
         ),

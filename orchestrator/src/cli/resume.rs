@@ -2,7 +2,7 @@
 
 use crate::cli::GlobalArgs;
 use crate::exit::Exit;
-use crate::single_run::ResumeFlags;
+use crate::launch::ResumeFlags;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

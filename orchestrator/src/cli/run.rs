@@ -2,7 +2,7 @@
 
 use crate::cli::GlobalArgs;
 use crate::exit::Exit;
-use crate::single_run::RunFlags;
+use crate::launch::RunFlags;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

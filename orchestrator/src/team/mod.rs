@@ -54,11 +54,11 @@ use tokio::task::JoinHandle;
 use crate::cli::GlobalArgs;
 use crate::cli::config::{load_settings, print_warnings, process_env, project_root};
 use crate::exit::{Exit, ExitError};
+use crate::launch::RunLaunch;
+use crate::launch::{OutputFormat, RunFlags};
 use crate::lifecycle::{self, Ending};
 use crate::project::Project;
 use crate::signals::Interrupts;
-use crate::single_run::RunLaunch;
-use crate::single_run::{OutputFormat, RunFlags};
 use crate::stored_policies::StoredPolicies;
 
 use printer::{TeamPrinter, now_ms};
@@ -99,7 +99,7 @@ pub struct TeamLaunch {
 pub fn run(global: &GlobalArgs, flags: RunFlags, team_path: PathBuf) -> anyhow::Result<Exit> {
     let output = OutputFormat::parse(&flags.output)?;
     let root = project_root(global)?;
-    let loaded = load_settings(global, &root, crate::single_run::overrides_from(&flags)?)?;
+    let loaded = load_settings(global, &root, crate::launch::overrides_from(&flags)?)?;
     print_warnings(&loaded.warnings);
     let project = Project {
         root,
@@ -137,8 +137,8 @@ pub fn run(global: &GlobalArgs, flags: RunFlags, team_path: PathBuf) -> anyhow::
     let new = NewTeamRun {
         batch_line_id: flags.batch_line_id,
     };
-    crate::single_run::drive_to_end(
-        crate::single_run::tokio_runtime()?,
+    crate::lifecycle::drive_to_end(
+        crate::lifecycle::tokio_runtime()?,
         execute(project, Arc::new(catalog), team, launch, output, Err(new)),
     )
 }
@@ -147,10 +147,10 @@ pub fn run(global: &GlobalArgs, flags: RunFlags, team_path: PathBuf) -> anyhow::
 /// checked ([`crate::lifecycle::pick_run`]).
 pub fn resume(
     global: &GlobalArgs,
-    flags: &crate::single_run::ResumeFlags,
+    flags: &crate::launch::ResumeFlags,
     record: muster_mailbox::RunRecord,
 ) -> anyhow::Result<Exit> {
-    let runtime = crate::single_run::tokio_runtime()?;
+    let runtime = crate::lifecycle::tokio_runtime()?;
     let output = OutputFormat::parse(&flags.output)?;
     let mut launch: TeamLaunch =
         serde_json::from_value(record.launch_options.clone()).map_err(|e| {
@@ -180,7 +180,7 @@ pub fn resume(
     )
     .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
     let resumed = Ok(Resumed { record });
-    crate::single_run::drive_to_end(
+    crate::lifecycle::drive_to_end(
         runtime,
         execute(project, Arc::new(catalog), team, launch, output, resumed),
     )

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use muster_agents::runtime::{EventSink, RuntimeEvent};
 use serde_json::{Value, json};
 
-use crate::single_run::OutputFormat;
+use crate::launch::OutputFormat;
 use crate::stream_json;
 
 pub(crate) use crate::stream_json::now_ms;

@@ -17,8 +17,8 @@ use muster_mailbox::MailboxStore;
 use tokio::sync::Semaphore;
 
 use crate::exit::{Exit, ExitError};
+use crate::models::{Recording, model_router};
 use crate::project::Project;
-use crate::single_run::{Recording, model_router};
 
 use super::TeamLaunch;
 
@@ -57,7 +57,7 @@ pub(crate) fn run_context(parts: ContextParts<'_>) -> anyhow::Result<RunContext>
             responder: settings.approver.value.to_string(),
         },
     };
-    let instructions = crate::single_run::project_instructions(parts.project);
+    let instructions = crate::lifecycle::project_instructions(parts.project);
     let workspace = Workspace::new(&parts.launch.run.workspace)
         .map_err(|e| usage(format!("--workspace: {e}")))?;
     Ok(RunContext {

@@ -1,0 +1,200 @@
+//! What a run is started with: the typed requests of `muster run` and `muster resume`
+//! ([`RunFlags`], [`ResumeFlags`]; the clap types in `cli/` turn into these), the launch
+//! options single and team runs share and store with the run ([`RunLaunch`]), and `--output`.
+
+use std::path::{Path, PathBuf};
+
+use muster_config::PermissionMode;
+use muster_config::settings::CliOverrides;
+use serde::{Deserialize, Serialize};
+
+use crate::exit::{Exit, ExitError};
+use crate::project::Project;
+use crate::stored_policies::StoredPolicies;
+use crate::stream_json::now_ms;
+
+/// The launch options single and team runs share (flattened into either's stored JSON).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunLaunch {
+    pub workspace: PathBuf,
+    /// The main agent's (a team's lead's) mode.
+    pub permission_mode: PermissionMode,
+    pub approver: String,
+    pub plan_provider: String,
+    pub plan_model: String,
+    pub act_provider: String,
+    pub act_model: String,
+    pub base_url: Option<String>,
+    pub cassette: Option<PathBuf>,
+    pub strict: bool,
+    pub record: Option<PathBuf>,
+    /// Absolute deadline, milliseconds since the Unix epoch.
+    pub deadline_ms: Option<i64>,
+    /// Every policy the run's approvers name, as read at its start: its decisions use these
+    /// copies (a run stored before they were kept reads the files).
+    #[serde(default, skip_serializing_if = "StoredPolicies::is_empty")]
+    pub policies: StoredPolicies,
+}
+
+impl RunLaunch {
+    /// From the flags and the loaded settings; `definition_mode` is the main agent's (or the
+    /// lead's) own `permissionMode`, which a `--permission-mode` flag overrides.
+    pub(crate) fn from_flags(
+        flags: &RunFlags,
+        project: &Project,
+        definition_mode: Option<PermissionMode>,
+    ) -> anyhow::Result<RunLaunch> {
+        let settings = &project.settings;
+        let permission_mode = match &flags.permission_mode {
+            Some(_) => settings.permission_mode.value,
+            None => definition_mode.unwrap_or(settings.permission_mode.value),
+        };
+        let workspace = match &flags.workspace {
+            Some(dir) => std::path::absolute(dir)?,
+            None => project.root.path().to_path_buf(),
+        };
+        let max_duration =
+            flags
+                .max_duration
+                .or(settings.budgets.run_duration_secs.as_ref().map(|s| s.value));
+        Ok(RunLaunch {
+            workspace,
+            permission_mode,
+            approver: settings.approver.value.to_string(),
+            plan_provider: settings.plan.provider.value.as_str().to_owned(),
+            plan_model: settings.plan.model.value.clone(),
+            act_provider: settings.act.provider.value.as_str().to_owned(),
+            act_model: settings.act.model.value.clone(),
+            base_url: flags.base_url.clone(),
+            cassette: settings.script.cassette.as_ref().map(|c| c.value.clone()),
+            strict: flags.strict,
+            record: flags.record.as_ref().map(std::path::absolute).transpose()?,
+            deadline_ms: max_duration.map(deadline_after),
+            policies: StoredPolicies::read(project.root.path(), [&settings.approver.value])?,
+        })
+    }
+
+    /// On resume: says which stored policies no longer match their file.
+    pub(crate) fn warn_of_changed_policies(&self, root: &Path) {
+        for warning in self.policies.changed_since_stored(root) {
+            eprintln!("muster: warning: {warning}");
+        }
+    }
+
+    /// What `muster resume`'s flags override: the base URL, the cassette, a new deadline.
+    pub(crate) fn apply_resume_flags(&mut self, flags: &ResumeFlags) -> std::io::Result<()> {
+        if let Some(url) = &flags.base_url {
+            self.base_url = Some(url.clone());
+        }
+        if let Some(cassette) = &flags.cassette {
+            self.cassette = Some(std::path::absolute(cassette)?);
+        }
+        if let Some(secs) = flags.max_duration {
+            self.deadline_ms = Some(deadline_after(secs));
+        }
+        Ok(())
+    }
+
+    /// The settings layer a resumed run (single or team) rebuilds from its launch options.
+    pub(crate) fn overrides(&self) -> CliOverrides {
+        let from = "the run's launch options";
+        let mut overrides = CliOverrides::new()
+            .set("plan.provider", &self.plan_provider, from)
+            .set("plan.model", &self.plan_model, from)
+            .set("act.provider", &self.act_provider, from)
+            .set("act.model", &self.act_model, from)
+            .approver(&self.approver);
+        if let Some(url) = &self.base_url {
+            overrides = overrides.base_url("anthropic", url).base_url("openai", url);
+        }
+        if let Some(cassette) = &self.cassette {
+            overrides = overrides.cassette(cassette.display().to_string());
+        }
+        overrides
+    }
+}
+
+/// The absolute deadline `secs` seconds from now.
+fn deadline_after(secs: u64) -> i64 {
+    now_ms() + (secs as i64) * 1000
+}
+
+/// What the user asked for on the command line.
+#[derive(Debug, Clone, Default)]
+pub struct RunFlags {
+    pub prompt: String,
+    pub team: Option<PathBuf>,
+    pub agent: Option<String>,
+    pub workspace: Option<PathBuf>,
+    pub permission_mode: Option<String>,
+    pub approver: Option<String>,
+    pub provider: Option<String>,
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    pub cassette: Option<PathBuf>,
+    pub strict: bool,
+    pub record: Option<PathBuf>,
+    pub output: String,
+    pub max_duration: Option<u64>,
+    /// The batch line the run is (`"<file>#<id>"`): set only by a batch line's child.
+    pub batch_line_id: Option<String>,
+}
+
+/// Flags of `muster resume`.
+#[derive(Debug, Clone, Default)]
+pub struct ResumeFlags {
+    pub run: Option<String>,
+    pub base_url: Option<String>,
+    pub cassette: Option<PathBuf>,
+    pub max_duration: Option<u64>,
+    pub output: String,
+}
+
+/// `--output`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputFormat {
+    Text,
+    Json,
+    StreamJson,
+}
+
+impl OutputFormat {
+    pub fn parse(text: &str) -> anyhow::Result<OutputFormat> {
+        match text {
+            "text" => Ok(OutputFormat::Text),
+            "json" => Ok(OutputFormat::Json),
+            "stream-json" => Ok(OutputFormat::StreamJson),
+            other => Err(usage(format!(
+                "--output: expected text, json or stream-json, found {other:?}"
+            ))),
+        }
+    }
+}
+
+fn usage(message: impl Into<String>) -> anyhow::Error {
+    ExitError::new(Exit::Usage, message).into()
+}
+
+/// The command-line settings layer of `muster run` (single or team).
+pub(crate) fn overrides_from(flags: &RunFlags) -> anyhow::Result<CliOverrides> {
+    let mut overrides = CliOverrides::new();
+    if let Some(mode) = &flags.permission_mode {
+        overrides = overrides.permission_mode(mode);
+    }
+    if let Some(approver) = &flags.approver {
+        overrides = overrides.approver(approver);
+    }
+    if let Some(provider) = &flags.provider {
+        overrides = overrides.provider(provider);
+    }
+    if let Some(model) = &flags.model {
+        overrides = overrides.model(model);
+    }
+    if let Some(url) = &flags.base_url {
+        overrides = overrides.base_url("anthropic", url).base_url("openai", url);
+    }
+    if let Some(cassette) = &flags.cassette {
+        overrides = overrides.cassette(std::path::absolute(cassette)?.display().to_string());
+    }
+    Ok(overrides)
+}
