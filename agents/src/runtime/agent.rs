@@ -310,20 +310,14 @@ impl AgentRuntime {
                 .map_err(RuntimeError::Team)?,
             None => super::team::TurnEnd::default(),
         };
-        let finished = Record::Finished { result }.to_new(&self.id)?;
+        let with_it = CommitTurn {
+            sends: end.sends.clone(),
+            task_updates: end.task_updates.clone(),
+            ..CommitTurn::default()
+        };
         let outcome = self
-            .run
-            .store
-            .commit_turn(CommitTurn {
-                run_id: self.run.run_id.clone(),
-                agent: self.id.clone(),
-                records: vec![finished],
-                sends: end.sends.clone(),
-                task_updates: end.task_updates.clone(),
-                ..CommitTurn::default()
-            })
+            .commit_with(vec![Record::Finished { result }], with_it)
             .await?;
-        self.auto_gate_open = outcome.auto_gate.open;
         if let Some(team) = team {
             muster_mailbox::failpoint!("turn_end");
             team.turn_ended(&self.id, &end, &outcome);
@@ -741,6 +735,22 @@ impl AgentRuntime {
         acks: Vec<String>,
         auto_gate: Option<AutoGateUpdate>,
     ) -> RuntimeResult<()> {
+        let with_them = CommitTurn {
+            acks,
+            auto_gate,
+            ..CommitTurn::default()
+        };
+        self.commit_with(records, with_them).await?;
+        Ok(())
+    }
+
+    /// Commits this agent's `records` with whatever else `with_them` carries (acks, mail,
+    /// task changes), in one transaction.
+    async fn commit_with(
+        &mut self,
+        records: Vec<Record>,
+        with_them: CommitTurn,
+    ) -> RuntimeResult<muster_mailbox::CommitTurnOutcome> {
         let records = records
             .iter()
             .map(|record| record.to_new(&self.id))
@@ -751,14 +761,12 @@ impl AgentRuntime {
             .commit_turn(CommitTurn {
                 run_id: self.run.run_id.clone(),
                 agent: self.id.clone(),
-                acks,
                 records,
-                auto_gate,
-                ..CommitTurn::default()
+                ..with_them
             })
             .await?;
         self.auto_gate_open = outcome.auto_gate.open;
-        Ok(())
+        Ok(outcome)
     }
 }
 

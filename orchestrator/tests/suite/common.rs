@@ -161,3 +161,29 @@ impl Running {
             .code()
     }
 }
+
+/// The project's store (`.muster/muster.db` under `dir`), opened as a second instance.
+pub fn open_store(dir: &Path) -> std::sync::Arc<dyn muster_mailbox::MailboxStore> {
+    std::sync::Arc::new(
+        muster_mailbox::SqliteStore::open(
+            &dir.join(".muster/muster.db"),
+            muster_mailbox::StoreOptions::default(),
+        )
+        .unwrap(),
+    )
+}
+
+/// An agent's transcript records, as stored.
+pub async fn transcript(
+    store: &dyn muster_mailbox::MailboxStore,
+    run_id: &str,
+    agent: &str,
+) -> Vec<Value> {
+    store
+        .records(run_id, agent, "transcript", 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|row| row.body)
+        .collect()
+}

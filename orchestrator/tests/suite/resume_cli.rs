@@ -8,14 +8,12 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
-use std::sync::Arc;
 
 use muster_fake_llm::{Block, FakeLlm, ScriptEntry};
-use muster_mailbox::{MailboxStore, SqliteStore, StoreOptions};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use super::common::{GUARD, lines, output, stderr};
+use super::common::{GUARD, lines, open_store, output, stderr, transcript};
 
 const INTERRUPTED: &str = "interrupted by a crash; inspect the workspace before retrying";
 const PLAN: &str = "## Goal\nMark.\n## Steps\n1. Append two and three to marker.txt\n2. Write out.txt\n## Files\nmarker.txt\nout.txt\n## Tests\nnone\n## Risks\nnone\n";
@@ -137,20 +135,6 @@ async fn run_killed_at(dir: &Path, args: &[String], kill_at: Option<usize>) -> (
         .code()
         .unwrap_or_else(|| -status.signal().unwrap_or(0));
     (seen, code)
-}
-
-fn open_store(dir: &Path) -> Arc<dyn MailboxStore> {
-    Arc::new(SqliteStore::open(&dir.join(".muster/muster.db"), StoreOptions::default()).unwrap())
-}
-
-async fn transcript(store: &dyn MailboxStore, run_id: &str, agent: &str) -> Vec<Value> {
-    store
-        .records(run_id, agent, "transcript", 0)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|row| row.body)
-        .collect()
 }
 
 fn marker(dir: &Path) -> Vec<String> {

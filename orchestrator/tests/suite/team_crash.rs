@@ -30,11 +30,11 @@ use std::process::Stdio;
 use std::sync::Arc;
 
 use muster_fake_llm::{Block, FakeLlmHandle, ScriptEntry};
-use muster_mailbox::{DeliveryState, MailboxStore, SqliteStore, StoreOptions, TaskStatus};
+use muster_mailbox::{DeliveryState, TaskStatus};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use super::common::{GUARD, fake, tool};
+use super::common::{GUARD, fake, open_store, tool, transcript};
 
 const TEAMMATES: [&str; 2] = ["alice", "bob"];
 const INTERRUPTED: &str = "interrupted by a crash; inspect the workspace before retrying";
@@ -279,10 +279,6 @@ async fn run(dir: &Path, args: &[String], cut: &Cut, fake: &FakeLlmHandle) -> En
     Ended { lines, code }
 }
 
-fn open_store(dir: &Path) -> Arc<dyn MailboxStore> {
-    Arc::new(SqliteStore::open(&dir.join(".muster/muster.db"), StoreOptions::default()).unwrap())
-}
-
 async fn the_run_id(dir: &Path) -> String {
     let runs = open_store(dir).runs().await.unwrap();
     assert_eq!(runs.len(), 1, "{runs:?}");
@@ -390,16 +386,6 @@ async fn end_state(dir: &Path) -> EndState {
         plan_requests,
         files,
     }
-}
-
-async fn transcript(store: &dyn MailboxStore, run_id: &str, agent: &str) -> Vec<Value> {
-    store
-        .records(run_id, agent, "transcript", 0)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|row| row.body)
-        .collect()
 }
 
 /// Every check of "once" and "delivered once" on the finished run in `dir`.
