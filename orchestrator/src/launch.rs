@@ -4,11 +4,10 @@
 
 use std::path::{Path, PathBuf};
 
-use muster_config::PermissionMode;
 use muster_config::settings::CliOverrides;
+use muster_config::{Approver, PermissionMode};
 use serde::{Deserialize, Serialize};
 
-use crate::exit::{Exit, ExitError};
 use crate::project::Project;
 use crate::stored_policies::StoredPolicies;
 use crate::stream_json::now_ms;
@@ -126,15 +125,15 @@ pub struct RunFlags {
     pub team: Option<PathBuf>,
     pub agent: Option<String>,
     pub workspace: Option<PathBuf>,
-    pub permission_mode: Option<String>,
-    pub approver: Option<String>,
+    pub permission_mode: Option<PermissionMode>,
+    pub approver: Option<Approver>,
     pub provider: Option<String>,
     pub base_url: Option<String>,
     pub model: Option<String>,
     pub cassette: Option<PathBuf>,
     pub strict: bool,
     pub record: Option<PathBuf>,
-    pub output: String,
+    pub output: OutputFormat,
     pub max_duration: Option<u64>,
     /// The batch line the run is (`"<file>#<id>"`): set only by a batch line's child.
     pub batch_line_id: Option<String>,
@@ -147,42 +146,51 @@ pub struct ResumeFlags {
     pub base_url: Option<String>,
     pub cassette: Option<PathBuf>,
     pub max_duration: Option<u64>,
-    pub output: String,
+    pub output: OutputFormat,
 }
 
 /// `--output`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OutputFormat {
+    #[default]
     Text,
     Json,
     StreamJson,
 }
 
 impl OutputFormat {
-    pub fn parse(text: &str) -> anyhow::Result<OutputFormat> {
+    /// `text`, `json` or `stream-json` (what `--output` takes; clap parses it with this).
+    pub fn parse(text: &str) -> Result<OutputFormat, String> {
         match text {
             "text" => Ok(OutputFormat::Text),
             "json" => Ok(OutputFormat::Json),
             "stream-json" => Ok(OutputFormat::StreamJson),
-            other => Err(usage(format!(
-                "--output: expected text, json or stream-json, found {other:?}"
-            ))),
+            other => Err(format!(
+                "expected text, json or stream-json, found {other:?}"
+            )),
         }
     }
 }
 
-fn usage(message: impl Into<String>) -> anyhow::Error {
-    ExitError::new(Exit::Usage, message).into()
+/// `--permission-mode` as clap parses it: every documented spelling (`acceptEdits`,
+/// `bypassPermissions`, `dontAsk`, …), with the mode's own error for any other.
+pub fn parse_permission_mode(text: &str) -> Result<PermissionMode, String> {
+    text.parse::<PermissionMode>().map_err(|e| e.to_string())
+}
+
+/// `--approver` as clap parses it: `human`, `lead` or `policy:FILE`.
+pub fn parse_approver(text: &str) -> Result<Approver, String> {
+    Approver::parse(text)
 }
 
 /// The command-line settings layer of `muster run` (single or team).
 pub(crate) fn overrides_from(flags: &RunFlags) -> anyhow::Result<CliOverrides> {
     let mut overrides = CliOverrides::new();
-    if let Some(mode) = &flags.permission_mode {
-        overrides = overrides.permission_mode(mode);
+    if let Some(mode) = flags.permission_mode {
+        overrides = overrides.permission_mode(mode.to_string());
     }
     if let Some(approver) = &flags.approver {
-        overrides = overrides.approver(approver);
+        overrides = overrides.approver(approver.to_string());
     }
     if let Some(provider) = &flags.provider {
         overrides = overrides.provider(provider);

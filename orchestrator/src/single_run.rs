@@ -58,7 +58,7 @@ fn usage(message: impl Into<String>) -> anyhow::Error {
 
 /// `muster run -p` with no team (the CLI sends team runs to `crate::team::run`).
 pub fn run(global: &GlobalArgs, flags: RunFlags) -> anyhow::Result<Exit> {
-    let output = OutputFormat::parse(&flags.output)?;
+    let output = flags.output;
     let root = project_root(global)?;
     let loaded = load_settings(global, &root, overrides_from(&flags)?)?;
     print_warnings(&loaded.warnings);
@@ -89,7 +89,7 @@ pub fn run(global: &GlobalArgs, flags: RunFlags) -> anyhow::Result<Exit> {
 /// `muster resume [RUN]` of a single-agent run: `record` is the run `muster resume` picked
 /// and checked ([`crate::lifecycle::pick_run`]).
 pub fn resume(global: &GlobalArgs, flags: ResumeFlags, record: RunRecord) -> anyhow::Result<Exit> {
-    let output = OutputFormat::parse(&flags.output)?;
+    let output = flags.output;
     let mut launch: LaunchOptions =
         serde_json::from_value(record.launch_options.clone()).map_err(|e| {
             usage(format!(

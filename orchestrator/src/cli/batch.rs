@@ -16,8 +16,8 @@ pub struct Args {
     pub out: Option<std::path::PathBuf>,
     /// What stdout carries for each run: text, json (its run_finished event) or stream-json
     /// (every event). Without it, stdout carries the result lines when there is no --out.
-    #[arg(long)]
-    pub output: Option<String>,
+    #[arg(long, value_parser = crate::launch::OutputFormat::parse)]
+    pub output: Option<crate::launch::OutputFormat>,
     /// Internal: run only this line (the child process of a batch).
     #[arg(long, hide = true)]
     pub line: Option<String>,
@@ -35,11 +35,7 @@ pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
                 file: args.file,
                 concurrency: args.concurrency,
                 out: args.out,
-                output: args
-                    .output
-                    .as_deref()
-                    .map(crate::launch::OutputFormat::parse)
-                    .transpose()?,
+                output: args.output,
             },
         ),
     }

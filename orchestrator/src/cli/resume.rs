@@ -15,8 +15,8 @@ pub struct Args {
     #[arg(long = "max-duration")]
     pub max_duration: Option<u64>,
     /// Output format on stdout: text, json or stream-json.
-    #[arg(long, default_value = "text")]
-    pub output: String,
+    #[arg(long, default_value = "text", value_parser = crate::launch::OutputFormat::parse)]
+    pub output: crate::launch::OutputFormat,
 }
 
 pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {

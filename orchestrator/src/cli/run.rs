@@ -19,11 +19,11 @@ pub struct Args {
     #[arg(long)]
     pub workspace: Option<std::path::PathBuf>,
     /// Permission mode: default, acceptEdits, plan, bypassPermissions, auto, dontAsk.
-    #[arg(long = "permission-mode")]
-    pub permission_mode: Option<String>,
+    #[arg(long = "permission-mode", value_parser = crate::launch::parse_permission_mode)]
+    pub permission_mode: Option<muster_config::PermissionMode>,
     /// Who approves the main agent's plan: human or policy:FILE.
-    #[arg(long)]
-    pub approver: Option<String>,
+    #[arg(long, value_parser = crate::launch::parse_approver)]
+    pub approver: Option<muster_config::Approver>,
     /// Provider: anthropic, openai or script.
     #[arg(long)]
     pub provider: Option<String>,
@@ -43,8 +43,8 @@ pub struct Args {
     #[arg(long)]
     pub record: Option<std::path::PathBuf>,
     /// Output format on stdout: text, json or stream-json.
-    #[arg(long, default_value = "text")]
-    pub output: String,
+    #[arg(long, default_value = "text", value_parser = crate::launch::OutputFormat::parse)]
+    pub output: crate::launch::OutputFormat,
     /// Stop the run after this many seconds (exit 3).
     #[arg(long = "max-duration")]
     pub max_duration: Option<u64>,
@@ -69,4 +69,69 @@ pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
         batch_line_id: None,
     };
     crate::lifecycle::run(global, flags)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use crate::cli::{Cli, Command};
+    use crate::launch::OutputFormat;
+    use muster_config::{Approver, PermissionMode};
+
+    fn run_args(flags: &[&str]) -> Result<super::Args, clap::Error> {
+        let argv = ["muster", "run", "-p", "x"].iter().chain(flags);
+        match Cli::try_parse_from(argv)?.command {
+            Command::Run(args) => Ok(args),
+            other => panic!("not a run: {other:?}"),
+        }
+    }
+
+    /// Every documented spelling parses to its typed value; anything else is a usage error
+    /// naming what was expected.
+    #[test]
+    fn flags_parse_every_documented_spelling() {
+        for (text, mode) in [
+            ("default", PermissionMode::Default),
+            ("acceptEdits", PermissionMode::AcceptEdits),
+            ("plan", PermissionMode::Plan),
+            ("bypassPermissions", PermissionMode::BypassPermissions),
+            ("auto", PermissionMode::Auto),
+            ("dontAsk", PermissionMode::DontAsk),
+        ] {
+            let args = run_args(&["--permission-mode", text]).unwrap();
+            assert_eq!(args.permission_mode, Some(mode), "{text}");
+        }
+        for (text, approver) in [
+            ("human", Approver::Human),
+            ("lead", Approver::Lead),
+            (
+                "policy:ci/policy.toml",
+                Approver::Policy("ci/policy.toml".into()),
+            ),
+        ] {
+            let args = run_args(&["--approver", text]).unwrap();
+            assert_eq!(args.approver, Some(approver), "{text}");
+        }
+        for (text, output) in [
+            ("text", OutputFormat::Text),
+            ("json", OutputFormat::Json),
+            ("stream-json", OutputFormat::StreamJson),
+        ] {
+            assert_eq!(
+                run_args(&["--output", text]).unwrap().output,
+                output,
+                "{text}"
+            );
+        }
+        assert_eq!(run_args(&[]).unwrap().output, OutputFormat::Text);
+        for (flag, bad, says) in [
+            ("--permission-mode", "accept-edits", "acceptEdits"),
+            ("--approver", "policy:", "policy:FILE"),
+            ("--output", "yaml", "expected text, json or stream-json"),
+        ] {
+            let error = run_args(&[flag, bad]).unwrap_err().to_string();
+            assert!(error.contains(says), "{flag} {bad}: {error}");
+        }
+    }
 }

@@ -97,7 +97,7 @@ pub struct TeamLaunch {
 
 /// `muster run -p GOAL` as a team run with the team file at `team_path`.
 pub fn run(global: &GlobalArgs, flags: RunFlags, team_path: PathBuf) -> anyhow::Result<Exit> {
-    let output = OutputFormat::parse(&flags.output)?;
+    let output = flags.output;
     let root = project_root(global)?;
     let loaded = load_settings(global, &root, crate::launch::overrides_from(&flags)?)?;
     print_warnings(&loaded.warnings);
@@ -151,7 +151,7 @@ pub fn resume(
     record: muster_mailbox::RunRecord,
 ) -> anyhow::Result<Exit> {
     let runtime = crate::lifecycle::tokio_runtime()?;
-    let output = OutputFormat::parse(&flags.output)?;
+    let output = flags.output;
     let mut launch: TeamLaunch =
         serde_json::from_value(record.launch_options.clone()).map_err(|e| {
             usage(format!(

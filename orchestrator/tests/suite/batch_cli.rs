@@ -529,7 +529,10 @@ async fn output_formats_put_each_run_on_stdout_and_leave_the_result_lines_alone(
     let bad = muster(dir.path(), &["batch", "tasks.jsonl", "--output", "yaml"]).await;
     assert_eq!(bad.status.code(), Some(2));
     assert!(
-        stderr(&bad).contains("--output: expected text, json or stream-json, found \"yaml\""),
+        stderr(&bad).contains(
+            "invalid value 'yaml' for '--output <OUTPUT>': expected text, json or stream-json, \
+             found \"yaml\""
+        ),
         "{}",
         stderr(&bad)
     );
