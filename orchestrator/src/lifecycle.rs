@@ -83,7 +83,7 @@ pub(crate) fn budget_exceeded(error: &anyhow::Error) -> Option<BudgetExceeded> {
 /// `muster run`'s typed request: a team run when there is a team file (`--team`, else
 /// `muster.team.toml` at the project root), else a single-agent run.
 pub(crate) fn run(
-    global: &crate::cli::GlobalArgs,
+    global: &crate::project::Globals,
     flags: crate::launch::RunFlags,
 ) -> anyhow::Result<Exit> {
     match crate::team::team_file_for(global, flags.team.as_deref())? {
@@ -95,7 +95,7 @@ pub(crate) fn run(
 /// `muster resume`'s typed request: the run is picked and checked once, and its kind says who
 /// drives it.
 pub(crate) fn resume(
-    global: &crate::cli::GlobalArgs,
+    global: &crate::project::Globals,
     flags: crate::launch::ResumeFlags,
 ) -> anyhow::Result<Exit> {
     let project = Project::locate(global)?;

@@ -8,8 +8,16 @@ use muster_config::project::ProjectRoot;
 use muster_config::settings::{CliOverrides, MailboxSync, Settings};
 use muster_mailbox::{SqliteStore, StoreOptions, SyncMode};
 
-use crate::cli::GlobalArgs;
 use crate::cli::config::{load_settings, print_warnings, project_root};
+
+/// The global flags (`-C DIR`, `--store`, `--log-level`) as the commands and the run layer
+/// take them: the clap type in `cli/` turns into this, so no clap type leaves `cli/`.
+#[derive(Debug, Clone, Default)]
+pub struct Globals {
+    pub directory: Option<PathBuf>,
+    pub store: Option<PathBuf>,
+    pub log_level: String,
+}
 
 /// Where a command's project and store live, and the settings that apply.
 #[derive(Debug, Clone)]
@@ -22,7 +30,7 @@ impl Project {
     /// Finds the project from the current directory and the global flags and loads its
     /// settings (warnings go to stderr; a configuration error exits 2). Only the CLI calls
     /// this: it reads the process's current directory and environment.
-    pub fn locate(global: &GlobalArgs) -> anyhow::Result<Project> {
+    pub fn locate(global: &Globals) -> anyhow::Result<Project> {
         let root = project_root(global)?;
         let loaded = load_settings(global, &root, CliOverrides::new())?;
         print_warnings(&loaded.warnings);

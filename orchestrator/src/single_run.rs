@@ -26,12 +26,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
-use crate::cli::GlobalArgs;
 use crate::cli::config::{load_settings, print_warnings, process_env, project_root};
 use crate::exit::{Exit, ExitError};
 use crate::launch::{OutputFormat, ResumeFlags, RunFlags, RunLaunch, overrides_from};
 use crate::lifecycle::{self, Ending, drive_to_end, project_instructions, tokio_runtime};
 use crate::models::{Recording, model_router};
+use crate::project::Globals;
 use crate::project::Project;
 use crate::signals::Interrupts;
 use crate::stream_json;
@@ -57,7 +57,7 @@ fn usage(message: impl Into<String>) -> anyhow::Error {
 }
 
 /// `muster run -p` with no team (the CLI sends team runs to `crate::team::run`).
-pub fn run(global: &GlobalArgs, flags: RunFlags) -> anyhow::Result<Exit> {
+pub fn run(global: &Globals, flags: RunFlags) -> anyhow::Result<Exit> {
     let output = flags.output;
     let root = project_root(global)?;
     let loaded = load_settings(global, &root, overrides_from(&flags)?)?;
@@ -88,7 +88,7 @@ pub fn run(global: &GlobalArgs, flags: RunFlags) -> anyhow::Result<Exit> {
 
 /// `muster resume [RUN]` of a single-agent run: `record` is the run `muster resume` picked
 /// and checked ([`crate::lifecycle::pick_run`]).
-pub fn resume(global: &GlobalArgs, flags: ResumeFlags, record: RunRecord) -> anyhow::Result<Exit> {
+pub fn resume(global: &Globals, flags: ResumeFlags, record: RunRecord) -> anyhow::Result<Exit> {
     let output = flags.output;
     let mut launch: LaunchOptions =
         serde_json::from_value(record.launch_options.clone()).map_err(|e| {

@@ -24,8 +24,8 @@ use anyhow::Context;
 use muster_mailbox::{MailboxStore, Message, MessageBody, RequestRecord, Task};
 use serde_json::Value;
 
-use crate::cli::GlobalArgs;
 use crate::exit::{Exit, ExitError};
+use crate::project::Globals;
 use crate::project::Project;
 
 /// The goal the team is given.
@@ -67,7 +67,7 @@ const PROJECT: &[ProjectFile] = &[
 const CASSETTE: &str = "cassette.jsonl";
 
 /// Runs the demo in `dir` (a new temporary directory when `None`) and prints its summary.
-pub fn run(_global: &GlobalArgs, dir: Option<&Path>) -> anyhow::Result<Exit> {
+pub fn run(_global: &Globals, dir: Option<&Path>) -> anyhow::Result<Exit> {
     let started = Instant::now();
     let root = prepare_dir(dir)?;
     copy_project(&root)?;
@@ -209,7 +209,7 @@ struct Stored {
 }
 
 fn read_store(root: &Path, run_id: &str) -> anyhow::Result<Stored> {
-    let global = GlobalArgs {
+    let global = Globals {
         directory: Some(root.to_path_buf()),
         store: None,
         log_level: "warn".into(),

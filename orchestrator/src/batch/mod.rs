@@ -33,10 +33,10 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use muster_mailbox::{MailboxStore, RunRecord, SqliteStore};
 use serde_json::Value;
 
-use crate::cli::GlobalArgs;
 use crate::cli::config::project_root;
 use crate::exit::{Exit, ExitError};
 use crate::launch::{ResumeFlags, RunFlags};
+use crate::project::Globals;
 use crate::project::Project;
 use file::{BatchFile, BatchLine};
 use output::BatchOutput;
@@ -83,7 +83,7 @@ fn plan_for(key: &str, runs: &[RunRecord]) -> LinePlan {
 }
 
 /// `muster batch FILE [--concurrency N] [--out FILE]`.
-pub fn run(global: &GlobalArgs, options: BatchOptions) -> anyhow::Result<Exit> {
+pub fn run(global: &Globals, options: BatchOptions) -> anyhow::Result<Exit> {
     if options.concurrency == 0 {
         return Err(usage("--concurrency must be at least 1"));
     }
@@ -232,7 +232,7 @@ fn report_finished(
 }
 
 /// The global flags a line's child process gets: the same project, store and log level.
-fn child_global_args(global: &GlobalArgs, project: &Project) -> anyhow::Result<Vec<OsString>> {
+fn child_global_args(global: &Globals, project: &Project) -> anyhow::Result<Vec<OsString>> {
     let mut args: Vec<OsString> = vec!["-C".into(), project.root.path().into()];
     if let Some(store) = &global.store {
         args.push("--store".into());
@@ -456,7 +456,7 @@ impl LineContext<'_> {
 
 /// The child process of one batch line: `muster batch FILE --line ID [--resume-run RUN]`.
 pub fn run_line(
-    global: &GlobalArgs,
+    global: &Globals,
     path: &Path,
     id: &str,
     resume: Option<&str>,

@@ -4,7 +4,7 @@ use muster_config::settings::CliOverrides;
 use muster_config::{AgentCatalog, AgentDefinition, Diagnostic, ModelChoice, ProjectInstructions};
 use serde_json::{Value, json};
 
-use crate::cli::GlobalArgs;
+use crate::project::Globals;
 use std::fmt::Write as _;
 
 use crate::cli::config::{load_settings, print_output, project_root, usage_error};
@@ -25,13 +25,13 @@ pub enum AgentsAction {
     },
 }
 
-pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
+pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     match args.action {
         AgentsAction::List { json } => list(global, json),
     }
 }
 
-fn list(global: &GlobalArgs, as_json: bool) -> anyhow::Result<Exit> {
+fn list(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
     let root = project_root(global)?;
     let settings = load_settings(global, &root, CliOverrides::new())?;
     let catalog = AgentCatalog::load(&root).map_err(usage_error)?;

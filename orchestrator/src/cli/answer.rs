@@ -1,8 +1,8 @@
 //! `muster answer`: answer a question as `human`.
 
-use crate::cli::GlobalArgs;
 use crate::cli::decide::{Decision, decide};
 use crate::exit::Exit;
+use crate::project::Globals;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -15,7 +15,7 @@ pub struct Args {
     pub run: Option<String>,
 }
 
-pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
+pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     decide(
         global,
         args.run.as_deref(),

@@ -1,8 +1,8 @@
 //! `muster approve`: approve a plan or permission request as `human`.
 
-use crate::cli::GlobalArgs;
 use crate::cli::decide::{Decision, decide};
 use crate::exit::Exit;
+use crate::project::Globals;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -24,7 +24,7 @@ pub struct Args {
     pub run: Option<String>,
 }
 
-pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
+pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     let edited_plan = match &args.plan_file {
         Some(path) => Some(std::fs::read_to_string(path).map_err(|e| {
             crate::exit::ExitError::new(Exit::Usage, format!("--plan-file {}: {e}", path.display()))

@@ -1,8 +1,8 @@
 //! `muster batch`: one run per line of a JSONL file, resumable.
 
 use crate::batch::BatchOptions;
-use crate::cli::GlobalArgs;
 use crate::exit::Exit;
+use crate::project::Globals;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -26,7 +26,7 @@ pub struct Args {
     pub resume_run: Option<String>,
 }
 
-pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
+pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     match &args.line {
         Some(id) => crate::batch::run_line(global, &args.file, id, args.resume_run.as_deref()),
         None => crate::batch::run(

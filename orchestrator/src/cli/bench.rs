@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use muster_mailbox::SyncMode;
 
 use crate::bench::{mailbox, team};
-use crate::cli::GlobalArgs;
 use crate::exit::{Exit, ExitError};
+use crate::project::Globals;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -72,7 +72,7 @@ pub struct MailboxArgs {
     pub dir: Option<PathBuf>,
 }
 
-pub fn execute(_global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
+pub fn execute(_global: &Globals, args: Args) -> anyhow::Result<Exit> {
     match args.target {
         BenchTarget::Mailbox(args) => bench_mailbox(args),
         BenchTarget::Team(args) => bench_team(args),

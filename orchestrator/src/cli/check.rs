@@ -19,9 +19,9 @@ use muster_config::settings::CliOverrides;
 use muster_config::{AgentCatalog, PermissionMode};
 use serde_json::{Value, json};
 
-use crate::cli::GlobalArgs;
 use crate::cli::config::{load_settings, print_warnings, project_root, usage_error};
 use crate::exit::{Exit, ExitError};
+use crate::project::Globals;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -64,7 +64,7 @@ fn parse_mode(flag: &str, text: &str) -> anyhow::Result<PermissionMode> {
         .map_err(|error| usage(format!("{flag}: {error}")))
 }
 
-pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
+pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     let single = match (&args.tool, &args.input_json, args.stdin) {
         (None, None, true) => None,
         (Some(_), _, true) | (None, Some(_), true) => {

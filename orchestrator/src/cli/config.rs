@@ -10,8 +10,8 @@ use muster_config::settings::{CliOverrides, SettingEntry, Settings, SettingsInpu
 use muster_config::{ConfigError, Diagnostic, Loaded};
 use serde_json::{Value, json};
 
-use crate::cli::GlobalArgs;
 use crate::exit::{Exit, ExitError};
+use crate::project::Globals;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -28,14 +28,14 @@ pub enum ConfigAction {
     },
 }
 
-pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
+pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     match args.action {
         ConfigAction::Show { json } => show(global, json),
     }
 }
 
 /// The project root for this invocation: `-C DIR`, else discovered from the current directory.
-pub fn project_root(global: &GlobalArgs) -> anyhow::Result<ProjectRoot> {
+pub fn project_root(global: &Globals) -> anyhow::Result<ProjectRoot> {
     let current = std::env::current_dir()?;
     Ok(ProjectRoot::discover(&current, global.directory.as_deref()))
 }
@@ -55,7 +55,7 @@ pub fn usage_error(error: ConfigError) -> anyhow::Error {
 /// Loads the settings of `root` from the process's environment and home directory, with the
 /// global flags and `cli` as the command-line layer. Configuration errors exit with code 2.
 pub fn load_settings(
-    global: &GlobalArgs,
+    global: &Globals,
     root: &ProjectRoot,
     cli: CliOverrides,
 ) -> anyhow::Result<Loaded<Settings>> {
@@ -94,7 +94,7 @@ pub fn print_warnings(warnings: &[Diagnostic]) {
     }
 }
 
-fn show(global: &GlobalArgs, as_json: bool) -> anyhow::Result<Exit> {
+fn show(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
     let root = project_root(global)?;
     let loaded = load_settings(global, &root, CliOverrides::new())?;
     let settings = &loaded.value;

@@ -7,9 +7,9 @@ use muster_mailbox::{
     MailboxStore, MessageBody, NewResponse, RequestRecord, StoreError, StoreResult,
 };
 
-use crate::cli::GlobalArgs;
 use crate::cli::inspect::{open, runtime};
 use crate::exit::{Exit, ExitError};
+use crate::project::Globals;
 
 /// A person's decision on one request.
 pub enum Decision {
@@ -29,7 +29,7 @@ pub enum Decision {
 
 /// Answers `request_id` as `human` and reports what happened on stdout.
 pub fn decide(
-    global: &GlobalArgs,
+    global: &Globals,
     run: Option<&str>,
     request_id: &str,
     decision: Decision,

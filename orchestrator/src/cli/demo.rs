@@ -2,8 +2,8 @@
 //! with a scripted model ([`crate::team_demo`]); `--crash` runs the store's crash
 //! demonstration instead ([`crate::store_demo`]).
 
-use crate::cli::GlobalArgs;
 use crate::exit::Exit;
+use crate::project::Globals;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -21,7 +21,7 @@ pub struct Args {
     pub store_child: Option<std::path::PathBuf>,
 }
 
-pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
+pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     match args.store_child {
         Some(db) => crate::store_demo::child(&db),
         None if args.crash => crate::store_demo::run(args.dir.as_deref()),

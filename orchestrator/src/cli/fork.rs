@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use muster_agents::runtime::PlanFiles;
 use muster_mailbox::{MailboxStore, live};
 
-use crate::cli::GlobalArgs;
 use crate::cli::inspect::{open, runtime};
 use crate::exit::{Exit, ExitError};
+use crate::project::Globals;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -16,7 +16,7 @@ pub struct Args {
     pub run: String,
 }
 
-pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
+pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     let (project, store) = open(global)?;
     let runtime = runtime()?;
     let source = runtime.block_on(store.run(&args.run))?.ok_or_else(|| {

@@ -5,9 +5,9 @@ use std::collections::HashMap;
 use muster_mailbox::{MailboxStore, Message, MessageBody, RequestRecord};
 use serde_json::{Value, json};
 
-use crate::cli::GlobalArgs;
 use crate::cli::inspect::{cut, in_words, open, print_json, runtime, select_run, table, time};
 use crate::exit::Exit;
+use crate::project::Globals;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -23,7 +23,7 @@ pub struct Args {
 
 const SUMMARY_WIDTH: usize = 60;
 
-pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
+pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     let (_, store) = open(global)?;
     let (run, messages, requests) = runtime()?.block_on(async {
         let run = select_run(store.as_ref(), args.run.as_deref()).await?;

@@ -5,13 +5,13 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use muster_mailbox::{MailboxStore, RunRecord, RunStatus, SqliteStore, live};
 
-use crate::cli::GlobalArgs;
 use crate::exit::{Exit, ExitError};
+use crate::project::Globals;
 use crate::project::Project;
 
 /// The store of the project the command runs in. Reading commands never create a store: with
 /// none yet, they say so (exit 2).
-pub fn open(global: &GlobalArgs) -> anyhow::Result<(Project, Arc<SqliteStore>)> {
+pub fn open(global: &Globals) -> anyhow::Result<(Project, Arc<SqliteStore>)> {
     let project = Project::locate(global)?;
     let store = project.open_existing_store()?.ok_or_else(|| {
         ExitError::new(

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use crate::exit::Exit;
+use crate::project::Globals;
 
 pub mod agents;
 pub mod answer;
@@ -55,6 +56,16 @@ pub struct GlobalArgs {
     pub log_level: String,
 }
 
+impl From<GlobalArgs> for Globals {
+    fn from(flags: GlobalArgs) -> Globals {
+        Globals {
+            directory: flags.directory,
+            store: flags.store,
+            log_level: flags.log_level,
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run one agent, or a team, on a prompt.
@@ -95,7 +106,8 @@ pub enum Command {
 
 /// Runs the parsed command; the returned `Exit` becomes the process's exit code.
 pub fn dispatch(cli: Cli) -> anyhow::Result<Exit> {
-    let global = cli.global;
+    // Past this point no clap type: the commands and the run layer take the plain flags.
+    let global = Globals::from(cli.global);
     match cli.command {
         Command::Run(args) => run::execute(&global, args),
         Command::Resume(args) => resume::execute(&global, args),

@@ -7,9 +7,9 @@ use muster_mailbox::{MailboxStore, RequestRecord};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::cli::GlobalArgs;
 use crate::cli::inspect::{open, print_json, runtime, select_run, table};
 use crate::exit::Exit;
+use crate::project::Globals;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -31,7 +31,7 @@ pub struct PlanEntry {
     pub state: &'static str,
 }
 
-pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
+pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     let (project, store) = open(global)?;
     let (run, requests) = runtime()?.block_on(async {
         let run = select_run(store.as_ref(), args.run.as_deref()).await?;

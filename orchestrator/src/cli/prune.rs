@@ -2,9 +2,9 @@
 
 use muster_mailbox::MailboxStore;
 
-use crate::cli::GlobalArgs;
 use crate::cli::inspect::{open, print_json, runtime};
 use crate::exit::{Exit, ExitError};
+use crate::project::Globals;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -17,7 +17,7 @@ pub struct Args {
 
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
 
-pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
+pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     if args.older_than == 0 {
         return Err(ExitError::new(
             Exit::Usage,

@@ -1,8 +1,8 @@
 //! `muster resume`: continue a stopped, crashed or decided run.
 
-use crate::cli::GlobalArgs;
 use crate::exit::Exit;
 use crate::launch::ResumeFlags;
+use crate::project::Globals;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -19,7 +19,7 @@ pub struct Args {
     pub output: crate::launch::OutputFormat,
 }
 
-pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
+pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     let flags = ResumeFlags {
         run: args.run,
         base_url: args.base_url,

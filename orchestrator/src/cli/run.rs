@@ -1,8 +1,8 @@
 //! `muster run`: run one agent, or a team, on a prompt.
 
-use crate::cli::GlobalArgs;
 use crate::exit::Exit;
 use crate::launch::RunFlags;
+use crate::project::Globals;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -50,7 +50,7 @@ pub struct Args {
     pub max_duration: Option<u64>,
 }
 
-pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
+pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     let flags = RunFlags {
         prompt: args.prompt,
         team: args.team,

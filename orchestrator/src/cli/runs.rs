@@ -2,9 +2,9 @@
 
 use serde_json::json;
 
-use crate::cli::GlobalArgs;
 use crate::cli::inspect::{effective_status, open, print_json, runtime, table, time};
 use crate::exit::Exit;
+use crate::project::Globals;
 use muster_mailbox::MailboxStore;
 
 #[derive(Debug, clap::Args)]
@@ -16,7 +16,7 @@ pub struct Args {
     pub json: bool,
 }
 
-pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
+pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     let (project, store) = open(global)?;
     let mut runs = runtime()?.block_on(store.runs())?;
     if let Some(only) = &args.run {

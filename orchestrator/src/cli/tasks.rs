@@ -1,8 +1,8 @@
 //! `muster tasks`: the task board with owners and computed blocking.
 
-use crate::cli::GlobalArgs;
 use crate::cli::inspect::{cut, open, print_json, runtime, select_run, table};
 use crate::exit::Exit;
+use crate::project::Globals;
 use muster_mailbox::MailboxStore;
 
 #[derive(Debug, clap::Args)]
@@ -14,7 +14,7 @@ pub struct Args {
     pub json: bool,
 }
 
-pub fn execute(global: &GlobalArgs, args: Args) -> anyhow::Result<Exit> {
+pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     let (_, store) = open(global)?;
     let (run, tasks) = runtime()?.block_on(async {
         let run = select_run(store.as_ref(), args.run.as_deref()).await?;

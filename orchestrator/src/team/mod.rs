@@ -51,12 +51,12 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::cli::GlobalArgs;
 use crate::cli::config::{load_settings, print_warnings, process_env, project_root};
 use crate::exit::{Exit, ExitError};
 use crate::launch::RunLaunch;
 use crate::launch::{OutputFormat, RunFlags};
 use crate::lifecycle::{self, Ending};
+use crate::project::Globals;
 use crate::project::Project;
 use crate::signals::Interrupts;
 use crate::stored_policies::StoredPolicies;
@@ -74,7 +74,7 @@ fn usage(message: impl Into<String>) -> anyhow::Error {
 
 /// The team file of a `muster run`: `--team FILE`, else `muster.team.toml` at the project
 /// root; `None` for a single-agent run.
-pub fn team_file_for(global: &GlobalArgs, team: Option<&Path>) -> anyhow::Result<Option<PathBuf>> {
+pub fn team_file_for(global: &Globals, team: Option<&Path>) -> anyhow::Result<Option<PathBuf>> {
     if let Some(path) = team {
         return Ok(Some(std::path::absolute(path)?));
     }
@@ -96,7 +96,7 @@ pub struct TeamLaunch {
 }
 
 /// `muster run -p GOAL` as a team run with the team file at `team_path`.
-pub fn run(global: &GlobalArgs, flags: RunFlags, team_path: PathBuf) -> anyhow::Result<Exit> {
+pub fn run(global: &Globals, flags: RunFlags, team_path: PathBuf) -> anyhow::Result<Exit> {
     let output = flags.output;
     let root = project_root(global)?;
     let loaded = load_settings(global, &root, crate::launch::overrides_from(&flags)?)?;
@@ -146,7 +146,7 @@ pub fn run(global: &GlobalArgs, flags: RunFlags, team_path: PathBuf) -> anyhow::
 /// `muster resume [RUN]` of a team run: `record` is the run `muster resume` picked and
 /// checked ([`crate::lifecycle::pick_run`]).
 pub fn resume(
-    global: &GlobalArgs,
+    global: &Globals,
     flags: &crate::launch::ResumeFlags,
     record: muster_mailbox::RunRecord,
 ) -> anyhow::Result<Exit> {
