@@ -295,9 +295,13 @@ async fn cut_and_resume(
 ) -> bool {
     let base = fake.base_url();
     let first = run(dir, &run_args(&base), cut, fake).await;
-    if first.code == 0 && matches!(cut, Cut::AfterLine(k) if first.lines.len() < *k) {
-        // The interleaving of two teammates varies the number of lines: this run ended
-        // before its K-th.
+    let ended_uncut = first
+        .lines
+        .last()
+        .is_some_and(|line| line["type"] == "run_finished");
+    if first.code == 0 && matches!(cut, Cut::AfterLine(_)) && ended_uncut {
+        // The interleaving of two teammates varies the number of lines: this run's K-th
+        // line was its last (or it had fewer), and it exited before the kill landed.
         return false;
     }
     assert_eq!(
