@@ -23,9 +23,32 @@ const TEAM_KEYS: &[&str] = &[
     "lead",
     "max_concurrent_teammates",
     "shutdown_timeout_ms",
+    "isolation",
     "teammates",
     "spawn",
 ];
+/// How a team's agents share files (team-wide: one value for the whole team).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Isolation {
+    /// A branch and a worktree per teammate; the lead works in the integration worktree.
+    Worktree,
+    /// Every agent works in the workspace itself.
+    Shared,
+}
+
+impl Isolation {
+    pub const NAMES: &'static [&'static str] = &["worktree", "shared"];
+
+    pub fn parse(text: &str) -> Option<Isolation> {
+        match text {
+            "worktree" => Some(Isolation::Worktree),
+            "shared" => Some(Isolation::Shared),
+            _ => None,
+        }
+    }
+}
+
 const TEAMMATE_KEYS: &[&str] = &[
     "name",
     "definition",
@@ -105,6 +128,8 @@ pub struct TeamFile {
     pub max_concurrent_teammates: u64,
     /// How long a teammate has to answer a `shutdown_request` before it is stopped.
     pub shutdown_timeout_ms: u64,
+    /// `None`: the default (worktrees in a git repository with a commit, else shared).
+    pub isolation: Option<Isolation>,
     pub teammates: Vec<TeammateSpec>,
     pub spawn: SpawnRules,
 }
@@ -210,6 +235,7 @@ impl TeamFile {
             Some(ms) => ms.value,
             None => DEFAULT_SHUTDOWN_TIMEOUT_MS,
         };
+        let isolation = read_isolation(&source, &reader, &mut errors);
 
         let mut teammates: Vec<TeammateSpec> = Vec::new();
         let mut origins: Vec<(String, String)> = Vec::new();
@@ -254,6 +280,7 @@ impl TeamFile {
             lead: lead.map_or_else(|| "lead".to_string(), |lead| lead.value),
             max_concurrent_teammates,
             shutdown_timeout_ms,
+            isolation,
             teammates,
             spawn,
         })
@@ -283,6 +310,28 @@ fn check_definition(
     }
 }
 
+fn read_isolation(
+    source: &SourceText<'_>,
+    reader: &TableReader<'_, '_>,
+    errors: &mut Vec<Diagnostic>,
+) -> Option<Isolation> {
+    let text = reader.string("isolation", errors)?;
+    let parsed = Isolation::parse(&text.value);
+    if parsed.is_none() {
+        let suggestion =
+            crate::diagnostic::suggestion_suffix(&text.value, Isolation::NAMES.iter().copied());
+        errors.push(located_error(
+            source,
+            &text,
+            format!(
+                "unknown isolation `{}`: expected \"worktree\" or \"shared\"{suggestion}",
+                text.value
+            ),
+        ));
+    }
+    parsed
+}
+
 fn read_approver(
     source: &SourceText<'_>,
     reader: &TableReader<'_, '_>,
@@ -308,7 +357,16 @@ fn read_teammate(
     origins: &mut Vec<(String, String)>,
     errors: &mut Vec<Diagnostic>,
 ) {
-    entry.reject_unknown(TEAMMATE_KEYS, errors);
+    if entry.has("isolation") {
+        // Checked before unknown keys, so the message says why rather than "unknown key".
+        errors.push(entry.error_at(
+            "isolation",
+            "isolation is team-wide: set it once at the top of the team file (worktree or \
+             shared for every agent), not per teammate",
+        ));
+    } else {
+        entry.reject_unknown(TEAMMATE_KEYS, errors);
+    }
     let definition = entry.string("definition", errors);
     if let Some(definition) = &definition {
         check_definition(source, catalog, definition, errors);

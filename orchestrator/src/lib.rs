@@ -17,3 +17,4 @@ pub mod stored_policies;
 pub mod stream_json;
 pub mod team;
 pub mod team_demo;
+pub mod worktree;

@@ -327,3 +327,40 @@ fn bad_policy_files_say_where_and_what() {
         );
     }
 }
+
+#[test]
+fn isolation_is_read_team_wide_and_a_per_teammate_value_is_refused() {
+    use muster_config::Isolation;
+    for (text, expected) in [
+        ("name = \"t\"\n", None),
+        (
+            "name = \"t\"\nisolation = \"worktree\"\n",
+            Some(Isolation::Worktree),
+        ),
+        (
+            "name = \"t\"\nisolation = \"shared\"\n",
+            Some(Isolation::Shared),
+        ),
+    ] {
+        let team = TeamFile::parse("t.toml", text, &catalog()).unwrap();
+        assert_eq!(team.isolation, expected, "{text}");
+    }
+    let unknown = TeamFile::parse(
+        "t.toml",
+        "name = \"t\"\nisolation = \"worktrees\"\n",
+        &catalog(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        unknown.contains("unknown isolation `worktrees`"),
+        "{unknown}"
+    );
+    assert!(unknown.contains("worktree"), "{unknown}");
+    let mixed = "name = \"t\"\nisolation = \"worktree\"\n[[teammates]]\nname = \"a\"\nisolation = \"shared\"\n";
+    let error = TeamFile::parse("t.toml", mixed, &catalog())
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("isolation is team-wide"), "{error}");
+    assert!(error.contains("t.toml:5"), "{error}");
+}
