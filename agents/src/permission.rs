@@ -342,6 +342,7 @@ pub const SUBAGENT_FORBIDDEN_TOOLS: &[&str] = &[
     "TaskGet",
     "SpawnTeammate",
     "ReviewPlan",
+    "ReviewMerge",
     "ShutdownTeammate",
 ];
 
@@ -568,7 +569,7 @@ impl PermissionEngine {
             "SendMessage" => text("to").into_iter().collect(),
             "SpawnTeammate" => text("agent").into_iter().chain(text("name")).collect(),
             "ShutdownTeammate" => text("name").into_iter().collect(),
-            "ReviewPlan" => text("request_id").into_iter().collect(),
+            "ReviewPlan" | "ReviewMerge" => text("request_id").into_iter().collect(),
             _ => Vec::new(),
         };
         Ok(CallSubjects {
@@ -778,6 +779,11 @@ impl PermissionEngine {
             _ if COORDINATION_TOOLS.contains(&name) => allow(format!(
                 "`{name}` changes coordination state (mail, the task board), not the workspace; {label} allows it"
             )),
+            // A merge decision moves the integration branch, not the lead's own work: a
+            // planning lead may still decide its teammates' merges.
+            "ReviewMerge" if !read_only && context.kind == AgentKind::Lead => allow(
+                "`ReviewMerge` decides a teammate's merge into the integration branch, not your own work; plan mode allows it".to_string(),
+            ),
             "Agent" => match self.agent_definition(context, subjects) {
                 Err(reason) => {
                     ModeOutcome::Final(Verdict::Deny, reason, AutoGateEffect::Unaffected)

@@ -38,10 +38,10 @@ pub use context::{
 };
 pub use coordination::{
     Agent, AgentInput, AskUserQuestion, AskUserQuestionInput, EnterPlanMode, EnterPlanModeInput,
-    ExitPlanMode, ExitPlanModeInput, GrantedMode, Question, QuestionOption, ReviewPlan,
-    ReviewPlanInput, SendMessage, SendMessageInput, ShutdownTeammate, ShutdownTeammateInput,
-    SpawnTeammate, SpawnTeammateInput, TaskCreate, TaskCreateInput, TaskGet, TaskGetInput,
-    TaskList, TaskListInput, TaskStatus, TaskUpdate, TaskUpdateInput,
+    ExitPlanMode, ExitPlanModeInput, GrantedMode, Question, QuestionOption, ReviewMerge,
+    ReviewMergeInput, ReviewPlan, ReviewPlanInput, SendMessage, SendMessageInput, ShutdownTeammate,
+    ShutdownTeammateInput, SpawnTeammate, SpawnTeammateInput, TaskCreate, TaskCreateInput, TaskGet,
+    TaskGetInput, TaskList, TaskListInput, TaskStatus, TaskUpdate, TaskUpdateInput,
 };
 pub use edit::{Edit, EditInput, MultiEdit, MultiEditInput, StringEdit};
 pub use glob::{Glob, GlobInput};

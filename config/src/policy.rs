@@ -197,33 +197,56 @@ impl Policy {
                 }
             }
             let files = planned_files(&sections);
-            if let Some(max) = self.max_files.filter(|max| files.len() as u64 > *max) {
-                reasons.push(format!(
-                    "`## Files` lists {} paths; the policy allows at most {max}",
-                    files.len()
-                ));
-            }
-            for file in &files {
-                if self
-                    .denied_set
-                    .as_ref()
-                    .is_some_and(|set| set.is_match(file))
-                {
-                    reasons.push(format!("`{file}` matches a denied path"));
-                } else if self
-                    .allowed_set
-                    .as_ref()
-                    .is_some_and(|set| !set.is_match(file))
-                {
-                    reasons.push(format!("`{file}` matches no allowed path"));
-                }
-            }
+            reasons.extend(self.path_reasons("`## Files` lists", &files));
         }
         PlanVerdict {
             approved: reasons.is_empty(),
             reasons,
             granted_mode: self.max_mode,
         }
+    }
+
+    /// Checks a teammate's merge (worktree isolation) by the path rules over the files it
+    /// changes: `max_files`, `denied_paths`, `allowed_paths` (`required_sections` is a plan's
+    /// rule, not a merge's).
+    pub fn review_merge<S: AsRef<str>>(&self, files: &[S]) -> PlanVerdict {
+        let reasons = if self.approve_all {
+            Vec::new()
+        } else {
+            self.path_reasons("the merge changes", files)
+        };
+        PlanVerdict {
+            approved: reasons.is_empty(),
+            reasons,
+            granted_mode: self.max_mode,
+        }
+    }
+
+    /// Why `files` break the path rules (`listed` says where the count comes from).
+    fn path_reasons<S: AsRef<str>>(&self, listed: &str, files: &[S]) -> Vec<String> {
+        let mut reasons = Vec::new();
+        if let Some(max) = self.max_files.filter(|max| files.len() as u64 > *max) {
+            reasons.push(format!(
+                "{listed} {} paths; the policy allows at most {max}",
+                files.len()
+            ));
+        }
+        for file in files.iter().map(AsRef::as_ref) {
+            if self
+                .denied_set
+                .as_ref()
+                .is_some_and(|set| set.is_match(file))
+            {
+                reasons.push(format!("`{file}` matches a denied path"));
+            } else if self
+                .allowed_set
+                .as_ref()
+                .is_some_and(|set| !set.is_match(file))
+            {
+                reasons.push(format!("`{file}` matches no allowed path"));
+            }
+        }
+        reasons
     }
 
     /// Where the policy file is, as a path.

@@ -22,11 +22,17 @@ pub const KNOWN_TOOLS: &[&str] = &[
     "TaskGet",
     "SpawnTeammate",
     "ReviewPlan",
+    "ReviewMerge",
     "ShutdownTeammate",
 ];
 
 /// Tools only a lead uses to run its team.
-pub const TEAM_TOOLS: &[&str] = &["SpawnTeammate", "ReviewPlan", "ShutdownTeammate"];
+pub const TEAM_TOOLS: &[&str] = &[
+    "SpawnTeammate",
+    "ReviewPlan",
+    "ReviewMerge",
+    "ShutdownTeammate",
+];
 
 /// The standard tools: every known tool but the team tools. A definition without `tools` gets
 /// these.
@@ -84,6 +90,6 @@ mod tests {
         assert_eq!(canonical_tool_name("Task"), Some("Agent"));
         assert_eq!(canonical_tool_name("Bash"), Some("Bash"));
         assert_eq!(canonical_tool_name("WebFetch"), None);
-        assert_eq!(KNOWN_TOOLS.len(), 21);
+        assert_eq!(KNOWN_TOOLS.len(), 22);
     }
 }

@@ -78,6 +78,32 @@ pub enum MessageBody {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
+    /// A teammate's branch, checked clean against the integration head, asking to be merged
+    /// (worktree isolation).
+    MergeRequest {
+        request_id: String,
+        /// The teammate whose branch it is.
+        agent: String,
+        branch: String,
+        /// The teammate's checkpoint commit to merge.
+        commit: String,
+        /// The integration head it was checked against.
+        onto: String,
+        files: Vec<String>,
+        diffstat: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        verification: Option<String>,
+        responder: String,
+    },
+    MergeResponse {
+        request_id: String,
+        approved: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        feedback: Option<String>,
+        /// The policy rule that decided, for a policy's answer.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rule: Option<String>,
+    },
     TaskAssignment {
         task_id: i64,
         subject: String,
@@ -128,6 +154,8 @@ impl MessageBody {
             MessageBody::Answer { .. } => "answer",
             MessageBody::ShutdownRequest { .. } => "shutdown_request",
             MessageBody::ShutdownResponse { .. } => "shutdown_response",
+            MessageBody::MergeRequest { .. } => "merge_request",
+            MessageBody::MergeResponse { .. } => "merge_response",
             MessageBody::TaskAssignment { .. } => "task_assignment",
             MessageBody::IdleNotification { .. } => "idle_notification",
             MessageBody::VerificationReport { .. } => "verification_report",
@@ -145,7 +173,9 @@ impl MessageBody {
             | MessageBody::Question { request_id, .. }
             | MessageBody::Answer { request_id, .. }
             | MessageBody::ShutdownRequest { request_id, .. }
-            | MessageBody::ShutdownResponse { request_id, .. } => Some(request_id),
+            | MessageBody::ShutdownResponse { request_id, .. }
+            | MessageBody::MergeRequest { request_id, .. }
+            | MessageBody::MergeResponse { request_id, .. } => Some(request_id),
             MessageBody::VerificationReport { request_id, .. } => request_id.as_deref(),
             MessageBody::Unknown { raw, .. } => raw.get("request_id").and_then(Value::as_str),
             MessageBody::Text { .. }
@@ -159,7 +189,8 @@ impl MessageBody {
         match self {
             MessageBody::PlanApprovalRequest { responder, .. }
             | MessageBody::PermissionRequest { responder, .. }
-            | MessageBody::Question { responder, .. } => Some(responder),
+            | MessageBody::Question { responder, .. }
+            | MessageBody::MergeRequest { responder, .. } => Some(responder),
             _ => None,
         }
     }
@@ -191,9 +222,11 @@ impl MessageBody {
 /// Correlation rules by kind name, so raw kinds are classified too.
 pub fn correlation_of(kind: &str) -> Correlation {
     match kind {
-        "plan_approval_request" | "permission_request" | "question" | "shutdown_request" => {
-            Correlation::Request
-        }
+        "plan_approval_request"
+        | "permission_request"
+        | "question"
+        | "shutdown_request"
+        | "merge_request" => Correlation::Request,
         "plan_approval_response" => Correlation::Response {
             answers: "plan_approval_request",
         },
@@ -205,6 +238,9 @@ pub fn correlation_of(kind: &str) -> Correlation {
         },
         "shutdown_response" => Correlation::Response {
             answers: "shutdown_request",
+        },
+        "merge_response" => Correlation::Response {
+            answers: "merge_request",
         },
         _ => Correlation::None,
     }

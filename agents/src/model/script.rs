@@ -228,7 +228,8 @@ impl Cassette {
     }
 }
 
-/// `(type, from)` of each `<mail …>` tag in the newest user turn's text (not tool results).
+/// `(type, from)` of each `<mail …>` tag in the newest user turn's text (not tool results):
+/// every user message after the newest assistant message.
 fn newest_user_mail(request: &ModelRequest) -> Vec<(String, String)> {
     static TAG: std::sync::OnceLock<Option<(Regex, Regex)>> = std::sync::OnceLock::new();
     let Some((tag, attr)) = TAG
@@ -242,11 +243,15 @@ fn newest_user_mail(request: &ModelRequest) -> Vec<(String, String)> {
     else {
         return Vec::new();
     };
-    let Some(message) = request.messages.iter().rev().find(|m| m.role == Role::User) else {
-        return Vec::new();
-    };
+    // What the user side said since the model last spoke: mail delivered while the agent
+    // waited and mail taken at its next turn boundary can be two user messages in a row.
+    let since_reply = request
+        .messages
+        .iter()
+        .rev()
+        .take_while(|m| m.role == Role::User);
     let mut out = Vec::new();
-    for block in &message.content {
+    for block in since_reply.flat_map(|m| m.content.iter()) {
         let ContentBlock::Text { text } = block else {
             continue;
         };

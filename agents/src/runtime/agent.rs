@@ -19,7 +19,7 @@ use crate::model::{
     ContentBlock, Message, ModelRequest, ModelResponse, RequestContext, Role, ToolCall,
     ToolDefinition, ToolResultContent, Usage,
 };
-use crate::tools::ToolOutput;
+use crate::tools::{HandledBy, ToolOutput, Workspace};
 
 use super::context::{ModeModel, RunContext};
 use super::error::{RuntimeError, RuntimeResult};
@@ -149,6 +149,9 @@ pub struct AgentRuntime {
     /// The usage of the newest response still in the context, and the context's length right
     /// after it (what came later is estimated): the compaction trigger's input.
     pub(super) last_prompt: Option<(Usage, usize)>,
+    /// Where this agent's tools work: the run's workspace, or its worktree under worktree
+    /// isolation (a subagent works in its parent's).
+    pub(super) workspace: Workspace,
 }
 
 impl AgentRuntime {
@@ -164,10 +167,11 @@ impl AgentRuntime {
             .cloned()
             .ok_or_else(|| RuntimeError::UnknownDefinition(spec.definition.clone()))?;
         let plan_file = plan_file_for(&run, &spec.kind, &spec.agent_id, &definition);
+        let workspace = agent_workspace(&run, &spec.agent_id, &spec.kind).await?;
         let mut system = system_prompt(
             &definition.system_prompt,
             &run.instructions,
-            run.workspace.root(),
+            workspace.root(),
         );
         if definition.read_only && matches!(spec.kind, AgentKind::Subagent { .. }) {
             system.push_str(super::prompt::RESEARCH_REPORT);
@@ -196,6 +200,7 @@ impl AgentRuntime {
             plan_approved: false,
             asks,
             last_prompt: None,
+            workspace,
         };
         if agent.mode == PermissionMode::Plan && agent.pre_plan_mode.is_none() {
             agent.pre_plan_mode = Some(
@@ -217,9 +222,17 @@ impl AgentRuntime {
             tools: agent.tools.clone(),
         };
         let message = agent.message_record(first.clone(), None);
-        agent
-            .commit(vec![started, message], Vec::new(), None)
-            .await?;
+        let mut records = vec![started, message];
+        // The worktree's starting point, so a resume before any change restores it too.
+        let hold = match agent.team_checkpoint().await? {
+            Some(checkpoint) => {
+                records.push(checkpoint.record());
+                checkpoint.hold
+            }
+            None => None,
+        };
+        agent.commit(records, Vec::new(), None).await?;
+        drop(hold);
         agent.messages.push(first);
         agent.run.events.emit(RuntimeEvent::AgentStarted {
             agent: agent.id.clone(),
@@ -315,9 +328,14 @@ impl AgentRuntime {
             task_updates: end.task_updates.clone(),
             ..CommitTurn::default()
         };
-        let outcome = self
-            .commit_with(vec![Record::Finished { result }], with_it)
-            .await?;
+        let mut records = Vec::new();
+        records.extend(
+            end.checkpoint
+                .as_ref()
+                .map(super::team::TeamCheckpoint::record),
+        );
+        records.push(Record::Finished { result });
+        let outcome = self.commit_with(records, with_it).await?;
         if let Some(team) = team {
             muster_mailbox::failpoint!("turn_end");
             team.turn_ended(&self.id, &end, &outcome);
@@ -655,6 +673,7 @@ impl AgentRuntime {
         let mut acks = Vec::new();
         let mut auto_gate = None;
         let mut events = Vec::new();
+        let may_have_changed_files = outcomes.iter().any(|(call, _)| self.may_change_files(call));
         for (call, result) in outcomes {
             records.extend(result.records);
             records.push(Record::ToolCall {
@@ -680,7 +699,17 @@ impl AgentRuntime {
         if let Some(message) = &results {
             records.push(self.message_record(message.clone(), None));
         }
+        // The worktree's state after these calls commits with their results, so a resume
+        // restores what the transcript says they did.
+        let hold = match may_have_changed_files {
+            true => self.team_checkpoint().await?.map(|checkpoint| {
+                records.push(checkpoint.record());
+                checkpoint.hold
+            }),
+            false => None,
+        };
         self.commit(records, acks, auto_gate).await?;
+        drop(hold);
         if let Some(message) = results {
             self.messages.push(message);
         }
@@ -688,6 +717,31 @@ impl AgentRuntime {
             self.run.events.emit(event);
         }
         Ok(())
+    }
+
+    /// Whether a call may have changed files in the worktree: a tool-set tool that is not
+    /// read-only, or a subagent (which works in this agent's worktree).
+    fn may_change_files(&self, call: &ToolCall) -> bool {
+        call.name == "Agent"
+            || self
+                .run
+                .tools
+                .get(&call.name)
+                .is_some_and(|tool| tool.handled_by() == HandledBy::ToolSet && !tool.is_read_only())
+    }
+
+    /// This agent's worktree checkpoint from its team (lead and teammates under worktree
+    /// isolation; `None` otherwise).
+    pub(super) async fn team_checkpoint(
+        &self,
+    ) -> RuntimeResult<Option<super::team::TeamCheckpoint>> {
+        if matches!(self.kind, AgentKind::Subagent { .. }) {
+            return Ok(None);
+        }
+        let Some(team) = self.run.team.get() else {
+            return Ok(None);
+        };
+        team.checkpoint(&self.id).await.map_err(RuntimeError::Team)
     }
 
     async fn reset_context(&mut self, first: String) -> RuntimeResult<()> {
@@ -767,6 +821,30 @@ impl AgentRuntime {
             .await?;
         self.auto_gate_open = outcome.auto_gate.open;
         Ok(outcome)
+    }
+}
+
+/// Where an agent of `run` works: what its team says (a worktree), else the run's workspace.
+/// A subagent works where its parent does.
+pub(super) async fn agent_workspace(
+    run: &RunContext,
+    id: &str,
+    kind: &AgentKind,
+) -> RuntimeResult<Workspace> {
+    let owner = match kind {
+        AgentKind::Subagent { parent } => parent.as_str(),
+        AgentKind::Main | AgentKind::Teammate { .. } => id,
+    };
+    let Some(team) = run.team.get() else {
+        return Ok(run.workspace.clone());
+    };
+    match team
+        .workspace_for(owner)
+        .await
+        .map_err(RuntimeError::Team)?
+    {
+        Some(path) => Workspace::new(&path).map_err(|e| RuntimeError::Workspace(e.to_string())),
+        None => Ok(run.workspace.clone()),
     }
 }
 

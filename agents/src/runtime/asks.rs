@@ -160,7 +160,7 @@ impl AgentRuntime {
             .await?
             .is_some_and(|request| request.response.is_some());
         if !answered_already {
-            let (approved, feedback, rule) = policy_answer(policy, call, self.run.workspace.root());
+            let (approved, feedback, rule) = policy_answer(policy, call, self.workspace.root());
             let answer = muster_mailbox::NewResponse {
                 run_id: self.run.run_id.clone(),
                 sender: muster_mailbox::POLICY.to_owned(),

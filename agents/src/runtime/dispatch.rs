@@ -72,7 +72,7 @@ impl AgentRuntime {
     /// failed snapshot never stops the command: the record then says its effects are unknown.
     async fn measured_bash(&self, call: &ToolCall, run: ToolRun) -> CallResult {
         let measurement =
-            BashMeasurement::begin(self.run.workspace.root(), SnapshotLimits::default()).await;
+            BashMeasurement::begin(self.workspace.root(), SnapshotLimits::default()).await;
         let mut result = run.execute(call).await;
         let exit_code = match &result.output.details {
             ToolDetails::Bash(outcome) => outcome.exit_code,
@@ -99,7 +99,7 @@ impl AgentRuntime {
             .filter(|access| access.usage == PathUse::Write)
             .map(|access| access.path.as_str())
             .collect();
-        (!written.is_empty()).then(|| FileEdits::begin(self.run.workspace.root(), written))
+        (!written.is_empty()).then(|| FileEdits::begin(self.workspace.root(), written))
     }
 
     /// A read-only call of the tool set: decided and run without committing anything first,
@@ -188,8 +188,7 @@ impl AgentRuntime {
     }
 
     fn tool_context(&self, tool_use_id: &str) -> RuntimeResult<ToolContext> {
-        let mut context =
-            ToolContext::new(self.run.workspace.clone(), self.run.environment.clone());
+        let mut context = ToolContext::new(self.workspace.clone(), self.run.environment.clone());
         if let Some(plan_file) = &self.plan_file {
             context = context
                 .with_plan_file(plan_file)

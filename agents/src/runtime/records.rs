@@ -121,6 +121,17 @@ pub enum Record {
     ContextReset { reason: String },
     /// The agent ended its work with this final answer.
     Finished { result: String },
+    /// Worktree isolation: the agent's worktree as a commit muster made, stored with the
+    /// turn that produced it (a resume restores exactly this). `merging`: the integration
+    /// commit whose merge was handed to the agent to resolve. `merge`: on the lead, the
+    /// merge request this integration commit applied.
+    Checkpoint {
+        commit: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        merging: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        merge: Option<String>,
+    },
 }
 
 impl Record {

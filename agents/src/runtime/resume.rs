@@ -56,6 +56,7 @@ impl AgentRuntime {
             .ok_or(RuntimeError::UnknownDefinition(definition))?;
         let tools = offered_tools(&definition, &agent_kind);
         let asks = super::asks::AskSettings::of(&run, agent_id, &agent_kind).await?;
+        let workspace = super::agent::agent_workspace(&run, agent_id, &agent_kind).await?;
         let mut agent = AgentRuntime {
             tool_definitions: tool_definitions(&run, &tools),
             run,
@@ -78,6 +79,7 @@ impl AgentRuntime {
             plan_approved: false,
             asks,
             last_prompt: None,
+            workspace,
         };
         agent.auto_gate_open = agent
             .run
@@ -225,8 +227,8 @@ impl AgentRuntime {
                 self.plan_approved = matches!(state.as_str(), "approved" | "edited");
             }
             Record::Finished { result } => self.finished = Some(result),
-            // Evidence for verification; the `tool_call` beside it is the call's result.
-            Record::Started { .. } | Record::BashEffects(_) => {}
+            // Evidence for verification, and worktree state the team restores.
+            Record::Started { .. } | Record::BashEffects(_) | Record::Checkpoint { .. } => {}
         }
     }
 

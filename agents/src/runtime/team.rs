@@ -25,8 +25,8 @@ use serde::de::DeserializeOwned;
 
 use crate::model::ToolCall;
 use crate::tools::{
-    ReviewPlanInput, SendMessageInput, ShutdownTeammateInput, SpawnTeammateInput, TaskCreateInput,
-    TaskGetInput, TaskStatus as InputTaskStatus, TaskUpdateInput, ToolOutput,
+    ReviewMergeInput, ReviewPlanInput, SendMessageInput, ShutdownTeammateInput, SpawnTeammateInput,
+    TaskCreateInput, TaskGetInput, TaskStatus as InputTaskStatus, TaskUpdateInput, ToolOutput,
 };
 
 use super::agent::{AgentRuntime, CallResult, Dispatched};
@@ -120,6 +120,52 @@ pub trait TeamServices: Send + Sync {
     fn turn_ended(&self, agent: &str, end: &TurnEnd, outcome: &CommitTurnOutcome) {
         let _ = (agent, end, outcome);
     }
+    /// Where `agent` works under worktree isolation: its worktree (made, or restored to its
+    /// newest recorded checkpoint). `None`: the run's workspace.
+    fn workspace_for<'a>(
+        &'a self,
+        agent: &'a str,
+    ) -> TeamFuture<'a, Result<Option<std::path::PathBuf>, String>> {
+        let _ = agent;
+        Box::pin(async { Ok(None) })
+    }
+    /// `agent`'s worktree state as a commit, to be committed with the records of the calls
+    /// that produced it. `None`: the run has no worktrees.
+    fn checkpoint<'a>(
+        &'a self,
+        agent: &'a str,
+    ) -> TeamFuture<'a, Result<Option<TeamCheckpoint>, String>> {
+        let _ = agent;
+        Box::pin(async { Ok(None) })
+    }
+}
+
+/// A worktree checkpoint to commit with an agent's turn. `hold` keeps whatever the team
+/// needs kept until the commit lands (the integration head's lock, for the lead's).
+#[derive(Clone, Default)]
+pub struct TeamCheckpoint {
+    pub commit: String,
+    pub merging: Option<String>,
+    pub hold: Option<Arc<dyn std::any::Any + Send + Sync>>,
+}
+
+impl std::fmt::Debug for TeamCheckpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TeamCheckpoint")
+            .field("commit", &self.commit)
+            .field("merging", &self.merging)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TeamCheckpoint {
+    pub(super) fn record(&self) -> super::records::Record {
+        super::records::Record::Checkpoint {
+            commit: self.commit.clone(),
+            merging: self.merging.clone(),
+            merge: None,
+        }
+    }
 }
 
 /// The lead's `ShutdownTeammate` call.
@@ -139,6 +185,8 @@ pub struct TurnEnd {
     pub sends: Vec<NewMessage>,
     /// The tasks this turn completed (id, subject), for the report after the commit.
     pub completed: Vec<(i64, String)>,
+    /// The worktree's state after the end of turn (a conflict handed over changes it).
+    pub checkpoint: Option<TeamCheckpoint>,
 }
 
 /// The team of a team run as its agents reach it (part of the run's context). The team holds
@@ -262,6 +310,10 @@ impl AgentRuntime {
             },
             "SpawnTeammate" => match parse::<SpawnTeammateInput>(call) {
                 Ok(input) => self.spawn_teammate(call, input, team.as_ref()).await,
+                Err(error) => Err(error),
+            },
+            "ReviewMerge" => match parse::<ReviewMergeInput>(call) {
+                Ok(input) => self.review_merge(call, input).await?,
                 Err(error) => Err(error),
             },
             "ReviewPlan" => match parse::<ReviewPlanInput>(call) {
@@ -625,6 +677,47 @@ impl AgentRuntime {
              SendMessage {{to: \"{}\"}} or assign it a task with TaskUpdate.",
             spawned.id, spawned.id, spawned.definition, spawned.id
         ))
+    }
+
+    async fn review_merge(
+        &mut self,
+        call: &ToolCall,
+        input: ReviewMergeInput,
+    ) -> RuntimeResult<Result<String, String>> {
+        let request_id = input.request_id.clone();
+        let request = self
+            .run
+            .store
+            .request(&self.run.run_id, &request_id)
+            .await?;
+        let Some(request) = request.filter(|r| r.kind == "merge_request") else {
+            return Ok(Err(format!(
+                "{request_id:?} is not a merge request of this run; merge requests have ids \
+                 like merge-alice-1 (plans and permissions are answered with ReviewPlan)"
+            )));
+        };
+        // A lead that is planning may still decide merges: a merge changes the integration
+        // branch, not the lead's own work.
+        let body = MessageBody::MergeResponse {
+            request_id: request_id.clone(),
+            approved: input.approve,
+            feedback: input.feedback.clone().or_else(|| {
+                (!input.approve).then(|| "the work needs changes (no reason given)".into())
+            }),
+            rule: None,
+        };
+        Ok(match self.respond_for_call(call, body).await {
+            Err(error) => Err(refusal(&request_id, error)?),
+            Ok(_) if input.approve => Ok(format!(
+                "Approved merge {request_id} of {}: muster merges its branch into the \
+                 integration branch.",
+                request.requester
+            )),
+            Ok(_) => Ok(format!(
+                "Rejected merge {request_id} of {}; it goes back to work with your feedback.",
+                request.requester
+            )),
+        })
     }
 
     async fn review_plan(

@@ -391,6 +391,32 @@ runtime_tool! {
     }
 }
 
+/// Input of `ReviewMerge`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewMergeInput {
+    /// The merge request's id (`merge-alice-1`).
+    pub request_id: String,
+    /// Merge the branch into the integration branch (true), or send the teammate back to
+    /// work with your feedback (false).
+    pub approve: bool,
+    /// What to change (with a rejection) or keep in mind (with an approval).
+    #[serde(default)]
+    pub feedback: Option<String>,
+}
+
+runtime_tool! {
+    /// Decides a teammate's merge request (lead only).
+    ReviewMerge(ReviewMergeInput) {
+        name: "ReviewMerge",
+        read_only: false,
+        idempotent: true,
+        description: "Approves or rejects a teammate's merge request: muster checked that its branch merges \
+             cleanly into the integration branch and shows the files and diffstat. Approve to \
+             merge it; reject with feedback to send the teammate back to work. Lead only.",
+    }
+}
+
 /// Input of `ShutdownTeammate`.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -6,8 +6,8 @@ use super::Tool;
 use super::bash::Bash;
 use super::context::ToolContext;
 use super::coordination::{
-    Agent, AskUserQuestion, EnterPlanMode, ExitPlanMode, ReviewPlan, SendMessage, ShutdownTeammate,
-    SpawnTeammate, TaskCreate, TaskGet, TaskList, TaskUpdate,
+    Agent, AskUserQuestion, EnterPlanMode, ExitPlanMode, ReviewMerge, ReviewPlan, SendMessage,
+    ShutdownTeammate, SpawnTeammate, TaskCreate, TaskGet, TaskList, TaskUpdate,
 };
 use super::edit::{Edit, MultiEdit};
 use super::glob::Glob;
@@ -19,7 +19,7 @@ use super::read::Read;
 use super::write::Write;
 
 /// The name of every tool, in registry order (the same list as `muster_config::KNOWN_TOOLS`).
-pub const TOOL_NAMES: [&str; 21] = [
+pub const TOOL_NAMES: [&str; 22] = [
     "Read",
     "Write",
     "Edit",
@@ -40,6 +40,7 @@ pub const TOOL_NAMES: [&str; 21] = [
     "TaskGet",
     "SpawnTeammate",
     "ReviewPlan",
+    "ReviewMerge",
     "ShutdownTeammate",
 ];
 
@@ -99,6 +100,7 @@ impl ToolRegistry {
             Arc::new(TaskGet),
             Arc::new(SpawnTeammate),
             Arc::new(ReviewPlan),
+            Arc::new(ReviewMerge),
             Arc::new(ShutdownTeammate),
         ];
         Self { tools }

@@ -199,6 +199,7 @@ fn input(key: &str, agent: Agent) -> Value {
         "task_get" => json!({"task_id": 1}),
         "spawn" => json!({"name": "alice", "prompt": "do x"}),
         "review" => json!({"request_id": "plan-alice-1", "approve": true}),
+        "merge" => json!({"request_id": "merge-alice-1", "approve": true}),
         "shutdown" => json!({"name": "alice"}),
         "bad_read" => json!({"path": "src/a.rs"}),
         other => panic!("unknown input {other}"),
@@ -231,6 +232,7 @@ fn fragment(key: &str) -> &'static str {
         "startro" => "definition `Plan` is read_only",
         "notro" => "which is not read_only",
         "team" => "the lead's own team work",
+        "merge" => "decides a teammate's merge",
         "limits" => "path limits",
         "outside" => "outside the workspace",
         "git" => "inside `.git/`",
@@ -283,6 +285,7 @@ lead        TaskList         empty          A:ro        A:ro         A:ro       
 lead        TaskGet          task_get       A:ro        A:ro         A:ro        A:ro         A:ro           A:ro
 lead        SpawnTeammate    spawn          D:plan      A:team       A:team      A:team       A:team         A:team
 lead        ReviewPlan       review         D:plan      A:team       A:team      A:team       A:team         A:team
+lead        ReviewMerge      merge          A:merge     A:team       A:team      A:team       A:team         A:team
 lead        ShutdownTeammate shutdown       D:plan      A:team       A:team      A:team       A:team         A:team
 
 teammate    Read             read           A:ro        A:ro         A:ro        A:ro         A:ro           A:ro
@@ -313,6 +316,7 @@ teammate    TaskList         empty          A:ro        A:ro         A:ro       
 teammate    TaskGet          task_get       A:ro        A:ro         A:ro        A:ro         A:ro           A:ro
 teammate    SpawnTeammate    spawn          D:lead      D:lead       D:lead      D:lead       D:lead         D:lead
 teammate    ReviewPlan       review         D:lead      D:lead       D:lead      D:lead       D:lead         D:lead
+teammate    ReviewMerge      merge          D:lead      D:lead       D:lead      D:lead       D:lead         D:lead
 teammate    ShutdownTeammate shutdown       D:lead      D:lead       D:lead      D:lead       D:lead         D:lead
 
 subagent    Read             read           A:ro        A:ro         A:ro        A:ro         A:ro           A:ro
@@ -340,6 +344,7 @@ subagent    TaskList         empty          D:sub       D:sub        D:sub      
 subagent    TaskGet          task_get       D:sub       D:sub        D:sub       D:sub        D:sub          D:sub
 subagent    SpawnTeammate    spawn          D:lead      D:lead       D:lead      D:lead       D:lead         D:lead
 subagent    ReviewPlan       review         D:lead      D:lead       D:lead      D:lead       D:lead         D:lead
+subagent    ReviewMerge      merge          D:lead      D:lead       D:lead      D:lead       D:lead         D:lead
 subagent    ShutdownTeammate shutdown       D:lead      D:lead       D:lead      D:lead       D:lead         D:lead
 
 plansub     Read             read           A:ro        A:ro         A:ro        A:ro         A:ro           A:ro
@@ -368,6 +373,7 @@ plansub     TaskList         empty          D:sub       D:sub        D:sub      
 plansub     TaskGet          task_get       D:sub       D:sub        D:sub       D:sub        D:sub          D:sub
 plansub     SpawnTeammate    spawn          D:lead      D:lead       D:lead      D:lead       D:lead         D:lead
 plansub     ReviewPlan       review         D:lead      D:lead       D:lead      D:lead       D:lead         D:lead
+plansub     ReviewMerge      merge          D:lead      D:lead       D:lead      D:lead       D:lead         D:lead
 plansub     ShutdownTeammate shutdown       D:lead      D:lead       D:lead      D:lead       D:lead         D:lead
 
 roteammate  Read             read           A:ro        A:ro         A:ro        A:ro         A:ro           A:ro
@@ -397,6 +403,7 @@ roteammate  TaskList         empty          A:ro        A:ro         A:ro       
 roteammate  TaskGet          task_get       A:ro        A:ro         A:ro        A:ro         A:ro           A:ro
 roteammate  SpawnTeammate    spawn          D:lead      D:lead       D:lead      D:lead       D:lead         D:lead
 roteammate  ReviewPlan       review         D:lead      D:lead       D:lead      D:lead       D:lead         D:lead
+roteammate  ReviewMerge      merge          D:lead      D:lead       D:lead      D:lead       D:lead         D:lead
 roteammate  ShutdownTeammate shutdown       D:lead      D:lead       D:lead      D:lead       D:lead         D:lead
 ";
 
@@ -1178,6 +1185,7 @@ fn every_tool_call(name: &str) -> Value {
         "TaskGet" => input("task_get", Agent::Lead),
         "SpawnTeammate" => input("spawn", Agent::Lead),
         "ReviewPlan" => input("review", Agent::Lead),
+        "ReviewMerge" => input("merge", Agent::Lead),
         "ShutdownTeammate" => input("shutdown", Agent::Lead),
         other => panic!("no call for {other}"),
     }

@@ -1510,7 +1510,7 @@ fn read_only_and_runtime_flags_follow_the_design() {
 fn every_schema_is_a_closed_object_with_claude_code_fields() {
     let registry = ToolRegistry::standard();
     let definitions = registry.definitions(|_| true);
-    assert_eq!(definitions.len(), 21);
+    assert_eq!(definitions.len(), 22);
     for definition in &definitions {
         let schema = &definition.input_schema;
         assert_eq!(schema["type"], "object", "{}", definition.name);

@@ -255,6 +255,31 @@ fn a_policy_answers_permissions_by_its_rules_and_denies_the_rest() {
 }
 
 #[test]
+fn a_policy_reviews_merges_by_the_files_they_change() {
+    let policy = Policy::parse("p.toml", POLICY).unwrap();
+    let cases: &[(&[&str], &[&str])] = &[
+        (&["src/a.rs", "tests/b.rs"], &[]),
+        (
+            &["src/secrets/k.rs", "docs/x.md", "src/c.rs"],
+            &[
+                "the merge changes 3 paths; the policy allows at most 2",
+                "`src/secrets/k.rs` matches a denied path",
+                "`docs/x.md` matches no allowed path",
+            ],
+        ),
+        // A merge has no sections: `required_sections` is a plan's rule only.
+        (&[], &[]),
+    ];
+    for (files, reasons) in cases {
+        let verdict = policy.review_merge(files);
+        assert_eq!(verdict.reasons, *reasons, "{files:?}");
+        assert_eq!(verdict.approved, reasons.is_empty());
+    }
+    let yolo = Policy::parse("p.toml", "approve_all = true\n").unwrap();
+    assert!(yolo.review_merge(&["anything/at/all"]).approved);
+}
+
+#[test]
 fn a_policy_reviews_plans() {
     let policy = Policy::parse("p.toml", POLICY).unwrap();
     let good =

@@ -169,28 +169,32 @@ pub(crate) struct Mail {
     pub attrs: BTreeMap<String, String>,
 }
 
-/// The texts of the newest user turn: the last message with `role: "user"`; its string
-/// content, or its `text` blocks (tool results are not searched).
+/// The texts of the newest user turn: every message with `role: "user"` after the newest
+/// other message (mail delivered while an agent waited and mail taken at its next turn
+/// boundary can be two user messages in a row); their string content, or their `text`
+/// blocks (tool results are not searched).
 pub(crate) fn newest_user_texts(body: &Value) -> Vec<String> {
     let Some(messages) = body.get("messages").and_then(Value::as_array) else {
         return Vec::new();
     };
-    let Some(last_user) = messages
+    let mut users: Vec<&Value> = messages
         .iter()
         .rev()
-        .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
-    else {
-        return Vec::new();
-    };
-    match last_user.get("content") {
-        Some(Value::String(s)) => vec![s.clone()],
-        Some(Value::Array(blocks)) => blocks
-            .iter()
-            .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
-            .filter_map(|b| b.get("text").and_then(Value::as_str).map(str::to_owned))
-            .collect(),
-        _ => Vec::new(),
-    }
+        .take_while(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+        .collect();
+    users.reverse();
+    users
+        .into_iter()
+        .flat_map(|user| match user.get("content") {
+            Some(Value::String(s)) => vec![s.clone()],
+            Some(Value::Array(blocks)) => blocks
+                .iter()
+                .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+                .filter_map(|b| b.get("text").and_then(Value::as_str).map(str::to_owned))
+                .collect(),
+            _ => Vec::new(),
+        })
+        .collect()
 }
 
 /// Finds every `<mail attr="value" …>` tag in `text`. Values are in double or single quotes
