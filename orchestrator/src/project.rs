@@ -85,20 +85,39 @@ impl Project {
         }
     }
 
-    /// `.muster/.gitignore` keeps the store, local settings, run files, logs and plans out of
-    /// git, never `settings.toml` or `agents/`. Written once; a user's own file is left alone.
+    /// `.muster/.gitignore` keeps the store, local settings, run files, logs, plans and
+    /// teammates' worktrees out of git, never `settings.toml` or `agents/`. Written once; a
+    /// user's own file is left alone except that it gains `worktrees/` (a worktree inside the
+    /// user's tree would otherwise show in their `git status` as a nested repository).
     fn ensure_muster_gitignore(&self) {
         let dir = self.root.muster_dir();
         if std::fs::create_dir_all(&dir).is_err() {
             return;
         }
-        let contents = "muster.db*\nsettings.local.toml\nruns/\nlogs/\nplans/\n";
+        let path = dir.join(".gitignore");
+        let contents = "muster.db*\nsettings.local.toml\nruns/\nlogs/\nplans/\nworktrees/\n";
         if let Ok(mut file) = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
-            .open(dir.join(".gitignore"))
+            .open(&path)
         {
             let _ = std::io::Write::write_all(&mut file, contents.as_bytes());
+            return;
+        }
+        let Ok(existing) = std::fs::read_to_string(&path) else {
+            return;
+        };
+        let ignored = existing
+            .lines()
+            .any(|line| matches!(line.trim(), "worktrees/" | "worktrees" | "/worktrees/"));
+        if !ignored && let Ok(mut file) = std::fs::OpenOptions::new().append(true).open(&path) {
+            let separator = if existing.is_empty() || existing.ends_with('\n') {
+                ""
+            } else {
+                "\n"
+            };
+            let _ =
+                std::io::Write::write_all(&mut file, format!("{separator}worktrees/\n").as_bytes());
         }
     }
 }

@@ -318,7 +318,8 @@ impl Summary<'_> {
         out.push_str(&format!(
             "  project  {root}\n           textkit, two bash text filters with tests{}\n",
             if self.git {
-                ", as a fresh git repository"
+                ", as a fresh git repository\n           (each teammate works on its own branch, \
+                 in its own worktree)"
             } else {
                 " (git was not found: no repository)"
             }
@@ -334,6 +335,7 @@ impl Summary<'_> {
         ));
         self.who_did_what(&mut out);
         self.plans(&mut out);
+        self.merges(&mut out);
         self.tasks(&mut out);
         self.mail(&mut out);
         self.verification(&mut out);
@@ -521,6 +523,55 @@ impl Summary<'_> {
         }
     }
 
+    /// Each teammate's branch, checked and merged into the integration branch by decision.
+    fn merges(&self, out: &mut String) {
+        let mut merges: Vec<&RequestRecord> = self
+            .stored
+            .requests
+            .iter()
+            .filter(|r| r.kind == "merge_request")
+            .collect();
+        if merges.is_empty() {
+            return;
+        }
+        out.push_str(
+            "\nMerges (a teammate's finished branch, checked clean against the integration \
+             branch,\nasks to merge with a merge_request, decided like its plans)\n",
+        );
+        merges.sort_by_key(|r| (r.requester.clone(), number(&r.request_id)));
+        for request in merges {
+            let body = MessageBody::from_stored(&request.kind, &request.body);
+            let MessageBody::MergeRequest {
+                branch, diffstat, ..
+            } = body
+            else {
+                continue;
+            };
+            out.push_str(&format!(
+                "\n  {:<13} {:<6} {branch}\n",
+                request.request_id, request.requester
+            ));
+            let stat = diffstat.lines().last().unwrap_or("").trim().to_owned();
+            out.push_str(&format!("                       {stat}\n"));
+            let decision = self
+                .decision(&request.request_id)
+                .unwrap_or_else(|| "undecided".into());
+            out.push_str(&format!("                       {decision}\n"));
+            if let Some(response) = &request.response
+                && let MessageBody::MergeResponse { feedback, rule, .. } =
+                    MessageBody::from_stored(&response.kind, &response.body)
+            {
+                if let Some(feedback) = feedback {
+                    wrap(out, &format!("feedback: \"{feedback}\""), 23);
+                }
+                if let Some(rule) = rule {
+                    let rule = rule.replace(&format!("{}/", self.root.display()), "");
+                    wrap(out, &format!("rule: {rule}"), 23);
+                }
+            }
+        }
+    }
+
     fn tasks(&self, out: &mut String) {
         out.push_str("\nTasks (the board; `muster tasks`)\n");
         for task in &self.stored.tasks {
@@ -624,6 +675,24 @@ impl Summary<'_> {
                 question,
                 ..
             } => format!("{request_id}: \"{question}\""),
+            MessageBody::MergeRequest {
+                request_id, files, ..
+            } => format!(
+                "{request_id}: may its branch merge? ({} files)",
+                files.len()
+            ),
+            MessageBody::MergeResponse {
+                request_id,
+                approved,
+                ..
+            } => format!(
+                "{request_id}: {}",
+                if approved {
+                    "merge approved"
+                } else {
+                    "merge rejected"
+                }
+            ),
             MessageBody::Answer { request_id, answer } => format!("{request_id}: \"{answer}\""),
             MessageBody::ShutdownRequest { request_id, .. } => {
                 format!("{request_id}: the team's work is done")
@@ -755,8 +824,20 @@ impl Summary<'_> {
             .and_then(|e| e["exit_code"].as_u64())
             .map_or_else(|| "?".to_owned(), |c| c.to_string());
         let root = self.root.display();
+        // The run's result fields are flattened into its `run_finished` event.
+        let result = finished;
+        let delivered = match result.and_then(|r| r["files_changed"].as_u64()) {
+            Some(files) => format!(
+                "\nThe integration branch's {files} changed files are in the working tree, \
+                 uncommitted;\n`git branch` lists each agent's branch."
+            ),
+            None => result
+                .and_then(|r| r["result_branch"].as_str())
+                .map(|branch| format!(" The result is on branch {branch}."))
+                .unwrap_or_default(),
+        };
         out.push_str(&format!(
-            "\nThe run ended: {status}, exit code {code}.\n\nLook closer: `cd {root}`, then \
+            "\nThe run ended: {status}, exit code {code}.{delivered}\n\nLook closer: `cd {root}`, then \
              `muster runs`, `muster inbox`, `muster plans`, `muster tasks`{}.\n",
             if self.git { ", `git diff`" } else { "" }
         ));
@@ -809,8 +890,9 @@ fn phase(kind: &str) -> u8 {
         "permission_request" | "permission_response" | "question" | "answer" | "text" => 2,
         "idle_notification" => 3,
         "verification_report" => 4,
-        "shutdown_request" | "shutdown_response" => 5,
-        _ => 6,
+        "merge_request" | "merge_response" => 5,
+        "shutdown_request" | "shutdown_response" => 6,
+        _ => 7,
     }
 }
 
@@ -861,6 +943,15 @@ fn describe(tool: &str, input: &Value) -> String {
                 }
             } else {
                 "reject".into()
+            }
+        ),
+        "ReviewMerge" => format!(
+            "ReviewMerge {}: {}",
+            text("request_id"),
+            if input["approve"] == true {
+                "approve"
+            } else {
+                "reject"
             }
         ),
         "SendMessage" => format!("SendMessage to {}", text("to")),

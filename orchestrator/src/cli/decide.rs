@@ -201,6 +201,33 @@ fn response_body(request: &RequestRecord, decision: Decision) -> anyhow::Result<
                 rule: None,
             })
         }
+        (
+            "merge_request",
+            Decision::Approve {
+                mode,
+                edited_plan,
+                clear_context,
+                feedback,
+            },
+        ) => {
+            if mode.is_some() || edited_plan.is_some() || clear_context {
+                return Err(usage(format!(
+                    "{request_id} is a merge request: --mode, --plan-file and --clear-context apply to plans only"
+                )));
+            }
+            Ok(MessageBody::MergeResponse {
+                request_id,
+                approved: true,
+                feedback,
+                rule: None,
+            })
+        }
+        ("merge_request", Decision::Reject { feedback }) => Ok(MessageBody::MergeResponse {
+            request_id,
+            approved: false,
+            feedback: Some(feedback),
+            rule: None,
+        }),
         ("question", Decision::Answer { text }) => Ok(MessageBody::Answer {
             request_id,
             answer: text,
@@ -222,7 +249,8 @@ fn response_body(request: &RequestRecord, decision: Decision) -> anyhow::Result<
 fn describe(body: &MessageBody) -> &'static str {
     match body {
         MessageBody::PlanApprovalResponse { approved: true, .. }
-        | MessageBody::PermissionResponse { approved: true, .. } => "Approved",
+        | MessageBody::PermissionResponse { approved: true, .. }
+        | MessageBody::MergeResponse { approved: true, .. } => "Approved",
         MessageBody::Answer { .. } => "Answered",
         _ => "Rejected",
     }

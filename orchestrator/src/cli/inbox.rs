@@ -144,6 +144,20 @@ fn summary_of(message: &Message) -> String {
                 feedback.map(|f| format!(": {f}")).unwrap_or_default()
             )
         }
+        MessageBody::MergeRequest {
+            branch, diffstat, ..
+        } => format!("merge {branch}: {}", diffstat.lines().last().unwrap_or("")),
+        MessageBody::MergeResponse {
+            approved, feedback, ..
+        } => format!(
+            "{}{}",
+            if approved {
+                "merge approved"
+            } else {
+                "merge rejected"
+            },
+            feedback.map(|f| format!(": {f}")).unwrap_or_default()
+        ),
         MessageBody::Question { question, .. } => question,
         MessageBody::Answer { answer, .. } => answer,
         MessageBody::ShutdownRequest { reason, .. } => {

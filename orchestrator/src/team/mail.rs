@@ -89,6 +89,37 @@ pub fn render(mail: &Mail, nonce: &str) -> String {
             if approved { "approved" } else { "refused" },
             feedback.map(|f| format!(": {f}")).unwrap_or_default()
         ),
+        MessageBody::MergeRequest {
+            request_id,
+            agent,
+            branch,
+            commit,
+            onto,
+            files,
+            diffstat,
+            verification,
+            responder,
+        } => format!(
+            "Merge request {request_id}: {agent}'s branch {branch} (commit {commit}) merges \
+             cleanly onto the integration branch at {onto}; answered by {responder}. Files: {}.\n\
+             {diffstat}{}\nReview it (git diff {onto} {commit} in your worktree) and answer with \
+             ReviewMerge {{\"request_id\": \"{request_id}\", \"approve\": true|false, \
+             \"feedback\": …}}; a rejection sends your feedback to {agent}.",
+            files.join(", "),
+            verification
+                .map(|v| format!("\n{}", fenced("verification summary", nonce, &v)))
+                .unwrap_or_default()
+        ),
+        MessageBody::MergeResponse {
+            request_id,
+            approved,
+            feedback,
+            ..
+        } => format!(
+            "{from} {} merge {request_id}{}",
+            if approved { "approved" } else { "rejected" },
+            feedback.map(|f| format!(": {f}")).unwrap_or_default()
+        ),
         MessageBody::Answer { request_id, answer } => {
             format!("Answer to {request_id} from {from}: {answer}")
         }

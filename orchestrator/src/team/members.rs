@@ -390,6 +390,7 @@ impl Team {
             .into_iter()
             .chain([idle])
             .collect();
+        self.add_merge_step(id, turn, &mut end).await?;
         Ok(end)
     }
 
@@ -405,6 +406,8 @@ impl Team {
         for message in &outcome.sent {
             self.sent(message);
             self.report_verification(message);
+            // A merge request is decided by a policy at once, or announced for a person.
+            self.follow_up(message);
         }
         self.board.send_modify(|n| *n += 1);
     }
@@ -428,7 +431,7 @@ impl Team {
     /// idempotency key is the plan request's id): `None` without an approved plan.
     async fn verification_of(&self, id: &str) -> anyhow::Result<Option<NewMessage>> {
         let rows = self.store.records(self.run_id(), id, TRANSCRIPT, 0).await?;
-        let root = self.run.workspace.root().to_path_buf();
+        let root = self.workspace_root_of(id);
         let report = match verification::build_report(id, rows.iter().map(|r| &r.body), &root) {
             Ok(report) => report,
             Err(verification::VerificationError::NoApprovedPlan { .. }) => return Ok(None),
@@ -494,7 +497,7 @@ impl Team {
                     None => break,
                 }
             }
-            if let Some(work) = work_from(pending) {
+            if let Some(work) = work_from(self.settle_approved_merges(pending).await?) {
                 return Ok(work);
             }
             // The claim and its task_assignment (mail to itself) are one commit, so a claimed
@@ -512,7 +515,7 @@ impl Team {
             tokio::select! {
                 biased;
                 batch = self.store.receive_batch(self.run_id(), id, self.epoch(), MAIL_BATCH) => {
-                    if let Some(work) = work_from(batch?) {
+                    if let Some(work) = work_from(self.settle_approved_merges(batch?).await?) {
                         return Ok(work);
                     }
                 }
@@ -524,7 +527,7 @@ impl Team {
                         .into_iter()
                         .filter(|m| m.state == DeliveryState::Leased)
                         .collect();
-                    if let Some(work) = work_from(orphans) {
+                    if let Some(work) = work_from(self.settle_approved_merges(orphans).await?) {
                         return Ok(work);
                     }
                 }

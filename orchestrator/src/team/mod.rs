@@ -23,8 +23,10 @@
 //! - A resume restores the spend recorded so far into the budget ledger, which also holds the
 //!   run's deadline; a deadline `--max-duration` sets on a resume is kept for the next one.
 
+mod isolation;
 mod mail;
 mod members;
+mod merges;
 mod printer;
 mod services;
 mod setup;
@@ -259,7 +261,18 @@ async fn execute(
             let plans = PlanFiles::new(project.plans_dir(), &record.slug);
             (record.id.clone(), plans)
         }
-        Err(new) => create_run(&project, &store, &team_file, &launch, new).await?,
+        Err(new) => {
+            // A worktree choice that cannot work is refused before the run exists.
+            crate::worktree::choose(
+                team_file.isolation,
+                &launch.run.workspace,
+                &project.root.muster_dir(),
+                "check",
+            )
+            .await
+            .map_err(|e| usage(e.to_string()))?;
+            create_run(&project, &store, &team_file, &launch, new).await?
+        }
     };
     // Spend already recorded (a resume) counts against the budgets, so limits hold across a
     // crash; the ledger knows the deadline too (no model request after it).
@@ -282,6 +295,17 @@ async fn execute(
     )
     .await?;
     let epoch = owned.epoch;
+    let isolation = isolation::TeamIsolation::set_up(
+        store.as_ref(),
+        &run_id,
+        plans.slug(),
+        team_file.isolation,
+        &launch.run.workspace,
+        &project.root.muster_dir(),
+    )
+    .await
+    .map_err(|e| usage(format!("{e:#}")))?
+    .map(Arc::new);
     let printer = Arc::new(TeamPrinter::new(&run_id, output));
     let context = Arc::new(setup::run_context(setup::ContextParts {
         project: &project,
@@ -313,6 +337,7 @@ async fn execute(
         printer: printer.clone(),
         shutdown_timeout: Duration::from_millis(team_file.shutdown_timeout_ms),
         lead_awaits_decision: AtomicBool::new(false),
+        isolation,
     });
     if resumed {
         // A resumed lead goes back to its wait without asking again.
@@ -328,6 +353,7 @@ async fn execute(
         // policy are decided, then every teammate is rebuilt from its records.
         team.decide_waiting_policies().await?;
         team.resume_teammates().await?;
+        team.apply_merges().await?;
     } else {
         for teammate in &team_file.teammates {
             team.start_declared(teammate, false)?;
@@ -376,6 +402,7 @@ async fn execute(
         team.stop_all().await;
     }
     let mut ending = ending;
+    team.deliver_result(&mut ending).await?;
     let reports = team.verifications().await?;
     ending.add_verifications(&reports);
     if output == OutputFormat::Text {
@@ -494,6 +521,8 @@ pub(crate) struct Team {
     /// when that request is committed, or found on resume; never cleared, so no clearing can
     /// race a new request): until then the team's watch need not look at the store.
     lead_awaits_decision: AtomicBool,
+    /// The run's worktrees (`None`: every agent works in the shared workspace).
+    isolation: Option<Arc<isolation::TeamIsolation>>,
 }
 
 impl Team {
@@ -899,6 +928,10 @@ impl Team {
             .map(|t| json!({"task_id": t.task_id, "subject": t.subject, "status": t.status.as_str(), "owner": t.owner}))
             .collect();
         let (status, exit) = if failed.is_empty() && stuck.is_empty() {
+            if let Some(ending) = self.ending_if_merges_wait(lead_result).await? {
+                return Ok(Some(ending));
+            }
+            // Merges applied just now may have woken no one: the run can end.
             (RunStatus::Completed, Exit::Success)
         } else {
             (RunStatus::Failed, Exit::Failed)

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use muster_agents::runtime::team::{
-    ShutdownRequest, SpawnRequest, SpawnedTeammate, TeamFuture, TeamServices, TurnEnd,
+    ShutdownRequest, SpawnRequest, SpawnedTeammate, TeamCheckpoint, TeamFuture, TeamServices,
+    TurnEnd,
 };
 use muster_config::{Approver, PermissionMode, PlanVerdict, Policy, RuleSubject};
 use muster_mailbox::decide::{Waiter, decide};
@@ -78,6 +79,37 @@ impl TeamServices for Team {
     fn turn_ended(&self, agent: &str, end: &TurnEnd, outcome: &CommitTurnOutcome) {
         self.report_turn_end(agent, end, outcome);
     }
+
+    fn workspace_for<'a>(
+        &'a self,
+        agent: &'a str,
+    ) -> TeamFuture<'a, Result<Option<std::path::PathBuf>, String>> {
+        Box::pin(async move {
+            let Some(isolation) = &self.isolation else {
+                return Ok(None);
+            };
+            isolation
+                .workspace_for(self.store.as_ref(), self.run_id(), agent)
+                .await
+                .map(Some)
+                .map_err(|error| format!("{agent}'s worktree: {error:#}"))
+        })
+    }
+
+    fn checkpoint<'a>(
+        &'a self,
+        agent: &'a str,
+    ) -> TeamFuture<'a, Result<Option<TeamCheckpoint>, String>> {
+        Box::pin(async move {
+            let Some(isolation) = &self.isolation else {
+                return Ok(None);
+            };
+            isolation
+                .checkpoint(agent)
+                .await
+                .map_err(|error| format!("{agent}'s worktree checkpoint: {error:#}"))
+        })
+    }
 }
 
 impl Team {
@@ -85,13 +117,17 @@ impl Team {
     /// to the lead's mailbox that a policy answers is decided now, one a person answers is
     /// announced (a plan's own `approval_requested` comes from the runtime); the lead's own
     /// plan sent to a person wakes the watch that stops the run once nothing else can move.
-    fn follow_up(&self, message: &Message) {
+    pub(crate) fn follow_up(&self, message: &Message) {
         let Some(request_id) = message.request_id.clone() else {
             return;
         };
+        if message.kind == "merge_response" {
+            self.merge_decided();
+            return;
+        }
         let is_request = matches!(
             message.kind.as_str(),
-            "plan_approval_request" | "permission_request" | "question"
+            "plan_approval_request" | "permission_request" | "question" | "merge_request"
         );
         if !is_request {
             return;
@@ -114,6 +150,13 @@ impl Team {
             if let Some(team) = self.me.upgrade() {
                 tokio::spawn(async move { team.decide_by_policy(&request_id).await });
             }
+        } else if message.kind == "merge_request" {
+            self.printer.line(
+                "approval_requested",
+                &message.sender,
+                json!({"request_id": request_id, "responder": responder, "kind": "merge",
+                       "branch": message.body["branch"], "files": message.body["files"]}),
+            );
         } else if responder == muster_mailbox::HUMAN && message.kind != "plan_approval_request" {
             self.printer.line(
                 "approval_requested",
@@ -156,6 +199,9 @@ impl Team {
                 }
             }
             self.start_assigned_tasks(agent, &taken).await?;
+            if taken.iter().any(|m| m.kind == "merge_response") {
+                self.merge_decided();
+            }
             taken
         };
         let nonce = super::mail::nonce();
@@ -481,6 +527,15 @@ impl Team {
                     rule: Some(format!("{rule} ({})", policy.source)),
                 }
             }
+            MessageBody::MergeRequest { files, .. } => {
+                let verdict = policy.review_merge(&files);
+                MessageBody::MergeResponse {
+                    request_id: request_id.to_owned(),
+                    approved: verdict.approved,
+                    feedback: (!verdict.reasons.is_empty()).then(|| verdict.reasons.join("; ")),
+                    rule: Some(deciding_merge_rule(&policy, &verdict)),
+                }
+            }
             MessageBody::Question { .. } => MessageBody::Answer {
                 request_id: request_id.to_owned(),
                 answer: "A policy cannot answer questions: decide yourself and state the \
@@ -498,12 +553,26 @@ impl Team {
         match decide(self.store.as_ref(), answer, Waiter::InProcess).await {
             Ok(decided) => {
                 self.sent(&decided.response);
+                if decided.response.kind == "merge_response" {
+                    self.merge_decided();
+                }
                 Ok(())
             }
             Err(StoreError::AlreadyDecided { .. }) => Ok(()),
             Err(error) => Err(error.into()),
         }
     }
+}
+
+/// The policy rule that decided a merge, by name, with the policy file.
+fn deciding_merge_rule(policy: &Policy, verdict: &PlanVerdict) -> String {
+    if verdict.approved && !policy.approve_all {
+        return format!(
+            "every check passed: max_files, allowed_paths, denied_paths ({})",
+            policy.source
+        );
+    }
+    deciding_rule(policy, verdict)
 }
 
 /// The policy rule that decided a plan, by name, with the policy file.

@@ -43,6 +43,11 @@ pub(crate) fn decision(request: &RequestRecord) -> String {
             if approved { "allowed" } else { "denied" },
             response.responder
         ),
+        MessageBody::MergeResponse { approved, .. } => format!(
+            "{} by {}",
+            if approved { "merged" } else { "sent back" },
+            response.responder
+        ),
         _ => format!("answered by {}", response.responder),
     }
 }
@@ -108,13 +113,13 @@ fn requests(out: &mut String, requests: &[RequestRecord]) {
     for request in requests.iter().filter(|r| {
         matches!(
             r.kind.as_str(),
-            "plan_approval_request" | "permission_request"
+            "plan_approval_request" | "permission_request" | "merge_request"
         )
     }) {
-        let what = if request.kind == "plan_approval_request" {
-            "plan"
-        } else {
-            "permission"
+        let what = match request.kind.as_str() {
+            "plan_approval_request" => "plan",
+            "merge_request" => "merge",
+            _ => "permission",
         };
         out.push_str(&format!(
             "  {} ({what} of {}): {}",

@@ -12,6 +12,7 @@ mod store_cli;
 mod team_cli;
 #[cfg(all(unix, feature = "failpoints"))]
 mod team_crash;
+mod worktree_cli;
 
 /// Without the failpoints the team crash test cannot run: it fails naming the command that
 /// runs it, rather than skipping in silence.

@@ -1,0 +1,624 @@
+//! Worktree isolation in a team run (DESIGN.md "Wave 2 → Worktree isolation"): what is
+//! recorded, when, and in which transaction. The git side is [`crate::worktree`].
+//!
+//! - The choice and the base are the first record of the lead's stream [`ISOLATION_STREAM`]
+//!   (a resume keeps the choice the run made).
+//! - Each agent's worktree state is a `checkpoint` record committed with the calls that
+//!   produced it (the runtime asks [`TeamServices::checkpoint`]); a resume restores each
+//!   worktree to its newest one, even if the directory was lost.
+//! - The integration head is the newest `checkpoint` of the lead (a lead's own edits, or an
+//!   applied merge, which names its request): it moves only under one lock, so the head a
+//!   merge is made on is the head the store holds.
+//! - A teammate that ends a turn with unmerged changes gets its merge checked; a conflict is
+//!   handed back into its worktree, a clean merge becomes a `merge_request` to the lead's
+//!   mailbox, decided by its plan responder; an approved merge is applied as its own
+//!   transition (`merge_applied`).
+//! - At the end of a completed run, the final decision (apply to the user's tree, or leave
+//!   the result on the integration branch) is recorded before it is carried out, so a kill
+//!   half-way finishes the same way.
+//!
+//! [`TeamServices::checkpoint`]: muster_agents::runtime::team::TeamServices::checkpoint
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use muster_agents::runtime::Record;
+use muster_agents::runtime::team::TeamCheckpoint;
+use muster_config::Isolation;
+use muster_mailbox::{CommitTurn, MailboxStore, MessageBody, NewMessage, NewRecord, RequestRecord};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::worktree::{self, Base, Checkpoint, Chosen, Worktrees};
+
+use super::LEAD;
+
+/// The lead's record stream holding the run's isolation choice, base and final decision.
+pub(crate) const ISOLATION_STREAM: &str = "isolation";
+/// The stream of agents' transcripts (checkpoints live there).
+const TRANSCRIPT: &str = muster_agents::runtime::TRANSCRIPT;
+
+/// One record of [`ISOLATION_STREAM`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum IsolationRecord {
+    Shared,
+    Base(Base),
+    /// An approved merge that no longer applies (the head moved and it conflicts now).
+    MergeStale {
+        request_id: String,
+    },
+    /// What the end of the run does with the result.
+    Final {
+        apply: bool,
+        commit: String,
+    },
+}
+
+/// A team run's worktrees and what it recorded of them.
+pub(crate) struct TeamIsolation {
+    pub worktrees: Worktrees,
+    pub base: Base,
+    /// The integration head as recorded, behind the lock every move of it takes.
+    head: Arc<tokio::sync::Mutex<String>>,
+    /// The newest checkpoint recorded per agent whose worktree this process made or
+    /// restored.
+    recorded: Mutex<BTreeMap<String, Checkpoint>>,
+    /// Merge requests applied or found stale.
+    settled: Mutex<BTreeSet<String>>,
+    /// Merge decisions already reported (those made before this process started, and those
+    /// it reported since).
+    announced: Mutex<BTreeSet<String>>,
+}
+
+/// What one pass over the merge requests found and did.
+#[derive(Debug, Default)]
+pub(crate) struct MergePass {
+    /// Decided merge requests not reported before.
+    pub decided: Vec<RequestRecord>,
+    pub applied: Vec<Applied>,
+    /// Approved merges that conflict with the moved head (their teammates were told).
+    pub stale: Vec<String>,
+}
+
+/// What a teammate's end of turn adds for its merge.
+#[derive(Debug, Default)]
+pub(crate) struct MergeStep {
+    pub checkpoint: Option<TeamCheckpoint>,
+    pub sends: Vec<NewMessage>,
+}
+
+/// What the end of a run did with the result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Delivered {
+    /// Nothing was merged.
+    Nothing,
+    /// Applied to the user's working tree as uncommitted changes.
+    Applied { commit: String, files: usize },
+    /// Left on the integration branch (the user's tree changed during the run).
+    OnBranch { branch: String, commit: String },
+}
+
+impl TeamIsolation {
+    /// The run's isolation: the recorded choice on a resume, else chosen now (and recorded,
+    /// with the base). `None`: shared (with a warning printed when the user did not ask).
+    pub(crate) async fn set_up(
+        store: &dyn MailboxStore,
+        run_id: &str,
+        slug: &str,
+        requested: Option<Isolation>,
+        workspace: &Path,
+        muster_dir: &Path,
+    ) -> anyhow::Result<Option<TeamIsolation>> {
+        let recorded = store
+            .records(run_id, LEAD, ISOLATION_STREAM, 0)
+            .await?
+            .into_iter()
+            .filter_map(|row| serde_json::from_value::<IsolationRecord>(row.body).ok())
+            .collect::<Vec<_>>();
+        let (worktrees, base) = match recorded.first() {
+            Some(IsolationRecord::Shared) => return Ok(None),
+            Some(IsolationRecord::Base(base)) => {
+                let chosen =
+                    worktree::choose(Some(Isolation::Worktree), workspace, muster_dir, slug)
+                        .await?;
+                let Chosen::Worktrees(worktrees) = chosen else {
+                    anyhow::bail!("the run uses worktrees, and they cannot be set up here");
+                };
+                (worktrees, base.clone())
+            }
+            _ => match worktree::choose(requested, workspace, muster_dir, slug).await? {
+                Chosen::Shared { warning } => {
+                    if let Some(warning) = warning {
+                        eprintln!("warning: {warning}");
+                    }
+                    append(store, run_id, &IsolationRecord::Shared).await?;
+                    return Ok(None);
+                }
+                Chosen::Worktrees(worktrees) => {
+                    worktrees.refuse_taken().await?;
+                    let base = worktrees.make_base().await?;
+                    append(store, run_id, &IsolationRecord::Base(base.clone())).await?;
+                    (worktrees, base)
+                }
+            },
+        };
+        let mut settled = BTreeSet::new();
+        let mut head = base.commit.clone();
+        for row in store.records(run_id, LEAD, TRANSCRIPT, 0).await? {
+            if let Ok(Record::Checkpoint { commit, merge, .. }) = Record::from_stored(&row) {
+                head = commit;
+                settled.extend(merge);
+            }
+        }
+        for record in recorded {
+            if let IsolationRecord::MergeStale { request_id } = record {
+                settled.insert(request_id);
+            }
+        }
+        let announced = store
+            .requests(run_id)
+            .await?
+            .into_iter()
+            .filter(|r| r.kind == "merge_request" && r.response.is_some())
+            .map(|r| r.request_id)
+            .collect();
+        Ok(Some(TeamIsolation {
+            worktrees,
+            base,
+            head: Arc::new(tokio::sync::Mutex::new(head)),
+            recorded: Mutex::new(BTreeMap::new()),
+            settled: Mutex::new(settled),
+            announced: Mutex::new(announced),
+        }))
+    }
+
+    /// The recorded integration head.
+    pub(crate) async fn head(&self) -> String {
+        self.head.lock().await.clone()
+    }
+
+    /// Agent `agent`'s workspace: its worktree made (at the integration head), or restored
+    /// once per process to its newest checkpoint in the store.
+    pub(crate) async fn workspace_for(
+        &self,
+        store: &dyn MailboxStore,
+        run_id: &str,
+        agent: &str,
+    ) -> anyhow::Result<PathBuf> {
+        if self.recorded_of(agent).is_some() {
+            return Ok(self.worktrees.workspace_of(agent));
+        }
+        let checkpoint = if agent == LEAD {
+            Some(Checkpoint {
+                commit: self.head().await,
+                merging: None,
+            })
+        } else {
+            newest_checkpoint(store, run_id, agent).await?
+        };
+        let checkpoint = match checkpoint {
+            Some(checkpoint) => {
+                self.worktrees.restore(agent, &checkpoint).await?;
+                checkpoint
+            }
+            None => {
+                let head = self.head().await;
+                self.worktrees.ensure(agent, &head).await?;
+                // Nothing recorded yet: the first checkpoint records the starting point.
+                Checkpoint {
+                    commit: String::new(),
+                    merging: None,
+                }
+            }
+        };
+        self.set_recorded(agent, checkpoint);
+        Ok(self.worktrees.workspace_of(agent))
+    }
+
+    fn recorded_of(&self, agent: &str) -> Option<Checkpoint> {
+        let recorded = self.recorded.lock().unwrap_or_else(|p| p.into_inner());
+        recorded.get(agent).cloned()
+    }
+
+    fn set_recorded(&self, agent: &str, checkpoint: Checkpoint) {
+        let mut recorded = self.recorded.lock().unwrap_or_else(|p| p.into_inner());
+        recorded.insert(agent.to_owned(), checkpoint);
+    }
+
+    /// Agent `agent`'s worktree as a checkpoint to commit with its turn, or `None` when
+    /// nothing changed since the one recorded. The lead's moves the integration head, under
+    /// its lock, held until the turn's commit lands.
+    pub(crate) async fn checkpoint(&self, agent: &str) -> anyhow::Result<Option<TeamCheckpoint>> {
+        if agent == LEAD {
+            let mut head = self.head.clone().lock_owned().await;
+            let Some(commit) = self.worktrees.lead_checkpoint(&head).await? else {
+                return Ok(None);
+            };
+            *head = commit.clone();
+            return Ok(Some(TeamCheckpoint {
+                commit,
+                merging: None,
+                hold: Some(Arc::new(head)),
+            }));
+        }
+        let checkpoint = self.worktrees.checkpoint(agent).await?;
+        if self.recorded_of(agent).as_ref() == Some(&checkpoint) {
+            return Ok(None);
+        }
+        self.set_recorded(agent, checkpoint.clone());
+        Ok(Some(TeamCheckpoint {
+            commit: checkpoint.commit,
+            merging: None,
+            hold: None,
+        }))
+    }
+
+    /// A teammate's end of turn: its unmerged changes checked against the integration head.
+    /// A conflict is merged into its worktree with markers for it to resolve (and said so in
+    /// a mail); a clean merge becomes a `merge_request` to the lead, decided by `responder`.
+    pub(crate) async fn merge_step(
+        &self,
+        store: &dyn MailboxStore,
+        run_id: &str,
+        agent: &str,
+        responder: &str,
+        turn: u64,
+        verification: Option<String>,
+    ) -> anyhow::Result<MergeStep> {
+        let mut step = MergeStep {
+            checkpoint: self.checkpoint(agent).await?,
+            ..MergeStep::default()
+        };
+        let Some(current) = self.recorded_of(agent) else {
+            return Ok(step);
+        };
+        let head = self.head().await;
+        if current.commit.is_empty() || self.worktrees.contains(&head, &current.commit).await? {
+            return Ok(step);
+        }
+        let requests: Vec<RequestRecord> = store
+            .requests(run_id)
+            .await?
+            .into_iter()
+            .filter(|r| r.kind == "merge_request" && r.requester == agent)
+            .collect();
+        if requests.iter().any(|r| r.response.is_none()) {
+            return Ok(step);
+        }
+        let rejected_before = requests.iter().any(|r| {
+            r.body.get("commit").and_then(|c| c.as_str()) == Some(current.commit.as_str())
+                && !approved(r)
+        });
+        if rejected_before {
+            // The lead sent it back: only new work asks again.
+            return Ok(step);
+        }
+        let key = |what: &str| Some(format!("{agent}:{what}:{turn}"));
+        let changes = self.worktrees.changes(&head, &current.commit).await?;
+        if changes.conflict_markers > 0 {
+            step.sends.push(notice(
+                run_id,
+                agent,
+                format!(
+                    "Your branch still has conflict markers (<<<<<<< / >>>>>>>) in what it \
+                     changes ({}): resolve them in your worktree, then end your turn to ask \
+                     for the merge again.",
+                    changes.files.join(", ")
+                ),
+                key("merge-markers"),
+            ));
+            return Ok(step);
+        }
+        let check = self.worktrees.merge_check(&head, &current.commit).await?;
+        if !check.conflicts.is_empty() {
+            let path = self.worktrees.path_of(agent);
+            let files = self.worktrees.start_merge(&path, &head).await?;
+            let handed = Checkpoint {
+                commit: current.commit.clone(),
+                merging: Some(head.clone()),
+            };
+            self.set_recorded(agent, handed.clone());
+            step.checkpoint = Some(TeamCheckpoint {
+                commit: handed.commit,
+                merging: handed.merging,
+                hold: None,
+            });
+            step.sends.push(notice(
+                run_id,
+                agent,
+                format!(
+                    "Your changes conflict with the integration branch ({}), which moved \
+                     while you worked. muster merged it into your worktree and left conflict \
+                     markers in: {}. Resolve each file (keep both sides' intent), run the \
+                     tests, then end your turn: muster asks for the merge again.",
+                    self.worktrees.lead_branch(),
+                    if files.is_empty() {
+                        check.conflicts.join(", ")
+                    } else {
+                        files.join(", ")
+                    }
+                ),
+                key("merge-conflict"),
+            ));
+            return Ok(step);
+        }
+        let number = store
+            .counter_for(
+                run_id,
+                &format!("merge-{agent}"),
+                &format!("{agent}:merge:{turn}"),
+            )
+            .await?;
+        step.sends.push(NewMessage {
+            run_id: run_id.to_owned(),
+            sender: agent.to_owned(),
+            recipient: LEAD.into(),
+            body: MessageBody::MergeRequest {
+                request_id: format!("merge-{agent}-{number}"),
+                agent: agent.to_owned(),
+                branch: self.worktrees.branch(agent),
+                commit: current.commit,
+                onto: head,
+                files: changes.files,
+                diffstat: changes.diffstat,
+                verification,
+                responder: responder.to_owned(),
+            },
+            idempotency_key: key("merge"),
+        });
+        Ok(step)
+    }
+
+    /// Applies every approved merge not yet applied, one at a time under the head's lock:
+    /// the merge commit on the recorded head, the integration worktree moved to it, and the
+    /// lead's `checkpoint` naming the request committed. A merge that conflicts now (the head
+    /// moved) is recorded stale and its teammate told. Gives back what it found and did.
+    pub(crate) async fn apply_approved(
+        &self,
+        store: &dyn MailboxStore,
+        run_id: &str,
+    ) -> anyhow::Result<MergePass> {
+        let mut head = self.head.lock().await;
+        let mut pass = MergePass::default();
+        for request in store.requests(run_id).await? {
+            if request.kind != "merge_request" || request.response.is_none() {
+                continue;
+            }
+            if self.announce(&request.request_id) {
+                pass.decided.push(request.clone());
+            }
+            if !approved(&request) || self.settled(&request) {
+                continue;
+            }
+            let Some(commit) = request.body.get("commit").and_then(|c| c.as_str()) else {
+                continue;
+            };
+            let check = self.worktrees.merge_check(&head, commit).await?;
+            if !check.conflicts.is_empty() {
+                self.record_stale(store, run_id, &request, &check.conflicts)
+                    .await?;
+                pass.stale.push(request.request_id.clone());
+                continue;
+            }
+            let message = format!(
+                "muster: merge {} ({})",
+                self.worktrees.branch(&request.requester),
+                request.request_id
+            );
+            let merged = self
+                .worktrees
+                .merge_commit(&head, commit, &check.tree, &message)
+                .await?;
+            if let Err(error) = self.worktrees.advance_lead(&merged).await {
+                // The lead's own uncommitted edits are in the way: the merge waits for its
+                // next checkpoint (nothing was recorded, so nothing is half done).
+                tracing::warn!(%error, request = %request.request_id, "merge waits");
+                continue;
+            }
+            muster_mailbox::failpoint!("merge_apply");
+            let record = Record::Checkpoint {
+                commit: merged.clone(),
+                merging: None,
+                merge: Some(request.request_id.clone()),
+            }
+            .to_new(LEAD)?;
+            store
+                .commit_turn(CommitTurn {
+                    run_id: run_id.to_owned(),
+                    agent: LEAD.into(),
+                    records: vec![record],
+                    ..CommitTurn::default()
+                })
+                .await?;
+            *head = merged.clone();
+            self.settle(&request.request_id);
+            pass.applied.push(Applied {
+                request_id: request.request_id.clone(),
+                agent: request.requester.clone(),
+                commit: merged,
+                files: request
+                    .body
+                    .get("files")
+                    .and_then(|f| f.as_array())
+                    .map_or(0, Vec::len),
+            });
+        }
+        Ok(pass)
+    }
+
+    /// Whether `request_id`'s decision is reported now (the first time).
+    fn announce(&self, request_id: &str) -> bool {
+        let mut announced = self.announced.lock().unwrap_or_else(|p| p.into_inner());
+        announced.insert(request_id.to_owned())
+    }
+
+    fn settled(&self, request: &RequestRecord) -> bool {
+        let settled = self.settled.lock().unwrap_or_else(|p| p.into_inner());
+        settled.contains(&request.request_id)
+    }
+
+    fn settle(&self, request_id: &str) {
+        let mut settled = self.settled.lock().unwrap_or_else(|p| p.into_inner());
+        settled.insert(request_id.to_owned());
+    }
+
+    async fn record_stale(
+        &self,
+        store: &dyn MailboxStore,
+        run_id: &str,
+        request: &RequestRecord,
+        conflicts: &[String],
+    ) -> anyhow::Result<()> {
+        let record = NewRecord {
+            agent: LEAD.into(),
+            stream: ISOLATION_STREAM.into(),
+            seq: None,
+            body: serde_json::to_value(IsolationRecord::MergeStale {
+                request_id: request.request_id.clone(),
+            })?,
+        };
+        let text = format!(
+            "{} was approved, but the integration branch moved meanwhile and your branch now \
+             conflicts with it in: {}. End your turn: muster hands you the conflicts to \
+             resolve in your worktree, then asks for the merge again.",
+            request.request_id,
+            conflicts.join(", ")
+        );
+        let key = Some(format!("{}:stale", request.request_id));
+        store
+            .commit_turn(CommitTurn {
+                run_id: run_id.to_owned(),
+                agent: LEAD.into(),
+                records: vec![record],
+                sends: vec![notice(run_id, &request.requester, text, key)],
+                ..CommitTurn::default()
+            })
+            .await?;
+        self.settle(&request.request_id);
+        Ok(())
+    }
+
+    /// The end of a completed run: the recorded result applied to the user's working tree
+    /// when it still matches the base, else left on the integration branch. The decision is
+    /// recorded first; a resume after a kill half-way carries out the recorded one.
+    pub(crate) async fn deliver(
+        &self,
+        store: &dyn MailboxStore,
+        run_id: &str,
+    ) -> anyhow::Result<Delivered> {
+        let head = self.head().await;
+        let decided = store
+            .records(run_id, LEAD, ISOLATION_STREAM, 0)
+            .await?
+            .into_iter()
+            .filter_map(|row| serde_json::from_value::<IsolationRecord>(row.body).ok())
+            .find_map(|record| match record {
+                IsolationRecord::Final { apply, commit } => Some((apply, commit)),
+                _ => None,
+            });
+        let (apply, commit) = match decided {
+            Some(decided) => decided,
+            None if head == self.base.commit => return Ok(Delivered::Nothing),
+            None => {
+                let apply = self.worktrees.user_tree_matches(&self.base).await?;
+                let final_record = IsolationRecord::Final {
+                    apply,
+                    commit: head.clone(),
+                };
+                append(store, run_id, &final_record).await?;
+                (apply, head)
+            }
+        };
+        if !apply {
+            return Ok(Delivered::OnBranch {
+                branch: self.worktrees.lead_branch(),
+                commit,
+            });
+        }
+        muster_mailbox::failpoint!("final_apply");
+        let files = self
+            .worktrees
+            .apply_to_user_tree(&self.base, &commit)
+            .await?;
+        Ok(Delivered::Applied { commit, files })
+    }
+}
+
+/// A merge carried out.
+#[derive(Debug, Clone)]
+pub(crate) struct Applied {
+    pub request_id: String,
+    pub agent: String,
+    pub commit: String,
+    /// How many files the merge changed.
+    pub files: usize,
+}
+
+impl Applied {
+    /// The `merge_applied` event's fields.
+    pub(crate) fn fields(&self) -> serde_json::Value {
+        json!({"request_id": self.request_id, "commit": self.commit, "files": self.files})
+    }
+}
+
+fn approved(request: &RequestRecord) -> bool {
+    request
+        .response
+        .as_ref()
+        .and_then(|response| response.body.get("approved"))
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false)
+}
+
+/// Mail from the lead's side of muster to a teammate about its merge.
+fn notice(run_id: &str, agent: &str, text: String, key: Option<String>) -> NewMessage {
+    NewMessage {
+        run_id: run_id.to_owned(),
+        sender: LEAD.into(),
+        recipient: agent.to_owned(),
+        body: MessageBody::Text {
+            text,
+            summary: Some("merge".into()),
+        },
+        idempotency_key: key,
+    }
+}
+
+async fn append(
+    store: &dyn MailboxStore,
+    run_id: &str,
+    record: &IsolationRecord,
+) -> anyhow::Result<()> {
+    store
+        .append_records(
+            run_id,
+            vec![NewRecord {
+                agent: LEAD.into(),
+                stream: ISOLATION_STREAM.into(),
+                seq: None,
+                body: serde_json::to_value(record)?,
+            }],
+        )
+        .await?;
+    Ok(())
+}
+
+/// The newest checkpoint in agent `agent`'s transcript.
+async fn newest_checkpoint(
+    store: &dyn MailboxStore,
+    run_id: &str,
+    agent: &str,
+) -> anyhow::Result<Option<Checkpoint>> {
+    let mut newest = None;
+    for row in store.records(run_id, agent, TRANSCRIPT, 0).await? {
+        if let Ok(Record::Checkpoint {
+            commit, merging, ..
+        }) = Record::from_stored(&row)
+        {
+            newest = Some(Checkpoint { commit, merging });
+        }
+    }
+    Ok(newest)
+}

@@ -1,0 +1,468 @@
+//! Worktree isolation through the `muster` binary, on real git repositories and the fake
+//! model server: each teammate works on its own branch in its own worktree, a clean merge is
+//! asked for and decided (the lead's `ReviewMerge`, a policy, a person), a conflict goes back
+//! to its teammate, and the result reaches the user's tree — or a branch when the user changed
+//! the tree meanwhile. Kill points inside a merge and the final apply resume to the same end.
+//! Tests wait for processes and stdout lines, never on sleeps.
+
+use std::path::Path;
+use std::process::Output;
+
+use muster_fake_llm::{Block, ScriptEntry};
+use serde_json::{Value, json};
+
+use super::common::{Running, command, fake, lines, muster, stderr, tool};
+
+const WRITER: &str = "---\nname: writer\ndescription: Writes files.\npermissionMode: acceptEdits\n---\nYou write files.\n";
+
+/// Runs git in `dir`, failing the test on an error; gives back its stdout.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let output = std::process::Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A git repository with one commit (README.md, the team file, the writer definition), and
+/// `dirty` left uncommitted on top (path, content).
+fn repo(team: &str, dirty: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join(".muster/agents")).unwrap();
+    std::fs::write(root.join(".muster/agents/writer.md"), WRITER).unwrap();
+    std::fs::write(root.join("README.md"), "hello\n").unwrap();
+    std::fs::write(root.join("muster.team.toml"), team).unwrap();
+    std::fs::write(root.join("policy.toml"), "approve_all = true\n").unwrap();
+    git(root, &["init", "-q", "-b", "main"]);
+    git(root, &["add", "-A"]);
+    git(root, &["commit", "-q", "-m", "start"]);
+    for (path, content) in dirty {
+        std::fs::write(root.join(path), content).unwrap();
+    }
+    dir
+}
+
+fn team(approver: &str, names: &[&str]) -> String {
+    let mut text = "name = \"builders\"\nisolation = \"worktree\"\n".to_owned();
+    for name in names {
+        text.push_str(&format!(
+            "\n[[teammates]]\nname = \"{name}\"\ndefinition = \"writer\"\nplan_mode_required = false\napprover = \"{approver}\"\n"
+        ));
+    }
+    text
+}
+
+fn entry(value: Value) -> ScriptEntry {
+    serde_json::from_value(value).unwrap()
+}
+
+fn reply(agent: &str, turn: u64, content: Vec<Block>) -> ScriptEntry {
+    ScriptEntry::reply(agent, turn, content)
+}
+
+/// A reply to `agent` whenever nothing more specific matches.
+fn any_turn(agent: &str, text: &str) -> ScriptEntry {
+    entry(
+        json!({"agent": agent, "reply": {"content": [{"type": "text", "text": text}],
+                 "stop_reason": "end_turn"}}),
+    )
+}
+
+/// The lead's reply when a merge request from `from` arrives: it approves `ids` (an id not
+/// requested yet, or decided already, only gets a refusal back).
+fn lead_merges(from: &str, ids: &[&str]) -> ScriptEntry {
+    let calls: Vec<Value> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            json!({"type": "tool_use", "id": format!("toolu_merge_{from}_{i}"), "name": "ReviewMerge",
+                   "input": {"request_id": id, "approve": true, "feedback": "good"}})
+        })
+        .collect();
+    entry(
+        json!({"agent": "lead", "when": {"mail_type": "merge_request", "from": from},
+                 "reply": {"content": calls, "stop_reason": "tool_use"}}),
+    )
+}
+
+/// The lead's first turn: one task per teammate.
+fn lead_tasks(count: usize) -> ScriptEntry {
+    let tasks = (0..count)
+        .map(|i| {
+            tool(
+                "TaskCreate",
+                json!({"subject": format!("part {i}"), "description": "Write your file."}),
+            )
+        })
+        .collect();
+    reply("lead", 1, tasks)
+}
+
+fn run_command(dir: &Path, base: &str) -> tokio::process::Command {
+    command(
+        dir,
+        &[
+            "run",
+            "-p",
+            "Build it.",
+            "--base-url",
+            base,
+            "--output",
+            "stream-json",
+        ],
+    )
+}
+
+async fn team_run(dir: &Path, base: &str) -> Output {
+    muster(
+        dir,
+        &[
+            "run",
+            "-p",
+            "Build it.",
+            "--base-url",
+            base,
+            "--output",
+            "stream-json",
+        ],
+    )
+    .await
+}
+
+fn finished(output: &Output) -> Value {
+    let events = lines(output);
+    let last = events.last().cloned().unwrap_or_default();
+    assert_eq!(
+        last["type"],
+        "run_finished",
+        "{events:#?}\n{}",
+        stderr(output)
+    );
+    last
+}
+
+fn read(dir: &Path, path: &str) -> Option<String> {
+    std::fs::read_to_string(dir.join(path)).ok()
+}
+
+/// The run's slug (from its branches).
+fn slug(dir: &Path) -> String {
+    let branches = git(
+        dir,
+        &["branch", "--list", "muster/*", "--format=%(refname:short)"],
+    );
+    let first = branches.lines().next().expect("no muster branch");
+    first.split('/').nth(1).unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_teammates_work_apart_and_both_merges_land_in_the_users_tree() {
+    let dir = repo(
+        &team("lead", &["one", "two"]),
+        &[
+            ("README.md", "hello\nlocal edit\n"),
+            ("notes.txt", "untracked\n"),
+        ],
+    );
+    let root = dir.path();
+    let mut script = vec![
+        lead_tasks(2),
+        lead_merges("one", &["merge-one-1", "merge-two-1"]),
+        lead_merges("two", &["merge-two-1", "merge-one-1"]),
+        any_turn("lead", "Waiting for the team."),
+    ];
+    for name in ["one", "two"] {
+        script.push(reply(
+            name,
+            1,
+            vec![tool(
+                "Write",
+                json!({"file_path": format!("{name}.txt"), "content": format!("{name}\n")}),
+            )],
+        ));
+        script.push(any_turn(name, "done"));
+    }
+    let fake = fake(script).await;
+    let output = team_run(root, &fake.base_url()).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let end = finished(&output);
+    assert_eq!(end["status"], "completed");
+    assert_eq!(end["files_changed"], 2, "{end:#}");
+    // Both results, uncommitted, over the user's own uncommitted work, on the same HEAD.
+    assert_eq!(read(root, "one.txt").as_deref(), Some("one\n"));
+    assert_eq!(read(root, "two.txt").as_deref(), Some("two\n"));
+    assert_eq!(
+        read(root, "README.md").as_deref(),
+        Some("hello\nlocal edit\n")
+    );
+    assert_eq!(read(root, "notes.txt").as_deref(), Some("untracked\n"));
+    assert_eq!(git(root, &["rev-list", "--count", "HEAD"]).trim(), "1");
+    // Each teammate's branch holds only its own work, on the base (which had the dirty tree).
+    let slug = slug(root);
+    let one = format!("muster/{slug}/one");
+    assert_eq!(git(root, &["show", &format!("{one}:one.txt")]), "one\n");
+    assert_eq!(
+        git(root, &["show", &format!("{one}:notes.txt")]),
+        "untracked\n"
+    );
+    let files = git(root, &["ls-tree", "--name-only", &one]);
+    assert!(!files.contains("two.txt"), "{files}");
+    let lead = format!("muster/{slug}/lead");
+    let files = git(root, &["ls-tree", "--name-only", &lead]);
+    assert!(
+        files.contains("one.txt") && files.contains("two.txt"),
+        "{files}"
+    );
+    // Merge decisions and merges are on the stream; the worktrees are gone, the branches stay.
+    let events = lines(&output);
+    for agent in ["one", "two"] {
+        assert!(
+            events.iter().any(|e| e["type"] == "approval_decided"
+                && e["kind"] == "merge"
+                && e["agent"] == agent
+                && e["approved"] == true),
+            "{events:#?}"
+        );
+        assert!(
+            events
+                .iter()
+                .any(|e| e["type"] == "merge_applied" && e["agent"] == agent),
+            "{events:#?}"
+        );
+    }
+    assert!(!root.join(format!(".muster/worktrees/{slug}/one")).exists());
+    let status = git(root, &["status", "--porcelain"]);
+    assert!(!status.contains("worktrees"), "{status}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_conflict_goes_back_to_its_teammate_and_its_resolution_is_merged() {
+    let dir = repo(&team("policy:policy.toml", &["one", "two"]), &[]);
+    let root = dir.path();
+    let fake = fake(vec![
+        lead_tasks(2),
+        any_turn("lead", "Waiting for the team."),
+        reply(
+            "one",
+            1,
+            vec![tool(
+                "Write",
+                json!({"file_path": "README.md", "content": "hello\none\n"}),
+            )],
+        ),
+        any_turn("one", "done"),
+        entry(json!({"agent": "two", "turn": 1, "fault": {"hold": "two"},
+                     "reply": {"content": [{"type": "tool_use", "id": "toolu_two_1", "name": "Write",
+                               "input": {"file_path": "README.md", "content": "hello\ntwo\n"}}],
+                               "stop_reason": "tool_use"}})),
+        reply("two", 2, vec![Block::text("done")]),
+        // Told of the conflict, it resolves the file keeping both sides.
+        reply(
+            "two",
+            3,
+            vec![tool(
+                "Write",
+                json!({"file_path": "README.md", "content": "hello\none\ntwo\n"}),
+            )],
+        ),
+        any_turn("two", "resolved"),
+    ])
+    .await;
+    let mut run = Running::spawn(run_command(root, &fake.base_url()));
+    run.until("one's merge", |e| {
+        e["type"] == "merge_applied" && e["agent"] == "one"
+    })
+    .await;
+    fake.open_gate("two");
+    assert_eq!(run.finish().await, Some(0), "{:#?}", run.events);
+    let end = run.events.last().unwrap();
+    assert_eq!(end["status"], "completed", "{end:#}");
+    assert_eq!(
+        read(root, "README.md").as_deref(),
+        Some("hello\none\ntwo\n")
+    );
+    // The conflict was told to two, which asked again: two merge requests from one agent
+    // would mean the first was sent despite the conflict.
+    let notice = run
+        .events
+        .iter()
+        .find(|e| e["type"] == "mail_sent" && e["to"] == "two" && e["kind"] == "text")
+        .unwrap_or_else(|| panic!("no conflict notice: {:#?}", run.events));
+    assert_eq!(notice["from"], "lead");
+    let requests: Vec<&Value> = run
+        .events
+        .iter()
+        .filter(|e| e["type"] == "mail_sent" && e["kind"] == "merge_request" && e["from"] == "two")
+        .collect();
+    assert_eq!(requests.len(), 1, "{requests:#?}");
+    // Its branch holds the merge of the integration branch it resolved.
+    let slug = slug(root);
+    let history = git(root, &["log", "--format=%P", &format!("muster/{slug}/two")]);
+    assert!(
+        history.lines().any(|p| p.split_whitespace().count() == 2),
+        "no merge commit on two's branch: {history}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_merge_a_person_decides_stops_the_run_with_exit_5_and_lands_after_approve_and_resume() {
+    let dir = repo(&team("human", &["one"]), &[]);
+    let root = dir.path();
+    let fake = fake(vec![
+        lead_tasks(1),
+        any_turn("lead", "Waiting for the team."),
+        reply(
+            "one",
+            1,
+            vec![tool(
+                "Write",
+                json!({"file_path": "one.txt", "content": "one\n"}),
+            )],
+        ),
+        any_turn("one", "done"),
+    ])
+    .await;
+    let output = team_run(root, &fake.base_url()).await;
+    assert_eq!(output.status.code(), Some(5), "{}", stderr(&output));
+    let end = finished(&output);
+    assert_eq!(end["waiting_on"], json!(["merge-one-1"]), "{end:#}");
+    assert!(
+        read(root, "one.txt").is_none(),
+        "nothing lands before the decision"
+    );
+    let events = lines(&output);
+    assert!(events.iter().any(|e| e["type"] == "approval_requested"
+        && e["kind"] == "merge"
+        && e["responder"] == "human"));
+    let approve = muster(root, &["approve", "merge-one-1"]).await;
+    assert!(approve.status.success(), "{}", stderr(&approve));
+    let resumed = muster(
+        root,
+        &[
+            "resume",
+            "--base-url",
+            &fake.base_url(),
+            "--output",
+            "stream-json",
+        ],
+    )
+    .await;
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    assert_eq!(read(root, "one.txt").as_deref(), Some("one\n"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn when_the_user_edits_the_tree_during_the_run_the_result_stays_on_the_integration_branch() {
+    let dir = repo(&team("policy:policy.toml", &["one"]), &[]);
+    let root = dir.path();
+    let fake = fake(vec![
+        lead_tasks(1),
+        any_turn("lead", "Waiting for the team."),
+        entry(json!({"agent": "one", "turn": 1, "fault": {"hold": "one"},
+                     "reply": {"content": [{"type": "tool_use", "id": "toolu_one_1", "name": "Write",
+                               "input": {"file_path": "one.txt", "content": "one\n"}}],
+                               "stop_reason": "tool_use"}})),
+        any_turn("one", "done"),
+    ])
+    .await;
+    let mut run = Running::spawn(run_command(root, &fake.base_url()));
+    fake.gate_reached("one", 1).await;
+    std::fs::write(root.join("README.md"), "hello\nmine\n").unwrap();
+    fake.open_gate("one");
+    assert_eq!(run.finish().await, Some(0), "{:#?}", run.events);
+    let end = run.events.last().unwrap();
+    assert_eq!(end["status"], "completed");
+    let branch = end["result_branch"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{end:#}"));
+    assert_eq!(read(root, "README.md").as_deref(), Some("hello\nmine\n"));
+    assert!(read(root, "one.txt").is_none());
+    assert_eq!(git(root, &["show", &format!("{branch}:one.txt")]), "one\n");
+}
+
+#[cfg(feature = "failpoints")]
+/// A run killed at `failpoint` (inside a merge, or inside the final apply), then resumed,
+/// ends as an uncut run does: both teammates' files in the user's tree. With
+/// `lose_worktrees`, the worktree directories are deleted before the resume.
+async fn killed_and_resumed(failpoint: &str, lose_worktrees: bool) {
+    let dir = repo(&team("policy:policy.toml", &["one", "two"]), &[]);
+    let root = dir.path();
+    let mut script = vec![lead_tasks(2), any_turn("lead", "Waiting for the team.")];
+    for name in ["one", "two"] {
+        script.push(reply(
+            name,
+            1,
+            vec![tool(
+                "Write",
+                json!({"file_path": format!("{name}.txt"), "content": format!("{name}\n")}),
+            )],
+        ));
+        script.push(any_turn(name, "done"));
+    }
+    let fake = fake(script).await;
+    let mut killed = run_command(root, &fake.base_url());
+    killed.env("MUSTER_FAILPOINT", failpoint);
+    let output = super::common::output(killed).await;
+    assert_eq!(
+        output.status.code(),
+        None,
+        "killed at {failpoint}: {}",
+        stderr(&output)
+    );
+    if lose_worktrees {
+        std::fs::remove_dir_all(root.join(".muster/worktrees")).unwrap();
+    }
+    let resumed = muster(
+        root,
+        &[
+            "resume",
+            "--base-url",
+            &fake.base_url(),
+            "--output",
+            "stream-json",
+        ],
+    )
+    .await;
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    assert_eq!(read(root, "one.txt").as_deref(), Some("one\n"));
+    assert_eq!(read(root, "two.txt").as_deref(), Some("two\n"));
+    assert_eq!(git(root, &["rev-list", "--count", "HEAD"]).trim(), "1");
+}
+
+#[cfg(feature = "failpoints")]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kill_inside_a_merge_resumes_to_the_same_end() {
+    killed_and_resumed("merge_apply", false).await;
+}
+
+#[cfg(feature = "failpoints")]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kill_inside_a_merge_with_the_worktrees_lost_resumes_to_the_same_end() {
+    killed_and_resumed("merge_apply@2", true).await;
+}
+
+#[cfg(feature = "failpoints")]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kill_inside_the_final_apply_resumes_to_the_same_end() {
+    killed_and_resumed("final_apply", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn worktree_isolation_asked_for_outside_a_repository_is_refused_with_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".muster/agents")).unwrap();
+    std::fs::write(dir.path().join(".muster/agents/writer.md"), WRITER).unwrap();
+    std::fs::write(dir.path().join("muster.team.toml"), team("lead", &["one"])).unwrap();
+    let output = team_run(dir.path(), "http://127.0.0.1:9").await;
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let text = stderr(&output);
+    assert!(text.contains("isolation"), "{text}");
+}
