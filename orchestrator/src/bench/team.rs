@@ -46,6 +46,8 @@ pub struct Options {
     /// The idle scenario's model latency: long enough for every teammate to claim its task
     /// before the first one answers, so that all of them are started at once.
     pub idle_hold: Duration,
+    /// How long each teammate's one Bash command of the parallel-Bash scenario takes.
+    pub bash: Duration,
     /// The `muster` binary to run.
     pub muster: PathBuf,
     /// Where to create the temporary projects.
@@ -56,9 +58,10 @@ pub struct Options {
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
     pub system: &'static str,
-    /// `overhead_per_tool_call`, `wall_vs_ideal`, or `idle_teammates_memory`.
+    /// `overhead_per_tool_call`, `wall_vs_ideal`, `idle_teammates_memory`, or `parallel_bash`.
     pub scenario: &'static str,
-    /// The mailbox's `synchronous` setting of the run.
+    /// The mailbox's `synchronous` setting of the run, or the isolation of a
+    /// `parallel_bash` row (`worktree`, `shared`).
     pub sync: &'static str,
     pub teammates: usize,
     pub model_latency_ms: f64,
@@ -115,6 +118,7 @@ pub fn run(options: &Options) -> anyhow::Result<Vec<Row>> {
             turns: options.turns,
             latency: options.latency,
             lead_latency: options.latency,
+            bash: None,
         };
         let m = run_team(options, sync, &shape)?;
         let ideal_ms = l_ms * (m.lead_turns + m.longest_teammate_turns) as f64;
@@ -183,6 +187,7 @@ pub fn run(options: &Options) -> anyhow::Result<Vec<Row>> {
         turns: 1,
         latency: options.idle_hold,
         lead_latency: Duration::ZERO,
+        bash: None,
     };
     let m = run_team(options, sync, &shape)?;
     let peak_mib = m.peak_kib.map(|k| k as f64 / 1024.0);
@@ -209,6 +214,70 @@ pub fn run(options: &Options) -> anyhow::Result<Vec<Row>> {
             m.teammates_started, options.idle_teammates
         ),
     });
+    rows.extend(parallel_bash(options, sync)?);
+    Ok(rows)
+}
+
+/// Every teammate runs one Bash command of `options.bash` at once: with worktrees they run
+/// side by side, in a shared workspace one at a time (verification's measurement lock). Both
+/// systems run in one sitting, worktree first.
+fn parallel_bash(options: &Options, sync: SyncMode) -> anyhow::Result<Vec<Row>> {
+    let l_ms = options.latency.as_secs_f64() * 1000.0;
+    let bash_ms = options.bash.as_secs_f64() * 1000.0;
+    let mut rows = Vec::new();
+    let mut walls = Vec::new();
+    for isolation in ["worktree", "shared"] {
+        let shape = Shape {
+            teammates: options.teammates,
+            turns: 2,
+            latency: options.latency,
+            lead_latency: options.latency,
+            bash: Some((options.bash, isolation)),
+        };
+        let m = run_team(options, sync, &shape)?;
+        let ideal_ms = l_ms * (m.lead_turns + m.longest_teammate_turns) as f64 + bash_ms;
+        let wall_ms = m.wall.as_secs_f64() * 1000.0;
+        walls.push(wall_ms);
+        let worktree = isolation == "worktree";
+        let ratio_to_worktree = walls.first().map_or(1.0, |first| wall_ms / first);
+        rows.push(Row {
+            system: "muster",
+            scenario: "parallel_bash",
+            sync: isolation,
+            teammates: options.teammates,
+            model_latency_ms: l_ms,
+            lead_turns: m.lead_turns,
+            longest_teammate_turns: m.longest_teammate_turns,
+            model_requests: m.model_requests,
+            tool_calls: m.tool_calls,
+            wall_ms,
+            ideal_ms,
+            overhead_ms_per_tool_call: None,
+            peak_mib: m.peak_kib.map(|k| k as f64 / 1024.0),
+            target: if worktree {
+                "wall <= 1.2 x ideal (worktree isolation)"
+            } else {
+                "none: reported beside worktree"
+            },
+            target_met: worktree.then_some(wall_ms <= ideal_ms * 1.2),
+            note: format!(
+                "{} teammates each run `sleep {:.3}` once in a git repository; ideal = L x \
+                 (lead turns + longest teammate's turns) + the command = {l_ms:.0} x ({} + {}) \
+                 + {bash_ms:.0}; ratio to ideal {:.3}, to the worktree run {:.3}; includes \
+                 making the base, the worktrees, each checkpoint and merge, and the final apply",
+                options.teammates,
+                options.bash.as_secs_f64(),
+                m.lead_turns,
+                m.longest_teammate_turns,
+                if ideal_ms > 0.0 {
+                    wall_ms / ideal_ms
+                } else {
+                    0.0
+                },
+                ratio_to_worktree
+            ),
+        });
+    }
     Ok(rows)
 }
 
@@ -221,6 +290,9 @@ struct Shape {
     latency: Duration,
     /// The lead's model latency.
     lead_latency: Duration,
+    /// The parallel-Bash scenario: each teammate runs one `sleep` of this length in a real
+    /// git repository, under this isolation.
+    bash: Option<(Duration, &'static str)>,
 }
 
 /// Writes a project of `shape.teammates` workers with a task each, runs it as a child
@@ -372,18 +444,28 @@ fn write_project(
 ) -> anyhow::Result<()> {
     let teammates = shape.teammates;
     std::fs::create_dir_all(root.join(".muster"))?;
-    std::fs::create_dir_all(root.join(".git"))?;
     std::fs::write(root.join("README.md"), "A benchmark project.\n")?;
-    std::fs::write(
-        root.join(".muster/settings.toml"),
-        format!("[mailbox]\nsync = \"{}\"\n", sync_name(sync)),
-    )?;
+    let mut settings = format!("[mailbox]\nsync = \"{}\"\n", sync_name(sync));
+    if shape.bash.is_some() {
+        settings.push_str("\n[permissions]\nallow = [\"Bash(sleep:*)\"]\n");
+    }
+    std::fs::write(root.join(".muster/settings.toml"), settings)?;
     // A team file's `count` is at most 64: larger teams are several groups, `g1`, `g2`, ….
     // Every declared teammate is live for the whole run: the cap must hold them all.
     let mut team = format!(
         "name = \"bench\"\nmax_concurrent_teammates = {}\n",
         teammates.max(1)
     );
+    // The parallel-Bash teammates' merges are approved by a policy at once, and the files
+    // the benchmark itself writes into the project stay out of the base.
+    let approver = if let Some((_, isolation)) = shape.bash {
+        team.push_str(&format!("isolation = \"{isolation}\"\n"));
+        std::fs::write(root.join("policy.toml"), "approve_all = true\n")?;
+        std::fs::write(root.join(".gitignore"), "events.jsonl\nstderr.txt\n")?;
+        "\napprover = \"policy:policy.toml\""
+    } else {
+        ""
+    };
     let mut agents = Vec::new();
     let groups = teammates.div_ceil(GROUP).max(1);
     for g in 1..=groups {
@@ -394,7 +476,7 @@ fn write_project(
             format!("g{g}")
         };
         team.push_str(&format!(
-            "\n[[teammates]]\nname = \"{name}\"\ncount = {count}\nplan_mode_required = false\n"
+            "\n[[teammates]]\nname = \"{name}\"\ncount = {count}\nplan_mode_required = false{approver}\n"
         ));
         agents.extend((1..=count).map(|n| format!("{name}-{n}")));
     }
@@ -438,7 +520,12 @@ fn write_project(
         vec![json!({"type": "text", "text": "Waiting for the team."})],
     ));
     for agent in agents {
-        {
+        if let Some((bash, _)) = shape.bash {
+            let command = format!("sleep {:.3}", bash.as_secs_f64());
+            let call = json!({"type": "tool_use", "id": format!("toolu_{agent}_1_1"),
+                              "name": "Bash", "input": {"command": command}});
+            cassette.push_str(&entry(&agent, Some(1), vec![call]));
+        } else {
             for turn in 1..shape.turns {
                 let calls = (1..=options.calls_per_turn)
                     .map(|c| {
@@ -460,6 +547,42 @@ fn write_project(
         ));
     }
     std::fs::write(root.join("cassette.jsonl"), cassette)?;
+    if shape.bash.is_some() {
+        init_repository(root)?;
+    } else {
+        // The project root is found by `.git`; no repository is needed.
+        std::fs::create_dir_all(root.join(".git"))?;
+    }
+    Ok(())
+}
+
+/// A git repository with the project as its one commit (worktree isolation needs one).
+fn init_repository(root: &Path) -> anyhow::Result<()> {
+    let steps: [&[&str]; 3] = [
+        &["init", "-q"],
+        &["add", "-A"],
+        &["commit", "-q", "-m", "bench project"],
+    ];
+    for args in steps {
+        let status = Command::new("git")
+            .current_dir(root)
+            .args([
+                "-c",
+                "user.name=muster bench",
+                "-c",
+                "user.email=bench@muster.invalid",
+            ])
+            .args(["-c", "commit.gpgsign=false"])
+            .args(args)
+            .stdout(Stdio::null())
+            .status()
+            .context("the parallel_bash scenario needs git")?;
+        anyhow::ensure!(
+            status.success(),
+            "git {args:?} failed in {}",
+            root.display()
+        );
+    }
     Ok(())
 }
 

@@ -36,6 +36,10 @@ pub struct TeamArgs {
     /// Teammates of the idle-memory scenario.
     #[arg(long = "idle-teammates", default_value_t = 200)]
     pub idle_teammates: usize,
+    /// How long each teammate's Bash command of the parallel-Bash scenario runs, in
+    /// milliseconds.
+    #[arg(long = "bash-ms", default_value_t = 1000)]
+    pub bash_ms: u64,
     /// Tiny sizes, for CI.
     #[arg(long)]
     pub smoke: bool,
@@ -115,6 +119,7 @@ fn bench_team(args: TeamArgs) -> anyhow::Result<Exit> {
         syncs,
         idle_teammates,
         idle_hold: std::time::Duration::from_millis(if args.smoke { 50 } else { 3000 }),
+        bash: std::time::Duration::from_millis(if args.smoke { 50 } else { args.bash_ms }),
         muster,
         dir: args.dir.unwrap_or_else(std::env::temp_dir),
     };

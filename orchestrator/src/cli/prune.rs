@@ -25,15 +25,26 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         )
         .into());
     }
-    let (_, store) = open(global)?;
+    let (project, store) = open(global)?;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
     let cutoff = now - i64::from(args.older_than) * DAY_MS;
-    let report = runtime()?.block_on(store.prune(cutoff))?;
+    let runtime = runtime()?;
+    let report = runtime.block_on(store.prune(cutoff))?;
+    let branches = runtime.block_on(delete_branches(
+        store.as_ref(),
+        &report.runs_pruned,
+        &project.root.muster_dir(),
+    ))?;
     if args.json {
-        print_json(&report)?;
+        let mut value = serde_json::to_value(&report)?;
+        value["git_refs_deleted"] = serde_json::json!(branches);
+        print_json(&value)?;
         return Ok(Exit::Success);
+    }
+    if branches > 0 {
+        println!("Deleted {branches} git ref(s) and the worktrees of the pruned runs.");
     }
     println!(
         "Deleted {} settled message(s) older than {} day(s) from {} finished run(s); kept {} request(s) and response(s).",
@@ -49,4 +60,37 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         );
     }
     Ok(Exit::Success)
+}
+
+/// The branches, base refs and worktrees of pruned runs whose repository is here; a run whose
+/// workspace is gone or not a repository has none to delete.
+async fn delete_branches(
+    store: &dyn MailboxStore,
+    runs: &[String],
+    muster_dir: &std::path::Path,
+) -> anyhow::Result<usize> {
+    let mut deleted = 0;
+    for run_id in runs {
+        let Some(run) = store.run(run_id).await? else {
+            continue;
+        };
+        let workspace = std::path::PathBuf::from(&run.workspace);
+        if !workspace.is_dir() {
+            continue;
+        }
+        let chosen = crate::worktree::choose(
+            Some(muster_config::Isolation::Worktree),
+            &workspace,
+            muster_dir,
+            &run.slug,
+        )
+        .await;
+        if let Ok(crate::worktree::Chosen::Worktrees(worktrees)) = chosen {
+            match worktrees.delete_run().await {
+                Ok(count) => deleted += count,
+                Err(error) => println!("Left the branches of run {run_id}: {error}"),
+            }
+        }
+    }
+    Ok(deleted)
 }

@@ -559,6 +559,26 @@ impl Worktrees {
         self.repo.run(&["worktree", "prune"]).await?;
         Ok(())
     }
+
+    /// Deletes the run's worktrees, its branches (`muster/<slug>/…`) and its base ref, for
+    /// `muster prune` once the run is finished. Gives back how many refs were deleted.
+    pub async fn delete_run(&self) -> IsolationResult<usize> {
+        self.remove_worktrees().await?;
+        let listed = self
+            .repo
+            .run(&[
+                "for-each-ref",
+                "--format=%(refname)",
+                &format!("refs/heads/muster/{}/", self.slug),
+                &format!("refs/muster/{}/", self.slug),
+            ])
+            .await?;
+        let refs: Vec<&str> = listed.lines().filter(|l| !l.is_empty()).collect();
+        for name in &refs {
+            self.repo.run(&["update-ref", "-d", name]).await?;
+        }
+        Ok(refs.len())
+    }
 }
 
 /// What a teammate's branch brings against the integration head.

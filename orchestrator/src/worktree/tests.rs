@@ -366,3 +366,25 @@ async fn deletions_and_lead_checkpoints_follow_the_recorded_head() {
         assert!(dir.path().join("g.txt").is_file());
     }
 }
+
+#[tokio::test]
+async fn deleting_a_run_removes_its_worktrees_branches_and_base_and_nothing_else() {
+    let dir = repo();
+    let worktrees = worktrees(dir.path()).await;
+    let base = worktrees.make_base().await.unwrap();
+    worktrees.ensure("lead", &base.commit).await.unwrap();
+    let alice = worktrees.ensure("alice", &base.commit).await.unwrap();
+    sh(dir.path(), "git branch muster/other-run/alice");
+    assert_eq!(
+        worktrees.delete_run().await.unwrap(),
+        3,
+        "lead, alice and the base"
+    );
+    assert!(!alice.exists());
+    let refs = sh(dir.path(), "git for-each-ref --format='%(refname)'");
+    assert!(!refs.contains("brisk-otter"), "{refs}");
+    assert!(refs.contains("refs/heads/muster/other-run/alice"), "{refs}");
+    assert_eq!(sh(dir.path(), "git worktree list | wc -l"), "1");
+    // Deleting again finds nothing left.
+    assert_eq!(worktrees.delete_run().await.unwrap(), 0);
+}

@@ -64,7 +64,7 @@ fn the_mailbox_bench_prints_both_systems_and_the_disk() {
 }
 
 #[test]
-fn the_team_bench_prints_overhead_wall_time_and_memory_rows() {
+fn the_team_bench_prints_overhead_wall_time_memory_and_parallel_bash_rows() {
     let rows = smoke_rows("team");
     let scenarios: Vec<(&str, &str)> = rows
         .iter()
@@ -77,8 +77,15 @@ fn the_team_bench_prints_overhead_wall_time_and_memory_rows() {
             ("wall_vs_ideal", "normal"),
             ("overhead_per_tool_call", "full"),
             ("idle_teammates_memory", "normal"),
+            ("parallel_bash", "worktree"),
+            ("parallel_bash", "shared"),
         ]
     );
+    // Both isolations ran every teammate's Bash command (beside the lead's TaskCreate each).
+    for row in rows.iter().filter(|r| r["scenario"] == "parallel_bash") {
+        let teammates = row["teammates"].as_u64().unwrap();
+        assert_eq!(row["tool_calls"].as_u64(), Some(2 * teammates), "{row}");
+    }
     for row in &rows {
         for field in [
             "system",
@@ -103,10 +110,12 @@ fn the_team_bench_prints_overhead_wall_time_and_memory_rows() {
         assert!(row["wall_ms"].as_f64().unwrap() > 0.0, "{row}");
         assert!(row["peak_mib"].as_f64().unwrap() > 0.0, "{row}");
     }
-    for row in rows
-        .iter()
-        .filter(|r| r["scenario"] != "idle_teammates_memory")
-    {
+    for row in rows.iter().filter(|r| {
+        !matches!(
+            r["scenario"].as_str(),
+            Some("idle_teammates_memory" | "parallel_bash")
+        )
+    }) {
         // Two workers, each one turn of two tool calls; the lead creates two tasks.
         assert_eq!(row["tool_calls"], 6, "{row}");
         assert_eq!(row["longest_teammate_turns"], 2, "{row}");

@@ -466,3 +466,67 @@ async fn worktree_isolation_asked_for_outside_a_repository_is_refused_with_exit_
     let text = stderr(&output);
     assert!(text.contains("isolation"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_teammates_bash_commands_run_at_the_same_time_in_their_own_worktrees() {
+    let meeting = tempfile::tempdir().unwrap();
+    let dir = repo(&team("policy:policy.toml", &["one", "two"]), &[]);
+    let root = dir.path();
+    std::fs::write(
+        root.join(".muster/agents/writer.md"),
+        WRITER.replace("acceptEdits", "bypassPermissions"),
+    )
+    .unwrap();
+    // Each command says it is here, then waits for the other's: under a shared workspace's
+    // one-at-a-time Bash both would give up after 20 s and fail.
+    let meet = |me: &str, other: &str| {
+        let at = meeting.path().display();
+        format!(
+            "touch {at}/{me}; pwd > {me}.where; for i in $(seq 2000); do [ -e {at}/{other} ] && exit 0; sleep 0.01; done; exit 1"
+        )
+    };
+    let mut script = vec![lead_tasks(2), any_turn("lead", "Waiting for the team.")];
+    for (me, other) in [("one", "two"), ("two", "one")] {
+        script.push(reply(
+            me,
+            1,
+            vec![tool("Bash", json!({"command": meet(me, other)}))],
+        ));
+        script.push(any_turn(me, "done"));
+    }
+    let fake = fake(script).await;
+    let output = muster(
+        root,
+        &[
+            "run",
+            "-p",
+            "Build it.",
+            "--base-url",
+            &fake.base_url(),
+            "--output",
+            "stream-json",
+            "--permission-mode",
+            "bypassPermissions",
+        ],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let events = lines(&output);
+    let bash: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "tool_call" && e["tool"] == "Bash")
+        .collect();
+    assert_eq!(bash.len(), 2, "{events:#?}");
+    assert!(bash.iter().all(|e| e["is_error"] == false), "{bash:#?}");
+    // Each ran in its own worktree; both files reached the user's tree through the merges.
+    let slug = slug(root);
+    for name in ["one", "two"] {
+        let wrote = read(root, &format!("{name}.where")).unwrap();
+        assert!(
+            wrote
+                .trim_end()
+                .ends_with(&format!(".muster/worktrees/{slug}/{name}")),
+            "{name} ran in {wrote}"
+        );
+    }
+}
