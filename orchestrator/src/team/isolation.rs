@@ -206,6 +206,7 @@ impl TeamIsolation {
             None => {
                 let head = self.head().await;
                 self.worktrees.ensure(agent, &head).await?;
+                muster_mailbox::failpoint!("worktree_made");
                 // Nothing recorded yet: the first checkpoint records the starting point.
                 Checkpoint {
                     commit: String::new(),
@@ -247,6 +248,8 @@ impl TeamIsolation {
         if self.recorded_of(agent).as_ref() == Some(&checkpoint) {
             return Ok(None);
         }
+        // The commit exists on the branch; the turn that records it has not landed.
+        muster_mailbox::failpoint!("checkpoint");
         self.set_recorded(agent, checkpoint.clone());
         Ok(Some(TeamCheckpoint {
             commit: checkpoint.commit,

@@ -455,6 +455,18 @@ async fn a_kill_inside_the_final_apply_resumes_to_the_same_end() {
     killed_and_resumed("final_apply", false).await;
 }
 
+#[cfg(feature = "failpoints")]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kill_right_after_a_worktree_is_made_resumes_to_the_same_end() {
+    killed_and_resumed("worktree_made@2", false).await;
+}
+
+#[cfg(feature = "failpoints")]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kill_between_a_checkpoint_commit_and_its_turn_resumes_to_the_same_end() {
+    killed_and_resumed("checkpoint", true).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn worktree_isolation_asked_for_outside_a_repository_is_refused_with_exit_2() {
     let dir = tempfile::tempdir().unwrap();
@@ -529,4 +541,76 @@ async fn two_teammates_bash_commands_run_at_the_same_time_in_their_own_worktrees
             "{name} ran in {wrote}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rejected_merge_goes_back_with_its_feedback_and_the_next_revision_is_merged() {
+    let dir = repo(&team("policy:policy.toml", &["one"]), &[]);
+    let root = dir.path();
+    std::fs::write(
+        root.join("policy.toml"),
+        "denied_paths = [\"secret.txt\"]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join(".muster/agents/writer.md"),
+        WRITER.replace("acceptEdits", "bypassPermissions"),
+    )
+    .unwrap();
+    let fake = fake(vec![
+        lead_tasks(1),
+        any_turn("lead", "Waiting for the team."),
+        reply(
+            "one",
+            1,
+            vec![
+                tool("Write", json!({"file_path": "one.txt", "content": "one\n"})),
+                tool("Write", json!({"file_path": "secret.txt", "content": "key\n"})),
+            ],
+        ),
+        reply("one", 2, vec![Block::text("done")]),
+        entry(json!({"agent": "one", "when": {"mail_type": "merge_response"},
+                     "reply": {"content": [{"type": "tool_use", "id": "toolu_one_rm", "name": "Bash",
+                               "input": {"command": "rm secret.txt"}}], "stop_reason": "tool_use"}})),
+        any_turn("one", "removed the secret"),
+    ])
+    .await;
+    let output = muster(
+        root,
+        &[
+            "run",
+            "-p",
+            "Build it.",
+            "--base-url",
+            &fake.base_url(),
+            "--output",
+            "stream-json",
+            "--permission-mode",
+            "bypassPermissions",
+        ],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let events = lines(&output);
+    let decided: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "approval_decided" && e["kind"] == "merge")
+        .collect();
+    assert_eq!(decided.len(), 2, "{decided:#?}");
+    assert_eq!(decided[0]["request_id"], "merge-one-1");
+    assert_eq!(decided[0]["approved"], false);
+    assert!(
+        decided[0]["feedback"]
+            .as_str()
+            .unwrap()
+            .contains("`secret.txt` matches a denied path"),
+        "{decided:#?}"
+    );
+    assert_eq!(decided[1]["request_id"], "merge-one-2");
+    assert_eq!(decided[1]["approved"], true);
+    assert_eq!(read(root, "one.txt").as_deref(), Some("one\n"));
+    assert!(
+        read(root, "secret.txt").is_none(),
+        "a rejected file never lands"
+    );
 }
