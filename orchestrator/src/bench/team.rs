@@ -48,6 +48,8 @@ pub struct Options {
     pub idle_hold: Duration,
     /// How long each teammate's one Bash command of the parallel-Bash scenario takes.
     pub bash: Duration,
+    /// Teammates of the parallel-Bash scenario.
+    pub bash_teammates: usize,
     /// The `muster` binary to run.
     pub muster: PathBuf,
     /// Where to create the temporary projects.
@@ -218,7 +220,7 @@ pub fn run(options: &Options) -> anyhow::Result<Vec<Row>> {
     Ok(rows)
 }
 
-/// Every teammate runs one Bash command of `options.bash` at once: with worktrees they run
+/// Every teammate plans, then runs one Bash command of `options.bash` at once: with worktrees they run
 /// side by side, in a shared workspace one at a time (verification's measurement lock). Both
 /// systems run in one sitting, worktree first.
 fn parallel_bash(options: &Options, sync: SyncMode) -> anyhow::Result<Vec<Row>> {
@@ -228,8 +230,8 @@ fn parallel_bash(options: &Options, sync: SyncMode) -> anyhow::Result<Vec<Row>> 
     let mut walls = Vec::new();
     for isolation in ["worktree", "shared"] {
         let shape = Shape {
-            teammates: options.teammates,
-            turns: 2,
+            teammates: options.bash_teammates,
+            turns: 3,
             latency: options.latency,
             lead_latency: options.latency,
             bash: Some((options.bash, isolation)),
@@ -244,7 +246,7 @@ fn parallel_bash(options: &Options, sync: SyncMode) -> anyhow::Result<Vec<Row>> 
             system: "muster",
             scenario: "parallel_bash",
             sync: isolation,
-            teammates: options.teammates,
+            teammates: options.bash_teammates,
             model_latency_ms: l_ms,
             lead_turns: m.lead_turns,
             longest_teammate_turns: m.longest_teammate_turns,
@@ -261,11 +263,12 @@ fn parallel_bash(options: &Options, sync: SyncMode) -> anyhow::Result<Vec<Row>> 
             },
             target_met: worktree.then_some(wall_ms <= ideal_ms * 1.2),
             note: format!(
-                "{} teammates each run `sleep {:.3}` once in a git repository; ideal = L x \
+                "{} teammates each plan (a policy approves at once), then run `sleep {:.3}` once in a \
+                 git repository; ideal = L x \
                  (lead turns + longest teammate's turns) + the command = {l_ms:.0} x ({} + {}) \
                  + {bash_ms:.0}; ratio to ideal {:.3}, to the worktree run {:.3}; includes \
                  making the base, the worktrees, each checkpoint and merge, and the final apply",
-                options.teammates,
+                options.bash_teammates,
                 options.bash.as_secs_f64(),
                 m.lead_turns,
                 m.longest_teammate_turns,
@@ -476,7 +479,8 @@ fn write_project(
             format!("g{g}")
         };
         team.push_str(&format!(
-            "\n[[teammates]]\nname = \"{name}\"\ncount = {count}\nplan_mode_required = false{approver}\n"
+            "\n[[teammates]]\nname = \"{name}\"\ncount = {count}\nplan_mode_required = {}{approver}\n",
+            shape.bash.is_some()
         ));
         agents.extend((1..=count).map(|n| format!("{name}-{n}")));
     }
@@ -521,10 +525,17 @@ fn write_project(
     ));
     for agent in agents {
         if let Some((bash, _)) = shape.bash {
+            let plan = format!(
+                "## Goal\nWait.\n## Steps\n1. Run sleep.\n## Files\nnone\n## Tests\nsleep {:.3}\n",
+                bash.as_secs_f64()
+            );
+            let exit = json!({"type": "tool_use", "id": format!("toolu_{agent}_1_1"),
+                              "name": "ExitPlanMode", "input": {"plan": plan}});
+            cassette.push_str(&entry(&agent, Some(1), vec![exit]));
             let command = format!("sleep {:.3}", bash.as_secs_f64());
-            let call = json!({"type": "tool_use", "id": format!("toolu_{agent}_1_1"),
+            let call = json!({"type": "tool_use", "id": format!("toolu_{agent}_2_1"),
                               "name": "Bash", "input": {"command": command}});
-            cassette.push_str(&entry(&agent, Some(1), vec![call]));
+            cassette.push_str(&entry(&agent, Some(2), vec![call]));
         } else {
             for turn in 1..shape.turns {
                 let calls = (1..=options.calls_per_turn)

@@ -38,8 +38,11 @@ pub struct TeamArgs {
     pub idle_teammates: usize,
     /// How long each teammate's Bash command of the parallel-Bash scenario runs, in
     /// milliseconds.
-    #[arg(long = "bash-ms", default_value_t = 1000)]
+    #[arg(long = "bash-ms", default_value_t = 2000)]
     pub bash_ms: u64,
+    /// Teammates of the parallel-Bash scenario.
+    #[arg(long = "bash-teammates", default_value_t = 4)]
+    pub bash_teammates: usize,
     /// Tiny sizes, for CI.
     #[arg(long)]
     pub smoke: bool,
@@ -120,6 +123,7 @@ fn bench_team(args: TeamArgs) -> anyhow::Result<Exit> {
         idle_teammates,
         idle_hold: std::time::Duration::from_millis(if args.smoke { 50 } else { 3000 }),
         bash: std::time::Duration::from_millis(if args.smoke { 50 } else { args.bash_ms }),
+        bash_teammates: if args.smoke { 2 } else { args.bash_teammates },
         muster,
         dir: args.dir.unwrap_or_else(std::env::temp_dir),
     };

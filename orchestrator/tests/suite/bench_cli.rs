@@ -81,10 +81,11 @@ fn the_team_bench_prints_overhead_wall_time_memory_and_parallel_bash_rows() {
             ("parallel_bash", "shared"),
         ]
     );
-    // Both isolations ran every teammate's Bash command (beside the lead's TaskCreate each).
+    // Both isolations ran every teammate's plan and Bash command (beside the lead's
+    // TaskCreate each).
     for row in rows.iter().filter(|r| r["scenario"] == "parallel_bash") {
         let teammates = row["teammates"].as_u64().unwrap();
-        assert_eq!(row["tool_calls"].as_u64(), Some(2 * teammates), "{row}");
+        assert_eq!(row["tool_calls"].as_u64(), Some(3 * teammates), "{row}");
     }
     for row in &rows {
         for field in [
