@@ -614,3 +614,72 @@ async fn a_rejected_merge_goes_back_with_its_feedback_and_the_next_revision_is_m
         "a rejected file never lands"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forked_run_works_on_its_own_branches_from_the_recorded_checkpoints() {
+    let dir = repo(&team("human", &["one"]), &[]);
+    let root = dir.path();
+    let fake = fake(vec![
+        lead_tasks(1),
+        any_turn("lead", "Waiting for the team."),
+        reply(
+            "one",
+            1,
+            vec![tool(
+                "Write",
+                json!({"file_path": "one.txt", "content": "one\n"}),
+            )],
+        ),
+        any_turn("one", "done"),
+    ])
+    .await;
+    let output = team_run(root, &fake.base_url()).await;
+    assert_eq!(output.status.code(), Some(5), "{}", stderr(&output));
+    let original = finished(&output)["run_id"].as_str().unwrap().to_owned();
+    let original_slug = slug(root);
+    // The worktrees are deleted: the fork rebuilds its own from the store's checkpoints.
+    std::fs::remove_dir_all(root.join(".muster/worktrees")).unwrap();
+    let forked = muster(root, &["fork", &original]).await;
+    assert_eq!(forked.status.code(), Some(0), "{}", stderr(&forked));
+    let text = String::from_utf8_lossy(&forked.stdout).into_owned();
+    let fork = text
+        .split(" as ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap_or_else(|| panic!("{text}"))
+        .to_owned();
+    let approve = muster(root, &["approve", "merge-one-1", "--run", &fork]).await;
+    assert!(approve.status.success(), "{}", stderr(&approve));
+    let resumed = muster(
+        root,
+        &[
+            "resume",
+            &fork,
+            "--base-url",
+            &fake.base_url(),
+            "--output",
+            "stream-json",
+        ],
+    )
+    .await;
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    assert_eq!(read(root, "one.txt").as_deref(), Some("one\n"));
+    let branches = git(
+        root,
+        &["branch", "--list", "muster/*", "--format=%(refname:short)"],
+    );
+    let slugs: std::collections::BTreeSet<&str> = branches
+        .lines()
+        .filter_map(|b| b.split('/').nth(1))
+        .collect();
+    assert_eq!(slugs.len(), 2, "the fork has its own branches: {branches}");
+    assert!(slugs.contains(original_slug.as_str()), "{branches}");
+    // The original still waits for its own decision.
+    let store = super::common::open_store(root);
+    let request = store
+        .request(&original, "merge-one-1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(request.response.is_none(), "{request:?}");
+}
