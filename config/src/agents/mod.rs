@@ -206,9 +206,31 @@ impl DefinitionFile<'_> {
             split_front_matter(text).map_err(|(message, position)| {
                 ConfigError::invalid(self.diagnostic(position, "", message))
             })?;
-        let root = parse_yaml(front, first_line).map_err(|error| {
-            ConfigError::invalid(self.diagnostic(error.position, "", error.message))
-        })?;
+        let root = match parse_yaml(front, first_line) {
+            Ok(root) => root,
+            // Claude Code reads a front matter YAML refuses (an unquoted `: ` in a one-line
+            // description, the `/agents` wizard's literal `\n`) line by line: so does muster.
+            Err(error) if self.dir == AgentDir::Claude => {
+                let warning = self.diagnostic(
+                    error.position,
+                    "",
+                    format!(
+                        "the front matter is not valid YAML ({}); read as Claude Code reads it, \
+                         each `key: value` line as plain text (quote the value to silence this)",
+                        error.message
+                    ),
+                );
+                self.warnings.push(warning);
+                Some(plain_front_matter(front, first_line))
+            }
+            Err(error) => {
+                return Err(ConfigError::invalid(self.diagnostic(
+                    error.position,
+                    "",
+                    error.message,
+                )));
+            }
+        };
         let entries = match root {
             Some(YamlNode {
                 value: YamlValue::Mapping(entries),
@@ -226,6 +248,19 @@ impl DefinitionFile<'_> {
         };
         let mut fields: BTreeMap<&str, YamlNode> = BTreeMap::new();
         for (key, value) in entries {
+            let optional = matches!(
+                key.as_text(),
+                Some("model" | "permissionMode" | "disallowedTools" | "read_only")
+            );
+            if optional && value.is_null() {
+                let name = key.as_text().unwrap_or_default().to_owned();
+                self.unknown(
+                    value.position,
+                    &name,
+                    format!("`{name}` is empty: remove the line, or give it a value"),
+                );
+                continue;
+            }
             let Some(name) = key.as_text().map(str::to_string) else {
                 let message = format!("expected a key name, found {}", key.describe());
                 self.errors.push(self.diagnostic(key.position, "", message));
@@ -254,9 +289,7 @@ impl DefinitionFile<'_> {
             self.check_name(name, fields.get("name"));
         }
         let description = self.required_text(&fields, "description");
-        let tools = fields
-            .get("tools")
-            .map(|node| self.tool_list("tools", node));
+        let tools = fields.get("tools").and_then(|node| self.tools(node));
         let disallowed_tools = fields
             .get("disallowedTools")
             .map(|node| self.tool_list("disallowedTools", node))
@@ -355,14 +388,22 @@ impl DefinitionFile<'_> {
             && name.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
             && name
                 .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
         if !valid {
             let position = node.map_or(Position { line: 1, column: 1 }, |n| n.position);
             let message = format!(
-                "expected a name of letters, digits, `-` and `_` starting with a letter (at most 64), found {name:?}"
+                "expected a name of letters, digits, `-`, `_` and `.` starting with a letter (at most 64), found {name:?}"
             );
             self.errors.push(self.diagnostic(position, "name", message));
         }
+    }
+
+    /// `tools`: `*` (every standard tool, as in Claude Code) is `None`, else the list.
+    fn tools(&mut self, node: &YamlNode) -> Option<Vec<&'static str>> {
+        if node.as_text().is_some_and(|text| text.trim() == "*") {
+            return None;
+        }
+        Some(self.tool_list("tools", node))
     }
 
     /// `tools: Read, Grep` or a YAML list; `Task` is `Agent`.
@@ -395,12 +436,98 @@ impl DefinitionFile<'_> {
                 Some(tool) if !tools.contains(&tool) => tools.push(tool),
                 Some(_) => {}
                 None => {
-                    let suggestion = suggestion_suffix(&name, KNOWN_TOOLS.iter().copied());
-                    self.unknown(position, key, format!("unknown tool `{name}`{suggestion}"));
+                    let message = self.unknown_tool(&name);
+                    self.unknown(position, key, message);
                 }
             }
         }
         tools
+    }
+}
+
+impl DefinitionFile<'_> {
+    /// Why `name` is not a tool, and in `.muster/agents` what to do about it.
+    fn unknown_tool(&self, name: &str) -> String {
+        if matches!(name, "TeamCreate" | "TeamDelete") {
+            return format!(
+                "`{name}` is not a tool in muster: teams are declared in muster.team.toml"
+            );
+        }
+        let suggestion = suggestion_suffix(name, KNOWN_TOOLS.iter().copied());
+        match self.dir {
+            AgentDir::Muster => format!(
+                "unknown tool `{name}`{suggestion}: muster has no `{name}`; remove it, or keep \
+                 the file in .claude/agents (where what muster lacks is ignored)"
+            ),
+            AgentDir::Claude | AgentDir::BuiltIn => format!("unknown tool `{name}`{suggestion}"),
+        }
+    }
+}
+
+/// Front matter read as Claude Code reads what YAML refuses: each top-level `key: rest of the
+/// line` as plain text, and `- item` lines under a key with no value as its list.
+fn plain_front_matter(front: &str, first_line: usize) -> YamlNode {
+    let mut entries: Vec<(YamlNode, YamlNode)> = Vec::new();
+    let at = |line: usize, column: usize| Position { line, column };
+    for (index, line) in front.lines().enumerate() {
+        let number = first_line + index;
+        let trimmed = line.trim_start();
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        if line.starts_with(char::is_whitespace) || trimmed.starts_with("- ") {
+            // A list item of the previous key, when it had no value of its own.
+            let Some(item) = trimmed.strip_prefix("- ") else {
+                continue;
+            };
+            if let Some((_, value)) = entries.last_mut() {
+                let column = line.len() - trimmed.len() + 3;
+                let node = scalar(item.trim(), at(number, column));
+                match &mut value.value {
+                    YamlValue::Sequence(items) => items.push(node),
+                    YamlValue::Scalar { text, .. } if text.is_empty() => {
+                        value.value = YamlValue::Sequence(vec![node]);
+                    }
+                    _ => {}
+                }
+            }
+            continue;
+        }
+        let Some((key, rest)) = line.split_once(':') else {
+            continue;
+        };
+        let value_column = key.len() + 2 + (rest.len() - rest.trim_start().len());
+        let value = rest.trim();
+        let value = unquote(value);
+        entries.push((
+            scalar(key.trim(), at(number, 1)),
+            scalar(value, at(number, value_column)),
+        ));
+    }
+    YamlNode {
+        value: YamlValue::Mapping(entries),
+        position: at(first_line, 1),
+    }
+}
+
+/// A value quoted whole loses its quotes.
+fn unquote(value: &str) -> &str {
+    for quote in ['"', '\''] {
+        if value.len() >= 2 && value.starts_with(quote) && value.ends_with(quote) {
+            return &value[1..value.len() - 1];
+        }
+    }
+    value
+}
+
+fn scalar(text: &str, position: Position) -> YamlNode {
+    YamlNode {
+        value: YamlValue::Scalar {
+            text: text.to_owned(),
+            // Plain, so an empty value reads as absent and `true` as a boolean.
+            plain: true,
+        },
+        position,
     }
 }
 
@@ -423,7 +550,8 @@ impl AgentCatalog {
         Ok(catalog)
     }
 
-    /// Built-ins, then `.claude/agents/*.md`, then `.muster/agents/*.md` under `root`.
+    /// Built-ins, then `.claude/agents/` (recursive, lenient per file), then
+    /// `.muster/agents/*.md` (strict) under `root`.
     pub fn load(root: &ProjectRoot) -> Result<Loaded<AgentCatalog>, ConfigError> {
         let mut catalog = AgentCatalog::built_in()?;
         let mut warnings = Vec::new();
@@ -433,45 +561,83 @@ impl AgentCatalog {
             (root.muster_dir().join("agents"), AgentDir::Muster),
         ];
         for (directory, dir) in dirs {
+            let files = match dir {
+                AgentDir::Claude => markdown_files_under(&directory)?,
+                _ => markdown_files(&directory)?,
+            };
             let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
-            for path in markdown_files(&directory)? {
-                let text = std::fs::read(&path).map_err(|source| ConfigError::Io {
-                    path: path.clone(),
-                    source,
-                })?;
+            for path in files {
                 let label = path.display().to_string();
-                let Ok(text) = String::from_utf8(text) else {
-                    errors.push(
+                // In `.claude/agents` a file that cannot be read is skipped with a warning:
+                // one file never keeps the others from loading.
+                let mut problem = |diagnostics: Vec<Diagnostic>| match dir {
+                    AgentDir::Claude => warnings.extend(diagnostics.into_iter().map(skipped)),
+                    _ => errors.extend(diagnostics),
+                };
+                let text = match std::fs::read(&path) {
+                    Ok(bytes) => String::from_utf8(bytes),
+                    Err(source) if dir == AgentDir::Claude => {
+                        problem(vec![
+                            Diagnostic::new(format!("cannot read it: {source}")).in_source(label),
+                        ]);
+                        continue;
+                    }
+                    Err(source) => {
+                        return Err(ConfigError::Io {
+                            path: path.clone(),
+                            source,
+                        });
+                    }
+                };
+                let Ok(text) = text else {
+                    problem(vec![
                         Diagnostic::new("expected UTF-8 text, found invalid bytes")
                             .in_source(label),
-                    );
+                    ]);
                     continue;
                 };
-                match parse_agent_file(&label, &text, dir) {
-                    Err(error) => errors.extend(error.diagnostics().iter().cloned()),
-                    Ok(loaded) => {
-                        warnings.extend(loaded.warnings);
-                        let mut definition = loaded.value;
-                        definition.source = DefinitionSource::File {
-                            path: path.clone(),
-                            dir,
-                        };
-                        if let Some(first) = seen.get(&definition.name) {
-                            errors.push(
-                                Diagnostic::new(format!(
-                                    "duplicate agent name `{}`: also defined in {}",
-                                    definition.name,
-                                    first.display()
-                                ))
+                let loaded = match parse_agent_file(&label, &text, dir) {
+                    Ok(loaded) => loaded,
+                    Err(error) => {
+                        problem(error.diagnostics().to_vec());
+                        continue;
+                    }
+                };
+                warnings.extend(loaded.warnings);
+                let mut definition = loaded.value;
+                definition.source = DefinitionSource::File {
+                    path: path.clone(),
+                    dir,
+                };
+                if let Some(first) = seen.get(&definition.name) {
+                    let message = format!(
+                        "duplicate agent name `{}`: also defined in {}",
+                        definition.name,
+                        first.display()
+                    );
+                    match dir {
+                        AgentDir::Claude => warnings.push(
+                            Diagnostic::new(format!("{message}, which wins (the first in path order); this file is skipped"))
                                 .in_source(label)
                                 .for_key("name"),
-                            );
-                            continue;
-                        }
-                        seen.insert(definition.name.clone(), path.clone());
-                        catalog.insert_overriding(definition);
+                        ),
+                        _ => errors.push(Diagnostic::new(message).in_source(label).for_key("name")),
                     }
+                    continue;
                 }
+                if definition.effective_tools().is_empty() {
+                    warnings.push(
+                        Diagnostic::new(format!(
+                            "agent `{}` is left with no tool muster has: it can only answer in \
+                             text (list tools, or remove `tools` for the standard ones)",
+                            definition.name
+                        ))
+                        .in_source(label.clone())
+                        .for_key("tools"),
+                    );
+                }
+                seen.insert(definition.name.clone(), path.clone());
+                catalog.insert_overriding(definition);
             }
         }
         if !errors.is_empty() {
@@ -508,6 +674,35 @@ impl AgentCatalog {
     pub fn suggestion_for(&self, name: &str) -> String {
         suggestion_suffix(name, self.names())
     }
+}
+
+/// A problem with a `.claude/agents` file, as the warning that it was skipped.
+fn skipped(mut diagnostic: Diagnostic) -> Diagnostic {
+    diagnostic.message = format!(
+        "skipped: {}; fix it (or move it out of .claude/agents), every other definition loaded",
+        diagnostic.message
+    );
+    diagnostic
+}
+
+/// The `*.md` files under `directory` and its subdirectories (as Claude Code reads
+/// `.claude/agents`), in path order; none when it does not exist.
+fn markdown_files_under(directory: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+    let mut files = markdown_files(directory)?;
+    let Ok(entries) = std::fs::read_dir(directory) else {
+        return Ok(files);
+    };
+    let mut subdirectories: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .filter(|entry| entry.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|entry| entry.path())
+        .collect();
+    subdirectories.sort();
+    for subdirectory in subdirectories {
+        files.extend(markdown_files_under(&subdirectory)?);
+    }
+    files.sort();
+    Ok(files)
 }
 
 /// The `*.md` files directly in `directory`, sorted; none when it does not exist.

@@ -75,7 +75,7 @@ fn bad_definitions_report_file_line_column_and_key() {
         ),
         (
             "---\nname: 9lives\ndescription: d\n---\n",
-            "s.md:2:7: name: expected a name of letters, digits, `-` and `_` starting with a letter (at most 64), found \"9lives\"",
+            "s.md:2:7: name: expected a name of letters, digits, `-`, `_` and `.` starting with a letter (at most 64), found \"9lives\"",
         ),
         (
             "---\nname: a\ndescription: [x]\n---\n",
@@ -207,7 +207,12 @@ fn errors_in_several_files_are_all_reported() {
         ".muster/agents/a.md",
         "---\nname: a\ndescription: d\nbogus: 1\n---\n",
     );
-    project.write(".claude/agents/b.md", "no front matter");
+    project.write(
+        ".muster/agents/b.md",
+        "---\nname: b\ndescription: d\ntools: Nope\n---\n",
+    );
+    // A `.claude/agents` file is never an error: it is skipped with a warning.
+    project.write(".claude/agents/c.md", "no front matter");
     let error = AgentCatalog::load(&project.project_root()).unwrap_err();
     assert_eq!(error.diagnostics().len(), 2, "{error}");
 }
@@ -236,4 +241,133 @@ fn instruction_files_are_loaded_and_cut_with_a_warning() {
         "{prompt}"
     );
     assert!(prompt.contains("# Project instructions from CLAUDE.md"));
+}
+
+/// `.claude/agents` in the shapes real collections have, each of which used to stop every
+/// definition from loading: each file is read leniently or skipped, with a warning.
+#[test]
+fn every_claude_file_is_read_or_skipped_on_its_own() {
+    let project = Project::new();
+    let files: &[(&str, &str)] = &[
+        // An unquoted `: ` inside a one-line description.
+        (
+            "groomer.md",
+            "---\nname: groomer\ndescription: Use when grooming. Triggers on: 'groom backlog'\ntools: Read, Grep\n---\nGroom.\n",
+        ),
+        // The `/agents` wizard's shape: one line with literal `\n`, `Context:` and `user:`.
+        (
+            "wizard.md",
+            "---\nname: wizard\ndescription: Use this agent for reviews.\\n\\nExamples:\\n<example>\\nContext: a PR\\nuser: 'review it'\\n</example>\nmodel: sonnet\ncolor: blue\n---\nReview.\n",
+        ),
+        // A name with dots.
+        (
+            "powershell.md",
+            "---\nname: powershell-5.1-expert\ndescription: PowerShell 5.1\ntools: \"*\"\n---\nScripts.\n",
+        ),
+        // Not a definition at all.
+        ("README.md", "# My agents\n\nA collection.\n"),
+        // Two files with one name: the first in path order wins.
+        (
+            "a-twin.md",
+            "---\nname: twin\ndescription: first\n---\nOne.\n",
+        ),
+        (
+            "b-twin.md",
+            "---\nname: twin\ndescription: second\n---\nTwo.\n",
+        ),
+        // Empty values.
+        (
+            "empty.md",
+            "---\nname: empty\ndescription: empty values\nmodel:\npermissionMode:\n---\nE.\n",
+        ),
+        // No usable tool, and a tool that is a Claude Code team tool.
+        (
+            "mcp-only.md",
+            "---\nname: mcp-only\ndescription: only MCP\ntools: mcp__context7__resolve, TeamCreate\n---\nM.\n",
+        ),
+        // In a subdirectory.
+        (
+            "development/builder.md",
+            "---\nname: builder\ndescription: builds\ntools: [Read, Bash]\n---\nBuild.\n",
+        ),
+    ];
+    for (path, text) in files {
+        project.write(&format!(".claude/agents/{path}"), text);
+    }
+    let loaded = AgentCatalog::load(&project.project_root()).unwrap();
+    let catalog = loaded.value;
+    for name in [
+        "groomer",
+        "wizard",
+        "powershell-5.1-expert",
+        "twin",
+        "empty",
+        "mcp-only",
+        "builder",
+    ] {
+        assert!(catalog.get(name).is_some(), "{name} did not load");
+    }
+    let groomer = catalog.get("groomer").unwrap();
+    assert_eq!(
+        groomer.description,
+        "Use when grooming. Triggers on: 'groom backlog'"
+    );
+    assert_eq!(groomer.tools, Some(vec!["Read", "Grep"]));
+    assert!(
+        catalog
+            .get("wizard")
+            .unwrap()
+            .description
+            .starts_with("Use this agent")
+    );
+    assert_eq!(
+        catalog.get("wizard").unwrap().model,
+        ModelChoice::Named("claude-sonnet-4-5".into())
+    );
+    assert_eq!(
+        catalog.get("powershell-5.1-expert").unwrap().tools,
+        None,
+        "`*` is every tool"
+    );
+    assert_eq!(catalog.get("twin").unwrap().description, "first");
+    let empty = catalog.get("empty").unwrap();
+    assert_eq!(empty.model, ModelChoice::Settings);
+    assert_eq!(empty.permission_mode, None);
+    assert_eq!(
+        catalog.get("builder").unwrap().tools,
+        Some(vec!["Read", "Bash"])
+    );
+    let warnings: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
+    for expected in [
+        "groomer.md:3:",
+        "is not valid YAML",
+        "README.md:1:1: skipped: expected YAML front matter",
+        "b-twin.md: name: duplicate agent name `twin`",
+        "which wins (the first in path order)",
+        "model: ignored: `model` is empty",
+        "permissionMode: ignored: `permissionMode` is empty",
+        "`TeamCreate` is not a tool in muster: teams are declared in muster.team.toml",
+        "agent `mcp-only` is left with no tool muster has",
+    ] {
+        assert!(
+            warnings.iter().any(|w| w.contains(expected)),
+            "no warning with {expected:?} in {warnings:#?}"
+        );
+    }
+}
+
+#[test]
+fn muster_files_stay_strict_and_say_what_to_do() {
+    let project = Project::new();
+    project.write(
+        ".muster/agents/fetcher.md",
+        "---\nname: fetcher\ndescription: fetches\ntools: Read, WebFetch\n---\nF.\n",
+    );
+    let error = AgentCatalog::load(&project.project_root())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("muster has no `WebFetch`; remove it, or keep the file in .claude/agents"),
+        "{error}"
+    );
 }

@@ -244,7 +244,8 @@ fn agents_list_text_and_errors() {
     assert_eq!(
         stderr(&output).trim(),
         format!(
-            "muster: {}:4:8: tools: unknown tool `WebFetch`",
+            "muster: {}:4:8: tools: unknown tool `WebFetch`: muster has no `WebFetch`; remove \
+             it, or keep the file in .claude/agents (where what muster lacks is ignored)",
             file.display()
         )
     );
