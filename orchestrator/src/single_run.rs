@@ -115,6 +115,10 @@ fn load_catalog(project: &Project) -> anyhow::Result<AgentCatalog> {
     let loaded = AgentCatalog::load(&project.root)
         .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
     print_warnings(&loaded.warnings);
+    print_warnings(&crate::cli::config::model_warnings(
+        &loaded.value,
+        &project.settings,
+    ));
     Ok(loaded.value)
 }
 

@@ -33,6 +33,19 @@ pub const MODEL_ALIASES: &[(&str, &str)] = &[
     ("haiku", "claude-haiku-4-5"),
 ];
 
+/// A definition's `model` as Claude Code maps it: an alias in any case (`Sonnet`), and the
+/// 1M-context marker `[1m]` dropped (`opus[1m]`); other names are kept as written (a local
+/// server's model names are case-sensitive).
+pub fn model_id(model: &str) -> String {
+    let model = model.trim();
+    let model = model.strip_suffix("[1m]").unwrap_or(model);
+    let lowered = model.to_ascii_lowercase();
+    MODEL_ALIASES
+        .iter()
+        .find(|(alias, _)| *alias == lowered)
+        .map_or_else(|| model.to_owned(), |(_, id)| (*id).to_owned())
+}
+
 /// Built-in definitions, in the same format as project files.
 const BUILT_IN: &[(&str, &str)] = &[
     ("lead", include_str!("builtin/lead.md")),
@@ -298,13 +311,7 @@ impl DefinitionFile<'_> {
             None => ModelChoice::Settings,
             Some(node) => match self.text("model", node) {
                 Some("inherit") => ModelChoice::Inherit,
-                Some(model) => {
-                    let id = MODEL_ALIASES
-                        .iter()
-                        .find(|(alias, _)| *alias == model)
-                        .map_or(model, |(_, id)| id);
-                    ModelChoice::Named(id.to_string())
-                }
+                Some(model) => ModelChoice::Named(model_id(model)),
                 None => ModelChoice::Settings,
             },
         };
@@ -668,6 +675,33 @@ impl AgentCatalog {
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.definitions.keys().map(String::as_str)
+    }
+
+    /// A warning for each file definition naming a model `known` does not know (not in the
+    /// model catalogue): it loads, but no cost can be computed for it.
+    pub fn model_warnings(&self, known: impl Fn(&str) -> bool) -> Vec<Diagnostic> {
+        self.definitions
+            .values()
+            .filter_map(|definition| {
+                let ModelChoice::Named(model) = &definition.model else {
+                    return None;
+                };
+                let DefinitionSource::File { path, .. } = &definition.source else {
+                    return None;
+                };
+                (!known(model)).then(|| {
+                    Diagnostic::new(format!(
+                        "agent `{}` names model `{model}`, which is not in the model catalogue \
+                         (`muster config show` lists it): a run with a cost budget cannot price \
+                         it; use an alias (sonnet, opus, haiku) or a catalogue id, or add \
+                         `[models.\"{model}\"]` with its prices to your settings",
+                        definition.name
+                    ))
+                    .in_source(path.display().to_string())
+                    .for_key("model")
+                })
+            })
+            .collect()
     }
 
     /// ` (did you mean `x`?)` for an unknown definition name, or nothing.

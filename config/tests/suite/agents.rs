@@ -371,3 +371,39 @@ fn muster_files_stay_strict_and_say_what_to_do() {
         "{error}"
     );
 }
+
+#[test]
+fn model_names_map_as_claude_code_maps_them_and_unknown_ones_are_warned_about() {
+    let cases = [
+        ("sonnet", "claude-sonnet-4-5"),
+        ("Sonnet", "claude-sonnet-4-5"),
+        ("opus[1m]", "claude-opus-4-1"),
+        ("claude-sonnet-4-5[1m]", "claude-sonnet-4-5"),
+        ("claude-sonnet-4-20250514", "claude-sonnet-4-20250514"),
+        ("Qwen/Qwen2.5-Coder", "Qwen/Qwen2.5-Coder"),
+    ];
+    for (written, id) in cases {
+        assert_eq!(muster_config::agents::model_id(written), id, "{written}");
+    }
+    let project = Project::new();
+    project.write(
+        ".claude/agents/old.md",
+        "---\nname: old\ndescription: an old id\nmodel: claude-sonnet-4-20250514\n---\nO.\n",
+    );
+    project.write(
+        ".claude/agents/big.md",
+        "---\nname: big\ndescription: big context\nmodel: opus[1m]\n---\nB.\n",
+    );
+    let catalog = AgentCatalog::load(&project.project_root()).unwrap().value;
+    let known = ["claude-sonnet-4-5", "claude-opus-4-1", "claude-haiku-4-5"];
+    let warnings: Vec<String> = catalog
+        .model_warnings(|model| known.contains(&model))
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    assert!(
+        warnings[0].contains("agent `old` names model `claude-sonnet-4-20250514`, which is not in the model catalogue"),
+        "{warnings:#?}"
+    );
+}

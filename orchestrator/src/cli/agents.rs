@@ -40,6 +40,10 @@ fn list(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
             .map_err(usage_error)?;
     let mut warnings: Vec<Diagnostic> = settings.warnings;
     warnings.extend(catalog.warnings);
+    warnings.extend(crate::cli::config::model_warnings(
+        &catalog.value,
+        &settings.value,
+    ));
     warnings.extend(instructions.warnings);
     let mut output = String::new();
     if as_json {

@@ -88,6 +88,14 @@ pub fn print_output(text: &str) -> anyhow::Result<()> {
 }
 
 /// Prints warnings to stderr, one a line.
+/// Warnings for agent definitions naming a model the settings' catalogue does not know.
+pub fn model_warnings(
+    catalog: &muster_config::AgentCatalog,
+    settings: &Settings,
+) -> Vec<Diagnostic> {
+    catalog.model_warnings(|model| settings.models.contains_key(model))
+}
+
 pub fn print_warnings(warnings: &[Diagnostic]) {
     for warning in warnings {
         eprintln!("muster: warning: {warning}");

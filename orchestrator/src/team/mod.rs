@@ -110,6 +110,10 @@ pub fn run(global: &Globals, flags: RunFlags, team_path: PathBuf) -> anyhow::Res
     let catalog = AgentCatalog::load(&project.root)
         .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
     print_warnings(&catalog.warnings);
+    print_warnings(&crate::cli::config::model_warnings(
+        &catalog.value,
+        &project.settings,
+    ));
     let catalog = catalog.value;
     let team = TeamFile::load(&team_path, &project.root, &catalog)
         .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
@@ -174,6 +178,10 @@ pub fn resume(
     let catalog = AgentCatalog::load(&project.root)
         .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
     print_warnings(&catalog.warnings);
+    print_warnings(&crate::cli::config::model_warnings(
+        &catalog.value,
+        &project.settings,
+    ));
     let catalog = catalog.value;
     let team = TeamFile::parse(
         &launch.team_file.display().to_string(),
