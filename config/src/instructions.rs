@@ -1,5 +1,6 @@
-//! `AGENTS.md` and `CLAUDE.md` at the project root, loaded into every agent's system prompt,
-//! each cut to a size cap (with a warning when cut).
+//! `AGENTS.md`, `CLAUDE.md` and `.claude/CLAUDE.md` at the project root, loaded into every
+//! agent's system prompt, each cut to a size cap (with a warning when cut). The same file is
+//! read once: a `CLAUDE.md` that is a symlink to `AGENTS.md` (or a copy of it) adds nothing.
 
 use std::path::PathBuf;
 
@@ -9,7 +10,7 @@ use crate::diagnostic::{ConfigError, Diagnostic, Loaded};
 use crate::project::ProjectRoot;
 
 /// The instruction files read, in this order.
-pub const INSTRUCTION_FILES: &[&str] = &["AGENTS.md", "CLAUDE.md"];
+pub const INSTRUCTION_FILES: &[&str] = &["AGENTS.md", "CLAUDE.md", ".claude/CLAUDE.md"];
 
 /// One instruction file as loaded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -36,6 +37,7 @@ impl ProjectInstructions {
         let cap = usize::try_from(max_bytes).unwrap_or(usize::MAX);
         let mut files = Vec::new();
         let mut warnings = Vec::new();
+        let mut seen: Vec<(PathBuf, Vec<u8>)> = Vec::new();
         for name in INSTRUCTION_FILES {
             let path = root.path().join(name);
             let bytes = match std::fs::read(&path) {
@@ -43,6 +45,12 @@ impl ProjectInstructions {
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(source) => return Err(ConfigError::Io { path, source }),
             };
+            // Once per file: by where it really is, and by what it says.
+            let canonical = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+            if seen.iter().any(|(p, b)| *p == canonical || *b == bytes) {
+                continue;
+            }
+            seen.push((canonical, bytes.clone()));
             let text = String::from_utf8_lossy(&bytes);
             let content = cut(&text, cap);
             let truncated_from = (content.len() < text.len()).then_some(text.len());

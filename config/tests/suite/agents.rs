@@ -407,3 +407,28 @@ fn model_names_map_as_claude_code_maps_them_and_unknown_ones_are_warned_about() 
         "{warnings:#?}"
     );
 }
+
+#[test]
+fn an_instruction_file_is_read_once_however_it_is_linked_or_copied() {
+    let project = Project::new();
+    let agents = project.write("AGENTS.md", "Use cargo.\n");
+    std::os::unix::fs::symlink(&agents, project.root.join("CLAUDE.md")).unwrap();
+    let loaded = ProjectInstructions::load(&project.project_root(), 1000).unwrap();
+    assert_eq!(
+        loaded.value.files.len(),
+        1,
+        "a symlink to AGENTS.md adds nothing"
+    );
+    assert_eq!(
+        loaded.value.prompt_section().matches("Use cargo.").count(),
+        1
+    );
+    // A copy under .claude adds nothing either; a different text there is read.
+    project.write(".claude/CLAUDE.md", "Use cargo.\n");
+    let loaded = ProjectInstructions::load(&project.project_root(), 1000).unwrap();
+    assert_eq!(loaded.value.files.len(), 1);
+    let own = project.write(".claude/CLAUDE.md", "Run clippy.\n");
+    let loaded = ProjectInstructions::load(&project.project_root(), 1000).unwrap();
+    let paths: Vec<_> = loaded.value.files.iter().map(|f| f.path.clone()).collect();
+    assert_eq!(paths, vec![agents, own]);
+}
