@@ -193,6 +193,8 @@ pub struct DefinitionPermissions {
     pub tools: Option<Vec<&'static str>>,
     /// The definition's `permissionMode`: a subagent's mode is capped by it.
     pub permission_mode: Option<PermissionMode>,
+    /// `tools: Agent(x, y)`: the only definitions its `Agent` may start (`None`: any).
+    pub agent_types: Option<Vec<String>>,
 }
 
 impl DefinitionPermissions {
@@ -203,6 +205,7 @@ impl DefinitionPermissions {
             read_only: false,
             tools: None,
             permission_mode: None,
+            agent_types: None,
         }
     }
 }
@@ -214,6 +217,7 @@ impl From<&AgentDefinition> for DefinitionPermissions {
             read_only: definition.read_only,
             tools: Some(definition.effective_tools()),
             permission_mode: definition.permission_mode,
+            agent_types: definition.agent_types.clone(),
         }
     }
 }
@@ -945,13 +949,24 @@ impl PermissionEngine {
             .first()
             .map(String::as_str)
             .unwrap_or_default();
-        context.catalog.get(requested).ok_or_else(|| {
+        let definition = context.catalog.get(requested).ok_or_else(|| {
             format!(
                 "there is no agent definition named `{requested}`{}; the definitions are: {}",
                 context.catalog.suggestion_for(requested),
                 context.catalog.names().collect::<Vec<_>>().join(", ")
             )
-        })
+        })?;
+        // `tools: Agent(x, y)` limits which definitions this agent may start.
+        if let Some(allowed) = &context.definition.agent_types
+            && !allowed.iter().any(|name| name == requested)
+        {
+            return Err(format!(
+                "agent definition `{}` may start only {} (its `tools: Agent(…)`), not `{requested}`",
+                context.definition.name,
+                allowed.join(", ")
+            ));
+        }
+        Ok(definition)
     }
 }
 

@@ -141,6 +141,7 @@ impl Agent {
                     read_only: true,
                     tools: None,
                     permission_mode: None,
+                    agent_types: None,
                 };
             }
         }
@@ -934,6 +935,7 @@ fn rules_deny_everywhere_ask_and_allow_never_widen_plan_mode() {
         read_only: true,
         tools: None,
         permission_mode: None,
+        agent_types: None,
     };
     let decision = decide(
         &fixture,
@@ -1466,4 +1468,45 @@ fn files_in(root: &Path) -> BTreeMap<String, String> {
     let mut files = BTreeMap::new();
     walk(root, root, &mut files);
     files
+}
+
+#[test]
+fn tools_agent_x_limits_which_definitions_an_agent_may_start() {
+    let fixture = Fixture::new();
+    let no_rules = PermissionRules::default();
+    let mut context = PermissionContext::new(
+        AgentKind::Teammate,
+        PermissionMode::BypassPermissions,
+        &fixture.workspace,
+        &no_rules,
+        &fixture.catalog,
+    );
+    context.definition = DefinitionPermissions {
+        name: "researcher".to_string(),
+        read_only: false,
+        tools: None,
+        permission_mode: None,
+        agent_types: Some(vec!["Plan".to_string()]),
+    };
+    let allowed = decide(
+        &fixture,
+        &context,
+        "Agent",
+        input("agent_plan", Agent::Teammate),
+    );
+    assert_eq!(allowed.verdict, Verdict::Allow, "{}", allowed.reason);
+    let denied = decide(
+        &fixture,
+        &context,
+        "Agent",
+        input("agent_general", Agent::Teammate),
+    );
+    assert_eq!(denied.verdict, Verdict::Deny, "{}", denied.reason);
+    assert!(
+        denied
+            .reason
+            .contains("agent definition `researcher` may start only Plan"),
+        "{}",
+        denied.reason
+    );
 }

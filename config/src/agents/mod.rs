@@ -118,6 +118,10 @@ pub struct AgentDefinition {
     pub tools: Option<Vec<&'static str>>,
     #[serde(rename = "disallowedTools")]
     pub disallowed_tools: Vec<&'static str>,
+    /// `Agent(x, y)` (or `Task(x)`) in `tools`: the only definitions its `Agent` may start;
+    /// `None`: any.
+    #[serde(rename = "agentTypes", skip_serializing_if = "Option::is_none")]
+    pub agent_types: Option<Vec<String>>,
     pub model: ModelChoice,
     #[serde(rename = "permissionMode")]
     pub permission_mode: Option<PermissionMode>,
@@ -152,6 +156,7 @@ pub fn parse_agent_file(
         dir,
         errors: Vec::new(),
         warnings: Vec::new(),
+        agent_types: None,
     };
     file.parse(text)
 }
@@ -161,6 +166,8 @@ struct DefinitionFile<'a> {
     dir: AgentDir,
     errors: Vec<Diagnostic>,
     warnings: Vec<Diagnostic>,
+    /// The definitions `Agent(x, …)` entries of `tools` named.
+    agent_types: Option<Vec<String>>,
 }
 
 /// The front matter (its text and first line) and the body of a definition file.
@@ -303,6 +310,7 @@ impl DefinitionFile<'_> {
         }
         let description = self.required_text(&fields, "description");
         let tools = fields.get("tools").and_then(|node| self.tools(node));
+        let agent_types = std::mem::take(&mut self.agent_types);
         let disallowed_tools = fields
             .get("disallowedTools")
             .map(|node| self.tool_list("disallowedTools", node))
@@ -355,6 +363,7 @@ impl DefinitionFile<'_> {
                 description,
                 tools,
                 disallowed_tools,
+                agent_types,
                 model,
                 permission_mode,
                 read_only,
@@ -421,11 +430,9 @@ impl DefinitionFile<'_> {
                 .filter_map(|item| self.text(key, item).map(|t| (t.to_string(), item.position)))
                 .collect(),
             YamlValue::Scalar { .. } if node.is_null() => Vec::new(),
-            YamlValue::Scalar { text, .. } => text
-                .split(',')
-                .map(str::trim)
-                .filter(|t| !t.is_empty())
-                .map(|t| (t.to_string(), node.position))
+            YamlValue::Scalar { text, .. } => split_tool_names(text)
+                .into_iter()
+                .map(|t| (t, node.position))
                 .collect(),
             YamlValue::Mapping(_) => {
                 let message = format!(
@@ -439,6 +446,10 @@ impl DefinitionFile<'_> {
         };
         let mut tools = Vec::new();
         for (name, position) in entries {
+            let name = match self.agent_limit(key, &name) {
+                Some(agent) => agent.to_owned(),
+                None => name,
+            };
             match canonical_tool_name(&name) {
                 Some(tool) if !tools.contains(&tool) => tools.push(tool),
                 Some(_) => {}
@@ -453,6 +464,23 @@ impl DefinitionFile<'_> {
 }
 
 impl DefinitionFile<'_> {
+    /// `Agent(x, y)` / `Task(x)` in `tools`: records `x, y` as the only definitions `Agent`
+    /// may start and gives back `Agent`; `None` for any other entry.
+    fn agent_limit(&mut self, key: &str, entry: &str) -> Option<&'static str> {
+        let (tool, rest) = entry.split_once('(')?;
+        let inside = rest.strip_suffix(')')?;
+        if key != "tools" || canonical_tool_name(tool.trim()) != Some("Agent") {
+            return None;
+        }
+        let names = inside
+            .split(',')
+            .map(str::trim)
+            .filter(|name| !name.is_empty())
+            .map(str::to_owned);
+        self.agent_types.get_or_insert_with(Vec::new).extend(names);
+        Some("Agent")
+    }
+
     /// Why `name` is not a tool, and in `.muster/agents` what to do about it.
     fn unknown_tool(&self, name: &str) -> String {
         if matches!(name, "TeamCreate" | "TeamDelete") {
@@ -469,6 +497,31 @@ impl DefinitionFile<'_> {
             AgentDir::Claude | AgentDir::BuiltIn => format!("unknown tool `{name}`{suggestion}"),
         }
     }
+}
+
+/// `Read, Agent(x, y), Grep` as its entries: commas inside parentheses do not split.
+fn split_tool_names(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut current = String::new();
+    let mut depth = 0usize;
+    for c in text.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                names.push(std::mem::take(&mut current));
+                continue;
+            }
+            _ => {}
+        }
+        current.push(c);
+    }
+    names.push(current);
+    names
+        .into_iter()
+        .map(|name| name.trim().to_owned())
+        .filter(|name| !name.is_empty())
+        .collect()
 }
 
 /// Front matter read as Claude Code reads what YAML refuses: each top-level `key: rest of the

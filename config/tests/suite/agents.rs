@@ -432,3 +432,24 @@ fn an_instruction_file_is_read_once_however_it_is_linked_or_copied() {
     let paths: Vec<_> = loaded.value.files.iter().map(|f| f.path.clone()).collect();
     assert_eq!(paths, vec![agents, own]);
 }
+
+#[test]
+fn agent_x_in_tools_is_agent_limited_to_those_definitions() {
+    let text = "---\nname: lead-ish\ndescription: d\ntools: Read, Agent(Plan, reviewer), Task(helper)\n---\nL.\n";
+    let loaded = parse_agent_file("a.md", text, AgentDir::Claude).unwrap();
+    assert_eq!(loaded.value.tools, Some(vec!["Read", "Agent"]));
+    assert_eq!(
+        loaded.value.agent_types,
+        Some(vec![
+            "Plan".to_string(),
+            "reviewer".to_string(),
+            "helper".to_string()
+        ])
+    );
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    let plain = parse_agent_file("b.md", REVIEWER, AgentDir::Muster).unwrap();
+    assert_eq!(
+        plain.value.agent_types, None,
+        "a bare Agent/Task starts any definition"
+    );
+}
