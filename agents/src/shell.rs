@@ -5,7 +5,11 @@
 //! - **Structure** ([`parse`]): the text parses with tree-sitter-bash without error and consists
 //!   only of simple commands of literal words (plain words, `'…'`, `"…"` without `$` or
 //!   backquotes, backslash escapes) joined by `&&`, `||`, `;`, `|` and newlines. Redirections
-//!   (including `2>&1`, `&>`, `|&`), heredocs, here-strings, command and process substitution,
+//!   are allowed only when harmless: output to `/dev/null` (`>`, `>>`, `&>`, `2>`, `>&`),
+//!   descriptor duplication (`2>&1`, `>&2`) and `< file`, whose file is checked like a file
+//!   argument; any other target (a file, `/dev/tcp/…`), `N>&-`, `<>`, `|&`, a redirection glued
+//!   to the word before it (`{fd}>`, `0<`: tree-sitter and bash split those differently),
+//!   heredocs, here-strings, command and process substitution,
 //!   variables and every expansion (`$X`, `${X}`, `$'…'`, `$"…"`, `$((…))`, braces, a leading
 //!   `~`), assignments, subshells, groups, functions, control flow, `!`, comments, backgrounding
 //!   and line continuations are rejected, as are unquoted glob characters (`*`, `?`, `[`, `]`):

@@ -774,6 +774,10 @@ impl<'a> Checker<'a> {
     pub(crate) fn check(&mut self, cmd: &SimpleCommand) -> Result<(), String> {
         let name = cmd.name.as_str();
         let args = values(&cmd.args);
+        // The shell opens `< file` before the program runs, from the same directory.
+        for input in &cmd.inputs {
+            self.read(&format!("{name} <"), input)?;
+        }
         match name {
             "cd" => self.cd(&args),
             "find" => self.find(&args),

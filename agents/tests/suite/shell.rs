@@ -144,6 +144,13 @@ impl StubShell {
         for d in ["bin", "log", "work"] {
             std::fs::create_dir(dir.path().join(d)).expect("mkdir");
         }
+        // The files the corpus's read-only lines redirect input from (`wc -l < data.csv`).
+        for d in ["work/src", "work/secrets"] {
+            std::fs::create_dir(dir.path().join(d)).expect("mkdir");
+        }
+        for f in ["a.txt", "data.csv", "README.md", ".env", "secrets/key"] {
+            std::fs::write(dir.path().join("work").join(f), "x\n").expect("write input");
+        }
         Some(Self {
             bash,
             dir,
@@ -331,19 +338,28 @@ fn bash_agrees_on_random_quoting() {
         .expect("bash and the classifier agree");
 }
 
-/// Is there a `>` outside quotes and not escaped by a backslash?
+/// Is there a `>` outside quotes and not escaped by a backslash that is not part of a harmless
+/// redirection (`>/dev/null`, `>> /dev/null`, `&>/dev/null`, `N>&M`)?
 fn has_unquoted_gt(s: &str) -> bool {
     let mut single = false;
     let mut double = false;
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
+    let mut chars = s.char_indices();
+    while let Some((i, c)) = chars.next() {
         match c {
             '\\' if !single => {
                 chars.next();
             }
             '\'' if !double => single = !single,
             '"' if !single => double = !double,
-            '>' if !single && !double => return true,
+            '>' if !single && !double => {
+                let rest = s[i + 1..].trim_start_matches('>').trim_start_matches('&');
+                let rest = rest.trim_start_matches([' ', '\t']);
+                let fd =
+                    rest.starts_with(|c: char| c.is_ascii_digit()) && s[i + 1..].starts_with('&');
+                if !(fd || rest.starts_with("/dev/null")) {
+                    return true;
+                }
+            }
             _ => {}
         }
     }
@@ -639,7 +655,7 @@ fn read_only_git_env_disables_repository_programs() {
 const READ_ONLY_COMMANDS: &str = include_str!("../data/read-only-commands.txt");
 
 /// The share of `read-only-commands.txt` allowed must not fall below this (per mille).
-const READ_ONLY_ALLOW_FLOOR: usize = 625;
+const READ_ONLY_ALLOW_FLOOR: usize = 719;
 
 /// Measures false refusals: prints the allow rate on real read-only commands and every refused
 /// line with its reason, and fails if the rate falls below the recorded floor.
