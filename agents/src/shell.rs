@@ -21,7 +21,11 @@
 //!   -exec/-delete/-fprint…`, `sed` other than `-n …p`, `rg --pre/--hostname-bin/-z`, `sort -o`,
 //!   `base64 -o`, git subcommands other than the read-only ones, git `-c`/`--config-env`,
 //!   `--output`, `--ext-diff`, `--textconv`, `--paginate`, patch output without `--no-ext-diff`,
-//!   `branch`/`tag` other than listing). Interpreters, wrappers, editors, pagers, package
+//!   `branch`/`tag` other than listing). `test`, `[ … ]` and `[[ … ]]` are read-only with
+//!   their file operands path-checked and the operands bash evaluates arithmetically (`-eq`…
+//!   `-ge`, `-t`; the name after `-v`/`-R`) plain integers / plain names, since `a[$(cmd)]`
+//!   there runs a command; patterns, `=~`, `<`/`>` are refused. `command` only as
+//!   `command -v/-V NAME`. Interpreters, wrappers, editors, pagers, package
 //!   managers, build tools and network tools are never read-only.
 //! - **Paths** ([`paths`]): every path-like argument (and `cd` target) is checked as a `Read` of
 //!   that path through [`ReadPathCheck`], so plan-mode Bash cannot read what `Read` refuses;

@@ -140,6 +140,16 @@ pub(crate) fn parse(src: &str) -> Result<Vec<SimpleCommand>, String> {
                 let (body, more) = redirected(node, bytes)?;
                 stack.push((body, op, in_pipeline, [inputs, more].concat()));
             }
+            "test_command" => {
+                let (name, args) = test_command(node, bytes)?;
+                out.push(SimpleCommand {
+                    name,
+                    args,
+                    op,
+                    in_pipeline,
+                    inputs,
+                });
+            }
             "command" => {
                 let (name, args, own) = command(node, bytes)?;
                 out.push(SimpleCommand {
@@ -181,6 +191,7 @@ fn construct(kind: &str, text: &str) -> String {
         | "do_group" => "control flow",
         "negated_command" => "a negated command `!`",
         "test_command" => "a test expression `[[ … ]]`",
+        "extglob_pattern" | "regex" => "a pattern",
         "variable_assignment" | "variable_assignments" => "a variable assignment",
         "declaration_command" | "unset_command" => "a variable declaration or unset",
         "comment" => "a comment",
@@ -191,7 +202,6 @@ fn construct(kind: &str, text: &str) -> String {
         "brace_expression" => "a brace expansion",
         "ansi_c_string" => "ANSI-C quoting `$'…'`",
         "translated_string" => "a locale string `$\"…\"`",
-        "extglob_pattern" => "a glob pattern",
         _ => "a construct outside plain commands",
     };
     format!("`{}` is {what}", shorten(text))
@@ -259,6 +269,72 @@ fn check_gaps(node: Node<'_>, bytes: &[u8], allowed: &[u8]) -> Result<(), String
         return Err("the command has text outside its words".to_string());
     }
     Ok(())
+}
+
+/// `[ … ]` or `[[ … ]]` as a simple command named `[` or `[[` whose arguments are the
+/// expression's words and operators in source order (and `]` for `[`), for the rules to
+/// check like `test`. Patterns (`== y*`, `=~`), `<` and `>` (a redirection inside `[ ]`) and
+/// every expansion are refused.
+fn test_command(node: Node<'_>, bytes: &[u8]) -> Result<(String, Vec<Word>), String> {
+    let mut cursor = node.walk();
+    let children: Vec<Node<'_>> = node.children(&mut cursor).collect();
+    let (Some(open), Some(close)) = (children.first(), children.last()) else {
+        return Err(construct("test_command", text(node, bytes)));
+    };
+    let name = match (open.kind(), close.kind()) {
+        ("[", "]") => "[",
+        ("[[", "]]") => "[[",
+        _ => return Err(construct("test_command", text(node, bytes))),
+    };
+    let mut args = Vec::new();
+    for child in &children[1..children.len() - 1] {
+        test_tokens(*child, bytes, &mut args)?;
+    }
+    if name == "[" {
+        // The `[` builtin receives the closing bracket as its last argument.
+        args.push(Word {
+            value: "]".to_string(),
+        });
+    }
+    Ok((name.to_string(), args))
+}
+
+fn test_tokens(node: Node<'_>, bytes: &[u8], out: &mut Vec<Word>) -> Result<(), String> {
+    let raw = text(node, bytes);
+    match node.kind() {
+        "unary_expression" | "binary_expression" | "parenthesized_expression" => {
+            check_gaps(node, bytes, b" \t")?;
+            let mut cursor = node.walk();
+            for child in node.children(&mut cursor) {
+                test_tokens(child, bytes, out)?;
+            }
+            Ok(())
+        }
+        "test_operator" => {
+            out.push(Word {
+                value: raw.to_string(),
+            });
+            Ok(())
+        }
+        "!" | "(" | ")" | "&&" | "||" | "=" | "==" | "!=" => {
+            out.push(Word {
+                value: raw.to_string(),
+            });
+            Ok(())
+        }
+        "word" | "raw_string" | "string" | "number" | "concatenation" => {
+            out.push(word(&[node], bytes)?);
+            Ok(())
+        }
+        other => Err(format!(
+            "`{}` in a test expression is {}",
+            shorten(raw),
+            match other {
+                "<" | ">" => "a comparison that `[` reads as a redirection".to_string(),
+                _ => construct(other, raw),
+            }
+        )),
+    }
 }
 
 /// A statement with redirections after it: its body (a command or a pipeline) and the files
@@ -755,6 +831,11 @@ mod tests {
             "diff <(ls) <(ls)",
             "echo $((1+2))",
             "echo \"$HOME\"",
+            "[[ x == y* ]]",
+            "[[ x =~ y ]]",
+            "[ a > b ]",
+            "[[ $x ]]",
+            "[ \"$(id)\" ]",
             "ls &&",
         ] {
             assert!(argv(src).is_err(), "{src:?} should be rejected");
