@@ -5,7 +5,11 @@
 //! - **Structure** ([`parse`]): the text parses with tree-sitter-bash without error and consists
 //!   only of simple commands of literal words (plain words, `'…'`, `"…"` without `$` or
 //!   backquotes, backslash escapes) joined by `&&`, `||`, `;`, `|` and newlines. Redirections
-//!   (including `2>&1`, `&>`, `|&`), heredocs, here-strings, command and process substitution,
+//!   are allowed only when harmless: output to `/dev/null` (`>`, `>>`, `&>`, `2>`, `>&`),
+//!   descriptor duplication (`2>&1`, `>&2`) and `< file`, whose file is checked like a file
+//!   argument; any other target (a file, `/dev/tcp/…`), `N>&-`, `<>`, `|&`, a redirection glued
+//!   to the word before it (`{fd}>`, `0<`: tree-sitter and bash split those differently),
+//!   heredocs, here-strings, command and process substitution,
 //!   variables and every expansion (`$X`, `${X}`, `$'…'`, `$"…"`, `$((…))`, braces, a leading
 //!   `~`), assignments, subshells, groups, functions, control flow, `!`, comments, backgrounding
 //!   and line continuations are rejected, as are unquoted glob characters (`*`, `?`, `[`, `]`):
@@ -17,7 +21,11 @@
 //!   -exec/-delete/-fprint…`, `sed` other than `-n …p`, `rg --pre/--hostname-bin/-z`, `sort -o`,
 //!   `base64 -o`, git subcommands other than the read-only ones, git `-c`/`--config-env`,
 //!   `--output`, `--ext-diff`, `--textconv`, `--paginate`, patch output without `--no-ext-diff`,
-//!   `branch`/`tag` other than listing). Interpreters, wrappers, editors, pagers, package
+//!   `branch`/`tag` other than listing). `test`, `[ … ]` and `[[ … ]]` are read-only with
+//!   their file operands path-checked and the operands bash evaluates arithmetically (`-eq`…
+//!   `-ge`, `-t`; the name after `-v`/`-R`) plain integers / plain names, since `a[$(cmd)]`
+//!   there runs a command; patterns, `=~`, `<`/`>` are refused. `command` only as
+//!   `command -v/-V NAME`. Interpreters, wrappers, editors, pagers, package
 //!   managers, build tools and network tools are never read-only.
 //! - **Paths** ([`paths`]): every path-like argument (and `cd` target) is checked as a `Read` of
 //!   that path through [`ReadPathCheck`], so plan-mode Bash cannot read what `Read` refuses;

@@ -1,7 +1,9 @@
 //! Structural pass: parse with tree-sitter-bash and accept only plain simple commands whose
-//! words are literal, joined by `&&`, `||`, `;`, `|` and newlines. Everything else (redirections,
-//! expansions, substitutions, assignments, compound commands, comments, backgrounding, parse
-//! errors) is rejected with a reason naming the construct.
+//! words are literal, joined by `&&`, `||`, `;`, `|` and newlines, with harmless redirections
+//! (output to `/dev/null`, descriptor duplication, input from a file the rules path-check).
+//! Everything else (other redirections, expansions, substitutions, assignments, compound
+//! commands, comments, backgrounding, parse errors) is rejected with a reason naming the
+//! construct.
 
 use tree_sitter::{Node, Parser};
 
@@ -41,6 +43,9 @@ pub(crate) struct SimpleCommand {
     pub op: Op,
     /// Part of a pipeline, so run in a subshell: a `cd` here does not move later commands.
     pub in_pipeline: bool,
+    /// Files the command's standard input (or another descriptor) is redirected from with
+    /// `<`: the shell opens them, so they are read like file arguments.
+    pub inputs: Vec<String>,
 }
 
 /// Parse `src` into the simple commands it runs, in source order, or say why it is not a plain
@@ -79,8 +84,8 @@ pub(crate) fn parse(src: &str) -> Result<Vec<SimpleCommand>, String> {
         return Err("the command has text outside what the parser understood".to_string());
     }
     let mut out = Vec::new();
-    let mut stack = vec![(root, Op::Seq, false)];
-    while let Some((node, op, in_pipeline)) = stack.pop() {
+    let mut stack = vec![(root, Op::Seq, false, Vec::new())];
+    while let Some((node, op, in_pipeline, inputs)) = stack.pop() {
         if node.is_error() || node.is_missing() {
             return Err("the command does not parse as bash (syntax error)".to_string());
         }
@@ -91,9 +96,15 @@ pub(crate) fn parse(src: &str) -> Result<Vec<SimpleCommand>, String> {
                 let mut statements = Vec::new();
                 let pipeline = node.kind() == "pipeline";
                 let mut next_op = op;
+                if !inputs.is_empty() && !pipeline {
+                    return Err(format!(
+                        "`{}` redirects the input of a list of commands",
+                        shorten(text(node, bytes))
+                    ));
+                }
                 for child in node.children(&mut cursor) {
                     if child.is_named() {
-                        statements.push((child, next_op, in_pipeline || pipeline));
+                        statements.push((child, next_op, in_pipeline || pipeline, Vec::new()));
                         continue;
                     }
                     match child.kind() {
@@ -119,15 +130,34 @@ pub(crate) fn parse(src: &str) -> Result<Vec<SimpleCommand>, String> {
                         }
                     }
                 }
+                // Bash applies a redirection after a pipeline to its last member.
+                if let Some(last) = statements.last_mut() {
+                    last.3 = inputs;
+                }
                 stack.extend(statements.into_iter().rev());
             }
-            "command" => {
-                let (name, args) = command(node, bytes)?;
+            "redirected_statement" => {
+                let (body, more) = redirected(node, bytes)?;
+                stack.push((body, op, in_pipeline, [inputs, more].concat()));
+            }
+            "test_command" => {
+                let (name, args) = test_command(node, bytes)?;
                 out.push(SimpleCommand {
                     name,
                     args,
                     op,
                     in_pipeline,
+                    inputs,
+                });
+            }
+            "command" => {
+                let (name, args, own) = command(node, bytes)?;
+                out.push(SimpleCommand {
+                    name,
+                    args,
+                    op,
+                    in_pipeline,
+                    inputs: [inputs, own].concat(),
                 });
             }
             other => return Err(construct(other, text(node, bytes))),
@@ -161,6 +191,7 @@ fn construct(kind: &str, text: &str) -> String {
         | "do_group" => "control flow",
         "negated_command" => "a negated command `!`",
         "test_command" => "a test expression `[[ … ]]`",
+        "extglob_pattern" | "regex" => "a pattern",
         "variable_assignment" | "variable_assignments" => "a variable assignment",
         "declaration_command" | "unset_command" => "a variable declaration or unset",
         "comment" => "a comment",
@@ -171,7 +202,6 @@ fn construct(kind: &str, text: &str) -> String {
         "brace_expression" => "a brace expansion",
         "ansi_c_string" => "ANSI-C quoting `$'…'`",
         "translated_string" => "a locale string `$\"…\"`",
-        "extglob_pattern" => "a glob pattern",
         _ => "a construct outside plain commands",
     };
     format!("`{}` is {what}", shorten(text))
@@ -241,14 +271,149 @@ fn check_gaps(node: Node<'_>, bytes: &[u8], allowed: &[u8]) -> Result<(), String
     Ok(())
 }
 
-fn command(node: Node<'_>, bytes: &[u8]) -> Result<(String, Vec<Word>), String> {
+/// `[ … ]` or `[[ … ]]` as a simple command named `[` or `[[` whose arguments are the
+/// expression's words and operators in source order (and `]` for `[`), for the rules to
+/// check like `test`. Patterns (`== y*`, `=~`), `<` and `>` (a redirection inside `[ ]`) and
+/// every expansion are refused.
+fn test_command(node: Node<'_>, bytes: &[u8]) -> Result<(String, Vec<Word>), String> {
+    let mut cursor = node.walk();
+    let children: Vec<Node<'_>> = node.children(&mut cursor).collect();
+    let (Some(open), Some(close)) = (children.first(), children.last()) else {
+        return Err(construct("test_command", text(node, bytes)));
+    };
+    let name = match (open.kind(), close.kind()) {
+        ("[", "]") => "[",
+        ("[[", "]]") => "[[",
+        _ => return Err(construct("test_command", text(node, bytes))),
+    };
+    let mut args = Vec::new();
+    for child in &children[1..children.len() - 1] {
+        test_tokens(*child, bytes, &mut args)?;
+    }
+    if name == "[" {
+        // The `[` builtin receives the closing bracket as its last argument.
+        args.push(Word {
+            value: "]".to_string(),
+        });
+    }
+    Ok((name.to_string(), args))
+}
+
+fn test_tokens(node: Node<'_>, bytes: &[u8], out: &mut Vec<Word>) -> Result<(), String> {
+    let raw = text(node, bytes);
+    match node.kind() {
+        "unary_expression" | "binary_expression" | "parenthesized_expression" => {
+            check_gaps(node, bytes, b" \t")?;
+            let mut cursor = node.walk();
+            for child in node.children(&mut cursor) {
+                test_tokens(child, bytes, out)?;
+            }
+            Ok(())
+        }
+        "test_operator" => {
+            out.push(Word {
+                value: raw.to_string(),
+            });
+            Ok(())
+        }
+        "!" | "(" | ")" | "&&" | "||" | "=" | "==" | "!=" => {
+            out.push(Word {
+                value: raw.to_string(),
+            });
+            Ok(())
+        }
+        "word" | "raw_string" | "string" | "number" | "concatenation" => {
+            out.push(word(&[node], bytes)?);
+            Ok(())
+        }
+        other => Err(format!(
+            "`{}` in a test expression is {}",
+            shorten(raw),
+            match other {
+                "<" | ">" => "a comparison that `[` reads as a redirection".to_string(),
+                _ => construct(other, raw),
+            }
+        )),
+    }
+}
+
+/// A statement with redirections after it: its body (a command or a pipeline) and the files
+/// its redirections read.
+fn redirected<'t>(node: Node<'t>, bytes: &[u8]) -> Result<(Node<'t>, Vec<String>), String> {
     check_gaps(node, bytes, b" \t")?;
     let mut cursor = node.walk();
+    let mut body: Option<Node<'t>> = None;
+    let mut inputs = Vec::new();
+    let mut prev_end = None;
+    for child in node.children(&mut cursor) {
+        match (child.kind(), body) {
+            ("command" | "pipeline", None) => body = Some(child),
+            ("file_redirect", Some(_)) => {
+                inputs.extend(redirect(child, bytes, prev_end)?);
+            }
+            (other, _) => return Err(construct(other, text(child, bytes))),
+        }
+        prev_end = Some(child.end_byte());
+    }
+    let body = body.ok_or_else(|| construct("redirected_statement", text(node, bytes)))?;
+    Ok((body, inputs))
+}
+
+/// One `file_redirect`: `Ok(Some(path))` for input from a file (to be checked as a read),
+/// `Ok(None)` for a harmless one: output to `/dev/null` (`>`, `>>`, `&>`, `&>>`, `>|`,
+/// `>&`), descriptor duplication (`2>&1`, `>&2`, `<&0`) and input from `/dev/null`. Anything
+/// else writes or creates a file, closes a descriptor or opens something the path check cannot
+/// see. `prev_end` is where the word before it ends: a redirection glued to it (`{fd}>`, `x2>`)
+/// is one bash may read differently from tree-sitter.
+fn redirect(
+    node: Node<'_>,
+    bytes: &[u8],
+    prev_end: Option<usize>,
+) -> Result<Option<String>, String> {
+    let raw = text(node, bytes);
+    let refuse = |why: &str| Err(format!("`{}` {why}", shorten(raw)));
+    if prev_end == Some(node.start_byte()) {
+        return refuse("is joined to the word before it; put a space before the redirection");
+    }
+    check_gaps(node, bytes, b" \t")?;
+    let mut cursor = node.walk();
+    let mut operators = Vec::new();
+    let mut targets = Vec::new();
+    for child in node.children(&mut cursor) {
+        match child.kind() {
+            "file_descriptor" => {}
+            _ if !child.is_named() => operators.push(child.kind()),
+            _ => targets.push(child),
+        }
+    }
+    let ([operator], [target]) = (operators.as_slice(), targets.as_slice()) else {
+        return refuse("is not a redirection of one descriptor to one plain word");
+    };
+    let target = word(&[*target], bytes)?.value;
+    let is_fd = !target.is_empty() && target.chars().all(|c| c.is_ascii_digit());
+    match *operator {
+        ">" | ">>" | "&>" | "&>>" | ">|" if target == "/dev/null" => Ok(None),
+        ">&" | "<&" if is_fd => Ok(None),
+        ">&" if target == "/dev/null" => Ok(None),
+        "<" if target == "/dev/null" => Ok(None),
+        "<" => Ok(Some(target)),
+        ">" | ">>" | "&>" | "&>>" | ">|" | ">&" => refuse(
+            "is a redirection that writes a file (only `/dev/null` and `N>&M` are read-only)",
+        ),
+        _ => refuse("is a redirection the read-only subset does not include"),
+    }
+}
+
+fn command(node: Node<'_>, bytes: &[u8]) -> Result<(String, Vec<Word>, Vec<String>), String> {
+    check_gaps(node, bytes, b" \t")?;
+    let mut cursor = node.walk();
+    let mut inputs = Vec::new();
     let mut name: Option<(String, usize)> = None;
     // Argument nodes grouped into shell words: tree-sitter can give one word as adjacent
     // sibling nodes (`'-de'\lete` is a raw string then a word), which bash joins.
     let mut groups: Vec<Vec<Node<'_>>> = Vec::new();
     let mut prev_end: Option<usize> = None;
+    let mut redirect_end: Option<usize> = None;
     for child in node.children(&mut cursor) {
         if !child.is_named() {
             return Err(format!(
@@ -257,6 +422,18 @@ fn command(node: Node<'_>, bytes: &[u8]) -> Result<(String, Vec<Word>), String> 
             ));
         }
         let adjacent = prev_end == Some(child.start_byte());
+        if adjacent && redirect_end == prev_end {
+            return Err(format!(
+                "`{}` is joined to the redirection before it; put a space after the redirection",
+                shorten(text(child, bytes))
+            ));
+        }
+        if child.kind() == "file_redirect" {
+            inputs.extend(redirect(child, bytes, prev_end)?);
+            prev_end = Some(child.end_byte());
+            redirect_end = prev_end;
+            continue;
+        }
         prev_end = Some(child.end_byte());
         match (child.kind(), &name) {
             ("command_name", None) => {
@@ -287,7 +464,7 @@ fn command(node: Node<'_>, bytes: &[u8]) -> Result<(String, Vec<Word>), String> 
         .iter()
         .map(|group| word(group, bytes))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok((name, args))
+    Ok((name, args, inputs))
 }
 
 fn command_name(node: Node<'_>, bytes: &[u8]) -> Result<String, String> {
@@ -556,6 +733,28 @@ mod tests {
     }
 
     #[test]
+    fn input_redirections_are_recorded() {
+        let inputs = |src: &str| -> Result<Vec<Vec<String>>, String> {
+            parse(src).map(|cmds| cmds.into_iter().map(|c| c.inputs).collect())
+        };
+        let table: &[(&str, &[&[&str]])] = &[
+            ("wc -l < a", &[&["a"]]),
+            ("ls 2>/dev/null", &[&[]]),
+            ("cat < a | sort < b", &[&["a"], &["b"]]),
+            ("ls | sort < b", &[&[], &["b"]]),
+            ("sort < /dev/null", &[&[]]),
+            ("2>&1 cat < 'x y'", &[&["x y"]]),
+        ];
+        for (src, want) in table {
+            let want: Vec<Vec<String>> = want
+                .iter()
+                .map(|c| c.iter().map(|s| (*s).to_string()).collect())
+                .collect();
+            assert_eq!(inputs(src), Ok(want), "{src:?}");
+        }
+    }
+
+    #[test]
     fn operators_are_recorded() {
         let ops = |src: &str| -> Vec<(Op, bool)> {
             parse(src)
@@ -591,6 +790,14 @@ mod tests {
     fn constructs_are_rejected() {
         for src in [
             "ls >x",
+            "ls 2>x",
+            "ls >&x",
+            "ls 0<x y",
+            "ls 2>&-",
+            "ls {fd}>/dev/null",
+            "ls >/dev/null x",
+            "(ls) >/dev/null",
+            "a && b < x",
             "ls &",
             "echo $'x'",
             "cat${IFS}x",
@@ -624,6 +831,11 @@ mod tests {
             "diff <(ls) <(ls)",
             "echo $((1+2))",
             "echo \"$HOME\"",
+            "[[ x == y* ]]",
+            "[[ x =~ y ]]",
+            "[ a > b ]",
+            "[[ $x ]]",
+            "[ \"$(id)\" ]",
             "ls &&",
         ] {
             assert!(argv(src).is_err(), "{src:?} should be rejected");

@@ -774,11 +774,17 @@ impl<'a> Checker<'a> {
     pub(crate) fn check(&mut self, cmd: &SimpleCommand) -> Result<(), String> {
         let name = cmd.name.as_str();
         let args = values(&cmd.args);
+        // The shell opens `< file` before the program runs, from the same directory.
+        for input in &cmd.inputs {
+            self.read(&format!("{name} <"), input)?;
+        }
         match name {
             "cd" => self.cd(&args),
             "find" => self.find(&args),
             "sed" => self.sed(&args),
             "git" => self.git(&args),
+            "test" | "[" | "[[" => self.test(name, &args),
+            "command" => command_lookup(&args),
             _ => match spec(name) {
                 Some(spec) => self.generic(name, &spec, &args),
                 None => Err(never_reason(name)),
@@ -987,6 +993,46 @@ impl<'a> Checker<'a> {
             .map(|cwd| Self::joined(cwd, target))
             .collect();
         self.cd_to = Some(union(&to, &[]));
+        Ok(())
+    }
+
+    /// `test`, `[ … ]`, `[[ … ]]`: harmless but for three things. File tests read metadata, so
+    /// their operands are path-checked. Bash evaluates the operands of `-eq`…`-ge` inside
+    /// `[[ ]]` (and the name after `-v`/`-R` everywhere) arithmetically, where `a[$(cmd)]` runs
+    /// a command, so those must be plain integers / plain names. Every word that looks like an
+    /// operator is treated as one (more checks, never fewer).
+    fn test(&self, name: &str, args: &[&str]) -> Result<(), String> {
+        const FILE_UNARY: &[&str] = &[
+            "-a", "-b", "-c", "-d", "-e", "-f", "-g", "-h", "-k", "-p", "-r", "-s", "-u", "-w",
+            "-x", "-G", "-L", "-N", "-O", "-S",
+        ];
+        const FILE_BINARY: &[&str] = &["-nt", "-ot", "-ef"];
+        const ARITHMETIC: &[&str] = &["-eq", "-ne", "-lt", "-le", "-gt", "-ge"];
+        let operand = |i: Option<usize>| i.and_then(|i| args.get(i)).copied().unwrap_or("");
+        for (i, &a) in args.iter().enumerate() {
+            let (before, after) = (operand(i.checked_sub(1)), operand(Some(i + 1)));
+            if FILE_UNARY.contains(&a) && !after.is_empty() {
+                self.read(name, after)?;
+            } else if FILE_BINARY.contains(&a) {
+                self.read(name, before)?;
+                self.read(name, after)?;
+            } else if ARITHMETIC.contains(&a) || a == "-t" {
+                let operands: &[&str] = if a == "-t" {
+                    &[after]
+                } else {
+                    &[before, after]
+                };
+                if let Some(bad) = operands.iter().find(|o| !integer(o)) {
+                    return Err(format!(
+                        "`{name} … {a}` evaluates `{bad}` arithmetically, which can run commands (`a[$(cmd)]`); only plain integers are read-only"
+                    ));
+                }
+            } else if matches!(a, "-v" | "-R") && !identifier(after) {
+                return Err(format!(
+                    "`{name} {a} {after}` evaluates a subscript arithmetically, which can run commands; only plain variable names are read-only"
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -1454,6 +1500,36 @@ impl<'a> Checker<'a> {
         }
         Ok(())
     }
+}
+
+/// `command -v NAME…` / `command -V NAME…` only say what a name is; every other form of
+/// `command` runs its arguments as a command (`command rm x`).
+fn command_lookup(args: &[&str]) -> Result<(), String> {
+    match args.split_first() {
+        Some((&("-v" | "-V"), names))
+            if !names.is_empty() && names.iter().all(|n| !n.starts_with('-')) =>
+        {
+            Ok(())
+        }
+        _ => Err(
+            "`command` runs another command given as its arguments; only `command -v NAME` is read-only"
+                .to_string(),
+        ),
+    }
+}
+
+/// A plain decimal integer literal (an optional sign, then digits).
+fn integer(s: &str) -> bool {
+    let digits = s.strip_prefix(['-', '+']).unwrap_or(s);
+    !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit())
+}
+
+/// A plain shell variable name, without a subscript.
+fn identifier(s: &str) -> bool {
+    s.chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 fn ext_diff(sub: &str) -> String {

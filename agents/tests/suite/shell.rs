@@ -144,6 +144,13 @@ impl StubShell {
         for d in ["bin", "log", "work"] {
             std::fs::create_dir(dir.path().join(d)).expect("mkdir");
         }
+        // The files the corpus's read-only lines redirect input from (`wc -l < data.csv`).
+        for d in ["work/src", "work/secrets"] {
+            std::fs::create_dir(dir.path().join(d)).expect("mkdir");
+        }
+        for f in ["a.txt", "data.csv", "README.md", ".env", "secrets/key"] {
+            std::fs::write(dir.path().join("work").join(f), "x\n").expect("write input");
+        }
         Some(Self {
             bash,
             dir,
@@ -157,7 +164,8 @@ impl StubShell {
         let bin = self.dir.path().join("bin");
         let log = self.dir.path().join("log");
         for argv in commands {
-            if self.stubs.insert(argv[0].clone()) {
+            // `[[` is a keyword, not a program: bash runs nothing for it.
+            if argv[0] != "[[" && self.stubs.insert(argv[0].clone()) {
                 let stub = bin.join(&argv[0]);
                 std::fs::write(
                     &stub,
@@ -179,7 +187,7 @@ impl StubShell {
             let output = std::process::Command::new(&self.bash)
                 .arg("-c")
                 .arg(format!(
-                    "enable -n echo printf pwd true false type cd\n{command}"
+                    "enable -n echo printf pwd true false type cd test [ command\n{command}"
                 ))
                 .current_dir(self.dir.path().join("work"))
                 .env_clear()
@@ -193,8 +201,10 @@ impl StubShell {
             if output.status.code() == Some(126) && stderr.contains("busy") && attempts < 20 {
                 continue;
             }
+            // Stubs exit 0, so a quiet exit 1 is a `[[ … ]]`/`[`/`test` that evaluated false.
+            let false_test = output.status.code() == Some(1) && stderr.is_empty();
             assert!(
-                output.status.success(),
+                output.status.success() || false_test,
                 "bash failed: {command:?}: {stderr}"
             );
             break;
@@ -217,9 +227,17 @@ impl StubShell {
     /// Bash ran exactly `commands` (only some of them when `command` has `||`).
     fn assert_agrees(&mut self, command: &str, commands: &[Vec<String>]) {
         let ran = self.run(command, commands);
-        let mut expected = commands.to_vec();
+        let mut expected: Vec<Vec<String>> = commands
+            .iter()
+            .filter(|argv| argv[0] != "[[")
+            .cloned()
+            .collect();
         expected.sort();
-        if command.contains("||") {
+        // After `||` or a test that may be false, only some of the commands run.
+        let conditional = commands
+            .iter()
+            .any(|argv| matches!(argv[0].as_str(), "[[" | "[" | "test"));
+        if command.contains("||") || conditional {
             for argv in &ran {
                 assert!(
                     expected.contains(argv),
@@ -331,19 +349,28 @@ fn bash_agrees_on_random_quoting() {
         .expect("bash and the classifier agree");
 }
 
-/// Is there a `>` outside quotes and not escaped by a backslash?
+/// Is there a `>` outside quotes and not escaped by a backslash that is not part of a harmless
+/// redirection (`>/dev/null`, `>> /dev/null`, `&>/dev/null`, `N>&M`)?
 fn has_unquoted_gt(s: &str) -> bool {
     let mut single = false;
     let mut double = false;
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
+    let mut chars = s.char_indices();
+    while let Some((i, c)) = chars.next() {
         match c {
             '\\' if !single => {
                 chars.next();
             }
             '\'' if !double => single = !single,
             '"' if !single => double = !double,
-            '>' if !single && !double => return true,
+            '>' if !single && !double => {
+                let rest = s[i + 1..].trim_start_matches('>').trim_start_matches('&');
+                let rest = rest.trim_start_matches([' ', '\t']);
+                let fd =
+                    rest.starts_with(|c: char| c.is_ascii_digit()) && s[i + 1..].starts_with('&');
+                if !(fd || rest.starts_with("/dev/null")) {
+                    return true;
+                }
+            }
             _ => {}
         }
     }
@@ -633,4 +660,40 @@ fn read_only_git_env_disables_repository_programs() {
         assert!(!marker.exists(), "git {args:?} ran a configured program");
     }
     assert!(remove_from_read_only_env("GIT_EXTERNAL_DIFF"));
+}
+
+/// Real read-only agent commands, one a line: see the file's header.
+const READ_ONLY_COMMANDS: &str = include_str!("../data/read-only-commands.txt");
+
+/// The share of `read-only-commands.txt` allowed must not fall below this (per mille).
+const READ_ONLY_ALLOW_FLOOR: usize = 769;
+
+/// Measures false refusals: prints the allow rate on real read-only commands and every refused
+/// line with its reason, and fails if the rate falls below the recorded floor.
+#[test]
+fn read_only_allow_rate() {
+    let check = WorkspaceReadCheck::new(ROOT);
+    let commands: Vec<&str> = READ_ONLY_COMMANDS
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .collect();
+    let mut allowed = 0;
+    for command in &commands {
+        match classify(command, &check) {
+            ShellVerdict::ReadOnly { .. } => allowed += 1,
+            ShellVerdict::NotReadOnly { reason } => println!("refused {command:?}: {reason}"),
+        }
+    }
+    let per_mille = allowed * 1000 / commands.len();
+    println!(
+        "read-only allow rate: {allowed}/{} = {}.{}%",
+        commands.len(),
+        per_mille / 10,
+        per_mille % 10
+    );
+    assert!(commands.len() >= 120, "only {} commands", commands.len());
+    assert!(
+        per_mille >= READ_ONLY_ALLOW_FLOOR,
+        "allow rate {per_mille}‰ fell below {READ_ONLY_ALLOW_FLOOR}‰"
+    );
 }
