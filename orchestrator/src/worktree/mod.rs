@@ -77,6 +77,10 @@ pub struct Worktrees {
     /// out of the base).
     excluded: Option<String>,
     slug: String,
+    /// Held while the repository's worktree list changes (`worktree add`, `prune`,
+    /// `remove`): git does not make those safe against each other, and a `prune` beside an
+    /// `add` removes the half-made worktree's administrative files.
+    admin: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
 
 /// The operations in progress that make a repository's HEAD ambiguous as a base.
@@ -205,6 +209,7 @@ impl Worktrees {
             root: worktrees.join(slug),
             excluded,
             slug: slug.to_owned(),
+            admin: std::sync::Arc::new(tokio::sync::Mutex::new(())),
         })
     }
 
@@ -308,6 +313,7 @@ impl Worktrees {
     /// `start`. Idempotent: a half-made worktree (a kill during `git worktree add`) is
     /// removed and made again; the branch is reused.
     pub async fn ensure(&self, agent: &str, start: &str) -> IsolationResult<PathBuf> {
+        let _admin = self.admin.lock().await;
         let path = self.path_of(agent);
         let branch = self.branch(agent);
         if self.is_worktree_on(&path, &branch).await? {
@@ -543,6 +549,7 @@ impl Worktrees {
 
     /// Removes the run's worktrees (its branches stay until `muster prune`).
     pub async fn remove_worktrees(&self) -> IsolationResult<()> {
+        let _admin = self.admin.lock().await;
         let entries = match std::fs::read_dir(&self.root) {
             Ok(entries) => entries,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),

@@ -418,7 +418,10 @@ async fn killed_and_resumed(failpoint: &str, lose_worktrees: bool) {
         stderr(&output)
     );
     if lose_worktrees {
-        std::fs::remove_dir_all(root.join(".muster/worktrees")).unwrap();
+        // Moved away rather than deleted: a git child of the killed process may still be
+        // finishing inside; for the resume the directory is gone either way.
+        let lost = tempfile::tempdir().unwrap();
+        std::fs::rename(root.join(".muster/worktrees"), lost.path().join("lost")).unwrap();
     }
     let resumed = muster(
         root,
@@ -638,7 +641,8 @@ async fn a_forked_run_works_on_its_own_branches_from_the_recorded_checkpoints() 
     let original = finished(&output)["run_id"].as_str().unwrap().to_owned();
     let original_slug = slug(root);
     // The worktrees are deleted: the fork rebuilds its own from the store's checkpoints.
-    std::fs::remove_dir_all(root.join(".muster/worktrees")).unwrap();
+    let lost = tempfile::tempdir().unwrap();
+    std::fs::rename(root.join(".muster/worktrees"), lost.path().join("lost")).unwrap();
     let forked = muster(root, &["fork", &original]).await;
     assert_eq!(forked.status.code(), Some(0), "{}", stderr(&forked));
     let text = String::from_utf8_lossy(&forked.stdout).into_owned();
