@@ -197,11 +197,28 @@ impl Team {
 
     /// A completed run's result: the integration head applied to the user's tree, or left on
     /// the integration branch when the tree changed during the run; the worktrees are
-    /// removed (the branches stay until `muster prune`).
+    /// removed (the branches stay until `muster prune`). A failed run, or one its budget
+    /// ended, names the branch holding what was merged.
     pub(crate) async fn deliver_result(&self, ending: &mut Ending) -> anyhow::Result<()> {
         let Some(isolation) = &self.isolation else {
             return Ok(());
         };
+        if matches!(ending.status, RunStatus::Failed | RunStatus::Budget) {
+            // The run is over without applying anything: say where the merged work is.
+            let head = isolation.head().await;
+            if head != isolation.base.commit {
+                let branch = isolation.worktrees.lead_branch();
+                if let Value::Object(result) = &mut ending.result {
+                    result.insert("result_branch".into(), json!(branch));
+                    result.insert("result_commit".into(), json!(head));
+                }
+                ending.text.push_str(&format!(
+                    "\nThe work merged so far is on branch {branch} ({head}); nothing was \
+                     applied to your working tree."
+                ));
+            }
+            return Ok(());
+        }
         if ending.status != RunStatus::Completed {
             return Ok(());
         }

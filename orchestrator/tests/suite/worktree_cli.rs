@@ -687,3 +687,44 @@ async fn a_forked_run_works_on_its_own_branches_from_the_recorded_checkpoints() 
         .unwrap();
     assert!(request.response.is_none(), "{request:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_run_names_the_branch_holding_what_was_merged_and_leaves_the_tree_alone() {
+    let dir = repo(&team("policy:policy.toml", &["one"]), &[]);
+    let root = dir.path();
+    let fake = fake(vec![
+        lead_tasks(1),
+        entry(
+            json!({"agent": "lead", "when": {"mail_type": "idle_notification", "from": "one"},
+                     "reply": {"content": [
+                         {"type": "tool_use", "id": "toolu_lead_fail_1", "name": "TaskCreate",
+                          "input": {"subject": "impossible", "description": "It cannot be done."}},
+                         {"type": "tool_use", "id": "toolu_lead_fail_2", "name": "TaskUpdate",
+                          "input": {"task_id": 2, "status": "failed"}}],
+                     "stop_reason": "tool_use"}}),
+        ),
+        any_turn("lead", "Waiting for the team."),
+        reply(
+            "one",
+            1,
+            vec![tool(
+                "Write",
+                json!({"file_path": "one.txt", "content": "one\n"}),
+            )],
+        ),
+        any_turn("one", "done"),
+    ])
+    .await;
+    let output = team_run(root, &fake.base_url()).await;
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let end = finished(&output);
+    assert_eq!(end["status"], "failed", "{end:#}");
+    let branch = end["result_branch"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{end:#}"));
+    assert_eq!(git(root, &["show", &format!("{branch}:one.txt")]), "one\n");
+    assert!(
+        read(root, "one.txt").is_none(),
+        "a failed run applies nothing"
+    );
+}
