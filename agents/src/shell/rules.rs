@@ -1299,7 +1299,6 @@ impl<'a> Checker<'a> {
                     _ => Err("only `git worktree list` is read-only".to_string()),
                 };
             }
-            "config" => return git_config(rest),
             other => {
                 return Err(format!(
                     "`git {other}` is not a read-only git subcommand (read-only: status, log, show, diff, branch, tag, grep, blame, ls-files, rev-parse, …)"
@@ -1537,77 +1536,6 @@ fn ext_diff(sub: &str) -> String {
     format!(
         "`git {sub}` prints a patch, which can run an external diff program configured in the repository (diff.external); add --no-ext-diff, or use --stat/--name-only"
     )
-}
-
-/// `git config` reading: `KEY` alone, `--get KEY [VALUE-PATTERN]`, `--get-all`, `--get-regexp`,
-/// `--list` (and the newer `get` / `list` verbs), with display flags only. Every write form, an editor,
-/// and an explicit file or scope outside the repository (`--file`, `--blob`, `--global`,
-/// `--system`, which read files outside the workspace) are refused.
-fn git_config(rest: &[&str]) -> Result<(), String> {
-    const DISPLAY: &[&str] = &[
-        "--local",
-        "--worktree",
-        "--show-origin",
-        "--show-scope",
-        "--name-only",
-        "--null",
-        "-z",
-        "--bool",
-        "--int",
-        "--bool-or-int",
-        "--path",
-        "--expiry-date",
-        "--no-includes",
-        "--all",
-    ];
-    let refuse = |why: &str| Err(format!("`git config {}`: {why}", rest.join(" ")));
-    let mut mode: Option<(&str, usize)> = None;
-    let mut positionals = 0;
-    // `git config section.key` alone reads it (a second word would set it; a verb such as
-    // `set` or `edit` has no dot).
-    if let [key] = rest
-        && key.contains('.')
-        && !key.starts_with('-')
-    {
-        return Ok(());
-    }
-    for (index, arg) in rest.iter().enumerate() {
-        let arg = *arg;
-        if arg.starts_with("--type=") || DISPLAY.contains(&arg) {
-            continue;
-        }
-        // The most positionals each reading form takes.
-        let form = match arg {
-            "--get" | "--get-all" | "--get-regexp" => Some(2),
-            "--list" | "-l" => Some(0),
-            "get" if index == 0 => Some(1),
-            "list" if index == 0 => Some(0),
-            _ => None,
-        };
-        if let Some(most) = form {
-            if mode.is_some() {
-                return refuse("more than one mode");
-            }
-            mode = Some((arg, most));
-            continue;
-        }
-        if arg.starts_with('-') {
-            return refuse(
-                "only reading (`--get`, `--get-all`, `--get-regexp`, `--list`) with display flags is read-only; a file or scope outside the repository, an editor, or a change is not",
-            );
-        }
-        positionals += 1;
-    }
-    match mode {
-        None => refuse("without `--get` or `--list`, and with more than a key, it may set a value"),
-        Some((_, most)) if positionals > most => {
-            refuse("too many arguments for a read: it may set a value")
-        }
-        Some((form, _)) if form.starts_with("--get") && positionals == 0 => {
-            refuse("`--get` needs the key to read")
-        }
-        Some(_) => Ok(()),
-    }
 }
 
 /// Does the argument list ask for patch output explicitly?
