@@ -1283,9 +1283,6 @@ impl<'a> Checker<'a> {
                 };
             }
             "reflog" => {
-                if patch_flag(rest) && !rest.contains(&"--no-ext-diff") {
-                    return Err(ext_diff("reflog"));
-                }
                 return match rest.first() {
                     None => Ok(()),
                     Some(&"show") => self.git_args("reflog", &rest[1..]),
@@ -1293,6 +1290,7 @@ impl<'a> Checker<'a> {
                     Some(_) => Err("only `git reflog [show]` is read-only".to_string()),
                 };
             }
+            "config" => return self.git_config(rest),
             "worktree" => {
                 return match rest.first() {
                     Some(&"list") => Ok(()),
@@ -1318,7 +1316,7 @@ impl<'a> Checker<'a> {
                     .to_string(),
             );
         }
-        if produces_patch(sub, rest) && !rest.contains(&"--no-ext-diff") {
+        if sub == "diff" && diff_prints_patch(rest) && !rest.contains(&"--no-ext-diff") {
             return Err(ext_diff(sub));
         }
         if sub == "grep" {
@@ -1420,6 +1418,95 @@ impl<'a> Checker<'a> {
             }
         }
         Ok(())
+    }
+
+    /// `git config` that only reads: `--get`, `--get-all`, `--get-regexp`, `--get-urlmatch`,
+    /// `--list`, a single name (a get), or git 2.46's `get`/`list`, in the default, `--local` or
+    /// `--worktree` scope or from a `--file`/`--blob` (the file path-checked). Setting,
+    /// `--edit` (runs an editor), and `--global`/`--system` (read a file outside the workspace
+    /// by name) are refused. The default scope still reads the user's and the system's git
+    /// configuration, as every git command does.
+    fn git_config(&self, rest: &[&str]) -> Result<(), String> {
+        const ACTIONS: &[&str] = &[
+            "--get",
+            "--get-all",
+            "--get-regexp",
+            "--get-urlmatch",
+            "--list",
+            "-l",
+        ];
+        const FLAGS: &[&str] = &[
+            "--show-origin",
+            "--show-scope",
+            "--null",
+            "-z",
+            "--name-only",
+            // Not `--includes`: with `--file` it would follow `include.path` to files
+            // outside the workspace.
+            "--no-includes",
+            "--local",
+            "--worktree",
+            "--bool",
+            "--int",
+            "--bool-or-int",
+            "--path",
+            "--expiry-date",
+            "--all",
+            "--regexp",
+            "--show-names",
+            "--no-show-names",
+        ];
+        const VALUE: &[&str] = &["--type", "--default", "--blob", "--url", "--value"];
+        let (verb, rest) = match rest.split_first() {
+            Some((&verb @ ("get" | "list"), tail)) => (Some(verb), tail),
+            _ => (None, rest),
+        };
+        let refuse = |a: &str| {
+            Err(format!(
+                "`git config {a}` is not a read-only `git config` form (only --get, --get-all, --get-regexp, --list and `git config NAME`, without --global/--system/--edit)"
+            ))
+        };
+        let mut action = verb.is_some();
+        let mut positional = 0;
+        let mut i = 0;
+        while let Some(&a) = rest.get(i) {
+            i += 1;
+            let (opt, inline) = a.split_once('=').map_or((a, None), |(o, v)| (o, Some(v)));
+            if ACTIONS.contains(&opt) && inline.is_none() {
+                action = true;
+            } else if FLAGS.contains(&opt) && inline.is_none() {
+            } else if VALUE.contains(&opt) {
+                if inline.is_none() {
+                    i += 1;
+                }
+            } else if matches!(opt, "--file" | "-f") {
+                let value = inline.or_else(|| {
+                    i += 1;
+                    rest.get(i - 1).copied()
+                });
+                let Some(file) = value else {
+                    return refuse(a);
+                };
+                self.read("git config", file)?;
+            } else if a.starts_with('-') {
+                return refuse(a);
+            } else {
+                positional += 1;
+            }
+        }
+        let reads = if action {
+            positional <= 2
+        } else {
+            positional == 1
+        };
+        if reads {
+            Ok(())
+        } else {
+            Err(
+                "`git config NAME VALUE` sets configuration; only reading (`git config --get NAME`, `--list`) is read-only"
+                    .to_string(),
+            )
+        }
     }
 
     /// `git branch` / `git tag`: only listing. `extra` are further allowed flags, `cluster` the
@@ -1534,7 +1621,7 @@ fn identifier(s: &str) -> bool {
 
 fn ext_diff(sub: &str) -> String {
     format!(
-        "`git {sub}` prints a patch, which can run an external diff program configured in the repository (diff.external); add --no-ext-diff, or use --stat/--name-only"
+        "`git {sub}` prints a patch, which runs the external diff program the repository may configure (diff.external); add --no-ext-diff (`git {sub} --no-ext-diff …`), or use --stat/--name-only"
     )
 }
 
@@ -1564,8 +1651,14 @@ fn patch_flag(args: &[&str]) -> bool {
     })
 }
 
-/// Would this read-only git subcommand print a patch (where an external diff could run)?
-fn produces_patch(sub: &str, args: &[&str]) -> bool {
+/// Would `git diff` with these arguments print a patch? Only `git diff` (and `git stash show
+/// -p`, checked separately) runs an external diff program by default: `diff.external` and a
+/// diff driver's `command`. `log`, `show`, `whatchanged` and `reflog` print patches with git's
+/// internal diff unless `--ext-diff` is given (git's `cmd_log_init_defaults` never sets
+/// `allow_external`; `--ext-diff` is refused), so their patches need no flag. Environment
+/// variables cannot switch `diff.external` off for `git diff` (an empty `diff.external` makes
+/// git try to run an empty command and fail), so it still needs `--no-ext-diff`.
+fn diff_prints_patch(args: &[&str]) -> bool {
     let no_patch = args.iter().any(|a| {
         matches!(
             *a,
@@ -1581,22 +1674,8 @@ fn produces_patch(sub: &str, args: &[&str]) -> bool {
                 | "--compact-summary"
         ) || a.starts_with("--stat")
             || a.starts_with("--dirstat")
-            || a.starts_with("--oneline") && sub == "log"
     });
-    match sub {
-        "diff" => patch_flag(args) || !no_patch,
-        "log" | "whatchanged" => patch_flag(args),
-        "show" => {
-            let objects: Vec<&&str> = args.iter().filter(|a| !a.starts_with('-')).collect();
-            // `rev:path` names a blob or tree; `:/text` names a commit by its message.
-            let only_blobs = !objects.is_empty()
-                && objects
-                    .iter()
-                    .all(|a| a.contains(':') && !a.starts_with(":/"));
-            patch_flag(args) || !(no_patch || only_blobs)
-        }
-        _ => false,
-    }
+    patch_flag(args) || !no_patch
 }
 
 /// A `sed -n` script that only prints: `p`, `Np`, `$p`, `/re/p`, `N,Mp` (addresses: numbers,
