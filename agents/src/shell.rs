@@ -53,6 +53,7 @@ mod danger;
 mod env;
 mod parse;
 mod paths;
+mod programs;
 mod rules;
 
 use std::fmt;

@@ -3,6 +3,7 @@
 
 use super::parse::{Op, SimpleCommand, Word};
 use super::paths::ReadPathCheck;
+use super::programs::{awk_program, jq_program};
 
 /// Most distinct working directories `cd` may lead to within one command.
 const MAX_CWDS: usize = 16;
@@ -785,6 +786,8 @@ impl<'a> Checker<'a> {
             "git" => self.git(&args),
             "test" | "[" | "[[" => self.test(name, &args),
             "command" => command_lookup(&args),
+            "awk" | "gawk" | "mawk" | "nawk" => self.awk(name, &args),
+            "jq" => self.jq(&args),
             _ => match spec(name) {
                 Some(spec) => self.generic(name, &spec, &args),
                 None => Err(never_reason(name)),
@@ -958,6 +961,133 @@ impl<'a> Checker<'a> {
                 Ok(())
             }
         }
+    }
+
+    /// `awk [-F FS] [-v NAME=VALUE] PROGRAM [FILE | NAME=VALUE]…` with a program
+    /// [`awk_program`] accepts; every file is path-checked. Other options are refused: `-f`
+    /// and `-i`/`--include` read program files, `-l`/`--load` loads extensions, `-E`/`--exec`
+    /// takes the program from a file, and an option this does not know may do either.
+    fn awk(&self, name: &str, args: &[&str]) -> Result<(), String> {
+        let refuse = |a: &str| {
+            Err(format!(
+                "`{name} {a}` is not an option read-only awk allows (only -F FS, -v NAME=VALUE and --)"
+            ))
+        };
+        let mut i = 0;
+        while let Some(&a) = args.get(i) {
+            if a == "--" {
+                i += 1;
+                break;
+            }
+            if !a.starts_with('-') || a == "-" {
+                break;
+            }
+            i += 1;
+            let value = match a {
+                "-F" | "-v" | "--field-separator" | "--assign" => {
+                    i += 1;
+                    args.get(i - 1).copied()
+                }
+                _ if a.starts_with("-F") || a.starts_with("-v") => Some(&a[2..]),
+                _ => match a.split_once('=') {
+                    Some(("--field-separator" | "--assign", v)) => Some(v),
+                    _ => return refuse(a),
+                },
+            };
+            if value.is_some_and(|v| v.contains("ARGV") || v.contains("ARGC")) {
+                return refuse(a);
+            }
+        }
+        let Some((program, operands)) = args.get(i..).and_then(<[&str]>::split_first) else {
+            return Err(format!("`{name}` without a program reads it from nowhere"));
+        };
+        awk_program(program).map_err(|e| format!("`{name}`: {e}"))?;
+        for operand in operands {
+            if awk_assignment(operand) {
+                // `NAME=VALUE` sets a variable before the next file; it reads nothing.
+                if operand.starts_with("ARGV") || operand.starts_with("ARGC") {
+                    return Err(format!("`{name} {operand}` changes the files awk reads"));
+                }
+                continue;
+            }
+            self.read(name, operand)?;
+        }
+        Ok(())
+    }
+
+    /// `jq [options] FILTER [FILE…]` with a filter [`jq_program`] accepts. Files, and the
+    /// files of `--slurpfile`/`--rawfile`, are path-checked; `-f`/`--from-file` (the program
+    /// from a file) and `-L`/`--library-path` (modules from a directory) are refused, as is an
+    /// option this does not know.
+    fn jq(&self, args: &[&str]) -> Result<(), String> {
+        const FLAGS: &[&str] = &[
+            "--raw-output",
+            "--join-output",
+            "--ascii-output",
+            "--compact-output",
+            "--null-input",
+            "--slurp",
+            "--exit-status",
+            "--sort-keys",
+            "--color-output",
+            "--monochrome-output",
+            "--raw-input",
+            "--tab",
+            "--seq",
+            "--stream",
+            "--stream-errors",
+            "--unbuffered",
+            "--raw-output0",
+            "--help",
+            "--version",
+            "--build-configuration",
+        ];
+        const SHORT_FLAGS: &str = "rjacnseSCMRhV";
+        let refuse = |a: &str| {
+            Err(format!(
+                "`jq {a}` is not an option read-only jq allows (-f and -L load programs or modules from files)"
+            ))
+        };
+        let mut filter: Option<&str> = None;
+        let mut files = Vec::new();
+        // After `--args`/`--jsonargs` positionals are values for `$ARGS`, not files.
+        let mut positional_args = false;
+        let mut end = false;
+        let mut i = 0;
+        while let Some(&a) = args.get(i) {
+            i += 1;
+            if end || !a.starts_with('-') || a == "-" {
+                if filter.is_none() {
+                    filter = Some(a);
+                } else if !positional_args {
+                    files.push(a);
+                }
+                continue;
+            }
+            match a {
+                "--" => end = true,
+                "--args" | "--jsonargs" => positional_args = true,
+                "--indent" => i += 1,
+                "--arg" | "--argjson" => i += 2,
+                "--slurpfile" | "--rawfile" => {
+                    if let Some(file) = args.get(i + 1) {
+                        self.read(&format!("jq {a}"), file)?;
+                    }
+                    i += 2;
+                }
+                _ if FLAGS.contains(&a) => {}
+                _ if !a.starts_with("--") && a[1..].chars().all(|c| SHORT_FLAGS.contains(c)) => {}
+                _ => return refuse(a),
+            }
+        }
+        let Some(filter) = filter else {
+            return Ok(());
+        };
+        jq_program(filter).map_err(|e| format!("`jq`: {e}"))?;
+        for file in files {
+            self.read("jq", file)?;
+        }
+        Ok(())
     }
 
     fn cd(&mut self, args: &[&str]) -> Result<(), String> {
@@ -1617,6 +1747,17 @@ fn identifier(s: &str) -> bool {
         .next()
         .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Is an awk operand a variable assignment (`NAME=VALUE`, NAME an identifier) rather than a
+/// file?
+fn awk_assignment(operand: &str) -> bool {
+    operand.split_once('=').is_some_and(|(name, _)| {
+        name.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    })
 }
 
 fn ext_diff(sub: &str) -> String {
