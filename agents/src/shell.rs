@@ -51,6 +51,7 @@
 
 mod danger;
 mod env;
+mod glob;
 mod parse;
 mod paths;
 mod programs;
@@ -63,7 +64,7 @@ pub use env::{
     READ_ONLY_ENV_REMOVE, READ_ONLY_ENV_REMOVE_PREFIXES, read_only_git_env, read_only_path,
     remove_from_read_only_env,
 };
-pub use paths::{ReadPathCheck, WorkspaceReadCheck};
+pub use paths::{ReadPathCheck, WorkspaceReadCheck, list_dir_names};
 
 /// The classifier's answer for one command.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,12 +1,16 @@
 //! Per-command rules: the allow-list, forbidden flags (split, `=`, attached and abbreviated
 //! forms), and which arguments are paths to check as a `Read`.
 
+use super::glob;
 use super::parse::{Op, SimpleCommand, Word};
 use super::paths::ReadPathCheck;
 use super::programs::{awk_program, jq_program};
 
 /// Most distinct working directories `cd` may lead to within one command.
 const MAX_CWDS: usize = 16;
+
+/// Most files one glob may be checked against; a glob over more is not read-only.
+const MAX_GLOB_MATCHES: usize = 1000;
 
 /// Checks the simple commands of one shell command.
 pub(crate) struct Checker<'a> {
@@ -15,6 +19,8 @@ pub(crate) struct Checker<'a> {
     cwds: Vec<String>,
     /// Where a successful `cd` just checked leads, from each of `cwds`.
     cd_to: Option<Vec<String>>,
+    /// For each argument of the command being checked: is it an unquoted glob?
+    arg_globs: Vec<bool>,
 }
 
 fn union(a: &[String], b: &[String]) -> Vec<String> {
@@ -768,6 +774,7 @@ impl<'a> Checker<'a> {
             paths,
             cwds: vec![String::new()],
             cd_to: None,
+            arg_globs: Vec::new(),
         }
     }
 
@@ -778,6 +785,15 @@ impl<'a> Checker<'a> {
         // The shell opens `< file` before the program runs, from the same directory.
         for input in &cmd.inputs {
             self.read(&format!("{name} <"), input)?;
+        }
+        self.arg_globs = cmd.args.iter().map(|w| !w.globs.is_empty()).collect();
+        if self.arg_globs.contains(&true) {
+            self.glob_slots(name, &args)?;
+            // A content search reads a matched directory as a whole tree.
+            let tree = matches!(name, "grep" | "egrep" | "fgrep" | "rg" | "diff" | "git");
+            for word in cmd.args.iter().filter(|w| !w.globs.is_empty()) {
+                self.glob(name, word, tree)?;
+            }
         }
         match name {
             "cd" => self.cd(&args),
@@ -793,6 +809,128 @@ impl<'a> Checker<'a> {
                 None => Err(never_reason(name)),
             },
         }
+    }
+
+    /// Is argument `i` of the command being checked an unquoted glob?
+    fn is_glob(&self, i: usize) -> bool {
+        self.arg_globs.get(i).copied().unwrap_or(false)
+    }
+
+    /// Where a command may take globs at all: where every name a glob expands to is a file
+    /// argument however many there are. Generic commands whose operands are all files (not
+    /// `uniq`/`xxd`, whose last operand is an output, nor `echo`-like ones), `sed` after its
+    /// script, git after `--`; awk and jq check their own operands. Elsewhere (`cd`, `find`,
+    /// `test`, `[`, `command`, …) extra or unexpected words change what the command does.
+    fn glob_slots(&self, name: &str, args: &[&str]) -> Result<(), String> {
+        let refuse = |why: &str| {
+            Err(format!(
+                "`{name}` with an unquoted glob: {why}; quote it or name the files"
+            ))
+        };
+        match name {
+            "awk" | "gawk" | "mawk" | "nawk" | "jq" => Ok(()),
+            "sed" if self.is_glob(0) || self.is_glob(1) => {
+                refuse("only file operands after the script may be globs")
+            }
+            "sed" => Ok(()),
+            "git" => {
+                let end = args.iter().position(|a| *a == "--").unwrap_or(args.len());
+                if (0..end).any(|i| self.is_glob(i)) {
+                    refuse("git takes globs only as paths after `--`")
+                } else {
+                    Ok(())
+                }
+            }
+            _ => match spec(name) {
+                Some(spec)
+                    if spec.max_pos.is_none()
+                        && matches!(spec.pos, Pos::Paths | Pos::PatternThenPaths) =>
+                {
+                    Ok(())
+                }
+                _ => refuse("its expansion could change what the command does"),
+            },
+        }
+    }
+
+    /// `cmd` gets the expansion of the glob `word`: the literal-prefix rule, then a `Read`
+    /// (a tree read when `tree`) of every file it could match now and of the word itself,
+    /// which bash passes when nothing matches. See [`glob`].
+    fn glob(&self, cmd: &str, word: &Word, tree: bool) -> Result<(), String> {
+        glob::literal_prefix_rule(&word.value, &word.globs).map_err(|e| format!("`{cmd}`: {e}"))?;
+        let components = glob::components(&word.value, &word.globs);
+        let start = if word.value.starts_with('/') { "/" } else { "" };
+        for cwd in &self.cwds {
+            let mut candidates = vec![start.to_string()];
+            for component in &components {
+                if component.glob {
+                    candidates = self.glob_step(cmd, cwd, &candidates, component)?;
+                } else {
+                    for candidate in &mut candidates {
+                        *candidate = glob::join(candidate, component.text);
+                    }
+                }
+            }
+            for candidate in &candidates {
+                let path = Self::joined(cwd, candidate);
+                let checked = if tree {
+                    self.paths.check_read_tree(&path)
+                } else {
+                    self.paths.check_read(&path)
+                };
+                checked.map_err(|e| {
+                    format!(
+                        "`{cmd} {}` could expand to a path `Read` refuses: {e}",
+                        word.value
+                    )
+                })?;
+            }
+        }
+        if tree {
+            self.read_tree(cmd, &word.value)
+        } else {
+            self.read(cmd, &word.value)
+        }
+    }
+
+    /// The paths one glob component could extend `dirs` to: each directory is checked as a
+    /// `Read` and listed, and every entry that may match is kept.
+    fn glob_step(
+        &self,
+        cmd: &str,
+        cwd: &str,
+        dirs: &[String],
+        component: &glob::Component<'_>,
+    ) -> Result<Vec<String>, String> {
+        let mut next = Vec::new();
+        for dir in dirs {
+            let shown = if dir.is_empty() { "." } else { dir.as_str() };
+            let path = Self::joined(cwd, shown);
+            self.paths.check_read(&path).map_err(|e| {
+                format!("`{cmd}` would list a directory `Read` refuses for a glob: {e}")
+            })?;
+            let names = self.paths.list_dir(&path).ok_or_else(|| {
+                format!(
+                    "`{cmd}`: the files the glob `{}` could match in `{shown}` cannot be listed and checked; name them",
+                    component.text
+                )
+            })?;
+            let dots: &[&str] = if component.dots { &[".", ".."] } else { &[] };
+            let names = names.iter().map(String::as_str);
+            for name in names
+                .filter(|n| glob::may_match(component, n))
+                .chain(dots.iter().copied())
+            {
+                next.push(glob::join(dir, name));
+            }
+            if next.len() > MAX_GLOB_MATCHES {
+                return Err(format!(
+                    "`{cmd}`: the glob `{}` could match more than {MAX_GLOB_MATCHES} files to check; narrow it",
+                    component.text
+                ));
+            }
+        }
+        Ok(next)
     }
 
     fn joined(cwd: &str, arg: &str) -> String {
@@ -1002,8 +1140,17 @@ impl<'a> Checker<'a> {
             return Err(format!("`{name}` without a program reads it from nowhere"));
         };
         awk_program(program).map_err(|e| format!("`{name}`: {e}"))?;
-        for operand in operands {
+        // A glob expands to file names, which could become the program or option values.
+        if (0..=i).any(|j| self.is_glob(j)) {
+            return Err(format!(
+                "`{name}` with an unquoted glob before its file operands; quote it"
+            ));
+        }
+        for (k, operand) in operands.iter().enumerate() {
             if awk_assignment(operand) {
+                if self.is_glob(i + 1 + k) {
+                    return Err(format!("`{name} {operand}` is a glob assignment; quote it"));
+                }
                 // `NAME=VALUE` sets a variable before the next file; it reads nothing.
                 if operand.starts_with("ARGV") || operand.starts_with("ARGC") {
                     return Err(format!("`{name} {operand}` changes the files awk reads"));
@@ -1052,6 +1199,7 @@ impl<'a> Checker<'a> {
         let mut files = Vec::new();
         // After `--args`/`--jsonargs` positionals are values for `$ARGS`, not files.
         let mut positional_args = false;
+        let mut file_indices = Vec::new();
         let mut end = false;
         let mut i = 0;
         while let Some(&a) = args.get(i) {
@@ -1061,6 +1209,7 @@ impl<'a> Checker<'a> {
                     filter = Some(a);
                 } else if !positional_args {
                     files.push(a);
+                    file_indices.push(i - 1);
                 }
                 continue;
             }
@@ -1084,6 +1233,13 @@ impl<'a> Checker<'a> {
             return Ok(());
         };
         jq_program(filter).map_err(|e| format!("`jq`: {e}"))?;
+        // A glob expands to file names, which anywhere but among the files could become the
+        // filter, a variable's file or an option value.
+        if (0..args.len()).any(|j| self.is_glob(j) && !file_indices.contains(&j)) {
+            return Err(
+                "`jq` with an unquoted glob outside its file operands; quote it".to_string(),
+            );
+        }
         for file in files {
             self.read("jq", file)?;
         }
@@ -1272,6 +1428,7 @@ impl<'a> Checker<'a> {
             paths: self.paths,
             cwds: self.cwds.clone(),
             cd_to: None,
+            arg_globs: self.arg_globs.clone(),
         };
         let mut i = 0;
         while let Some(&a) = args.get(i) {
