@@ -792,6 +792,9 @@ impl<'a> Checker<'a> {
             // A content search reads a matched directory as a whole tree.
             let tree = matches!(name, "grep" | "egrep" | "fgrep" | "rg" | "diff" | "git");
             for word in cmd.args.iter().filter(|w| !w.globs.is_empty()) {
+                if option_value_glob(name, word) {
+                    continue;
+                }
                 self.glob(name, word, tree)?;
             }
         }
@@ -1904,6 +1907,28 @@ fn identifier(s: &str) -> bool {
         .next()
         .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Is `word` a glob in the value of a long option that takes a value which is not a path
+/// (`--include=*.rs`)? Every name it can expand to starts with the same `--NAME=`, so each is
+/// that option again with another value: harmless for options of this kind (an exact name, not
+/// an abbreviation, and not a forbidden one). Bash leaves it unexpanded unless the directory
+/// holds files named `--NAME=…`.
+fn option_value_glob(name: &str, word: &Word) -> bool {
+    let Some(first) = word.globs.iter().copied().min() else {
+        return false;
+    };
+    let Some((option, _)) = word.value.get(..first).and_then(|p| p.split_once('=')) else {
+        return false;
+    };
+    let Some(long) = option.strip_prefix("--") else {
+        return false;
+    };
+    spec(name).is_some_and(|spec| {
+        spec.long_val.contains(&long)
+            && !spec.long_path.contains(&long)
+            && !spec.forbid_long.iter().any(|f| f.starts_with(long))
+    })
 }
 
 /// Is an awk operand a variable assignment (`NAME=VALUE`, NAME an identifier) rather than a

@@ -820,38 +820,55 @@ fn read_only_git_env_disables_repository_programs() {
     assert!(remove_from_read_only_env("GIT_EXTERNAL_DIFF"));
 }
 
-/// Real read-only agent commands, one a line: see the file's header.
-const READ_ONLY_COMMANDS: &str = include_str!("../data/read-only-commands.txt");
+/// Real read-only agent commands, one a line: see each file's header. Two sets written
+/// independently before issue 20's relaxations, with the floor (per mille) each must keep.
+const READ_ONLY_SETS: &[(&str, &str, usize)] = &[
+    (
+        "read-only-commands.txt",
+        include_str!("../data/read-only-commands.txt"),
+        942,
+    ),
+    (
+        "shell-readonly-real.txt",
+        include_str!("../data/shell-readonly-real.txt"),
+        953,
+    ),
+];
 
-/// The share of `read-only-commands.txt` allowed must not fall below this (per mille).
-const READ_ONLY_ALLOW_FLOOR: usize = 935;
-
-/// Measures false refusals: prints the allow rate on real read-only commands and every refused
-/// line with its reason, and fails if the rate falls below the recorded floor.
+/// Measures false refusals: prints the allow rate on each set of real read-only commands and
+/// every refused line with its reason, and fails if a rate falls below its recorded floor.
 #[test]
 fn read_only_allow_rate() {
     let check = WorkspaceReadCheck::new(ROOT);
-    let commands: Vec<&str> = READ_ONLY_COMMANDS
-        .lines()
-        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
-        .collect();
-    let mut allowed = 0;
-    for command in &commands {
-        match classify(command, &check) {
-            ShellVerdict::ReadOnly { .. } => allowed += 1,
-            ShellVerdict::NotReadOnly { reason } => println!("refused {command:?}: {reason}"),
+    for (name, text, floor) in READ_ONLY_SETS {
+        let commands: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+            .collect();
+        let mut allowed = 0;
+        for command in &commands {
+            match classify(command, &check) {
+                ShellVerdict::ReadOnly { .. } => allowed += 1,
+                ShellVerdict::NotReadOnly { reason } => {
+                    println!("{name}: refused {command:?}: {reason}");
+                }
+            }
         }
+        let per_mille = allowed * 1000 / commands.len();
+        println!(
+            "{name}: read-only allow rate: {allowed}/{} = {}.{}%",
+            commands.len(),
+            per_mille / 10,
+            per_mille % 10
+        );
+        assert!(
+            commands.len() >= 120,
+            "{name}: only {} commands",
+            commands.len()
+        );
+        assert!(
+            per_mille >= *floor,
+            "{name}: allow rate {per_mille}‰ fell below {floor}‰"
+        );
     }
-    let per_mille = allowed * 1000 / commands.len();
-    println!(
-        "read-only allow rate: {allowed}/{} = {}.{}%",
-        commands.len(),
-        per_mille / 10,
-        per_mille % 10
-    );
-    assert!(commands.len() >= 120, "only {} commands", commands.len());
-    assert!(
-        per_mille >= READ_ONLY_ALLOW_FLOOR,
-        "allow rate {per_mille}‰ fell below {READ_ONLY_ALLOW_FLOOR}‰"
-    );
 }
