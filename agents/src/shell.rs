@@ -12,16 +12,23 @@
 //!   heredocs, here-strings, command and process substitution,
 //!   variables and every expansion (`$X`, `${X}`, `$'…'`, `$"…"`, `$((…))`, braces, a leading
 //!   `~`), assignments, subshells, groups, functions, control flow, `!`, comments, backgrounding
-//!   and line continuations are rejected, as are unquoted glob characters (`*`, `?`, `[`, `]`):
-//!   the shell expands them after classification, so a file named `--pre=x.sh` or `.env` could
-//!   slip into the argument list.
+//!   and line continuations are rejected. Unquoted glob characters (`*`, `?`, `[`, `]`) are
+//!   recorded for the rules ([`glob`]).
 //! - **Programs** ([`rules`]): each program name is a bare literal (no path, quotes or escapes:
 //!   `/bin/rm`, `\rm`, `"rm"`, `r''m` are refused) on the allow-list; flag-gated commands refuse
 //!   their dangerous options in split, `=`, attached, clustered and abbreviated forms (`find
 //!   -exec/-delete/-fprint…`, `sed` other than `-n …p`, `rg --pre/--hostname-bin/-z`, `sort -o`,
 //!   `base64 -o`, git subcommands other than the read-only ones, git `-c`/`--config-env`,
-//!   `--output`, `--ext-diff`, `--textconv`, `--paginate`, patch output without `--no-ext-diff`,
-//!   `branch`/`tag` other than listing). `test`, `[ … ]` and `[[ … ]]` are read-only with
+//!   `--output`, `--ext-diff`, `--textconv`, `--paginate`, `git diff` patch output without
+//!   `--no-ext-diff`, `branch`/`tag` other than listing, `config` other than reading). `git
+//!   log -p`, `git show`, `whatchanged`, `reflog -p` print patches with git's internal diff
+//!   (git enables external diff programs only for `git diff`, or with `--ext-diff`); `git diff`
+//!   needs `--no-ext-diff` because no variable can switch `diff.external` off. `awk` and `jq`
+//!   are read-only when a conservative scan of the program ([`programs`]) finds nothing that
+//!   runs a command, writes or reads a file by itself (awk: `system`, `getline`, a lone `|`, a
+//!   `>` after `print`, `@load`/`@include`, `ENVIRON`, `ARGV`/`ARGC`, `/inet`; jq: `import`,
+//!   `include`, `modulemeta`, `env`/`$ENV`), and no option loads code (`-f`, `-i`, `-l`, `-E`,
+//!   `-L`). `test`, `[ … ]` and `[[ … ]]` are read-only with
 //!   their file operands path-checked and the operands bash evaluates arithmetically (`-eq`…
 //!   `-ge`, `-t`; the name after `-v`/`-R`) plain integers / plain names, since `a[$(cmd)]`
 //!   there runs a command; patterns, `=~`, `<`/`>` are refused. `command` only as
@@ -30,6 +37,14 @@
 //! - **Paths** ([`paths`]): every path-like argument (and `cd` target) is checked as a `Read` of
 //!   that path through [`ReadPathCheck`], so plan-mode Bash cannot read what `Read` refuses;
 //!   recursive content searches (`grep -r`, `rg`, `git grep`, `diff -r`) check the whole tree.
+//! - **Globs** ([`glob`]): allowed under the literal-prefix rule (a literal prefix that is not
+//!   empty and does not start with `-`, no `..` component, so no match is an option or leaves
+//!   the directory the prefix names, whatever exists when bash expands it), only where every
+//!   match is a file operand (generic file commands, `sed`/`awk`/`jq` files, git after `--`;
+//!   not `cd`, `find`, `test`, `uniq`, `echo`, …), and every file it could match now (each
+//!   directory listed through [`ReadPathCheck::list_dir`], filtered by an over-approximation
+//!   of bash's matching) is checked as a `Read`, which catches symlinks out and deny rules. A
+//!   glob in a non-path long option value (`--include=*.rs`) expands only to that option again.
 //!
 //! Read-only Bash must run under bash (`bash -c`, not zsh, which expands `=cmd` and more), in
 //! the workspace root (relative paths are checked relative to it), with the variables
@@ -42,17 +57,22 @@
 //! of the working tree, not to file contents inside git history (`git log -p` shows a committed
 //! `.env`); a recursive search that follows symlinks (`grep -R`, `rg -L`, `find -L`) may leave
 //! the workspace through a symlinked directory, as `WorkspaceReadCheck` resolves symlinks only
-//! for paths named directly; a textconv driver selected by `.git/info/attributes` (which file
-//! tools cannot write) still runs for `git diff --stat`; `git diff` may refresh the index's
-//! stat data.
+//! for paths named directly; a text converter selected by `.git/info/attributes` (which file
+//! tools cannot write; the work tree's, the user's and the system's attributes are switched
+//! off) still runs for `git diff --stat`, `git log -p` and `git show`; `git diff` may refresh
+//! the index's stat data; a glob's matches are checked against the file system at
+//! classification time, so a symlink created between classification and execution (by
+//! another agent) is not seen.
 //!
 //! [`known_dangerous`] is the separate, narrow list of destructive commands for the `auto` and
 //! `bypassPermissions` modes.
 
 mod danger;
 mod env;
+mod glob;
 mod parse;
 mod paths;
+mod programs;
 mod rules;
 
 use std::fmt;
@@ -62,7 +82,7 @@ pub use env::{
     READ_ONLY_ENV_REMOVE, READ_ONLY_ENV_REMOVE_PREFIXES, read_only_git_env, read_only_path,
     remove_from_read_only_env,
 };
-pub use paths::{ReadPathCheck, WorkspaceReadCheck};
+pub use paths::{ReadPathCheck, WorkspaceReadCheck, list_dir_names};
 
 /// The classifier's answer for one command.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -221,4 +221,10 @@ impl ReadPathCheck for RulesReadCheck<'_> {
         let resolved = self.check_one(path)?;
         self.denied_in_tree(path, &resolved)
     }
+
+    fn list_dir(&self, path: &str) -> Option<Vec<String>> {
+        // The classifier lists only directories that passed `check_read`.
+        let dir = lexical_absolute(self.workspace.root(), Path::new(path))?;
+        crate::shell::list_dir_names(&dir)
+    }
 }

@@ -5,8 +5,12 @@
 //! `pager.<cmd>` pick the pager, `diff.<driver>.textconv`/`.command` (selected by
 //! `.gitattributes`, which file tools can write) run converters, `gpg.program` runs on
 //! `--show-signature`, hooks run when a command rewrites the index (`git diff` refreshes it),
-//! and partial clones fetch missing objects over the network. The classifier
-//! refuses `diff.external` separately: patch output needs `--no-ext-diff`.
+//! and partial clones fetch missing objects over the network. Text converters and diff driver
+//! programs are selected by attributes: the work tree's and index's `.gitattributes` are
+//! switched off with `attr.tree`, the user's (`core.attributesFile`) and the system's
+//! (`GIT_ATTR_NOSYSTEM`) too, which leaves only `.git/info/attributes` (file tools cannot
+//! write under `.git/`). No variable switches `diff.external` off, so the classifier requires
+//! `--no-ext-diff` on the one command that runs it by default, `git diff`.
 
 /// The hash of the empty tree (SHA-1). `attr.tree` pointing at it means no `.gitattributes`
 /// from the work tree or index are read, so no diff driver (textconv, external command) is
@@ -20,6 +24,8 @@ const GIT_OVERRIDES: &[(&str, &str)] = &[
     ("core.fsmonitor", "false"),
     ("core.pager", "cat"),
     ("attr.tree", EMPTY_TREE),
+    // The user's attributes file could select a text converter for any path.
+    ("core.attributesFile", "/dev/null"),
     ("log.showSignature", "false"),
     ("gpg.program", "false"),
     ("gpg.openpgp.program", "false"),
@@ -29,7 +35,8 @@ const GIT_OVERRIDES: &[(&str, &str)] = &[
     ("core.hooksPath", "/dev/null"),
 ];
 
-/// Variables to set for read-only Bash: the git configuration overrides above, `GIT_PAGER=cat`
+/// Variables to set for read-only Bash: the git configuration overrides above,
+/// `GIT_ATTR_NOSYSTEM=1` (no system-wide attributes file), `GIT_PAGER=cat`
 /// and `PAGER=cat` (no pager program from configuration), `GIT_OPTIONAL_LOCKS=0` (`git status`
 /// does not rewrite `.git/index`), `GIT_TERMINAL_PROMPT=0` and `GIT_NO_LAZY_FETCH=1` (no network
 /// fetches from partial clones).
@@ -38,6 +45,7 @@ const GIT_OVERRIDES: &[(&str, &str)] = &[
 pub fn read_only_git_env() -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = [
         ("GIT_CONFIG_COUNT", GIT_OVERRIDES.len().to_string()),
+        ("GIT_ATTR_NOSYSTEM", "1".to_string()),
         ("GIT_PAGER", "cat".to_string()),
         ("PAGER", "cat".to_string()),
         ("GIT_OPTIONAL_LOCKS", "0".to_string()),
@@ -124,10 +132,12 @@ mod tests {
                 .find(|(key, _)| *key == k)
                 .map(|(_, v)| v.as_str())
         };
-        assert_eq!(get("GIT_CONFIG_COUNT"), Some("10"));
+        assert_eq!(get("GIT_CONFIG_COUNT"), Some("11"));
         assert_eq!(get("GIT_CONFIG_KEY_0"), Some("core.fsmonitor"));
         assert_eq!(get("GIT_CONFIG_VALUE_0"), Some("false"));
-        assert_eq!(get("GIT_CONFIG_KEY_8"), Some("protocol.allow"));
+        assert_eq!(get("GIT_CONFIG_KEY_3"), Some("core.attributesFile"));
+        assert_eq!(get("GIT_CONFIG_KEY_9"), Some("protocol.allow"));
+        assert_eq!(get("GIT_ATTR_NOSYSTEM"), Some("1"));
         assert_eq!(get("GIT_PAGER"), Some("cat"));
         assert_eq!(get("GIT_OPTIONAL_LOCKS"), Some("0"));
         assert!(remove_from_read_only_env("BASH_FUNC_ls%%"));

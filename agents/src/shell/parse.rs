@@ -16,8 +16,21 @@ const MAX_COMMANDS: usize = 256;
 /// One argument word after quote removal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Word {
-    /// The value the program receives.
+    /// The value the program receives (for a glob, when nothing matches).
     pub value: String,
+    /// Byte offsets in `value` of unquoted glob characters (`*`, `?`, `[`, `]`), which bash
+    /// expands to matching file names; empty for a literal word.
+    pub globs: Vec<usize>,
+}
+
+impl Word {
+    /// A word with no glob characters.
+    pub(crate) fn literal(value: impl Into<String>) -> Word {
+        Word {
+            value: value.into(),
+            globs: Vec::new(),
+        }
+    }
 }
 
 /// How a simple command is joined to what precedes it.
@@ -292,9 +305,7 @@ fn test_command(node: Node<'_>, bytes: &[u8]) -> Result<(String, Vec<Word>), Str
     }
     if name == "[" {
         // The `[` builtin receives the closing bracket as its last argument.
-        args.push(Word {
-            value: "]".to_string(),
-        });
+        args.push(Word::literal("]"));
     }
     Ok((name.to_string(), args))
 }
@@ -311,15 +322,11 @@ fn test_tokens(node: Node<'_>, bytes: &[u8], out: &mut Vec<Word>) -> Result<(), 
             Ok(())
         }
         "test_operator" => {
-            out.push(Word {
-                value: raw.to_string(),
-            });
+            out.push(Word::literal(raw));
             Ok(())
         }
         "!" | "(" | ")" | "&&" | "||" | "=" | "==" | "!=" => {
-            out.push(Word {
-                value: raw.to_string(),
-            });
+            out.push(Word::literal(raw));
             Ok(())
         }
         "word" | "raw_string" | "string" | "number" | "concatenation" => {
@@ -389,7 +396,12 @@ fn redirect(
     let ([operator], [target]) = (operators.as_slice(), targets.as_slice()) else {
         return refuse("is not a redirection of one descriptor to one plain word");
     };
-    let target = word(&[*target], bytes)?.value;
+    let target = word(&[*target], bytes)?;
+    if !target.globs.is_empty() {
+        // Bash expands a redirection target to the one file it matches.
+        return refuse("has a glob in its target");
+    }
+    let target = target.value;
     let is_fd = !target.is_empty() && target.chars().all(|c| c.is_ascii_digit());
     match *operator {
         ">" | ">>" | "&>" | "&>>" | ">|" if target == "/dev/null" => Ok(None),
@@ -495,6 +507,8 @@ fn command_name(node: Node<'_>, bytes: &[u8]) -> Result<String, String> {
 struct Unquoted {
     brace: bool,
     comma_or_range: bool,
+    /// Offsets of unquoted glob characters in the value.
+    globs: Vec<usize>,
 }
 
 /// One shell word from adjacent argument nodes.
@@ -518,7 +532,10 @@ fn word(nodes: &[Node<'_>], bytes: &[u8]) -> Result<Word, String> {
             shorten(&raw)
         ));
     }
-    Ok(Word { value })
+    Ok(Word {
+        value,
+        globs: seen.globs,
+    })
 }
 
 fn piece(
@@ -599,11 +616,11 @@ fn unquoted(raw: &str, value: &mut String, seen: &mut Unquoted) -> Result<(), St
                     continue;
                 }
             },
+            // Recorded, not refused: the rules decide whether the names it may expand to
+            // are harmless (the literal-prefix rule) and check them.
             '*' | '?' | '[' | ']' => {
-                return Err(format!(
-                    "`{}` has an unquoted glob character `{c}`: the shell would expand it to file names (which may look like options) after classification; quote it",
-                    shorten(raw)
-                ));
+                seen.globs.push(value.len());
+                value.push(c);
             }
             '{' | '}' => {
                 seen.brace = true;
@@ -805,7 +822,8 @@ mod tests {
             "r''m x",
             "\"rm\" x",
             "echo a\\\nb",
-            "ls *.rs",
+            "ls >*.txt",
+            "cat < src/*.rs",
             "ls {a,b}",
             "ls {a'',b}",
             "ls x{a,'b'}",

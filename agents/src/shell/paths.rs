@@ -21,6 +21,28 @@ pub trait ReadPathCheck {
     fn check_read_tree(&self, path: &str) -> Result<(), String> {
         self.check_read(path)
     }
+
+    /// The names of the entries of the directory at `path` (a path as [`Self::check_read`]
+    /// gets it), so the classifier can check every file an unquoted glob could expand to.
+    /// `Some(vec![])` when there is no such directory (the glob then expands to nothing);
+    /// `None` when this check cannot list directories or a name is not UTF-8, and globs are
+    /// then refused. The default lists nothing: `None`.
+    fn list_dir(&self, path: &str) -> Option<Vec<String>> {
+        let _ = path;
+        None
+    }
+}
+
+/// The UTF-8 entry names of `dir`; `Some(vec![])` when it cannot be read as a directory,
+/// `None` when a name is not UTF-8 (it could not be checked by name).
+pub fn list_dir_names(dir: &Path) -> Option<Vec<String>> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Some(Vec::new());
+    };
+    entries
+        .flatten()
+        .map(|entry| entry.file_name().into_string().ok())
+        .collect()
 }
 
 /// Confines reads to a workspace root and refuses a list of denied paths (each denied path
@@ -142,6 +164,14 @@ impl ReadPathCheck for WorkspaceReadCheck {
 
     fn check_read_tree(&self, path: &str) -> Result<(), String> {
         self.check(path, true)
+    }
+
+    fn list_dir(&self, path: &str) -> Option<Vec<String>> {
+        let components = self.components(path).ok()?;
+        let dir = components
+            .iter()
+            .fold(self.root.clone(), |acc, c| acc.join(c));
+        list_dir_names(&dir)
     }
 }
 

@@ -1,11 +1,16 @@
 //! Per-command rules: the allow-list, forbidden flags (split, `=`, attached and abbreviated
 //! forms), and which arguments are paths to check as a `Read`.
 
+use super::glob;
 use super::parse::{Op, SimpleCommand, Word};
 use super::paths::ReadPathCheck;
+use super::programs::{awk_program, jq_program};
 
 /// Most distinct working directories `cd` may lead to within one command.
 const MAX_CWDS: usize = 16;
+
+/// Most files one glob may be checked against; a glob over more is not read-only.
+const MAX_GLOB_MATCHES: usize = 1000;
 
 /// Checks the simple commands of one shell command.
 pub(crate) struct Checker<'a> {
@@ -14,6 +19,8 @@ pub(crate) struct Checker<'a> {
     cwds: Vec<String>,
     /// Where a successful `cd` just checked leads, from each of `cwds`.
     cd_to: Option<Vec<String>>,
+    /// For each argument of the command being checked: is it an unquoted glob?
+    arg_globs: Vec<bool>,
 }
 
 fn union(a: &[String], b: &[String]) -> Vec<String> {
@@ -767,6 +774,7 @@ impl<'a> Checker<'a> {
             paths,
             cwds: vec![String::new()],
             cd_to: None,
+            arg_globs: Vec::new(),
         }
     }
 
@@ -778,6 +786,18 @@ impl<'a> Checker<'a> {
         for input in &cmd.inputs {
             self.read(&format!("{name} <"), input)?;
         }
+        self.arg_globs = cmd.args.iter().map(|w| !w.globs.is_empty()).collect();
+        if self.arg_globs.contains(&true) {
+            self.glob_slots(name, &args)?;
+            // A content search reads a matched directory as a whole tree.
+            let tree = matches!(name, "grep" | "egrep" | "fgrep" | "rg" | "diff" | "git");
+            for word in cmd.args.iter().filter(|w| !w.globs.is_empty()) {
+                if option_value_glob(name, word) {
+                    continue;
+                }
+                self.glob(name, word, tree)?;
+            }
+        }
         match name {
             "cd" => self.cd(&args),
             "find" => self.find(&args),
@@ -785,11 +805,135 @@ impl<'a> Checker<'a> {
             "git" => self.git(&args),
             "test" | "[" | "[[" => self.test(name, &args),
             "command" => command_lookup(&args),
+            "awk" | "gawk" | "mawk" | "nawk" => self.awk(name, &args),
+            "jq" => self.jq(&args),
             _ => match spec(name) {
                 Some(spec) => self.generic(name, &spec, &args),
                 None => Err(never_reason(name)),
             },
         }
+    }
+
+    /// Is argument `i` of the command being checked an unquoted glob?
+    fn is_glob(&self, i: usize) -> bool {
+        self.arg_globs.get(i).copied().unwrap_or(false)
+    }
+
+    /// Where a command may take globs at all: where every name a glob expands to is a file
+    /// argument however many there are. Generic commands whose operands are all files (not
+    /// `uniq`/`xxd`, whose last operand is an output, nor `echo`-like ones), `sed` after its
+    /// script, git after `--`; awk and jq check their own operands. Elsewhere (`cd`, `find`,
+    /// `test`, `[`, `command`, …) extra or unexpected words change what the command does.
+    fn glob_slots(&self, name: &str, args: &[&str]) -> Result<(), String> {
+        let refuse = |why: &str| {
+            Err(format!(
+                "`{name}` with an unquoted glob: {why}; quote it or name the files"
+            ))
+        };
+        match name {
+            "awk" | "gawk" | "mawk" | "nawk" | "jq" => Ok(()),
+            "sed" if self.is_glob(0) || self.is_glob(1) => {
+                refuse("only file operands after the script may be globs")
+            }
+            "sed" => Ok(()),
+            "git" => {
+                let end = args.iter().position(|a| *a == "--").unwrap_or(args.len());
+                if (0..end).any(|i| self.is_glob(i)) {
+                    refuse("git takes globs only as paths after `--`")
+                } else {
+                    Ok(())
+                }
+            }
+            _ => match spec(name) {
+                Some(spec)
+                    if spec.max_pos.is_none()
+                        && matches!(spec.pos, Pos::Paths | Pos::PatternThenPaths) =>
+                {
+                    Ok(())
+                }
+                _ => refuse("its expansion could change what the command does"),
+            },
+        }
+    }
+
+    /// `cmd` gets the expansion of the glob `word`: the literal-prefix rule, then a `Read`
+    /// (a tree read when `tree`) of every file it could match now and of the word itself,
+    /// which bash passes when nothing matches. See [`glob`].
+    fn glob(&self, cmd: &str, word: &Word, tree: bool) -> Result<(), String> {
+        glob::literal_prefix_rule(&word.value, &word.globs).map_err(|e| format!("`{cmd}`: {e}"))?;
+        let components = glob::components(&word.value, &word.globs);
+        let start = if word.value.starts_with('/') { "/" } else { "" };
+        for cwd in &self.cwds {
+            let mut candidates = vec![start.to_string()];
+            for component in &components {
+                if component.glob {
+                    candidates = self.glob_step(cmd, cwd, &candidates, component)?;
+                } else {
+                    for candidate in &mut candidates {
+                        *candidate = glob::join(candidate, component.text);
+                    }
+                }
+            }
+            for candidate in &candidates {
+                let path = Self::joined(cwd, candidate);
+                let checked = if tree {
+                    self.paths.check_read_tree(&path)
+                } else {
+                    self.paths.check_read(&path)
+                };
+                checked.map_err(|e| {
+                    format!(
+                        "`{cmd} {}` could expand to a path `Read` refuses: {e}",
+                        word.value
+                    )
+                })?;
+            }
+        }
+        if tree {
+            self.read_tree(cmd, &word.value)
+        } else {
+            self.read(cmd, &word.value)
+        }
+    }
+
+    /// The paths one glob component could extend `dirs` to: each directory is checked as a
+    /// `Read` and listed, and every entry that may match is kept.
+    fn glob_step(
+        &self,
+        cmd: &str,
+        cwd: &str,
+        dirs: &[String],
+        component: &glob::Component<'_>,
+    ) -> Result<Vec<String>, String> {
+        let mut next = Vec::new();
+        for dir in dirs {
+            let shown = if dir.is_empty() { "." } else { dir.as_str() };
+            let path = Self::joined(cwd, shown);
+            self.paths.check_read(&path).map_err(|e| {
+                format!("`{cmd}` would list a directory `Read` refuses for a glob: {e}")
+            })?;
+            let names = self.paths.list_dir(&path).ok_or_else(|| {
+                format!(
+                    "`{cmd}`: the files the glob `{}` could match in `{shown}` cannot be listed and checked; name them",
+                    component.text
+                )
+            })?;
+            let dots: &[&str] = if component.dots { &[".", ".."] } else { &[] };
+            let names = names.iter().map(String::as_str);
+            for name in names
+                .filter(|n| glob::may_match(component, n))
+                .chain(dots.iter().copied())
+            {
+                next.push(glob::join(dir, name));
+            }
+            if next.len() > MAX_GLOB_MATCHES {
+                return Err(format!(
+                    "`{cmd}`: the glob `{}` could match more than {MAX_GLOB_MATCHES} files to check; narrow it",
+                    component.text
+                ));
+            }
+        }
+        Ok(next)
     }
 
     fn joined(cwd: &str, arg: &str) -> String {
@@ -958,6 +1102,151 @@ impl<'a> Checker<'a> {
                 Ok(())
             }
         }
+    }
+
+    /// `awk [-F FS] [-v NAME=VALUE] PROGRAM [FILE | NAME=VALUE]…` with a program
+    /// [`awk_program`] accepts; every file is path-checked. Other options are refused: `-f`
+    /// and `-i`/`--include` read program files, `-l`/`--load` loads extensions, `-E`/`--exec`
+    /// takes the program from a file, and an option this does not know may do either.
+    fn awk(&self, name: &str, args: &[&str]) -> Result<(), String> {
+        let refuse = |a: &str| {
+            Err(format!(
+                "`{name} {a}` is not an option read-only awk allows (only -F FS, -v NAME=VALUE and --)"
+            ))
+        };
+        let mut i = 0;
+        while let Some(&a) = args.get(i) {
+            if a == "--" {
+                i += 1;
+                break;
+            }
+            if !a.starts_with('-') || a == "-" {
+                break;
+            }
+            i += 1;
+            let value = match a {
+                "-F" | "-v" | "--field-separator" | "--assign" => {
+                    i += 1;
+                    args.get(i - 1).copied()
+                }
+                _ if a.starts_with("-F") || a.starts_with("-v") => Some(&a[2..]),
+                _ => match a.split_once('=') {
+                    Some(("--field-separator" | "--assign", v)) => Some(v),
+                    _ => return refuse(a),
+                },
+            };
+            if value.is_some_and(|v| v.contains("ARGV") || v.contains("ARGC")) {
+                return refuse(a);
+            }
+        }
+        let Some((program, operands)) = args.get(i..).and_then(<[&str]>::split_first) else {
+            return Err(format!("`{name}` without a program reads it from nowhere"));
+        };
+        awk_program(program).map_err(|e| format!("`{name}`: {e}"))?;
+        // A glob expands to file names, which could become the program or option values.
+        if (0..=i).any(|j| self.is_glob(j)) {
+            return Err(format!(
+                "`{name}` with an unquoted glob before its file operands; quote it"
+            ));
+        }
+        for (k, operand) in operands.iter().enumerate() {
+            if awk_assignment(operand) {
+                if self.is_glob(i + 1 + k) {
+                    return Err(format!("`{name} {operand}` is a glob assignment; quote it"));
+                }
+                // `NAME=VALUE` sets a variable before the next file; it reads nothing.
+                if operand.starts_with("ARGV") || operand.starts_with("ARGC") {
+                    return Err(format!("`{name} {operand}` changes the files awk reads"));
+                }
+                continue;
+            }
+            self.read(name, operand)?;
+        }
+        Ok(())
+    }
+
+    /// `jq [options] FILTER [FILE…]` with a filter [`jq_program`] accepts. Files, and the
+    /// files of `--slurpfile`/`--rawfile`, are path-checked; `-f`/`--from-file` (the program
+    /// from a file) and `-L`/`--library-path` (modules from a directory) are refused, as is an
+    /// option this does not know.
+    fn jq(&self, args: &[&str]) -> Result<(), String> {
+        const FLAGS: &[&str] = &[
+            "--raw-output",
+            "--join-output",
+            "--ascii-output",
+            "--compact-output",
+            "--null-input",
+            "--slurp",
+            "--exit-status",
+            "--sort-keys",
+            "--color-output",
+            "--monochrome-output",
+            "--raw-input",
+            "--tab",
+            "--seq",
+            "--stream",
+            "--stream-errors",
+            "--unbuffered",
+            "--raw-output0",
+            "--help",
+            "--version",
+            "--build-configuration",
+        ];
+        const SHORT_FLAGS: &str = "rjacnseSCMRhV";
+        let refuse = |a: &str| {
+            Err(format!(
+                "`jq {a}` is not an option read-only jq allows (-f and -L load programs or modules from files)"
+            ))
+        };
+        let mut filter: Option<&str> = None;
+        let mut files = Vec::new();
+        // After `--args`/`--jsonargs` positionals are values for `$ARGS`, not files.
+        let mut positional_args = false;
+        let mut file_indices = Vec::new();
+        let mut end = false;
+        let mut i = 0;
+        while let Some(&a) = args.get(i) {
+            i += 1;
+            if end || !a.starts_with('-') || a == "-" {
+                if filter.is_none() {
+                    filter = Some(a);
+                } else if !positional_args {
+                    files.push(a);
+                    file_indices.push(i - 1);
+                }
+                continue;
+            }
+            match a {
+                "--" => end = true,
+                "--args" | "--jsonargs" => positional_args = true,
+                "--indent" => i += 1,
+                "--arg" | "--argjson" => i += 2,
+                "--slurpfile" | "--rawfile" => {
+                    if let Some(file) = args.get(i + 1) {
+                        self.read(&format!("jq {a}"), file)?;
+                    }
+                    i += 2;
+                }
+                _ if FLAGS.contains(&a) => {}
+                _ if !a.starts_with("--") && a[1..].chars().all(|c| SHORT_FLAGS.contains(c)) => {}
+                _ => return refuse(a),
+            }
+        }
+        let Some(filter) = filter else {
+            return Ok(());
+        };
+        jq_program(filter).map_err(|e| format!("`jq`: {e}"))?;
+        // A glob expands to file names, which anywhere but among the files could become the
+        // filter, a variable's file or an option value.
+        if (0..args.len()).any(|j| self.is_glob(j) && !file_indices.contains(&j)) {
+            return Err(
+                "`jq` with an unquoted glob outside its file operands; quote it".to_string(),
+            );
+        }
+        for file in files {
+            self.read("jq", file)?;
+        }
+        Ok(())
     }
 
     fn cd(&mut self, args: &[&str]) -> Result<(), String> {
@@ -1142,6 +1431,7 @@ impl<'a> Checker<'a> {
             paths: self.paths,
             cwds: self.cwds.clone(),
             cd_to: None,
+            arg_globs: self.arg_globs.clone(),
         };
         let mut i = 0;
         while let Some(&a) = args.get(i) {
@@ -1283,9 +1573,6 @@ impl<'a> Checker<'a> {
                 };
             }
             "reflog" => {
-                if patch_flag(rest) && !rest.contains(&"--no-ext-diff") {
-                    return Err(ext_diff("reflog"));
-                }
                 return match rest.first() {
                     None => Ok(()),
                     Some(&"show") => self.git_args("reflog", &rest[1..]),
@@ -1293,6 +1580,7 @@ impl<'a> Checker<'a> {
                     Some(_) => Err("only `git reflog [show]` is read-only".to_string()),
                 };
             }
+            "config" => return self.git_config(rest),
             "worktree" => {
                 return match rest.first() {
                     Some(&"list") => Ok(()),
@@ -1318,7 +1606,7 @@ impl<'a> Checker<'a> {
                     .to_string(),
             );
         }
-        if produces_patch(sub, rest) && !rest.contains(&"--no-ext-diff") {
+        if sub == "diff" && diff_prints_patch(rest) && !rest.contains(&"--no-ext-diff") {
             return Err(ext_diff(sub));
         }
         if sub == "grep" {
@@ -1420,6 +1708,95 @@ impl<'a> Checker<'a> {
             }
         }
         Ok(())
+    }
+
+    /// `git config` that only reads: `--get`, `--get-all`, `--get-regexp`, `--get-urlmatch`,
+    /// `--list`, a single name (a get), or git 2.46's `get`/`list`, in the default, `--local` or
+    /// `--worktree` scope or from a `--file`/`--blob` (the file path-checked). Setting,
+    /// `--edit` (runs an editor), and `--global`/`--system` (read a file outside the workspace
+    /// by name) are refused. The default scope still reads the user's and the system's git
+    /// configuration, as every git command does.
+    fn git_config(&self, rest: &[&str]) -> Result<(), String> {
+        const ACTIONS: &[&str] = &[
+            "--get",
+            "--get-all",
+            "--get-regexp",
+            "--get-urlmatch",
+            "--list",
+            "-l",
+        ];
+        const FLAGS: &[&str] = &[
+            "--show-origin",
+            "--show-scope",
+            "--null",
+            "-z",
+            "--name-only",
+            // Not `--includes`: with `--file` it would follow `include.path` to files
+            // outside the workspace.
+            "--no-includes",
+            "--local",
+            "--worktree",
+            "--bool",
+            "--int",
+            "--bool-or-int",
+            "--path",
+            "--expiry-date",
+            "--all",
+            "--regexp",
+            "--show-names",
+            "--no-show-names",
+        ];
+        const VALUE: &[&str] = &["--type", "--default", "--blob", "--url", "--value"];
+        let (verb, rest) = match rest.split_first() {
+            Some((&verb @ ("get" | "list"), tail)) => (Some(verb), tail),
+            _ => (None, rest),
+        };
+        let refuse = |a: &str| {
+            Err(format!(
+                "`git config {a}` is not a read-only `git config` form (only --get, --get-all, --get-regexp, --list and `git config NAME`, without --global/--system/--edit)"
+            ))
+        };
+        let mut action = verb.is_some();
+        let mut positional = 0;
+        let mut i = 0;
+        while let Some(&a) = rest.get(i) {
+            i += 1;
+            let (opt, inline) = a.split_once('=').map_or((a, None), |(o, v)| (o, Some(v)));
+            if ACTIONS.contains(&opt) && inline.is_none() {
+                action = true;
+            } else if FLAGS.contains(&opt) && inline.is_none() {
+            } else if VALUE.contains(&opt) {
+                if inline.is_none() {
+                    i += 1;
+                }
+            } else if matches!(opt, "--file" | "-f") {
+                let value = inline.or_else(|| {
+                    i += 1;
+                    rest.get(i - 1).copied()
+                });
+                let Some(file) = value else {
+                    return refuse(a);
+                };
+                self.read("git config", file)?;
+            } else if a.starts_with('-') {
+                return refuse(a);
+            } else {
+                positional += 1;
+            }
+        }
+        let reads = if action {
+            positional <= 2
+        } else {
+            positional == 1
+        };
+        if reads {
+            Ok(())
+        } else {
+            Err(
+                "`git config NAME VALUE` sets configuration; only reading (`git config --get NAME`, `--list`) is read-only"
+                    .to_string(),
+            )
+        }
     }
 
     /// `git branch` / `git tag`: only listing. `extra` are further allowed flags, `cluster` the
@@ -1532,9 +1909,42 @@ fn identifier(s: &str) -> bool {
         && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// Is `word` a glob in the value of a long option that takes a value which is not a path
+/// (`--include=*.rs`)? Every name it can expand to starts with the same `--NAME=`, so each is
+/// that option again with another value: harmless for options of this kind (an exact name, not
+/// an abbreviation, and not a forbidden one). Bash leaves it unexpanded unless the directory
+/// holds files named `--NAME=…`.
+fn option_value_glob(name: &str, word: &Word) -> bool {
+    let Some(first) = word.globs.iter().copied().min() else {
+        return false;
+    };
+    let Some((option, _)) = word.value.get(..first).and_then(|p| p.split_once('=')) else {
+        return false;
+    };
+    let Some(long) = option.strip_prefix("--") else {
+        return false;
+    };
+    spec(name).is_some_and(|spec| {
+        spec.long_val.contains(&long)
+            && !spec.long_path.contains(&long)
+            && !spec.forbid_long.iter().any(|f| f.starts_with(long))
+    })
+}
+
+/// Is an awk operand a variable assignment (`NAME=VALUE`, NAME an identifier) rather than a
+/// file?
+fn awk_assignment(operand: &str) -> bool {
+    operand.split_once('=').is_some_and(|(name, _)| {
+        name.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    })
+}
+
 fn ext_diff(sub: &str) -> String {
     format!(
-        "`git {sub}` prints a patch, which can run an external diff program configured in the repository (diff.external); add --no-ext-diff, or use --stat/--name-only"
+        "`git {sub}` prints a patch, which runs the external diff program the repository may configure (diff.external); add --no-ext-diff (`git {sub} --no-ext-diff …`), or use --stat/--name-only"
     )
 }
 
@@ -1564,8 +1974,14 @@ fn patch_flag(args: &[&str]) -> bool {
     })
 }
 
-/// Would this read-only git subcommand print a patch (where an external diff could run)?
-fn produces_patch(sub: &str, args: &[&str]) -> bool {
+/// Would `git diff` with these arguments print a patch? Only `git diff` (and `git stash show
+/// -p`, checked separately) runs an external diff program by default: `diff.external` and a
+/// diff driver's `command`. `log`, `show`, `whatchanged` and `reflog` print patches with git's
+/// internal diff unless `--ext-diff` is given (git's `cmd_log_init_defaults` never sets
+/// `allow_external`; `--ext-diff` is refused), so their patches need no flag. Environment
+/// variables cannot switch `diff.external` off for `git diff` (an empty `diff.external` makes
+/// git try to run an empty command and fail), so it still needs `--no-ext-diff`.
+fn diff_prints_patch(args: &[&str]) -> bool {
     let no_patch = args.iter().any(|a| {
         matches!(
             *a,
@@ -1581,22 +1997,8 @@ fn produces_patch(sub: &str, args: &[&str]) -> bool {
                 | "--compact-summary"
         ) || a.starts_with("--stat")
             || a.starts_with("--dirstat")
-            || a.starts_with("--oneline") && sub == "log"
     });
-    match sub {
-        "diff" => patch_flag(args) || !no_patch,
-        "log" | "whatchanged" => patch_flag(args),
-        "show" => {
-            let objects: Vec<&&str> = args.iter().filter(|a| !a.starts_with('-')).collect();
-            // `rev:path` names a blob or tree; `:/text` names a commit by its message.
-            let only_blobs = !objects.is_empty()
-                && objects
-                    .iter()
-                    .all(|a| a.contains(':') && !a.starts_with(":/"));
-            patch_flag(args) || !(no_patch || only_blobs)
-        }
-        _ => false,
-    }
+    patch_flag(args) || !no_patch
 }
 
 /// A `sed -n` script that only prints: `p`, `Np`, `$p`, `/re/p`, `N,Mp` (addresses: numbers,

@@ -1165,6 +1165,74 @@ fn read_deny_rule_keeps_plan_mode_bash_out_of_dot_env() {
     assert_eq!(decision.verdict, Verdict::Deny);
 }
 
+/// Unquoted globs in plan-mode Bash: every file a glob could match now is checked like a
+/// named path, so a glob reaches neither a denied file nor, through a symlink, the outside.
+#[cfg(unix)]
+#[test]
+fn plan_mode_bash_globs_check_what_they_could_match() {
+    let fixture = Fixture::new();
+    let root = fixture.workspace.root();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("id_rsa"), "KEY\n").unwrap();
+    std::fs::create_dir_all(root.join("docs")).unwrap();
+    std::fs::create_dir_all(root.join("lib/inner")).unwrap();
+    std::fs::write(root.join("docs/guide.md"), "# guide\n").unwrap();
+    std::fs::write(root.join("lib/inner/x.rs"), "\n").unwrap();
+    std::fs::write(root.join("src/-rf.rs"), "\n").unwrap();
+    std::os::unix::fs::symlink(outside.path().join("id_rsa"), root.join("docs/key.md")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), root.join("lib/out")).unwrap();
+    let configured = rules(&["Bash"], &[], &["Read(./.env)"]);
+    let context = PermissionContext::new(
+        AgentKind::Teammate,
+        PermissionMode::Plan,
+        &fixture.workspace,
+        &configured,
+        &fixture.catalog,
+    );
+    for command in [
+        "cat .e*",
+        "cat ./.e*",
+        "head .en?",
+        "grep -r SECRET ./.e*",
+        "cat docs/*.md",
+        "cat docs/k*",
+        "cat lib/*/id_rsa",
+        "wc -l lib/*/*.rs",
+        "ls lib/o*",
+        "cat *",
+        "cat -*",
+        "cat ../*",
+        "cat ~/*",
+        "cat /etc/*",
+    ] {
+        let decision = decide(&fixture, &context, "Bash", json!({ "command": command }));
+        assert_eq!(
+            decision.verdict,
+            Verdict::Deny,
+            "{command}: {}",
+            decision.reason
+        );
+    }
+    for command in [
+        "head src/*.rs",
+        "cat src/a*",
+        "wc -l src/*.rs lib/inner/*.rs",
+        "cat .env.ex*",
+        "jq .cells nb*",
+        "grep -n fn src/*",
+        "cat docs/g*.md",
+    ] {
+        let decision = decide(&fixture, &context, "Bash", json!({ "command": command }));
+        assert_eq!(
+            decision.verdict,
+            Verdict::Allow,
+            "{command}: {}",
+            decision.reason
+        );
+        assert!(decision.read_only_shell);
+    }
+}
+
 /// A valid call of every registered tool; the file and shell ones change the workspace.
 fn every_tool_call(name: &str) -> Value {
     match name {

@@ -187,7 +187,9 @@ impl StubShell {
             let output = std::process::Command::new(&self.bash)
                 .arg("-c")
                 .arg(format!(
-                    "enable -n echo printf pwd true false type cd test [ command\n{command}"
+                    // `set -f`: globs stay as written, as the classifier reports them (this
+                    // compares word boundaries and quote removal, not expansion).
+                    "set -f\nenable -n echo printf pwd true false type cd test [ command\n{command}"
                 ))
                 .current_dir(self.dir.path().join("work"))
                 .env_clear()
@@ -347,6 +349,102 @@ fn bash_agrees_on_random_quoting() {
             Ok(())
         })
         .expect("bash and the classifier agree");
+}
+
+/// A path check over a real directory that allows everything and records what it was asked.
+#[cfg(unix)]
+struct RecordingCheck {
+    root: std::path::PathBuf,
+    asked: std::cell::RefCell<Vec<String>>,
+}
+
+#[cfg(unix)]
+impl ReadPathCheck for RecordingCheck {
+    fn check_read(&self, path: &str) -> Result<(), String> {
+        self.asked.borrow_mut().push(path.replace("//", "/"));
+        Ok(())
+    }
+
+    fn list_dir(&self, path: &str) -> Option<Vec<String>> {
+        muster_agents::shell::list_dir_names(&self.root.join(path))
+    }
+}
+
+/// Every file name bash expands an allowed glob to was checked as a `Read`: the classifier's
+/// candidates cover bash's matches (dot files, `-` names, quoted glob characters, brackets).
+#[cfg(unix)]
+#[test]
+fn every_glob_match_bash_makes_was_checked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    for d in ["src", "src/sub", "docs", "-d"] {
+        std::fs::create_dir_all(root.join(d)).expect("mkdir");
+    }
+    for f in [
+        "src/a.rs",
+        "src/b.rs",
+        "src/-rf.rs",
+        "src/.hidden.rs",
+        "src/a*b",
+        "src/ab",
+        "src/[x]",
+        "src/x",
+        "src/sub/c.rs",
+        "docs/g.md",
+        ".env",
+        "a.txt",
+        "ab.txt",
+    ] {
+        std::fs::write(root.join(f), "").expect("write");
+    }
+    let patterns = [
+        "src/*",
+        "src/*.rs",
+        "src/?.rs",
+        "src/.*",
+        "src/[ab].rs",
+        "src/[!a].rs",
+        "src/[]x[]",
+        "src/[x]",
+        "'src/a*'*",
+        "src/a'*'b",
+        "src/*/*.rs",
+        "src//*.rs",
+        "./*",
+        "./.*",
+        "a*",
+        ".e*",
+        "d*/*",
+        "./-*",
+    ];
+    let mut allowed = 0;
+    for pattern in patterns {
+        let check = RecordingCheck {
+            root: root.to_path_buf(),
+            asked: std::cell::RefCell::new(Vec::new()),
+        };
+        let command = format!("cat {pattern}");
+        if !classify(&command, &check).is_read_only() {
+            continue;
+        }
+        allowed += 1;
+        let output = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!("printf '%s\\0' {pattern}"))
+            .current_dir(root)
+            .env_clear()
+            .output()
+            .expect("run bash");
+        let asked = check.asked.borrow();
+        for word in String::from_utf8_lossy(&output.stdout).split_terminator('\0') {
+            let word = word.replace("//", "/");
+            assert!(
+                asked.contains(&word),
+                "{pattern}: bash expands to {word:?}, never checked (checked: {asked:?})"
+            );
+        }
+    }
+    assert!(allowed >= 12, "only {allowed} patterns allowed");
 }
 
 /// Is there a `>` outside quotes and not escaped by a backslash that is not part of a harmless
@@ -547,8 +645,12 @@ fn read_deny_on_dot_env_applies_to_bash() {
         "rg SECRET",
         "diff -r . src",
         abs_env.as_str(),
+        "cat .e*",
+        "grep -rn SECRET ./.e*",
         #[cfg(unix)]
         "cat src/link",
+        #[cfg(unix)]
+        "cat src/*",
     ];
     for command in refused {
         let verdict = classify(command, &check);
@@ -566,6 +668,8 @@ fn read_deny_on_dot_env_applies_to_bash() {
         "rg -n main src",
         "ls -la",
         "cat src/.env",
+        "cat .env.ex*",
+        "head src/*.rs",
     ] {
         assert!(
             classify(command, &check).is_read_only(),
@@ -635,11 +739,28 @@ fn read_only_git_env_disables_repository_programs() {
         ["config", "user.name", "a"],
         ["config", "core.fsmonitor", hook.as_str()],
         ["config", "diff.evil.textconv", hook.as_str()],
+        ["config", "diff.evil.command", hook.as_str()],
+        ["config", "diff.external", hook.as_str()],
+        ["config", "diff.user.textconv", hook.as_str()],
     ] {
         assert!(git(&args, &[]).expect("git config").status.success());
     }
     std::fs::write(root.join("f"), "a\n").expect("write f");
     std::fs::write(root.join(".gitattributes"), "f diff=evil\n").expect("write attrs");
+    // The user's attributes file (`core.attributesFile`) selects a converter for `g`.
+    let user_attributes = root.join("user-attributes");
+    std::fs::write(&user_attributes, "g diff=user\n").expect("write user attrs");
+    let user_attributes = user_attributes.display().to_string();
+    assert!(
+        git(
+            &["config", "core.attributesFile", user_attributes.as_str()],
+            &[]
+        )
+        .expect("git config")
+        .status
+        .success()
+    );
+    std::fs::write(root.join("g"), "a\n").expect("write g");
     assert!(git(&["add", "."], &[]).expect("git add").status.success());
     assert!(
         git(&["-c", "core.fsmonitor=false", "commit", "-qm", "a"], &[])
@@ -647,53 +768,107 @@ fn read_only_git_env_disables_repository_programs() {
             .status
             .success()
     );
+    // A second commit, so `log -p` and `show` print a patch of `f` and `g`.
     std::fs::write(root.join("f"), "a\nb\n").expect("write f");
+    std::fs::write(root.join("g"), "a\nb\n").expect("write g");
+    assert!(
+        git(
+            &[
+                "-c",
+                "core.fsmonitor=false",
+                "commit",
+                "-qam",
+                "b",
+                "--no-verify"
+            ],
+            &[]
+        )
+        .expect("git commit")
+        .status
+        .success()
+    );
+    std::fs::write(root.join("f"), "a\nb\nc\n").expect("write f");
     let _ = std::fs::remove_file(&marker);
     let env = read_only_git_env();
     for args in [
         &["status"][..],
         &["diff", "--stat"],
         &["diff", "--no-ext-diff"],
+        &["log", "-p"],
+        &["log", "-p", "--cc", "-1"],
+        &["show"],
+        &["show", "HEAD~1"],
+        &["whatchanged", "-p", "-1"],
+        &["reflog", "-p", "-1"],
     ] {
         let out = git(args, &env).expect("git");
         assert!(out.status.success(), "git {args:?}: {out:?}");
         assert!(!marker.exists(), "git {args:?} ran a configured program");
     }
+    // The classifier allows these, and must: without the read-only environment they run the
+    // configured converters, so the environment is what stops them.
+    let check = WorkspaceReadCheck::new(root);
+    for command in ["git log -p", "git show", "git whatchanged -p -1"] {
+        assert!(classify(command, &check).is_read_only(), "{command}");
+    }
+    let out = git(&["show"], &[]).expect("git show");
+    assert!(out.status.success());
+    assert!(
+        marker.exists(),
+        "the repository's converter should run without the env"
+    );
     assert!(remove_from_read_only_env("GIT_EXTERNAL_DIFF"));
 }
 
-/// Real read-only agent commands, one a line: see the file's header.
-const READ_ONLY_COMMANDS: &str = include_str!("../data/read-only-commands.txt");
+/// Real read-only agent commands, one a line: see each file's header. Two sets written
+/// independently before issue 20's relaxations, with the floor (per mille) each must keep.
+const READ_ONLY_SETS: &[(&str, &str, usize)] = &[
+    (
+        "read-only-commands.txt",
+        include_str!("../data/read-only-commands.txt"),
+        942,
+    ),
+    (
+        "shell-readonly-real.txt",
+        include_str!("../data/shell-readonly-real.txt"),
+        953,
+    ),
+];
 
-/// The share of `read-only-commands.txt` allowed must not fall below this (per mille).
-const READ_ONLY_ALLOW_FLOOR: usize = 769;
-
-/// Measures false refusals: prints the allow rate on real read-only commands and every refused
-/// line with its reason, and fails if the rate falls below the recorded floor.
+/// Measures false refusals: prints the allow rate on each set of real read-only commands and
+/// every refused line with its reason, and fails if a rate falls below its recorded floor.
 #[test]
 fn read_only_allow_rate() {
     let check = WorkspaceReadCheck::new(ROOT);
-    let commands: Vec<&str> = READ_ONLY_COMMANDS
-        .lines()
-        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
-        .collect();
-    let mut allowed = 0;
-    for command in &commands {
-        match classify(command, &check) {
-            ShellVerdict::ReadOnly { .. } => allowed += 1,
-            ShellVerdict::NotReadOnly { reason } => println!("refused {command:?}: {reason}"),
+    for (name, text, floor) in READ_ONLY_SETS {
+        let commands: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+            .collect();
+        let mut allowed = 0;
+        for command in &commands {
+            match classify(command, &check) {
+                ShellVerdict::ReadOnly { .. } => allowed += 1,
+                ShellVerdict::NotReadOnly { reason } => {
+                    println!("{name}: refused {command:?}: {reason}");
+                }
+            }
         }
+        let per_mille = allowed * 1000 / commands.len();
+        println!(
+            "{name}: read-only allow rate: {allowed}/{} = {}.{}%",
+            commands.len(),
+            per_mille / 10,
+            per_mille % 10
+        );
+        assert!(
+            commands.len() >= 120,
+            "{name}: only {} commands",
+            commands.len()
+        );
+        assert!(
+            per_mille >= *floor,
+            "{name}: allow rate {per_mille}‰ fell below {floor}‰"
+        );
     }
-    let per_mille = allowed * 1000 / commands.len();
-    println!(
-        "read-only allow rate: {allowed}/{} = {}.{}%",
-        commands.len(),
-        per_mille / 10,
-        per_mille % 10
-    );
-    assert!(commands.len() >= 120, "only {} commands", commands.len());
-    assert!(
-        per_mille >= READ_ONLY_ALLOW_FLOOR,
-        "allow rate {per_mille}‰ fell below {READ_ONLY_ALLOW_FLOOR}‰"
-    );
 }
