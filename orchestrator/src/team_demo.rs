@@ -508,18 +508,26 @@ impl Summary<'_> {
                 .decision(&request.request_id)
                 .unwrap_or_else(|| "undecided".into());
             out.push_str(&format!("                       {decision}\n"));
-            if let Some(response) = &request.response
-                && let MessageBody::PlanApprovalResponse { feedback, rule, .. } =
-                    MessageBody::from_stored(&response.kind, &response.body)
-            {
-                if let Some(feedback) = feedback {
-                    wrap(out, &format!("feedback: \"{feedback}\""), 23);
-                }
-                if let Some(rule) = rule {
-                    let rule = rule.replace(&format!("{}/", self.root.display()), "");
-                    wrap(out, &format!("rule: {rule}"), 23);
-                }
-            }
+            self.feedback_and_rule(out, request);
+        }
+    }
+
+    /// A decision's feedback and deciding rule (plans and merges), under its request.
+    fn feedback_and_rule(&self, out: &mut String, request: &RequestRecord) {
+        let Some(response) = &request.response else {
+            return;
+        };
+        let (feedback, rule) = match MessageBody::from_stored(&response.kind, &response.body) {
+            MessageBody::PlanApprovalResponse { feedback, rule, .. }
+            | MessageBody::MergeResponse { feedback, rule, .. } => (feedback, rule),
+            _ => return,
+        };
+        if let Some(feedback) = feedback {
+            wrap(out, &format!("feedback: \"{feedback}\""), 23);
+        }
+        if let Some(rule) = rule {
+            let rule = rule.replace(&format!("{}/", self.root.display()), "");
+            wrap(out, &format!("rule: {rule}"), 23);
         }
     }
 
@@ -557,18 +565,7 @@ impl Summary<'_> {
                 .decision(&request.request_id)
                 .unwrap_or_else(|| "undecided".into());
             out.push_str(&format!("                       {decision}\n"));
-            if let Some(response) = &request.response
-                && let MessageBody::MergeResponse { feedback, rule, .. } =
-                    MessageBody::from_stored(&response.kind, &response.body)
-            {
-                if let Some(feedback) = feedback {
-                    wrap(out, &format!("feedback: \"{feedback}\""), 23);
-                }
-                if let Some(rule) = rule {
-                    let rule = rule.replace(&format!("{}/", self.root.display()), "");
-                    wrap(out, &format!("rule: {rule}"), 23);
-                }
-            }
+            self.feedback_and_rule(out, request);
         }
     }
 

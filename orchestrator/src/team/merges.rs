@@ -4,7 +4,7 @@
 //! delivered to the user's tree. The git and record side is [`super::isolation`].
 
 use muster_agents::runtime::team::TurnEnd;
-use muster_mailbox::{DeliveryState, Message, MessageBody, RequestRecord, RunStatus};
+use muster_mailbox::{Message, MessageBody, RequestRecord, RunStatus};
 use serde_json::{Value, json};
 
 use super::isolation::Delivered;
@@ -165,12 +165,7 @@ impl Team {
         }
         let mut left_by_lead = Vec::new();
         for request in pending.iter().filter(|r| r.responder == LEAD) {
-            let seen = self
-                .store
-                .message(&request.message_key)
-                .await?
-                .is_some_and(|m| m.state == DeliveryState::Acked);
-            if !seen {
+            if !self.delivered(request).await? {
                 // It reaches the lead at its next boundary.
                 return Ok(None);
             }

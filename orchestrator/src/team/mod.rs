@@ -976,12 +976,7 @@ impl Team {
             }
             // A request the lead has not seen yet (committed after the look for its mail)
             // reaches it at its next boundary: the team is not stuck.
-            let seen = self
-                .store
-                .message(&request.message_key)
-                .await?
-                .is_some_and(|m| m.state == DeliveryState::Acked);
-            if !seen {
+            if !self.delivered(&request).await? {
                 return Ok(None);
             }
             undecided.push((request.requester, request.request_id));
@@ -1003,6 +998,15 @@ The lead ended its turn without deciding {}; the teammates                  wait
                 ids.join(", ")
             ),
         }))
+    }
+
+    /// Whether a request's message reached its recipient (acked at a turn boundary).
+    async fn delivered(&self, request: &muster_mailbox::RequestRecord) -> anyhow::Result<bool> {
+        Ok(self
+            .store
+            .message(&request.message_key)
+            .await?
+            .is_some_and(|m| m.state == DeliveryState::Acked))
     }
 
     fn is_live_recipient(&self, agent: &str) -> bool {

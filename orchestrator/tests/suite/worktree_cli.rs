@@ -122,19 +122,14 @@ fn run_command(dir: &Path, base: &str) -> tokio::process::Command {
 }
 
 async fn team_run(dir: &Path, base: &str) -> Output {
-    muster(
-        dir,
-        &[
-            "run",
-            "-p",
-            "Build it.",
-            "--base-url",
-            base,
-            "--output",
-            "stream-json",
-        ],
-    )
-    .await
+    super::common::output(run_command(dir, base)).await
+}
+
+/// [`team_run`] with every agent in `bypassPermissions`.
+async fn bypassing_team_run(dir: &Path, base: &str) -> Output {
+    let mut command = run_command(dir, base);
+    command.args(["--permission-mode", "bypassPermissions"]);
+    super::common::output(command).await
 }
 
 fn finished(output: &Output) -> Value {
@@ -510,21 +505,7 @@ async fn two_teammates_bash_commands_run_at_the_same_time_in_their_own_worktrees
         script.push(any_turn(me, "done"));
     }
     let fake = fake(script).await;
-    let output = muster(
-        root,
-        &[
-            "run",
-            "-p",
-            "Build it.",
-            "--base-url",
-            &fake.base_url(),
-            "--output",
-            "stream-json",
-            "--permission-mode",
-            "bypassPermissions",
-        ],
-    )
-    .await;
+    let output = bypassing_team_run(root, &fake.base_url()).await;
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let events = lines(&output);
     let bash: Vec<&Value> = events
@@ -578,21 +559,7 @@ async fn a_rejected_merge_goes_back_with_its_feedback_and_the_next_revision_is_m
         any_turn("one", "removed the secret"),
     ])
     .await;
-    let output = muster(
-        root,
-        &[
-            "run",
-            "-p",
-            "Build it.",
-            "--base-url",
-            &fake.base_url(),
-            "--output",
-            "stream-json",
-            "--permission-mode",
-            "bypassPermissions",
-        ],
-    )
-    .await;
+    let output = bypassing_team_run(root, &fake.base_url()).await;
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let events = lines(&output);
     let decided: Vec<&Value> = events
