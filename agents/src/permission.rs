@@ -163,6 +163,9 @@ pub struct Decision {
     /// [`crate::shell::read_only_git_env`] set and the variables
     /// [`crate::shell::remove_from_read_only_env`] names removed (the runtime's dispatch does this).
     pub read_only_shell: bool,
+    /// For read-only `Bash`: the command text to run instead of the model's, when the
+    /// classifier added flags that keep it read-only (`git diff --no-ext-diff`).
+    pub shell_run_as: Option<String>,
 }
 
 impl Decision {
@@ -173,6 +176,7 @@ impl Decision {
             effective_mode: mode,
             auto_gate: AutoGateEffect::Unaffected,
             read_only_shell: false,
+            shell_run_as: None,
         }
     }
 
@@ -379,6 +383,7 @@ enum ModeOutcome {
     Allow {
         reason: String,
         read_only_shell: bool,
+        shell_run_as: Option<String>,
     },
     /// Would ask; an allow rule can allow it, else the mode's default applies.
     Approval(String),
@@ -505,9 +510,11 @@ impl PermissionEngine {
             ModeOutcome::Allow {
                 reason,
                 read_only_shell,
+                shell_run_as,
             } => {
                 let mut decision = Decision::new(Verdict::Allow, reason, mode);
                 decision.read_only_shell = read_only_shell;
+                decision.shell_run_as = shell_run_as;
                 if mode == PermissionMode::Auto {
                     decision.auto_gate = AutoGateEffect::ResetCount;
                 }
@@ -733,6 +740,7 @@ impl PermissionEngine {
         let allow = |reason: String| ModeOutcome::Allow {
             reason,
             read_only_shell: false,
+            shell_run_as: None,
         };
         let label = if read_only {
             "read_only agent"
@@ -747,11 +755,13 @@ impl PermissionEngine {
                 let command = subjects.command.as_deref().unwrap_or_default();
                 let check = RulesReadCheck::new(context.workspace, context.rules, context.home_dir);
                 match classify(command, &check) {
-                    ShellVerdict::ReadOnly { .. } => ModeOutcome::Allow {
+                    ShellVerdict::ReadOnly { run_as, .. } => ModeOutcome::Allow {
                         reason: format!(
-                            "the command is read-only, which {label} allows; it runs with git's optional locks, pagers and repository programs disabled"
+                            "the command is read-only, which {label} allows; {}",
+                            read_only_shell_note(run_as.as_deref())
                         ),
                         read_only_shell: true,
+                        shell_run_as: run_as,
                     },
                     ShellVerdict::NotReadOnly { reason } => {
                         deny(format!("`Bash` command is not read-only ({reason})"))
@@ -835,6 +845,7 @@ impl PermissionEngine {
         let allow = |reason: String| ModeOutcome::Allow {
             reason,
             read_only_shell: false,
+            shell_run_as: None,
         };
         let bypass = mode == PermissionMode::BypassPermissions;
         if implementation.is_read_only() {
@@ -848,9 +859,11 @@ impl PermissionEngine {
                 if verdict.is_read_only() {
                     return ModeOutcome::Allow {
                         reason: format!(
-                            "the command is read-only, which `{mode}` allows; it runs with git's optional locks, pagers and repository programs disabled"
+                            "the command is read-only, which `{mode}` allows; {}",
+                            read_only_shell_note(verdict.run_as())
                         ),
                         read_only_shell: true,
+                        shell_run_as: verdict.run_as().map(str::to_owned),
                     };
                 }
                 let not_read_only = verdict.reason().unwrap_or("not read-only").to_string();
@@ -1064,6 +1077,15 @@ fn command_parts(command: &str) -> Vec<String> {
         .filter(|part| !part.is_empty())
         .map(str::to_string)
         .collect()
+}
+
+/// How a read-only `Bash` call runs, for its decision's reason.
+fn read_only_shell_note(run_as: Option<&str>) -> String {
+    let environment = "it runs with git's optional locks, pagers and repository programs disabled";
+    match run_as {
+        Some(text) => format!("{environment}, as `{text}`"),
+        None => environment.to_string(),
+    }
 }
 
 #[cfg(test)]

@@ -19,11 +19,12 @@
 //!   their dangerous options in split, `=`, attached, clustered and abbreviated forms (`find
 //!   -exec/-delete/-fprint…`, `sed` other than `-n …p`, `rg --pre/--hostname-bin/-z`, `sort -o`,
 //!   `base64 -o`, git subcommands other than the read-only ones, git `-c`/`--config-env`,
-//!   `--output`, `--ext-diff`, `--textconv`, `--paginate`, `git diff` patch output without
-//!   `--no-ext-diff`, `branch`/`tag` other than listing, `config` other than reading). `git
-//!   log -p`, `git show`, `whatchanged`, `reflog -p` print patches with git's internal diff
-//!   (git enables external diff programs only for `git diff`, or with `--ext-diff`); `git diff`
-//!   needs `--no-ext-diff` because no variable can switch `diff.external` off. `awk` and `jq`
+//!   `--output`, `--ext-diff`, `--textconv`, `--paginate`, `branch`/`tag` other than listing,
+//!   `config` other than reading). `git log -p`, `git show`, `whatchanged`, `reflog -p` print
+//!   patches with git's internal diff (git enables external diff programs only for `git diff`,
+//!   or with `--ext-diff`). No variable can switch `diff.external` off, so [`forced`] inserts
+//!   `--no-ext-diff` into every `git diff` / `git stash show` that lacks it, and the command
+//!   runs as rewritten ([`ShellVerdict::run_as`], checked by re-parsing). `awk` and `jq`
 //!   are read-only when a conservative scan of the program ([`programs`]) finds nothing that
 //!   runs a command, writes or reads a file by itself (awk: `system`, `getline`, a lone `|`, a
 //!   `>` after `print`, `@load`/`@include`, `ENVIRON`, `ARGV`/`ARGC`, `/inet`; jq: `import`,
@@ -69,6 +70,7 @@
 
 mod danger;
 mod env;
+mod forced;
 mod glob;
 mod parse;
 mod paths;
@@ -88,8 +90,13 @@ pub use paths::{ReadPathCheck, WorkspaceReadCheck, list_dir_names};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ShellVerdict {
     /// Every part is provably harmless. `commands` are the argv of the simple commands it runs,
-    /// in source order.
-    ReadOnly { commands: Vec<Vec<String>> },
+    /// in source order. `run_as` is the command text to run instead of the one given, when
+    /// muster added flags that keep it read-only (`--no-ext-diff` on `git diff`); the argv in
+    /// `commands` are those of `run_as`.
+    ReadOnly {
+        commands: Vec<Vec<String>>,
+        run_as: Option<String>,
+    },
     /// Not provably read-only. `reason` names the command, argument or construct responsible,
     /// for a person and for the model (e.g. "`find -delete` runs commands, deletes files or
     /// writes files").
@@ -100,6 +107,14 @@ impl ShellVerdict {
     /// Is the command read-only?
     pub fn is_read_only(&self) -> bool {
         matches!(self, Self::ReadOnly { .. })
+    }
+
+    /// The command text to run when muster rewrote it (see [`ShellVerdict::ReadOnly`]).
+    pub fn run_as(&self) -> Option<&str> {
+        match self {
+            Self::ReadOnly { run_as, .. } => run_as.as_deref(),
+            Self::NotReadOnly { .. } => None,
+        }
     }
 
     /// Why the command is not read-only, if it is not.
@@ -124,20 +139,28 @@ impl fmt::Display for ShellVerdict {
 /// harmless and every path it reads passes `paths`. Never panics, whatever the input.
 pub fn classify(command: &str, paths: &dyn ReadPathCheck) -> ShellVerdict {
     match classify_inner(command, paths) {
-        Ok(commands) => ShellVerdict::ReadOnly { commands },
+        Ok((commands, run_as)) => ShellVerdict::ReadOnly { commands, run_as },
         Err(reason) => ShellVerdict::NotReadOnly { reason },
     }
 }
 
-fn classify_inner(command: &str, paths: &dyn ReadPathCheck) -> Result<Vec<Vec<String>>, String> {
-    let commands = parse::parse(command)?;
+type Classified = (Vec<Vec<String>>, Option<String>);
+
+fn classify_inner(command: &str, paths: &dyn ReadPathCheck) -> Result<Classified, String> {
+    let mut commands = parse::parse(command)?;
+    let insertions = forced::force_flags(&mut commands);
     rules::check_all(paths, &commands)?;
-    Ok(commands
+    let run_as = forced::apply(command, &insertions);
+    if let Some(text) = &run_as {
+        forced::verify(text, &commands)?;
+    }
+    let argv = commands
         .into_iter()
         .map(|c| {
             std::iter::once(c.name)
                 .chain(c.args.into_iter().map(|w| w.value))
                 .collect()
         })
-        .collect())
+        .collect();
+    Ok((argv, run_as))
 }

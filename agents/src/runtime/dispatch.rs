@@ -222,8 +222,18 @@ struct ToolRun {
 }
 
 impl ToolRun {
+    /// The call's input, with the command text the classifier rewrote for read-only `Bash`
+    /// (the flags it added are what keeps that text read-only).
+    fn input(&self, call: &ToolCall) -> serde_json::Value {
+        let mut input = call.input.clone();
+        if let (Some(text), Some(object)) = (&self.decision.shell_run_as, input.as_object_mut()) {
+            object.insert("command".into(), serde_json::Value::String(text.clone()));
+        }
+        input
+    }
+
     async fn execute(self, call: &ToolCall) -> CallResult {
-        let output = self.tool.call(&self.context, call.input.clone()).await;
+        let output = self.tool.call(&self.context, self.input(call)).await;
         let mut result = CallResult::new(&self.decision, output);
         result.acks = self.acks;
         result

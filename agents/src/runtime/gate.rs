@@ -27,6 +27,8 @@ pub struct GateDecision {
     /// `Bash` allowed because the classifier proved it read-only: it runs with the read-only
     /// git environment.
     pub read_only_shell: bool,
+    /// The command text read-only `Bash` runs instead of the model's (flags muster added).
+    pub shell_run_as: Option<String>,
     /// What the decision does to the run's auto gate (committed with the call).
     pub auto_gate: Option<AutoGateUpdate>,
 }
@@ -37,6 +39,7 @@ impl GateDecision {
             verdict: Verdict::Allow,
             reason: reason.into(),
             read_only_shell: false,
+            shell_run_as: None,
             auto_gate: None,
         }
     }
@@ -120,6 +123,7 @@ impl ToolGate for EngineGate {
             verdict: decision.verdict,
             reason: decision.reason,
             read_only_shell: decision.read_only_shell,
+            shell_run_as: decision.shell_run_as,
             auto_gate: match decision.auto_gate {
                 AutoGateEffect::Unaffected => None,
                 AutoGateEffect::CountDenial => Some(AutoGateUpdate::Denied(1)),

@@ -9,8 +9,8 @@
 //! programs are selected by attributes: the work tree's and index's `.gitattributes` are
 //! switched off with `attr.tree`, the user's (`core.attributesFile`) and the system's
 //! (`GIT_ATTR_NOSYSTEM`) too, which leaves only `.git/info/attributes` (file tools cannot
-//! write under `.git/`). No variable switches `diff.external` off, so the classifier requires
-//! `--no-ext-diff` on the one command that runs it by default, `git diff`.
+//! write under `.git/`). No variable switches `diff.external` off, so the classifier forces
+//! `--no-ext-diff` into the commands that run it by default (`git diff`, `git stash show`).
 
 /// The hash of the empty tree (SHA-1). `attr.tree` pointing at it means no `.gitattributes`
 /// from the work tree or index are read, so no diff driver (textconv, external command) is

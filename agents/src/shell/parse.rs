@@ -21,6 +21,9 @@ pub(crate) struct Word {
     /// Byte offsets in `value` of unquoted glob characters (`*`, `?`, `[`, `]`), which bash
     /// expands to matching file names; empty for a literal word.
     pub globs: Vec<usize>,
+    /// Byte offset in the command text just after the word, where a flag can be inserted;
+    /// `None` for a word the parser supplies itself (the `]` of `[`).
+    pub end: Option<usize>,
 }
 
 impl Word {
@@ -29,6 +32,7 @@ impl Word {
         Word {
             value: value.into(),
             globs: Vec::new(),
+            end: None,
         }
     }
 }
@@ -535,6 +539,7 @@ fn word(nodes: &[Node<'_>], bytes: &[u8]) -> Result<Word, String> {
     Ok(Word {
         value,
         globs: seen.globs,
+        end: nodes.last().map(|node| node.end_byte()),
     })
 }
 

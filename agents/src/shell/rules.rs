@@ -1980,7 +1980,9 @@ fn patch_flag(args: &[&str]) -> bool {
 /// internal diff unless `--ext-diff` is given (git's `cmd_log_init_defaults` never sets
 /// `allow_external`; `--ext-diff` is refused), so their patches need no flag. Environment
 /// variables cannot switch `diff.external` off for `git diff` (an empty `diff.external` makes
-/// git try to run an empty command and fail), so it still needs `--no-ext-diff`.
+/// git try to run an empty command and fail), so it still needs `--no-ext-diff`, which
+/// [`super::forced`] inserts before these rules run; the check stays for any command it could
+/// not rewrite.
 fn diff_prints_patch(args: &[&str]) -> bool {
     let no_patch = args.iter().any(|a| {
         matches!(

@@ -1322,6 +1322,69 @@ async fn read_only_bash_runs_with_the_read_only_git_environment() {
     );
 }
 
+/// Plain `git diff` in plan mode runs as `git diff --no-ext-diff`: the patch comes from git's
+/// own diff while the repository's `diff.external` program, which the same command runs
+/// outside the engine's decision, does not run.
+#[cfg(unix)]
+#[tokio::test]
+async fn read_only_git_diff_runs_with_no_ext_diff_forced() {
+    let diff = json!({"command": "git diff"});
+    let harness =
+        shipping_harness(vec![muster_fake_llm::Block::tool_use("Bash", diff.clone())]).await;
+    let root = harness.workspace();
+    let git = |args: &[&str]| {
+        let status = std::process::Command::new("git")
+            .args(["-c", "user.email=t@example.com", "-c", "user.name=t"])
+            .args(args)
+            .current_dir(&root)
+            .output()
+            .unwrap();
+        assert!(status.status.success(), "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["add", "src/a.rs"]);
+    git(&["commit", "-qm", "a"]);
+    std::fs::write(root.join("src/a.rs"), "changed by the test\n").unwrap();
+    let external = root.join("external.sh");
+    std::fs::write(&external, "#!/bin/sh\ntouch ran-external-diff\n").unwrap();
+    std::fs::set_permissions(
+        &external,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    git(&["config", "diff.external", external.to_str().unwrap()]);
+    let environment: Vec<(std::ffi::OsString, std::ffi::OsString)> = ["PATH", "HOME"]
+        .iter()
+        .filter_map(|name| Some(((*name).into(), std::env::var_os(name)?)))
+        .collect();
+    let calls = ship(
+        &harness,
+        PermissionMode::Plan,
+        PermissionRules::default(),
+        environment.clone(),
+    )
+    .await;
+    let (_, decision, reason, content) = &calls[0];
+    assert_eq!(decision, "allow", "{reason}");
+    assert!(reason.contains("git diff --no-ext-diff"), "{reason}");
+    assert!(content.contains("+changed by the test"), "{content}");
+    assert!(
+        !root.join("ran-external-diff").exists(),
+        "the external diff program ran"
+    );
+    // The control: the model's text run as is starts the configured program.
+    let workspace = Workspace::new(&root).unwrap();
+    let tool_context = ToolContext::new(workspace, environment);
+    let output = ToolRegistry::standard()
+        .call("Bash", &tool_context, diff)
+        .await;
+    assert!(!output.is_error, "{}", output.content);
+    assert!(
+        root.join("ran-external-diff").exists(),
+        "the control did not run the external diff"
+    );
+}
+
 #[test]
 fn decisions_never_panic_on_odd_input() {
     let fixture = Fixture::new();

@@ -181,6 +181,7 @@ fn render(tool: &str, decision: &Decision, as_json: bool) -> String {
             "reason": decision.reason,
             "effective_mode": decision.effective_mode.as_str(),
             "read_only_shell": decision.read_only_shell,
+            "runs_as": decision.shell_run_as,
         })
         .to_string()
     } else {
