@@ -2,10 +2,10 @@
 
 mod fork;
 mod open;
-mod ops;
+pub(crate) mod ops;
 mod schema;
 mod tasks;
-mod wake;
+pub(crate) mod wake;
 mod writer;
 
 use std::path::{Path, PathBuf};

@@ -5,5 +5,7 @@ mod crash;
 mod faults;
 mod group_commit;
 mod live;
+mod pg;
+mod pg_faults;
 mod races;
 mod transitions;
