@@ -24,6 +24,13 @@ impl StoreLocation {
     }
 }
 
+/// Serialised as it is displayed: a URL's password never reaches JSON output.
+impl serde::Serialize for StoreLocation {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.display())
+    }
+}
+
 impl fmt::Display for StoreLocation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.display())

@@ -100,9 +100,11 @@ pub(crate) fn resume(
 ) -> anyhow::Result<Exit> {
     let project = Project::locate(global)?;
     let record = {
-        let store = project.open_store()?;
         let runtime = crate::lifecycle::tokio_runtime()?;
-        runtime.block_on(pick_run(store.as_ref(), &project, flags.run.as_deref()))?
+        runtime.block_on(async {
+            let store = project.open_store().await?;
+            pick_run(store.as_ref(), &project, flags.run.as_deref()).await
+        })?
     };
     if record.team.is_some() {
         crate::team::resume(global, &flags, record)

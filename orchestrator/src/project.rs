@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use muster_config::project::ProjectRoot;
 use muster_config::settings::{CliOverrides, MailboxSync, Settings};
-use muster_mailbox::{SqliteStore, StoreOptions, SyncMode};
+use muster_config::store_url::StoreLocation;
+use muster_mailbox::{
+    MailboxStore, PostgresStore, SqliteStore, StoreError, StoreOptions, SyncMode,
+};
 
 use crate::cli::config::{load_settings, print_warnings, project_root};
 
@@ -40,9 +43,9 @@ impl Project {
         })
     }
 
-    /// The store file (`store_path`; `--store` overrides it).
-    pub fn store_path(&self) -> &PathBuf {
-        &self.settings.store_path.value
+    /// The store (`store`, alias `store_path`; `--store` overrides it): a file or a URL.
+    pub fn store_location(&self) -> &StoreLocation {
+        &self.settings.store.value
     }
 
     /// Where plan files live (`plans_directory`, inside the project root).
@@ -68,20 +71,26 @@ impl Project {
         }
     }
 
-    /// Opens the store, creating it (and `.muster/.gitignore`) when absent.
-    pub fn open_store(&self) -> Result<Arc<SqliteStore>, muster_mailbox::StoreError> {
+    /// Opens the store, creating it (and `.muster/.gitignore`) when absent. Every command
+    /// holds it as `Arc<dyn MailboxStore>`: the backend is chosen here, at run time.
+    pub async fn open_store(&self) -> Result<Arc<dyn MailboxStore>, StoreError> {
         self.ensure_muster_gitignore();
-        SqliteStore::open(self.store_path(), self.store_options()).map(Arc::new)
+        match self.store_location() {
+            StoreLocation::File(path) => {
+                Ok(Arc::new(SqliteStore::open(path, self.store_options())?))
+            }
+            StoreLocation::Postgres(url) => Ok(Arc::new(
+                PostgresStore::open(url, self.store_options()).await?,
+            )),
+        }
     }
 
-    /// Opens the store if it exists; reading commands never create one.
-    pub fn open_existing_store(
-        &self,
-    ) -> Result<Option<Arc<SqliteStore>>, muster_mailbox::StoreError> {
-        if self.store_path().exists() {
-            SqliteStore::open(self.store_path(), self.store_options()).map(|s| Some(Arc::new(s)))
-        } else {
-            Ok(None)
+    /// Opens the store if it exists; reading commands never create one (a server's store
+    /// always exists: opening it migrates an empty schema, which holds no runs).
+    pub async fn open_existing_store(&self) -> Result<Option<Arc<dyn MailboxStore>>, StoreError> {
+        match self.store_location() {
+            StoreLocation::File(path) if !path.exists() => Ok(None),
+            _ => self.open_store().await.map(Some),
         }
     }
 

@@ -181,7 +181,7 @@ impl Session {
         let mut interrupts = Interrupts::install();
         let env = process_env();
         let parts = self.parts(&env, existing.is_some())?;
-        let store: Arc<dyn MailboxStore> = self.project.open_store()?;
+        let store: Arc<dyn MailboxStore> = self.project.open_store().await?;
         let (run_id, plans, resumed) = match &existing {
             Some(record) => (
                 record.id.clone(),

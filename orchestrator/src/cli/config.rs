@@ -62,6 +62,10 @@ pub fn load_settings(
     let env = process_env();
     let home: Option<PathBuf> = std::env::home_dir();
     let cli = match &global.store {
+        // A server's URL is kept as it is.
+        Some(store) if muster_config::store_url::is_postgres_url(&store.to_string_lossy()) => {
+            cli.store(store.to_string_lossy().into_owned())
+        }
         // A path on the command line is relative to the current directory.
         Some(store) => cli.store(std::path::absolute(store)?.display().to_string()),
         None => cli,
@@ -113,7 +117,7 @@ fn show(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
             "settings": entries_json(settings.entries()),
             "resolved": {
                 "plans_directory": settings.plans_directory.value,
-                "store_path": settings.store_path.value,
+                "store": settings.store.value,
             },
             "warnings": loaded.warnings.iter().map(ToString::to_string).collect::<Vec<_>>(),
         });
@@ -134,11 +138,7 @@ fn show(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
             "# plans_directory resolves to {}",
             settings.plans_directory.value.display()
         )?;
-        writeln!(
-            output,
-            "# store_path resolves to {}",
-            settings.store_path.value.display()
-        )?;
+        writeln!(output, "# store resolves to {}", settings.store.value)?;
     }
     print_output(&output)?;
     Ok(Exit::Success)

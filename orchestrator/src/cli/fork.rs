@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use muster_agents::runtime::PlanFiles;
-use muster_mailbox::{MailboxStore, live};
+use muster_mailbox::live;
 
 use crate::cli::inspect::{open, runtime};
 use crate::exit::{Exit, ExitError};

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use muster_mailbox::{MailboxStore, Message, MessageBody, RequestRecord};
+use muster_mailbox::{Message, MessageBody, RequestRecord};
 use serde_json::{Value, json};
 
 use crate::cli::inspect::{cut, in_words, open, print_json, runtime, select_run, table, time};

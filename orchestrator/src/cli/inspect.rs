@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
-use muster_mailbox::{MailboxStore, RunRecord, RunStatus, SqliteStore, live};
+use muster_mailbox::{MailboxStore, RunRecord, RunStatus, live};
 
 use crate::exit::{Exit, ExitError};
 use crate::project::Globals;
@@ -11,14 +11,20 @@ use crate::project::Project;
 
 /// The store of the project the command runs in. Reading commands never create a store: with
 /// none yet, they say so (exit 2).
-pub fn open(global: &Globals) -> anyhow::Result<(Project, Arc<SqliteStore>)> {
+pub fn open(global: &Globals) -> anyhow::Result<(Project, Arc<dyn MailboxStore>)> {
     let project = Project::locate(global)?;
-    let store = project.open_existing_store()?.ok_or_else(|| {
+    // A server store's pool connects on the runtime that asks; this one ends here, and the
+    // pool replaces its closed connections on the command's own runtime.
+    let opened = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(project.open_existing_store())?;
+    let store = opened.ok_or_else(|| {
         ExitError::new(
             Exit::Usage,
             format!(
                 "no store at {} yet: start a run with `muster run -p …` (or point --store at one)",
-                project.store_path().display()
+                project.store_location()
             ),
         )
     })?;

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use muster_mailbox::{MailboxStore, RequestRecord};
+use muster_mailbox::RequestRecord;
 use serde::Serialize;
 use serde_json::Value;
 

@@ -5,7 +5,6 @@ use serde_json::json;
 use crate::cli::inspect::{effective_status, open, print_json, runtime, table, time};
 use crate::exit::Exit;
 use crate::project::Globals;
-use muster_mailbox::MailboxStore;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -31,7 +30,7 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         return Ok(Exit::Success);
     }
     if runs.is_empty() {
-        println!("No runs in {} yet.", project.store_path().display());
+        println!("No runs in {} yet.", project.store_location());
         return Ok(Exit::Success);
     }
     let rows: Vec<Vec<String>> = runs

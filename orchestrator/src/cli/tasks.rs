@@ -3,7 +3,6 @@
 use crate::cli::inspect::{cut, open, print_json, runtime, select_run, table};
 use crate::exit::Exit;
 use crate::project::Globals;
-use muster_mailbox::MailboxStore;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

@@ -262,7 +262,7 @@ async fn execute(
     existing: Result<Resumed, NewTeamRun>,
 ) -> anyhow::Result<Exit> {
     let mut interrupts = Interrupts::install();
-    let store: Arc<dyn MailboxStore> = project.open_store()?;
+    let store: Arc<dyn MailboxStore> = project.open_store().await?;
     let resumed = existing.is_ok();
     let (run_id, plans) = match &existing {
         Ok(Resumed { record }) => {
