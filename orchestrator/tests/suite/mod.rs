@@ -9,6 +9,7 @@ mod resume_cli;
 mod run_cli;
 mod signal_cli;
 mod store_cli;
+mod store_pg;
 mod team_cli;
 #[cfg(all(unix, feature = "failpoints"))]
 mod team_crash;

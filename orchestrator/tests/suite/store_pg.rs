@@ -1,0 +1,212 @@
+//! The binary on a PostgreSQL store (`--store postgres://…` or `store = "postgres://…"`):
+//! the same commands, the same crash-exact resume after SIGKILL, and errors a person can act
+//! on. Each test gets a fresh schema on the test server (`MUSTER_TEST_DATABASE_URL`, else the
+//! local server on 127.0.0.1:5432; scripts/test prepares one), dropped at its end.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use muster_fake_llm::FakeLlm;
+use muster_mailbox::{MailboxStore, PostgresStore, StoreOptions};
+
+use super::common::{lines, stderr};
+use super::resume_cli::{
+    MARKER_LINES, crash_script, marker, muster, project, run_args, run_killed_at,
+};
+
+/// The test server's base URL.
+fn server_url() -> String {
+    std::env::var("MUSTER_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+async fn admin(sql: &str) {
+    let (client, connection) = tokio_postgres::connect(&server_url(), tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "no PostgreSQL server at {} for the store tests ({e}); run scripts/test, or set \
+                 MUSTER_TEST_DATABASE_URL",
+                server_url()
+            )
+        });
+    let driver = tokio::spawn(connection);
+    client.batch_execute(sql).await.unwrap();
+    drop(client);
+    let _ = driver.await;
+}
+
+/// A fresh schema; [`Schema::drop_now`] removes it.
+struct Schema {
+    name: String,
+}
+
+impl Schema {
+    async fn new() -> Schema {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let name = format!(
+            "muster_cli_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        admin(&format!(
+            "DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}"
+        ))
+        .await;
+        Schema { name }
+    }
+
+    fn url(&self) -> String {
+        let base = server_url();
+        let separator = if base.contains('?') { '&' } else { '?' };
+        format!("{base}{separator}options=-csearch_path%3D{}", self.name)
+    }
+
+    async fn drop_now(self) {
+        admin(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name)).await;
+    }
+}
+
+/// Points the project at `url` through its local settings, so every command there uses it.
+fn use_store(dir: &Path, url: &str) {
+    std::fs::write(
+        dir.join(".muster/settings.local.toml"),
+        format!("store = \"{url}\"\n"),
+    )
+    .unwrap();
+}
+
+async fn open(url: &str) -> Arc<dyn MailboxStore> {
+    Arc::new(
+        PostgresStore::open(url, StoreOptions::default())
+            .await
+            .unwrap(),
+    )
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_on_postgres_killed_at_each_durable_event_is_finished_by_resume() {
+    let fake = FakeLlm::start(crash_script()).await.unwrap();
+    let reference = project();
+    let reference_schema = Schema::new().await;
+    use_store(reference.path(), &reference_schema.url());
+    let (reference_lines, code) =
+        run_killed_at(reference.path(), &run_args(&fake.base_url()), None).await;
+    assert_eq!(code, 0, "{reference_lines:?}");
+    assert_eq!(marker(reference.path()), MARKER_LINES);
+    assert!(
+        !reference.path().join(".muster/muster.db").exists(),
+        "the run used the server, not a file"
+    );
+    let events = reference_lines.len();
+    reference_schema.drop_now().await;
+
+    for kill_at in 1..events {
+        let dir = project();
+        let schema = Schema::new().await;
+        use_store(dir.path(), &schema.url());
+        let fake = FakeLlm::start(crash_script()).await.unwrap();
+        let (before, code) =
+            run_killed_at(dir.path(), &run_args(&fake.base_url()), Some(kill_at)).await;
+        assert_eq!(before.len(), kill_at);
+        assert_eq!(code, -9, "K={kill_at}: killed with SIGKILL");
+        let run_id = before[0]["run_id"].as_str().unwrap().to_owned();
+        let store = open(&schema.url()).await;
+        let status = store.run(&run_id).await.unwrap().unwrap().status;
+        if !status.is_finished() {
+            let resumed = muster(dir.path(), &["resume", "--output", "stream-json"]).await;
+            assert_eq!(
+                resumed.status.code(),
+                Some(0),
+                "K={kill_at}: {}{}",
+                stderr(&resumed),
+                String::from_utf8_lossy(&resumed.stdout)
+            );
+            let finished = lines(&resumed).last().cloned().unwrap();
+            assert_eq!(finished["type"], "run_finished", "K={kill_at}");
+            assert_eq!(finished["run_id"], run_id.as_str(), "K={kill_at}");
+            assert_eq!(finished["result"], "All marked.", "K={kill_at}");
+            assert!(
+                fake.failures().is_empty(),
+                "K={kill_at}: {:?}",
+                fake.failures()
+            );
+        }
+        let run = store.run(&run_id).await.unwrap().unwrap();
+        assert_eq!(run.status.as_str(), "completed", "K={kill_at}");
+        // The same end as the uninterrupted run: every marker line once.
+        assert_eq!(marker(dir.path()), MARKER_LINES, "K={kill_at}");
+        let requests = store.requests(&run_id).await.unwrap();
+        assert_eq!(
+            requests.len(),
+            1,
+            "K={kill_at}: one plan request: {requests:?}"
+        );
+        assert!(requests[0].response.is_some(), "K={kill_at}: decided once");
+        let mail = store.messages(&run_id, Some("main")).await.unwrap();
+        assert_eq!(
+            mail.len(),
+            1,
+            "K={kill_at}: one decision for main: {mail:?}"
+        );
+        assert!(mail.iter().all(|m| m.acked_at.is_some()), "K={kill_at}");
+        drop(store);
+        schema.drop_now().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn config_show_masks_the_password_of_a_store_url() {
+    let dir = project();
+    let output = muster(
+        dir.path(),
+        &[
+            "--store",
+            "postgres://muster:hunter2@db.example:5432/m",
+            "config",
+            "show",
+        ],
+    )
+    .await;
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("store = \"postgres://muster:***@db.example:5432/m\"  # cli (--store)"),
+        "{text}"
+    );
+    assert!(!text.contains("hunter2"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_is_not_running_exits_4_saying_what_to_check() {
+    let dir = project();
+    let output = muster(
+        dir.path(),
+        &["--store", "postgres://muster:hunter2@127.0.0.1:1/m", "runs"],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
+    let text = stderr(&output);
+    assert!(
+        text.contains("connection refused") && text.contains("is the PostgreSQL server running"),
+        "{text}"
+    );
+    assert!(!text.contains("hunter2"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_schema_that_is_not_musters_exits_4_and_is_left_unchanged() {
+    let schema = Schema::new().await;
+    admin(&format!("CREATE TABLE {}.orders (id INT)", schema.name)).await;
+    let dir = project();
+    let output = muster(dir.path(), &["--store", &schema.url(), "runs"]).await;
+    assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("is not a muster store"),
+        "{}",
+        stderr(&output)
+    );
+    schema.drop_now().await;
+}
