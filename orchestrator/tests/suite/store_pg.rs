@@ -210,3 +210,38 @@ async fn a_schema_that_is_not_musters_exits_4_and_is_left_unchanged() {
     );
     schema.drop_now().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_demo_on_postgres_ends_as_on_sqlite() {
+    let schema = Schema::new().await;
+    let parent = tempfile::tempdir().unwrap();
+    let mut endings = Vec::new();
+    for (name, store) in [("on-sqlite", None), ("on-postgres", Some(schema.url()))] {
+        let dir = parent.path().join(name);
+        let dir_text = dir.display().to_string();
+        let mut args = vec!["demo", "--dir", dir_text.as_str()];
+        if let Some(url) = &store {
+            args.splice(0..0, ["--store", url.as_str()]);
+        }
+        let output = muster(parent.path(), &args).await;
+        assert_eq!(output.status.code(), Some(0), "{name}: {}", stderr(&output));
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            text.contains("The run ended: completed, exit code 0."),
+            "{name}: {text}"
+        );
+        assert!(text.contains("7 passed, 0 failed"), "{name}: {text}");
+        let mail = text
+            .lines()
+            .find(|line| line.starts_with("Mail ("))
+            .map(|line| line.split(';').next().unwrap_or_default().to_owned());
+        endings.push(mail);
+    }
+    assert_eq!(endings[0], endings[1], "the same mail on both stores");
+    let store = open(&schema.url()).await;
+    let runs = store.runs().await.unwrap();
+    assert_eq!(runs.len(), 1, "the Postgres demo's run is in the server");
+    assert_eq!(runs[0].status.as_str(), "completed");
+    drop(store);
+    schema.drop_now().await;
+}
