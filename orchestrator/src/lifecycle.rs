@@ -140,7 +140,7 @@ pub(crate) async fn pick_run(
             record.status.as_str()
         )));
     }
-    if muster_mailbox::live::is_live(&project.runs_dir(), &record.id)? {
+    if muster_mailbox::live::is_live_anywhere(store, &project.runs_dir(), &record.id).await? {
         return Err(ExitError::new(
             Exit::Failed,
             format!(
@@ -172,12 +172,13 @@ pub(crate) async fn take_over(
     resumed: Option<(&RunRecord, &impl Serialize)>,
     runtime_dir: Option<PathBuf>,
 ) -> anyhow::Result<Owned> {
-    let live = LiveRun::start(
+    let live = LiveRun::start_shared(
         &project.runs_dir(),
         run_id,
         store.clone(),
         runtime_dir.as_deref(),
-    )?;
+    )
+    .await?;
     crate::run_log::start(&project.root.logs_dir(), run_id, kind, resumed.is_some());
     let epoch = store.open_epoch(run_id).await?;
     if let Some((record, launch)) = resumed {

@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use crate::error::{StoreError, StoreResult};
 use crate::postgres::ops::{
-    Ctx, Tx, execute, get_run, now_millis, pg_error, require_free_slug, require_run,
+    Ctx, Tx, col, execute, get_run, now_millis, pg_error, require_free_slug, require_run,
 };
 use crate::types::*;
 
@@ -106,8 +106,8 @@ async fn copy_messages(
         .await
         .map_err(|e| pg_error(ctx, e))?
         .iter()
-        .map(|row| row.get(0))
-        .collect();
+        .map(|row| col(row, "messages", 0))
+        .collect::<StoreResult<_>>()?;
     let copy = "INSERT INTO messages (key, run_id, sender, recipient, kind, priority, request_id, idempotency_key, \
          body, state, lease_epoch, created_at, leased_at, acked_at) \
          SELECT $2, $3, sender, recipient, kind, priority, request_id, idempotency_key, body, \
@@ -136,8 +136,9 @@ async fn copy_decisions(
         .await
         .map_err(|e| pg_error(ctx, e))?;
     for row in &requests {
-        let key = mapped(keys, row.get(5))?;
-        let created_at: i64 = row.get(6);
+        const T: &str = "requests";
+        let key = mapped(keys, col(row, T, 5)?)?;
+        let created_at: i64 = col(row, T, 6)?;
         execute(
             tx,
             ctx,
@@ -145,11 +146,11 @@ async fn copy_decisions(
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
             &[
                 &new_id,
-                &row.get::<_, String>(0),
-                &row.get::<_, String>(1),
-                &row.get::<_, String>(2),
-                &row.get::<_, String>(3),
-                &row.get::<_, String>(4),
+                &col::<String>(row, T, 0)?,
+                &col::<String>(row, T, 1)?,
+                &col::<String>(row, T, 2)?,
+                &col::<String>(row, T, 3)?,
+                &col::<String>(row, T, 4)?,
                 &key,
                 &created_at,
             ],
@@ -164,17 +165,18 @@ async fn copy_decisions(
         .await
         .map_err(|e| pg_error(ctx, e))?;
     for row in &responses {
-        let key = mapped(keys, row.get(3))?;
-        let decided_at: i64 = row.get(4);
+        const T: &str = "responses";
+        let key = mapped(keys, col(row, T, 3)?)?;
+        let decided_at: i64 = col(row, T, 4)?;
         execute(
             tx,
             ctx,
             "INSERT INTO responses (run_id, request_id, responder, kind, message_key, decided_at) VALUES ($1, $2, $3, $4, $5, $6)",
             &[
                 &new_id,
-                &row.get::<_, String>(0),
-                &row.get::<_, String>(1),
-                &row.get::<_, String>(2),
+                &col::<String>(row, T, 0)?,
+                &col::<String>(row, T, 1)?,
+                &col::<String>(row, T, 2)?,
                 &key,
                 &decided_at,
             ],

@@ -40,6 +40,8 @@ const POOL_SIZE: usize = 8;
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: Pool,
+    /// For the dedicated connection a live run holds (its lock and its LISTEN).
+    config: Arc<tokio_postgres::Config>,
     waiters: Arc<Waiters>,
     ctx: Ctx,
 }
@@ -56,7 +58,7 @@ impl PostgresStore {
                 detail: e.to_string(),
             })?;
         let manager = Manager::from_config(
-            config,
+            config.clone(),
             tokio_postgres::NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
@@ -91,6 +93,7 @@ impl PostgresStore {
         schema::migrate(&mut conn, &ctx).await?;
         Ok(PostgresStore {
             pool,
+            config: Arc::new(config),
             waiters: Arc::new(Waiters::default()),
             ctx,
         })
@@ -162,6 +165,60 @@ impl PostgresStore {
 
     async fn connection(&self) -> StoreResult<deadpool_postgres::Object> {
         connection(&self.pool, &self.ctx).await
+    }
+
+    /// A connection outside the pool, for as long as the caller keeps it: its notifications
+    /// wake this store's receivers of `run_id` (the payload names the recipient).
+    async fn dedicated(
+        &self,
+        run_id: &str,
+    ) -> StoreResult<(tokio_postgres::Client, tokio::task::JoinHandle<()>)> {
+        let (client, mut connection) =
+            self.config
+                .connect(tokio_postgres::NoTls)
+                .await
+                .map_err(|e| StoreError::PostgresConnect {
+                    target: self.ctx.target.to_string(),
+                    reason: connect_reason(&e),
+                })?;
+        let (waiters, run) = (self.waiters.clone(), run_id.to_owned());
+        let target = self.ctx.target.clone();
+        let driver = tokio::spawn(async move {
+            loop {
+                match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                    Some(Ok(tokio_postgres::AsyncMessage::Notification(note))) => {
+                        if validate_agent_id(note.payload()).is_ok() {
+                            waiters.wake(&run, note.payload());
+                        }
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(error)) => {
+                        tracing::warn!(
+                            store = %target, run = %run, %error,
+                            "the live run's connection to the store ended; other processes \
+                             cannot wake it until it is resumed"
+                        );
+                        break;
+                    }
+                    None => break,
+                }
+            }
+        });
+        Ok((client, driver))
+    }
+}
+
+/// A live run's dedicated connection: while it is open, the server holds the run's session
+/// lock and delivers its channel's notifications; closing it (or the process dying) releases
+/// both.
+struct LiveConnection {
+    _client: tokio_postgres::Client,
+    driver: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for LiveConnection {
+    fn drop(&mut self) {
+        self.driver.abort();
     }
 }
 
@@ -422,6 +479,69 @@ impl MailboxStore for PostgresStore {
 
     fn wake(&self, run_id: &str, recipient: &str) {
         self.waiters.wake(run_id, recipient);
+    }
+
+    async fn hold_live(&self, run_id: &str) -> StoreResult<Option<crate::live::LiveHold>> {
+        let (client, driver) = self.dedicated(run_id).await?;
+        let held = LiveConnection {
+            _client: client,
+            driver,
+        };
+        let row = held
+            ._client
+            .query_one(
+                "SELECT pg_try_advisory_lock($1)",
+                &[&self.ctx.live_lock_key(run_id)],
+            )
+            .await
+            .map_err(|e| ops::pg_error(&self.ctx, e))?;
+        let locked: bool = ops::col(&row, "pg_locks", 0)?;
+        if !locked {
+            return Err(StoreError::RunLocked {
+                run: run_id.into(),
+                lock: format!(
+                    "advisory lock {} on {}",
+                    self.ctx.live_lock_key(run_id),
+                    self.ctx.target
+                )
+                .into(),
+            });
+        }
+        held._client
+            .batch_execute(&format!("LISTEN {}", self.ctx.wake_channel(run_id)))
+            .await
+            .map_err(|e| ops::pg_error(&self.ctx, e))?;
+        Ok(Some(crate::live::LiveHold::new(held)))
+    }
+
+    async fn is_held_live(&self, run_id: &str) -> StoreResult<Option<bool>> {
+        let conn = self.connection().await?;
+        // Taking the lock and giving it straight back tells whether another session holds it.
+        let row = conn
+            .query_one(
+                "SELECT CASE WHEN pg_try_advisory_lock($1) THEN NOT pg_advisory_unlock($1) \
+                 ELSE true END",
+                &[&self.ctx.live_lock_key(run_id)],
+            )
+            .await
+            .map_err(|e| ops::pg_error(&self.ctx, e))?;
+        Ok(Some(ops::col(&row, "pg_locks", 0)?))
+    }
+
+    async fn announce(&self, run_id: &str, recipient: &str) -> StoreResult<Option<bool>> {
+        if self.is_held_live(run_id).await? != Some(true) {
+            return Ok(Some(false));
+        }
+        // Its own statement, after the decision's COMMIT: NOTIFY takes a global lock at
+        // commit time, so it stays out of the hot transactions.
+        let conn = self.connection().await?;
+        conn.execute(
+            "SELECT pg_notify($1, $2)",
+            &[&self.ctx.wake_channel(run_id), &recipient],
+        )
+        .await
+        .map_err(|e| ops::pg_error(&self.ctx, e))?;
+        Ok(Some(true))
     }
 
     async fn append_records(

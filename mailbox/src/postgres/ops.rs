@@ -35,6 +35,21 @@ impl Ctx {
         fnv1a(&[self.schema.as_bytes(), b"\0run\0", run_id.as_bytes()]) as i64
     }
 
+    /// The session-level advisory lock key a live run holds (another namespace than the
+    /// write locks, which are transaction-level and short).
+    pub(crate) fn live_lock_key(&self, run_id: &str) -> i64 {
+        fnv1a(&[self.schema.as_bytes(), b"\0live\0", run_id.as_bytes()]) as i64
+    }
+
+    /// The channel a live run listens on: one per run and schema (an identifier of at most
+    /// 63 bytes, whatever the run id).
+    pub(crate) fn wake_channel(&self, run_id: &str) -> String {
+        format!(
+            "muster_wake_{:016x}",
+            fnv1a(&[self.schema.as_bytes(), b"\0wake\0", run_id.as_bytes()])
+        )
+    }
+
     /// The advisory lock key migrations take.
     pub(crate) fn schema_lock_key(&self) -> i64 {
         fnv1a(&[self.schema.as_bytes(), b"\0migrate"]) as i64
@@ -119,7 +134,7 @@ pub(crate) async fn execute(
 }
 
 /// Reads one column, naming the table when the stored value has an unexpected type.
-fn col<'a, T: tokio_postgres::types::FromSql<'a>>(
+pub(crate) fn col<'a, T: tokio_postgres::types::FromSql<'a>>(
     row: &'a Row,
     table: &'static str,
     index: usize,

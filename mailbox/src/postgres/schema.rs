@@ -211,8 +211,9 @@ async fn stored_version(tx: &tokio_postgres::Transaction<'_>, ctx: &Ctx) -> Stor
         .await
         .map_err(|e| pg_error(ctx, e))?
         .iter()
-        .map(|row| row.get(0))
-        .collect();
+        .map(|row| row.try_get(0))
+        .collect::<Result<_, _>>()
+        .map_err(|e| pg_error(ctx, e))?;
     if tables.is_empty() {
         return Ok(0);
     }

@@ -7,5 +7,6 @@ mod group_commit;
 mod live;
 mod pg;
 mod pg_faults;
+mod pg_live;
 mod races;
 mod transitions;

@@ -245,3 +245,101 @@ async fn the_demo_on_postgres_ends_as_on_sqlite() {
     drop(store);
     schema.drop_now().await;
 }
+
+/// Run `r1` with a lead and alice, and alice's plan request for a person.
+async fn seed_request(store: &dyn MailboxStore, workspace: &Path) {
+    use muster_mailbox::{AutoGate, MemberKind, MessageBody, NewMessage, NewRun, RosterEntry};
+    store
+        .create_run(NewRun {
+            id: "r1".into(),
+            slug: "brave-red-fox".into(),
+            team: Some("t".into()),
+            workspace: workspace.display().to_string(),
+            batch_line_id: None,
+            auto_gate: AutoGate::default(),
+            launch_options: serde_json::json!({}),
+        })
+        .await
+        .unwrap();
+    for (agent, kind) in [("lead", MemberKind::Lead), ("alice", MemberKind::Teammate)] {
+        store
+            .add_member(
+                "r1",
+                RosterEntry {
+                    agent: agent.into(),
+                    kind,
+                    definition: None,
+                    parent: None,
+                },
+            )
+            .await
+            .unwrap();
+    }
+    store
+        .send(NewMessage {
+            run_id: "r1".into(),
+            sender: "alice".into(),
+            recipient: "lead".into(),
+            body: MessageBody::PlanApprovalRequest {
+                request_id: "plan-alice-1".into(),
+                plan_file: ".muster/plans/brave-red-fox-agent-alice.md".into(),
+                plan: "## Goal\nx\n## Steps\n1. edit\n## Files\nsrc/a.rs".into(),
+                responder: "human".into(),
+            },
+            idempotency_key: None,
+        })
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn approve_from_another_process_wakes_the_live_run_through_notify() {
+    let schema = Schema::new().await;
+    let dir = project();
+    use_store(dir.path(), &schema.url());
+    let store = open(&schema.url()).await;
+    seed_request(store.as_ref(), dir.path()).await;
+    let epoch = store.open_epoch("r1").await.unwrap();
+    // Only the server's hold: no lock file, no socket, so the wake can only come by NOTIFY.
+    let held = store.hold_live("r1").await.unwrap().unwrap();
+    assert!(!dir.path().join(".muster/runs/r1.sock").exists());
+    let waiting = tokio::spawn({
+        let store = store.clone();
+        async move {
+            store
+                .receive(
+                    "r1",
+                    "alice",
+                    epoch,
+                    muster_mailbox::MessageFilter::RequestId("plan-alice-1".into()),
+                )
+                .await
+        }
+    });
+    let output = muster(dir.path(), &["approve", "plan-alice-1", "--feedback", "go"]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("The run is live and alice was woken."),
+        "{text}"
+    );
+    let response = tokio::time::timeout(super::common::GUARD, waiting)
+        .await
+        .expect("woken")
+        .unwrap()
+        .unwrap();
+    assert_eq!(response.kind, "plan_approval_response");
+    assert_eq!(response.body["feedback"], "go");
+
+    // A second live process for the run is refused while this one holds it.
+    let resume = muster(dir.path(), &["resume", "r1"]).await;
+    assert_eq!(resume.status.code(), Some(1), "{}", stderr(&resume));
+    assert!(
+        stderr(&resume).contains("is live in another process"),
+        "{}",
+        stderr(&resume)
+    );
+    drop(held);
+    drop(store);
+    schema.drop_now().await;
+}
