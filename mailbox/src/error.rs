@@ -47,6 +47,13 @@ pub enum StoreError {
     #[error("store error on {target}: {detail}")]
     Postgres { target: String, detail: String },
 
+    #[error(
+        "the connection to the store {target} was lost ({detail}); the operation was retried \
+         and did not get through: check the server, then resume the run (nothing committed \
+         is lost)"
+    )]
+    ConnectionLost { target: String, detail: String },
+
     #[error("cannot connect to the store {target}: {reason}")]
     PostgresConnect { target: String, reason: String },
 

@@ -391,7 +391,7 @@ pub struct CommitTurn {
 }
 
 /// What a committed turn produced.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CommitTurnOutcome {
     pub records: Vec<AgentRecord>,
     pub sent: Vec<Message>,

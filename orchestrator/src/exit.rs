@@ -80,6 +80,7 @@ impl Exit {
             | StoreError::Wake { .. }
             | StoreError::Postgres { .. }
             | StoreError::PostgresConnect { .. }
+            | StoreError::ConnectionLost { .. }
             | StoreError::NotMusterDatabase { .. } => Exit::Store,
             StoreError::InvalidId { .. }
             | StoreError::UnknownRun(_)

@@ -44,7 +44,13 @@ pub struct PostgresStore {
     config: Arc<tokio_postgres::Config>,
     waiters: Arc<Waiters>,
     ctx: Ctx,
+    /// Operation ids of writes whose COMMIT was acknowledged: the next write deletes them.
+    confirmed: Arc<std::sync::Mutex<Vec<String>>>,
 }
+
+/// Attempts of one write when the connection is lost under it (the server restarted, a
+/// network cut): each on a fresh connection, under the same operation id.
+const WRITE_ATTEMPTS: u32 = 3;
 
 impl PostgresStore {
     /// Connects to the server `url` names, refuses a schema that is not muster's or is newer,
@@ -96,6 +102,7 @@ impl PostgresStore {
             config: Arc::new(config),
             waiters: Arc::new(Waiters::default()),
             ctx,
+            confirmed: Arc::default(),
         })
     }
 
@@ -165,6 +172,22 @@ impl PostgresStore {
 
     async fn connection(&self) -> StoreResult<deadpool_postgres::Object> {
         connection(&self.pool, &self.ctx).await
+    }
+
+    /// Takes the acknowledged operation ids for the next write to delete.
+    fn take_confirmed(&self) -> Vec<String> {
+        match self.confirmed.lock() {
+            Ok(mut keys) => std::mem::take(&mut *keys),
+            Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
+        }
+    }
+
+    /// Gives back ids a write took but did not delete (it failed), or adds one acknowledged.
+    fn add_confirmed(&self, keys: impl IntoIterator<Item = String>) {
+        match self.confirmed.lock() {
+            Ok(mut list) => list.extend(keys),
+            Err(poisoned) => poisoned.into_inner().extend(keys),
+        }
     }
 
     /// A connection outside the pool, for as long as the caller keeps it: its notifications
@@ -283,19 +306,56 @@ fn connect_reason(source: &tokio_postgres::Error) -> String {
     text
 }
 
-/// One write: a connection, a transaction holding the runs' locks, the body, COMMIT.
+/// One write: a connection, a transaction holding the runs' locks, the body, its outcome
+/// stored under the write's operation id, COMMIT. When the connection is lost (the outcome
+/// of a COMMIT unknown), the write is tried again on a new connection under the same id: if
+/// the first attempt committed, its stored outcome is returned and nothing runs twice.
 macro_rules! write_op {
     ($store:expr, [$($run:expr),*], |$tx:ident, $ctx:ident, $wakes:ident| $body:expr) => {{
         let store = $store;
-        let mut conn = store.connection().await?;
-        let $tx = store.begin_write(&mut conn, &[$($run),*]).await?;
-        let $ctx = &store.ctx;
-        let mut wake_list = Vec::new();
-        let result = {
-            let $wakes = &mut wake_list;
-            $body
-        };
-        store.finish($tx, result, wake_list).await
+        let op_key = ops::new_operation_key();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let confirmed = store.take_confirmed();
+            let outcome = async {
+                let mut conn = store.connection().await?;
+                let $tx = store.begin_write(&mut conn, &[$($run),*]).await?;
+                let $ctx = &store.ctx;
+                if let Some((first, wakes)) = ops::stored_operation(&$tx, $ctx, &op_key).await? {
+                    return store.finish($tx, Ok(first), wakes).await;
+                }
+                let mut wake_list = Vec::new();
+                let result = {
+                    let $wakes = &mut wake_list;
+                    $body
+                };
+                let op_run: &str = [$($run),*][0];
+                let result = match result {
+                    Ok(value) => ops::store_operation(
+                        &$tx, $ctx, op_run, &op_key, &value, &wake_list, &confirmed,
+                    )
+                    .await
+                    .map(|()| value),
+                    Err(error) => Err(error),
+                };
+                store.finish($tx, result, wake_list).await
+            }
+            .await;
+            match outcome {
+                Ok(value) => {
+                    store.add_confirmed([op_key]);
+                    break Ok(value);
+                }
+                Err(StoreError::ConnectionLost { .. }) if attempt < WRITE_ATTEMPTS => {
+                    store.add_confirmed(confirmed);
+                }
+                Err(error) => {
+                    store.add_confirmed(confirmed);
+                    break Err(error);
+                }
+            }
+        }
     }};
 }
 

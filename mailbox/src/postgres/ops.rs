@@ -68,6 +68,7 @@ fn fnv1a(parts: &[&[u8]]) -> u64 {
 /// A server error as the store reports it: the server's message, detail and hint when it
 /// sent them, else the client's (a lost connection, a protocol error).
 pub(crate) fn pg_error(ctx: &Ctx, source: tokio_postgres::Error) -> StoreError {
+    let lost = is_connection_lost(&source);
     let detail = match source.as_db_error() {
         Some(db) => {
             let mut text = format!("{}: {}", db.code().code(), db.message());
@@ -89,10 +90,103 @@ pub(crate) fn pg_error(ctx: &Ctx, source: tokio_postgres::Error) -> StoreError {
             text
         }
     };
+    if lost {
+        return StoreError::ConnectionLost {
+            target: ctx.target.to_string(),
+            detail,
+        };
+    }
     StoreError::Postgres {
         target: ctx.target.to_string(),
         detail,
     }
+}
+
+/// Whether the connection broke (closed, reset, a server restart's 57P01 termination):
+/// the transaction did not commit, or its COMMIT's outcome is unknown.
+fn is_connection_lost(source: &tokio_postgres::Error) -> bool {
+    if source.is_closed() {
+        return true;
+    }
+    if let Some(db) = source.as_db_error() {
+        // admin_shutdown, crash_shutdown, cannot_connect_now
+        return matches!(db.code().code(), "57P01" | "57P02" | "57P03");
+    }
+    let mut cause = std::error::Error::source(source);
+    while let Some(inner) = cause {
+        if inner.downcast_ref::<std::io::Error>().is_some() {
+            return true;
+        }
+        cause = inner.source();
+    }
+    false
+}
+
+/// A fresh operation id for one write and its retries.
+pub(crate) fn new_operation_key() -> String {
+    Uuid::now_v7().to_string()
+}
+
+/// What a write stored under its operation id: its result and whom it woke.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoredOperation<T> {
+    value: T,
+    wakes: Vec<Wake>,
+}
+
+/// The first attempt's result, when a retried write's first attempt did commit.
+pub(crate) async fn stored_operation<T: serde::de::DeserializeOwned>(
+    tx: &Tx<'_>,
+    ctx: &Ctx,
+    op_key: &str,
+) -> StoreResult<Option<(T, Vec<Wake>)>> {
+    let Some(row) = query_opt(
+        tx,
+        ctx,
+        "SELECT outcome FROM operation_ids WHERE op_key = $1",
+        &[&op_key],
+    )
+    .await?
+    else {
+        return Ok(None);
+    };
+    let text: String = col(&row, "operation_ids", 0)?;
+    let stored: StoredOperation<T> =
+        serde_json::from_str(&text).map_err(|e| StoreError::CorruptRow {
+            table: "operation_ids",
+            detail: format!("the outcome of operation {op_key} does not read: {e}"),
+        })?;
+    Ok(Some((stored.value, stored.wakes)))
+}
+
+/// Stores a write's result under its operation id, in its transaction, and deletes the rows
+/// of writes whose COMMIT was acknowledged since (`confirmed`), in the same statement.
+pub(crate) async fn store_operation<T: serde::Serialize>(
+    tx: &Tx<'_>,
+    ctx: &Ctx,
+    run_id: &str,
+    op_key: &str,
+    value: &T,
+    wakes: &[Wake],
+    confirmed: &[String],
+) -> StoreResult<()> {
+    let text = serde_json::to_string(&StoredOperation {
+        value,
+        wakes: wakes.to_vec(),
+    })
+    .map_err(|e| StoreError::CorruptRow {
+        table: "operation_ids",
+        detail: format!("the outcome of operation {op_key} cannot be stored: {e}"),
+    })?;
+    execute(
+        tx,
+        ctx,
+        "WITH settled AS (DELETE FROM operation_ids WHERE op_key = ANY($5)) \
+         INSERT INTO operation_ids (op_key, run_id, outcome, created_at) VALUES ($1, $2, $3, $4)",
+        &[&op_key, &run_id, &text, &now_millis(), &confirmed],
+    )
+    .await?;
+    Ok(())
 }
 
 async fn query(tx: &Tx<'_>, ctx: &Ctx, sql: &str, params: Params<'_>) -> StoreResult<Vec<Row>> {

@@ -137,9 +137,22 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (run_id, op_key)
     );
     "#,
+    // 2 -> 3 (PostgreSQL only): every write stores its outcome under a fresh operation id in
+    // its own transaction, so a retry after a lost COMMIT acknowledgement returns the first
+    // result instead of writing twice. A row is deleted by the store's next write once its
+    // COMMIT was acknowledged.
+    r#"
+    CREATE TABLE operation_ids (
+        op_key     TEXT PRIMARY KEY,
+        run_id     TEXT NOT NULL,
+        outcome    TEXT NOT NULL,
+        created_at BIGINT NOT NULL
+    );
+    "#,
 ];
 
-/// The newest schema version this build knows (the same numbering as SQLite's).
+/// The newest schema version this build knows (versions 1 and 2 are SQLite's; 3 adds the
+/// operation ids only a server store needs).
 pub const PG_SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 /// What marks a schema as muster's: the version table with this application name in it.

@@ -8,5 +8,6 @@ mod live;
 mod pg;
 mod pg_faults;
 mod pg_live;
+mod pg_lost_ack;
 mod races;
 mod transitions;

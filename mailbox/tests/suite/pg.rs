@@ -127,3 +127,18 @@ pub fn tables_of(url: &str) -> Vec<String> {
         rows.iter().map(|row| row.get(0)).collect()
     })
 }
+
+/// The single number `sql` selects, run as the admin connection.
+pub fn count(sql: &str) -> i64 {
+    let sql = sql.to_owned();
+    block_on(async move {
+        let (client, connection) = tokio_postgres::connect(server_url(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        let driver = tokio::spawn(connection);
+        let value: i64 = client.query_one(&sql, &[]).await.unwrap().get(0);
+        drop(client);
+        let _ = driver.await;
+        value
+    })
+}
