@@ -141,8 +141,9 @@ pub trait MailboxStore: Send + Sync {
     // ---- retention
     /// Deletes settled history (acknowledged messages created before `cutoff`) of finished
     /// runs only. Requests and responses are never deleted, nor anything of a run that is
-    /// not finished; those runs are reported as skipped.
-    async fn prune(&self, cutoff: UnixMillis) -> StoreResult<PruneReport>;
+    /// not finished; those runs are reported as skipped. `project`: only that project's runs
+    /// (and runs from before runs carried one); `None`: every run.
+    async fn prune(&self, cutoff: UnixMillis, project: Option<&str>) -> StoreResult<PruneReport>;
 
     // ---- forks
     /// Copies run `source` whole under `new_id` and `new_slug`, in one transaction: roster,

@@ -53,6 +53,52 @@ impl Project {
         &self.settings.plans_directory.value
     }
 
+    /// The project's identity, `.muster/project-id` (a UUID made the first time a run asks):
+    /// what tells this project's runs from others' in a store several projects share. It stays
+    /// with the project when it moves or is cloned with its `.muster/`, not with a path.
+    pub fn project_id(&self) -> anyhow::Result<String> {
+        let path = self.root.muster_dir().join("project-id");
+        let read = |path: &std::path::Path| -> anyhow::Result<Option<String>> {
+            match std::fs::read_to_string(path) {
+                Ok(text) if !text.trim().is_empty() => Ok(Some(text.trim().to_owned())),
+                Ok(_) => Ok(None),
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(error) => Err(anyhow::anyhow!("cannot read {}: {error}", path.display())),
+            }
+        };
+        if let Some(id) = read(&path)? {
+            return Ok(id);
+        }
+        std::fs::create_dir_all(self.root.muster_dir()).map_err(|e| {
+            anyhow::anyhow!("cannot create {}: {e}", self.root.muster_dir().display())
+        })?;
+        let id = uuid::Uuid::now_v7().to_string();
+        // create_new: two first runs at once agree on whichever file was written first.
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(mut file) => {
+                std::io::Write::write_all(&mut file, format!("{id}\n").as_bytes())
+                    .and_then(|()| file.sync_all())
+                    .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+                Ok(id)
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => read(&path)?
+                .ok_or_else(|| anyhow::anyhow!("{} is empty; delete it", path.display())),
+            Err(error) => Err(anyhow::anyhow!("cannot write {}: {error}", path.display())),
+        }
+    }
+
+    /// This project's id if it has one already (reading commands never create it).
+    pub fn existing_project_id(&self) -> Option<String> {
+        std::fs::read_to_string(self.root.muster_dir().join("project-id"))
+            .ok()
+            .map(|text| text.trim().to_owned())
+            .filter(|id| !id.is_empty())
+    }
+
     /// `.muster/runs/`, where live runs keep their lock and socket.
     pub fn runs_dir(&self) -> PathBuf {
         self.root.runs_dir()

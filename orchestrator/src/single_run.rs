@@ -271,6 +271,7 @@ impl Session {
                 batch_line_id,
                 auto_gate,
                 launch_options: serde_json::to_value(&self.launch)?,
+                project_id: Some(self.project.project_id()?),
             })
             .await?;
         store

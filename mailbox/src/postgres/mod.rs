@@ -679,10 +679,15 @@ impl MailboxStore for PostgresStore {
         })
     }
 
-    async fn prune(&self, cutoff: UnixMillis) -> StoreResult<PruneReport> {
+    async fn prune(&self, cutoff: UnixMillis, project: Option<&str>) -> StoreResult<PruneReport> {
         // Lock every run the snapshot lists, then read them again under the locks: a run
         // that finished or started meanwhile is judged by its committed status.
-        let listed = self.runs().await?;
+        let listed: Vec<RunRecord> = self
+            .runs()
+            .await?
+            .into_iter()
+            .filter(|run| project.is_none_or(|p| run.in_project(p)))
+            .collect();
         let ids: Vec<&str> = listed.iter().map(|run| run.id.as_str()).collect();
         let mut conn = self.connection().await?;
         let tx = self.begin_write(&mut conn, &ids).await?;

@@ -255,7 +255,7 @@ fn to_json_text(value: &Value) -> String {
 // ---------------------------------------------------------------- runs
 
 const RUN_COLUMNS: &str = "id, slug, team, workspace, status, created_at, updated_at, \
-    batch_line_id, auto_gate_open, auto_denials, auto_gate_limit, launch_options, epoch, result";
+    batch_line_id, auto_gate_open, auto_denials, auto_gate_limit, launch_options, epoch, result, project_id";
 
 fn run_of(row: &Row) -> StoreResult<RunRecord> {
     const T: &str = "runs";
@@ -283,6 +283,7 @@ fn run_of(row: &Row) -> StoreResult<RunRecord> {
         launch_options: parse_json(T, &launch_options)?,
         epoch: col(row, T, 12)?,
         result: result.as_deref().map(|r| parse_json(T, r)).transpose()?,
+        project_id: col(row, T, 14)?,
     })
 }
 
@@ -299,8 +300,8 @@ pub(crate) async fn create_run(tx: &Tx<'_>, ctx: &Ctx, run: &NewRun) -> StoreRes
         tx,
         ctx,
         "INSERT INTO runs (id, slug, team, workspace, status, created_at, updated_at, \
-         batch_line_id, auto_gate_open, auto_denials, auto_gate_limit, launch_options, epoch) \
-         VALUES ($1, $2, $3, $4, 'running', $5, $5, $6, $7, $8, $9, $10, 0) ON CONFLICT DO NOTHING",
+         batch_line_id, auto_gate_open, auto_denials, auto_gate_limit, launch_options, epoch, project_id) \
+         VALUES ($1, $2, $3, $4, 'running', $5, $5, $6, $7, $8, $9, $10, 0, $11) ON CONFLICT DO NOTHING",
         &[
             &run.id,
             &run.slug,
@@ -312,6 +313,7 @@ pub(crate) async fn create_run(tx: &Tx<'_>, ctx: &Ctx, run: &NewRun) -> StoreRes
             &(run.auto_gate.consecutive_denials as i64),
             &(run.auto_gate.limit as i64),
             &to_json_text(&run.launch_options),
+            &run.project_id,
         ],
     )
     .await?;

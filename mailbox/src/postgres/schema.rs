@@ -149,6 +149,10 @@ const MIGRATIONS: &[&str] = &[
         created_at BIGINT NOT NULL
     );
     "#,
+    // 3 -> 4: runs carry the project they belong to (as SQLite's 2 -> 3).
+    r#"
+    ALTER TABLE runs ADD COLUMN project_id TEXT;
+    "#,
 ];
 
 /// The newest schema version this build knows (versions 1 and 2 are SQLite's; 3 adds the

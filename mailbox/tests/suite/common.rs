@@ -151,6 +151,7 @@ pub fn new_run(id: &str) -> NewRun {
             limit: 3,
         },
         launch_options: json!({"provider": "script"}),
+        project_id: None,
     }
 }
 

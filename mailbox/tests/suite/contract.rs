@@ -24,6 +24,7 @@ on_both_backends!(
     a_store_reopens_with_everything_in_it,
     prune_deletes_only_settled_chat_of_finished_runs,
     a_fork_copies_everything_and_then_goes_its_own_way,
+    runs_carry_their_project_through_a_fork_and_prune_keeps_to_it,
 );
 
 fn plan_request(run: &str, id: &str, responder: &str) -> NewMessage {
@@ -720,7 +721,7 @@ async fn prune_deletes_only_settled_chat_of_finished_runs(backend: Backend) {
         .await
         .unwrap();
 
-    let refused = store.prune(i64::MAX).await.unwrap();
+    let refused = store.prune(i64::MAX, None).await.unwrap();
     assert_eq!(refused.runs_pruned.len(), 0, "nothing is finished yet");
     assert_eq!(refused.runs_skipped.len(), 2);
 
@@ -728,12 +729,12 @@ async fn prune_deletes_only_settled_chat_of_finished_runs(backend: Backend) {
         .set_run_status(RUN, RunStatus::Completed, None)
         .await
         .unwrap();
-    let too_recent = store.prune(0).await.unwrap();
+    let too_recent = store.prune(0, None).await.unwrap();
     assert_eq!(
         too_recent.messages_deleted, 0,
         "nothing is older than the cutoff"
     );
-    let report = store.prune(i64::MAX).await.unwrap();
+    let report = store.prune(i64::MAX, None).await.unwrap();
     assert_eq!(report.runs_pruned, [RUN]);
     assert_eq!(
         report.runs_skipped,
@@ -877,4 +878,51 @@ async fn a_fork_copies_everything_and_then_goes_its_own_way(backend: Backend) {
             .contains("slug \"other-slug-here\" is already used"),
         "{slug_taken}"
     );
+}
+
+async fn runs_carry_their_project_through_a_fork_and_prune_keeps_to_it(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
+    for (id, project) in [
+        ("a1", Some("proj-a")),
+        ("b1", Some("proj-b")),
+        ("old", None),
+    ] {
+        store
+            .create_run(NewRun {
+                project_id: project.map(str::to_owned),
+                ..new_run(id)
+            })
+            .await
+            .unwrap();
+        store
+            .set_run_status(id, RunStatus::Completed, None)
+            .await
+            .unwrap();
+    }
+    let a1 = store.run("a1").await.unwrap().unwrap();
+    assert_eq!(a1.project_id.as_deref(), Some("proj-a"));
+    assert!(a1.in_project("proj-a") && !a1.in_project("proj-b"));
+    let old = store.run("old").await.unwrap().unwrap();
+    assert!(
+        old.in_project("proj-a"),
+        "a run from before project ids is everyone's"
+    );
+    let fork = store.fork_run("a1", "a2", "slug-of-a2").await.unwrap();
+    assert_eq!(
+        fork.project_id.as_deref(),
+        Some("proj-a"),
+        "a fork stays in its project"
+    );
+
+    let report = store.prune(i64::MAX, Some("proj-b")).await.unwrap();
+    let mut pruned = report.runs_pruned.clone();
+    pruned.sort();
+    assert_eq!(
+        pruned,
+        ["b1", "old"],
+        "only project b's runs and the project-less one"
+    );
+    let everything = store.prune(i64::MAX, None).await.unwrap();
+    assert_eq!(everything.runs_pruned.len(), 4);
 }

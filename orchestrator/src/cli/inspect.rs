@@ -31,8 +31,23 @@ pub fn open(global: &Globals) -> anyhow::Result<(Project, Arc<dyn MailboxStore>)
     Ok((project, store))
 }
 
-/// The run named by `--run`, else the newest run.
-pub async fn select_run(store: &dyn MailboxStore, run: Option<&str>) -> anyhow::Result<RunRecord> {
+/// Which project's runs a command looks at: this one's (its id, or `""` when it has none yet,
+/// which matches only runs from before runs carried a project), or every project's with
+/// `--all-projects` (`None`).
+pub fn project_scope(project: &Project, all_projects: bool) -> Option<String> {
+    if all_projects {
+        None
+    } else {
+        Some(project.existing_project_id().unwrap_or_default())
+    }
+}
+
+/// The run named by `--run`, else the newest run (of `scope`'s project when given).
+pub async fn select_run(
+    store: &dyn MailboxStore,
+    run: Option<&str>,
+    scope: Option<&str>,
+) -> anyhow::Result<RunRecord> {
     match run {
         Some(id) => store.run(id).await?.ok_or_else(|| {
             ExitError::new(
@@ -44,6 +59,7 @@ pub async fn select_run(store: &dyn MailboxStore, run: Option<&str>) -> anyhow::
         None => {
             let runs = store.runs().await?;
             runs.into_iter()
+                .filter(|r| scope.is_none_or(|p| r.in_project(p)))
                 .max_by_key(|r| (r.created_at, r.id.clone()))
                 .ok_or_else(|| {
                     ExitError::new(

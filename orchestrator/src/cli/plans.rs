@@ -34,7 +34,7 @@ pub struct PlanEntry {
 pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     let (project, store) = open(global)?;
     let (run, requests) = runtime()?.block_on(async {
-        let run = select_run(store.as_ref(), args.run.as_deref()).await?;
+        let run = select_run(store.as_ref(), args.run.as_deref(), None).await?;
         let requests = store.requests(&run.id).await?;
         anyhow::Ok((run, requests))
     })?;

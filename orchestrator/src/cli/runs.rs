@@ -11,6 +11,9 @@ pub struct Args {
     /// Only this run.
     #[arg(long)]
     pub run: Option<String>,
+    /// Every project's runs in the store, not only this one's.
+    #[arg(long = "all-projects")]
+    pub all_projects: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -18,6 +21,9 @@ pub struct Args {
 pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     let (project, store) = open(global)?;
     let mut runs = runtime()?.block_on(store.runs())?;
+    if let Some(scope) = crate::cli::inspect::project_scope(&project, args.all_projects) {
+        runs.retain(|run| run.in_project(&scope));
+    }
     if let Some(only) = &args.run {
         runs.retain(|run| &run.id == only);
     }

@@ -453,6 +453,7 @@ async fn create_run(
                 limit: u32::try_from(settings.auto_gate_denial_limit.value).unwrap_or(u32::MAX),
             },
             launch_options: serde_json::to_value(launch)?,
+            project_id: Some(project.project_id()?),
         })
         .await?;
     store

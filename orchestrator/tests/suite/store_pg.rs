@@ -258,6 +258,7 @@ async fn seed_request(store: &dyn MailboxStore, workspace: &Path) {
             batch_line_id: None,
             auto_gate: AutoGate::default(),
             launch_options: serde_json::json!({}),
+            project_id: None,
         })
         .await
         .unwrap();
@@ -340,6 +341,71 @@ async fn approve_from_another_process_wakes_the_live_run_through_notify() {
         stderr(&resume)
     );
     drop(held);
+    drop(store);
+    schema.drop_now().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_projects_share_one_server_store_and_each_sees_its_own_runs() {
+    use muster_mailbox::{AutoGate, NewRun, RunStatus};
+    let schema = Schema::new().await;
+    let (alpha, beta) = (project(), project());
+    for (dir, id) in [(&alpha, "proj-alpha"), (&beta, "proj-beta")] {
+        use_store(dir.path(), &schema.url());
+        std::fs::write(dir.path().join(".muster/project-id"), format!("{id}\n")).unwrap();
+    }
+    let store = open(&schema.url()).await;
+    let runs = [
+        ("ra", "proj-alpha", alpha.path().display().to_string()),
+        ("rb", "proj-beta", beta.path().display().to_string()),
+        (
+            "rgone",
+            "proj-beta",
+            "/nonexistent/muster-workspace".to_string(),
+        ),
+    ];
+    for (id, project_id, workspace) in &runs {
+        store
+            .create_run(NewRun {
+                id: (*id).into(),
+                slug: format!("slug-{id}"),
+                team: None,
+                workspace: workspace.clone(),
+                batch_line_id: None,
+                auto_gate: AutoGate::default(),
+                launch_options: serde_json::json!({}),
+                project_id: Some((*project_id).into()),
+            })
+            .await
+            .unwrap();
+        store
+            .set_run_status(id, RunStatus::Interrupted, None)
+            .await
+            .unwrap();
+    }
+    let listed = |output: &std::process::Output| -> Vec<String> {
+        let rows: Vec<serde_json::Value> = serde_json::from_slice(&output.stdout).unwrap();
+        let mut ids: Vec<String> = rows
+            .iter()
+            .map(|row| row["run"]["id"].as_str().unwrap().to_owned())
+            .collect();
+        ids.sort();
+        ids
+    };
+    let mine = muster(alpha.path(), &["runs", "--json"]).await;
+    assert_eq!(listed(&mine), ["ra"], "{}", stderr(&mine));
+    let all = muster(alpha.path(), &["runs", "--json", "--all-projects"]).await;
+    assert_eq!(listed(&all), ["ra", "rb", "rgone"]);
+
+    // A bare resume in beta picks beta's newest unfinished run, whose workspace is gone.
+    let resume = muster(beta.path(), &["resume"]).await;
+    assert_eq!(resume.status.code(), Some(2), "{}", stderr(&resume));
+    assert!(
+        stderr(&resume)
+            .contains("rgone's workspace /nonexistent/muster-workspace is not on this machine"),
+        "{}",
+        stderr(&resume)
+    );
     drop(store);
     schema.drop_now().await;
 }

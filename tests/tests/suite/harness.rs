@@ -237,6 +237,7 @@ pub(super) async fn run_agent(
             batch_line_id: None,
             auto_gate: AutoGate::default(),
             launch_options: json!({}),
+            project_id: None,
         })
         .await
         .unwrap();
