@@ -48,6 +48,41 @@ pub struct PostgresStore {
     confirmed: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
+/// Makes schema `name` on the server `url` names (a benchmark's or a test's own) and returns
+/// the URL whose connections use it.
+pub async fn create_schema(url: &str, name: &str) -> StoreResult<String> {
+    admin(url, &format!("CREATE SCHEMA {name}")).await?;
+    let separator = if url.contains('?') { '&' } else { '?' };
+    Ok(format!("{url}{separator}options=-csearch_path%3D{name}"))
+}
+
+/// Drops schema `name` and everything in it.
+pub async fn drop_schema(url: &str, name: &str) -> StoreResult<()> {
+    admin(url, &format!("DROP SCHEMA IF EXISTS {name} CASCADE")).await
+}
+
+async fn admin(url: &str, sql: &str) -> StoreResult<()> {
+    let ctx = Ctx {
+        target: muster_config::store_url::mask_password(url).into(),
+        schema: "".into(),
+        max_body_bytes: 0,
+    };
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .map_err(|e| StoreError::PostgresConnect {
+            target: ctx.target.to_string(),
+            reason: connect_reason(&e),
+        })?;
+    let driver = tokio::spawn(connection);
+    let result = client
+        .batch_execute(sql)
+        .await
+        .map_err(|e| ops::pg_error(&ctx, e));
+    drop(client);
+    let _ = driver.await;
+    result
+}
+
 /// Attempts of one write when the connection is lost under it (the server restarted, a
 /// network cut): each on a fresh connection, under the same operation id.
 const WRITE_ATTEMPTS: u32 = 3;

@@ -24,6 +24,9 @@ pub struct Options {
     pub syncs: Vec<SyncMode>,
     pub smoke: bool,
     pub dir: PathBuf,
+    /// A PostgreSQL server (`--store postgres://…`): its scenarios run beside SQLite's, each
+    /// in a schema of its own, dropped after.
+    pub postgres: Option<String>,
 }
 
 /// Sizes that depend on `--smoke`.
@@ -168,6 +171,10 @@ pub fn run(options: &Options) -> anyhow::Result<Vec<Row>> {
     rows.push(runtime.block_on(muster_latency(&dir, 8, None, sizes.paced_seconds, options))?);
     rows.push(file_latency(&dir, 8, None, sizes.paced_seconds, options)?);
 
+    if let Some(url) = &options.postgres {
+        rows.extend(runtime.block_on(postgres_rows(url, options, &sizes))?);
+    }
+
     progress(&format!(
         "sends into an empty inbox vs one holding {}",
         sizes.big_inbox
@@ -179,6 +186,60 @@ pub fn run(options: &Options) -> anyhow::Result<Vec<Row>> {
         sizes.store_messages
     ));
     rows.extend(reopen_rows(scratch.path(), &runtime, &sizes)?);
+    Ok(rows)
+}
+
+/// The PostgreSQL store's rows (`synchronous_commit` as the server has it, `on` by default):
+/// the same throughput and latency scenarios as SQLite's, each in a fresh schema.
+async fn postgres_rows(url: &str, options: &Options, sizes: &Sizes) -> anyhow::Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    let fresh_store =
+        async |name: &str, senders: usize| -> anyhow::Result<(Arc<dyn MailboxStore>, String)> {
+            let schema = format!("muster_bench_{}_{name}", std::process::id());
+            drop_schema(url, &schema).await?;
+            let schema_url = create_schema(url, &schema).await?;
+            let store: Arc<dyn MailboxStore> =
+                Arc::new(PostgresStore::open(&schema_url, StoreOptions::default()).await?);
+            populate(
+                store.as_ref(),
+                &format!("bench-{name}"),
+                "/bench",
+                senders,
+                0,
+            )
+            .await?;
+            Ok((store, schema))
+        };
+    for &senders in &options.senders {
+        progress(&format!(
+            "postgres: durable throughput, {senders} sender(s)"
+        ));
+        let (store, schema) = fresh_store(&format!("throughput_{senders}"), senders).await?;
+        rows.push(
+            throughput_on(store, "postgres", senders, options)
+                .await?
+                .named("throughput_postgres"),
+        );
+        drop_schema(url, &schema).await?;
+    }
+    progress("postgres: send→received latency, 8 senders paced at 5 msg/s");
+    let (store, schema) = fresh_store("paced", 8).await?;
+    rows.push(
+        latency_on(
+            store,
+            "postgres",
+            8,
+            Some(5.0),
+            sizes.paced_seconds,
+            options,
+        )
+        .await?,
+    );
+    drop_schema(url, &schema).await?;
+    progress("postgres: send→received latency, 8 closed-loop senders");
+    let (store, schema) = fresh_store("closed", 8).await?;
+    rows.push(latency_on(store, "postgres", 8, None, sizes.paced_seconds, options).await?);
+    drop_schema(url, &schema).await?;
     Ok(rows)
 }
 
@@ -245,15 +306,35 @@ async fn bench_store(
         &dir.join("muster.db"),
         store_options(sync),
     )?);
+    let slug = format!(
+        "bench-{}",
+        dir.file_name().and_then(|n| n.to_str()).unwrap_or("run")
+    );
+    populate(
+        store.as_ref(),
+        &slug,
+        &dir.display().to_string(),
+        senders,
+        recipients,
+    )
+    .await?;
+    Ok(store)
+}
+
+/// Run `b` with `lead`, `s0..sN` and `r0..rM` on its roster.
+async fn populate(
+    store: &dyn MailboxStore,
+    slug: &str,
+    workspace: &str,
+    senders: usize,
+    recipients: usize,
+) -> anyhow::Result<()> {
     store
         .create_run(NewRun {
             id: "b".into(),
-            slug: format!(
-                "bench-{}",
-                dir.file_name().and_then(|n| n.to_str()).unwrap_or("run")
-            ),
+            slug: slug.to_owned(),
             team: None,
-            workspace: dir.display().to_string(),
+            workspace: workspace.to_owned(),
             batch_line_id: None,
             auto_gate: AutoGate::default(),
             launch_options: json!({"bench": "mailbox"}),
@@ -276,7 +357,7 @@ async fn bench_store(
             )
             .await?;
     }
-    Ok(store)
+    Ok(())
 }
 
 fn body(id: &str, body_bytes: usize) -> MessageBody {
@@ -306,6 +387,16 @@ async fn muster_throughput(
     options: &Options,
 ) -> anyhow::Result<Row> {
     let store = bench_store(dir, sync, senders, 0).await?;
+    throughput_on(store, "muster", senders, options).await
+}
+
+/// Senders each sending their share to `lead`, every send durable when it returns.
+async fn throughput_on(
+    store: Arc<dyn MailboxStore>,
+    system: &'static str,
+    senders: usize,
+    options: &Options,
+) -> anyhow::Result<Row> {
     let per_sender = (options.messages / senders).max(1);
     let start = Instant::now();
     let tasks: Vec<_> = (0..senders)
@@ -334,7 +425,7 @@ async fn muster_throughput(
     for task in tasks {
         samples.extend(task.await??);
     }
-    Ok(Row::new("muster", "", senders, &samples, start.elapsed()))
+    Ok(Row::new(system, "", senders, &samples, start.elapsed()))
 }
 
 fn file_throughput(
@@ -417,6 +508,17 @@ async fn muster_latency(
     options: &Options,
 ) -> anyhow::Result<Row> {
     let store = bench_store(dir, SyncMode::Full, senders, 0).await?;
+    latency_on(store, "muster", senders, rate, seconds, options).await
+}
+
+async fn latency_on(
+    store: Arc<dyn MailboxStore>,
+    system: &'static str,
+    senders: usize,
+    rate: Option<f64>,
+    seconds: f64,
+    options: &Options,
+) -> anyhow::Result<Row> {
     let epoch = store.open_epoch("b").await?;
     let per_sender = per_sender_count(rate, seconds, options.messages, senders);
     let total = per_sender * senders;
@@ -485,7 +587,7 @@ async fn muster_latency(
         "latency_closed_loop"
     };
     Ok(Row::new(
-        "muster",
+        system,
         scenario,
         senders,
         &samples,
