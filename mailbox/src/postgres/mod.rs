@@ -15,6 +15,7 @@ mod fork;
 pub(crate) mod ops;
 mod schema;
 mod tasks;
+mod tls;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -42,6 +43,7 @@ pub struct PostgresStore {
     pool: Pool,
     /// For the dedicated connection a live run holds (its lock and its LISTEN).
     config: Arc<tokio_postgres::Config>,
+    tls: tls::Connector,
     waiters: Arc<Waiters>,
     ctx: Ctx,
     /// Operation ids of writes whose COMMIT was acknowledged: the next write deletes them.
@@ -67,7 +69,7 @@ async fn admin(url: &str, sql: &str) -> StoreResult<()> {
         schema: "".into(),
         max_body_bytes: 0,
     };
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+    let (client, connection) = tokio_postgres::connect(url, tls::connector(&ctx.target)?)
         .await
         .map_err(|e| StoreError::PostgresConnect {
             target: ctx.target.to_string(),
@@ -98,9 +100,10 @@ impl PostgresStore {
                 target: target.to_string(),
                 detail: e.to_string(),
             })?;
+        let tls = tls::connector(&target)?;
         let manager = Manager::from_config(
             config.clone(),
-            tokio_postgres::NoTls,
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -135,6 +138,7 @@ impl PostgresStore {
         Ok(PostgresStore {
             pool,
             config: Arc::new(config),
+            tls,
             waiters: Arc::new(Waiters::default()),
             ctx,
             confirmed: Arc::default(),
@@ -232,13 +236,12 @@ impl PostgresStore {
         run_id: &str,
     ) -> StoreResult<(tokio_postgres::Client, tokio::task::JoinHandle<()>)> {
         let (client, mut connection) =
-            self.config
-                .connect(tokio_postgres::NoTls)
-                .await
-                .map_err(|e| StoreError::PostgresConnect {
+            self.config.connect(self.tls.clone()).await.map_err(|e| {
+                StoreError::PostgresConnect {
                     target: self.ctx.target.to_string(),
                     reason: connect_reason(&e),
-                })?;
+                }
+            })?;
         let (waiters, run) = (self.waiters.clone(), run_id.to_owned());
         let target = self.ctx.target.clone();
         let driver = tokio::spawn(async move {

@@ -63,8 +63,12 @@ impl CuttingProxy {
             .and_then(|(_, r)| r.split_once('@'))
             .map_or("postgres", |(user, _)| user);
         let database = rest.split_once('/').map_or("test", |(_, db)| db);
+        // In the clear, so the proxy can see the COMMIT go by.
         pg::with_schema(
-            &format!("postgres://{user}@127.0.0.1:{}/{database}", self.port),
+            &format!(
+                "postgres://{user}@127.0.0.1:{}/{database}?sslmode=disable",
+                self.port
+            ),
             &schema.name,
         )
     }
