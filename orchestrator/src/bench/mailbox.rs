@@ -240,7 +240,106 @@ async fn postgres_rows(url: &str, options: &Options, sizes: &Sizes) -> anyhow::R
     let (store, schema) = fresh_store("closed", 8).await?;
     rows.push(latency_on(store, "postgres", 8, None, sizes.paced_seconds, options).await?);
     drop_schema(url, &schema).await?;
+
+    progress(&format!(
+        "postgres: {PROCESSES} processes sending into one run"
+    ));
+    let (store, schema) = fresh_store("processes", PROCESSES).await?;
+    let schema_url = create_schema_url(url, &schema);
+    rows.push(processes_into_one_run(&schema_url, store.as_ref(), options).await?);
+    drop(store);
+    drop_schema(url, &schema).await?;
     Ok(rows)
+}
+
+/// Processes of the multi-process scenario: each its own pool and connections, as
+/// teammates on several machines would be.
+const PROCESSES: usize = 4;
+
+fn create_schema_url(url: &str, schema: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}options=-csearch_path%3D{schema}")
+}
+
+/// `PROCESSES` child `muster` processes each send their share to `lead` of run `b`; the rate
+/// is every message over the wall time from the first start to the last exit, and each child
+/// reports its own send latencies.
+async fn processes_into_one_run(
+    schema_url: &str,
+    store: &dyn MailboxStore,
+    options: &Options,
+) -> anyhow::Result<Row> {
+    let exe = std::env::current_exe().context("cannot find the muster binary")?;
+    let per_process = (options.messages / PROCESSES).max(1);
+    let start = Instant::now();
+    let children: Vec<_> = (0..PROCESSES)
+        .map(|i| {
+            tokio::process::Command::new(&exe)
+                .args(["--store", schema_url, "bench", "mailbox", "--pg-sender"])
+                .arg(format!("s{i}"))
+                .args(["--messages", &per_process.to_string()])
+                .args(["--body-bytes", &options.body_bytes.to_string()])
+                .stdout(std::process::Stdio::piped())
+                .kill_on_drop(true)
+                .output()
+        })
+        .collect();
+    let mut samples = Samples::default();
+    for child in children {
+        let output = child.await?;
+        anyhow::ensure!(
+            output.status.success(),
+            "a sender process failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        for line in String::from_utf8_lossy(&output.stdout).lines() {
+            if let Ok(micros) = line.trim().parse::<u64>() {
+                samples.push(Duration::from_micros(micros));
+            }
+        }
+    }
+    let wall = start.elapsed();
+    let stored = store.messages("b", Some("lead")).await?.len();
+    anyhow::ensure!(
+        stored == per_process * PROCESSES,
+        "{stored} messages stored, {} sent",
+        per_process * PROCESSES
+    );
+    let mut row = Row::new(
+        "postgres",
+        "processes_into_one_run",
+        PROCESSES,
+        &samples,
+        wall,
+    );
+    row.note = Some(format!(
+        "{PROCESSES} processes, one pool each; the rate includes their start-up"
+    ));
+    Ok(row)
+}
+
+/// A sender process of [`processes_into_one_run`]: prints each send's latency in µs.
+pub fn pg_sender_child(
+    url: &str,
+    sender: &str,
+    messages: usize,
+    body_bytes: usize,
+) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let store = PostgresStore::open(url, StoreOptions::default()).await?;
+        let mut out = std::io::stdout().lock();
+        for i in 0..messages {
+            let began = Instant::now();
+            store
+                .send(mail(sender, "lead", &format!("{sender}-{i}"), body_bytes))
+                .await?;
+            writeln!(out, "{}", began.elapsed().as_micros())?;
+        }
+        anyhow::Ok(())
+    })
 }
 
 impl Row {
@@ -1014,6 +1113,7 @@ pub fn render(rows: &[Row]) -> String {
             target
         ));
     }
+    out.push_str(&render_postgres(rows));
     let notes: Vec<String> = rows
         .iter()
         .filter_map(|r| {
@@ -1026,6 +1126,56 @@ pub fn render(rows: &[Row]) -> String {
         out.push_str("\nnotes:\n");
         out.push_str(&notes.join("\n"));
         out.push('\n');
+    }
+    out
+}
+
+/// The PostgreSQL rows beside SQLite's (sync full) for the same scenario and senders.
+fn render_postgres(rows: &[Row]) -> String {
+    let ours: Vec<&Row> = rows.iter().filter(|r| r.system == "postgres").collect();
+    if ours.is_empty() {
+        return String::new();
+    }
+    let mut out = String::new();
+    let header = format!(
+        "\n{:<28} {:>7} | {:>12} {:>9} {:>9} | {:>12} {:>9} {:>9} | {:>12}\n",
+        "scenario",
+        "senders",
+        "sqlite msg/s",
+        "p50",
+        "p99",
+        "pg msg/s",
+        "p50",
+        "p99",
+        "pg / sqlite"
+    );
+    out.push_str(&header);
+    out.push_str(&"-".repeat(header.len().saturating_sub(2)));
+    out.push('\n');
+    for row in ours {
+        let sqlite_scenario = match row.scenario.as_str() {
+            "throughput_postgres" => "throughput_sync_full",
+            other => other,
+        };
+        let sqlite = rows.iter().find(|r| {
+            r.system == "muster" && r.scenario == sqlite_scenario && r.senders == row.senders
+        });
+        let ratio = match (row.msgs_per_s, sqlite.and_then(|s| s.msgs_per_s)) {
+            (Some(pg), Some(sq)) if sq > 0.0 => format!("{:.2}×", pg / sq),
+            _ => "-".into(),
+        };
+        out.push_str(&format!(
+            "{:<28} {:>7} | {:>12} {:>9} {:>9} | {:>12} {:>9} {:>9} | {:>12}\n",
+            row.scenario,
+            row.senders,
+            rate(sqlite.and_then(|s| s.msgs_per_s)),
+            ms(sqlite.and_then(|s| s.p50_ms)),
+            ms(sqlite.and_then(|s| s.p99_ms)),
+            rate(row.msgs_per_s),
+            ms(row.p50_ms),
+            ms(row.p99_ms),
+            ratio
+        ));
     }
     out
 }

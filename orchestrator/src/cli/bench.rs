@@ -77,6 +77,10 @@ pub struct MailboxArgs {
     /// Where to put the scratch files (default: the system's temporary directory).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Internal: one of the processes of the multi-process PostgreSQL scenario, sending
+    /// `--messages` messages as this sender into the store `--store` names.
+    #[arg(long = "pg-sender", hide = true)]
+    pub pg_sender: Option<String>,
 }
 
 pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
@@ -139,6 +143,15 @@ fn bench_team(args: TeamArgs) -> anyhow::Result<Exit> {
 /// `muster bench mailbox [--store postgres://…]`: with a server's URL, its scenarios run
 /// beside SQLite's in the same run.
 fn bench_mailbox(global: &Globals, args: MailboxArgs) -> anyhow::Result<Exit> {
+    if let (Some(sender), Some(store)) = (&args.pg_sender, &global.store) {
+        return mailbox::pg_sender_child(
+            &store.to_string_lossy(),
+            sender,
+            args.messages,
+            args.body_bytes,
+        )
+        .map(|()| Exit::Success);
+    }
     let postgres = match &global.store {
         Some(store) if muster_config::store_url::is_postgres_url(&store.to_string_lossy()) => {
             Some(store.to_string_lossy().into_owned())
