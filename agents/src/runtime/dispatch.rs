@@ -57,7 +57,7 @@ impl AgentRuntime {
                 }
                 if call.name == "Bash" && !run.decision.read_only_shell {
                     return Ok(Dispatched::Done(Box::new(
-                        self.measured_bash(call, run).await,
+                        self.measured_bash(call, *run).await,
                     )));
                 }
                 // Announced so that another agent's measured Bash call leaves them out.
@@ -179,12 +179,12 @@ impl AgentRuntime {
         } else {
             context
         };
-        Ok(Prepared::Run(ToolRun {
+        Ok(Prepared::Run(Box::new(ToolRun {
             tool,
             decision,
             context,
             acks,
-        }))
+        })))
     }
 
     fn tool_context(&self, tool_use_id: &str) -> RuntimeResult<ToolContext> {
@@ -210,7 +210,7 @@ enum Prepared {
     /// Allowed, and the runtime carries it out (with the acks of an answered ask).
     Runtime(GateDecision, Vec<String>),
     /// Allowed, and the tool set runs it.
-    Run(ToolRun),
+    Run(Box<ToolRun>),
 }
 
 /// An allowed call of the tool set, ready to run.

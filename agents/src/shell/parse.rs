@@ -21,9 +21,9 @@ pub(crate) struct Word {
     /// Byte offsets in `value` of unquoted glob characters (`*`, `?`, `[`, `]`), which bash
     /// expands to matching file names; empty for a literal word.
     pub globs: Vec<usize>,
-    /// Byte offset in the command text just after the word, where a flag can be inserted;
-    /// `None` for a word the parser supplies itself (the `]` of `[`).
-    pub end: Option<usize>,
+    /// Where the word is in the command text (byte offsets), so muster can insert a flag
+    /// after it or replace it; `None` for a word the parser supplies itself (the `]` of `[`).
+    pub span: Option<std::ops::Range<usize>>,
 }
 
 impl Word {
@@ -32,7 +32,7 @@ impl Word {
         Word {
             value: value.into(),
             globs: Vec::new(),
-            end: None,
+            span: None,
         }
     }
 }
@@ -539,7 +539,10 @@ fn word(nodes: &[Node<'_>], bytes: &[u8]) -> Result<Word, String> {
     Ok(Word {
         value,
         globs: seen.globs,
-        end: nodes.last().map(|node| node.end_byte()),
+        span: match (nodes.first(), nodes.last()) {
+            (Some(first), Some(last)) => Some(first.start_byte()..last.end_byte()),
+            _ => None,
+        },
     })
 }
 

@@ -450,6 +450,99 @@ fn every_glob_match_bash_makes_was_checked() {
     assert!(allowed >= 12, "only {allowed} patterns allowed");
 }
 
+/// A glob without a literal prefix runs as the names muster expanded it to: exactly the
+/// names bash itself expands it to (in the C locale), quoted so that running the rewritten
+/// text through bash gives the same argv; a match that looks like an option, a symlink out
+/// of the workspace and a denied path refuse the command.
+#[cfg(unix)]
+#[test]
+fn globs_without_a_prefix_run_as_the_names_bash_would_expand_them_to() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().canonicalize().expect("canonical tempdir");
+    for d in ["src", "src/sub", "docs", "crate one", "linked-target"] {
+        std::fs::create_dir_all(root.join(d)).expect("mkdir");
+    }
+    for f in [
+        "a.rs",
+        "b.rs",
+        ".hidden.rs",
+        "it's here.rs",
+        "star*name.rs",
+        "ünï.rs",
+        "src/c.rs",
+        "src/sub/d.rs",
+        "crate one/Cargo.toml",
+        "docs/Cargo.toml",
+        "README.md",
+    ] {
+        std::fs::write(root.join(f), "").expect("write");
+    }
+    std::os::unix::fs::symlink(root.join("linked-target"), root.join("linked")).expect("symlink");
+    std::os::unix::fs::symlink(root.join("nowhere"), root.join("dangling.rs")).expect("symlink");
+    let check = WorkspaceReadCheck::new(root.to_str().expect("utf-8 tempdir"));
+    let bash_words = |args: &str| -> Vec<String> {
+        let output = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!("printf '%s\\0' {args}"))
+            .current_dir(&root)
+            .env_clear()
+            .output()
+            .expect("run bash");
+        String::from_utf8(output.stdout)
+            .expect("utf-8")
+            .split_terminator('\0')
+            .map(str::to_string)
+            .collect()
+    };
+    for pattern in [
+        "*",
+        "*.rs",
+        "?.rs",
+        "*/",
+        "*/*.rs",
+        "*/Cargo.toml",
+        "*.none",
+        "*s",
+    ] {
+        let command = format!("ls -d {pattern}");
+        let verdict = classify(&command, &check);
+        let ShellVerdict::ReadOnly { commands, run_as } = &verdict else {
+            panic!("{command:?} refused: {verdict}");
+        };
+        let run_as = run_as.as_deref().expect("a prefix-less glob is rewritten");
+        let expected = bash_words(pattern);
+        assert_eq!(commands[0][2..], expected[..], "{command:?} checked argv");
+        let rewritten_args = run_as.strip_prefix("ls -d ").expect("same command");
+        assert_eq!(
+            bash_words(rewritten_args),
+            expected,
+            "{run_as:?} through bash"
+        );
+    }
+
+    std::fs::write(root.join("-rf"), "").expect("write");
+    let outside = tempfile::tempdir().expect("second tempdir");
+    std::os::unix::fs::symlink(outside.path(), root.join("src/escape")).expect("symlink");
+    let denied = WorkspaceReadCheck::new(root.to_str().expect("utf-8")).deny("docs");
+    let refusals: &[(&str, &dyn ReadPathCheck, &str)] = &[
+        ("cat *", &check, "-rf"),
+        ("ls src/*", &check, "outside"),
+        ("cd src && ls *", &check, "outside"),
+        ("cat */Cargo.toml", &denied, "docs"),
+    ];
+    for (command, paths, needle) in refusals {
+        match classify(command, *paths) {
+            ShellVerdict::NotReadOnly { reason } => {
+                assert!(
+                    reason.contains(needle),
+                    "{command:?}: {reason:?} lacks {needle:?}"
+                )
+            }
+            verdict => panic!("{command:?} must be refused, got {verdict:?}"),
+        }
+    }
+}
+
 /// Is there a `>` outside quotes and not escaped by a backslash that is not part of a harmless
 /// redirection (`>/dev/null`, `>> /dev/null`, `&>/dev/null`, `N>&M`)?
 fn has_unquoted_gt(s: &str) -> bool {
@@ -692,7 +785,7 @@ fn verdict_reasons_name_the_culprit() {
         ("echo $HOME", "expansion"),
         ("cat /etc/shadow", "/etc/shadow"),
         ("git push", "git push"),
-        ("rg foo *", "glob"),
+        ("rg foo [ab]*", "glob"),
         ("python3 -c 'print(1)'", "interpreter"),
         ("xargs rm", "runs another command"),
     ];
