@@ -135,6 +135,7 @@ struct RunParts {
     approver: PlanApprover,
     workspace: Workspace,
     models: ModelRouter,
+    sandbox: Option<Arc<muster_agents::sandbox::Sandbox>>,
 }
 
 /// The run the agent works in.
@@ -315,6 +316,7 @@ impl Session {
             approver,
             workspace,
             models: self.models(env, resumed)?,
+            sandbox: crate::sandbox::SandboxState::for_run(settings)?.into_run_sandbox(),
         })
     }
 
@@ -352,6 +354,7 @@ impl Session {
                 .iter()
                 .map(|(name, value)| (name.into(), value.into()))
                 .collect(),
+            sandbox: parts.sandbox,
             subagents: Arc::new(Semaphore::new(DEFAULT_MAX_SUBAGENTS)),
             budget: run.budget,
             compaction: CompactionPolicy {

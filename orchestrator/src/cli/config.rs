@@ -114,7 +114,9 @@ fn show(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
             "resolved": {
                 "plans_directory": settings.plans_directory.value,
                 "store_path": settings.store_path.value,
+                "sandbox_writable": settings.sandbox.writable,
             },
+            "sandbox_support": muster_agents::sandbox::probe(),
             "warnings": loaded.warnings.iter().map(ToString::to_string).collect::<Vec<_>>(),
         });
         output = serde_json::to_string_pretty(&document)?;
@@ -138,6 +140,11 @@ fn show(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
             output,
             "# store_path resolves to {}",
             settings.store_path.value.display()
+        )?;
+        writeln!(
+            output,
+            "# sandbox: {}",
+            muster_agents::sandbox::probe().describe()
         )?;
     }
     print_output(&output)?;
