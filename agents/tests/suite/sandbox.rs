@@ -226,3 +226,68 @@ async fn cargo_test_passes_in_the_workspace_write_profile() {
         output.content
     );
 }
+
+/// A gate that makes the worst mistake: it allows every call, in every mode, without even
+/// claiming the command is read-only (so only the mode can choose the profile).
+struct AllowEverything;
+
+impl muster_agents::runtime::ToolGate for AllowEverything {
+    fn decide(
+        &self,
+        _call: &muster_agents::runtime::CallContext<'_>,
+        _tool: &dyn Tool,
+        _input: &serde_json::Value,
+    ) -> muster_agents::runtime::GateDecision {
+        muster_agents::runtime::GateDecision::allow("allowed (wrongly)")
+    }
+}
+
+/// A command the classifier wrongly allowed in plan mode runs through the runtime in the
+/// read-only profile: it cannot write the workspace nor reach a listener on 127.0.0.1.
+#[tokio::test]
+async fn a_command_wrongly_allowed_in_plan_mode_still_cannot_write_or_connect() {
+    use muster_agents::runtime::{AgentKind, PlanApprover, RunContext};
+    use muster_config::PermissionMode;
+    require_landlock();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let harness = super::harness::RunHarness::setup().start(vec![
+        muster_fake_llm::ScriptEntry::reply(
+            "main",
+            1,
+            vec![muster_fake_llm::Block::tool_use(
+                "Bash",
+                json!({ "command": format!("echo pwned > pwned.txt; exec 3<>/dev/tcp/127.0.0.1/{port}") }),
+            )],
+        ),
+        muster_fake_llm::ScriptEntry::reply("main", 2, vec![muster_fake_llm::Block::text("Done.")]),
+    ])
+    .await;
+    let fixture = Fixture::new();
+    let context = Arc::new(RunContext {
+        gate: Arc::new(AllowEverything),
+        environment: vec![("PATH".into(), std::env::var_os("PATH").unwrap())],
+        sandbox: Some(fixture.sandbox.clone()),
+        ..harness.run_context(PlanApprover::Human)
+    });
+    let spec = super::harness::spec("main", AgentKind::Main, PermissionMode::Plan);
+    let mut agent = super::harness::start(context, spec, "Plan.").await;
+    assert_eq!(
+        super::harness::run(&mut agent).await,
+        super::harness::finished("Done.")
+    );
+    let results: Vec<serde_json::Value> = harness
+        .bodies("main")
+        .await
+        .into_iter()
+        .filter(|body| body["type"] == "tool_call")
+        .collect();
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert_eq!(results[0]["is_error"], true, "{:?}", results[0]);
+    assert!(
+        !harness.workspace().join("pwned.txt").exists(),
+        "the command wrote a file"
+    );
+    assert!(listener.accept().is_err(), "the command connected");
+}
