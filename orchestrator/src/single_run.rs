@@ -74,6 +74,7 @@ pub fn run(global: &Globals, flags: RunFlags) -> anyhow::Result<Exit> {
             catalog.suggestion_for(&agent)
         ))
     })?;
+    crate::cli::config::check_definition_prices(&project.settings, &catalog, [agent.as_str()])?;
     let run = RunLaunch::from_flags(&flags, &project, definition.permission_mode)?;
     let launch = LaunchOptions {
         v: 1,
@@ -112,14 +113,7 @@ pub fn resume(global: &Globals, flags: ResumeFlags, record: RunRecord) -> anyhow
 }
 
 fn load_catalog(project: &Project) -> anyhow::Result<AgentCatalog> {
-    let loaded = AgentCatalog::load(&project.root)
-        .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
-    print_warnings(&loaded.warnings);
-    print_warnings(&crate::cli::config::model_warnings(
-        &loaded.value,
-        &project.settings,
-    ));
-    Ok(loaded.value)
+    crate::cli::config::load_catalog(&project.root, &project.settings)
 }
 
 /// A run about to start or continue.

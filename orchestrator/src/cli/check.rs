@@ -115,7 +115,8 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
 
     let root = project_root(global)?;
     let settings = load_settings(global, &root, CliOverrides::new())?;
-    let catalog = AgentCatalog::load(&root).map_err(usage_error)?;
+    let catalog = AgentCatalog::load(&root, crate::cli::config::user_home().as_deref())
+        .map_err(usage_error)?;
     print_warnings(&settings.warnings);
     let settings = settings.value;
     let catalog = catalog.value;
