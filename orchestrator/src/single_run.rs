@@ -176,7 +176,7 @@ impl Session {
         let mut interrupts = Interrupts::install();
         let env = process_env();
         let parts = self.parts(&env, existing.is_some())?;
-        let store: Arc<dyn MailboxStore> = self.project.open_store()?;
+        let store: Arc<dyn MailboxStore> = self.project.open_store().await?;
         let (run_id, plans, resumed) = match &existing {
             Some(record) => (
                 record.id.clone(),
@@ -266,6 +266,7 @@ impl Session {
                 batch_line_id,
                 auto_gate,
                 launch_options: serde_json::to_value(&self.launch)?,
+                project_id: Some(self.project.project_id()?),
             })
             .await?;
         store

@@ -82,6 +82,7 @@ impl RunSetup {
                 batch_line_id: None,
                 auto_gate: AutoGate::default(),
                 launch_options: json!({}),
+                project_id: None,
             })
             .await
             .unwrap();

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use muster_mailbox::{MailboxStore, RequestRecord};
+use muster_mailbox::RequestRecord;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -34,7 +34,7 @@ pub struct PlanEntry {
 pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     let (project, store) = open(global)?;
     let (run, requests) = runtime()?.block_on(async {
-        let run = select_run(store.as_ref(), args.run.as_deref()).await?;
+        let run = select_run(store.as_ref(), args.run.as_deref(), None).await?;
         let requests = store.requests(&run.id).await?;
         anyhow::Ok((run, requests))
     })?;

@@ -10,6 +10,7 @@ mod run_cli;
 mod sandbox_cli;
 mod signal_cli;
 mod store_cli;
+mod store_pg;
 mod team_cli;
 #[cfg(all(unix, feature = "failpoints"))]
 mod team_crash;
