@@ -869,6 +869,23 @@ mod tests {
     }
 
     #[test]
+    fn shown_variables_are_kept_as_written_and_marked() {
+        for (src, value) in [
+            ("echo $HOME", "$HOME"),
+            ("echo \"$PWD/x\"", "$PWD/x"),
+            ("echo \"${USER}@\"", "${USER}@"),
+            ("echo \"exit $?\"", "exit $?"),
+        ] {
+            let commands = parse(src).expect(src);
+            let word = &commands[0].args[0];
+            assert_eq!(word.value, value, "{src}");
+            assert!(word.expands, "{src}");
+        }
+        let literal = parse("echo '$HOME' \"\\$HOME\"").expect("literal dollars");
+        assert!(literal[0].args.iter().all(|w| !w.expands));
+    }
+
+    #[test]
     fn constructs_are_rejected() {
         for src in [
             "ls >x",
@@ -913,7 +930,9 @@ mod tests {
             "cat <<< x",
             "diff <(ls) <(ls)",
             "echo $((1+2))",
-            "echo \"$HOME\"",
+            "echo \"$SECRET\"",
+            "echo $HOMEX",
+            "echo ${HOME:-x}",
             "[[ x == y* ]]",
             "[[ x =~ y ]]",
             "[ a > b ]",
