@@ -22,7 +22,7 @@ mod yaml;
 pub use agents::{AgentCatalog, AgentDefinition, AgentDir, DefinitionSource, ModelChoice};
 pub use approver::Approver;
 pub use diagnostic::{ConfigError, Diagnostic, Loaded, Position};
-pub use instructions::ProjectInstructions;
+pub use instructions::{InstructionFile, InstructionScope, ProjectInstructions};
 pub use mode::PermissionMode;
 pub use origin::{Layer, Origin, Sourced};
 pub use policy::{PlanVerdict, Policy, PolicyAnswer};

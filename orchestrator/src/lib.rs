@@ -10,6 +10,7 @@ pub(crate) mod lifecycle;
 pub(crate) mod models;
 pub mod project;
 pub mod run_log;
+pub mod sandbox;
 pub mod signals;
 pub mod single_run;
 pub mod store_demo;

@@ -252,6 +252,7 @@ pub(crate) fn project_instructions(project: &Project) -> String {
     muster_config::ProjectInstructions::load(
         &project.root,
         project.settings.instructions_max_bytes.value,
+        crate::cli::config::user_home().as_deref(),
     )
     .map(|loaded| {
         loaded

@@ -83,6 +83,8 @@ pub fn run(global: &Globals, dir: Option<&Path>) -> anyhow::Result<Exit> {
         .args(["run", "-p", GOAL, "--provider", "script", "--cassette"])
         .arg(root.join(CASSETTE))
         .args(["--output", "stream-json"])
+        // The demo is the same on every machine: no user-level file is read.
+        .env(crate::cli::config::NO_USER_FILES, "1")
         .current_dir(&root)
         .stdin(Stdio::null())
         .output()

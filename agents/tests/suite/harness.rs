@@ -167,6 +167,7 @@ impl RunHarness {
             events: Arc::new(NoEvents),
             instructions: String::new(),
             environment: Vec::new(),
+            sandbox: None,
             subagents: Arc::new(Semaphore::new(2)),
             budget: Arc::new(RunContext::budget_ledger(
                 &Default::default(),

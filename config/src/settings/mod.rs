@@ -167,6 +167,18 @@ pub struct CompactionSettings {
     pub summary_max_tokens: Sourced<u64>,
 }
 
+/// How `Bash` commands are confined (`[sandbox]`; see `muster_agents::sandbox`).
+#[derive(Debug, Clone, Serialize)]
+pub struct SandboxSettings {
+    /// `auto`, `required` or `off`.
+    pub mode: Sourced<String>,
+    /// Network in the workspace-write profile.
+    pub network: Sourced<bool>,
+    /// Extra writable paths of the workspace-write profile (absolute; from a `:`-separated
+    /// list, relative entries resolved against the project root).
+    pub writable: Vec<PathBuf>,
+}
+
 /// One effective value as `muster config show` prints it.
 #[derive(Debug, Clone, Serialize)]
 pub struct SettingEntry {
@@ -202,6 +214,7 @@ pub struct Settings {
     pub budgets: Budgets,
     pub mailbox: MailboxSettings,
     pub compaction: CompactionSettings,
+    pub sandbox: SandboxSettings,
     #[serde(skip)]
     entries: Vec<SettingEntry>,
 }
@@ -401,6 +414,26 @@ impl Builder<'_> {
             max_prompt_tokens: self.merged.count(&key("max_prompt_tokens")),
             recent_messages_tokens: self.count(&key("recent_messages_tokens")),
             summary_max_tokens: self.count(&key("summary_max_tokens")),
+        }
+    }
+
+    fn sandbox(&mut self, root: &Path) -> SandboxSettings {
+        let network = self.text(&["sandbox", "network"]);
+        let writable = self
+            .merged
+            .text(&["sandbox", "writable"])
+            .map(|list| {
+                list.value
+                    .split(':')
+                    .filter(|entry| !entry.trim().is_empty())
+                    .map(|entry| root.join(entry.trim()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        SandboxSettings {
+            mode: self.text(&["sandbox", "mode"]),
+            network: Sourced::new(network.value == "on", network.origin),
+            writable,
         }
     }
 
@@ -629,6 +662,7 @@ fn build(merged: &Merged, root: &Path, errors: &mut Vec<Diagnostic>) -> Settings
             busy_timeout_ms: builder.count(&["mailbox", "busy_timeout_ms"]),
         },
         compaction: builder.compaction(),
+        sandbox: builder.sandbox(root),
         entries: entries(merged),
     };
     errors.append(&mut builder.errors);

@@ -58,6 +58,8 @@ pub(crate) const PROVIDER_NAMES: &[&str] = &["anthropic", "openai", "script"];
 pub(crate) const REASONING_EFFORTS: &[&str] = &["minimal", "low", "medium", "high"];
 pub(crate) const AUTO_GATE_STATES: &[&str] = &["open", "closed"];
 pub(crate) const SYNC_LEVELS: &[&str] = &["full", "normal"];
+pub(crate) const SANDBOX_MODES: &[&str] = &["auto", "required", "off"];
+pub(crate) const ON_OFF: &[&str] = &["on", "off"];
 
 const fn leaf(kind: Kind) -> Schema {
     Schema::Leaf(kind, None)
@@ -199,6 +201,14 @@ pub(crate) const SETTINGS: Schema = Schema::Table(&[
         ]),
     ),
     ("compaction", COMPACTION),
+    (
+        "sandbox",
+        Schema::Table(&[
+            ("mode", with_default(Kind::OneOf(SANDBOX_MODES), "auto")),
+            ("network", with_default(Kind::OneOf(ON_OFF), "on")),
+            ("writable", leaf(Kind::Text)),
+        ]),
+    ),
 ]);
 
 impl Schema {

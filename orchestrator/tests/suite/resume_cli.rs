@@ -398,6 +398,7 @@ async fn a_policy_edited_between_a_crash_and_the_resume_decides_as_stored() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crash_inside_a_bash_call_gives_the_interrupted_error_and_never_reruns_it() {
     let dir = project();
+    killing_muster_from_bash(dir.path());
     let fake = FakeLlm::start(vec![
         ScriptEntry::reply(
             "main",
@@ -464,6 +465,12 @@ fn with_usage(mut entry: ScriptEntry, input: u64, output: u64) -> ScriptEntry {
         });
     }
     entry
+}
+
+/// These tests crash muster from inside a Bash call (`kill -9 $PPID`), which the Bash sandbox
+/// forbids (a confined command cannot signal processes outside it): they turn it off.
+fn killing_muster_from_bash(dir: &Path) {
+    settings(dir, "[sandbox]\nmode = \"off\"\n");
 }
 
 fn settings(dir: &Path, text: &str) {
@@ -703,6 +710,7 @@ async fn a_missing_plan_file_is_restored_from_the_snapshot_then_from_exit_plan_m
 #[tokio::test(flavor = "multi_thread")]
 async fn a_missing_plan_file_is_restored_from_the_plan_carried_after_a_context_reset() {
     let dir = project();
+    killing_muster_from_bash(dir.path());
     let fake = FakeLlm::start(vec![
         ScriptEntry::reply(
             "main",
@@ -916,7 +924,7 @@ async fn a_long_run_is_compacted_and_resume_continues_from_the_compacted_context
     let dir = project();
     settings(
         dir.path(),
-        "[models.\"claude-sonnet-4-5\"]\ncontext_window = 20000\nmax_output = 1000\n",
+        "[models.\"claude-sonnet-4-5\"]\ncontext_window = 20000\nmax_output = 1000\n[sandbox]\nmode = \"off\"\n",
     );
     let note = "HANDOFF: the plan is approved and README.md was read.";
     let mut compact = with_usage(
@@ -1137,6 +1145,7 @@ fn now_ms() -> i64 {
 async fn a_deadline_given_to_resume_survives_a_second_crash() {
     use std::os::unix::process::ExitStatusExt;
     let dir = project();
+    killing_muster_from_bash(dir.path());
     let kill = |turn| {
         ScriptEntry::reply(
             "main",

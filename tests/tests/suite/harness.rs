@@ -279,6 +279,7 @@ pub(super) async fn run_agent(
         events: Arc::new(Events::default()),
         instructions: String::new(),
         environment: Vec::new(),
+        sandbox: None,
         subagents: Arc::new(Semaphore::new(1)),
         budget: Arc::new(RunContext::budget_ledger(
             &settings.budgets,
