@@ -9,5 +9,6 @@ mod pg;
 mod pg_faults;
 mod pg_live;
 mod pg_lost_ack;
+mod pg_tls;
 mod races;
 mod transitions;
