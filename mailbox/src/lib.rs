@@ -11,6 +11,7 @@ pub mod error;
 pub mod failpoint;
 pub mod live;
 pub mod message;
+pub mod revision;
 pub mod sqlite;
 pub mod store;
 pub mod types;

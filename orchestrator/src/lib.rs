@@ -8,6 +8,7 @@ pub mod ids;
 pub mod launch;
 pub(crate) mod lifecycle;
 pub(crate) mod models;
+pub mod plan_diff;
 pub mod project;
 pub mod run_log;
 pub mod signals;

@@ -75,6 +75,8 @@ async fn project_with_request(responder: &str) -> (tempfile::TempDir, Arc<Sqlite
                 plan_file: ".muster/plans/brave-red-fox-agent-alice.md".into(),
                 plan: "## Goal\nx\n## Steps\n1. edit\n## Files\nsrc/a.rs".into(),
                 responder: responder.into(),
+                revision: 1,
+                previous_request_id: None,
             },
             idempotency_key: None,
         })

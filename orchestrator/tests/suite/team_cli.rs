@@ -435,6 +435,32 @@ async fn a_policy_rejects_a_forbidden_path_naming_the_rule_and_approves_the_new_
         std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(),
         "hello, world\n"
     );
+    // The second request is revision 2 of alice's plan, and `muster plans` shows what changed.
+    let plans = muster(dir.path(), &["plans", "--json"]).await;
+    assert_eq!(plans.status.code(), Some(0), "{}", stderr(&plans));
+    let plans: Value = serde_json::from_slice(&plans.stdout).unwrap();
+    let alice = plans
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["agent"] == "alice")
+        .unwrap();
+    assert_eq!(alice["request_id"], "plan-alice-2");
+    assert_eq!(alice["revision"], 2);
+    assert_eq!(alice["previous_request_id"], "plan-alice-1");
+    assert!(
+        alice["diff"]
+            .as_str()
+            .unwrap()
+            .contains("\n-secrets/key.txt"),
+        "{alice}"
+    );
+    let text = muster(dir.path(), &["plans"]).await;
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("plan-alice-2 revises plan-alice-1:"),
+        "{}",
+        String::from_utf8_lossy(&text.stdout)
+    );
     // The policy's decisions are reported as mail from `policy`.
     let first = sent(&events, "policy", "alice", "plan_approval_response");
     assert_eq!(events[first]["request_id"], "plan-alice-1");
