@@ -7,6 +7,7 @@ mod demo_cli;
 mod openai_cli;
 mod resume_cli;
 mod run_cli;
+mod serve_cli;
 mod signal_cli;
 mod store_cli;
 mod team_cli;
