@@ -75,7 +75,7 @@ mod tests {
             ),
             (
                 "<div onclick=\"x()\">\nhi\n</div>",
-                "&lt;div onclick=&quot;x()&quot;&gt;",
+                "&lt;div onclick=\"x()\"&gt;",
             ),
         ];
         for (markdown, expected) in cases {

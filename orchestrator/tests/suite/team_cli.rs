@@ -1767,3 +1767,76 @@ async fn a_teammate_spending_the_run_budget_while_the_lead_waits_on_a_person_end
     assert_eq!(fake.requests().len(), 3);
     fake.verify().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_person_approves_with_an_edit_in_the_web_inbox_and_the_waiting_teammate_goes_on() {
+    use super::serve_cli::Serve;
+    let dir =
+        project("name = \"greeters\"\n\n[[teammates]]\nname = \"alice\"\napprover = \"human\"\n");
+    let mut script = vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "Greet", "description": "Write hello.txt saying hello."}),
+            )],
+        ),
+        any_turn("lead", vec![Block::text("Waiting for the team.")]),
+    ];
+    script.extend(alice_script(PLAN));
+    let fake = fake(script).await;
+    let mut run = start_team_run(dir.path(), &fake.base_url());
+    let requested = run
+        .until("the request to a person", |event| {
+            event["type"] == "approval_requested" && event["responder"] == "human"
+        })
+        .await;
+    let serve = Serve::start(dir.path()).await;
+    let cookie = serve.sign_in().await;
+    let path =
+        "/runs/".to_owned() + requested["run_id"].as_str().unwrap() + "/requests/plan-alice-1";
+    let page = serve.get(&cookie, &path).await.text().await.unwrap();
+    assert!(
+        page.contains("<h2>Steps</h2>") && page.contains("id=\"approve-edited\""),
+        "{page}"
+    );
+    let edited = PLAN.replace("1. Write hello.txt", "1. Write hello.txt, one line");
+    let approved = serve
+        .post(
+            &cookie,
+            &path,
+            &[
+                ("action", "approve_edited"),
+                ("plan", &edited),
+                ("mode", "acceptEdits"),
+            ],
+        )
+        .await;
+    assert_eq!(approved.status(), reqwest::StatusCode::SEE_OTHER);
+    let second = serve
+        .post(&cookie, &path, &[("action", "reject"), ("feedback", "no")])
+        .await;
+    assert_eq!(second.status(), reqwest::StatusCode::CONFLICT);
+
+    assert_eq!(run.finish().await, Some(0));
+    let decided = position(&run.events, "approval_decided", |e| {
+        e["type"] == "approval_decided" && e["agent"] == "alice"
+    });
+    assert_eq!(run.events[decided]["responder"], "human");
+    assert_eq!(run.events[decided]["mode"], "acceptEdits");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(),
+        "hello, world\n"
+    );
+    let plan_file = requested["plan_file"].as_str().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join(plan_file)).unwrap(),
+        edited
+    );
+    let page = serve.get(&cookie, &path).await.text().await.unwrap();
+    assert!(
+        page.contains("Approved by human") && page.contains("Approved with edits"),
+        "{page}"
+    );
+}
