@@ -45,7 +45,7 @@ pub fn decide(
     Ok(Exit::Success)
 }
 
-async fn find_request(
+pub(crate) async fn find_request(
     store: &dyn MailboxStore,
     run: Option<&str>,
     request_id: &str,
