@@ -465,13 +465,12 @@ async fn events(
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let receiver = served.changes.subscribe();
     let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
-        loop {
-            match receiver.recv().await {
-                Ok(()) | Err(broadcast::error::RecvError::Lagged(_)) => {
-                    return Some((Ok(Event::default().event("change").data("store")), receiver));
-                }
-                Err(broadcast::error::RecvError::Closed) => return None,
+        match receiver.recv().await {
+            // A lagged receiver missed changes; one event covers them all.
+            Ok(()) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                Some((Ok(Event::default().event("change").data("store")), receiver))
             }
+            Err(broadcast::error::RecvError::Closed) => None,
         }
     });
     Sse::new(stream).keep_alive(KeepAlive::default())

@@ -402,9 +402,9 @@ fn diff_html(before: &str, after: &str) -> String {
             LineChange::Added => ("added", '+'),
             LineChange::Removed => ("removed", '-'),
         };
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "<span class=\"{class}\">{sign} {}</span>\n",
+            "<span class=\"{class}\">{sign} {}</span>",
             escape(&line)
         );
     }
