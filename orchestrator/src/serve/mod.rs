@@ -115,6 +115,8 @@ fn router(served: Shared) -> Router {
         .route("/events", get(events))
         .route("/assets/app.js", get(script))
         .route("/assets/app.css", get(style))
+        // Browsers ask for it on every page; no icon, and no 404 in the console.
+        .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
         .layer(middleware::from_fn_with_state(served.clone(), guard))
         .with_state(served)
 }

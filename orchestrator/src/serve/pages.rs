@@ -310,6 +310,19 @@ pub fn request_page(view: &RequestView) -> String {
                         escape(previous_id),
                         escape(previous_id)
                     );
+                    if let Some(feedback) = previous
+                        .response
+                        .as_ref()
+                        .and_then(|r| r.body.get("feedback"))
+                        .and_then(Value::as_str)
+                    {
+                        let _ = write!(
+                            body,
+                            "<p>Feedback on revision {}: {}</p>",
+                            stored_revision(previous),
+                            escape(feedback)
+                        );
+                    }
                     body.push_str(&diff_html(before, text("plan")));
                 }
                 (Some(previous_id), None) => {
@@ -402,7 +415,7 @@ fn diff_html(before: &str, after: &str) -> String {
             LineChange::Added => ("added", '+'),
             LineChange::Removed => ("removed", '-'),
         };
-        let _ = writeln!(
+        let _ = write!(
             out,
             "<span class=\"{class}\">{sign} {}</span>",
             escape(&line)

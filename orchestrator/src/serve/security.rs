@@ -101,7 +101,10 @@ pub fn harden(headers: &mut HeaderMap) {
     let fixed = [
         (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-        (header::REFERRER_POLICY, "no-referrer"),
+        // Not `no-referrer`: under it a browser sends `Origin: null` with a form's POST, and
+        // the Origin check would refuse the page's own forms. Same-origin keeps the request
+        // page's address from leaving this server.
+        (header::REFERRER_POLICY, "same-origin"),
         (header::X_FRAME_OPTIONS, "DENY"),
         (header::CACHE_CONTROL, "no-store"),
     ];
