@@ -6,6 +6,7 @@ pub mod compaction;
 pub mod model;
 pub mod permission;
 pub mod runtime;
+pub mod sandbox;
 pub mod shell;
 pub mod tools;
 pub mod verification;

@@ -562,12 +562,12 @@ impl PermissionEngine {
         let paths = accessed
             .into_iter()
             .map(|access| {
-                let requested = Path::new(&access.path);
+                let requested = context.workspace.expand_home(Path::new(&access.path));
                 let mut forms = Vec::new();
-                if let Some(lexical) = lexical_absolute(root, requested) {
+                if let Some(lexical) = lexical_absolute(root, &requested) {
                     forms.push(PathForm::new(lexical, root, context.home_dir));
                 }
-                if let Ok(resolved) = context.workspace.resolve_plan_file(requested) {
+                if let Ok(resolved) = context.workspace.resolve_plan_file(&requested) {
                     forms.push(PathForm::new(resolved, root, context.home_dir));
                 }
                 (access, forms)

@@ -11,7 +11,9 @@
 //!   to the word before it (`{fd}>`, `0<`: tree-sitter and bash split those differently),
 //!   heredocs, here-strings, command and process substitution,
 //!   variables and every expansion (`$X`, `${X}`, `$'…'`, `$"…"`, `$((…))`, braces, a leading
-//!   `~`), assignments, subshells, groups, functions, control flow, `!`, comments, backgrounding
+//!   `~`) — except `$?`, `$PWD`, `$HOME`, `$USER`, `$SHELL`, `$PATH` (plain or braced, bare or in
+//!   double quotes) as arguments of `echo`, `printf`, `basename` and `dirname`, which hold no
+//!   secret and open nothing — assignments, subshells, groups, functions, control flow, `!`, comments, backgrounding
 //!   and line continuations are rejected. Unquoted glob characters (`*`, `?`, `[`, `]`) are
 //!   recorded for the rules ([`glob`]).
 //! - **Programs** ([`rules`]): each program name is a bare literal (no path, quotes or escapes:
@@ -22,7 +24,7 @@
 //!   `--output`, `--ext-diff`, `--textconv`, `--paginate`, `branch`/`tag` other than listing,
 //!   `config` other than reading). `git log -p`, `git show`, `whatchanged`, `reflog -p` print
 //!   patches with git's internal diff (git enables external diff programs only for `git diff`,
-//!   or with `--ext-diff`). No variable can switch `diff.external` off, so [`forced`] inserts
+//!   or with `--ext-diff`). No variable can switch `diff.external` off, so [`rewrite`] inserts
 //!   `--no-ext-diff` into every `git diff` / `git stash show` that lacks it, and the command
 //!   runs as rewritten ([`ShellVerdict::run_as`], checked by re-parsing). `awk` and `jq`
 //!   are read-only when a conservative scan of the program ([`programs`]) finds nothing that
@@ -46,6 +48,12 @@
 //!   directory listed through [`ReadPathCheck::list_dir`], filtered by an over-approximation
 //!   of bash's matching) is checked as a `Read`, which catches symlinks out and deny rules. A
 //!   glob in a non-path long option value (`--include=*.rs`) expands only to that option again.
+//!   A glob with no literal prefix (`*.rs`, `*/`) is expanded by muster itself, exactly as bash
+//!   would now (`*` and `?` only, one working directory, no `..`, no pattern that can match
+//!   `.`/`..`; listed through [`ReadPathCheck::list_dir`], kinds from
+//!   [`ReadPathCheck::entry_kind`]), refused if a match starts with `-`, every match checked,
+//!   and the command runs naming the matches quoted ([`rewrite`]; sorted by bytes, where bash
+//!   sorts by the locale's collation), so nothing created later changes its argv.
 //!
 //! Read-only Bash must run under bash (`bash -c`, not zsh, which expands `=cmd` and more), in
 //! the workspace root (relative paths are checked relative to it), with the variables
@@ -70,11 +78,11 @@
 
 mod danger;
 mod env;
-mod forced;
 mod glob;
 mod parse;
 mod paths;
 mod programs;
+mod rewrite;
 mod rules;
 
 use std::fmt;
@@ -84,7 +92,7 @@ pub use env::{
     READ_ONLY_ENV_REMOVE, READ_ONLY_ENV_REMOVE_PREFIXES, read_only_git_env, read_only_path,
     remove_from_read_only_env,
 };
-pub use paths::{ReadPathCheck, WorkspaceReadCheck, list_dir_names};
+pub use paths::{EntryKind, ReadPathCheck, WorkspaceReadCheck, entry_kind_at, list_dir_names};
 
 /// The classifier's answer for one command.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,11 +156,12 @@ type Classified = (Vec<Vec<String>>, Option<String>);
 
 fn classify_inner(command: &str, paths: &dyn ReadPathCheck) -> Result<Classified, String> {
     let mut commands = parse::parse(command)?;
-    let insertions = forced::force_flags(&mut commands);
-    rules::check_all(paths, &commands)?;
-    let run_as = forced::apply(command, &insertions);
+    let mut edits = rewrite::force_flags(&mut commands);
+    let expansions = rules::check_all(paths, &commands)?;
+    edits.extend(rewrite::splice_expansions(&mut commands, &expansions));
+    let run_as = rewrite::apply(command, &edits);
     if let Some(text) = &run_as {
-        forced::verify(text, &commands)?;
+        rewrite::verify(text, &commands)?;
     }
     let argv = commands
         .into_iter()

@@ -143,6 +143,8 @@ pub struct RunFlags {
 #[derive(Debug, Clone, Default)]
 pub struct ResumeFlags {
     pub run: Option<String>,
+    /// Without a run id: pick among every project's runs, not only this one's.
+    pub all_projects: bool,
     pub base_url: Option<String>,
     pub cassette: Option<PathBuf>,
     pub max_duration: Option<u64>,

@@ -12,6 +12,7 @@ pub(crate) mod models;
 pub mod plan_diff;
 pub mod project;
 pub mod run_log;
+pub mod sandbox;
 pub mod serve;
 pub mod signals;
 pub mod single_run;

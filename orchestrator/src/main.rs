@@ -11,6 +11,10 @@ use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
 fn main() -> ExitCode {
+    // The Bash sandbox's trampoline must confine a process that has started no thread.
+    if let Some(code) = muster::sandbox::run_trampoline_if_asked() {
+        return ExitCode::from(code);
+    }
     let cli = Cli::parse();
     init_logging(&cli.global.log_level);
     let code = match dispatch(cli) {

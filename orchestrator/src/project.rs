@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use muster_config::project::ProjectRoot;
 use muster_config::settings::{CliOverrides, MailboxSync, Settings};
-use muster_mailbox::{SqliteStore, StoreOptions, SyncMode};
+use muster_config::store_url::StoreLocation;
+use muster_mailbox::{
+    MailboxStore, PostgresStore, SqliteStore, StoreError, StoreOptions, SyncMode,
+};
 
 use crate::cli::config::{load_settings, print_warnings, project_root};
 
@@ -40,14 +43,60 @@ impl Project {
         })
     }
 
-    /// The store file (`store_path`; `--store` overrides it).
-    pub fn store_path(&self) -> &PathBuf {
-        &self.settings.store_path.value
+    /// The store (`store`, alias `store_path`; `--store` overrides it): a file or a URL.
+    pub fn store_location(&self) -> &StoreLocation {
+        &self.settings.store.value
     }
 
     /// Where plan files live (`plans_directory`, inside the project root).
     pub fn plans_dir(&self) -> &PathBuf {
         &self.settings.plans_directory.value
+    }
+
+    /// The project's identity, `.muster/project-id` (a UUID made the first time a run asks):
+    /// what tells this project's runs from others' in a store several projects share. It stays
+    /// with the project when it moves or is cloned with its `.muster/`, not with a path.
+    pub fn project_id(&self) -> anyhow::Result<String> {
+        let path = self.root.muster_dir().join("project-id");
+        let read = |path: &std::path::Path| -> anyhow::Result<Option<String>> {
+            match std::fs::read_to_string(path) {
+                Ok(text) if !text.trim().is_empty() => Ok(Some(text.trim().to_owned())),
+                Ok(_) => Ok(None),
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(error) => Err(anyhow::anyhow!("cannot read {}: {error}", path.display())),
+            }
+        };
+        if let Some(id) = read(&path)? {
+            return Ok(id);
+        }
+        std::fs::create_dir_all(self.root.muster_dir()).map_err(|e| {
+            anyhow::anyhow!("cannot create {}: {e}", self.root.muster_dir().display())
+        })?;
+        let id = uuid::Uuid::now_v7().to_string();
+        // create_new: two first runs at once agree on whichever file was written first.
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(mut file) => {
+                std::io::Write::write_all(&mut file, format!("{id}\n").as_bytes())
+                    .and_then(|()| file.sync_all())
+                    .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+                Ok(id)
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => read(&path)?
+                .ok_or_else(|| anyhow::anyhow!("{} is empty; delete it", path.display())),
+            Err(error) => Err(anyhow::anyhow!("cannot write {}: {error}", path.display())),
+        }
+    }
+
+    /// This project's id if it has one already (reading commands never create it).
+    pub fn existing_project_id(&self) -> Option<String> {
+        std::fs::read_to_string(self.root.muster_dir().join("project-id"))
+            .ok()
+            .map(|text| text.trim().to_owned())
+            .filter(|id| !id.is_empty())
     }
 
     /// `.muster/runs/`, where live runs keep their lock and socket.
@@ -68,20 +117,26 @@ impl Project {
         }
     }
 
-    /// Opens the store, creating it (and `.muster/.gitignore`) when absent.
-    pub fn open_store(&self) -> Result<Arc<SqliteStore>, muster_mailbox::StoreError> {
+    /// Opens the store, creating it (and `.muster/.gitignore`) when absent. Every command
+    /// holds it as `Arc<dyn MailboxStore>`: the backend is chosen here, at run time.
+    pub async fn open_store(&self) -> Result<Arc<dyn MailboxStore>, StoreError> {
         self.ensure_muster_gitignore();
-        SqliteStore::open(self.store_path(), self.store_options()).map(Arc::new)
+        match self.store_location() {
+            StoreLocation::File(path) => {
+                Ok(Arc::new(SqliteStore::open(path, self.store_options())?))
+            }
+            StoreLocation::Postgres(url) => Ok(Arc::new(
+                PostgresStore::open(url, self.store_options()).await?,
+            )),
+        }
     }
 
-    /// Opens the store if it exists; reading commands never create one.
-    pub fn open_existing_store(
-        &self,
-    ) -> Result<Option<Arc<SqliteStore>>, muster_mailbox::StoreError> {
-        if self.store_path().exists() {
-            SqliteStore::open(self.store_path(), self.store_options()).map(|s| Some(Arc::new(s)))
-        } else {
-            Ok(None)
+    /// Opens the store if it exists; reading commands never create one (a server's store
+    /// always exists: opening it migrates an empty schema, which holds no runs).
+    pub async fn open_existing_store(&self) -> Result<Option<Arc<dyn MailboxStore>>, StoreError> {
+        match self.store_location() {
+            StoreLocation::File(path) if !path.exists() => Ok(None),
+            _ => self.open_store().await.map(Some),
         }
     }
 

@@ -74,6 +74,7 @@ pub fn run(global: &Globals, flags: RunFlags) -> anyhow::Result<Exit> {
             catalog.suggestion_for(&agent)
         ))
     })?;
+    crate::cli::config::check_definition_prices(&project.settings, &catalog, [agent.as_str()])?;
     let run = RunLaunch::from_flags(&flags, &project, definition.permission_mode)?;
     let launch = LaunchOptions {
         v: 1,
@@ -112,14 +113,7 @@ pub fn resume(global: &Globals, flags: ResumeFlags, record: RunRecord) -> anyhow
 }
 
 fn load_catalog(project: &Project) -> anyhow::Result<AgentCatalog> {
-    let loaded = AgentCatalog::load(&project.root)
-        .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
-    print_warnings(&loaded.warnings);
-    print_warnings(&crate::cli::config::model_warnings(
-        &loaded.value,
-        &project.settings,
-    ));
-    Ok(loaded.value)
+    crate::cli::config::load_catalog(&project.root, &project.settings)
 }
 
 /// A run about to start or continue.
@@ -135,6 +129,7 @@ struct RunParts {
     approver: PlanApprover,
     workspace: Workspace,
     models: ModelRouter,
+    sandbox: Option<Arc<muster_agents::sandbox::Sandbox>>,
 }
 
 /// The run the agent works in.
@@ -181,7 +176,7 @@ impl Session {
         let mut interrupts = Interrupts::install();
         let env = process_env();
         let parts = self.parts(&env, existing.is_some())?;
-        let store: Arc<dyn MailboxStore> = self.project.open_store()?;
+        let store: Arc<dyn MailboxStore> = self.project.open_store().await?;
         let (run_id, plans, resumed) = match &existing {
             Some(record) => (
                 record.id.clone(),
@@ -271,6 +266,7 @@ impl Session {
                 batch_line_id,
                 auto_gate,
                 launch_options: serde_json::to_value(&self.launch)?,
+                project_id: Some(self.project.project_id()?),
             })
             .await?;
         store
@@ -315,6 +311,7 @@ impl Session {
             approver,
             workspace,
             models: self.models(env, resumed)?,
+            sandbox: crate::sandbox::SandboxState::for_run(settings)?.into_run_sandbox(),
         })
     }
 
@@ -352,6 +349,7 @@ impl Session {
                 .iter()
                 .map(|(name, value)| (name.into(), value.into()))
                 .collect(),
+            sandbox: parts.sandbox,
             subagents: Arc::new(Semaphore::new(DEFAULT_MAX_SUBAGENTS)),
             budget: run.budget,
             compaction: CompactionPolicy {

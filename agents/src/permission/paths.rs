@@ -227,4 +227,9 @@ impl ReadPathCheck for RulesReadCheck<'_> {
         let dir = lexical_absolute(self.workspace.root(), Path::new(path))?;
         crate::shell::list_dir_names(&dir)
     }
+
+    fn entry_kind(&self, path: &str) -> Option<crate::shell::EntryKind> {
+        let at = lexical_absolute(self.workspace.root(), Path::new(path))?;
+        Some(crate::shell::entry_kind_at(&at))
+    }
 }

@@ -119,6 +119,9 @@ pub struct RunContext {
     pub instructions: String,
     /// The base environment of `Bash`.
     pub environment: Vec<(OsString, OsString)>,
+    /// How `Bash` commands are confined; `None` runs them unconfined (`[sandbox] mode = "off"`,
+    /// or a kernel without Landlock in `auto` mode).
+    pub sandbox: Option<Arc<crate::sandbox::Sandbox>>,
     /// Caps concurrent subagents across the run.
     pub subagents: Arc<Semaphore>,
     /// The run's budgets and what its agents have spent: every model request is checked

@@ -11,6 +11,7 @@
 use std::sync::Arc;
 
 use crate::model::ToolCall;
+use crate::sandbox::SandboxProfile;
 use crate::tools::{
     HandledBy, PathUse, ProcessGroupId, ProcessGroupRecorder, RecordFuture, ToolContext,
     ToolDetails, ToolOutput,
@@ -57,7 +58,7 @@ impl AgentRuntime {
                 }
                 if call.name == "Bash" && !run.decision.read_only_shell {
                     return Ok(Dispatched::Done(Box::new(
-                        self.measured_bash(call, run).await,
+                        self.measured_bash(call, *run).await,
                     )));
                 }
                 // Announced so that another agent's measured Bash call leaves them out.
@@ -179,12 +180,27 @@ impl AgentRuntime {
         } else {
             context
         };
-        Ok(Prepared::Run(ToolRun {
+        let context = match &self.run.sandbox {
+            Some(sandbox) => context.with_sandbox(sandbox.clone(), self.sandbox_profile(&decision)),
+            None => context,
+        };
+        Ok(Prepared::Run(Box::new(ToolRun {
             tool,
             decision,
             context,
             acks,
-        }))
+        })))
+    }
+
+    /// The sandbox profile of an allowed call: read-only in plan mode, for read-only agents
+    /// and for every command the classifier proved read-only (in any mode); workspace-write
+    /// otherwise (DESIGN, "Wave 2 → The Bash sandbox").
+    fn sandbox_profile(&self, decision: &GateDecision) -> SandboxProfile {
+        crate::sandbox::profile_for(
+            decision.read_only_shell,
+            self.mode,
+            self.definition.read_only,
+        )
     }
 
     fn tool_context(&self, tool_use_id: &str) -> RuntimeResult<ToolContext> {
@@ -210,7 +226,7 @@ enum Prepared {
     /// Allowed, and the runtime carries it out (with the acks of an answered ask).
     Runtime(GateDecision, Vec<String>),
     /// Allowed, and the tool set runs it.
-    Run(ToolRun),
+    Run(Box<ToolRun>),
 }
 
 /// An allowed call of the tool set, ready to run.

@@ -37,6 +37,12 @@ pub(crate) enum Token {
     Any,
 }
 
+/// Does the glob word start with a glob character (no literal prefix)? Such a word is
+/// expanded by muster, not by bash (see `rules::Checker::expand`).
+pub(crate) fn without_prefix(globs: &[usize]) -> bool {
+    globs.iter().copied().min() == Some(0)
+}
+
 /// Refuse a glob word the literal-prefix rule does not cover. `globs` are the byte offsets of
 /// the unquoted glob characters in `value` (not empty).
 pub(crate) fn literal_prefix_rule(value: &str, globs: &[usize]) -> Result<(), String> {

@@ -31,6 +31,35 @@ pub trait ReadPathCheck {
         let _ = path;
         None
     }
+
+    /// What is at `path` (a path as [`Self::check_read`] gets it), following symlinks as
+    /// bash's globbing does, so a glob without a literal prefix can be expanded exactly.
+    /// `None` when this check cannot tell; such globs are then refused. The default: `None`.
+    fn entry_kind(&self, path: &str) -> Option<EntryKind> {
+        let _ = path;
+        None
+    }
+}
+
+/// What a path names, for expanding globs exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A directory, or a symlink to one.
+    Dir,
+    /// Any other entry (a dangling symlink included).
+    Other,
+    /// Nothing.
+    Missing,
+}
+
+/// What is at `path`, following symlinks (a dangling symlink is [`EntryKind::Other`]).
+pub fn entry_kind_at(path: &Path) -> EntryKind {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => EntryKind::Dir,
+        Ok(_) => EntryKind::Other,
+        Err(_) if std::fs::symlink_metadata(path).is_ok() => EntryKind::Other,
+        Err(_) => EntryKind::Missing,
+    }
 }
 
 /// The UTF-8 entry names of `dir`; `Some(vec![])` when it cannot be read as a directory,
@@ -172,6 +201,14 @@ impl ReadPathCheck for WorkspaceReadCheck {
             .iter()
             .fold(self.root.clone(), |acc, c| acc.join(c));
         list_dir_names(&dir)
+    }
+
+    fn entry_kind(&self, path: &str) -> Option<EntryKind> {
+        let components = self.components(path).ok()?;
+        let at = components
+            .iter()
+            .fold(self.root.clone(), |acc, c| acc.join(c));
+        Some(entry_kind_at(&at))
     }
 }
 

@@ -3,11 +3,16 @@
 
 use super::glob;
 use super::parse::{Op, SimpleCommand, Word};
-use super::paths::ReadPathCheck;
+use super::paths::{EntryKind, ReadPathCheck};
 use super::programs::{awk_program, jq_program};
+use super::rewrite::Expansion;
 
 /// Most distinct working directories `cd` may lead to within one command.
 const MAX_CWDS: usize = 16;
+
+/// Commands whose arguments are only printed or cut as text, never opened or taken as
+/// options that change what they do: the only ones that may get a variable's value.
+const PRINTS_ITS_ARGUMENTS: [&str; 4] = ["echo", "printf", "basename", "dirname"];
 
 /// Most files one glob may be checked against; a glob over more is not read-only.
 const MAX_GLOB_MATCHES: usize = 1000;
@@ -21,6 +26,8 @@ pub(crate) struct Checker<'a> {
     cd_to: Option<Vec<String>>,
     /// For each argument of the command being checked: is it an unquoted glob?
     arg_globs: Vec<bool>,
+    /// Globs without a literal prefix, expanded here; the command runs with their matches.
+    expansions: Vec<Expansion>,
 }
 
 fn union(a: &[String], b: &[String]) -> Vec<String> {
@@ -35,11 +42,11 @@ fn union(a: &[String], b: &[String]) -> Vec<String> {
 
 /// Check every simple command in order, tracking the directories `cd` may have moved to: after
 /// `cd X && Y`, `Y` runs in `X`; after `cd X; Y` or `cd X || Y` it may run in either; a `cd`
-/// inside a pipeline runs in a subshell and moves nothing.
+/// inside a pipeline runs in a subshell and moves nothing. Returns the globs it expanded.
 pub(crate) fn check_all(
     paths: &dyn ReadPathCheck,
     commands: &[SimpleCommand],
-) -> Result<(), String> {
+) -> Result<Vec<Expansion>, String> {
     let start = vec![String::new()];
     let mut checker = Checker::new(paths);
     // Possible directories after the last command succeeded / failed.
@@ -75,7 +82,7 @@ pub(crate) fn check_all(
             ));
         }
     }
-    Ok(())
+    Ok(checker.expansions)
 }
 
 /// What positional (non-option) arguments are.
@@ -775,6 +782,7 @@ impl<'a> Checker<'a> {
             cwds: vec![String::new()],
             cd_to: None,
             arg_globs: Vec::new(),
+            expansions: Vec::new(),
         }
     }
 
@@ -782,6 +790,15 @@ impl<'a> Checker<'a> {
     pub(crate) fn check(&mut self, cmd: &SimpleCommand) -> Result<(), String> {
         let name = cmd.name.as_str();
         let args = values(&cmd.args);
+        if let Some(word) = cmd.args.iter().find(|w| w.expands)
+            && !PRINTS_ITS_ARGUMENTS.contains(&name)
+        {
+            return Err(format!(
+                "`{}` is a variable expansion: `$?`, `$PWD`, `$HOME`, `$USER`, `$SHELL` and `$PATH` are read-only only as arguments of {}, where they cannot become a path or an option",
+                word.value,
+                PRINTS_ITS_ARGUMENTS.join(", ")
+            ));
+        }
         // The shell opens `< file` before the program runs, from the same directory.
         for input in &cmd.inputs {
             self.read(&format!("{name} <"), input)?;
@@ -805,6 +822,11 @@ impl<'a> Checker<'a> {
             "git" => self.git(&args),
             "test" | "[" | "[[" => self.test(name, &args),
             "command" => command_lookup(&args),
+            // `printf -v NAME` assigns a shell variable: `printf -v PATH ./x; ls` runs ./x/ls.
+            "printf" if args.first().is_some_and(|a| a.starts_with("-v")) => Err(
+                "`printf -v` assigns a shell variable, which can change what later commands run"
+                    .to_string(),
+            ),
             "awk" | "gawk" | "mawk" | "nawk" => self.awk(name, &args),
             "jq" => self.jq(&args),
             _ => match spec(name) {
@@ -859,7 +881,10 @@ impl<'a> Checker<'a> {
     /// `cmd` gets the expansion of the glob `word`: the literal-prefix rule, then a `Read`
     /// (a tree read when `tree`) of every file it could match now and of the word itself,
     /// which bash passes when nothing matches. See [`glob`].
-    fn glob(&self, cmd: &str, word: &Word, tree: bool) -> Result<(), String> {
+    fn glob(&mut self, cmd: &str, word: &Word, tree: bool) -> Result<(), String> {
+        if glob::without_prefix(&word.globs) {
+            return self.expand(cmd, word, tree);
+        }
         glob::literal_prefix_rule(&word.value, &word.globs).map_err(|e| format!("`{cmd}`: {e}"))?;
         let components = glob::components(&word.value, &word.globs);
         let start = if word.value.starts_with('/') { "/" } else { "" };
@@ -894,6 +919,103 @@ impl<'a> Checker<'a> {
         } else {
             self.read(cmd, &word.value)
         }
+    }
+
+    /// A glob without a literal prefix (`*.rs`): expanded here exactly as bash would now, every
+    /// match checked as a `Read` (a tree read when `tree`), and recorded so that the command
+    /// runs with the matches, not the pattern. Refused where the expansion cannot be exact:
+    /// bracket expressions, a component that could match `.`/`..`, `..`, more than one
+    /// possible working directory, or a checker that cannot list and stat.
+    fn expand(&mut self, cmd: &str, word: &Word, tree: bool) -> Result<(), String> {
+        let value = &word.value;
+        let refuse = |why: &str| {
+            Err(format!(
+                "`{cmd}`: the glob `{value}` {why}; write a directory before it (`./{value}`, `src/{value}`) or name the files"
+            ))
+        };
+        let (Some(span), [cwd]) = (word.span.clone(), self.cwds.as_slice()) else {
+            return refuse("has no literal prefix and may run in more than one directory");
+        };
+        let cwd = cwd.clone();
+        let components = glob::components(value, &word.globs);
+        if value.split('/').any(|c| c == "..")
+            || components
+                .iter()
+                .any(|c| c.glob && (c.tokens.is_none() || c.dots))
+        {
+            return refuse(
+                "has no literal prefix and a `[…]`, `..` or leading-dot pattern muster cannot expand exactly",
+            );
+        }
+        let mut matches = vec![String::new()];
+        for component in &components {
+            let mut next = Vec::new();
+            for dir in &matches {
+                if !component.glob {
+                    next.push(glob::join(dir, component.text));
+                    continue;
+                }
+                let shown = if dir.is_empty() { "." } else { dir.as_str() };
+                let path = Self::joined(&cwd, shown);
+                self.paths.check_read(&path).map_err(|e| {
+                    format!("`{cmd}` would list a directory `Read` refuses for a glob: {e}")
+                })?;
+                let Some(names) = self.paths.list_dir(&path) else {
+                    return refuse("matches files that cannot be listed and checked");
+                };
+                next.extend(
+                    names
+                        .iter()
+                        .filter(|n| glob::may_match(component, n))
+                        .map(|n| glob::join(dir, n)),
+                );
+            }
+            if next.len() > MAX_GLOB_MATCHES {
+                return refuse(&format!("matches more than {MAX_GLOB_MATCHES} files"));
+            }
+            matches = next;
+        }
+        let want_dir = value.ends_with('/');
+        let mut kept = Vec::new();
+        for candidate in matches {
+            let Some(kind) = self.paths.entry_kind(&Self::joined(&cwd, &candidate)) else {
+                return refuse("matches files that cannot be listed and checked");
+            };
+            match kind {
+                EntryKind::Missing => {}
+                EntryKind::Other if want_dir => {}
+                _ => kept.push(if want_dir {
+                    format!("{candidate}/")
+                } else {
+                    candidate
+                }),
+            }
+        }
+        // Bash sorts the matches; in the C locale by bytes, as here.
+        kept.sort();
+        if let Some(option) = kept.iter().find(|m| m.starts_with('-')) {
+            return refuse(&format!(
+                "matches `{option}`, which the command would take as an option"
+            ));
+        }
+        for found in &kept {
+            let path = Self::joined(&cwd, found);
+            let checked = if tree {
+                self.paths.check_read_tree(&path)
+            } else {
+                self.paths.check_read(&path)
+            };
+            checked
+                .map_err(|e| format!("`{cmd} {value}` expands to a path `Read` refuses: {e}"))?;
+        }
+        // With no match bash passes the pattern itself, which the command gets quoted.
+        let values = if kept.is_empty() {
+            vec![value.clone()]
+        } else {
+            kept
+        };
+        self.expansions.push(Expansion { span, values });
+        Ok(())
     }
 
     /// The paths one glob component could extend `dirs` to: each directory is checked as a
@@ -1432,6 +1554,7 @@ impl<'a> Checker<'a> {
             cwds: self.cwds.clone(),
             cd_to: None,
             arg_globs: self.arg_globs.clone(),
+            expansions: Vec::new(),
         };
         let mut i = 0;
         while let Some(&a) = args.get(i) {
@@ -1981,7 +2104,7 @@ fn patch_flag(args: &[&str]) -> bool {
 /// `allow_external`; `--ext-diff` is refused), so their patches need no flag. Environment
 /// variables cannot switch `diff.external` off for `git diff` (an empty `diff.external` makes
 /// git try to run an empty command and fail), so it still needs `--no-ext-diff`, which
-/// [`super::forced`] inserts before these rules run; the check stays for any command it could
+/// [`super::rewrite`] inserts before these rules run; the check stays for any command it could
 /// not rewrite.
 fn diff_prints_patch(args: &[&str]) -> bool {
     let no_patch = args.iter().any(|a| {

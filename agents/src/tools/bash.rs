@@ -6,7 +6,8 @@
 //! command runs: `bash` starts behind a gate (it waits for one line on a pipe, then `exec`s the
 //! command with stdin from `/dev/null`), and the gate opens only once the recorder returns.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
+use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ use tokio::process::{Child, Command};
 use super::TypedTool;
 use super::context::{ProcessGroupId, ToolContext};
 use super::output::{ToolDetails, ToolOutput};
+use crate::sandbox::{Sandbox, SandboxMode, SandboxPolicy};
 
 /// Waits for the gate line, then runs the command (`$1`) with stdin from `/dev/null`.
 const GATE_SCRIPT: &str = "IFS= read -r _ || exit 125; exec \"$BASH\" -c \"$1\" </dev/null";
@@ -117,13 +119,36 @@ fn is_loader_variable(name: &OsStr) -> bool {
     name.as_encoded_bytes().starts_with(b"LD_")
 }
 
-fn gated_command(context: &ToolContext, command: &str) -> Command {
-    let mut process = Command::new("bash");
+/// The command that runs `command` behind the gate: bash itself, or the sandbox's trampoline
+/// execing bash confined to `policy` with `private_tmp` as its temporary directory.
+fn gated_command(
+    context: &ToolContext,
+    command: &str,
+    confined: Option<(&Sandbox, &SandboxPolicy, &Path)>,
+) -> Command {
+    let bash: Vec<OsString> = vec![
+        "bash".into(),
+        "-c".into(),
+        GATE_SCRIPT.into(),
+        "muster-bash".into(),
+        command.into(),
+    ];
+    let argv = match confined {
+        Some((sandbox, policy, tmp)) => sandbox
+            .trampoline
+            .iter()
+            .cloned()
+            .chain(policy.to_args(tmp, &bash))
+            .collect(),
+        None => bash,
+    };
+    let (program, args) = argv.split_first().map_or_else(
+        || (OsString::from("bash"), &[][..]),
+        |(program, args)| (program.clone(), args),
+    );
+    let mut process = Command::new(program);
     process
-        .arg("-c")
-        .arg(GATE_SCRIPT)
-        .arg("muster-bash")
-        .arg(command)
+        .args(args)
         .current_dir(context.workspace().root())
         .env_clear()
         .envs(
@@ -138,7 +163,17 @@ fn gated_command(context: &ToolContext, command: &str) -> Command {
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    if let Some((_, _, tmp)) = confined {
+        for name in ["TMPDIR", "TMP", "TEMP"] {
+            process.env(name, tmp);
+        }
+    }
     process
+}
+
+/// A private temporary directory for one confined command, removed when the call ends.
+fn private_tmp() -> std::io::Result<tempfile::TempDir> {
+    tempfile::Builder::new().prefix("muster-bash-").tempdir()
 }
 
 /// How the wait for the command ended.
@@ -149,7 +184,57 @@ enum Ending {
 }
 
 async fn run_command(context: &ToolContext, command: &str, timeout: Duration) -> ToolOutput {
-    let mut child = match gated_command(context, command).spawn() {
+    let sandbox = context
+        .sandbox()
+        .filter(|(sandbox, _)| sandbox.mode != SandboxMode::Off)
+        .map(|(sandbox, profile)| {
+            let policy = sandbox.policy(profile, context.workspace().root());
+            (sandbox.clone(), policy)
+        });
+    let tmp = match sandbox.as_ref().map(|_| private_tmp()).transpose() {
+        Ok(tmp) => tmp,
+        Err(error) => {
+            return ToolOutput::error(format!(
+                "the command did not run: cannot make its private temporary directory: {error}"
+            ));
+        }
+    };
+    let confined = sandbox
+        .as_ref()
+        .zip(tmp.as_ref())
+        .map(|((sandbox, policy), tmp)| (sandbox.as_ref(), policy, tmp.path()));
+    let mut output = run_gated(context, command, timeout, confined).await;
+    if output.is_error
+        && let Some((sandbox, policy, _)) = confined
+        && looks_blocked(&output.content)
+    {
+        output
+            .content
+            .push_str(&format!("\n[muster] {}", sandbox.denial_hint(policy)));
+    }
+    output
+}
+
+/// Does a failed command's output read like a refused write, exec or connection?
+fn looks_blocked(output: &str) -> bool {
+    [
+        "Permission denied",
+        "Read-only file system",
+        "Operation not permitted",
+        "Device or resource busy",
+        "muster sandbox-exec",
+    ]
+    .iter()
+    .any(|needle| output.contains(needle))
+}
+
+async fn run_gated(
+    context: &ToolContext,
+    command: &str,
+    timeout: Duration,
+    confined: Option<(&Sandbox, &SandboxPolicy, &Path)>,
+) -> ToolOutput {
+    let mut child = match gated_command(context, command, confined).spawn() {
         Ok(child) => child,
         Err(error) => return ToolOutput::error(format!("cannot start bash: {error}")),
     };

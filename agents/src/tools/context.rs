@@ -11,6 +11,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::workspace::{PathError, Workspace};
+use crate::sandbox::{Sandbox, SandboxProfile};
 
 /// The id of the process group a `Bash` call runs in (the leader's pid).
 pub type ProcessGroupId = i32;
@@ -111,6 +112,8 @@ pub struct ToolContext {
     limits: OutputLimits,
     environment: Vec<(OsString, OsString)>,
     process_groups: Option<Arc<dyn ProcessGroupRecorder>>,
+    /// How `Bash` confines its commands, and under which profile; `None`: unconfined.
+    sandbox: Option<(Arc<Sandbox>, SandboxProfile)>,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -121,6 +124,7 @@ impl std::fmt::Debug for ToolContext {
             .field("plan_file", &self.plan_file)
             .field("limits", &self.limits)
             .field("process_groups", &self.process_groups.is_some())
+            .field("sandbox", &self.sandbox)
             .finish_non_exhaustive()
     }
 }
@@ -136,7 +140,21 @@ impl ToolContext {
             limits: OutputLimits::default(),
             environment,
             process_groups: None,
+            sandbox: None,
         }
+    }
+
+    /// Runs `Bash` commands in `sandbox` under `profile`.
+    pub fn with_sandbox(mut self, sandbox: Arc<Sandbox>, profile: SandboxProfile) -> Self {
+        self.sandbox = Some((sandbox, profile));
+        self
+    }
+
+    /// The sandbox `Bash` commands run in, and its profile, if any.
+    pub fn sandbox(&self) -> Option<(&Arc<Sandbox>, SandboxProfile)> {
+        self.sandbox
+            .as_ref()
+            .map(|(sandbox, profile)| (sandbox, *profile))
     }
 
     /// Sets the agent's own plan file, the one path file tools may write in `.muster/` or

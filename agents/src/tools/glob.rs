@@ -9,7 +9,7 @@ use super::TypedTool;
 use super::context::ToolContext;
 use super::output::ToolOutput;
 use super::text::run_blocking;
-use super::walk::{compile_glob, modified, walker};
+use super::walk::{anchored_pattern, compile_glob, modified, walker};
 use super::workspace::PathAccess;
 
 /// Files `Glob` lists at most.
@@ -41,16 +41,27 @@ impl TypedTool for Glob {
     const IDEMPOTENT: bool = true;
 
     fn paths(input: &GlobInput) -> Vec<PathAccess> {
-        vec![PathAccess::read(input.path.as_deref().unwrap_or("."))]
+        let (searched, _) = search_root(input);
+        vec![PathAccess::read(&searched)]
     }
 
     async fn run(&self, context: &ToolContext, input: GlobInput) -> ToolOutput {
-        let requested = input.path.clone().unwrap_or_else(|| ".".to_owned());
+        let (requested, pattern) = search_root(&input);
         let base = match context.resolve_read(&requested) {
             Ok(base) => base,
             Err(error) => return ToolOutput::error(error.to_string()),
         };
-        run_blocking(move || find_files(&input.pattern, &requested, &base)).await
+        run_blocking(move || find_files(&pattern, &requested, &base)).await
+    }
+}
+
+/// The directory a call searches and the pattern below it: `path` (default the workspace
+/// root) and the pattern, or the directory an absolute, `~` or climbing pattern names.
+fn search_root(input: &GlobInput) -> (String, String) {
+    let path = input.path.as_deref().unwrap_or(".");
+    match anchored_pattern(path, &input.pattern) {
+        Some(anchored) => (anchored.base, anchored.rest),
+        None => (path.to_owned(), input.pattern.clone()),
     }
 }
 
@@ -61,7 +72,6 @@ fn find_files(pattern: &str, requested: &str, base: &Path) -> ToolOutput {
             base.display()
         ));
     }
-    let pattern = relative_pattern(pattern, base);
     let matcher = match compile_glob("pattern", pattern) {
         Ok(matcher) => matcher,
         Err(message) => return ToolOutput::error(message),
@@ -94,12 +104,4 @@ fn find_files(pattern: &str, requested: &str, base: &Path) -> ToolOutput {
         ));
     }
     ToolOutput::text(listing.join("\n"))
-}
-
-/// An absolute pattern under `base` becomes relative to it.
-fn relative_pattern<'a>(pattern: &'a str, base: &Path) -> &'a str {
-    base.to_str()
-        .and_then(|base| pattern.strip_prefix(base))
-        .and_then(|rest| rest.strip_prefix('/'))
-        .unwrap_or(pattern)
 }

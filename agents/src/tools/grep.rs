@@ -16,7 +16,7 @@ use super::TypedTool;
 use super::context::{OutputLimits, ToolContext};
 use super::output::ToolOutput;
 use super::text::{run_blocking, truncate_line};
-use super::walk::{compile_glob, modified, walker};
+use super::walk::{anchored_pattern, compile_glob, modified, walker};
 use super::workspace::PathAccess;
 
 /// Files with matches `Grep` collects at most, whatever the mode.
@@ -95,7 +95,12 @@ impl TypedTool for Grep {
     const IDEMPOTENT: bool = true;
 
     fn paths(input: &GrepInput) -> Vec<PathAccess> {
-        vec![PathAccess::read(input.path.as_deref().unwrap_or("."))]
+        let path = input.path.as_deref().unwrap_or(".");
+        let mut paths = vec![PathAccess::read(path)];
+        if let Some(anchored) = glob_anchor(input) {
+            paths.push(PathAccess::read(&anchored.base));
+        }
+        paths
     }
 
     async fn run(&self, context: &ToolContext, input: GrepInput) -> ToolOutput {
@@ -104,9 +109,32 @@ impl TypedTool for Grep {
             Ok(target) => target,
             Err(error) => return ToolOutput::error(error.to_string()),
         };
+        let anchor = match glob_anchor(&input) {
+            Some(anchored) => match context.resolve_read(&anchored.base) {
+                Ok(base) => Some((base, anchored.rest)),
+                Err(error) => return ToolOutput::error(format!("field `glob`: {error}")),
+            },
+            None => None,
+        };
         let limits = context.limits().clone();
-        run_blocking(move || search(&input, &requested, &target, &limits)).await
+        run_blocking(move || search(&input, &requested, &target, anchor, &limits)).await
     }
+}
+
+/// The directory an absolute, `~` or climbing `glob` names, with the pattern below it.
+fn glob_anchor(input: &GrepInput) -> Option<super::walk::AnchoredPattern> {
+    let glob = input.glob.as_deref()?;
+    anchored_pattern(input.path.as_deref().unwrap_or("."), glob)
+}
+
+/// What a `glob` is matched against.
+enum GlobScope {
+    /// A glob without `/`: file names.
+    Name,
+    /// Paths relative to the searched directory.
+    Target,
+    /// Paths relative to the directory an anchored glob names.
+    Below(PathBuf),
 }
 
 /// Matches in one file, as output lines.
@@ -177,12 +205,12 @@ struct SearchPlan {
     searcher: Searcher,
     mode: GrepOutputMode,
     line_numbers: bool,
-    glob: Option<(GlobMatcher, bool)>,
+    glob: Option<(GlobMatcher, GlobScope)>,
     file_type: Option<ignore::types::Types>,
     with_context: bool,
 }
 
-fn plan_search(input: &GrepInput) -> Result<SearchPlan, String> {
+fn plan_search(input: &GrepInput, anchor: Option<(PathBuf, String)>) -> Result<SearchPlan, String> {
     let multiline = input.multiline.unwrap_or(false);
     let mut builder = RegexMatcherBuilder::new();
     builder
@@ -214,9 +242,13 @@ fn plan_search(input: &GrepInput) -> Result<SearchPlan, String> {
         .after_context(usize::try_from(after).unwrap_or(usize::MAX))
         .binary_detection(BinaryDetection::quit(0))
         .build();
-    let glob = match &input.glob {
-        Some(pattern) => Some((compile_glob("glob", pattern)?, pattern.contains('/'))),
-        None => None,
+    let glob = match (&input.glob, anchor) {
+        (_, Some((base, rest))) => Some((compile_glob("glob", &rest)?, GlobScope::Below(base))),
+        (Some(pattern), None) if pattern.contains('/') => {
+            Some((compile_glob("glob", pattern)?, GlobScope::Target))
+        }
+        (Some(pattern), None) => Some((compile_glob("glob", pattern)?, GlobScope::Name)),
+        (None, None) => None,
     };
     let file_type = match &input.file_type {
         Some(name) => Some(file_types(name)?),
@@ -270,21 +302,32 @@ fn candidate_files(plan: &SearchPlan, target: &Path) -> Vec<PathBuf> {
 fn glob_keeps(plan: &SearchPlan, base: &Path, path: &Path) -> bool {
     match &plan.glob {
         None => true,
-        Some((matcher, true)) => path
+        Some((matcher, GlobScope::Target)) => path
             .strip_prefix(base)
             .is_ok_and(|relative| matcher.is_match(relative)),
-        Some((matcher, false)) => path.file_name().is_some_and(|name| matcher.is_match(name)),
+        Some((matcher, GlobScope::Below(anchor))) => path
+            .strip_prefix(anchor)
+            .is_ok_and(|relative| matcher.is_match(relative)),
+        Some((matcher, GlobScope::Name)) => {
+            path.file_name().is_some_and(|name| matcher.is_match(name))
+        }
     }
 }
 
-fn search(input: &GrepInput, requested: &str, target: &Path, limits: &OutputLimits) -> ToolOutput {
+fn search(
+    input: &GrepInput,
+    requested: &str,
+    target: &Path,
+    anchor: Option<(PathBuf, String)>,
+    limits: &OutputLimits,
+) -> ToolOutput {
     if !target.exists() {
         return ToolOutput::error(format!(
             "`{requested}` does not exist (resolved to `{}`)",
             target.display()
         ));
     }
-    let mut plan = match plan_search(input) {
+    let mut plan = match plan_search(input, anchor) {
         Ok(plan) => plan,
         Err(message) => return ToolOutput::error(format!("invalid input for Grep: {message}")),
     };

@@ -2,6 +2,7 @@
 //! nothing outside it, nothing written into `.git/` or `.muster/` — except the agent's own plan
 //! file.
 
+use std::borrow::Cow;
 use std::ffi::OsStr;
 use std::io;
 use std::path::{Component, Path, PathBuf};
@@ -137,10 +138,30 @@ struct Located {
     through_symlink: bool,
 }
 
-/// The directory tree file tools are confined to (its canonical root).
+/// `requested` with a leading `~` or `$HOME` (`~`, `~/x`, `$HOME`, `$HOME/x`, `${HOME}/x`)
+/// replaced by `home`. This is the one rule file tools and the permission engine share, so the
+/// engine decides the path the tool would open. `~user`, every other `$` and a path when no
+/// home directory is known stay literal (a relative name inside the workspace).
+pub fn expand_home<'p>(requested: &'p Path, home: Option<&Path>) -> Cow<'p, Path> {
+    let (Some(home), Some(text)) = (home, requested.to_str()) else {
+        return Cow::Borrowed(requested);
+    };
+    let rest = ["~", "${HOME}", "$HOME"]
+        .iter()
+        .find_map(|prefix| text.strip_prefix(prefix))
+        .filter(|rest| rest.is_empty() || rest.starts_with('/'));
+    match rest {
+        Some(rest) => Cow::Owned(home.join(rest.trim_start_matches('/'))),
+        None => Cow::Borrowed(requested),
+    }
+}
+
+/// The directory tree file tools are confined to (its canonical root), and the home directory
+/// a leading `~` names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Workspace {
     root: PathBuf,
+    home: Option<PathBuf>,
 }
 
 impl Workspace {
@@ -157,12 +178,27 @@ impl Workspace {
                 root: given.to_path_buf(),
             });
         }
-        Ok(Self { root })
+        Ok(Self {
+            root,
+            home: std::env::home_dir().filter(|home| home.is_absolute()),
+        })
+    }
+
+    /// The same workspace with `home` as the directory a leading `~` or `$HOME` names (by
+    /// default the process's home directory).
+    pub fn with_home(mut self, home: Option<PathBuf>) -> Self {
+        self.home = home;
+        self
     }
 
     /// The canonical root.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// `requested` with a leading `~` or `$HOME` expanded ([`expand_home`]).
+    pub fn expand_home<'p>(&self, requested: &'p Path) -> Cow<'p, Path> {
+        expand_home(requested, self.home.as_deref())
     }
 
     /// Resolves a path the call will only read: inside the workspace, or the agent's own plan
@@ -223,7 +259,9 @@ impl Workspace {
         Ok(self.locate(plan_file)?.resolved)
     }
 
-    fn locate(&self, requested: &Path) -> Result<Located, PathError> {
+    fn locate(&self, given: &Path) -> Result<Located, PathError> {
+        let expanded = self.expand_home(given);
+        let requested: &Path = &expanded;
         if requested.as_os_str().is_empty() {
             return Err(PathError::Empty {
                 root: self.root.clone(),
@@ -234,21 +272,21 @@ impl Workspace {
             .any(|component| component == Component::ParentDir)
         {
             return Err(PathError::ParentComponent {
-                requested: requested.to_path_buf(),
+                requested: given.to_path_buf(),
                 root: self.root.clone(),
             });
         }
         let lexical: PathBuf = self.root.join(requested).components().collect();
-        let (existing, missing) = split_existing(requested, &lexical)?;
+        let (existing, missing) = split_existing(given, &lexical)?;
         let canonical = std::fs::canonicalize(&existing).map_err(|source| {
             if source.kind() == io::ErrorKind::NotFound {
                 PathError::DanglingSymlink {
-                    requested: requested.to_path_buf(),
+                    requested: given.to_path_buf(),
                     link: existing.clone(),
                 }
             } else {
                 PathError::Unresolvable {
-                    requested: requested.to_path_buf(),
+                    requested: given.to_path_buf(),
                     at: existing.clone(),
                     source,
                 }

@@ -82,6 +82,7 @@ impl RunSetup {
                 batch_line_id: None,
                 auto_gate: AutoGate::default(),
                 launch_options: json!({}),
+                project_id: None,
             })
             .await
             .unwrap();
@@ -166,6 +167,7 @@ impl RunHarness {
             events: Arc::new(NoEvents),
             instructions: String::new(),
             environment: Vec::new(),
+            sandbox: None,
             subagents: Arc::new(Semaphore::new(2)),
             budget: Arc::new(RunContext::budget_ledger(
                 &Default::default(),

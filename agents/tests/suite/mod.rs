@@ -5,6 +5,7 @@ mod harness;
 mod model;
 mod permission;
 mod runtime;
+mod sandbox;
 mod shell;
 mod team;
 mod tools;

@@ -1199,7 +1199,7 @@ fn plan_mode_bash_globs_check_what_they_could_match() {
         "cat lib/*/id_rsa",
         "wc -l lib/*/*.rs",
         "ls lib/o*",
-        "cat *",
+        "cd src && cat *",
         "cat -*",
         "cat ../*",
         "cat ~/*",
@@ -1261,6 +1261,33 @@ fn every_tool_call(name: &str) -> Value {
     }
 }
 
+/// Runs git in `root` with a test identity; fails the test if git fails.
+fn git_in(root: &Path, args: &[&str]) {
+    let status = std::process::Command::new("git")
+        .args(["-c", "user.email=t@example.com", "-c", "user.name=t"])
+        .args(args)
+        .current_dir(root)
+        .output()
+        .unwrap();
+    assert!(status.status.success(), "git {args:?}");
+}
+
+/// An executable shell script at `path` running `line`.
+#[cfg(unix)]
+fn executable(path: &Path, line: &str) -> PathBuf {
+    std::fs::write(path, format!("#!/bin/sh\n{line}\n")).unwrap();
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    path.to_path_buf()
+}
+
+/// The caller's `PATH` and `HOME`, for Bash the runtime runs.
+fn path_and_home() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    ["PATH", "HOME"]
+        .iter()
+        .filter_map(|name| Some(((*name).into(), std::env::var_os(name)?)))
+        .collect()
+}
+
 /// Read-only `Bash` the runtime runs in plan mode gets the read-only git environment: a
 /// repository-configured program `git status` would start does not run (it does when the
 /// same command runs outside the engine's decision).
@@ -1274,27 +1301,14 @@ async fn read_only_bash_runs_with_the_read_only_git_environment() {
     )])
     .await;
     let root = harness.workspace();
-    let git = |args: &[&str]| {
-        let status = std::process::Command::new("git")
-            .args(["-c", "user.email=t@example.com", "-c", "user.name=t"])
-            .args(args)
-            .current_dir(&root)
-            .output()
-            .unwrap();
-        assert!(status.status.success(), "git {args:?}");
-    };
+    let git = |args: &[&str]| git_in(&root, args);
     git(&["init", "-q"]);
     git(&["add", "src/a.rs"]);
     git(&["commit", "-qm", "a"]);
     // A repository-configured program that `git status` would run.
-    let hook = root.join("hook.sh");
-    std::fs::write(&hook, "#!/bin/sh\ntouch ran-fsmonitor\n").unwrap();
-    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let hook = executable(&root.join("hook.sh"), "touch ran-fsmonitor");
     git(&["config", "core.fsmonitor", hook.to_str().unwrap()]);
-    let environment: Vec<(std::ffi::OsString, std::ffi::OsString)> = ["PATH", "HOME"]
-        .iter()
-        .filter_map(|name| Some(((*name).into(), std::env::var_os(name)?)))
-        .collect();
+    let environment = path_and_home();
     let calls = ship(
         &harness,
         PermissionMode::Plan,
@@ -1332,31 +1346,14 @@ async fn read_only_git_diff_runs_with_no_ext_diff_forced() {
     let harness =
         shipping_harness(vec![muster_fake_llm::Block::tool_use("Bash", diff.clone())]).await;
     let root = harness.workspace();
-    let git = |args: &[&str]| {
-        let status = std::process::Command::new("git")
-            .args(["-c", "user.email=t@example.com", "-c", "user.name=t"])
-            .args(args)
-            .current_dir(&root)
-            .output()
-            .unwrap();
-        assert!(status.status.success(), "git {args:?}");
-    };
+    let git = |args: &[&str]| git_in(&root, args);
     git(&["init", "-q"]);
     git(&["add", "src/a.rs"]);
     git(&["commit", "-qm", "a"]);
     std::fs::write(root.join("src/a.rs"), "changed by the test\n").unwrap();
-    let external = root.join("external.sh");
-    std::fs::write(&external, "#!/bin/sh\ntouch ran-external-diff\n").unwrap();
-    std::fs::set_permissions(
-        &external,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let external = executable(&root.join("external.sh"), "touch ran-external-diff");
     git(&["config", "diff.external", external.to_str().unwrap()]);
-    let environment: Vec<(std::ffi::OsString, std::ffi::OsString)> = ["PATH", "HOME"]
-        .iter()
-        .filter_map(|name| Some(((*name).into(), std::env::var_os(name)?)))
-        .collect();
+    let environment = path_and_home();
     let calls = ship(
         &harness,
         PermissionMode::Plan,
@@ -1640,4 +1637,143 @@ fn tools_agent_x_limits_which_definitions_an_agent_may_start() {
         "{}",
         denied.reason
     );
+}
+
+/// The file tools' paths are decided as what the tool would touch: a leading `~` or `$HOME`
+/// is the home directory for the engine and the tool alike, and an absolute, `~` or climbing
+/// Glob pattern or Grep glob names the directory it searches. Outside the workspace, plan mode
+/// denies and the tool refuses; a home inside the workspace is allowed and the tool reads it.
+#[tokio::test]
+async fn file_tool_paths_are_decided_as_what_the_tool_touches() {
+    let mut fixture = Fixture::new();
+    let outside_home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(outside_home.path().join(".ssh")).unwrap();
+    std::fs::write(outside_home.path().join(".ssh/id_rsa"), "KEY\n").unwrap();
+    fixture.workspace = fixture
+        .workspace
+        .clone()
+        .with_home(Some(outside_home.path().to_path_buf()));
+    let configured = rules(&[], &[], &[]);
+    let plan = PermissionContext::new(
+        AgentKind::Teammate,
+        PermissionMode::Plan,
+        &fixture.workspace,
+        &configured,
+        &fixture.catalog,
+    );
+    let tools = ToolRegistry::standard();
+    let tool_context = ToolContext::new(fixture.workspace.clone(), Vec::new());
+    let outside: &[(&str, Value)] = &[
+        ("Read", json!({ "file_path": "~/.ssh/id_rsa" })),
+        ("Read", json!({ "file_path": "$HOME/.ssh/id_rsa" })),
+        ("Read", json!({ "file_path": "${HOME}/.ssh/id_rsa" })),
+        ("LS", json!({ "path": "~/.ssh" })),
+        ("LS", json!({ "path": "~" })),
+        ("Grep", json!({ "pattern": "KEY", "path": "~" })),
+        ("Grep", json!({ "pattern": "KEY", "glob": "~/.ssh/*" })),
+        ("Grep", json!({ "pattern": "root", "glob": "/etc/*" })),
+        ("Glob", json!({ "pattern": "/etc/*" })),
+        ("Glob", json!({ "pattern": "~/.ssh/*" })),
+        ("Glob", json!({ "pattern": "../../**/*.pem" })),
+        ("Glob", json!({ "pattern": "*", "path": "~/.ssh" })),
+        ("Glob", json!({ "pattern": "src/../../*" })),
+    ];
+    for (tool, input) in outside {
+        let decision = decide(&fixture, &plan, tool, input.clone());
+        assert_eq!(
+            decision.verdict,
+            Verdict::Deny,
+            "{tool} {input}: {}",
+            decision.reason
+        );
+        let output = tools
+            .get(tool)
+            .unwrap()
+            .call(&tool_context, input.clone())
+            .await;
+        assert!(output.is_error, "{tool} {input} ran: {}", output.content);
+        assert!(
+            !output.content.contains("KEY"),
+            "{tool} {input}: {}",
+            output.content
+        );
+    }
+    let accept_edits = PermissionContext::new(
+        AgentKind::Teammate,
+        PermissionMode::AcceptEdits,
+        &fixture.workspace,
+        &configured,
+        &fixture.catalog,
+    );
+    for (tool, input) in [
+        (
+            "NotebookEdit",
+            json!({ "notebook_path": "~/nb.ipynb", "new_source": "1" }),
+        ),
+        (
+            "Write",
+            json!({ "file_path": "$HOME/x.txt", "content": "x" }),
+        ),
+    ] {
+        let decision = decide(&fixture, &accept_edits, tool, input.clone());
+        assert_eq!(
+            decision.verdict,
+            Verdict::Deny,
+            "{tool} {input}: {}",
+            decision.reason
+        );
+        assert!(
+            decision.reason.contains("outside the workspace"),
+            "{}",
+            decision.reason
+        );
+    }
+    assert!(!outside_home.path().join("x.txt").exists());
+
+    // A home inside the workspace: the same spellings are allowed and read what they name.
+    let root = fixture.workspace.root().to_path_buf();
+    std::fs::create_dir_all(root.join("home/notes")).unwrap();
+    std::fs::write(root.join("home/notes/todo.md"), "TODO inside\n").unwrap();
+    let inside = fixture.workspace.clone().with_home(Some(root.join("home")));
+    let plan = PermissionContext::new(
+        AgentKind::Teammate,
+        PermissionMode::Plan,
+        &inside,
+        &configured,
+        &fixture.catalog,
+    );
+    let tool_context = ToolContext::new(inside.clone(), Vec::new());
+    let absolute = format!("{}/home/**/*.md", root.display());
+    for (tool, input) in [
+        ("Read", json!({ "file_path": "~/notes/todo.md" })),
+        (
+            "Grep",
+            json!({ "pattern": "TODO", "path": "$HOME", "output_mode": "content" }),
+        ),
+        (
+            "Grep",
+            json!({ "pattern": "TODO", "glob": "~/notes/*.md", "output_mode": "content" }),
+        ),
+        ("Glob", json!({ "pattern": "~/notes/*.md" })),
+        ("Glob", json!({ "pattern": absolute })),
+    ] {
+        let decision = fixture.engine.decide(&plan, tool, &input);
+        assert_eq!(
+            decision.verdict,
+            Verdict::Allow,
+            "{tool} {input}: {}",
+            decision.reason
+        );
+        let output = tools
+            .get(tool)
+            .unwrap()
+            .call(&tool_context, input.clone())
+            .await;
+        assert!(!output.is_error, "{tool} {input}: {}", output.content);
+        assert!(
+            output.content.contains("TODO inside") || output.content.contains("todo.md"),
+            "{tool} {input}: {}",
+            output.content
+        );
+    }
 }

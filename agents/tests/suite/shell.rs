@@ -121,6 +121,11 @@ fn corpus_verdicts() {
 /// Runs command lines under bash with every program replaced by a stub that records its argv
 /// (builtins disabled with `enable -n`), to compare with the argv the classifier checked.
 #[cfg(unix)]
+/// The stub shell's `HOME`, `USER` and `SHELL`.
+const STUB_HOME: &str = "/home/stub";
+const STUB_USER: &str = "stub";
+const STUB_SHELL: &str = "/bin/bash";
+
 struct StubShell {
     bash: String,
     dir: tempfile::TempDir,
@@ -194,6 +199,9 @@ impl StubShell {
                 .current_dir(self.dir.path().join("work"))
                 .env_clear()
                 .env("PATH", &bin)
+                .env("HOME", STUB_HOME)
+                .env("USER", STUB_USER)
+                .env("SHELL", STUB_SHELL)
                 .env("STUB_LOG", &log)
                 .stdin(std::process::Stdio::null())
                 .output()
@@ -226,13 +234,41 @@ impl StubShell {
         ran
     }
 
-    /// Bash ran exactly `commands` (only some of them when `command` has `||`).
-    fn assert_agrees(&mut self, command: &str, commands: &[Vec<String>]) {
+    /// The value each variable the classifier may let through has in the stub shell (`$?` is
+    /// 0: every stub exits 0).
+    fn shown_values(&self) -> Vec<(&'static str, String)> {
+        let bin = self.dir.path().join("bin").display().to_string();
+        let pwd = self.dir.path().join("work").display().to_string();
+        vec![
+            ("PATH", bin),
+            ("PWD", pwd),
+            ("HOME", STUB_HOME.to_owned()),
+            ("USER", STUB_USER.to_owned()),
+            ("SHELL", STUB_SHELL.to_owned()),
+            ("?", "0".to_owned()),
+        ]
+    }
+
+    /// Bash ran exactly `commands` (only some of them when `command` has `||`); with
+    /// `expanded`, the shown variables the classifier kept as written (`$HOME`) are replaced by
+    /// their values first (a line whose text has a literal `\$` must not ask for that).
+    fn assert_agrees(&mut self, command: &str, commands: &[Vec<String>], expanded: bool) {
         let ran = self.run(command, commands);
+        let values = if expanded {
+            self.shown_values()
+        } else {
+            Vec::new()
+        };
+        let expand = |word: &String| {
+            values.iter().fold(word.clone(), |word, (name, value)| {
+                word.replace(&format!("${{{name}}}"), value)
+                    .replace(&format!("${name}"), value)
+            })
+        };
         let mut expected: Vec<Vec<String>> = commands
             .iter()
             .filter(|argv| argv[0] != "[[")
-            .cloned()
+            .map(|argv| argv.iter().map(expand).collect())
             .collect();
         expected.sort();
         // After `||` or a test that may be false, only some of the commands run.
@@ -265,7 +301,12 @@ fn bash_runs_the_argv_the_classifier_checked() {
     for case in corpus() {
         if let ShellVerdict::ReadOnly { commands, run_as } = classify(&case.command, &check) {
             // What runs is the rewritten text when muster added flags (`--no-ext-diff`).
-            shell.assert_agrees(run_as.as_deref().unwrap_or(&case.command), &commands);
+            let expanded = !case.command.contains("\\$");
+            shell.assert_agrees(
+                run_as.as_deref().unwrap_or(&case.command),
+                &commands,
+                expanded,
+            );
             checked += 1;
         }
     }
@@ -345,9 +386,11 @@ fn bash_agrees_on_random_quoting() {
                 }
             }
             if let ShellVerdict::ReadOnly { commands, run_as } = classify(&command, &check) {
-                shell
-                    .borrow_mut()
-                    .assert_agrees(run_as.as_deref().unwrap_or(&command), &commands);
+                shell.borrow_mut().assert_agrees(
+                    run_as.as_deref().unwrap_or(&command),
+                    &commands,
+                    false,
+                );
             }
             Ok(())
         })
@@ -448,6 +491,99 @@ fn every_glob_match_bash_makes_was_checked() {
         }
     }
     assert!(allowed >= 12, "only {allowed} patterns allowed");
+}
+
+/// A glob without a literal prefix runs as the names muster expanded it to: exactly the
+/// names bash itself expands it to (in the C locale), quoted so that running the rewritten
+/// text through bash gives the same argv; a match that looks like an option, a symlink out
+/// of the workspace and a denied path refuse the command.
+#[cfg(unix)]
+#[test]
+fn globs_without_a_prefix_run_as_the_names_bash_would_expand_them_to() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().canonicalize().expect("canonical tempdir");
+    for d in ["src", "src/sub", "docs", "crate one", "linked-target"] {
+        std::fs::create_dir_all(root.join(d)).expect("mkdir");
+    }
+    for f in [
+        "a.rs",
+        "b.rs",
+        ".hidden.rs",
+        "it's here.rs",
+        "star*name.rs",
+        "ünï.rs",
+        "src/c.rs",
+        "src/sub/d.rs",
+        "crate one/Cargo.toml",
+        "docs/Cargo.toml",
+        "README.md",
+    ] {
+        std::fs::write(root.join(f), "").expect("write");
+    }
+    std::os::unix::fs::symlink(root.join("linked-target"), root.join("linked")).expect("symlink");
+    std::os::unix::fs::symlink(root.join("nowhere"), root.join("dangling.rs")).expect("symlink");
+    let check = WorkspaceReadCheck::new(root.to_str().expect("utf-8 tempdir"));
+    let bash_words = |args: &str| -> Vec<String> {
+        let output = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!("printf '%s\\0' {args}"))
+            .current_dir(&root)
+            .env_clear()
+            .output()
+            .expect("run bash");
+        String::from_utf8(output.stdout)
+            .expect("utf-8")
+            .split_terminator('\0')
+            .map(str::to_string)
+            .collect()
+    };
+    for pattern in [
+        "*",
+        "*.rs",
+        "?.rs",
+        "*/",
+        "*/*.rs",
+        "*/Cargo.toml",
+        "*.none",
+        "*s",
+    ] {
+        let command = format!("ls -d {pattern}");
+        let verdict = classify(&command, &check);
+        let ShellVerdict::ReadOnly { commands, run_as } = &verdict else {
+            panic!("{command:?} refused: {verdict}");
+        };
+        let run_as = run_as.as_deref().expect("a prefix-less glob is rewritten");
+        let expected = bash_words(pattern);
+        assert_eq!(commands[0][2..], expected[..], "{command:?} checked argv");
+        let rewritten_args = run_as.strip_prefix("ls -d ").expect("same command");
+        assert_eq!(
+            bash_words(rewritten_args),
+            expected,
+            "{run_as:?} through bash"
+        );
+    }
+
+    std::fs::write(root.join("-rf"), "").expect("write");
+    let outside = tempfile::tempdir().expect("second tempdir");
+    std::os::unix::fs::symlink(outside.path(), root.join("src/escape")).expect("symlink");
+    let denied = WorkspaceReadCheck::new(root.to_str().expect("utf-8")).deny("docs");
+    let refusals: &[(&str, &dyn ReadPathCheck, &str)] = &[
+        ("cat *", &check, "-rf"),
+        ("ls src/*", &check, "outside"),
+        ("cd src && ls *", &check, "outside"),
+        ("cat */Cargo.toml", &denied, "docs"),
+    ];
+    for (command, paths, needle) in refusals {
+        match classify(command, *paths) {
+            ShellVerdict::NotReadOnly { reason } => {
+                assert!(
+                    reason.contains(needle),
+                    "{command:?}: {reason:?} lacks {needle:?}"
+                )
+            }
+            verdict => panic!("{command:?} must be refused, got {verdict:?}"),
+        }
+    }
 }
 
 /// Is there a `>` outside quotes and not escaped by a backslash that is not part of a harmless
@@ -689,10 +825,10 @@ fn verdict_reasons_name_the_culprit() {
         ("ls > out.txt", "redirection"),
         ("cat a && touch b", "touch"),
         ("rg --pre=./x.sh foo", "--pre"),
-        ("echo $HOME", "expansion"),
+        ("echo $SECRET", "expansion"),
         ("cat /etc/shadow", "/etc/shadow"),
         ("git push", "git push"),
-        ("rg foo *", "glob"),
+        ("rg foo [ab]*", "glob"),
         ("python3 -c 'print(1)'", "interpreter"),
         ("xargs rm", "runs another command"),
     ];

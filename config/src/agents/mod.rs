@@ -61,8 +61,18 @@ pub enum AgentDir {
     Muster,
     /// `.claude/agents`: unknown keys and tools are ignored with a warning.
     Claude,
+    /// `~/.claude/agents`: read like `.claude/agents`, below every project file.
+    UserClaude,
     /// Compiled into muster (read strictly).
     BuiltIn,
+}
+
+impl AgentDir {
+    /// Is every problem in a file of this directory a warning that skips the file (Claude
+    /// Code's directories), rather than an error?
+    pub fn is_lenient(self) -> bool {
+        matches!(self, AgentDir::Claude | AgentDir::UserClaude)
+    }
 }
 
 /// Where a definition came from.
@@ -210,7 +220,7 @@ impl DefinitionFile<'_> {
     /// An error in `.muster/agents` and built-ins, a warning in `.claude/agents`.
     fn unknown(&mut self, position: Position, key: &str, message: String) {
         match self.dir {
-            AgentDir::Claude => {
+            AgentDir::Claude | AgentDir::UserClaude => {
                 let warning = self.diagnostic(position, key, format!("ignored: {message}"));
                 self.warnings.push(warning);
             }
@@ -230,7 +240,7 @@ impl DefinitionFile<'_> {
             Ok(root) => root,
             // Claude Code reads a front matter YAML refuses (an unquoted `: ` in a one-line
             // description, the `/agents` wizard's literal `\n`) line by line: so does muster.
-            Err(error) if self.dir == AgentDir::Claude => {
+            Err(error) if self.dir.is_lenient() => {
                 let warning = self.diagnostic(
                     error.position,
                     "",
@@ -494,7 +504,9 @@ impl DefinitionFile<'_> {
                 "unknown tool `{name}`{suggestion}: muster has no `{name}`; remove it, or keep \
                  the file in .claude/agents (where what muster lacks is ignored)"
             ),
-            AgentDir::Claude | AgentDir::BuiltIn => format!("unknown tool `{name}`{suggestion}"),
+            AgentDir::Claude | AgentDir::UserClaude | AgentDir::BuiltIn => {
+                format!("unknown tool `{name}`{suggestion}")
+            }
         }
     }
 }
@@ -610,33 +622,51 @@ impl AgentCatalog {
         Ok(catalog)
     }
 
-    /// Built-ins, then `.claude/agents/` (recursive, lenient per file), then
-    /// `.muster/agents/*.md` (strict) under `root`.
-    pub fn load(root: &ProjectRoot) -> Result<Loaded<AgentCatalog>, ConfigError> {
+    /// Built-ins, then the user's `~/.claude/agents/` (when `home` is given), then the
+    /// project's `.claude/agents/` (both recursive, lenient per file), then
+    /// `.muster/agents/*.md` (strict) under `root`; each later one overrides an earlier
+    /// definition of the same name, except that only project files override the built-ins.
+    pub fn load(
+        root: &ProjectRoot,
+        home: Option<&Path>,
+    ) -> Result<Loaded<AgentCatalog>, ConfigError> {
         let mut catalog = AgentCatalog::built_in()?;
         let mut warnings = Vec::new();
         let mut errors = Vec::new();
-        let dirs = [
-            (root.path().join(".claude").join("agents"), AgentDir::Claude),
+        let project_claude = root.path().join(".claude").join("agents");
+        // A home that is the project root (as in a sandboxed checkout) has one directory.
+        let same = |dir: &Path| {
+            std::fs::canonicalize(dir).ok() == std::fs::canonicalize(&project_claude).ok()
+        };
+        let user = home
+            .map(|home| home.join(".claude").join("agents"))
+            .filter(|dir| !same(dir))
+            .map(|dir| (dir, AgentDir::UserClaude));
+        let dirs = user.into_iter().chain([
+            (project_claude.clone(), AgentDir::Claude),
             (root.muster_dir().join("agents"), AgentDir::Muster),
-        ];
+        ]);
         for (directory, dir) in dirs {
-            let files = match dir {
-                AgentDir::Claude => markdown_files_under(&directory)?,
-                _ => markdown_files(&directory)?,
+            let files = if dir.is_lenient() {
+                markdown_files_under(&directory)?
+            } else {
+                markdown_files(&directory)?
             };
             let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
             for path in files {
                 let label = path.display().to_string();
                 // In `.claude/agents` a file that cannot be read is skipped with a warning:
                 // one file never keeps the others from loading.
-                let mut problem = |diagnostics: Vec<Diagnostic>| match dir {
-                    AgentDir::Claude => warnings.extend(diagnostics.into_iter().map(skipped)),
-                    _ => errors.extend(diagnostics),
+                let mut problem = |diagnostics: Vec<Diagnostic>| {
+                    if dir.is_lenient() {
+                        warnings.extend(diagnostics.into_iter().map(skipped));
+                    } else {
+                        errors.extend(diagnostics);
+                    }
                 };
                 let text = match std::fs::read(&path) {
                     Ok(bytes) => String::from_utf8(bytes),
-                    Err(source) if dir == AgentDir::Claude => {
+                    Err(source) if dir.is_lenient() => {
                         problem(vec![
                             Diagnostic::new(format!("cannot read it: {source}")).in_source(label),
                         ]);
@@ -676,13 +706,28 @@ impl AgentCatalog {
                         first.display()
                     );
                     match dir {
-                        AgentDir::Claude => warnings.push(
+                        AgentDir::Claude | AgentDir::UserClaude => warnings.push(
                             Diagnostic::new(format!("{message}, which wins (the first in path order); this file is skipped"))
                                 .in_source(label)
                                 .for_key("name"),
                         ),
                         _ => errors.push(Diagnostic::new(message).in_source(label).for_key("name")),
                     }
+                    continue;
+                }
+                if dir == AgentDir::UserClaude
+                    && BUILT_IN.iter().any(|(name, _)| *name == definition.name)
+                {
+                    warnings.push(
+                        Diagnostic::new(format!(
+                            "skipped: `{}` is a built-in definition, which only project files \
+                             override; put this file in the project's .claude/agents or \
+                             .muster/agents, or rename it",
+                            definition.name
+                        ))
+                        .in_source(label)
+                        .for_key("name"),
+                    );
                     continue;
                 }
                 if definition.effective_tools().is_empty() {

@@ -58,6 +58,8 @@ pub(crate) const PROVIDER_NAMES: &[&str] = &["anthropic", "openai", "script"];
 pub(crate) const REASONING_EFFORTS: &[&str] = &["minimal", "low", "medium", "high"];
 pub(crate) const AUTO_GATE_STATES: &[&str] = &["open", "closed"];
 pub(crate) const SYNC_LEVELS: &[&str] = &["full", "normal"];
+pub(crate) const SANDBOX_MODES: &[&str] = &["auto", "required", "off"];
+pub(crate) const ON_OFF: &[&str] = &["on", "off"];
 
 const fn leaf(kind: Kind) -> Schema {
     Schema::Leaf(kind, None)
@@ -157,7 +159,10 @@ pub(crate) const SETTINGS: Schema = Schema::Table(&[
         ]),
     ),
     ("plans_directory", with_default(Kind::Path, ".muster/plans")),
-    ("store_path", with_default(Kind::Path, ".muster/muster.db")),
+    // The store: a path or a postgres:// URL. `store_path` is its older name, kept as an
+    // alias; when both are set, the higher layer wins (at one layer, `store`).
+    ("store", with_default(Kind::Path, ".muster/muster.db")),
+    ("store_path", leaf(Kind::Path)),
     ("approver", with_default(Kind::Approver, "human")),
     (
         "auto_gate",
@@ -196,6 +201,14 @@ pub(crate) const SETTINGS: Schema = Schema::Table(&[
         ]),
     ),
     ("compaction", COMPACTION),
+    (
+        "sandbox",
+        Schema::Table(&[
+            ("mode", with_default(Kind::OneOf(SANDBOX_MODES), "auto")),
+            ("network", with_default(Kind::OneOf(ON_OFF), "on")),
+            ("writable", leaf(Kind::Text)),
+        ]),
+    ),
 ]);
 
 impl Schema {

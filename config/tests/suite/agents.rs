@@ -133,7 +133,7 @@ fn project_files_override_built_ins_and_claude_files() {
         "---\nname: general\ndescription: ours\ntools: Read, Edit\n---\nour body\n",
     );
     project.write(".muster/agents/notes.txt", "not a definition");
-    let loaded = AgentCatalog::load(&project.project_root()).unwrap();
+    let loaded = AgentCatalog::load(&project.project_root(), None).unwrap();
     let catalog = loaded.value;
     let names: Vec<&str> = catalog.names().collect();
     assert_eq!(names, vec!["Plan", "general", "helper", "lead"]);
@@ -187,7 +187,7 @@ fn duplicate_names_in_one_directory_are_errors() {
         ".muster/agents/b.md",
         "---\nname: twin\ndescription: two\n---\n",
     );
-    let error = AgentCatalog::load(&project.project_root())
+    let error = AgentCatalog::load(&project.project_root(), None)
         .unwrap_err()
         .to_string();
     assert_eq!(
@@ -213,7 +213,7 @@ fn errors_in_several_files_are_all_reported() {
     );
     // A `.claude/agents` file is never an error: it is skipped with a warning.
     project.write(".claude/agents/c.md", "no front matter");
-    let error = AgentCatalog::load(&project.project_root()).unwrap_err();
+    let error = AgentCatalog::load(&project.project_root(), None).unwrap_err();
     assert_eq!(error.diagnostics().len(), 2, "{error}");
 }
 
@@ -222,7 +222,7 @@ fn instruction_files_are_loaded_and_cut_with_a_warning() {
     let project = Project::new();
     project.write("AGENTS.md", "Use cargo.\n");
     let claude = project.write("CLAUDE.md", &"x".repeat(100));
-    let loaded = ProjectInstructions::load(&project.project_root(), 40).unwrap();
+    let loaded = ProjectInstructions::load(&project.project_root(), 40, None).unwrap();
     assert_eq!(loaded.value.files.len(), 2);
     assert_eq!(loaded.value.files[0].content, "Use cargo.\n");
     assert_eq!(loaded.value.files[1].content.len(), 40);
@@ -294,7 +294,7 @@ fn every_claude_file_is_read_or_skipped_on_its_own() {
     for (path, text) in files {
         project.write(&format!(".claude/agents/{path}"), text);
     }
-    let loaded = AgentCatalog::load(&project.project_root()).unwrap();
+    let loaded = AgentCatalog::load(&project.project_root(), None).unwrap();
     let catalog = loaded.value;
     for name in [
         "groomer",
@@ -363,7 +363,7 @@ fn muster_files_stay_strict_and_say_what_to_do() {
         ".muster/agents/fetcher.md",
         "---\nname: fetcher\ndescription: fetches\ntools: Read, WebFetch\n---\nF.\n",
     );
-    let error = AgentCatalog::load(&project.project_root())
+    let error = AgentCatalog::load(&project.project_root(), None)
         .unwrap_err()
         .to_string();
     assert!(
@@ -394,7 +394,9 @@ fn model_names_map_as_claude_code_maps_them_and_unknown_ones_are_warned_about() 
         ".claude/agents/big.md",
         "---\nname: big\ndescription: big context\nmodel: opus[1m]\n---\nB.\n",
     );
-    let catalog = AgentCatalog::load(&project.project_root()).unwrap().value;
+    let catalog = AgentCatalog::load(&project.project_root(), None)
+        .unwrap()
+        .value;
     let known = ["claude-sonnet-4-5", "claude-opus-4-1", "claude-haiku-4-5"];
     let warnings: Vec<String> = catalog
         .model_warnings(|model| known.contains(&model))
@@ -413,7 +415,7 @@ fn an_instruction_file_is_read_once_however_it_is_linked_or_copied() {
     let project = Project::new();
     let agents = project.write("AGENTS.md", "Use cargo.\n");
     std::os::unix::fs::symlink(&agents, project.root.join("CLAUDE.md")).unwrap();
-    let loaded = ProjectInstructions::load(&project.project_root(), 1000).unwrap();
+    let loaded = ProjectInstructions::load(&project.project_root(), 1000, None).unwrap();
     assert_eq!(
         loaded.value.files.len(),
         1,
@@ -425,10 +427,10 @@ fn an_instruction_file_is_read_once_however_it_is_linked_or_copied() {
     );
     // A copy under .claude adds nothing either; a different text there is read.
     project.write(".claude/CLAUDE.md", "Use cargo.\n");
-    let loaded = ProjectInstructions::load(&project.project_root(), 1000).unwrap();
+    let loaded = ProjectInstructions::load(&project.project_root(), 1000, None).unwrap();
     assert_eq!(loaded.value.files.len(), 1);
     let own = project.write(".claude/CLAUDE.md", "Run clippy.\n");
-    let loaded = ProjectInstructions::load(&project.project_root(), 1000).unwrap();
+    let loaded = ProjectInstructions::load(&project.project_root(), 1000, None).unwrap();
     let paths: Vec<_> = loaded.value.files.iter().map(|f| f.path.clone()).collect();
     assert_eq!(paths, vec![agents, own]);
 }
@@ -452,4 +454,144 @@ fn agent_x_in_tools_is_agent_limited_to_those_definitions() {
         plain.value.agent_types, None,
         "a bare Agent/Task starts any definition"
     );
+}
+
+/// `~/.claude/agents/` (recursive) loads below the project: a project file of the same name
+/// overrides a user one, a user file cannot override a built-in, and without a home (as
+/// `muster demo` runs) nothing of the user's is read.
+#[test]
+fn user_level_definitions_load_below_the_projects() {
+    let project = Project::new();
+    let definition =
+        |name: &str, body: &str| format!("---\nname: {name}\ndescription: {body}\n---\n{body}\n");
+    project.write_home(
+        ".claude/agents/review/reviewer.md",
+        &definition("reviewer", "user reviewer"),
+    );
+    project.write_home(
+        ".claude/agents/notes.md",
+        &definition("note-taker", "user notes"),
+    );
+    project.write_home(
+        ".claude/agents/general.md",
+        &definition("general", "user general"),
+    );
+    project.write(
+        ".claude/agents/reviewer.md",
+        &definition("reviewer", "project reviewer"),
+    );
+    let loaded = AgentCatalog::load(&project.project_root(), Some(&project.home)).unwrap();
+    let catalog = loaded.value;
+    assert_eq!(
+        catalog.get("note-taker").unwrap().description,
+        "user notes",
+        "a user definition in a subdirectory loads"
+    );
+    let reviewer = catalog.get("reviewer").unwrap();
+    assert_eq!(reviewer.description, "project reviewer");
+    assert!(
+        reviewer
+            .overrides
+            .iter()
+            .any(|source| source.to_string().contains("home")),
+        "the project reviewer records the user one it overrides: {:?}",
+        reviewer.overrides
+    );
+    assert_eq!(
+        catalog.get("general").unwrap().source,
+        DefinitionSource::BuiltIn
+    );
+    let warnings: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("general.md") && w.contains("only project files")),
+        "{warnings:#?}"
+    );
+    let without_home = AgentCatalog::load(&project.project_root(), None)
+        .unwrap()
+        .value;
+    assert!(without_home.get("note-taker").is_none());
+}
+
+/// The user's `~/.claude/CLAUDE.md` comes first, then the project's files; `@path` imports
+/// are read after the file that names them (relative and `~/`), once each, at most five hops
+/// deep, never from outside the project and the home directory, and a cycle, a missing file
+/// and an import in a code block are not followed.
+#[test]
+fn instruction_files_follow_claude_codes_order_and_imports() {
+    let project = Project::new();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.md"), "OUTSIDE\n").unwrap();
+    project.write_home(".claude/CLAUDE.md", "User rules. See @~/notes/tone.md\n");
+    project.write_home("notes/tone.md", "Be brief.\n");
+    project.write(
+        "AGENTS.md",
+        &format!(
+            "Project rules.\n@docs/style.md and @docs/missing.md, not `@docs/code.md`.\n@{}/secret.md\n```\n@docs/fenced.md\n```\n",
+            outside.path().display()
+        ),
+    );
+    project.write("docs/style.md", "Style: @cycle/a.md\n");
+    project.write("docs/cycle/a.md", "A imports @b.md\n");
+    project.write("docs/cycle/b.md", "B imports @a.md and @../../chain/1.md\n");
+    for hop in 1..=7 {
+        project.write(
+            &format!("chain/{hop}.md"),
+            &format!("hop {hop} @{}.md\n", hop + 1),
+        );
+    }
+    project.write("docs/code.md", "CODE\n");
+    project.write("docs/fenced.md", "FENCED\n");
+    let loaded =
+        ProjectInstructions::load(&project.project_root(), 10_000, Some(&project.home)).unwrap();
+    let names: Vec<String> = loaded
+        .value
+        .files
+        .iter()
+        .map(|f| {
+            let path = f.path.to_string_lossy();
+            path.rsplit(['/'])
+                .take(2)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("/")
+        })
+        .collect();
+    assert_eq!(
+        names[..7],
+        [
+            ".claude/CLAUDE.md",
+            "notes/tone.md",
+            "project/AGENTS.md",
+            "docs/style.md",
+            "cycle/a.md",
+            "cycle/b.md",
+            "chain/1.md"
+        ],
+        "{names:#?}"
+    );
+    let prompt = loaded.value.prompt_section();
+    assert!(
+        prompt.starts_with("# The user's instructions from ~/.claude/CLAUDE.md"),
+        "{prompt}"
+    );
+    for absent in ["OUTSIDE", "CODE", "FENCED", "hop 7"] {
+        assert!(!prompt.contains(absent), "{absent} was read:\n{prompt}");
+    }
+    assert_eq!(prompt.matches("A imports").count(), 1);
+    let warnings: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
+    for expected in [
+        "docs/missing.md",
+        "outside the project",
+        "a cycle",
+        "hops deep",
+    ] {
+        assert!(
+            warnings.iter().any(|w| w.contains(expected)),
+            "no warning with {expected:?}: {warnings:#?}"
+        );
+    }
 }

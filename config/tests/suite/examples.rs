@@ -36,7 +36,7 @@ fn the_examples_load_as_a_project() {
     assert!(every_key_set > 50, "{every_key_set}");
 
     let root = project.project_root();
-    let catalog = AgentCatalog::load(&root).unwrap();
+    let catalog = AgentCatalog::load(&root, None).unwrap();
     assert!(catalog.warnings.is_empty());
     let reviewer = catalog.value.get("reviewer").unwrap();
     assert_eq!(reviewer.permission_mode, Some(PermissionMode::Plan));

@@ -178,7 +178,7 @@ fn teams_may_name_project_definitions_and_policy_files_are_checked() {
         "name = \"t\"\n[[teammates]]\nname = \"rita\"\ndefinition = \"reviewer\"\napprover = \"policy:policies/ci.toml\"\n",
     );
     let root = project.project_root();
-    let catalog = AgentCatalog::load(&root).unwrap().value;
+    let catalog = AgentCatalog::load(&root, None).unwrap().value;
     assert_eq!(TeamFile::discover(&root), Some(team_path.clone()));
     let error = TeamFile::load(&team_path, &root, &catalog)
         .unwrap_err()

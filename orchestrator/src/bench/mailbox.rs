@@ -257,6 +257,7 @@ async fn bench_store(
             batch_line_id: None,
             auto_gate: AutoGate::default(),
             launch_options: json!({"bench": "mailbox"}),
+            project_id: None,
         })
         .await?;
     let members = std::iter::once(("lead".to_owned(), MemberKind::Lead))

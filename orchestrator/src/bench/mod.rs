@@ -4,4 +4,5 @@
 pub mod file_inbox;
 pub mod mailbox;
 mod samples;
+pub mod sandbox;
 pub mod team;

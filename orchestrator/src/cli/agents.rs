@@ -34,10 +34,14 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
 fn list(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
     let root = project_root(global)?;
     let settings = load_settings(global, &root, CliOverrides::new())?;
-    let catalog = AgentCatalog::load(&root).map_err(usage_error)?;
-    let instructions =
-        ProjectInstructions::load(&root, settings.value.instructions_max_bytes.value)
-            .map_err(usage_error)?;
+    let home = crate::cli::config::user_home();
+    let catalog = AgentCatalog::load(&root, home.as_deref()).map_err(usage_error)?;
+    let instructions = ProjectInstructions::load(
+        &root,
+        settings.value.instructions_max_bytes.value,
+        home.as_deref(),
+    )
+    .map_err(usage_error)?;
     let mut warnings: Vec<Diagnostic> = settings.warnings;
     warnings.extend(catalog.warnings);
     warnings.extend(crate::cli::config::model_warnings(
@@ -52,6 +56,7 @@ fn list(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
             "agents": catalog.value.iter().map(|d| definition_json(d, &warnings)).collect::<Vec<_>>(),
             "instructions": instructions.value.files.iter().map(|file| json!({
                 "path": file.path,
+                "scope": file.scope,
                 "bytes": file.content.len(),
                 "truncated_from": file.truncated_from,
             })).collect::<Vec<_>>(),
@@ -66,9 +71,8 @@ fn list(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
         for file in &instructions.value.files {
             writeln!(
                 output,
-                "instructions: {} ({} bytes)",
-                file.path.display(),
-                file.content.len()
+                "instructions: {}",
+                crate::cli::config::describe_instruction(file)
             )?;
         }
         for warning in &warnings {

@@ -20,6 +20,24 @@ pub enum BenchTarget {
     Mailbox(MailboxArgs),
     /// Team orchestration: overhead per tool call, wall time against the ideal, peak memory.
     Team(TeamArgs),
+    /// The Bash sandbox's cost per call: `true` unconfined and in both profiles, interleaved.
+    Sandbox(SandboxArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SandboxArgs {
+    /// Calls per variant.
+    #[arg(long, default_value_t = 200)]
+    pub calls: usize,
+    /// Tiny sizes, for CI.
+    #[arg(long)]
+    pub smoke: bool,
+    /// Print the rows as a JSON array.
+    #[arg(long)]
+    pub json: bool,
+    /// Where to put the temporary workspace (default: the system's temporary directory).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -83,7 +101,20 @@ pub fn execute(_global: &Globals, args: Args) -> anyhow::Result<Exit> {
     match args.target {
         BenchTarget::Mailbox(args) => bench_mailbox(args),
         BenchTarget::Team(args) => bench_team(args),
+        BenchTarget::Sandbox(args) => bench_sandbox(args),
     }
+}
+
+fn bench_sandbox(args: SandboxArgs) -> anyhow::Result<Exit> {
+    let calls = if args.smoke { 3 } else { args.calls.max(1) };
+    let dir = args.dir.unwrap_or_else(std::env::temp_dir);
+    let rows = crate::bench::sandbox::run(calls, &dir)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        print!("{}", crate::bench::sandbox::render(&rows));
+    }
+    Ok(Exit::Success)
 }
 
 fn bench_team(args: TeamArgs) -> anyhow::Result<Exit> {

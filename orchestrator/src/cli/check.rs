@@ -13,7 +13,10 @@
 use std::io::{BufRead, Write as _};
 use std::path::PathBuf;
 
-use muster_agents::permission::{AgentKind, Decision, PermissionContext, PermissionEngine};
+use muster_agents::permission::{
+    AgentKind, Decision, PermissionContext, PermissionEngine, Verdict,
+};
+use muster_agents::sandbox::profile_for;
 use muster_agents::tools::Workspace;
 use muster_config::settings::CliOverrides;
 use muster_config::{AgentCatalog, PermissionMode};
@@ -22,6 +25,7 @@ use serde_json::{Value, json};
 use crate::cli::config::{load_settings, print_warnings, project_root, usage_error};
 use crate::exit::{Exit, ExitError};
 use crate::project::Globals;
+use crate::sandbox::SandboxState;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -111,7 +115,8 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
 
     let root = project_root(global)?;
     let settings = load_settings(global, &root, CliOverrides::new())?;
-    let catalog = AgentCatalog::load(&root).map_err(usage_error)?;
+    let catalog = AgentCatalog::load(&root, crate::cli::config::user_home().as_deref())
+        .map_err(usage_error)?;
     print_warnings(&settings.warnings);
     let settings = settings.value;
     let catalog = catalog.value;
@@ -157,10 +162,14 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     context.home_dir = home.as_deref();
 
     let engine = PermissionEngine::standard();
+    let sandbox = Sandboxing {
+        state: SandboxState::for_run(&settings)?,
+        read_only_agent: context.definition.read_only,
+    };
     match single {
         Some((tool, input)) => {
             let decision = engine.decide(&context, &tool, &input);
-            let line = render(&tool, &decision, args.json);
+            let line = render(&tool, &decision, &sandbox, args.json);
             crate::cli::config::print_output(&format!("{line}\n"))?;
             Ok(if decision.is_allowed() {
                 Exit::Success
@@ -168,12 +177,33 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
                 Exit::Failed
             })
         }
-        None => check_lines(&engine, &context, args.json),
+        None => check_lines(&engine, &context, &sandbox, args.json),
+    }
+}
+
+/// What the Bash sandbox would do with an allowed call.
+struct Sandboxing {
+    state: SandboxState,
+    read_only_agent: bool,
+}
+
+impl Sandboxing {
+    /// The sandbox a `Bash` call would run in if it runs (allowed, or asked and approved);
+    /// `None` for other tools and denials.
+    fn label(&self, tool: &str, decision: &Decision) -> Option<String> {
+        (tool == "Bash" && decision.verdict != Verdict::Deny).then(|| {
+            self.state.label(profile_for(
+                decision.read_only_shell,
+                decision.effective_mode,
+                self.read_only_agent,
+            ))
+        })
     }
 }
 
 /// One decision as a line of output.
-fn render(tool: &str, decision: &Decision, as_json: bool) -> String {
+fn render(tool: &str, decision: &Decision, sandbox: &Sandboxing, as_json: bool) -> String {
+    let sandbox = sandbox.label(tool, decision);
     if as_json {
         json!({
             "tool": tool,
@@ -182,10 +212,17 @@ fn render(tool: &str, decision: &Decision, as_json: bool) -> String {
             "effective_mode": decision.effective_mode.as_str(),
             "read_only_shell": decision.read_only_shell,
             "runs_as": decision.shell_run_as,
+            "sandbox": sandbox,
         })
         .to_string()
     } else {
-        format!("{}: {} ({tool})", decision.verdict, decision.reason)
+        let sandbox = sandbox
+            .map(|s| format!(" [sandbox: {s}]"))
+            .unwrap_or_default();
+        format!(
+            "{}: {} ({tool}){sandbox}",
+            decision.verdict, decision.reason
+        )
     }
 }
 
@@ -203,6 +240,7 @@ fn render_error(line_number: usize, message: &str, as_json: bool) -> String {
 fn check_lines(
     engine: &PermissionEngine,
     context: &PermissionContext<'_>,
+    sandbox: &Sandboxing,
     as_json: bool,
 ) -> anyhow::Result<Exit> {
     let stdin = std::io::stdin();
@@ -216,7 +254,7 @@ fn check_lines(
             Ok((tool, input)) => {
                 let decision = engine.decide(context, &tool, &input);
                 any_refused |= !decision.is_allowed();
-                render(&tool, &decision, as_json)
+                render(&tool, &decision, sandbox, as_json)
             }
             Err(message) => {
                 any_bad = true;

@@ -60,8 +60,12 @@ pub fn load_settings(
     cli: CliOverrides,
 ) -> anyhow::Result<Loaded<Settings>> {
     let env = process_env();
-    let home: Option<PathBuf> = std::env::home_dir();
+    let home: Option<PathBuf> = user_home();
     let cli = match &global.store {
+        // A server's URL is kept as it is.
+        Some(store) if muster_config::store_url::is_postgres_url(&store.to_string_lossy()) => {
+            cli.store(store.to_string_lossy().into_owned())
+        }
         // A path on the command line is relative to the current directory.
         Some(store) => cli.store(std::path::absolute(store)?.display().to_string()),
         None => cli,
@@ -87,7 +91,111 @@ pub fn print_output(text: &str) -> anyhow::Result<()> {
     }
 }
 
-/// Prints warnings to stderr, one a line.
+/// The variable that makes muster read no user-level file (`muster demo` sets it for its run).
+pub const NO_USER_FILES: &str = "MUSTER_NO_USER_FILES";
+
+/// The home directory whose files muster reads (user settings, `~/.claude/agents`,
+/// `~/.claude/CLAUDE.md`), or `None` when [`NO_USER_FILES`] is set.
+pub fn user_home() -> Option<PathBuf> {
+    match std::env::var_os(NO_USER_FILES) {
+        Some(value) if !value.is_empty() => None,
+        _ => std::env::home_dir(),
+    }
+}
+
+/// The agent catalogue of `root` (with the user's `~/.claude/agents`), its load warnings and
+/// the warnings for definitions naming a model the settings' catalogue lacks printed.
+pub fn load_catalog(
+    root: &ProjectRoot,
+    settings: &Settings,
+) -> anyhow::Result<muster_config::AgentCatalog> {
+    let loaded =
+        muster_config::AgentCatalog::load(root, user_home().as_deref()).map_err(usage_error)?;
+    print_warnings(&loaded.warnings);
+    print_warnings(&model_warnings(&loaded.value, settings));
+    Ok(loaded.value)
+}
+
+/// One instruction file as `muster config show` and `muster agents list` print it: where it
+/// is, where it comes from and its size as loaded.
+pub fn describe_instruction(file: &muster_config::InstructionFile) -> String {
+    let scope = match &file.scope {
+        muster_config::InstructionScope::User => "user".to_owned(),
+        muster_config::InstructionScope::Project => "project".to_owned(),
+        muster_config::InstructionScope::ImportedBy(by) => format!("imported by {}", by.display()),
+    };
+    let cut = file
+        .truncated_from
+        .map(|size| format!(", cut from {size}"))
+        .unwrap_or_default();
+    format!(
+        "{} ({scope}; {} bytes{cut})",
+        file.path.display(),
+        file.content.len()
+    )
+}
+
+/// The instruction files every agent's prompt carries, for listing (their warnings printed).
+pub fn loaded_instructions(
+    root: &ProjectRoot,
+    settings: &Settings,
+) -> Vec<muster_config::InstructionFile> {
+    match muster_config::ProjectInstructions::load(
+        root,
+        settings.instructions_max_bytes.value,
+        user_home().as_deref(),
+    ) {
+        Ok(loaded) => {
+            print_warnings(&loaded.warnings);
+            loaded.value.files
+        }
+        Err(error) => {
+            eprintln!("muster: warning: instruction files: {error}");
+            Vec::new()
+        }
+    }
+}
+
+/// Under a cost budget, every model the run's agents name must have prices: a run that would
+/// use definition `names` (its main agent or lead, its teammates, the definitions it may
+/// spawn) refuses to start, naming the first unpriced one, instead of failing when the budget
+/// meets it in the middle of the run. Definitions the run does not use are not checked.
+pub fn check_definition_prices<'n>(
+    settings: &Settings,
+    catalog: &muster_config::AgentCatalog,
+    names: impl IntoIterator<Item = &'n str>,
+) -> anyhow::Result<()> {
+    let budget = [&settings.budgets.agent, &settings.budgets.run]
+        .into_iter()
+        .find_map(|limits| limits.cost_usd.as_ref());
+    let Some(budget) = budget else {
+        return Ok(());
+    };
+    for name in names {
+        let Some(definition) = catalog.get(name) else {
+            continue;
+        };
+        let muster_config::ModelChoice::Named(model) = &definition.model else {
+            continue;
+        };
+        let priced = settings
+            .models
+            .get(model)
+            .is_some_and(|info| info.has_prices());
+        if !priced {
+            return Err(ExitError::new(
+                Exit::Usage,
+                format!(
+                    "agent `{name}` ({}) uses model `{model}`, which has no prices in the model catalogue, and the run has a cost budget (from {}); add [models.\"{model}\"] price_in and price_out to your settings, give the agent a catalogue model, or remove the cost budget",
+                    definition.source, budget.origin
+                ),
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
 /// Warnings for agent definitions naming a model the settings' catalogue does not know.
 pub fn model_warnings(
     catalog: &muster_config::AgentCatalog,
@@ -113,8 +221,16 @@ fn show(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
             "settings": entries_json(settings.entries()),
             "resolved": {
                 "plans_directory": settings.plans_directory.value,
-                "store_path": settings.store_path.value,
+                "store": settings.store.value,
+                "sandbox_writable": settings.sandbox.writable,
             },
+            "sandbox_support": muster_agents::sandbox::probe(),
+            "instructions": loaded_instructions(&root, settings).iter().map(|file| json!({
+                "path": file.path,
+                "scope": file.scope,
+                "bytes": file.content.len(),
+                "truncated_from": file.truncated_from,
+            })).collect::<Vec<_>>(),
             "warnings": loaded.warnings.iter().map(ToString::to_string).collect::<Vec<_>>(),
         });
         output = serde_json::to_string_pretty(&document)?;
@@ -134,11 +250,15 @@ fn show(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
             "# plans_directory resolves to {}",
             settings.plans_directory.value.display()
         )?;
+        writeln!(output, "# store resolves to {}", settings.store.value)?;
         writeln!(
             output,
-            "# store_path resolves to {}",
-            settings.store_path.value.display()
+            "# sandbox: {}",
+            muster_agents::sandbox::probe().describe()
         )?;
+        for file in loaded_instructions(&root, settings) {
+            writeln!(output, "# instructions: {}", describe_instruction(&file))?;
+        }
     }
     print_output(&output)?;
     Ok(Exit::Success)

@@ -44,8 +44,9 @@ pub struct GlobalArgs {
     /// Run as if muster was started in DIR (it becomes the project root).
     #[arg(short = 'C', global = true, value_name = "DIR")]
     pub directory: Option<PathBuf>,
-    /// Path of the store (default: .muster/muster.db under the project root).
-    #[arg(long = "store", global = true, value_name = "PATH")]
+    /// The store: an SQLite file (default: .muster/muster.db under the project root) or a
+    /// postgres:// / postgresql:// URL.
+    #[arg(long = "store", global = true, value_name = "PATH|URL")]
     pub store: Option<PathBuf>,
     /// Log level for stderr: error, warn, info, debug or trace.
     #[arg(

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use muster_mailbox::RequestRecord;
 use muster_mailbox::revision::{stored_previous, stored_revision};
-use muster_mailbox::{MailboxStore, RequestRecord};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -45,7 +45,7 @@ pub struct PlanEntry {
 pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     let (project, store) = open(global)?;
     let (run, requests) = runtime()?.block_on(async {
-        let run = select_run(store.as_ref(), args.run.as_deref()).await?;
+        let run = select_run(store.as_ref(), args.run.as_deref(), None).await?;
         let requests = store.requests(&run.id).await?;
         anyhow::Ok((run, requests))
     })?;

@@ -21,7 +21,12 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     let (project, store) = open(global)?;
     let served = ServeProject {
         store,
-        store_path: project.store_path().clone(),
+        // The once-a-second fallback watches an SQLite file; a PostgreSQL store has none
+        // (LISTEN is not wired up yet: there, only pokes reach the page).
+        store_path: match project.store_location() {
+            muster_config::store_url::StoreLocation::File(path) => Some(path.clone()),
+            muster_config::store_url::StoreLocation::Postgres(_) => None,
+        },
         muster_dir: project.root.muster_dir(),
         runs_dir: project.runs_dir(),
         models: project.settings.models.clone(),

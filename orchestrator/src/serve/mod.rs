@@ -37,7 +37,8 @@ use security::Secrets;
 #[derive(Clone)]
 pub struct ServeProject {
     pub store: Arc<dyn MailboxStore>,
-    pub store_path: PathBuf,
+    /// The SQLite file whose changes the fallback check watches.
+    pub store_path: Option<PathBuf>,
     pub muster_dir: PathBuf,
     pub runs_dir: PathBuf,
     pub models: BTreeMap<String, ModelInfo>,
@@ -99,7 +100,9 @@ impl Server {
                 None
             }
         };
-        watch::fallback(project.store_path.clone(), self.served.changes.clone());
+        if let Some(store_path) = &project.store_path {
+            watch::fallback(store_path.clone(), self.served.changes.clone());
+        }
         axum::serve(self.listener, router(self.served))
             .with_graceful_shutdown(shutdown)
             .await?;

@@ -107,14 +107,7 @@ pub fn run(global: &Globals, flags: RunFlags, team_path: PathBuf) -> anyhow::Res
         root,
         settings: loaded.value,
     };
-    let catalog = AgentCatalog::load(&project.root)
-        .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
-    print_warnings(&catalog.warnings);
-    print_warnings(&crate::cli::config::model_warnings(
-        &catalog.value,
-        &project.settings,
-    ));
-    let catalog = catalog.value;
+    let catalog = crate::cli::config::load_catalog(&project.root, &project.settings)?;
     let team = TeamFile::load(&team_path, &project.root, &catalog)
         .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
     if flags.agent.is_some() {
@@ -125,6 +118,10 @@ pub fn run(global: &Globals, flags: RunFlags, team_path: PathBuf) -> anyhow::Res
     let lead_definition = catalog
         .get(&team.lead)
         .ok_or_else(|| usage(format!("unknown lead definition {:?}", team.lead)))?;
+    let used = std::iter::once(team.lead.as_str())
+        .chain(team.teammates.iter().map(|t| t.definition.as_str()))
+        .chain(team.spawn.definitions.iter().flatten().map(String::as_str));
+    crate::cli::config::check_definition_prices(&project.settings, &catalog, used)?;
     let mut run = RunLaunch::from_flags(&flags, &project, lead_definition.permission_mode)?;
     let approvers = team
         .teammates
@@ -175,14 +172,7 @@ pub fn resume(
         root,
         settings: loaded.value,
     };
-    let catalog = AgentCatalog::load(&project.root)
-        .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
-    print_warnings(&catalog.warnings);
-    print_warnings(&crate::cli::config::model_warnings(
-        &catalog.value,
-        &project.settings,
-    ));
-    let catalog = catalog.value;
+    let catalog = crate::cli::config::load_catalog(&project.root, &project.settings)?;
     let team = TeamFile::parse(
         &launch.team_file.display().to_string(),
         &launch.team_text,
@@ -262,7 +252,7 @@ async fn execute(
     existing: Result<Resumed, NewTeamRun>,
 ) -> anyhow::Result<Exit> {
     let mut interrupts = Interrupts::install();
-    let store: Arc<dyn MailboxStore> = project.open_store()?;
+    let store: Arc<dyn MailboxStore> = project.open_store().await?;
     let resumed = existing.is_ok();
     let (run_id, plans) = match &existing {
         Ok(Resumed { record }) => {
@@ -453,6 +443,7 @@ async fn create_run(
                 limit: u32::try_from(settings.auto_gate_denial_limit.value).unwrap_or(u32::MAX),
             },
             launch_options: serde_json::to_value(launch)?,
+            project_id: Some(project.project_id()?),
         })
         .await?;
     store

@@ -83,6 +83,7 @@ pub(crate) fn run_context(parts: ContextParts<'_>) -> anyhow::Result<RunContext>
             .iter()
             .map(|(name, value)| (name.into(), value.into()))
             .collect(),
+        sandbox: crate::sandbox::SandboxState::for_run(settings)?.into_run_sandbox(),
         subagents: Arc::new(Semaphore::new(DEFAULT_MAX_SUBAGENTS)),
         budget: Arc::new(RunContext::budget_ledger(
             &settings.budgets,

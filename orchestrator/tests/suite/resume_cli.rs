@@ -17,10 +17,10 @@ use super::common::{GUARD, lines, open_store, output, stderr, transcript};
 
 const INTERRUPTED: &str = "interrupted by a crash; inspect the workspace before retrying";
 const PLAN: &str = "## Goal\nMark.\n## Steps\n1. Append two and three to marker.txt\n2. Write out.txt\n## Files\nmarker.txt\nout.txt\n## Tests\nnone\n## Risks\nnone\n";
-const MARKER_LINES: [&str; 3] = ["one", "two", "three"];
+pub(super) const MARKER_LINES: [&str; 3] = ["one", "two", "three"];
 
 /// A project whose `policy.toml` approves every plan up to `bypassPermissions`.
-fn project() -> tempfile::TempDir {
+pub(super) fn project() -> tempfile::TempDir {
     super::common::project(&[(
         "policy.toml",
         "approve_all = true\nmax_mode = \"bypassPermissions\"\n",
@@ -34,7 +34,7 @@ fn command(dir: &Path, args: &[&str]) -> tokio::process::Command {
     command
 }
 
-async fn muster(dir: &Path, args: &[&str]) -> Output {
+pub(super) async fn muster(dir: &Path, args: &[&str]) -> Output {
     output(command(dir, args)).await
 }
 
@@ -48,7 +48,7 @@ fn bash(line: &str) -> Block {
 /// Bash (side effect) → a read-only `Plan` subagent (its own requests; a crash while it works
 /// gives its parent an error result) → EnterPlanMode → ExitPlanMode (a policy approves: a
 /// request, a decision, a response mail acked) → Bash + Write → Bash → done.
-fn crash_script() -> Vec<ScriptEntry> {
+pub(super) fn crash_script() -> Vec<ScriptEntry> {
     vec![
         ScriptEntry::reply("main", 1, vec![Block::text("First."), bash("one")]),
         ScriptEntry::reply(
@@ -87,7 +87,7 @@ fn crash_script() -> Vec<ScriptEntry> {
     ]
 }
 
-fn run_args(base: &str) -> Vec<String> {
+pub(super) fn run_args(base: &str) -> Vec<String> {
     [
         "run",
         "-p",
@@ -108,7 +108,11 @@ fn run_args(base: &str) -> Vec<String> {
 
 /// Runs `args` as a child and kills it with SIGKILL right after its `kill_at`-th stdout line
 /// (`None`: lets it finish). Gives back the lines read and the exit status code.
-async fn run_killed_at(dir: &Path, args: &[String], kill_at: Option<usize>) -> (Vec<Value>, i32) {
+pub(super) async fn run_killed_at(
+    dir: &Path,
+    args: &[String],
+    kill_at: Option<usize>,
+) -> (Vec<Value>, i32) {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut child = command(dir, &args)
         .stdout(Stdio::piped())
@@ -137,7 +141,7 @@ async fn run_killed_at(dir: &Path, args: &[String], kill_at: Option<usize>) -> (
     (seen, code)
 }
 
-fn marker(dir: &Path) -> Vec<String> {
+pub(super) fn marker(dir: &Path) -> Vec<String> {
     std::fs::read_to_string(dir.join("marker.txt"))
         .unwrap_or_default()
         .lines()
@@ -394,6 +398,7 @@ async fn a_policy_edited_between_a_crash_and_the_resume_decides_as_stored() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crash_inside_a_bash_call_gives_the_interrupted_error_and_never_reruns_it() {
     let dir = project();
+    killing_muster_from_bash(dir.path());
     let fake = FakeLlm::start(vec![
         ScriptEntry::reply(
             "main",
@@ -460,6 +465,12 @@ fn with_usage(mut entry: ScriptEntry, input: u64, output: u64) -> ScriptEntry {
         });
     }
     entry
+}
+
+/// These tests crash muster from inside a Bash call (`kill -9 $PPID`), which the Bash sandbox
+/// forbids (a confined command cannot signal processes outside it): they turn it off.
+fn killing_muster_from_bash(dir: &Path) {
+    settings(dir, "[sandbox]\nmode = \"off\"\n");
 }
 
 fn settings(dir: &Path, text: &str) {
@@ -699,6 +710,7 @@ async fn a_missing_plan_file_is_restored_from_the_snapshot_then_from_exit_plan_m
 #[tokio::test(flavor = "multi_thread")]
 async fn a_missing_plan_file_is_restored_from_the_plan_carried_after_a_context_reset() {
     let dir = project();
+    killing_muster_from_bash(dir.path());
     let fake = FakeLlm::start(vec![
         ScriptEntry::reply(
             "main",
@@ -912,7 +924,7 @@ async fn a_long_run_is_compacted_and_resume_continues_from_the_compacted_context
     let dir = project();
     settings(
         dir.path(),
-        "[models.\"claude-sonnet-4-5\"]\ncontext_window = 20000\nmax_output = 1000\n",
+        "[models.\"claude-sonnet-4-5\"]\ncontext_window = 20000\nmax_output = 1000\n[sandbox]\nmode = \"off\"\n",
     );
     let note = "HANDOFF: the plan is approved and README.md was read.";
     let mut compact = with_usage(
@@ -1133,6 +1145,7 @@ fn now_ms() -> i64 {
 async fn a_deadline_given_to_resume_survives_a_second_crash() {
     use std::os::unix::process::ExitStatusExt;
     let dir = project();
+    killing_muster_from_bash(dir.path());
     let kill = |turn| {
         ScriptEntry::reply(
             "main",

@@ -375,6 +375,61 @@ async fn a_configuration_error_exits_2_before_any_run_is_created() {
     );
 }
 
+/// A definition from a Claude Code collection naming a model the catalogue lacks loads with a
+/// warning; a run that uses it under a cost budget refuses to start (exit 2, naming it), while
+/// a run that uses another definition starts.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unpriced_agent_model_under_a_cost_budget_fails_at_the_start_naming_it() {
+    let dir = project(&[(".muster/settings.toml", "[budgets.run]\ncost_usd = 5.0\n")]);
+    std::fs::create_dir_all(dir.path().join(".claude/agents")).unwrap();
+    std::fs::write(
+        dir.path().join(".claude/agents/dated.md"),
+        "---\nname: dated\ndescription: Uses a dated model id\nmodel: claude-sonnet-4-20250514\n---\nWork.\n",
+    )
+    .unwrap();
+    let refused = muster(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "x",
+            "--agent",
+            "dated",
+            "--base-url",
+            "http://127.0.0.1:9",
+        ],
+    )
+    .await;
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    let message = stderr(&refused);
+    assert!(
+        message.contains("agent `dated`")
+            && message.contains("claude-sonnet-4-20250514")
+            && message.contains("cost budget"),
+        "{message}"
+    );
+    assert!(
+        message.contains("not in the model catalogue"),
+        "the load warning names it too: {message}"
+    );
+    assert!(
+        !dir.path().join(".muster/muster.db").exists(),
+        "no run was created"
+    );
+    let fake = fake(vec![ScriptEntry::reply(
+        "main",
+        1,
+        vec![Block::text("Done.")],
+    )])
+    .await;
+    let other = muster(
+        dir.path(),
+        &["run", "-p", "x", "--base-url", &fake.base_url()],
+    )
+    .await;
+    assert_eq!(other.status.code(), Some(0), "{}", stderr(&other));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_agent_turn_budget_stops_a_run_with_exit_3() {
     let dir = project(&[]);

@@ -141,6 +141,7 @@ async fn project() -> (tempfile::TempDir, Arc<SqliteStore>) {
             batch_line_id: None,
             auto_gate: AutoGate::default(),
             launch_options: json!({}),
+            project_id: None,
         })
         .await
         .unwrap();

@@ -44,6 +44,7 @@ async fn project_with_request(responder: &str) -> (tempfile::TempDir, Arc<Sqlite
             batch_line_id: None,
             auto_gate: AutoGate::default(),
             launch_options: json!({}),
+            project_id: None,
         })
         .await
         .unwrap();
@@ -342,7 +343,7 @@ async fn prune_keeps_decisions_and_unfinished_runs() {
         .set_run_status("r1", RunStatus::Completed, None)
         .await
         .unwrap();
-    let report = store.prune(i64::MAX).await.unwrap();
+    let report = store.prune(i64::MAX, None).await.unwrap();
     assert_eq!(report.runs_pruned, ["r1"]);
     assert_eq!(
         report.messages_deleted, 0,

@@ -482,6 +482,13 @@ async fn two_teammates_bash_commands_run_at_the_same_time_in_their_own_worktrees
     let meeting = tempfile::tempdir().unwrap();
     let dir = repo(&team("policy:policy.toml", &["one", "two"]), &[]);
     let root = dir.path();
+    // The meeting point lies outside both worktrees: the sandbox lets them write it only
+    // because the settings add it.
+    std::fs::write(
+        root.join(".muster/settings.toml"),
+        format!("[sandbox]\nwritable = \"{}\"\n", meeting.path().display()),
+    )
+    .unwrap();
     std::fs::write(
         root.join(".muster/agents/writer.md"),
         WRITER.replace("acceptEdits", "bypassPermissions"),
