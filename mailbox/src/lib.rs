@@ -14,6 +14,7 @@ pub mod failpoint;
 pub mod live;
 pub mod message;
 pub mod postgres;
+pub mod revision;
 pub mod sqlite;
 pub mod store;
 pub mod types;

@@ -37,6 +37,8 @@ fn plan_request(run: &str, id: &str, responder: &str) -> NewMessage {
             plan_file: ".muster/plans/x-agent-alice.md".into(),
             plan: "## Steps\n1. x\n## Files\na.rs".into(),
             responder: responder.into(),
+            revision: 1,
+            previous_request_id: None,
         },
         idempotency_key: None,
     }

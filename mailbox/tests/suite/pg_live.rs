@@ -76,6 +76,8 @@ async fn another_store_announces_a_decision_and_the_waiting_run_wakes() {
             plan_file: "p.md".into(),
             plan: "plan".into(),
             responder: "human".into(),
+            revision: 1,
+            previous_request_id: None,
         },
         idempotency_key: None,
     })

@@ -72,6 +72,8 @@ async fn two_processes_answer_one_request_and_exactly_one_is_accepted(backend: B
                     plan_file: "p.md".into(),
                     plan: "plan".into(),
                     responder: "human".into(),
+                    revision: 1,
+                    previous_request_id: None,
                 },
                 idempotency_key: None,
             })

@@ -25,6 +25,7 @@ pub mod reject;
 pub mod resume;
 pub mod run;
 pub mod runs;
+pub mod serve;
 pub mod tasks;
 
 /// muster: a multi-agent team orchestrator with a durable mailbox.
@@ -103,6 +104,8 @@ pub enum Command {
     Demo(demo::Args),
     /// Run a benchmark.
     Bench(bench::Args),
+    /// Serve the web inbox on 127.0.0.1.
+    Serve(serve::Args),
 }
 
 /// Runs the parsed command; the returned `Exit` becomes the process's exit code.
@@ -127,5 +130,6 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<Exit> {
         Command::Agents(args) => agents::execute(&global, args),
         Command::Demo(args) => demo::execute(&global, args),
         Command::Bench(args) => bench::execute(&global, args),
+        Command::Serve(args) => serve::execute(&global, args),
     }
 }

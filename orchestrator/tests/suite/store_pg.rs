@@ -286,6 +286,8 @@ async fn seed_request(store: &dyn MailboxStore, workspace: &Path) {
                 plan_file: ".muster/plans/brave-red-fox-agent-alice.md".into(),
                 plan: "## Goal\nx\n## Steps\n1. edit\n## Files\nsrc/a.rs".into(),
                 responder: "human".into(),
+                revision: 1,
+                previous_request_id: None,
             },
             idempotency_key: None,
         })
