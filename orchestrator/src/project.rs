@@ -57,38 +57,7 @@ impl Project {
     /// what tells this project's runs from others' in a store several projects share. It stays
     /// with the project when it moves or is cloned with its `.muster/`, not with a path.
     pub fn project_id(&self) -> anyhow::Result<String> {
-        let path = self.root.muster_dir().join("project-id");
-        let read = |path: &std::path::Path| -> anyhow::Result<Option<String>> {
-            match std::fs::read_to_string(path) {
-                Ok(text) if !text.trim().is_empty() => Ok(Some(text.trim().to_owned())),
-                Ok(_) => Ok(None),
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
-                Err(error) => Err(anyhow::anyhow!("cannot read {}: {error}", path.display())),
-            }
-        };
-        if let Some(id) = read(&path)? {
-            return Ok(id);
-        }
-        std::fs::create_dir_all(self.root.muster_dir()).map_err(|e| {
-            anyhow::anyhow!("cannot create {}: {e}", self.root.muster_dir().display())
-        })?;
-        let id = uuid::Uuid::now_v7().to_string();
-        // create_new: two first runs at once agree on whichever file was written first.
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-        {
-            Ok(mut file) => {
-                std::io::Write::write_all(&mut file, format!("{id}\n").as_bytes())
-                    .and_then(|()| file.sync_all())
-                    .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
-                Ok(id)
-            }
-            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => read(&path)?
-                .ok_or_else(|| anyhow::anyhow!("{} is empty; delete it", path.display())),
-            Err(error) => Err(anyhow::anyhow!("cannot write {}: {error}", path.display())),
-        }
+        project_id_in(&self.root.muster_dir())
     }
 
     /// This project's id if it has one already (reading commands never create it).
@@ -174,5 +143,66 @@ impl Project {
             let _ =
                 std::io::Write::write_all(&mut file, format!("{separator}worktrees/\n").as_bytes());
         }
+    }
+}
+
+/// The project id in `muster_dir` (see [`Project::project_id`]), made when there is none.
+fn project_id_in(muster_dir: &std::path::Path) -> anyhow::Result<String> {
+    let path = muster_dir.join("project-id");
+    let read = |path: &std::path::Path| -> anyhow::Result<Option<String>> {
+        match std::fs::read_to_string(path) {
+            Ok(text) if !text.trim().is_empty() => Ok(Some(text.trim().to_owned())),
+            Ok(_) => Ok(None),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(anyhow::anyhow!("cannot read {}: {error}", path.display())),
+        }
+    };
+    if let Some(id) = read(&path)? {
+        return Ok(id);
+    }
+    std::fs::create_dir_all(muster_dir)
+        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", muster_dir.display()))?;
+    let id = uuid::Uuid::now_v7().to_string();
+    // Written whole under a private name, then linked into place: a link never replaces
+    // an existing file, so two first runs at once agree on whichever landed first, and a
+    // reader never sees a file half written.
+    let draft = muster_dir.join(format!("project-id.{}.tmp", uuid::Uuid::now_v7()));
+    let written = std::fs::File::create(&draft).and_then(|mut file| {
+        std::io::Write::write_all(&mut file, format!("{id}\n").as_bytes())?;
+        file.sync_all()
+    });
+    let linked = written.and_then(|()| std::fs::hard_link(&draft, &path));
+    let _ = std::fs::remove_file(&draft);
+    match linked {
+        Ok(()) => Ok(id),
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+            read(&path)?.ok_or_else(|| anyhow::anyhow!("{} is empty; delete it", path.display()))
+        }
+        Err(error) => Err(anyhow::anyhow!("cannot write {}: {error}", path.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "test assertions fail loudly")]
+
+    /// Eight first runs at once (a batch's lines) agree on one id, and none reads a file half
+    /// written.
+    #[test]
+    fn concurrent_first_runs_agree_on_one_project_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let muster_dir = dir.path().join(".muster");
+        let ids: Vec<String> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..8)
+                .map(|_| scope.spawn(|| super::project_id_in(&muster_dir).unwrap()))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(
+            ids.iter().all(|id| id == &ids[0] && !id.is_empty()),
+            "{ids:?}"
+        );
+        let leftovers = std::fs::read_dir(&muster_dir).unwrap().count();
+        assert_eq!(leftovers, 1, "only project-id remains");
     }
 }
