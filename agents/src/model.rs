@@ -54,6 +54,7 @@ pub use anthropic::{
 };
 pub use cost::{UsageTotals, cost_usd};
 pub use error::{FailureKind, GaveUp, ModelError, RETRYABLE_STATUSES};
+pub(crate) use http::truncate;
 pub use http::{ClientConfig, HttpClient};
 pub use openai::OpenAiOptions;
 pub use retry::{RecordingSleeper, RetryPolicy, Sleeper, TokioSleeper, retry_after};

@@ -354,6 +354,7 @@ impl Session {
                 .collect(),
             subagents: Arc::new(Semaphore::new(DEFAULT_MAX_SUBAGENTS)),
             budget: run.budget,
+            limits: Default::default(),
             compaction: CompactionPolicy {
                 config: CompactionConfig::from_settings(&settings.compaction),
                 models: settings.models.clone(),

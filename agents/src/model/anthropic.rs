@@ -178,6 +178,8 @@ pub(crate) struct Parser {
     done: BTreeMap<usize, ContentBlock>,
     usage: Usage,
     stop_reason: Option<String>,
+    /// Tool calls whose input JSON did not parse, by index: `(id, name, parse error)`.
+    unparsed: BTreeMap<usize, (String, String, String)>,
 }
 
 fn data_json(name: &str, data: &str) -> Result<Value, FailureKind> {
@@ -213,10 +215,18 @@ impl Parser {
                 let input = if json.trim().is_empty() {
                     initial
                 } else {
-                    serde_json::from_str(&json).map_err(|e| FailureKind::MalformedToolInput {
-                        tool: name.clone(),
-                        detail: format!("{e}: {}", truncate(&json, 200)),
-                    })?
+                    match serde_json::from_str(&json) {
+                        Ok(input) => input,
+                        // Invalid JSON: cut by the output limit (known only at `message_delta`,
+                        // after this block's stop) or malformed; `finish` decides which.
+                        Err(e) => {
+                            self.unparsed.insert(
+                                index,
+                                (id, name, format!("{e}: {}", truncate(&json, 200))),
+                            );
+                            return Ok(());
+                        }
+                    }
                 };
                 emit(StreamEvent::ToolCall {
                     index,
@@ -393,19 +403,27 @@ impl StreamParser for Parser {
         }
         let stop_reason = StopReason::parse(self.stop_reason.as_deref().unwrap_or("end_turn"));
         // Blocks never stopped: the answer was cut (e.g. `max_tokens` in the middle of a tool
-        // call). Text and thinking are kept; a tool call whose JSON is incomplete is dropped,
-        // since it cannot be run.
+        // call). Text and thinking are kept as they are.
         let open: Vec<usize> = self.open.keys().copied().collect();
         for index in open {
-            if let Some(Building::ToolUse { json, name, .. }) = self.open.get(&index)
-                && serde_json::from_str::<Value>(json).is_err()
-                && !json.trim().is_empty()
-            {
-                tracing::warn!(tool = %name, "dropping a tool call cut off by {}", stop_reason.as_str());
-                self.open.remove(&index);
-                continue;
-            }
             self.close(index, emit)?;
+        }
+        // A tool call whose JSON is incomplete because the output limit cut it is kept with
+        // its id and an empty input: the runtime answers it with an error the model can act
+        // on (see `crate::runtime`). Invalid JSON in an answer that was not cut is malformed.
+        for (index, (id, name, detail)) in std::mem::take(&mut self.unparsed) {
+            if stop_reason != StopReason::MaxTokens {
+                return Err(FailureKind::MalformedToolInput { tool: name, detail });
+            }
+            tracing::warn!(tool = %name, "a tool call was cut off by max_tokens");
+            self.done.insert(
+                index,
+                ContentBlock::ToolUse {
+                    id,
+                    name,
+                    input: Value::Object(Map::new()),
+                },
+            );
         }
         Ok(ModelResponse {
             id: self.id,

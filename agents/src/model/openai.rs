@@ -331,11 +331,11 @@ impl StreamParser for Parser {
                 _ if call.arguments.trim().is_empty() => Value::Object(Map::new()),
                 _ => match serde_json::from_str(&call.arguments) {
                     Ok(v) => v,
-                    // Cut by the output limit: the call cannot be run; drop it.
+                    // Cut by the output limit: kept with its id and an empty input, for the
+                    // runtime to answer with an error the model can act on.
                     Err(_) if self.finish_reason.as_deref() == Some("length") => {
-                        tracing::warn!(tool = %call.name, "dropping a tool call cut off by the output limit");
-                        n -= 1;
-                        continue;
+                        tracing::warn!(tool = %call.name, "a tool call was cut off by the output limit");
+                        Value::Object(Map::new())
                     }
                     Err(e) => {
                         return Err(FailureKind::MalformedToolInput {
@@ -365,15 +365,12 @@ impl StreamParser for Parser {
             });
         }
         // A tool turn is decided by the calls, never by `finish_reason` alone (vLLM sends
-        // `stop` beside tool calls).
-        let stop_reason = if n > 0 {
-            StopReason::ToolUse
-        } else {
-            match self.finish_reason.as_deref() {
-                Some("length") => StopReason::MaxTokens,
-                Some("content_filter") => StopReason::Refusal,
-                _ => StopReason::EndTurn,
-            }
+        // `stop` beside tool calls); a cut answer stays cut, calls or not.
+        let stop_reason = match self.finish_reason.as_deref() {
+            Some("length") => StopReason::MaxTokens,
+            _ if n > 0 => StopReason::ToolUse,
+            Some("content_filter") => StopReason::Refusal,
+            _ => StopReason::EndTurn,
         };
         Ok(ModelResponse {
             id: self.id,

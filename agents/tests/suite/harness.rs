@@ -173,6 +173,7 @@ impl RunHarness {
                 None,
                 BTreeMap::new(),
             )),
+            limits: Default::default(),
             compaction: Default::default(),
         }
     }

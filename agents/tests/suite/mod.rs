@@ -2,6 +2,7 @@ mod bash_effects;
 mod budget;
 mod compaction;
 mod harness;
+mod limits;
 mod model;
 mod permission;
 mod runtime;

@@ -821,3 +821,62 @@ async fn resume_appends_to_the_runs_log() {
     );
     fake.verify().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cut_answer_past_its_continuations_fails_the_run_with_output_limit() {
+    let dir = project(&[]);
+    let cut = |turn| {
+        ScriptEntry::reply("main", turn, vec![Block::text("and on ")]).stop_reason("max_tokens")
+    };
+    let fake = fake((1..=4).map(cut).collect()).await;
+    let base = fake.base_url();
+    let output = muster(
+        dir.path(),
+        &["run", "-p", "x", "--base-url", &base, "--output", "json"],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let finished = &lines(&output)[0];
+    assert_eq!(finished["status"], "failed");
+    assert_eq!(finished["exit_code"], 1);
+    assert_eq!(finished["reason"], "output_limit");
+    assert!(
+        finished["error"]
+            .as_str()
+            .unwrap()
+            .contains("still cut after 3 continuation(s)"),
+        "{finished}"
+    );
+    fake.verify().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_same_failing_call_fails_the_run_with_stuck() {
+    let dir = project(&[]);
+    let read = |turn| {
+        ScriptEntry::reply(
+            "main",
+            turn,
+            vec![tool("Read", json!({"file_path": "no-such-file.txt"}))],
+        )
+    };
+    let fake = fake((1..=4).map(read).collect()).await;
+    let base = fake.base_url();
+    let output = muster(
+        dir.path(),
+        &["run", "-p", "x", "--base-url", &base, "--output", "json"],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let finished = &lines(&output)[0];
+    assert_eq!(finished["status"], "failed");
+    assert_eq!(finished["reason"], "stuck");
+    assert!(
+        finished["error"]
+            .as_str()
+            .unwrap()
+            .contains("no-such-file.txt"),
+        "{finished}"
+    );
+    fake.verify().unwrap();
+}
