@@ -50,7 +50,8 @@ use muster_config::settings::{ProviderKind, ProviderSettings};
 use muster_config::{Layer, Settings};
 
 pub use anthropic::{
-    AnthropicOptions, MIN_THINKING_BUDGET, VERSION as ANTHROPIC_VERSION, clip_thinking_budget,
+    AnthropicOptions, MAX_BREAKPOINTS, MIN_THINKING_BUDGET, VERSION as ANTHROPIC_VERSION,
+    clip_thinking_budget,
 };
 pub use cost::{UsageTotals, cost_usd};
 pub use error::{FailureKind, GaveUp, ModelError, RETRYABLE_STATUSES};

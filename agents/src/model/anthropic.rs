@@ -8,8 +8,8 @@ use serde_json::{Map, Value, json};
 use super::error::FailureKind;
 use super::http::{StreamParser, truncate};
 use super::types::{
-    ContentBlock, ModelRequest, ModelResponse, StopReason, StreamEvent, ThinkingForm, ToolCall,
-    Usage,
+    ContentBlock, ModelRequest, ModelResponse, Role, StopReason, StreamEvent, ThinkingForm,
+    ToolCall, Usage,
 };
 
 /// The `anthropic-version` header.
@@ -21,7 +21,8 @@ pub const MIN_THINKING_BUDGET: u64 = 1024;
 /// Anthropic-specific options.
 #[derive(Debug, Clone)]
 pub struct AnthropicOptions {
-    /// Put `cache_control` breakpoints on the system prompt and the last tool (default true).
+    /// Put `cache_control` breakpoints on the system prompt, the last tool and the newest two
+    /// user turns (default true).
     pub prompt_caching: bool,
     /// The thinking form per model name; models not listed use [`ThinkingForm::for_model`].
     pub thinking_forms: BTreeMap<String, ThinkingForm>,
@@ -63,6 +64,29 @@ fn effort_name(effort: ReasoningEffort) -> &'static str {
     }
 }
 
+/// The most `cache_control` blocks one request may carry (the API's limit).
+pub const MAX_BREAKPOINTS: usize = 4;
+
+/// Breakpoints on the conversation: the newest user turn, and the one before it.
+const CONVERSATION_BREAKPOINTS: usize = 2;
+
+/// The messages whose last block carries a breakpoint: the newest `count` user turns. The
+/// newest one writes the prefix the next request reads; the one before it is where the
+/// previous request wrote, so this request reads that prefix even when its own is new. History
+/// never changes (the mode `<system-reminder>` is part of the committed user turn), so each
+/// prefix stays byte-identical until compaction or a context reset starts a new one.
+fn conversation_breakpoints(request: &ModelRequest, count: usize) -> Vec<usize> {
+    request
+        .messages
+        .iter()
+        .enumerate()
+        .rev()
+        .filter(|(_, m)| m.role == Role::User && !m.content.is_empty())
+        .map(|(i, _)| i)
+        .take(count)
+        .collect()
+}
+
 /// The `POST /v1/messages` body.
 pub fn body(request: &ModelRequest, options: &AnthropicOptions) -> Value {
     let ephemeral = || json!({"type": "ephemeral"});
@@ -79,11 +103,16 @@ pub fn body(request: &ModelRequest, options: &AnthropicOptions) -> Value {
         }
         body.insert("system".into(), json!([block]));
     }
+    let free = MAX_BREAKPOINTS
+        - usize::from(!request.system.is_empty())
+        - usize::from(!request.tools.is_empty());
+    let marked = conversation_breakpoints(request, free.min(CONVERSATION_BREAKPOINTS));
     let messages: Vec<Value> = request
         .messages
         .iter()
-        .map(|m| {
-            let content: Vec<Value> = m
+        .enumerate()
+        .map(|(i, m)| {
+            let mut content: Vec<Value> = m
                 .content
                 .iter()
                 .filter(|b| {
@@ -93,6 +122,12 @@ pub fn body(request: &ModelRequest, options: &AnthropicOptions) -> Value {
                 })
                 .map(ContentBlock::to_value)
                 .collect();
+            if options.prompt_caching
+                && marked.contains(&i)
+                && let Some(Value::Object(last)) = content.last_mut()
+            {
+                last.insert("cache_control".into(), ephemeral());
+            }
             json!({"role": m.role, "content": content})
         })
         .collect();

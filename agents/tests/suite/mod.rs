@@ -1,5 +1,6 @@
 mod bash_effects;
 mod budget;
+mod caching;
 mod compaction;
 mod harness;
 mod limits;
