@@ -370,6 +370,10 @@ impl StreamParser for Parser {
                     }
                     (Some(Building::ToolUse { json, .. }), Some("input_json_delta")) => {
                         json.push_str(text("partial_json"));
+                        emit(StreamEvent::ToolInputDelta {
+                            index,
+                            partial_json: text("partial_json").to_owned(),
+                        });
                     }
                     (Some(Building::Thinking { thinking, .. }), Some("thinking_delta")) => {
                         thinking.push_str(text("thinking"));

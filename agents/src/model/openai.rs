@@ -172,7 +172,9 @@ impl Parser {
         }
     }
 
-    fn tool_call_delta(&mut self, position: usize, tc: &Value) {
+    /// Feeds one tool-call fragment; returns the call's position and the argument text it
+    /// added (for display).
+    fn tool_call_delta(&mut self, position: usize, tc: &Value) -> (usize, Option<String>) {
         let index = tc
             .get("index")
             .and_then(Value::as_u64)
@@ -192,10 +194,14 @@ impl Parser {
             call.name = name.to_owned();
         }
         match function.get("arguments") {
-            Some(Value::String(s)) => call.arguments.push_str(s),
+            Some(Value::String(s)) => {
+                call.arguments.push_str(s);
+                return (c, Some(s.clone()).filter(|s| !s.is_empty()));
+            }
             Some(v @ Value::Object(_)) => call.object = Some(v.clone()),
             _ => {}
         }
+        (c, None)
     }
 }
 
@@ -290,7 +296,12 @@ impl StreamParser for Parser {
             }
             if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
                 for (position, tc) in calls.iter().enumerate() {
-                    self.tool_call_delta(position, tc);
+                    if let (call, Some(partial_json)) = self.tool_call_delta(position, tc) {
+                        emit(StreamEvent::ToolInputDelta {
+                            index: call,
+                            partial_json,
+                        });
+                    }
                 }
             }
             if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {

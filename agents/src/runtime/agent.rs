@@ -16,8 +16,8 @@ use crate::compaction::{
     render_coordination_state, summary_text,
 };
 use crate::model::{
-    ContentBlock, Message, ModelRequest, ModelResponse, RequestContext, Role, ToolCall,
-    ToolDefinition, ToolResultContent, Usage,
+    ContentBlock, Message, ModelRequest, ModelResponse, RequestContext, Role, StreamEvent,
+    ToolCall, ToolDefinition, ToolResultContent, Usage,
 };
 use crate::tools::{HandledBy, ToolOutput, Workspace};
 
@@ -433,7 +433,7 @@ impl AgentRuntime {
         let request = self.request_for(&model);
         let context = RequestContext::new(&self.run.run_id, &self.id, turn);
         let sent = std::time::Instant::now();
-        let response = model.provider.stream(&context, &request).response().await?;
+        let response = self.stream_response(&model, &context, &request).await?;
         let latency = sent.elapsed();
         self.turn = turn;
         let message = Message::assistant(response.content.clone());
@@ -484,6 +484,48 @@ impl AgentRuntime {
             .into());
         }
         Ok(response)
+    }
+
+    /// Sends `request` and drives its stream to the complete response, reporting each piece
+    /// as a (not durable) [`RuntimeEvent::ModelDelta`] on the way.
+    async fn stream_response(
+        &self,
+        model: &ModeModel,
+        context: &RequestContext,
+        request: &ModelRequest,
+    ) -> RuntimeResult<ModelResponse> {
+        let mut stream = model.provider.stream(context, request);
+        let mut attempt = 1;
+        let mut response = None;
+        while let Some(event) = stream.next_event().await {
+            let (delta, text) = match event? {
+                StreamEvent::Completed(complete) => {
+                    response = Some(complete);
+                    continue;
+                }
+                StreamEvent::AttemptStarted { attempt: n } => {
+                    attempt = n;
+                    continue;
+                }
+                StreamEvent::TextDelta { text, .. } => ("text", text),
+                StreamEvent::ThinkingDelta { thinking, .. } => ("thinking", thinking),
+                StreamEvent::ToolInputDelta { partial_json, .. } => ("tool_input", partial_json),
+                StreamEvent::Retrying { reason, .. } => ("discard", reason),
+                StreamEvent::ToolCall { .. } | StreamEvent::Usage(_) => continue,
+            };
+            self.run.events.emit(RuntimeEvent::ModelDelta {
+                agent: self.id.clone(),
+                turn: context.turn,
+                attempt,
+                delta,
+                text,
+            });
+        }
+        match response {
+            Some(response) => Ok(response),
+            // The stream ends with its response or an error; `response()` names the gap.
+            None => Ok(stream.response().await?),
+        }
     }
 
     /// The next model request of `model` on the current context.
