@@ -147,6 +147,8 @@ pub struct AgentRuntime {
     pub(super) unfinished_answer: Option<String>,
     /// The runtime's ending committed before a crash (resume sets it; the loop returns it).
     pub(super) stopped: Option<super::limits::AgentStop>,
+    /// The cut answers since the last complete response (see [`super::limits::CutChain`]).
+    pub(super) cut_chain: super::limits::CutChain,
     /// The run's auto gate as of this agent's last commit.
     pub(super) auto_gate_open: bool,
     /// The newest plan snapshot is an approved one (resume keeps it authoritative).
@@ -204,6 +206,7 @@ impl AgentRuntime {
             finished: None,
             unfinished_answer: None,
             stopped: None,
+            cut_chain: Default::default(),
             auto_gate_open: true,
             plan_approved: false,
             asks,
@@ -315,8 +318,9 @@ impl AgentRuntime {
                     // Cut: `call_model` committed the request to continue it.
                     continue;
                 }
-                let result = super::limits::answer_of(&self.messages);
+                let result = self.cut_chain.answer(&response.content);
                 self.finish_turn(result.clone()).await?;
+                self.cut_chain = Default::default();
                 self.finished = Some(result);
                 continue;
             }
@@ -449,9 +453,9 @@ impl AgentRuntime {
         self.messages.push(message);
         // A final answer cut by the output limit: continued (the request to go on commits
         // with it), or, once the continuations are used up, the end of the agent.
-        let cut_answer = response.stop_reason == crate::model::StopReason::MaxTokens
-            && response.tool_calls().is_empty();
-        let continuations = super::limits::continuations_before(&self.messages);
+        let mut chain = self.cut_chain.clone();
+        let cut_answer = chain.push(&response.content, &response.stop_reason);
+        let continuations = chain.cuts.saturating_sub(1);
         let continuation = (cut_answer && continuations < self.run.limits.continuations)
             .then(|| self.user_message(vec![ContentBlock::text(super::limits::CONTINUE_PROMPT)]));
         let mut records = vec![record];
@@ -466,6 +470,7 @@ impl AgentRuntime {
         }
         self.last_prompt = Some((response.usage, self.messages.len()));
         self.messages.extend(continuation);
+        self.cut_chain = chain;
         self.run.events.emit(RuntimeEvent::ModelTurn {
             agent: self.id.clone(),
             turn,

@@ -12,7 +12,9 @@
 //! with extended thinking, and chat completions has none. The cut response and the request to
 //! continue are committed together, so the records never hold a cut answer that is neither
 //! continued nor the end of the agent. Each continuation is a model request of its own (its
-//! own turn index); the agent's result is the chain's texts joined.
+//! own turn index); the agent's result is the chain's texts joined. The chain is counted from
+//! the `message` records ([`CutChain`]), not from the context, which compaction may have
+//! summarised in the meantime.
 
 use serde_json::Value;
 
@@ -110,45 +112,48 @@ pub fn cut_call_id(content: &[ContentBlock], stop_reason: &StopReason) -> Option
     })
 }
 
-fn is_continue_prompt(message: &Message) -> bool {
-    message.role == Role::User
-        && matches!(message.content.first(), Some(ContentBlock::Text { text }) if text == CONTINUE_PROMPT)
+/// The cut answers since the agent's last complete response: counted from the `message`
+/// records (compaction summarises messages, but leaves the records, so the count survives it
+/// and a resume replays it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CutChain {
+    /// Responses cut by the output limit in a row, with no tool call.
+    pub cuts: usize,
+    /// Their texts, joined: the start of the final answer.
+    pub text: String,
 }
 
-fn text_of(message: &Message) -> String {
-    message
-        .content
+impl CutChain {
+    /// Takes the newest assistant response into account; returns whether it was a cut answer.
+    pub fn push(&mut self, content: &[ContentBlock], stop_reason: &StopReason) -> bool {
+        let has_calls = content
+            .iter()
+            .any(|block| matches!(block, ContentBlock::ToolUse { .. }));
+        if has_calls {
+            *self = CutChain::default();
+            return false;
+        }
+        if *stop_reason != StopReason::MaxTokens {
+            return false;
+        }
+        self.cuts += 1;
+        self.text.push_str(&text_of(content));
+        true
+    }
+
+    /// The final answer whose last piece is `last`.
+    pub fn answer(&self, last: &[ContentBlock]) -> String {
+        format!("{}{}", self.text, text_of(last))
+    }
+}
+
+fn text_of(content: &[ContentBlock]) -> String {
+    content
         .iter()
         .filter_map(|block| match block {
             ContentBlock::Text { text } => Some(text.as_str()),
             _ => None,
         })
-        .collect()
-}
-
-/// How many continuations precede the newest assistant message (the last of `messages`):
-/// the `continue` user turns in the chain that ends with it.
-pub fn continuations_before(messages: &[Message]) -> usize {
-    let mut count = 0;
-    let mut end = messages.len().saturating_sub(1);
-    while end >= 2 && is_continue_prompt(&messages[end - 1]) {
-        count += 1;
-        end -= 2;
-    }
-    count
-}
-
-/// The final answer whose last piece is the newest assistant message: the texts of the chain
-/// of cut answers and continuations it ends, joined.
-pub fn answer_of(messages: &[Message]) -> String {
-    let Some(last) = messages.len().checked_sub(1) else {
-        return String::new();
-    };
-    let first = last - 2 * continuations_before(messages);
-    messages[first..=last]
-        .iter()
-        .filter(|m| m.role == Role::Assistant)
-        .map(text_of)
         .collect()
 }
 
@@ -351,16 +356,23 @@ mod tests {
     }
 
     #[test]
-    fn the_answer_of_a_chain_of_continuations_is_its_texts_joined() {
-        let mut messages = vec![Message::user("write")];
-        messages.push(Message::assistant(vec![ContentBlock::text("one ")]));
-        messages.push(Message::user(CONTINUE_PROMPT));
-        messages.push(Message::assistant(vec![ContentBlock::text("two ")]));
-        messages.push(Message::user(CONTINUE_PROMPT));
-        messages.push(Message::assistant(vec![ContentBlock::text("three")]));
-        assert_eq!(continuations_before(&messages), 2);
-        assert_eq!(answer_of(&messages), "one two three");
-        assert_eq!(continuations_before(&messages[..2]), 0);
-        assert_eq!(answer_of(&messages[..2]), "one ");
+    fn a_chain_of_cut_answers_counts_them_and_joins_their_texts() {
+        let text = |t: &str| vec![ContentBlock::text(t)];
+        let mut chain = CutChain::default();
+        assert!(chain.push(&text("one "), &StopReason::MaxTokens));
+        assert!(chain.push(&text("two "), &StopReason::MaxTokens));
+        assert!(!chain.push(&text("three"), &StopReason::EndTurn));
+        assert_eq!(chain.cuts, 2);
+        assert_eq!(chain.answer(&text("three")), "one two three");
+        let call = vec![ContentBlock::ToolUse {
+            id: "t".into(),
+            name: "LS".into(),
+            input: json!({}),
+        }];
+        assert!(
+            !chain.push(&call, &StopReason::MaxTokens),
+            "a cut call is no cut answer"
+        );
+        assert_eq!(chain, CutChain::default());
     }
 }

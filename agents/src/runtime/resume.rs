@@ -76,6 +76,7 @@ impl AgentRuntime {
             finished: None,
             unfinished_answer: None,
             stopped: None,
+            cut_chain: Default::default(),
             auto_gate_open: true,
             plan_approved: false,
             asks,
@@ -108,13 +109,13 @@ impl AgentRuntime {
                 // used up, and the agent ended with `output_limit`.
                 agent.stopped = Some(super::limits::AgentStop::OutputLimit {
                     max_tokens: agent.model_for_mode().max_tokens,
-                    continuations: super::limits::continuations_before(&agent.messages),
+                    continuations: agent.cut_chain.cuts.saturating_sub(1),
                 });
             } else if pending.calls.is_empty() {
                 // The final answer arrived and was committed, but not its end of turn: the
                 // loop finishes it (with a teammate's end-of-turn transition) when it runs,
                 // without asking the model again.
-                agent.unfinished_answer = Some(super::limits::answer_of(&agent.messages));
+                agent.unfinished_answer = Some(agent.cut_chain.answer(&last.content));
             } else {
                 agent.pending = Some(pending);
             }
@@ -186,6 +187,7 @@ impl AgentRuntime {
                 }
                 if message.role == Role::Assistant {
                     let stop_reason = stop_reason.unwrap_or(StopReason::EndTurn);
+                    self.cut_chain.push(&message.content, &stop_reason);
                     *pending = PendingCalls {
                         cut: super::limits::cut_call_id(&message.content, &stop_reason),
                         cut_answer: stop_reason == StopReason::MaxTokens,
@@ -204,6 +206,7 @@ impl AgentRuntime {
                 self.last_prompt = None;
             }
             Record::ContextReset { .. } => {
+                self.cut_chain = Default::default();
                 self.messages.clear();
                 self.last_prompt = None;
                 *pending = PendingCalls::default();
@@ -240,7 +243,10 @@ impl AgentRuntime {
                 *last_plan = Some(content);
                 self.plan_approved = matches!(state.as_str(), "approved" | "edited");
             }
-            Record::Finished { result } => self.finished = Some(result),
+            Record::Finished { result } => {
+                self.cut_chain = Default::default();
+                self.finished = Some(result);
+            }
             // Evidence for verification, and worktree state the team restores.
             Record::Started { .. } | Record::BashEffects(_) | Record::Checkpoint { .. } => {}
         }
