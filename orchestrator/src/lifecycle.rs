@@ -61,13 +61,30 @@ impl Ending {
         if let Some(exceeded) = budget_exceeded(error) {
             return Ending::budget(&exceeded);
         }
+        let mut result = json!({"error": format!("{error:#}")});
+        // The runtime's endings (`output_limit`, `stuck`) are named in `run_finished.reason`.
+        if let (Some(stop), Some(fields)) = (agent_stop(error), result.as_object_mut()) {
+            fields.insert("reason".into(), json!(stop.reason()));
+        }
         Ending {
             status: RunStatus::Failed,
             exit: Exit::for_error(error),
-            result: json!({"error": format!("{error:#}")}),
+            result,
             text: format!("muster: the run failed: {error:#}"),
         }
     }
+}
+
+/// The runtime's ending an error carries (a cut answer, a stuck loop), if any.
+pub(crate) fn agent_stop(error: &anyhow::Error) -> Option<muster_agents::runtime::AgentStop> {
+    error.chain().find_map(|cause| {
+        match cause.downcast_ref::<muster_agents::runtime::RuntimeError>() {
+            Some(muster_agents::runtime::RuntimeError::Stopped(stop)) => Some(stop.clone()),
+            _ => cause
+                .downcast_ref::<muster_agents::runtime::AgentStop>()
+                .cloned(),
+        }
+    })
 }
 
 /// The budget an error carries, if one stopped the run.

@@ -352,6 +352,7 @@ impl Session {
             sandbox: parts.sandbox,
             subagents: Arc::new(Semaphore::new(DEFAULT_MAX_SUBAGENTS)),
             budget: run.budget,
+            limits: Default::default(),
             compaction: CompactionPolicy {
                 config: CompactionConfig::from_settings(&settings.compaction),
                 models: settings.models.clone(),
@@ -465,7 +466,7 @@ impl Printer {
             fields.extend(result.clone());
         }
         match self.format {
-            OutputFormat::Json | OutputFormat::StreamJson => {
+            OutputFormat::Json | OutputFormat::StreamJson { .. } => {
                 self.line("run_finished", MAIN_AGENT, fields)
             }
             OutputFormat::Text => {
@@ -492,7 +493,10 @@ impl Printer {
 
 impl EventSink for Printer {
     fn emit(&self, event: RuntimeEvent) {
-        if self.format == OutputFormat::StreamJson && stream_json::on_stream(&event) {
+        if stream_json::partial(&self.run_id, self.format, &event) {
+            return;
+        }
+        if self.format.is_stream_json() && stream_json::on_stream(&event) {
             self.line(event.kind(), event.agent(), event.fields());
         } else {
             self.log(event.kind(), event.agent(), event.fields());

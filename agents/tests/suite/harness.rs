@@ -175,6 +175,7 @@ impl RunHarness {
                 None,
                 BTreeMap::new(),
             )),
+            limits: Default::default(),
             compaction: Default::default(),
         }
     }

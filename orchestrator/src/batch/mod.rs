@@ -470,7 +470,7 @@ pub fn run_line(
     exit_when_the_batch_dies();
     // The line's run, as a typed request (no argv round trip through clap): its stream-json
     // events on stdout are what the batch reads.
-    let output = crate::launch::OutputFormat::StreamJson;
+    let output = crate::launch::OutputFormat::StreamJson { partial: false };
     match resume {
         Some(run_id) => crate::lifecycle::resume(
             global,

@@ -20,6 +20,10 @@ pub struct Args {
     /// Output format on stdout: text, json or stream-json.
     #[arg(long, default_value = "text", value_parser = crate::launch::OutputFormat::parse)]
     pub output: crate::launch::OutputFormat,
+    /// With `--output stream-json`: also `model_delta` lines while a response streams (not
+    /// durable: `"durable": false`).
+    #[arg(long = "include-partial")]
+    pub include_partial: bool,
 }
 
 pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
@@ -29,7 +33,10 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         base_url: args.base_url,
         cassette: args.cassette,
         max_duration: args.max_duration,
-        output: args.output,
+        output: args
+            .output
+            .with_partial(args.include_partial)
+            .map_err(|message| crate::exit::ExitError::new(Exit::Usage, message))?,
     };
     crate::lifecycle::resume(global, flags)
 }

@@ -287,6 +287,7 @@ pub(super) async fn run_agent(
             None,
             BTreeMap::new(),
         )),
+        limits: Default::default(),
         compaction: CompactionPolicy {
             config: CompactionConfig::from_settings(&settings.compaction),
             models: settings.models.clone(),
