@@ -319,7 +319,9 @@ async fn an_agent_naming_its_own_model_sends_that_models_output_limit() {
         ])
         .await;
     let root = muster_config::project::ProjectRoot::at(h.workspace());
-    let catalog = muster_config::AgentCatalog::load(&root).unwrap().value;
+    let catalog = muster_config::AgentCatalog::load(&root, None)
+        .unwrap()
+        .value;
     let mut models = std::collections::BTreeMap::new();
     models.insert("claude-opus-4-1".to_owned(), super::harness::sonnet_info());
     models.get_mut("claude-opus-4-1").unwrap().max_output = Some(32_000);
