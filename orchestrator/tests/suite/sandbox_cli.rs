@@ -110,7 +110,12 @@ async fn required_sandbox_without_landlock_fails_at_run_start() {
     );
     command.env("MUSTER_TEST_LANDLOCK_ABI", "0");
     let output = super::common::output(command).await;
-    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "{} (this test simulates a kernel without Landlock, which only a muster built with the failpoints feature can: run scripts/test)",
+        stderr(&output)
+    );
     let message = stderr(&output);
     assert!(
         message.contains("required") && message.contains("Landlock ABI 0"),
