@@ -17,6 +17,7 @@ pub mod postgres;
 pub mod sqlite;
 pub mod store;
 pub mod types;
+pub mod work;
 
 pub use error::{StoreError, StoreResult};
 pub use message::MessageBody;
@@ -24,3 +25,6 @@ pub use postgres::{PG_SCHEMA_VERSION, PostgresStore};
 pub use sqlite::{SCHEMA_VERSION, SqliteStore, StoreOptions, SyncMode};
 pub use store::MailboxStore;
 pub use types::*;
+pub use work::{
+    Heartbeat, NewWorkItem, WorkFence, WorkItem, WorkState, WorkWatch, WorkerInfo, WorkerRecord,
+};

@@ -11,3 +11,4 @@ mod pg_live;
 mod pg_lost_ack;
 mod races;
 mod transitions;
+mod work;
