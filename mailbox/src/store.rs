@@ -102,6 +102,12 @@ pub trait MailboxStore: Send + Sync {
     async fn is_held_live(&self, _run_id: &str) -> StoreResult<Option<bool>> {
         Ok(None)
     }
+    /// Waits (without polling) until no process holds the run's server-side live lock: a
+    /// worker taking over a line whose old holder may still be alive elsewhere. Returns at
+    /// once on a backend without such a lock.
+    async fn wait_until_not_live(&self, _run_id: &str) -> StoreResult<()> {
+        Ok(())
+    }
     /// After a commit: tells the process that holds the run live to wake `recipient`.
     /// `Some(false)`: no process holds it; `None`: the backend cannot reach other processes.
     async fn announce(&self, _run_id: &str, _recipient: &str) -> StoreResult<Option<bool>> {

@@ -644,6 +644,24 @@ impl MailboxStore for PostgresStore {
         Ok(Some(crate::live::LiveHold::new(held)))
     }
 
+    async fn wait_until_not_live(&self, run_id: &str) -> StoreResult<()> {
+        // The server queues this session behind the holder and grants the lock when the
+        // holder's session ends; it is given back at once.
+        let (client, driver) = self.dedicated(run_id).await?;
+        let _held = LiveConnection {
+            _client: client,
+            driver,
+        };
+        let key = self.ctx.live_lock_key(run_id);
+        _held
+            ._client
+            .batch_execute(&format!(
+                "SELECT pg_advisory_lock({key}); SELECT pg_advisory_unlock({key})"
+            ))
+            .await
+            .map_err(|e| ops::pg_error(&self.ctx, e))
+    }
+
     async fn is_held_live(&self, run_id: &str) -> StoreResult<Option<bool>> {
         let conn = self.connection().await?;
         // Taking the lock and giving it straight back tells whether another session holds it.

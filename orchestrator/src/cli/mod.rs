@@ -26,6 +26,8 @@ pub mod resume;
 pub mod run;
 pub mod runs;
 pub mod tasks;
+pub mod worker;
+pub mod workers;
 
 /// muster: a multi-agent team orchestrator with a durable mailbox.
 #[derive(Debug, Parser)]
@@ -103,6 +105,10 @@ pub enum Command {
     Demo(demo::Args),
     /// Run a benchmark.
     Bench(bench::Args),
+    /// Claim batch lines from a PostgreSQL store and run them, until stopped.
+    Worker(worker::Args),
+    /// List the workers the store knows.
+    Workers(workers::Args),
 }
 
 /// Runs the parsed command; the returned `Exit` becomes the process's exit code.
@@ -127,5 +133,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<Exit> {
         Command::Agents(args) => agents::execute(&global, args),
         Command::Demo(args) => demo::execute(&global, args),
         Command::Bench(args) => bench::execute(&global, args),
+        Command::Worker(args) => worker::execute(&global, args),
+        Command::Workers(args) => workers::execute(&global, args),
     }
 }

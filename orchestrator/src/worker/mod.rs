@@ -1,0 +1,383 @@
+//! `muster worker`: a long-running process that claims work items (batch lines) from a
+//! PostgreSQL store and runs each as a batch runs a line: a child process per item
+//! (`muster worker --run-item ITEM@TOKEN`, see [`run_item`]) that starts the line's run as
+//! `muster run` would, or resumes it as `muster resume` would when an earlier holder left it
+//! unfinished (a worker killed mid-line).
+//!
+//! Leases and fencing (see `muster_mailbox::work`): each claim raises the item's token; the
+//! worker's heartbeat task pushes its leases back every `heartbeat` and learns of leases it
+//! lost (it kills that item's child at once); the child's store is fenced by the token, so a
+//! child that wakes up late cannot write; the item's result is committed with the token, so a
+//! late worker cannot report it either. While it has free slots and nothing to claim, the
+//! worker sleeps until the store announces a change or until the earliest lease deadline (a
+//! timer, not a poll), when an expired item may be taken over.
+//!
+//! The first SIGTERM or SIGINT stops claiming, stops each running line (its run interrupted,
+//! committed) and hands the items back for another worker; a second signal exits at once.
+
+pub mod line;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use muster_config::store_url::StoreLocation;
+use muster_mailbox::{MailboxStore, StoreError, WorkFence, WorkItem, WorkerInfo};
+
+use crate::exit::{Exit, ExitError};
+use crate::project::{Globals, Project};
+
+/// What `muster worker` was asked to do.
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    pub name: Option<String>,
+    pub slots: usize,
+    /// Where lines' workspaces are made (default: `work/` under the worker's directory).
+    pub repo_cache: Option<PathBuf>,
+    /// How long a lease lasts without a heartbeat.
+    pub lease: Duration,
+    /// How often the worker renews its leases.
+    pub heartbeat: Duration,
+}
+
+/// The lease a worker asks for when none is configured: a few heartbeats long.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(6);
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(2);
+
+/// Refuses a store that other machines cannot reach.
+pub fn require_shared_store(project: &Project, what: &str) -> anyhow::Result<()> {
+    match project.store_location() {
+        StoreLocation::Postgres(_) => Ok(()),
+        StoreLocation::File(path) => Err(ExitError::new(
+            Exit::Usage,
+            format!(
+                "{what} needs a store that every worker reaches, and {} is an SQLite file; \
+                 give --store postgres://… (or set `store` to one)",
+                path.display()
+            ),
+        )
+        .into()),
+    }
+}
+
+/// This machine's name, as `muster workers` shows it.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|name| name.trim().to_owned())
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// One item this worker runs.
+struct Held {
+    fence: WorkFence,
+    /// The child's process id (its own process group), once it started.
+    child: Option<u32>,
+}
+
+/// What the worker's tasks share.
+pub(crate) struct Shared {
+    pub(crate) store: Arc<dyn MailboxStore>,
+    pub(crate) info: WorkerInfo,
+    pub(crate) project: Project,
+    pub(crate) global: Globals,
+    pub(crate) workspaces: PathBuf,
+    pub(crate) lease: Duration,
+    held: Mutex<HashMap<String, Held>>,
+    /// Set once a signal asked the worker to stop: a line interrupted then is handed back.
+    stopping: std::sync::atomic::AtomicBool,
+}
+
+impl Shared {
+    pub(crate) fn stopping(&self) -> bool {
+        self.stopping.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn fences(&self) -> Vec<WorkFence> {
+        self.held
+            .lock()
+            .map(|held| held.values().map(|h| h.fence.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    fn running(&self) -> usize {
+        self.held.lock().map(|held| held.len()).unwrap_or(0)
+    }
+
+    pub(crate) fn set_child(&self, item: &str, pid: Option<u32>) {
+        if let Ok(mut held) = self.held.lock()
+            && let Some(entry) = held.get_mut(item)
+        {
+            entry.child = pid;
+        }
+    }
+
+    fn children(&self) -> Vec<u32> {
+        self.held
+            .lock()
+            .map(|held| held.values().filter_map(|h| h.child).collect())
+            .unwrap_or_default()
+    }
+
+    /// Kills the child of a lease this worker lost: it must not run on beside the new holder.
+    fn lost(&self, fence: &WorkFence) {
+        let child = self
+            .held
+            .lock()
+            .ok()
+            .and_then(|held| held.get(&fence.item).and_then(|h| h.child));
+        eprintln!(
+            "muster worker {}: lost the lease of {} (token {}): another worker took it over; \
+             stopping its line",
+            self.info.name, fence.item, fence.token
+        );
+        if let Some(pid) = child {
+            signal_group(pid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+/// Sends `signal` to the process group led by `pid` (each line's child leads its own).
+pub(crate) fn signal_group(pid: u32, signal: rustix::process::Signal) {
+    if let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process_group(pid, signal);
+    }
+}
+
+/// `muster worker --store postgres://… [--name NAME] [--slots N] [--repo-cache DIR]`.
+pub fn run(global: &Globals, options: WorkerOptions) -> anyhow::Result<Exit> {
+    if options.slots == 0 {
+        return Err(crate::batch::usage("--slots must be at least 1"));
+    }
+    if options.heartbeat.is_zero() || options.lease <= options.heartbeat {
+        return Err(crate::batch::usage(format!(
+            "the lease ({} ms) must be longer than the heartbeat ({} ms, more than 0)",
+            options.lease.as_millis(),
+            options.heartbeat.as_millis()
+        )));
+    }
+    let project = Project::locate(global)?;
+    require_shared_store(&project, "muster worker")?;
+    let workspaces = match &options.repo_cache {
+        Some(dir) => std::path::absolute(dir)?,
+        None => project.root.path().join("work"),
+    };
+    std::fs::create_dir_all(&workspaces).map_err(|e| {
+        ExitError::new(
+            Exit::Usage,
+            format!("cannot create the repo cache {}: {e}", workspaces.display()),
+        )
+    })?;
+    let host = host_name();
+    let pid = std::process::id();
+    let info = WorkerInfo {
+        name: options
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("{host}-{pid}")),
+        host,
+        slots: i64::try_from(options.slots).unwrap_or(i64::MAX),
+        pid: i64::from(pid),
+    };
+    let runtime = crate::lifecycle::tokio_runtime()?;
+    runtime.block_on(async {
+        let store = project.open_store().await?;
+        let shared = Arc::new(Shared {
+            store,
+            info,
+            project,
+            global: global.clone(),
+            workspaces,
+            lease: options.lease,
+            held: Mutex::new(HashMap::new()),
+            stopping: Default::default(),
+        });
+        serve(shared, options).await
+    })
+}
+
+async fn serve(shared: Arc<Shared>, options: WorkerOptions) -> anyhow::Result<Exit> {
+    let store = shared.store.clone();
+    let mut interrupts = crate::signals::Interrupts::install();
+    store
+        .heartbeat(&shared.info, &[], shared.lease)
+        .await
+        .map_err(|e| store_error("could not register with the store", e))?;
+    eprintln!(
+        "muster worker {}: ready on {} ({} slots, lease {} ms, heartbeat {} ms)",
+        shared.info.name,
+        shared.project.store_location(),
+        options.slots,
+        options.lease.as_millis(),
+        options.heartbeat.as_millis()
+    );
+    let beats = tokio::spawn(heartbeats(shared.clone(), options.heartbeat));
+    let watch = store.watch_work().await?;
+    let (ended_tx, mut ended) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let mut lines = tokio::task::JoinSet::new();
+    let outcome: anyhow::Result<()> = loop {
+        // Fill the free slots.
+        let mut claim_error = None;
+        while shared.running() < options.slots {
+            match store
+                .claim_work(None, &shared.info.name, shared.lease)
+                .await
+            {
+                Ok(Some(item)) => start(&shared, &mut lines, item, ended_tx.clone()),
+                Ok(None) => break,
+                Err(error) => {
+                    claim_error = Some(error);
+                    break;
+                }
+            }
+        }
+        if let Some(error) = claim_error {
+            break Err(store_error("could not claim work", error));
+        }
+        // With a free slot, the earliest lease deadline is when an item may free up.
+        let expiry = if shared.running() < options.slots {
+            match store.next_lease_expiry(None).await {
+                Ok(expiry) => expiry,
+                Err(error) => break Err(store_error("could not read the leases", error)),
+            }
+        } else {
+            None
+        };
+        tokio::select! {
+            changed = watch.changed() => {
+                if let Err(error) = changed {
+                    break Err(store_error("lost the store's notifications", error));
+                }
+            }
+            _ = sleep_until_expiry(expiry) => {}
+            Some(_) = ended.recv() => {}
+            signal = interrupts.first() => {
+                eprintln!(
+                    "muster worker {}: {signal}: handing back {} item(s); a second signal \
+                     exits at once",
+                    shared.info.name,
+                    shared.running()
+                );
+                break Ok(());
+            }
+        }
+    };
+    // Stop every running line (its run is interrupted and committed by the child), then hand
+    // the items back (the line tasks do once their child has exited).
+    shared
+        .stopping
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    for pid in shared.children() {
+        signal_group(pid, rustix::process::Signal::TERM);
+    }
+    while lines.join_next().await.is_some() {}
+    beats.abort();
+    for fence in shared.fences() {
+        if let Err(error) = store.release_work(&fence).await {
+            eprintln!(
+                "muster worker {}: could not hand back {}: {error}",
+                shared.info.name, fence.item
+            );
+        }
+    }
+    let _ = store.retire_worker(&shared.info.name).await;
+    outcome?;
+    Ok(Exit::Success)
+}
+
+async fn sleep_until_expiry(expiry: Option<Duration>) {
+    match expiry {
+        // A few milliseconds past the deadline: the store compares with its own clock.
+        Some(wait) => tokio::time::sleep(wait + Duration::from_millis(5)).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn store_error(what: &str, error: StoreError) -> anyhow::Error {
+    anyhow::Error::new(error).context(what.to_owned())
+}
+
+/// Starts the line task of a claimed item.
+fn start(
+    shared: &Arc<Shared>,
+    lines: &mut tokio::task::JoinSet<()>,
+    item: WorkItem,
+    ended: tokio::sync::mpsc::UnboundedSender<String>,
+) {
+    let fence = item.fence();
+    eprintln!(
+        "muster worker {}: claimed {} (token {}, attempt {})",
+        shared.info.name, item.id, item.token, item.attempts
+    );
+    if let Ok(mut held) = shared.held.lock() {
+        held.insert(
+            item.id.clone(),
+            Held {
+                fence: fence.clone(),
+                child: None,
+            },
+        );
+    }
+    let shared = shared.clone();
+    lines.spawn(async move {
+        let stopping = line::run_line(&shared, &item).await;
+        if let Err(error) = &stopping {
+            eprintln!("muster worker {}: {}: {error:#}", shared.info.name, item.id);
+        }
+        // A line that finished (or whose lease was lost) is no longer held; one stopped by a
+        // signal stays held until the worker hands it back.
+        if matches!(
+            stopping,
+            Ok(line::LineEnd::Finished) | Ok(line::LineEnd::Fenced)
+        ) && let Ok(mut held) = shared.held.lock()
+        {
+            held.remove(&item.id);
+        }
+        let _ = ended.send(item.id);
+    });
+}
+
+/// Renews the worker's leases every `every`; a lost lease stops its line.
+async fn heartbeats(shared: Arc<Shared>, every: Duration) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let fences = shared.fences();
+        match shared
+            .store
+            .heartbeat(&shared.info, &fences, shared.lease)
+            .await
+        {
+            Ok(beat) => {
+                for fence in &beat.lost {
+                    shared.lost(fence);
+                }
+            }
+            Err(error) => eprintln!(
+                "muster worker {}: heartbeat failed: {error}; its leases lapse unless the \
+                 next one lands",
+                shared.info.name
+            ),
+        }
+    }
+}
+
+/// The child process of one item: `muster worker --run-item ITEM@TOKEN [--resume-run RUN]`.
+pub fn run_item(
+    global: &Globals,
+    fence: &str,
+    repo_cache: &std::path::Path,
+    resume: Option<&str>,
+) -> anyhow::Result<Exit> {
+    let fence = WorkFence::parse_arg(fence)
+        .ok_or_else(|| crate::batch::usage(format!("--run-item {fence:?}: expected ITEM@TOKEN")))?;
+    crate::project::fence_process(fence.clone());
+    line::run_child(global, &fence, repo_cache, resume)
+}
