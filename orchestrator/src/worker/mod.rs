@@ -6,7 +6,7 @@
 //!
 //! Leases and fencing (see `muster_mailbox::work`): each claim raises the item's token; the
 //! worker's heartbeat task pushes its leases back every `heartbeat` and learns of leases it
-//! lost (it kills that item's child at once); the child's store is fenced by the token, so a
+//! lost (it stops that item's child at once); the child's store is fenced by the token, so a
 //! child that wakes up late cannot write; the item's result is committed with the token, so a
 //! late worker cannot report it either. While it has free slots and nothing to claim, the
 //! worker sleeps until the store announces a change or until the earliest lease deadline (a
@@ -76,6 +76,8 @@ struct Held {
     fence: WorkFence,
     /// The child's process id (its own process group), once it started.
     child: Option<u32>,
+    /// A heartbeat found the lease lost (acted on once).
+    lost: bool,
 }
 
 /// What the worker's tasks share.
@@ -122,21 +124,42 @@ impl Shared {
             .unwrap_or_default()
     }
 
-    /// Kills the child of a lease this worker lost: it must not run on beside the new holder.
-    fn lost(&self, fence: &WorkFence) {
-        let child = self
-            .held
-            .lock()
-            .ok()
-            .and_then(|held| held.get(&fence.item).and_then(|h| h.child));
+    /// Stops the child of a lease this worker lost: it must not run on beside the new holder.
+    /// SIGTERM first, so the line's run kills its own Bash process groups (its writes are
+    /// refused anyway, fenced); SIGKILL after `grace` if it is still there.
+    fn lost(self: &Arc<Self>, fence: &WorkFence, grace: Duration) {
+        let child = match self.held.lock() {
+            Ok(mut held) => match held.get_mut(&fence.item) {
+                Some(entry) if !entry.lost => {
+                    entry.lost = true;
+                    entry.child
+                }
+                _ => return,
+            },
+            Err(_) => return,
+        };
         eprintln!(
             "muster worker {}: lost the lease of {} (token {}): another worker took it over; \
              stopping its line",
             self.info.name, fence.item, fence.token
         );
         if let Some(pid) = child {
-            signal_group(pid, rustix::process::Signal::KILL);
+            signal_group(pid, rustix::process::Signal::TERM);
+            let (shared, item) = (self.clone(), fence.item.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(grace).await;
+                if shared.child_of(&item) == Some(pid) {
+                    signal_group(pid, rustix::process::Signal::KILL);
+                }
+            });
         }
+    }
+
+    fn child_of(&self, item: &str) -> Option<u32> {
+        self.held
+            .lock()
+            .ok()
+            .and_then(|held| held.get(item).and_then(|h| h.child))
     }
 }
 
@@ -321,6 +344,7 @@ fn start(
             Held {
                 fence: fence.clone(),
                 child: None,
+                lost: false,
             },
         );
     }
@@ -357,7 +381,7 @@ async fn heartbeats(shared: Arc<Shared>, every: Duration) {
         {
             Ok(beat) => {
                 for fence in &beat.lost {
-                    shared.lost(fence);
+                    shared.lost(fence, shared.lease);
                 }
             }
             Err(error) => eprintln!(

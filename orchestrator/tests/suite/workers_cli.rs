@@ -458,15 +458,69 @@ async fn a_worker_stopped_past_its_lease_is_fenced_when_it_continues() {
     let item = store.work_item(&held.id).await.unwrap().unwrap();
     assert_eq!((item.state, item.token), (WorkState::Done, 2));
     assert_eq!(item.worker.as_deref(), Some(workers[taker].name.as_str()));
-    let refused = workers[index]
-        .said()
+    // Counted: the line's process (SIGTERM on the lost lease: its run's `interrupted` status
+    // write) and the worker (the line's result), each refused inside its transaction.
+    let said = workers[index].said();
+    let refused: Vec<&String> = said.iter().filter(|l| l.contains("is stale")).collect();
+    eprintln!("writes refused as fenced after SIGCONT: {refused:#?}");
+    let by_line = refused
         .iter()
-        .filter(|line| line.contains("is stale"))
-        .count();
-    assert!(refused >= 1, "{}", workers[index].said().join("\n"));
-    eprintln!("writes refused as fenced after SIGCONT: {refused}");
+        .filter(|l| l.starts_with(&format!("[{}]", held.id)));
+    assert_eq!(by_line.count(), 1, "{}", said.join("\n"));
+    let by_worker = refused
+        .iter()
+        .filter(|l| l.contains("result refused as fenced"));
+    assert_eq!(by_worker.count(), 1, "{}", said.join("\n"));
+    assert_eq!(refused.len(), 2, "{}", said.join("\n"));
     // The stale worker serves on and stops cleanly.
     assert_eq!(workers[index].stop().await, Some(0));
+    drop(store);
+    schema.drop_now().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn workers_need_a_shared_store_and_lines_they_can_run() {
+    let dir = batch_dir(&["a"]);
+    let out = super::common::muster(dir.path(), &["batch", "tasks.jsonl", "--workers"]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--workers needs a store that every worker reaches"),
+        "{}",
+        stderr(&out)
+    );
+    let out = super::common::muster(dir.path(), &["worker"]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("postgres://"), "{}", stderr(&out));
+    let out = super::common::muster(dir.path(), &["worker", "--slots", "0"]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+
+    // A team line, or one with a workspace of this machine, cannot go to workers yet.
+    let schema = Schema::new().await;
+    std::fs::create_dir_all(dir.path().join("sub")).unwrap();
+    std::fs::write(
+        dir.path().join("tasks.jsonl"),
+        "{\"id\": \"a\", \"prompt\": \"x\", \"workspace\": \"sub\"}\n",
+    )
+    .unwrap();
+    let out = super::common::muster(
+        dir.path(),
+        &[
+            "--store",
+            &schema.url(),
+            "batch",
+            "tasks.jsonl",
+            "--workers",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("a line with a workspace on this machine"),
+        "{}",
+        stderr(&out)
+    );
+    let store = open(&schema.url()).await;
+    assert!(store.runs().await.unwrap().is_empty());
     drop(store);
     schema.drop_now().await;
 }
