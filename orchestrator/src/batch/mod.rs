@@ -104,6 +104,15 @@ pub fn run(global: &Globals, options: BatchOptions) -> anyhow::Result<Exit> {
     if options.workers {
         return workers::run(&project, &batch, &results, &stdout);
     }
+    if let Some(line) = batch.lines.iter().find(|line| line.repo.is_some()) {
+        return Err(usage(format!(
+            "{}: line {} ({:?}) names a \"repo\", which only workers clone; run the file \
+             with --workers",
+            batch.path.display(),
+            line.number,
+            line.id
+        )));
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()

@@ -22,7 +22,7 @@ pub(crate) fn queue_of(project_id: &str, batch: &BatchFile) -> String {
 }
 
 /// Lines a worker cannot run yet: a team, or a workspace of this machine (files travel by
-/// git, with `repo` and `ref`, which are not built yet).
+/// git: a line names `repo` and `ref`, or runs in an empty directory).
 fn check_lines(batch: &BatchFile, project: &Project) -> anyhow::Result<()> {
     let root = std::fs::canonicalize(project.root.path())
         .unwrap_or_else(|_| project.root.path().to_path_buf());
@@ -69,6 +69,8 @@ pub(crate) fn run(
                 key: batch.line_key(&line.id),
                 id: line.id.clone(),
                 prompt: line.prompt.clone(),
+                repo: line.repo.as_ref().map(|repo| repo.url.clone()),
+                git_ref: line.repo.as_ref().map(|repo| repo.git_ref.clone()),
             };
             Ok(NewWorkItem {
                 id: format!("{queue}#{}", line.id),

@@ -26,6 +26,12 @@ pub struct LinePayload {
     pub key: String,
     pub id: String,
     pub prompt: String,
+    /// The repository the worker clones for the line, and the ref it checks out: how the
+    /// line's files travel (the changes come back as a branch pushed there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo: Option<String>,
+    #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
+    pub git_ref: Option<String>,
 }
 
 /// How a line task ended.
@@ -76,9 +82,14 @@ pub(crate) async fn run_line(shared: &Arc<Shared>, item: &WorkItem) -> anyhow::R
             }
         }
     };
-    let Some(result) = result else {
+    let Some(mut result) = result else {
         return Ok(LineEnd::Stopped);
     };
+    if let Ok(payload) = serde_json::from_value::<LinePayload>(item.payload.clone())
+        && let Some(repo) = &payload.repo
+    {
+        deliver(shared, repo, &mut result).await;
+    }
     match store
         .finish_work(&fence, serde_json::to_value(&result)?)
         .await
@@ -99,6 +110,88 @@ pub(crate) async fn run_line(shared: &Arc<Shared>, item: &WorkItem) -> anyhow::R
         }
         Err(error) => Err(error.into()),
     }
+}
+
+/// A repository line's changes, back by git: everything its run left in its workspace is
+/// committed on top of the checked-out ref and pushed to `refs/heads/muster/<slug>/result`
+/// in the line's repository; the result line names the branch and commit. Idempotent: a
+/// line delivered once and reported again (a worker died between) pushes the same commit.
+/// A failure makes the line's result an error that says what to do.
+async fn deliver(shared: &Arc<Shared>, repo: &str, result: &mut ResultLine) {
+    let outcome = async {
+        let run_id = result
+            .run_id
+            .clone()
+            .ok_or_else(|| anyhow::anyhow!("the line started no run"))?;
+        let record = shared
+            .store
+            .run(&run_id)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("run {run_id} is not in the store"))?;
+        let git = crate::worktree::git::Git::new(&record.workspace);
+        git.run(&["add", "-A"]).await?;
+        if !git.test(&["diff", "--cached", "--quiet"]).await? {
+            let message = format!("muster batch line {} (run {run_id})", result.id);
+            git.run(&["commit", "--quiet", "-m", &message]).await?;
+        }
+        let commit = git.run(&["rev-parse", "HEAD"]).await?;
+        let branch = format!("muster/{}/result", record.slug);
+        git.run(&[
+            "push",
+            "--quiet",
+            repo,
+            &format!("HEAD:refs/heads/{branch}"),
+        ])
+        .await?;
+        anyhow::Ok((branch, commit))
+    }
+    .await;
+    match outcome {
+        Ok((branch, commit)) => {
+            result.rest.insert("branch".into(), Value::String(branch));
+            result.rest.insert("commit".into(), Value::String(commit));
+        }
+        Err(error) => {
+            result.status = "error".into();
+            result.exit_code = Exit::Failed.code();
+            result.rest.insert(
+                "error".into(),
+                Value::String(format!(
+                    "the line's changes could not be pushed to {repo}: {error:#}; check that \
+                     this worker may push there, then run the batch again"
+                )),
+            );
+        }
+    }
+}
+
+/// Clones `repo` into `workspace` (once: a clone there is reused) and checks out `git_ref`
+/// detached, so the line's run starts from exactly the files the ref names.
+async fn check_out(repo: &str, git_ref: &str, workspace: &Path) -> anyhow::Result<()> {
+    let parent = workspace
+        .parent()
+        .ok_or_else(|| anyhow::anyhow!("{} has no parent", workspace.display()))?;
+    if !workspace.join(".git").exists() {
+        let partial = parent.join(format!(
+            ".clone-{}",
+            workspace.file_name().unwrap_or_default().to_string_lossy()
+        ));
+        let _ = std::fs::remove_dir_all(&partial);
+        let partial_text = partial.display().to_string();
+        crate::worktree::git::Git::new(parent)
+            .run(&["clone", "--quiet", "--no-checkout", repo, &partial_text])
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot clone {repo}: {e}"))?;
+        // A clone cut off half-way is never mistaken for a finished one.
+        std::fs::rename(&partial, workspace)?;
+    }
+    let git = crate::worktree::git::Git::new(workspace);
+    git.run(&["fetch", "--quiet", "origin", git_ref])
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot fetch {git_ref:?} from {repo}: {e}"))?;
+    git.run(&["checkout", "--quiet", "--detach", "FETCH_HEAD"])
+        .await?;
+    Ok(())
 }
 
 /// The directory a line's run works in on this worker.
@@ -279,12 +372,22 @@ pub(crate) fn run_child(
         ),
         None => {
             let workspace = line_workspace(repo_cache, &fence.item);
-            std::fs::create_dir_all(&workspace).map_err(|e| {
-                ExitError::new(
-                    Exit::Failed,
-                    format!("cannot create the workspace {}: {e}", workspace.display()),
-                )
-            })?;
+            match (&payload.repo, &payload.git_ref) {
+                (Some(repo), Some(git_ref)) => {
+                    std::fs::create_dir_all(repo_cache)?;
+                    tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()?
+                        .block_on(check_out(repo, git_ref, &workspace))
+                        .map_err(|e| ExitError::new(Exit::Failed, format!("{e:#}")))?;
+                }
+                _ => std::fs::create_dir_all(&workspace).map_err(|e| {
+                    ExitError::new(
+                        Exit::Failed,
+                        format!("cannot create the workspace {}: {e}", workspace.display()),
+                    )
+                })?,
+            }
             crate::lifecycle::run(
                 global,
                 RunFlags {

@@ -524,3 +524,93 @@ async fn workers_need_a_shared_store_and_lines_they_can_run() {
     drop(store);
     schema.drop_now().await;
 }
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let output = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@t")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@t")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "git {args:?}: {output:?}");
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn repository_lines_are_cloned_by_workers_and_come_back_as_pushed_branches() {
+    let fake = FakeLlm::start(script(false)).await.unwrap();
+    let schema = Schema::new().await;
+    let url = schema.url();
+    // A bare repository with one commit on `main`.
+    let remote = tempfile::tempdir().unwrap();
+    let origin = remote.path().join("origin.git");
+    let seed = remote.path().join("seed");
+    git(remote.path(), &["init", "--quiet", "--bare", "origin.git"]);
+    git(remote.path(), &["init", "--quiet", "-b", "main", "seed"]);
+    std::fs::write(seed.join("README.md"), "seeded\n").unwrap();
+    git(&seed, &["add", "README.md"]);
+    git(&seed, &["commit", "--quiet", "-m", "seed"]);
+    git(
+        &seed,
+        &["push", "--quiet", origin.to_str().unwrap(), "main"],
+    );
+    let base = git(&origin, &["rev-parse", "main"]);
+
+    let mut workers = ready(&fake, &url).await;
+    let batch = super::common::project(&[]);
+    let lines: Vec<String> = ["a", "b"]
+        .iter()
+        .map(|id| {
+            json!({"id": id, "prompt": "Mark it.", "repo": origin.to_str().unwrap(), "ref": "main"})
+                .to_string()
+        })
+        .collect();
+    std::fs::write(batch.path().join("tasks.jsonl"), lines.join("\n") + "\n").unwrap();
+
+    let out = finish_batch(start_batch(batch.path(), &url)).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let results = results(batch.path());
+    assert_eq!(results.len(), 2, "{results:#?}");
+    let mut branches = std::collections::HashSet::new();
+    for line in &results {
+        assert_eq!(line["status"], "completed", "{line}");
+        let branch = line["branch"].as_str().unwrap();
+        assert!(
+            branch.starts_with("muster/") && branch.ends_with("/result"),
+            "{line}"
+        );
+        // The branch in the repository holds the run's change on top of the ref.
+        let commit = git(&origin, &["rev-parse", &format!("refs/heads/{branch}")]);
+        assert_eq!(line["commit"], commit.as_str(), "{line}");
+        assert_eq!(git(&origin, &["rev-parse", &format!("{commit}^")]), base);
+        assert_eq!(
+            git(&origin, &["show", &format!("{commit}:marker.txt")]),
+            "done"
+        );
+        assert_eq!(
+            git(&origin, &["show", &format!("{commit}:README.md")]),
+            "seeded"
+        );
+        branches.insert(branch.to_owned());
+    }
+    assert_eq!(branches.len(), 2, "one branch per line");
+    // The files travelled by git: nothing of the lines is in the batch's directory.
+    assert!(!batch.path().join("marker.txt").exists());
+    for worker in &mut workers {
+        assert_eq!(worker.stop().await, Some(0));
+    }
+
+    // A line naming a repository without --workers is refused before anything runs.
+    let out = super::common::muster(batch.path(), &["batch", "tasks.jsonl"]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("only workers clone"),
+        "{}",
+        stderr(&out)
+    );
+    schema.drop_now().await;
+}
