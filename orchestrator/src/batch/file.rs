@@ -311,7 +311,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = std::fs::canonicalize(dir.path()).unwrap();
         std::fs::create_dir(root.join("ws")).unwrap();
-        let rows: [(&str, Result<(&str, &str), &str>); 5] = [
+        // Ok: the repository and ref; Err: what the refusal says.
+        type Expected = Result<(&'static str, &'static str), &'static str>;
+        let rows: [(&str, Expected); 5] = [
             (
                 r#"{"id": "a", "prompt": "x", "repo": "/r.git", "ref": "main"}"#,
                 Ok(("/r.git", "main")),
