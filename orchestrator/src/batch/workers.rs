@@ -65,8 +65,10 @@ pub(crate) fn run(
         .lines
         .iter()
         .map(|line| {
+            // The runs record the item's id as their batch line: it names the project too,
+            // so another project's batch file of the same name never passes for this one.
             let payload = LinePayload {
-                key: batch.line_key(&line.id),
+                key: format!("{queue}#{}", line.id),
                 id: line.id.clone(),
                 prompt: line.prompt.clone(),
                 repo: line.repo.as_ref().map(|repo| repo.url.clone()),

@@ -22,7 +22,8 @@ use crate::project::{Globals, Project};
 /// copy of the batch file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LinePayload {
-    /// The line's `batch_line_id` (`{file key}#{id}`), which its runs record.
+    /// The `batch_line_id` the line's runs record: the work item's id
+    /// (`batch:{project id}:{file key}#{id}`), unique in a store several projects share.
     pub key: String,
     pub id: String,
     pub prompt: String,
