@@ -614,3 +614,99 @@ async fn repository_lines_are_cloned_by_workers_and_come_back_as_pushed_branches
     );
     schema.drop_now().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_batch_bench_prints_throughput_rows_and_the_store_share_per_item() {
+    let schema = Schema::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut bench = command(
+        dir.path(),
+        &[
+            "--store",
+            &schema.url(),
+            "bench",
+            "batch",
+            "--smoke",
+            "--json",
+            "--dir",
+        ],
+    );
+    bench.arg(dir.path());
+    let output = tokio::time::timeout(GUARD, bench.output())
+        .await
+        .expect("guard timeout")
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let rows: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
+    let throughput: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["scenario"] == "throughput")
+        .collect();
+    assert_eq!(throughput.len(), 2, "{rows:#?}");
+    assert_eq!(throughput[0]["of_linear"], 1.0);
+    assert!(
+        throughput
+            .iter()
+            .all(|r| r["lines_per_second"].as_f64().unwrap() > 0.0)
+    );
+    let overhead: Vec<&str> = rows
+        .iter()
+        .filter(|r| r["scenario"] == "store_overhead")
+        .map(|r| r["what"].as_str().unwrap())
+        .collect();
+    assert!(overhead.contains(&"claim") && overhead.contains(&"heartbeat (one lease)"));
+    assert!(
+        overhead.iter().any(|w| w.starts_with("fencing per write")),
+        "{overhead:?}"
+    );
+    // Without a PostgreSQL store it says what it needs.
+    let output = super::common::muster(dir.path(), &["bench", "batch", "--smoke"]).await;
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("--store postgres://"),
+        "{}",
+        stderr(&output)
+    );
+    schema.drop_now().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_hands_a_running_line_back_and_another_worker_finishes_it() {
+    let fake = FakeLlm::start(script(true)).await.unwrap();
+    let schema = Schema::new().await;
+    let url = schema.url();
+    let mut first = Worker::start(&fake, &url, "w1");
+    first.wait_for("ready on").await;
+    let ids = ["a"];
+    let batch = batch_dir(&ids);
+    let running = start_batch(batch.path(), &url);
+    tokio::time::timeout(GUARD, fake.gate_reached("held", 1))
+        .await
+        .expect("guard timeout: the line did not reach its held call");
+
+    assert_eq!(first.stop().await, Some(0), "{}", first.said().join("\n"));
+    first.wait_for("handing back 1 item(s)").await;
+    let store = open(&url).await;
+    let items = store.work_items(&queue_of(batch.path())).await.unwrap();
+    assert_eq!(
+        items[0].state,
+        WorkState::Pending,
+        "handed back: {items:#?}"
+    );
+    let run = store.runs().await.unwrap().pop().unwrap();
+    assert_eq!(run.status, muster_mailbox::RunStatus::Interrupted);
+
+    let mut second = Worker::start(&fake, &url, "w2");
+    let out = finish_batch(running).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_each_completed_once(&results(batch.path()), &ids);
+    second.wait_for(&format!("resuming run {}", run.id)).await;
+    each_marked_once(&[first, second], 1);
+    let item = store.work_item(&items[0].id).await.unwrap().unwrap();
+    assert_eq!(
+        (item.state, item.token, item.worker.as_deref()),
+        (WorkState::Done, 2, Some("w2"))
+    );
+    drop(store);
+    schema.drop_now().await;
+}
