@@ -352,14 +352,23 @@ fn start(
     lines.spawn(async move {
         let stopping = line::run_line(&shared, &item).await;
         if let Err(error) = &stopping {
-            eprintln!("muster worker {}: {}: {error:#}", shared.info.name, item.id);
+            // The line could not be run or reported (the store unreachable, say): hand it
+            // back for another try rather than hold its lease with nothing running.
+            eprintln!(
+                "muster worker {}: {}: {error:#}; handing it back",
+                shared.info.name, item.id
+            );
+            if let Err(error) = shared.store.release_work(&item.fence()).await {
+                eprintln!(
+                    "muster worker {}: could not hand back {}: {error}; its lease lapses",
+                    shared.info.name, item.id
+                );
+            }
         }
-        // A line that finished (or whose lease was lost) is no longer held; one stopped by a
-        // signal stays held until the worker hands it back.
-        if matches!(
-            stopping,
-            Ok(line::LineEnd::Finished) | Ok(line::LineEnd::Fenced)
-        ) && let Ok(mut held) = shared.held.lock()
+        // A line that finished, whose lease was lost or that was handed back is no longer
+        // held; one stopped by a signal stays held until the worker hands it back.
+        if !matches!(stopping, Ok(line::LineEnd::Stopped))
+            && let Ok(mut held) = shared.held.lock()
         {
             held.remove(&item.id);
         }
