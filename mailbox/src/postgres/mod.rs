@@ -15,6 +15,7 @@ mod fork;
 pub(crate) mod ops;
 mod schema;
 mod tasks;
+mod tls;
 mod work;
 
 use std::str::FromStr;
@@ -46,6 +47,7 @@ pub struct PostgresStore {
     pool: Pool,
     /// For the dedicated connection a live run holds (its lock and its LISTEN).
     config: Arc<tokio_postgres::Config>,
+    tls: tls::Connector,
     waiters: Arc<Waiters>,
     ctx: Ctx,
     /// Operation ids of writes whose COMMIT was acknowledged: the next write deletes them.
@@ -54,6 +56,41 @@ pub struct PostgresStore {
     /// transaction, that the item's lease is still this token's (see [`crate::work`]).
     fence: Option<Arc<WorkFence>>,
     work_watchers: Arc<crate::work::Watchers>,
+}
+
+/// Makes schema `name` on the server `url` names (a benchmark's or a test's own) and returns
+/// the URL whose connections use it.
+pub async fn create_schema(url: &str, name: &str) -> StoreResult<String> {
+    admin(url, &format!("CREATE SCHEMA {name}")).await?;
+    let separator = if url.contains('?') { '&' } else { '?' };
+    Ok(format!("{url}{separator}options=-csearch_path%3D{name}"))
+}
+
+/// Drops schema `name` and everything in it.
+pub async fn drop_schema(url: &str, name: &str) -> StoreResult<()> {
+    admin(url, &format!("DROP SCHEMA IF EXISTS {name} CASCADE")).await
+}
+
+async fn admin(url: &str, sql: &str) -> StoreResult<()> {
+    let ctx = Ctx {
+        target: muster_config::store_url::mask_password(url).into(),
+        schema: "".into(),
+        max_body_bytes: 0,
+    };
+    let (client, connection) = tokio_postgres::connect(url, tls::connector(&ctx.target)?)
+        .await
+        .map_err(|e| StoreError::PostgresConnect {
+            target: ctx.target.to_string(),
+            reason: connect_reason(&e),
+        })?;
+    let driver = tokio::spawn(connection);
+    let result = client
+        .batch_execute(sql)
+        .await
+        .map_err(|e| ops::pg_error(&ctx, e));
+    drop(client);
+    let _ = driver.await;
+    result
 }
 
 /// Attempts of one write when the connection is lost under it (the server restarted, a
@@ -71,9 +108,10 @@ impl PostgresStore {
                 target: target.to_string(),
                 detail: e.to_string(),
             })?;
+        let tls = tls::connector(&target)?;
         let manager = Manager::from_config(
             config.clone(),
-            tokio_postgres::NoTls,
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -108,6 +146,7 @@ impl PostgresStore {
         Ok(PostgresStore {
             pool,
             config: Arc::new(config),
+            tls,
             waiters: Arc::new(Waiters::default()),
             ctx,
             confirmed: Arc::default(),
@@ -130,13 +169,12 @@ impl PostgresStore {
         closed: Arc<std::sync::atomic::AtomicBool>,
     ) -> StoreResult<LiveConnection> {
         let (client, mut connection) =
-            self.config
-                .connect(tokio_postgres::NoTls)
-                .await
-                .map_err(|e| StoreError::PostgresConnect {
+            self.config.connect(self.tls.clone()).await.map_err(|e| {
+                StoreError::PostgresConnect {
                     target: self.ctx.target.to_string(),
                     reason: connect_reason(&e),
-                })?;
+                }
+            })?;
         let watchers = self.work_watchers.clone();
         let driver = tokio::spawn(async move {
             loop {
@@ -251,13 +289,12 @@ impl PostgresStore {
         run_id: &str,
     ) -> StoreResult<(tokio_postgres::Client, tokio::task::JoinHandle<()>)> {
         let (client, mut connection) =
-            self.config
-                .connect(tokio_postgres::NoTls)
-                .await
-                .map_err(|e| StoreError::PostgresConnect {
+            self.config.connect(self.tls.clone()).await.map_err(|e| {
+                StoreError::PostgresConnect {
                     target: self.ctx.target.to_string(),
                     reason: connect_reason(&e),
-                })?;
+                }
+            })?;
         let (waiters, run) = (self.waiters.clone(), run_id.to_owned());
         let target = self.ctx.target.clone();
         let driver = tokio::spawn(async move {

@@ -9,6 +9,7 @@ mod pg;
 mod pg_faults;
 mod pg_live;
 mod pg_lost_ack;
+mod pg_tls;
 mod races;
 mod transitions;
 mod work;

@@ -63,8 +63,12 @@ impl CuttingProxy {
             .and_then(|(_, r)| r.split_once('@'))
             .map_or("postgres", |(user, _)| user);
         let database = rest.split_once('/').map_or("test", |(_, db)| db);
+        // In the clear, so the proxy can see the COMMIT go by.
         pg::with_schema(
-            &format!("postgres://{user}@127.0.0.1:{}/{database}", self.port),
+            &format!(
+                "postgres://{user}@127.0.0.1:{}/{database}?sslmode=disable",
+                self.port
+            ),
             &schema.name,
         )
     }
@@ -208,4 +212,35 @@ async fn a_write_that_never_hears_back_stops_with_a_store_error_and_nothing_doub
         1,
         "committed by the first attempt, once: {mail:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_the_server_terminates_mid_run_are_replaced_and_the_write_lands_once() {
+    let schema = tokio::task::spawn_blocking(Schema::new).await.unwrap();
+    let name = format!("muster_terminated_{}", std::process::id());
+    let url = format!("{}&application_name={name}", schema.url());
+    let store = PostgresStore::open(&url, StoreOptions::default())
+        .await
+        .unwrap();
+    run_with(
+        &(Arc::new(store.clone()) as Arc<dyn MailboxStore>),
+        RUN,
+        &["alice"],
+    )
+    .await;
+    // What a server restart does to its clients: every session of the store is ended.
+    let sql = format!(
+        "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = '{name}'"
+    );
+    let ended = tokio::task::spawn_blocking(move || pg::count(&sql))
+        .await
+        .unwrap();
+    assert!(ended >= 1, "the store had sessions to end");
+    let sent = store
+        .send(text(RUN, "lead", "alice", "after"))
+        .await
+        .unwrap();
+    let mail = store.messages(RUN, Some("alice")).await.unwrap();
+    assert_eq!(mail.len(), 1, "{mail:?}");
+    assert_eq!(mail[0].key, sent.key);
 }
