@@ -91,6 +91,13 @@ pub(crate) async fn run_line(shared: &Arc<Shared>, item: &WorkItem) -> anyhow::R
     {
         deliver(shared, repo, &mut result).await;
     }
+    // Which worker reported the line, and on which claim.
+    result
+        .rest
+        .insert("worker".into(), Value::String(shared.info.name.clone()));
+    result
+        .rest
+        .insert("attempt".into(), Value::from(item.attempts));
     match store
         .finish_work(&fence, serde_json::to_value(&result)?)
         .await

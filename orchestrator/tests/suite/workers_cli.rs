@@ -390,6 +390,14 @@ async fn a_worker_killed_mid_line_has_the_line_resumed_elsewhere_with_no_side_ef
     );
     let taker = item.worker.clone().unwrap();
     assert_ne!(taker, held.worker.clone().unwrap());
+    // The result line names the worker that finished the line, on its second claim.
+    let line_id = held.id.rsplit('#').next().unwrap();
+    let line = results(batch.path())
+        .into_iter()
+        .find(|l| l["id"] == line_id)
+        .unwrap();
+    assert_eq!(line["worker"].as_str(), Some(taker.as_str()), "{line}");
+    assert_eq!(line["attempt"], 2, "{line}");
     let taker = workers.iter_mut().find(|w| w.name == taker).unwrap();
     taker.wait_for(&format!("{}: resuming run", held.id)).await;
     drop(store);
