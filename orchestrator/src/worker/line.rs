@@ -268,6 +268,10 @@ async fn spawn(
             "muster worker {}: {} runs in process {pid}",
             shared.info.name, fence.item
         );
+        // A signal that came while it was starting found no child to stop: stop it now.
+        if shared.stopping() {
+            super::signal_group(pid, rustix::process::Signal::TERM);
+        }
     }
     // Held until the child exits: if this worker dies, the child's stdin closes and it stops.
     let stdin = child.stdin.take();
