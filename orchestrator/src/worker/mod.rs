@@ -241,54 +241,52 @@ async fn serve(shared: Arc<Shared>, options: WorkerOptions) -> anyhow::Result<Ex
         options.heartbeat.as_millis()
     );
     let beats = tokio::spawn(heartbeats(shared.clone(), options.heartbeat));
-    let watch = store.watch_work().await?;
     let (ended_tx, mut ended) = tokio::sync::mpsc::unbounded_channel::<String>();
     let mut lines = tokio::task::JoinSet::new();
+    let mut watch: Option<muster_mailbox::WorkWatch> = None;
+    let mut backoff = FIRST_BACKOFF;
     let outcome: anyhow::Result<()> = loop {
-        // Fill the free slots.
-        let mut claim_error = None;
-        while shared.running() < options.slots {
-            match store
-                .claim_work(None, &shared.info.name, shared.lease)
-                .await
-            {
-                Ok(Some(item)) => start(&shared, &mut lines, item, ended_tx.clone()),
-                Ok(None) => break,
-                Err(error) => {
-                    claim_error = Some(error);
-                    break;
+        let step = next_wait(&shared, &options, &mut watch, &mut lines, &ended_tx).await;
+        let expiry = match step {
+            Ok(expiry) => {
+                backoff = FIRST_BACKOFF;
+                expiry
+            }
+            // The store unreachable for a while (a restart, a network cut): say so and try
+            // again later; running lines go on or fail on their own, and a lease that lapses
+            // meanwhile is taken over, so nothing is lost.
+            Err(error) if is_transient(&error) => {
+                eprintln!(
+                    "muster worker {}: the store is unreachable ({error}); trying again in {} ms",
+                    shared.info.name,
+                    backoff.as_millis()
+                );
+                watch = None;
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    signal = interrupts.first() => break Ok(stopping_note(&shared, signal)),
                 }
+                backoff = (backoff * 2).min(LAST_BACKOFF);
+                continue;
             }
-        }
-        if let Some(error) = claim_error {
-            break Err(store_error("could not claim work", error));
-        }
-        // With a free slot, the earliest lease deadline is when an item may free up.
-        let expiry = if shared.running() < options.slots {
-            match store.next_lease_expiry(None).await {
-                Ok(expiry) => expiry,
-                Err(error) => break Err(store_error("could not read the leases", error)),
-            }
-        } else {
-            None
+            Err(error) => break Err(store_error("the work queue failed", error)),
+        };
+        let Some(current) = watch.as_ref() else {
+            continue;
         };
         tokio::select! {
-            changed = watch.changed() => {
+            changed = current.changed() => {
                 if let Err(error) = changed {
-                    break Err(store_error("lost the store's notifications", error));
+                    eprintln!(
+                        "muster worker {}: {error}; listening again",
+                        shared.info.name
+                    );
+                    watch = None;
                 }
             }
             _ = sleep_until_expiry(expiry) => {}
             Some(_) = ended.recv() => {}
-            signal = interrupts.first() => {
-                eprintln!(
-                    "muster worker {}: {signal}: handing back {} item(s); a second signal \
-                     exits at once",
-                    shared.info.name,
-                    shared.running()
-                );
-                break Ok(());
-            }
+            signal = interrupts.first() => break Ok(stopping_note(&shared, signal)),
         }
     };
     // Stop every running line (its run is interrupted and committed by the child), then hand
@@ -312,6 +310,56 @@ async fn serve(shared: Arc<Shared>, options: WorkerOptions) -> anyhow::Result<Ex
     let _ = store.retire_worker(&shared.info.name).await;
     outcome?;
     Ok(Exit::Success)
+}
+
+/// The first and the longest wait before trying an unreachable store again.
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+const LAST_BACKOFF: Duration = Duration::from_secs(10);
+
+/// Errors that a later try may not meet: the server or the network, not the request.
+fn is_transient(error: &StoreError) -> bool {
+    matches!(
+        error,
+        StoreError::ConnectionLost { .. } | StoreError::PostgresConnect { .. }
+    )
+}
+
+fn stopping_note(shared: &Shared, signal: &str) {
+    eprintln!(
+        "muster worker {}: {signal}: handing back {} item(s); a second signal exits at once",
+        shared.info.name,
+        shared.running()
+    );
+}
+
+/// Listens (again) when not listening, fills the free slots, and gives back the earliest
+/// lease deadline when a slot is still free (when an item may free up).
+async fn next_wait(
+    shared: &Arc<Shared>,
+    options: &WorkerOptions,
+    watch: &mut Option<muster_mailbox::WorkWatch>,
+    lines: &mut tokio::task::JoinSet<()>,
+    ended: &tokio::sync::mpsc::UnboundedSender<String>,
+) -> Result<Option<Duration>, StoreError> {
+    let store = &shared.store;
+    if watch.is_none() {
+        // Listen before claiming: a change between the claim and the wait still wakes it.
+        *watch = Some(store.watch_work().await?);
+    }
+    while shared.running() < options.slots {
+        match store
+            .claim_work(None, &shared.info.name, shared.lease)
+            .await?
+        {
+            Some(item) => start(shared, lines, item, ended.clone()),
+            None => break,
+        }
+    }
+    if shared.running() < options.slots {
+        store.next_lease_expiry(None).await
+    } else {
+        Ok(None)
+    }
 }
 
 async fn sleep_until_expiry(expiry: Option<Duration>) {
@@ -367,8 +415,13 @@ fn start(
         }
         // A line that finished, whose lease was lost or that was handed back is no longer
         // held; one stopped by a signal stays held until the worker hands it back.
+        // Only this task's lease: a later claim of the same item (this worker's own lease
+        // lapsed while the store was unreachable, then it claimed the item again) is another.
         if !matches!(stopping, Ok(line::LineEnd::Stopped))
             && let Ok(mut held) = shared.held.lock()
+            && held
+                .get(&item.id)
+                .is_some_and(|h| h.fence.token == item.token)
         {
             held.remove(&item.id);
         }

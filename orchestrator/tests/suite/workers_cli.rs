@@ -216,6 +216,12 @@ fn markers(workers: &[&Worker]) -> Vec<(PathBuf, Vec<String>)> {
 
 /// Each id has exactly one result line, completed.
 fn assert_each_completed_once(lines: &[Value], ids: &[&str]) {
+    assert_each_completed_once_with(lines, ids, 0);
+}
+
+/// `late`: how many lines got the held answer (their gate was opened) rather than a
+/// re-asked one.
+fn assert_each_completed_once_with(lines: &[Value], ids: &[&str], late: usize) {
     assert_eq!(lines.len(), ids.len(), "{lines:#?}");
     let mut by_id: HashMap<&str, &Value> = HashMap::new();
     for line in lines {
@@ -226,8 +232,10 @@ fn assert_each_completed_once(lines: &[Value], ids: &[&str]) {
         );
         assert_eq!(line["status"], "completed", "{line}");
         assert_eq!(line["exit_code"], 0, "{line}");
-        assert_eq!(line["result"], "finished", "{line}");
     }
+    let answers = |text: &str| lines.iter().filter(|l| l["result"] == text).count();
+    assert_eq!(answers("finished late"), late, "{lines:#?}");
+    assert_eq!(answers("finished"), ids.len() - late, "{lines:#?}");
     for id in ids {
         assert!(by_id.contains_key(id), "no result for {id}: {lines:#?}");
     }
@@ -716,5 +724,147 @@ async fn sigterm_hands_a_running_line_back_and_another_worker_finishes_it() {
         (WorkState::Done, 2, Some("w2"))
     );
     drop(store);
+    schema.drop_now().await;
+}
+
+/// A TCP proxy to the test server that the test cuts (every connection closed, new ones
+/// refused: the server unreachable) and restores on the same port.
+struct Proxy {
+    port: u16,
+    upstream: String,
+    accepting: Option<tokio::task::JoinHandle<()>>,
+    connections: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
+
+impl Proxy {
+    async fn start(upstream: String) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let mut proxy = Proxy {
+            port,
+            upstream,
+            accepting: None,
+            connections: Default::default(),
+        };
+        proxy.accept(listener);
+        proxy
+    }
+
+    fn accept(&mut self, listener: tokio::net::TcpListener) {
+        let (upstream, connections) = (self.upstream.clone(), self.connections.clone());
+        self.accepting = Some(tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let upstream = upstream.clone();
+                let copy = tokio::spawn(async move {
+                    if let Ok(mut server) = tokio::net::TcpStream::connect(&upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+                connections.lock().unwrap().push(copy);
+            }
+        }));
+    }
+
+    fn cut(&mut self) {
+        if let Some(accepting) = self.accepting.take() {
+            accepting.abort();
+        }
+        for connection in self.connections.lock().unwrap().drain(..) {
+            connection.abort();
+        }
+    }
+
+    async fn restore(&mut self) {
+        let listener = tokio::time::timeout(GUARD, async {
+            loop {
+                match tokio::net::TcpListener::bind(("127.0.0.1", self.port)).await {
+                    Ok(listener) => return listener,
+                    // The aborted listener's socket closes a moment later.
+                    Err(_) => tokio::task::yield_now().await,
+                }
+            }
+        })
+        .await
+        .expect("guard timeout: the proxy's port stayed taken");
+        self.accept(listener);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_rides_out_the_store_being_unreachable_and_its_line_finishes_once() {
+    let fake = FakeLlm::start(script(true)).await.unwrap();
+    let schema = Schema::new().await;
+    let url = schema.url();
+    let config: tokio_postgres::Config = url.parse().unwrap();
+    let host = match &config.get_hosts()[0] {
+        tokio_postgres::config::Host::Tcp(host) => host.clone(),
+        other => panic!("the test server must be reached over TCP for this test: {other:?}"),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let mut proxy = Proxy::start(format!("{host}:{port}")).await;
+    let proxied = url.replacen(
+        &format!("{host}:{port}"),
+        &format!("127.0.0.1:{}", proxy.port),
+        1,
+    );
+    assert_ne!(proxied, url, "the URL names {host}:{port}");
+
+    // A lease far longer than the cut: the worker keeps its line through it.
+    let dir = worker_dir(&fake);
+    let mut worker = {
+        let args = [
+            "--store",
+            &proxied,
+            "worker",
+            "--name",
+            "w1",
+            "--lease-ms",
+            "30000",
+            "--heartbeat-ms",
+            "250",
+        ];
+        let mut child = command(dir.path(), &args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let (sender, lines) = mpsc::unbounded_channel();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = stderr.next_line().await {
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Worker {
+            name: "w1".into(),
+            dir,
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    };
+    worker.wait_for("ready on").await;
+    let ids = ["a", "b"];
+    let batch = batch_dir(&ids);
+    let running = start_batch(batch.path(), &url);
+    tokio::time::timeout(GUARD, fake.gate_reached("held", 1))
+        .await
+        .expect("guard timeout: no line reached the held call");
+
+    proxy.cut();
+    worker.wait_for("the store is unreachable").await;
+    proxy.restore().await;
+    fake.open_gate("held");
+
+    let out = finish_batch(running).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // The held line kept its lease through the cut and got the held answer.
+    assert_each_completed_once_with(&results(batch.path()), &ids, 1);
+    each_marked_once(std::slice::from_ref(&worker), ids.len());
+    assert_eq!(worker.stop().await, Some(0), "{}", worker.said().join("\n"));
     schema.drop_now().await;
 }
