@@ -264,7 +264,10 @@ async fn serve(shared: Arc<Shared>, options: WorkerOptions) -> anyhow::Result<Ex
                 watch = None;
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}
-                    signal = interrupts.first() => break Ok(stopping_note(&shared, signal)),
+                    signal = interrupts.first() => {
+                        stopping_note(&shared, signal);
+                        break Ok(());
+                    }
                 }
                 backoff = (backoff * 2).min(LAST_BACKOFF);
                 continue;
@@ -286,7 +289,10 @@ async fn serve(shared: Arc<Shared>, options: WorkerOptions) -> anyhow::Result<Ex
             }
             _ = sleep_until_expiry(expiry) => {}
             Some(_) = ended.recv() => {}
-            signal = interrupts.first() => break Ok(stopping_note(&shared, signal)),
+            signal = interrupts.first() => {
+                stopping_note(&shared, signal);
+                break Ok(());
+            }
         }
     };
     // Stop every running line (its run is interrupted and committed by the child), then hand
