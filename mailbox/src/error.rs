@@ -181,6 +181,20 @@ pub enum StoreError {
     #[error("run {run:?} is live in another process (its lock {lock} is held)")]
     RunLocked { run: String, lock: PathBuf },
 
+    #[error(
+        "work item {item:?}: fencing token {token} is stale (the item's token is now \
+         {current}, {state}); another worker took it over, so this process must stop writing"
+    )]
+    Fenced {
+        item: String,
+        token: i64,
+        current: i64,
+        state: String,
+    },
+
+    #[error("no work item {0:?} in this store")]
+    UnknownWorkItem(String),
+
     #[error("cannot reach the live run {run:?} through {socket}: {source}")]
     Wake {
         run: String,

@@ -18,6 +18,7 @@ pub mod revision;
 pub mod sqlite;
 pub mod store;
 pub mod types;
+pub mod work;
 
 pub use error::{StoreError, StoreResult};
 pub use message::MessageBody;
@@ -25,3 +26,6 @@ pub use postgres::{PG_SCHEMA_VERSION, PostgresStore, create_schema, drop_schema}
 pub use sqlite::{SCHEMA_VERSION, SqliteStore, StoreOptions, SyncMode};
 pub use store::MailboxStore;
 pub use types::*;
+pub use work::{
+    Heartbeat, NewWorkItem, WorkFence, WorkItem, WorkState, WorkWatch, WorkerInfo, WorkerRecord,
+};

@@ -2,10 +2,15 @@
 //! No backend type appears in it.
 
 use async_trait::async_trait;
+use std::time::Duration;
+
 use serde_json::Value;
 
 use crate::error::StoreResult;
 use crate::types::*;
+use crate::work::{
+    Heartbeat, NewWorkItem, WorkFence, WorkItem, WorkWatch, WorkerInfo, WorkerRecord,
+};
 
 /// The durable store behind the mailbox. Every method that changes state returns only once
 /// the change is committed (durable per the store's sync mode).
@@ -97,6 +102,12 @@ pub trait MailboxStore: Send + Sync {
     async fn is_held_live(&self, _run_id: &str) -> StoreResult<Option<bool>> {
         Ok(None)
     }
+    /// Waits (without polling) until no process holds the run's server-side live lock: a
+    /// worker taking over a line whose old holder may still be alive elsewhere. Returns at
+    /// once on a backend without such a lock.
+    async fn wait_until_not_live(&self, _run_id: &str) -> StoreResult<()> {
+        Ok(())
+    }
     /// After a commit: tells the process that holds the run live to wake `recipient`.
     /// `Some(false)`: no process holds it; `None`: the backend cannot reach other processes.
     async fn announce(&self, _run_id: &str, _recipient: &str) -> StoreResult<Option<bool>> {
@@ -152,4 +163,40 @@ pub trait MailboxStore: Send + Sync {
     /// renamed to the new one (plan file names carry it). The copy is `interrupted` (or keeps
     /// a finished status) with epoch 0, so `muster resume` continues it independently.
     async fn fork_run(&self, source: &str, new_id: &str, new_slug: &str) -> StoreResult<RunRecord>;
+
+    // ---- work items for workers (see [`crate::work`])
+    /// Adds items to their queues, pending; an id already stored is left as it is. Returns
+    /// every item as stored.
+    async fn enqueue_work(&self, items: Vec<NewWorkItem>) -> StoreResult<Vec<WorkItem>>;
+    /// Leases the oldest item (of `queue`, or of any queue) that is pending or whose lease
+    /// deadline passed, to `worker` for `lease`, with the next fencing token; without waiting.
+    async fn claim_work(
+        &self,
+        queue: Option<&str>,
+        worker: &str,
+        lease: Duration,
+    ) -> StoreResult<Option<WorkItem>>;
+    /// Records that `worker` is alive and pushes back the deadline of each lease it still
+    /// holds; the rest come back as lost.
+    async fn heartbeat(
+        &self,
+        worker: &WorkerInfo,
+        leases: &[WorkFence],
+        lease: Duration,
+    ) -> StoreResult<Heartbeat>;
+    /// Marks the item done with its result; refused (`Fenced`) unless `fence` holds its lease.
+    async fn finish_work(&self, fence: &WorkFence, result: Value) -> StoreResult<WorkItem>;
+    /// Hands the item back (pending) for another claim; refused unless `fence` holds it.
+    async fn release_work(&self, fence: &WorkFence) -> StoreResult<WorkItem>;
+    async fn work_item(&self, id: &str) -> StoreResult<Option<WorkItem>>;
+    async fn work_items(&self, queue: &str) -> StoreResult<Vec<WorkItem>>;
+    /// How long until the earliest lease deadline (of `queue`, or of any), zero when one has
+    /// passed: what a waiting worker's deadline timer is set to.
+    async fn next_lease_expiry(&self, queue: Option<&str>) -> StoreResult<Option<Duration>>;
+    /// Wakes on every committed change of the work queues (items enqueued, handed back,
+    /// finished), from this process and, on a shared server, from any process.
+    async fn watch_work(&self) -> StoreResult<WorkWatch>;
+    async fn workers(&self) -> StoreResult<Vec<WorkerRecord>>;
+    /// Marks a worker stopped (it stopped cleanly).
+    async fn retire_worker(&self, name: &str) -> StoreResult<()>;
 }

@@ -81,7 +81,8 @@ impl Exit {
             | StoreError::Postgres { .. }
             | StoreError::PostgresConnect { .. }
             | StoreError::ConnectionLost { .. }
-            | StoreError::NotMusterDatabase { .. } => Exit::Store,
+            | StoreError::NotMusterDatabase { .. }
+            | StoreError::Fenced { .. } => Exit::Store,
             StoreError::InvalidId { .. }
             | StoreError::UnknownRun(_)
             | StoreError::UnknownRequest { .. }
@@ -89,6 +90,7 @@ impl Exit {
             | StoreError::UnknownSender { .. }
             | StoreError::UnknownMessage(_)
             | StoreError::UnknownTask { .. }
+            | StoreError::UnknownWorkItem(_)
             | StoreError::BodyTooLarge { .. }
             | StoreError::MissingRequestId { .. }
             | StoreError::MismatchedResponse { .. }

@@ -21,4 +21,5 @@ pub mod stored_policies;
 pub mod stream_json;
 pub mod team;
 pub mod team_demo;
+pub mod worker;
 pub mod worktree;

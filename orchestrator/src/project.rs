@@ -13,6 +13,16 @@ use muster_mailbox::{
 
 use crate::cli::config::{load_settings, print_warnings, project_root};
 
+/// The work item this process runs for a worker (`muster worker`'s child), when it is one:
+/// every store the process opens is fenced by it, so once another worker takes the item over,
+/// each write of this process is refused inside its transaction. Set once, at the start.
+static WORK_FENCE: std::sync::OnceLock<muster_mailbox::WorkFence> = std::sync::OnceLock::new();
+
+/// Fences every store this process opens from now on by `fence` (see [`WORK_FENCE`]).
+pub fn fence_process(fence: muster_mailbox::WorkFence) {
+    let _ = WORK_FENCE.set(fence);
+}
+
 /// The global flags (`-C DIR`, `--store`, `--log-level`) as the commands and the run layer
 /// take them: the clap type in `cli/` turns into this, so no clap type leaves `cli/`.
 #[derive(Debug, Clone, Default)]
@@ -92,11 +102,19 @@ impl Project {
         self.ensure_muster_gitignore();
         match self.store_location() {
             StoreLocation::File(path) => {
-                Ok(Arc::new(SqliteStore::open(path, self.store_options())?))
+                let store = SqliteStore::open(path, self.store_options())?;
+                Ok(match WORK_FENCE.get() {
+                    Some(fence) => Arc::new(store.fenced(fence.clone())),
+                    None => Arc::new(store),
+                })
             }
-            StoreLocation::Postgres(url) => Ok(Arc::new(
-                PostgresStore::open(url, self.store_options()).await?,
-            )),
+            StoreLocation::Postgres(url) => {
+                let store = PostgresStore::open(url, self.store_options()).await?;
+                Ok(match WORK_FENCE.get() {
+                    Some(fence) => Arc::new(store.fenced(fence.clone())),
+                    None => Arc::new(store),
+                })
+            }
         }
     }
 

@@ -16,6 +16,7 @@ pub(crate) mod ops;
 mod schema;
 mod tasks;
 mod tls;
+mod work;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -30,6 +31,9 @@ use crate::sqlite::StoreOptions;
 use crate::sqlite::wake::{Waiters, Wake};
 use crate::store::MailboxStore;
 use crate::types::*;
+use crate::work::{
+    Heartbeat, NewWorkItem, WorkFence, WorkItem, WorkWatch, WorkerInfo, WorkerRecord,
+};
 use ops::{Ctx, Tx};
 pub use schema::PG_SCHEMA_VERSION;
 
@@ -48,6 +52,10 @@ pub struct PostgresStore {
     ctx: Ctx,
     /// Operation ids of writes whose COMMIT was acknowledged: the next write deletes them.
     confirmed: Arc<std::sync::Mutex<Vec<String>>>,
+    /// Set for the process running a work item: every write first checks, in its
+    /// transaction, that the item's lease is still this token's (see [`crate::work`]).
+    fence: Option<Arc<WorkFence>>,
+    work_watchers: Arc<crate::work::Watchers>,
 }
 
 /// Makes schema `name` on the server `url` names (a benchmark's or a test's own) and returns
@@ -142,6 +150,51 @@ impl PostgresStore {
             waiters: Arc::new(Waiters::default()),
             ctx,
             confirmed: Arc::default(),
+            fence: None,
+            work_watchers: Arc::default(),
+        })
+    }
+
+    /// This store, refusing every write once `fence` no longer holds its work item's lease
+    /// (checked in the write's transaction, under a row lock a new claim must wait for).
+    pub fn fenced(mut self, fence: WorkFence) -> PostgresStore {
+        self.fence = Some(Arc::new(fence));
+        self
+    }
+
+    /// A dedicated connection listening on the work channel: each notification wakes this
+    /// store's work watches; when it ends, `closed` is set and the watches are woken to see it.
+    async fn work_listener(
+        &self,
+        closed: Arc<std::sync::atomic::AtomicBool>,
+    ) -> StoreResult<LiveConnection> {
+        let (client, mut connection) =
+            self.config.connect(self.tls.clone()).await.map_err(|e| {
+                StoreError::PostgresConnect {
+                    target: self.ctx.target.to_string(),
+                    reason: connect_reason(&e),
+                }
+            })?;
+        let watchers = self.work_watchers.clone();
+        let driver = tokio::spawn(async move {
+            loop {
+                match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                    Some(Ok(tokio_postgres::AsyncMessage::Notification(_))) => watchers.wake(),
+                    Some(Ok(_)) => {}
+                    Some(Err(_)) | None => break,
+                }
+            }
+            closed.store(true, std::sync::atomic::Ordering::SeqCst);
+            watchers.wake();
+        });
+        let listen = format!("LISTEN {}", work::work_channel(&self.ctx));
+        if let Err(error) = client.batch_execute(&listen).await {
+            driver.abort();
+            return Err(ops::pg_error(&self.ctx, error));
+        }
+        Ok(LiveConnection {
+            _client: client,
+            driver,
         })
     }
 
@@ -360,6 +413,9 @@ macro_rules! write_op {
                 let mut conn = store.connection().await?;
                 let $tx = store.begin_write(&mut conn, &[$($run),*]).await?;
                 let $ctx = &store.ctx;
+                if let Some(fence) = &store.fence {
+                    work::check_fence(&$tx, $ctx, fence).await?;
+                }
                 if let Some((first, wakes)) = ops::stored_operation(&$tx, $ctx, &op_key).await? {
                     return store.finish($tx, Ok(first), wakes).await;
                 }
@@ -394,6 +450,19 @@ macro_rules! write_op {
                 }
             }
         }
+    }};
+}
+
+/// One operation on the work queues: a connection, a transaction (no run locks, no
+/// operation id: a claim whose COMMIT acknowledgement is lost simply lapses), the body, COMMIT.
+macro_rules! work_op {
+    ($store:expr, |$tx:ident, $ctx:ident| $body:expr) => {{
+        let store = $store;
+        let mut conn = store.connection().await?;
+        let $tx = store.begin_write(&mut conn, &[]).await?;
+        let $ctx = &store.ctx;
+        let result = $body;
+        store.finish($tx, result, Vec::new()).await
     }};
 }
 
@@ -612,6 +681,24 @@ impl MailboxStore for PostgresStore {
         Ok(Some(crate::live::LiveHold::new(held)))
     }
 
+    async fn wait_until_not_live(&self, run_id: &str) -> StoreResult<()> {
+        // The server queues this session behind the holder and grants the lock when the
+        // holder's session ends; it is given back at once.
+        let (client, driver) = self.dedicated(run_id).await?;
+        let _held = LiveConnection {
+            _client: client,
+            driver,
+        };
+        let key = self.ctx.live_lock_key(run_id);
+        _held
+            ._client
+            .batch_execute(&format!(
+                "SELECT pg_advisory_lock({key}); SELECT pg_advisory_unlock({key})"
+            ))
+            .await
+            .map_err(|e| ops::pg_error(&self.ctx, e))
+    }
+
     async fn is_held_live(&self, run_id: &str) -> StoreResult<Option<bool>> {
         let conn = self.connection().await?;
         // Taking the lock and giving it straight back tells whether another session holds it.
@@ -745,5 +832,76 @@ impl MailboxStore for PostgresStore {
         write_op!(self, [source, new_id], |tx, ctx, _w| {
             fork::fork_run(&tx, ctx, source, new_id, new_slug).await
         })
+    }
+
+    async fn enqueue_work(&self, items: Vec<NewWorkItem>) -> StoreResult<Vec<WorkItem>> {
+        work_op!(self, |tx, ctx| work::enqueue(&tx, ctx, &items).await)
+    }
+
+    async fn claim_work(
+        &self,
+        queue: Option<&str>,
+        worker: &str,
+        lease: std::time::Duration,
+    ) -> StoreResult<Option<WorkItem>> {
+        let lease = crate::work::millis(lease);
+        work_op!(self, |tx, ctx| work::claim(&tx, ctx, queue, worker, lease)
+            .await)
+    }
+
+    async fn heartbeat(
+        &self,
+        worker: &WorkerInfo,
+        leases: &[WorkFence],
+        lease: std::time::Duration,
+    ) -> StoreResult<Heartbeat> {
+        let lease = crate::work::millis(lease);
+        work_op!(self, |tx, ctx| work::heartbeat(
+            &tx, ctx, worker, leases, lease
+        )
+        .await)
+    }
+
+    async fn finish_work(&self, fence: &WorkFence, result: Value) -> StoreResult<WorkItem> {
+        work_op!(self, |tx, ctx| work::finish(&tx, ctx, fence, &result).await)
+    }
+
+    async fn release_work(&self, fence: &WorkFence) -> StoreResult<WorkItem> {
+        work_op!(self, |tx, ctx| work::release(&tx, ctx, fence).await)
+    }
+
+    async fn work_item(&self, id: &str) -> StoreResult<Option<WorkItem>> {
+        read_op!(self, |tx, ctx| work::item(&tx, ctx, id).await)
+    }
+
+    async fn work_items(&self, queue: &str) -> StoreResult<Vec<WorkItem>> {
+        read_op!(self, |tx, ctx| work::items(&tx, ctx, queue).await)
+    }
+
+    async fn next_lease_expiry(
+        &self,
+        queue: Option<&str>,
+    ) -> StoreResult<Option<std::time::Duration>> {
+        let millis: Option<i64> =
+            read_op!(self, |tx, ctx| work::next_expiry(&tx, ctx, queue).await)?;
+        Ok(millis.map(|ms| std::time::Duration::from_millis(ms.max(0) as u64)))
+    }
+
+    async fn watch_work(&self) -> StoreResult<WorkWatch> {
+        let closed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let listener = self.work_listener(closed.clone()).await?;
+        Ok(self.work_watchers.watch_closing(
+            Some(Box::new(listener)),
+            closed,
+            self.ctx.target.to_string(),
+        ))
+    }
+
+    async fn workers(&self) -> StoreResult<Vec<WorkerRecord>> {
+        read_op!(self, |tx, ctx| work::workers(&tx, ctx).await)
+    }
+
+    async fn retire_worker(&self, name: &str) -> StoreResult<()> {
+        work_op!(self, |tx, ctx| work::retire(&tx, ctx, name).await)
     }
 }

@@ -56,7 +56,7 @@ impl Ctx {
     }
 }
 
-fn fnv1a(parts: &[&[u8]]) -> u64 {
+pub(crate) fn fnv1a(parts: &[&[u8]]) -> u64 {
     parts
         .iter()
         .flat_map(|part| part.iter())

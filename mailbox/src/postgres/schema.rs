@@ -153,6 +153,34 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE runs ADD COLUMN project_id TEXT;
     "#,
+    // 4 -> 5: work items that workers lease, and the workers (as SQLite's 3 -> 4).
+    r#"
+    CREATE TABLE work_items (
+        seq            BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        id             TEXT NOT NULL UNIQUE,
+        queue          TEXT NOT NULL,
+        payload        TEXT NOT NULL,
+        state          TEXT NOT NULL,
+        worker         TEXT,
+        token          BIGINT NOT NULL DEFAULT 0,
+        lease_deadline BIGINT,
+        attempts       BIGINT NOT NULL DEFAULT 0,
+        result         TEXT,
+        created_at     BIGINT NOT NULL,
+        finished_at    BIGINT
+    );
+    CREATE INDEX work_items_claim ON work_items (state, queue, seq);
+
+    CREATE TABLE workers (
+        name           TEXT PRIMARY KEY,
+        host           TEXT NOT NULL,
+        slots          BIGINT NOT NULL,
+        pid            BIGINT NOT NULL,
+        started_at     BIGINT NOT NULL,
+        last_heartbeat BIGINT NOT NULL,
+        stopped_at     BIGINT
+    );
+    "#,
 ];
 
 /// The newest schema version this build knows (versions 1 and 2 are SQLite's; 3 adds the

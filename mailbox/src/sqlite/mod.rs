@@ -6,6 +6,7 @@ pub(crate) mod ops;
 mod schema;
 mod tasks;
 pub(crate) mod wake;
+pub(crate) mod work;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -17,6 +18,9 @@ use serde_json::Value;
 use crate::error::StoreResult;
 use crate::store::MailboxStore;
 use crate::types::*;
+use crate::work::{
+    Heartbeat, NewWorkItem, WorkFence, WorkItem, WorkWatch, WorkerInfo, WorkerRecord,
+};
 pub use open::{StoreOptions, SyncMode};
 pub use ops::DELIVERY_QUERY;
 use ops::OpContext;
@@ -30,6 +34,10 @@ pub struct SqliteStore {
     writer: Writer,
     waiters: Arc<Waiters>,
     ctx: OpContext,
+    /// Set for the process running a work item: every operation first checks that the item's
+    /// lease is still this token's (see [`crate::work`]).
+    fence: Option<Arc<crate::work::WorkFence>>,
+    work_watchers: Arc<crate::work::Watchers>,
 }
 
 impl SqliteStore {
@@ -48,7 +56,16 @@ impl SqliteStore {
             writer,
             waiters,
             ctx,
+            fence: None,
+            work_watchers: Arc::default(),
         })
+    }
+
+    /// This store, refusing every operation once `fence` no longer holds its work item's
+    /// lease (checked in the operation's transaction).
+    pub fn fenced(mut self, fence: crate::work::WorkFence) -> SqliteStore {
+        self.fence = Some(Arc::new(fence));
+        self
     }
 
     pub fn path(&self) -> &Path {
@@ -98,9 +115,30 @@ impl SqliteStore {
             + 'static,
     {
         let ctx = self.ctx.clone();
+        let fence = self.fence.clone();
         self.writer
-            .submit(move |conn, wakes| body(conn, &ctx, wakes))
+            .submit(move |conn, wakes| {
+                if let Some(fence) = &fence {
+                    work::check_fence(conn, &ctx, fence)?;
+                }
+                body(conn, &ctx, wakes)
+            })
             .await
+    }
+
+    /// A work-queue operation: never fenced (the worker holding the lease makes them, and
+    /// each names its token itself); `changed` wakes the queue's watchers after COMMIT.
+    async fn work_op<T, F>(&self, changed: bool, body: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&rusqlite::Connection, &OpContext) -> StoreResult<T> + Send + 'static,
+    {
+        let ctx = self.ctx.clone();
+        let result = self.writer.submit(move |conn, _| body(conn, &ctx)).await;
+        if changed && result.is_ok() {
+            self.work_watchers.wake();
+        }
+        result
     }
 }
 
@@ -368,6 +406,94 @@ impl MailboxStore for SqliteStore {
     async fn prune(&self, cutoff: UnixMillis, project: Option<&str>) -> StoreResult<PruneReport> {
         let project = project.map(str::to_owned);
         self.op(move |conn, ctx, _| ops::prune(conn, ctx, cutoff, project.as_deref()))
+            .await
+    }
+
+    async fn enqueue_work(&self, items: Vec<NewWorkItem>) -> StoreResult<Vec<WorkItem>> {
+        self.work_op(true, move |conn, ctx| work::enqueue(conn, ctx, &items))
+            .await
+    }
+
+    async fn claim_work(
+        &self,
+        queue: Option<&str>,
+        worker: &str,
+        lease: std::time::Duration,
+    ) -> StoreResult<Option<WorkItem>> {
+        let (queue, worker) = (queue.map(str::to_owned), worker.to_owned());
+        let lease = crate::work::millis(lease);
+        self.work_op(false, move |conn, ctx| {
+            work::claim(conn, ctx, queue.as_deref(), &worker, lease)
+        })
+        .await
+    }
+
+    async fn heartbeat(
+        &self,
+        worker: &WorkerInfo,
+        leases: &[WorkFence],
+        lease: std::time::Duration,
+    ) -> StoreResult<Heartbeat> {
+        let (worker, leases) = (worker.clone(), leases.to_vec());
+        let lease = crate::work::millis(lease);
+        self.work_op(false, move |conn, ctx| {
+            work::heartbeat(conn, ctx, &worker, &leases, lease)
+        })
+        .await
+    }
+
+    async fn finish_work(&self, fence: &WorkFence, result: Value) -> StoreResult<WorkItem> {
+        let fence = fence.clone();
+        self.work_op(true, move |conn, ctx| {
+            work::finish(conn, ctx, &fence, &result)
+        })
+        .await
+    }
+
+    async fn release_work(&self, fence: &WorkFence) -> StoreResult<WorkItem> {
+        let fence = fence.clone();
+        self.work_op(true, move |conn, ctx| work::release(conn, ctx, &fence))
+            .await
+    }
+
+    async fn work_item(&self, id: &str) -> StoreResult<Option<WorkItem>> {
+        let id = id.to_owned();
+        self.work_op(false, move |conn, ctx| work::item(conn, ctx, &id))
+            .await
+    }
+
+    async fn work_items(&self, queue: &str) -> StoreResult<Vec<WorkItem>> {
+        let queue = queue.to_owned();
+        self.work_op(false, move |conn, ctx| work::items(conn, ctx, &queue))
+            .await
+    }
+
+    async fn next_lease_expiry(
+        &self,
+        queue: Option<&str>,
+    ) -> StoreResult<Option<std::time::Duration>> {
+        let queue = queue.map(str::to_owned);
+        let millis = self
+            .work_op(false, move |conn, ctx| {
+                work::next_expiry(conn, ctx, queue.as_deref())
+            })
+            .await?;
+        Ok(millis.map(|ms| std::time::Duration::from_millis(ms.max(0) as u64)))
+    }
+
+    async fn watch_work(&self) -> StoreResult<WorkWatch> {
+        Ok(self
+            .work_watchers
+            .watch(None, self.ctx.path.display().to_string()))
+    }
+
+    async fn workers(&self) -> StoreResult<Vec<WorkerRecord>> {
+        self.work_op(false, work::workers).await
+    }
+
+    async fn retire_worker(&self, name: &str) -> StoreResult<()> {
+        let name = name.to_owned();
+        self.work_op(false, move |conn, ctx| work::retire(conn, ctx, &name))
             .await
     }
 }

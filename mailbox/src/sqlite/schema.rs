@@ -138,6 +138,35 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE runs ADD COLUMN project_id TEXT;
     "#,
+    // 3 -> 4: work items that workers lease (a batch's lines), with their fencing token, and
+    // the workers themselves (see `crate::work`).
+    r#"
+    CREATE TABLE work_items (
+        seq            INTEGER PRIMARY KEY,
+        id             TEXT NOT NULL UNIQUE,
+        queue          TEXT NOT NULL,
+        payload        TEXT NOT NULL,
+        state          TEXT NOT NULL,
+        worker         TEXT,
+        token          INTEGER NOT NULL DEFAULT 0,
+        lease_deadline INTEGER,
+        attempts       INTEGER NOT NULL DEFAULT 0,
+        result         TEXT,
+        created_at     INTEGER NOT NULL,
+        finished_at    INTEGER
+    ) STRICT;
+    CREATE INDEX work_items_claim ON work_items (state, queue, seq);
+
+    CREATE TABLE workers (
+        name           TEXT PRIMARY KEY,
+        host           TEXT NOT NULL,
+        slots          INTEGER NOT NULL,
+        pid            INTEGER NOT NULL,
+        started_at     INTEGER NOT NULL,
+        last_heartbeat INTEGER NOT NULL,
+        stopped_at     INTEGER
+    ) STRICT;
+    "#,
 ];
 
 /// The newest schema version this build knows.

@@ -35,6 +35,20 @@ pub enum Location {
 }
 
 impl Location {
+    /// The store as the process running work item `fence` opens it: every write checked
+    /// against the item's lease.
+    pub async fn open_fenced(&self, fence: WorkFence) -> Arc<dyn MailboxStore> {
+        match self {
+            Location::File(path) => Arc::new(open(path).fenced(fence)),
+            Location::Postgres(url) => Arc::new(
+                PostgresStore::open(url, StoreOptions::default())
+                    .await
+                    .unwrap()
+                    .fenced(fence),
+            ),
+        }
+    }
+
     pub async fn open(&self) -> Arc<dyn MailboxStore> {
         self.open_with(StoreOptions::default()).await
     }

@@ -12,3 +12,4 @@ mod pg_lost_ack;
 mod pg_tls;
 mod races;
 mod transitions;
+mod work;

@@ -22,6 +22,18 @@ struct RawLine {
     workspace: Option<PathBuf>,
     #[serde(default)]
     team: Option<PathBuf>,
+    /// A git repository a worker clones for the line (with `ref`; `--workers` only).
+    #[serde(default)]
+    repo: Option<String>,
+    #[serde(default, rename = "ref")]
+    git_ref: Option<String>,
+}
+
+/// Where a line's files come from on a worker: a repository and the ref to check out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LineRepo {
+    pub url: String,
+    pub git_ref: String,
 }
 
 /// One task of the batch, its paths resolved.
@@ -36,6 +48,8 @@ pub struct BatchLine {
     pub workspace: PathBuf,
     /// The team file, absolute, when the line asks for a team run.
     pub team: Option<PathBuf>,
+    /// `repo` and `ref`: the files a worker clones for the line.
+    pub repo: Option<LineRepo>,
 }
 
 /// A checked batch file.
@@ -183,12 +197,39 @@ fn check_line(text: &str, root: &Path) -> Result<BatchLine, String> {
             Some(file)
         }
     };
+    let repo = match (raw.repo, raw.git_ref) {
+        (None, None) => None,
+        (Some(url), Some(git_ref)) if !url.trim().is_empty() && !git_ref.trim().is_empty() => {
+            if raw.workspace.is_some() || raw.team.is_some() {
+                return Err(format!(
+                    "line {:?} has \"repo\" with \"workspace\" or \"team\"; a line's files \
+                     come from one of them",
+                    raw.id
+                ));
+            }
+            Some(LineRepo { url, git_ref })
+        }
+        (Some(_), None) | (None, Some(_)) => {
+            return Err(format!(
+                "line {:?} needs both \"repo\" and \"ref\" (the repository a worker clones \
+                 and what it checks out)",
+                raw.id
+            ));
+        }
+        _ => {
+            return Err(format!(
+                "\"repo\" and \"ref\" of {:?} must not be empty",
+                raw.id
+            ));
+        }
+    };
     Ok(BatchLine {
         number: 0,
         id: raw.id,
         prompt: raw.prompt,
         workspace,
         team,
+        repo,
     })
 }
 
@@ -263,6 +304,50 @@ mod tests {
         assert!(messages[6].contains("empty"), "{messages:?}");
         assert!(messages[7].contains("invalid type"), "{messages:?}");
         assert!(!messages.iter().any(|m| m.contains("at line 1")));
+    }
+
+    #[test]
+    fn a_repository_line_names_both_repo_and_ref_and_nothing_else_of_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir(root.join("ws")).unwrap();
+        // Ok: the repository and ref; Err: what the refusal says.
+        type Expected = Result<(&'static str, &'static str), &'static str>;
+        let rows: [(&str, Expected); 5] = [
+            (
+                r#"{"id": "a", "prompt": "x", "repo": "/r.git", "ref": "main"}"#,
+                Ok(("/r.git", "main")),
+            ),
+            (
+                r#"{"id": "b", "prompt": "x", "repo": "/r.git"}"#,
+                Err("both"),
+            ),
+            (r#"{"id": "c", "prompt": "x", "ref": "main"}"#, Err("both")),
+            (
+                r#"{"id": "d", "prompt": "x", "repo": "", "ref": "main"}"#,
+                Err("must not be empty"),
+            ),
+            (
+                r#"{"id": "e", "prompt": "x", "repo": "/r.git", "ref": "v1", "workspace": "ws"}"#,
+                Err("come from one of them"),
+            ),
+        ];
+        for (text, expected) in rows {
+            let (lines, problems) = parse(text, &root);
+            match expected {
+                Ok((url, git_ref)) => {
+                    let repo = lines[0].repo.clone().unwrap();
+                    assert_eq!((repo.url.as_str(), repo.git_ref.as_str()), (url, git_ref));
+                }
+                Err(message) => {
+                    assert!(lines.is_empty(), "{text}");
+                    assert!(
+                        problems[0].message.contains(message),
+                        "{text}: {problems:?}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -21,6 +21,7 @@
 pub mod file;
 pub mod output;
 pub mod results;
+pub mod workers;
 
 use std::collections::{HashSet, VecDeque};
 use std::ffi::OsString;
@@ -50,15 +51,17 @@ pub struct BatchOptions {
     pub out: Option<PathBuf>,
     /// `--output`: what stdout carries for each run (`None`: the result lines).
     pub output: Option<crate::launch::OutputFormat>,
+    /// `--workers`: the lines go to `muster worker` processes through the store.
+    pub workers: bool,
 }
 
-fn usage(message: impl Into<String>) -> anyhow::Error {
+pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
     ExitError::new(Exit::Usage, message).into()
 }
 
 /// What a line needs, from what the store holds for it.
 #[derive(Debug, Clone)]
-enum LinePlan {
+pub(crate) enum LinePlan {
     /// A run of the line finished: report it, run nothing.
     Finished(Box<RunRecord>),
     /// No run yet.
@@ -67,7 +70,7 @@ enum LinePlan {
     Resume(String),
 }
 
-fn plan_for(key: &str, runs: &[RunRecord]) -> LinePlan {
+pub(crate) fn plan_for(key: &str, runs: &[RunRecord]) -> LinePlan {
     let mut mine: Vec<&RunRecord> = runs
         .iter()
         .filter(|run| run.batch_line_id.as_deref() == Some(key))
@@ -98,6 +101,18 @@ pub fn run(global: &Globals, options: BatchOptions) -> anyhow::Result<Exit> {
             format!("--out {}: cannot open it for appending: {e}", out.display()),
         )
     })?;
+    if options.workers {
+        return workers::run(&project, &batch, &results, &stdout);
+    }
+    if let Some(line) = batch.lines.iter().find(|line| line.repo.is_some()) {
+        return Err(usage(format!(
+            "{}: line {} ({:?}) names a \"repo\", which only workers clone; run the file \
+             with --workers",
+            batch.path.display(),
+            line.number,
+            line.id
+        )));
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -496,7 +511,7 @@ pub fn run_line(
 
 /// The batch holds the write end of this process's stdin: when it closes (the batch exited
 /// or was killed), the line's run stops as if killed, to be resumed by the next batch.
-fn exit_when_the_batch_dies() {
+pub(crate) fn exit_when_the_batch_dies() {
     if std::io::stdin().is_terminal() {
         return;
     }

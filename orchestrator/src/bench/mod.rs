@@ -1,6 +1,7 @@
 //! Benchmarks (`muster bench …`): figures, not tests. Each compares systems side by side in
 //! one run and on one disk, and prints ratios beside absolute figures.
 
+pub mod batch;
 pub mod file_inbox;
 pub mod mailbox;
 mod samples;

@@ -18,6 +18,10 @@ pub struct Args {
     /// (every event). Without it, stdout carries the result lines when there is no --out.
     #[arg(long, value_parser = crate::launch::OutputFormat::parse)]
     pub output: Option<crate::launch::OutputFormat>,
+    /// Queue the lines for `muster worker` processes (a PostgreSQL store) and wait for
+    /// their results instead of running them here.
+    #[arg(long)]
+    pub workers: bool,
     /// Internal: run only this line (the child process of a batch).
     #[arg(long, hide = true)]
     pub line: Option<String>,
@@ -36,6 +40,7 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
                 concurrency: args.concurrency,
                 out: args.out,
                 output: args.output,
+                workers: args.workers,
             },
         ),
     }

@@ -22,6 +22,34 @@ pub enum BenchTarget {
     Team(TeamArgs),
     /// The Bash sandbox's cost per call: `true` unconfined and in both profiles, interleaved.
     Sandbox(SandboxArgs),
+    /// A batch over N `muster worker` processes on a PostgreSQL store (--store): throughput
+    /// against N × one worker's, and the store's share per item.
+    Batch(BatchArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BatchArgs {
+    /// Worker counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    pub workers: Vec<usize>,
+    /// Lines per batch.
+    #[arg(long, default_value_t = 16)]
+    pub lines: usize,
+    /// The fixed model latency of every line's one model turn, in milliseconds.
+    #[arg(long = "model-latency-ms", default_value_t = 1000)]
+    pub model_latency_ms: u64,
+    /// Times each store operation is measured.
+    #[arg(long, default_value_t = 200)]
+    pub operations: usize,
+    /// Tiny sizes, for CI.
+    #[arg(long)]
+    pub smoke: bool,
+    /// Print the rows as a JSON array.
+    #[arg(long)]
+    pub json: bool,
+    /// Where to put the scratch directories (default: the system's temporary directory).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -103,10 +131,57 @@ pub struct MailboxArgs {
 
 pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     match args.target {
+        BenchTarget::Batch(args) => bench_batch(global, args),
         BenchTarget::Mailbox(args) => bench_mailbox(global, args),
         BenchTarget::Team(args) => bench_team(args),
         BenchTarget::Sandbox(args) => bench_sandbox(args),
     }
+}
+
+fn bench_batch(global: &Globals, args: BatchArgs) -> anyhow::Result<Exit> {
+    let url = match global.store.as_ref().map(|s| s.display().to_string()) {
+        Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => url,
+        _ => {
+            return Err(ExitError::new(
+                Exit::Usage,
+                "muster bench batch needs --store postgres://… (the workers' shared store)",
+            )
+            .into());
+        }
+    };
+    if args.workers.is_empty() || args.workers.contains(&0) || args.lines == 0 {
+        return Err(ExitError::new(
+            Exit::Usage,
+            "--workers needs counts of at least 1 (like 1,2,4) and --lines at least 1",
+        )
+        .into());
+    }
+    let (workers, lines, latency, operations) = if args.smoke {
+        (vec![1, 2], 4, 20, 5)
+    } else {
+        (
+            args.workers,
+            args.lines,
+            args.model_latency_ms,
+            args.operations.max(1),
+        )
+    };
+    let options = crate::bench::batch::Options {
+        url,
+        workers,
+        lines,
+        latency: std::time::Duration::from_millis(latency),
+        operations,
+        muster: std::env::current_exe()?,
+        dir: args.dir.unwrap_or_else(std::env::temp_dir),
+    };
+    let rows = crate::bench::batch::run(&options)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        print!("{}", crate::bench::batch::render(&rows));
+    }
+    Ok(Exit::Success)
 }
 
 fn bench_sandbox(args: SandboxArgs) -> anyhow::Result<Exit> {

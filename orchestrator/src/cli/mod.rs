@@ -27,6 +27,8 @@ pub mod run;
 pub mod runs;
 pub mod serve;
 pub mod tasks;
+pub mod worker;
+pub mod workers;
 
 /// muster: a multi-agent team orchestrator with a durable mailbox.
 #[derive(Debug, Parser)]
@@ -106,6 +108,10 @@ pub enum Command {
     Bench(bench::Args),
     /// Serve the web inbox on 127.0.0.1.
     Serve(serve::Args),
+    /// Claim batch lines from a PostgreSQL store and run them, until stopped.
+    Worker(worker::Args),
+    /// List the workers the store knows.
+    Workers(workers::Args),
 }
 
 /// Runs the parsed command; the returned `Exit` becomes the process's exit code.
@@ -131,5 +137,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<Exit> {
         Command::Demo(args) => demo::execute(&global, args),
         Command::Bench(args) => bench::execute(&global, args),
         Command::Serve(args) => serve::execute(&global, args),
+        Command::Worker(args) => worker::execute(&global, args),
+        Command::Workers(args) => workers::execute(&global, args),
     }
 }

@@ -15,6 +15,7 @@ mod store_pg;
 mod team_cli;
 #[cfg(all(unix, feature = "failpoints"))]
 mod team_crash;
+mod workers_cli;
 mod worktree_cli;
 
 /// Without the failpoints the team crash test cannot run: it fails naming the command that

@@ -16,7 +16,7 @@ use super::resume_cli::{
 };
 
 /// The test server's base URL.
-fn server_url() -> String {
+pub(super) fn server_url() -> String {
     std::env::var("MUSTER_TEST_DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
@@ -38,12 +38,12 @@ async fn admin(sql: &str) {
 }
 
 /// A fresh schema; [`Schema::drop_now`] removes it.
-struct Schema {
+pub(super) struct Schema {
     name: String,
 }
 
 impl Schema {
-    async fn new() -> Schema {
+    pub(super) async fn new() -> Schema {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let name = format!(
             "muster_cli_{}_{}",
@@ -57,13 +57,13 @@ impl Schema {
         Schema { name }
     }
 
-    fn url(&self) -> String {
+    pub(super) fn url(&self) -> String {
         let base = server_url();
         let separator = if base.contains('?') { '&' } else { '?' };
         format!("{base}{separator}options=-csearch_path%3D{}", self.name)
     }
 
-    async fn drop_now(self) {
+    pub(super) async fn drop_now(self) {
         admin(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name)).await;
     }
 }

@@ -1,0 +1,311 @@
+//! Work items for workers (`muster_mailbox::work`): claims are exclusive and raise the
+//! fencing token, heartbeats keep a lease, an expired lease is claimed again, and every
+//! operation of a holder whose token is stale — its own queue operations and, through a fenced
+//! store, every write of the run it was running — is refused.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use muster_mailbox::*;
+use serde_json::json;
+
+use super::common::*;
+
+on_both_backends!(
+    claims_are_exclusive_in_queue_order_and_each_raises_the_token,
+    a_heartbeat_keeps_the_lease_and_an_expired_one_is_claimed_again_under_a_new_token,
+    a_stale_token_is_refused_for_finish_release_and_heartbeat,
+    a_fenced_store_refuses_every_write_once_the_item_is_taken_over,
+    enqueue_is_idempotent_and_watches_wake_on_committed_changes,
+    workers_are_listed_with_their_items_and_last_heartbeat,
+);
+
+const LONG: Duration = Duration::from_secs(600);
+const GUARD: Duration = Duration::from_secs(20);
+
+fn items(queue: &str, ids: &[&str]) -> Vec<NewWorkItem> {
+    ids.iter()
+        .map(|id| NewWorkItem {
+            id: format!("{queue}#{id}"),
+            queue: queue.into(),
+            payload: json!({"line": id}),
+        })
+        .collect()
+}
+
+fn worker(name: &str) -> WorkerInfo {
+    WorkerInfo {
+        name: name.into(),
+        host: "host-a".into(),
+        slots: 2,
+        pid: 42,
+    }
+}
+
+fn is_fenced(error: &StoreError, current: i64) -> bool {
+    matches!(error, StoreError::Fenced { current: c, .. } if *c == current)
+}
+
+async fn claims_are_exclusive_in_queue_order_and_each_raises_the_token(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
+    store
+        .enqueue_work(items("q", &["a", "b", "c", "d", "e", "f"]))
+        .await
+        .unwrap();
+    store.enqueue_work(items("other", &["x"])).await.unwrap();
+    // Two handles (two connections on Postgres) claiming at once.
+    let second = place.open().await;
+    let mut claims = Vec::new();
+    for _ in 0..4 {
+        let (a, b) = tokio::join!(
+            store.claim_work(Some("q"), "w1", LONG),
+            second.claim_work(Some("q"), "w2", LONG)
+        );
+        claims.extend([a.unwrap(), b.unwrap()]);
+    }
+    let claimed: Vec<WorkItem> = claims.into_iter().flatten().collect();
+    let ids: HashSet<&str> = claimed.iter().map(|item| item.id.as_str()).collect();
+    assert_eq!(claimed.len(), 6, "every item once, then none: {claimed:#?}");
+    assert_eq!(ids.len(), 6);
+    assert!(
+        ids.iter().all(|id| id.starts_with("q#")),
+        "only queue q: {ids:?}"
+    );
+    for item in &claimed {
+        assert_eq!(
+            (item.state, item.token, item.attempts),
+            (WorkState::Leased, 1, 1)
+        );
+        assert!(item.lease_deadline.is_some());
+    }
+    // One worker alone takes them in queue order.
+    let place = Place::new(backend).await;
+    let store = place.open().await;
+    store.enqueue_work(items("q", &["a", "b"])).await.unwrap();
+    let first = store.claim_work(None, "w1", LONG).await.unwrap().unwrap();
+    let next = store.claim_work(None, "w1", LONG).await.unwrap().unwrap();
+    assert_eq!((first.id.as_str(), next.id.as_str()), ("q#a", "q#b"));
+    assert_eq!(first.payload, json!({"line": "a"}));
+    assert!(store.claim_work(None, "w1", LONG).await.unwrap().is_none());
+}
+
+async fn a_heartbeat_keeps_the_lease_and_an_expired_one_is_claimed_again_under_a_new_token(
+    backend: Backend,
+) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
+    store.enqueue_work(items("q", &["a", "b"])).await.unwrap();
+    let held = store.claim_work(None, "w1", LONG).await.unwrap().unwrap();
+    let beat = store
+        .heartbeat(&worker("w1"), &[held.fence()], LONG)
+        .await
+        .unwrap();
+    assert_eq!((beat.kept, beat.lost), (vec![held.fence()], vec![]));
+    // A short lease: the store says when it lapses, and the deadline timer fires then.
+    let short = store
+        .claim_work(None, "w1", Duration::from_millis(300))
+        .await
+        .unwrap()
+        .unwrap();
+    let expiry = store.next_lease_expiry(Some("q")).await.unwrap().unwrap();
+    assert!(expiry <= Duration::from_millis(300), "{expiry:?}");
+    assert!(
+        store.claim_work(None, "w2", LONG).await.unwrap().is_none(),
+        "nothing is free before the deadline"
+    );
+    tokio::time::sleep(expiry + Duration::from_millis(5)).await;
+    let taken = store.claim_work(None, "w2", LONG).await.unwrap().unwrap();
+    assert_eq!(taken.id, short.id);
+    assert_eq!((taken.token, taken.attempts), (2, 2));
+    assert_eq!(taken.worker.as_deref(), Some("w2"));
+    // The long lease was never taken from w1.
+    let still = store.work_item(&held.id).await.unwrap().unwrap();
+    assert_eq!((still.worker.as_deref(), still.token), (Some("w1"), 1));
+}
+
+async fn a_stale_token_is_refused_for_finish_release_and_heartbeat(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
+    store.enqueue_work(items("q", &["a"])).await.unwrap();
+    let old = store
+        .claim_work(None, "w1", Duration::ZERO)
+        .await
+        .unwrap()
+        .unwrap();
+    let new = store.claim_work(None, "w2", LONG).await.unwrap().unwrap();
+    assert_eq!((old.token, new.token), (1, 2));
+
+    let error = store
+        .finish_work(&old.fence(), json!({"late": true}))
+        .await
+        .unwrap_err();
+    assert!(is_fenced(&error, 2), "{error}");
+    assert!(error.to_string().contains("stale"), "{error}");
+    let error = store.release_work(&old.fence()).await.unwrap_err();
+    assert!(is_fenced(&error, 2), "{error}");
+    let beat = store
+        .heartbeat(&worker("w1"), &[old.fence()], LONG)
+        .await
+        .unwrap();
+    assert_eq!((beat.kept, beat.lost), (vec![], vec![old.fence()]));
+
+    // The holder hands it back; the next claim raises the token again, then finishes it.
+    let back = store.release_work(&new.fence()).await.unwrap();
+    assert_eq!(back.state, WorkState::Pending);
+    let third = store.claim_work(None, "w1", LONG).await.unwrap().unwrap();
+    assert_eq!(third.token, 3);
+    let done = store
+        .finish_work(&third.fence(), json!({"ok": 1}))
+        .await
+        .unwrap();
+    assert_eq!(
+        (done.state, done.result),
+        (WorkState::Done, Some(json!({"ok": 1})))
+    );
+    assert!(done.finished_at.is_some());
+    let error = store
+        .finish_work(&third.fence(), json!({"again": 1}))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, StoreError::Fenced { ref state, .. } if state == "done"),
+        "{error}"
+    );
+    assert!(
+        store
+            .claim_work(None, "w2", Duration::ZERO)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let error = store
+        .finish_work(
+            &WorkFence {
+                item: "nope".into(),
+                token: 1,
+            },
+            json!(null),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(error, StoreError::UnknownWorkItem(_)), "{error}");
+}
+
+async fn a_fenced_store_refuses_every_write_once_the_item_is_taken_over(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
+    store.enqueue_work(items("q", &["a"])).await.unwrap();
+    let lease = store
+        .claim_work(None, "w1", Duration::ZERO)
+        .await
+        .unwrap()
+        .unwrap();
+    let fenced = place.location().open_fenced(lease.fence()).await;
+    // While the token is current, the run's writes land.
+    run_with(&fenced, RUN, &["alice"]).await;
+    // Another worker takes the expired lease over.
+    let taken = store.claim_work(None, "w2", LONG).await.unwrap().unwrap();
+    assert_eq!(taken.token, 2);
+    let mut refused = 0;
+    let attempts: Vec<StoreResult<()>> = vec![
+        fenced
+            .send(text(RUN, "lead", "alice", "late"))
+            .await
+            .map(drop),
+        fenced
+            .set_run_status(RUN, RunStatus::Failed, None)
+            .await
+            .map(drop),
+        fenced.create_run(new_run("r2")).await.map(drop),
+        fenced
+            .append_records(
+                RUN,
+                vec![NewRecord {
+                    agent: "lead".into(),
+                    stream: "transcript".into(),
+                    seq: None,
+                    body: json!({"late": true}),
+                }],
+            )
+            .await
+            .map(drop),
+    ];
+    for attempt in attempts {
+        let error = attempt.unwrap_err();
+        assert!(is_fenced(&error, 2), "{error}");
+        refused += 1;
+    }
+    assert_eq!(refused, 4);
+    // Nothing of them landed.
+    assert_eq!(store.messages(RUN, None).await.unwrap().len(), 0);
+    assert_eq!(
+        store.run(RUN).await.unwrap().unwrap().status,
+        RunStatus::Running
+    );
+    assert!(store.run("r2").await.unwrap().is_none());
+    // The new holder's fenced store writes.
+    let current = place.location().open_fenced(taken.fence()).await;
+    current
+        .send(text(RUN, "lead", "alice", "on time"))
+        .await
+        .unwrap();
+}
+
+async fn enqueue_is_idempotent_and_watches_wake_on_committed_changes(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
+    let watch = store.watch_work().await.unwrap();
+    let stored = store.enqueue_work(items("q", &["a"])).await.unwrap();
+    tokio::time::timeout(GUARD, watch.changed())
+        .await
+        .unwrap()
+        .unwrap();
+    let lease = store.claim_work(None, "w1", LONG).await.unwrap().unwrap();
+    // Enqueued again (a batch re-run): the stored item is returned as it is now.
+    let again = store.enqueue_work(items("q", &["a"])).await.unwrap();
+    assert_eq!(again[0].state, WorkState::Leased);
+    assert_eq!(again[0].created_at, stored[0].created_at);
+    tokio::time::timeout(GUARD, watch.changed())
+        .await
+        .unwrap()
+        .unwrap();
+    // A finish wakes a waiting batch; it was made while nobody waited, and is kept.
+    store.finish_work(&lease.fence(), json!({})).await.unwrap();
+    tokio::time::timeout(GUARD, watch.changed())
+        .await
+        .unwrap()
+        .unwrap();
+    let all = store.work_items("q").await.unwrap();
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].state, WorkState::Done);
+}
+
+async fn workers_are_listed_with_their_items_and_last_heartbeat(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
+    store.enqueue_work(items("q", &["a", "b"])).await.unwrap();
+    let a = store.claim_work(None, "w1", LONG).await.unwrap().unwrap();
+    store
+        .heartbeat(&worker("w1"), &[a.fence()], LONG)
+        .await
+        .unwrap();
+    store.heartbeat(&worker("w2"), &[], LONG).await.unwrap();
+    let listed = store.workers().await.unwrap();
+    assert_eq!(listed.len(), 2);
+    assert_eq!(
+        (
+            listed[0].name.as_str(),
+            listed[0].host.as_str(),
+            listed[0].slots
+        ),
+        ("w1", "host-a", 2)
+    );
+    assert_eq!(listed[0].items, vec![a.id.clone()]);
+    assert!(listed[1].items.is_empty());
+    assert!(listed[0].last_heartbeat >= listed[0].started_at);
+    assert!(listed[0].stopped_at.is_none());
+    store.retire_worker("w1").await.unwrap();
+    let listed = store.workers().await.unwrap();
+    assert!(listed[0].stopped_at.is_some());
+}
