@@ -70,6 +70,18 @@ pub(crate) enum LinePlan {
     Resume(String),
 }
 
+/// The runs of `project` (and runs from before project ids): a store several projects share
+/// may hold another project's batch file of the same name, whose lines must not pass for these.
+fn this_projects_runs(project: &Project, runs: Vec<RunRecord>) -> Vec<RunRecord> {
+    let id = project.existing_project_id();
+    runs.into_iter()
+        .filter(|run| match &id {
+            Some(id) => run.in_project(id),
+            None => run.project_id.is_none(),
+        })
+        .collect()
+}
+
 pub(crate) fn plan_for(key: &str, runs: &[RunRecord]) -> LinePlan {
     let mut mine: Vec<&RunRecord> = runs
         .iter()
@@ -118,7 +130,7 @@ pub fn run(global: &Globals, options: BatchOptions) -> anyhow::Result<Exit> {
         .enable_all()
         .build()?;
     let store = runtime.block_on(project.open_store())?;
-    let runs = runtime.block_on(store.runs())?;
+    let runs = this_projects_runs(&project, runtime.block_on(store.runs())?);
     let progress = Progress::new(batch.lines.len());
 
     // Finished lines first, in file order; the rest wait for their workspace.
@@ -134,6 +146,7 @@ pub fn run(global: &Globals, options: BatchOptions) -> anyhow::Result<Exit> {
     }
 
     let context = LineContext {
+        project: &project,
         exe: std::env::current_exe()?,
         global_args: child_global_args(global, &project)?,
         batch: &batch,
@@ -260,6 +273,7 @@ fn child_global_args(global: &Globals, project: &Project) -> anyhow::Result<Vec<
 
 /// What running one line needs.
 struct LineContext<'a> {
+    project: &'a Project,
     exe: PathBuf,
     global_args: Vec<OsString>,
     batch: &'a BatchFile,
@@ -385,7 +399,7 @@ impl LineContext<'_> {
             self.check_recorded(&line.id, &key, result.run_id.as_deref());
             return Ok((result, Some(event)));
         }
-        let runs = self.runtime.block_on(self.store.runs())?;
+        let runs = this_projects_runs(self.project, self.runtime.block_on(self.store.runs())?);
         let record = runs
             .into_iter()
             .filter(|run| run.batch_line_id.as_deref() == Some(key.as_str()))

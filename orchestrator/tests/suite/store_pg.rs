@@ -411,3 +411,54 @@ async fn two_projects_share_one_server_store_and_each_sees_its_own_runs() {
     drop(store);
     schema.drop_now().await;
 }
+
+/// Two projects on one server store, each with a batch file of the same name and line ids: the
+/// second project's batch runs its lines instead of reporting the first project's runs as its
+/// own.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_never_takes_another_projects_lines_for_its_own() {
+    use muster_fake_llm::{Block, ScriptEntry};
+    let schema = Schema::new().await;
+    let mut finished = Vec::new();
+    for name in ["alpha", "beta"] {
+        let dir = project();
+        let fake = FakeLlm::start(vec![ScriptEntry::reply(
+            "main",
+            1,
+            vec![Block::text(&format!("done in {name}"))],
+        )])
+        .await
+        .unwrap();
+        std::fs::write(
+            dir.path().join(".muster/settings.local.toml"),
+            format!(
+                "store = \"{}\"\n[providers.anthropic]\nbase_url = \"{}\"\n",
+                schema.url(),
+                fake.base_url()
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("tasks.jsonl"),
+            "{\"id\": \"a\", \"prompt\": \"Say done.\"}\n",
+        )
+        .unwrap();
+        let output = muster(
+            dir.path(),
+            &["batch", "tasks.jsonl", "--out", "results.jsonl"],
+        )
+        .await;
+        assert_eq!(output.status.code(), Some(0), "{name}: {}", stderr(&output));
+        assert_eq!(
+            fake.requests().len(),
+            1,
+            "{name}'s line ran its own model call"
+        );
+        let results = std::fs::read_to_string(dir.path().join("results.jsonl")).unwrap();
+        let result: serde_json::Value = serde_json::from_str(results.trim()).unwrap();
+        assert_eq!(result["result"], format!("done in {name}"), "{result}");
+        finished.push(result["run_id"].clone());
+    }
+    assert_ne!(finished[0], finished[1]);
+    schema.drop_now().await;
+}
