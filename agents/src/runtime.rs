@@ -44,6 +44,7 @@ mod dispatch;
 mod error;
 mod events;
 mod gate;
+mod mcp;
 mod plan_files;
 mod plan_mode;
 mod prompt;
