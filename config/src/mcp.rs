@@ -178,7 +178,7 @@ fn status(server: McpServerConfig, settings: &McpSettings) -> McpServerStatus {
         (
             false,
             format!(
-                "not enabled: a project's {MCP_FILE} is not trusted by itself; add \"{}\" to \
+                "a project's {MCP_FILE} is not trusted by itself; add \"{}\" to \
                  `[mcp] enabled_project_servers` in ~/.muster/settings.toml or \
                  .muster/settings.local.toml",
                 server.name

@@ -7,6 +7,7 @@ pub mod exit;
 pub mod ids;
 pub mod launch;
 pub(crate) mod lifecycle;
+pub mod mcp;
 pub(crate) mod models;
 pub mod project;
 pub mod run_log;
