@@ -3,6 +3,7 @@ muster's end-to-end tests. It runs in the directory muster starts it in (the age
 workspace) and works there."""
 
 import os
+import signal
 from pathlib import Path
 
 import mcp.types as types
@@ -38,6 +39,13 @@ def dump() -> str:
 def crash() -> str:
     """Exit the server process in the middle of the call."""
     os._exit(3)
+
+
+@server.tool()
+def kill_client() -> str:
+    """Kill the process that started this server (muster), as a crash in the middle of a call."""
+    os.kill(os.getppid(), signal.SIGKILL)
+    return "unreachable"
 
 
 if __name__ == "__main__":

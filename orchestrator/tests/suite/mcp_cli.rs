@@ -442,3 +442,78 @@ async fn streamable_http_tools_run_through_the_permission_engine() {
     assert_eq!(calls[1]["decision"], "allow", "{:?}", calls[1]);
     assert_eq!(calls[1]["content"], "filed bug");
 }
+
+/// muster killed in the middle of an MCP call (the server kills it): the call's
+/// `tool_started` was committed, so the resumed agent gets the interrupted result for it,
+/// offers the stored tool list again on a restarted server, and runs to its end.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_mid_call_resumes_with_the_interrupted_result_and_the_stored_tools() {
+    let dir = notes_project("");
+    let fake = FakeLlm::start(vec![
+        ScriptEntry::reply("main", 1, vec![call("mcp__notes__kill_client", json!({}))]),
+        ScriptEntry::reply(
+            "main",
+            2,
+            vec![call("mcp__notes__search", json!({"query": "beta"}))],
+        ),
+        ScriptEntry::reply("main", 3, vec![Block::text("Recovered.")]),
+    ])
+    .await
+    .unwrap();
+    let output = run(dir.path(), &fake.base_url(), "bypassPermissions").await;
+    assert_eq!(
+        output.status.code(),
+        None,
+        "muster was not killed: {}",
+        stderr(&output)
+    );
+    let events = lines(&output);
+
+    let resumed = muster(dir.path(), &["resume", "--base-url", &fake.base_url()]).await;
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    let (records, calls) = tool_results(dir.path(), &events).await;
+    let started = records
+        .iter()
+        .filter(|r| r["type"] == "tool_started")
+        .count();
+    assert_eq!(
+        started, 2,
+        "each MCP call commits tool_started first: {records:#?}"
+    );
+    assert_eq!(calls.len(), 2, "{calls:#?}");
+    assert_eq!(calls[0]["tool"], "mcp__notes__kill_client");
+    assert_eq!(calls[0]["is_error"], true);
+    assert!(
+        calls[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("interrupted by a crash"),
+        "{:?}",
+        calls[0]
+    );
+    assert_eq!(calls[1]["is_error"], false, "{:?}", calls[1]);
+    assert!(
+        calls[1]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("1 hit(s) for 'beta'"),
+        "{:?}",
+        calls[1]
+    );
+    let requests = fake.requests();
+    let names = |index: usize| -> Vec<Value> {
+        requests[index].body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|tool| tool["name"].clone())
+            .collect()
+    };
+    assert_eq!(requests.len(), 3);
+    assert_eq!(
+        names(0),
+        names(1),
+        "the resumed agent offers the stored list"
+    );
+    assert!(names(1).contains(&json!("mcp__notes__search")));
+}
