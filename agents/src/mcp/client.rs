@@ -6,7 +6,7 @@ use std::process::Stdio;
 
 use muster_config::{McpServerConfig, McpTransport};
 use rmcp::model::CallToolRequestParams;
-use rmcp::service::{RoleClient, RunningService, ServiceExt};
+use rmcp::service::{NotificationContext, RoleClient, RunningService, ServiceExt};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use serde_json::Value;
@@ -42,8 +42,26 @@ pub struct ListedTool {
 /// A live connection; dropping it stops the server (a child process is killed).
 pub struct McpConnection {
     server: String,
-    service: RunningService<RoleClient, ()>,
+    service: RunningService<RoleClient, Notices>,
     limits: McpLimits,
+}
+
+/// What muster does with a server's notifications: `tools/list_changed` is a warning, since
+/// an agent's tool list is fixed when it starts (DESIGN); the rest are ignored.
+#[derive(Debug, Clone)]
+pub struct Notices {
+    server: String,
+}
+
+impl rmcp::ClientHandler for Notices {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        tracing::warn!(
+            server = %self.server,
+            "MCP server `{}` says its tools changed; an agent's MCP tools are fixed when it \
+             starts, so running agents keep the list they have (new agents list them again)",
+            self.server
+        );
+    }
 }
 
 impl std::fmt::Debug for McpConnection {
@@ -67,6 +85,9 @@ impl McpConnection {
             server: server.name.clone(),
             detail,
         };
+        let notices = Notices {
+            server: server.name.clone(),
+        };
         let connecting = async {
             match &server.transport {
                 McpTransport::Stdio { command, args, env } => {
@@ -76,7 +97,9 @@ impl McpConnection {
                         .stderr(Stdio::null())
                         .spawn()
                         .map_err(|error| start(format!("cannot run `{command}`: {error}")))?;
-                    ().serve(transport)
+                    notices
+                        .clone()
+                        .serve(transport)
                         .await
                         .map_err(|error| start(format!("initialize failed: {error}")))
                 }
@@ -84,7 +107,9 @@ impl McpConnection {
                     let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                         .custom_headers(header_map(headers).map_err(start)?);
                     let transport = StreamableHttpClientTransport::from_config(config);
-                    ().serve(transport)
+                    notices
+                        .clone()
+                        .serve(transport)
                         .await
                         .map_err(|error| start(format!("initialize at {url} failed: {error}")))
                 }

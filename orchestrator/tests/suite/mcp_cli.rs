@@ -517,3 +517,47 @@ async fn a_crash_mid_call_resumes_with_the_interrupted_result_and_the_stored_too
     );
     assert!(names(1).contains(&json!("mcp__notes__search")));
 }
+
+/// A server that never answers `initialize` and one whose command does not exist: each is a
+/// warning naming it, and the run goes on without them.
+#[tokio::test(flavor = "multi_thread")]
+async fn servers_that_never_start_are_warnings_and_the_run_goes_on() {
+    let dir = project(&[]);
+    let mcp = json!({"mcpServers": {
+        "hang": {"command": "sleep", "args": ["30"]},
+        "missing": {"command": "/nonexistent/mcp-server"},
+    }});
+    std::fs::write(dir.path().join(".mcp.json"), mcp.to_string()).unwrap();
+    std::fs::write(
+        dir.path().join(".muster/settings.local.toml"),
+        "[mcp]\nenable_all_project_servers = true\nstartup_timeout_ms = 300\n",
+    )
+    .unwrap();
+    let fake = FakeLlm::start(vec![ScriptEntry::reply(
+        "main",
+        1,
+        vec![Block::text("Fine.")],
+    )])
+    .await
+    .unwrap();
+    let output = run(dir.path(), &fake.base_url(), "default").await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let log = stderr(&output);
+    assert!(
+        log.contains("MCP server `hang` did not start and initialize within 300 ms"),
+        "{log}"
+    );
+    assert!(
+        log.contains("MCP server `missing` did not start: cannot run `/nonexistent/mcp-server`"),
+        "{log}"
+    );
+    let offered = fake.requests()[0].body["tools"].as_array().unwrap().len();
+    assert!(offered > 0);
+    assert!(
+        !fake.requests()[0].body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|tool| tool["name"].as_str().unwrap().starts_with("mcp__"))
+    );
+}
