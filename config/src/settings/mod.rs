@@ -251,7 +251,14 @@ impl Settings {
         let mut errors = Vec::new();
         let mut warnings = Vec::new();
         let mut layers = vec![default_layer_values()?];
-        for (layer, path) in settings_files(inputs) {
+        let files = settings_files(inputs);
+        // With the project at the home directory, the user's settings file is the project's
+        // committed one: it cannot trust MCP servers either.
+        let project_file = files
+            .iter()
+            .find(|(layer, _)| *layer == Layer::Project)
+            .map(|(_, path)| paths::normalize(path));
+        for (layer, path) in files {
             let Some(text) = read_optional(&path)? else {
                 continue;
             };
@@ -259,7 +266,10 @@ impl Settings {
             match parse_settings_file(&label, &text, layer) {
                 Ok(mut values) => {
                     warnings.extend(paths::api_key_warnings(&path, &values));
-                    if layer == Layer::Project {
+                    let committed = layer == Layer::Project
+                        || (layer == Layer::User
+                            && project_file.as_ref() == Some(&paths::normalize(&path)));
+                    if committed {
                         warnings.extend(drop_mcp_trust(&mut values));
                     }
                     layers.push(values);

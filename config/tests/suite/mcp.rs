@@ -109,3 +109,26 @@ fn a_broken_mcp_json_is_one_warning_and_no_servers() {
         "{warnings:#?}"
     );
 }
+
+/// With the project at the home directory, `~/.muster/settings.toml` is the committed project
+/// settings file: read as the user's layer too, it still cannot enable the project's servers.
+#[test]
+fn a_project_at_home_cannot_trust_itself_through_the_user_layer() {
+    let project = Project::new();
+    project.write(".mcp.json", MCP_JSON);
+    project.write(
+        ".muster/settings.toml",
+        "[mcp]\nenable_all_project_servers = true\n",
+    );
+    let root = project.project_root();
+    let loaded = muster_config::Settings::load(&muster_config::SettingsInputs {
+        project_root: &root,
+        home_dir: Some(project.root.as_path()),
+        env: &std::collections::BTreeMap::new(),
+        cli: &muster_config::CliOverrides::new(),
+    })
+    .unwrap();
+    assert!(!loaded.value.mcp.enable_all_project_servers.value);
+    let servers = McpServers::load(project.root.as_path(), &loaded.value.mcp);
+    assert!(enabled(&servers.value).is_empty());
+}
