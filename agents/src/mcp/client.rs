@@ -92,7 +92,12 @@ impl McpConnection {
             match &server.transport {
                 McpTransport::Stdio { command, args, env } => {
                     let mut child = tokio::process::Command::new(command);
-                    child.args(args).envs(env).current_dir(cwd);
+                    // Killed when the connection is dropped, even while the runtime shuts down.
+                    child
+                        .args(args)
+                        .envs(env)
+                        .current_dir(cwd)
+                        .kill_on_drop(true);
                     let (transport, _) = TokioChildProcess::builder(child)
                         .stderr(Stdio::null())
                         .spawn()

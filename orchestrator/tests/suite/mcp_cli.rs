@@ -157,7 +157,8 @@ async fn plan_mode_allows_a_trusted_read_only_mcp_tool_and_denies_the_rest() {
             "mcp__notes__search",
             "mcp__notes__publish",
             "mcp__notes__dump",
-            "mcp__notes__crash"
+            "mcp__notes__crash",
+            "mcp__notes__kill_client",
         ]
     );
     assert_eq!(started["mcp_tools"][0]["annotations"]["readOnlyHint"], true);
