@@ -4,6 +4,7 @@ workspace) and works there."""
 
 import os
 import signal
+import time
 from pathlib import Path
 
 import mcp.types as types
@@ -39,6 +40,13 @@ def dump() -> str:
 def crash() -> str:
     """Exit the server process in the middle of the call."""
     os._exit(3)
+
+
+@server.tool()
+def hang() -> str:
+    """Never answer in time."""
+    time.sleep(60)
+    return "late"
 
 
 @server.tool()

@@ -158,6 +158,7 @@ async fn plan_mode_allows_a_trusted_read_only_mcp_tool_and_denies_the_rest() {
             "mcp__notes__publish",
             "mcp__notes__dump",
             "mcp__notes__crash",
+            "mcp__notes__hang",
             "mcp__notes__kill_client",
         ]
     );
@@ -560,5 +561,43 @@ async fn servers_that_never_start_are_warnings_and_the_run_goes_on() {
             .unwrap()
             .iter()
             .any(|tool| tool["name"].as_str().unwrap().starts_with("mcp__"))
+    );
+}
+
+/// A call the server never answers: an error result after `mcp.call_timeout_ms`, and the
+/// server's other tools still answer.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_that_hangs_times_out_and_the_run_goes_on() {
+    let dir = notes_project("call_timeout_ms = 500\n");
+    let fake = FakeLlm::start(vec![
+        ScriptEntry::reply("main", 1, vec![call("mcp__notes__hang", json!({}))]),
+        ScriptEntry::reply(
+            "main",
+            2,
+            vec![call("mcp__notes__search", json!({"query": "two"}))],
+        ),
+        ScriptEntry::reply("main", 3, vec![Block::text("Done.")]),
+    ])
+    .await
+    .unwrap();
+    let output = run(dir.path(), &fake.base_url(), "bypassPermissions").await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let (_, calls) = tool_results(dir.path(), &lines(&output)).await;
+    assert_eq!(calls.len(), 2, "{calls:#?}");
+    assert_eq!(calls[0]["is_error"], true);
+    assert!(
+        calls[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("did not answer `hang` within 500 ms (mcp.call_timeout_ms)"),
+        "{:?}",
+        calls[0]
+    );
+    assert_eq!(calls[1]["is_error"], false, "{:?}", calls[1]);
+    assert!(
+        calls[1]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("1 hit(s)")
     );
 }
