@@ -50,10 +50,12 @@ use muster_config::settings::{ProviderKind, ProviderSettings};
 use muster_config::{Layer, Settings};
 
 pub use anthropic::{
-    AnthropicOptions, MIN_THINKING_BUDGET, VERSION as ANTHROPIC_VERSION, clip_thinking_budget,
+    AnthropicOptions, MAX_BREAKPOINTS, MIN_THINKING_BUDGET, VERSION as ANTHROPIC_VERSION,
+    clip_thinking_budget,
 };
 pub use cost::{UsageTotals, cost_usd};
 pub use error::{FailureKind, GaveUp, ModelError, RETRYABLE_STATUSES};
+pub(crate) use http::truncate;
 pub use http::{ClientConfig, HttpClient};
 pub use openai::OpenAiOptions;
 pub use retry::{RecordingSleeper, RetryPolicy, Sleeper, TokioSleeper, retry_after};

@@ -29,6 +29,10 @@
 //! call waits for its decision; a `tool_started` without `tool_call` gets "interrupted by a
 //! crash" after its process group is killed; anything else runs.
 //!
+//! A response stopped at the output limit is never a normal end: see [`AgentLimits`] and the
+//! `limits` module (continuations of a cut answer, a cut tool call answered with an error, the
+//! `output_limit` and `stuck` endings).
+//!
 //! # Mode switches and the prompt cache
 //! The system prompt and the tool list do not depend on the mode; the mode section is a
 //! `<system-reminder>` at the end of each new user turn. A switch with the same model keeps the
@@ -44,6 +48,7 @@ mod dispatch;
 mod error;
 mod events;
 mod gate;
+mod limits;
 mod mcp;
 mod plan_files;
 mod plan_mode;
@@ -54,13 +59,16 @@ pub mod team;
 
 pub use agent::{AgentOutcome, AgentRuntime, AgentSpec};
 pub use context::{
-    CompactionPolicy, DEFAULT_MAX_SUBAGENTS, DEFAULT_MAX_TURNS, ModeModel, ModelRouter,
-    PlanApprover, RunContext, Terminal, TerminalPlanDecision,
+    CompactionPolicy, DEFAULT_MAX_OUTPUT, DEFAULT_MAX_SUBAGENTS, DEFAULT_MAX_TURNS, ModeModel,
+    ModelRouter, PlanApprover, RunContext, Terminal, TerminalPlanDecision,
 };
 pub use coordination::capped_mode;
 pub use error::{RuntimeError, RuntimeResult};
 pub use events::{EventSink, NoEvents, RuntimeEvent};
 pub use gate::{CallContext, EngineGate, GateDecision, SUBAGENT_FORBIDDEN, ToolGate, Verdict};
+pub use limits::{
+    AgentLimits, AgentStop, CONTINUE_PROMPT, DEFAULT_CONTINUATIONS, DEFAULT_STUCK_AFTER,
+};
 pub use plan_files::{PlanFiles, REQUIRED_SECTIONS, missing_sections, random_slug};
 pub use prompt::{mode_reminder, system_prompt};
 pub use records::{AgentKind, Record, TRANSCRIPT};

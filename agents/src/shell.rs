@@ -11,7 +11,9 @@
 //!   to the word before it (`{fd}>`, `0<`: tree-sitter and bash split those differently),
 //!   heredocs, here-strings, command and process substitution,
 //!   variables and every expansion (`$X`, `${X}`, `$'…'`, `$"…"`, `$((…))`, braces, a leading
-//!   `~`), assignments, subshells, groups, functions, control flow, `!`, comments, backgrounding
+//!   `~`) — except `$?`, `$PWD`, `$HOME`, `$USER`, `$SHELL`, `$PATH` (plain or braced, bare or in
+//!   double quotes) as arguments of `echo`, `printf`, `basename` and `dirname`, which hold no
+//!   secret and open nothing — assignments, subshells, groups, functions, control flow, `!`, comments, backgrounding
 //!   and line continuations are rejected. Unquoted glob characters (`*`, `?`, `[`, `]`) are
 //!   recorded for the rules ([`glob`]).
 //! - **Programs** ([`rules`]): each program name is a bare literal (no path, quotes or escapes:

@@ -14,6 +14,7 @@ pub mod policy;
 pub mod project;
 pub mod rule;
 pub mod settings;
+pub mod store_url;
 pub mod team;
 mod toml_source;
 pub mod tools;

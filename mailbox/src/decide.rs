@@ -45,7 +45,7 @@ pub async fn decide(
     let wake = match waiter {
         Waiter::InProcess => None,
         Waiter::LiveRun { runs_dir } => {
-            Some(live::poke(runs_dir, &response.run_id, &response.recipient))
+            Some(live::announce(store, runs_dir, &response.run_id, &response.recipient).await)
         }
     };
     Ok(Decided { response, wake })

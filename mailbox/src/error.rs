@@ -44,6 +44,33 @@ pub enum StoreError {
     #[error("the store {path} could not commit: {detail}; nothing of this operation was kept")]
     CommitFailed { path: PathBuf, detail: String },
 
+    #[error("store error on {target}: {detail}")]
+    Postgres { target: String, detail: String },
+
+    #[error(
+        "the connection to the store {target} was lost ({detail}); the operation was retried \
+         and did not get through: check the server, then resume the run (nothing committed \
+         is lost)"
+    )]
+    ConnectionLost { target: String, detail: String },
+
+    #[error("cannot connect to the store {target}: {reason}")]
+    PostgresConnect { target: String, reason: String },
+
+    #[error(
+        "{target} is not a muster store: schema {schema:?} {detail}; it was left unchanged — \
+         point --store at an empty database, or at another schema with \
+         ?options=-csearch_path%3DNAME in the URL"
+    )]
+    NotMusterDatabase {
+        target: String,
+        schema: String,
+        detail: String,
+    },
+
+    #[error("invalid store URL {target}: {detail}")]
+    InvalidStoreUrl { target: String, detail: String },
+
     #[error("the store's writer thread has stopped; reopen the store")]
     WriterGone,
 

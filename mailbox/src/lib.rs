@@ -1,7 +1,9 @@
 //! `muster-mailbox`: the durable store behind muster's mailbox — runs, rosters, messages,
-//! approvals, the task board and agents' opaque records — in one SQLite file.
+//! approvals, the task board and agents' opaque records — in one SQLite file (the default) or
+//! on a PostgreSQL server (the same model and contract, for work that outgrows one machine).
 //!
-//! Callers hold an `Arc<dyn MailboxStore>`; [`SqliteStore`] is the embedded default. Writes
+//! Callers hold an `Arc<dyn MailboxStore>`; [`SqliteStore`] is the embedded default,
+//! [`PostgresStore`] the shared one. Writes
 //! are typed operations executed by one writer thread with group commit; a message is durable
 //! when `send` returns; leases belong to the process epoch that took them; wake-ups are pushed
 //! after COMMIT (in process) or through the live run's socket (across processes, see [`live`]).
@@ -11,12 +13,15 @@ pub mod error;
 pub mod failpoint;
 pub mod live;
 pub mod message;
+pub mod postgres;
+pub mod revision;
 pub mod sqlite;
 pub mod store;
 pub mod types;
 
 pub use error::{StoreError, StoreResult};
 pub use message::MessageBody;
+pub use postgres::{PG_SCHEMA_VERSION, PostgresStore, create_schema, drop_schema};
 pub use sqlite::{SCHEMA_VERSION, SqliteStore, StoreOptions, SyncMode};
 pub use store::MailboxStore;
 pub use types::*;

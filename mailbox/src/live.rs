@@ -43,12 +43,28 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
+/// A backend's own hold on a live run (PostgreSQL: a session-level advisory lock and a
+/// LISTEN on a dedicated connection); released when dropped.
+pub struct LiveHold {
+    _inner: Box<dyn std::any::Any + Send + Sync>,
+}
+
+impl LiveHold {
+    pub fn new(inner: impl std::any::Any + Send + Sync) -> LiveHold {
+        LiveHold {
+            _inner: Box::new(inner),
+        }
+    }
+}
+
 /// Held by the process that owns a run: the lock, and the socket listener that turns
-/// `wake <recipient>` lines into in-process wake-ups.
+/// `wake <recipient>` lines into in-process wake-ups; on a shared backend, also the server's
+/// hold (its lock and its wake-ups from other machines).
 pub struct LiveRun {
     _lock: File,
     socket: PathBuf,
     listener: JoinHandle<()>,
+    _server: Option<LiveHold>,
 }
 
 impl LiveRun {
@@ -101,7 +117,21 @@ impl LiveRun {
             _lock: lock,
             socket,
             listener,
+            _server: None,
         })
+    }
+
+    /// [`LiveRun::start`], then the backend's own hold when it has one (PostgreSQL: refused
+    /// when a process on any machine holds the run live).
+    pub async fn start_shared(
+        runs_dir: &Path,
+        run_id: &str,
+        store: Arc<dyn MailboxStore>,
+        runtime_dir: Option<&Path>,
+    ) -> StoreResult<LiveRun> {
+        let mut live = LiveRun::start(runs_dir, run_id, store.clone(), runtime_dir)?;
+        live._server = store.hold_live(run_id).await?;
+        Ok(live)
     }
 
     pub fn socket(&self) -> &Path {
@@ -164,6 +194,34 @@ pub fn is_live(runs_dir: &Path, run_id: &str) -> StoreResult<bool> {
             path: lock_path,
             source,
         }),
+    }
+}
+
+/// Whether the run is live here (its lock file) or, on a shared backend, anywhere.
+pub async fn is_live_anywhere(
+    store: &dyn MailboxStore,
+    runs_dir: &Path,
+    run_id: &str,
+) -> StoreResult<bool> {
+    if is_live(runs_dir, run_id)? {
+        return Ok(true);
+    }
+    Ok(store.is_held_live(run_id).await?.unwrap_or(false))
+}
+
+/// Tells a live run that mail for `recipient` has been committed, after the commit: through
+/// the backend when it reaches other processes (PostgreSQL's NOTIFY, whichever machine holds
+/// the run), else through the run's socket.
+pub async fn announce(
+    store: &dyn MailboxStore,
+    runs_dir: &Path,
+    run_id: &str,
+    recipient: &str,
+) -> StoreResult<PokeOutcome> {
+    match store.announce(run_id, recipient).await? {
+        Some(true) => Ok(PokeOutcome::Woken),
+        Some(false) => Ok(PokeOutcome::NotLive),
+        None => poke(runs_dir, run_id, recipient),
     }
 }
 

@@ -19,6 +19,14 @@ pub enum MessageBody {
         plan: String,
         /// Who may answer: `lead`, `human` or `policy:<path>`.
         responder: String,
+        /// 1 for the first request of the agent's plan since its last approval, one more for
+        /// each request after a rejection (DESIGN "Wave 2 → The web inbox"); a request stored
+        /// without the field is revision 1.
+        #[serde(default = "first_revision")]
+        revision: u32,
+        /// The request of the previous revision, whose plan this one revises.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        previous_request_id: Option<String>,
     },
     PlanApprovalResponse {
         request_id: String,
@@ -128,6 +136,10 @@ pub enum MessageBody {
         kind: String,
         raw: Value,
     },
+}
+
+fn first_revision() -> u32 {
+    1
 }
 
 /// How a message kind takes part in request/response correlation.

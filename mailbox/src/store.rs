@@ -85,6 +85,24 @@ pub trait MailboxStore: Send + Sync {
     /// and poked this one through the run's socket).
     fn wake(&self, run_id: &str, recipient: &str);
 
+    // ---- live runs across machines (a backend several machines share)
+    /// Holds the run's live lock on the server and wakes this process's receivers when
+    /// another process announces committed mail for the run ([`Self::announce`]); released
+    /// when the hold is dropped, and by the server if this process dies. `None`: the backend
+    /// has no such lock, and the live run's lock file and socket ([`crate::live`]) serve.
+    async fn hold_live(&self, _run_id: &str) -> StoreResult<Option<crate::live::LiveHold>> {
+        Ok(None)
+    }
+    /// Whether some process holds the run's server-side live lock; `None`: not this backend's.
+    async fn is_held_live(&self, _run_id: &str) -> StoreResult<Option<bool>> {
+        Ok(None)
+    }
+    /// After a commit: tells the process that holds the run live to wake `recipient`.
+    /// `Some(false)`: no process holds it; `None`: the backend cannot reach other processes.
+    async fn announce(&self, _run_id: &str, _recipient: &str) -> StoreResult<Option<bool>> {
+        Ok(None)
+    }
+
     // ---- agents' records
     async fn append_records(
         &self,
@@ -123,8 +141,9 @@ pub trait MailboxStore: Send + Sync {
     // ---- retention
     /// Deletes settled history (acknowledged messages created before `cutoff`) of finished
     /// runs only. Requests and responses are never deleted, nor anything of a run that is
-    /// not finished; those runs are reported as skipped.
-    async fn prune(&self, cutoff: UnixMillis) -> StoreResult<PruneReport>;
+    /// not finished; those runs are reported as skipped. `project`: only that project's runs
+    /// (and runs from before runs carried one); `None`: every run.
+    async fn prune(&self, cutoff: UnixMillis, project: Option<&str>) -> StoreResult<PruneReport>;
 
     // ---- forks
     /// Copies run `source` whole under `new_id` and `new_slug`, in one transaction: roster,

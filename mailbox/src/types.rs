@@ -148,6 +148,10 @@ pub struct NewRun {
     /// Everything `muster resume` needs to rebuild the run (provider, models, approver, …);
     /// the orchestrator owns its shape.
     pub launch_options: Value,
+    /// The project the run belongs to (`.muster/project-id`): several projects can share one
+    /// store on a server.
+    #[serde(default)]
+    pub project_id: Option<String>,
 }
 
 /// A stored run.
@@ -166,6 +170,17 @@ pub struct RunRecord {
     /// The process epoch of the current owner; leases of older epochs are void.
     pub epoch: i64,
     pub result: Option<Value>,
+    /// `None` for a run made before runs carried their project.
+    #[serde(default)]
+    pub project_id: Option<String>,
+}
+
+impl RunRecord {
+    /// Whether the run belongs to `project` (a run from before project ids belongs to every
+    /// project: a file store had one project anyway).
+    pub fn in_project(&self, project: &str) -> bool {
+        self.project_id.as_deref().is_none_or(|id| id == project)
+    }
 }
 
 /// What kind of member a roster entry is.
@@ -391,7 +406,7 @@ pub struct CommitTurn {
 }
 
 /// What a committed turn produced.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CommitTurnOutcome {
     pub records: Vec<AgentRecord>,
     pub sent: Vec<Message>,

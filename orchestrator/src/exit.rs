@@ -77,7 +77,11 @@ impl Exit {
             | StoreError::CommitFailed { .. }
             | StoreError::WriterGone
             | StoreError::CorruptRow { .. }
-            | StoreError::Wake { .. } => Exit::Store,
+            | StoreError::Wake { .. }
+            | StoreError::Postgres { .. }
+            | StoreError::PostgresConnect { .. }
+            | StoreError::ConnectionLost { .. }
+            | StoreError::NotMusterDatabase { .. } => Exit::Store,
             StoreError::InvalidId { .. }
             | StoreError::UnknownRun(_)
             | StoreError::UnknownRequest { .. }
@@ -88,7 +92,8 @@ impl Exit {
             | StoreError::BodyTooLarge { .. }
             | StoreError::MissingRequestId { .. }
             | StoreError::MismatchedResponse { .. }
-            | StoreError::InvalidDependency { .. } => Exit::Usage,
+            | StoreError::InvalidDependency { .. }
+            | StoreError::InvalidStoreUrl { .. } => Exit::Usage,
             StoreError::AlreadyDecided { .. }
             | StoreError::WrongResponder { .. }
             | StoreError::RunExists(_)

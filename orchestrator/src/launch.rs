@@ -143,6 +143,8 @@ pub struct RunFlags {
 #[derive(Debug, Clone, Default)]
 pub struct ResumeFlags {
     pub run: Option<String>,
+    /// Without a run id: pick among every project's runs, not only this one's.
+    pub all_projects: bool,
     pub base_url: Option<String>,
     pub cassette: Option<PathBuf>,
     pub max_duration: Option<u64>,
@@ -155,16 +157,41 @@ pub enum OutputFormat {
     #[default]
     Text,
     Json,
-    StreamJson,
+    /// `partial`: with `--include-partial`, `model_delta` lines while responses stream.
+    StreamJson {
+        partial: bool,
+    },
 }
 
 impl OutputFormat {
+    /// `stream-json`, with or without partial messages.
+    pub fn is_stream_json(self) -> bool {
+        matches!(self, OutputFormat::StreamJson { .. })
+    }
+
+    /// Whether `model_delta` lines are printed (`--output stream-json --include-partial`).
+    pub fn includes_partial(self) -> bool {
+        self == OutputFormat::StreamJson { partial: true }
+    }
+
+    /// `--include-partial` applied: refused but with `--output stream-json` (as Claude Code's
+    /// `--include-partial-messages`).
+    pub fn with_partial(self, include_partial: bool) -> Result<OutputFormat, String> {
+        match (self, include_partial) {
+            (_, false) => Ok(self),
+            (OutputFormat::StreamJson { .. }, true) => {
+                Ok(OutputFormat::StreamJson { partial: true })
+            }
+            (_, true) => Err("--include-partial needs --output stream-json".into()),
+        }
+    }
+
     /// `text`, `json` or `stream-json` (what `--output` takes; clap parses it with this).
     pub fn parse(text: &str) -> Result<OutputFormat, String> {
         match text {
             "text" => Ok(OutputFormat::Text),
             "json" => Ok(OutputFormat::Json),
-            "stream-json" => Ok(OutputFormat::StreamJson),
+            "stream-json" => Ok(OutputFormat::StreamJson { partial: false }),
             other => Err(format!(
                 "expected text, json or stream-json, found {other:?}"
             )),

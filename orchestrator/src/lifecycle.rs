@@ -61,13 +61,30 @@ impl Ending {
         if let Some(exceeded) = budget_exceeded(error) {
             return Ending::budget(&exceeded);
         }
+        let mut result = json!({"error": format!("{error:#}")});
+        // The runtime's endings (`output_limit`, `stuck`) are named in `run_finished.reason`.
+        if let (Some(stop), Some(fields)) = (agent_stop(error), result.as_object_mut()) {
+            fields.insert("reason".into(), json!(stop.reason()));
+        }
         Ending {
             status: RunStatus::Failed,
             exit: Exit::for_error(error),
-            result: json!({"error": format!("{error:#}")}),
+            result,
             text: format!("muster: the run failed: {error:#}"),
         }
     }
+}
+
+/// The runtime's ending an error carries (a cut answer, a stuck loop), if any.
+pub(crate) fn agent_stop(error: &anyhow::Error) -> Option<muster_agents::runtime::AgentStop> {
+    error.chain().find_map(|cause| {
+        match cause.downcast_ref::<muster_agents::runtime::RuntimeError>() {
+            Some(muster_agents::runtime::RuntimeError::Stopped(stop)) => Some(stop.clone()),
+            _ => cause
+                .downcast_ref::<muster_agents::runtime::AgentStop>()
+                .cloned(),
+        }
+    })
 }
 
 /// The budget an error carries, if one stopped the run.
@@ -100,9 +117,18 @@ pub(crate) fn resume(
 ) -> anyhow::Result<Exit> {
     let project = Project::locate(global)?;
     let record = {
-        let store = project.open_store()?;
         let runtime = crate::lifecycle::tokio_runtime()?;
-        runtime.block_on(pick_run(store.as_ref(), &project, flags.run.as_deref()))?
+        runtime.block_on(async {
+            let store = project.open_store().await?;
+            let scope = crate::cli::inspect::project_scope(&project, flags.all_projects);
+            pick_run(
+                store.as_ref(),
+                &project,
+                flags.run.as_deref(),
+                scope.as_deref(),
+            )
+            .await
+        })?
     };
     if record.team.is_some() {
         crate::team::resume(global, &flags, record)
@@ -111,12 +137,14 @@ pub(crate) fn resume(
     }
 }
 
-/// The run `muster resume [RUN]` continues: the one named, else the newest unfinished one;
-/// refused when it is finished or live in another process.
+/// The run `muster resume [RUN]` continues: the one named, else the newest unfinished one
+/// (of `scope`'s project, when given); refused when it is finished, live in another process,
+/// or its workspace is not on this machine.
 pub(crate) async fn pick_run(
     store: &dyn MailboxStore,
     project: &Project,
     run: Option<&str>,
+    scope: Option<&str>,
 ) -> anyhow::Result<RunRecord> {
     let record = match run {
         Some(id) => store
@@ -128,6 +156,7 @@ pub(crate) async fn pick_run(
             .await?
             .into_iter()
             .filter(|r| !r.status.is_finished())
+            .filter(|r| scope.is_none_or(|p| r.in_project(p)))
             .max_by_key(|r| (r.updated_at, r.id.clone()))
             .ok_or_else(|| usage("no run to resume (see `muster runs`)"))?,
     };
@@ -138,7 +167,14 @@ pub(crate) async fn pick_run(
             record.status.as_str()
         )));
     }
-    if muster_mailbox::live::is_live(&project.runs_dir(), &record.id)? {
+    if !std::path::Path::new(&record.workspace).is_dir() {
+        return Err(usage(format!(
+            "run {}'s workspace {} is not on this machine; resume it where it ran (or fork \
+             it there)",
+            record.id, record.workspace
+        )));
+    }
+    if muster_mailbox::live::is_live_anywhere(store, &project.runs_dir(), &record.id).await? {
         return Err(ExitError::new(
             Exit::Failed,
             format!(
@@ -170,12 +206,13 @@ pub(crate) async fn take_over(
     resumed: Option<(&RunRecord, &impl Serialize)>,
     runtime_dir: Option<PathBuf>,
 ) -> anyhow::Result<Owned> {
-    let live = LiveRun::start(
+    let live = LiveRun::start_shared(
         &project.runs_dir(),
         run_id,
         store.clone(),
         runtime_dir.as_deref(),
-    )?;
+    )
+    .await?;
     crate::run_log::start(&project.root.logs_dir(), run_id, kind, resumed.is_some());
     let epoch = store.open_epoch(run_id).await?;
     if let Some((record, launch)) = resumed {

@@ -84,7 +84,7 @@ pub(crate) fn model_router(
             .models
             .get(&model)
             .and_then(|info| info.max_output)
-            .unwrap_or(8192);
+            .unwrap_or(muster_agents::runtime::DEFAULT_MAX_OUTPUT);
         Ok(ModeModel {
             provider,
             model,

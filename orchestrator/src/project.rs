@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use muster_config::project::ProjectRoot;
 use muster_config::settings::{CliOverrides, MailboxSync, Settings};
-use muster_mailbox::{SqliteStore, StoreOptions, SyncMode};
+use muster_config::store_url::StoreLocation;
+use muster_mailbox::{
+    MailboxStore, PostgresStore, SqliteStore, StoreError, StoreOptions, SyncMode,
+};
 
 use crate::cli::config::{load_settings, print_warnings, project_root};
 
@@ -40,14 +43,29 @@ impl Project {
         })
     }
 
-    /// The store file (`store_path`; `--store` overrides it).
-    pub fn store_path(&self) -> &PathBuf {
-        &self.settings.store_path.value
+    /// The store (`store`, alias `store_path`; `--store` overrides it): a file or a URL.
+    pub fn store_location(&self) -> &StoreLocation {
+        &self.settings.store.value
     }
 
     /// Where plan files live (`plans_directory`, inside the project root).
     pub fn plans_dir(&self) -> &PathBuf {
         &self.settings.plans_directory.value
+    }
+
+    /// The project's identity, `.muster/project-id` (a UUID made the first time a run asks):
+    /// what tells this project's runs from others' in a store several projects share. It stays
+    /// with the project when it moves or is cloned with its `.muster/`, not with a path.
+    pub fn project_id(&self) -> anyhow::Result<String> {
+        project_id_in(&self.root.muster_dir())
+    }
+
+    /// This project's id if it has one already (reading commands never create it).
+    pub fn existing_project_id(&self) -> Option<String> {
+        std::fs::read_to_string(self.root.muster_dir().join("project-id"))
+            .ok()
+            .map(|text| text.trim().to_owned())
+            .filter(|id| !id.is_empty())
     }
 
     /// `.muster/runs/`, where live runs keep their lock and socket.
@@ -68,20 +86,26 @@ impl Project {
         }
     }
 
-    /// Opens the store, creating it (and `.muster/.gitignore`) when absent.
-    pub fn open_store(&self) -> Result<Arc<SqliteStore>, muster_mailbox::StoreError> {
+    /// Opens the store, creating it (and `.muster/.gitignore`) when absent. Every command
+    /// holds it as `Arc<dyn MailboxStore>`: the backend is chosen here, at run time.
+    pub async fn open_store(&self) -> Result<Arc<dyn MailboxStore>, StoreError> {
         self.ensure_muster_gitignore();
-        SqliteStore::open(self.store_path(), self.store_options()).map(Arc::new)
+        match self.store_location() {
+            StoreLocation::File(path) => {
+                Ok(Arc::new(SqliteStore::open(path, self.store_options())?))
+            }
+            StoreLocation::Postgres(url) => Ok(Arc::new(
+                PostgresStore::open(url, self.store_options()).await?,
+            )),
+        }
     }
 
-    /// Opens the store if it exists; reading commands never create one.
-    pub fn open_existing_store(
-        &self,
-    ) -> Result<Option<Arc<SqliteStore>>, muster_mailbox::StoreError> {
-        if self.store_path().exists() {
-            SqliteStore::open(self.store_path(), self.store_options()).map(|s| Some(Arc::new(s)))
-        } else {
-            Ok(None)
+    /// Opens the store if it exists; reading commands never create one (a server's store
+    /// always exists: opening it migrates an empty schema, which holds no runs).
+    pub async fn open_existing_store(&self) -> Result<Option<Arc<dyn MailboxStore>>, StoreError> {
+        match self.store_location() {
+            StoreLocation::File(path) if !path.exists() => Ok(None),
+            _ => self.open_store().await.map(Some),
         }
     }
 
@@ -119,5 +143,66 @@ impl Project {
             let _ =
                 std::io::Write::write_all(&mut file, format!("{separator}worktrees/\n").as_bytes());
         }
+    }
+}
+
+/// The project id in `muster_dir` (see [`Project::project_id`]), made when there is none.
+fn project_id_in(muster_dir: &std::path::Path) -> anyhow::Result<String> {
+    let path = muster_dir.join("project-id");
+    let read = |path: &std::path::Path| -> anyhow::Result<Option<String>> {
+        match std::fs::read_to_string(path) {
+            Ok(text) if !text.trim().is_empty() => Ok(Some(text.trim().to_owned())),
+            Ok(_) => Ok(None),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(anyhow::anyhow!("cannot read {}: {error}", path.display())),
+        }
+    };
+    if let Some(id) = read(&path)? {
+        return Ok(id);
+    }
+    std::fs::create_dir_all(muster_dir)
+        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", muster_dir.display()))?;
+    let id = uuid::Uuid::now_v7().to_string();
+    // Written whole under a private name, then linked into place: a link never replaces
+    // an existing file, so two first runs at once agree on whichever landed first, and a
+    // reader never sees a file half written.
+    let draft = muster_dir.join(format!("project-id.{}.tmp", uuid::Uuid::now_v7()));
+    let written = std::fs::File::create(&draft).and_then(|mut file| {
+        std::io::Write::write_all(&mut file, format!("{id}\n").as_bytes())?;
+        file.sync_all()
+    });
+    let linked = written.and_then(|()| std::fs::hard_link(&draft, &path));
+    let _ = std::fs::remove_file(&draft);
+    match linked {
+        Ok(()) => Ok(id),
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+            read(&path)?.ok_or_else(|| anyhow::anyhow!("{} is empty; delete it", path.display()))
+        }
+        Err(error) => Err(anyhow::anyhow!("cannot write {}: {error}", path.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "test assertions fail loudly")]
+
+    /// Eight first runs at once (a batch's lines) agree on one id, and none reads a file half
+    /// written.
+    #[test]
+    fn concurrent_first_runs_agree_on_one_project_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let muster_dir = dir.path().join(".muster");
+        let ids: Vec<String> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..8)
+                .map(|_| scope.spawn(|| super::project_id_in(&muster_dir).unwrap()))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(
+            ids.iter().all(|id| id == &ids[0] && !id.is_empty()),
+            "{ids:?}"
+        );
+        let leftovers = std::fs::read_dir(&muster_dir).unwrap().count();
+        assert_eq!(leftovers, 1, "only project-id remains");
     }
 }

@@ -176,7 +176,7 @@ impl Session {
         let mut interrupts = Interrupts::install();
         let env = process_env();
         let parts = self.parts(&env, existing.is_some())?;
-        let store: Arc<dyn MailboxStore> = self.project.open_store()?;
+        let store: Arc<dyn MailboxStore> = self.project.open_store().await?;
         let (run_id, plans, resumed) = match &existing {
             Some(record) => (
                 record.id.clone(),
@@ -266,6 +266,7 @@ impl Session {
                 batch_line_id,
                 auto_gate,
                 launch_options: serde_json::to_value(&self.launch)?,
+                project_id: Some(self.project.project_id()?),
             })
             .await?;
         store
@@ -351,6 +352,7 @@ impl Session {
             sandbox: parts.sandbox,
             subagents: Arc::new(Semaphore::new(DEFAULT_MAX_SUBAGENTS)),
             budget: run.budget,
+            limits: Default::default(),
             compaction: CompactionPolicy {
                 config: CompactionConfig::from_settings(&settings.compaction),
                 models: settings.models.clone(),
@@ -464,7 +466,7 @@ impl Printer {
             fields.extend(result.clone());
         }
         match self.format {
-            OutputFormat::Json | OutputFormat::StreamJson => {
+            OutputFormat::Json | OutputFormat::StreamJson { .. } => {
                 self.line("run_finished", MAIN_AGENT, fields)
             }
             OutputFormat::Text => {
@@ -491,7 +493,10 @@ impl Printer {
 
 impl EventSink for Printer {
     fn emit(&self, event: RuntimeEvent) {
-        if self.format == OutputFormat::StreamJson && stream_json::on_stream(&event) {
+        if stream_json::partial(&self.run_id, self.format, &event) {
+            return;
+        }
+        if self.format.is_stream_json() && stream_json::on_stream(&event) {
             self.line(event.kind(), event.agent(), event.fields());
         } else {
             self.log(event.kind(), event.agent(), event.fields());

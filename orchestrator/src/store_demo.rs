@@ -81,6 +81,7 @@ async fn prepare(db: &Path) -> anyhow::Result<()> {
             batch_line_id: None,
             auto_gate: AutoGate::default(),
             launch_options: json!({"demo": "store"}),
+            project_id: None,
         })
         .await?;
     for agent in SENDERS.iter().chain([&RECIPIENT]) {

@@ -49,6 +49,23 @@ pub fn print(event: &Value) {
     let _ = stdout.flush();
 }
 
+/// A `model_delta` (not durable) is printed only with `--include-partial` and never logged:
+/// the log holds what was committed. Returns whether `event` was one (and is handled).
+pub fn partial(run_id: &str, format: crate::launch::OutputFormat, event: &RuntimeEvent) -> bool {
+    if !matches!(event, RuntimeEvent::ModelDelta { .. }) {
+        return false;
+    }
+    if format.includes_partial() {
+        print(&self::event(
+            run_id,
+            event.kind(),
+            event.agent(),
+            event.fields(),
+        ));
+    }
+    true
+}
+
 /// Whether `event` is one of DESIGN.md's `stream-json` types (a mode change is not: it shows
 /// in `model_turn` and `approval_decided`); the log file gets every event.
 pub fn on_stream(event: &RuntimeEvent) -> bool {

@@ -21,7 +21,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::Context;
-use muster_mailbox::{MailboxStore, Message, MessageBody, RequestRecord, Task};
+use muster_mailbox::{Message, MessageBody, RequestRecord, Task};
 use serde_json::Value;
 
 use crate::exit::{Exit, ExitError};
@@ -67,14 +67,19 @@ const PROJECT: &[ProjectFile] = &[
 const CASSETTE: &str = "cassette.jsonl";
 
 /// Runs the demo in `dir` (a new temporary directory when `None`) and prints its summary.
-pub fn run(_global: &Globals, dir: Option<&Path>) -> anyhow::Result<Exit> {
+pub fn run(global: &Globals, dir: Option<&Path>) -> anyhow::Result<Exit> {
     let started = Instant::now();
     let root = prepare_dir(dir)?;
     copy_project(&root)?;
     let git = init_git(&root);
-    let output = Command::new(std::env::current_exe().context("cannot find the muster binary")?)
-        .arg("-C")
-        .arg(&root)
+    let mut command =
+        Command::new(std::env::current_exe().context("cannot find the muster binary")?);
+    command.arg("-C").arg(&root);
+    // `--store` (a server's URL, say) reaches the run and the summary's reading alike.
+    if let Some(store) = &global.store {
+        command.arg("--store").arg(store);
+    }
+    let output = command
         .args(["run", "-p", GOAL, "--provider", "script", "--cassette"])
         .arg(root.join(CASSETTE))
         .args(["--output", "stream-json"])
@@ -100,7 +105,7 @@ pub fn run(_global: &Globals, dir: Option<&Path>) -> anyhow::Result<Exit> {
             output.status
         ));
     };
-    let stored = read_store(&root, &run_id)?;
+    let stored = read_store(&root, global.store.clone(), &run_id)?;
     let tests = run_tests(&root);
     let summary = Summary {
         root: &root,
@@ -210,20 +215,21 @@ struct Stored {
     tasks: Vec<Task>,
 }
 
-fn read_store(root: &Path, run_id: &str) -> anyhow::Result<Stored> {
+fn read_store(root: &Path, store: Option<PathBuf>, run_id: &str) -> anyhow::Result<Stored> {
     let global = Globals {
         directory: Some(root.to_path_buf()),
-        store: None,
+        store,
         log_level: "warn".into(),
     };
     let project = Project::locate(&global)?;
-    let store = project
-        .open_existing_store()?
-        .ok_or_else(|| anyhow::anyhow!("the team run left no store in {}", root.display()))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async {
+        let store = project
+            .open_existing_store()
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("the team run left no store in {}", root.display()))?;
         let messages = store.messages(run_id, None).await?;
         let mut computed_reports = Vec::new();
         if !messages.iter().any(|m| m.kind == "verification_report") {

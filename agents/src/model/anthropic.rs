@@ -8,8 +8,8 @@ use serde_json::{Map, Value, json};
 use super::error::FailureKind;
 use super::http::{StreamParser, truncate};
 use super::types::{
-    ContentBlock, ModelRequest, ModelResponse, StopReason, StreamEvent, ThinkingForm, ToolCall,
-    Usage,
+    ContentBlock, ModelRequest, ModelResponse, Role, StopReason, StreamEvent, ThinkingForm,
+    ToolCall, Usage,
 };
 
 /// The `anthropic-version` header.
@@ -21,7 +21,8 @@ pub const MIN_THINKING_BUDGET: u64 = 1024;
 /// Anthropic-specific options.
 #[derive(Debug, Clone)]
 pub struct AnthropicOptions {
-    /// Put `cache_control` breakpoints on the system prompt and the last tool (default true).
+    /// Put `cache_control` breakpoints on the system prompt, the last tool and the newest two
+    /// user turns (default true).
     pub prompt_caching: bool,
     /// The thinking form per model name; models not listed use [`ThinkingForm::for_model`].
     pub thinking_forms: BTreeMap<String, ThinkingForm>,
@@ -63,6 +64,29 @@ fn effort_name(effort: ReasoningEffort) -> &'static str {
     }
 }
 
+/// The most `cache_control` blocks one request may carry (the API's limit).
+pub const MAX_BREAKPOINTS: usize = 4;
+
+/// Breakpoints on the conversation: the newest user turn, and the one before it.
+const CONVERSATION_BREAKPOINTS: usize = 2;
+
+/// The messages whose last block carries a breakpoint: the newest `count` user turns. The
+/// newest one writes the prefix the next request reads; the one before it is where the
+/// previous request wrote, so this request reads that prefix even when its own is new. History
+/// never changes (the mode `<system-reminder>` is part of the committed user turn), so each
+/// prefix stays byte-identical until compaction or a context reset starts a new one.
+fn conversation_breakpoints(request: &ModelRequest, count: usize) -> Vec<usize> {
+    request
+        .messages
+        .iter()
+        .enumerate()
+        .rev()
+        .filter(|(_, m)| m.role == Role::User && !m.content.is_empty())
+        .map(|(i, _)| i)
+        .take(count)
+        .collect()
+}
+
 /// The `POST /v1/messages` body.
 pub fn body(request: &ModelRequest, options: &AnthropicOptions) -> Value {
     let ephemeral = || json!({"type": "ephemeral"});
@@ -79,11 +103,16 @@ pub fn body(request: &ModelRequest, options: &AnthropicOptions) -> Value {
         }
         body.insert("system".into(), json!([block]));
     }
+    let free = MAX_BREAKPOINTS
+        - usize::from(!request.system.is_empty())
+        - usize::from(!request.tools.is_empty());
+    let marked = conversation_breakpoints(request, free.min(CONVERSATION_BREAKPOINTS));
     let messages: Vec<Value> = request
         .messages
         .iter()
-        .map(|m| {
-            let content: Vec<Value> = m
+        .enumerate()
+        .map(|(i, m)| {
+            let mut content: Vec<Value> = m
                 .content
                 .iter()
                 .filter(|b| {
@@ -93,6 +122,12 @@ pub fn body(request: &ModelRequest, options: &AnthropicOptions) -> Value {
                 })
                 .map(ContentBlock::to_value)
                 .collect();
+            if options.prompt_caching
+                && marked.contains(&i)
+                && let Some(Value::Object(last)) = content.last_mut()
+            {
+                last.insert("cache_control".into(), ephemeral());
+            }
             json!({"role": m.role, "content": content})
         })
         .collect();
@@ -178,6 +213,8 @@ pub(crate) struct Parser {
     done: BTreeMap<usize, ContentBlock>,
     usage: Usage,
     stop_reason: Option<String>,
+    /// Tool calls whose input JSON did not parse, by index: `(id, name, parse error)`.
+    unparsed: BTreeMap<usize, (String, String, String)>,
 }
 
 fn data_json(name: &str, data: &str) -> Result<Value, FailureKind> {
@@ -213,10 +250,18 @@ impl Parser {
                 let input = if json.trim().is_empty() {
                     initial
                 } else {
-                    serde_json::from_str(&json).map_err(|e| FailureKind::MalformedToolInput {
-                        tool: name.clone(),
-                        detail: format!("{e}: {}", truncate(&json, 200)),
-                    })?
+                    match serde_json::from_str(&json) {
+                        Ok(input) => input,
+                        // Invalid JSON: cut by the output limit (known only at `message_delta`,
+                        // after this block's stop) or malformed; `finish` decides which.
+                        Err(e) => {
+                            self.unparsed.insert(
+                                index,
+                                (id, name, format!("{e}: {}", truncate(&json, 200))),
+                            );
+                            return Ok(());
+                        }
+                    }
                 };
                 emit(StreamEvent::ToolCall {
                     index,
@@ -325,6 +370,10 @@ impl StreamParser for Parser {
                     }
                     (Some(Building::ToolUse { json, .. }), Some("input_json_delta")) => {
                         json.push_str(text("partial_json"));
+                        emit(StreamEvent::ToolInputDelta {
+                            index,
+                            partial_json: text("partial_json").to_owned(),
+                        });
                     }
                     (Some(Building::Thinking { thinking, .. }), Some("thinking_delta")) => {
                         thinking.push_str(text("thinking"));
@@ -393,19 +442,27 @@ impl StreamParser for Parser {
         }
         let stop_reason = StopReason::parse(self.stop_reason.as_deref().unwrap_or("end_turn"));
         // Blocks never stopped: the answer was cut (e.g. `max_tokens` in the middle of a tool
-        // call). Text and thinking are kept; a tool call whose JSON is incomplete is dropped,
-        // since it cannot be run.
+        // call). Text and thinking are kept as they are.
         let open: Vec<usize> = self.open.keys().copied().collect();
         for index in open {
-            if let Some(Building::ToolUse { json, name, .. }) = self.open.get(&index)
-                && serde_json::from_str::<Value>(json).is_err()
-                && !json.trim().is_empty()
-            {
-                tracing::warn!(tool = %name, "dropping a tool call cut off by {}", stop_reason.as_str());
-                self.open.remove(&index);
-                continue;
-            }
             self.close(index, emit)?;
+        }
+        // A tool call whose JSON is incomplete because the output limit cut it is kept with
+        // its id and an empty input: the runtime answers it with an error the model can act
+        // on (see `crate::runtime`). Invalid JSON in an answer that was not cut is malformed.
+        for (index, (id, name, detail)) in std::mem::take(&mut self.unparsed) {
+            if stop_reason != StopReason::MaxTokens {
+                return Err(FailureKind::MalformedToolInput { tool: name, detail });
+            }
+            tracing::warn!(tool = %name, "a tool call was cut off by max_tokens");
+            self.done.insert(
+                index,
+                ContentBlock::ToolUse {
+                    id,
+                    name,
+                    input: Value::Object(Map::new()),
+                },
+            );
         }
         Ok(ModelResponse {
             id: self.id,

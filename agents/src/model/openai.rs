@@ -172,7 +172,9 @@ impl Parser {
         }
     }
 
-    fn tool_call_delta(&mut self, position: usize, tc: &Value) {
+    /// Feeds one tool-call fragment; returns the call's position and the argument text it
+    /// added (for display).
+    fn tool_call_delta(&mut self, position: usize, tc: &Value) -> (usize, Option<String>) {
         let index = tc
             .get("index")
             .and_then(Value::as_u64)
@@ -192,10 +194,14 @@ impl Parser {
             call.name = name.to_owned();
         }
         match function.get("arguments") {
-            Some(Value::String(s)) => call.arguments.push_str(s),
+            Some(Value::String(s)) => {
+                call.arguments.push_str(s);
+                return (c, Some(s.clone()).filter(|s| !s.is_empty()));
+            }
             Some(v @ Value::Object(_)) => call.object = Some(v.clone()),
             _ => {}
         }
+        (c, None)
     }
 }
 
@@ -290,7 +296,12 @@ impl StreamParser for Parser {
             }
             if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
                 for (position, tc) in calls.iter().enumerate() {
-                    self.tool_call_delta(position, tc);
+                    if let (call, Some(partial_json)) = self.tool_call_delta(position, tc) {
+                        emit(StreamEvent::ToolInputDelta {
+                            index: call,
+                            partial_json,
+                        });
+                    }
                 }
             }
             if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
@@ -331,11 +342,11 @@ impl StreamParser for Parser {
                 _ if call.arguments.trim().is_empty() => Value::Object(Map::new()),
                 _ => match serde_json::from_str(&call.arguments) {
                     Ok(v) => v,
-                    // Cut by the output limit: the call cannot be run; drop it.
+                    // Cut by the output limit: kept with its id and an empty input, for the
+                    // runtime to answer with an error the model can act on.
                     Err(_) if self.finish_reason.as_deref() == Some("length") => {
-                        tracing::warn!(tool = %call.name, "dropping a tool call cut off by the output limit");
-                        n -= 1;
-                        continue;
+                        tracing::warn!(tool = %call.name, "a tool call was cut off by the output limit");
+                        Value::Object(Map::new())
                     }
                     Err(e) => {
                         return Err(FailureKind::MalformedToolInput {
@@ -365,15 +376,12 @@ impl StreamParser for Parser {
             });
         }
         // A tool turn is decided by the calls, never by `finish_reason` alone (vLLM sends
-        // `stop` beside tool calls).
-        let stop_reason = if n > 0 {
-            StopReason::ToolUse
-        } else {
-            match self.finish_reason.as_deref() {
-                Some("length") => StopReason::MaxTokens,
-                Some("content_filter") => StopReason::Refusal,
-                _ => StopReason::EndTurn,
-            }
+        // `stop` beside tool calls); a cut answer stays cut, calls or not.
+        let stop_reason = match self.finish_reason.as_deref() {
+            Some("length") => StopReason::MaxTokens,
+            _ if n > 0 => StopReason::ToolUse,
+            Some("content_filter") => StopReason::Refusal,
+            _ => StopReason::EndTurn,
         };
         Ok(ModelResponse {
             id: self.id,

@@ -497,6 +497,9 @@ pub enum StreamEvent {
     TextDelta { index: usize, text: String },
     /// Thinking for display.
     ThinkingDelta { index: usize, thinking: String },
+    /// A piece of a tool call's input JSON, for display (the call is acted on only once
+    /// complete).
+    ToolInputDelta { index: usize, partial_json: String },
     /// A tool call whose input JSON is complete.
     ToolCall { index: usize, call: ToolCall },
     /// Usage as reported so far (cumulative).

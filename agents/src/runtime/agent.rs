@@ -16,8 +16,8 @@ use crate::compaction::{
     render_coordination_state, summary_text,
 };
 use crate::model::{
-    ContentBlock, Message, ModelRequest, ModelResponse, RequestContext, Role, ToolCall,
-    ToolDefinition, ToolResultContent, Usage,
+    ContentBlock, Message, ModelRequest, ModelResponse, RequestContext, Role, StreamEvent,
+    ToolCall, ToolDefinition, ToolResultContent, Usage,
 };
 use crate::tools::{HandledBy, ToolOutput, Workspace};
 
@@ -117,6 +117,11 @@ pub(super) struct PendingCalls {
     pub started: BTreeMap<String, Option<i32>>,
     /// `(tool_use_id, request_id, responder)` of an `ExitPlanMode` waiting for its answer.
     pub awaiting: Option<(String, String, String)>,
+    /// The call the output limit cut (see [`super::limits::cut_call_id`]): answered with an
+    /// error, never run.
+    pub cut: Option<String>,
+    /// The newest assistant message stopped at the output limit (resume's view).
+    pub cut_answer: bool,
 }
 
 /// One agent at work.
@@ -140,6 +145,10 @@ pub struct AgentRuntime {
     /// A final answer committed before a crash whose end of turn was not (resume sets it;
     /// the loop commits the end of turn first thing).
     pub(super) unfinished_answer: Option<String>,
+    /// The runtime's ending committed before a crash (resume sets it; the loop returns it).
+    pub(super) stopped: Option<super::limits::AgentStop>,
+    /// The cut answers since the last complete response (see [`super::limits::CutChain`]).
+    pub(super) cut_chain: super::limits::CutChain,
     /// The run's auto gate as of this agent's last commit.
     pub(super) auto_gate_open: bool,
     /// The newest plan snapshot is an approved one (resume keeps it authoritative).
@@ -203,6 +212,8 @@ impl AgentRuntime {
             pending: None,
             finished: None,
             unfinished_answer: None,
+            stopped: None,
+            cut_chain: Default::default(),
             auto_gate_open: true,
             plan_approved: false,
             asks,
@@ -295,21 +306,34 @@ impl AgentRuntime {
                     result: result.clone(),
                 });
             }
+            if let Some(stop) = self.stopped.take() {
+                return Err(stop.into());
+            }
             if let Some(pending) = self.pending.take()
                 && let Some(stop) = self.resolve_calls(pending).await?
             {
                 return Ok(stop);
             }
+            // Before new mail joins the context: the newest exchange decides.
+            if let Some(stop) = super::limits::stuck(&self.messages, self.run.limits.stuck_after) {
+                return Err(stop.into());
+            }
             self.take_team_mail().await?;
             let response = self.call_model().await?;
             let calls = response.tool_calls();
             if calls.is_empty() {
-                let result = response.text();
+                if response.stop_reason == crate::model::StopReason::MaxTokens {
+                    // Cut: `call_model` committed the request to continue it.
+                    continue;
+                }
+                let result = self.cut_chain.answer(&response.content);
                 self.finish_turn(result.clone()).await?;
+                self.cut_chain = Default::default();
                 self.finished = Some(result);
                 continue;
             }
             self.pending = Some(PendingCalls {
+                cut: super::limits::cut_call_id(&response.content, &response.stop_reason),
                 calls,
                 ..PendingCalls::default()
             });
@@ -391,21 +415,22 @@ impl AgentRuntime {
         Ok(mail.len())
     }
 
+    /// The model in force: the mode's, or the one the agent's definition names (its own, or
+    /// its parent's with `inherit`), with that model's output limit.
     pub(super) fn model_for_mode(&self) -> ModeModel {
         let routed = self.run.models.for_mode(self.mode).clone();
-        match &self.definition.model {
-            ModelChoice::Inherit => match &self.inherited_model {
-                Some(model) => ModeModel {
-                    model: model.clone(),
-                    ..routed
-                },
-                None => routed,
-            },
-            ModelChoice::Named(model) => ModeModel {
-                model: model.clone(),
+        let own = match &self.definition.model {
+            ModelChoice::Inherit => self.inherited_model.clone(),
+            ModelChoice::Named(model) => Some(model.clone()),
+            ModelChoice::Settings => None,
+        };
+        match own {
+            Some(model) if model != routed.model => ModeModel {
+                max_tokens: self.run.output_limit(&model),
+                model,
                 ..routed
             },
-            ModelChoice::Settings => routed,
+            _ => routed,
         }
     }
 
@@ -420,7 +445,7 @@ impl AgentRuntime {
         let request = self.request_for(&model);
         let context = RequestContext::new(&self.run.run_id, &self.id, turn);
         let sent = std::time::Instant::now();
-        let response = model.provider.stream(&context, &request).response().await?;
+        let response = self.stream_response(&model, &context, &request).await?;
         let latency = sent.elapsed();
         self.turn = turn;
         let message = Message::assistant(response.content.clone());
@@ -433,9 +458,27 @@ impl AgentRuntime {
             usage: Some(response.usage),
             cost_usd: response.cost_usd,
         };
-        self.commit(vec![record], Vec::new(), None).await?;
         self.messages.push(message);
+        // A final answer cut by the output limit: continued (the request to go on commits
+        // with it), or, once the continuations are used up, the end of the agent.
+        let mut chain = self.cut_chain.clone();
+        let cut_answer = chain.push(&response.content, &response.stop_reason);
+        let continuations = chain.cuts.saturating_sub(1);
+        let continuation = (cut_answer && continuations < self.run.limits.continuations)
+            .then(|| self.user_message(vec![ContentBlock::text(super::limits::CONTINUE_PROMPT)]));
+        let mut records = vec![record];
+        records.extend(
+            continuation
+                .iter()
+                .map(|message| self.message_record(message.clone(), None)),
+        );
+        if let Err(error) = self.commit(records, Vec::new(), None).await {
+            self.messages.pop();
+            return Err(error);
+        }
         self.last_prompt = Some((response.usage, self.messages.len()));
+        self.messages.extend(continuation);
+        self.cut_chain = chain;
         self.run.events.emit(RuntimeEvent::ModelTurn {
             agent: self.id.clone(),
             turn,
@@ -446,7 +489,56 @@ impl AgentRuntime {
             latency_ms: latency.as_secs_f64() * 1000.0,
         });
         self.run.budget.record(&self.id, &response)?;
+        if cut_answer && continuations >= self.run.limits.continuations {
+            return Err(super::limits::AgentStop::OutputLimit {
+                max_tokens: request.max_tokens,
+                continuations,
+            }
+            .into());
+        }
         Ok(response)
+    }
+
+    /// Sends `request` and drives its stream to the complete response, reporting each piece
+    /// as a (not durable) [`RuntimeEvent::ModelDelta`] on the way.
+    async fn stream_response(
+        &self,
+        model: &ModeModel,
+        context: &RequestContext,
+        request: &ModelRequest,
+    ) -> RuntimeResult<ModelResponse> {
+        let mut stream = model.provider.stream(context, request);
+        let mut attempt = 1;
+        let mut response = None;
+        while let Some(event) = stream.next_event().await {
+            let (delta, text) = match event? {
+                StreamEvent::Completed(complete) => {
+                    response = Some(complete);
+                    continue;
+                }
+                StreamEvent::AttemptStarted { attempt: n } => {
+                    attempt = n;
+                    continue;
+                }
+                StreamEvent::TextDelta { text, .. } => ("text", text),
+                StreamEvent::ThinkingDelta { thinking, .. } => ("thinking", thinking),
+                StreamEvent::ToolInputDelta { partial_json, .. } => ("tool_input", partial_json),
+                StreamEvent::Retrying { reason, .. } => ("discard", reason),
+                StreamEvent::ToolCall { .. } | StreamEvent::Usage(_) => continue,
+            };
+            self.run.events.emit(RuntimeEvent::ModelDelta {
+                agent: self.id.clone(),
+                turn: context.turn,
+                attempt,
+                delta,
+                text,
+            });
+        }
+        match response {
+            Some(response) => Ok(response),
+            // The stream ends with its response or an error; `response()` names the gap.
+            None => Ok(stream.response().await?),
+        }
     }
 
     /// The next model request of `model` on the current context.
@@ -560,7 +652,8 @@ impl AgentRuntime {
                 .await;
                 let mut outcomes = Vec::with_capacity(group);
                 for (call, result) in batch.iter().zip(results) {
-                    let result = result?;
+                    let mut result = result?;
+                    self.note_repeated_failure(call, &mut result);
                     pending.done.insert(
                         call.id.clone(),
                         (result.output.content.clone(), result.output.is_error),
@@ -591,16 +684,21 @@ impl AgentRuntime {
                 self.await_plan_decision(&request_id, &responder).await?
             } else if let Some(group) = pending.started.get(&call.id) {
                 Dispatched::Done(Box::new(super::dispatch::interrupted(*group)))
+            } else if pending.cut.as_deref() == Some(call.id.as_str()) {
+                Dispatched::Done(Box::new(CallResult::invalid(ToolOutput::error(
+                    super::limits::cut_call_result(&call.name),
+                ))))
             } else {
                 self.dispatch(call).await?
             };
-            let result = match dispatched {
+            let mut result = match dispatched {
                 Dispatched::Done(result) => result,
                 Dispatched::Stop(outcome) => {
                     self.pending = Some(pending);
                     return Ok(Some(outcome));
                 }
             };
+            self.note_repeated_failure(call, &mut result);
             let reset = result.reset_context.clone();
             pending.done.insert(
                 call.id.clone(),
@@ -627,6 +725,23 @@ impl AgentRuntime {
         Ok(None)
     }
 
+    /// A failed result the same as the call's last ones gets the note to change course (see
+    /// [`super::limits`]); it is part of what is committed.
+    fn note_repeated_failure(&self, call: &ToolCall, result: &mut CallResult) {
+        if !result.output.is_error {
+            return;
+        }
+        // The context ends with the assistant message holding `call`.
+        let before = &self.messages[..self.messages.len().saturating_sub(1)];
+        result.output.content = super::limits::with_stuck_note(
+            before,
+            &call.name,
+            &call.input,
+            std::mem::take(&mut result.output.content),
+            self.run.limits.stuck_after,
+        );
+    }
+
     /// The user message carrying every call's result, in the order of the calls.
     fn results_message(&self, pending: &PendingCalls) -> Message {
         let blocks = pending
@@ -651,6 +766,7 @@ impl AgentRuntime {
             .take_while(|call| {
                 !pending.done.contains_key(&call.id)
                     && !pending.started.contains_key(&call.id)
+                    && pending.cut.as_deref() != Some(call.id.as_str())
                     && self.is_read_only_call(call)
             })
             .count()

@@ -131,6 +131,8 @@ pub struct RunContext {
     pub compaction: CompactionPolicy,
     /// The run's team, in a team run (attached once the team exists).
     pub team: super::team::TeamSlot,
+    /// When the runtime stops an agent its model does not stop (cut answers, stuck loops).
+    pub limits: super::limits::AgentLimits,
 }
 
 /// When agents compact their context (see [`crate::compaction`]): the trigger's settings and
@@ -159,6 +161,21 @@ impl RunContext {
         BudgetLedger::new(settings, deadline_ms, restored)
     }
 }
+
+impl RunContext {
+    /// The output limit of `model`: the catalogue's `max_output`, else
+    /// [`DEFAULT_MAX_OUTPUT`].
+    pub fn output_limit(&self, model: &str) -> u64 {
+        self.compaction
+            .models
+            .get(model)
+            .and_then(|info| info.max_output)
+            .unwrap_or(DEFAULT_MAX_OUTPUT)
+    }
+}
+
+/// The output limit of a model the catalogue does not know.
+pub const DEFAULT_MAX_OUTPUT: u64 = 8192;
 
 /// Default cap on concurrent subagents.
 pub const DEFAULT_MAX_SUBAGENTS: usize = 4;

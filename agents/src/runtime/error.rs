@@ -45,6 +45,9 @@ pub enum RuntimeError {
     UnpricedModel(#[from] UnpricedModel),
     #[error("the model stopped with {reason}: {detail}")]
     ModelStopped { reason: String, detail: String },
+    /// The runtime ended the agent: a cut answer or a stuck loop (see [`super::AgentLimits`]).
+    #[error(transparent)]
+    Stopped(#[from] super::limits::AgentStop),
     /// The team could not carry out a transition the agent depends on.
     #[error("team: {0}")]
     Team(String),

@@ -1,5 +1,6 @@
 //! What the runtime reports as it goes, each event only after the commit it describes (the
-//! CLI prints them as `stream-json`).
+//! CLI prints them as `stream-json`) — but for [`RuntimeEvent::ModelDelta`], the one event that
+//! is not durable: a piece of a response while it streams, for display only.
 
 use muster_mailbox::Message as Mail;
 use serde_json::{Value, json};
@@ -23,6 +24,17 @@ pub enum RuntimeEvent {
         /// From sending the request to the complete response (retries included), in
         /// milliseconds: the time spent waiting for the model rather than in muster.
         latency_ms: f64,
+    },
+    /// A piece of the response of request `turn` while it streams (`delta`: `text`,
+    /// `thinking`, `tool_input`, or `discard` when attempt `attempt` failed and what it showed
+    /// is void). Not durable (`"durable": false`): nothing is committed for it, and what is
+    /// committed later is the complete response.
+    ModelDelta {
+        agent: String,
+        turn: u64,
+        attempt: u32,
+        delta: &'static str,
+        text: String,
     },
     ToolCall {
         agent: String,
@@ -74,6 +86,7 @@ impl RuntimeEvent {
         match self {
             RuntimeEvent::AgentStarted { .. } => "agent_started",
             RuntimeEvent::ModelTurn { .. } => "model_turn",
+            RuntimeEvent::ModelDelta { .. } => "model_delta",
             RuntimeEvent::ToolCall { .. } => "tool_call",
             RuntimeEvent::ModeChanged { .. } => "mode_changed",
             RuntimeEvent::ApprovalRequested { .. } => "approval_requested",
@@ -88,6 +101,7 @@ impl RuntimeEvent {
         match self {
             RuntimeEvent::AgentStarted { agent, .. }
             | RuntimeEvent::ModelTurn { agent, .. }
+            | RuntimeEvent::ModelDelta { agent, .. }
             | RuntimeEvent::ToolCall { agent, .. }
             | RuntimeEvent::ModeChanged { agent, .. }
             | RuntimeEvent::ApprovalRequested { agent, .. }
@@ -117,6 +131,14 @@ impl RuntimeEvent {
             } => json!({"turn": turn, "model": model, "mode": mode,
                         "stop_reason": stop_reason, "text": text,
                         "latency_ms": (latency_ms * 1000.0).round() / 1000.0}),
+            RuntimeEvent::ModelDelta {
+                turn,
+                attempt,
+                delta,
+                text,
+                ..
+            } => json!({"turn": turn, "attempt": attempt, "delta": delta, "text": text,
+                        "durable": false}),
             RuntimeEvent::ToolCall {
                 tool_use_id,
                 tool,

@@ -159,6 +159,8 @@ impl AgentRuntime {
             )
             .await?;
         let request_id = format!("plan-{}-{counter}", self.id);
+        let stored = self.run.store.requests(&self.run.run_id).await?;
+        let revision = muster_mailbox::revision::plan_revision(&stored, &self.id, &request_id);
         let sent = self
             .run
             .store
@@ -171,6 +173,8 @@ impl AgentRuntime {
                     plan_file: path.to_owned(),
                     plan: plan.to_owned(),
                     responder: responder.clone(),
+                    revision: revision.revision,
+                    previous_request_id: revision.previous_request_id,
                 },
                 idempotency_key: Some(format!("{}:{}", self.id, call.id)),
             })

@@ -9,7 +9,7 @@ use muster_config::settings::ModelInfo;
 use muster_mailbox::MailboxStore;
 
 use crate::budget::{Spend, cost_of};
-use crate::model::{Message, Role};
+use crate::model::{Role, StopReason};
 
 use super::agent::{AgentRuntime, PendingCalls, offered_tools, tool_definitions};
 use super::context::RunContext;
@@ -81,6 +81,8 @@ impl AgentRuntime {
             pending: None,
             finished: None,
             unfinished_answer: None,
+            stopped: None,
+            cut_chain: Default::default(),
             auto_gate_open: true,
             plan_approved: false,
             asks,
@@ -108,11 +110,18 @@ impl AgentRuntime {
             && agent.finished.is_none()
         {
             pending.calls = tool_calls_of(last);
-            if pending.calls.is_empty() {
+            if pending.calls.is_empty() && pending.cut_answer {
+                // A cut answer not followed by a request to continue: the continuations were
+                // used up, and the agent ended with `output_limit`.
+                agent.stopped = Some(super::limits::AgentStop::OutputLimit {
+                    max_tokens: agent.model_for_mode().max_tokens,
+                    continuations: agent.cut_chain.cuts.saturating_sub(1),
+                });
+            } else if pending.calls.is_empty() {
                 // The final answer arrived and was committed, but not its end of turn: the
                 // loop finishes it (with a teammate's end-of-turn transition) when it runs,
                 // without asking the model again.
-                agent.unfinished_answer = Some(text_of(last));
+                agent.unfinished_answer = Some(agent.cut_chain.answer(&last.content));
             } else {
                 agent.pending = Some(pending);
             }
@@ -176,13 +185,20 @@ impl AgentRuntime {
                 message,
                 turn,
                 usage,
+                stop_reason,
                 ..
             } => {
                 if let Some(turn) = turn {
                     self.turn = self.turn.max(turn);
                 }
                 if message.role == Role::Assistant {
-                    *pending = PendingCalls::default();
+                    let stop_reason = stop_reason.unwrap_or(StopReason::EndTurn);
+                    self.cut_chain.push(&message.content, &stop_reason);
+                    *pending = PendingCalls {
+                        cut: super::limits::cut_call_id(&message.content, &stop_reason),
+                        cut_answer: stop_reason == StopReason::MaxTokens,
+                        ..PendingCalls::default()
+                    };
                 }
                 self.messages.push(message);
                 if let Some(usage) = usage {
@@ -196,6 +212,7 @@ impl AgentRuntime {
                 self.last_prompt = None;
             }
             Record::ContextReset { .. } => {
+                self.cut_chain = Default::default();
                 self.messages.clear();
                 self.last_prompt = None;
                 *pending = PendingCalls::default();
@@ -232,7 +249,10 @@ impl AgentRuntime {
                 *last_plan = Some(content);
                 self.plan_approved = matches!(state.as_str(), "approved" | "edited");
             }
-            Record::Finished { result } => self.finished = Some(result),
+            Record::Finished { result } => {
+                self.cut_chain = Default::default();
+                self.finished = Some(result);
+            }
             // Evidence for verification, and worktree state the team restores.
             Record::Started { .. } | Record::BashEffects(_) | Record::Checkpoint { .. } => {}
         }
@@ -311,18 +331,7 @@ fn plan_in_history(record: &Record) -> Option<String> {
         })
 }
 
-fn text_of(message: &Message) -> String {
-    message
-        .content
-        .iter()
-        .filter_map(|block| match block {
-            crate::model::ContentBlock::Text { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect()
-}
-
-fn tool_calls_of(message: &Message) -> Vec<crate::model::ToolCall> {
+fn tool_calls_of(message: &crate::model::Message) -> Vec<crate::model::ToolCall> {
     message
         .content
         .iter()

@@ -24,6 +24,22 @@ pub(crate) struct Word {
     /// Where the word is in the command text (byte offsets), so muster can insert a flag
     /// after it or replace it; `None` for a word the parser supplies itself (the `]` of `[`).
     pub span: Option<std::ops::Range<usize>>,
+    /// Does the word expand one of [`SHOWN_VARIABLES`] (kept in `value` as written)? The rules
+    /// allow that only where no path or option can come of it (`echo`, `printf`, …).
+    pub expands: bool,
+}
+
+/// Variables a read-only command may expand: none holds a secret, and each expands to text
+/// the agent could learn anyway (`$?` is the last exit status).
+pub(crate) const SHOWN_VARIABLES: &[&str] = &["?", "PWD", "HOME", "USER", "SHELL", "PATH"];
+
+/// Is `raw` (`$NAME` or `${NAME}`) one of [`SHOWN_VARIABLES`]?
+fn shown_variable(raw: &str) -> bool {
+    let name = raw
+        .strip_prefix("${")
+        .and_then(|r| r.strip_suffix('}'))
+        .or_else(|| raw.strip_prefix('$'));
+    name.is_some_and(|name| SHOWN_VARIABLES.contains(&name))
 }
 
 impl Word {
@@ -33,6 +49,7 @@ impl Word {
             value: value.into(),
             globs: Vec::new(),
             span: None,
+            expands: false,
         }
     }
 }
@@ -401,6 +418,9 @@ fn redirect(
         return refuse("is not a redirection of one descriptor to one plain word");
     };
     let target = word(&[*target], bytes)?;
+    if target.expands {
+        return refuse("expands a variable in its target");
+    }
     if !target.globs.is_empty() {
         // Bash expands a redirection target to the one file it matches.
         return refuse("has a glob in its target");
@@ -511,6 +531,8 @@ fn command_name(node: Node<'_>, bytes: &[u8]) -> Result<String, String> {
 struct Unquoted {
     brace: bool,
     comma_or_range: bool,
+    /// A [`SHOWN_VARIABLES`] expansion was kept as written.
+    expands: bool,
     /// Offsets of unquoted glob characters in the value.
     globs: Vec<usize>,
 }
@@ -543,6 +565,7 @@ fn word(nodes: &[Node<'_>], bytes: &[u8]) -> Result<Word, String> {
             (Some(first), Some(last)) => Some(first.start_byte()..last.end_byte()),
             _ => None,
         },
+        expands: seen.expands,
     })
 }
 
@@ -564,18 +587,26 @@ fn piece(
             value.push_str(inner);
             Ok(())
         }
+        "simple_expansion" | "expansion" if shown_variable(raw) => {
+            seen.expands = true;
+            value.push_str(raw);
+            Ok(())
+        }
         "string" => {
             let mut cursor = node.walk();
             for child in node.children(&mut cursor) {
-                if child.is_named() && child.kind() != "string_content" {
-                    return Err(construct(child.kind(), text(child, bytes)));
+                let kind = child.kind();
+                let shown = matches!(kind, "simple_expansion" | "expansion")
+                    && shown_variable(text(child, bytes));
+                if child.is_named() && kind != "string_content" && !shown {
+                    return Err(construct(kind, text(child, bytes)));
                 }
             }
             let inner = raw
                 .strip_prefix('"')
                 .and_then(|r| r.strip_suffix('"'))
                 .ok_or_else(|| format!("`{}` is not a closed \"…\" string", shorten(raw)))?;
-            double_quoted(inner, value)
+            double_quoted(inner, value, seen)
         }
         "concatenation" if top => {
             let mut cursor = node.walk();
@@ -688,10 +719,18 @@ fn unquoted(raw: &str, value: &mut String, seen: &mut Unquoted) -> Result<(), St
 
 /// The inside of a double-quoted string: only `\$ \` \" \\` and backslash-newline are escapes;
 /// any `$` or backquote would expand and is rejected.
-fn double_quoted(inner: &str, value: &mut String) -> Result<(), String> {
+fn double_quoted(inner: &str, value: &mut String, seen: &mut Unquoted) -> Result<(), String> {
     let mut chars = inner.chars();
     while let Some(c) = chars.next() {
         match c {
+            '$' if let Some(variable) = leading_shown_variable(chars.as_str()) => {
+                seen.expands = true;
+                value.push('$');
+                value.push_str(variable);
+                for _ in variable.chars() {
+                    chars.next();
+                }
+            }
             '\\' => match chars.next() {
                 Some(e @ ('$' | '`' | '"' | '\\')) => value.push(e),
                 Some('\n') => {}
@@ -711,6 +750,24 @@ fn double_quoted(inner: &str, value: &mut String) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The `NAME` or `{NAME}` at the start of `rest` (just after a `$`) when it is one of
+/// [`SHOWN_VARIABLES`] and ends there (`$PATHX` is another variable).
+fn leading_shown_variable(rest: &str) -> Option<&str> {
+    if let Some(braced) = rest.strip_prefix('{') {
+        let end = braced.find('}')?;
+        let name = &braced[..end];
+        return SHOWN_VARIABLES.contains(&name).then(|| &rest[..end + 2]);
+    }
+    if rest.starts_with('?') {
+        return Some(&rest[..1]);
+    }
+    let end = rest
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(rest.len());
+    let name = &rest[..end];
+    SHOWN_VARIABLES.contains(&name).then_some(name)
 }
 
 #[cfg(test)]
@@ -812,6 +869,23 @@ mod tests {
     }
 
     #[test]
+    fn shown_variables_are_kept_as_written_and_marked() {
+        for (src, value) in [
+            ("echo $HOME", "$HOME"),
+            ("echo \"$PWD/x\"", "$PWD/x"),
+            ("echo \"${USER}@\"", "${USER}@"),
+            ("echo \"exit $?\"", "exit $?"),
+        ] {
+            let commands = parse(src).expect(src);
+            let word = &commands[0].args[0];
+            assert_eq!(word.value, value, "{src}");
+            assert!(word.expands, "{src}");
+        }
+        let literal = parse("echo '$HOME' \"\\$HOME\"").expect("literal dollars");
+        assert!(literal[0].args.iter().all(|w| !w.expands));
+    }
+
+    #[test]
     fn constructs_are_rejected() {
         for src in [
             "ls >x",
@@ -856,7 +930,9 @@ mod tests {
             "cat <<< x",
             "diff <(ls) <(ls)",
             "echo $((1+2))",
-            "echo \"$HOME\"",
+            "echo \"$SECRET\"",
+            "echo $HOMEX",
+            "echo ${HOME:-x}",
             "[[ x == y* ]]",
             "[[ x =~ y ]]",
             "[ a > b ]",

@@ -10,6 +10,10 @@ use super::rewrite::Expansion;
 /// Most distinct working directories `cd` may lead to within one command.
 const MAX_CWDS: usize = 16;
 
+/// Commands whose arguments are only printed or cut as text, never opened or taken as
+/// options that change what they do: the only ones that may get a variable's value.
+const PRINTS_ITS_ARGUMENTS: [&str; 4] = ["echo", "printf", "basename", "dirname"];
+
 /// Most files one glob may be checked against; a glob over more is not read-only.
 const MAX_GLOB_MATCHES: usize = 1000;
 
@@ -786,6 +790,15 @@ impl<'a> Checker<'a> {
     pub(crate) fn check(&mut self, cmd: &SimpleCommand) -> Result<(), String> {
         let name = cmd.name.as_str();
         let args = values(&cmd.args);
+        if let Some(word) = cmd.args.iter().find(|w| w.expands)
+            && !PRINTS_ITS_ARGUMENTS.contains(&name)
+        {
+            return Err(format!(
+                "`{}` is a variable expansion: `$?`, `$PWD`, `$HOME`, `$USER`, `$SHELL` and `$PATH` are read-only only as arguments of {}, where they cannot become a path or an option",
+                word.value,
+                PRINTS_ITS_ARGUMENTS.join(", ")
+            ));
+        }
         // The shell opens `< file` before the program runs, from the same directory.
         for input in &cmd.inputs {
             self.read(&format!("{name} <"), input)?;
@@ -809,6 +822,11 @@ impl<'a> Checker<'a> {
             "git" => self.git(&args),
             "test" | "[" | "[[" => self.test(name, &args),
             "command" => command_lookup(&args),
+            // `printf -v NAME` assigns a shell variable: `printf -v PATH ./x; ls` runs ./x/ls.
+            "printf" if args.first().is_some_and(|a| a.starts_with("-v")) => Err(
+                "`printf -v` assigns a shell variable, which can change what later commands run"
+                    .to_string(),
+            ),
             "awk" | "gawk" | "mawk" | "nawk" => self.awk(name, &args),
             "jq" => self.jq(&args),
             _ => match spec(name) {

@@ -944,6 +944,7 @@ async fn the_request_after_compaction_carries_the_task_board_read_from_the_store
             max_tokens: 1000,
             ..h.model(SONNET)
         }),
+        limits: Default::default(),
         compaction: CompactionPolicy {
             config: CompactionConfig::default(),
             models,

@@ -82,6 +82,7 @@ impl RunSetup {
                 batch_line_id: None,
                 auto_gate: AutoGate::default(),
                 launch_options: json!({}),
+                project_id: None,
             })
             .await
             .unwrap();
@@ -174,6 +175,7 @@ impl RunHarness {
                 None,
                 BTreeMap::new(),
             )),
+            limits: Default::default(),
             compaction: Default::default(),
         }
     }

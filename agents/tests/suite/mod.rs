@@ -1,7 +1,9 @@
 mod bash_effects;
 mod budget;
+mod caching;
 mod compaction;
 mod harness;
+mod limits;
 mod model;
 mod permission;
 mod runtime;

@@ -470,7 +470,7 @@ async fn anthropic_unknown_event_skipped_and_byte_splitting_inside_utf8() {
 }
 
 #[tokio::test]
-async fn anthropic_cut_tool_block_at_max_tokens_is_dropped() {
+async fn anthropic_cut_tool_block_at_max_tokens_is_kept_with_an_empty_input() {
     let fake = FakeLlm::start(vec![
         entry(
             "lead",
@@ -505,10 +505,50 @@ async fn anthropic_cut_tool_block_at_max_tokens_is_dropped() {
     .unwrap();
     assert_eq!(r.stop_reason, StopReason::MaxTokens);
     assert_eq!(r.text(), "Writing the file.");
-    assert!(
-        r.tool_calls().is_empty(),
-        "an incomplete tool call cannot be run"
+    let calls = r.tool_calls();
+    assert_eq!(
+        calls.len(),
+        1,
+        "the cut call is kept, for the runtime to answer"
     );
+    assert_eq!(calls[0].name, "Write");
+    assert!(!calls[0].id.is_empty());
+    assert_eq!(
+        calls[0].input,
+        json!({}),
+        "its incomplete input is not guessed at"
+    );
+}
+
+#[tokio::test]
+async fn openai_cut_tool_call_at_length_is_kept_and_the_answer_stays_cut() {
+    // A complete call, then one whose arguments the limit cut (`finish_reason: "length"`).
+    let body = concat!(
+        "data: {\"id\":\"c1\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"index\":0,\"id\":\"call_a\",\"type\":\"function\",\"function\":{\"name\":\"LS\",\"arguments\":\"{\\\"path\\\":\\\".\\\"}\"}}]},\"finish_reason\":null}]}\n\n",
+        "data: {\"id\":\"c1\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":1,\"id\":\"call_b\",\"type\":\"function\",\"function\":{\"name\":\"Write\",\"arguments\":\"{\\\"path\\\":\\\"a.rs\\\",\\\"content\\\":\\\"fn ma\"}}]},\"finish_reason\":null}]}\n\n",
+        "data: {\"id\":\"c1\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\n",
+        "data: [DONE]\n\n",
+    );
+    let base = canned_sse(body).await;
+    let sleeper = RecordingSleeper::new();
+    let client = HttpClient::openai(
+        config(format!("{base}/v1"), &sleeper),
+        OpenAiOptions::default(),
+    )
+    .unwrap();
+    let r = complete(&client, &ctx("lead", 1), &request("gpt-test"))
+        .await
+        .unwrap();
+    assert_eq!(r.stop_reason, StopReason::MaxTokens, "cut, calls or not");
+    assert_eq!(
+        tool_uses(&r),
+        vec![
+            ("LS".to_owned(), json!({"path": "."})),
+            ("Write".to_owned(), json!({})),
+        ],
+        "a complete call keeps its input; the cut one is kept with an empty input"
+    );
+    assert_eq!(r.tool_calls()[1].id, "call_b");
 }
 
 // ---------------------------------------------------------------------------------------

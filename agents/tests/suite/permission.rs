@@ -1265,6 +1265,33 @@ fn every_tool_call(name: &str) -> Value {
     }
 }
 
+/// Runs git in `root` with a test identity; fails the test if git fails.
+fn git_in(root: &Path, args: &[&str]) {
+    let status = std::process::Command::new("git")
+        .args(["-c", "user.email=t@example.com", "-c", "user.name=t"])
+        .args(args)
+        .current_dir(root)
+        .output()
+        .unwrap();
+    assert!(status.status.success(), "git {args:?}");
+}
+
+/// An executable shell script at `path` running `line`.
+#[cfg(unix)]
+fn executable(path: &Path, line: &str) -> PathBuf {
+    std::fs::write(path, format!("#!/bin/sh\n{line}\n")).unwrap();
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    path.to_path_buf()
+}
+
+/// The caller's `PATH` and `HOME`, for Bash the runtime runs.
+fn path_and_home() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    ["PATH", "HOME"]
+        .iter()
+        .filter_map(|name| Some(((*name).into(), std::env::var_os(name)?)))
+        .collect()
+}
+
 /// Read-only `Bash` the runtime runs in plan mode gets the read-only git environment: a
 /// repository-configured program `git status` would start does not run (it does when the
 /// same command runs outside the engine's decision).
@@ -1278,27 +1305,14 @@ async fn read_only_bash_runs_with_the_read_only_git_environment() {
     )])
     .await;
     let root = harness.workspace();
-    let git = |args: &[&str]| {
-        let status = std::process::Command::new("git")
-            .args(["-c", "user.email=t@example.com", "-c", "user.name=t"])
-            .args(args)
-            .current_dir(&root)
-            .output()
-            .unwrap();
-        assert!(status.status.success(), "git {args:?}");
-    };
+    let git = |args: &[&str]| git_in(&root, args);
     git(&["init", "-q"]);
     git(&["add", "src/a.rs"]);
     git(&["commit", "-qm", "a"]);
     // A repository-configured program that `git status` would run.
-    let hook = root.join("hook.sh");
-    std::fs::write(&hook, "#!/bin/sh\ntouch ran-fsmonitor\n").unwrap();
-    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let hook = executable(&root.join("hook.sh"), "touch ran-fsmonitor");
     git(&["config", "core.fsmonitor", hook.to_str().unwrap()]);
-    let environment: Vec<(std::ffi::OsString, std::ffi::OsString)> = ["PATH", "HOME"]
-        .iter()
-        .filter_map(|name| Some(((*name).into(), std::env::var_os(name)?)))
-        .collect();
+    let environment = path_and_home();
     let calls = ship(
         &harness,
         PermissionMode::Plan,
@@ -1336,31 +1350,14 @@ async fn read_only_git_diff_runs_with_no_ext_diff_forced() {
     let harness =
         shipping_harness(vec![muster_fake_llm::Block::tool_use("Bash", diff.clone())]).await;
     let root = harness.workspace();
-    let git = |args: &[&str]| {
-        let status = std::process::Command::new("git")
-            .args(["-c", "user.email=t@example.com", "-c", "user.name=t"])
-            .args(args)
-            .current_dir(&root)
-            .output()
-            .unwrap();
-        assert!(status.status.success(), "git {args:?}");
-    };
+    let git = |args: &[&str]| git_in(&root, args);
     git(&["init", "-q"]);
     git(&["add", "src/a.rs"]);
     git(&["commit", "-qm", "a"]);
     std::fs::write(root.join("src/a.rs"), "changed by the test\n").unwrap();
-    let external = root.join("external.sh");
-    std::fs::write(&external, "#!/bin/sh\ntouch ran-external-diff\n").unwrap();
-    std::fs::set_permissions(
-        &external,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let external = executable(&root.join("external.sh"), "touch ran-external-diff");
     git(&["config", "diff.external", external.to_str().unwrap()]);
-    let environment: Vec<(std::ffi::OsString, std::ffi::OsString)> = ["PATH", "HOME"]
-        .iter()
-        .filter_map(|name| Some(((*name).into(), std::env::var_os(name)?)))
-        .collect();
+    let environment = path_and_home();
     let calls = ship(
         &harness,
         PermissionMode::Plan,

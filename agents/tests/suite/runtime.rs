@@ -327,11 +327,14 @@ async fn teammate_plan_goes_to_the_lead_and_a_closed_auto_gate_restores_default(
         plan_file,
         plan,
         responder,
+        revision,
+        previous_request_id,
     } = request.typed_body()
     else {
         panic!("not a plan request");
     };
     assert_eq!(request_id, "plan-alice-1");
+    assert_eq!((revision, previous_request_id), (1, None));
     assert_eq!(responder, "lead");
     assert_eq!(plan, PLAN);
     assert_eq!(PathBuf::from(&plan_file), h.plans().agent_file("alice"));

@@ -121,6 +121,11 @@ fn corpus_verdicts() {
 /// Runs command lines under bash with every program replaced by a stub that records its argv
 /// (builtins disabled with `enable -n`), to compare with the argv the classifier checked.
 #[cfg(unix)]
+/// The stub shell's `HOME`, `USER` and `SHELL`.
+const STUB_HOME: &str = "/home/stub";
+const STUB_USER: &str = "stub";
+const STUB_SHELL: &str = "/bin/bash";
+
 struct StubShell {
     bash: String,
     dir: tempfile::TempDir,
@@ -194,6 +199,9 @@ impl StubShell {
                 .current_dir(self.dir.path().join("work"))
                 .env_clear()
                 .env("PATH", &bin)
+                .env("HOME", STUB_HOME)
+                .env("USER", STUB_USER)
+                .env("SHELL", STUB_SHELL)
                 .env("STUB_LOG", &log)
                 .stdin(std::process::Stdio::null())
                 .output()
@@ -226,13 +234,41 @@ impl StubShell {
         ran
     }
 
-    /// Bash ran exactly `commands` (only some of them when `command` has `||`).
-    fn assert_agrees(&mut self, command: &str, commands: &[Vec<String>]) {
+    /// The value each variable the classifier may let through has in the stub shell (`$?` is
+    /// 0: every stub exits 0).
+    fn shown_values(&self) -> Vec<(&'static str, String)> {
+        let bin = self.dir.path().join("bin").display().to_string();
+        let pwd = self.dir.path().join("work").display().to_string();
+        vec![
+            ("PATH", bin),
+            ("PWD", pwd),
+            ("HOME", STUB_HOME.to_owned()),
+            ("USER", STUB_USER.to_owned()),
+            ("SHELL", STUB_SHELL.to_owned()),
+            ("?", "0".to_owned()),
+        ]
+    }
+
+    /// Bash ran exactly `commands` (only some of them when `command` has `||`); with
+    /// `expanded`, the shown variables the classifier kept as written (`$HOME`) are replaced by
+    /// their values first (a line whose text has a literal `\$` must not ask for that).
+    fn assert_agrees(&mut self, command: &str, commands: &[Vec<String>], expanded: bool) {
         let ran = self.run(command, commands);
+        let values = if expanded {
+            self.shown_values()
+        } else {
+            Vec::new()
+        };
+        let expand = |word: &String| {
+            values.iter().fold(word.clone(), |word, (name, value)| {
+                word.replace(&format!("${{{name}}}"), value)
+                    .replace(&format!("${name}"), value)
+            })
+        };
         let mut expected: Vec<Vec<String>> = commands
             .iter()
             .filter(|argv| argv[0] != "[[")
-            .cloned()
+            .map(|argv| argv.iter().map(expand).collect())
             .collect();
         expected.sort();
         // After `||` or a test that may be false, only some of the commands run.
@@ -265,7 +301,12 @@ fn bash_runs_the_argv_the_classifier_checked() {
     for case in corpus() {
         if let ShellVerdict::ReadOnly { commands, run_as } = classify(&case.command, &check) {
             // What runs is the rewritten text when muster added flags (`--no-ext-diff`).
-            shell.assert_agrees(run_as.as_deref().unwrap_or(&case.command), &commands);
+            let expanded = !case.command.contains("\\$");
+            shell.assert_agrees(
+                run_as.as_deref().unwrap_or(&case.command),
+                &commands,
+                expanded,
+            );
             checked += 1;
         }
     }
@@ -345,9 +386,11 @@ fn bash_agrees_on_random_quoting() {
                 }
             }
             if let ShellVerdict::ReadOnly { commands, run_as } = classify(&command, &check) {
-                shell
-                    .borrow_mut()
-                    .assert_agrees(run_as.as_deref().unwrap_or(&command), &commands);
+                shell.borrow_mut().assert_agrees(
+                    run_as.as_deref().unwrap_or(&command),
+                    &commands,
+                    false,
+                );
             }
             Ok(())
         })
@@ -782,7 +825,7 @@ fn verdict_reasons_name_the_culprit() {
         ("ls > out.txt", "redirection"),
         ("cat a && touch b", "touch"),
         ("rg --pre=./x.sh foo", "--pre"),
-        ("echo $HOME", "expansion"),
+        ("echo $SECRET", "expansion"),
         ("cat /etc/shadow", "/etc/shadow"),
         ("git push", "git push"),
         ("rg foo [ab]*", "glob"),

@@ -153,6 +153,8 @@ impl Harness {
                     plan_file: "plan.md".into(),
                     plan: PLAN.into(),
                     responder: "lead".into(),
+                    revision: 1,
+                    previous_request_id: None,
                 },
                 idempotency_key: None,
             })

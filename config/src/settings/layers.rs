@@ -348,9 +348,9 @@ impl CliOverrides {
         self
     }
 
-    /// `--store PATH`.
+    /// `--store PATH|URL`.
     pub fn store(self, path: impl Into<String>) -> CliOverrides {
-        self.set("store_path", path, "--store")
+        self.set("store", path, "--store")
     }
 
     /// `--permission-mode MODE`.

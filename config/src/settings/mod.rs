@@ -25,6 +25,7 @@ use crate::named::named_enum;
 use crate::origin::{Layer, Origin, Sourced};
 use crate::project::ProjectRoot;
 use crate::rule::PermissionRules;
+use crate::store_url::StoreLocation;
 
 named_enum! {
     /// A model provider.
@@ -221,8 +222,8 @@ pub struct Settings {
     pub permissions: PermissionRules,
     /// Absolute, inside the project root after symlink resolution.
     pub plans_directory: Sourced<PathBuf>,
-    /// Absolute.
-    pub store_path: Sourced<PathBuf>,
+    /// The store (`store`, alias `store_path`): an absolute file path, or a PostgreSQL URL.
+    pub store: Sourced<StoreLocation>,
     /// Who approves the main agent's plans: `human` or a policy.
     pub approver: Sourced<Approver>,
     pub auto_gate: Sourced<AutoGate>,
@@ -706,11 +707,7 @@ fn build(merged: &Merged, root: &Path, errors: &mut Vec<Diagnostic>) -> Settings
             Sourced::new(outside.resolved, plans_text.origin.clone())
         }
     };
-    let store_text = builder.text(&["store_path"]);
-    let store_path = Sourced::new(
-        paths::normalize(&root.join(&store_text.value)),
-        store_text.origin,
-    );
+    let store = resolve_store(builder.merged, root);
     let approver = builder.required(&["approver"], |text| match Approver::parse(text)? {
         Approver::Lead => Err(
             "the main agent's approver is \"human\" or \"policy:FILE\"; \"lead\" is for teammates"
@@ -726,7 +723,7 @@ fn build(merged: &Merged, root: &Path, errors: &mut Vec<Diagnostic>) -> Settings
         permission_mode,
         permissions: merged.rules.clone(),
         plans_directory,
-        store_path,
+        store,
         approver,
         auto_gate: builder.required(&["auto_gate"], |text| text.parse::<AutoGate>()),
         auto_gate_denial_limit: builder.count(&["auto_gate_denial_limit"]),
@@ -761,6 +758,25 @@ fn build(merged: &Merged, root: &Path, errors: &mut Vec<Diagnostic>) -> Settings
 
 /// Token counts of `[compaction]` that cannot be 0: a summary of no tokens, a threshold of no
 /// prompt.
+/// `store` or its alias `store_path`, whichever the higher layer set; a URL is kept as it is,
+/// a path is resolved against the project root.
+fn resolve_store(merged: &Merged, root: &Path) -> Sourced<StoreLocation> {
+    let named = merged.text(&["store"]);
+    let alias = merged.text(&["store_path"]);
+    let chosen = match (named, alias) {
+        (Some(named), Some(alias)) if alias.origin.layer > named.origin.layer => alias,
+        (Some(named), _) => named,
+        (None, Some(alias)) => alias,
+        (None, None) => Sourced::new(".muster/muster.db".to_string(), Origin::built_in()),
+    };
+    let location = if crate::store_url::is_postgres_url(&chosen.value) {
+        StoreLocation::Postgres(chosen.value.trim().to_string())
+    } else {
+        StoreLocation::File(paths::normalize(&root.join(&chosen.value)))
+    };
+    Sourced::new(location, chosen.origin)
+}
+
 fn check_compaction(compaction: &CompactionSettings, errors: &mut Vec<Diagnostic>) {
     let positive = [
         (
@@ -854,12 +870,17 @@ fn entries(merged: &Merged) -> Vec<SettingEntry> {
         .iter()
         .map(|(path, (value, origin))| {
             let masked = path.last().is_some_and(|leaf| leaf == "api_key");
+            let is_store =
+                matches!(path.as_slice(), [key] if key == "store" || key == "store_path");
             SettingEntry {
                 key: display_path(path),
-                value: if masked {
-                    serde_json::Value::from("********")
-                } else {
-                    value.to_json()
+                value: match (masked, is_store, value.to_json()) {
+                    (true, _, _) => serde_json::Value::from("********"),
+                    // A store URL's password never reaches `config show`.
+                    (false, true, serde_json::Value::String(text)) => {
+                        serde_json::Value::from(crate::store_url::mask_password(&text))
+                    }
+                    (false, _, json) => json,
                 },
                 origin: origin.clone(),
             }

@@ -178,7 +178,10 @@ pub(crate) const SETTINGS: Schema = Schema::Table(&[
         ]),
     ),
     ("plans_directory", with_default(Kind::Path, ".muster/plans")),
-    ("store_path", with_default(Kind::Path, ".muster/muster.db")),
+    // The store: a path or a postgres:// URL. `store_path` is its older name, kept as an
+    // alias; when both are set, the higher layer wins (at one layer, `store`).
+    ("store", with_default(Kind::Path, ".muster/muster.db")),
+    ("store_path", leaf(Kind::Path)),
     ("approver", with_default(Kind::Approver, "human")),
     (
         "auto_gate",

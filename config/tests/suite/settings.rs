@@ -12,7 +12,10 @@ fn defaults_apply_when_no_file_sets_anything() {
     assert_eq!(*settings.permission_mode, PermissionMode::Default);
     assert_eq!(settings.permission_mode.origin.layer, Layer::Default);
     assert!(settings.plans_directory.ends_with(".muster/plans"));
-    assert!(settings.store_path.ends_with(".muster/muster.db"));
+    assert_eq!(
+        settings.store.value,
+        muster_config::store_url::StoreLocation::File(project.path(".muster/muster.db"))
+    );
     assert_eq!(*settings.approver, Approver::Human);
     assert_eq!(*settings.auto_gate, AutoGate::Open);
     assert_eq!(*settings.auto_gate_denial_limit, 3);
@@ -77,8 +80,11 @@ fn later_layers_override_key_by_key_and_rule_lists_concatenate() {
         display(&local)
     );
     assert_eq!(settings.mailbox.max_body_bytes.origin.layer, Layer::Default);
-    assert_eq!(settings.store_path.value, project.path("state/m.db"));
-    assert_eq!(settings.store_path.origin.layer, Layer::Cli);
+    assert_eq!(
+        settings.store.value,
+        muster_config::store_url::StoreLocation::File(project.path("state/m.db"))
+    );
+    assert_eq!(settings.store.origin.layer, Layer::Cli);
 
     let allow: Vec<_> = settings
         .permissions
@@ -659,4 +665,43 @@ fn an_openai_provider_needs_a_model_of_its_own() {
     let project = Project::new().env("MUSTER_MODEL", "llama3.1");
     project.write(".muster/settings.toml", "provider = \"openai\"\n");
     assert_eq!(project.settings().act.model.value, "llama3.1");
+}
+
+#[test]
+fn store_takes_a_path_or_a_url_and_store_path_is_its_alias() {
+    use muster_config::store_url::StoreLocation;
+    let project = Project::new();
+    project.write(".muster/settings.toml", "store_path = \"old.db\"\n");
+    let settings = project.settings();
+    assert_eq!(
+        settings.store.value,
+        StoreLocation::File(project.path("old.db"))
+    );
+    assert_eq!(settings.store.origin.layer, Layer::Project);
+
+    project.write(
+        ".muster/settings.local.toml",
+        "store = \"postgres://u:pw@db.example:5432/muster\"\n",
+    );
+    let settings = project.settings();
+    assert_eq!(
+        settings.store.value,
+        StoreLocation::Postgres("postgres://u:pw@db.example:5432/muster".into()),
+        "the higher layer wins whichever name it uses"
+    );
+    assert_eq!(
+        settings.store.value.to_string(),
+        "postgres://u:***@db.example:5432/muster"
+    );
+
+    project.write(
+        ".muster/settings.toml",
+        "store = \"new.db\"\nstore_path = \"old.db\"\n",
+    );
+    std::fs::remove_file(project.path(".muster/settings.local.toml")).unwrap();
+    assert_eq!(
+        project.settings().store.value,
+        StoreLocation::File(project.path("new.db")),
+        "at one layer, `store` wins over its alias"
+    );
 }

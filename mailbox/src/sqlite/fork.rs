@@ -30,9 +30,9 @@ pub(crate) fn fork_run(
     let now = now_millis();
     conn.execute(
         "INSERT INTO runs (id, slug, team, workspace, status, created_at, updated_at, batch_line_id, \
-         auto_gate_open, auto_denials, auto_gate_limit, launch_options, epoch, result) \
+         auto_gate_open, auto_denials, auto_gate_limit, launch_options, epoch, result, project_id) \
          SELECT ?2, ?3, team, workspace, ?4, ?5, ?5, batch_line_id, auto_gate_open, auto_denials, \
-         auto_gate_limit, launch_options, 0, result FROM runs WHERE id = ?1",
+         auto_gate_limit, launch_options, 0, result, project_id FROM runs WHERE id = ?1",
         params![source, new_id, new_slug, status.as_str(), now],
     )
     .map_err(ctx.sql())?;

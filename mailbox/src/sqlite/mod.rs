@@ -2,10 +2,10 @@
 
 mod fork;
 mod open;
-mod ops;
+pub(crate) mod ops;
 mod schema;
 mod tasks;
-mod wake;
+pub(crate) mod wake;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -365,8 +365,9 @@ impl MailboxStore for SqliteStore {
             .await
     }
 
-    async fn prune(&self, cutoff: UnixMillis) -> StoreResult<PruneReport> {
-        self.op(move |conn, ctx, _| ops::prune(conn, ctx, cutoff))
+    async fn prune(&self, cutoff: UnixMillis, project: Option<&str>) -> StoreResult<PruneReport> {
+        let project = project.map(str::to_owned);
+        self.op(move |conn, ctx, _| ops::prune(conn, ctx, cutoff, project.as_deref()))
             .await
     }
 }

@@ -63,7 +63,7 @@ fn to_json_text(value: &Value) -> String {
 // ---------------------------------------------------------------- runs
 
 const RUN_COLUMNS: &str = "id, slug, team, workspace, status, created_at, updated_at, \
-    batch_line_id, auto_gate_open, auto_denials, auto_gate_limit, launch_options, epoch, result";
+    batch_line_id, auto_gate_open, auto_denials, auto_gate_limit, launch_options, epoch, result, project_id";
 
 struct RawRun {
     id: String,
@@ -80,6 +80,7 @@ struct RawRun {
     launch_options: String,
     epoch: i64,
     result: Option<String>,
+    project_id: Option<String>,
 }
 
 fn raw_run(row: &Row<'_>) -> rusqlite::Result<RawRun> {
@@ -98,6 +99,7 @@ fn raw_run(row: &Row<'_>) -> rusqlite::Result<RawRun> {
         launch_options: row.get(11)?,
         epoch: row.get(12)?,
         result: row.get(13)?,
+        project_id: row.get(14)?,
     })
 }
 
@@ -128,6 +130,7 @@ impl RawRun {
                 .as_deref()
                 .map(|r| parse_json("runs", r))
                 .transpose()?,
+            project_id: self.project_id,
         })
     }
 }
@@ -145,8 +148,8 @@ pub(crate) fn create_run(
     let now = now_millis();
     conn.execute(
         "INSERT INTO runs (id, slug, team, workspace, status, created_at, updated_at, \
-         batch_line_id, auto_gate_open, auto_denials, auto_gate_limit, launch_options, epoch) \
-         VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?5, ?6, ?7, ?8, ?9, ?10, 0)",
+         batch_line_id, auto_gate_open, auto_denials, auto_gate_limit, launch_options, epoch, project_id) \
+         VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?5, ?6, ?7, ?8, ?9, ?10, 0, ?11)",
         params![
             run.id,
             run.slug,
@@ -158,6 +161,7 @@ pub(crate) fn create_run(
             run.auto_gate.consecutive_denials as i64,
             run.auto_gate.limit as i64,
             to_json_text(&run.launch_options),
+            run.project_id,
         ],
     )
     .map_err(ctx.sql())?;
@@ -1263,9 +1267,13 @@ pub(crate) fn prune(
     conn: &Connection,
     ctx: &OpContext,
     cutoff: UnixMillis,
+    project: Option<&str>,
 ) -> StoreResult<PruneReport> {
     let mut report = PruneReport::default();
-    for run in list_runs(conn, ctx)? {
+    let runs = list_runs(conn, ctx)?
+        .into_iter()
+        .filter(|run| project.is_none_or(|p| run.in_project(p)));
+    for run in runs {
         if !run.status.is_finished() {
             report.runs_skipped.push((run.id, run.status));
             continue;

@@ -134,6 +134,10 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (run_id, op_key)
     ) STRICT, WITHOUT ROWID;
     "#,
+    // 2 -> 3: runs carry the project they belong to (several projects can share a store).
+    r#"
+    ALTER TABLE runs ADD COLUMN project_id TEXT;
+    "#,
 ];
 
 /// The newest schema version this build knows.

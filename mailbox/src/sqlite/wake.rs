@@ -7,7 +7,7 @@ use dashmap::DashMap;
 use tokio::sync::Notify;
 
 /// A recipient to wake once the transaction that wrote its mail has committed.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Wake {
     pub run_id: String,
     pub recipient: String,

@@ -3,9 +3,8 @@
 //! only. The child prints one line per durable event, after the call returns.
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, ChildStdout, Command, Stdio};
-use std::sync::Arc;
 
 use muster_mailbox::*;
 use serde::{Deserialize, Serialize};
@@ -19,11 +18,11 @@ const ACTION_VAR: &str = "MUSTER_MAILBOX_TEST_CHILD";
 pub enum Action {
     /// `alice` and `bob` each send `per_sender` keyed messages to `carol`, who receives and
     /// acks each one with a record of what she saw.
-    SendAndAck { db: PathBuf, per_sender: usize },
+    SendAndAck { db: Location, per_sender: usize },
     /// Waits for "go" on stdin, then claims task 1 as `agent`.
-    Claim { db: PathBuf, agent: String },
+    Claim { db: Location, agent: String },
     /// Waits for "go" on stdin, then answers `plan-alice-1` as `human`.
-    Respond { db: PathBuf, approved: bool },
+    Respond { db: Location, approved: bool },
     /// Sends `text` to `alice` and pokes the live run.
     SendAndPoke {
         db: PathBuf,
@@ -108,7 +107,7 @@ async fn run(action: Action) {
     match action {
         Action::SendAndAck { db, per_sender } => send_and_ack(&db, per_sender).await,
         Action::Claim { db, agent } => {
-            let store = open(&db);
+            let store = db.open().await;
             wait_for_go();
             match store.claim_task(RUN, 1, &agent).await {
                 Ok(_) => println!("won"),
@@ -116,7 +115,7 @@ async fn run(action: Action) {
             }
         }
         Action::Respond { db, approved } => {
-            let store = open(&db);
+            let store = db.open().await;
             wait_for_go();
             match store.respond(plan_response(approved)).await {
                 Ok(_) => println!("accepted"),
@@ -178,8 +177,8 @@ pub fn seen(key: &str) -> CommitTurn {
     }
 }
 
-async fn send_and_ack(db: &Path, per_sender: usize) {
-    let store = Arc::new(open(db));
+async fn send_and_ack(db: &Location, per_sender: usize) {
+    let store = db.open().await;
     let epoch = store.open_epoch(RUN).await.unwrap();
     let senders: Vec<_> = ["alice", "bob"]
         .into_iter()

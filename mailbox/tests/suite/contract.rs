@@ -6,6 +6,27 @@ use serde_json::json;
 
 use super::common::*;
 
+on_both_backends!(
+    delivery_keeps_sender_order_within_priority_classes,
+    a_leased_message_is_not_delivered_again_until_a_new_epoch,
+    a_filtered_receive_takes_only_the_awaited_answer,
+    idempotency_key_returns_the_original_message,
+    refusals_name_what_was_wrong,
+    responses_are_checked_and_the_first_one_wins,
+    a_policy_responder_answers_as_the_policy_entry,
+    unknown_kinds_are_kept_raw,
+    commit_turn_is_all_or_nothing,
+    the_auto_gate_closes_after_consecutive_denials_and_an_allow_resets_the_count,
+    records_keep_their_positions,
+    roster_reserves_human_and_policy_and_validates_ids,
+    tasks_claim_block_assign_and_release,
+    counters_count_per_run_and_name,
+    a_store_reopens_with_everything_in_it,
+    prune_deletes_only_settled_chat_of_finished_runs,
+    a_fork_copies_everything_and_then_goes_its_own_way,
+    runs_carry_their_project_through_a_fork_and_prune_keeps_to_it,
+);
+
 fn plan_request(run: &str, id: &str, responder: &str) -> NewMessage {
     NewMessage {
         run_id: run.into(),
@@ -16,6 +37,8 @@ fn plan_request(run: &str, id: &str, responder: &str) -> NewMessage {
             plan_file: ".muster/plans/x-agent-alice.md".into(),
             plan: "## Steps\n1. x\n## Files\na.rs".into(),
             responder: responder.into(),
+            revision: 1,
+            previous_request_id: None,
         },
         idempotency_key: None,
     }
@@ -39,10 +62,9 @@ fn plan_response(run: &str, id: &str, from: &str, approved: bool) -> NewResponse
     }
 }
 
-#[tokio::test]
-async fn delivery_keeps_sender_order_within_priority_classes() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir.path().join("m.db"));
+async fn delivery_keeps_sender_order_within_priority_classes(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
     let epoch = run_with(&store, RUN, &["alice", "bob", "carol"]).await;
     store.send(text(RUN, "alice", "carol", "a1")).await.unwrap();
     store.send(text(RUN, "bob", "carol", "b1")).await.unwrap();
@@ -74,10 +96,9 @@ async fn delivery_keeps_sender_order_within_priority_classes() {
     assert_eq!(order, ["shutdown_request", "l1", "l2", "a1", "b1", "a2"]);
 }
 
-#[tokio::test]
-async fn a_leased_message_is_not_delivered_again_until_a_new_epoch() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir.path().join("m.db"));
+async fn a_leased_message_is_not_delivered_again_until_a_new_epoch(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
     let epoch = run_with(&store, RUN, &["alice"]).await;
     let sent = store.send(text(RUN, "lead", "alice", "hi")).await.unwrap();
     let leased = store
@@ -124,10 +145,9 @@ async fn a_leased_message_is_not_delivered_again_until_a_new_epoch() {
     );
 }
 
-#[tokio::test]
-async fn a_filtered_receive_takes_only_the_awaited_answer() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir.path().join("m.db"));
+async fn a_filtered_receive_takes_only_the_awaited_answer(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
     let epoch = run_with(&store, RUN, &["alice"]).await;
     store
         .send(plan_request(RUN, "plan-alice-1", "lead"))
@@ -160,10 +180,9 @@ async fn a_filtered_receive_takes_only_the_awaited_answer() {
     assert_eq!(text_of(&rest), "chatter");
 }
 
-#[tokio::test]
-async fn idempotency_key_returns_the_original_message() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir.path().join("m.db"));
+async fn idempotency_key_returns_the_original_message(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
     run_with(&store, RUN, &["alice"]).await;
     let keyed = NewMessage {
         idempotency_key: Some("lead:toolu_1".into()),
@@ -175,14 +194,13 @@ async fn idempotency_key_returns_the_original_message() {
     assert_eq!(store.messages(RUN, Some("alice")).await.unwrap().len(), 1);
 }
 
-#[tokio::test]
-async fn refusals_name_what_was_wrong() {
-    let dir = tempfile::tempdir().unwrap();
+async fn refusals_name_what_was_wrong(backend: Backend) {
+    let place = Place::new(backend).await;
     let options = StoreOptions {
         max_body_bytes: 64,
         ..StoreOptions::default()
     };
-    let store = open_with(&dir.path().join("m.db"), options);
+    let store = place.open_with(options).await;
     run_with(&store, RUN, &["alice"]).await;
     let cases: Vec<(NewMessage, &str)> = vec![
         (
@@ -212,10 +230,9 @@ async fn refusals_name_what_was_wrong() {
     );
 }
 
-#[tokio::test]
-async fn responses_are_checked_and_the_first_one_wins() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir.path().join("m.db"));
+async fn responses_are_checked_and_the_first_one_wins(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
     run_with(&store, RUN, &["alice", "bob"]).await;
     store
         .send(plan_request(RUN, "plan-alice-1", "human"))
@@ -304,10 +321,9 @@ async fn responses_are_checked_and_the_first_one_wins() {
     );
 }
 
-#[tokio::test]
-async fn a_policy_responder_answers_as_the_policy_entry() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir.path().join("m.db"));
+async fn a_policy_responder_answers_as_the_policy_entry(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
     run_with(&store, RUN, &["alice"]).await;
     store
         .send(plan_request(RUN, "plan-alice-1", "policy:/p/policy.toml"))
@@ -320,10 +336,9 @@ async fn a_policy_responder_answers_as_the_policy_entry() {
     assert_eq!(answer.sender, "policy");
 }
 
-#[tokio::test]
-async fn unknown_kinds_are_kept_raw() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir.path().join("m.db"));
+async fn unknown_kinds_are_kept_raw(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
     let epoch = run_with(&store, RUN, &["alice"]).await;
     let raw = json!({"type": "mode_set_request", "mode": "plan"});
     store
@@ -351,10 +366,9 @@ async fn unknown_kinds_are_kept_raw() {
     );
 }
 
-#[tokio::test]
-async fn commit_turn_is_all_or_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir.path().join("m.db"));
+async fn commit_turn_is_all_or_nothing(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
     let epoch = run_with(&store, RUN, &["alice"]).await;
     store
         .send(text(RUN, "lead", "alice", "do it"))
@@ -419,10 +433,11 @@ async fn commit_turn_is_all_or_nothing() {
     );
 }
 
-#[tokio::test]
-async fn the_auto_gate_closes_after_consecutive_denials_and_an_allow_resets_the_count() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir.path().join("m.db"));
+async fn the_auto_gate_closes_after_consecutive_denials_and_an_allow_resets_the_count(
+    backend: Backend,
+) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
     run_with(&store, RUN, &[]).await;
     let gate = store
         .update_auto_gate(RUN, AutoGateUpdate::Denied(2))
@@ -446,10 +461,9 @@ async fn the_auto_gate_closes_after_consecutive_denials_and_an_allow_resets_the_
     assert!(!gate.open, "a closed gate stays closed");
 }
 
-#[tokio::test]
-async fn records_keep_their_positions() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir.path().join("m.db"));
+async fn records_keep_their_positions(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
     run_with(&store, RUN, &["alice"]).await;
     let rec = |seq: Option<i64>, n: i64| NewRecord {
         agent: "alice".into(),
@@ -480,10 +494,9 @@ async fn records_keep_their_positions() {
     );
 }
 
-#[tokio::test]
-async fn roster_reserves_human_and_policy_and_validates_ids() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir.path().join("m.db"));
+async fn roster_reserves_human_and_policy_and_validates_ids(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
     run_with(&store, RUN, &["alice"]).await;
     let entry = |agent: &str| RosterEntry {
         agent: agent.into(),
@@ -518,10 +531,9 @@ async fn roster_reserves_human_and_policy_and_validates_ids() {
     );
 }
 
-#[tokio::test]
-async fn tasks_claim_block_assign_and_release() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir.path().join("m.db"));
+async fn tasks_claim_block_assign_and_release(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
     let epoch = run_with(&store, RUN, &["alice", "bob"]).await;
     let new = |subject: &str, blocked_by: Vec<i64>| NewTask {
         run_id: RUN.into(),
@@ -626,10 +638,9 @@ async fn tasks_claim_block_assign_and_release() {
     );
 }
 
-#[tokio::test]
-async fn counters_count_per_run_and_name() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir.path().join("m.db"));
+async fn counters_count_per_run_and_name(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
     run_with(&store, RUN, &[]).await;
     run_with(&store, "r2", &[]).await;
     let mut got = Vec::new();
@@ -644,12 +655,10 @@ async fn counters_count_per_run_and_name() {
     assert_eq!(got, [1, 2, 1, 1]);
 }
 
-#[tokio::test]
-async fn a_store_reopens_with_everything_in_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("m.db");
+async fn a_store_reopens_with_everything_in_it(backend: Backend) {
+    let place = Place::new(backend).await;
     let key = {
-        let store = open(&path);
+        let store = place.open().await;
         run_with(&store, RUN, &["alice"]).await;
         store
             .send(text(RUN, "lead", "alice", "kept"))
@@ -657,7 +666,7 @@ async fn a_store_reopens_with_everything_in_it() {
             .unwrap()
             .key
     };
-    let store = open(&path);
+    let store = place.open().await;
     let run = store.run(RUN).await.unwrap().unwrap();
     assert_eq!(run.launch_options, json!({"provider": "script"}));
     assert_eq!(run.status, RunStatus::Running);
@@ -667,10 +676,9 @@ async fn a_store_reopens_with_everything_in_it() {
     );
 }
 
-#[tokio::test]
-async fn prune_deletes_only_settled_chat_of_finished_runs() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir.path().join("m.db"));
+async fn prune_deletes_only_settled_chat_of_finished_runs(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
     let epoch = run_with(&store, RUN, &["alice"]).await;
     run_with(&store, "live", &["alice"]).await;
     let acked = store
@@ -715,7 +723,7 @@ async fn prune_deletes_only_settled_chat_of_finished_runs() {
         .await
         .unwrap();
 
-    let refused = store.prune(i64::MAX).await.unwrap();
+    let refused = store.prune(i64::MAX, None).await.unwrap();
     assert_eq!(refused.runs_pruned.len(), 0, "nothing is finished yet");
     assert_eq!(refused.runs_skipped.len(), 2);
 
@@ -723,12 +731,12 @@ async fn prune_deletes_only_settled_chat_of_finished_runs() {
         .set_run_status(RUN, RunStatus::Completed, None)
         .await
         .unwrap();
-    let too_recent = store.prune(0).await.unwrap();
+    let too_recent = store.prune(0, None).await.unwrap();
     assert_eq!(
         too_recent.messages_deleted, 0,
         "nothing is older than the cutoff"
     );
-    let report = store.prune(i64::MAX).await.unwrap();
+    let report = store.prune(i64::MAX, None).await.unwrap();
     assert_eq!(report.runs_pruned, [RUN]);
     assert_eq!(
         report.runs_skipped,
@@ -754,10 +762,9 @@ async fn prune_deletes_only_settled_chat_of_finished_runs() {
     assert_eq!(store.messages("live", None).await.unwrap().len(), 1);
 }
 
-#[tokio::test]
-async fn a_fork_copies_everything_and_then_goes_its_own_way() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir.path().join("m.db"));
+async fn a_fork_copies_everything_and_then_goes_its_own_way(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
     let epoch = run_with(&store, RUN, &["alice"]).await;
     store
         .send(plan_request(RUN, "plan-alice-1", "human"))
@@ -873,4 +880,51 @@ async fn a_fork_copies_everything_and_then_goes_its_own_way() {
             .contains("slug \"other-slug-here\" is already used"),
         "{slug_taken}"
     );
+}
+
+async fn runs_carry_their_project_through_a_fork_and_prune_keeps_to_it(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
+    for (id, project) in [
+        ("a1", Some("proj-a")),
+        ("b1", Some("proj-b")),
+        ("old", None),
+    ] {
+        store
+            .create_run(NewRun {
+                project_id: project.map(str::to_owned),
+                ..new_run(id)
+            })
+            .await
+            .unwrap();
+        store
+            .set_run_status(id, RunStatus::Completed, None)
+            .await
+            .unwrap();
+    }
+    let a1 = store.run("a1").await.unwrap().unwrap();
+    assert_eq!(a1.project_id.as_deref(), Some("proj-a"));
+    assert!(a1.in_project("proj-a") && !a1.in_project("proj-b"));
+    let old = store.run("old").await.unwrap().unwrap();
+    assert!(
+        old.in_project("proj-a"),
+        "a run from before project ids is everyone's"
+    );
+    let fork = store.fork_run("a1", "a2", "slug-of-a2").await.unwrap();
+    assert_eq!(
+        fork.project_id.as_deref(),
+        Some("proj-a"),
+        "a fork stays in its project"
+    );
+
+    let report = store.prune(i64::MAX, Some("proj-b")).await.unwrap();
+    let mut pruned = report.runs_pruned.clone();
+    pruned.sort();
+    assert_eq!(
+        pruned,
+        ["b1", "old"],
+        "only project b's runs and the project-less one"
+    );
+    let everything = store.prune(i64::MAX, None).await.unwrap();
+    assert_eq!(everything.runs_pruned.len(), 4);
 }

@@ -8,13 +8,15 @@ use muster_mailbox::*;
 use super::child::{Action, keyed, seen, spawn};
 use super::common::*;
 
+on_both_backends!(kill_nine_at_the_kth_event_loses_and_repeats_nothing);
+
 const PER_SENDER: usize = 15;
 
-async fn crash_at(k: usize) {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("m.db");
+async fn crash_at(backend: Backend, k: usize) {
+    let place = Place::new(backend).await;
+    let db = place.location();
     {
-        let store = open(&db);
+        let store = db.open().await;
         run_with(&store, RUN, &["alice", "bob", "carol"]).await;
     }
     let mut child = spawn(&Action::SendAndAck {
@@ -37,7 +39,7 @@ async fn crash_at(k: usize) {
     child.child.kill().unwrap();
     child.child.wait().unwrap();
 
-    let store = open(&db);
+    let store = db.open().await;
     for key in &sent {
         assert!(
             store.message(key).await.unwrap().is_some(),
@@ -107,9 +109,8 @@ async fn crash_at(k: usize) {
     }
 }
 
-#[tokio::test]
-async fn kill_nine_at_the_kth_event_loses_and_repeats_nothing() {
+async fn kill_nine_at_the_kth_event_loses_and_repeats_nothing(backend: Backend) {
     for k in [1, 2, 7, 16, 31, 55] {
-        crash_at(k).await;
+        crash_at(backend, k).await;
     }
 }

@@ -1,16 +1,20 @@
-//! Races between two store instances on one file, in two real processes.
+//! Races between two store instances on one store (a file, a schema), in two real processes.
 
 use muster_mailbox::*;
 
 use super::child::{Action, spawn};
 use super::common::*;
 
-#[tokio::test]
-async fn two_processes_claim_one_task_and_exactly_one_wins() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("m.db");
+on_both_backends!(
+    two_processes_claim_one_task_and_exactly_one_wins,
+    two_processes_answer_one_request_and_exactly_one_is_accepted,
+);
+
+async fn two_processes_claim_one_task_and_exactly_one_wins(backend: Backend) {
+    let place = Place::new(backend).await;
+    let db = place.location();
     {
-        let store = open(&db);
+        let store = db.open().await;
         run_with(&store, RUN, &["alice", "bob"]).await;
         store
             .create_task(NewTask {
@@ -47,17 +51,16 @@ async fn two_processes_claim_one_task_and_exactly_one_wins() {
             "{outcomes:?}"
         );
     }
-    let store = open(&db);
+    let store = db.open().await;
     let task = store.task(RUN, 1).await.unwrap().unwrap();
     assert!(task.owner.is_some());
 }
 
-#[tokio::test]
-async fn two_processes_answer_one_request_and_exactly_one_is_accepted() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("m.db");
+async fn two_processes_answer_one_request_and_exactly_one_is_accepted(backend: Backend) {
+    let place = Place::new(backend).await;
+    let db = place.location();
     {
-        let store = open(&db);
+        let store = db.open().await;
         run_with(&store, RUN, &["alice"]).await;
         store
             .send(NewMessage {
@@ -69,6 +72,8 @@ async fn two_processes_answer_one_request_and_exactly_one_is_accepted() {
                     plan_file: "p.md".into(),
                     plan: "plan".into(),
                     responder: "human".into(),
+                    revision: 1,
+                    previous_request_id: None,
                 },
                 idempotency_key: None,
             })
@@ -96,7 +101,7 @@ async fn two_processes_answer_one_request_and_exactly_one_is_accepted() {
         refused.contains("was already decided by human"),
         "{refused}"
     );
-    let store = open(&db);
+    let store = db.open().await;
     let responses = store.messages(RUN, Some("alice")).await.unwrap();
     assert_eq!(responses.len(), 1, "one response message, not two");
     let decided = store

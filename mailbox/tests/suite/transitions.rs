@@ -7,6 +7,14 @@ use serde_json::json;
 
 use super::common::*;
 
+on_both_backends!(
+    claims_from_two_instances_each_come_with_their_assignment,
+    an_end_of_turn_is_all_or_nothing_for_a_second_instance,
+    a_spawn_adds_the_member_with_its_records_and_mail_or_nothing,
+    keyed_task_operations_run_once_whoever_repeats_them,
+    a_request_number_is_given_once_per_call,
+);
+
 fn task(subject: &str, key: Option<&str>) -> NewTask {
     NewTask {
         run_id: RUN.into(),
@@ -26,11 +34,10 @@ fn assignments_of(messages: &[Message], agent: &str) -> Vec<i64> {
         .collect()
 }
 
-#[tokio::test]
-async fn claims_from_two_instances_each_come_with_their_assignment() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("m.db");
-    let (a, b) = (open(&db), open(&db));
+async fn claims_from_two_instances_each_come_with_their_assignment(backend: Backend) {
+    let place = Place::new(backend).await;
+    let db = place.location();
+    let (a, b) = (db.open().await, db.open().await);
     run_with(&a, RUN, &["alice", "bob"]).await;
     for subject in ["one", "two", "three"] {
         a.create_task(task(subject, None)).await.unwrap();
@@ -72,11 +79,10 @@ async fn claims_from_two_instances_each_come_with_their_assignment() {
     }
 }
 
-#[tokio::test]
-async fn an_end_of_turn_is_all_or_nothing_for_a_second_instance() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("m.db");
-    let (a, b) = (open(&db), open(&db));
+async fn an_end_of_turn_is_all_or_nothing_for_a_second_instance(backend: Backend) {
+    let place = Place::new(backend).await;
+    let db = place.location();
+    let (a, b) = (db.open().await, db.open().await);
     run_with(&a, RUN, &["alice"]).await;
     a.create_task(task("one", None)).await.unwrap();
     a.claim_next_task(RUN, "alice").await.unwrap().unwrap();
@@ -151,11 +157,10 @@ async fn an_end_of_turn_is_all_or_nothing_for_a_second_instance() {
     assert_eq!(a.messages(RUN, Some("lead")).await.unwrap().len(), 1);
 }
 
-#[tokio::test]
-async fn a_spawn_adds_the_member_with_its_records_and_mail_or_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("m.db");
-    let (a, b) = (open(&db), open(&db));
+async fn a_spawn_adds_the_member_with_its_records_and_mail_or_nothing(backend: Backend) {
+    let place = Place::new(backend).await;
+    let db = place.location();
+    let (a, b) = (db.open().await, db.open().await);
     run_with(&a, RUN, &[]).await;
     let spawn = |to: &str| CommitTurn {
         run_id: RUN.into(),
@@ -205,11 +210,10 @@ async fn a_spawn_adds_the_member_with_its_records_and_mail_or_nothing() {
     );
 }
 
-#[tokio::test]
-async fn keyed_task_operations_run_once_whoever_repeats_them() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("m.db");
-    let (a, b) = (open(&db), open(&db));
+async fn keyed_task_operations_run_once_whoever_repeats_them(backend: Backend) {
+    let place = Place::new(backend).await;
+    let db = place.location();
+    let (a, b) = (db.open().await, db.open().await);
     run_with(&a, RUN, &["alice"]).await;
     let first = a
         .create_task(task("one", Some("lead:toolu_1")))
@@ -273,11 +277,10 @@ async fn keyed_task_operations_run_once_whoever_repeats_them() {
     assert!(b.update_task(cycle).await.is_err());
 }
 
-#[tokio::test]
-async fn a_request_number_is_given_once_per_call() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("m.db");
-    let (a, b) = (open(&db), open(&db));
+async fn a_request_number_is_given_once_per_call(backend: Backend) {
+    let place = Place::new(backend).await;
+    let db = place.location();
+    let (a, b) = (db.open().await, db.open().await);
     run_with(&a, RUN, &["alice"]).await;
     let first = a
         .counter_for(RUN, "plan-alice", "alice:toolu_1")

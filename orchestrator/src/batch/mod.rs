@@ -30,7 +30,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use muster_mailbox::{MailboxStore, RunRecord, SqliteStore};
+use muster_mailbox::{MailboxStore, RunRecord};
 use serde_json::Value;
 
 use crate::cli::config::project_root;
@@ -102,7 +102,7 @@ pub fn run(global: &Globals, options: BatchOptions) -> anyhow::Result<Exit> {
         .worker_threads(1)
         .enable_all()
         .build()?;
-    let store = project.open_store()?;
+    let store = runtime.block_on(project.open_store())?;
     let runs = runtime.block_on(store.runs())?;
     let progress = Progress::new(batch.lines.len());
 
@@ -249,7 +249,7 @@ struct LineContext<'a> {
     global_args: Vec<OsString>,
     batch: &'a BatchFile,
     runs_dir: PathBuf,
-    store: Arc<SqliteStore>,
+    store: Arc<dyn MailboxStore>,
     runtime: tokio::runtime::Handle,
     results: &'a Results,
     stdout: &'a BatchOutput,
@@ -470,7 +470,7 @@ pub fn run_line(
     exit_when_the_batch_dies();
     // The line's run, as a typed request (no argv round trip through clap): its stream-json
     // events on stdout are what the batch reads.
-    let output = crate::launch::OutputFormat::StreamJson;
+    let output = crate::launch::OutputFormat::StreamJson { partial: false };
     match resume {
         Some(run_id) => crate::lifecycle::resume(
             global,

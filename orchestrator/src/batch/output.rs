@@ -33,7 +33,7 @@ impl BatchOutput {
 
     /// One event of task `id`'s run, as its child printed it.
     pub fn event(&self, id: &str, event: &Value) {
-        if self.format == Some(OutputFormat::StreamJson) {
+        if self.format.is_some_and(OutputFormat::is_stream_json) {
             print_line(&tagged(id, event).to_string());
         }
     }
@@ -43,8 +43,8 @@ impl BatchOutput {
         match self.format {
             None => {}
             // The child's own run_finished went out with its other events.
-            Some(OutputFormat::StreamJson) if event.is_some() => {}
-            Some(OutputFormat::StreamJson) => print_line(&finished_event(line).to_string()),
+            Some(OutputFormat::StreamJson { .. }) if event.is_some() => {}
+            Some(OutputFormat::StreamJson { .. }) => print_line(&finished_event(line).to_string()),
             Some(OutputFormat::Json) => {
                 let event = match event {
                     Some(event) => tagged(&line.id, event),

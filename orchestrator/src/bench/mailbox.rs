@@ -24,6 +24,9 @@ pub struct Options {
     pub syncs: Vec<SyncMode>,
     pub smoke: bool,
     pub dir: PathBuf,
+    /// A PostgreSQL server (`--store postgres://…`): its scenarios run beside SQLite's, each
+    /// in a schema of its own, dropped after.
+    pub postgres: Option<String>,
 }
 
 /// Sizes that depend on `--smoke`.
@@ -168,6 +171,10 @@ pub fn run(options: &Options) -> anyhow::Result<Vec<Row>> {
     rows.push(runtime.block_on(muster_latency(&dir, 8, None, sizes.paced_seconds, options))?);
     rows.push(file_latency(&dir, 8, None, sizes.paced_seconds, options)?);
 
+    if let Some(url) = &options.postgres {
+        rows.extend(runtime.block_on(postgres_rows(url, options, &sizes))?);
+    }
+
     progress(&format!(
         "sends into an empty inbox vs one holding {}",
         sizes.big_inbox
@@ -180,6 +187,159 @@ pub fn run(options: &Options) -> anyhow::Result<Vec<Row>> {
     ));
     rows.extend(reopen_rows(scratch.path(), &runtime, &sizes)?);
     Ok(rows)
+}
+
+/// The PostgreSQL store's rows (`synchronous_commit` as the server has it, `on` by default):
+/// the same throughput and latency scenarios as SQLite's, each in a fresh schema.
+async fn postgres_rows(url: &str, options: &Options, sizes: &Sizes) -> anyhow::Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    let fresh_store =
+        async |name: &str, senders: usize| -> anyhow::Result<(Arc<dyn MailboxStore>, String)> {
+            let schema = format!("muster_bench_{}_{name}", std::process::id());
+            drop_schema(url, &schema).await?;
+            let schema_url = create_schema(url, &schema).await?;
+            let store: Arc<dyn MailboxStore> =
+                Arc::new(PostgresStore::open(&schema_url, StoreOptions::default()).await?);
+            populate(
+                store.as_ref(),
+                &format!("bench-{name}"),
+                "/bench",
+                senders,
+                0,
+            )
+            .await?;
+            Ok((store, schema))
+        };
+    for &senders in &options.senders {
+        progress(&format!(
+            "postgres: durable throughput, {senders} sender(s)"
+        ));
+        let (store, schema) = fresh_store(&format!("throughput_{senders}"), senders).await?;
+        rows.push(
+            throughput_on(store, "postgres", senders, options)
+                .await?
+                .named("throughput_postgres"),
+        );
+        drop_schema(url, &schema).await?;
+    }
+    progress("postgres: send→received latency, 8 senders paced at 5 msg/s");
+    let (store, schema) = fresh_store("paced", 8).await?;
+    rows.push(
+        latency_on(
+            store,
+            "postgres",
+            8,
+            Some(5.0),
+            sizes.paced_seconds,
+            options,
+        )
+        .await?,
+    );
+    drop_schema(url, &schema).await?;
+    progress("postgres: send→received latency, 8 closed-loop senders");
+    let (store, schema) = fresh_store("closed", 8).await?;
+    rows.push(latency_on(store, "postgres", 8, None, sizes.paced_seconds, options).await?);
+    drop_schema(url, &schema).await?;
+
+    progress(&format!(
+        "postgres: {PROCESSES} processes sending into one run"
+    ));
+    let (store, schema) = fresh_store("processes", PROCESSES).await?;
+    let schema_url = create_schema_url(url, &schema);
+    rows.push(processes_into_one_run(&schema_url, store.as_ref(), options).await?);
+    drop(store);
+    drop_schema(url, &schema).await?;
+    Ok(rows)
+}
+
+/// Processes of the multi-process scenario: each its own pool and connections, as
+/// teammates on several machines would be.
+const PROCESSES: usize = 4;
+
+fn create_schema_url(url: &str, schema: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}options=-csearch_path%3D{schema}")
+}
+
+/// `PROCESSES` child `muster` processes each send their share to `lead` of run `b`; the rate
+/// is every message over the wall time from the first start to the last exit, and each child
+/// reports its own send latencies.
+async fn processes_into_one_run(
+    schema_url: &str,
+    store: &dyn MailboxStore,
+    options: &Options,
+) -> anyhow::Result<Row> {
+    let exe = std::env::current_exe().context("cannot find the muster binary")?;
+    let per_process = (options.messages / PROCESSES).max(1);
+    let start = Instant::now();
+    let children: Vec<_> = (0..PROCESSES)
+        .map(|i| {
+            tokio::process::Command::new(&exe)
+                .args(["--store", schema_url, "bench", "mailbox", "--pg-sender"])
+                .arg(format!("s{i}"))
+                .args(["--messages", &per_process.to_string()])
+                .args(["--body-bytes", &options.body_bytes.to_string()])
+                .stdout(std::process::Stdio::piped())
+                .kill_on_drop(true)
+                .output()
+        })
+        .collect();
+    let mut samples = Samples::default();
+    for child in children {
+        let output = child.await?;
+        anyhow::ensure!(
+            output.status.success(),
+            "a sender process failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        for line in String::from_utf8_lossy(&output.stdout).lines() {
+            if let Ok(micros) = line.trim().parse::<u64>() {
+                samples.push(Duration::from_micros(micros));
+            }
+        }
+    }
+    let wall = start.elapsed();
+    let stored = store.messages("b", Some("lead")).await?.len();
+    anyhow::ensure!(
+        stored == per_process * PROCESSES,
+        "{stored} messages stored, {} sent",
+        per_process * PROCESSES
+    );
+    let mut row = Row::new(
+        "postgres",
+        "processes_into_one_run",
+        PROCESSES,
+        &samples,
+        wall,
+    );
+    row.note = Some(format!(
+        "{PROCESSES} processes, one pool each; the rate includes their start-up"
+    ));
+    Ok(row)
+}
+
+/// A sender process of [`processes_into_one_run`]: prints each send's latency in µs.
+pub fn pg_sender_child(
+    url: &str,
+    sender: &str,
+    messages: usize,
+    body_bytes: usize,
+) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let store = PostgresStore::open(url, StoreOptions::default()).await?;
+        let mut out = std::io::stdout().lock();
+        for i in 0..messages {
+            let began = Instant::now();
+            store
+                .send(mail(sender, "lead", &format!("{sender}-{i}"), body_bytes))
+                .await?;
+            writeln!(out, "{}", began.elapsed().as_micros())?;
+        }
+        anyhow::Ok(())
+    })
 }
 
 impl Row {
@@ -245,18 +405,39 @@ async fn bench_store(
         &dir.join("muster.db"),
         store_options(sync),
     )?);
+    let slug = format!(
+        "bench-{}",
+        dir.file_name().and_then(|n| n.to_str()).unwrap_or("run")
+    );
+    populate(
+        store.as_ref(),
+        &slug,
+        &dir.display().to_string(),
+        senders,
+        recipients,
+    )
+    .await?;
+    Ok(store)
+}
+
+/// Run `b` with `lead`, `s0..sN` and `r0..rM` on its roster.
+async fn populate(
+    store: &dyn MailboxStore,
+    slug: &str,
+    workspace: &str,
+    senders: usize,
+    recipients: usize,
+) -> anyhow::Result<()> {
     store
         .create_run(NewRun {
             id: "b".into(),
-            slug: format!(
-                "bench-{}",
-                dir.file_name().and_then(|n| n.to_str()).unwrap_or("run")
-            ),
+            slug: slug.to_owned(),
             team: None,
-            workspace: dir.display().to_string(),
+            workspace: workspace.to_owned(),
             batch_line_id: None,
             auto_gate: AutoGate::default(),
             launch_options: json!({"bench": "mailbox"}),
+            project_id: None,
         })
         .await?;
     let members = std::iter::once(("lead".to_owned(), MemberKind::Lead))
@@ -275,7 +456,7 @@ async fn bench_store(
             )
             .await?;
     }
-    Ok(store)
+    Ok(())
 }
 
 fn body(id: &str, body_bytes: usize) -> MessageBody {
@@ -305,6 +486,16 @@ async fn muster_throughput(
     options: &Options,
 ) -> anyhow::Result<Row> {
     let store = bench_store(dir, sync, senders, 0).await?;
+    throughput_on(store, "muster", senders, options).await
+}
+
+/// Senders each sending their share to `lead`, every send durable when it returns.
+async fn throughput_on(
+    store: Arc<dyn MailboxStore>,
+    system: &'static str,
+    senders: usize,
+    options: &Options,
+) -> anyhow::Result<Row> {
     let per_sender = (options.messages / senders).max(1);
     let start = Instant::now();
     let tasks: Vec<_> = (0..senders)
@@ -333,7 +524,7 @@ async fn muster_throughput(
     for task in tasks {
         samples.extend(task.await??);
     }
-    Ok(Row::new("muster", "", senders, &samples, start.elapsed()))
+    Ok(Row::new(system, "", senders, &samples, start.elapsed()))
 }
 
 fn file_throughput(
@@ -416,6 +607,17 @@ async fn muster_latency(
     options: &Options,
 ) -> anyhow::Result<Row> {
     let store = bench_store(dir, SyncMode::Full, senders, 0).await?;
+    latency_on(store, "muster", senders, rate, seconds, options).await
+}
+
+async fn latency_on(
+    store: Arc<dyn MailboxStore>,
+    system: &'static str,
+    senders: usize,
+    rate: Option<f64>,
+    seconds: f64,
+    options: &Options,
+) -> anyhow::Result<Row> {
     let epoch = store.open_epoch("b").await?;
     let per_sender = per_sender_count(rate, seconds, options.messages, senders);
     let total = per_sender * senders;
@@ -484,7 +686,7 @@ async fn muster_latency(
         "latency_closed_loop"
     };
     Ok(Row::new(
-        "muster",
+        system,
         scenario,
         senders,
         &samples,
@@ -911,6 +1113,7 @@ pub fn render(rows: &[Row]) -> String {
             target
         ));
     }
+    out.push_str(&render_postgres(rows));
     let notes: Vec<String> = rows
         .iter()
         .filter_map(|r| {
@@ -923,6 +1126,56 @@ pub fn render(rows: &[Row]) -> String {
         out.push_str("\nnotes:\n");
         out.push_str(&notes.join("\n"));
         out.push('\n');
+    }
+    out
+}
+
+/// The PostgreSQL rows beside SQLite's (sync full) for the same scenario and senders.
+fn render_postgres(rows: &[Row]) -> String {
+    let ours: Vec<&Row> = rows.iter().filter(|r| r.system == "postgres").collect();
+    if ours.is_empty() {
+        return String::new();
+    }
+    let mut out = String::new();
+    let header = format!(
+        "\n{:<28} {:>7} | {:>12} {:>9} {:>9} | {:>12} {:>9} {:>9} | {:>12}\n",
+        "scenario",
+        "senders",
+        "sqlite msg/s",
+        "p50",
+        "p99",
+        "pg msg/s",
+        "p50",
+        "p99",
+        "pg / sqlite"
+    );
+    out.push_str(&header);
+    out.push_str(&"-".repeat(header.len().saturating_sub(2)));
+    out.push('\n');
+    for row in ours {
+        let sqlite_scenario = match row.scenario.as_str() {
+            "throughput_postgres" => "throughput_sync_full",
+            other => other,
+        };
+        let sqlite = rows.iter().find(|r| {
+            r.system == "muster" && r.scenario == sqlite_scenario && r.senders == row.senders
+        });
+        let ratio = match (row.msgs_per_s, sqlite.and_then(|s| s.msgs_per_s)) {
+            (Some(pg), Some(sq)) if sq > 0.0 => format!("{:.2}×", pg / sq),
+            _ => "-".into(),
+        };
+        out.push_str(&format!(
+            "{:<28} {:>7} | {:>12} {:>9} {:>9} | {:>12} {:>9} {:>9} | {:>12}\n",
+            row.scenario,
+            row.senders,
+            rate(sqlite.and_then(|s| s.msgs_per_s)),
+            ms(sqlite.and_then(|s| s.p50_ms)),
+            ms(sqlite.and_then(|s| s.p99_ms)),
+            rate(row.msgs_per_s),
+            ms(row.p50_ms),
+            ms(row.p99_ms),
+            ratio
+        ));
     }
     out
 }

@@ -95,11 +95,15 @@ pub struct MailboxArgs {
     /// Where to put the scratch files (default: the system's temporary directory).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Internal: one of the processes of the multi-process PostgreSQL scenario, sending
+    /// `--messages` messages as this sender into the store `--store` names.
+    #[arg(long = "pg-sender", hide = true)]
+    pub pg_sender: Option<String>,
 }
 
-pub fn execute(_global: &Globals, args: Args) -> anyhow::Result<Exit> {
+pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     match args.target {
-        BenchTarget::Mailbox(args) => bench_mailbox(args),
+        BenchTarget::Mailbox(args) => bench_mailbox(global, args),
         BenchTarget::Team(args) => bench_team(args),
         BenchTarget::Sandbox(args) => bench_sandbox(args),
     }
@@ -167,7 +171,35 @@ fn bench_team(args: TeamArgs) -> anyhow::Result<Exit> {
     Ok(Exit::Success)
 }
 
-fn bench_mailbox(args: MailboxArgs) -> anyhow::Result<Exit> {
+/// `muster bench mailbox [--store postgres://…]`: with a server's URL, its scenarios run
+/// beside SQLite's in the same run.
+fn bench_mailbox(global: &Globals, args: MailboxArgs) -> anyhow::Result<Exit> {
+    if let (Some(sender), Some(store)) = (&args.pg_sender, &global.store) {
+        return mailbox::pg_sender_child(
+            &store.to_string_lossy(),
+            sender,
+            args.messages,
+            args.body_bytes,
+        )
+        .map(|()| Exit::Success);
+    }
+    let postgres = match &global.store {
+        Some(store) if muster_config::store_url::is_postgres_url(&store.to_string_lossy()) => {
+            Some(store.to_string_lossy().into_owned())
+        }
+        Some(store) => {
+            return Err(ExitError::new(
+                Exit::Usage,
+                format!(
+                    "--store {}: the mailbox bench makes its own SQLite files; --store takes a \
+                     postgres:// URL here, to bench a server beside them",
+                    store.display()
+                ),
+            )
+            .into());
+        }
+        None => None,
+    };
     let syncs = match args.sync.as_deref() {
         None => vec![SyncMode::Full, SyncMode::Normal],
         Some("full") => vec![SyncMode::Full],
@@ -199,6 +231,7 @@ fn bench_mailbox(args: MailboxArgs) -> anyhow::Result<Exit> {
         syncs,
         smoke: args.smoke,
         dir: args.dir.unwrap_or_else(std::env::temp_dir),
+        postgres,
     };
     let rows = mailbox::run(&options)?;
     if args.json {

@@ -62,6 +62,10 @@ pub fn load_settings(
     let env = process_env();
     let home: Option<PathBuf> = user_home();
     let cli = match &global.store {
+        // A server's URL is kept as it is.
+        Some(store) if muster_config::store_url::is_postgres_url(&store.to_string_lossy()) => {
+            cli.store(store.to_string_lossy().into_owned())
+        }
         // A path on the command line is relative to the current directory.
         Some(store) => cli.store(std::path::absolute(store)?.display().to_string()),
         None => cli,
@@ -218,7 +222,7 @@ fn show(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
             "settings": entries_json(settings.entries()),
             "resolved": {
                 "plans_directory": settings.plans_directory.value,
-                "store_path": settings.store_path.value,
+                "store": settings.store.value,
                 "sandbox_writable": settings.sandbox.writable,
             },
             "sandbox_support": muster_agents::sandbox::probe(),
@@ -254,11 +258,7 @@ fn show(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
             "# plans_directory resolves to {}",
             settings.plans_directory.value.display()
         )?;
-        writeln!(
-            output,
-            "# store_path resolves to {}",
-            settings.store_path.value.display()
-        )?;
+        writeln!(output, "# store resolves to {}", settings.store.value)?;
         writeln!(
             output,
             "# sandbox: {}",

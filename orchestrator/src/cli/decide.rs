@@ -1,31 +1,15 @@
 //! What `approve`, `reject` and `answer` share: find the request, check that a person may
 //! answer it, commit the answer as `human`, then wake the live run through its socket.
 
-use muster_mailbox::decide::{self, Waiter};
 use muster_mailbox::live::PokeOutcome;
-use muster_mailbox::{
-    MailboxStore, MessageBody, NewResponse, RequestRecord, StoreError, StoreResult,
-};
+use muster_mailbox::{MailboxStore, RequestRecord, StoreResult};
 
 use crate::cli::inspect::{open, runtime};
 use crate::exit::{Exit, ExitError};
+use crate::human_decision::{RefusedDecision, decide_as_human, kind_in_words, verdict};
 use crate::project::Globals;
 
-/// A person's decision on one request.
-pub enum Decision {
-    Approve {
-        mode: Option<String>,
-        feedback: Option<String>,
-        edited_plan: Option<String>,
-        clear_context: bool,
-    },
-    Reject {
-        feedback: String,
-    },
-    Answer {
-        text: String,
-    },
-}
+pub use crate::human_decision::Decision;
 
 /// Answers `request_id` as `human` and reports what happened on stdout.
 pub fn decide(
@@ -37,47 +21,22 @@ pub fn decide(
     let (project, store) = open(global)?;
     let runtime = runtime()?;
     let request = runtime.block_on(find_request(store.as_ref(), run, request_id))?;
-    if let Some(response) = &request.response {
-        return Err(ExitError::new(
-            Exit::Failed,
-            format!(
-                "request {request_id} was already decided by {}; only the first answer counts",
-                response.responder
-            ),
-        )
-        .into());
-    }
-    if request.responder != "human" {
-        return Err(ExitError::new(
-            Exit::Failed,
-            format!(
-                "request {request_id} is answered by {}, not by a person (`human`)",
-                request.responder
-            ),
-        )
-        .into());
-    }
-    let body = response_body(&request, decision)?;
-    let verdict = describe(&body);
-    let answer = NewResponse {
-        run_id: request.run_id.clone(),
-        sender: "human".into(),
-        body,
-        idempotency_key: None,
-    };
     let runs_dir = project.runs_dir();
-    let waiter = Waiter::LiveRun {
-        runs_dir: &runs_dir,
-    };
-    let decided = match runtime.block_on(decide::decide(store.as_ref(), answer, waiter)) {
-        Ok(decided) => decided,
-        Err(error @ StoreError::AlreadyDecided { .. }) => {
-            return Err(ExitError::new(Exit::Failed, error.to_string()).into());
-        }
-        Err(error) => return Err(error.into()),
-    };
+    let decided = runtime
+        .block_on(decide_as_human(
+            store.as_ref(),
+            &runs_dir,
+            &request,
+            decision,
+        ))
+        .map_err(|refused| match refused {
+            RefusedDecision::Store(error) => anyhow::Error::from(error),
+            RefusedDecision::Unfit(message) => ExitError::new(Exit::Usage, message).into(),
+            refused => ExitError::new(Exit::Failed, refused.to_string()).into(),
+        })?;
     println!(
-        "{verdict} {request_id} ({} from {}, run {}).",
+        "{} {request_id} ({} from {}, run {}).",
+        verdict(&decided.response.typed_body()),
         kind_in_words(&request.kind),
         request.requester,
         request.run_id
@@ -86,7 +45,7 @@ pub fn decide(
     Ok(Exit::Success)
 }
 
-async fn find_request(
+pub(crate) async fn find_request(
     store: &dyn MailboxStore,
     run: Option<&str>,
     request_id: &str,
@@ -127,137 +86,6 @@ async fn find_request(
         )
         .into()),
     }
-}
-
-fn usage(message: String) -> anyhow::Error {
-    ExitError::new(Exit::Usage, message).into()
-}
-
-fn response_body(request: &RequestRecord, decision: Decision) -> anyhow::Result<MessageBody> {
-    let request_id = request.request_id.clone();
-    match (request.kind.as_str(), decision) {
-        (
-            "plan_approval_request",
-            Decision::Approve {
-                mode,
-                feedback,
-                edited_plan,
-                clear_context,
-            },
-        ) => {
-            if let Some(mode) = &mode {
-                mode.parse::<muster_config::PermissionMode>()
-                    .map_err(|e| usage(format!("--mode: {e}")))?;
-            }
-            Ok(MessageBody::PlanApprovalResponse {
-                request_id,
-                approved: true,
-                feedback,
-                mode,
-                lowered_from: None,
-                edited_plan,
-                clear_context,
-                rule: None,
-            })
-        }
-        ("plan_approval_request", Decision::Reject { feedback }) => {
-            Ok(MessageBody::PlanApprovalResponse {
-                request_id,
-                approved: false,
-                feedback: Some(feedback),
-                mode: None,
-                lowered_from: None,
-                edited_plan: None,
-                clear_context: false,
-                rule: None,
-            })
-        }
-        (
-            "permission_request",
-            Decision::Approve {
-                mode,
-                edited_plan,
-                clear_context,
-                feedback,
-            },
-        ) => {
-            if mode.is_some() || edited_plan.is_some() || clear_context {
-                return Err(usage(format!(
-                    "{request_id} is a permission request: --mode, --plan-file and --clear-context apply to plans only"
-                )));
-            }
-            Ok(MessageBody::PermissionResponse {
-                request_id,
-                approved: true,
-                feedback,
-                rule: None,
-            })
-        }
-        ("permission_request", Decision::Reject { feedback }) => {
-            Ok(MessageBody::PermissionResponse {
-                request_id,
-                approved: false,
-                feedback: Some(feedback),
-                rule: None,
-            })
-        }
-        (
-            "merge_request",
-            Decision::Approve {
-                mode,
-                edited_plan,
-                clear_context,
-                feedback,
-            },
-        ) => {
-            if mode.is_some() || edited_plan.is_some() || clear_context {
-                return Err(usage(format!(
-                    "{request_id} is a merge request: --mode, --plan-file and --clear-context apply to plans only"
-                )));
-            }
-            Ok(MessageBody::MergeResponse {
-                request_id,
-                approved: true,
-                feedback,
-                rule: None,
-            })
-        }
-        ("merge_request", Decision::Reject { feedback }) => Ok(MessageBody::MergeResponse {
-            request_id,
-            approved: false,
-            feedback: Some(feedback),
-            rule: None,
-        }),
-        ("question", Decision::Answer { text }) => Ok(MessageBody::Answer {
-            request_id,
-            answer: text,
-        }),
-        ("question", _) => Err(usage(format!(
-            "{request_id} is a question: answer it with `muster answer {request_id} TEXT`"
-        ))),
-        (_, Decision::Answer { .. }) => Err(usage(format!(
-            "{request_id} is a {}: decide it with `muster approve` or `muster reject`",
-            kind_in_words(&request.kind)
-        ))),
-        (kind, _) => Err(usage(format!(
-            "{request_id} is a {}, which a person does not answer",
-            kind_in_words(kind)
-        ))),
-    }
-}
-
-fn describe(body: &MessageBody) -> &'static str {
-    match body {
-        MessageBody::PlanApprovalResponse { approved: true, .. }
-        | MessageBody::PermissionResponse { approved: true, .. }
-        | MessageBody::MergeResponse { approved: true, .. } => "Approved",
-        MessageBody::Answer { .. } => "Answered",
-        _ => "Rejected",
-    }
-}
-
-fn kind_in_words(kind: &str) -> String {
-    kind.replace('_', " ")
 }
 
 /// Mail is committed first; the wake-up is a courtesy that never undoes it.

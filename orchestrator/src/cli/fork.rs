@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use muster_agents::runtime::PlanFiles;
-use muster_mailbox::{MailboxStore, live};
+use muster_mailbox::live;
 
 use crate::cli::inspect::{open, runtime};
 use crate::exit::{Exit, ExitError};
@@ -25,7 +25,11 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
             format!("no run {:?} in this store (see `muster runs`)", args.run),
         )
     })?;
-    if live::is_live(&project.runs_dir(), &source.id)? {
+    if runtime.block_on(live::is_live_anywhere(
+        store.as_ref(),
+        &project.runs_dir(),
+        &source.id,
+    ))? {
         eprintln!(
             "muster: run {} is live: the fork copies it as it stands now",
             source.id

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use muster_mailbox::{MailboxStore, Message, MessageBody, RequestRecord};
+use muster_mailbox::{Message, MessageBody, RequestRecord};
 use serde_json::{Value, json};
 
 use crate::cli::inspect::{cut, in_words, open, print_json, runtime, select_run, table, time};
@@ -17,6 +17,9 @@ pub struct Args {
     /// The run (default: the newest).
     #[arg(long)]
     pub run: Option<String>,
+    /// Without --run: the newest run of any project in the store, not only this one's.
+    #[arg(long = "all-projects")]
+    pub all_projects: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -24,9 +27,10 @@ pub struct Args {
 const SUMMARY_WIDTH: usize = 60;
 
 pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
-    let (_, store) = open(global)?;
+    let (project, store) = open(global)?;
+    let scope = crate::cli::inspect::project_scope(&project, args.all_projects);
     let (run, messages, requests) = runtime()?.block_on(async {
-        let run = select_run(store.as_ref(), args.run.as_deref()).await?;
+        let run = select_run(store.as_ref(), args.run.as_deref(), scope.as_deref()).await?;
         let messages = store.messages(&run.id, None).await?;
         let requests = store.requests(&run.id).await?;
         anyhow::Ok((run, messages, requests))

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
-use muster_mailbox::{MailboxStore, RunRecord, RunStatus, SqliteStore, live};
+use muster_mailbox::{MailboxStore, RunRecord, RunStatus, live};
 
 use crate::exit::{Exit, ExitError};
 use crate::project::Globals;
@@ -11,22 +11,43 @@ use crate::project::Project;
 
 /// The store of the project the command runs in. Reading commands never create a store: with
 /// none yet, they say so (exit 2).
-pub fn open(global: &Globals) -> anyhow::Result<(Project, Arc<SqliteStore>)> {
+pub fn open(global: &Globals) -> anyhow::Result<(Project, Arc<dyn MailboxStore>)> {
     let project = Project::locate(global)?;
-    let store = project.open_existing_store()?.ok_or_else(|| {
+    // A server store's pool connects on the runtime that asks; this one ends here, and the
+    // pool replaces its closed connections on the command's own runtime.
+    let opened = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(project.open_existing_store())?;
+    let store = opened.ok_or_else(|| {
         ExitError::new(
             Exit::Usage,
             format!(
                 "no store at {} yet: start a run with `muster run -p …` (or point --store at one)",
-                project.store_path().display()
+                project.store_location()
             ),
         )
     })?;
     Ok((project, store))
 }
 
-/// The run named by `--run`, else the newest run.
-pub async fn select_run(store: &dyn MailboxStore, run: Option<&str>) -> anyhow::Result<RunRecord> {
+/// Which project's runs a command looks at: this one's (its id, or `""` when it has none yet,
+/// which matches only runs from before runs carried a project), or every project's with
+/// `--all-projects` (`None`).
+pub fn project_scope(project: &Project, all_projects: bool) -> Option<String> {
+    if all_projects {
+        None
+    } else {
+        Some(project.existing_project_id().unwrap_or_default())
+    }
+}
+
+/// The run named by `--run`, else the newest run (of `scope`'s project when given).
+pub async fn select_run(
+    store: &dyn MailboxStore,
+    run: Option<&str>,
+    scope: Option<&str>,
+) -> anyhow::Result<RunRecord> {
     match run {
         Some(id) => store.run(id).await?.ok_or_else(|| {
             ExitError::new(
@@ -38,6 +59,7 @@ pub async fn select_run(store: &dyn MailboxStore, run: Option<&str>) -> anyhow::
         None => {
             let runs = store.runs().await?;
             runs.into_iter()
+                .filter(|r| scope.is_none_or(|p| r.in_project(p)))
                 .max_by_key(|r| (r.created_at, r.id.clone()))
                 .ok_or_else(|| {
                     ExitError::new(

@@ -25,6 +25,7 @@ pub mod reject;
 pub mod resume;
 pub mod run;
 pub mod runs;
+pub mod serve;
 pub mod tasks;
 
 /// muster: a multi-agent team orchestrator with a durable mailbox.
@@ -43,8 +44,9 @@ pub struct GlobalArgs {
     /// Run as if muster was started in DIR (it becomes the project root).
     #[arg(short = 'C', global = true, value_name = "DIR")]
     pub directory: Option<PathBuf>,
-    /// Path of the store (default: .muster/muster.db under the project root).
-    #[arg(long = "store", global = true, value_name = "PATH")]
+    /// The store: an SQLite file (default: .muster/muster.db under the project root) or a
+    /// postgres:// / postgresql:// URL.
+    #[arg(long = "store", global = true, value_name = "PATH|URL")]
     pub store: Option<PathBuf>,
     /// Log level for stderr: error, warn, info, debug or trace.
     #[arg(
@@ -102,6 +104,8 @@ pub enum Command {
     Demo(demo::Args),
     /// Run a benchmark.
     Bench(bench::Args),
+    /// Serve the web inbox on 127.0.0.1.
+    Serve(serve::Args),
 }
 
 /// Runs the parsed command; the returned `Exit` becomes the process's exit code.
@@ -126,5 +130,6 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<Exit> {
         Command::Agents(args) => agents::execute(&global, args),
         Command::Demo(args) => demo::execute(&global, args),
         Command::Bench(args) => bench::execute(&global, args),
+        Command::Serve(args) => serve::execute(&global, args),
     }
 }

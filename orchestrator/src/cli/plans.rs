@@ -3,12 +3,14 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use muster_mailbox::{MailboxStore, RequestRecord};
+use muster_mailbox::RequestRecord;
+use muster_mailbox::revision::{stored_previous, stored_revision};
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::cli::inspect::{open, print_json, runtime, select_run, table};
 use crate::exit::Exit;
+use crate::plan_diff;
 use crate::project::Globals;
 
 #[derive(Debug, clap::Args)]
@@ -29,12 +31,21 @@ pub struct PlanEntry {
     pub request_id: Option<String>,
     /// draft, pending, approved or rejected.
     pub state: &'static str,
+    /// The request's plan revision (1 after an approval or for a first request).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revision: Option<u32>,
+    /// The request of the previous revision.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub previous_request_id: Option<String>,
+    /// A unified diff from the previous revision's plan to this one's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diff: Option<String>,
 }
 
 pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     let (project, store) = open(global)?;
     let (run, requests) = runtime()?.block_on(async {
-        let run = select_run(store.as_ref(), args.run.as_deref()).await?;
+        let run = select_run(store.as_ref(), args.run.as_deref(), None).await?;
         let requests = store.requests(&run.id).await?;
         anyhow::Ok((run, requests))
     })?;
@@ -64,6 +75,7 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
                 },
                 plan.agent.clone(),
                 plan.request_id.clone().unwrap_or_else(|| "-".into()),
+                plan.revision.map_or_else(|| "-".into(), |r| r.to_string()),
                 plan.state.to_owned(),
             ]
         })
@@ -72,8 +84,20 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         "Plans of run {} ({}):\n{}",
         run.id,
         run.slug,
-        table(&["FILE", "AGENT", "REQUEST", "STATE"], &rows)
+        table(&["FILE", "AGENT", "REQUEST", "REV", "STATE"], &rows)
     );
+    for plan in &plans {
+        if let (Some(request), Some(previous), Some(diff)) =
+            (&plan.request_id, &plan.previous_request_id, &plan.diff)
+        {
+            let changes = if diff.is_empty() {
+                "(no changes)\n"
+            } else {
+                diff.as_str()
+            };
+            println!("\n{request} revises {previous}:\n{changes}");
+        }
+    }
     Ok(Exit::Success)
 }
 
@@ -100,6 +124,9 @@ pub fn collect(
                 agent,
                 request_id: None,
                 state: "draft",
+                revision: None,
+                previous_request_id: None,
+                diff: None,
             },
         );
     }
@@ -117,6 +144,10 @@ pub fn collect(
         };
         let exists = file.exists();
         let agent = request.requester.clone();
+        let previous_request_id = stored_previous(request).map(str::to_owned);
+        let diff = previous_request_id
+            .as_deref()
+            .and_then(|id| revision_diff(requests, id, request));
         by_file.insert(
             file.clone(),
             PlanEntry {
@@ -125,10 +156,35 @@ pub fn collect(
                 agent,
                 request_id: Some(request.request_id.clone()),
                 state,
+                revision: Some(stored_revision(request)),
+                previous_request_id,
+                diff,
             },
         );
     }
     by_file.into_values().collect()
+}
+
+/// The diff from the plan of `previous_id` to `request`'s plan.
+pub fn revision_diff(
+    requests: &[RequestRecord],
+    previous_id: &str,
+    request: &RequestRecord,
+) -> Option<String> {
+    let previous = requests.iter().find(|r| r.request_id == previous_id)?;
+    let text = |r: &RequestRecord| {
+        r.body
+            .get("plan")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    Some(plan_diff::unified(
+        &text(previous),
+        &text(request),
+        previous_id,
+        &request.request_id,
+    ))
 }
 
 fn plan_files(plans_dir: &Path, slug: &str) -> Vec<PathBuf> {

@@ -11,6 +11,9 @@ pub struct Args {
     /// Only history older than this many days (at least 1).
     #[arg(long = "older-than")]
     pub older_than: u32,
+    /// Every project's finished runs in the store, not only this one's.
+    #[arg(long = "all-projects")]
+    pub all_projects: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -31,7 +34,8 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         .map_or(0, |d| d.as_millis() as i64);
     let cutoff = now - i64::from(args.older_than) * DAY_MS;
     let runtime = runtime()?;
-    let report = runtime.block_on(store.prune(cutoff))?;
+    let scope = crate::cli::inspect::project_scope(&project, args.all_projects);
+    let report = runtime.block_on(store.prune(cutoff, scope.as_deref()))?;
     let branches = runtime.block_on(delete_branches(
         store.as_ref(),
         &report.runs_pruned,

@@ -14,18 +14,29 @@ pub struct Args {
     pub cassette: Option<std::path::PathBuf>,
     #[arg(long = "max-duration")]
     pub max_duration: Option<u64>,
+    /// Without RUN: the newest unfinished run of any project in the store, not only this one's.
+    #[arg(long = "all-projects")]
+    pub all_projects: bool,
     /// Output format on stdout: text, json or stream-json.
     #[arg(long, default_value = "text", value_parser = crate::launch::OutputFormat::parse)]
     pub output: crate::launch::OutputFormat,
+    /// With `--output stream-json`: also `model_delta` lines while a response streams (not
+    /// durable: `"durable": false`).
+    #[arg(long = "include-partial")]
+    pub include_partial: bool,
 }
 
 pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     let flags = ResumeFlags {
         run: args.run,
+        all_projects: args.all_projects,
         base_url: args.base_url,
         cassette: args.cassette,
         max_duration: args.max_duration,
-        output: args.output,
+        output: args
+            .output
+            .with_partial(args.include_partial)
+            .map_err(|message| crate::exit::ExitError::new(Exit::Usage, message))?,
     };
     crate::lifecycle::resume(global, flags)
 }

@@ -45,6 +45,10 @@ pub struct Args {
     /// Output format on stdout: text, json or stream-json.
     #[arg(long, default_value = "text", value_parser = crate::launch::OutputFormat::parse)]
     pub output: crate::launch::OutputFormat,
+    /// With `--output stream-json`: also `model_delta` lines while a response streams (not
+    /// durable: `"durable": false`).
+    #[arg(long = "include-partial")]
+    pub include_partial: bool,
     /// Stop the run after this many seconds (exit 3).
     #[arg(long = "max-duration")]
     pub max_duration: Option<u64>,
@@ -64,7 +68,10 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         cassette: args.cassette,
         strict: args.strict,
         record: args.record,
-        output: args.output,
+        output: args
+            .output
+            .with_partial(args.include_partial)
+            .map_err(|message| crate::exit::ExitError::new(Exit::Usage, message))?,
         max_duration: args.max_duration,
         batch_line_id: None,
     };
@@ -116,7 +123,7 @@ mod tests {
         for (text, output) in [
             ("text", OutputFormat::Text),
             ("json", OutputFormat::Json),
-            ("stream-json", OutputFormat::StreamJson),
+            ("stream-json", OutputFormat::StreamJson { partial: false }),
         ] {
             assert_eq!(
                 run_args(&["--output", text]).unwrap().output,

@@ -5,13 +5,15 @@ use serde_json::json;
 use crate::cli::inspect::{effective_status, open, print_json, runtime, table, time};
 use crate::exit::Exit;
 use crate::project::Globals;
-use muster_mailbox::MailboxStore;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Only this run.
     #[arg(long)]
     pub run: Option<String>,
+    /// Every project's runs in the store, not only this one's.
+    #[arg(long = "all-projects")]
+    pub all_projects: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -19,6 +21,9 @@ pub struct Args {
 pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     let (project, store) = open(global)?;
     let mut runs = runtime()?.block_on(store.runs())?;
+    if let Some(scope) = crate::cli::inspect::project_scope(&project, args.all_projects) {
+        runs.retain(|run| run.in_project(&scope));
+    }
     if let Some(only) = &args.run {
         runs.retain(|run| &run.id == only);
     }
@@ -31,7 +36,7 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         return Ok(Exit::Success);
     }
     if runs.is_empty() {
-        println!("No runs in {} yet.", project.store_path().display());
+        println!("No runs in {} yet.", project.store_location());
         return Ok(Exit::Success);
     }
     let rows: Vec<Vec<String>> = runs

@@ -3,7 +3,6 @@
 use crate::cli::inspect::{cut, open, print_json, runtime, select_run, table};
 use crate::exit::Exit;
 use crate::project::Globals;
-use muster_mailbox::MailboxStore;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -17,7 +16,7 @@ pub struct Args {
 pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     let (_, store) = open(global)?;
     let (run, tasks) = runtime()?.block_on(async {
-        let run = select_run(store.as_ref(), args.run.as_deref()).await?;
+        let run = select_run(store.as_ref(), args.run.as_deref(), None).await?;
         let tasks = store.tasks(&run.id).await?;
         anyhow::Ok((run, tasks))
     })?;

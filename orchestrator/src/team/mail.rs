@@ -31,6 +31,7 @@ pub fn render(mail: &Mail, nonce: &str) -> String {
             plan_file,
             plan,
             responder,
+            ..
         } => format!(
             "Plan approval request {request_id} from {from} (plan file {plan_file}; answered by \
              {responder}). Review the plan and answer with ReviewPlan {{\"request_id\": \

@@ -166,7 +166,10 @@ impl Team {
                     back_on_the_board(released)
                 )
             };
-            if let Err(error) = self.stop_with_notice(&id, "failed", summary).await {
+            // The runtime's endings (`output_limit`, `stuck`) reach the lead by name.
+            let reason =
+                crate::lifecycle::agent_stop(&error).map_or("failed", |stop| stop.reason());
+            if let Err(error) = self.stop_with_notice(&id, reason, summary).await {
                 tracing::warn!(agent = %id, %error, "the failed teammate's notice");
             }
         }

@@ -252,7 +252,7 @@ async fn execute(
     existing: Result<Resumed, NewTeamRun>,
 ) -> anyhow::Result<Exit> {
     let mut interrupts = Interrupts::install();
-    let store: Arc<dyn MailboxStore> = project.open_store()?;
+    let store: Arc<dyn MailboxStore> = project.open_store().await?;
     let resumed = existing.is_ok();
     let (run_id, plans) = match &existing {
         Ok(Resumed { record }) => {
@@ -443,6 +443,7 @@ async fn create_run(
                 limit: u32::try_from(settings.auto_gate_denial_limit.value).unwrap_or(u32::MAX),
             },
             launch_options: serde_json::to_value(launch)?,
+            project_id: Some(project.project_id()?),
         })
         .await?;
     store

@@ -32,7 +32,7 @@ impl TeamPrinter {
     /// One event: in the run's log, and a `stream-json` line (only with
     /// `--output stream-json`).
     pub(crate) fn line(&self, kind: &str, agent: &str, fields: Value) {
-        if self.format == OutputFormat::StreamJson {
+        if self.format.is_stream_json() {
             self.print(kind, agent, fields);
         } else {
             stream_json::log(&stream_json::event(&self.run_id, kind, agent, fields));
@@ -53,7 +53,7 @@ impl TeamPrinter {
             fields.extend(result.clone());
         }
         match self.format {
-            OutputFormat::Json | OutputFormat::StreamJson => {
+            OutputFormat::Json | OutputFormat::StreamJson { .. } => {
                 self.print("run_finished", super::LEAD, fields)
             }
             OutputFormat::Text => {
@@ -73,7 +73,10 @@ impl TeamPrinter {
 
 impl EventSink for TeamPrinter {
     fn emit(&self, event: RuntimeEvent) {
-        if self.format == OutputFormat::StreamJson && stream_json::on_stream(&event) {
+        if stream_json::partial(&self.run_id, self.format, &event) {
+            return;
+        }
+        if self.format.is_stream_json() && stream_json::on_stream(&event) {
             self.print(event.kind(), event.agent(), event.fields());
         } else {
             stream_json::log(&stream_json::event(

@@ -91,6 +91,7 @@ pub(crate) fn run_context(parts: ContextParts<'_>) -> anyhow::Result<RunContext>
             parts.launch.run.deadline_ms,
             parts.restored,
         )),
+        limits: Default::default(),
         compaction: CompactionPolicy {
             config: muster_agents::compaction::CompactionConfig::from_settings(
                 &settings.compaction,

@@ -139,7 +139,7 @@ fn config_show_text_names_layers_and_flags_override() {
     );
     assert!(
         text.contains(&format!(
-            "store_path = \"{}\"  # cli (--store)",
+            "store = \"{}\"  # cli (--store)",
             fixture.root.join("state/db.sqlite").display()
         )),
         "{text}"

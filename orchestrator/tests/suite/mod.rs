@@ -9,8 +9,10 @@ mod openai_cli;
 mod resume_cli;
 mod run_cli;
 mod sandbox_cli;
+mod serve_cli;
 mod signal_cli;
 mod store_cli;
+mod store_pg;
 mod team_cli;
 #[cfg(all(unix, feature = "failpoints"))]
 mod team_crash;

@@ -17,10 +17,10 @@ use super::common::{GUARD, lines, open_store, output, stderr, transcript};
 
 const INTERRUPTED: &str = "interrupted by a crash; inspect the workspace before retrying";
 const PLAN: &str = "## Goal\nMark.\n## Steps\n1. Append two and three to marker.txt\n2. Write out.txt\n## Files\nmarker.txt\nout.txt\n## Tests\nnone\n## Risks\nnone\n";
-const MARKER_LINES: [&str; 3] = ["one", "two", "three"];
+pub(super) const MARKER_LINES: [&str; 3] = ["one", "two", "three"];
 
 /// A project whose `policy.toml` approves every plan up to `bypassPermissions`.
-fn project() -> tempfile::TempDir {
+pub(super) fn project() -> tempfile::TempDir {
     super::common::project(&[(
         "policy.toml",
         "approve_all = true\nmax_mode = \"bypassPermissions\"\n",
@@ -34,7 +34,7 @@ fn command(dir: &Path, args: &[&str]) -> tokio::process::Command {
     command
 }
 
-async fn muster(dir: &Path, args: &[&str]) -> Output {
+pub(super) async fn muster(dir: &Path, args: &[&str]) -> Output {
     output(command(dir, args)).await
 }
 
@@ -48,7 +48,7 @@ fn bash(line: &str) -> Block {
 /// Bash (side effect) → a read-only `Plan` subagent (its own requests; a crash while it works
 /// gives its parent an error result) → EnterPlanMode → ExitPlanMode (a policy approves: a
 /// request, a decision, a response mail acked) → Bash + Write → Bash → done.
-fn crash_script() -> Vec<ScriptEntry> {
+pub(super) fn crash_script() -> Vec<ScriptEntry> {
     vec![
         ScriptEntry::reply("main", 1, vec![Block::text("First."), bash("one")]),
         ScriptEntry::reply(
@@ -87,7 +87,7 @@ fn crash_script() -> Vec<ScriptEntry> {
     ]
 }
 
-fn run_args(base: &str) -> Vec<String> {
+pub(super) fn run_args(base: &str) -> Vec<String> {
     [
         "run",
         "-p",
@@ -108,7 +108,11 @@ fn run_args(base: &str) -> Vec<String> {
 
 /// Runs `args` as a child and kills it with SIGKILL right after its `kill_at`-th stdout line
 /// (`None`: lets it finish). Gives back the lines read and the exit status code.
-async fn run_killed_at(dir: &Path, args: &[String], kill_at: Option<usize>) -> (Vec<Value>, i32) {
+pub(super) async fn run_killed_at(
+    dir: &Path,
+    args: &[String],
+    kill_at: Option<usize>,
+) -> (Vec<Value>, i32) {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut child = command(dir, &args)
         .stdout(Stdio::piped())
@@ -137,7 +141,7 @@ async fn run_killed_at(dir: &Path, args: &[String], kill_at: Option<usize>) -> (
     (seen, code)
 }
 
-fn marker(dir: &Path) -> Vec<String> {
+pub(super) fn marker(dir: &Path) -> Vec<String> {
     std::fs::read_to_string(dir.join("marker.txt"))
         .unwrap_or_default()
         .lines()

@@ -876,3 +876,146 @@ async fn resume_appends_to_the_runs_log() {
     );
     fake.verify().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cut_answer_past_its_continuations_fails_the_run_with_output_limit() {
+    let dir = project(&[]);
+    let cut = |turn| {
+        ScriptEntry::reply("main", turn, vec![Block::text("and on ")]).stop_reason("max_tokens")
+    };
+    let fake = fake((1..=4).map(cut).collect()).await;
+    let base = fake.base_url();
+    let output = muster(
+        dir.path(),
+        &["run", "-p", "x", "--base-url", &base, "--output", "json"],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let finished = &lines(&output)[0];
+    assert_eq!(finished["status"], "failed");
+    assert_eq!(finished["exit_code"], 1);
+    assert_eq!(finished["reason"], "output_limit");
+    assert!(
+        finished["error"]
+            .as_str()
+            .unwrap()
+            .contains("still cut after 3 continuation(s)"),
+        "{finished}"
+    );
+    fake.verify().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_same_failing_call_fails_the_run_with_stuck() {
+    let dir = project(&[]);
+    let read = |turn| {
+        ScriptEntry::reply(
+            "main",
+            turn,
+            vec![tool("Read", json!({"file_path": "no-such-file.txt"}))],
+        )
+    };
+    let fake = fake((1..=4).map(read).collect()).await;
+    let base = fake.base_url();
+    let output = muster(
+        dir.path(),
+        &["run", "-p", "x", "--base-url", &base, "--output", "json"],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let finished = &lines(&output)[0];
+    assert_eq!(finished["status"], "failed");
+    assert_eq!(finished["reason"], "stuck");
+    assert!(
+        finished["error"]
+            .as_str()
+            .unwrap()
+            .contains("no-such-file.txt"),
+        "{finished}"
+    );
+    fake.verify().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn include_partial_streams_model_deltas_that_are_not_durable_and_not_logged() {
+    let dir = project(&[]);
+    let answer = "A streamed answer in many small pieces.";
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![tool("Read", json!({"file_path": "README.md"}))],
+        )
+        .stream(muster_fake_llm::StreamOptions {
+            chunk_chars: 3,
+            ..Default::default()
+        }),
+        ScriptEntry::reply("main", 2, vec![Block::text(answer)]).stream(
+            muster_fake_llm::StreamOptions {
+                chunk_chars: 4,
+                ..Default::default()
+            },
+        ),
+    ])
+    .await;
+    let base = fake.base_url();
+    let args = [
+        "run",
+        "-p",
+        "x",
+        "--base-url",
+        &base,
+        "--output",
+        "stream-json",
+        "--include-partial",
+    ];
+    let output = muster(dir.path(), &args).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let events = lines(&output);
+    let deltas = |turn: u64, kind: &str| -> Vec<String> {
+        events
+            .iter()
+            .filter(|e| e["type"] == "model_delta" && e["turn"] == turn && e["delta"] == kind)
+            .map(|e| {
+                assert_eq!(e["durable"], false, "{e}");
+                e["text"].as_str().unwrap().to_owned()
+            })
+            .collect()
+    };
+    let input = deltas(1, "tool_input");
+    assert!(input.len() > 1, "tool input streams in pieces: {input:?}");
+    assert_eq!(
+        input.concat(),
+        json!({"file_path": "README.md"}).to_string()
+    );
+    let text = deltas(2, "text");
+    assert!(text.len() > 1);
+    assert_eq!(text.concat(), answer);
+    // Each turn's deltas come before its committed model_turn.
+    let position = |matches: &dyn Fn(&Value) -> bool| events.iter().position(matches).unwrap();
+    let last_delta = events
+        .iter()
+        .rposition(|e| e["type"] == "model_delta" && e["turn"] == 2)
+        .unwrap();
+    assert!(last_delta < position(&|e| e["type"] == "model_turn" && e["turn"] == 2));
+    let run_id = events[0]["run_id"].as_str().unwrap();
+    let logged = run_log(dir.path(), run_id);
+    assert!(
+        logged.iter().all(|l| l["type"] != "model_delta"),
+        "the log holds what was committed"
+    );
+    // Without the flag, no deltas; with another output, the flag is refused.
+    fake.reset();
+    fake.append_script(vec![ScriptEntry::reply(
+        "main",
+        1,
+        vec![Block::text(answer)],
+    )])
+    .unwrap();
+    let plain = muster(dir.path(), &args[..7]).await;
+    assert_eq!(plain.status.code(), Some(0), "{}", stderr(&plain));
+    assert!(lines(&plain).iter().all(|e| e["type"] != "model_delta"));
+    let refused = muster(dir.path(), &["run", "-p", "x", "--include-partial"]).await;
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(stderr(&refused).contains("--include-partial needs --output stream-json"));
+}

@@ -44,6 +44,7 @@ async fn project_with_request(responder: &str) -> (tempfile::TempDir, Arc<Sqlite
             batch_line_id: None,
             auto_gate: AutoGate::default(),
             launch_options: json!({}),
+            project_id: None,
         })
         .await
         .unwrap();
@@ -75,6 +76,8 @@ async fn project_with_request(responder: &str) -> (tempfile::TempDir, Arc<Sqlite
                 plan_file: ".muster/plans/brave-red-fox-agent-alice.md".into(),
                 plan: "## Goal\nx\n## Steps\n1. edit\n## Files\nsrc/a.rs".into(),
                 responder: responder.into(),
+                revision: 1,
+                previous_request_id: None,
             },
             idempotency_key: None,
         })
@@ -340,7 +343,7 @@ async fn prune_keeps_decisions_and_unfinished_runs() {
         .set_run_status("r1", RunStatus::Completed, None)
         .await
         .unwrap();
-    let report = store.prune(i64::MAX).await.unwrap();
+    let report = store.prune(i64::MAX, None).await.unwrap();
     assert_eq!(report.runs_pruned, ["r1"]);
     assert_eq!(
         report.messages_deleted, 0,
@@ -427,4 +430,74 @@ async fn fork_copies_the_run_and_its_plan_files_under_a_new_slug() {
     );
     let unknown = muster(dir.path(), &["fork", "nope"]);
     assert_eq!(unknown.status.code(), Some(2));
+}
+
+/// `muster approve ID --edit` with `editor` as `$EDITOR` (and no `$VISUAL`).
+fn approve_with_editor(dir: &Path, editor: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_muster"))
+        .current_dir(dir)
+        .args(["approve", "plan-alice-1", "--edit"])
+        .env("EDITOR", editor)
+        .env_remove("VISUAL")
+        .env_remove("XDG_RUNTIME_DIR")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn script(dir: &Path, name: &str, body: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn approve_edit_sends_the_plan_the_editor_saved() {
+    let (dir, store) = project_with_request("human").await;
+    // An editor that fails approves nothing.
+    let failing = script(dir.path(), "fail.sh", "exit 3");
+    let refused = approve_with_editor(dir.path(), &failing);
+    assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("nothing was approved"),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(
+        store
+            .request("r1", "plan-alice-1")
+            .await
+            .unwrap()
+            .unwrap()
+            .response
+            .is_none()
+    );
+    let editor = script(
+        dir.path(),
+        "edit.sh",
+        "printf '\\n## Note\\nkeep it small\\n' >> \"$1\"",
+    );
+    let approved = approve_with_editor(dir.path(), &editor);
+    assert_eq!(approved.status.code(), Some(0), "{}", stderr(&approved));
+    let response = store
+        .request("r1", "plan-alice-1")
+        .await
+        .unwrap()
+        .unwrap()
+        .response
+        .unwrap();
+    assert_eq!(response.body["approved"], true);
+    assert_eq!(
+        response.body["edited_plan"],
+        "## Goal\nx\n## Steps\n1. edit\n## Files\nsrc/a.rs\n## Note\nkeep it small\n"
+    );
+    let again = approve_with_editor(dir.path(), &editor);
+    assert_eq!(again.status.code(), Some(1), "{}", stderr(&again));
+    assert!(
+        stderr(&again).contains("already decided"),
+        "{}",
+        stderr(&again)
+    );
 }

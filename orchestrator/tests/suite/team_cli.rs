@@ -435,6 +435,32 @@ async fn a_policy_rejects_a_forbidden_path_naming_the_rule_and_approves_the_new_
         std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(),
         "hello, world\n"
     );
+    // The second request is revision 2 of alice's plan, and `muster plans` shows what changed.
+    let plans = muster(dir.path(), &["plans", "--json"]).await;
+    assert_eq!(plans.status.code(), Some(0), "{}", stderr(&plans));
+    let plans: Value = serde_json::from_slice(&plans.stdout).unwrap();
+    let alice = plans
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["agent"] == "alice")
+        .unwrap();
+    assert_eq!(alice["request_id"], "plan-alice-2");
+    assert_eq!(alice["revision"], 2);
+    assert_eq!(alice["previous_request_id"], "plan-alice-1");
+    assert!(
+        alice["diff"]
+            .as_str()
+            .unwrap()
+            .contains("\n-secrets/key.txt"),
+        "{alice}"
+    );
+    let text = muster(dir.path(), &["plans"]).await;
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("plan-alice-2 revises plan-alice-1:"),
+        "{}",
+        String::from_utf8_lossy(&text.stdout)
+    );
     // The policy's decisions are reported as mail from `policy`.
     let first = sent(&events, "policy", "alice", "plan_approval_response");
     assert_eq!(events[first]["request_id"], "plan-alice-1");
@@ -1740,4 +1766,199 @@ async fn a_teammate_spending_the_run_budget_while_the_lead_waits_on_a_person_end
     assert_eq!(finished["budget"], "budgets.run.turns", "{finished}");
     assert_eq!(fake.requests().len(), 3);
     fake.verify().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_person_approves_with_an_edit_in_the_web_inbox_and_the_waiting_teammate_goes_on() {
+    use super::serve_cli::Serve;
+    let dir =
+        project("name = \"greeters\"\n\n[[teammates]]\nname = \"alice\"\napprover = \"human\"\n");
+    let mut script = vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "Greet", "description": "Write hello.txt saying hello."}),
+            )],
+        ),
+        any_turn("lead", vec![Block::text("Waiting for the team.")]),
+    ];
+    script.extend(alice_script(PLAN));
+    let fake = fake(script).await;
+    let mut run = start_team_run(dir.path(), &fake.base_url());
+    let requested = run
+        .until("the request to a person", |event| {
+            event["type"] == "approval_requested" && event["responder"] == "human"
+        })
+        .await;
+    let serve = Serve::start(dir.path()).await;
+    let cookie = serve.sign_in().await;
+    let path =
+        "/runs/".to_owned() + requested["run_id"].as_str().unwrap() + "/requests/plan-alice-1";
+    let page = serve.get(&cookie, &path).await.text().await.unwrap();
+    assert!(
+        page.contains("<h2>Steps</h2>") && page.contains("id=\"approve-edited\""),
+        "{page}"
+    );
+    let edited = PLAN.replace("1. Write hello.txt", "1. Write hello.txt, one line");
+    let approved = serve
+        .post(
+            &cookie,
+            &path,
+            &[
+                ("action", "approve_edited"),
+                ("plan", &edited),
+                ("mode", "acceptEdits"),
+            ],
+        )
+        .await;
+    assert_eq!(approved.status(), reqwest::StatusCode::SEE_OTHER);
+    let second = serve
+        .post(&cookie, &path, &[("action", "reject"), ("feedback", "no")])
+        .await;
+    assert_eq!(second.status(), reqwest::StatusCode::CONFLICT);
+
+    assert_eq!(run.finish().await, Some(0));
+    let decided = position(&run.events, "approval_decided", |e| {
+        e["type"] == "approval_decided" && e["agent"] == "alice"
+    });
+    assert_eq!(run.events[decided]["responder"], "human");
+    assert_eq!(run.events[decided]["mode"], "acceptEdits");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(),
+        "hello, world\n"
+    );
+    let plan_file = requested["plan_file"].as_str().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join(plan_file)).unwrap(),
+        edited
+    );
+    let page = serve.get(&cookie, &path).await.text().await.unwrap();
+    assert!(
+        page.contains("Approved by human") && page.contains("Approved with edits"),
+        "{page}"
+    );
+}
+
+/// DESIGN "Wave 2 → Tests": the browser test's prerequisites come from `scripts/test`; without
+/// them the test fails naming it, never skips.
+fn browser_prerequisites() -> (std::path::PathBuf, std::path::PathBuf) {
+    let browser_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/browser");
+    let chromium = std::env::var_os("CHROMIUM")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| "/usr/bin/chromium".into());
+    assert!(
+        browser_dir.join("node_modules/playwright-core").is_dir() && chromium.exists(),
+        "the browser test needs Chromium and tests/browser's npm packages: run `scripts/test`"
+    );
+    (browser_dir, chromium)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn in_chromium_a_person_sees_the_revised_plan_and_its_diff_and_approves_an_edit() {
+    use super::serve_cli::Serve;
+    let (browser_dir, chromium) = browser_prerequisites();
+    let dir =
+        project("name = \"greeters\"\n\n[[teammates]]\nname = \"alice\"\napprover = \"human\"\n");
+    let first = PLAN.replace("## Files\nhello.txt", "## Files\nhello.txt\nREADME.md");
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "Greet", "description": "Write hello.txt saying hello."}),
+            )],
+        ),
+        any_turn("lead", vec![Block::text("Waiting for the team.")]),
+        ScriptEntry::reply(
+            "alice",
+            1,
+            vec![tool("ExitPlanMode", json!({"plan": first}))],
+        ),
+        ScriptEntry::reply(
+            "alice",
+            2,
+            vec![tool("ExitPlanMode", json!({"plan": PLAN}))],
+        ),
+        ScriptEntry::reply(
+            "alice",
+            3,
+            vec![tool(
+                "Write",
+                json!({"file_path": "hello.txt", "content": "hello, world\n"}),
+            )],
+        ),
+        ScriptEntry::reply("alice", 4, vec![Block::text("Wrote hello.txt.")]),
+    ])
+    .await;
+    let mut run = start_team_run(dir.path(), &fake.base_url());
+    let is_request = |id: &'static str| {
+        move |event: &Value| event["type"] == "approval_requested" && event["request_id"] == id
+    };
+    run.until("the first plan", is_request("plan-alice-1"))
+        .await;
+    let rejected = muster(
+        dir.path(),
+        &[
+            "reject",
+            "plan-alice-1",
+            "--feedback",
+            "Leave the README alone.",
+        ],
+    )
+    .await;
+    assert_eq!(rejected.status.code(), Some(0), "{}", stderr(&rejected));
+    let requested = run
+        .until("the revised plan", is_request("plan-alice-2"))
+        .await;
+    let serve = Serve::start(dir.path()).await;
+    let path = format!(
+        "/runs/{}/requests/plan-alice-2",
+        requested["run_id"].as_str().unwrap()
+    );
+    let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/web-inbox");
+    std::fs::create_dir_all(&shots).unwrap();
+    let addition = "\n## Note\nOne line only.\n";
+    let browser = tokio::time::timeout(
+        GUARD,
+        tokio::process::Command::new("node")
+            .arg(browser_dir.join("review.mjs"))
+            .args([serve.url.as_str(), path.as_str(), addition])
+            .env("SCREENSHOTS", &shots)
+            .env("CHROMIUM", &chromium)
+            .env("HOME", dir.path())
+            .stdin(std::process::Stdio::null())
+            .output(),
+    )
+    .await
+    .expect("guard timeout")
+    .unwrap();
+    assert!(
+        browser.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&browser.stdout),
+        String::from_utf8_lossy(&browser.stderr)
+    );
+    assert_eq!(run.finish().await, Some(0));
+    let store = super::common::open_store(dir.path());
+    let run_id = requested["run_id"].as_str().unwrap();
+    let response = store
+        .request(run_id, "plan-alice-2")
+        .await
+        .unwrap()
+        .unwrap()
+        .response
+        .unwrap();
+    assert_eq!(response.responder, "human");
+    assert_eq!(response.body["mode"], "acceptEdits");
+    assert_eq!(response.body["edited_plan"], format!("{PLAN}{addition}"));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(),
+        "hello, world\n"
+    );
+    for shot in ["runs.png", "pending-plan.png", "approved.png"] {
+        assert!(shots.join(shot).is_file(), "{shot}");
+    }
 }

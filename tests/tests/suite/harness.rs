@@ -223,8 +223,11 @@ pub(super) async fn run_agent(
         policy: Arc::new(Policy::load(&root.join(policy_file)).unwrap()),
         responder: settings.approver.value.to_string(),
     };
+    let muster_config::store_url::StoreLocation::File(store_path) = &settings.store.value else {
+        panic!("the harness runs on a store file: {}", settings.store.value);
+    };
     let store: Arc<dyn MailboxStore> =
-        Arc::new(SqliteStore::open(&settings.store_path.value, StoreOptions::default()).unwrap());
+        Arc::new(SqliteStore::open(store_path, StoreOptions::default()).unwrap());
     store
         .create_run(NewRun {
             id: RUN.into(),
@@ -234,6 +237,7 @@ pub(super) async fn run_agent(
             batch_line_id: None,
             auto_gate: AutoGate::default(),
             launch_options: json!({}),
+            project_id: None,
         })
         .await
         .unwrap();
@@ -283,6 +287,7 @@ pub(super) async fn run_agent(
             None,
             BTreeMap::new(),
         )),
+        limits: Default::default(),
         compaction: CompactionPolicy {
             config: CompactionConfig::from_settings(&settings.compaction),
             models: settings.models.clone(),

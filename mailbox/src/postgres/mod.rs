@@ -1,0 +1,749 @@
+//! The PostgreSQL backend: the SQLite store's relational model and contract on a server that
+//! several processes and machines reach.
+//!
+//! Each operation is one transaction on a pooled connection (`deadpool-postgres`). A write
+//! first takes the transaction-level advisory lock of each run it touches
+//! (`pg_advisory_xact_lock`, keyed by schema and run, in key order so two never deadlock):
+//! writes to one run are serialised exactly as on SQLite's single writer, so every check an
+//! operation makes before it writes still holds at COMMIT, and message `seq` order is commit
+//! order within a run. Reads run in a `REPEATABLE READ` snapshot and take no lock. The server
+//! releases the locks at COMMIT or ROLLBACK, and when a connection dies. Wake-ups are pushed
+//! in process after COMMIT, as on SQLite; across processes the live run's socket carries
+//! them (see [`crate::live`]).
+
+mod fork;
+pub(crate) mod ops;
+mod schema;
+mod tasks;
+mod tls;
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use serde_json::Value;
+use tokio_postgres::IsolationLevel;
+
+use crate::error::{StoreError, StoreResult};
+use crate::sqlite::StoreOptions;
+use crate::sqlite::wake::{Waiters, Wake};
+use crate::store::MailboxStore;
+use crate::types::*;
+use ops::{Ctx, Tx};
+pub use schema::PG_SCHEMA_VERSION;
+
+/// Connections the pool keeps at most: a run's agents write concurrently, and writes to one
+/// run wait for its lock anyway.
+const POOL_SIZE: usize = 8;
+
+/// The PostgreSQL implementation of [`MailboxStore`].
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: Pool,
+    /// For the dedicated connection a live run holds (its lock and its LISTEN).
+    config: Arc<tokio_postgres::Config>,
+    tls: tls::Connector,
+    waiters: Arc<Waiters>,
+    ctx: Ctx,
+    /// Operation ids of writes whose COMMIT was acknowledged: the next write deletes them.
+    confirmed: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+/// Makes schema `name` on the server `url` names (a benchmark's or a test's own) and returns
+/// the URL whose connections use it.
+pub async fn create_schema(url: &str, name: &str) -> StoreResult<String> {
+    admin(url, &format!("CREATE SCHEMA {name}")).await?;
+    let separator = if url.contains('?') { '&' } else { '?' };
+    Ok(format!("{url}{separator}options=-csearch_path%3D{name}"))
+}
+
+/// Drops schema `name` and everything in it.
+pub async fn drop_schema(url: &str, name: &str) -> StoreResult<()> {
+    admin(url, &format!("DROP SCHEMA IF EXISTS {name} CASCADE")).await
+}
+
+async fn admin(url: &str, sql: &str) -> StoreResult<()> {
+    let ctx = Ctx {
+        target: muster_config::store_url::mask_password(url).into(),
+        schema: "".into(),
+        max_body_bytes: 0,
+    };
+    let (client, connection) = tokio_postgres::connect(url, tls::connector(&ctx.target)?)
+        .await
+        .map_err(|e| StoreError::PostgresConnect {
+            target: ctx.target.to_string(),
+            reason: connect_reason(&e),
+        })?;
+    let driver = tokio::spawn(connection);
+    let result = client
+        .batch_execute(sql)
+        .await
+        .map_err(|e| ops::pg_error(&ctx, e));
+    drop(client);
+    let _ = driver.await;
+    result
+}
+
+/// Attempts of one write when the connection is lost under it (the server restarted, a
+/// network cut): each on a fresh connection, under the same operation id.
+const WRITE_ATTEMPTS: u32 = 3;
+
+impl PostgresStore {
+    /// Connects to the server `url` names, refuses a schema that is not muster's or is newer,
+    /// and brings an older or empty one up to date. The tables live in the connection's
+    /// current schema (`public` unless the URL's `options` set a `search_path`).
+    pub async fn open(url: &str, options: StoreOptions) -> StoreResult<PostgresStore> {
+        let target: Arc<str> = muster_config::store_url::mask_password(url).into();
+        let config =
+            tokio_postgres::Config::from_str(url).map_err(|e| StoreError::InvalidStoreUrl {
+                target: target.to_string(),
+                detail: e.to_string(),
+            })?;
+        let tls = tls::connector(&target)?;
+        let manager = Manager::from_config(
+            config.clone(),
+            tls.clone(),
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .build()
+            .map_err(|e| StoreError::InvalidStoreUrl {
+                target: target.to_string(),
+                detail: e.to_string(),
+            })?;
+        let mut ctx = Ctx {
+            target: target.clone(),
+            schema: "".into(),
+            max_body_bytes: options.max_body_bytes,
+        };
+        let mut conn = connection(&pool, &ctx).await?;
+        let schema: Option<String> = conn
+            .query_one("SELECT current_schema()::text", &[])
+            .await
+            .map_err(|e| ops::pg_error(&ctx, e))?
+            .try_get(0)
+            .map_err(|e| ops::pg_error(&ctx, e))?;
+        let schema = schema.ok_or_else(|| StoreError::PostgresConnect {
+            target: target.to_string(),
+            reason: "no schema of the connection's search_path exists; create it \
+                     (CREATE SCHEMA …) or fix the URL's options"
+                .into(),
+        })?;
+        ctx.schema = schema.into();
+        schema::migrate(&mut conn, &ctx).await?;
+        Ok(PostgresStore {
+            pool,
+            config: Arc::new(config),
+            tls,
+            waiters: Arc::new(Waiters::default()),
+            ctx,
+            confirmed: Arc::default(),
+        })
+    }
+
+    /// The URL with its password masked.
+    pub fn target(&self) -> &str {
+        &self.ctx.target
+    }
+
+    /// The schema the store's tables live in.
+    pub fn schema(&self) -> &str {
+        &self.ctx.schema
+    }
+
+    /// Begins a write transaction holding the advisory locks of `runs`.
+    async fn begin_write<'c>(
+        &self,
+        conn: &'c mut deadpool_postgres::Object,
+        runs: &[&str],
+    ) -> StoreResult<Tx<'c>> {
+        let tx = conn
+            .build_transaction()
+            .isolation_level(IsolationLevel::ReadCommitted)
+            .start()
+            .await
+            .map_err(|e| ops::pg_error(&self.ctx, e))?;
+        let mut keys: Vec<i64> = runs.iter().map(|run| self.ctx.run_lock_key(run)).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        for key in keys {
+            ops::execute(&tx, &self.ctx, "SELECT pg_advisory_xact_lock($1)", &[&key]).await?;
+        }
+        Ok(tx)
+    }
+
+    /// Begins a read-only transaction on one snapshot.
+    async fn begin_read<'c>(&self, conn: &'c mut deadpool_postgres::Object) -> StoreResult<Tx<'c>> {
+        conn.build_transaction()
+            .isolation_level(IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(|e| ops::pg_error(&self.ctx, e))
+    }
+
+    /// Commits an operation that succeeded (then wakes its recipients) or rolls back one that
+    /// failed.
+    async fn finish<T>(
+        &self,
+        tx: Tx<'_>,
+        result: StoreResult<T>,
+        wakes: Vec<Wake>,
+    ) -> StoreResult<T> {
+        match result {
+            Ok(value) => {
+                tx.commit().await.map_err(|e| commit_error(&self.ctx, e))?;
+                self.waiters.wake_all(&wakes);
+                Ok(value)
+            }
+            Err(error) => {
+                // A rollback that fails leaves nothing either: the server aborts the
+                // transaction when the connection goes.
+                let _ = tx.rollback().await;
+                Err(error)
+            }
+        }
+    }
+
+    async fn connection(&self) -> StoreResult<deadpool_postgres::Object> {
+        connection(&self.pool, &self.ctx).await
+    }
+
+    /// Takes the acknowledged operation ids for the next write to delete.
+    fn take_confirmed(&self) -> Vec<String> {
+        match self.confirmed.lock() {
+            Ok(mut keys) => std::mem::take(&mut *keys),
+            Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
+        }
+    }
+
+    /// Gives back ids a write took but did not delete (it failed), or adds one acknowledged.
+    fn add_confirmed(&self, keys: impl IntoIterator<Item = String>) {
+        match self.confirmed.lock() {
+            Ok(mut list) => list.extend(keys),
+            Err(poisoned) => poisoned.into_inner().extend(keys),
+        }
+    }
+
+    /// A connection outside the pool, for as long as the caller keeps it: its notifications
+    /// wake this store's receivers of `run_id` (the payload names the recipient).
+    async fn dedicated(
+        &self,
+        run_id: &str,
+    ) -> StoreResult<(tokio_postgres::Client, tokio::task::JoinHandle<()>)> {
+        let (client, mut connection) =
+            self.config.connect(self.tls.clone()).await.map_err(|e| {
+                StoreError::PostgresConnect {
+                    target: self.ctx.target.to_string(),
+                    reason: connect_reason(&e),
+                }
+            })?;
+        let (waiters, run) = (self.waiters.clone(), run_id.to_owned());
+        let target = self.ctx.target.clone();
+        let driver = tokio::spawn(async move {
+            loop {
+                match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                    Some(Ok(tokio_postgres::AsyncMessage::Notification(note))) => {
+                        if validate_agent_id(note.payload()).is_ok() {
+                            waiters.wake(&run, note.payload());
+                        }
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(error)) => {
+                        tracing::warn!(
+                            store = %target, run = %run, %error,
+                            "the live run's connection to the store ended; other processes \
+                             cannot wake it until it is resumed"
+                        );
+                        break;
+                    }
+                    None => break,
+                }
+            }
+        });
+        Ok((client, driver))
+    }
+}
+
+/// A live run's dedicated connection: while it is open, the server holds the run's session
+/// lock and delivers its channel's notifications; closing it (or the process dying) releases
+/// both.
+struct LiveConnection {
+    _client: tokio_postgres::Client,
+    driver: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for LiveConnection {
+    fn drop(&mut self) {
+        self.driver.abort();
+    }
+}
+
+fn commit_error(ctx: &Ctx, source: tokio_postgres::Error) -> StoreError {
+    match ops::pg_error(ctx, source) {
+        StoreError::Postgres { target, detail } => StoreError::Postgres {
+            target,
+            detail: format!("COMMIT failed ({detail}); whether the operation was kept is unknown"),
+        },
+        other => other,
+    }
+}
+
+/// A pooled connection, or an error that says why the server could not be reached.
+async fn connection(pool: &Pool, ctx: &Ctx) -> StoreResult<deadpool_postgres::Object> {
+    pool.get().await.map_err(|error| connect_error(ctx, error))
+}
+
+fn connect_error(ctx: &Ctx, error: deadpool_postgres::PoolError) -> StoreError {
+    let reason = match &error {
+        deadpool_postgres::PoolError::Backend(source) => connect_reason(source),
+        other => other.to_string(),
+    };
+    StoreError::PostgresConnect {
+        target: ctx.target.to_string(),
+        reason,
+    }
+}
+
+/// What went wrong connecting, and what to do about it.
+fn connect_reason(source: &tokio_postgres::Error) -> String {
+    if let Some(db) = source.as_db_error() {
+        let what = db.message();
+        return match db.code().code() {
+            "28P01" | "28000" => format!(
+                "authentication failed ({what}); check the user and password in the URL, \
+                 or the server's pg_hba.conf"
+            ),
+            "3D000" => format!("{what}; create it (createdb NAME) or name another database"),
+            code => format!("the server refused the connection ({code}: {what})"),
+        };
+    }
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(source);
+    while let Some(inner) = cause {
+        if let Some(io) = inner.downcast_ref::<std::io::Error>() {
+            return match io.kind() {
+                std::io::ErrorKind::ConnectionRefused => format!(
+                    "connection refused ({io}); is the PostgreSQL server running, and listening \
+                     on the host and port the URL names?"
+                ),
+                _ => format!("{io}; check the host and port in the URL"),
+            };
+        }
+        cause = inner.source();
+    }
+    let mut text = source.to_string();
+    let mut cause = std::error::Error::source(source);
+    while let Some(inner) = cause {
+        text.push_str(&format!(": {inner}"));
+        cause = inner.source();
+    }
+    text
+}
+
+/// One write: a connection, a transaction holding the runs' locks, the body, its outcome
+/// stored under the write's operation id, COMMIT. When the connection is lost (the outcome
+/// of a COMMIT unknown), the write is tried again on a new connection under the same id: if
+/// the first attempt committed, its stored outcome is returned and nothing runs twice.
+macro_rules! write_op {
+    ($store:expr, [$($run:expr),*], |$tx:ident, $ctx:ident, $wakes:ident| $body:expr) => {{
+        let store = $store;
+        let op_key = ops::new_operation_key();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let confirmed = store.take_confirmed();
+            let outcome = async {
+                let mut conn = store.connection().await?;
+                let $tx = store.begin_write(&mut conn, &[$($run),*]).await?;
+                let $ctx = &store.ctx;
+                if let Some((first, wakes)) = ops::stored_operation(&$tx, $ctx, &op_key).await? {
+                    return store.finish($tx, Ok(first), wakes).await;
+                }
+                let mut wake_list = Vec::new();
+                let result = {
+                    let $wakes = &mut wake_list;
+                    $body
+                };
+                let op_run: &str = [$($run),*][0];
+                let result = match result {
+                    Ok(value) => ops::store_operation(
+                        &$tx, $ctx, op_run, &op_key, &value, &wake_list, &confirmed,
+                    )
+                    .await
+                    .map(|()| value),
+                    Err(error) => Err(error),
+                };
+                store.finish($tx, result, wake_list).await
+            }
+            .await;
+            match outcome {
+                Ok(value) => {
+                    store.add_confirmed([op_key]);
+                    break Ok(value);
+                }
+                Err(StoreError::ConnectionLost { .. }) if attempt < WRITE_ATTEMPTS => {
+                    store.add_confirmed(confirmed);
+                }
+                Err(error) => {
+                    store.add_confirmed(confirmed);
+                    break Err(error);
+                }
+            }
+        }
+    }};
+}
+
+/// One read: a connection, a read-only snapshot, the body.
+macro_rules! read_op {
+    ($store:expr, |$tx:ident, $ctx:ident| $body:expr) => {{
+        let store = $store;
+        let mut conn = store.connection().await?;
+        let $tx = store.begin_read(&mut conn).await?;
+        let $ctx = &store.ctx;
+        let result = $body;
+        store.finish($tx, result, Vec::new()).await
+    }};
+}
+
+#[async_trait]
+impl MailboxStore for PostgresStore {
+    async fn create_run(&self, run: NewRun) -> StoreResult<RunRecord> {
+        write_op!(self, [&run.id], |tx, ctx, _w| ops::create_run(
+            &tx, ctx, &run
+        )
+        .await)
+    }
+
+    async fn run(&self, run_id: &str) -> StoreResult<Option<RunRecord>> {
+        read_op!(self, |tx, ctx| ops::get_run(&tx, ctx, run_id).await)
+    }
+
+    async fn runs(&self) -> StoreResult<Vec<RunRecord>> {
+        read_op!(self, |tx, ctx| ops::list_runs(&tx, ctx).await)
+    }
+
+    async fn set_run_status(
+        &self,
+        run_id: &str,
+        status: RunStatus,
+        result: Option<Value>,
+    ) -> StoreResult<RunRecord> {
+        write_op!(self, [run_id], |tx, ctx, _w| {
+            ops::set_run_status(&tx, ctx, run_id, status, result.as_ref()).await
+        })
+    }
+
+    async fn set_launch_options(
+        &self,
+        run_id: &str,
+        launch_options: Value,
+    ) -> StoreResult<RunRecord> {
+        write_op!(self, [run_id], |tx, ctx, _w| {
+            ops::set_launch_options(&tx, ctx, run_id, &launch_options).await
+        })
+    }
+
+    async fn open_epoch(&self, run_id: &str) -> StoreResult<i64> {
+        write_op!(self, [run_id], |tx, ctx, _w| ops::open_epoch(
+            &tx, ctx, run_id
+        )
+        .await)
+    }
+
+    async fn update_auto_gate(
+        &self,
+        run_id: &str,
+        update: AutoGateUpdate,
+    ) -> StoreResult<AutoGate> {
+        write_op!(self, [run_id], |tx, ctx, _w| {
+            ops::update_auto_gate(&tx, ctx, run_id, update).await
+        })
+    }
+
+    async fn add_member(&self, run_id: &str, entry: RosterEntry) -> StoreResult<()> {
+        write_op!(self, [run_id], |tx, ctx, _w| {
+            ops::add_member(&tx, ctx, run_id, &entry).await
+        })
+    }
+
+    async fn roster(&self, run_id: &str) -> StoreResult<Vec<RosterEntry>> {
+        read_op!(self, |tx, ctx| ops::roster(&tx, ctx, run_id).await)
+    }
+
+    async fn send(&self, message: NewMessage) -> StoreResult<Message> {
+        write_op!(self, [&message.run_id], |tx, ctx, wakes| {
+            ops::send(&tx, ctx, &message, wakes).await
+        })
+    }
+
+    async fn try_receive(
+        &self,
+        run_id: &str,
+        recipient: &str,
+        epoch: i64,
+        filter: MessageFilter,
+    ) -> StoreResult<Option<Message>> {
+        write_op!(self, [run_id], |tx, ctx, _w| {
+            ops::lease_next(&tx, ctx, run_id, recipient, epoch, &filter).await
+        })
+    }
+
+    async fn receive(
+        &self,
+        run_id: &str,
+        recipient: &str,
+        epoch: i64,
+        filter: MessageFilter,
+    ) -> StoreResult<Message> {
+        let notify = self.waiters.notify_for(run_id, recipient);
+        loop {
+            // Register before looking, so a commit between the look and the wait still wakes us.
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(message) = self
+                .try_receive(run_id, recipient, epoch, filter.clone())
+                .await?
+            {
+                return Ok(message);
+            }
+            notified.await;
+        }
+    }
+
+    async fn receive_batch(
+        &self,
+        run_id: &str,
+        recipient: &str,
+        epoch: i64,
+        max: usize,
+    ) -> StoreResult<Vec<Message>> {
+        let notify = self.waiters.notify_for(run_id, recipient);
+        loop {
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let batch = write_op!(self, [run_id], |tx, ctx, _w| {
+                ops::lease_batch(&tx, ctx, run_id, recipient, epoch, max).await
+            })?;
+            if !batch.is_empty() {
+                return Ok(batch);
+            }
+            notified.await;
+        }
+    }
+
+    async fn ack(&self, run_id: &str, keys: Vec<String>) -> StoreResult<()> {
+        write_op!(self, [run_id], |tx, ctx, _w| ops::ack(
+            &tx, ctx, run_id, &keys
+        )
+        .await)
+    }
+
+    async fn respond(&self, response: NewResponse) -> StoreResult<Message> {
+        write_op!(self, [&response.run_id], |tx, ctx, wakes| {
+            ops::respond(&tx, ctx, &response, wakes).await
+        })
+    }
+
+    async fn request(&self, run_id: &str, request_id: &str) -> StoreResult<Option<RequestRecord>> {
+        read_op!(self, |tx, ctx| ops::request(&tx, ctx, run_id, request_id)
+            .await)
+    }
+
+    async fn requests(&self, run_id: &str) -> StoreResult<Vec<RequestRecord>> {
+        read_op!(self, |tx, ctx| ops::list_requests(&tx, ctx, run_id).await)
+    }
+
+    async fn message(&self, key: &str) -> StoreResult<Option<Message>> {
+        read_op!(self, |tx, ctx| ops::message_by_key(&tx, ctx, key).await)
+    }
+
+    async fn messages(&self, run_id: &str, recipient: Option<&str>) -> StoreResult<Vec<Message>> {
+        read_op!(self, |tx, ctx| {
+            ops::list_messages(&tx, ctx, run_id, recipient).await
+        })
+    }
+
+    async fn commit_turn(&self, turn: CommitTurn) -> StoreResult<CommitTurnOutcome> {
+        write_op!(self, [&turn.run_id], |tx, ctx, wakes| {
+            ops::commit_turn(&tx, ctx, &turn, wakes).await
+        })
+    }
+
+    fn wake(&self, run_id: &str, recipient: &str) {
+        self.waiters.wake(run_id, recipient);
+    }
+
+    async fn hold_live(&self, run_id: &str) -> StoreResult<Option<crate::live::LiveHold>> {
+        let (client, driver) = self.dedicated(run_id).await?;
+        let held = LiveConnection {
+            _client: client,
+            driver,
+        };
+        let row = held
+            ._client
+            .query_one(
+                "SELECT pg_try_advisory_lock($1)",
+                &[&self.ctx.live_lock_key(run_id)],
+            )
+            .await
+            .map_err(|e| ops::pg_error(&self.ctx, e))?;
+        let locked: bool = ops::col(&row, "pg_locks", 0)?;
+        if !locked {
+            return Err(StoreError::RunLocked {
+                run: run_id.into(),
+                lock: format!(
+                    "advisory lock {} on {}",
+                    self.ctx.live_lock_key(run_id),
+                    self.ctx.target
+                )
+                .into(),
+            });
+        }
+        held._client
+            .batch_execute(&format!("LISTEN {}", self.ctx.wake_channel(run_id)))
+            .await
+            .map_err(|e| ops::pg_error(&self.ctx, e))?;
+        Ok(Some(crate::live::LiveHold::new(held)))
+    }
+
+    async fn is_held_live(&self, run_id: &str) -> StoreResult<Option<bool>> {
+        let conn = self.connection().await?;
+        // Taking the lock and giving it straight back tells whether another session holds it.
+        let row = conn
+            .query_one(
+                "SELECT CASE WHEN pg_try_advisory_lock($1) THEN NOT pg_advisory_unlock($1) \
+                 ELSE true END",
+                &[&self.ctx.live_lock_key(run_id)],
+            )
+            .await
+            .map_err(|e| ops::pg_error(&self.ctx, e))?;
+        Ok(Some(ops::col(&row, "pg_locks", 0)?))
+    }
+
+    async fn announce(&self, run_id: &str, recipient: &str) -> StoreResult<Option<bool>> {
+        if self.is_held_live(run_id).await? != Some(true) {
+            return Ok(Some(false));
+        }
+        // Its own statement, after the decision's COMMIT: NOTIFY takes a global lock at
+        // commit time, so it stays out of the hot transactions.
+        let conn = self.connection().await?;
+        conn.execute(
+            "SELECT pg_notify($1, $2)",
+            &[&self.ctx.wake_channel(run_id), &recipient],
+        )
+        .await
+        .map_err(|e| ops::pg_error(&self.ctx, e))?;
+        Ok(Some(true))
+    }
+
+    async fn append_records(
+        &self,
+        run_id: &str,
+        records: Vec<NewRecord>,
+    ) -> StoreResult<Vec<AgentRecord>> {
+        write_op!(self, [run_id], |tx, ctx, _w| {
+            ops::append_records(&tx, ctx, run_id, &records).await
+        })
+    }
+
+    async fn records(
+        &self,
+        run_id: &str,
+        agent: &str,
+        stream: &str,
+        after_seq: i64,
+    ) -> StoreResult<Vec<AgentRecord>> {
+        read_op!(self, |tx, ctx| {
+            ops::records(&tx, ctx, run_id, agent, stream, after_seq).await
+        })
+    }
+
+    async fn next_counter(&self, run_id: &str, name: &str) -> StoreResult<i64> {
+        write_op!(self, [run_id], |tx, ctx, _w| {
+            ops::next_counter(&tx, ctx, run_id, name).await
+        })
+    }
+
+    async fn counter_for(&self, run_id: &str, name: &str, key: &str) -> StoreResult<i64> {
+        // The same operation key as the SQLite store's.
+        let key = format!("counter:{name}:{key}");
+        write_op!(self, [run_id], |tx, ctx, _w| {
+            ops::counter_for(&tx, ctx, run_id, name, &key).await
+        })
+    }
+
+    async fn create_task(&self, task: NewTask) -> StoreResult<Task> {
+        write_op!(self, [&task.run_id], |tx, ctx, _w| {
+            tasks::create_task(&tx, ctx, &task).await
+        })
+    }
+
+    async fn task(&self, run_id: &str, task_id: i64) -> StoreResult<Option<Task>> {
+        read_op!(self, |tx, ctx| tasks::get_task(&tx, ctx, run_id, task_id)
+            .await)
+    }
+
+    async fn tasks(&self, run_id: &str) -> StoreResult<Vec<Task>> {
+        read_op!(self, |tx, ctx| tasks::list_tasks(&tx, ctx, run_id).await)
+    }
+
+    async fn claim_task(&self, run_id: &str, task_id: i64, agent: &str) -> StoreResult<Task> {
+        write_op!(self, [run_id], |tx, ctx, _w| {
+            tasks::claim_task(&tx, ctx, run_id, task_id, agent).await
+        })
+    }
+
+    async fn claim_next_task(&self, run_id: &str, agent: &str) -> StoreResult<Option<Claimed>> {
+        write_op!(self, [run_id], |tx, ctx, wakes| {
+            tasks::claim_next(&tx, ctx, run_id, agent, wakes).await
+        })
+    }
+
+    async fn update_task(&self, update: TaskUpdate) -> StoreResult<TaskChange> {
+        write_op!(self, [&update.run_id], |tx, ctx, wakes| {
+            tasks::update_task(&tx, ctx, &update, wakes).await
+        })
+    }
+
+    async fn release_tasks_of(&self, run_id: &str, agent: &str) -> StoreResult<Vec<i64>> {
+        write_op!(self, [run_id], |tx, ctx, _w| {
+            tasks::release_tasks_of(&tx, ctx, run_id, agent).await
+        })
+    }
+
+    async fn prune(&self, cutoff: UnixMillis, project: Option<&str>) -> StoreResult<PruneReport> {
+        // Lock every run the snapshot lists, then read them again under the locks: a run
+        // that finished or started meanwhile is judged by its committed status.
+        let listed: Vec<RunRecord> = self
+            .runs()
+            .await?
+            .into_iter()
+            .filter(|run| project.is_none_or(|p| run.in_project(p)))
+            .collect();
+        let ids: Vec<&str> = listed.iter().map(|run| run.id.as_str()).collect();
+        let mut conn = self.connection().await?;
+        let tx = self.begin_write(&mut conn, &ids).await?;
+        let result = async {
+            let runs = ops::list_runs(&tx, &self.ctx)
+                .await?
+                .into_iter()
+                .filter(|run| ids.contains(&run.id.as_str()))
+                .collect();
+            ops::prune(&tx, &self.ctx, runs, cutoff).await
+        }
+        .await;
+        self.finish(tx, result, Vec::new()).await
+    }
+
+    async fn fork_run(&self, source: &str, new_id: &str, new_slug: &str) -> StoreResult<RunRecord> {
+        write_op!(self, [source, new_id], |tx, ctx, _w| {
+            fork::fork_run(&tx, ctx, source, new_id, new_slug).await
+        })
+    }
+}

@@ -1,0 +1,246 @@
+//! A write whose COMMIT reached the server but whose acknowledgement was lost (a network cut,
+//! a server going away) is retried under the same operation id and returns the first
+//! result: nothing is written twice, nothing is lost. The cut is real: a TCP proxy between
+//! the store and the server forwards the COMMIT, then closes the store's side before the
+//! server's answer reaches it.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use muster_mailbox::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::common::*;
+use super::pg::{self, Schema};
+
+/// The simple-query message tokio-postgres sends for COMMIT: 'Q', length 11, "COMMIT\0".
+const COMMIT: &[u8] = b"Q\0\0\0\x0bCOMMIT\0";
+
+/// Forwards connections to the test server; the next `cuts` COMMITs each lose their answer.
+struct CuttingProxy {
+    port: u16,
+    cuts: Arc<AtomicUsize>,
+    cut_done: Arc<AtomicUsize>,
+}
+
+impl CuttingProxy {
+    async fn start() -> CuttingProxy {
+        let config = tokio_postgres::Config::from_str(pg::server_url()).unwrap();
+        let host = match &config.get_hosts()[0] {
+            tokio_postgres::config::Host::Tcp(host) => host.clone(),
+            other => panic!("the lost-ack tests need a TCP server, not {other:?}"),
+        };
+        let server = format!(
+            "{host}:{}",
+            config.get_ports().first().copied().unwrap_or(5432)
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cuts = Arc::new(AtomicUsize::new(0));
+        let cut_done = Arc::new(AtomicUsize::new(0));
+        let (armed, done) = (cuts.clone(), cut_done.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let upstream = TcpStream::connect(&server).await.unwrap();
+                tokio::spawn(relay(client, upstream, armed.clone(), done.clone()));
+            }
+        });
+        CuttingProxy {
+            port,
+            cuts,
+            cut_done,
+        }
+    }
+
+    /// The store URL through the proxy, in `schema`.
+    fn url(&self, schema: &Schema) -> String {
+        let base = pg::server_url();
+        let rest = base.split_once('@').map_or(base, |(_, rest)| rest);
+        let user = base
+            .split_once("://")
+            .and_then(|(_, r)| r.split_once('@'))
+            .map_or("postgres", |(user, _)| user);
+        let database = rest.split_once('/').map_or("test", |(_, db)| db);
+        // In the clear, so the proxy can see the COMMIT go by.
+        pg::with_schema(
+            &format!(
+                "postgres://{user}@127.0.0.1:{}/{database}?sslmode=disable",
+                self.port
+            ),
+            &schema.name,
+        )
+    }
+}
+
+async fn relay(
+    client: TcpStream,
+    upstream: TcpStream,
+    cuts: Arc<AtomicUsize>,
+    cut_done: Arc<AtomicUsize>,
+) {
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = upstream.into_split();
+    let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let to_server = {
+        let cut = cut.clone();
+        async move {
+            let mut buffer = vec![0u8; 64 * 1024];
+            loop {
+                let n = match client_read.read(&mut buffer).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                let chunk = &buffer[..n];
+                let is_commit = chunk.windows(COMMIT.len()).any(|w| w == COMMIT);
+                if is_commit
+                    && cuts
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| c.checked_sub(1))
+                        .is_ok()
+                {
+                    // Decided before the COMMIT leaves: its answer will not be relayed.
+                    cut.store(true, Ordering::SeqCst);
+                    cut_done.fetch_add(1, Ordering::SeqCst);
+                }
+                if server_write.write_all(chunk).await.is_err() {
+                    return;
+                }
+                if cut.load(Ordering::SeqCst) {
+                    return;
+                }
+            }
+        }
+    };
+    let to_client = async move {
+        let mut buffer = vec![0u8; 64 * 1024];
+        loop {
+            let n = match server_read.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            if cut.load(Ordering::SeqCst) {
+                // The server has answered the COMMIT: it is durable there, and the store
+                // never hears of it. Dropping both halves closes the store's connection.
+                return;
+            }
+            if client_write.write_all(&buffer[..n]).await.is_err() {
+                return;
+            }
+        }
+    };
+    tokio::join!(to_server, to_client);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_whose_commit_answer_is_lost_returns_the_first_result_once() {
+    let schema = tokio::task::spawn_blocking(Schema::new).await.unwrap();
+    let proxy = CuttingProxy::start().await;
+    let store = PostgresStore::open(&proxy.url(&schema), StoreOptions::default())
+        .await
+        .unwrap();
+    run_with(
+        &(Arc::new(store.clone()) as Arc<dyn MailboxStore>),
+        RUN,
+        &["alice"],
+    )
+    .await;
+
+    proxy.cuts.store(1, Ordering::SeqCst);
+    let sent = store
+        .send(text(RUN, "lead", "alice", "once"))
+        .await
+        .unwrap();
+    assert_eq!(
+        proxy.cut_done.load(Ordering::SeqCst),
+        1,
+        "the COMMIT's answer was cut"
+    );
+    let mail = store.messages(RUN, Some("alice")).await.unwrap();
+    assert_eq!(mail.len(), 1, "written once: {mail:?}");
+    assert_eq!(mail[0].key, sent.key, "the retry returned the first result");
+    assert_eq!(text_of(&mail[0]), "once");
+
+    // Acknowledged writes' operation ids are deleted by the next write: they do not pile up.
+    for i in 0..10 {
+        store
+            .send(text(RUN, "lead", "alice", &format!("more {i}")))
+            .await
+            .unwrap();
+    }
+    let sql = format!("SELECT COUNT(*) FROM {}.operation_ids", schema.name);
+    let kept = tokio::task::spawn_blocking(move || pg::count(&sql))
+        .await
+        .unwrap();
+    assert!(
+        kept <= 1,
+        "{kept} operation ids kept after 11 acknowledged sends"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_never_hears_back_stops_with_a_store_error_and_nothing_doubled() {
+    let schema = tokio::task::spawn_blocking(Schema::new).await.unwrap();
+    let proxy = CuttingProxy::start().await;
+    let store = PostgresStore::open(&proxy.url(&schema), StoreOptions::default())
+        .await
+        .unwrap();
+    run_with(
+        &(Arc::new(store.clone()) as Arc<dyn MailboxStore>),
+        RUN,
+        &["alice"],
+    )
+    .await;
+
+    proxy.cuts.store(usize::MAX, Ordering::SeqCst);
+    let error = store
+        .send(text(RUN, "lead", "alice", "lost?"))
+        .await
+        .expect_err("no attempt hears back");
+    assert!(
+        matches!(error, StoreError::ConnectionLost { .. }),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().contains("nothing committed is lost"),
+        "{error}"
+    );
+    proxy.cuts.store(0, Ordering::SeqCst);
+    let mail = store.messages(RUN, Some("alice")).await.unwrap();
+    assert_eq!(
+        mail.len(),
+        1,
+        "committed by the first attempt, once: {mail:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_the_server_terminates_mid_run_are_replaced_and_the_write_lands_once() {
+    let schema = tokio::task::spawn_blocking(Schema::new).await.unwrap();
+    let name = format!("muster_terminated_{}", std::process::id());
+    let url = format!("{}&application_name={name}", schema.url());
+    let store = PostgresStore::open(&url, StoreOptions::default())
+        .await
+        .unwrap();
+    run_with(
+        &(Arc::new(store.clone()) as Arc<dyn MailboxStore>),
+        RUN,
+        &["alice"],
+    )
+    .await;
+    // What a server restart does to its clients: every session of the store is ended.
+    let sql = format!(
+        "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = '{name}'"
+    );
+    let ended = tokio::task::spawn_blocking(move || pg::count(&sql))
+        .await
+        .unwrap();
+    assert!(ended >= 1, "the store had sessions to end");
+    let sent = store
+        .send(text(RUN, "lead", "alice", "after"))
+        .await
+        .unwrap();
+    let mail = store.messages(RUN, Some("alice")).await.unwrap();
+    assert_eq!(mail.len(), 1, "{mail:?}");
+    assert_eq!(mail[0].key, sent.key);
+}

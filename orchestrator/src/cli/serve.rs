@@ -1,0 +1,71 @@
+//! `muster serve [--port P] [--open]`: the web inbox over this project's store.
+
+use std::io::Write as _;
+
+use crate::cli::inspect::open;
+use crate::exit::Exit;
+use crate::project::Globals;
+use crate::serve::{ServeProject, Server};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The port on 127.0.0.1 (default: any free port; the printed URL names it).
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+    /// Open the URL in the default browser (xdg-open).
+    #[arg(long)]
+    pub open: bool,
+}
+
+pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
+    let (project, store) = open(global)?;
+    let served = ServeProject {
+        store,
+        // The once-a-second fallback watches an SQLite file; a PostgreSQL store has none
+        // (LISTEN is not wired up yet: there, only pokes reach the page).
+        store_path: match project.store_location() {
+            muster_config::store_url::StoreLocation::File(path) => Some(path.clone()),
+            muster_config::store_url::StoreLocation::Postgres(_) => None,
+        },
+        muster_dir: project.root.muster_dir(),
+        runs_dir: project.runs_dir(),
+        models: project.settings.models.clone(),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let server = Server::bind(served, args.port).await?;
+        let url = server.url()?;
+        // The first line of stdout is the URL (tests and scripts read it); the token in it
+        // works once, for one browser.
+        println!("{url}");
+        println!("muster serve: open the URL above (it signs one browser in, once); Ctrl-C stops.");
+        std::io::stdout().flush()?;
+        if args.open {
+            open_browser(&url);
+        }
+        server
+            .run(async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await
+    })?;
+    Ok(Exit::Success)
+}
+
+fn open_browser(url: &str) {
+    match std::process::Command::new("xdg-open")
+        .arg(url)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+    {
+        Ok(_) => {}
+        Err(error) => {
+            eprintln!("muster serve: could not open a browser ({error}); open the URL yourself")
+        }
+    }
+}

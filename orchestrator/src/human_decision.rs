@@ -1,0 +1,239 @@
+//! A person's answer to a request, wherever it is given (`muster approve` / `reject` /
+//! `answer`, the web inbox of `muster serve`): check that a person may answer it, build the
+//! response, and commit it through the one decision path ([`muster_mailbox::decide`]), which
+//! keeps only the first answer and wakes the live run.
+
+use std::path::Path;
+
+use muster_mailbox::decide::{self, Decided, Waiter};
+use muster_mailbox::{MailboxStore, MessageBody, NewResponse, RequestRecord, StoreError};
+
+/// A person's decision on one request.
+#[derive(Debug, Clone)]
+pub enum Decision {
+    Approve {
+        mode: Option<String>,
+        feedback: Option<String>,
+        edited_plan: Option<String>,
+        clear_context: bool,
+    },
+    Reject {
+        feedback: String,
+    },
+    Answer {
+        text: String,
+    },
+}
+
+/// Why a person's answer was not stored.
+#[derive(Debug, thiserror::Error)]
+pub enum RefusedDecision {
+    #[error("request {request_id} was already decided by {by}; only the first answer counts")]
+    AlreadyDecided { request_id: String, by: String },
+    #[error("request {request_id} is answered by {responder}, not by a person (`human`)")]
+    NotForAPerson {
+        request_id: String,
+        responder: String,
+    },
+    /// The answer does not fit the request (a mode that is no mode, an answer to a plan).
+    #[error("{0}")]
+    Unfit(String),
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+/// Answers `request` as `human` and wakes the run if it is live (its socket under
+/// `runs_dir`).
+pub async fn decide_as_human(
+    store: &dyn MailboxStore,
+    runs_dir: &Path,
+    request: &RequestRecord,
+    decision: Decision,
+) -> Result<Decided, RefusedDecision> {
+    if let Some(response) = &request.response {
+        return Err(RefusedDecision::AlreadyDecided {
+            request_id: request.request_id.clone(),
+            by: response.responder.clone(),
+        });
+    }
+    if request.responder != "human" {
+        return Err(RefusedDecision::NotForAPerson {
+            request_id: request.request_id.clone(),
+            responder: request.responder.clone(),
+        });
+    }
+    let body = response_body(request, decision)?;
+    let answer = NewResponse {
+        run_id: request.run_id.clone(),
+        sender: "human".into(),
+        body,
+        idempotency_key: None,
+    };
+    match decide::decide(store, answer, Waiter::LiveRun { runs_dir }).await {
+        Ok(decided) => {
+            // An open web inbox shows the decision at once.
+            if let Some(muster_dir) = runs_dir.parent() {
+                crate::serve::watch::poke(muster_dir);
+            }
+            Ok(decided)
+        }
+        // Another answer won between the read above and the commit: the store's constraint
+        // decides, and the loser is told who won.
+        Err(StoreError::AlreadyDecided { .. }) => {
+            let by = match store.request(&request.run_id, &request.request_id).await {
+                Ok(Some(RequestRecord {
+                    response: Some(response),
+                    ..
+                })) => response.responder,
+                _ => "another answer".into(),
+            };
+            Err(RefusedDecision::AlreadyDecided {
+                request_id: request.request_id.clone(),
+                by,
+            })
+        }
+        Err(error) => Err(RefusedDecision::Store(error)),
+    }
+}
+
+/// `Approved`, `Rejected` or `Answered`, for a stored response body.
+pub fn verdict(body: &MessageBody) -> &'static str {
+    match body {
+        MessageBody::PlanApprovalResponse { approved: true, .. }
+        | MessageBody::PermissionResponse { approved: true, .. }
+        | MessageBody::MergeResponse { approved: true, .. } => "Approved",
+        MessageBody::Answer { .. } => "Answered",
+        _ => "Rejected",
+    }
+}
+
+/// `plan_approval_request` → `plan approval request`.
+pub fn kind_in_words(kind: &str) -> String {
+    kind.replace('_', " ")
+}
+
+fn unfit(message: String) -> RefusedDecision {
+    RefusedDecision::Unfit(message)
+}
+
+fn response_body(
+    request: &RequestRecord,
+    decision: Decision,
+) -> Result<MessageBody, RefusedDecision> {
+    let request_id = request.request_id.clone();
+    let plans_only = |what: &str| {
+        unfit(format!(
+            "{request_id} is a {what}: a mode, an edited plan and a cleared context apply to plans only"
+        ))
+    };
+    match (request.kind.as_str(), decision) {
+        (
+            "plan_approval_request",
+            Decision::Approve {
+                mode,
+                feedback,
+                edited_plan,
+                clear_context,
+            },
+        ) => {
+            if let Some(mode) = &mode {
+                mode.parse::<muster_config::PermissionMode>()
+                    .map_err(|e| unfit(format!("mode: {e}")))?;
+            }
+            if edited_plan.as_deref().is_some_and(|p| p.trim().is_empty()) {
+                return Err(unfit(format!(
+                    "the edited plan for {request_id} is empty: approve without edits or send a plan"
+                )));
+            }
+            Ok(MessageBody::PlanApprovalResponse {
+                request_id,
+                approved: true,
+                feedback,
+                mode,
+                lowered_from: None,
+                edited_plan,
+                clear_context,
+                rule: None,
+            })
+        }
+        ("plan_approval_request", Decision::Reject { feedback }) => {
+            Ok(MessageBody::PlanApprovalResponse {
+                request_id,
+                approved: false,
+                feedback: Some(feedback),
+                mode: None,
+                lowered_from: None,
+                edited_plan: None,
+                clear_context: false,
+                rule: None,
+            })
+        }
+        (
+            "permission_request",
+            Decision::Approve {
+                mode,
+                edited_plan,
+                clear_context,
+                feedback,
+            },
+        ) => {
+            if mode.is_some() || edited_plan.is_some() || clear_context {
+                return Err(plans_only("permission request"));
+            }
+            Ok(MessageBody::PermissionResponse {
+                request_id,
+                approved: true,
+                feedback,
+                rule: None,
+            })
+        }
+        ("permission_request", Decision::Reject { feedback }) => {
+            Ok(MessageBody::PermissionResponse {
+                request_id,
+                approved: false,
+                feedback: Some(feedback),
+                rule: None,
+            })
+        }
+        (
+            "merge_request",
+            Decision::Approve {
+                mode,
+                edited_plan,
+                clear_context,
+                feedback,
+            },
+        ) => {
+            if mode.is_some() || edited_plan.is_some() || clear_context {
+                return Err(plans_only("merge request"));
+            }
+            Ok(MessageBody::MergeResponse {
+                request_id,
+                approved: true,
+                feedback,
+                rule: None,
+            })
+        }
+        ("merge_request", Decision::Reject { feedback }) => Ok(MessageBody::MergeResponse {
+            request_id,
+            approved: false,
+            feedback: Some(feedback),
+            rule: None,
+        }),
+        ("question", Decision::Answer { text }) => Ok(MessageBody::Answer {
+            request_id,
+            answer: text,
+        }),
+        ("question", _) => Err(unfit(format!(
+            "{request_id} is a question: answer it (`muster answer {request_id} TEXT`)"
+        ))),
+        (_, Decision::Answer { .. }) => Err(unfit(format!(
+            "{request_id} is a {}: approve or reject it (`muster approve` / `muster reject`)",
+            kind_in_words(&request.kind)
+        ))),
+        (kind, _) => Err(unfit(format!(
+            "{request_id} is a {}, which a person does not answer",
+            kind_in_words(kind)
+        ))),
+    }
+}

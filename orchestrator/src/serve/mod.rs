@@ -1,0 +1,497 @@
+//! `muster serve`: a local web inbox over the store (DESIGN "Wave 2 → The web inbox"). Pages
+//! are rendered on the server (`pages.rs`), plans through the inert Markdown of
+//! `markdown.rs`; a person's decisions go through [`crate::human_decision`], the code
+//! `muster approve` uses, so the responder check, the first answer winning and the live
+//! run's wake-up are the same; `security.rs` holds the token, cookie, Host, Origin and CSP
+//! rules; `watch.rs` turns commits into server-sent events.
+
+pub mod markdown;
+pub mod pages;
+pub mod security;
+pub mod watch;
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Form, Path, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::get;
+use futures_util::Stream;
+use muster_config::settings::ModelInfo;
+use muster_mailbox::{MailboxStore, RequestRecord, RunStatus, TaskStatus, live};
+use serde::Deserialize;
+use tokio::sync::broadcast;
+
+use crate::human_decision::{Decision, RefusedDecision, decide_as_human};
+use pages::{RequestView, RunRow, RunView};
+use security::Secrets;
+
+/// What `muster serve` needs of the project.
+#[derive(Clone)]
+pub struct ServeProject {
+    pub store: Arc<dyn MailboxStore>,
+    /// The SQLite file whose changes the fallback check watches.
+    pub store_path: Option<PathBuf>,
+    pub muster_dir: PathBuf,
+    pub runs_dir: PathBuf,
+    pub models: BTreeMap<String, ModelInfo>,
+}
+
+struct Served {
+    project: ServeProject,
+    secrets: Secrets,
+    changes: broadcast::Sender<()>,
+}
+
+type Shared = Arc<Served>;
+
+/// A bound server, ready to run.
+pub struct Server {
+    listener: tokio::net::TcpListener,
+    served: Shared,
+}
+
+impl Server {
+    /// Binds 127.0.0.1 (`port` 0: any free port).
+    pub async fn bind(project: ServeProject, port: u16) -> anyhow::Result<Server> {
+        let listener = tokio::net::TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!("cannot listen on 127.0.0.1:{port}: {e} (pick another with --port)")
+            })?;
+        let port = listener.local_addr()?.port();
+        let secrets = Secrets::new(port)
+            .map_err(|_| anyhow::anyhow!("no system randomness for the session token"))?;
+        let (changes, _) = broadcast::channel(64);
+        Ok(Server {
+            listener,
+            served: Arc::new(Served {
+                project,
+                secrets,
+                changes,
+            }),
+        })
+    }
+
+    /// The URL to open: it carries the one-time token.
+    pub fn url(&self) -> anyhow::Result<String> {
+        let port = self.listener.local_addr()?.port();
+        let token = self.served.secrets.token().unwrap_or_default();
+        Ok(format!("http://127.0.0.1:{port}/?token={token}"))
+    }
+
+    /// Serves until `shutdown` completes.
+    pub async fn run(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let project = &self.served.project;
+        let _socket = match watch::listen(&project.muster_dir, self.served.changes.clone()) {
+            Ok(socket) => Some(socket),
+            Err(error) => {
+                tracing::warn!(%error, "no poke socket under .muster/: changes show within a second instead");
+                None
+            }
+        };
+        if let Some(store_path) = &project.store_path {
+            watch::fallback(store_path.clone(), self.served.changes.clone());
+        }
+        axum::serve(self.listener, router(self.served))
+            .with_graceful_shutdown(shutdown)
+            .await?;
+        Ok(())
+    }
+}
+
+fn router(served: Shared) -> Router {
+    Router::new()
+        .route("/", get(runs))
+        .route("/runs/{run}", get(run))
+        .route("/runs/{run}/requests/{request}", get(request).post(decide))
+        .route("/events", get(events))
+        .route("/assets/app.js", get(script))
+        .route("/assets/app.css", get(style))
+        // Browsers ask for it on every page; no icon, and no 404 in the console.
+        .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
+        .layer(middleware::from_fn_with_state(served.clone(), guard))
+        .with_state(served)
+}
+
+/// Host, then the token exchange, then the session cookie, then Origin for a POST; and the
+/// hardening headers on every response, refusals included.
+async fn guard(State(served): State<Shared>, request: Request, next: Next) -> Response {
+    let mut response = check(&served, request, next).await;
+    security::harden(response.headers_mut());
+    response
+}
+
+async fn check(served: &Served, request: Request, next: Next) -> Response {
+    let secrets = &served.secrets;
+    let headers = request.headers();
+    if !secrets.host_ok(headers) {
+        return refuse(
+            StatusCode::MISDIRECTED_REQUEST,
+            "Wrong host",
+            "This server answers only to 127.0.0.1 or localhost with its own port.",
+        );
+    }
+    if let Some(token) = token_of(request.uri().query()) {
+        return match secrets.exchange(token) {
+            Some(cookie) => {
+                let mut response = Redirect::to("/").into_response();
+                if let Ok(value) = HeaderValue::from_str(&cookie) {
+                    response.headers_mut().insert(header::SET_COOKIE, value);
+                }
+                response
+            }
+            None => refuse(
+                StatusCode::UNAUTHORIZED,
+                "Token used",
+                "This link's token was already used or is wrong. Restart `muster serve` for a new link.",
+            ),
+        };
+    }
+    if !secrets.has_session(headers) {
+        return refuse(
+            StatusCode::UNAUTHORIZED,
+            "Not signed in",
+            "Open the URL `muster serve` printed; it signs this browser in once.",
+        );
+    }
+    if request.method() != Method::GET
+        && request.method() != Method::HEAD
+        && !secrets.origin_ok(headers)
+    {
+        return refuse(
+            StatusCode::FORBIDDEN,
+            "Refused",
+            "A change must come from a page of this server (its Origin did not match).",
+        );
+    }
+    next.run(request).await
+}
+
+fn token_of(query: Option<&str>) -> Option<&str> {
+    query?
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("token="))
+}
+
+fn refuse(status: StatusCode, title: &str, message: &str) -> Response {
+    (status, Html(pages::error_page(title, message))).into_response()
+}
+
+/// A store error as a page: the store could not be read.
+fn store_failure(error: impl std::fmt::Display) -> Response {
+    refuse(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "Store error",
+        &error.to_string(),
+    )
+}
+
+async fn runs(State(served): State<Shared>) -> Response {
+    match load_runs(&served).await {
+        Ok(rows) => Html(pages::runs_page(&rows)).into_response(),
+        Err(error) => store_failure(error),
+    }
+}
+
+async fn load_runs(served: &Served) -> anyhow::Result<Vec<RunRow>> {
+    let store = served.project.store.as_ref();
+    let mut runs = store.runs().await?;
+    runs.sort_by_key(|r| std::cmp::Reverse((r.created_at, r.id.clone())));
+    let mut rows = Vec::with_capacity(runs.len());
+    for run in runs {
+        let tasks = store.tasks(&run.id).await?;
+        let waiting = store
+            .requests(&run.id)
+            .await?
+            .into_iter()
+            .filter(|r| r.response.is_none() && r.responder == "human")
+            .collect();
+        rows.push(RunRow {
+            status: status_of(served, &run),
+            members: store.roster(&run.id).await?.len(),
+            tasks_done: tasks
+                .iter()
+                .filter(|t| t.status == TaskStatus::Completed)
+                .count(),
+            tasks: tasks.len(),
+            waiting,
+            run,
+        });
+    }
+    Ok(rows)
+}
+
+/// A run marked running whose lock is free was interrupted (as `muster runs` shows it).
+fn status_of(served: &Served, run: &muster_mailbox::RunRecord) -> RunStatus {
+    let live = live::is_live(&served.project.runs_dir, &run.id).unwrap_or(false);
+    if run.status == RunStatus::Running && !live {
+        RunStatus::Interrupted
+    } else {
+        run.status
+    }
+}
+
+async fn run(State(served): State<Shared>, Path(run_id): Path<String>) -> Response {
+    let store = served.project.store.as_ref();
+    let loaded = async {
+        let Some(run) = store.run(&run_id).await? else {
+            return anyhow::Ok(None);
+        };
+        let spend = muster_agents::runtime::AgentRuntime::restored_spends(
+            store,
+            &run_id,
+            &served.project.models,
+        )
+        .await?
+        .into_iter()
+        .map(|(agent, spend)| (agent, (spend.turns, spend.tokens, spend.cost_usd)))
+        .collect();
+        Ok(Some(RunView {
+            status: status_of(&served, &run),
+            roster: store.roster(&run_id).await?,
+            tasks: store.tasks(&run_id).await?,
+            requests: store.requests(&run_id).await?,
+            messages: store.messages(&run_id, None).await?,
+            spend,
+            run,
+        }))
+    }
+    .await;
+    match loaded {
+        Ok(Some(view)) => Html(pages::run_page(&view)).into_response(),
+        Ok(None) => refuse(
+            StatusCode::NOT_FOUND,
+            "No such run",
+            &format!("There is no run {run_id:?} in this store."),
+        ),
+        Err(error) => store_failure(error),
+    }
+}
+
+async fn request(
+    State(served): State<Shared>,
+    Path((run_id, request_id)): Path<(String, String)>,
+) -> Response {
+    request_response(&served, &run_id, &request_id, StatusCode::OK, None).await
+}
+
+async fn request_response(
+    served: &Served,
+    run_id: &str,
+    request_id: &str,
+    status: StatusCode,
+    notice: Option<String>,
+) -> Response {
+    let store = served.project.store.as_ref();
+    let requests = match store.requests(run_id).await {
+        Ok(requests) => requests,
+        Err(error) => return store_failure(error),
+    };
+    let Some(request) = requests.iter().find(|r| r.request_id == request_id) else {
+        return refuse(
+            StatusCode::NOT_FOUND,
+            "No such request",
+            &format!("There is no request {request_id:?} in run {run_id:?}."),
+        );
+    };
+    let previous = muster_mailbox::revision::stored_previous(request)
+        .and_then(|id| requests.iter().find(|r| r.request_id == id));
+    let merge_diff = if request.kind == "merge_request" {
+        merge_diff(store, request).await
+    } else {
+        None
+    };
+    let view = RequestView {
+        request,
+        previous,
+        merge_diff,
+        notice,
+    };
+    (status, Html(pages::request_page(&view))).into_response()
+}
+
+/// The diff of a merge request, from the run's repository (`git diff onto commit`); none
+/// when git or either commit is gone.
+async fn merge_diff(store: &dyn MailboxStore, request: &RequestRecord) -> Option<String> {
+    let run = store.run(&request.run_id).await.ok()??;
+    let onto = request.body.get("onto")?.as_str()?;
+    let commit = request.body.get("commit")?.as_str()?;
+    let output = tokio::process::Command::new("git")
+        .arg("-C")
+        .arg(&run.workspace)
+        .args([
+            "diff",
+            "--no-ext-diff",
+            "--no-color",
+            "--no-textconv",
+            onto,
+            commit,
+            "--",
+        ])
+        .env("GIT_OPTIONAL_LOCKS", "0")
+        .output()
+        .await
+        .ok()?;
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// A form of the request page.
+#[derive(Debug, Deserialize)]
+struct DecisionForm {
+    action: String,
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default)]
+    feedback: Option<String>,
+    #[serde(default)]
+    clear_context: Option<String>,
+    #[serde(default)]
+    plan: Option<String>,
+    #[serde(default)]
+    answer: Option<String>,
+}
+
+impl DecisionForm {
+    /// The decision the form asks for. Browsers send text areas with CRLF line ends; plans
+    /// are stored with LF.
+    fn decision(self, submitted_plan: &str) -> Result<Decision, String> {
+        let text = |value: Option<String>| {
+            value
+                .map(|v| v.replace("\r\n", "\n"))
+                .filter(|v| !v.trim().is_empty())
+        };
+        let mode = self.mode.filter(|m| !m.is_empty());
+        let clear_context = self.clear_context.is_some();
+        match self.action.as_str() {
+            "approve" => Ok(Decision::Approve {
+                mode,
+                feedback: text(self.feedback),
+                edited_plan: None,
+                clear_context,
+            }),
+            "approve_edited" => {
+                let plan = text(self.plan).ok_or("the edited plan is empty")?;
+                Ok(Decision::Approve {
+                    mode,
+                    feedback: text(self.feedback),
+                    edited_plan: (plan != submitted_plan).then_some(plan),
+                    clear_context,
+                })
+            }
+            "reject" => Ok(Decision::Reject {
+                feedback: text(self.feedback)
+                    .ok_or("a rejection needs feedback: say what to change")?,
+            }),
+            "answer" => Ok(Decision::Answer {
+                text: text(self.answer).ok_or("the answer is empty")?,
+            }),
+            other => Err(format!("unknown action {other:?}")),
+        }
+    }
+}
+
+async fn decide(
+    State(served): State<Shared>,
+    Path((run_id, request_id)): Path<(String, String)>,
+    Form(form): Form<DecisionForm>,
+) -> Response {
+    let store = served.project.store.as_ref();
+    let request = match store.request(&run_id, &request_id).await {
+        Ok(Some(request)) => request,
+        Ok(None) => {
+            return refuse(
+                StatusCode::NOT_FOUND,
+                "No such request",
+                &format!("There is no request {request_id:?} in run {run_id:?}."),
+            );
+        }
+        Err(error) => return store_failure(error),
+    };
+    let submitted = request
+        .body
+        .get("plan")
+        .and_then(|p| p.as_str())
+        .unwrap_or_default()
+        .to_owned();
+    let decision = match form.decision(&submitted) {
+        Ok(decision) => decision,
+        Err(message) => {
+            return request_response(
+                &served,
+                &run_id,
+                &request_id,
+                StatusCode::BAD_REQUEST,
+                Some(message),
+            )
+            .await;
+        }
+    };
+    let outcome = decide_as_human(store, &served.project.runs_dir, &request, decision).await;
+    let _ = served.changes.send(());
+    match outcome {
+        Ok(_) => Redirect::to(&format!("/runs/{run_id}/requests/{request_id}")).into_response(),
+        Err(refused) => {
+            let status = match &refused {
+                RefusedDecision::AlreadyDecided { .. } => StatusCode::CONFLICT,
+                RefusedDecision::NotForAPerson { .. } => StatusCode::FORBIDDEN,
+                RefusedDecision::Unfit(_) => StatusCode::BAD_REQUEST,
+                RefusedDecision::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            request_response(
+                &served,
+                &run_id,
+                &request_id,
+                status,
+                Some(refused.to_string()),
+            )
+            .await
+        }
+    }
+}
+
+/// One `change` event per change of the store; the page reloads itself (or says it is
+/// stale while a person is typing).
+async fn events(
+    State(served): State<Shared>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let receiver = served.changes.subscribe();
+    let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
+        match receiver.recv().await {
+            // A lagged receiver missed changes; one event covers them all.
+            Ok(()) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                Some((Ok(Event::default().event("change").data("store")), receiver))
+            }
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}
+
+async fn script() -> Response {
+    asset(
+        "text/javascript; charset=utf-8",
+        include_str!("assets/app.js"),
+    )
+}
+
+async fn style() -> Response {
+    asset("text/css; charset=utf-8", include_str!("assets/app.css"))
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, content_type)], body).into_response()
+}

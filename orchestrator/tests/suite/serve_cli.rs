@@ -1,0 +1,493 @@
+//! `muster serve` against a real server on loopback: every endpoint's guard (Host, token,
+//! cookie, Origin), hostile plans rendered inert, the revision diff, and decisions made in the
+//! page going through the same path as `muster approve` (the first answer wins).
+
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+
+use muster_mailbox::*;
+use reqwest::StatusCode;
+use reqwest::header::{CONTENT_SECURITY_POLICY, COOKIE, HOST, LOCATION, ORIGIN, SET_COOKIE};
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Child;
+
+use super::common::{GUARD, command, muster, stderr};
+
+/// A running `muster serve` child and a signed-in session.
+pub struct Serve {
+    child: Child,
+    pub base: String,
+    pub port: u16,
+    /// The first URL, with its one-time token.
+    pub url: String,
+    pub client: reqwest::Client,
+}
+
+impl Serve {
+    /// Starts `muster serve --port 0` in `dir` and reads the URL it prints.
+    pub async fn start(dir: &Path) -> Serve {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut child = command(dir, &["serve", "--port", "0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let url = tokio::time::timeout(GUARD, lines.next_line())
+            .await
+            .expect("guard timeout")
+            .unwrap()
+            .expect("serve printed no URL");
+        let rest = url.strip_prefix("http://127.0.0.1:").expect(&url);
+        let port: u16 = rest.split('/').next().unwrap().parse().unwrap();
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap();
+        Serve {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            port,
+            url,
+            client,
+        }
+    }
+
+    /// Exchanges the token for the session cookie (`name=value`).
+    pub async fn sign_in(&self) -> String {
+        let response = self.client.get(&self.url).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::SEE_OTHER);
+        assert_eq!(
+            response.headers()[LOCATION],
+            "/",
+            "the token leaves the URL"
+        );
+        let cookie = response.headers()[SET_COOKIE].to_str().unwrap().to_owned();
+        assert!(
+            cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+            "{cookie}"
+        );
+        cookie.split(';').next().unwrap().to_owned()
+    }
+
+    pub async fn get(&self, cookie: &str, path: &str) -> reqwest::Response {
+        self.client
+            .get(format!("{}{path}", self.base))
+            .header(COOKIE, cookie)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Posts a form as the page would (same Origin).
+    pub async fn post(&self, cookie: &str, path: &str, form: &[(&str, &str)]) -> reqwest::Response {
+        self.client
+            .post(format!("{}{path}", self.base))
+            .header(COOKIE, cookie)
+            .header(ORIGIN, self.base.clone())
+            .form(form)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Reads the event stream until a `change` event arrives.
+    pub async fn next_change(stream: &mut reqwest::Response) {
+        let mut seen = String::new();
+        loop {
+            let chunk = tokio::time::timeout(GUARD, stream.chunk())
+                .await
+                .expect("no change event before the guard")
+                .unwrap()
+                .expect("the event stream ended");
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+            if seen.contains("event: change") {
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+const HOSTILE: &str = "## Goal\nx <img src=x onerror=alert(1)>\n<script>alert('owned')</script>\n\
+## Steps\n1. [docs](javascript:alert(2))\n2. [site](https://example.com/)\n## Files\nsrc/a.rs\n";
+
+/// A store with run `r1`: alice's plan rejected at revision 1 and pending at revision 2 (a
+/// hostile plan), bob's plan answered by the lead, and a question for a person.
+async fn project() -> (tempfile::TempDir, Arc<SqliteStore>) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".muster")).unwrap();
+    let store = Arc::new(
+        SqliteStore::open(
+            &dir.path().join(".muster/muster.db"),
+            StoreOptions::default(),
+        )
+        .unwrap(),
+    );
+    store
+        .create_run(NewRun {
+            id: "r1".into(),
+            slug: "brave-red-fox".into(),
+            team: Some("t".into()),
+            workspace: dir.path().display().to_string(),
+            batch_line_id: None,
+            auto_gate: AutoGate::default(),
+            launch_options: json!({}),
+            project_id: None,
+        })
+        .await
+        .unwrap();
+    for (agent, kind) in [
+        ("lead", MemberKind::Lead),
+        ("alice", MemberKind::Teammate),
+        ("bob", MemberKind::Teammate),
+    ] {
+        let entry = RosterEntry {
+            agent: agent.into(),
+            kind,
+            definition: None,
+            parent: None,
+        };
+        store.add_member("r1", entry).await.unwrap();
+    }
+    let plan =
+        |id: &str, agent: &str, plan: &str, responder: &str, revision, previous: Option<&str>| {
+            NewMessage {
+                run_id: "r1".into(),
+                sender: agent.into(),
+                recipient: "lead".into(),
+                body: MessageBody::PlanApprovalRequest {
+                    request_id: id.into(),
+                    plan_file: format!(".muster/plans/brave-red-fox-agent-{agent}.md"),
+                    plan: plan.into(),
+                    responder: responder.into(),
+                    revision,
+                    previous_request_id: previous.map(str::to_owned),
+                },
+                idempotency_key: None,
+            }
+        };
+    let first = "## Goal\nx\n## Steps\n1. edit src/a.rs only\n## Files\nsrc/a.rs\n";
+    store
+        .send(plan("plan-alice-1", "alice", first, "human", 1, None))
+        .await
+        .unwrap();
+    store
+        .respond(NewResponse {
+            run_id: "r1".into(),
+            sender: "human".into(),
+            body: MessageBody::PlanApprovalResponse {
+                request_id: "plan-alice-1".into(),
+                approved: false,
+                feedback: Some("add the docs".into()),
+                mode: None,
+                lowered_from: None,
+                edited_plan: None,
+                clear_context: false,
+                rule: None,
+            },
+            idempotency_key: None,
+        })
+        .await
+        .unwrap();
+    store
+        .send(plan(
+            "plan-alice-2",
+            "alice",
+            HOSTILE,
+            "human",
+            2,
+            Some("plan-alice-1"),
+        ))
+        .await
+        .unwrap();
+    store
+        .send(plan("plan-bob-1", "bob", first, "lead", 1, None))
+        .await
+        .unwrap();
+    store
+        .send(NewMessage {
+            run_id: "r1".into(),
+            sender: "bob".into(),
+            recipient: "lead".into(),
+            body: MessageBody::Question {
+                request_id: "question-bob-1".into(),
+                question: "Which port?".into(),
+                options: vec![],
+                responder: "human".into(),
+            },
+            idempotency_key: None,
+        })
+        .await
+        .unwrap();
+    (dir, store)
+}
+
+const PAGES: [&str; 6] = [
+    "/",
+    "/runs/r1",
+    "/runs/r1/requests/plan-alice-2",
+    "/events",
+    "/assets/app.js",
+    "/assets/app.css",
+];
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_endpoint_needs_the_host_the_cookie_and_for_changes_the_origin() {
+    let (dir, _store) = project().await;
+    let serve = Serve::start(dir.path()).await;
+    for path in PAGES {
+        let response = serve
+            .client
+            .get(format!("{}{path}", serve.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::UNAUTHORIZED,
+            "{path} without the cookie"
+        );
+        assert!(
+            response.headers().contains_key(CONTENT_SECURITY_POLICY),
+            "{path}"
+        );
+    }
+    let wrong_token = serve
+        .client
+        .get(format!("{}/?token=guess", serve.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong_token.status(), StatusCode::UNAUTHORIZED);
+    let cookie = serve.sign_in().await;
+    let again = serve.client.get(&serve.url).send().await.unwrap();
+    assert_eq!(
+        again.status(),
+        StatusCode::UNAUTHORIZED,
+        "the token works once"
+    );
+    for path in PAGES {
+        let wrong_host = serve
+            .client
+            .get(format!("{}{path}", serve.base))
+            .header(COOKIE, &cookie)
+            .header(HOST, format!("attacker.example:{}", serve.port))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            wrong_host.status(),
+            StatusCode::MISDIRECTED_REQUEST,
+            "{path}"
+        );
+        let mut ok = serve.get(&cookie, path).await;
+        assert_eq!(ok.status(), StatusCode::OK, "{path}");
+        let csp = ok.headers()[CONTENT_SECURITY_POLICY]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(
+            csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"),
+            "{csp}"
+        );
+        if path == "/events" {
+            assert_eq!(ok.headers()["content-type"], "text/event-stream");
+        } else {
+            let _ = ok.chunk().await;
+        }
+    }
+    let path = format!("{}/runs/r1/requests/question-bob-1", serve.base);
+    for origin in [None, Some("http://attacker.example"), Some("null")] {
+        let mut post = serve.client.post(&path).header(COOKIE, &cookie);
+        if let Some(origin) = origin {
+            post = post.header(ORIGIN, origin);
+        }
+        let refused = post
+            .form(&[("action", "answer"), ("answer", "8080")])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), StatusCode::FORBIDDEN, "origin {origin:?}");
+    }
+    let no_cookie = serve
+        .client
+        .post(&path)
+        .header(ORIGIN, serve.base.clone())
+        .form(&[("action", "answer"), ("answer", "8080")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(no_cookie.status(), StatusCode::UNAUTHORIZED);
+    let request = _store
+        .request("r1", "question-bob-1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(request.response.is_none(), "nothing refused was stored");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hostile_plan_renders_inert_beside_the_diff_to_its_previous_revision() {
+    let (dir, _store) = project().await;
+    let serve = Serve::start(dir.path()).await;
+    let cookie = serve.sign_in().await;
+    let page = serve
+        .get(&cookie, "/runs/r1/requests/plan-alice-2")
+        .await
+        .text()
+        .await
+        .unwrap();
+    // The only script element is the page's own, from this server.
+    assert_eq!(page.matches("<script").count(), 1, "{page}");
+    assert!(page.contains("<script src=\"/assets/app.js\" defer></script>"));
+    assert!(
+        page.contains("&lt;script&gt;alert(&#39;owned&#39;)&lt;/script&gt;")
+            || page.contains("&lt;script&gt;alert('owned')&lt;/script&gt;"),
+        "{page}"
+    );
+    assert!(!page.contains("<img"), "{page}");
+    assert!(
+        page.contains("&lt;img src=x onerror=alert(1)&gt;"),
+        "{page}"
+    );
+    assert!(
+        !page.to_ascii_lowercase().contains("href=\"javascript"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<a href=\"https://example.com/\">site</a>"),
+        "{page}"
+    );
+    // The diff to revision 1, and who may answer.
+    assert!(page.contains("Changes since revision 1"), "{page}");
+    assert!(
+        page.contains("<span class=\"removed\">- 1. edit src/a.rs only</span>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<span class=\"added\">+ 2. [site](https://example.com/)</span>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<dt>who may answer</dt><dd>human</dd>"),
+        "{page}"
+    );
+    assert!(page.contains("id=\"approve-edited\""), "{page}");
+    // A request a person does not answer has no forms.
+    let lead_page = serve
+        .get(&cookie, "/runs/r1/requests/plan-bob-1")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(!lead_page.contains("<form"), "{lead_page}");
+    assert!(
+        lead_page.contains("a person cannot answer this request"),
+        "{lead_page}"
+    );
+    let run = serve.get(&cookie, "/runs/r1").await.text().await.unwrap();
+    assert!(
+        run.contains("plan-alice-2") && run.contains("question-bob-1"),
+        "{run}"
+    );
+    let runs = serve.get(&cookie, "/").await.text().await.unwrap();
+    assert!(
+        runs.contains("/runs/r1/requests/plan-alice-2"),
+        "waiting for a person: {runs}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_decision_in_the_page_is_stored_once_and_the_cli_loses_after_it() {
+    let (dir, store) = project().await;
+    let serve = Serve::start(dir.path()).await;
+    let cookie = serve.sign_in().await;
+    let mut events = serve.get(&cookie, "/events").await;
+    // An edit from the browser comes with CRLF line ends; the stored plan has LF.
+    let edited = "## Goal\r\nx\r\n## Steps\r\n1. edit src/a.rs\r\n## Files\r\nsrc/a.rs\r\n";
+    let path = "/runs/r1/requests/plan-alice-2";
+    let approved = serve
+        .post(
+            &cookie,
+            path,
+            &[
+                ("action", "approve_edited"),
+                ("plan", edited),
+                ("mode", "acceptEdits"),
+                ("clear_context", "on"),
+                ("feedback", "trimmed"),
+            ],
+        )
+        .await;
+    assert_eq!(approved.status(), StatusCode::SEE_OTHER);
+    Serve::next_change(&mut events).await;
+    let response = store
+        .request("r1", "plan-alice-2")
+        .await
+        .unwrap()
+        .unwrap()
+        .response
+        .unwrap();
+    assert_eq!(response.responder, "human");
+    assert_eq!(response.body["approved"], true);
+    assert_eq!(response.body["mode"], "acceptEdits");
+    assert_eq!(response.body["clear_context"], true);
+    assert_eq!(response.body["edited_plan"], edited.replace("\r\n", "\n"));
+    let second = serve
+        .post(&cookie, path, &[("action", "reject"), ("feedback", "no")])
+        .await;
+    assert_eq!(second.status(), StatusCode::CONFLICT);
+    assert!(
+        second
+            .text()
+            .await
+            .unwrap()
+            .contains("already decided by human")
+    );
+    let cli = muster(
+        dir.path(),
+        &["reject", "plan-alice-2", "--feedback", "late"],
+    )
+    .await;
+    assert_eq!(cli.status.code(), Some(1), "{}", stderr(&cli));
+    // Not a person's request, and an answer that does not fit.
+    let lead_only = serve
+        .post(
+            &cookie,
+            "/runs/r1/requests/plan-bob-1",
+            &[("action", "approve")],
+        )
+        .await;
+    assert_eq!(lead_only.status(), StatusCode::FORBIDDEN);
+    let unfit = serve
+        .post(
+            &cookie,
+            "/runs/r1/requests/question-bob-1",
+            &[("action", "approve")],
+        )
+        .await;
+    assert_eq!(unfit.status(), StatusCode::BAD_REQUEST);
+    // A decision from another process (the CLI) reaches the open page as an event.
+    let answered = muster(dir.path(), &["answer", "question-bob-1", "8080"]).await;
+    assert_eq!(answered.status.code(), Some(0), "{}", stderr(&answered));
+    Serve::next_change(&mut events).await;
+    let page = serve
+        .get(&cookie, "/runs/r1/requests/question-bob-1")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("Answered by human") && page.contains("8080"),
+        "{page}"
+    );
+}

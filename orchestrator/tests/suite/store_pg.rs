@@ -1,0 +1,413 @@
+//! The binary on a PostgreSQL store (`--store postgres://…` or `store = "postgres://…"`):
+//! the same commands, the same crash-exact resume after SIGKILL, and errors a person can act
+//! on. Each test gets a fresh schema on the test server (`MUSTER_TEST_DATABASE_URL`, else the
+//! local server on 127.0.0.1:5432; scripts/test prepares one), dropped at its end.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use muster_fake_llm::FakeLlm;
+use muster_mailbox::{MailboxStore, PostgresStore, StoreOptions};
+
+use super::common::{lines, stderr};
+use super::resume_cli::{
+    MARKER_LINES, crash_script, marker, muster, project, run_args, run_killed_at,
+};
+
+/// The test server's base URL.
+fn server_url() -> String {
+    std::env::var("MUSTER_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+async fn admin(sql: &str) {
+    let (client, connection) = tokio_postgres::connect(&server_url(), tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "no PostgreSQL server at {} for the store tests ({e}); run scripts/test, or set \
+                 MUSTER_TEST_DATABASE_URL",
+                server_url()
+            )
+        });
+    let driver = tokio::spawn(connection);
+    client.batch_execute(sql).await.unwrap();
+    drop(client);
+    let _ = driver.await;
+}
+
+/// A fresh schema; [`Schema::drop_now`] removes it.
+struct Schema {
+    name: String,
+}
+
+impl Schema {
+    async fn new() -> Schema {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let name = format!(
+            "muster_cli_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        admin(&format!(
+            "DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}"
+        ))
+        .await;
+        Schema { name }
+    }
+
+    fn url(&self) -> String {
+        let base = server_url();
+        let separator = if base.contains('?') { '&' } else { '?' };
+        format!("{base}{separator}options=-csearch_path%3D{}", self.name)
+    }
+
+    async fn drop_now(self) {
+        admin(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name)).await;
+    }
+}
+
+/// Points the project at `url` through its local settings, so every command there uses it.
+fn use_store(dir: &Path, url: &str) {
+    std::fs::write(
+        dir.join(".muster/settings.local.toml"),
+        format!("store = \"{url}\"\n"),
+    )
+    .unwrap();
+}
+
+async fn open(url: &str) -> Arc<dyn MailboxStore> {
+    Arc::new(
+        PostgresStore::open(url, StoreOptions::default())
+            .await
+            .unwrap(),
+    )
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_on_postgres_killed_at_each_durable_event_is_finished_by_resume() {
+    let fake = FakeLlm::start(crash_script()).await.unwrap();
+    let reference = project();
+    let reference_schema = Schema::new().await;
+    use_store(reference.path(), &reference_schema.url());
+    let (reference_lines, code) =
+        run_killed_at(reference.path(), &run_args(&fake.base_url()), None).await;
+    assert_eq!(code, 0, "{reference_lines:?}");
+    assert_eq!(marker(reference.path()), MARKER_LINES);
+    assert!(
+        !reference.path().join(".muster/muster.db").exists(),
+        "the run used the server, not a file"
+    );
+    let events = reference_lines.len();
+    reference_schema.drop_now().await;
+
+    for kill_at in 1..events {
+        let dir = project();
+        let schema = Schema::new().await;
+        use_store(dir.path(), &schema.url());
+        let fake = FakeLlm::start(crash_script()).await.unwrap();
+        let (before, code) =
+            run_killed_at(dir.path(), &run_args(&fake.base_url()), Some(kill_at)).await;
+        assert_eq!(before.len(), kill_at);
+        assert_eq!(code, -9, "K={kill_at}: killed with SIGKILL");
+        let run_id = before[0]["run_id"].as_str().unwrap().to_owned();
+        let store = open(&schema.url()).await;
+        let status = store.run(&run_id).await.unwrap().unwrap().status;
+        if !status.is_finished() {
+            let resumed = muster(dir.path(), &["resume", "--output", "stream-json"]).await;
+            assert_eq!(
+                resumed.status.code(),
+                Some(0),
+                "K={kill_at}: {}{}",
+                stderr(&resumed),
+                String::from_utf8_lossy(&resumed.stdout)
+            );
+            let finished = lines(&resumed).last().cloned().unwrap();
+            assert_eq!(finished["type"], "run_finished", "K={kill_at}");
+            assert_eq!(finished["run_id"], run_id.as_str(), "K={kill_at}");
+            assert_eq!(finished["result"], "All marked.", "K={kill_at}");
+            assert!(
+                fake.failures().is_empty(),
+                "K={kill_at}: {:?}",
+                fake.failures()
+            );
+        }
+        let run = store.run(&run_id).await.unwrap().unwrap();
+        assert_eq!(run.status.as_str(), "completed", "K={kill_at}");
+        // The same end as the uninterrupted run: every marker line once.
+        assert_eq!(marker(dir.path()), MARKER_LINES, "K={kill_at}");
+        let requests = store.requests(&run_id).await.unwrap();
+        assert_eq!(
+            requests.len(),
+            1,
+            "K={kill_at}: one plan request: {requests:?}"
+        );
+        assert!(requests[0].response.is_some(), "K={kill_at}: decided once");
+        let mail = store.messages(&run_id, Some("main")).await.unwrap();
+        assert_eq!(
+            mail.len(),
+            1,
+            "K={kill_at}: one decision for main: {mail:?}"
+        );
+        assert!(mail.iter().all(|m| m.acked_at.is_some()), "K={kill_at}");
+        drop(store);
+        schema.drop_now().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn config_show_masks_the_password_of_a_store_url() {
+    let dir = project();
+    let output = muster(
+        dir.path(),
+        &[
+            "--store",
+            "postgres://muster:hunter2@db.example:5432/m",
+            "config",
+            "show",
+        ],
+    )
+    .await;
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("store = \"postgres://muster:***@db.example:5432/m\"  # cli (--store)"),
+        "{text}"
+    );
+    assert!(!text.contains("hunter2"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_is_not_running_exits_4_saying_what_to_check() {
+    let dir = project();
+    let output = muster(
+        dir.path(),
+        &["--store", "postgres://muster:hunter2@127.0.0.1:1/m", "runs"],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
+    let text = stderr(&output);
+    assert!(
+        text.contains("connection refused") && text.contains("is the PostgreSQL server running"),
+        "{text}"
+    );
+    assert!(!text.contains("hunter2"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_schema_that_is_not_musters_exits_4_and_is_left_unchanged() {
+    let schema = Schema::new().await;
+    admin(&format!("CREATE TABLE {}.orders (id INT)", schema.name)).await;
+    let dir = project();
+    let output = muster(dir.path(), &["--store", &schema.url(), "runs"]).await;
+    assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("is not a muster store"),
+        "{}",
+        stderr(&output)
+    );
+    schema.drop_now().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_demo_on_postgres_ends_as_on_sqlite() {
+    let schema = Schema::new().await;
+    let parent = tempfile::tempdir().unwrap();
+    let mut endings = Vec::new();
+    for (name, store) in [("on-sqlite", None), ("on-postgres", Some(schema.url()))] {
+        let dir = parent.path().join(name);
+        let dir_text = dir.display().to_string();
+        let mut args = vec!["demo", "--dir", dir_text.as_str()];
+        if let Some(url) = &store {
+            args.splice(0..0, ["--store", url.as_str()]);
+        }
+        let output = muster(parent.path(), &args).await;
+        assert_eq!(output.status.code(), Some(0), "{name}: {}", stderr(&output));
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            text.contains("The run ended: completed, exit code 0."),
+            "{name}: {text}"
+        );
+        assert!(text.contains("7 passed, 0 failed"), "{name}: {text}");
+        let mail = text
+            .lines()
+            .find(|line| line.starts_with("Mail ("))
+            .map(|line| line.split(';').next().unwrap_or_default().to_owned());
+        endings.push(mail);
+    }
+    assert_eq!(endings[0], endings[1], "the same mail on both stores");
+    let store = open(&schema.url()).await;
+    let runs = store.runs().await.unwrap();
+    assert_eq!(runs.len(), 1, "the Postgres demo's run is in the server");
+    assert_eq!(runs[0].status.as_str(), "completed");
+    drop(store);
+    schema.drop_now().await;
+}
+
+/// Run `r1` with a lead and alice, and alice's plan request for a person.
+async fn seed_request(store: &dyn MailboxStore, workspace: &Path) {
+    use muster_mailbox::{AutoGate, MemberKind, MessageBody, NewMessage, NewRun, RosterEntry};
+    store
+        .create_run(NewRun {
+            id: "r1".into(),
+            slug: "brave-red-fox".into(),
+            team: Some("t".into()),
+            workspace: workspace.display().to_string(),
+            batch_line_id: None,
+            auto_gate: AutoGate::default(),
+            launch_options: serde_json::json!({}),
+            project_id: None,
+        })
+        .await
+        .unwrap();
+    for (agent, kind) in [("lead", MemberKind::Lead), ("alice", MemberKind::Teammate)] {
+        store
+            .add_member(
+                "r1",
+                RosterEntry {
+                    agent: agent.into(),
+                    kind,
+                    definition: None,
+                    parent: None,
+                },
+            )
+            .await
+            .unwrap();
+    }
+    store
+        .send(NewMessage {
+            run_id: "r1".into(),
+            sender: "alice".into(),
+            recipient: "lead".into(),
+            body: MessageBody::PlanApprovalRequest {
+                request_id: "plan-alice-1".into(),
+                plan_file: ".muster/plans/brave-red-fox-agent-alice.md".into(),
+                plan: "## Goal\nx\n## Steps\n1. edit\n## Files\nsrc/a.rs".into(),
+                responder: "human".into(),
+                revision: 1,
+                previous_request_id: None,
+            },
+            idempotency_key: None,
+        })
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn approve_from_another_process_wakes_the_live_run_through_notify() {
+    let schema = Schema::new().await;
+    let dir = project();
+    use_store(dir.path(), &schema.url());
+    let store = open(&schema.url()).await;
+    seed_request(store.as_ref(), dir.path()).await;
+    let epoch = store.open_epoch("r1").await.unwrap();
+    // Only the server's hold: no lock file, no socket, so the wake can only come by NOTIFY.
+    let held = store.hold_live("r1").await.unwrap().unwrap();
+    assert!(!dir.path().join(".muster/runs/r1.sock").exists());
+    let waiting = tokio::spawn({
+        let store = store.clone();
+        async move {
+            store
+                .receive(
+                    "r1",
+                    "alice",
+                    epoch,
+                    muster_mailbox::MessageFilter::RequestId("plan-alice-1".into()),
+                )
+                .await
+        }
+    });
+    let output = muster(dir.path(), &["approve", "plan-alice-1", "--feedback", "go"]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("The run is live and alice was woken."),
+        "{text}"
+    );
+    let response = tokio::time::timeout(super::common::GUARD, waiting)
+        .await
+        .expect("woken")
+        .unwrap()
+        .unwrap();
+    assert_eq!(response.kind, "plan_approval_response");
+    assert_eq!(response.body["feedback"], "go");
+
+    // A second live process for the run is refused while this one holds it.
+    let resume = muster(dir.path(), &["resume", "r1"]).await;
+    assert_eq!(resume.status.code(), Some(1), "{}", stderr(&resume));
+    assert!(
+        stderr(&resume).contains("is live in another process"),
+        "{}",
+        stderr(&resume)
+    );
+    drop(held);
+    drop(store);
+    schema.drop_now().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_projects_share_one_server_store_and_each_sees_its_own_runs() {
+    use muster_mailbox::{AutoGate, NewRun, RunStatus};
+    let schema = Schema::new().await;
+    let (alpha, beta) = (project(), project());
+    for (dir, id) in [(&alpha, "proj-alpha"), (&beta, "proj-beta")] {
+        use_store(dir.path(), &schema.url());
+        std::fs::write(dir.path().join(".muster/project-id"), format!("{id}\n")).unwrap();
+    }
+    let store = open(&schema.url()).await;
+    let runs = [
+        ("ra", "proj-alpha", alpha.path().display().to_string()),
+        ("rb", "proj-beta", beta.path().display().to_string()),
+        (
+            "rgone",
+            "proj-beta",
+            "/nonexistent/muster-workspace".to_string(),
+        ),
+    ];
+    for (id, project_id, workspace) in &runs {
+        store
+            .create_run(NewRun {
+                id: (*id).into(),
+                slug: format!("slug-{id}"),
+                team: None,
+                workspace: workspace.clone(),
+                batch_line_id: None,
+                auto_gate: AutoGate::default(),
+                launch_options: serde_json::json!({}),
+                project_id: Some((*project_id).into()),
+            })
+            .await
+            .unwrap();
+        store
+            .set_run_status(id, RunStatus::Interrupted, None)
+            .await
+            .unwrap();
+    }
+    let listed = |output: &std::process::Output| -> Vec<String> {
+        let rows: Vec<serde_json::Value> = serde_json::from_slice(&output.stdout).unwrap();
+        let mut ids: Vec<String> = rows
+            .iter()
+            .map(|row| row["run"]["id"].as_str().unwrap().to_owned())
+            .collect();
+        ids.sort();
+        ids
+    };
+    let mine = muster(alpha.path(), &["runs", "--json"]).await;
+    assert_eq!(listed(&mine), ["ra"], "{}", stderr(&mine));
+    let all = muster(alpha.path(), &["runs", "--json", "--all-projects"]).await;
+    assert_eq!(listed(&all), ["ra", "rb", "rgone"]);
+
+    // A bare resume in beta picks beta's newest unfinished run, whose workspace is gone.
+    let resume = muster(beta.path(), &["resume"]).await;
+    assert_eq!(resume.status.code(), Some(2), "{}", stderr(&resume));
+    assert!(
+        stderr(&resume)
+            .contains("rgone's workspace /nonexistent/muster-workspace is not on this machine"),
+        "{}",
+        stderr(&resume)
+    );
+    drop(store);
+    schema.drop_now().await;
+}
