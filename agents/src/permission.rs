@@ -49,8 +49,10 @@ use serde_json::Value;
 
 pub use paths::{MAX_TREE_ENTRIES, RulesReadCheck};
 
+use crate::mcp::McpToolFacts;
 use crate::shell::{ShellVerdict, classify, known_dangerous};
 use crate::tools::{PathAccess, PathUse, Tool, ToolRegistry, Workspace};
+use muster_config::mcp::McpPattern;
 use paths::{PathForm, lexical_absolute, rule_matches_path};
 
 /// What kind of agent makes the call.
@@ -199,6 +201,11 @@ pub struct DefinitionPermissions {
     pub permission_mode: Option<PermissionMode>,
     /// `tools: Agent(x, y)`: the only definitions its `Agent` may start (`None`: any).
     pub agent_types: Option<Vec<String>>,
+    /// The `mcp__…` entries of a `tools` list; `None` (no list, or `*`) offers every MCP
+    /// tool.
+    pub mcp_tools: Option<Vec<McpPattern>>,
+    /// The `mcp__…` entries of `disallowedTools`.
+    pub disallowed_mcp_tools: Vec<McpPattern>,
 }
 
 impl DefinitionPermissions {
@@ -210,7 +217,22 @@ impl DefinitionPermissions {
             tools: None,
             permission_mode: None,
             agent_types: None,
+            mcp_tools: None,
+            disallowed_mcp_tools: Vec::new(),
         }
+    }
+
+    /// Whether the definition offers tool `tool` of MCP server `server`.
+    pub fn offers_mcp_tool(&self, server: &str, tool: &str) -> bool {
+        let listed = self
+            .mcp_tools
+            .as_ref()
+            .is_none_or(|patterns| patterns.iter().any(|p| p.matches(server, tool)));
+        listed
+            && !self
+                .disallowed_mcp_tools
+                .iter()
+                .any(|pattern| pattern.matches(server, tool))
     }
 }
 
@@ -222,6 +244,11 @@ impl From<&AgentDefinition> for DefinitionPermissions {
             tools: Some(definition.effective_tools()),
             permission_mode: definition.permission_mode,
             agent_types: definition.agent_types.clone(),
+            mcp_tools: definition
+                .tools
+                .is_some()
+                .then(|| definition.mcp_tools.clone()),
+            disallowed_mcp_tools: definition.disallowed_mcp_tools.clone(),
         }
     }
 }
@@ -257,6 +284,9 @@ pub struct PermissionContext<'a> {
     /// The run's plans directory (resolved): a subagent writes nothing there, wherever it
     /// lies; `None` when the caller has none.
     pub plans_dir: Option<PathBuf>,
+    /// The MCP tool being decided, when the call is of one (the runtime and `muster check`
+    /// set it from the agent's tool list); an `mcp__…` call without it is denied.
+    pub mcp_tool: Option<McpToolFacts>,
 }
 
 impl<'a> PermissionContext<'a> {
@@ -283,6 +313,7 @@ impl<'a> PermissionContext<'a> {
             auto_gate: AutoGate::Open,
             home_dir: None,
             plans_dir: None,
+            mcp_tool: None,
         }
     }
 
@@ -434,6 +465,15 @@ impl PermissionEngine {
         input: &Value,
     ) -> Decision {
         let deny = |reason: String| Decision::new(Verdict::Deny, reason, mode);
+        if let Some(facts) = &context.mcp_tool {
+            return self.decide_mcp(context, mode, facts);
+        }
+        if let Some((server, _)) = muster_config::mcp::split_tool_name(tool) {
+            return deny(format!(
+                "MCP tool `{tool}` is not available: server `{server}` is not enabled, did not \
+                 start or does not list it (see `muster config show`)"
+            ));
+        }
         let Some(name) = canonical_tool_name(tool) else {
             return deny(format!(
                 "unknown tool `{tool}`; the tools are: {}",
@@ -545,6 +585,115 @@ impl PermissionEngine {
                 decision
             }
         }
+    }
+
+    /// An MCP tool, by DESIGN's mode table: deny rules always; plan rules allow only
+    /// `readOnlyHint` tools of servers in `[mcp] trusted_read_only`; `default`, `acceptEdits`
+    /// (and `auto`) allow those and ask for the rest (`dontAsk` and `auto` deny what would ask);
+    /// `bypassPermissions` allows.
+    fn decide_mcp(
+        &self,
+        context: &PermissionContext<'_>,
+        mode: PermissionMode,
+        facts: &McpToolFacts,
+    ) -> Decision {
+        let name = facts.name.as_str();
+        let deny = |reason: String| Decision::new(Verdict::Deny, reason, mode);
+        let subjects = CallSubjects {
+            paths: Vec::new(),
+            command: None,
+            names: Vec::new(),
+        };
+        if let Some(reason) = self.denied_by_rule(context, name, &subjects) {
+            return deny(reason);
+        }
+        if !context
+            .definition
+            .offers_mcp_tool(&facts.server, &facts.tool)
+        {
+            return deny(format!(
+                "`{name}` is not among the tools of agent definition `{}`",
+                context.definition.name
+            ));
+        }
+        let trusted = facts.is_trusted_read_only();
+        let why_not_trusted = || {
+            if !facts.read_only_hint {
+                format!("`{name}` is not marked `readOnlyHint: true` by its server")
+            } else {
+                format!(
+                    "server `{}` is not listed in `[mcp] trusted_read_only` (a server's own \
+                     readOnlyHint is not enough)",
+                    facts.server
+                )
+            }
+        };
+        if mode == PermissionMode::Plan || context.definition.read_only {
+            let who = if context.definition.read_only {
+                format!("read-only agent `{}`", context.definition.name)
+            } else {
+                "plan mode".to_owned()
+            };
+            return if trusted {
+                Decision::new(
+                    Verdict::Allow,
+                    format!(
+                        "`{name}` is read-only (readOnlyHint) on server `{}`, which the user \
+                         trusts for read-only use; {who} allows it",
+                        facts.server
+                    ),
+                    mode,
+                )
+            } else {
+                deny(format!(
+                    "{who} allows only read-only tools of servers in `[mcp] trusted_read_only`: {}",
+                    why_not_trusted()
+                ))
+            };
+        }
+        if mode == PermissionMode::BypassPermissions {
+            return Decision::new(
+                Verdict::Allow,
+                format!("bypassPermissions allows `{name}`"),
+                mode,
+            );
+        }
+        if let Some(rule) = self.rule_matching(RuleBehavior::Ask, context, name, &subjects) {
+            return would_ask(
+                mode,
+                format!(
+                    "`{name}` matches the ask rule `{}` (from {})",
+                    rule.value, rule.origin
+                ),
+            );
+        }
+        let allow = |reason: String| {
+            let mut decision = Decision::new(Verdict::Allow, reason, mode);
+            if mode == PermissionMode::Auto {
+                decision.auto_gate = AutoGateEffect::ResetCount;
+            }
+            decision
+        };
+        if trusted {
+            return allow(format!(
+                "`{name}` is read-only (readOnlyHint) on server `{}`, which the user trusts \
+                 for read-only use",
+                facts.server
+            ));
+        }
+        if let Some(rule) = self.allowed_by_rule(context, name, &subjects) {
+            return allow(format!(
+                "`{name}` is allowed by the rule `{}` (from {})",
+                rule.value, rule.origin
+            ));
+        }
+        would_ask(
+            mode,
+            format!(
+                "`{name}` is an MCP tool that needs approval in {mode} mode: {}",
+                why_not_trusted()
+            ),
+        )
     }
 
     /// Gathers what rules match against: paths (with their forms), the command, names.

@@ -49,6 +49,7 @@ mod error;
 mod events;
 mod gate;
 mod limits;
+mod mcp;
 mod plan_files;
 mod plan_mode;
 mod prompt;

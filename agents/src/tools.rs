@@ -71,10 +71,11 @@ pub enum HandledBy {
 /// One tool as the model and the permission engine see it. Object safe: the registry holds
 /// `Arc<dyn Tool>`. Implement [`TypedTool`] instead; every `TypedTool` is a `Tool`.
 pub trait Tool: Send + Sync {
-    /// The name the model calls it by (Claude Code's name).
-    fn name(&self) -> &'static str;
+    /// The name the model calls it by (Claude Code's name; `mcp__<server>__<tool>` mapped to
+    /// the model's name rules for an MCP tool).
+    fn name(&self) -> &str;
     /// What the tool does, written for the model.
-    fn description(&self) -> &'static str;
+    fn description(&self) -> &str;
     /// The JSON schema of the input, generated from the typed input struct.
     fn input_schema(&self) -> serde_json::Value;
     /// The call changes neither the workspace nor any shared state.
@@ -88,6 +89,10 @@ pub trait Tool: Send + Sync {
     fn accessed_paths(&self, input: &serde_json::Value) -> Result<Vec<PathAccess>, InputError>;
     /// Runs the call. Never panics; bad input is an `is_error` output naming the field.
     fn call<'a>(&'a self, context: &'a ToolContext, input: serde_json::Value) -> ToolFuture<'a>;
+    /// What the permission engine needs of an MCP tool; `None` for muster's own tools.
+    fn mcp(&self) -> Option<&crate::mcp::McpToolFacts> {
+        None
+    }
 }
 
 /// A tool with a typed input struct; the blanket impl makes it a [`Tool`].
@@ -120,11 +125,11 @@ pub trait TypedTool: Send + Sync {
 }
 
 impl<T: TypedTool> Tool for T {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         T::NAME
     }
 
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         T::DESCRIPTION
     }
 

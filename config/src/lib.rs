@@ -6,6 +6,7 @@ pub mod approver;
 pub mod diagnostic;
 pub mod ids;
 pub mod instructions;
+pub mod mcp;
 pub mod mode;
 mod named;
 pub mod origin;
@@ -23,6 +24,7 @@ pub use agents::{AgentCatalog, AgentDefinition, AgentDir, DefinitionSource, Mode
 pub use approver::Approver;
 pub use diagnostic::{ConfigError, Diagnostic, Loaded, Position};
 pub use instructions::{InstructionFile, InstructionScope, ProjectInstructions};
+pub use mcp::{McpServerConfig, McpServerStatus, McpServers, McpTransport};
 pub use mode::PermissionMode;
 pub use origin::{Layer, Origin, Sourced};
 pub use policy::{PlanVerdict, Policy, PolicyAnswer};

@@ -52,7 +52,14 @@ pub enum RuleSpecifier {
     Path(PathPattern),
     /// `Agent(Plan)`, `SendMessage(lead)`: the name the call is about (`*` matches any text).
     Name(String),
+    /// `mcp__srv`, `mcp__srv__*`, `mcp__srv__tool`: MCP tools (valid whether or not the
+    /// server is configured).
+    Mcp(crate::mcp::McpPattern),
 }
+
+/// The tool an MCP rule is recorded under: no real tool has this name, so only
+/// [`RuleSpecifier::Mcp`] decides what it matches.
+pub const MCP_RULE_TOOL: &str = "mcp";
 
 /// A path glob from a file-tool rule. Relative patterns are relative to the workspace;
 /// `./` is dropped; a pattern without `/` matches at any depth (`*.env`); `//abs` is absolute
@@ -152,6 +159,9 @@ impl PermissionRule {
     /// Whether this rule is about `tool`: the same tool, or an `Edit(...)` rule for any file
     /// editing tool, or a `Read(...)` rule for any file reading tool.
     pub fn applies_to_tool(&self, tool: &str) -> bool {
+        if let RuleSpecifier::Mcp(pattern) = &self.specifier {
+            return pattern.matches_name(tool);
+        }
         self.tool == tool
             || (self.tool == "Edit" && EDIT_TOOLS.contains(&tool))
             || (self.tool == "Read" && READ_TOOLS.contains(&tool))
@@ -163,7 +173,7 @@ impl PermissionRule {
             return false;
         }
         match (&self.specifier, subject) {
-            (RuleSpecifier::AnyCall, _) => true,
+            (RuleSpecifier::AnyCall | RuleSpecifier::Mcp(_), _) => true,
             (RuleSpecifier::CommandPrefix(prefix), RuleSubject::Command(command)) => {
                 let command = command.trim();
                 command == prefix
@@ -230,6 +240,10 @@ pub enum RuleParseError {
         found: String,
         suggestion: String,
     },
+    #[error(
+        "expected an MCP rule like `mcp__server`, `mcp__server__*` or `mcp__server__tool` (no `(pattern)`), found `{rule}`"
+    )]
+    McpRule { rule: String },
     #[error("expected `)` at the end of rule `{rule}`")]
     Unclosed { rule: String },
     #[error("expected `Tool(pattern)`, found text after `)` in rule `{rule}`")]
@@ -269,6 +283,9 @@ impl FromStr for PermissionRule {
                 (rule[..open].trim_end(), Some(&rule[open + 1..close]))
             }
         };
+        if tool_text.starts_with(crate::mcp::MCP_PREFIX) {
+            return mcp_rule(rule, tool_text, pattern);
+        }
         let tool = canonical_tool_name(tool_text).ok_or_else(|| RuleParseError::UnknownTool {
             rule: rule.to_string(),
             found: tool_text.to_string(),
@@ -289,6 +306,25 @@ impl FromStr for PermissionRule {
             specifier,
             text: rule.to_string(),
         })
+    }
+}
+
+/// `mcp__srv`, `mcp__srv__*` or `mcp__srv__tool`; MCP rules take no `(pattern)`.
+fn mcp_rule(
+    rule: &str,
+    tool_text: &str,
+    pattern: Option<&str>,
+) -> Result<PermissionRule, RuleParseError> {
+    let parsed = crate::mcp::McpPattern::parse(tool_text);
+    match (parsed, pattern) {
+        (Some(parsed), None) => Ok(PermissionRule {
+            tool: MCP_RULE_TOOL,
+            specifier: RuleSpecifier::Mcp(parsed),
+            text: rule.to_string(),
+        }),
+        _ => Err(RuleParseError::McpRule {
+            rule: rule.to_string(),
+        }),
     }
 }
 

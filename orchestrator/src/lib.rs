@@ -8,6 +8,7 @@ pub mod human_decision;
 pub mod ids;
 pub mod launch;
 pub(crate) mod lifecycle;
+pub mod mcp;
 pub(crate) mod models;
 pub mod plan_diff;
 pub mod project;

@@ -338,7 +338,7 @@ impl Session {
                 std::env::home_dir(),
             )),
             catalog: self.catalog.clone(),
-            tools: ToolRegistry::standard(),
+            tools: ToolRegistry::standard().with_mcp(crate::mcp::run_config(&self.project)),
             workspace: parts.workspace,
             plans: run.plans,
             approver: parts.approver,

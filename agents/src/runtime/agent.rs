@@ -161,6 +161,8 @@ pub struct AgentRuntime {
     /// Where this agent's tools work: the run's workspace, or its worktree under worktree
     /// isolation (a subagent works in its parent's).
     pub(super) workspace: Workspace,
+    /// This agent's MCP servers and tools; dropping the agent stops the servers.
+    pub(super) mcp: Arc<crate::mcp::McpSession>,
 }
 
 impl AgentRuntime {
@@ -185,10 +187,15 @@ impl AgentRuntime {
         if definition.read_only && matches!(spec.kind, AgentKind::Subagent { .. }) {
             system.push_str(super::prompt::RESEARCH_REPORT);
         }
-        let tools = offered_tools(&definition, &spec.kind);
+        let mut tools = offered_tools(&definition, &spec.kind);
+        let mcp = super::mcp::start_session(&run, &spec.agent_id, &definition, &workspace).await;
+        let mut tool_definitions = tool_definitions(&run, &tools);
+        tools.extend(mcp.names());
+        tool_definitions.extend(mcp.definitions());
         let asks = super::asks::AskSettings::of(&run, &spec.agent_id, &spec.kind).await?;
         let mut agent = AgentRuntime {
-            tool_definitions: tool_definitions(&run, &tools),
+            tool_definitions,
+            mcp: Arc::new(mcp),
             run,
             id: spec.agent_id,
             kind: spec.kind,
@@ -231,6 +238,7 @@ impl AgentRuntime {
             plan_file: agent.plan_file.as_ref().map(|p| p.display().to_string()),
             system: agent.system.clone(),
             tools: agent.tools.clone(),
+            mcp_tools: agent.mcp.records(),
         };
         let message = agent.message_record(first.clone(), None);
         let mut records = vec![started, message];
@@ -991,8 +999,8 @@ pub(super) fn tool_definitions(run: &RunContext, tools: &[String]) -> Vec<ToolDe
         .definitions(|name| offered.contains(name))
         .into_iter()
         .map(|definition| ToolDefinition {
-            name: definition.name.to_owned(),
-            description: definition.description.to_owned(),
+            name: definition.name,
+            description: definition.description,
             input_schema: definition.input_schema,
         })
         .collect()

@@ -124,9 +124,18 @@ impl AgentRuntime {
             .is_some_and(|tool| tool.is_read_only() && tool.handled_by() == HandledBy::ToolSet)
     }
 
+    /// The tool the model calls `name`: one of muster's, or one of this agent's MCP tools.
+    fn find_tool(&self, name: &str) -> Option<Arc<dyn crate::tools::Tool>> {
+        self.run
+            .tools
+            .get(name)
+            .cloned()
+            .or_else(|| self.mcp.get(name))
+    }
+
     /// The gate's decision (with an ask settled), and what runs the call if it is allowed.
     async fn prepare(&self, call: &ToolCall) -> RuntimeResult<Prepared> {
-        let Some(tool) = self.run.tools.get(&call.name).cloned() else {
+        let Some(tool) = self.find_tool(&call.name) else {
             return Ok(Prepared::Finished(Box::new(CallResult::invalid(
                 ToolOutput::error(format!(
                     "unknown tool `{}`; your tools are: {}",

@@ -118,6 +118,7 @@ impl ToolGate for EngineGate {
         };
         context.home_dir = self.home_dir.as_deref();
         context.plans_dir = Some(call.plans.dir().to_path_buf());
+        context.mcp_tool = tool.mcp().cloned();
         let decision = self.engine.decide(&context, tool.name(), input);
         GateDecision {
             verdict: decision.verdict,

@@ -42,8 +42,11 @@ pub enum Record {
         plan_file: Option<String>,
         /// The system prompt, verbatim (so a resumed agent sends the same prefix).
         system: String,
-        /// The tools offered, in order.
+        /// The tools offered, in order (MCP tools by the names the model calls them).
         tools: Vec<String>,
+        /// The MCP tools offered, as listed when the agent started (resume offers these).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        mcp_tools: Vec<crate::mcp::McpToolRecord>,
     },
     /// One message of the context. Assistant messages carry the model request's turn index
     /// (`x-muster-turn`), the model and the mode in force.

@@ -42,6 +42,7 @@ impl AgentRuntime {
             plan_file,
             system,
             tools: _,
+            mcp_tools,
         }) = records.first().cloned()
         else {
             return Err(RuntimeError::NothingToResume {
@@ -54,11 +55,16 @@ impl AgentRuntime {
             .get(&definition)
             .cloned()
             .ok_or(RuntimeError::UnknownDefinition(definition))?;
-        let tools = offered_tools(&definition, &agent_kind);
+        let mut tools = offered_tools(&definition, &agent_kind);
         let asks = super::asks::AskSettings::of(&run, agent_id, &agent_kind).await?;
         let workspace = super::agent::agent_workspace(&run, agent_id, &agent_kind).await?;
+        let mcp = super::mcp::resume_session(&run, agent_id, &mcp_tools, &workspace).await;
+        let mut tool_definitions = tool_definitions(&run, &tools);
+        tools.extend(mcp.names());
+        tool_definitions.extend(mcp.definitions());
         let mut agent = AgentRuntime {
-            tool_definitions: tool_definitions(&run, &tools),
+            tool_definitions,
+            mcp: Arc::new(mcp),
             run,
             id: agent_id.to_owned(),
             kind: agent_kind,

@@ -48,17 +48,19 @@ pub const TOOL_NAMES: [&str; 22] = [
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ToolDefinition {
     /// The tool's name.
-    pub name: &'static str,
+    pub name: String,
     /// What it does, for the model.
-    pub description: &'static str,
+    pub description: String,
     /// The JSON schema of its input.
     pub input_schema: serde_json::Value,
 }
 
-/// Every tool, looked up by name.
+/// Every tool, looked up by name, and the MCP servers each agent starts for its own MCP
+/// tools (see [`crate::mcp::McpSession`]).
 #[derive(Clone)]
 pub struct ToolRegistry {
     tools: Vec<Arc<dyn Tool>>,
+    mcp: Arc<crate::mcp::McpConfig>,
 }
 
 impl std::fmt::Debug for ToolRegistry {
@@ -103,7 +105,22 @@ impl ToolRegistry {
             Arc::new(ReviewMerge),
             Arc::new(ShutdownTeammate),
         ];
-        Self { tools }
+        Self {
+            tools,
+            mcp: Arc::default(),
+        }
+    }
+
+    /// The same tools, with `mcp`'s servers started by every agent.
+    #[must_use]
+    pub fn with_mcp(mut self, mcp: crate::mcp::McpConfig) -> Self {
+        self.mcp = Arc::new(mcp);
+        self
+    }
+
+    /// The MCP servers agents start (none by default).
+    pub fn mcp(&self) -> &crate::mcp::McpConfig {
+        &self.mcp
     }
 
     /// The tool called `name`, if there is one.
@@ -117,7 +134,7 @@ impl ToolRegistry {
     }
 
     /// Every tool's name, in registry order.
-    pub fn names(&self) -> Vec<&'static str> {
+    pub fn names(&self) -> Vec<&str> {
         self.tools.iter().map(|tool| tool.name()).collect()
     }
 
@@ -127,8 +144,8 @@ impl ToolRegistry {
             .iter()
             .filter(|tool| offered(tool.name()))
             .map(|tool| ToolDefinition {
-                name: tool.name(),
-                description: tool.description(),
+                name: tool.name().to_owned(),
+                description: tool.description().to_owned(),
                 input_schema: tool.input_schema(),
             })
             .collect()

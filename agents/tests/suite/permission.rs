@@ -142,6 +142,8 @@ impl Agent {
                     tools: None,
                     permission_mode: None,
                     agent_types: None,
+                    mcp_tools: None,
+                    disallowed_mcp_tools: Vec::new(),
                 };
             }
         }
@@ -936,6 +938,8 @@ fn rules_deny_everywhere_ask_and_allow_never_widen_plan_mode() {
         tools: None,
         permission_mode: None,
         agent_types: None,
+        mcp_tools: None,
+        disallowed_mcp_tools: Vec::new(),
     };
     let decision = decide(
         &fixture,
@@ -1543,7 +1547,8 @@ async fn ship_calls(
 #[tokio::test]
 async fn one_engine_decides_every_call_the_runtime_makes_and_deny_all_runs_nothing() {
     let deny_all: Vec<&str> = TOOL_NAMES.to_vec();
-    let every_tool = ToolRegistry::standard().names();
+    let registry = ToolRegistry::standard();
+    let every_tool = registry.names();
     for mode in PermissionMode::ALL {
         let (harness, calls) = ship_calls(&every_tool, mode, rules(&[], &[], &deny_all)).await;
         let names: BTreeSet<&str> = calls.iter().map(|(tool, _, _)| tool.as_str()).collect();
@@ -1615,6 +1620,8 @@ fn tools_agent_x_limits_which_definitions_an_agent_may_start() {
         tools: None,
         permission_mode: None,
         agent_types: Some(vec!["Plan".to_string()]),
+        mcp_tools: None,
+        disallowed_mcp_tools: Vec::new(),
     };
     let allowed = decide(
         &fixture,
@@ -1776,4 +1783,124 @@ async fn file_tool_paths_are_decided_as_what_the_tool_touches() {
             output.content
         );
     }
+}
+
+/// DESIGN's mode table for MCP tools: deny rules always; plan mode and read-only agents only
+/// `readOnlyHint` tools of servers in `[mcp] trusted_read_only`; `default`/`acceptEdits`
+/// allow those and ask for the rest; `dontAsk` denies what would ask; `auto` counts its
+/// denials; `bypassPermissions` allows; rules name servers that need not be configured.
+#[test]
+fn mcp_tools_follow_the_mode_table() {
+    use muster_agents::mcp::McpToolFacts;
+    let fixture = Fixture::new();
+    let facts = |tool: &str, read_only_hint: bool, trusted_read_only: bool| McpToolFacts {
+        server: "docs".to_owned(),
+        tool: tool.to_owned(),
+        name: format!("mcp__docs__{tool}"),
+        read_only_hint,
+        trusted_read_only,
+    };
+    let trusted = facts("search", true, true);
+    let claimed = facts("search", true, false);
+    let writing = facts("publish", false, true);
+    use PermissionMode as M;
+    use Verdict::{Allow as A, Ask as K, Deny as D};
+    // (mode, trusted read-only, read-only claim of an untrusted server, a writing tool)
+    let table = [
+        (M::Plan, A, D, D),
+        (M::Default, A, K, K),
+        (M::AcceptEdits, A, K, K),
+        (M::DontAsk, A, D, D),
+        (M::Auto, A, D, D),
+        (M::BypassPermissions, A, A, A),
+    ];
+    let none = rules(&[], &[], &[]);
+    for (mode, for_trusted, for_claimed, for_writing) in table {
+        for (tool, expected) in [
+            (&trusted, for_trusted),
+            (&claimed, for_claimed),
+            (&writing, for_writing),
+        ] {
+            let mut context = PermissionContext::new(
+                AgentKind::Lead,
+                mode,
+                &fixture.workspace,
+                &none,
+                &fixture.catalog,
+            );
+            context.mcp_tool = Some(tool.clone());
+            let decision = fixture.engine.decide(&context, &tool.name, &json!({}));
+            assert_eq!(
+                decision.verdict, expected,
+                "{mode} {tool:?}: {}",
+                decision.reason
+            );
+            if mode == M::Auto && expected == D {
+                assert_eq!(decision.auto_gate, AutoGateEffect::CountDenial);
+            }
+        }
+    }
+
+    // Deny rules in every mode, bypassPermissions included; server-wide rules too.
+    for deny in ["mcp__docs", "mcp__docs__*", "mcp__docs__search"] {
+        let denying = rules(&[], &[], &[deny]);
+        let mut context = PermissionContext::new(
+            AgentKind::Lead,
+            M::BypassPermissions,
+            &fixture.workspace,
+            &denying,
+            &fixture.catalog,
+        );
+        context.mcp_tool = Some(trusted.clone());
+        let decision = fixture.engine.decide(&context, &trusted.name, &json!({}));
+        assert_eq!(decision.verdict, D, "{deny}: {}", decision.reason);
+    }
+    // An allow rule turns the ask into an allow, but never widens plan mode.
+    let allowing = rules(&["mcp__docs__publish"], &[], &[]);
+    for (mode, expected) in [(M::Default, A), (M::Plan, D)] {
+        let mut context = PermissionContext::new(
+            AgentKind::Lead,
+            mode,
+            &fixture.workspace,
+            &allowing,
+            &fixture.catalog,
+        );
+        context.mcp_tool = Some(writing.clone());
+        let decision = fixture.engine.decide(&context, &writing.name, &json!({}));
+        assert_eq!(decision.verdict, expected, "{mode}: {}", decision.reason);
+    }
+    // A rule for a server nobody configured parses; a call of an unknown MCP tool is denied.
+    assert!(
+        "mcp__nowhere__x"
+            .parse::<muster_config::PermissionRule>()
+            .is_ok()
+    );
+    let context = PermissionContext::new(
+        AgentKind::Lead,
+        M::BypassPermissions,
+        &fixture.workspace,
+        &none,
+        &fixture.catalog,
+    );
+    let decision = fixture
+        .engine
+        .decide(&context, "mcp__nowhere__x", &json!({}));
+    assert_eq!(decision.verdict, D);
+    assert!(
+        decision.reason.contains("not available"),
+        "{}",
+        decision.reason
+    );
+    // A read-only agent gets the plan-mode rules for MCP tools in every mode.
+    let mut read_only = PermissionContext::new(
+        AgentKind::Teammate,
+        M::BypassPermissions,
+        &fixture.workspace,
+        &none,
+        &fixture.catalog,
+    );
+    read_only.definition.read_only = true;
+    read_only.mcp_tool = Some(writing.clone());
+    let decision = fixture.engine.decide(&read_only, &writing.name, &json!({}));
+    assert_eq!(decision.verdict, D, "{}", decision.reason);
 }

@@ -61,6 +61,7 @@ impl Transcript {
             plan_file: Some(PLAN_PATH.to_owned()),
             system: "You are worker.".to_owned(),
             tools: vec!["Read".to_owned(), "Write".to_owned(), "Bash".to_owned()],
+            mcp_tools: Vec::new(),
         });
         // Before the approval: edits in plan mode are never evidence.
         transcript.write("src/lib.rs", "// sketch\n");

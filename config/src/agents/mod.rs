@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::{Serialize, Serializer};
 
 use crate::diagnostic::{ConfigError, Diagnostic, Loaded, Position, invalid, suggestion_suffix};
+use crate::mcp::McpPattern;
 use crate::mode::PermissionMode;
 use crate::project::ProjectRoot;
 use crate::tools::{KNOWN_TOOLS, canonical_tool_name, standard_tools};
@@ -128,6 +129,12 @@ pub struct AgentDefinition {
     pub tools: Option<Vec<&'static str>>,
     #[serde(rename = "disallowedTools")]
     pub disallowed_tools: Vec<&'static str>,
+    /// The `mcp__…` entries of `tools` (with `tools` absent or `*`: every enabled MCP tool).
+    #[serde(rename = "mcpTools", skip_serializing_if = "Vec::is_empty")]
+    pub mcp_tools: Vec<McpPattern>,
+    /// The `mcp__…` entries of `disallowedTools`.
+    #[serde(rename = "disallowedMcpTools", skip_serializing_if = "Vec::is_empty")]
+    pub disallowed_mcp_tools: Vec<McpPattern>,
     /// `Agent(x, y)` (or `Task(x)`) in `tools`: the only definitions its `Agent` may start;
     /// `None`: any.
     #[serde(rename = "agentTypes", skip_serializing_if = "Option::is_none")]
@@ -153,6 +160,22 @@ impl AgentDefinition {
             .filter(|tool| !self.disallowed_tools.contains(tool))
             .collect()
     }
+
+    /// Whether the agent is offered tool `tool` of MCP server `server`: every enabled MCP
+    /// tool when `tools` is absent or `*`, else the `mcp__…` entries it lists; less
+    /// `disallowedTools`.
+    pub fn offers_mcp_tool(&self, server: &str, tool: &str) -> bool {
+        let listed = self.tools.is_none()
+            || self
+                .mcp_tools
+                .iter()
+                .any(|pattern| pattern.matches(server, tool));
+        listed
+            && !self
+                .disallowed_mcp_tools
+                .iter()
+                .any(|pattern| pattern.matches(server, tool))
+    }
 }
 
 /// Parses one definition file. `label` names it in messages.
@@ -167,6 +190,8 @@ pub fn parse_agent_file(
         errors: Vec::new(),
         warnings: Vec::new(),
         agent_types: None,
+        mcp_tools: Vec::new(),
+        disallowed_mcp_tools: Vec::new(),
     };
     file.parse(text)
 }
@@ -178,6 +203,9 @@ struct DefinitionFile<'a> {
     warnings: Vec<Diagnostic>,
     /// The definitions `Agent(x, …)` entries of `tools` named.
     agent_types: Option<Vec<String>>,
+    /// The `mcp__…` entries of `tools` and of `disallowedTools`.
+    mcp_tools: Vec<McpPattern>,
+    disallowed_mcp_tools: Vec<McpPattern>,
 }
 
 /// The front matter (its text and first line) and the body of a definition file.
@@ -373,6 +401,8 @@ impl DefinitionFile<'_> {
                 description,
                 tools,
                 disallowed_tools,
+                mcp_tools: std::mem::take(&mut self.mcp_tools),
+                disallowed_mcp_tools: std::mem::take(&mut self.disallowed_mcp_tools),
                 agent_types,
                 model,
                 permission_mode,
@@ -460,6 +490,20 @@ impl DefinitionFile<'_> {
                 Some(agent) => agent.to_owned(),
                 None => name,
             };
+            if name.starts_with(crate::mcp::MCP_PREFIX) {
+                match McpPattern::parse(&name) {
+                    Some(pattern) if key == "tools" => self.mcp_tools.push(pattern),
+                    Some(pattern) => self.disallowed_mcp_tools.push(pattern),
+                    None => {
+                        let message = format!(
+                            "`{name}` is not an MCP tool name; expected `mcp__server`, \
+                             `mcp__server__*` or `mcp__server__tool`"
+                        );
+                        self.unknown(position, key, message);
+                    }
+                }
+                continue;
+            }
             match canonical_tool_name(&name) {
                 Some(tool) if !tools.contains(&tool) => tools.push(tool),
                 Some(_) => {}
@@ -731,10 +775,18 @@ impl AgentCatalog {
                     continue;
                 }
                 if definition.effective_tools().is_empty() {
+                    let only_mcp = if definition.mcp_tools.is_empty() {
+                        String::new()
+                    } else {
+                        " but MCP tools, which it has only when their servers are enabled \
+                         (`[mcp]` in docs/configuration.md)"
+                            .to_owned()
+                    };
                     warnings.push(
                         Diagnostic::new(format!(
-                            "agent `{}` is left with no tool muster has: it can only answer in \
-                             text (list tools, or remove `tools` for the standard ones)",
+                            "agent `{}` is left with no tool muster has{only_mcp}: without \
+                             tools it can only answer in text (list tools, or remove `tools` \
+                             for the standard ones)",
                             definition.name
                         ))
                         .in_source(label.clone())

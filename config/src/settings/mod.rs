@@ -179,6 +179,32 @@ pub struct SandboxSettings {
     pub writable: Vec<PathBuf>,
 }
 
+/// MCP servers (`[mcp]`; see [`crate::mcp`]). The three trust keys are read only from the
+/// user's settings, the project-local settings, the environment and flags: a value in the
+/// committed `.muster/settings.toml` is ignored with a warning.
+#[derive(Debug, Clone, Serialize)]
+pub struct McpSettings {
+    /// Project `.mcp.json` servers that may start.
+    pub enabled_project_servers: Option<Sourced<Vec<String>>>,
+    /// Every project `.mcp.json` server may start.
+    pub enable_all_project_servers: Sourced<bool>,
+    /// Servers whose `readOnlyHint: true` tools plan mode and read-only agents may call.
+    pub trusted_read_only: Option<Sourced<Vec<String>>>,
+    /// How long a server has to start, initialize and list its tools.
+    pub startup_timeout_ms: Sourced<u64>,
+    /// How long one tool call may take.
+    pub call_timeout_ms: Sourced<u64>,
+    /// The most of a tool result's text kept for the model.
+    pub max_output_bytes: Sourced<u64>,
+}
+
+/// The `[mcp]` keys a project's committed settings may not set.
+pub const MCP_TRUST_KEYS: &[&str] = &[
+    "enabled_project_servers",
+    "enable_all_project_servers",
+    "trusted_read_only",
+];
+
 /// One effective value as `muster config show` prints it.
 #[derive(Debug, Clone, Serialize)]
 pub struct SettingEntry {
@@ -215,6 +241,7 @@ pub struct Settings {
     pub mailbox: MailboxSettings,
     pub compaction: CompactionSettings,
     pub sandbox: SandboxSettings,
+    pub mcp: McpSettings,
     #[serde(skip)]
     entries: Vec<SettingEntry>,
 }
@@ -225,14 +252,27 @@ impl Settings {
         let mut errors = Vec::new();
         let mut warnings = Vec::new();
         let mut layers = vec![default_layer_values()?];
-        for (layer, path) in settings_files(inputs) {
+        let files = settings_files(inputs);
+        // With the project at the home directory, the user's settings file is the project's
+        // committed one: it cannot trust MCP servers either.
+        let project_file = files
+            .iter()
+            .find(|(layer, _)| *layer == Layer::Project)
+            .map(|(_, path)| paths::normalize(path));
+        for (layer, path) in files {
             let Some(text) = read_optional(&path)? else {
                 continue;
             };
             let label = path.display().to_string();
             match parse_settings_file(&label, &text, layer) {
-                Ok(values) => {
+                Ok(mut values) => {
                     warnings.extend(paths::api_key_warnings(&path, &values));
+                    let committed = layer == Layer::Project
+                        || (layer == Layer::User
+                            && project_file.as_ref() == Some(&paths::normalize(&path)));
+                    if committed {
+                        warnings.extend(drop_mcp_trust(&mut values));
+                    }
                     layers.push(values);
                 }
                 Err(found) => errors.extend(found),
@@ -275,6 +315,28 @@ impl Settings {
             ProviderKind::Script => &self.script,
         }
     }
+}
+
+/// Removes the `[mcp]` trust keys from the committed project settings: a cloned repository
+/// must not be able to start its own servers. Each one removed is a warning.
+fn drop_mcp_trust(values: &mut LayerValues) -> Vec<Diagnostic> {
+    let mut warnings = Vec::new();
+    values.leaves.retain(|(path, _, origin)| {
+        let trust = path.len() == 2
+            && path[0] == "mcp"
+            && MCP_TRUST_KEYS.contains(&path[1].as_str());
+        if trust {
+            warnings.push(
+                Diagnostic::new(format!(
+                    "`mcp.{}` is ignored in the project's committed settings ({origin}): a                      repository cannot enable or trust its own MCP servers; set it in                      ~/.muster/settings.toml or .muster/settings.local.toml",
+                    path[1]
+                ))
+                .for_key(path.join(".")),
+            );
+        }
+        !trust
+    });
+    warnings
 }
 
 /// Every settings key, with `<id>` for free keys (`models.<id>.price_in`).
@@ -370,6 +432,15 @@ impl Merged {
             _ => None,
         }
     }
+
+    fn names(&self, path: &[&str]) -> Option<Sourced<Vec<String>>> {
+        match self.get(path)? {
+            (SettingValue::List(names), origin) => {
+                Some(Sourced::new(names.clone(), origin.clone()))
+            }
+            _ => None,
+        }
+    }
 }
 
 /// Reads typed values, recording an error for values that do not convert.
@@ -414,6 +485,18 @@ impl Builder<'_> {
             max_prompt_tokens: self.merged.count(&key("max_prompt_tokens")),
             recent_messages_tokens: self.count(&key("recent_messages_tokens")),
             summary_max_tokens: self.count(&key("summary_max_tokens")),
+        }
+    }
+
+    fn mcp(&mut self) -> McpSettings {
+        let key = |leaf: &'static str| ["mcp", leaf];
+        McpSettings {
+            enabled_project_servers: self.merged.names(&key("enabled_project_servers")),
+            enable_all_project_servers: self.flag(&key("enable_all_project_servers")),
+            trusted_read_only: self.merged.names(&key("trusted_read_only")),
+            startup_timeout_ms: self.count(&key("startup_timeout_ms")),
+            call_timeout_ms: self.count(&key("call_timeout_ms")),
+            max_output_bytes: self.count(&key("max_output_bytes")),
         }
     }
 
@@ -663,6 +746,7 @@ fn build(merged: &Merged, root: &Path, errors: &mut Vec<Diagnostic>) -> Settings
         },
         compaction: builder.compaction(),
         sandbox: builder.sandbox(root),
+        mcp: builder.mcp(),
         entries: entries(merged),
     };
     errors.append(&mut builder.errors);

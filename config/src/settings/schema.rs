@@ -32,6 +32,8 @@ pub(crate) enum Kind {
     Mode,
     Approver,
     OneOf(&'static [&'static str]),
+    /// A list of names: a TOML array of strings, or comma-separated text.
+    Names,
 }
 
 /// A leaf's value after validation.
@@ -41,6 +43,7 @@ pub enum SettingValue {
     Count(u64),
     Number(f64),
     Flag(bool),
+    List(Vec<String>),
 }
 
 impl SettingValue {
@@ -50,6 +53,7 @@ impl SettingValue {
             SettingValue::Count(count) => serde_json::Value::from(*count),
             SettingValue::Number(number) => serde_json::Value::from(*number),
             SettingValue::Flag(flag) => serde_json::Value::from(*flag),
+            SettingValue::List(names) => serde_json::Value::from(names.clone()),
         }
     }
 }
@@ -147,6 +151,21 @@ const COMPACTION: Schema = Schema::Table(&[
     ("summary_max_tokens", with_default(Kind::Count, "8192")),
 ]);
 
+/// MCP servers (see `muster_agents::mcp`). Which project `.mcp.json` servers may start is
+/// read only from the user's and the project-local settings (and the environment): a
+/// committed `.muster/settings.toml` cannot enable them, nor trust them for read-only use.
+const MCP: Schema = Schema::Table(&[
+    ("enabled_project_servers", leaf(Kind::Names)),
+    (
+        "enable_all_project_servers",
+        with_default(Kind::Flag, "false"),
+    ),
+    ("trusted_read_only", leaf(Kind::Names)),
+    ("startup_timeout_ms", with_default(Kind::Count, "10000")),
+    ("call_timeout_ms", with_default(Kind::Count, "60000")),
+    ("max_output_bytes", with_default(Kind::Count, "100000")),
+]);
+
 /// Every settings key.
 pub(crate) const SETTINGS: Schema = Schema::Table(&[
     ("permission_mode", with_default(Kind::Mode, "default")),
@@ -201,6 +220,7 @@ pub(crate) const SETTINGS: Schema = Schema::Table(&[
         ]),
     ),
     ("compaction", COMPACTION),
+    ("mcp", MCP),
     (
         "sandbox",
         Schema::Table(&[
@@ -301,6 +321,7 @@ impl Kind {
             Kind::Mode => format!("one of {}", PermissionMode::names().join(", ")),
             Kind::Approver => "\"human\" or \"policy:FILE\"".to_string(),
             Kind::OneOf(choices) => format!("one of {}", choices.join(", ")),
+            Kind::Names => "an array of name strings".to_string(),
         }
     }
 
@@ -324,6 +345,22 @@ impl Kind {
             },
             Kind::Flag => match value {
                 DeValue::Boolean(flag) => Ok(SettingValue::Flag(*flag)),
+                _ => Err(mismatch()),
+            },
+            Kind::Names => match value {
+                DeValue::Array(items) => items
+                    .iter()
+                    .map(|item| match item.get_ref() {
+                        DeValue::String(text) if !text.trim().is_empty() => {
+                            Ok(text.trim().to_string())
+                        }
+                        other => Err(format!(
+                            "expected an array of name strings, found an element that is {}",
+                            describe(other)
+                        )),
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(SettingValue::List),
                 _ => Err(mismatch()),
             },
             _ => match value {
@@ -394,6 +431,13 @@ impl Kind {
                     Err(format!("expected {}, found {found}", self.expected()))
                 }
             }
+            Kind::Names => Ok(SettingValue::List(
+                text.split(',')
+                    .map(str::trim)
+                    .filter(|name| !name.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+            )),
             Kind::OneOf(choices) => {
                 if choices.contains(&text) {
                     Ok(SettingValue::Text(text.to_string()))

@@ -102,6 +102,8 @@ fn claude_files_load_with_warnings_for_what_muster_ignores() {
     let text = "---\nname: code-reviewer\ndescription: Expert reviewer\ntools: Read, Grep, WebFetch, mcp__github__get_pr, Task\ncolor: purple\nmodel: sonnet\n---\nReview.\n";
     let loaded = parse_agent_file("c.md", text, AgentDir::Claude).unwrap();
     assert_eq!(loaded.value.tools, Some(vec!["Read", "Grep", "Agent"]));
+    assert!(loaded.value.offers_mcp_tool("github", "get_pr"));
+    assert!(!loaded.value.offers_mcp_tool("github", "merge_pr"));
     assert_eq!(
         loaded.value.model,
         ModelChoice::Named("claude-sonnet-4-5".to_string())
@@ -111,7 +113,6 @@ fn claude_files_load_with_warnings_for_what_muster_ignores() {
         warnings,
         vec![
             "c.md:4:8: tools: ignored: unknown tool `WebFetch`",
-            "c.md:4:8: tools: ignored: unknown tool `mcp__github__get_pr`",
             "c.md:5:1: color: ignored: unknown key `color`",
         ]
     );

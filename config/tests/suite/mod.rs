@@ -2,5 +2,6 @@ mod agents;
 mod examples;
 mod fixtures;
 mod fuzz;
+mod mcp;
 mod settings;
 mod teams;

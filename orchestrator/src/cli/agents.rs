@@ -49,11 +49,14 @@ fn list(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
         &settings.value,
     ));
     warnings.extend(instructions.warnings);
+    let (mcp_servers, mcp_warnings) = crate::mcp::load_servers(root.path(), &settings.value);
+    warnings.extend(mcp_warnings);
+    let mcp = |definition: &AgentDefinition| mcp_tools(definition, &mcp_servers);
     let mut output = String::new();
     if as_json {
         let document = json!({
             "project_root": root.path(),
-            "agents": catalog.value.iter().map(|d| definition_json(d, &warnings)).collect::<Vec<_>>(),
+            "agents": catalog.value.iter().map(|d| definition_json(d, &mcp(d), &warnings)).collect::<Vec<_>>(),
             "instructions": instructions.value.files.iter().map(|file| json!({
                 "path": file.path,
                 "scope": file.scope,
@@ -67,6 +70,10 @@ fn list(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
     } else {
         for definition in catalog.value.iter() {
             write_definition(&mut output, definition)?;
+            let tools = mcp(definition);
+            if !tools.is_empty() {
+                writeln!(output, "    mcp: {}", tools.join(", "))?;
+            }
         }
         for file in &instructions.value.files {
             writeln!(
@@ -124,7 +131,34 @@ fn write_definition(output: &mut String, definition: &AgentDefinition) -> std::f
     )
 }
 
-fn definition_json(definition: &AgentDefinition, warnings: &[Diagnostic]) -> Value {
+/// The MCP tools a definition gets, without starting a server: `mcp__<server>__*` for each
+/// enabled server when `tools` is absent or `*`, else the `mcp__…` entries it lists, each
+/// marked when its server is not enabled.
+fn mcp_tools(definition: &AgentDefinition, servers: &muster_config::McpServers) -> Vec<String> {
+    if definition.tools.is_none() {
+        return servers
+            .enabled()
+            .map(|status| format!("mcp__{}__*", status.server.name))
+            .collect();
+    }
+    definition
+        .mcp_tools
+        .iter()
+        .map(|pattern| {
+            let name = match &pattern.tool {
+                Some(tool) => muster_config::mcp::tool_name(&pattern.server, tool),
+                None => format!("mcp__{}__*", pattern.server),
+            };
+            match servers.get(&pattern.server) {
+                Some(status) if status.enabled => name,
+                Some(_) => format!("{name} (server not enabled)"),
+                None => format!("{name} (server not configured)"),
+            }
+        })
+        .collect()
+}
+
+fn definition_json(definition: &AgentDefinition, mcp: &[String], warnings: &[Diagnostic]) -> Value {
     let source = definition.source.to_string();
     let own_warnings: Vec<String> = warnings
         .iter()
@@ -137,6 +171,7 @@ fn definition_json(definition: &AgentDefinition, warnings: &[Diagnostic]) -> Val
         "source": source,
         "overrides": definition.overrides.iter().map(ToString::to_string).collect::<Vec<_>>(),
         "tools": definition.effective_tools(),
+        "mcpTools": mcp,
         "disallowedTools": definition.disallowed_tools,
         "model": definition.model,
         "permissionMode": definition.permission_mode,

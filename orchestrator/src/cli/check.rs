@@ -166,9 +166,10 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         state: SandboxState::for_run(&settings)?,
         read_only_agent: context.definition.read_only,
     };
+    let mut mcp = crate::mcp::McpLookup::new(root.path(), &settings, &workspace_dir);
     match single {
         Some((tool, input)) => {
-            let decision = engine.decide(&context, &tool, &input);
+            let decision = decide(&engine, &context, &mut mcp, &tool, &input);
             let line = render(&tool, &decision, &sandbox, args.json);
             crate::cli::config::print_output(&format!("{line}\n"))?;
             Ok(if decision.is_allowed() {
@@ -177,7 +178,31 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
                 Exit::Failed
             })
         }
-        None => check_lines(&engine, &context, &sandbox, args.json),
+        None => check_lines(&engine, &context, &mut mcp, &sandbox, args.json),
+    }
+}
+
+/// The engine's decision, with the facts of an MCP tool looked up (its server started to
+/// list its tools); an MCP tool that cannot be found is denied, saying why.
+fn decide(
+    engine: &PermissionEngine,
+    context: &PermissionContext<'_>,
+    mcp: &mut crate::mcp::McpLookup,
+    tool: &str,
+    input: &Value,
+) -> Decision {
+    match mcp.facts(tool) {
+        None => engine.decide(context, tool, input),
+        Some(Ok(facts)) => {
+            let mut context = context.clone();
+            context.mcp_tool = Some(facts);
+            engine.decide(&context, tool, input)
+        }
+        Some(Err(why)) => {
+            let mut decision = engine.decide(context, tool, input);
+            decision.reason = format!("MCP tool `{tool}` is not available: {why}");
+            decision
+        }
     }
 }
 
@@ -240,6 +265,7 @@ fn render_error(line_number: usize, message: &str, as_json: bool) -> String {
 fn check_lines(
     engine: &PermissionEngine,
     context: &PermissionContext<'_>,
+    mcp: &mut crate::mcp::McpLookup,
     sandbox: &Sandboxing,
     as_json: bool,
 ) -> anyhow::Result<Exit> {
@@ -252,7 +278,7 @@ fn check_lines(
         let line = line.map_err(|error| usage(format!("reading stdin: {error}")))?;
         let rendered = match parse_call(&line) {
             Ok((tool, input)) => {
-                let decision = engine.decide(context, &tool, &input);
+                let decision = decide(engine, context, mcp, &tool, &input);
                 any_refused |= !decision.is_allowed();
                 render(&tool, &decision, sandbox, as_json)
             }

@@ -215,6 +215,7 @@ fn show(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
     let loaded = load_settings(global, &root, CliOverrides::new())?;
     let settings = &loaded.value;
     let mut output = String::new();
+    let (mcp_servers, mcp_warnings) = crate::mcp::load_servers(root.path(), settings);
     if as_json {
         let document = json!({
             "project_root": root.path(),
@@ -231,7 +232,14 @@ fn show(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
                 "bytes": file.content.len(),
                 "truncated_from": file.truncated_from,
             })).collect::<Vec<_>>(),
-            "warnings": loaded.warnings.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "mcp_servers": mcp_servers.servers.iter().map(|status| json!({
+                "name": status.server.name,
+                "transport": status.server.transport,
+                "enabled": status.enabled,
+                "why": status.why,
+                "trusted_read_only": status.trusted_read_only,
+            })).collect::<Vec<_>>(),
+            "warnings": loaded.warnings.iter().chain(&mcp_warnings).map(ToString::to_string).collect::<Vec<_>>(),
         });
         output = serde_json::to_string_pretty(&document)?;
         output.push('\n');
@@ -258,6 +266,29 @@ fn show(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
         )?;
         for file in loaded_instructions(&root, settings) {
             writeln!(output, "# instructions: {}", describe_instruction(&file))?;
+        }
+        print_warnings(&mcp_warnings);
+        for status in &mcp_servers.servers {
+            let transport = match &status.server.transport {
+                muster_config::McpTransport::Stdio { command, .. } => format!("stdio `{command}`"),
+                muster_config::McpTransport::Http { url, .. } => format!("http {url}"),
+            };
+            let trusted = if status.trusted_read_only {
+                "; trusted for read-only use"
+            } else {
+                ""
+            };
+            writeln!(
+                output,
+                "# mcp server {} ({transport}): {}: {}{trusted}",
+                status.server.name,
+                if status.enabled {
+                    "enabled"
+                } else {
+                    "not enabled"
+                },
+                status.why
+            )?;
         }
     }
     print_output(&output)?;

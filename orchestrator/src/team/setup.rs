@@ -71,7 +71,7 @@ pub(crate) fn run_context(parts: ContextParts<'_>) -> anyhow::Result<RunContext>
             std::env::home_dir(),
         )),
         catalog: parts.catalog,
-        tools: ToolRegistry::standard(),
+        tools: ToolRegistry::standard().with_mcp(crate::mcp::run_config(parts.project)),
         workspace,
         plans: parts.plans,
         approver,

@@ -1,0 +1,603 @@
+//! MCP servers end to end, through the binary with a scripted model: over stdio against a
+//! server built with the official Python SDK (`mcp` on PyPI, installed by `scripts/test`), and
+//! over streamable HTTP against one built with rmcp, served on loopback by the test.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use muster_fake_llm::{Block, FakeLlm, ScriptEntry};
+use serde_json::{Value, json};
+
+use super::common::{lines, muster, open_store, project, stderr, stdout, transcript};
+
+/// The Python with the `mcp` package: `MUSTER_TEST_MCP_PYTHON` (set by `scripts/test`), else
+/// `python3`. Without the package the test fails saying how to get it, never skips.
+fn python() -> String {
+    let python = std::env::var("MUSTER_TEST_MCP_PYTHON").unwrap_or_else(|_| "python3".into());
+    let probe = std::process::Command::new(&python)
+        .args(["-c", "import mcp.server.mcpserver"])
+        .output();
+    match probe {
+        Ok(output) if output.status.success() => python,
+        _ => panic!(
+            "the MCP tests need Python with the `mcp` package (2.x): run `scripts/test`, which \
+             installs it, or set MUSTER_TEST_MCP_PYTHON to such a python"
+        ),
+    }
+}
+
+fn server_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/mcp_notes_server.py")
+}
+
+/// A project with the Python `notes` server in `.mcp.json`, enabled (and trusted for
+/// read-only use) by the project-local settings, plus `local` extra settings lines.
+fn notes_project(local: &str) -> tempfile::TempDir {
+    let dir = project(&[("notes.txt", "alpha one\nbeta two\nalpha three\n")]);
+    let mcp = json!({"mcpServers": {"notes": {
+        "command": python(),
+        "args": [server_script()],
+    }}});
+    std::fs::write(dir.path().join(".mcp.json"), mcp.to_string()).unwrap();
+    std::fs::write(
+        dir.path().join(".muster/settings.local.toml"),
+        format!(
+            "[mcp]\nenabled_project_servers = [\"notes\"]\ntrusted_read_only = [\"notes\"]\n{local}"
+        ),
+    )
+    .unwrap();
+    dir
+}
+
+fn call(tool: &str, input: Value) -> Block {
+    Block::tool_use(tool, input)
+}
+
+async fn run(dir: &Path, base: &str, mode: &str) -> std::process::Output {
+    muster(
+        dir,
+        &[
+            "run",
+            "-p",
+            "Work.",
+            "--permission-mode",
+            mode,
+            "--base-url",
+            base,
+            "--output",
+            "stream-json",
+        ],
+    )
+    .await
+}
+
+/// The main agent's stored tool results, in order.
+async fn tool_results(dir: &Path, events: &[Value]) -> (Vec<Value>, Vec<Value>) {
+    let run_id = events[0]["run_id"].as_str().unwrap();
+    let store = open_store(dir);
+    let records = transcript(store.as_ref(), run_id, "main").await;
+    let calls = records
+        .iter()
+        .filter(|r| r["type"] == "tool_call")
+        .cloned()
+        .collect();
+    (records, calls)
+}
+
+/// Plan mode over stdio: the trusted server's read-only tool runs (in the agent's
+/// workspace, its long output capped), the tool it does not mark read-only is denied and
+/// never runs. The tools, with the server's schemas, reach the model and the agent's record.
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_mode_allows_a_trusted_read_only_mcp_tool_and_denies_the_rest() {
+    let dir = notes_project("max_output_bytes = 1000\n");
+    let fake = FakeLlm::start(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![call("mcp__notes__search", json!({"query": "alpha"}))],
+        ),
+        ScriptEntry::reply(
+            "main",
+            2,
+            vec![call("mcp__notes__publish", json!({"text": "leak"}))],
+        ),
+        ScriptEntry::reply("main", 3, vec![call("mcp__notes__dump", json!({}))]),
+        ScriptEntry::reply("main", 4, vec![Block::text("Done.")]),
+    ])
+    .await
+    .unwrap();
+    let output = run(dir.path(), &fake.base_url(), "plan").await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let events = lines(&output);
+    let (records, calls) = tool_results(dir.path(), &events).await;
+    assert_eq!(calls.len(), 3, "{calls:#?}");
+
+    assert_eq!(calls[0]["decision"], "allow", "{:?}", calls[0]);
+    let found = calls[0]["content"].as_str().unwrap();
+    let workspace = std::fs::canonicalize(dir.path()).unwrap();
+    assert!(found.starts_with("2 hit(s) for 'alpha'"), "{found}");
+    assert!(
+        found.contains(&workspace.display().to_string()),
+        "the server did not run in the agent's workspace: {found}"
+    );
+
+    assert_eq!(calls[1]["decision"], "deny", "{:?}", calls[1]);
+    let reason = calls[1]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("plan mode") && reason.contains("readOnlyHint"),
+        "{reason}"
+    );
+    assert!(
+        !dir.path().join("published.txt").exists(),
+        "a denied tool ran"
+    );
+
+    let dumped = calls[2]["content"].as_str().unwrap();
+    assert!(
+        dumped.contains("[output cut: 1000 of 300000 bytes shown (mcp.max_output_bytes)]"),
+        "{}",
+        &dumped[dumped.len().saturating_sub(200)..]
+    );
+
+    let stream: Vec<&Value> = events.iter().filter(|e| e["type"] == "tool_call").collect();
+    assert_eq!(stream.len(), 3);
+    assert_eq!(stream[1]["decision"], "deny");
+
+    let started = &records[0];
+    assert_eq!(started["type"], "started");
+    let stored: Vec<&str> = started["mcp_tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tool| tool["model_name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        stored,
+        [
+            "mcp__notes__search",
+            "mcp__notes__publish",
+            "mcp__notes__dump",
+            "mcp__notes__crash",
+            "mcp__notes__hang",
+            "mcp__notes__kill_client",
+        ]
+    );
+    assert_eq!(started["mcp_tools"][0]["annotations"]["readOnlyHint"], true);
+
+    let first = &fake.requests()[0].body;
+    let offered = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|tool| tool["name"] == "mcp__notes__search")
+        .expect("the MCP tool was not offered to the model");
+    assert_eq!(
+        offered["input_schema"]["properties"]["query"]["type"],
+        "string"
+    );
+}
+
+/// `muster check` starts the enabled server to list its tools and decides by the mode table.
+#[tokio::test(flavor = "multi_thread")]
+async fn check_decides_mcp_tools_by_the_mode_table() {
+    let dir = notes_project("");
+    let check = |mode: &'static str, tool: &'static str| {
+        let dir = dir.path().to_path_buf();
+        async move {
+            muster(
+                &dir,
+                &[
+                    "check",
+                    "--json",
+                    "--permission-mode",
+                    mode,
+                    tool,
+                    "{\"query\": \"a\"}",
+                ],
+            )
+            .await
+        }
+    };
+    let cases = [
+        ("plan", "mcp__notes__search", 0, "allow"),
+        ("plan", "mcp__notes__publish", 1, "deny"),
+        ("default", "mcp__notes__search", 0, "allow"),
+        ("default", "mcp__notes__publish", 1, "ask"),
+        ("dontAsk", "mcp__notes__publish", 1, "deny"),
+        ("bypassPermissions", "mcp__notes__publish", 0, "allow"),
+        ("bypassPermissions", "mcp__notes__missing", 1, "deny"),
+    ];
+    for (mode, tool, code, decision) in cases {
+        let output = check(mode, tool).await;
+        assert_eq!(
+            output.status.code(),
+            Some(code),
+            "{mode} {tool}: {}",
+            stderr(&output)
+        );
+        let verdict: Value = serde_json::from_str(stdout(&output).trim()).unwrap();
+        assert_eq!(verdict["decision"], decision, "{mode} {tool}: {verdict}");
+        if tool.ends_with("missing") {
+            let reason = verdict["reason"].as_str().unwrap();
+            assert!(reason.contains("lists no tool `missing`"), "{reason}");
+            assert!(reason.contains("search"), "{reason}");
+        }
+    }
+}
+
+/// A server that crashes in the middle of a call: the call is an error result, the server's
+/// other tools answer with errors from then on, and the run goes on to its end.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_crashes_mid_call_leaves_the_run_going() {
+    let dir = notes_project("");
+    let fake = FakeLlm::start(vec![
+        ScriptEntry::reply("main", 1, vec![call("mcp__notes__crash", json!({}))]),
+        ScriptEntry::reply(
+            "main",
+            2,
+            vec![call("mcp__notes__search", json!({"query": "a"}))],
+        ),
+        ScriptEntry::reply("main", 3, vec![Block::text("Carried on.")]),
+    ])
+    .await
+    .unwrap();
+    let output = run(dir.path(), &fake.base_url(), "bypassPermissions").await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let events = lines(&output);
+    let (_, calls) = tool_results(dir.path(), &events).await;
+    assert_eq!(calls.len(), 2, "{calls:#?}");
+    for result in &calls {
+        assert_eq!(result["is_error"], true, "{result:?}");
+        let content = result["content"].as_str().unwrap();
+        assert!(content.contains("MCP server `notes`"), "{content}");
+    }
+    let finished = events.last().unwrap();
+    assert_eq!(finished["type"], "run_finished");
+    assert_eq!(finished["exit_code"], 0);
+}
+
+/// A repository's `.mcp.json` alone starts nothing; `config show` says which servers are
+/// enabled and why.
+#[tokio::test(flavor = "multi_thread")]
+async fn config_show_lists_each_server_as_enabled_or_not_and_why() {
+    let dir = notes_project("");
+    let mcp = json!({"mcpServers": {
+        "notes": {"command": "python3", "args": ["server.py"]},
+        "stranger": {"command": "sh", "args": ["-c", "touch started"]},
+        "old": {"type": "sse", "url": "http://127.0.0.1:9/sse"},
+    }});
+    std::fs::write(dir.path().join(".mcp.json"), mcp.to_string()).unwrap();
+    let output = muster(dir.path(), &["config", "show"]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(
+        text.contains("# mcp server notes (stdio `python3`): enabled: listed in `[mcp] enabled_project_servers`"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# mcp server stranger (stdio `sh`): not enabled: a project's .mcp.json is not trusted by itself"),
+        "{text}"
+    );
+    assert!(
+        stderr(&output).contains("MCP server `old`"),
+        "{}",
+        stderr(&output)
+    );
+
+    let fake = FakeLlm::start(vec![ScriptEntry::reply(
+        "main",
+        1,
+        vec![Block::text("Hi.")],
+    )])
+    .await
+    .unwrap();
+    let output = run(dir.path(), &fake.base_url(), "default").await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        !dir.path().join("started").exists(),
+        "an untrusted server was started"
+    );
+}
+
+/// A small streamable HTTP MCP server built with rmcp: `lookup` (read-only) echoes its key
+/// and the `x-team` header it was sent; `file` (not read-only) says it filed.
+#[derive(Clone)]
+struct Tracker;
+
+impl rmcp::ServerHandler for Tracker {
+    fn get_info(&self) -> rmcp::model::ServerConfig {
+        rmcp::model::InitializeResult::new(
+            rmcp::model::ServerCapabilities::builder()
+                .enable_tools()
+                .build(),
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::ListToolsResult, rmcp::ErrorData> {
+        let schema = |field: &str| {
+            let schema = json!({"type": "object", "properties": {field: {"type": "string"}}});
+            Arc::new(schema.as_object().unwrap().clone())
+        };
+        let lookup = rmcp::model::Tool::new("lookup", "Look an issue up.", schema("key"))
+            .with_annotations(rmcp::model::ToolAnnotations::new().read_only(true));
+        let file = rmcp::model::Tool::new("file", "File an issue.", schema("title"));
+        Ok(rmcp::model::ListToolsResult::with_all_items(vec![
+            lookup, file,
+        ]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: rmcp::model::CallToolRequestParams,
+        context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
+        let team = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.headers.get("x-team"))
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or("none")
+            .to_owned();
+        let argument = |name: &str| {
+            request
+                .arguments
+                .as_ref()
+                .and_then(|arguments| arguments.get(name))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let text = match request.name.as_ref() {
+            "lookup" => format!("issue {} is open (team {team})", argument("key")),
+            "file" => format!("filed {}", argument("title")),
+            other => {
+                return Err(rmcp::ErrorData::invalid_params(
+                    format!("no tool {other}"),
+                    None,
+                ));
+            }
+        };
+        Ok(
+            rmcp::model::CallToolResult::success(vec![rmcp::model::ContentBlock::text(text)])
+                .into(),
+        )
+    }
+}
+
+/// Serves [`Tracker`] on loopback; the URL of its endpoint.
+async fn serve_tracker() -> String {
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+    };
+    let service = StreamableHttpService::new(
+        || Ok(Tracker),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    let router = axum::Router::new().nest_service("/mcp", service);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    format!("http://{address}/mcp")
+}
+
+/// Streamable HTTP against the rmcp server: headers from `.mcp.json` are sent; in `default`
+/// mode the trusted read-only tool runs and the other asks, which with no one to ask is a
+/// deny; in `acceptEdits` an allow rule lets it run.
+#[tokio::test(flavor = "multi_thread")]
+async fn streamable_http_tools_run_through_the_permission_engine() {
+    let url = serve_tracker().await;
+    let dir = project(&[]);
+    let mcp = json!({"mcpServers": {"tracker": {
+        "type": "http", "url": url, "headers": {"X-Team": "core"},
+    }}});
+    std::fs::write(dir.path().join(".mcp.json"), mcp.to_string()).unwrap();
+    std::fs::write(
+        dir.path().join(".muster/settings.local.toml"),
+        "[mcp]\nenable_all_project_servers = true\ntrusted_read_only = [\"tracker\"]\n",
+    )
+    .unwrap();
+    let script = || {
+        vec![
+            ScriptEntry::reply(
+                "main",
+                1,
+                vec![call("mcp__tracker__lookup", json!({"key": "MU-7"}))],
+            ),
+            ScriptEntry::reply(
+                "main",
+                2,
+                vec![call("mcp__tracker__file", json!({"title": "bug"}))],
+            ),
+            ScriptEntry::reply("main", 3, vec![Block::text("Done.")]),
+        ]
+    };
+    let fake = FakeLlm::start(script()).await.unwrap();
+    let output = run(dir.path(), &fake.base_url(), "default").await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let (_, calls) = tool_results(dir.path(), &lines(&output)).await;
+    assert_eq!(calls[0]["decision"], "allow", "{:?}", calls[0]);
+    assert_eq!(calls[0]["content"], "issue MU-7 is open (team core)");
+    assert_ne!(calls[1]["decision"], "allow", "{:?}", calls[1]);
+    assert!(
+        calls[1]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("needs approval"),
+        "{:?}",
+        calls[1]
+    );
+
+    std::fs::write(
+        dir.path().join(".muster/settings.toml"),
+        "[permissions]\nallow = [\"mcp__tracker__file\"]\n",
+    )
+    .unwrap();
+    let fake = FakeLlm::start(script()).await.unwrap();
+    let output = run(dir.path(), &fake.base_url(), "acceptEdits").await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let (_, calls) = tool_results(dir.path(), &lines(&output)).await;
+    assert_eq!(calls[1]["decision"], "allow", "{:?}", calls[1]);
+    assert_eq!(calls[1]["content"], "filed bug");
+}
+
+/// muster killed in the middle of an MCP call (the server kills it): the call's
+/// `tool_started` was committed, so the resumed agent gets the interrupted result for it,
+/// offers the stored tool list again on a restarted server, and runs to its end.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_mid_call_resumes_with_the_interrupted_result_and_the_stored_tools() {
+    let dir = notes_project("");
+    let fake = FakeLlm::start(vec![
+        ScriptEntry::reply("main", 1, vec![call("mcp__notes__kill_client", json!({}))]),
+        ScriptEntry::reply(
+            "main",
+            2,
+            vec![call("mcp__notes__search", json!({"query": "beta"}))],
+        ),
+        ScriptEntry::reply("main", 3, vec![Block::text("Recovered.")]),
+    ])
+    .await
+    .unwrap();
+    let output = run(dir.path(), &fake.base_url(), "bypassPermissions").await;
+    assert_eq!(
+        output.status.code(),
+        None,
+        "muster was not killed: {}",
+        stderr(&output)
+    );
+    let events = lines(&output);
+
+    let resumed = muster(dir.path(), &["resume", "--base-url", &fake.base_url()]).await;
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    let (records, calls) = tool_results(dir.path(), &events).await;
+    let started = records
+        .iter()
+        .filter(|r| r["type"] == "tool_started")
+        .count();
+    assert_eq!(
+        started, 2,
+        "each MCP call commits tool_started first: {records:#?}"
+    );
+    assert_eq!(calls.len(), 2, "{calls:#?}");
+    assert_eq!(calls[0]["tool"], "mcp__notes__kill_client");
+    assert_eq!(calls[0]["is_error"], true);
+    assert!(
+        calls[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("interrupted by a crash"),
+        "{:?}",
+        calls[0]
+    );
+    assert_eq!(calls[1]["is_error"], false, "{:?}", calls[1]);
+    assert!(
+        calls[1]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("1 hit(s) for 'beta'"),
+        "{:?}",
+        calls[1]
+    );
+    let requests = fake.requests();
+    let names = |index: usize| -> Vec<Value> {
+        requests[index].body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|tool| tool["name"].clone())
+            .collect()
+    };
+    assert_eq!(requests.len(), 3);
+    assert_eq!(
+        names(0),
+        names(1),
+        "the resumed agent offers the stored list"
+    );
+    assert!(names(1).contains(&json!("mcp__notes__search")));
+}
+
+/// A server that never answers `initialize` and one whose command does not exist: each is a
+/// warning naming it, and the run goes on without them.
+#[tokio::test(flavor = "multi_thread")]
+async fn servers_that_never_start_are_warnings_and_the_run_goes_on() {
+    let dir = project(&[]);
+    let mcp = json!({"mcpServers": {
+        "hang": {"command": "sleep", "args": ["30"]},
+        "missing": {"command": "/nonexistent/mcp-server"},
+    }});
+    std::fs::write(dir.path().join(".mcp.json"), mcp.to_string()).unwrap();
+    std::fs::write(
+        dir.path().join(".muster/settings.local.toml"),
+        "[mcp]\nenable_all_project_servers = true\nstartup_timeout_ms = 300\n",
+    )
+    .unwrap();
+    let fake = FakeLlm::start(vec![ScriptEntry::reply(
+        "main",
+        1,
+        vec![Block::text("Fine.")],
+    )])
+    .await
+    .unwrap();
+    let output = run(dir.path(), &fake.base_url(), "default").await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let log = stderr(&output);
+    assert!(
+        log.contains("MCP server `hang` did not start and initialize within 300 ms"),
+        "{log}"
+    );
+    assert!(
+        log.contains("MCP server `missing` did not start: cannot run `/nonexistent/mcp-server`"),
+        "{log}"
+    );
+    let offered = fake.requests()[0].body["tools"].as_array().unwrap().len();
+    assert!(offered > 0);
+    assert!(
+        !fake.requests()[0].body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|tool| tool["name"].as_str().unwrap().starts_with("mcp__"))
+    );
+}
+
+/// A call the server never answers: an error result after `mcp.call_timeout_ms`, and the
+/// server's other tools still answer.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_that_hangs_times_out_and_the_run_goes_on() {
+    let dir = notes_project("call_timeout_ms = 500\n");
+    let fake = FakeLlm::start(vec![
+        ScriptEntry::reply("main", 1, vec![call("mcp__notes__hang", json!({}))]),
+        ScriptEntry::reply(
+            "main",
+            2,
+            vec![call("mcp__notes__search", json!({"query": "two"}))],
+        ),
+        ScriptEntry::reply("main", 3, vec![Block::text("Done.")]),
+    ])
+    .await
+    .unwrap();
+    let output = run(dir.path(), &fake.base_url(), "bypassPermissions").await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let (_, calls) = tool_results(dir.path(), &lines(&output)).await;
+    assert_eq!(calls.len(), 2, "{calls:#?}");
+    assert_eq!(calls[0]["is_error"], true);
+    assert!(
+        calls[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("did not answer `hang` within 500 ms (mcp.call_timeout_ms)"),
+        "{:?}",
+        calls[0]
+    );
+    assert_eq!(calls[1]["is_error"], false, "{:?}", calls[1]);
+    assert!(
+        calls[1]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("1 hit(s)")
+    );
+}
