@@ -142,10 +142,7 @@ impl Sandbox {
     /// it.
     pub fn denial_hint(&self, policy: &SandboxPolicy) -> String {
         match policy.profile {
-            SandboxProfile::ReadOnly => format!(
-                "the command ran in muster's read-only sandbox (no writes outside its private temporary directory, no network), which may have blocked it{}",
-                " — read-only calls (plan mode, read-only agents, commands the classifier proved read-only) always run so; to change files, leave plan mode and run a command that is not read-only"
-            ),
+            SandboxProfile::ReadOnly => "the command ran in muster's read-only sandbox (no writes outside its private temporary directory, no network), which may have blocked it — plan mode, read-only agents and commands the classifier proved read-only always run so; a command that must change files runs in the workspace-write sandbox once it is allowed outside plan mode".to_owned(),
             SandboxProfile::WorkspaceWrite => format!(
                 "the command ran in muster's workspace-write sandbox (writes only to the workspace except .git/ and .muster/, the temporary directory and {}; network {}), which may have blocked it — widen it with `[sandbox] writable = \"PATH:PATH\"` or `[sandbox] network = \"on\"` in settings, or set `[sandbox] mode = \"off\"`",
                 TOOL_CACHES.map(|cache| format!("~/{cache}")).join(", "),
