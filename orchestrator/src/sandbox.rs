@@ -44,29 +44,27 @@ impl SandboxState {
             return Ok(SandboxState::Off);
         }
         let support = probe();
-        let trampoline = std::env::current_exe();
-        let reason = match (&trampoline, support.enforced()) {
-            (Ok(_), true) => None,
-            (Err(error), _) => Some(format!("muster cannot find its own executable ({error})")),
-            (_, false) => Some(unsupported(&support)),
+        let trampoline = match std::env::current_exe() {
+            Ok(program) if support.enforced() => Ok(program),
+            Ok(_) => Err(unsupported(&support)),
+            Err(error) => Err(format!("muster cannot find its own executable ({error})")),
         };
-        match (reason, trampoline) {
-            (Some(reason), _) if mode == SandboxMode::Required => Err(ExitError::new(
-                Exit::Usage,
-                format!(
-                    "[sandbox] mode = \"required\" (from {}), but {reason}; run on a kernel with Landlock (Linux 5.13 or later, with landlock in the lsm= list), or set [sandbox] mode = \"auto\" or \"off\"",
-                    settings.sandbox.mode.origin
-                ),
-            )),
-            (Some(reason), _) => Ok(SandboxState::Unsupported(reason)),
-            (None, Ok(program)) => Ok(SandboxState::Active(Arc::new(Sandbox {
+        match trampoline {
+            Ok(program) => Ok(SandboxState::Active(Arc::new(Sandbox {
                 trampoline: vec![program.into(), TRAMPOLINE_SUBCOMMAND.into()],
                 mode,
                 network: settings.sandbox.network.value,
                 writable: settings.sandbox.writable.clone(),
                 home: std::env::home_dir(),
             }))),
-            (None, Err(_)) => Ok(SandboxState::Off),
+            Err(reason) if mode == SandboxMode::Required => Err(ExitError::new(
+                Exit::Usage,
+                format!(
+                    "[sandbox] mode = \"required\" (from {}), but {reason}; run on a kernel with Landlock (Linux 5.13 or later, with landlock in the lsm= list), or set [sandbox] mode = \"auto\" or \"off\"",
+                    settings.sandbox.mode.origin
+                ),
+            )),
+            Err(reason) => Ok(SandboxState::Unsupported(reason)),
         }
     }
 

@@ -201,8 +201,13 @@ fn block_network() -> Result<(), SandboxError> {
         SandboxError::Confine(format!("seccomp: {e}"))
     }
     let only_unix = SeccompRule::new(vec![
-        SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, libc_af_unix())
-            .map_err(failed)?,
+        SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Ne,
+            nix::libc::AF_UNIX as u64,
+        )
+        .map_err(failed)?,
     ])
     .map_err(failed)?;
     let rules = [
@@ -221,8 +226,4 @@ fn block_network() -> Result<(), SandboxError> {
     .map_err(failed)?;
     let program: seccompiler::BpfProgram = filter.try_into().map_err(failed)?;
     seccompiler::apply_filter(&program).map_err(failed)
-}
-
-fn libc_af_unix() -> u64 {
-    nix::libc::AF_UNIX as u64
 }

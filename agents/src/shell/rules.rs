@@ -947,33 +947,18 @@ impl<'a> Checker<'a> {
                 "has no literal prefix and a `[…]`, `..` or leading-dot pattern muster cannot expand exactly",
             );
         }
+        // Exact here: without brackets a component's tokens match as bash does, and none can
+        // match `.`/`..` (refused above), so the candidates are bash's matches.
         let mut matches = vec![String::new()];
         for component in &components {
-            let mut next = Vec::new();
-            for dir in &matches {
-                if !component.glob {
-                    next.push(glob::join(dir, component.text));
-                    continue;
-                }
-                let shown = if dir.is_empty() { "." } else { dir.as_str() };
-                let path = Self::joined(&cwd, shown);
-                self.paths.check_read(&path).map_err(|e| {
-                    format!("`{cmd}` would list a directory `Read` refuses for a glob: {e}")
-                })?;
-                let Some(names) = self.paths.list_dir(&path) else {
-                    return refuse("matches files that cannot be listed and checked");
-                };
-                next.extend(
-                    names
-                        .iter()
-                        .filter(|n| glob::may_match(component, n))
-                        .map(|n| glob::join(dir, n)),
-                );
-            }
-            if next.len() > MAX_GLOB_MATCHES {
-                return refuse(&format!("matches more than {MAX_GLOB_MATCHES} files"));
-            }
-            matches = next;
+            matches = if component.glob {
+                self.glob_step(cmd, &cwd, &matches, component)?
+            } else {
+                matches
+                    .iter()
+                    .map(|dir| glob::join(dir, component.text))
+                    .collect()
+            };
         }
         let want_dir = value.ends_with('/');
         let mut kept = Vec::new();

@@ -1292,98 +1292,81 @@ fn path_and_home() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
         .collect()
 }
 
-/// Read-only `Bash` the runtime runs in plan mode gets the read-only git environment: a
-/// repository-configured program `git status` would start does not run (it does when the
-/// same command runs outside the engine's decision).
+/// In plan mode the runtime runs `command` (read-only `Bash`) in a repository whose `key`
+/// names a program that writes `marker`: the program does not run. The control, the same
+/// command through the tool set outside the engine's decision, runs it. `edit` changes a
+/// tracked file first (so `git diff` has a patch). Returns the decision's reason and result.
+#[cfg(unix)]
+async fn repository_program_does_not_run(
+    command: &str,
+    key: &str,
+    marker: &str,
+    edit: bool,
+) -> (String, String) {
+    let call = json!({ "command": command });
+    let harness =
+        shipping_harness(vec![muster_fake_llm::Block::tool_use("Bash", call.clone())]).await;
+    let root = harness.workspace();
+    let git = |args: &[&str]| git_in(&root, args);
+    git(&["init", "-q"]);
+    git(&["add", "src/a.rs"]);
+    git(&["commit", "-qm", "a"]);
+    if edit {
+        std::fs::write(root.join("src/a.rs"), "changed by the test\n").unwrap();
+    }
+    let program = executable(&root.join("program.sh"), &format!("touch {marker}"));
+    git(&["config", key, program.to_str().unwrap()]);
+    let environment = path_and_home();
+    let calls = ship(
+        &harness,
+        PermissionMode::Plan,
+        PermissionRules::default(),
+        environment.clone(),
+    )
+    .await;
+    let (_, decision, reason, content) = calls[0].clone();
+    assert_eq!(decision, "allow", "{command}: {reason}");
+    assert!(
+        !root.join(marker).exists(),
+        "{command}: the {key} program ran"
+    );
+    let tool_context = ToolContext::new(Workspace::new(&root).unwrap(), environment);
+    let output = ToolRegistry::standard()
+        .call("Bash", &tool_context, call)
+        .await;
+    assert!(!output.is_error, "{}", output.content);
+    assert!(
+        root.join(marker).exists(),
+        "{command}: the control did not run the {key} program"
+    );
+    (reason, content)
+}
+
+/// Read-only `Bash` gets the read-only git environment: the fsmonitor program `git status`
+/// would start does not run.
 #[cfg(unix)]
 #[tokio::test]
 async fn read_only_bash_runs_with_the_read_only_git_environment() {
-    let status = json!({"command": "git status --short"});
-    let harness = shipping_harness(vec![muster_fake_llm::Block::tool_use(
-        "Bash",
-        status.clone(),
-    )])
-    .await;
-    let root = harness.workspace();
-    let git = |args: &[&str]| git_in(&root, args);
-    git(&["init", "-q"]);
-    git(&["add", "src/a.rs"]);
-    git(&["commit", "-qm", "a"]);
-    // A repository-configured program that `git status` would run.
-    let hook = executable(&root.join("hook.sh"), "touch ran-fsmonitor");
-    git(&["config", "core.fsmonitor", hook.to_str().unwrap()]);
-    let environment = path_and_home();
-    let calls = ship(
-        &harness,
-        PermissionMode::Plan,
-        PermissionRules::default(),
-        environment.clone(),
+    let (_, content) = repository_program_does_not_run(
+        "git status --short",
+        "core.fsmonitor",
+        "ran-fsmonitor",
+        false,
     )
     .await;
-    let (_, decision, reason, content) = &calls[0];
-    assert_eq!(decision, "allow", "{reason}");
     assert!(content.contains("[exit code 0]"), "{content}");
-    assert!(
-        !root.join("ran-fsmonitor").exists(),
-        "the fsmonitor hook ran"
-    );
-    // The control: the same command outside the engine's environment runs the hook.
-    let workspace = Workspace::new(&root).unwrap();
-    let tool_context = ToolContext::new(workspace, environment);
-    let output = ToolRegistry::standard()
-        .call("Bash", &tool_context, status)
-        .await;
-    assert!(!output.is_error, "{}", output.content);
-    assert!(
-        root.join("ran-fsmonitor").exists(),
-        "the control did not run the hook"
-    );
 }
 
-/// Plain `git diff` in plan mode runs as `git diff --no-ext-diff`: the patch comes from git's
-/// own diff while the repository's `diff.external` program, which the same command runs
-/// outside the engine's decision, does not run.
+/// Plain `git diff` runs as `git diff --no-ext-diff`: the patch comes from git's own diff and
+/// the repository's `diff.external` program does not run.
 #[cfg(unix)]
 #[tokio::test]
 async fn read_only_git_diff_runs_with_no_ext_diff_forced() {
-    let diff = json!({"command": "git diff"});
-    let harness =
-        shipping_harness(vec![muster_fake_llm::Block::tool_use("Bash", diff.clone())]).await;
-    let root = harness.workspace();
-    let git = |args: &[&str]| git_in(&root, args);
-    git(&["init", "-q"]);
-    git(&["add", "src/a.rs"]);
-    git(&["commit", "-qm", "a"]);
-    std::fs::write(root.join("src/a.rs"), "changed by the test\n").unwrap();
-    let external = executable(&root.join("external.sh"), "touch ran-external-diff");
-    git(&["config", "diff.external", external.to_str().unwrap()]);
-    let environment = path_and_home();
-    let calls = ship(
-        &harness,
-        PermissionMode::Plan,
-        PermissionRules::default(),
-        environment.clone(),
-    )
-    .await;
-    let (_, decision, reason, content) = &calls[0];
-    assert_eq!(decision, "allow", "{reason}");
+    let (reason, content) =
+        repository_program_does_not_run("git diff", "diff.external", "ran-external-diff", true)
+            .await;
     assert!(reason.contains("git diff --no-ext-diff"), "{reason}");
     assert!(content.contains("+changed by the test"), "{content}");
-    assert!(
-        !root.join("ran-external-diff").exists(),
-        "the external diff program ran"
-    );
-    // The control: the model's text run as is starts the configured program.
-    let workspace = Workspace::new(&root).unwrap();
-    let tool_context = ToolContext::new(workspace, environment);
-    let output = ToolRegistry::standard()
-        .call("Bash", &tool_context, diff)
-        .await;
-    assert!(!output.is_error, "{}", output.content);
-    assert!(
-        root.join("ran-external-diff").exists(),
-        "the control did not run the external diff"
-    );
 }
 
 #[test]
