@@ -445,31 +445,26 @@ fn start(
         "muster worker {}: claimed {} (token {}, attempt {})",
         shared.info.name, item.id, item.token, item.attempts
     );
-    let earlier = shared.held.lock().ok().and_then(|mut held| {
-        let earlier = held.remove(&item.id);
-        let line = earlier
-            .as_ref()
-            .map_or_else(Arc::default, |earlier| earlier.line.clone());
-        held.insert(
-            item.id.clone(),
-            Held {
+    let (earlier, line_lock) = match shared.held.lock() {
+        Ok(mut held) => {
+            let earlier = held.remove(&item.id);
+            let line = earlier
+                .as_ref()
+                .map_or_else(Arc::default, |earlier| earlier.line.clone());
+            let entry = Held {
                 fence: fence.clone(),
                 child: None,
                 lost: false,
-                line,
-            },
-        );
-        earlier
-    });
-    let line_lock = match earlier {
-        Some(earlier) => supersede(shared, earlier, &item),
-        None => shared
-            .held
-            .lock()
-            .ok()
-            .and_then(|held| held.get(&item.id).map(|h| h.line.clone()))
-            .unwrap_or_default(),
+                line: line.clone(),
+            };
+            held.insert(item.id.clone(), entry);
+            (earlier, line)
+        }
+        Err(_) => (None, Arc::default()),
     };
+    if let Some(earlier) = earlier {
+        supersede(shared, earlier, &item);
+    }
     let shared = shared.clone();
     lines.spawn(async move {
         // Waits for an earlier line task of this item here to end (see `Held::line`).
@@ -512,7 +507,7 @@ fn start(
 /// (its lease lapsed, say while the store was unreachable, and nobody else took it): that
 /// task's writes are fenced now, and its child is stopped as a lost lease's is; the new task
 /// waits on the line lock until the earlier one ended.
-fn supersede(shared: &Arc<Shared>, earlier: Held, item: &WorkItem) -> Arc<tokio::sync::Mutex<()>> {
+fn supersede(shared: &Arc<Shared>, earlier: Held, item: &WorkItem) {
     eprintln!(
         "muster worker {}: claimed {} again (token {}) while its line under token {} still \
          runs here: stopping that one first",
@@ -524,7 +519,6 @@ fn supersede(shared: &Arc<Shared>, earlier: Held, item: &WorkItem) -> Arc<tokio:
         }
         shared.stop_child(&earlier.fence, pid, shared.lease);
     }
-    earlier.line
 }
 
 /// Renews the worker's leases every `every`; a lost lease stops its line.
