@@ -3,6 +3,7 @@
 
 pub mod budget;
 pub mod compaction;
+pub mod machine;
 pub mod mcp;
 pub mod model;
 pub mod permission;

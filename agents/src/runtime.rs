@@ -13,7 +13,7 @@
 //! |---|---|---|
 //! | `started` | first | `definition`, `agent_kind` (`{kind: main \| teammate(lead) \| subagent(parent)}`), `mode`, `pre_plan_mode?`, `plan_file?`, `system`, `tools` |
 //! | `message` | each message of the context | `message` (`{role, content}` in Anthropic block shape), `mode`; assistant messages add `turn` (the durable `x-muster-turn`), `model`, `stop_reason`, `usage`, `cost_usd?` (what resume restores the budget ledger from) |
-//! | `tool_started` | before a tool that is neither read-only nor idempotent runs | `tool_use_id`, `tool`, `process_group?` (Bash: committed by the process-group recorder before the command runs) |
+//! | `tool_started` | before a tool that is neither read-only nor idempotent runs | `tool_use_id`, `tool`, `process_group?`, `host?`, `boot_id?` (Bash: committed by the process-group recorder before the command runs, with the machine it runs on; on a worker's line the store also records the group under the work item, see `MailboxStore::record_tool_start`) |
 //! | `bash_effects` | with the `tool_call` of a non-read-only Bash call, just before it | `tool_use_id`, `command`, `exit_code`, `changed` (paths relative to the workspace), `effects_unknown?` (see [`crate::verification`]; skipped by resume) |
 //! | `tool_call` | each call decided and finished | `tool_use_id`, `tool`, `decision` (`allow`/`ask`/`deny`/`invalid`), `reason`, `content`, `is_error` |
 //! | `mode` | a mode change | `mode`, `pre_plan_mode?`, `reason` |
@@ -27,7 +27,8 @@
 //! the mode and `pre_plan_mode`, the turn index (the highest `turn`, never reset), and for the
 //! newest assistant message's tool calls: a `tool_call` record is the result; an `awaiting`
 //! call waits for its decision; a `tool_started` without `tool_call` gets "interrupted by a
-//! crash" after its process group is killed; anything else runs.
+//! crash" after its process group is killed (only on the machine and boot that ran it; a group on
+//! another host is named in the result instead); anything else runs.
 //!
 //! A response stopped at the output limit is never a normal end: see [`AgentLimits`] and the
 //! `limits` module (continuations of a cut answer, a cut tool call answered with an error, the
@@ -71,4 +72,4 @@ pub use limits::{
 };
 pub use plan_files::{PlanFiles, REQUIRED_SECTIONS, missing_sections, random_slug};
 pub use prompt::{mode_reminder, system_prompt};
-pub use records::{AgentKind, Record, TRANSCRIPT};
+pub use records::{AgentKind, Record, StartedCall, TRANSCRIPT, unfinished_calls};

@@ -27,5 +27,6 @@ pub use sqlite::{SCHEMA_VERSION, SqliteStore, StoreOptions, SyncMode};
 pub use store::MailboxStore;
 pub use types::*;
 pub use work::{
-    Heartbeat, NewWorkItem, WorkFence, WorkItem, WorkState, WorkWatch, WorkerInfo, WorkerRecord,
+    Heartbeat, NewProcessGroup, NewWorkItem, ProcessGroupRecord, WorkFence, WorkItem, WorkState,
+    WorkWatch, WorkerInfo, WorkerRecord,
 };

@@ -120,6 +120,16 @@ pub trait MailboxStore: Send + Sync {
         run_id: &str,
         records: Vec<NewRecord>,
     ) -> StoreResult<Vec<AgentRecord>>;
+    /// Appends `records` (a `Bash` call's `tool_started`) and, on a store fenced by a work
+    /// item, records `group` in the same transaction under the item, its token and its
+    /// current holder (the worker), for [`MailboxStore::worker_process_groups`]. An unfenced
+    /// store (a run of no worker) appends the records only.
+    async fn record_tool_start(
+        &self,
+        run_id: &str,
+        records: Vec<NewRecord>,
+        group: crate::work::NewProcessGroup,
+    ) -> StoreResult<Vec<AgentRecord>>;
     async fn records(
         &self,
         run_id: &str,
@@ -197,6 +207,21 @@ pub trait MailboxStore: Send + Sync {
     /// finished), from this process and, on a shared server, from any process.
     async fn watch_work(&self) -> StoreResult<WorkWatch>;
     async fn workers(&self) -> StoreResult<Vec<WorkerRecord>>;
+    /// The process groups recorded by lines of `worker` on `host` during boot `boot_id`:
+    /// what a restarted worker checks for orphans of its earlier incarnations.
+    async fn worker_process_groups(
+        &self,
+        worker: &str,
+        host: &str,
+        boot_id: &str,
+    ) -> StoreResult<Vec<crate::work::ProcessGroupRecord>>;
+    /// Forgets a recorded process group (its call finished, or it was killed or is gone).
+    async fn forget_process_group(
+        &self,
+        run_id: &str,
+        agent: &str,
+        tool_use_id: &str,
+    ) -> StoreResult<()>;
     /// Marks a worker stopped (it stopped cleanly).
     async fn retire_worker(&self, name: &str) -> StoreResult<()>;
 }

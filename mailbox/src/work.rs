@@ -142,6 +142,35 @@ pub struct WorkerRecord {
     pub items: Vec<String>,
 }
 
+/// A `Bash` call's process group, as the process running a work item records it with the
+/// call's `tool_started` record: the machine it runs on (host and boot id), so that only
+/// that machine kills it, and (filled in by the store from the item's row) the item, token
+/// and worker, so that a worker restarted under the same name finds the groups its earlier
+/// incarnation left behind (DESIGN, "Wave 2 → Workers").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewProcessGroup {
+    pub agent: String,
+    pub tool_use_id: String,
+    pub pgid: i64,
+    pub host: String,
+    pub boot_id: String,
+}
+
+/// A recorded process group of a worker's line (see [`NewProcessGroup`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessGroupRecord {
+    pub run_id: String,
+    pub agent: String,
+    pub tool_use_id: String,
+    pub pgid: i64,
+    pub host: String,
+    pub boot_id: String,
+    pub item: String,
+    pub token: i64,
+    pub worker: String,
+    pub recorded_at: UnixMillis,
+}
+
 /// What a heartbeat found.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Heartbeat {

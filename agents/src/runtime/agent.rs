@@ -114,7 +114,7 @@ pub(super) enum Dispatched {
 pub(super) struct PendingCalls {
     pub calls: Vec<ToolCall>,
     pub done: BTreeMap<String, (String, bool)>,
-    pub started: BTreeMap<String, Option<i32>>,
+    pub started: BTreeMap<String, super::dispatch::StartedCall>,
     /// `(tool_use_id, request_id, responder)` of an `ExitPlanMode` waiting for its answer.
     pub awaiting: Option<(String, String, String)>,
     /// The call the output limit cut (see [`super::limits::cut_call_id`]): answered with an
@@ -683,7 +683,7 @@ impl AgentRuntime {
                 let (_, request_id, responder) = pending.awaiting.clone().unwrap_or_default();
                 self.await_plan_decision(&request_id, &responder).await?
             } else if let Some(group) = pending.started.get(&call.id) {
-                Dispatched::Done(Box::new(super::dispatch::interrupted(*group)))
+                Dispatched::Done(Box::new(super::dispatch::interrupted(group)))
             } else if pending.cut.as_deref() == Some(call.id.as_str()) {
                 Dispatched::Done(Box::new(CallResult::invalid(ToolOutput::error(
                     super::limits::cut_call_result(&call.name),

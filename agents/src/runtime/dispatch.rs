@@ -36,6 +36,8 @@ impl AgentRuntime {
                         tool_use_id: call.id.clone(),
                         tool: call.name.clone(),
                         process_group: None,
+                        host: None,
+                        boot_id: None,
                     };
                     self.commit(vec![started], Vec::new(), None).await?;
                 }
@@ -53,6 +55,8 @@ impl AgentRuntime {
                         tool_use_id: call.id.clone(),
                         tool: call.name.clone(),
                         process_group: None,
+                        host: None,
+                        boot_id: None,
                     };
                     self.commit(vec![started], Vec::new(), None).await?;
                 }
@@ -276,15 +280,25 @@ struct StartRecorder {
 impl ProcessGroupRecorder for StartRecorder {
     fn record(&self, group: ProcessGroupId) -> RecordFuture<'_> {
         Box::pin(async move {
+            let machine = crate::machine::this_machine();
             let record = Record::ToolStarted {
                 tool_use_id: self.tool_use_id.clone(),
                 tool: "Bash".into(),
                 process_group: Some(group),
+                host: Some(machine.host.clone()),
+                boot_id: Some(machine.boot_id.clone()),
             };
             let row = record.to_new(&self.agent).map_err(|e| e.to_string())?;
+            let recorded = muster_mailbox::NewProcessGroup {
+                agent: self.agent.clone(),
+                tool_use_id: self.tool_use_id.clone(),
+                pgid: i64::from(group),
+                host: machine.host.clone(),
+                boot_id: machine.boot_id.clone(),
+            };
             self.run
                 .store
-                .append_records(&self.run.run_id, vec![row])
+                .record_tool_start(&self.run.run_id, vec![row], recorded)
                 .await
                 .map(|_| ())
                 .map_err(|e| e.to_string())
@@ -293,15 +307,31 @@ impl ProcessGroupRecorder for StartRecorder {
 }
 
 /// The result of a call that started before a crash and never finished: its process group is
-/// killed if still alive.
-pub(super) fn interrupted(group: Option<i32>) -> CallResult {
-    if let Some(pid) = group.and_then(rustix::process::Pid::from_raw) {
-        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-    }
-    CallResult::invalid(ToolOutput::error(
-        "interrupted by a crash; inspect the workspace before retrying",
-    ))
+/// killed if still alive on this machine; a group on another host is only named, since only
+/// that host can stop it (DESIGN, "Wave 2 → Workers").
+pub(super) fn interrupted(started: &StartedCall) -> CallResult {
+    const INTERRUPTED: &str = "interrupted by a crash; inspect the workspace before retrying";
+    let Some(group) = started.process_group else {
+        return CallResult::invalid(ToolOutput::error(INTERRUPTED));
+    };
+    let place = crate::machine::this_machine()
+        .place_of(started.host.as_deref(), started.boot_id.as_deref());
+    let text = match place {
+        crate::machine::GroupPlace::Here => {
+            crate::machine::kill_group(group);
+            INTERRUPTED.to_owned()
+        }
+        crate::machine::GroupPlace::EarlierBoot => INTERRUPTED.to_owned(),
+        crate::machine::GroupPlace::Elsewhere(host) => format!(
+            "interrupted by a crash; the command may still be running on host {host} (process \
+             group {group}), which only that host can stop; inspect the workspace before \
+             retrying"
+        ),
+    };
+    CallResult::invalid(ToolOutput::error(text))
 }
+
+pub(super) use super::records::StartedCall;
 
 /// The context read-only `Bash` runs in: variables that could run code removed, git's
 /// read-only overrides (`GIT_OPTIONAL_LOCKS=0`, …) set.

@@ -72,6 +72,12 @@ pub enum Record {
         tool: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         process_group: Option<i32>,
+        /// The machine the group runs on (see [`crate::machine`]); absent in records from
+        /// before groups carried one, which were a local run's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        host: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        boot_id: Option<String>,
     },
     /// What a non-read-only `Bash` call changed in the workspace (snapshots before and after
     /// it, taken under the workspace's Bash lock): committed just before its `tool_call`, in
@@ -168,4 +174,45 @@ impl Record {
     pub fn body(&self) -> Value {
         serde_json::to_value(self).unwrap_or(Value::Null)
     }
+}
+
+/// A call with a `tool_started` record and no result yet: its process group and the machine
+/// that runs it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StartedCall {
+    pub process_group: Option<i32>,
+    pub host: Option<String>,
+    pub boot_id: Option<String>,
+}
+
+/// `agent`'s calls that started and have no result, by `tool_use_id`.
+pub async fn unfinished_calls(
+    store: &dyn muster_mailbox::MailboxStore,
+    run_id: &str,
+    agent: &str,
+) -> RuntimeResult<std::collections::BTreeMap<String, StartedCall>> {
+    let mut started = std::collections::BTreeMap::new();
+    for row in store.records(run_id, agent, TRANSCRIPT, 0).await? {
+        match serde_json::from_value::<Record>(row.body) {
+            Ok(Record::ToolStarted {
+                tool_use_id,
+                process_group,
+                host,
+                boot_id,
+                ..
+            }) => {
+                let call = StartedCall {
+                    process_group,
+                    host,
+                    boot_id,
+                };
+                started.insert(tool_use_id, call);
+            }
+            Ok(Record::ToolCall { tool_use_id, .. }) => {
+                started.remove(&tool_use_id);
+            }
+            _ => {}
+        }
+    }
+    Ok(started)
 }

@@ -228,9 +228,16 @@ impl AgentRuntime {
             Record::ToolStarted {
                 tool_use_id,
                 process_group,
+                host,
+                boot_id,
                 ..
             } => {
-                pending.started.insert(tool_use_id, process_group);
+                let started = super::dispatch::StartedCall {
+                    process_group,
+                    host,
+                    boot_id,
+                };
+                pending.started.insert(tool_use_id, started);
             }
             Record::ToolCall {
                 tool_use_id,

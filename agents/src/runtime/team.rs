@@ -10,7 +10,6 @@
 //! Results are written for a model: what happened, the ids it needs next (the new teammate's
 //! id, the request id), and why a call was refused.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock, Weak};
@@ -893,35 +892,23 @@ pub fn task_line(task: &Task) -> String {
 }
 
 /// Kills the process groups of `agent`'s tool calls that started and never finished (a
-/// teammate stopped by force); gives back the groups signalled.
+/// teammate stopped by force) when they run on this machine; gives back the groups
+/// signalled.
 pub async fn kill_unfinished_tools(
     store: &dyn muster_mailbox::MailboxStore,
     run_id: &str,
     agent: &str,
 ) -> RuntimeResult<Vec<i32>> {
-    let records = store
-        .records(run_id, agent, super::records::TRANSCRIPT, 0)
-        .await?;
-    let mut started: HashMap<String, i32> = HashMap::new();
-    for record in records {
-        match serde_json::from_value::<super::records::Record>(record.body) {
-            Ok(super::records::Record::ToolStarted {
-                tool_use_id,
-                process_group: Some(group),
-                ..
-            }) => {
-                started.insert(tool_use_id, group);
-            }
-            Ok(super::records::Record::ToolCall { tool_use_id, .. }) => {
-                started.remove(&tool_use_id);
-            }
-            _ => {}
-        }
-    }
+    let machine = crate::machine::this_machine();
     let mut killed = Vec::new();
-    for group in started.into_values() {
-        if let Some(pid) = rustix::process::Pid::from_raw(group)
-            && rustix::process::kill_process_group(pid, rustix::process::Signal::KILL).is_ok()
+    for started in super::records::unfinished_calls(store, run_id, agent)
+        .await?
+        .into_values()
+    {
+        if let Some(group) = started.process_group
+            && machine.place_of(started.host.as_deref(), started.boot_id.as_deref())
+                == crate::machine::GroupPlace::Here
+            && crate::machine::kill_group(group)
         {
             killed.push(group);
         }

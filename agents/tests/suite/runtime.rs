@@ -1150,6 +1150,132 @@ async fn plan_mode_tools_refuse_out_of_order_calls_with_clear_messages() {
     );
 }
 
+/// Where an interrupted call's recorded group runs decides whether resume kills it: only on
+/// this host in this boot (or in a record from before groups carried a machine); a group on
+/// another host is named in the result instead.
+#[tokio::test]
+async fn resume_kills_an_interrupted_group_only_on_the_machine_that_runs_it() {
+    let here = muster_agents::machine::this_machine().clone();
+    let rows: [(Option<&str>, Option<&str>, bool, &str); 4] = [
+        (
+            Some(&here.host),
+            Some(&here.boot_id),
+            true,
+            "interrupted by a crash; inspect",
+        ),
+        (None, None, true, "interrupted by a crash; inspect"),
+        (
+            Some(&here.host),
+            Some("an-earlier-boot"),
+            false,
+            "interrupted by a crash; inspect",
+        ),
+        (
+            Some("another-host"),
+            Some(&here.boot_id),
+            false,
+            "may still be running on host another-host (process group",
+        ),
+    ];
+    for (host, boot_id, killed, says) in rows {
+        let h = Harness::new(vec![
+            reply(
+                "main",
+                1,
+                vec![tool(
+                    "Bash",
+                    json!({"command": "echo $$ > ready.fifo; exec cat hold.fifo"}),
+                )],
+            ),
+            reply("main", 2, vec![Block::text("after")]),
+        ])
+        .await;
+        h.member("main", MemberKind::Lead).await;
+        for fifo in ["ready.fifo", "hold.fifo", "victim.fifo"] {
+            let made = std::process::Command::new("mkfifo")
+                .arg(h.workspace().join(fifo))
+                .status()
+                .unwrap();
+            assert!(made.success());
+        }
+        let ready = tokio::net::unix::pipe::OpenOptions::new()
+            .read_write(true)
+            .open_receiver(h.workspace().join("ready.fifo"))
+            .unwrap();
+        let context = h.single(PlanApprover::Human);
+        let mut agent = start(
+            context.clone(),
+            spec("main", AgentKind::Main, PermissionMode::BypassPermissions),
+            "Run it.",
+        )
+        .await;
+        let task = tokio::spawn(async move { agent.run().await });
+        // The command runs: its tool_started record is committed.
+        let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(ready));
+        tokio::time::timeout(GUARD, lines.next_line())
+            .await
+            .expect("guard timeout: the command never ran")
+            .unwrap();
+        task.abort(); // the process "crashes" mid-command
+        let _ = task.await;
+        // The call's group as another machine (or this one) would have recorded it: a real
+        // process group of its own, blocked on a FIFO nobody writes.
+        let mut victim = tokio::process::Command::new("cat")
+            .arg(h.workspace().join("victim.fifo"))
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let group = victim.id().unwrap() as i32;
+        let tool_use_id = h
+            .records("main")
+            .await
+            .into_iter()
+            .find_map(|r| match r {
+                Record::ToolStarted { tool_use_id, .. } => Some(tool_use_id),
+                _ => None,
+            })
+            .unwrap();
+        let recorded = Record::ToolStarted {
+            tool_use_id,
+            tool: "Bash".into(),
+            process_group: Some(group),
+            host: host.map(str::to_owned),
+            boot_id: boot_id.map(str::to_owned),
+        };
+        h.store
+            .append_records("r1", vec![recorded.to_new("main").unwrap()])
+            .await
+            .unwrap();
+        let mut resumed = AgentRuntime::resume(context, "main", None, None)
+            .await
+            .unwrap();
+        assert_eq!(run(&mut resumed).await, finished("after"));
+        let calls = h.tool_calls("main").await;
+        assert_eq!(calls.len(), 1, "{host:?}");
+        assert!(
+            calls[0].3 && calls[0].2.contains(says),
+            "{host:?}: {:?}",
+            calls[0]
+        );
+        if killed {
+            let status = tokio::time::timeout(GUARD, victim.wait())
+                .await
+                .expect("guard timeout: the group was not killed")
+                .unwrap();
+            assert_eq!(
+                std::os::unix::process::ExitStatusExt::signal(&status),
+                Some(9),
+                "{host:?}"
+            );
+        } else {
+            // It cannot end by itself (blocked on the FIFO): still there means not killed.
+            assert!(victim.try_wait().unwrap().is_none(), "{host:?} {boot_id:?}");
+            victim.kill().await.unwrap();
+        }
+    }
+}
+
 #[tokio::test]
 async fn bash_records_tool_started_with_its_process_group_before_it_runs() {
     let h = Harness::new(vec![

@@ -133,6 +133,8 @@ impl Transcript {
             tool_use_id: id.to_owned(),
             tool: tool.to_owned(),
             process_group: None,
+            host: None,
+            boot_id: None,
         });
         self.push(&Record::ToolCall {
             tool_use_id: id.to_owned(),

@@ -739,6 +739,25 @@ impl MailboxStore for PostgresStore {
         })
     }
 
+    async fn record_tool_start(
+        &self,
+        run_id: &str,
+        records: Vec<NewRecord>,
+        group: crate::work::NewProcessGroup,
+    ) -> StoreResult<Vec<AgentRecord>> {
+        write_op!(self, [run_id], |tx, ctx, _w| {
+            match ops::append_records(&tx, ctx, run_id, &records).await {
+                Ok(rows) => match &self.fence {
+                    Some(fence) => work::record_group(&tx, ctx, run_id, fence, &group)
+                        .await
+                        .map(|()| rows),
+                    None => Ok(rows),
+                },
+                Err(error) => Err(error),
+            }
+        })
+    }
+
     async fn records(
         &self,
         run_id: &str,
@@ -868,6 +887,34 @@ impl MailboxStore for PostgresStore {
 
     async fn release_work(&self, fence: &WorkFence) -> StoreResult<WorkItem> {
         work_op!(self, |tx, ctx| work::release(&tx, ctx, fence).await)
+    }
+
+    async fn worker_process_groups(
+        &self,
+        worker: &str,
+        host: &str,
+        boot_id: &str,
+    ) -> StoreResult<Vec<crate::work::ProcessGroupRecord>> {
+        read_op!(self, |tx, ctx| work::worker_groups(
+            &tx, ctx, worker, host, boot_id
+        )
+        .await)
+    }
+
+    async fn forget_process_group(
+        &self,
+        run_id: &str,
+        agent: &str,
+        tool_use_id: &str,
+    ) -> StoreResult<()> {
+        work_op!(self, |tx, ctx| work::forget_group(
+            &tx,
+            ctx,
+            run_id,
+            agent,
+            tool_use_id
+        )
+        .await)
     }
 
     async fn work_item(&self, id: &str) -> StoreResult<Option<WorkItem>> {

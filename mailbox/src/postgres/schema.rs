@@ -181,6 +181,23 @@ const MIGRATIONS: &[&str] = &[
         stopped_at     BIGINT
     );
     "#,
+    // 5 -> 6: the process groups of workers' Bash calls (as SQLite's 4 -> 5).
+    r#"
+    CREATE TABLE process_groups (
+        run_id      TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        agent_id    TEXT NOT NULL,
+        tool_use_id TEXT NOT NULL,
+        pgid        BIGINT NOT NULL,
+        host        TEXT NOT NULL,
+        boot_id     TEXT NOT NULL,
+        item        TEXT NOT NULL,
+        token       BIGINT NOT NULL,
+        worker      TEXT NOT NULL,
+        recorded_at BIGINT NOT NULL,
+        PRIMARY KEY (run_id, agent_id, tool_use_id)
+    );
+    CREATE INDEX process_groups_worker ON process_groups (worker, host, boot_id);
+    "#,
 ];
 
 /// The newest schema version this build knows (versions 1 and 2 are SQLite's; 3 adds the

@@ -323,3 +323,93 @@ pub(crate) async fn retire(tx: &Tx<'_>, ctx: &Ctx, name: &str) -> StoreResult<()
     rows(tx, ctx, &sql, &[&name]).await?;
     Ok(())
 }
+
+/// Records a fenced line's process group under the item's token and current holder, in the
+/// transaction of its `tool_started` record (whose fence check holds the item's row lock).
+pub(crate) async fn record_group(
+    tx: &Tx<'_>,
+    ctx: &Ctx,
+    run_id: &str,
+    fence: &WorkFence,
+    group: &NewProcessGroup,
+) -> StoreResult<()> {
+    let sql = format!(
+        "INSERT INTO process_groups (run_id, agent_id, tool_use_id, pgid, host, boot_id, item, \
+             token, worker, recorded_at) \
+         SELECT $1, $2, $3, $4, $5, $6, id, token, worker, {NOW_MS} FROM work_items \
+         WHERE id = $7 AND token = $8 AND worker IS NOT NULL \
+         ON CONFLICT (run_id, agent_id, tool_use_id) DO UPDATE SET pgid = excluded.pgid, \
+             host = excluded.host, boot_id = excluded.boot_id, item = excluded.item, \
+             token = excluded.token, worker = excluded.worker, \
+             recorded_at = excluded.recorded_at"
+    );
+    rows(
+        tx,
+        ctx,
+        &sql,
+        &[
+            &run_id,
+            &group.agent,
+            &group.tool_use_id,
+            &group.pgid,
+            &group.host,
+            &group.boot_id,
+            &fence.item,
+            &fence.token,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+pub(crate) async fn worker_groups(
+    tx: &Tx<'_>,
+    ctx: &Ctx,
+    worker: &str,
+    host: &str,
+    boot_id: &str,
+) -> StoreResult<Vec<ProcessGroupRecord>> {
+    let t = "process_groups";
+    rows(
+        tx,
+        ctx,
+        "SELECT run_id, agent_id, tool_use_id, pgid, host, boot_id, item, token, worker, \
+             recorded_at FROM process_groups \
+         WHERE worker = $1 AND host = $2 AND boot_id = $3 ORDER BY recorded_at, run_id",
+        &[&worker, &host, &boot_id],
+    )
+    .await?
+    .iter()
+    .map(|row| -> StoreResult<ProcessGroupRecord> {
+        Ok(ProcessGroupRecord {
+            run_id: col(row, t, 0)?,
+            agent: col(row, t, 1)?,
+            tool_use_id: col(row, t, 2)?,
+            pgid: col(row, t, 3)?,
+            host: col(row, t, 4)?,
+            boot_id: col(row, t, 5)?,
+            item: col(row, t, 6)?,
+            token: col(row, t, 7)?,
+            worker: col(row, t, 8)?,
+            recorded_at: col(row, t, 9)?,
+        })
+    })
+    .collect()
+}
+
+pub(crate) async fn forget_group(
+    tx: &Tx<'_>,
+    ctx: &Ctx,
+    run_id: &str,
+    agent: &str,
+    tool_use_id: &str,
+) -> StoreResult<()> {
+    rows(
+        tx,
+        ctx,
+        "DELETE FROM process_groups WHERE run_id = $1 AND agent_id = $2 AND tool_use_id = $3",
+        &[&run_id, &agent, &tool_use_id],
+    )
+    .await?;
+    Ok(())
+}

@@ -327,6 +327,24 @@ impl MailboxStore for SqliteStore {
             .await
     }
 
+    async fn record_tool_start(
+        &self,
+        run_id: &str,
+        records: Vec<NewRecord>,
+        group: crate::work::NewProcessGroup,
+    ) -> StoreResult<Vec<AgentRecord>> {
+        let run_id = run_id.to_owned();
+        let fence = self.fence.clone();
+        self.op(move |conn, ctx, _| {
+            let rows = ops::append_records(conn, ctx, &run_id, &records)?;
+            if let Some(fence) = &fence {
+                work::record_group(conn, ctx, &run_id, fence, &group)?;
+            }
+            Ok(rows)
+        })
+        .await
+    }
+
     async fn records(
         &self,
         run_id: &str,
@@ -454,6 +472,33 @@ impl MailboxStore for SqliteStore {
         let fence = fence.clone();
         self.work_op(true, move |conn, ctx| work::release(conn, ctx, &fence))
             .await
+    }
+
+    async fn worker_process_groups(
+        &self,
+        worker: &str,
+        host: &str,
+        boot_id: &str,
+    ) -> StoreResult<Vec<crate::work::ProcessGroupRecord>> {
+        let (worker, host, boot_id) = (worker.to_owned(), host.to_owned(), boot_id.to_owned());
+        self.work_op(false, move |conn, ctx| {
+            work::worker_groups(conn, ctx, &worker, &host, &boot_id)
+        })
+        .await
+    }
+
+    async fn forget_process_group(
+        &self,
+        run_id: &str,
+        agent: &str,
+        tool_use_id: &str,
+    ) -> StoreResult<()> {
+        let (run_id, agent, tool_use_id) =
+            (run_id.to_owned(), agent.to_owned(), tool_use_id.to_owned());
+        self.work_op(false, move |conn, ctx| {
+            work::forget_group(conn, ctx, &run_id, &agent, &tool_use_id)
+        })
+        .await
     }
 
     async fn work_item(&self, id: &str) -> StoreResult<Option<WorkItem>> {

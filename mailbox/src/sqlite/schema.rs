@@ -167,6 +167,25 @@ const MIGRATIONS: &[&str] = &[
         stopped_at     INTEGER
     ) STRICT;
     "#,
+    // 4 -> 5: the process groups of workers' Bash calls, with the machine (host, boot id)
+    // they run on and the item, token and worker whose line started them: a restarted
+    // worker finds the orphans of its earlier incarnation here (see `crate::work`).
+    r#"
+    CREATE TABLE process_groups (
+        run_id      TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        agent_id    TEXT NOT NULL,
+        tool_use_id TEXT NOT NULL,
+        pgid        INTEGER NOT NULL,
+        host        TEXT NOT NULL,
+        boot_id     TEXT NOT NULL,
+        item        TEXT NOT NULL,
+        token       INTEGER NOT NULL,
+        worker      TEXT NOT NULL,
+        recorded_at INTEGER NOT NULL,
+        PRIMARY KEY (run_id, agent_id, tool_use_id)
+    ) STRICT, WITHOUT ROWID;
+    CREATE INDEX process_groups_worker ON process_groups (worker, host, boot_id);
+    "#,
 ];
 
 /// The newest schema version this build knows.

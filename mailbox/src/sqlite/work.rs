@@ -339,3 +339,86 @@ pub(crate) fn retire(conn: &Connection, ctx: &OpContext, name: &str) -> StoreRes
         .map_err(ctx.sql())?;
     Ok(())
 }
+
+/// Records a fenced line's process group under the item's token and current holder, in the
+/// transaction of its `tool_started` record (the fence was checked in it just before).
+pub(crate) fn record_group(
+    conn: &Connection,
+    ctx: &OpContext,
+    run_id: &str,
+    fence: &WorkFence,
+    group: &NewProcessGroup,
+) -> StoreResult<()> {
+    conn.prepare_cached(
+        "INSERT INTO process_groups (run_id, agent_id, tool_use_id, pgid, host, boot_id, item, \
+             token, worker, recorded_at) \
+         SELECT ?1, ?2, ?3, ?4, ?5, ?6, id, token, worker, ?7 FROM work_items \
+         WHERE id = ?8 AND token = ?9 AND worker IS NOT NULL \
+         ON CONFLICT (run_id, agent_id, tool_use_id) DO UPDATE SET pgid = excluded.pgid, \
+             host = excluded.host, boot_id = excluded.boot_id, item = excluded.item, \
+             token = excluded.token, worker = excluded.worker, \
+             recorded_at = excluded.recorded_at",
+    )
+    .and_then(|mut stmt| {
+        stmt.execute(params![
+            run_id,
+            group.agent,
+            group.tool_use_id,
+            group.pgid,
+            group.host,
+            group.boot_id,
+            now_millis(),
+            fence.item,
+            fence.token
+        ])
+    })
+    .map_err(ctx.sql())?;
+    Ok(())
+}
+
+pub(crate) fn worker_groups(
+    conn: &Connection,
+    ctx: &OpContext,
+    worker: &str,
+    host: &str,
+    boot_id: &str,
+) -> StoreResult<Vec<ProcessGroupRecord>> {
+    conn.prepare_cached(
+        "SELECT run_id, agent_id, tool_use_id, pgid, host, boot_id, item, token, worker, \
+             recorded_at FROM process_groups \
+         WHERE worker = ?1 AND host = ?2 AND boot_id = ?3 ORDER BY recorded_at, run_id",
+    )
+    .and_then(|mut stmt| {
+        stmt.query_map(params![worker, host, boot_id], |row| {
+            Ok(ProcessGroupRecord {
+                run_id: row.get(0)?,
+                agent: row.get(1)?,
+                tool_use_id: row.get(2)?,
+                pgid: row.get(3)?,
+                host: row.get(4)?,
+                boot_id: row.get(5)?,
+                item: row.get(6)?,
+                token: row.get(7)?,
+                worker: row.get(8)?,
+                recorded_at: row.get(9)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()
+    })
+    .map_err(ctx.sql())
+}
+
+pub(crate) fn forget_group(
+    conn: &Connection,
+    ctx: &OpContext,
+    run_id: &str,
+    agent: &str,
+    tool_use_id: &str,
+) -> StoreResult<()> {
+    conn.prepare_cached(
+        "DELETE FROM process_groups WHERE run_id = ?1 AND agent_id = ?2 AND tool_use_id = ?3",
+    )
+    .and_then(|mut stmt| stmt.execute(params![run_id, agent, tool_use_id]))
+    .map_err(ctx.sql())?;
+    Ok(())
+}

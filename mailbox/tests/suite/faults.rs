@@ -50,6 +50,56 @@ fn a_store_from_a_newer_schema_is_refused_naming_both_versions() {
     );
 }
 
+/// A store of schema 4 (before process groups were kept) opens under this build: it gains
+/// the table, and what it held reads as before.
+#[tokio::test]
+async fn a_schema_4_store_gains_process_groups_and_keeps_its_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.db");
+    let old_record = serde_json::json!({
+        "type": "tool_started", "tool_use_id": "t1", "tool": "Bash", "process_group": 77
+    });
+    {
+        let store = SqliteStore::open(&path, StoreOptions::default()).unwrap();
+        run_with(&store, RUN, &["alice"]).await;
+        store
+            .append_records(
+                RUN,
+                vec![NewRecord {
+                    agent: "alice".into(),
+                    stream: "transcript".into(),
+                    seq: None,
+                    body: old_record.clone(),
+                }],
+            )
+            .await
+            .unwrap();
+    }
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch("DROP TABLE process_groups; PRAGMA user_version = 4;")
+        .unwrap();
+    drop(conn);
+
+    let store = SqliteStore::open(&path, StoreOptions::default()).unwrap();
+    let rows = store.records(RUN, "alice", "transcript", 0).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].body, old_record);
+    assert!(
+        store
+            .worker_process_groups("w1", "h", "b")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    drop(store);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    assert_eq!(SCHEMA_VERSION, 5);
+}
+
 #[tokio::test]
 async fn a_locked_store_gives_up_after_busy_timeout_with_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();

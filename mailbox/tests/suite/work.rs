@@ -18,6 +18,7 @@ on_both_backends!(
     a_fenced_store_refuses_every_write_once_the_item_is_taken_over,
     enqueue_is_idempotent_and_watches_wake_on_committed_changes,
     workers_are_listed_with_their_items_and_last_heartbeat,
+    a_fenced_tool_start_records_its_process_group_under_the_item_holder,
 );
 
 const LONG: Duration = Duration::from_secs(600);
@@ -308,4 +309,108 @@ async fn workers_are_listed_with_their_items_and_last_heartbeat(backend: Backend
     store.retire_worker("w1").await.unwrap();
     let listed = store.workers().await.unwrap();
     assert!(listed[0].stopped_at.is_some());
+}
+
+fn tool_started(id: &str) -> NewRecord {
+    NewRecord {
+        agent: "alice".into(),
+        stream: "transcript".into(),
+        seq: None,
+        body: json!({"type": "tool_started", "tool_use_id": id, "tool": "Bash"}),
+    }
+}
+
+fn group(id: &str, pgid: i64) -> NewProcessGroup {
+    NewProcessGroup {
+        agent: "alice".into(),
+        tool_use_id: id.into(),
+        pgid,
+        host: "host-a".into(),
+        boot_id: "boot-1".into(),
+    }
+}
+
+async fn a_fenced_tool_start_records_its_process_group_under_the_item_holder(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
+    run_with(&store, RUN, &["alice"]).await;
+    // A run of no worker: the record only.
+    store
+        .record_tool_start(RUN, vec![tool_started("t0")], group("t0", 10))
+        .await
+        .unwrap();
+    assert!(
+        store
+            .worker_process_groups("w1", "host-a", "boot-1")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    store.enqueue_work(items("q", &["a"])).await.unwrap();
+    let lease = store
+        .claim_work(None, "w1", Duration::ZERO)
+        .await
+        .unwrap()
+        .unwrap();
+    let fenced = place.location().open_fenced(lease.fence()).await;
+    let rows = fenced
+        .record_tool_start(RUN, vec![tool_started("t1")], group("t1", 4242))
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    let recorded = store
+        .worker_process_groups("w1", "host-a", "boot-1")
+        .await
+        .unwrap();
+    assert_eq!(recorded.len(), 1, "{recorded:#?}");
+    let found = &recorded[0];
+    assert_eq!(
+        (
+            found.run_id.as_str(),
+            found.agent.as_str(),
+            found.tool_use_id.as_str(),
+            found.pgid,
+            found.item.as_str(),
+            found.token,
+        ),
+        (RUN, "alice", "t1", 4242, lease.id.as_str(), 1)
+    );
+    // Another boot or another host finds nothing.
+    for (host, boot) in [("host-a", "boot-2"), ("host-b", "boot-1")] {
+        assert!(
+            store
+                .worker_process_groups("w1", host, boot)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
+    // Record and group are one transaction: once the item is taken over, neither lands.
+    let taken = store.claim_work(None, "w2", LONG).await.unwrap().unwrap();
+    let error = fenced
+        .record_tool_start(RUN, vec![tool_started("t2")], group("t2", 4343))
+        .await
+        .unwrap_err();
+    assert!(is_fenced(&error, taken.token), "{error}");
+    let transcript = store.records(RUN, "alice", "transcript", 0).await.unwrap();
+    assert_eq!(transcript.len(), 2, "{transcript:#?}");
+    assert_eq!(
+        store
+            .worker_process_groups("w1", "host-a", "boot-1")
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    store
+        .forget_process_group(RUN, "alice", "t1")
+        .await
+        .unwrap();
+    assert!(
+        store
+            .worker_process_groups("w1", "host-a", "boot-1")
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }

@@ -95,9 +95,12 @@ pub fn finished_event(line: &ResultLine) -> Value {
 
 /// `a (run r-1): completed, exit 0: the result` — the detail's further lines indented.
 pub fn text_line(line: &ResultLine) -> String {
-    let run = match &line.run_id {
-        Some(run_id) => format!(" (run {run_id})"),
-        None => String::new(),
+    let worker = line.rest.get("worker").and_then(Value::as_str);
+    let run = match (&line.run_id, worker) {
+        (Some(run_id), Some(worker)) => format!(" (run {run_id} on worker {worker})"),
+        (Some(run_id), None) => format!(" (run {run_id})"),
+        (None, Some(worker)) => format!(" (on worker {worker})"),
+        (None, None) => String::new(),
     };
     let mut text = format!("{}{run}: {}, exit {}", line.id, line.status, line.exit_code);
     if let Some(detail) = detail(&line.rest) {
@@ -186,6 +189,26 @@ mod tests {
             (
                 line("f", Some("r-6"), "interrupted", 130, json!({})),
                 "f (run r-6): interrupted, exit 130",
+            ),
+            (
+                line(
+                    "g",
+                    Some("r-7"),
+                    "completed",
+                    0,
+                    json!({"result": "ok", "worker": "w2", "attempt": 2}),
+                ),
+                "g (run r-7 on worker w2): completed, exit 0: ok",
+            ),
+            (
+                line(
+                    "h",
+                    None,
+                    "error",
+                    1,
+                    json!({"error": "cannot clone x", "worker": "w1"}),
+                ),
+                "h (on worker w1): error, exit 1: cannot clone x",
             ),
         ];
         for (line, want) in cases {

@@ -86,8 +86,11 @@ pub(crate) async fn run_line(shared: &Arc<Shared>, item: &WorkItem) -> anyhow::R
     let Some(mut result) = result else {
         return Ok(LineEnd::Stopped);
     };
+    // Only a line that got as far as a run has changes to deliver; one whose repository
+    // could not be cloned keeps the clone's error.
     if let Ok(payload) = serde_json::from_value::<LinePayload>(item.payload.clone())
         && let Some(repo) = &payload.repo
+        && result.run_id.is_some()
     {
         deliver(shared, repo, &mut result).await;
     }
@@ -171,6 +174,48 @@ async fn deliver(shared: &Arc<Shared>, repo: &str, result: &mut ResultLine) {
             );
         }
     }
+}
+
+/// What a line's process says, first thing in its error, when the worker's repo cache has no
+/// room for the line: the worker hands the line back instead of failing it (another worker,
+/// or this one once it has room, runs it).
+pub(crate) const CACHE_FULL: &str = "the repo cache is full";
+
+/// The error of a line handed back because this worker's repo cache is full.
+#[derive(Debug)]
+pub(crate) struct CacheFull(pub String);
+
+impl std::fmt::Display for CacheFull {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for CacheFull {}
+
+/// Whether `error` comes from a full disk (ENOSPC, as std or as git reports it).
+fn is_disk_full(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::StorageFull)
+            || cause.to_string().contains("No space left on device")
+    })
+}
+
+/// The child's error for a workspace that could not be made in `repo_cache`.
+fn workspace_error(repo_cache: &Path, error: anyhow::Error) -> ExitError {
+    if is_disk_full(&error) {
+        return ExitError::new(
+            Exit::Failed,
+            format!(
+                "{CACHE_FULL} ({}): {error:#}; the line goes back to the queue: free space \
+                 there or give this worker another --repo-cache",
+                repo_cache.display()
+            ),
+        );
+    }
+    ExitError::new(Exit::Failed, format!("{error:#}"))
 }
 
 /// Clones `repo` into `workspace` (once: a clone there is reused) and checks out `git_ref`
@@ -262,7 +307,7 @@ async fn spawn(
             )));
         }
     };
-    shared.set_child(&fence.item, child.id());
+    shared.set_child(fence, child.id());
     if let Some(pid) = child.id() {
         eprintln!(
             "muster worker {}: {} runs in process {pid}",
@@ -280,7 +325,7 @@ async fn spawn(
     let (finished, tail) = tokio::join!(events, tail);
     let status = child.wait().await?;
     drop(stdin);
-    shared.set_child(&fence.item, None);
+    shared.set_child(fence, None);
     let code = status
         .code()
         .and_then(|code| u8::try_from(code).ok())
@@ -296,6 +341,9 @@ async fn spawn(
         .into_iter()
         .filter(|run| run.batch_line_id.as_deref() == Some(payload.key.as_str()))
         .max_by_key(|run| (run.created_at, run.id.clone()));
+    if record.is_none() && tail.starts_with(CACHE_FULL) {
+        return Err(anyhow::Error::new(CacheFull(tail)));
+    }
     Ok(Some(match record {
         Some(record) if record.status.is_finished() => {
             ResultLine::from_record(&payload.id, &record)
@@ -391,13 +439,14 @@ pub(crate) fn run_child(
                         .enable_all()
                         .build()?
                         .block_on(check_out(repo, git_ref, &workspace))
-                        .map_err(|e| ExitError::new(Exit::Failed, format!("{e:#}")))?;
+                        .map_err(|e| workspace_error(repo_cache, e))?;
                 }
                 _ => std::fs::create_dir_all(&workspace).map_err(|e| {
-                    ExitError::new(
-                        Exit::Failed,
-                        format!("cannot create the workspace {}: {e}", workspace.display()),
-                    )
+                    let error = anyhow::Error::new(e).context(format!(
+                        "cannot create the workspace {}",
+                        workspace.display()
+                    ));
+                    workspace_error(repo_cache, error)
                 })?,
             }
             crate::lifecycle::run(

@@ -16,6 +16,7 @@
 //! committed) and hands the items back for another worker; a second signal exits at once.
 
 pub mod line;
+mod orphans;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -61,14 +62,9 @@ pub fn require_shared_store(project: &Project, what: &str) -> anyhow::Result<()>
     }
 }
 
-/// This machine's name, as `muster workers` shows it.
+/// This machine's name, as `muster workers` shows it and process groups are recorded with.
 pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
-        .map(|name| name.trim().to_owned())
-        .ok()
-        .filter(|name| !name.is_empty())
-        .unwrap_or_else(|| "localhost".into())
+    muster_agents::machine::host_name()
 }
 
 /// One item this worker runs.
@@ -78,6 +74,10 @@ struct Held {
     child: Option<u32>,
     /// A heartbeat found the lease lost (acted on once).
     lost: bool,
+    /// Held by the item's line task while it runs: a later claim of the same item by this
+    /// worker (its own lease lapsed, then it claimed the item again) waits for it, so the
+    /// line never runs twice here at once.
+    line: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// What the worker's tasks share.
@@ -89,6 +89,10 @@ pub(crate) struct Shared {
     pub(crate) workspaces: PathBuf,
     pub(crate) lease: Duration,
     held: Mutex<HashMap<String, Held>>,
+    /// Children of leases this worker claimed again (see [`Held::line`]), being stopped.
+    superseded: Mutex<HashMap<WorkFence, u32>>,
+    /// No claims before this instant: the repo cache was full (see [`line::CacheFull`]).
+    claims_paused_until: Mutex<Option<tokio::time::Instant>>,
     /// Set once a signal asked the worker to stop: a line interrupted then is handed back.
     stopping: std::sync::atomic::AtomicBool,
 }
@@ -109,11 +113,26 @@ impl Shared {
         self.held.lock().map(|held| held.len()).unwrap_or(0)
     }
 
-    pub(crate) fn set_child(&self, item: &str, pid: Option<u32>) {
+    /// The child of `fence`'s line task started (`Some`) or exited (`None`).
+    pub(crate) fn set_child(&self, fence: &WorkFence, pid: Option<u32>) {
         if let Ok(mut held) = self.held.lock()
-            && let Some(entry) = held.get_mut(item)
+            && let Some(entry) = held.get_mut(&fence.item)
+            && entry.fence.token == fence.token
         {
             entry.child = pid;
+            return;
+        }
+        // A superseded lease's child: stopped already.
+        if let Ok(mut superseded) = self.superseded.lock() {
+            match pid {
+                Some(pid) => {
+                    superseded.insert(fence.clone(), pid);
+                    signal_group(pid, rustix::process::Signal::TERM);
+                }
+                None => {
+                    superseded.remove(fence);
+                }
+            }
         }
     }
 
@@ -130,7 +149,7 @@ impl Shared {
     fn lost(self: &Arc<Self>, fence: &WorkFence, grace: Duration) {
         let child = match self.held.lock() {
             Ok(mut held) => match held.get_mut(&fence.item) {
-                Some(entry) if !entry.lost => {
+                Some(entry) if !entry.lost && entry.fence.token == fence.token => {
                     entry.lost = true;
                     entry.child
                 }
@@ -144,22 +163,49 @@ impl Shared {
             self.info.name, fence.item, fence.token
         );
         if let Some(pid) = child {
-            signal_group(pid, rustix::process::Signal::TERM);
-            let (shared, item) = (self.clone(), fence.item.clone());
-            tokio::spawn(async move {
-                tokio::time::sleep(grace).await;
-                if shared.child_of(&item) == Some(pid) {
-                    signal_group(pid, rustix::process::Signal::KILL);
-                }
-            });
+            self.stop_child(fence, pid, grace);
         }
     }
 
-    fn child_of(&self, item: &str) -> Option<u32> {
-        self.held
-            .lock()
-            .ok()
-            .and_then(|held| held.get(item).and_then(|h| h.child))
+    /// SIGTERM to `fence`'s child now, SIGKILL after `grace` if that child is still there.
+    fn stop_child(self: &Arc<Self>, fence: &WorkFence, pid: u32, grace: Duration) {
+        signal_group(pid, rustix::process::Signal::TERM);
+        let (shared, fence) = (self.clone(), fence.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            if shared.child_of(&fence) == Some(pid) {
+                signal_group(pid, rustix::process::Signal::KILL);
+            }
+        });
+    }
+
+    /// How long claims stay paused, if they are.
+    fn claims_paused(&self) -> Option<Duration> {
+        let until = (*self.claims_paused_until.lock().ok()?)?;
+        let now = tokio::time::Instant::now();
+        (until > now).then(|| until - now)
+    }
+
+    /// Pauses claims for two lease lengths: a line handed back for want of room here goes to
+    /// another worker first.
+    fn pause_claims(&self) {
+        if let Ok(mut until) = self.claims_paused_until.lock() {
+            *until = Some(tokio::time::Instant::now() + self.lease * 2);
+        }
+    }
+
+    fn child_of(&self, fence: &WorkFence) -> Option<u32> {
+        let held = self.held.lock().ok().and_then(|held| {
+            held.get(&fence.item)
+                .filter(|h| h.fence.token == fence.token)
+                .and_then(|h| h.child)
+        });
+        held.or_else(|| {
+            self.superseded
+                .lock()
+                .ok()
+                .and_then(|superseded| superseded.get(fence).copied())
+        })
     }
 }
 
@@ -219,6 +265,8 @@ pub fn run(global: &Globals, options: WorkerOptions) -> anyhow::Result<Exit> {
             workspaces,
             lease: options.lease,
             held: Mutex::new(HashMap::new()),
+            superseded: Mutex::new(HashMap::new()),
+            claims_paused_until: Mutex::new(None),
             stopping: Default::default(),
         });
         serve(shared, options).await
@@ -228,6 +276,8 @@ pub fn run(global: &Globals, options: WorkerOptions) -> anyhow::Result<Exit> {
 async fn serve(shared: Arc<Shared>, options: WorkerOptions) -> anyhow::Result<Exit> {
     let store = shared.store.clone();
     let mut interrupts = crate::signals::Interrupts::install();
+    // Before the first heartbeat, which names this process as the worker's.
+    orphans::kill_orphans(&shared).await;
     store
         .heartbeat(&shared.info, &[], shared.lease)
         .await
@@ -352,6 +402,9 @@ async fn next_wait(
         // Listen before claiming: a change between the claim and the wait still wakes it.
         *watch = Some(store.watch_work().await?);
     }
+    if let Some(pause) = shared.claims_paused() {
+        return Ok(Some(pause));
+    }
     while shared.running() < options.slots {
         match store
             .claim_work(None, &shared.info.name, shared.lease)
@@ -392,18 +445,30 @@ fn start(
         "muster worker {}: claimed {} (token {}, attempt {})",
         shared.info.name, item.id, item.token, item.attempts
     );
-    if let Ok(mut held) = shared.held.lock() {
-        held.insert(
-            item.id.clone(),
-            Held {
+    let (earlier, line_lock) = match shared.held.lock() {
+        Ok(mut held) => {
+            let earlier = held.remove(&item.id);
+            let line = earlier
+                .as_ref()
+                .map_or_else(Arc::default, |earlier| earlier.line.clone());
+            let entry = Held {
                 fence: fence.clone(),
                 child: None,
                 lost: false,
-            },
-        );
+                line: line.clone(),
+            };
+            held.insert(item.id.clone(), entry);
+            (earlier, line)
+        }
+        Err(_) => (None, Arc::default()),
+    };
+    if let Some(earlier) = earlier {
+        supersede(shared, earlier, &item);
     }
     let shared = shared.clone();
     lines.spawn(async move {
+        // Waits for an earlier line task of this item here to end (see `Held::line`).
+        let _line = line_lock.lock_owned().await;
         let stopping = line::run_line(&shared, &item).await;
         if let Err(error) = &stopping {
             // The line could not be run or reported (the store unreachable, say): hand it
@@ -412,6 +477,9 @@ fn start(
                 "muster worker {}: {}: {error:#}; handing it back",
                 shared.info.name, item.id
             );
+            if error.downcast_ref::<line::CacheFull>().is_some() {
+                shared.pause_claims();
+            }
             if let Err(error) = shared.store.release_work(&item.fence()).await {
                 eprintln!(
                     "muster worker {}: could not hand back {}: {error}; its lease lapses",
@@ -433,6 +501,24 @@ fn start(
         }
         let _ = ended.send(item.id);
     });
+}
+
+/// This worker claimed `item` again while a line task of an earlier claim still runs here
+/// (its lease lapsed, say while the store was unreachable, and nobody else took it): that
+/// task's writes are fenced now, and its child is stopped as a lost lease's is; the new task
+/// waits on the line lock until the earlier one ended.
+fn supersede(shared: &Arc<Shared>, earlier: Held, item: &WorkItem) {
+    eprintln!(
+        "muster worker {}: claimed {} again (token {}) while its line under token {} still \
+         runs here: stopping that one first",
+        shared.info.name, item.id, item.token, earlier.fence.token
+    );
+    if let Some(pid) = earlier.child {
+        if let Ok(mut superseded) = shared.superseded.lock() {
+            superseded.insert(earlier.fence.clone(), pid);
+        }
+        shared.stop_child(&earlier.fence, pid, shared.lease);
+    }
 }
 
 /// Renews the worker's leases every `every`; a lost lease stops its line.

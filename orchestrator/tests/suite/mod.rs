@@ -16,6 +16,7 @@ mod store_pg;
 mod team_cli;
 #[cfg(all(unix, feature = "failpoints"))]
 mod team_crash;
+mod worker_faults;
 mod workers_cli;
 mod worktree_cli;
 

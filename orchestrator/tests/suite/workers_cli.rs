@@ -19,11 +19,11 @@ use super::common::{GUARD, command, json_lines, stderr};
 use super::store_pg::Schema;
 
 /// Leases short enough that a takeover happens within the test, heartbeats well inside them.
-const LEASE: [&str; 4] = ["--lease-ms", "1500", "--heartbeat-ms", "250"];
+pub(super) const LEASE: [&str; 4] = ["--lease-ms", "1500", "--heartbeat-ms", "250"];
 
 /// Every line: a Bash side effect in its workspace, then (turn 2) its answer; turn 2's first
 /// request waits on gate `held` when `hold_first` (the line a test cuts off).
-fn script(hold_first: bool) -> Vec<ScriptEntry> {
+pub(super) fn script(hold_first: bool) -> Vec<ScriptEntry> {
     let mut entries = vec![ScriptEntry::reply(
         "main",
         1,
@@ -48,7 +48,7 @@ fn script(hold_first: bool) -> Vec<ScriptEntry> {
 
 /// A worker's directory: settings that send model calls to `fake`, run Bash without asking
 /// (a policy approves the mode) and use the test's store.
-fn worker_dir(fake: &FakeLlmHandle) -> tempfile::TempDir {
+pub(super) fn worker_dir(fake: &FakeLlmHandle) -> tempfile::TempDir {
     super::common::project(&[
         (
             ".muster/settings.toml",
@@ -66,19 +66,28 @@ fn worker_dir(fake: &FakeLlmHandle) -> tempfile::TempDir {
 }
 
 /// A running `muster worker` and the lines of its stderr.
-struct Worker {
-    name: String,
-    dir: tempfile::TempDir,
-    child: tokio::process::Child,
+pub(super) struct Worker {
+    pub(super) name: String,
+    pub(super) dir: tempfile::TempDir,
+    pub(super) child: tokio::process::Child,
     lines: mpsc::UnboundedReceiver<String>,
     seen: Vec<String>,
 }
 
 impl Worker {
-    fn start(fake: &FakeLlmHandle, url: &str, name: &str) -> Worker {
-        let dir = worker_dir(fake);
+    pub(super) fn start(fake: &FakeLlmHandle, url: &str, name: &str) -> Worker {
+        Worker::start_in(worker_dir(fake), url, name, &LEASE)
+    }
+
+    /// A worker in `dir` with the worker flags `flags` (lease, slots, repo cache).
+    pub(super) fn start_in(
+        dir: tempfile::TempDir,
+        url: &str,
+        name: &str,
+        flags: &[&str],
+    ) -> Worker {
         let mut args = vec!["--store", url, "worker", "--name", name];
-        args.extend(LEASE);
+        args.extend(flags);
         let mut child = command(dir.path(), &args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -105,7 +114,7 @@ impl Worker {
     }
 
     /// Waits for a stderr line containing `text` (lines seen before count too).
-    async fn wait_for(&mut self, text: &str) -> String {
+    pub(super) async fn wait_for(&mut self, text: &str) -> String {
         if let Some(line) = self.seen.iter().find(|line| line.contains(text)) {
             return line.clone();
         }
@@ -129,19 +138,19 @@ impl Worker {
     }
 
     /// Everything it said so far, without waiting.
-    fn said(&mut self) -> Vec<String> {
+    pub(super) fn said(&mut self) -> Vec<String> {
         while let Ok(line) = self.lines.try_recv() {
             self.seen.push(line);
         }
         self.seen.clone()
     }
 
-    fn pid(&self) -> rustix::process::Pid {
+    pub(super) fn pid(&self) -> rustix::process::Pid {
         rustix::process::Pid::from_raw(self.child.id().unwrap() as i32).unwrap()
     }
 
     /// Stops it with SIGTERM and waits for it to exit; gives back its exit code.
-    async fn stop(&mut self) -> Option<i32> {
+    pub(super) async fn stop(&mut self) -> Option<i32> {
         rustix::process::kill_process(self.pid(), rustix::process::Signal::TERM).unwrap();
         let status = tokio::time::timeout(GUARD, self.child.wait())
             .await
@@ -152,7 +161,7 @@ impl Worker {
 }
 
 /// The batch project: its own directory, the store given on the command line.
-fn batch_dir(ids: &[&str]) -> tempfile::TempDir {
+pub(super) fn batch_dir(ids: &[&str]) -> tempfile::TempDir {
     let dir = super::common::project(&[]);
     let lines: Vec<String> = ids
         .iter()
@@ -162,7 +171,7 @@ fn batch_dir(ids: &[&str]) -> tempfile::TempDir {
     dir
 }
 
-fn start_batch(dir: &Path, url: &str) -> tokio::process::Child {
+pub(super) fn start_batch(dir: &Path, url: &str) -> tokio::process::Child {
     command(
         dir,
         &[
@@ -182,19 +191,19 @@ fn start_batch(dir: &Path, url: &str) -> tokio::process::Child {
     .unwrap()
 }
 
-async fn finish_batch(batch: tokio::process::Child) -> std::process::Output {
+pub(super) async fn finish_batch(batch: tokio::process::Child) -> std::process::Output {
     tokio::time::timeout(GUARD, batch.wait_with_output())
         .await
         .expect("guard timeout: the batch did not finish")
         .unwrap()
 }
 
-fn results(dir: &Path) -> Vec<Value> {
+pub(super) fn results(dir: &Path) -> Vec<Value> {
     json_lines(&std::fs::read_to_string(dir.join("results.jsonl")).unwrap_or_default())
 }
 
 /// Every line workspace any worker made, with its marker file's lines.
-fn markers(workers: &[&Worker]) -> Vec<(PathBuf, Vec<String>)> {
+pub(super) fn markers(workers: &[&Worker]) -> Vec<(PathBuf, Vec<String>)> {
     let mut found = Vec::new();
     for worker in workers {
         let Ok(entries) = std::fs::read_dir(worker.dir.path().join("work")) else {
@@ -241,7 +250,7 @@ fn assert_each_completed_once_with(lines: &[Value], ids: &[&str], late: usize) {
     }
 }
 
-async fn open(url: &str) -> std::sync::Arc<dyn MailboxStore> {
+pub(super) async fn open(url: &str) -> std::sync::Arc<dyn MailboxStore> {
     std::sync::Arc::new(
         PostgresStore::open(url, StoreOptions::default())
             .await
@@ -251,7 +260,7 @@ async fn open(url: &str) -> std::sync::Arc<dyn MailboxStore> {
 
 /// The batch's queue: `batch:{project id}:tasks.jsonl` (the id is written before the lines
 /// are queued, so once a worker claimed one it is there).
-fn queue_of(batch: &Path) -> String {
+pub(super) fn queue_of(batch: &Path) -> String {
     let id = std::fs::read_to_string(batch.join(".muster/project-id")).unwrap();
     format!("batch:{}:tasks.jsonl", id.trim())
 }
@@ -541,7 +550,7 @@ async fn workers_need_a_shared_store_and_lines_they_can_run() {
     schema.drop_now().await;
 }
 
-fn git(dir: &Path, args: &[&str]) -> String {
+pub(super) fn git(dir: &Path, args: &[&str]) -> String {
     let output = std::process::Command::new("git")
         .arg("-C")
         .arg(dir)
