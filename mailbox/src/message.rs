@@ -27,6 +27,11 @@ pub enum MessageBody {
         /// The request of the previous revision, whose plan this one revises.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         previous_request_id: Option<String>,
+        /// The permission rules the plan needs (`ExitPlanMode`'s `allowedPrompts`, as rule
+        /// text like `Bash(cargo test:*)`); an approval may grant them until the plan's
+        /// verification report. A request stored without the field asks for none.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        allowed_prompts: Vec<String>,
     },
     PlanApprovalResponse {
         request_id: String,
@@ -46,6 +51,14 @@ pub enum MessageBody {
         /// The policy rule that decided, for a policy's answer.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         rule: Option<String>,
+        /// The requested rules this approval grants the agent until its plan's verification
+        /// report (plan-scoped grants); a response stored without the field grants none.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        grants: Vec<String>,
+        /// Requested rules the approval did not grant, each with why (above the approver's
+        /// ceiling, not matched by a policy's `permissions.allow`, left out by the approver).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        dropped_grants: Vec<DroppedGrant>,
     },
     PermissionRequest {
         request_id: String,
@@ -136,6 +149,13 @@ pub enum MessageBody {
         kind: String,
         raw: Value,
     },
+}
+
+/// A requested plan grant an approval left out, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DroppedGrant {
+    pub rule: String,
+    pub reason: String,
 }
 
 fn first_revision() -> u32 {

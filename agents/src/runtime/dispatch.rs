@@ -160,6 +160,7 @@ impl AgentRuntime {
                 plans: &self.run.plans,
                 tool_context: &context,
                 auto_gate_open: self.auto_gate_open,
+                plan_grants: self.plan_grants.as_ref(),
             };
             self.run
                 .gate

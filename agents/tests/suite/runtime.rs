@@ -329,12 +329,14 @@ async fn teammate_plan_goes_to_the_lead_and_a_closed_auto_gate_restores_default(
         responder,
         revision,
         previous_request_id,
+        allowed_prompts,
     } = request.typed_body()
     else {
         panic!("not a plan request");
     };
     assert_eq!(request_id, "plan-alice-1");
     assert_eq!((revision, previous_request_id), (1, None));
+    assert!(allowed_prompts.is_empty());
     assert_eq!(responder, "lead");
     assert_eq!(plan, PLAN);
     assert_eq!(PathBuf::from(&plan_file), h.plans().agent_file("alice"));
@@ -356,6 +358,8 @@ async fn teammate_plan_goes_to_the_lead_and_a_closed_auto_gate_restores_default(
                 edited_plan: None,
                 clear_context: false,
                 rule: None,
+                dropped_grants: Vec::new(),
+                grants: Vec::new(),
             },
             idempotency_key: None,
         })
@@ -411,6 +415,8 @@ async fn a_rejected_teammate_plan_keeps_planning_with_the_feedback() {
                 edited_plan: None,
                 clear_context: false,
                 rule: None,
+                dropped_grants: Vec::new(),
+                grants: Vec::new(),
             },
             idempotency_key: None,
         })
@@ -711,6 +717,8 @@ async fn a_main_agent_with_the_human_approver_stops_and_resumes_after_the_decisi
                 edited_plan: None,
                 clear_context: true,
                 rule: None,
+                dropped_grants: Vec::new(),
+                grants: Vec::new(),
             },
             idempotency_key: None,
         })

@@ -171,6 +171,7 @@ async fn project() -> (tempfile::TempDir, Arc<SqliteStore>) {
                     responder: responder.into(),
                     revision,
                     previous_request_id: previous.map(str::to_owned),
+                    allowed_prompts: Vec::new(),
                 },
                 idempotency_key: None,
             }
@@ -193,6 +194,8 @@ async fn project() -> (tempfile::TempDir, Arc<SqliteStore>) {
                 edited_plan: None,
                 clear_context: false,
                 rule: None,
+                dropped_grants: Vec::new(),
+                grants: Vec::new(),
             },
             idempotency_key: None,
         })
