@@ -20,7 +20,8 @@
 //!    the read-only classifier with [`RulesReadCheck`] (workspace confinement plus `Read` deny
 //!    rules) and [`known_dangerous`].
 //! 5. **Ask rules**, 6. **allow rules** (an ask becomes an allow; never in plan mode or for a
-//!    `read_only` agent), 7. **the mode's default** for what would ask: `default` and
+//!    `read_only` agent), then the agent's **plan grants** ([`grants`], the same way, never for
+//!    a known-dangerous command), 7. **the mode's default** for what would ask: `default` and
 //!    `acceptEdits` ask, `dontAsk` denies, `auto` denies and reports an auto denial.
 //!
 //! Interpretations of DESIGN.md, stated once: what plan mode allows (coordination tools, the
