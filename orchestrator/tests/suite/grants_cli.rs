@@ -1,6 +1,6 @@
 //! Plan-scoped grants through the `muster` binary against `muster-fake-llm`: a teammate's plan
 //! asks for rules, a person approves some of them, the granted command runs without asking in
-//! default mode while another asks, the grant holds across SIGKILL and `muster resume`, and it
+//! default mode while another asks, the grant holds across SIGKILL, `muster fork` and `muster resume`, and it
 //! ends in the commit of the plan's verification report; a policy grants only what its
 //! `permissions.allow` covers, and its ceiling drops the rest, reported in the response.
 
@@ -183,6 +183,32 @@ async fn a_person_grants_a_plans_rule_which_survives_kill_9_and_ends_at_the_veri
     let _ = run.child.wait().await;
     let reject = muster(dir.path(), &["reject", &perm, "--feedback", "not that one"]).await;
     assert_eq!(reject.status.code(), Some(0), "{}", stderr(&reject));
+    // A fork carries the grant: the response row and alice's `grants` record are copied.
+    let fork = muster(dir.path(), &["fork", &run_id]).await;
+    assert_eq!(fork.status.code(), Some(0), "{}", stderr(&fork));
+    let fork_text = String::from_utf8_lossy(&fork.stdout).into_owned();
+    let fork_id = fork_text
+        .split(" as ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("{fork_text}"))
+        .to_owned();
+    let forked = store
+        .request(&fork_id, "plan-alice-1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        forked.response.unwrap().body["grants"],
+        json!(["Bash(touch granted.txt:*)"])
+    );
+    let forked_records = transcript(store.as_ref(), &fork_id, "alice").await;
+    assert!(
+        forked_records
+            .iter()
+            .any(|r| r["type"] == "grants" && r["rules"] == json!(["Bash(touch granted.txt:*)"])),
+        "{forked_records:#?}"
+    );
     let mut resumed = Running::spawn(command(
         dir.path(),
         &[
