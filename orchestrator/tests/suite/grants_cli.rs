@@ -1,8 +1,9 @@
 //! Plan-scoped grants through the `muster` binary against `muster-fake-llm`: a teammate's plan
 //! asks for rules, a person approves some of them, the granted command runs without asking in
-//! default mode while another asks, the grant holds across SIGKILL, `muster fork` and `muster resume`, and it
-//! ends in the commit of the plan's verification report; a policy grants only what its
-//! `permissions.allow` covers, and its ceiling drops the rest, reported in the response.
+//! default mode while another asks, the grant holds across SIGKILL, `muster fork` and `muster
+//! resume`, and it ends in the commit of the plan's verification report; a policy grants only
+//! what its `permissions.allow` covers, and a ceiling (a policy's, the lead's) drops the rest,
+//! reported in the response.
 
 use std::path::Path;
 
@@ -11,7 +12,8 @@ use serde_json::{Value, json};
 
 use super::common::{Running, command, fake, muster, open_store, stderr, tool, transcript};
 
-const PLAN: &str = "## Goal\nTouch.\n## Steps\n1. touch granted.txt\n## Files\ngranted.txt\n## Tests\nnone\n## Risks\nnone\n";
+const PLAN: &str = "## Goal\nTouch.\n## Steps\n1. touch granted.txt\n## Files\ngranted.txt\n\
+## Tests\nnone\n## Risks\nnone\n";
 
 fn start_team_run(dir: &Path, base: &str) -> Running {
     Running::spawn(command(
@@ -362,5 +364,88 @@ async fn a_policy_grants_only_what_its_allow_rules_cover_under_its_ceiling() {
     assert!(
         told.contains("Not granted: Bash(touch granted.txt:*)"),
         "{told}"
+    );
+}
+
+/// The lead's model sees the rules beside the plan (fenced like it) and approves; its own mode
+/// (acceptEdits) is the ceiling, so the Bash rule is dropped and the edit rule granted.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_lead_grants_up_to_its_own_mode_and_sees_the_rules_with_the_plan() {
+    let dir = super::common::project(&[(
+        "muster.team.toml",
+        "name = \"touchers\"\n\n[[teammates]]\nname = \"alice\"\n",
+    )]);
+    let mut script = lead_script();
+    script.insert(
+        1,
+        serde_json::from_value(json!({
+            "agent": "lead",
+            "when": {"mail_type": "plan_approval_request"},
+            "reply": {"content": [{"type": "tool_use", "id": "review-1", "name": "ReviewPlan",
+                "input": {"request_id": "plan-alice-1", "approve": true}}],
+                "stop_reason": "tool_use"},
+        }))
+        .unwrap(),
+    );
+    script.extend([
+        ScriptEntry::reply(
+            "alice",
+            1,
+            vec![tool(
+                "ExitPlanMode",
+                json!({"plan": PLAN, "allowedPrompts": ["Bash(touch granted.txt:*)", "Edit(src/**)"]}),
+            )],
+        ),
+        ScriptEntry::reply("alice", 2, vec![Block::text("Done.")]),
+    ]);
+    let fake = fake(script).await;
+    let output = muster(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Touch.",
+            "--base-url",
+            &fake.base_url(),
+            "--output",
+            "stream-json",
+        ],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let requests = fake.requests();
+    let review = requests
+        .iter()
+        .find(|r| r.agent.as_deref() == Some("lead") && r.body.to_string().contains("plan-alice-1"))
+        .unwrap();
+    let seen = review.body.to_string();
+    assert!(
+        seen.contains("asks to be granted the permission rules below"),
+        "{seen}"
+    );
+    assert!(
+        seen.contains("Bash(touch granted.txt:*)\\nEdit(src/**)"),
+        "{seen}"
+    );
+    let store = open_store(dir.path());
+    let runs = store.runs().await.unwrap();
+    let run_id = &runs[0].id;
+    let request = store
+        .request(run_id, "plan-alice-1")
+        .await
+        .unwrap()
+        .unwrap();
+    let body = request.response.unwrap().body;
+    assert_eq!(body["grants"], json!(["Edit(src/**)"]), "{body}");
+    assert_eq!(
+        body["dropped_grants"][0]["rule"],
+        "Bash(touch granted.txt:*)"
+    );
+    assert!(
+        body["dropped_grants"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("above the approver's ceiling acceptEdits (the lead's own mode)"),
+        "{body}"
     );
 }
