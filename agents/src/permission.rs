@@ -20,7 +20,8 @@
 //!    the read-only classifier with [`RulesReadCheck`] (workspace confinement plus `Read` deny
 //!    rules) and [`known_dangerous`].
 //! 5. **Ask rules**, 6. **allow rules** (an ask becomes an allow; never in plan mode or for a
-//!    `read_only` agent), 7. **the mode's default** for what would ask: `default` and
+//!    `read_only` agent), then the agent's **plan grants** ([`grants`], the same way, never for
+//!    a known-dangerous command), 7. **the mode's default** for what would ask: `default` and
 //!    `acceptEdits` ask, `dontAsk` denies, `auto` denies and reports an auto denial.
 //!
 //! Interpretations of DESIGN.md, stated once: what plan mode allows (coordination tools, the
@@ -32,13 +33,14 @@
 //! denial. The classifier's path check applies to `Bash` in every mode, so outside plan mode
 //! `cat ~/.aws/credentials` is not read-only and asks.
 
+pub mod grants;
 mod paths;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use muster_config::rule::{RuleSpecifier, SourcedRule};
+use muster_config::rule::{PermissionRule, RuleSpecifier, SourcedRule};
 use muster_config::settings::AutoGate;
 use muster_config::tools::{TEAM_TOOLS, canonical_tool_name};
 use muster_config::{
@@ -47,6 +49,7 @@ use muster_config::{
 use serde::Serialize;
 use serde_json::Value;
 
+pub use grants::PlanGrants;
 pub use paths::{MAX_TREE_ENTRIES, RulesReadCheck};
 
 use crate::mcp::McpToolFacts;
@@ -287,6 +290,10 @@ pub struct PermissionContext<'a> {
     /// The MCP tool being decided, when the call is of one (the runtime and `muster check`
     /// set it from the agent's tool list); an `mcp__…` call without it is denied.
     pub mcp_tool: Option<McpToolFacts>,
+    /// The agent's plan-scoped grants (its approved plan's rules, until the plan's
+    /// verification report): allow rules for this agent only, checked after the settings'
+    /// allow rules and never for a known-dangerous command.
+    pub grants: Option<&'a PlanGrants>,
 }
 
 impl<'a> PermissionContext<'a> {
@@ -314,6 +321,7 @@ impl<'a> PermissionContext<'a> {
             home_dir: None,
             plans_dir: None,
             mcp_tool: None,
+            grants: None,
         }
     }
 
@@ -576,6 +584,18 @@ impl PermissionEngine {
                     }
                     return decision;
                 }
+                // 6b. The plan's grants, the same way, for this agent only.
+                let reason = match self.granted_by_plan(context, name, &subjects) {
+                    Ok(Some(granted)) => {
+                        let mut decision = Decision::new(Verdict::Allow, granted, mode);
+                        if mode == PermissionMode::Auto {
+                            decision.auto_gate = AutoGateEffect::ResetCount;
+                        }
+                        return decision;
+                    }
+                    Ok(None) => reason,
+                    Err(why_not) => format!("{reason}; {why_not}"),
+                };
                 // 7. The mode's default.
                 would_ask(mode, reason)
             }
@@ -686,6 +706,9 @@ impl PermissionEngine {
                 "`{name}` is allowed by the rule `{}` (from {})",
                 rule.value, rule.origin
             ));
+        }
+        if let Ok(Some(granted)) = self.granted_by_plan(context, name, &subjects) {
+            return allow(granted);
         }
         would_ask(
             mode,
@@ -816,49 +839,35 @@ impl PermissionEngine {
         subjects: &CallSubjects,
     ) -> Option<&'r SourcedRule> {
         let allow = &context.rules.allow;
-        if !subjects.paths.is_empty() {
-            let mut first = None;
-            for (_, forms) in &subjects.paths {
-                let rule = allow
-                    .iter()
-                    .find(|rule| rule_matches_path(&rule.value, name, forms))?;
-                first.get_or_insert(rule);
-            }
-            return first;
+        let rules: Vec<&PermissionRule> = allow.iter().map(|rule| &rule.value).collect();
+        covering_rule(&rules, name, subjects).map(|index| &allow[index])
+    }
+
+    /// The reason the agent's plan grants allow the call (`Ok(None)`: no grant covers it;
+    /// `Err`: one would, but a grant never covers a known-dangerous command).
+    fn granted_by_plan(
+        &self,
+        context: &PermissionContext<'_>,
+        name: &str,
+        subjects: &CallSubjects,
+    ) -> Result<Option<String>, String> {
+        let Some(grants) = context.grants else {
+            return Ok(None);
+        };
+        let rules: Vec<&PermissionRule> = grants.rules.iter().collect();
+        let Some(index) = covering_rule(&rules, name, subjects) else {
+            return Ok(None);
+        };
+        if let Some(danger) = subjects.command.as_deref().and_then(known_dangerous) {
+            return Err(format!(
+                "the grant `{}` of {grants} does not cover it: known-dangerous command ({danger})",
+                rules[index]
+            ));
         }
-        if let Some(command) = &subjects.command {
-            // `Bash` or `Bash(*)` allows every command, as the user wrote; a patterned rule
-            // covers only plain commands, whose every part it can see.
-            if let Some(rule) = allow.iter().find(|rule| {
-                rule.value.applies_to_tool(name)
-                    && matches!(rule.value.specifier(), RuleSpecifier::AnyCall)
-            }) {
-                return Some(rule);
-            }
-            if command.contains(['`', '$', '>', '<', '(', ')', '{', '}']) {
-                return None;
-            }
-            let parts = command_parts(command);
-            let mut first = None;
-            for part in &parts {
-                let rule = allow
-                    .iter()
-                    .find(|rule| rule.value.matches(name, RuleSubject::Command(part)))?;
-                first.get_or_insert(rule);
-            }
-            return first;
-        }
-        if !subjects.names.is_empty() {
-            return allow.iter().find(|rule| {
-                subjects
-                    .names
-                    .iter()
-                    .any(|subject| rule.value.matches(name, RuleSubject::Name(subject)))
-            });
-        }
-        allow
-            .iter()
-            .find(|rule| rule.value.matches(name, RuleSubject::Nothing))
+        Ok(Some(format!(
+            "`{name}` is allowed by the grant `{}` of {grants}",
+            rules[index]
+        )))
     }
 
     /// Plan mode, and every mode for a `read_only` definition: exactly DESIGN.md's list.
@@ -1130,6 +1139,47 @@ impl PermissionEngine {
         }
         Ok(definition)
     }
+}
+
+/// The index of an allow rule covering the whole call: every path, every part of a command
+/// with no redirection or substitution, or a name.
+fn covering_rule(rules: &[&PermissionRule], name: &str, subjects: &CallSubjects) -> Option<usize> {
+    let find = |matches: &dyn Fn(&PermissionRule) -> bool| rules.iter().position(|r| matches(r));
+    if !subjects.paths.is_empty() {
+        let mut first = None;
+        for (_, forms) in &subjects.paths {
+            let index = find(&|rule| rule_matches_path(rule, name, forms))?;
+            first.get_or_insert(index);
+        }
+        return first;
+    }
+    if let Some(command) = &subjects.command {
+        // `Bash` or `Bash(*)` allows every command, as the user wrote; a patterned rule
+        // covers only plain commands, whose every part it can see.
+        if let Some(index) = find(&|rule| {
+            rule.applies_to_tool(name) && matches!(rule.specifier(), RuleSpecifier::AnyCall)
+        }) {
+            return Some(index);
+        }
+        if command.contains(['`', '$', '>', '<', '(', ')', '{', '}']) {
+            return None;
+        }
+        let mut first = None;
+        for part in &command_parts(command) {
+            let index = find(&|rule| rule.matches(name, RuleSubject::Command(part)))?;
+            first.get_or_insert(index);
+        }
+        return first;
+    }
+    if !subjects.names.is_empty() {
+        return find(&|rule| {
+            subjects
+                .names
+                .iter()
+                .any(|subject| rule.matches(name, RuleSubject::Name(subject)))
+        });
+    }
+    find(&|rule| rule.matches(name, RuleSubject::Nothing))
 }
 
 /// Whether a call writes into the run's plans directory (any plan file, anyone's).

@@ -19,12 +19,14 @@
 //! | `mode` | a mode change | `mode`, `pre_plan_mode?`, `reason` |
 //! | `plan_snapshot` | the plan at `draft`, `submitted`, `edited`, `approved` | `path`, `content`, `state`, `request_id?` |
 //! | `awaiting` | a plan request was sent | `request_id`, `tool_use_id`, `responder` |
+//! | `grants` | an approval granted rules of the plan (in the approval's commit) | `request_id`, `approved_by`, `rules` |
+//! | `grants_ended` | the plan's verification report was sent (same commit), or a later plan was approved without grants | `request_id`, `reason` |
 //! | `compacted` | the context was summarised before a request | `turn`, `model`, `usage`, `cost_usd?`, `summary`, `messages` (the context from here on) |
 //! | `context_reset` | approval with `clear_context` | `reason` |
 //! | `finished` | the model ended its turn with no tool call | `result` |
 //!
 //! Rebuilding ([`AgentRuntime::resume`]) replays them: messages (cleared at `context_reset`),
-//! the mode and `pre_plan_mode`, the turn index (the highest `turn`, never reset), and for the
+//! the mode and `pre_plan_mode`, the plan grants (`grants` until `grants_ended`), the turn index (the highest `turn`, never reset), and for the
 //! newest assistant message's tool calls: a `tool_call` record is the result; an `awaiting`
 //! call waits for its decision; a `tool_started` without `tool_call` gets "interrupted by a
 //! crash" after its process group is killed (only on the machine and boot that ran it; a group on

@@ -193,6 +193,41 @@ impl PermissionRule {
     }
 }
 
+impl PermissionRule {
+    /// Whether every call `other` matches is matched by this rule too (conservatively: when
+    /// unsure, no). A policy grants a plan's rule only when one of its `permissions.allow`
+    /// rules covers it.
+    pub fn covers(&self, other: &PermissionRule) -> bool {
+        if !self.applies_to_tool(other.tool) && self.text != other.text {
+            return false;
+        }
+        match (&self.specifier, &other.specifier) {
+            (RuleSpecifier::AnyCall, _) => true,
+            (_, RuleSpecifier::AnyCall) => false,
+            (RuleSpecifier::CommandPrefix(mine), RuleSpecifier::CommandPrefix(theirs))
+            | (RuleSpecifier::CommandPrefix(mine), RuleSpecifier::Command(theirs)) => {
+                theirs == mine
+                    || theirs
+                        .strip_prefix(mine.as_str())
+                        .is_some_and(|rest| rest.starts_with(' '))
+            }
+            (RuleSpecifier::Command(mine), RuleSpecifier::Command(theirs)) => {
+                wildcard_match(mine, theirs)
+            }
+            (RuleSpecifier::Path(mine), RuleSpecifier::Path(theirs)) => {
+                mine.anchor == theirs.anchor && (mine.glob == theirs.glob || mine.glob == "**")
+            }
+            (RuleSpecifier::Name(mine), RuleSpecifier::Name(theirs)) => {
+                wildcard_match(mine, theirs)
+            }
+            (RuleSpecifier::Mcp(mine), RuleSpecifier::Mcp(_)) => {
+                self.text == other.text || mine.matches_name(&other.text)
+            }
+            _ => false,
+        }
+    }
+}
+
 /// `*` matches any text (including none); everything else literally.
 fn wildcard_match(pattern: &str, text: &str) -> bool {
     let parts: Vec<&str> = pattern.split('*').collect();

@@ -27,6 +27,11 @@ pub enum MessageBody {
         /// The request of the previous revision, whose plan this one revises.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         previous_request_id: Option<String>,
+        /// The permission rules the plan needs (`ExitPlanMode`'s `allowedPrompts`, as rule
+        /// text like `Bash(cargo test:*)`); an approval may grant them until the plan's
+        /// verification report. A request stored without the field asks for none.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        allowed_prompts: Vec<String>,
     },
     PlanApprovalResponse {
         request_id: String,
@@ -46,6 +51,14 @@ pub enum MessageBody {
         /// The policy rule that decided, for a policy's answer.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         rule: Option<String>,
+        /// The requested rules this approval grants the agent until its plan's verification
+        /// report (plan-scoped grants); a response stored without the field grants none.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        grants: Vec<String>,
+        /// Requested rules the approval did not grant, each with why (above the approver's
+        /// ceiling, not matched by a policy's `permissions.allow`, left out by the approver).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        dropped_grants: Vec<DroppedGrant>,
     },
     PermissionRequest {
         request_id: String,
@@ -136,6 +149,13 @@ pub enum MessageBody {
         kind: String,
         raw: Value,
     },
+}
+
+/// A requested plan grant an approval left out, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DroppedGrant {
+    pub rule: String,
+    pub reason: String,
 }
 
 fn first_revision() -> u32 {
@@ -269,6 +289,60 @@ pub fn responder_member(responder: &str) -> &str {
 
 #[cfg(test)]
 mod tests {
+
+    /// Plan requests and responses stored before plan-scoped grants parse, asking for and
+    /// granting nothing; new ones keep their rules through a round trip.
+    #[test]
+    fn plan_messages_without_grant_fields_still_parse() {
+        let old_request = serde_json::json!({"type": "plan_approval_request",
+            "request_id": "plan-a-1", "plan_file": "p.md", "plan": "x", "responder": "human"});
+        let MessageBody::PlanApprovalRequest {
+            allowed_prompts, ..
+        } = MessageBody::from_stored("plan_approval_request", &old_request)
+        else {
+            panic!("an old request must parse");
+        };
+        assert!(allowed_prompts.is_empty());
+        let old_response = serde_json::json!({"type": "plan_approval_response",
+            "request_id": "plan-a-1", "approved": true});
+        let MessageBody::PlanApprovalResponse {
+            grants,
+            dropped_grants,
+            ..
+        } = MessageBody::from_stored("plan_approval_response", &old_response)
+        else {
+            panic!("an old response must parse");
+        };
+        assert!(grants.is_empty() && dropped_grants.is_empty());
+        let new = MessageBody::PlanApprovalResponse {
+            request_id: "plan-a-1".into(),
+            approved: true,
+            feedback: None,
+            mode: None,
+            lowered_from: None,
+            edited_plan: None,
+            clear_context: false,
+            rule: None,
+            grants: vec!["Bash(cargo test:*)".into()],
+            dropped_grants: vec![DroppedGrant {
+                rule: "Edit(src/**)".into(),
+                reason: "left out by the approver".into(),
+            }],
+        };
+        let stored = serde_json::to_value(&new).unwrap();
+        assert_eq!(
+            MessageBody::from_stored("plan_approval_response", &stored),
+            new
+        );
+        // Without grants, the fields are not written: old readers see what they knew.
+        let plain = serde_json::to_value(MessageBody::from_stored(
+            "plan_approval_response",
+            &old_response,
+        ))
+        .unwrap();
+        assert!(plain.get("grants").is_none() && plain.get("dropped_grants").is_none());
+    }
+
     use super::*;
     use serde_json::json;
 

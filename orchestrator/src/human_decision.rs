@@ -5,6 +5,7 @@
 
 use std::path::Path;
 
+use muster_agents::permission::grants::{Granter, select_grants};
 use muster_mailbox::decide::{self, Decided, Waiter};
 use muster_mailbox::{MailboxStore, MessageBody, NewResponse, RequestRecord, StoreError};
 
@@ -16,6 +17,9 @@ pub enum Decision {
         feedback: Option<String>,
         edited_plan: Option<String>,
         clear_context: bool,
+        /// Which of the plan's requested rules to grant (plan-scoped grants): `None` grants
+        /// all of them, `Some(vec![])` none; a rule the plan did not ask for is refused.
+        grants: Option<Vec<String>>,
     },
     Reject {
         feedback: String,
@@ -112,6 +116,16 @@ pub fn kind_in_words(kind: &str) -> String {
     kind.replace('_', " ")
 }
 
+/// The rules a plan request asks for (its `allowedPrompts`); none for other requests.
+pub fn requested_rules(request: &RequestRecord) -> Vec<String> {
+    match MessageBody::from_stored(&request.kind, &request.body) {
+        MessageBody::PlanApprovalRequest {
+            allowed_prompts, ..
+        } => allowed_prompts,
+        _ => Vec::new(),
+    }
+}
+
 fn unfit(message: String) -> RefusedDecision {
     RefusedDecision::Unfit(message)
 }
@@ -123,7 +137,7 @@ fn response_body(
     let request_id = request.request_id.clone();
     let plans_only = |what: &str| {
         unfit(format!(
-            "{request_id} is a {what}: a mode, an edited plan and a cleared context apply to plans only"
+            "{request_id} is a {what}: a mode, grants, an edited plan and a cleared context apply to plans only"
         ))
     };
     match (request.kind.as_str(), decision) {
@@ -134,6 +148,7 @@ fn response_body(
                 feedback,
                 edited_plan,
                 clear_context,
+                grants,
             },
         ) => {
             if let Some(mode) = &mode {
@@ -145,6 +160,14 @@ fn response_body(
                     "the edited plan for {request_id} is empty: approve without edits or send a plan"
                 )));
             }
+            // A person's ceiling is any mode: they drop only what they leave out.
+            let selected = select_grants(
+                &requested_rules(request),
+                Granter::Person {
+                    chosen: grants.as_deref(),
+                },
+            )
+            .map_err(|e| unfit(format!("--grant: {e}")))?;
             Ok(MessageBody::PlanApprovalResponse {
                 request_id,
                 approved: true,
@@ -154,6 +177,8 @@ fn response_body(
                 edited_plan,
                 clear_context,
                 rule: None,
+                grants: selected.granted,
+                dropped_grants: selected.dropped,
             })
         }
         ("plan_approval_request", Decision::Reject { feedback }) => {
@@ -166,6 +191,8 @@ fn response_body(
                 edited_plan: None,
                 clear_context: false,
                 rule: None,
+                grants: Vec::new(),
+                dropped_grants: Vec::new(),
             })
         }
         (
@@ -175,9 +202,10 @@ fn response_body(
                 edited_plan,
                 clear_context,
                 feedback,
+                grants,
             },
         ) => {
-            if mode.is_some() || edited_plan.is_some() || clear_context {
+            if mode.is_some() || edited_plan.is_some() || clear_context || grants.is_some() {
                 return Err(plans_only("permission request"));
             }
             Ok(MessageBody::PermissionResponse {
@@ -202,9 +230,10 @@ fn response_body(
                 edited_plan,
                 clear_context,
                 feedback,
+                grants,
             },
         ) => {
-            if mode.is_some() || edited_plan.is_some() || clear_context {
+            if mode.is_some() || edited_plan.is_some() || clear_context || grants.is_some() {
                 return Err(plans_only("merge request"));
             }
             Ok(MessageBody::MergeResponse {

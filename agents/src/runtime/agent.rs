@@ -133,6 +133,8 @@ pub struct AgentRuntime {
     pub(super) mode: PermissionMode,
     pub(super) pre_plan_mode: Option<PermissionMode>,
     pub(super) approval_ceiling: Option<PermissionMode>,
+    /// The rules of the agent's approved plan, until its verification report.
+    pub(super) plan_grants: Option<crate::permission::PlanGrants>,
     pub(super) plan_file: Option<PathBuf>,
     pub(super) system: String,
     pub(super) tools: Vec<String>,
@@ -203,6 +205,7 @@ impl AgentRuntime {
             mode: spec.mode,
             pre_plan_mode: spec.pre_plan_mode,
             approval_ceiling: spec.approval_ceiling,
+            plan_grants: None,
             plan_file,
             system,
             tools,
@@ -366,8 +369,27 @@ impl AgentRuntime {
                 .as_ref()
                 .map(super::team::TeamCheckpoint::record),
         );
+        // Plan grants end with the plan's verification report, in the same commit.
+        let grants_end = self.plan_grants.as_ref().and_then(|grants| {
+            end.sends
+                .iter()
+                .any(|sent| {
+                    matches!(&sent.body, muster_mailbox::MessageBody::VerificationReport {
+                        request_id: Some(id), ..
+                    } if *id == grants.request_id)
+                })
+                .then(|| Record::GrantsEnded {
+                    request_id: grants.request_id.clone(),
+                    reason: "the plan's verification report was sent".into(),
+                })
+        });
+        let grants_ended = grants_end.is_some();
+        records.extend(grants_end);
         records.push(Record::Finished { result });
         let outcome = self.commit_with(records, with_it).await?;
+        if grants_ended {
+            self.plan_grants = None;
+        }
         if let Some(team) = team {
             muster_mailbox::failpoint!("turn_end");
             team.turn_ended(&self.id, &end, &outcome);

@@ -164,6 +164,7 @@ impl AgentRuntime {
                 plans: &self.run.plans,
                 tool_context: &context,
                 auto_gate_open: self.auto_gate_open,
+                plan_grants: self.plan_grants.as_ref(),
             };
             self.run
                 .gate

@@ -63,6 +63,8 @@ pub struct CallContext<'a> {
     pub tool_context: &'a ToolContext,
     /// The run's auto gate as of the agent's last commit.
     pub auto_gate_open: bool,
+    /// The agent's plan-scoped grants, while it holds them.
+    pub plan_grants: Option<&'a crate::permission::PlanGrants>,
 }
 
 /// Decides a tool call: allow, ask or deny, with a reason.
@@ -119,6 +121,7 @@ impl ToolGate for EngineGate {
         context.home_dir = self.home_dir.as_deref();
         context.plans_dir = Some(call.plans.dir().to_path_buf());
         context.mcp_tool = tool.mcp().cloned();
+        context.grants = call.plan_grants;
         let decision = self.engine.decide(&context, tool.name(), input);
         GateDecision {
             verdict: decision.verdict,

@@ -4,9 +4,14 @@
 //! saved mode (capped, with the auto-gate fallback), rejection keeps planning.
 
 use muster_config::PermissionMode;
-use muster_mailbox::{Message as Mail, MessageBody, MessageFilter, NewMessage, NewResponse};
+use muster_mailbox::message::DroppedGrant;
+use muster_mailbox::{
+    Message as Mail, MessageBody, MessageFilter, NewMessage, NewResponse, RequestRecord,
+};
 
 use crate::model::ToolCall;
+use crate::permission::PlanGrants;
+use crate::permission::grants::{GrantSelection, Granter, requested_rules, select_grants};
 use crate::tools::{ExitPlanModeInput, ToolOutput};
 
 use super::agent::{AgentOutcome, AgentRuntime, CallResult, Dispatched};
@@ -28,6 +33,10 @@ struct PlanDecision {
     unreadable_mode: Option<String>,
     edited_plan: Option<String>,
     clear_context: bool,
+    /// The rules the approval grants (plan-scoped grants).
+    grants: Vec<String>,
+    /// Requested rules it did not grant, with why.
+    dropped_grants: Vec<DroppedGrant>,
 }
 
 impl AgentRuntime {
@@ -128,8 +137,19 @@ impl AgentRuntime {
                 if missing.len() == 1 { "it" } else { "them" }
             )));
         }
+        let requested = match requested_rules(&input.allowed_prompts) {
+            Ok(requested) => requested,
+            Err(error) => {
+                return Ok(refuse(&format!(
+                    "{error}. Fix or remove that entry of `allowedPrompts` and call \
+                     ExitPlanMode again."
+                )));
+            }
+        };
         write_plan(&plan_file, &plan)?;
-        let (request_id, responder) = self.send_plan_request(call, &path, &plan).await?;
+        let (request_id, responder) = self
+            .send_plan_request(call, &path, &plan, requested)
+            .await?;
         self.await_plan_decision(&request_id, &responder).await
     }
 
@@ -140,6 +160,7 @@ impl AgentRuntime {
         call: &ToolCall,
         path: &str,
         plan: &str,
+        allowed_prompts: Vec<String>,
     ) -> RuntimeResult<(String, String)> {
         let (recipient, responder) = match &self.kind {
             AgentKind::Teammate { lead } => (lead.clone(), self.run.team.responder_for(&self.id)),
@@ -175,6 +196,7 @@ impl AgentRuntime {
                     responder: responder.clone(),
                     revision: revision.revision,
                     previous_request_id: revision.previous_request_id,
+                    allowed_prompts,
                 },
                 idempotency_key: Some(format!("{}:{}", self.id, call.id)),
             })
@@ -230,8 +252,9 @@ impl AgentRuntime {
             return self.apply_plan_decision(mail).await;
         }
         let request = self.run.store.request(&run_id, request_id).await?;
-        if request.as_ref().is_some_and(|r| r.response.is_none()) {
-            self.decide_here(request_id, responder).await?;
+        if let Some(request) = request.filter(|r| r.response.is_none()) {
+            self.decide_here(request_id, responder, &requested_of(&request))
+                .await?;
         }
         match self
             .run
@@ -259,7 +282,12 @@ impl AgentRuntime {
 
     /// A policy decides at once; a person at the terminal is asked. Without either, nothing
     /// is decided here.
-    async fn decide_here(&self, request_id: &str, responder: &str) -> RuntimeResult<()> {
+    async fn decide_here(
+        &self,
+        request_id: &str,
+        responder: &str,
+        requested: &[String],
+    ) -> RuntimeResult<()> {
         let plan_file = self.plan_file.clone().unwrap_or_default();
         let plan = read_plan(&plan_file)?;
         let body = match (&self.run.approver, &self.run.terminal) {
@@ -269,6 +297,11 @@ impl AgentRuntime {
                 let verdict = policy.review_plan(&plan);
                 let restored = self.restored_mode(None);
                 let granted = restored.capped_at(verdict.granted_mode);
+                let grants = if verdict.approved {
+                    select_grants(requested, Granter::Policy { policy }).unwrap_or_default()
+                } else {
+                    GrantSelection::default()
+                };
                 MessageBody::PlanApprovalResponse {
                     request_id: request_id.to_owned(),
                     approved: verdict.approved,
@@ -283,6 +316,8 @@ impl AgentRuntime {
                     } else {
                         "required_sections, max_files, allowed_paths, denied_paths".into()
                     }),
+                    grants: grants.granted,
+                    dropped_grants: grants.dropped,
                 }
             }
             (PlanApprover::Human, Some(terminal)) if responder == muster_mailbox::HUMAN => {
@@ -294,7 +329,7 @@ impl AgentRuntime {
                 .unwrap_or(TerminalPlanDecision::Reject {
                     feedback: "the terminal prompt failed".into(),
                 });
-                terminal_response(request_id, decided)
+                terminal_response(request_id, decided, requested)
             }
             _ => return Ok(()),
         };
@@ -373,6 +408,9 @@ impl AgentRuntime {
             pre_plan_mode: None,
             reason: format!("plan {request_id} approved by {}{note}", decision.responder),
         });
+        let grants_note = self
+            .take_grants(&request_id, &decision, &mut result)
+            .await?;
         result
             .events
             .push(self.decided_event(&request_id, &decision, Some(mode)));
@@ -391,8 +429,8 @@ impl AgentRuntime {
             .map(|f| format!("\nReviewer's notes: {f}"))
             .unwrap_or_default();
         result.output = ToolOutput::text(format!(
-            "Your plan was approved by {}. You are now in {mode} mode{note}. The approved plan \
-             is in {path}; implement it step by step.{feedback}{edited}",
+            "Your plan was approved by {}. You are now in {mode} mode{note}.{grants_note} The \
+             approved plan is in {path}; implement it step by step.{feedback}{edited}",
             decision.responder
         ));
         if decision.clear_context {
@@ -401,6 +439,54 @@ impl AgentRuntime {
             ));
         }
         Ok(done(result))
+    }
+
+    /// Takes the approval's grants (only rules the request asked for) as the agent's plan
+    /// grants, recorded beside the mode change; says what the model may now do.
+    async fn take_grants(
+        &mut self,
+        request_id: &str,
+        decision: &PlanDecision,
+        result: &mut CallResult,
+    ) -> RuntimeResult<String> {
+        let request = self.run.store.request(&self.run.run_id, request_id).await?;
+        let requested = request.as_ref().map(requested_of).unwrap_or_default();
+        let texts: Vec<String> = decision
+            .grants
+            .iter()
+            .filter(|rule| requested.contains(rule))
+            .cloned()
+            .collect();
+        let (grants, _) = PlanGrants::from_texts(request_id, &decision.responder, &texts);
+        let mut note = String::new();
+        if grants.rules.is_empty() {
+            if let Some(old) = self.plan_grants.take() {
+                result.records.push(Record::GrantsEnded {
+                    request_id: old.request_id,
+                    reason: format!("plan {request_id} was approved without grants"),
+                });
+            }
+        } else {
+            note = format!(
+                " Until your verification report you may also use, without asking: {}                  (deny and ask rules, path limits and the sandbox still apply).",
+                grants.texts().join(", ")
+            );
+            result.records.push(Record::Grants {
+                request_id: request_id.to_owned(),
+                approved_by: decision.responder.clone(),
+                rules: grants.texts(),
+            });
+            self.plan_grants = Some(grants);
+        }
+        if !decision.dropped_grants.is_empty() {
+            let dropped: Vec<String> = decision
+                .dropped_grants
+                .iter()
+                .map(|d| format!("{} ({})", d.rule, d.reason))
+                .collect();
+            note.push_str(&format!(" Not granted: {}.", dropped.join("; ")));
+        }
+        Ok(note)
     }
 
     /// The mode an approval leads to: the granted mode or the saved one, `default` instead of
@@ -487,6 +573,8 @@ fn read_decision(mail: &Mail) -> PlanDecision {
             mode,
             edited_plan,
             clear_context,
+            grants,
+            dropped_grants,
             ..
         } => {
             let parsed = mode.as_deref().map(str::parse::<PermissionMode>);
@@ -498,6 +586,8 @@ fn read_decision(mail: &Mail) -> PlanDecision {
                 unreadable_mode: mode.filter(|_| matches!(parsed, Some(Err(_)))),
                 edited_plan,
                 clear_context,
+                grants,
+                dropped_grants,
             }
         }
         other => PlanDecision {
@@ -511,11 +601,28 @@ fn read_decision(mail: &Mail) -> PlanDecision {
             unreadable_mode: None,
             edited_plan: None,
             clear_context: false,
+            grants: Vec::new(),
+            dropped_grants: Vec::new(),
         },
     }
 }
 
-fn terminal_response(request_id: &str, decided: TerminalPlanDecision) -> MessageBody {
+/// The rules a stored plan request asks for.
+pub(super) fn requested_of(request: &RequestRecord) -> Vec<String> {
+    match MessageBody::from_stored(&request.kind, &request.body) {
+        MessageBody::PlanApprovalRequest {
+            allowed_prompts, ..
+        } => allowed_prompts,
+        _ => Vec::new(),
+    }
+}
+
+/// A person at the terminal grants every requested rule with the plan.
+fn terminal_response(
+    request_id: &str,
+    decided: TerminalPlanDecision,
+    requested: &[String],
+) -> MessageBody {
     match decided {
         TerminalPlanDecision::Approve {
             mode,
@@ -530,6 +637,8 @@ fn terminal_response(request_id: &str, decided: TerminalPlanDecision) -> Message
             edited_plan: None,
             clear_context,
             rule: None,
+            grants: requested.to_vec(),
+            dropped_grants: Vec::new(),
         },
         TerminalPlanDecision::Reject { feedback } => MessageBody::PlanApprovalResponse {
             request_id: request_id.to_owned(),
@@ -540,6 +649,8 @@ fn terminal_response(request_id: &str, decided: TerminalPlanDecision) -> Message
             edited_plan: None,
             clear_context: false,
             rule: None,
+            grants: Vec::new(),
+            dropped_grants: Vec::new(),
         },
     }
 }

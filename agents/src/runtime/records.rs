@@ -100,6 +100,15 @@ pub enum Record {
         pre_plan_mode: Option<PermissionMode>,
         reason: String,
     },
+    /// An approval granted the agent these rules of its plan (plan-scoped grants), as the
+    /// response stored them; they hold until [`Record::GrantsEnded`] or the next approval.
+    Grants {
+        request_id: String,
+        approved_by: String,
+        rules: Vec<String>,
+    },
+    /// The grants of `request_id` ended (its verification report went out in this commit).
+    GrantsEnded { request_id: String, reason: String },
     /// The plan file's content at a point of the lifecycle.
     PlanSnapshot {
         path: String,

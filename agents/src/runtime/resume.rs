@@ -72,6 +72,7 @@ impl AgentRuntime {
             mode,
             pre_plan_mode,
             approval_ceiling,
+            plan_grants: None,
             plan_file: plan_file.map(PathBuf::from),
             system,
             tools,
@@ -225,6 +226,16 @@ impl AgentRuntime {
                 self.mode = mode;
                 self.pre_plan_mode = pre_plan_mode;
             }
+            Record::Grants {
+                request_id,
+                approved_by,
+                rules,
+            } => {
+                let (grants, _) =
+                    crate::permission::PlanGrants::from_texts(&request_id, &approved_by, &rules);
+                self.plan_grants = Some(grants);
+            }
+            Record::GrantsEnded { .. } => self.plan_grants = None,
             Record::ToolStarted {
                 tool_use_id,
                 process_group,

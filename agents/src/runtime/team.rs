@@ -10,6 +10,7 @@
 //! Results are written for a model: what happened, the ids it needs next (the new teammate's
 //! id, the request id), and why a call was refused.
 
+use crate::permission::grants::{GrantSelection, Granter, select_grants};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock, Weak};
@@ -752,6 +753,21 @@ impl AgentRuntime {
                     _ => None,
                 };
                 let approve = input.approve;
+                let requested = super::plan_mode::requested_of(&request);
+                let grants = if approve {
+                    match select_grants(
+                        &requested,
+                        Granter::Lead {
+                            ceiling: self.mode,
+                            chosen: input.grants.as_deref(),
+                        },
+                    ) {
+                        Ok(grants) => grants,
+                        Err(error) => return Ok(Err(error.to_string())),
+                    }
+                } else {
+                    GrantSelection::default()
+                };
                 let body = MessageBody::PlanApprovalResponse {
                     request_id: request_id.clone(),
                     approved: approve,
@@ -763,6 +779,8 @@ impl AgentRuntime {
                     edited_plan: input.edited_plan.clone().filter(|_| approve),
                     clear_context: approve && input.clear_context.unwrap_or(false),
                     rule: None,
+                    grants: grants.granted.clone(),
+                    dropped_grants: grants.dropped.clone(),
                 };
                 let mut summary = if approve {
                     format!("Approved plan {request_id} of {}", request.requester)
@@ -789,6 +807,18 @@ impl AgentRuntime {
                     }
                     if input.clear_context.unwrap_or(false) {
                         summary.push_str("; it starts with a fresh context");
+                    }
+                    if !grants.granted.is_empty() {
+                        summary.push_str(&format!(
+                            "; granted until its verification report: {}",
+                            grants.granted.join(", ")
+                        ));
+                    }
+                    for dropped in &grants.dropped {
+                        summary.push_str(&format!(
+                            "; not granted: {} ({})",
+                            dropped.rule, dropped.reason
+                        ));
                     }
                 }
                 (body, summary)

@@ -119,6 +119,13 @@ pub struct ExitPlanModeInput {
     /// Set when you need to explore more before you can plan; nothing is submitted.
     #[serde(default)]
     pub needs_more_exploration: Option<bool>,
+    /// The permission rules carrying out the plan needs, granted (if the approver agrees)
+    /// until the plan's verification report: `{"tool": "Bash", "prompt": "cargo test"}`
+    /// (the command and its arguments) or a rule as written, like `"Bash(cargo test:*)"` or
+    /// `"Edit(src/**)"`. Each names one plain command or path pattern; known-dangerous
+    /// commands are never granted.
+    #[serde(default, rename = "allowedPrompts")]
+    pub allowed_prompts: Vec<crate::permission::grants::AllowedPrompt>,
 }
 
 runtime_tool! {
@@ -377,6 +384,11 @@ pub struct ReviewPlanInput {
     /// (plan requests only).
     #[serde(default)]
     pub clear_context: Option<bool>,
+    /// Which of the rules the plan asks for (its `allowedPrompts`) to grant until its
+    /// verification report; omit it to grant them all, `[]` to grant none. Rules needing a
+    /// mode above your own are dropped (plan requests only).
+    #[serde(default)]
+    pub grants: Option<Vec<String>>,
 }
 
 runtime_tool! {
@@ -386,8 +398,8 @@ runtime_tool! {
         read_only: false,
         idempotent: true,
         description: "Approves or rejects a teammate's plan approval request or permission request. For plans \
-             you may grant a mode, supply an edited plan, or clear the teammate's context. Lead \
-             only.",
+             you may grant a mode and the permission rules the plan asks for, supply an edited \
+             plan, or clear the teammate's context. Lead only.",
     }
 }
 

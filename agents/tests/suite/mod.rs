@@ -2,6 +2,7 @@ mod bash_effects;
 mod budget;
 mod caching;
 mod compaction;
+mod grants;
 mod harness;
 mod limits;
 mod model;

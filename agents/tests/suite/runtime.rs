@@ -329,12 +329,14 @@ async fn teammate_plan_goes_to_the_lead_and_a_closed_auto_gate_restores_default(
         responder,
         revision,
         previous_request_id,
+        allowed_prompts,
     } = request.typed_body()
     else {
         panic!("not a plan request");
     };
     assert_eq!(request_id, "plan-alice-1");
     assert_eq!((revision, previous_request_id), (1, None));
+    assert!(allowed_prompts.is_empty());
     assert_eq!(responder, "lead");
     assert_eq!(plan, PLAN);
     assert_eq!(PathBuf::from(&plan_file), h.plans().agent_file("alice"));
@@ -356,6 +358,8 @@ async fn teammate_plan_goes_to_the_lead_and_a_closed_auto_gate_restores_default(
                 edited_plan: None,
                 clear_context: false,
                 rule: None,
+                dropped_grants: Vec::new(),
+                grants: Vec::new(),
             },
             idempotency_key: None,
         })
@@ -411,6 +415,8 @@ async fn a_rejected_teammate_plan_keeps_planning_with_the_feedback() {
                 edited_plan: None,
                 clear_context: false,
                 rule: None,
+                dropped_grants: Vec::new(),
+                grants: Vec::new(),
             },
             idempotency_key: None,
         })
@@ -424,6 +430,63 @@ async fn a_rejected_teammate_plan_keeps_planning_with_the_feedback() {
         "{:?}",
         calls[0]
     );
+}
+
+/// An `allowedPrompts` entry that is no valid grant is refused with what to fix, and nothing
+/// is sent; the corrected call goes through carrying the rules.
+#[tokio::test]
+async fn an_invalid_allowed_prompt_is_an_error_the_model_can_fix() {
+    let h = Harness::new(vec![
+        reply(
+            "alice",
+            1,
+            vec![tool(
+                "ExitPlanMode",
+                json!({"plan": PLAN, "allowedPrompts": ["Bash"]}),
+            )],
+        ),
+        reply(
+            "alice",
+            2,
+            vec![tool(
+                "ExitPlanMode",
+                json!({"plan": PLAN, "allowedPrompts": [{"tool": "Bash", "prompt": "cargo test"}]}),
+            )],
+        ),
+    ])
+    .await;
+    h.member("lead", MemberKind::Lead).await;
+    h.member("alice", MemberKind::Teammate).await;
+    let mut agent = start(
+        h.single(PlanApprover::Human),
+        teammate("alice", PermissionMode::Plan),
+        "Plan.",
+    )
+    .await;
+    let task = tokio::spawn(async move { run(&mut agent).await });
+    let request = next_mail(&h.store, "lead").await;
+    assert_eq!(request.request_id.as_deref(), Some("plan-alice-1"));
+    let MessageBody::PlanApprovalRequest {
+        allowed_prompts, ..
+    } = request.typed_body()
+    else {
+        panic!("not a plan request");
+    };
+    assert_eq!(allowed_prompts, vec!["Bash(cargo test:*)".to_owned()]);
+    let calls = h.tool_calls("alice").await;
+    assert!(calls[0].3, "{:?}", calls[0]);
+    assert!(
+        calls[0].2.contains("`Bash` alone allows every call")
+            && calls[0].2.contains("allowedPrompts"),
+        "{:?}",
+        calls[0]
+    );
+    assert_eq!(
+        h.store.requests("r1").await.unwrap().len(),
+        1,
+        "one request only"
+    );
+    task.abort();
 }
 
 #[tokio::test]
@@ -711,6 +774,8 @@ async fn a_main_agent_with_the_human_approver_stops_and_resumes_after_the_decisi
                 edited_plan: None,
                 clear_context: true,
                 rule: None,
+                dropped_grants: Vec::new(),
+                grants: Vec::new(),
             },
             idempotency_key: None,
         })

@@ -155,6 +155,7 @@ impl Harness {
                     responder: "lead".into(),
                     revision: 1,
                     previous_request_id: None,
+                    allowed_prompts: Vec::new(),
                 },
                 idempotency_key: None,
             })

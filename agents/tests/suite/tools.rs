@@ -1576,7 +1576,10 @@ fn every_schema_is_a_closed_object_with_claude_code_fields() {
         ("Bash", &["command", "description", "timeout"]),
         ("AskUserQuestion", &["questions"]),
         ("EnterPlanMode", &[]),
-        ("ExitPlanMode", &["needs_more_exploration", "plan"]),
+        (
+            "ExitPlanMode",
+            &["allowedPrompts", "needs_more_exploration", "plan"],
+        ),
         ("Agent", &["description", "prompt", "subagent_type"]),
         (
             "SendMessage",
@@ -1608,6 +1611,7 @@ fn every_schema_is_a_closed_object_with_claude_code_fields() {
                 "clear_context",
                 "edited_plan",
                 "feedback",
+                "grants",
                 "mode",
                 "request_id",
             ],

@@ -148,6 +148,8 @@ pub fn plan_response(approved: bool) -> NewResponse {
             edited_plan: None,
             clear_context: false,
             rule: None,
+            dropped_grants: Vec::new(),
+            grants: Vec::new(),
         },
         idempotency_key: None,
     }

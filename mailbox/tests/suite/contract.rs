@@ -39,6 +39,7 @@ fn plan_request(run: &str, id: &str, responder: &str) -> NewMessage {
             responder: responder.into(),
             revision: 1,
             previous_request_id: None,
+            allowed_prompts: Vec::new(),
         },
         idempotency_key: None,
     }
@@ -57,6 +58,8 @@ fn plan_response(run: &str, id: &str, from: &str, approved: bool) -> NewResponse
             edited_plan: None,
             clear_context: false,
             rule: None,
+            dropped_grants: Vec::new(),
+            grants: Vec::new(),
         },
         idempotency_key: None,
     }

@@ -78,6 +78,7 @@ async fn another_store_announces_a_decision_and_the_waiting_run_wakes() {
             responder: "human".into(),
             revision: 1,
             previous_request_id: None,
+            allowed_prompts: Vec::new(),
         },
         idempotency_key: None,
     })

@@ -74,6 +74,7 @@ async fn two_processes_answer_one_request_and_exactly_one_is_accepted(backend: B
                     responder: "human".into(),
                     revision: 1,
                     previous_request_id: None,
+                    allowed_prompts: Vec::new(),
                 },
                 idempotency_key: None,
             })

@@ -26,6 +26,13 @@ pub struct Args {
     /// Start execution with a fresh context holding only the approved plan.
     #[arg(long = "clear-context")]
     pub clear_context: bool,
+    /// Grant only this one of the rules the plan asks for (repeat for more); without it
+    /// every requested rule is granted. See `muster plans` for what a plan asks for.
+    #[arg(long = "grant", value_name = "RULE", conflicts_with = "no_grants")]
+    pub grants: Vec<String>,
+    /// Grant none of the rules the plan asks for.
+    #[arg(long = "no-grants")]
+    pub no_grants: bool,
     /// The run, when the request id exists in more than one.
     #[arg(long)]
     pub run: Option<String>,
@@ -44,6 +51,11 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         feedback: args.feedback,
         edited_plan,
         clear_context: args.clear_context,
+        grants: match (args.no_grants, args.grants.is_empty()) {
+            (true, _) => Some(Vec::new()),
+            (false, true) => None,
+            (false, false) => Some(args.grants),
+        },
     };
     decide(global, args.run.as_deref(), &args.id, decision)
 }

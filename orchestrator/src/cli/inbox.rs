@@ -126,17 +126,30 @@ fn answer_of(request: Option<&RequestRecord>) -> String {
 fn summary_of(message: &Message) -> String {
     match message.typed_body() {
         MessageBody::Text { text, summary } => summary.unwrap_or(text),
+        MessageBody::PlanApprovalRequest {
+            plan_file,
+            allowed_prompts,
+            ..
+        } if !allowed_prompts.is_empty() => {
+            format!("plan {plan_file}; asks for {}", allowed_prompts.join(", "))
+        }
         MessageBody::PlanApprovalRequest { plan_file, .. } => format!("plan {plan_file}"),
         MessageBody::PlanApprovalResponse {
             approved,
             feedback,
             mode,
+            grants,
             ..
         } => {
             let verdict = if approved { "approved" } else { "rejected" };
             let mode = mode.map(|m| format!(", mode {m}")).unwrap_or_default();
+            let grants = if grants.is_empty() {
+                String::new()
+            } else {
+                format!(", granted {}", grants.join(", "))
+            };
             let feedback = feedback.map(|f| format!(": {f}")).unwrap_or_default();
-            format!("{verdict}{mode}{feedback}")
+            format!("{verdict}{mode}{grants}{feedback}")
         }
         MessageBody::PermissionRequest { tool, reason, .. } => format!("{tool}: {reason}"),
         MessageBody::PermissionResponse {

@@ -40,6 +40,12 @@ pub struct PlanEntry {
     /// A unified diff from the previous revision's plan to this one's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diff: Option<String>,
+    /// The permission rules the plan asks for (plan-scoped grants).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allowed_prompts: Vec<String>,
+    /// The rules its approval granted.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub grants: Vec<String>,
 }
 
 pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
@@ -87,6 +93,17 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         table(&["FILE", "AGENT", "REQUEST", "REV", "STATE"], &rows)
     );
     for plan in &plans {
+        if let (Some(request), false) = (&plan.request_id, plan.allowed_prompts.is_empty()) {
+            let granted = match plan.state {
+                "approved" if plan.grants.is_empty() => "; granted: none".to_owned(),
+                "approved" => format!("; granted: {}", plan.grants.join(", ")),
+                _ => String::new(),
+            };
+            println!(
+                "\n{request} asks for: {}{granted}",
+                plan.allowed_prompts.join(", ")
+            );
+        }
         if let (Some(request), Some(previous), Some(diff)) =
             (&plan.request_id, &plan.previous_request_id, &plan.diff)
         {
@@ -127,6 +144,8 @@ pub fn collect(
                 revision: None,
                 previous_request_id: None,
                 diff: None,
+                allowed_prompts: Vec::new(),
+                grants: Vec::new(),
             },
         );
     }
@@ -159,10 +178,29 @@ pub fn collect(
                 revision: Some(stored_revision(request)),
                 previous_request_id,
                 diff,
+                allowed_prompts: crate::human_decision::requested_rules(request),
+                grants: granted_rules(request),
             },
         );
     }
     by_file.into_values().collect()
+}
+
+/// The rules a decided plan request's approval granted.
+fn granted_rules(request: &RequestRecord) -> Vec<String> {
+    request
+        .response
+        .as_ref()
+        .and_then(|r| r.body.get("grants"))
+        .and_then(Value::as_array)
+        .map(|rules| {
+            rules
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The diff from the plan of `previous_id` to `request`'s plan.

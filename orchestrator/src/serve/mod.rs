@@ -363,6 +363,10 @@ struct DecisionForm {
     plan: Option<String>,
     #[serde(default)]
     answer: Option<String>,
+    /// The approve form's grant checkboxes (`grant_0`, `grant_1`, …, each the rule text)
+    /// and `grants_listed`, set when the form listed the plan's rules.
+    #[serde(flatten)]
+    grant_fields: std::collections::BTreeMap<String, String>,
 }
 
 impl DecisionForm {
@@ -376,12 +380,14 @@ impl DecisionForm {
         };
         let mode = self.mode.filter(|m| !m.is_empty());
         let clear_context = self.clear_context.is_some();
+        let grants = pages::checked_grants(&self.grant_fields);
         match self.action.as_str() {
             "approve" => Ok(Decision::Approve {
                 mode,
                 feedback: text(self.feedback),
                 edited_plan: None,
                 clear_context,
+                grants,
             }),
             "approve_edited" => {
                 let plan = text(self.plan).ok_or("the edited plan is empty")?;
@@ -390,6 +396,7 @@ impl DecisionForm {
                     feedback: text(self.feedback),
                     edited_plan: (plan != submitted_plan).then_some(plan),
                     clear_context,
+                    grants,
                 })
             }
             "reject" => Ok(Decision::Reject {

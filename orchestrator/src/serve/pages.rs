@@ -295,6 +295,7 @@ pub fn request_page(view: &RequestView) -> String {
             body.push_str("<section class=\"plan\" id=\"plan\">");
             body.push_str(&markdown::render(text("plan")));
             body.push_str("</section>");
+            body.push_str(&requested_grants_html(request));
             match (stored_previous(request), view.previous) {
                 (Some(previous_id), Some(previous)) => {
                     let before = previous
@@ -460,6 +461,7 @@ fn decision_html(responder: &str, body: &Value) -> String {
             escape(rule)
         );
     }
+    out.push_str(&granted_html(body));
     if let Some(edited) = text("edited_plan") {
         let _ = write!(
             out,
@@ -504,20 +506,21 @@ fn forms(request: &RequestRecord) -> String {
                 .get("plan")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
+            let grants = grant_checkboxes(request);
             format!(
                 "<section class=\"answer\"><h2>Approve</h2>\
                  <form method=\"post\" action=\"{action}\" id=\"approve\">\
                  <input type=\"hidden\" name=\"action\" value=\"approve\">\
                  <label>Mode <select name=\"mode\">{modes}</select></label>\
                  <label><input type=\"checkbox\" name=\"clear_context\" value=\"on\"> start with a fresh context</label>\
-                 {feedback}<button type=\"submit\">Approve</button></form>\
+                 {grants}{feedback}<button type=\"submit\">Approve</button></form>\
                  <h2>Approve with edits</h2>\
                  <form method=\"post\" action=\"{action}\" id=\"approve-edited\">\
                  <input type=\"hidden\" name=\"action\" value=\"approve_edited\">\
                  <textarea name=\"plan\" rows=\"16\" class=\"edit\">{}</textarea>\
                  <label>Mode <select name=\"mode\">{modes}</select></label>\
                  <label><input type=\"checkbox\" name=\"clear_context\" value=\"on\"> start with a fresh context</label>\
-                 {feedback}<button type=\"submit\">Approve the edited plan</button></form>\
+                 {grants}{feedback}<button type=\"submit\">Approve the edited plan</button></form>\
                  <h2>Reject</h2><form method=\"post\" action=\"{action}\" id=\"reject\">\
                  <input type=\"hidden\" name=\"action\" value=\"reject\">\
                  <label>Feedback (required) <textarea name=\"feedback\" rows=\"3\" required></textarea></label>\
@@ -542,6 +545,95 @@ fn forms(request: &RequestRecord) -> String {
              <button type=\"submit\">Reject</button></form></section>"
         ),
     }
+}
+
+/// The permission rules a plan asks for (plan-scoped grants), listed for the approver.
+fn requested_grants_html(request: &RequestRecord) -> String {
+    let rules = crate::human_decision::requested_rules(request);
+    if rules.is_empty() {
+        return "<p id=\"grants\">The plan asks for no permission rules.</p>".into();
+    }
+    let mut out = String::from(
+        "<section class=\"grants\" id=\"grants\"><h2>Permission rules the plan asks for</h2>\
+         <p>Granted with an approval until the plan's verification report; deny and ask rules, \
+         path limits, known-dangerous commands and the sandbox still apply.</p><ul>",
+    );
+    for rule in &rules {
+        let _ = write!(out, "<li><code>{}</code></li>", escape(rule));
+    }
+    out.push_str("</ul></section>");
+    out
+}
+
+/// The approve forms' grant checkboxes, all checked: `grant_N` carries the rule text and
+/// `grants_listed` says the form listed them (so none checked grants none).
+fn grant_checkboxes(request: &RequestRecord) -> String {
+    let rules = crate::human_decision::requested_rules(request);
+    if rules.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "<fieldset class=\"grants\"><legend>Grant</legend>\
+         <input type=\"hidden\" name=\"grants_listed\" value=\"1\">",
+    );
+    for (index, rule) in rules.iter().enumerate() {
+        let _ = write!(
+            out,
+            "<label><input type=\"checkbox\" name=\"grant_{index}\" value=\"{rule}\" checked> \
+             <code>{rule}</code></label>",
+            rule = escape(rule)
+        );
+    }
+    out.push_str("</fieldset>");
+    out
+}
+
+/// The grants a submitted approve form chose: `None` when it listed none (grant what the
+/// plan asks for), else the checked rules.
+pub fn checked_grants(fields: &std::collections::BTreeMap<String, String>) -> Option<Vec<String>> {
+    fields.get("grants_listed")?;
+    Some(
+        fields
+            .iter()
+            .filter(|(name, _)| {
+                name.strip_prefix("grant_")
+                    .is_some_and(|n| n.parse::<usize>().is_ok())
+            })
+            .map(|(_, rule)| rule.clone())
+            .collect(),
+    )
+}
+
+/// A stored approval's grants and the rules it left out.
+fn granted_html(body: &Value) -> String {
+    let mut out = String::new();
+    let granted: Vec<&str> = body
+        .get("grants")
+        .and_then(Value::as_array)
+        .map(|rules| rules.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if !granted.is_empty() {
+        out.push_str("<p id=\"granted\">Granted until the verification report:</p><ul>");
+        for rule in granted {
+            let _ = write!(out, "<li><code>{}</code></li>", escape(rule));
+        }
+        out.push_str("</ul>");
+    }
+    let dropped = body.get("dropped_grants").and_then(Value::as_array);
+    if let Some(dropped) = dropped.filter(|d| !d.is_empty()) {
+        out.push_str("<p>Not granted:</p><ul>");
+        for item in dropped {
+            let text = |key: &str| item.get(key).and_then(Value::as_str).unwrap_or_default();
+            let _ = write!(
+                out,
+                "<li><code>{}</code>: {}</li>",
+                escape(text("rule")),
+                escape(text("reason"))
+            );
+        }
+        out.push_str("</ul>");
+    }
+    out
 }
 
 /// A page for an error, with a message a person can act on.

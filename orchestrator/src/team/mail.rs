@@ -21,6 +21,20 @@ fn fenced(what: &str, nonce: &str, content: &str) -> String {
     )
 }
 
+/// What a plan request's `allowedPrompts` mean for its reviewer (the rules are the
+/// teammate's text, so they are fenced like the plan).
+fn asked_grants(rules: &[String], nonce: &str) -> String {
+    if rules.is_empty() {
+        return String::new();
+    }
+    format!(
+        " It asks to be granted the permission rules below until its verification report. \
+         Approving grants them all unless you pass `\"grants\"` (the ones to grant; `[]` for \
+         none); a rule needing a mode above your own is not granted.\n{}",
+        fenced("rules", nonce, &rules.join("\n"))
+    )
+}
+
 /// The words an agent reads for one message.
 pub fn render(mail: &Mail, nonce: &str) -> String {
     let from = &mail.sender;
@@ -31,12 +45,14 @@ pub fn render(mail: &Mail, nonce: &str) -> String {
             plan_file,
             plan,
             responder,
+            allowed_prompts,
             ..
         } => format!(
             "Plan approval request {request_id} from {from} (plan file {plan_file}; answered by \
              {responder}). Review the plan and answer with ReviewPlan {{\"request_id\": \
              \"{request_id}\", \"approve\": true|false, \"feedback\": …}}; {from} changes \
-             nothing until you do.\n{}",
+             nothing until you do.{}\n{}",
+            asked_grants(&allowed_prompts, nonce),
             fenced("plan", nonce, &plan)
         ),
         MessageBody::PermissionRequest {

@@ -487,8 +487,22 @@ impl Team {
         };
         let policy = self.policy(&path)?;
         let body = match MessageBody::from_stored(&request.kind, &request.body) {
-            MessageBody::PlanApprovalRequest { plan, .. } => {
+            MessageBody::PlanApprovalRequest {
+                plan,
+                allowed_prompts,
+                ..
+            } => {
                 let verdict = policy.review_plan(&plan);
+                // Only what the policy's `permissions.allow` covers, up to its max_mode.
+                let grants = if verdict.approved {
+                    muster_agents::permission::grants::select_grants(
+                        &allowed_prompts,
+                        muster_agents::permission::grants::Granter::Policy { policy: &policy },
+                    )
+                    .unwrap_or_default()
+                } else {
+                    Default::default()
+                };
                 let working = {
                     let members = self.members.lock().unwrap_or_else(|p| p.into_inner());
                     members
@@ -506,6 +520,8 @@ impl Team {
                     edited_plan: None,
                     clear_context: false,
                     rule: Some(deciding_rule(&policy, &verdict)),
+                    grants: grants.granted,
+                    dropped_grants: grants.dropped,
                 }
             }
             MessageBody::PermissionRequest { tool, input, .. } => {

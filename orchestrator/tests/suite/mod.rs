@@ -4,6 +4,7 @@ mod check_cli;
 mod common;
 mod config_cli;
 mod demo_cli;
+mod grants_cli;
 mod mcp_cli;
 mod openai_cli;
 mod resume_cli;

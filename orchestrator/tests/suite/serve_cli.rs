@@ -171,6 +171,7 @@ async fn project() -> (tempfile::TempDir, Arc<SqliteStore>) {
                     responder: responder.into(),
                     revision,
                     previous_request_id: previous.map(str::to_owned),
+                    allowed_prompts: Vec::new(),
                 },
                 idempotency_key: None,
             }
@@ -193,6 +194,8 @@ async fn project() -> (tempfile::TempDir, Arc<SqliteStore>) {
                 edited_plan: None,
                 clear_context: false,
                 rule: None,
+                dropped_grants: Vec::new(),
+                grants: Vec::new(),
             },
             idempotency_key: None,
         })
@@ -490,4 +493,88 @@ async fn a_decision_in_the_page_is_stored_once_and_the_cli_loses_after_it() {
         page.contains("Answered by human") && page.contains("8080"),
         "{page}"
     );
+}
+
+/// Plan-scoped grants on the request page: the rules a plan asks for are listed (escaped),
+/// the approve form has a checked box for each, and approving with some unchecked stores
+/// only the checked ones, the rest reported as left out.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_request_page_lists_the_rules_a_plan_asks_for_and_grants_the_checked_ones() {
+    let (dir, store) = project().await;
+    store
+        .send(NewMessage {
+            run_id: "r1".into(),
+            sender: "bob".into(),
+            recipient: "lead".into(),
+            body: MessageBody::PlanApprovalRequest {
+                request_id: "plan-bob-9".into(),
+                plan_file: ".muster/plans/brave-red-fox-agent-bob.md".into(),
+                plan: "## Goal\nx\n## Steps\n1. test\n## Files\nsrc/a.rs\n".into(),
+                responder: "human".into(),
+                revision: 1,
+                previous_request_id: None,
+                allowed_prompts: vec![
+                    "Bash(cargo test:*)".into(),
+                    "Edit(src/**)".into(),
+                    "Bash(echo <b>hi</b>:*)".into(),
+                ],
+            },
+            idempotency_key: None,
+        })
+        .await
+        .unwrap();
+    let serve = Serve::start(dir.path()).await;
+    let cookie = serve.sign_in().await;
+    let path = "/runs/r1/requests/plan-bob-9";
+    let page = serve.get(&cookie, path).await.text().await.unwrap();
+    assert!(
+        page.contains("Permission rules the plan asks for"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<li><code>Bash(cargo test:*)</code></li>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<li><code>Edit(src/**)</code></li>"),
+        "{page}"
+    );
+    assert!(page.contains("echo &lt;b&gt;hi&lt;/b&gt;"), "{page}");
+    assert!(!page.contains("<b>hi</b>"), "{page}");
+    assert!(
+        page.contains("name=\"grant_0\" value=\"Bash(cargo test:*)\" checked"),
+        "{page}"
+    );
+    let mut events = serve.get(&cookie, "/events").await;
+    let approved = serve
+        .post(
+            &cookie,
+            path,
+            &[
+                ("action", "approve"),
+                ("grants_listed", "1"),
+                ("grant_1", "Edit(src/**)"),
+            ],
+        )
+        .await;
+    assert_eq!(approved.status(), StatusCode::SEE_OTHER);
+    Serve::next_change(&mut events).await;
+    let response = store
+        .request("r1", "plan-bob-9")
+        .await
+        .unwrap()
+        .unwrap()
+        .response
+        .unwrap();
+    assert_eq!(response.body["grants"], json!(["Edit(src/**)"]));
+    let dropped = response.body["dropped_grants"].as_array().unwrap();
+    assert_eq!(dropped[0]["rule"], "Bash(cargo test:*)");
+    assert_eq!(dropped[0]["reason"], "left out by the approver");
+    assert_eq!(dropped[1]["rule"], "Bash(echo <b>hi</b>:*)");
+    let decided = serve.get(&cookie, path).await.text().await.unwrap();
+    assert!(
+        decided.contains("Granted until the verification report"),
+        "{decided}"
+    );
+    assert!(decided.contains("left out by the approver"), "{decided}");
 }

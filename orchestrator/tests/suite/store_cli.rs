@@ -78,6 +78,7 @@ async fn project_with_request(responder: &str) -> (tempfile::TempDir, Arc<Sqlite
                 responder: responder.into(),
                 revision: 1,
                 previous_request_id: None,
+                allowed_prompts: Vec::new(),
             },
             idempotency_key: None,
         })

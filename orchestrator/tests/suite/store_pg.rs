@@ -288,6 +288,7 @@ async fn seed_request(store: &dyn MailboxStore, workspace: &Path) {
                 responder: "human".into(),
                 revision: 1,
                 previous_request_id: None,
+                allowed_prompts: Vec::new(),
             },
             idempotency_key: None,
         })
