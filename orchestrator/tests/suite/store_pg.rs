@@ -11,6 +11,9 @@ use muster_fake_llm::FakeLlm;
 use muster_mailbox::{MailboxStore, PostgresStore, StoreOptions};
 
 use super::common::{lines, stderr};
+
+#[path = "../../../mailbox/tests/suite/pg_cluster.rs"]
+mod pg_cluster;
 use super::resume_cli::{
     MARKER_LINES, crash_script, marker, muster, project, run_args, run_killed_at,
 };
@@ -465,7 +468,11 @@ async fn a_batch_never_takes_another_projects_lines_for_its_own() {
 
 /// A connection of the test's own to the test server (the driver runs until it is dropped).
 async fn client() -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(&server_url(), tokio_postgres::NoTls)
+    client_of(&server_url()).await
+}
+
+async fn client_of(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
         .unwrap();
     tokio::spawn(connection);
@@ -758,4 +765,71 @@ async fn a_run_whose_epoch_moved_while_disconnected_stops_with_exit_4() {
     );
     drop(store);
     schema.drop_now().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wrong_password_exits_4_naming_authentication_with_the_password_masked() {
+    let cluster = tokio::task::spawn_blocking(pg_cluster::Cluster::start)
+        .await
+        .unwrap();
+    let dir = project();
+    let url = cluster.url_with_password("not-the-password");
+    let output = muster(dir.path(), &["--store", &url, "runs"]).await;
+    assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
+    let text = stderr(&output);
+    assert!(
+        text.contains("cannot connect to the store postgres://muster:***@127.0.0.1:")
+            && text.contains("authentication failed")
+            && text.contains("check the user and password in the URL"),
+        "{text}"
+    );
+    assert!(!text.contains("not-the-password"), "{text}");
+    // The right password reaches the same server.
+    let right = muster(dir.path(), &["--store", &cluster.url(), "runs"]).await;
+    assert_eq!(right.status.code(), Some(0), "{}", stderr(&right));
+}
+
+/// `pg_ctl stop -m fast` then start, while a live run waits on a person: the server ends
+/// every session (the pool's and the live one), the run connects again, re-takes its lock
+/// and its LISTEN, and the decision made after the restart wakes it; it completes as if
+/// nothing happened.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_restarted_in_the_middle_of_a_run_is_reconnected_and_the_run_completes() {
+    let cluster = tokio::task::spawn_blocking(pg_cluster::Cluster::start)
+        .await
+        .unwrap();
+    let (dir, mut run, run_id, fake) = run_waiting_on_a_person(&cluster.url()).await;
+    {
+        let client = client_of(&cluster.url()).await;
+        live_backend(&client, "public", &run_id, None).await;
+    }
+    let cluster = tokio::task::spawn_blocking(move || {
+        cluster.stop_fast();
+        cluster.start_again();
+        cluster
+    })
+    .await
+    .unwrap();
+    let client = client_of(&cluster.url()).await;
+    live_backend(&client, "public", &run_id, None).await;
+    let approve = muster(
+        dir.path(),
+        &["approve", "plan-alice-1", "--mode", "acceptEdits"],
+    )
+    .await;
+    assert_eq!(approve.status.code(), Some(0), "{}", stderr(&approve));
+    assert!(
+        String::from_utf8_lossy(&approve.stdout).contains("was woken"),
+        "{}",
+        String::from_utf8_lossy(&approve.stdout)
+    );
+    assert_eq!(run.finish().await, Some(0), "{:#?}", run.events);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(),
+        "hello, world\n"
+    );
+    let log = run_log_text(dir.path(), &run_id);
+    assert!(log.contains("the live run's lock is held again"), "{log}");
+    fake.verify().unwrap();
+    drop(client);
 }
