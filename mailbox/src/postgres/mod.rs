@@ -456,6 +456,33 @@ macro_rules! read_op {
     }};
 }
 
+impl PostgresStore {
+    /// For `muster bench mailbox` only: a decision whose NOTIFY is sent inside its own
+    /// transaction (so the server's global notification lock is taken at its COMMIT),
+    /// measured against the placement every command uses — [`MailboxStore::respond`], then
+    /// [`MailboxStore::announce`] after COMMIT. No setting switches a run to this path.
+    #[doc(hidden)]
+    pub async fn bench_only_respond_with_notify_in_transaction(
+        &self,
+        response: NewResponse,
+    ) -> StoreResult<Message> {
+        write_op!(self, [&response.run_id], |tx, ctx, wakes| {
+            async {
+                let message = ops::respond(&tx, ctx, &response, wakes).await?;
+                ops::execute(
+                    &tx,
+                    ctx,
+                    "SELECT pg_notify($1, $2)",
+                    &[&ctx.wake_channel(&response.run_id), &message.recipient],
+                )
+                .await?;
+                Ok(message)
+            }
+            .await
+        })
+    }
+}
+
 #[async_trait]
 impl MailboxStore for PostgresStore {
     async fn create_run(&self, run: NewRun) -> StoreResult<RunRecord> {
