@@ -1,7 +1,9 @@
 //! Live runs across processes. A live run holds an exclusive lock on
 //! `.muster/runs/<run_id>.lock` and listens on a Unix socket; another muster process commits
 //! first, then writes one line to that socket, and the run wakes the recipient. When the lock
-//! is free the run is not live, and the committed mail waits for `muster resume`.
+//! is free the run is not live, and the committed mail waits for `muster resume`. On a shared
+//! backend the run also holds the server's [`LiveHold`], which is kept across a lost
+//! connection or reported lost ([`LiveRun::lost`]): the run then stops with exit 4.
 
 use std::fs::{File, TryLockError};
 use std::io::{Read, Write};
