@@ -182,6 +182,13 @@ pub enum StoreError {
     RunLocked { run: String, lock: PathBuf },
 
     #[error(
+        "run {run:?} lost its live lock on the store after its connection ended: {reason}; \
+         this process stopped without writing more (what was committed is kept) — see \
+         `muster runs`, and resume the run if no other process is running it"
+    )]
+    LiveLost { run: String, reason: String },
+
+    #[error(
         "work item {item:?}: fencing token {token} is stale (the item's token is now \
          {current}, {state}); another worker took it over, so this process must stop writing"
     )]

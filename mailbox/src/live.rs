@@ -1,14 +1,18 @@
 //! Live runs across processes. A live run holds an exclusive lock on
 //! `.muster/runs/<run_id>.lock` and listens on a Unix socket; another muster process commits
 //! first, then writes one line to that socket, and the run wakes the recipient. When the lock
-//! is free the run is not live, and the committed mail waits for `muster resume`.
+//! is free the run is not live, and the committed mail waits for `muster resume`. On a shared
+//! backend the run also holds the server's [`LiveHold`], which is kept across a lost
+//! connection or reported lost ([`LiveRun::lost`]): the run then stops with exit 4.
 
 use std::fs::{File, TryLockError};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use tokio::io::AsyncBufReadExt;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::error::{StoreError, StoreResult};
@@ -44,15 +48,51 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 /// A backend's own hold on a live run (PostgreSQL: a session-level advisory lock and a
-/// LISTEN on a dedicated connection); released when dropped.
+/// LISTEN on a dedicated connection, taken again when the connection is lost); released when
+/// dropped.
 pub struct LiveHold {
     _inner: Box<dyn std::any::Any + Send + Sync>,
+    /// The epoch the owning process opened (0 until it has): a hold taken again after a lost
+    /// connection must find it still in the store.
+    epoch: Arc<AtomicI64>,
+    /// Set, with the reason, when the hold is lost for good.
+    lost: watch::Receiver<Option<String>>,
+    run_id: String,
 }
 
 impl LiveHold {
-    pub fn new(inner: impl std::any::Any + Send + Sync) -> LiveHold {
+    /// A hold whose keeper reports through `lost` when it cannot be kept, and checks `epoch`
+    /// when it takes the hold again.
+    pub fn supervised(
+        inner: impl std::any::Any + Send + Sync,
+        run_id: &str,
+        epoch: Arc<AtomicI64>,
+        lost: watch::Receiver<Option<String>>,
+    ) -> LiveHold {
         LiveHold {
             _inner: Box::new(inner),
+            epoch,
+            lost,
+            run_id: run_id.to_owned(),
+        }
+    }
+
+    /// Records the epoch this process opened for the run (after taking the hold).
+    pub fn own_epoch(&self, epoch: i64) {
+        self.epoch.store(epoch, Ordering::SeqCst);
+    }
+
+    /// Resolves when the hold is lost for good (another process took the run over, its epoch
+    /// moved, or the server stayed unreachable): the run must stop writing and end.
+    pub async fn lost(&self) -> StoreError {
+        let mut lost = self.lost.clone();
+        let reason = match lost.wait_for(Option::is_some).await {
+            Ok(reason) => reason.clone().unwrap_or_default(),
+            Err(_) => "the hold's keeper ended".to_owned(),
+        };
+        StoreError::LiveLost {
+            run: self.run_id.clone(),
+            reason,
         }
     }
 }
@@ -136,6 +176,23 @@ impl LiveRun {
 
     pub fn socket(&self) -> &Path {
         &self.socket
+    }
+
+    /// Records the epoch this process opened for the run, for the backend's hold to check
+    /// when it takes the hold again after a lost connection.
+    pub fn own_epoch(&self, epoch: i64) {
+        if let Some(hold) = &self._server {
+            hold.own_epoch(epoch);
+        }
+    }
+
+    /// Resolves when the backend's hold on the run is lost for good; never on a backend
+    /// without one (the lock file cannot be lost while the process lives).
+    pub async fn lost(&self) -> StoreError {
+        match &self._server {
+            Some(hold) => hold.lost().await,
+            None => std::future::pending().await,
+        }
     }
 }
 

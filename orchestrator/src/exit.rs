@@ -82,7 +82,8 @@ impl Exit {
             | StoreError::PostgresConnect { .. }
             | StoreError::ConnectionLost { .. }
             | StoreError::NotMusterDatabase { .. }
-            | StoreError::Fenced { .. } => Exit::Store,
+            | StoreError::Fenced { .. }
+            | StoreError::LiveLost { .. } => Exit::Store,
             StoreError::InvalidId { .. }
             | StoreError::UnknownRun(_)
             | StoreError::UnknownRequest { .. }

@@ -191,7 +191,16 @@ pub(crate) async fn pick_run(
 /// epoch its leases belong to.
 pub(crate) struct Owned {
     pub epoch: i64,
-    _live: LiveRun,
+    live: LiveRun,
+}
+
+impl Owned {
+    /// Resolves when the run's live lock on a shared store is lost for good (its connection
+    /// ended and the lock could not be taken again, or another process opened a newer epoch):
+    /// the run must stop at once, writing nothing more, and exit 4. Pending forever on SQLite.
+    pub async fn lost(&self) -> anyhow::Error {
+        anyhow::Error::from(self.live.lost().await)
+    }
 }
 
 /// Takes over `run_id` for this process: the live-run lock, the run's log, a new epoch; for a
@@ -215,6 +224,8 @@ pub(crate) async fn take_over(
     .await?;
     crate::run_log::start(&project.root.logs_dir(), run_id, kind, resumed.is_some());
     let epoch = store.open_epoch(run_id).await?;
+    // Taken again after a lost connection, the hold must find this epoch still the run's.
+    live.own_epoch(epoch);
     if let Some((record, launch)) = resumed {
         let effective = serde_json::to_value(launch)?;
         if effective != record.launch_options {
@@ -224,7 +235,7 @@ pub(crate) async fn take_over(
             .set_run_status(run_id, RunStatus::Running, None)
             .await?;
     }
-    Ok(Owned { epoch, _live: live })
+    Ok(Owned { epoch, live })
 }
 
 /// Commits the run's ending (status and result) and closes its log.

@@ -236,6 +236,8 @@ impl Session {
                 .await;
                 Ok(Ending::interrupted(signal, &run_id))
             }
+            // Another process may own the run now: end without writing its ending.
+            lost = owned.lost() => return Err(lost),
         };
         let ending = driven.unwrap_or_else(|error| Ending::from_error(&error));
         lifecycle::finish(store.as_ref(), &run_id, &ending).await?;

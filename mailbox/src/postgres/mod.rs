@@ -12,6 +12,7 @@
 //! them (see [`crate::live`]).
 
 mod fork;
+mod live;
 pub(crate) mod ops;
 mod schema;
 mod tasks;
@@ -282,49 +283,26 @@ impl PostgresStore {
         }
     }
 
-    /// A connection outside the pool, for as long as the caller keeps it: its notifications
-    /// wake this store's receivers of `run_id` (the payload names the recipient).
+    /// A connection outside the pool, for as long as the caller keeps it (a session lock
+    /// must outlive one statement).
     async fn dedicated(
         &self,
-        run_id: &str,
     ) -> StoreResult<(tokio_postgres::Client, tokio::task::JoinHandle<()>)> {
-        let (client, mut connection) =
-            self.config.connect(self.tls.clone()).await.map_err(|e| {
-                StoreError::PostgresConnect {
-                    target: self.ctx.target.to_string(),
-                    reason: connect_reason(&e),
-                }
-            })?;
-        let (waiters, run) = (self.waiters.clone(), run_id.to_owned());
-        let target = self.ctx.target.clone();
-        let driver = tokio::spawn(async move {
-            loop {
-                match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-                    Some(Ok(tokio_postgres::AsyncMessage::Notification(note))) => {
-                        if validate_agent_id(note.payload()).is_ok() {
-                            waiters.wake(&run, note.payload());
-                        }
-                    }
-                    Some(Ok(_)) => {}
-                    Some(Err(error)) => {
-                        tracing::warn!(
-                            store = %target, run = %run, %error,
-                            "the live run's connection to the store ended; other processes \
-                             cannot wake it until it is resumed"
-                        );
-                        break;
-                    }
-                    None => break,
-                }
+        let (client, connection) = self.config.connect(self.tls.clone()).await.map_err(|e| {
+            StoreError::PostgresConnect {
+                target: self.ctx.target.to_string(),
+                reason: connect_reason(&e),
             }
+        })?;
+        let driver = tokio::spawn(async move {
+            let _ = connection.await;
         });
         Ok((client, driver))
     }
 }
 
-/// A live run's dedicated connection: while it is open, the server holds the run's session
-/// lock and delivers its channel's notifications; closing it (or the process dying) releases
-/// both.
+/// A dedicated connection (the work channel's LISTEN, a wait for a run's lock): closing it
+/// (or the process dying) ends what it holds on the server.
 struct LiveConnection {
     _client: tokio_postgres::Client,
     driver: tokio::task::JoinHandle<()>,
@@ -476,6 +454,33 @@ macro_rules! read_op {
         let result = $body;
         store.finish($tx, result, Vec::new()).await
     }};
+}
+
+impl PostgresStore {
+    /// For `muster bench mailbox` only: a decision whose NOTIFY is sent inside its own
+    /// transaction (so the server's global notification lock is taken at its COMMIT),
+    /// measured against the placement every command uses — [`MailboxStore::respond`], then
+    /// [`MailboxStore::announce`] after COMMIT. No setting switches a run to this path.
+    #[doc(hidden)]
+    pub async fn bench_only_respond_with_notify_in_transaction(
+        &self,
+        response: NewResponse,
+    ) -> StoreResult<Message> {
+        write_op!(self, [&response.run_id], |tx, ctx, wakes| {
+            async {
+                let message = ops::respond(&tx, ctx, &response, wakes).await?;
+                ops::execute(
+                    &tx,
+                    ctx,
+                    "SELECT pg_notify($1, $2)",
+                    &[&ctx.wake_channel(&response.run_id), &message.recipient],
+                )
+                .await?;
+                Ok(message)
+            }
+            .await
+        })
+    }
 }
 
 #[async_trait]
@@ -649,42 +654,13 @@ impl MailboxStore for PostgresStore {
     }
 
     async fn hold_live(&self, run_id: &str) -> StoreResult<Option<crate::live::LiveHold>> {
-        let (client, driver) = self.dedicated(run_id).await?;
-        let held = LiveConnection {
-            _client: client,
-            driver,
-        };
-        let row = held
-            ._client
-            .query_one(
-                "SELECT pg_try_advisory_lock($1)",
-                &[&self.ctx.live_lock_key(run_id)],
-            )
-            .await
-            .map_err(|e| ops::pg_error(&self.ctx, e))?;
-        let locked: bool = ops::col(&row, "pg_locks", 0)?;
-        if !locked {
-            return Err(StoreError::RunLocked {
-                run: run_id.into(),
-                lock: format!(
-                    "advisory lock {} on {}",
-                    self.ctx.live_lock_key(run_id),
-                    self.ctx.target
-                )
-                .into(),
-            });
-        }
-        held._client
-            .batch_execute(&format!("LISTEN {}", self.ctx.wake_channel(run_id)))
-            .await
-            .map_err(|e| ops::pg_error(&self.ctx, e))?;
-        Ok(Some(crate::live::LiveHold::new(held)))
+        self.take_hold(run_id).await.map(Some)
     }
 
     async fn wait_until_not_live(&self, run_id: &str) -> StoreResult<()> {
         // The server queues this session behind the holder and grants the lock when the
         // holder's session ends; it is given back at once.
-        let (client, driver) = self.dedicated(run_id).await?;
+        let (client, driver) = self.dedicated().await?;
         let _held = LiveConnection {
             _client: client,
             driver,

@@ -35,6 +35,15 @@ impl Waiters {
         }
     }
 
+    /// Wakes every receiver of `run_id`: each looks at its mail again.
+    pub(crate) fn wake_run(&self, run_id: &str) {
+        for entry in self.by_recipient.iter() {
+            if entry.key().0 == run_id {
+                entry.value().notify_waiters();
+            }
+        }
+    }
+
     pub(crate) fn wake_all(&self, wakes: &[Wake]) {
         for wake in wakes {
             self.wake(&wake.run_id, &wake.recipient);

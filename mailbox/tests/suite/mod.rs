@@ -6,6 +6,7 @@ mod faults;
 mod group_commit;
 mod live;
 mod pg;
+mod pg_cluster;
 mod pg_faults;
 mod pg_live;
 mod pg_lost_ack;

@@ -110,3 +110,36 @@ async fn two_stores_opening_one_new_schema_at_once_migrate_it_once() {
     assert_eq!(a.schema(), schema.name);
     assert_eq!(b.schema(), schema.name);
 }
+
+/// A server that asks for a password (a throwaway cluster with scram-sha-256: the shared
+/// test server trusts every local connection) refuses a wrong one: the error names
+/// authentication, says what to check, and never shows the password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_is_an_authentication_error_with_the_password_masked() {
+    let cluster = tokio::task::spawn_blocking(super::pg_cluster::Cluster::start)
+        .await
+        .unwrap();
+    let error = PostgresStore::open(
+        &cluster.url_with_password("wrong-pass-123"),
+        StoreOptions::default(),
+    )
+    .await
+    .err()
+    .expect("refused");
+    assert!(
+        matches!(error, StoreError::PostgresConnect { .. }),
+        "{error:?}"
+    );
+    let text = error.to_string();
+    assert!(
+        text.contains("muster:***@127.0.0.1")
+            && text.contains("authentication failed")
+            && text.contains("check the user and password in the URL"),
+        "{text}"
+    );
+    assert!(!text.contains("wrong-pass-123"), "{text}");
+    let store = PostgresStore::open(&cluster.url(), StoreOptions::default())
+        .await
+        .unwrap();
+    assert!(store.runs().await.unwrap().is_empty());
+}

@@ -241,6 +241,17 @@ async fn postgres_rows(url: &str, options: &Options, sizes: &Sizes) -> anyhow::R
     rows.push(latency_on(store, "postgres", 8, None, sizes.paced_seconds, options).await?);
     drop_schema(url, &schema).await?;
 
+    for placement in [NotifyPlacement::InTransaction, NotifyPlacement::AfterCommit] {
+        progress(&format!(
+            "postgres: decisions by {DECIDERS} deciders, NOTIFY {}",
+            placement.name()
+        ));
+        let (store, schema) = fresh_store(placement.name(), DECIDERS).await?;
+        let schema_url = create_schema_url(url, &schema);
+        rows.push(decisions_with_notify(&schema_url, store, placement, sizes).await?);
+        drop_schema(url, &schema).await?;
+    }
+
     progress(&format!(
         "postgres: {PROCESSES} processes sending into one run"
     ));
@@ -250,6 +261,123 @@ async fn postgres_rows(url: &str, options: &Options, sizes: &Sizes) -> anyhow::R
     drop(store);
     drop_schema(url, &schema).await?;
     Ok(rows)
+}
+
+/// Concurrent deciders of the NOTIFY-placement scenario: NOTIFY's lock is global, so its
+/// cost shows under concurrent commits.
+const DECIDERS: usize = 4;
+
+#[derive(Clone, Copy, PartialEq)]
+enum NotifyPlacement {
+    /// The bench-only path: `pg_notify` inside the decision's transaction.
+    InTransaction,
+    /// What every command does: the decision commits, then `announce` (is the run live?
+    /// then `pg_notify` in a statement of its own).
+    AfterCommit,
+}
+
+impl NotifyPlacement {
+    fn name(self) -> &'static str {
+        match self {
+            NotifyPlacement::InTransaction => "notify_in_transaction",
+            NotifyPlacement::AfterCommit => "notify_after_commit",
+        }
+    }
+}
+
+/// `DECIDERS` tasks each decide their share of plan requests waiting on a person in run
+/// `b`, which another store holds live (so every NOTIFY has a listener, as in a real run);
+/// each sample is one decision from its start to its NOTIFY sent.
+async fn decisions_with_notify(
+    schema_url: &str,
+    store: Arc<dyn MailboxStore>,
+    placement: NotifyPlacement,
+    sizes: &Sizes,
+) -> anyhow::Result<Row> {
+    let per_decider = sizes.sends_into_inbox * 2;
+    for decider in 0..DECIDERS {
+        for n in 0..per_decider {
+            store
+                .send(NewMessage {
+                    run_id: "b".into(),
+                    sender: format!("s{decider}"),
+                    recipient: "lead".into(),
+                    body: MessageBody::PlanApprovalRequest {
+                        request_id: format!("plan-s{decider}-{n}"),
+                        plan_file: "plan.md".into(),
+                        plan: "## Goal\nbench".into(),
+                        responder: HUMAN.into(),
+                        revision: 1,
+                        previous_request_id: None,
+                    },
+                    idempotency_key: None,
+                })
+                .await?;
+        }
+    }
+    let live_store = PostgresStore::open(schema_url, StoreOptions::default()).await?;
+    let _live = live_store.hold_live("b").await?;
+    let pg = Arc::new(PostgresStore::open(schema_url, StoreOptions::default()).await?);
+    let samples = Arc::new(Mutex::new(Samples::default()));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for decider in 0..DECIDERS {
+        let (pg, samples) = (pg.clone(), samples.clone());
+        tasks.push(tokio::spawn(async move {
+            for n in 0..per_decider {
+                let answer = NewResponse {
+                    run_id: "b".into(),
+                    sender: HUMAN.into(),
+                    body: MessageBody::PlanApprovalResponse {
+                        request_id: format!("plan-s{decider}-{n}"),
+                        approved: true,
+                        feedback: None,
+                        mode: None,
+                        lowered_from: None,
+                        edited_plan: None,
+                        clear_context: false,
+                        rule: None,
+                    },
+                    idempotency_key: None,
+                };
+                let start = Instant::now();
+                match placement {
+                    NotifyPlacement::InTransaction => {
+                        pg.bench_only_respond_with_notify_in_transaction(answer)
+                            .await?;
+                    }
+                    NotifyPlacement::AfterCommit => {
+                        let response = pg.respond(answer).await?;
+                        pg.announce("b", &response.recipient).await?;
+                    }
+                }
+                lock(&samples).push(start.elapsed());
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    let wall = started.elapsed();
+    let samples = lock(&samples).clone();
+    let mut row = Row::new("postgres", placement.name(), DECIDERS, &samples, wall);
+    row.note = Some(match placement {
+        NotifyPlacement::InTransaction => "bench-only path: pg_notify inside the decision's \
+                                           transaction"
+            .into(),
+        NotifyPlacement::AfterCommit => "as every command does: COMMIT, then the is-live \
+                                         probe and pg_notify"
+            .into(),
+    });
+    Ok(row)
+}
+
+fn lock(samples: &Mutex<Samples>) -> std::sync::MutexGuard<'_, Samples> {
+    match samples.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
 }
 
 /// Processes of the multi-process scenario: each its own pool and connections, as
@@ -1177,7 +1305,43 @@ fn render_postgres(rows: &[Row]) -> String {
             ratio
         ));
     }
+    out.push_str(&notify_placement(rows));
     out
+}
+
+/// The two NOTIFY placements side by side, and how much longer a decision takes with its
+/// NOTIFY after COMMIT than inside the transaction.
+fn notify_placement(rows: &[Row]) -> String {
+    let find = |placement: NotifyPlacement| {
+        rows.iter()
+            .find(|r| r.system == "postgres" && r.scenario == placement.name())
+    };
+    let (Some(inside), Some(after)) = (
+        find(NotifyPlacement::InTransaction),
+        find(NotifyPlacement::AfterCommit),
+    ) else {
+        return String::new();
+    };
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}×", a / b),
+        _ => "-".into(),
+    };
+    format!(
+        "\nNOTIFY placement, a decision by {} concurrent deciders:\n  \
+         inside the transaction: {} decisions/s  p50 {}  p99 {}\n  \
+         after COMMIT (muster):  {} decisions/s  p50 {}  p99 {}\n  \
+         after / inside: throughput {}, p50 {}, p99 {}\n",
+        inside.senders,
+        rate(inside.msgs_per_s),
+        ms(inside.p50_ms),
+        ms(inside.p99_ms),
+        rate(after.msgs_per_s),
+        ms(after.p50_ms),
+        ms(after.p99_ms),
+        ratio(after.msgs_per_s, inside.msgs_per_s),
+        ratio(after.p50_ms, inside.p50_ms),
+        ratio(after.p99_ms, inside.p99_ms),
+    )
 }
 
 fn ms(value: Option<f64>) -> String {

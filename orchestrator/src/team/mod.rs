@@ -381,6 +381,8 @@ async fn execute(
             interrupted = true;
             Ok(Ending::interrupted(signal, &run_id))
         }
+        // Another process may own the run now: end without writing its ending.
+        lost = owned.lost() => return Err(lost),
     };
     let ending = match driven {
         Ok(ending) => ending,

@@ -11,6 +11,9 @@ use muster_fake_llm::FakeLlm;
 use muster_mailbox::{MailboxStore, PostgresStore, StoreOptions};
 
 use super::common::{lines, stderr};
+
+#[path = "../../../mailbox/tests/suite/pg_cluster.rs"]
+mod pg_cluster;
 use super::resume_cli::{
     MARKER_LINES, crash_script, marker, muster, project, run_args, run_killed_at,
 };
@@ -462,4 +465,372 @@ async fn a_batch_never_takes_another_projects_lines_for_its_own() {
     }
     assert_ne!(finished[0], finished[1]);
     schema.drop_now().await;
+}
+
+/// A connection of the test's own to the test server (the driver runs until it is dropped).
+async fn client() -> tokio_postgres::Client {
+    client_of(&server_url()).await
+}
+
+async fn client_of(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+/// alice's plan waits on a person; once approved she writes hello.txt and the run ends.
+const HUMAN_GATED_TEAM: &str =
+    "name = \"greeters\"\n\n[[teammates]]\nname = \"alice\"\napprover = \"human\"\n";
+
+fn human_gated_script() -> Vec<muster_fake_llm::ScriptEntry> {
+    use super::common::tool;
+    use muster_fake_llm::{Block, ScriptEntry};
+    use serde_json::json;
+    const PLAN: &str = "## Goal\nGreet.\n## Steps\n1. Write hello.txt\n## Files\nhello.txt\n\
+                        ## Tests\nnone\n## Risks\nnone\n";
+    let any_turn = |agent: &str, text: &str| -> ScriptEntry {
+        serde_json::from_value(json!({
+            "agent": agent,
+            "reply": {"content": [Block::text(text)], "stop_reason": "end_turn"},
+        }))
+        .unwrap()
+    };
+    vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "Greet", "description": "Write hello.txt saying hello."}),
+            )],
+        ),
+        any_turn("lead", "Waiting for the team."),
+        ScriptEntry::reply(
+            "alice",
+            1,
+            vec![tool("ExitPlanMode", json!({"plan": PLAN}))],
+        ),
+        ScriptEntry::reply(
+            "alice",
+            2,
+            vec![tool(
+                "Write",
+                json!({"file_path": "hello.txt", "content": "hello, world\n"}),
+            )],
+        ),
+        ScriptEntry::reply("alice", 3, vec![Block::text("Wrote hello.txt.")]),
+    ]
+}
+
+/// A team run on `schema` started in a fresh project, read until alice's plan waits on a
+/// person; gives the project, the run, its id and the fake model server (kept alive).
+async fn run_waiting_on_a_person(
+    url: &str,
+) -> (
+    tempfile::TempDir,
+    super::common::Running,
+    String,
+    muster_fake_llm::FakeLlmHandle,
+) {
+    let dir = super::common::project(&[("muster.team.toml", HUMAN_GATED_TEAM)]);
+    use_store(dir.path(), url);
+    let fake = super::common::fake(human_gated_script()).await;
+    let mut run = super::common::Running::spawn(super::common::command(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Greet the world.",
+            "--base-url",
+            &fake.base_url(),
+            "--output",
+            "stream-json",
+        ],
+    ));
+    let asked = run
+        .until("alice's request to a person", |event| {
+            event["type"] == "approval_requested" && event["responder"] == "human"
+        })
+        .await;
+    let run_id = asked["run_id"].as_str().unwrap().to_owned();
+    (dir, run, run_id, fake)
+}
+
+/// The server pid of the run's dedicated connection (named `muster live <schema>.<run>`)
+/// once it holds the lock and listens, other than `not`: polled on the server's own view,
+/// with the guard as the failure bound.
+async fn live_backend(
+    client: &tokio_postgres::Client,
+    schema: &str,
+    run_id: &str,
+    not: Option<i32>,
+) -> i32 {
+    let name = format!("muster live {schema}.{run_id}");
+    let found = async {
+        loop {
+            let rows = client
+                .query(
+                    "SELECT a.pid FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid \
+                     WHERE a.application_name = $1 AND a.state = 'idle' \
+                     AND a.query LIKE 'LISTEN %' AND l.locktype = 'advisory' AND l.granted",
+                    &[&name],
+                )
+                .await
+                .unwrap();
+            let pids: Vec<i32> = rows.iter().map(|r| r.get(0)).collect();
+            if let [pid] = pids[..]
+                && Some(pid) != not
+            {
+                return pid;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(super::common::GUARD, found)
+        .await
+        .expect("the run's dedicated connection holds its lock and listens")
+}
+
+/// The bigint key of the advisory lock the session `pid` holds.
+async fn held_lock_key(client: &tokio_postgres::Client, pid: i32) -> i64 {
+    client
+        .query_one(
+            "SELECT (classid::bigint << 32) | objid::bigint FROM pg_locks \
+             WHERE pid = $1 AND locktype = 'advisory' AND objsubid = 1 AND granted",
+            &[&pid],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+fn run_log_text(dir: &Path, run_id: &str) -> String {
+    std::fs::read_to_string(dir.join(format!(".muster/logs/{run_id}.jsonl"))).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_whose_live_connection_is_killed_retakes_its_lock_and_a_decision_still_wakes_it() {
+    let schema = Schema::new().await;
+    let (dir, mut run, run_id, fake) = run_waiting_on_a_person(&schema.url()).await;
+    let client = client().await;
+    let first = live_backend(&client, &schema.name, &run_id, None).await;
+    let killed: bool = client
+        .query_one("SELECT pg_terminate_backend($1)", &[&first])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(killed);
+    // A new connection takes the lock again and listens again.
+    let second = live_backend(&client, &schema.name, &run_id, Some(first)).await;
+    assert_ne!(first, second);
+    let approve = muster(
+        dir.path(),
+        &["approve", "plan-alice-1", "--mode", "acceptEdits"],
+    )
+    .await;
+    assert_eq!(approve.status.code(), Some(0), "{}", stderr(&approve));
+    assert!(
+        String::from_utf8_lossy(&approve.stdout).contains("was woken"),
+        "woken through the new LISTEN: {}",
+        String::from_utf8_lossy(&approve.stdout)
+    );
+    assert_eq!(run.finish().await, Some(0), "{:#?}", run.events);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(),
+        "hello, world\n"
+    );
+    fake.verify().unwrap();
+    schema.drop_now().await;
+}
+
+/// Kills the run's live connection while the test's own session waits for the run's lock,
+/// so the server grants the lock to the test before the run can connect again; `then` runs
+/// holding it, and the lock is released when it returns.
+async fn take_the_lock_from_the_run<F, Fut>(schema: &str, run_id: &str, then: F)
+where
+    F: FnOnce(i64) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let observer = client().await;
+    let pid = live_backend(&observer, schema, run_id, None).await;
+    let key = held_lock_key(&observer, pid).await;
+    let taker = client().await;
+    let waiting = tokio::spawn(async move {
+        taker
+            .execute("SELECT pg_advisory_lock($1)", &[&key])
+            .await
+            .unwrap();
+        taker
+    });
+    // The waiter is queued before the holder goes (a queued waiter is granted first).
+    let queued = async {
+        loop {
+            let waiting: i64 = observer
+                .query_one(
+                    "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' \
+                     AND NOT granted AND (classid::bigint << 32) | objid::bigint = $1",
+                    &[&key],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if waiting == 1 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(super::common::GUARD, queued)
+        .await
+        .expect("queued");
+    observer
+        .execute("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .unwrap();
+    let taker = tokio::time::timeout(super::common::GUARD, waiting)
+        .await
+        .expect("granted")
+        .unwrap();
+    then(key).await;
+    drop(taker);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_whose_lock_another_process_took_while_disconnected_stops_with_exit_4_and_resumes() {
+    let schema = Schema::new().await;
+    let (dir, mut run, run_id, fake) = run_waiting_on_a_person(&schema.url()).await;
+    take_the_lock_from_the_run(&schema.name, &run_id, |_| async {
+        // Held for the run's whole re-take: it gives up and stops.
+        assert_eq!(run.finish().await, Some(4), "{:#?}", run.events);
+    })
+    .await;
+    let log = run_log_text(dir.path(), &run_id);
+    assert!(
+        log.contains("lost its live lock")
+            && log.contains("another process holds the run's lock now"),
+        "{log}"
+    );
+    assert!(
+        !run.events.iter().any(|e| e["type"] == "run_finished"),
+        "no ending is written for a run another process may own"
+    );
+    let store = open(&schema.url()).await;
+    let record = store.run(&run_id).await.unwrap().unwrap();
+    assert_eq!(record.status.as_str(), "running", "left resumable");
+    // Nothing was lost: the decision waits in the store and a resume finishes the run.
+    let approve = muster(
+        dir.path(),
+        &["approve", "plan-alice-1", "--mode", "acceptEdits"],
+    )
+    .await;
+    assert_eq!(approve.status.code(), Some(0), "{}", stderr(&approve));
+    let resumed = muster(
+        dir.path(),
+        &["resume", &run_id, "--base-url", &fake.base_url()],
+    )
+    .await;
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(),
+        "hello, world\n"
+    );
+    drop(store);
+    schema.drop_now().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_whose_epoch_moved_while_disconnected_stops_with_exit_4() {
+    let schema = Schema::new().await;
+    let (dir, mut run, run_id, _fake) = run_waiting_on_a_person(&schema.url()).await;
+    let store = open(&schema.url()).await;
+    let before = store.run(&run_id).await.unwrap().unwrap().epoch;
+    take_the_lock_from_the_run(&schema.name, &run_id, |_| async {
+        // Another owner opens a newer epoch, then lets the lock go.
+        store.open_epoch(&run_id).await.unwrap();
+    })
+    .await;
+    assert_eq!(run.finish().await, Some(4), "{:#?}", run.events);
+    let log = run_log_text(dir.path(), &run_id);
+    assert!(
+        log.contains(&format!(
+            "the run's epoch moved from {before} to {}",
+            before + 1
+        )),
+        "{log}"
+    );
+    assert_eq!(
+        store.run(&run_id).await.unwrap().unwrap().status.as_str(),
+        "running"
+    );
+    drop(store);
+    schema.drop_now().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wrong_password_exits_4_naming_authentication_with_the_password_masked() {
+    let cluster = tokio::task::spawn_blocking(pg_cluster::Cluster::start)
+        .await
+        .unwrap();
+    let dir = project();
+    let url = cluster.url_with_password("not-the-password");
+    let output = muster(dir.path(), &["--store", &url, "runs"]).await;
+    assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
+    let text = stderr(&output);
+    assert!(
+        text.contains("cannot connect to the store postgres://muster:***@127.0.0.1:")
+            && text.contains("authentication failed")
+            && text.contains("check the user and password in the URL"),
+        "{text}"
+    );
+    assert!(!text.contains("not-the-password"), "{text}");
+    // The right password reaches the same server.
+    let right = muster(dir.path(), &["--store", &cluster.url(), "runs"]).await;
+    assert_eq!(right.status.code(), Some(0), "{}", stderr(&right));
+}
+
+/// `pg_ctl stop -m fast` then start, while a live run waits on a person: the server ends
+/// every session (the pool's and the live one), the run connects again, re-takes its lock
+/// and its LISTEN, and the decision made after the restart wakes it; it completes as if
+/// nothing happened.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_restarted_in_the_middle_of_a_run_is_reconnected_and_the_run_completes() {
+    let cluster = tokio::task::spawn_blocking(pg_cluster::Cluster::start)
+        .await
+        .unwrap();
+    let (dir, mut run, run_id, fake) = run_waiting_on_a_person(&cluster.url()).await;
+    {
+        let client = client_of(&cluster.url()).await;
+        live_backend(&client, "public", &run_id, None).await;
+    }
+    let cluster = tokio::task::spawn_blocking(move || {
+        cluster.stop_fast();
+        cluster.start_again();
+        cluster
+    })
+    .await
+    .unwrap();
+    let client = client_of(&cluster.url()).await;
+    live_backend(&client, "public", &run_id, None).await;
+    let approve = muster(
+        dir.path(),
+        &["approve", "plan-alice-1", "--mode", "acceptEdits"],
+    )
+    .await;
+    assert_eq!(approve.status.code(), Some(0), "{}", stderr(&approve));
+    assert!(
+        String::from_utf8_lossy(&approve.stdout).contains("was woken"),
+        "{}",
+        String::from_utf8_lossy(&approve.stdout)
+    );
+    assert_eq!(run.finish().await, Some(0), "{:#?}", run.events);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(),
+        "hello, world\n"
+    );
+    let log = run_log_text(dir.path(), &run_id);
+    assert!(log.contains("the live run's lock is held again"), "{log}");
+    fake.verify().unwrap();
+    drop(client);
 }

@@ -1,0 +1,273 @@
+//! A live run's hold on the server: the session advisory lock and the LISTEN on one dedicated
+//! connection, kept by a supervisor task. When that connection ends (the backend terminated,
+//! the server restarted, a network cut), the supervisor connects again, re-takes the lock,
+//! re-checks that the run's epoch is still the one this process opened, LISTENs again and
+//! wakes every receiver of the run, so mail committed while it was away is looked at (its
+//! NOTIFY went to no one). When the lock is another process's or the epoch moved, the hold is
+//! lost for good: [`crate::live::LiveHold::lost`] reports it and the run must stop (exit 4).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::{PostgresStore, connect_reason, ops};
+use crate::error::{StoreError, StoreResult};
+use crate::types::validate_agent_id;
+
+/// How long the supervisor keeps trying to reach the server after the connection ends: a
+/// restart (`pg_ctl restart -m fast`) or a failover takes seconds.
+const RECONNECT_WINDOW: Duration = Duration::from_secs(30);
+
+/// Tries at the lock once connected: another process's `is_held_live` probe holds it for
+/// one statement, so a busy lock is tried again briefly before it counts as taken over.
+const LOCK_TRIES: u32 = 10;
+const LOCK_RETRY: Duration = Duration::from_millis(100);
+
+/// The dedicated connection's driver; aborted when dropped, so the connection closes with it.
+struct Driver(JoinHandle<()>);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// One dedicated connection that holds the run's lock and listens on its channel.
+struct Held {
+    client: tokio_postgres::Client,
+    driver: Driver,
+}
+
+/// Why taking the hold failed: the server could not be reached (worth another try within the
+/// window), or the run is another process's now (final, with the reason).
+enum Refused {
+    Unreachable(StoreError),
+    TakenOver(TakenOver),
+}
+
+enum TakenOver {
+    Locked,
+    EpochMoved { from: i64, to: Option<i64> },
+}
+
+/// The supervisor's task; aborting it (dropping the hold) closes the connection, which
+/// releases the lock.
+pub(super) struct Supervisor {
+    task: JoinHandle<()>,
+}
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl PostgresStore {
+    /// Takes run `run_id`'s live hold, or refuses it (another process holds the run live).
+    pub(super) async fn take_hold(&self, run_id: &str) -> StoreResult<crate::live::LiveHold> {
+        let epoch = Arc::new(AtomicI64::new(0));
+        let held = match self.hold_once(run_id, None, 1).await {
+            Ok(held) => held,
+            Err(Refused::Unreachable(error)) => return Err(error),
+            Err(Refused::TakenOver(_)) => {
+                return Err(StoreError::RunLocked {
+                    run: run_id.into(),
+                    lock: format!(
+                        "advisory lock {} on {}",
+                        self.ctx.live_lock_key(run_id),
+                        self.ctx.target
+                    )
+                    .into(),
+                });
+            }
+        };
+        let (lost_tx, lost_rx) = watch::channel(None);
+        let task = tokio::spawn(supervise(
+            self.clone(),
+            run_id.to_owned(),
+            held,
+            epoch.clone(),
+            lost_tx,
+        ));
+        Ok(crate::live::LiveHold::supervised(
+            Supervisor { task },
+            run_id,
+            epoch,
+            lost_rx,
+        ))
+    }
+
+    /// One attempt: connect, take the lock (`lock_tries` times at most), check that the run's
+    /// epoch is still `epoch` (when this process owns one), LISTEN.
+    async fn hold_once(
+        &self,
+        run_id: &str,
+        epoch: Option<i64>,
+        lock_tries: u32,
+    ) -> Result<Held, Refused> {
+        let unreachable =
+            |error: tokio_postgres::Error| Refused::Unreachable(ops::pg_error(&self.ctx, error));
+        let held = self
+            .live_connection(run_id)
+            .await
+            .map_err(Refused::Unreachable)?;
+        let key = self.ctx.live_lock_key(run_id);
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let row = held
+                .client
+                .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+                .await
+                .map_err(unreachable)?;
+            if row.try_get::<_, bool>(0).map_err(unreachable)? {
+                break;
+            }
+            if tries >= lock_tries {
+                return Err(Refused::TakenOver(TakenOver::Locked));
+            }
+            tokio::time::sleep(LOCK_RETRY).await;
+        }
+        if let Some(epoch) = epoch {
+            let row = held
+                .client
+                .query_opt("SELECT epoch FROM runs WHERE id = $1", &[&run_id])
+                .await
+                .map_err(unreachable)?;
+            let stored: Option<i64> = row.map(|r| r.try_get(0)).transpose().map_err(unreachable)?;
+            if stored != Some(epoch) {
+                return Err(Refused::TakenOver(TakenOver::EpochMoved {
+                    from: epoch,
+                    to: stored,
+                }));
+            }
+        }
+        held.client
+            .batch_execute(&format!("LISTEN {}", self.ctx.wake_channel(run_id)))
+            .await
+            .map_err(unreachable)?;
+        Ok(held)
+    }
+
+    /// A connection outside the pool, named `muster live <schema>.<run>` on the server: its
+    /// notifications wake this store's receivers of `run_id` (the payload names the
+    /// recipient).
+    async fn live_connection(&self, run_id: &str) -> StoreResult<Held> {
+        let mut config = (*self.config).clone();
+        config.application_name(live_application_name(&self.ctx.schema, run_id));
+        let (client, mut connection) =
+            config
+                .connect(self.tls.clone())
+                .await
+                .map_err(|e| StoreError::PostgresConnect {
+                    target: self.ctx.target.to_string(),
+                    reason: connect_reason(&e),
+                })?;
+        let (waiters, run) = (self.waiters.clone(), run_id.to_owned());
+        let driver = tokio::spawn(async move {
+            loop {
+                match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                    Some(Ok(tokio_postgres::AsyncMessage::Notification(note))) => {
+                        if validate_agent_id(note.payload()).is_ok() {
+                            waiters.wake(&run, note.payload());
+                        }
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(_)) | None => break,
+                }
+            }
+        });
+        Ok(Held {
+            client,
+            driver: Driver(driver),
+        })
+    }
+}
+
+/// The `application_name` of a run's dedicated connection (at most 63 bytes, the server's
+/// limit), so an operator sees it in `pg_stat_activity`.
+pub(crate) fn live_application_name(schema: &str, run_id: &str) -> String {
+    let mut name = format!("muster live {schema}.{run_id}");
+    while name.len() > 63 {
+        name.pop();
+    }
+    name
+}
+
+/// Watches the dedicated connection; when it ends, takes the hold again or reports it lost.
+async fn supervise(
+    store: PostgresStore,
+    run_id: String,
+    mut held: Held,
+    epoch: Arc<AtomicI64>,
+    lost: watch::Sender<Option<String>>,
+) {
+    loop {
+        let _ = (&mut held.driver.0).await;
+        tracing::warn!(
+            store = %store.ctx.target, run = %run_id,
+            "the live run's connection to the store ended; re-taking its lock"
+        );
+        match retake(&store, &run_id, epoch.load(Ordering::SeqCst)).await {
+            Ok(again) => {
+                held = again;
+                tracing::info!(
+                    store = %store.ctx.target, run = %run_id,
+                    "the live run's lock is held again"
+                );
+                // Mail committed while the connection was down was announced to no one.
+                store.waiters.wake_run(&run_id);
+            }
+            Err(error) => {
+                tracing::error!(
+                    store = %store.ctx.target, run = %run_id, %error,
+                    "the live run's lock is lost"
+                );
+                let _ = lost.send(Some(error));
+                return;
+            }
+        }
+    }
+}
+
+/// Connects again within [`RECONNECT_WINDOW`] and takes the hold, or says why it cannot.
+async fn retake(store: &PostgresStore, run_id: &str, epoch: i64) -> Result<Held, String> {
+    let deadline = tokio::time::Instant::now() + RECONNECT_WINDOW;
+    let mut pause = Duration::from_millis(20);
+    loop {
+        // With no epoch yet (the run is still being taken over), the lock alone decides.
+        let owned = (epoch != 0).then_some(epoch);
+        match store.hold_once(run_id, owned, LOCK_TRIES).await {
+            Ok(held) => return Ok(held),
+            Err(Refused::TakenOver(TakenOver::Locked)) => {
+                return Err(
+                    "another process holds the run's lock now (it took the run over \
+                            while the connection was down)"
+                        .into(),
+                );
+            }
+            Err(Refused::TakenOver(TakenOver::EpochMoved { from, to })) => {
+                return Err(match to {
+                    Some(to) => format!(
+                        "the run's epoch moved from {from} to {to}: another process took the \
+                         run over while the connection was down"
+                    ),
+                    None => "the run is no longer in the store".into(),
+                });
+            }
+            Err(Refused::Unreachable(error)) => {
+                if tokio::time::Instant::now() + pause > deadline {
+                    return Err(format!(
+                        "the server could not be reached again within {}s ({error})",
+                        RECONNECT_WINDOW.as_secs()
+                    ));
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
