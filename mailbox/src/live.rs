@@ -57,6 +57,18 @@ impl LiveHold {
     }
 }
 
+/// Why a store's change feed ([`MailboxStore::watch_changes`]) called back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeCause {
+    /// Some process committed to the store.
+    Notified,
+    /// The feed's connection was lost and is back: commits in between were not announced.
+    Reconnected,
+}
+
+/// What a change feed calls; quick, and on the feed's own task.
+pub type OnChange = Arc<dyn Fn(ChangeCause) + Send + Sync>;
+
 /// Held by the process that owns a run: the lock, and the socket listener that turns
 /// `wake <recipient>` lines into in-process wake-ups; on a shared backend, also the server's
 /// hold (its lock and its wake-ups from other machines).

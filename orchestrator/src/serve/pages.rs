@@ -255,6 +255,9 @@ pub struct RequestView<'a> {
     pub merge_diff: Option<String>,
     /// A message to show above the page (why a decision was refused).
     pub notice: Option<String>,
+    /// For a plan a policy answers: each of its rules, passed or failed (or why the policy
+    /// could not be read).
+    pub policy_checks: Option<Result<Vec<muster_config::RuleCheck>, String>>,
 }
 
 pub fn request_page(view: &RequestView) -> String {
@@ -393,6 +396,9 @@ pub fn request_page(view: &RequestView) -> String {
             );
         }
     }
+    if let Some(checks) = &view.policy_checks {
+        body.push_str(&policy_checks_html(&request.responder, checks));
+    }
     match &request.response {
         Some(response) => body.push_str(&decision_html(&response.responder, &response.body)),
         None if request.responder == "human" => body.push_str(&forms(request)),
@@ -405,6 +411,39 @@ pub fn request_page(view: &RequestView) -> String {
         }
     }
     page(&request.request_id, &body)
+}
+
+/// The policy's rules applied to the plan: one row each, passed or failed.
+fn policy_checks_html(
+    responder: &str,
+    checks: &Result<Vec<muster_config::RuleCheck>, String>,
+) -> String {
+    let mut html = format!(
+        "<h2>Rules of {}</h2>",
+        escape(responder.strip_prefix("policy:").unwrap_or(responder))
+    );
+    match checks {
+        Err(error) => {
+            let _ = write!(html, "<p class=\"notice\">{}</p>", escape(error));
+        }
+        Ok(checks) => {
+            html.push_str(
+                "<table class=\"policy\" id=\"policy-rules\"><thead><tr><th>rule</th>\
+                 <th>result</th><th>found</th></tr></thead><tbody>",
+            );
+            for check in checks {
+                let result = if check.passed { "passed" } else { "failed" };
+                let _ = write!(
+                    html,
+                    "<tr class=\"{result}\"><td>{}</td><td>{result}</td><td>{}</td></tr>",
+                    escape(&check.rule),
+                    escape(&check.detail),
+                );
+            }
+            html.push_str("</tbody></table>");
+        }
+    }
+    html
 }
 
 fn diff_html(before: &str, after: &str) -> String {
