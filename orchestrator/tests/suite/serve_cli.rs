@@ -606,3 +606,84 @@ async fn on_postgres_serve_listens_for_every_commit_and_reconnects_a_lost_feed()
     drop(serve);
     schema.drop_now().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plan_for_a_policy_shows_every_rule_of_the_policy_passed_or_failed() {
+    let (dir, store) = project().await;
+    // The run's stored copy decides, whatever the file says now.
+    let policy = "required_sections = [\"Steps\", \"Tests\"]\nmax_files = 1\n\
+                  denied_paths = [\"src/secrets/**\"]\n";
+    std::fs::write(dir.path().join("p.toml"), "approve_all = true\n").unwrap();
+    store
+        .create_run(NewRun {
+            id: "r2".into(),
+            slug: "calm-blue-owl".into(),
+            team: Some("t".into()),
+            workspace: dir.path().display().to_string(),
+            batch_line_id: None,
+            auto_gate: AutoGate::default(),
+            launch_options: json!({"policies": {"p.toml": {"text": policy, "sha256": "0"}}}),
+            project_id: None,
+        })
+        .await
+        .unwrap();
+    for (agent, kind) in [("lead", MemberKind::Lead), ("alice", MemberKind::Teammate)] {
+        let entry = RosterEntry {
+            agent: agent.into(),
+            kind,
+            definition: None,
+            parent: None,
+        };
+        store.add_member("r2", entry).await.unwrap();
+    }
+    store
+        .send(NewMessage {
+            run_id: "r2".into(),
+            sender: "alice".into(),
+            recipient: "lead".into(),
+            body: MessageBody::PlanApprovalRequest {
+                request_id: "plan-alice-1".into(),
+                plan_file: ".muster/plans/calm-blue-owl-agent-alice.md".into(),
+                plan: "## Steps\n1. x\n## Files\nsrc/a.rs\nsrc/secrets/k.rs\n".into(),
+                responder: "policy:p.toml".into(),
+                revision: 1,
+                previous_request_id: None,
+            },
+            idempotency_key: None,
+        })
+        .await
+        .unwrap();
+    let serve = Serve::start(dir.path()).await;
+    let cookie = serve.sign_in().await;
+    let page = serve
+        .get(&cookie, "/runs/r2/requests/plan-alice-1")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("<h2>Rules of p.toml</h2>"), "{page}");
+    let rows = [
+        ("required section `## Steps`", "passed", "present"),
+        ("required section `## Tests`", "failed", "missing or empty"),
+        ("max_files = 1", "failed", "`## Files` lists 2 paths"),
+        (
+            "denied_paths `src/secrets/**`",
+            "failed",
+            "`src/secrets/k.rs` match",
+        ),
+    ];
+    for (rule, result, found) in rows {
+        let row =
+            format!("<tr class=\"{result}\"><td>{rule}</td><td>{result}</td><td>{found}</td></tr>");
+        assert!(page.contains(&row), "{rule}: {page}");
+    }
+    assert_eq!(page.matches("<tr class=").count(), rows.len(), "{page}");
+    // A person's request shows no policy rules.
+    let human = serve
+        .get(&cookie, "/runs/r1/requests/plan-alice-2")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(!human.contains("policy-rules"), "{human}");
+}
