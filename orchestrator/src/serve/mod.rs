@@ -42,6 +42,9 @@ pub struct ServeProject {
     pub muster_dir: PathBuf,
     pub runs_dir: PathBuf,
     pub models: BTreeMap<String, ModelInfo>,
+    /// This project's id (`""` when it has none yet): the runs page lists its runs unless
+    /// asked for every project's (as `muster runs --all-projects`).
+    pub project_id: String,
 }
 
 struct Served {
@@ -194,16 +197,33 @@ fn store_failure(error: impl std::fmt::Display) -> Response {
     )
 }
 
-async fn runs(State(served): State<Shared>) -> Response {
-    match load_runs(&served).await {
-        Ok(rows) => Html(pages::runs_page(&rows)).into_response(),
+/// The runs page's query: `?all=1` lists every project's runs.
+#[derive(Debug, Deserialize)]
+struct RunsQuery {
+    #[serde(default)]
+    all: Option<String>,
+}
+
+async fn runs(
+    State(served): State<Shared>,
+    axum::extract::Query(query): axum::extract::Query<RunsQuery>,
+) -> Response {
+    let all_projects = query.all.is_some_and(|all| all == "1");
+    match load_runs(&served, all_projects).await {
+        Ok(rows) => Html(pages::runs_page(&rows, all_projects)).into_response(),
         Err(error) => store_failure(error),
     }
 }
 
-async fn load_runs(served: &Served) -> anyhow::Result<Vec<RunRow>> {
+async fn load_runs(served: &Served, all_projects: bool) -> anyhow::Result<Vec<RunRow>> {
     let store = served.project.store.as_ref();
-    let mut runs = store.runs().await?;
+    let project_id = &served.project.project_id;
+    let mut runs: Vec<_> = store
+        .runs()
+        .await?
+        .into_iter()
+        .filter(|run| all_projects || run.in_project(project_id))
+        .collect();
     runs.sort_by_key(|r| std::cmp::Reverse((r.created_at, r.id.clone())));
     let mut rows = Vec::with_capacity(runs.len());
     for run in runs {

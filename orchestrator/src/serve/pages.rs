@@ -53,8 +53,10 @@ pub struct RunRow {
     pub waiting: Vec<RequestRecord>,
 }
 
-pub fn runs_page(rows: &[RunRow]) -> String {
+/// The runs of this project, or of every project the store holds (`all_projects`).
+pub fn runs_page(rows: &[RunRow], all_projects: bool) -> String {
     let mut body = String::from("<h1>Runs</h1>");
+    body.push_str(&project_scope_html(all_projects));
     if rows.is_empty() {
         body.push_str("<p>No runs in this store yet.</p>");
         return page("Runs", &body);
@@ -93,6 +95,20 @@ pub fn runs_page(rows: &[RunRow]) -> String {
     }
     body.push_str("</tbody></table>");
     page("Runs", &body)
+}
+
+/// Which projects' runs the page lists, and the link to the other choice (as `muster runs`
+/// and `muster runs --all-projects`).
+fn project_scope_html(all_projects: bool) -> String {
+    if all_projects {
+        "<p class=\"scope\" id=\"scope\">Runs of every project in this store · \
+         <a href=\"/\">only this project's</a></p>"
+            .to_owned()
+    } else {
+        "<p class=\"scope\" id=\"scope\">Runs of this project · \
+         <a href=\"/?all=1\">all projects</a></p>"
+            .to_owned()
+    }
 }
 
 /// What the run page shows.

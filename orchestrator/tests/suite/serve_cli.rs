@@ -687,3 +687,53 @@ async fn a_plan_for_a_policy_shows_every_rule_of_the_policy_passed_or_failed() {
         .unwrap();
     assert!(!human.contains("policy-rules"), "{human}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_runs_page_lists_this_projects_runs_unless_asked_for_all_projects() {
+    let (dir, store) = project().await;
+    std::fs::write(dir.path().join(".muster/project-id"), "mine\n").unwrap();
+    for (id, slug, project) in [
+        ("r-mine", "mine-run", "mine"),
+        ("r-other", "other-run", "other"),
+    ] {
+        store
+            .create_run(NewRun {
+                id: id.into(),
+                slug: slug.into(),
+                team: None,
+                workspace: dir.path().display().to_string(),
+                batch_line_id: None,
+                auto_gate: AutoGate::default(),
+                launch_options: json!({}),
+                project_id: Some(project.into()),
+            })
+            .await
+            .unwrap();
+    }
+    let serve = Serve::start(dir.path()).await;
+    let cookie = serve.sign_in().await;
+    let listed = |page: &str| -> Vec<&str> {
+        ["r1", "r-mine", "r-other"]
+            .into_iter()
+            .filter(|id| page.contains(&format!("<a href=\"/runs/{id}\">")))
+            .collect()
+    };
+    // (query, runs listed, the link to the other choice)
+    let cases = [
+        (
+            "/",
+            vec!["r1", "r-mine"],
+            "<a href=\"/?all=1\">all projects</a>",
+        ),
+        (
+            "/?all=1",
+            vec!["r1", "r-mine", "r-other"],
+            "<a href=\"/\">only this project's</a>",
+        ),
+    ];
+    for (path, runs, link) in cases {
+        let page = serve.get(&cookie, path).await.text().await.unwrap();
+        assert_eq!(listed(&page), runs, "{path}: {page}");
+        assert!(page.contains(link), "{path}: {page}");
+    }
+}
