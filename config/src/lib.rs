@@ -27,7 +27,7 @@ pub use instructions::{InstructionFile, InstructionScope, ProjectInstructions};
 pub use mcp::{McpServerConfig, McpServerStatus, McpServers, McpTransport};
 pub use mode::PermissionMode;
 pub use origin::{Layer, Origin, Sourced};
-pub use policy::{PlanVerdict, Policy, PolicyAnswer};
+pub use policy::{PlanVerdict, Policy, PolicyAnswer, RuleCheck};
 pub use rule::{PermissionRule, PermissionRules, RuleBehavior, RuleSpecifier, RuleSubject};
 pub use settings::{CliOverrides, Settings, SettingsInputs};
 pub use team::{Isolation, SpawnRules, TeamFile, TeammateSpec};

@@ -58,6 +58,15 @@ pub enum PolicyAnswer {
     Deny { reason: String },
 }
 
+/// One rule of a policy applied to a plan: what the rule says, whether the plan passed it,
+/// and what was found. A plan is approved exactly when every check passed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RuleCheck {
+    pub rule: String,
+    pub passed: bool,
+    pub detail: String,
+}
+
 /// The policy's verdict on a plan.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PlanVerdict {
@@ -206,6 +215,88 @@ impl Policy {
         }
     }
 
+    /// Every rule of the policy applied to `plan`, passed or failed, in the policy's order:
+    /// what a reviewer sees beside the plan. Agrees with [`Policy::review_plan`]: the plan is
+    /// approved exactly when every check passed.
+    pub fn plan_checks(&self, plan: &str) -> Vec<RuleCheck> {
+        let check = |rule: String, passed: bool, detail: String| RuleCheck {
+            rule,
+            passed,
+            detail,
+        };
+        if self.approve_all {
+            return vec![check(
+                "approve_all = true".into(),
+                true,
+                "every plan is approved without checks".into(),
+            )];
+        }
+        let sections = plan_sections(plan);
+        let mut checks: Vec<RuleCheck> = self
+            .required_sections
+            .iter()
+            .map(|required| {
+                let present = sections
+                    .iter()
+                    .any(|(name, body)| name == required && !body.trim().is_empty());
+                let detail = if present {
+                    "present"
+                } else {
+                    "missing or empty"
+                };
+                check(
+                    format!("required section `## {required}`"),
+                    present,
+                    detail.into(),
+                )
+            })
+            .collect();
+        let files = planned_files(&sections);
+        if let Some(max) = self.max_files {
+            checks.push(check(
+                format!("max_files = {max}"),
+                files.len() as u64 <= max,
+                format!("`## Files` lists {} paths", files.len()),
+            ));
+        }
+        let matching = |set: &Option<GlobSet>, wanted: bool| -> Vec<&str> {
+            files
+                .iter()
+                .map(String::as_str)
+                .filter(|file| set.as_ref().is_some_and(|set| set.is_match(file)) == wanted)
+                .collect()
+        };
+        if !self.denied_paths.is_empty() {
+            let denied = matching(&self.denied_set, true);
+            checks.push(check(
+                format!("denied_paths {}", quoted_list(&self.denied_paths)),
+                denied.is_empty(),
+                if denied.is_empty() {
+                    "no planned path matches".into()
+                } else {
+                    format!("{} match", quoted_list(&denied))
+                },
+            ));
+        }
+        if !self.allowed_paths.is_empty() {
+            let denied = matching(&self.denied_set, true);
+            let outside: Vec<&str> = matching(&self.allowed_set, false)
+                .into_iter()
+                .filter(|file| !denied.contains(file))
+                .collect();
+            checks.push(check(
+                format!("allowed_paths {}", quoted_list(&self.allowed_paths)),
+                outside.is_empty(),
+                if outside.is_empty() {
+                    "every planned path matches".into()
+                } else {
+                    format!("{} match none", quoted_list(&outside))
+                },
+            ));
+        }
+        checks
+    }
+
     /// Checks a teammate's merge (worktree isolation) by the path rules over the files it
     /// changes: `max_files`, `denied_paths`, `allowed_paths` (`required_sections` is a plan's
     /// rule, not a merge's).
@@ -303,6 +394,14 @@ fn glob_set(
         }
     }
     builder.build().ok()
+}
+
+fn quoted_list<S: AsRef<str>>(items: &[S]) -> String {
+    items
+        .iter()
+        .map(|item| format!("`{}`", item.as_ref()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `(name, body)` of each `## name` section.

@@ -23,7 +23,7 @@ pub mod work;
 pub use error::{StoreError, StoreResult};
 pub use message::MessageBody;
 pub use postgres::{PG_SCHEMA_VERSION, PostgresStore, create_schema, drop_schema};
-pub use sqlite::{SCHEMA_VERSION, SqliteStore, StoreOptions, SyncMode};
+pub use sqlite::{CommitHook, DataVersion, SCHEMA_VERSION, SqliteStore, StoreOptions, SyncMode};
 pub use store::MailboxStore;
 pub use types::*;
 pub use work::{

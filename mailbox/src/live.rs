@@ -61,6 +61,12 @@ pub struct LiveHold {
 }
 
 impl LiveHold {
+    /// A hold nothing supervises (a change feed): it is never reported lost while it lives.
+    pub fn new(inner: impl std::any::Any + Send + Sync) -> LiveHold {
+        let (keeper, lost) = watch::channel(None);
+        LiveHold::supervised((inner, keeper), "", Arc::new(AtomicI64::new(0)), lost)
+    }
+
     /// A hold whose keeper reports through `lost` when it cannot be kept, and checks `epoch`
     /// when it takes the hold again.
     pub fn supervised(
@@ -96,6 +102,18 @@ impl LiveHold {
         }
     }
 }
+
+/// Why a store's change feed ([`MailboxStore::watch_changes`]) called back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeCause {
+    /// Some process committed to the store.
+    Notified,
+    /// The feed's connection was lost and is back: commits in between were not announced.
+    Reconnected,
+}
+
+/// What a change feed calls; quick, and on the feed's own task.
+pub type OnChange = Arc<dyn Fn(ChangeCause) + Send + Sync>;
 
 /// Held by the process that owns a run: the lock, and the socket listener that turns
 /// `wake <recipient>` lines into in-process wake-ups; on a shared backend, also the server's

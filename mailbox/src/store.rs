@@ -114,6 +114,17 @@ pub trait MailboxStore: Send + Sync {
         Ok(None)
     }
 
+    /// Calls `on_change` after every commit by any process to this store, for as long as the
+    /// returned hold lives (PostgreSQL: a LISTEN on the schema's change channel, on a
+    /// dedicated connection that is re-opened when lost). `None`: the backend has no such
+    /// feed (SQLite: see [`crate::CommitHook`] and [`crate::DataVersion`]).
+    async fn watch_changes(
+        &self,
+        _on_change: crate::live::OnChange,
+    ) -> StoreResult<Option<crate::live::LiveHold>> {
+        Ok(None)
+    }
+
     // ---- agents' records
     async fn append_records(
         &self,

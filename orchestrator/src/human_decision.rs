@@ -74,13 +74,9 @@ pub async fn decide_as_human(
         idempotency_key: None,
     };
     match decide::decide(store, answer, Waiter::LiveRun { runs_dir }).await {
-        Ok(decided) => {
-            // An open web inbox shows the decision at once.
-            if let Some(muster_dir) = runs_dir.parent() {
-                crate::serve::watch::poke(muster_dir);
-            }
-            Ok(decided)
-        }
+        // An open web inbox learns of the commit from the store (its commit hook, or
+        // PostgreSQL's change channel).
+        Ok(decided) => Ok(decided),
         // Another answer won between the read above and the commit: the store's constraint
         // decides, and the loser is told who won.
         Err(StoreError::AlreadyDecided { .. }) => {

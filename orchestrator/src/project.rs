@@ -83,10 +83,12 @@ impl Project {
         self.root.runs_dir()
     }
 
-    /// The store options the `[mailbox]` settings give.
+    /// The store options the `[mailbox]` settings give; every SQLite commit of this process
+    /// pokes an open `muster serve` of the project (see [`crate::serve::watch`]).
     pub fn store_options(&self) -> StoreOptions {
         let mailbox = &self.settings.mailbox;
         StoreOptions {
+            after_commit: Some(crate::serve::watch::commit_hook(&self.root.muster_dir())),
             sync: match mailbox.sync.value {
                 MailboxSync::Full => SyncMode::Full,
                 MailboxSync::Normal => SyncMode::Normal,

@@ -299,8 +299,76 @@ fn a_policy_reviews_plans() {
             "`docs/x.md` matches no allowed path",
         ]
     );
+    // Every rule, passed or failed, as the web inbox shows it; agreeing with the verdict.
+    let table = |plan: &str| -> Vec<(String, bool, String)> {
+        let checks = policy.plan_checks(plan);
+        assert_eq!(
+            checks.iter().all(|c| c.passed),
+            policy.review_plan(plan).approved,
+            "{plan}"
+        );
+        checks
+            .into_iter()
+            .map(|c| (c.rule, c.passed, c.detail))
+            .collect()
+    };
+    let rules = |rows: &[(&str, bool, &str)]| -> Vec<(String, bool, String)> {
+        rows.iter()
+            .map(|(rule, passed, detail)| (rule.to_string(), *passed, detail.to_string()))
+            .collect()
+    };
+    let sections =
+        ["Goal", "Steps", "Files", "Tests"].map(|s| format!("required section `## {s}`"));
+    assert_eq!(
+        table(good),
+        rules(&[
+            (&sections[0], true, "present"),
+            (&sections[1], true, "present"),
+            (&sections[2], true, "present"),
+            (&sections[3], true, "present"),
+            ("max_files = 2", true, "`## Files` lists 2 paths"),
+            (
+                "denied_paths `src/secrets/**`",
+                true,
+                "no planned path matches"
+            ),
+            (
+                "allowed_paths `src/**`, `tests/**`",
+                true,
+                "every planned path matches"
+            ),
+        ])
+    );
+    assert_eq!(
+        table(bad),
+        rules(&[
+            (&sections[0], true, "present"),
+            (&sections[1], true, "present"),
+            (&sections[2], true, "present"),
+            (&sections[3], false, "missing or empty"),
+            ("max_files = 2", false, "`## Files` lists 3 paths"),
+            (
+                "denied_paths `src/secrets/**`",
+                false,
+                "`src/secrets/k.rs` match"
+            ),
+            (
+                "allowed_paths `src/**`, `tests/**`",
+                false,
+                "`docs/x.md` match none"
+            ),
+        ])
+    );
     let yolo = Policy::parse("p.toml", "approve_all = true\n").unwrap();
     assert!(yolo.review_plan("").approved);
+    assert_eq!(
+        yolo.plan_checks(""),
+        vec![muster_config::RuleCheck {
+            rule: "approve_all = true".into(),
+            passed: true,
+            detail: "every plan is approved without checks".into(),
+        }]
+    );
     assert_eq!(yolo.max_mode, PermissionMode::Default);
     let strict = Policy::parse("p.toml", "").unwrap();
     assert!(!strict.approve_all, "approve_all is never a default");

@@ -11,6 +11,7 @@
 //! in process after COMMIT, as on SQLite; across processes the live run's socket carries
 //! them (see [`crate::live`]).
 
+mod changes;
 mod fork;
 mod live;
 pub(crate) mod ops;
@@ -35,6 +36,7 @@ use crate::types::*;
 use crate::work::{
     Heartbeat, NewWorkItem, WorkFence, WorkItem, WorkWatch, WorkerInfo, WorkerRecord,
 };
+pub use changes::feed_application_name;
 use ops::{Ctx, Tx};
 pub use schema::PG_SCHEMA_VERSION;
 
@@ -57,6 +59,8 @@ pub struct PostgresStore {
     /// transaction, that the item's lease is still this token's (see [`crate::work`]).
     fence: Option<Arc<WorkFence>>,
     work_watchers: Arc<crate::work::Watchers>,
+    /// Announces this store's commits on the schema's change channel.
+    changes: Arc<changes::Announcer>,
 }
 
 /// Makes schema `name` on the server `url` names (a benchmark's or a test's own) and returns
@@ -145,6 +149,7 @@ impl PostgresStore {
         ctx.schema = schema.into();
         schema::migrate(&mut conn, &ctx).await?;
         Ok(PostgresStore {
+            changes: Arc::new(changes::Announcer::new(&ctx)),
             pool,
             config: Arc::new(config),
             tls,
@@ -395,7 +400,9 @@ macro_rules! write_op {
                     work::check_fence(&$tx, $ctx, fence).await?;
                 }
                 if let Some((first, wakes)) = ops::stored_operation(&$tx, $ctx, &op_key).await? {
-                    return store.finish($tx, Ok(first), wakes).await;
+                    let first = store.finish($tx, Ok(first), wakes).await?;
+                    store.changes.after_commit(&conn).await;
+                    return Ok(first);
                 }
                 let mut wake_list = Vec::new();
                 let result = {
@@ -411,7 +418,9 @@ macro_rules! write_op {
                     .map(|()| value),
                     Err(error) => Err(error),
                 };
-                store.finish($tx, result, wake_list).await
+                let value = store.finish($tx, result, wake_list).await?;
+                store.changes.after_commit(&conn).await;
+                Ok(value)
             }
             .await;
             match outcome {
@@ -705,6 +714,13 @@ impl MailboxStore for PostgresStore {
         Ok(Some(true))
     }
 
+    async fn watch_changes(
+        &self,
+        on_change: crate::live::OnChange,
+    ) -> StoreResult<Option<crate::live::LiveHold>> {
+        changes::watch(self, on_change).await.map(Some)
+    }
+
     async fn append_records(
         &self,
         run_id: &str,
@@ -820,7 +836,9 @@ impl MailboxStore for PostgresStore {
             ops::prune(&tx, &self.ctx, runs, cutoff).await
         }
         .await;
-        self.finish(tx, result, Vec::new()).await
+        let report = self.finish(tx, result, Vec::new()).await?;
+        self.changes.after_commit(&conn).await;
+        Ok(report)
     }
 
     async fn fork_run(&self, source: &str, new_id: &str, new_slug: &str) -> StoreResult<RunRecord> {

@@ -5,6 +5,7 @@ mod open;
 pub(crate) mod ops;
 mod schema;
 mod tasks;
+mod version;
 pub(crate) mod wake;
 pub(crate) mod work;
 mod writer;
@@ -21,10 +22,11 @@ use crate::types::*;
 use crate::work::{
     Heartbeat, NewWorkItem, WorkFence, WorkItem, WorkWatch, WorkerInfo, WorkerRecord,
 };
-pub use open::{StoreOptions, SyncMode};
+pub use open::{CommitHook, StoreOptions, SyncMode};
 pub use ops::DELIVERY_QUERY;
 use ops::OpContext;
 pub use schema::SCHEMA_VERSION;
+pub use version::DataVersion;
 use wake::Waiters;
 use writer::Writer;
 
@@ -47,7 +49,13 @@ impl SqliteStore {
         let conn = open::open_connection(path, &options)?;
         let waiters = Arc::new(Waiters::default());
         let busy_ms = options.busy_timeout.as_millis() as u64;
-        let writer = Writer::start(conn, path.to_path_buf(), busy_ms, waiters.clone())?;
+        let writer = Writer::start(
+            conn,
+            path.to_path_buf(),
+            busy_ms,
+            waiters.clone(),
+            options.after_commit.clone(),
+        )?;
         let ctx = OpContext {
             path: Arc::new(PathBuf::from(path)),
             max_body_bytes: options.max_body_bytes,

@@ -9,6 +9,7 @@ use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::{StoreError, StoreResult};
+use crate::sqlite::open::CommitHook;
 use crate::sqlite::wake::{Waiters, Wake};
 use crate::types::StoreStats;
 
@@ -115,6 +116,7 @@ impl Writer {
         path: PathBuf,
         busy_timeout_ms: u64,
         waiters: Arc<Waiters>,
+        after_commit: Option<CommitHook>,
     ) -> StoreResult<Writer> {
         let (jobs, receiver) = mpsc::unbounded_channel();
         let (queued, _) = watch::channel(0);
@@ -131,6 +133,7 @@ impl Writer {
             conn,
             receiver,
             waiters,
+            after_commit,
             stats: writer.stats.clone(),
             queued: writer.queued.clone(),
         };
@@ -203,6 +206,7 @@ struct WriterThread {
     conn: Connection,
     receiver: mpsc::UnboundedReceiver<Job>,
     waiters: Arc<Waiters>,
+    after_commit: Option<CommitHook>,
     stats: watch::Sender<StoreStats>,
     queued: watch::Sender<u64>,
 }
@@ -259,6 +263,13 @@ impl WriterThread {
             let _ = self.conn.execute_batch("ROLLBACK");
             batch_failure(&error)
         });
+        // Before the callers hear of it: a process that exits as soon as its write returns
+        // has already told whoever watches.
+        if failure.is_none()
+            && let Some(hook) = &self.after_commit
+        {
+            hook.call();
+        }
         let operations = finishes.len() as u64;
         self.stats.send_modify(|stats| {
             stats.operations += operations;

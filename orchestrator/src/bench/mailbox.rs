@@ -309,6 +309,7 @@ async fn decisions_with_notify(
                         responder: HUMAN.into(),
                         revision: 1,
                         previous_request_id: None,
+                        allowed_prompts: Vec::new(),
                     },
                     idempotency_key: None,
                 })
@@ -337,6 +338,8 @@ async fn decisions_with_notify(
                         edited_plan: None,
                         clear_context: false,
                         rule: None,
+                        dropped_grants: Vec::new(),
+                        grants: Vec::new(),
                     },
                     idempotency_key: None,
                 };

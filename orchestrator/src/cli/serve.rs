@@ -21,8 +21,8 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     let (project, store) = open(global)?;
     let served = ServeProject {
         store,
-        // The once-a-second fallback watches an SQLite file; a PostgreSQL store has none
-        // (LISTEN is not wired up yet: there, only pokes reach the page).
+        // The once-a-second fallback reads an SQLite file's data_version; a PostgreSQL
+        // store announces every commit on its change channel instead.
         store_path: match project.store_location() {
             muster_config::store_url::StoreLocation::File(path) => Some(path.clone()),
             muster_config::store_url::StoreLocation::Postgres(_) => None,
@@ -30,6 +30,7 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         muster_dir: project.root.muster_dir(),
         runs_dir: project.runs_dir(),
         models: project.settings.models.clone(),
+        project_id: project.existing_project_id().unwrap_or_default(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -37,17 +37,20 @@ use security::Secrets;
 #[derive(Clone)]
 pub struct ServeProject {
     pub store: Arc<dyn MailboxStore>,
-    /// The SQLite file whose changes the fallback check watches.
+    /// The SQLite file whose `data_version` the fallback check reads.
     pub store_path: Option<PathBuf>,
     pub muster_dir: PathBuf,
     pub runs_dir: PathBuf,
     pub models: BTreeMap<String, ModelInfo>,
+    /// This project's id (`""` when it has none yet): the runs page lists its runs unless
+    /// asked for every project's (as `muster runs --all-projects`).
+    pub project_id: String,
 }
 
 struct Served {
     project: ServeProject,
     secrets: Secrets,
-    changes: broadcast::Sender<()>,
+    changes: watch::Changes,
 }
 
 type Shared = Arc<Served>;
@@ -93,16 +96,13 @@ impl Server {
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let project = &self.served.project;
-        let _socket = match watch::listen(&project.muster_dir, self.served.changes.clone()) {
-            Ok(socket) => Some(socket),
-            Err(error) => {
-                tracing::warn!(%error, "no poke socket under .muster/: changes show within a second instead");
-                None
-            }
-        };
-        if let Some(store_path) = &project.store_path {
-            watch::fallback(store_path.clone(), self.served.changes.clone());
-        }
+        let _watch = watch::start(
+            project.store.as_ref(),
+            project.store_path.as_deref(),
+            &project.muster_dir,
+            self.served.changes.clone(),
+        )
+        .await?;
         axum::serve(self.listener, router(self.served))
             .with_graceful_shutdown(shutdown)
             .await?;
@@ -197,16 +197,33 @@ fn store_failure(error: impl std::fmt::Display) -> Response {
     )
 }
 
-async fn runs(State(served): State<Shared>) -> Response {
-    match load_runs(&served).await {
-        Ok(rows) => Html(pages::runs_page(&rows)).into_response(),
+/// The runs page's query: `?all=1` lists every project's runs.
+#[derive(Debug, Deserialize)]
+struct RunsQuery {
+    #[serde(default)]
+    all: Option<String>,
+}
+
+async fn runs(
+    State(served): State<Shared>,
+    axum::extract::Query(query): axum::extract::Query<RunsQuery>,
+) -> Response {
+    let all_projects = query.all.is_some_and(|all| all == "1");
+    match load_runs(&served, all_projects).await {
+        Ok(rows) => Html(pages::runs_page(&rows, all_projects)).into_response(),
         Err(error) => store_failure(error),
     }
 }
 
-async fn load_runs(served: &Served) -> anyhow::Result<Vec<RunRow>> {
+async fn load_runs(served: &Served, all_projects: bool) -> anyhow::Result<Vec<RunRow>> {
     let store = served.project.store.as_ref();
-    let mut runs = store.runs().await?;
+    let project_id = &served.project.project_id;
+    let mut runs: Vec<_> = store
+        .runs()
+        .await?
+        .into_iter()
+        .filter(|run| all_projects || run.in_project(project_id))
+        .collect();
     runs.sort_by_key(|r| std::cmp::Reverse((r.created_at, r.id.clone())));
     let mut rows = Vec::with_capacity(runs.len());
     for run in runs {
@@ -312,13 +329,48 @@ async fn request_response(
     } else {
         None
     };
+    let policy_checks = policy_checks(served, request).await;
     let view = RequestView {
         request,
         previous,
         merge_diff,
         notice,
+        policy_checks,
     };
     (status, Html(pages::request_page(&view))).into_response()
+}
+
+/// For a plan a policy answers: the policy's rules applied to it, from the run's stored copy
+/// of the policy (what the run decides with), else the file.
+async fn policy_checks(
+    served: &Served,
+    request: &RequestRecord,
+) -> Option<Result<Vec<muster_config::RuleCheck>, String>> {
+    let path = request.responder.strip_prefix("policy:")?;
+    if request.kind != "plan_approval_request" {
+        return None;
+    }
+    let plan = request.body.get("plan").and_then(|p| p.as_str())?;
+    let loaded = async {
+        let run = served.project.store.run(&request.run_id).await?;
+        let stored = run
+            .and_then(|run| run.launch_options.get("policies").cloned())
+            .map(serde_json::from_value::<crate::stored_policies::StoredPolicies>)
+            .transpose()?
+            .unwrap_or_default();
+        let root = served
+            .project
+            .muster_dir
+            .parent()
+            .unwrap_or(&served.project.muster_dir);
+        stored.policy(root, std::path::Path::new(path))
+    }
+    .await;
+    Some(
+        loaded
+            .map(|policy| policy.plan_checks(plan))
+            .map_err(|error| format!("{error:#}")),
+    )
 }
 
 /// The diff of a merge request, from the run's repository (`git diff onto commit`); none
@@ -447,8 +499,8 @@ async fn decide(
             .await;
         }
     };
+    // The open pages learn of the decision as of any commit: from the store's watch.
     let outcome = decide_as_human(store, &served.project.runs_dir, &request, decision).await;
-    let _ = served.changes.send(());
     match outcome {
         Ok(_) => Redirect::to(&format!("/runs/{run_id}/requests/{request_id}")).into_response(),
         Err(refused) => {
@@ -470,20 +522,35 @@ async fn decide(
     }
 }
 
-/// One `change` event per change of the store; the page reloads itself (or says it is
-/// stale while a person is typing).
+/// One `change` event per change of the store, or per burst of changes queued meanwhile;
+/// its data names what noticed them (`poke`, `fallback`, `listen`, `reconnect`, or `missed`
+/// after changes were dropped for a slow reader), space-separated. The page reloads itself (or
+/// says it is stale while a person is typing).
 async fn events(
     State(served): State<Shared>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let receiver = served.changes.subscribe();
     let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
-        match receiver.recv().await {
-            // A lagged receiver missed changes; one event covers them all.
-            Ok(()) | Err(broadcast::error::RecvError::Lagged(_)) => {
-                Some((Ok(Event::default().event("change").data("store")), receiver))
+        let mut sources: Vec<&'static str> = Vec::new();
+        let mut note = |name: &'static str| {
+            if !sources.contains(&name) {
+                sources.push(name);
             }
-            Err(broadcast::error::RecvError::Closed) => None,
+        };
+        match receiver.recv().await {
+            Ok(source) => note(source.name()),
+            Err(broadcast::error::RecvError::Lagged(_)) => note("missed"),
+            Err(broadcast::error::RecvError::Closed) => return None,
         }
+        loop {
+            match receiver.try_recv() {
+                Ok(source) => note(source.name()),
+                Err(broadcast::error::TryRecvError::Lagged(_)) => note("missed"),
+                Err(_) => break,
+            }
+        }
+        let event = Event::default().event("change").data(sources.join(" "));
+        Some((Ok(event), receiver))
     });
     Sse::new(stream).keep_alive(KeepAlive::default())
 }

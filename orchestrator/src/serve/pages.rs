@@ -53,8 +53,10 @@ pub struct RunRow {
     pub waiting: Vec<RequestRecord>,
 }
 
-pub fn runs_page(rows: &[RunRow]) -> String {
+/// The runs of this project, or of every project the store holds (`all_projects`).
+pub fn runs_page(rows: &[RunRow], all_projects: bool) -> String {
     let mut body = String::from("<h1>Runs</h1>");
+    body.push_str(&project_scope_html(all_projects));
     if rows.is_empty() {
         body.push_str("<p>No runs in this store yet.</p>");
         return page("Runs", &body);
@@ -93,6 +95,20 @@ pub fn runs_page(rows: &[RunRow]) -> String {
     }
     body.push_str("</tbody></table>");
     page("Runs", &body)
+}
+
+/// Which projects' runs the page lists, and the link to the other choice (as `muster runs`
+/// and `muster runs --all-projects`).
+fn project_scope_html(all_projects: bool) -> String {
+    if all_projects {
+        "<p class=\"scope\" id=\"scope\">Runs of every project in this store · \
+         <a href=\"/\">only this project's</a></p>"
+            .to_owned()
+    } else {
+        "<p class=\"scope\" id=\"scope\">Runs of this project · \
+         <a href=\"/?all=1\">all projects</a></p>"
+            .to_owned()
+    }
 }
 
 /// What the run page shows.
@@ -255,6 +271,9 @@ pub struct RequestView<'a> {
     pub merge_diff: Option<String>,
     /// A message to show above the page (why a decision was refused).
     pub notice: Option<String>,
+    /// For a plan a policy answers: each of its rules, passed or failed (or why the policy
+    /// could not be read).
+    pub policy_checks: Option<Result<Vec<muster_config::RuleCheck>, String>>,
 }
 
 pub fn request_page(view: &RequestView) -> String {
@@ -394,6 +413,9 @@ pub fn request_page(view: &RequestView) -> String {
             );
         }
     }
+    if let Some(checks) = &view.policy_checks {
+        body.push_str(&policy_checks_html(&request.responder, checks));
+    }
     match &request.response {
         Some(response) => body.push_str(&decision_html(&response.responder, &response.body)),
         None if request.responder == "human" => body.push_str(&forms(request)),
@@ -406,6 +428,39 @@ pub fn request_page(view: &RequestView) -> String {
         }
     }
     page(&request.request_id, &body)
+}
+
+/// The policy's rules applied to the plan: one row each, passed or failed.
+fn policy_checks_html(
+    responder: &str,
+    checks: &Result<Vec<muster_config::RuleCheck>, String>,
+) -> String {
+    let mut html = format!(
+        "<h2>Rules of {}</h2>",
+        escape(responder.strip_prefix("policy:").unwrap_or(responder))
+    );
+    match checks {
+        Err(error) => {
+            let _ = write!(html, "<p class=\"notice\">{}</p>", escape(error));
+        }
+        Ok(checks) => {
+            html.push_str(
+                "<table class=\"policy\" id=\"policy-rules\"><thead><tr><th>rule</th>\
+                 <th>result</th><th>found</th></tr></thead><tbody>",
+            );
+            for check in checks {
+                let result = if check.passed { "passed" } else { "failed" };
+                let _ = write!(
+                    html,
+                    "<tr class=\"{result}\"><td>{}</td><td>{result}</td><td>{}</td></tr>",
+                    escape(&check.rule),
+                    escape(&check.detail),
+                );
+            }
+            html.push_str("</tbody></table>");
+        }
+    }
+    html
 }
 
 fn diff_html(before: &str, after: &str) -> String {

@@ -3,7 +3,9 @@
 //! delimiters carrying a fresh random nonce, marked as untrusted data, and the runtime escapes
 //! `<` and `>` in it, so no text inside can close the mail or the delimiters early.
 
-use muster_mailbox::{Message as Mail, MessageBody};
+use std::collections::BTreeMap;
+
+use muster_mailbox::{MailboxStore, Message as Mail, MessageBody};
 use serde_json::json;
 
 /// A fresh, unguessable delimiter nonce (16 hex digits).
@@ -35,8 +37,55 @@ fn asked_grants(rules: &[String], nonce: &str) -> String {
     )
 }
 
-/// The words an agent reads for one message.
-pub fn render(mail: &Mail, nonce: &str) -> String {
+/// The plan of the revision a plan request revises: what the lead's rendering compares the
+/// new plan with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreviousRevision {
+    pub request_id: String,
+    pub revision: u32,
+    pub plan: String,
+}
+
+/// For each plan request among `mail` that revises an earlier one, that earlier plan, by the
+/// message's key (from the store; a previous request no longer there is left out).
+pub async fn previous_revisions(
+    store: &dyn MailboxStore,
+    mail: &[Mail],
+) -> anyhow::Result<BTreeMap<String, PreviousRevision>> {
+    let mut found = BTreeMap::new();
+    for message in mail {
+        let MessageBody::PlanApprovalRequest {
+            previous_request_id: Some(previous_id),
+            ..
+        } = message.typed_body()
+        else {
+            continue;
+        };
+        let Some(previous) = store.request(&message.run_id, &previous_id).await? else {
+            continue;
+        };
+        let plan = previous
+            .body
+            .get("plan")
+            .and_then(|plan| plan.as_str())
+            .unwrap_or_default()
+            .to_owned();
+        let revision = muster_mailbox::revision::stored_revision(&previous);
+        found.insert(
+            message.key.clone(),
+            PreviousRevision {
+                request_id: previous_id,
+                revision,
+                plan,
+            },
+        );
+    }
+    Ok(found)
+}
+
+/// The words an agent reads for one message; for a plan that revises an earlier one, with
+/// `previous` (that earlier plan), the revision and the diff to it.
+pub fn render(mail: &Mail, nonce: &str, previous: Option<&PreviousRevision>) -> String {
     let from = &mail.sender;
     match mail.typed_body() {
         MessageBody::Text { text, .. } => text,
@@ -46,14 +95,16 @@ pub fn render(mail: &Mail, nonce: &str) -> String {
             plan,
             responder,
             allowed_prompts,
+            revision,
             ..
         } => format!(
             "Plan approval request {request_id} from {from} (plan file {plan_file}; answered by \
              {responder}). Review the plan and answer with ReviewPlan {{\"request_id\": \
              \"{request_id}\", \"approve\": true|false, \"feedback\": …}}; {from} changes \
-             nothing until you do.{}\n{}",
+             nothing until you do.{}\n{}{}",
             asked_grants(&allowed_prompts, nonce),
-            fenced("plan", nonce, &plan)
+            fenced("plan", nonce, &plan),
+            revision_note(&request_id, revision, &plan, previous, nonce)
         ),
         MessageBody::PermissionRequest {
             request_id,
@@ -194,11 +245,46 @@ pub fn render(mail: &Mail, nonce: &str) -> String {
     }
 }
 
+/// For a plan after the first revision: which revision it is and the unified diff from the
+/// previous one (nothing for a first revision, so its words stay as they were).
+fn revision_note(
+    request_id: &str,
+    revision: u32,
+    plan: &str,
+    previous: Option<&PreviousRevision>,
+    nonce: &str,
+) -> String {
+    if revision <= 1 {
+        return String::new();
+    }
+    match previous {
+        Some(previous) => {
+            let diff =
+                crate::plan_diff::unified(&previous.plan, plan, &previous.request_id, request_id);
+            let diff = if diff.is_empty() {
+                "(no change)".to_owned()
+            } else {
+                diff
+            };
+            format!(
+                "\nThis is revision {revision}; it revises revision {} ({}). The diff from \
+                 that revision:\n{}",
+                previous.revision,
+                previous.request_id,
+                fenced("diff", nonce, diff.trim_end())
+            )
+        }
+        None => {
+            format!("\nThis is revision {revision}; the previous revision is not in the store.")
+        }
+    }
+}
+
 /// The message with its body replaced by the rendered words (same key, so it is acked with
 /// the agent's next commit).
-pub fn for_agent(mail: &Mail, nonce: &str) -> Mail {
+pub fn for_agent(mail: &Mail, nonce: &str, previous: &BTreeMap<String, PreviousRevision>) -> Mail {
     Mail {
-        body: json!({"text": render(mail, nonce)}),
+        body: json!({"text": render(mail, nonce, previous.get(&mail.key))}),
         ..mail.clone()
     }
 }

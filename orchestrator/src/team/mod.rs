@@ -787,7 +787,11 @@ impl Team {
         mail: &[muster_mailbox::Message],
     ) -> anyhow::Result<()> {
         let nonce = mail::nonce();
-        let rendered: Vec<_> = mail.iter().map(|m| mail::for_agent(m, &nonce)).collect();
+        let previous = mail::previous_revisions(self.store.as_ref(), mail).await?;
+        let rendered: Vec<_> = mail
+            .iter()
+            .map(|m| mail::for_agent(m, &nonce, &previous))
+            .collect();
         runtime.deliver_mail(&rendered).await?;
         let now = now_ms();
         for message in mail {

@@ -205,9 +205,10 @@ impl Team {
             taken
         };
         let nonce = super::mail::nonce();
+        let previous = super::mail::previous_revisions(self.store.as_ref(), &taken).await?;
         Ok(taken
             .iter()
-            .map(|m| super::mail::for_agent(m, &nonce))
+            .map(|m| super::mail::for_agent(m, &nonce, &previous))
             .collect())
     }
 

@@ -96,18 +96,40 @@ impl Serve {
 
     /// Reads the event stream until a `change` event arrives.
     pub async fn next_change(stream: &mut reqwest::Response) {
+        Serve::change_from(stream, "").await;
+    }
+
+    /// Reads the event stream until a `change` event whose data names `source` (what
+    /// noticed the change: `poke`, `fallback`, `listen`, `reconnect`; "" for any) arrives.
+    pub async fn change_from(stream: &mut reqwest::Response, source: &str) {
         let mut seen = String::new();
         loop {
+            while let Some(end) = seen.find("\n\n") {
+                let event: String = seen.drain(..end + 2).collect();
+                let data = event
+                    .lines()
+                    .find_map(|line| line.strip_prefix("data:"))
+                    .unwrap_or_default();
+                if event.contains("event: change")
+                    && (source.is_empty() || data.split_whitespace().any(|s| s == source))
+                {
+                    return;
+                }
+            }
             let chunk = tokio::time::timeout(GUARD, stream.chunk())
                 .await
-                .expect("no change event before the guard")
+                .unwrap_or_else(|_| panic!("no change event from {source:?} before the guard"))
                 .unwrap()
                 .expect("the event stream ended");
             seen.push_str(&String::from_utf8_lossy(&chunk));
-            if seen.contains("event: change") {
-                return;
-            }
         }
+    }
+}
+
+impl Serve {
+    /// Kills serve with SIGKILL (nothing of it cleans up) and waits until it is gone.
+    pub async fn kill(mut self) {
+        self.child.kill().await.unwrap();
     }
 }
 
@@ -120,8 +142,7 @@ impl Drop for Serve {
 const HOSTILE: &str = "## Goal\nx <img src=x onerror=alert(1)>\n<script>alert('owned')</script>\n\
 ## Steps\n1. [docs](javascript:alert(2))\n2. [site](https://example.com/)\n## Files\nsrc/a.rs\n";
 
-/// A store with run `r1`: alice's plan rejected at revision 1 and pending at revision 2 (a
-/// hostile plan), bob's plan answered by the lead, and a question for a person.
+/// A project whose SQLite store holds [`fill`]'s run.
 async fn project() -> (tempfile::TempDir, Arc<SqliteStore>) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join(".muster")).unwrap();
@@ -132,12 +153,19 @@ async fn project() -> (tempfile::TempDir, Arc<SqliteStore>) {
         )
         .unwrap(),
     );
+    fill(dir.path(), store.as_ref()).await;
+    (dir, store)
+}
+
+/// Run `r1`: alice's plan rejected at revision 1 and pending at revision 2 (a hostile plan),
+/// bob's plan answered by the lead, and a question for a person.
+async fn fill(dir: &Path, store: &dyn MailboxStore) {
     store
         .create_run(NewRun {
             id: "r1".into(),
             slug: "brave-red-fox".into(),
             team: Some("t".into()),
-            workspace: dir.path().display().to_string(),
+            workspace: dir.display().to_string(),
             batch_line_id: None,
             auto_gate: AutoGate::default(),
             launch_options: json!({}),
@@ -231,7 +259,6 @@ async fn project() -> (tempfile::TempDir, Arc<SqliteStore>) {
         })
         .await
         .unwrap();
-    (dir, store)
 }
 
 const PAGES: [&str; 6] = [
@@ -493,6 +520,226 @@ async fn a_decision_in_the_page_is_stored_once_and_the_cli_loses_after_it() {
         page.contains("Answered by human") && page.contains("8080"),
         "{page}"
     );
+}
+
+/// A message from bob to the lead, committed by the test's own store handle.
+fn note(text: &str) -> NewMessage {
+    NewMessage {
+        run_id: "r1".into(),
+        sender: "bob".into(),
+        recipient: "lead".into(),
+        body: MessageBody::Text {
+            text: text.into(),
+            summary: None,
+        },
+        idempotency_key: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn on_sqlite_a_commit_by_another_muster_process_pokes_serve_and_others_reach_it_by_the_fallback()
+ {
+    let (dir, store) = project().await;
+    let serve = Serve::start(dir.path()).await;
+    assert!(
+        dir.path().join(".muster/serve.sock").exists(),
+        "serve registers its socket under .muster/"
+    );
+    let cookie = serve.sign_in().await;
+    let mut events = serve.get(&cookie, "/events").await;
+    // `muster answer` commits, and its store's commit hook pokes serve's socket.
+    let answered = muster(dir.path(), &["answer", "question-bob-1", "8080"]).await;
+    assert_eq!(answered.status.code(), Some(0), "{}", stderr(&answered));
+    Serve::change_from(&mut events, "poke").await;
+    // A commit by a store without the hook (this test's own) is seen by data_version.
+    store.send(note("hello")).await.unwrap();
+    Serve::change_from(&mut events, "fallback").await;
+    // A serve killed with SIGKILL leaves its socket file: a commit poking it fails nothing.
+    drop(events);
+    serve.kill().await;
+    assert!(dir.path().join(".muster/serve.sock").exists());
+    let rejected = muster(
+        dir.path(),
+        &["reject", "plan-alice-2", "--feedback", "later"],
+    )
+    .await;
+    assert_eq!(rejected.status.code(), Some(0), "{}", stderr(&rejected));
+    // The next serve replaces the dead socket and is poked again.
+    let serve = Serve::start(dir.path()).await;
+    let cookie = serve.sign_in().await;
+    let mut events = serve.get(&cookie, "/events").await;
+    store.send(note("again")).await.unwrap();
+    Serve::change_from(&mut events, "fallback").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn on_postgres_serve_listens_for_every_commit_and_reconnects_a_lost_feed() {
+    let schema = super::store_pg::Schema::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".muster")).unwrap();
+    std::fs::write(
+        dir.path().join(".muster/settings.local.toml"),
+        format!("store = \"{}\"\n", schema.url()),
+    )
+    .unwrap();
+    let store = PostgresStore::open(&schema.url(), StoreOptions::default())
+        .await
+        .unwrap();
+    fill(dir.path(), &store).await;
+    let serve = Serve::start(dir.path()).await;
+    assert!(
+        !dir.path().join(".muster/serve.sock").exists(),
+        "no socket on PostgreSQL"
+    );
+    let cookie = serve.sign_in().await;
+    let mut events = serve.get(&cookie, "/events").await;
+    let answered = muster(dir.path(), &["answer", "question-bob-1", "8080"]).await;
+    assert_eq!(answered.status.code(), Some(0), "{}", stderr(&answered));
+    Serve::change_from(&mut events, "listen").await;
+    // The feed's connection is cut by the server: serve re-opens it and says so.
+    super::store_pg::admin(&format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{}'",
+        muster_mailbox::postgres::feed_application_name(schema.name())
+    ))
+    .await;
+    Serve::change_from(&mut events, "reconnect").await;
+    store.send(note("after the cut")).await.unwrap();
+    Serve::change_from(&mut events, "listen").await;
+    drop(events);
+    drop(serve);
+    schema.drop_now().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plan_for_a_policy_shows_every_rule_of_the_policy_passed_or_failed() {
+    let (dir, store) = project().await;
+    // The run's stored copy decides, whatever the file says now.
+    let policy = "required_sections = [\"Steps\", \"Tests\"]\nmax_files = 1\n\
+                  denied_paths = [\"src/secrets/**\"]\n";
+    std::fs::write(dir.path().join("p.toml"), "approve_all = true\n").unwrap();
+    store
+        .create_run(NewRun {
+            id: "r2".into(),
+            slug: "calm-blue-owl".into(),
+            team: Some("t".into()),
+            workspace: dir.path().display().to_string(),
+            batch_line_id: None,
+            auto_gate: AutoGate::default(),
+            launch_options: json!({"policies": {"p.toml": {"text": policy, "sha256": "0"}}}),
+            project_id: None,
+        })
+        .await
+        .unwrap();
+    for (agent, kind) in [("lead", MemberKind::Lead), ("alice", MemberKind::Teammate)] {
+        let entry = RosterEntry {
+            agent: agent.into(),
+            kind,
+            definition: None,
+            parent: None,
+        };
+        store.add_member("r2", entry).await.unwrap();
+    }
+    store
+        .send(NewMessage {
+            run_id: "r2".into(),
+            sender: "alice".into(),
+            recipient: "lead".into(),
+            body: MessageBody::PlanApprovalRequest {
+                request_id: "plan-alice-1".into(),
+                plan_file: ".muster/plans/calm-blue-owl-agent-alice.md".into(),
+                plan: "## Steps\n1. x\n## Files\nsrc/a.rs\nsrc/secrets/k.rs\n".into(),
+                responder: "policy:p.toml".into(),
+                revision: 1,
+                previous_request_id: None,
+                allowed_prompts: Vec::new(),
+            },
+            idempotency_key: None,
+        })
+        .await
+        .unwrap();
+    let serve = Serve::start(dir.path()).await;
+    let cookie = serve.sign_in().await;
+    let page = serve
+        .get(&cookie, "/runs/r2/requests/plan-alice-1")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("<h2>Rules of p.toml</h2>"), "{page}");
+    let rows = [
+        ("required section `## Steps`", "passed", "present"),
+        ("required section `## Tests`", "failed", "missing or empty"),
+        ("max_files = 1", "failed", "`## Files` lists 2 paths"),
+        (
+            "denied_paths `src/secrets/**`",
+            "failed",
+            "`src/secrets/k.rs` match",
+        ),
+    ];
+    for (rule, result, found) in rows {
+        let row =
+            format!("<tr class=\"{result}\"><td>{rule}</td><td>{result}</td><td>{found}</td></tr>");
+        assert!(page.contains(&row), "{rule}: {page}");
+    }
+    assert_eq!(page.matches("<tr class=").count(), rows.len(), "{page}");
+    // A person's request shows no policy rules.
+    let human = serve
+        .get(&cookie, "/runs/r1/requests/plan-alice-2")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(!human.contains("policy-rules"), "{human}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_runs_page_lists_this_projects_runs_unless_asked_for_all_projects() {
+    let (dir, store) = project().await;
+    std::fs::write(dir.path().join(".muster/project-id"), "mine\n").unwrap();
+    for (id, slug, project) in [
+        ("r-mine", "mine-run", "mine"),
+        ("r-other", "other-run", "other"),
+    ] {
+        store
+            .create_run(NewRun {
+                id: id.into(),
+                slug: slug.into(),
+                team: None,
+                workspace: dir.path().display().to_string(),
+                batch_line_id: None,
+                auto_gate: AutoGate::default(),
+                launch_options: json!({}),
+                project_id: Some(project.into()),
+            })
+            .await
+            .unwrap();
+    }
+    let serve = Serve::start(dir.path()).await;
+    let cookie = serve.sign_in().await;
+    let listed = |page: &str| -> Vec<&str> {
+        ["r1", "r-mine", "r-other"]
+            .into_iter()
+            .filter(|id| page.contains(&format!("<a href=\"/runs/{id}\">")))
+            .collect()
+    };
+    // (query, runs listed, the link to the other choice)
+    let cases = [
+        (
+            "/",
+            vec!["r1", "r-mine"],
+            "<a href=\"/?all=1\">all projects</a>",
+        ),
+        (
+            "/?all=1",
+            vec!["r1", "r-mine", "r-other"],
+            "<a href=\"/\">only this project's</a>",
+        ),
+    ];
+    for (path, runs, link) in cases {
+        let page = serve.get(&cookie, path).await.text().await.unwrap();
+        assert_eq!(listed(&page), runs, "{path}: {page}");
+        assert!(page.contains(link), "{path}: {page}");
+    }
 }
 
 /// Plan-scoped grants on the request page: the rules a plan asks for are listed (escaped),

@@ -24,7 +24,7 @@ pub(super) fn server_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
-async fn admin(sql: &str) {
+pub(super) async fn admin(sql: &str) {
     let (client, connection) = tokio_postgres::connect(&server_url(), tokio_postgres::NoTls)
         .await
         .unwrap_or_else(|e| {
@@ -58,6 +58,10 @@ impl Schema {
         ))
         .await;
         Schema { name }
+    }
+
+    pub(super) fn name(&self) -> &str {
+        &self.name
     }
 
     pub(super) fn url(&self) -> String {

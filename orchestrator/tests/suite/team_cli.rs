@@ -1962,3 +1962,95 @@ async fn in_chromium_a_person_sees_the_revised_plan_and_its_diff_and_approves_an
         assert!(shots.join(shot).is_file(), "{shot}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_lead_reviews_a_revised_plan_with_its_revision_and_the_diff_to_the_previous_one() {
+    let dir = project(ONE_TEAMMATE);
+    let forbidden = PLAN.replace(
+        "## Files\nhello.txt",
+        "## Files\nhello.txt\nsecrets/key.txt",
+    );
+    // One reply for every plan request: reject revision 1 and approve revision 2. On the
+    // first request the approval fails (no such request yet), on the second the rejection
+    // does (already decided); each time the other call decides.
+    let review = vec![
+        tool(
+            "ReviewPlan",
+            json!({"request_id": "plan-alice-1", "approve": false, "feedback": "Drop secrets."}),
+        ),
+        tool(
+            "ReviewPlan",
+            json!({"request_id": "plan-alice-2", "approve": true, "mode": "acceptEdits"}),
+        ),
+    ];
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "Greet", "description": "Write hello.txt saying hello."}),
+            )],
+        ),
+        when("lead", "plan_approval_request", review),
+        any_turn("lead", vec![Block::text("Waiting for the team.")]),
+        ScriptEntry::reply(
+            "alice",
+            1,
+            vec![tool("ExitPlanMode", json!({"plan": forbidden}))],
+        ),
+        ScriptEntry::reply(
+            "alice",
+            2,
+            vec![tool("ExitPlanMode", json!({"plan": PLAN}))],
+        ),
+        ScriptEntry::reply(
+            "alice",
+            3,
+            vec![tool(
+                "Write",
+                json!({"file_path": "hello.txt", "content": "hello, world\n"}),
+            )],
+        ),
+        ScriptEntry::reply("alice", 4, vec![Block::text("Wrote hello.txt.")]),
+    ])
+    .await;
+    let output = team_run(dir.path(), &fake.base_url()).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    // The newest user turn of each lead request that carried a plan request.
+    let seen: Vec<String> = fake
+        .requests()
+        .iter()
+        .filter(|r| r.agent.as_deref() == Some("lead"))
+        .filter_map(|r| {
+            let last = r.body["messages"].as_array()?.last()?.clone();
+            let text: String = last["content"]
+                .as_array()?
+                .iter()
+                .filter_map(|b| b["text"].as_str())
+                .collect();
+            text.contains("<mail type=\"plan_approval_request\"")
+                .then_some(text)
+        })
+        .collect();
+    assert_eq!(seen.len(), 2, "{seen:#?}");
+    assert!(seen[0].contains("plan-alice-1"), "{}", seen[0]);
+    assert!(!seen[0].contains("This is revision"), "{}", seen[0]);
+    let second = &seen[1];
+    assert!(
+        second.contains("This is revision 2; it revises revision 1 (plan-alice-1)."),
+        "{second}"
+    );
+    // The unified diff, between its own untrusted-data markers.
+    assert!(second.contains("--- plan-alice-1"), "{second}");
+    assert!(second.contains("+++ plan-alice-2"), "{second}");
+    assert!(second.contains("\n-secrets/key.txt\n"), "{second}");
+    assert!(
+        second.contains("The diff between the two UNTRUSTED-"),
+        "{second}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(),
+        "hello, world\n"
+    );
+}
