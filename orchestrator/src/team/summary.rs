@@ -176,3 +176,15 @@ mod tests {
         }
     }
 }
+
+/// The summary's line naming the worker that ran each teammate placed on workers.
+pub(crate) fn workers_line(workers: &std::collections::BTreeMap<String, String>) -> String {
+    if workers.is_empty() {
+        return String::new();
+    }
+    let placed: Vec<String> = workers
+        .iter()
+        .map(|(agent, worker)| format!("{agent} on {worker}"))
+        .collect();
+    format!("\nWorkers: {}", placed.join(", "))
+}
