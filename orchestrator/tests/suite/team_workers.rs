@@ -372,3 +372,97 @@ async fn a_placement_that_cannot_work_is_a_configuration_error() {
     }
     schema.drop_now().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_killed_in_a_teammates_bash_call_has_the_teammate_resumed_on_another_worker() {
+    let schema = Schema::new().await;
+    let url = schema.url();
+    let outside = tempfile::tempdir().unwrap();
+    let effects = outside.path().join("effects.txt");
+    // The Bash call makes its side effect, then kills the worker running it (the parent of
+    // the teammate's process, which is bash's parent).
+    let command_text = format!(
+        "echo once >> {}; kill -9 $(cut -d' ' -f4 /proc/$PPID/stat)",
+        effects.display()
+    );
+    let fake = fake(vec![
+        lead_assigns(&["one"]),
+        lead_merges("one"),
+        any_turn("lead", "Waiting for the team."),
+        ScriptEntry::reply(
+            "one",
+            1,
+            vec![tool("Bash", json!({"command": command_text}))],
+        ),
+        ScriptEntry::reply(
+            "one",
+            2,
+            vec![tool(
+                "Write",
+                json!({"file_path": "one.txt", "content": "one\n"}),
+            )],
+        ),
+        any_turn("one", "done"),
+    ])
+    .await;
+    let mut first = teammate_worker(&fake, &url, "w1");
+    first.wait_for("ready on").await;
+    let remote = bare_remote();
+    let remote_path = remote.path().display().to_string();
+    let lead = lead_repo(&team(&["one"], ""));
+    let root = lead.path();
+    let base = fake.base_url();
+    let mut run =
+        super::common::Running::spawn(command(root, &run_args(&url, &base, &remote_path)));
+    first.wait_for("claimed team:").await;
+    // The second worker starts once the first holds the teammate: it takes it over only
+    // when the first's lease lapses.
+    let mut second = teammate_worker(&fake, &url, "w2");
+    second.wait_for("ready on").await;
+    let status = tokio::time::timeout(super::common::GUARD, first.child.wait())
+        .await
+        .expect("guard timeout: the first worker was not killed")
+        .unwrap();
+    assert_eq!(
+        status.code(),
+        None,
+        "killed by a signal: {:?}",
+        first.said()
+    );
+    second.wait_for("claimed team:").await;
+    second.wait_for("resumed from the store").await;
+    assert_eq!(run.finish().await, Some(0), "{:#?}", run.events);
+    let end = run.events.last().unwrap().clone();
+    assert_eq!(end["status"], "completed", "{end:#}");
+    // The side effect happened once; the teammate went on from the store on w2.
+    assert_eq!(std::fs::read_to_string(&effects).unwrap(), "once\n");
+    let placed: Vec<&Value> = run
+        .events
+        .iter()
+        .filter(|e| e["type"] == "teammate_placed" && e["agent"] == "one")
+        .collect();
+    assert_eq!(placed.len(), 2, "{placed:#?}");
+    assert_eq!(placed[0]["worker"], "w1");
+    assert_eq!(
+        (&placed[1]["worker"], &placed[1]["attempt"]),
+        (&json!("w2"), &json!(2))
+    );
+    assert_eq!(end["workers"]["one"], "w2", "{end:#}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("one.txt"))
+            .ok()
+            .as_deref(),
+        Some("one\n")
+    );
+    let refs = remote_refs(remote.path());
+    let slug = slug_of(&refs);
+    assert_eq!(
+        git(
+            remote.path(),
+            &["show", &format!("refs/heads/muster/{slug}/one:one.txt")]
+        ),
+        "one\n"
+    );
+    assert_eq!(second.stop().await, Some(0));
+    schema.drop_now().await;
+}
