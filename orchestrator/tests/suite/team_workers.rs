@@ -90,15 +90,21 @@ fn any_turn(agent: &str, text: &str) -> ScriptEntry {
     )
 }
 
-/// The lead approves `from`'s merge request when it arrives.
-fn lead_merges(from: &str) -> ScriptEntry {
+/// The lead approves `ids` when a merge request from `from` arrives (both teammates' may
+/// arrive in one batch; an id not requested yet only gets a refusal back).
+fn lead_merges(from: &str, ids: &[&str]) -> ScriptEntry {
+    let calls: Vec<Value> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            json!({"type": "tool_use", "id": format!("toolu_merge_{from}_{i}"),
+                   "name": "ReviewMerge",
+                   "input": {"request_id": id, "approve": true, "feedback": "good"}})
+        })
+        .collect();
     entry(
         json!({"agent": "lead", "when": {"mail_type": "merge_request", "from": from},
-                 "reply": {"content": [{"type": "tool_use", "id": format!("toolu_merge_{from}"),
-                           "name": "ReviewMerge",
-                           "input": {"request_id": format!("merge-{from}-1"), "approve": true,
-                                     "feedback": "good"}}],
-                           "stop_reason": "tool_use"}}),
+                 "reply": {"content": calls, "stop_reason": "tool_use"}}),
     )
 }
 
@@ -192,8 +198,8 @@ async fn two_teammates_on_two_workers_send_their_files_by_git_and_the_lead_merge
     let names = ["one", "two"];
     let mut script = vec![
         lead_assigns(&names),
-        lead_merges("one"),
-        lead_merges("two"),
+        lead_merges("one", &["merge-one-1", "merge-two-1"]),
+        lead_merges("two", &["merge-two-1", "merge-one-1"]),
         any_turn("lead", "Waiting for the team."),
     ];
     for name in names {
@@ -221,7 +227,13 @@ async fn two_teammates_on_two_workers_send_their_files_by_git_and_the_lead_merge
     let root = lead.path();
     let base = fake.base_url();
     let output = super::common::output(command(root, &run_args(&url, &base, &remote_path))).await;
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}\n{:#?}",
+        stderr(&output),
+        lines(&output)
+    );
     let end = finished(&output);
     assert_eq!(end["status"], "completed", "{end:#}");
     assert_eq!(end["files_changed"], 2, "{end:#}");
@@ -387,7 +399,7 @@ async fn a_worker_killed_in_a_teammates_bash_call_has_the_teammate_resumed_on_an
     );
     let fake = fake(vec![
         lead_assigns(&["one"]),
-        lead_merges("one"),
+        lead_merges("one", &["merge-one-1"]),
         any_turn("lead", "Waiting for the team."),
         ScriptEntry::reply(
             "one",
