@@ -30,6 +30,6 @@ pub use origin::{Layer, Origin, Sourced};
 pub use policy::{PlanVerdict, Policy, PolicyAnswer, RuleCheck};
 pub use rule::{PermissionRule, PermissionRules, RuleBehavior, RuleSpecifier, RuleSubject};
 pub use settings::{CliOverrides, Settings, SettingsInputs};
-pub use team::{Isolation, SpawnRules, TeamFile, TeammateSpec};
+pub use team::{Isolation, Placement, SpawnRules, TeamFile, TeammateSpec};
 pub use toml_source::Located;
 pub use tools::KNOWN_TOOLS;

@@ -24,6 +24,7 @@ const TEAM_KEYS: &[&str] = &[
     "max_concurrent_teammates",
     "shutdown_timeout_ms",
     "isolation",
+    "remote",
     "teammates",
     "spawn",
 ];
@@ -35,6 +36,28 @@ pub enum Isolation {
     Worktree,
     /// Every agent works in the workspace itself.
     Shared,
+}
+
+/// Where a teammate runs: in the process that started the run, or on a `muster worker`
+/// (DESIGN, "Wave 2 → Workers"; files travel by git through the run's remote).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Placement {
+    #[default]
+    Local,
+    Workers,
+}
+
+impl Placement {
+    pub const NAMES: &'static [&'static str] = &["local", "workers"];
+
+    pub fn parse(text: &str) -> Option<Placement> {
+        match text {
+            "local" => Some(Placement::Local),
+            "workers" => Some(Placement::Workers),
+            _ => None,
+        }
+    }
 }
 
 impl Isolation {
@@ -55,8 +78,15 @@ const TEAMMATE_KEYS: &[&str] = &[
     "count",
     "plan_mode_required",
     "approver",
+    "placement",
 ];
-const SPAWN_KEYS: &[&str] = &["plan_mode_required", "approver", "max_mode", "definitions"];
+const SPAWN_KEYS: &[&str] = &[
+    "plan_mode_required",
+    "approver",
+    "max_mode",
+    "definitions",
+    "placement",
+];
 
 /// Default for `max_concurrent_teammates`.
 pub const DEFAULT_MAX_CONCURRENT: u64 = 4;
@@ -75,6 +105,8 @@ pub struct TeammateSpec {
     pub definition: String,
     pub plan_mode_required: bool,
     pub approver: Approver,
+    /// Where it runs (default `local`).
+    pub placement: Placement,
 }
 
 /// Rules for teammates the lead spawns with `SpawnTeammate`.
@@ -89,6 +121,8 @@ pub struct SpawnRules {
     pub max_mode: Option<PermissionMode>,
     /// The definitions the lead may spawn; `None` allows every definition but `lead`.
     pub definitions: Option<Vec<String>>,
+    /// Where spawned teammates run (default `local`).
+    pub placement: Placement,
 }
 
 impl Default for SpawnRules {
@@ -98,6 +132,7 @@ impl Default for SpawnRules {
             approver: Approver::Lead,
             max_mode: None,
             definitions: None,
+            placement: Placement::Local,
         }
     }
 }
@@ -130,8 +165,21 @@ pub struct TeamFile {
     pub shutdown_timeout_ms: u64,
     /// `None`: the default (worktrees in a git repository with a commit, else shared).
     pub isolation: Option<Isolation>,
+    /// The git remote teammates on workers fetch from and push to (`--remote` overrides).
+    pub remote: Option<String>,
     pub teammates: Vec<TeammateSpec>,
     pub spawn: SpawnRules,
+}
+
+impl TeamFile {
+    /// Whether any teammate (declared, or spawned under `[spawn]`) runs on workers.
+    pub fn uses_workers(&self) -> bool {
+        self.spawn.placement == Placement::Workers
+            || self
+                .teammates
+                .iter()
+                .any(|teammate| teammate.placement == Placement::Workers)
+    }
 }
 
 impl TeamFile {
@@ -236,6 +284,18 @@ impl TeamFile {
             None => DEFAULT_SHUTDOWN_TIMEOUT_MS,
         };
         let isolation = read_isolation(&source, &reader, &mut errors);
+        let remote = reader.string("remote", &mut errors).and_then(|remote| {
+            if remote.value.trim().is_empty() {
+                errors.push(located_error(
+                    &source,
+                    &remote,
+                    "expected a git remote URL or path, found an empty string".to_string(),
+                ));
+                None
+            } else {
+                Some(remote.value)
+            }
+        });
 
         let mut teammates: Vec<TeammateSpec> = Vec::new();
         let mut origins: Vec<(String, String)> = Vec::new();
@@ -281,6 +341,7 @@ impl TeamFile {
             max_concurrent_teammates,
             shutdown_timeout_ms,
             isolation,
+            remote,
             teammates,
             spawn,
         })
@@ -332,6 +393,29 @@ fn read_isolation(
     parsed
 }
 
+fn read_placement(
+    source: &SourceText<'_>,
+    reader: &TableReader<'_, '_>,
+    errors: &mut Vec<Diagnostic>,
+) -> Placement {
+    let Some(text) = reader.string("placement", errors) else {
+        return Placement::Local;
+    };
+    Placement::parse(&text.value).unwrap_or_else(|| {
+        let suggestion =
+            crate::diagnostic::suggestion_suffix(&text.value, Placement::NAMES.iter().copied());
+        errors.push(located_error(
+            source,
+            &text,
+            format!(
+                "unknown placement `{}`: expected \"local\" or \"workers\"{suggestion}",
+                text.value
+            ),
+        ));
+        Placement::Local
+    })
+}
+
 fn read_approver(
     source: &SourceText<'_>,
     reader: &TableReader<'_, '_>,
@@ -375,6 +459,7 @@ fn read_teammate(
         .boolean("plan_mode_required", errors)
         .is_none_or(|flag| flag.value);
     let approver = read_approver(source, entry, errors);
+    let placement = read_placement(source, entry, errors);
     let count = match entry.count("count", errors) {
         Some(count) if count.value == 0 || count.value > MAX_COUNT => {
             let message = format!(
@@ -427,6 +512,7 @@ fn read_teammate(
                 .map_or_else(|| "general".to_string(), |d| d.value.clone()),
             plan_mode_required,
             approver: approver.clone(),
+            placement,
         });
     }
 }
@@ -463,5 +549,6 @@ fn read_spawn(
         approver: read_approver(source, table, errors),
         max_mode,
         definitions,
+        placement: read_placement(source, table, errors),
     }
 }

@@ -98,6 +98,12 @@ pub trait MailboxStore: Send + Sync {
     async fn hold_live(&self, _run_id: &str) -> StoreResult<Option<crate::live::LiveHold>> {
         Ok(None)
     }
+    /// Wakes this process's receivers of `run_id` when another process's write woke them
+    /// (a store opened `announcing`), without the live lock: an agent of the run in a
+    /// process other than the lead's (a teammate on a worker). `None`: not this backend's.
+    async fn listen_run(&self, _run_id: &str) -> StoreResult<Option<crate::live::LiveHold>> {
+        Ok(None)
+    }
     /// Whether some process holds the run's server-side live lock; `None`: not this backend's.
     async fn is_held_live(&self, _run_id: &str) -> StoreResult<Option<bool>> {
         Ok(None)

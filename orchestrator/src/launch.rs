@@ -137,6 +137,8 @@ pub struct RunFlags {
     pub max_duration: Option<u64>,
     /// The batch line the run is (`"<file>#<id>"`): set only by a batch line's child.
     pub batch_line_id: Option<String>,
+    /// `--remote`: the git remote of teammates placed on workers (a team run's).
+    pub remote: Option<String>,
 }
 
 /// Flags of `muster resume`.

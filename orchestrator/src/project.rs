@@ -101,6 +101,16 @@ impl Project {
     /// Opens the store, creating it (and `.muster/.gitignore`) when absent. Every command
     /// holds it as `Arc<dyn MailboxStore>`: the backend is chosen here, at run time.
     pub async fn open_store(&self) -> Result<Arc<dyn MailboxStore>, StoreError> {
+        self.open_store_with(false).await
+    }
+
+    /// [`Self::open_store`]; `announce_wakes`: on PostgreSQL, each write also wakes the
+    /// run's agents in other processes (a team with teammates on workers, and those
+    /// teammates' own processes).
+    pub async fn open_store_with(
+        &self,
+        announce_wakes: bool,
+    ) -> Result<Arc<dyn MailboxStore>, StoreError> {
         self.ensure_muster_gitignore();
         match self.store_location() {
             StoreLocation::File(path) => {
@@ -111,7 +121,10 @@ impl Project {
                 })
             }
             StoreLocation::Postgres(url) => {
-                let store = PostgresStore::open(url, self.store_options()).await?;
+                let mut store = PostgresStore::open(url, self.store_options()).await?;
+                if announce_wakes {
+                    store = store.announcing();
+                }
                 Ok(match WORK_FENCE.get() {
                     Some(fence) => Arc::new(store.fenced(fence.clone())),
                     None => Arc::new(store),

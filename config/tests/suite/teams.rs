@@ -457,3 +457,42 @@ fn isolation_is_read_team_wide_and_a_per_teammate_value_is_refused() {
     assert!(error.contains("isolation is team-wide"), "{error}");
     assert!(error.contains("t.toml:5"), "{error}");
 }
+
+#[test]
+fn placement_is_read_per_teammate_and_in_spawn_and_remote_at_the_top() {
+    use muster_config::Placement;
+    let text = "name = \"t\"\nremote = \"/srv/git/t.git\"\n[[teammates]]\nname = \"a\"\n\
+                placement = \"workers\"\n[[teammates]]\nname = \"b\"\n[spawn]\nplacement = \"workers\"\n";
+    let team = TeamFile::parse("t.toml", text, &catalog()).unwrap();
+    assert_eq!(team.remote.as_deref(), Some("/srv/git/t.git"));
+    let placements: Vec<Placement> = team.teammates.iter().map(|t| t.placement).collect();
+    assert_eq!(placements, [Placement::Workers, Placement::Local]);
+    assert_eq!(team.spawn.placement, Placement::Workers);
+    assert!(team.uses_workers());
+    let local = TeamFile::parse(
+        "t.toml",
+        "name = \"t\"\n[[teammates]]\nname = \"a\"\n",
+        &catalog(),
+    )
+    .unwrap();
+    assert!(!local.uses_workers());
+    assert_eq!(local.remote, None);
+    for (text, expected) in [
+        (
+            "name = \"t\"\n[[teammates]]\nname = \"a\"\nplacement = \"worker\"\n",
+            "t.toml:4:13: teammates[0].placement: unknown placement `worker`: expected \"local\" or \"workers\"",
+        ),
+        (
+            "name = \"t\"\nremote = \"\"\n",
+            "t.toml:2:10: remote: expected a git remote URL or path",
+        ),
+    ] {
+        let error = TeamFile::parse("t.toml", text, &catalog())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains(expected),
+            "for {text:?}\n got: {error}\nwant: {expected}"
+        );
+    }
+}

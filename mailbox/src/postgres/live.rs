@@ -152,6 +152,18 @@ impl PostgresStore {
         Ok(held)
     }
 
+    /// A LISTEN on run `run_id`'s wake channel without its lock (a teammate's process on a
+    /// worker, whose lead holds the run): its notifications wake this store's receivers.
+    /// Not supervised: a lost connection is not re-opened.
+    pub(super) async fn listen_only(&self, run_id: &str) -> StoreResult<crate::live::LiveHold> {
+        let held = self.live_connection(run_id).await?;
+        held.client
+            .batch_execute(&format!("LISTEN {}", self.ctx.wake_channel(run_id)))
+            .await
+            .map_err(|e| ops::pg_error(&self.ctx, e))?;
+        Ok(crate::live::LiveHold::new(held))
+    }
+
     /// A connection outside the pool, named `muster live <schema>.<run>` on the server: its
     /// notifications wake this store's receivers of `run_id` (the payload names the
     /// recipient).

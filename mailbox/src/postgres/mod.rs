@@ -61,6 +61,9 @@ pub struct PostgresStore {
     work_watchers: Arc<crate::work::Watchers>,
     /// Announces this store's commits on the schema's change channel.
     changes: Arc<changes::Announcer>,
+    /// Whether each write also tells other processes whom it woke (`NOTIFY` on the run's
+    /// wake channel, delivered at its COMMIT): a team whose teammates run on workers.
+    announce_wakes: bool,
 }
 
 /// Makes schema `name` on the server `url` names (a benchmark's or a test's own) and returns
@@ -158,7 +161,16 @@ impl PostgresStore {
             confirmed: Arc::default(),
             fence: None,
             work_watchers: Arc::default(),
+            announce_wakes: false,
         })
+    }
+
+    /// This store, announcing every write's wake-ups to the processes that listen on the
+    /// run ([`MailboxStore::listen_run`], and the live run's own hold): agents of one run in
+    /// several processes (a team with teammates on workers) wake each other on commit.
+    pub fn announcing(mut self) -> PostgresStore {
+        self.announce_wakes = true;
+        self
     }
 
     /// This store, refusing every write once `fence` no longer holds its work item's lease
@@ -255,6 +267,12 @@ impl PostgresStore {
     ) -> StoreResult<T> {
         match result {
             Ok(value) => {
+                if self.announce_wakes
+                    && let Err(error) = self.notify_wakes(&tx, &wakes).await
+                {
+                    let _ = tx.rollback().await;
+                    return Err(error);
+                }
                 tx.commit().await.map_err(|e| commit_error(&self.ctx, e))?;
                 self.waiters.wake_all(&wakes);
                 Ok(value)
@@ -266,6 +284,27 @@ impl PostgresStore {
                 Err(error)
             }
         }
+    }
+
+    /// `NOTIFY` of each recipient a write woke, in the write's transaction: delivered to the
+    /// listeners at its COMMIT, never for a write that rolled back.
+    async fn notify_wakes(&self, tx: &Tx<'_>, wakes: &[Wake]) -> StoreResult<()> {
+        let mut sent: Vec<(&str, &str)> = Vec::new();
+        for wake in wakes {
+            let pair = (wake.run_id.as_str(), wake.recipient.as_str());
+            if sent.contains(&pair) {
+                continue;
+            }
+            sent.push(pair);
+            ops::execute(
+                tx,
+                &self.ctx,
+                "SELECT pg_notify($1, $2)",
+                &[&self.ctx.wake_channel(pair.0), &pair.1],
+            )
+            .await?;
+        }
+        Ok(())
     }
 
     async fn connection(&self) -> StoreResult<deadpool_postgres::Object> {
@@ -664,6 +703,10 @@ impl MailboxStore for PostgresStore {
 
     async fn hold_live(&self, run_id: &str) -> StoreResult<Option<crate::live::LiveHold>> {
         self.take_hold(run_id).await.map(Some)
+    }
+
+    async fn listen_run(&self, run_id: &str) -> StoreResult<Option<crate::live::LiveHold>> {
+        self.listen_only(run_id).await.map(Some)
     }
 
     async fn wait_until_not_live(&self, run_id: &str) -> StoreResult<()> {

@@ -137,11 +137,16 @@ pub(crate) async fn claim(
              ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED) \
          RETURNING {ITEM_COLUMNS}"
     );
-    row(tx, ctx, &sql, &[&queue, &worker, &lease_ms])
+    let claimed = row(tx, ctx, &sql, &[&queue, &worker, &lease_ms])
         .await?
         .as_ref()
         .map(item_of)
-        .transpose()
+        .transpose()?;
+    if claimed.is_some() {
+        // Whoever waits on the item (a team's lead watching its teammate's) sees who took it.
+        announce(tx, ctx).await?;
+    }
+    Ok(claimed)
 }
 
 async fn fenced(tx: &Tx<'_>, ctx: &Ctx, fence: &WorkFence) -> StoreError {

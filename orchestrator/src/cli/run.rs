@@ -52,6 +52,10 @@ pub struct Args {
     /// Stop the run after this many seconds (exit 3).
     #[arg(long = "max-duration")]
     pub max_duration: Option<u64>,
+    /// The git remote (URL or path) teammates placed on workers fetch from and push to;
+    /// overrides the team file's `remote`. Never the workspace's `origin` by default.
+    #[arg(long)]
+    pub remote: Option<String>,
 }
 
 pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
@@ -74,6 +78,7 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
             .map_err(|message| crate::exit::ExitError::new(Exit::Usage, message))?,
         max_duration: args.max_duration,
         batch_line_id: None,
+        remote: args.remote,
     };
     crate::lifecycle::run(global, flags)
 }

@@ -30,7 +30,7 @@ use muster_mailbox::{CommitTurn, MailboxStore, MessageBody, NewMessage, NewRecor
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::worktree::{self, Base, Checkpoint, Chosen, Worktrees};
+use crate::worktree::{self, Base, Checkpoint, Chosen, Git, Worktrees};
 
 use super::LEAD;
 
@@ -56,6 +56,62 @@ enum IsolationRecord {
     },
 }
 
+/// The run's git remote, when teammates run on workers (DESIGN, "Wave 2 → Workers"): files
+/// travel through it, and only the run's own refs (`refs/heads/muster/<slug>/*`,
+/// `refs/muster/<slug>/*`) are pushed there.
+#[derive(Debug, Clone)]
+pub(crate) struct RemoteGit {
+    pub url: String,
+    /// Which side this process is: the lead's (pushes the base and the integration head,
+    /// fetches teammates' branches for merges) or a worker's (pushes its teammate's
+    /// checkpoints, fetches the integration head).
+    pub side: Side,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    Lead,
+    Worker,
+}
+
+impl RemoteGit {
+    /// Pushes `commit` to `refs/heads/muster/<slug>/<agent>` (forced: a restored worktree
+    /// may move a branch back to its recorded checkpoint).
+    async fn push_branch(
+        &self,
+        git: &Git,
+        worktrees: &Worktrees,
+        agent: &str,
+        commit: &str,
+    ) -> anyhow::Result<()> {
+        let refspec = format!("+{commit}:refs/heads/{}", worktrees.branch(agent));
+        git.run(&["push", "--quiet", &self.url, &refspec])
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot push {} to {}: {e}",
+                    worktrees.branch(agent),
+                    self.url
+                )
+            })?;
+        Ok(())
+    }
+
+    /// Fetches every ref of the run from the remote: branches as remote-tracking refs
+    /// (`refs/remotes/muster/<slug>/*`, never checked out, so a fetch never meets a
+    /// worktree), the base as it is named there.
+    pub(crate) async fn fetch_run(&self, git: &Git, slug: &str) -> anyhow::Result<()> {
+        let branches = format!("+refs/heads/muster/{slug}/*:refs/remotes/muster/{slug}/*");
+        let others = format!("+refs/muster/{slug}/*:refs/muster/{slug}/*");
+        git.run(&["fetch", "--quiet", &self.url, &branches, &others])
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!("cannot fetch run {slug}'s refs from {}: {e}", self.url)
+            })?;
+        Ok(())
+    }
+}
+
 /// A team run's worktrees and what it recorded of them.
 pub(crate) struct TeamIsolation {
     pub worktrees: Worktrees,
@@ -70,6 +126,8 @@ pub(crate) struct TeamIsolation {
     /// Merge decisions already reported (those made before this process started, and those
     /// it reported since).
     announced: Mutex<BTreeSet<String>>,
+    /// The run's remote, when teammates run on workers.
+    remote: Option<RemoteGit>,
 }
 
 /// What one pass over the merge requests found and did.
@@ -171,7 +229,56 @@ impl TeamIsolation {
             recorded: Mutex::new(BTreeMap::new()),
             settled: Mutex::new(settled),
             announced: Mutex::new(announced),
+            remote: None,
         }))
+    }
+
+    /// Files travel through `remote` from now on. On the lead's side the base and the
+    /// recorded integration head are pushed at once (a worker starts a teammate from them).
+    pub(crate) async fn with_remote(mut self, remote: RemoteGit) -> anyhow::Result<TeamIsolation> {
+        if remote.side == Side::Lead {
+            let git = Git::new(self.worktrees.toplevel());
+            let base_ref = format!("refs/muster/{}/base", self.slug());
+            let refspec = format!("+{}:{base_ref}", self.base.commit);
+            git.run(&["push", "--quiet", &remote.url, &refspec])
+                .await
+                .map_err(|e| {
+                    anyhow::anyhow!("cannot push the run's base to {}: {e}", remote.url)
+                })?;
+            let head = self.head().await;
+            remote
+                .push_branch(&git, &self.worktrees, LEAD, &head)
+                .await?;
+        }
+        self.remote = Some(remote);
+        Ok(self)
+    }
+
+    fn slug(&self) -> String {
+        self.worktrees
+            .lead_branch()
+            .trim_start_matches("muster/")
+            .trim_end_matches("/lead")
+            .to_owned()
+    }
+
+    /// A worker's side: the integration head as the store records it now (the lead's
+    /// newest checkpoint, else the base), fetched from the remote (the lead pushed it
+    /// before recording it).
+    async fn refresh_head(&self, store: &dyn MailboxStore, run_id: &str) -> anyhow::Result<()> {
+        let Some(remote) = self.remote.as_ref().filter(|r| r.side == Side::Worker) else {
+            return Ok(());
+        };
+        let mut newest = self.base.commit.clone();
+        for row in store.records(run_id, LEAD, TRANSCRIPT, 0).await? {
+            if let Ok(Record::Checkpoint { commit, .. }) = Record::from_stored(&row) {
+                newest = commit;
+            }
+        }
+        let git = Git::new(self.worktrees.toplevel());
+        remote.fetch_run(&git, &self.slug()).await?;
+        *self.head.lock().await = newest;
+        Ok(())
     }
 
     /// The recorded integration head.
@@ -237,6 +344,7 @@ impl TeamIsolation {
             let Some(commit) = self.worktrees.lead_checkpoint(&head).await? else {
                 return Ok(None);
             };
+            self.publish(LEAD, &commit).await?;
             *head = commit.clone();
             return Ok(Some(TeamCheckpoint {
                 commit,
@@ -247,6 +355,11 @@ impl TeamIsolation {
         let checkpoint = self.worktrees.checkpoint(agent).await?;
         if self.recorded_of(agent).as_ref() == Some(&checkpoint) {
             return Ok(None);
+        }
+        // Pushed before the turn that records it commits: a worker taking the teammate over
+        // always finds the recorded commit on the remote.
+        if self.remote.as_ref().is_some_and(|r| r.side == Side::Worker) {
+            self.publish(agent, &checkpoint.commit).await?;
         }
         // The commit exists on the branch; the turn that records it has not landed.
         muster_mailbox::failpoint!("checkpoint");
@@ -270,6 +383,7 @@ impl TeamIsolation {
         turn: u64,
         verification: Option<String>,
     ) -> anyhow::Result<MergeStep> {
+        self.refresh_head(store, run_id).await?;
         let mut step = MergeStep {
             checkpoint: self.checkpoint(agent).await?,
             ..MergeStep::default()
@@ -398,6 +512,7 @@ impl TeamIsolation {
             let Some(commit) = request.body.get("commit").and_then(|c| c.as_str()) else {
                 continue;
             };
+            self.fetch_teammate(&request.requester).await?;
             let check = self.worktrees.merge_check(&head, commit).await?;
             if !check.conflicts.is_empty() {
                 self.record_stale(store, run_id, &request, &check.conflicts)
@@ -420,6 +535,7 @@ impl TeamIsolation {
                 tracing::warn!(%error, request = %request.request_id, "merge waits");
                 continue;
             }
+            self.publish(LEAD, &merged).await?;
             muster_mailbox::failpoint!("merge_apply");
             let record = Record::Checkpoint {
                 commit: merged.clone(),
@@ -449,6 +565,35 @@ impl TeamIsolation {
             });
         }
         Ok(pass)
+    }
+
+    /// Pushes `commit` as `agent`'s branch to the run's remote, when there is one.
+    async fn publish(&self, agent: &str, commit: &str) -> anyhow::Result<()> {
+        let Some(remote) = &self.remote else {
+            return Ok(());
+        };
+        let git = Git::new(self.worktrees.toplevel());
+        remote
+            .push_branch(&git, &self.worktrees, agent, commit)
+            .await
+    }
+
+    /// The lead's side, before checking or applying a teammate's merge: the teammate's
+    /// branch fetched from the remote when it works elsewhere (no worktree of it here).
+    async fn fetch_teammate(&self, agent: &str) -> anyhow::Result<()> {
+        let Some(remote) = self.remote.as_ref().filter(|r| r.side == Side::Lead) else {
+            return Ok(());
+        };
+        if self.worktrees.path_of(agent).exists() {
+            return Ok(());
+        }
+        let branch = self.worktrees.branch(agent);
+        let refspec = format!("+refs/heads/{branch}:refs/heads/{branch}");
+        Git::new(self.worktrees.toplevel())
+            .run(&["fetch", "--quiet", &remote.url, &refspec])
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot fetch {branch} from {}: {e}", remote.url))?;
+        Ok(())
     }
 
     /// Whether `request_id`'s decision is reported now (the first time).

@@ -10,8 +10,8 @@ use muster_agents::runtime::{
     AgentKind, AgentOutcome, AgentRuntime, AgentSpec, Record, TRANSCRIPT,
 };
 use muster_agents::verification;
-use muster_config::PermissionMode;
 use muster_config::team::TeammateSpec;
+use muster_config::{PermissionMode, Placement};
 use muster_mailbox::{
     CommitTurn, CommitTurnOutcome, DeliveryState, MemberKind, Message, MessageBody, MessageFilter,
     NewMessage, NewResponse, TaskStatus, TaskUpdate,
@@ -44,6 +44,9 @@ pub(crate) struct TeammatePlan {
     /// What the team's rules changed about the spawn request, in words.
     #[serde(default)]
     pub notes: Vec<String>,
+    /// Where it runs: here, or on a `muster worker` (a work item of its own).
+    #[serde(default)]
+    pub placement: Placement,
 }
 
 /// The records stream holding a spawned teammate's [`TeammatePlan`].
@@ -79,6 +82,7 @@ impl Team {
                 prompt: None,
                 call_key: None,
                 notes: Vec::new(),
+                placement: spec.placement,
             },
             None,
             resumed,
@@ -127,6 +131,8 @@ impl Team {
             .me
             .upgrade()
             .ok_or_else(|| "the team is shutting down".to_owned())?;
+        // Placed on workers: a worker runs it, unless this process is that worker.
+        let placed = plan.placement == Placement::Workers && self.worker.is_none();
         {
             let mut members = self.members.lock().unwrap_or_else(|p| p.into_inner());
             members.insert(
@@ -135,18 +141,24 @@ impl Team {
                     definition: plan.definition.clone(),
                     responder: plan.responder.clone(),
                     working_mode: plan.working_mode,
-                    state: if first.is_some() || resumed {
+                    state: if first.is_some() || (resumed && !placed) {
                         MemberState::Running
                     } else {
                         MemberState::Idle
                     },
                     task: None,
+                    placed,
+                    worker: None,
                     open_before: Vec::new(),
                 },
             );
         }
         let id = plan.id.clone();
-        let handle = tokio::spawn(async move { team.teammate(plan, first, resumed).await });
+        let handle = if placed {
+            tokio::spawn(async move { team.placed_teammate(plan, first).await })
+        } else {
+            tokio::spawn(async move { team.teammate(plan, first, resumed).await })
+        };
         let mut members = self.members.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(member) = members.get_mut(&id) {
             member.task = Some(handle);
@@ -156,7 +168,12 @@ impl Team {
         Ok(())
     }
 
-    async fn teammate(self: Arc<Self>, plan: TeammatePlan, first: Option<String>, resumed: bool) {
+    pub(crate) async fn teammate(
+        self: Arc<Self>,
+        plan: TeammatePlan,
+        first: Option<String>,
+        resumed: bool,
+    ) {
         let id = plan.id.clone();
         if let Err(error) = self.teammate_work(&plan, first, resumed).await {
             tracing::warn!(agent = %id, %error, "teammate failed");

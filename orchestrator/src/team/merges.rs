@@ -57,7 +57,8 @@ impl Team {
     /// A merge decision was committed (in this process, or seen arriving from another):
     /// approved merges are applied in the background.
     pub(crate) fn merge_decided(&self) {
-        if self.isolation.is_none() {
+        // A teammate's process on a worker never applies merges: the lead's process does.
+        if self.isolation.is_none() || self.worker.is_some() {
             return;
         }
         if let Some(team) = self.me.upgrade() {

@@ -27,6 +27,7 @@ mod isolation;
 mod mail;
 mod members;
 mod merges;
+pub(crate) mod placement;
 mod printer;
 mod services;
 mod setup;
@@ -93,6 +94,9 @@ pub struct TeamLaunch {
     pub team_file: PathBuf,
     /// The team file's text, as read at launch.
     pub team_text: String,
+    /// The git remote of teammates placed on workers (`--remote`, else the team file's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<String>,
     #[serde(flatten)]
     pub run: RunLaunch,
 }
@@ -129,12 +133,15 @@ pub fn run(global: &Globals, flags: RunFlags, team_path: PathBuf) -> anyhow::Res
         .map(|teammate| &teammate.approver)
         .chain([&team.spawn.approver, &project.settings.approver.value]);
     run.policies = StoredPolicies::read(project.root.path(), approvers)?;
+    let remote = flags.remote.clone().or_else(|| team.remote.clone());
+    placement::check_placement(&project, &team, remote.as_deref())?;
     let launch = TeamLaunch {
         v: 1,
         kind: "team".into(),
         prompt: flags.prompt.clone(),
         team_file: team_path,
         team_text: team.text.clone(),
+        remote,
         run,
     };
     let new = NewTeamRun {
@@ -198,6 +205,15 @@ struct NewTeamRun {
 }
 
 impl Ending {
+    /// Which worker ran each teammate placed on workers, in the result.
+    fn add_workers(&mut self, workers: &BTreeMap<String, String>) {
+        if let Value::Object(result) = &mut self.result
+            && !workers.is_empty()
+        {
+            result.insert("workers".into(), json!(workers));
+        }
+    }
+
     /// The run's verification reports, whole, in the result.
     fn add_verifications(&mut self, reports: &[VerificationReport]) {
         if let Value::Object(result) = &mut self.result {
@@ -252,8 +268,10 @@ async fn execute(
     existing: Result<Resumed, NewTeamRun>,
 ) -> anyhow::Result<Exit> {
     let mut interrupts = Interrupts::install();
-    let store: Arc<dyn MailboxStore> = project.open_store().await?;
+    // Teammates on workers: every write wakes the run's agents in the other processes too.
+    let store: Arc<dyn MailboxStore> = project.open_store_with(team_file.uses_workers()).await?;
     let resumed = existing.is_ok();
+    let requested_isolation = placement::isolation_for(&team_file);
     let (run_id, plans) = match &existing {
         Ok(Resumed { record }) => {
             let plans = PlanFiles::new(project.plans_dir(), &record.slug);
@@ -262,13 +280,19 @@ async fn execute(
         Err(new) => {
             // A worktree choice that cannot work is refused before the run exists.
             crate::worktree::choose(
-                team_file.isolation,
+                requested_isolation,
                 &launch.run.workspace,
                 &project.root.muster_dir(),
                 "check",
             )
             .await
-            .map_err(|e| usage(e.to_string()))?;
+            .map_err(|e| {
+                if team_file.uses_workers() {
+                    usage(format!("placement = \"workers\": {e}"))
+                } else {
+                    usage(e.to_string())
+                }
+            })?;
             create_run(&project, &store, &team_file, &launch, new).await?
         }
     };
@@ -297,13 +321,14 @@ async fn execute(
         store.as_ref(),
         &run_id,
         plans.slug(),
-        team_file.isolation,
+        requested_isolation,
         &launch.run.workspace,
         &project.root.muster_dir(),
     )
     .await
-    .map_err(|e| usage(format!("{e:#}")))?
-    .map(Arc::new);
+    .map_err(|e| usage(format!("{e:#}")))?;
+    let (isolation, placed) = placement::lead_side(&team_file, &launch, isolation).await?;
+    let isolation = isolation.map(Arc::new);
     let printer = Arc::new(TeamPrinter::new(&run_id, output));
     let context = Arc::new(setup::run_context(setup::ContextParts {
         project: &project,
@@ -318,24 +343,16 @@ async fn execute(
         resumed,
         restored,
     })?);
-    let (states, _) = watch::channel(0u64);
-    let (board, _) = watch::channel(0u64);
-    let team = Arc::new_cyclic(|me| Team {
-        me: me.clone(),
+    let team = Team::build(TeamParts {
         run: context.clone(),
         store: store.clone(),
         file: team_file.clone(),
         root: project.root.path().to_path_buf(),
-        stored_policies: launch.run.policies.clone(),
-        lead_mode: launch.run.permission_mode,
-        members: Mutex::new(BTreeMap::new()),
-        policies: Mutex::new(BTreeMap::new()),
-        states,
-        board,
+        launch: &launch,
         printer: printer.clone(),
-        shutdown_timeout: Duration::from_millis(team_file.shutdown_timeout_ms),
-        lead_awaits_decision: AtomicBool::new(false),
         isolation,
+        worker: None,
+        placed: placed.clone(),
     });
     if resumed {
         // A resumed lead goes back to its wait without asking again.
@@ -405,10 +422,13 @@ async fn execute(
     team.deliver_result(&mut ending).await?;
     let reports = team.verifications().await?;
     ending.add_verifications(&reports);
+    let workers = team.workers_of();
+    ending.add_workers(&workers);
     if output == OutputFormat::Text {
         ending
             .summarise(store.as_ref(), &run_id, &team_file.name, &reports)
             .await?;
+        ending.text.push_str(&summary::workers_line(&workers));
     }
     lifecycle::finish(store.as_ref(), &run_id, &ending).await?;
     printer.finished(
@@ -493,6 +513,10 @@ pub(crate) struct Member {
     pub working_mode: PermissionMode,
     pub state: MemberState,
     pub task: Option<JoinHandle<()>>,
+    /// Placed on workers (its task watches its work item; it runs elsewhere).
+    pub placed: bool,
+    /// The worker whose claim of it is the latest (placed teammates).
+    pub worker: Option<String>,
     /// Its tasks not yet completed or failed when its current turn began (a task it
     /// completed itself during the turn is reported with the turn).
     pub open_before: Vec<i64>,
@@ -524,9 +548,51 @@ pub(crate) struct Team {
     lead_awaits_decision: AtomicBool,
     /// The run's worktrees (`None`: every agent works in the shared workspace).
     isolation: Option<Arc<isolation::TeamIsolation>>,
+    /// `Some(name)`: this process is worker `name` running one teammate placed on workers
+    /// (the lead and the rest of the team are elsewhere).
+    worker: Option<String>,
+    /// The lead's side of a team with teammates on workers: what their work items carry.
+    placed: Option<placement::Placing>,
+}
+
+/// What a [`Team`] is made of.
+pub(crate) struct TeamParts<'a> {
+    pub run: Arc<muster_agents::runtime::RunContext>,
+    pub store: Arc<dyn MailboxStore>,
+    pub file: TeamFile,
+    pub root: PathBuf,
+    pub launch: &'a TeamLaunch,
+    pub printer: Arc<TeamPrinter>,
+    pub isolation: Option<Arc<isolation::TeamIsolation>>,
+    pub worker: Option<String>,
+    pub placed: Option<placement::Placing>,
 }
 
 impl Team {
+    pub(crate) fn build(parts: TeamParts<'_>) -> Arc<Team> {
+        let (states, _) = watch::channel(0u64);
+        let (board, _) = watch::channel(0u64);
+        Arc::new_cyclic(|me| Team {
+            me: me.clone(),
+            run: parts.run,
+            store: parts.store,
+            shutdown_timeout: Duration::from_millis(parts.file.shutdown_timeout_ms),
+            file: parts.file,
+            root: parts.root,
+            stored_policies: parts.launch.run.policies.clone(),
+            lead_mode: parts.launch.run.permission_mode,
+            members: Mutex::new(BTreeMap::new()),
+            policies: Mutex::new(BTreeMap::new()),
+            states,
+            board,
+            printer: parts.printer,
+            lead_awaits_decision: AtomicBool::new(false),
+            isolation: parts.isolation,
+            worker: parts.worker,
+            placed: parts.placed,
+        })
+    }
+
     fn run_id(&self) -> &str {
         &self.run.run_id
     }
@@ -681,6 +747,7 @@ impl Team {
         if !self.lead_awaits_decision.load(Ordering::SeqCst) {
             return Ok(None);
         }
+        self.refresh_placed_states().await?;
         let requests = self.store.requests(self.run_id()).await?;
         let Some(own) = requests.iter().find(|r| {
             r.requester == LEAD && r.responder == muster_mailbox::HUMAN && r.response.is_none()
@@ -886,6 +953,7 @@ impl Team {
     /// The run's ending when the team is done: no running teammate, no pending or
     /// in-progress task, no undelivered mail.
     async fn ending_if_done(&self, lead_result: &str) -> anyhow::Result<Option<Ending>> {
+        self.refresh_placed_states().await?;
         let running: Vec<String> = self
             .states_of()
             .into_iter()
@@ -1084,6 +1152,10 @@ The lead ended its turn without deciding {}; the teammates                  wait
                 handle.abort();
                 let _ = handle.await;
             }
+            // A placed teammate's tools run on its worker, which stops them.
+            if self.is_placed(id) {
+                continue;
+            }
             let _ = muster_agents::runtime::team::kill_unfinished_tools(
                 self.store.as_ref(),
                 self.run_id(),
@@ -1110,6 +1182,8 @@ The lead ended its turn without deciding {}; the teammates                  wait
             .is_ok();
         if !ended {
             handle.abort();
+        }
+        if !ended && !self.is_placed(agent) {
             let _ = muster_agents::runtime::team::kill_unfinished_tools(
                 self.store.as_ref(),
                 self.run_id(),

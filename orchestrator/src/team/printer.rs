@@ -18,6 +18,8 @@ pub(crate) struct TeamPrinter {
     run_id: String,
     format: OutputFormat,
     lock: Mutex<()>,
+    /// On a worker: its name, in every event's `worker` field.
+    worker: Option<String>,
 }
 
 impl TeamPrinter {
@@ -26,7 +28,22 @@ impl TeamPrinter {
             run_id: run_id.to_owned(),
             format,
             lock: Mutex::new(()),
+            worker: None,
         }
+    }
+
+    /// A printer in a worker's process: every event names the worker.
+    pub(crate) fn on_worker(mut self, worker: &str) -> TeamPrinter {
+        self.worker = Some(worker.to_owned());
+        self
+    }
+
+    fn event(&self, kind: &str, agent: &str, fields: Value) -> Value {
+        let mut event = stream_json::event(&self.run_id, kind, agent, fields);
+        if let (Some(worker), Value::Object(object)) = (&self.worker, &mut event) {
+            object.insert("worker".into(), Value::String(worker.clone()));
+        }
+        event
     }
 
     /// One event: in the run's log, and a `stream-json` line (only with
@@ -35,12 +52,12 @@ impl TeamPrinter {
         if self.format.is_stream_json() {
             self.print(kind, agent, fields);
         } else {
-            stream_json::log(&stream_json::event(&self.run_id, kind, agent, fields));
+            stream_json::log(&self.event(kind, agent, fields));
         }
     }
 
     fn print(&self, kind: &str, agent: &str, fields: Value) {
-        let event = stream_json::event(&self.run_id, kind, agent, fields);
+        let event = self.event(kind, agent, fields);
         let _guard = self.lock.lock();
         stream_json::log(&event);
         stream_json::print(&event);
@@ -79,12 +96,7 @@ impl EventSink for TeamPrinter {
         if self.format.is_stream_json() && stream_json::on_stream(&event) {
             self.print(event.kind(), event.agent(), event.fields());
         } else {
-            stream_json::log(&stream_json::event(
-                &self.run_id,
-                event.kind(),
-                event.agent(),
-                event.fields(),
-            ));
+            stream_json::log(&self.event(event.kind(), event.agent(), event.fields()));
         }
         if self.format == OutputFormat::Text {
             stream_json::text_progress(&event);

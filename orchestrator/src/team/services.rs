@@ -340,6 +340,7 @@ impl Team {
             prompt: Some(request.prompt.clone()),
             call_key: Some(request.call_key.clone()),
             notes: notes.clone(),
+            placement: self.file.spawn.placement,
         };
         let body = serde_json::to_value(&plan)
             .map_err(|e| format!("the new teammate's plan cannot be stored: {e}"))?;

@@ -159,6 +159,18 @@ fn one_line(text: &str, max: usize) -> String {
     format!("{cut}…")
 }
 
+/// The summary's line naming the worker that ran each teammate placed on workers.
+pub(crate) fn workers_line(workers: &std::collections::BTreeMap<String, String>) -> String {
+    if workers.is_empty() {
+        return String::new();
+    }
+    let placed: Vec<String> = workers
+        .iter()
+        .map(|(agent, worker)| format!("{agent} on {worker}"))
+        .collect();
+    format!("\nWorkers: {}", placed.join(", "))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,6 +17,7 @@ use crate::batch::{LinePlan, plan_for};
 use crate::exit::{Exit, ExitError};
 use crate::launch::{OutputFormat, ResumeFlags, RunFlags};
 use crate::project::{Globals, Project};
+use crate::team::placement::TeammateItem;
 
 /// What a batch line's work item carries: enough for a worker on any machine, which has no
 /// copy of the batch file.
@@ -49,6 +50,9 @@ pub(crate) enum LineEnd {
 /// Runs (or resumes, or only reports) the item's line and commits its result under the
 /// item's token.
 pub(crate) async fn run_line(shared: &Arc<Shared>, item: &WorkItem) -> anyhow::Result<LineEnd> {
+    if let Some(teammate) = TeammateItem::of(item) {
+        return run_teammate(shared, item, &teammate).await;
+    }
     let fence = item.fence();
     let store = &shared.store;
     let result = match serde_json::from_value::<LinePayload>(item.payload.clone()) {
@@ -109,6 +113,48 @@ pub(crate) async fn run_line(shared: &Arc<Shared>, item: &WorkItem) -> anyhow::R
             eprintln!(
                 "muster worker {}: {} finished ({}, exit {})",
                 shared.info.name, item.id, result.status, result.exit_code
+            );
+            Ok(LineEnd::Finished)
+        }
+        Err(error @ StoreError::Fenced { .. }) => {
+            eprintln!(
+                "muster worker {}: {}: result refused as fenced: {error}",
+                shared.info.name, item.id
+            );
+            Ok(LineEnd::Fenced)
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// A teammate placed on workers: its child runs it (started, or resumed from the store and
+/// its pushed checkpoint after another worker lost it) until it ends; the item's result says
+/// how it ended, under the lease's token.
+async fn run_teammate(
+    shared: &Arc<Shared>,
+    item: &WorkItem,
+    teammate: &TeammateItem,
+) -> anyhow::Result<LineEnd> {
+    let fence = item.fence();
+    let Some(end) = run_process(shared, &fence, None).await? else {
+        return Ok(LineEnd::Stopped);
+    };
+    let mut result = serde_json::json!({
+        "kind": "teammate",
+        "run_id": teammate.run_id,
+        "agent": teammate.agent,
+        "exit_code": end.code,
+        "worker": shared.info.name,
+        "attempt": item.attempts,
+    });
+    if end.code != Exit::Success.code() {
+        result["error"] = Value::String(end.tail);
+    }
+    match shared.store.finish_work(&fence, result).await {
+        Ok(_) => {
+            eprintln!(
+                "muster worker {}: {} finished (exit {})",
+                shared.info.name, item.id, end.code
             );
             Ok(LineEnd::Finished)
         }
@@ -266,6 +312,16 @@ pub(crate) fn line_workspace(workspaces: &Path, item: &str) -> PathBuf {
     workspaces.join(format!("{readable}-{:08x}", hash as u32))
 }
 
+/// How an item's child process ended.
+struct ChildEnd {
+    code: u8,
+    /// Its `run_finished` event, when it printed one.
+    finished: Option<Value>,
+    /// What it said last on stderr (or why it could not start).
+    tail: String,
+    started: bool,
+}
+
 /// The line's child process; `None` when the worker stopped it to hand the item back.
 async fn spawn(
     shared: &Arc<Shared>,
@@ -273,6 +329,43 @@ async fn spawn(
     payload: &LinePayload,
     resume: Option<&str>,
 ) -> anyhow::Result<Option<ResultLine>> {
+    let Some(end) = run_process(shared, fence, resume).await? else {
+        return Ok(None);
+    };
+    if !end.started {
+        return Ok(Some(ResultLine::without_event(
+            &payload.id,
+            None,
+            end.code,
+            end.tail,
+        )));
+    }
+    if let Some(event) = end.finished {
+        return Ok(Some(ResultLine::from_event(&payload.id, &event, end.code)));
+    }
+    let runs = shared.store.runs().await?;
+    let record = runs
+        .into_iter()
+        .filter(|run| run.batch_line_id.as_deref() == Some(payload.key.as_str()))
+        .max_by_key(|run| (run.created_at, run.id.clone()));
+    if record.is_none() && end.tail.starts_with(CACHE_FULL) {
+        return Err(anyhow::Error::new(CacheFull(end.tail)));
+    }
+    Ok(Some(match record {
+        Some(record) if record.status.is_finished() => {
+            ResultLine::from_record(&payload.id, &record)
+        }
+        record => ResultLine::without_event(&payload.id, record.as_ref(), end.code, end.tail),
+    }))
+}
+
+/// Runs an item's child process (`muster worker --run-item`) to its end; `None` when the
+/// worker stopped it to hand the item back.
+async fn run_process(
+    shared: &Arc<Shared>,
+    fence: &WorkFence,
+    resume: Option<&str>,
+) -> anyhow::Result<Option<ChildEnd>> {
     let exe = std::env::current_exe()?;
     let mut command = tokio::process::Command::new(exe);
     command.arg("-C").arg(shared.project.root.path());
@@ -299,12 +392,12 @@ async fn spawn(
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(error) => {
-            return Ok(Some(ResultLine::without_event(
-                &payload.id,
-                None,
-                Exit::Failed.code(),
-                format!("cannot start the line's process: {error}"),
-            )));
+            return Ok(Some(ChildEnd {
+                code: Exit::Failed.code(),
+                finished: None,
+                tail: format!("cannot start the item's process: {error}"),
+                started: false,
+            }));
         }
     };
     shared.set_child(fence, child.id());
@@ -333,22 +426,11 @@ async fn spawn(
     if shared.stopping() && code == Exit::Interrupted.code() {
         return Ok(None);
     }
-    if let Some(event) = finished {
-        return Ok(Some(ResultLine::from_event(&payload.id, &event, code)));
-    }
-    let runs = shared.store.runs().await?;
-    let record = runs
-        .into_iter()
-        .filter(|run| run.batch_line_id.as_deref() == Some(payload.key.as_str()))
-        .max_by_key(|run| (run.created_at, run.id.clone()));
-    if record.is_none() && tail.starts_with(CACHE_FULL) {
-        return Err(anyhow::Error::new(CacheFull(tail)));
-    }
-    Ok(Some(match record {
-        Some(record) if record.status.is_finished() => {
-            ResultLine::from_record(&payload.id, &record)
-        }
-        record => ResultLine::without_event(&payload.id, record.as_ref(), code, tail),
+    Ok(Some(ChildEnd {
+        code,
+        finished,
+        tail,
+        started: true,
     }))
 }
 
@@ -413,6 +495,10 @@ pub(crate) fn run_child(
             format!("no work item {:?} in the store", fence.item),
         )
     })?;
+    if let Some(teammate) = TeammateItem::of(&item) {
+        crate::batch::exit_when_the_batch_dies();
+        return crate::team::placement::run_on_worker(global, &item, teammate, repo_cache);
+    }
     let payload: LinePayload = serde_json::from_value(item.payload).map_err(|e| {
         ExitError::new(
             Exit::Usage,

@@ -18,6 +18,8 @@ mod team_cli;
 #[cfg(all(unix, feature = "failpoints"))]
 mod team_crash;
 mod worker_faults;
+mod team_workers;
+mod worker_procs;
 mod workers_cli;
 mod worktree_cli;
 

@@ -13,9 +13,9 @@ use tokio::io::{AsyncBufReadExt as _, BufReader};
 
 use super::common::{GUARD, stderr};
 use super::store_pg::Schema;
+use super::worker_procs::{Worker, worker_dir};
 use super::workers_cli::{
-    LEASE, Worker, batch_dir, finish_batch, git, open, queue_of, results, script, start_batch,
-    worker_dir,
+    batch_dir, finish_batch, git, open, queue_of, results, script, start_batch,
 };
 
 /// This machine as process groups are recorded with: host name and boot id.
@@ -127,7 +127,7 @@ async fn a_restarted_worker_kills_the_orphan_its_earlier_run_left_and_the_line_c
     .unwrap();
     let schema = Schema::new().await;
     let url = schema.url();
-    let mut first = Worker::start_in(unsandboxed_worker_dir(&fake), &url, "w1", &LEASE);
+    let mut first = Worker::start_in(unsandboxed_worker_dir(&fake), &url, "w1", &[]);
     first.wait_for("ready on").await;
     let batch = batch_dir(&["a"]);
     let running = start_batch(batch.path(), &url);
@@ -176,7 +176,7 @@ async fn a_restarted_worker_kills_the_orphan_its_earlier_run_left_and_the_line_c
     );
 
     // The same name again: it kills the orphan at start, then takes the line over.
-    let mut second = Worker::start_in(unsandboxed_worker_dir(&fake), &url, "w1", &LEASE);
+    let mut second = Worker::start_in(unsandboxed_worker_dir(&fake), &url, "w1", &[]);
     second
         .wait_for(&format!("killed orphan process group {group} "))
         .await;
@@ -223,8 +223,7 @@ async fn a_worker_that_claims_its_own_lapsed_line_again_stops_the_earlier_run_fi
     let fake = FakeLlm::start(script(true)).await.unwrap();
     let schema = Schema::new().await;
     let url = schema.url();
-    let mut flags = vec!["--slots", "2"];
-    flags.extend(LEASE);
+    let flags = vec!["--slots", "2"];
     let mut worker = Worker::start_in(worker_dir(&fake), &url, "w1", &flags);
     worker.wait_for("ready on").await;
     let ids = ["a"];
@@ -390,8 +389,7 @@ async fn a_full_repo_cache_hands_the_line_back_to_a_worker_with_room() {
     let origin = bare_repository(remote.path(), &[("noise.bin", &noise)]);
     let cache = Tmpfs::mount("256k");
     let cache_dir = cache.0.path().to_str().unwrap().to_owned();
-    let mut flags = vec!["--repo-cache", cache_dir.as_str()];
-    flags.extend(LEASE);
+    let flags = vec!["--repo-cache", cache_dir.as_str()];
     let mut full = Worker::start_in(worker_dir(&fake), &url, "full", &flags);
     full.wait_for("ready on").await;
     let batch = repository_batch(origin.to_str().unwrap());

@@ -17,9 +17,7 @@ use tokio::sync::mpsc;
 
 use super::common::{GUARD, command, json_lines, stderr};
 use super::store_pg::Schema;
-
-/// Leases short enough that a takeover happens within the test, heartbeats well inside them.
-pub(super) const LEASE: [&str; 4] = ["--lease-ms", "1500", "--heartbeat-ms", "250"];
+use super::worker_procs::{Worker, worker_dir};
 
 /// Every line: a Bash side effect in its workspace, then (turn 2) its answer; turn 2's first
 /// request waits on gate `held` when `hold_first` (the line a test cuts off).
@@ -44,120 +42,6 @@ pub(super) fn script(hold_first: bool) -> Vec<ScriptEntry> {
     }
     entries.push(ScriptEntry::reply("main", 2, vec![Block::text("finished")]));
     entries
-}
-
-/// A worker's directory: settings that send model calls to `fake`, run Bash without asking
-/// (a policy approves the mode) and use the test's store.
-pub(super) fn worker_dir(fake: &FakeLlmHandle) -> tempfile::TempDir {
-    super::common::project(&[
-        (
-            ".muster/settings.toml",
-            &format!(
-                "permission_mode = \"bypassPermissions\"\napprover = \"policy:policy.toml\"\n\
-                 [providers.anthropic]\nbase_url = \"{}\"\n",
-                fake.base_url()
-            ),
-        ),
-        (
-            "policy.toml",
-            "approve_all = true\nmax_mode = \"bypassPermissions\"\n",
-        ),
-    ])
-}
-
-/// A running `muster worker` and the lines of its stderr.
-pub(super) struct Worker {
-    pub(super) name: String,
-    pub(super) dir: tempfile::TempDir,
-    pub(super) child: tokio::process::Child,
-    lines: mpsc::UnboundedReceiver<String>,
-    seen: Vec<String>,
-}
-
-impl Worker {
-    pub(super) fn start(fake: &FakeLlmHandle, url: &str, name: &str) -> Worker {
-        Worker::start_in(worker_dir(fake), url, name, &LEASE)
-    }
-
-    /// A worker in `dir` with the worker flags `flags` (lease, slots, repo cache).
-    pub(super) fn start_in(
-        dir: tempfile::TempDir,
-        url: &str,
-        name: &str,
-        flags: &[&str],
-    ) -> Worker {
-        let mut args = vec!["--store", url, "worker", "--name", name];
-        args.extend(flags);
-        let mut child = command(dir.path(), &args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let (sender, lines) = mpsc::unbounded_channel();
-        let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = stderr.next_line().await {
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Worker {
-            name: name.into(),
-            dir,
-            child,
-            lines,
-            seen: Vec::new(),
-        }
-    }
-
-    /// Waits for a stderr line containing `text` (lines seen before count too).
-    pub(super) async fn wait_for(&mut self, text: &str) -> String {
-        if let Some(line) = self.seen.iter().find(|line| line.contains(text)) {
-            return line.clone();
-        }
-        tokio::time::timeout(GUARD, async {
-            loop {
-                let line = self.lines.recv().await.unwrap_or_else(|| {
-                    panic!(
-                        "worker {} ended before {text:?}:\n{}",
-                        self.name,
-                        self.seen.join("\n")
-                    )
-                });
-                self.seen.push(line.clone());
-                if line.contains(text) {
-                    return line;
-                }
-            }
-        })
-        .await
-        .unwrap_or_else(|_| panic!("guard timeout waiting for {text:?} from {}", self.name))
-    }
-
-    /// Everything it said so far, without waiting.
-    pub(super) fn said(&mut self) -> Vec<String> {
-        while let Ok(line) = self.lines.try_recv() {
-            self.seen.push(line);
-        }
-        self.seen.clone()
-    }
-
-    pub(super) fn pid(&self) -> rustix::process::Pid {
-        rustix::process::Pid::from_raw(self.child.id().unwrap() as i32).unwrap()
-    }
-
-    /// Stops it with SIGTERM and waits for it to exit; gives back its exit code.
-    pub(super) async fn stop(&mut self) -> Option<i32> {
-        rustix::process::kill_process(self.pid(), rustix::process::Signal::TERM).unwrap();
-        let status = tokio::time::timeout(GUARD, self.child.wait())
-            .await
-            .expect("guard timeout")
-            .unwrap();
-        status.code()
-    }
 }
 
 /// The batch project: its own directory, the store given on the command line.

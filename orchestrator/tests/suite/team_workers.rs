@@ -1,0 +1,480 @@
+//! Teammates placed on workers (`placement = "workers"`) through the `muster` binary: the
+//! lead in the process that started the run, each teammate on a `muster worker` process with
+//! its own directory, HOME and repo cache, all on the test PostgreSQL server (a fresh schema
+//! per test), files travelling through a local bare repository as the run's remote. The
+//! configuration errors of a placement that cannot work exit 2.
+
+use std::path::Path;
+use std::process::Output;
+
+use muster_fake_llm::{FakeLlmHandle, ScriptEntry};
+use serde_json::{Value, json};
+
+use super::common::{command, fake, lines, stderr, tool};
+use super::store_pg::Schema;
+use super::worker_procs::Worker;
+
+/// A definition whose teammates write and run Bash without asking.
+const WRITER: &str = "---\nname: writer\ndescription: Writes files.\npermissionMode: bypassPermissions\n---\nYou write files.\n";
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let output = std::process::Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn team(names: &[&str], extra: &str) -> String {
+    let mut text = format!("name = \"builders\"\n{extra}");
+    for name in names {
+        text.push_str(&format!(
+            "\n[[teammates]]\nname = \"{name}\"\ndefinition = \"writer\"\nplan_mode_required = false\nplacement = \"workers\"\n"
+        ));
+    }
+    text
+}
+
+/// The lead's git repository with one commit (README.md, the team file, the definition).
+fn lead_repo(team: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join(".muster/agents")).unwrap();
+    std::fs::write(root.join(".muster/agents/writer.md"), WRITER).unwrap();
+    std::fs::write(root.join("README.md"), "hello\n").unwrap();
+    std::fs::write(root.join("muster.team.toml"), team).unwrap();
+    git(root, &["init", "-q", "-b", "main"]);
+    git(root, &["add", "-A"]);
+    git(root, &["commit", "-q", "-m", "start"]);
+    dir
+}
+
+/// The run's remote: a bare repository of its own, empty.
+fn bare_remote() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    git(dir.path(), &["init", "-q", "--bare"]);
+    dir
+}
+
+/// A worker's directory for teammates: the writer definition, the fake model, Bash without
+/// the sandbox (a test's side-effect file lies outside every worktree).
+fn teammate_worker(fake: &FakeLlmHandle, url: &str, name: &str) -> Worker {
+    let dir = super::common::project(&[(
+        ".muster/settings.toml",
+        &format!(
+            "permission_mode = \"bypassPermissions\"\n[providers.anthropic]\nbase_url = \"{}\"\n\
+             [sandbox]\nmode = \"off\"\n",
+            fake.base_url()
+        ),
+    )]);
+    std::fs::create_dir_all(dir.path().join(".muster/agents")).unwrap();
+    std::fs::write(dir.path().join(".muster/agents/writer.md"), WRITER).unwrap();
+    Worker::start_in(dir, url, name, &["--slots", "1"])
+}
+
+fn entry(value: Value) -> ScriptEntry {
+    serde_json::from_value(value).unwrap()
+}
+
+fn any_turn(agent: &str, text: &str) -> ScriptEntry {
+    entry(
+        json!({"agent": agent, "reply": {"content": [{"type": "text", "text": text}],
+                 "stop_reason": "end_turn"}}),
+    )
+}
+
+/// The lead approves `ids` when a merge request from `from` arrives (both teammates' may
+/// arrive in one batch; an id not requested yet only gets a refusal back).
+fn lead_merges(from: &str, ids: &[&str]) -> ScriptEntry {
+    let calls: Vec<Value> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            json!({"type": "tool_use", "id": format!("toolu_merge_{from}_{i}"),
+                   "name": "ReviewMerge",
+                   "input": {"request_id": id, "approve": true, "feedback": "good"}})
+        })
+        .collect();
+    entry(
+        json!({"agent": "lead", "when": {"mail_type": "merge_request", "from": from},
+                 "reply": {"content": calls, "stop_reason": "tool_use"}}),
+    )
+}
+
+/// The lead's first turn: work for each teammate, by mail.
+fn lead_assigns(names: &[&str]) -> ScriptEntry {
+    let calls = names
+        .iter()
+        .map(|name| {
+            tool(
+                "SendMessage",
+                json!({"to": name, "message": format!("Write {name}.txt.")}),
+            )
+        })
+        .collect();
+    ScriptEntry::reply("lead", 1, calls)
+}
+
+fn run_args<'a>(url: &'a str, base: &'a str, remote: &'a str) -> Vec<&'a str> {
+    vec![
+        "--store",
+        url,
+        "run",
+        "-p",
+        "Build it.",
+        "--base-url",
+        base,
+        "--permission-mode",
+        "bypassPermissions",
+        "--output",
+        "stream-json",
+        "--remote",
+        remote,
+    ]
+}
+
+fn finished(output: &Output) -> Value {
+    let events = lines(output);
+    let last = events.last().cloned().unwrap_or_default();
+    assert_eq!(
+        last["type"],
+        "run_finished",
+        "{events:#?}\n{}",
+        stderr(output)
+    );
+    last
+}
+
+/// Every ref of the bare remote.
+fn remote_refs(remote: &Path) -> Vec<String> {
+    git(remote, &["for-each-ref", "--format=%(refname)"])
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The run's slug, from the base ref the lead pushed.
+fn slug_of(refs: &[String]) -> String {
+    refs.iter()
+        .find_map(|r| r.strip_prefix("refs/muster/")?.strip_suffix("/base"))
+        .unwrap_or_else(|| panic!("no base ref on the remote: {refs:?}"))
+        .to_owned()
+}
+
+/// Files named `name` anywhere under `dir` (a worker's repo cache).
+fn found_under(dir: &Path, name: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(next) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&next) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.file_name().is_some_and(|n| n == ".git") {
+                continue;
+            }
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.file_name().is_some_and(|n| n == name) {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_teammates_on_two_workers_send_their_files_by_git_and_the_lead_merges_both() {
+    let schema = Schema::new().await;
+    let url = schema.url();
+    let names = ["one", "two"];
+    let mut script = vec![
+        lead_assigns(&names),
+        lead_merges("one", &["merge-one-1", "merge-two-1"]),
+        lead_merges("two", &["merge-two-1", "merge-one-1"]),
+        any_turn("lead", "Waiting for the team."),
+    ];
+    for name in names {
+        script.push(ScriptEntry::reply(
+            name,
+            1,
+            vec![tool(
+                "Write",
+                json!({"file_path": format!("{name}.txt"), "content": format!("{name}\n")}),
+            )],
+        ));
+        script.push(any_turn(name, "done"));
+    }
+    let fake = fake(script).await;
+    let mut workers = vec![
+        teammate_worker(&fake, &url, "w1"),
+        teammate_worker(&fake, &url, "w2"),
+    ];
+    for worker in &mut workers {
+        worker.wait_for("ready on").await;
+    }
+    let remote = bare_remote();
+    let remote_path = remote.path().display().to_string();
+    let lead = lead_repo(&team(&names, ""));
+    let root = lead.path();
+    let base = fake.base_url();
+    let output = super::common::output(command(root, &run_args(&url, &base, &remote_path))).await;
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}\n{:#?}",
+        stderr(&output),
+        lines(&output)
+    );
+    let end = finished(&output);
+    assert_eq!(end["status"], "completed", "{end:#}");
+    assert_eq!(end["files_changed"], 2, "{end:#}");
+    // Both results landed in the lead's tree, uncommitted, on its unchanged HEAD.
+    for name in names {
+        assert_eq!(
+            std::fs::read_to_string(root.join(format!("{name}.txt"))).ok(),
+            Some(format!("{name}\n"))
+        );
+    }
+    assert_eq!(git(root, &["rev-list", "--count", "HEAD"]).trim(), "1");
+
+    // Each teammate ran on its own worker, as the events and the result say.
+    let events = lines(&output);
+    let mut ran_on = std::collections::BTreeMap::new();
+    for name in names {
+        let placed = events
+            .iter()
+            .find(|e| e["type"] == "teammate_placed" && e["agent"] == name)
+            .unwrap_or_else(|| panic!("{name} was not placed: {events:#?}"));
+        ran_on.insert(name, placed["worker"].as_str().unwrap().to_owned());
+        assert_eq!(end["workers"][name], placed["worker"], "{end:#}");
+        assert!(
+            events
+                .iter()
+                .any(|e| e["type"] == "merge_applied" && e["agent"] == name),
+            "{events:#?}"
+        );
+    }
+    assert_ne!(ran_on["one"], ran_on["two"], "{ran_on:?}");
+
+    // The files travelled by git: only the run's refs on the remote, each teammate's branch
+    // holding its file, the integration branch both; each file was written in the repo
+    // cache of the worker that ran its teammate, and in no other worker's.
+    let refs = remote_refs(remote.path());
+    let slug = slug_of(&refs);
+    for r in &refs {
+        assert!(
+            r.starts_with(&format!("refs/heads/muster/{slug}/"))
+                || r.starts_with(&format!("refs/muster/{slug}/")),
+            "{r} is not the run's own ref: {refs:?}"
+        );
+    }
+    for name in names {
+        let branch = format!("refs/heads/muster/{slug}/{name}");
+        assert!(refs.contains(&branch), "{refs:?}");
+        assert_eq!(
+            git(remote.path(), &["show", &format!("{branch}:{name}.txt")]),
+            format!("{name}\n")
+        );
+        let files = git(remote.path(), &["ls-tree", "--name-only", &branch]);
+        let other = if name == "one" { "two.txt" } else { "one.txt" };
+        assert!(!files.contains(other), "{files}");
+        for worker in &workers {
+            let found = found_under(&worker.dir.path().join("work"), &format!("{name}.txt"));
+            if worker.name == ran_on[name] {
+                assert!(
+                    !found.is_empty(),
+                    "{name}.txt not in {}'s cache",
+                    worker.name
+                );
+            } else {
+                assert!(
+                    found.is_empty(),
+                    "{name}.txt in {}'s cache: {found:?}",
+                    worker.name
+                );
+            }
+        }
+    }
+    let lead_branch = format!("refs/heads/muster/{slug}/lead");
+    let files = git(remote.path(), &["ls-tree", "--name-only", &lead_branch]);
+    assert!(
+        files.contains("one.txt") && files.contains("two.txt"),
+        "{files}"
+    );
+    for mut worker in workers {
+        assert_eq!(worker.stop().await, Some(0));
+    }
+    schema.drop_now().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_placement_that_cannot_work_is_a_configuration_error() {
+    let schema = Schema::new().await;
+    let url = schema.url();
+    let remote = bare_remote();
+    let remote_path = remote.path().display().to_string();
+    let base = "http://127.0.0.1:9";
+    // (what, the team file's extra lines, the store, a remote flag, whether a git repository,
+    // what the error says)
+    let rows: &[(&str, &str, bool, bool, bool, &str)] = &[
+        (
+            "shared isolation",
+            "isolation = \"shared\"\n",
+            true,
+            true,
+            true,
+            "isolation = \"shared\"",
+        ),
+        ("an SQLite store", "", false, true, true, "SQLite"),
+        ("no remote", "", true, false, true, "--remote URL"),
+        (
+            "outside a git repository",
+            "",
+            true,
+            true,
+            false,
+            "git repository",
+        ),
+    ];
+    for (what, extra, postgres, with_remote, in_git, says) in rows {
+        let text = team(&["one"], extra);
+        let dir = if *in_git {
+            lead_repo(&text)
+        } else {
+            super::common::project(&[("muster.team.toml", &text)])
+        };
+        if !in_git {
+            std::fs::remove_dir_all(dir.path().join(".git")).unwrap();
+            std::fs::create_dir_all(dir.path().join(".muster/agents")).unwrap();
+            std::fs::write(dir.path().join(".muster/agents/writer.md"), WRITER).unwrap();
+        }
+        let mut args = vec![];
+        if *postgres {
+            args.extend(["--store", url.as_str()]);
+        }
+        args.extend([
+            "run",
+            "-p",
+            "Build it.",
+            "--base-url",
+            base,
+            "--output",
+            "stream-json",
+        ]);
+        if *with_remote {
+            args.extend(["--remote", remote_path.as_str()]);
+        }
+        let output = super::common::output(command(dir.path(), &args)).await;
+        assert_eq!(output.status.code(), Some(2), "{what}: {}", stderr(&output));
+        assert!(
+            stderr(&output).contains(says),
+            "{what}: {}",
+            stderr(&output)
+        );
+        assert!(remote_refs(remote.path()).is_empty(), "{what}: pushed");
+    }
+    schema.drop_now().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_killed_in_a_teammates_bash_call_has_the_teammate_resumed_on_another_worker() {
+    let schema = Schema::new().await;
+    let url = schema.url();
+    let outside = tempfile::tempdir().unwrap();
+    let effects = outside.path().join("effects.txt");
+    // The Bash call makes its side effect, then kills the worker running it (the parent of
+    // the teammate's process, which is bash's parent).
+    let command_text = format!(
+        "echo once >> {}; kill -9 $(cut -d' ' -f4 /proc/$PPID/stat)",
+        effects.display()
+    );
+    let fake = fake(vec![
+        lead_assigns(&["one"]),
+        lead_merges("one", &["merge-one-1"]),
+        any_turn("lead", "Waiting for the team."),
+        ScriptEntry::reply(
+            "one",
+            1,
+            vec![tool("Bash", json!({"command": command_text}))],
+        ),
+        ScriptEntry::reply(
+            "one",
+            2,
+            vec![tool(
+                "Write",
+                json!({"file_path": "one.txt", "content": "one\n"}),
+            )],
+        ),
+        any_turn("one", "done"),
+    ])
+    .await;
+    let mut first = teammate_worker(&fake, &url, "w1");
+    first.wait_for("ready on").await;
+    let remote = bare_remote();
+    let remote_path = remote.path().display().to_string();
+    let lead = lead_repo(&team(&["one"], ""));
+    let root = lead.path();
+    let base = fake.base_url();
+    let mut run =
+        super::common::Running::spawn(command(root, &run_args(&url, &base, &remote_path)));
+    first.wait_for("claimed team:").await;
+    // The second worker starts once the first holds the teammate: it takes it over only
+    // when the first's lease lapses.
+    let mut second = teammate_worker(&fake, &url, "w2");
+    second.wait_for("ready on").await;
+    let status = tokio::time::timeout(super::common::GUARD, first.child.wait())
+        .await
+        .expect("guard timeout: the first worker was not killed")
+        .unwrap();
+    assert_eq!(
+        status.code(),
+        None,
+        "killed by a signal: {:?}",
+        first.said()
+    );
+    second.wait_for("claimed team:").await;
+    second.wait_for("resumed from the store").await;
+    assert_eq!(run.finish().await, Some(0), "{:#?}", run.events);
+    let end = run.events.last().unwrap().clone();
+    assert_eq!(end["status"], "completed", "{end:#}");
+    // The side effect happened once; the teammate went on from the store on w2.
+    assert_eq!(std::fs::read_to_string(&effects).unwrap(), "once\n");
+    let placed: Vec<&Value> = run
+        .events
+        .iter()
+        .filter(|e| e["type"] == "teammate_placed" && e["agent"] == "one")
+        .collect();
+    assert_eq!(placed.len(), 2, "{placed:#?}");
+    assert_eq!(placed[0]["worker"], "w1");
+    assert_eq!(
+        (&placed[1]["worker"], &placed[1]["attempt"]),
+        (&json!("w2"), &json!(2))
+    );
+    assert_eq!(end["workers"]["one"], "w2", "{end:#}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("one.txt"))
+            .ok()
+            .as_deref(),
+        Some("one\n")
+    );
+    let refs = remote_refs(remote.path());
+    let slug = slug_of(&refs);
+    assert_eq!(
+        git(
+            remote.path(),
+            &["show", &format!("refs/heads/muster/{slug}/one:one.txt")]
+        ),
+        "one\n"
+    );
+    assert_eq!(second.stop().await, Some(0));
+    schema.drop_now().await;
+}
