@@ -37,6 +37,7 @@ mod cost;
 mod error;
 mod http;
 mod openai;
+pub mod prompt_cache;
 mod retry;
 pub mod script;
 mod stream;
