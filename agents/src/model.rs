@@ -58,7 +58,7 @@ pub use cost::{UsageTotals, cost_usd};
 pub use error::{FailureKind, GaveUp, ModelError, RETRYABLE_STATUSES};
 pub(crate) use http::truncate;
 pub use http::{ClientConfig, HttpClient};
-pub use openai::OpenAiOptions;
+pub use openai::{OpenAiOptions, prompt_cache_key};
 pub use retry::{RecordingSleeper, RetryPolicy, Sleeper, TokioSleeper, retry_after};
 pub use script::{Cassette, CassetteEntry, Recorder, Redaction, ScriptOptions, ScriptProvider};
 pub use stream::ResponseStream;

@@ -74,6 +74,9 @@ pub struct CacheOutcome {
     pub read_tokens: u64,
     /// Tokens written to cache (beyond what was read).
     pub write_tokens: u64,
+    /// The longest prefix this request shares with any earlier request, wherever it ends:
+    /// the most any placement of breakpoints could have read (the rest is new content).
+    pub shared_tokens: u64,
     /// Breakpoints the request carried.
     pub breakpoints: usize,
     /// Blocks the request carried.
@@ -147,6 +150,8 @@ pub struct PromptCacheSim {
     rules: CacheRules,
     /// Hashes of the cached prefixes, chained block by block.
     cached: HashSet<u64>,
+    /// Hashes of every prefix of every request so far.
+    seen: HashSet<u64>,
 }
 
 impl PromptCacheSim {
@@ -154,6 +159,7 @@ impl PromptCacheSim {
         PromptCacheSim {
             rules,
             cached: HashSet::new(),
+            seen: HashSet::new(),
         }
     }
 
@@ -200,10 +206,14 @@ impl PromptCacheSim {
             .last()
             .map_or(0, |&b| tokens(chars[b]).saturating_sub(read_tokens));
         self.cached.extend(caching.iter().map(|&b| hashes[b]));
+        let shared = hashes.iter().take_while(|h| self.seen.contains(h)).count();
+        let shared_tokens = shared.checked_sub(1).map_or(0, |p| tokens(chars[p]));
+        self.seen.extend(hashes.iter().copied());
         Ok(CacheOutcome {
             input_tokens: tokens(total),
             read_tokens,
             write_tokens,
+            shared_tokens,
             breakpoints: breakpoints.len(),
             blocks: blocks.len(),
         })
@@ -365,6 +375,17 @@ mod tests {
         let outcome = PromptCacheSim::default().request(&b).unwrap();
         assert_eq!(outcome.input_tokens, (chars / 4) as u64);
         assert_eq!(outcome.input_tokens, prefix_tokens(3, 4096));
+    }
+
+    #[test]
+    fn the_shared_prefix_bounds_what_any_breakpoints_could_read() {
+        let mut sim = PromptCacheSim::default();
+        sim.request(&body("sab", 4096)).unwrap();
+        let second = sim.request(&body("sabc", 4096)).unwrap();
+        assert_eq!(second.shared_tokens, prefix_tokens(3, 4096));
+        assert_eq!(second.read_tokens, 0, "no breakpoints: nothing read");
+        let third = sim.request(&body("sxbc", 4096)).unwrap();
+        assert_eq!(third.shared_tokens, prefix_tokens(1, 4096));
     }
 
     #[test]
