@@ -113,8 +113,10 @@ impl HttpClient {
     }
 
     /// An OpenAI-compatible client (`POST {base}/chat/completions`; the base includes `/v1`).
-    pub fn openai(config: ClientConfig, options: OpenAiOptions) -> Result<Self, SetupError> {
+    pub fn openai(config: ClientConfig, mut options: OpenAiOptions) -> Result<Self, SetupError> {
         let url = format!("{}/chat/completions", config.base_url.trim_end_matches('/'));
+        let official = config.base_url.trim_end_matches('/') == super::OPENAI_BASE_URL;
+        options.prompt_cache_key = Some(options.prompt_cache_key.unwrap_or(official));
         Self::build(Dialect::OpenAi(options), config, url)
     }
 
@@ -163,7 +165,18 @@ impl ModelProvider for HttpClient {
     fn stream(&self, ctx: &RequestContext, request: &ModelRequest) -> ResponseStream {
         let inner = self.inner.clone();
         let ctx = ctx.clone();
-        let body = self.body(request);
+        let mut body = self.body(request);
+        if let Dialect::OpenAi(OpenAiOptions {
+            prompt_cache_key: Some(true),
+            ..
+        }) = &self.inner.dialect
+            && let Some(map) = body.as_object_mut()
+        {
+            map.insert(
+                "prompt_cache_key".into(),
+                openai::prompt_cache_key(&ctx.run_id, &ctx.agent_id).into(),
+            );
+        }
         let model = request.model.clone();
         ResponseStream::new(move |tx| run(inner, ctx, model, body, tx))
     }

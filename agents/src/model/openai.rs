@@ -16,14 +16,35 @@ pub struct OpenAiOptions {
     /// The name of the output limit field: `max_tokens` (default; every compatible server
     /// takes it) or `max_completion_tokens` (newer OpenAI models require it).
     pub max_tokens_field: String,
+    /// Whether to send `prompt_cache_key` (see [`prompt_cache_key`]): `None` sends it to the
+    /// official endpoint only (OpenAI takes it; a compatible server may refuse a field it
+    /// does not know), `Some` forces it on or off.
+    pub prompt_cache_key: Option<bool>,
 }
 
 impl Default for OpenAiOptions {
     fn default() -> Self {
         OpenAiOptions {
             max_tokens_field: "max_tokens".into(),
+            prompt_cache_key: None,
         }
     }
+}
+
+/// The `prompt_cache_key` of an agent's requests: stable for the agent within its run, so
+/// OpenAI routes its requests (whose prefix only grows) to the machine holding that prefix,
+/// and distinct between agents, whose prefixes differ after the system prompt. A digest,
+/// so its length does not depend on the ids.
+pub fn prompt_cache_key(run_id: &str, agent_id: &str) -> String {
+    let digest = ring::digest::digest(
+        &ring::digest::SHA256,
+        format!("{run_id}\n{agent_id}").as_bytes(),
+    );
+    let hex: String = digest.as_ref()[..12]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("muster-{hex}")
 }
 
 /// The `POST /chat/completions` body.

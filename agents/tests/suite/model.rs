@@ -2192,3 +2192,145 @@ async fn the_example_cassette_replays_and_drives_the_fake_server() {
     assert_eq!(first.usage.cache_write_tokens, 900);
     fake.verify().unwrap();
 }
+
+// ---------------------------------------------------------------------------------------
+// OpenAI-compatible prompt caching
+
+fn reply_with_usage(agent: &str, turn: u64, usage: UsageSpec) -> ScriptEntry {
+    ScriptEntry {
+        reply: Some(muster_fake_llm::Reply {
+            content: vec![Block::text("ok")],
+            usage: Some(usage),
+            ..Default::default()
+        }),
+        ..ScriptEntry::reply(agent, turn, vec![])
+    }
+}
+
+#[tokio::test]
+async fn openai_prompt_cache_key_is_stable_per_agent_and_sent_only_where_enabled() {
+    let usage = UsageSpec::default();
+    let fake = FakeLlm::start(vec![
+        reply_with_usage("lead", 1, usage.clone()),
+        reply_with_usage("lead", 2, usage.clone()),
+        reply_with_usage("alice", 1, usage.clone()),
+        reply_with_usage("bob", 1, usage),
+    ])
+    .await
+    .unwrap();
+    let sleeper = RecordingSleeper::new();
+    let keyed = HttpClient::openai(
+        config(fake.openai_base_url(), &sleeper),
+        OpenAiOptions {
+            prompt_cache_key: Some(true),
+            ..OpenAiOptions::default()
+        },
+    )
+    .unwrap();
+    for (agent, turn) in [("lead", 1), ("lead", 2), ("alice", 1)] {
+        complete(&keyed, &ctx(agent, turn), &request("gpt-test"))
+            .await
+            .unwrap();
+    }
+    // A compatible server (not api.openai.com) gets no key unless it is switched on.
+    complete(
+        &openai(&fake, &sleeper),
+        &ctx("bob", 1),
+        &request("gpt-test"),
+    )
+    .await
+    .unwrap();
+    let keys: Vec<Option<String>> = model_requests(&fake)
+        .iter()
+        .map(|r| r.body["prompt_cache_key"].as_str().map(str::to_owned))
+        .collect();
+    let lead = muster_agents::model::prompt_cache_key("run-abc", "lead");
+    let alice = muster_agents::model::prompt_cache_key("run-abc", "alice");
+    assert_eq!(
+        keys,
+        [
+            Some(lead.clone()),
+            Some(lead.clone()),
+            Some(alice.clone()),
+            None
+        ]
+    );
+    assert_ne!(lead, alice);
+    assert_ne!(
+        lead,
+        muster_agents::model::prompt_cache_key("run-xyz", "lead")
+    );
+    assert!(lead.starts_with("muster-") && lead.len() <= 64, "{lead}");
+}
+
+#[tokio::test]
+async fn openai_cached_tokens_are_counted_and_cost_at_the_cache_read_price() {
+    // The fake reports prompt_tokens = input + cached, with prompt_tokens_details.cached_tokens.
+    let usage = UsageSpec {
+        input_tokens: Some(400_000),
+        output_tokens: Some(10_000),
+        cache_read_input_tokens: Some(600_000),
+        cache_creation_input_tokens: None,
+    };
+    let fake = FakeLlm::start(vec![reply_with_usage("lead", 1, usage)])
+        .await
+        .unwrap();
+    let sleeper = RecordingSleeper::new();
+    let r = complete(
+        &openai(&fake, &sleeper),
+        &ctx("lead", 1),
+        &request("gpt-test"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        r.usage,
+        Usage {
+            input_tokens: 400_000,
+            output_tokens: 10_000,
+            cache_read_tokens: 600_000,
+            cache_write_tokens: 0,
+        }
+    );
+    assert_eq!(r.usage.prompt_tokens(), 1_000_000);
+    // sonnet_info's prices: 3.0 in, 15.0 out, 0.3 cache read (per million).
+    let expected = 0.4 * 3.0 + 0.01 * 15.0 + 0.6 * 0.3;
+    let cost = r.cost_usd.unwrap();
+    assert!((cost - expected).abs() < 1e-9, "{cost} != {expected}");
+    let mut totals = UsageTotals::default();
+    totals.add(&r);
+    assert_eq!(totals.usage.cache_read_tokens, 600_000);
+}
+
+#[tokio::test]
+async fn openai_requests_of_consecutive_turns_extend_the_previous_prefix() {
+    // The stable prefix OpenAI caches automatically: the next turn's body starts with the
+    // previous body's messages, unchanged, and the tools do not move.
+    let fake = FakeLlm::start(vec![
+        reply_with_usage("lead", 1, UsageSpec::default()),
+        reply_with_usage("lead", 2, UsageSpec::default()),
+    ])
+    .await
+    .unwrap();
+    let sleeper = RecordingSleeper::new();
+    let client = openai(&fake, &sleeper);
+    let first = request("gpt-test");
+    let answer = complete(&client, &ctx("lead", 1), &first).await.unwrap();
+    let mut second = first.clone();
+    second.messages.push(Message {
+        role: Role::Assistant,
+        content: answer.content,
+    });
+    second.messages.push(Message::user(
+        "<mail type=\"message\" from=\"alice\" id=\"m-1\">Done.</mail>\n\n<system-reminder>\nMode: default.\n</system-reminder>",
+    ));
+    complete(&client, &ctx("lead", 2), &second).await.unwrap();
+    let bodies: Vec<Value> = model_requests(&fake).into_iter().map(|r| r.body).collect();
+    let (a, b) = (&bodies[0], &bodies[1]);
+    let earlier = a["messages"].as_array().unwrap();
+    assert_eq!(
+        &b["messages"].as_array().unwrap()[..earlier.len()],
+        earlier.as_slice()
+    );
+    assert_eq!(a["tools"], b["tools"]);
+}

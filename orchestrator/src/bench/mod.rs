@@ -2,6 +2,7 @@
 //! one run and on one disk, and prints ratios beside absolute figures.
 
 pub mod batch;
+pub mod cache;
 pub mod file_inbox;
 pub mod mailbox;
 mod samples;

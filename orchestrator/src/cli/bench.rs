@@ -25,6 +25,37 @@ pub enum BenchTarget {
     /// A batch over N `muster worker` processes on a PostgreSQL store (--store): throughput
     /// against N × one worker's, and the store's share per item.
     Batch(BatchArgs),
+    /// The share of input the Anthropic prompt cache would serve, from the requests muster
+    /// sends to the fake model server, and the input cost with and without it.
+    Cache(CacheArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CacheArgs {
+    /// Model turns of the single-agent run.
+    #[arg(long, default_value_t = 30)]
+    pub turns: usize,
+    /// Teammates of the team run.
+    #[arg(long, default_value_t = 3)]
+    pub teammates: usize,
+    /// Model turns of each teammate.
+    #[arg(long = "teammate-turns", default_value_t = 15)]
+    pub teammate_turns: usize,
+    /// Characters of each file an agent reads.
+    #[arg(long = "file-chars", default_value_t = 3000)]
+    pub file_chars: usize,
+    /// Print each request's figures to stderr.
+    #[arg(long)]
+    pub trace: bool,
+    /// Tiny sizes, for CI.
+    #[arg(long)]
+    pub smoke: bool,
+    /// Print the rows as a JSON array.
+    #[arg(long)]
+    pub json: bool,
+    /// Where to put the temporary projects (default: the system's temporary directory).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -135,7 +166,39 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         BenchTarget::Mailbox(args) => bench_mailbox(global, args),
         BenchTarget::Team(args) => bench_team(args),
         BenchTarget::Sandbox(args) => bench_sandbox(args),
+        BenchTarget::Cache(args) => bench_cache(args),
     }
+}
+
+fn bench_cache(args: CacheArgs) -> anyhow::Result<Exit> {
+    if args.turns < 2 || args.teammates == 0 || args.teammate_turns < 2 {
+        return Err(ExitError::new(
+            Exit::Usage,
+            "--turns and --teammate-turns need at least 2, --teammates at least 1",
+        )
+        .into());
+    }
+    let (turns, teammates, teammate_turns) = if args.smoke {
+        (6, 2, 3)
+    } else {
+        (args.turns, args.teammates, args.teammate_turns)
+    };
+    let options = crate::bench::cache::Options {
+        turns,
+        teammates,
+        teammate_turns,
+        file_chars: args.file_chars,
+        muster: std::env::current_exe()?,
+        dir: args.dir.unwrap_or_else(std::env::temp_dir),
+        trace: args.trace,
+    };
+    let rows = crate::bench::cache::run(&options)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        print!("{}", crate::bench::cache::render(&rows));
+    }
+    Ok(Exit::Success)
 }
 
 fn bench_batch(global: &Globals, args: BatchArgs) -> anyhow::Result<Exit> {

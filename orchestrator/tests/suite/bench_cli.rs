@@ -140,3 +140,103 @@ fn the_team_bench_prints_overhead_wall_time_memory_and_parallel_bash_rows() {
     );
     assert!(idle["target_met"].is_boolean());
 }
+
+#[test]
+fn the_cache_bench_prints_each_agents_share_and_both_costs() {
+    let rows = smoke_rows("cache");
+    let agents: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["scenario"].as_str().unwrap(),
+                r["agent"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        &agents[..2],
+        [("single_agent", "main"), ("single_agent", "all")]
+    );
+    let team: Vec<&str> = agents
+        .iter()
+        .filter(|(s, _)| *s == "team")
+        .map(|(_, a)| *a)
+        .collect();
+    assert_eq!(team.first(), Some(&"lead"), "{team:?}");
+    assert_eq!(team.last(), Some(&"all"), "{team:?}");
+    for worker in ["worker-1", "worker-2"] {
+        assert!(team.contains(&worker), "{team:?}");
+    }
+    // The smoke single agent makes 6 requests; every request of the run was recorded.
+    assert_eq!(rows[0]["requests"], 6);
+    for row in &rows {
+        for field in [
+            "system",
+            "scenario",
+            "agent",
+            "model",
+            "requests",
+            "input_tokens",
+            "read_tokens",
+            "write_tokens",
+            "share_after_first",
+            "ceiling_after_first",
+            "max_breakpoints",
+            "cost_cached_usd",
+            "cost_uncached_usd",
+            "target",
+            "target_met",
+        ] {
+            assert!(row.get(field).is_some(), "{field} missing in {row}");
+        }
+        assert!(row["max_breakpoints"].as_u64().unwrap() <= 4, "{row}");
+        let (share, ceiling) = (
+            row["share_after_first"].as_f64().unwrap(),
+            row["ceiling_after_first"].as_f64().unwrap(),
+        );
+        assert!(share > 0.0 && share <= ceiling + 1e-9, "{row}");
+        let (cached, uncached) = (
+            row["cost_cached_usd"].as_f64().unwrap(),
+            row["cost_uncached_usd"].as_f64().unwrap(),
+        );
+        assert!(cached > 0.0 && cached < uncached, "{row}");
+        assert!(row["target_met"].is_boolean(), "{row}");
+        let read = row["read_tokens"].as_u64().unwrap();
+        let written = row["write_tokens"].as_u64().unwrap();
+        assert!(
+            read + written <= row["input_tokens"].as_u64().unwrap(),
+            "{row}"
+        );
+    }
+}
+
+#[test]
+fn the_cache_bench_prints_a_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_muster"))
+        .args(["bench", "cache", "--smoke", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let text = String::from_utf8(output.stdout).unwrap();
+    let header = text.lines().next().unwrap();
+    for column in [
+        "scenario",
+        "agent",
+        "share",
+        "ceiling",
+        "$ cached",
+        "$ uncached",
+    ] {
+        assert!(header.contains(column), "{header}");
+    }
+    assert!(
+        text.lines().any(|l| l.starts_with("single_agent  main")),
+        "{text}"
+    );
+    assert!(
+        text.lines().any(|l| l.starts_with("team          all")),
+        "{text}"
+    );
+}

@@ -17,8 +17,8 @@ mod store_pg;
 mod team_cli;
 #[cfg(all(unix, feature = "failpoints"))]
 mod team_crash;
-mod worker_faults;
 mod team_workers;
+mod worker_faults;
 mod worker_procs;
 mod workers_cli;
 mod worktree_cli;

@@ -2054,3 +2054,78 @@ async fn the_lead_reviews_a_revised_plan_with_its_revision_and_the_diff_to_the_p
         "hello, world\n"
     );
 }
+
+/// Every agent's requests, read from what the fake received: at most four breakpoints, and
+/// the blocks up to the previous request's last breakpoint unchanged (byte for byte, markers
+/// aside) in the next one, which marks a block within 20 blocks after it, so it reads that
+/// prefix — while mail arrives at the lead (the plan request, alice's idle notification) and
+/// alice's mode `<system-reminder>` changes from plan to acceptEdits on the approval.
+#[tokio::test(flavor = "multi_thread")]
+async fn each_agents_next_request_keeps_the_previous_requests_cached_prefix_through_mail_and_a_mode_switch()
+ {
+    use muster_agents::model::MAX_BREAKPOINTS;
+    use muster_agents::model::prompt_cache::request_blocks;
+
+    let dir = project(ONE_TEAMMATE);
+    let mut script =
+        lead_script(json!({"request_id": "plan-alice-1", "approve": true, "mode": "acceptEdits"}));
+    script.extend(alice_script(PLAN));
+    let fake = fake(script).await;
+    let output = team_run(dir.path(), &fake.base_url()).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let requests: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/v1/messages")
+        .collect();
+    let mut previous: std::collections::BTreeMap<String, Vec<_>> = Default::default();
+    let mut compared = 0;
+    for r in &requests {
+        let agent = r.agent.clone().unwrap();
+        let blocks = request_blocks(&r.body).unwrap();
+        let marked: Vec<usize> = (0..blocks.len())
+            .filter(|&i| blocks[i].breakpoint)
+            .collect();
+        assert!(
+            marked.len() <= MAX_BREAKPOINTS,
+            "{agent} turn {:?}: {marked:?}",
+            r.turn
+        );
+        if let Some(earlier) = previous.get(&agent) {
+            let earlier: &Vec<muster_agents::model::prompt_cache::CacheBlock> = earlier;
+            let end = earlier.iter().rposition(|b| b.breakpoint).unwrap();
+            assert!(blocks.len() > end, "{agent} turn {:?}", r.turn);
+            assert_eq!(
+                blocks[..=end].iter().map(|b| &b.key).collect::<Vec<_>>(),
+                earlier[..=end].iter().map(|b| &b.key).collect::<Vec<_>>(),
+                "{agent} turn {:?}: the previous request's cached prefix changed",
+                r.turn
+            );
+            assert!(
+                marked.iter().any(|&b| b >= end && b - end <= 20),
+                "{agent} turn {:?}: no breakpoint reads the previous prefix ({end}, {marked:?})",
+                r.turn
+            );
+            compared += 1;
+        }
+        previous.insert(agent, blocks);
+    }
+    let bodies = |agent: &str| -> Vec<String> {
+        requests
+            .iter()
+            .filter(|r| r.agent.as_deref() == Some(agent))
+            .map(|r| r.body.to_string())
+            .collect()
+    };
+    let (lead, alice) = (bodies("lead"), bodies("alice"));
+    assert!(
+        lead.len() >= 3 && alice.len() >= 3,
+        "{} {}",
+        lead.len(),
+        alice.len()
+    );
+    assert_eq!(compared, requests.len() - 2);
+    assert!(lead.iter().any(|b| b.contains("plan_approval_request")));
+    assert!(alice[0].contains("Mode: plan") && !alice[0].contains("Mode: acceptEdits"));
+    assert!(alice.last().unwrap().contains("Mode: acceptEdits"));
+}
