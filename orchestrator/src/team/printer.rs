@@ -9,6 +9,7 @@ use muster_agents::runtime::{EventSink, RuntimeEvent};
 use serde_json::{Value, json};
 
 use crate::launch::OutputFormat;
+use crate::progress::LiveProgress;
 use crate::stream_json;
 
 pub(crate) use crate::stream_json::now_ms;
@@ -18,6 +19,8 @@ pub(crate) struct TeamPrinter {
     run_id: String,
     format: OutputFormat,
     lock: Mutex<()>,
+    /// `--output text` on a terminal: the live line per busy agent.
+    progress: Option<LiveProgress>,
 }
 
 impl TeamPrinter {
@@ -26,6 +29,9 @@ impl TeamPrinter {
             run_id: run_id.to_owned(),
             format,
             lock: Mutex::new(()),
+            progress: (format == OutputFormat::Text)
+                .then(LiveProgress::for_terminal)
+                .flatten(),
         }
     }
 
@@ -57,6 +63,9 @@ impl TeamPrinter {
                 self.print("run_finished", super::LEAD, fields)
             }
             OutputFormat::Text => {
+                if let Some(progress) = &self.progress {
+                    progress.clear();
+                }
                 stream_json::log(&stream_json::event(
                     &self.run_id,
                     "run_finished",
@@ -73,6 +82,9 @@ impl TeamPrinter {
 
 impl EventSink for TeamPrinter {
     fn emit(&self, event: RuntimeEvent) {
+        if let Some(progress) = &self.progress {
+            progress.event(&event);
+        }
         if stream_json::partial(&self.run_id, self.format, &event) {
             return;
         }
@@ -87,7 +99,7 @@ impl EventSink for TeamPrinter {
             ));
         }
         if self.format == OutputFormat::Text {
-            stream_json::text_progress(&event);
+            stream_json::text_progress(&event, self.progress.as_ref());
         }
     }
 }
