@@ -1039,8 +1039,6 @@ impl AgentRuntime {
     }
 }
 
-/// Where an agent of `run` works: what its team says (a worktree), else the run's workspace.
-/// A subagent works where its parent does.
 /// Asks the servers of every model the agent may use (each mode's, and the one its definition
 /// names or inherits) what they report about its limits; keeps the models they reported
 /// something for. Each provider caches its answers for the run.
@@ -1071,6 +1069,8 @@ async fn ask_model_limits(
     limits
 }
 
+/// Where an agent of `run` works: what its team says (a worktree), else the run's workspace.
+/// A subagent works where its parent does.
 pub(super) async fn agent_workspace(
     run: &RunContext,
     id: &str,
