@@ -12,12 +12,16 @@
 //! - [`build_provider`] builds any provider from `muster_config` settings and a key lookup.
 //! - [`ScriptProvider`] replays a cassette; [`Recorder`] writes one. See [`script`] for the
 //!   format.
+//! - [`ModelProvider::server_limits`]: what a server other than the official endpoints
+//!   reports about a model's context window and output limit (`GET /v1/models`, llama.cpp's
+//!   `GET /props`; see [`ServerLimits`]), asked once per model and cached by the client.
 //!
 //! # Failures and what the clients do
 //! | Failure | Behaviour |
 //! |---|---|
 //! | HTTP 408, 409, 429, 500, 502, 503, 504, 529 | retried: `retry-after-ms`, else `retry-after` (seconds or HTTP date) when 0 < delay ≤ 60 s, else exponential backoff ×(1 − 0.25·rand); `x-should-retry: false` never retried, `x-should-retry: true` retries another 5xx |
 //! | any other 4xx | never retried (whatever `x-should-retry` says) |
+//! | 400/413 saying the prompt does not fit the context ([`FailureKind::is_prompt_too_long`]) | not retried by the client; the runtime compacts the context and sends once more |
 //! | `error` event after 200 | retried when its type is transient (`overloaded_error`, `api_error`, `rate_limit_error`, `timeout_error`, …), else reported |
 //! | connection dropped mid-stream, or refused | retried |
 //! | body ends without `message_stop` (OpenAI: without a finish reason or `[DONE]`) | retried |
@@ -36,6 +40,7 @@ mod anthropic;
 mod cost;
 mod error;
 mod http;
+mod limits;
 mod openai;
 pub mod prompt_cache;
 mod retry;
@@ -58,6 +63,7 @@ pub use cost::{UsageTotals, cost_usd};
 pub use error::{FailureKind, GaveUp, ModelError, RETRYABLE_STATUSES};
 pub(crate) use http::truncate;
 pub use http::{ClientConfig, HttpClient};
+pub use limits::ServerLimits;
 pub use openai::{OpenAiOptions, prompt_cache_key};
 pub use retry::{RecordingSleeper, RetryPolicy, Sleeper, TokioSleeper, retry_after};
 pub use script::{Cassette, CassetteEntry, Recorder, Redaction, ScriptOptions, ScriptProvider};
@@ -76,6 +82,17 @@ pub trait ModelProvider: Send + Sync + std::fmt::Debug {
     /// Starts a request. Nothing is sent until the stream is polled; dropping the stream
     /// abandons the request.
     fn stream(&self, ctx: &RequestContext, request: &ModelRequest) -> ResponseStream;
+
+    /// What the server reports about `model`'s limits (see [`ServerLimits`]): asked once per
+    /// provider and model, then cached for the provider's life (one run). Never an error: a
+    /// server that cannot be asked, or reports nothing, gives empty limits. Providers without
+    /// a server report nothing.
+    fn server_limits<'a>(
+        &'a self,
+        _model: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, ServerLimits> {
+        Box::pin(async { ServerLimits::default() })
+    }
 }
 
 /// A provider could not be built.

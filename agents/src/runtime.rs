@@ -11,7 +11,7 @@
 //!
 //! | `type` | when | fields |
 //! |---|---|---|
-//! | `started` | first | `definition`, `agent_kind` (`{kind: main \| teammate(lead) \| subagent(parent)}`), `mode`, `pre_plan_mode?`, `plan_file?`, `system`, `tools` |
+//! | `started` | first | `definition`, `agent_kind` (`{kind: main \| teammate(lead) \| subagent(parent)}`), `mode`, `pre_plan_mode?`, `plan_file?`, `system`, `tools`, `mcp_tools?`, `model_limits?` (what the model servers reported per model: `context_window?`, `max_output?`; a resume uses exactly these) |
 //! | `message` | each message of the context | `message` (`{role, content}` in Anthropic block shape), `mode`; assistant messages add `turn` (the durable `x-muster-turn`), `model`, `stop_reason`, `usage`, `cost_usd?` (what resume restores the budget ledger from) |
 //! | `tool_started` | before a tool that is neither read-only nor idempotent runs | `tool_use_id`, `tool`, `process_group?`, `host?`, `boot_id?` (Bash: committed by the process-group recorder before the command runs, with the machine it runs on; on a worker's line the store also records the group under the work item, see `MailboxStore::record_tool_start`) |
 //! | `bash_effects` | with the `tool_call` of a non-read-only Bash call, just before it | `tool_use_id`, `command`, `exit_code`, `changed` (paths relative to the workspace), `effects_unknown?` (see [`crate::verification`]; skipped by resume) |

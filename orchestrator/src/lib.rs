@@ -11,6 +11,7 @@ pub(crate) mod lifecycle;
 pub mod mcp;
 pub(crate) mod models;
 pub mod plan_diff;
+pub mod progress;
 pub mod project;
 pub mod run_log;
 pub mod sandbox;

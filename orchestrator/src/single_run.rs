@@ -31,6 +31,7 @@ use crate::exit::{Exit, ExitError};
 use crate::launch::{OutputFormat, ResumeFlags, RunFlags, RunLaunch, overrides_from};
 use crate::lifecycle::{self, Ending, drive_to_end, project_instructions, tokio_runtime};
 use crate::models::{Recording, model_router};
+use crate::progress::LiveProgress;
 use crate::project::Globals;
 use crate::project::Project;
 use crate::signals::Interrupts;
@@ -202,6 +203,10 @@ impl Session {
             run_id: run_id.clone(),
             format: self.output,
             lock: Mutex::new(()),
+            progress: (self.output == OutputFormat::Text)
+                .then(LiveProgress::for_terminal)
+                .flatten()
+                .map(Arc::new),
         });
         let restored = if resumed {
             AgentRuntime::restored_spends(store.as_ref(), &run_id, &self.project.settings.models)
@@ -325,9 +330,12 @@ impl Session {
         env: &BTreeMap<String, String>,
     ) -> RunContext {
         let settings = &self.project.settings;
-        let terminal: Option<Arc<dyn Terminal>> = (std::io::stdin().is_terminal()
-            && self.output == OutputFormat::Text)
-            .then(|| Arc::new(StdinTerminal) as Arc<dyn Terminal>);
+        let terminal: Option<Arc<dyn Terminal>> =
+            (std::io::stdin().is_terminal() && self.output == OutputFormat::Text).then(|| {
+                Arc::new(StdinTerminal {
+                    progress: printer.progress.clone(),
+                }) as Arc<dyn Terminal>
+            });
         let instructions = project_instructions(&self.project);
         RunContext {
             run_id: run.id,
@@ -354,7 +362,7 @@ impl Session {
             sandbox: parts.sandbox,
             subagents: Arc::new(Semaphore::new(DEFAULT_MAX_SUBAGENTS)),
             budget: run.budget,
-            limits: Default::default(),
+            limits: muster_agents::runtime::AgentLimits::from_settings(&settings.limits),
             compaction: CompactionPolicy {
                 config: CompactionConfig::from_settings(&settings.compaction),
                 models: settings.models.clone(),
@@ -446,6 +454,8 @@ struct Printer {
     run_id: String,
     format: OutputFormat,
     lock: Mutex<()>,
+    /// `--output text` on a terminal: the live line per busy agent.
+    progress: Option<Arc<LiveProgress>>,
 }
 
 impl Printer {
@@ -472,6 +482,9 @@ impl Printer {
                 self.line("run_finished", MAIN_AGENT, fields)
             }
             OutputFormat::Text => {
+                if let Some(progress) = &self.progress {
+                    progress.clear();
+                }
                 self.log("run_finished", MAIN_AGENT, fields);
                 let resume = if ending.status == RunStatus::AwaitingDecision {
                     format!("\nRun {} stopped awaiting a decision.", self.run_id)
@@ -495,6 +508,9 @@ impl Printer {
 
 impl EventSink for Printer {
     fn emit(&self, event: RuntimeEvent) {
+        if let Some(progress) = &self.progress {
+            progress.event(&event);
+        }
         if stream_json::partial(&self.run_id, self.format, &event) {
             return;
         }
@@ -504,15 +520,25 @@ impl EventSink for Printer {
             self.log(event.kind(), event.agent(), event.fields());
         }
         if self.format == OutputFormat::Text {
-            stream_json::text_progress(&event);
+            stream_json::text_progress(&event, self.progress.as_deref());
         }
     }
 }
 
-/// A person at the terminal: questions on stderr, answers from stdin.
-struct StdinTerminal;
+/// A person at the terminal: questions on stderr, answers from stdin (the live progress lines
+/// out of the way meanwhile).
+struct StdinTerminal {
+    progress: Option<Arc<LiveProgress>>,
+}
 
 impl StdinTerminal {
+    fn aside<T>(&self, f: impl FnOnce() -> T) -> T {
+        match &self.progress {
+            Some(progress) => progress.suspend(f),
+            None => f(),
+        }
+    }
+
     fn ask(prompt: &str) -> Option<String> {
         eprint!("{prompt}");
         let _ = std::io::stderr().flush();
@@ -522,8 +548,8 @@ impl StdinTerminal {
     }
 }
 
-impl Terminal for StdinTerminal {
-    fn decide_plan(&self, agent: &str, plan_file: &Path, plan: &str) -> TerminalPlanDecision {
+impl StdinTerminal {
+    fn decide_plan_asked(agent: &str, plan_file: &Path, plan: &str) -> TerminalPlanDecision {
         eprintln!(
             "\n--- plan from {agent} ({}) ---\n{plan}\n---",
             plan_file.display()
@@ -547,7 +573,7 @@ impl Terminal for StdinTerminal {
         }
     }
 
-    fn answer_question(&self, agent: &str, question: &str, options: &[String]) -> Option<String> {
+    fn answer_question_asked(agent: &str, question: &str, options: &[String]) -> Option<String> {
         eprintln!("\n{agent} asks: {question}");
         for (i, option) in options.iter().enumerate() {
             eprintln!("  {}. {option}", i + 1);
@@ -560,12 +586,26 @@ impl Terminal for StdinTerminal {
         Some(chosen.unwrap_or(answer)).filter(|a| !a.is_empty())
     }
 
-    fn allow_call(&self, agent: &str, tool: &str, input: &Value, reason: &str) -> bool {
+    fn allow_call_asked(agent: &str, tool: &str, input: &Value, reason: &str) -> bool {
         eprintln!("\n{agent} wants to run {tool} {input} ({reason})");
         matches!(
             Self::ask("Allow? [y/N] ").as_deref(),
             Some("y") | Some("yes")
         )
+    }
+}
+
+impl Terminal for StdinTerminal {
+    fn decide_plan(&self, agent: &str, plan_file: &Path, plan: &str) -> TerminalPlanDecision {
+        self.aside(|| Self::decide_plan_asked(agent, plan_file, plan))
+    }
+
+    fn answer_question(&self, agent: &str, question: &str, options: &[String]) -> Option<String> {
+        self.aside(|| Self::answer_question_asked(agent, question, options))
+    }
+
+    fn allow_call(&self, agent: &str, tool: &str, input: &Value, reason: &str) -> bool {
+        self.aside(|| Self::allow_call_asked(agent, tool, input, reason))
     }
 }
 

@@ -72,8 +72,9 @@ pub fn on_stream(event: &RuntimeEvent) -> bool {
     !matches!(event, RuntimeEvent::ModeChanged { .. })
 }
 
-/// `--output text`'s progress on stderr: a line per tool call, with its decision.
-pub fn text_progress(event: &RuntimeEvent) {
+/// `--output text`'s progress on stderr: a line per tool call, with its decision (above the
+/// live lines, when there are some).
+pub fn text_progress(event: &RuntimeEvent, live: Option<&crate::progress::LiveProgress>) {
     if let RuntimeEvent::ToolCall {
         agent,
         tool,
@@ -82,6 +83,10 @@ pub fn text_progress(event: &RuntimeEvent) {
         ..
     } = event
     {
-        eprintln!("[{agent}] {tool}: {decision} ({reason})");
+        let line = format!("[{agent}] {tool}: {decision} ({reason})");
+        match live {
+            Some(live) => live.println(&line),
+            None => eprintln!("{line}"),
+        }
     }
 }

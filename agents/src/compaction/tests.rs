@@ -48,6 +48,10 @@ fn threshold_is_the_lower_of_fraction_and_reserve() {
         (info(Some(200_000), None), config, Some(170_000)),
         (info(None, Some(64_000)), config, None),
         (info(Some(10_000), Some(20_000)), config, Some(0)),
+        // A small window (a local server's): the reserve shrinks to an eighth of it.
+        (info(Some(8_192), Some(2_048)), config, Some(5_120)),
+        // Unless the full reserve still leaves a quarter of the window.
+        (info(Some(20_000), Some(1_000)), config, Some(6_000)),
         (
             info(Some(200_000), Some(8_000)),
             CompactionConfig {

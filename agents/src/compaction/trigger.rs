@@ -57,7 +57,9 @@ impl CompactionConfig {
 /// `trigger_ratio × window` and `window − max_output − reserve_tokens`, lowered further by
 /// `max_prompt_tokens`. `None` when compaction is off or the window is unknown (the catalogue
 /// has no `context_window` for the model): such a model is never compacted. An unknown
-/// `max_output` counts as 0.
+/// `max_output` counts as 0. A reserve that would leave less than a quarter of a small window
+/// (a local server's 8k context, say) is cut to an eighth of the window, so such a model is
+/// compacted when it nears its window, not before every request.
 pub fn compaction_threshold(info: &ModelInfo, config: &CompactionConfig) -> Option<u64> {
     if !config.enabled {
         return None;
@@ -70,11 +72,11 @@ pub fn compaction_threshold(info: &ModelInfo, config: &CompactionConfig) -> Opti
     };
     // Exact for every realistic window; `as` saturates instead of panicking.
     let by_fraction = (window as f64 * fraction).floor() as u64;
-    let by_reserve = window.saturating_sub(
-        info.max_output
-            .unwrap_or(0)
-            .saturating_add(config.reserve_tokens),
-    );
+    let output = info.max_output.unwrap_or(0);
+    let mut by_reserve = window.saturating_sub(output.saturating_add(config.reserve_tokens));
+    if by_reserve < window / 4 {
+        by_reserve = window.saturating_sub(output.saturating_add(window / 8));
+    }
     let threshold = by_fraction.min(by_reserve);
     Some(match config.max_prompt_tokens {
         Some(cap) => threshold.min(cap),

@@ -67,10 +67,47 @@ fn request_id_suffix(id: &Option<String>) -> String {
         .unwrap_or_default()
 }
 
+/// What the servers say when a prompt does not fit the model's context: Anthropic (400
+/// `invalid_request_error`, "prompt is too long: N tokens > M maximum"), OpenAI (400, code
+/// `context_length_exceeded`, "This model's maximum context length is …" or "… exceeds the
+/// context window …"), vLLM (400, "maximum context length"), llama.cpp (400
+/// `exceed_context_size_error`, "the request exceeds the available context size"). Matched
+/// against the error's type and message, in lower case.
+pub const PROMPT_TOO_LONG_MARKERS: [&str; 7] = [
+    "prompt is too long",
+    "context_length_exceeded",
+    "maximum context length",
+    "exceed_context_size",
+    "exceeds the available context size",
+    "context window",
+    "input is too long",
+];
+
 /// HTTP statuses retried: 408, 409, 429, 500, 502, 503, 504, 529.
 pub const RETRYABLE_STATUSES: [u16; 8] = [408, 409, 429, 500, 502, 503, 504, 529];
 
 impl FailureKind {
+    /// Whether the server refused the request because the prompt does not fit the model's
+    /// context (see [`PROMPT_TOO_LONG_MARKERS`]): compacting the context may cure it.
+    pub fn is_prompt_too_long(&self) -> bool {
+        let FailureKind::Http {
+            status,
+            error_type,
+            message,
+            ..
+        } = self
+        else {
+            return false;
+        };
+        if !matches!(status, 400 | 413) {
+            return false;
+        }
+        let text = format!("{error_type} {message}").to_lowercase();
+        PROMPT_TOO_LONG_MARKERS
+            .iter()
+            .any(|marker| text.contains(marker))
+    }
+
     /// Whether another attempt may succeed. Never for other 4xx; `x-should-retry: false`
     /// always wins.
     pub fn is_retryable(&self) -> bool {
@@ -179,4 +216,77 @@ pub struct ModelError {
     pub gave_up: GaveUp,
     /// The last failure.
     pub kind: FailureKind,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn http(status: u16, error_type: &str, message: &str) -> FailureKind {
+        FailureKind::Http {
+            status,
+            error_type: error_type.into(),
+            message: message.into(),
+            request_id: None,
+            retry_after: None,
+            should_retry: None,
+        }
+    }
+
+    #[test]
+    fn the_servers_prompt_too_long_errors_are_recognised() {
+        let table = [
+            (
+                http(
+                    400,
+                    "invalid_request_error",
+                    "prompt is too long: 208310 tokens > 200000 maximum",
+                ),
+                true,
+            ),
+            (
+                http(
+                    400,
+                    "invalid_request_error",
+                    "This model's maximum context length is 128000 tokens. However, your messages resulted in 130512 tokens.",
+                ),
+                true,
+            ),
+            (http(400, "context_length_exceeded", "Input too long"), true),
+            (
+                http(
+                    400,
+                    "exceed_context_size_error",
+                    "the request exceeds the available context size, try increasing it",
+                ),
+                true,
+            ),
+            (
+                http(
+                    400,
+                    "BadRequestError",
+                    "This model's maximum context length is 4096 tokens.",
+                ),
+                true,
+            ),
+            (
+                http(400, "invalid_request_error", "max_tokens: must be positive"),
+                false,
+            ),
+            (
+                http(429, "rate_limit_error", "maximum context length"),
+                false,
+            ),
+            (
+                FailureKind::StreamError {
+                    error_type: "invalid_request_error".into(),
+                    message: "prompt is too long".into(),
+                },
+                false,
+            ),
+        ];
+        for (kind, want) in table {
+            assert_eq!(kind.is_prompt_too_long(), want, "{kind}");
+        }
+    }
 }

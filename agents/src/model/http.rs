@@ -17,11 +17,12 @@ use tokio::time::Instant;
 use super::anthropic::{self, AnthropicOptions};
 use super::cost::cost_usd;
 use super::error::{FailureKind, GaveUp, ModelError};
+use super::limits::ServerLimits;
 use super::openai::{self, OpenAiOptions};
 use super::retry::{RetryPolicy, Sleeper, TokioSleeper, retry_after};
 use super::stream::ResponseStream;
 use super::types::{ModelRequest, ModelResponse, RequestContext, StreamEvent};
-use super::{ModelProvider, SetupError};
+use super::{ANTHROPIC_BASE_URL, ModelProvider, OPENAI_BASE_URL, SetupError};
 
 /// Connection and retry settings of an HTTP client. `Debug` masks the key.
 #[derive(Clone)]
@@ -103,6 +104,8 @@ struct Inner {
     config: ClientConfig,
     http: reqwest::Client,
     url: String,
+    /// What the server reported per model (held while asking, so concurrent agents ask once).
+    limits: tokio::sync::Mutex<BTreeMap<String, ServerLimits>>,
 }
 
 impl HttpClient {
@@ -144,6 +147,7 @@ impl HttpClient {
                 config,
                 http,
                 url,
+                limits: tokio::sync::Mutex::new(BTreeMap::new()),
             }),
         })
     }
@@ -179,6 +183,97 @@ impl ModelProvider for HttpClient {
         }
         let model = request.model.clone();
         ResponseStream::new(move |tx| run(inner, ctx, model, body, tx))
+    }
+
+    fn server_limits<'a>(
+        &'a self,
+        model: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, ServerLimits> {
+        Box::pin(async move {
+            let mut cache = self.inner.limits.lock().await;
+            if let Some(limits) = cache.get(model) {
+                return *limits;
+            }
+            let limits = ask_limits(&self.inner, model).await;
+            cache.insert(model.to_owned(), limits);
+            limits
+        })
+    }
+}
+
+/// How long one metadata read may take: it delays an agent's start, and failing is harmless.
+const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Asks the server's `/v1/models` and (llama.cpp) `/props` for `model`'s limits. The official
+/// endpoints are not asked (their lists carry no limits; the catalogue has them).
+async fn ask_limits(inner: &Inner, model: &str) -> ServerLimits {
+    let base = inner.config.base_url.trim_end_matches('/');
+    if base == ANTHROPIC_BASE_URL || base == OPENAI_BASE_URL {
+        return ServerLimits::default();
+    }
+    let (models_url, root) = match inner.dialect {
+        Dialect::Anthropic(_) => (format!("{base}/v1/models"), base),
+        Dialect::OpenAi(_) => (
+            format!("{base}/models"),
+            base.strip_suffix("/v1").unwrap_or(base),
+        ),
+    };
+    let listed = read_json(inner, &models_url)
+        .await
+        .map(|body| ServerLimits::from_models_list(&body, model))
+        .unwrap_or_default();
+    let props = read_json(inner, &format!("{root}/props"))
+        .await
+        .map(|body| ServerLimits::from_props(&body))
+        .unwrap_or_default();
+    let limits = listed.merge(props);
+    tracing::debug!(
+        provider = inner.dialect.name(),
+        model,
+        context_window = limits.context_window,
+        max_output = limits.max_output,
+        "the server's reported limits"
+    );
+    limits
+}
+
+/// A metadata `GET` answered with JSON; `None` (logged at debug) on any failure.
+async fn read_json(inner: &Inner, url: &str) -> Option<Value> {
+    let mut request = inner.http.get(url).header("accept", "application/json");
+    match &inner.dialect {
+        Dialect::Anthropic(_) => {
+            request = request.header("anthropic-version", anthropic::VERSION);
+            if let Some(key) = &inner.config.api_key {
+                request = request.header("x-api-key", key);
+            }
+        }
+        Dialect::OpenAi(_) => {
+            if let Some(key) = &inner.config.api_key {
+                request = request.bearer_auth(key);
+            }
+        }
+    }
+    let timeout = METADATA_TIMEOUT.min(inner.config.request_timeout);
+    let read = async {
+        let response = request.send().await.map_err(|e| error_chain(&e))?;
+        if !response.status().is_success() {
+            return Err(format!("HTTP {}", response.status().as_u16()));
+        }
+        response.json::<Value>().await.map_err(|e| error_chain(&e))
+    };
+    match tokio::time::timeout(timeout, read).await {
+        Ok(Ok(body)) => Some(body),
+        Ok(Err(detail)) => {
+            tracing::debug!(url, "cannot read the server's limits: {detail}");
+            None
+        }
+        Err(_) => {
+            tracing::debug!(
+                url,
+                "cannot read the server's limits: no answer in {timeout:?}"
+            );
+            None
+        }
     }
 }
 

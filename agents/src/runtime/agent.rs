@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use muster_config::settings::ModelInfo;
 use muster_config::{AgentDefinition, ModelChoice, PermissionMode};
 use muster_mailbox::{AutoGateUpdate, CommitTurn, Message as Mail, NewRecord};
 use serde_json::Value;
@@ -16,8 +17,8 @@ use crate::compaction::{
     render_coordination_state, summary_text,
 };
 use crate::model::{
-    ContentBlock, Message, ModelRequest, ModelResponse, RequestContext, Role, StreamEvent,
-    ToolCall, ToolDefinition, ToolResultContent, Usage,
+    ContentBlock, Message, ModelRequest, ModelResponse, RequestContext, Role, ServerLimits,
+    StreamEvent, ToolCall, ToolDefinition, ToolResultContent, Usage,
 };
 use crate::tools::{HandledBy, ToolOutput, Workspace};
 
@@ -165,6 +166,9 @@ pub struct AgentRuntime {
     pub(super) workspace: Workspace,
     /// This agent's MCP servers and tools; dropping the agent stops the servers.
     pub(super) mcp: Arc<crate::mcp::McpSession>,
+    /// What the servers reported about this agent's models (its `started` record's
+    /// `model_limits`): see [`AgentRuntime::output_limit`] and [`AgentRuntime::model_info`].
+    pub(super) model_limits: BTreeMap<String, ServerLimits>,
 }
 
 impl AgentRuntime {
@@ -195,6 +199,8 @@ impl AgentRuntime {
         tools.extend(mcp.names());
         tool_definitions.extend(mcp.definitions());
         let asks = super::asks::AskSettings::of(&run, &spec.agent_id, &spec.kind).await?;
+        let model_limits =
+            ask_model_limits(&run, &definition, spec.inherited_model.as_deref()).await;
         let mut agent = AgentRuntime {
             tool_definitions,
             mcp: Arc::new(mcp),
@@ -222,6 +228,7 @@ impl AgentRuntime {
             asks,
             last_prompt: None,
             workspace,
+            model_limits,
         };
         if agent.mode == PermissionMode::Plan && agent.pre_plan_mode.is_none() {
             agent.pre_plan_mode = Some(
@@ -242,6 +249,7 @@ impl AgentRuntime {
             system: agent.system.clone(),
             tools: agent.tools.clone(),
             mcp_tools: agent.mcp.records(),
+            model_limits: agent.model_limits.clone(),
         };
         let message = agent.message_record(first.clone(), None);
         let mut records = vec![started, message];
@@ -448,12 +456,47 @@ impl AgentRuntime {
         };
         match own {
             Some(model) if model != routed.model => ModeModel {
-                max_tokens: self.run.output_limit(&model),
+                max_tokens: self.output_limit(&model, self.run.output_limit(&model)),
                 model,
                 ..routed
             },
-            _ => routed,
+            _ => ModeModel {
+                max_tokens: self.output_limit(&routed.model, routed.max_tokens),
+                ..routed
+            },
         }
+    }
+
+    /// `configured` (the catalogue's or the mode's output limit) clipped to what the server
+    /// reported for `model`: its output limit, and a quarter of its context window (so a
+    /// prompt keeps at least three quarters of a window the catalogue may not know).
+    fn output_limit(&self, model: &str, configured: u64) -> u64 {
+        let Some(reported) = self.model_limits.get(model) else {
+            return configured;
+        };
+        let by_window = reported.context_window.map(|window| (window / 4).max(1));
+        [Some(configured), reported.max_output, by_window]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(configured)
+    }
+
+    /// The catalogue's entry for `model` with the server's report applied (the smaller
+    /// context window; the clipped output limit): what the compaction trigger reads. A model
+    /// the catalogue lacks has an entry when its server reported a window.
+    pub(super) fn model_info(&self, model: &ModeModel) -> Option<ModelInfo> {
+        let catalogued = self.run.compaction.models.get(&model.model).cloned();
+        let Some(reported) = self.model_limits.get(&model.model) else {
+            return catalogued;
+        };
+        let mut info = catalogued.unwrap_or_default();
+        info.context_window = match (info.context_window, reported.context_window) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        info.max_output = Some(model.max_tokens);
+        Some(info)
     }
 
     /// One model request: refused, sending nothing, once a budget has reached its limit; the
@@ -461,14 +504,8 @@ impl AgentRuntime {
     /// before a budget it crosses stops the agent.
     async fn call_model(&mut self) -> RuntimeResult<ModelResponse> {
         self.compact_if_needed().await?;
-        self.run.budget.check_before_request(&self.id)?;
         let model = self.model_for_mode();
-        let turn = self.turn + 1;
-        let request = self.request_for(&model);
-        let context = RequestContext::new(&self.run.run_id, &self.id, turn);
-        let sent = std::time::Instant::now();
-        let response = self.stream_response(&model, &context, &request).await?;
-        let latency = sent.elapsed();
+        let (turn, request, response, latency) = self.send_fitting(&model).await?;
         self.turn = turn;
         let message = Message::assistant(response.content.clone());
         let record = Record::Message {
@@ -519,6 +556,52 @@ impl AgentRuntime {
             .into());
         }
         Ok(response)
+    }
+
+    /// Sends the next request on the current context. A server that refuses the prompt as
+    /// longer than the model's context gets one more try after the context is compacted
+    /// (whatever the trigger says); refused again, or with nothing to compact, the agent ends
+    /// with [`RuntimeError::PromptTooLong`].
+    async fn send_fitting(
+        &mut self,
+        model: &ModeModel,
+    ) -> RuntimeResult<(u64, ModelRequest, ModelResponse, std::time::Duration)> {
+        let mut compacted = false;
+        loop {
+            self.run.budget.check_before_request(&self.id)?;
+            let turn = self.turn + 1;
+            let request = self.request_for(model);
+            let context = RequestContext::new(&self.run.run_id, &self.id, turn);
+            let sent = std::time::Instant::now();
+            let error = match self.stream_response(model, &context, &request).await {
+                Ok(response) => return Ok((turn, request, response, sent.elapsed())),
+                Err(RuntimeError::Model(error)) if error.kind.is_prompt_too_long() => error,
+                Err(other) => return Err(other),
+            };
+            let too_long = |after| RuntimeError::PromptTooLong {
+                model: model.model.clone(),
+                after,
+                detail: error.to_string(),
+            };
+            if compacted {
+                return Err(too_long("even after compacting the context"));
+            }
+            tracing::info!(
+                agent = %self.id,
+                model = %model.model,
+                "the server refused the prompt as too long; compacting the context and retrying"
+            );
+            match self.compact(model).await {
+                Ok(true) => compacted = true,
+                Ok(false) => return Err(too_long("and there was nothing to compact")),
+                Err(RuntimeError::Model(refused)) if refused.kind.is_prompt_too_long() => {
+                    return Err(too_long(
+                        "and the compaction request was refused as too long as well",
+                    ));
+                }
+                Err(other) => return Err(other),
+            }
+        }
     }
 
     /// Sends `request` and drives its stream to the complete response, reporting each piece
@@ -586,19 +669,27 @@ impl AgentRuntime {
         };
         let model = self.model_for_mode();
         let policy = &self.run.compaction;
-        let Some(info) = policy.models.get(&model.model) else {
+        let Some(info) = self.model_info(&model) else {
             return Ok(());
         };
         let appended = self.messages.get(length.saturating_sub(1)..).unwrap_or(&[]);
         if !needs_compaction(
             &usage,
             estimate_messages_tokens(appended),
-            info,
+            &info,
             &policy.config,
         ) {
             return Ok(());
         }
-        let config = policy.config;
+        self.compact(&model).await?;
+        Ok(())
+    }
+
+    /// Compacts the context now; `false` when there is nothing to summarise (the whole
+    /// context must be kept verbatim).
+    async fn compact(&mut self, model: &ModeModel) -> RuntimeResult<bool> {
+        let model = model.clone();
+        let config = self.run.compaction.config;
         let cut = plan_cut(&self.messages);
         let turn = self.turn + 1;
         let context = RequestContext::new(&self.run.run_id, &self.id, turn);
@@ -606,7 +697,7 @@ impl AgentRuntime {
             SummaryRequest::build(context, &self.request_for(&model), &cut, &config)
         else {
             // Nothing to summarise: the whole context must be kept verbatim.
-            return Ok(());
+            return Ok(false);
         };
         self.run.budget.check_before_request(&self.id)?;
         let response = model
@@ -653,7 +744,7 @@ impl AgentRuntime {
         self.messages = messages;
         self.last_prompt = None;
         self.run.budget.record(&self.id, &response)?;
-        Ok(())
+        Ok(true)
     }
 
     /// Gives every pending call its result (running what has not run), then appends the
@@ -968,6 +1059,36 @@ impl AgentRuntime {
         self.auto_gate_open = outcome.auto_gate.open;
         Ok(outcome)
     }
+}
+
+/// Asks the servers of every model the agent may use (each mode's, and the one its definition
+/// names or inherits) what they report about its limits; keeps the models they reported
+/// something for. Each provider caches its answers for the run.
+async fn ask_model_limits(
+    run: &RunContext,
+    definition: &AgentDefinition,
+    inherited: Option<&str>,
+) -> BTreeMap<String, ServerLimits> {
+    let own = match &definition.model {
+        ModelChoice::Inherit => inherited.map(str::to_owned),
+        ModelChoice::Named(model) => Some(model.clone()),
+        ModelChoice::Settings => None,
+    };
+    let mut limits: BTreeMap<String, ServerLimits> = BTreeMap::new();
+    for routed in [&run.models.plan, &run.models.act] {
+        for model in std::iter::once(&routed.model).chain(own.as_ref()) {
+            let reported = routed.provider.server_limits(model).await;
+            if reported.is_empty() {
+                continue;
+            }
+            let merged = match limits.get(model) {
+                Some(known) => known.merge(reported),
+                None => reported,
+            };
+            limits.insert(model.clone(), merged);
+        }
+    }
+    limits
 }
 
 /// Where an agent of `run` works: what its team says (a worktree), else the run's workspace.

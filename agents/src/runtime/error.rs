@@ -48,6 +48,20 @@ pub enum RuntimeError {
     /// The runtime ended the agent: a cut answer or a stuck loop (see [`super::AgentLimits`]).
     #[error(transparent)]
     Stopped(#[from] super::limits::AgentStop),
+    /// The server refused the prompt as longer than the model's context, and compacting the
+    /// context did not make it fit (or there was nothing to compact).
+    #[error(
+        "the prompt is too long for model {model} {after}: {detail}; set the model's \
+         `context_window` in the catalogue (`[models.\"{model}\"]`) or lower \
+         `[compaction] trigger_ratio` so the context is compacted before it outgrows the window"
+    )]
+    PromptTooLong {
+        model: String,
+        /// "even after compacting the context", "and there was nothing to compact", or "and
+        /// the compaction request was refused as too long as well".
+        after: &'static str,
+        detail: String,
+    },
     /// The team could not carry out a transition the agent depends on.
     #[error("team: {0}")]
     Team(String),

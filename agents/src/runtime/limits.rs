@@ -44,6 +44,17 @@ impl Default for AgentLimits {
     }
 }
 
+impl AgentLimits {
+    /// From the `[limits]` settings table (the config crate has checked `stuck_after ≥ 1`).
+    pub fn from_settings(settings: &muster_config::settings::LimitSettings) -> AgentLimits {
+        let count = |value: u64| usize::try_from(value).unwrap_or(usize::MAX);
+        AgentLimits {
+            continuations: count(settings.continuations.value),
+            stuck_after: count(settings.stuck_after.value).max(1),
+        }
+    }
+}
+
 /// Default of [`AgentLimits::continuations`].
 pub const DEFAULT_CONTINUATIONS: usize = 3;
 /// Default of [`AgentLimits::stuck_after`].

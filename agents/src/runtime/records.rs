@@ -6,7 +6,9 @@ use muster_config::PermissionMode;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::model::{Message, StopReason, Usage};
+use std::collections::BTreeMap;
+
+use crate::model::{Message, ServerLimits, StopReason, Usage};
 use crate::verification::BashEffects;
 use muster_mailbox::{AgentRecord, NewRecord};
 
@@ -47,6 +49,12 @@ pub enum Record {
         /// The MCP tools offered, as listed when the agent started (resume offers these).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         mcp_tools: Vec<crate::mcp::McpToolRecord>,
+        /// What the model servers reported about the limits of the models this agent may use
+        /// (only the models they reported something for): the output limit and the
+        /// compaction threshold are clipped to these, and a resume uses exactly these, never
+        /// asking again.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        model_limits: BTreeMap<String, ServerLimits>,
     },
     /// One message of the context. Assistant messages carry the model request's turn index
     /// (`x-muster-turn`), the model and the mode in force.

@@ -43,6 +43,7 @@ impl AgentRuntime {
             system,
             tools: _,
             mcp_tools,
+            model_limits,
         }) = records.first().cloned()
         else {
             return Err(RuntimeError::NothingToResume {
@@ -89,6 +90,7 @@ impl AgentRuntime {
             asks,
             last_prompt: None,
             workspace,
+            model_limits,
         };
         agent.auto_gate_open = agent
             .run

@@ -18,7 +18,7 @@ use muster_agents::runtime::{
 use muster_agents::tools::{ToolRegistry, Workspace};
 use muster_config::settings::ModelInfo;
 use muster_config::{AgentCatalog, PermissionMode, PermissionRules, Policy};
-use muster_fake_llm::{FakeLlm, FakeLlmHandle, ScriptEntry};
+use muster_fake_llm::{FakeLlm, FakeLlmConfig, FakeLlmHandle, ScriptEntry};
 use muster_mailbox::{
     AgentRecord, AutoGate, MailboxStore, MemberKind, NewRun, RosterEntry, SqliteStore, StoreOptions,
 };
@@ -39,6 +39,7 @@ pub struct RunSetup {
     run_id: String,
     team: Option<String>,
     files: Vec<(&'static str, &'static str)>,
+    fake: FakeLlmConfig,
 }
 
 impl RunSetup {
@@ -50,6 +51,12 @@ impl RunSetup {
     /// A team run (the store's `team` column).
     pub fn team(mut self, team: &str) -> RunSetup {
         self.team = Some(team.into());
+        self
+    }
+
+    /// The fake server's settings (what its `/v1/models` and `/props` report, …).
+    pub fn fake_config(mut self, config: FakeLlmConfig) -> RunSetup {
+        self.fake = config;
         self
     }
 
@@ -86,7 +93,7 @@ impl RunSetup {
             })
             .await
             .unwrap();
-        let fake = FakeLlm::start(script).await.unwrap();
+        let fake = FakeLlm::start_with(self.fake, script).await.unwrap();
         RunHarness {
             dir,
             workspace,
@@ -113,6 +120,7 @@ impl RunHarness {
             run_id: "r1".into(),
             team: None,
             files: Vec::new(),
+            fake: FakeLlmConfig::default(),
         }
     }
 

@@ -9,6 +9,7 @@ mod model;
 mod permission;
 mod runtime;
 mod sandbox;
+mod server_limits;
 mod shell;
 mod team;
 mod tools;

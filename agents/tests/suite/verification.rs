@@ -62,6 +62,7 @@ impl Transcript {
             system: "You are worker.".to_owned(),
             tools: vec!["Read".to_owned(), "Write".to_owned(), "Bash".to_owned()],
             mcp_tools: Vec::new(),
+            model_limits: Default::default(),
         });
         // Before the approval: edits in plan mode are never evidence.
         transcript.write("src/lib.rs", "// sketch\n");

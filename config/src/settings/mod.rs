@@ -167,6 +167,17 @@ pub struct CompactionSettings {
     pub summary_max_tokens: Sourced<u64>,
 }
 
+/// When the runtime stops an agent its model does not stop (`[limits]`): the fields of
+/// `muster_agents::runtime::AgentLimits`.
+#[derive(Debug, Clone, Serialize)]
+pub struct LimitSettings {
+    /// How many times a final answer cut by the output limit is continued.
+    pub continuations: Sourced<u64>,
+    /// Identical failures of one call in a row before the model is told to change course
+    /// (one more ends the agent as `stuck`); at least 1.
+    pub stuck_after: Sourced<u64>,
+}
+
 /// How `Bash` commands are confined (`[sandbox]`; see `muster_agents::sandbox`).
 #[derive(Debug, Clone, Serialize)]
 pub struct SandboxSettings {
@@ -240,6 +251,7 @@ pub struct Settings {
     pub budgets: Budgets,
     pub mailbox: MailboxSettings,
     pub compaction: CompactionSettings,
+    pub limits: LimitSettings,
     pub sandbox: SandboxSettings,
     pub mcp: McpSettings,
     #[serde(skip)]
@@ -485,6 +497,13 @@ impl Builder<'_> {
             max_prompt_tokens: self.merged.count(&key("max_prompt_tokens")),
             recent_messages_tokens: self.count(&key("recent_messages_tokens")),
             summary_max_tokens: self.count(&key("summary_max_tokens")),
+        }
+    }
+
+    fn agent_limits(&mut self) -> LimitSettings {
+        LimitSettings {
+            continuations: self.count(&["limits", "continuations"]),
+            stuck_after: self.count(&["limits", "stuck_after"]),
         }
     }
 
@@ -745,6 +764,7 @@ fn build(merged: &Merged, root: &Path, errors: &mut Vec<Diagnostic>) -> Settings
             busy_timeout_ms: builder.count(&["mailbox", "busy_timeout_ms"]),
         },
         compaction: builder.compaction(),
+        limits: builder.agent_limits(),
         sandbox: builder.sandbox(root),
         mcp: builder.mcp(),
         entries: entries(merged),
@@ -752,12 +772,10 @@ fn build(merged: &Merged, root: &Path, errors: &mut Vec<Diagnostic>) -> Settings
     errors.append(&mut builder.errors);
     check_cost_budgets(&settings, errors);
     check_approver_policy(&settings, errors);
-    check_compaction(&settings.compaction, errors);
+    check_positive_counts(&settings, errors);
     settings
 }
 
-/// Token counts of `[compaction]` that cannot be 0: a summary of no tokens, a threshold of no
-/// prompt.
 /// `store` or its alias `store_path`, whichever the higher layer set; a URL is kept as it is,
 /// a path is resolved against the project root.
 fn resolve_store(merged: &Merged, root: &Path) -> Sourced<StoreLocation> {
@@ -777,8 +795,12 @@ fn resolve_store(merged: &Merged, root: &Path) -> Sourced<StoreLocation> {
     Sourced::new(location, chosen.origin)
 }
 
-fn check_compaction(compaction: &CompactionSettings, errors: &mut Vec<Diagnostic>) {
+/// Counts that cannot be 0: a summary of no tokens, a threshold of no prompt, an agent stuck
+/// before its call failed at all.
+fn check_positive_counts(settings: &Settings, errors: &mut Vec<Diagnostic>) {
+    let compaction = &settings.compaction;
     let positive = [
+        ("limits.stuck_after", Some(&settings.limits.stuck_after)),
         (
             "compaction.summary_max_tokens",
             Some(&compaction.summary_max_tokens),

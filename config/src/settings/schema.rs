@@ -151,6 +151,13 @@ const COMPACTION: Schema = Schema::Table(&[
     ("summary_max_tokens", with_default(Kind::Count, "8192")),
 ]);
 
+/// When the runtime stops an agent its model does not stop (see
+/// `muster_agents::runtime::AgentLimits`, whose fields these are).
+const LIMITS: Schema = Schema::Table(&[
+    ("continuations", with_default(Kind::Count, "3")),
+    ("stuck_after", with_default(Kind::Count, "3")),
+]);
+
 /// MCP servers (see `muster_agents::mcp`). Which project `.mcp.json` servers may start is
 /// read only from the user's and the project-local settings (and the environment): a
 /// committed `.muster/settings.toml` cannot enable them, nor trust them for read-only use.
@@ -220,6 +227,7 @@ pub(crate) const SETTINGS: Schema = Schema::Table(&[
         ]),
     ),
     ("compaction", COMPACTION),
+    ("limits", LIMITS),
     ("mcp", MCP),
     (
         "sandbox",

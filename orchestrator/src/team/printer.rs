@@ -9,6 +9,7 @@ use muster_agents::runtime::{EventSink, RuntimeEvent};
 use serde_json::{Value, json};
 
 use crate::launch::OutputFormat;
+use crate::progress::LiveProgress;
 use crate::stream_json;
 
 pub(crate) use crate::stream_json::now_ms;
@@ -20,6 +21,8 @@ pub(crate) struct TeamPrinter {
     lock: Mutex<()>,
     /// On a worker: its name, in every event's `worker` field.
     worker: Option<String>,
+    /// `--output text` on a terminal: the live line per busy agent.
+    progress: Option<LiveProgress>,
 }
 
 impl TeamPrinter {
@@ -29,6 +32,9 @@ impl TeamPrinter {
             format,
             lock: Mutex::new(()),
             worker: None,
+            progress: (format == OutputFormat::Text)
+                .then(LiveProgress::for_terminal)
+                .flatten(),
         }
     }
 
@@ -74,6 +80,9 @@ impl TeamPrinter {
                 self.print("run_finished", super::LEAD, fields)
             }
             OutputFormat::Text => {
+                if let Some(progress) = &self.progress {
+                    progress.clear();
+                }
                 stream_json::log(&stream_json::event(
                     &self.run_id,
                     "run_finished",
@@ -90,6 +99,9 @@ impl TeamPrinter {
 
 impl EventSink for TeamPrinter {
     fn emit(&self, event: RuntimeEvent) {
+        if let Some(progress) = &self.progress {
+            progress.event(&event);
+        }
         if stream_json::partial(&self.run_id, self.format, &event) {
             return;
         }
@@ -99,7 +111,7 @@ impl EventSink for TeamPrinter {
             stream_json::log(&self.event(event.kind(), event.agent(), event.fields()));
         }
         if self.format == OutputFormat::Text {
-            stream_json::text_progress(&event);
+            stream_json::text_progress(&event, self.progress.as_ref());
         }
     }
 }

@@ -91,7 +91,7 @@ pub(crate) fn run_context(parts: ContextParts<'_>) -> anyhow::Result<RunContext>
             parts.launch.run.deadline_ms,
             parts.restored,
         )),
-        limits: Default::default(),
+        limits: muster_agents::runtime::AgentLimits::from_settings(&settings.limits),
         compaction: CompactionPolicy {
             config: muster_agents::compaction::CompactionConfig::from_settings(
                 &settings.compaction,

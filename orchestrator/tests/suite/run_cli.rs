@@ -936,6 +936,73 @@ async fn the_same_failing_call_fails_the_run_with_stuck() {
     fake.verify().unwrap();
 }
 
+/// `[limits]` sets both counts: one continuation, then `output_limit`; stuck after one
+/// identical failure and one more; a `stuck_after` of 0 is refused where it was set.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_limits_settings_set_the_continuation_and_stuck_counts() {
+    let cut = |turn| {
+        ScriptEntry::reply("main", turn, vec![Block::text("and on ")]).stop_reason("max_tokens")
+    };
+    let read = |turn| {
+        ScriptEntry::reply(
+            "main",
+            turn,
+            vec![tool("Read", json!({"file_path": "no-such-file.txt"}))],
+        )
+    };
+    let table: Vec<(&str, Vec<ScriptEntry>, u8, &str)> = vec![
+        (
+            "[limits]\ncontinuations = 1\n",
+            (1..=2).map(cut).collect(),
+            1,
+            "still cut after 1 continuation(s)",
+        ),
+        (
+            "[limits]\nstuck_after = 1\n",
+            (1..=2).map(read).collect(),
+            1,
+            "failed the same way 2 times in a row",
+        ),
+        (
+            "[limits]\nstuck_after = 0\n",
+            Vec::new(),
+            2,
+            "limits.stuck_after: expected a positive integer, found 0",
+        ),
+    ];
+    for (settings, script, code, says) in table {
+        let dir = project(&[(".muster/settings.toml", settings)]);
+        let fake = fake(script).await;
+        let base = fake.base_url();
+        let output = muster(
+            dir.path(),
+            &["run", "-p", "x", "--base-url", &base, "--output", "json"],
+        )
+        .await;
+        assert_eq!(
+            output.status.code(),
+            Some(i32::from(code)),
+            "{settings}: {}",
+            stderr(&output)
+        );
+        if code == 2 {
+            assert!(
+                stderr(&output).contains(says),
+                "{settings}: {}",
+                stderr(&output)
+            );
+            assert!(fake.requests().is_empty());
+            continue;
+        }
+        let finished = &lines(&output)[0];
+        assert!(
+            finished["error"].as_str().unwrap().contains(says),
+            "{settings}: {finished}"
+        );
+        fake.verify().unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn include_partial_streams_model_deltas_that_are_not_durable_and_not_logged() {
     let dir = project(&[]);

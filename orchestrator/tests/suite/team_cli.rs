@@ -2129,3 +2129,59 @@ async fn each_agents_next_request_keeps_the_previous_requests_cached_prefix_thro
     assert!(alice[0].contains("Mode: plan") && !alice[0].contains("Mode: acceptEdits"));
     assert!(alice.last().unwrap().contains("Mode: acceptEdits"));
 }
+
+/// A teammate repeating the same failing call ends as `stuck`, and the lead learns it by name
+/// from its idle notification (its reason and the call), the task going back to the board.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stuck_teammate_reaches_the_lead_by_name_in_its_idle_notification() {
+    let dir = project(ONE_TEAMMATE);
+    let read = |turn| {
+        ScriptEntry::reply(
+            "alice",
+            turn,
+            vec![tool("Read", json!({"file_path": "no-such-file.txt"}))],
+        )
+    };
+    let mut script = vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "Read", "description": "Read no-such-file.txt."}),
+            )],
+        ),
+        when(
+            "lead",
+            "idle_notification",
+            vec![Block::text("alice is stuck; stopping.")],
+        ),
+        any_turn("lead", vec![Block::text("Waiting for the team.")]),
+    ];
+    script.extend((1..=4).map(read));
+    let fake = fake(script).await;
+    let output = team_run(dir.path(), &fake.base_url()).await;
+    let events = lines(&output);
+    let idle = sent(&events, "alice", "lead", "idle_notification");
+    assert!(
+        events[..idle]
+            .iter()
+            .filter(|e| e["type"] == "tool_call" && e["agent"] == "alice")
+            .count()
+            == 4,
+        "four identical failures before the notice: {}",
+        stderr(&output)
+    );
+    let notice = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.agent.as_deref() == Some("lead"))
+        .map(|r| r.body.to_string())
+        .find(|body| body.contains("idle_notification"))
+        .expect("the lead's model saw the notice");
+    assert!(notice.contains("alice is idle (stuck)"), "{notice}");
+    assert!(
+        notice.contains("no-such-file.txt"),
+        "names the call: {notice}"
+    );
+}

@@ -193,6 +193,12 @@ pub struct FakeLlmConfig {
     pub max_body_bytes: usize,
     /// Served by `GET /v1/models`.
     pub models: Vec<String>,
+    /// Fields added to every entry of `GET /v1/models`, as servers that report limits do
+    /// (vLLM's `max_model_len`, OpenRouter's `context_length` and `top_provider`, …).
+    pub model_fields: serde_json::Map<String, serde_json::Value>,
+    /// The body of llama.cpp's `GET /props` (e.g. `{"default_generation_settings":
+    /// {"n_ctx": 4096}}`); `None` answers 404, as servers other than llama.cpp do.
+    pub props: Option<serde_json::Value>,
 }
 
 impl Default for FakeLlmConfig {
@@ -201,6 +207,8 @@ impl Default for FakeLlmConfig {
             keys: KeyCheck::Any,
             max_body_bytes: 32 * 1024 * 1024,
             models: vec!["claude-sonnet-4-5".into(), "gpt-4.1".into()],
+            model_fields: serde_json::Map::new(),
+            props: None,
         }
     }
 }
@@ -290,9 +298,16 @@ impl FakeLlmHandle {
         format!("http://{}/v1", self.addr)
     }
 
-    /// Every API request received so far, in order.
+    /// Every API request received so far, in order (model requests and `count_tokens`; the
+    /// metadata reads are in [`FakeLlmHandle::metadata_requests`]).
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.shared.lock().requests.clone()
+    }
+
+    /// The metadata reads received so far (`GET /v1/models`, `GET /props`), in order: kept
+    /// apart so that a client reading its limits at start does not shift `requests()`.
+    pub fn metadata_requests(&self) -> Vec<RecordedRequest> {
+        self.shared.lock().metadata_requests.clone()
     }
 
     /// The requests that matched no script entry.

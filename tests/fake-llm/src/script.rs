@@ -275,6 +275,9 @@ pub struct HttpError {
     /// Error message; default from the status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// OpenAI's `error.code` (e.g. `context_length_exceeded`); default from the status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
     /// `retry-after` header value (seconds or an HTTP date), verbatim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after: Option<String>,

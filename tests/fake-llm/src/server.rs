@@ -39,6 +39,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/messages/count_tokens", post(count_tokens))
         .route("/v1/chat/completions", post(openai_chat))
         .route("/v1/models", get(models))
+        .route("/props", get(props))
         .route("/_fake/script", post(control_script))
         .route("/_fake/requests", get(control_requests))
         .route("/_fake/reset", post(control_reset))
@@ -171,7 +172,7 @@ fn scripted_error(api: Api, spec: &HttpError, request_id: &str) -> (Response, St
         status: spec.status,
         error_type: spec.error_type.clone().unwrap_or_else(|| ty.to_owned()),
         message: spec.message.clone().unwrap_or_else(|| msg.to_owned()),
-        code: code.map(str::to_owned),
+        code: spec.code.clone().or_else(|| code.map(str::to_owned)),
         param: None,
     };
     let mut headers = id_headers(request_id);
@@ -284,6 +285,11 @@ impl Intake {
 fn push_record(st: &mut State, mut rec: RecordedRequest) {
     rec.seq = st.requests.len() as u64 + 1;
     st.requests.push(rec);
+}
+
+fn push_metadata_record(st: &mut State, mut rec: RecordedRequest) {
+    rec.seq = st.metadata_requests.len() as u64 + 1;
+    st.metadata_requests.push(rec);
 }
 
 // ---------------------------------------------------------------- model endpoints
@@ -767,19 +773,24 @@ async fn models(AxState(s): Ctx, req: Request) -> Response {
     if let Err(e) = auth {
         rec.status = e.status;
         rec.error = Some(e.message.clone());
-        push_record(&mut st, rec);
+        push_metadata_record(&mut st, rec);
         return error_response(api, &e, &request_id);
     }
-    push_record(&mut st, rec);
-    // One list both clients can read: Anthropic's fields and OpenAI's side by side.
+    push_metadata_record(&mut st, rec);
+    // One list both clients can read: Anthropic's fields and OpenAI's side by side, plus the
+    // configured limit fields.
     let data: Vec<Value> = s
         .config
         .models
         .iter()
         .map(|m| {
-            json!({"id": m, "object": "model", "type": "model", "display_name": m,
+            let mut entry = json!({"id": m, "object": "model", "type": "model", "display_name": m,
                    "created": render::CREATED, "created_at": "2025-01-01T00:00:00Z",
-                   "owned_by": "fake-llm"})
+                   "owned_by": "fake-llm"});
+            if let Some(map) = entry.as_object_mut() {
+                map.extend(s.config.model_fields.clone());
+            }
+            entry
         })
         .collect();
     let body = json!({
@@ -790,6 +801,24 @@ async fn models(AxState(s): Ctx, req: Request) -> Response {
         "last_id": s.config.models.last(),
     });
     json_response(200, &body, &id_headers(&request_id))
+}
+
+/// llama.cpp's `GET /props` (no authentication, as llama.cpp's own), when configured.
+async fn props(AxState(s): Ctx, req: Request) -> Response {
+    let input = intake(req).await;
+    let mut st = s.lock();
+    let request_id = st.next_request_id();
+    let mut rec = input.record(0);
+    let response = match &s.config.props {
+        Some(body) => json_response(200, body, &id_headers(&request_id)),
+        None => {
+            rec.status = 404;
+            let e = ApiError::new(404, "not_found_error", "Not found: GET /props".to_owned());
+            error_response(Api::OpenAi, &e, &request_id)
+        }
+    };
+    push_metadata_record(&mut st, rec);
+    response
 }
 
 async fn not_found(req: Request) -> Response {

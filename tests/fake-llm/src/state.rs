@@ -52,6 +52,8 @@ pub(crate) struct State {
     pub used: Vec<u32>,
     pub attempts: HashMap<(Option<String>, Option<u64>), u32>,
     pub requests: Vec<RecordedRequest>,
+    /// `GET /v1/models` and `GET /props`.
+    pub metadata_requests: Vec<RecordedRequest>,
     pub msg_counter: u64,
     pub tool_counter: u64,
     pub call_counter: u64,
