@@ -15,6 +15,18 @@ const browser = await chromium.launch({
   ],
 });
 const page = await browser.newPage({ viewport: { width: 1200, height: 1600 } });
+
+// The page reloads itself when the store changes (the run goes on committing while the test
+// navigates), and that reload aborts a navigation begun at the same moment: go again then.
+async function open(target) {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await page.goto(target);
+    } catch (error) {
+      if (attempt >= 5 || !String(error.message).includes("ERR_ABORTED")) throw error;
+    }
+  }
+}
 try {
   const blocked = [];
   page.on("console", (message) => {
@@ -24,7 +36,7 @@ try {
   if (new URL(page.url()).search !== "") throw new Error(`the token stayed in the URL: ${page.url()}`);
   await page.screenshot({ path: `${shots}/runs.png`, fullPage: true });
   const origin = new URL(url).origin;
-  await page.goto(origin + requestPath);
+  await open(origin + requestPath);
   await page.locator("#plan h2", { hasText: "Steps" }).waitFor();
   await page.locator("#diff .removed").first().waitFor();
   await page.screenshot({ path: `${shots}/pending-plan.png`, fullPage: true });
