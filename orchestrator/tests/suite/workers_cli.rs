@@ -188,12 +188,15 @@ fn each_marked_once(workers: &[Worker], count: usize) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_batch_over_three_workers_runs_every_line_once_and_a_rerun_runs_nothing() {
+async fn a_batch_of_sixteen_lines_over_three_workers_runs_every_line_once_and_a_rerun_runs_nothing()
+ {
     let fake = FakeLlm::start(script(false)).await.unwrap();
     let schema = Schema::new().await;
     let url = schema.url();
     let mut workers = ready(&fake, &url).await;
-    let ids = ["a", "b", "c", "d", "e", "f", "g", "h", "i"];
+    let ids = [
+        "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p",
+    ];
     let batch = batch_dir(&ids);
 
     let out = finish_batch(start_batch(batch.path(), &url)).await;
