@@ -189,7 +189,7 @@ fn each_marked_once(workers: &[Worker], count: usize) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_batch_of_sixteen_lines_over_three_workers_runs_every_line_once_and_a_rerun_runs_nothing()
- {
+{
     let fake = FakeLlm::start(script(false)).await.unwrap();
     let schema = Schema::new().await;
     let url = schema.url();
