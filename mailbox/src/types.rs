@@ -57,9 +57,9 @@ fn is_agent_name(name: &str) -> bool {
 }
 
 /// The reserved roster entry through which a person answers (`muster approve`/`reject`/`answer`).
-pub const HUMAN: &str = "human";
+pub const HUMAN: &str = muster_protocol::Responder::HUMAN;
 /// The reserved roster entry through which a policy file answers.
-pub const POLICY: &str = "policy";
+pub const POLICY: &str = muster_protocol::Responder::POLICY;
 
 /// A run's lifecycle state (DESIGN.md "Files and identifiers").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

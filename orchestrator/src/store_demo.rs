@@ -213,7 +213,7 @@ fn seen(message: &Message) -> CommitTurn {
 fn text_of(message: &Message) -> String {
     match message.typed_body() {
         MessageBody::Text { text, .. } => text,
-        other => other.kind().to_owned(),
+        other => other.kind().to_string(),
     }
 }
 

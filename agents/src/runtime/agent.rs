@@ -25,7 +25,7 @@ use crate::tools::{HandledBy, ToolOutput, Workspace};
 use super::context::{ModeModel, RunContext};
 use super::error::{RuntimeError, RuntimeResult};
 use super::events::RuntimeEvent;
-use super::gate::{GateDecision, SUBAGENT_FORBIDDEN};
+use super::gate::GateDecision;
 use super::prompt::{mode_reminder, system_prompt};
 use super::records::{AgentKind, Record};
 
@@ -1128,7 +1128,9 @@ pub(super) fn offered_tools(definition: &AgentDefinition, kind: &AgentKind) -> V
         .effective_tools()
         .into_iter()
         .filter(|tool| {
-            !(matches!(kind, AgentKind::Subagent { .. }) && SUBAGENT_FORBIDDEN.contains(tool))
+            !(matches!(kind, AgentKind::Subagent { .. })
+                && muster_protocol::ToolName::parse(tool)
+                    .is_some_and(muster_protocol::ToolName::is_forbidden_to_subagents))
         })
         .filter(|tool| !(definition.read_only && *tool == "ExitPlanMode"))
         .map(str::to_owned)

@@ -203,7 +203,7 @@ impl AgentRuntime {
             .await?;
         let answer = match mail.typed_body() {
             MessageBody::Answer { answer, .. } => answer,
-            other => other.kind().to_owned(),
+            other => other.kind().to_string(),
         };
         Ok(Ok((answer, Some(mail.key))))
     }

@@ -166,7 +166,7 @@ impl AgentRuntime {
             AgentKind::Teammate { lead } => (lead.clone(), self.run.team.responder_for(&self.id)),
             _ => {
                 let responder = self.run.approver.responder().to_owned();
-                let member = muster_mailbox::message::responder_member(&responder).to_owned();
+                let member = muster_protocol::Responder::member_for(&responder).to_owned();
                 (member, responder)
             }
         };
@@ -292,7 +292,7 @@ impl AgentRuntime {
         let plan = read_plan(&plan_file)?;
         let body = match (&self.run.approver, &self.run.terminal) {
             (PlanApprover::Policy { policy, .. }, _)
-                if muster_config::Approver::names_a_policy(responder) =>
+                if muster_config::Responder::names_a_policy(responder) =>
             {
                 let verdict = policy.review_plan(&plan);
                 let restored = self.restored_mode(None);
@@ -333,7 +333,7 @@ impl AgentRuntime {
             }
             _ => return Ok(()),
         };
-        let sender = muster_mailbox::message::responder_member(responder).to_owned();
+        let sender = muster_protocol::Responder::member_for(responder).to_owned();
         let answer = NewResponse {
             run_id: self.run.run_id.clone(),
             sender,

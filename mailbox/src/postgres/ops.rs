@@ -674,7 +674,7 @@ pub(crate) async fn send(
     {
         return Err(unknown_recipient(tx, ctx, &message.run_id, &message.recipient).await);
     }
-    let kind = message.body.kind().to_owned();
+    let kind = message.body.kind().to_string();
     let (body, body_text) = stored_body(ctx, &message.body)?;
     let request_id = message.body.request_id().map(str::to_owned);
     let correlation = correlation_of(&kind);
@@ -1038,7 +1038,7 @@ pub(crate) async fn respond(
     answer: &NewResponse,
     wakes: &mut Vec<Wake>,
 ) -> StoreResult<Message> {
-    let kind = answer.body.kind().to_owned();
+    let kind = answer.body.kind().to_string();
     let Correlation::Response { answers } = correlation_of(&kind) else {
         return Err(StoreError::MismatchedResponse {
             request_id: answer.body.request_id().unwrap_or_default().into(),

@@ -572,7 +572,7 @@ pub(crate) fn send(
             &message.recipient,
         ));
     }
-    let kind = message.body.kind().to_owned();
+    let kind = message.body.kind().to_string();
     let (body, body_text) = stored_body(ctx, &message.body)?;
     let request_id = message.body.request_id().map(str::to_owned);
     let correlation = correlation_of(&kind);
@@ -704,7 +704,7 @@ pub(crate) fn send_many(
         .map_err(ctx.sql())?;
     let now = now_millis();
     for message in messages {
-        let kind = message.body.kind().to_owned();
+        let kind = message.body.kind().to_string();
         if message.idempotency_key.is_some() || correlation_of(&kind) != Correlation::None {
             return Err(StoreError::InvalidId {
                 what: "bulk message",
@@ -999,7 +999,7 @@ pub(crate) fn respond(
     answer: &NewResponse,
     wakes: &mut Vec<Wake>,
 ) -> StoreResult<Message> {
-    let kind = answer.body.kind().to_owned();
+    let kind = answer.body.kind().to_string();
     let Correlation::Response { answers } = correlation_of(&kind) else {
         return Err(StoreError::MismatchedResponse {
             request_id: answer.body.request_id().unwrap_or_default().into(),

@@ -935,7 +935,7 @@ impl Team {
                 Some(r) if r != LEAD => {
                     // Decided (a policy) or announced (a person) when it was sent; a policy
                     // decides here too for a request sent before a crash (at most once).
-                    if muster_config::Approver::names_a_policy(r) {
+                    if muster_config::Responder::names_a_policy(r) {
                         self.decide_by_policy(message.request_id.as_deref().unwrap_or_default())
                             .await;
                     }

@@ -10,7 +10,7 @@ use muster_agents::runtime::team::{
     ShutdownRequest, SpawnRequest, SpawnedTeammate, TeamCheckpoint, TeamFuture, TeamServices,
     TurnEnd,
 };
-use muster_config::{Approver, PermissionMode, PlanVerdict, Policy, RuleSubject};
+use muster_config::{PermissionMode, PlanVerdict, Policy, Responder, RuleSubject};
 use muster_mailbox::decide::{Waiter, decide};
 use muster_mailbox::{
     CommitTurn, CommitTurnOutcome, MemberKind, Message, MessageBody, MessageFilter, NewMessage,
@@ -146,7 +146,7 @@ impl Team {
         let Some(responder) = body.responder() else {
             return;
         };
-        if Approver::names_a_policy(responder) {
+        if Responder::names_a_policy(responder) {
             if let Some(team) = self.me.upgrade() {
                 tokio::spawn(async move { team.decide_by_policy(&request_id).await });
             }
@@ -173,7 +173,7 @@ impl Team {
         for request in self.store.requests(self.run_id()).await? {
             if request.response.is_none()
                 && request.requester != LEAD
-                && Approver::names_a_policy(&request.responder)
+                && Responder::names_a_policy(&request.responder)
             {
                 self.decide_by_policy(&request.request_id).await;
             }
@@ -484,7 +484,7 @@ impl Team {
         if request.response.is_some() {
             return Ok(());
         }
-        let Ok(Approver::Policy(path)) = Approver::parse(&request.responder) else {
+        let Ok(Responder::Policy(path)) = Responder::parse(&request.responder) else {
             return Ok(());
         };
         let policy = self.policy(&path)?;
