@@ -21,7 +21,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::Context;
-use muster_mailbox::{Message, MessageBody, RequestRecord, Task};
+use muster_mailbox::{Message, MessageBody, MessageKind, RequestRecord, Task};
 use serde_json::Value;
 
 use crate::exit::{Exit, ExitError};
@@ -476,7 +476,7 @@ impl Summary<'_> {
         self.stored
             .messages
             .iter()
-            .find_map(|m| match m.typed_body() {
+            .find_map(|m| match m.body.clone() {
                 MessageBody::IdleNotification { summary, .. } if m.sender == agent => summary,
                 _ => None,
             })
@@ -504,7 +504,7 @@ impl Summary<'_> {
             .collect();
         plans.sort_by_key(|r| (r.requester.clone(), number(&r.request_id)));
         for request in plans {
-            let file = match MessageBody::from_stored(&request.kind, &request.body) {
+            let file = match request.body.clone() {
                 MessageBody::PlanApprovalRequest { plan_file, .. } => self.relative(&plan_file),
                 _ => "?".into(),
             };
@@ -525,7 +525,7 @@ impl Summary<'_> {
         let Some(response) = &request.response else {
             return;
         };
-        let (feedback, rule) = match MessageBody::from_stored(&response.kind, &response.body) {
+        let (feedback, rule) = match response.body.clone() {
             MessageBody::PlanApprovalResponse { feedback, rule, .. }
             | MessageBody::MergeResponse { feedback, rule, .. } => (feedback, rule),
             _ => return,
@@ -556,7 +556,7 @@ impl Summary<'_> {
         );
         merges.sort_by_key(|r| (r.requester.clone(), number(&r.request_id)));
         for request in merges {
-            let body = MessageBody::from_stored(&request.kind, &request.body);
+            let body = request.body.clone();
             let MessageBody::MergeRequest {
                 branch, diffstat, ..
             } = body
@@ -626,7 +626,7 @@ impl Summary<'_> {
                     "{:>6} → {:<6} {:<23} {}",
                     message.sender,
                     message.recipient,
-                    message.kind.replace('_', " "),
+                    message.kind.in_words(),
                     self.mail_detail(message)
                 );
                 out.push_str(&format!("  {}\n", cut(&line, WIDTH - 2)));
@@ -635,7 +635,7 @@ impl Summary<'_> {
     }
 
     fn mail_detail(&self, message: &Message) -> String {
-        match message.typed_body() {
+        match message.body.clone() {
             MessageBody::TaskAssignment { task_id, .. } => {
                 if message.sender == message.recipient {
                     format!("task #{task_id} (claimed from the board)")
@@ -646,7 +646,7 @@ impl Summary<'_> {
             MessageBody::PlanApprovalRequest { request_id, .. } => {
                 format!(
                     "{request_id} (its plan, for {})",
-                    message.body["responder"].as_str().unwrap_or("the lead")
+                    message.body.responder().unwrap_or("the lead")
                 )
             }
             MessageBody::PlanApprovalResponse {
@@ -753,9 +753,9 @@ impl Summary<'_> {
             reports
                 .iter()
                 .map(|message| {
-                    let report = match message.typed_body() {
+                    let report = match message.body.clone() {
                         MessageBody::VerificationReport { report, .. } => report,
-                        _ => message.body.clone(),
+                        _ => message.stored_body(),
                     };
                     let text = muster_agents::verification::VerificationReport::from_json(&report)
                         .map(|r| r.render_text())
@@ -888,25 +888,23 @@ fn project_now(root: &Path) -> BTreeMap<String, String> {
 }
 
 /// The order of a kind within a teammate's mail: work, plans, asks, reports, shutdown.
-fn phase(kind: &str) -> u8 {
+fn phase(kind: &MessageKind) -> u8 {
+    use MessageKind as K;
     match kind {
-        "task_assignment" => 0,
-        "plan_approval_request" | "plan_approval_response" => 1,
-        "permission_request" | "permission_response" | "question" | "answer" | "text" => 2,
-        "idle_notification" => 3,
-        "verification_report" => 4,
-        "merge_request" | "merge_response" => 5,
-        "shutdown_request" | "shutdown_response" => 6,
-        _ => 7,
+        K::TaskAssignment => 0,
+        K::PlanApprovalRequest | K::PlanApprovalResponse => 1,
+        K::PermissionRequest | K::PermissionResponse | K::Question | K::Answer | K::Text => 2,
+        K::IdleNotification => 3,
+        K::VerificationReport => 4,
+        K::MergeRequest | K::MergeResponse => 5,
+        K::ShutdownRequest | K::ShutdownResponse => 6,
+        K::Other(_) => 7,
     }
 }
 
 /// The trailing number of an id (`plan-bob-2` → 2), for ordering.
-fn number(id: &str) -> u64 {
-    id.rsplit('-')
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+fn number(id: &str) -> i64 {
+    muster_protocol::RequestId::parse(id).map_or(0, |id| id.number)
 }
 
 /// One line for a tool call: the tool and what it was called on.

@@ -248,13 +248,22 @@ impl MessageBody {
         }
     }
 
-    /// The feedback a response carries, if any.
+    /// The feedback a decision carries, if any.
     pub fn feedback(&self) -> Option<&str> {
         match self {
             MessageBody::PlanApprovalResponse { feedback, .. }
             | MessageBody::PermissionResponse { feedback, .. }
             | MessageBody::MergeResponse { feedback, .. } => feedback.as_deref(),
-            MessageBody::ShutdownResponse { reason, .. } => reason.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The policy rule that decided, for a policy's answer.
+    pub fn rule(&self) -> Option<&str> {
+        match self {
+            MessageBody::PlanApprovalResponse { rule, .. }
+            | MessageBody::PermissionResponse { rule, .. }
+            | MessageBody::MergeResponse { rule, .. } => rule.as_deref(),
             _ => None,
         }
     }

@@ -89,21 +89,9 @@ impl MessageKind {
             .unwrap_or_else(|| MessageKind::Other(text.to_owned()))
     }
 
-    /// The kind in words, for people ("plan approval", "merge").
-    pub fn in_words(&self) -> &str {
-        use MessageKind::*;
-        match self {
-            PlanApprovalRequest | PlanApprovalResponse => "plan approval",
-            PermissionRequest | PermissionResponse => "permission",
-            Question | Answer => "question",
-            ShutdownRequest | ShutdownResponse => "shutdown",
-            MergeRequest | MergeResponse => "merge",
-            TaskAssignment => "task assignment",
-            IdleNotification => "idle notification",
-            VerificationReport => "verification report",
-            Text => "message",
-            Other(kind) => kind,
-        }
+    /// The kind in words, for people: `plan_approval_request` is "plan approval request".
+    pub fn in_words(&self) -> String {
+        self.as_str().replace('_', " ")
     }
 
     /// How this kind takes part in request/response correlation.
@@ -203,6 +191,10 @@ mod tests {
         assert_eq!(newer, MessageKind::Other("mode_set_request".into()));
         assert_eq!(newer.to_string(), "mode_set_request");
         assert_eq!(newer.correlation(), Correlation::None);
+        assert_eq!(
+            MessageKind::PlanApprovalRequest.in_words(),
+            "plan approval request"
+        );
     }
 
     /// The correlation table: each request kind has exactly one answering kind.

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use muster_config::settings::ModelInfo;
 use muster_config::{AgentDefinition, ModelChoice, PermissionMode};
 use muster_mailbox::{AutoGateUpdate, CommitTurn, Message as Mail, NewRecord};
-use serde_json::Value;
 
 use crate::compaction::{
     COORDINATION_STATE_TOKENS, CompactionInputs, PlanReference, SummaryRequest,
@@ -413,13 +412,13 @@ impl AgentRuntime {
         }
         let mut blocks = Vec::new();
         for message in mail {
-            let text = match message.body.get("text").and_then(Value::as_str) {
+            let text = match message.body.text() {
                 Some(text) => text.to_owned(),
-                None => message.body.to_string(),
+                None => message.stored_body().to_string(),
             };
             blocks.push(ContentBlock::text(format!(
                 "<mail type=\"{}\" from=\"{}\" id=\"{}\">{}</mail>",
-                escape_mail(&message.kind),
+                escape_mail(message.kind.as_str()),
                 escape_mail(&message.sender),
                 message.key,
                 escape_mail(&text)

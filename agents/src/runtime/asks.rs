@@ -188,7 +188,7 @@ impl AgentRuntime {
                 muster_mailbox::MessageFilter::RequestId(request_id.clone()),
             )
             .await?;
-        let (approved, how) = match mail.typed_body() {
+        let (approved, how) = match mail.body.clone() {
             muster_mailbox::MessageBody::PermissionResponse {
                 approved,
                 feedback,
@@ -253,7 +253,7 @@ impl AgentRuntime {
                 muster_mailbox::MessageFilter::RequestId(request_id.clone()),
             )
             .await?;
-        let (approved, feedback) = match mail.typed_body() {
+        let (approved, feedback) = match mail.body.clone() {
             muster_mailbox::MessageBody::PermissionResponse {
                 approved, feedback, ..
             } => (approved, feedback),

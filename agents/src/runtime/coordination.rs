@@ -201,7 +201,7 @@ impl AgentRuntime {
                 MessageFilter::RequestId(request_id),
             )
             .await?;
-        let answer = match mail.typed_body() {
+        let answer = match mail.body.clone() {
             MessageBody::Answer { answer, .. } => answer,
             other => other.kind().to_string(),
         };

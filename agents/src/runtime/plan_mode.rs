@@ -566,7 +566,7 @@ fn snapshot(path: &str, content: &str, state: &str, request_id: Option<&str>) ->
 }
 
 fn read_decision(mail: &Mail) -> PlanDecision {
-    match mail.typed_body() {
+    match mail.body.clone() {
         MessageBody::PlanApprovalResponse {
             approved,
             feedback,
@@ -609,7 +609,7 @@ fn read_decision(mail: &Mail) -> PlanDecision {
 
 /// The rules a stored plan request asks for.
 pub(super) fn requested_of(request: &RequestRecord) -> Vec<String> {
-    match MessageBody::from_stored(&request.kind, &request.body) {
+    match request.body.clone() {
         MessageBody::PlanApprovalRequest {
             allowed_prompts, ..
         } => allowed_prompts,
@@ -671,10 +671,10 @@ mod tests {
             priority: Priority::FromLead,
             request_id: Some("plan-alice-1".into()),
             idempotency_key: None,
-            body: serde_json::json!({
+            body: MessageBody::from_tagged(&serde_json::json!({
                 "type": "plan_approval_response", "request_id": "plan-alice-1",
                 "approved": true, "mode": mode, "clear_context": false,
-            }),
+            })),
             state: DeliveryState::Leased,
             created_at: 0,
             leased_at: None,

@@ -763,8 +763,9 @@ async fn latency_on(
                 let batch = store.receive_batch("b", "lead", epoch, 256).await?;
                 let held = Instant::now();
                 for message in &batch {
-                    let id = message.body["text"]
-                        .as_str()
+                    let id = message
+                        .body
+                        .text()
                         .and_then(|t| t.split(' ').next())
                         .unwrap_or_default();
                     if let Some(began) = started.lock().ok().and_then(|map| map.get(id).copied()) {

@@ -86,12 +86,7 @@ fn edit_plan(
         )
         .into());
     }
-    let submitted = request
-        .body
-        .get("plan")
-        .and_then(|p| p.as_str())
-        .unwrap_or_default()
-        .to_owned();
+    let submitted = request.body.plan().unwrap_or_default().to_owned();
     let editor = ["VISUAL", "EDITOR"]
         .iter()
         .find_map(|name| std::env::var(name).ok().filter(|v| !v.trim().is_empty()))

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use muster_mailbox::{Message, MessageBody, RequestRecord};
 use serde_json::{Value, json};
 
-use crate::cli::inspect::{cut, in_words, open, print_json, runtime, select_run, table, time};
+use crate::cli::inspect::{cut, open, print_json, runtime, select_run, table, time};
 use crate::exit::Exit;
 use crate::project::Globals;
 
@@ -78,7 +78,7 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
                 time(m.created_at),
                 m.sender.clone(),
                 m.recipient.clone(),
-                in_words(&m.kind),
+                m.kind.in_words(),
                 m.state.as_str().to_owned(),
                 m.request_id.clone().unwrap_or_else(|| "-".into()),
                 answer_of(requests.get(m.key.as_str()).copied()),
@@ -115,16 +115,16 @@ fn answer_of(request: Option<&RequestRecord>) -> String {
     let Some(response) = &request.response else {
         return format!("waiting for {}", request.responder);
     };
-    let verdict = match (response.body.get("approved"), response.body.get("approve")) {
-        (Some(Value::Bool(true)), _) | (_, Some(Value::Bool(true))) => "approved",
-        (Some(Value::Bool(false)), _) | (_, Some(Value::Bool(false))) => "rejected",
-        _ => "answered",
+    let verdict = match response.body.approved() {
+        Some(true) => "approved",
+        Some(false) => "rejected",
+        None => "answered",
     };
     format!("{verdict} by {}", response.responder)
 }
 
 fn summary_of(message: &Message) -> String {
-    match message.typed_body() {
+    match message.body.clone() {
         MessageBody::Text { text, summary } => summary.unwrap_or(text),
         MessageBody::PlanApprovalRequest {
             plan_file,

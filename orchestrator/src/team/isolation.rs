@@ -26,7 +26,9 @@ use std::sync::{Arc, Mutex};
 use muster_agents::runtime::Record;
 use muster_agents::runtime::team::TeamCheckpoint;
 use muster_config::Isolation;
-use muster_mailbox::{CommitTurn, MailboxStore, MessageBody, NewMessage, NewRecord, RequestRecord};
+use muster_mailbox::{
+    CommitTurn, MailboxStore, MessageBody, MessageKind, NewMessage, NewRecord, RequestRecord,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -399,13 +401,13 @@ impl TeamIsolation {
             .requests(run_id)
             .await?
             .into_iter()
-            .filter(|r| r.kind == "merge_request" && r.requester == agent)
+            .filter(|r| r.kind == MessageKind::MergeRequest && r.requester == agent)
             .collect();
         if requests.iter().any(|r| r.response.is_none()) {
             return Ok(step);
         }
         let rejected_before = requests.iter().any(|r| {
-            r.body.get("commit").and_then(|c| c.as_str()) == Some(current.commit.as_str())
+            merge_commit(r) == Some(current.commit.as_str())
                 && !approved(r)
         });
         if rejected_before {
@@ -509,7 +511,7 @@ impl TeamIsolation {
             if !approved(&request) || self.settled(&request) {
                 continue;
             }
-            let Some(commit) = request.body.get("commit").and_then(|c| c.as_str()) else {
+            let Some(commit) = merge_commit(&request) else {
                 continue;
             };
             self.fetch_teammate(&request.requester).await?;
@@ -557,11 +559,10 @@ impl TeamIsolation {
                 request_id: request.request_id.clone(),
                 agent: request.requester.clone(),
                 commit: merged,
-                files: request
-                    .body
-                    .get("files")
-                    .and_then(|f| f.as_array())
-                    .map_or(0, Vec::len),
+                files: match &request.body {
+                    MessageBody::MergeRequest { files, .. } => files.len(),
+                    _ => 0,
+                },
             });
         }
         Ok(pass)
@@ -715,9 +716,16 @@ fn approved(request: &RequestRecord) -> bool {
     request
         .response
         .as_ref()
-        .and_then(|response| response.body.get("approved"))
-        .and_then(serde_json::Value::as_bool)
+        .and_then(|response| response.body.approved())
         .unwrap_or(false)
+}
+
+/// The teammate's checkpoint commit a merge request asks to merge.
+fn merge_commit(request: &RequestRecord) -> Option<&str> {
+    match &request.body {
+        MessageBody::MergeRequest { commit, .. } => Some(commit),
+        _ => None,
+    }
 }
 
 /// Mail from the lead's side of muster to a teammate about its merge.

@@ -603,7 +603,7 @@ impl Team {
         mail: &[Message],
     ) -> anyhow::Result<()> {
         for message in mail {
-            if let MessageBody::TaskAssignment { task_id, .. } = message.typed_body()
+            if let MessageBody::TaskAssignment { task_id, .. } = message.body.clone()
                 && let Some(task) = self.store.task(self.run_id(), task_id).await?
                 && task.status == TaskStatus::Pending
                 && task.owner.as_deref() == Some(id)

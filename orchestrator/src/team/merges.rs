@@ -100,8 +100,8 @@ impl Team {
             "approval_decided",
             &request.requester,
             json!({"request_id": request.request_id, "kind": "merge",
-                   "approved": response.body["approved"], "responder": response.responder,
-                   "feedback": response.body.get("feedback"), "rule": response.body.get("rule")}),
+                   "approved": response.body.approved(), "responder": response.responder,
+                   "feedback": response.body.feedback(), "rule": response.body.rule()}),
         );
     }
 
@@ -113,7 +113,7 @@ impl Team {
     ) -> anyhow::Result<Vec<Message>> {
         let (approved, rest): (Vec<Message>, Vec<Message>) = mail.into_iter().partition(|m| {
             matches!(
-                m.typed_body(),
+                m.body.clone(),
                 MessageBody::MergeResponse { approved: true, .. }
             )
         });

@@ -13,7 +13,7 @@ use muster_agents::runtime::team::{
 use muster_config::{PermissionMode, PlanVerdict, Policy, Responder, RuleSubject};
 use muster_mailbox::decide::{Waiter, decide};
 use muster_mailbox::{
-    CommitTurn, CommitTurnOutcome, MemberKind, Message, MessageBody, MessageFilter, NewMessage,
+    CommitTurn, CommitTurnOutcome, MemberKind, Message, MessageBody, MessageFilter, MessageKind, NewMessage,
     NewRecord, NewResponse, RosterEntry, StoreError,
 };
 use serde_json::json;
@@ -142,7 +142,7 @@ impl Team {
         if message.recipient != LEAD {
             return;
         }
-        let body = message.typed_body();
+        let body = message.body.clone();
         let Some(responder) = body.responder() else {
             return;
         };
@@ -150,14 +150,16 @@ impl Team {
             if let Some(team) = self.me.upgrade() {
                 tokio::spawn(async move { team.decide_by_policy(&request_id).await });
             }
-        } else if message.kind == "merge_request" {
+        } else if let MessageBody::MergeRequest { branch, files, .. } = &message.body {
             self.printer.line(
                 "approval_requested",
                 &message.sender,
                 json!({"request_id": request_id, "responder": responder, "kind": "merge",
-                       "branch": message.body["branch"], "files": message.body["files"]}),
+                       "branch": branch, "files": files}),
             );
-        } else if responder == muster_mailbox::HUMAN && message.kind != "plan_approval_request" {
+        } else if Responder::names_the_person(&responder)
+            && message.kind != MessageKind::PlanApprovalRequest
+        {
             self.printer.line(
                 "approval_requested",
                 &message.sender,
@@ -220,11 +222,11 @@ impl Team {
             .await?
             .into_iter()
             .any(|r| {
-                r.kind == "shutdown_request"
+                r.kind == MessageKind::ShutdownRequest
                     && r.recipient == agent
                     && r.response
                         .as_ref()
-                        .is_some_and(|response| response.body["approve"] == true)
+                        .is_some_and(|response| response.body.approved() == Some(true))
             }))
     }
 
@@ -488,7 +490,7 @@ impl Team {
             return Ok(());
         };
         let policy = self.policy(&path)?;
-        let body = match MessageBody::from_stored(&request.kind, &request.body) {
+        let body = match request.body.clone() {
             MessageBody::PlanApprovalRequest {
                 plan,
                 allowed_prompts,
