@@ -325,7 +325,10 @@ impl Message {
 /// Reads a stored message's `kind` and `body` columns: an unknown kind, or a body that does not
 /// parse as its kind, is kept raw.
 pub(crate) fn read_kind_and_body(kind: &str, body: &Value) -> (MessageKind, MessageBody) {
-    (MessageKind::parse(kind), MessageBody::from_stored(kind, body))
+    (
+        MessageKind::parse(kind),
+        MessageBody::from_stored(kind, body),
+    )
 }
 
 /// A request or response whose message row is missing (never written by muster): its kind and

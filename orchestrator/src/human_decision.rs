@@ -7,7 +7,9 @@ use std::path::Path;
 
 use muster_agents::permission::grants::{Granter, select_grants};
 use muster_mailbox::decide::{self, Decided, Waiter};
-use muster_mailbox::{MailboxStore, MessageBody, MessageKind, NewResponse, RequestRecord, StoreError};
+use muster_mailbox::{
+    MailboxStore, MessageBody, MessageKind, NewResponse, RequestRecord, StoreError,
+};
 use muster_protocol::Responder;
 
 /// A person's decision on one request.

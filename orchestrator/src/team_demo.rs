@@ -15,6 +15,7 @@
 //! Every reply the lead's model gives is keyed by the kind and sender of the mail it reacts to
 //! (never by the order mail arrives in), so the run and its summary are the same every time.
 
+use muster_protocol::ToolName;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -232,12 +233,15 @@ fn read_store(root: &Path, store: Option<PathBuf>, run_id: &str) -> anyhow::Resu
             .ok_or_else(|| anyhow::anyhow!("the team run left no store in {}", root.display()))?;
         let messages = store.messages(run_id, None).await?;
         let mut computed_reports = Vec::new();
-        if !messages.iter().any(|m| m.kind == "verification_report") {
+        if !messages
+            .iter()
+            .any(|m| m.kind == MessageKind::VerificationReport)
+        {
             let mut teammates: Vec<String> = store
                 .requests(run_id)
                 .await?
                 .into_iter()
-                .filter(|r| r.kind == "plan_approval_request")
+                .filter(|r| r.kind == MessageKind::PlanApprovalRequest)
                 .map(|r| r.requester)
                 .collect();
             teammates.sort();
@@ -384,7 +388,7 @@ impl Summary<'_> {
         );
         let spawned: Vec<String> = self
             .tool_calls(crate::team::LEAD)
-            .filter(|(tool, _, _)| tool == "SpawnTeammate")
+            .filter(|(tool, _, _)| *tool == ToolName::SpawnTeammate)
             .filter_map(|(_, input, _)| input["name"].as_str().map(str::to_owned))
             .collect();
         for (agent, started) in self.agents() {
@@ -416,7 +420,7 @@ impl Summary<'_> {
                 .filter_map(|e| e["request_id"].as_str());
             for (tool, input, event) in self.tool_calls(&agent) {
                 let mut line = describe(&tool, &input);
-                if tool == "ExitPlanMode"
+                if tool == ToolName::ExitPlanMode
                     && let Some(request) = plans.next()
                 {
                     line = format!("ExitPlanMode: sends its plan as {request}");
@@ -500,7 +504,7 @@ impl Summary<'_> {
             .stored
             .requests
             .iter()
-            .filter(|r| r.kind == "plan_approval_request")
+            .filter(|r| r.kind == MessageKind::PlanApprovalRequest)
             .collect();
         plans.sort_by_key(|r| (r.requester.clone(), number(&r.request_id)));
         for request in plans {
@@ -545,7 +549,7 @@ impl Summary<'_> {
             .stored
             .requests
             .iter()
-            .filter(|r| r.kind == "merge_request")
+            .filter(|r| r.kind == MessageKind::MergeRequest)
             .collect();
         if merges.is_empty() {
             return;
@@ -729,7 +733,7 @@ impl Summary<'_> {
             .stored
             .messages
             .iter()
-            .filter(|m| m.kind == "verification_report")
+            .filter(|m| m.kind == MessageKind::VerificationReport)
             .collect();
         reports.sort_by_key(|m| (m.sender.clone(), m.seq));
         let texts: Vec<String> = if reports.is_empty() {
@@ -910,18 +914,22 @@ fn number(id: &str) -> i64 {
 /// One line for a tool call: the tool and what it was called on.
 fn describe(tool: &str, input: &Value) -> String {
     let text = |key: &str| input[key].as_str().unwrap_or("").to_owned();
-    match tool {
-        "Read" | "Write" | "Edit" | "MultiEdit" => format!("{tool} {}", text("file_path")),
-        "Glob" | "Grep" => format!("{tool} {}", text("pattern")),
-        "LS" => format!("LS {}", text("path")),
-        "Bash" => format!("Bash `{}`", text("command")),
-        "Agent" => format!(
+    use ToolName as T;
+    let Some(name) = ToolName::parse(tool) else {
+        return tool.to_owned();
+    };
+    match name {
+        T::Read | T::Write | T::Edit | T::MultiEdit => format!("{tool} {}", text("file_path")),
+        T::Glob | T::Grep => format!("{tool} {}", text("pattern")),
+        T::LS => format!("{tool} {}", text("path")),
+        T::Bash => format!("{tool} `{}`", text("command")),
+        T::Agent => format!(
             "Agent: starts a {} subagent to \"{}\"",
             text("subagent_type"),
             text("description").to_lowercase()
         ),
-        "TaskCreate" => format!("TaskCreate \"{}\"", text("subject")),
-        "TaskUpdate" => {
+        T::TaskCreate => format!("{tool} \"{}\"", text("subject")),
+        T::TaskUpdate => {
             let mut changes = Vec::new();
             if let Some(owner) = input["owner"].as_str() {
                 changes.push(format!("owner {owner}"));
@@ -931,12 +939,12 @@ fn describe(tool: &str, input: &Value) -> String {
             }
             format!("TaskUpdate #{}: {}", input["task_id"], changes.join(", "))
         }
-        "SpawnTeammate" => format!(
+        T::SpawnTeammate => format!(
             "SpawnTeammate {} (definition {})",
             text("name"),
             input["agent"].as_str().unwrap_or("general")
         ),
-        "ReviewPlan" => format!(
+        T::ReviewPlan => format!(
             "ReviewPlan {}: {}",
             text("request_id"),
             if input["approve"] == true {
@@ -948,7 +956,7 @@ fn describe(tool: &str, input: &Value) -> String {
                 "reject".into()
             }
         ),
-        "ReviewMerge" => format!(
+        T::ReviewMerge => format!(
             "ReviewMerge {}: {}",
             text("request_id"),
             if input["approve"] == true {
@@ -957,7 +965,7 @@ fn describe(tool: &str, input: &Value) -> String {
                 "reject"
             }
         ),
-        "SendMessage" => format!("SendMessage to {}", text("to")),
+        T::SendMessage => format!("{tool} to {}", text("to")),
         _ => tool.to_owned(),
     }
 }

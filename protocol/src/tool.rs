@@ -211,6 +211,24 @@ impl PartialEq<&str> for ToolName {
     }
 }
 
+impl PartialEq<ToolName> for str {
+    fn eq(&self, other: &ToolName) -> bool {
+        self == other.as_str()
+    }
+}
+
+impl PartialEq<ToolName> for &str {
+    fn eq(&self, other: &ToolName) -> bool {
+        *self == other.as_str()
+    }
+}
+
+impl PartialEq<ToolName> for String {
+    fn eq(&self, other: &ToolName) -> bool {
+        self == other.as_str()
+    }
+}
+
 impl serde::Serialize for ToolName {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(self.as_str())

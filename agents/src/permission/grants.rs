@@ -43,7 +43,7 @@ impl AllowedPrompt {
             AllowedPrompt::Rule(rule) => rule.trim().to_owned(),
             AllowedPrompt::ToolPrompt { tool, prompt } => {
                 let (tool, prompt) = (tool.trim(), prompt.trim());
-                if tool == "Bash" && !prompt.ends_with(":*") && !prompt.contains('*') {
+                if tool == ToolName::Bash && !prompt.ends_with(":*") && !prompt.contains('*') {
                     format!("Bash({prompt}:*)")
                 } else {
                     format!("{tool}({prompt})")

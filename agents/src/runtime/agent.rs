@@ -2,6 +2,7 @@
 //! append the results, repeat until the model ends its turn. Every step is committed before it
 //! is reported.
 
+use muster_protocol::ToolName;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -958,7 +959,7 @@ impl AgentRuntime {
     /// Whether a call may have changed files in the worktree: a tool-set tool that is not
     /// read-only, or a subagent (which works in this agent's worktree).
     fn may_change_files(&self, call: &ToolCall) -> bool {
-        call.name == "Agent"
+        call.name == ToolName::Agent
             || self
                 .run
                 .tools
@@ -1131,7 +1132,7 @@ pub(super) fn offered_tools(definition: &AgentDefinition, kind: &AgentKind) -> V
                 && muster_protocol::ToolName::parse(tool)
                     .is_some_and(muster_protocol::ToolName::is_forbidden_to_subagents))
         })
-        .filter(|tool| !(definition.read_only && *tool == "ExitPlanMode"))
+        .filter(|tool| !(definition.read_only && *tool == ToolName::ExitPlanMode))
         .map(str::to_owned)
         .collect()
 }

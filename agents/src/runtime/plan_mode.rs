@@ -8,6 +8,8 @@ use muster_mailbox::message::DroppedGrant;
 use muster_mailbox::{
     Message as Mail, MessageBody, MessageFilter, NewMessage, NewResponse, RequestRecord,
 };
+use muster_protocol::ToolName;
+use muster_protocol::{RequestFamily, RequestId};
 
 use crate::model::ToolCall;
 use crate::permission::PlanGrants;
@@ -70,9 +72,11 @@ impl AgentRuntime {
         result.records.push(Record::Mode {
             mode: self.mode,
             pre_plan_mode: self.pre_plan_mode,
-            reason: "EnterPlanMode".into(),
+            reason: ToolName::EnterPlanMode.to_string(),
         });
-        result.events.push(self.mode_event("EnterPlanMode"));
+        result
+            .events
+            .push(self.mode_event(ToolName::EnterPlanMode.as_str()));
         done(result)
     }
 
@@ -175,11 +179,11 @@ impl AgentRuntime {
             .store
             .counter_for(
                 &self.run.run_id,
-                &format!("plan-{}", self.id),
+                &RequestFamily::Plan.counter_name(&self.id),
                 &format!("{}:{}", self.id, call.id),
             )
             .await?;
-        let request_id = format!("plan-{}-{counter}", self.id);
+        let request_id = RequestId::new(RequestFamily::Plan, &self.id, counter).to_string();
         let stored = self.run.store.requests(&self.run.run_id).await?;
         let revision = muster_mailbox::revision::plan_revision(&stored, &self.id, &request_id);
         let sent = self

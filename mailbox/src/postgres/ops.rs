@@ -736,7 +736,7 @@ pub(crate) async fn send(
 
 /// Delivery class: shutdown requests first, then mail from the lead, then the rest.
 fn priority_of(kind: &str, sender: MemberKind) -> Priority {
-    if kind == "shutdown_request" {
+    if kind == MessageKind::ShutdownRequest {
         Priority::Shutdown
     } else if sender == MemberKind::Lead {
         Priority::FromLead

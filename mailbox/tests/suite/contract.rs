@@ -847,7 +847,10 @@ async fn a_fork_copies_everything_and_then_goes_its_own_way(backend: Backend) {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(decided.response.unwrap().stored_body()["approved"], json!(true));
+    assert_eq!(
+        decided.response.unwrap().stored_body()["approved"],
+        json!(true)
+    );
     assert_eq!(
         store
             .records("r1-fork", "alice", "transcript", 0)

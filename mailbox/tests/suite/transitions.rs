@@ -75,7 +75,10 @@ async fn claims_from_two_instances_each_come_with_their_assignment(backend: Back
             claim.assignment.recipient,
             claim.task.owner.clone().unwrap()
         );
-        assert_eq!(claim.assignment.stored_body()["task_id"], json!(claim.task.task_id));
+        assert_eq!(
+            claim.assignment.stored_body()["task_id"],
+            json!(claim.task.task_id)
+        );
     }
 }
 

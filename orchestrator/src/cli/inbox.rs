@@ -45,7 +45,7 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
             .filter(|m| {
                 requests
                     .get(m.key.as_str())
-                    .is_some_and(|r| r.responder == "human")
+                    .is_some_and(|r| muster_protocol::Responder::names_the_person(&r.responder))
             })
             .collect(),
         Some(agent) => messages.iter().filter(|m| m.recipient == agent).collect(),

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use muster_mailbox::{MessageBody, MessageKind, RequestRecord};
 use muster_mailbox::revision::{stored_previous, stored_revision};
+use muster_mailbox::{MessageBody, MessageKind, RequestRecord};
 use serde::Serialize;
 
 use crate::cli::inspect::{open, print_json, runtime, select_run, table};

@@ -25,7 +25,9 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::get;
 use futures_util::Stream;
 use muster_config::settings::ModelInfo;
-use muster_mailbox::{MailboxStore, MessageBody, MessageKind, RequestRecord, RunStatus, TaskStatus, live};
+use muster_mailbox::{
+    MailboxStore, MessageBody, MessageKind, RequestRecord, RunStatus, TaskStatus, live,
+};
 use muster_protocol::Responder;
 use serde::Deserialize;
 use tokio::sync::broadcast;

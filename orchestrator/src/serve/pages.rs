@@ -335,9 +335,7 @@ pub fn request_page(view: &RequestView) -> String {
     }
     match &request.response {
         Some(response) => body.push_str(&decision_html(&response.responder, &response.body)),
-        None if Responder::names_the_person(&request.responder) => {
-            body.push_str(&forms(request))
-        }
+        None if Responder::names_the_person(&request.responder) => body.push_str(&forms(request)),
         None => {
             let _ = write!(
                 body,
@@ -435,7 +433,10 @@ fn request_body_html(view: &RequestView) -> String {
             let _ = write!(
                 body,
                 "<pre>{}</pre>",
-                escape(&serde_json::to_string_pretty(&other.to_stored().unwrap_or_default()).unwrap_or_default())
+                escape(
+                    &serde_json::to_string_pretty(&other.to_stored().unwrap_or_default())
+                        .unwrap_or_default()
+                )
             );
         }
     }

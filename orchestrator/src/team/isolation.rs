@@ -19,6 +19,7 @@
 //!
 //! [`TeamServices::checkpoint`]: muster_agents::runtime::team::TeamServices::checkpoint
 
+use muster_protocol::{RequestFamily, RequestId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -221,7 +222,7 @@ impl TeamIsolation {
             .requests(run_id)
             .await?
             .into_iter()
-            .filter(|r| r.kind == "merge_request" && r.response.is_some())
+            .filter(|r| r.kind == MessageKind::MergeRequest && r.response.is_some())
             .map(|r| r.request_id)
             .collect();
         Ok(Some(TeamIsolation {
@@ -406,10 +407,9 @@ impl TeamIsolation {
         if requests.iter().any(|r| r.response.is_none()) {
             return Ok(step);
         }
-        let rejected_before = requests.iter().any(|r| {
-            merge_commit(r) == Some(current.commit.as_str())
-                && !approved(r)
-        });
+        let rejected_before = requests
+            .iter()
+            .any(|r| merge_commit(r) == Some(current.commit.as_str()) && !approved(r));
         if rejected_before {
             // The lead sent it back: only new work asks again.
             return Ok(step);
@@ -466,7 +466,7 @@ impl TeamIsolation {
         let number = store
             .counter_for(
                 run_id,
-                &format!("merge-{agent}"),
+                &RequestFamily::Merge.counter_name(agent),
                 &format!("{agent}:merge:{turn}"),
             )
             .await?;
@@ -475,7 +475,7 @@ impl TeamIsolation {
             sender: agent.to_owned(),
             recipient: LEAD.into(),
             body: MessageBody::MergeRequest {
-                request_id: format!("merge-{agent}-{number}"),
+                request_id: RequestId::new(RequestFamily::Merge, agent, number).to_string(),
                 agent: agent.to_owned(),
                 branch: self.worktrees.branch(agent),
                 commit: current.commit,
@@ -502,7 +502,7 @@ impl TeamIsolation {
         let mut head = self.head.lock().await;
         let mut pass = MergePass::default();
         for request in store.requests(run_id).await? {
-            if request.kind != "merge_request" || request.response.is_none() {
+            if request.kind != MessageKind::MergeRequest || request.response.is_none() {
                 continue;
             }
             if self.announce(&request.request_id) {

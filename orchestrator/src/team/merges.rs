@@ -5,6 +5,7 @@
 
 use muster_agents::runtime::team::TurnEnd;
 use muster_mailbox::{Message, MessageBody, RequestRecord, RunStatus};
+use muster_protocol::MessageKind;
 use serde_json::{Value, json};
 
 use super::isolation::Delivered;
@@ -122,7 +123,7 @@ impl Team {
             self.store.ack(self.run_id(), keys).await?;
             self.merge_decided();
         }
-        if rest.iter().any(|m| m.kind == "merge_response") {
+        if rest.iter().any(|m| m.kind == MessageKind::MergeResponse) {
             self.merge_decided();
         }
         Ok(rest)
@@ -144,7 +145,7 @@ impl Team {
             .requests(self.run_id())
             .await?
             .into_iter()
-            .filter(|r| r.kind == "merge_request" && r.response.is_none())
+            .filter(|r| r.kind == MessageKind::MergeRequest && r.response.is_none())
             .collect();
         let human: Vec<&str> = pending
             .iter()

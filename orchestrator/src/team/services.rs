@@ -1,6 +1,8 @@
 //! What the team does for the runtime ([`TeamServices`]): spawning and shutting down
 //! teammates, who answers each teammate's requests, board changes; and policy decisions.
 
+use muster_protocol::ToolName;
+use muster_protocol::{RequestFamily, RequestId};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -13,8 +15,8 @@ use muster_agents::runtime::team::{
 use muster_config::{PermissionMode, PlanVerdict, Policy, Responder, RuleSubject};
 use muster_mailbox::decide::{Waiter, decide};
 use muster_mailbox::{
-    CommitTurn, CommitTurnOutcome, MemberKind, Message, MessageBody, MessageFilter, MessageKind, NewMessage,
-    NewRecord, NewResponse, RosterEntry, StoreError,
+    CommitTurn, CommitTurnOutcome, MemberKind, Message, MessageBody, MessageFilter, MessageKind,
+    NewMessage, NewRecord, NewResponse, RosterEntry, StoreError,
 };
 use serde_json::json;
 
@@ -121,7 +123,7 @@ impl Team {
         let Some(request_id) = message.request_id.clone() else {
             return;
         };
-        if message.kind == "merge_response" {
+        if message.kind == MessageKind::MergeResponse {
             self.merge_decided();
             return;
         }
@@ -201,7 +203,7 @@ impl Team {
                 }
             }
             self.start_assigned_tasks(agent, &taken).await?;
-            if taken.iter().any(|m| m.kind == "merge_response") {
+            if taken.iter().any(|m| m.kind == MessageKind::MergeResponse) {
                 self.merge_decided();
             }
             taken
@@ -401,12 +403,12 @@ impl Team {
         reason: Option<String>,
         call_key: Option<&str>,
     ) -> Result<String, StoreError> {
-        let counter = format!("shutdown-{agent}");
+        let counter = RequestFamily::Shutdown.counter_name(agent);
         let number = match call_key {
             Some(key) => self.store.counter_for(self.run_id(), &counter, key).await?,
             None => self.store.next_counter(self.run_id(), &counter).await?,
         };
-        let request_id = format!("shutdown-{agent}-{number}");
+        let request_id = RequestId::new(RequestFamily::Shutdown, agent, number).to_string();
         let request = self
             .store
             .send(NewMessage {
@@ -531,7 +533,7 @@ impl Team {
             MessageBody::PermissionRequest { tool, input, .. } => {
                 let command = input.get("command").and_then(|c| c.as_str());
                 let subject = match command {
-                    Some(command) if tool == "Bash" => RuleSubject::Command(command),
+                    Some(command) if tool == ToolName::Bash => RuleSubject::Command(command),
                     _ => RuleSubject::Nothing,
                 };
                 let (approved, feedback, rule) = match policy.answer_permission(&tool, subject) {
@@ -573,7 +575,7 @@ impl Team {
         match decide(self.store.as_ref(), answer, Waiter::InProcess).await {
             Ok(decided) => {
                 self.sent(&decided.response);
-                if decided.response.kind == "merge_response" {
+                if decided.response.kind == MessageKind::MergeResponse {
                     self.merge_decided();
                 }
                 Ok(())

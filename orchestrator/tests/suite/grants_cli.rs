@@ -278,7 +278,8 @@ async fn a_person_grants_a_plans_rule_which_survives_kill_9_and_ends_at_the_veri
     assert!(
         reports
             .iter()
-            .any(|m| m.kind == "verification_report" && m.stored_body()["request_id"] == "plan-alice-1"),
+            .any(|m| m.kind == "verification_report"
+                && m.stored_body()["request_id"] == "plan-alice-1"),
         "no verification report"
     );
 }

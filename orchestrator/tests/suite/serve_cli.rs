@@ -471,7 +471,10 @@ async fn a_decision_in_the_page_is_stored_once_and_the_cli_loses_after_it() {
     assert_eq!(response.stored_body()["approved"], true);
     assert_eq!(response.stored_body()["mode"], "acceptEdits");
     assert_eq!(response.stored_body()["clear_context"], true);
-    assert_eq!(response.stored_body()["edited_plan"], edited.replace("\r\n", "\n"));
+    assert_eq!(
+        response.stored_body()["edited_plan"],
+        edited.replace("\r\n", "\n")
+    );
     let second = serve
         .post(&cookie, path, &[("action", "reject"), ("feedback", "no")])
         .await;
