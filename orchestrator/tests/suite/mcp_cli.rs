@@ -601,3 +601,99 @@ async fn a_call_that_hangs_times_out_and_the_run_goes_on() {
             .starts_with("1 hit(s)")
     );
 }
+
+/// The Python SDK's streamable-HTTP server (`tests/data/mcp_http_server.py`) on loopback,
+/// killed when dropped.
+struct PythonHttpServer {
+    _child: tokio::process::Child,
+    url: String,
+}
+
+async fn python_http_server() -> PythonHttpServer {
+    use tokio::io::AsyncBufReadExt;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/mcp_http_server.py");
+    let mut child = tokio::process::Command::new(python())
+        .arg(script)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = tokio::time::timeout(super::common::GUARD, lines.next_line())
+        .await
+        .expect("guard timeout")
+        .unwrap()
+        .expect("the server printed no URL");
+    PythonHttpServer { _child: child, url }
+}
+
+/// An `"type": "http"` server of the official Python SDK: `muster check` reaches it, and a
+/// run calls its tool on every provider (the model's client is not the only HTTP client that
+/// needs TLS set up: the `script` provider has none).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_http_server_of_the_python_sdk_answers_check_and_runs_on_every_provider() {
+    let server = python_http_server().await;
+    let dir = project(&[]);
+    let mcp = json!({"mcpServers": {"remote": {"type": "http", "url": server.url}}});
+    std::fs::write(dir.path().join(".mcp.json"), mcp.to_string()).unwrap();
+    std::fs::write(
+        dir.path().join(".muster/settings.local.toml"),
+        "[mcp]\nenable_all_project_servers = true\ntrusted_read_only = [\"remote\"]\n",
+    )
+    .unwrap();
+    let check = muster(
+        dir.path(),
+        &["check", "--json", "mcp__remote__ok", "{\"word\": \"x\"}"],
+    )
+    .await;
+    assert_eq!(check.status.code(), Some(0), "{}", stderr(&check));
+    let verdict: Value = serde_json::from_str(stdout(&check).trim()).unwrap();
+    assert_eq!(verdict["decision"], "allow", "{verdict}");
+
+    let script = |word: &str| {
+        vec![
+            ScriptEntry::reply(
+                "main",
+                1,
+                vec![call("mcp__remote__ok", json!({"word": word}))],
+            ),
+            ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+        ]
+    };
+    let fake = FakeLlm::start(Vec::new()).await.unwrap();
+    for provider in ["anthropic", "openai", "script"] {
+        fake.reset();
+        fake.append_script(script(provider)).unwrap();
+        let cassette = dir.path().join("cassette.json");
+        std::fs::write(&cassette, serde_json::to_string(&script(provider)).unwrap()).unwrap();
+        let base = match provider {
+            "openai" => fake.openai_base_url(),
+            _ => fake.base_url(),
+        };
+        let cassette = cassette.to_string_lossy().into_owned();
+        let mut args = vec!["run", "-p", "Work.", "--output", "stream-json"];
+        args.extend(["--provider", provider]);
+        match provider {
+            "script" => args.extend(["--cassette", &cassette]),
+            "openai" => args.extend(["--base-url", &base, "--model", "gpt-4.1"]),
+            _ => args.extend(["--base-url", &base]),
+        }
+        let mut command = super::common::command(dir.path(), &args);
+        command.env("OPENAI_API_KEY", "test-key");
+        let output = super::common::output(command).await;
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{provider}: {}",
+            stderr(&output)
+        );
+        let (_, calls) = tool_results(dir.path(), &lines(&output)).await;
+        assert_eq!(calls[0]["decision"], "allow", "{provider}: {:?}", calls[0]);
+        assert_eq!(
+            calls[0]["content"],
+            format!("ok {provider} over http"),
+            "{provider}: {:?}",
+            calls[0]
+        );
+    }
+}
