@@ -30,6 +30,9 @@ fn main() -> ExitCode {
             code
         }
     };
+    // Every connection has been dropped (its server's group killed with it) by now; this
+    // catches one a detached task still held.
+    muster_agents::mcp::kill_server_groups();
     run_log::close();
     ExitCode::from(code)
 }
