@@ -31,8 +31,9 @@
 //! needs a record of its own with the same fields). On resume it builds each agent's spend with
 //! [`Spend::from_requests`] (the agent's turn index, and each request's usage and cost; a
 //! missing cost is recomputed with [`cost_of`] from the catalogue) and passes the map to
-//! [`BudgetLedger::new`]. The deadline is absolute (milliseconds since the Unix epoch) and is
-//! stored with the run's launch options; pass the stored value back, not a new duration.
+//! [`BudgetLedger::new`]. The deadline is absolute (milliseconds since the Unix epoch): the end
+//! of the run's current stretch of running, which the orchestrator stores with the run's launch
+//! options and starts again on every resume (time a run spends stopped does not count).
 //!
 //! # Cost budgets and prices
 //! The configuration already refuses a cost budget when the plan or act model has no prices

@@ -6,7 +6,10 @@
 //! the others, through the one permission engine). The list and the annotations are fixed
 //! then and stored in the agent's `started` record ([`McpToolRecord`]); a resumed agent offers
 //! the stored list ([`McpSession::resume`]) and a tool whose server is gone answers with an
-//! error. The servers stop when the session is dropped, with the agent.
+//! error. The servers stop when the session is dropped, with the agent: a stdio server leads
+//! its own process group and the whole group is killed ([`kill_server_groups`] kills every
+//! live one for exits that skip destructors); its stderr is read, and its last lines are
+//! quoted in the errors it causes.
 //!
 //! Nothing here is fatal to a run: a server that does not start, times out, lists an invalid
 //! schema or crashes is a warning (its tools are left out) or an error result for one call.
@@ -14,6 +17,7 @@
 
 mod client;
 mod names;
+mod process;
 mod session;
 mod tool;
 
@@ -24,6 +28,7 @@ use serde::{Deserialize, Serialize};
 
 pub use client::{ListedTool, McpConnection, McpError, list_server_tools};
 pub use names::model_names;
+pub use process::kill_server_groups;
 pub use session::McpSession;
 pub use tool::McpTool;
 

@@ -37,10 +37,23 @@ impl fmt::Display for StoreLocation {
     }
 }
 
+/// The URL schemes a store may name (PostgreSQL's two spellings).
+pub const KNOWN_SCHEMES: [&str; 2] = ["postgres", "postgresql"];
+
 /// Whether `text` names a PostgreSQL server rather than a file.
 pub fn is_postgres_url(text: &str) -> bool {
     let lower = text.trim_start().to_ascii_lowercase();
-    lower.starts_with("postgres://") || lower.starts_with("postgresql://")
+    KNOWN_SCHEMES
+        .iter()
+        .any(|scheme| lower.starts_with(&format!("{scheme}://")))
+}
+
+/// The scheme of a value that looks like a URL (it contains `://`) but names none of
+/// [`KNOWN_SCHEMES`]; `None` for a PostgreSQL URL or a path.
+pub fn unknown_scheme(text: &str) -> Option<&str> {
+    let text = text.trim_start();
+    let (scheme, _) = text.split_once("://")?;
+    (!is_postgres_url(text)).then_some(scheme)
 }
 
 /// The URL with the password of its user-info part and of a `password=` parameter replaced
@@ -110,14 +123,21 @@ mod tests {
 
     #[test]
     fn urls_are_told_from_paths_by_their_scheme() {
-        for (text, is_url) in [
-            ("postgres://h/db", true),
-            ("PostgreSQL://h/db", true),
-            (".muster/muster.db", false),
-            ("postgres.db", false),
-            ("/tmp/postgres://x", false),
+        for (text, is_url, unknown) in [
+            ("postgres://h/db", true, None),
+            ("PostgreSQL://h/db", true, None),
+            (".muster/muster.db", false, None),
+            ("postgres.db", false, None),
+            (
+                "postgress://postgres@127.0.0.1:5432/test",
+                false,
+                Some("postgress"),
+            ),
+            ("sqlite:///tmp/m.db", false, Some("sqlite")),
+            ("/tmp/postgres://x", false, Some("/tmp/postgres")),
         ] {
             assert_eq!(is_postgres_url(text), is_url, "{text}");
+            assert_eq!(unknown_scheme(text), unknown, "{text}");
         }
     }
 }

@@ -27,8 +27,15 @@ pub struct RunLaunch {
     pub cassette: Option<PathBuf>,
     pub strict: bool,
     pub record: Option<PathBuf>,
-    /// Absolute deadline, milliseconds since the Unix epoch.
+    /// The deadline of the run's current stretch of running, milliseconds since the Unix
+    /// epoch: its start (or its resume) plus `max_duration_secs`. Time stopped does not
+    /// count: a resume restarts it ([`RunLaunch::apply_resume_flags`]).
     pub deadline_ms: Option<i64>,
+    /// The run's `--max-duration` (or `budgets.run.duration_secs`), in seconds; a resume's
+    /// `--max-duration` replaces it for that resume and the next. Absent in runs stored
+    /// before it was kept (their stored deadline stays as it was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_duration_secs: Option<u64>,
     /// Every policy the run's approvers name, as read at its start: its decisions use these
     /// copies (a run stored before they were kept reads the files).
     #[serde(default, skip_serializing_if = "StoredPolicies::is_empty")]
@@ -69,6 +76,7 @@ impl RunLaunch {
             strict: flags.strict,
             record: flags.record.as_ref().map(std::path::absolute).transpose()?,
             deadline_ms: max_duration.map(deadline_after),
+            max_duration_secs: max_duration,
             policies: StoredPolicies::read(project.root.path(), [&settings.approver.value])?,
         })
     }
@@ -80,7 +88,10 @@ impl RunLaunch {
         }
     }
 
-    /// What `muster resume`'s flags override: the base URL, the cassette, a new deadline.
+    /// What `muster resume`'s flags override: the base URL, the cassette, the maximum
+    /// duration. The deadline starts again from now — with the flag's duration, else the
+    /// stored one — so the time a run spent stopped (awaiting a decision, interrupted,
+    /// crashed) never counts against it.
     pub(crate) fn apply_resume_flags(&mut self, flags: &ResumeFlags) -> std::io::Result<()> {
         if let Some(url) = &flags.base_url {
             self.base_url = Some(url.clone());
@@ -88,7 +99,10 @@ impl RunLaunch {
         if let Some(cassette) = &flags.cassette {
             self.cassette = Some(std::path::absolute(cassette)?);
         }
-        if let Some(secs) = flags.max_duration {
+        if flags.max_duration.is_some() {
+            self.max_duration_secs = flags.max_duration;
+        }
+        if let Some(secs) = self.max_duration_secs {
             self.deadline_ms = Some(deadline_after(secs));
         }
         Ok(())
@@ -113,7 +127,7 @@ impl RunLaunch {
     }
 }
 
-/// The absolute deadline `secs` seconds from now.
+/// The deadline `secs` seconds from now.
 fn deadline_after(secs: u64) -> i64 {
     now_ms() + (secs as i64) * 1000
 }

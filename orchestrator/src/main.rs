@@ -15,6 +15,7 @@ fn main() -> ExitCode {
     if let Some(code) = muster::sandbox::run_trampoline_if_asked() {
         return ExitCode::from(code);
     }
+    install_tls_provider();
     let cli = Cli::parse();
     init_logging(&cli.global.log_level);
     let code = match dispatch(cli) {
@@ -29,8 +30,19 @@ fn main() -> ExitCode {
             code
         }
     };
+    // Every connection has been dropped (its server's group killed with it) by now; this
+    // catches one a detached task still held.
+    muster_agents::mcp::kill_server_groups();
     run_log::close();
     ExitCode::from(code)
+}
+
+/// The process's rustls crypto provider (ring), once, before any client exists: reqwest is
+/// built without one, and every HTTP client of the process — the model's, MCP servers'
+/// (rmcp builds its own), any later one — takes the process default.
+fn install_tls_provider() {
+    // An error only means a provider is installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// Logs go to stderr and, once a run is known, to its `.muster/logs/<run>.jsonl`

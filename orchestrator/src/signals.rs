@@ -25,6 +25,8 @@ impl Interrupts {
             let first = signals.next().await;
             sender.send_replace(Some(first));
             signals.next().await;
+            // Exiting here skips every destructor: stop the MCP servers' process groups.
+            muster_agents::mcp::kill_server_groups();
             std::process::exit(i32::from(Exit::Interrupted.code()));
         });
         Interrupts { received }

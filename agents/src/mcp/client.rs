@@ -6,7 +6,10 @@ use std::process::Stdio;
 
 use muster_config::{McpServerConfig, McpTransport};
 use rmcp::model::CallToolRequestParams;
-use rmcp::service::{NotificationContext, RoleClient, RunningService, ServiceExt};
+use rmcp::service::{
+    ClientInitializeError, NotificationContext, RoleClient, RunningService, ServiceError,
+    ServiceExt,
+};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use serde_json::Value;
@@ -14,17 +17,22 @@ use serde_json::Value;
 use crate::tools::ToolOutput;
 
 use super::McpLimits;
+use super::process::{ServerGroup, StderrTail};
 
 /// Why a server could not be used. Each names the server and says what to check.
 #[derive(Debug, thiserror::Error)]
 pub enum McpError {
     #[error("MCP server `{server}` did not start: {detail}")]
     Start { server: String, detail: String },
-    #[error("MCP server `{server}` did not {step} within {millis} ms (mcp.startup_timeout_ms)")]
+    #[error(
+        "MCP server `{server}` did not {step} within {millis} ms (mcp.startup_timeout_ms){said}"
+    )]
     Timeout {
         server: String,
         step: &'static str,
         millis: u128,
+        /// The end of the server's stderr ([`StderrTail::said`]), or nothing.
+        said: String,
     },
     #[error("MCP server `{server}` could not list its tools: {detail}")]
     ListTools { server: String, detail: String },
@@ -39,12 +47,28 @@ pub struct ListedTool {
     pub annotations: Value,
 }
 
-/// A live connection; dropping it stops the server (a child process is killed).
+/// A live connection; dropping it stops the server (a child process is killed with its
+/// whole process group).
 pub struct McpConnection {
     server: String,
     service: RunningService<RoleClient, Notices>,
     limits: McpLimits,
+    /// A stdio server's stderr.
+    stderr: Option<StderrTail>,
+    /// A stdio server's process group, killed when the connection is dropped.
+    _group: Option<ServerGroup>,
 }
+
+/// A session made, with what a stdio server brings along.
+struct Connected {
+    service: RunningService<RoleClient, Notices>,
+    stderr: Option<StderrTail>,
+    group: Option<ServerGroup>,
+}
+
+/// How long an error waits for a dead server's stderr to end (a failure guard: killing its
+/// group closes the pipe at once).
+const STDERR_GUARD: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// What muster does with a server's notifications: `tools/list_changed` is a warning, since
 /// an agent's tool list is fixed when it starts (DESIGN); the rest are ignored.
@@ -81,56 +105,20 @@ impl McpConnection {
         cwd: &Path,
         limits: &McpLimits,
     ) -> Result<McpConnection, McpError> {
-        let start = |detail: String| McpError::Start {
-            server: server.name.clone(),
-            detail,
-        };
-        let notices = Notices {
-            server: server.name.clone(),
-        };
-        let connecting = async {
-            match &server.transport {
-                McpTransport::Stdio { command, args, env } => {
-                    let mut child = tokio::process::Command::new(command);
-                    // Killed when the connection is dropped, even while the runtime shuts down.
-                    child
-                        .args(args)
-                        .envs(env)
-                        .current_dir(cwd)
-                        .kill_on_drop(true);
-                    let (transport, _) = TokioChildProcess::builder(child)
-                        .stderr(Stdio::null())
-                        .spawn()
-                        .map_err(|error| start(format!("cannot run `{command}`: {error}")))?;
-                    notices
-                        .clone()
-                        .serve(transport)
-                        .await
-                        .map_err(|error| start(format!("initialize failed: {error}")))
-                }
-                McpTransport::Http { url, headers } => {
-                    let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
-                        .custom_headers(header_map(headers).map_err(start)?);
-                    let transport = StreamableHttpClientTransport::from_config(config);
-                    notices
-                        .clone()
-                        .serve(transport)
-                        .await
-                        .map_err(|error| start(format!("initialize at {url} failed: {error}")))
-                }
+        let connected = match &server.transport {
+            McpTransport::Stdio { command, args, env } => {
+                connect_stdio(server, command, args, env, cwd, limits).await?
+            }
+            McpTransport::Http { url, headers } => {
+                connect_http(server, url, headers, limits).await?
             }
         };
-        let service = tokio::time::timeout(limits.startup, connecting)
-            .await
-            .map_err(|_| McpError::Timeout {
-                server: server.name.clone(),
-                step: "start and initialize",
-                millis: limits.startup.as_millis(),
-            })??;
         Ok(McpConnection {
             server: server.name.clone(),
-            service,
+            service: connected.service,
             limits: limits.clone(),
+            stderr: connected.stderr,
+            _group: connected.group,
         })
     }
 
@@ -148,11 +136,17 @@ impl McpConnection {
                 server: self.server.clone(),
                 step: "list its tools",
                 millis: self.limits.startup.as_millis(),
-            })?
-            .map_err(|error| McpError::ListTools {
-                server: self.server.clone(),
-                detail: error.to_string(),
+                said: String::new(),
             })?;
+        let listed = match listed {
+            Ok(listed) => listed,
+            Err(error) => {
+                return Err(McpError::ListTools {
+                    server: self.server.clone(),
+                    detail: format!("{}{}", service_error(&error), self.said().await),
+                });
+            }
+        };
         let mut tools = Vec::new();
         let mut warnings = Vec::new();
         for tool in listed {
@@ -188,21 +182,195 @@ impl McpConnection {
                 self.server,
                 self.limits.call.as_millis()
             )),
-            Ok(Err(error)) => ToolOutput::error(format!(
-                "MCP server `{}` failed on `{tool}`: {error}{}",
-                self.server,
-                if self.service.is_closed() {
-                    " (the server has stopped; its tools answer with this error from now on)"
+            Ok(Err(error)) => {
+                let stopped = if self.service.is_closed() {
+                    format!(
+                        " (the server has stopped; its tools answer with this error from now \
+                         on){}",
+                        self.said().await
+                    )
                 } else {
-                    ""
-                }
-            )),
+                    String::new()
+                };
+                ToolOutput::error(format!(
+                    "MCP server `{}` failed on `{tool}`: {}{stopped}",
+                    self.server,
+                    service_error(&error)
+                ))
+            }
             Ok(Ok(result)) => {
                 let wire = serde_json::to_value(&result).unwrap_or(Value::Null);
                 render_result(&wire, self.limits.max_output_bytes)
             }
         }
     }
+}
+
+impl McpConnection {
+    /// The end of a stdio server's stderr once it has ended (the server is gone), else
+    /// nothing.
+    async fn said(&self) -> String {
+        match &self.stderr {
+            Some(stderr) => {
+                stderr.until_ended(STDERR_GUARD).await;
+                stderr.said()
+            }
+            None => String::new(),
+        }
+    }
+}
+
+/// Starts a stdio server as the leader of its own process group, its stderr read, and makes
+/// the session. On a failure the group is killed and the error quotes the server's stderr.
+async fn connect_stdio(
+    server: &McpServerConfig,
+    command: &str,
+    args: &[String],
+    env: &std::collections::BTreeMap<String, String>,
+    cwd: &Path,
+    limits: &McpLimits,
+) -> Result<Connected, McpError> {
+    let mut child = tokio::process::Command::new(command);
+    // Its own group, so that everything it starts goes with it; killed when the connection is
+    // dropped, even while the runtime shuts down.
+    child
+        .args(args)
+        .envs(env)
+        .current_dir(cwd)
+        .process_group(0)
+        .kill_on_drop(true);
+    let (transport, stderr) = TokioChildProcess::builder(child)
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|error| McpError::Start {
+            server: server.name.clone(),
+            detail: format!("cannot run `{command}`: {error}"),
+        })?;
+    let group = transport.id().and_then(ServerGroup::led_by);
+    let stderr = StderrTail::read(&server.name, stderr);
+    let notices = Notices {
+        server: server.name.clone(),
+    };
+    let handshake = tokio::time::timeout(limits.startup, notices.serve(transport)).await;
+    let failure = match handshake {
+        Ok(Ok(service)) => {
+            return Ok(Connected {
+                service,
+                stderr: Some(stderr),
+                group,
+            });
+        }
+        Ok(Err(error)) => Ok(init_error(&error)),
+        Err(_) => Err(()),
+    };
+    // The server is of no use: stop it, then read what it said.
+    drop(group);
+    stderr.until_ended(STDERR_GUARD).await;
+    let said = stderr.said();
+    Err(match failure {
+        Ok(detail) => McpError::Start {
+            server: server.name.clone(),
+            detail: format!("{detail}{said}"),
+        },
+        Err(()) => McpError::Timeout {
+            server: server.name.clone(),
+            step: "start and initialize",
+            millis: limits.startup.as_millis(),
+            said,
+        },
+    })
+}
+
+/// Connects to a streamable-HTTP server and makes the session.
+async fn connect_http(
+    server: &McpServerConfig,
+    url: &str,
+    headers: &std::collections::BTreeMap<String, String>,
+    limits: &McpLimits,
+) -> Result<Connected, McpError> {
+    let start = |detail: String| McpError::Start {
+        server: server.name.clone(),
+        detail,
+    };
+    let config = StreamableHttpClientTransportConfig::with_uri(url)
+        .custom_headers(header_map(headers).map_err(start)?);
+    let transport = StreamableHttpClientTransport::from_config(config);
+    let notices = Notices {
+        server: server.name.clone(),
+    };
+    match tokio::time::timeout(limits.startup, notices.serve(transport)).await {
+        Ok(Ok(service)) => Ok(Connected {
+            service,
+            stderr: None,
+            group: None,
+        }),
+        Ok(Err(error)) => Err(start(format!("at {url}: {}", init_error(&error)))),
+        Err(_) => Err(McpError::Timeout {
+            server: server.name.clone(),
+            step: "answer the MCP handshake",
+            millis: limits.startup.as_millis(),
+            said: String::new(),
+        }),
+    }
+}
+
+/// A failed MCP handshake in words, without rmcp's type names.
+fn init_error(error: &ClientInitializeError) -> String {
+    match error {
+        ClientInitializeError::ConnectionClosed(_) => {
+            "it closed the connection during the MCP handshake (it exited, or is not an MCP \
+             server)"
+                .into()
+        }
+        ClientInitializeError::TransportError { error, .. } if is_broken_pipe(&*error.error) => {
+            "it exited (or closed its input) before answering the MCP handshake".into()
+        }
+        ClientInitializeError::TransportError { error, .. } => {
+            format!(
+                "the MCP handshake failed: {}",
+                error_chain(error.error.as_ref())
+            )
+        }
+        ClientInitializeError::JsonRpcError(data) => {
+            format!("it refused the MCP handshake: {}", data.message)
+        }
+        other => format!("the MCP handshake failed: {other}"),
+    }
+}
+
+/// A failed request in words, without rmcp's type names.
+fn service_error(error: &ServiceError) -> String {
+    match error {
+        ServiceError::McpError(data) => format!("it answered with an error: {}", data.message),
+        ServiceError::TransportSend(error) => format!(
+            "the request could not be sent: {}",
+            error_chain(error.error.as_ref())
+        ),
+        ServiceError::TransportClosed => "the connection to it is closed".into(),
+        other => other.to_string(),
+    }
+}
+
+/// Whether writing to a stdio server failed because it is gone.
+fn is_broken_pipe(error: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {
+    error
+        .downcast_ref::<std::io::Error>()
+        .is_some_and(|error| error.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
+/// An error and its sources, joined with `: `.
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// Lists the tools of one server: starts it in `cwd`, lists, stops it (for `muster check`).

@@ -130,9 +130,8 @@ impl HttpClient {
                 url: config.base_url.clone(),
             });
         }
-        // reqwest is built without a bundled crypto provider: use ring (an error only means
-        // one is installed already).
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        // reqwest is built without a crypto provider: the process installs one (muster's
+        // `main`; in-process tests their harness) before any client is built.
         let http = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
             .user_agent(concat!("muster/", env!("CARGO_PKG_VERSION")))

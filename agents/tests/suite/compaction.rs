@@ -767,6 +767,7 @@ async fn the_summary_request_is_sent_as_compact_and_the_rebuilt_context_is_accep
     ])
     .await
     .unwrap();
+    super::harness::install_tls_provider();
     let sleeper = RecordingSleeper::new();
     let mut config = ClientConfig::new(fake.base_url(), Some("test-key".into()));
     config.retry.max_retries = 0;

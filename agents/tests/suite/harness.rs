@@ -93,6 +93,7 @@ impl RunSetup {
             })
             .await
             .unwrap();
+        install_tls_provider();
         let fake = FakeLlm::start_with(self.fake, script).await.unwrap();
         RunHarness {
             dir,
@@ -105,6 +106,12 @@ impl RunSetup {
 }
 
 /// A run in a real store with a real workspace, its model served by the fake server.
+/// The process's rustls crypto provider, as muster's `main` installs it before any HTTP
+/// client exists (the library never installs one).
+pub fn install_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 pub struct RunHarness {
     dir: tempfile::TempDir,
     workspace: PathBuf,

@@ -65,6 +65,7 @@ fn prices() -> BTreeMap<String, ModelInfo> {
 }
 
 fn config(base: String, sleeper: &RecordingSleeper) -> ClientConfig {
+    super::harness::install_tls_provider();
     let mut c = ClientConfig::new(base, Some("test-key".into()));
     c.retry.max_retries = 3;
     c.retry.initial_backoff = Duration::from_millis(1);

@@ -726,7 +726,7 @@ fn build(merged: &Merged, root: &Path, errors: &mut Vec<Diagnostic>) -> Settings
             Sourced::new(outside.resolved, plans_text.origin.clone())
         }
     };
-    let store = resolve_store(builder.merged, root);
+    let store = resolve_store(builder.merged, root, &mut builder.errors);
     let approver = builder.required(&["approver"], |text| {
         match Responder::parse(text).map_err(|error| error.to_string())? {
         Responder::Lead => Err(
@@ -780,15 +780,42 @@ fn build(merged: &Merged, root: &Path, errors: &mut Vec<Diagnostic>) -> Settings
 
 /// `store` or its alias `store_path`, whichever the higher layer set; a URL is kept as it is,
 /// a path is resolved against the project root.
-fn resolve_store(merged: &Merged, root: &Path) -> Sourced<StoreLocation> {
+/// A value with `://` in it that is not a PostgreSQL URL is an error (a misspelt scheme must
+/// not become a file named after the URL).
+fn resolve_store(
+    merged: &Merged,
+    root: &Path,
+    errors: &mut Vec<Diagnostic>,
+) -> Sourced<StoreLocation> {
     let named = merged.text(&["store"]);
     let alias = merged.text(&["store_path"]);
-    let chosen = match (named, alias) {
-        (Some(named), Some(alias)) if alias.origin.layer > named.origin.layer => alias,
-        (Some(named), _) => named,
-        (None, Some(alias)) => alias,
-        (None, None) => Sourced::new(".muster/muster.db".to_string(), Origin::built_in()),
+    let (chosen, key) = match (named, alias) {
+        (Some(named), Some(alias)) if alias.origin.layer > named.origin.layer => {
+            (alias, "store_path")
+        }
+        (Some(named), _) => (named, "store"),
+        (None, Some(alias)) => (alias, "store_path"),
+        (None, None) => (
+            Sourced::new(".muster/muster.db".to_string(), Origin::built_in()),
+            "store",
+        ),
     };
+    if let Some(scheme) = crate::store_url::unknown_scheme(&chosen.value) {
+        errors.push(origin_diagnostic(
+            &chosen.origin,
+            key,
+            format!(
+                "{} is a URL with the scheme `{scheme}://`, which muster does not know: the \
+                 store is a file path, or a URL whose scheme is one of {}",
+                crate::store_url::mask_password(chosen.value.trim()),
+                crate::store_url::KNOWN_SCHEMES
+                    .iter()
+                    .map(|known| format!("`{known}://`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
     let location = if crate::store_url::is_postgres_url(&chosen.value) {
         StoreLocation::Postgres(chosen.value.trim().to_string())
     } else {

@@ -534,7 +534,11 @@ pub(crate) fn exit_when_the_batch_dies() {
         let mut buffer = [0u8; 64];
         loop {
             match stdin.read(&mut buffer) {
-                Ok(0) | Err(_) => std::process::exit(i32::from(Exit::Interrupted.code())),
+                Ok(0) | Err(_) => {
+                    // Exiting here skips every destructor: stop the MCP servers' groups.
+                    muster_agents::mcp::kill_server_groups();
+                    std::process::exit(i32::from(Exit::Interrupted.code()))
+                }
                 Ok(_) => {}
             }
         }

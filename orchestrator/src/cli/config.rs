@@ -62,8 +62,9 @@ pub fn load_settings(
     let env = process_env();
     let home: Option<PathBuf> = user_home();
     let cli = match &global.store {
-        // A server's URL is kept as it is.
-        Some(store) if muster_config::store_url::is_postgres_url(&store.to_string_lossy()) => {
+        // A URL is kept as it is (one whose scheme muster does not know is an error of the
+        // settings, never a path made absolute).
+        Some(store) if store.to_string_lossy().contains("://") => {
             cli.store(store.to_string_lossy().into_owned())
         }
         // A path on the command line is relative to the current directory.

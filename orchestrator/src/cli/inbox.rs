@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use crate::cli::inspect::{cut, open, print_json, runtime, select_run, table, time};
 use crate::exit::Exit;
 use crate::project::Globals;
+use crate::worktree::MergeAdds;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -100,11 +101,39 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         println!("(long bodies are cut; `--json` shows them whole)");
     }
     if args.agent.as_deref() == Some("human") {
+        for (request_id, command) in pending_merge_diffs(&shown, &requests) {
+            println!("What {request_id} adds: `{command}` in {}", run.workspace);
+        }
         println!(
             "Answer with `muster approve ID`, `muster reject ID --feedback TEXT` or `muster answer ID TEXT`."
         );
     }
     Ok(Exit::Success)
+}
+
+/// For each merge request still waiting: its id and the command that shows what it adds
+/// ([`MergeAdds`], the diff its diffstat summarises).
+fn pending_merge_diffs(
+    shown: &[&Message],
+    requests: &HashMap<&str, &RequestRecord>,
+) -> Vec<(String, String)> {
+    shown
+        .iter()
+        .filter(|m| {
+            requests
+                .get(m.key.as_str())
+                .is_some_and(|r| r.response.is_none())
+        })
+        .filter_map(|m| match &m.body {
+            MessageBody::MergeRequest {
+                request_id,
+                commit,
+                onto,
+                ..
+            } => Some((request_id.clone(), MergeAdds::command(onto, commit))),
+            _ => None,
+        })
+        .collect()
 }
 
 /// How a request was answered, in words; `-` for a message that is not a request.

@@ -8,10 +8,14 @@ use crate::project::Globals;
 pub struct Args {
     /// The run (default: the newest interrupted or decided run).
     pub run: Option<String>,
+    /// The model server's base URL, instead of the one the run was started with.
     #[arg(long = "base-url")]
     pub base_url: Option<String>,
+    /// The cassette the `script` provider replays, instead of the stored one.
     #[arg(long)]
     pub cassette: Option<std::path::PathBuf>,
+    /// Stop the run once it has run this many seconds from now (exit 3), instead of the
+    /// stored duration (which a resume otherwise starts again); kept for later resumes.
     #[arg(long = "max-duration")]
     pub max_duration: Option<u64>,
     /// Without RUN: the newest unfinished run of any project in the store, not only this one's.

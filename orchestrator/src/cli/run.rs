@@ -49,7 +49,8 @@ pub struct Args {
     /// durable: `"durable": false`).
     #[arg(long = "include-partial")]
     pub include_partial: bool,
-    /// Stop the run after this many seconds (exit 3).
+    /// Stop the run once it has run this many seconds (exit 3); time it spends stopped does
+    /// not count: each `muster resume` starts the clock again.
     #[arg(long = "max-duration")]
     pub max_duration: Option<u64>,
     /// The git remote (URL or path) teammates placed on workers fetch from and push to;

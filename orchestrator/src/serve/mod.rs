@@ -33,6 +33,7 @@ use serde::Deserialize;
 use tokio::sync::broadcast;
 
 use crate::human_decision::{Decision, RefusedDecision, decide_as_human};
+use crate::worktree::{Git, MergeAdds};
 use pages::{RequestView, RunRow, RunView};
 use security::Secrets;
 
@@ -375,33 +376,16 @@ async fn policy_checks(
     )
 }
 
-/// The diff of a merge request, from the run's repository (`git diff onto commit`); none
-/// when git or either commit is gone.
+/// What a merge request adds ([`MergeAdds`]: from the recorded integration head to the
+/// merged tree), from the run's repository; none when git or either commit is gone.
 async fn merge_diff(store: &dyn MailboxStore, request: &RequestRecord) -> Option<String> {
     let run = store.run(&request.run_id).await.ok()??;
     let MessageBody::MergeRequest { onto, commit, .. } = &request.body else {
         return None;
     };
-    let output = tokio::process::Command::new("git")
-        .arg("-C")
-        .arg(&run.workspace)
-        .args([
-            "diff",
-            "--no-ext-diff",
-            "--no-color",
-            "--no-textconv",
-            onto,
-            commit,
-            "--",
-        ])
-        .env("GIT_OPTIONAL_LOCKS", "0")
-        .output()
-        .await
-        .ok()?;
-    output
-        .status
-        .success()
-        .then(|| String::from_utf8_lossy(&output.stdout).into_owned())
+    let git = Git::new(&run.workspace);
+    let adds = MergeAdds::of(&git, onto, commit).await.ok()?;
+    adds.diff(&git).await.ok()
 }
 
 /// A form of the request page.

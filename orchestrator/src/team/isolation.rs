@@ -430,8 +430,7 @@ impl TeamIsolation {
             ));
             return Ok(step);
         }
-        let check = self.worktrees.merge_check(&head, &current.commit).await?;
-        if !check.conflicts.is_empty() {
+        if !changes.conflicts.is_empty() {
             let path = self.worktrees.path_of(agent);
             let files = self.worktrees.start_merge(&path, &head).await?;
             let handed = Checkpoint {
@@ -454,7 +453,7 @@ impl TeamIsolation {
                      tests, then end your turn: muster asks for the merge again.",
                     self.worktrees.lead_branch(),
                     if files.is_empty() {
-                        check.conflicts.join(", ")
+                        changes.conflicts.join(", ")
                     } else {
                         files.join(", ")
                     }

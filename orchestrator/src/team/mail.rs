@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 
 use muster_mailbox::{MailboxStore, Message as Mail, MessageBody};
 
+use crate::worktree::MergeAdds;
+
 /// A fresh, unguessable delimiter nonce (16 hex digits).
 pub fn nonce() -> String {
     let mut rng = fastrand::Rng::new();
@@ -163,14 +165,17 @@ pub fn render(mail: &Mail, nonce: &str, previous: Option<&PreviousRevision>) -> 
             responder,
         } => format!(
             "Merge request {request_id}: {agent}'s branch {branch} (commit {commit}) merges \
-             cleanly onto the integration branch at {onto}; answered by {responder}. Files: {}.\n\
-             {diffstat}{}\nReview it (git diff {onto} {commit} in your worktree) and answer with \
-             ReviewMerge {{\"request_id\": \"{request_id}\", \"approve\": true|false, \
-             \"feedback\": …}}; a rejection sends your feedback to {agent}.",
+             cleanly onto the integration branch at {onto}; answered by {responder}. What the \
+             merge adds to the integration branch (files: {}):\n{diffstat}{}\nThe same diff, \
+             in your worktree: `{}` (not `git diff {onto} {commit}`, which also reverses work \
+             merged since the branch started). Answer with ReviewMerge {{\"request_id\": \
+             \"{request_id}\", \"approve\": true|false, \"feedback\": …}}; a rejection sends \
+             your feedback to {agent}.",
             files.join(", "),
             verification
                 .map(|v| format!("\n{}", fenced("verification summary", nonce, &v)))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            MergeAdds::command(&onto, &commit),
         ),
         MessageBody::MergeResponse {
             request_id,

@@ -21,7 +21,8 @@
 //! - Every message committed is printed as `mail_sent` (the runtime reports its tools' mail,
 //!   the team its own); every delivery into a context as `mail_delivered`, with `queued_ms`.
 //! - A resume restores the spend recorded so far into the budget ledger, which also holds the
-//!   run's deadline; a deadline `--max-duration` sets on a resume is kept for the next one.
+//!   run's deadline, started again at each resume (a resume's `--max-duration` is kept for
+//!   the next one).
 
 mod isolation;
 mod mail;

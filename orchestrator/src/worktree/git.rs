@@ -306,6 +306,62 @@ impl Git {
     }
 }
 
+/// What merging a commit onto the integration head adds — the one answer every front end
+/// (serve's request page, `muster inbox`) and the lead's merge mail give: the difference from
+/// `onto`, the recorded integration head, to the tree `git merge-tree --write-tree onto
+/// commit` writes, which is the merge muster checks and applies. Not `git diff onto commit`
+/// (it also reverses what `onto` has and the branch lacks, such as another teammate's merged
+/// work), nor `onto...commit` (it starts at the merge base, not at what is integrated now).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MergeAdds {
+    /// The integration head the merge goes onto.
+    pub onto: String,
+    /// The merge muster checks (its tree, and the files that conflict).
+    pub merged: MergeTree,
+}
+
+impl MergeAdds {
+    /// Checks the merge of `commit` onto `onto` without touching either.
+    pub async fn of(git: &Git, onto: &str, commit: &str) -> GitResult<MergeAdds> {
+        Ok(MergeAdds {
+            onto: onto.to_owned(),
+            merged: git.merge_tree(onto, commit).await?,
+        })
+    }
+
+    /// The files the merge changes on the integration head.
+    pub async fn files(&self, git: &Git) -> GitResult<Vec<String>> {
+        let changes = git.changed_paths(&self.onto, &self.merged.tree).await?;
+        Ok(changes.into_iter().map(|(_, path)| path).collect())
+    }
+
+    /// `git diff --stat` of the merge, for a person to read.
+    pub async fn diffstat(&self, git: &Git) -> GitResult<String> {
+        git.diffstat(&self.onto, &self.merged.tree).await
+    }
+
+    /// The unified diff of the merge.
+    pub async fn diff(&self, git: &Git) -> GitResult<String> {
+        git.run(&[
+            "diff",
+            "--no-ext-diff",
+            "--no-textconv",
+            "--no-color",
+            &self.onto,
+            &self.merged.tree,
+            "--",
+        ])
+        .await
+    }
+
+    /// A shell command that shows the same diff in any worktree of the repository, for a
+    /// person or a model to run (`merge-tree` prints the merged tree on its first line when
+    /// the merge is clean, which is when a merge is asked for).
+    pub fn command(onto: &str, commit: &str) -> String {
+        format!("git diff {onto} $(git merge-tree --write-tree {onto} {commit})")
+    }
+}
+
 /// What `git merge-tree --write-tree` found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MergeTree {

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use muster_config::team::Isolation;
 use serde::{Deserialize, Serialize};
 
-pub use git::{Git, GitError, GitResult, MergeTree};
+pub use git::{Git, GitError, GitResult, MergeAdds, MergeTree};
 
 /// Where a run's worktrees live, under the project's `.muster/`.
 pub const WORKTREES_DIR: &str = "worktrees";
@@ -457,24 +457,21 @@ impl Worktrees {
             .await?)
     }
 
-    /// The files `commit` changes against what `head` already has (the merge base of the
-    /// two), and a diffstat for a person.
+    /// What merging `commit` onto `head` adds ([`MergeAdds`]: the files and diffstat from
+    /// `head` to the merged tree, and the files that conflict), and the added lines that look
+    /// like conflict markers among the branch's own changes (since the merge base).
     pub async fn changes(&self, head: &str, commit: &str) -> IsolationResult<Changes> {
+        let adds = MergeAdds::of(&self.repo, head, commit).await?;
+        let files = adds.files(&self.repo).await?;
+        let diffstat = adds.diffstat(&self.repo).await?;
         let since = self.repo.run(&["merge-base", head, commit]).await?;
-        let files = self
-            .repo
-            .changed_paths(&since, commit)
-            .await?
-            .into_iter()
-            .map(|(_, path)| path)
-            .collect();
-        let diffstat = self.repo.diffstat(&since, commit).await?;
         let added = self.repo.added_lines(&since, commit).await?;
         let markers = added
             .iter()
             .filter(|line| line.starts_with("<<<<<<< ") || line.starts_with(">>>>>>> "))
             .count();
         Ok(Changes {
+            conflicts: adds.merged.conflicts,
             files,
             diffstat,
             conflict_markers: markers,
@@ -591,6 +588,9 @@ impl Worktrees {
 /// What a teammate's branch brings against the integration head.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Changes {
+    /// The files whose merge conflicts (empty when the merge is clean).
+    pub conflicts: Vec<String>,
+    /// What the merge changes on the head ([`MergeAdds`]).
     pub files: Vec<String>,
     pub diffstat: String,
     /// Added lines that look like conflict markers (an unresolved hand-over).

@@ -388,3 +388,107 @@ async fn deleting_a_run_removes_its_worktrees_branches_and_base_and_nothing_else
     // Deleting again finds nothing left.
     assert_eq!(worktrees.delete_run().await.unwrap(), 0);
 }
+
+/// Merges `agent`'s checkpoint onto `head` as muster applies an approved merge; gives back
+/// the merge commit and what [`Worktrees::changes`] and [`MergeAdds`] said it adds.
+async fn merged_onto(
+    worktrees: &Worktrees,
+    head: &str,
+    agent: &str,
+    commit: &str,
+) -> (String, Changes, String) {
+    let changes = worktrees.changes(head, commit).await.unwrap();
+    assert!(changes.conflicts.is_empty(), "{changes:?}");
+    let repo = Git::new(worktrees.path_of("lead"));
+    let adds = MergeAdds::of(&repo, head, commit).await.unwrap();
+    let diff = adds.diff(&repo).await.unwrap();
+    let check = worktrees.merge_check(head, commit).await.unwrap();
+    let merged = worktrees
+        .merge_commit(head, commit, &check.tree, &format!("merge {agent}"))
+        .await
+        .unwrap();
+    // What it adds is exactly what the merge muster applies changes on the head, and the
+    // command the mail and inbox print shows the same diff.
+    let applied = repo
+        .run(&["diff", "--no-ext-diff", "--no-color", head, &merged, "--"])
+        .await
+        .unwrap();
+    assert_eq!(diff, applied);
+    let shown = sh(
+        &worktrees.path_of(agent),
+        &format!(
+            "{} --no-ext-diff --no-color",
+            MergeAdds::command(head, commit)
+        ),
+    );
+    assert_eq!(shown, diff.trim());
+    (merged, changes, diff)
+}
+
+#[tokio::test]
+async fn a_second_teammates_merge_adds_only_its_own_work_not_the_reverse_of_the_first() {
+    let dir = repo();
+    let worktrees = worktrees(dir.path()).await;
+    let base = worktrees.make_base().await.unwrap();
+    worktrees.ensure("lead", &base.commit).await.unwrap();
+    let alice = worktrees.ensure("alice", &base.commit).await.unwrap();
+    let bob = worktrees.ensure("bob", &base.commit).await.unwrap();
+    sh(
+        &alice,
+        "sed -i 's/a1/SMALL_WORDS=alice/' a.txt && echo alice > alice.txt",
+    );
+    sh(&bob, "echo bob >> b.txt && echo bob > bob.txt");
+    let alice_cp = worktrees.checkpoint("alice").await.unwrap();
+    let bob_cp = worktrees.checkpoint("bob").await.unwrap();
+    let (first, changes, _) =
+        merged_onto(&worktrees, &base.commit, "alice", &alice_cp.commit).await;
+    assert_eq!(changes.files, ["a.txt", "alice.txt"]);
+
+    let (_, changes, diff) = merged_onto(&worktrees, &first, "bob", &bob_cp.commit).await;
+    assert_eq!(changes.files, ["b.txt", "bob.txt"]);
+    assert!(
+        changes.diffstat.contains("2 files changed"),
+        "{}",
+        changes.diffstat
+    );
+    assert!(diff.contains("+bob"), "{diff}");
+    assert!(
+        !diff.contains("alice") && !diff.contains("SMALL_WORDS"),
+        "the first teammate's merged work is not shown reversed: {diff}"
+    );
+}
+
+#[tokio::test]
+async fn a_teammate_that_merged_the_integration_branch_to_resolve_a_conflict_adds_its_resolution() {
+    let dir = repo();
+    let worktrees = worktrees(dir.path()).await;
+    let base = worktrees.make_base().await.unwrap();
+    worktrees.ensure("lead", &base.commit).await.unwrap();
+    let alice = worktrees.ensure("alice", &base.commit).await.unwrap();
+    let bob = worktrees.ensure("bob", &base.commit).await.unwrap();
+    let carol = worktrees.ensure("carol", &base.commit).await.unwrap();
+    sh(&alice, "sed -i 's/a1/alice/' a.txt");
+    sh(&bob, "sed -i 's/a1/bob/' a.txt && echo bob > bob.txt");
+    sh(&carol, "echo carol >> b.txt && echo carol > carol.txt");
+    let alice_cp = worktrees.checkpoint("alice").await.unwrap();
+    let bob_cp = worktrees.checkpoint("bob").await.unwrap();
+    let carol_cp = worktrees.checkpoint("carol").await.unwrap();
+    let (first, _, _) = merged_onto(&worktrees, &base.commit, "alice", &alice_cp.commit).await;
+
+    // Bob conflicts with the new head and resolves it by merging the integration branch.
+    let changes = worktrees.changes(&first, &bob_cp.commit).await.unwrap();
+    assert_eq!(changes.conflicts, ["a.txt"]);
+    worktrees.start_merge(&bob, &first).await.unwrap();
+    sh(&bob, "printf 'alice+bob\\na2\\na3\\n' > a.txt");
+    let resolved = worktrees.checkpoint("bob").await.unwrap();
+    // Carol's merge lands meanwhile: the head moves past what bob merged.
+    let (second, _, _) = merged_onto(&worktrees, &first, "carol", &carol_cp.commit).await;
+
+    let (_, changes, diff) = merged_onto(&worktrees, &second, "bob", &resolved.commit).await;
+    assert_eq!(changes.files, ["a.txt", "bob.txt"]);
+    assert!(diff.contains("-alice\n+alice+bob"), "{diff}");
+    assert!(
+        !diff.contains("carol"),
+        "what landed after bob's merge of the integration branch is not reversed: {diff}"
+    );
+}

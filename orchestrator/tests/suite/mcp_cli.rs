@@ -250,6 +250,7 @@ async fn a_server_that_crashes_mid_call_leaves_the_run_going() {
         assert_eq!(result["is_error"], true, "{result:?}");
         let content = result["content"].as_str().unwrap();
         assert!(content.contains("MCP server `notes`"), "{content}");
+        assert!(!content.contains("Transport ["), "{content}");
     }
     let finished = events.last().unwrap();
     assert_eq!(finished["type"], "run_finished");
@@ -600,4 +601,280 @@ async fn a_call_that_hangs_times_out_and_the_run_goes_on() {
             .unwrap()
             .starts_with("1 hit(s)")
     );
+}
+
+/// The Python SDK's streamable-HTTP server (`tests/data/mcp_http_server.py`) on loopback,
+/// killed when dropped.
+struct PythonHttpServer {
+    _child: tokio::process::Child,
+    url: String,
+}
+
+async fn python_http_server() -> PythonHttpServer {
+    use tokio::io::AsyncBufReadExt;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/mcp_http_server.py");
+    let mut child = tokio::process::Command::new(python())
+        .arg(script)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = tokio::time::timeout(super::common::GUARD, lines.next_line())
+        .await
+        .expect("guard timeout")
+        .unwrap()
+        .expect("the server printed no URL");
+    PythonHttpServer { _child: child, url }
+}
+
+/// An `"type": "http"` server of the official Python SDK: `muster check` reaches it, and a
+/// run calls its tool on every provider (the model's client is not the only HTTP client that
+/// needs TLS set up: the `script` provider has none).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_http_server_of_the_python_sdk_answers_check_and_runs_on_every_provider() {
+    let server = python_http_server().await;
+    let dir = project(&[]);
+    let mcp = json!({"mcpServers": {"remote": {"type": "http", "url": server.url}}});
+    std::fs::write(dir.path().join(".mcp.json"), mcp.to_string()).unwrap();
+    std::fs::write(
+        dir.path().join(".muster/settings.local.toml"),
+        "[mcp]\nenable_all_project_servers = true\ntrusted_read_only = [\"remote\"]\n",
+    )
+    .unwrap();
+    let check = muster(
+        dir.path(),
+        &["check", "--json", "mcp__remote__ok", "{\"word\": \"x\"}"],
+    )
+    .await;
+    assert_eq!(check.status.code(), Some(0), "{}", stderr(&check));
+    let verdict: Value = serde_json::from_str(stdout(&check).trim()).unwrap();
+    assert_eq!(verdict["decision"], "allow", "{verdict}");
+
+    let script = |word: &str| {
+        vec![
+            ScriptEntry::reply(
+                "main",
+                1,
+                vec![call("mcp__remote__ok", json!({"word": word}))],
+            ),
+            ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+        ]
+    };
+    let fake = FakeLlm::start(Vec::new()).await.unwrap();
+    for provider in ["anthropic", "openai", "script"] {
+        fake.reset();
+        fake.append_script(script(provider)).unwrap();
+        let cassette = dir.path().join("cassette.json");
+        std::fs::write(&cassette, serde_json::to_string(&script(provider)).unwrap()).unwrap();
+        let base = match provider {
+            "openai" => fake.openai_base_url(),
+            _ => fake.base_url(),
+        };
+        let cassette = cassette.to_string_lossy().into_owned();
+        let mut args = vec!["run", "-p", "Work.", "--output", "stream-json"];
+        args.extend(["--provider", provider]);
+        match provider {
+            "script" => args.extend(["--cassette", &cassette]),
+            "openai" => args.extend(["--base-url", &base, "--model", "gpt-4.1"]),
+            _ => args.extend(["--base-url", &base]),
+        }
+        let mut command = super::common::command(dir.path(), &args);
+        command.env("OPENAI_API_KEY", "test-key");
+        let output = super::common::output(command).await;
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{provider}: {}",
+            stderr(&output)
+        );
+        let (_, calls) = tool_results(dir.path(), &lines(&output)).await;
+        assert_eq!(calls[0]["decision"], "allow", "{provider}: {:?}", calls[0]);
+        assert_eq!(
+            calls[0]["content"],
+            format!("ok {provider} over http"),
+            "{provider}: {:?}",
+            calls[0]
+        );
+    }
+}
+
+/// A project whose `notes` server (the Python one) is started through `sh`, which first
+/// forks a long `sleep` into the server's process group and writes its pid to
+/// `sleep.<sh's pid>.pid` in the server's directory.
+fn forking_project() -> tempfile::TempDir {
+    let dir = notes_project("");
+    let fork = "sleep 1001 & echo $! > \"sleep.$$.pid\"; exec \"$0\" \"$@\"";
+    let mcp = json!({"mcpServers": {"notes": {
+        "command": "sh",
+        "args": ["-c", fork, python(), server_script()],
+    }}});
+    std::fs::write(dir.path().join(".mcp.json"), mcp.to_string()).unwrap();
+    dir
+}
+
+/// The pids of the `sleep`s the forking servers of `dir` started.
+fn forked_sleeps(dir: &Path) -> Vec<i32> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|entry| {
+            let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+            name.starts_with("sleep.").then_some(name)
+        })
+        .map(|name| {
+            let text = std::fs::read_to_string(dir.join(name)).unwrap();
+            text.trim().parse().unwrap()
+        })
+        .collect()
+}
+
+/// Waits (on a pidfd, poll's own timeout as the guard) until process `pid` has ended; false
+/// when it still runs after the guard.
+async fn ends(pid: i32) -> bool {
+    let Ok(fd) = rustix::process::pidfd_open(
+        rustix::process::Pid::from_raw(pid).unwrap(),
+        rustix::process::PidfdFlags::empty(),
+    ) else {
+        return true; // already gone
+    };
+    tokio::task::spawn_blocking(move || {
+        let mut fds = [rustix::event::PollFd::new(
+            &fd,
+            rustix::event::PollFlags::IN,
+        )];
+        let guard = rustix::event::Timespec {
+            tv_sec: 10,
+            tv_nsec: 0,
+        };
+        rustix::event::poll(&mut fds, Some(&guard)).unwrap() == 1
+    })
+    .await
+    .unwrap()
+}
+
+/// How a forking server's muster ends, for the table below.
+#[derive(Debug, Clone, Copy)]
+enum Ending {
+    Check,
+    Completed,
+    Failed,
+    Interrupted,
+    Deadline,
+}
+
+/// A server that forks a child is stopped with its whole process group however muster ends:
+/// `check`, a completed run, a failed one, Ctrl-C and a deadline. After muster has exited no
+/// process the server started is left in the process table.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_forks_leaves_nothing_running_however_muster_ends() {
+    let cases = [
+        (Ending::Check, Some(0)),
+        (Ending::Completed, Some(0)),
+        (Ending::Failed, Some(1)),
+        (Ending::Interrupted, Some(130)),
+        (Ending::Deadline, Some(3)),
+    ];
+    for (ending, code) in cases {
+        let dir = forking_project();
+        let root = dir.path();
+        let first = match ending {
+            Ending::Completed => ScriptEntry::reply(
+                "main",
+                1,
+                vec![call("mcp__notes__search", json!({"query": "a"}))],
+            ),
+            Ending::Failed => ScriptEntry::http_error("main", 1, 400),
+            _ => ScriptEntry::reply("main", 1, vec![Block::text("Late.")]).fault(
+                muster_fake_llm::Fault {
+                    hold: Some("model".into()),
+                    ..Default::default()
+                },
+            ),
+        };
+        let fake = FakeLlm::start(vec![
+            first,
+            ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+        ])
+        .await
+        .unwrap();
+        let exit = match ending {
+            Ending::Check => {
+                let output =
+                    muster(root, &["check", "mcp__notes__search", "{\"query\": \"a\"}"]).await;
+                output.status.code()
+            }
+            Ending::Completed | Ending::Failed => {
+                run(root, &fake.base_url(), "default").await.status.code()
+            }
+            Ending::Interrupted | Ending::Deadline => {
+                let mut args = vec!["run", "-p", "Work.", "--output", "stream-json"];
+                let base = fake.base_url();
+                args.extend(["--base-url", &base]);
+                if matches!(ending, Ending::Deadline) {
+                    args.extend(["--max-duration", "2"]);
+                }
+                let mut run = super::common::Running::spawn(super::common::command(root, &args));
+                fake.gate_reached("model", 1).await;
+                if matches!(ending, Ending::Interrupted) {
+                    let muster =
+                        rustix::process::Pid::from_raw(run.child.id().unwrap() as i32).unwrap();
+                    rustix::process::kill_process(muster, rustix::process::Signal::INT).unwrap();
+                }
+                let code = run.finish().await;
+                fake.open_gate("model");
+                code
+            }
+        };
+        assert_eq!(exit, code, "{ending:?}");
+        let sleeps = forked_sleeps(root);
+        assert!(!sleeps.is_empty(), "{ending:?}: the server never started");
+        for pid in sleeps {
+            assert!(
+                ends(pid).await,
+                "{ending:?}: the server's child {pid} outlived muster"
+            );
+        }
+    }
+}
+
+/// A server that prints an error and exits: `check` and a run quote its stderr, and no
+/// message names an internal type.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_prints_an_error_and_exits_is_quoted_in_the_errors() {
+    let dir = notes_project("");
+    let failing = "echo 'Error: None of the specified directories are accessible' >&2; exit 1";
+    let mcp = json!({"mcpServers": {"notes": {"command": "sh", "args": ["-c", failing]}}});
+    std::fs::write(dir.path().join(".mcp.json"), mcp.to_string()).unwrap();
+    let check = muster(
+        dir.path(),
+        &[
+            "check",
+            "--json",
+            "mcp__notes__search",
+            "{\"query\": \"a\"}",
+        ],
+    )
+    .await;
+    let verdict: Value = serde_json::from_str(stdout(&check).trim()).unwrap();
+    let reason = verdict["reason"].as_str().unwrap();
+    let fake = FakeLlm::start(vec![ScriptEntry::reply(
+        "main",
+        1,
+        vec![Block::text("Hi.")],
+    )])
+    .await
+    .unwrap();
+    let output = run(dir.path(), &fake.base_url(), "default").await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let warning = stderr(&output);
+    for text in [reason, warning.as_str()] {
+        assert!(
+            text.contains("None of the specified directories are accessible"),
+            "{text}"
+        );
+        assert!(text.contains("MCP server `notes`"), "{text}");
+        for internal in ["rmcp::", "Transport [", "TokioChildProcess"] {
+            assert!(!text.contains(internal), "{text}");
+        }
+    }
 }

@@ -1138,8 +1138,9 @@ fn now_ms() -> i64 {
         .as_millis() as i64
 }
 
-/// `muster resume --max-duration` stores the new absolute deadline in the run's launch
-/// options: after a second crash, a resume without the flag keeps it (and does not move it).
+/// `muster resume --max-duration` stores the new duration in the run's launch options: after
+/// a second crash, a resume without the flag starts that duration again from its own start
+/// (the time stopped does not count).
 #[cfg(unix)]
 #[tokio::test(flavor = "multi_thread")]
 async fn a_deadline_given_to_resume_survives_a_second_crash() {
@@ -1193,15 +1194,102 @@ async fn a_deadline_given_to_resume_survives_a_second_crash() {
         "{before} {deadline} {after}"
     );
 
+    let before = now_ms();
     let finished = muster(dir.path(), &["resume", &run_id, "--output", "json"]).await;
+    let after = now_ms();
     assert_eq!(finished.status.code(), Some(0), "{}", stderr(&finished));
     assert_eq!(lines(&finished).pop().unwrap()["result"], "Done.");
-    assert_eq!(
-        stored_deadline(dir.path(), &run_id).await,
-        Some(deadline),
-        "a resume without --max-duration keeps the stored deadline"
+    let restarted = stored_deadline(dir.path(), &run_id).await.unwrap();
+    assert!(
+        restarted > deadline && (before + 3_600_000..=after + 3_600_000).contains(&restarted),
+        "a resume without --max-duration restarts the stored duration: {before} {restarted} {after}"
     );
     fake.verify().unwrap();
+}
+
+/// Moves a run's stored deadline into the past, as if it had waited stopped for longer than
+/// its `--max-duration`.
+fn wait_past_the_deadline(dir: &Path, run_id: &str) {
+    let connection = rusqlite::Connection::open(dir.join(".muster/muster.db")).unwrap();
+    let changed = connection
+        .execute(
+            "UPDATE runs SET launch_options = json_set(launch_options, '$.deadline_ms', ?1) \
+             WHERE id = ?2",
+            rusqlite::params![now_ms() - 60_000, run_id],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+}
+
+/// A run stopped awaiting a decision waits as long as the person takes: resumed undecided it
+/// stops again with exit 5 (never `budget`), and once approved, the command `muster approve`
+/// prints continues it to its end — however long ago its `--max-duration` would have passed.
+#[tokio::test(flavor = "multi_thread")]
+async fn time_stopped_awaiting_a_decision_never_counts_against_the_deadline() {
+    let dir = project();
+    let fake = FakeLlm::start(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![Block::tool_use("ExitPlanMode", json!({"plan": PLAN}))],
+        ),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+    ])
+    .await
+    .unwrap();
+    let first = muster(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Plan.",
+            "--permission-mode",
+            "plan",
+            "--max-duration",
+            "30",
+            "--base-url",
+            &fake.base_url(),
+            "--output",
+            "json",
+        ],
+    )
+    .await;
+    assert_eq!(first.status.code(), Some(5), "{}", stderr(&first));
+    let run_id = lines(&first).pop().unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    wait_past_the_deadline(dir.path(), &run_id);
+    let undecided = muster(dir.path(), &["resume", &run_id, "--output", "json"]).await;
+    assert_eq!(undecided.status.code(), Some(5), "{}", stderr(&undecided));
+    assert_eq!(
+        lines(&undecided).pop().unwrap()["status"],
+        "awaiting_decision"
+    );
+
+    wait_past_the_deadline(dir.path(), &run_id);
+    let approve = muster(dir.path(), &["approve", "plan-main-1"]).await;
+    assert_eq!(approve.status.code(), Some(0), "{}", stderr(&approve));
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&approve.stdout),
+        stderr(&approve)
+    );
+    let printed = said
+        .split('`')
+        .find(|part| part.starts_with("muster resume"))
+        .unwrap_or_else(|| panic!("approve names no resume command: {said}"));
+    let args: Vec<&str> = printed.split_whitespace().skip(1).collect();
+    let resumed = muster(dir.path(), &args).await;
+    assert_eq!(
+        resumed.status.code(),
+        Some(0),
+        "{printed}: {}",
+        stderr(&resumed)
+    );
+    let store = open_store(dir.path());
+    let run = store.run(&run_id).await.unwrap().unwrap();
+    assert_eq!(run.status.as_str(), "completed");
 }
 
 /// The `[compaction]` settings reach a run: the same prompt size (7,000 tokens after turn 2)

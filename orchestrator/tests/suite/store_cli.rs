@@ -502,3 +502,76 @@ async fn approve_edit_sends_the_plan_the_editor_saved() {
         stderr(&again)
     );
 }
+
+#[test]
+fn a_store_url_with_an_unknown_scheme_exits_2_naming_the_known_ones_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    // A run that would make its store and finish, on the offline provider.
+    let cassette = dir.path().join("c.jsonl");
+    std::fs::write(
+        &cassette,
+        r#"{"agent": "main", "turn": 1, "reply": {"content": [{"type": "text", "text": "Hi."}], "stop_reason": "end_turn"}}"#,
+    )
+    .unwrap();
+    let cassette = cassette.to_str().unwrap();
+    let run = [
+        "run",
+        "-p",
+        "Hi.",
+        "--provider",
+        "script",
+        "--cassette",
+        cassette,
+    ];
+    for store in [
+        "postgress://postgres:secret@127.0.0.1:5432/test",
+        "sqlite:///tmp/m.db",
+    ] {
+        let output = muster(dir.path(), &[&["--store", store][..], &run].concat());
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{store}: {}",
+            stderr(&output)
+        );
+        let text = stderr(&output);
+        assert!(text.contains("`postgres://`, `postgresql://`"), "{text}");
+        assert!(!text.contains("secret"), "the password is masked: {text}");
+    }
+    std::fs::create_dir_all(dir.path().join(".muster")).unwrap();
+    std::fs::write(
+        dir.path().join(".muster/settings.toml"),
+        "store = \"postgresq://db.example/muster\"\n",
+    )
+    .unwrap();
+    let output = muster(dir.path(), &run);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("`postgresq://`"),
+        "{}",
+        stderr(&output)
+    );
+    let mut left: Vec<String> = walk(dir.path());
+    left.sort();
+    assert_eq!(
+        left,
+        [".muster", ".muster/settings.toml", "c.jsonl"],
+        "nothing was created"
+    );
+}
+
+/// Every path under `root`, relative to it.
+fn walk(root: &std::path::Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            found.push(path.strip_prefix(root).unwrap().display().to_string());
+            if path.is_dir() {
+                pending.push(path);
+            }
+        }
+    }
+    found
+}

@@ -702,3 +702,132 @@ async fn a_failed_run_names_the_branch_holding_what_was_merged_and_leaves_the_tr
         "a failed run applies nothing"
     );
 }
+
+/// Runs `script` with bash in `dir`; gives back its stdout.
+fn bash(dir: &Path, script: &str) -> String {
+    let output = std::process::Command::new("bash")
+        .current_dir(dir)
+        .args(["-ceu", script])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A run where `one` (approved by policy) changes README.md and is merged, then `two`
+/// (approved by `two_approver`) writes two.txt and asks for its merge onto that new head.
+/// Gives back the repository, the fake model server and the run's events.
+async fn second_teammates_merge(
+    two_approver: &str,
+    lead_on_merge: Vec<ScriptEntry>,
+    exit: i32,
+) -> (
+    tempfile::TempDir,
+    muster_fake_llm::FakeLlmHandle,
+    Vec<Value>,
+) {
+    let team = format!(
+        "name = \"builders\"\nisolation = \"worktree\"\n\
+        [[teammates]]\nname = \"one\"\ndefinition = \"writer\"\nplan_mode_required = false\napprover = \"policy:policy.toml\"\n\
+        [[teammates]]\nname = \"two\"\ndefinition = \"writer\"\nplan_mode_required = false\napprover = \"{two_approver}\"\n"
+    );
+    let dir = repo(&team, &[]);
+    let mut script = lead_on_merge;
+    script.extend([
+        lead_tasks(2),
+        any_turn("lead", "Waiting for the team."),
+        reply(
+            "one",
+            1,
+            vec![tool(
+                "Write",
+                json!({"file_path": "README.md", "content": "hello\nSMALL_WORDS=one\n"}),
+            )],
+        ),
+        any_turn("one", "done"),
+        // Two starts only once one's merge has landed, so its request goes onto that head.
+        entry(json!({"agent": "two", "turn": 1, "fault": {"hold": "two"},
+                     "reply": {"content": [{"type": "tool_use", "id": "toolu_two_1", "name": "Write",
+                               "input": {"file_path": "two.txt", "content": "two\n"}}],
+                               "stop_reason": "tool_use"}})),
+        any_turn("two", "done"),
+    ]);
+    let fake = fake(script).await;
+    let mut run = Running::spawn(run_command(dir.path(), &fake.base_url()));
+    run.until("one's merge", |e| {
+        e["type"] == "merge_applied" && e["agent"] == "one"
+    })
+    .await;
+    fake.open_gate("two");
+    assert_eq!(run.finish().await, Some(exit), "{:#?}", run.events);
+    let events = std::mem::take(&mut run.events);
+    (dir, fake, events)
+}
+
+/// Asserts `diff` is what two's merge adds: two.txt, and none of one's merged work reversed.
+fn only_twos_work(diff: &str) {
+    assert!(diff.contains("+two"), "{diff}");
+    assert!(
+        !diff.contains("SMALL_WORDS") && !diff.contains("README.md"),
+        "one's merged work is not shown reversed: {diff}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_leads_merge_mail_shows_what_a_second_teammates_merge_adds_and_how_to_see_it() {
+    let (dir, fake, _) =
+        second_teammates_merge("lead", vec![lead_merges("two", &["merge-two-1"])], 0).await;
+    let mail = fake
+        .requests()
+        .iter()
+        .filter(|r| r.agent.as_deref() == Some("lead"))
+        .filter_map(|r| {
+            let content = r.body["messages"].as_array()?.last()?["content"].as_array()?;
+            Some(
+                content
+                    .iter()
+                    .filter_map(|b| b["text"].as_str())
+                    .collect::<String>(),
+            )
+        })
+        .find(|text| text.contains("Merge request merge-two-1"))
+        .expect("the lead got two's merge request");
+    assert!(mail.contains("two.txt | 1 +"), "{mail}");
+    assert!(!mail.contains("README.md |"), "{mail}");
+    let marker = "The same diff, in your worktree: `";
+    let start = mail.find(marker).unwrap_or_else(|| panic!("{mail}")) + marker.len();
+    let command = &mail[start..start + mail[start..].find('`').unwrap()];
+    only_twos_work(&bash(dir.path(), command));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_person_sees_what_a_second_teammates_merge_adds_in_the_inbox_and_the_page() {
+    let (dir, _fake, events) = second_teammates_merge("human", Vec::new(), 5).await;
+    let root = dir.path();
+    let run_id = events.last().unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let serve = super::serve_cli::Serve::start(root).await;
+    let cookie = serve.sign_in().await;
+    let page = serve
+        .get(&cookie, &format!("/runs/{run_id}/requests/merge-two-1"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    only_twos_work(&page);
+    assert!(page.contains("two.txt | 1 +"), "{page}");
+
+    // `muster inbox human` says how to see the same diff.
+    let inbox = muster(root, &["inbox", "human"]).await;
+    let text = String::from_utf8_lossy(&inbox.stdout).into_owned();
+    let marker = "What merge-two-1 adds: `";
+    let start = text.find(marker).unwrap_or_else(|| panic!("{text}")) + marker.len();
+    let command = &text[start..start + text[start..].find('`').unwrap()];
+    only_twos_work(&bash(root, command));
+}

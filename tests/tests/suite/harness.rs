@@ -156,6 +156,8 @@ pub(super) fn mode_model(
     settings: &Settings,
     env: &BTreeMap<String, String>,
 ) -> ModeModel {
+    // As muster's `main` does before any HTTP client exists.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let lookup = |name: &str| env.get(name).cloned();
     let provider = build_provider(
         mode.provider.value,
