@@ -66,9 +66,16 @@ impl Ending {
         if let (Some(stop), Some(fields)) = (agent_stop(error), result.as_object_mut()) {
             fields.insert("reason".into(), json!(stop.reason()));
         }
+        let exit = Exit::for_error(error);
         Ending {
-            status: RunStatus::Failed,
-            exit: Exit::for_error(error),
+            // A store failure stops the run, not its work: it stays resumable once the store
+            // is back (exit 4 says fix the store and resume).
+            status: if exit == Exit::Store {
+                RunStatus::Interrupted
+            } else {
+                RunStatus::Failed
+            },
+            exit,
             result,
             text: format!("muster: the run failed: {error:#}"),
         }

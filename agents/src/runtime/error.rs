@@ -63,8 +63,8 @@ pub enum RuntimeError {
         detail: String,
     },
     /// The team could not carry out a transition the agent depends on.
-    #[error("team: {0}")]
-    Team(String),
+    #[error(transparent)]
+    Team(#[from] super::team::TeamError),
 }
 
 impl From<ModelError> for RuntimeError {

@@ -32,13 +32,68 @@ use crate::tools::{
 };
 
 use super::agent::{AgentRuntime, CallResult, Dispatched};
-use super::error::RuntimeResult;
+use super::error::{RuntimeError, RuntimeResult};
 use super::events::RuntimeEvent;
 use super::gate::GateDecision;
 
 /// The names no teammate may have: the lead's and the reserved responders' (one list, in
 /// muster-config).
 pub use muster_config::ids::RESERVED_NAMES;
+
+/// Why the team did not do what an agent asked. A refusal is an answer for the model; every
+/// other error keeps its cause, so a store failure under a team transition is reported as one
+/// (exit 4) rather than as text.
+#[derive(Debug, thiserror::Error)]
+pub enum TeamError {
+    /// Refused, in words for the model (a name taken, no such teammate, not the lead).
+    #[error("{0}")]
+    Refused(String),
+    /// The store failed: the agent cannot go on.
+    #[error("{context}")]
+    Store {
+        context: String,
+        #[source]
+        source: StoreError,
+    },
+    /// Something else the team needs failed (git, a worktree, the file system).
+    #[error("{context}")]
+    Failed {
+        context: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl TeamError {
+    /// A store failure while doing `context`.
+    pub fn store(context: impl Into<String>, source: StoreError) -> TeamError {
+        TeamError::Store {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// A failure of something else while doing `context`, its cause kept.
+    pub fn failed(
+        context: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> TeamError {
+        TeamError::Failed {
+            context: context.into(),
+            source: source.into(),
+        }
+    }
+}
+
+/// A team's answer for the model: a refusal is the tool's error text; any other error stops
+/// the agent with its cause.
+fn refusal_or_error<T>(answer: Result<T, TeamError>) -> RuntimeResult<Result<T, String>> {
+    match answer {
+        Ok(value) => Ok(Ok(value)),
+        Err(TeamError::Refused(words)) => Ok(Err(words)),
+        Err(error) => Err(RuntimeError::Team(error)),
+    }
+}
 
 /// A boxed future, for [`TeamServices`]' methods.
 pub type TeamFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -78,17 +133,17 @@ pub struct SpawnedTeammate {
 
 /// What a team run's orchestrator does for the runtime.
 pub trait TeamServices: Send + Sync {
-    /// Starts a teammate; `Err` is a refusal in words for the model.
+    /// Starts a teammate; [`TeamError::Refused`] is a refusal in words for the model.
     fn spawn_teammate(
         &self,
         request: SpawnRequest,
-    ) -> TeamFuture<'_, Result<SpawnedTeammate, String>>;
+    ) -> TeamFuture<'_, Result<SpawnedTeammate, TeamError>>;
     /// Sends a teammate a `shutdown_request` and stops it after the shutdown timeout; gives
     /// back what happened in words, or a refusal.
     fn shutdown_teammate<'a>(
         &'a self,
         request: ShutdownRequest<'a>,
-    ) -> TeamFuture<'a, Result<String, String>>;
+    ) -> TeamFuture<'a, Result<String, TeamError>>;
     /// Who answers `agent`'s plan and permission requests: `lead`, `human` or `policy:FILE`.
     fn responder_for(&self, agent: &str) -> String;
     /// The task board changed (idle teammates look for work).
@@ -114,7 +169,7 @@ pub trait TeamServices: Send + Sync {
         agent: &'a str,
         result: &'a str,
         turn: u64,
-    ) -> TeamFuture<'a, Result<TurnEnd, String>> {
+    ) -> TeamFuture<'a, Result<TurnEnd, TeamError>> {
         let _ = (agent, result, turn);
         Box::pin(async { Ok(TurnEnd::default()) })
     }
@@ -127,7 +182,7 @@ pub trait TeamServices: Send + Sync {
     fn workspace_for<'a>(
         &'a self,
         agent: &'a str,
-    ) -> TeamFuture<'a, Result<Option<std::path::PathBuf>, String>> {
+    ) -> TeamFuture<'a, Result<Option<std::path::PathBuf>, TeamError>> {
         let _ = agent;
         Box::pin(async { Ok(None) })
     }
@@ -136,7 +191,7 @@ pub trait TeamServices: Send + Sync {
     fn checkpoint<'a>(
         &'a self,
         agent: &'a str,
-    ) -> TeamFuture<'a, Result<Option<TeamCheckpoint>, String>> {
+    ) -> TeamFuture<'a, Result<Option<TeamCheckpoint>, TeamError>> {
         let _ = agent;
         Box::pin(async { Ok(None) })
     }
@@ -311,7 +366,7 @@ impl AgentRuntime {
                 Err(error) => Err(error),
             },
             Some(ToolName::SpawnTeammate) => match parse::<SpawnTeammateInput>(call) {
-                Ok(input) => self.spawn_teammate(call, input, team.as_ref()).await,
+                Ok(input) => self.spawn_teammate(call, input, team.as_ref()).await?,
                 Err(error) => Err(error),
             },
             Some(ToolName::ReviewMerge) => match parse::<ReviewMergeInput>(call) {
@@ -325,13 +380,15 @@ impl AgentRuntime {
             Some(ToolName::ShutdownTeammate) => match parse::<ShutdownTeammateInput>(call) {
                 Ok(input) => {
                     let call_key = self.call_key(call);
-                    team.shutdown_teammate(ShutdownRequest {
-                        requested_by: &self.id,
-                        name: &input.name,
-                        reason: input.reason.as_deref(),
-                        call_key: &call_key,
-                    })
-                    .await
+                    refusal_or_error(
+                        team.shutdown_teammate(ShutdownRequest {
+                            requested_by: &self.id,
+                            name: &input.name,
+                            reason: input.reason.as_deref(),
+                            call_key: &call_key,
+                        })
+                        .await,
+                    )?
                 }
                 Err(error) => Err(error),
             },
@@ -635,19 +692,19 @@ impl AgentRuntime {
         call: &ToolCall,
         input: SpawnTeammateInput,
         team: &dyn TeamServices,
-    ) -> Result<String, String> {
+    ) -> RuntimeResult<Result<String, String>> {
         if RESERVED_NAMES.contains(&input.name.as_str()) {
-            return Err(format!(
+            return Ok(Err(format!(
                 "{:?} is reserved (lead, human and policy cannot be teammates' names); choose \
                  another name",
                 input.name
-            ));
+            )));
         }
         if muster_mailbox::validate_agent_id(&input.name).is_err() || input.name.contains('.') {
-            return Err(format!(
+            return Ok(Err(format!(
                 "{:?} is not a valid teammate name: use [a-z][a-z0-9-]{{0,31}}",
                 input.name
-            ));
+            )));
         }
         let spawned = team
             .spawn_teammate(SpawnRequest {
@@ -659,7 +716,11 @@ impl AgentRuntime {
                 lead: self.id.clone(),
                 call_key: self.call_key(call),
             })
-            .await?;
+            .await;
+        let spawned = match refusal_or_error(spawned)? {
+            Ok(spawned) => spawned,
+            Err(refused) => return Ok(Err(refused)),
+        };
         let plans = if spawned.mode == PermissionMode::Plan {
             format!(
                 " It starts in plan mode and works in {} once {} approves its plan; its plan \
@@ -674,11 +735,11 @@ impl AgentRuntime {
         } else {
             format!(" Note: {}.", spawned.notes.join("; "))
         };
-        Ok(format!(
+        Ok(Ok(format!(
             "Spawned teammate {} (agent id {}, definition {}).{plans}{notes} Reach it with \
              SendMessage {{to: \"{}\"}} or assign it a task with TaskUpdate.",
             spawned.id, spawned.id, spawned.definition, spawned.id
-        ))
+        )))
     }
 
     async fn review_merge(

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use muster_agents::model::ContentBlock;
 use muster_agents::runtime::team::{
-    ShutdownRequest, SpawnRequest, SpawnedTeammate, TeamFuture, TeamServices,
+    ShutdownRequest, SpawnRequest, SpawnedTeammate, TeamError, TeamFuture, TeamServices,
 };
 use muster_agents::runtime::{AgentKind, AgentRuntime, AgentSpec, PlanApprover, RunContext};
 use muster_config::PermissionMode;
@@ -38,7 +38,7 @@ impl TeamServices for StubTeam {
     fn spawn_teammate(
         &self,
         request: SpawnRequest,
-    ) -> TeamFuture<'_, Result<SpawnedTeammate, String>> {
+    ) -> TeamFuture<'_, Result<SpawnedTeammate, TeamError>> {
         Box::pin(async move {
             self.spawned.lock().unwrap().push(request.clone());
             Ok(SpawnedTeammate {
@@ -55,7 +55,7 @@ impl TeamServices for StubTeam {
     fn shutdown_teammate<'a>(
         &'a self,
         request: ShutdownRequest<'a>,
-    ) -> TeamFuture<'a, Result<String, String>> {
+    ) -> TeamFuture<'a, Result<String, TeamError>> {
         Box::pin(async move { Ok(format!("asked {} to shut down", request.name)) })
     }
 

@@ -6,7 +6,7 @@
 use muster_protocol::MessageKind;
 use std::sync::Arc;
 
-use muster_agents::runtime::team::TurnEnd;
+use muster_agents::runtime::team::{TeamError, TurnEnd};
 use muster_agents::runtime::{
     AgentKind, AgentOutcome, AgentRuntime, AgentSpec, Record, TRANSCRIPT,
 };
@@ -115,8 +115,7 @@ impl Team {
             };
             // Spawned and killed before it started: it starts on its first instructions.
             let first = plan.prompt.clone();
-            self.start_teammate(plan, first, true)
-                .map_err(anyhow::Error::msg)?;
+            self.start_teammate(plan, first, true)?;
         }
         Ok(())
     }
@@ -127,11 +126,11 @@ impl Team {
         plan: TeammatePlan,
         first: Option<String>,
         resumed: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), TeamError> {
         let team = self
             .me
             .upgrade()
-            .ok_or_else(|| "the team is shutting down".to_owned())?;
+            .ok_or_else(|| TeamError::Refused("the team is shutting down".to_owned()))?;
         // Placed on workers: a worker runs it, unless this process is that worker.
         let placed = plan.placement == Placement::Workers && self.worker.is_none();
         {
@@ -190,6 +189,9 @@ impl Team {
             if let Err(error) = self.stop_with_notice(&id, reason, summary).await {
                 tracing::warn!(agent = %id, %error, "the failed teammate's notice");
             }
+            // Keep the store failure from being mistaken for the teammate's own: it ends the
+            // run (exit 4), whatever the lead would do next.
+            self.fail_run_on_store_error(error);
         }
         self.set_state(&id, MemberState::Stopped);
     }

@@ -395,6 +395,7 @@ async fn execute(
     let mut interrupted = false;
     let driven = tokio::select! {
         driven = lead => driven,
+        failure = team.until_store_failure() => Ok(Ending::from_error(&failure)),
         signal = interrupts.first() => {
             interrupted = true;
             Ok(Ending::interrupted(signal, &run_id))
@@ -554,6 +555,9 @@ pub(crate) struct Team {
     worker: Option<String>,
     /// The lead's side of a team with teammates on workers: what their work items carry.
     placed: Option<placement::Placing>,
+    /// The store failure that stopped a teammate: the run's, not the teammate's, so the run
+    /// stops with it (exit 4) and a resume carries on.
+    store_failure: watch::Sender<Option<Arc<anyhow::Error>>>,
 }
 
 /// What a [`Team`] is made of.
@@ -591,7 +595,29 @@ impl Team {
             isolation: parts.isolation,
             worker: parts.worker,
             placed: parts.placed,
+            store_failure: watch::channel(None).0,
         })
+    }
+
+    /// A teammate's error that is the store's: the run cannot go on either.
+    pub(crate) fn fail_run_on_store_error(&self, error: anyhow::Error) {
+        if Exit::for_error(&error) == Exit::Store {
+            self.store_failure.send_replace(Some(Arc::new(error)));
+        }
+    }
+
+    /// Returns once a teammate's store failure has stopped the run.
+    async fn until_store_failure(&self) -> Arc<anyhow::Error> {
+        let mut failure = self.store_failure.subscribe();
+        loop {
+            if let Some(error) = failure.borrow_and_update().clone() {
+                return error;
+            }
+            if failure.changed().await.is_err() {
+                // The team holds the sender: it cannot close while this waits.
+                std::future::pending::<()>().await;
+            }
+        }
     }
 
     fn run_id(&self) -> &str {

@@ -433,8 +433,7 @@ async fn run_placed(
         }
     );
     let first = if started { None } else { payload.first.clone() };
-    team.start_teammate(payload.plan, first, started)
-        .map_err(anyhow::Error::msg)?;
+    team.start_teammate(payload.plan, first, started)?;
     if let Some(handle) = team.take_handle(&agent) {
         let _ = handle.await;
     }

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use muster_agents::runtime::team::{
-    ShutdownRequest, SpawnRequest, SpawnedTeammate, TeamCheckpoint, TeamFuture, TeamServices,
-    TurnEnd,
+    ShutdownRequest, SpawnRequest, SpawnedTeammate, TeamCheckpoint, TeamError, TeamFuture,
+    TeamServices, TurnEnd,
 };
 use muster_config::{PermissionMode, PlanVerdict, Policy, Responder, RuleSubject};
 use muster_mailbox::decide::{Waiter, decide};
@@ -23,18 +23,26 @@ use serde_json::json;
 use super::members::{TEAM_STREAM, TeammatePlan};
 use super::{LEAD, MemberState, Team};
 
+/// An orchestrator error as the runtime sees it: a store failure stays a store failure.
+fn team_error(context: String, error: anyhow::Error) -> TeamError {
+    match error.downcast::<StoreError>() {
+        Ok(store) => TeamError::store(context, store),
+        Err(other) => TeamError::failed(context, other),
+    }
+}
+
 impl TeamServices for Team {
     fn spawn_teammate(
         &self,
         request: SpawnRequest,
-    ) -> TeamFuture<'_, Result<SpawnedTeammate, String>> {
+    ) -> TeamFuture<'_, Result<SpawnedTeammate, TeamError>> {
         Box::pin(async move { self.spawn(request).await })
     }
 
     fn shutdown_teammate<'a>(
         &'a self,
         request: ShutdownRequest<'a>,
-    ) -> TeamFuture<'a, Result<String, String>> {
+    ) -> TeamFuture<'a, Result<String, TeamError>> {
         Box::pin(async move { self.shutdown(request).await })
     }
 
@@ -70,11 +78,11 @@ impl TeamServices for Team {
         agent: &'a str,
         result: &'a str,
         turn: u64,
-    ) -> TeamFuture<'a, Result<TurnEnd, String>> {
+    ) -> TeamFuture<'a, Result<TurnEnd, TeamError>> {
         Box::pin(async move {
             self.turn_end(agent, result, turn)
                 .await
-                .map_err(|error| format!("{agent}'s end of turn: {error:#}"))
+                .map_err(|error| team_error(format!("{agent}'s end of turn"), error))
         })
     }
 
@@ -85,7 +93,7 @@ impl TeamServices for Team {
     fn workspace_for<'a>(
         &'a self,
         agent: &'a str,
-    ) -> TeamFuture<'a, Result<Option<std::path::PathBuf>, String>> {
+    ) -> TeamFuture<'a, Result<Option<std::path::PathBuf>, TeamError>> {
         Box::pin(async move {
             let Some(isolation) = &self.isolation else {
                 return Ok(None);
@@ -94,14 +102,14 @@ impl TeamServices for Team {
                 .workspace_for(self.store.as_ref(), self.run_id(), agent)
                 .await
                 .map(Some)
-                .map_err(|error| format!("{agent}'s worktree: {error:#}"))
+                .map_err(|error| team_error(format!("{agent}'s worktree"), error))
         })
     }
 
     fn checkpoint<'a>(
         &'a self,
         agent: &'a str,
-    ) -> TeamFuture<'a, Result<Option<TeamCheckpoint>, String>> {
+    ) -> TeamFuture<'a, Result<Option<TeamCheckpoint>, TeamError>> {
         Box::pin(async move {
             let Some(isolation) = &self.isolation else {
                 return Ok(None);
@@ -109,7 +117,7 @@ impl TeamServices for Team {
             isolation
                 .checkpoint(agent)
                 .await
-                .map_err(|error| format!("{agent}'s worktree checkpoint: {error:#}"))
+                .map_err(|error| team_error(format!("{agent}'s worktree checkpoint"), error))
         })
     }
 }
@@ -234,12 +242,15 @@ impl Team {
 
     /// The teammate an earlier run of the same `SpawnTeammate` call spawned (a resume repeats
     /// a call whose result was not committed): found by the call's key in its stored plan.
-    async fn spawned_by(&self, request: &SpawnRequest) -> Result<Option<SpawnedTeammate>, String> {
+    async fn spawned_by(
+        &self,
+        request: &SpawnRequest,
+    ) -> Result<Option<SpawnedTeammate>, TeamError> {
         let rows = self
             .store
             .records(self.run_id(), &request.name, TEAM_STREAM, 0)
             .await
-            .map_err(|e| format!("the store could not be read: {e}"))?;
+            .map_err(|e| TeamError::store("reading the teammate's stored plan", e))?;
         let plan = rows
             .last()
             .and_then(|row| serde_json::from_value::<TeammatePlan>(row.body.clone()).ok())
@@ -258,7 +269,7 @@ impl Team {
         }))
     }
 
-    async fn spawn(&self, request: SpawnRequest) -> Result<SpawnedTeammate, String> {
+    async fn spawn(&self, request: SpawnRequest) -> Result<SpawnedTeammate, TeamError> {
         if let Some(spawned) = self.spawned_by(&request).await? {
             return Ok(spawned);
         }
@@ -268,29 +279,29 @@ impl Team {
             .clone()
             .unwrap_or_else(|| "general".into());
         if !rules.allows_definition(&definition_name) {
-            return Err(format!(
+            return Err(TeamError::Refused(format!(
                 "the team's [spawn] rules do not allow definition {definition_name:?}{}",
                 rules
                     .definitions
                     .as_ref()
                     .map(|d| format!("; allowed: {}", d.join(", ")))
                     .unwrap_or_default()
-            ));
+            )));
         }
         let Some(definition) = self.run.catalog.get(&definition_name).cloned() else {
             let names: Vec<&str> = self.run.catalog.names().collect();
-            return Err(format!(
+            return Err(TeamError::Refused(format!(
                 "unknown definition {definition_name:?}; the definitions are: {}",
                 names.join(", ")
-            ));
+            )));
         };
         let live = {
             let members = self.members.lock().unwrap_or_else(|p| p.into_inner());
             if members.contains_key(&request.name) {
-                return Err(format!(
+                return Err(TeamError::Refused(format!(
                     "a teammate named {:?} already exists; choose another name",
                     request.name
-                ));
+                )));
             }
             members
                 .values()
@@ -298,10 +309,10 @@ impl Team {
                 .count()
         };
         if live as u64 >= self.file.max_concurrent_teammates {
-            return Err(format!(
+            return Err(TeamError::Refused(format!(
                 "the team already has {live} live teammates, its max_concurrent_teammates; shut \
                  one down first"
-            ));
+            )));
         }
         let mut notes = Vec::new();
         let plan_mode_required =
@@ -347,7 +358,7 @@ impl Team {
             placement: self.file.spawn.placement,
         };
         let body = serde_json::to_value(&plan)
-            .map_err(|e| format!("the new teammate's plan cannot be stored: {e}"))?;
+            .map_err(|e| TeamError::failed("the new teammate's plan cannot be stored", e))?;
         // The roster entry and the plan it is rebuilt from (with its first instructions) are
         // one commit: a resume finds both or neither.
         let added = self
@@ -373,12 +384,12 @@ impl Team {
         match added {
             Ok(_) => {}
             Err(StoreError::AlreadyOnRoster { .. }) => {
-                return Err(format!(
+                return Err(TeamError::Refused(format!(
                     "{:?} is already a member of this run",
                     request.name
-                ));
+                )));
             }
-            Err(error) => return Err(format!("the store refused the new teammate: {error}")),
+            Err(error) => return Err(TeamError::store("adding the new teammate", error)),
         }
         muster_mailbox::failpoint!("spawn");
         self.start_teammate(plan, Some(request.prompt), false)?;
@@ -427,7 +438,7 @@ impl Team {
         Ok(request.request_id.unwrap_or(request_id))
     }
 
-    async fn shutdown(&self, request: ShutdownRequest<'_>) -> Result<String, String> {
+    async fn shutdown(&self, request: ShutdownRequest<'_>) -> Result<String, TeamError> {
         let ShutdownRequest {
             requested_by,
             name,
@@ -435,21 +446,25 @@ impl Team {
             call_key,
         } = request;
         if requested_by != LEAD {
-            return Err("only the lead shuts teammates down".into());
+            return Err(TeamError::Refused(
+                "only the lead shuts teammates down".into(),
+            ));
         }
         let state = {
             let members = self.members.lock().unwrap_or_else(|p| p.into_inner());
             members.get(name).map(|m| m.state)
         };
         match state {
-            None => return Err(format!("there is no teammate {name:?}")),
+            None => {
+                return Err(TeamError::Refused(format!("there is no teammate {name:?}")));
+            }
             Some(MemberState::Stopped) => return Ok(format!("{name} has already stopped.")),
             Some(_) => {}
         }
         let request_id = self
             .request_shutdown(name, reason.map(str::to_owned), Some(call_key))
             .await
-            .map_err(|e| format!("the shutdown request could not be sent: {e}"))?;
+            .map_err(|e| TeamError::store("sending the shutdown request", e))?;
         if let Some(team) = self.me.upgrade() {
             let agent = name.to_owned();
             tokio::spawn(async move {

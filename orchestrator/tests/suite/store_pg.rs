@@ -838,3 +838,93 @@ async fn a_server_restarted_in_the_middle_of_a_run_is_reconnected_and_the_run_co
     fake.verify().unwrap();
     drop(client);
 }
+
+/// A store failure inside a teammate's end of turn is the run's: the run stops with exit 4
+/// (not 0, not a teammate's "failed"), naming where it happened, and stays resumable, so a
+/// script that retries on 4 finishes it once the store is back. The store fails for real: the
+/// server answers alice's end of turn with "relation does not exist", its `tasks` table renamed
+/// while her last answer is held at the fake model's gate.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_store_failure_in_a_teammates_end_of_turn_stops_the_run_with_exit_4_and_resume_finishes_it()
+ {
+    use muster_fake_llm::{Block, ScriptEntry};
+    use serde_json::json;
+
+    use super::common::{Running, command, fake, tool};
+
+    let dir = super::common::project(&[(
+        "muster.team.toml",
+        "name = \"one\"\n\n[[teammates]]\nname = \"alice\"\nplan_mode_required = false\n",
+    )]);
+    let schema = Schema::new().await;
+    use_store(dir.path(), &schema.url());
+    let turn = |agent: &str, text: &str, hold: Option<&str>| -> ScriptEntry {
+        let mut entry = json!({"agent": agent,
+            "reply": {"content": [Block::text(text)], "stop_reason": "end_turn"}});
+        if let Some(gate) = hold {
+            entry["fault"] = json!({"hold": gate});
+        }
+        serde_json::from_value(entry).unwrap()
+    };
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "Read", "description": "Say what README.md says."}),
+            )],
+        ),
+        ScriptEntry::reply(
+            "alice",
+            1,
+            vec![tool("Read", json!({"file_path": "README.md"}))],
+        ),
+        turn("alice", "It says hello.", Some("alice-last")),
+        turn("lead", "Waiting for the team.", None),
+    ])
+    .await;
+    let args = [
+        "run",
+        "-p",
+        "Read the README.",
+        "--base-url",
+        &fake.base_url(),
+        "--output",
+        "stream-json",
+    ];
+    let mut run = Running::spawn(command(dir.path(), &args));
+    tokio::time::timeout(super::common::GUARD, fake.gate_reached("alice-last", 1))
+        .await
+        .expect("guard timeout");
+    let tasks = format!("{}.tasks", schema.name());
+    admin(&format!("ALTER TABLE {tasks} RENAME TO tasks_gone")).await;
+    fake.open_gate("alice-last");
+    assert_eq!(run.finish().await, Some(4), "{:#?}", run.events);
+    let finished = run.events.last().unwrap();
+    assert_eq!(finished["type"], "run_finished", "{:#?}", run.events);
+    let error = finished["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{finished:#}"));
+    assert!(error.contains("alice's end of turn"), "{error}");
+    assert!(
+        error.contains("tasks"),
+        "the server's words are kept: {error}"
+    );
+
+    admin(&format!(
+        "ALTER TABLE {}.tasks_gone RENAME TO tasks",
+        schema.name()
+    ))
+    .await;
+    let resumed = muster(dir.path(), &["resume", "--output", "stream-json"]).await;
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    let finished = lines(&resumed).last().cloned().unwrap();
+    assert_eq!(finished["status"], "completed", "{finished:#}");
+    let tasks = finished["tasks"].as_array().unwrap();
+    assert!(
+        tasks.iter().all(|t| t["status"] == "completed"),
+        "{tasks:?}"
+    );
+    schema.drop_now().await;
+}
