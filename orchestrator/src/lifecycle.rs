@@ -339,7 +339,13 @@ mod tests {
         for (error, exit, text) in rows {
             let ending = Ending::from_error(&error);
             assert_eq!(ending.exit, exit, "{error:#}");
-            assert_eq!(ending.status, RunStatus::Failed);
+            // A store failure leaves the run resumable (exit 4: fix the store, then resume).
+            let status = if exit == Exit::Store {
+                RunStatus::Interrupted
+            } else {
+                RunStatus::Failed
+            };
+            assert_eq!(ending.status, status, "{error:#}");
             let said = ending.result["error"].as_str().unwrap_or_default();
             assert!(said.starts_with(text), "{said}");
             assert!(ending.text.contains(said), "{}", ending.text);
