@@ -486,17 +486,17 @@ impl AgentRuntime {
                  shown with the mail (question-…, shutdown-…)"
             )));
         };
-        let body = match request.kind.as_str() {
-            "question" => MessageBody::Answer {
+        let body = match request.kind {
+            MessageKind::Question => MessageBody::Answer {
                 request_id: request_id.to_owned(),
                 answer: input.message.clone(),
             },
-            "shutdown_request" => MessageBody::ShutdownResponse {
+            MessageKind::ShutdownRequest => MessageBody::ShutdownResponse {
                 request_id: request_id.to_owned(),
                 approve: input.approve.unwrap_or(true),
                 reason: Some(input.message.clone()).filter(|m| !m.trim().is_empty()),
             },
-            "plan_approval_request" | "permission_request" => {
+            MessageKind::PlanApprovalRequest | MessageKind::PermissionRequest => {
                 return Ok(Err(format!(
                     "{request_id} is a {}: answer it with ReviewPlan, not SendMessage",
                     request.kind
@@ -807,8 +807,8 @@ impl AgentRuntime {
                  reject it with feedback."
             )));
         }
-        let (body, summary) = match request.kind.as_str() {
-            "plan_approval_request" => {
+        let (body, summary) = match request.kind {
+            MessageKind::PlanApprovalRequest => {
                 let asked = input.mode.map(PermissionMode::from);
                 let granted = asked.map(|m| m.capped_at(self.mode));
                 let lowered = match (asked, granted) {
@@ -886,7 +886,7 @@ impl AgentRuntime {
                 }
                 (body, summary)
             }
-            "permission_request" => (
+            MessageKind::PermissionRequest => (
                 MessageBody::PermissionResponse {
                     request_id: request_id.clone(),
                     approved: input.approve,

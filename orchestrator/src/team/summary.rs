@@ -4,6 +4,7 @@
 
 use muster_agents::verification::VerificationReport;
 use muster_mailbox::{MemberKind, MessageBody, RequestRecord, RosterEntry, Task};
+use muster_protocol::MessageKind;
 
 /// The run as the summary shows it.
 pub(crate) struct RunFacts<'a> {
@@ -112,13 +113,15 @@ fn agents(out: &mut String, roster: &[RosterEntry]) {
 fn requests(out: &mut String, requests: &[RequestRecord]) {
     for request in requests.iter().filter(|r| {
         matches!(
-            r.kind.as_str(),
-            "plan_approval_request" | "permission_request" | "merge_request"
+            r.kind,
+            MessageKind::PlanApprovalRequest
+                | MessageKind::PermissionRequest
+                | MessageKind::MergeRequest
         )
     }) {
-        let what = match request.kind.as_str() {
-            "plan_approval_request" => "plan",
-            "merge_request" => "merge",
+        let what = match request.kind {
+            MessageKind::PlanApprovalRequest => "plan",
+            MessageKind::MergeRequest => "merge",
             _ => "permission",
         };
         out.push_str(&format!(

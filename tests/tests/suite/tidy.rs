@@ -1,0 +1,174 @@
+//! The vocabulary has one typed home (ARCHITECTURE.md "The vocabulary"): message kinds, tool
+//! names, responders and request ids are spelled only in `protocol/`. This check reads the
+//! other crates' library code (their unit-test modules and test files aside, where a literal is
+//! the serialised format under test) and fails on a spelling that belongs to the protocol.
+
+use std::path::{Path, PathBuf};
+
+/// The crates whose code must speak through `muster-protocol`.
+const CRATES: [&str; 4] = [
+    "agents/src",
+    "config/src",
+    "mailbox/src",
+    "orchestrator/src",
+];
+
+const TOOLS: [&str; 22] = [
+    "Read",
+    "Write",
+    "Edit",
+    "MultiEdit",
+    "NotebookEdit",
+    "Glob",
+    "Grep",
+    "LS",
+    "Bash",
+    "AskUserQuestion",
+    "EnterPlanMode",
+    "ExitPlanMode",
+    "Agent",
+    "SendMessage",
+    "TaskCreate",
+    "TaskUpdate",
+    "TaskList",
+    "TaskGet",
+    "SpawnTeammate",
+    "ReviewPlan",
+    "ReviewMerge",
+    "ShutdownTeammate",
+];
+
+const KINDS: [&str; 14] = [
+    "text",
+    "plan_approval_request",
+    "plan_approval_response",
+    "permission_request",
+    "permission_response",
+    "question",
+    "answer",
+    "shutdown_request",
+    "shutdown_response",
+    "merge_request",
+    "merge_response",
+    "task_assignment",
+    "idle_notification",
+    "verification_report",
+];
+
+const REQUEST_PREFIXES: [&str; 5] = ["plan-", "perm-", "question-", "shutdown-", "merge-"];
+
+/// What is wrong with one line of library code, if anything.
+fn misspoken(code: &str) -> Option<String> {
+    if let Some(tool) = TOOLS.iter().find(|t| code.contains(&format!("\"{t}\""))) {
+        return Some(format!(
+            "the tool name \"{tool}\": use muster_protocol::ToolName"
+        ));
+    }
+    // A match arm on a one-word kind (`"text" =>`, `"answer" =>`) is as likely a content
+    // block's type or a form's action: only comparisons count for those.
+    for kind in KINDS {
+        for comparison in [
+            format!("kind == \"{kind}\""),
+            format!("kind != \"{kind}\""),
+            format!("kind() == \"{kind}\""),
+            format!("\"{kind}\" =>"),
+        ] {
+            if !kind.contains('_') && comparison.ends_with("=>") {
+                continue;
+            }
+            if code.contains(&comparison) {
+                return Some(format!("the message kind \"{kind}\": use MessageKind"));
+            }
+        }
+    }
+    if ["== \"human\"", "!= \"human\"", "\"human\" =="]
+        .iter()
+        .any(|c| code.contains(c))
+    {
+        return Some("the person compared as \"human\": use Responder".into());
+    }
+    if let Some(prefix) = REQUEST_PREFIXES
+        .iter()
+        .find(|p| code.contains(&format!("format!(\"{p}")))
+    {
+        return Some(format!(
+            "a request id built by hand ({prefix}…): use RequestId"
+        ));
+    }
+    if code.contains("Result<") && code.contains("Approver") {
+        return Some("`Approver`: it is muster_protocol::Responder".into());
+    }
+    None
+}
+
+/// The library lines of a file: up to its unit-test module, without comments.
+fn library_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.lines()
+        .enumerate()
+        .take_while(|(_, line)| *line != "#[cfg(test)]")
+        .map(|(index, line)| (index + 1, line.split("//").next().unwrap_or_default()))
+}
+
+fn rust_files(dir: &Path, found: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if path.is_dir() {
+            if name != "tests" {
+                rust_files(&path, found);
+            }
+        } else if name.ends_with(".rs") && name != "tests.rs" {
+            found.push(path);
+        }
+    }
+}
+
+#[test]
+fn no_vocabulary_literal_remains_outside_the_protocol_crate() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut files = Vec::new();
+    for krate in CRATES {
+        rust_files(&root.join(krate), &mut files);
+    }
+    assert!(files.len() > 100, "the crates' sources were found");
+    let mut wrong = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        for (number, code) in library_lines(&text) {
+            if let Some(why) = misspoken(code) {
+                let shown = file.strip_prefix(root).unwrap_or(file).display();
+                wrong.push(format!("{shown}:{number}: {why}: {}", code.trim()));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The check finds what it is for, and leaves the typed spellings alone.
+#[test]
+fn the_check_tells_a_literal_from_its_typed_spelling() {
+    let table = [
+        ("if call.name == \"Bash\" {", true),
+        ("if call.name == ToolName::Bash {", false),
+        ("m.kind == \"merge_request\"", true),
+        ("m.kind == MessageKind::MergeRequest", false),
+        ("\"plan_approval_request\" => 1,", true),
+        ("request.responder == \"human\"", true),
+        ("Responder::names_the_person(&request.responder)", false),
+        ("let id = format!(\"perm-{}-{n}\", agent);", true),
+        (
+            "let id = RequestId::new(RequestFamily::Permission, agent, n);",
+            false,
+        ),
+        ("let text = \"Bash is a shell\";", false),
+    ];
+    for (code, flagged) in table {
+        assert_eq!(misspoken(code).is_some(), flagged, "{code}");
+    }
+    let text = "fn f() {}\n#[cfg(test)]\nmod tests { const T: &str = \"Bash\"; }\n";
+    assert_eq!(
+        library_lines(text).count(),
+        1,
+        "unit tests are not library code"
+    );
+}
