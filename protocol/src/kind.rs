@@ -4,27 +4,52 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// Every message kind muster speaks; a kind from a newer version stays `Other`, so its rows
-/// still load and are reported rather than dropped.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum MessageKind {
-    Text,
-    PlanApprovalRequest,
-    PlanApprovalResponse,
-    PermissionRequest,
-    PermissionResponse,
-    Question,
-    Answer,
-    ShutdownRequest,
-    ShutdownResponse,
-    MergeRequest,
-    MergeResponse,
-    TaskAssignment,
-    IdleNotification,
-    VerificationReport,
-    /// A kind this version does not know, as stored.
-    Other(String),
+/// Declares the kinds once: the enum, [`MessageKind::known`] in the contract's order, and
+/// each stored spelling.
+macro_rules! kinds {
+    ($($kind:ident = $spelling:literal),+ $(,)?) => {
+        /// Every message kind muster speaks; a kind from a newer version stays `Other`, so its
+        /// rows still load and are reported rather than dropped.
+        #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+        pub enum MessageKind {
+            $($kind,)+
+            /// A kind this version does not know, as stored.
+            Other(String),
+        }
+
+        impl MessageKind {
+            /// Every kind this version knows, in the order of the contract.
+            pub fn known() -> [MessageKind; 14] {
+                [$(MessageKind::$kind),+]
+            }
+
+            /// The stored spelling.
+            pub fn as_str(&self) -> &str {
+                match self {
+                    $(MessageKind::$kind => $spelling,)+
+                    MessageKind::Other(kind) => kind,
+                }
+            }
+        }
+    };
 }
+
+kinds!(
+    Text = "text",
+    PlanApprovalRequest = "plan_approval_request",
+    PlanApprovalResponse = "plan_approval_response",
+    PermissionRequest = "permission_request",
+    PermissionResponse = "permission_response",
+    Question = "question",
+    Answer = "answer",
+    ShutdownRequest = "shutdown_request",
+    ShutdownResponse = "shutdown_response",
+    MergeRequest = "merge_request",
+    MergeResponse = "merge_response",
+    TaskAssignment = "task_assignment",
+    IdleNotification = "idle_notification",
+    VerificationReport = "verification_report",
+);
 
 /// How a message kind takes part in request/response correlation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,49 +63,6 @@ pub enum Correlation {
 }
 
 impl MessageKind {
-    /// Every kind this version knows, in the order of the contract.
-    pub fn known() -> [MessageKind; 14] {
-        use MessageKind::*;
-        [
-            Text,
-            PlanApprovalRequest,
-            PlanApprovalResponse,
-            PermissionRequest,
-            PermissionResponse,
-            Question,
-            Answer,
-            ShutdownRequest,
-            ShutdownResponse,
-            MergeRequest,
-            MergeResponse,
-            TaskAssignment,
-            IdleNotification,
-            VerificationReport,
-        ]
-    }
-
-    /// The stored spelling.
-    pub fn as_str(&self) -> &str {
-        use MessageKind::*;
-        match self {
-            Text => "text",
-            PlanApprovalRequest => "plan_approval_request",
-            PlanApprovalResponse => "plan_approval_response",
-            PermissionRequest => "permission_request",
-            PermissionResponse => "permission_response",
-            Question => "question",
-            Answer => "answer",
-            ShutdownRequest => "shutdown_request",
-            ShutdownResponse => "shutdown_response",
-            MergeRequest => "merge_request",
-            MergeResponse => "merge_response",
-            TaskAssignment => "task_assignment",
-            IdleNotification => "idle_notification",
-            VerificationReport => "verification_report",
-            Other(kind) => kind,
-        }
-    }
-
     /// Reads a stored spelling; an unknown one is kept as `Other`.
     pub fn parse(text: &str) -> MessageKind {
         MessageKind::known()

@@ -19,7 +19,8 @@ pub enum RequestFamily {
 }
 
 impl RequestFamily {
-    const ALL: [RequestFamily; 5] = [
+    /// Every family.
+    pub const ALL: [RequestFamily; 5] = [
         RequestFamily::Plan,
         RequestFamily::Permission,
         RequestFamily::Question,

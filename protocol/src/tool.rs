@@ -3,9 +3,30 @@
 
 use std::fmt;
 
-/// One of muster's own tools. MCP tools (`mcp__server__tool`) are not `ToolName`s.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ToolName {
+/// Declares the tools once: the enum, [`ALL_TOOLS`] in registry order, and each spelling.
+macro_rules! tools {
+    ($($tool:ident),+ $(,)?) => {
+        /// One of muster's own tools. MCP tools (`mcp__server__tool`) are not `ToolName`s.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum ToolName {
+            $($tool),+
+        }
+
+        /// Every tool, in registry order.
+        pub const ALL_TOOLS: [ToolName; 22] = [$(ToolName::$tool),+];
+
+        impl ToolName {
+            /// The name the model calls it by.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(ToolName::$tool => stringify!($tool)),+
+                }
+            }
+        }
+    };
+}
+
+tools!(
     Read,
     Write,
     Edit,
@@ -28,70 +49,12 @@ pub enum ToolName {
     ReviewPlan,
     ReviewMerge,
     ShutdownTeammate,
-}
-
-/// Every tool, in registry order.
-pub const ALL_TOOLS: [ToolName; 22] = {
-    use ToolName::*;
-    [
-        Read,
-        Write,
-        Edit,
-        MultiEdit,
-        NotebookEdit,
-        Glob,
-        Grep,
-        LS,
-        Bash,
-        AskUserQuestion,
-        EnterPlanMode,
-        ExitPlanMode,
-        Agent,
-        SendMessage,
-        TaskCreate,
-        TaskUpdate,
-        TaskList,
-        TaskGet,
-        SpawnTeammate,
-        ReviewPlan,
-        ReviewMerge,
-        ShutdownTeammate,
-    ]
-};
+);
 
 /// Old names Claude Code files use for a muster tool.
 const ALIASES: [(&str, ToolName); 1] = [("Task", ToolName::Agent)];
 
 impl ToolName {
-    /// The name the model calls it by.
-    pub const fn as_str(self) -> &'static str {
-        use ToolName::*;
-        match self {
-            Read => "Read",
-            Write => "Write",
-            Edit => "Edit",
-            MultiEdit => "MultiEdit",
-            NotebookEdit => "NotebookEdit",
-            Glob => "Glob",
-            Grep => "Grep",
-            LS => "LS",
-            Bash => "Bash",
-            AskUserQuestion => "AskUserQuestion",
-            EnterPlanMode => "EnterPlanMode",
-            ExitPlanMode => "ExitPlanMode",
-            Agent => "Agent",
-            SendMessage => "SendMessage",
-            TaskCreate => "TaskCreate",
-            TaskUpdate => "TaskUpdate",
-            TaskList => "TaskList",
-            TaskGet => "TaskGet",
-            SpawnTeammate => "SpawnTeammate",
-            ReviewPlan => "ReviewPlan",
-            ReviewMerge => "ReviewMerge",
-            ShutdownTeammate => "ShutdownTeammate",
-        }
-    }
-
     /// Exactly one of the names (no alias); `None` for anything else.
     pub fn parse(name: &str) -> Option<ToolName> {
         ALL_TOOLS.into_iter().find(|tool| tool.as_str() == name)

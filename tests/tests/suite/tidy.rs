@@ -5,6 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
+use muster_protocol::{ALL_TOOLS, MessageKind, RequestFamily};
+
 /// The crates whose code must speak through `muster-protocol`.
 const CRATES: [&str; 4] = [
     "agents/src",
@@ -13,60 +15,20 @@ const CRATES: [&str; 4] = [
     "orchestrator/src",
 ];
 
-const TOOLS: [&str; 22] = [
-    "Read",
-    "Write",
-    "Edit",
-    "MultiEdit",
-    "NotebookEdit",
-    "Glob",
-    "Grep",
-    "LS",
-    "Bash",
-    "AskUserQuestion",
-    "EnterPlanMode",
-    "ExitPlanMode",
-    "Agent",
-    "SendMessage",
-    "TaskCreate",
-    "TaskUpdate",
-    "TaskList",
-    "TaskGet",
-    "SpawnTeammate",
-    "ReviewPlan",
-    "ReviewMerge",
-    "ShutdownTeammate",
-];
-
-const KINDS: [&str; 14] = [
-    "text",
-    "plan_approval_request",
-    "plan_approval_response",
-    "permission_request",
-    "permission_response",
-    "question",
-    "answer",
-    "shutdown_request",
-    "shutdown_response",
-    "merge_request",
-    "merge_response",
-    "task_assignment",
-    "idle_notification",
-    "verification_report",
-];
-
-const REQUEST_PREFIXES: [&str; 5] = ["plan-", "perm-", "question-", "shutdown-", "merge-"];
-
 /// What is wrong with one line of library code, if anything.
 fn misspoken(code: &str) -> Option<String> {
-    if let Some(tool) = TOOLS.iter().find(|t| code.contains(&format!("\"{t}\""))) {
+    if let Some(tool) = ALL_TOOLS
+        .iter()
+        .find(|t| code.contains(&format!("\"{t}\"")))
+    {
         return Some(format!(
             "the tool name \"{tool}\": use muster_protocol::ToolName"
         ));
     }
     // A match arm on a one-word kind (`"text" =>`, `"answer" =>`) is as likely a content
     // block's type or a form's action: only comparisons count for those.
-    for kind in KINDS {
+    for kind in MessageKind::known() {
+        let kind = kind.as_str();
         for comparison in [
             format!("kind == \"{kind}\""),
             format!("kind != \"{kind}\""),
@@ -87,12 +49,13 @@ fn misspoken(code: &str) -> Option<String> {
     {
         return Some("the person compared as \"human\": use Responder".into());
     }
-    if let Some(prefix) = REQUEST_PREFIXES
+    if let Some(family) = RequestFamily::ALL
         .iter()
-        .find(|p| code.contains(&format!("format!(\"{p}")))
+        .find(|f| code.contains(&format!("format!(\"{}-", f.prefix())))
     {
+        let prefix = family.prefix();
         return Some(format!(
-            "a request id built by hand ({prefix}…): use RequestId"
+            "a request id built by hand ({prefix}-…): use RequestId"
         ));
     }
     if code.contains("Result<") && code.contains("Approver") {
