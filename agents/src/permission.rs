@@ -42,10 +42,10 @@ use std::str::FromStr;
 
 use muster_config::rule::{PermissionRule, RuleSpecifier, SourcedRule};
 use muster_config::settings::AutoGate;
-use muster_config::tools::{TEAM_TOOLS, canonical_tool_name};
 use muster_config::{
     AgentCatalog, AgentDefinition, PermissionMode, PermissionRules, RuleBehavior, RuleSubject,
 };
+use muster_protocol::ToolName;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -375,38 +375,6 @@ impl<'a> PermissionContext<'a> {
     }
 }
 
-/// Tools a subagent may never call: plan mode, questions, spawning, and the team tools (mail,
-/// the task board, the team): a subagent reports only to its parent.
-pub const SUBAGENT_FORBIDDEN_TOOLS: &[&str] = &[
-    "Agent",
-    "EnterPlanMode",
-    "ExitPlanMode",
-    "AskUserQuestion",
-    "SendMessage",
-    "TaskCreate",
-    "TaskUpdate",
-    "TaskList",
-    "TaskGet",
-    "SpawnTeammate",
-    "ReviewPlan",
-    "ReviewMerge",
-    "ShutdownTeammate",
-];
-
-/// Coordination tools plan mode allows: mail and the board are coordination state, not the
-/// workspace.
-pub const COORDINATION_TOOLS: &[&str] = &[
-    "AskUserQuestion",
-    "SendMessage",
-    "TaskCreate",
-    "TaskUpdate",
-    "TaskList",
-    "TaskGet",
-];
-
-/// File tools plan mode lets an agent use on its own plan file.
-pub const PLAN_FILE_TOOLS: &[&str] = &["Write", "Edit", "MultiEdit"];
-
 /// The one permission engine. Holds the tool registry (read-only flags and the paths each
 /// call touches); everything about the agent comes in the [`PermissionContext`].
 #[derive(Debug, Clone, Default)]
@@ -482,13 +450,13 @@ impl PermissionEngine {
                  start or does not list it (see `muster config show`)"
             ));
         }
-        let Some(name) = canonical_tool_name(tool) else {
+        let Some(name) = ToolName::canonical(tool) else {
             return deny(format!(
                 "unknown tool `{tool}`; the tools are: {}",
                 self.registry.names().join(", ")
             ));
         };
-        let Some(implementation) = self.registry.get(name) else {
+        let Some(implementation) = self.registry.get(name.as_str()) else {
             return deny(format!(
                 "tool `{name}` is not offered; the tools are: {}",
                 self.registry.names().join(", ")
@@ -501,7 +469,7 @@ impl PermissionEngine {
         };
 
         // 1. Deny rules, in every mode.
-        if let Some(reason) = self.denied_by_rule(context, name, &subjects) {
+        if let Some(reason) = self.denied_by_rule(context, name.as_str(), &subjects) {
             return deny(reason);
         }
         // 2. Who may call the tool at all, and a subagent never writes a plan file.
@@ -546,7 +514,8 @@ impl PermissionEngine {
         // 5. Ask rules (bypassPermissions stops only at deny rules, path limits and
         // known-dangerous commands).
         if mode != PermissionMode::BypassPermissions
-            && let Some(rule) = self.rule_matching(RuleBehavior::Ask, context, name, &subjects)
+            && let Some(rule) =
+                self.rule_matching(RuleBehavior::Ask, context, name.as_str(), &subjects)
         {
             let reason = format!(
                 "`{name}` matches the ask rule `{}` (from {})",
@@ -570,7 +539,7 @@ impl PermissionEngine {
             }
             ModeOutcome::Approval(reason) => {
                 // 6. Allow rules turn an ask into an allow (never reached in plan rules).
-                if let Some(rule) = self.allowed_by_rule(context, name, &subjects) {
+                if let Some(rule) = self.allowed_by_rule(context, name.as_str(), &subjects) {
                     let mut decision = Decision::new(
                         Verdict::Allow,
                         format!(
@@ -585,7 +554,7 @@ impl PermissionEngine {
                     return decision;
                 }
                 // 6b. The plan's grants, the same way, for this agent only.
-                let reason = match self.granted_by_plan(context, name, &subjects) {
+                let reason = match self.granted_by_plan(context, name.as_str(), &subjects) {
                     Ok(Some(granted)) => {
                         let mut decision = Decision::new(Verdict::Allow, granted, mode);
                         if mode == PermissionMode::Auto {
@@ -723,7 +692,7 @@ impl PermissionEngine {
     fn subjects(
         &self,
         context: &PermissionContext<'_>,
-        name: &str,
+        name: ToolName,
         implementation: &dyn Tool,
         input: &Value,
     ) -> Result<CallSubjects, String> {
@@ -746,13 +715,17 @@ impl PermissionEngine {
             })
             .collect();
         let text = |field: &str| input.get(field).and_then(Value::as_str).map(str::to_string);
-        let command = (name == "Bash").then(|| text("command")).flatten();
+        let command = (name.takes_command_rules())
+            .then(|| text("command"))
+            .flatten();
         let names = match name {
-            "Agent" => text("subagent_type").into_iter().collect(),
-            "SendMessage" => text("to").into_iter().collect(),
-            "SpawnTeammate" => text("agent").into_iter().chain(text("name")).collect(),
-            "ShutdownTeammate" => text("name").into_iter().collect(),
-            "ReviewPlan" | "ReviewMerge" => text("request_id").into_iter().collect(),
+            ToolName::Agent => text("subagent_type").into_iter().collect(),
+            ToolName::SendMessage => text("to").into_iter().collect(),
+            ToolName::SpawnTeammate => text("agent").into_iter().chain(text("name")).collect(),
+            ToolName::ShutdownTeammate => text("name").into_iter().collect(),
+            ToolName::ReviewPlan | ToolName::ReviewMerge => {
+                text("request_id").into_iter().collect()
+            }
             _ => Vec::new(),
         };
         Ok(CallSubjects {
@@ -781,7 +754,7 @@ impl PermissionEngine {
                 rule.value, rule.origin
             ));
         }
-        if name == "Grep" {
+        if ToolName::parse(name) == Some(ToolName::Grep) {
             let check = RulesReadCheck::new(context.workspace, context.rules, context.home_dir);
             for (access, _) in &subjects.paths {
                 if let Ok(resolved) = context
@@ -874,7 +847,7 @@ impl PermissionEngine {
     fn plan_rules(
         &self,
         context: &PermissionContext<'_>,
-        name: &str,
+        name: ToolName,
         implementation: &dyn Tool,
         subjects: &CallSubjects,
         own_plan_file: Option<&Path>,
@@ -909,7 +882,7 @@ impl PermissionEngine {
             return allow(format!("`{name}` is read-only, which {label} allows"));
         }
         match name {
-            "Bash" => {
+            ToolName::Bash => {
                 let command = subjects.command.as_deref().unwrap_or_default();
                 let check = RulesReadCheck::new(context.workspace, context.rules, context.home_dir);
                 match classify(command, &check) {
@@ -926,8 +899,8 @@ impl PermissionEngine {
                     }
                 }
             }
-            "Write" | "Edit" | "MultiEdit"
-                if !subjects.paths.is_empty()
+            _ if name.writes_plan_file()
+                &&  !subjects.paths.is_empty()
                     && subjects.paths.iter().all(|(access, _)| {
                         context.is_own_plan_file(own_plan_file, &access.path)
                     }) =>
@@ -936,7 +909,7 @@ impl PermissionEngine {
                     "`{name}` writes your own plan file, which {label} allows"
                 ))
             }
-            "ExitPlanMode" if !read_only => {
+            ToolName::ExitPlanMode if !read_only => {
                 let restores = match context.pre_plan_mode {
                     Some(PermissionMode::Auto) if context.auto_gate == AutoGate::Closed => {
                         " (leaving restores `default`: the auto gate has closed)".to_string()
@@ -948,15 +921,15 @@ impl PermissionEngine {
                     "ExitPlanMode submits your plan for approval; plan mode allows it by name{restores}"
                 ))
             }
-            _ if COORDINATION_TOOLS.contains(&name) => allow(format!(
+            _ if name.is_coordination() => allow(format!(
                 "`{name}` changes coordination state (mail, the task board), not the workspace; {label} allows it"
             )),
             // A merge decision moves the integration branch, not the lead's own work: a
             // planning lead may still decide its teammates' merges.
-            "ReviewMerge" if !read_only && context.kind == AgentKind::Lead => allow(
+            ToolName::ReviewMerge if !read_only && context.kind == AgentKind::Lead => allow(
                 "`ReviewMerge` decides a teammate's merge into the integration branch, not your own work; plan mode allows it".to_string(),
             ),
-            "Agent" => match self.agent_definition(context, subjects) {
+            ToolName::Agent => match self.agent_definition(context, subjects) {
                 Err(reason) => {
                     ModeOutcome::Final(Verdict::Deny, reason, AutoGateEffect::Unaffected)
                 }
@@ -969,14 +942,14 @@ impl PermissionEngine {
                     definition.name
                 )),
             },
-            _ if PLAN_FILE_TOOLS.contains(&name) || name == "NotebookEdit" => {
+            _ if name.edits_files() => {
                 let target = subjects
                     .paths
                     .first()
                     .map(|(access, _)| access.path.as_str())
                     .unwrap_or_default();
                 let plan = match (read_only, own_plan_file) {
-                    (false, Some(plan)) if PLAN_FILE_TOOLS.contains(&name) => {
+                    (false, Some(plan)) if name.writes_plan_file() => {
                         format!(
                             "; only your own plan file `{}` may be written",
                             plan.display()
@@ -995,7 +968,7 @@ impl PermissionEngine {
         &self,
         context: &PermissionContext<'_>,
         mode: PermissionMode,
-        name: &str,
+        name: ToolName,
         implementation: &dyn Tool,
         subjects: &CallSubjects,
         own_plan_file: Option<&Path>,
@@ -1010,7 +983,7 @@ impl PermissionEngine {
             return allow(format!("`{name}` is read-only, which `{mode}` allows"));
         }
         match name {
-            "Bash" => {
+            ToolName::Bash => {
                 let command = subjects.command.as_deref().unwrap_or_default();
                 let check = RulesReadCheck::new(context.workspace, context.rules, context.home_dir);
                 let verdict = classify(command, &check);
@@ -1049,8 +1022,8 @@ impl PermissionEngine {
                     )),
                 }
             }
-            "Write" | "Edit" | "MultiEdit" | "NotebookEdit" => {
-                if PLAN_FILE_TOOLS.contains(&name)
+            _ if name.edits_files() => {
+                if name.writes_plan_file()
                     && !subjects.paths.is_empty()
                     && subjects
                         .paths
@@ -1075,17 +1048,17 @@ impl PermissionEngine {
                     )),
                 }
             }
-            "ExitPlanMode" => allow(
+            ToolName::ExitPlanMode => allow(
                 "ExitPlanMode is allowed by name (outside plan mode there is no plan to submit)"
                     .to_string(),
             ),
-            _ if COORDINATION_TOOLS.contains(&name) => allow(format!(
+            _ if name.is_coordination() => allow(format!(
                 "`{name}` changes coordination state (mail, the task board), not the workspace"
             )),
-            _ if TEAM_TOOLS.contains(&name) => allow(format!(
+            _ if name.is_team_only() => allow(format!(
                 "`{name}` is the lead's own team work (the mailbox and the roster, not the workspace)"
             )),
-            "Agent" => match self.agent_definition(context, subjects) {
+            ToolName::Agent => match self.agent_definition(context, subjects) {
                 Err(reason) => {
                     ModeOutcome::Final(Verdict::Deny, reason, AutoGateEffect::Unaffected)
                 }
@@ -1197,20 +1170,20 @@ fn writes_into_plans_dir(context: &PermissionContext<'_>, subjects: &CallSubject
 }
 
 /// The lead-only, subagent and definition restrictions, whatever the mode.
-fn who_may_call(context: &PermissionContext<'_>, name: &str) -> Option<String> {
-    if TEAM_TOOLS.contains(&name) && context.kind != AgentKind::Lead {
+fn who_may_call(context: &PermissionContext<'_>, name: ToolName) -> Option<String> {
+    if name.is_team_only() && context.kind != AgentKind::Lead {
         return Some(format!(
             "`{name}` is only for the lead; a {} cannot run the team",
             context.kind
         ));
     }
-    if context.kind == AgentKind::Subagent && SUBAGENT_FORBIDDEN_TOOLS.contains(&name) {
+    if context.kind == AgentKind::Subagent && name.is_forbidden_to_subagents() {
         return Some(format!(
             "a subagent cannot call `{name}`: subagents never spawn agents, enter or leave plan mode, ask the user or use the team tools; they report only to their parent"
         ));
     }
     if let Some(tools) = &context.definition.tools
-        && !tools.contains(&name)
+        && !tools.contains(&name.as_str())
     {
         return Some(format!(
             "`{name}` is not among the tools of agent definition `{}` ({})",

@@ -68,7 +68,7 @@ pub use context::{
 pub use coordination::capped_mode;
 pub use error::{RuntimeError, RuntimeResult};
 pub use events::{EventSink, NoEvents, RuntimeEvent};
-pub use gate::{CallContext, EngineGate, GateDecision, SUBAGENT_FORBIDDEN, ToolGate, Verdict};
+pub use gate::{CallContext, EngineGate, GateDecision, ToolGate, Verdict};
 pub use limits::{
     AgentLimits, AgentStop, CONTINUE_PROMPT, DEFAULT_CONTINUATIONS, DEFAULT_STUCK_AFTER,
 };

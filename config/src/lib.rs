@@ -2,7 +2,6 @@
 //! files, the list of known tool names, and validation with precise errors.
 
 pub mod agents;
-pub mod approver;
 pub mod diagnostic;
 pub mod ids;
 pub mod instructions;
@@ -21,15 +20,15 @@ pub mod tools;
 mod yaml;
 
 pub use agents::{AgentCatalog, AgentDefinition, AgentDir, DefinitionSource, ModelChoice};
-pub use approver::Approver;
 pub use diagnostic::{ConfigError, Diagnostic, Loaded, Position};
 pub use instructions::{InstructionFile, InstructionScope, ProjectInstructions};
 pub use mcp::{McpServerConfig, McpServerStatus, McpServers, McpTransport};
 pub use mode::PermissionMode;
+pub use muster_protocol::Responder;
+pub use muster_protocol::{ALL_TOOLS, ToolName};
 pub use origin::{Layer, Origin, Sourced};
 pub use policy::{PlanVerdict, Policy, PolicyAnswer, RuleCheck};
 pub use rule::{PermissionRule, PermissionRules, RuleBehavior, RuleSpecifier, RuleSubject};
 pub use settings::{CliOverrides, Settings, SettingsInputs};
 pub use team::{Isolation, Placement, SpawnRules, TeamFile, TeammateSpec};
 pub use toml_source::Located;
-pub use tools::KNOWN_TOOLS;

@@ -10,7 +10,8 @@ use serde::{Serialize, Serializer};
 
 use crate::diagnostic::suggestion_suffix;
 use crate::origin::Sourced;
-use crate::tools::{EDIT_TOOLS, KNOWN_TOOLS, PATH_TOOLS, READ_TOOLS, canonical_tool_name};
+use crate::tools::{canonical_tool_name, known_tool_names};
+use muster_protocol::ToolName;
 
 /// What a matching rule does. `Ord` is precedence: deny beats ask beats allow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -162,9 +163,18 @@ impl PermissionRule {
         if let RuleSpecifier::Mcp(pattern) = &self.specifier {
             return pattern.matches_name(tool);
         }
-        self.tool == tool
-            || (self.tool == "Edit" && EDIT_TOOLS.contains(&tool))
-            || (self.tool == "Read" && READ_TOOLS.contains(&tool))
+        if self.tool == tool {
+            return true;
+        }
+        // `Edit(...)` covers every file-editing tool, `Read(...)` every file-reading one.
+        let Some(called) = ToolName::parse(tool) else {
+            return false;
+        };
+        match ToolName::parse(&self.tool) {
+            Some(ToolName::Edit) => called.edits_files(),
+            Some(ToolName::Read) => called.reads_files(),
+            _ => false,
+        }
     }
 
     /// Whether a call of `tool` about `subject` matches this rule.
@@ -324,7 +334,7 @@ impl FromStr for PermissionRule {
         let tool = canonical_tool_name(tool_text).ok_or_else(|| RuleParseError::UnknownTool {
             rule: rule.to_string(),
             found: tool_text.to_string(),
-            suggestion: suggestion_suffix(tool_text, KNOWN_TOOLS.iter().copied()),
+            suggestion: suggestion_suffix(tool_text, known_tool_names()),
         })?;
         let specifier = match pattern.map(str::trim) {
             None | Some("*") => RuleSpecifier::AnyCall,
@@ -364,13 +374,14 @@ fn mcp_rule(
 }
 
 fn specifier_for(tool: &str, pattern: &str) -> Result<RuleSpecifier, RuleParseError> {
-    if tool == "Bash" {
+    let tool = ToolName::parse(tool);
+    if tool.is_some_and(ToolName::takes_command_rules) {
         return Ok(match pattern.strip_suffix(":*") {
             Some(prefix) => RuleSpecifier::CommandPrefix(prefix.trim().to_string()),
             None => RuleSpecifier::Command(pattern.to_string()),
         });
     }
-    if PATH_TOOLS.contains(&tool) {
+    if tool.is_some_and(ToolName::takes_path_rules) {
         return PathPattern::parse(pattern).map(RuleSpecifier::Path);
     }
     Ok(RuleSpecifier::Name(pattern.to_string()))

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::Responder;
 use crate::agents::AgentCatalog;
-use crate::approver::Approver;
 use crate::diagnostic::{ConfigError, Diagnostic, invalid};
 use crate::ids::{check_id, check_teammate_name};
 use crate::mode::PermissionMode;
@@ -104,7 +104,7 @@ pub struct TeammateSpec {
     pub id: String,
     pub definition: String,
     pub plan_mode_required: bool,
-    pub approver: Approver,
+    pub approver: Responder,
     /// Where it runs (default `local`).
     pub placement: Placement,
 }
@@ -116,7 +116,7 @@ pub struct SpawnRules {
     /// tighten this).
     pub plan_mode_required: bool,
     /// Who approves their plans (default `lead`).
-    pub approver: Approver,
+    pub approver: Responder,
     /// The highest working mode a spawned teammate gets; `None` caps nothing.
     pub max_mode: Option<PermissionMode>,
     /// The definitions the lead may spawn; `None` allows every definition but `lead`.
@@ -129,7 +129,7 @@ impl Default for SpawnRules {
     fn default() -> Self {
         SpawnRules {
             plan_mode_required: true,
-            approver: Approver::Lead,
+            approver: Responder::Lead,
             max_mode: None,
             definitions: None,
             placement: Placement::Local,
@@ -210,7 +210,7 @@ impl TeamFile {
             .chain(std::iter::once(&team.spawn.approver));
         let mut checked: Vec<&PathBuf> = Vec::new();
         for approver in approvers {
-            if let Approver::Policy(file) = approver {
+            if let Responder::Policy(file) = approver {
                 if checked.contains(&file) {
                     continue;
                 }
@@ -420,14 +420,14 @@ fn read_approver(
     source: &SourceText<'_>,
     reader: &TableReader<'_, '_>,
     errors: &mut Vec<Diagnostic>,
-) -> Approver {
+) -> Responder {
     match reader.string("approver", errors) {
-        None => Approver::Lead,
-        Some(text) => match Approver::parse(&text.value) {
+        None => Responder::Lead,
+        Some(text) => match Responder::parse(&text.value) {
             Ok(approver) => approver,
             Err(message) => {
-                errors.push(located_error(source, &text, message));
-                Approver::Lead
+                errors.push(located_error(source, &text, message.to_string()));
+                Responder::Lead
             }
         },
     }

@@ -21,7 +21,7 @@ pub mod types;
 pub mod work;
 
 pub use error::{StoreError, StoreResult};
-pub use message::MessageBody;
+pub use message::{MessageBody, MessageKind};
 pub use postgres::{PG_SCHEMA_VERSION, PostgresStore, create_schema, drop_schema};
 pub use sqlite::{CommitHook, DataVersion, SCHEMA_VERSION, SqliteStore, StoreOptions, SyncMode};
 pub use store::MailboxStore;

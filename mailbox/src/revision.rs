@@ -4,7 +4,7 @@
 //! what changed. Both are derived from the requests already stored, so a request sent again
 //! after a crash (the same request id) gets the same numbers.
 
-use serde_json::Value;
+use muster_protocol::{MessageBody, MessageKind, RequestId};
 
 use crate::types::RequestRecord;
 
@@ -21,7 +21,7 @@ pub fn plan_revision(requests: &[RequestRecord], agent: &str, request_id: &str) 
     let number = request_number(request_id);
     let previous = requests
         .iter()
-        .filter(|r| r.kind == "plan_approval_request" && r.requester == agent)
+        .filter(|r| r.kind == MessageKind::PlanApprovalRequest && r.requester == agent)
         .filter(|r| request_number(&r.request_id) < number)
         .max_by_key(|r| request_number(&r.request_id));
     match previous {
@@ -38,20 +38,21 @@ pub fn plan_revision(requests: &[RequestRecord], agent: &str, request_id: &str) 
 
 /// The revision a stored request carries (1 when it has none: an older version sent it).
 pub fn stored_revision(request: &RequestRecord) -> u32 {
-    request
-        .body
-        .get("revision")
-        .and_then(Value::as_u64)
-        .and_then(|n| u32::try_from(n).ok())
-        .unwrap_or(1)
+    match &request.body {
+        MessageBody::PlanApprovalRequest { revision, .. } => *revision,
+        _ => 1,
+    }
 }
 
 /// The previous revision's request id a stored request names.
 pub fn stored_previous(request: &RequestRecord) -> Option<&str> {
-    request
-        .body
-        .get("previous_request_id")
-        .and_then(Value::as_str)
+    match &request.body {
+        MessageBody::PlanApprovalRequest {
+            previous_request_id,
+            ..
+        } => previous_request_id.as_deref(),
+        _ => None,
+    }
 }
 
 /// A request that has a response and was not approved (rejected), or none yet, is revised by
@@ -60,18 +61,13 @@ fn approved(request: &RequestRecord) -> bool {
     request
         .response
         .as_ref()
-        .and_then(|r| r.body.get("approved"))
-        .and_then(Value::as_bool)
+        .and_then(|r| r.body.approved())
         .unwrap_or(false)
 }
 
 /// The `n` of `plan-{agent}-{n}`; ids without one sort first.
-fn request_number(request_id: &str) -> u64 {
-    request_id
-        .rsplit('-')
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+fn request_number(request_id: &str) -> i64 {
+    RequestId::parse(request_id).map_or(0, |id| id.number)
 }
 
 #[cfg(test)]
@@ -86,10 +82,12 @@ mod tests {
         revision: Option<u32>,
         approved: Option<bool>,
     ) -> RequestRecord {
-        let mut body = json!({"type": "plan_approval_request", "request_id": id});
+        let mut body = json!({"type": "plan_approval_request", "request_id": id,
+            "plan_file": "p.md", "plan": "x", "responder": "human"});
         if let Some(revision) = revision {
             body["revision"] = json!(revision);
         }
+        let body = MessageBody::from_tagged(&body);
         RequestRecord {
             run_id: "r1".into(),
             request_id: id.into(),
@@ -104,7 +102,8 @@ mod tests {
                 responder: "human".into(),
                 kind: "plan_approval_response".into(),
                 message_key: format!("{id}-r"),
-                body: json!({"approved": approved}),
+                body: MessageBody::from_tagged(&json!({"type": "plan_approval_response",
+                    "request_id": id, "approved": approved})),
                 decided_at: 0,
             }),
         }

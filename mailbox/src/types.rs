@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{StoreError, StoreResult};
+use crate::message::{MessageBody, MessageKind};
 
 /// Milliseconds since the Unix epoch; every stored time uses it.
 pub type UnixMillis = i64;
@@ -57,9 +58,9 @@ fn is_agent_name(name: &str) -> bool {
 }
 
 /// The reserved roster entry through which a person answers (`muster approve`/`reject`/`answer`).
-pub const HUMAN: &str = "human";
+pub const HUMAN: &str = muster_protocol::Responder::HUMAN;
 /// The reserved roster entry through which a policy file answers.
-pub const POLICY: &str = "policy";
+pub const POLICY: &str = muster_protocol::Responder::POLICY;
 
 /// A run's lifecycle state (DESIGN.md "Files and identifiers").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -300,11 +301,14 @@ pub struct Message {
     pub sender: String,
     pub recipient: String,
     /// The `type` tag of the body.
-    pub kind: String,
+    pub kind: MessageKind,
     pub priority: Priority,
     pub request_id: Option<String>,
     pub idempotency_key: Option<String>,
-    pub body: Value,
+    /// The typed body; a kind this version does not know is [`MessageBody::Unknown`] with its
+    /// raw JSON, never dropped. In JSON it is the stored object, as it always was.
+    #[serde(with = "crate::message::stored")]
+    pub body: MessageBody,
     pub state: DeliveryState,
     pub created_at: UnixMillis,
     pub leased_at: Option<UnixMillis>,
@@ -312,11 +316,33 @@ pub struct Message {
 }
 
 impl Message {
-    /// The typed body; a kind this version does not know comes back as
-    /// [`crate::message::MessageBody::Unknown`] with its raw JSON, never dropped.
-    pub fn typed_body(&self) -> crate::message::MessageBody {
-        crate::message::MessageBody::from_stored(&self.kind, &self.body)
+    /// The body as the store keeps it (the whole tagged object).
+    pub fn stored_body(&self) -> Value {
+        stored_json(&self.body)
     }
+}
+
+/// Reads a stored message's `kind` and `body` columns: an unknown kind, or a body that does not
+/// parse as its kind, is kept raw.
+pub(crate) fn read_kind_and_body(kind: &str, body: &Value) -> (MessageKind, MessageBody) {
+    (
+        MessageKind::parse(kind),
+        MessageBody::from_stored(kind, body),
+    )
+}
+
+/// A request or response whose message row is missing (never written by muster): its kind and
+/// no body, rather than an error that would hide the rest of the run's requests.
+pub(crate) fn missing_body(kind: &str) -> MessageBody {
+    MessageBody::Unknown {
+        kind: kind.to_owned(),
+        raw: Value::Null,
+    }
+}
+
+fn stored_json(body: &MessageBody) -> Value {
+    // Serialising a body of strings, numbers and JSON values cannot fail.
+    body.to_stored().unwrap_or(Value::Null)
 }
 
 /// Which pending message a receiver wants next.
@@ -344,25 +370,41 @@ pub struct NewResponse {
 pub struct RequestRecord {
     pub run_id: String,
     pub request_id: String,
-    pub kind: String,
+    pub kind: MessageKind,
     pub requester: String,
     pub recipient: String,
     pub responder: String,
     pub message_key: String,
     /// The request message's body (the plan, the tool call, the question).
-    pub body: Value,
+    #[serde(with = "crate::message::stored")]
+    pub body: MessageBody,
     pub created_at: UnixMillis,
     pub response: Option<ResponseRecord>,
+}
+
+impl RequestRecord {
+    /// The request message's body as the store keeps it.
+    pub fn stored_body(&self) -> Value {
+        stored_json(&self.body)
+    }
 }
 
 /// The one accepted response to a request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResponseRecord {
     pub responder: String,
-    pub kind: String,
+    pub kind: MessageKind,
     pub message_key: String,
-    pub body: Value,
+    #[serde(with = "crate::message::stored")]
+    pub body: MessageBody,
     pub decided_at: UnixMillis,
+}
+
+impl ResponseRecord {
+    /// The response message's body as the store keeps it.
+    pub fn stored_body(&self) -> Value {
+        stored_json(&self.body)
+    }
 }
 
 /// An agent's opaque record as the caller appends it. `seq: None` appends after the last

@@ -7,7 +7,10 @@ use std::path::Path;
 
 use muster_agents::permission::grants::{Granter, select_grants};
 use muster_mailbox::decide::{self, Decided, Waiter};
-use muster_mailbox::{MailboxStore, MessageBody, NewResponse, RequestRecord, StoreError};
+use muster_mailbox::{
+    MailboxStore, MessageBody, MessageKind, NewResponse, RequestRecord, StoreError,
+};
+use muster_protocol::Responder;
 
 /// A person's decision on one request.
 #[derive(Debug, Clone)]
@@ -60,7 +63,7 @@ pub async fn decide_as_human(
             by: response.responder.clone(),
         });
     }
-    if request.responder != "human" {
+    if !Responder::names_the_person(&request.responder) {
         return Err(RefusedDecision::NotForAPerson {
             request_id: request.request_id.clone(),
             responder: request.responder.clone(),
@@ -69,7 +72,7 @@ pub async fn decide_as_human(
     let body = response_body(request, decision)?;
     let answer = NewResponse {
         run_id: request.run_id.clone(),
-        sender: "human".into(),
+        sender: Responder::HUMAN.into(),
         body,
         idempotency_key: None,
     };
@@ -107,14 +110,9 @@ pub fn verdict(body: &MessageBody) -> &'static str {
     }
 }
 
-/// `plan_approval_request` → `plan approval request`.
-pub fn kind_in_words(kind: &str) -> String {
-    kind.replace('_', " ")
-}
-
 /// The rules a plan request asks for (its `allowedPrompts`); none for other requests.
 pub fn requested_rules(request: &RequestRecord) -> Vec<String> {
-    match MessageBody::from_stored(&request.kind, &request.body) {
+    match request.body.clone() {
         MessageBody::PlanApprovalRequest {
             allowed_prompts, ..
         } => allowed_prompts,
@@ -136,9 +134,10 @@ fn response_body(
             "{request_id} is a {what}: a mode, grants, an edited plan and a cleared context apply to plans only"
         ))
     };
-    match (request.kind.as_str(), decision) {
+    use MessageKind as K;
+    match (&request.kind, decision) {
         (
-            "plan_approval_request",
+            K::PlanApprovalRequest,
             Decision::Approve {
                 mode,
                 feedback,
@@ -177,7 +176,7 @@ fn response_body(
                 dropped_grants: selected.dropped,
             })
         }
-        ("plan_approval_request", Decision::Reject { feedback }) => {
+        (K::PlanApprovalRequest, Decision::Reject { feedback }) => {
             Ok(MessageBody::PlanApprovalResponse {
                 request_id,
                 approved: false,
@@ -192,7 +191,7 @@ fn response_body(
             })
         }
         (
-            "permission_request",
+            K::PermissionRequest,
             Decision::Approve {
                 mode,
                 edited_plan,
@@ -211,7 +210,7 @@ fn response_body(
                 rule: None,
             })
         }
-        ("permission_request", Decision::Reject { feedback }) => {
+        (K::PermissionRequest, Decision::Reject { feedback }) => {
             Ok(MessageBody::PermissionResponse {
                 request_id,
                 approved: false,
@@ -220,7 +219,7 @@ fn response_body(
             })
         }
         (
-            "merge_request",
+            K::MergeRequest,
             Decision::Approve {
                 mode,
                 edited_plan,
@@ -239,26 +238,26 @@ fn response_body(
                 rule: None,
             })
         }
-        ("merge_request", Decision::Reject { feedback }) => Ok(MessageBody::MergeResponse {
+        (K::MergeRequest, Decision::Reject { feedback }) => Ok(MessageBody::MergeResponse {
             request_id,
             approved: false,
             feedback: Some(feedback),
             rule: None,
         }),
-        ("question", Decision::Answer { text }) => Ok(MessageBody::Answer {
+        (K::Question, Decision::Answer { text }) => Ok(MessageBody::Answer {
             request_id,
             answer: text,
         }),
-        ("question", _) => Err(unfit(format!(
+        (K::Question, _) => Err(unfit(format!(
             "{request_id} is a question: answer it (`muster answer {request_id} TEXT`)"
         ))),
         (_, Decision::Answer { .. }) => Err(unfit(format!(
             "{request_id} is a {}: approve or reject it (`muster approve` / `muster reject`)",
-            kind_in_words(&request.kind)
+            request.kind.in_words()
         ))),
         (kind, _) => Err(unfit(format!(
             "{request_id} is a {}, which a person does not answer",
-            kind_in_words(kind)
+            kind.in_words()
         ))),
     }
 }

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use muster_config::settings::CliOverrides;
-use muster_config::{Approver, PermissionMode};
+use muster_config::{PermissionMode, Responder};
 use serde::{Deserialize, Serialize};
 
 use crate::project::Project;
@@ -140,7 +140,7 @@ pub struct RunFlags {
     pub agent: Option<String>,
     pub workspace: Option<PathBuf>,
     pub permission_mode: Option<PermissionMode>,
-    pub approver: Option<Approver>,
+    pub approver: Option<Responder>,
     pub provider: Option<String>,
     pub base_url: Option<String>,
     pub model: Option<String>,
@@ -222,8 +222,8 @@ pub fn parse_permission_mode(text: &str) -> Result<PermissionMode, String> {
 }
 
 /// `--approver` as clap parses it: `human`, `lead` or `policy:FILE`.
-pub fn parse_approver(text: &str) -> Result<Approver, String> {
-    Approver::parse(text)
+pub fn parse_approver(text: &str) -> Result<Responder, String> {
+    Responder::parse(text).map_err(|error| error.to_string())
 }
 
 /// The command-line settings layer of `muster run` (single or team).

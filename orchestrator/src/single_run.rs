@@ -18,7 +18,7 @@ use muster_agents::runtime::{
 };
 use muster_agents::tools::{ToolRegistry, Workspace};
 use muster_config::settings::AutoGate as AutoGateSetting;
-use muster_config::{AgentCatalog, Approver, PermissionMode};
+use muster_config::{AgentCatalog, PermissionMode, Responder};
 use muster_mailbox::{
     AutoGate, MailboxStore, MemberKind, NewRun, RosterEntry, RunRecord, RunStatus,
 };
@@ -294,13 +294,13 @@ impl Session {
     fn parts(&self, env: &BTreeMap<String, String>, resumed: bool) -> anyhow::Result<RunParts> {
         let settings = &self.project.settings;
         let approver = match &settings.approver.value {
-            Approver::Human => PlanApprover::Human,
-            Approver::Lead => {
+            Responder::Human => PlanApprover::Human,
+            Responder::Lead => {
                 return Err(usage(
                     "--approver lead needs a team; a single-agent run takes human or policy:FILE",
                 ));
             }
-            Approver::Policy(path) => {
+            Responder::Policy(path) => {
                 let policy = self
                     .launch
                     .run

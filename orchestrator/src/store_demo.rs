@@ -211,9 +211,9 @@ fn seen(message: &Message) -> CommitTurn {
 }
 
 fn text_of(message: &Message) -> String {
-    match message.typed_body() {
+    match message.body.clone() {
         MessageBody::Text { text, .. } => text,
-        other => other.kind().to_owned(),
+        other => other.kind().to_string(),
     }
 }
 

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use muster_config::{Approver, Policy};
+use muster_config::{Policy, Responder};
 use serde::{Deserialize, Serialize};
 
 use crate::exit::{Exit, ExitError};
@@ -49,11 +49,11 @@ impl StoredPolicies {
     /// Reads and validates every policy `approvers` name (paths relative to `root`).
     pub fn read<'a>(
         root: &Path,
-        approvers: impl IntoIterator<Item = &'a Approver>,
+        approvers: impl IntoIterator<Item = &'a Responder>,
     ) -> anyhow::Result<StoredPolicies> {
         let mut stored = BTreeMap::new();
         for approver in approvers {
-            let Approver::Policy(path) = approver else {
+            let Responder::Policy(path) = approver else {
                 continue;
             };
             let key = path.display().to_string();
@@ -116,9 +116,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("p.toml"), "approve_all = true\n").unwrap();
         let approvers = [
-            Approver::Human,
-            Approver::Policy("p.toml".into()),
-            Approver::Policy("p.toml".into()),
+            Responder::Human,
+            Responder::Policy("p.toml".into()),
+            Responder::Policy("p.toml".into()),
         ];
         let stored = StoredPolicies::read(dir.path(), &approvers).unwrap();
         assert!(stored.changed_since_stored(dir.path()).is_empty());
@@ -144,11 +144,11 @@ mod tests {
     fn a_missing_or_invalid_policy_is_a_usage_error_naming_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let missing =
-            StoredPolicies::read(dir.path(), &[Approver::Policy("nope.toml".into())]).unwrap_err();
+            StoredPolicies::read(dir.path(), &[Responder::Policy("nope.toml".into())]).unwrap_err();
         assert!(format!("{missing:#}").contains("nope.toml"), "{missing:#}");
         std::fs::write(dir.path().join("bad.toml"), "max_files = \"many\"\n").unwrap();
         let bad =
-            StoredPolicies::read(dir.path(), &[Approver::Policy("bad.toml".into())]).unwrap_err();
+            StoredPolicies::read(dir.path(), &[Responder::Policy("bad.toml".into())]).unwrap_err();
         assert_eq!(Exit::for_error(&bad), Exit::Usage, "{bad:#}");
     }
 }

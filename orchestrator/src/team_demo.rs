@@ -15,13 +15,14 @@
 //! Every reply the lead's model gives is keyed by the kind and sender of the mail it reacts to
 //! (never by the order mail arrives in), so the run and its summary are the same every time.
 
+use muster_protocol::ToolName;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::Context;
-use muster_mailbox::{Message, MessageBody, RequestRecord, Task};
+use muster_mailbox::{Message, MessageBody, MessageKind, RequestRecord, Task};
 use serde_json::Value;
 
 use crate::exit::{Exit, ExitError};
@@ -234,12 +235,15 @@ fn read_store(root: &Path, store: Option<PathBuf>, run_id: &str) -> anyhow::Resu
             .ok_or_else(|| anyhow::anyhow!("the team run left no store in {}", root.display()))?;
         let messages = store.messages(run_id, None).await?;
         let mut computed_reports = Vec::new();
-        if !messages.iter().any(|m| m.kind == "verification_report") {
+        if !messages
+            .iter()
+            .any(|m| m.kind == MessageKind::VerificationReport)
+        {
             let mut teammates: Vec<String> = store
                 .requests(run_id)
                 .await?
                 .into_iter()
-                .filter(|r| r.kind == "plan_approval_request")
+                .filter(|r| r.kind == MessageKind::PlanApprovalRequest)
                 .map(|r| r.requester)
                 .collect();
             teammates.sort();
@@ -388,7 +392,7 @@ impl Summary<'_> {
         );
         let spawned: Vec<String> = self
             .tool_calls(crate::team::LEAD)
-            .filter(|(tool, _, _)| tool == "SpawnTeammate")
+            .filter(|(tool, _, _)| *tool == ToolName::SpawnTeammate)
             .filter_map(|(_, input, _)| input["name"].as_str().map(str::to_owned))
             .collect();
         for (agent, started) in self.agents() {
@@ -420,7 +424,7 @@ impl Summary<'_> {
                 .filter_map(|e| e["request_id"].as_str());
             for (tool, input, event) in self.tool_calls(&agent) {
                 let mut line = describe(&tool, &input);
-                if tool == "ExitPlanMode"
+                if tool == ToolName::ExitPlanMode
                     && let Some(request) = plans.next()
                 {
                     line = format!("ExitPlanMode: sends its plan as {request}");
@@ -480,7 +484,7 @@ impl Summary<'_> {
         self.stored
             .messages
             .iter()
-            .find_map(|m| match m.typed_body() {
+            .find_map(|m| match m.body.clone() {
                 MessageBody::IdleNotification { summary, .. } if m.sender == agent => summary,
                 _ => None,
             })
@@ -504,11 +508,11 @@ impl Summary<'_> {
             .stored
             .requests
             .iter()
-            .filter(|r| r.kind == "plan_approval_request")
+            .filter(|r| r.kind == MessageKind::PlanApprovalRequest)
             .collect();
         plans.sort_by_key(|r| (r.requester.clone(), number(&r.request_id)));
         for request in plans {
-            let file = match MessageBody::from_stored(&request.kind, &request.body) {
+            let file = match request.body.clone() {
                 MessageBody::PlanApprovalRequest { plan_file, .. } => self.relative(&plan_file),
                 _ => "?".into(),
             };
@@ -529,7 +533,7 @@ impl Summary<'_> {
         let Some(response) = &request.response else {
             return;
         };
-        let (feedback, rule) = match MessageBody::from_stored(&response.kind, &response.body) {
+        let (feedback, rule) = match response.body.clone() {
             MessageBody::PlanApprovalResponse { feedback, rule, .. }
             | MessageBody::MergeResponse { feedback, rule, .. } => (feedback, rule),
             _ => return,
@@ -549,7 +553,7 @@ impl Summary<'_> {
             .stored
             .requests
             .iter()
-            .filter(|r| r.kind == "merge_request")
+            .filter(|r| r.kind == MessageKind::MergeRequest)
             .collect();
         if merges.is_empty() {
             return;
@@ -560,7 +564,7 @@ impl Summary<'_> {
         );
         merges.sort_by_key(|r| (r.requester.clone(), number(&r.request_id)));
         for request in merges {
-            let body = MessageBody::from_stored(&request.kind, &request.body);
+            let body = request.body.clone();
             let MessageBody::MergeRequest {
                 branch, diffstat, ..
             } = body
@@ -630,7 +634,7 @@ impl Summary<'_> {
                     "{:>6} → {:<6} {:<23} {}",
                     message.sender,
                     message.recipient,
-                    message.kind.replace('_', " "),
+                    message.kind.in_words(),
                     self.mail_detail(message)
                 );
                 out.push_str(&format!("  {}\n", cut(&line, WIDTH - 2)));
@@ -639,7 +643,7 @@ impl Summary<'_> {
     }
 
     fn mail_detail(&self, message: &Message) -> String {
-        match message.typed_body() {
+        match message.body.clone() {
             MessageBody::TaskAssignment { task_id, .. } => {
                 if message.sender == message.recipient {
                     format!("task #{task_id} (claimed from the board)")
@@ -650,7 +654,7 @@ impl Summary<'_> {
             MessageBody::PlanApprovalRequest { request_id, .. } => {
                 format!(
                     "{request_id} (its plan, for {})",
-                    message.body["responder"].as_str().unwrap_or("the lead")
+                    message.body.responder().unwrap_or("the lead")
                 )
             }
             MessageBody::PlanApprovalResponse {
@@ -733,7 +737,7 @@ impl Summary<'_> {
             .stored
             .messages
             .iter()
-            .filter(|m| m.kind == "verification_report")
+            .filter(|m| m.kind == MessageKind::VerificationReport)
             .collect();
         reports.sort_by_key(|m| (m.sender.clone(), m.seq));
         let texts: Vec<String> = if reports.is_empty() {
@@ -757,9 +761,9 @@ impl Summary<'_> {
             reports
                 .iter()
                 .map(|message| {
-                    let report = match message.typed_body() {
+                    let report = match message.body.clone() {
                         MessageBody::VerificationReport { report, .. } => report,
-                        _ => message.body.clone(),
+                        _ => message.stored_body(),
                     };
                     let text = muster_agents::verification::VerificationReport::from_json(&report)
                         .map(|r| r.render_text())
@@ -923,42 +927,44 @@ fn project_now(root: &Path) -> BTreeMap<String, String> {
 }
 
 /// The order of a kind within a teammate's mail: work, plans, asks, reports, shutdown.
-fn phase(kind: &str) -> u8 {
+fn phase(kind: &MessageKind) -> u8 {
+    use MessageKind as K;
     match kind {
-        "task_assignment" => 0,
-        "plan_approval_request" | "plan_approval_response" => 1,
-        "permission_request" | "permission_response" | "question" | "answer" | "text" => 2,
-        "idle_notification" => 3,
-        "verification_report" => 4,
-        "merge_request" | "merge_response" => 5,
-        "shutdown_request" | "shutdown_response" => 6,
-        _ => 7,
+        K::TaskAssignment => 0,
+        K::PlanApprovalRequest | K::PlanApprovalResponse => 1,
+        K::PermissionRequest | K::PermissionResponse | K::Question | K::Answer | K::Text => 2,
+        K::IdleNotification => 3,
+        K::VerificationReport => 4,
+        K::MergeRequest | K::MergeResponse => 5,
+        K::ShutdownRequest | K::ShutdownResponse => 6,
+        K::Other(_) => 7,
     }
 }
 
 /// The trailing number of an id (`plan-bob-2` → 2), for ordering.
-fn number(id: &str) -> u64 {
-    id.rsplit('-')
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+fn number(id: &str) -> i64 {
+    muster_protocol::RequestId::parse(id).map_or(0, |id| id.number)
 }
 
 /// One line for a tool call: the tool and what it was called on.
 fn describe(tool: &str, input: &Value) -> String {
     let text = |key: &str| input[key].as_str().unwrap_or("").to_owned();
-    match tool {
-        "Read" | "Write" | "Edit" | "MultiEdit" => format!("{tool} {}", text("file_path")),
-        "Glob" | "Grep" => format!("{tool} {}", text("pattern")),
-        "LS" => format!("LS {}", text("path")),
-        "Bash" => format!("Bash `{}`", text("command")),
-        "Agent" => format!(
+    use ToolName as T;
+    let Some(name) = ToolName::parse(tool) else {
+        return tool.to_owned();
+    };
+    match name {
+        T::Read | T::Write | T::Edit | T::MultiEdit => format!("{tool} {}", text("file_path")),
+        T::Glob | T::Grep => format!("{tool} {}", text("pattern")),
+        T::LS => format!("{tool} {}", text("path")),
+        T::Bash => format!("{tool} `{}`", text("command")),
+        T::Agent => format!(
             "Agent: starts a {} subagent to \"{}\"",
             text("subagent_type"),
             text("description").to_lowercase()
         ),
-        "TaskCreate" => format!("TaskCreate \"{}\"", text("subject")),
-        "TaskUpdate" => {
+        T::TaskCreate => format!("{tool} \"{}\"", text("subject")),
+        T::TaskUpdate => {
             let mut changes = Vec::new();
             if let Some(owner) = input["owner"].as_str() {
                 changes.push(format!("owner {owner}"));
@@ -968,12 +974,12 @@ fn describe(tool: &str, input: &Value) -> String {
             }
             format!("TaskUpdate #{}: {}", input["task_id"], changes.join(", "))
         }
-        "SpawnTeammate" => format!(
+        T::SpawnTeammate => format!(
             "SpawnTeammate {} (definition {})",
             text("name"),
             input["agent"].as_str().unwrap_or("general")
         ),
-        "ReviewPlan" => format!(
+        T::ReviewPlan => format!(
             "ReviewPlan {}: {}",
             text("request_id"),
             if input["approve"] == true {
@@ -985,7 +991,7 @@ fn describe(tool: &str, input: &Value) -> String {
                 "reject".into()
             }
         ),
-        "ReviewMerge" => format!(
+        T::ReviewMerge => format!(
             "ReviewMerge {}: {}",
             text("request_id"),
             if input["approve"] == true {
@@ -994,7 +1000,7 @@ fn describe(tool: &str, input: &Value) -> String {
                 "reject"
             }
         ),
-        "SendMessage" => format!("SendMessage to {}", text("to")),
+        T::SendMessage => format!("{tool} to {}", text("to")),
         _ => tool.to_owned(),
     }
 }

@@ -2,7 +2,7 @@
 //! time ([`read_coordination_state`]) and rendered as compact text within a token budget
 //! ([`render_coordination_state`]).
 
-use muster_mailbox::{DeliveryState, MailboxStore, StoreResult, TaskStatus};
+use muster_mailbox::{DeliveryState, MailboxStore, MessageKind, StoreResult, TaskStatus};
 
 use super::estimate::estimate_tokens;
 
@@ -19,7 +19,7 @@ const TITLE_CHARS: usize = 80;
 /// One undelivered or leased message for the agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MailEntry {
-    pub kind: String,
+    pub kind: MessageKind,
     pub sender: String,
     pub request_id: Option<String>,
     /// Taken by this process but not yet acknowledged (it may already be in the context).
@@ -30,7 +30,7 @@ pub struct MailEntry {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenRequest {
     pub request_id: String,
-    pub kind: String,
+    pub kind: MessageKind,
     pub requester: String,
     pub responder: String,
 }

@@ -18,8 +18,8 @@ use std::fmt;
 
 use muster_config::PermissionMode;
 use muster_config::rule::{PermissionRule, RuleSpecifier};
-use muster_config::tools::EDIT_TOOLS;
 use muster_mailbox::message::DroppedGrant;
+use muster_protocol::ToolName;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -43,7 +43,7 @@ impl AllowedPrompt {
             AllowedPrompt::Rule(rule) => rule.trim().to_owned(),
             AllowedPrompt::ToolPrompt { tool, prompt } => {
                 let (tool, prompt) = (tool.trim(), prompt.trim());
-                if tool == "Bash" && !prompt.ends_with(":*") && !prompt.contains('*') {
+                if tool == ToolName::Bash && !prompt.ends_with(":*") && !prompt.contains('*') {
                     format!("Bash({prompt}:*)")
                 } else {
                     format!("{tool}({prompt})")
@@ -119,7 +119,7 @@ pub fn requested_rules(prompts: &[AllowedPrompt]) -> Result<Vec<String>, Invalid
 /// `bypassPermissions`. An approver may grant a rule only up to its ceiling.
 pub fn mode_needed(rule: &PermissionRule) -> PermissionMode {
     let tool = rule.tool();
-    if EDIT_TOOLS.contains(&tool) {
+    if ToolName::parse(tool).is_some_and(ToolName::edits_files) {
         return PermissionMode::AcceptEdits;
     }
     let read_only = ToolRegistry::standard()

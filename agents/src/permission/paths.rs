@@ -2,6 +2,7 @@
 //! absolute, relative to the home directory), and [`RulesReadCheck`], the classifier's
 //! [`ReadPathCheck`] built from workspace confinement and the settings' `Read` deny rules.
 
+use muster_protocol::ToolName;
 use std::path::{Component, Path, PathBuf};
 
 use muster_config::rule::{PathAnchor, SourcedRule};
@@ -157,7 +158,7 @@ impl<'a> RulesReadCheck<'a> {
     /// Why reading `path` is denied by a rule or confinement, if it is.
     fn check_one(&self, path: &str) -> Result<PathBuf, String> {
         let (forms, resolved) = self.forms(path)?;
-        if let Some(rule) = deny_rule_for_path(self.rules, "Read", &forms) {
+        if let Some(rule) = deny_rule_for_path(self.rules, ToolName::Read.as_str(), &forms) {
             return Err(format!(
                 "`{path}` is denied by the rule `{}` (from {})",
                 rule.value, rule.origin
@@ -171,7 +172,7 @@ impl<'a> RulesReadCheck<'a> {
         self.rules
             .deny
             .iter()
-            .any(|rule| rule.value.applies_to_tool("Read"))
+            .any(|rule| rule.value.applies_to_tool(ToolName::Read.as_str()))
     }
 
     /// Walks `directory` (not following symbolic links) for an entry a `Read` deny rule
@@ -196,7 +197,8 @@ impl<'a> RulesReadCheck<'a> {
                 }
                 let path = entry.path();
                 let forms = [PathForm::new(path.clone(), root, self.home)];
-                if let Some(rule) = deny_rule_for_path(self.rules, "Read", &forms) {
+                if let Some(rule) = deny_rule_for_path(self.rules, ToolName::Read.as_str(), &forms)
+                {
                     let shown_entry = path.strip_prefix(root).unwrap_or(&path).display();
                     return Err(format!(
                         "`{shown}` contains `{shown_entry}`, which the rule `{}` (from {}) denies reading; search a narrower path",

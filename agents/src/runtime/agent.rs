@@ -2,6 +2,7 @@
 //! append the results, repeat until the model ends its turn. Every step is committed before it
 //! is reported.
 
+use muster_protocol::ToolName;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -9,7 +10,6 @@ use std::sync::Arc;
 use muster_config::settings::ModelInfo;
 use muster_config::{AgentDefinition, ModelChoice, PermissionMode};
 use muster_mailbox::{AutoGateUpdate, CommitTurn, Message as Mail, NewRecord};
-use serde_json::Value;
 
 use crate::compaction::{
     COORDINATION_STATE_TOKENS, CompactionInputs, PlanReference, SummaryRequest,
@@ -25,7 +25,7 @@ use crate::tools::{HandledBy, ToolOutput, Workspace};
 use super::context::{ModeModel, RunContext};
 use super::error::{RuntimeError, RuntimeResult};
 use super::events::RuntimeEvent;
-use super::gate::{GateDecision, SUBAGENT_FORBIDDEN};
+use super::gate::GateDecision;
 use super::prompt::{mode_reminder, system_prompt};
 use super::records::{AgentKind, Record};
 
@@ -413,13 +413,13 @@ impl AgentRuntime {
         }
         let mut blocks = Vec::new();
         for message in mail {
-            let text = match message.body.get("text").and_then(Value::as_str) {
+            let text = match message.body.text() {
                 Some(text) => text.to_owned(),
-                None => message.body.to_string(),
+                None => message.stored_body().to_string(),
             };
             blocks.push(ContentBlock::text(format!(
                 "<mail type=\"{}\" from=\"{}\" id=\"{}\">{}</mail>",
-                escape_mail(&message.kind),
+                escape_mail(message.kind.as_str()),
                 escape_mail(&message.sender),
                 message.key,
                 escape_mail(&text)
@@ -959,7 +959,7 @@ impl AgentRuntime {
     /// Whether a call may have changed files in the worktree: a tool-set tool that is not
     /// read-only, or a subagent (which works in this agent's worktree).
     fn may_change_files(&self, call: &ToolCall) -> bool {
-        call.name == "Agent"
+        call.name == ToolName::Agent
             || self
                 .run
                 .tools
@@ -1128,9 +1128,11 @@ pub(super) fn offered_tools(definition: &AgentDefinition, kind: &AgentKind) -> V
         .effective_tools()
         .into_iter()
         .filter(|tool| {
-            !(matches!(kind, AgentKind::Subagent { .. }) && SUBAGENT_FORBIDDEN.contains(tool))
+            !(matches!(kind, AgentKind::Subagent { .. })
+                && muster_protocol::ToolName::parse(tool)
+                    .is_some_and(muster_protocol::ToolName::is_forbidden_to_subagents))
         })
-        .filter(|tool| !(definition.read_only && *tool == "ExitPlanMode"))
+        .filter(|tool| !(definition.read_only && *tool == ToolName::ExitPlanMode))
         .map(str::to_owned)
         .collect()
 }

@@ -3,6 +3,8 @@
 //! approver); with no one to ask it is a deny. Answers from the store are acked with the call.
 
 use muster_config::RuleSubject;
+use muster_protocol::ToolName;
+use muster_protocol::{RequestFamily, RequestId};
 use serde_json::Value;
 
 use crate::model::ToolCall;
@@ -133,7 +135,7 @@ impl AgentRuntime {
         let number = store
             .counter_for(
                 &self.run.run_id,
-                &format!("perm-{}", self.asks.asker),
+                &RequestFamily::Permission.counter_name(&self.asks.asker),
                 &format!("{}:{}", self.asks.asker, call.id),
             )
             .await?;
@@ -143,7 +145,8 @@ impl AgentRuntime {
                 sender: self.asks.asker.clone(),
                 recipient: muster_mailbox::POLICY.to_owned(),
                 body: muster_mailbox::MessageBody::PermissionRequest {
-                    request_id: format!("perm-{}-{number}", self.asks.asker),
+                    request_id: RequestId::new(RequestFamily::Permission, &self.asks.asker, number)
+                        .to_string(),
                     tool: call.name.clone(),
                     input: call.input.clone(),
                     tool_use_id: Some(call.id.clone()),
@@ -188,7 +191,7 @@ impl AgentRuntime {
                 muster_mailbox::MessageFilter::RequestId(request_id.clone()),
             )
             .await?;
-        let (approved, how) = match mail.typed_body() {
+        let (approved, how) = match mail.body.clone() {
             muster_mailbox::MessageBody::PermissionResponse {
                 approved,
                 feedback,
@@ -223,7 +226,7 @@ impl AgentRuntime {
         let number = store
             .counter_for(
                 &self.run.run_id,
-                &format!("perm-{}", self.asks.asker),
+                &RequestFamily::Permission.counter_name(&self.asks.asker),
                 &format!("{}:{}", self.asks.asker, call.id),
             )
             .await?;
@@ -233,7 +236,8 @@ impl AgentRuntime {
                 sender: self.asks.asker.clone(),
                 recipient: lead.to_owned(),
                 body: muster_mailbox::MessageBody::PermissionRequest {
-                    request_id: format!("perm-{}-{number}", self.asks.asker),
+                    request_id: RequestId::new(RequestFamily::Permission, &self.asks.asker, number)
+                        .to_string(),
                     tool: call.name.clone(),
                     input: call.input.clone(),
                     tool_use_id: Some(call.id.clone()),
@@ -253,7 +257,7 @@ impl AgentRuntime {
                 muster_mailbox::MessageFilter::RequestId(request_id.clone()),
             )
             .await?;
-        let (approved, feedback) = match mail.typed_body() {
+        let (approved, feedback) = match mail.body.clone() {
             muster_mailbox::MessageBody::PermissionResponse {
                 approved, feedback, ..
             } => (approved, feedback),
@@ -286,9 +290,13 @@ fn policy_answer(
             let path = std::path::Path::new(p);
             path.strip_prefix(root).unwrap_or(path).to_path_buf()
         });
-    let subject = match (call.name.as_str(), &path) {
-        ("Bash", _) => text("command").map_or(RuleSubject::Nothing, RuleSubject::Command),
-        ("Agent", _) => text("subagent_type").map_or(RuleSubject::Nothing, RuleSubject::Name),
+    let subject = match (ToolName::parse(&call.name), &path) {
+        (Some(ToolName::Bash), _) => {
+            text("command").map_or(RuleSubject::Nothing, RuleSubject::Command)
+        }
+        (Some(ToolName::Agent), _) => {
+            text("subagent_type").map_or(RuleSubject::Nothing, RuleSubject::Name)
+        }
         (_, Some(path)) => RuleSubject::Path(path),
         _ => RuleSubject::Nothing,
     };

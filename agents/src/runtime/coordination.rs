@@ -1,6 +1,8 @@
 //! The tools the runtime carries out itself: plan mode, subagents, questions, and the team
 //! tools (which a single-agent run does not have).
 
+use muster_protocol::ToolName;
+use muster_protocol::{RequestFamily, RequestId};
 use std::sync::Arc;
 
 use muster_config::{ModelChoice, PermissionMode};
@@ -21,11 +23,11 @@ impl AgentRuntime {
         call: &ToolCall,
         decision: &GateDecision,
     ) -> RuntimeResult<Dispatched> {
-        match call.name.as_str() {
-            "EnterPlanMode" => Ok(self.enter_plan_mode(decision)),
-            "ExitPlanMode" => self.exit_plan_mode(call, decision).await,
-            "Agent" => self.run_subagent(call, decision).await,
-            "AskUserQuestion" => self.ask_question(call, decision).await,
+        match ToolName::parse(&call.name) {
+            Some(ToolName::EnterPlanMode) => Ok(self.enter_plan_mode(decision)),
+            Some(ToolName::ExitPlanMode) => self.exit_plan_mode(call, decision).await,
+            Some(ToolName::Agent) => self.run_subagent(call, decision).await,
+            Some(ToolName::AskUserQuestion) => self.ask_question(call, decision).await,
             _ => self.team_tool(call, decision).await,
         }
     }
@@ -169,7 +171,7 @@ impl AgentRuntime {
             .store
             .counter_for(
                 &self.run.run_id,
-                &format!("question-{}", self.id),
+                &RequestFamily::Question.counter_name(&self.id),
                 &format!("{}:{}:{question}", self.id, call.id),
             )
             .await?;
@@ -181,7 +183,8 @@ impl AgentRuntime {
                 sender: self.id.clone(),
                 recipient: lead,
                 body: MessageBody::Question {
-                    request_id: format!("question-{}-{number}", self.id),
+                    request_id: RequestId::new(RequestFamily::Question, &self.id, number)
+                        .to_string(),
                     question: question.to_owned(),
                     options: options.to_vec(),
                     responder: self.run.team.responder_for(&self.id),
@@ -201,9 +204,9 @@ impl AgentRuntime {
                 MessageFilter::RequestId(request_id),
             )
             .await?;
-        let answer = match mail.typed_body() {
+        let answer = match mail.body.clone() {
             MessageBody::Answer { answer, .. } => answer,
-            other => other.kind().to_owned(),
+            other => other.kind().to_string(),
         };
         Ok(Ok((answer, Some(mail.key))))
     }

@@ -8,6 +8,7 @@
 //! costs). Other writing tools take no lock; they announce their paths while they run
 //! ([`crate::verification::FileEdits`]) so that a concurrent command's record leaves them out.
 
+use muster_protocol::ToolName;
 use std::sync::Arc;
 
 use crate::model::ToolCall;
@@ -30,7 +31,7 @@ impl AgentRuntime {
         match self.prepare(call).await? {
             Prepared::Finished(result) => Ok(Dispatched::Done(result)),
             Prepared::Runtime(decision, acks) => {
-                if call.name == "Agent" {
+                if call.name == ToolName::Agent {
                     // A subagent is not resumed after a crash: its parent gets an error.
                     let started = Record::ToolStarted {
                         tool_use_id: call.id.clone(),
@@ -50,7 +51,10 @@ impl AgentRuntime {
                 Ok(dispatched)
             }
             Prepared::Run(run) => {
-                if !run.tool.is_read_only() && !run.tool.is_idempotent() && call.name != "Bash" {
+                if !run.tool.is_read_only()
+                    && !run.tool.is_idempotent()
+                    && call.name != ToolName::Bash
+                {
                     let started = Record::ToolStarted {
                         tool_use_id: call.id.clone(),
                         tool: call.name.clone(),
@@ -60,7 +64,7 @@ impl AgentRuntime {
                     };
                     self.commit(vec![started], Vec::new(), None).await?;
                 }
-                if call.name == "Bash" && !run.decision.read_only_shell {
+                if call.name == ToolName::Bash && !run.decision.read_only_shell {
                     return Ok(Dispatched::Done(Box::new(
                         self.measured_bash(call, *run).await,
                     )));
@@ -284,7 +288,7 @@ impl ProcessGroupRecorder for StartRecorder {
             let machine = crate::machine::this_machine();
             let record = Record::ToolStarted {
                 tool_use_id: self.tool_use_id.clone(),
-                tool: "Bash".into(),
+                tool: ToolName::Bash.to_string(),
                 process_group: Some(group),
                 host: Some(machine.host.clone()),
                 boot_id: Some(machine.boot_id.clone()),

@@ -3,6 +3,7 @@
 //! is not durable: a piece of a response while it streams, for display only.
 
 use muster_mailbox::Message as Mail;
+use muster_protocol::MessageKind;
 use serde_json::{Value, json};
 
 /// One durable fact about an agent.
@@ -66,7 +67,7 @@ pub enum RuntimeEvent {
     MailSent {
         agent: String,
         to: String,
-        kind: String,
+        kind: MessageKind,
         request_id: Option<String>,
     },
     /// Mail was put into an agent's context (committed with its ack); `agent` is the
@@ -74,7 +75,7 @@ pub enum RuntimeEvent {
     MailDelivered {
         agent: String,
         from: String,
-        kind: String,
+        kind: MessageKind,
         request_id: Option<String>,
         queued_ms: i64,
     },

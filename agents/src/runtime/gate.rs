@@ -17,7 +17,7 @@ use crate::tools::{Tool, ToolContext};
 use super::plan_files::PlanFiles;
 use super::records::AgentKind;
 
-pub use crate::permission::{SUBAGENT_FORBIDDEN_TOOLS as SUBAGENT_FORBIDDEN, Verdict};
+pub use crate::permission::Verdict;
 
 /// A decision with its reason (for the model, the records and `stream-json`).
 #[derive(Debug, Clone, PartialEq, Eq)]

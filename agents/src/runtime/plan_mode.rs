@@ -8,6 +8,8 @@ use muster_mailbox::message::DroppedGrant;
 use muster_mailbox::{
     Message as Mail, MessageBody, MessageFilter, NewMessage, NewResponse, RequestRecord,
 };
+use muster_protocol::ToolName;
+use muster_protocol::{RequestFamily, RequestId};
 
 use crate::model::ToolCall;
 use crate::permission::PlanGrants;
@@ -70,9 +72,11 @@ impl AgentRuntime {
         result.records.push(Record::Mode {
             mode: self.mode,
             pre_plan_mode: self.pre_plan_mode,
-            reason: "EnterPlanMode".into(),
+            reason: ToolName::EnterPlanMode.to_string(),
         });
-        result.events.push(self.mode_event("EnterPlanMode"));
+        result
+            .events
+            .push(self.mode_event(ToolName::EnterPlanMode.as_str()));
         done(result)
     }
 
@@ -166,7 +170,7 @@ impl AgentRuntime {
             AgentKind::Teammate { lead } => (lead.clone(), self.run.team.responder_for(&self.id)),
             _ => {
                 let responder = self.run.approver.responder().to_owned();
-                let member = muster_mailbox::message::responder_member(&responder).to_owned();
+                let member = muster_protocol::Responder::member_for(&responder).to_owned();
                 (member, responder)
             }
         };
@@ -175,11 +179,11 @@ impl AgentRuntime {
             .store
             .counter_for(
                 &self.run.run_id,
-                &format!("plan-{}", self.id),
+                &RequestFamily::Plan.counter_name(&self.id),
                 &format!("{}:{}", self.id, call.id),
             )
             .await?;
-        let request_id = format!("plan-{}-{counter}", self.id);
+        let request_id = RequestId::new(RequestFamily::Plan, &self.id, counter).to_string();
         let stored = self.run.store.requests(&self.run.run_id).await?;
         let revision = muster_mailbox::revision::plan_revision(&stored, &self.id, &request_id);
         let sent = self
@@ -292,7 +296,7 @@ impl AgentRuntime {
         let plan = read_plan(&plan_file)?;
         let body = match (&self.run.approver, &self.run.terminal) {
             (PlanApprover::Policy { policy, .. }, _)
-                if muster_config::Approver::names_a_policy(responder) =>
+                if muster_config::Responder::names_a_policy(responder) =>
             {
                 let verdict = policy.review_plan(&plan);
                 let restored = self.restored_mode(None);
@@ -333,7 +337,7 @@ impl AgentRuntime {
             }
             _ => return Ok(()),
         };
-        let sender = muster_mailbox::message::responder_member(responder).to_owned();
+        let sender = muster_protocol::Responder::member_for(responder).to_owned();
         let answer = NewResponse {
             run_id: self.run.run_id.clone(),
             sender,
@@ -566,7 +570,7 @@ fn snapshot(path: &str, content: &str, state: &str, request_id: Option<&str>) ->
 }
 
 fn read_decision(mail: &Mail) -> PlanDecision {
-    match mail.typed_body() {
+    match mail.body.clone() {
         MessageBody::PlanApprovalResponse {
             approved,
             feedback,
@@ -609,7 +613,7 @@ fn read_decision(mail: &Mail) -> PlanDecision {
 
 /// The rules a stored plan request asks for.
 pub(super) fn requested_of(request: &RequestRecord) -> Vec<String> {
-    match MessageBody::from_stored(&request.kind, &request.body) {
+    match request.body.clone() {
         MessageBody::PlanApprovalRequest {
             allowed_prompts, ..
         } => allowed_prompts,
@@ -671,10 +675,10 @@ mod tests {
             priority: Priority::FromLead,
             request_id: Some("plan-alice-1".into()),
             idempotency_key: None,
-            body: serde_json::json!({
+            body: MessageBody::from_tagged(&serde_json::json!({
                 "type": "plan_approval_response", "request_id": "plan-alice-1",
                 "approved": true, "mode": mode, "clear_context": false,
-            }),
+            })),
             state: DeliveryState::Leased,
             created_at: 0,
             leased_at: None,

@@ -1,5 +1,6 @@
 //! Rebuilding an agent from its records (see the table in [`crate::runtime`]).
 
+use muster_protocol::ToolName;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -332,7 +333,7 @@ fn plan_in_history(record: &Record) -> Option<String> {
         .iter()
         .find_map(|block| match (message.role, block) {
             (Role::Assistant, crate::model::ContentBlock::ToolUse { name, input, .. })
-                if name == "ExitPlanMode" =>
+                if *name == ToolName::ExitPlanMode =>
             {
                 input
                     .get("plan")

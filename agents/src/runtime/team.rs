@@ -11,6 +11,8 @@
 //! id, the request id), and why a call was refused.
 
 use crate::permission::grants::{GrantSelection, Granter, select_grants};
+use muster_protocol::MessageKind;
+use muster_protocol::ToolName;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock, Weak};
@@ -290,37 +292,37 @@ impl AgentRuntime {
                 )),
             ));
         };
-        let outcome = match call.name.as_str() {
-            "SendMessage" => match parse::<SendMessageInput>(call) {
+        let outcome = match ToolName::parse(&call.name) {
+            Some(ToolName::SendMessage) => match parse::<SendMessageInput>(call) {
                 Ok(input) => self.send_message(call, input).await?,
                 Err(error) => Err(error),
             },
-            "TaskCreate" => match parse::<TaskCreateInput>(call) {
+            Some(ToolName::TaskCreate) => match parse::<TaskCreateInput>(call) {
                 Ok(input) => self.task_create(call, input, team.as_ref()).await?,
                 Err(error) => Err(error),
             },
-            "TaskUpdate" => match parse::<TaskUpdateInput>(call) {
+            Some(ToolName::TaskUpdate) => match parse::<TaskUpdateInput>(call) {
                 Ok(input) => self.task_update(call, input, team.as_ref()).await?,
                 Err(error) => Err(error),
             },
-            "TaskList" => self.task_list().await?,
-            "TaskGet" => match parse::<TaskGetInput>(call) {
+            Some(ToolName::TaskList) => self.task_list().await?,
+            Some(ToolName::TaskGet) => match parse::<TaskGetInput>(call) {
                 Ok(input) => self.task_get(input).await?,
                 Err(error) => Err(error),
             },
-            "SpawnTeammate" => match parse::<SpawnTeammateInput>(call) {
+            Some(ToolName::SpawnTeammate) => match parse::<SpawnTeammateInput>(call) {
                 Ok(input) => self.spawn_teammate(call, input, team.as_ref()).await,
                 Err(error) => Err(error),
             },
-            "ReviewMerge" => match parse::<ReviewMergeInput>(call) {
+            Some(ToolName::ReviewMerge) => match parse::<ReviewMergeInput>(call) {
                 Ok(input) => self.review_merge(call, input).await?,
                 Err(error) => Err(error),
             },
-            "ReviewPlan" => match parse::<ReviewPlanInput>(call) {
+            Some(ToolName::ReviewPlan) => match parse::<ReviewPlanInput>(call) {
                 Ok(input) => self.review_plan(call, input).await?,
                 Err(error) => Err(error),
             },
-            "ShutdownTeammate" => match parse::<ShutdownTeammateInput>(call) {
+            Some(ToolName::ShutdownTeammate) => match parse::<ShutdownTeammateInput>(call) {
                 Ok(input) => {
                     let call_key = self.call_key(call);
                     team.shutdown_teammate(ShutdownRequest {
@@ -333,7 +335,7 @@ impl AgentRuntime {
                 }
                 Err(error) => Err(error),
             },
-            other => Err(format!("{other} is not a team tool")),
+            _ => Err(format!("{} is not a team tool", call.name)),
         };
         Ok(reply(decision, outcome))
     }
@@ -690,7 +692,7 @@ impl AgentRuntime {
             .store
             .request(&self.run.run_id, &request_id)
             .await?;
-        let Some(request) = request.filter(|r| r.kind == "merge_request") else {
+        let Some(request) = request.filter(|r| r.kind == MessageKind::MergeRequest) else {
             return Ok(Err(format!(
                 "{request_id:?} is not a merge request of this run; merge requests have ids \
                  like merge-alice-1 (plans and permissions are answered with ReviewPlan)"

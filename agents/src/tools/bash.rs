@@ -6,6 +6,7 @@
 //! command runs: `bash` starts behind a gate (it waits for one line on a pipe, then `exec`s the
 //! command with stdin from `/dev/null`), and the gate opens only once the recorder returns.
 
+use muster_protocol::ToolName;
 use std::ffi::{OsStr, OsString};
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
@@ -63,12 +64,12 @@ pub struct Bash;
 
 impl TypedTool for Bash {
     type Input = BashInput;
-    const NAME: &'static str = "Bash";
+    const NAME: &'static str = ToolName::Bash.as_str();
     const DESCRIPTION: &'static str = "Runs a bash command in the workspace root and returns its output and exit code. Stdin is \
          empty; output is capped; the command and everything it started are killed when the \
          timeout (milliseconds, default 120000, at most 600000) expires. Background processes \
          do not outlive the command. Prefer Read, Grep, Glob and LS over cat, grep, find and ls.";
-    const READ_ONLY: bool = false;
+    const READ_ONLY: bool = ToolName::Bash.is_read_only();
     const IDEMPOTENT: bool = false;
 
     async fn run(&self, context: &ToolContext, input: BashInput) -> ToolOutput {

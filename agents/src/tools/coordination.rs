@@ -3,6 +3,7 @@
 //! ([`HandledBy::AgentRuntime`]), so their [`TypedTool::run`] only says so.
 
 use muster_config::PermissionMode;
+use muster_protocol::ToolName;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -21,8 +22,7 @@ macro_rules! runtime_tool {
     (
         $(#[$meta:meta])*
         $tool:ident($input:ty) {
-            name: $name:literal,
-            read_only: $read_only:expr,
+            name: $name:ident,
             idempotent: $idempotent:expr,
             description: $description:expr $(,)?
         }
@@ -33,14 +33,14 @@ macro_rules! runtime_tool {
 
         impl TypedTool for $tool {
             type Input = $input;
-            const NAME: &'static str = $name;
+            const NAME: &'static str = ToolName::$name.as_str();
             const DESCRIPTION: &'static str = $description;
-            const READ_ONLY: bool = $read_only;
+            const READ_ONLY: bool = ToolName::$name.is_read_only();
             const IDEMPOTENT: bool = $idempotent;
             const HANDLED_BY: HandledBy = HandledBy::AgentRuntime;
 
             async fn run(&self, _context: &ToolContext, _input: $input) -> ToolOutput {
-                handled_by_runtime($name)
+                handled_by_runtime(ToolName::$name.as_str())
             }
         }
     };
@@ -82,8 +82,7 @@ pub struct AskUserQuestionInput {
 runtime_tool! {
     /// Asks the user (or, without a person at the terminal, the lead) questions.
     AskUserQuestion(AskUserQuestionInput) {
-        name: "AskUserQuestion",
-        read_only: false,
+        name: AskUserQuestion,
         idempotent: false,
         description: "Asks the user one to four multiple-choice questions and waits for the answers. Use it \
              when a decision is theirs to make. Without a person at the terminal, the question \
@@ -99,8 +98,7 @@ pub struct EnterPlanModeInput {}
 runtime_tool! {
     /// Switches the agent into plan mode.
     EnterPlanMode(EnterPlanModeInput) {
-        name: "EnterPlanMode",
-        read_only: true,
+        name: EnterPlanMode,
         idempotent: true,
         description: "Switches you into plan mode: you may read and explore, but not change the workspace, \
              until your plan is approved through ExitPlanMode.",
@@ -131,8 +129,7 @@ pub struct ExitPlanModeInput {
 runtime_tool! {
     /// Writes the plan and asks for its approval.
     ExitPlanMode(ExitPlanModeInput) {
-        name: "ExitPlanMode",
-        read_only: false,
+        name: ExitPlanMode,
         idempotent: false,
         description: "Submits your plan for approval and leaves plan mode once it is approved. The plan needs \
              at least `## Steps` and `## Files` sections. You keep planning while it waits, and \
@@ -155,8 +152,7 @@ pub struct AgentInput {
 runtime_tool! {
     /// Runs a subagent and returns its final report.
     Agent(AgentInput) {
-        name: "Agent",
-        read_only: false,
+        name: Agent,
         idempotent: false,
         description: "Starts a subagent with its own context window on a self-contained task and returns its \
              final report. The subagent reports only to you and ends when done.",
@@ -185,8 +181,7 @@ pub struct SendMessageInput {
 runtime_tool! {
     /// Sends mail to another agent of the run.
     SendMessage(SendMessageInput) {
-        name: "SendMessage",
-        read_only: false,
+        name: SendMessage,
         idempotent: true,
         description: "Sends a message to another member of the team through the durable mailbox. With \
              `reply_to`, it answers a question or a shutdown request (`approve` says whether you \
@@ -226,8 +221,7 @@ pub struct TaskCreateInput {
 runtime_tool! {
     /// Adds a task to the board.
     TaskCreate(TaskCreateInput) {
-        name: "TaskCreate",
-        read_only: false,
+        name: TaskCreate,
         idempotent: false,
         description: "Adds a task to the team's task board and returns its id.",
     }
@@ -262,8 +256,7 @@ pub struct TaskUpdateInput {
 runtime_tool! {
     /// Changes a task on the board.
     TaskUpdate(TaskUpdateInput) {
-        name: "TaskUpdate",
-        read_only: false,
+        name: TaskUpdate,
         idempotent: false,
         description: "Changes a task on the board: status, owner, subject, description, or what blocks it.",
     }
@@ -277,8 +270,7 @@ pub struct TaskListInput {}
 runtime_tool! {
     /// Lists the board.
     TaskList(TaskListInput) {
-        name: "TaskList",
-        read_only: true,
+        name: TaskList,
         idempotent: true,
         description: "Lists every task on the board with its id, subject, owner, status and blockers.",
     }
@@ -295,8 +287,7 @@ pub struct TaskGetInput {
 runtime_tool! {
     /// Shows one task.
     TaskGet(TaskGetInput) {
-        name: "TaskGet",
-        read_only: true,
+        name: TaskGet,
         idempotent: true,
         description: "Shows one task of the board in full.",
     }
@@ -322,8 +313,7 @@ pub struct SpawnTeammateInput {
 runtime_tool! {
     /// Starts a teammate (lead only).
     SpawnTeammate(SpawnTeammateInput) {
-        name: "SpawnTeammate",
-        read_only: false,
+        name: SpawnTeammate,
         idempotent: false,
         description: "Starts a teammate that works in parallel with its own context, reachable by mail. Lead \
              only.",
@@ -394,8 +384,7 @@ pub struct ReviewPlanInput {
 runtime_tool! {
     /// Decides a teammate's plan or permission request (lead only).
     ReviewPlan(ReviewPlanInput) {
-        name: "ReviewPlan",
-        read_only: false,
+        name: ReviewPlan,
         idempotent: true,
         description: "Approves or rejects a teammate's plan approval request or permission request. For plans \
              you may grant a mode and the permission rules the plan asks for, supply an edited \
@@ -420,8 +409,7 @@ pub struct ReviewMergeInput {
 runtime_tool! {
     /// Decides a teammate's merge request (lead only).
     ReviewMerge(ReviewMergeInput) {
-        name: "ReviewMerge",
-        read_only: false,
+        name: ReviewMerge,
         idempotent: true,
         description: "Approves or rejects a teammate's merge request: muster checked that its branch merges \
              cleanly into the integration branch and shows the files and diffstat. Approve to \
@@ -443,8 +431,7 @@ pub struct ShutdownTeammateInput {
 runtime_tool! {
     /// Asks a teammate to shut down (lead only).
     ShutdownTeammate(ShutdownTeammateInput) {
-        name: "ShutdownTeammate",
-        read_only: false,
+        name: ShutdownTeammate,
         idempotent: true,
         description: "Asks a teammate to finish and shut down; it answers with a shutdown response. Lead only.",
     }

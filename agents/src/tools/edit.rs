@@ -1,6 +1,7 @@
 //! `Edit` and `MultiEdit`: exact string replacement in a text file; `MultiEdit` applies all its
 //! edits or none.
 
+use muster_protocol::ToolName;
 use std::path::{Path, PathBuf};
 
 use schemars::JsonSchema;
@@ -133,12 +134,12 @@ pub struct Edit;
 
 impl TypedTool for Edit {
     type Input = EditInput;
-    const NAME: &'static str = "Edit";
+    const NAME: &'static str = ToolName::Edit.as_str();
     const DESCRIPTION: &'static str = "Replaces exact text in a file. `old_string` must occur exactly once unless `replace_all` \
          is true, and must match the file exactly, including whitespace and indentation (Read \
          the file first; do not include the line-number prefix). An empty `old_string` creates \
          a new file with `new_string`.";
-    const READ_ONLY: bool = false;
+    const READ_ONLY: bool = ToolName::Edit.is_read_only();
     const IDEMPOTENT: bool = false;
 
     fn paths(input: &EditInput) -> Vec<PathAccess> {
@@ -185,11 +186,11 @@ pub struct MultiEdit;
 
 impl TypedTool for MultiEdit {
     type Input = MultiEditInput;
-    const NAME: &'static str = "MultiEdit";
+    const NAME: &'static str = ToolName::MultiEdit.as_str();
     const DESCRIPTION: &'static str = "Applies several exact-text replacements to one file, in order, each to the result of the \
          previous one. Each edit follows Edit's rules. If any edit fails, the file is left \
          unchanged. An empty `old_string` in the first edit creates a new file.";
-    const READ_ONLY: bool = false;
+    const READ_ONLY: bool = ToolName::MultiEdit.is_read_only();
     const IDEMPOTENT: bool = false;
 
     fn paths(input: &MultiEditInput) -> Vec<PathAccess> {

@@ -1,5 +1,6 @@
 //! `Glob`: files whose path matches a glob pattern, newest first, gitignore-aware.
 
+use muster_protocol::ToolName;
 use std::path::{Path, PathBuf};
 
 use schemars::JsonSchema;
@@ -33,11 +34,11 @@ pub struct Glob;
 
 impl TypedTool for Glob {
     type Input = GlobInput;
-    const NAME: &'static str = "Glob";
+    const NAME: &'static str = ToolName::Glob.as_str();
     const DESCRIPTION: &'static str = "Finds files whose path matches a glob pattern (`**/*.rs`, `src/**/*.{ts,tsx}`), \
          searching `path` (default: the workspace root). Files ignored by .gitignore are skipped. \
          Returns absolute paths, most recently modified first, at most 100.";
-    const READ_ONLY: bool = true;
+    const READ_ONLY: bool = ToolName::Glob.is_read_only();
     const IDEMPOTENT: bool = true;
 
     fn paths(input: &GlobInput) -> Vec<PathAccess> {

@@ -1,6 +1,7 @@
 //! `Grep`: a regular-expression search on ripgrep's crates, gitignore-aware, with ripgrep's
 //! options under Claude Code's names (`-i`, `-n`, `-A`, `-B`, `-C`, `glob`, `type`, …).
 
+use muster_protocol::ToolName;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -86,12 +87,12 @@ pub struct Grep;
 
 impl TypedTool for Grep {
     type Input = GrepInput;
-    const NAME: &'static str = "Grep";
+    const NAME: &'static str = ToolName::Grep.as_str();
     const DESCRIPTION: &'static str = "Searches file contents with a regular expression (ripgrep syntax), skipping files ignored \
          by .gitignore and binary files. `output_mode` is `files_with_matches` (default), \
          `content` (matching lines; `-n`, `-A`, `-B`, `-C` apply) or `count`. Filter files with \
          `glob` or `type`; page with `offset` and `head_limit`.";
-    const READ_ONLY: bool = true;
+    const READ_ONLY: bool = ToolName::Grep.is_read_only();
     const IDEMPOTENT: bool = true;
 
     fn paths(input: &GrepInput) -> Vec<PathAccess> {

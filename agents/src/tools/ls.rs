@@ -1,5 +1,6 @@
 //! `LS`: a directory tree, gitignore-aware, capped.
 
+use muster_protocol::ToolName;
 use std::path::Path;
 
 use globset::GlobMatcher;
@@ -30,11 +31,11 @@ pub struct Ls;
 
 impl TypedTool for Ls {
     type Input = LsInput;
-    const NAME: &'static str = "LS";
+    const NAME: &'static str = ToolName::LS.as_str();
     const DESCRIPTION: &'static str = "Lists the files and directories under `path` as a tree, skipping what .gitignore \
          ignores and names matching the `ignore` globs. Prefer Glob and Grep when you know what \
          you are looking for.";
-    const READ_ONLY: bool = true;
+    const READ_ONLY: bool = ToolName::LS.is_read_only();
     const IDEMPOTENT: bool = true;
 
     fn paths(input: &LsInput) -> Vec<PathAccess> {

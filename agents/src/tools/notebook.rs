@@ -1,6 +1,7 @@
 //! `NotebookEdit`: replaces, inserts or deletes one cell of a Jupyter notebook (`.ipynb` JSON,
 //! written back with Jupyter's one-space indent).
 
+use muster_protocol::ToolName;
 use std::path::{Path, PathBuf};
 
 use schemars::JsonSchema;
@@ -72,11 +73,11 @@ pub struct NotebookEdit;
 
 impl TypedTool for NotebookEdit {
     type Input = NotebookEditInput;
-    const NAME: &'static str = "NotebookEdit";
+    const NAME: &'static str = ToolName::NotebookEdit.as_str();
     const DESCRIPTION: &'static str = "Edits one cell of a Jupyter notebook (.ipynb): `replace` (default) sets the source of cell \
          `cell_id`, `insert` adds a new cell of `cell_type` after `cell_id` (or at the start), \
          `delete` removes cell `cell_id`. Replacing a code cell clears its outputs.";
-    const READ_ONLY: bool = false;
+    const READ_ONLY: bool = ToolName::NotebookEdit.is_read_only();
     const IDEMPOTENT: bool = false;
 
     fn paths(input: &NotebookEditInput) -> Vec<PathAccess> {

@@ -1,5 +1,6 @@
 //! `Read`: a text file with `cat -n` style line numbers, a window of lines, and caps.
 
+use muster_protocol::ToolName;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 
@@ -33,12 +34,12 @@ pub struct Read;
 
 impl TypedTool for Read {
     type Input = ReadInput;
-    const NAME: &'static str = "Read";
+    const NAME: &'static str = ToolName::Read.as_str();
     const DESCRIPTION: &'static str = "Reads a text file from the workspace. Lines are numbered like `cat -n` (number, tab, line); \
          by default up to 2000 lines from the start are returned, and long lines are cut. For \
          large files give `offset` (1-based line to start at) and `limit` (number of lines). \
          Binary files are refused; use LS to list directories.";
-    const READ_ONLY: bool = true;
+    const READ_ONLY: bool = ToolName::Read.is_read_only();
     const IDEMPOTENT: bool = true;
 
     fn paths(input: &ReadInput) -> Vec<PathAccess> {

@@ -18,31 +18,16 @@ use super::output::ToolOutput;
 use super::read::Read;
 use super::write::Write;
 
-/// The name of every tool, in registry order (the same list as `muster_config::KNOWN_TOOLS`).
-pub const TOOL_NAMES: [&str; 22] = [
-    "Read",
-    "Write",
-    "Edit",
-    "MultiEdit",
-    "NotebookEdit",
-    "Glob",
-    "Grep",
-    "LS",
-    "Bash",
-    "AskUserQuestion",
-    "EnterPlanMode",
-    "ExitPlanMode",
-    "Agent",
-    "SendMessage",
-    "TaskCreate",
-    "TaskUpdate",
-    "TaskList",
-    "TaskGet",
-    "SpawnTeammate",
-    "ReviewPlan",
-    "ReviewMerge",
-    "ShutdownTeammate",
-];
+/// The name of every tool, in registry order ([`muster_protocol::ALL_TOOLS`]).
+pub const TOOL_NAMES: [&str; 22] = {
+    let mut names = [""; 22];
+    let mut index = 0;
+    while index < names.len() {
+        names[index] = muster_protocol::ALL_TOOLS[index].as_str();
+        index += 1;
+    }
+    names
+};
 
 /// A tool as offered to the model: name, description and input schema.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

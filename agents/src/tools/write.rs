@@ -1,5 +1,6 @@
 //! `Write`: creates or overwrites a file with the given content.
 
+use muster_protocol::ToolName;
 use std::path::PathBuf;
 
 use schemars::JsonSchema;
@@ -27,11 +28,11 @@ pub struct Write;
 
 impl TypedTool for Write {
     type Input = WriteInput;
-    const NAME: &'static str = "Write";
+    const NAME: &'static str = ToolName::Write.as_str();
     const DESCRIPTION: &'static str = "Writes a file in the workspace, replacing it if it exists and creating missing parent \
          directories. Prefer Edit for changing part of an existing file. Files in `.git/` and \
          `.muster/` cannot be written, except your own plan file.";
-    const READ_ONLY: bool = false;
+    const READ_ONLY: bool = ToolName::Write.is_read_only();
     const IDEMPOTENT: bool = true;
 
     fn paths(input: &WriteInput) -> Vec<PathAccess> {

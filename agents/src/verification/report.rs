@@ -1,5 +1,6 @@
 //! The report: plan items checked against the tool log, and its text for people.
 
+use muster_protocol::ToolName;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -263,7 +264,7 @@ impl Attribution {
                     }
                     let evidence = Evidence {
                         tool_use_id: tool_use_id.clone(),
-                        tool: "Bash".to_owned(),
+                        tool: ToolName::Bash.to_string(),
                         path: None,
                         command: Some(command.clone()),
                         exit_code: *exit_code,

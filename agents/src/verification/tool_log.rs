@@ -1,5 +1,6 @@
 //! Attribution: what an agent did after its plan was approved, read from its own records.
 
+use muster_protocol::ToolName;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -110,11 +111,11 @@ fn text_field(body: &Value, field: &str) -> Option<String> {
     body.get(field).and_then(Value::as_str).map(str::to_owned)
 }
 
-const FILE_TOOLS: &[(&str, &str)] = &[
-    ("Write", "file_path"),
-    ("Edit", "file_path"),
-    ("MultiEdit", "file_path"),
-    ("NotebookEdit", "notebook_path"),
+const FILE_TOOLS: &[(ToolName, &str)] = &[
+    (ToolName::Write, "file_path"),
+    (ToolName::Edit, "file_path"),
+    (ToolName::MultiEdit, "file_path"),
+    (ToolName::NotebookEdit, "notebook_path"),
 ];
 
 impl ToolLog {
@@ -149,7 +150,7 @@ impl ToolLog {
                 .and_then(Value::as_bool)
                 .unwrap_or(true);
             let input = inputs.get(&tool_use_id);
-            if let Some((_, field)) = FILE_TOOLS.iter().find(|(name, _)| *name == tool) {
+            if let Some((_, field)) = FILE_TOOLS.iter().find(|(name, _)| tool == *name) {
                 let path = input
                     .and_then(|input| input.get(*field))
                     .and_then(Value::as_str)
@@ -160,7 +161,7 @@ impl ToolLog {
                     path,
                     is_error,
                 });
-            } else if tool == "Bash" {
+            } else if tool == ToolName::Bash {
                 let recorded = effects.get(&tool_use_id);
                 let command = input
                     .and_then(|input| input.get("command"))

@@ -205,7 +205,7 @@ async fn main_agent_plan_approved_by_policy_then_acts() {
     assert_eq!(request.responder, "policy:policy.toml");
     let response = request.response.unwrap();
     assert_eq!(response.responder, "policy");
-    assert_eq!(response.body["approved"], true);
+    assert_eq!(response.stored_body()["approved"], true);
     assert!(
         records
             .iter()
@@ -330,7 +330,7 @@ async fn teammate_plan_goes_to_the_lead_and_a_closed_auto_gate_restores_default(
         revision,
         previous_request_id,
         allowed_prompts,
-    } = request.typed_body()
+    } = request.body.clone()
     else {
         panic!("not a plan request");
     };
@@ -468,7 +468,7 @@ async fn an_invalid_allowed_prompt_is_an_error_the_model_can_fix() {
     assert_eq!(request.request_id.as_deref(), Some("plan-alice-1"));
     let MessageBody::PlanApprovalRequest {
         allowed_prompts, ..
-    } = request.typed_body()
+    } = request.body.clone()
     else {
         panic!("not a plan request");
     };
@@ -833,7 +833,7 @@ async fn a_teammate_asks_the_lead_by_mail_and_reads_run_concurrently() {
     let task = tokio::spawn(async move { run(&mut agent).await });
     let permission = next_mail(&h.store, "lead").await;
     assert_eq!(permission.kind, "permission_request");
-    assert_eq!(permission.typed_body().responder(), Some("lead"));
+    assert_eq!(permission.body.clone().responder(), Some("lead"));
     h.store
         .respond(NewResponse {
             run_id: "r1".into(),
@@ -1109,7 +1109,7 @@ async fn a_subagent_asks_under_its_parents_id_and_the_answer_comes_back() {
     let mut asked = Vec::new();
     for _ in 0..2 {
         let request = next_mail(&h.store, "lead").await;
-        let MessageBody::PermissionRequest { tool, .. } = request.typed_body() else {
+        let MessageBody::PermissionRequest { tool, .. } = request.body.clone() else {
             panic!("not a permission request: {}", request.kind);
         };
         asked.push((request.sender.clone(), tool));

@@ -300,9 +300,9 @@ async fn a_teammates_forged_answer_is_refused_and_only_the_leads_first_decision_
         .unwrap();
     let response = request.response.unwrap();
     assert_eq!(response.responder, "lead");
-    assert_eq!(response.body["approved"], true);
-    assert_eq!(response.body["mode"], "acceptEdits");
-    assert_eq!(response.body["lowered_from"], "bypassPermissions");
+    assert_eq!(response.stored_body()["approved"], true);
+    assert_eq!(response.stored_body()["mode"], "acceptEdits");
+    assert_eq!(response.stored_body()["lowered_from"], "bypassPermissions");
     harness.fake.verify().unwrap();
 }
 
@@ -411,7 +411,7 @@ async fn the_task_tools_and_mail_work_on_the_store() {
     assert_eq!(kinds, ["task_assignment", "text"]);
     let bob_mail = harness.store.messages("board", Some("bob")).await.unwrap();
     assert_eq!(bob_mail.len(), 1);
-    assert_eq!(bob_mail[0].body["text"], "Hello, team.");
+    assert_eq!(bob_mail[0].stored_body()["text"], "Hello, team.");
     harness.fake.verify().unwrap();
 }
 

@@ -1453,8 +1453,14 @@ async fn notebook_edit_errors_are_clear() {
 #[test]
 fn the_registry_names_every_known_tool() {
     let registry = ToolRegistry::standard();
-    assert_eq!(registry.names(), muster_config::KNOWN_TOOLS);
-    assert_eq!(TOOL_NAMES, muster_config::KNOWN_TOOLS);
+    let known: Vec<&str> = muster_config::tools::known_tool_names().collect();
+    assert_eq!(registry.names(), known);
+    assert_eq!(TOOL_NAMES.to_vec(), known);
+    // Each tool's read-only flag is the vocabulary's.
+    for tool in muster_protocol::ALL_TOOLS {
+        let implementation = registry.get(tool.as_str()).unwrap();
+        assert_eq!(implementation.is_read_only(), tool.is_read_only(), "{tool}");
+    }
 }
 
 #[test]

@@ -13,7 +13,7 @@ use crate::diagnostic::{ConfigError, Diagnostic, Loaded, Position, invalid, sugg
 use crate::mcp::McpPattern;
 use crate::mode::PermissionMode;
 use crate::project::ProjectRoot;
-use crate::tools::{KNOWN_TOOLS, canonical_tool_name, standard_tools};
+use crate::tools::{canonical_tool_name, known_tool_names, standard_tools};
 use crate::yaml::{YamlNode, YamlValue, parse_yaml};
 
 /// The front-matter keys muster reads.
@@ -523,7 +523,10 @@ impl DefinitionFile<'_> {
     fn agent_limit(&mut self, key: &str, entry: &str) -> Option<&'static str> {
         let (tool, rest) = entry.split_once('(')?;
         let inside = rest.strip_suffix(')')?;
-        if key != "tools" || canonical_tool_name(tool.trim()) != Some("Agent") {
+        if key != "tools"
+            || muster_protocol::ToolName::canonical(tool.trim())
+                != Some(muster_protocol::ToolName::Agent)
+        {
             return None;
         }
         let names = inside
@@ -532,7 +535,7 @@ impl DefinitionFile<'_> {
             .filter(|name| !name.is_empty())
             .map(str::to_owned);
         self.agent_types.get_or_insert_with(Vec::new).extend(names);
-        Some("Agent")
+        Some(muster_protocol::ToolName::Agent.as_str())
     }
 
     /// Why `name` is not a tool, and in `.muster/agents` what to do about it.
@@ -542,7 +545,7 @@ impl DefinitionFile<'_> {
                 "`{name}` is not a tool in muster: teams are declared in muster.team.toml"
             );
         }
-        let suggestion = suggestion_suffix(name, KNOWN_TOOLS.iter().copied());
+        let suggestion = suggestion_suffix(name, known_tool_names());
         match self.dir {
             AgentDir::Muster => format!(
                 "unknown tool `{name}`{suggestion}: muster has no `{name}`; remove it, or keep \

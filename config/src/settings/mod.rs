@@ -18,7 +18,7 @@ pub use layers::{
 pub use paths::{OutsideRoot, normalize, resolve_inside_root};
 pub use schema::SettingValue;
 
-use crate::approver::Approver;
+use crate::Responder;
 use crate::diagnostic::{ConfigError, Diagnostic, Loaded, finish, invalid};
 use crate::mode::PermissionMode;
 use crate::named::named_enum;
@@ -236,7 +236,7 @@ pub struct Settings {
     /// The store (`store`, alias `store_path`): an absolute file path, or a PostgreSQL URL.
     pub store: Sourced<StoreLocation>,
     /// Who approves the main agent's plans: `human` or a policy.
-    pub approver: Sourced<Approver>,
+    pub approver: Sourced<Responder>,
     pub auto_gate: Sourced<AutoGate>,
     /// Consecutive auto denials that close the gate.
     pub auto_gate_denial_limit: Sourced<u64>,
@@ -727,12 +727,14 @@ fn build(merged: &Merged, root: &Path, errors: &mut Vec<Diagnostic>) -> Settings
         }
     };
     let store = resolve_store(builder.merged, root, &mut builder.errors);
-    let approver = builder.required(&["approver"], |text| match Approver::parse(text)? {
-        Approver::Lead => Err(
+    let approver = builder.required(&["approver"], |text| {
+        match Responder::parse(text).map_err(|error| error.to_string())? {
+        Responder::Lead => Err(
             "the main agent's approver is \"human\" or \"policy:FILE\"; \"lead\" is for teammates"
                 .to_string(),
         ),
         other => Ok(other),
+    }
     });
     let plan = builder.mode_settings("plan");
     let act = builder.mode_settings("act");
@@ -850,7 +852,7 @@ fn check_positive_counts(settings: &Settings, errors: &mut Vec<Diagnostic>) {
 
 /// A policy named by `approver` must exist and be valid.
 fn check_approver_policy(settings: &Settings, errors: &mut Vec<Diagnostic>) {
-    let Approver::Policy(file) = &settings.approver.value else {
+    let Responder::Policy(file) = &settings.approver.value else {
         return;
     };
     let path = settings.project_root.join(file);

@@ -432,7 +432,7 @@ impl Kind {
             ),
             Kind::Approver => {
                 // "lead" was refused above; the rest is the approver's own parse.
-                let valid = crate::approver::Approver::parse(text).is_ok();
+                let valid = crate::Responder::parse(text).is_ok();
                 if valid {
                     Ok(SettingValue::Text(text.to_string()))
                 } else {

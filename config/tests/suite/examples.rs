@@ -2,7 +2,7 @@
 //! settings key.
 
 use muster_config::settings::known_keys;
-use muster_config::{AgentCatalog, Approver, Layer, PermissionMode, Policy, TeamFile};
+use muster_config::{AgentCatalog, Layer, PermissionMode, Policy, Responder, TeamFile};
 
 use super::fixtures::Project;
 
@@ -47,7 +47,7 @@ fn the_examples_load_as_a_project() {
     assert_eq!(ids, vec!["alice", "worker-1", "worker-2", "rita"]);
     assert_eq!(
         team.teammates[3].approver,
-        Approver::Policy("policies/ci.toml".into())
+        Responder::Policy("policies/ci.toml".into())
     );
 
     let policy = Policy::parse("policy.toml", &example("policy.toml")).unwrap();

@@ -1,7 +1,7 @@
 //! Settings layers, keys, defaults and errors.
 
 use muster_config::settings::{AutoGate, MailboxSync, ProviderKind, ReasoningEffort};
-use muster_config::{Approver, Layer, PermissionMode, RuleBehavior, RuleSubject};
+use muster_config::{Layer, PermissionMode, Responder, RuleBehavior, RuleSubject};
 
 use super::fixtures::{Project, display};
 
@@ -16,7 +16,7 @@ fn defaults_apply_when_no_file_sets_anything() {
         settings.store.value,
         muster_config::store_url::StoreLocation::File(project.path(".muster/muster.db"))
     );
-    assert_eq!(*settings.approver, Approver::Human);
+    assert_eq!(*settings.approver, Responder::Human);
     assert_eq!(*settings.auto_gate, AutoGate::Open);
     assert_eq!(*settings.auto_gate_denial_limit, 3);
     assert_eq!(*settings.mailbox.max_body_bytes, 1_048_576);
@@ -485,7 +485,7 @@ fn a_shared_key_from_a_later_layer_beats_a_mode_key_from_an_earlier_one() {
         90
     );
     assert_eq!(*settings.permission_mode, PermissionMode::DontAsk);
-    assert_eq!(*settings.approver, Approver::Policy("p.toml".into()));
+    assert_eq!(*settings.approver, Responder::Policy("p.toml".into()));
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! Team files and policy files.
 
 use muster_config::{
-    AgentCatalog, Approver, PermissionMode, Policy, PolicyAnswer, RuleSubject, TeamFile,
+    AgentCatalog, PermissionMode, Policy, PolicyAnswer, Responder, RuleSubject, TeamFile,
 };
 
 use super::fixtures::{Project, display};
@@ -44,10 +44,10 @@ fn a_team_file_expands_counts_and_keeps_spawn_rules() {
     assert_eq!(team.shutdown_timeout_ms, 2500);
     let ids: Vec<&str> = team.teammates.iter().map(|t| t.id.as_str()).collect();
     assert_eq!(ids, vec!["alice", "worker-1", "worker-2"]);
-    assert_eq!(team.teammates[0].approver, Approver::Human);
+    assert_eq!(team.teammates[0].approver, Responder::Human);
     assert!(team.teammates[0].plan_mode_required);
     assert!(!team.teammates[2].plan_mode_required);
-    assert_eq!(team.teammates[2].approver, Approver::Lead);
+    assert_eq!(team.teammates[2].approver, Responder::Lead);
     assert_eq!(team.spawn.max_mode, Some(PermissionMode::AcceptEdits));
     assert!(team.spawn.allows_definition("Plan"));
     assert!(!team.spawn.allows_definition("lead"));
@@ -57,7 +57,7 @@ fn a_team_file_expands_counts_and_keeps_spawn_rules() {
 fn spawn_defaults_require_plans_approved_by_the_lead() {
     let team = TeamFile::parse("t.toml", "name = \"t\"\n", &catalog()).unwrap();
     assert!(team.spawn.plan_mode_required);
-    assert_eq!(team.spawn.approver, Approver::Lead);
+    assert_eq!(team.spawn.approver, Responder::Lead);
     assert_eq!(team.spawn.max_mode, None);
     assert!(team.spawn.allows_definition("general"));
     assert!(!team.spawn.allows_definition("lead"));
@@ -195,7 +195,7 @@ fn teams_may_name_project_definitions_and_policy_files_are_checked() {
     assert_eq!(team.teammates[0].definition, "reviewer");
     assert_eq!(
         team.teammates[0].approver,
-        Approver::Policy("policies/ci.toml".into())
+        Responder::Policy("policies/ci.toml".into())
     );
 }
 

@@ -11,7 +11,7 @@ use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
 use crate::error::{StoreError, StoreResult};
-use crate::message::{Correlation, correlation_of, responder_member};
+use crate::message::{Correlation, MessageKind, correlation_of, responder_member};
 use crate::sqlite::wake::Wake;
 use crate::types::*;
 
@@ -579,17 +579,19 @@ fn message_of(row: &Row) -> StoreResult<Message> {
         detail: format!("unknown state {state}"),
     })?;
     let body: String = col(row, T, 9)?;
+    let kind: String = col(row, T, 5)?;
+    let (kind, body) = read_kind_and_body(&kind, &parse_json(T, &body)?);
     Ok(Message {
         key: col(row, T, 0)?,
         seq: col(row, T, 1)?,
         run_id: col(row, T, 2)?,
         sender: col(row, T, 3)?,
         recipient: col(row, T, 4)?,
-        kind: col(row, T, 5)?,
+        kind,
         priority: Priority::from_code(col(row, T, 6)?),
         request_id: col(row, T, 7)?,
         idempotency_key: col(row, T, 8)?,
-        body: parse_json(T, &body)?,
+        body,
         state,
         created_at: col(row, T, 11)?,
         leased_at: col(row, T, 12)?,
@@ -674,8 +676,8 @@ pub(crate) async fn send(
     {
         return Err(unknown_recipient(tx, ctx, &message.run_id, &message.recipient).await);
     }
-    let kind = message.body.kind().to_owned();
-    let (body, body_text) = stored_body(ctx, &message.body)?;
+    let kind = message.body.kind().to_string();
+    let (_, body_text) = stored_body(ctx, &message.body)?;
     let request_id = message.body.request_id().map(str::to_owned);
     let correlation = correlation_of(&kind);
     if correlation != Correlation::None && request_id.is_none() {
@@ -720,11 +722,11 @@ pub(crate) async fn send(
         run_id: message.run_id.clone(),
         sender: message.sender.clone(),
         recipient: message.recipient.clone(),
-        kind,
+        kind: message.body.kind(),
         priority,
         request_id,
         idempotency_key: message.idempotency_key.clone(),
-        body,
+        body: message.body.clone(),
         state: DeliveryState::Pending,
         created_at: now,
         leased_at: None,
@@ -734,7 +736,7 @@ pub(crate) async fn send(
 
 /// Delivery class: shutdown requests first, then mail from the lead, then the rest.
 fn priority_of(kind: &str, sender: MemberKind) -> Priority {
-    if kind == "shutdown_request" {
+    if kind == MessageKind::ShutdownRequest {
         Priority::Shutdown
     } else if sender == MemberKind::Lead {
         Priority::FromLead
@@ -959,15 +961,16 @@ pub(crate) async fn request(
         return Ok(None);
     };
     let message_key: String = col(&row, T, 4)?;
+    let kind: String = col(&row, T, 0)?;
     let response = response(tx, ctx, run_id, request_id).await?;
     let body = message_by_key(tx, ctx, &message_key)
         .await?
         .map(|m| m.body)
-        .unwrap_or(Value::Null);
+        .unwrap_or_else(|| missing_body(&kind));
     Ok(Some(RequestRecord {
         run_id: run_id.into(),
         request_id: request_id.into(),
-        kind: col(&row, T, 0)?,
+        kind: MessageKind::parse(&kind),
         requester: col(&row, T, 1)?,
         recipient: col(&row, T, 2)?,
         responder: col(&row, T, 3)?,
@@ -996,13 +999,14 @@ async fn response(
         return Ok(None);
     };
     let message_key: String = col(&row, T, 2)?;
+    let kind: String = col(&row, T, 1)?;
     let body = message_by_key(tx, ctx, &message_key)
         .await?
         .map(|m| m.body)
-        .unwrap_or(Value::Null);
+        .unwrap_or_else(|| missing_body(&kind));
     Ok(Some(ResponseRecord {
         responder: col(&row, T, 0)?,
-        kind: col(&row, T, 1)?,
+        kind: MessageKind::parse(&kind),
         message_key,
         body,
         decided_at: col(&row, T, 3)?,
@@ -1038,7 +1042,7 @@ pub(crate) async fn respond(
     answer: &NewResponse,
     wakes: &mut Vec<Wake>,
 ) -> StoreResult<Message> {
-    let kind = answer.body.kind().to_owned();
+    let kind = answer.body.kind().to_string();
     let Correlation::Response { answers } = correlation_of(&kind) else {
         return Err(StoreError::MismatchedResponse {
             request_id: answer.body.request_id().unwrap_or_default().into(),
@@ -1064,7 +1068,7 @@ pub(crate) async fn respond(
     if request.kind != answers {
         return Err(StoreError::MismatchedResponse {
             request_id: request_id.into(),
-            request_kind: request.kind,
+            request_kind: request.kind.to_string(),
             response_kind: kind,
         });
     }

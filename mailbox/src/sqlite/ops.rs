@@ -8,7 +8,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::error::{StoreError, StoreResult};
-use crate::message::{Correlation, correlation_of, responder_member};
+use crate::message::{Correlation, MessageKind, correlation_of, responder_member};
 use crate::sqlite::wake::Wake;
 use crate::types::*;
 
@@ -450,17 +450,18 @@ impl RawMessage {
             table: "messages",
             detail: format!("unknown state {}", self.state),
         })?;
+        let (kind, body) = read_kind_and_body(&self.kind, &parse_json("messages", &self.body)?);
         Ok(Message {
             key: self.key,
             seq: self.seq,
             run_id: self.run_id,
             sender: self.sender,
             recipient: self.recipient,
-            kind: self.kind,
+            kind,
             priority: Priority::from_code(self.priority),
             request_id: self.request_id,
             idempotency_key: self.idempotency_key,
-            body: parse_json("messages", &self.body)?,
+            body,
             state,
             created_at: self.created_at,
             leased_at: self.leased_at,
@@ -572,8 +573,8 @@ pub(crate) fn send(
             &message.recipient,
         ));
     }
-    let kind = message.body.kind().to_owned();
-    let (body, body_text) = stored_body(ctx, &message.body)?;
+    let kind = message.body.kind().to_string();
+    let (_, body_text) = stored_body(ctx, &message.body)?;
     let request_id = message.body.request_id().map(str::to_owned);
     let correlation = correlation_of(&kind);
     if correlation != Correlation::None && request_id.is_none() {
@@ -617,11 +618,11 @@ pub(crate) fn send(
         run_id: message.run_id.clone(),
         sender: message.sender.clone(),
         recipient: message.recipient.clone(),
-        kind,
+        kind: message.body.kind(),
         priority,
         request_id,
         idempotency_key: message.idempotency_key.clone(),
-        body,
+        body: message.body.clone(),
         state: DeliveryState::Pending,
         created_at: now,
         leased_at: None,
@@ -631,7 +632,7 @@ pub(crate) fn send(
 
 /// Delivery class: shutdown requests first, then mail from the lead, then the rest.
 fn priority_of(kind: &str, sender: MemberKind) -> Priority {
-    if kind == "shutdown_request" {
+    if kind == MessageKind::ShutdownRequest {
         Priority::Shutdown
     } else if sender == MemberKind::Lead {
         Priority::FromLead
@@ -704,7 +705,7 @@ pub(crate) fn send_many(
         .map_err(ctx.sql())?;
     let now = now_millis();
     for message in messages {
-        let kind = message.body.kind().to_owned();
+        let kind = message.body.kind().to_string();
         if message.idempotency_key.is_some() || correlation_of(&kind) != Correlation::None {
             return Err(StoreError::InvalidId {
                 what: "bulk message",
@@ -927,11 +928,11 @@ pub(crate) fn request(
     let response = response(conn, ctx, run_id, request_id)?;
     let body = message_by_key(conn, ctx, &message_key)?
         .map(|m| m.body)
-        .unwrap_or(Value::Null);
+        .unwrap_or_else(|| missing_body(&kind));
     Ok(Some(RequestRecord {
         run_id: run_id.into(),
         request_id: request_id.into(),
-        kind,
+        kind: MessageKind::parse(&kind),
         requester,
         recipient,
         responder,
@@ -962,10 +963,10 @@ fn response(
     };
     let body = message_by_key(conn, ctx, &message_key)?
         .map(|m| m.body)
-        .unwrap_or(Value::Null);
+        .unwrap_or_else(|| missing_body(&kind));
     Ok(Some(ResponseRecord {
         responder,
-        kind,
+        kind: MessageKind::parse(&kind),
         message_key,
         body,
         decided_at,
@@ -999,7 +1000,7 @@ pub(crate) fn respond(
     answer: &NewResponse,
     wakes: &mut Vec<Wake>,
 ) -> StoreResult<Message> {
-    let kind = answer.body.kind().to_owned();
+    let kind = answer.body.kind().to_string();
     let Correlation::Response { answers } = correlation_of(&kind) else {
         return Err(StoreError::MismatchedResponse {
             request_id: answer.body.request_id().unwrap_or_default().into(),
@@ -1025,7 +1026,7 @@ pub(crate) fn respond(
     if request.kind != answers {
         return Err(StoreError::MismatchedResponse {
             request_id: request_id.into(),
-            request_kind: request.kind,
+            request_kind: request.kind.to_string(),
             response_kind: kind,
         });
     }

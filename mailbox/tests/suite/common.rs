@@ -216,7 +216,7 @@ pub fn text(run: &str, from: &str, to: &str, text: &str) -> NewMessage {
 }
 
 pub fn text_of(message: &Message) -> String {
-    match message.typed_body() {
+    match message.body.clone() {
         MessageBody::Text { text, .. } => text,
         other => panic!("not a text message: {other:?}"),
     }

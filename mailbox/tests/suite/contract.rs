@@ -93,7 +93,7 @@ async fn delivery_keeps_sender_order_within_priority_classes(backend: Backend) {
         order.push(if m.kind == "text" {
             text_of(&m)
         } else {
-            m.kind.clone()
+            m.kind.to_string()
         });
     }
     assert_eq!(order, ["shutdown_request", "l1", "l2", "a1", "b1", "a2"]);
@@ -310,7 +310,7 @@ async fn responses_are_checked_and_the_first_one_wins(backend: Backend) {
     assert_eq!(record.responder, "human");
     let response = record.response.unwrap();
     assert_eq!(
-        response.body["approved"],
+        response.stored_body()["approved"],
         json!(false),
         "the first answer stands"
     );
@@ -361,7 +361,7 @@ async fn unknown_kinds_are_kept_raw(backend: Backend) {
         .unwrap();
     assert_eq!(got.kind, "mode_set_request");
     assert_eq!(
-        got.typed_body(),
+        got.body.clone(),
         MessageBody::Unknown {
             kind: "mode_set_request".into(),
             raw
@@ -619,7 +619,7 @@ async fn tasks_claim_block_assign_and_release(backend: Backend) {
         .unwrap()
         .unwrap();
     assert_eq!(assignment.kind, "task_assignment");
-    assert_eq!(assignment.body["task_id"], json!(2));
+    assert_eq!(assignment.stored_body()["task_id"], json!(2));
 
     let cycle = store
         .update_task(TaskUpdate {
@@ -834,7 +834,7 @@ async fn a_fork_copies_everything_and_then_goes_its_own_way(backend: Backend) {
     );
     let in_flight = copied
         .iter()
-        .find(|m| m.body["text"] == "in flight")
+        .find(|m| m.stored_body()["text"] == "in flight")
         .unwrap();
     assert_eq!(
         in_flight.state,
@@ -847,7 +847,10 @@ async fn a_fork_copies_everything_and_then_goes_its_own_way(backend: Backend) {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(decided.response.unwrap().body["approved"], json!(true));
+    assert_eq!(
+        decided.response.unwrap().stored_body()["approved"],
+        json!(true)
+    );
     assert_eq!(
         store
             .records("r1-fork", "alice", "transcript", 0)

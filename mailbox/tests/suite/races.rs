@@ -112,5 +112,8 @@ async fn two_processes_answer_one_request_and_exactly_one_is_accepted(backend: B
         .unwrap()
         .response
         .unwrap();
-    assert_eq!(decided.body["approved"], responses[0].body["approved"]);
+    assert_eq!(
+        decided.stored_body()["approved"],
+        responses[0].stored_body()["approved"]
+    );
 }

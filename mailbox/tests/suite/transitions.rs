@@ -30,7 +30,7 @@ fn assignments_of(messages: &[Message], agent: &str) -> Vec<i64> {
     messages
         .iter()
         .filter(|m| m.recipient == agent && m.kind == "task_assignment")
-        .map(|m| m.body["task_id"].as_i64().unwrap())
+        .map(|m| m.stored_body()["task_id"].as_i64().unwrap())
         .collect()
 }
 
@@ -75,7 +75,10 @@ async fn claims_from_two_instances_each_come_with_their_assignment(backend: Back
             claim.assignment.recipient,
             claim.task.owner.clone().unwrap()
         );
-        assert_eq!(claim.assignment.body["task_id"], json!(claim.task.task_id));
+        assert_eq!(
+            claim.assignment.stored_body()["task_id"],
+            json!(claim.task.task_id)
+        );
     }
 }
 

@@ -16,6 +16,7 @@
 //! reads at `price_cache_read`, writes at `price_cache_write`) against all input at
 //! `price_in`. Output tokens cost the same either way and are left out.
 
+use muster_protocol::ToolName;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -371,7 +372,7 @@ fn entry(agent: &str, turn: Option<usize>, content: Vec<Value>) -> anyhow::Resul
 }
 
 fn read(agent: &str, turn: usize, path: &str) -> Value {
-    json!({"type": "tool_use", "id": format!("toolu_{agent}_{turn}"), "name": "Read",
+    json!({"type": "tool_use", "id": format!("toolu_{agent}_{turn}"), "name": ToolName::Read,
            "input": {"file_path": path}})
 }
 
@@ -440,7 +441,7 @@ fn write_project(
                 .map(|w| {
                     let first = (w - 1) * per + 1;
                     json!({"type": "tool_use", "id": format!("toolu_lead_1_{w}"),
-                           "name": "TaskCreate", "input": {
+                           "name": ToolName::TaskCreate, "input": {
                         "subject": format!("Notes {first} to {}", first + per - 1),
                         "description": format!("Read notes {first} to {} and summarise them.",
                                                first + per - 1),

@@ -1,6 +1,7 @@
 //! `muster bench mailbox`: muster's store against the per-inbox JSON-file design, on one disk,
 //! in one run. See issue 3 for the scenarios and targets.
 
+use muster_protocol::{RequestFamily, RequestId};
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -303,7 +304,12 @@ async fn decisions_with_notify(
                     sender: format!("s{decider}"),
                     recipient: "lead".into(),
                     body: MessageBody::PlanApprovalRequest {
-                        request_id: format!("plan-s{decider}-{n}"),
+                        request_id: RequestId::new(
+                            RequestFamily::Plan,
+                            &format!("s{decider}"),
+                            n as i64,
+                        )
+                        .to_string(),
                         plan_file: "plan.md".into(),
                         plan: "## Goal\nbench".into(),
                         responder: HUMAN.into(),
@@ -330,7 +336,12 @@ async fn decisions_with_notify(
                     run_id: "b".into(),
                     sender: HUMAN.into(),
                     body: MessageBody::PlanApprovalResponse {
-                        request_id: format!("plan-s{decider}-{n}"),
+                        request_id: RequestId::new(
+                            RequestFamily::Plan,
+                            &format!("s{decider}"),
+                            n as i64,
+                        )
+                        .to_string(),
                         approved: true,
                         feedback: None,
                         mode: None,
@@ -763,8 +774,9 @@ async fn latency_on(
                 let batch = store.receive_batch("b", "lead", epoch, 256).await?;
                 let held = Instant::now();
                 for message in &batch {
-                    let id = message.body["text"]
-                        .as_str()
+                    let id = message
+                        .body
+                        .text()
                         .and_then(|t| t.split(' ').next())
                         .unwrap_or_default();
                     if let Some(began) = started.lock().ok().and_then(|map| map.get(id).copied()) {

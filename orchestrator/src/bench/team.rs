@@ -19,6 +19,7 @@
 //! - **peak memory**: the child's `VmHWM` (peak resident set), read from `/proc/PID/status`
 //!   every 2 ms while it runs; the largest reading.
 
+use muster_protocol::ToolName;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -512,7 +513,7 @@ fn write_project(
     {
         let creates = (1..=teammates)
             .map(|n| {
-                json!({"type": "tool_use", "id": format!("toolu_lead_1_{n}"), "name": "TaskCreate",
+                json!({"type": "tool_use", "id": format!("toolu_lead_1_{n}"), "name": ToolName::TaskCreate,
                     "input": {"subject": format!("task {n}"), "description": format!("Independent task {n}: read the README.")}})
             })
             .collect();
@@ -530,11 +531,11 @@ fn write_project(
                 bash.as_secs_f64()
             );
             let exit = json!({"type": "tool_use", "id": format!("toolu_{agent}_1_1"),
-                              "name": "ExitPlanMode", "input": {"plan": plan}});
+                              "name": ToolName::ExitPlanMode, "input": {"plan": plan}});
             cassette.push_str(&entry(&agent, Some(1), vec![exit]));
             let command = format!("sleep {:.3}", bash.as_secs_f64());
             let call = json!({"type": "tool_use", "id": format!("toolu_{agent}_2_1"),
-                              "name": "Bash", "input": {"command": command}});
+                              "name": ToolName::Bash, "input": {"command": command}});
             cassette.push_str(&entry(&agent, Some(2), vec![call]));
         } else {
             for turn in 1..shape.turns {
@@ -542,9 +543,9 @@ fn write_project(
                     .map(|c| {
                         let id = format!("toolu_{agent}_{turn}_{c}");
                         if c % 2 == 1 {
-                            json!({"type": "tool_use", "id": id, "name": "Read", "input": {"file_path": "README.md"}})
+                            json!({"type": "tool_use", "id": id, "name": ToolName::Read, "input": {"file_path": "README.md"}})
                         } else {
-                            json!({"type": "tool_use", "id": id, "name": "Glob", "input": {"pattern": "*.md"}})
+                            json!({"type": "tool_use", "id": id, "name": ToolName::Glob, "input": {"pattern": "*.md"}})
                         }
                     })
                     .collect();

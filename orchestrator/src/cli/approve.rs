@@ -1,6 +1,7 @@
 //! `muster approve`: approve a plan or permission request as `human`; `--edit` opens the
 //! plan in `$VISUAL` / `$EDITOR` first and approves what the person saved.
 
+use muster_protocol::MessageKind;
 use std::path::Path;
 
 use crate::cli::decide::{Decision, decide, find_request};
@@ -70,7 +71,7 @@ fn edit_plan(
 ) -> anyhow::Result<Option<String>> {
     let (_project, store) = open(global)?;
     let request = runtime()?.block_on(find_request(store.as_ref(), run, request_id))?;
-    if request.kind != "plan_approval_request" {
+    if request.kind != MessageKind::PlanApprovalRequest {
         return Err(ExitError::new(
             Exit::Usage,
             format!("--edit: {request_id} is not a plan request"),
@@ -87,12 +88,7 @@ fn edit_plan(
         )
         .into());
     }
-    let submitted = request
-        .body
-        .get("plan")
-        .and_then(|p| p.as_str())
-        .unwrap_or_default()
-        .to_owned();
+    let submitted = request.body.plan().unwrap_or_default().to_owned();
     let editor = ["VISUAL", "EDITOR"]
         .iter()
         .find_map(|name| std::env::var(name).ok().filter(|v| !v.trim().is_empty()))

@@ -10,6 +10,7 @@
 //! settings' `permission_mode`. Rules and the auto gate come from the settings; `--agent` takes
 //! the definition's `read_only`, tools and mode cap from the project's agent catalog.
 
+use muster_protocol::ToolName;
 use std::io::{BufRead, Write as _};
 use std::path::PathBuf;
 
@@ -216,7 +217,7 @@ impl Sandboxing {
     /// The sandbox a `Bash` call would run in if it runs (allowed, or asked and approved);
     /// `None` for other tools and denials.
     fn label(&self, tool: &str, decision: &Decision) -> Option<String> {
-        (tool == "Bash" && decision.verdict != Verdict::Deny).then(|| {
+        (tool == ToolName::Bash && decision.verdict != Verdict::Deny).then(|| {
             self.state.label(profile_for(
                 decision.read_only_shell,
                 decision.effective_mode,

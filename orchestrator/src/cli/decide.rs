@@ -6,7 +6,7 @@ use muster_mailbox::{MailboxStore, RequestRecord, StoreResult};
 
 use crate::cli::inspect::{open, runtime};
 use crate::exit::{Exit, ExitError};
-use crate::human_decision::{RefusedDecision, decide_as_human, kind_in_words, verdict};
+use crate::human_decision::{RefusedDecision, decide_as_human, verdict};
 use crate::project::Globals;
 
 pub use crate::human_decision::Decision;
@@ -36,8 +36,8 @@ pub fn decide(
         })?;
     println!(
         "{} {request_id} ({} from {}, run {}).",
-        verdict(&decided.response.typed_body()),
-        kind_in_words(&request.kind),
+        verdict(&decided.response.body.clone()),
+        request.kind.in_words(),
         request.requester,
         request.run_id
     );

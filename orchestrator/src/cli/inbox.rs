@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use muster_mailbox::{Message, MessageBody, RequestRecord};
 use serde_json::{Value, json};
 
-use crate::cli::inspect::{cut, in_words, open, print_json, runtime, select_run, table, time};
+use crate::cli::inspect::{cut, open, print_json, runtime, select_run, table, time};
 use crate::exit::Exit;
 use crate::project::Globals;
 use crate::worktree::MergeAdds;
@@ -47,7 +47,7 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
             .filter(|m| {
                 requests
                     .get(m.key.as_str())
-                    .is_some_and(|r| r.responder == "human")
+                    .is_some_and(|r| muster_protocol::Responder::names_the_person(&r.responder))
             })
             .collect(),
         Some(agent) => messages.iter().filter(|m| m.recipient == agent).collect(),
@@ -80,7 +80,7 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
                 time(m.created_at),
                 m.sender.clone(),
                 m.recipient.clone(),
-                in_words(&m.kind),
+                m.kind.in_words(),
                 m.state.as_str().to_owned(),
                 m.request_id.clone().unwrap_or_else(|| "-".into()),
                 answer_of(requests.get(m.key.as_str()).copied()),
@@ -125,13 +125,13 @@ fn pending_merge_diffs(
                 .get(m.key.as_str())
                 .is_some_and(|r| r.response.is_none())
         })
-        .filter_map(|m| match m.typed_body() {
+        .filter_map(|m| match &m.body {
             MessageBody::MergeRequest {
                 request_id,
                 commit,
                 onto,
                 ..
-            } => Some((request_id, MergeAdds::command(&onto, &commit))),
+            } => Some((request_id.clone(), MergeAdds::command(onto, commit))),
             _ => None,
         })
         .collect()
@@ -145,16 +145,16 @@ fn answer_of(request: Option<&RequestRecord>) -> String {
     let Some(response) = &request.response else {
         return format!("waiting for {}", request.responder);
     };
-    let verdict = match (response.body.get("approved"), response.body.get("approve")) {
-        (Some(Value::Bool(true)), _) | (_, Some(Value::Bool(true))) => "approved",
-        (Some(Value::Bool(false)), _) | (_, Some(Value::Bool(false))) => "rejected",
-        _ => "answered",
+    let verdict = match response.body.approved() {
+        Some(true) => "approved",
+        Some(false) => "rejected",
+        None => "answered",
     };
     format!("{verdict} by {}", response.responder)
 }
 
 fn summary_of(message: &Message) -> String {
-    match message.typed_body() {
+    match message.body.clone() {
         MessageBody::Text { text, summary } => summary.unwrap_or(text),
         MessageBody::PlanApprovalRequest {
             plan_file,

@@ -3,10 +3,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use muster_mailbox::RequestRecord;
 use muster_mailbox::revision::{stored_previous, stored_revision};
+use muster_mailbox::{MessageBody, MessageKind, RequestRecord};
 use serde::Serialize;
-use serde_json::Value;
 
 use crate::cli::inspect::{open, print_json, runtime, select_run, table};
 use crate::exit::Exit;
@@ -152,14 +151,14 @@ pub fn collect(
     }
     for request in requests
         .iter()
-        .filter(|r| r.kind == "plan_approval_request")
+        .filter(|r| r.kind == MessageKind::PlanApprovalRequest)
     {
         let Some(file) = plan_file_of(request, root) else {
             continue;
         };
-        let state = match request.response.as_ref().map(|r| r.body.get("approved")) {
+        let state = match request.response.as_ref().map(|r| r.body.approved()) {
             None => "pending",
-            Some(Some(Value::Bool(true))) => "approved",
+            Some(Some(true)) => "approved",
             Some(_) => "rejected",
         };
         let exists = file.exists();
@@ -189,19 +188,10 @@ pub fn collect(
 
 /// The rules a decided plan request's approval granted.
 fn granted_rules(request: &RequestRecord) -> Vec<String> {
-    request
-        .response
-        .as_ref()
-        .and_then(|r| r.body.get("grants"))
-        .and_then(Value::as_array)
-        .map(|rules| {
-            rules
-                .iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default()
+    match request.response.as_ref().map(|r| &r.body) {
+        Some(MessageBody::PlanApprovalResponse { grants, .. }) => grants.clone(),
+        _ => Vec::new(),
+    }
 }
 
 /// The diff from the plan of `previous_id` to `request`'s plan.
@@ -211,13 +201,7 @@ pub fn revision_diff(
     request: &RequestRecord,
 ) -> Option<String> {
     let previous = requests.iter().find(|r| r.request_id == previous_id)?;
-    let text = |r: &RequestRecord| {
-        r.body
-            .get("plan")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
+    let text = |r: &RequestRecord| r.body.plan().unwrap_or_default().to_owned();
     Some(plan_diff::unified(
         &text(previous),
         &text(request),
@@ -257,7 +241,7 @@ fn agent_of(file: &Path, slug: &str) -> String {
 }
 
 fn plan_file_of(request: &RequestRecord, root: &Path) -> Option<PathBuf> {
-    let file = Path::new(request.body.get("plan_file")?.as_str()?);
+    let file = Path::new(request.body.plan_file()?);
     Some(if file.is_absolute() {
         file.to_path_buf()
     } else {

@@ -23,7 +23,7 @@ pub struct Args {
     pub permission_mode: Option<muster_config::PermissionMode>,
     /// Who approves the main agent's plan: human or policy:FILE.
     #[arg(long, value_parser = crate::launch::parse_approver)]
-    pub approver: Option<muster_config::Approver>,
+    pub approver: Option<muster_config::Responder>,
     /// Provider: anthropic, openai or script.
     #[arg(long)]
     pub provider: Option<String>,
@@ -90,7 +90,7 @@ mod tests {
 
     use crate::cli::{Cli, Command};
     use crate::launch::OutputFormat;
-    use muster_config::{Approver, PermissionMode};
+    use muster_config::{PermissionMode, Responder};
 
     fn run_args(flags: &[&str]) -> Result<super::Args, clap::Error> {
         let argv = ["muster", "run", "-p", "x"].iter().chain(flags);
@@ -116,11 +116,11 @@ mod tests {
             assert_eq!(args.permission_mode, Some(mode), "{text}");
         }
         for (text, approver) in [
-            ("human", Approver::Human),
-            ("lead", Approver::Lead),
+            ("human", Responder::Human),
+            ("lead", Responder::Lead),
             (
                 "policy:ci/policy.toml",
-                Approver::Policy("ci/policy.toml".into()),
+                Responder::Policy("ci/policy.toml".into()),
             ),
         ] {
             let args = run_args(&["--approver", text]).unwrap();

@@ -25,7 +25,10 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::get;
 use futures_util::Stream;
 use muster_config::settings::ModelInfo;
-use muster_mailbox::{MailboxStore, RequestRecord, RunStatus, TaskStatus, live};
+use muster_mailbox::{
+    MailboxStore, MessageBody, MessageKind, RequestRecord, RunStatus, TaskStatus, live,
+};
+use muster_protocol::Responder;
 use serde::Deserialize;
 use tokio::sync::broadcast;
 
@@ -233,7 +236,7 @@ async fn load_runs(served: &Served, all_projects: bool) -> anyhow::Result<Vec<Ru
             .requests(&run.id)
             .await?
             .into_iter()
-            .filter(|r| r.response.is_none() && r.responder == "human")
+            .filter(|r| r.response.is_none() && Responder::names_the_person(&r.responder))
             .collect();
         rows.push(RunRow {
             status: status_of(served, &run),
@@ -325,7 +328,7 @@ async fn request_response(
     };
     let previous = muster_mailbox::revision::stored_previous(request)
         .and_then(|id| requests.iter().find(|r| r.request_id == id));
-    let merge_diff = if request.kind == "merge_request" {
+    let merge_diff = if request.kind == MessageKind::MergeRequest {
         merge_diff(store, request).await
     } else {
         None
@@ -347,11 +350,10 @@ async fn policy_checks(
     served: &Served,
     request: &RequestRecord,
 ) -> Option<Result<Vec<muster_config::RuleCheck>, String>> {
-    let path = request.responder.strip_prefix("policy:")?;
-    if request.kind != "plan_approval_request" {
+    let Ok(Responder::Policy(path)) = Responder::parse(&request.responder) else {
         return None;
-    }
-    let plan = request.body.get("plan").and_then(|p| p.as_str())?;
+    };
+    let plan = request.body.plan()?;
     let loaded = async {
         let run = served.project.store.run(&request.run_id).await?;
         let stored = run
@@ -364,7 +366,7 @@ async fn policy_checks(
             .muster_dir
             .parent()
             .unwrap_or(&served.project.muster_dir);
-        stored.policy(root, std::path::Path::new(path))
+        stored.policy(root, &path)
     }
     .await;
     Some(
@@ -378,8 +380,9 @@ async fn policy_checks(
 /// merged tree), from the run's repository; none when git or either commit is gone.
 async fn merge_diff(store: &dyn MailboxStore, request: &RequestRecord) -> Option<String> {
     let run = store.run(&request.run_id).await.ok()??;
-    let onto = request.body.get("onto")?.as_str()?;
-    let commit = request.body.get("commit")?.as_str()?;
+    let MessageBody::MergeRequest { onto, commit, .. } = &request.body else {
+        return None;
+    };
     let git = Git::new(&run.workspace);
     let adds = MergeAdds::of(&git, onto, commit).await.ok()?;
     adds.diff(&git).await.ok()
@@ -464,12 +467,7 @@ async fn decide(
         }
         Err(error) => return store_failure(error),
     };
-    let submitted = request
-        .body
-        .get("plan")
-        .and_then(|p| p.as_str())
-        .unwrap_or_default()
-        .to_owned();
+    let submitted = request.body.plan().unwrap_or_default().to_owned();
     let decision = match form.decision(&submitted) {
         Ok(decision) => decision,
         Err(message) => {

@@ -6,11 +6,14 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use muster_mailbox::revision::{stored_previous, stored_revision};
-use muster_mailbox::{Message, RequestRecord, RosterEntry, RunRecord, RunStatus, Task};
+use muster_mailbox::{
+    Message, MessageBody, MessageKind, RequestRecord, RosterEntry, RunRecord, RunStatus, Task,
+};
+use muster_protocol::{DroppedGrant, Responder};
 use serde_json::Value;
 
 use super::markdown;
-use crate::cli::inspect::{cut, in_words, time};
+use crate::cli::inspect::{cut, time};
 use crate::plan_diff::{self, LineChange};
 
 /// Escapes text for HTML element content and quoted attribute values.
@@ -173,13 +176,16 @@ pub fn run_page(view: &RunView) -> String {
     let reports: Vec<&Message> = view
         .messages
         .iter()
-        .filter(|m| m.kind == "verification_report")
+        .filter(|m| m.kind == MessageKind::VerificationReport)
         .collect();
     if reports.is_empty() {
         body.push_str("<p>None yet.</p>");
     }
     for report in reports {
-        let content = report.body.get("report").cloned().unwrap_or(Value::Null);
+        let content = match &report.body {
+            MessageBody::VerificationReport { report, .. } => report.clone(),
+            _ => Value::Null,
+        };
         let _ = write!(
             body,
             "<section class=\"report\"><h3>{} {}</h3><pre>{}</pre></section>",
@@ -196,7 +202,7 @@ pub fn run_page(view: &RunView) -> String {
             time(message.created_at),
             escape(&message.sender),
             escape(&message.recipient),
-            escape(&in_words(&message.kind)),
+            escape(&message.kind.in_words()),
             escape(&summary(message)),
         );
     }
@@ -216,7 +222,7 @@ fn requests_table(run_id: &str, requests: &[RequestRecord]) -> String {
             out,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             request_link(run_id, request),
-            escape(&in_words(&request.kind)),
+            escape(&request.kind.in_words()),
             escape(&request.requester),
             escape(&request.responder),
             state(request),
@@ -239,27 +245,49 @@ fn request_link(run_id: &str, request: &RequestRecord) -> String {
 pub fn state(request: &RequestRecord) -> &'static str {
     match &request.response {
         None => "pending",
-        Some(response) => match response.body.get("approved").and_then(Value::as_bool) {
-            Some(true) => "approved",
-            Some(false) => "rejected",
-            None if response.body.get("approve").and_then(Value::as_bool) == Some(false) => {
-                "refused"
-            }
-            None => "answered",
+        Some(response) => match &response.body {
+            MessageBody::ShutdownResponse { approve: false, .. } => "refused",
+            MessageBody::ShutdownResponse { .. } => "answered",
+            body => match body.approved() {
+                Some(true) => "approved",
+                Some(false) => "rejected",
+                None => "answered",
+            },
         },
     }
 }
 
 fn summary(message: &Message) -> String {
-    let body = &message.body;
-    let text = [
-        "text", "summary", "question", "answer", "feedback", "reason", "subject",
-    ]
-    .iter()
-    .find_map(|key| body.get(*key).and_then(Value::as_str))
-    .unwrap_or_default();
+    let text = summary_text(&message.body);
     let id = message.request_id.as_deref().unwrap_or_default();
     cut(&format!("{id} {text}"), 160).0.trim().to_owned()
+}
+
+/// The words that sum a message up on the timeline.
+fn summary_text(body: &MessageBody) -> &str {
+    match body {
+        MessageBody::Text { text, .. } => text,
+        MessageBody::IdleNotification {
+            summary: Some(text),
+            ..
+        }
+        | MessageBody::ShutdownRequest {
+            reason: Some(text), ..
+        }
+        | MessageBody::ShutdownResponse {
+            reason: Some(text), ..
+        } => text,
+        MessageBody::IdleNotification { reason, .. }
+        | MessageBody::PermissionRequest { reason, .. } => reason,
+        MessageBody::Question { question, .. } => question,
+        MessageBody::Answer { answer, .. } => answer,
+        MessageBody::TaskAssignment { subject, .. } => subject,
+        MessageBody::Unknown { raw, .. } => ["text", "summary", "question", "answer", "reason"]
+            .iter()
+            .find_map(|key| raw.get(*key).and_then(Value::as_str))
+            .unwrap_or_default(),
+        other => other.feedback().unwrap_or_default(),
+    }
 }
 
 /// What the request page shows besides the request.
@@ -282,7 +310,7 @@ pub fn request_page(view: &RequestView) -> String {
         "<p><a href=\"/runs/{run}\">← run {run_text}</a></p><h1>{kind} {id}</h1>",
         run = escape(&request.run_id),
         run_text = escape(&request.run_id),
-        kind = escape(&in_words(&request.kind)),
+        kind = escape(&request.kind.in_words()),
         id = escape(&request.request_id),
     );
     if let Some(notice) = &view.notice {
@@ -301,82 +329,76 @@ pub fn request_page(view: &RequestView) -> String {
         time(request.created_at),
         state = state(request),
     );
-    let b = &request.body;
-    let text = |key: &str| b.get(key).and_then(Value::as_str).unwrap_or_default();
-    match request.kind.as_str() {
-        "plan_approval_request" => {
-            let revision = stored_revision(request);
+    body.push_str(&request_body_html(view));
+    if let Some(checks) = &view.policy_checks {
+        body.push_str(&policy_checks_html(&request.responder, checks));
+    }
+    match &request.response {
+        Some(response) => body.push_str(&decision_html(&response.responder, &response.body)),
+        None if Responder::names_the_person(&request.responder) => body.push_str(&forms(request)),
+        None => {
             let _ = write!(
                 body,
-                "<p>Plan file <code>{}</code> · revision {revision}</p>",
-                escape(text("plan_file"))
+                "<p>Waiting for {}; a person cannot answer this request.</p>",
+                escape(&request.responder)
+            );
+        }
+    }
+    page(&request.request_id, &body)
+}
+
+/// What the request asks: the plan (with what changed since its previous revision), the tool
+/// call, the branch to merge, or the question.
+fn request_body_html(view: &RequestView) -> String {
+    let request = view.request;
+    let mut body = String::new();
+    match &request.body {
+        MessageBody::PlanApprovalRequest {
+            plan_file, plan, ..
+        } => {
+            let _ = write!(
+                body,
+                "<p>Plan file <code>{}</code> · revision {}</p>",
+                escape(plan_file),
+                stored_revision(request)
             );
             body.push_str("<section class=\"plan\" id=\"plan\">");
-            body.push_str(&markdown::render(text("plan")));
+            body.push_str(&markdown::render(plan));
             body.push_str("</section>");
             body.push_str(&requested_grants_html(request));
-            match (stored_previous(request), view.previous) {
-                (Some(previous_id), Some(previous)) => {
-                    let before = previous
-                        .body
-                        .get("plan")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default();
-                    let _ = write!(
-                        body,
-                        "<h2>Changes since revision {} (<a href=\"/runs/{}/requests/{}\">{}</a>)</h2>",
-                        stored_revision(previous),
-                        escape(&request.run_id),
-                        escape(previous_id),
-                        escape(previous_id)
-                    );
-                    if let Some(feedback) = previous
-                        .response
-                        .as_ref()
-                        .and_then(|r| r.body.get("feedback"))
-                        .and_then(Value::as_str)
-                    {
-                        let _ = write!(
-                            body,
-                            "<p>Feedback on revision {}: {}</p>",
-                            stored_revision(previous),
-                            escape(feedback)
-                        );
-                    }
-                    body.push_str(&diff_html(before, text("plan")));
-                }
-                (Some(previous_id), None) => {
-                    let _ = write!(
-                        body,
-                        "<p>The previous revision {} is not in the store.</p>",
-                        escape(previous_id)
-                    );
-                }
-                (None, _) => body.push_str("<p>First revision: nothing to compare.</p>"),
-            }
+            body.push_str(&revision_html(view, plan));
         }
-        "permission_request" => {
+        MessageBody::PermissionRequest {
+            tool,
+            input,
+            reason,
+            ..
+        } => {
             let _ = write!(
                 body,
                 "<p>Tool <code>{}</code>: {}</p><pre>{}</pre>",
-                escape(text("tool")),
-                escape(text("reason")),
-                escape(
-                    &serde_json::to_string_pretty(b.get("input").unwrap_or(&Value::Null))
-                        .unwrap_or_default()
-                )
+                escape(tool),
+                escape(reason),
+                escape(&serde_json::to_string_pretty(input).unwrap_or_default())
             );
         }
-        "merge_request" => {
+        MessageBody::MergeRequest {
+            branch,
+            commit,
+            onto,
+            diffstat,
+            verification,
+            ..
+        } => {
             let _ = write!(
                 body,
                 "<p>Branch <code>{}</code> at <code>{}</code> onto <code>{}</code></p><h2>Diffstat</h2><pre>{}</pre>",
-                escape(text("branch")),
-                escape(text("commit")),
-                escape(text("onto")),
-                escape(text("diffstat")),
+                escape(branch),
+                escape(commit),
+                escape(onto),
+                escape(diffstat),
             );
-            if let Some(verification) = b.get("verification").and_then(Value::as_str) {
+            if let Some(verification) = verification {
                 let _ = write!(
                     body,
                     "<h2>Verification</h2><pre>{}</pre>",
@@ -391,43 +413,71 @@ pub fn request_page(view: &RequestView) -> String {
                 );
             }
         }
-        "question" => {
+        MessageBody::Question {
+            question, options, ..
+        } => {
             let _ = write!(
                 body,
                 "<section class=\"question\">{}</section>",
-                markdown::render(text("question"))
+                markdown::render(question)
             );
-            if let Some(options) = b.get("options").and_then(Value::as_array) {
+            if !options.is_empty() {
                 body.push_str("<ul>");
-                for option in options.iter().filter_map(Value::as_str) {
+                for option in options {
                     let _ = write!(body, "<li>{}</li>", escape(option));
                 }
                 body.push_str("</ul>");
             }
         }
-        _ => {
+        other => {
             let _ = write!(
                 body,
                 "<pre>{}</pre>",
-                escape(&serde_json::to_string_pretty(b).unwrap_or_default())
+                escape(
+                    &serde_json::to_string_pretty(&other.to_stored().unwrap_or_default())
+                        .unwrap_or_default()
+                )
             );
         }
     }
-    if let Some(checks) = &view.policy_checks {
-        body.push_str(&policy_checks_html(&request.responder, checks));
-    }
-    match &request.response {
-        Some(response) => body.push_str(&decision_html(&response.responder, &response.body)),
-        None if request.responder == "human" => body.push_str(&forms(request)),
-        None => {
+    body
+}
+
+/// A plan's changes since its previous revision, with the feedback that revision got.
+fn revision_html(view: &RequestView, plan: &str) -> String {
+    let request = view.request;
+    let mut body = String::new();
+    match (stored_previous(request), view.previous) {
+        (Some(previous_id), Some(previous)) => {
+            let before = previous.body.plan().unwrap_or_default();
             let _ = write!(
                 body,
-                "<p>Waiting for {}; a person cannot answer this request.</p>",
-                escape(&request.responder)
+                "<h2>Changes since revision {} (<a href=\"/runs/{}/requests/{}\">{}</a>)</h2>",
+                stored_revision(previous),
+                escape(&request.run_id),
+                escape(previous_id),
+                escape(previous_id)
+            );
+            if let Some(feedback) = previous.response.as_ref().and_then(|r| r.body.feedback()) {
+                let _ = write!(
+                    body,
+                    "<p>Feedback on revision {}: {}</p>",
+                    stored_revision(previous),
+                    escape(feedback)
+                );
+            }
+            body.push_str(&diff_html(before, plan));
+        }
+        (Some(previous_id), None) => {
+            let _ = write!(
+                body,
+                "<p>The previous revision {} is not in the store.</p>",
+                escape(previous_id)
             );
         }
+        (None, _) => body.push_str("<p>First revision: nothing to compare.</p>"),
     }
-    page(&request.request_id, &body)
+    body
 }
 
 /// The policy's rules applied to the plan: one row each, passed or failed.
@@ -437,7 +487,10 @@ fn policy_checks_html(
 ) -> String {
     let mut html = format!(
         "<h2>Rules of {}</h2>",
-        escape(responder.strip_prefix("policy:").unwrap_or(responder))
+        escape(&match Responder::parse(responder) {
+            Ok(Responder::Policy(path)) => path.display().to_string(),
+            _ => responder.to_owned(),
+        })
     );
     match checks {
         Err(error) => {
@@ -483,46 +536,66 @@ fn diff_html(before: &str, after: &str) -> String {
 
 /// The stored decision: who, what, the feedback, the granted mode, the policy rule, the
 /// edited plan.
-fn decision_html(responder: &str, body: &Value) -> String {
-    let text = |key: &str| body.get(key).and_then(Value::as_str);
-    let verdict = match body.get("approved").and_then(Value::as_bool) {
-        Some(true) => "Approved",
-        Some(false) => "Rejected",
-        None => "Answered",
+fn decision_html(responder: &str, body: &MessageBody) -> String {
+    let verdict = match body {
+        MessageBody::ShutdownResponse { .. } => "Answered",
+        other => match other.approved() {
+            Some(true) => "Approved",
+            Some(false) => "Rejected",
+            None => "Answered",
+        },
     };
     let mut out = format!(
         "<section class=\"decision\" id=\"decision\"><h2>{verdict} by {}</h2>",
         escape(responder)
     );
-    if let Some(answer) = text("answer") {
+    if let MessageBody::Answer { answer, .. } = body {
         let _ = write!(out, "<p>{}</p>", escape(answer));
     }
-    if let Some(feedback) = text("feedback") {
+    if let Some(feedback) = body.feedback() {
         let _ = write!(out, "<p>Feedback: {}</p>", escape(feedback));
     }
-    if let Some(mode) = text("mode") {
-        let lowered = text("lowered_from")
+    if let MessageBody::PlanApprovalResponse {
+        mode: Some(mode),
+        lowered_from,
+        ..
+    } = body
+    {
+        let lowered = lowered_from
+            .as_ref()
             .map(|from| format!(" (lowered from {})", escape(from)))
             .unwrap_or_default();
         let _ = write!(out, "<p>Mode granted: {}{lowered}</p>", escape(mode));
     }
-    if body.get("clear_context").and_then(Value::as_bool) == Some(true) {
+    if let MessageBody::PlanApprovalResponse {
+        clear_context: true,
+        ..
+    } = body
+    {
         out.push_str("<p>Execution starts with a fresh context.</p>");
     }
-    if let Some(rule) = text("rule") {
+    if let Some(rule) = body.rule() {
         let _ = write!(
             out,
             "<p>Policy rule that decided: <code>{}</code></p>",
             escape(rule)
         );
     }
-    out.push_str(&granted_html(body));
-    if let Some(edited) = text("edited_plan") {
-        let _ = write!(
-            out,
-            "<h3>Approved with edits</h3><section class=\"plan\">{}</section>",
-            markdown::render(edited)
-        );
+    if let MessageBody::PlanApprovalResponse {
+        grants,
+        dropped_grants,
+        edited_plan,
+        ..
+    } = body
+    {
+        out.push_str(&granted_html(grants, dropped_grants));
+        if let Some(edited) = edited_plan {
+            let _ = write!(
+                out,
+                "<h3>Approved with edits</h3><section class=\"plan\">{}</section>",
+                markdown::render(edited)
+            );
+        }
     }
     out.push_str("</section>");
     out
@@ -545,8 +618,8 @@ fn forms(request: &RequestRecord) -> String {
         escape(&request.request_id)
     );
     let feedback = "<label>Feedback <textarea name=\"feedback\" rows=\"2\"></textarea></label>";
-    match request.kind.as_str() {
-        "plan_approval_request" => {
+    match request.kind {
+        MessageKind::PlanApprovalRequest => {
             let mut modes = String::new();
             for mode in MODES {
                 let label = if mode.is_empty() {
@@ -556,11 +629,7 @@ fn forms(request: &RequestRecord) -> String {
                 };
                 let _ = write!(modes, "<option value=\"{mode}\">{label}</option>");
             }
-            let plan = request
-                .body
-                .get("plan")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
+            let plan = request.body.plan().unwrap_or_default();
             let grants = grant_checkboxes(request);
             format!(
                 "<section class=\"answer\"><h2>Approve</h2>\
@@ -583,7 +652,7 @@ fn forms(request: &RequestRecord) -> String {
                 escape(plan)
             )
         }
-        "question" => format!(
+        MessageKind::Question => format!(
             "<section class=\"answer\"><h2>Answer</h2><form method=\"post\" action=\"{action}\" id=\"answer\">\
              <input type=\"hidden\" name=\"action\" value=\"answer\">\
              <textarea name=\"answer\" rows=\"3\" required></textarea>\
@@ -660,13 +729,8 @@ pub fn checked_grants(fields: &std::collections::BTreeMap<String, String>) -> Op
 }
 
 /// A stored approval's grants and the rules it left out.
-fn granted_html(body: &Value) -> String {
+fn granted_html(granted: &[String], dropped: &[DroppedGrant]) -> String {
     let mut out = String::new();
-    let granted: Vec<&str> = body
-        .get("grants")
-        .and_then(Value::as_array)
-        .map(|rules| rules.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
     if !granted.is_empty() {
         out.push_str("<p id=\"granted\">Granted until the verification report:</p><ul>");
         for rule in granted {
@@ -674,16 +738,14 @@ fn granted_html(body: &Value) -> String {
         }
         out.push_str("</ul>");
     }
-    let dropped = body.get("dropped_grants").and_then(Value::as_array);
-    if let Some(dropped) = dropped.filter(|d| !d.is_empty()) {
+    if !dropped.is_empty() {
         out.push_str("<p>Not granted:</p><ul>");
         for item in dropped {
-            let text = |key: &str| item.get(key).and_then(Value::as_str).unwrap_or_default();
             let _ = write!(
                 out,
                 "<li><code>{}</code>: {}</li>",
-                escape(text("rule")),
-                escape(text("reason"))
+                escape(&item.rule),
+                escape(&item.reason)
             );
         }
         out.push_str("</ul>");

@@ -19,6 +19,7 @@
 //!
 //! [`TeamServices::checkpoint`]: muster_agents::runtime::team::TeamServices::checkpoint
 
+use muster_protocol::{RequestFamily, RequestId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -26,7 +27,9 @@ use std::sync::{Arc, Mutex};
 use muster_agents::runtime::Record;
 use muster_agents::runtime::team::TeamCheckpoint;
 use muster_config::Isolation;
-use muster_mailbox::{CommitTurn, MailboxStore, MessageBody, NewMessage, NewRecord, RequestRecord};
+use muster_mailbox::{
+    CommitTurn, MailboxStore, MessageBody, MessageKind, NewMessage, NewRecord, RequestRecord,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -219,7 +222,7 @@ impl TeamIsolation {
             .requests(run_id)
             .await?
             .into_iter()
-            .filter(|r| r.kind == "merge_request" && r.response.is_some())
+            .filter(|r| r.kind == MessageKind::MergeRequest && r.response.is_some())
             .map(|r| r.request_id)
             .collect();
         Ok(Some(TeamIsolation {
@@ -399,15 +402,14 @@ impl TeamIsolation {
             .requests(run_id)
             .await?
             .into_iter()
-            .filter(|r| r.kind == "merge_request" && r.requester == agent)
+            .filter(|r| r.kind == MessageKind::MergeRequest && r.requester == agent)
             .collect();
         if requests.iter().any(|r| r.response.is_none()) {
             return Ok(step);
         }
-        let rejected_before = requests.iter().any(|r| {
-            r.body.get("commit").and_then(|c| c.as_str()) == Some(current.commit.as_str())
-                && !approved(r)
-        });
+        let rejected_before = requests
+            .iter()
+            .any(|r| merge_commit(r) == Some(current.commit.as_str()) && !approved(r));
         if rejected_before {
             // The lead sent it back: only new work asks again.
             return Ok(step);
@@ -463,7 +465,7 @@ impl TeamIsolation {
         let number = store
             .counter_for(
                 run_id,
-                &format!("merge-{agent}"),
+                &RequestFamily::Merge.counter_name(agent),
                 &format!("{agent}:merge:{turn}"),
             )
             .await?;
@@ -472,7 +474,7 @@ impl TeamIsolation {
             sender: agent.to_owned(),
             recipient: LEAD.into(),
             body: MessageBody::MergeRequest {
-                request_id: format!("merge-{agent}-{number}"),
+                request_id: RequestId::new(RequestFamily::Merge, agent, number).to_string(),
                 agent: agent.to_owned(),
                 branch: self.worktrees.branch(agent),
                 commit: current.commit,
@@ -499,7 +501,7 @@ impl TeamIsolation {
         let mut head = self.head.lock().await;
         let mut pass = MergePass::default();
         for request in store.requests(run_id).await? {
-            if request.kind != "merge_request" || request.response.is_none() {
+            if request.kind != MessageKind::MergeRequest || request.response.is_none() {
                 continue;
             }
             if self.announce(&request.request_id) {
@@ -508,7 +510,7 @@ impl TeamIsolation {
             if !approved(&request) || self.settled(&request) {
                 continue;
             }
-            let Some(commit) = request.body.get("commit").and_then(|c| c.as_str()) else {
+            let Some(commit) = merge_commit(&request) else {
                 continue;
             };
             self.fetch_teammate(&request.requester).await?;
@@ -556,11 +558,10 @@ impl TeamIsolation {
                 request_id: request.request_id.clone(),
                 agent: request.requester.clone(),
                 commit: merged,
-                files: request
-                    .body
-                    .get("files")
-                    .and_then(|f| f.as_array())
-                    .map_or(0, Vec::len),
+                files: match &request.body {
+                    MessageBody::MergeRequest { files, .. } => files.len(),
+                    _ => 0,
+                },
             });
         }
         Ok(pass)
@@ -714,9 +715,16 @@ fn approved(request: &RequestRecord) -> bool {
     request
         .response
         .as_ref()
-        .and_then(|response| response.body.get("approved"))
-        .and_then(serde_json::Value::as_bool)
+        .and_then(|response| response.body.approved())
         .unwrap_or(false)
+}
+
+/// The teammate's checkpoint commit a merge request asks to merge.
+fn merge_commit(request: &RequestRecord) -> Option<&str> {
+    match &request.body {
+        MessageBody::MergeRequest { commit, .. } => Some(commit),
+        _ => None,
+    }
 }
 
 /// Mail from the lead's side of muster to a teammate about its merge.

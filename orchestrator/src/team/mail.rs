@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 
 use muster_mailbox::{MailboxStore, Message as Mail, MessageBody};
-use serde_json::json;
 
 use crate::worktree::MergeAdds;
 
@@ -59,19 +58,14 @@ pub async fn previous_revisions(
         let MessageBody::PlanApprovalRequest {
             previous_request_id: Some(previous_id),
             ..
-        } = message.typed_body()
+        } = message.body.clone()
         else {
             continue;
         };
         let Some(previous) = store.request(&message.run_id, &previous_id).await? else {
             continue;
         };
-        let plan = previous
-            .body
-            .get("plan")
-            .and_then(|plan| plan.as_str())
-            .unwrap_or_default()
-            .to_owned();
+        let plan = previous.body.plan().unwrap_or_default().to_owned();
         let revision = muster_mailbox::revision::stored_revision(&previous);
         found.insert(
             message.key.clone(),
@@ -89,7 +83,7 @@ pub async fn previous_revisions(
 /// `previous` (that earlier plan), the revision and the diff to it.
 pub fn render(mail: &Mail, nonce: &str, previous: Option<&PreviousRevision>) -> String {
     let from = &mail.sender;
-    match mail.typed_body() {
+    match mail.body.clone() {
         MessageBody::Text { text, .. } => text,
         MessageBody::PlanApprovalRequest {
             request_id,
@@ -289,7 +283,10 @@ fn revision_note(
 /// the agent's next commit).
 pub fn for_agent(mail: &Mail, nonce: &str, previous: &BTreeMap<String, PreviousRevision>) -> Mail {
     Mail {
-        body: json!({"text": render(mail, nonce, previous.get(&mail.key))}),
+        body: MessageBody::Text {
+            text: render(mail, nonce, previous.get(&mail.key)),
+            summary: None,
+        },
         ..mail.clone()
     }
 }

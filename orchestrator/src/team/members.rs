@@ -3,6 +3,7 @@
 //! next unblocked task; after each piece of work it reports to the lead with an
 //! `idle_notification`; a `shutdown_request` while idle is agreed to at once.
 
+use muster_protocol::MessageKind;
 use std::sync::Arc;
 
 use muster_agents::runtime::team::TurnEnd;
@@ -603,7 +604,7 @@ impl Team {
         mail: &[Message],
     ) -> anyhow::Result<()> {
         for message in mail {
-            if let MessageBody::TaskAssignment { task_id, .. } = message.typed_body()
+            if let MessageBody::TaskAssignment { task_id, .. } = message.body.clone()
                 && let Some(task) = self.store.task(self.run_id(), task_id).await?
                 && task.status == TaskStatus::Pending
                 && task.owner.as_deref() == Some(id)
@@ -643,7 +644,10 @@ fn work_from(mut mail: Vec<Message>) -> Option<Work> {
     if mail.is_empty() {
         return None;
     }
-    if let Some(index) = mail.iter().position(|m| m.kind == "shutdown_request") {
+    if let Some(index) = mail
+        .iter()
+        .position(|m| m.kind == MessageKind::ShutdownRequest)
+    {
         return Some(Work::Shutdown(Box::new(mail.swap_remove(index))));
     }
     Some(Work::Mail(mail))

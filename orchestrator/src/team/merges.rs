@@ -5,6 +5,7 @@
 
 use muster_agents::runtime::team::TurnEnd;
 use muster_mailbox::{Message, MessageBody, RequestRecord, RunStatus};
+use muster_protocol::MessageKind;
 use serde_json::{Value, json};
 
 use super::isolation::Delivered;
@@ -100,8 +101,8 @@ impl Team {
             "approval_decided",
             &request.requester,
             json!({"request_id": request.request_id, "kind": "merge",
-                   "approved": response.body["approved"], "responder": response.responder,
-                   "feedback": response.body.get("feedback"), "rule": response.body.get("rule")}),
+                   "approved": response.body.approved(), "responder": response.responder,
+                   "feedback": response.body.feedback(), "rule": response.body.rule()}),
         );
     }
 
@@ -113,7 +114,7 @@ impl Team {
     ) -> anyhow::Result<Vec<Message>> {
         let (approved, rest): (Vec<Message>, Vec<Message>) = mail.into_iter().partition(|m| {
             matches!(
-                m.typed_body(),
+                m.body.clone(),
                 MessageBody::MergeResponse { approved: true, .. }
             )
         });
@@ -122,7 +123,7 @@ impl Team {
             self.store.ack(self.run_id(), keys).await?;
             self.merge_decided();
         }
-        if rest.iter().any(|m| m.kind == "merge_response") {
+        if rest.iter().any(|m| m.kind == MessageKind::MergeResponse) {
             self.merge_decided();
         }
         Ok(rest)
@@ -144,7 +145,7 @@ impl Team {
             .requests(self.run_id())
             .await?
             .into_iter()
-            .filter(|r| r.kind == "merge_request" && r.response.is_none())
+            .filter(|r| r.kind == MessageKind::MergeRequest && r.response.is_none())
             .collect();
         let human: Vec<&str> = pending
             .iter()

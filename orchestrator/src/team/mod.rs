@@ -800,10 +800,7 @@ impl Team {
             // A teammate spent the run's budget: the run cannot go on, whatever is decided.
             return Ok(Some(Ending::budget(&exceeded)));
         }
-        let plan_file = own.body["plan_file"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
+        let plan_file = own.body.plan_file().unwrap_or_default().to_owned();
         let waiting: Vec<&str> = requests
             .iter()
             .filter(|r| r.response.is_none() && r.responder == muster_mailbox::HUMAN)
@@ -871,7 +868,7 @@ impl Team {
 
     /// The `verification` event of a committed `verification_report`.
     pub(crate) fn report_verification(&self, message: &muster_mailbox::Message) {
-        if let MessageBody::VerificationReport { request_id, report } = message.typed_body() {
+        if let MessageBody::VerificationReport { request_id, report } = message.body.clone() {
             self.printer.line(
                 "verification",
                 &message.sender,
@@ -886,7 +883,7 @@ impl Team {
     async fn verifications(&self) -> anyhow::Result<Vec<VerificationReport>> {
         let mut reports = Vec::new();
         for message in self.store.messages(self.run_id(), Some(LEAD)).await? {
-            let MessageBody::VerificationReport { report, .. } = message.typed_body() else {
+            let MessageBody::VerificationReport { report, .. } = message.body.clone() else {
                 continue;
             };
             match serde_json::from_value::<VerificationReport>(report) {
@@ -931,12 +928,12 @@ impl Team {
         let mut settled = Vec::new();
         let mut kept = Vec::new();
         for message in mail.drain(..) {
-            let responder = message.typed_body().responder().map(str::to_owned);
+            let responder = message.body.clone().responder().map(str::to_owned);
             match responder.as_deref() {
                 Some(r) if r != LEAD => {
                     // Decided (a policy) or announced (a person) when it was sent; a policy
                     // decides here too for a request sent before a crash (at most once).
-                    if muster_config::Approver::names_a_policy(r) {
+                    if muster_config::Responder::names_a_policy(r) {
                         self.decide_by_policy(message.request_id.as_deref().unwrap_or_default())
                             .await;
                     }

@@ -1,6 +1,8 @@
 //! What the team does for the runtime ([`TeamServices`]): spawning and shutting down
 //! teammates, who answers each teammate's requests, board changes; and policy decisions.
 
+use muster_protocol::ToolName;
+use muster_protocol::{RequestFamily, RequestId};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -10,11 +12,11 @@ use muster_agents::runtime::team::{
     ShutdownRequest, SpawnRequest, SpawnedTeammate, TeamCheckpoint, TeamFuture, TeamServices,
     TurnEnd,
 };
-use muster_config::{Approver, PermissionMode, PlanVerdict, Policy, RuleSubject};
+use muster_config::{PermissionMode, PlanVerdict, Policy, Responder, RuleSubject};
 use muster_mailbox::decide::{Waiter, decide};
 use muster_mailbox::{
-    CommitTurn, CommitTurnOutcome, MemberKind, Message, MessageBody, MessageFilter, NewMessage,
-    NewRecord, NewResponse, RosterEntry, StoreError,
+    CommitTurn, CommitTurnOutcome, MemberKind, Message, MessageBody, MessageFilter, MessageKind,
+    NewMessage, NewRecord, NewResponse, RosterEntry, StoreError,
 };
 use serde_json::json;
 
@@ -121,7 +123,7 @@ impl Team {
         let Some(request_id) = message.request_id.clone() else {
             return;
         };
-        if message.kind == "merge_response" {
+        if message.kind == MessageKind::MergeResponse {
             self.merge_decided();
             return;
         }
@@ -142,22 +144,24 @@ impl Team {
         if message.recipient != LEAD {
             return;
         }
-        let body = message.typed_body();
+        let body = message.body.clone();
         let Some(responder) = body.responder() else {
             return;
         };
-        if Approver::names_a_policy(responder) {
+        if Responder::names_a_policy(responder) {
             if let Some(team) = self.me.upgrade() {
                 tokio::spawn(async move { team.decide_by_policy(&request_id).await });
             }
-        } else if message.kind == "merge_request" {
+        } else if let MessageBody::MergeRequest { branch, files, .. } = &message.body {
             self.printer.line(
                 "approval_requested",
                 &message.sender,
                 json!({"request_id": request_id, "responder": responder, "kind": "merge",
-                       "branch": message.body["branch"], "files": message.body["files"]}),
+                       "branch": branch, "files": files}),
             );
-        } else if responder == muster_mailbox::HUMAN && message.kind != "plan_approval_request" {
+        } else if Responder::names_the_person(&responder)
+            && message.kind != MessageKind::PlanApprovalRequest
+        {
             self.printer.line(
                 "approval_requested",
                 &message.sender,
@@ -173,7 +177,7 @@ impl Team {
         for request in self.store.requests(self.run_id()).await? {
             if request.response.is_none()
                 && request.requester != LEAD
-                && Approver::names_a_policy(&request.responder)
+                && Responder::names_a_policy(&request.responder)
             {
                 self.decide_by_policy(&request.request_id).await;
             }
@@ -199,7 +203,7 @@ impl Team {
                 }
             }
             self.start_assigned_tasks(agent, &taken).await?;
-            if taken.iter().any(|m| m.kind == "merge_response") {
+            if taken.iter().any(|m| m.kind == MessageKind::MergeResponse) {
                 self.merge_decided();
             }
             taken
@@ -220,11 +224,11 @@ impl Team {
             .await?
             .into_iter()
             .any(|r| {
-                r.kind == "shutdown_request"
+                r.kind == MessageKind::ShutdownRequest
                     && r.recipient == agent
                     && r.response
                         .as_ref()
-                        .is_some_and(|response| response.body["approve"] == true)
+                        .is_some_and(|response| response.body.approved() == Some(true))
             }))
     }
 
@@ -399,12 +403,12 @@ impl Team {
         reason: Option<String>,
         call_key: Option<&str>,
     ) -> Result<String, StoreError> {
-        let counter = format!("shutdown-{agent}");
+        let counter = RequestFamily::Shutdown.counter_name(agent);
         let number = match call_key {
             Some(key) => self.store.counter_for(self.run_id(), &counter, key).await?,
             None => self.store.next_counter(self.run_id(), &counter).await?,
         };
-        let request_id = format!("shutdown-{agent}-{number}");
+        let request_id = RequestId::new(RequestFamily::Shutdown, agent, number).to_string();
         let request = self
             .store
             .send(NewMessage {
@@ -484,11 +488,11 @@ impl Team {
         if request.response.is_some() {
             return Ok(());
         }
-        let Ok(Approver::Policy(path)) = Approver::parse(&request.responder) else {
+        let Ok(Responder::Policy(path)) = Responder::parse(&request.responder) else {
             return Ok(());
         };
         let policy = self.policy(&path)?;
-        let body = match MessageBody::from_stored(&request.kind, &request.body) {
+        let body = match request.body.clone() {
             MessageBody::PlanApprovalRequest {
                 plan,
                 allowed_prompts,
@@ -529,7 +533,7 @@ impl Team {
             MessageBody::PermissionRequest { tool, input, .. } => {
                 let command = input.get("command").and_then(|c| c.as_str());
                 let subject = match command {
-                    Some(command) if tool == "Bash" => RuleSubject::Command(command),
+                    Some(command) if tool == ToolName::Bash => RuleSubject::Command(command),
                     _ => RuleSubject::Nothing,
                 };
                 let (approved, feedback, rule) = match policy.answer_permission(&tool, subject) {
@@ -571,7 +575,7 @@ impl Team {
         match decide(self.store.as_ref(), answer, Waiter::InProcess).await {
             Ok(decided) => {
                 self.sent(&decided.response);
-                if decided.response.kind == "merge_response" {
+                if decided.response.kind == MessageKind::MergeResponse {
                     self.merge_decided();
                 }
                 Ok(())

@@ -12,7 +12,7 @@ use muster_agents::runtime::{
     PlanFiles, RunContext,
 };
 use muster_agents::tools::{ToolRegistry, Workspace};
-use muster_config::{AgentCatalog, Approver};
+use muster_config::{AgentCatalog, Responder};
 use muster_mailbox::MailboxStore;
 use tokio::sync::Semaphore;
 
@@ -45,8 +45,8 @@ pub(crate) struct ContextParts<'a> {
 pub(crate) fn run_context(parts: ContextParts<'_>) -> anyhow::Result<RunContext> {
     let settings = &parts.project.settings;
     let approver = match &settings.approver.value {
-        Approver::Human | Approver::Lead => PlanApprover::Human,
-        Approver::Policy(path) => PlanApprover::Policy {
+        Responder::Human | Responder::Lead => PlanApprover::Human,
+        Responder::Policy(path) => PlanApprover::Policy {
             policy: Arc::new(
                 parts
                     .launch

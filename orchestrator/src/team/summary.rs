@@ -25,7 +25,7 @@ pub(crate) fn decision(request: &RequestRecord) -> String {
     let Some(response) = &request.response else {
         return format!("waiting for {}", request.responder);
     };
-    match MessageBody::from_stored(&response.kind, &response.body) {
+    match response.body.clone() {
         MessageBody::PlanApprovalResponse {
             approved: true,
             mode,
@@ -55,7 +55,7 @@ pub(crate) fn decision(request: &RequestRecord) -> String {
 /// The feedback of a decided plan request, if it carried any.
 fn feedback(request: &RequestRecord) -> Option<String> {
     let response = request.response.as_ref()?;
-    match MessageBody::from_stored(&response.kind, &response.body) {
+    match response.body.clone() {
         MessageBody::PlanApprovalResponse { feedback, .. } => feedback,
         _ => None,
     }

@@ -169,7 +169,7 @@ async fn a_person_grants_a_plans_rule_which_survives_kill_9_and_ends_at_the_veri
         .await
         .unwrap()
         .unwrap();
-    let response = request.response.unwrap().body;
+    let response = request.response.unwrap().stored_body();
     assert_eq!(response["grants"], json!(["Bash(touch granted.txt:*)"]));
     assert_eq!(
         response["dropped_grants"][0]["rule"],
@@ -201,7 +201,7 @@ async fn a_person_grants_a_plans_rule_which_survives_kill_9_and_ends_at_the_veri
         .unwrap()
         .unwrap();
     assert_eq!(
-        forked.response.unwrap().body["grants"],
+        forked.response.unwrap().stored_body()["grants"],
         json!(["Bash(touch granted.txt:*)"])
     );
     let forked_records = transcript(store.as_ref(), &fork_id, "alice").await;
@@ -245,16 +245,16 @@ async fn a_person_grants_a_plans_rule_which_survives_kill_9_and_ends_at_the_veri
     assert!(!dir.path().join("other.txt").exists());
     let late_request = store.request(&run_id, &late_id).await.unwrap().unwrap();
     assert_eq!(
-        late_request.body["input"]["command"],
+        late_request.stored_body()["input"]["command"],
         "touch granted.txt late.txt"
     );
     assert!(
-        !late_request.body["reason"]
+        !late_request.stored_body()["reason"]
             .as_str()
             .unwrap()
             .contains("grant"),
         "{}",
-        late_request.body
+        late_request.stored_body()
     );
     let refuse = muster(dir.path(), &["reject", &late_id, "--feedback", "no more"]).await;
     assert_eq!(refuse.status.code(), Some(0), "{}", stderr(&refuse));
@@ -278,7 +278,8 @@ async fn a_person_grants_a_plans_rule_which_survives_kill_9_and_ends_at_the_veri
     assert!(
         reports
             .iter()
-            .any(|m| m.kind == "verification_report" && m.body["request_id"] == "plan-alice-1"),
+            .any(|m| m.kind == "verification_report"
+                && m.stored_body()["request_id"] == "plan-alice-1"),
         "no verification report"
     );
 }
@@ -435,7 +436,7 @@ async fn the_lead_grants_up_to_its_own_mode_and_sees_the_rules_with_the_plan() {
         .await
         .unwrap()
         .unwrap();
-    let body = request.response.unwrap().body;
+    let body = request.response.unwrap().stored_body();
     assert_eq!(body["grants"], json!(["Edit(src/**)"]), "{body}");
     assert_eq!(
         body["dropped_grants"][0]["rule"],

@@ -2,6 +2,7 @@ mod batch_cli;
 mod bench_cli;
 mod check_cli;
 mod common;
+mod compat_cli;
 mod config_cli;
 mod demo_cli;
 mod grants_cli;

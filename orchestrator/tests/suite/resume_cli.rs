@@ -381,9 +381,9 @@ async fn a_policy_edited_between_a_crash_and_the_resume_decides_as_stored() {
     let store = open_store(dir.path());
     let requests = store.requests(&run_id).await.unwrap();
     let response = requests[0].response.as_ref().unwrap();
-    assert_eq!(response.body["approved"], true, "{response:?}");
+    assert_eq!(response.stored_body()["approved"], true, "{response:?}");
     assert!(
-        response.body["rule"]
+        response.stored_body()["rule"]
             .as_str()
             .unwrap()
             .contains("approve_all"),

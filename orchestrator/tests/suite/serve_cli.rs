@@ -468,10 +468,13 @@ async fn a_decision_in_the_page_is_stored_once_and_the_cli_loses_after_it() {
         .response
         .unwrap();
     assert_eq!(response.responder, "human");
-    assert_eq!(response.body["approved"], true);
-    assert_eq!(response.body["mode"], "acceptEdits");
-    assert_eq!(response.body["clear_context"], true);
-    assert_eq!(response.body["edited_plan"], edited.replace("\r\n", "\n"));
+    assert_eq!(response.stored_body()["approved"], true);
+    assert_eq!(response.stored_body()["mode"], "acceptEdits");
+    assert_eq!(response.stored_body()["clear_context"], true);
+    assert_eq!(
+        response.stored_body()["edited_plan"],
+        edited.replace("\r\n", "\n")
+    );
     let second = serve
         .post(&cookie, path, &[("action", "reject"), ("feedback", "no")])
         .await;
@@ -813,8 +816,9 @@ async fn the_request_page_lists_the_rules_a_plan_asks_for_and_grants_the_checked
         .unwrap()
         .response
         .unwrap();
-    assert_eq!(response.body["grants"], json!(["Edit(src/**)"]));
-    let dropped = response.body["dropped_grants"].as_array().unwrap();
+    assert_eq!(response.stored_body()["grants"], json!(["Edit(src/**)"]));
+    let stored = response.stored_body();
+    let dropped = stored["dropped_grants"].as_array().unwrap();
     assert_eq!(dropped[0]["rule"], "Bash(cargo test:*)");
     assert_eq!(dropped[0]["reason"], "left out by the approver");
     assert_eq!(dropped[1]["rule"], "Bash(echo <b>hi</b>:*)");

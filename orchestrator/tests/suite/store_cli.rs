@@ -259,8 +259,8 @@ async fn a_person_decides_once_and_only_their_own_requests() {
         .unwrap();
     assert_eq!(
         (
-            decided.body["approved"].clone(),
-            decided.body["mode"].clone()
+            decided.stored_body()["approved"].clone(),
+            decided.stored_body()["mode"].clone()
         ),
         (json!(true), json!("acceptEdits"))
     );
@@ -329,7 +329,7 @@ async fn approve_from_another_process_wakes_the_live_run_at_once() {
         .unwrap()
         .unwrap();
     assert_eq!(response.kind, "plan_approval_response");
-    assert_eq!(response.body["feedback"], "go");
+    assert_eq!(response.stored_body()["feedback"], "go");
     // The receiver looked once before and once after the wake: it never polled.
     assert_eq!(store.stats().operations, looked + 1);
 }
@@ -417,7 +417,7 @@ async fn fork_copies_the_run_and_its_plan_files_under_a_new_slug() {
         .unwrap()
         .unwrap();
     assert_eq!(
-        request.body["plan_file"],
+        request.stored_body()["plan_file"],
         format!(".muster/plans/{}-agent-alice.md", fork.slug)
     );
     assert_eq!(
@@ -426,7 +426,7 @@ async fn fork_copies_the_run_and_its_plan_files_under_a_new_slug() {
             .await
             .unwrap()
             .unwrap()
-            .body["plan_file"],
+            .stored_body()["plan_file"],
         ".muster/plans/brave-red-fox-agent-alice.md"
     );
     let unknown = muster(dir.path(), &["fork", "nope"]);
@@ -489,9 +489,9 @@ async fn approve_edit_sends_the_plan_the_editor_saved() {
         .unwrap()
         .response
         .unwrap();
-    assert_eq!(response.body["approved"], true);
+    assert_eq!(response.stored_body()["approved"], true);
     assert_eq!(
-        response.body["edited_plan"],
+        response.stored_body()["edited_plan"],
         "## Goal\nx\n## Steps\n1. edit\n## Files\nsrc/a.rs\n## Note\nkeep it small\n"
     );
     let again = approve_with_editor(dir.path(), &editor);

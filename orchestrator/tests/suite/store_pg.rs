@@ -340,7 +340,7 @@ async fn approve_from_another_process_wakes_the_live_run_through_notify() {
         .unwrap()
         .unwrap();
     assert_eq!(response.kind, "plan_approval_response");
-    assert_eq!(response.body["feedback"], "go");
+    assert_eq!(response.stored_body()["feedback"], "go");
 
     // A second live process for the run is refused while this one holds it.
     let resume = muster(dir.path(), &["resume", "r1"]).await;

@@ -1952,8 +1952,11 @@ async fn in_chromium_a_person_sees_the_revised_plan_and_its_diff_and_approves_an
         .response
         .unwrap();
     assert_eq!(response.responder, "human");
-    assert_eq!(response.body["mode"], "acceptEdits");
-    assert_eq!(response.body["edited_plan"], format!("{PLAN}{addition}"));
+    assert_eq!(response.stored_body()["mode"], "acceptEdits");
+    assert_eq!(
+        response.stored_body()["edited_plan"],
+        format!("{PLAN}{addition}")
+    );
     assert_eq!(
         std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(),
         "hello, world\n"

@@ -368,7 +368,7 @@ async fn end_state(dir: &Path) -> EndState {
             let approved = r
                 .response
                 .as_ref()
-                .is_some_and(|x| x.body["approved"] == true);
+                .is_some_and(|x| x.stored_body()["approved"] == true);
             (r.request_id, r.requester, approved)
         })
         .collect();

@@ -16,7 +16,7 @@ use muster_agents::runtime::{
 use muster_agents::tools::{ToolRegistry, Workspace};
 use muster_config::project::ProjectRoot;
 use muster_config::settings::ModeSettings;
-use muster_config::{AgentCatalog, Approver, CliOverrides, Policy, Settings, SettingsInputs};
+use muster_config::{AgentCatalog, CliOverrides, Policy, Responder, Settings, SettingsInputs};
 use muster_fake_llm::{FakeLlmHandle, RecordedRequest};
 use muster_mailbox::{
     AutoGate, MailboxStore, MemberKind, NewRun, RosterEntry, SqliteStore, StoreOptions,
@@ -218,7 +218,7 @@ pub(super) async fn run_agent(
     })
     .unwrap()
     .value;
-    let Approver::Policy(policy_file) = &settings.approver.value else {
+    let Responder::Policy(policy_file) = &settings.approver.value else {
         panic!("approver: {:?}", settings.approver.value);
     };
     let approver = PlanApprover::Policy {
