@@ -32,6 +32,15 @@ pub(crate) struct Ending {
 }
 
 impl Ending {
+    /// Whether `--output text` prints the ending's text on stderr (a run that failed, hit a
+    /// budget or was interrupted) rather than stdout — for single and team runs alike.
+    pub fn is_failure_text(status: RunStatus) -> bool {
+        matches!(
+            status,
+            RunStatus::Failed | RunStatus::Budget | RunStatus::Interrupted
+        )
+    }
+
     /// A budget stopped the run: status `budget`, exit 3, the budget named.
     pub fn budget(exceeded: &BudgetExceeded) -> Ending {
         let reason = exceeded.to_string();

@@ -1,5 +1,6 @@
 //! The `muster` binary: parse, run, map the outcome to an exit code.
 
+use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -56,6 +57,8 @@ fn init_logging(level: &str) {
     let stderr_level = filter.max_level_hint();
     let stderr = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal, never in a file or a pipe.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .with_filter(filter);
     let _ = tracing_subscriber::registry()

@@ -491,10 +491,7 @@ impl Printer {
                 } else {
                     String::new()
                 };
-                if matches!(
-                    ending.status,
-                    RunStatus::Failed | RunStatus::Budget | RunStatus::Interrupted
-                ) {
+                if Ending::is_failure_text(ending.status) {
                     eprintln!("{}", ending.text);
                     return;
                 }

@@ -67,8 +67,9 @@ const PROJECT: &[ProjectFile] = &[
 
 const CASSETTE: &str = "cassette.jsonl";
 
-/// Runs the demo in `dir` (a new temporary directory when `None`) and prints its summary.
-pub fn run(global: &Globals, dir: Option<&Path>) -> anyhow::Result<Exit> {
+/// Runs the demo in `dir` (a new temporary directory when `None`) and prints its summary,
+/// whose closing advice runs muster as `muster` (see [`muster_command`]).
+pub fn run(global: &Globals, dir: Option<&Path>, muster: &str) -> anyhow::Result<Exit> {
     let started = Instant::now();
     let root = prepare_dir(dir)?;
     copy_project(&root)?;
@@ -111,6 +112,7 @@ pub fn run(global: &Globals, dir: Option<&Path>) -> anyhow::Result<Exit> {
     let summary = Summary {
         root: &root,
         git,
+        muster,
         run_id: &run_id,
         events: &events,
         stored: &stored,
@@ -313,6 +315,8 @@ fn tool_inputs() -> BTreeMap<String, Value> {
 struct Summary<'a> {
     root: &'a Path,
     git: bool,
+    /// How the closing advice runs muster.
+    muster: &'a str,
     run_id: &'a str,
     events: &'a [Value],
     stored: &'a Stored,
@@ -845,17 +849,48 @@ impl Summary<'_> {
                 .map(|branch| format!(" The result is on branch {branch}."))
                 .unwrap_or_default(),
         };
+        let muster = self.muster;
         out.push_str(&format!(
             "\nThe run ended: {status}, exit code {code}.{delivered}\n\nLook closer: `cd {root}`, then \
-             `muster runs`, `muster inbox`, `muster plans`, `muster tasks`{}.\n",
+             `{muster} runs`, `{muster} inbox`, `{muster} plans`, `{muster} tasks`{}.\n",
             if self.git { ", `git diff`" } else { "" }
         ));
         out.push_str(&format!(
             "The same team on a real model, in {root} (`git checkout .` first undoes the \
-             scripted changes):\n  ANTHROPIC_API_KEY=… muster run -p \"{GOAL}\" --provider \
-             anthropic\n  or, with a local OpenAI-compatible server: muster run -p \"…\" \
+             scripted changes):\n  ANTHROPIC_API_KEY=… {muster} run -p \"{GOAL}\" --provider \
+             anthropic\n  or, with a local OpenAI-compatible server: {muster} run -p \"…\" \
              --provider openai --base-url http://localhost:11434/v1 --model MODEL\n"
         ));
+    }
+}
+
+/// How a person runs the muster at `exe`: `muster` when that name on `path` (the `PATH`
+/// variable) is this very binary (installed), else `exe` itself, quoted for a shell when it
+/// needs to be (`cargo run`, a build never installed), so the advice works as printed.
+pub fn muster_command(exe: &Path, path: Option<&std::ffi::OsStr>) -> String {
+    let same = |candidate: &Path| {
+        matches!(
+            (candidate.canonicalize(), exe.canonicalize()),
+            (Ok(a), Ok(b)) if a == b
+        )
+    };
+    let installed = path
+        .map(std::env::split_paths)
+        .into_iter()
+        .flatten()
+        .map(|dir| dir.join("muster"))
+        .find(|candidate| candidate.is_file());
+    if installed.as_deref().is_some_and(same) {
+        return "muster".into();
+    }
+    let text = exe.display().to_string();
+    let plain = text
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "/._-+,:@".contains(c));
+    if plain {
+        text
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
     }
 }
 
@@ -1109,6 +1144,42 @@ mod tests {
         );
         let created = unified_diff("y", None, Some("one\n"));
         assert_eq!(created, "--- /dev/null\n+++ b/y\n@@ -0,0 +1 @@\n+one\n");
+    }
+
+    #[test]
+    fn the_advice_names_muster_only_when_path_finds_this_binary() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        let other = dir.path().join("other bin");
+        for place in [&bin, &other] {
+            std::fs::create_dir_all(place).unwrap();
+            std::fs::write(place.join("muster"), "").unwrap();
+        }
+        let installed = bin.join("muster");
+        let built = other.join("muster");
+        let path = |dirs: &[&Path]| std::env::join_paths(dirs).unwrap();
+        let cases = [
+            (&installed, Some(path(&[&bin])), "muster".to_owned()),
+            // Another muster earlier on PATH is not this one.
+            (
+                &installed,
+                Some(path(&[&other, &bin])),
+                installed.display().to_string(),
+            ),
+            (&built, None, format!("'{}'", built.display())),
+            (
+                &built,
+                Some(path(&[&bin])),
+                format!("'{}'", built.display()),
+            ),
+        ];
+        for (exe, path_var, expected) in cases {
+            assert_eq!(
+                muster_command(exe, path_var.as_deref()),
+                expected,
+                "{exe:?} {path_var:?}"
+            );
+        }
     }
 
     #[test]

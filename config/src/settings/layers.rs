@@ -298,7 +298,7 @@ pub fn parse_env(
         let Some(rest) = name.strip_prefix(ENV_PREFIX) else {
             continue;
         };
-        if ENV_PROVIDER_ALIASES.iter().any(|(alias, _)| alias == name) {
+        if ENV_PROVIDER_ALIASES.iter().any(|(alias, _)| alias == name) || is_not_a_setting(name) {
             continue;
         }
         let path: Vec<String> = rest.split("__").map(str::to_lowercase).collect();
@@ -323,6 +323,19 @@ pub fn parse_env(
         }
     }
     (values, errors, warnings)
+}
+
+/// Variables with the settings' prefix that muster (or its tests and scripts) reads for
+/// something other than a setting; they never warn. `MUSTER_TEST_…` is the tests' namespace.
+const NOT_SETTINGS: [&str; 3] = [
+    "MUSTER_NO_USER_FILES",
+    "MUSTER_FAILPOINT",
+    "MUSTER_UPDATE_SNAPSHOTS",
+];
+const TEST_PREFIX: &str = "MUSTER_TEST_";
+
+fn is_not_a_setting(name: &str) -> bool {
+    NOT_SETTINGS.contains(&name) || name.starts_with(TEST_PREFIX)
 }
 
 /// Settings given on the command line (`--store`, `--permission-mode`, …), highest precedence.

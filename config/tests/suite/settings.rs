@@ -260,8 +260,17 @@ fn environment_errors_and_unknown_variables() {
         project.error(),
         "environment variable MUSTER_MAILBOX__SYNC: mailbox.sync: expected one of full, normal, found \"sometimes\""
     );
+    // Variables muster and its tests read that are not settings never warn.
     let project = Project::new()
         .env("MUSTER_PERMISION_MODE", "plan")
+        .env("MUSTER_TEST_MCP_PYTHON", "/venv/bin/python")
+        .env(
+            "MUSTER_TEST_DATABASE_URL",
+            "postgres://postgres@127.0.0.1/test",
+        )
+        .env("MUSTER_NO_USER_FILES", "1")
+        .env("MUSTER_FAILPOINT", "merge_apply")
+        .env("MUSTER_UPDATE_SNAPSHOTS", "1")
         .env("PATH", "/bin");
     let loaded = project.load().unwrap();
     let warnings: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();

@@ -20,6 +20,7 @@ pub struct Args {
 pub enum AgentsAction {
     /// Every definition with its source file and any warnings.
     List {
+        /// Print the definitions, their sources and the warnings as JSON.
         #[arg(long)]
         json: bool,
     },

@@ -16,6 +16,7 @@ pub struct Args {
     /// The mode the agent enters on approval.
     #[arg(long)]
     pub mode: Option<String>,
+    /// A note sent to the agent with the approval.
     #[arg(long)]
     pub feedback: Option<String>,
     /// An edited plan to approve instead of the submitted one.

@@ -23,6 +23,7 @@ pub struct Args {
 pub enum ConfigAction {
     /// The effective settings, each value with the layer it came from.
     Show {
+        /// Print the settings, their origins and the warnings as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -37,6 +38,22 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
 /// The project root for this invocation: `-C DIR`, else discovered from the current directory.
 pub fn project_root(global: &Globals) -> anyhow::Result<ProjectRoot> {
     let current = std::env::current_dir()?;
+    if let Some(dir) = &global.directory {
+        // Said here, before anything reads or makes files in a directory that is not there.
+        let problem = match std::fs::metadata(current.join(dir)) {
+            Ok(found) if found.is_dir() => None,
+            Ok(_) => Some("it is not a directory".to_owned()),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                Some("there is no such directory".to_owned())
+            }
+            Err(error) => Some(format!("it cannot be read ({error})")),
+        };
+        if let Some(problem) = problem {
+            return Err(
+                ExitError::new(Exit::Usage, format!("-C {}: {problem}", dir.display())).into(),
+            );
+        }
+    }
     Ok(ProjectRoot::discover(&current, global.directory.as_deref()))
 }
 

@@ -25,6 +25,11 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     match args.store_child {
         Some(db) => crate::store_demo::child(&db),
         None if args.crash => crate::store_demo::run(args.dir.as_deref()),
-        None => crate::team_demo::run(global, args.dir.as_deref()),
+        None => {
+            let exe = std::env::current_exe()?;
+            let path = std::env::var_os("PATH");
+            let muster = crate::team_demo::muster_command(&exe, path.as_deref());
+            crate::team_demo::run(global, args.dir.as_deref(), &muster)
+        }
     }
 }

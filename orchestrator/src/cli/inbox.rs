@@ -21,6 +21,7 @@ pub struct Args {
     /// Without --run: the newest run of any project in the store, not only this one's.
     #[arg(long = "all-projects")]
     pub all_projects: bool,
+    /// Print the messages (each with its request) as a JSON array.
     #[arg(long)]
     pub json: bool,
 }

@@ -141,3 +141,37 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<Exit> {
         Command::Workers(args) => workers::execute(&global, args),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    /// Every option and argument of every command, as `--help` shows them, whose help says
+    /// nothing (`muster resume --help` showed three such).
+    fn undescribed(command: &clap::Command, path: &str, found: &mut Vec<String>) {
+        for arg in command.get_arguments() {
+            let id = arg.get_id().as_str();
+            if arg.is_hide_set() || id == "help" || id == "version" {
+                continue;
+            }
+            if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                found.push(format!("{path} {id}"));
+            }
+        }
+        for sub in command.get_subcommands() {
+            if !sub.is_hide_set() {
+                undescribed(sub, &format!("{path} {}", sub.get_name()), found);
+            }
+        }
+    }
+
+    #[test]
+    fn every_option_in_help_has_a_description() {
+        let mut found = Vec::new();
+        undescribed(&super::Cli::command(), "muster", &mut found);
+        assert!(
+            found.is_empty(),
+            "options without a description: {found:#?}"
+        );
+    }
+}

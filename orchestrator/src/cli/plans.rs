@@ -17,6 +17,7 @@ pub struct Args {
     /// The run (default: the newest).
     #[arg(long)]
     pub run: Option<String>,
+    /// Print the plan files as a JSON array.
     #[arg(long)]
     pub json: bool,
 }

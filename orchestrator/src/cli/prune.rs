@@ -14,6 +14,7 @@ pub struct Args {
     /// Every project's finished runs in the store, not only this one's.
     #[arg(long = "all-projects")]
     pub all_projects: bool,
+    /// Print what was deleted as JSON.
     #[arg(long)]
     pub json: bool,
 }

@@ -14,6 +14,7 @@ pub struct Args {
     /// Every project's runs in the store, not only this one's.
     #[arg(long = "all-projects")]
     pub all_projects: bool,
+    /// Print the runs as a JSON array.
     #[arg(long)]
     pub json: bool,
 }

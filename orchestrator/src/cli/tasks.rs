@@ -9,6 +9,7 @@ pub struct Args {
     /// The run (default: the newest).
     #[arg(long)]
     pub run: Option<String>,
+    /// Print the tasks as a JSON array.
     #[arg(long)]
     pub json: bool,
 }

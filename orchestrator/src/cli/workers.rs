@@ -8,6 +8,7 @@ use crate::project::Globals;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// Print the workers as a JSON array.
     #[arg(long)]
     pub json: bool,
 }

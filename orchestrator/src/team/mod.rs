@@ -434,7 +434,7 @@ async fn execute(
     }
     lifecycle::finish(store.as_ref(), &run_id, &ending).await?;
     printer.finished(
-        ending.status.as_str(),
+        ending.status,
         ending.exit.code(),
         &ending.result,
         &ending.text,

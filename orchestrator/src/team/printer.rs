@@ -8,7 +8,10 @@ use std::sync::Mutex;
 use muster_agents::runtime::{EventSink, RuntimeEvent};
 use serde_json::{Value, json};
 
+use muster_mailbox::RunStatus;
+
 use crate::launch::OutputFormat;
+use crate::lifecycle::Ending;
 use crate::progress::LiveProgress;
 use crate::stream_json;
 
@@ -70,8 +73,8 @@ impl TeamPrinter {
     }
 
     /// The `run_finished` event (json, stream-json) or the result text.
-    pub(crate) fn finished(&self, status: &str, exit_code: u8, result: &Value, text: &str) {
-        let mut fields = json!({"status": status, "exit_code": exit_code});
+    pub(crate) fn finished(&self, status: RunStatus, exit_code: u8, result: &Value, text: &str) {
+        let mut fields = json!({"status": status.as_str(), "exit_code": exit_code});
         if let (Value::Object(fields), Value::Object(result)) = (&mut fields, result) {
             fields.extend(result.clone());
         }
@@ -89,6 +92,11 @@ impl TeamPrinter {
                     super::LEAD,
                     fields,
                 ));
+                // A failure's text goes to stderr, as a single run's does.
+                if Ending::is_failure_text(status) {
+                    eprintln!("{text}");
+                    return;
+                }
                 let mut stdout = std::io::stdout().lock();
                 let _ = writeln!(stdout, "{text}");
                 let _ = stdout.flush();

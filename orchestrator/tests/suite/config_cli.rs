@@ -250,3 +250,47 @@ fn agents_list_text_and_errors() {
         )
     );
 }
+
+#[test]
+fn dash_c_to_a_missing_directory_or_a_file_says_so_with_exit_2() {
+    let fixture = Fixture::new();
+    let file = fixture.write(&fixture.root, "notes.txt", "mine\n");
+    let cases = [
+        ("no-such-dir", "-C no-such-dir: there is no such directory"),
+        ("notes.txt", "-C notes.txt: it is not a directory"),
+    ];
+    for (dir, said) in cases {
+        for command in [&["runs"][..], &["config", "show"]] {
+            let output = fixture.muster(&[&["-C", dir][..], command].concat(), &[]);
+            assert_eq!(output.status.code(), Some(2), "{dir} {command:?}");
+            assert!(stderr(&output).contains(said), "{}", stderr(&output));
+        }
+    }
+    assert!(
+        !fixture.root.join("no-such-dir").exists(),
+        "nothing was made"
+    );
+    assert_eq!(std::fs::read_to_string(file).unwrap(), "mine\n");
+}
+
+/// Variables muster's tests and scripts read are not settings and never warn.
+#[test]
+fn test_only_variables_do_not_warn() {
+    let fixture = Fixture::new();
+    let output = fixture.muster(
+        &["config", "show"],
+        &[
+            ("MUSTER_TEST_MCP_PYTHON", "/venv/bin/python"),
+            (
+                "MUSTER_TEST_DATABASE_URL",
+                "postgres://postgres@127.0.0.1/test",
+            ),
+        ],
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        !stderr(&output).contains("names no setting"),
+        "{}",
+        stderr(&output)
+    );
+}

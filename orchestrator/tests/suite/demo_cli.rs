@@ -33,7 +33,9 @@ fn between<'a>(text: &'a str, start: &str, end: &str) -> Option<&'a str> {
 
 /// The summary with the project directory, the run id, the plan slug and the time replaced.
 fn redact(summary: &str, dir: &Path) -> String {
-    let mut text = summary.replace(&dir.display().to_string(), "<DIR>");
+    let mut text = summary
+        .replace(&dir.display().to_string(), "<DIR>")
+        .replace(env!("CARGO_BIN_EXE_muster"), "<MUSTER>");
     if let Some(run) = between(&text, "\n  run      ", ",").map(str::to_owned) {
         text = text.replace(&run, "<RUN>");
     }
@@ -79,6 +81,21 @@ fn the_demo_runs_a_team_offline_and_its_summary_matches_the_snapshot() {
         redacted == expected,
         "the summary differs from {SNAPSHOT} (MUSTER_UPDATE_SNAPSHOTS=1 rewrites it):\n{redacted}"
     );
+
+    // The closing advice works as printed, with no muster on PATH (a build never installed).
+    let advice = between(&text, "Look closer: `", ".\n").unwrap();
+    let commands: Vec<&str> = advice.split('`').step_by(2).collect();
+    let (cd, runs) = (commands[0], commands[1]);
+    assert!(runs.ends_with(" runs"), "{advice}");
+    let shell = Command::new("bash")
+        .arg("-c")
+        .arg(format!("{cd} && {runs}"))
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", home.path())
+        .output()
+        .unwrap();
+    assert!(shell.status.success(), "{advice}: {}", stderr(&shell));
+    assert!(stdout(&shell).contains("completed"), "{}", stdout(&shell));
 }
 
 #[test]

@@ -9,7 +9,7 @@ use std::process::Output;
 use muster_fake_llm::{Block, ScriptEntry};
 use serde_json::{Value, json};
 
-use super::common::{command, fake, lines, muster, output, project, stderr, tool};
+use super::common::{command, fake, lines, muster, output, project, stderr, stdout, tool};
 
 const PLAN: &str = "## Goal\nGreet.\n## Steps\n1. Write hello.txt\n## Files\nhello.txt\n## Tests\nnone\n## Risks\nnone\n";
 
@@ -734,6 +734,12 @@ async fn a_run_leaves_its_json_lines_log_and_stdout_stays_clean() {
             events.iter().all(|e| e["v"] == 1 && e["level"].is_null()),
             "{kind}: no log line on stdout: {events:#?}"
         );
+        let logged = stderr(&output);
+        assert!(logged.contains("DEBUG"), "{kind}: {logged}");
+        assert!(
+            !logged.contains('\u{1b}'),
+            "{kind}: log lines carry colour only on a terminal: {logged}"
+        );
         let run_id = events[0]["run_id"].as_str().unwrap().to_owned();
         let log = run_log(dir.path(), &run_id);
         let started = &log[0];
@@ -1085,4 +1091,34 @@ async fn include_partial_streams_model_deltas_that_are_not_durable_and_not_logge
     let refused = muster(dir.path(), &["run", "-p", "x", "--include-partial"]).await;
     assert_eq!(refused.status.code(), Some(2));
     assert!(stderr(&refused).contains("--include-partial needs --output stream-json"));
+}
+
+/// `--output text`: a failed run's text goes to stderr for a single run and a team run alike,
+/// and stdout holds none of it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_runs_text_goes_to_stderr_for_single_and_team_runs() {
+    let cases: [(&str, &str, &[&str]); 2] = [
+        ("single", "main", &[]),
+        ("team", "lead", &["--team", "teams/solo.toml"]),
+    ];
+    for (kind, agent, extra) in cases {
+        let dir = project(&[]);
+        std::fs::create_dir_all(dir.path().join("teams")).unwrap();
+        std::fs::write(dir.path().join("teams/solo.toml"), "name = \"solo\"\n").unwrap();
+        let fake = fake(vec![ScriptEntry::http_error(agent, 1, 400)]).await;
+        let base = fake.base_url();
+        let args = [&["run", "-p", "Fail.", "--base-url", &base][..], extra].concat();
+        let output = muster(dir.path(), &args).await;
+        assert_eq!(output.status.code(), Some(1), "{kind}: {}", stderr(&output));
+        assert!(
+            stderr(&output).contains("muster: the run failed"),
+            "{kind}: {}",
+            stderr(&output)
+        );
+        assert!(
+            !stdout(&output).contains("the run failed"),
+            "{kind}: {}",
+            stdout(&output)
+        );
+    }
 }
