@@ -3,11 +3,13 @@
 pub mod batch;
 pub mod bench;
 pub mod cli;
+pub mod display;
 pub mod exit;
 pub mod human_decision;
 pub mod ids;
 pub mod launch;
 pub(crate) mod lifecycle;
+pub mod loading;
 pub mod mcp;
 pub(crate) mod models;
 pub mod plan_diff;

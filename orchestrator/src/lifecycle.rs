@@ -136,7 +136,7 @@ pub(crate) fn resume(
         let runtime = crate::lifecycle::tokio_runtime()?;
         runtime.block_on(async {
             let store = project.open_store().await?;
-            let scope = crate::cli::inspect::project_scope(&project, flags.all_projects);
+            let scope = crate::project::project_scope(&project, flags.all_projects);
             pick_run(
                 store.as_ref(),
                 &project,
@@ -296,7 +296,7 @@ pub(crate) fn project_instructions(project: &Project) -> String {
     muster_config::ProjectInstructions::load(
         &project.root,
         project.settings.instructions_max_bytes.value,
-        crate::cli::config::user_home().as_deref(),
+        crate::loading::user_home().as_deref(),
     )
     .map(|loaded| {
         loaded

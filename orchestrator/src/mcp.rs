@@ -5,7 +5,7 @@ use muster_config::rule::RuleSpecifier;
 use muster_config::settings::Settings;
 use muster_config::{Diagnostic, McpServers};
 
-use crate::cli::config::print_warnings;
+use crate::loading::print_warnings;
 use crate::project::Project;
 
 /// The `.mcp.json` servers of the project root with their status, and the warnings: bad

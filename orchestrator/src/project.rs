@@ -11,7 +11,7 @@ use muster_mailbox::{
     MailboxStore, PostgresStore, SqliteStore, StoreError, StoreOptions, SyncMode,
 };
 
-use crate::cli::config::{load_settings, print_warnings, project_root};
+use crate::loading::{load_settings, print_warnings, project_root};
 
 /// The work item this process runs for a worker (`muster worker`'s child), when it is one:
 /// every store the process opens is fenced by it, so once another worker takes the item over,
@@ -212,6 +212,17 @@ fn project_id_in(muster_dir: &std::path::Path) -> anyhow::Result<String> {
             read(&path)?.ok_or_else(|| anyhow::anyhow!("{} is empty; delete it", path.display()))
         }
         Err(error) => Err(anyhow::anyhow!("cannot write {}: {error}", path.display())),
+    }
+}
+
+/// Which project's runs a command looks at: this one's (its id, or `""` when it has none yet,
+/// which matches only runs from before runs carried a project), or every project's with
+/// `--all-projects` (`None`).
+pub fn project_scope(project: &Project, all_projects: bool) -> Option<String> {
+    if all_projects {
+        None
+    } else {
+        Some(project.existing_project_id().unwrap_or_default())
     }
 }
 

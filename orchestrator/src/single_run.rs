@@ -26,10 +26,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
-use crate::cli::config::{load_settings, print_warnings, process_env, project_root};
 use crate::exit::{Exit, ExitError};
 use crate::launch::{OutputFormat, ResumeFlags, RunFlags, RunLaunch, overrides_from};
 use crate::lifecycle::{self, Ending, drive_to_end, project_instructions, tokio_runtime};
+use crate::loading::{load_settings, print_warnings, process_env, project_root};
 use crate::models::{Recording, model_router};
 use crate::progress::LiveProgress;
 use crate::project::Globals;
@@ -75,7 +75,7 @@ pub fn run(global: &Globals, flags: RunFlags) -> anyhow::Result<Exit> {
             catalog.suggestion_for(&agent)
         ))
     })?;
-    crate::cli::config::check_definition_prices(&project.settings, &catalog, [agent.as_str()])?;
+    crate::loading::check_definition_prices(&project.settings, &catalog, [agent.as_str()])?;
     let run = RunLaunch::from_flags(&flags, &project, definition.permission_mode)?;
     let launch = LaunchOptions {
         v: 1,
@@ -114,7 +114,7 @@ pub fn resume(global: &Globals, flags: ResumeFlags, record: RunRecord) -> anyhow
 }
 
 fn load_catalog(project: &Project) -> anyhow::Result<AgentCatalog> {
-    crate::cli::config::load_catalog(&project.root, &project.settings)
+    crate::loading::load_catalog(&project.root, &project.settings)
 }
 
 /// A run about to start or continue.

@@ -86,7 +86,7 @@ pub fn run(global: &Globals, dir: Option<&Path>, muster: &str) -> anyhow::Result
         .arg(root.join(CASSETTE))
         .args(["--output", "stream-json"])
         // The demo is the same on every machine: no user-level file is read.
-        .env(crate::cli::config::NO_USER_FILES, "1")
+        .env(crate::loading::NO_USER_FILES, "1")
         .current_dir(&root)
         .stdin(Stdio::null())
         .output()

@@ -34,9 +34,9 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use muster_mailbox::{MailboxStore, RunRecord};
 use serde_json::Value;
 
-use crate::cli::config::project_root;
 use crate::exit::{Exit, ExitError};
 use crate::launch::{ResumeFlags, RunFlags};
+use crate::loading::project_root;
 use crate::project::Globals;
 use crate::project::Project;
 use file::{BatchFile, BatchLine};

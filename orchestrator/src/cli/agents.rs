@@ -7,8 +7,8 @@ use serde_json::{Value, json};
 use crate::project::Globals;
 use std::fmt::Write as _;
 
-use crate::cli::config::{load_settings, print_output, project_root, usage_error};
 use crate::exit::Exit;
+use crate::loading::{load_settings, print_output, project_root, usage_error};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -35,7 +35,7 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
 fn list(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
     let root = project_root(global)?;
     let settings = load_settings(global, &root, CliOverrides::new())?;
-    let home = crate::cli::config::user_home();
+    let home = crate::loading::user_home();
     let catalog = AgentCatalog::load(&root, home.as_deref()).map_err(usage_error)?;
     let instructions = ProjectInstructions::load(
         &root,
@@ -45,7 +45,7 @@ fn list(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
     .map_err(usage_error)?;
     let mut warnings: Vec<Diagnostic> = settings.warnings;
     warnings.extend(catalog.warnings);
-    warnings.extend(crate::cli::config::model_warnings(
+    warnings.extend(crate::loading::model_warnings(
         &catalog.value,
         &settings.value,
     ));
@@ -80,7 +80,7 @@ fn list(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
             writeln!(
                 output,
                 "instructions: {}",
-                crate::cli::config::describe_instruction(file)
+                crate::loading::describe_instruction(file)
             )?;
         }
         for warning in &warnings {

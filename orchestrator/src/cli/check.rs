@@ -23,8 +23,8 @@ use muster_config::settings::CliOverrides;
 use muster_config::{AgentCatalog, PermissionMode};
 use serde_json::{Value, json};
 
-use crate::cli::config::{load_settings, print_warnings, project_root, usage_error};
 use crate::exit::{Exit, ExitError};
+use crate::loading::{load_settings, print_warnings, project_root, usage_error};
 use crate::project::Globals;
 use crate::sandbox::SandboxState;
 
@@ -116,8 +116,8 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
 
     let root = project_root(global)?;
     let settings = load_settings(global, &root, CliOverrides::new())?;
-    let catalog = AgentCatalog::load(&root, crate::cli::config::user_home().as_deref())
-        .map_err(usage_error)?;
+    let catalog =
+        AgentCatalog::load(&root, crate::loading::user_home().as_deref()).map_err(usage_error)?;
     print_warnings(&settings.warnings);
     let settings = settings.value;
     let catalog = catalog.value;
@@ -172,7 +172,7 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         Some((tool, input)) => {
             let decision = decide(&engine, &context, &mut mcp, &tool, &input);
             let line = render(&tool, &decision, &sandbox, args.json);
-            crate::cli::config::print_output(&format!("{line}\n"))?;
+            crate::loading::print_output(&format!("{line}\n"))?;
             Ok(if decision.is_allowed() {
                 Exit::Success
             } else {

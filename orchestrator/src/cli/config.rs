@@ -1,16 +1,15 @@
 //! `muster config`: show the effective settings, each value with the layer it came from.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::Write as _;
-use std::path::PathBuf;
 
-use muster_config::project::ProjectRoot;
-use muster_config::settings::{CliOverrides, SettingEntry, Settings, SettingsInputs};
-use muster_config::{ConfigError, Diagnostic, Loaded};
+use muster_config::settings::{CliOverrides, SettingEntry};
 use serde_json::{Value, json};
 
-use crate::exit::{Exit, ExitError};
+use crate::exit::Exit;
+use crate::loading::{
+    describe_instruction, load_settings, loaded_instructions, print_output, print_warnings,
+    project_root,
+};
 use crate::project::Globals;
 
 #[derive(Debug, clap::Args)]
@@ -32,199 +31,6 @@ pub enum ConfigAction {
 pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     match args.action {
         ConfigAction::Show { json } => show(global, json),
-    }
-}
-
-/// The project root for this invocation: `-C DIR`, else discovered from the current directory.
-pub fn project_root(global: &Globals) -> anyhow::Result<ProjectRoot> {
-    let current = std::env::current_dir()?;
-    if let Some(dir) = &global.directory {
-        // Said here, before anything reads or makes files in a directory that is not there.
-        let problem = match std::fs::metadata(current.join(dir)) {
-            Ok(found) if found.is_dir() => None,
-            Ok(_) => Some("it is not a directory".to_owned()),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                Some("there is no such directory".to_owned())
-            }
-            Err(error) => Some(format!("it cannot be read ({error})")),
-        };
-        if let Some(problem) = problem {
-            return Err(
-                ExitError::new(Exit::Usage, format!("-C {}: {problem}", dir.display())).into(),
-            );
-        }
-    }
-    Ok(ProjectRoot::discover(&current, global.directory.as_deref()))
-}
-
-/// The process environment, skipping variables that are not UTF-8.
-pub fn process_env() -> BTreeMap<String, String> {
-    std::env::vars_os()
-        .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
-        .collect()
-}
-
-/// A configuration error as the error that exits with code 2.
-pub fn usage_error(error: ConfigError) -> anyhow::Error {
-    ExitError::new(Exit::Usage, error.to_string()).into()
-}
-
-/// Loads the settings of `root` from the process's environment and home directory, with the
-/// global flags and `cli` as the command-line layer. Configuration errors exit with code 2.
-pub fn load_settings(
-    global: &Globals,
-    root: &ProjectRoot,
-    cli: CliOverrides,
-) -> anyhow::Result<Loaded<Settings>> {
-    let env = process_env();
-    let home: Option<PathBuf> = user_home();
-    let cli = match &global.store {
-        // A URL is kept as it is (one whose scheme muster does not know is an error of the
-        // settings, never a path made absolute).
-        Some(store) if store.to_string_lossy().contains("://") => {
-            cli.store(store.to_string_lossy().into_owned())
-        }
-        // A path on the command line is relative to the current directory.
-        Some(store) => cli.store(std::path::absolute(store)?.display().to_string()),
-        None => cli,
-    };
-    Settings::load(&SettingsInputs {
-        project_root: root,
-        home_dir: home.as_deref(),
-        env: &env,
-        cli: &cli,
-    })
-    .map_err(usage_error)
-}
-
-/// Writes `text` to stdout; a closed pipe (`muster config show | head`) is not an error.
-pub fn print_output(text: &str) -> anyhow::Result<()> {
-    let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
-        Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => Err(error.into()),
-        _ => Ok(()),
-    }
-}
-
-/// The variable that makes muster read no user-level file (`muster demo` sets it for its run).
-pub const NO_USER_FILES: &str = "MUSTER_NO_USER_FILES";
-
-/// The home directory whose files muster reads (user settings, `~/.claude/agents`,
-/// `~/.claude/CLAUDE.md`), or `None` when [`NO_USER_FILES`] is set.
-pub fn user_home() -> Option<PathBuf> {
-    match std::env::var_os(NO_USER_FILES) {
-        Some(value) if !value.is_empty() => None,
-        _ => std::env::home_dir(),
-    }
-}
-
-/// The agent catalogue of `root` (with the user's `~/.claude/agents`), its load warnings and
-/// the warnings for definitions naming a model the settings' catalogue lacks printed.
-pub fn load_catalog(
-    root: &ProjectRoot,
-    settings: &Settings,
-) -> anyhow::Result<muster_config::AgentCatalog> {
-    let loaded =
-        muster_config::AgentCatalog::load(root, user_home().as_deref()).map_err(usage_error)?;
-    print_warnings(&loaded.warnings);
-    print_warnings(&model_warnings(&loaded.value, settings));
-    Ok(loaded.value)
-}
-
-/// One instruction file as `muster config show` and `muster agents list` print it: where it
-/// is, where it comes from and its size as loaded.
-pub fn describe_instruction(file: &muster_config::InstructionFile) -> String {
-    let scope = match &file.scope {
-        muster_config::InstructionScope::User => "user".to_owned(),
-        muster_config::InstructionScope::Project => "project".to_owned(),
-        muster_config::InstructionScope::ImportedBy(by) => format!("imported by {}", by.display()),
-    };
-    let cut = file
-        .truncated_from
-        .map(|size| format!(", cut from {size}"))
-        .unwrap_or_default();
-    format!(
-        "{} ({scope}; {} bytes{cut})",
-        file.path.display(),
-        file.content.len()
-    )
-}
-
-/// The instruction files every agent's prompt carries, for listing (their warnings printed).
-pub fn loaded_instructions(
-    root: &ProjectRoot,
-    settings: &Settings,
-) -> Vec<muster_config::InstructionFile> {
-    match muster_config::ProjectInstructions::load(
-        root,
-        settings.instructions_max_bytes.value,
-        user_home().as_deref(),
-    ) {
-        Ok(loaded) => {
-            print_warnings(&loaded.warnings);
-            loaded.value.files
-        }
-        Err(error) => {
-            eprintln!("muster: warning: instruction files: {error}");
-            Vec::new()
-        }
-    }
-}
-
-/// Under a cost budget, every model the run's agents name must have prices: a run that would
-/// use definition `names` (its main agent or lead, its teammates, the definitions it may
-/// spawn) refuses to start, naming the first unpriced one, instead of failing when the budget
-/// meets it in the middle of the run. Definitions the run does not use are not checked.
-pub fn check_definition_prices<'n>(
-    settings: &Settings,
-    catalog: &muster_config::AgentCatalog,
-    names: impl IntoIterator<Item = &'n str>,
-) -> anyhow::Result<()> {
-    let budget = [&settings.budgets.agent, &settings.budgets.run]
-        .into_iter()
-        .find_map(|limits| limits.cost_usd.as_ref());
-    let Some(budget) = budget else {
-        return Ok(());
-    };
-    for name in names {
-        let Some(definition) = catalog.get(name) else {
-            continue;
-        };
-        let muster_config::ModelChoice::Named(model) = &definition.model else {
-            continue;
-        };
-        let priced = settings
-            .models
-            .get(model)
-            .is_some_and(|info| info.has_prices());
-        if !priced {
-            return Err(ExitError::new(
-                Exit::Usage,
-                format!(
-                    "agent `{name}` ({}) uses model `{model}`, which has no prices in the model catalogue, and the run has a cost budget (from {}); add [models.\"{model}\"] price_in and price_out to your settings, give the agent a catalogue model, or remove the cost budget",
-                    definition.source, budget.origin
-                ),
-            )
-            .into());
-        }
-    }
-    Ok(())
-}
-
-/// Warnings for agent definitions naming a model the settings' catalogue does not know.
-pub fn model_warnings(
-    catalog: &muster_config::AgentCatalog,
-    settings: &Settings,
-) -> Vec<Diagnostic> {
-    catalog.model_warnings(|model| settings.models.contains_key(model))
-}
-
-pub fn print_warnings(warnings: &[Diagnostic]) {
-    for warning in warnings {
-        eprintln!("muster: warning: {warning}");
     }
 }
 

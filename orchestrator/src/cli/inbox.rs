@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use muster_mailbox::{Message, MessageBody, RequestRecord};
 use serde_json::{Value, json};
 
-use crate::cli::inspect::{cut, open, print_json, runtime, select_run, table, time};
+use crate::cli::inspect::{open, print_json, runtime, select_run};
+use crate::display::{cut, table, time};
 use crate::exit::Exit;
 use crate::project::Globals;
 use crate::worktree::MergeAdds;
@@ -30,7 +31,7 @@ const SUMMARY_WIDTH: usize = 60;
 
 pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     let (project, store) = open(global)?;
-    let scope = crate::cli::inspect::project_scope(&project, args.all_projects);
+    let scope = crate::project::project_scope(&project, args.all_projects);
     let (run, messages, requests) = runtime()?.block_on(async {
         let run = select_run(store.as_ref(), args.run.as_deref(), scope.as_deref()).await?;
         let messages = store.messages(&run.id, None).await?;

@@ -7,7 +7,8 @@ use muster_mailbox::revision::{stored_previous, stored_revision};
 use muster_mailbox::{MessageBody, MessageKind, RequestRecord};
 use serde::Serialize;
 
-use crate::cli::inspect::{open, print_json, runtime, select_run, table};
+use crate::cli::inspect::{open, print_json, runtime, select_run};
+use crate::display::table;
 use crate::exit::Exit;
 use crate::plan_diff;
 use crate::project::Globals;

@@ -35,7 +35,7 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         .map_or(0, |d| d.as_millis() as i64);
     let cutoff = now - i64::from(args.older_than) * DAY_MS;
     let runtime = runtime()?;
-    let scope = crate::cli::inspect::project_scope(&project, args.all_projects);
+    let scope = crate::project::project_scope(&project, args.all_projects);
     let report = runtime.block_on(store.prune(cutoff, scope.as_deref()))?;
     let branches = runtime.block_on(delete_branches(
         store.as_ref(),

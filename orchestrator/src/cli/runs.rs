@@ -2,7 +2,8 @@
 
 use serde_json::json;
 
-use crate::cli::inspect::{effective_status, open, print_json, runtime, table, time};
+use crate::cli::inspect::{effective_status, open, print_json, runtime};
+use crate::display::{table, time};
 use crate::exit::Exit;
 use crate::project::Globals;
 
@@ -22,7 +23,7 @@ pub struct Args {
 pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     let (project, store) = open(global)?;
     let mut runs = runtime()?.block_on(store.runs())?;
-    if let Some(scope) = crate::cli::inspect::project_scope(&project, args.all_projects) {
+    if let Some(scope) = crate::project::project_scope(&project, args.all_projects) {
         runs.retain(|run| run.in_project(&scope));
     }
     if let Some(only) = &args.run {

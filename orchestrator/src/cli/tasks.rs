@@ -1,6 +1,7 @@
 //! `muster tasks`: the task board with owners and computed blocking.
 
-use crate::cli::inspect::{cut, open, print_json, runtime, select_run, table};
+use crate::cli::inspect::{open, print_json, runtime, select_run};
+use crate::display::{cut, table};
 use crate::exit::Exit;
 use crate::project::Globals;
 

@@ -2,7 +2,8 @@
 
 use serde_json::json;
 
-use crate::cli::inspect::{open, print_json, runtime, table, time};
+use crate::cli::inspect::{open, print_json, runtime};
+use crate::display::{table, time};
 use crate::exit::Exit;
 use crate::project::Globals;
 

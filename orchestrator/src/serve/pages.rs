@@ -13,7 +13,7 @@ use muster_protocol::{DroppedGrant, Responder};
 use serde_json::Value;
 
 use super::markdown;
-use crate::cli::inspect::{cut, time};
+use crate::display::{cut, time};
 use crate::plan_diff::{self, LineChange};
 
 /// Escapes text for HTML element content and quoted attribute values.

@@ -55,11 +55,11 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::cli::config::{load_settings, print_warnings, process_env, project_root};
 use crate::exit::{Exit, ExitError};
 use crate::launch::RunLaunch;
 use crate::launch::{OutputFormat, RunFlags};
 use crate::lifecycle::{self, Ending};
+use crate::loading::{load_settings, print_warnings, process_env, project_root};
 use crate::project::Globals;
 use crate::project::Project;
 use crate::signals::Interrupts;
@@ -112,7 +112,7 @@ pub fn run(global: &Globals, flags: RunFlags, team_path: PathBuf) -> anyhow::Res
         root,
         settings: loaded.value,
     };
-    let catalog = crate::cli::config::load_catalog(&project.root, &project.settings)?;
+    let catalog = crate::loading::load_catalog(&project.root, &project.settings)?;
     let team = TeamFile::load(&team_path, &project.root, &catalog)
         .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
     if flags.agent.is_some() {
@@ -126,7 +126,7 @@ pub fn run(global: &Globals, flags: RunFlags, team_path: PathBuf) -> anyhow::Res
     let used = std::iter::once(team.lead.as_str())
         .chain(team.teammates.iter().map(|t| t.definition.as_str()))
         .chain(team.spawn.definitions.iter().flatten().map(String::as_str));
-    crate::cli::config::check_definition_prices(&project.settings, &catalog, used)?;
+    crate::loading::check_definition_prices(&project.settings, &catalog, used)?;
     let mut run = RunLaunch::from_flags(&flags, &project, lead_definition.permission_mode)?;
     let approvers = team
         .teammates
@@ -180,7 +180,7 @@ pub fn resume(
         root,
         settings: loaded.value,
     };
-    let catalog = crate::cli::config::load_catalog(&project.root, &project.settings)?;
+    let catalog = crate::loading::load_catalog(&project.root, &project.settings)?;
     let team = TeamFile::parse(
         &launch.team_file.display().to_string(),
         &launch.team_text,

@@ -348,13 +348,13 @@ async fn run_placed(
                 record.id
             ))
         })?;
-    let loaded = crate::cli::config::load_settings(global, &located.root, launch.run.overrides())?;
-    crate::cli::config::print_warnings(&loaded.warnings);
+    let loaded = crate::loading::load_settings(global, &located.root, launch.run.overrides())?;
+    crate::loading::print_warnings(&loaded.warnings);
     let project = Project {
         root: located.root,
         settings: loaded.value,
     };
-    let catalog = Arc::new(crate::cli::config::load_catalog(
+    let catalog = Arc::new(crate::loading::load_catalog(
         &project.root,
         &project.settings,
     )?);
@@ -389,7 +389,7 @@ async fn run_placed(
     );
     let restored =
         AgentRuntime::restored_spends(store.as_ref(), &record.id, &project.settings.models).await?;
-    let env = crate::cli::config::process_env();
+    let env = crate::loading::process_env();
     let context = Arc::new(super::setup::run_context(super::setup::ContextParts {
         project: &project,
         catalog,

@@ -135,3 +135,53 @@ fn the_check_tells_a_literal_from_its_typed_spelling() {
         "unit tests are not library code"
     );
 }
+
+/// Where a crate name may appear, as `(what, the places allowed, why)`.
+const BOUNDARIES: [(&str, &[&str], &str); 4] = [
+    (
+        "crate::cli",
+        &["orchestrator/src/cli/", "orchestrator/src/main.rs"],
+        "the CLI layer parses and prints; the domain takes plain types",
+    ),
+    (
+        "clap::",
+        &["orchestrator/src/cli/", "orchestrator/src/main.rs"],
+        "no clap type leaves cli/",
+    ),
+    (
+        "rusqlite",
+        &["mailbox/src/sqlite/", "mailbox/src/error.rs"],
+        "SQLite belongs to its backend (StoreError keeps its source)",
+    ),
+    (
+        "tokio_postgres",
+        &["mailbox/src/postgres/", "mailbox/src/error.rs"],
+        "PostgreSQL belongs to its backend (StoreError keeps its source)",
+    ),
+];
+
+#[test]
+fn layers_are_kept_the_cli_and_the_database_clients_stay_in_their_modules() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut files = Vec::new();
+    for krate in CRATES {
+        rust_files(&root.join(krate), &mut files);
+    }
+    let mut crossed = Vec::new();
+    for file in &files {
+        let shown = file
+            .strip_prefix(root)
+            .unwrap_or(file)
+            .display()
+            .to_string();
+        let text = std::fs::read_to_string(file).unwrap();
+        for (number, code) in library_lines(&text) {
+            for (what, allowed, why) in BOUNDARIES {
+                if code.contains(what) && !allowed.iter().any(|place| shown.starts_with(place)) {
+                    crossed.push(format!("{shown}:{number}: {what} ({why}): {}", code.trim()));
+                }
+            }
+        }
+    }
+    assert!(crossed.is_empty(), "{}", crossed.join("\n"));
+}
