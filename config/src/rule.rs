@@ -170,7 +170,7 @@ impl PermissionRule {
         let Some(called) = ToolName::parse(tool) else {
             return false;
         };
-        match ToolName::parse(&self.tool) {
+        match ToolName::parse(self.tool) {
             Some(ToolName::Edit) => called.edits_files(),
             Some(ToolName::Read) => called.reads_files(),
             _ => false,

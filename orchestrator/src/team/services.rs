@@ -159,7 +159,7 @@ impl Team {
                 json!({"request_id": request_id, "responder": responder, "kind": "merge",
                        "branch": branch, "files": files}),
             );
-        } else if Responder::names_the_person(&responder)
+        } else if Responder::names_the_person(responder)
             && message.kind != MessageKind::PlanApprovalRequest
         {
             self.printer.line(

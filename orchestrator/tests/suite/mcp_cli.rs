@@ -878,3 +878,84 @@ async fn a_server_that_prints_an_error_and_exits_is_quoted_in_the_errors() {
         }
     }
 }
+
+/// Whether process `pid` still runs (its pidfd not readable yet).
+fn still_runs(pid: i32) -> bool {
+    let Ok(fd) = rustix::process::pidfd_open(
+        rustix::process::Pid::from_raw(pid).unwrap(),
+        rustix::process::PidfdFlags::empty(),
+    ) else {
+        return false;
+    };
+    let mut fds = [rustix::event::PollFd::new(
+        &fd,
+        rustix::event::PollFlags::IN,
+    )];
+    let now = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    rustix::event::poll(&mut fds, Some(&now)).unwrap() == 0
+}
+
+/// A dropped agent takes its servers along: a subagent's own forking server (group and all)
+/// is gone once the subagent has finished, while its parent's keeps running until the run
+/// ends.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_finished_subagents_servers_are_killed_while_the_run_goes_on() {
+    let dir = forking_project();
+    let root = dir.path();
+    let held = |name: &str| muster_fake_llm::Fault {
+        hold: Some(name.into()),
+        ..Default::default()
+    };
+    let fake = FakeLlm::start(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![call(
+                "Agent",
+                json!({"description": "look", "prompt": "Look.", "subagent_type": "general"}),
+            )],
+        )
+        .fault(held("first")),
+        ScriptEntry::reply("main.sub-1", 1, vec![Block::text("Looked.")]),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]).fault(held("second")),
+    ])
+    .await
+    .unwrap();
+    let base = fake.base_url();
+    let args = [
+        "run",
+        "-p",
+        "Work.",
+        "--permission-mode",
+        "bypassPermissions",
+        "--base-url",
+        &base,
+        "--output",
+        "stream-json",
+    ];
+    let mut run = super::common::Running::spawn(super::common::command(root, &args));
+    fake.gate_reached("first", 1).await;
+    let parents = forked_sleeps(root);
+    assert_eq!(parents.len(), 1, "the main agent's server");
+    fake.open_gate("first");
+    fake.gate_reached("second", 1).await;
+    let subagents: Vec<i32> = forked_sleeps(root)
+        .into_iter()
+        .filter(|pid| !parents.contains(pid))
+        .collect();
+    assert_eq!(subagents.len(), 1, "the subagent's server");
+    assert!(
+        ends(subagents[0]).await,
+        "the finished subagent's server group outlived it"
+    );
+    assert!(still_runs(parents[0]), "the parent's server is still there");
+    fake.open_gate("second");
+    assert_eq!(run.finish().await, Some(0), "{:#?}", run.events);
+    assert!(
+        ends(parents[0]).await,
+        "the parent's server outlived the run"
+    );
+}
