@@ -814,8 +814,13 @@ async fn a_server_that_forks_leaves_nothing_running_however_muster_ends() {
                     args.extend(["--max-duration", "2"]);
                 }
                 let mut run = super::common::Running::spawn(super::common::command(root, &args));
-                fake.gate_reached("model", 1).await;
+                // Ctrl-C while the model call is held (the servers are up by then). The
+                // deadline needs no wait: it may pass while the servers start or while the
+                // call is held, and muster ends either way.
                 if matches!(ending, Ending::Interrupted) {
+                    tokio::time::timeout(super::common::GUARD, fake.gate_reached("model", 1))
+                        .await
+                        .expect("the model call never came");
                     let muster =
                         rustix::process::Pid::from_raw(run.child.id().unwrap() as i32).unwrap();
                     rustix::process::kill_process(muster, rustix::process::Signal::INT).unwrap();
@@ -937,11 +942,15 @@ async fn a_finished_subagents_servers_are_killed_while_the_run_goes_on() {
         "stream-json",
     ];
     let mut run = super::common::Running::spawn(super::common::command(root, &args));
-    fake.gate_reached("first", 1).await;
+    tokio::time::timeout(super::common::GUARD, fake.gate_reached("first", 1))
+        .await
+        .expect("the first model call never came");
     let parents = forked_sleeps(root);
     assert_eq!(parents.len(), 1, "the main agent's server");
     fake.open_gate("first");
-    fake.gate_reached("second", 1).await;
+    tokio::time::timeout(super::common::GUARD, fake.gate_reached("second", 1))
+        .await
+        .expect("the second model call never came");
     let subagents: Vec<i32> = forked_sleeps(root)
         .into_iter()
         .filter(|pid| !parents.contains(pid))
