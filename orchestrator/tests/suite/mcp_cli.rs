@@ -814,8 +814,13 @@ async fn a_server_that_forks_leaves_nothing_running_however_muster_ends() {
                     args.extend(["--max-duration", "2"]);
                 }
                 let mut run = super::common::Running::spawn(super::common::command(root, &args));
-                fake.gate_reached("model", 1).await;
+                // Ctrl-C while the model call is held (the servers are up by then). The
+                // deadline needs no wait: it may pass while the servers start or while the
+                // call is held, and muster ends either way.
                 if matches!(ending, Ending::Interrupted) {
+                    tokio::time::timeout(super::common::GUARD, fake.gate_reached("model", 1))
+                        .await
+                        .expect("the model call never came");
                     let muster =
                         rustix::process::Pid::from_raw(run.child.id().unwrap() as i32).unwrap();
                     rustix::process::kill_process(muster, rustix::process::Signal::INT).unwrap();
@@ -877,4 +882,89 @@ async fn a_server_that_prints_an_error_and_exits_is_quoted_in_the_errors() {
             assert!(!text.contains(internal), "{text}");
         }
     }
+}
+
+/// Whether process `pid` still runs (its pidfd not readable yet).
+fn still_runs(pid: i32) -> bool {
+    let Ok(fd) = rustix::process::pidfd_open(
+        rustix::process::Pid::from_raw(pid).unwrap(),
+        rustix::process::PidfdFlags::empty(),
+    ) else {
+        return false;
+    };
+    let mut fds = [rustix::event::PollFd::new(
+        &fd,
+        rustix::event::PollFlags::IN,
+    )];
+    let now = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    rustix::event::poll(&mut fds, Some(&now)).unwrap() == 0
+}
+
+/// A dropped agent takes its servers along: a subagent's own forking server (group and all)
+/// is gone once the subagent has finished, while its parent's keeps running until the run
+/// ends.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_finished_subagents_servers_are_killed_while_the_run_goes_on() {
+    let dir = forking_project();
+    let root = dir.path();
+    let held = |name: &str| muster_fake_llm::Fault {
+        hold: Some(name.into()),
+        ..Default::default()
+    };
+    let fake = FakeLlm::start(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![call(
+                "Agent",
+                json!({"description": "look", "prompt": "Look.", "subagent_type": "general"}),
+            )],
+        )
+        .fault(held("first")),
+        ScriptEntry::reply("main.sub-1", 1, vec![Block::text("Looked.")]),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]).fault(held("second")),
+    ])
+    .await
+    .unwrap();
+    let base = fake.base_url();
+    let args = [
+        "run",
+        "-p",
+        "Work.",
+        "--permission-mode",
+        "bypassPermissions",
+        "--base-url",
+        &base,
+        "--output",
+        "stream-json",
+    ];
+    let mut run = super::common::Running::spawn(super::common::command(root, &args));
+    tokio::time::timeout(super::common::GUARD, fake.gate_reached("first", 1))
+        .await
+        .expect("the first model call never came");
+    let parents = forked_sleeps(root);
+    assert_eq!(parents.len(), 1, "the main agent's server");
+    fake.open_gate("first");
+    tokio::time::timeout(super::common::GUARD, fake.gate_reached("second", 1))
+        .await
+        .expect("the second model call never came");
+    let subagents: Vec<i32> = forked_sleeps(root)
+        .into_iter()
+        .filter(|pid| !parents.contains(pid))
+        .collect();
+    assert_eq!(subagents.len(), 1, "the subagent's server");
+    assert!(
+        ends(subagents[0]).await,
+        "the finished subagent's server group outlived it"
+    );
+    assert!(still_runs(parents[0]), "the parent's server is still there");
+    fake.open_gate("second");
+    assert_eq!(run.finish().await, Some(0), "{:#?}", run.events);
+    assert!(
+        ends(parents[0]).await,
+        "the parent's server outlived the run"
+    );
 }
