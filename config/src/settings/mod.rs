@@ -3,6 +3,7 @@
 //! command-line flags. Later layers override earlier ones key by key; permission rule lists
 //! concatenate. Every value remembers the layer it came from.
 
+mod claude;
 mod layers;
 mod paths;
 mod schema;
@@ -264,6 +265,25 @@ impl Settings {
         let mut errors = Vec::new();
         let mut warnings = Vec::new();
         let mut layers = vec![default_layer_values()?];
+        // Claude Code's files first: muster's own layers are above them.
+        for (layer, path) in claude::claude_settings_files(inputs.project_root, inputs.home_dir) {
+            let Some(text) = read_optional(&path)? else {
+                continue;
+            };
+            // The user's own allow rules apply; a repository's (committed) do not.
+            let user_owned = match layer {
+                Layer::User => !path.starts_with(inputs.project_root.path()),
+                Layer::ProjectLocal => !paths::git_tracks(&path),
+                _ => false,
+            };
+            match claude::read_claude_settings(&path, &text, layer, user_owned) {
+                Ok((values, found)) => {
+                    warnings.extend(found);
+                    layers.push(values);
+                }
+                Err(error) => errors.push(error),
+            }
+        }
         let files = settings_files(inputs);
         // With the project at the home directory, the user's settings file is the project's
         // committed one: it cannot trust MCP servers either.
@@ -334,13 +354,14 @@ impl Settings {
 fn drop_mcp_trust(values: &mut LayerValues) -> Vec<Diagnostic> {
     let mut warnings = Vec::new();
     values.leaves.retain(|(path, _, origin)| {
-        let trust = path.len() == 2
-            && path[0] == "mcp"
-            && MCP_TRUST_KEYS.contains(&path[1].as_str());
+        let trust =
+            path.len() == 2 && path[0] == "mcp" && MCP_TRUST_KEYS.contains(&path[1].as_str());
         if trust {
             warnings.push(
                 Diagnostic::new(format!(
-                    "`mcp.{}` is ignored in the project's committed settings ({origin}): a                      repository cannot enable or trust its own MCP servers; set it in                      ~/.muster/settings.toml or .muster/settings.local.toml",
+                    "`mcp.{}` is ignored in the project's committed settings ({origin}): a \
+                     repository cannot enable or trust its own MCP servers; set it in \
+                     ~/.muster/settings.toml or .muster/settings.local.toml",
                     path[1]
                 ))
                 .for_key(path.join(".")),

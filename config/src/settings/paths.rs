@@ -114,6 +114,27 @@ fn git_ignores(file: &Path) -> Option<bool> {
     }
 }
 
+/// Whether git tracks `file` (a committed file belongs to the repository, not to the user).
+/// A file in no work tree, or when git cannot be run, is not tracked.
+pub(crate) fn git_tracks(file: &Path) -> bool {
+    let Some(directory) = file.parent() else {
+        return false;
+    };
+    if !directory.ancestors().any(|dir| dir.join(".git").exists()) {
+        return false;
+    }
+    Command::new("git")
+        .arg("-C")
+        .arg(directory)
+        .args(["ls-files", "--error-unmatch", "--"])
+        .arg(file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

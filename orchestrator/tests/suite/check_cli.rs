@@ -587,3 +587,77 @@ fn stdin_over_the_shell_corpus_matches_the_library() {
     }
     assert!(total >= 400, "{total} corpus commands");
 }
+
+/// A user's Claude Code settings hold in muster: the deny rules of `.claude/settings.json`
+/// deny (in `bypassPermissions` too), the user's own allow rules apply, and a repository's allow
+/// rules and what muster does not honour yet (hooks) are said, never silently dropped. A
+/// committed `.claude/settings.local.json` counts as the repository's.
+#[test]
+fn claude_code_settings_deny_in_every_mode_and_a_repository_cannot_allow() {
+    let project = Project::new(&[]);
+    let claude = project.root.join(".claude");
+    std::fs::create_dir_all(&claude).unwrap();
+    std::fs::write(
+        claude.join("settings.json"),
+        r#"{"permissions": {"deny": ["Read(./.env)", "Bash(curl:*)"], "allow": ["Bash(touch a:*)"]},
+            "hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "guard.sh"}]}]}}"#,
+    )
+    .unwrap();
+    std::fs::create_dir_all(project.home.join(".claude")).unwrap();
+    std::fs::write(
+        project.home.join(".claude/settings.json"),
+        r#"{"permissions": {"allow": ["Bash(touch b:*)"]}}"#,
+    )
+    .unwrap();
+    let json = |args: &[&str]| -> (Value, String) {
+        let output = project.check(&[&["--json"], args].concat());
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        let value =
+            serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+        (value, stderr)
+    };
+    let (decision, stderr) = json(&["Read", r#"{"file_path":".env"}"#]);
+    assert_eq!(decision["decision"], "deny", "{decision}");
+    assert!(stderr.contains("not applied: hooks"), "{stderr}");
+    assert!(stderr.contains("1 allow rule(s) not applied"), "{stderr}");
+    let (decision, _) = json(&[
+        "--permission-mode",
+        "bypassPermissions",
+        "Bash",
+        r#"{"command":"curl https://example.com"}"#,
+    ]);
+    assert_eq!(decision["decision"], "deny", "{decision}");
+    // The repository's allow rule does not apply; the user's own does.
+    let (decision, _) = json(&["Bash", r#"{"command":"touch a"}"#]);
+    assert_eq!(decision["decision"], "ask", "{decision}");
+    let (decision, _) = json(&["Bash", r#"{"command":"touch b"}"#]);
+    assert_eq!(decision["decision"], "allow", "{decision}");
+
+    // An untracked settings.local.json is the user's; committed, it is the repository's.
+    std::fs::write(
+        claude.join("settings.local.json"),
+        r#"{"permissions": {"allow": ["Bash(touch c:*)"]}}"#,
+    )
+    .unwrap();
+    let git = |args: &[&str]| {
+        let status = Command::new("git")
+            .arg("-C")
+            .arg(&project.root)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    let (decision, _) = json(&["Bash", r#"{"command":"touch c"}"#]);
+    assert_eq!(decision["decision"], "allow", "untracked: {decision}");
+    git(&["add", "-f", ".claude/settings.local.json"]);
+    let (decision, stderr) = json(&["Bash", r#"{"command":"touch c"}"#]);
+    assert_eq!(decision["decision"], "ask", "committed: {decision}");
+    assert!(
+        stderr.contains("settings.local.json: 1 allow rule(s) not applied"),
+        "{stderr}"
+    );
+}
