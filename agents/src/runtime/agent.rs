@@ -24,10 +24,11 @@ use crate::tools::{HandledBy, ToolOutput, Workspace};
 
 use super::context::{ModeModel, RunContext};
 use super::error::{RuntimeError, RuntimeResult};
-use super::events::RuntimeEvent;
+use super::events::RunEvent;
 use super::gate::GateDecision;
 use super::prompt::{mode_reminder, system_prompt};
 use super::records::{AgentKind, Record};
+use muster_protocol::DeltaKind;
 
 /// How a new agent starts.
 #[derive(Debug, Clone)]
@@ -70,7 +71,7 @@ pub(super) struct CallResult {
     pub records: Vec<Record>,
     pub acks: Vec<String>,
     /// Events reported after the commit.
-    pub events: Vec<RuntimeEvent>,
+    pub events: Vec<RunEvent>,
     /// Restart the context with this user message (approval with `clear_context`).
     pub reset_context: Option<String>,
 }
@@ -264,7 +265,7 @@ impl AgentRuntime {
         agent.commit(records, Vec::new(), None).await?;
         drop(hold);
         agent.messages.push(first);
-        agent.run.events.emit(RuntimeEvent::AgentStarted {
+        agent.run.events.emit(RunEvent::AgentStarted {
             agent: agent.id.clone(),
             definition: agent.definition.name.clone(),
             mode: agent.mode.to_string(),
@@ -538,7 +539,7 @@ impl AgentRuntime {
         self.last_prompt = Some((response.usage, self.messages.len()));
         self.messages.extend(continuation);
         self.cut_chain = chain;
-        self.run.events.emit(RuntimeEvent::ModelTurn {
+        self.run.events.emit(RunEvent::ModelTurn {
             agent: self.id.clone(),
             turn,
             model: model.model,
@@ -546,6 +547,8 @@ impl AgentRuntime {
             stop_reason: response.stop_reason.as_str().to_owned(),
             text: response.text(),
             latency_ms: latency.as_secs_f64() * 1000.0,
+            usage: response.usage.into(),
+            cost_usd: response.cost_usd,
         });
         self.run.budget.record(&self.id, &response)?;
         if cut_answer && continuations >= self.run.limits.continuations {
@@ -605,7 +608,7 @@ impl AgentRuntime {
     }
 
     /// Sends `request` and drives its stream to the complete response, reporting each piece
-    /// as a (not durable) [`RuntimeEvent::ModelDelta`] on the way.
+    /// as a (not durable) [`RunEvent::ModelDelta`] on the way.
     async fn stream_response(
         &self,
         model: &ModeModel,
@@ -625,13 +628,15 @@ impl AgentRuntime {
                     attempt = n;
                     continue;
                 }
-                StreamEvent::TextDelta { text, .. } => ("text", text),
-                StreamEvent::ThinkingDelta { thinking, .. } => ("thinking", thinking),
-                StreamEvent::ToolInputDelta { partial_json, .. } => ("tool_input", partial_json),
-                StreamEvent::Retrying { reason, .. } => ("discard", reason),
+                StreamEvent::TextDelta { text, .. } => (DeltaKind::Text, text),
+                StreamEvent::ThinkingDelta { thinking, .. } => (DeltaKind::Thinking, thinking),
+                StreamEvent::ToolInputDelta { partial_json, .. } => {
+                    (DeltaKind::ToolInput, partial_json)
+                }
+                StreamEvent::Retrying { reason, .. } => (DeltaKind::Discard, reason),
                 StreamEvent::ToolCall { .. } | StreamEvent::Usage(_) => continue,
             };
-            self.run.events.emit(RuntimeEvent::ModelDelta {
+            self.run.events.emit(RunEvent::ModelDelta {
                 agent: self.id.clone(),
                 turn: context.turn,
                 attempt,
@@ -924,13 +929,16 @@ impl AgentRuntime {
             acks.extend(result.acks);
             auto_gate = auto_gate.or(result.auto_gate);
             events.extend(result.events);
-            events.push(RuntimeEvent::ToolCall {
+            events.push(RunEvent::ToolCall {
                 agent: self.id.clone(),
                 tool_use_id: call.id.clone(),
                 tool: call.name.clone(),
                 decision: result.decision,
                 reason: result.reason,
                 is_error: result.output.is_error,
+                input: call.input.clone(),
+                content: result.output.content,
+                diff: None,
             });
         }
         if let Some(message) = &results {

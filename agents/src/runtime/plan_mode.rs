@@ -19,10 +19,11 @@ use crate::tools::{ExitPlanModeInput, ToolOutput};
 use super::agent::{AgentOutcome, AgentRuntime, CallResult, Dispatched};
 use super::context::{PlanApprover, TerminalPlanDecision};
 use super::error::RuntimeResult;
-use super::events::RuntimeEvent;
+use super::events::RunEvent;
 use super::gate::GateDecision;
 use super::plan_files::{missing_sections, read_plan, write_plan};
 use super::records::{AgentKind, Record};
+use muster_protocol::{ApprovalSubject, DecisionSubject};
 
 /// A decision on a plan, as read from the response message.
 struct PlanDecision {
@@ -221,11 +222,13 @@ impl AgentRuntime {
             None,
         )
         .await?;
-        self.run.events.emit(RuntimeEvent::ApprovalRequested {
+        self.run.events.emit(RunEvent::ApprovalRequested {
             agent: self.id.clone(),
             request_id: request_id.clone(),
             responder: responder.clone(),
-            plan_file: path.to_owned(),
+            subject: ApprovalSubject::PlanApprovalRequest {
+                plan_file: path.to_owned(),
+            },
         });
         Ok((request_id, responder))
     }
@@ -532,8 +535,8 @@ impl AgentRuntime {
             .unwrap_or_default()
     }
 
-    pub(super) fn mode_event(&self, reason: &str) -> RuntimeEvent {
-        RuntimeEvent::ModeChanged {
+    pub(super) fn mode_event(&self, reason: &str) -> RunEvent {
+        RunEvent::ModeChanged {
             agent: self.id.clone(),
             mode: self.mode.to_string(),
             reason: reason.to_owned(),
@@ -545,13 +548,15 @@ impl AgentRuntime {
         request_id: &str,
         decision: &PlanDecision,
         mode: Option<PermissionMode>,
-    ) -> RuntimeEvent {
-        RuntimeEvent::ApprovalDecided {
+    ) -> RunEvent {
+        RunEvent::ApprovalDecided {
             agent: self.id.clone(),
             request_id: request_id.to_owned(),
             responder: decision.responder.clone(),
             approved: decision.approved,
-            mode: mode.map(|m| m.to_string()),
+            subject: DecisionSubject::PlanApprovalRequest {
+                mode: mode.map(|m| m.to_string()),
+            },
         }
     }
 }
