@@ -48,6 +48,7 @@ mod asks;
 mod context;
 mod coordination;
 mod dispatch;
+mod edit_diff;
 mod error;
 mod events;
 mod gate;

@@ -28,7 +28,7 @@ use super::events::RunEvent;
 use super::gate::GateDecision;
 use super::prompt::{mode_reminder, system_prompt};
 use super::records::{AgentKind, Record};
-use muster_protocol::DeltaKind;
+use muster_protocol::{AgentState, DeltaKind};
 
 /// How a new agent starts.
 #[derive(Debug, Clone)]
@@ -72,6 +72,8 @@ pub(super) struct CallResult {
     pub acks: Vec<String>,
     /// Events reported after the commit.
     pub events: Vec<RunEvent>,
+    /// What a file edit changed (for the `tool_call` event only; never committed).
+    pub diff: Option<String>,
     /// Restart the context with this user message (approval with `clear_context`).
     pub reset_context: Option<String>,
 }
@@ -86,6 +88,7 @@ impl CallResult {
             records: Vec::new(),
             acks: Vec::new(),
             events: Vec::new(),
+            diff: None,
             reset_context: None,
         }
     }
@@ -99,6 +102,7 @@ impl CallResult {
             records: Vec::new(),
             acks: Vec::new(),
             events: Vec::new(),
+            diff: None,
             reset_context: None,
         }
     }
@@ -170,6 +174,8 @@ pub struct AgentRuntime {
     /// What the servers reported about this agent's models (its `started` record's
     /// `model_limits`): see [`AgentRuntime::output_limit`] and [`AgentRuntime::model_info`].
     pub(super) model_limits: BTreeMap<String, ServerLimits>,
+    /// The state last reported in an `agent_state` event.
+    pub(super) state: super::events::StateReport,
 }
 
 impl AgentRuntime {
@@ -230,6 +236,7 @@ impl AgentRuntime {
             last_prompt: None,
             workspace,
             model_limits,
+            state: Default::default(),
         };
         if agent.mode == PermissionMode::Plan && agent.pre_plan_mode.is_none() {
             agent.pre_plan_mode = Some(
@@ -396,6 +403,7 @@ impl AgentRuntime {
         records.extend(grants_end);
         records.push(Record::Finished { result });
         let outcome = self.commit_with(records, with_it).await?;
+        self.report_state(AgentState::Idle);
         if grants_ended {
             self.plan_grants = None;
         }
@@ -504,6 +512,7 @@ impl AgentRuntime {
     /// response is committed (with its usage and cost, for the ledger on resume) and reported
     /// before a budget it crosses stops the agent.
     async fn call_model(&mut self) -> RuntimeResult<ModelResponse> {
+        self.report_state(AgentState::Thinking);
         self.compact_if_needed().await?;
         let model = self.model_for_mode();
         let (turn, request, response, latency) = self.send_fitting(&model).await?;
@@ -799,7 +808,8 @@ impl AgentRuntime {
                 .is_some_and(|(tool_use_id, _, _)| *tool_use_id == call.id)
             {
                 let (_, request_id, responder) = pending.awaiting.clone().unwrap_or_default();
-                self.await_plan_decision(&request_id, &responder).await?
+                self.await_plan_decision(call, &request_id, &responder)
+                    .await?
             } else if let Some(group) = pending.started.get(&call.id) {
                 Dispatched::Done(Box::new(super::dispatch::interrupted(group)))
             } else if pending.cut.as_deref() == Some(call.id.as_str()) {
@@ -938,7 +948,7 @@ impl AgentRuntime {
                 is_error: result.output.is_error,
                 input: call.input.clone(),
                 content: result.output.content,
-                diff: None,
+                diff: result.diff,
             });
         }
         if let Some(message) = &results {
@@ -1013,6 +1023,27 @@ impl AgentRuntime {
             role: Role::User,
             content: blocks,
         }
+    }
+
+    /// Reports `state` in an `agent_state` event when it differs from the last one (called
+    /// after the commit the state follows from).
+    pub(super) fn report_state(&self, state: AgentState) {
+        if self.state.changes_to(&state) {
+            self.run.events.emit(RunEvent::AgentState {
+                agent: self.id.clone(),
+                state,
+            });
+        }
+    }
+
+    /// Reports a call about to run (`tool_started`, not durable).
+    pub(super) fn report_tool_started(&self, call: &ToolCall) {
+        self.run.events.emit(RunEvent::ToolStarted {
+            agent: self.id.clone(),
+            tool_use_id: call.id.clone(),
+            tool: call.name.clone(),
+            input: call.input.clone(),
+        });
     }
 
     pub(super) fn message_record(&self, message: Message, turn: Option<u64>) -> Record {
