@@ -30,6 +30,28 @@
 //! …fields}` — the field names muster has always printed (new fields may be added, never
 //! renamed). The `type` is [`RunEvent::kind`]. [`RunEvent::from_line`] reads one back (from the
 //! run log or another process's stream).
+//!
+//! | `type` | fields after the envelope |
+//! |---|---|
+//! | `agent_started` | `definition`, `mode`, `plan_file` |
+//! | `model_turn` | `turn`, `model`, `mode`, `stop_reason`, `text`, `latency_ms`, `usage` (`input_tokens`, `output_tokens`, `cache_read_input_tokens`, `cache_creation_input_tokens`), `cost_usd` |
+//! | `model_delta` | `turn`, `attempt`, `delta` (`text`, `thinking`, `tool_input`, `discard`), `text`, `durable: false` |
+//! | `tool_started` | `tool_use_id`, `tool`, `input`, `durable: false` |
+//! | `tool_call` | `tool_use_id`, `tool`, `decision`, `reason`, `is_error`, `input`, `content`, `diff?` |
+//! | `mode_changed` | `mode`, `reason` (log only) |
+//! | `approval_requested` | `request_id`, `responder`, `kind` (`plan_approval_request` + `plan_file`, `permission_request`, `question`, `merge` + `branch`, `files`) |
+//! | `approval_decided` | `request_id`, `responder`, `approved`, `kind` (`plan_approval_request` + `mode`, `merge` + `feedback`, `rule`) |
+//! | `mail_sent` | `from`, `to`, `kind`, `request_id` |
+//! | `mail_delivered` | `from`, `kind`, `request_id`, `queued_ms` |
+//! | `task_claimed`, `task_completed` | `task_id`, `subject` |
+//! | `verification` | `request_id`, `plan_file`, `summary` |
+//! | `merge_applied` | `request_id`, `commit`, `files` (how many) |
+//! | `teammate_placed` | `worker`, `attempt`, `item` |
+//! | `teammate_finished` | `worker`, `item`, `result` |
+//! | `agent_state` | `state` (`thinking`, `calling_tool` + `tool_use_id`, `tool`, `waiting_on_decision` + `request_id`, `idle`) (log only) |
+//! | `run_finished` | `status`, `exit_code`, and the run's result fields (`result`, `reason`, `request_id`, `plan_file`, …) |
+//!
+//! The table test in `tests/run_event.rs` holds one line of each.
 
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
@@ -281,8 +303,10 @@ pub enum EventLineError {
     Fields(#[from] serde_json::Error),
 }
 
-/// The line's common fields, which no variant carries.
-const ENVELOPE: [&str; 5] = ["v", "ts", "run_id", "worker", "durable"];
+/// The line's common fields, which no variant carries. (A worker's printer adds `worker`
+/// too; it is not stripped, since `teammate_placed` has a `worker` of its own: variants
+/// without one ignore it.)
+const ENVELOPE: [&str; 4] = ["v", "ts", "run_id", "durable"];
 
 impl RunEvent {
     /// The `type` of the `stream-json` line.

@@ -163,7 +163,7 @@ impl Team {
                     files: files.clone(),
                 },
             });
-        } else if Responder::names_the_person(&responder)
+        } else if Responder::names_the_person(responder)
             && let Some(subject) = person_subject(&message.kind)
         {
             self.printer.emit(RunEvent::ApprovalRequested {
