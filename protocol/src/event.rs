@@ -295,8 +295,8 @@ pub enum AgentState {
 /// A `stream-json` line that does not read as a [`RunEvent`].
 #[derive(Debug, thiserror::Error)]
 pub enum EventLineError {
-    #[error("an event line must be a JSON object, got {0}")]
-    NotAnObject(&'static str),
+    #[error("an event line must be a JSON object, got `{0}`")]
+    NotAnObject(String),
     #[error("event line of version {found}; this muster reads version {EVENT_VERSION}")]
     Version { found: Value },
     #[error("unreadable event line: {0}")]
@@ -414,7 +414,12 @@ impl RunEvent {
     /// know are ignored, and a line of another version is refused.
     pub fn from_line(line: &Value) -> Result<RunEvent, EventLineError> {
         let Value::Object(object) = line else {
-            return Err(EventLineError::NotAnObject(json_type(line)));
+            let mut shown = line.to_string();
+            if let Some((cut, _)) = shown.char_indices().nth(80) {
+                shown.truncate(cut);
+                shown.push('…');
+            }
+            return Err(EventLineError::NotAnObject(shown));
         };
         match object.get("v") {
             Some(v) if v.as_u64() == Some(EVENT_VERSION) => {}
@@ -433,17 +438,6 @@ impl RunEvent {
             fields.remove("agent");
         }
         Ok(serde_json::from_value(Value::Object(fields))?)
-    }
-}
-
-fn json_type(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 
