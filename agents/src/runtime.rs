@@ -48,6 +48,7 @@ mod asks;
 mod context;
 mod coordination;
 mod dispatch;
+mod edit_diff;
 mod error;
 mod events;
 mod gate;
@@ -67,7 +68,7 @@ pub use context::{
 };
 pub use coordination::capped_mode;
 pub use error::{RuntimeError, RuntimeResult};
-pub use events::{EventSink, NoEvents, RuntimeEvent};
+pub use events::{EventSink, NoEvents, RunEvent, mail_delivered_event, mail_sent_event};
 pub use gate::{CallContext, EngineGate, GateDecision, ToolGate, Verdict};
 pub use limits::{
     AgentLimits, AgentStop, CONTINUE_PROMPT, DEFAULT_CONTINUATIONS, DEFAULT_STUCK_AFTER,

@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use muster_agents::runtime::RuntimeEvent;
+use muster_agents::runtime::RunEvent;
+use muster_protocol::DeltaKind;
 
 /// What a busy agent is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,27 +96,27 @@ impl LiveProgress {
     }
 
     /// Takes `event` into account.
-    pub fn event(&self, event: &RuntimeEvent) {
+    pub fn event(&self, event: &RunEvent) {
         let Ok(mut busy) = self.lines.busy.lock() else {
             return;
         };
         let agent = event.agent().to_owned();
         match event {
-            RuntimeEvent::ModelDelta { delta, text, .. } => {
+            RunEvent::ModelDelta { delta, text, .. } => {
                 let line = self.line(&mut busy, &agent);
                 if line.phase == Phase::Tools {
                     line.phase = Phase::Model;
                     line.since = Instant::now();
                     line.chars = 0;
                 }
-                if *delta == "discard" {
+                if *delta == DeltaKind::Discard {
                     line.chars = 0;
                 } else {
                     line.chars = line.chars.saturating_add(text.chars().count() as u64);
                 }
                 line.redraw(&agent);
             }
-            RuntimeEvent::ModelTurn { stop_reason, .. } => match stop_reason.as_str() {
+            RunEvent::ModelTurn { stop_reason, .. } => match stop_reason.as_str() {
                 "tool_use" | "max_tokens" => {
                     let line = self.line(&mut busy, &agent);
                     line.phase = if stop_reason == "tool_use" {
@@ -129,15 +130,25 @@ impl LiveProgress {
                 }
                 _ => Self::remove(&mut busy, &agent),
             },
-            RuntimeEvent::AgentStarted { .. } | RuntimeEvent::MailDelivered { .. } => {
+            RunEvent::AgentStarted { .. } | RunEvent::MailDelivered { .. } => {
                 let line = self.line(&mut busy, &agent);
                 line.redraw(&agent);
             }
-            RuntimeEvent::ApprovalRequested { .. } => Self::remove(&mut busy, &agent),
-            RuntimeEvent::ToolCall { .. }
-            | RuntimeEvent::ModeChanged { .. }
-            | RuntimeEvent::ApprovalDecided { .. }
-            | RuntimeEvent::MailSent { .. } => {}
+            RunEvent::ApprovalRequested { .. } => Self::remove(&mut busy, &agent),
+            // Reported by the team's own lines, or shown by the events above.
+            RunEvent::ToolStarted { .. }
+            | RunEvent::ToolCall { .. }
+            | RunEvent::ModeChanged { .. }
+            | RunEvent::ApprovalDecided { .. }
+            | RunEvent::MailSent { .. }
+            | RunEvent::TaskClaimed { .. }
+            | RunEvent::TaskCompleted { .. }
+            | RunEvent::Verification { .. }
+            | RunEvent::MergeApplied { .. }
+            | RunEvent::TeammatePlaced { .. }
+            | RunEvent::TeammateFinished { .. }
+            | RunEvent::AgentState { .. }
+            | RunEvent::RunFinished { .. } => {}
         }
     }
 
@@ -270,14 +281,14 @@ mod tests {
                 .get("alice")
                 .map(|line| (line.phase, line.chars))
         };
-        let delta = |text: &str, delta: &'static str| RuntimeEvent::ModelDelta {
+        let delta = |text: &str, delta: DeltaKind| RunEvent::ModelDelta {
             agent: "alice".into(),
             turn: 1,
             attempt: 1,
             delta,
             text: text.into(),
         };
-        let turn = |stop: &str| RuntimeEvent::ModelTurn {
+        let turn = |stop: &str| RunEvent::ModelTurn {
             agent: "alice".into(),
             turn: 1,
             model: "m".into(),
@@ -285,15 +296,17 @@ mod tests {
             stop_reason: stop.into(),
             text: String::new(),
             latency_ms: 1.0,
+            usage: Default::default(),
+            cost_usd: None,
         };
-        progress.event(&delta("abcd", "text"));
-        progress.event(&delta("efgh", "tool_input"));
+        progress.event(&delta("abcd", DeltaKind::Text));
+        progress.event(&delta("efgh", DeltaKind::ToolInput));
         assert_eq!(phase(&progress), Some((Phase::Model, 8)));
-        progress.event(&delta("failed", "discard"));
+        progress.event(&delta("failed", DeltaKind::Discard));
         assert_eq!(phase(&progress), Some((Phase::Model, 0)));
         progress.event(&turn("tool_use"));
         assert_eq!(phase(&progress), Some((Phase::Tools, 0)));
-        progress.event(&delta("ab", "text"));
+        progress.event(&delta("ab", DeltaKind::Text));
         assert_eq!(phase(&progress), Some((Phase::Model, 2)));
         progress.event(&turn("end_turn"));
         assert_eq!(phase(&progress), None, "idle: off the screen");

@@ -13,8 +13,8 @@ use muster_agents::budget::BudgetLedger;
 use muster_agents::compaction::CompactionConfig;
 use muster_agents::runtime::{
     AgentKind, AgentOutcome, AgentRuntime, AgentSpec, CompactionPolicy, DEFAULT_MAX_SUBAGENTS,
-    EngineGate, EventSink, ModelRouter, PlanApprover, PlanFiles, RunContext, RuntimeEvent,
-    Terminal, TerminalPlanDecision,
+    EngineGate, EventSink, ModelRouter, PlanApprover, PlanFiles, RunContext, RunEvent, Terminal,
+    TerminalPlanDecision,
 };
 use muster_agents::tools::{ToolRegistry, Workspace};
 use muster_config::settings::AutoGate as AutoGateSetting;
@@ -460,32 +460,32 @@ struct Printer {
 
 impl Printer {
     /// Logs the event and prints it as a line on stdout.
-    fn line(&self, kind: &str, agent: &str, fields: Value) {
-        let event = stream_json::event(&self.run_id, kind, agent, fields);
+    fn line(&self, event: &RunEvent) {
+        let line = stream_json::line(&self.run_id, event);
         let _guard = self.lock.lock();
-        stream_json::log(&event);
-        stream_json::print(&event);
+        stream_json::log(&line);
+        stream_json::print(&line);
     }
 
     /// Logs the event only.
-    fn log(&self, kind: &str, agent: &str, fields: Value) {
-        stream_json::log(&stream_json::event(&self.run_id, kind, agent, fields));
+    fn log(&self, event: &RunEvent) {
+        stream_json::log(&stream_json::line(&self.run_id, event));
     }
 
     fn finished(&self, ending: &Ending) {
-        let mut fields = json!({"status": ending.status.as_str(), "exit_code": ending.exit.code()});
-        if let (Value::Object(fields), Value::Object(result)) = (&mut fields, &ending.result) {
-            fields.extend(result.clone());
-        }
+        let event = RunEvent::RunFinished {
+            agent: MAIN_AGENT.to_owned(),
+            status: ending.status.as_str().to_owned(),
+            exit_code: ending.exit.code(),
+            result: ending.result.as_object().cloned().unwrap_or_default(),
+        };
         match self.format {
-            OutputFormat::Json | OutputFormat::StreamJson { .. } => {
-                self.line("run_finished", MAIN_AGENT, fields)
-            }
+            OutputFormat::Json | OutputFormat::StreamJson { .. } => self.line(&event),
             OutputFormat::Text => {
                 if let Some(progress) = &self.progress {
                     progress.clear();
                 }
-                self.log("run_finished", MAIN_AGENT, fields);
+                self.log(&event);
                 let resume = if ending.status == RunStatus::AwaitingDecision {
                     format!("\nRun {} stopped awaiting a decision.", self.run_id)
                 } else {
@@ -504,17 +504,17 @@ impl Printer {
 }
 
 impl EventSink for Printer {
-    fn emit(&self, event: RuntimeEvent) {
+    fn emit(&self, event: RunEvent) {
         if let Some(progress) = &self.progress {
             progress.event(&event);
         }
         if stream_json::partial(&self.run_id, self.format, &event) {
             return;
         }
-        if self.format.is_stream_json() && stream_json::on_stream(&event) {
-            self.line(event.kind(), event.agent(), event.fields());
+        if self.format.is_stream_json() && event.is_stream_line() {
+            self.line(&event);
         } else {
-            self.log(event.kind(), event.agent(), event.fields());
+            self.log(&event);
         }
         if self.format == OutputFormat::Text {
             stream_json::text_progress(&event, self.progress.as_deref());

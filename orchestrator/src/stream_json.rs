@@ -1,11 +1,11 @@
-//! The `stream-json` event (DESIGN.md: `{"v":1,"type","ts","run_id","agent",…}`), built the
-//! same way for single runs, team runs and batches. Every event of a run is also recorded in
+//! The `stream-json` line of a [`RunEvent`] (DESIGN.md: `{"v":1,"type","ts","run_id","agent",
+//! …}`), built the same way for single runs, team runs and batches. Every event of a run is also recorded in
 //! its log file (`.muster/logs/<run_id>.jsonl`), whatever `--output` prints.
 
 use std::io::Write as _;
 
-use muster_agents::runtime::RuntimeEvent;
-use serde_json::{Value, json};
+use muster_agents::runtime::RunEvent;
+use serde_json::Value;
 
 /// Milliseconds since the Unix epoch: the events' `ts`.
 pub fn now_ms() -> i64 {
@@ -15,19 +15,9 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// The event `kind` of `agent` in run `run_id`, with its own `fields` after the common ones.
-pub fn event(run_id: &str, kind: &str, agent: &str, fields: Value) -> Value {
-    let mut event = json!({
-        "v": 1,
-        "type": kind,
-        "ts": now_ms(),
-        "run_id": run_id,
-        "agent": agent,
-    });
-    if let (Value::Object(event), Value::Object(fields)) = (&mut event, fields) {
-        event.extend(fields);
-    }
-    event
+/// The `stream-json` line of `event` in run `run_id`, stamped now.
+pub fn line(run_id: &str, event: &RunEvent) -> Value {
+    event.to_line(run_id, now_ms())
 }
 
 /// Records `event` in the run's log file (an `info` line of target `muster::event`).
@@ -49,33 +39,23 @@ pub fn print(event: &Value) {
     let _ = stdout.flush();
 }
 
-/// A `model_delta` (not durable) is printed only with `--include-partial` and never logged:
-/// the log holds what was committed. Returns whether `event` was one (and is handled).
-pub fn partial(run_id: &str, format: crate::launch::OutputFormat, event: &RuntimeEvent) -> bool {
-    if !matches!(event, RuntimeEvent::ModelDelta { .. }) {
+/// A non-durable event (`model_delta`, `tool_started`) is printed only with
+/// `--include-partial` and never logged: the log holds what was committed. Returns whether
+/// `event` was one (and is handled).
+pub fn partial(run_id: &str, format: crate::launch::OutputFormat, event: &RunEvent) -> bool {
+    if event.is_durable() {
         return false;
     }
     if format.includes_partial() {
-        print(&self::event(
-            run_id,
-            event.kind(),
-            event.agent(),
-            event.fields(),
-        ));
+        print(&line(run_id, event));
     }
     true
 }
 
-/// Whether `event` is one of DESIGN.md's `stream-json` types (a mode change is not: it shows
-/// in `model_turn` and `approval_decided`); the log file gets every event.
-pub fn on_stream(event: &RuntimeEvent) -> bool {
-    !matches!(event, RuntimeEvent::ModeChanged { .. })
-}
-
 /// `--output text`'s progress on stderr: a line per tool call, with its decision (above the
 /// live lines, when there are some).
-pub fn text_progress(event: &RuntimeEvent, live: Option<&crate::progress::LiveProgress>) {
-    if let RuntimeEvent::ToolCall {
+pub fn text_progress(event: &RunEvent, live: Option<&crate::progress::LiveProgress>) {
+    if let RunEvent::ToolCall {
         agent,
         tool,
         decision,

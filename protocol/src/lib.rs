@@ -8,12 +8,17 @@
 //! their spelling lives only here.
 
 pub mod body;
+pub mod event;
 mod kind;
 mod request_id;
 mod responder;
 mod tool;
 
 pub use body::{DroppedGrant, MessageBody};
+pub use event::{
+    AgentState, ApprovalSubject, DecisionSubject, DeltaKind, EventLineError, EventSink, NoEvents,
+    RunEvent, TokenUsage,
+};
 pub use kind::{Correlation, MessageKind};
 pub use request_id::{RequestFamily, RequestId, RequestIdError};
 pub use responder::{Responder, ResponderError};

@@ -397,6 +397,17 @@ pub struct Usage {
     pub cache_write_tokens: u64,
 }
 
+impl From<Usage> for muster_protocol::TokenUsage {
+    fn from(usage: Usage) -> Self {
+        muster_protocol::TokenUsage {
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+            cache_read_input_tokens: usage.cache_read_tokens,
+            cache_creation_input_tokens: usage.cache_write_tokens,
+        }
+    }
+}
+
 impl Usage {
     /// The prompt size: input + cache read + cache write.
     pub fn prompt_tokens(&self) -> u64 {

@@ -24,10 +24,11 @@ use crate::tools::{HandledBy, ToolOutput, Workspace};
 
 use super::context::{ModeModel, RunContext};
 use super::error::{RuntimeError, RuntimeResult};
-use super::events::RuntimeEvent;
+use super::events::RunEvent;
 use super::gate::GateDecision;
 use super::prompt::{mode_reminder, system_prompt};
 use super::records::{AgentKind, Record};
+use muster_protocol::{AgentState, DeltaKind};
 
 /// How a new agent starts.
 #[derive(Debug, Clone)]
@@ -70,7 +71,9 @@ pub(super) struct CallResult {
     pub records: Vec<Record>,
     pub acks: Vec<String>,
     /// Events reported after the commit.
-    pub events: Vec<RuntimeEvent>,
+    pub events: Vec<RunEvent>,
+    /// What a file edit changed (for the `tool_call` event only; never committed).
+    pub diff: Option<String>,
     /// Restart the context with this user message (approval with `clear_context`).
     pub reset_context: Option<String>,
 }
@@ -85,6 +88,7 @@ impl CallResult {
             records: Vec::new(),
             acks: Vec::new(),
             events: Vec::new(),
+            diff: None,
             reset_context: None,
         }
     }
@@ -98,6 +102,7 @@ impl CallResult {
             records: Vec::new(),
             acks: Vec::new(),
             events: Vec::new(),
+            diff: None,
             reset_context: None,
         }
     }
@@ -169,6 +174,8 @@ pub struct AgentRuntime {
     /// What the servers reported about this agent's models (its `started` record's
     /// `model_limits`): see [`AgentRuntime::output_limit`] and [`AgentRuntime::model_info`].
     pub(super) model_limits: BTreeMap<String, ServerLimits>,
+    /// The state last reported in an `agent_state` event.
+    pub(super) state: super::events::StateReport,
 }
 
 impl AgentRuntime {
@@ -229,6 +236,7 @@ impl AgentRuntime {
             last_prompt: None,
             workspace,
             model_limits,
+            state: Default::default(),
         };
         if agent.mode == PermissionMode::Plan && agent.pre_plan_mode.is_none() {
             agent.pre_plan_mode = Some(
@@ -264,7 +272,7 @@ impl AgentRuntime {
         agent.commit(records, Vec::new(), None).await?;
         drop(hold);
         agent.messages.push(first);
-        agent.run.events.emit(RuntimeEvent::AgentStarted {
+        agent.run.events.emit(RunEvent::AgentStarted {
             agent: agent.id.clone(),
             definition: agent.definition.name.clone(),
             mode: agent.mode.to_string(),
@@ -395,6 +403,7 @@ impl AgentRuntime {
         records.extend(grants_end);
         records.push(Record::Finished { result });
         let outcome = self.commit_with(records, with_it).await?;
+        self.report_state(AgentState::Idle);
         if grants_ended {
             self.plan_grants = None;
         }
@@ -503,6 +512,7 @@ impl AgentRuntime {
     /// response is committed (with its usage and cost, for the ledger on resume) and reported
     /// before a budget it crosses stops the agent.
     async fn call_model(&mut self) -> RuntimeResult<ModelResponse> {
+        self.report_state(AgentState::Thinking);
         self.compact_if_needed().await?;
         let model = self.model_for_mode();
         let (turn, request, response, latency) = self.send_fitting(&model).await?;
@@ -538,7 +548,7 @@ impl AgentRuntime {
         self.last_prompt = Some((response.usage, self.messages.len()));
         self.messages.extend(continuation);
         self.cut_chain = chain;
-        self.run.events.emit(RuntimeEvent::ModelTurn {
+        self.run.events.emit(RunEvent::ModelTurn {
             agent: self.id.clone(),
             turn,
             model: model.model,
@@ -546,6 +556,8 @@ impl AgentRuntime {
             stop_reason: response.stop_reason.as_str().to_owned(),
             text: response.text(),
             latency_ms: latency.as_secs_f64() * 1000.0,
+            usage: response.usage.into(),
+            cost_usd: response.cost_usd,
         });
         self.run.budget.record(&self.id, &response)?;
         if cut_answer && continuations >= self.run.limits.continuations {
@@ -605,7 +617,7 @@ impl AgentRuntime {
     }
 
     /// Sends `request` and drives its stream to the complete response, reporting each piece
-    /// as a (not durable) [`RuntimeEvent::ModelDelta`] on the way.
+    /// as a (not durable) [`RunEvent::ModelDelta`] on the way.
     async fn stream_response(
         &self,
         model: &ModeModel,
@@ -625,13 +637,15 @@ impl AgentRuntime {
                     attempt = n;
                     continue;
                 }
-                StreamEvent::TextDelta { text, .. } => ("text", text),
-                StreamEvent::ThinkingDelta { thinking, .. } => ("thinking", thinking),
-                StreamEvent::ToolInputDelta { partial_json, .. } => ("tool_input", partial_json),
-                StreamEvent::Retrying { reason, .. } => ("discard", reason),
+                StreamEvent::TextDelta { text, .. } => (DeltaKind::Text, text),
+                StreamEvent::ThinkingDelta { thinking, .. } => (DeltaKind::Thinking, thinking),
+                StreamEvent::ToolInputDelta { partial_json, .. } => {
+                    (DeltaKind::ToolInput, partial_json)
+                }
+                StreamEvent::Retrying { reason, .. } => (DeltaKind::Discard, reason),
                 StreamEvent::ToolCall { .. } | StreamEvent::Usage(_) => continue,
             };
-            self.run.events.emit(RuntimeEvent::ModelDelta {
+            self.run.events.emit(RunEvent::ModelDelta {
                 agent: self.id.clone(),
                 turn: context.turn,
                 attempt,
@@ -794,7 +808,8 @@ impl AgentRuntime {
                 .is_some_and(|(tool_use_id, _, _)| *tool_use_id == call.id)
             {
                 let (_, request_id, responder) = pending.awaiting.clone().unwrap_or_default();
-                self.await_plan_decision(&request_id, &responder).await?
+                self.await_plan_decision(call, &request_id, &responder)
+                    .await?
             } else if let Some(group) = pending.started.get(&call.id) {
                 Dispatched::Done(Box::new(super::dispatch::interrupted(group)))
             } else if pending.cut.as_deref() == Some(call.id.as_str()) {
@@ -924,13 +939,16 @@ impl AgentRuntime {
             acks.extend(result.acks);
             auto_gate = auto_gate.or(result.auto_gate);
             events.extend(result.events);
-            events.push(RuntimeEvent::ToolCall {
+            events.push(RunEvent::ToolCall {
                 agent: self.id.clone(),
                 tool_use_id: call.id.clone(),
                 tool: call.name.clone(),
                 decision: result.decision,
                 reason: result.reason,
                 is_error: result.output.is_error,
+                input: call.input.clone(),
+                content: result.output.content,
+                diff: result.diff,
             });
         }
         if let Some(message) = &results {
@@ -1005,6 +1023,27 @@ impl AgentRuntime {
             role: Role::User,
             content: blocks,
         }
+    }
+
+    /// Reports `state` in an `agent_state` event when it differs from the last one (called
+    /// after the commit the state follows from).
+    pub(super) fn report_state(&self, state: AgentState) {
+        if self.state.changes_to(&state) {
+            self.run.events.emit(RunEvent::AgentState {
+                agent: self.id.clone(),
+                state,
+            });
+        }
+    }
+
+    /// Reports a call about to run (`tool_started`, not durable).
+    pub(super) fn report_tool_started(&self, call: &ToolCall) {
+        self.run.events.emit(RunEvent::ToolStarted {
+            agent: self.id.clone(),
+            tool_use_id: call.id.clone(),
+            tool: call.name.clone(),
+            input: call.input.clone(),
+        });
     }
 
     pub(super) fn message_record(&self, message: Message, turn: Option<u64>) -> Record {

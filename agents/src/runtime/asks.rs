@@ -3,7 +3,7 @@
 //! approver); with no one to ask it is a deny. Answers from the store are acked with the call.
 
 use muster_config::RuleSubject;
-use muster_protocol::ToolName;
+use muster_protocol::{AgentState, ToolName};
 use muster_protocol::{RequestFamily, RequestId};
 use serde_json::Value;
 
@@ -249,6 +249,9 @@ impl AgentRuntime {
             .await?;
         self.mail_sent(&sent);
         let request_id = sent.request_id.unwrap_or_default();
+        self.report_state(AgentState::WaitingOnDecision {
+            request_id: request_id.clone(),
+        });
         let mail = store
             .receive(
                 &self.run.run_id,
@@ -257,6 +260,7 @@ impl AgentRuntime {
                 muster_mailbox::MessageFilter::RequestId(request_id.clone()),
             )
             .await?;
+        self.report_calling(call);
         let (approved, feedback) = match mail.body.clone() {
             muster_mailbox::MessageBody::PermissionResponse {
                 approved, feedback, ..

@@ -1,7 +1,7 @@
 //! The tools the runtime carries out itself: plan mode, subagents, questions, and the team
 //! tools (which a single-agent run does not have).
 
-use muster_protocol::ToolName;
+use muster_protocol::{AgentState, ToolName};
 use muster_protocol::{RequestFamily, RequestId};
 use std::sync::Arc;
 
@@ -194,6 +194,9 @@ impl AgentRuntime {
             .await?;
         self.mail_sent(&sent);
         let request_id = sent.request_id.unwrap_or_default();
+        self.report_state(AgentState::WaitingOnDecision {
+            request_id: request_id.clone(),
+        });
         let mail = self
             .run
             .store
@@ -204,6 +207,7 @@ impl AgentRuntime {
                 MessageFilter::RequestId(request_id),
             )
             .await?;
+        self.report_calling(call);
         let answer = match mail.body.clone() {
             MessageBody::Answer { answer, .. } => answer,
             other => other.kind().to_string(),

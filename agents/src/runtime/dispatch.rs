@@ -8,7 +8,7 @@
 //! costs). Other writing tools take no lock; they announce their paths while they run
 //! ([`crate::verification::FileEdits`]) so that a concurrent command's record leaves them out.
 
-use muster_protocol::ToolName;
+use muster_protocol::{AgentState, ToolName};
 use std::sync::Arc;
 
 use crate::model::ToolCall;
@@ -21,6 +21,7 @@ use crate::verification::{BashMeasurement, FileEdits, SnapshotLimits};
 
 use super::agent::{AgentRuntime, CallResult, Dispatched};
 use super::context::RunContext;
+use super::edit_diff::EditCapture;
 use super::error::{RuntimeError, RuntimeResult};
 use super::gate::{CallContext, GateDecision, Verdict};
 use super::records::Record;
@@ -28,6 +29,7 @@ use super::records::Record;
 impl AgentRuntime {
     /// Decides one call through the gate and runs it.
     pub(super) async fn dispatch(&mut self, call: &ToolCall) -> RuntimeResult<Dispatched> {
+        self.report_calling(call);
         match self.prepare(call).await? {
             Prepared::Finished(result) => Ok(Dispatched::Done(result)),
             Prepared::Runtime(decision, acks) => {
@@ -42,6 +44,7 @@ impl AgentRuntime {
                     };
                     self.commit(vec![started], Vec::new(), None).await?;
                 }
+                self.report_tool_started(call);
                 let mut dispatched = self.coordinate(call, &decision).await?;
                 // Its effect is committed, its result not yet.
                 muster_mailbox::failpoint!("effect:{}", call.name);
@@ -64,6 +67,7 @@ impl AgentRuntime {
                     };
                     self.commit(vec![started], Vec::new(), None).await?;
                 }
+                self.report_tool_started(call);
                 if call.name == ToolName::Bash && !run.decision.read_only_shell {
                     return Ok(Dispatched::Done(Box::new(
                         self.measured_bash(call, *run).await,
@@ -71,7 +75,16 @@ impl AgentRuntime {
                 }
                 // Announced so that another agent's measured Bash call leaves them out.
                 let _edits = self.file_edits(&run, call);
-                Ok(Dispatched::Done(Box::new(run.execute(call).await)))
+                let before =
+                    EditCapture::before(&call.name, run.tool.as_ref(), &run.context, &call.input)
+                        .await;
+                let mut result = run.execute(call).await;
+                if let Some(before) = before
+                    && !result.output.is_error
+                {
+                    result.diff = before.diff().await;
+                }
+                Ok(Dispatched::Done(Box::new(result)))
             }
         }
     }
@@ -114,14 +127,27 @@ impl AgentRuntime {
     /// A read-only call of the tool set: decided and run without committing anything first,
     /// so consecutive ones run concurrently.
     pub(super) async fn dispatch_read_only(&self, call: &ToolCall) -> RuntimeResult<CallResult> {
+        self.report_calling(call);
         Ok(match self.prepare(call).await? {
             Prepared::Finished(result) => *result,
-            Prepared::Run(run) => run.execute(call).await,
+            Prepared::Run(run) => {
+                self.report_tool_started(call);
+                run.execute(call).await
+            }
             Prepared::Runtime(decision, _) => CallResult::new(
                 &decision,
                 ToolOutput::error(format!("{} is not a tool-set tool", call.name)),
             ),
         })
+    }
+
+    /// The agent's state while it handles `call` (after the response asking for it was
+    /// committed; again after a wait for a decision on it).
+    pub(super) fn report_calling(&self, call: &ToolCall) {
+        self.report_state(AgentState::CallingTool {
+            tool_use_id: call.id.clone(),
+            tool: call.name.clone(),
+        });
     }
 
     /// Whether a call is of a read-only tool the tool set runs.

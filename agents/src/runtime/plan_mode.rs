@@ -19,10 +19,11 @@ use crate::tools::{ExitPlanModeInput, ToolOutput};
 use super::agent::{AgentOutcome, AgentRuntime, CallResult, Dispatched};
 use super::context::{PlanApprover, TerminalPlanDecision};
 use super::error::RuntimeResult;
-use super::events::RuntimeEvent;
+use super::events::RunEvent;
 use super::gate::GateDecision;
 use super::plan_files::{missing_sections, read_plan, write_plan};
 use super::records::{AgentKind, Record};
+use muster_protocol::{AgentState, ApprovalSubject, DecisionSubject};
 
 /// A decision on a plan, as read from the response message.
 struct PlanDecision {
@@ -154,7 +155,8 @@ impl AgentRuntime {
         let (request_id, responder) = self
             .send_plan_request(call, &path, &plan, requested)
             .await?;
-        self.await_plan_decision(&request_id, &responder).await
+        self.await_plan_decision(call, &request_id, &responder)
+            .await
     }
 
     /// Commits the snapshot, sends the request (idempotent per tool call) and records that
@@ -221,11 +223,13 @@ impl AgentRuntime {
             None,
         )
         .await?;
-        self.run.events.emit(RuntimeEvent::ApprovalRequested {
+        self.run.events.emit(RunEvent::ApprovalRequested {
             agent: self.id.clone(),
             request_id: request_id.clone(),
             responder: responder.clone(),
-            plan_file: path.to_owned(),
+            subject: ApprovalSubject::PlanApprovalRequest {
+                plan_file: path.to_owned(),
+            },
         });
         Ok((request_id, responder))
     }
@@ -234,6 +238,7 @@ impl AgentRuntime {
     /// from the inbox when it is there, by waiting for the lead — or stops the run.
     pub(super) async fn await_plan_decision(
         &mut self,
+        call: &ToolCall,
         request_id: &str,
         responder: &str,
     ) -> RuntimeResult<Dispatched> {
@@ -247,12 +252,17 @@ impl AgentRuntime {
         {
             return self.apply_plan_decision(mail).await;
         }
+        // The request is committed and not answered yet.
+        self.report_state(AgentState::WaitingOnDecision {
+            request_id: request_id.to_owned(),
+        });
         if matches!(self.kind, AgentKind::Teammate { .. }) {
             let mail = self
                 .run
                 .store
                 .receive(&run_id, &self.id, epoch, filter)
                 .await?;
+            self.report_calling(call);
             return self.apply_plan_decision(mail).await;
         }
         let request = self.run.store.request(&run_id, request_id).await?;
@@ -266,7 +276,10 @@ impl AgentRuntime {
             .try_receive(&run_id, &self.id, epoch, filter.clone())
             .await?
         {
-            Some(mail) => self.apply_plan_decision(mail).await,
+            Some(mail) => {
+                self.report_calling(call);
+                self.apply_plan_decision(mail).await
+            }
             // A team's lead waits like a teammate: its team goes on meanwhile, and the team
             // stops the run (exit 5) once nothing but this decision could move it.
             None if self.leads_a_team() => {
@@ -275,6 +288,7 @@ impl AgentRuntime {
                     .store
                     .receive(&run_id, &self.id, epoch, filter)
                     .await?;
+                self.report_calling(call);
                 self.apply_plan_decision(mail).await
             }
             None => Ok(Dispatched::Stop(AgentOutcome::AwaitingDecision {
@@ -532,8 +546,8 @@ impl AgentRuntime {
             .unwrap_or_default()
     }
 
-    pub(super) fn mode_event(&self, reason: &str) -> RuntimeEvent {
-        RuntimeEvent::ModeChanged {
+    pub(super) fn mode_event(&self, reason: &str) -> RunEvent {
+        RunEvent::ModeChanged {
             agent: self.id.clone(),
             mode: self.mode.to_string(),
             reason: reason.to_owned(),
@@ -545,13 +559,15 @@ impl AgentRuntime {
         request_id: &str,
         decision: &PlanDecision,
         mode: Option<PermissionMode>,
-    ) -> RuntimeEvent {
-        RuntimeEvent::ApprovalDecided {
+    ) -> RunEvent {
+        RunEvent::ApprovalDecided {
             agent: self.id.clone(),
             request_id: request_id.to_owned(),
             responder: decision.responder.clone(),
             approved: decision.approved,
-            mode: mode.map(|m| m.to_string()),
+            subject: DecisionSubject::PlanApprovalRequest {
+                mode: mode.map(|m| m.to_string()),
+            },
         }
     }
 }

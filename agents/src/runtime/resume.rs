@@ -92,6 +92,7 @@ impl AgentRuntime {
             last_prompt: None,
             workspace,
             model_limits,
+            state: Default::default(),
         };
         agent.auto_gate_open = agent
             .run

@@ -33,7 +33,6 @@ use crate::tools::{
 
 use super::agent::{AgentRuntime, CallResult, Dispatched};
 use super::error::{RuntimeError, RuntimeResult};
-use super::events::RuntimeEvent;
 use super::gate::GateDecision;
 
 /// The names no teammate may have: the lead's and the reserved responders' (one list, in
@@ -286,7 +285,7 @@ impl AgentRuntime {
         for message in &mail {
             self.run
                 .events
-                .emit(RuntimeEvent::mail_delivered(message, now));
+                .emit(super::events::mail_delivered_event(message, now));
         }
         Ok(())
     }
@@ -298,7 +297,9 @@ impl AgentRuntime {
 
     /// Reports a committed message (`mail_sent`) and tells the team it is durable.
     pub(super) fn mail_sent(&self, message: &Mail) {
-        self.run.events.emit(RuntimeEvent::mail_sent(message));
+        self.run
+            .events
+            .emit(super::events::mail_sent_event(message));
         if let Some(team) = self.run.team.get() {
             team.mail_committed(message);
         }

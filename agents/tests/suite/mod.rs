@@ -2,6 +2,7 @@ mod bash_effects;
 mod budget;
 mod caching;
 mod compaction;
+mod events;
 mod grants;
 mod harness;
 mod limits;

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use muster_agents::runtime::{
     AgentKind, AgentOutcome, AgentRuntime, EventSink, ModelRouter, PlanApprover, PlanFiles, Record,
-    RunContext, RuntimeEvent,
+    RunContext, RunEvent,
 };
 use muster_config::PermissionMode;
 use muster_fake_llm::{Block, ScriptEntry};
@@ -24,10 +24,10 @@ use super::harness::{GUARD, RunHarness, SONNET, finished, policy, run, spec, sta
 const PLAN: &str = "## Goal\nAdd a greeting.\n## Steps\n1. Write hello.txt\n## Files\nhello.txt\n## Tests\nnone\n## Risks\nnone\n";
 
 #[derive(Default)]
-struct Events(Mutex<Vec<RuntimeEvent>>, tokio::sync::Notify);
+struct Events(Mutex<Vec<RunEvent>>, tokio::sync::Notify);
 
 impl EventSink for Events {
-    fn emit(&self, event: RuntimeEvent) {
+    fn emit(&self, event: RunEvent) {
         self.0.lock().unwrap().push(event);
         self.1.notify_waiters();
     }
@@ -35,7 +35,7 @@ impl EventSink for Events {
 
 impl Events {
     /// Waits (woken by each event) until an event matches.
-    async fn wait_for(&self, matches: impl Fn(&RuntimeEvent) -> bool) {
+    async fn wait_for(&self, matches: impl Fn(&RunEvent) -> bool) {
         loop {
             let notified = self.1.notified();
             if self.0.lock().unwrap().iter().any(&matches) {
@@ -920,9 +920,7 @@ async fn an_unfinished_subagent_is_not_resumed_and_its_parent_gets_an_error() {
     .await;
     let task = tokio::spawn(async move { agent.run().await });
     h.events
-        .wait_for(
-            |e| matches!(e, RuntimeEvent::AgentStarted { agent, .. } if agent == "main.sub-1"),
-        )
+        .wait_for(|e| matches!(e, RunEvent::AgentStarted { agent, .. } if agent == "main.sub-1"))
         .await;
     task.abort(); // the process "crashes" while the subagent works
     let _ = task.await;
@@ -1055,7 +1053,7 @@ async fn after_approval_the_snapshot_is_authoritative_on_resume() {
     .await;
     let task = tokio::spawn(async move { agent.run().await });
     h.events
-        .wait_for(|e| matches!(e, RuntimeEvent::ApprovalDecided { approved: true, .. }))
+        .wait_for(|e| matches!(e, RunEvent::ApprovalDecided { approved: true, .. }))
         .await;
     task.abort(); // crash while the next model request is in flight
     let _ = task.await;

@@ -31,7 +31,6 @@ use muster_mailbox::{
     CommitTurn, MailboxStore, MessageBody, MessageKind, NewMessage, NewRecord, RequestRecord,
 };
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use crate::worktree::{self, Base, Checkpoint, Chosen, Git, Worktrees};
 
@@ -705,9 +704,14 @@ pub(crate) struct Applied {
 }
 
 impl Applied {
-    /// The `merge_applied` event's fields.
-    pub(crate) fn fields(&self) -> serde_json::Value {
-        json!({"request_id": self.request_id, "commit": self.commit, "files": self.files})
+    /// The `merge_applied` event.
+    pub(crate) fn event(&self) -> muster_agents::runtime::RunEvent {
+        muster_agents::runtime::RunEvent::MergeApplied {
+            agent: self.agent.clone(),
+            request_id: self.request_id.clone(),
+            commit: self.commit.clone(),
+            files: self.files,
+        }
     }
 }
 

@@ -10,6 +10,7 @@ use muster_agents::runtime::team::{TeamError, TurnEnd};
 use muster_agents::runtime::{
     AgentKind, AgentOutcome, AgentRuntime, AgentSpec, Record, TRANSCRIPT,
 };
+use muster_agents::runtime::{EventSink, RunEvent};
 use muster_agents::verification;
 use muster_config::team::TeammateSpec;
 use muster_config::{PermissionMode, Placement};
@@ -18,7 +19,6 @@ use muster_mailbox::{
     NewMessage, NewResponse, TaskStatus, TaskUpdate,
 };
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use tokio::sync::watch;
 
 use super::{LEAD, MAIL_BATCH, Member, MemberState, Team};
@@ -420,11 +420,11 @@ impl Team {
     /// Reports a committed end of turn: its completed tasks, its mail, its verification.
     pub(crate) fn report_turn_end(&self, id: &str, end: &TurnEnd, outcome: &CommitTurnOutcome) {
         for (task_id, subject) in &end.completed {
-            self.printer.line(
-                "task_completed",
-                id,
-                json!({"task_id": task_id, "subject": subject}),
-            );
+            self.printer.emit(RunEvent::TaskCompleted {
+                agent: id.to_owned(),
+                task_id: *task_id,
+                subject: subject.clone(),
+            });
         }
         for message in &outcome.sent {
             self.sent(message);
@@ -527,11 +527,11 @@ impl Team {
             // task always reaches its teammate, across a crash too.
             if let Some(claimed) = self.store.claim_next_task(self.run_id(), id).await? {
                 muster_mailbox::failpoint!("claim");
-                self.printer.line(
-                    "task_claimed",
-                    id,
-                    json!({"task_id": claimed.task.task_id, "subject": claimed.task.subject}),
-                );
+                self.printer.emit(RunEvent::TaskClaimed {
+                    agent: id.to_owned(),
+                    task_id: claimed.task.task_id,
+                    subject: claimed.task.subject.clone(),
+                });
                 self.sent(&claimed.assignment);
                 continue;
             }

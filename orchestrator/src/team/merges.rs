@@ -4,8 +4,9 @@
 //! delivered to the user's tree. The git and record side is [`super::isolation`].
 
 use muster_agents::runtime::team::TurnEnd;
+use muster_agents::runtime::{EventSink, RunEvent};
 use muster_mailbox::{Message, MessageBody, RequestRecord, RunStatus};
-use muster_protocol::MessageKind;
+use muster_protocol::{DecisionSubject, MessageKind};
 use serde_json::{Value, json};
 
 use super::isolation::Delivered;
@@ -84,8 +85,7 @@ impl Team {
             self.report_merge_decision(request);
         }
         for applied in &pass.applied {
-            self.printer
-                .line("merge_applied", &applied.agent, applied.fields());
+            self.printer.emit(applied.event());
         }
         if !(pass.decided.is_empty() && pass.applied.is_empty() && pass.stale.is_empty()) {
             self.states.send_modify(|n| *n += 1);
@@ -97,13 +97,16 @@ impl Team {
         let Some(response) = &request.response else {
             return;
         };
-        self.printer.line(
-            "approval_decided",
-            &request.requester,
-            json!({"request_id": request.request_id, "kind": "merge",
-                   "approved": response.body.approved(), "responder": response.responder,
-                   "feedback": response.body.feedback(), "rule": response.body.rule()}),
-        );
+        self.printer.emit(RunEvent::ApprovalDecided {
+            agent: request.requester.clone(),
+            request_id: request.request_id.clone(),
+            responder: response.responder.clone(),
+            approved: response.body.approved().unwrap_or(false),
+            subject: DecisionSubject::Merge {
+                feedback: response.body.feedback().map(str::to_owned),
+                rule: response.body.rule().map(str::to_owned),
+            },
+        });
     }
 
     /// Approved merge responses an idle teammate received: acked without waking it (the

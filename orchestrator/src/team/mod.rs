@@ -41,7 +41,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use muster_agents::runtime::{
-    AgentKind, AgentOutcome, AgentRuntime, AgentSpec, EventSink, PlanFiles, RuntimeEvent,
+    AgentKind, AgentOutcome, AgentRuntime, AgentSpec, EventSink, PlanFiles, RunEvent,
 };
 use muster_agents::verification::VerificationReport;
 use muster_config::settings::AutoGate as AutoGateSetting;
@@ -887,7 +887,7 @@ impl Team {
         let now = now_ms();
         for message in mail {
             self.printer
-                .emit(RuntimeEvent::mail_delivered(message, now));
+                .emit(muster_agents::runtime::mail_delivered_event(message, now));
         }
         Ok(())
     }
@@ -895,12 +895,12 @@ impl Team {
     /// The `verification` event of a committed `verification_report`.
     pub(crate) fn report_verification(&self, message: &muster_mailbox::Message) {
         if let MessageBody::VerificationReport { request_id, report } = message.body.clone() {
-            self.printer.line(
-                "verification",
-                &message.sender,
-                json!({"request_id": request_id, "plan_file": report["plan_path"],
-                       "summary": report["summary"]}),
-            );
+            self.printer.emit(RunEvent::Verification {
+                agent: message.sender.clone(),
+                request_id,
+                plan_file: report["plan_path"].as_str().map(str::to_owned),
+                summary: report["summary"].clone(),
+            });
         }
     }
 
@@ -924,7 +924,8 @@ impl Team {
 
     /// Reports a message the orchestrator committed (`mail_sent`).
     pub(crate) fn sent(&self, message: &muster_mailbox::Message) {
-        self.printer.emit(RuntimeEvent::mail_sent(message));
+        self.printer
+            .emit(muster_agents::runtime::mail_sent_event(message));
     }
 
     /// The lead's pending mail (or `batch`, already leased), less what the team settles

@@ -22,10 +22,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use muster_agents::runtime::{AgentRuntime, PlanFiles, Record, TRANSCRIPT};
+use muster_agents::runtime::{EventSink, RunEvent};
 use muster_config::{Isolation, TeamFile};
 use muster_mailbox::{NewWorkItem, WorkItem, WorkState};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use super::isolation::{RemoteGit, Side, TeamIsolation};
 use super::members::TeammatePlan;
@@ -216,19 +216,21 @@ impl Team {
                 reported = item.token;
                 if let Some(worker) = &item.worker {
                     self.set_worker(&agent, worker);
-                    self.printer.line(
-                        "teammate_placed",
-                        &agent,
-                        json!({"worker": worker, "attempt": item.attempts, "item": id}),
-                    );
+                    self.printer.emit(RunEvent::TeammatePlaced {
+                        agent: agent.clone(),
+                        worker: worker.clone(),
+                        attempt: item.attempts,
+                        item: id.clone(),
+                    });
                 }
             }
             if item.state == WorkState::Done {
-                self.printer.line(
-                    "teammate_finished",
-                    &agent,
-                    json!({"worker": item.worker, "item": id, "result": item.result}),
-                );
+                self.printer.emit(RunEvent::TeammateFinished {
+                    agent: agent.clone(),
+                    worker: item.worker.clone(),
+                    item: id.clone(),
+                    result: item.result.clone(),
+                });
                 return Ok(());
             }
             if let Err(error) = watch.changed().await {

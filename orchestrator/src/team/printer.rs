@@ -5,8 +5,8 @@
 use std::io::Write as _;
 use std::sync::Mutex;
 
-use muster_agents::runtime::{EventSink, RuntimeEvent};
-use serde_json::{Value, json};
+use muster_agents::runtime::{EventSink, RunEvent};
+use serde_json::Value;
 
 use muster_mailbox::RunStatus;
 
@@ -47,51 +47,38 @@ impl TeamPrinter {
         self
     }
 
-    fn event(&self, kind: &str, agent: &str, fields: Value) -> Value {
-        let mut event = stream_json::event(&self.run_id, kind, agent, fields);
-        if let (Some(worker), Value::Object(object)) = (&self.worker, &mut event) {
+    /// The line of `event`, naming the worker on one.
+    fn line(&self, event: &RunEvent) -> Value {
+        let mut line = stream_json::line(&self.run_id, event);
+        if let (Some(worker), Value::Object(object)) = (&self.worker, &mut line) {
             object.insert("worker".into(), Value::String(worker.clone()));
         }
-        event
+        line
     }
 
-    /// One event: in the run's log, and a `stream-json` line (only with
-    /// `--output stream-json`).
-    pub(crate) fn line(&self, kind: &str, agent: &str, fields: Value) {
-        if self.format.is_stream_json() {
-            self.print(kind, agent, fields);
-        } else {
-            stream_json::log(&self.event(kind, agent, fields));
-        }
-    }
-
-    fn print(&self, kind: &str, agent: &str, fields: Value) {
-        let event = self.event(kind, agent, fields);
+    /// Logs `event` and prints it as a line on stdout.
+    fn print(&self, event: &RunEvent) {
+        let line = self.line(event);
         let _guard = self.lock.lock();
-        stream_json::log(&event);
-        stream_json::print(&event);
+        stream_json::log(&line);
+        stream_json::print(&line);
     }
 
     /// The `run_finished` event (json, stream-json) or the result text.
     pub(crate) fn finished(&self, status: RunStatus, exit_code: u8, result: &Value, text: &str) {
-        let mut fields = json!({"status": status.as_str(), "exit_code": exit_code});
-        if let (Value::Object(fields), Value::Object(result)) = (&mut fields, result) {
-            fields.extend(result.clone());
-        }
+        let event = RunEvent::RunFinished {
+            agent: super::LEAD.to_owned(),
+            status: status.as_str().to_owned(),
+            exit_code,
+            result: result.as_object().cloned().unwrap_or_default(),
+        };
         match self.format {
-            OutputFormat::Json | OutputFormat::StreamJson { .. } => {
-                self.print("run_finished", super::LEAD, fields)
-            }
+            OutputFormat::Json | OutputFormat::StreamJson { .. } => self.print(&event),
             OutputFormat::Text => {
                 if let Some(progress) = &self.progress {
                     progress.clear();
                 }
-                stream_json::log(&stream_json::event(
-                    &self.run_id,
-                    "run_finished",
-                    super::LEAD,
-                    fields,
-                ));
+                stream_json::log(&stream_json::line(&self.run_id, &event));
                 // A failure's text goes to stderr, as a single run's does.
                 if Ending::is_failure_text(status) {
                     eprintln!("{text}");
@@ -106,17 +93,19 @@ impl TeamPrinter {
 }
 
 impl EventSink for TeamPrinter {
-    fn emit(&self, event: RuntimeEvent) {
+    /// Every event of a team run, from its agents and from the team itself: in the run's
+    /// log, and a `stream-json` line (only with `--output stream-json`).
+    fn emit(&self, event: RunEvent) {
         if let Some(progress) = &self.progress {
             progress.event(&event);
         }
         if stream_json::partial(&self.run_id, self.format, &event) {
             return;
         }
-        if self.format.is_stream_json() && stream_json::on_stream(&event) {
-            self.print(event.kind(), event.agent(), event.fields());
+        if self.format.is_stream_json() && event.is_stream_line() {
+            self.print(&event);
         } else {
-            stream_json::log(&self.event(event.kind(), event.agent(), event.fields()));
+            stream_json::log(&self.line(&event));
         }
         if self.format == OutputFormat::Text {
             stream_json::text_progress(&event, self.progress.as_ref());

@@ -12,13 +12,14 @@ use muster_agents::runtime::team::{
     ShutdownRequest, SpawnRequest, SpawnedTeammate, TeamCheckpoint, TeamError, TeamFuture,
     TeamServices, TurnEnd,
 };
+use muster_agents::runtime::{EventSink, RunEvent};
 use muster_config::{PermissionMode, PlanVerdict, Policy, Responder, RuleSubject};
 use muster_mailbox::decide::{Waiter, decide};
 use muster_mailbox::{
     CommitTurn, CommitTurnOutcome, MemberKind, Message, MessageBody, MessageFilter, MessageKind,
     NewMessage, NewRecord, NewResponse, RosterEntry, StoreError,
 };
-use serde_json::json;
+use muster_protocol::ApprovalSubject;
 
 use super::members::{TEAM_STREAM, TeammatePlan};
 use super::{LEAD, MemberState, Team};
@@ -161,21 +162,24 @@ impl Team {
                 tokio::spawn(async move { team.decide_by_policy(&request_id).await });
             }
         } else if let MessageBody::MergeRequest { branch, files, .. } = &message.body {
-            self.printer.line(
-                "approval_requested",
-                &message.sender,
-                json!({"request_id": request_id, "responder": responder, "kind": "merge",
-                       "branch": branch, "files": files}),
-            );
+            self.printer.emit(RunEvent::ApprovalRequested {
+                agent: message.sender.clone(),
+                request_id,
+                responder: responder.to_owned(),
+                subject: ApprovalSubject::Merge {
+                    branch: branch.clone(),
+                    files: files.clone(),
+                },
+            });
         } else if Responder::names_the_person(responder)
-            && message.kind != MessageKind::PlanApprovalRequest
+            && let Some(subject) = person_subject(&message.kind)
         {
-            self.printer.line(
-                "approval_requested",
-                &message.sender,
-                json!({"request_id": request_id, "responder": responder,
-                       "kind": message.kind}),
-            );
+            self.printer.emit(RunEvent::ApprovalRequested {
+                agent: message.sender.clone(),
+                request_id,
+                responder: responder.to_owned(),
+                subject,
+            });
         }
     }
 
@@ -639,4 +643,14 @@ fn deciding_rule(policy: &Policy, verdict: &PlanVerdict) -> String {
         }
     }
     format!("{} ({})", rules.join(", "), policy.source)
+}
+
+/// What a request a person answers asks about, by its kind (plans are announced by the
+/// runtime, merges with their branch).
+fn person_subject(kind: &MessageKind) -> Option<ApprovalSubject> {
+    match kind {
+        MessageKind::PermissionRequest => Some(ApprovalSubject::PermissionRequest),
+        MessageKind::Question => Some(ApprovalSubject::Question),
+        _ => None,
+    }
 }

@@ -5,6 +5,7 @@ mod common;
 mod compat_cli;
 mod config_cli;
 mod demo_cli;
+mod events_cli;
 mod grants_cli;
 mod mcp_cli;
 mod openai_cli;

@@ -133,7 +133,7 @@ pub use script::{
     Block, ErrorEvent, Fault, HttpError, OpenAiQuirks, Reply, ScriptEntry, Stall, StreamOptions,
     UsageSpec, When, parse_script,
 };
-pub use state::RecordedRequest;
+pub use state::{RecordedRequest, ReturnedUsage};
 
 use server::Shared;
 use std::net::SocketAddr;

@@ -267,6 +267,7 @@ impl Intake {
             status: 200,
             error: None,
             unmatched: false,
+            usage: None,
         }
     }
 
@@ -386,6 +387,7 @@ async fn model_request(s: Arc<Shared>, api: Api, req: Request) -> Response {
         let plan = build_plan(&mut st, api, &entry, &body, &request_id);
         rec.status = plan.status;
         rec.error = plan.error.clone();
+        rec.usage = plan.usage;
         push_record(&mut st, rec);
         (plan, request_id)
     };
@@ -397,6 +399,8 @@ async fn model_request(s: Arc<Shared>, api: Api, req: Request) -> Response {
 struct Plan {
     status: u16,
     error: Option<String>,
+    /// The usage the reply reports.
+    usage: Option<crate::state::ReturnedUsage>,
     first_byte_delay_ms: u64,
     /// The gate to pass before the first byte.
     hold: Option<String>,
@@ -428,6 +432,7 @@ fn build_plan(
         return Plan {
             status: spec.status,
             error: Some(message),
+            usage: None,
             first_byte_delay_ms,
             hold: entry.fault.hold.clone(),
             kind: PlanKind::Ready(resp),
@@ -489,6 +494,12 @@ fn build_plan(
     Plan {
         status: 200,
         error: None,
+        usage: Some(crate::state::ReturnedUsage {
+            input_tokens: p.usage.input,
+            output_tokens: p.usage.output,
+            cache_read_input_tokens: p.usage.cache_read,
+            cache_creation_input_tokens: p.usage.cache_creation,
+        }),
         first_byte_delay_ms,
         hold: entry.fault.hold.clone(),
         kind: PlanKind::Body {

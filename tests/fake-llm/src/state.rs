@@ -35,6 +35,20 @@ pub struct RecordedRequest {
     pub error: Option<String>,
     /// True when no script entry matched: the test should fail.
     pub unmatched: bool,
+    /// The token usage the answer reported (a scripted reply; `None` for errors and metadata),
+    /// so tests compare figures a client shows with what the server returned.
+    #[serde(default)]
+    pub usage: Option<ReturnedUsage>,
+}
+
+/// The token counts a reply reported, by Anthropic's names (an OpenAI reply's
+/// `prompt_tokens` is input plus cache read).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReturnedUsage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_input_tokens: u64,
+    pub cache_creation_input_tokens: u64,
 }
 
 impl RecordedRequest {

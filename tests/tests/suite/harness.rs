@@ -11,7 +11,7 @@ use muster_agents::compaction::CompactionConfig;
 use muster_agents::model::{ProviderOptions, ThinkingSettings, build_provider};
 use muster_agents::runtime::{
     AgentKind, AgentOutcome, AgentRuntime, AgentSpec, CompactionPolicy, EngineGate, EventSink,
-    ModeModel, ModelRouter, PlanApprover, PlanFiles, Record, RunContext, RuntimeEvent, TRANSCRIPT,
+    ModeModel, ModelRouter, PlanApprover, PlanFiles, Record, RunContext, RunEvent, TRANSCRIPT,
 };
 use muster_agents::tools::{ToolRegistry, Workspace};
 use muster_config::project::ProjectRoot;
@@ -85,10 +85,10 @@ impl Wire {
 
 /// Collects the runtime's events.
 #[derive(Default)]
-struct Events(Mutex<Vec<RuntimeEvent>>);
+struct Events(Mutex<Vec<RunEvent>>);
 
 impl EventSink for Events {
-    fn emit(&self, event: RuntimeEvent) {
+    fn emit(&self, event: RunEvent) {
         self.0.lock().unwrap().push(event);
     }
 }
