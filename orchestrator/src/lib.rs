@@ -18,7 +18,6 @@ pub mod project;
 pub mod run_log;
 pub mod sandbox;
 pub mod serve;
-pub mod signals;
 pub mod single_run;
 pub mod store_demo;
 pub mod stored_policies;

@@ -2,40 +2,32 @@
 //! `muster run -p` starts one, `muster resume` continues one that stopped awaiting a decision
 //! (or was interrupted), rebuilt from the stored launch options and the agent's records.
 
-use muster_agents::runtime::team::TeamSlot;
-use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write as _};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use muster_agents::budget::BudgetLedger;
-use muster_agents::compaction::CompactionConfig;
 use muster_agents::runtime::{
-    AgentKind, AgentOutcome, AgentRuntime, AgentSpec, CompactionPolicy, DEFAULT_MAX_SUBAGENTS,
-    EngineGate, EventSink, ModelRouter, PlanApprover, PlanFiles, RunContext, RunEvent, Terminal,
+    AgentKind, AgentOutcome, AgentRuntime, AgentSpec, PlanFiles, RunContext, Terminal,
     TerminalPlanDecision,
 };
-use muster_agents::tools::{ToolRegistry, Workspace};
 use muster_config::settings::AutoGate as AutoGateSetting;
-use muster_config::{AgentCatalog, PermissionMode, Responder};
+use muster_config::{AgentCatalog, PermissionMode};
 use muster_mailbox::{
     AutoGate, MailboxStore, MemberKind, NewRun, RosterEntry, RunRecord, RunStatus,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio::sync::Semaphore;
 
 use crate::exit::{Exit, ExitError};
 use crate::launch::{OutputFormat, ResumeFlags, RunFlags, RunLaunch, overrides_from};
-use crate::lifecycle::{self, Ending, drive_to_end, project_instructions, tokio_runtime};
-use crate::loading::{load_settings, print_warnings, process_env, project_root};
-use crate::models::{Recording, model_router};
+use crate::lifecycle::context::{CheckedParts, ContextParts, LeadResponder, run_context};
+use crate::lifecycle::{self, Ending, RunDriver, RunKind, StartedRun};
+use crate::loading::{load_settings, print_warnings, project_root};
 use crate::progress::LiveProgress;
 use crate::project::Globals;
 use crate::project::Project;
-use crate::signals::Interrupts;
-use crate::stream_json;
 use crate::stream_json::now_ms;
 
 /// The id of the one agent of a single-agent run.
@@ -84,8 +76,10 @@ pub fn run(global: &Globals, flags: RunFlags) -> anyhow::Result<Exit> {
         agent,
         run,
     };
-    let session = Session::prepare(project, catalog, launch, output)?;
-    session.execute(None, flags.batch_line_id)
+    lifecycle::execute(
+        SingleRun::new(project, catalog, launch, output, flags.batch_line_id),
+        None,
+    )
 }
 
 /// `muster resume [RUN]` of a single-agent run: `record` is the run `muster resume` picked
@@ -109,152 +103,67 @@ pub fn resume(global: &Globals, flags: ResumeFlags, record: RunRecord) -> anyhow
         settings: loaded.value,
     };
     let catalog = load_catalog(&project)?;
-    let session = Session::prepare(project, catalog, launch, output)?;
-    session.execute(Some(record), None)
+    lifecycle::execute(
+        SingleRun::new(project, catalog, launch, output, None),
+        Some(record),
+    )
 }
 
 fn load_catalog(project: &Project) -> anyhow::Result<AgentCatalog> {
     crate::loading::load_catalog(&project.root, &project.settings)
 }
 
-/// A run about to start or continue.
-struct Session {
+/// A single-agent run about to start or continue.
+struct SingleRun {
     project: Project,
     catalog: Arc<AgentCatalog>,
     launch: LaunchOptions,
     output: OutputFormat,
+    /// Its batch line, when a batch line's child starts it.
+    batch_line_id: Option<String>,
 }
 
-/// What `parts` checked: the approver, the workspace and the models.
-struct RunParts {
-    approver: PlanApprover,
-    workspace: Workspace,
-    models: ModelRouter,
-    sandbox: Option<Arc<muster_agents::sandbox::Sandbox>>,
-}
-
-/// The run the agent works in.
-struct RunIdentity {
-    id: String,
-    epoch: i64,
-    store: Arc<dyn MailboxStore>,
-    plans: PlanFiles,
-    budget: Arc<BudgetLedger>,
-}
-
-impl Session {
-    fn prepare(
+impl SingleRun {
+    fn new(
         project: Project,
         catalog: AgentCatalog,
         launch: LaunchOptions,
         output: OutputFormat,
-    ) -> anyhow::Result<Session> {
-        Ok(Session {
+        batch_line_id: Option<String>,
+    ) -> SingleRun {
+        SingleRun {
             project,
             catalog: Arc::new(catalog),
             launch,
             output,
-        })
+            batch_line_id,
+        }
+    }
+}
+
+impl RunKind for SingleRun {
+    type Driver = SingleDriver;
+    const KIND: &'static str = "single";
+    const AGENT: &'static str = MAIN_AGENT;
+    const LEAD: LeadResponder = LeadResponder::Refused;
+
+    fn project(&self) -> &Project {
+        &self.project
     }
 
-    /// Runs a new run (its batch line, when it is one) or continues `existing`.
-    fn execute(
-        self,
-        existing: Option<RunRecord>,
-        batch_line_id: Option<String>,
-    ) -> anyhow::Result<Exit> {
-        drive_to_end(
-            tokio_runtime()?,
-            self.execute_async(existing, batch_line_id),
-        )
+    fn output(&self) -> OutputFormat {
+        self.output
     }
 
-    async fn execute_async(
-        self,
-        existing: Option<RunRecord>,
-        batch_line_id: Option<String>,
-    ) -> anyhow::Result<Exit> {
-        let mut interrupts = Interrupts::install();
-        let env = process_env();
-        let parts = self.parts(&env, existing.is_some())?;
-        let store: Arc<dyn MailboxStore> = self.project.open_store().await?;
-        let (run_id, plans, resumed) = match &existing {
-            Some(record) => (
-                record.id.clone(),
-                PlanFiles::new(self.project.plans_dir(), &record.slug),
-                true,
-            ),
-            None => {
-                let (id, plans) = self.create_run(store.as_ref(), batch_line_id).await?;
-                (id, plans, false)
-            }
-        };
-        let owned = lifecycle::take_over(
-            &self.project,
-            &store,
-            &run_id,
-            "single",
-            existing.as_ref().map(|record| (record, &self.launch)),
-            env.get("XDG_RUNTIME_DIR").map(PathBuf::from),
-        )
-        .await?;
-        let epoch = owned.epoch;
-        let printer = Arc::new(Printer {
-            run_id: run_id.clone(),
-            format: self.output,
-            lock: Mutex::new(()),
-            progress: (self.output == OutputFormat::Text)
-                .then(LiveProgress::for_terminal)
-                .flatten()
-                .map(Arc::new),
-        });
-        let restored = if resumed {
-            AgentRuntime::restored_spends(store.as_ref(), &run_id, &self.project.settings.models)
-                .await?
-        } else {
-            BTreeMap::new()
-        };
-        let budget = Arc::new(RunContext::budget_ledger(
-            &self.project.settings.budgets,
-            None,
-            self.launch.run.deadline_ms,
-            restored,
-        ));
-        let identity = RunIdentity {
-            id: run_id.clone(),
-            epoch,
-            store: store.clone(),
-            plans,
-            budget: budget.clone(),
-        };
-        let context = Arc::new(self.context(identity, parts, printer.clone(), &env));
-        let driven = tokio::select! {
-            driven = self.drive(context, &budget, resumed) => driven,
-            signal = interrupts.first() => {
-                // The agent is dropped with the losing branch: a running Bash call's process
-                // group is killed with it; anything else left running is killed here.
-                let _ = muster_agents::runtime::team::kill_unfinished_tools(
-                    store.as_ref(),
-                    &run_id,
-                    MAIN_AGENT,
-                )
-                .await;
-                Ok(Ending::interrupted(signal, &run_id))
-            }
-            // Another process may own the run now: end without writing its ending.
-            lost = owned.lost() => return Err(lost),
-        };
-        let ending = driven.unwrap_or_else(|error| Ending::from_error(&error));
-        lifecycle::finish(store.as_ref(), &run_id, &ending).await?;
-        printer.finished(&ending);
-        Ok(ending.exit)
+    fn launch(&self) -> &RunLaunch {
+        &self.launch.run
     }
 
-    async fn create_run(
-        &self,
-        store: &dyn MailboxStore,
-        batch_line_id: Option<String>,
-    ) -> anyhow::Result<(String, PlanFiles)> {
+    fn launch_options(&self) -> anyhow::Result<Value> {
+        Ok(serde_json::to_value(&self.launch)?)
+    }
+
+    async fn create(&self, store: &Arc<dyn MailboxStore>) -> anyhow::Result<(String, PlanFiles)> {
         let mut rng = fastrand::Rng::new();
         let plans = PlanFiles::reserve(self.project.plans_dir(), &mut rng)?;
         let settings = &self.project.settings;
@@ -270,9 +179,9 @@ impl Session {
                 slug: plans.slug().to_owned(),
                 team: None,
                 workspace: self.launch.run.workspace.display().to_string(),
-                batch_line_id,
+                batch_line_id: self.batch_line_id.clone(),
                 auto_gate,
-                launch_options: serde_json::to_value(&self.launch)?,
+                launch_options: self.launch_options()?,
                 project_id: Some(self.project.project_id()?),
             })
             .await?;
@@ -290,107 +199,44 @@ impl Session {
         Ok((id, plans))
     }
 
-    /// Everything that can fail on configuration, checked before the run is created.
-    fn parts(&self, env: &BTreeMap<String, String>, resumed: bool) -> anyhow::Result<RunParts> {
-        let settings = &self.project.settings;
-        let approver = match &settings.approver.value {
-            Responder::Human => PlanApprover::Human,
-            Responder::Lead => {
-                return Err(usage(
-                    "--approver lead needs a team; a single-agent run takes human or policy:FILE",
-                ));
-            }
-            Responder::Policy(path) => {
-                let policy = self
-                    .launch
-                    .run
-                    .policies
-                    .policy(self.project.root.path(), path)?;
-                PlanApprover::Policy {
-                    policy: Arc::new(policy),
-                    responder: settings.approver.value.to_string(),
-                }
-            }
+    async fn start(self, run: &StartedRun, checked: CheckedParts) -> anyhow::Result<SingleDriver> {
+        let progress = run.printer.progress();
+        let terminal: Option<Arc<dyn Terminal>> = (std::io::stdin().is_terminal()
+            && self.output == OutputFormat::Text)
+            .then(|| Arc::new(StdinTerminal { progress }) as Arc<dyn Terminal>);
+        let parts = ContextParts {
+            project: &self.project,
+            catalog: self.catalog.clone(),
+            run: &self.launch.run,
+            run_id: &run.id,
+            epoch: run.epoch,
+            store: run.store.clone(),
+            plans: run.plans.clone(),
+            events: run.printer.clone(),
+            terminal,
+            env: &run.env,
+            restored: run.restored.clone(),
         };
-        let workspace = Workspace::new(&self.launch.run.workspace)
-            .map_err(|e| usage(format!("--workspace: {e}")))?;
-        Ok(RunParts {
-            approver,
-            workspace,
-            models: self.models(env, resumed)?,
-            sandbox: crate::sandbox::SandboxState::for_run(settings)?.into_run_sandbox(),
+        Ok(SingleDriver {
+            context: Arc::new(run_context(parts, checked)),
+            launch: self.launch,
+            resumed: run.resumed,
         })
     }
+}
 
-    fn context(
-        &self,
-        run: RunIdentity,
-        parts: RunParts,
-        printer: Arc<Printer>,
-        env: &BTreeMap<String, String>,
-    ) -> RunContext {
-        let settings = &self.project.settings;
-        let terminal: Option<Arc<dyn Terminal>> =
-            (std::io::stdin().is_terminal() && self.output == OutputFormat::Text).then(|| {
-                Arc::new(StdinTerminal {
-                    progress: printer.progress.clone(),
-                }) as Arc<dyn Terminal>
-            });
-        let instructions = project_instructions(&self.project);
-        RunContext {
-            run_id: run.id,
-            epoch: run.epoch,
-            store: run.store,
-            models: parts.models,
-            gate: Arc::new(EngineGate::new(
-                settings.permissions.clone(),
-                self.catalog.clone(),
-                std::env::home_dir(),
-            )),
-            catalog: self.catalog.clone(),
-            tools: ToolRegistry::standard().with_mcp(crate::mcp::run_config(&self.project)),
-            workspace: parts.workspace,
-            plans: run.plans,
-            approver: parts.approver,
-            terminal,
-            events: printer,
-            instructions,
-            environment: env
-                .iter()
-                .map(|(name, value)| (name.into(), value.into()))
-                .collect(),
-            sandbox: parts.sandbox,
-            subagents: Arc::new(Semaphore::new(DEFAULT_MAX_SUBAGENTS)),
-            budget: run.budget,
-            limits: muster_agents::runtime::AgentLimits::from_settings(&settings.limits),
-            compaction: CompactionPolicy {
-                config: CompactionConfig::from_settings(&settings.compaction),
-                models: settings.models.clone(),
-            },
-            team: TeamSlot::default(),
-        }
-    }
+/// The one agent of a started single run.
+struct SingleDriver {
+    context: Arc<RunContext>,
+    launch: LaunchOptions,
+    resumed: bool,
+}
 
-    /// The models per mode; `--record` starts a new cassette, and a resumed run appends.
-    fn models(&self, env: &BTreeMap<String, String>, resumed: bool) -> anyhow::Result<ModelRouter> {
-        let recording = Recording::of(self.launch.run.record.as_deref(), resumed);
-        model_router(
-            &self.project.settings,
-            env,
-            self.launch.run.strict,
-            recording,
-        )
-    }
-
-    async fn drive(
-        &self,
-        context: Arc<RunContext>,
-        budget: &BudgetLedger,
-        resumed: bool,
-    ) -> anyhow::Result<Ending> {
-        let run_id = context.run_id.clone();
-        let mut agent = if resumed {
-            AgentRuntime::resume(context, MAIN_AGENT, None, None).await?
+impl RunDriver for SingleDriver {
+    async fn drive(&self) -> anyhow::Result<Ending> {
+        let run_id = self.context.run_id.clone();
+        let mut agent = if self.resumed {
+            AgentRuntime::resume(self.context.clone(), MAIN_AGENT, None, None).await?
         } else {
             let spec = AgentSpec {
                 agent_id: MAIN_AGENT.into(),
@@ -401,25 +247,14 @@ impl Session {
                 approval_ceiling: None,
                 inherited_model: None,
             };
-            AgentRuntime::start(context, spec, &self.launch.prompt).await?
+            AgentRuntime::start(self.context.clone(), spec, &self.launch.prompt).await?
         };
         let outcome = match self.launch.run.deadline_ms {
             Some(deadline) => {
                 let left = Duration::from_millis(u64::try_from(deadline - now_ms()).unwrap_or(0));
                 match tokio::time::timeout(left, agent.run()).await {
                     Ok(outcome) => outcome?,
-                    Err(_) => {
-                        let passed = budget.check_deadline_at(deadline);
-                        return Ok(match passed {
-                            Err(exceeded) => Ending::budget(&exceeded),
-                            Ok(()) => Ending {
-                                status: RunStatus::Budget,
-                                exit: Exit::Budget,
-                                result: json!({"reason": "the run's deadline passed (--max-duration)"}),
-                                text: "muster: the run's deadline passed (--max-duration)".into(),
-                            },
-                        });
-                    }
+                    Err(_) => return Ok(deadline_passed(&self.context.budget, deadline)),
                 }
             }
             None => agent.run().await?,
@@ -440,85 +275,44 @@ impl Session {
                 result: json!({"request_id": request_id, "plan_file": plan_file}),
                 text: format!(
                     "The plan in {} awaits a decision ({request_id}): `muster approve {request_id}` \
-                     or `muster reject {request_id} --feedback …`, then `muster resume {}`.",
+                     or `muster reject {request_id} --feedback …`, then `muster resume {run_id}`.\n\
+                     Run {run_id} stopped awaiting a decision.",
                     plan_file.display(),
-                    run_id
                 ),
             },
         })
     }
-}
 
-/// Prints events per `--output`, each line after the commit it reports.
-struct Printer {
-    run_id: String,
-    format: OutputFormat,
-    lock: Mutex<()>,
-    /// `--output text` on a terminal: the live line per busy agent.
-    progress: Option<Arc<LiveProgress>>,
-}
-
-impl Printer {
-    /// Logs the event and prints it as a line on stdout.
-    fn line(&self, event: &RunEvent) {
-        let line = stream_json::line(&self.run_id, event);
-        let _guard = self.lock.lock();
-        stream_json::log(&line);
-        stream_json::print(&line);
-    }
-
-    /// Logs the event only.
-    fn log(&self, event: &RunEvent) {
-        stream_json::log(&stream_json::line(&self.run_id, event));
-    }
-
-    fn finished(&self, ending: &Ending) {
-        let event = RunEvent::RunFinished {
-            agent: MAIN_AGENT.to_owned(),
-            status: ending.status.as_str().to_owned(),
-            exit_code: ending.exit.code(),
-            result: ending.result.as_object().cloned().unwrap_or_default(),
-        };
-        match self.format {
-            OutputFormat::Json | OutputFormat::StreamJson { .. } => self.line(&event),
-            OutputFormat::Text => {
-                if let Some(progress) = &self.progress {
-                    progress.clear();
-                }
-                self.log(&event);
-                let resume = if ending.status == RunStatus::AwaitingDecision {
-                    format!("\nRun {} stopped awaiting a decision.", self.run_id)
-                } else {
-                    String::new()
-                };
-                if Ending::is_failure_text(ending.status) {
-                    eprintln!("{}", ending.text);
-                    return;
-                }
-                let mut stdout = std::io::stdout().lock();
-                let _ = writeln!(stdout, "{}{resume}", ending.text);
-                let _ = stdout.flush();
-            }
+    async fn wrap_up(
+        &self,
+        run: &StartedRun,
+        driven: anyhow::Result<Ending>,
+        interrupted: bool,
+    ) -> anyhow::Result<Ending> {
+        if interrupted {
+            // The agent was dropped with the drive: a running Bash call's process group was
+            // killed with it; anything else left running is killed here.
+            let _ = muster_agents::runtime::team::kill_unfinished_tools(
+                run.store.as_ref(),
+                &run.id,
+                MAIN_AGENT,
+            )
+            .await;
         }
+        Ok(driven.unwrap_or_else(|error| Ending::from_error(&error)))
     }
 }
 
-impl EventSink for Printer {
-    fn emit(&self, event: RunEvent) {
-        if let Some(progress) = &self.progress {
-            progress.event(&event);
-        }
-        if stream_json::partial(&self.run_id, self.format, &event) {
-            return;
-        }
-        if self.format.is_stream_json() && event.is_stream_line() {
-            self.line(&event);
-        } else {
-            self.log(&event);
-        }
-        if self.format == OutputFormat::Text {
-            stream_json::text_progress(&event, self.progress.as_deref());
-        }
+/// The ending of a run whose deadline's timer fired: the budget the ledger names.
+fn deadline_passed(budget: &BudgetLedger, deadline: i64) -> Ending {
+    match budget.check_deadline_at(deadline) {
+        Err(exceeded) => Ending::budget(&exceeded),
+        Ok(()) => Ending {
+            status: RunStatus::Budget,
+            exit: Exit::Budget,
+            result: json!({"reason": "the run's deadline passed (--max-duration)"}),
+            text: "muster: the run's deadline passed (--max-duration)".into(),
+        },
     }
 }
 

@@ -47,11 +47,7 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         if args.open {
             open_browser(&url);
         }
-        server
-            .run(async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
-            .await
+        server.run(crate::lifecycle::signals::ctrl_c()).await
     })?;
     Ok(Exit::Success)
 }

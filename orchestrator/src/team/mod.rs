@@ -29,9 +29,7 @@ mod mail;
 mod members;
 mod merges;
 pub(crate) mod placement;
-mod printer;
 mod services;
-mod setup;
 pub(crate) mod summary;
 
 use std::collections::BTreeMap;
@@ -58,14 +56,15 @@ use tokio::task::JoinHandle;
 use crate::exit::{Exit, ExitError};
 use crate::launch::RunLaunch;
 use crate::launch::{OutputFormat, RunFlags};
-use crate::lifecycle::{self, Ending};
-use crate::loading::{load_settings, print_warnings, process_env, project_root};
+use crate::lifecycle::context::{CheckedParts, ContextParts, LeadResponder, run_context};
+use crate::lifecycle::{self, Ending, RunDriver, RunKind, StartedRun};
+use crate::loading::{load_settings, print_warnings, project_root};
 use crate::project::Globals;
 use crate::project::Project;
-use crate::signals::Interrupts;
 use crate::stored_policies::StoredPolicies;
 
-use printer::{TeamPrinter, now_ms};
+use crate::lifecycle::printer::RunPrinter;
+use crate::stream_json::now_ms;
 
 /// The lead's agent id.
 pub const LEAD: &str = "lead";
@@ -148,9 +147,16 @@ pub fn run(global: &Globals, flags: RunFlags, team_path: PathBuf) -> anyhow::Res
     let new = NewTeamRun {
         batch_line_id: flags.batch_line_id,
     };
-    crate::lifecycle::drive_to_end(
-        crate::lifecycle::tokio_runtime()?,
-        execute(project, Arc::new(catalog), team, launch, output, Err(new)),
+    lifecycle::execute(
+        TeamRun {
+            project,
+            catalog: Arc::new(catalog),
+            file: team,
+            launch,
+            output,
+            new,
+        },
+        None,
     )
 }
 
@@ -161,7 +167,6 @@ pub fn resume(
     flags: &crate::launch::ResumeFlags,
     record: muster_mailbox::RunRecord,
 ) -> anyhow::Result<Exit> {
-    let runtime = crate::lifecycle::tokio_runtime()?;
     let output = flags.output;
     let mut launch: TeamLaunch =
         serde_json::from_value(record.launch_options.clone()).map_err(|e| {
@@ -187,16 +192,19 @@ pub fn resume(
         &catalog,
     )
     .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
-    let resumed = Ok(Resumed { record });
-    crate::lifecycle::drive_to_end(
-        runtime,
-        execute(project, Arc::new(catalog), team, launch, output, resumed),
+    lifecycle::execute(
+        TeamRun {
+            project,
+            catalog: Arc::new(catalog),
+            file: team,
+            launch,
+            output,
+            new: NewTeamRun {
+                batch_line_id: None,
+            },
+        },
+        Some(record),
     )
-}
-
-/// A run `muster resume` continues (its launch options already carry the resume's flags).
-struct Resumed {
-    record: muster_mailbox::RunRecord,
 }
 
 /// What a new team run records beside its launch options.
@@ -260,186 +268,205 @@ impl Ending {
     }
 }
 
-async fn execute(
+/// A team run about to start or continue.
+struct TeamRun {
     project: Project,
     catalog: Arc<AgentCatalog>,
-    team_file: TeamFile,
+    file: TeamFile,
     launch: TeamLaunch,
     output: OutputFormat,
-    existing: Result<Resumed, NewTeamRun>,
-) -> anyhow::Result<Exit> {
-    let mut interrupts = Interrupts::install();
-    // Teammates on workers: every write wakes the run's agents in the other processes too.
-    let store: Arc<dyn MailboxStore> = project.open_store_with(team_file.uses_workers()).await?;
-    let resumed = existing.is_ok();
-    let requested_isolation = placement::isolation_for(&team_file);
-    let (run_id, plans) = match &existing {
-        Ok(Resumed { record }) => {
-            let plans = PlanFiles::new(project.plans_dir(), &record.slug);
-            (record.id.clone(), plans)
-        }
-        Err(new) => {
-            // A worktree choice that cannot work is refused before the run exists.
-            crate::worktree::choose(
-                requested_isolation,
-                &launch.run.workspace,
-                &project.root.muster_dir(),
-                "check",
-            )
-            .await
-            .map_err(|e| {
-                if team_file.uses_workers() {
-                    usage(format!("placement = \"workers\": {e}"))
-                } else {
-                    usage(e.to_string())
-                }
-            })?;
-            create_run(&project, &store, &team_file, &launch, new).await?
-        }
-    };
-    // Spend already recorded (a resume) counts against the budgets, so limits hold across a
-    // crash; the ledger knows the deadline too (no model request after it).
-    let restored = if resumed {
-        AgentRuntime::restored_spends(store.as_ref(), &run_id, &project.settings.models).await?
-    } else {
-        BTreeMap::new()
-    };
-    let env = process_env();
-    let owned = lifecycle::take_over(
-        &project,
-        &store,
-        &run_id,
-        "team",
-        existing
-            .as_ref()
-            .ok()
-            .map(|resumed| (&resumed.record, &launch)),
-        env.get("XDG_RUNTIME_DIR").map(PathBuf::from),
-    )
-    .await?;
-    let epoch = owned.epoch;
-    let isolation = isolation::TeamIsolation::set_up(
-        store.as_ref(),
-        &run_id,
-        plans.slug(),
-        requested_isolation,
-        &launch.run.workspace,
-        &project.root.muster_dir(),
-    )
-    .await
-    .map_err(|e| usage(format!("{e:#}")))?;
-    let (isolation, placed) = placement::lead_side(&team_file, &launch, isolation).await?;
-    let isolation = isolation.map(Arc::new);
-    let printer = Arc::new(TeamPrinter::new(&run_id, output));
-    let context = Arc::new(setup::run_context(setup::ContextParts {
-        project: &project,
-        catalog: catalog.clone(),
-        launch: &launch,
-        run_id: &run_id,
-        epoch,
-        store: store.clone(),
-        plans,
-        events: printer.clone(),
-        env: &env,
-        resumed,
-        restored,
-    })?);
-    let team = Team::build(TeamParts {
-        run: context.clone(),
-        store: store.clone(),
-        file: team_file.clone(),
-        root: project.root.path().to_path_buf(),
-        launch: &launch,
-        printer: printer.clone(),
-        isolation,
-        worker: None,
-        placed: placed.clone(),
-    });
-    if resumed {
-        // A resumed lead goes back to its wait without asking again.
-        let awaits = store.requests(&run_id).await?.iter().any(|r| {
-            r.requester == LEAD && r.responder == muster_mailbox::HUMAN && r.response.is_none()
+    /// What a new run records beside its launch options (unused by a resume).
+    new: NewTeamRun,
+}
+
+impl RunKind for TeamRun {
+    type Driver = TeamDriver;
+    const KIND: &'static str = "team";
+    const AGENT: &'static str = LEAD;
+    const LEAD: LeadResponder = LeadResponder::Person;
+
+    fn project(&self) -> &Project {
+        &self.project
+    }
+
+    fn output(&self) -> OutputFormat {
+        self.output
+    }
+
+    fn launch(&self) -> &crate::launch::RunLaunch {
+        &self.launch.run
+    }
+
+    fn launch_options(&self) -> anyhow::Result<Value> {
+        Ok(serde_json::to_value(&self.launch)?)
+    }
+
+    /// Teammates on workers: every write wakes the run's agents in the other processes too.
+    async fn open_store(&self) -> anyhow::Result<Arc<dyn MailboxStore>> {
+        Ok(self
+            .project
+            .open_store_with(self.file.uses_workers())
+            .await?)
+    }
+
+    async fn create(&self, store: &Arc<dyn MailboxStore>) -> anyhow::Result<(String, PlanFiles)> {
+        // A worktree choice that cannot work is refused before the run exists.
+        crate::worktree::choose(
+            placement::isolation_for(&self.file),
+            &self.launch.run.workspace,
+            &self.project.root.muster_dir(),
+            "check",
+        )
+        .await
+        .map_err(|e| {
+            if self.file.uses_workers() {
+                usage(format!("placement = \"workers\": {e}"))
+            } else {
+                usage(e.to_string())
+            }
+        })?;
+        create_run(&self.project, store, &self.file, &self.launch, &self.new).await
+    }
+
+    async fn start(self, run: &StartedRun, checked: CheckedParts) -> anyhow::Result<TeamDriver> {
+        let isolation = isolation::TeamIsolation::set_up(
+            run.store.as_ref(),
+            &run.id,
+            run.plans.slug(),
+            placement::isolation_for(&self.file),
+            &self.launch.run.workspace,
+            &self.project.root.muster_dir(),
+        )
+        .await
+        .map_err(|e| usage(format!("{e:#}")))?;
+        let (isolation, placed) = placement::lead_side(&self.file, &self.launch, isolation).await?;
+        let context = Arc::new(run_context(
+            ContextParts {
+                project: &self.project,
+                catalog: self.catalog.clone(),
+                run: &self.launch.run,
+                run_id: &run.id,
+                epoch: run.epoch,
+                store: run.store.clone(),
+                plans: run.plans.clone(),
+                events: run.printer.clone(),
+                terminal: None,
+                env: &run.env,
+                restored: run.restored.clone(),
+            },
+            checked,
+        ));
+        let team = Team::build(TeamParts {
+            run: context.clone(),
+            store: run.store.clone(),
+            file: self.file.clone(),
+            root: self.project.root.path().to_path_buf(),
+            launch: &self.launch,
+            printer: run.printer.clone(),
+            isolation: isolation.map(Arc::new),
+            worker: None,
+            placed,
         });
-        team.lead_awaits_decision.store(awaits, Ordering::SeqCst);
-    }
-    let services: Arc<dyn muster_agents::runtime::team::TeamServices> = team.clone();
-    context.team.attach(&services);
-    if resumed {
-        // What the dead process left to do is derived from the store: requests waiting on a
-        // policy are decided, then every teammate is rebuilt from its records.
-        team.decide_waiting_policies().await?;
-        team.resume_teammates().await?;
-        team.apply_merges().await?;
-    } else {
-        for teammate in &team_file.teammates {
-            team.start_declared(teammate, false)?;
+        if run.resumed {
+            // A resumed lead goes back to its wait without asking again.
+            let awaits = run.store.requests(&run.id).await?.iter().any(|r| {
+                r.requester == LEAD && r.responder == muster_mailbox::HUMAN && r.response.is_none()
+            });
+            team.lead_awaits_decision.store(awaits, Ordering::SeqCst);
         }
+        let services: Arc<dyn muster_agents::runtime::team::TeamServices> = team.clone();
+        context.team.attach(&services);
+        if run.resumed {
+            // What the dead process left to do is derived from the store: requests waiting on
+            // a policy are decided, then every teammate is rebuilt from its records.
+            team.decide_waiting_policies().await?;
+            team.resume_teammates().await?;
+            team.apply_merges().await?;
+        } else {
+            for teammate in &self.file.teammates {
+                team.start_declared(teammate, false)?;
+            }
+        }
+        Ok(TeamDriver {
+            team,
+            launch: self.launch,
+            output: self.output,
+            resumed: run.resumed,
+        })
     }
-    let lead = async {
-        match launch.run.deadline_ms {
+}
+
+/// The lead and teammates of a started team run.
+struct TeamDriver {
+    team: Arc<Team>,
+    launch: TeamLaunch,
+    output: OutputFormat,
+    resumed: bool,
+}
+
+impl RunDriver for TeamDriver {
+    async fn drive(&self) -> anyhow::Result<Ending> {
+        let team = &self.team;
+        match self.launch.run.deadline_ms {
             Some(deadline) => {
                 let left = Duration::from_millis(u64::try_from(deadline - now_ms()).unwrap_or(0));
                 if left.is_zero() {
                     // Already passed (a resume): nothing runs.
                     team.deadline_ending().await
                 } else {
-                    match tokio::time::timeout(left, team.drive_lead(&launch, resumed)).await {
+                    let lead = team.drive_lead(&self.launch, self.resumed);
+                    match tokio::time::timeout(left, lead).await {
                         Ok(ending) => ending,
                         Err(_) => team.deadline_ending().await,
                     }
                 }
             }
-            None => team.drive_lead(&launch, resumed).await,
+            None => team.drive_lead(&self.launch, self.resumed).await,
         }
-    };
-    let mut interrupted = false;
-    let driven = tokio::select! {
-        driven = lead => driven,
-        failure = team.until_store_failure() => Ok(Ending::from_error(&failure)),
-        signal = interrupts.first() => {
-            interrupted = true;
-            Ok(Ending::interrupted(signal, &run_id))
-        }
-        // Another process may own the run now: end without writing its ending.
-        lost = owned.lost() => return Err(lost),
-    };
-    let ending = match driven {
-        Ok(ending) => ending,
-        // The deadline reached by an agent's own check ends the run as the deadline's timer
-        // would have (exit 5 when only a person's decision waits), whichever fires first.
-        Err(error)
-            if lifecycle::budget_exceeded(&error)
-                .is_some_and(|e| e.kind() == muster_agents::budget::BudgetKind::Duration) =>
-        {
-            team.deadline_ending().await?
-        }
-        Err(error) => Ending::from_error(&error),
-    };
-    if interrupted {
-        team.abort_all().await;
-    } else {
-        team.stop_all().await;
     }
-    let mut ending = ending;
-    team.deliver_result(&mut ending).await?;
-    let reports = team.verifications().await?;
-    ending.add_verifications(&reports);
-    let workers = team.workers_of();
-    ending.add_workers(&workers);
-    if output == OutputFormat::Text {
-        ending
-            .summarise(store.as_ref(), &run_id, &team_file.name, &reports)
-            .await?;
-        ending.text.push_str(&summary::workers_line(&workers));
+
+    async fn stopped_from_outside(&self) -> Ending {
+        Ending::from_error(&*self.team.until_store_failure().await)
     }
-    lifecycle::finish(store.as_ref(), &run_id, &ending).await?;
-    printer.finished(
-        ending.status,
-        ending.exit.code(),
-        &ending.result,
-        &ending.text,
-    );
-    Ok(ending.exit)
+
+    async fn wrap_up(
+        &self,
+        run: &StartedRun,
+        driven: anyhow::Result<Ending>,
+        interrupted: bool,
+    ) -> anyhow::Result<Ending> {
+        let team = &self.team;
+        let mut ending = match driven {
+            Ok(ending) => ending,
+            // The deadline reached by an agent's own check ends the run as the deadline's
+            // timer would have (exit 5 when only a person's decision waits), whichever fires
+            // first.
+            Err(error)
+                if lifecycle::budget_exceeded(&error)
+                    .is_some_and(|e| e.kind() == muster_agents::budget::BudgetKind::Duration) =>
+            {
+                team.deadline_ending().await?
+            }
+            Err(error) => Ending::from_error(&error),
+        };
+        if interrupted {
+            team.abort_all().await;
+        } else {
+            team.stop_all().await;
+        }
+        team.deliver_result(&mut ending).await?;
+        let reports = team.verifications().await?;
+        ending.add_verifications(&reports);
+        let workers = team.workers_of();
+        ending.add_workers(&workers);
+        if self.output == OutputFormat::Text {
+            ending
+                .summarise(run.store.as_ref(), &run.id, &team.file.name, &reports)
+                .await?;
+            ending.text.push_str(&summary::workers_line(&workers));
+        }
+        Ok(ending)
+    }
 }
 
 /// Creates the run, its slug and its roster (the lead and the declared teammates).
@@ -542,7 +569,7 @@ pub(crate) struct Team {
     states: watch::Sender<u64>,
     /// Bumped whenever the task board changes.
     board: watch::Sender<u64>,
-    printer: Arc<TeamPrinter>,
+    printer: Arc<RunPrinter>,
     shutdown_timeout: Duration,
     /// Whether the lead has asked a person to decide its own plan in this process's life (set
     /// when that request is committed, or found on resume; never cleared, so no clearing can
@@ -567,7 +594,7 @@ pub(crate) struct TeamParts<'a> {
     pub file: TeamFile,
     pub root: PathBuf,
     pub launch: &'a TeamLaunch,
-    pub printer: Arc<TeamPrinter>,
+    pub printer: Arc<RunPrinter>,
     pub isolation: Option<Arc<isolation::TeamIsolation>>,
     pub worker: Option<String>,
     pub placed: Option<placement::Placing>,

@@ -29,10 +29,11 @@ use serde::{Deserialize, Serialize};
 
 use super::isolation::{RemoteGit, Side, TeamIsolation};
 use super::members::TeammatePlan;
-use super::printer::TeamPrinter;
 use super::{MemberState, Team, TeamLaunch, TeamParts, usage};
 use crate::exit::Exit;
 use crate::launch::OutputFormat;
+use crate::lifecycle::context::{ContextParts, LeadResponder, checked_parts, run_context};
+use crate::lifecycle::printer::RunPrinter;
 use crate::project::{Globals, Project};
 use crate::worktree::Git;
 
@@ -319,7 +320,7 @@ pub(crate) fn run_on_worker(
     let clone = crate::worker::line::line_workspace(repo_cache, &item.id);
     let runtime = crate::lifecycle::tokio_runtime()?;
     runtime.block_on(async move {
-        let mut interrupts = crate::signals::Interrupts::install();
+        let mut interrupts = crate::lifecycle::signals::Interrupts::install();
         let run = run_placed(global, &worker, payload, &clone);
         tokio::select! {
             outcome = run => outcome,
@@ -387,24 +388,33 @@ async fn run_placed(
     .with_remote(remote)
     .await?;
     let printer = Arc::new(
-        TeamPrinter::new(&record.id, OutputFormat::StreamJson { partial: false }).on_worker(worker),
+        RunPrinter::new(
+            &record.id,
+            super::LEAD,
+            OutputFormat::StreamJson { partial: false },
+        )
+        .on_worker(worker),
     );
     let restored =
         AgentRuntime::restored_spends(store.as_ref(), &record.id, &project.settings.models).await?;
     let env = crate::loading::process_env();
-    let context = Arc::new(super::setup::run_context(super::setup::ContextParts {
-        project: &project,
-        catalog,
-        launch: &launch,
-        run_id: &record.id,
-        epoch: record.epoch,
-        store: store.clone(),
-        plans: PlanFiles::new(project.plans_dir(), &record.slug),
-        events: printer.clone(),
-        env: &env,
-        resumed: true,
-        restored,
-    })?);
+    let checked = checked_parts(&project, &launch.run, &env, true, LeadResponder::Person)?;
+    let context = Arc::new(run_context(
+        ContextParts {
+            project: &project,
+            catalog,
+            run: &launch.run,
+            run_id: &record.id,
+            epoch: record.epoch,
+            store: store.clone(),
+            plans: PlanFiles::new(project.plans_dir(), &record.slug),
+            events: printer.clone(),
+            terminal: None,
+            env: &env,
+            restored,
+        },
+        checked,
+    ));
     let team = Team::build(TeamParts {
         run: context.clone(),
         store: store.clone(),

@@ -275,7 +275,7 @@ pub fn run(global: &Globals, options: WorkerOptions) -> anyhow::Result<Exit> {
 
 async fn serve(shared: Arc<Shared>, options: WorkerOptions) -> anyhow::Result<Exit> {
     let store = shared.store.clone();
-    let mut interrupts = crate::signals::Interrupts::install();
+    let mut interrupts = crate::lifecycle::signals::Interrupts::install();
     // Before the first heartbeat, which names this process as the worker's.
     orphans::kill_orphans(&shared).await;
     store

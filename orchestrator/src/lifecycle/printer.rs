@@ -1,50 +1,57 @@
-//! Events of a team run on stdout per `--output`, each line after the commit it reports. The
-//! printer only prints and logs: what follows from a commit (a policy's decision, a person's
-//! wait announced, the lead's wait watched) is the team's, through the runtime's hooks.
+//! The one printer of a run's events, single or team: every event goes to the run's log, and
+//! per `--output` to stdout (`stream-json` lines, the `run_finished` line for `json`, the live
+//! progress and the result text for `text`), each line after the commit it reports. A failure's
+//! text goes to stderr for both run kinds. The printer only prints and logs: nothing decides on
+//! what it is given.
 
 use std::io::Write as _;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use muster_agents::runtime::{EventSink, RunEvent};
 use serde_json::Value;
-
-use muster_mailbox::RunStatus;
 
 use crate::launch::OutputFormat;
 use crate::lifecycle::Ending;
 use crate::progress::LiveProgress;
 use crate::stream_json;
 
-pub(crate) use crate::stream_json::now_ms;
-
-/// Prints a team run's events.
-pub(crate) struct TeamPrinter {
+/// Prints one run's events.
+pub(crate) struct RunPrinter {
     run_id: String,
+    /// The agent `run_finished` names: a single run's main agent, a team's lead.
+    agent: &'static str,
     format: OutputFormat,
     lock: Mutex<()>,
     /// On a worker: its name, in every event's `worker` field.
     worker: Option<String>,
     /// `--output text` on a terminal: the live line per busy agent.
-    progress: Option<LiveProgress>,
+    progress: Option<Arc<LiveProgress>>,
 }
 
-impl TeamPrinter {
-    pub(crate) fn new(run_id: &str, format: OutputFormat) -> TeamPrinter {
-        TeamPrinter {
+impl RunPrinter {
+    pub(crate) fn new(run_id: &str, agent: &'static str, format: OutputFormat) -> RunPrinter {
+        RunPrinter {
             run_id: run_id.to_owned(),
+            agent,
             format,
             lock: Mutex::new(()),
             worker: None,
             progress: (format == OutputFormat::Text)
                 .then(LiveProgress::for_terminal)
-                .flatten(),
+                .flatten()
+                .map(Arc::new),
         }
     }
 
     /// A printer in a worker's process: every event names the worker.
-    pub(crate) fn on_worker(mut self, worker: &str) -> TeamPrinter {
+    pub(crate) fn on_worker(mut self, worker: &str) -> RunPrinter {
         self.worker = Some(worker.to_owned());
         self
+    }
+
+    /// The live progress lines, for a terminal prompt to step around.
+    pub(crate) fn progress(&self) -> Option<Arc<LiveProgress>> {
+        self.progress.clone()
     }
 
     /// The line of `event`, naming the worker on one.
@@ -64,13 +71,14 @@ impl TeamPrinter {
         stream_json::print(&line);
     }
 
-    /// The `run_finished` event (json, stream-json) or the result text.
-    pub(crate) fn finished(&self, status: RunStatus, exit_code: u8, result: &Value, text: &str) {
+    /// The `run_finished` event (json, stream-json) or the ending's text (text: stdout, or
+    /// stderr for a failure).
+    pub(crate) fn finished(&self, ending: &Ending) {
         let event = RunEvent::RunFinished {
-            agent: super::LEAD.to_owned(),
-            status: status.as_str().to_owned(),
-            exit_code,
-            result: result.as_object().cloned().unwrap_or_default(),
+            agent: self.agent.to_owned(),
+            status: ending.status.as_str().to_owned(),
+            exit_code: ending.exit.code(),
+            result: ending.result.as_object().cloned().unwrap_or_default(),
         };
         match self.format {
             OutputFormat::Json | OutputFormat::StreamJson { .. } => self.print(&event),
@@ -78,23 +86,22 @@ impl TeamPrinter {
                 if let Some(progress) = &self.progress {
                     progress.clear();
                 }
-                stream_json::log(&stream_json::line(&self.run_id, &event));
-                // A failure's text goes to stderr, as a single run's does.
-                if Ending::is_failure_text(status) {
-                    eprintln!("{text}");
+                stream_json::log(&self.line(&event));
+                if Ending::is_failure_text(ending.status) {
+                    eprintln!("{}", ending.text);
                     return;
                 }
                 let mut stdout = std::io::stdout().lock();
-                let _ = writeln!(stdout, "{text}");
+                let _ = writeln!(stdout, "{}", ending.text);
                 let _ = stdout.flush();
             }
         }
     }
 }
 
-impl EventSink for TeamPrinter {
-    /// Every event of a team run, from its agents and from the team itself: in the run's
-    /// log, and a `stream-json` line (only with `--output stream-json`).
+impl EventSink for RunPrinter {
+    /// Every event of the run, from its agents and from the team: in the run's log, and a
+    /// `stream-json` line (only with `--output stream-json`).
     fn emit(&self, event: RunEvent) {
         if let Some(progress) = &self.progress {
             progress.event(&event);
@@ -108,7 +115,7 @@ impl EventSink for TeamPrinter {
             stream_json::log(&self.line(&event));
         }
         if self.format == OutputFormat::Text {
-            stream_json::text_progress(&event, self.progress.as_ref());
+            stream_json::text_progress(&event, self.progress.as_deref());
         }
     }
 }

@@ -1,21 +1,159 @@
-//! The life of a run that single-agent and team runs share: the run to resume picked once and
-//! checked once, the run taken over (live-run lock, log, epoch, a resume's launch options),
-//! and its ending (how an error, a budget or a signal ends it, the status committed, the log
-//! closed). Single and team runs supply only how they drive their agents, so their exit codes,
-//! errors and resume rules agree by construction.
+//! The one life of a run, for single-agent runs, team runs and batch lines (a batch line is
+//! either): [`execute`] checks the configuration, creates the run or reopens the one to
+//! resume, takes it over (live-run lock, log, epoch, a resume's launch options), builds its
+//! context ([`context`]), races its drive against a signal, a failure found outside the drive
+//! and the loss of the live lock, then commits its ending and prints it ([`printer`]). A run
+//! kind ([`RunKind`], [`RunDriver`]) supplies only how it creates its run and drives its
+//! agents, so exit codes, errors and resume rules agree by construction. Signals are installed
+//! here and nowhere else ([`signals`]); a tidy test keeps `tokio::signal`, the take-over and
+//! `RunContext` literals inside this module.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use muster_agents::budget::BudgetExceeded;
+use muster_agents::budget::{BudgetExceeded, Spend};
+use muster_agents::runtime::{AgentRuntime, PlanFiles};
 use muster_mailbox::live::LiveRun;
 use muster_mailbox::{MailboxStore, RunRecord, RunStatus};
-use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::exit::{Exit, ExitError};
+use crate::launch::OutputFormat;
 use crate::project::Project;
+
+pub(crate) mod context;
+pub(crate) mod printer;
+pub(crate) mod signals;
+
+use context::{CheckedParts, LeadResponder};
+use printer::RunPrinter;
+use signals::Interrupts;
+
+/// A kind of run (single, team): how it checks its configuration, creates its run and starts
+/// its agents. [`execute`] does the rest.
+pub(crate) trait RunKind {
+    type Driver: RunDriver;
+    /// The run log's kind: `single` or `team`.
+    const KIND: &'static str;
+    /// The agent `run_finished` names: the main agent or the lead.
+    const AGENT: &'static str;
+    /// Who answers the main agent's own plans when the approver is `lead`.
+    const LEAD: LeadResponder;
+
+    fn project(&self) -> &Project;
+    fn output(&self) -> OutputFormat;
+    fn launch(&self) -> &crate::launch::RunLaunch;
+    /// The launch options stored with the run (for a resume: with its flags applied).
+    fn launch_options(&self) -> anyhow::Result<Value>;
+    /// Opens the run's store (a team with teammates on workers wakes other processes too).
+    async fn open_store(&self) -> anyhow::Result<Arc<dyn MailboxStore>> {
+        Ok(self.project().open_store().await?)
+    }
+    /// Creates a new run (its record and roster): its id and plan files.
+    async fn create(&self, store: &Arc<dyn MailboxStore>) -> anyhow::Result<(String, PlanFiles)>;
+    /// Builds the run's agents on the taken-over `run`.
+    async fn start(self, run: &StartedRun, checked: CheckedParts) -> anyhow::Result<Self::Driver>;
+}
+
+/// A started run's agents, driven to an ending.
+pub(crate) trait RunDriver {
+    /// Drives the run until it ends (finished, awaiting a person, a budget, an error).
+    async fn drive(&self) -> anyhow::Result<Ending>;
+    /// Resolves with the ending a failure found outside the drive forces (a store failure in
+    /// a teammate's end of turn). Pending by default.
+    async fn stopped_from_outside(&self) -> Ending {
+        std::future::pending().await
+    }
+    /// After the race, with the drive dropped: stops what still runs (everything, at once,
+    /// after a signal) and turns the drive's result into the ending, with what the kind adds.
+    async fn wrap_up(
+        &self,
+        run: &StartedRun,
+        driven: anyhow::Result<Ending>,
+        interrupted: bool,
+    ) -> anyhow::Result<Ending>;
+}
+
+/// A run this process took over, as its kind builds on it.
+pub(crate) struct StartedRun {
+    pub id: String,
+    pub epoch: i64,
+    pub store: Arc<dyn MailboxStore>,
+    pub plans: PlanFiles,
+    /// Whether the run existed before (a resume).
+    pub resumed: bool,
+    /// Each agent's spend restored from the store (empty for a new run): limits hold across
+    /// a crash.
+    pub restored: BTreeMap<String, Spend>,
+    pub env: BTreeMap<String, String>,
+    pub printer: Arc<RunPrinter>,
+}
+
+/// Runs `kind` to its ending: a new run, or `existing` (picked by [`resume`]) continued.
+pub(crate) fn execute<K: RunKind>(kind: K, existing: Option<RunRecord>) -> anyhow::Result<Exit> {
+    drive_to_end(tokio_runtime()?, execute_async(kind, existing))
+}
+
+async fn execute_async<K: RunKind>(kind: K, existing: Option<RunRecord>) -> anyhow::Result<Exit> {
+    let mut interrupts = Interrupts::install();
+    let env = crate::loading::process_env();
+    let resumed = existing.is_some();
+    let checked = context::checked_parts(kind.project(), kind.launch(), &env, resumed, K::LEAD)?;
+    let store = kind.open_store().await?;
+    let (id, plans) = match &existing {
+        Some(record) => (
+            record.id.clone(),
+            PlanFiles::new(kind.project().plans_dir(), &record.slug),
+        ),
+        None => kind.create(&store).await?,
+    };
+    let restored = match &existing {
+        Some(_) => {
+            let models = &kind.project().settings.models;
+            AgentRuntime::restored_spends(store.as_ref(), &id, models).await?
+        }
+        None => BTreeMap::new(),
+    };
+    let launch_options = kind.launch_options()?;
+    let owned = take_over(
+        kind.project(),
+        &store,
+        &id,
+        K::KIND,
+        existing.as_ref().map(|record| (record, &launch_options)),
+        env.get("XDG_RUNTIME_DIR").map(PathBuf::from),
+    )
+    .await?;
+    let printer = Arc::new(RunPrinter::new(&id, K::AGENT, kind.output()));
+    let run = StartedRun {
+        id,
+        epoch: owned.epoch,
+        store,
+        plans,
+        resumed,
+        restored,
+        env,
+        printer,
+    };
+    let driver = kind.start(&run, checked).await?;
+    let mut interrupted = false;
+    let driven = tokio::select! {
+        driven = driver.drive() => driven,
+        ending = driver.stopped_from_outside() => Ok(ending),
+        signal = interrupts.first() => {
+            interrupted = true;
+            Ok(Ending::interrupted(signal, &run.id))
+        }
+        // Another process may own the run now: end without writing its ending.
+        lost = owned.lost() => return Err(lost),
+    };
+    let ending = driver.wrap_up(&run, driven, interrupted).await?;
+    finish(run.store.as_ref(), &run.id, &ending).await?;
+    run.printer.finished(&ending);
+    Ok(ending.exit)
+}
 
 fn usage(message: impl Into<String>) -> anyhow::Error {
     ExitError::new(Exit::Usage, message).into()
@@ -54,7 +192,7 @@ impl Ending {
 
     /// A signal stopped the run: `interrupted`, exit 130, to be resumed.
     pub fn interrupted(signal: &str, run_id: &str) -> Ending {
-        let text = crate::signals::interrupted_text(signal, run_id);
+        let text = signals::interrupted_text(signal, run_id);
         Ending {
             status: RunStatus::Interrupted,
             exit: Exit::Interrupted,
@@ -205,8 +343,8 @@ pub(crate) async fn pick_run(
 
 /// A run this process owns until it is dropped: the live-run lock (and its socket) and the
 /// epoch its leases belong to.
-pub(crate) struct Owned {
-    pub epoch: i64,
+struct Owned {
+    epoch: i64,
     live: LiveRun,
 }
 
@@ -214,7 +352,7 @@ impl Owned {
     /// Resolves when the run's live lock on a shared store is lost for good (its connection
     /// ended and the lock could not be taken again, or another process opened a newer epoch):
     /// the run must stop at once, writing nothing more, and exit 4. Pending forever on SQLite.
-    pub async fn lost(&self) -> anyhow::Error {
+    async fn lost(&self) -> anyhow::Error {
         anyhow::Error::from(self.live.lost().await)
     }
 }
@@ -223,12 +361,12 @@ impl Owned {
 /// resume, the effective launch options (a new deadline, base URL or cassette from its flags,
 /// kept for the next resume; written under the lock, so no other resume races it) and the
 /// status `running`.
-pub(crate) async fn take_over(
+async fn take_over(
     project: &Project,
     store: &Arc<dyn MailboxStore>,
     run_id: &str,
     kind: &str,
-    resumed: Option<(&RunRecord, &impl Serialize)>,
+    resumed: Option<(&RunRecord, &Value)>,
     runtime_dir: Option<PathBuf>,
 ) -> anyhow::Result<Owned> {
     let live = LiveRun::start_shared(
@@ -242,10 +380,9 @@ pub(crate) async fn take_over(
     let epoch = store.open_epoch(run_id).await?;
     // Taken again after a lost connection, the hold must find this epoch still the run's.
     live.own_epoch(epoch);
-    if let Some((record, launch)) = resumed {
-        let effective = serde_json::to_value(launch)?;
-        if effective != record.launch_options {
-            store.set_launch_options(run_id, effective).await?;
+    if let Some((record, effective)) = resumed {
+        if *effective != record.launch_options {
+            store.set_launch_options(run_id, effective.clone()).await?;
         }
         store
             .set_run_status(run_id, RunStatus::Running, None)
@@ -255,11 +392,7 @@ pub(crate) async fn take_over(
 }
 
 /// Commits the run's ending (status and result) and closes its log.
-pub(crate) async fn finish(
-    store: &dyn MailboxStore,
-    run_id: &str,
-    ending: &Ending,
-) -> anyhow::Result<()> {
+async fn finish(store: &dyn MailboxStore, run_id: &str, ending: &Ending) -> anyhow::Result<()> {
     store
         .set_run_status(run_id, ending.status, Some(ending.result.clone()))
         .await?;

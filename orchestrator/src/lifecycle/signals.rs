@@ -42,6 +42,14 @@ impl Interrupts {
     }
 }
 
+/// Resolves at the first Ctrl-C (for `muster serve`, which is no run: SIGTERM keeps its
+/// default action there).
+pub async fn ctrl_c() {
+    if tokio::signal::ctrl_c().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
 /// What a run stopped by `signal` says: how to continue it.
 pub fn interrupted_text(signal: &str, run_id: &str) -> String {
     format!("muster: the run was interrupted ({signal}); `muster resume {run_id}` continues it")
