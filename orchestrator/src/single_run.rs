@@ -445,6 +445,10 @@ impl Session {
                     run_id
                 ),
             },
+            // Nothing interrupts a single run's turn yet: it ends as an interrupted run.
+            AgentOutcome::TurnInterrupted => {
+                Ending::interrupted("the turn was interrupted", &run_id)
+            }
         })
     }
 }

@@ -9,9 +9,9 @@ use serde_json::Value;
 
 use crate::model::ToolCall;
 
-use super::agent::AgentRuntime;
-use super::context::PlanApprover;
+use super::context::{PlanApprover, RunContext};
 use super::error::RuntimeResult;
+use super::events::Reporter;
 use super::gate::{GateDecision, Verdict};
 use super::records::AgentKind;
 
@@ -35,7 +35,7 @@ pub(super) enum AskRoute {
 impl AskSettings {
     /// The route of `agent_id` of `kind`; a subagent's follows its parent's roster entry.
     pub(super) async fn of(
-        run: &super::context::RunContext,
+        run: &RunContext,
         agent_id: &str,
         kind: &AgentKind,
     ) -> RuntimeResult<AskSettings> {
@@ -74,7 +74,17 @@ impl AskSettings {
     }
 }
 
-impl AgentRuntime {
+/// One agent asking: its route, the run, where it reports, its workspace's root (policy rules
+/// match paths relative to it).
+pub(super) struct Asking<'a> {
+    pub id: &'a str,
+    pub asks: &'a AskSettings,
+    pub run: &'a RunContext,
+    pub report: &'a Reporter,
+    pub root: &'a std::path::Path,
+}
+
+impl Asking<'_> {
     /// An `ask` goes to whoever approves for the agent: the person at the terminal, or the
     /// lead by mail (a teammate); with no one to ask it is a deny. Gives back the answer's
     /// mail to ack with the call.
@@ -88,7 +98,7 @@ impl AgentRuntime {
         }
         if let Some(terminal) = self.run.terminal.clone() {
             let (agent, tool, input, reason) = (
-                self.id.clone(),
+                self.id.to_owned(),
                 call.name.clone(),
                 call.input.clone(),
                 decision.reason.clone(),
@@ -156,14 +166,14 @@ impl AgentRuntime {
                 idempotency_key: Some(format!("{}:{}", self.asks.asker, call.id)),
             })
             .await?;
-        self.mail_sent(&sent);
+        self.run.mail_sent(&sent);
         let request_id = sent.request_id.unwrap_or_default();
         let answered_already = store
             .request(&self.run.run_id, &request_id)
             .await?
             .is_some_and(|request| request.response.is_some());
         if !answered_already {
-            let (approved, feedback, rule) = policy_answer(policy, call, self.workspace.root());
+            let (approved, feedback, rule) = policy_answer(policy, call, self.root);
             let answer = muster_mailbox::NewResponse {
                 run_id: self.run.run_id.clone(),
                 sender: muster_mailbox::POLICY.to_owned(),
@@ -181,7 +191,7 @@ impl AgentRuntime {
                 muster_mailbox::decide::Waiter::InProcess,
             )
             .await?;
-            self.mail_sent(&decided.response);
+            self.run.mail_sent(&decided.response);
         }
         let mail = store
             .receive(
@@ -247,9 +257,9 @@ impl AgentRuntime {
                 idempotency_key: Some(format!("{}:{}", self.asks.asker, call.id)),
             })
             .await?;
-        self.mail_sent(&sent);
+        self.run.mail_sent(&sent);
         let request_id = sent.request_id.unwrap_or_default();
-        self.report_state(AgentState::WaitingOnDecision {
+        self.report.state(AgentState::WaitingOnDecision {
             request_id: request_id.clone(),
         });
         let mail = store
@@ -260,7 +270,7 @@ impl AgentRuntime {
                 muster_mailbox::MessageFilter::RequestId(request_id.clone()),
             )
             .await?;
-        self.report_calling(call);
+        self.report.calling(call);
         let (approved, feedback) = match mail.body.clone() {
             muster_mailbox::MessageBody::PermissionResponse {
                 approved, feedback, ..
