@@ -71,7 +71,7 @@ pub use stream::ResponseStream;
 pub use types::{
     ContentBlock, Message, ModelRequest, ModelResponse, RequestContext, RequestPurpose, Role,
     StopReason, StreamEvent, ThinkingForm, ThinkingSettings, ToolCall, ToolDefinition,
-    ToolResultContent, Usage,
+    ToolResultContent, Usage, tool_calls_in,
 };
 pub(crate) use wire::truncate;
 

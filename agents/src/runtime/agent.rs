@@ -93,21 +93,16 @@ impl AgentRuntime {
             .cloned()
             .ok_or_else(|| RuntimeError::UnknownDefinition(spec.definition.clone()))?;
         let plan_file = plan_file_for(&run, &spec.kind, &spec.agent_id, &definition);
-        let workspace = agent_workspace(&run, &spec.agent_id, &spec.kind).await?;
+        let equipment =
+            Equipment::gather(&run, &spec.agent_id, &spec.kind, &definition, None).await?;
         let mut system = system_prompt(
             &definition.system_prompt,
             &run.instructions,
-            workspace.root(),
+            equipment.workspace.root(),
         );
         if definition.read_only && matches!(spec.kind, AgentKind::Subagent { .. }) {
             system.push_str(super::prompt::RESEARCH_REPORT);
         }
-        let mut tools = offered_tools(&definition, &spec.kind);
-        let mcp = super::mcp::start_session(&run, &spec.agent_id, &definition, &workspace).await;
-        let mut tool_definitions = tool_definitions(&run, &tools);
-        tools.extend(mcp.names());
-        tool_definitions.extend(mcp.definitions());
-        let asks = AskSettings::of(&run, &spec.agent_id, &spec.kind).await?;
         let model_limits =
             ask_model_limits(&run, &definition, spec.inherited_model.as_deref()).await;
         let plan = PlanState::new(
@@ -123,11 +118,7 @@ impl AgentRuntime {
             kind: spec.kind,
             definition,
             system,
-            tools,
-            tool_definitions,
-            mcp,
-            asks,
-            workspace,
+            equipment,
             inherited_model: spec.inherited_model,
             model_limits,
             plan,
@@ -170,15 +161,16 @@ impl AgentRuntime {
     /// resume's replay, fills it).
     pub(super) fn assemble(parts: Assembly) -> AgentRuntime {
         let report = Arc::new(Reporter::new(parts.run.events.clone(), &parts.id));
+        let equipment = parts.equipment;
         let calls = CallDispatcher {
             run: parts.run.clone(),
             id: parts.id.clone(),
             kind: parts.kind.clone(),
             definition: parts.definition.clone(),
-            tools: parts.tools,
-            mcp: Arc::new(parts.mcp),
-            asks: parts.asks,
-            workspace: parts.workspace,
+            tools: equipment.tools,
+            mcp: Arc::new(equipment.mcp),
+            asks: equipment.asks,
+            workspace: equipment.workspace,
             report: report.clone(),
         };
         AgentRuntime {
@@ -187,7 +179,7 @@ impl AgentRuntime {
             kind: parts.kind,
             definition: parts.definition,
             system: parts.system,
-            tool_definitions: parts.tool_definitions,
+            tool_definitions: equipment.tool_definitions,
             inherited_model: parts.inherited_model,
             model_limits: parts.model_limits,
             transcript: Transcript::default(),
@@ -830,15 +822,51 @@ pub(super) struct Assembly {
     pub kind: AgentKind,
     pub definition: AgentDefinition,
     pub system: String,
+    pub equipment: Equipment,
+    pub inherited_model: Option<String>,
+    pub model_limits: BTreeMap<String, ServerLimits>,
+    pub plan: PlanState,
+}
+
+/// What an agent works with: its workspace, where its asks go, and its tools (its MCP
+/// servers' included).
+pub(super) struct Equipment {
+    pub workspace: Workspace,
+    pub asks: AskSettings,
     /// The tools offered, MCP tools included.
     pub tools: Vec<String>,
     pub tool_definitions: Vec<ToolDefinition>,
     pub mcp: crate::mcp::McpSession,
-    pub asks: AskSettings,
-    pub workspace: Workspace,
-    pub inherited_model: Option<String>,
-    pub model_limits: BTreeMap<String, ServerLimits>,
-    pub plan: PlanState,
+}
+
+impl Equipment {
+    /// The equipment of agent `id`: its MCP servers started anew, or (`stored`: its `started`
+    /// record's list, on resume) restarted offering exactly that list.
+    pub(super) async fn gather(
+        run: &RunContext,
+        id: &str,
+        kind: &AgentKind,
+        definition: &AgentDefinition,
+        stored: Option<&[crate::mcp::McpToolRecord]>,
+    ) -> RuntimeResult<Equipment> {
+        let workspace = agent_workspace(run, id, kind).await?;
+        let mcp = match stored {
+            None => super::mcp::start_session(run, id, definition, &workspace).await,
+            Some(stored) => super::mcp::resume_session(run, id, stored, &workspace).await,
+        };
+        let mut tools = offered_tools(definition, kind);
+        let mut tool_definitions = tool_definitions(run, &tools);
+        tools.extend(mcp.names());
+        tool_definitions.extend(mcp.definitions());
+        let asks = AskSettings::of(run, id, kind).await?;
+        Ok(Equipment {
+            workspace,
+            asks,
+            tools,
+            tool_definitions,
+            mcp,
+        })
+    }
 }
 
 /// Asks the servers of every model the agent may use (each mode's, and the one its definition
@@ -873,11 +901,7 @@ async fn ask_model_limits(
 
 /// Where an agent of `run` works: what its team says (a worktree), else the run's workspace.
 /// A subagent works where its parent does.
-pub(super) async fn agent_workspace(
-    run: &RunContext,
-    id: &str,
-    kind: &AgentKind,
-) -> RuntimeResult<Workspace> {
+async fn agent_workspace(run: &RunContext, id: &str, kind: &AgentKind) -> RuntimeResult<Workspace> {
     let owner = match kind {
         AgentKind::Subagent { parent } => parent.as_str(),
         AgentKind::Main | AgentKind::Teammate { .. } => id,
@@ -903,7 +927,7 @@ fn escape_mail(text: &str) -> String {
 }
 
 /// The tools an agent is offered: its definition's, less what subagents never get.
-pub(super) fn offered_tools(definition: &AgentDefinition, kind: &AgentKind) -> Vec<String> {
+fn offered_tools(definition: &AgentDefinition, kind: &AgentKind) -> Vec<String> {
     definition
         .effective_tools()
         .into_iter()
@@ -918,7 +942,7 @@ pub(super) fn offered_tools(definition: &AgentDefinition, kind: &AgentKind) -> V
 }
 
 /// The tool definitions for model requests, in the registry's stable order.
-pub(super) fn tool_definitions(run: &RunContext, tools: &[String]) -> Vec<ToolDefinition> {
+fn tool_definitions(run: &RunContext, tools: &[String]) -> Vec<ToolDefinition> {
     let offered: BTreeSet<&str> = tools.iter().map(String::as_str).collect();
     run.tools
         .definitions(|name| offered.contains(name))

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use muster_mailbox::AutoGateUpdate;
 
-use crate::model::{ContentBlock, Message, ToolCall, ToolResultContent};
+use crate::model::{ContentBlock, ToolCall, ToolResultContent};
 use crate::tools::ToolOutput;
 
 use super::events::RunEvent;
@@ -308,25 +308,10 @@ impl PendingCalls {
     }
 }
 
-/// The tool calls of an assistant message.
-pub(super) fn tool_calls_of(message: &Message) -> Vec<ToolCall> {
-    message
-        .content
-        .iter()
-        .filter_map(|block| match block {
-            ContentBlock::ToolUse { id, name, input } => Some(ToolCall {
-                id: id.clone(),
-                name: name.clone(),
-                input: input.clone(),
-            }),
-            _ => None,
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Message;
     use serde_json::json;
 
     fn call(id: &str, name: &str) -> ToolCall {

@@ -236,6 +236,22 @@ impl AgentRuntime {
         Ok((request_id, responder))
     }
 
+    /// Waits for the decision on a plan request in the inbox (a teammate's, or a team lead's
+    /// while its team goes on), then applies it.
+    async fn wait_for_plan_decision(
+        &mut self,
+        call: &ToolCall,
+        filter: muster_mailbox::MessageFilter,
+    ) -> RuntimeResult<Dispatched> {
+        let run = &self.run;
+        let mail = run
+            .store
+            .receive(&run.run_id, &self.id, run.epoch, filter)
+            .await?;
+        self.report.calling(call);
+        self.apply_plan_decision(mail).await
+    }
+
     /// Gets the decision on `request_id` — from a policy or a person at the terminal at once,
     /// from the inbox when it is there, by waiting for the lead — or stops the run.
     pub(super) async fn await_plan_decision(
@@ -259,13 +275,7 @@ impl AgentRuntime {
             request_id: request_id.to_owned(),
         });
         if matches!(self.kind, AgentKind::Teammate { .. }) {
-            let mail = self
-                .run
-                .store
-                .receive(&run_id, &self.id, epoch, filter)
-                .await?;
-            self.report.calling(call);
-            return self.apply_plan_decision(mail).await;
+            return self.wait_for_plan_decision(call, filter).await;
         }
         let request = self.run.store.request(&run_id, request_id).await?;
         if let Some(request) = request.filter(|r| r.response.is_none()) {
@@ -284,15 +294,7 @@ impl AgentRuntime {
             }
             // A team's lead waits like a teammate: its team goes on meanwhile, and the team
             // stops the run (exit 5) once nothing but this decision could move it.
-            None if self.leads_a_team() => {
-                let mail = self
-                    .run
-                    .store
-                    .receive(&run_id, &self.id, epoch, filter)
-                    .await?;
-                self.report.calling(call);
-                self.apply_plan_decision(mail).await
-            }
+            None if self.leads_a_team() => self.wait_for_plan_decision(call, filter).await,
             None => Ok(Dispatched::Stop(AgentOutcome::AwaitingDecision {
                 request_id: request_id.to_owned(),
                 plan_file: self.plan.file.clone().unwrap_or_default(),

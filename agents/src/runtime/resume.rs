@@ -12,9 +12,8 @@ use muster_mailbox::MailboxStore;
 use crate::budget::{Spend, cost_of};
 use crate::model::Role;
 
-use super::agent::{AgentRuntime, Assembly, agent_workspace, offered_tools, tool_definitions};
-use super::asks::AskSettings;
-use super::calls::{PendingCalls, tool_calls_of};
+use super::agent::{AgentRuntime, Assembly, Equipment};
+use super::calls::PendingCalls;
 use super::context::RunContext;
 use super::error::{RuntimeError, RuntimeResult};
 use super::plan_files::{read_plan, write_plan};
@@ -53,13 +52,8 @@ impl AgentRuntime {
             .get(&definition)
             .cloned()
             .ok_or(RuntimeError::UnknownDefinition(definition))?;
-        let mut tools = offered_tools(&definition, &agent_kind);
-        let asks = AskSettings::of(&run, agent_id, &agent_kind).await?;
-        let workspace = agent_workspace(&run, agent_id, &agent_kind).await?;
-        let mcp = super::mcp::resume_session(&run, agent_id, &mcp_tools, &workspace).await;
-        let mut tool_definitions = tool_definitions(&run, &tools);
-        tools.extend(mcp.names());
-        tool_definitions.extend(mcp.definitions());
+        let equipment =
+            Equipment::gather(&run, agent_id, &agent_kind, &definition, Some(&mcp_tools)).await?;
         let plan = PlanState {
             mode,
             pre_plan_mode,
@@ -74,11 +68,7 @@ impl AgentRuntime {
             kind: agent_kind,
             definition,
             system,
-            tools,
-            tool_definitions,
-            mcp,
-            asks,
-            workspace,
+            equipment,
             inherited_model,
             model_limits,
             plan,
@@ -142,7 +132,7 @@ impl AgentRuntime {
         if let Some(last) = self.transcript.last_response()
             && !self.transcript.turn_ended()
         {
-            pending.calls = tool_calls_of(last);
+            pending.calls = crate::model::tool_calls_in(&last.content);
             if pending.calls.is_empty() && pending.cut_answer {
                 // A cut answer not followed by a request to continue: the continuations were
                 // used up, and the agent ended with `output_limit`.
