@@ -29,7 +29,7 @@ use super::context::{ModeModel, RunContext};
 use super::dispatch::CallDispatcher;
 use super::error::{RuntimeError, RuntimeResult};
 use super::events::{Reporter, RunEvent};
-use super::interrupt::TurnInterrupt;
+use super::interrupt::{CommitLane, TurnInterrupt};
 use super::plan_state::PlanState;
 use super::prompt::{mode_reminder, system_prompt};
 use super::records::{AgentKind, Record};
@@ -172,6 +172,7 @@ impl AgentRuntime {
             asks: equipment.asks,
             workspace: equipment.workspace,
             report: report.clone(),
+            commits: CommitLane::default(),
         };
         AgentRuntime {
             run: parts.run,
@@ -293,6 +294,7 @@ impl AgentRuntime {
     /// answer already committed ends the turn as usual; otherwise the calls without a result
     /// are answered and the turn ends interrupted, in one commit.
     async fn end_interrupted_turn(&mut self) -> RuntimeResult<AgentOutcome> {
+        self.calls.commits.settled().await;
         self.reload().await?;
         if self.transcript.unfinished_answer.is_some() || self.transcript.turn_ended() {
             return self.drive().await;
@@ -800,16 +802,20 @@ impl AgentRuntime {
             .iter()
             .map(|record| record.to_new(&self.id))
             .collect::<RuntimeResult<Vec<NewRecord>>>()?;
+        let store = self.run.store.clone();
+        let turn = CommitTurn {
+            run_id: self.run.run_id.clone(),
+            agent: self.id.clone(),
+            records,
+            ..with_them
+        };
+        // Through the lane: a commit an interrupt cuts off still ends before the transcript
+        // is read back.
         let outcome = self
-            .run
-            .store
-            .commit_turn(CommitTurn {
-                run_id: self.run.run_id.clone(),
-                agent: self.id.clone(),
-                records,
-                ..with_them
-            })
-            .await?;
+            .calls
+            .commits
+            .run(async move { store.commit_turn(turn).await })
+            .await??;
         self.auto_gate_open = outcome.auto_gate.open;
         Ok(outcome)
     }

@@ -30,6 +30,7 @@ use super::edit_diff::EditCapture;
 use super::error::{RuntimeError, RuntimeResult};
 use super::events::Reporter;
 use super::gate::{CallContext, GateDecision, Verdict};
+use super::interrupt::CommitLane;
 use super::plan_state::PlanState;
 use super::records::AgentKind;
 use super::records::Record;
@@ -51,6 +52,8 @@ pub(super) struct CallDispatcher {
     /// isolation (a subagent works in its parent's).
     pub workspace: crate::tools::Workspace,
     pub report: Arc<Reporter>,
+    /// The agent's commits (a Bash call's `tool_started` goes through them too).
+    pub commits: CommitLane,
 }
 
 /// What the agent's state says about a call: its mode and plan, and the run's auto gate.
@@ -255,6 +258,7 @@ impl CallDispatcher {
                 .map_err(|error| RuntimeError::Workspace(error.to_string()))?;
         }
         let recorder = StartRecorder {
+            commits: self.commits.clone(),
             run: self.run.clone(),
             agent: self.id.clone(),
             tool_use_id: tool_use_id.to_owned(),
@@ -310,6 +314,7 @@ impl ToolRun {
 /// Commits the `tool_started` record of a `Bash` call with its process group, before the
 /// command runs.
 struct StartRecorder {
+    commits: CommitLane,
     run: Arc<RunContext>,
     agent: String,
     tool_use_id: String,
@@ -334,10 +339,11 @@ impl ProcessGroupRecorder for StartRecorder {
                 host: machine.host.clone(),
                 boot_id: machine.boot_id.clone(),
             };
-            self.run
-                .store
-                .record_tool_start(&self.run.run_id, vec![row], recorded)
+            let (store, run_id) = (self.run.store.clone(), self.run.run_id.clone());
+            self.commits
+                .run(async move { store.record_tool_start(&run_id, vec![row], recorded).await })
                 .await
+                .map_err(|e| e.to_string())?
                 .map(|_| ())
                 .map_err(|e| e.to_string())
         })

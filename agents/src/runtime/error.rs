@@ -71,6 +71,8 @@ pub enum RuntimeError {
          (finished, or interrupted with its TurnInterrupt)"
     )]
     TurnNotEnded { agent: String },
+    #[error(transparent)]
+    CommitCut(#[from] super::interrupt::CommitCut),
 }
 
 impl From<ModelError> for RuntimeError {

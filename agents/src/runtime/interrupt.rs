@@ -10,6 +10,7 @@
 //! alive), in one commit with the `turn_interrupted` record. The agent then takes its next
 //! prompt ([`super::AgentRuntime::prompt`]) in the same process.
 
+use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::tools::{ShutdownSignal, ShutdownTrigger};
@@ -46,6 +47,46 @@ impl TurnInterrupt {
     }
 }
 
+/// One agent's store commits, each run to its end even when the turn that asked for it is
+/// dropped: a store may carry out a commit whose caller is gone (SQLite's writer thread runs
+/// every job it was given), so after an interrupt the agent first waits for the commits in
+/// flight ([`CommitLane::settled`]) and only then reads its transcript back.
+#[derive(Debug, Clone, Default)]
+pub(super) struct CommitLane(Arc<tokio::sync::Mutex<()>>);
+
+/// A commit the runtime shut down under: it may or may not have landed.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("a store commit was cut off: the process is shutting down")]
+pub struct CommitCut;
+
+impl CommitLane {
+    /// Runs `commit` to its end whatever happens to the caller; one at a time.
+    pub(super) async fn run<T: Send + 'static>(
+        &self,
+        commit: impl Future<Output = T> + Send + 'static,
+    ) -> Result<T, CommitCut> {
+        // Taken before the commit starts: a caller dropped while waiting commits nothing.
+        let held = self.0.clone().lock_owned().await;
+        let task = tokio::spawn(async move {
+            let done = commit.await;
+            drop(held);
+            done
+        });
+        match task.await {
+            Ok(done) => Ok(done),
+            Err(error) => match error.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                Err(_) => Err(CommitCut),
+            },
+        }
+    }
+
+    /// Waits until no commit is in flight.
+    pub(super) async fn settled(&self) {
+        drop(self.0.lock().await);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -66,5 +107,37 @@ mod tests {
             !second.is_triggered(),
             "an earlier interrupt does not carry over"
         );
+    }
+
+    /// A commit whose caller is dropped still ends, and `settled` waits for it.
+    #[tokio::test]
+    async fn a_dropped_callers_commit_ends_before_settled() {
+        let lane = CommitLane::default();
+        let (started, running) = tokio::sync::oneshot::channel::<()>();
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let landed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = landed.clone();
+        let lane_for_caller = lane.clone();
+        let caller = tokio::spawn(async move {
+            lane_for_caller
+                .run(async move {
+                    let _ = started.send(());
+                    let _ = released.await;
+                    flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                })
+                .await
+        });
+        running.await.unwrap();
+        caller.abort();
+        let _ = caller.await;
+        let settled = lane.settled();
+        tokio::pin!(settled);
+        assert!(
+            futures_util::FutureExt::now_or_never(&mut settled).is_none(),
+            "the commit is still in flight"
+        );
+        release.send(()).unwrap();
+        settled.await;
+        assert!(landed.load(std::sync::atomic::Ordering::SeqCst));
     }
 }
