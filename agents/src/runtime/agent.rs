@@ -775,6 +775,19 @@ impl AgentRuntime {
         }
     }
 
+    /// The id of this agent's next request of `family`, numbered by the store's counter under
+    /// `key` (the same key gives the same number again, so a resume asks once).
+    pub(super) async fn new_request_id(
+        &self,
+        family: muster_protocol::RequestFamily,
+        key: &str,
+    ) -> RuntimeResult<String> {
+        let counter = family.counter_name(&self.id);
+        let run_id = &self.run.run_id;
+        let number = self.run.store.counter_for(run_id, &counter, key).await?;
+        Ok(muster_protocol::RequestId::new(family, &self.id, number).to_string())
+    }
+
     /// Commits records (and acks) in one transaction.
     pub(super) async fn commit(
         &mut self,

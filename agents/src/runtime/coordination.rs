@@ -1,8 +1,8 @@
 //! The tools the runtime carries out itself: plan mode, subagents, questions, and the team
 //! tools (which a single-agent run does not have).
 
+use muster_protocol::RequestFamily;
 use muster_protocol::{AgentState, ToolName};
-use muster_protocol::{RequestFamily, RequestId};
 use std::sync::Arc;
 
 use muster_config::{ModelChoice, PermissionMode};
@@ -170,15 +170,8 @@ impl AgentRuntime {
                     .to_owned(),
             ));
         };
-        let number = self
-            .run
-            .store
-            .counter_for(
-                &self.run.run_id,
-                &RequestFamily::Question.counter_name(&self.id),
-                &format!("{}:{}:{question}", self.id, call.id),
-            )
-            .await?;
+        let key = format!("{}:{}:{question}", self.id, call.id);
+        let request_id = self.new_request_id(RequestFamily::Question, &key).await?;
         let sent = self
             .run
             .store
@@ -187,13 +180,12 @@ impl AgentRuntime {
                 sender: self.id.clone(),
                 recipient: lead,
                 body: MessageBody::Question {
-                    request_id: RequestId::new(RequestFamily::Question, &self.id, number)
-                        .to_string(),
+                    request_id,
                     question: question.to_owned(),
                     options: options.to_vec(),
                     responder: self.run.team.responder_for(&self.id),
                 },
-                idempotency_key: Some(format!("{}:{}:{question}", self.id, call.id)),
+                idempotency_key: Some(key),
             })
             .await?;
         self.run.mail_sent(&sent);

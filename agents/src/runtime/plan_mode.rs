@@ -8,8 +8,8 @@ use muster_mailbox::message::DroppedGrant;
 use muster_mailbox::{
     Message as Mail, MessageBody, MessageFilter, NewMessage, NewResponse, RequestRecord,
 };
+use muster_protocol::RequestFamily;
 use muster_protocol::ToolName;
-use muster_protocol::{RequestFamily, RequestId};
 
 use crate::model::ToolCall;
 use crate::permission::PlanGrants;
@@ -178,16 +178,8 @@ impl AgentRuntime {
                 (member, responder)
             }
         };
-        let counter = self
-            .run
-            .store
-            .counter_for(
-                &self.run.run_id,
-                &RequestFamily::Plan.counter_name(&self.id),
-                &format!("{}:{}", self.id, call.id),
-            )
-            .await?;
-        let request_id = RequestId::new(RequestFamily::Plan, &self.id, counter).to_string();
+        let key = format!("{}:{}", self.id, call.id);
+        let request_id = self.new_request_id(RequestFamily::Plan, &key).await?;
         let stored = self.run.store.requests(&self.run.run_id).await?;
         let revision = muster_mailbox::revision::plan_revision(&stored, &self.id, &request_id);
         let sent = self
