@@ -79,6 +79,7 @@ mod plan_mode;
 mod plan_state;
 mod prompt;
 mod records;
+mod requests;
 mod resolve;
 mod resume;
 mod stops;

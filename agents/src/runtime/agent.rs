@@ -7,8 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use muster_config::settings::ModelInfo;
-use muster_config::{AgentDefinition, ModelChoice, PermissionMode};
+use muster_config::{AgentDefinition, PermissionMode};
 use muster_mailbox::{AutoGateUpdate, CommitTurn, Message as Mail, NewRecord};
 
 use crate::compaction::{
@@ -33,6 +32,7 @@ use super::interrupt::{CommitLane, TurnInterrupt};
 use super::plan_state::PlanState;
 use super::prompt::{mode_reminder, system_prompt};
 use super::records::{AgentKind, Record};
+use super::requests::{Requests, own_model};
 use super::stops::StopConditions;
 use super::transcript::Transcript;
 use muster_protocol::{AgentState, DeltaKind};
@@ -62,12 +62,8 @@ pub struct AgentRuntime {
     pub(super) id: String,
     pub(super) kind: AgentKind,
     pub(super) definition: AgentDefinition,
-    pub(super) system: String,
-    pub(super) tool_definitions: Vec<ToolDefinition>,
-    pub(super) inherited_model: Option<String>,
-    /// What the servers reported about this agent's models (its `started` record's
-    /// `model_limits`): see [`AgentRuntime::output_limit`] and [`AgentRuntime::model_info`].
-    pub(super) model_limits: BTreeMap<String, ServerLimits>,
+    /// What its model requests are built from.
+    pub(super) requests: Requests,
     pub(super) transcript: Transcript,
     pub(super) plan: PlanState,
     pub(super) stops: StopConditions,
@@ -130,10 +126,10 @@ impl AgentRuntime {
             mode: agent.plan.mode,
             pre_plan_mode: agent.plan.pre_plan_mode,
             plan_file: agent.plan.file.as_ref().map(|p| p.display().to_string()),
-            system: agent.system.clone(),
+            system: agent.requests.system.clone(),
             tools: agent.calls.tools.clone(),
             mcp_tools: agent.calls.mcp.records(),
-            model_limits: agent.model_limits.clone(),
+            model_limits: agent.requests.model_limits.clone(),
         };
         let message = agent.message_record(first.clone(), None);
         let mut records = vec![started, message];
@@ -162,6 +158,7 @@ impl AgentRuntime {
     pub(super) fn assemble(parts: Assembly) -> AgentRuntime {
         let report = Arc::new(Reporter::new(parts.run.events.clone(), &parts.id));
         let equipment = parts.equipment;
+        let own_model = own_model(&parts.definition.model, parts.inherited_model.as_deref());
         let calls = CallDispatcher {
             run: parts.run.clone(),
             id: parts.id.clone(),
@@ -179,10 +176,12 @@ impl AgentRuntime {
             id: parts.id,
             kind: parts.kind,
             definition: parts.definition,
-            system: parts.system,
-            tool_definitions: equipment.tool_definitions,
-            inherited_model: parts.inherited_model,
-            model_limits: parts.model_limits,
+            requests: Requests {
+                own_model,
+                model_limits: parts.model_limits,
+                system: parts.system,
+                tool_definitions: equipment.tool_definitions,
+            },
             transcript: Transcript::default(),
             plan: parts.plan,
             stops: StopConditions::default(),
@@ -419,55 +418,9 @@ impl AgentRuntime {
     /// The model in force: the mode's, or the one the agent's definition names (its own, or
     /// its parent's with `inherit`), with that model's output limit.
     pub(super) fn model_for_mode(&self) -> ModeModel {
-        let routed = self.run.models.for_mode(self.plan.mode).clone();
-        let own = match &self.definition.model {
-            ModelChoice::Inherit => self.inherited_model.clone(),
-            ModelChoice::Named(model) => Some(model.clone()),
-            ModelChoice::Settings => None,
-        };
-        match own {
-            Some(model) if model != routed.model => ModeModel {
-                max_tokens: self.output_limit(&model, self.run.output_limit(&model)),
-                model,
-                ..routed
-            },
-            _ => ModeModel {
-                max_tokens: self.output_limit(&routed.model, routed.max_tokens),
-                ..routed
-            },
-        }
-    }
-
-    /// `configured` (the catalogue's or the mode's output limit) clipped to what the server
-    /// reported for `model`: its output limit, and a quarter of its context window (so a
-    /// prompt keeps at least three quarters of a window the catalogue may not know).
-    fn output_limit(&self, model: &str, configured: u64) -> u64 {
-        let Some(reported) = self.model_limits.get(model) else {
-            return configured;
-        };
-        let by_window = reported.context_window.map(|window| (window / 4).max(1));
-        [Some(configured), reported.max_output, by_window]
-            .into_iter()
-            .flatten()
-            .min()
-            .unwrap_or(configured)
-    }
-
-    /// The catalogue's entry for `model` with the server's report applied (the smaller
-    /// context window; the clipped output limit): what the compaction trigger reads. A model
-    /// the catalogue lacks has an entry when its server reported a window.
-    pub(super) fn model_info(&self, model: &ModeModel) -> Option<ModelInfo> {
-        let catalogued = self.run.compaction.models.get(&model.model).cloned();
-        let Some(reported) = self.model_limits.get(&model.model) else {
-            return catalogued;
-        };
-        let mut info = catalogued.unwrap_or_default();
-        info.context_window = match (info.context_window, reported.context_window) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        info.max_output = Some(model.max_tokens);
-        Some(info)
+        let catalogue = &self.run.compaction.models;
+        self.requests
+            .model_for(&self.run.models, catalogue, self.plan.mode)
     }
 
     /// One model request: refused, sending nothing, once a budget has reached its limit; the
@@ -544,7 +497,7 @@ impl AgentRuntime {
         loop {
             self.run.budget.check_before_request(&self.id)?;
             let turn = self.transcript.turn + 1;
-            let request = self.request_for(model);
+            let request = self.requests.request(model, &self.transcript.messages);
             let context = RequestContext::new(&self.run.run_id, &self.id, turn);
             let sent = std::time::Instant::now();
             let error = match self.stream_response(model, &context, &request).await {
@@ -622,18 +575,6 @@ impl AgentRuntime {
         }
     }
 
-    /// The next model request of `model` on the current context.
-    fn request_for(&self, model: &ModeModel) -> ModelRequest {
-        ModelRequest {
-            model: model.model.clone(),
-            system: self.system.clone(),
-            messages: self.transcript.messages.clone(),
-            tools: self.tool_definitions.clone(),
-            max_tokens: model.max_tokens,
-            thinking: model.thinking,
-        }
-    }
-
     /// Before a model request: when the context nears the model's window (see
     /// [`crate::compaction`]), older turns are summarised by the model (a request of its own,
     /// with the next turn index, through the budget) and the context is rebuilt around the
@@ -645,7 +586,11 @@ impl AgentRuntime {
         };
         let model = self.model_for_mode();
         let policy = &self.run.compaction;
-        let Some(info) = self.model_info(&model) else {
+        let catalogue = &self.run.compaction.models;
+        let Some(info) = self
+            .requests
+            .model_info(catalogue, &model.model, model.max_tokens)
+        else {
             return Ok(());
         };
         let appended = self
@@ -673,9 +618,12 @@ impl AgentRuntime {
         let cut = plan_cut(&self.transcript.messages);
         let turn = self.transcript.turn + 1;
         let context = RequestContext::new(&self.run.run_id, &self.id, turn);
-        let Ok(summary_request) =
-            SummaryRequest::build(context, &self.request_for(&model), &cut, &config)
-        else {
+        let Ok(summary_request) = SummaryRequest::build(
+            context,
+            &self.requests.request(&model, &self.transcript.messages),
+            &cut,
+            &config,
+        ) else {
             // Nothing to summarise: the whole context must be kept verbatim.
             return Ok(false);
         };
@@ -896,11 +844,7 @@ async fn ask_model_limits(
     definition: &AgentDefinition,
     inherited: Option<&str>,
 ) -> BTreeMap<String, ServerLimits> {
-    let own = match &definition.model {
-        ModelChoice::Inherit => inherited.map(str::to_owned),
-        ModelChoice::Named(model) => Some(model.clone()),
-        ModelChoice::Settings => None,
-    };
+    let own = own_model(&definition.model, inherited);
     let mut limits: BTreeMap<String, ServerLimits> = BTreeMap::new();
     for routed in [&run.models.plan, &run.models.act] {
         for model in std::iter::once(&routed.model).chain(own.as_ref()) {

@@ -170,16 +170,6 @@ impl RunContext {
             team.mail_committed(message);
         }
     }
-
-    /// The output limit of `model`: the catalogue's `max_output`, else
-    /// [`DEFAULT_MAX_OUTPUT`].
-    pub fn output_limit(&self, model: &str) -> u64 {
-        self.compaction
-            .models
-            .get(model)
-            .and_then(|info| info.max_output)
-            .unwrap_or(DEFAULT_MAX_OUTPUT)
-    }
 }
 
 /// The output limit of a model the catalogue does not know.
