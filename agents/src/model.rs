@@ -47,6 +47,7 @@ mod retry;
 pub mod script;
 mod stream;
 mod types;
+mod wire;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -61,7 +62,6 @@ pub use anthropic::{
 };
 pub use cost::{UsageTotals, cost_usd};
 pub use error::{FailureKind, GaveUp, ModelError, RETRYABLE_STATUSES};
-pub(crate) use http::truncate;
 pub use http::{ClientConfig, HttpClient};
 pub use limits::ServerLimits;
 pub use openai::{OpenAiOptions, prompt_cache_key};
@@ -71,8 +71,9 @@ pub use stream::ResponseStream;
 pub use types::{
     ContentBlock, Message, ModelRequest, ModelResponse, RequestContext, RequestPurpose, Role,
     StopReason, StreamEvent, ThinkingForm, ThinkingSettings, ToolCall, ToolDefinition,
-    ToolResultContent, Usage,
+    ToolResultContent, Usage, tool_calls_in,
 };
+pub(crate) use wire::truncate;
 
 /// A model provider: a request in, a stream of events out.
 pub trait ModelProvider: Send + Sync + std::fmt::Debug {

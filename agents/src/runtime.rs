@@ -1,6 +1,22 @@
 //! One agent at work: its loop and context window, plan mode as a state machine, plan files,
 //! subagents.
 //!
+//! # Parts
+//! The agent's loop (`agent`, with the calls' side in `resolve` and the runtime's own tools in
+//! `plan_mode`, `coordination` and `team_tools`) owns state machines that know no store and
+//! are tested alone: the transcript (`transcript`: the context, the turn index, where the
+//! turn stands), the mode and plan (`plan_state`), the stop conditions (`stops`, over the
+//! rules of `limits`), the pending calls (`calls`: which call next, how one left without a
+//! result is answered), and the call dispatcher (`dispatch`: the gate's decision, an ask
+//! settled by `asks`, a tool-set call run). Each replays the records for a resume. No two
+//! files of this folder import each other (`tests/tests/suite/tidy.rs` keeps it so).
+//!
+//! # Turns
+//! [`AgentRuntime::run`] runs a turn to its end: the model's answer, a plan awaiting a
+//! decision, or an interrupt ([`TurnInterrupt`], `interrupt_turn`; see the `interrupt`
+//! module). [`AgentRuntime::prompt`] then starts the next user turn in the same process; mail
+//! delivered to an idle agent does too.
+//!
 //! An agent ([`AgentRuntime`]) sends its context to the model of its current mode
 //! ([`ModelRouter`]), decides every tool call through the [`ToolGate`] (the permission
 //! engine), runs it, appends the results and repeats until the model ends its turn. Every step
@@ -24,8 +40,10 @@
 //! | `compacted` | the context was summarised before a request | `turn`, `model`, `usage`, `cost_usd?`, `summary`, `messages` (the context from here on) |
 //! | `context_reset` | approval with `clear_context` | `reason` |
 //! | `finished` | the model ended its turn with no tool call | `result` |
+//! | `turn_interrupted` | the turn was interrupted ([`TurnInterrupt`]), in the commit that answers the newest response's calls still without a result (`interrupted by the user`, the process group killed; calls not started: `not run`) | `reason` |
 //!
-//! Rebuilding ([`AgentRuntime::resume`]) replays them: messages (cleared at `context_reset`),
+//! Rebuilding ([`AgentRuntime::resume`]) replays them: messages (cleared at `context_reset`;
+//! the turn's end at `finished` or `turn_interrupted`, which a new user message reopens),
 //! the mode and `pre_plan_mode`, the plan grants (`grants` until `grants_ended`), the turn index (the highest `turn`, never reset), and for the
 //! newest assistant message's tool calls: a `tool_call` record is the result; an `awaiting`
 //! call waits for its decision; a `tool_started` without `tool_call` gets "interrupted by a
@@ -45,6 +63,7 @@
 
 mod agent;
 mod asks;
+mod calls;
 mod context;
 mod coordination;
 mod dispatch;
@@ -52,16 +71,24 @@ mod edit_diff;
 mod error;
 mod events;
 mod gate;
+mod interrupt;
 mod limits;
 mod mcp;
 mod plan_files;
 mod plan_mode;
+mod plan_state;
 mod prompt;
 mod records;
+mod requests;
+mod resolve;
 mod resume;
+mod stops;
 pub mod team;
+mod team_tools;
+mod transcript;
 
-pub use agent::{AgentOutcome, AgentRuntime, AgentSpec};
+pub use agent::{AgentRuntime, AgentSpec};
+pub use calls::AgentOutcome;
 pub use context::{
     CompactionPolicy, DEFAULT_MAX_OUTPUT, DEFAULT_MAX_SUBAGENTS, DEFAULT_MAX_TURNS, ModeModel,
     ModelRouter, PlanApprover, RunContext, Terminal, TerminalPlanDecision,
@@ -70,6 +97,7 @@ pub use coordination::capped_mode;
 pub use error::{RuntimeError, RuntimeResult};
 pub use events::{EventSink, NoEvents, RunEvent, mail_delivered_event, mail_sent_event};
 pub use gate::{CallContext, EngineGate, GateDecision, ToolGate, Verdict};
+pub use interrupt::TurnInterrupt;
 pub use limits::{
     AgentLimits, AgentStop, CONTINUE_PROMPT, DEFAULT_CONTINUATIONS, DEFAULT_STUCK_AFTER,
 };

@@ -31,7 +31,7 @@ use std::pin::Pin;
 
 use serde::de::DeserializeOwned;
 
-pub use bash::{Bash, BashInput, BashOutcome};
+pub use bash::{Bash, BashInput};
 pub use context::{
     OutputLimits, ProcessGroupId, ProcessGroupRecorder, RecordFuture, ShutdownSignal,
     ShutdownTrigger, ToolContext,
@@ -49,7 +49,7 @@ pub use grep::{Grep, GrepInput, GrepOutputMode};
 pub use input::{InputError, input_schema};
 pub use ls::{Ls, LsInput};
 pub use notebook::{CellType, NotebookEdit, NotebookEditInput, NotebookEditMode};
-pub use output::{ToolDetails, ToolOutput};
+pub use output::{BashOutcome, ToolDetails, ToolOutput};
 pub use read::{Read, ReadInput};
 pub use registry::{TOOL_NAMES, ToolDefinition, ToolRegistry};
 pub use workspace::{PathAccess, PathError, PathUse, Workspace, WorkspaceError};

@@ -280,6 +280,10 @@ impl RunDriver for SingleDriver {
                     plan_file.display(),
                 ),
             },
+            // Nothing interrupts a single run's turn yet: it ends as an interrupted run.
+            AgentOutcome::TurnInterrupted => {
+                Ending::interrupted("the turn was interrupted", &run_id)
+            }
         })
     }
 

@@ -6,11 +6,11 @@ use muster_config::settings::ReasoningEffort;
 use serde_json::{Map, Value, json};
 
 use super::error::FailureKind;
-use super::http::{StreamParser, truncate};
 use super::types::{
     ContentBlock, ModelRequest, ModelResponse, Role, StopReason, StreamEvent, ThinkingForm,
     ToolCall, Usage,
 };
+use super::wire::{StreamParser, truncate};
 
 /// The `anthropic-version` header.
 pub const VERSION: &str = "2023-06-01";

@@ -22,6 +22,7 @@ use super::openai::{self, OpenAiOptions};
 use super::retry::{RetryPolicy, Sleeper, TokioSleeper, retry_after};
 use super::stream::ResponseStream;
 use super::types::{ModelRequest, ModelResponse, RequestContext, StreamEvent};
+use super::wire::{StreamParser, truncate};
 use super::{ANTHROPIC_BASE_URL, ModelProvider, OPENAI_BASE_URL, SetupError};
 
 /// Connection and retry settings of an HTTP client. `Debug` masks the key.
@@ -394,24 +395,6 @@ enum BodyError {
     Transport(String),
 }
 
-/// Parses one API's SSE events into a response.
-pub(crate) trait StreamParser: Send {
-    /// Handles one SSE event; `Ok(true)` once the terminal event has arrived.
-    fn event(
-        &mut self,
-        name: &str,
-        data: &str,
-        emit: &mut dyn FnMut(StreamEvent),
-    ) -> Result<bool, FailureKind>;
-
-    /// The response after the terminal event (`terminal`) or a clean end of the body.
-    fn finish(
-        self: Box<Self>,
-        terminal: bool,
-        emit: &mut dyn FnMut(StreamEvent),
-    ) -> Result<ModelResponse, FailureKind>;
-}
-
 async fn attempt_once(
     inner: &Inner,
     headers: HeaderMap,
@@ -607,17 +590,6 @@ async fn http_failure(response: reqwest::Response, deadline: Instant) -> Failure
         retry_after,
         should_retry,
     }
-}
-
-pub(crate) fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
 }
 
 /// An error and its sources, joined.

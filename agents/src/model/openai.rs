@@ -5,10 +5,10 @@ use muster_config::settings::ReasoningEffort;
 use serde_json::{Map, Value, json};
 
 use super::error::FailureKind;
-use super::http::{StreamParser, truncate};
 use super::types::{
     ContentBlock, ModelRequest, ModelResponse, Role, StopReason, StreamEvent, ToolCall, Usage,
 };
+use super::wire::{StreamParser, truncate};
 
 /// OpenAI-specific options.
 #[derive(Debug, Clone)]

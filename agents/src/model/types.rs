@@ -475,18 +475,23 @@ impl ModelResponse {
 
     /// The tool calls, in order.
     pub fn tool_calls(&self) -> Vec<ToolCall> {
-        self.content
-            .iter()
-            .filter_map(|b| match b {
-                ContentBlock::ToolUse { id, name, input } => Some(ToolCall {
-                    id: id.clone(),
-                    name: name.clone(),
-                    input: input.clone(),
-                }),
-                _ => None,
-            })
-            .collect()
+        tool_calls_in(&self.content)
     }
+}
+
+/// The tool calls among `content`, in order.
+pub fn tool_calls_in(content: &[ContentBlock]) -> Vec<ToolCall> {
+    content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::ToolUse { id, name, input } => Some(ToolCall {
+                id: id.clone(),
+                name: name.clone(),
+                input: input.clone(),
+            }),
+            _ => None,
+        })
+        .collect()
 }
 
 /// A complete tool call.

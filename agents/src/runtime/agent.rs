@@ -7,8 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use muster_config::settings::ModelInfo;
-use muster_config::{AgentDefinition, ModelChoice, PermissionMode};
+use muster_config::{AgentDefinition, PermissionMode};
 use muster_mailbox::{AutoGateUpdate, CommitTurn, Message as Mail, NewRecord};
 
 use crate::compaction::{
@@ -17,17 +16,25 @@ use crate::compaction::{
     render_coordination_state, summary_text,
 };
 use crate::model::{
-    ContentBlock, Message, ModelRequest, ModelResponse, RequestContext, Role, ServerLimits,
-    StreamEvent, ToolCall, ToolDefinition, ToolResultContent, Usage,
+    ContentBlock, Message, ModelRequest, ModelResponse, RequestContext, ServerLimits, StreamEvent,
+    ToolDefinition,
 };
-use crate::tools::{HandledBy, ToolOutput, Workspace};
+use crate::tools::Workspace;
 
+use super::asks::AskSettings;
+use super::calls::AgentOutcome;
+use super::calls::PendingCalls;
 use super::context::{ModeModel, RunContext};
+use super::dispatch::CallDispatcher;
 use super::error::{RuntimeError, RuntimeResult};
-use super::events::RunEvent;
-use super::gate::GateDecision;
+use super::events::{Reporter, RunEvent};
+use super::interrupt::{CommitLane, TurnInterrupt};
+use super::plan_state::PlanState;
 use super::prompt::{mode_reminder, system_prompt};
 use super::records::{AgentKind, Record};
+use super::requests::{Requests, own_model};
+use super::stops::StopConditions;
+use super::transcript::Transcript;
 use muster_protocol::{AgentState, DeltaKind};
 
 /// How a new agent starts.
@@ -48,134 +55,25 @@ pub struct AgentSpec {
     pub inherited_model: Option<String>,
 }
 
-/// How a run of the loop ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AgentOutcome {
-    /// The model ended its turn with no tool call; its last text is the result.
-    Finished { result: String },
-    /// A plan waits for a decision that no one in this process can make (exit code 5).
-    AwaitingDecision {
-        request_id: String,
-        plan_file: PathBuf,
-    },
-}
-
-/// The result of one tool call, with what must be committed beside it.
-pub(super) struct CallResult {
-    pub decision: String,
-    /// What the decision does to the run's auto gate.
-    pub auto_gate: Option<AutoGateUpdate>,
-    pub reason: String,
-    pub output: ToolOutput,
-    /// Records committed before the `tool_call` record (mode changes, snapshots).
-    pub records: Vec<Record>,
-    pub acks: Vec<String>,
-    /// Events reported after the commit.
-    pub events: Vec<RunEvent>,
-    /// What a file edit changed (for the `tool_call` event only; never committed).
-    pub diff: Option<String>,
-    /// Restart the context with this user message (approval with `clear_context`).
-    pub reset_context: Option<String>,
-}
-
-impl CallResult {
-    pub(super) fn new(decision: &GateDecision, output: ToolOutput) -> CallResult {
-        CallResult {
-            decision: decision.verdict.as_str().to_owned(),
-            auto_gate: decision.auto_gate,
-            reason: decision.reason.clone(),
-            output,
-            records: Vec::new(),
-            acks: Vec::new(),
-            events: Vec::new(),
-            diff: None,
-            reset_context: None,
-        }
-    }
-
-    pub(super) fn invalid(output: ToolOutput) -> CallResult {
-        CallResult {
-            decision: "invalid".into(),
-            auto_gate: None,
-            reason: output.content.clone(),
-            output,
-            records: Vec::new(),
-            acks: Vec::new(),
-            events: Vec::new(),
-            diff: None,
-            reset_context: None,
-        }
-    }
-}
-
-/// What one dispatched call came to.
-pub(super) enum Dispatched {
-    Done(Box<CallResult>),
-    /// The call waits for a decision no one here can make: stop the run.
-    Stop(AgentOutcome),
-}
-
-/// The tool calls of the newest assistant message and what is known of them.
-#[derive(Debug, Default, Clone)]
-pub(super) struct PendingCalls {
-    pub calls: Vec<ToolCall>,
-    pub done: BTreeMap<String, (String, bool)>,
-    pub started: BTreeMap<String, super::dispatch::StartedCall>,
-    /// `(tool_use_id, request_id, responder)` of an `ExitPlanMode` waiting for its answer.
-    pub awaiting: Option<(String, String, String)>,
-    /// The call the output limit cut (see [`super::limits::cut_call_id`]): answered with an
-    /// error, never run.
-    pub cut: Option<String>,
-    /// The newest assistant message stopped at the output limit (resume's view).
-    pub cut_answer: bool,
-}
-
-/// One agent at work.
+/// One agent at work: its loop over owned parts — the transcript, its mode and plan, its
+/// stop conditions, its pending calls and the dispatcher that decides and runs them.
 pub struct AgentRuntime {
     pub(super) run: Arc<RunContext>,
     pub(super) id: String,
     pub(super) kind: AgentKind,
     pub(super) definition: AgentDefinition,
-    pub(super) mode: PermissionMode,
-    pub(super) pre_plan_mode: Option<PermissionMode>,
-    pub(super) approval_ceiling: Option<PermissionMode>,
-    /// The rules of the agent's approved plan, until its verification report.
-    pub(super) plan_grants: Option<crate::permission::PlanGrants>,
-    pub(super) plan_file: Option<PathBuf>,
-    pub(super) system: String,
-    pub(super) tools: Vec<String>,
-    pub(super) tool_definitions: Vec<ToolDefinition>,
-    pub(super) messages: Vec<Message>,
-    pub(super) turn: u64,
-    pub(super) inherited_model: Option<String>,
+    /// What its model requests are built from.
+    pub(super) requests: Requests,
+    pub(super) transcript: Transcript,
+    pub(super) plan: PlanState,
+    pub(super) stops: StopConditions,
     pub(super) pending: Option<PendingCalls>,
-    pub(super) finished: Option<String>,
-    /// A final answer committed before a crash whose end of turn was not (resume sets it;
-    /// the loop commits the end of turn first thing).
-    pub(super) unfinished_answer: Option<String>,
-    /// The runtime's ending committed before a crash (resume sets it; the loop returns it).
-    pub(super) stopped: Option<super::limits::AgentStop>,
-    /// The cut answers since the last complete response (see [`super::limits::CutChain`]).
-    pub(super) cut_chain: super::limits::CutChain,
+    pub(super) calls: CallDispatcher,
     /// The run's auto gate as of this agent's last commit.
     pub(super) auto_gate_open: bool,
-    /// The newest plan snapshot is an approved one (resume keeps it authoritative).
-    pub(super) plan_approved: bool,
-    /// Where asks go.
-    pub(super) asks: super::asks::AskSettings,
-    /// The usage of the newest response still in the context, and the context's length right
-    /// after it (what came later is estimated): the compaction trigger's input.
-    pub(super) last_prompt: Option<(Usage, usize)>,
-    /// Where this agent's tools work: the run's workspace, or its worktree under worktree
-    /// isolation (a subagent works in its parent's).
-    pub(super) workspace: Workspace,
-    /// This agent's MCP servers and tools; dropping the agent stops the servers.
-    pub(super) mcp: Arc<crate::mcp::McpSession>,
-    /// What the servers reported about this agent's models (its `started` record's
-    /// `model_limits`): see [`AgentRuntime::output_limit`] and [`AgentRuntime::model_info`].
-    pub(super) model_limits: BTreeMap<String, ServerLimits>,
-    /// The state last reported in an `agent_state` event.
-    pub(super) state: super::events::StateReport,
+    pub(super) report: Arc<Reporter>,
+    /// What interrupts this agent's turn (see [`TurnInterrupt`]).
+    pub(super) interrupt: TurnInterrupt,
 }
 
 impl AgentRuntime {
@@ -191,73 +89,47 @@ impl AgentRuntime {
             .cloned()
             .ok_or_else(|| RuntimeError::UnknownDefinition(spec.definition.clone()))?;
         let plan_file = plan_file_for(&run, &spec.kind, &spec.agent_id, &definition);
-        let workspace = agent_workspace(&run, &spec.agent_id, &spec.kind).await?;
+        let equipment =
+            Equipment::gather(&run, &spec.agent_id, &spec.kind, &definition, None).await?;
         let mut system = system_prompt(
             &definition.system_prompt,
             &run.instructions,
-            workspace.root(),
+            equipment.workspace.root(),
         );
         if definition.read_only && matches!(spec.kind, AgentKind::Subagent { .. }) {
             system.push_str(super::prompt::RESEARCH_REPORT);
         }
-        let mut tools = offered_tools(&definition, &spec.kind);
-        let mcp = super::mcp::start_session(&run, &spec.agent_id, &definition, &workspace).await;
-        let mut tool_definitions = tool_definitions(&run, &tools);
-        tools.extend(mcp.names());
-        tool_definitions.extend(mcp.definitions());
-        let asks = super::asks::AskSettings::of(&run, &spec.agent_id, &spec.kind).await?;
         let model_limits =
             ask_model_limits(&run, &definition, spec.inherited_model.as_deref()).await;
-        let mut agent = AgentRuntime {
-            tool_definitions,
-            mcp: Arc::new(mcp),
+        let plan = PlanState::new(
+            spec.mode,
+            spec.pre_plan_mode,
+            spec.approval_ceiling,
+            definition.permission_mode,
+            plan_file,
+        );
+        let mut agent = AgentRuntime::assemble(Assembly {
             run,
             id: spec.agent_id,
             kind: spec.kind,
             definition,
-            mode: spec.mode,
-            pre_plan_mode: spec.pre_plan_mode,
-            approval_ceiling: spec.approval_ceiling,
-            plan_grants: None,
-            plan_file,
             system,
-            tools,
-            messages: Vec::new(),
-            turn: 0,
+            equipment,
             inherited_model: spec.inherited_model,
-            pending: None,
-            finished: None,
-            unfinished_answer: None,
-            stopped: None,
-            cut_chain: Default::default(),
-            auto_gate_open: true,
-            plan_approved: false,
-            asks,
-            last_prompt: None,
-            workspace,
             model_limits,
-            state: Default::default(),
-        };
-        if agent.mode == PermissionMode::Plan && agent.pre_plan_mode.is_none() {
-            agent.pre_plan_mode = Some(
-                agent
-                    .definition
-                    .permission_mode
-                    .filter(|m| *m != PermissionMode::Plan)
-                    .unwrap_or_default(),
-            );
-        }
+            plan,
+        });
         let first = agent.user_message(vec![ContentBlock::text(prompt)]);
         let started = Record::Started {
             definition: agent.definition.name.clone(),
             agent_kind: agent.kind.clone(),
-            mode: agent.mode,
-            pre_plan_mode: agent.pre_plan_mode,
-            plan_file: agent.plan_file.as_ref().map(|p| p.display().to_string()),
-            system: agent.system.clone(),
-            tools: agent.tools.clone(),
-            mcp_tools: agent.mcp.records(),
-            model_limits: agent.model_limits.clone(),
+            mode: agent.plan.mode,
+            pre_plan_mode: agent.plan.pre_plan_mode,
+            plan_file: agent.plan.file.as_ref().map(|p| p.display().to_string()),
+            system: agent.requests.system.clone(),
+            tools: agent.calls.tools.clone(),
+            mcp_tools: agent.calls.mcp.records(),
+            model_limits: agent.requests.model_limits.clone(),
         };
         let message = agent.message_record(first.clone(), None);
         let mut records = vec![started, message];
@@ -271,14 +143,54 @@ impl AgentRuntime {
         };
         agent.commit(records, Vec::new(), None).await?;
         drop(hold);
-        agent.messages.push(first);
+        agent.transcript.messages.push(first);
         agent.run.events.emit(RunEvent::AgentStarted {
             agent: agent.id.clone(),
             definition: agent.definition.name.clone(),
-            mode: agent.mode.to_string(),
-            plan_file: agent.plan_file.as_ref().map(|p| p.display().to_string()),
+            mode: agent.plan.mode.to_string(),
+            plan_file: agent.plan.file.as_ref().map(|p| p.display().to_string()),
         });
         Ok(agent)
+    }
+
+    /// An agent from its parts, with an empty transcript (a new agent's first commit, or a
+    /// resume's replay, fills it).
+    pub(super) fn assemble(parts: Assembly) -> AgentRuntime {
+        let report = Arc::new(Reporter::new(parts.run.events.clone(), &parts.id));
+        let equipment = parts.equipment;
+        let own_model = own_model(&parts.definition.model, parts.inherited_model.as_deref());
+        let calls = CallDispatcher {
+            run: parts.run.clone(),
+            id: parts.id.clone(),
+            kind: parts.kind.clone(),
+            definition: parts.definition.clone(),
+            tools: equipment.tools,
+            mcp: Arc::new(equipment.mcp),
+            asks: equipment.asks,
+            workspace: equipment.workspace,
+            report: report.clone(),
+            commits: CommitLane::default(),
+        };
+        AgentRuntime {
+            run: parts.run,
+            id: parts.id,
+            kind: parts.kind,
+            definition: parts.definition,
+            requests: Requests {
+                own_model,
+                model_limits: parts.model_limits,
+                system: parts.system,
+                tool_definitions: equipment.tool_definitions,
+            },
+            transcript: Transcript::default(),
+            plan: parts.plan,
+            stops: StopConditions::default(),
+            pending: None,
+            calls,
+            auto_gate_open: true,
+            report,
+            interrupt: TurnInterrupt::default(),
+        }
     }
 
     pub fn id(&self) -> &str {
@@ -286,25 +198,25 @@ impl AgentRuntime {
     }
 
     pub fn mode(&self) -> PermissionMode {
-        self.mode
+        self.plan.mode
     }
 
     pub fn pre_plan_mode(&self) -> Option<PermissionMode> {
-        self.pre_plan_mode
+        self.plan.pre_plan_mode
     }
 
     pub fn plan_file(&self) -> Option<&std::path::Path> {
-        self.plan_file.as_deref()
+        self.plan.file.as_deref()
     }
 
     /// The model requests made so far (the durable turn index).
     pub fn turn(&self) -> u64 {
-        self.turn
+        self.transcript.turn
     }
 
     /// The context as the model sees it next.
     pub fn messages(&self) -> &[Message] {
-        &self.messages
+        &self.transcript.messages
     }
 
     /// The model in force for the current mode.
@@ -312,20 +224,39 @@ impl AgentRuntime {
         self.model_for_mode().model
     }
 
-    /// Runs until the model ends its turn, or until a plan waits for a decision that no one in
-    /// this process can make.
+    /// Runs until the model ends its turn, until a plan waits for a decision that no one in
+    /// this process can make, or until the turn is interrupted ([`AgentRuntime::interrupter`]).
     pub async fn run(&mut self) -> RuntimeResult<AgentOutcome> {
-        if let Some(result) = self.unfinished_answer.take() {
+        let interrupted = self.interrupt.arm();
+        // The turn's future is dropped when the interrupt wins, as Ctrl-C drops a run's: the
+        // model request in flight is abandoned and a running Bash call's process group killed.
+        let driven = tokio::select! {
+            outcome = self.drive() => Some(outcome),
+            () = interrupted.triggered() => None,
+        };
+        self.interrupt.disarm();
+        match driven {
+            Some(outcome) => outcome,
+            None => self.end_interrupted_turn().await,
+        }
+    }
+
+    /// The loop of one turn.
+    async fn drive(&mut self) -> RuntimeResult<AgentOutcome> {
+        if let Some(result) = self.transcript.unfinished_answer.take() {
             self.finish_turn(result.clone()).await?;
-            self.finished = Some(result);
+            self.transcript.end(Some(result));
         }
         loop {
-            if let Some(result) = &self.finished {
+            if let Some(result) = &self.transcript.finished {
                 return Ok(AgentOutcome::Finished {
                     result: result.clone(),
                 });
             }
-            if let Some(stop) = self.stopped.take() {
+            if self.transcript.interrupted {
+                return Ok(AgentOutcome::TurnInterrupted);
+            }
+            if let Some(stop) = self.stops.stopped.take() {
                 return Err(stop.into());
             }
             if let Some(pending) = self.pending.take()
@@ -334,7 +265,9 @@ impl AgentRuntime {
                 return Ok(stop);
             }
             // Before new mail joins the context: the newest exchange decides.
-            if let Some(stop) = super::limits::stuck(&self.messages, self.run.limits.stuck_after) {
+            if let Some(stop) =
+                super::limits::stuck(&self.transcript.messages, self.run.limits.stuck_after)
+            {
                 return Err(stop.into());
             }
             self.take_team_mail().await?;
@@ -345,18 +278,59 @@ impl AgentRuntime {
                     // Cut: `call_model` committed the request to continue it.
                     continue;
                 }
-                let result = self.cut_chain.answer(&response.content);
+                let result = self.stops.final_answer(&response.content);
                 self.finish_turn(result.clone()).await?;
-                self.cut_chain = Default::default();
-                self.finished = Some(result);
+                self.transcript.end(Some(result));
                 continue;
             }
-            self.pending = Some(PendingCalls {
-                cut: super::limits::cut_call_id(&response.content, &response.stop_reason),
-                calls,
-                ..PendingCalls::default()
+            let cut = super::limits::cut_call_id(&response.content, &response.stop_reason);
+            self.pending = Some(PendingCalls::of(calls, cut));
+        }
+    }
+
+    /// After an interrupt dropped the turn mid-way, the store is the truth: the transcript is
+    /// read back ([`AgentRuntime::reload`]), and what the turn had reached decides the end. An
+    /// answer already committed ends the turn as usual; otherwise the calls without a result
+    /// are answered and the turn ends interrupted, in one commit.
+    async fn end_interrupted_turn(&mut self) -> RuntimeResult<AgentOutcome> {
+        self.calls.commits.settled().await;
+        self.reload().await?;
+        if self.transcript.unfinished_answer.is_some() || self.transcript.turn_ended() {
+            return self.drive().await;
+        }
+        if let Some(stop) = self.stops.stopped.take() {
+            return Err(stop.into());
+        }
+        self.commit_interrupted_turn().await?;
+        self.report.state(AgentState::Idle);
+        Ok(AgentOutcome::TurnInterrupted)
+    }
+
+    /// What interrupts this agent's turns from elsewhere (an editor's cancel, the SDK's
+    /// `interrupt()`); the run's shutdown (Ctrl-C) is a different thing, which ends the run.
+    pub fn interrupter(&self) -> TurnInterrupt {
+        self.interrupt.clone()
+    }
+
+    /// A new user turn after the last one ended (finished or interrupted): `prompt` is
+    /// committed as the next user message, and [`AgentRuntime::run`] goes on from it. After an
+    /// interrupted turn the message first tells the model so.
+    pub async fn prompt(&mut self, prompt: &str) -> RuntimeResult<()> {
+        if !self.transcript.turn_ended() {
+            return Err(RuntimeError::TurnNotEnded {
+                agent: self.id.clone(),
             });
         }
+        let mut blocks = Vec::new();
+        if self.transcript.interrupted {
+            blocks.push(ContentBlock::text(super::transcript::TURN_INTERRUPTED_NOTE));
+        }
+        blocks.push(ContentBlock::text(prompt));
+        let message = self.user_message(blocks);
+        let record = self.message_record(message.clone(), None);
+        self.commit(vec![record], Vec::new(), None).await?;
+        self.transcript.push(message, None);
+        Ok(())
     }
 
     /// Commits the `finished` record; a teammate's end-of-turn transition (its tasks, its
@@ -369,7 +343,7 @@ impl AgentRuntime {
         };
         let end = match &team {
             Some(team) => team
-                .end_of_turn(&self.id, &result, self.turn)
+                .end_of_turn(&self.id, &result, self.transcript.turn)
                 .await
                 .map_err(RuntimeError::Team)?,
             None => super::team::TurnEnd::default(),
@@ -386,26 +360,14 @@ impl AgentRuntime {
                 .map(super::team::TeamCheckpoint::record),
         );
         // Plan grants end with the plan's verification report, in the same commit.
-        let grants_end = self.plan_grants.as_ref().and_then(|grants| {
-            end.sends
-                .iter()
-                .any(|sent| {
-                    matches!(&sent.body, muster_mailbox::MessageBody::VerificationReport {
-                        request_id: Some(id), ..
-                    } if *id == grants.request_id)
-                })
-                .then(|| Record::GrantsEnded {
-                    request_id: grants.request_id.clone(),
-                    reason: "the plan's verification report was sent".into(),
-                })
-        });
+        let grants_end = self.plan.grants_ended_by(&end.sends);
         let grants_ended = grants_end.is_some();
         records.extend(grants_end);
         records.push(Record::Finished { result });
         let outcome = self.commit_with(records, with_it).await?;
-        self.report_state(AgentState::Idle);
+        self.report.state(AgentState::Idle);
         if grants_ended {
-            self.plan_grants = None;
+            self.plan.grants = None;
         }
         if let Some(team) = team {
             muster_mailbox::failpoint!("turn_end");
@@ -438,8 +400,7 @@ impl AgentRuntime {
         let record = self.message_record(message.clone(), None);
         let acks = mail.iter().map(|m| m.key.clone()).collect();
         self.commit(vec![record], acks, None).await?;
-        self.messages.push(message);
-        self.finished = None;
+        self.transcript.push(message, None);
         Ok(())
     }
 
@@ -457,83 +418,37 @@ impl AgentRuntime {
     /// The model in force: the mode's, or the one the agent's definition names (its own, or
     /// its parent's with `inherit`), with that model's output limit.
     pub(super) fn model_for_mode(&self) -> ModeModel {
-        let routed = self.run.models.for_mode(self.mode).clone();
-        let own = match &self.definition.model {
-            ModelChoice::Inherit => self.inherited_model.clone(),
-            ModelChoice::Named(model) => Some(model.clone()),
-            ModelChoice::Settings => None,
-        };
-        match own {
-            Some(model) if model != routed.model => ModeModel {
-                max_tokens: self.output_limit(&model, self.run.output_limit(&model)),
-                model,
-                ..routed
-            },
-            _ => ModeModel {
-                max_tokens: self.output_limit(&routed.model, routed.max_tokens),
-                ..routed
-            },
-        }
-    }
-
-    /// `configured` (the catalogue's or the mode's output limit) clipped to what the server
-    /// reported for `model`: its output limit, and a quarter of its context window (so a
-    /// prompt keeps at least three quarters of a window the catalogue may not know).
-    fn output_limit(&self, model: &str, configured: u64) -> u64 {
-        let Some(reported) = self.model_limits.get(model) else {
-            return configured;
-        };
-        let by_window = reported.context_window.map(|window| (window / 4).max(1));
-        [Some(configured), reported.max_output, by_window]
-            .into_iter()
-            .flatten()
-            .min()
-            .unwrap_or(configured)
-    }
-
-    /// The catalogue's entry for `model` with the server's report applied (the smaller
-    /// context window; the clipped output limit): what the compaction trigger reads. A model
-    /// the catalogue lacks has an entry when its server reported a window.
-    pub(super) fn model_info(&self, model: &ModeModel) -> Option<ModelInfo> {
-        let catalogued = self.run.compaction.models.get(&model.model).cloned();
-        let Some(reported) = self.model_limits.get(&model.model) else {
-            return catalogued;
-        };
-        let mut info = catalogued.unwrap_or_default();
-        info.context_window = match (info.context_window, reported.context_window) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        info.max_output = Some(model.max_tokens);
-        Some(info)
+        let catalogue = &self.run.compaction.models;
+        self.requests
+            .model_for(&self.run.models, catalogue, self.plan.mode)
     }
 
     /// One model request: refused, sending nothing, once a budget has reached its limit; the
     /// response is committed (with its usage and cost, for the ledger on resume) and reported
     /// before a budget it crosses stops the agent.
     async fn call_model(&mut self) -> RuntimeResult<ModelResponse> {
-        self.report_state(AgentState::Thinking);
+        self.report.state(AgentState::Thinking);
         self.compact_if_needed().await?;
         let model = self.model_for_mode();
         let (turn, request, response, latency) = self.send_fitting(&model).await?;
-        self.turn = turn;
+        self.transcript.turn = turn;
         let message = Message::assistant(response.content.clone());
         let record = Record::Message {
             message: message.clone(),
             turn: Some(turn),
             model: Some(response.model.clone()),
-            mode: self.mode,
+            mode: self.plan.mode,
             stop_reason: Some(response.stop_reason.clone()),
             usage: Some(response.usage),
             cost_usd: response.cost_usd,
         };
-        self.messages.push(message);
         // A final answer cut by the output limit: continued (the request to go on commits
         // with it), or, once the continuations are used up, the end of the agent.
-        let mut chain = self.cut_chain.clone();
-        let cut_answer = chain.push(&response.content, &response.stop_reason);
-        let continuations = chain.cuts.saturating_sub(1);
-        let continuation = (cut_answer && continuations < self.run.limits.continuations)
+        let cut =
+            self.stops
+                .after_response(&response.content, &response.stop_reason, &self.run.limits);
+        let continuation = cut
+            .continues()
             .then(|| self.user_message(vec![ContentBlock::text(super::limits::CONTINUE_PROMPT)]));
         let mut records = vec![record];
         records.extend(
@@ -541,18 +456,18 @@ impl AgentRuntime {
                 .iter()
                 .map(|message| self.message_record(message.clone(), None)),
         );
-        if let Err(error) = self.commit(records, Vec::new(), None).await {
-            self.messages.pop();
-            return Err(error);
+        self.commit(records, Vec::new(), None).await?;
+        self.transcript.push(message, Some(response.usage));
+        if let Some(continuation) = continuation {
+            self.transcript.push(continuation, None);
         }
-        self.last_prompt = Some((response.usage, self.messages.len()));
-        self.messages.extend(continuation);
-        self.cut_chain = chain;
+        let (exhausted, continuations) = (cut.exhausted(), cut.continuations);
+        self.stops.accept(cut);
         self.run.events.emit(RunEvent::ModelTurn {
             agent: self.id.clone(),
             turn,
             model: model.model,
-            mode: self.mode.to_string(),
+            mode: self.plan.mode.to_string(),
             stop_reason: response.stop_reason.as_str().to_owned(),
             text: response.text(),
             latency_ms: latency.as_secs_f64() * 1000.0,
@@ -560,7 +475,7 @@ impl AgentRuntime {
             cost_usd: response.cost_usd,
         });
         self.run.budget.record(&self.id, &response)?;
-        if cut_answer && continuations >= self.run.limits.continuations {
+        if exhausted {
             return Err(super::limits::AgentStop::OutputLimit {
                 max_tokens: request.max_tokens,
                 continuations,
@@ -581,8 +496,8 @@ impl AgentRuntime {
         let mut compacted = false;
         loop {
             self.run.budget.check_before_request(&self.id)?;
-            let turn = self.turn + 1;
-            let request = self.request_for(model);
+            let turn = self.transcript.turn + 1;
+            let request = self.requests.request(model, &self.transcript.messages);
             let context = RequestContext::new(&self.run.run_id, &self.id, turn);
             let sent = std::time::Instant::now();
             let error = match self.stream_response(model, &context, &request).await {
@@ -660,33 +575,29 @@ impl AgentRuntime {
         }
     }
 
-    /// The next model request of `model` on the current context.
-    fn request_for(&self, model: &ModeModel) -> ModelRequest {
-        ModelRequest {
-            model: model.model.clone(),
-            system: self.system.clone(),
-            messages: self.messages.clone(),
-            tools: self.tool_definitions.clone(),
-            max_tokens: model.max_tokens,
-            thinking: model.thinking,
-        }
-    }
-
     /// Before a model request: when the context nears the model's window (see
     /// [`crate::compaction`]), older turns are summarised by the model (a request of its own,
     /// with the next turn index, through the budget) and the context is rebuilt around the
     /// summary, the plan re-read from disk and the mailbox and task state read from the store.
     /// The `compacted` record holds the new context, so a resume continues from it.
     async fn compact_if_needed(&mut self) -> RuntimeResult<()> {
-        let Some((usage, length)) = self.last_prompt else {
+        let Some((usage, length)) = self.transcript.last_prompt else {
             return Ok(());
         };
         let model = self.model_for_mode();
         let policy = &self.run.compaction;
-        let Some(info) = self.model_info(&model) else {
+        let catalogue = &self.run.compaction.models;
+        let Some(info) = self
+            .requests
+            .model_info(catalogue, &model.model, model.max_tokens)
+        else {
             return Ok(());
         };
-        let appended = self.messages.get(length.saturating_sub(1)..).unwrap_or(&[]);
+        let appended = self
+            .transcript
+            .messages
+            .get(length.saturating_sub(1)..)
+            .unwrap_or(&[]);
         if !needs_compaction(
             &usage,
             estimate_messages_tokens(appended),
@@ -704,12 +615,15 @@ impl AgentRuntime {
     async fn compact(&mut self, model: &ModeModel) -> RuntimeResult<bool> {
         let model = model.clone();
         let config = self.run.compaction.config;
-        let cut = plan_cut(&self.messages);
-        let turn = self.turn + 1;
+        let cut = plan_cut(&self.transcript.messages);
+        let turn = self.transcript.turn + 1;
         let context = RequestContext::new(&self.run.run_id, &self.id, turn);
-        let Ok(summary_request) =
-            SummaryRequest::build(context, &self.request_for(&model), &cut, &config)
-        else {
+        let Ok(summary_request) = SummaryRequest::build(
+            context,
+            &self.requests.request(&model, &self.transcript.messages),
+            &cut,
+            &config,
+        ) else {
             // Nothing to summarise: the whole context must be kept verbatim.
             return Ok(false);
         };
@@ -719,12 +633,12 @@ impl AgentRuntime {
             .stream(&summary_request.context, &summary_request.request)
             .response()
             .await?;
-        self.turn = turn;
+        self.transcript.turn = turn;
         let summary = summary_text(&response).map_err(|error| RuntimeError::ModelStopped {
             reason: response.stop_reason.as_str().to_owned(),
             detail: error.to_string(),
         })?;
-        let plan = match &self.plan_file {
+        let plan = match &self.plan.file {
             Some(path) => Some(super::plan_files::read_plan(path)?)
                 .filter(|content| !content.trim().is_empty())
                 .map(|content| PlanReference {
@@ -739,7 +653,7 @@ impl AgentRuntime {
             read_coordination_state(self.run.store.as_ref(), &self.run.run_id, &self.id, team)
                 .await?;
         let messages = rebuild(CompactionInputs {
-            messages: &self.messages,
+            messages: &self.transcript.messages,
             cut,
             summary: &summary,
             plan,
@@ -755,234 +669,9 @@ impl AgentRuntime {
             messages: messages.clone(),
         };
         self.commit(vec![record], Vec::new(), None).await?;
-        self.messages = messages;
-        self.last_prompt = None;
+        self.transcript.restart(messages);
         self.run.budget.record(&self.id, &response)?;
         Ok(true)
-    }
-
-    /// Gives every pending call its result (running what has not run), then appends the
-    /// results as one user message.
-    async fn resolve_calls(
-        &mut self,
-        mut pending: PendingCalls,
-    ) -> RuntimeResult<Option<AgentOutcome>> {
-        let calls = pending.calls.clone();
-        let mut index = 0;
-        while index < calls.len() {
-            let group = self.read_only_group(&calls[index..], &pending);
-            if group > 1 {
-                let batch = &calls[index..index + group];
-                let results = futures_util::future::join_all(
-                    batch.iter().map(|call| self.dispatch_read_only(call)),
-                )
-                .await;
-                let mut outcomes = Vec::with_capacity(group);
-                for (call, result) in batch.iter().zip(results) {
-                    let mut result = result?;
-                    self.note_repeated_failure(call, &mut result);
-                    pending.done.insert(
-                        call.id.clone(),
-                        (result.output.content.clone(), result.output.is_error),
-                    );
-                    outcomes.push((call, result));
-                }
-                index += group;
-                // Read-only calls re-run on resume, so one commit may hold the whole group.
-                let results = (index == calls.len()).then(|| self.results_message(&pending));
-                let finished = results.is_some();
-                self.commit_calls(outcomes, results).await?;
-                if finished {
-                    return Ok(None);
-                }
-                continue;
-            }
-            let call = &calls[index];
-            index += 1;
-            if pending.done.contains_key(&call.id) {
-                continue;
-            }
-            let dispatched = if pending
-                .awaiting
-                .as_ref()
-                .is_some_and(|(tool_use_id, _, _)| *tool_use_id == call.id)
-            {
-                let (_, request_id, responder) = pending.awaiting.clone().unwrap_or_default();
-                self.await_plan_decision(call, &request_id, &responder)
-                    .await?
-            } else if let Some(group) = pending.started.get(&call.id) {
-                Dispatched::Done(Box::new(super::dispatch::interrupted(group)))
-            } else if pending.cut.as_deref() == Some(call.id.as_str()) {
-                Dispatched::Done(Box::new(CallResult::invalid(ToolOutput::error(
-                    super::limits::cut_call_result(&call.name),
-                ))))
-            } else {
-                self.dispatch(call).await?
-            };
-            let mut result = match dispatched {
-                Dispatched::Done(result) => result,
-                Dispatched::Stop(outcome) => {
-                    self.pending = Some(pending);
-                    return Ok(Some(outcome));
-                }
-            };
-            self.note_repeated_failure(call, &mut result);
-            let reset = result.reset_context.clone();
-            pending.done.insert(
-                call.id.clone(),
-                (result.output.content.clone(), result.output.is_error),
-            );
-            // The turn's last call commits the results message with its own record.
-            let results =
-                (index == calls.len() && reset.is_none()).then(|| self.results_message(&pending));
-            let finished = results.is_some();
-            self.commit_calls(vec![(call, *result)], results).await?;
-            if let Some(first) = reset {
-                self.reset_context(first).await?;
-                return Ok(None);
-            }
-            if finished {
-                return Ok(None);
-            }
-        }
-        // Every call was done before (a resume): only the results message is missing.
-        let message = self.results_message(&pending);
-        let record = self.message_record(message.clone(), None);
-        self.commit(vec![record], Vec::new(), None).await?;
-        self.messages.push(message);
-        Ok(None)
-    }
-
-    /// A failed result the same as the call's last ones gets the note to change course (see
-    /// [`super::limits`]); it is part of what is committed.
-    fn note_repeated_failure(&self, call: &ToolCall, result: &mut CallResult) {
-        if !result.output.is_error {
-            return;
-        }
-        // The context ends with the assistant message holding `call`.
-        let before = &self.messages[..self.messages.len().saturating_sub(1)];
-        result.output.content = super::limits::with_stuck_note(
-            before,
-            &call.name,
-            &call.input,
-            std::mem::take(&mut result.output.content),
-            self.run.limits.stuck_after,
-        );
-    }
-
-    /// The user message carrying every call's result, in the order of the calls.
-    fn results_message(&self, pending: &PendingCalls) -> Message {
-        let blocks = pending
-            .calls
-            .iter()
-            .map(|call| {
-                let (content, is_error) = pending.done.get(&call.id).cloned().unwrap_or_default();
-                ContentBlock::ToolResult {
-                    tool_use_id: call.id.clone(),
-                    content: ToolResultContent::Text(content),
-                    is_error,
-                }
-            })
-            .collect();
-        self.user_message(blocks)
-    }
-
-    /// How many calls from the start of `calls` are read-only tool-set calls still to run.
-    fn read_only_group(&self, calls: &[ToolCall], pending: &PendingCalls) -> usize {
-        calls
-            .iter()
-            .take_while(|call| {
-                !pending.done.contains_key(&call.id)
-                    && !pending.started.contains_key(&call.id)
-                    && pending.cut.as_deref() != Some(call.id.as_str())
-                    && self.is_read_only_call(call)
-            })
-            .count()
-    }
-
-    /// Commits calls' records (each call's own, then its `tool_call`) and, when the turn's
-    /// calls are all done, the results message, in one transaction; then reports them. Calls
-    /// that each move the auto gate are committed one by one, as the gate counts in order.
-    async fn commit_calls(
-        &mut self,
-        outcomes: Vec<(&ToolCall, CallResult)>,
-        results: Option<Message>,
-    ) -> RuntimeResult<()> {
-        let gate_moves = outcomes
-            .iter()
-            .filter(|(_, result)| result.auto_gate.is_some())
-            .count();
-        if gate_moves > 1 {
-            let last = outcomes.len() - 1;
-            let mut results = results;
-            for (n, outcome) in outcomes.into_iter().enumerate() {
-                let results = if n == last { results.take() } else { None };
-                Box::pin(self.commit_calls(vec![outcome], results)).await?;
-            }
-            return Ok(());
-        }
-        let mut records = Vec::new();
-        let mut acks = Vec::new();
-        let mut auto_gate = None;
-        let mut events = Vec::new();
-        let may_have_changed_files = outcomes.iter().any(|(call, _)| self.may_change_files(call));
-        for (call, result) in outcomes {
-            records.extend(result.records);
-            records.push(Record::ToolCall {
-                tool_use_id: call.id.clone(),
-                tool: call.name.clone(),
-                decision: result.decision.clone(),
-                reason: result.reason.clone(),
-                content: result.output.content.clone(),
-                is_error: result.output.is_error,
-            });
-            acks.extend(result.acks);
-            auto_gate = auto_gate.or(result.auto_gate);
-            events.extend(result.events);
-            events.push(RunEvent::ToolCall {
-                agent: self.id.clone(),
-                tool_use_id: call.id.clone(),
-                tool: call.name.clone(),
-                decision: result.decision,
-                reason: result.reason,
-                is_error: result.output.is_error,
-                input: call.input.clone(),
-                content: result.output.content,
-                diff: result.diff,
-            });
-        }
-        if let Some(message) = &results {
-            records.push(self.message_record(message.clone(), None));
-        }
-        // The worktree's state after these calls commits with their results, so a resume
-        // restores what the transcript says they did.
-        let hold = match may_have_changed_files {
-            true => self.team_checkpoint().await?.map(|checkpoint| {
-                records.push(checkpoint.record());
-                checkpoint.hold
-            }),
-            false => None,
-        };
-        self.commit(records, acks, auto_gate).await?;
-        drop(hold);
-        if let Some(message) = results {
-            self.messages.push(message);
-        }
-        for event in events {
-            self.run.events.emit(event);
-        }
-        Ok(())
-    }
-
-    /// Whether a call may have changed files in the worktree: a tool-set tool that is not
-    /// read-only, or a subagent (which works in this agent's worktree).
-    fn may_change_files(&self, call: &ToolCall) -> bool {
-        call.name == ToolName::Agent
-            || self
-                .run
-                .tools
-                .get(&call.name)
-                .is_some_and(|tool| tool.handled_by() == HandledBy::ToolSet && !tool.is_read_only())
     }
 
     /// This agent's worktree checkpoint from its team (lead and teammates under worktree
@@ -999,7 +688,7 @@ impl AgentRuntime {
         team.checkpoint(&self.id).await.map_err(RuntimeError::Team)
     }
 
-    async fn reset_context(&mut self, first: String) -> RuntimeResult<()> {
+    pub(super) async fn reset_context(&mut self, first: String) -> RuntimeResult<()> {
         let message = self.user_message(vec![ContentBlock::text(first)]);
         let records = vec![
             Record::ContextReset {
@@ -1008,42 +697,18 @@ impl AgentRuntime {
             self.message_record(message.clone(), None),
         ];
         self.commit(records, Vec::new(), None).await?;
-        self.messages = vec![message];
+        self.transcript.restart(vec![message]);
         Ok(())
     }
 
     /// A user message with the mode reminder appended.
-    pub(super) fn user_message(&self, mut blocks: Vec<ContentBlock>) -> Message {
-        blocks.push(ContentBlock::text(mode_reminder(
-            self.mode,
-            self.plan_file.as_deref(),
+    pub(super) fn user_message(&self, blocks: Vec<ContentBlock>) -> Message {
+        let reminder = mode_reminder(
+            self.plan.mode,
+            self.plan.file.as_deref(),
             matches!(self.kind, AgentKind::Subagent { .. }),
-        )));
-        Message {
-            role: Role::User,
-            content: blocks,
-        }
-    }
-
-    /// Reports `state` in an `agent_state` event when it differs from the last one (called
-    /// after the commit the state follows from).
-    pub(super) fn report_state(&self, state: AgentState) {
-        if self.state.changes_to(&state) {
-            self.run.events.emit(RunEvent::AgentState {
-                agent: self.id.clone(),
-                state,
-            });
-        }
-    }
-
-    /// Reports a call about to run (`tool_started`, not durable).
-    pub(super) fn report_tool_started(&self, call: &ToolCall) {
-        self.run.events.emit(RunEvent::ToolStarted {
-            agent: self.id.clone(),
-            tool_use_id: call.id.clone(),
-            tool: call.name.clone(),
-            input: call.input.clone(),
-        });
+        );
+        super::transcript::user_message(blocks, reminder)
     }
 
     pub(super) fn message_record(&self, message: Message, turn: Option<u64>) -> Record {
@@ -1051,11 +716,24 @@ impl AgentRuntime {
             message,
             turn,
             model: None,
-            mode: self.mode,
+            mode: self.plan.mode,
             stop_reason: None,
             usage: None,
             cost_usd: None,
         }
+    }
+
+    /// The id of this agent's next request of `family`, numbered by the store's counter under
+    /// `key` (the same key gives the same number again, so a resume asks once).
+    pub(super) async fn new_request_id(
+        &self,
+        family: muster_protocol::RequestFamily,
+        key: &str,
+    ) -> RuntimeResult<String> {
+        let counter = family.counter_name(&self.id);
+        let run_id = &self.run.run_id;
+        let number = self.run.store.counter_for(run_id, &counter, key).await?;
+        Ok(muster_protocol::RequestId::new(family, &self.id, number).to_string())
     }
 
     /// Commits records (and acks) in one transaction.
@@ -1085,18 +763,76 @@ impl AgentRuntime {
             .iter()
             .map(|record| record.to_new(&self.id))
             .collect::<RuntimeResult<Vec<NewRecord>>>()?;
+        let store = self.run.store.clone();
+        let turn = CommitTurn {
+            run_id: self.run.run_id.clone(),
+            agent: self.id.clone(),
+            records,
+            ..with_them
+        };
+        // Through the lane: a commit an interrupt cuts off still ends before the transcript
+        // is read back.
         let outcome = self
-            .run
-            .store
-            .commit_turn(CommitTurn {
-                run_id: self.run.run_id.clone(),
-                agent: self.id.clone(),
-                records,
-                ..with_them
-            })
-            .await?;
+            .calls
+            .commits
+            .run(async move { store.commit_turn(turn).await })
+            .await??;
         self.auto_gate_open = outcome.auto_gate.open;
         Ok(outcome)
+    }
+}
+
+/// The parts an agent is assembled from.
+pub(super) struct Assembly {
+    pub run: Arc<RunContext>,
+    pub id: String,
+    pub kind: AgentKind,
+    pub definition: AgentDefinition,
+    pub system: String,
+    pub equipment: Equipment,
+    pub inherited_model: Option<String>,
+    pub model_limits: BTreeMap<String, ServerLimits>,
+    pub plan: PlanState,
+}
+
+/// What an agent works with: its workspace, where its asks go, and its tools (its MCP
+/// servers' included).
+pub(super) struct Equipment {
+    pub workspace: Workspace,
+    pub asks: AskSettings,
+    /// The tools offered, MCP tools included.
+    pub tools: Vec<String>,
+    pub tool_definitions: Vec<ToolDefinition>,
+    pub mcp: crate::mcp::McpSession,
+}
+
+impl Equipment {
+    /// The equipment of agent `id`: its MCP servers started anew, or (`stored`: its `started`
+    /// record's list, on resume) restarted offering exactly that list.
+    pub(super) async fn gather(
+        run: &RunContext,
+        id: &str,
+        kind: &AgentKind,
+        definition: &AgentDefinition,
+        stored: Option<&[crate::mcp::McpToolRecord]>,
+    ) -> RuntimeResult<Equipment> {
+        let workspace = agent_workspace(run, id, kind).await?;
+        let mcp = match stored {
+            None => super::mcp::start_session(run, id, definition, &workspace).await,
+            Some(stored) => super::mcp::resume_session(run, id, stored, &workspace).await,
+        };
+        let mut tools = offered_tools(definition, kind);
+        let mut tool_definitions = tool_definitions(run, &tools);
+        tools.extend(mcp.names());
+        tool_definitions.extend(mcp.definitions());
+        let asks = AskSettings::of(run, id, kind).await?;
+        Ok(Equipment {
+            workspace,
+            asks,
+            tools,
+            tool_definitions,
+            mcp,
+        })
     }
 }
 
@@ -1108,11 +844,7 @@ async fn ask_model_limits(
     definition: &AgentDefinition,
     inherited: Option<&str>,
 ) -> BTreeMap<String, ServerLimits> {
-    let own = match &definition.model {
-        ModelChoice::Inherit => inherited.map(str::to_owned),
-        ModelChoice::Named(model) => Some(model.clone()),
-        ModelChoice::Settings => None,
-    };
+    let own = own_model(&definition.model, inherited);
     let mut limits: BTreeMap<String, ServerLimits> = BTreeMap::new();
     for routed in [&run.models.plan, &run.models.act] {
         for model in std::iter::once(&routed.model).chain(own.as_ref()) {
@@ -1132,11 +864,7 @@ async fn ask_model_limits(
 
 /// Where an agent of `run` works: what its team says (a worktree), else the run's workspace.
 /// A subagent works where its parent does.
-pub(super) async fn agent_workspace(
-    run: &RunContext,
-    id: &str,
-    kind: &AgentKind,
-) -> RuntimeResult<Workspace> {
+async fn agent_workspace(run: &RunContext, id: &str, kind: &AgentKind) -> RuntimeResult<Workspace> {
     let owner = match kind {
         AgentKind::Subagent { parent } => parent.as_str(),
         AgentKind::Main | AgentKind::Teammate { .. } => id,
@@ -1162,7 +890,7 @@ fn escape_mail(text: &str) -> String {
 }
 
 /// The tools an agent is offered: its definition's, less what subagents never get.
-pub(super) fn offered_tools(definition: &AgentDefinition, kind: &AgentKind) -> Vec<String> {
+fn offered_tools(definition: &AgentDefinition, kind: &AgentKind) -> Vec<String> {
     definition
         .effective_tools()
         .into_iter()
@@ -1177,7 +905,7 @@ pub(super) fn offered_tools(definition: &AgentDefinition, kind: &AgentKind) -> V
 }
 
 /// The tool definitions for model requests, in the registry's stable order.
-pub(super) fn tool_definitions(run: &RunContext, tools: &[String]) -> Vec<ToolDefinition> {
+fn tool_definitions(run: &RunContext, tools: &[String]) -> Vec<ToolDefinition> {
     let offered: BTreeSet<&str> = tools.iter().map(String::as_str).collect();
     run.tools
         .definitions(|name| offered.contains(name))

@@ -9,9 +9,9 @@ use serde_json::Value;
 
 use crate::model::ToolCall;
 
-use super::agent::AgentRuntime;
-use super::context::PlanApprover;
+use super::context::{PlanApprover, RunContext};
 use super::error::RuntimeResult;
+use super::events::Reporter;
 use super::gate::{GateDecision, Verdict};
 use super::records::AgentKind;
 
@@ -35,7 +35,7 @@ pub(super) enum AskRoute {
 impl AskSettings {
     /// The route of `agent_id` of `kind`; a subagent's follows its parent's roster entry.
     pub(super) async fn of(
-        run: &super::context::RunContext,
+        run: &RunContext,
         agent_id: &str,
         kind: &AgentKind,
     ) -> RuntimeResult<AskSettings> {
@@ -74,7 +74,17 @@ impl AskSettings {
     }
 }
 
-impl AgentRuntime {
+/// One agent asking: its route, the run, where it reports, its workspace's root (policy rules
+/// match paths relative to it).
+pub(super) struct Asking<'a> {
+    pub id: &'a str,
+    pub asks: &'a AskSettings,
+    pub run: &'a RunContext,
+    pub report: &'a Reporter,
+    pub root: &'a std::path::Path,
+}
+
+impl Asking<'_> {
     /// An `ask` goes to whoever approves for the agent: the person at the terminal, or the
     /// lead by mail (a teammate); with no one to ask it is a deny. Gives back the answer's
     /// mail to ack with the call.
@@ -88,7 +98,7 @@ impl AgentRuntime {
         }
         if let Some(terminal) = self.run.terminal.clone() {
             let (agent, tool, input, reason) = (
-                self.id.clone(),
+                self.id.to_owned(),
                 call.name.clone(),
                 call.input.clone(),
                 decision.reason.clone(),
@@ -122,6 +132,54 @@ impl AgentRuntime {
         ))
     }
 
+    /// Sends the `permission_request` of `call` to `recipient`, answered by `responder`
+    /// (keyed by the call, so a resume sends it once); gives back its request id.
+    async fn send_request(
+        &self,
+        decision: &GateDecision,
+        call: &ToolCall,
+        recipient: &str,
+        responder: &str,
+    ) -> RuntimeResult<String> {
+        let key = format!("{}:{}", self.asks.asker, call.id);
+        let counter = RequestFamily::Permission.counter_name(&self.asks.asker);
+        let number = self
+            .run
+            .store
+            .counter_for(&self.run.run_id, &counter, &key)
+            .await?;
+        let sent = self
+            .run
+            .store
+            .send(muster_mailbox::NewMessage {
+                run_id: self.run.run_id.clone(),
+                sender: self.asks.asker.clone(),
+                recipient: recipient.to_owned(),
+                body: muster_mailbox::MessageBody::PermissionRequest {
+                    request_id: RequestId::new(RequestFamily::Permission, &self.asks.asker, number)
+                        .to_string(),
+                    tool: call.name.clone(),
+                    input: call.input.clone(),
+                    tool_use_id: Some(call.id.clone()),
+                    reason: decision.reason.clone(),
+                    responder: responder.to_owned(),
+                },
+                idempotency_key: Some(key),
+            })
+            .await?;
+        self.run.mail_sent(&sent);
+        Ok(sent.request_id.unwrap_or_default())
+    }
+
+    /// Takes the answer to `request_id` from the asker's inbox (waiting for it).
+    async fn receive_answer(&self, request_id: &str) -> RuntimeResult<muster_mailbox::Message> {
+        let filter = muster_mailbox::MessageFilter::RequestId(request_id.to_owned());
+        let store = &self.run.store;
+        Ok(store
+            .receive(&self.run.run_id, &self.asks.asker, self.run.epoch, filter)
+            .await?)
+    }
+
     /// Stores a `permission_request` for the policy, the policy's answer (a `deny` when no
     /// rule allows it), and takes that answer from the inbox.
     async fn ask_policy(
@@ -132,38 +190,15 @@ impl AgentRuntime {
         responder: &str,
     ) -> RuntimeResult<(GateDecision, Vec<String>)> {
         let store = &self.run.store;
-        let number = store
-            .counter_for(
-                &self.run.run_id,
-                &RequestFamily::Permission.counter_name(&self.asks.asker),
-                &format!("{}:{}", self.asks.asker, call.id),
-            )
+        let request_id = self
+            .send_request(&decision, call, muster_mailbox::POLICY, responder)
             .await?;
-        let sent = store
-            .send(muster_mailbox::NewMessage {
-                run_id: self.run.run_id.clone(),
-                sender: self.asks.asker.clone(),
-                recipient: muster_mailbox::POLICY.to_owned(),
-                body: muster_mailbox::MessageBody::PermissionRequest {
-                    request_id: RequestId::new(RequestFamily::Permission, &self.asks.asker, number)
-                        .to_string(),
-                    tool: call.name.clone(),
-                    input: call.input.clone(),
-                    tool_use_id: Some(call.id.clone()),
-                    reason: decision.reason.clone(),
-                    responder: responder.to_owned(),
-                },
-                idempotency_key: Some(format!("{}:{}", self.asks.asker, call.id)),
-            })
-            .await?;
-        self.mail_sent(&sent);
-        let request_id = sent.request_id.unwrap_or_default();
         let answered_already = store
             .request(&self.run.run_id, &request_id)
             .await?
             .is_some_and(|request| request.response.is_some());
         if !answered_already {
-            let (approved, feedback, rule) = policy_answer(policy, call, self.workspace.root());
+            let (approved, feedback, rule) = policy_answer(policy, call, self.root);
             let answer = muster_mailbox::NewResponse {
                 run_id: self.run.run_id.clone(),
                 sender: muster_mailbox::POLICY.to_owned(),
@@ -181,16 +216,9 @@ impl AgentRuntime {
                 muster_mailbox::decide::Waiter::InProcess,
             )
             .await?;
-            self.mail_sent(&decided.response);
+            self.run.mail_sent(&decided.response);
         }
-        let mail = store
-            .receive(
-                &self.run.run_id,
-                &self.asks.asker,
-                self.run.epoch,
-                muster_mailbox::MessageFilter::RequestId(request_id.clone()),
-            )
-            .await?;
+        let mail = self.receive_answer(&request_id).await?;
         let (approved, how) = match mail.body.clone() {
             muster_mailbox::MessageBody::PermissionResponse {
                 approved,
@@ -222,45 +250,13 @@ impl AgentRuntime {
         call: &ToolCall,
         lead: &str,
     ) -> RuntimeResult<(GateDecision, Vec<String>)> {
-        let store = &self.run.store;
-        let number = store
-            .counter_for(
-                &self.run.run_id,
-                &RequestFamily::Permission.counter_name(&self.asks.asker),
-                &format!("{}:{}", self.asks.asker, call.id),
-            )
-            .await?;
-        let sent = store
-            .send(muster_mailbox::NewMessage {
-                run_id: self.run.run_id.clone(),
-                sender: self.asks.asker.clone(),
-                recipient: lead.to_owned(),
-                body: muster_mailbox::MessageBody::PermissionRequest {
-                    request_id: RequestId::new(RequestFamily::Permission, &self.asks.asker, number)
-                        .to_string(),
-                    tool: call.name.clone(),
-                    input: call.input.clone(),
-                    tool_use_id: Some(call.id.clone()),
-                    reason: decision.reason.clone(),
-                    responder: self.run.team.responder_for(&self.asks.asker),
-                },
-                idempotency_key: Some(format!("{}:{}", self.asks.asker, call.id)),
-            })
-            .await?;
-        self.mail_sent(&sent);
-        let request_id = sent.request_id.unwrap_or_default();
-        self.report_state(AgentState::WaitingOnDecision {
+        let responder = self.run.team.responder_for(&self.asks.asker);
+        let request_id = self.send_request(&decision, call, lead, &responder).await?;
+        self.report.state(AgentState::WaitingOnDecision {
             request_id: request_id.clone(),
         });
-        let mail = store
-            .receive(
-                &self.run.run_id,
-                &self.asks.asker,
-                self.run.epoch,
-                muster_mailbox::MessageFilter::RequestId(request_id.clone()),
-            )
-            .await?;
-        self.report_calling(call);
+        let mail = self.receive_answer(&request_id).await?;
+        self.report.calling(call);
         let (approved, feedback) = match mail.body.clone() {
             muster_mailbox::MessageBody::PermissionResponse {
                 approved, feedback, ..

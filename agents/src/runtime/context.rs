@@ -163,14 +163,12 @@ impl RunContext {
 }
 
 impl RunContext {
-    /// The output limit of `model`: the catalogue's `max_output`, else
-    /// [`DEFAULT_MAX_OUTPUT`].
-    pub fn output_limit(&self, model: &str) -> u64 {
-        self.compaction
-            .models
-            .get(model)
-            .and_then(|info| info.max_output)
-            .unwrap_or(DEFAULT_MAX_OUTPUT)
+    /// Reports a committed message (`mail_sent`) and tells the team it is durable.
+    pub(super) fn mail_sent(&self, message: &muster_mailbox::Message) {
+        self.events.emit(super::events::mail_sent_event(message));
+        if let Some(team) = self.team.get() {
+            team.mail_committed(message);
+        }
     }
 }
 

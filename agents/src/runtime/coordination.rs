@@ -1,8 +1,8 @@
 //! The tools the runtime carries out itself: plan mode, subagents, questions, and the team
 //! tools (which a single-agent run does not have).
 
+use muster_protocol::RequestFamily;
 use muster_protocol::{AgentState, ToolName};
-use muster_protocol::{RequestFamily, RequestId};
 use std::sync::Arc;
 
 use muster_config::{ModelChoice, PermissionMode};
@@ -11,7 +11,8 @@ use muster_mailbox::{MemberKind, MessageBody, MessageFilter, NewMessage, RosterE
 use crate::model::ToolCall;
 use crate::tools::{AgentInput, AskUserQuestionInput, ToolOutput};
 
-use super::agent::{AgentOutcome, AgentRuntime, AgentSpec, CallResult, Dispatched};
+use super::agent::{AgentRuntime, AgentSpec};
+use super::calls::{AgentOutcome, CallResult, Dispatched};
 use super::error::RuntimeResult;
 use super::gate::GateDecision;
 use super::records::AgentKind;
@@ -54,8 +55,8 @@ impl AgentRuntime {
             )));
         };
         let mode = match definition.permission_mode {
-            Some(cap) => self.mode.min(cap),
-            None => self.mode,
+            Some(cap) => self.plan.mode.min(cap),
+            None => self.plan.mode,
         };
         let inherited_model = match definition.model {
             ModelChoice::Inherit => Some(self.model_for_mode().model),
@@ -101,6 +102,9 @@ impl AgentRuntime {
             Ok(AgentOutcome::AwaitingDecision { request_id, .. }) => ToolOutput::error(format!(
                 "{agent_id} stopped waiting for {request_id}, which subagents cannot do"
             )),
+            Ok(AgentOutcome::TurnInterrupted) => {
+                ToolOutput::error(format!("{agent_id} was interrupted before it finished"))
+            }
             Err(error) => ToolOutput::error(format!("{agent_id} failed: {error}")),
         };
         Ok(done(CallResult::new(decision, output)))
@@ -166,15 +170,8 @@ impl AgentRuntime {
                     .to_owned(),
             ));
         };
-        let number = self
-            .run
-            .store
-            .counter_for(
-                &self.run.run_id,
-                &RequestFamily::Question.counter_name(&self.id),
-                &format!("{}:{}:{question}", self.id, call.id),
-            )
-            .await?;
+        let key = format!("{}:{}:{question}", self.id, call.id);
+        let request_id = self.new_request_id(RequestFamily::Question, &key).await?;
         let sent = self
             .run
             .store
@@ -183,18 +180,17 @@ impl AgentRuntime {
                 sender: self.id.clone(),
                 recipient: lead,
                 body: MessageBody::Question {
-                    request_id: RequestId::new(RequestFamily::Question, &self.id, number)
-                        .to_string(),
+                    request_id,
                     question: question.to_owned(),
                     options: options.to_vec(),
                     responder: self.run.team.responder_for(&self.id),
                 },
-                idempotency_key: Some(format!("{}:{}:{question}", self.id, call.id)),
+                idempotency_key: Some(key),
             })
             .await?;
-        self.mail_sent(&sent);
+        self.run.mail_sent(&sent);
         let request_id = sent.request_id.unwrap_or_default();
-        self.report_state(AgentState::WaitingOnDecision {
+        self.report.state(AgentState::WaitingOnDecision {
             request_id: request_id.clone(),
         });
         let mail = self
@@ -207,7 +203,7 @@ impl AgentRuntime {
                 MessageFilter::RequestId(request_id),
             )
             .await?;
-        self.report_calling(call);
+        self.report.calling(call);
         let answer = match mail.body.clone() {
             MessageBody::Answer { answer, .. } => answer,
             other => other.kind().to_string(),

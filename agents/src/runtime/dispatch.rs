@@ -1,6 +1,8 @@
-//! Dispatching one tool call: the gate decides (an ask is settled), the runtime carries out
-//! its own tools, the tool set runs the rest — after a `tool_started` commit for a tool that
-//! is neither read-only nor idempotent (Bash: with its process group, before the command runs).
+//! The call dispatcher: the gate decides a call (an ask is settled), and an allowed call of
+//! the tool set runs here; the runtime's own tools go back to the agent. The agent commits a
+//! `tool_started` record before a tool that is neither read-only nor idempotent runs
+//! ([`ToolRun::needs_start_record`]; Bash commits its own, with its process group, before the
+//! command runs).
 //!
 //! A `Bash` call the classifier did not prove read-only runs measured: under the workspace's
 //! Bash lock, between two workspace snapshots, and its `bash_effects` record is committed with
@@ -8,7 +10,7 @@
 //! costs). Other writing tools take no lock; they announce their paths while they run
 //! ([`crate::verification::FileEdits`]) so that a concurrent command's record leaves them out.
 
-use muster_protocol::{AgentState, ToolName};
+use muster_protocol::ToolName;
 use std::sync::Arc;
 
 use crate::model::ToolCall;
@@ -19,74 +21,67 @@ use crate::tools::{
 };
 use crate::verification::{BashMeasurement, FileEdits, SnapshotLimits};
 
-use super::agent::{AgentRuntime, CallResult, Dispatched};
+use muster_config::AgentDefinition;
+
+use super::asks::{AskSettings, Asking};
+use super::calls::CallResult;
 use super::context::RunContext;
 use super::edit_diff::EditCapture;
 use super::error::{RuntimeError, RuntimeResult};
+use super::events::Reporter;
 use super::gate::{CallContext, GateDecision, Verdict};
+use super::interrupt::CommitLane;
+use super::plan_state::PlanState;
+use super::records::AgentKind;
 use super::records::Record;
 
-impl AgentRuntime {
-    /// Decides one call through the gate and runs it.
-    pub(super) async fn dispatch(&mut self, call: &ToolCall) -> RuntimeResult<Dispatched> {
-        self.report_calling(call);
-        match self.prepare(call).await? {
-            Prepared::Finished(result) => Ok(Dispatched::Done(result)),
-            Prepared::Runtime(decision, acks) => {
-                if call.name == ToolName::Agent {
-                    // A subagent is not resumed after a crash: its parent gets an error.
-                    let started = Record::ToolStarted {
-                        tool_use_id: call.id.clone(),
-                        tool: call.name.clone(),
-                        process_group: None,
-                        host: None,
-                        boot_id: None,
-                    };
-                    self.commit(vec![started], Vec::new(), None).await?;
-                }
-                self.report_tool_started(call);
-                let mut dispatched = self.coordinate(call, &decision).await?;
-                // Its effect is committed, its result not yet.
-                muster_mailbox::failpoint!("effect:{}", call.name);
-                if let Dispatched::Done(result) = &mut dispatched {
-                    result.acks.extend(acks);
-                }
-                Ok(dispatched)
-            }
-            Prepared::Run(run) => {
-                if !run.tool.is_read_only()
-                    && !run.tool.is_idempotent()
-                    && call.name != ToolName::Bash
-                {
-                    let started = Record::ToolStarted {
-                        tool_use_id: call.id.clone(),
-                        tool: call.name.clone(),
-                        process_group: None,
-                        host: None,
-                        boot_id: None,
-                    };
-                    self.commit(vec![started], Vec::new(), None).await?;
-                }
-                self.report_tool_started(call);
-                if call.name == ToolName::Bash && !run.decision.read_only_shell {
-                    return Ok(Dispatched::Done(Box::new(
-                        self.measured_bash(call, *run).await,
-                    )));
-                }
-                // Announced so that another agent's measured Bash call leaves them out.
-                let _edits = self.file_edits(&run, call);
-                let before =
-                    EditCapture::before(&call.name, run.tool.as_ref(), &run.context, &call.input)
-                        .await;
-                let mut result = run.execute(call).await;
-                if let Some(before) = before
-                    && !result.output.is_error
-                {
-                    result.diff = before.diff().await;
-                }
-                Ok(Dispatched::Done(Box::new(result)))
-            }
+/// What decides and runs one agent's calls: its tools (muster's and its MCP servers'), where
+/// its asks go, and the workspace its tools work in.
+pub(super) struct CallDispatcher {
+    pub run: Arc<RunContext>,
+    pub id: String,
+    pub kind: AgentKind,
+    pub definition: AgentDefinition,
+    /// The tools the agent is offered, MCP tools included.
+    pub tools: Vec<String>,
+    /// This agent's MCP servers and tools; dropping the agent stops the servers.
+    pub mcp: Arc<crate::mcp::McpSession>,
+    /// Where asks go.
+    pub asks: AskSettings,
+    /// Where this agent's tools work: the run's workspace, or its worktree under worktree
+    /// isolation (a subagent works in its parent's).
+    pub workspace: crate::tools::Workspace,
+    pub report: Arc<Reporter>,
+    /// The agent's commits (a Bash call's `tool_started` goes through them too).
+    pub commits: CommitLane,
+}
+
+/// What the agent's state says about a call: its mode and plan, and the run's auto gate.
+#[derive(Clone, Copy)]
+pub(super) struct CallView<'a> {
+    pub plan: &'a PlanState,
+    pub auto_gate_open: bool,
+}
+
+impl CallDispatcher {
+    /// Runs an allowed call of the tool set: a non-read-only `Bash` call measured, another
+    /// writing call announced while it runs (with its diff).
+    pub(super) async fn run_tool(&self, call: &ToolCall, run: ToolRun) -> CallResult {
+        self.report.tool_started(call);
+        if call.name == ToolName::Bash && !run.decision.read_only_shell {
+            return self.measured_bash(call, run).await;
         }
+        // Announced so that another agent's measured Bash call leaves them out.
+        let _edits = self.file_edits(&run, call);
+        let before =
+            EditCapture::before(&call.name, run.tool.as_ref(), &run.context, &call.input).await;
+        let mut result = run.execute(call).await;
+        if let Some(before) = before
+            && !result.output.is_error
+        {
+            result.diff = before.diff().await;
+        }
+        result
     }
 
     /// Runs a non-read-only `Bash` call between two snapshots of the workspace, under its Bash
@@ -126,12 +121,16 @@ impl AgentRuntime {
 
     /// A read-only call of the tool set: decided and run without committing anything first,
     /// so consecutive ones run concurrently.
-    pub(super) async fn dispatch_read_only(&self, call: &ToolCall) -> RuntimeResult<CallResult> {
-        self.report_calling(call);
-        Ok(match self.prepare(call).await? {
+    pub(super) async fn dispatch_read_only(
+        &self,
+        call: &ToolCall,
+        view: CallView<'_>,
+    ) -> RuntimeResult<CallResult> {
+        self.report.calling(call);
+        Ok(match self.prepare(call, view).await? {
             Prepared::Finished(result) => *result,
             Prepared::Run(run) => {
-                self.report_tool_started(call);
+                self.report.tool_started(call);
                 run.execute(call).await
             }
             Prepared::Runtime(decision, _) => CallResult::new(
@@ -139,15 +138,6 @@ impl AgentRuntime {
                 ToolOutput::error(format!("{} is not a tool-set tool", call.name)),
             ),
         })
-    }
-
-    /// The agent's state while it handles `call` (after the response asking for it was
-    /// committed; again after a wait for a decision on it).
-    pub(super) fn report_calling(&self, call: &ToolCall) {
-        self.report_state(AgentState::CallingTool {
-            tool_use_id: call.id.clone(),
-            tool: call.name.clone(),
-        });
     }
 
     /// Whether a call is of a read-only tool the tool set runs.
@@ -168,7 +158,11 @@ impl AgentRuntime {
     }
 
     /// The gate's decision (with an ask settled), and what runs the call if it is allowed.
-    async fn prepare(&self, call: &ToolCall) -> RuntimeResult<Prepared> {
+    pub(super) async fn prepare(
+        &self,
+        call: &ToolCall,
+        view: CallView<'_>,
+    ) -> RuntimeResult<Prepared> {
         let Some(tool) = self.find_tool(&call.name) else {
             return Ok(Prepared::Finished(Box::new(CallResult::invalid(
                 ToolOutput::error(format!(
@@ -183,24 +177,31 @@ impl AgentRuntime {
                 ToolOutput::error(error.to_string()),
             ))));
         }
-        let context = self.tool_context(&call.id)?;
+        let context = self.tool_context(&call.id, view.plan)?;
         let decision = {
             let call_context = CallContext {
                 agent_id: &self.id,
                 agent_kind: &self.kind,
-                mode: self.mode,
-                pre_plan_mode: self.pre_plan_mode,
+                mode: view.plan.mode,
+                pre_plan_mode: view.plan.pre_plan_mode,
                 definition: &self.definition,
                 plans: &self.run.plans,
                 tool_context: &context,
-                auto_gate_open: self.auto_gate_open,
-                plan_grants: self.plan_grants.as_ref(),
+                auto_gate_open: view.auto_gate_open,
+                plan_grants: view.plan.grants.as_ref(),
             };
             self.run
                 .gate
                 .decide(&call_context, tool.as_ref(), &call.input)
         };
-        let (decision, acks) = self.settle_ask(decision, call).await?;
+        let asking = Asking {
+            id: &self.id,
+            asks: &self.asks,
+            run: &self.run,
+            report: &self.report,
+            root: self.workspace.root(),
+        };
+        let (decision, acks) = asking.settle_ask(decision, call).await?;
         let refuse = |text: String| {
             let mut result = CallResult::new(&decision, ToolOutput::error(text));
             result.acks = acks.clone();
@@ -225,7 +226,9 @@ impl AgentRuntime {
             context
         };
         let context = match &self.run.sandbox {
-            Some(sandbox) => context.with_sandbox(sandbox.clone(), self.sandbox_profile(&decision)),
+            Some(sandbox) => {
+                context.with_sandbox(sandbox.clone(), self.sandbox_profile(&decision, view.plan))
+            }
             None => context,
         };
         Ok(Prepared::Run(Box::new(ToolRun {
@@ -239,22 +242,23 @@ impl AgentRuntime {
     /// The sandbox profile of an allowed call: read-only in plan mode, for read-only agents
     /// and for every command the classifier proved read-only (in any mode); workspace-write
     /// otherwise (DESIGN, "Wave 2 → The Bash sandbox").
-    fn sandbox_profile(&self, decision: &GateDecision) -> SandboxProfile {
+    fn sandbox_profile(&self, decision: &GateDecision, plan: &PlanState) -> SandboxProfile {
         crate::sandbox::profile_for(
             decision.read_only_shell,
-            self.mode,
+            plan.mode,
             self.definition.read_only,
         )
     }
 
-    fn tool_context(&self, tool_use_id: &str) -> RuntimeResult<ToolContext> {
+    fn tool_context(&self, tool_use_id: &str, plan: &PlanState) -> RuntimeResult<ToolContext> {
         let mut context = ToolContext::new(self.workspace.clone(), self.run.environment.clone());
-        if let Some(plan_file) = &self.plan_file {
+        if let Some(plan_file) = &plan.file {
             context = context
                 .with_plan_file(plan_file)
                 .map_err(|error| RuntimeError::Workspace(error.to_string()))?;
         }
         let recorder = StartRecorder {
+            commits: self.commits.clone(),
             run: self.run.clone(),
             agent: self.id.clone(),
             tool_use_id: tool_use_id.to_owned(),
@@ -264,7 +268,7 @@ impl AgentRuntime {
 }
 
 /// What `prepare` found for a call.
-enum Prepared {
+pub(super) enum Prepared {
     /// Refused or invalid: the result is ready.
     Finished(Box<CallResult>),
     /// Allowed, and the runtime carries it out (with the acks of an answered ask).
@@ -274,7 +278,7 @@ enum Prepared {
 }
 
 /// An allowed call of the tool set, ready to run.
-struct ToolRun {
+pub(super) struct ToolRun {
     tool: Arc<dyn crate::tools::Tool>,
     decision: GateDecision,
     context: ToolContext,
@@ -282,6 +286,13 @@ struct ToolRun {
 }
 
 impl ToolRun {
+    /// Whether the agent commits a `tool_started` record before the call runs: a tool that is
+    /// neither read-only nor idempotent, except `Bash` (which records its own, with its
+    /// process group, before the command runs).
+    pub(super) fn needs_start_record(&self, call: &ToolCall) -> bool {
+        !self.tool.is_read_only() && !self.tool.is_idempotent() && call.name != ToolName::Bash
+    }
+
     /// The call's input, with the command text the classifier rewrote for read-only `Bash`
     /// (the flags it added are what keeps that text read-only).
     fn input(&self, call: &ToolCall) -> serde_json::Value {
@@ -303,6 +314,7 @@ impl ToolRun {
 /// Commits the `tool_started` record of a `Bash` call with its process group, before the
 /// command runs.
 struct StartRecorder {
+    commits: CommitLane,
     run: Arc<RunContext>,
     agent: String,
     tool_use_id: String,
@@ -327,42 +339,16 @@ impl ProcessGroupRecorder for StartRecorder {
                 host: machine.host.clone(),
                 boot_id: machine.boot_id.clone(),
             };
-            self.run
-                .store
-                .record_tool_start(&self.run.run_id, vec![row], recorded)
+            let (store, run_id) = (self.run.store.clone(), self.run.run_id.clone());
+            self.commits
+                .run(async move { store.record_tool_start(&run_id, vec![row], recorded).await })
                 .await
+                .map_err(|e| e.to_string())?
                 .map(|_| ())
                 .map_err(|e| e.to_string())
         })
     }
 }
-
-/// The result of a call that started before a crash and never finished: its process group is
-/// killed if still alive on this machine; a group on another host is only named, since only
-/// that host can stop it (DESIGN, "Wave 2 → Workers").
-pub(super) fn interrupted(started: &StartedCall) -> CallResult {
-    const INTERRUPTED: &str = "interrupted by a crash; inspect the workspace before retrying";
-    let Some(group) = started.process_group else {
-        return CallResult::invalid(ToolOutput::error(INTERRUPTED));
-    };
-    let place = crate::machine::this_machine()
-        .place_of(started.host.as_deref(), started.boot_id.as_deref());
-    let text = match place {
-        crate::machine::GroupPlace::Here => {
-            crate::machine::kill_group(group);
-            INTERRUPTED.to_owned()
-        }
-        crate::machine::GroupPlace::EarlierBoot => INTERRUPTED.to_owned(),
-        crate::machine::GroupPlace::Elsewhere(host) => format!(
-            "interrupted by a crash; the command may still be running on host {host} (process \
-             group {group}), which only that host can stop; inspect the workspace before \
-             retrying"
-        ),
-    };
-    CallResult::invalid(ToolOutput::error(text))
-}
-
-pub(super) use super::records::StartedCall;
 
 /// The context read-only `Bash` runs in: variables that could run code removed, git's
 /// read-only overrides (`GIT_OPTIONAL_LOCKS=0`, …) set.

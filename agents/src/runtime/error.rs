@@ -64,7 +64,15 @@ pub enum RuntimeError {
     },
     /// The team could not carry out a transition the agent depends on.
     #[error(transparent)]
-    Team(#[from] super::team::TeamError),
+    Team(#[from] TeamError),
+    /// A prompt was given to an agent whose turn is still running.
+    #[error(
+        "agent {agent} is still in its turn: a new prompt waits until the turn ends \
+         (finished, or interrupted with its TurnInterrupt)"
+    )]
+    TurnNotEnded { agent: String },
+    #[error(transparent)]
+    CommitCut(#[from] super::interrupt::CommitCut),
 }
 
 impl From<ModelError> for RuntimeError {
@@ -84,3 +92,48 @@ impl From<BudgetError> for RuntimeError {
 
 /// Results of runtime operations.
 pub type RuntimeResult<T> = Result<T, RuntimeError>;
+
+/// Why the team did not do what an agent asked. A refusal is an answer for the model; every
+/// other error keeps its cause, so a store failure under a team transition is reported as one
+/// (exit 4) rather than as text.
+#[derive(Debug, thiserror::Error)]
+pub enum TeamError {
+    /// Refused, in words for the model (a name taken, no such teammate, not the lead).
+    #[error("{0}")]
+    Refused(String),
+    /// The store failed: the agent cannot go on.
+    #[error("{context}")]
+    Store {
+        context: String,
+        #[source]
+        source: StoreError,
+    },
+    /// Something else the team needs failed (git, a worktree, the file system).
+    #[error("{context}")]
+    Failed {
+        context: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl TeamError {
+    /// A store failure while doing `context`.
+    pub fn store(context: impl Into<String>, source: StoreError) -> TeamError {
+        TeamError::Store {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// A failure of something else while doing `context`, its cause kept.
+    pub fn failed(
+        context: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> TeamError {
+        TeamError::Failed {
+            context: context.into(),
+            source: source.into(),
+        }
+    }
+}

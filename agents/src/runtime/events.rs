@@ -2,10 +2,12 @@
 //! which are durable), each durable one only after the commit it describes. Here: the events
 //! of a committed message, which need the store's [`Mail`].
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use muster_mailbox::Message as Mail;
 use muster_protocol::AgentState;
+
+use crate::model::ToolCall;
 pub use muster_protocol::{EventSink, NoEvents, RunEvent};
 
 /// `mail_sent` for a committed message.
@@ -42,5 +44,52 @@ impl StateReport {
         }
         *last = Some(state.clone());
         true
+    }
+}
+
+/// What one agent reports as it goes: its state changes (each once) and the calls it starts.
+pub(super) struct Reporter {
+    events: Arc<dyn EventSink>,
+    agent: String,
+    state: StateReport,
+}
+
+impl Reporter {
+    pub(super) fn new(events: Arc<dyn EventSink>, agent: &str) -> Reporter {
+        Reporter {
+            events,
+            agent: agent.to_owned(),
+            state: StateReport::default(),
+        }
+    }
+
+    /// Reports `state` in an `agent_state` event when it differs from the last one (called
+    /// after the commit the state follows from).
+    pub(super) fn state(&self, state: AgentState) {
+        if self.state.changes_to(&state) {
+            self.events.emit(RunEvent::AgentState {
+                agent: self.agent.clone(),
+                state,
+            });
+        }
+    }
+
+    /// The agent's state while it handles `call` (after the response asking for it was
+    /// committed; again after a wait for a decision on it).
+    pub(super) fn calling(&self, call: &ToolCall) {
+        self.state(AgentState::CallingTool {
+            tool_use_id: call.id.clone(),
+            tool: call.name.clone(),
+        });
+    }
+
+    /// Reports a call about to run (`tool_started`, not durable).
+    pub(super) fn tool_started(&self, call: &ToolCall) {
+        self.events.emit(RunEvent::ToolStarted {
+            agent: self.agent.clone(),
+            tool_use_id: call.id.clone(),
+            tool: call.name.clone(),
+            input: call.input.clone(),
+        });
     }
 }

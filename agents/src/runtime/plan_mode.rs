@@ -8,15 +8,16 @@ use muster_mailbox::message::DroppedGrant;
 use muster_mailbox::{
     Message as Mail, MessageBody, MessageFilter, NewMessage, NewResponse, RequestRecord,
 };
+use muster_protocol::RequestFamily;
 use muster_protocol::ToolName;
-use muster_protocol::{RequestFamily, RequestId};
 
 use crate::model::ToolCall;
 use crate::permission::PlanGrants;
 use crate::permission::grants::{GrantSelection, Granter, requested_rules, select_grants};
 use crate::tools::{ExitPlanModeInput, ToolOutput};
 
-use super::agent::{AgentOutcome, AgentRuntime, CallResult, Dispatched};
+use super::agent::AgentRuntime;
+use super::calls::{AgentOutcome, CallResult, Dispatched};
 use super::context::{PlanApprover, TerminalPlanDecision};
 use super::error::RuntimeResult;
 use super::events::RunEvent;
@@ -50,16 +51,17 @@ impl AgentRuntime {
                 ToolOutput::error("EnterPlanMode cannot be used by a subagent"),
             ));
         }
-        if self.mode == PermissionMode::Plan {
+        if self.plan.mode == PermissionMode::Plan {
             return done(CallResult::new(
                 decision,
                 ToolOutput::error("You are already in plan mode."),
             ));
         }
-        self.pre_plan_mode = Some(self.mode);
-        self.mode = PermissionMode::Plan;
+        self.plan.pre_plan_mode = Some(self.plan.mode);
+        self.plan.mode = PermissionMode::Plan;
         let file = self
-            .plan_file
+            .plan
+            .file
             .as_ref()
             .map(|p| p.display().to_string())
             .unwrap_or_default();
@@ -71,8 +73,8 @@ impl AgentRuntime {
         );
         let mut result = CallResult::new(decision, ToolOutput::text(text));
         result.records.push(Record::Mode {
-            mode: self.mode,
-            pre_plan_mode: self.pre_plan_mode,
+            mode: self.plan.mode,
+            pre_plan_mode: self.plan.pre_plan_mode,
             reason: ToolName::EnterPlanMode.to_string(),
         });
         result
@@ -92,12 +94,12 @@ impl AgentRuntime {
                 "ExitPlanMode cannot be used by a subagent: subagents never plan",
             ));
         }
-        if self.mode != PermissionMode::Plan {
+        if self.plan.mode != PermissionMode::Plan {
             return Ok(refuse(
                 "You are not in plan mode: ExitPlanMode only submits a plan made in plan mode.",
             ));
         }
-        let Some(plan_file) = self.plan_file.clone() else {
+        let Some(plan_file) = self.plan.file.clone() else {
             return Ok(refuse("This agent has no plan file."));
         };
         let input: ExitPlanModeInput = match serde_json::from_value(call.input.clone()) {
@@ -176,16 +178,8 @@ impl AgentRuntime {
                 (member, responder)
             }
         };
-        let counter = self
-            .run
-            .store
-            .counter_for(
-                &self.run.run_id,
-                &RequestFamily::Plan.counter_name(&self.id),
-                &format!("{}:{}", self.id, call.id),
-            )
-            .await?;
-        let request_id = RequestId::new(RequestFamily::Plan, &self.id, counter).to_string();
+        let key = format!("{}:{}", self.id, call.id);
+        let request_id = self.new_request_id(RequestFamily::Plan, &key).await?;
         let stored = self.run.store.requests(&self.run.run_id).await?;
         let revision = muster_mailbox::revision::plan_revision(&stored, &self.id, &request_id);
         let sent = self
@@ -208,7 +202,7 @@ impl AgentRuntime {
             })
             .await?;
         muster_mailbox::failpoint!("plan_request_sent");
-        self.mail_sent(&sent);
+        self.run.mail_sent(&sent);
         let request_id = sent.request_id.unwrap_or(request_id);
         self.commit(
             vec![
@@ -234,6 +228,22 @@ impl AgentRuntime {
         Ok((request_id, responder))
     }
 
+    /// Waits for the decision on a plan request in the inbox (a teammate's, or a team lead's
+    /// while its team goes on), then applies it.
+    async fn wait_for_plan_decision(
+        &mut self,
+        call: &ToolCall,
+        filter: muster_mailbox::MessageFilter,
+    ) -> RuntimeResult<Dispatched> {
+        let run = &self.run;
+        let mail = run
+            .store
+            .receive(&run.run_id, &self.id, run.epoch, filter)
+            .await?;
+        self.report.calling(call);
+        self.apply_plan_decision(mail).await
+    }
+
     /// Gets the decision on `request_id` — from a policy or a person at the terminal at once,
     /// from the inbox when it is there, by waiting for the lead — or stops the run.
     pub(super) async fn await_plan_decision(
@@ -253,17 +263,11 @@ impl AgentRuntime {
             return self.apply_plan_decision(mail).await;
         }
         // The request is committed and not answered yet.
-        self.report_state(AgentState::WaitingOnDecision {
+        self.report.state(AgentState::WaitingOnDecision {
             request_id: request_id.to_owned(),
         });
         if matches!(self.kind, AgentKind::Teammate { .. }) {
-            let mail = self
-                .run
-                .store
-                .receive(&run_id, &self.id, epoch, filter)
-                .await?;
-            self.report_calling(call);
-            return self.apply_plan_decision(mail).await;
+            return self.wait_for_plan_decision(call, filter).await;
         }
         let request = self.run.store.request(&run_id, request_id).await?;
         if let Some(request) = request.filter(|r| r.response.is_none()) {
@@ -277,23 +281,15 @@ impl AgentRuntime {
             .await?
         {
             Some(mail) => {
-                self.report_calling(call);
+                self.report.calling(call);
                 self.apply_plan_decision(mail).await
             }
             // A team's lead waits like a teammate: its team goes on meanwhile, and the team
             // stops the run (exit 5) once nothing but this decision could move it.
-            None if self.leads_a_team() => {
-                let mail = self
-                    .run
-                    .store
-                    .receive(&run_id, &self.id, epoch, filter)
-                    .await?;
-                self.report_calling(call);
-                self.apply_plan_decision(mail).await
-            }
+            None if self.leads_a_team() => self.wait_for_plan_decision(call, filter).await,
             None => Ok(Dispatched::Stop(AgentOutcome::AwaitingDecision {
                 request_id: request_id.to_owned(),
-                plan_file: self.plan_file.clone().unwrap_or_default(),
+                plan_file: self.plan.file.clone().unwrap_or_default(),
             })),
         }
     }
@@ -306,7 +302,7 @@ impl AgentRuntime {
         responder: &str,
         requested: &[String],
     ) -> RuntimeResult<()> {
-        let plan_file = self.plan_file.clone().unwrap_or_default();
+        let plan_file = self.plan.file.clone().unwrap_or_default();
         let plan = read_plan(&plan_file)?;
         let body = match (&self.run.approver, &self.run.terminal) {
             (PlanApprover::Policy { policy, .. }, _)
@@ -364,7 +360,7 @@ impl AgentRuntime {
             muster_mailbox::decide::Waiter::InProcess,
         )
         .await?;
-        self.mail_sent(&decided.response);
+        self.run.mail_sent(&decided.response);
         Ok(())
     }
 
@@ -372,7 +368,7 @@ impl AgentRuntime {
         let decision = read_decision(&mail);
         let gate = GateDecision::allow("plan mode: ExitPlanMode submits the plan");
         let request_id = mail.request_id.clone().unwrap_or_default();
-        let plan_file = self.plan_file.clone().unwrap_or_default();
+        let plan_file = self.plan.file.clone().unwrap_or_default();
         let path = plan_file.display().to_string();
         if !decision.approved {
             let feedback = decision
@@ -419,8 +415,8 @@ impl AgentRuntime {
                  restored after plan mode applies)"
             ));
         }
-        self.mode = mode;
-        self.pre_plan_mode = None;
+        self.plan.mode = mode;
+        self.plan.pre_plan_mode = None;
         result.records.push(Record::Mode {
             mode,
             pre_plan_mode: None,
@@ -478,7 +474,7 @@ impl AgentRuntime {
         let (grants, _) = PlanGrants::from_texts(request_id, &decision.responder, &texts);
         let mut note = String::new();
         if grants.rules.is_empty() {
-            if let Some(old) = self.plan_grants.take() {
+            if let Some(old) = self.plan.grants.take() {
                 result.records.push(Record::GrantsEnded {
                     request_id: old.request_id,
                     reason: format!("plan {request_id} was approved without grants"),
@@ -494,7 +490,7 @@ impl AgentRuntime {
                 approved_by: decision.responder.clone(),
                 rules: grants.texts(),
             });
-            self.plan_grants = Some(grants);
+            self.plan.grants = Some(grants);
         }
         if !decision.dropped_grants.is_empty() {
             let dropped: Vec<String> = decision
@@ -524,11 +520,11 @@ impl AgentRuntime {
             }
         }
         let ceiling = match (&self.kind, &self.run.approver) {
-            (AgentKind::Teammate { .. }, _) => self.approval_ceiling,
+            (AgentKind::Teammate { .. }, _) => self.plan.approval_ceiling,
             (_, PlanApprover::Policy { policy, .. }) if responder == muster_mailbox::POLICY => {
                 Some(policy.max_mode)
             }
-            _ => self.approval_ceiling,
+            _ => self.plan.approval_ceiling,
         };
         if let Some(ceiling) = ceiling
             && mode > ceiling
@@ -542,14 +538,17 @@ impl AgentRuntime {
     pub(super) fn restored_mode(&self, granted: Option<PermissionMode>) -> PermissionMode {
         granted
             .filter(|m| *m != PermissionMode::Plan)
-            .or(self.pre_plan_mode.filter(|m| *m != PermissionMode::Plan))
+            .or(self
+                .plan
+                .pre_plan_mode
+                .filter(|m| *m != PermissionMode::Plan))
             .unwrap_or_default()
     }
 
     pub(super) fn mode_event(&self, reason: &str) -> RunEvent {
         RunEvent::ModeChanged {
             agent: self.id.clone(),
-            mode: self.mode.to_string(),
+            mode: self.plan.mode.to_string(),
             reason: reason.to_owned(),
         }
     }

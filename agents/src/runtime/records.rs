@@ -147,6 +147,9 @@ pub enum Record {
     ContextReset { reason: String },
     /// The agent ended its work with this final answer.
     Finished { result: String },
+    /// The agent's turn was interrupted (see [`super::TurnInterrupt`]), in the commit that
+    /// answers its calls without a result; the agent waits for its next prompt.
+    TurnInterrupted { reason: String },
     /// Worktree isolation: the agent's worktree as a commit muster made, stored with the
     /// turn that produced it (a resume restores exactly this). `merging`: the integration
     /// commit whose merge was handed to the agent to resolve. `merge`: on the lead, the

@@ -10,12 +10,14 @@ use muster_config::settings::ModelInfo;
 use muster_mailbox::MailboxStore;
 
 use crate::budget::{Spend, cost_of};
-use crate::model::{Role, StopReason};
+use crate::model::Role;
 
-use super::agent::{AgentRuntime, PendingCalls, offered_tools, tool_definitions};
+use super::agent::{AgentRuntime, Assembly, Equipment};
+use super::calls::PendingCalls;
 use super::context::RunContext;
 use super::error::{RuntimeError, RuntimeResult};
 use super::plan_files::{read_plan, write_plan};
+use super::plan_state::PlanState;
 use super::records::{Record, TRANSCRIPT};
 
 impl AgentRuntime {
@@ -27,14 +29,7 @@ impl AgentRuntime {
         approval_ceiling: Option<PermissionMode>,
         inherited_model: Option<String>,
     ) -> RuntimeResult<AgentRuntime> {
-        let rows = run
-            .store
-            .records(&run.run_id, agent_id, TRANSCRIPT, 0)
-            .await?;
-        let records = rows
-            .iter()
-            .map(Record::from_stored)
-            .collect::<RuntimeResult<Vec<Record>>>()?;
+        let records = transcript_of(&run, agent_id).await?;
         let Some(Record::Started {
             definition,
             agent_kind,
@@ -57,81 +52,105 @@ impl AgentRuntime {
             .get(&definition)
             .cloned()
             .ok_or(RuntimeError::UnknownDefinition(definition))?;
-        let mut tools = offered_tools(&definition, &agent_kind);
-        let asks = super::asks::AskSettings::of(&run, agent_id, &agent_kind).await?;
-        let workspace = super::agent::agent_workspace(&run, agent_id, &agent_kind).await?;
-        let mcp = super::mcp::resume_session(&run, agent_id, &mcp_tools, &workspace).await;
-        let mut tool_definitions = tool_definitions(&run, &tools);
-        tools.extend(mcp.names());
-        tool_definitions.extend(mcp.definitions());
-        let mut agent = AgentRuntime {
-            tool_definitions,
-            mcp: Arc::new(mcp),
+        let equipment =
+            Equipment::gather(&run, agent_id, &agent_kind, &definition, Some(&mcp_tools)).await?;
+        let plan = PlanState {
+            mode,
+            pre_plan_mode,
+            approval_ceiling,
+            grants: None,
+            file: plan_file.map(PathBuf::from),
+            approved: false,
+        };
+        let mut agent = AgentRuntime::assemble(Assembly {
             run,
             id: agent_id.to_owned(),
             kind: agent_kind,
             definition,
+            system,
+            equipment,
+            inherited_model,
+            model_limits,
+            plan,
+        });
+        agent.replay_all(&records).await?;
+        Ok(agent)
+    }
+
+    /// Reads this agent's transcript back from the store and rebuilds its state from it (an
+    /// interrupted turn's future was dropped mid-way: what it committed is the truth).
+    pub(super) async fn reload(&mut self) -> RuntimeResult<()> {
+        let records = transcript_of(&self.run, &self.id).await?;
+        let Some(Record::Started {
             mode,
             pre_plan_mode,
-            approval_ceiling,
-            plan_grants: None,
-            plan_file: plan_file.map(PathBuf::from),
-            system,
-            tools,
-            messages: Vec::new(),
-            turn: 0,
-            inherited_model,
-            pending: None,
-            finished: None,
-            unfinished_answer: None,
-            stopped: None,
-            cut_chain: Default::default(),
-            auto_gate_open: true,
-            plan_approved: false,
-            asks,
-            last_prompt: None,
-            workspace,
-            model_limits,
-            state: Default::default(),
+            ..
+        }) = records.first()
+        else {
+            return Err(RuntimeError::NothingToResume {
+                run: self.run.run_id.clone(),
+                agent: self.id.clone(),
+            });
         };
-        agent.auto_gate_open = agent
+        self.plan = PlanState {
+            mode: *mode,
+            pre_plan_mode: *pre_plan_mode,
+            grants: None,
+            approved: false,
+            ..self.plan.clone()
+        };
+        self.transcript = Default::default();
+        self.stops = Default::default();
+        self.pending = None;
+        self.replay_all(&records).await
+    }
+
+    /// Replays the records after `started` into the transcript, the plan state, the stop
+    /// conditions and the pending calls; then works out where the turn stands.
+    async fn replay_all(&mut self, records: &[Record]) -> RuntimeResult<()> {
+        self.auto_gate_open = self
             .run
             .store
-            .run(&agent.run.run_id)
+            .run(&self.run.run_id)
             .await?
             .is_none_or(|record| record.auto_gate.open);
         let mut pending = PendingCalls::default();
         let mut last_plan: Option<String> = None;
         let mut history_plan: Option<String> = None;
-        for record in records.into_iter().skip(1) {
-            if let Some(plan) = plan_in_history(&record) {
+        for record in records.iter().skip(1) {
+            if let Some(plan) = plan_in_history(record) {
                 history_plan = Some(plan);
             }
-            agent.replay(record, &mut pending, &mut last_plan);
+            self.transcript.replay(record);
+            self.stops.replay(record);
+            pending.replay(record);
+            if let Some(plan) = self.plan.replay(record) {
+                last_plan = Some(plan);
+            }
         }
-        agent.restore_plan_file(last_plan.or(history_plan))?;
-        if let Some(last) = agent.messages.last()
-            && last.role == Role::Assistant
-            && agent.finished.is_none()
+        self.restore_plan_file(last_plan.or(history_plan))?;
+        if let Some(last) = self.transcript.last_response()
+            && !self.transcript.turn_ended()
         {
-            pending.calls = tool_calls_of(last);
+            pending.calls = crate::model::tool_calls_in(&last.content);
             if pending.calls.is_empty() && pending.cut_answer {
                 // A cut answer not followed by a request to continue: the continuations were
                 // used up, and the agent ended with `output_limit`.
-                agent.stopped = Some(super::limits::AgentStop::OutputLimit {
-                    max_tokens: agent.model_for_mode().max_tokens,
-                    continuations: agent.cut_chain.cuts.saturating_sub(1),
+                self.stops.stopped = Some(super::limits::AgentStop::OutputLimit {
+                    max_tokens: self.model_for_mode().max_tokens,
+                    continuations: self.stops.cut_chain.cuts.saturating_sub(1),
                 });
             } else if pending.calls.is_empty() {
                 // The final answer arrived and was committed, but not its end of turn: the
                 // loop finishes it (with a teammate's end-of-turn transition) when it runs,
                 // without asking the model again.
-                agent.unfinished_answer = Some(agent.cut_chain.answer(&last.content));
+                self.transcript.unfinished_answer =
+                    Some(self.stops.cut_chain.answer(&last.content));
             } else {
-                agent.pending = Some(pending);
+                self.pending = Some(pending);
             }
         }
-        Ok(agent)
+        Ok(())
     }
 
     /// Every agent's spend in run `run_id`, rebuilt from its records (its turn index, and
@@ -179,113 +198,12 @@ impl AgentRuntime {
         Ok(spends)
     }
 
-    fn replay(
-        &mut self,
-        record: Record,
-        pending: &mut PendingCalls,
-        last_plan: &mut Option<String>,
-    ) {
-        match record {
-            Record::Message {
-                message,
-                turn,
-                usage,
-                stop_reason,
-                ..
-            } => {
-                if let Some(turn) = turn {
-                    self.turn = self.turn.max(turn);
-                }
-                if message.role == Role::Assistant {
-                    let stop_reason = stop_reason.unwrap_or(StopReason::EndTurn);
-                    self.cut_chain.push(&message.content, &stop_reason);
-                    *pending = PendingCalls {
-                        cut: super::limits::cut_call_id(&message.content, &stop_reason),
-                        cut_answer: stop_reason == StopReason::MaxTokens,
-                        ..PendingCalls::default()
-                    };
-                }
-                self.messages.push(message);
-                if let Some(usage) = usage {
-                    self.last_prompt = Some((usage, self.messages.len()));
-                }
-                self.finished = None;
-            }
-            Record::Compacted { turn, messages, .. } => {
-                self.turn = self.turn.max(turn);
-                self.messages = messages;
-                self.last_prompt = None;
-            }
-            Record::ContextReset { .. } => {
-                self.cut_chain = Default::default();
-                self.messages.clear();
-                self.last_prompt = None;
-                *pending = PendingCalls::default();
-            }
-            Record::Mode {
-                mode,
-                pre_plan_mode,
-                ..
-            } => {
-                self.mode = mode;
-                self.pre_plan_mode = pre_plan_mode;
-            }
-            Record::Grants {
-                request_id,
-                approved_by,
-                rules,
-            } => {
-                let (grants, _) =
-                    crate::permission::PlanGrants::from_texts(&request_id, &approved_by, &rules);
-                self.plan_grants = Some(grants);
-            }
-            Record::GrantsEnded { .. } => self.plan_grants = None,
-            Record::ToolStarted {
-                tool_use_id,
-                process_group,
-                host,
-                boot_id,
-                ..
-            } => {
-                let started = super::dispatch::StartedCall {
-                    process_group,
-                    host,
-                    boot_id,
-                };
-                pending.started.insert(tool_use_id, started);
-            }
-            Record::ToolCall {
-                tool_use_id,
-                content,
-                is_error,
-                ..
-            } => {
-                pending.done.insert(tool_use_id, (content, is_error));
-            }
-            Record::Awaiting {
-                request_id,
-                tool_use_id,
-                responder,
-            } => pending.awaiting = Some((tool_use_id, request_id, responder)),
-            Record::PlanSnapshot { content, state, .. } => {
-                *last_plan = Some(content);
-                self.plan_approved = matches!(state.as_str(), "approved" | "edited");
-            }
-            Record::Finished { result } => {
-                self.cut_chain = Default::default();
-                self.finished = Some(result);
-            }
-            // Evidence for verification, and worktree state the team restores.
-            Record::Started { .. } | Record::BashEffects(_) | Record::Checkpoint { .. } => {}
-        }
-    }
-
     /// A plan file lost meanwhile is rewritten from the newest snapshot or, with no snapshot
     /// left, from the newest plan in the message history (see [`plan_in_history`]). For an
     /// approved plan the snapshot is authoritative: a file changed outside muster is kept as
     /// `<name>.edited.md` and rewritten.
     fn restore_plan_file(&self, last_plan: Option<String>) -> RuntimeResult<()> {
-        let (Some(path), Some(plan)) = (&self.plan_file, last_plan) else {
+        let (Some(path), Some(plan)) = (&self.plan.file, last_plan) else {
             return Ok(());
         };
         let on_disk = read_plan(path)?;
@@ -295,7 +213,7 @@ impl AgentRuntime {
         if on_disk.trim().is_empty() {
             return write_plan(path, &plan);
         }
-        if self.plan_approved {
+        if self.plan.approved {
             let kept = path.with_extension("edited.md");
             write_plan(&kept, &on_disk)?;
             write_plan(path, &plan)?;
@@ -353,19 +271,8 @@ fn plan_in_history(record: &Record) -> Option<String> {
         })
 }
 
-fn tool_calls_of(message: &crate::model::Message) -> Vec<crate::model::ToolCall> {
-    message
-        .content
-        .iter()
-        .filter_map(|block| match block {
-            crate::model::ContentBlock::ToolUse { id, name, input } => {
-                Some(crate::model::ToolCall {
-                    id: id.clone(),
-                    name: name.clone(),
-                    input: input.clone(),
-                })
-            }
-            _ => None,
-        })
-        .collect()
+/// The records of `agent`'s transcript.
+async fn transcript_of(run: &RunContext, agent: &str) -> RuntimeResult<Vec<Record>> {
+    let rows = run.store.records(&run.run_id, agent, TRANSCRIPT, 0).await?;
+    rows.iter().map(Record::from_stored).collect()
 }

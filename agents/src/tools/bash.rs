@@ -19,7 +19,7 @@ use tokio::process::{Child, Command};
 
 use super::TypedTool;
 use super::context::{ProcessGroupId, ToolContext};
-use super::output::{ToolDetails, ToolOutput};
+use super::output::{BashOutcome, ToolDetails, ToolOutput};
 use crate::sandbox::{Sandbox, SandboxMode, SandboxPolicy};
 
 /// Waits for the gate line, then runs the command (`$1`) with stdin from `/dev/null`.
@@ -41,21 +41,6 @@ pub struct BashInput {
     /// What the command does, in 5-10 words, for the people watching.
     #[serde(default)]
     pub description: Option<String>,
-}
-
-/// How a `Bash` command ended.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct BashOutcome {
-    /// The process group the command ran in.
-    pub process_group: ProcessGroupId,
-    /// The exit code, when the command exited on its own.
-    pub exit_code: Option<i32>,
-    /// The signal that ended the command, if one did.
-    pub signal: Option<i32>,
-    /// The timeout fired and the group was killed.
-    pub timed_out: bool,
-    /// Shutdown was signalled and the group was killed.
-    pub interrupted: bool,
 }
 
 /// Runs a shell command.

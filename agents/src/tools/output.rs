@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use super::bash::BashOutcome;
+use super::context::ProcessGroupId;
 
 /// Structured facts about a call beside its text, for the runtime and its records.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -54,4 +54,19 @@ impl ToolOutput {
         self.details = details;
         self
     }
+}
+
+/// How a `Bash` command ended.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct BashOutcome {
+    /// The process group the command ran in.
+    pub process_group: ProcessGroupId,
+    /// The exit code, when the command exited on its own.
+    pub exit_code: Option<i32>,
+    /// The signal that ended the command, if one did.
+    pub signal: Option<i32>,
+    /// The timeout fired and the group was killed.
+    pub timed_out: bool,
+    /// Shutdown was signalled and the group was killed.
+    pub interrupted: bool,
 }

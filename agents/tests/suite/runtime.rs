@@ -1370,3 +1370,178 @@ async fn bash_records_tool_started_with_its_process_group_before_it_runs() {
     assert!(started < finished);
     assert!(h.workspace().join("ran.txt").exists());
 }
+
+/// A response held at gate `name` of the fake server until the test opens it.
+fn held(entry: ScriptEntry, name: &str) -> ScriptEntry {
+    entry.fault(muster_fake_llm::Fault {
+        hold: Some(name.into()),
+        ..Default::default()
+    })
+}
+
+/// The user texts of the context, in order.
+fn user_texts(agent: &AgentRuntime) -> Vec<String> {
+    agent
+        .messages()
+        .iter()
+        .filter(|m| m.role == muster_agents::model::Role::User)
+        .flat_map(|m| &m.content)
+        .filter_map(|block| match block {
+            muster_agents::model::ContentBlock::Text { text } => Some(text.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `interrupt_turn` while the model request is in flight: the request is dropped, the turn
+/// ends `TurnInterrupted` in one commit (a resume sees the same end), and a next prompt in
+/// the same process completes, the model told of the interrupt.
+#[tokio::test]
+async fn an_interrupt_during_a_model_request_ends_the_turn_and_the_next_prompt_completes() {
+    let h = Harness::new(vec![
+        // The interrupted request is attempt 1 of turn 1; the turn's index is only taken by a
+        // committed response, so the next prompt's request is turn 1 again, attempt 2.
+        ScriptEntry {
+            attempt: Some(1),
+            ..held(reply("main", 1, vec![Block::text("never seen")]), "first")
+        },
+        ScriptEntry {
+            attempt: Some(2),
+            ..reply("main", 1, vec![Block::text("Second done.")])
+        },
+    ])
+    .await;
+    h.member("main", MemberKind::Lead).await;
+    let context = h.single(PlanApprover::Human);
+    let mut agent = start(
+        context.clone(),
+        spec("main", AgentKind::Main, PermissionMode::Default),
+        "First.",
+    )
+    .await;
+    let interrupt = agent.interrupter();
+    assert!(!interrupt.interrupt(), "no turn runs yet");
+    let task = tokio::spawn(async move {
+        let outcome = agent.run().await.unwrap();
+        (agent, outcome)
+    });
+    tokio::time::timeout(GUARD, h.fake.gate_reached("first", 1))
+        .await
+        .expect("guard timeout: the request never reached the server");
+    assert!(interrupt.interrupt(), "the turn was running");
+    let (mut agent, outcome) = tokio::time::timeout(GUARD, task)
+        .await
+        .expect("guard timeout: the turn did not end")
+        .unwrap();
+    assert_eq!(outcome, AgentOutcome::TurnInterrupted);
+    let records = h.records("main").await;
+    assert!(
+        matches!(records.last(), Some(Record::TurnInterrupted { .. })),
+        "{records:?}"
+    );
+    assert_eq!(agent.turn(), 0, "no response was committed");
+
+    // The interrupt is durable: a resume stops where the interrupted turn did.
+    let mut resumed = AgentRuntime::resume(context, "main", None, None)
+        .await
+        .unwrap();
+    assert_eq!(run(&mut resumed).await, AgentOutcome::TurnInterrupted);
+    drop(resumed);
+
+    agent.prompt("Second.").await.unwrap();
+    assert_eq!(run(&mut agent).await, finished("Second done."));
+    let texts = user_texts(&agent);
+    let second = texts.iter().position(|t| t == "Second.").unwrap();
+    assert!(
+        texts[second - 1].contains("interrupted your turn"),
+        "{texts:?}"
+    );
+    assert!(
+        agent.prompt("Third.").await.is_ok(),
+        "a finished turn takes the next prompt too"
+    );
+}
+
+/// `interrupt_turn` while a Bash call runs: its process group is killed as Ctrl-C kills it
+/// (the command's background writer dies before it writes), the interrupted result is in the
+/// store as the call's `tool_call`, and a next prompt completes.
+#[cfg(unix)]
+#[tokio::test]
+async fn an_interrupt_during_a_bash_call_kills_its_group_and_records_the_result() {
+    // A background subshell holds the witness FIFO open and would write `marker` later.
+    let command = "(exec 3>witness.fifo; echo $BASHPID >&3; sleep 30; echo late > marker) & wait";
+    let h = Harness::new(vec![
+        reply("main", 1, vec![tool("Bash", json!({"command": command}))]),
+        reply("main", 2, vec![Block::text("Second done.")]),
+    ])
+    .await;
+    h.member("main", MemberKind::Lead).await;
+    let witness_path = h.workspace().join("witness.fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&witness_path)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let (started, first_line) = tokio::sync::oneshot::channel();
+    let closed = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        let mut reader = std::io::BufReader::new(std::fs::File::open(witness_path).unwrap());
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        let _ = started.send(line);
+        // Returns once every writer is gone: the subshell died.
+        std::io::copy(&mut reader, &mut std::io::sink()).unwrap();
+    });
+    let context = h.single(PlanApprover::Human);
+    let mut agent = start(
+        context,
+        spec("main", AgentKind::Main, PermissionMode::BypassPermissions),
+        "Run it.",
+    )
+    .await;
+    let interrupt = agent.interrupter();
+    let task = tokio::spawn(async move {
+        let outcome = agent.run().await.unwrap();
+        (agent, outcome)
+    });
+    tokio::time::timeout(GUARD, first_line)
+        .await
+        .expect("guard timeout: the command never ran")
+        .unwrap();
+    assert!(interrupt.interrupt());
+    let (mut agent, outcome) = tokio::time::timeout(GUARD, task)
+        .await
+        .expect("guard timeout: the turn did not end")
+        .unwrap();
+    assert_eq!(outcome, AgentOutcome::TurnInterrupted);
+    tokio::time::timeout(GUARD, closed)
+        .await
+        .expect("guard timeout: the command's group outlived the interrupt")
+        .unwrap();
+    assert!(!h.workspace().join("marker").exists());
+
+    let records = h.records("main").await;
+    let group = records.iter().find_map(|r| match r {
+        Record::ToolStarted { process_group, .. } => *process_group,
+        _ => None,
+    });
+    assert!(
+        group.is_some(),
+        "the group was recorded before the command ran"
+    );
+    let calls = h.tool_calls("main").await;
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    let (tool, decision, content, is_error) = &calls[0];
+    assert_eq!((tool.as_str(), decision.as_str()), ("Bash", "invalid"));
+    assert!(
+        *is_error && content.starts_with("interrupted by the user"),
+        "{content}"
+    );
+    assert!(
+        matches!(records.last(), Some(Record::TurnInterrupted { .. })),
+        "{records:?}"
+    );
+
+    agent.prompt("Go on.").await.unwrap();
+    assert_eq!(run(&mut agent).await, finished("Second done."));
+}

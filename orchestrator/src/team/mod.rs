@@ -744,6 +744,13 @@ impl Team {
                         ),
                     });
                 }
+                // Nothing interrupts the lead's turn yet: it ends as an interrupted run.
+                AgentOutcome::TurnInterrupted => {
+                    return Ok(Ending::interrupted(
+                        "the lead's turn was interrupted",
+                        self.run_id(),
+                    ));
+                }
             };
             // The lead's turn ended: take its mail, or end the run, or wait.
             loop {

@@ -290,3 +290,185 @@ fn rust_files_with_tests(dir: &Path, found: &mut Vec<PathBuf>) {
         }
     }
 }
+
+/// The module folders whose files must not import each other in a circle (ARCHITECTURE.md
+/// "The agents crate"): a circle makes the files one unit that can only be read, tested and
+/// changed whole.
+const ACYCLIC_FOLDERS: [&str; 3] = ["agents/src/runtime", "agents/src/model", "agents/src/tools"];
+
+/// The library text of a file (up to its unit-test module), comments removed.
+fn library_text(text: &str) -> String {
+    library_lines(text)
+        .map(|(_, code)| code)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The sibling modules (`siblings`) that `code` names through `super::…` or `crate::{module}::…`
+/// paths, grouped imports (`super::{a::X, b}`) included.
+fn sibling_imports(code: &str, module: &str, siblings: &[String]) -> Vec<String> {
+    let crate_path = format!("crate::{module}::");
+    let mut named = Vec::new();
+    for prefix in ["super::", crate_path.as_str()] {
+        for (at, _) in code.match_indices(prefix) {
+            let rest = &code[at + prefix.len()..];
+            let heads = match rest.strip_prefix('{') {
+                Some(group) => group_heads(group),
+                None => vec![leading_ident(rest)],
+            };
+            named.extend(
+                heads
+                    .into_iter()
+                    .filter(|head| siblings.iter().any(|s| s == head))
+                    .map(str::to_owned),
+            );
+        }
+    }
+    named.sort();
+    named.dedup();
+    named
+}
+
+fn leading_ident(text: &str) -> &str {
+    let end = text
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(text.len());
+    &text[..end]
+}
+
+/// The first name of each item of a `{…}` group (`text` starts after its `{`).
+fn group_heads(text: &str) -> Vec<&str> {
+    let mut heads = vec![leading_ident(text.trim_start())];
+    let mut depth = 1;
+    for (at, c) in text.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 1 => break,
+            '}' => depth -= 1,
+            ',' if depth == 1 => heads.push(leading_ident(text[at + 1..].trim_start())),
+            _ => {}
+        }
+    }
+    heads
+}
+
+/// A circle in `graph` (file → the files it imports), as `a → b → a`, if there is one.
+fn find_circle(graph: &std::collections::BTreeMap<String, Vec<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &std::collections::BTreeMap<String, Vec<String>>,
+        path: &mut Vec<String>,
+        done: &mut std::collections::BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(start) = path.iter().position(|n| n == node) {
+            let mut circle = path[start..].to_vec();
+            circle.push(node.to_owned());
+            return Some(circle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_owned());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(circle) = visit(next, graph, path, done) {
+                return Some(circle);
+            }
+        }
+        path.pop();
+        done.insert(node.to_owned());
+        None
+    }
+    let mut done = std::collections::BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|node| visit(node, graph, &mut Vec::new(), &mut done))
+}
+
+/// The import graph of the files of one module folder.
+fn folder_graph(folder: &Path, module: &str) -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut files: Vec<(String, String)> = std::fs::read_dir(folder)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "rs"))
+        .map(|path| {
+            let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read_to_string(&path).unwrap())
+        })
+        .collect();
+    files.sort();
+    let siblings: Vec<String> = files.iter().map(|(name, _)| name.clone()).collect();
+    files
+        .iter()
+        .map(|(name, text)| {
+            let imports = sibling_imports(&library_text(text), module, &siblings)
+                .into_iter()
+                .filter(|import| import != name)
+                .collect();
+            (name.clone(), imports)
+        })
+        .collect()
+}
+
+#[test]
+fn no_two_files_of_the_runtime_the_model_clients_or_the_tools_import_each_other() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut circles = Vec::new();
+    for folder in ACYCLIC_FOLDERS {
+        let module = folder.rsplit('/').next().unwrap();
+        let graph = folder_graph(&root.join(folder), module);
+        assert!(graph.len() > 5, "the files of {folder} were found");
+        if let Some(circle) = find_circle(&graph) {
+            circles.push(format!("{folder}: {}", circle.join(" → ")));
+        }
+    }
+    assert!(
+        circles.is_empty(),
+        "files that import each other (move what both need into a third file):\n{}",
+        circles.join("\n")
+    );
+}
+
+/// The import check reads grouped and inline paths, and finds a circle through a third file.
+#[test]
+fn the_import_check_finds_imports_and_circles() {
+    let siblings: Vec<String> = ["agent", "dispatch", "records", "error"]
+        .map(str::to_owned)
+        .to_vec();
+    let table = [
+        ("use super::records::Record;", vec!["records"]),
+        (
+            "use super::{agent::AgentRuntime, error::{E, F}, Other};",
+            vec!["agent", "error"],
+        ),
+        (
+            "let x = super::dispatch::interrupted(&g);",
+            vec!["dispatch"],
+        ),
+        ("use crate::runtime::error::RuntimeError;", vec!["error"]),
+        ("use crate::model::error::Thing;", vec![]),
+        ("use super::TypedTool;", vec![]),
+    ];
+    for (code, expected) in table {
+        assert_eq!(
+            sibling_imports(code, "runtime", &siblings),
+            expected,
+            "{code}"
+        );
+    }
+    let graph = |edges: &[(&str, &str)]| {
+        let mut graph = std::collections::BTreeMap::<String, Vec<String>>::new();
+        for (from, to) in edges {
+            graph.entry((*from).into()).or_default().push((*to).into());
+            graph.entry((*to).into()).or_default();
+        }
+        graph
+    };
+    assert_eq!(
+        find_circle(&graph(&[("a", "b"), ("b", "c"), ("a", "c")])),
+        None
+    );
+    assert_eq!(
+        find_circle(&graph(&[("a", "b"), ("b", "c"), ("c", "a")])),
+        Some(["a", "b", "c", "a"].map(str::to_owned).to_vec())
+    );
+}
