@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use muster_agents::budget::BudgetLedger;
 use muster_agents::runtime::{
-    AgentKind, AgentOutcome, AgentRuntime, AgentSpec, PlanFiles, RunContext, Terminal,
-    TerminalPlanDecision,
+    AgentKind, AgentOutcome, AgentRuntime, AgentSpec, PlanFiles, RunContext, RuntimeError,
+    Terminal, TerminalPlanDecision,
 };
 use muster_config::settings::AutoGate as AutoGateSetting;
 use muster_config::{AgentCatalog, PermissionMode};
@@ -85,6 +85,27 @@ pub fn run(global: &Globals, flags: RunFlags) -> anyhow::Result<Exit> {
 /// `muster resume [RUN]` of a single-agent run: `record` is the run `muster resume` picked
 /// and checked ([`crate::lifecycle::pick_run`]).
 pub fn resume(global: &Globals, flags: ResumeFlags, record: RunRecord) -> anyhow::Result<Exit> {
+    resume_with(global, flags, record, None)
+}
+
+/// `muster run --continue [RUN] -p PROMPT` of a single-agent run that completed or was
+/// interrupted: its agent is rebuilt from its records and takes `prompt` as a new user turn
+/// (budgets and spend carry on; the deadline restarts as on a resume).
+pub fn continue_run(
+    global: &Globals,
+    flags: ResumeFlags,
+    record: RunRecord,
+    prompt: String,
+) -> anyhow::Result<Exit> {
+    resume_with(global, flags, record, Some(prompt))
+}
+
+fn resume_with(
+    global: &Globals,
+    flags: ResumeFlags,
+    record: RunRecord,
+    continuation: Option<String>,
+) -> anyhow::Result<Exit> {
     let output = flags.output;
     let mut launch: LaunchOptions =
         serde_json::from_value(record.launch_options.clone()).map_err(|e| {
@@ -103,10 +124,9 @@ pub fn resume(global: &Globals, flags: ResumeFlags, record: RunRecord) -> anyhow
         settings: loaded.value,
     };
     let catalog = load_catalog(&project)?;
-    lifecycle::execute(
-        SingleRun::new(project, catalog, launch, output, None),
-        Some(record),
-    )
+    let mut kind = SingleRun::new(project, catalog, launch, output, None);
+    kind.continuation = continuation;
+    lifecycle::execute(kind, Some(record))
 }
 
 fn load_catalog(project: &Project) -> anyhow::Result<AgentCatalog> {
@@ -121,6 +141,8 @@ struct SingleRun {
     output: OutputFormat,
     /// Its batch line, when a batch line's child starts it.
     batch_line_id: Option<String>,
+    /// `muster run --continue`: the new user turn a finished run's agent takes.
+    continuation: Option<String>,
 }
 
 impl SingleRun {
@@ -137,6 +159,7 @@ impl SingleRun {
             launch,
             output,
             batch_line_id,
+            continuation: None,
         }
     }
 }
@@ -221,6 +244,7 @@ impl RunKind for SingleRun {
             context: Arc::new(run_context(parts, checked)),
             launch: self.launch,
             resumed: run.resumed,
+            continuation: self.continuation,
         })
     }
 }
@@ -230,13 +254,26 @@ struct SingleDriver {
     context: Arc<RunContext>,
     launch: LaunchOptions,
     resumed: bool,
+    continuation: Option<String>,
 }
 
 impl RunDriver for SingleDriver {
     async fn drive(&self) -> anyhow::Result<Ending> {
         let run_id = self.context.run_id.clone();
         let mut agent = if self.resumed {
-            AgentRuntime::resume(self.context.clone(), MAIN_AGENT, None, None).await?
+            let mut agent =
+                AgentRuntime::resume(self.context.clone(), MAIN_AGENT, None, None).await?;
+            if let Some(prompt) = &self.continuation {
+                muster_mailbox::failpoint!("continue_resumed");
+                // The transition's one commit: the new user turn. Killed before it, the run
+                // resumes to its old ending; after it, a resume answers the new turn.
+                match agent.prompt(prompt).await {
+                    Err(RuntimeError::TurnNotEnded { .. }) => return Ok(mid_turn(&run_id)),
+                    other => other?,
+                }
+                muster_mailbox::failpoint!("continued");
+            }
+            agent
         } else {
             let spec = AgentSpec {
                 agent_id: MAIN_AGENT.into(),
@@ -304,6 +341,21 @@ impl RunDriver for SingleDriver {
             .await;
         }
         Ok(driven.unwrap_or_else(|error| Ending::from_error(&error)))
+    }
+}
+
+/// A run `--continue` found in the middle of a turn (stopped by Ctrl-C): it stays
+/// interrupted, and `muster resume` finishes that turn first.
+fn mid_turn(run_id: &str) -> Ending {
+    let text = format!(
+        "muster: run {run_id} stopped in the middle of a turn: `muster resume {run_id}` \
+         finishes it, then `muster run --continue {run_id} -p …` gives it a new prompt"
+    );
+    Ending {
+        status: RunStatus::Interrupted,
+        exit: Exit::Usage,
+        result: json!({"error": text}),
+        text,
     }
 }
 

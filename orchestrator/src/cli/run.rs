@@ -1,7 +1,7 @@
 //! `muster run`: run one agent, or a team, on a prompt.
 
 use crate::exit::Exit;
-use crate::launch::RunFlags;
+use crate::launch::{ResumeFlags, RunFlags};
 use crate::project::Globals;
 
 #[derive(Debug, clap::Args)]
@@ -57,9 +57,36 @@ pub struct Args {
     /// overrides the team file's `remote`. Never the workspace's `origin` by default.
     #[arg(long)]
     pub remote: Option<String>,
+    /// Give a completed or interrupted single-agent run (RUN, else this project's newest) a
+    /// new prompt: its agent keeps its context, budgets and spend; the deadline restarts.
+    #[arg(
+        long = "continue",
+        value_name = "RUN",
+        num_args = 0..=1,
+        conflicts_with_all = [
+            "team", "agent", "workspace", "permission_mode", "approver", "provider", "model",
+            "strict", "record", "remote",
+        ],
+    )]
+    pub continue_run: Option<Option<String>>,
 }
 
 pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
+    let output = args
+        .output
+        .with_partial(args.include_partial)
+        .map_err(|message| crate::exit::ExitError::new(Exit::Usage, message))?;
+    if let Some(run) = args.continue_run {
+        let flags = ResumeFlags {
+            run,
+            base_url: args.base_url,
+            cassette: args.cassette,
+            max_duration: args.max_duration,
+            output,
+            ..ResumeFlags::default()
+        };
+        return crate::lifecycle::continue_run(global, args.prompt, flags);
+    }
     let flags = RunFlags {
         prompt: args.prompt,
         team: args.team,
@@ -73,10 +100,7 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         cassette: args.cassette,
         strict: args.strict,
         record: args.record,
-        output: args
-            .output
-            .with_partial(args.include_partial)
-            .map_err(|message| crate::exit::ExitError::new(Exit::Usage, message))?,
+        output,
         max_duration: args.max_duration,
         batch_line_id: None,
         remote: args.remote,

@@ -291,6 +291,84 @@ pub(crate) fn resume(
     }
 }
 
+/// `muster run --continue [RUN] -p PROMPT`: a run that completed or was interrupted takes a
+/// new prompt (the one named, else this project's newest such run).
+pub(crate) fn continue_run(
+    global: &crate::project::Globals,
+    prompt: String,
+    flags: crate::launch::ResumeFlags,
+) -> anyhow::Result<Exit> {
+    let project = Project::locate(global)?;
+    let record = {
+        let runtime = tokio_runtime()?;
+        runtime.block_on(async {
+            let store = project.open_store().await?;
+            let scope = crate::project::project_scope(&project, flags.all_projects);
+            pick_run_to_continue(
+                store.as_ref(),
+                &project,
+                flags.run.as_deref(),
+                scope.as_deref(),
+            )
+            .await
+        })?
+    };
+    if record.team.is_some() {
+        return Err(usage(format!(
+            "run {} is a team run: `--continue` takes single-agent runs only so far; start a \
+             new team run with `muster run -p …`",
+            record.id
+        )));
+    }
+    crate::single_run::continue_run(global, flags, record, prompt)
+}
+
+/// Whether a run in `status` may take a new prompt.
+fn takes_a_new_prompt(status: RunStatus) -> bool {
+    matches!(status, RunStatus::Completed | RunStatus::Interrupted)
+}
+
+/// The run `--continue` gives a new prompt: the one named, else the newest completed or
+/// interrupted one (of `scope`'s project, when given); refused in any other status, when live
+/// elsewhere, or when its workspace is not on this machine.
+async fn pick_run_to_continue(
+    store: &dyn MailboxStore,
+    project: &Project,
+    run: Option<&str>,
+    scope: Option<&str>,
+) -> anyhow::Result<RunRecord> {
+    let record = match run {
+        Some(id) => store
+            .run(id)
+            .await?
+            .ok_or_else(|| usage(format!("no run {id:?} in this store (see `muster runs`)")))?,
+        None => store
+            .runs()
+            .await?
+            .into_iter()
+            .filter(|r| takes_a_new_prompt(r.status))
+            .filter(|r| scope.is_none_or(|p| r.in_project(p)))
+            .max_by_key(|r| (r.updated_at, r.id.clone()))
+            .ok_or_else(|| {
+                usage("no completed or interrupted run to continue (see `muster runs`)")
+            })?,
+    };
+    if !takes_a_new_prompt(record.status) {
+        return Err(usage(format!(
+            "run {} is {}: only a completed or interrupted run takes a new prompt{}",
+            record.id,
+            record.status.as_str(),
+            if record.status.is_finished() {
+                String::new()
+            } else {
+                format!(" (`muster resume {}` carries it on)", record.id)
+            }
+        )));
+    }
+    check_here_and_not_live(store, project, &record).await?;
+    Ok(record)
+}
+
 /// The run `muster resume [RUN]` continues: the one named, else the newest unfinished one
 /// (of `scope`'s project, when given); refused when it is finished, live in another process,
 /// or its workspace is not on this machine.
@@ -321,6 +399,16 @@ pub(crate) async fn pick_run(
             record.status.as_str()
         )));
     }
+    check_here_and_not_live(store, project, &record).await?;
+    Ok(record)
+}
+
+/// Refuses a run whose workspace is not on this machine or that is live in another process.
+async fn check_here_and_not_live(
+    store: &dyn MailboxStore,
+    project: &Project,
+    record: &RunRecord,
+) -> anyhow::Result<()> {
     if !std::path::Path::new(&record.workspace).is_dir() {
         return Err(usage(format!(
             "run {}'s workspace {} is not on this machine; resume it where it ran (or fork \
@@ -338,7 +426,7 @@ pub(crate) async fn pick_run(
         )
         .into());
     }
-    Ok(record)
+    Ok(())
 }
 
 /// A run this process owns until it is dropped: the live-run lock (and its socket) and the

@@ -4,6 +4,7 @@ mod check_cli;
 mod common;
 mod compat_cli;
 mod config_cli;
+mod continue_cli;
 mod demo_cli;
 mod events_cli;
 mod grants_cli;
