@@ -13,6 +13,7 @@ pub mod loading;
 pub mod mcp;
 pub(crate) mod models;
 pub mod plan_diff;
+pub mod process;
 pub mod progress;
 pub mod project;
 pub mod run_log;

@@ -2,7 +2,6 @@
 //! directory, the settings, the agent catalogue and their warnings. Every command uses these,
 //! so they live outside `cli/` (which only parses arguments and prints).
 
-use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::PathBuf;
 
@@ -11,11 +10,18 @@ use muster_config::settings::{CliOverrides, Settings, SettingsInputs};
 use muster_config::{ConfigError, Diagnostic, Loaded};
 
 use crate::exit::{Exit, ExitError};
-use crate::project::Globals;
+use crate::project::{Globals, Project};
 
 /// The project root for this invocation: `-C DIR`, else discovered from the current directory.
 pub fn project_root(global: &Globals) -> anyhow::Result<ProjectRoot> {
-    let current = std::env::current_dir()?;
+    let current = global.process.current_dir.clone().map_err(|error| {
+        ExitError::new(
+            Exit::Usage,
+            format!(
+                "the current directory cannot be read ({error}); cd to the project, or give -C DIR"
+            ),
+        )
+    })?;
     if let Some(dir) = &global.directory {
         // Said here, before anything reads or makes files in a directory that is not there.
         let problem = match std::fs::metadata(current.join(dir)) {
@@ -35,13 +41,6 @@ pub fn project_root(global: &Globals) -> anyhow::Result<ProjectRoot> {
     Ok(ProjectRoot::discover(&current, global.directory.as_deref()))
 }
 
-/// The process environment, skipping variables that are not UTF-8.
-pub fn process_env() -> BTreeMap<String, String> {
-    std::env::vars_os()
-        .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
-        .collect()
-}
-
 /// A configuration error as the error that exits with code 2.
 pub fn usage_error(error: ConfigError) -> anyhow::Error {
     ExitError::new(Exit::Usage, error.to_string()).into()
@@ -54,8 +53,8 @@ pub fn load_settings(
     root: &ProjectRoot,
     cli: CliOverrides,
 ) -> anyhow::Result<Loaded<Settings>> {
-    let env = process_env();
-    let home: Option<PathBuf> = user_home();
+    let env = &global.process.env;
+    let home: Option<PathBuf> = global.process.user_home();
     let cli = match &global.store {
         // A URL is kept as it is (one whose scheme muster does not know is an error of the
         // settings, never a path made absolute).
@@ -69,7 +68,7 @@ pub fn load_settings(
     Settings::load(&SettingsInputs {
         project_root: root,
         home_dir: home.as_deref(),
-        env: &env,
+        env,
         cli: &cli,
     })
     .map_err(usage_error)
@@ -90,25 +89,14 @@ pub fn print_output(text: &str) -> anyhow::Result<()> {
 /// The variable that makes muster read no user-level file (`muster demo` sets it for its run).
 pub const NO_USER_FILES: &str = "MUSTER_NO_USER_FILES";
 
-/// The home directory whose files muster reads (user settings, `~/.claude/agents`,
-/// `~/.claude/CLAUDE.md`), or `None` when [`NO_USER_FILES`] is set.
-pub fn user_home() -> Option<PathBuf> {
-    match std::env::var_os(NO_USER_FILES) {
-        Some(value) if !value.is_empty() => None,
-        _ => std::env::home_dir(),
-    }
-}
-
 /// The agent catalogue of `root` (with the user's `~/.claude/agents`), its load warnings and
 /// the warnings for definitions naming a model the settings' catalogue lacks printed.
-pub fn load_catalog(
-    root: &ProjectRoot,
-    settings: &Settings,
-) -> anyhow::Result<muster_config::AgentCatalog> {
+pub fn load_catalog(project: &Project) -> anyhow::Result<muster_config::AgentCatalog> {
     let loaded =
-        muster_config::AgentCatalog::load(root, user_home().as_deref()).map_err(usage_error)?;
+        muster_config::AgentCatalog::load(&project.root, project.process.user_home().as_deref())
+            .map_err(usage_error)?;
     print_warnings(&loaded.warnings);
-    print_warnings(&model_warnings(&loaded.value, settings));
+    print_warnings(&model_warnings(&loaded.value, &project.settings));
     Ok(loaded.value)
 }
 
@@ -135,11 +123,12 @@ pub fn describe_instruction(file: &muster_config::InstructionFile) -> String {
 pub fn loaded_instructions(
     root: &ProjectRoot,
     settings: &Settings,
+    home: Option<&std::path::Path>,
 ) -> Vec<muster_config::InstructionFile> {
     match muster_config::ProjectInstructions::load(
         root,
         settings.instructions_max_bytes.value,
-        user_home().as_deref(),
+        home,
     ) {
         Ok(loaded) => {
             print_warnings(&loaded.warnings);

@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use muster::cli::{Cli, dispatch};
 use muster::exit::Exit;
-use muster::run_log;
+use muster::process::ProcessGiven;
+use muster::run_log::RunLog;
 use tracing_subscriber::Layer as _;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
@@ -18,23 +19,24 @@ fn main() -> ExitCode {
     }
     install_tls_provider();
     let cli = Cli::parse();
-    init_logging(&cli.global.log_level);
-    let code = match dispatch(cli) {
+    let run_log = RunLog::default();
+    init_logging(&cli.global.log_level, &run_log);
+    let code = match dispatch(cli, ProcessGiven::capture(run_log.clone())) {
         Ok(exit) => {
-            run_log::finish(exit.code(), None, None);
+            run_log.finish(exit.code(), None, None);
             exit.code()
         }
         Err(error) => {
             eprintln!("muster: {error:#}");
             let code = Exit::for_error(&error).code();
-            run_log::finish(code, None, Some(&format!("{error:#}")));
+            run_log.finish(code, None, Some(&format!("{error:#}")));
             code
         }
     };
     // Every connection has been dropped (its server's group killed with it) by now; this
     // catches one a detached task still held.
     muster_agents::mcp::kill_server_groups();
-    run_log::close();
+    run_log.close();
     ExitCode::from(code)
 }
 
@@ -47,9 +49,9 @@ fn install_tls_provider() {
 }
 
 /// Logs go to stderr and, once a run is known, to its `.muster/logs/<run>.jsonl`
-/// ([`run_log`]), never to stdout; `--log-level` sets stderr's level (a bad value is reported
+/// ([`RunLog`]), never to stdout; `--log-level` sets stderr's level (a bad value is reported
 /// and the default `warn` kept).
-fn init_logging(level: &str) {
+fn init_logging(level: &str, run_log: &RunLog) {
     let filter = tracing_subscriber::EnvFilter::try_new(level).unwrap_or_else(|error| {
         eprintln!("muster: --log-level {level:?} is not a level ({error}); using warn");
         tracing_subscriber::EnvFilter::new("warn")
@@ -63,6 +65,6 @@ fn init_logging(level: &str) {
         .with_filter(filter);
     let _ = tracing_subscriber::registry()
         .with(stderr)
-        .with(run_log::layer(stderr_level))
+        .with(run_log.layer(stderr_level))
         .try_init();
 }

@@ -81,9 +81,8 @@ const TICK: Duration = Duration::from_millis(250);
 impl LiveProgress {
     /// Live lines on stderr when stdout is a terminal (and stderr too: `indicatif` draws
     /// nothing on a stderr that is not one); `None` otherwise.
-    pub fn for_terminal() -> Option<LiveProgress> {
-        use std::io::IsTerminal as _;
-        if !std::io::stdout().is_terminal() {
+    pub fn for_terminal(stdout_is_terminal: bool) -> Option<LiveProgress> {
+        if !stdout_is_terminal {
             return None;
         }
         let lines = Arc::new(Lines {

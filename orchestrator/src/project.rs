@@ -12,24 +12,17 @@ use muster_mailbox::{
 };
 
 use crate::loading::{load_settings, print_warnings, project_root};
-
-/// The work item this process runs for a worker (`muster worker`'s child), when it is one:
-/// every store the process opens is fenced by it, so once another worker takes the item over,
-/// each write of this process is refused inside its transaction. Set once, at the start.
-static WORK_FENCE: std::sync::OnceLock<muster_mailbox::WorkFence> = std::sync::OnceLock::new();
-
-/// Fences every store this process opens from now on by `fence` (see [`WORK_FENCE`]).
-pub fn fence_process(fence: muster_mailbox::WorkFence) {
-    let _ = WORK_FENCE.set(fence);
-}
+use crate::process::ProcessGiven;
 
 /// The global flags (`-C DIR`, `--store`, `--log-level`) as the commands and the run layer
 /// take them: the clap type in `cli/` turns into this, so no clap type leaves `cli/`.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Globals {
     pub directory: Option<PathBuf>,
     pub store: Option<PathBuf>,
     pub log_level: String,
+    /// What the process was given, read once in `main`.
+    pub process: ProcessGiven,
 }
 
 /// Where a command's project and store live, and the settings that apply.
@@ -37,6 +30,9 @@ pub struct Globals {
 pub struct Project {
     pub root: ProjectRoot,
     pub settings: Settings,
+    /// What the process was given: its environment, its terminals, its worker's fence on
+    /// every store opened here, its run log.
+    pub process: ProcessGiven,
 }
 
 impl Project {
@@ -44,12 +40,18 @@ impl Project {
     /// settings (warnings go to stderr; a configuration error exits 2). Only the CLI calls
     /// this: it reads the process's current directory and environment.
     pub fn locate(global: &Globals) -> anyhow::Result<Project> {
-        let root = project_root(global)?;
-        let loaded = load_settings(global, &root, CliOverrides::new())?;
+        Project::load(global, project_root(global)?, CliOverrides::new())
+    }
+
+    /// The project at `root` with its settings, `cli` as their command-line layer (warnings
+    /// printed).
+    pub fn load(global: &Globals, root: ProjectRoot, cli: CliOverrides) -> anyhow::Result<Project> {
+        let loaded = load_settings(global, &root, cli)?;
         print_warnings(&loaded.warnings);
         Ok(Project {
             root,
             settings: loaded.value,
+            process: global.process.clone(),
         })
     }
 
@@ -115,7 +117,7 @@ impl Project {
         match self.store_location() {
             StoreLocation::File(path) => {
                 let store = SqliteStore::open(path, self.store_options())?;
-                Ok(match WORK_FENCE.get() {
+                Ok(match &self.process.work_fence {
                     Some(fence) => Arc::new(store.fenced(fence.clone())),
                     None => Arc::new(store),
                 })
@@ -125,7 +127,7 @@ impl Project {
                 if announce_wakes {
                     store = store.announcing();
                 }
-                Ok(match WORK_FENCE.get() {
+                Ok(match &self.process.work_fence {
                     Some(fence) => Arc::new(store.fenced(fence.clone())),
                     None => Arc::new(store),
                 })

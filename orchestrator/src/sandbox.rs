@@ -2,6 +2,7 @@
 //! (`muster_agents::sandbox`), and its hidden trampoline subcommand.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use muster_agents::sandbox::{Sandbox, SandboxMode, SandboxSupport, probe};
@@ -36,9 +37,10 @@ pub enum SandboxState {
 }
 
 impl SandboxState {
-    /// The sandbox of a run with `settings` on this kernel: `required` on a kernel without
-    /// Landlock fails with exit 2, naming the kernel's ABI.
-    pub fn for_run(settings: &Settings) -> Result<SandboxState, ExitError> {
+    /// The sandbox of a run with `settings` on this kernel (`home`: the user's home, which
+    /// the sandbox keeps readable): `required` on a kernel without Landlock fails with exit 2,
+    /// naming the kernel's ABI.
+    pub fn for_run(settings: &Settings, home: Option<PathBuf>) -> Result<SandboxState, ExitError> {
         let mode = SandboxMode::parse(&settings.sandbox.mode.value).unwrap_or(SandboxMode::Auto);
         if mode == SandboxMode::Off {
             return Ok(SandboxState::Off);
@@ -55,7 +57,7 @@ impl SandboxState {
                 mode,
                 network: settings.sandbox.network.value,
                 writable: settings.sandbox.writable.clone(),
-                home: std::env::home_dir(),
+                home,
             }))),
             Err(reason) if mode == SandboxMode::Required => Err(ExitError::new(
                 Exit::Usage,

@@ -2,7 +2,7 @@
 //! `muster run -p` starts one, `muster resume` continues one that stopped awaiting a decision
 //! (or was interrupted), rebuilt from the stored launch options and the agent's records.
 
-use std::io::{IsTerminal, Write as _};
+use std::io::Write as _;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +24,7 @@ use crate::exit::{Exit, ExitError};
 use crate::launch::{OutputFormat, ResumeFlags, RunFlags, RunLaunch, overrides_from};
 use crate::lifecycle::context::{CheckedParts, ContextParts, LeadResponder, run_context};
 use crate::lifecycle::{self, Ending, RunDriver, RunKind, StartedRun};
-use crate::loading::{load_settings, print_warnings, project_root};
+use crate::loading::project_root;
 use crate::progress::LiveProgress;
 use crate::project::Globals;
 use crate::project::Project;
@@ -52,13 +52,7 @@ fn usage(message: impl Into<String>) -> anyhow::Error {
 /// `muster run -p` with no team (the CLI sends team runs to `crate::team::run`).
 pub fn run(global: &Globals, flags: RunFlags) -> anyhow::Result<Exit> {
     let output = flags.output;
-    let root = project_root(global)?;
-    let loaded = load_settings(global, &root, overrides_from(&flags)?)?;
-    print_warnings(&loaded.warnings);
-    let project = Project {
-        root,
-        settings: loaded.value,
-    };
+    let project = Project::load(global, project_root(global)?, overrides_from(&flags)?)?;
     let catalog = load_catalog(&project)?;
     let agent = flags.agent.clone().unwrap_or_else(|| "general".into());
     let definition = catalog.get(&agent).ok_or_else(|| {
@@ -118,11 +112,7 @@ fn resume_with(
     let overrides = launch.run.overrides();
     let root = project_root(global)?;
     launch.run.warn_of_changed_policies(root.path());
-    let loaded = load_settings(global, &root, overrides)?;
-    let project = Project {
-        root,
-        settings: loaded.value,
-    };
+    let project = Project::load(global, root, overrides)?;
     let catalog = load_catalog(&project)?;
     let mut kind = SingleRun::new(project, catalog, launch, output, None);
     kind.continuation = continuation;
@@ -130,7 +120,7 @@ fn resume_with(
 }
 
 fn load_catalog(project: &Project) -> anyhow::Result<AgentCatalog> {
-    crate::loading::load_catalog(&project.root, &project.settings)
+    crate::loading::load_catalog(project)
 }
 
 /// A single-agent run about to start or continue.
@@ -224,7 +214,7 @@ impl RunKind for SingleRun {
 
     async fn start(self, run: &StartedRun, checked: CheckedParts) -> anyhow::Result<SingleDriver> {
         let progress = run.printer.progress();
-        let terminal: Option<Arc<dyn Terminal>> = (std::io::stdin().is_terminal()
+        let terminal: Option<Arc<dyn Terminal>> = (self.project.process.stdin_is_terminal
             && self.output == OutputFormat::Text)
             .then(|| Arc::new(StdinTerminal { progress }) as Arc<dyn Terminal>);
         let parts = ContextParts {

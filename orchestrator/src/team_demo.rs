@@ -107,7 +107,7 @@ pub fn run(global: &Globals, dir: Option<&Path>, muster: &str) -> anyhow::Result
             output.status
         ));
     };
-    let stored = read_store(&root, global.store.clone(), &run_id)?;
+    let stored = read_store(global, &root, global.store.clone(), &run_id)?;
     let tests = run_tests(&root);
     let summary = Summary {
         root: &root,
@@ -218,11 +218,17 @@ struct Stored {
     tasks: Vec<Task>,
 }
 
-fn read_store(root: &Path, store: Option<PathBuf>, run_id: &str) -> anyhow::Result<Stored> {
+fn read_store(
+    outer: &Globals,
+    root: &Path,
+    store: Option<PathBuf>,
+    run_id: &str,
+) -> anyhow::Result<Stored> {
     let global = Globals {
         directory: Some(root.to_path_buf()),
         store,
         log_level: "warn".into(),
+        process: outer.process.clone(),
     };
     let project = Project::locate(&global)?;
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -25,7 +25,7 @@ pub mod workers;
 
 use std::collections::{HashSet, VecDeque};
 use std::ffi::OsString;
-use std::io::{BufRead as _, BufReader, IsTerminal as _, Read as _, Write as _};
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
@@ -131,7 +131,7 @@ pub fn run(global: &Globals, options: BatchOptions) -> anyhow::Result<Exit> {
         .build()?;
     let store = runtime.block_on(project.open_store())?;
     let runs = this_projects_runs(&project, runtime.block_on(store.runs())?);
-    let progress = Progress::new(batch.lines.len());
+    let progress = Progress::new(batch.lines.len(), project.process.stderr_is_terminal);
 
     // Finished lines first, in file order; the rest wait for their workspace.
     let mut pending: VecDeque<(BatchLine, LinePlan)> = VecDeque::new();
@@ -496,7 +496,7 @@ pub fn run_line(
     let line = batch
         .line(id)
         .ok_or_else(|| usage(format!("the batch file has no line with id {id:?}")))?;
-    exit_when_the_batch_dies();
+    exit_when_the_batch_dies(&global.process);
     // The line's run, as a typed request (no argv round trip through clap): its stream-json
     // events on stdout are what the batch reads.
     let output = crate::launch::OutputFormat::StreamJson { partial: false };
@@ -525,8 +525,8 @@ pub fn run_line(
 
 /// The batch holds the write end of this process's stdin: when it closes (the batch exited
 /// or was killed), the line's run stops as if killed, to be resumed by the next batch.
-pub(crate) fn exit_when_the_batch_dies() {
-    if std::io::stdin().is_terminal() {
+pub(crate) fn exit_when_the_batch_dies(process: &crate::process::ProcessGiven) {
+    if process.stdin_is_terminal {
         return;
     }
     std::thread::spawn(|| {
@@ -553,8 +553,8 @@ struct Progress {
 }
 
 impl Progress {
-    fn new(len: usize) -> Progress {
-        let visible = std::io::stderr().is_terminal();
+    /// `visible`: stderr is a terminal.
+    fn new(len: usize, visible: bool) -> Progress {
         let bar = if visible {
             let bar = ProgressBar::with_draw_target(Some(len as u64), ProgressDrawTarget::stderr());
             if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} {wide_msg}") {

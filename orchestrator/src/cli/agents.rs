@@ -35,7 +35,7 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
 fn list(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
     let root = project_root(global)?;
     let settings = load_settings(global, &root, CliOverrides::new())?;
-    let home = crate::loading::user_home();
+    let home = global.process.user_home();
     let catalog = AgentCatalog::load(&root, home.as_deref()).map_err(usage_error)?;
     let instructions = ProjectInstructions::load(
         &root,

@@ -91,7 +91,7 @@ fn edit_plan(
     let submitted = request.body.plan().unwrap_or_default().to_owned();
     let editor = ["VISUAL", "EDITOR"]
         .iter()
-        .find_map(|name| std::env::var(name).ok().filter(|v| !v.trim().is_empty()))
+        .find_map(|name| global.process.var(name).filter(|v| !v.trim().is_empty()))
         .ok_or_else(|| {
             ExitError::new(
                 Exit::Usage,
@@ -101,7 +101,7 @@ fn edit_plan(
     let dir = tempfile::tempdir()?;
     let file = dir.path().join(format!("{request_id}.md"));
     std::fs::write(&file, &submitted)?;
-    run_editor(&editor, &file)?;
+    run_editor(editor, &file)?;
     let saved = std::fs::read_to_string(&file).map_err(|e| {
         ExitError::new(
             Exit::Failed,

@@ -117,7 +117,7 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     let root = project_root(global)?;
     let settings = load_settings(global, &root, CliOverrides::new())?;
     let catalog =
-        AgentCatalog::load(&root, crate::loading::user_home().as_deref()).map_err(usage_error)?;
+        AgentCatalog::load(&root, global.process.user_home().as_deref()).map_err(usage_error)?;
     print_warnings(&settings.warnings);
     let settings = settings.value;
     let catalog = catalog.value;
@@ -143,7 +143,7 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         .map(std::path::absolute)
         .transpose()
         .map_err(|error| usage(format!("--plan-file: {error}")))?;
-    let home = std::env::home_dir();
+    let home = global.process.home.clone();
 
     let mode = flag_mode
         .or(definition.and_then(|definition| {
@@ -164,7 +164,7 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
 
     let engine = PermissionEngine::standard();
     let sandbox = Sandboxing {
-        state: SandboxState::for_run(&settings)?,
+        state: SandboxState::for_run(&settings, home.clone())?,
         read_only_agent: context.definition.read_only,
     };
     let mut mcp = crate::mcp::McpLookup::new(root.path(), &settings, &workspace_dir);

@@ -50,7 +50,7 @@ fn show(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
                 "sandbox_writable": settings.sandbox.writable,
             },
             "sandbox_support": muster_agents::sandbox::probe(),
-            "instructions": loaded_instructions(&root, settings).iter().map(|file| json!({
+            "instructions": loaded_instructions(&root, settings, global.process.user_home().as_deref()).iter().map(|file| json!({
                 "path": file.path,
                 "scope": file.scope,
                 "bytes": file.content.len(),
@@ -88,7 +88,7 @@ fn show(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
             "# sandbox: {}",
             muster_agents::sandbox::probe().describe()
         )?;
-        for file in loaded_instructions(&root, settings) {
+        for file in loaded_instructions(&root, settings, global.process.user_home().as_deref()) {
             writeln!(output, "# instructions: {}", describe_instruction(&file))?;
         }
         print_warnings(&mcp_warnings);

@@ -27,8 +27,8 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         None if args.crash => crate::store_demo::run(args.dir.as_deref()),
         None => {
             let exe = std::env::current_exe()?;
-            let path = std::env::var_os("PATH");
-            let muster = crate::team_demo::muster_command(&exe, path.as_deref());
+            let path = global.process.var("PATH").map(std::ffi::OsStr::new);
+            let muster = crate::team_demo::muster_command(&exe, path);
             crate::team_demo::run(global, args.dir.as_deref(), &muster)
         }
     }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use crate::exit::Exit;
+use crate::process::ProcessGiven;
 use crate::project::Globals;
 
 pub mod agents;
@@ -60,12 +61,13 @@ pub struct GlobalArgs {
     pub log_level: String,
 }
 
-impl From<GlobalArgs> for Globals {
-    fn from(flags: GlobalArgs) -> Globals {
+impl GlobalArgs {
+    fn into_globals(self, process: ProcessGiven) -> Globals {
         Globals {
-            directory: flags.directory,
-            store: flags.store,
-            log_level: flags.log_level,
+            directory: self.directory,
+            store: self.store,
+            log_level: self.log_level,
+            process,
         }
     }
 }
@@ -115,9 +117,9 @@ pub enum Command {
 }
 
 /// Runs the parsed command; the returned `Exit` becomes the process's exit code.
-pub fn dispatch(cli: Cli) -> anyhow::Result<Exit> {
+pub fn dispatch(cli: Cli, process: ProcessGiven) -> anyhow::Result<Exit> {
     // Past this point no clap type: the commands and the run layer take the plain flags.
-    let global = Globals::from(cli.global);
+    let global = cli.global.into_globals(process);
     match cli.command {
         Command::Run(args) => run::execute(&global, args),
         Command::Resume(args) => resume::execute(&global, args),

@@ -73,7 +73,8 @@ pub(crate) fn checked_parts(
         approver,
         workspace,
         models: model_router(settings, env, run.strict, recording)?,
-        sandbox: crate::sandbox::SandboxState::for_run(settings)?.into_run_sandbox(),
+        sandbox: crate::sandbox::SandboxState::for_run(settings, project.process.home.clone())?
+            .into_run_sandbox(),
     })
 }
 
@@ -105,7 +106,7 @@ pub(crate) fn run_context(parts: ContextParts<'_>, checked: CheckedParts) -> Run
         gate: Arc::new(EngineGate::new(
             settings.permissions.clone(),
             parts.catalog.clone(),
-            std::env::home_dir(),
+            parts.project.process.home.clone(),
         )),
         catalog: parts.catalog,
         tools: ToolRegistry::standard().with_mcp(crate::mcp::run_config(parts.project)),

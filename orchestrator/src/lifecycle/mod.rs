@@ -98,7 +98,7 @@ pub(crate) fn execute<K: RunKind>(kind: K, existing: Option<RunRecord>) -> anyho
 
 async fn execute_async<K: RunKind>(kind: K, existing: Option<RunRecord>) -> anyhow::Result<Exit> {
     let mut interrupts = Interrupts::install();
-    let env = crate::loading::process_env();
+    let env = (*kind.project().process.env).clone();
     let resumed = existing.is_some();
     let checked = context::checked_parts(kind.project(), kind.launch(), &env, resumed, K::LEAD)?;
     let store = kind.open_store().await?;
@@ -126,7 +126,12 @@ async fn execute_async<K: RunKind>(kind: K, existing: Option<RunRecord>) -> anyh
         env.get("XDG_RUNTIME_DIR").map(PathBuf::from),
     )
     .await?;
-    let printer = Arc::new(RunPrinter::new(&id, K::AGENT, kind.output()));
+    let printer = Arc::new(RunPrinter::new(
+        &id,
+        K::AGENT,
+        kind.output(),
+        kind.project().process.stdout_is_terminal,
+    ));
     let run = StartedRun {
         id,
         epoch: owned.epoch,
@@ -137,6 +142,7 @@ async fn execute_async<K: RunKind>(kind: K, existing: Option<RunRecord>) -> anyh
         env,
         printer,
     };
+    let run_log = kind.project().process.run_log.clone();
     let driver = kind.start(&run, checked).await?;
     let mut interrupted = false;
     let driven = tokio::select! {
@@ -150,7 +156,7 @@ async fn execute_async<K: RunKind>(kind: K, existing: Option<RunRecord>) -> anyh
         lost = owned.lost() => return Err(lost),
     };
     let ending = driver.wrap_up(&run, driven, interrupted).await?;
-    finish(run.store.as_ref(), &run.id, &ending).await?;
+    finish(run.store.as_ref(), &run.id, &ending, &run_log).await?;
     run.printer.finished(&ending);
     Ok(ending.exit)
 }
@@ -464,7 +470,10 @@ async fn take_over(
         runtime_dir.as_deref(),
     )
     .await?;
-    crate::run_log::start(&project.root.logs_dir(), run_id, kind, resumed.is_some());
+    project
+        .process
+        .run_log
+        .start(&project.root.logs_dir(), run_id, kind, resumed.is_some());
     let epoch = store.open_epoch(run_id).await?;
     // Taken again after a lost connection, the hold must find this epoch still the run's.
     live.own_epoch(epoch);
@@ -480,11 +489,16 @@ async fn take_over(
 }
 
 /// Commits the run's ending (status and result) and closes its log.
-async fn finish(store: &dyn MailboxStore, run_id: &str, ending: &Ending) -> anyhow::Result<()> {
+async fn finish(
+    store: &dyn MailboxStore,
+    run_id: &str,
+    ending: &Ending,
+    run_log: &crate::run_log::RunLog,
+) -> anyhow::Result<()> {
     store
         .set_run_status(run_id, ending.status, Some(ending.result.clone()))
         .await?;
-    crate::run_log::finish(
+    run_log.finish(
         ending.exit.code(),
         Some(ending.status.as_str()),
         ending.result["error"].as_str(),
@@ -517,7 +531,7 @@ pub(crate) fn project_instructions(project: &Project) -> String {
     muster_config::ProjectInstructions::load(
         &project.root,
         project.settings.instructions_max_bytes.value,
-        crate::loading::user_home().as_deref(),
+        project.process.user_home().as_deref(),
     )
     .map(|loaded| {
         loaded

@@ -29,7 +29,13 @@ pub(crate) struct RunPrinter {
 }
 
 impl RunPrinter {
-    pub(crate) fn new(run_id: &str, agent: &'static str, format: OutputFormat) -> RunPrinter {
+    /// `stdout_is_terminal`: text output then draws live progress lines.
+    pub(crate) fn new(
+        run_id: &str,
+        agent: &'static str,
+        format: OutputFormat,
+        stdout_is_terminal: bool,
+    ) -> RunPrinter {
         RunPrinter {
             run_id: run_id.to_owned(),
             agent,
@@ -37,7 +43,7 @@ impl RunPrinter {
             lock: Mutex::new(()),
             worker: None,
             progress: (format == OutputFormat::Text)
-                .then(LiveProgress::for_terminal)
+                .then(|| LiveProgress::for_terminal(stdout_is_terminal))
                 .flatten()
                 .map(Arc::new),
         }

@@ -58,7 +58,7 @@ use crate::launch::RunLaunch;
 use crate::launch::{OutputFormat, RunFlags};
 use crate::lifecycle::context::{CheckedParts, ContextParts, LeadResponder, run_context};
 use crate::lifecycle::{self, Ending, RunDriver, RunKind, StartedRun};
-use crate::loading::{load_settings, print_warnings, project_root};
+use crate::loading::project_root;
 use crate::project::Globals;
 use crate::project::Project;
 use crate::stored_policies::StoredPolicies;
@@ -104,14 +104,12 @@ pub struct TeamLaunch {
 /// `muster run -p GOAL` as a team run with the team file at `team_path`.
 pub fn run(global: &Globals, flags: RunFlags, team_path: PathBuf) -> anyhow::Result<Exit> {
     let output = flags.output;
-    let root = project_root(global)?;
-    let loaded = load_settings(global, &root, crate::launch::overrides_from(&flags)?)?;
-    print_warnings(&loaded.warnings);
-    let project = Project {
-        root,
-        settings: loaded.value,
-    };
-    let catalog = crate::loading::load_catalog(&project.root, &project.settings)?;
+    let project = Project::load(
+        global,
+        project_root(global)?,
+        crate::launch::overrides_from(&flags)?,
+    )?;
+    let catalog = crate::loading::load_catalog(&project)?;
     let team = TeamFile::load(&team_path, &project.root, &catalog)
         .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
     if flags.agent.is_some() {
@@ -179,13 +177,8 @@ pub fn resume(
     let overrides = launch.run.overrides();
     let root = project_root(global)?;
     launch.run.warn_of_changed_policies(root.path());
-    let loaded = load_settings(global, &root, overrides)?;
-    print_warnings(&loaded.warnings);
-    let project = Project {
-        root,
-        settings: loaded.value,
-    };
-    let catalog = crate::loading::load_catalog(&project.root, &project.settings)?;
+    let project = Project::load(global, root, overrides)?;
+    let catalog = crate::loading::load_catalog(&project)?;
     let team = TeamFile::parse(
         &launch.team_file.display().to_string(),
         &launch.team_text,

@@ -351,16 +351,8 @@ async fn run_placed(
                 record.id
             ))
         })?;
-    let loaded = crate::loading::load_settings(global, &located.root, launch.run.overrides())?;
-    crate::loading::print_warnings(&loaded.warnings);
-    let project = Project {
-        root: located.root,
-        settings: loaded.value,
-    };
-    let catalog = Arc::new(crate::loading::load_catalog(
-        &project.root,
-        &project.settings,
-    )?);
+    let project = Project::load(global, located.root, launch.run.overrides())?;
+    let catalog = Arc::new(crate::loading::load_catalog(&project)?);
     let team_file = TeamFile::parse(
         &launch.team_file.display().to_string(),
         &launch.team_text,
@@ -392,12 +384,13 @@ async fn run_placed(
             &record.id,
             super::LEAD,
             OutputFormat::StreamJson { partial: false },
+            false,
         )
         .on_worker(worker),
     );
     let restored =
         AgentRuntime::restored_spends(store.as_ref(), &record.id, &project.settings.models).await?;
-    let env = crate::loading::process_env();
+    let env = (*project.process.env).clone();
     let checked = checked_parts(&project, &launch.run, &env, true, LeadResponder::Person)?;
     let context = Arc::new(run_context(
         ContextParts {

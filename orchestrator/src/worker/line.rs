@@ -496,7 +496,7 @@ pub(crate) fn run_child(
         )
     })?;
     if let Some(teammate) = TeammateItem::of(&item) {
-        crate::batch::exit_when_the_batch_dies();
+        crate::batch::exit_when_the_batch_dies(&global.process);
         return crate::team::placement::run_on_worker(global, &item, teammate, repo_cache);
     }
     let payload: LinePayload = serde_json::from_value(item.payload).map_err(|e| {
@@ -505,7 +505,7 @@ pub(crate) fn run_child(
             format!("work item {:?} is not a batch line: {e}", fence.item),
         )
     })?;
-    crate::batch::exit_when_the_batch_dies();
+    crate::batch::exit_when_the_batch_dies(&global.process);
     let output = OutputFormat::StreamJson { partial: false };
     match resume {
         Some(run_id) => crate::lifecycle::resume(

@@ -556,6 +556,8 @@ pub fn run_item(
 ) -> anyhow::Result<Exit> {
     let fence = WorkFence::parse_arg(fence)
         .ok_or_else(|| crate::batch::usage(format!("--run-item {fence:?}: expected ITEM@TOKEN")))?;
-    crate::project::fence_process(fence.clone());
-    line::run_child(global, &fence, repo_cache, resume)
+    // Every store this process opens from here on is fenced by the item's claim.
+    let mut global = global.clone();
+    global.process.work_fence = Some(fence.clone());
+    line::run_child(&global, &fence, repo_cache, resume)
 }

@@ -137,7 +137,7 @@ fn the_check_tells_a_literal_from_its_typed_spelling() {
 }
 
 /// Where a crate name may appear, as `(what, the places allowed, why)`.
-const BOUNDARIES: [(&str, &[&str], &str); 7] = [
+const BOUNDARIES: [(&str, &[&str], &str); 11] = [
     (
         "crate::cli",
         &["orchestrator/src/cli/", "orchestrator/src/main.rs"],
@@ -175,6 +175,39 @@ const BOUNDARIES: [(&str, &[&str], &str); 7] = [
             "agents/src/runtime/context.rs",
         ],
         "one builder makes a run's context",
+    ),
+    // What the process is given is read once, in `main` (`process.rs`), and passed down. The
+    // exceptions: benchmarks (which build their own fixtures), the failpoints (read where
+    // they fire, test builds only), the sandbox's test-only ABI override, and a workspace's
+    // `~` (agents' tools, not yet handed the home).
+    (
+        "std::env::var",
+        &[
+            "orchestrator/src/process.rs",
+            "orchestrator/src/bench/",
+            "mailbox/src/failpoint.rs",
+            "agents/src/sandbox.rs",
+        ],
+        "the environment is read once in main (ProcessGiven)",
+    ),
+    (
+        "std::env::current_dir",
+        &["orchestrator/src/process.rs"],
+        "the working directory is read once in main (ProcessGiven)",
+    ),
+    (
+        "std::env::home_dir",
+        &[
+            "orchestrator/src/process.rs",
+            "orchestrator/src/bench/",
+            "agents/src/tools/workspace.rs",
+        ],
+        "the home directory is read once in main (ProcessGiven)",
+    ),
+    (
+        "is_terminal()",
+        &["orchestrator/src/process.rs", "orchestrator/src/main.rs"],
+        "which streams are terminals is read once in main (ProcessGiven)",
     ),
 ];
 
