@@ -1,13 +1,12 @@
 //! One schema, two dialects: a fresh store on each backend is read back from its catalogue
-//! (SQLite: `sqlite_master` and the `table_info`, `index_list`, `index_info`,
+//! (SQLite: `sqlite_master` and the `table_list`, `table_info`, `index_list`, `index_info`,
 //! `foreign_key_list` pragmas; PostgreSQL: `information_schema` and `pg_index`,
 //! `pg_constraint`) and the two descriptions are compared: tables, columns, column types
-//! (mapped to one vocabulary by [`SQLITE_TYPES`] and [`PG_TYPES`]), nullability, primary
-//! keys, unique constraints and indexes, plain indexes (by their column lists) and foreign
-//! keys. What exists on one backend only is declared in [`BACKEND_ONLY`], each entry with its
-//! reason; an entry that no longer matches anything fails the test too, so the list stays
-//! true.
-
+//! (mapped to one vocabulary by [`SQLITE_TYPES`] and [`PG_TYPES`]), nullability, DEFAULTs,
+//! store-assigned keys, primary keys, unique constraints and indexes, plain indexes (by their
+//! column lists and partial conditions) and foreign keys. What exists on one backend only is
+//! declared in [`BACKEND_ONLY`], each entry with its reason; an entry that no longer matches
+//! anything fails the test too, so the list stays true.
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -121,6 +120,10 @@ struct Column {
     /// As the catalogue spells it.
     declared: String,
     nullable: bool,
+    /// The DEFAULT, in the form [`default_value`] gives it.
+    default: Option<String>,
+    /// Whether the store assigns it (SQLite's rowid alias, PostgreSQL's identity column).
+    generated: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -147,6 +150,19 @@ impl fmt::Display for ForeignKey {
 /// An index's shape: its column list and, for a partial index, its WHERE condition in the
 /// form [`predicate`] gives it.
 type IndexKey = (Vec<String>, Option<String>);
+
+/// A column's DEFAULT, compared across dialects: without PostgreSQL's casts (`'x'::text`)
+/// and outer parentheses.
+fn default_value(default: &str) -> String {
+    let mut value = default.trim();
+    while let Some(inner) = value.strip_prefix('(').and_then(|v| v.strip_suffix(')')) {
+        value = inner.trim();
+    }
+    match value.rfind("::") {
+        Some(at) if !value[at..].contains('\'') => value[..at].to_string(),
+        _ => value.to_string(),
+    }
+}
 
 /// A partial index's condition, compared across dialects: lower case, without parentheses
 /// (PostgreSQL shows `(state = 1)` what SQLite keeps as `state = 1`), spaces collapsed.
@@ -245,19 +261,28 @@ fn sqlite_schema(path: &std::path::Path) -> Result<Schema, Vec<String>> {
         }
         // (cid, name, type, notnull, default, pk position)
         let mut stmt = conn
-            .prepare("SELECT name, type, \"notnull\", pk FROM pragma_table_info(?1) ORDER BY cid")
+            .prepare(
+                "SELECT name, type, \"notnull\", pk, dflt_value FROM pragma_table_info(?1) \
+                 ORDER BY cid",
+            )
             .unwrap();
-        let columns: Vec<(String, String, bool, i64)> = stmt
+        let columns: Vec<(String, String, bool, i64, Option<String>)> = stmt
             .query_map([name], |row| {
-                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
+                ))
             })
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();
         let mut primary_key: Vec<(i64, String)> = columns
             .iter()
-            .filter(|(_, _, _, pk)| *pk > 0)
-            .map(|(column, _, _, pk)| (*pk, column.clone()))
+            .filter(|(_, _, _, pk, _)| *pk > 0)
+            .map(|(column, _, _, pk, _)| (*pk, column.clone()))
             .collect();
         primary_key.sort();
         table.primary_key = primary_key.into_iter().map(|(_, column)| column).collect();
@@ -265,11 +290,11 @@ fn sqlite_schema(path: &std::path::Path) -> Result<Schema, Vec<String>> {
         // (inserting NULL assigns the next rowid), though table_info reports it nullable.
         let rowid_alias = (!without_rowid
             && table.primary_key.len() == 1
-            && columns.iter().any(|(c, ty, _, pk)| {
+            && columns.iter().any(|(c, ty, _, pk, _)| {
                 *pk > 0 && c == &table.primary_key[0] && ty.eq_ignore_ascii_case("INTEGER")
             }))
         .then(|| table.primary_key[0].clone());
-        for (column, declared, notnull, _) in columns {
+        for (column, declared, notnull, _, default) in columns {
             let ty = match mapped(SQLITE_TYPES, &declared, Backend::Sqlite) {
                 Ok(ty) => ty,
                 Err(error) => {
@@ -277,13 +302,15 @@ fn sqlite_schema(path: &std::path::Path) -> Result<Schema, Vec<String>> {
                     continue;
                 }
             };
-            let nullable = !notnull && rowid_alias.as_deref() != Some(column.as_str());
+            let generated = rowid_alias.as_deref() == Some(column.as_str());
             table.columns.insert(
                 column,
                 Column {
                     ty,
                     declared,
-                    nullable,
+                    nullable: !notnull && !generated,
+                    default: default.as_deref().map(default_value),
+                    generated,
                 },
             );
         }
@@ -414,7 +441,8 @@ async fn pg_schema(url: &str) -> Result<Schema, Vec<String>> {
     }
     for row in client
         .query(
-            "SELECT table_name::text, column_name::text, data_type::text, is_nullable = 'YES' \
+            "SELECT table_name::text, column_name::text, data_type::text, is_nullable = 'YES', \
+                    column_default::text, is_identity = 'YES' \
              FROM information_schema.columns WHERE table_schema = current_schema()",
             &[],
         )
@@ -434,6 +462,11 @@ async fn pg_schema(url: &str) -> Result<Schema, Vec<String>> {
                         ty,
                         declared,
                         nullable: row.get(3),
+                        default: row
+                            .get::<_, Option<String>>(4)
+                            .as_deref()
+                            .map(default_value),
+                        generated: row.get(5),
                     },
                 );
             }
@@ -644,6 +677,33 @@ fn compare(sqlite: &Schema, pg: &Schema, used: &mut [bool]) -> Vec<String> {
                     sc.ty, sc.declared, pc.ty, pc.declared
                 ));
             }
+            if sc.default != pc.default {
+                let says = |default: &Option<String>| {
+                    default
+                        .as_ref()
+                        .map_or("no DEFAULT".to_string(), |d| format!("DEFAULT {d}"))
+                };
+                mismatches.push(format!(
+                    "column `{name}.{column}` has {} on SQLite but {} on PostgreSQL: {ALIGN}",
+                    says(&sc.default),
+                    says(&pc.default)
+                ));
+            }
+            if sc.generated != pc.generated {
+                let says = |generated: bool| {
+                    if generated {
+                        "assigned by the store"
+                    } else {
+                        "not assigned by the store"
+                    }
+                };
+                mismatches.push(format!(
+                    "column `{name}.{column}` is {} on SQLite (INTEGER PRIMARY KEY) but {} on \
+                     PostgreSQL (GENERATED ... AS IDENTITY): {ALIGN}",
+                    says(sc.generated),
+                    says(pc.generated)
+                ));
+            }
             if sc.nullable != pc.nullable {
                 let says = |nullable: bool| if nullable { "nullable" } else { "NOT NULL" };
                 mismatches.push(format!(
@@ -766,7 +826,7 @@ async fn both_backends_migrate_to_one_schema() {
 }
 
 /// The comparison bites: a column or index added to one backend only, a column's type or
-/// nullability changed on one, a partial index's condition changed on one — each is reported
+/// nullability or DEFAULT changed on one, a partial index's condition changed on one — each is reported
 /// with the table, the backend and what to do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_difference_on_one_backend_is_reported() {
@@ -782,6 +842,7 @@ async fn a_difference_on_one_backend_is_reported() {
         .pg_execute(
             "ALTER TABLE counters ALTER COLUMN value TYPE integer; \
              ALTER TABLE tasks ALTER COLUMN owner SET NOT NULL; \
+             ALTER TABLE work_items ALTER COLUMN attempts SET DEFAULT 1; \
              DROP INDEX messages_leased; \
              CREATE INDEX messages_leased ON messages (run_id, lease_epoch) WHERE state = 2;",
         )
@@ -804,6 +865,8 @@ async fn a_difference_on_one_backend_is_reported() {
          PostgreSQL (declared integer): make the two migrations agree",
         "column `tasks.owner` is nullable on SQLite but NOT NULL on PostgreSQL: make the two \
          migrations agree",
+        "column `work_items.attempts` has DEFAULT 0 on SQLite but DEFAULT 1 on PostgreSQL: make \
+         the two migrations agree",
     ];
     assert_eq!(found.len(), expected.len(), "{found:#?}");
     for start in expected {
