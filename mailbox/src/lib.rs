@@ -8,22 +8,26 @@
 //! when `send` returns; leases belong to the process epoch that took them; wake-ups are pushed
 //! after COMMIT (in process) or through the live run's socket (across processes, see [`live`]).
 
+pub(crate) mod clock;
 pub mod decide;
 pub mod error;
 pub mod failpoint;
 pub mod live;
 pub mod message;
+pub mod options;
 pub mod postgres;
 pub mod revision;
 pub mod sqlite;
 pub mod store;
 pub mod types;
+pub(crate) mod wake;
 pub mod work;
 
 pub use error::{StoreError, StoreResult};
 pub use message::{MessageBody, MessageKind};
+pub use options::{CommitHook, StoreOptions, SyncMode};
 pub use postgres::{PG_SCHEMA_VERSION, PostgresStore, create_schema, drop_schema};
-pub use sqlite::{CommitHook, DataVersion, SCHEMA_VERSION, SqliteStore, StoreOptions, SyncMode};
+pub use sqlite::{DataVersion, SCHEMA_VERSION, SqliteStore};
 pub use store::MailboxStore;
 pub use types::*;
 pub use work::{

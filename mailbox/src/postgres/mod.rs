@@ -29,10 +29,10 @@ use serde_json::Value;
 use tokio_postgres::IsolationLevel;
 
 use crate::error::{StoreError, StoreResult};
-use crate::sqlite::StoreOptions;
-use crate::sqlite::wake::{Waiters, Wake};
+use crate::options::StoreOptions;
 use crate::store::MailboxStore;
 use crate::types::*;
+use crate::wake::{Waiters, Wake};
 use crate::work::{
     Heartbeat, NewWorkItem, WorkFence, WorkItem, WorkWatch, WorkerInfo, WorkerRecord,
 };

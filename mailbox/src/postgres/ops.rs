@@ -12,8 +12,8 @@ use uuid::Uuid;
 
 use crate::error::{StoreError, StoreResult};
 use crate::message::{Correlation, MessageKind, correlation_of, responder_member};
-use crate::sqlite::wake::Wake;
 use crate::types::*;
+use crate::wake::Wake;
 
 pub(crate) type Tx<'a> = deadpool_postgres::Transaction<'a>;
 type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
@@ -239,7 +239,7 @@ pub(crate) fn col<'a, T: tokio_postgres::types::FromSql<'a>>(
     })
 }
 
-pub(crate) use crate::sqlite::ops::now_millis;
+pub(crate) use crate::clock::now_millis;
 
 fn parse_json(table: &'static str, text: &str) -> StoreResult<Value> {
     serde_json::from_str(text).map_err(|e| StoreError::CorruptRow {

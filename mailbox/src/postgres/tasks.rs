@@ -9,8 +9,8 @@ use crate::message::MessageBody;
 use crate::postgres::ops::{
     Ctx, Tx, execute, now_millis, require_run, send, store_outcome, stored_outcome,
 };
-use crate::sqlite::wake::Wake;
 use crate::types::*;
+use crate::wake::Wake;
 
 const TASK_COLUMNS: &str = "task_id, subject, description, owner, status, blocked_reason, created_by, created_at, updated_at";
 const T: &str = "tasks";

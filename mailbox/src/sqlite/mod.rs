@@ -6,7 +6,6 @@ pub(crate) mod ops;
 mod schema;
 mod tasks;
 mod version;
-pub(crate) mod wake;
 pub(crate) mod work;
 mod writer;
 
@@ -17,17 +16,17 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::error::StoreResult;
+pub use crate::options::{CommitHook, StoreOptions, SyncMode};
 use crate::store::MailboxStore;
 use crate::types::*;
+use crate::wake::Waiters;
 use crate::work::{
     Heartbeat, NewWorkItem, WorkFence, WorkItem, WorkWatch, WorkerInfo, WorkerRecord,
 };
-pub use open::{CommitHook, StoreOptions, SyncMode};
 pub use ops::DELIVERY_QUERY;
 use ops::OpContext;
 pub use schema::SCHEMA_VERSION;
 pub use version::DataVersion;
-use wake::Waiters;
 use writer::Writer;
 
 /// The SQLite implementation of [`MailboxStore`].
@@ -118,7 +117,7 @@ impl SqliteStore {
     async fn op<T, F>(&self, body: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&rusqlite::Connection, &OpContext, &mut Vec<wake::Wake>) -> StoreResult<T>
+        F: FnOnce(&rusqlite::Connection, &OpContext, &mut Vec<crate::wake::Wake>) -> StoreResult<T>
             + Send
             + 'static,
     {

@@ -2,68 +2,13 @@
 
 use std::io::Read;
 use std::path::Path;
-use std::sync::Arc;
-use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
 use crate::error::{StoreError, StoreResult};
+use crate::options::{StoreOptions, SyncMode};
 use crate::sqlite::ops::sql_error;
 use crate::sqlite::schema::{self, SCHEMA_VERSION};
-
-/// How hard a commit waits for the disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SyncMode {
-    /// WAL synced on every commit: survives power loss (the default).
-    #[default]
-    Full,
-    /// WAL synced at checkpoints: survives a process crash, not a power loss.
-    Normal,
-}
-
-/// How to open a store.
-#[derive(Debug, Clone)]
-pub struct StoreOptions {
-    pub sync: SyncMode,
-    pub busy_timeout: Duration,
-    pub max_body_bytes: usize,
-    /// Called on the writer thread after each COMMIT that succeeded, before any caller of the
-    /// committed operations learns of it (SQLite only; PostgreSQL announces commits on its
-    /// change channel). It must be quick and must not fail: the commit is already durable.
-    pub after_commit: Option<CommitHook>,
-}
-
-/// What a process does after each of its commits: the orchestrator tells an open web inbox.
-#[derive(Clone)]
-pub struct CommitHook(Arc<dyn Fn() + Send + Sync>);
-
-impl CommitHook {
-    pub fn new(hook: impl Fn() + Send + Sync + 'static) -> CommitHook {
-        CommitHook(Arc::new(hook))
-    }
-
-    pub(crate) fn call(&self) {
-        (self.0)()
-    }
-}
-
-impl std::fmt::Debug for CommitHook {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("CommitHook")
-    }
-}
-
-impl Default for StoreOptions {
-    fn default() -> Self {
-        StoreOptions {
-            sync: SyncMode::Full,
-            busy_timeout: Duration::from_millis(5000),
-            max_body_bytes: 1024 * 1024,
-            after_commit: None,
-        }
-    }
-}
 
 const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
 

@@ -9,8 +9,8 @@ use uuid::Uuid;
 
 use crate::error::{StoreError, StoreResult};
 use crate::message::{Correlation, MessageKind, correlation_of, responder_member};
-use crate::sqlite::wake::Wake;
 use crate::types::*;
+use crate::wake::Wake;
 
 /// Settings every operation needs.
 #[derive(Debug, Clone)]
@@ -43,11 +43,7 @@ pub(crate) fn sql_error(path: &Path, source: rusqlite::Error) -> StoreError {
     }
 }
 
-pub(crate) fn now_millis() -> UnixMillis {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+pub(crate) use crate::clock::now_millis;
 
 fn parse_json(table: &'static str, text: &str) -> StoreResult<Value> {
     serde_json::from_str(text).map_err(|e| StoreError::CorruptRow {

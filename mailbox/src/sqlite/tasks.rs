@@ -6,8 +6,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use crate::error::{StoreError, StoreResult};
 use crate::message::MessageBody;
 use crate::sqlite::ops::{OpContext, now_millis, once, require_run, send};
-use crate::sqlite::wake::Wake;
 use crate::types::*;
+use crate::wake::Wake;
 
 type RawTask = (
     i64,

@@ -9,9 +9,9 @@ use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::{StoreError, StoreResult};
-use crate::sqlite::open::CommitHook;
-use crate::sqlite::wake::{Waiters, Wake};
+use crate::options::CommitHook;
 use crate::types::StoreStats;
+use crate::wake::{Waiters, Wake};
 
 /// Largest number of operations grouped into one transaction.
 const MAX_BATCH: usize = 512;

@@ -12,5 +12,6 @@ mod pg_live;
 mod pg_lost_ack;
 mod pg_tls;
 mod races;
+mod schema_parity;
 mod transitions;
 mod work;

@@ -1,5 +1,6 @@
-//! In-process wake-ups: one `Notify` per (run, recipient), signalled after COMMIT returns.
-//! Receivers never poll: they register interest, look once, and sleep until signalled.
+//! In-process wake-ups, whichever the backend: one `Notify` per (run, recipient), signalled
+//! after COMMIT returns. Receivers never poll: they register interest, look once, and sleep
+//! until signalled.
 
 use std::sync::Arc;
 
