@@ -24,6 +24,7 @@ use std::time::Instant;
 use anyhow::Context;
 use muster_mailbox::{Message, MessageBody, MessageKind, RequestRecord, Task};
 use serde_json::Value;
+use similar::TextDiff;
 
 use crate::exit::{Exit, ExitError};
 use crate::project::Globals;
@@ -1053,86 +1054,19 @@ fn wrap_after(out: &mut String, prefix: &str, text: &str, indent: usize) {
 /// A unified diff of one file (`None`: the file does not exist on that side), three lines
 /// of context, computed here so the demo needs no git.
 pub fn unified_diff(path: &str, before: Option<&str>, after: Option<&str>) -> String {
-    let old: Vec<&str> = before.map(|t| t.lines().collect()).unwrap_or_default();
-    let new: Vec<&str> = after.map(|t| t.lines().collect()).unwrap_or_default();
-    let mut out = format!(
-        "--- {}\n+++ {}\n",
-        if before.is_some() {
-            format!("a/{path}")
-        } else {
-            "/dev/null".into()
-        },
-        if after.is_some() {
-            format!("b/{path}")
-        } else {
-            "/dev/null".into()
-        }
-    );
-    // Longest common subsequence table, from the end.
-    let (n, m) = (old.len(), new.len());
-    let mut lcs = vec![vec![0usize; m + 1]; n + 1];
-    for i in (0..n).rev() {
-        for j in (0..m).rev() {
-            lcs[i][j] = if old[i] == new[j] {
-                lcs[i + 1][j + 1] + 1
-            } else {
-                lcs[i + 1][j].max(lcs[i][j + 1])
-            };
-        }
-    }
-    // The edit script: (' ' | '-' | '+', old index, new index).
-    let mut script = Vec::new();
-    let (mut i, mut j) = (0, 0);
-    while i < n || j < m {
-        if i < n && j < m && old[i] == new[j] {
-            script.push((' ', i, j));
-            i += 1;
-            j += 1;
-        } else if i < n && (j == m || lcs[i + 1][j] >= lcs[i][j + 1]) {
-            script.push(('-', i, j));
-            i += 1;
-        } else {
-            script.push(('+', i, j));
-            j += 1;
-        }
-    }
-    const CONTEXT: usize = 3;
-    let changes: Vec<usize> = (0..script.len()).filter(|&k| script[k].0 != ' ').collect();
-    let mut k = 0;
-    while k < changes.len() {
-        let start = changes[k].saturating_sub(CONTEXT);
-        let mut end = changes[k];
-        while k + 1 < changes.len() && changes[k + 1] <= end + 2 * CONTEXT + 1 {
-            k += 1;
-            end = changes[k];
-        }
-        let end = (end + CONTEXT + 1).min(script.len());
-        let hunk = &script[start..end];
-        let old_count = hunk.iter().filter(|s| s.0 != '+').count();
-        let new_count = hunk.iter().filter(|s| s.0 != '-').count();
-        let old_start = hunk.first().map_or(0, |s| s.1);
-        let new_start = hunk.first().map_or(0, |s| s.2);
-        out.push_str(&format!(
-            "@@ -{} +{} @@\n",
-            range(old_start, old_count),
-            range(new_start, new_count)
-        ));
-        for (op, oi, nj) in hunk {
-            let line = if *op == '+' { new[*nj] } else { old[*oi] };
-            out.push_str(&format!("{op}{line}\n"));
-        }
-        k += 1;
+    let old_name = before.map_or_else(|| "/dev/null".to_owned(), |_| format!("a/{path}"));
+    let new_name = after.map_or_else(|| "/dev/null".to_owned(), |_| format!("b/{path}"));
+    // The header is written here rather than by `similar`, which leaves it out when no line
+    // differs: the demo names every file whose text changed, even by line ends alone.
+    let mut out = format!("--- {old_name}\n+++ {new_name}\n");
+    let diff = TextDiff::from_lines(before.unwrap_or_default(), after.unwrap_or_default());
+    let mut unified = diff.unified_diff();
+    // No `\ No newline at end of file` lines: the demo's diff is read, not applied.
+    unified.context_radius(3).missing_newline_hint(false);
+    for hunk in unified.iter_hunks() {
+        out.push_str(&hunk.to_string());
     }
     out
-}
-
-/// `start,count` of a hunk side, 1-based (`start-1,0` for an empty side, as diff does).
-fn range(start: usize, count: usize) -> String {
-    match count {
-        0 => format!("{start},0"),
-        1 => format!("{}", start + 1),
-        _ => format!("{},{count}", start + 1),
-    }
 }
 
 #[cfg(test)]
@@ -1150,6 +1084,17 @@ mod tests {
         );
         let created = unified_diff("y", None, Some("one\n"));
         assert_eq!(created, "--- /dev/null\n+++ b/y\n@@ -0,0 +1 @@\n+one\n");
+        // Changes more than six unchanged lines apart are two hunks.
+        let before: String = (1..=20).map(|n| format!("{n}\n")).collect();
+        let after = before
+            .replace("\n2\n", "\ntwo\n")
+            .replace("\n18\n", "\neighteen\n");
+        let diff = unified_diff("z", Some(&before), Some(&after));
+        assert_eq!(
+            diff,
+            "--- a/z\n+++ b/z\n@@ -1,5 +1,5 @@\n 1\n-2\n+two\n 3\n 4\n 5\n\
+             @@ -15,6 +15,6 @@\n 15\n 16\n 17\n-18\n+eighteen\n 19\n 20\n"
+        );
     }
 
     #[test]

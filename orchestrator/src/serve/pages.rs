@@ -1,10 +1,12 @@
-//! The HTML of `muster serve`'s pages, rendered on the server. Every string from the store
-//! (plans, feedback, mail, names) is escaped here or rendered by [`super::markdown`]; no
-//! page carries inline script (the Content-Security-Policy forbids it anyway).
+//! The HTML of `muster serve`'s pages, rendered on the server with maud's `html!` templates:
+//! the compiler checks their markup, and every string they interpolate (plans, feedback, mail,
+//! names from the store) is escaped. The one insertion maud does not escape is
+//! [`super::markdown`]'s output, which that module sanitises. No page carries inline script
+//! (the Content-Security-Policy forbids it anyway).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
+use maud::{DOCTYPE, Markup, PreEscaped, html};
 use muster_mailbox::revision::{stored_previous, stored_revision};
 use muster_mailbox::{
     Message, MessageBody, MessageKind, RequestRecord, RosterEntry, RunRecord, RunStatus, Task,
@@ -16,34 +18,39 @@ use super::markdown;
 use crate::display::{cut, time};
 use crate::plan_diff::{self, LineChange};
 
-/// Escapes text for HTML element content and quoted attribute values.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
+/// Markdown from the store, rendered and sanitised by [`markdown::render`]: the only HTML a
+/// page takes as it is.
+fn sanitised_markdown(text: &str) -> PreEscaped<String> {
+    PreEscaped(markdown::render(text))
 }
 
 /// A whole page around `body`.
-pub fn page(title: &str, body: &str) -> String {
-    format!(
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>{} · muster</title><link rel=\"stylesheet\" href=\"/assets/app.css\">\
-         <script src=\"/assets/app.js\" defer></script></head><body>\
-         <header><a href=\"/\">muster</a> <span id=\"live\" class=\"live\">live</span>\
-         <span id=\"stale\" class=\"stale\" hidden>The store changed: \
-         <a href=\"\" id=\"reload\">reload</a></span></header><main>{body}</main></body></html>\n",
-        escape(title)
-    )
+fn page(title: &str, body: Markup) -> String {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · muster" }
+                link rel="stylesheet" href="/assets/app.css";
+                script src="/assets/app.js" defer {}
+            }
+            body {
+                header {
+                    a href="/" { "muster" }
+                    " "
+                    span id="live" class="live" { "live" }
+                    span id="stale" class="stale" hidden {
+                        "The store changed: "
+                        a href="" id="reload" { "reload" }
+                    }
+                }
+                main { (body) }
+            }
+        }
+    }
+    .into_string()
 }
 
 /// One run as the runs page lists it.
@@ -58,59 +65,53 @@ pub struct RunRow {
 
 /// The runs of this project, or of every project the store holds (`all_projects`).
 pub fn runs_page(rows: &[RunRow], all_projects: bool) -> String {
-    let mut body = String::from("<h1>Runs</h1>");
-    body.push_str(&project_scope_html(all_projects));
-    if rows.is_empty() {
-        body.push_str("<p>No runs in this store yet.</p>");
-        return page("Runs", &body);
-    }
-    body.push_str(
-        "<table><thead><tr><th>run</th><th>slug</th><th>status</th><th>team</th>\
-         <th>agents</th><th>tasks done</th><th>waiting for a person</th><th>created</th>\
-         </tr></thead><tbody>",
-    );
-    for row in rows {
-        let waiting: Vec<String> = row
-            .waiting
-            .iter()
-            .map(|r| request_link(&row.run.id, r))
-            .collect();
-        let _ = write!(
-            body,
-            "<tr><td><a href=\"/runs/{id}\">{id_text}</a></td><td>{slug}</td>\
-             <td class=\"status {status}\">{status}</td><td>{team}</td><td>{members}</td>\
-             <td>{done}/{tasks}</td><td>{waiting}</td><td>{created}</td></tr>",
-            id = escape(&row.run.id),
-            id_text = escape(&row.run.id),
-            slug = escape(&row.run.slug),
-            status = row.status.as_str(),
-            team = escape(row.run.team.as_deref().unwrap_or("-")),
-            members = row.members,
-            done = row.tasks_done,
-            tasks = row.tasks,
-            waiting = if waiting.is_empty() {
-                "-".to_owned()
-            } else {
-                waiting.join(" ")
-            },
-            created = time(row.run.created_at),
-        );
-    }
-    body.push_str("</tbody></table>");
-    page("Runs", &body)
+    let body = html! {
+        h1 { "Runs" }
+        (project_scope(all_projects))
+        @if rows.is_empty() {
+            p { "No runs in this store yet." }
+        } @else {
+            table {
+                thead { tr {
+                    th { "run" } th { "slug" } th { "status" } th { "team" } th { "agents" }
+                    th { "tasks done" } th { "waiting for a person" } th { "created" }
+                } }
+                tbody {
+                    @for row in rows {
+                        tr {
+                            td { a href={ "/runs/" (row.run.id) } { (row.run.id) } }
+                            td { (row.run.slug) }
+                            td class={ "status " (row.status.as_str()) } { (row.status.as_str()) }
+                            td { (row.run.team.as_deref().unwrap_or("-")) }
+                            td { (row.members) }
+                            td { (row.tasks_done) "/" (row.tasks) }
+                            td {
+                                @for (index, request) in row.waiting.iter().enumerate() {
+                                    @if index > 0 { " " }
+                                    (request_link(&row.run.id, request))
+                                } @if row.waiting.is_empty() { "-" }
+                            }
+                            td { (time(row.run.created_at)) }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    page("Runs", body)
 }
 
 /// Which projects' runs the page lists, and the link to the other choice (as `muster runs`
 /// and `muster runs --all-projects`).
-fn project_scope_html(all_projects: bool) -> String {
-    if all_projects {
-        "<p class=\"scope\" id=\"scope\">Runs of every project in this store · \
-         <a href=\"/\">only this project's</a></p>"
-            .to_owned()
-    } else {
-        "<p class=\"scope\" id=\"scope\">Runs of this project · \
-         <a href=\"/?all=1\">all projects</a></p>"
-            .to_owned()
+fn project_scope(all_projects: bool) -> Markup {
+    html! {
+        p class="scope" id="scope" {
+            @if all_projects {
+                "Runs of every project in this store · " a href="/" { "only this project's" }
+            } @else {
+                "Runs of this project · " a href="/?all=1" { "all projects" }
+            }
+        }
     }
 }
 
@@ -128,117 +129,127 @@ pub struct RunView {
 
 pub fn run_page(view: &RunView) -> String {
     let run = &view.run;
-    let mut body = format!(
-        "<h1>Run {} <small>{}</small></h1><p class=\"status {status}\">{status}</p>\
-         <p>Workspace <code>{}</code> · created {}</p>",
-        escape(&run.id),
-        escape(&run.slug),
-        escape(&run.workspace),
-        time(run.created_at),
-        status = view.status.as_str(),
-    );
+    let status = view.status.as_str();
     let cost: f64 = view.spend.values().map(|s| s.2).sum();
     let tokens: u64 = view.spend.values().map(|s| s.1).sum();
-    let _ = write!(
-        body,
-        "<p>Cost so far: ${cost:.4} · {tokens} tokens</p><h2>Requests</h2>"
-    );
-    body.push_str(&requests_table(&run.id, &view.requests));
-    body.push_str("<h2>Agents</h2><table><thead><tr><th>agent</th><th>kind</th><th>definition</th><th>model requests</th><th>tokens</th><th>cost</th></tr></thead><tbody>");
-    for member in &view.roster {
-        let (turns, tokens, cost) = view.spend.get(&member.agent).copied().unwrap_or_default();
-        let _ = write!(
-            body,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{turns}</td><td>{tokens}</td><td>${cost:.4}</td></tr>",
-            escape(&member.agent),
-            member.kind.as_str(),
-            escape(member.definition.as_deref().unwrap_or("-")),
-        );
-    }
-    body.push_str("</tbody></table><h2>Tasks</h2>");
-    if view.tasks.is_empty() {
-        body.push_str("<p>No tasks.</p>");
-    } else {
-        body.push_str("<table><thead><tr><th>#</th><th>subject</th><th>owner</th><th>status</th></tr></thead><tbody>");
-        for task in &view.tasks {
-            let _ = write!(
-                body,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                task.task_id,
-                escape(&task.subject),
-                escape(task.owner.as_deref().unwrap_or("-")),
-                task.status.as_str(),
-            );
-        }
-        body.push_str("</tbody></table>");
-    }
-    body.push_str("<h2>Verification reports</h2>");
     let reports: Vec<&Message> = view
         .messages
         .iter()
         .filter(|m| m.kind == MessageKind::VerificationReport)
         .collect();
-    if reports.is_empty() {
-        body.push_str("<p>None yet.</p>");
-    }
-    for report in reports {
-        let content = match &report.body {
-            MessageBody::VerificationReport { report, .. } => report.clone(),
-            _ => Value::Null,
-        };
-        let _ = write!(
-            body,
-            "<section class=\"report\"><h3>{} {}</h3><pre>{}</pre></section>",
-            escape(&report.sender),
-            escape(report.request_id.as_deref().unwrap_or("")),
-            escape(&serde_json::to_string_pretty(&content).unwrap_or_default()),
-        );
-    }
-    body.push_str("<h2>Timeline</h2><table class=\"timeline\"><thead><tr><th>time</th><th>from</th><th>to</th><th>kind</th><th>what</th></tr></thead><tbody>");
-    for message in &view.messages {
-        let _ = write!(
-            body,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            time(message.created_at),
-            escape(&message.sender),
-            escape(&message.recipient),
-            escape(&message.kind.in_words()),
-            escape(&summary(message)),
-        );
-    }
-    body.push_str("</tbody></table>");
-    page(&format!("Run {}", run.id), &body)
+    let body = html! {
+        h1 { "Run " (run.id) " " small { (run.slug) } }
+        p class={ "status " (status) } { (status) }
+        p { "Workspace " code { (run.workspace) } " · created " (time(run.created_at)) }
+        p { (format!("Cost so far: ${cost:.4} · {tokens} tokens")) }
+        h2 { "Requests" }
+        (requests_table(&run.id, &view.requests))
+        h2 { "Agents" }
+        table {
+            thead { tr {
+                th { "agent" } th { "kind" } th { "definition" } th { "model requests" }
+                th { "tokens" } th { "cost" }
+            } }
+            tbody {
+                @for member in &view.roster {
+                    @let (turns, tokens, cost) =
+                        view.spend.get(&member.agent).copied().unwrap_or_default();
+                    tr {
+                        td { (member.agent) }
+                        td { (member.kind.as_str()) }
+                        td { (member.definition.as_deref().unwrap_or("-")) }
+                        td { (turns) }
+                        td { (tokens) }
+                        td { (format!("${cost:.4}")) }
+                    }
+                }
+            }
+        }
+        h2 { "Tasks" }
+        @if view.tasks.is_empty() {
+            p { "No tasks." }
+        } @else {
+            table {
+                thead { tr { th { "#" } th { "subject" } th { "owner" } th { "status" } } }
+                tbody {
+                    @for task in &view.tasks {
+                        tr {
+                            td { (task.task_id) }
+                            td { (task.subject) }
+                            td { (task.owner.as_deref().unwrap_or("-")) }
+                            td { (task.status.as_str()) }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { "Verification reports" }
+        @if reports.is_empty() {
+            p { "None yet." }
+        }
+        @for report in reports {
+            section class="report" {
+                h3 { (report.sender) " " (report.request_id.as_deref().unwrap_or("")) }
+                pre { (report_json(report)) }
+            }
+        }
+        h2 { "Timeline" }
+        table class="timeline" {
+            thead { tr { th { "time" } th { "from" } th { "to" } th { "kind" } th { "what" } } }
+            tbody {
+                @for message in &view.messages {
+                    tr {
+                        td { (time(message.created_at)) }
+                        td { (message.sender) }
+                        td { (message.recipient) }
+                        td { (message.kind.in_words()) }
+                        td { (summary(message)) }
+                    }
+                }
+            }
+        }
+    };
+    page(&format!("Run {}", run.id), body)
 }
 
-fn requests_table(run_id: &str, requests: &[RequestRecord]) -> String {
-    if requests.is_empty() {
-        return "<p>No requests.</p>".into();
-    }
-    let mut out = String::from(
-        "<table><thead><tr><th>request</th><th>kind</th><th>from</th><th>answered by</th><th>state</th></tr></thead><tbody>",
-    );
-    for request in requests {
-        let _ = write!(
-            out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            request_link(run_id, request),
-            escape(&request.kind.in_words()),
-            escape(&request.requester),
-            escape(&request.responder),
-            state(request),
-        );
-    }
-    out.push_str("</tbody></table>");
-    out
+/// A verification report's content as pretty JSON.
+fn report_json(report: &Message) -> String {
+    let content = match &report.body {
+        MessageBody::VerificationReport { report, .. } => report,
+        _ => &Value::Null,
+    };
+    serde_json::to_string_pretty(content).unwrap_or_default()
 }
 
-fn request_link(run_id: &str, request: &RequestRecord) -> String {
-    format!(
-        "<a href=\"/runs/{}/requests/{}\">{}</a>",
-        escape(run_id),
-        escape(&request.request_id),
-        escape(&request.request_id)
-    )
+fn requests_table(run_id: &str, requests: &[RequestRecord]) -> Markup {
+    html! {
+        @if requests.is_empty() {
+            p { "No requests." }
+        } @else {
+            table {
+                thead { tr {
+                    th { "request" } th { "kind" } th { "from" } th { "answered by" } th { "state" }
+                } }
+                tbody {
+                    @for request in requests {
+                        tr {
+                            td { (request_link(run_id, request)) }
+                            td { (request.kind.in_words()) }
+                            td { (request.requester) }
+                            td { (request.responder) }
+                            td { (state(request)) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn request_link(run_id: &str, request: &RequestRecord) -> Markup {
+    html! {
+        a href={ "/runs/" (run_id) "/requests/" (request.request_id) } { (request.request_id) }
+    }
 }
 
 /// `pending`, `approved`, `rejected` or `answered`.
@@ -306,82 +317,54 @@ pub struct RequestView<'a> {
 
 pub fn request_page(view: &RequestView) -> String {
     let request = view.request;
-    let mut body = format!(
-        "<p><a href=\"/runs/{run}\">← run {run_text}</a></p><h1>{kind} {id}</h1>",
-        run = escape(&request.run_id),
-        run_text = escape(&request.run_id),
-        kind = escape(&request.kind.in_words()),
-        id = escape(&request.request_id),
-    );
-    if let Some(notice) = &view.notice {
-        let _ = write!(
-            body,
-            "<p class=\"notice\" role=\"alert\">{}</p>",
-            escape(notice)
-        );
-    }
-    let _ = write!(
-        body,
-        "<dl><dt>from</dt><dd>{}</dd><dt>who may answer</dt><dd>{}</dd><dt>state</dt>\
-         <dd class=\"state {state}\" id=\"state\">{state}</dd><dt>asked</dt><dd>{}</dd></dl>",
-        escape(&request.requester),
-        escape(&request.responder),
-        time(request.created_at),
-        state = state(request),
-    );
-    body.push_str(&request_body_html(view));
-    if let Some(checks) = &view.policy_checks {
-        body.push_str(&policy_checks_html(&request.responder, checks));
-    }
-    match &request.response {
-        Some(response) => body.push_str(&decision_html(&response.responder, &response.body)),
-        None if Responder::names_the_person(&request.responder) => body.push_str(&forms(request)),
-        None => {
-            let _ = write!(
-                body,
-                "<p>Waiting for {}; a person cannot answer this request.</p>",
-                escape(&request.responder)
-            );
+    let state = state(request);
+    let body = html! {
+        p { a href={ "/runs/" (request.run_id) } { "← run " (request.run_id) } }
+        h1 { (request.kind.in_words()) " " (request.request_id) }
+        @if let Some(notice) = &view.notice {
+            p class="notice" role="alert" { (notice) }
         }
-    }
-    page(&request.request_id, &body)
+        dl {
+            dt { "from" } dd { (request.requester) }
+            dt { "who may answer" } dd { (request.responder) }
+            dt { "state" } dd class={ "state " (state) } id="state" { (state) }
+            dt { "asked" } dd { (time(request.created_at)) }
+        }
+        (request_body(view))
+        @if let Some(checks) = &view.policy_checks {
+            (policy_checks(&request.responder, checks))
+        }
+        @match &request.response {
+            Some(response) => (decision(&response.responder, &response.body)),
+            None if Responder::names_the_person(&request.responder) => (forms(request)),
+            None => p { "Waiting for " (request.responder) "; a person cannot answer this request." },
+        }
+    };
+    page(&request.request_id, body)
 }
 
 /// What the request asks: the plan (with what changed since its previous revision), the tool
 /// call, the branch to merge, or the question.
-fn request_body_html(view: &RequestView) -> String {
+fn request_body(view: &RequestView) -> Markup {
     let request = view.request;
-    let mut body = String::new();
     match &request.body {
         MessageBody::PlanApprovalRequest {
             plan_file, plan, ..
-        } => {
-            let _ = write!(
-                body,
-                "<p>Plan file <code>{}</code> · revision {}</p>",
-                escape(plan_file),
-                stored_revision(request)
-            );
-            body.push_str("<section class=\"plan\" id=\"plan\">");
-            body.push_str(&markdown::render(plan));
-            body.push_str("</section>");
-            body.push_str(&requested_grants_html(request));
-            body.push_str(&revision_html(view, plan));
-        }
+        } => html! {
+            p { "Plan file " code { (plan_file) } " · revision " (stored_revision(request)) }
+            section class="plan" id="plan" { (sanitised_markdown(plan)) }
+            (requested_grants(request))
+            (revision(view, plan))
+        },
         MessageBody::PermissionRequest {
             tool,
             input,
             reason,
             ..
-        } => {
-            let _ = write!(
-                body,
-                "<p>Tool <code>{}</code>: {}</p><pre>{}</pre>",
-                escape(tool),
-                escape(reason),
-                escape(&serde_json::to_string_pretty(input).unwrap_or_default())
-            );
-        }
+        } => html! {
+            p { "Tool " code { (tool) } ": " (reason) }
+            pre { (serde_json::to_string_pretty(input).unwrap_or_default()) }
+        },
         MessageBody::MergeRequest {
             branch,
             commit,
@@ -389,154 +372,106 @@ fn request_body_html(view: &RequestView) -> String {
             diffstat,
             verification,
             ..
-        } => {
-            let _ = write!(
-                body,
-                "<p>Branch <code>{}</code> at <code>{}</code> onto <code>{}</code></p><h2>Diffstat</h2><pre>{}</pre>",
-                escape(branch),
-                escape(commit),
-                escape(onto),
-                escape(diffstat),
-            );
-            if let Some(verification) = verification {
-                let _ = write!(
-                    body,
-                    "<h2>Verification</h2><pre>{}</pre>",
-                    escape(verification)
-                );
+        } => html! {
+            p { "Branch " code { (branch) } " at " code { (commit) } " onto " code { (onto) } }
+            h2 { "Diffstat" }
+            pre { (diffstat) }
+            @if let Some(verification) = verification {
+                h2 { "Verification" }
+                pre { (verification) }
             }
-            if let Some(diff) = &view.merge_diff {
-                let _ = write!(
-                    body,
-                    "<h2>Diff</h2><pre class=\"diff\">{}</pre>",
-                    escape(diff)
-                );
+            @if let Some(diff) = &view.merge_diff {
+                h2 { "Diff" }
+                pre class="diff" { (diff) }
             }
-        }
+        },
         MessageBody::Question {
             question, options, ..
-        } => {
-            let _ = write!(
-                body,
-                "<section class=\"question\">{}</section>",
-                markdown::render(question)
-            );
-            if !options.is_empty() {
-                body.push_str("<ul>");
-                for option in options {
-                    let _ = write!(body, "<li>{}</li>", escape(option));
-                }
-                body.push_str("</ul>");
+        } => html! {
+            section class="question" { (sanitised_markdown(question)) }
+            @if !options.is_empty() {
+                ul { @for option in options { li { (option) } } }
             }
-        }
-        other => {
-            let _ = write!(
-                body,
-                "<pre>{}</pre>",
-                escape(
-                    &serde_json::to_string_pretty(&other.to_stored().unwrap_or_default())
-                        .unwrap_or_default()
-                )
-            );
-        }
+        },
+        other => html! {
+            pre {
+                (serde_json::to_string_pretty(&other.to_stored().unwrap_or_default())
+                    .unwrap_or_default())
+            }
+        },
     }
-    body
 }
 
 /// A plan's changes since its previous revision, with the feedback that revision got.
-fn revision_html(view: &RequestView, plan: &str) -> String {
+fn revision(view: &RequestView, plan: &str) -> Markup {
     let request = view.request;
-    let mut body = String::new();
     match (stored_previous(request), view.previous) {
         (Some(previous_id), Some(previous)) => {
             let before = previous.body.plan().unwrap_or_default();
-            let _ = write!(
-                body,
-                "<h2>Changes since revision {} (<a href=\"/runs/{}/requests/{}\">{}</a>)</h2>",
-                stored_revision(previous),
-                escape(&request.run_id),
-                escape(previous_id),
-                escape(previous_id)
-            );
-            if let Some(feedback) = previous.response.as_ref().and_then(|r| r.body.feedback()) {
-                let _ = write!(
-                    body,
-                    "<p>Feedback on revision {}: {}</p>",
-                    stored_revision(previous),
-                    escape(feedback)
-                );
+            let feedback = previous.response.as_ref().and_then(|r| r.body.feedback());
+            html! {
+                h2 {
+                    "Changes since revision " (stored_revision(previous)) " ("
+                    a href={ "/runs/" (request.run_id) "/requests/" (previous_id) } { (previous_id) }
+                    ")"
+                }
+                @if let Some(feedback) = feedback {
+                    p { "Feedback on revision " (stored_revision(previous)) ": " (feedback) }
+                }
+                (diff(before, plan))
             }
-            body.push_str(&diff_html(before, plan));
         }
-        (Some(previous_id), None) => {
-            let _ = write!(
-                body,
-                "<p>The previous revision {} is not in the store.</p>",
-                escape(previous_id)
-            );
-        }
-        (None, _) => body.push_str("<p>First revision: nothing to compare.</p>"),
+        (Some(previous_id), None) => html! {
+            p { "The previous revision " (previous_id) " is not in the store." }
+        },
+        (None, _) => html! { p { "First revision: nothing to compare." } },
     }
-    body
 }
 
 /// The policy's rules applied to the plan: one row each, passed or failed.
-fn policy_checks_html(
+fn policy_checks(
     responder: &str,
     checks: &Result<Vec<muster_config::RuleCheck>, String>,
-) -> String {
-    let mut html = format!(
-        "<h2>Rules of {}</h2>",
-        escape(&match Responder::parse(responder) {
-            Ok(Responder::Policy(path)) => path.display().to_string(),
-            _ => responder.to_owned(),
-        })
-    );
-    match checks {
-        Err(error) => {
-            let _ = write!(html, "<p class=\"notice\">{}</p>", escape(error));
-        }
-        Ok(checks) => {
-            html.push_str(
-                "<table class=\"policy\" id=\"policy-rules\"><thead><tr><th>rule</th>\
-                 <th>result</th><th>found</th></tr></thead><tbody>",
-            );
-            for check in checks {
-                let result = if check.passed { "passed" } else { "failed" };
-                let _ = write!(
-                    html,
-                    "<tr class=\"{result}\"><td>{}</td><td>{result}</td><td>{}</td></tr>",
-                    escape(&check.rule),
-                    escape(&check.detail),
-                );
-            }
-            html.push_str("</tbody></table>");
+) -> Markup {
+    let policy = match Responder::parse(responder) {
+        Ok(Responder::Policy(path)) => path.display().to_string(),
+        _ => responder.to_owned(),
+    };
+    html! {
+        h2 { "Rules of " (policy) }
+        @match checks {
+            Err(error) => p class="notice" { (error) },
+            Ok(checks) => table class="policy" id="policy-rules" {
+                thead { tr { th { "rule" } th { "result" } th { "found" } } }
+                tbody {
+                    @for check in checks {
+                        @let result = if check.passed { "passed" } else { "failed" };
+                        tr class=(result) { td { (check.rule) } td { (result) } td { (check.detail) } }
+                    }
+                }
+            },
         }
     }
-    html
 }
 
-fn diff_html(before: &str, after: &str) -> String {
-    let mut out = String::from("<pre class=\"diff\" id=\"diff\">");
-    for (change, line) in plan_diff::lines(before, after) {
-        let (class, sign) = match change {
-            LineChange::Same => ("same", ' '),
-            LineChange::Added => ("added", '+'),
-            LineChange::Removed => ("removed", '-'),
-        };
-        let _ = write!(
-            out,
-            "<span class=\"{class}\">{sign} {}</span>",
-            escape(&line)
-        );
+fn diff(before: &str, after: &str) -> Markup {
+    html! {
+        pre class="diff" id="diff" {
+            @for (change, line) in plan_diff::lines(before, after) {
+                @let (class, sign) = match change {
+                    LineChange::Same => ("same", " "),
+                    LineChange::Added => ("added", "+"),
+                    LineChange::Removed => ("removed", "-"),
+                };
+                span class=(class) { (sign) " " (line) }
+            }
+        }
     }
-    out.push_str("</pre>");
-    out
 }
 
 /// The stored decision: who, what, the feedback, the granted mode, the policy rule, the
 /// edited plan.
-fn decision_html(responder: &str, body: &MessageBody) -> String {
+fn decision(responder: &str, body: &MessageBody) -> Markup {
     let verdict = match body {
         MessageBody::ShutdownResponse { .. } => "Answered",
         other => match other.approved() {
@@ -545,62 +480,39 @@ fn decision_html(responder: &str, body: &MessageBody) -> String {
             None => "Answered",
         },
     };
-    let mut out = format!(
-        "<section class=\"decision\" id=\"decision\"><h2>{verdict} by {}</h2>",
-        escape(responder)
-    );
-    if let MessageBody::Answer { answer, .. } = body {
-        let _ = write!(out, "<p>{}</p>", escape(answer));
-    }
-    if let Some(feedback) = body.feedback() {
-        let _ = write!(out, "<p>Feedback: {}</p>", escape(feedback));
-    }
-    if let MessageBody::PlanApprovalResponse {
-        mode: Some(mode),
-        lowered_from,
-        ..
-    } = body
-    {
-        let lowered = lowered_from
-            .as_ref()
-            .map(|from| format!(" (lowered from {})", escape(from)))
-            .unwrap_or_default();
-        let _ = write!(out, "<p>Mode granted: {}{lowered}</p>", escape(mode));
-    }
-    if let MessageBody::PlanApprovalResponse {
-        clear_context: true,
-        ..
-    } = body
-    {
-        out.push_str("<p>Execution starts with a fresh context.</p>");
-    }
-    if let Some(rule) = body.rule() {
-        let _ = write!(
-            out,
-            "<p>Policy rule that decided: <code>{}</code></p>",
-            escape(rule)
-        );
-    }
-    if let MessageBody::PlanApprovalResponse {
-        grants,
-        dropped_grants,
-        edited_plan,
-        ..
-    } = body
-    {
-        out.push_str(&granted_html(grants, dropped_grants));
-        if let Some(edited) = edited_plan {
-            let _ = write!(
-                out,
-                "<h3>Approved with edits</h3><section class=\"plan\">{}</section>",
-                markdown::render(edited)
-            );
+    html! {
+        section class="decision" id="decision" {
+            h2 { (verdict) " by " (responder) }
+            @if let MessageBody::Answer { answer, .. } = body {
+                p { (answer) }
+            }
+            @if let Some(feedback) = body.feedback() {
+                p { "Feedback: " (feedback) }
+            }
+            @if let MessageBody::PlanApprovalResponse { mode: Some(mode), lowered_from, .. } = body {
+                p {
+                    "Mode granted: " (mode)
+                    @if let Some(from) = lowered_from { " (lowered from " (from) ")" }
+                }
+            }
+            @if let MessageBody::PlanApprovalResponse { clear_context: true, .. } = body {
+                p { "Execution starts with a fresh context." }
+            }
+            @if let Some(rule) = body.rule() {
+                p { "Policy rule that decided: " code { (rule) } }
+            }
+            @if let MessageBody::PlanApprovalResponse { grants, dropped_grants, edited_plan, .. } = body {
+                (granted(grants, dropped_grants))
+                @if let Some(edited) = edited_plan {
+                    h3 { "Approved with edits" }
+                    section class="plan" { (sanitised_markdown(edited)) }
+                }
+            }
         }
     }
-    out.push_str("</section>");
-    out
 }
 
+/// The modes an approval may grant; the empty one restores the agent's own.
 const MODES: [&str; 7] = [
     "",
     "plan",
@@ -611,105 +523,126 @@ const MODES: [&str; 7] = [
     "bypassPermissions",
 ];
 
-fn forms(request: &RequestRecord) -> String {
-    let action = format!(
-        "/runs/{}/requests/{}",
-        escape(&request.run_id),
-        escape(&request.request_id)
-    );
-    let feedback = "<label>Feedback <textarea name=\"feedback\" rows=\"2\"></textarea></label>";
+/// The forms a person answers a pending request with.
+fn forms(request: &RequestRecord) -> Markup {
+    let action = format!("/runs/{}/requests/{}", request.run_id, request.request_id);
+    let feedback = html! {
+        label { "Feedback " textarea name="feedback" rows="2" {} }
+    };
+    let required_feedback = html! {
+        label { "Feedback (required) " textarea name="feedback" rows="3" required {} }
+    };
     match request.kind {
         MessageKind::PlanApprovalRequest => {
-            let mut modes = String::new();
-            for mode in MODES {
-                let label = if mode.is_empty() {
-                    "(restore its own)"
-                } else {
-                    mode
-                };
-                let _ = write!(modes, "<option value=\"{mode}\">{label}</option>");
-            }
-            let plan = request.body.plan().unwrap_or_default();
+            let modes = html! {
+                label {
+                    "Mode "
+                    select name="mode" {
+                        @for mode in MODES {
+                            option value=(mode) {
+                                @if mode.is_empty() { "(restore its own)" } @else { (mode) }
+                            }
+                        }
+                    }
+                }
+                label {
+                    input type="checkbox" name="clear_context" value="on";
+                    " start with a fresh context"
+                }
+            };
             let grants = grant_checkboxes(request);
-            format!(
-                "<section class=\"answer\"><h2>Approve</h2>\
-                 <form method=\"post\" action=\"{action}\" id=\"approve\">\
-                 <input type=\"hidden\" name=\"action\" value=\"approve\">\
-                 <label>Mode <select name=\"mode\">{modes}</select></label>\
-                 <label><input type=\"checkbox\" name=\"clear_context\" value=\"on\"> start with a fresh context</label>\
-                 {grants}{feedback}<button type=\"submit\">Approve</button></form>\
-                 <h2>Approve with edits</h2>\
-                 <form method=\"post\" action=\"{action}\" id=\"approve-edited\">\
-                 <input type=\"hidden\" name=\"action\" value=\"approve_edited\">\
-                 <textarea name=\"plan\" rows=\"16\" class=\"edit\">{}</textarea>\
-                 <label>Mode <select name=\"mode\">{modes}</select></label>\
-                 <label><input type=\"checkbox\" name=\"clear_context\" value=\"on\"> start with a fresh context</label>\
-                 {grants}{feedback}<button type=\"submit\">Approve the edited plan</button></form>\
-                 <h2>Reject</h2><form method=\"post\" action=\"{action}\" id=\"reject\">\
-                 <input type=\"hidden\" name=\"action\" value=\"reject\">\
-                 <label>Feedback (required) <textarea name=\"feedback\" rows=\"3\" required></textarea></label>\
-                 <button type=\"submit\">Reject</button></form></section>",
-                escape(plan)
-            )
+            html! {
+                section class="answer" {
+                    h2 { "Approve" }
+                    form method="post" action=(action) id="approve" {
+                        input type="hidden" name="action" value="approve";
+                        (modes) (grants) (feedback)
+                        button type="submit" { "Approve" }
+                    }
+                    h2 { "Approve with edits" }
+                    form method="post" action=(action) id="approve-edited" {
+                        input type="hidden" name="action" value="approve_edited";
+                        textarea name="plan" rows="16" class="edit" {
+                            (request.body.plan().unwrap_or_default())
+                        }
+                        (modes) (grants) (feedback)
+                        button type="submit" { "Approve the edited plan" }
+                    }
+                    h2 { "Reject" }
+                    form method="post" action=(action) id="reject" {
+                        input type="hidden" name="action" value="reject";
+                        (required_feedback)
+                        button type="submit" { "Reject" }
+                    }
+                }
+            }
         }
-        MessageKind::Question => format!(
-            "<section class=\"answer\"><h2>Answer</h2><form method=\"post\" action=\"{action}\" id=\"answer\">\
-             <input type=\"hidden\" name=\"action\" value=\"answer\">\
-             <textarea name=\"answer\" rows=\"3\" required></textarea>\
-             <button type=\"submit\">Answer</button></form></section>"
-        ),
-        _ => format!(
-            "<section class=\"answer\"><h2>Decide</h2>\
-             <form method=\"post\" action=\"{action}\" id=\"approve\">\
-             <input type=\"hidden\" name=\"action\" value=\"approve\">{feedback}\
-             <button type=\"submit\">Approve</button></form>\
-             <form method=\"post\" action=\"{action}\" id=\"reject\">\
-             <input type=\"hidden\" name=\"action\" value=\"reject\">\
-             <label>Feedback (required) <textarea name=\"feedback\" rows=\"3\" required></textarea></label>\
-             <button type=\"submit\">Reject</button></form></section>"
-        ),
+        MessageKind::Question => html! {
+            section class="answer" {
+                h2 { "Answer" }
+                form method="post" action=(action) id="answer" {
+                    input type="hidden" name="action" value="answer";
+                    textarea name="answer" rows="3" required {}
+                    button type="submit" { "Answer" }
+                }
+            }
+        },
+        _ => html! {
+            section class="answer" {
+                h2 { "Decide" }
+                form method="post" action=(action) id="approve" {
+                    input type="hidden" name="action" value="approve";
+                    (feedback)
+                    button type="submit" { "Approve" }
+                }
+                form method="post" action=(action) id="reject" {
+                    input type="hidden" name="action" value="reject";
+                    (required_feedback)
+                    button type="submit" { "Reject" }
+                }
+            }
+        },
     }
 }
 
 /// The permission rules a plan asks for (plan-scoped grants), listed for the approver.
-fn requested_grants_html(request: &RequestRecord) -> String {
+fn requested_grants(request: &RequestRecord) -> Markup {
     let rules = crate::human_decision::requested_rules(request);
-    if rules.is_empty() {
-        return "<p id=\"grants\">The plan asks for no permission rules.</p>".into();
+    html! {
+        @if rules.is_empty() {
+            p id="grants" { "The plan asks for no permission rules." }
+        } @else {
+            section class="grants" id="grants" {
+                h2 { "Permission rules the plan asks for" }
+                p {
+                    "Granted with an approval until the plan's verification report; deny and ask \
+                     rules, path limits, known-dangerous commands and the sandbox still apply."
+                }
+                ul { @for rule in &rules { li { code { (rule) } } } }
+            }
+        }
     }
-    let mut out = String::from(
-        "<section class=\"grants\" id=\"grants\"><h2>Permission rules the plan asks for</h2>\
-         <p>Granted with an approval until the plan's verification report; deny and ask rules, \
-         path limits, known-dangerous commands and the sandbox still apply.</p><ul>",
-    );
-    for rule in &rules {
-        let _ = write!(out, "<li><code>{}</code></li>", escape(rule));
-    }
-    out.push_str("</ul></section>");
-    out
 }
 
 /// The approve forms' grant checkboxes, all checked: `grant_N` carries the rule text and
 /// `grants_listed` says the form listed them (so none checked grants none).
-fn grant_checkboxes(request: &RequestRecord) -> String {
+fn grant_checkboxes(request: &RequestRecord) -> Markup {
     let rules = crate::human_decision::requested_rules(request);
-    if rules.is_empty() {
-        return String::new();
+    html! {
+        @if !rules.is_empty() {
+            fieldset class="grants" {
+                legend { "Grant" }
+                input type="hidden" name="grants_listed" value="1";
+                @for (index, rule) in rules.iter().enumerate() {
+                    label {
+                        input type="checkbox" name={ "grant_" (index) } value=(rule) checked;
+                        " "
+                        code { (rule) }
+                    }
+                }
+            }
+        }
     }
-    let mut out = String::from(
-        "<fieldset class=\"grants\"><legend>Grant</legend>\
-         <input type=\"hidden\" name=\"grants_listed\" value=\"1\">",
-    );
-    for (index, rule) in rules.iter().enumerate() {
-        let _ = write!(
-            out,
-            "<label><input type=\"checkbox\" name=\"grant_{index}\" value=\"{rule}\" checked> \
-             <code>{rule}</code></label>",
-            rule = escape(rule)
-        );
-    }
-    out.push_str("</fieldset>");
-    out
 }
 
 /// The grants a submitted approve form chose: `None` when it listed none (grant what the
@@ -729,34 +662,253 @@ pub fn checked_grants(fields: &std::collections::BTreeMap<String, String>) -> Op
 }
 
 /// A stored approval's grants and the rules it left out.
-fn granted_html(granted: &[String], dropped: &[DroppedGrant]) -> String {
-    let mut out = String::new();
-    if !granted.is_empty() {
-        out.push_str("<p id=\"granted\">Granted until the verification report:</p><ul>");
-        for rule in granted {
-            let _ = write!(out, "<li><code>{}</code></li>", escape(rule));
+fn granted(granted: &[String], dropped: &[DroppedGrant]) -> Markup {
+    html! {
+        @if !granted.is_empty() {
+            p id="granted" { "Granted until the verification report:" }
+            ul { @for rule in granted { li { code { (rule) } } } }
         }
-        out.push_str("</ul>");
-    }
-    if !dropped.is_empty() {
-        out.push_str("<p>Not granted:</p><ul>");
-        for item in dropped {
-            let _ = write!(
-                out,
-                "<li><code>{}</code>: {}</li>",
-                escape(&item.rule),
-                escape(&item.reason)
-            );
+        @if !dropped.is_empty() {
+            p { "Not granted:" }
+            ul { @for item in dropped { li { code { (item.rule) } ": " (item.reason) } } }
         }
-        out.push_str("</ul>");
     }
-    out
 }
 
 /// A page for an error, with a message a person can act on.
 pub fn error_page(title: &str, message: &str) -> String {
-    page(
-        title,
-        &format!("<h1>{}</h1><p>{}</p>", escape(title), escape(message)),
-    )
+    page(title, html! { h1 { (title) } p { (message) } })
+}
+
+#[cfg(test)]
+mod tests {
+    use muster_mailbox::{
+        AutoGate, DeliveryState, MemberKind, Priority, ResponseRecord, TaskStatus,
+    };
+    use serde_json::json;
+
+    use super::*;
+
+    /// Text a model or a person could write that would be markup if it were not escaped.
+    const HOSTILE: &str = "<script>alert(1)</script> \"'&";
+    /// [`HOSTILE`] as it must appear in element content and attribute values.
+    const ESCAPED: &str = "&lt;script&gt;alert(1)&lt;/script&gt; &quot;'&amp;";
+
+    fn assert_escaped(page: &str, what: &str) {
+        assert!(page.contains(ESCAPED), "{what}: {page}");
+        // The markdown of a plan or a question leaves `"` as it is in element content, where
+        // it is text; no `<` or `&` may reach a page raw.
+        assert!(!page.contains("<script>alert"), "{what}: {page}");
+        assert!(
+            !page.contains("'&\n") && !page.contains("'&<"),
+            "{what}: {page}"
+        );
+    }
+
+    fn run_record() -> RunRecord {
+        RunRecord {
+            id: "r1".into(),
+            slug: HOSTILE.into(),
+            team: Some(HOSTILE.into()),
+            workspace: HOSTILE.into(),
+            status: RunStatus::Running,
+            created_at: 0,
+            updated_at: 0,
+            batch_line_id: None,
+            auto_gate: AutoGate::default(),
+            launch_options: Value::Null,
+            epoch: 0,
+            result: None,
+            project_id: None,
+        }
+    }
+
+    fn plan_request(id: &str, revision: u32, previous: Option<&str>, plan: &str) -> RequestRecord {
+        let mut body = json!({"type": "plan_approval_request", "request_id": id,
+            "plan_file": HOSTILE, "plan": plan, "responder": "human", "revision": revision,
+            "allowed_prompts": [HOSTILE]});
+        if let Some(previous) = previous {
+            body["previous_request_id"] = json!(previous);
+        }
+        request(id, MessageBody::from_tagged(&body))
+    }
+
+    fn request(id: &str, body: MessageBody) -> RequestRecord {
+        RequestRecord {
+            run_id: "r1".into(),
+            request_id: id.into(),
+            kind: body.kind(),
+            requester: HOSTILE.into(),
+            recipient: "lead".into(),
+            responder: "human".into(),
+            message_key: id.into(),
+            body,
+            created_at: 0,
+            response: None,
+        }
+    }
+
+    fn answered(mut request: RequestRecord, body: Value) -> RequestRecord {
+        let body = MessageBody::from_tagged(&body);
+        request.response = Some(ResponseRecord {
+            responder: HOSTILE.into(),
+            kind: body.kind(),
+            message_key: format!("{}-response", request.request_id),
+            body,
+            decided_at: 0,
+        });
+        request
+    }
+
+    fn message(body: Value) -> Message {
+        let body = MessageBody::from_tagged(&body);
+        Message {
+            key: "k".into(),
+            seq: 1,
+            run_id: "r1".into(),
+            sender: HOSTILE.into(),
+            recipient: HOSTILE.into(),
+            kind: body.kind(),
+            priority: Priority::Normal,
+            request_id: None,
+            idempotency_key: None,
+            body,
+            state: DeliveryState::Pending,
+            created_at: 0,
+            leased_at: None,
+            acked_at: None,
+        }
+    }
+
+    fn view(request: &RequestRecord) -> RequestView<'_> {
+        RequestView {
+            request,
+            previous: None,
+            merge_diff: None,
+            notice: None,
+            policy_checks: None,
+        }
+    }
+
+    /// Every page that shows text from the store: each string a model or a person wrote
+    /// reaches the page escaped.
+    fn every_page() -> Vec<(&'static str, String)> {
+        let pending = plan_request("plan-alice-1", 1, None, HOSTILE);
+        let rows = vec![RunRow {
+            run: run_record(),
+            status: RunStatus::Running,
+            members: 2,
+            tasks_done: 1,
+            tasks: 3,
+            waiting: vec![pending.clone()],
+        }];
+        let run = RunView {
+            run: run_record(),
+            status: RunStatus::Running,
+            roster: vec![RosterEntry {
+                agent: HOSTILE.into(),
+                kind: MemberKind::Teammate,
+                definition: Some(HOSTILE.into()),
+                parent: None,
+            }],
+            tasks: vec![Task {
+                run_id: "r1".into(),
+                task_id: 1,
+                subject: HOSTILE.into(),
+                description: HOSTILE.into(),
+                owner: Some(HOSTILE.into()),
+                status: TaskStatus::Pending,
+                blocked_reason: None,
+                blocked_by: Vec::new(),
+                blocked_by_open: Vec::new(),
+                created_by: "lead".into(),
+                created_at: 0,
+                updated_at: 0,
+            }],
+            requests: vec![pending.clone()],
+            messages: vec![
+                message(json!({"type": "text", "text": HOSTILE})),
+                message(
+                    json!({"type": "verification_report", "request_id": "plan-alice-1",
+                    "report": {"summary": HOSTILE}}),
+                ),
+            ],
+            spend: BTreeMap::from([(HOSTILE.to_owned(), (3, 1200, 0.0123))]),
+        };
+        let previous = answered(
+            plan_request("plan-alice-1", 1, None, "## Steps\n1. old\n"),
+            json!({"type": "plan_approval_response", "request_id": "plan-alice-1",
+                "approved": false, "feedback": HOSTILE}),
+        );
+        let revised = plan_request("plan-alice-2", 2, Some("plan-alice-1"), HOSTILE);
+        let mut revised_view = view(&revised);
+        revised_view.previous = Some(&previous);
+        revised_view.notice = Some(HOSTILE.into());
+        revised_view.policy_checks = Some(Ok(vec![muster_config::RuleCheck {
+            rule: HOSTILE.into(),
+            passed: false,
+            detail: HOSTILE.into(),
+        }]));
+        let decided = answered(
+            plan_request("plan-alice-3", 1, None, "## Steps\n"),
+            json!({"type": "plan_approval_response", "request_id": "plan-alice-3",
+                "approved": true, "feedback": HOSTILE, "mode": HOSTILE, "lowered_from": HOSTILE,
+                "edited_plan": HOSTILE, "clear_context": true, "rule": HOSTILE,
+                "grants": [HOSTILE], "dropped_grants": [{"rule": HOSTILE, "reason": HOSTILE}]}),
+        );
+        let question = request(
+            "question-bob-1",
+            MessageBody::from_tagged(&json!({"type": "question", "request_id": "question-bob-1",
+                "question": HOSTILE, "options": [HOSTILE], "responder": "human"})),
+        );
+        let answer = answered(
+            question.clone(),
+            json!({"type": "answer", "request_id": "question-bob-1", "answer": HOSTILE}),
+        );
+        let permission = request(
+            "permission-bob-1",
+            MessageBody::from_tagged(&json!({"type": "permission_request",
+                "request_id": "permission-bob-1", "tool": HOSTILE, "input": {"command": HOSTILE},
+                "reason": HOSTILE, "responder": "lead"})),
+        );
+        let merge = request(
+            "merge-bob-1",
+            MessageBody::from_tagged(
+                &json!({"type": "merge_request", "request_id": "merge-bob-1",
+                "agent": "bob", "branch": HOSTILE, "commit": HOSTILE, "onto": HOSTILE,
+                "files": [HOSTILE], "diffstat": HOSTILE, "verification": HOSTILE,
+                "responder": "human"}),
+            ),
+        );
+        let mut merge_view = view(&merge);
+        merge_view.merge_diff = Some(HOSTILE.into());
+        let policy = request(
+            "plan-carol-1",
+            MessageBody::from_tagged(&json!({"type": "plan_approval_request",
+                "request_id": "plan-carol-1", "plan_file": "p.md", "plan": "x",
+                "responder": "policy:p.toml"})),
+        );
+        let mut policy_view = view(&policy);
+        policy_view.policy_checks = Some(Err(HOSTILE.into()));
+        vec![
+            ("runs", runs_page(&rows, false)),
+            ("run", run_page(&run)),
+            ("pending plan", request_page(&view(&pending))),
+            ("revised plan", request_page(&revised_view)),
+            ("decided plan", request_page(&view(&decided))),
+            ("question", request_page(&view(&question))),
+            ("answer", request_page(&view(&answer))),
+            ("permission", request_page(&view(&permission))),
+            ("merge", request_page(&merge_view)),
+            ("policy", request_page(&policy_view)),
+            ("error", error_page("No such run", HOSTILE)),
+        ]
+    }
+
+    #[test]
+    fn text_from_the_store_is_escaped_on_every_page() {
+        for (what, page) in every_page() {
+            assert_escaped(&page, what);
+        }
+    }
 }
