@@ -5,9 +5,10 @@
 use std::path::{Path, PathBuf};
 
 use muster_config::settings::CliOverrides;
-use muster_config::{PermissionMode, Responder};
+use muster_config::{PermissionMode, Responder, TrustDecision};
 use serde::{Deserialize, Serialize};
 
+use crate::exit::{Exit, ExitError};
 use crate::project::Project;
 use crate::stored_policies::StoredPolicies;
 use crate::stream_json::now_ms;
@@ -40,6 +41,73 @@ pub struct RunLaunch {
     /// copies (a run stored before they were kept reads the files).
     #[serde(default, skip_serializing_if = "StoredPolicies::is_empty")]
     pub policies: StoredPolicies,
+    /// Whether the project was trusted at the run's start, the hash it was decided on and what
+    /// was skipped: a resume, a fork and a worker gate the settings by this, never by a file an
+    /// agent may have edited since (absent in runs stored before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trust: Option<StoredTrust>,
+}
+
+/// A run's trust decision as stored with its launch options.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredTrust {
+    #[serde(flatten)]
+    pub decision: TrustDecision,
+    /// What trust gated at the start (`key = value (origin)`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
+}
+
+impl StoredTrust {
+    /// What the run's settings are gated by and why: what was decided at the start, except
+    /// that a project trusted then whose covered files changed since is not trusted now (the
+    /// change may be an agent's); with a warning saying so.
+    pub fn decision_now(&self, root: &Path) -> anyhow::Result<(TrustDecision, Option<String>)> {
+        let stored = &self.decision;
+        if !stored.trusted {
+            let mut decision = stored.clone();
+            decision.why = format!("{} when the run started", stored.why);
+            return Ok((decision, None));
+        }
+        let hashes = muster_config::trust::file_hashes(root)
+            .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
+        let hash = muster_config::trust::project_hash(&hashes);
+        if hash == stored.hash {
+            return Ok((stored.clone(), None));
+        }
+        let why = format!(
+            "trusted when the run started, but the files trust covers changed since (hash {} then, {} now)",
+            short(&stored.hash),
+            short(&hash)
+        );
+        let warning = format!(
+            "{why}: the run goes on without what they set that widens access; start a new run after `{}` to use them",
+            muster_config::trust::TRUST_COMMAND
+        );
+        Ok((
+            TrustDecision {
+                trusted: false,
+                hash,
+                why,
+            },
+            Some(warning),
+        ))
+    }
+
+    fn from_settings(settings: &muster_config::Settings) -> StoredTrust {
+        StoredTrust {
+            decision: settings.trust.clone(),
+            skipped: settings
+                .skipped
+                .iter()
+                .map(|skipped| format!("{} = {} ({})", skipped.key, skipped.value, skipped.origin))
+                .collect(),
+        }
+    }
+}
+
+fn short(hash: &str) -> &str {
+    hash.get(..12).unwrap_or(hash)
 }
 
 impl RunLaunch {
@@ -78,6 +146,7 @@ impl RunLaunch {
             deadline_ms: max_duration.map(deadline_after),
             max_duration_secs: max_duration,
             policies: StoredPolicies::read(project.root.path(), [&settings.approver.value])?,
+            trust: Some(StoredTrust::from_settings(settings)),
         })
     }
 

@@ -109,6 +109,7 @@ pub fn run(global: &Globals, flags: RunFlags, team_path: PathBuf) -> anyhow::Res
         project_root(global)?,
         crate::launch::overrides_from(&flags)?,
     )?;
+    project.print_trust_notice();
     let catalog = crate::loading::load_catalog(&project)?;
     let team = TeamFile::load(&team_path, &project.root, &catalog)
         .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
@@ -174,10 +175,9 @@ pub fn resume(
             ))
         })?;
     launch.run.apply_resume_flags(flags)?;
-    let overrides = launch.run.overrides();
     let root = project_root(global)?;
     launch.run.warn_of_changed_policies(root.path());
-    let project = Project::load(global, root, overrides)?;
+    let project = Project::load_for_run(global, root, &launch.run)?;
     let catalog = crate::loading::load_catalog(&project)?;
     let team = TeamFile::parse(
         &launch.team_file.display().to_string(),
