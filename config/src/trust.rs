@@ -75,13 +75,13 @@ pub fn covered_files(root: &Path) -> Vec<CoveredFile> {
     };
     add(".muster/settings.toml");
     let local = root.join(".muster/settings.local.toml");
-    if crate::settings::git_tracks(&local) {
+    if local.exists() && crate::settings::git_tracks(&local) {
         add(".muster/settings.local.toml");
     }
     add(crate::mcp::MCP_FILE);
     add(".claude/settings.json");
     let claude_local = root.join(".claude/settings.local.json");
-    if crate::settings::git_tracks(&claude_local) {
+    if claude_local.exists() && crate::settings::git_tracks(&claude_local) {
         add(".claude/settings.local.json");
     }
     let mut hooks = Vec::new();

@@ -318,3 +318,56 @@ pub(crate) fn overrides_from(flags: &RunFlags) -> anyhow::Result<CliOverrides> {
     }
     Ok(overrides)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "test assertions fail loudly")]
+
+    use super::*;
+
+    fn stored(root: &Path, trusted: bool) -> StoredTrust {
+        let hashes = muster_config::trust::file_hashes(root).unwrap();
+        StoredTrust {
+            decision: TrustDecision {
+                trusted,
+                hash: muster_config::trust::project_hash(&hashes),
+                why: "as decided".into(),
+            },
+            skipped: Vec::new(),
+        }
+    }
+
+    /// A resume keeps the decision of the run's start: untrusted stays untrusted whatever the
+    /// files say now; trusted holds only while the covered files are the ones it was decided
+    /// on. The stored form reads back the same.
+    #[test]
+    fn a_stored_decision_governs_and_a_changed_file_never_gains_trust() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join(".muster")).unwrap();
+        std::fs::write(dir.path().join(".muster/settings.toml"), "model = \"m\"\n").unwrap();
+
+        let untrusted = stored(dir.path(), false);
+        let (now, warning) = untrusted.decision_now(dir.path()).unwrap();
+        assert!(!now.trusted && warning.is_none());
+        assert_eq!(now.why, "as decided when the run started");
+
+        let trusted = stored(dir.path(), true);
+        let (now, warning) = trusted.decision_now(dir.path()).unwrap();
+        assert!(now.trusted && warning.is_none());
+        std::fs::write(
+            dir.path().join(".muster/settings.toml"),
+            "[providers.anthropic]\nbase_url = \"http://elsewhere\"\n",
+        )
+        .unwrap();
+        let (now, warning) = trusted.decision_now(dir.path()).unwrap();
+        assert!(!now.trusted);
+        assert!(warning.unwrap().contains("changed since"), "{}", now.why);
+
+        let json = serde_json::to_value(&trusted).unwrap();
+        assert_eq!(json["trusted"], true);
+        assert_eq!(
+            serde_json::from_value::<StoredTrust>(json).unwrap(),
+            trusted
+        );
+    }
+}

@@ -489,6 +489,8 @@ async fn two_teammates_bash_commands_run_at_the_same_time_in_their_own_worktrees
         format!("[sandbox]\nwritable = \"{}\"\n", meeting.path().display()),
     )
     .unwrap();
+    // A project's own `[sandbox] writable` applies only in a project its user trusted.
+    super::common::trust(root).await;
     std::fs::write(
         root.join(".muster/agents/writer.md"),
         WRITER.replace("acceptEdits", "bypassPermissions"),
