@@ -63,8 +63,9 @@ pub struct CoveredFile {
 /// Every repository-controlled file that can widen access or run code, present or not:
 /// `.muster/settings.toml`, `.muster/settings.local.toml` while git tracks it (committed, it is
 /// the project's, not the user's), `.mcp.json`, `.claude/settings.json`,
-/// `.claude/settings.local.json` while git tracks it, every file under `.claude/hooks/`, and a
-/// policy file inside the project that a project-level `approver = "policy:FILE"` names.
+/// `.claude/settings.local.json` while git tracks it, every file under `.claude/hooks/`,
+/// `muster.team.toml` when it names a `policy:FILE` approver, and each policy file inside the
+/// project that a project-level `approver` or that team file names.
 pub fn covered_files(root: &Path) -> Vec<CoveredFile> {
     let mut files = Vec::new();
     let mut add = |relative: &str| {
@@ -100,10 +101,24 @@ pub fn covered_files(root: &Path) -> Vec<CoveredFile> {
         .filter(|file| file.relative.starts_with(".muster/settings"))
         .map(|file| file.path.clone())
         .collect();
-    for settings in settings_files {
-        if let Some(policy) = named_policy(root, &settings)
-            && !files.iter().any(|file| file.relative == policy)
-        {
+    let mut policies: Vec<String> = settings_files
+        .iter()
+        .filter_map(|settings| named_policy(root, settings))
+        .collect();
+    // The team file, when it names a policy approver (what it would widen), and those policies.
+    let team = root.join(crate::team::TEAM_FILE_NAME);
+    if let Ok(text) = std::fs::read_to_string(&team) {
+        let named = crate::team::TeamFile::named_policies(&text);
+        if !named.is_empty() {
+            files.push(CoveredFile {
+                relative: crate::team::TEAM_FILE_NAME.to_owned(),
+                path: team,
+            });
+        }
+        policies.extend(named.iter().filter_map(|file| inside_root(root, file)));
+    }
+    for policy in policies {
+        if !files.iter().any(|file| file.relative == policy) {
             files.push(CoveredFile {
                 path: root.join(&policy),
                 relative: policy,
@@ -113,16 +128,20 @@ pub fn covered_files(root: &Path) -> Vec<CoveredFile> {
     files
 }
 
+/// `file` (relative to `root`, or absolute) relative to `root`, when it is inside it.
+fn inside_root(root: &Path, file: &str) -> Option<String> {
+    let path = crate::settings::normalize(&root.join(file));
+    let relative = path.strip_prefix(crate::settings::normalize(root)).ok()?;
+    Some(relative.display().to_string())
+}
+
 /// The policy file a settings file's `approver = "policy:FILE"` names, relative to `root`,
 /// when it is inside the project.
 fn named_policy(root: &Path, settings: &Path) -> Option<String> {
     let text = std::fs::read_to_string(settings).ok()?;
     let table: toml::Table = toml::from_str(&text).ok()?;
     let approver = table.get("approver")?.as_str()?;
-    let file = approver.strip_prefix("policy:")?;
-    let path = crate::settings::normalize(&root.join(file));
-    let relative = path.strip_prefix(crate::settings::normalize(root)).ok()?;
-    Some(relative.display().to_string())
+    inside_root(root, approver.strip_prefix("policy:")?)
 }
 
 /// Every regular file under `dir` (symbolic links to files count; linked directories are not
@@ -511,5 +530,17 @@ mod tests {
             .map(|file| file.relative)
             .collect();
         assert!(names.contains(&"policies/p.toml".to_owned()), "{names:?}");
+        assert!(!names.contains(&"muster.team.toml".to_owned()), "{names:?}");
+        std::fs::write(
+            root.join("muster.team.toml"),
+            "name = \"t\"\n[[teammates]]\nname = \"a\"\napprover = \"policy:team.toml\"\n",
+        )
+        .unwrap();
+        let names: Vec<String> = covered_files(root)
+            .into_iter()
+            .map(|file| file.relative)
+            .collect();
+        assert!(names.contains(&"muster.team.toml".to_owned()), "{names:?}");
+        assert!(names.contains(&"team.toml".to_owned()), "{names:?}");
     }
 }

@@ -103,8 +103,21 @@ pub fn load_settings_trusting(
 
 /// The one line a run in an untrusted project prints: what it skipped, and the command that
 /// trusts the project (`None` when nothing was skipped).
-pub fn trust_notice(settings: &Settings, mcp_skipped: usize) -> Option<String> {
-    if settings.trust.trusted || (settings.skipped.is_empty() && mcp_skipped == 0) {
+pub fn trust_notice(
+    settings: &Settings,
+    mcp_skipped: usize,
+    team_skipped: &[String],
+) -> Option<String> {
+    if settings.trust.trusted {
+        // Trusted, a team file is skipped only when trust does not cover it.
+        return (!team_skipped.is_empty()).then(|| {
+            format!(
+                "muster: skipped {}: only muster.team.toml at the project root is covered by                  `{TRUST_COMMAND}`; move the team there and run `{TRUST_COMMAND}`",
+                team_skipped.join(", ")
+            )
+        });
+    }
+    if settings.skipped.is_empty() && mcp_skipped == 0 && team_skipped.is_empty() {
         return None;
     }
     let mut what: Vec<String> = Vec::new();
@@ -126,6 +139,7 @@ pub fn trust_notice(settings: &Settings, mcp_skipped: usize) -> Option<String> {
     if mcp_skipped > 0 {
         what.push(format!("{mcp_skipped} MCP server(s) of .mcp.json"));
     }
+    what.extend(team_skipped.iter().cloned());
     Some(format!(
         "muster: project not trusted ({}); skipped {}; run `{TRUST_COMMAND}` to trust it as it is now (`muster config show` lists what is skipped and why)",
         settings.trust.why,

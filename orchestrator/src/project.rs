@@ -78,9 +78,15 @@ impl Project {
     /// Prints the one line of a run in an untrusted project: what trust skipped, and the
     /// command that trusts the project (nothing when nothing was skipped).
     pub fn print_trust_notice(&self) {
+        self.print_trust_notice_with(&[]);
+    }
+
+    /// [`Self::print_trust_notice`], with what trust skipped of a team file (`key = value`).
+    pub fn print_trust_notice_with(&self, team_skipped: &[String]) {
         let (servers, _) = crate::mcp::load_servers(self.root.path(), &self.settings);
         let mcp_skipped = servers.servers.iter().filter(|s| s.untrusted).count();
-        if let Some(line) = crate::loading::trust_notice(&self.settings, mcp_skipped) {
+        if let Some(line) = crate::loading::trust_notice(&self.settings, mcp_skipped, team_skipped)
+        {
             eprintln!("{line}");
         }
     }

@@ -170,7 +170,7 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     let mut mcp = crate::mcp::McpLookup::new(root.path(), &settings, &workspace_dir);
     let (servers, _) = crate::mcp::load_servers(root.path(), &settings);
     let mcp_skipped = servers.servers.iter().filter(|s| s.untrusted).count();
-    if let Some(line) = crate::loading::trust_notice(&settings, mcp_skipped) {
+    if let Some(line) = crate::loading::trust_notice(&settings, mcp_skipped, &[]) {
         eprintln!("{line}");
     }
     match single {

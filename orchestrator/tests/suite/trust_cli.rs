@@ -471,3 +471,87 @@ async fn a_run_started_untrusted_stays_untrusted_on_resume() {
     assert_eq!(user_model.requests().len(), 2);
     assert_eq!(repo_model.requests().len(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_team_files_policy_approver_needs_trust_and_its_policy_is_covered() {
+    let lead_done = || {
+        FakeLlm::start(vec![ScriptEntry::reply(
+            "lead",
+            1,
+            vec![Block::text("Done.")],
+        )])
+    };
+    let first_model = lead_done().await.unwrap();
+    let setup = Setup::new(&first_model.base_url());
+    std::fs::write(
+        setup.root().join("muster.team.toml"),
+        "name = \"solo\"\n[spawn]\napprover = \"policy:policy.toml\"\n",
+    )
+    .unwrap();
+    std::fs::write(setup.root().join("policy.toml"), "approve_all = true\n").unwrap();
+    let store = super::common::open_store(setup.root());
+
+    // Untrusted: the lead approves spawned teammates' plans instead of the policy.
+    let run = setup
+        .muster(&["run", "-p", "Hi.", "--output", "json"])
+        .await;
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    let said = stderr(&run);
+    let skip = skip_lines(&said);
+    assert_eq!(skip.len(), 1, "{said}");
+    assert!(
+        skip[0].contains("spawn.approver = \"policy:policy.toml\""),
+        "{}",
+        skip[0]
+    );
+    let run_id = lines(&run).pop().unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let record = store.run(&run_id).await.unwrap().unwrap();
+    assert_eq!(
+        record.launch_options["skipped_approvers"][0],
+        "spawn.approver = \"policy:policy.toml\""
+    );
+    assert!(
+        record.launch_options.get("policies").is_none(),
+        "the skipped policy is not stored: {}",
+        record.launch_options
+    );
+
+    // Trust covers the team file and its policy.
+    let trusted = setup.trust(&[]).await;
+    assert!(
+        trusted.contains("muster.team.toml") && trusted.contains("policy.toml"),
+        "{trusted}"
+    );
+    let second_model = lead_done().await.unwrap();
+    let run = setup
+        .muster(&[
+            "run",
+            "-p",
+            "Hi.",
+            "--base-url",
+            &second_model.base_url(),
+            "--output",
+            "json",
+        ])
+        .await;
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    assert!(skip_lines(&stderr(&run)).is_empty(), "{}", stderr(&run));
+    let run_id = lines(&run).pop().unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let record = store.run(&run_id).await.unwrap().unwrap();
+    assert!(record.launch_options.get("skipped_approvers").is_none());
+    assert_eq!(
+        record.launch_options["policies"]["policy.toml"]["text"],
+        "approve_all = true\n"
+    );
+
+    // The policy is covered: an edit untrusts the project.
+    std::fs::write(setup.root().join("policy.toml"), "approve_all = false\n").unwrap();
+    let listed = setup.trust(&["--list"]).await;
+    assert!(listed.contains("policy.toml changed"), "{listed}");
+}
