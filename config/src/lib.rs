@@ -17,6 +17,7 @@ pub mod store_url;
 pub mod team;
 mod toml_source;
 pub mod tools;
+pub mod trust;
 mod yaml;
 
 pub use agents::{AgentCatalog, AgentDefinition, AgentDir, DefinitionSource, ModelChoice};
@@ -32,3 +33,4 @@ pub use rule::{PermissionRule, PermissionRules, RuleBehavior, RuleSpecifier, Rul
 pub use settings::{CliOverrides, Settings, SettingsInputs};
 pub use team::{Isolation, Placement, SpawnRules, TeamFile, TeammateSpec};
 pub use toml_source::Located;
+pub use trust::TrustDecision;

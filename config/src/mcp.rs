@@ -52,6 +52,8 @@ pub struct McpServerStatus {
     pub why: String,
     /// Listed in `[mcp] trusted_read_only`: its `readOnlyHint` tools are allowed in plan mode.
     pub trusted_read_only: bool,
+    /// The settings enable it, but the project is not trusted, so it does not start.
+    pub untrusted: bool,
 }
 
 /// The servers of a project: every one `.mcp.json` declares, with its status.
@@ -158,7 +160,17 @@ fn status(server: McpServerConfig, settings: &McpSettings) -> McpServerStatus {
         .enabled_project_servers
         .as_ref()
         .filter(|listed| listed.value.contains(&server.name));
-    let (enabled, why) = if let Some(listed) = listed {
+    let untrusted = !settings.project_trusted
+        && (listed.is_some() || settings.enable_all_project_servers.value);
+    let (enabled, why) = if untrusted {
+        (
+            false,
+            format!(
+                "the project is not trusted: its {MCP_FILE} servers start only after `{}`",
+                crate::trust::TRUST_COMMAND
+            ),
+        )
+    } else if let Some(listed) = listed {
         (
             true,
             format!(
@@ -190,6 +202,7 @@ fn status(server: McpServerConfig, settings: &McpSettings) -> McpServerStatus {
         enabled,
         why,
         trusted_read_only,
+        untrusted,
     }
 }
 
@@ -453,6 +466,7 @@ mod tests {
             trusted_read_only: None,
             startup_timeout_ms: crate::origin::Sourced::new(1, origin.clone()),
             call_timeout_ms: crate::origin::Sourced::new(1, origin.clone()),
+            project_trusted: true,
             max_output_bytes: crate::origin::Sourced::new(1, origin),
         }
     }

@@ -183,6 +183,49 @@ impl TeamFile {
 }
 
 impl TeamFile {
+    /// Replaces every `policy:FILE` approver (a teammate's, `[spawn]`'s) with `lead`, the
+    /// default: a repository's policy would approve in the lead's place (see
+    /// [`crate::trust`]). Returns each one replaced as `key = value`.
+    pub fn skip_policy_approvers(&mut self) -> Vec<String> {
+        let mut skipped = Vec::new();
+        for teammate in &mut self.teammates {
+            if matches!(teammate.approver, Responder::Policy(_)) {
+                skipped.push(format!(
+                    "teammate {} approver = \"{}\"",
+                    teammate.id, teammate.approver
+                ));
+                teammate.approver = Responder::Lead;
+            }
+        }
+        if matches!(self.spawn.approver, Responder::Policy(_)) {
+            skipped.push(format!("spawn.approver = \"{}\"", self.spawn.approver));
+            self.spawn.approver = Responder::Lead;
+        }
+        skipped
+    }
+
+    /// Whether `text` (a team file's) names a `policy:FILE` approver, and the files it names.
+    pub fn named_policies(text: &str) -> Vec<String> {
+        let Ok(table) = toml::from_str::<toml::Table>(text) else {
+            return Vec::new();
+        };
+        let teammates = table
+            .get("teammates")
+            .and_then(toml::Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|teammate| teammate.get("approver"));
+        let spawn = table.get("spawn").and_then(|spawn| spawn.get("approver"));
+        teammates
+            .chain(spawn)
+            .filter_map(toml::Value::as_str)
+            .filter_map(|approver| approver.strip_prefix("policy:"))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl TeamFile {
     /// `muster.team.toml` at the root, when it exists.
     pub fn discover(root: &ProjectRoot) -> Option<PathBuf> {
         let path = root.path().join(TEAM_FILE_NAME);

@@ -5,9 +5,10 @@
 use std::path::{Path, PathBuf};
 
 use muster_config::settings::CliOverrides;
-use muster_config::{PermissionMode, Responder};
+use muster_config::{PermissionMode, Responder, TrustDecision};
 use serde::{Deserialize, Serialize};
 
+use crate::exit::{Exit, ExitError};
 use crate::project::Project;
 use crate::stored_policies::StoredPolicies;
 use crate::stream_json::now_ms;
@@ -40,6 +41,73 @@ pub struct RunLaunch {
     /// copies (a run stored before they were kept reads the files).
     #[serde(default, skip_serializing_if = "StoredPolicies::is_empty")]
     pub policies: StoredPolicies,
+    /// Whether the project was trusted at the run's start, the hash it was decided on and what
+    /// was skipped: a resume, a fork and a worker gate the settings by this, never by a file an
+    /// agent may have edited since (absent in runs stored before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trust: Option<StoredTrust>,
+}
+
+/// A run's trust decision as stored with its launch options.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredTrust {
+    #[serde(flatten)]
+    pub decision: TrustDecision,
+    /// What trust gated at the start (`key = value (origin)`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
+}
+
+impl StoredTrust {
+    /// What the run's settings are gated by and why: what was decided at the start, except
+    /// that a project trusted then whose covered files changed since is not trusted now (the
+    /// change may be an agent's); with a warning saying so.
+    pub fn decision_now(&self, root: &Path) -> anyhow::Result<(TrustDecision, Option<String>)> {
+        let stored = &self.decision;
+        if !stored.trusted {
+            let mut decision = stored.clone();
+            decision.why = format!("{} when the run started", stored.why);
+            return Ok((decision, None));
+        }
+        let hashes = muster_config::trust::file_hashes(root)
+            .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
+        let hash = muster_config::trust::project_hash(&hashes);
+        if hash == stored.hash {
+            return Ok((stored.clone(), None));
+        }
+        let why = format!(
+            "trusted when the run started, but the files trust covers changed since (hash {} then, {} now)",
+            short(&stored.hash),
+            short(&hash)
+        );
+        let warning = format!(
+            "{why}: the run goes on without what they set that widens access; start a new run after `{}` to use them",
+            muster_config::trust::TRUST_COMMAND
+        );
+        Ok((
+            TrustDecision {
+                trusted: false,
+                hash,
+                why,
+            },
+            Some(warning),
+        ))
+    }
+
+    fn from_settings(settings: &muster_config::Settings) -> StoredTrust {
+        StoredTrust {
+            decision: settings.trust.clone(),
+            skipped: settings
+                .skipped
+                .iter()
+                .map(|skipped| format!("{} = {} ({})", skipped.key, skipped.value, skipped.origin))
+                .collect(),
+        }
+    }
+}
+
+fn short(hash: &str) -> &str {
+    hash.get(..12).unwrap_or(hash)
 }
 
 impl RunLaunch {
@@ -78,6 +146,7 @@ impl RunLaunch {
             deadline_ms: max_duration.map(deadline_after),
             max_duration_secs: max_duration,
             policies: StoredPolicies::read(project.root.path(), [&settings.approver.value])?,
+            trust: Some(StoredTrust::from_settings(settings)),
         })
     }
 
@@ -248,4 +317,57 @@ pub(crate) fn overrides_from(flags: &RunFlags) -> anyhow::Result<CliOverrides> {
         overrides = overrides.cassette(std::path::absolute(cassette)?.display().to_string());
     }
     Ok(overrides)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "test assertions fail loudly")]
+
+    use super::*;
+
+    fn stored(root: &Path, trusted: bool) -> StoredTrust {
+        let hashes = muster_config::trust::file_hashes(root).unwrap();
+        StoredTrust {
+            decision: TrustDecision {
+                trusted,
+                hash: muster_config::trust::project_hash(&hashes),
+                why: "as decided".into(),
+            },
+            skipped: Vec::new(),
+        }
+    }
+
+    /// A resume keeps the decision of the run's start: untrusted stays untrusted whatever the
+    /// files say now; trusted holds only while the covered files are the ones it was decided
+    /// on. The stored form reads back the same.
+    #[test]
+    fn a_stored_decision_governs_and_a_changed_file_never_gains_trust() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join(".muster")).unwrap();
+        std::fs::write(dir.path().join(".muster/settings.toml"), "model = \"m\"\n").unwrap();
+
+        let untrusted = stored(dir.path(), false);
+        let (now, warning) = untrusted.decision_now(dir.path()).unwrap();
+        assert!(!now.trusted && warning.is_none());
+        assert_eq!(now.why, "as decided when the run started");
+
+        let trusted = stored(dir.path(), true);
+        let (now, warning) = trusted.decision_now(dir.path()).unwrap();
+        assert!(now.trusted && warning.is_none());
+        std::fs::write(
+            dir.path().join(".muster/settings.toml"),
+            "[providers.anthropic]\nbase_url = \"http://elsewhere\"\n",
+        )
+        .unwrap();
+        let (now, warning) = trusted.decision_now(dir.path()).unwrap();
+        assert!(!now.trusted);
+        assert!(warning.unwrap().contains("changed since"), "{}", now.why);
+
+        let json = serde_json::to_value(&trusted).unwrap();
+        assert_eq!(json["trusted"], true);
+        assert_eq!(
+            serde_json::from_value::<StoredTrust>(json).unwrap(),
+            trusted
+        );
+    }
 }

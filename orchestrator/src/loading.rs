@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use muster_config::project::ProjectRoot;
 use muster_config::settings::{CliOverrides, Settings, SettingsInputs};
-use muster_config::{ConfigError, Diagnostic, Loaded};
+use muster_config::trust::{TRUST_COMMAND, TrustInputs};
+use muster_config::{ConfigError, Diagnostic, Loaded, TrustDecision};
 
 use crate::exit::{Exit, ExitError};
 use crate::project::{Globals, Project};
@@ -47,11 +48,36 @@ pub fn usage_error(error: ConfigError) -> anyhow::Error {
 }
 
 /// Loads the settings of `root` from the process's environment and home directory, with the
-/// global flags and `cli` as the command-line layer. Configuration errors exit with code 2.
+/// global flags and `cli` as the command-line layer, gated by whether the project is trusted
+/// now. Configuration errors exit with code 2.
 pub fn load_settings(
     global: &Globals,
     root: &ProjectRoot,
     cli: CliOverrides,
+) -> anyhow::Result<Loaded<Settings>> {
+    let trust = decide_trust(global, root)?;
+    load_settings_trusting(global, root, cli, &trust)
+}
+
+/// Whether the project at `root` is trusted as it is now: by the CI variable (never in a
+/// worker's process: a worker's clone is not the checkout a CI job reviewed), else by the
+/// user's trust file.
+pub fn decide_trust(global: &Globals, root: &ProjectRoot) -> anyhow::Result<TrustDecision> {
+    let config_dir = global.process.config_dir();
+    muster_config::trust::decide(&TrustInputs {
+        root,
+        config_dir: config_dir.as_deref(),
+        ci_hash: global.process.trust_hash_var(),
+    })
+    .map_err(usage_error)
+}
+
+/// [`load_settings`] with the trust decision given (a resumed run's stored one).
+pub fn load_settings_trusting(
+    global: &Globals,
+    root: &ProjectRoot,
+    cli: CliOverrides,
+    trust: &TrustDecision,
 ) -> anyhow::Result<Loaded<Settings>> {
     let env = &global.process.env;
     let home: Option<PathBuf> = global.process.user_home();
@@ -70,8 +96,55 @@ pub fn load_settings(
         home_dir: home.as_deref(),
         env,
         cli: &cli,
+        trust,
     })
     .map_err(usage_error)
+}
+
+/// The one line a run in an untrusted project prints: what it skipped, and the command that
+/// trusts the project (`None` when nothing was skipped).
+pub fn trust_notice(
+    settings: &Settings,
+    mcp_skipped: usize,
+    team_skipped: &[String],
+) -> Option<String> {
+    if settings.trust.trusted {
+        // Trusted, a team file is skipped only when trust does not cover it.
+        return (!team_skipped.is_empty()).then(|| {
+            format!(
+                "muster: skipped {}: only muster.team.toml at the project root is covered by                  `{TRUST_COMMAND}`; move the team there and run `{TRUST_COMMAND}`",
+                team_skipped.join(", ")
+            )
+        });
+    }
+    if settings.skipped.is_empty() && mcp_skipped == 0 && team_skipped.is_empty() {
+        return None;
+    }
+    let mut what: Vec<String> = Vec::new();
+    let allow = settings
+        .skipped
+        .iter()
+        .filter(|skipped| skipped.key == "permissions.allow")
+        .count();
+    for skipped in settings
+        .skipped
+        .iter()
+        .filter(|skipped| skipped.key != "permissions.allow")
+    {
+        what.push(format!("{} = {}", skipped.key, skipped.value));
+    }
+    if allow > 0 {
+        what.push(format!("{allow} allow rule(s)"));
+    }
+    if mcp_skipped > 0 {
+        what.push(format!("{mcp_skipped} MCP server(s) of .mcp.json"));
+    }
+    what.extend(team_skipped.iter().cloned());
+    Some(format!(
+        "muster: project not trusted ({}); skipped {}; run `{TRUST_COMMAND}` to trust it as it is now (`muster config show` lists what is skipped and why)",
+        settings.trust.why,
+        what.join(", ")
+    ))
 }
 
 /// Writes `text` to stdout; a closed pipe (`muster config show | head`) is not an error.

@@ -64,6 +64,21 @@ impl ProcessGiven {
         }
     }
 
+    /// muster's config directory (`$XDG_CONFIG_HOME/muster`, else `~/.config/muster`), where
+    /// the user's trust file lives.
+    pub fn config_dir(&self) -> Option<PathBuf> {
+        muster_config::trust::config_dir(&self.env, self.home.as_deref())
+    }
+
+    /// The CI trust variable ([`muster_config::trust::TRUST_HASH_VAR`]) when it applies: never
+    /// in a worker's process, whose repository the worker cloned.
+    pub fn trust_hash_var(&self) -> Option<&str> {
+        if self.work_fence.is_some() {
+            return None;
+        }
+        self.var(muster_config::trust::TRUST_HASH_VAR)
+    }
+
     /// A variable of the environment.
     pub fn var(&self, name: &str) -> Option<&str> {
         self.env.get(name).map(String::as_str)

@@ -47,12 +47,61 @@ impl Project {
     /// printed).
     pub fn load(global: &Globals, root: ProjectRoot, cli: CliOverrides) -> anyhow::Result<Project> {
         let loaded = load_settings(global, &root, cli)?;
+        Ok(Project::from_loaded(global, root, loaded))
+    }
+
+    /// The project of a stored run: its settings with the run's launch options as their
+    /// command-line layer, gated by the trust decision the run stored at its start (a run
+    /// stored before it kept one is decided now, as it was then).
+    pub fn load_for_run(
+        global: &Globals,
+        root: ProjectRoot,
+        launch: &crate::launch::RunLaunch,
+    ) -> anyhow::Result<Project> {
+        let trust = match &launch.trust {
+            Some(stored) => {
+                let (trust, warning) = stored.decision_now(root.path())?;
+                if let Some(warning) = warning {
+                    eprintln!("muster: warning: {warning}");
+                }
+                trust
+            }
+            None => crate::loading::decide_trust(global, &root)?,
+        };
+        let loaded =
+            crate::loading::load_settings_trusting(global, &root, launch.overrides(), &trust)?;
+        let project = Project::from_loaded(global, root, loaded);
+        project.print_trust_notice();
+        Ok(project)
+    }
+
+    /// Prints the one line of a run in an untrusted project: what trust skipped, and the
+    /// command that trusts the project (nothing when nothing was skipped).
+    pub fn print_trust_notice(&self) {
+        self.print_trust_notice_with(&[]);
+    }
+
+    /// [`Self::print_trust_notice`], with what trust skipped of a team file (`key = value`).
+    pub fn print_trust_notice_with(&self, team_skipped: &[String]) {
+        let (servers, _) = crate::mcp::load_servers(self.root.path(), &self.settings);
+        let mcp_skipped = servers.servers.iter().filter(|s| s.untrusted).count();
+        if let Some(line) = crate::loading::trust_notice(&self.settings, mcp_skipped, team_skipped)
+        {
+            eprintln!("{line}");
+        }
+    }
+
+    fn from_loaded(
+        global: &Globals,
+        root: ProjectRoot,
+        loaded: muster_config::Loaded<Settings>,
+    ) -> Project {
         print_warnings(&loaded.warnings);
-        Ok(Project {
+        Project {
             root,
             settings: loaded.value,
             process: global.process.clone(),
-        })
+        }
     }
 
     /// The store (`store`, alias `store_path`; `--store` overrides it): a file or a URL.

@@ -53,6 +53,7 @@ fn usage(message: impl Into<String>) -> anyhow::Error {
 pub fn run(global: &Globals, flags: RunFlags) -> anyhow::Result<Exit> {
     let output = flags.output;
     let project = Project::load(global, project_root(global)?, overrides_from(&flags)?)?;
+    project.print_trust_notice();
     let catalog = load_catalog(&project)?;
     let agent = flags.agent.clone().unwrap_or_else(|| "general".into());
     let definition = catalog.get(&agent).ok_or_else(|| {
@@ -109,10 +110,9 @@ fn resume_with(
             ))
         })?;
     launch.run.apply_resume_flags(&flags)?;
-    let overrides = launch.run.overrides();
     let root = project_root(global)?;
     launch.run.warn_of_changed_policies(root.path());
-    let project = Project::load(global, root, overrides)?;
+    let project = Project::load_for_run(global, root, &launch.run)?;
     let catalog = load_catalog(&project)?;
     let mut kind = SingleRun::new(project, catalog, launch, output, None);
     kind.continuation = continuation;

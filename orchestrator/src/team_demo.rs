@@ -75,6 +75,10 @@ pub fn run(global: &Globals, dir: Option<&Path>, muster: &str) -> anyhow::Result
     let root = prepare_dir(dir)?;
     copy_project(&root)?;
     let git = init_git(&root);
+    // muster wrote the demo's files itself: its run trusts them (as a CI job trusts a
+    // reviewed checkout), so the demo's allow rule applies.
+    let hashes = muster_config::trust::file_hashes(&root)
+        .map_err(|e| anyhow::anyhow!("the demo project's files: {e}"))?;
     let mut command =
         Command::new(std::env::current_exe().context("cannot find the muster binary")?);
     command.arg("-C").arg(&root);
@@ -88,6 +92,10 @@ pub fn run(global: &Globals, dir: Option<&Path>, muster: &str) -> anyhow::Result
         .args(["--output", "stream-json"])
         // The demo is the same on every machine: no user-level file is read.
         .env(crate::loading::NO_USER_FILES, "1")
+        .env(
+            muster_config::trust::TRUST_HASH_VAR,
+            muster_config::trust::project_hash(&hashes),
+        )
         .current_dir(&root)
         .stdin(Stdio::null())
         .output()

@@ -303,6 +303,7 @@ pub fn load_settings(
         home_dir: None,
         env: &env,
         cli: &cli,
+        trust: &muster_config::TrustDecision::trusted_by_caller(),
     })
     .map(|loaded| loaded.value)
     .map_err(|e| e.to_string())

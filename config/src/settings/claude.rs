@@ -2,11 +2,12 @@
 //! `.claude/settings.local.json`): their permission rules hold for every muster agent, so a
 //! user's deny rule never silently does nothing.
 //!
-//! What narrows applies from every file: `deny` and `ask` rules. What widens applies only from
-//! files the user owns: `allow` rules from `~/.claude/settings.json`, and from
-//! `.claude/settings.local.json` while git does not track it; a repository's own allow rules
-//! are skipped with a warning that says where to put them instead. Every other key muster does
-//! not honour yet (hooks, `defaultMode`, …) is a warning, once per file, never silence.
+//! What narrows applies from every file: `deny` and `ask` rules. What widens (`allow` rules)
+//! applies from files the user owns (`~/.claude/settings.json`, and
+//! `.claude/settings.local.json` while git does not track it) and from the project's own files
+//! only in a trusted project: the loader gates them (see [`crate::trust`]). Every other key
+//! muster does not honour yet (hooks, `defaultMode`, …) is a warning, once per file, never
+//! silence.
 
 use std::path::{Path, PathBuf};
 
@@ -31,12 +32,10 @@ pub fn claude_settings_files(root: &ProjectRoot, home: Option<&Path>) -> Vec<(La
 }
 
 /// The permission rules of one Claude Code settings file, with what was skipped as warnings.
-/// `user_owned`: the file's allow rules are the user's (not a repository's).
 pub fn read_claude_settings(
     path: &Path,
     text: &str,
     layer: Layer,
-    user_owned: bool,
 ) -> Result<(LayerValues, Vec<Diagnostic>), Diagnostic> {
     let label = path.display().to_string();
     let json: Value = serde_json::from_str(text).map_err(|error| {
@@ -84,20 +83,6 @@ pub fn read_claude_settings(
             .in_source(&label));
         };
         let texts: Vec<&str> = list.iter().filter_map(Value::as_str).collect();
-        if behavior == RuleBehavior::Allow && !user_owned {
-            if !texts.is_empty() {
-                warnings.push(
-                    Diagnostic::new(format!(
-                        "{} allow rule(s) not applied: a repository's own allow rules would \
-                         widen what agents may do; put the ones you want in \
-                         ~/.claude/settings.json or an untracked .claude/settings.local.json",
-                        texts.len()
-                    ))
-                    .in_source(&label),
-                );
-            }
-            continue;
-        }
         for rule_text in texts {
             let origin = Origin {
                 layer,
@@ -129,22 +114,17 @@ pub fn read_claude_settings(
 mod tests {
     use super::*;
 
-    fn read(text: &str, user_owned: bool) -> (LayerValues, Vec<Diagnostic>) {
-        read_claude_settings(
-            Path::new("/p/.claude/settings.json"),
-            text,
-            Layer::Project,
-            user_owned,
-        )
-        .unwrap()
+    fn read(text: &str) -> (LayerValues, Vec<Diagnostic>) {
+        read_claude_settings(Path::new("/p/.claude/settings.json"), text, Layer::Project).unwrap()
     }
 
+    /// Allow rules are read; whether a repository's apply is the loader's trust gate.
     #[test]
-    fn deny_and_ask_apply_and_a_repositorys_allow_rules_do_not() {
+    fn every_rule_is_read_and_unknown_keys_are_warnings() {
         let text = r#"{"permissions": {"deny": ["Read(./.env)", "Bash(curl:*)"],
             "ask": ["Bash(git push:*)"], "allow": ["Bash(rm:*)"]},
             "hooks": {"PreToolUse": []}}"#;
-        let (values, warnings) = read(text, false);
+        let (values, warnings) = read(text);
         let rules: Vec<(RuleBehavior, &str)> = values
             .rules
             .iter()
@@ -156,6 +136,7 @@ mod tests {
                 (RuleBehavior::Deny, "Read(./.env)"),
                 (RuleBehavior::Deny, "Bash(curl:*)"),
                 (RuleBehavior::Ask, "Bash(git push:*)"),
+                (RuleBehavior::Allow, "Bash(rm:*)"),
             ]
         );
         let said: Vec<String> = warnings.iter().map(ToString::to_string).collect();
@@ -163,28 +144,19 @@ mod tests {
             said.iter().any(|w| w.contains("not applied: hooks")),
             "{said:?}"
         );
-        assert!(
-            said.iter()
-                .any(|w| w.contains("1 allow rule(s) not applied")),
-            "{said:?}"
-        );
-        let (values, _) = read(text, true);
-        assert_eq!(values.rules.len(), 4, "the user's own allow rules apply");
     }
 
     #[test]
     fn a_tool_muster_lacks_is_a_warning_and_bad_json_an_error() {
-        let (values, warnings) = read(
-            r#"{"permissions": {"deny": ["WebFetch(domain:example.com)", "Edit(src/**)"]}}"#,
-            false,
-        );
+        let (values, warnings) =
+            read(r#"{"permissions": {"deny": ["WebFetch(domain:example.com)", "Edit(src/**)"]}}"#);
         assert_eq!(values.rules.len(), 1);
         assert!(
             warnings[0].to_string().contains("WebFetch"),
             "{}",
             warnings[0]
         );
-        let error = read_claude_settings(Path::new("/p/s.json"), "{", Layer::User, true)
+        let error = read_claude_settings(Path::new("/p/s.json"), "{", Layer::User)
             .unwrap_err()
             .to_string();
         assert!(error.contains("not valid JSON"), "{error}");

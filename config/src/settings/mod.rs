@@ -4,6 +4,7 @@
 //! concatenate. Every value remembers the layer it came from.
 
 mod claude;
+mod gate;
 mod layers;
 mod paths;
 mod schema;
@@ -16,6 +17,7 @@ use serde::Serialize;
 pub use layers::{
     CliOverrides, ENV_PREFIX, LayerValues, display_path, env_var_name, parse_settings_file,
 };
+pub(crate) use paths::git_tracks;
 pub use paths::{OutsideRoot, normalize, resolve_inside_root};
 pub use schema::SettingValue;
 
@@ -74,6 +76,9 @@ pub struct SettingsInputs<'a> {
     /// The environment (`MUSTER_*` variables are read from it).
     pub env: &'a BTreeMap<String, String>,
     pub cli: &'a CliOverrides,
+    /// Whether the project is trusted: without trust, what its own files set that would widen
+    /// access or redirect keys is skipped ([`Settings::skipped`]).
+    pub trust: &'a crate::trust::TrustDecision,
 }
 
 /// Model, provider and thinking settings for one mode (plan or act).
@@ -208,6 +213,8 @@ pub struct McpSettings {
     pub call_timeout_ms: Sourced<u64>,
     /// The most of a tool result's text kept for the model.
     pub max_output_bytes: Sourced<u64>,
+    /// Whether the project is trusted: without trust, no `.mcp.json` server starts.
+    pub project_trusted: bool,
 }
 
 /// The `[mcp]` keys a project's committed settings may not set.
@@ -255,8 +262,22 @@ pub struct Settings {
     pub limits: LimitSettings,
     pub sandbox: SandboxSettings,
     pub mcp: McpSettings,
+    /// The trust decision the settings were loaded with.
+    pub trust: crate::trust::TrustDecision,
+    /// What the project's own files set that trust gates, skipped because the project is not
+    /// trusted.
+    pub skipped: Vec<SkippedSetting>,
     #[serde(skip)]
     entries: Vec<SettingEntry>,
+}
+
+/// A value a project file set that was not applied, and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct SkippedSetting {
+    pub key: String,
+    pub value: serde_json::Value,
+    pub origin: Origin,
+    pub why: String,
 }
 
 impl Settings {
@@ -264,21 +285,25 @@ impl Settings {
     pub fn load(inputs: &SettingsInputs<'_>) -> Result<Loaded<Settings>, ConfigError> {
         let mut errors = Vec::new();
         let mut warnings = Vec::new();
+        let mut skipped = Vec::new();
         let mut layers = vec![default_layer_values()?];
         // Claude Code's files first: muster's own layers are above them.
         for (layer, path) in claude::claude_settings_files(inputs.project_root, inputs.home_dir) {
             let Some(text) = read_optional(&path)? else {
                 continue;
             };
-            // The user's own allow rules apply; a repository's (committed) do not.
+            // The user's own files are not gated; a repository's (committed) are, by trust.
             let user_owned = match layer {
                 Layer::User => !path.starts_with(inputs.project_root.path()),
                 Layer::ProjectLocal => !paths::git_tracks(&path),
                 _ => false,
             };
-            match claude::read_claude_settings(&path, &text, layer, user_owned) {
-                Ok((values, found)) => {
+            match claude::read_claude_settings(&path, &text, layer) {
+                Ok((mut values, found)) => {
                     warnings.extend(found);
+                    if !user_owned && !inputs.trust.trusted {
+                        skipped.extend(gate::skip_widening(&mut values, &inputs.trust.why));
+                    }
                     layers.push(values);
                 }
                 Err(error) => errors.push(error),
@@ -299,11 +324,17 @@ impl Settings {
             match parse_settings_file(&label, &text, layer) {
                 Ok(mut values) => {
                     warnings.extend(paths::api_key_warnings(&path, &values));
+                    // Project-level: the committed file, a local one git tracks (committed, it
+                    // is the repository's), and the user's file when it is the project's.
                     let committed = layer == Layer::Project
+                        || (layer == Layer::ProjectLocal && paths::git_tracks(&path))
                         || (layer == Layer::User
                             && project_file.as_ref() == Some(&paths::normalize(&path)));
                     if committed {
                         warnings.extend(drop_mcp_trust(&mut values));
+                        if !inputs.trust.trusted {
+                            skipped.extend(gate::skip_widening(&mut values, &inputs.trust.why));
+                        }
                     }
                     layers.push(values);
                 }
@@ -321,7 +352,20 @@ impl Settings {
             return Err(invalid(errors));
         }
         let merged = Merged::from_layers(layers);
-        let settings = build(&merged, inputs.project_root.path(), &mut errors);
+        let mut settings = build(&merged, inputs.project_root.path(), &mut errors);
+        settings.trust = inputs.trust.clone();
+        settings.mcp.project_trusted = inputs.trust.trusted;
+        // With the project at the home directory, one file is read as two layers: say it once.
+        let mut seen = std::collections::BTreeSet::new();
+        skipped.retain(|entry: &SkippedSetting| {
+            seen.insert((
+                entry.key.clone(),
+                entry.value.to_string(),
+                entry.origin.source.clone(),
+                entry.origin.position.map(|p| (p.line, p.column)),
+            ))
+        });
+        settings.skipped = skipped;
         finish(settings, errors).map(|value| Loaded { value, warnings })
     }
 
@@ -361,7 +405,7 @@ fn drop_mcp_trust(values: &mut LayerValues) -> Vec<Diagnostic> {
                 Diagnostic::new(format!(
                     "`mcp.{}` is ignored in the project's committed settings ({origin}): a \
                      repository cannot enable or trust its own MCP servers; set it in \
-                     ~/.muster/settings.toml or .muster/settings.local.toml",
+                     ~/.muster/settings.toml or an untracked .muster/settings.local.toml",
                     path[1]
                 ))
                 .for_key(path.join(".")),
@@ -537,6 +581,7 @@ impl Builder<'_> {
             startup_timeout_ms: self.count(&key("startup_timeout_ms")),
             call_timeout_ms: self.count(&key("call_timeout_ms")),
             max_output_bytes: self.count(&key("max_output_bytes")),
+            project_trusted: false,
         }
     }
 
@@ -790,6 +835,8 @@ fn build(merged: &Merged, root: &Path, errors: &mut Vec<Diagnostic>) -> Settings
         limits: builder.agent_limits(),
         sandbox: builder.sandbox(root),
         mcp: builder.mcp(),
+        trust: crate::trust::TrustDecision::trusted_by_caller(),
+        skipped: Vec::new(),
         entries: entries(merged),
     };
     errors.append(&mut builder.errors);

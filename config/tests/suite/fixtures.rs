@@ -13,6 +13,8 @@ pub struct Project {
     pub home: PathBuf,
     pub env: BTreeMap<String, String>,
     pub cli: CliOverrides,
+    /// Trusted unless a test says otherwise: these tests are about what the files say.
+    pub trust: muster_config::TrustDecision,
 }
 
 impl Project {
@@ -28,6 +30,7 @@ impl Project {
             home,
             env: BTreeMap::new(),
             cli: CliOverrides::new(),
+            trust: muster_config::TrustDecision::trusted_by_caller(),
         }
     }
 
@@ -62,6 +65,7 @@ impl Project {
             home_dir: Some(&self.home),
             env: &self.env,
             cli: &self.cli,
+            trust: &self.trust,
         })
     }
 

@@ -309,6 +309,10 @@ fn run_team(options: &Options, sync: SyncMode, shape: &Shape) -> anyhow::Result<
         .with_context(|| format!("cannot create a project in {}", options.dir.display()))?;
     let root = project.path();
     write_project(root, options, sync, shape)?;
+    // The benchmark wrote the project itself: its run trusts it (its allow rule and policy
+    // approvers apply), as a CI job trusts a reviewed checkout.
+    let hashes = muster_config::trust::file_hashes(root)
+        .map_err(|e| anyhow::anyhow!("the benchmark project's files: {e}"))?;
     let stdout = std::fs::File::create(root.join("events.jsonl"))?;
     let stderr = std::fs::File::create(root.join("stderr.txt"))?;
     let goal = format!("Benchmark: {teammates} independent tasks.");
@@ -319,6 +323,10 @@ fn run_team(options: &Options, sync: SyncMode, shape: &Shape) -> anyhow::Result<
         .args(["--provider", "script", "--cassette", "cassette.jsonl"])
         .args(["--output", "stream-json"])
         .env("HOME", root)
+        .env(
+            muster_config::trust::TRUST_HASH_VAR,
+            muster_config::trust::project_hash(&hashes),
+        )
         .stdin(Stdio::null())
         .stdout(stdout)
         .stderr(stderr)

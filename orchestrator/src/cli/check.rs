@@ -168,6 +168,11 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         read_only_agent: context.definition.read_only,
     };
     let mut mcp = crate::mcp::McpLookup::new(root.path(), &settings, &workspace_dir);
+    let (servers, _) = crate::mcp::load_servers(root.path(), &settings);
+    let mcp_skipped = servers.servers.iter().filter(|s| s.untrusted).count();
+    if let Some(line) = crate::loading::trust_notice(&settings, mcp_skipped, &[]) {
+        eprintln!("{line}");
+    }
     match single {
         Some((tool, input)) => {
             let decision = decide(&engine, &context, &mut mcp, &tool, &input);

@@ -62,6 +62,19 @@ fn show(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
                 "enabled": status.enabled,
                 "why": status.why,
                 "trusted_read_only": status.trusted_read_only,
+                "untrusted": status.untrusted,
+            })).collect::<Vec<_>>(),
+            "trust": {
+                "trusted": settings.trust.trusted,
+                "hash": settings.trust.hash,
+                "why": settings.trust.why,
+            },
+            "skipped": settings.skipped.iter().map(|skipped| json!({
+                "key": skipped.key,
+                "value": skipped.value,
+                "layer": skipped.origin.layer,
+                "source": skipped.origin.source,
+                "why": skipped.why,
             })).collect::<Vec<_>>(),
             "warnings": loaded.warnings.iter().chain(&mcp_warnings).map(ToString::to_string).collect::<Vec<_>>(),
         });
@@ -75,6 +88,36 @@ fn show(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
                 output,
                 "{} = {}  # {}",
                 entry.key, entry.value, entry.origin
+            )?;
+        }
+        for skipped in &settings.skipped {
+            writeln!(
+                output,
+                "# skipped: {} = {}  # {}: {}",
+                skipped.key, skipped.value, skipped.origin, skipped.why
+            )?;
+        }
+        let trust = &settings.trust;
+        let state = if trust.trusted {
+            "trusted"
+        } else {
+            "not trusted"
+        };
+        writeln!(
+            output,
+            "# trust: {state}: {} (hash {})",
+            trust.why, trust.hash
+        )?;
+        if !trust.trusted {
+            writeln!(
+                output,
+                "# trust: run `{}` to trust this project as it is now; it covers {}",
+                muster_config::trust::TRUST_COMMAND,
+                muster_config::trust::covered_files(root.path())
+                    .iter()
+                    .map(|file| file.relative.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )?;
         }
         writeln!(

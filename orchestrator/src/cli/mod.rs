@@ -28,6 +28,7 @@ pub mod run;
 pub mod runs;
 pub mod serve;
 pub mod tasks;
+pub mod trust;
 pub mod worker;
 pub mod workers;
 
@@ -114,6 +115,8 @@ pub enum Command {
     Worker(worker::Args),
     /// List the workers the store knows.
     Workers(workers::Args),
+    /// Trust this project as it is now: its own settings that widen access take effect.
+    Trust(trust::Args),
 }
 
 /// Runs the parsed command; the returned `Exit` becomes the process's exit code.
@@ -134,6 +137,7 @@ pub fn dispatch(cli: Cli, process: ProcessGiven) -> anyhow::Result<Exit> {
         Command::Reject(args) => reject::execute(&global, args),
         Command::Answer(args) => answer::execute(&global, args),
         Command::Check(args) => check::execute(&global, args),
+        Command::Trust(args) => trust::execute(&global, args),
         Command::Config(args) => config::execute(&global, args),
         Command::Agents(args) => agents::execute(&global, args),
         Command::Demo(args) => demo::execute(&global, args),

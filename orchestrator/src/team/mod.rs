@@ -97,6 +97,10 @@ pub struct TeamLaunch {
     /// The git remote of teammates placed on workers (`--remote`, else the team file's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote: Option<String>,
+    /// The team file's `policy:FILE` approvers trust skipped at the start (`lead` approves in
+    /// their place); a resume and a worker skip them again, whatever is trusted since.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped_approvers: Vec<String>,
     #[serde(flatten)]
     pub run: RunLaunch,
 }
@@ -110,8 +114,10 @@ pub fn run(global: &Globals, flags: RunFlags, team_path: PathBuf) -> anyhow::Res
         crate::launch::overrides_from(&flags)?,
     )?;
     let catalog = crate::loading::load_catalog(&project)?;
-    let team = TeamFile::load(&team_path, &project.root, &catalog)
+    let mut team = TeamFile::load(&team_path, &project.root, &catalog)
         .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
+    let skipped_approvers = gate_team_approvers(&project, &team_path, &mut team);
+    project.print_trust_notice_with(&skipped_approvers);
     if flags.agent.is_some() {
         return Err(usage(
             "--agent chooses a single-agent run's definition; a team's lead is the team file's `lead`",
@@ -140,6 +146,7 @@ pub fn run(global: &Globals, flags: RunFlags, team_path: PathBuf) -> anyhow::Res
         team_file: team_path,
         team_text: team.text.clone(),
         remote,
+        skipped_approvers,
         run,
     };
     let new = NewTeamRun {
@@ -174,17 +181,19 @@ pub fn resume(
             ))
         })?;
     launch.run.apply_resume_flags(flags)?;
-    let overrides = launch.run.overrides();
     let root = project_root(global)?;
     launch.run.warn_of_changed_policies(root.path());
-    let project = Project::load(global, root, overrides)?;
+    let project = Project::load_for_run(global, root, &launch.run)?;
     let catalog = crate::loading::load_catalog(&project)?;
-    let team = TeamFile::parse(
+    let mut team = TeamFile::parse(
         &launch.team_file.display().to_string(),
         &launch.team_text,
         &catalog,
     )
     .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
+    if !launch.skipped_approvers.is_empty() {
+        team.skip_policy_approvers();
+    }
     lifecycle::execute(
         TeamRun {
             project,
@@ -198,6 +207,23 @@ pub fn resume(
         },
         Some(record),
     )
+}
+
+/// A team file inside the project is the repository's: its `policy:FILE` approvers (which
+/// would approve in the lead's place) apply only when the project is trusted and the file is
+/// the `muster.team.toml` trust covers; otherwise `lead` approves instead. Returns what was
+/// skipped. A team file outside the project is the user's own.
+fn gate_team_approvers(project: &Project, team_path: &Path, team: &mut TeamFile) -> Vec<String> {
+    let root = muster_config::trust::canonical_root(project.root.path());
+    let path = muster_config::trust::canonical_root(team_path);
+    if !path.starts_with(&root) {
+        return Vec::new();
+    }
+    let covered = path == root.join(muster_config::team::TEAM_FILE_NAME);
+    if covered && project.settings.trust.trusted {
+        return Vec::new();
+    }
+    team.skip_policy_approvers()
 }
 
 /// What a new team run records beside its launch options.

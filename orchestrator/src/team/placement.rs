@@ -351,14 +351,22 @@ async fn run_placed(
                 record.id
             ))
         })?;
+    // The settings are the worker's own directory's (not the lead's repository's): whether
+    // they are trusted is this worker's decision, by its own trust file (the CI variable never
+    // applies in a worker's process), not the decision the lead stored for its files.
     let project = Project::load(global, located.root, launch.run.overrides())?;
+    project.print_trust_notice();
     let catalog = Arc::new(crate::loading::load_catalog(&project)?);
-    let team_file = TeamFile::parse(
+    let mut team_file = TeamFile::parse(
         &launch.team_file.display().to_string(),
         &launch.team_text,
         &catalog,
     )
     .map_err(|e| usage(e.to_string()))?;
+    // The team file is the lead's: what trust skipped of it at the start stays skipped here.
+    if !launch.skipped_approvers.is_empty() {
+        team_file.skip_policy_approvers();
+    }
     let remote = RemoteGit {
         url: payload.remote.clone(),
         side: Side::Worker,

@@ -12,15 +12,18 @@ use serde_json::Value;
 
 use super::common::{GUARD, command, json_lines, lines, muster, stderr};
 
-/// A project whose settings send every model request to `fake`.
+/// A project whose settings send every model request to `fake`: trusted, since a project's
+/// own `base_url` would receive the user's API key.
 fn project(fake: &FakeLlmHandle) -> tempfile::TempDir {
-    super::common::project(&[(
+    let dir = super::common::project(&[(
         ".muster/settings.toml",
         &format!(
             "[providers.anthropic]\nbase_url = \"{}\"\n",
             fake.base_url()
         ),
-    )])
+    )]);
+    super::common::trust_blocking(dir.path());
+    dir
 }
 
 fn by_id<'a>(lines: &'a [Value], id: &str) -> &'a Value {
@@ -381,6 +384,7 @@ async fn a_line_awaiting_a_decision_exits_5_and_the_next_batch_resumes_it() {
     let settings = dir.path().join(".muster/settings.toml");
     let text = std::fs::read_to_string(&settings).unwrap();
     std::fs::write(&settings, format!("permission_mode = \"plan\"\n{text}")).unwrap();
+    super::common::trust_blocking(dir.path());
     write_batch(
         dir.path(),
         &[r#"{"id": "p", "prompt": "Plan a greeting."}"#],

@@ -619,7 +619,11 @@ fn claude_code_settings_deny_in_every_mode_and_a_repository_cannot_allow() {
     let (decision, stderr) = json(&["Read", r#"{"file_path":".env"}"#]);
     assert_eq!(decision["decision"], "deny", "{decision}");
     assert!(stderr.contains("not applied: hooks"), "{stderr}");
-    assert!(stderr.contains("1 allow rule(s) not applied"), "{stderr}");
+    assert!(
+        stderr.contains("muster: project not trusted")
+            && stderr.contains("skipped 1 allow rule(s)"),
+        "{stderr}"
+    );
     let (decision, _) = json(&[
         "--permission-mode",
         "bypassPermissions",
@@ -656,8 +660,20 @@ fn claude_code_settings_deny_in_every_mode_and_a_repository_cannot_allow() {
     git(&["add", "-f", ".claude/settings.local.json"]);
     let (decision, stderr) = json(&["Bash", r#"{"command":"touch c"}"#]);
     assert_eq!(decision["decision"], "ask", "committed: {decision}");
+    assert!(stderr.contains("skipped 2 allow rule(s)"), "{stderr}");
+
+    // Trusted, the repository's own allow rules apply too (its deny rules always did).
+    let trusted = cleared_command(&project.root, &project.home)
+        .arg("trust")
+        .output()
+        .unwrap();
     assert!(
-        stderr.contains("settings.local.json: 1 allow rule(s) not applied"),
-        "{stderr}"
+        trusted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&trusted.stderr)
     );
+    let (decision, _) = json(&["Bash", r#"{"command":"touch a"}"#]);
+    assert_eq!(decision["decision"], "allow", "trusted: {decision}");
+    let (decision, _) = json(&["Bash", r#"{"command":"curl https://example.com"}"#]);
+    assert_eq!(decision["decision"], "deny", "trusted: {decision}");
 }

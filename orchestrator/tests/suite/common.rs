@@ -29,18 +29,59 @@ pub fn project(files: &[(&str, &str)]) -> tempfile::TempDir {
 }
 
 /// The `muster` binary in `dir` with `args`: `HOME` is `dir`, a test Anthropic key is set, no
-/// `XDG_RUNTIME_DIR` nor `ANTHROPIC_BASE_URL` leaks in from the caller, stdin is empty.
+/// `XDG_RUNTIME_DIR`, `ANTHROPIC_BASE_URL` nor CI trust variable leaks in from the caller,
+/// `XDG_CONFIG_HOME` is [`config_home`] (outside every test project, so `muster trust` can
+/// record trust there), stdin is empty.
 pub fn command(dir: &Path, args: &[&str]) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_muster"));
     command
         .current_dir(dir)
         .args(args)
         .env("HOME", dir)
+        .env("XDG_CONFIG_HOME", config_home())
         .env("ANTHROPIC_API_KEY", "test-key")
         .env_remove("XDG_RUNTIME_DIR")
         .env_remove("ANTHROPIC_BASE_URL")
+        .env_remove("MUSTER_TRUST_PROJECT_HASH")
         .stdin(Stdio::null());
     command
+}
+
+/// The config directory every [`command`] of this test process shares (under the target's
+/// temporary directory): trust is keyed by each project's path, so tests do not meet there.
+pub fn config_home() -> &'static Path {
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("config-home-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    })
+}
+
+/// Runs `muster trust` in `dir` (as [`command`] runs it): the project's own settings that
+/// widen access take effect, as they do for a user who trusted their project. Call it after
+/// the project's files are written: a later change makes the project untrusted again.
+pub async fn trust(dir: &Path) {
+    let output = muster(dir, &["trust"]).await;
+    assert!(output.status.success(), "{}", stderr(&output));
+}
+
+/// [`trust`], blocking.
+pub fn trust_blocking(dir: &Path) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_muster"))
+        .current_dir(dir)
+        .arg("trust")
+        .env("HOME", dir)
+        .env("XDG_CONFIG_HOME", config_home())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 /// The `muster` binary in `root`, blocking, with nothing of the caller's environment but

@@ -86,6 +86,22 @@ impl Fixture {
 #[test]
 fn config_show_json_gives_each_value_with_its_layer() {
     let fixture = Fixture::mixed();
+    // Untrusted, the project's mode and allow rule are listed as skipped, and why.
+    let document = fixture.json(&["config", "show", "--json"], &[]);
+    assert_eq!(document["trust"]["trusted"], false);
+    assert_eq!(document["settings"]["permission_mode"]["value"], "default");
+    let skipped = &document["skipped"];
+    assert_eq!(skipped[0]["key"], "permission_mode", "{skipped}");
+    assert_eq!(skipped[0]["layer"], "project");
+    assert_eq!(skipped[1]["key"], "permissions.allow", "{skipped}");
+    assert_eq!(skipped[1]["value"], "Bash(git diff:*)");
+    assert!(
+        skipped[1]["why"].as_str().unwrap().contains("not trusted"),
+        "{skipped}"
+    );
+    // The user trusts the project: its own settings apply.
+    let trusted = fixture.muster(&["trust"], &[]);
+    assert!(trusted.status.success(), "{}", stderr(&trusted));
     let document = fixture.json(
         &["config", "show", "--json"],
         &[("MUSTER_MAILBOX__SYNC", "normal")],

@@ -295,6 +295,8 @@ async fn a_policy_grants_only_what_its_allow_rules_cover_under_its_ceiling() {
         "max_mode = \"acceptEdits\"\n\n[permissions]\nallow = [\"Bash(touch:*)\", \"Edit(src/**)\"]\n",
     )
     .unwrap();
+    // The team file's policy approver applies in a project its user trusted.
+    super::common::trust(dir.path()).await;
     let mut script = lead_script();
     script.extend([
         ScriptEntry::reply(

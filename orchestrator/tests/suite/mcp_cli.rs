@@ -31,7 +31,8 @@ fn server_script() -> PathBuf {
 }
 
 /// A project with the Python `notes` server in `.mcp.json`, enabled (and trusted for
-/// read-only use) by the project-local settings, plus `local` extra settings lines.
+/// read-only use) by the project-local settings, plus `local` extra settings lines; the user
+/// trusted the project (a `.mcp.json` server starts only in a trusted project).
 fn notes_project(local: &str) -> tempfile::TempDir {
     let dir = project(&[("notes.txt", "alpha one\nbeta two\nalpha three\n")]);
     let mcp = json!({"mcpServers": {"notes": {
@@ -46,6 +47,7 @@ fn notes_project(local: &str) -> tempfile::TempDir {
         ),
     )
     .unwrap();
+    super::common::trust_blocking(dir.path());
     dir
 }
 
@@ -268,6 +270,16 @@ async fn config_show_lists_each_server_as_enabled_or_not_and_why() {
         "old": {"type": "sse", "url": "http://127.0.0.1:9/sse"},
     }});
     std::fs::write(dir.path().join(".mcp.json"), mcp.to_string()).unwrap();
+    // The file changed since the project was trusted: no server of it is enabled.
+    let output = muster(dir.path(), &["config", "show"]).await;
+    let text = stdout(&output);
+    assert!(
+        text.contains(
+            "# mcp server notes (stdio `python3`): not enabled: the project is not trusted"
+        ),
+        "{text}"
+    );
+    super::common::trust(dir.path()).await;
     let output = muster(dir.path(), &["config", "show"]).await;
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let text = stdout(&output);
@@ -402,6 +414,7 @@ async fn streamable_http_tools_run_through_the_permission_engine() {
         "[mcp]\nenable_all_project_servers = true\ntrusted_read_only = [\"tracker\"]\n",
     )
     .unwrap();
+    super::common::trust(dir.path()).await;
     let script = || {
         vec![
             ScriptEntry::reply(
@@ -438,6 +451,7 @@ async fn streamable_http_tools_run_through_the_permission_engine() {
         "[permissions]\nallow = [\"mcp__tracker__file\"]\n",
     )
     .unwrap();
+    super::common::trust(dir.path()).await;
     let fake = FakeLlm::start(script()).await.unwrap();
     let output = run(dir.path(), &fake.base_url(), "acceptEdits").await;
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
@@ -536,6 +550,7 @@ async fn servers_that_never_start_are_warnings_and_the_run_goes_on() {
         "[mcp]\nenable_all_project_servers = true\nstartup_timeout_ms = 300\n",
     )
     .unwrap();
+    super::common::trust(dir.path()).await;
     let fake = FakeLlm::start(vec![ScriptEntry::reply(
         "main",
         1,
@@ -642,6 +657,7 @@ async fn an_http_server_of_the_python_sdk_answers_check_and_runs_on_every_provid
         "[mcp]\nenable_all_project_servers = true\ntrusted_read_only = [\"remote\"]\n",
     )
     .unwrap();
+    super::common::trust(dir.path()).await;
     let check = muster(
         dir.path(),
         &["check", "--json", "mcp__remote__ok", "{\"word\": \"x\"}"],
@@ -710,6 +726,7 @@ fn forking_project() -> tempfile::TempDir {
         "args": ["-c", fork, python(), server_script()],
     }}});
     std::fs::write(dir.path().join(".mcp.json"), mcp.to_string()).unwrap();
+    super::common::trust_blocking(dir.path());
     dir
 }
 
@@ -850,6 +867,7 @@ async fn a_server_that_prints_an_error_and_exits_is_quoted_in_the_errors() {
     let failing = "echo 'Error: None of the specified directories are accessible' >&2; exit 1";
     let mcp = json!({"mcpServers": {"notes": {"command": "sh", "args": ["-c", failing]}}});
     std::fs::write(dir.path().join(".mcp.json"), mcp.to_string()).unwrap();
+    super::common::trust(dir.path()).await;
     let check = muster(
         dir.path(),
         &[

@@ -255,6 +255,8 @@ async fn parallel_tool_calls_over_the_openai_wire_both_run_whatever_their_index(
             ".muster/settings.toml",
             "[providers.openai]\napi_key_env = \"FAKE_OPENAI_KEY\"\n",
         )]);
+        // A project's own `api_key_env` applies only in a trusted project.
+        super::common::trust_blocking(dir.path());
         let mut calls = ScriptEntry::reply(
             "main",
             1,

@@ -473,8 +473,11 @@ fn killing_muster_from_bash(dir: &Path) {
     settings(dir, "[sandbox]\nmode = \"off\"\n");
 }
 
+/// Writes the project's settings, and trusts the project as its user would (a project's own
+/// `[sandbox] mode = "off"` takes effect only in a trusted project).
 fn settings(dir: &Path, text: &str) {
     std::fs::write(dir.join(".muster/settings.toml"), text).unwrap();
+    super::common::trust_blocking(dir);
 }
 
 async fn run_json(dir: &Path, base: &str, extra: &[&str]) -> Output {

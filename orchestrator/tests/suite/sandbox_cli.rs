@@ -54,6 +54,8 @@ async fn accept_edits_bash_writes_the_workspace_but_not_outside_or_into_muster()
         "[permissions]\nallow = [\"Bash\"]\n",
     )
     .unwrap();
+    // The user trusted the project: its allow rule applies.
+    super::common::trust(dir.path()).await;
     let outside = tempfile::tempdir().unwrap();
     let escaped = outside.path().join("escaped.txt");
     let fake = FakeLlm::start(vec![

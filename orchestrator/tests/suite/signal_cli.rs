@@ -26,6 +26,8 @@ fn project(team: Option<&str>) -> tempfile::TempDir {
         "[permissions]\nallow = [\"Bash\"]\n",
     )
     .unwrap();
+    // The user trusted the project: its allow rule applies.
+    super::common::trust_blocking(dir.path());
     if let Some(team) = team {
         std::fs::write(dir.path().join("muster.team.toml"), team).unwrap();
     }

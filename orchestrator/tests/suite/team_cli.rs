@@ -333,6 +333,8 @@ async fn a_policy_rejects_a_forbidden_path_naming_the_rule_and_approves_the_new_
         "denied_paths = [\"secrets/**\"]\nmax_mode = \"acceptEdits\"\n\n[permissions]\nallow = [\"Write\"]\n",
     )
     .unwrap();
+    // The team file's policy approver applies in a project its user trusted.
+    super::common::trust(dir.path()).await;
     let forbidden = PLAN.replace(
         "## Files\nhello.txt",
         "## Files\nhello.txt\nsecrets/key.txt",
@@ -949,6 +951,8 @@ async fn a_policy_with_no_rule_denies_a_teammates_permission_request() {
         "plan_mode_required = false\napprover = \"policy:policy.toml\"\n",
     ));
     std::fs::write(dir.path().join("policy.toml"), "max_mode = \"default\"\n").unwrap();
+    // The team file's policy approver applies in a project its user trusted.
+    super::common::trust(dir.path()).await;
     let fake = fake(writer_script()).await;
     let output = team_run(dir.path(), &fake.base_url()).await;
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
@@ -1354,6 +1358,8 @@ async fn a_lead_waiting_on_a_person_for_its_own_plan_stops_with_exit_5_only_afte
         "[permissions]\nallow = [\"Write\"]\n",
     )
     .unwrap();
+    // The team file's policy approver applies in a project its user trusted.
+    super::common::trust(dir.path()).await;
     // alice's report is held until the lead's request waits on a person: she is still
     // working then.
     let held_report: ScriptEntry = serde_json::from_value(json!({

@@ -76,6 +76,8 @@ fn teammate_worker(fake: &FakeLlmHandle, url: &str, name: &str) -> Worker {
     )]);
     std::fs::create_dir_all(dir.path().join(".muster/agents")).unwrap();
     std::fs::write(dir.path().join(".muster/agents/writer.md"), WRITER).unwrap();
+    // The worker's own directory, which its operator trusted.
+    super::common::trust_blocking(dir.path());
     Worker::start_in(dir, url, name, &["--slots", "1"])
 }
 

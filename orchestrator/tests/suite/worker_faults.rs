@@ -80,6 +80,7 @@ fn unsandboxed_worker_dir(fake: &muster_fake_llm::FakeLlmHandle) -> tempfile::Te
     let mut text = std::fs::read_to_string(&settings).unwrap();
     text.push_str("[sandbox]\nmode = \"off\"\n");
     std::fs::write(settings, text).unwrap();
+    super::common::trust_blocking(dir.path());
     dir
 }
 

@@ -16,7 +16,7 @@ pub const LEASE: [&str; 4] = ["--lease-ms", "1500", "--heartbeat-ms", "250"];
 /// A worker's directory: settings that send model calls to `fake`, run Bash without asking
 /// (a policy approves the mode) and use the test's store.
 pub fn worker_dir(fake: &FakeLlmHandle) -> tempfile::TempDir {
-    super::common::project(&[
+    let dir = super::common::project(&[
         (
             ".muster/settings.toml",
             &format!(
@@ -29,7 +29,11 @@ pub fn worker_dir(fake: &FakeLlmHandle) -> tempfile::TempDir {
             "policy.toml",
             "approve_all = true\nmax_mode = \"bypassPermissions\"\n",
         ),
-    ])
+    ]);
+    // The worker's own directory, which its operator trusted: its mode, policy and endpoint
+    // apply.
+    super::common::trust_blocking(dir.path());
+    dir
 }
 
 /// A running `muster worker` and the lines of its stderr.

@@ -32,7 +32,8 @@ fn git(dir: &Path, args: &[&str]) -> String {
 }
 
 /// A git repository with one commit (README.md, the team file, the writer definition), and
-/// `dirty` left uncommitted on top (path, content).
+/// `dirty` left uncommitted on top (path, content); its user trusted it (the team file's
+/// policy approvers apply).
 fn repo(team: &str, dirty: &[(&str, &str)]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
@@ -47,6 +48,7 @@ fn repo(team: &str, dirty: &[(&str, &str)]) -> tempfile::TempDir {
     for (path, content) in dirty {
         std::fs::write(root.join(path), content).unwrap();
     }
+    super::common::trust_blocking(root);
     dir
 }
 
@@ -489,6 +491,8 @@ async fn two_teammates_bash_commands_run_at_the_same_time_in_their_own_worktrees
         format!("[sandbox]\nwritable = \"{}\"\n", meeting.path().display()),
     )
     .unwrap();
+    // A project's own `[sandbox] writable` applies only in a project its user trusted.
+    super::common::trust(root).await;
     std::fs::write(
         root.join(".muster/agents/writer.md"),
         WRITER.replace("acceptEdits", "bypassPermissions"),
@@ -543,6 +547,7 @@ async fn a_rejected_merge_goes_back_with_its_feedback_and_the_next_revision_is_m
         "denied_paths = [\"secret.txt\"]\n",
     )
     .unwrap();
+    super::common::trust(root).await;
     std::fs::write(
         root.join(".muster/agents/writer.md"),
         WRITER.replace("acceptEdits", "bypassPermissions"),

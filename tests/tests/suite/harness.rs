@@ -215,6 +215,7 @@ pub(super) async fn run_agent(
         home_dir: None,
         env: &env,
         cli: &CliOverrides::new(),
+        trust: &muster_config::TrustDecision::trusted_by_caller(),
     })
     .unwrap()
     .value;
