@@ -179,6 +179,7 @@ pub fn describe_instruction(file: &muster_config::InstructionFile) -> String {
     let scope = match &file.scope {
         muster_config::InstructionScope::User => "user".to_owned(),
         muster_config::InstructionScope::Project => "project".to_owned(),
+        muster_config::InstructionScope::ProjectLocal => "project_local".to_owned(),
         muster_config::InstructionScope::ImportedBy(by) => format!("imported by {}", by.display()),
     };
     let cut = file
