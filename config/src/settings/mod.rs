@@ -16,6 +16,7 @@ use serde::Serialize;
 
 pub use layers::{
     CliOverrides, ENV_PREFIX, LayerValues, display_path, env_var_name, parse_settings_file,
+    parse_settings_file_in,
 };
 pub(crate) use paths::git_tracks;
 pub use paths::{OutsideRoot, normalize, resolve_inside_root};
@@ -262,6 +263,13 @@ pub struct Settings {
     pub limits: LimitSettings,
     pub sandbox: SandboxSettings,
     pub mcp: McpSettings,
+    /// Directories outside the project agents may read and write (Claude Code's
+    /// `additionalDirectories`, concatenated over the layers; absolute): added to the file
+    /// tools' confinement and the sandbox's writable paths, shared by every worktree.
+    pub additional_directories: Vec<Sourced<PathBuf>>,
+    /// Where `disableBypassPermissionsMode = "disable"` was set: `bypassPermissions` is
+    /// refused from every source.
+    pub bypass_disabled: Option<Origin>,
     /// The trust decision the settings were loaded with.
     pub trust: crate::trust::TrustDecision,
     /// What the project's own files set that trust gates, skipped because the project is not
@@ -298,7 +306,8 @@ impl Settings {
                 Layer::ProjectLocal => !paths::git_tracks(&path),
                 _ => false,
             };
-            match claude::read_claude_settings(&path, &text, layer) {
+            let base = rule_base(&path, user_owned && layer == Layer::User);
+            match claude::read_claude_settings(&path, &text, layer, &base) {
                 Ok((mut values, found)) => {
                     warnings.extend(found);
                     if !user_owned && !inputs.trust.trusted {
@@ -321,15 +330,16 @@ impl Settings {
                 continue;
             };
             let label = path.display().to_string();
-            match parse_settings_file(&label, &text, layer) {
+            // Project-level: the committed file, a local one git tracks (committed, it is the
+            // repository's), and the user's file when it is the project's.
+            let committed = layer == Layer::Project
+                || (layer == Layer::ProjectLocal && paths::git_tracks(&path))
+                || (layer == Layer::User
+                    && project_file.as_ref() == Some(&paths::normalize(&path)));
+            let base = rule_base(&path, layer == Layer::User && !committed);
+            match parse_settings_file_in(&label, &text, layer, &base) {
                 Ok(mut values) => {
                     warnings.extend(paths::api_key_warnings(&path, &values));
-                    // Project-level: the committed file, a local one git tracks (committed, it
-                    // is the repository's), and the user's file when it is the project's.
-                    let committed = layer == Layer::Project
-                        || (layer == Layer::ProjectLocal && paths::git_tracks(&path))
-                        || (layer == Layer::User
-                            && project_file.as_ref() == Some(&paths::normalize(&path)));
                     if committed {
                         warnings.extend(drop_mcp_trust(&mut values));
                         if !inputs.trust.trusted {
@@ -353,6 +363,9 @@ impl Settings {
         }
         let merged = Merged::from_layers(layers);
         let mut settings = build(&merged, inputs.project_root.path(), &mut errors);
+        settings.additional_directories =
+            additional_directories(&merged, inputs.project_root.path(), inputs.home_dir);
+        check_bypass_disabled(&settings, &mut errors);
         settings.trust = inputs.trust.clone();
         settings.mcp.project_trusted = inputs.trust.trusted;
         // With the project at the home directory, one file is read as two layers: say it once.
@@ -383,6 +396,14 @@ impl Settings {
         }
     }
 
+    /// [`Settings::additional_directories`] without their origins.
+    pub fn additional_directory_paths(&self) -> Vec<PathBuf> {
+        self.additional_directories
+            .iter()
+            .map(|directory| directory.value.clone())
+            .collect()
+    }
+
     /// The settings of one provider.
     pub fn provider(&self, kind: ProviderKind) -> &ProviderSettings {
         match kind {
@@ -390,6 +411,15 @@ impl Settings {
             ProviderKind::OpenAi => &self.openai,
             ProviderKind::Script => &self.script,
         }
+    }
+}
+
+/// What `/x` rule paths of the settings file at `path` are relative to: the file's directory
+/// for a user's own file, the project root for the project's (Claude Code's rule).
+fn rule_base(path: &Path, users_own: bool) -> crate::rule::RuleBase {
+    match path.parent() {
+        Some(directory) if users_own => crate::rule::RuleBase::Directory(directory.to_path_buf()),
+        _ => crate::rule::RuleBase::ProjectRoot,
     }
 }
 
@@ -458,6 +488,9 @@ fn default_layer_values() -> Result<LayerValues, ConfigError> {
 struct Merged {
     leaves: BTreeMap<Vec<String>, (SettingValue, Origin)>,
     rules: PermissionRules,
+    /// `permissions.additional_directories` of every layer (they concatenate, as rules do and
+    /// as Claude Code merges its array settings).
+    additional_directories: Vec<(String, Origin)>,
 }
 
 impl Merged {
@@ -465,9 +498,19 @@ impl Merged {
         let mut merged = Merged {
             leaves: BTreeMap::new(),
             rules: PermissionRules::default(),
+            additional_directories: Vec::new(),
         };
         for layer in layers {
             for (path, value, origin) in layer.leaves {
+                if let (true, SettingValue::List(directories)) =
+                    (path == ["permissions", "additional_directories"], &value)
+                {
+                    merged.additional_directories.extend(
+                        directories
+                            .iter()
+                            .map(|directory| (directory.clone(), origin.clone())),
+                    );
+                }
                 merged.leaves.insert(path, (value, origin));
             }
             for (behavior, rule) in layer.rules {
@@ -749,6 +792,46 @@ impl Builder<'_> {
     }
 }
 
+/// `permissions.additional_directories` of every layer, in order: `~/x` under `home`, relative
+/// paths against the project root.
+fn additional_directories(
+    merged: &Merged,
+    root: &Path,
+    home: Option<&Path>,
+) -> Vec<Sourced<PathBuf>> {
+    let mut directories: Vec<Sourced<PathBuf>> = Vec::new();
+    for (text, origin) in &merged.additional_directories {
+        let path = match (text.strip_prefix("~/"), home) {
+            (Some(rest), Some(home)) => home.join(rest),
+            _ => root.join(text),
+        };
+        let path = paths::normalize(&path);
+        if !directories.iter().any(|known| known.value == path) {
+            directories.push(Sourced::new(path, origin.clone()));
+        }
+    }
+    directories
+}
+
+/// `disableBypassPermissionsMode = "disable"` refuses `bypassPermissions` from every source,
+/// the command line included.
+fn check_bypass_disabled(settings: &Settings, errors: &mut Vec<Diagnostic>) {
+    let Some(disabled_by) = &settings.bypass_disabled else {
+        return;
+    };
+    if settings.permission_mode.value == PermissionMode::BypassPermissions {
+        errors.push(origin_diagnostic(
+            &settings.permission_mode.origin,
+            "permission_mode",
+            format!(
+                "bypassPermissions is disabled by `disableBypassPermissionsMode = \"disable\"` \
+                 (from {disabled_by}); choose another mode (acceptEdits, auto, …) or remove that \
+                 setting"
+            ),
+        ));
+    }
+}
+
 /// A diagnostic placed where a merged value was set.
 pub(crate) fn origin_diagnostic(
     origin: &Origin,
@@ -835,6 +918,10 @@ fn build(merged: &Merged, root: &Path, errors: &mut Vec<Diagnostic>) -> Settings
         limits: builder.agent_limits(),
         sandbox: builder.sandbox(root),
         mcp: builder.mcp(),
+        additional_directories: Vec::new(),
+        bypass_disabled: merged
+            .get(&["permissions", "disable_bypass_permissions_mode"])
+            .map(|(_, origin)| origin.clone()),
         trust: crate::trust::TrustDecision::trusted_by_caller(),
         skipped: Vec::new(),
         entries: entries(merged),

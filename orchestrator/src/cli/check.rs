@@ -135,8 +135,9 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         Some(dir) => dir.clone(),
         None => root.path().to_path_buf(),
     };
-    let workspace =
-        Workspace::new(&workspace_dir).map_err(|error| usage(format!("--workspace: {error}")))?;
+    let workspace = Workspace::new(&workspace_dir)
+        .map_err(|error| usage(format!("--workspace: {error}")))?
+        .with_additional(&settings.additional_directory_paths());
     let plan_file: Option<PathBuf> = args
         .plan_file
         .as_deref()
