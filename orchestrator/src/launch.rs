@@ -123,6 +123,11 @@ impl RunLaunch {
             Some(_) => settings.permission_mode.value,
             None => definition_mode.unwrap_or(settings.permission_mode.value),
         };
+        if let Some(refused) =
+            settings.refuse_disabled_mode(permission_mode, "the main agent's definition")
+        {
+            return Err(ExitError::new(Exit::Usage, refused).into());
+        }
         let workspace = match &flags.workspace {
             Some(dir) => std::path::absolute(dir)?,
             None => project.root.path().to_path_buf(),

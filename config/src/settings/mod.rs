@@ -396,6 +396,19 @@ impl Settings {
         }
     }
 
+    /// Why `mode` (from `source`, as a person reads it) may not be used: `bypassPermissions`
+    /// when `disableBypassPermissionsMode = "disable"` is set.
+    pub fn refuse_disabled_mode(&self, mode: PermissionMode, source: &str) -> Option<String> {
+        let disabled_by = self.bypass_disabled.as_ref()?;
+        (mode == PermissionMode::BypassPermissions).then(|| {
+            format!(
+                "bypassPermissions ({source}) is disabled by `disableBypassPermissionsMode = \
+                 \"disable\"` (from {disabled_by}); choose another mode (acceptEdits, auto, …) \
+                 or remove that setting"
+            )
+        })
+    }
+
     /// [`Settings::additional_directories`] without their origins.
     pub fn additional_directory_paths(&self) -> Vec<PathBuf> {
         self.additional_directories

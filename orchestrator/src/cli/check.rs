@@ -153,6 +153,9 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
                 .flatten()
         }))
         .unwrap_or(settings.permission_mode.value);
+    if let Some(refused) = settings.refuse_disabled_mode(mode, "the mode checked") {
+        return Err(usage(refused));
+    }
     let mut context =
         PermissionContext::new(kind, mode, &workspace, &settings.permissions, &catalog);
     if let Some(definition) = definition {
