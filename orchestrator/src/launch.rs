@@ -46,6 +46,11 @@ pub struct RunLaunch {
     /// agent may have edited since (absent in runs stored before it was kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trust: Option<StoredTrust>,
+    /// The settings files (Claude Code's and muster's) as read at the run's start: a resume,
+    /// a fork and a continue read these copies, never a file an agent may have edited since
+    /// (absent in runs stored before they were kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings_files: Option<muster_config::settings::SettingsSnapshot>,
 }
 
 /// A run's trust decision as stored with its launch options.
@@ -152,6 +157,7 @@ impl RunLaunch {
             max_duration_secs: max_duration,
             policies: StoredPolicies::read(project.root.path(), [&settings.approver.value])?,
             trust: Some(StoredTrust::from_settings(settings)),
+            settings_files: Some(settings.snapshot.clone()),
         })
     }
 

@@ -80,6 +80,51 @@ pub struct SettingsInputs<'a> {
     /// Whether the project is trusted: without trust, what its own files set that would widen
     /// access or redirect keys is skipped ([`Settings::skipped`]).
     pub trust: &'a crate::trust::TrustDecision,
+    /// The settings files as a run read them at its start: given, they are read from here and
+    /// never from disk (a resume, a fork), so a file an agent edited since changes nothing.
+    pub snapshot: Option<&'a SettingsSnapshot>,
+}
+
+/// The settings files one load read (Claude Code's and muster's), with whether git tracked
+/// each: what a run stores with its launch options.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct SettingsSnapshot {
+    pub files: BTreeMap<PathBuf, SnapshotFile>,
+}
+
+/// One settings file in a [`SettingsSnapshot`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct SnapshotFile {
+    /// The text, or `None` when the file did not exist.
+    pub text: Option<String>,
+    /// Whether git tracked it (a tracked `settings.local.*` is the project's).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tracked: bool,
+}
+
+/// Where one load reads settings files from: a stored snapshot, or the disk (recording what it
+/// read).
+struct FileSource<'a> {
+    stored: Option<&'a SettingsSnapshot>,
+    read: SettingsSnapshot,
+}
+
+impl FileSource<'_> {
+    /// The text of `path` and whether git tracks it; `None` when it does not exist (or did not
+    /// when the snapshot was taken). A path the snapshot does not name at all (a run resumed
+    /// in another checkout: a worker's clone, a moved project) is read from disk.
+    fn read(&mut self, path: &Path) -> Result<Option<(String, bool)>, ConfigError> {
+        let file = match self.stored.and_then(|stored| stored.files.get(path)) {
+            Some(stored) => stored.clone(),
+            None => {
+                let text = read_optional(path)?;
+                let tracked = text.is_some() && paths::git_tracks(path);
+                SnapshotFile { text, tracked }
+            }
+        };
+        self.read.files.insert(path.to_path_buf(), file.clone());
+        Ok(file.text.map(|text| (text, file.tracked)))
+    }
 }
 
 /// Model, provider and thinking settings for one mode (plan or act).
@@ -275,6 +320,9 @@ pub struct Settings {
     /// What the project's own files set that trust gates, skipped because the project is not
     /// trusted.
     pub skipped: Vec<SkippedSetting>,
+    /// The settings files this load read (a run stores it; see [`SettingsInputs::snapshot`]).
+    #[serde(skip)]
+    pub snapshot: SettingsSnapshot,
     #[serde(skip)]
     entries: Vec<SettingEntry>,
 }
@@ -295,15 +343,19 @@ impl Settings {
         let mut warnings = Vec::new();
         let mut skipped = Vec::new();
         let mut layers = vec![default_layer_values()?];
+        let mut source = FileSource {
+            stored: inputs.snapshot,
+            read: SettingsSnapshot::default(),
+        };
         // Claude Code's files first: muster's own layers are above them.
         for (layer, path) in claude::claude_settings_files(inputs.project_root, inputs.home_dir) {
-            let Some(text) = read_optional(&path)? else {
+            let Some((text, tracked)) = source.read(&path)? else {
                 continue;
             };
             // The user's own files are not gated; a repository's (committed) are, by trust.
             let user_owned = match layer {
                 Layer::User => !path.starts_with(inputs.project_root.path()),
-                Layer::ProjectLocal => !paths::git_tracks(&path),
+                Layer::ProjectLocal => !tracked,
                 _ => false,
             };
             let base = rule_base(&path, user_owned && layer == Layer::User);
@@ -326,14 +378,14 @@ impl Settings {
             .find(|(layer, _)| *layer == Layer::Project)
             .map(|(_, path)| paths::normalize(path));
         for (layer, path) in files {
-            let Some(text) = read_optional(&path)? else {
+            let Some((text, tracked)) = source.read(&path)? else {
                 continue;
             };
             let label = path.display().to_string();
             // Project-level: the committed file, a local one git tracks (committed, it is the
             // repository's), and the user's file when it is the project's.
             let committed = layer == Layer::Project
-                || (layer == Layer::ProjectLocal && paths::git_tracks(&path))
+                || (layer == Layer::ProjectLocal && tracked)
                 || (layer == Layer::User
                     && project_file.as_ref() == Some(&paths::normalize(&path)));
             let base = rule_base(&path, layer == Layer::User && !committed);
@@ -367,6 +419,7 @@ impl Settings {
             additional_directories(&merged, inputs.project_root.path(), inputs.home_dir);
         check_bypass_disabled(&settings, &mut errors);
         settings.trust = inputs.trust.clone();
+        settings.snapshot = source.read;
         settings.mcp.project_trusted = inputs.trust.trusted;
         // With the project at the home directory, one file is read as two layers: say it once.
         let mut seen = std::collections::BTreeSet::new();
@@ -937,6 +990,7 @@ fn build(merged: &Merged, root: &Path, errors: &mut Vec<Diagnostic>) -> Settings
             .map(|(_, origin)| origin.clone()),
         trust: crate::trust::TrustDecision::trusted_by_caller(),
         skipped: Vec::new(),
+        snapshot: SettingsSnapshot::default(),
         entries: entries(merged),
     };
     errors.append(&mut builder.errors);
