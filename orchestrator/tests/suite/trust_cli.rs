@@ -564,7 +564,8 @@ async fn a_team_files_policy_approver_needs_trust_and_its_policy_is_covered() {
 /// `bypassPermissions` from the command line with exit 2, before any model is asked.
 #[tokio::test(flavor = "multi_thread")]
 async fn claude_codes_mode_and_directories_need_trust_and_bypass_can_be_disabled() {
-    let setup = Setup::new("http://127.0.0.1:9");
+    let model = fake_done().await;
+    let setup = Setup::new(&model.base_url());
     let shared = tempfile::tempdir().unwrap();
     let target = shared.path().join("notes.txt");
     std::fs::create_dir_all(setup.root().join(".claude")).unwrap();
@@ -612,6 +613,9 @@ async fn claude_codes_mode_and_directories_need_trust_and_bypass_can_be_disabled
         stderr(&trusted)
     );
 
+    // A run before the switch, so a store exists for `muster approve`.
+    let first = setup.muster(&["run", "-p", "hi"]).await;
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
     std::fs::create_dir_all(setup.home.path().join(".claude")).unwrap();
     std::fs::write(
         setup.home.path().join(".claude/settings.json"),
@@ -619,6 +623,7 @@ async fn claude_codes_mode_and_directories_need_trust_and_bypass_can_be_disabled
     )
     .unwrap();
     for args in [
+        &["approve", "plan-main-1", "--mode", "bypassPermissions"][..],
         &["run", "-p", "hi", "--permission-mode", "bypassPermissions"][..],
         &[
             "check",
