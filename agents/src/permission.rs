@@ -18,9 +18,11 @@
 //! 4. **The tool's own check** — every path from [`Tool::accessed_paths`] resolved through the
 //!    [`Workspace`] (confinement, `.git/` and `.muster/`, the agent's own plan file); for `Bash`
 //!    the read-only classifier with [`RulesReadCheck`] (workspace confinement plus `Read` deny
-//!    rules) and [`known_dangerous`].
-//! 5. **Ask rules**, 6. **allow rules** (an ask becomes an allow; never in plan mode or for a
-//!    `read_only` agent), then the agent's **plan grants** ([`grants`], the same way, never for
+//!    rules) and [`known_dangerous`]. A file tool writing a protected file
+//!    ([`ProtectedFiles`]: `.claude/settings*.json`, `.mcp.json`, …) then asks, in every mode.
+//! 5. **Ask rules** (in every mode, `bypassPermissions` included, as in Claude Code; this
+//!    amends DESIGN's mode table), 6. **allow rules** (an ask becomes an allow; never in plan
+//!    mode or for a `read_only` agent), then the agent's **plan grants** ([`grants`], the same way, never for
 //!    a known-dangerous command), 7. **the mode's default** for what would ask: `default` and
 //!    `acceptEdits` ask, `dontAsk` denies, `auto` denies and reports an auto denial.
 //!
@@ -56,6 +58,7 @@ use crate::mcp::McpToolFacts;
 use crate::shell::{ShellVerdict, classify, known_dangerous};
 use crate::tools::{PathAccess, PathUse, Tool, ToolRegistry, Workspace};
 use muster_config::mcp::McpPattern;
+use muster_config::protected::ProtectedFiles;
 use paths::{PathForm, lexical_absolute, rule_matches_path};
 
 /// What kind of agent makes the call.
@@ -294,6 +297,9 @@ pub struct PermissionContext<'a> {
     /// verification report): allow rules for this agent only, checked after the settings'
     /// allow rules and never for a known-dangerous command.
     pub grants: Option<&'a PlanGrants>,
+    /// The files a file tool may write only with approval, in every mode (matched relative to
+    /// the workspace root, so in each teammate's worktree too).
+    pub protected: &'a ProtectedFiles,
 }
 
 impl<'a> PermissionContext<'a> {
@@ -322,6 +328,7 @@ impl<'a> PermissionContext<'a> {
             plans_dir: None,
             mcp_tool: None,
             grants: None,
+            protected: ProtectedFiles::standard_ref(),
         }
     }
 
@@ -511,11 +518,14 @@ impl PermissionEngine {
         if let Some(reason) = path_limits(context, own_plan_file.as_deref(), &subjects) {
             return deny(reason);
         }
-        // 5. Ask rules (bypassPermissions stops only at deny rules, path limits and
-        // known-dangerous commands).
-        if mode != PermissionMode::BypassPermissions
-            && let Some(rule) =
-                self.rule_matching(RuleBehavior::Ask, context, name.as_str(), &subjects)
+        // Protected files ask in every mode, before any allow rule or grant could allow them.
+        if name.edits_files()
+            && let Some(reason) = protected_write(context, &subjects)
+        {
+            return would_ask(mode, reason);
+        }
+        // 5. Ask rules, in every mode: `bypassPermissions` included, as in Claude Code.
+        if let Some(rule) = self.rule_matching(RuleBehavior::Ask, context, name.as_str(), &subjects)
         {
             let reason = format!(
                 "`{name}` matches the ask rule `{}` (from {})",
@@ -577,9 +587,9 @@ impl PermissionEngine {
     }
 
     /// An MCP tool, by DESIGN's mode table: deny rules always; plan rules allow only
-    /// `readOnlyHint` tools of servers in `[mcp] trusted_read_only`; `default`, `acceptEdits`
-    /// (and `auto`) allow those and ask for the rest (`dontAsk` and `auto` deny what would ask);
-    /// `bypassPermissions` allows.
+    /// `readOnlyHint` tools of servers in `[mcp] trusted_read_only`; ask rules in every other
+    /// mode; `default`, `acceptEdits` (and `auto`) allow those and ask for the rest (`dontAsk`
+    /// and `auto` deny what would ask); `bypassPermissions` allows the rest.
     fn decide_mcp(
         &self,
         context: &PermissionContext<'_>,
@@ -640,13 +650,6 @@ impl PermissionEngine {
                 ))
             };
         }
-        if mode == PermissionMode::BypassPermissions {
-            return Decision::new(
-                Verdict::Allow,
-                format!("bypassPermissions allows `{name}`"),
-                mode,
-            );
-        }
         if let Some(rule) = self.rule_matching(RuleBehavior::Ask, context, name, &subjects) {
             return would_ask(
                 mode,
@@ -654,6 +657,13 @@ impl PermissionEngine {
                     "`{name}` matches the ask rule `{}` (from {})",
                     rule.value, rule.origin
                 ),
+            );
+        }
+        if mode == PermissionMode::BypassPermissions {
+            return Decision::new(
+                Verdict::Allow,
+                format!("bypassPermissions allows `{name}`"),
+                mode,
             );
         }
         let allow = |reason: String| {
@@ -1213,6 +1223,27 @@ fn path_limits(
                 };
                 format!("path limits ({usage}): {error}")
             })
+    })
+}
+
+/// Why a write touches a protected file (one that defines rules, servers or the team), if it
+/// does: a person or an approver decides it in every mode.
+fn protected_write(context: &PermissionContext<'_>, subjects: &CallSubjects) -> Option<String> {
+    subjects.paths.iter().find_map(|(access, forms)| {
+        if access.usage != PathUse::Write {
+            return None;
+        }
+        let pattern = forms.iter().find_map(|form| {
+            context
+                .protected
+                .matching(form.relative.as_deref()?)
+                .map(str::to_owned)
+        })?;
+        Some(format!(
+            "`{}` is a protected file (`{pattern}`: it defines what agents may do), so writing it \
+             needs approval in every mode, bypassPermissions included",
+            access.path
+        ))
     })
 }
 

@@ -8,8 +8,9 @@
 //!
 //! Two profiles ([`SandboxProfile`]): **read-only** (nothing writable but a private temporary
 //! directory and `/dev/null`, no network) and **workspace-write** (also the workspace, the tool
-//! caches [`TOOL_CACHES`] names and the paths the settings add; `.git/` and `.muster/` stay
-//! read-only through a mount namespace with read-only binds where one can be made; the network
+//! caches [`TOOL_CACHES`] names and the paths the settings add; `.git/`, `.muster/` and the
+//! protected files (`.claude/settings*.json`, `.mcp.json`, `muster.team.toml`) stay read-only
+//! through a mount namespace with read-only binds where one can be made; the network
 //! as the settings say). On Linux: Landlock for the files (best effort up to the ABI this
 //! build knows), Landlock scopes so a confined process cannot signal processes outside or
 //! reach abstract UNIX sockets outside, and seccomp refusing `socket` for every family but
@@ -28,8 +29,8 @@ pub enum SandboxProfile {
     /// Reads anywhere the user can; writes only its private temporary directory and
     /// `/dev/null`; no network.
     ReadOnly,
-    /// Also writes the workspace (not its `.git/` and `.muster/`), the tool caches and the
-    /// configured paths; the network as configured.
+    /// Also writes the workspace (not its `.git/`, `.muster/` and protected files), the tool
+    /// caches and the configured paths; the network as configured.
     WorkspaceWrite,
 }
 
@@ -106,6 +107,9 @@ pub struct Sandbox {
     pub writable: Vec<PathBuf>,
     /// The home directory, for [`TOOL_CACHES`].
     pub home: Option<PathBuf>,
+    /// Files bound read-only in the workspace-write profile where they exist (the files that
+    /// define rules, servers and the team; see [`muster_config::protected`]).
+    pub protected_files: muster_config::protected::ProtectedFiles,
 }
 
 impl Sandbox {
@@ -125,6 +129,7 @@ impl Sandbox {
                 let protected = PROTECTED_DIRECTORIES
                     .iter()
                     .map(|name| workspace.join(name))
+                    .chain(self.protected_files.existing_in(workspace))
                     .collect();
                 (writable, protected, self.network)
             }

@@ -1,7 +1,8 @@
 //! Instruction files loaded into every agent's system prompt, as Claude Code reads them: the
 //! user's `~/.claude/CLAUDE.md` first (the most general), then the project's `AGENTS.md`,
-//! `CLAUDE.md` and `.claude/CLAUDE.md` (later ones are more specific, so they come later in the
-//! prompt), each followed by the files it imports with `@path`. Each is cut to a size cap
+//! `CLAUDE.md` and `.claude/CLAUDE.md`, then the user's private `CLAUDE.local.md` at the project
+//! root (later ones are more specific, so they come later in the prompt), each followed by the
+//! files it imports with `@path`. Each is cut to a size cap
 //! (with a warning when cut). The same file is read once: a `CLAUDE.md` that is a symlink to
 //! `AGENTS.md` (or a copy of it) adds nothing.
 //!
@@ -20,6 +21,11 @@ use crate::project::ProjectRoot;
 /// The project's instruction files, in this order (after the user's `~/.claude/CLAUDE.md`).
 pub const INSTRUCTION_FILES: &[&str] = &["AGENTS.md", "CLAUDE.md", ".claude/CLAUDE.md"];
 
+/// The user's private instructions for one project, beside `CLAUDE.md` (Claude Code reads it
+/// last; it is normally not committed). Instructions need no trust, so whether git tracks it
+/// changes only how it is labelled.
+pub const LOCAL_INSTRUCTION_FILE: &str = "CLAUDE.local.md";
+
 /// How many hops of `@path` imports are followed (Claude Code's limit).
 pub const MAX_IMPORT_DEPTH: usize = 5;
 
@@ -31,6 +37,8 @@ pub enum InstructionScope {
     User,
     /// A file at the project root or in its `.claude/`.
     Project,
+    /// `CLAUDE.local.md` at the project root: the user's own notes for this project.
+    ProjectLocal,
     /// Imported with `@path` by the file named.
     ImportedBy(PathBuf),
 }
@@ -92,6 +100,8 @@ impl ProjectInstructions {
         for name in INSTRUCTION_FILES {
             reader.read(&root.path().join(name), InstructionScope::Project, &[])?;
         }
+        let local = root.path().join(LOCAL_INSTRUCTION_FILE);
+        reader.read(&local, InstructionScope::ProjectLocal, &[])?;
         Ok(Loaded {
             value: ProjectInstructions {
                 files: reader.files,
@@ -115,6 +125,9 @@ impl ProjectInstructions {
                         "# The user's instructions from ~/.claude/CLAUDE.md".to_owned()
                     }
                     InstructionScope::Project => format!("# Project instructions from {name}"),
+                    InstructionScope::ProjectLocal => {
+                        format!("# The user's private project instructions from {name}")
+                    }
                     InstructionScope::ImportedBy(by) => format!(
                         "# Instructions from {} (imported by {})",
                         file.path.display(),

@@ -11,6 +11,7 @@ mod named;
 pub mod origin;
 pub mod policy;
 pub mod project;
+pub mod protected;
 pub mod rule;
 pub mod settings;
 pub mod store_url;

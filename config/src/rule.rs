@@ -62,9 +62,18 @@ pub enum RuleSpecifier {
 /// [`RuleSpecifier::Mcp`] decides what it matches.
 pub const MCP_RULE_TOOL: &str = "mcp";
 
-/// A path glob from a file-tool rule. Relative patterns are relative to the workspace;
-/// `./` is dropped; a pattern without `/` matches at any depth (`*.env`); `//abs` is absolute
-/// and `~/` is under the home directory.
+/// A path glob from a file-tool rule, in Claude Code's gitignore-style grammar:
+/// - `//abs/**` is absolute;
+/// - `~/x` is under the home directory;
+/// - `/x` is relative to the settings file ([`RuleBase`]): for the project's files (and the
+///   command line, the environment, team files and grants) the project root, which each agent
+///   sees as its own workspace (a teammate's worktree), so a deny on `/.env` holds for
+///   `<worktree>/.env`;
+/// - `./x` and bare `x` are relative to the workspace; a pattern without `/` (after `./`)
+///   matches at any depth (`*.env`).
+///
+/// A trailing `/` names a directory and what is under it; a pattern matching a directory
+/// matches everything beneath it, as in gitignore.
 #[derive(Debug, Clone)]
 pub struct PathPattern {
     glob: String,
@@ -81,22 +90,45 @@ pub enum PathAnchor {
     Home,
 }
 
+/// What `/x` path patterns are relative to: the directory of the settings file they come from
+/// (Claude Code's rule), which for a project's files is the project root.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum RuleBase {
+    /// The project root, seen by every agent as its workspace root.
+    #[default]
+    ProjectRoot,
+    /// A directory outside the project (a user-level settings file's).
+    Directory(std::path::PathBuf),
+}
+
 impl PathPattern {
-    fn parse(pattern: &str) -> Result<PathPattern, RuleParseError> {
+    fn parse(pattern: &str, base: &RuleBase) -> Result<PathPattern, RuleParseError> {
         let (anchor, rest) = if let Some(rest) = pattern.strip_prefix("//") {
             (PathAnchor::Absolute, format!("/{rest}"))
         } else if let Some(rest) = pattern.strip_prefix("~/") {
             (PathAnchor::Home, rest.to_string())
-        } else if pattern.starts_with('/') {
-            (PathAnchor::Absolute, pattern.to_string())
+        } else if let Some(rest) = pattern.strip_prefix('/') {
+            match base {
+                RuleBase::ProjectRoot => (PathAnchor::Workspace, rest.to_string()),
+                RuleBase::Directory(directory) => {
+                    let directory = globset::escape(&directory.display().to_string());
+                    let directory = directory.trim_end_matches('/');
+                    (PathAnchor::Absolute, format!("{directory}/{rest}"))
+                }
+            }
         } else {
             let relative = pattern.strip_prefix("./").unwrap_or(pattern);
-            let glob = if relative.contains('/') {
+            let glob = if relative.trim_end_matches('/').contains('/') {
                 relative.to_string()
             } else {
                 format!("**/{relative}")
             };
             (PathAnchor::Workspace, glob)
+        };
+        // `dir/` names the directory's contents (the directory itself matches below).
+        let rest = match rest.strip_suffix('/') {
+            Some(directory) if !directory.is_empty() => format!("{directory}/**"),
+            _ => rest,
         };
         let matcher = GlobBuilder::new(&rest)
             .literal_separator(true)
@@ -113,7 +145,7 @@ impl PathPattern {
         })
     }
 
-    /// The glob as compiled (after `./` and `//` handling).
+    /// The glob as compiled (after `./`, `/` and `//` handling).
     pub fn glob(&self) -> &str {
         &self.glob
     }
@@ -122,10 +154,16 @@ impl PathPattern {
         self.anchor
     }
 
-    /// Whether `path` matches; give it relative to the workspace for `Workspace` patterns,
-    /// absolute for `Absolute` ones and relative to the home directory for `Home` ones.
+    /// Whether `path` or a directory it lies in matches; give it relative to the workspace for
+    /// `Workspace` patterns, absolute for `Absolute` ones and relative to the home directory
+    /// for `Home` ones.
     pub fn is_match(&self, path: &Path) -> bool {
         self.matcher.is_match(path)
+            || path
+                .ancestors()
+                .skip(1)
+                .filter(|dir| !dir.as_os_str().is_empty() && *dir != Path::new("/"))
+                .any(|dir| self.matcher.is_match(dir))
     }
 }
 
@@ -302,7 +340,15 @@ pub enum RuleParseError {
 impl FromStr for PermissionRule {
     type Err = RuleParseError;
 
+    /// A rule whose `/x` paths are relative to the project root.
     fn from_str(text: &str) -> Result<Self, Self::Err> {
+        PermissionRule::parse_in(text, &RuleBase::ProjectRoot)
+    }
+}
+
+impl PermissionRule {
+    /// A rule from a settings file whose `/x` paths are relative to `base`.
+    pub fn parse_in(text: &str, base: &RuleBase) -> Result<PermissionRule, RuleParseError> {
         let rule = text.trim();
         if rule.is_empty() {
             return Err(RuleParseError::Empty);
@@ -344,7 +390,7 @@ impl FromStr for PermissionRule {
                     tool: tool.to_string(),
                 });
             }
-            Some(pattern) => specifier_for(tool, pattern)?,
+            Some(pattern) => specifier_for(tool, pattern, base)?,
         };
         Ok(PermissionRule {
             tool,
@@ -373,7 +419,11 @@ fn mcp_rule(
     }
 }
 
-fn specifier_for(tool: &str, pattern: &str) -> Result<RuleSpecifier, RuleParseError> {
+fn specifier_for(
+    tool: &str,
+    pattern: &str,
+    base: &RuleBase,
+) -> Result<RuleSpecifier, RuleParseError> {
     let tool = ToolName::parse(tool);
     if tool.is_some_and(ToolName::takes_command_rules) {
         return Ok(match pattern.strip_suffix(":*") {
@@ -382,7 +432,7 @@ fn specifier_for(tool: &str, pattern: &str) -> Result<RuleSpecifier, RuleParseEr
         });
     }
     if tool.is_some_and(ToolName::takes_path_rules) {
-        return PathPattern::parse(pattern).map(RuleSpecifier::Path);
+        return PathPattern::parse(pattern, base).map(RuleSpecifier::Path);
     }
     Ok(RuleSpecifier::Name(pattern.to_string()))
 }
@@ -581,6 +631,122 @@ mod tests {
                 rule(text).matches(tool, *subject),
                 *expected,
                 "{text} on {tool} {subject:?}"
+            );
+        }
+    }
+
+    /// Claude Code's path anchors: (rule, base of `/x`, anchor, path in that anchor's form,
+    /// matches).
+    #[test]
+    fn path_patterns_of_each_anchor_form() {
+        use PathAnchor::{Absolute, Home, Workspace};
+        let user = RuleBase::Directory("/home/me/.claude".into());
+        let project = RuleBase::ProjectRoot;
+        let rows: &[(&str, &RuleBase, PathAnchor, &str, bool)] = &[
+            // `//abs`: absolute wherever it is written.
+            ("Read(//etc/**)", &project, Absolute, "/etc/passwd", true),
+            ("Read(//etc/**)", &user, Absolute, "/etc/ssl/a.pem", true),
+            ("Read(//etc/**)", &project, Absolute, "/var/etc/x", false),
+            // `~/`: under the home directory.
+            ("Read(~/.ssh/**)", &project, Home, ".ssh/id_rsa", true),
+            (
+                "Read(~/.ssh/**)",
+                &project,
+                Home,
+                "other/.ssh/id_rsa",
+                false,
+            ),
+            // `/x`: relative to the settings file — the project root (each workspace) for
+            // project files, the file's own directory for a user's.
+            ("Read(/.env)", &project, Workspace, ".env", true),
+            ("Read(/.env)", &project, Workspace, "sub/.env", false),
+            ("Edit(/src/**)", &project, Workspace, "src/a/b.rs", true),
+            ("Edit(/src/**)", &project, Workspace, "lib/src/b.rs", false),
+            (
+                "Read(/secrets.json)",
+                &user,
+                Absolute,
+                "/home/me/.claude/secrets.json",
+                true,
+            ),
+            (
+                "Read(/secrets.json)",
+                &user,
+                Absolute,
+                "/secrets.json",
+                false,
+            ),
+            // `./x` and bare `x`: the workspace; without `/`, any depth.
+            ("Read(./.env)", &project, Workspace, ".env", true),
+            ("Read(./.env)", &project, Workspace, "sub/.env", true),
+            (
+                "Read(./config/prod.toml)",
+                &project,
+                Workspace,
+                "config/prod.toml",
+                true,
+            ),
+            (
+                "Read(./config/prod.toml)",
+                &project,
+                Workspace,
+                "x/config/prod.toml",
+                false,
+            ),
+            ("Read(*.pem)", &user, Workspace, "a/b/key.pem", true),
+            ("Read(docs/*.md)", &project, Workspace, "docs/a.md", true),
+            (
+                "Read(docs/*.md)",
+                &project,
+                Workspace,
+                "docs/sub/a.md",
+                false,
+            ),
+            // A directory pattern covers what is under it, as in gitignore.
+            (
+                "Read(./secrets/)",
+                &project,
+                Workspace,
+                "secrets/a/key",
+                true,
+            ),
+            ("Read(./secrets)", &project, Workspace, "secrets/key", true),
+            ("Read(/build)", &project, Workspace, "build/out/a.o", true),
+            ("Read(/build)", &project, Workspace, "src/build.rs", false),
+        ];
+        for (text, base, anchor, path, expected) in rows {
+            let rule = PermissionRule::parse_in(text, base).unwrap();
+            let RuleSpecifier::Path(pattern) = rule.specifier() else {
+                panic!("{text}: not a path rule");
+            };
+            assert_eq!(pattern.anchor(), *anchor, "{text} from {base:?}");
+            assert_eq!(
+                pattern.is_match(Path::new(path)),
+                *expected,
+                "{text} from {base:?} on {path}"
+            );
+        }
+    }
+
+    /// Claude Code's Bash forms: exact, `:*` prefix at a word boundary, `*` globs.
+    #[test]
+    fn bash_rules_of_each_form() {
+        let rows: &[(&str, &str, bool)] = &[
+            ("Bash(npm run build)", "npm run build", true),
+            ("Bash(npm run build)", "npm run build --prod", false),
+            ("Bash(npm run test:*)", "npm run test", true),
+            ("Bash(npm run test:*)", "npm run test -- --watch", true),
+            ("Bash(npm run test:*)", "npm run testing", false),
+            ("Bash(git * main)", "git push origin main", true),
+            ("Bash(git * main)", "git push origin dev", false),
+            ("Bash(curl:*)", "curl https://x", true),
+            ("Bash(curl:*)", "curly", false),
+        ];
+        for (text, command, expected) in rows {
+            assert_eq!(
+                rule(text).matches("Bash", RuleSubject::Command(command)),
+                *expected,
+                "{text} on {command}"
             );
         }
     }

@@ -46,6 +46,11 @@ pub struct RunLaunch {
     /// agent may have edited since (absent in runs stored before it was kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trust: Option<StoredTrust>,
+    /// The settings files (Claude Code's and muster's) as read at the run's start: a resume,
+    /// a fork and a continue read these copies, never a file an agent may have edited since
+    /// (absent in runs stored before they were kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings_files: Option<muster_config::settings::SettingsSnapshot>,
 }
 
 /// A run's trust decision as stored with its launch options.
@@ -123,6 +128,11 @@ impl RunLaunch {
             Some(_) => settings.permission_mode.value,
             None => definition_mode.unwrap_or(settings.permission_mode.value),
         };
+        if let Some(refused) =
+            settings.refuse_disabled_mode(permission_mode, "the main agent's definition")
+        {
+            return Err(ExitError::new(Exit::Usage, refused).into());
+        }
         let workspace = match &flags.workspace {
             Some(dir) => std::path::absolute(dir)?,
             None => project.root.path().to_path_buf(),
@@ -147,6 +157,7 @@ impl RunLaunch {
             max_duration_secs: max_duration,
             policies: StoredPolicies::read(project.root.path(), [&settings.approver.value])?,
             trust: Some(StoredTrust::from_settings(settings)),
+            settings_files: Some(settings.snapshot.clone()),
         })
     }
 

@@ -56,7 +56,7 @@ pub fn load_settings(
     cli: CliOverrides,
 ) -> anyhow::Result<Loaded<Settings>> {
     let trust = decide_trust(global, root)?;
-    load_settings_trusting(global, root, cli, &trust)
+    load_settings_trusting(global, root, cli, &trust, None)
 }
 
 /// Whether the project at `root` is trusted as it is now: by the CI variable (never in a
@@ -72,12 +72,14 @@ pub fn decide_trust(global: &Globals, root: &ProjectRoot) -> anyhow::Result<Trus
     .map_err(usage_error)
 }
 
-/// [`load_settings`] with the trust decision given (a resumed run's stored one).
+/// [`load_settings`] with the trust decision given (a resumed run's stored one), and the
+/// settings files read from `snapshot` when one is given (a resumed run's stored copy).
 pub fn load_settings_trusting(
     global: &Globals,
     root: &ProjectRoot,
     cli: CliOverrides,
     trust: &TrustDecision,
+    snapshot: Option<&muster_config::settings::SettingsSnapshot>,
 ) -> anyhow::Result<Loaded<Settings>> {
     let env = &global.process.env;
     let home: Option<PathBuf> = global.process.user_home();
@@ -97,6 +99,7 @@ pub fn load_settings_trusting(
         env,
         cli: &cli,
         trust,
+        snapshot,
     })
     .map_err(usage_error)
 }
@@ -179,6 +182,7 @@ pub fn describe_instruction(file: &muster_config::InstructionFile) -> String {
     let scope = match &file.scope {
         muster_config::InstructionScope::User => "user".to_owned(),
         muster_config::InstructionScope::Project => "project".to_owned(),
+        muster_config::InstructionScope::ProjectLocal => "project_local".to_owned(),
         muster_config::InstructionScope::ImportedBy(by) => format!("imported by {}", by.display()),
     };
     let cut = file

@@ -68,8 +68,15 @@ impl Project {
             }
             None => crate::loading::decide_trust(global, &root)?,
         };
-        let loaded =
-            crate::loading::load_settings_trusting(global, &root, launch.overrides(), &trust)?;
+        // The settings files as the run read them at its start, never as an agent may have
+        // left them since (a run stored before they were kept reads the files).
+        let loaded = crate::loading::load_settings_trusting(
+            global,
+            &root,
+            launch.overrides(),
+            &trust,
+            launch.settings_files.as_ref(),
+        )?;
         let project = Project::from_loaded(global, root, loaded);
         project.print_trust_notice();
         Ok(project)

@@ -56,8 +56,15 @@ impl SandboxState {
                 trampoline: vec![program.into(), TRAMPOLINE_SUBCOMMAND.into()],
                 mode,
                 network: settings.sandbox.network.value,
-                writable: settings.sandbox.writable.clone(),
+                writable: settings
+                    .sandbox
+                    .writable
+                    .iter()
+                    .cloned()
+                    .chain(settings.additional_directory_paths())
+                    .collect(),
                 home,
+                protected_files: muster_config::protected::ProtectedFiles::standard(),
             }))),
             Err(reason) if mode == SandboxMode::Required => Err(ExitError::new(
                 Exit::Usage,

@@ -877,7 +877,10 @@ async fn agent_workspace(run: &RunContext, id: &str, kind: &AgentKind) -> Runtim
         .await
         .map_err(RuntimeError::Team)?
     {
-        Some(path) => Workspace::new(&path).map_err(|e| RuntimeError::Workspace(e.to_string())),
+        // The additional directories are shared by every worktree.
+        Some(path) => Workspace::new(&path)
+            .map(|workspace| workspace.with_additional(run.workspace.additional()))
+            .map_err(|e| RuntimeError::Workspace(e.to_string())),
         None => Ok(run.workspace.clone()),
     }
 }

@@ -162,6 +162,9 @@ pub fn expand_home<'p>(requested: &'p Path, home: Option<&Path>) -> Cow<'p, Path
 pub struct Workspace {
     root: PathBuf,
     home: Option<PathBuf>,
+    /// Directories outside the root file tools may read and write too (the settings'
+    /// `additionalDirectories`, canonical), shared by every agent's workspace.
+    additional: Vec<PathBuf>,
 }
 
 impl Workspace {
@@ -181,7 +184,25 @@ impl Workspace {
         Ok(Self {
             root,
             home: std::env::home_dir().filter(|home| home.is_absolute()),
+            additional: Vec::new(),
         })
+    }
+
+    /// The same workspace with `directories` readable and writable too (as Claude Code's
+    /// `additionalDirectories`; their `.git/` and `.muster/` stay unwritable). Directories
+    /// that cannot be resolved are left out.
+    pub fn with_additional(mut self, directories: &[PathBuf]) -> Self {
+        self.additional = directories
+            .iter()
+            .filter_map(|directory| std::fs::canonicalize(directory).ok())
+            .filter(|directory| directory.is_dir())
+            .collect();
+        self
+    }
+
+    /// The additional directories (canonical).
+    pub fn additional(&self) -> &[PathBuf] {
+        &self.additional
     }
 
     /// The same workspace with `home` as the directory a leading `~` or `$HOME` names (by
@@ -233,7 +254,10 @@ impl Workspace {
         if plan_file.is_some_and(|plan| plan == located.resolved) {
             return Ok(located.resolved);
         }
-        let Ok(inside) = located.resolved.strip_prefix(&self.root) else {
+        let inside = std::iter::once(&self.root)
+            .chain(&self.additional)
+            .find_map(|root| located.resolved.strip_prefix(root).ok());
+        let Some(inside) = inside else {
             return Err(PathError::OutsideWorkspace {
                 requested: requested.to_path_buf(),
                 resolved: located.resolved,

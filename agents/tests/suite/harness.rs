@@ -304,6 +304,7 @@ pub fn load_settings(
         env: &env,
         cli: &cli,
         trust: &muster_config::TrustDecision::trusted_by_caller(),
+        snapshot: None,
     })
     .map(|loaded| loaded.value)
     .map_err(|e| e.to_string())

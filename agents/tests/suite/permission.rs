@@ -785,7 +785,8 @@ fn rules_deny_everywhere_ask_and_allow_never_widen_plan_mode() {
             Verdict::Deny,
             "deny rule `Edit(src/secret.rs)`",
         ),
-        // Ask rules make an allowed call ask; dontAsk and auto turn that ask into a deny.
+        // Ask rules make an allowed call ask in every mode; dontAsk and auto turn that ask into
+        // a deny ...
         (
             Default,
             "Read",
@@ -814,12 +815,20 @@ fn rules_deny_everywhere_ask_and_allow_never_widen_plan_mode() {
             Verdict::Deny,
             "auto denial",
         ),
+        // ... bypassPermissions included, as in Claude Code.
         (
             BypassPermissions,
             "Read",
             input("read", Agent::Teammate),
-            Verdict::Allow,
-            "read-only",
+            Verdict::Ask,
+            "ask rule `Read(src/**)`",
+        ),
+        (
+            BypassPermissions,
+            "Bash",
+            json!({"command": "git log --oneline -3"}),
+            Verdict::Ask,
+            "ask rule `Bash(git log:*)`",
         ),
         (
             Default,
@@ -1771,7 +1780,8 @@ async fn file_tool_paths_are_decided_as_what_the_tool_touches() {
 /// DESIGN's mode table for MCP tools: deny rules always; plan mode and read-only agents only
 /// `readOnlyHint` tools of servers in `[mcp] trusted_read_only`; `default`/`acceptEdits`
 /// allow those and ask for the rest; `dontAsk` denies what would ask; `auto` counts its
-/// denials; `bypassPermissions` allows; rules name servers that need not be configured.
+/// denials; `bypassPermissions` allows what no ask rule names; rules name servers that need not
+/// be configured.
 #[test]
 fn mcp_tools_follow_the_mode_table() {
     use muster_agents::mcp::McpToolFacts;
@@ -1838,6 +1848,22 @@ fn mcp_tools_follow_the_mode_table() {
         let decision = fixture.engine.decide(&context, &trusted.name, &json!({}));
         assert_eq!(decision.verdict, D, "{deny}: {}", decision.reason);
     }
+    // Ask rules in every mode but plan (whose own list decides first), bypassPermissions
+    // included.
+    let asking = rules(&[], &["mcp__docs__search"], &[]);
+    for (mode, expected) in [(M::BypassPermissions, K), (M::Default, K), (M::DontAsk, D)] {
+        let mut context = PermissionContext::new(
+            AgentKind::Lead,
+            mode,
+            &fixture.workspace,
+            &asking,
+            &fixture.catalog,
+        );
+        context.mcp_tool = Some(trusted.clone());
+        let decision = fixture.engine.decide(&context, &trusted.name, &json!({}));
+        assert_eq!(decision.verdict, expected, "{mode}: {}", decision.reason);
+        assert!(decision.reason.contains("ask rule"), "{}", decision.reason);
+    }
     // An allow rule turns the ask into an allow, but never widens plan mode.
     let allowing = rules(&["mcp__docs__publish"], &[], &[]);
     for (mode, expected) in [(M::Default, A), (M::Plan, D)] {
@@ -1886,4 +1912,85 @@ fn mcp_tools_follow_the_mode_table() {
     read_only.mcp_tool = Some(writing.clone());
     let decision = fixture.engine.decide(&read_only, &writing.name, &json!({}));
     assert_eq!(decision.verdict, D, "{}", decision.reason);
+}
+
+/// A file tool writing a protected file (`.claude/settings*.json`, `.mcp.json`,
+/// `muster.team.toml`) asks in every mode, `bypassPermissions` included, whatever allow rule
+/// or grant would allow it; plan mode denies it as every write; reading it needs nothing.
+#[test]
+fn protected_files_ask_in_every_mode() {
+    let fixture = Fixture::new();
+    let allow_everything = rules(&["Edit", "Write", "Edit(.claude/**)"], &[], &[]);
+    use PermissionMode as M;
+    use Verdict::{Allow as A, Ask as K, Deny as D};
+    let table = [
+        (M::Plan, D),
+        (M::DontAsk, D),
+        (M::Default, K),
+        (M::AcceptEdits, K),
+        (M::Auto, D),
+        (M::BypassPermissions, K),
+    ];
+    for path in [
+        ".claude/settings.json",
+        ".claude/settings.local.json",
+        "./.mcp.json",
+        "muster.team.toml",
+    ] {
+        for (mode, expected) in table {
+            let context = PermissionContext::new(
+                AgentKind::Teammate,
+                mode,
+                &fixture.workspace,
+                &allow_everything,
+                &fixture.catalog,
+            );
+            for (tool, input) in [
+                ("Write", json!({"file_path": path, "content": "{}"})),
+                (
+                    "Edit",
+                    json!({"file_path": path, "old_string": "a", "new_string": "b"}),
+                ),
+            ] {
+                let decision = fixture.engine.decide(&context, tool, &input);
+                assert_eq!(
+                    decision.verdict, expected,
+                    "{tool} {path} in {mode}: {}",
+                    decision.reason
+                );
+                if mode != M::Plan {
+                    assert!(
+                        decision.reason.contains("protected file"),
+                        "{tool} {path} in {mode}: {}",
+                        decision.reason
+                    );
+                }
+            }
+        }
+        let context = PermissionContext::new(
+            AgentKind::Teammate,
+            M::Default,
+            &fixture.workspace,
+            &allow_everything,
+            &fixture.catalog,
+        );
+        let read = fixture
+            .engine
+            .decide(&context, "Read", &json!({"file_path": path}));
+        assert_eq!(read.verdict, A, "{}", read.reason);
+    }
+    // Other files under `.claude/` follow the mode as before.
+    let context = PermissionContext::new(
+        AgentKind::Teammate,
+        M::BypassPermissions,
+        &fixture.workspace,
+        &allow_everything,
+        &fixture.catalog,
+    );
+    let decision = fixture.engine.decide(
+        &context,
+        "Write",
+        &json!({"file_path": ".claude/agents/a.md", "content": "x"}),
+    );
+    assert_eq!(decision.verdict, A, "{}", decision.reason);
 }

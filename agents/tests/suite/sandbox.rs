@@ -38,6 +38,7 @@ impl Fixture {
             network: true,
             writable: Vec::new(),
             home: Some(home.path().to_path_buf()),
+            protected_files: muster_config::protected::ProtectedFiles::standard(),
         });
         Fixture {
             _workspace: workspace,
@@ -177,6 +178,49 @@ async fn the_workspace_write_profile_writes_the_workspace_but_not_home_git_or_mu
     assert!(!fixture.home().join("outside").exists());
     assert!(!fixture.root.join(".muster/plans/forged.md").exists());
     assert!(fixture.root.join(".git").exists());
+}
+
+/// The files that define rules, servers and the team stay read-only in the workspace-write
+/// profile: neither rewritten, replaced nor removed; the rest of `.claude/` stays writable.
+#[tokio::test]
+async fn the_workspace_write_profile_keeps_protected_files_read_only() {
+    require_landlock();
+    assert!(
+        probe().mount_namespace,
+        "this test needs a mount namespace for read-only binds: {}",
+        probe().describe()
+    );
+    let fixture = Fixture::new();
+    std::fs::create_dir_all(fixture.root.join(".claude")).unwrap();
+    let settings = r#"{"permissions": {"deny": ["Read(./.env)"]}}"#;
+    std::fs::write(fixture.root.join(".claude/settings.json"), settings).unwrap();
+    std::fs::write(fixture.root.join(".mcp.json"), "{}").unwrap();
+    std::fs::write(fixture.root.join("muster.team.toml"), "").unwrap();
+    for command in [
+        r#"echo '{"permissions": {"allow": ["Bash"]}}' > .claude/settings.json"#,
+        "rm -f .claude/settings.json",
+        "mv .claude/settings.json .claude/old.json",
+        "echo '{}' > .mcp.json",
+        "echo 'x' >> muster.team.toml",
+    ] {
+        let output = fixture.bash(SandboxProfile::WorkspaceWrite, command).await;
+        assert!(output.is_error, "{command} succeeded: {}", output.content);
+    }
+    assert_eq!(
+        std::fs::read_to_string(fixture.root.join(".claude/settings.json")).unwrap(),
+        settings
+    );
+    assert_eq!(
+        std::fs::read_to_string(fixture.root.join(".mcp.json")).unwrap(),
+        "{}"
+    );
+    let other = fixture
+        .bash(
+            SandboxProfile::WorkspaceWrite,
+            "mkdir -p .claude/agents && touch .claude/agents/a.md",
+        )
+        .await;
+    assert!(!other.is_error, "{}", other.content);
 }
 
 /// A teammate's build works under the default profile: `cargo test` of a fresh crate in the

@@ -5,19 +5,37 @@
 //! What narrows applies from every file: `deny` and `ask` rules. What widens (`allow` rules)
 //! applies from files the user owns (`~/.claude/settings.json`, and
 //! `.claude/settings.local.json` while git does not track it) and from the project's own files
-//! only in a trusted project: the loader gates them (see [`crate::trust`]). Every other key
-//! muster does not honour yet (hooks, `defaultMode`, …) is a warning, once per file, never
-//! silence.
+//! only in a trusted project: the loader gates them (see [`crate::trust`]), as it gates
+//! `defaultMode` above `default` and `additionalDirectories`. `disableBypassPermissionsMode`
+//! narrows, from any file. Every other key muster does not honour (hooks, `env`, …) is a
+//! warning, once per file, never silence.
 
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
 use super::layers::LayerValues;
+use super::schema::SettingValue;
 use crate::diagnostic::{Diagnostic, Position};
+use crate::mode::PermissionMode;
 use crate::origin::{Layer, Origin, Sourced};
 use crate::project::ProjectRoot;
-use crate::rule::{PermissionRule, RuleBehavior, RuleParseError};
+use crate::rule::{PermissionRule, RuleBase, RuleBehavior, RuleParseError};
+
+/// The top-level keys muster applies (`disableBypassPermissionsMode` may also sit under
+/// `permissions`); every other key is a warning, once per file. `hooks` and `disableAllHooks`
+/// are the hooks' part.
+const HONOURED_KEYS: &[&str] = &["permissions", "$schema", "disableBypassPermissionsMode"];
+
+/// The keys of `permissions` muster applies.
+const HONOURED_PERMISSION_KEYS: &[&str] = &[
+    "allow",
+    "ask",
+    "deny",
+    "defaultMode",
+    "additionalDirectories",
+    "disableBypassPermissionsMode",
+];
 
 /// Claude Code's settings files, in its precedence from lowest: user, project, local.
 pub fn claude_settings_files(root: &ProjectRoot, home: Option<&Path>) -> Vec<(Layer, PathBuf)> {
@@ -36,6 +54,7 @@ pub fn read_claude_settings(
     path: &Path,
     text: &str,
     layer: Layer,
+    base: &RuleBase,
 ) -> Result<(LayerValues, Vec<Diagnostic>), Diagnostic> {
     let label = path.display().to_string();
     let json: Value = serde_json::from_str(text).map_err(|error| {
@@ -47,27 +66,94 @@ pub fn read_claude_settings(
     })?;
     let mut values = LayerValues::default();
     let mut warnings = Vec::new();
-    let skipped: Vec<&str> = json
+    let mut skipped: Vec<String> = json
         .as_object()
         .map(|object| {
             object
                 .keys()
-                .map(String::as_str)
-                .filter(|key| !matches!(*key, "permissions" | "$schema"))
+                .filter(|key| !HONOURED_KEYS.contains(&key.as_str()))
+                .cloned()
                 .collect()
         })
         .unwrap_or_default();
+    let permissions = json.get("permissions");
+    if let Some(object) = permissions.and_then(Value::as_object) {
+        skipped.extend(
+            object
+                .keys()
+                .filter(|key| !HONOURED_PERMISSION_KEYS.contains(&key.as_str()))
+                .map(|key| format!("permissions.{key}")),
+        );
+    }
     if !skipped.is_empty() {
         warnings.push(
             Diagnostic::new(format!(
-                "muster reads only `permissions` (allow, ask, deny) from Claude Code's settings \
-                 for now; not applied: {}",
+                "muster does not apply these keys of Claude Code's settings: {}",
                 skipped.join(", ")
             ))
             .in_source(&label),
         );
     }
-    let permissions = json.get("permissions");
+    let origin_of = |key: &str| Origin {
+        layer,
+        source: label.clone(),
+        position: text
+            .find(&format!("\"{key}\""))
+            .map(|offset| Position::of_offset(text, offset)),
+    };
+    let mut leaf = |path: &[&str], value: SettingValue, key: &str| {
+        let path = path.iter().map(|part| (*part).to_owned()).collect();
+        values.leaves.push((path, value, origin_of(key)));
+    };
+    let setting = |key: &str| {
+        permissions
+            .and_then(|p| p.get(key))
+            .or_else(|| json.get(key))
+    };
+    if let Some(mode) = setting("defaultMode") {
+        let mode = mode
+            .as_str()
+            .and_then(|text| text.parse::<PermissionMode>().ok())
+            .ok_or_else(|| {
+                Diagnostic::new(format!(
+                    "`permissions.defaultMode` must be one of {}, found {mode}",
+                    PermissionMode::ALL.map(PermissionMode::as_str).join(", ")
+                ))
+                .in_source(&label)
+            })?;
+        leaf(
+            &["permission_mode"],
+            SettingValue::Text(mode.as_str().to_owned()),
+            "defaultMode",
+        );
+    }
+    if let Some(list) = setting("additionalDirectories") {
+        let directories = list
+            .as_array()
+            .and_then(|items| items.iter().map(Value::as_str).collect::<Option<Vec<_>>>())
+            .ok_or_else(|| {
+                Diagnostic::new("`permissions.additionalDirectories` must be an array of paths")
+                    .in_source(&label)
+            })?;
+        leaf(
+            &["permissions", "additional_directories"],
+            SettingValue::List(directories.into_iter().map(str::to_owned).collect()),
+            "additionalDirectories",
+        );
+    }
+    if let Some(disable) = setting("disableBypassPermissionsMode") {
+        if disable.as_str() != Some("disable") {
+            return Err(Diagnostic::new(format!(
+                "`disableBypassPermissionsMode` must be \"disable\" (or absent), found {disable}"
+            ))
+            .in_source(&label));
+        }
+        leaf(
+            &["permissions", "disable_bypass_permissions_mode"],
+            SettingValue::Text("disable".to_owned()),
+            "disableBypassPermissionsMode",
+        );
+    }
     for (key, behavior) in [
         ("deny", RuleBehavior::Deny),
         ("ask", RuleBehavior::Ask),
@@ -91,7 +177,7 @@ pub fn read_claude_settings(
                     .find(&format!("\"{rule_text}\""))
                     .map(|offset| Position::of_offset(text, offset)),
             };
-            match rule_text.parse::<PermissionRule>() {
+            match PermissionRule::parse_in(rule_text, base) {
                 Ok(rule) => values.rules.push((behavior, Sourced::new(rule, origin))),
                 // A tool muster lacks (`WebFetch(domain:…)`): nothing of muster's to match.
                 Err(error @ RuleParseError::UnknownTool { .. }) => warnings.push(
@@ -115,7 +201,13 @@ mod tests {
     use super::*;
 
     fn read(text: &str) -> (LayerValues, Vec<Diagnostic>) {
-        read_claude_settings(Path::new("/p/.claude/settings.json"), text, Layer::Project).unwrap()
+        read_claude_settings(
+            Path::new("/p/.claude/settings.json"),
+            text,
+            Layer::Project,
+            &RuleBase::ProjectRoot,
+        )
+        .unwrap()
     }
 
     /// Allow rules are read; whether a repository's apply is the loader's trust gate.
@@ -141,9 +233,74 @@ mod tests {
         );
         let said: Vec<String> = warnings.iter().map(ToString::to_string).collect();
         assert!(
-            said.iter().any(|w| w.contains("not applied: hooks")),
+            said.iter()
+                .any(|w| w.contains("does not apply these keys of Claude Code's settings: hooks")),
             "{said:?}"
         );
+    }
+
+    /// `defaultMode`, `additionalDirectories` and `disableBypassPermissionsMode` become
+    /// muster's keys (the loader gates the first two); what muster does not apply is named in
+    /// one warning per file; bad values are errors that say what was expected.
+    #[test]
+    fn modes_directories_and_the_bypass_switch_are_read() {
+        let (values, warnings) = read(
+            r#"{"permissions": {"defaultMode": "acceptEdits",
+                "additionalDirectories": ["../shared", "~/notes"],
+                "disableBypassPermissionsMode": "disable", "weird": 1},
+                "env": {"A": "1"}, "hooks": {}}"#,
+        );
+        let leaves: Vec<(String, serde_json::Value)> = values
+            .leaves()
+            .map(|(key, value, _)| (key, value.to_json()))
+            .collect();
+        assert_eq!(
+            leaves,
+            [
+                (
+                    "permission_mode".to_owned(),
+                    serde_json::json!("acceptEdits")
+                ),
+                (
+                    "permissions.additional_directories".to_owned(),
+                    serde_json::json!(["../shared", "~/notes"])
+                ),
+                (
+                    "permissions.disable_bypass_permissions_mode".to_owned(),
+                    serde_json::json!("disable")
+                ),
+            ]
+        );
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        let said = warnings[0].to_string();
+        for key in ["env", "hooks", "permissions.weird"] {
+            assert!(said.contains(key), "{said}");
+        }
+        assert!(!said.contains("defaultMode"), "{said}");
+        for (bad, expected) in [
+            (
+                r#"{"permissions": {"defaultMode": "yolo"}}"#,
+                "must be one of",
+            ),
+            (
+                r#"{"disableBypassPermissionsMode": true}"#,
+                "must be \"disable\"",
+            ),
+            (
+                r#"{"permissions": {"additionalDirectories": "x"}}"#,
+                "array of paths",
+            ),
+        ] {
+            let error = read_claude_settings(
+                Path::new("/p/.claude/settings.json"),
+                bad,
+                Layer::Project,
+                &RuleBase::ProjectRoot,
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(error.contains(expected), "{bad}: {error}");
+        }
     }
 
     #[test]
@@ -156,9 +313,14 @@ mod tests {
             "{}",
             warnings[0]
         );
-        let error = read_claude_settings(Path::new("/p/s.json"), "{", Layer::User)
-            .unwrap_err()
-            .to_string();
+        let error = read_claude_settings(
+            Path::new("/p/s.json"),
+            "{",
+            Layer::User,
+            &RuleBase::ProjectRoot,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(error.contains("not valid JSON"), "{error}");
     }
 }

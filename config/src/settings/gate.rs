@@ -3,7 +3,9 @@
 //! values (deny and ask rules, `plan` mode, `sandbox.mode = "required"`, budgets, …) always
 //! apply.
 //!
-//! Gated: `permissions.allow` rules; `permission_mode` above `default`; a provider's
+//! Gated: `permissions.allow` rules; `permission_mode` above `default` (Claude Code's
+//! `defaultMode` included); `permissions.additional_directories` (`additionalDirectories`); a
+//! provider's
 //! `base_url` and `api_key_env`; `sandbox.mode` other than `required`, `sandbox.network = "on"`
 //! and `sandbox.writable`; `approver = "policy:FILE"` (a policy answers in the person's place);
 //! a PostgreSQL `store` or `store_path` (the run's prompts, files and results go there).
@@ -28,6 +30,9 @@ fn widens(path: &[String], value: &SettingValue) -> Option<&'static str> {
             let mode = text?.parse::<PermissionMode>().ok()?;
             (mode.granting_rank() > PermissionMode::Default.granting_rank())
                 .then_some("a mode above `default`")
+        }
+        ["permissions", "additional_directories"] => {
+            Some("directories outside the project that agents could read and write")
         }
         ["providers", _, "base_url"] => Some("an endpoint that would receive your API key"),
         ["providers", _, "api_key_env"] => Some("which of your variables is sent as the API key"),

@@ -7,7 +7,7 @@ use toml::de::{DeTable, DeValue};
 
 use crate::diagnostic::{Diagnostic, did_you_mean, suggestion_suffix};
 use crate::origin::{Layer, Origin, Sourced};
-use crate::rule::{PermissionRule, RuleBehavior, SourcedRule};
+use crate::rule::{PermissionRule, RuleBase, RuleBehavior, SourcedRule};
 use crate::settings::schema::{PROVIDER_NAMES, SETTINGS, Schema, SettingValue};
 use crate::toml_source::{SourceText, describe, join_key};
 
@@ -41,17 +41,30 @@ pub fn display_path(path: &[String]) -> String {
         .fold(String::new(), |prefix, segment| join_key(&prefix, segment))
 }
 
-/// Parses the text of a settings file as layer `layer`.
+/// Parses the text of a settings file as layer `layer`, its rules' `/x` paths relative to the
+/// project root.
 pub fn parse_settings_file(
     label: &str,
     text: &str,
     layer: Layer,
+) -> Result<LayerValues, Vec<Diagnostic>> {
+    parse_settings_file_in(label, text, layer, &RuleBase::ProjectRoot)
+}
+
+/// Parses the text of a settings file as layer `layer`, its rules' `/x` paths relative to
+/// `base` (the file's directory for a user's file).
+pub fn parse_settings_file_in(
+    label: &str,
+    text: &str,
+    layer: Layer,
+    base: &RuleBase,
 ) -> Result<LayerValues, Vec<Diagnostic>> {
     let source = SourceText::new(label, text);
     let table = source.parse().map_err(|diagnostic| vec![diagnostic])?;
     let mut walker = FileWalker {
         source: &source,
         layer,
+        base,
         values: LayerValues::default(),
         errors: Vec::new(),
     };
@@ -66,6 +79,7 @@ pub fn parse_settings_file(
 struct FileWalker<'s, 'a> {
     source: &'s SourceText<'a>,
     layer: Layer,
+    base: &'s RuleBase,
     values: LayerValues,
     errors: Vec<Diagnostic>,
 }
@@ -149,7 +163,7 @@ impl FileWalker<'_, '_> {
                         ));
                         continue;
                     };
-                    match text.parse::<PermissionRule>() {
+                    match PermissionRule::parse_in(text, self.base) {
                         Ok(rule) => {
                             let origin = self.origin(&item.span());
                             self.values

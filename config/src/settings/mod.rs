@@ -16,6 +16,7 @@ use serde::Serialize;
 
 pub use layers::{
     CliOverrides, ENV_PREFIX, LayerValues, display_path, env_var_name, parse_settings_file,
+    parse_settings_file_in,
 };
 pub(crate) use paths::git_tracks;
 pub use paths::{OutsideRoot, normalize, resolve_inside_root};
@@ -79,6 +80,51 @@ pub struct SettingsInputs<'a> {
     /// Whether the project is trusted: without trust, what its own files set that would widen
     /// access or redirect keys is skipped ([`Settings::skipped`]).
     pub trust: &'a crate::trust::TrustDecision,
+    /// The settings files as a run read them at its start: given, they are read from here and
+    /// never from disk (a resume, a fork), so a file an agent edited since changes nothing.
+    pub snapshot: Option<&'a SettingsSnapshot>,
+}
+
+/// The settings files one load read (Claude Code's and muster's), with whether git tracked
+/// each: what a run stores with its launch options.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct SettingsSnapshot {
+    pub files: BTreeMap<PathBuf, SnapshotFile>,
+}
+
+/// One settings file in a [`SettingsSnapshot`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct SnapshotFile {
+    /// The text, or `None` when the file did not exist.
+    pub text: Option<String>,
+    /// Whether git tracked it (a tracked `settings.local.*` is the project's).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tracked: bool,
+}
+
+/// Where one load reads settings files from: a stored snapshot, or the disk (recording what it
+/// read).
+struct FileSource<'a> {
+    stored: Option<&'a SettingsSnapshot>,
+    read: SettingsSnapshot,
+}
+
+impl FileSource<'_> {
+    /// The text of `path` and whether git tracks it; `None` when it does not exist (or did not
+    /// when the snapshot was taken). A path the snapshot does not name at all (a run resumed
+    /// in another checkout: a worker's clone, a moved project) is read from disk.
+    fn read(&mut self, path: &Path) -> Result<Option<(String, bool)>, ConfigError> {
+        let file = match self.stored.and_then(|stored| stored.files.get(path)) {
+            Some(stored) => stored.clone(),
+            None => {
+                let text = read_optional(path)?;
+                let tracked = text.is_some() && paths::git_tracks(path);
+                SnapshotFile { text, tracked }
+            }
+        };
+        self.read.files.insert(path.to_path_buf(), file.clone());
+        Ok(file.text.map(|text| (text, file.tracked)))
+    }
 }
 
 /// Model, provider and thinking settings for one mode (plan or act).
@@ -262,11 +308,21 @@ pub struct Settings {
     pub limits: LimitSettings,
     pub sandbox: SandboxSettings,
     pub mcp: McpSettings,
+    /// Directories outside the project agents may read and write (Claude Code's
+    /// `additionalDirectories`, concatenated over the layers; absolute): added to the file
+    /// tools' confinement and the sandbox's writable paths, shared by every worktree.
+    pub additional_directories: Vec<Sourced<PathBuf>>,
+    /// Where `disableBypassPermissionsMode = "disable"` was set: `bypassPermissions` is
+    /// refused from every source.
+    pub bypass_disabled: Option<Origin>,
     /// The trust decision the settings were loaded with.
     pub trust: crate::trust::TrustDecision,
     /// What the project's own files set that trust gates, skipped because the project is not
     /// trusted.
     pub skipped: Vec<SkippedSetting>,
+    /// The settings files this load read (a run stores it; see [`SettingsInputs::snapshot`]).
+    #[serde(skip)]
+    pub snapshot: SettingsSnapshot,
     #[serde(skip)]
     entries: Vec<SettingEntry>,
 }
@@ -287,18 +343,23 @@ impl Settings {
         let mut warnings = Vec::new();
         let mut skipped = Vec::new();
         let mut layers = vec![default_layer_values()?];
+        let mut source = FileSource {
+            stored: inputs.snapshot,
+            read: SettingsSnapshot::default(),
+        };
         // Claude Code's files first: muster's own layers are above them.
         for (layer, path) in claude::claude_settings_files(inputs.project_root, inputs.home_dir) {
-            let Some(text) = read_optional(&path)? else {
+            let Some((text, tracked)) = source.read(&path)? else {
                 continue;
             };
             // The user's own files are not gated; a repository's (committed) are, by trust.
             let user_owned = match layer {
                 Layer::User => !path.starts_with(inputs.project_root.path()),
-                Layer::ProjectLocal => !paths::git_tracks(&path),
+                Layer::ProjectLocal => !tracked,
                 _ => false,
             };
-            match claude::read_claude_settings(&path, &text, layer) {
+            let base = rule_base(&path, user_owned && layer == Layer::User);
+            match claude::read_claude_settings(&path, &text, layer, &base) {
                 Ok((mut values, found)) => {
                     warnings.extend(found);
                     if !user_owned && !inputs.trust.trusted {
@@ -317,19 +378,20 @@ impl Settings {
             .find(|(layer, _)| *layer == Layer::Project)
             .map(|(_, path)| paths::normalize(path));
         for (layer, path) in files {
-            let Some(text) = read_optional(&path)? else {
+            let Some((text, tracked)) = source.read(&path)? else {
                 continue;
             };
             let label = path.display().to_string();
-            match parse_settings_file(&label, &text, layer) {
+            // Project-level: the committed file, a local one git tracks (committed, it is the
+            // repository's), and the user's file when it is the project's.
+            let committed = layer == Layer::Project
+                || (layer == Layer::ProjectLocal && tracked)
+                || (layer == Layer::User
+                    && project_file.as_ref() == Some(&paths::normalize(&path)));
+            let base = rule_base(&path, layer == Layer::User && !committed);
+            match parse_settings_file_in(&label, &text, layer, &base) {
                 Ok(mut values) => {
                     warnings.extend(paths::api_key_warnings(&path, &values));
-                    // Project-level: the committed file, a local one git tracks (committed, it
-                    // is the repository's), and the user's file when it is the project's.
-                    let committed = layer == Layer::Project
-                        || (layer == Layer::ProjectLocal && paths::git_tracks(&path))
-                        || (layer == Layer::User
-                            && project_file.as_ref() == Some(&paths::normalize(&path)));
                     if committed {
                         warnings.extend(drop_mcp_trust(&mut values));
                         if !inputs.trust.trusted {
@@ -353,7 +415,11 @@ impl Settings {
         }
         let merged = Merged::from_layers(layers);
         let mut settings = build(&merged, inputs.project_root.path(), &mut errors);
+        settings.additional_directories =
+            additional_directories(&merged, inputs.project_root.path(), inputs.home_dir);
+        check_bypass_disabled(&settings, &mut errors);
         settings.trust = inputs.trust.clone();
+        settings.snapshot = source.read;
         settings.mcp.project_trusted = inputs.trust.trusted;
         // With the project at the home directory, one file is read as two layers: say it once.
         let mut seen = std::collections::BTreeSet::new();
@@ -383,6 +449,27 @@ impl Settings {
         }
     }
 
+    /// Why `mode` (from `source`, as a person reads it) may not be used: `bypassPermissions`
+    /// when `disableBypassPermissionsMode = "disable"` is set.
+    pub fn refuse_disabled_mode(&self, mode: PermissionMode, source: &str) -> Option<String> {
+        let disabled_by = self.bypass_disabled.as_ref()?;
+        (mode == PermissionMode::BypassPermissions).then(|| {
+            format!(
+                "bypassPermissions ({source}) is disabled by `disableBypassPermissionsMode = \
+                 \"disable\"` (from {disabled_by}); choose another mode (acceptEdits, auto, …) \
+                 or remove that setting"
+            )
+        })
+    }
+
+    /// [`Settings::additional_directories`] without their origins.
+    pub fn additional_directory_paths(&self) -> Vec<PathBuf> {
+        self.additional_directories
+            .iter()
+            .map(|directory| directory.value.clone())
+            .collect()
+    }
+
     /// The settings of one provider.
     pub fn provider(&self, kind: ProviderKind) -> &ProviderSettings {
         match kind {
@@ -390,6 +477,15 @@ impl Settings {
             ProviderKind::OpenAi => &self.openai,
             ProviderKind::Script => &self.script,
         }
+    }
+}
+
+/// What `/x` rule paths of the settings file at `path` are relative to: the file's directory
+/// for a user's own file, the project root for the project's (Claude Code's rule).
+fn rule_base(path: &Path, users_own: bool) -> crate::rule::RuleBase {
+    match path.parent() {
+        Some(directory) if users_own => crate::rule::RuleBase::Directory(directory.to_path_buf()),
+        _ => crate::rule::RuleBase::ProjectRoot,
     }
 }
 
@@ -458,6 +554,9 @@ fn default_layer_values() -> Result<LayerValues, ConfigError> {
 struct Merged {
     leaves: BTreeMap<Vec<String>, (SettingValue, Origin)>,
     rules: PermissionRules,
+    /// `permissions.additional_directories` of every layer (they concatenate, as rules do and
+    /// as Claude Code merges its array settings).
+    additional_directories: Vec<(String, Origin)>,
 }
 
 impl Merged {
@@ -465,9 +564,19 @@ impl Merged {
         let mut merged = Merged {
             leaves: BTreeMap::new(),
             rules: PermissionRules::default(),
+            additional_directories: Vec::new(),
         };
         for layer in layers {
             for (path, value, origin) in layer.leaves {
+                if let (true, SettingValue::List(directories)) =
+                    (path == ["permissions", "additional_directories"], &value)
+                {
+                    merged.additional_directories.extend(
+                        directories
+                            .iter()
+                            .map(|directory| (directory.clone(), origin.clone())),
+                    );
+                }
                 merged.leaves.insert(path, (value, origin));
             }
             for (behavior, rule) in layer.rules {
@@ -749,6 +858,46 @@ impl Builder<'_> {
     }
 }
 
+/// `permissions.additional_directories` of every layer, in order: `~/x` under `home`, relative
+/// paths against the project root.
+fn additional_directories(
+    merged: &Merged,
+    root: &Path,
+    home: Option<&Path>,
+) -> Vec<Sourced<PathBuf>> {
+    let mut directories: Vec<Sourced<PathBuf>> = Vec::new();
+    for (text, origin) in &merged.additional_directories {
+        let path = match (text.strip_prefix("~/"), home) {
+            (Some(rest), Some(home)) => home.join(rest),
+            _ => root.join(text),
+        };
+        let path = paths::normalize(&path);
+        if !directories.iter().any(|known| known.value == path) {
+            directories.push(Sourced::new(path, origin.clone()));
+        }
+    }
+    directories
+}
+
+/// `disableBypassPermissionsMode = "disable"` refuses `bypassPermissions` from every source,
+/// the command line included.
+fn check_bypass_disabled(settings: &Settings, errors: &mut Vec<Diagnostic>) {
+    let Some(disabled_by) = &settings.bypass_disabled else {
+        return;
+    };
+    if settings.permission_mode.value == PermissionMode::BypassPermissions {
+        errors.push(origin_diagnostic(
+            &settings.permission_mode.origin,
+            "permission_mode",
+            format!(
+                "bypassPermissions is disabled by `disableBypassPermissionsMode = \"disable\"` \
+                 (from {disabled_by}); choose another mode (acceptEdits, auto, …) or remove that \
+                 setting"
+            ),
+        ));
+    }
+}
+
 /// A diagnostic placed where a merged value was set.
 pub(crate) fn origin_diagnostic(
     origin: &Origin,
@@ -835,8 +984,13 @@ fn build(merged: &Merged, root: &Path, errors: &mut Vec<Diagnostic>) -> Settings
         limits: builder.agent_limits(),
         sandbox: builder.sandbox(root),
         mcp: builder.mcp(),
+        additional_directories: Vec::new(),
+        bypass_disabled: merged
+            .get(&["permissions", "disable_bypass_permissions_mode"])
+            .map(|(_, origin)| origin.clone()),
         trust: crate::trust::TrustDecision::trusted_by_caller(),
         skipped: Vec::new(),
+        snapshot: SettingsSnapshot::default(),
         entries: entries(merged),
     };
     errors.append(&mut builder.errors);

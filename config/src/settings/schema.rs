@@ -64,6 +64,7 @@ pub(crate) const AUTO_GATE_STATES: &[&str] = &["open", "closed"];
 pub(crate) const SYNC_LEVELS: &[&str] = &["full", "normal"];
 pub(crate) const SANDBOX_MODES: &[&str] = &["auto", "required", "off"];
 pub(crate) const ON_OFF: &[&str] = &["on", "off"];
+pub(crate) const DISABLE: &[&str] = &["disable"];
 
 const fn leaf(kind: Kind) -> Schema {
     Schema::Leaf(kind, None)
@@ -182,6 +183,13 @@ pub(crate) const SETTINGS: Schema = Schema::Table(&[
             ("allow", Schema::Rules(RuleBehavior::Allow)),
             ("ask", Schema::Rules(RuleBehavior::Ask)),
             ("deny", Schema::Rules(RuleBehavior::Deny)),
+            // Claude Code's `additionalDirectories`: readable and writable beside the workspace.
+            ("additional_directories", leaf(Kind::Names)),
+            // Claude Code's `disableBypassPermissionsMode`: `"disable"` refuses the mode.
+            (
+                "disable_bypass_permissions_mode",
+                leaf(Kind::OneOf(DISABLE)),
+            ),
         ]),
     ),
     ("plans_directory", with_default(Kind::Path, ".muster/plans")),

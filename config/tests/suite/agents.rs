@@ -1,7 +1,10 @@
 //! Agent definition files, built-ins, overrides, and instruction files.
 
 use muster_config::agents::{AgentDir, ModelChoice, parse_agent_file};
-use muster_config::{AgentCatalog, DefinitionSource, PermissionMode, ProjectInstructions};
+use muster_config::{
+    AgentCatalog, DefinitionSource, InstructionScope, PermissionMode, ProjectInstructions,
+};
+use std::path::PathBuf;
 
 use super::fixtures::{Project, display};
 
@@ -595,4 +598,54 @@ fn instruction_files_follow_claude_codes_order_and_imports() {
             "no warning with {expected:?}: {warnings:#?}"
         );
     }
+}
+
+/// `CLAUDE.local.md` at the project root is read as Claude Code reads it: after `CLAUDE.md`
+/// and `.claude/CLAUDE.md` (the most specific last), labelled as the user's own, with its
+/// imports.
+#[test]
+fn claude_local_md_is_read_last_beside_claude_md() {
+    let project = Project::new();
+    project.write("CLAUDE.md", "Team rules.\n");
+    project.write(".claude/CLAUDE.md", "More team rules.\n");
+    project.write(
+        "CLAUDE.local.md",
+        "My sandbox URL is http://localhost:3000. @notes/me.md\n",
+    );
+    project.write("notes/me.md", "I prefer tabs.\n");
+    let loaded = ProjectInstructions::load(&project.project_root(), 10_000, None).unwrap();
+    let scopes: Vec<(String, InstructionScope)> = loaded
+        .value
+        .files
+        .iter()
+        .map(|f| {
+            let name = f.path.file_name().unwrap().to_string_lossy().into_owned();
+            let scope = match &f.scope {
+                InstructionScope::ImportedBy(_) => InstructionScope::ImportedBy(PathBuf::new()),
+                other => other.clone(),
+            };
+            (name, scope)
+        })
+        .collect();
+    assert_eq!(
+        scopes,
+        [
+            ("CLAUDE.md".to_owned(), InstructionScope::Project),
+            ("CLAUDE.md".to_owned(), InstructionScope::Project),
+            ("CLAUDE.local.md".to_owned(), InstructionScope::ProjectLocal),
+            (
+                "me.md".to_owned(),
+                InstructionScope::ImportedBy(PathBuf::new())
+            ),
+        ]
+    );
+    let prompt = loaded.value.prompt_section();
+    assert!(
+        prompt.contains("# The user's private project instructions from CLAUDE.local.md"),
+        "{prompt}"
+    );
+    assert!(
+        prompt.find("More team rules").unwrap() < prompt.find("localhost:3000").unwrap(),
+        "{prompt}"
+    );
 }

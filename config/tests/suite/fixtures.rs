@@ -66,6 +66,7 @@ impl Project {
             env: &self.env,
             cli: &self.cli,
             trust: &self.trust,
+            snapshot: None,
         })
     }
 

@@ -127,6 +127,7 @@ fn a_project_at_home_cannot_trust_itself_through_the_user_layer() {
         env: &std::collections::BTreeMap::new(),
         cli: &muster_config::CliOverrides::new(),
         trust: &muster_config::TrustDecision::trusted_by_caller(),
+        snapshot: None,
     })
     .unwrap();
     assert!(!loaded.value.mcp.enable_all_project_servers.value);

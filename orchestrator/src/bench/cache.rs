@@ -229,6 +229,7 @@ fn catalogue(root: &Path) -> anyhow::Result<BTreeMap<String, ModelInfo>> {
         env: &BTreeMap::new(),
         cli: &Default::default(),
         trust: &muster_config::TrustDecision::trusted_by_caller(),
+        snapshot: None,
     })
     .map_err(|e| anyhow::anyhow!("the bench project's settings: {e}"))?;
     Ok(loaded.value.models.clone())

@@ -52,6 +52,7 @@ pub fn run(calls: usize, dir: &std::path::Path) -> anyhow::Result<Vec<Row>> {
         network: false,
         writable: Vec::new(),
         home: std::env::home_dir(),
+        protected_files: muster_config::protected::ProtectedFiles::standard(),
     });
     let environment = vec![("PATH".into(), std::env::var_os("PATH").unwrap_or_default())];
     let contexts: Vec<ToolContext> = VARIANTS

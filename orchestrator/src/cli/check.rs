@@ -135,8 +135,9 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         Some(dir) => dir.clone(),
         None => root.path().to_path_buf(),
     };
-    let workspace =
-        Workspace::new(&workspace_dir).map_err(|error| usage(format!("--workspace: {error}")))?;
+    let workspace = Workspace::new(&workspace_dir)
+        .map_err(|error| usage(format!("--workspace: {error}")))?
+        .with_additional(&settings.additional_directory_paths());
     let plan_file: Option<PathBuf> = args
         .plan_file
         .as_deref()
@@ -152,6 +153,9 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
                 .flatten()
         }))
         .unwrap_or(settings.permission_mode.value);
+    if let Some(refused) = settings.refuse_disabled_mode(mode, "the mode checked") {
+        return Err(usage(refused));
+    }
     let mut context =
         PermissionContext::new(kind, mode, &workspace, &settings.permissions, &catalog);
     if let Some(definition) = definition {

@@ -19,6 +19,14 @@ pub fn decide(
     decision: Decision,
 ) -> anyhow::Result<Exit> {
     let (project, store) = open(global)?;
+    if let Decision::Approve {
+        mode: Some(mode), ..
+    } = &decision
+        && let Ok(mode) = mode.parse::<muster_config::PermissionMode>()
+        && let Some(refused) = project.settings.refuse_disabled_mode(mode, "--mode")
+    {
+        return Err(ExitError::new(Exit::Usage, refused).into());
+    }
     let runtime = runtime()?;
     let request = runtime.block_on(find_request(store.as_ref(), run, request_id))?;
     let runs_dir = project.runs_dir();

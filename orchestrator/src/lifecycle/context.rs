@@ -66,8 +66,9 @@ pub(crate) fn checked_parts(
             responder: settings.approver.value.to_string(),
         },
     };
-    let workspace =
-        Workspace::new(&run.workspace).map_err(|e| usage(format!("--workspace: {e}")))?;
+    let workspace = Workspace::new(&run.workspace)
+        .map_err(|e| usage(format!("--workspace: {e}")))?
+        .with_additional(&settings.additional_directory_paths());
     let recording = Recording::of(run.record.as_deref(), resumed);
     Ok(CheckedParts {
         approver,

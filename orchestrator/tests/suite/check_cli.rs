@@ -618,7 +618,10 @@ fn claude_code_settings_deny_in_every_mode_and_a_repository_cannot_allow() {
     };
     let (decision, stderr) = json(&["Read", r#"{"file_path":".env"}"#]);
     assert_eq!(decision["decision"], "deny", "{decision}");
-    assert!(stderr.contains("not applied: hooks"), "{stderr}");
+    assert!(
+        stderr.contains("does not apply these keys of Claude Code's settings: hooks"),
+        "{stderr}"
+    );
     assert!(
         stderr.contains("muster: project not trusted")
             && stderr.contains("skipped 1 allow rule(s)"),

@@ -181,3 +181,69 @@ async fn a_run_awaiting_a_decision_is_refused_and_pointed_at_resume() {
     assert!(text.contains("awaiting_decision"), "{text}");
     assert!(text.contains(&format!("muster resume {run_id}")), "{text}");
 }
+
+/// Issue 33: a run reads its settings files once, at its start, and stores them: a
+/// `.claude/settings.local.json` the agent writes during the run (untracked, so it would count
+/// as the user's own) gains nothing when the run is continued — its `additionalDirectories`
+/// does not open a directory outside the workspace.
+#[tokio::test]
+async fn settings_an_agent_writes_during_a_run_are_not_read_when_it_continues() {
+    let dir = project(&[]);
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("x.txt");
+    let settings = serde_json::json!({"permissions": {"additionalDirectories": [outside.path()]}});
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![super::common::tool(
+                "Bash",
+                serde_json::json!({"command": format!(
+                    "mkdir -p .claude && printf '%s' '{settings}' > .claude/settings.local.json"
+                )}),
+            )],
+        ),
+        ScriptEntry::reply("main", 2, vec![Block::text("Wrote it.")]),
+        ScriptEntry::reply(
+            "main",
+            3,
+            vec![super::common::tool(
+                "Write",
+                serde_json::json!({"file_path": target, "content": "escaped\n"}),
+            )],
+        ),
+        ScriptEntry::reply("main", 4, vec![Block::text("Done.")]),
+    ])
+    .await;
+    let base = fake.base_url();
+    let json = [
+        "--output",
+        "json",
+        "--base-url",
+        &base,
+        "--permission-mode",
+        "bypassPermissions",
+    ];
+    let first = muster(dir.path(), &[&["run", "-p", "Set up."][..], &json].concat()).await;
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    assert!(dir.path().join(".claude/settings.local.json").exists());
+    let run_id = run_id_of(&first);
+    let cont = muster(
+        dir.path(),
+        &[
+            &["run", "--continue", &run_id, "-p", "Write outside."][..],
+            &json[..4],
+        ]
+        .concat(),
+    )
+    .await;
+    assert_eq!(cont.status.code(), Some(0), "{}", stderr(&cont));
+    assert!(!target.exists(), "the agent's own settings file was read");
+    let last = fake
+        .requests()
+        .into_iter()
+        .rfind(|r| r.agent.as_deref() == Some("main"))
+        .unwrap();
+    let said = last.body["messages"].to_string();
+    assert!(said.contains("outside the workspace"), "{said}");
+}

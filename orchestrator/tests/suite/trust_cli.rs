@@ -419,7 +419,9 @@ async fn a_resume_is_gated_by_the_decision_stored_at_the_start() {
         said.contains("trusted when the run started, but the files trust covers changed since"),
         "{said}"
     );
-    assert_eq!(skip_lines(&said).len(), 1, "{said}");
+    // The resume reads the settings files as stored at the start, not the edited one: the
+    // edited file's endpoint is not even there to skip.
+    assert!(skip_lines(&said).is_empty(), "{said}");
     assert_eq!(user_model.requests().len(), 2, "the turn after the plan");
     assert_eq!(repo_model.requests().len(), 0);
     // The stored decision is the one the run keeps.
@@ -554,4 +556,94 @@ async fn a_team_files_policy_approver_needs_trust_and_its_policy_is_covered() {
     std::fs::write(setup.root().join("policy.toml"), "approve_all = false\n").unwrap();
     let listed = setup.trust(&["--list"]).await;
     assert!(listed.contains("policy.toml changed"), "{listed}");
+}
+
+/// Claude Code's `defaultMode` and `additionalDirectories` from the repository's
+/// `.claude/settings.json` take effect only once the project is trusted (untrusted, the check
+/// says so and lists them as skipped); the user's `disableBypassPermissionsMode` refuses
+/// `bypassPermissions` from the command line with exit 2, before any model is asked.
+#[tokio::test(flavor = "multi_thread")]
+async fn claude_codes_mode_and_directories_need_trust_and_bypass_can_be_disabled() {
+    let model = fake_done().await;
+    let setup = Setup::new(&model.base_url());
+    let shared = tempfile::tempdir().unwrap();
+    let target = shared.path().join("notes.txt");
+    std::fs::create_dir_all(setup.root().join(".claude")).unwrap();
+    std::fs::write(
+        setup.root().join(".claude/settings.json"),
+        json!({"permissions": {"defaultMode": "acceptEdits",
+                               "additionalDirectories": [shared.path()]}})
+        .to_string(),
+    )
+    .unwrap();
+    let input = json!({"file_path": target, "content": "x"}).to_string();
+    let check_write = ["check", "Write", input.as_str()];
+
+    let untrusted = setup.muster(&check_write).await;
+    let said = stdout(&untrusted);
+    assert!(
+        said.starts_with("deny:") && said.contains("outside the workspace"),
+        "{said}"
+    );
+    assert_eq!(
+        skip_lines(&stderr(&untrusted)).len(),
+        1,
+        "{}",
+        stderr(&untrusted)
+    );
+    let config = setup.config_json().await;
+    let skipped: Vec<&str> = config["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|entry| entry["key"].as_str())
+        .collect();
+    assert_eq!(
+        skipped,
+        ["permission_mode", "permissions.additional_directories"],
+        "{config:#}"
+    );
+
+    setup.trust(&[]).await;
+    let trusted = setup.muster(&check_write).await;
+    let said = stdout(&trusted);
+    assert!(
+        said.starts_with("allow:") && said.contains("acceptEdits"),
+        "{said}\n{}",
+        stderr(&trusted)
+    );
+
+    // A run before the switch, so a store exists for `muster approve`.
+    let first = setup.muster(&["run", "-p", "hi"]).await;
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    std::fs::create_dir_all(setup.home.path().join(".claude")).unwrap();
+    std::fs::write(
+        setup.home.path().join(".claude/settings.json"),
+        r#"{"permissions": {"disableBypassPermissionsMode": "disable"}}"#,
+    )
+    .unwrap();
+    for args in [
+        &["approve", "plan-main-1", "--mode", "bypassPermissions"][..],
+        &["run", "-p", "hi", "--permission-mode", "bypassPermissions"][..],
+        &[
+            "check",
+            "--permission-mode",
+            "bypassPermissions",
+            "Read",
+            r#"{"file_path": "a"}"#,
+        ][..],
+    ] {
+        let refused = setup.muster(args).await;
+        assert_eq!(
+            refused.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            stderr(&refused)
+        );
+        assert!(
+            stderr(&refused).contains("disableBypassPermissionsMode"),
+            "{args:?}: {}",
+            stderr(&refused)
+        );
+    }
 }

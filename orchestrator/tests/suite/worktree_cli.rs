@@ -836,3 +836,155 @@ async fn a_person_sees_what_a_second_teammates_merge_adds_in_the_inbox_and_the_p
     let command = &text[start..start + text[start..].find('`').unwrap()];
     only_twos_work(&bash(root, command));
 }
+
+const BYPASSER: &str = "---\nname: bypasser\ndescription: Runs anything.\npermissionMode: bypassPermissions\n---\nYou run anything.\n";
+
+/// The tool results `agent` got back in the request of `turn`, joined.
+fn tool_results(fake: &muster_fake_llm::FakeLlmHandle, agent: &str, turn: u64) -> Vec<String> {
+    let request = fake
+        .requests()
+        .into_iter()
+        .find(|r| r.agent.as_deref() == Some(agent) && r.turn == Some(turn))
+        .unwrap_or_else(|| panic!("no request of {agent} turn {turn}"));
+    let messages = request.body["messages"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let last = messages.last().cloned().unwrap_or_default();
+    last["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|block| block["type"] == "tool_result")
+        .map(|block| block["content"].to_string())
+        .collect()
+}
+
+/// Issue 33: Claude Code's deny rules of each anchor form (`./x`, `/x` from the project's file,
+/// a bare glob, `//abs`) and a Bash prefix rule hold for a teammate in its worktree, in
+/// `bypassPermissions`; a teammate that rewrites `.claude/settings.json` gains nothing: its
+/// `Write` asks (the policy approver refuses it), its Bash write hits the sandbox's read-only
+/// bind, and a settings file it creates in its worktree is never read by the run.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_teammate_in_bypass_keeps_the_users_deny_rules_and_cannot_rewrite_them() {
+    let outside = tempfile::tempdir().unwrap();
+    let outside_file = outside.path().join("outside.txt");
+    std::fs::write(&outside_file, "outside\n").unwrap();
+    let settings = json!({"permissions": {"deny": [
+        "Read(./.env)",
+        "Read(/secrets.txt)",
+        "Read(*.pem)",
+        format!("Read(/{}/**)", outside.path().display()),
+        "Bash(curl:*)",
+    ]}});
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join(".muster/agents")).unwrap();
+    std::fs::create_dir_all(root.join(".claude")).unwrap();
+    std::fs::create_dir_all(root.join("keys")).unwrap();
+    std::fs::write(root.join(".muster/agents/bypasser.md"), BYPASSER).unwrap();
+    std::fs::write(root.join(".claude/settings.json"), settings.to_string()).unwrap();
+    for (path, text) in [
+        ("README.md", "hello\n"),
+        (".env", "SECRET=1\n"),
+        ("secrets.txt", "s3cret\n"),
+        ("keys/a.pem", "KEY\n"),
+        (
+            "policy.toml",
+            "approve_all = true\n[permissions]\ndeny = [\"Write\"]\n",
+        ),
+    ] {
+        std::fs::write(root.join(path), text).unwrap();
+    }
+    std::fs::write(
+        root.join("muster.team.toml"),
+        "name = \"builders\"\nisolation = \"worktree\"\n\n[[teammates]]\nname = \"one\"\n\
+         definition = \"bypasser\"\nplan_mode_required = false\napprover = \"policy:policy.toml\"\n",
+    )
+    .unwrap();
+    git(root, &["init", "-q", "-b", "main"]);
+    git(root, &["add", "-A"]);
+    git(root, &["commit", "-q", "-m", "start"]);
+    super::common::trust_blocking(root);
+    let read = |path: &str| tool("Read", json!({"file_path": path}));
+    let bash = |command: &str| tool("Bash", json!({"command": command}));
+    let fake = fake(vec![
+        lead_tasks(1),
+        any_turn("lead", "Waiting for the team."),
+        reply(
+            "one",
+            1,
+            vec![
+                read(".env"),
+                read("secrets.txt"),
+                read("keys/a.pem"),
+                read(&outside_file.display().to_string()),
+                bash("curl -s http://127.0.0.1:9"),
+            ],
+        ),
+        reply(
+            "one",
+            2,
+            vec![
+                tool(
+                    "Write",
+                    json!({"file_path": ".claude/settings.json", "content": "{}"}),
+                ),
+                bash("printf '{}' > .claude/settings.json"),
+                bash(
+                    r#"printf '{"permissions": {"deny": ["Read(README.md)"]}}' > .claude/settings.local.json"#,
+                ),
+            ],
+        ),
+        reply("one", 3, vec![read(".env"), read("README.md")]),
+        any_turn("one", "done"),
+    ])
+    .await;
+    let output = bypassing_team_run(root, &fake.base_url()).await;
+    let end = finished(&output);
+    assert_eq!(end["status"], "completed", "{end:#}\n{}", stderr(&output));
+
+    let denied = tool_results(&fake, "one", 2);
+    let expected = [
+        "deny rule `Read(./.env)`",
+        "deny rule `Read(/secrets.txt)`",
+        "deny rule `Read(*.pem)`",
+        "deny rule `Read(/",
+        "deny rule `Bash(curl:*)`",
+    ];
+    assert_eq!(denied.len(), expected.len(), "{denied:#?}");
+    for (result, rule) in denied.iter().zip(expected) {
+        assert!(result.contains(rule), "expected {rule}: {result}");
+    }
+    let rewrites = tool_results(&fake, "one", 3);
+    assert_eq!(rewrites.len(), 3, "{rewrites:#?}");
+    assert!(
+        rewrites[0].contains("denied by policy rule `Write`"),
+        "{}",
+        rewrites[0]
+    );
+    assert!(
+        !rewrites[1].contains("exit code 0") && rewrites[1].to_lowercase().contains("read-only"),
+        "{}",
+        rewrites[1]
+    );
+    let after = tool_results(&fake, "one", 4);
+    assert!(
+        after[0].contains("deny rule `Read(./.env)`"),
+        "{}",
+        after[0]
+    );
+    assert!(after[1].contains("hello"), "{}", after[1]);
+    // A person or approver was asked about the protected write; the policy refused it.
+    let events = lines(&output);
+    assert!(
+        events
+            .iter()
+            .any(|e| e.to_string().contains("protected file")),
+        "{events:#?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join(".claude/settings.json")).unwrap(),
+        settings.to_string()
+    );
+}

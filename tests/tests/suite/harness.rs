@@ -216,6 +216,7 @@ pub(super) async fn run_agent(
         env: &env,
         cli: &CliOverrides::new(),
         trust: &muster_config::TrustDecision::trusted_by_caller(),
+        snapshot: None,
     })
     .unwrap()
     .value;

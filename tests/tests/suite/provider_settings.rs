@@ -93,6 +93,7 @@ fn provider_settings_reach_the_clients_base_url_and_key() {
             env: &env,
             cli: &CliOverrides::new(),
             trust: &muster_config::TrustDecision::trusted_by_caller(),
+            snapshot: None,
         })
         .unwrap_or_else(|e| panic!("{}: {e}", row.name))
         .value;
