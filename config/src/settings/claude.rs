@@ -6,8 +6,8 @@
 //! applies from files the user owns (`~/.claude/settings.json`, and
 //! `.claude/settings.local.json` while git does not track it) and from the project's own files
 //! only in a trusted project: the loader gates them (see [`crate::trust`]). Every other key
-//! muster does not honour yet (hooks, `defaultMode`, …) is a warning, once per file, never
-//! silence.
+//! muster does not honour yet (`defaultMode`, …) is a warning, once per file, never silence.
+//! Hooks and `disableAllHooks` are read by [`crate::hooks`].
 
 use std::path::{Path, PathBuf};
 
@@ -53,15 +53,20 @@ pub fn read_claude_settings(
             object
                 .keys()
                 .map(String::as_str)
-                .filter(|key| !matches!(*key, "permissions" | "$schema"))
+                .filter(|key| {
+                    !matches!(
+                        *key,
+                        "permissions" | "$schema" | "hooks" | "disableAllHooks"
+                    )
+                })
                 .collect()
         })
         .unwrap_or_default();
     if !skipped.is_empty() {
         warnings.push(
             Diagnostic::new(format!(
-                "muster reads only `permissions` (allow, ask, deny) from Claude Code's settings \
-                 for now; not applied: {}",
+                "muster reads only `permissions` (allow, ask, deny) and `hooks` from Claude Code's \
+                 settings for now; not applied: {}",
                 skipped.join(", ")
             ))
             .in_source(&label),
@@ -123,7 +128,7 @@ mod tests {
     fn every_rule_is_read_and_unknown_keys_are_warnings() {
         let text = r#"{"permissions": {"deny": ["Read(./.env)", "Bash(curl:*)"],
             "ask": ["Bash(git push:*)"], "allow": ["Bash(rm:*)"]},
-            "hooks": {"PreToolUse": []}}"#;
+            "hooks": {"PreToolUse": []}, "env": {}}"#;
         let (values, warnings) = read(text);
         let rules: Vec<(RuleBehavior, &str)> = values
             .rules
@@ -141,7 +146,7 @@ mod tests {
         );
         let said: Vec<String> = warnings.iter().map(ToString::to_string).collect();
         assert!(
-            said.iter().any(|w| w.contains("not applied: hooks")),
+            said.iter().any(|w| w.contains("not applied: env")),
             "{said:?}"
         );
     }

@@ -267,6 +267,8 @@ pub struct Settings {
     /// What the project's own files set that trust gates, skipped because the project is not
     /// trusted.
     pub skipped: Vec<SkippedSetting>,
+    /// Claude Code's hooks from its settings files (a project's only when trusted).
+    pub hooks: crate::hooks::Hooks,
     #[serde(skip)]
     entries: Vec<SettingEntry>,
 }
@@ -286,6 +288,7 @@ impl Settings {
         let mut errors = Vec::new();
         let mut warnings = Vec::new();
         let mut skipped = Vec::new();
+        let mut hooks = crate::hooks::Hooks::default();
         let mut layers = vec![default_layer_values()?];
         // Claude Code's files first: muster's own layers are above them.
         for (layer, path) in claude::claude_settings_files(inputs.project_root, inputs.home_dir) {
@@ -301,6 +304,14 @@ impl Settings {
             match claude::read_claude_settings(&path, &text, layer) {
                 Ok((mut values, found)) => {
                     warnings.extend(found);
+                    match hooks_of_file(inputs, &path, &text, layer, user_owned) {
+                        Ok((found, said, skipped_hooks)) => {
+                            warnings.extend(said);
+                            skipped.extend(skipped_hooks);
+                            hooks.add_file(found);
+                        }
+                        Err(error) => errors.push(error),
+                    }
                     if !user_owned && !inputs.trust.trusted {
                         skipped.extend(gate::skip_widening(&mut values, &inputs.trust.why));
                     }
@@ -366,6 +377,7 @@ impl Settings {
             ))
         });
         settings.skipped = skipped;
+        settings.hooks = hooks;
         finish(settings, errors).map(|value| Loaded { value, warnings })
     }
 
@@ -391,6 +403,56 @@ impl Settings {
             ProviderKind::Script => &self.script,
         }
     }
+}
+
+/// The hooks of one Claude Code settings file: a repository's run only in a trusted project
+/// (otherwise each is skipped, with why); a user-owned file's keep the user's layer (only they
+/// may opt out of the sandbox).
+fn hooks_of_file(
+    inputs: &SettingsInputs<'_>,
+    path: &Path,
+    text: &str,
+    layer: Layer,
+    user_owned: bool,
+) -> Result<
+    (
+        crate::hooks::FileHooks,
+        Vec<Diagnostic>,
+        Vec<SkippedSetting>,
+    ),
+    Diagnostic,
+> {
+    // `read_claude_settings` has already refused text that is not JSON.
+    let Ok(json) = serde_json::from_str::<serde_json::Value>(text) else {
+        return Ok(Default::default());
+    };
+    let origin = Origin {
+        layer: match (user_owned, layer) {
+            (true, layer) => layer,
+            (false, _) => Layer::Project,
+        },
+        source: path.display().to_string(),
+        position: None,
+    };
+    let (mut found, warnings) =
+        crate::hooks::read_hooks(&json, &origin, inputs.project_root.path())?;
+    let mut skipped = Vec::new();
+    if !user_owned && !inputs.trust.trusted {
+        skipped = found
+            .hooks
+            .drain(..)
+            .map(|hook| SkippedSetting {
+                key: format!("hooks.{}", hook.event),
+                value: serde_json::Value::from(hook.handler.command),
+                origin: hook.origin,
+                why: format!(
+                    "a hook command; the project is not trusted ({})",
+                    inputs.trust.why
+                ),
+            })
+            .collect();
+    }
+    Ok((found, warnings, skipped))
 }
 
 /// Removes the `[mcp]` trust keys from the committed project settings: a cloned repository
@@ -837,6 +899,7 @@ fn build(merged: &Merged, root: &Path, errors: &mut Vec<Diagnostic>) -> Settings
         mcp: builder.mcp(),
         trust: crate::trust::TrustDecision::trusted_by_caller(),
         skipped: Vec::new(),
+        hooks: crate::hooks::Hooks::default(),
         entries: entries(merged),
     };
     errors.append(&mut builder.errors);
