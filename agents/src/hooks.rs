@@ -17,7 +17,7 @@ use muster_config::PermissionMode;
 use muster_config::hooks::{ConfiguredHook, HookEvent, Hooks, named_files_unchanged};
 use serde_json::{Map, Value};
 
-pub use outcome::{HookOutcome, HookPermission, HookVerdict, interpret};
+pub use outcome::{HookDecision, HookOutcome, HookPermission, HookVerdict, interpret};
 pub use process::{MAX_OUTPUT, ProcessEnd, ProcessSpec, run_hook_process};
 
 use crate::sandbox::{Sandbox, SandboxProfile};

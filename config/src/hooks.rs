@@ -258,7 +258,17 @@ pub struct Hooks {
 
 impl Hooks {
     /// Adds one file's hooks (files in Claude Code's order: user, project, local).
+    /// A file already added (the home directory's `.claude/settings.json` when the project
+    /// is the home directory) is added once.
     pub fn add_file(&mut self, file: FileHooks) {
+        let source = file.origin.as_ref().map(|origin| origin.source.as_str());
+        if self
+            .hooks
+            .iter()
+            .any(|hook| Some(hook.origin.source.as_str()) == source)
+        {
+            return;
+        }
         self.hooks.extend(file.hooks);
         if file.disable_all && self.disabled_by.is_none() {
             self.disabled_by = file.origin;

@@ -237,6 +237,40 @@ impl HookOutcome {
     }
 }
 
+/// The PreToolUse hooks' combined decision of one call, as its `hook_decision` record keeps it.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct HookDecision {
+    /// `None`: the hooks that ran decided nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permission: Option<HookPermission>,
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_input: Option<Value>,
+    /// `additionalContext`, and what the hooks said for the person.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub context: Vec<String>,
+}
+
+impl HookDecision {
+    /// The combined outcome of a call's PreToolUse hooks.
+    pub fn of(outcome: HookOutcome) -> HookDecision {
+        let (permission, reason) = outcome
+            .tool_permission()
+            .map_or((None, String::new()), |(p, r)| (Some(p), r));
+        HookDecision {
+            permission,
+            reason,
+            updated_input: outcome.updated_input,
+            context: outcome
+                .context
+                .into_iter()
+                .chain(outcome.messages)
+                .collect(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

@@ -170,6 +170,7 @@ impl AgentRuntime {
             workspace: equipment.workspace,
             report: report.clone(),
             commits: CommitLane::default(),
+            hook_decisions: Default::default(),
         };
         AgentRuntime {
             run: parts.run,

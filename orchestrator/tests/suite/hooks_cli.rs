@@ -1,0 +1,241 @@
+//! Claude Code's hooks through the binary, with real hook processes and the fake model server:
+//! a guard hook refuses `rm` and its reason reaches the model; a project's hook script changed
+//! after trust does not run (and the run says so); a `PostToolUse` audit hook writes one line
+//! per call, compared with what the model server was asked to do; kill -9 right after a
+//! `PreToolUse` decision is committed, and the resume does not run the hook again.
+
+use std::path::Path;
+
+use muster_fake_llm::{Block, ScriptEntry};
+use serde_json::{Value, json};
+
+use super::common::{command, fake, muster, output, project, stderr, tool, trust};
+
+/// A guard that refuses any Bash command starting with `rm` (exit 2, reason on stderr) and
+/// appends each call it sees to `guard.log` (so a test can count its runs).
+const GUARD: &str = "#!/bin/sh\n\
+    input=$(cat)\n\
+    echo \"$input\" >> \"$CLAUDE_PROJECT_DIR/guard.log\"\n\
+    case \"$input\" in\n\
+      *'\"command\":\"rm '*) echo 'rm is not allowed here (guard)' >&2; exit 2 ;;\n\
+    esac\n\
+    exit 0\n";
+
+/// An audit hook: one line per call (its tool name and id) in `audit.log`.
+const AUDIT: &str = "#!/bin/sh\n\
+    { cat; echo; } | sed -e 's/.*\"tool_name\":\"\\([^\"]*\\)\".*\"tool_use_id\":\"\\([^\"]*\\)\".*/\\1 \\2/' \
+    >> \"$CLAUDE_PROJECT_DIR/audit.log\"\n";
+
+/// A project whose `.claude/settings.json` runs the guard before Bash and the audit after
+/// every tool, both scripts under `.claude/hooks/`.
+fn hooked_project() -> tempfile::TempDir {
+    let dir = project(&[]);
+    let hooks = dir.path().join(".claude/hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    for (name, text) in [("guard.sh", GUARD), ("audit.sh", AUDIT)] {
+        std::fs::write(hooks.join(name), text).unwrap();
+        make_executable(&hooks.join(name));
+    }
+    let settings = json!({"hooks": {
+        "PreToolUse": [{"matcher": "Bash", "hooks": [
+            {"type": "command", "command": "\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/guard.sh"}]}],
+        "PostToolUse": [{"matcher": "*", "hooks": [
+            {"type": "command", "command": "\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/audit.sh"}]}]
+    }});
+    std::fs::write(
+        dir.path().join(".claude/settings.json"),
+        serde_json::to_string_pretty(&settings).unwrap(),
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.path().join("data")).unwrap();
+    std::fs::write(dir.path().join("data/keep.txt"), "keep\n").unwrap();
+    dir
+}
+
+fn make_executable(path: &Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn lines_of(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The tool results the model server was sent in `request`'s last user message.
+fn tool_results(request: &Value) -> Vec<String> {
+    let messages = request["messages"].as_array().cloned().unwrap_or_default();
+    let Some(last) = messages.last() else {
+        return Vec::new();
+    };
+    last["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|block| block["type"] == "tool_result")
+        .map(|block| block["content"].to_string())
+        .collect()
+}
+
+fn run_args(base: &str) -> Vec<String> {
+    [
+        "run",
+        "-p",
+        "Clean up.",
+        "--permission-mode",
+        "bypassPermissions",
+        "--base-url",
+        base,
+        "--output",
+        "stream-json",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+#[tokio::test]
+async fn a_guard_hook_refuses_rm_for_the_lead_and_its_reason_reaches_the_model() {
+    let dir = hooked_project();
+    trust(dir.path()).await;
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![
+                tool("Bash", json!({"command": "rm -rf data"})),
+                tool("Bash", json!({"command": "echo hi > note.txt"})),
+            ],
+        ),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+    ])
+    .await;
+    let args = run_args(&fake.base_url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let done = muster(dir.path(), &args).await;
+    assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+    assert!(dir.path().join("data/keep.txt").exists(), "rm ran");
+    assert!(dir.path().join("note.txt").exists(), "the other call ran");
+    let requests = fake.requests();
+    let results = tool_results(&requests[1].body);
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(
+        results[0].contains("rm is not allowed here (guard)"),
+        "the model was told why: {results:?}"
+    );
+    assert!(!results[1].contains("guard"), "{results:?}");
+    // The audit hook saw each call the model asked for that ran, once: the refused one never
+    // ran, so it has no PostToolUse.
+    let asked: Vec<(String, Value)> = requests[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|message| message["role"] == "assistant")
+        .flat_map(|message| message["content"].as_array().cloned().unwrap_or_default())
+        .filter(|block| block["type"] == "tool_use")
+        .map(|block| {
+            (
+                format!(
+                    "{} {}",
+                    block["name"].as_str().unwrap(),
+                    block["id"].as_str().unwrap()
+                ),
+                block["input"].clone(),
+            )
+        })
+        .collect();
+    let ran: Vec<String> = asked
+        .into_iter()
+        .filter(|(_, input)| input["command"] != "rm -rf data")
+        .map(|(line, _)| line)
+        .collect();
+    assert_eq!(ran.len(), 1);
+    assert_eq!(lines_of(&dir.path().join("audit.log")), ran);
+    assert_eq!(lines_of(&dir.path().join("guard.log")).len(), 2);
+}
+
+#[tokio::test]
+async fn a_hook_script_changed_after_trust_does_not_run_and_the_run_says_so() {
+    let dir = hooked_project();
+    trust(dir.path()).await;
+    // Changed after trust: the guard would now let everything through and log it.
+    std::fs::write(
+        dir.path().join(".claude/hooks/guard.sh"),
+        "#!/bin/sh\necho ran >> \"$CLAUDE_PROJECT_DIR/changed.log\"\nexit 0\n",
+    )
+    .unwrap();
+    let fake = fake(vec![
+        ScriptEntry::reply("main", 1, vec![tool("Bash", json!({"command": "echo hi"}))]),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+    ])
+    .await;
+    let args = run_args(&fake.base_url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let done = muster(dir.path(), &args).await;
+    assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+    assert!(
+        !dir.path().join("changed.log").exists(),
+        "the changed script ran"
+    );
+    assert!(
+        !dir.path().join("audit.log").exists(),
+        "an untrusted project's hook ran"
+    );
+    let said = stderr(&done);
+    assert!(
+        said.contains("hooks.PreToolUse") && said.contains("muster trust"),
+        "{said}"
+    );
+}
+
+/// Killed right after the guard's decision of the first call was committed: the resume uses
+/// the committed decision and does not run the guard again for that call.
+#[cfg(feature = "failpoints")]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kill_after_a_pre_tool_use_decision_resumes_without_running_the_hook_again() {
+    let dir = hooked_project();
+    trust(dir.path()).await;
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![tool("Bash", json!({"command": "rm -rf data"}))],
+        ),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+    ])
+    .await;
+    let args = run_args(&fake.base_url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut killed = command(dir.path(), &args);
+    killed.env("MUSTER_FAILPOINT", "hook:PreToolUse");
+    let first = output(killed).await;
+    assert_eq!(first.status.code(), None, "{}", stderr(&first));
+    let guarded = lines_of(&dir.path().join("guard.log"));
+    assert_eq!(guarded.len(), 1, "{guarded:#?}");
+    let resumed = muster(
+        dir.path(),
+        &[
+            "resume",
+            "--base-url",
+            &fake.base_url(),
+            "--output",
+            "stream-json",
+        ],
+    )
+    .await;
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    assert_eq!(
+        lines_of(&dir.path().join("guard.log")).len(),
+        1,
+        "the guard ran again for a committed decision"
+    );
+    assert!(dir.path().join("data/keep.txt").exists());
+    let requests = fake.requests();
+    let results = tool_results(&requests.last().unwrap().body);
+    assert!(
+        results[0].contains("rm is not allowed here (guard)"),
+        "{results:?}"
+    );
+}
