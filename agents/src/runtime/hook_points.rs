@@ -159,6 +159,41 @@ impl Firing<'_> {
     }
 }
 
+/// How the user message a blocking Stop hook adds begins (and how a resume knows the turn
+/// is already continuing because of one: `stop_hook_active`).
+pub(super) const STOP_HOOK_FEEDBACK: &str = "Stop hook feedback:";
+
+/// Whether the newest user message of `messages` is a Stop hook's feedback.
+pub(super) fn stop_hook_active(messages: &[crate::model::Message]) -> bool {
+    messages
+        .iter()
+        .rev()
+        .find(|message| message.role == crate::model::Role::User)
+        .and_then(|message| message.content.first())
+        .is_some_and(|block| match block {
+            crate::model::ContentBlock::Text { text, .. } => text.starts_with(STOP_HOOK_FEEDBACK),
+            _ => false,
+        })
+}
+
+impl Firing<'_> {
+    /// Fires `Stop` (`SubagentStop` for a subagent) as the agent is about to end its turn
+    /// with `last` as its answer; the reason of a hook that blocks (the agent keeps working).
+    pub(super) async fn stop(&self, active: bool, last: &str) -> Option<String> {
+        let event = match self.kind {
+            AgentKind::Subagent { .. } => HookEvent::SubagentStop,
+            _ => HookEvent::Stop,
+        };
+        if !self.run.hooks.has(event) {
+            return None;
+        }
+        let mut fields = Map::new();
+        fields.insert("stop_hook_active".into(), active.into());
+        fields.insert("last_assistant_message".into(), last.into());
+        self.fire(event, None, fields).await.block
+    }
+}
+
 /// The tool fields of a tool event's JSON.
 fn tool_fields(call: &ToolCall, input: &Value) -> Map<String, Value> {
     let mut fields = Map::new();

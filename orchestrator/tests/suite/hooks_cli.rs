@@ -239,3 +239,111 @@ async fn a_kill_after_a_pre_tool_use_decision_resumes_without_running_the_hook_a
         "{results:?}"
     );
 }
+
+/// A project whose `.claude/settings.json` has one hook, `command`, for `event`.
+async fn project_with_hook(event: &str, matcher: &str, command: &str) -> tempfile::TempDir {
+    let dir = project(&[]);
+    std::fs::create_dir_all(dir.path().join(".claude")).unwrap();
+    let settings = json!({"hooks": {event: [{"matcher": matcher, "hooks": [
+        {"type": "command", "command": command}]}]}});
+    std::fs::write(
+        dir.path().join(".claude/settings.json"),
+        settings.to_string(),
+    )
+    .unwrap();
+    trust(dir.path()).await;
+    dir
+}
+
+/// The text of the last user message `request` sent.
+fn last_user_text(request: &Value) -> String {
+    request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|message| message["role"] == "user")
+        .map(|message| message["content"].to_string())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_stop_hook_keeps_the_agent_working_once() {
+    // Blocks the first stop only: the second comes with `stop_hook_active: true`.
+    let dir = project_with_hook(
+        "Stop",
+        "",
+        "grep -q '\"stop_hook_active\":true' || { echo 'Run the tests first.' >&2; exit 2; }",
+    )
+    .await;
+    let fake = fake(vec![
+        ScriptEntry::reply("main", 1, vec![Block::text("Done early.")]),
+        ScriptEntry::reply("main", 2, vec![Block::text("Tests pass. Done.")]),
+    ])
+    .await;
+    let args = run_args(&fake.base_url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let done = muster(dir.path(), &args).await;
+    assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2, "one more turn, then the end");
+    assert!(
+        last_user_text(&requests[1].body).contains("Run the tests first."),
+        "{}",
+        last_user_text(&requests[1].body)
+    );
+    assert!(super::common::stdout(&done).contains("Tests pass. Done."));
+}
+
+/// In plan mode a hook runs in the read-only sandbox: it cannot write the workspace.
+#[tokio::test]
+async fn a_plan_mode_agents_hook_cannot_write_the_workspace() {
+    let dir = project_with_hook(
+        "PreToolUse",
+        "Read",
+        "echo written > \"$CLAUDE_PROJECT_DIR/hook-wrote.txt\"; \
+         echo '{\"hookSpecificOutput\":{\"additionalContext\":\"the hook ran\"}}'",
+    )
+    .await;
+    // Refuse to run unconfined, so the test cannot pass on a kernel that confines nothing.
+    std::fs::write(
+        dir.path().join(".muster/settings.toml"),
+        "[sandbox]\nmode = \"required\"\n",
+    )
+    .unwrap();
+    trust(dir.path()).await;
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![tool("Read", json!({"file_path": "README.md"}))],
+        ),
+        ScriptEntry::reply("main", 2, vec![Block::text("Read it.")]),
+    ])
+    .await;
+    let base = fake.base_url();
+    let done = muster(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Look.",
+            "--permission-mode",
+            "plan",
+            "--base-url",
+            &base,
+            "--output",
+            "stream-json",
+        ],
+    )
+    .await;
+    assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2);
+    let results = tool_results(&requests[1].body);
+    assert!(results[0].contains("the hook ran"), "{results:?}");
+    assert!(
+        !dir.path().join("hook-wrote.txt").exists(),
+        "a plan-mode hook wrote the workspace"
+    );
+}
