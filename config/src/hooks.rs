@@ -245,6 +245,42 @@ impl ConfiguredHook {
     pub fn user_level(&self) -> bool {
         self.origin.layer == Layer::User
     }
+
+    /// One line for `muster config show` and `muster check`: event, matcher, command, timeout,
+    /// sandbox, failure handling and the file.
+    pub fn describe(&self) -> String {
+        let sandbox = match self.handler.sandbox {
+            HookSandbox::Agent => "in the firing agent's sandbox",
+            HookSandbox::Off => "UNCONFINED (\"sandbox\": \"off\" in the user's file)",
+        };
+        let on_failure = match self.handler.on_failure {
+            OnFailure::Continue => "",
+            OnFailure::Block => "; a failure blocks",
+        };
+        format!(
+            "{} [{}] `{}` (timeout {} s, {sandbox}{on_failure})  # {}",
+            self.event,
+            self.matcher.text(),
+            self.handler.command,
+            self.handler.timeout.as_secs_f64(),
+            self.origin
+        )
+    }
+
+    /// The JSON `muster config show --json` and `muster check --json` give.
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({
+            "event": self.event.name(),
+            "matcher": self.matcher.text(),
+            "command": self.handler.command,
+            "timeout_secs": self.handler.timeout.as_secs_f64(),
+            "sandbox": self.handler.sandbox,
+            "on_failure": self.handler.on_failure,
+            "layer": self.origin.layer,
+            "source": self.origin.source,
+            "named_files": self.named_files.iter().map(|f| &f.relative).collect::<Vec<_>>(),
+        })
+    }
 }
 
 /// Every hook the settings define, or none when `disableAllHooks` is set.

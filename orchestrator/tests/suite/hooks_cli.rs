@@ -105,7 +105,7 @@ async fn a_guard_hook_refuses_rm_for_the_lead_and_its_reason_reaches_the_model()
             "main",
             1,
             vec![
-                tool("Bash", json!({"command": "rm -rf data"})),
+                tool("Bash", json!({"command": "rm data/keep.txt"})),
                 tool("Bash", json!({"command": "echo hi > note.txt"})),
             ],
         ),
@@ -148,7 +148,7 @@ async fn a_guard_hook_refuses_rm_for_the_lead_and_its_reason_reaches_the_model()
         .collect();
     let ran: Vec<String> = asked
         .into_iter()
-        .filter(|(_, input)| input["command"] != "rm -rf data")
+        .filter(|(_, input)| input["command"] != "rm data/keep.txt")
         .map(|(line, _)| line)
         .collect();
     assert_eq!(ran.len(), 1);
@@ -201,7 +201,7 @@ async fn a_kill_after_a_pre_tool_use_decision_resumes_without_running_the_hook_a
         ScriptEntry::reply(
             "main",
             1,
-            vec![tool("Bash", json!({"command": "rm -rf data"}))],
+            vec![tool("Bash", json!({"command": "rm data/keep.txt"}))],
         ),
         ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
     ])
@@ -346,4 +346,57 @@ async fn a_plan_mode_agents_hook_cannot_write_the_workspace() {
         !dir.path().join("hook-wrote.txt").exists(),
         "a plan-mode hook wrote the workspace"
     );
+}
+
+/// `muster config show` lists every hook with its file; `muster check` lists the PreToolUse
+/// hooks that match a call and runs them only with `--run-hooks`.
+#[tokio::test]
+async fn config_show_and_check_list_hooks_and_check_runs_them_only_when_asked() {
+    let dir = hooked_project();
+    trust(dir.path()).await;
+    let shown = muster(dir.path(), &["config", "show"]).await;
+    let text = super::common::stdout(&shown);
+    assert!(
+        text.contains("# hook: PreToolUse [Bash]") && text.contains("guard.sh"),
+        "{text}"
+    );
+    assert!(text.contains("# hook: PostToolUse [*]"), "{text}");
+    let rm = r#"{"command":"rm data/keep.txt"}"#;
+    let listed = muster(
+        dir.path(),
+        &[
+            "check",
+            "--permission-mode",
+            "bypassPermissions",
+            "Bash",
+            rm,
+        ],
+    )
+    .await;
+    let said = super::common::stdout(&listed);
+    assert!(said.starts_with("allow"), "{said}");
+    assert!(
+        said.contains("hook would run") && said.contains("guard.sh"),
+        "{said}"
+    );
+    assert!(!dir.path().join("guard.log").exists(), "listed, not run");
+    let ran = muster(
+        dir.path(),
+        &[
+            "check",
+            "--permission-mode",
+            "bypassPermissions",
+            "--run-hooks",
+            "Bash",
+            rm,
+        ],
+    )
+    .await;
+    let said = super::common::stdout(&ran);
+    assert_eq!(ran.status.code(), Some(1), "{said}");
+    assert!(
+        said.starts_with("deny") && said.contains("rm is not allowed here (guard)"),
+        "{said}"
+    );
+    assert_eq!(lines_of(&dir.path().join("guard.log")).len(), 1);
 }
