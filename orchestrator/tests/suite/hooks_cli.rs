@@ -400,3 +400,108 @@ async fn config_show_and_check_list_hooks_and_check_runs_them_only_when_asked() 
     );
     assert_eq!(lines_of(&dir.path().join("guard.log")).len(), 1);
 }
+
+fn git(dir: &Path, args: &[&str]) {
+    let done = std::process::Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        done.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+}
+
+/// A teammate working in its own worktree is guarded too: the hook runs there (its
+/// `CLAUDE_PROJECT_DIR` is the worktree), and the reason reaches that teammate's model.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guard_hook_refuses_rm_for_a_teammate_in_its_worktree() {
+    let dir = hooked_project();
+    let root = dir.path();
+    std::fs::remove_dir_all(root.join(".git")).unwrap();
+    std::fs::create_dir_all(root.join(".muster/agents")).unwrap();
+    std::fs::write(
+        root.join(".muster/agents/writer.md"),
+        "---\nname: writer\ndescription: Writes files.\npermissionMode: bypassPermissions\n---\nYou write files.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("muster.team.toml"),
+        "name = \"builders\"\nisolation = \"worktree\"\n\n[[teammates]]\nname = \"one\"\n\
+         definition = \"writer\"\nplan_mode_required = false\napprover = \"policy:policy.toml\"\n",
+    )
+    .unwrap();
+    std::fs::write(root.join("policy.toml"), "approve_all = true\n").unwrap();
+    git(root, &["init", "-q", "-b", "main"]);
+    git(root, &["add", "-A"]);
+    git(root, &["commit", "-q", "-m", "start"]);
+    trust(root).await;
+    let entry = |value: Value| -> ScriptEntry { serde_json::from_value(value).unwrap() };
+    let any_turn = |agent: &str, text: &str| {
+        entry(
+            json!({"agent": agent, "reply": {"content": [{"type": "text", "text": text}],
+                     "stop_reason": "end_turn"}}),
+        )
+    };
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "clean", "description": "Clean up."}),
+            )],
+        ),
+        any_turn("lead", "Waiting for the team."),
+        ScriptEntry::reply(
+            "one",
+            1,
+            vec![tool("Bash", json!({"command": "rm data/keep.txt"}))],
+        ),
+        any_turn("one", "done"),
+    ])
+    .await;
+    let args = run_args(&fake.base_url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let done = muster(root, &args).await;
+    assert_eq!(
+        done.status.code(),
+        Some(0),
+        "{}\n{}",
+        stderr(&done),
+        super::common::stdout(&done)
+            .lines()
+            .rev()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let second = fake
+        .requests()
+        .into_iter()
+        .find(|request| request.agent.as_deref() == Some("one") && request.turn == Some(2))
+        .expect("the teammate's second request");
+    let results = tool_results(&second.body);
+    assert!(
+        results[0].contains("rm is not allowed here (guard)"),
+        "{results:?}"
+    );
+    // The guard ran in the teammate's worktree, with the teammate named: its log reached the
+    // user's tree through the teammate's merge.
+    let logged = lines_of(&root.join("guard.log"));
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    assert!(logged[0].contains("\"agent_id\":\"one\""), "{}", logged[0]);
+    assert!(
+        logged[0].contains("\"teammate_name\":\"one\""),
+        "{}",
+        logged[0]
+    );
+    assert!(
+        logged[0].contains(".muster/worktrees/"),
+        "not in the worktree: {}",
+        logged[0]
+    );
+}
