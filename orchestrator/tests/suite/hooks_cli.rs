@@ -505,3 +505,92 @@ async fn a_guard_hook_refuses_rm_for_a_teammate_in_its_worktree() {
         logged[0]
     );
 }
+
+/// The request `agent` made at `turn`.
+fn request_of(fake: &muster_fake_llm::FakeLlmHandle, agent: &str, turn: u64) -> Value {
+    fake.requests()
+        .into_iter()
+        .find(|request| request.agent.as_deref() == Some(agent) && request.turn == Some(turn))
+        .unwrap_or_else(|| panic!("no request of {agent} at turn {turn}"))
+        .body
+}
+
+/// A subagent of the lead is guarded too, named by `agent_id` and `agent_type`.
+#[tokio::test]
+async fn a_guard_hook_refuses_rm_for_a_subagent() {
+    let dir = hooked_project();
+    trust(dir.path()).await;
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![tool(
+                "Agent",
+                json!({"description": "clean", "prompt": "Clean up.", "subagent_type": "general"}),
+            )],
+        ),
+        ScriptEntry::reply(
+            "main.sub-1",
+            1,
+            vec![tool("Bash", json!({"command": "rm data/keep.txt"}))],
+        ),
+        ScriptEntry::reply("main.sub-1", 2, vec![Block::text("Could not.")]),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+    ])
+    .await;
+    let args = run_args(&fake.base_url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let done = muster(dir.path(), &args).await;
+    assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+    assert!(dir.path().join("data/keep.txt").exists(), "rm ran");
+    let results = tool_results(&request_of(&fake, "main.sub-1", 2));
+    assert!(
+        results[0].contains("rm is not allowed here (guard)"),
+        "{results:?}"
+    );
+    let logged = lines_of(&dir.path().join("guard.log"));
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    assert!(
+        logged[0].contains("\"agent_id\":\"main.sub-1\"")
+            && logged[0].contains("\"agent_type\":\"general\""),
+        "{}",
+        logged[0]
+    );
+}
+
+/// A batch line's run is guarded like any run.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guard_hook_refuses_rm_for_a_batch_line() {
+    let dir = hooked_project();
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![tool("Bash", json!({"command": "rm data/keep.txt"}))],
+        ),
+        ScriptEntry::reply("main", 2, vec![Block::text("Could not.")]),
+    ])
+    .await;
+    std::fs::write(
+        dir.path().join(".muster/settings.toml"),
+        format!(
+            "permission_mode = \"bypassPermissions\"\n[providers.anthropic]\nbase_url = \"{}\"\n",
+            fake.base_url()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("tasks.jsonl"),
+        "{\"id\": \"a\", \"prompt\": \"Clean up.\"}\n",
+    )
+    .unwrap();
+    trust(dir.path()).await;
+    let done = muster(dir.path(), &["batch", "tasks.jsonl"]).await;
+    assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+    assert!(dir.path().join("data/keep.txt").exists(), "rm ran");
+    let results = tool_results(&request_of(&fake, "main", 2));
+    assert!(
+        results[0].contains("rm is not allowed here (guard)"),
+        "{results:?}"
+    );
+}
