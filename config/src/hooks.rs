@@ -109,6 +109,18 @@ impl HookEvent {
         HOOK_EVENTS.into_iter().find(|event| event.name() == name)
     }
 
+    /// Whether muster fires the event yet (the others are read, listed and warned about).
+    pub fn fired(self) -> bool {
+        matches!(
+            self,
+            HookEvent::PreToolUse
+                | HookEvent::PostToolUse
+                | HookEvent::PostToolUseFailure
+                | HookEvent::Stop
+                | HookEvent::SubagentStop
+        )
+    }
+
     /// Claude Code's timeout when a handler names none: 30 s for `UserPromptSubmit`, 1.5 s
     /// for `SessionEnd` (its budget), 600 s otherwise.
     pub fn default_timeout(self) -> Duration {
@@ -371,6 +383,9 @@ pub fn read_hooks(
             });
             continue;
         };
+        if !event.fired() {
+            not_honoured.insert(format!("event `{name}` (muster does not fire it yet)"));
+        }
         let Some(groups) = groups.as_array() else {
             return Err(error(format!(
                 "`hooks.{name}` must be an array of matcher groups ({{\"matcher\": …, \"hooks\": [...]}})"
@@ -646,7 +661,13 @@ mod tests {
         assert_eq!(hooks[2].handler.timeout, Duration::from_secs(30));
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         let said = warnings[0].to_string();
-        for needle in ["`prompt`", "FileChanged", "`Bogus`", "sandbox"] {
+        for needle in [
+            "`prompt`",
+            "FileChanged",
+            "`Bogus`",
+            "sandbox",
+            "UserPromptSubmit",
+        ] {
             assert!(said.contains(needle), "{needle} in {said}");
         }
         let (user, _) = read_hooks(&json, &origin(Layer::User), Path::new("/nowhere")).unwrap();
