@@ -304,7 +304,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let pid_file = dir.path().join("child.pid");
         let command = format!("sleep 300 & echo $! > {}; wait", pid_file.display());
-        let outcome = fire_one(&command, Duration::from_millis(500), dir.path()).await;
+        // A failure guard only: without the group kill the hook's child holds it for 300 s.
+        let outcome = tokio::time::timeout(
+            Duration::from_secs(60),
+            fire_one(&command, Duration::from_millis(500), dir.path()),
+        )
+        .await
+        .expect("the timed-out hook's process group was not killed");
         assert!(
             outcome.messages[0].contains("timed out"),
             "{:?}",
