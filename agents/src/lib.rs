@@ -3,6 +3,7 @@
 
 pub mod budget;
 pub mod compaction;
+pub mod hooks;
 pub mod machine;
 pub mod mcp;
 pub mod model;

@@ -31,6 +31,7 @@
 //! | `message` | each message of the context | `message` (`{role, content}` in Anthropic block shape), `mode`; assistant messages add `turn` (the durable `x-muster-turn`), `model`, `stop_reason`, `usage`, `cost_usd?` (what resume restores the budget ledger from) |
 //! | `tool_started` | before a tool that is neither read-only nor idempotent runs | `tool_use_id`, `tool`, `process_group?`, `host?`, `boot_id?` (Bash: committed by the process-group recorder before the command runs, with the machine it runs on; on a worker's line the store also records the group under the work item, see `MailboxStore::record_tool_start`) |
 //! | `bash_effects` | with the `tool_call` of a non-read-only Bash call, just before it | `tool_use_id`, `command`, `exit_code`, `changed` (paths relative to the workspace), `effects_unknown?` (see [`crate::verification`]; skipped by resume) |
+//! | `hook_decision` | a call's PreToolUse hooks ran, before the call goes on | `tool_use_id`, `permission?` (`allow`/`ask`/`defer`/`deny`), `reason`, `updated_input?`, `context?` (a resume uses it instead of running the hooks again) |
 //! | `tool_call` | each call decided and finished | `tool_use_id`, `tool`, `decision` (`allow`/`ask`/`deny`/`invalid`), `reason`, `content`, `is_error` |
 //! | `mode` | a mode change | `mode`, `pre_plan_mode?`, `reason` |
 //! | `plan_snapshot` | the plan at `draft`, `submitted`, `edited`, `approved` | `path`, `content`, `state`, `request_id?` |
@@ -71,6 +72,7 @@ mod edit_diff;
 mod error;
 mod events;
 mod gate;
+mod hook_points;
 mod interrupt;
 mod limits;
 mod mcp;

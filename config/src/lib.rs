@@ -3,6 +3,7 @@
 
 pub mod agents;
 pub mod diagnostic;
+pub mod hooks;
 pub mod ids;
 pub mod instructions;
 pub mod mcp;

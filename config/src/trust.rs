@@ -63,7 +63,8 @@ pub struct CoveredFile {
 /// Every repository-controlled file that can widen access or run code, present or not:
 /// `.muster/settings.toml`, `.muster/settings.local.toml` while git tracks it (committed, it is
 /// the project's, not the user's), `.mcp.json`, `.claude/settings.json`,
-/// `.claude/settings.local.json` while git tracks it, every file under `.claude/hooks/`,
+/// `.claude/settings.local.json` while git tracks it, every file under `.claude/hooks/` and
+/// every file inside the project a hook command of those two names,
 /// `muster.team.toml` when it names a `policy:FILE` approver, and each policy file inside the
 /// project that a project-level `approver` or that team file names.
 pub fn covered_files(root: &Path) -> Vec<CoveredFile> {
@@ -94,6 +95,28 @@ pub fn covered_files(root: &Path) -> Vec<CoveredFile> {
                 relative: relative.display().to_string(),
                 path: hook.clone(),
             });
+        }
+    }
+    // Every file inside the project a project hook's command names (a script outside
+    // `.claude/hooks/` included).
+    let claude_files: Vec<PathBuf> = files
+        .iter()
+        .filter(|file| file.relative.starts_with(".claude/settings"))
+        .map(|file| file.path.clone())
+        .collect();
+    for settings in claude_files {
+        let Ok(text) = std::fs::read_to_string(&settings) else {
+            continue;
+        };
+        for command in crate::hooks::commands_in(&text) {
+            for named in crate::hooks::named_files(&command, root) {
+                if !files.iter().any(|file| file.relative == named) {
+                    files.push(CoveredFile {
+                        path: root.join(&named),
+                        relative: named,
+                    });
+                }
+            }
         }
     }
     let settings_files: Vec<PathBuf> = files
@@ -501,6 +524,29 @@ mod tests {
         // A trust file inside the project is never read.
         let inside = decide_in(root, &root.join(".config/muster"), None);
         assert!(inside.why.contains("inside the project"), "{}", inside.why);
+    }
+
+    #[test]
+    fn a_file_a_project_hook_names_is_covered() {
+        let project = tempfile::tempdir().unwrap();
+        let root = project.path();
+        std::fs::create_dir_all(root.join(".claude")).unwrap();
+        std::fs::create_dir_all(root.join("scripts")).unwrap();
+        std::fs::write(root.join("scripts/guard.sh"), "exit 0\n").unwrap();
+        std::fs::write(
+            root.join(".claude/settings.json"),
+            r#"{"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [
+                {"type": "command", "command": "bash \"$CLAUDE_PROJECT_DIR\"/scripts/guard.sh"}]}]}}"#,
+        )
+        .unwrap();
+        let names: Vec<String> = covered_files(root)
+            .into_iter()
+            .map(|file| file.relative)
+            .collect();
+        assert!(names.contains(&"scripts/guard.sh".to_owned()), "{names:?}");
+        let before = project_hash(&file_hashes(root).unwrap());
+        std::fs::write(root.join("scripts/guard.sh"), "exit 1\n").unwrap();
+        assert_ne!(project_hash(&file_hashes(root).unwrap()), before);
     }
 
     #[test]

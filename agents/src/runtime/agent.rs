@@ -170,6 +170,7 @@ impl AgentRuntime {
             workspace: equipment.workspace,
             report: report.clone(),
             commits: CommitLane::default(),
+            hook_decisions: Default::default(),
         };
         AgentRuntime {
             run: parts.run,
@@ -244,8 +245,7 @@ impl AgentRuntime {
     /// The loop of one turn.
     async fn drive(&mut self) -> RuntimeResult<AgentOutcome> {
         if let Some(result) = self.transcript.unfinished_answer.take() {
-            self.finish_turn(result.clone()).await?;
-            self.transcript.end(Some(result));
+            self.end_or_keep_working(result).await?;
         }
         loop {
             if let Some(result) = &self.transcript.finished {
@@ -279,8 +279,7 @@ impl AgentRuntime {
                     continue;
                 }
                 let result = self.stops.final_answer(&response.content);
-                self.finish_turn(result.clone()).await?;
-                self.transcript.end(Some(result));
+                self.end_or_keep_working(result).await?;
                 continue;
             }
             let cut = super::limits::cut_call_id(&response.content, &response.stop_reason);
@@ -330,6 +329,32 @@ impl AgentRuntime {
         let record = self.message_record(message.clone(), None);
         self.commit(vec![record], Vec::new(), None).await?;
         self.transcript.push(message, None);
+        Ok(())
+    }
+
+    /// Ends the turn with `result`, unless a Stop hook blocks: then its reason is committed as
+    /// the user message it adds, and the agent keeps working (a crash before that commit runs
+    /// the hook again on resume: the one event in flight).
+    async fn end_or_keep_working(&mut self, result: String) -> RuntimeResult<()> {
+        let active = super::hook_points::stop_hook_active(&self.transcript.messages);
+        let firing = super::hook_points::Firing {
+            run: &self.run,
+            id: &self.id,
+            kind: &self.kind,
+            definition: &self.definition,
+            workspace: self.calls.workspace.root(),
+            mode: self.plan.mode,
+        };
+        if let Some(reason) = firing.stop(active, &result).await {
+            let text = format!("{} {reason}", super::hook_points::STOP_HOOK_FEEDBACK);
+            let message = self.user_message(vec![ContentBlock::text(text)]);
+            let record = self.message_record(message.clone(), None);
+            self.commit(vec![record], Vec::new(), None).await?;
+            self.transcript.push(message, None);
+            return Ok(());
+        }
+        self.finish_turn(result.clone()).await?;
+        self.transcript.end(Some(result));
         Ok(())
     }
 

@@ -133,6 +133,8 @@ pub struct RunContext {
     pub team: super::team::TeamSlot,
     /// When the runtime stops an agent its model does not stop (cut answers, stuck loops).
     pub limits: super::limits::AgentLimits,
+    /// Claude Code's hooks, fired for every agent of the run (see [`crate::hooks`]).
+    pub hooks: crate::hooks::HookRunner,
 }
 
 /// When agents compact their context (see [`crate::compaction`]): the trigger's settings and

@@ -10,9 +10,12 @@
 //! costs). Other writing tools take no lock; they announce their paths while they run
 //! ([`crate::verification::FileEdits`]) so that a concurrent command's record leaves them out.
 
+use muster_config::hooks::HookEvent;
 use muster_protocol::ToolName;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::hooks::HookDecision;
 use crate::model::ToolCall;
 use crate::sandbox::SandboxProfile;
 use crate::tools::{
@@ -30,6 +33,7 @@ use super::edit_diff::EditCapture;
 use super::error::{RuntimeError, RuntimeResult};
 use super::events::Reporter;
 use super::gate::{CallContext, GateDecision, Verdict};
+use super::hook_points::{self, Firing};
 use super::interrupt::CommitLane;
 use super::plan_state::PlanState;
 use super::records::AgentKind;
@@ -54,6 +58,9 @@ pub(super) struct CallDispatcher {
     pub report: Arc<Reporter>,
     /// The agent's commits (a Bash call's `tool_started` goes through them too).
     pub commits: CommitLane,
+    /// PreToolUse decisions a resume found committed for calls without a result, by
+    /// `tool_use_id`: used instead of running the hooks again.
+    pub hook_decisions: std::sync::Mutex<BTreeMap<String, HookDecision>>,
 }
 
 /// What the agent's state says about a call: its mode and plan, and the run's auto gate.
@@ -68,13 +75,22 @@ impl CallDispatcher {
     /// writing call announced while it runs (with its diff).
     pub(super) async fn run_tool(&self, call: &ToolCall, run: ToolRun) -> CallResult {
         self.report.tool_started(call);
+        let (mode, input) = (run.mode, run.input(call));
+        let mut result = self.run_tool_unhooked(call, run).await;
+        self.firing(mode)
+            .post_tool_use(call, &input, &mut result.output)
+            .await;
+        result
+    }
+
+    async fn run_tool_unhooked(&self, call: &ToolCall, run: ToolRun) -> CallResult {
         if call.name == ToolName::Bash && !run.decision.read_only_shell {
             return self.measured_bash(call, run).await;
         }
         // Announced so that another agent's measured Bash call leaves them out.
         let _edits = self.file_edits(&run, call);
-        let before =
-            EditCapture::before(&call.name, run.tool.as_ref(), &run.context, &call.input).await;
+        let input = run.input(call);
+        let before = EditCapture::before(&call.name, run.tool.as_ref(), &run.context, &input).await;
         let mut result = run.execute(call).await;
         if let Some(before) = before
             && !result.output.is_error
@@ -84,19 +100,79 @@ impl CallDispatcher {
         result
     }
 
+    /// This agent as the one firing hooks, in `mode`.
+    fn firing(&self, mode: muster_config::PermissionMode) -> Firing<'_> {
+        Firing {
+            run: &self.run,
+            id: &self.id,
+            kind: &self.kind,
+            definition: &self.definition,
+            workspace: self.workspace.root(),
+            mode,
+        }
+    }
+
+    /// The engine's decision with the PreToolUse hooks' applied (see
+    /// [`super::hook_points`]), and the input the call runs with when a hook updated it. The
+    /// hooks' decision is committed before the call goes on; a resume takes it from there.
+    async fn pre_tool_use(
+        &self,
+        call: &ToolCall,
+        tool: &dyn crate::tools::Tool,
+        decision: GateDecision,
+        call_context: &CallContext<'_>,
+    ) -> RuntimeResult<(GateDecision, Option<HookDecision>)> {
+        if decision.verdict == Verdict::Deny || !self.run.hooks.has(HookEvent::PreToolUse) {
+            return Ok((decision, None));
+        }
+        let committed = self
+            .hook_decisions
+            .lock()
+            .map(|mut decisions| decisions.remove(&call.id))
+            .unwrap_or(None);
+        let hook = match committed {
+            Some(hook) => hook,
+            None => {
+                let Some(hook) = self.firing(call_context.mode).pre_tool_use(call).await else {
+                    return Ok((decision, None));
+                };
+                let record = Record::HookDecision {
+                    tool_use_id: call.id.clone(),
+                    decision: hook.clone(),
+                }
+                .to_new(&self.id)?;
+                let (store, run_id) = (self.run.store.clone(), self.run.run_id.clone());
+                self.commits
+                    .run(async move { store.append_records(&run_id, vec![record]).await })
+                    .await??;
+                muster_mailbox::failpoint!("hook:PreToolUse");
+                hook
+            }
+        };
+        let mut decided = hook_points::apply(&hook, decision);
+        if let Some(input) = &hook.updated_input
+            && decided.verdict != Verdict::Deny
+        {
+            // As if the model had sent it; the hooks are not run on it again.
+            let again = self.run.gate.decide(call_context, tool, input);
+            decided = hook_points::stricter(decided, again);
+        }
+        Ok((decided, Some(hook)))
+    }
+
     /// Runs a non-read-only `Bash` call between two snapshots of the workspace, under its Bash
     /// lock; the result carries the `bash_effects` record (committed with the `tool_call`). A
     /// failed snapshot never stops the command: the record then says its effects are unknown.
     async fn measured_bash(&self, call: &ToolCall, run: ToolRun) -> CallResult {
         let measurement =
             BashMeasurement::begin(self.workspace.root(), SnapshotLimits::default()).await;
+        let input = run.input(call);
         let mut result = run.execute(call).await;
         let exit_code = match &result.output.details {
             ToolDetails::Bash(outcome) => outcome.exit_code,
             _ => None,
         };
-        let command = call
-            .input
+        let command = input
             .get("command")
             .and_then(serde_json::Value::as_str)
             .unwrap_or_default();
@@ -110,7 +186,7 @@ impl CallDispatcher {
         if run.tool.is_read_only() {
             return None;
         }
-        let paths = run.tool.accessed_paths(&call.input).ok()?;
+        let paths = run.tool.accessed_paths(&run.input(call)).ok()?;
         let written: Vec<&str> = paths
             .iter()
             .filter(|access| access.usage == PathUse::Write)
@@ -131,7 +207,12 @@ impl CallDispatcher {
             Prepared::Finished(result) => *result,
             Prepared::Run(run) => {
                 self.report.tool_started(call);
-                run.execute(call).await
+                let (mode, input) = (run.mode, run.input(call));
+                let mut result = run.execute(call).await;
+                self.firing(mode)
+                    .post_tool_use(call, &input, &mut result.output)
+                    .await;
+                result
             }
             Prepared::Runtime(decision, _) => CallResult::new(
                 &decision,
@@ -190,10 +271,15 @@ impl CallDispatcher {
                 auto_gate_open: view.auto_gate_open,
                 plan_grants: view.plan.grants.as_ref(),
             };
-            self.run
+            let decision = self
+                .run
                 .gate
-                .decide(&call_context, tool.as_ref(), &call.input)
+                .decide(&call_context, tool.as_ref(), &call.input);
+            self.pre_tool_use(call, tool.as_ref(), decision, &call_context)
+                .await?
         };
+        let (decision, hook) = decision;
+        let hook = hook.unwrap_or_default();
         let asking = Asking {
             id: &self.id,
             asks: &self.asks,
@@ -236,6 +322,9 @@ impl CallDispatcher {
             decision,
             context,
             acks,
+            mode: view.plan.mode,
+            updated_input: hook.updated_input,
+            hook_context: hook.context,
         })))
     }
 
@@ -283,6 +372,12 @@ pub(super) struct ToolRun {
     decision: GateDecision,
     context: ToolContext,
     acks: Vec<String>,
+    /// The mode the call was decided in (its PostToolUse hooks fire in it).
+    mode: muster_config::PermissionMode,
+    /// A PreToolUse hook's `updatedInput`, decided by the engine again.
+    updated_input: Option<serde_json::Value>,
+    /// What the PreToolUse hooks added for the model.
+    hook_context: Vec<String>,
 }
 
 impl ToolRun {
@@ -296,7 +391,10 @@ impl ToolRun {
     /// The call's input, with the command text the classifier rewrote for read-only `Bash`
     /// (the flags it added are what keeps that text read-only).
     fn input(&self, call: &ToolCall) -> serde_json::Value {
-        let mut input = call.input.clone();
+        let mut input = self
+            .updated_input
+            .clone()
+            .unwrap_or_else(|| call.input.clone());
         if let (Some(text), Some(object)) = (&self.decision.shell_run_as, input.as_object_mut()) {
             object.insert("command".into(), serde_json::Value::String(text.clone()));
         }
@@ -304,7 +402,12 @@ impl ToolRun {
     }
 
     async fn execute(self, call: &ToolCall) -> CallResult {
-        let output = self.tool.call(&self.context, self.input(call)).await;
+        let mut output = self.tool.call(&self.context, self.input(call)).await;
+        for said in &self.hook_context {
+            output
+                .content
+                .push_str(&format!("\n[PreToolUse hook] {said}"));
+        }
         let mut result = CallResult::new(&self.decision, output);
         result.acks = self.acks;
         result

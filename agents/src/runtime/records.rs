@@ -91,6 +91,13 @@ pub enum Record {
     /// it, taken under the workspace's Bash lock): committed just before its `tool_call`, in
     /// the same commit. Evidence for verification reports; nothing to rebuild.
     BashEffects(BashEffects),
+    /// The PreToolUse hooks' decision of a call, committed before the call goes on: a resume
+    /// uses it and never runs those hooks again for the call.
+    HookDecision {
+        tool_use_id: String,
+        #[serde(flatten)]
+        decision: crate::hooks::HookDecision,
+    },
     /// One tool call decided and finished.
     ToolCall {
         tool_use_id: String,

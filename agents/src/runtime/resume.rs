@@ -121,6 +121,14 @@ impl AgentRuntime {
             if let Some(plan) = plan_in_history(record) {
                 history_plan = Some(plan);
             }
+            if let Record::HookDecision {
+                tool_use_id,
+                decision,
+            } = record
+                && let Ok(mut decisions) = self.calls.hook_decisions.lock()
+            {
+                decisions.insert(tool_use_id.clone(), decision.clone());
+            }
             self.transcript.replay(record);
             self.stops.replay(record);
             pending.replay(record);

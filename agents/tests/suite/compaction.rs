@@ -941,6 +941,7 @@ async fn the_request_after_compaction_carries_the_task_board_read_from_the_store
     )]);
     let context = Arc::new(RunContext {
         team: Default::default(),
+        hooks: Default::default(),
         models: ModelRouter::single(ModeModel {
             max_tokens: 1000,
             ..h.model(SONNET)

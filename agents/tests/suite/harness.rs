@@ -164,6 +164,7 @@ impl RunHarness {
         let catalog = Arc::new(AgentCatalog::built_in().unwrap());
         RunContext {
             team: Default::default(),
+            hooks: Default::default(),
             run_id: self.run_id.clone(),
             epoch: 1,
             store: self.store.clone(),

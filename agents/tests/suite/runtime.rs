@@ -77,6 +77,7 @@ impl Harness {
     fn routed(&self, approver: PlanApprover, models: ModelRouter) -> Arc<RunContext> {
         Arc::new(RunContext {
             team: Default::default(),
+            hooks: Default::default(),
             models,
             events: self.events.clone(),
             ..self.run_context(approver)

@@ -7,8 +7,8 @@
 //! `.claude/settings.local.json` while git does not track it) and from the project's own files
 //! only in a trusted project: the loader gates them (see [`crate::trust`]), as it gates
 //! `defaultMode` above `default` and `additionalDirectories`. `disableBypassPermissionsMode`
-//! narrows, from any file. Every other key muster does not honour (hooks, `env`, …) is a
-//! warning, once per file, never silence.
+//! narrows, from any file. Hooks and `disableAllHooks` are read by [`crate::hooks`]. Every
+//! other key muster does not honour (`env`, …) is a warning, once per file, never silence.
 
 use std::path::{Path, PathBuf};
 
@@ -24,8 +24,14 @@ use crate::rule::{PermissionRule, RuleBase, RuleBehavior, RuleParseError};
 
 /// The top-level keys muster applies (`disableBypassPermissionsMode` may also sit under
 /// `permissions`); every other key is a warning, once per file. `hooks` and `disableAllHooks`
-/// are the hooks' part.
-const HONOURED_KEYS: &[&str] = &["permissions", "$schema", "disableBypassPermissionsMode"];
+/// are read by [`crate::hooks`].
+const HONOURED_KEYS: &[&str] = &[
+    "permissions",
+    "$schema",
+    "disableBypassPermissionsMode",
+    "hooks",
+    "disableAllHooks",
+];
 
 /// The keys of `permissions` muster applies.
 const HONOURED_PERMISSION_KEYS: &[&str] = &[
@@ -215,7 +221,7 @@ mod tests {
     fn every_rule_is_read_and_unknown_keys_are_warnings() {
         let text = r#"{"permissions": {"deny": ["Read(./.env)", "Bash(curl:*)"],
             "ask": ["Bash(git push:*)"], "allow": ["Bash(rm:*)"]},
-            "hooks": {"PreToolUse": []}}"#;
+            "hooks": {"PreToolUse": []}, "env": {}}"#;
         let (values, warnings) = read(text);
         let rules: Vec<(RuleBehavior, &str)> = values
             .rules
@@ -233,8 +239,7 @@ mod tests {
         );
         let said: Vec<String> = warnings.iter().map(ToString::to_string).collect();
         assert!(
-            said.iter()
-                .any(|w| w.contains("does not apply these keys of Claude Code's settings: hooks")),
+            said.iter().any(|w| w.contains("does not apply these keys of Claude Code's settings: env")),
             "{said:?}"
         );
     }
@@ -273,10 +278,10 @@ mod tests {
         );
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         let said = warnings[0].to_string();
-        for key in ["env", "hooks", "permissions.weird"] {
+        for key in ["env", "permissions.weird"] {
             assert!(said.contains(key), "{said}");
         }
-        assert!(!said.contains("defaultMode"), "{said}");
+        assert!(!said.contains("defaultMode") && !said.contains("hooks"), "{said}");
         for (bad, expected) in [
             (
                 r#"{"permissions": {"defaultMode": "yolo"}}"#,

@@ -323,6 +323,8 @@ pub struct Settings {
     /// The settings files this load read (a run stores it; see [`SettingsInputs::snapshot`]).
     #[serde(skip)]
     pub snapshot: SettingsSnapshot,
+    /// Claude Code's hooks from its settings files (a project's only when trusted).
+    pub hooks: crate::hooks::Hooks,
     #[serde(skip)]
     entries: Vec<SettingEntry>,
 }
@@ -342,6 +344,7 @@ impl Settings {
         let mut errors = Vec::new();
         let mut warnings = Vec::new();
         let mut skipped = Vec::new();
+        let mut hooks = crate::hooks::Hooks::default();
         let mut layers = vec![default_layer_values()?];
         let mut source = FileSource {
             stored: inputs.snapshot,
@@ -362,6 +365,14 @@ impl Settings {
             match claude::read_claude_settings(&path, &text, layer, &base) {
                 Ok((mut values, found)) => {
                     warnings.extend(found);
+                    match hooks_of_file(inputs, &path, &text, layer, user_owned) {
+                        Ok((found, said, skipped_hooks)) => {
+                            warnings.extend(said);
+                            skipped.extend(skipped_hooks);
+                            hooks.add_file(found);
+                        }
+                        Err(error) => errors.push(error),
+                    }
                     if !user_owned && !inputs.trust.trusted {
                         skipped.extend(gate::skip_widening(&mut values, &inputs.trust.why));
                     }
@@ -432,6 +443,7 @@ impl Settings {
             ))
         });
         settings.skipped = skipped;
+        settings.hooks = hooks;
         finish(settings, errors).map(|value| Loaded { value, warnings })
     }
 
@@ -487,6 +499,56 @@ fn rule_base(path: &Path, users_own: bool) -> crate::rule::RuleBase {
         Some(directory) if users_own => crate::rule::RuleBase::Directory(directory.to_path_buf()),
         _ => crate::rule::RuleBase::ProjectRoot,
     }
+}
+
+/// The hooks of one Claude Code settings file: a repository's run only in a trusted project
+/// (otherwise each is skipped, with why); a user-owned file's keep the user's layer (only they
+/// may opt out of the sandbox).
+fn hooks_of_file(
+    inputs: &SettingsInputs<'_>,
+    path: &Path,
+    text: &str,
+    layer: Layer,
+    user_owned: bool,
+) -> Result<
+    (
+        crate::hooks::FileHooks,
+        Vec<Diagnostic>,
+        Vec<SkippedSetting>,
+    ),
+    Diagnostic,
+> {
+    // `read_claude_settings` has already refused text that is not JSON.
+    let Ok(json) = serde_json::from_str::<serde_json::Value>(text) else {
+        return Ok(Default::default());
+    };
+    let origin = Origin {
+        layer: match (user_owned, layer) {
+            (true, layer) => layer,
+            (false, _) => Layer::Project,
+        },
+        source: path.display().to_string(),
+        position: None,
+    };
+    let (mut found, warnings) =
+        crate::hooks::read_hooks(&json, &origin, inputs.project_root.path())?;
+    let mut skipped = Vec::new();
+    if !user_owned && !inputs.trust.trusted {
+        skipped = found
+            .hooks
+            .drain(..)
+            .map(|hook| SkippedSetting {
+                key: format!("hooks.{}", hook.event),
+                value: serde_json::Value::from(hook.handler.command),
+                origin: hook.origin,
+                why: format!(
+                    "a hook command; the project is not trusted ({})",
+                    inputs.trust.why
+                ),
+            })
+            .collect();
+    }
+    Ok((found, warnings, skipped))
 }
 
 /// Removes the `[mcp]` trust keys from the committed project settings: a cloned repository
@@ -991,6 +1053,7 @@ fn build(merged: &Merged, root: &Path, errors: &mut Vec<Diagnostic>) -> Settings
         trust: crate::trust::TrustDecision::trusted_by_caller(),
         skipped: Vec::new(),
         snapshot: SettingsSnapshot::default(),
+        hooks: crate::hooks::Hooks::default(),
         entries: entries(merged),
     };
     errors.append(&mut builder.errors);

@@ -122,6 +122,7 @@ pub fn run(options: &Options) -> anyhow::Result<Vec<Row>> {
             latency: options.latency,
             lead_latency: options.latency,
             bash: None,
+            hooks: false,
         };
         let m = run_team(options, sync, &shape)?;
         let ideal_ms = l_ms * (m.lead_turns + m.longest_teammate_turns) as f64;
@@ -165,6 +166,35 @@ pub fn run(options: &Options) -> anyhow::Result<Vec<Row>> {
             ..base.clone()
         });
         if i == 0 {
+            let hooked = run_team(
+                options,
+                sync,
+                &Shape {
+                    hooks: true,
+                    ..shape
+                },
+            )?;
+            let added = hooked
+                .overhead_ms_per_call
+                .zip(m.overhead_ms_per_call)
+                .map(|(with, without)| with - without);
+            rows.push(Row {
+                scenario: "hooks_per_tool_call",
+                tool_calls: hooked.tool_calls,
+                wall_ms: hooked.wall.as_secs_f64() * 1000.0,
+                overhead_ms_per_tool_call: hooked.overhead_ms_per_call,
+                peak_mib: hooked.peak_kib.map(|k| k as f64 / 1024.0),
+                target: "<= 5 ms added per tool call (sandbox included)",
+                target_met: added.map(|a| a <= 5.0),
+                note: format!(
+                    "the overhead_per_tool_call run again with a PreToolUse and a PostToolUse \
+                     hook (`cat > /dev/null`, matcher *) on every call, each a process in the \
+                     agent's sandbox; added per call {} ms (a mean over the run's calls, as \
+                     overhead_per_tool_call is, not a p50)",
+                    fmt_ms(added)
+                ),
+                ..base.clone()
+            });
             rows.push(Row {
                 scenario: "wall_vs_ideal",
                 target: "wall <= 1.15 x ideal (issue: L = 200 ms, 8 tasks)",
@@ -191,6 +221,7 @@ pub fn run(options: &Options) -> anyhow::Result<Vec<Row>> {
         latency: options.idle_hold,
         lead_latency: Duration::ZERO,
         bash: None,
+        hooks: false,
     };
     let m = run_team(options, sync, &shape)?;
     let peak_mib = m.peak_kib.map(|k| k as f64 / 1024.0);
@@ -236,6 +267,7 @@ fn parallel_bash(options: &Options, sync: SyncMode) -> anyhow::Result<Vec<Row>> 
             latency: options.latency,
             lead_latency: options.latency,
             bash: Some((options.bash, isolation)),
+            hooks: false,
         };
         let m = run_team(options, sync, &shape)?;
         let ideal_ms = l_ms * (m.lead_turns + m.longest_teammate_turns) as f64 + bash_ms;
@@ -297,6 +329,8 @@ struct Shape {
     /// The parallel-Bash scenario: each teammate runs one `sleep` of this length in a real
     /// git repository, under this isolation.
     bash: Option<(Duration, &'static str)>,
+    /// A trivial `PreToolUse` and `PostToolUse` hook (`cat > /dev/null`) on every call.
+    hooks: bool,
 }
 
 /// Writes a project of `shape.teammates` workers with a task each, runs it as a child
@@ -462,6 +496,15 @@ fn write_project(
         settings.push_str("\n[permissions]\nallow = [\"Bash(sleep:*)\"]\n");
     }
     std::fs::write(root.join(".muster/settings.toml"), settings)?;
+    if shape.hooks {
+        let hook = serde_json::json!([{"matcher": "*", "hooks": [
+            {"type": "command", "command": "cat > /dev/null"}]}]);
+        std::fs::create_dir_all(root.join(".claude"))?;
+        std::fs::write(
+            root.join(".claude/settings.json"),
+            serde_json::json!({"hooks": {"PreToolUse": hook, "PostToolUse": hook}}).to_string(),
+        )?;
+    }
     // A team file's `count` is at most 64: larger teams are several groups, `g1`, `g2`, ….
     // Every declared teammate is live for the whole run: the cap must hold them all.
     let mut team = format!(

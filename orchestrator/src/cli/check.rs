@@ -54,6 +54,10 @@ pub struct Args {
     /// Read {"tool", "input"} JSON lines from stdin, one verdict per line.
     #[arg(long)]
     pub stdin: bool,
+    /// Run the PreToolUse hooks that match the call (in the sandbox profile the agent's
+    /// commands would get) and apply their decision; without it they are only listed.
+    #[arg(long = "run-hooks")]
+    pub run_hooks: bool,
     /// The tool's name (`Bash`, `Write`, …).
     pub tool: Option<String>,
     /// The call's input as JSON (`{"command": "ls"}`).
@@ -179,8 +183,35 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     }
     match single {
         Some((tool, input)) => {
-            let decision = decide(&engine, &context, &mut mcp, &tool, &input);
-            let line = render(&tool, &decision, &sandbox, args.json);
+            let mut decision = decide(&engine, &context, &mut mcp, &tool, &input);
+            let hooks = settings
+                .hooks
+                .matching(muster_config::hooks::HookEvent::PreToolUse, Some(&tool));
+            if args.run_hooks && !hooks.is_empty() && decision.verdict != Verdict::Deny {
+                let run = HookCheck {
+                    settings: &settings,
+                    sandbox: &sandbox,
+                    workspace: &workspace_dir,
+                    mode: decision.effective_mode,
+                    env: &global.process.env,
+                };
+                decision = run.apply(&tool, &input, decision)?;
+            }
+            let mut line = render(&tool, &decision, &sandbox, args.json);
+            if args.json {
+                let mut value: Value = serde_json::from_str(&line)?;
+                value["hooks"] = hooks.iter().map(|hook| hook.to_json()).collect();
+                line = value.to_string();
+            } else {
+                let ran = if args.run_hooks {
+                    "ran"
+                } else {
+                    "would run (run them with --run-hooks)"
+                };
+                for hook in &hooks {
+                    line.push_str(&format!("\nhook {ran}: {}", hook.describe()));
+                }
+            }
             crate::loading::print_output(&format!("{line}\n"))?;
             Ok(if decision.is_allowed() {
                 Exit::Success
@@ -213,6 +244,76 @@ fn decide(
             decision.reason = format!("MCP tool `{tool}` is not available: {why}");
             decision
         }
+    }
+}
+
+/// `muster check --run-hooks`: the call's PreToolUse hooks run as an agent's would (no run:
+/// the session id is `check`), and their decision applied to the engine's (never wider).
+struct HookCheck<'a> {
+    settings: &'a muster_config::Settings,
+    sandbox: &'a Sandboxing,
+    workspace: &'a std::path::Path,
+    mode: PermissionMode,
+    env: &'a std::collections::BTreeMap<String, String>,
+}
+
+impl HookCheck<'_> {
+    fn apply(&self, tool: &str, input: &Value, decision: Decision) -> anyhow::Result<Decision> {
+        let runner = muster_agents::hooks::HookRunner::new(
+            std::sync::Arc::new(self.settings.hooks.clone()),
+            self.sandbox.state.clone().into_run_sandbox(),
+            self.env
+                .iter()
+                .map(|(name, value)| (name.into(), value.into()))
+                .collect(),
+        );
+        let agent = muster_agents::hooks::FiringAgent {
+            run_id: "check",
+            agent_id: "check",
+            is_lead: true,
+            agent_type: "check",
+            teammate_name: None,
+            workspace: self.workspace,
+            mode: self.mode,
+            profile: profile_for(false, self.mode, self.sandbox.read_only_agent),
+            transcript_path: None,
+        };
+        let mut fields = serde_json::Map::new();
+        fields.insert("tool_name".into(), tool.into());
+        fields.insert("tool_input".into(), input.clone());
+        fields.insert("tool_use_id".into(), "check".into());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let outcome = runtime.block_on(runner.fire(
+            muster_config::hooks::HookEvent::PreToolUse,
+            Some(tool),
+            &agent,
+            fields,
+        ));
+        for message in &outcome.messages {
+            eprintln!("muster: {message}");
+        }
+        let hook = muster_agents::hooks::HookDecision::of(outcome);
+        use muster_agents::hooks::HookPermission;
+        let because = |what: &str| format!("{what} by a PreToolUse hook: {}", hook.reason);
+        Ok(match hook.permission {
+            Some(HookPermission::Deny) => Decision {
+                verdict: Verdict::Deny,
+                reason: because("blocked"),
+                ..decision
+            },
+            Some(HookPermission::Ask | HookPermission::Defer)
+                if decision.verdict == Verdict::Allow =>
+            {
+                Decision {
+                    verdict: Verdict::Ask,
+                    reason: because("asked"),
+                    ..decision
+                }
+            }
+            _ => decision,
+        })
     }
 }
 

@@ -69,6 +69,8 @@ fn show(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
                 "hash": settings.trust.hash,
                 "why": settings.trust.why,
             },
+            "hooks": settings.hooks.hooks.iter().map(muster_config::hooks::ConfiguredHook::to_json).collect::<Vec<_>>(),
+            "hooks_disabled_by": settings.hooks.disabled_by.as_ref().map(|origin| origin.source.clone()),
             "skipped": settings.skipped.iter().map(|skipped| json!({
                 "key": skipped.key,
                 "value": skipped.value,
@@ -88,6 +90,16 @@ fn show(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
                 output,
                 "{} = {}  # {}",
                 entry.key, entry.value, entry.origin
+            )?;
+        }
+        for hook in &settings.hooks.hooks {
+            writeln!(output, "# hook: {}", hook.describe())?;
+        }
+        if let Some(origin) = &settings.hooks.disabled_by {
+            writeln!(
+                output,
+                "# hooks: all off (disableAllHooks in {})",
+                origin.source
             )?;
         }
         for skipped in &settings.skipped {

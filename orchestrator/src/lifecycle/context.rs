@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use muster_agents::budget::Spend;
+use muster_agents::hooks::HookRunner;
 use muster_agents::runtime::team::TeamSlot;
 use muster_agents::runtime::{
     CompactionPolicy, DEFAULT_MAX_SUBAGENTS, EngineGate, EventSink, ModelRouter, PlanApprover,
@@ -99,7 +100,17 @@ pub(crate) struct ContextParts<'a> {
 /// The run's shared context.
 pub(crate) fn run_context(parts: ContextParts<'_>, checked: CheckedParts) -> RunContext {
     let settings = &parts.project.settings;
+    let environment: Vec<(std::ffi::OsString, std::ffi::OsString)> = parts
+        .env
+        .iter()
+        .map(|(name, value)| (name.into(), value.into()))
+        .collect();
     RunContext {
+        hooks: HookRunner::new(
+            Arc::new(settings.hooks.clone()),
+            checked.sandbox.clone(),
+            environment.clone(),
+        ),
         run_id: parts.run_id.to_owned(),
         epoch: parts.epoch,
         store: parts.store,
@@ -117,11 +128,7 @@ pub(crate) fn run_context(parts: ContextParts<'_>, checked: CheckedParts) -> Run
         terminal: parts.terminal,
         events: parts.events,
         instructions: super::project_instructions(parts.project),
-        environment: parts
-            .env
-            .iter()
-            .map(|(name, value)| (name.into(), value.into()))
-            .collect(),
+        environment,
         sandbox: checked.sandbox,
         subagents: Arc::new(Semaphore::new(DEFAULT_MAX_SUBAGENTS)),
         budget: Arc::new(RunContext::budget_ledger(

@@ -64,7 +64,7 @@ fn the_mailbox_bench_prints_both_systems_and_the_disk() {
 }
 
 #[test]
-fn the_team_bench_prints_overhead_wall_time_memory_and_parallel_bash_rows() {
+fn the_team_bench_prints_overhead_hooks_wall_time_memory_and_parallel_bash_rows() {
     let rows = smoke_rows("team");
     let scenarios: Vec<(&str, &str)> = rows
         .iter()
@@ -74,6 +74,7 @@ fn the_team_bench_prints_overhead_wall_time_memory_and_parallel_bash_rows() {
         scenarios,
         [
             ("overhead_per_tool_call", "normal"),
+            ("hooks_per_tool_call", "normal"),
             ("wall_vs_ideal", "normal"),
             ("overhead_per_tool_call", "full"),
             ("idle_teammates_memory", "normal"),
@@ -129,10 +130,14 @@ fn the_team_bench_prints_overhead_wall_time_memory_and_parallel_bash_rows() {
     let normal = &rows[0];
     assert!(normal["target_met"].is_boolean());
     assert!(
-        rows[2]["target_met"].is_null(),
+        rows[1]["target_met"].is_boolean(),
+        "the hooks row is judged"
+    );
+    assert!(
+        rows[3]["target_met"].is_null(),
         "full is reported, not judged"
     );
-    let idle = &rows[3];
+    let idle = &rows[4];
     assert_eq!(idle["teammates"], 3);
     assert_eq!(
         idle["tool_calls"], 3,

@@ -590,7 +590,7 @@ fn stdin_over_the_shell_corpus_matches_the_library() {
 
 /// A user's Claude Code settings hold in muster: the deny rules of `.claude/settings.json`
 /// deny (in `bypassPermissions` too), the user's own allow rules apply, and a repository's allow
-/// rules and what muster does not honour yet (hooks) are said, never silently dropped. A
+/// rules and hooks are skipped in an untrusted project and said, never silently dropped. A
 /// committed `.claude/settings.local.json` counts as the repository's.
 #[test]
 fn claude_code_settings_deny_in_every_mode_and_a_repository_cannot_allow() {
@@ -619,12 +619,8 @@ fn claude_code_settings_deny_in_every_mode_and_a_repository_cannot_allow() {
     let (decision, stderr) = json(&["Read", r#"{"file_path":".env"}"#]);
     assert_eq!(decision["decision"], "deny", "{decision}");
     assert!(
-        stderr.contains("does not apply these keys of Claude Code's settings: hooks"),
-        "{stderr}"
-    );
-    assert!(
         stderr.contains("muster: project not trusted")
-            && stderr.contains("skipped 1 allow rule(s)"),
+            && stderr.contains("skipped hooks.PreToolUse = \"guard.sh\", 1 allow rule(s)"),
         "{stderr}"
     );
     let (decision, _) = json(&[
@@ -663,7 +659,7 @@ fn claude_code_settings_deny_in_every_mode_and_a_repository_cannot_allow() {
     git(&["add", "-f", ".claude/settings.local.json"]);
     let (decision, stderr) = json(&["Bash", r#"{"command":"touch c"}"#]);
     assert_eq!(decision["decision"], "ask", "committed: {decision}");
-    assert!(stderr.contains("skipped 2 allow rule(s)"), "{stderr}");
+    assert!(stderr.contains("2 allow rule(s)"), "{stderr}");
 
     // Trusted, the repository's own allow rules apply too (its deny rules always did).
     let trusted = cleared_command(&project.root, &project.home)

@@ -8,6 +8,7 @@ mod continue_cli;
 mod demo_cli;
 mod events_cli;
 mod grants_cli;
+mod hooks_cli;
 mod mcp_cli;
 mod openai_cli;
 mod resume_cli;

@@ -262,6 +262,7 @@ pub(super) async fn run_agent(
     let plans = PlanFiles::new(settings.plans_directory.value.clone(), SLUG);
     let context = Arc::new(RunContext {
         team: Default::default(),
+        hooks: Default::default(),
         run_id: RUN.into(),
         epoch,
         store: store.clone(),

@@ -1,0 +1,249 @@
+//! Where an agent fires hooks (see [`crate::hooks`]) and what their outcome does to it.
+//!
+//! - `PreToolUse`, after the engine's decision (a call the engine denies fires nothing: no
+//!   hook could allow it). Its combined decision is committed as a `hook_decision` record
+//!   before the call goes on, so a resume takes it from the store and never runs the hooks
+//!   again for that call ([`HookDecision`]). deny and exit 2 refuse the call; ask and defer
+//!   send it to the agent's approver; allow changes nothing (a hook never widens what the
+//!   rules, plan mode, protected paths, an approver or the sandbox allow); `updatedInput` is
+//!   decided by the engine again as if the model had sent it, and the stricter decision holds.
+//! - `PostToolUse` / `PostToolUseFailure`, after a tool of the tool set ran: exit 2,
+//!   `decision: "block"` and `additionalContext` reach the model in the call's result (so they
+//!   are committed with it). After a kill -9 between the hook and that commit, the call's
+//!   hooks run again with the call (at most this one event, the one in flight).
+
+use std::path::Path;
+
+use muster_config::hooks::HookEvent;
+use muster_config::{AgentDefinition, PermissionMode};
+use serde_json::{Map, Value};
+
+use crate::hooks::{FiringAgent, HookDecision, HookOutcome, HookPermission};
+use crate::model::ToolCall;
+use crate::tools::ToolOutput;
+
+use super::context::RunContext;
+use super::gate::{GateDecision, Verdict};
+use super::records::AgentKind;
+
+/// The engine's decision with the hooks' applied: never wider than the engine's.
+pub(super) fn apply(hook: &HookDecision, decision: GateDecision) -> GateDecision {
+    let because = |what: &str| {
+        if hook.reason.is_empty() {
+            format!("{what} by a PreToolUse hook")
+        } else {
+            format!("{what} by a PreToolUse hook: {}", hook.reason)
+        }
+    };
+    match (hook.permission, decision.verdict) {
+        (_, Verdict::Deny) | (None | Some(HookPermission::Allow), _) => decision,
+        (Some(HookPermission::Deny), _) => GateDecision {
+            verdict: Verdict::Deny,
+            reason: because("blocked"),
+            ..decision
+        },
+        (Some(HookPermission::Ask), _) => GateDecision {
+            verdict: Verdict::Ask,
+            reason: because("asked"),
+            ..decision
+        },
+        (Some(HookPermission::Defer), _) => GateDecision {
+            verdict: Verdict::Ask,
+            reason: because("deferred to whoever approves for this agent"),
+            ..decision
+        },
+    }
+}
+
+/// The stricter of two decisions of one call (deny > ask > allow): an `updatedInput` never
+/// gets more than the model's input got, and never more than the engine gives it.
+pub(super) fn stricter(first: GateDecision, second: GateDecision) -> GateDecision {
+    let rank = |verdict: Verdict| match verdict {
+        Verdict::Allow => 0,
+        Verdict::Ask => 1,
+        Verdict::Deny => 2,
+    };
+    if rank(second.verdict) > rank(first.verdict) {
+        second
+    } else {
+        first
+    }
+}
+
+/// The agent firing: who it is, where it works, its mode.
+pub(super) struct Firing<'a> {
+    pub run: &'a RunContext,
+    pub id: &'a str,
+    pub kind: &'a AgentKind,
+    pub definition: &'a AgentDefinition,
+    pub workspace: &'a Path,
+    pub mode: PermissionMode,
+}
+
+impl Firing<'_> {
+    fn agent(&self) -> FiringAgent<'_> {
+        FiringAgent {
+            run_id: &self.run.run_id,
+            agent_id: self.id,
+            is_lead: matches!(self.kind, AgentKind::Main),
+            agent_type: &self.definition.name,
+            teammate_name: matches!(self.kind, AgentKind::Teammate { .. }).then_some(self.id),
+            workspace: self.workspace,
+            mode: self.mode,
+            // Hooks run read-only wherever the agent's own commands would.
+            profile: crate::sandbox::profile_for(false, self.mode, self.definition.read_only),
+            transcript_path: None,
+        }
+    }
+
+    /// Fires `event` for `subject` (nothing runs when no hook matches).
+    pub(super) async fn fire(
+        &self,
+        event: HookEvent,
+        subject: Option<&str>,
+        fields: Map<String, Value>,
+    ) -> HookOutcome {
+        self.run
+            .hooks
+            .fire(event, subject, &self.agent(), fields)
+            .await
+    }
+
+    /// The PreToolUse hooks' decision of `call`, or `None` when no hook matched it.
+    pub(super) async fn pre_tool_use(&self, call: &ToolCall) -> Option<HookDecision> {
+        if self
+            .run
+            .hooks
+            .hooks()
+            .matching(HookEvent::PreToolUse, Some(&call.name))
+            .is_empty()
+        {
+            return None;
+        }
+        let outcome = self
+            .fire(
+                HookEvent::PreToolUse,
+                Some(&call.name),
+                tool_fields(call, &call.input),
+            )
+            .await;
+        Some(HookDecision::of(outcome))
+    }
+
+    /// Fires `PostToolUse` (or `PostToolUseFailure` for a failed call) and adds what the hooks
+    /// tell the model to the call's result.
+    pub(super) async fn post_tool_use(
+        &self,
+        call: &ToolCall,
+        input: &Value,
+        output: &mut ToolOutput,
+    ) {
+        let event = if output.is_error {
+            HookEvent::PostToolUseFailure
+        } else {
+            HookEvent::PostToolUse
+        };
+        if !self.run.hooks.has(event) {
+            return;
+        }
+        let mut fields = tool_fields(call, input);
+        if output.is_error {
+            fields.insert("error".into(), output.content.clone().into());
+        } else {
+            fields.insert("tool_response".into(), output.content.clone().into());
+        }
+        let outcome = self.fire(event, Some(&call.name), fields).await;
+        for said in outcome.block.iter().chain(&outcome.context) {
+            output.content.push_str(&format!("\n[{event} hook] {said}"));
+        }
+    }
+}
+
+/// How the user message a blocking Stop hook adds begins (and how a resume knows the turn
+/// is already continuing because of one: `stop_hook_active`).
+pub(super) const STOP_HOOK_FEEDBACK: &str = "Stop hook feedback:";
+
+/// Whether the newest user message of `messages` is a Stop hook's feedback.
+pub(super) fn stop_hook_active(messages: &[crate::model::Message]) -> bool {
+    messages
+        .iter()
+        .rev()
+        .find(|message| message.role == crate::model::Role::User)
+        .and_then(|message| message.content.first())
+        .is_some_and(|block| match block {
+            crate::model::ContentBlock::Text { text, .. } => text.starts_with(STOP_HOOK_FEEDBACK),
+            _ => false,
+        })
+}
+
+impl Firing<'_> {
+    /// Fires `Stop` (`SubagentStop` for a subagent) as the agent is about to end its turn
+    /// with `last` as its answer; the reason of a hook that blocks (the agent keeps working).
+    pub(super) async fn stop(&self, active: bool, last: &str) -> Option<String> {
+        let event = match self.kind {
+            AgentKind::Subagent { .. } => HookEvent::SubagentStop,
+            _ => HookEvent::Stop,
+        };
+        if !self.run.hooks.has(event) {
+            return None;
+        }
+        let mut fields = Map::new();
+        fields.insert("stop_hook_active".into(), active.into());
+        fields.insert("last_assistant_message".into(), last.into());
+        self.fire(event, None, fields).await.block
+    }
+}
+
+/// The tool fields of a tool event's JSON.
+fn tool_fields(call: &ToolCall, input: &Value) -> Map<String, Value> {
+    let mut fields = Map::new();
+    fields.insert("tool_name".into(), call.name.clone().into());
+    fields.insert("tool_input".into(), input.clone());
+    fields.insert("tool_use_id".into(), call.id.clone().into());
+    fields
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A hook narrows the engine's decision and never widens it.
+    #[test]
+    fn a_hook_narrows_and_never_widens() {
+        let engine = [
+            GateDecision::allow("mode default"),
+            GateDecision {
+                verdict: Verdict::Ask,
+                ..GateDecision::allow("ask rule")
+            },
+            GateDecision::deny("deny rule"),
+        ];
+        // (hook, engine index, verdict)
+        let cases = [
+            (None, 0, Verdict::Allow),
+            (Some(HookPermission::Allow), 1, Verdict::Ask),
+            (Some(HookPermission::Allow), 2, Verdict::Deny),
+            (Some(HookPermission::Deny), 0, Verdict::Deny),
+            (Some(HookPermission::Ask), 0, Verdict::Ask),
+            (Some(HookPermission::Defer), 0, Verdict::Ask),
+            (Some(HookPermission::Ask), 2, Verdict::Deny),
+        ];
+        for (permission, index, verdict) in cases {
+            let hook = HookDecision {
+                permission,
+                reason: "r".into(),
+                ..HookDecision::default()
+            };
+            let decided = apply(&hook, engine[index].clone());
+            assert_eq!(decided.verdict, verdict, "{permission:?} over {index}");
+        }
+        assert_eq!(
+            stricter(GateDecision::allow("a"), GateDecision::deny("b")).verdict,
+            Verdict::Deny
+        );
+        assert_eq!(
+            stricter(GateDecision::deny("a"), GateDecision::allow("b")).verdict,
+            Verdict::Deny
+        );
+    }
+}

@@ -1,0 +1,709 @@
+//! Claude Code's hooks, read from the `hooks` key of its three settings files (see
+//! [`crate::settings::claude`]): event → matcher groups → handlers, as Claude Code shapes them
+//! (`{"hooks":{"PreToolUse":[{"matcher":"Bash","hooks":[{"type":"command","command":"…"}]}]}}`).
+//!
+//! A project's hooks run code the repository chose, so they apply only in a trusted project
+//! (the loader gates them, [`crate::settings`]); the trust hash covers every file inside the
+//! project a project hook's command names ([`named_files`]) and `.claude/hooks/**`. Each hook
+//! from a project file keeps the hashes of the files it names, so the runner refuses to run it
+//! when one changed since (in the agent's workspace, a worktree included). Handler types and
+//! events muster cannot honour are warnings, once per file. `disableAllHooks: true` in any of
+//! the files turns every hook off (it only narrows).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::diagnostic::Diagnostic;
+use crate::origin::{Layer, Origin};
+
+/// The events muster fires, by Claude Code's names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum HookEvent {
+    PreToolUse,
+    PostToolUse,
+    PostToolUseFailure,
+    PermissionRequest,
+    UserPromptSubmit,
+    SessionStart,
+    SessionEnd,
+    Stop,
+    SubagentStart,
+    SubagentStop,
+    Notification,
+    TeammateIdle,
+    TaskCreated,
+    TaskCompleted,
+    PreCompact,
+    PostCompact,
+}
+
+/// Every event muster fires.
+pub const HOOK_EVENTS: [HookEvent; 16] = [
+    HookEvent::PreToolUse,
+    HookEvent::PostToolUse,
+    HookEvent::PostToolUseFailure,
+    HookEvent::PermissionRequest,
+    HookEvent::UserPromptSubmit,
+    HookEvent::SessionStart,
+    HookEvent::SessionEnd,
+    HookEvent::Stop,
+    HookEvent::SubagentStart,
+    HookEvent::SubagentStop,
+    HookEvent::Notification,
+    HookEvent::TeammateIdle,
+    HookEvent::TaskCreated,
+    HookEvent::TaskCompleted,
+    HookEvent::PreCompact,
+    HookEvent::PostCompact,
+];
+
+/// Claude Code's events muster has no moment for: read, warned about, never run.
+const EVENTS_NOT_FIRED: [&str; 14] = [
+    "Setup",
+    "UserPromptExpansion",
+    "PermissionDenied",
+    "PostToolBatch",
+    "MessageDisplay",
+    "StopFailure",
+    "InstructionsLoaded",
+    "ConfigChange",
+    "CwdChanged",
+    "FileChanged",
+    "WorktreeCreate",
+    "WorktreeRemove",
+    "Elicitation",
+    "ElicitationResult",
+];
+
+/// Claude Code's default timeout of a command hook.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+
+impl HookEvent {
+    /// Claude Code's name of the event (`hook_event_name`).
+    pub fn name(self) -> &'static str {
+        match self {
+            HookEvent::PreToolUse => "PreToolUse",
+            HookEvent::PostToolUse => "PostToolUse",
+            HookEvent::PostToolUseFailure => "PostToolUseFailure",
+            HookEvent::PermissionRequest => "PermissionRequest",
+            HookEvent::UserPromptSubmit => "UserPromptSubmit",
+            HookEvent::SessionStart => "SessionStart",
+            HookEvent::SessionEnd => "SessionEnd",
+            HookEvent::Stop => "Stop",
+            HookEvent::SubagentStart => "SubagentStart",
+            HookEvent::SubagentStop => "SubagentStop",
+            HookEvent::Notification => "Notification",
+            HookEvent::TeammateIdle => "TeammateIdle",
+            HookEvent::TaskCreated => "TaskCreated",
+            HookEvent::TaskCompleted => "TaskCompleted",
+            HookEvent::PreCompact => "PreCompact",
+            HookEvent::PostCompact => "PostCompact",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<HookEvent> {
+        HOOK_EVENTS.into_iter().find(|event| event.name() == name)
+    }
+
+    /// Whether muster fires the event yet (the others are read, listed and warned about).
+    pub fn fired(self) -> bool {
+        matches!(
+            self,
+            HookEvent::PreToolUse
+                | HookEvent::PostToolUse
+                | HookEvent::PostToolUseFailure
+                | HookEvent::Stop
+                | HookEvent::SubagentStop
+        )
+    }
+
+    /// Claude Code's timeout when a handler names none: 30 s for `UserPromptSubmit`, 1.5 s
+    /// for `SessionEnd` (its budget), 600 s otherwise.
+    pub fn default_timeout(self) -> Duration {
+        match self {
+            HookEvent::UserPromptSubmit => Duration::from_secs(30),
+            HookEvent::SessionEnd => Duration::from_millis(1500),
+            _ => DEFAULT_TIMEOUT,
+        }
+    }
+}
+
+impl std::fmt::Display for HookEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A matcher group's `matcher`: what it matches on depends on the event (the tool name for
+/// tool events, `source` for `SessionStart`, the agent type for subagent events, …).
+#[derive(Debug, Clone)]
+pub enum HookMatcher {
+    /// `*`, `""` or no matcher.
+    All,
+    /// Letters, digits, `_` and `|` only: exact names.
+    Exact(Vec<String>),
+    /// Any other character: a regular expression, searched in the subject.
+    Regex(regex::Regex),
+}
+
+impl HookMatcher {
+    /// Parses a matcher as Claude Code reads it.
+    pub fn parse(text: &str) -> Result<HookMatcher, regex::Error> {
+        if text.is_empty() || text == "*" {
+            return Ok(HookMatcher::All);
+        }
+        if text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '|')
+        {
+            return Ok(HookMatcher::Exact(
+                text.split('|')
+                    .filter(|name| !name.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+            ));
+        }
+        regex::Regex::new(text).map(HookMatcher::Regex)
+    }
+
+    /// Whether the matcher selects `subject` (`None`: an event without a subject, which
+    /// every matcher selects).
+    pub fn matches(&self, subject: Option<&str>) -> bool {
+        let Some(subject) = subject else {
+            return true;
+        };
+        match self {
+            HookMatcher::All => true,
+            HookMatcher::Exact(names) => names.iter().any(|name| name == subject),
+            HookMatcher::Regex(regex) => regex.is_match(subject),
+        }
+    }
+
+    /// The matcher as written (`*` for all).
+    pub fn text(&self) -> String {
+        match self {
+            HookMatcher::All => "*".to_owned(),
+            HookMatcher::Exact(names) => names.join("|"),
+            HookMatcher::Regex(regex) => regex.as_str().to_owned(),
+        }
+    }
+}
+
+impl Serialize for HookMatcher {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.text())
+    }
+}
+
+/// Whether a hook's process runs in the sandbox of the agent that fired it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HookSandbox {
+    /// The firing agent's profile (read-only in plan mode, for read-only agents and `Plan`).
+    Agent,
+    /// Unconfined: only a user-level hook may ask for it (`"sandbox": "off"`).
+    Off,
+}
+
+/// What a hook does when it fails (cannot start, times out, exits with another code than 0
+/// or 2, prints junk): Claude Code's behaviour (`continue`), or `block` (a failed guard
+/// refuses the call, stops the prompt, keeps the agent working, as exit 2 would).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnFailure {
+    Continue,
+    Block,
+}
+
+/// One `command` handler.
+#[derive(Debug, Clone, Serialize)]
+pub struct HookHandler {
+    /// Run with `sh -c` in the agent's workspace.
+    pub command: String,
+    pub timeout: Duration,
+    pub sandbox: HookSandbox,
+    pub on_failure: OnFailure,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status_message: Option<String>,
+}
+
+/// A file inside the project that a project hook's command names, with its SHA-256 (hex)
+/// when the hook was read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NamedFile {
+    /// Relative to the project root (and so to a teammate's worktree).
+    pub relative: String,
+    pub sha256: String,
+}
+
+/// One hook as configured: its event, matcher, handler and the file (and layer) it came from.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConfiguredHook {
+    pub event: HookEvent,
+    pub matcher: HookMatcher,
+    pub handler: HookHandler,
+    pub origin: Origin,
+    /// The project's files the command names, for a hook from a project file: the runner
+    /// refuses the hook when one changed since it was read.
+    pub named_files: Vec<NamedFile>,
+}
+
+impl ConfiguredHook {
+    /// Whether the hook came from a file the user owns (not the repository's).
+    pub fn user_level(&self) -> bool {
+        self.origin.layer == Layer::User
+    }
+
+    /// One line for `muster config show` and `muster check`: event, matcher, command, timeout,
+    /// sandbox, failure handling and the file.
+    pub fn describe(&self) -> String {
+        let sandbox = match self.handler.sandbox {
+            HookSandbox::Agent => "in the firing agent's sandbox",
+            HookSandbox::Off => "UNCONFINED (\"sandbox\": \"off\" in the user's file)",
+        };
+        let on_failure = match self.handler.on_failure {
+            OnFailure::Continue => "",
+            OnFailure::Block => "; a failure blocks",
+        };
+        format!(
+            "{} [{}] `{}` (timeout {} s, {sandbox}{on_failure})  # {}",
+            self.event,
+            self.matcher.text(),
+            self.handler.command,
+            self.handler.timeout.as_secs_f64(),
+            self.origin
+        )
+    }
+
+    /// The JSON `muster config show --json` and `muster check --json` give.
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({
+            "event": self.event.name(),
+            "matcher": self.matcher.text(),
+            "command": self.handler.command,
+            "timeout_secs": self.handler.timeout.as_secs_f64(),
+            "sandbox": self.handler.sandbox,
+            "on_failure": self.handler.on_failure,
+            "layer": self.origin.layer,
+            "source": self.origin.source,
+            "named_files": self.named_files.iter().map(|f| &f.relative).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// Every hook the settings define, or none when `disableAllHooks` is set.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Hooks {
+    pub hooks: Vec<ConfiguredHook>,
+    /// The file that set `disableAllHooks: true`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disabled_by: Option<Origin>,
+}
+
+impl Hooks {
+    /// Adds one file's hooks (files in Claude Code's order: user, project, local).
+    /// A file already added (the home directory's `.claude/settings.json` when the project
+    /// is the home directory) is added once.
+    pub fn add_file(&mut self, file: FileHooks) {
+        let source = file.origin.as_ref().map(|origin| origin.source.as_str());
+        if self
+            .hooks
+            .iter()
+            .any(|hook| Some(hook.origin.source.as_str()) == source)
+        {
+            return;
+        }
+        self.hooks.extend(file.hooks);
+        if file.disable_all && self.disabled_by.is_none() {
+            self.disabled_by = file.origin;
+        }
+    }
+
+    /// The hooks of `event` whose matcher selects `subject`, in the files' order.
+    pub fn matching(&self, event: HookEvent, subject: Option<&str>) -> Vec<&ConfiguredHook> {
+        if self.disabled_by.is_some() {
+            return Vec::new();
+        }
+        self.hooks
+            .iter()
+            .filter(|hook| hook.event == event && hook.matcher.matches(subject))
+            .collect()
+    }
+
+    /// Whether any hook is configured for `event` (and hooks are on).
+    pub fn has(&self, event: HookEvent) -> bool {
+        self.disabled_by.is_none() && self.hooks.iter().any(|hook| hook.event == event)
+    }
+}
+
+/// What one settings file says about hooks.
+#[derive(Debug, Clone, Default)]
+pub struct FileHooks {
+    pub hooks: Vec<ConfiguredHook>,
+    /// `disableAllHooks: true`.
+    pub disable_all: bool,
+    /// The file's origin (for `disabled_by`).
+    pub origin: Option<Origin>,
+}
+
+/// Reads the `hooks` and `disableAllHooks` keys of one Claude Code settings file. `root` is
+/// the project root (files a command names inside it are hashed); `origin` the file's.
+/// Errors are the shape's (a list where an object must be, …); what muster cannot honour is
+/// a warning, once per file.
+pub fn read_hooks(
+    json: &Value,
+    origin: &Origin,
+    root: &Path,
+) -> Result<(FileHooks, Vec<Diagnostic>), Diagnostic> {
+    let mut found = FileHooks {
+        disable_all: json.get("disableAllHooks").and_then(Value::as_bool) == Some(true),
+        origin: Some(origin.clone()),
+        hooks: Vec::new(),
+    };
+    let mut not_honoured = BTreeSet::new();
+    let error = |what: String| Diagnostic::new(what).in_source(&origin.source);
+    let Some(events) = json.get("hooks") else {
+        return Ok((found, Vec::new()));
+    };
+    let Some(events) = events.as_object() else {
+        return Err(error(
+            "`hooks` must be an object of event names, e.g. {\"PreToolUse\": [...]}".into(),
+        ));
+    };
+    for (name, groups) in events {
+        let Some(event) = HookEvent::parse(name) else {
+            not_honoured.insert(if EVENTS_NOT_FIRED.contains(&name.as_str()) {
+                format!("event `{name}` (muster does not fire it)")
+            } else {
+                format!("event `{name}` (not a Claude Code hook event)")
+            });
+            continue;
+        };
+        if !event.fired() {
+            not_honoured.insert(format!("event `{name}` (muster does not fire it yet)"));
+        }
+        let Some(groups) = groups.as_array() else {
+            return Err(error(format!(
+                "`hooks.{name}` must be an array of matcher groups ({{\"matcher\": …, \"hooks\": [...]}})"
+            )));
+        };
+        for group in groups {
+            let matcher_text = group.get("matcher").and_then(Value::as_str).unwrap_or("");
+            let matcher = HookMatcher::parse(matcher_text).map_err(|cause| {
+                error(format!(
+                    "`hooks.{name}` matcher `{matcher_text}` is not a valid regular expression: {cause}"
+                ))
+            })?;
+            let Some(handlers) = group.get("hooks").and_then(Value::as_array) else {
+                return Err(error(format!(
+                    "`hooks.{name}`: each matcher group needs `hooks`, an array of handlers"
+                )));
+            };
+            for handler in handlers {
+                let kind = handler.get("type").and_then(Value::as_str).unwrap_or("");
+                if kind != "command" {
+                    not_honoured.insert(format!("handler type `{kind}` (muster runs `command`)"));
+                    continue;
+                }
+                let Some(command) = handler.get("command").and_then(Value::as_str) else {
+                    return Err(error(format!(
+                        "`hooks.{name}`: a `command` handler needs `command`, a string"
+                    )));
+                };
+                let handler = read_handler(handler, event, command, origin, &mut not_honoured)?;
+                let named_files = if origin.layer == Layer::User {
+                    Vec::new()
+                } else {
+                    hashed_named_files(command, root)
+                };
+                found.hooks.push(ConfiguredHook {
+                    event,
+                    matcher: matcher.clone(),
+                    handler,
+                    origin: origin.clone(),
+                    named_files,
+                });
+            }
+        }
+    }
+    let warnings = (!not_honoured.is_empty())
+        .then(|| {
+            Diagnostic::new(format!(
+                "hooks not applied: {}",
+                not_honoured.into_iter().collect::<Vec<_>>().join(", ")
+            ))
+            .in_source(&origin.source)
+        })
+        .into_iter()
+        .collect();
+    Ok((found, warnings))
+}
+
+fn read_handler(
+    handler: &Value,
+    event: HookEvent,
+    command: &str,
+    origin: &Origin,
+    not_honoured: &mut BTreeSet<String>,
+) -> Result<HookHandler, Diagnostic> {
+    let timeout = match handler.get("timeout") {
+        None => event.default_timeout(),
+        Some(value) => match value.as_f64() {
+            Some(seconds) if seconds > 0.0 && seconds.is_finite() => {
+                Duration::from_secs_f64(seconds)
+            }
+            _ => {
+                return Err(Diagnostic::new(format!(
+                    "`hooks.{event}`: `timeout` of `{command}` must be a positive number of seconds"
+                ))
+                .in_source(&origin.source));
+            }
+        },
+    };
+    let sandbox = match handler.get("sandbox").and_then(Value::as_str) {
+        Some("off") if origin.layer == Layer::User => HookSandbox::Off,
+        Some("off") => {
+            not_honoured.insert(
+                "`\"sandbox\": \"off\"` (only a hook in ~/.claude/settings.json may run unconfined)"
+                    .into(),
+            );
+            HookSandbox::Agent
+        }
+        _ => HookSandbox::Agent,
+    };
+    let on_failure = match handler.get("onFailure").and_then(Value::as_str) {
+        Some("block") => OnFailure::Block,
+        _ => OnFailure::Continue,
+    };
+    for key in ["async", "once", "if", "args"] {
+        if handler.get(key).is_some() {
+            not_honoured.insert(format!("handler field `{key}`"));
+        }
+    }
+    Ok(HookHandler {
+        command: command.to_owned(),
+        timeout,
+        sandbox,
+        on_failure,
+        status_message: handler
+            .get("statusMessage")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+    })
+}
+
+/// The variable Claude Code (and muster) sets to the project directory for hooks.
+pub const PROJECT_DIR_VAR: &str = "CLAUDE_PROJECT_DIR";
+
+/// The files inside `root` that `command` names, relative to it: every word (split as a shell
+/// would, then at `;|&<>()`) that, with `$CLAUDE_PROJECT_DIR` replaced by the root and read
+/// relative to it, is an existing regular file inside the root. Interpreter arguments count
+/// (`python3 tools/guard.py`), so do `./x` and absolute paths.
+pub fn named_files(command: &str, root: &Path) -> Vec<String> {
+    let canonical_root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    let root_text = root.display().to_string();
+    let words = shlex::split(command).unwrap_or_else(|| {
+        command
+            .split_whitespace()
+            .map(|word| word.replace(['"', '\''], ""))
+            .collect()
+    });
+    let mut found = Vec::new();
+    for word in &words {
+        for part in word.split([';', '|', '&', '<', '>', '(', ')']) {
+            let part = part
+                .replace("${CLAUDE_PROJECT_DIR}", &root_text)
+                .replace("$CLAUDE_PROJECT_DIR", &root_text);
+            if part.is_empty() || part.starts_with('-') {
+                continue;
+            }
+            let path = root.join(&part);
+            let Ok(canonical) = std::fs::canonicalize(&path) else {
+                continue;
+            };
+            if !canonical.is_file() {
+                continue;
+            }
+            if let Ok(relative) = canonical.strip_prefix(&canonical_root) {
+                let relative = relative.display().to_string();
+                if !found.contains(&relative) {
+                    found.push(relative);
+                }
+            }
+        }
+    }
+    found
+}
+
+fn hashed_named_files(command: &str, root: &Path) -> Vec<NamedFile> {
+    named_files(command, root)
+        .into_iter()
+        .filter_map(|relative| {
+            let bytes = std::fs::read(root.join(&relative)).ok()?;
+            Some(NamedFile {
+                sha256: sha256_hex(&bytes),
+                relative,
+            })
+        })
+        .collect()
+}
+
+/// The SHA-256 of `bytes`, in hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, bytes)
+        .as_ref()
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+/// Whether the files `hook` names are, inside `workspace`, what they were when it was read;
+/// `Err` names the first one that changed or went.
+pub fn named_files_unchanged(hook: &ConfiguredHook, workspace: &Path) -> Result<(), String> {
+    for file in &hook.named_files {
+        let path: PathBuf = workspace.join(&file.relative);
+        match std::fs::read(&path) {
+            Ok(bytes) if sha256_hex(&bytes) == file.sha256 => {}
+            Ok(_) => {
+                return Err(format!(
+                    "{} changed since the project was trusted",
+                    file.relative
+                ));
+            }
+            Err(error) => return Err(format!("{}: {error}", file.relative)),
+        }
+    }
+    Ok(())
+}
+
+/// The commands of every hook in a Claude Code settings file's text (for the trust hash).
+pub fn commands_in(text: &str) -> Vec<String> {
+    let Ok(json) = serde_json::from_str::<Value>(text) else {
+        return Vec::new();
+    };
+    let Some(events) = json.get("hooks").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    events
+        .values()
+        .filter_map(Value::as_array)
+        .flatten()
+        .filter_map(|group| group.get("hooks").and_then(Value::as_array))
+        .flatten()
+        .filter_map(|handler| handler.get("command").and_then(Value::as_str))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn origin(layer: Layer) -> Origin {
+        Origin {
+            layer,
+            source: "/p/.claude/settings.json".into(),
+            position: None,
+        }
+    }
+
+    #[test]
+    fn matchers_follow_claude_codes_table() {
+        let cases: [(&str, Option<&str>, bool); 11] = [
+            ("", Some("Bash"), true),
+            ("*", Some("Edit"), true),
+            ("Bash", Some("Bash"), true),
+            ("Bash", Some("BashOutput"), false),
+            ("Edit|Write", Some("Write"), true),
+            ("Edit|Write", Some("Read"), false),
+            ("mcp__.*", Some("mcp__github__search"), true),
+            ("mcp__.*", Some("Bash"), false),
+            ("Notebook.*", Some("NotebookEdit"), true),
+            ("startup", Some("resume"), false),
+            ("Bash", None, true),
+        ];
+        for (text, subject, expected) in cases {
+            let matcher = HookMatcher::parse(text).unwrap();
+            assert_eq!(matcher.matches(subject), expected, "{text} on {subject:?}");
+        }
+        assert!(HookMatcher::parse("(").is_err());
+    }
+
+    #[test]
+    fn hooks_are_read_with_defaults_and_what_is_not_honoured_warned_once() {
+        let json: Value = serde_json::from_str(
+            r#"{"disableAllHooks": false, "hooks": {
+                "PreToolUse": [{"matcher": "Bash", "hooks": [
+                    {"type": "command", "command": "guard.sh", "timeout": 5, "onFailure": "block"},
+                    {"type": "prompt", "prompt": "x"},
+                    {"type": "command", "command": "x", "sandbox": "off"}]}],
+                "UserPromptSubmit": [{"hooks": [{"type": "command", "command": "ctx"}]}],
+                "FileChanged": [], "Bogus": []}}"#,
+        )
+        .unwrap();
+        let (found, warnings) =
+            read_hooks(&json, &origin(Layer::Project), Path::new("/nowhere")).unwrap();
+        assert!(!found.disable_all);
+        let hooks = found.hooks;
+        assert_eq!(hooks.len(), 3);
+        assert_eq!(hooks[0].handler.timeout, Duration::from_secs(5));
+        assert_eq!(hooks[0].handler.on_failure, OnFailure::Block);
+        assert_eq!(
+            hooks[1].handler.sandbox,
+            HookSandbox::Agent,
+            "a project hook stays confined"
+        );
+        assert_eq!(hooks[2].event, HookEvent::UserPromptSubmit);
+        assert_eq!(hooks[2].handler.timeout, Duration::from_secs(30));
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        let said = warnings[0].to_string();
+        for needle in [
+            "`prompt`",
+            "FileChanged",
+            "`Bogus`",
+            "sandbox",
+            "UserPromptSubmit",
+        ] {
+            assert!(said.contains(needle), "{needle} in {said}");
+        }
+        let (user, _) = read_hooks(&json, &origin(Layer::User), Path::new("/nowhere")).unwrap();
+        assert_eq!(user.hooks[1].handler.sandbox, HookSandbox::Off);
+
+        let bad: Value = serde_json::from_str(r#"{"hooks": {"Stop": {}}}"#).unwrap();
+        let error = read_hooks(&bad, &origin(Layer::User), Path::new("/")).unwrap_err();
+        assert!(
+            error.to_string().contains("array of matcher groups"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn the_files_a_command_names_inside_the_project_are_found_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join(".claude/hooks")).unwrap();
+        std::fs::create_dir_all(root.join("tools")).unwrap();
+        std::fs::write(root.join(".claude/hooks/guard.sh"), "exit 0").unwrap();
+        std::fs::write(root.join("tools/audit.py"), "print()").unwrap();
+        let command = "\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/guard.sh && python3 tools/audit.py \
+                       >/tmp/x; cat /etc/hostname";
+        assert_eq!(
+            named_files(command, root),
+            [".claude/hooks/guard.sh", "tools/audit.py"]
+        );
+        let json: Value = serde_json::json!({"hooks": {"PreToolUse": [{"hooks": [
+            {"type": "command", "command": command}]}]}});
+        let (found, _) = read_hooks(&json, &origin(Layer::Project), root).unwrap();
+        let hook = &found.hooks[0];
+        assert_eq!(hook.named_files.len(), 2);
+        assert!(named_files_unchanged(hook, root).is_ok());
+        std::fs::write(root.join("tools/audit.py"), "import os").unwrap();
+        let error = named_files_unchanged(hook, root).unwrap_err();
+        assert!(error.contains("tools/audit.py changed"), "{error}");
+        assert_eq!(commands_in(&json.to_string()), [command]);
+    }
+}

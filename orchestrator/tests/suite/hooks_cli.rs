@@ -1,0 +1,596 @@
+//! Claude Code's hooks through the binary, with real hook processes and the fake model server:
+//! a guard hook refuses `rm` and its reason reaches the model; a project's hook script changed
+//! after trust does not run (and the run says so); a `PostToolUse` audit hook writes one line
+//! per call, compared with what the model server was asked to do; kill -9 right after a
+//! `PreToolUse` decision is committed, and the resume does not run the hook again.
+
+use std::path::Path;
+
+use muster_fake_llm::{Block, ScriptEntry};
+use serde_json::{Value, json};
+
+use super::common::{command, fake, muster, output, project, stderr, tool, trust};
+
+/// A guard that refuses any Bash command starting with `rm` (exit 2, reason on stderr) and
+/// appends each call it sees to `guard.log` (so a test can count its runs).
+const GUARD: &str = "#!/bin/sh\n\
+    input=$(cat)\n\
+    echo \"$input\" >> \"$CLAUDE_PROJECT_DIR/guard.log\"\n\
+    case \"$input\" in\n\
+      *'\"command\":\"rm '*) echo 'rm is not allowed here (guard)' >&2; exit 2 ;;\n\
+    esac\n\
+    exit 0\n";
+
+/// An audit hook: one line per call (its tool name and id) in `audit.log`.
+const AUDIT: &str = "#!/bin/sh\n\
+    { cat; echo; } | sed -e 's/.*\"tool_name\":\"\\([^\"]*\\)\".*\"tool_use_id\":\"\\([^\"]*\\)\".*/\\1 \\2/' \
+    >> \"$CLAUDE_PROJECT_DIR/audit.log\"\n";
+
+/// A project whose `.claude/settings.json` runs the guard before Bash and the audit after
+/// every tool, both scripts under `.claude/hooks/`.
+fn hooked_project() -> tempfile::TempDir {
+    let dir = project(&[]);
+    let hooks = dir.path().join(".claude/hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    for (name, text) in [("guard.sh", GUARD), ("audit.sh", AUDIT)] {
+        std::fs::write(hooks.join(name), text).unwrap();
+        make_executable(&hooks.join(name));
+    }
+    let settings = json!({"hooks": {
+        "PreToolUse": [{"matcher": "Bash", "hooks": [
+            {"type": "command", "command": "\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/guard.sh"}]}],
+        "PostToolUse": [{"matcher": "*", "hooks": [
+            {"type": "command", "command": "\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/audit.sh"}]}]
+    }});
+    std::fs::write(
+        dir.path().join(".claude/settings.json"),
+        serde_json::to_string_pretty(&settings).unwrap(),
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.path().join("data")).unwrap();
+    std::fs::write(dir.path().join("data/keep.txt"), "keep\n").unwrap();
+    dir
+}
+
+fn make_executable(path: &Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn lines_of(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The tool results the model server was sent in `request`'s last user message.
+fn tool_results(request: &Value) -> Vec<String> {
+    let messages = request["messages"].as_array().cloned().unwrap_or_default();
+    let Some(last) = messages.last() else {
+        return Vec::new();
+    };
+    last["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|block| block["type"] == "tool_result")
+        .map(|block| block["content"].to_string())
+        .collect()
+}
+
+fn run_args(base: &str) -> Vec<String> {
+    [
+        "run",
+        "-p",
+        "Clean up.",
+        "--permission-mode",
+        "bypassPermissions",
+        "--base-url",
+        base,
+        "--output",
+        "stream-json",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+#[tokio::test]
+async fn a_guard_hook_refuses_rm_for_the_lead_and_its_reason_reaches_the_model() {
+    let dir = hooked_project();
+    trust(dir.path()).await;
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![
+                tool("Bash", json!({"command": "rm data/keep.txt"})),
+                tool("Bash", json!({"command": "echo hi > note.txt"})),
+            ],
+        ),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+    ])
+    .await;
+    let args = run_args(&fake.base_url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let done = muster(dir.path(), &args).await;
+    assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+    assert!(dir.path().join("data/keep.txt").exists(), "rm ran");
+    assert!(dir.path().join("note.txt").exists(), "the other call ran");
+    let requests = fake.requests();
+    let results = tool_results(&requests[1].body);
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(
+        results[0].contains("rm is not allowed here (guard)"),
+        "the model was told why: {results:?}"
+    );
+    assert!(!results[1].contains("guard"), "{results:?}");
+    // The audit hook saw each call the model asked for that ran, once: the refused one never
+    // ran, so it has no PostToolUse.
+    let asked: Vec<(String, Value)> = requests[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|message| message["role"] == "assistant")
+        .flat_map(|message| message["content"].as_array().cloned().unwrap_or_default())
+        .filter(|block| block["type"] == "tool_use")
+        .map(|block| {
+            (
+                format!(
+                    "{} {}",
+                    block["name"].as_str().unwrap(),
+                    block["id"].as_str().unwrap()
+                ),
+                block["input"].clone(),
+            )
+        })
+        .collect();
+    let ran: Vec<String> = asked
+        .into_iter()
+        .filter(|(_, input)| input["command"] != "rm data/keep.txt")
+        .map(|(line, _)| line)
+        .collect();
+    assert_eq!(ran.len(), 1);
+    assert_eq!(lines_of(&dir.path().join("audit.log")), ran);
+    assert_eq!(lines_of(&dir.path().join("guard.log")).len(), 2);
+}
+
+#[tokio::test]
+async fn a_hook_script_changed_after_trust_does_not_run_and_the_run_says_so() {
+    let dir = hooked_project();
+    trust(dir.path()).await;
+    // Changed after trust: the guard would now let everything through and log it.
+    std::fs::write(
+        dir.path().join(".claude/hooks/guard.sh"),
+        "#!/bin/sh\necho ran >> \"$CLAUDE_PROJECT_DIR/changed.log\"\nexit 0\n",
+    )
+    .unwrap();
+    let fake = fake(vec![
+        ScriptEntry::reply("main", 1, vec![tool("Bash", json!({"command": "echo hi"}))]),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+    ])
+    .await;
+    let args = run_args(&fake.base_url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let done = muster(dir.path(), &args).await;
+    assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+    assert!(
+        !dir.path().join("changed.log").exists(),
+        "the changed script ran"
+    );
+    assert!(
+        !dir.path().join("audit.log").exists(),
+        "an untrusted project's hook ran"
+    );
+    let said = stderr(&done);
+    assert!(
+        said.contains("hooks.PreToolUse") && said.contains("muster trust"),
+        "{said}"
+    );
+}
+
+/// Killed right after the guard's decision of the first call was committed: the resume uses
+/// the committed decision and does not run the guard again for that call.
+#[cfg(feature = "failpoints")]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kill_after_a_pre_tool_use_decision_resumes_without_running_the_hook_again() {
+    let dir = hooked_project();
+    trust(dir.path()).await;
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![tool("Bash", json!({"command": "rm data/keep.txt"}))],
+        ),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+    ])
+    .await;
+    let args = run_args(&fake.base_url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut killed = command(dir.path(), &args);
+    killed.env("MUSTER_FAILPOINT", "hook:PreToolUse");
+    let first = output(killed).await;
+    assert_eq!(first.status.code(), None, "{}", stderr(&first));
+    let guarded = lines_of(&dir.path().join("guard.log"));
+    assert_eq!(guarded.len(), 1, "{guarded:#?}");
+    let resumed = muster(
+        dir.path(),
+        &[
+            "resume",
+            "--base-url",
+            &fake.base_url(),
+            "--output",
+            "stream-json",
+        ],
+    )
+    .await;
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    assert_eq!(
+        lines_of(&dir.path().join("guard.log")).len(),
+        1,
+        "the guard ran again for a committed decision"
+    );
+    assert!(dir.path().join("data/keep.txt").exists());
+    let requests = fake.requests();
+    let results = tool_results(&requests.last().unwrap().body);
+    assert!(
+        results[0].contains("rm is not allowed here (guard)"),
+        "{results:?}"
+    );
+}
+
+/// A project whose `.claude/settings.json` has one hook, `command`, for `event`.
+async fn project_with_hook(event: &str, matcher: &str, command: &str) -> tempfile::TempDir {
+    let dir = project(&[]);
+    std::fs::create_dir_all(dir.path().join(".claude")).unwrap();
+    let settings = json!({"hooks": {event: [{"matcher": matcher, "hooks": [
+        {"type": "command", "command": command}]}]}});
+    std::fs::write(
+        dir.path().join(".claude/settings.json"),
+        settings.to_string(),
+    )
+    .unwrap();
+    trust(dir.path()).await;
+    dir
+}
+
+/// The text of the last user message `request` sent.
+fn last_user_text(request: &Value) -> String {
+    request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|message| message["role"] == "user")
+        .map(|message| message["content"].to_string())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_stop_hook_keeps_the_agent_working_once() {
+    // Blocks the first stop only: the second comes with `stop_hook_active: true`.
+    let dir = project_with_hook(
+        "Stop",
+        "",
+        "grep -q '\"stop_hook_active\":true' || { echo 'Run the tests first.' >&2; exit 2; }",
+    )
+    .await;
+    let fake = fake(vec![
+        ScriptEntry::reply("main", 1, vec![Block::text("Done early.")]),
+        ScriptEntry::reply("main", 2, vec![Block::text("Tests pass. Done.")]),
+    ])
+    .await;
+    let args = run_args(&fake.base_url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let done = muster(dir.path(), &args).await;
+    assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2, "one more turn, then the end");
+    assert!(
+        last_user_text(&requests[1].body).contains("Run the tests first."),
+        "{}",
+        last_user_text(&requests[1].body)
+    );
+    assert!(super::common::stdout(&done).contains("Tests pass. Done."));
+}
+
+/// In plan mode a hook runs in the read-only sandbox: it cannot write the workspace.
+#[tokio::test]
+async fn a_plan_mode_agents_hook_cannot_write_the_workspace() {
+    let dir = project_with_hook(
+        "PreToolUse",
+        "Read",
+        "echo written > \"$CLAUDE_PROJECT_DIR/hook-wrote.txt\"; \
+         echo '{\"hookSpecificOutput\":{\"additionalContext\":\"the hook ran\"}}'",
+    )
+    .await;
+    // Refuse to run unconfined, so the test cannot pass on a kernel that confines nothing.
+    std::fs::write(
+        dir.path().join(".muster/settings.toml"),
+        "[sandbox]\nmode = \"required\"\n",
+    )
+    .unwrap();
+    trust(dir.path()).await;
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![tool("Read", json!({"file_path": "README.md"}))],
+        ),
+        ScriptEntry::reply("main", 2, vec![Block::text("Read it.")]),
+    ])
+    .await;
+    let base = fake.base_url();
+    let done = muster(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Look.",
+            "--permission-mode",
+            "plan",
+            "--base-url",
+            &base,
+            "--output",
+            "stream-json",
+        ],
+    )
+    .await;
+    assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2);
+    let results = tool_results(&requests[1].body);
+    assert!(results[0].contains("the hook ran"), "{results:?}");
+    assert!(
+        !dir.path().join("hook-wrote.txt").exists(),
+        "a plan-mode hook wrote the workspace"
+    );
+}
+
+/// `muster config show` lists every hook with its file; `muster check` lists the PreToolUse
+/// hooks that match a call and runs them only with `--run-hooks`.
+#[tokio::test]
+async fn config_show_and_check_list_hooks_and_check_runs_them_only_when_asked() {
+    let dir = hooked_project();
+    trust(dir.path()).await;
+    let shown = muster(dir.path(), &["config", "show"]).await;
+    let text = super::common::stdout(&shown);
+    assert!(
+        text.contains("# hook: PreToolUse [Bash]") && text.contains("guard.sh"),
+        "{text}"
+    );
+    assert!(text.contains("# hook: PostToolUse [*]"), "{text}");
+    let rm = r#"{"command":"rm data/keep.txt"}"#;
+    let listed = muster(
+        dir.path(),
+        &[
+            "check",
+            "--permission-mode",
+            "bypassPermissions",
+            "Bash",
+            rm,
+        ],
+    )
+    .await;
+    let said = super::common::stdout(&listed);
+    assert!(said.starts_with("allow"), "{said}");
+    assert!(
+        said.contains("hook would run") && said.contains("guard.sh"),
+        "{said}"
+    );
+    assert!(!dir.path().join("guard.log").exists(), "listed, not run");
+    let ran = muster(
+        dir.path(),
+        &[
+            "check",
+            "--permission-mode",
+            "bypassPermissions",
+            "--run-hooks",
+            "Bash",
+            rm,
+        ],
+    )
+    .await;
+    let said = super::common::stdout(&ran);
+    assert_eq!(ran.status.code(), Some(1), "{said}");
+    assert!(
+        said.starts_with("deny") && said.contains("rm is not allowed here (guard)"),
+        "{said}"
+    );
+    assert_eq!(lines_of(&dir.path().join("guard.log")).len(), 1);
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let done = std::process::Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        done.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+}
+
+/// A teammate working in its own worktree is guarded too: the hook runs there (its
+/// `CLAUDE_PROJECT_DIR` is the worktree), and the reason reaches that teammate's model.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guard_hook_refuses_rm_for_a_teammate_in_its_worktree() {
+    let dir = hooked_project();
+    let root = dir.path();
+    std::fs::remove_dir_all(root.join(".git")).unwrap();
+    std::fs::create_dir_all(root.join(".muster/agents")).unwrap();
+    std::fs::write(
+        root.join(".muster/agents/writer.md"),
+        "---\nname: writer\ndescription: Writes files.\npermissionMode: bypassPermissions\n---\nYou write files.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("muster.team.toml"),
+        "name = \"builders\"\nisolation = \"worktree\"\n\n[[teammates]]\nname = \"one\"\n\
+         definition = \"writer\"\nplan_mode_required = false\napprover = \"policy:policy.toml\"\n",
+    )
+    .unwrap();
+    std::fs::write(root.join("policy.toml"), "approve_all = true\n").unwrap();
+    git(root, &["init", "-q", "-b", "main"]);
+    git(root, &["add", "-A"]);
+    git(root, &["commit", "-q", "-m", "start"]);
+    trust(root).await;
+    let entry = |value: Value| -> ScriptEntry { serde_json::from_value(value).unwrap() };
+    let any_turn = |agent: &str, text: &str| {
+        entry(
+            json!({"agent": agent, "reply": {"content": [{"type": "text", "text": text}],
+                     "stop_reason": "end_turn"}}),
+        )
+    };
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "clean", "description": "Clean up."}),
+            )],
+        ),
+        any_turn("lead", "Waiting for the team."),
+        ScriptEntry::reply(
+            "one",
+            1,
+            vec![tool("Bash", json!({"command": "rm data/keep.txt"}))],
+        ),
+        any_turn("one", "done"),
+    ])
+    .await;
+    let args = run_args(&fake.base_url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let done = muster(root, &args).await;
+    assert_eq!(
+        done.status.code(),
+        Some(0),
+        "{}\n{}",
+        stderr(&done),
+        super::common::stdout(&done)
+            .lines()
+            .rev()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let second = fake
+        .requests()
+        .into_iter()
+        .find(|request| request.agent.as_deref() == Some("one") && request.turn == Some(2))
+        .expect("the teammate's second request");
+    let results = tool_results(&second.body);
+    assert!(
+        results[0].contains("rm is not allowed here (guard)"),
+        "{results:?}"
+    );
+    // The guard ran in the teammate's worktree, with the teammate named: its log reached the
+    // user's tree through the teammate's merge.
+    let logged = lines_of(&root.join("guard.log"));
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    assert!(logged[0].contains("\"agent_id\":\"one\""), "{}", logged[0]);
+    assert!(
+        logged[0].contains("\"teammate_name\":\"one\""),
+        "{}",
+        logged[0]
+    );
+    assert!(
+        logged[0].contains(".muster/worktrees/"),
+        "not in the worktree: {}",
+        logged[0]
+    );
+}
+
+/// The request `agent` made at `turn`.
+fn request_of(fake: &muster_fake_llm::FakeLlmHandle, agent: &str, turn: u64) -> Value {
+    fake.requests()
+        .into_iter()
+        .find(|request| request.agent.as_deref() == Some(agent) && request.turn == Some(turn))
+        .unwrap_or_else(|| panic!("no request of {agent} at turn {turn}"))
+        .body
+}
+
+/// A subagent of the lead is guarded too, named by `agent_id` and `agent_type`.
+#[tokio::test]
+async fn a_guard_hook_refuses_rm_for_a_subagent() {
+    let dir = hooked_project();
+    trust(dir.path()).await;
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![tool(
+                "Agent",
+                json!({"description": "clean", "prompt": "Clean up.", "subagent_type": "general"}),
+            )],
+        ),
+        ScriptEntry::reply(
+            "main.sub-1",
+            1,
+            vec![tool("Bash", json!({"command": "rm data/keep.txt"}))],
+        ),
+        ScriptEntry::reply("main.sub-1", 2, vec![Block::text("Could not.")]),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+    ])
+    .await;
+    let args = run_args(&fake.base_url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let done = muster(dir.path(), &args).await;
+    assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+    assert!(dir.path().join("data/keep.txt").exists(), "rm ran");
+    let results = tool_results(&request_of(&fake, "main.sub-1", 2));
+    assert!(
+        results[0].contains("rm is not allowed here (guard)"),
+        "{results:?}"
+    );
+    let logged = lines_of(&dir.path().join("guard.log"));
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    assert!(
+        logged[0].contains("\"agent_id\":\"main.sub-1\"")
+            && logged[0].contains("\"agent_type\":\"general\""),
+        "{}",
+        logged[0]
+    );
+}
+
+/// A batch line's run is guarded like any run.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guard_hook_refuses_rm_for_a_batch_line() {
+    let dir = hooked_project();
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![tool("Bash", json!({"command": "rm data/keep.txt"}))],
+        ),
+        ScriptEntry::reply("main", 2, vec![Block::text("Could not.")]),
+    ])
+    .await;
+    std::fs::write(
+        dir.path().join(".muster/settings.toml"),
+        format!(
+            "permission_mode = \"bypassPermissions\"\n[providers.anthropic]\nbase_url = \"{}\"\n",
+            fake.base_url()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("tasks.jsonl"),
+        "{\"id\": \"a\", \"prompt\": \"Clean up.\"}\n",
+    )
+    .unwrap();
+    trust(dir.path()).await;
+    let done = muster(dir.path(), &["batch", "tasks.jsonl"]).await;
+    assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+    assert!(dir.path().join("data/keep.txt").exists(), "rm ran");
+    let results = tool_results(&request_of(&fake, "main", 2));
+    assert!(
+        results[0].contains("rm is not allowed here (guard)"),
+        "{results:?}"
+    );
+}
