@@ -133,6 +133,9 @@ pub struct RunContext {
     pub team: super::team::TeamSlot,
     /// When the runtime stops an agent its model does not stop (cut answers, stuck loops).
     pub limits: super::limits::AgentLimits,
+    /// The run's trace when traces are on: `Bash` commands get their `execute_tool` span's
+    /// `TRACEPARENT` from it.
+    pub trace: Option<crate::trace_ids::RunTrace>,
 }
 
 /// When agents compact their context (see [`crate::compaction`]): the trigger's settings and

@@ -19,6 +19,7 @@ use crate::tools::{
     HandledBy, PathUse, ProcessGroupId, ProcessGroupRecorder, RecordFuture, ToolContext,
     ToolDetails, ToolOutput,
 };
+use crate::trace_ids::{SpanKey, TRACEPARENT};
 use crate::verification::{BashMeasurement, FileEdits, SnapshotLimits};
 
 use muster_config::AgentDefinition;
@@ -251,7 +252,13 @@ impl CallDispatcher {
     }
 
     fn tool_context(&self, tool_use_id: &str, plan: &PlanState) -> RuntimeResult<ToolContext> {
-        let mut context = ToolContext::new(self.workspace.clone(), self.run.environment.clone());
+        let mut environment = self.run.environment.clone();
+        if let Some(trace) = &self.run.trace {
+            let traceparent = trace.traceparent(SpanKey::Tool(&self.id, tool_use_id));
+            environment.retain(|(name, _)| name != TRACEPARENT);
+            environment.push((TRACEPARENT.into(), traceparent.into()));
+        }
+        let mut context = ToolContext::new(self.workspace.clone(), environment);
         if let Some(plan_file) = &plan.file {
             context = context
                 .with_plan_file(plan_file)

@@ -192,6 +192,7 @@ impl RunHarness {
             )),
             limits: Default::default(),
             compaction: Default::default(),
+            trace: None,
         }
     }
 

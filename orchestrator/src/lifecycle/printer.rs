@@ -14,6 +14,7 @@ use crate::launch::OutputFormat;
 use crate::lifecycle::Ending;
 use crate::progress::LiveProgress;
 use crate::stream_json;
+use crate::traces::RunTraces;
 
 /// Prints one run's events.
 pub(crate) struct RunPrinter {
@@ -26,6 +27,8 @@ pub(crate) struct RunPrinter {
     worker: Option<String>,
     /// `--output text` on a terminal: the live line per busy agent.
     progress: Option<Arc<LiveProgress>>,
+    /// The run's traces, when they are on: each event after its line is logged.
+    traces: Option<Arc<RunTraces>>,
 }
 
 impl RunPrinter {
@@ -46,7 +49,14 @@ impl RunPrinter {
                 .then(|| LiveProgress::for_terminal(stdout_is_terminal))
                 .flatten()
                 .map(Arc::new),
+            traces: None,
         }
+    }
+
+    /// Events go to the run's traces too.
+    pub(crate) fn with_traces(mut self, traces: Option<Arc<RunTraces>>) -> RunPrinter {
+        self.traces = traces;
+        self
     }
 
     /// A printer in a worker's process: every event names the worker.
@@ -111,6 +121,10 @@ impl EventSink for RunPrinter {
     fn emit(&self, event: RunEvent) {
         if let Some(progress) = &self.progress {
             progress.event(&event);
+        }
+        // Every event follows its commit (a non-durable one only starts a clock).
+        if let Some(traces) = &self.traces {
+            traces.event(&event);
         }
         if stream_json::partial(&self.run_id, self.format, &event) {
             return;
