@@ -128,6 +128,7 @@ pub(crate) fn run_traces(
         parent: launch.trace_parent(),
         plan_provider: &launch.plan_provider,
         act_provider: &launch.act_provider,
+        sent_file: Some(project.runs_dir().join(format!("{run_id}.traces"))),
     })?;
     Ok(Some(Arc::new(traces)))
 }
@@ -168,6 +169,10 @@ async fn execute_async<K: RunKind>(kind: K, existing: Option<RunRecord>) -> anyh
     )
     .await?;
     let traces = run_traces(kind.project(), kind.launch(), &id)?;
+    if let (Some(traces), true) = (&traces, resumed) {
+        let logs = kind.project().root.logs_dir();
+        traces.send_unsent(&crate::run_log::path(&logs, &id));
+    }
     let printer = Arc::new(
         RunPrinter::new(
             &id,

@@ -122,17 +122,22 @@ impl EventSink for RunPrinter {
         if let Some(progress) = &self.progress {
             progress.event(&event);
         }
-        // Every event follows its commit (a non-durable one only starts a clock).
-        if let Some(traces) = &self.traces {
-            traces.event(&event);
-        }
         if stream_json::partial(&self.run_id, self.format, &event) {
+            // Not durable: for traces, it only starts a clock.
+            if let Some(traces) = &self.traces {
+                traces.event(&event);
+            }
             return;
         }
         if self.format.is_stream_json() && event.is_stream_line() {
             self.print(&event);
         } else {
             stream_json::log(&self.line(&event));
+        }
+        // After its line is in the run log, so that what a crash leaves queued and unsent is
+        // found there by the resume ([`RunTraces::send_unsent`]).
+        if let Some(traces) = &self.traces {
+            traces.event(&event);
         }
         if self.format == OutputFormat::Text {
             stream_json::text_progress(&event, self.progress.as_deref());

@@ -5,11 +5,12 @@
 //! ([`config::TraceConfig`]); `docs/traces.md` lists the spans and their attributes.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use muster_agents::runtime::RunEvent;
-use muster_agents::trace_ids::{RunTrace, SpanKey, TraceParent};
+use muster_agents::trace_ids::{RunTrace, SpanKey, TraceParent, hex};
 use muster_mailbox::{MemberKind, RosterEntry, RunStatus};
 use muster_protocol::ToolName;
 use muster_protocol::event::DecisionSubject;
@@ -37,6 +38,7 @@ pub struct RunTraces {
     plan_provider: String,
     act_provider: String,
     queue: SpanQueue,
+    sent_file: Option<PathBuf>,
     scope: InstrumentationScope,
     started: Mutex<Starts>,
 }
@@ -55,6 +57,8 @@ pub struct TraceParts<'a> {
     pub run_id: &'a str,
     /// The `TRACEPARENT` stored with the run.
     pub parent: Option<TraceParent>,
+    /// Where the ids of the spans sent are noted (`.muster/runs/<run>.traces`).
+    pub sent_file: Option<PathBuf>,
     pub plan_provider: &'a str,
     pub act_provider: &'a str,
 }
@@ -70,7 +74,8 @@ impl RunTraces {
             content: parts.config.content,
             plan_provider: parts.plan_provider.to_owned(),
             act_provider: parts.act_provider.to_owned(),
-            queue: SpanQueue::start(parts.config, client)?,
+            queue: SpanQueue::start(parts.config, client, parts.sent_file.clone())?,
+            sent_file: parts.sent_file,
             scope: InstrumentationScope::builder("muster")
                 .with_version(env!("CARGO_PKG_VERSION"))
                 .build(),
@@ -81,6 +86,34 @@ impl RunTraces {
     /// The run's trace (for `Bash`'s `TRACEPARENT`).
     pub fn run_trace(&self) -> &RunTrace {
         &self.trace
+    }
+
+    /// On a resume: the spans of the events an earlier process logged (`log`, the run's
+    /// `.muster/logs/<run>.jsonl`, written right after each commit) that it did not get to
+    /// send before it stopped — a kill -9 leaves what was queued unsent. Their ends are the
+    /// logged times; the ids are the same whichever process sends them.
+    pub fn send_unsent(&self, log: &Path) {
+        let sent = self
+            .sent_file
+            .as_deref()
+            .map(queue::sent_ids)
+            .unwrap_or_default();
+        let Ok(text) = std::fs::read_to_string(log) else {
+            return;
+        };
+        let mut resent = 0u64;
+        for line in text.lines() {
+            let Some((event, at)) = logged_event(line, self.trace.run_id()) else {
+                continue;
+            };
+            if let Some(span) = self.span_of(&event, at)
+                && !sent.contains(&hex(&span.span_context.span_id().to_bytes()))
+            {
+                self.queue.push(span);
+                resent += 1;
+            }
+        }
+        tracing::info!(target: "muster::traces", resent, "spans of the earlier process queued again");
     }
 
     /// Turns an event into the span it ends, if any, and queues it.
@@ -433,6 +466,19 @@ impl RunTraces {
             "traces sent"
         );
     }
+}
+
+/// A run log line's event of run `run_id`, with its time.
+fn logged_event(line: &str, run_id: &str) -> Option<(RunEvent, SystemTime)> {
+    let logged: serde_json::Value = serde_json::from_str(line).ok()?;
+    let event: serde_json::Value =
+        serde_json::from_str(logged["fields"]["event"].as_str()?).ok()?;
+    if event["run_id"].as_str() != Some(run_id) {
+        return None;
+    }
+    let ts = event["ts"].as_i64()?;
+    let at = UNIX_EPOCH + Duration::from_millis(ts.max(0) as u64);
+    Some((RunEvent::from_line(&event).ok()?, at))
 }
 
 /// A `Bash` call's exit status, from its result's last line (`[exit code N]`).

@@ -3,6 +3,8 @@
 //! OTLP/HTTP exporter, and [`SpanQueue::flush`] waits for what was queued before it, at most
 //! as long as it is told — so a collector that is down or slow never slows a run.
 
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -11,6 +13,8 @@ use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{SpanData, SpanExporter as _};
 use tokio::sync::{mpsc, oneshot};
+
+use muster_agents::trace_ids::hex;
 
 use super::config::TraceConfig;
 
@@ -50,8 +54,13 @@ pub struct QueueError(#[from] opentelemetry_otlp::ExporterBuildError);
 
 impl SpanQueue {
     /// Starts the sending task on the current tokio runtime. No connection is made before a
-    /// span is queued.
-    pub fn start(config: &TraceConfig, client: reqwest::Client) -> Result<SpanQueue, QueueError> {
+    /// span is queued. The id of each span sent is appended to `sent_file` (so a resume
+    /// after a crash sends only what was not).
+    pub fn start(
+        config: &TraceConfig,
+        client: reqwest::Client,
+        sent_file: Option<PathBuf>,
+    ) -> Result<SpanQueue, QueueError> {
         let mut exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .with_http_client(client)
@@ -70,7 +79,7 @@ impl SpanQueue {
         );
         let (sender, receiver) = mpsc::channel(QUEUE_CAPACITY);
         let counters = Arc::new(Counters::default());
-        tokio::spawn(send_all(exporter, receiver, counters.clone()));
+        tokio::spawn(send_all(exporter, receiver, counters.clone(), sent_file));
         Ok(SpanQueue { sender, counters })
     }
 
@@ -102,6 +111,7 @@ async fn send_all(
     exporter: opentelemetry_otlp::SpanExporter,
     mut receiver: mpsc::Receiver<Item>,
     counters: Arc<Counters>,
+    sent_file: Option<PathBuf>,
 ) {
     let mut batch = Vec::new();
     let mut flushes = Vec::new();
@@ -118,13 +128,22 @@ async fn send_all(
         }
         if !batch.is_empty() {
             let count = batch.len() as u64;
+            let ids: Vec<String> = batch
+                .iter()
+                .map(|span| hex(&span.span_context.span_id().to_bytes()))
+                .collect();
             let sent = tokio::time::timeout(
                 EXPORT_TIMEOUT + Duration::from_secs(1),
                 exporter.export(std::mem::take(&mut batch)),
             )
             .await;
             match sent {
-                Ok(Ok(())) => counters.exported.fetch_add(count, Ordering::Relaxed),
+                Ok(Ok(())) => {
+                    if let Some(path) = &sent_file {
+                        note_sent(path, &ids);
+                    }
+                    counters.exported.fetch_add(count, Ordering::Relaxed)
+                }
                 Ok(Err(error)) => {
                     tracing::debug!(target: "muster::traces", %error, "spans not exported");
                     counters.failed.fetch_add(count, Ordering::Relaxed)
@@ -136,4 +155,26 @@ async fn send_all(
             let _ = done.send(());
         }
     }
+}
+
+/// Appends the ids of spans the collector accepted, one per line. A failure to write only
+/// means a resume may send them again (with the same ids).
+fn note_sent(path: &Path, ids: &[String]) {
+    let mut text = ids.join("\n");
+    text.push('\n');
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut file| file.write_all(text.as_bytes()));
+    if let Err(error) = written {
+        tracing::debug!(target: "muster::traces", %error, path = %path.display(), "sent span ids not noted");
+    }
+}
+
+/// The ids [`note_sent`] noted in `path` (none when it is missing).
+pub fn sent_ids(path: &Path) -> std::collections::HashSet<String> {
+    std::fs::read_to_string(path)
+        .map(|text| text.lines().map(str::to_owned).collect())
+        .unwrap_or_default()
 }
