@@ -26,8 +26,8 @@ pub mod queue;
 use config::TraceConfig;
 use queue::SpanQueue;
 
-/// How long a run's end waits at most for its last spans to be sent: a collector that is
-/// down or slow costs the run no more than this.
+/// How long a run's end waits at most for its last spans to be sent (a collector that is
+/// down or slow is waited for much less, see [`queue::SpanQueue::flush`]).
 pub const FINAL_FLUSH: Duration = Duration::from_millis(1500);
 
 /// A run's traces: turns its events into spans and queues them.
@@ -457,11 +457,13 @@ impl RunTraces {
         let flushed = self.queue.flush(FINAL_FLUSH).await;
         let counters = self.queue.counters();
         let load = |n: &std::sync::atomic::AtomicU64| n.load(std::sync::atomic::Ordering::Relaxed);
+        let (exported, failed) = (load(&counters.exported), load(&counters.failed));
         tracing::info!(
             target: "muster::traces",
-            exported = load(&counters.exported),
-            failed = load(&counters.failed),
+            exported,
+            failed,
             dropped = load(&counters.dropped),
+            unsent = load(&counters.queued).saturating_sub(exported + failed),
             flushed,
             "traces sent"
         );

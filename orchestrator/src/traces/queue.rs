@@ -6,8 +6,8 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::Resource;
@@ -22,17 +22,46 @@ use super::config::TraceConfig;
 pub const QUEUE_CAPACITY: usize = 2048;
 /// The most spans in one request.
 const BATCH: usize = 512;
+/// A request under way longer than this marks the collector as slow.
+const SLOW_REQUEST: Duration = Duration::from_millis(100);
+/// How long a run's end waits for its last spans when the collector is down or slow.
+const STRUGGLING_FLUSH: Duration = Duration::from_millis(100);
+/// How often a run's final wait looks at the collector's health.
+const FLUSH_TICK: Duration = Duration::from_millis(20);
 /// How long one export request may take.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What the queue did, for the run log.
 #[derive(Debug, Default)]
 pub struct Counters {
+    /// Taken into the queue.
+    pub queued: AtomicU64,
     pub exported: AtomicU64,
     /// Sent but refused, timed out or unreachable.
     pub failed: AtomicU64,
     /// Never sent: the queue was full.
     pub dropped: AtomicU64,
+    /// The last request failed (refused, timed out, unreachable).
+    last_failed: AtomicBool,
+    /// When the request under way started (milliseconds on [`Counters::clock`]), or 0.
+    busy_since_ms: AtomicU64,
+    clock: Option<Instant>,
+}
+
+impl Counters {
+    fn now_ms(&self) -> u64 {
+        self.clock
+            .map_or(0, |clock| clock.elapsed().as_millis() as u64 + 1)
+    }
+
+    /// Whether the collector looks down or slow: its last request failed, or the one under
+    /// way has taken longer than [`SLOW_REQUEST`].
+    fn collector_struggles(&self) -> bool {
+        let busy_since = self.busy_since_ms.load(Ordering::Relaxed);
+        self.last_failed.load(Ordering::Relaxed)
+            || (busy_since > 0
+                && self.now_ms().saturating_sub(busy_since) > SLOW_REQUEST.as_millis() as u64)
+    }
 }
 
 /// What waits in the queue.
@@ -67,6 +96,9 @@ impl SpanQueue {
             .with_endpoint(config.endpoint.clone())
             .with_headers(config.headers.clone().into_iter().collect())
             .with_timeout(EXPORT_TIMEOUT)
+            // Spans are sent as they come; one batch lost to a collector's hiccup is counted,
+            // not retried: retries would only hold up the next batches and a run's end.
+            .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled())
             .build()?;
         exporter.set_resource(
             &Resource::builder_empty()
@@ -78,27 +110,51 @@ impl SpanQueue {
                 .build(),
         );
         let (sender, receiver) = mpsc::channel(QUEUE_CAPACITY);
-        let counters = Arc::new(Counters::default());
+        let counters = Arc::new(Counters {
+            clock: Some(Instant::now()),
+            ..Counters::default()
+        });
         tokio::spawn(send_all(exporter, receiver, counters.clone(), sent_file));
         Ok(SpanQueue { sender, counters })
     }
 
     /// Queues `span`, or drops it (counted) when the queue is full. Never waits.
     pub fn push(&self, span: SpanData) {
-        if self.sender.try_send(Item::Span(Box::new(span))).is_err() {
-            self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-        }
+        match self.sender.try_send(Item::Span(Box::new(span))) {
+            Ok(()) => self.counters.queued.fetch_add(1, Ordering::Relaxed),
+            Err(_) => self.counters.dropped.fetch_add(1, Ordering::Relaxed),
+        };
     }
 
-    /// Waits until what was queued before this call was sent (or failed), at most `within`.
-    /// Returns whether it was.
+    /// Waits until what was queued before this call was sent (or failed), at most `within` —
+    /// or [`STRUGGLING_FLUSH`] when the collector is down or slow, whose wait would only add
+    /// to the run's time. Returns whether it was.
     pub async fn flush(&self, within: Duration) -> bool {
-        let (done, sent) = oneshot::channel();
-        let flushed = async {
-            self.sender.send(Item::Flush(done)).await.ok()?;
-            sent.await.ok()
-        };
-        matches!(tokio::time::timeout(within, flushed).await, Ok(Some(())))
+        let started = Instant::now();
+        let (done, mut sent) = oneshot::channel();
+        let queued = tokio::time::timeout(within, self.sender.send(Item::Flush(done))).await;
+        if !matches!(queued, Ok(Ok(()))) {
+            return false;
+        }
+        // The collector's health is looked at again every tick: one that fails or stalls
+        // while the run ends cuts the wait short.
+        let mut tick = tokio::time::interval(FLUSH_TICK);
+        loop {
+            tokio::select! {
+                answered = &mut sent => return answered.is_ok(),
+                _ = tick.tick() => {
+                    let waited = started.elapsed();
+                    let limit = if self.counters.collector_struggles() {
+                        within.min(STRUGGLING_FLUSH)
+                    } else {
+                        within
+                    };
+                    if waited >= limit {
+                        return false;
+                    }
+                }
+            }
+        }
     }
 
     pub fn counters(&self) -> &Counters {
@@ -132,11 +188,18 @@ async fn send_all(
                 .iter()
                 .map(|span| hex(&span.span_context.span_id().to_bytes()))
                 .collect();
+            counters
+                .busy_since_ms
+                .store(counters.now_ms(), Ordering::Relaxed);
             let sent = tokio::time::timeout(
                 EXPORT_TIMEOUT + Duration::from_secs(1),
                 exporter.export(std::mem::take(&mut batch)),
             )
             .await;
+            counters.busy_since_ms.store(0, Ordering::Relaxed);
+            counters
+                .last_failed
+                .store(!matches!(sent, Ok(Ok(()))), Ordering::Relaxed);
             match sent {
                 Ok(Ok(())) => {
                     if let Some(path) = &sent_file {
