@@ -313,8 +313,21 @@ impl ToolRun {
     async fn execute(self, call: &ToolCall) -> CallResult {
         let output = self.tool.call(&self.context, self.input(call)).await;
         let mut result = CallResult::new(&self.decision, output);
+        if call.name == ToolName::Bash {
+            result.sandbox = Some(self.sandbox_name());
+        }
         result.acks = self.acks;
         result
+    }
+
+    /// The profile the command ran under, as `Bash` confines it.
+    fn sandbox_name(&self) -> &'static str {
+        match self.context.sandbox() {
+            Some((sandbox, profile)) if sandbox.mode != crate::sandbox::SandboxMode::Off => {
+                profile.name()
+            }
+            _ => "unconfined",
+        }
     }
 }
 

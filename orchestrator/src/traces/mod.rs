@@ -215,6 +215,7 @@ impl RunTraces {
                 is_error,
                 input,
                 content,
+                sandbox,
                 ..
             } => {
                 let start = self
@@ -228,6 +229,9 @@ impl RunTraces {
                     KeyValue::new("gen_ai.tool.call.id", tool_use_id.clone()),
                     KeyValue::new("muster.permission.decision", decision.clone()),
                 ]);
+                if let Some(profile) = sandbox {
+                    attributes.push(KeyValue::new("muster.sandbox.profile", profile.clone()));
+                }
                 if let Some(exit) = exit_status(tool, content) {
                     attributes.push(KeyValue::new("muster.tool.exit_status", exit));
                 }

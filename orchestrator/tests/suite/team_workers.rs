@@ -685,6 +685,11 @@ async fn a_team_run_on_a_worker_killed_and_resumed_is_one_trace_with_every_commi
     // them; every other call is one the requests sent back.
     assert!(tools.len() >= calls.len(), "{tools:#?}");
     let bash = span_with(&spans, "execute_tool", "gen_ai.tool.name", &json!("Bash"));
+    // The worker runs Bash without the sandbox (`[sandbox] mode = "off"`).
+    assert_eq!(
+        bash[0]["attributes"]["muster.sandbox.profile"],
+        "unconfined"
+    );
     assert_eq!(
         std::fs::read_to_string(&seen).unwrap_or_else(|e| panic!("{e}: {bash:#?}")),
         format!("00-{TRACE}-{}-01", bash[0]["span_id"].as_str().unwrap())

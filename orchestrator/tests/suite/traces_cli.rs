@@ -318,6 +318,14 @@ async fn a_run_is_one_trace_under_the_callers_traceparent_and_bash_sees_its_span
         assert_eq!(bash["parent_span_id"], agent["span_id"]);
         assert_eq!(bash["attributes"]["muster.permission.decision"], "allow");
         assert_eq!(bash["attributes"]["muster.tool.exit_status"], 0);
+        assert!(
+            ["read-only", "workspace-write", "unconfined"].contains(
+                &bash["attributes"]["muster.sandbox.profile"]
+                    .as_str()
+                    .unwrap_or("")
+            ),
+            "{bash:#}"
+        );
         assert_eq!(
             std::fs::read_to_string(&seen).unwrap(),
             format!("00-{PARENT_TRACE}-{}-01", bash["span_id"].as_str().unwrap())
