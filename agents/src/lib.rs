@@ -12,4 +12,5 @@ pub mod runtime;
 pub mod sandbox;
 pub mod shell;
 pub mod tools;
+pub mod trace_ids;
 pub mod verification;

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use muster_agents::trace_ids::{TRACEPARENT, TraceParent};
 use muster_config::settings::CliOverrides;
 use muster_config::{PermissionMode, Responder, TrustDecision};
 use serde::{Deserialize, Serialize};
@@ -51,6 +52,10 @@ pub struct RunLaunch {
     /// (absent in runs stored before they were kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub settings_files: Option<muster_config::settings::SettingsSnapshot>,
+    /// The `TRACEPARENT` the run was started under: its trace's parent on every resume, fork
+    /// and worker (see `docs/traces.md`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 /// A run's trust decision as stored with its launch options.
@@ -158,7 +163,13 @@ impl RunLaunch {
             policies: StoredPolicies::read(project.root.path(), [&settings.approver.value])?,
             trust: Some(StoredTrust::from_settings(settings)),
             settings_files: Some(settings.snapshot.clone()),
+            traceparent: traceparent_given(project),
         })
+    }
+
+    /// The stored `TRACEPARENT`, read (a stored value was checked when the run started).
+    pub(crate) fn trace_parent(&self) -> Option<TraceParent> {
+        TraceParent::parse(self.traceparent.as_deref()?).ok()
     }
 
     /// On resume: says which stored policies no longer match their file.
@@ -204,6 +215,19 @@ impl RunLaunch {
             overrides = overrides.cassette(cassette.display().to_string());
         }
         overrides
+    }
+}
+
+/// The `TRACEPARENT` the process was given, when it reads as one (a malformed one is ignored
+/// with a warning: a variable left over in a shell must not stop a run).
+fn traceparent_given(project: &Project) -> Option<String> {
+    let value = project.process.var(TRACEPARENT)?;
+    match TraceParent::parse(value) {
+        Ok(parent) => Some(parent.to_string()),
+        Err(error) => {
+            eprintln!("muster: warning: {error}; the run starts a trace of its own");
+            None
+        }
     }
 }
 

@@ -25,5 +25,6 @@ pub mod stored_policies;
 pub mod stream_json;
 pub mod team;
 pub mod team_demo;
+pub mod traces;
 pub mod worker;
 pub mod worktree;

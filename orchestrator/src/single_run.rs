@@ -229,6 +229,7 @@ impl RunKind for SingleRun {
             terminal,
             env: &run.env,
             restored: run.restored.clone(),
+            trace: run.trace(),
         };
         Ok(SingleDriver {
             context: Arc::new(run_context(parts, checked)),

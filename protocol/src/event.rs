@@ -37,7 +37,7 @@
 //! | `model_turn` | `turn`, `model`, `mode`, `stop_reason`, `text`, `latency_ms`, `usage` (`input_tokens`, `output_tokens`, `cache_read_input_tokens`, `cache_creation_input_tokens`), `cost_usd` |
 //! | `model_delta` | `turn`, `attempt`, `delta` (`text`, `thinking`, `tool_input`, `discard`), `text`, `durable: false` |
 //! | `tool_started` | `tool_use_id`, `tool`, `input`, `durable: false` |
-//! | `tool_call` | `tool_use_id`, `tool`, `decision`, `reason`, `is_error`, `input`, `content`, `diff?` |
+//! | `tool_call` | `tool_use_id`, `tool`, `decision`, `reason`, `is_error`, `input`, `content`, `diff?`, `sandbox?` |
 //! | `mode_changed` | `mode`, `reason` (log only) |
 //! | `approval_requested` | `request_id`, `responder`, `kind` (`plan_approval_request` + `plan_file`, `permission_request`, `question`, `merge` + `branch`, `files`) |
 //! | `approval_decided` | `request_id`, `responder`, `approved`, `kind` (`plan_approval_request` + `mode`, `merge` + `feedback`, `rule`) |
@@ -127,6 +127,10 @@ pub enum RunEvent {
         /// `NotebookEdit`): a unified diff of the file before and after.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         diff: Option<String>,
+        /// For `Bash`: the sandbox profile the command ran under (`read-only`,
+        /// `workspace-write`), or `unconfined`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sandbox: Option<String>,
     },
     /// The agent's permission mode changed (also seen in `model_turn` and `approval_decided`;
     /// not one of the `stream-json` lines, only in the log).

@@ -127,6 +127,7 @@ fn table() -> Vec<(RunEvent, Value)> {
                 input: json!({"file_path": "a.txt", "content": "a\n"}),
                 content: s("Wrote a.txt"),
                 diff: Some(s("--- /dev/null\n+++ b/a.txt\n@@ -0,0 +1 @@\n+a\n")),
+                sandbox: None,
             },
             line(
                 "tool_call",

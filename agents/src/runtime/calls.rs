@@ -46,6 +46,9 @@ pub(super) struct CallResult {
     pub events: Vec<RunEvent>,
     /// What a file edit changed (for the `tool_call` event only; never committed).
     pub diff: Option<String>,
+    /// The sandbox profile a `Bash` command ran under, or `unconfined` (for the `tool_call`
+    /// event only; never committed).
+    pub sandbox: Option<&'static str>,
     /// Restart the context with this user message (approval with `clear_context`).
     pub reset_context: Option<String>,
 }
@@ -70,6 +73,7 @@ impl CallResult {
             acks: Vec::new(),
             events: Vec::new(),
             diff: None,
+            sandbox: None,
             reset_context: None,
         }
     }

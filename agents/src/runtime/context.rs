@@ -135,6 +135,9 @@ pub struct RunContext {
     pub limits: super::limits::AgentLimits,
     /// Claude Code's hooks, fired for every agent of the run (see [`crate::hooks`]).
     pub hooks: crate::hooks::HookRunner,
+    /// The run's trace when traces are on: `Bash` commands get their `execute_tool` span's
+    /// `TRACEPARENT` from it.
+    pub trace: Option<crate::trace_ids::RunTrace>,
 }
 
 /// When agents compact their context (see [`crate::compaction`]): the trigger's settings and

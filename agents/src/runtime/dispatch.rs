@@ -22,6 +22,7 @@ use crate::tools::{
     HandledBy, PathUse, ProcessGroupId, ProcessGroupRecorder, RecordFuture, ToolContext,
     ToolDetails, ToolOutput,
 };
+use crate::trace_ids::{SpanKey, TRACEPARENT};
 use crate::verification::{BashMeasurement, FileEdits, SnapshotLimits};
 
 use muster_config::AgentDefinition;
@@ -340,7 +341,13 @@ impl CallDispatcher {
     }
 
     fn tool_context(&self, tool_use_id: &str, plan: &PlanState) -> RuntimeResult<ToolContext> {
-        let mut context = ToolContext::new(self.workspace.clone(), self.run.environment.clone());
+        let mut environment = self.run.environment.clone();
+        if let Some(trace) = &self.run.trace {
+            let traceparent = trace.traceparent(SpanKey::Tool(&self.id, tool_use_id));
+            environment.retain(|(name, _)| name != TRACEPARENT);
+            environment.push((TRACEPARENT.into(), traceparent.into()));
+        }
+        let mut context = ToolContext::new(self.workspace.clone(), environment);
         if let Some(plan_file) = &plan.file {
             context = context
                 .with_plan_file(plan_file)
@@ -409,8 +416,21 @@ impl ToolRun {
                 .push_str(&format!("\n[PreToolUse hook] {said}"));
         }
         let mut result = CallResult::new(&self.decision, output);
+        if call.name == ToolName::Bash {
+            result.sandbox = Some(self.sandbox_name());
+        }
         result.acks = self.acks;
         result
+    }
+
+    /// The profile the command ran under, as `Bash` confines it.
+    fn sandbox_name(&self) -> &'static str {
+        match self.context.sandbox() {
+            Some((sandbox, profile)) if sandbox.mode != crate::sandbox::SandboxMode::Off => {
+                profile.name()
+            }
+            _ => "unconfined",
+        }
     }
 }
 

@@ -251,6 +251,7 @@ impl AgentRuntime {
                 input: call.input.clone(),
                 content: result.output.content,
                 diff: result.diff,
+                sandbox: result.sandbox.map(str::to_owned),
             });
         }
         if let Some(message) = &results {

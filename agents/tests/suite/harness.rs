@@ -193,6 +193,7 @@ impl RunHarness {
             )),
             limits: Default::default(),
             compaction: Default::default(),
+            trace: None,
         }
     }
 

@@ -341,8 +341,9 @@ pub fn parse_env(
 
 /// Variables with the settings' prefix that muster (or its tests and scripts) reads for
 /// something other than a setting; they never warn. `MUSTER_TEST_…` is the tests' namespace.
-const NOT_SETTINGS: [&str; 4] = [
+const NOT_SETTINGS: [&str; 5] = [
     "MUSTER_NO_USER_FILES",
+    "MUSTER_TELEMETRY",
     crate::trust::TRUST_HASH_VAR,
     "MUSTER_FAILPOINT",
     "MUSTER_UPDATE_SNAPSHOTS",

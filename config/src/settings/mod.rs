@@ -263,6 +263,17 @@ pub struct McpSettings {
     pub project_trusted: bool,
 }
 
+/// Traces (`[telemetry]`): read only from the user's settings file and the environment, never
+/// from a project's files.
+#[derive(Debug, Clone, Serialize)]
+pub struct TelemetrySettings {
+    /// Export traces (`MUSTER_TELEMETRY=1` turns them on too).
+    pub enabled: Sourced<bool>,
+    /// Export content attributes too: tool input and output, Bash text, paths, plan text,
+    /// feedback.
+    pub content: Sourced<bool>,
+}
+
 /// The `[mcp]` keys a project's committed settings may not set.
 pub const MCP_TRUST_KEYS: &[&str] = &[
     "enabled_project_servers",
@@ -315,6 +326,8 @@ pub struct Settings {
     /// Where `disableBypassPermissionsMode = "disable"` was set: `bypassPermissions` is
     /// refused from every source.
     pub bypass_disabled: Option<Origin>,
+    /// `[telemetry]`, from the user's own settings file only.
+    pub telemetry: TelemetrySettings,
     /// The trust decision the settings were loaded with.
     pub trust: crate::trust::TrustDecision,
     /// What the project's own files set that trust gates, skipped because the project is not
@@ -403,6 +416,9 @@ impl Settings {
             match parse_settings_file_in(&label, &text, layer, &base) {
                 Ok(mut values) => {
                     warnings.extend(paths::api_key_warnings(&path, &values));
+                    if layer != Layer::User || committed {
+                        warnings.extend(drop_telemetry(&mut values));
+                    }
                     if committed {
                         warnings.extend(drop_mcp_trust(&mut values));
                         if !inputs.trust.trusted {
@@ -570,6 +586,28 @@ fn drop_mcp_trust(values: &mut LayerValues) -> Vec<Diagnostic> {
             );
         }
         !trust
+    });
+    warnings
+}
+
+/// Removes `[telemetry]` from every file but the user's own: a repository (committed or not,
+/// trusted or not) must not be able to send the traces of whoever runs it to its collector.
+/// Each one removed is a warning.
+fn drop_telemetry(values: &mut LayerValues) -> Vec<Diagnostic> {
+    let mut warnings = Vec::new();
+    values.leaves.retain(|(path, _, origin)| {
+        let telemetry = path.first().is_some_and(|first| first == "telemetry");
+        if telemetry {
+            warnings.push(
+                Diagnostic::new(format!(
+                    "`{}` is ignored in a project's settings ({origin}): traces are turned on \
+                     only in ~/.muster/settings.toml or with MUSTER_TELEMETRY=1",
+                    path.join(".")
+                ))
+                .for_key(path.join(".")),
+            );
+        }
+        !telemetry
     });
     warnings
 }
@@ -1045,6 +1083,10 @@ fn build(merged: &Merged, root: &Path, errors: &mut Vec<Diagnostic>) -> Settings
         compaction: builder.compaction(),
         limits: builder.agent_limits(),
         sandbox: builder.sandbox(root),
+        telemetry: TelemetrySettings {
+            enabled: builder.flag(&["telemetry", "enabled"]),
+            content: builder.flag(&["telemetry", "content"]),
+        },
         mcp: builder.mcp(),
         additional_directories: Vec::new(),
         bypass_disabled: merged

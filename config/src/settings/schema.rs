@@ -245,6 +245,14 @@ pub(crate) const SETTINGS: Schema = Schema::Table(&[
             ("writable", leaf(Kind::Text)),
         ]),
     ),
+    // Read only from the user's own settings file (see `super::drop_telemetry`).
+    (
+        "telemetry",
+        Schema::Table(&[
+            ("enabled", with_default(Kind::Flag, "false")),
+            ("content", with_default(Kind::Flag, "false")),
+        ]),
+    ),
 ]);
 
 impl Schema {

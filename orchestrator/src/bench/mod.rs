@@ -8,3 +8,4 @@ pub mod mailbox;
 mod samples;
 pub mod sandbox;
 pub mod team;
+pub mod traces;

@@ -61,10 +61,12 @@ pub struct Options {
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
     pub system: &'static str,
-    /// `overhead_per_tool_call`, `wall_vs_ideal`, `idle_teammates_memory`, or `parallel_bash`.
+    /// `overhead_per_tool_call`, `wall_vs_ideal`, `idle_teammates_memory`, `parallel_bash`
+    /// or `traces`.
     pub scenario: &'static str,
-    /// The mailbox's `synchronous` setting of the run, or the isolation of a
-    /// `parallel_bash` row (`worktree`, `shared`).
+    /// The mailbox's `synchronous` setting of the run, the isolation of a `parallel_bash`
+    /// row (`worktree`, `shared`), or a `traces` row's collector (`off`, `local`, `down`,
+    /// `slow`).
     pub sync: &'static str,
     pub teammates: usize,
     pub model_latency_ms: f64,
@@ -123,6 +125,7 @@ pub fn run(options: &Options) -> anyhow::Result<Vec<Row>> {
             lead_latency: options.latency,
             bash: None,
             hooks: false,
+            env: Vec::new(),
         };
         let m = run_team(options, sync, &shape)?;
         let ideal_ms = l_ms * (m.lead_turns + m.longest_teammate_turns) as f64;
@@ -222,6 +225,7 @@ pub fn run(options: &Options) -> anyhow::Result<Vec<Row>> {
         lead_latency: Duration::ZERO,
         bash: None,
         hooks: false,
+        env: Vec::new(),
     };
     let m = run_team(options, sync, &shape)?;
     let peak_mib = m.peak_kib.map(|k| k as f64 / 1024.0);
@@ -249,7 +253,47 @@ pub fn run(options: &Options) -> anyhow::Result<Vec<Row>> {
         ),
     });
     rows.extend(parallel_bash(options, sync)?);
+    rows.extend(super::traces::rows(options, sync)?);
     Ok(rows)
+}
+
+/// One run of the tasks scenario's shape with `env` added: a `traces` row named `label`
+/// (its note left for the caller).
+pub(super) fn traces_run(
+    options: &Options,
+    sync: SyncMode,
+    label: &'static str,
+    env: Vec<(&'static str, String)>,
+) -> anyhow::Result<Row> {
+    let shape = Shape {
+        teammates: options.teammates,
+        turns: options.turns,
+        latency: options.latency,
+        lead_latency: options.latency,
+        bash: None,
+        hooks: false,
+        env,
+    };
+    let m = run_team(options, sync, &shape)?;
+    let l_ms = options.latency.as_secs_f64() * 1000.0;
+    Ok(Row {
+        system: "muster",
+        scenario: "traces",
+        sync: label,
+        teammates: options.teammates,
+        model_latency_ms: l_ms,
+        lead_turns: m.lead_turns,
+        longest_teammate_turns: m.longest_teammate_turns,
+        model_requests: m.model_requests,
+        tool_calls: m.tool_calls,
+        wall_ms: m.wall.as_secs_f64() * 1000.0,
+        ideal_ms: l_ms * (m.lead_turns + m.longest_teammate_turns) as f64,
+        overhead_ms_per_tool_call: m.overhead_ms_per_call,
+        peak_mib: m.peak_kib.map(|k| k as f64 / 1024.0),
+        target: "none: wall and overhead reported beside traces off",
+        target_met: None,
+        note: String::new(),
+    })
 }
 
 /// Every teammate plans, then runs one Bash command of `options.bash` at once: with worktrees they run
@@ -268,6 +312,7 @@ fn parallel_bash(options: &Options, sync: SyncMode) -> anyhow::Result<Vec<Row>> 
             lead_latency: options.latency,
             bash: Some((options.bash, isolation)),
             hooks: false,
+            env: Vec::new(),
         };
         let m = run_team(options, sync, &shape)?;
         let ideal_ms = l_ms * (m.lead_turns + m.longest_teammate_turns) as f64 + bash_ms;
@@ -331,6 +376,8 @@ struct Shape {
     bash: Option<(Duration, &'static str)>,
     /// A trivial `PreToolUse` and `PostToolUse` hook (`cat > /dev/null`) on every call.
     hooks: bool,
+    /// Variables added to the child's environment (the traces scenario's).
+    env: Vec<(&'static str, String)>,
 }
 
 /// Writes a project of `shape.teammates` workers with a task each, runs it as a child
@@ -360,6 +407,12 @@ fn run_team(options: &Options, sync: SyncMode, shape: &Shape) -> anyhow::Result<
         .env(
             muster_config::trust::TRUST_HASH_VAR,
             muster_config::trust::project_hash(&hashes),
+        )
+        .envs(
+            shape
+                .env
+                .iter()
+                .map(|(name, value)| (*name, value.as_str())),
         )
         .stdin(Stdio::null())
         .stdout(stdout)

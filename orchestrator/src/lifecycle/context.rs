@@ -95,6 +95,8 @@ pub(crate) struct ContextParts<'a> {
     pub env: &'a BTreeMap<String, String>,
     /// Each agent's spend restored from the store (empty for a new run).
     pub restored: BTreeMap<String, Spend>,
+    /// The run's trace, when traces are on.
+    pub trace: Option<muster_agents::trace_ids::RunTrace>,
 }
 
 /// The run's shared context.
@@ -145,5 +147,6 @@ pub(crate) fn run_context(parts: ContextParts<'_>, checked: CheckedParts) -> Run
             models: settings.models.clone(),
         },
         team: TeamSlot::default(),
+        trace: parts.trace,
     }
 }

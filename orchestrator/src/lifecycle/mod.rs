@@ -31,6 +31,9 @@ use context::{CheckedParts, LeadResponder};
 use printer::RunPrinter;
 use signals::Interrupts;
 
+use crate::traces::config::TraceConfig;
+use crate::traces::{RunTraces, TraceParts};
+
 /// A kind of run (single, team): how it checks its configuration, creates its run and starts
 /// its agents. [`execute`] does the rest.
 pub(crate) trait RunKind {
@@ -89,6 +92,45 @@ pub(crate) struct StartedRun {
     pub restored: BTreeMap<String, Spend>,
     pub env: BTreeMap<String, String>,
     pub printer: Arc<RunPrinter>,
+    /// The run's traces, when they are on.
+    pub traces: Option<Arc<RunTraces>>,
+}
+
+impl StartedRun {
+    /// The run's trace (for its agents' `Bash` commands), when traces are on.
+    pub fn trace(&self) -> Option<muster_agents::trace_ids::RunTrace> {
+        self.traces
+            .as_ref()
+            .map(|traces| traces.run_trace().clone())
+    }
+}
+
+/// The run's traces when the user turned them on (`MUSTER_TELEMETRY=1` or their own
+/// `[telemetry] enabled`; never a project's file, whose `[telemetry]` the loader drops).
+pub(crate) fn run_traces(
+    project: &Project,
+    launch: &crate::launch::RunLaunch,
+    run_id: &str,
+) -> anyhow::Result<Option<Arc<RunTraces>>> {
+    let telemetry = &project.settings.telemetry;
+    let Some(config) = TraceConfig::from_env(
+        &project.process.env,
+        telemetry.enabled.value,
+        telemetry.content.value,
+    )
+    .map_err(|e| usage(e.to_string()))?
+    else {
+        return Ok(None);
+    };
+    let traces = RunTraces::start(TraceParts {
+        config: &config,
+        run_id,
+        parent: launch.trace_parent(),
+        plan_provider: &launch.plan_provider,
+        act_provider: &launch.act_provider,
+        sent_file: Some(project.runs_dir().join(format!("{run_id}.traces"))),
+    })?;
+    Ok(Some(Arc::new(traces)))
 }
 
 /// Runs `kind` to its ending: a new run, or `existing` (picked by [`resume`]) continued.
@@ -126,12 +168,20 @@ async fn execute_async<K: RunKind>(kind: K, existing: Option<RunRecord>) -> anyh
         env.get("XDG_RUNTIME_DIR").map(PathBuf::from),
     )
     .await?;
-    let printer = Arc::new(RunPrinter::new(
-        &id,
-        K::AGENT,
-        kind.output(),
-        kind.project().process.stdout_is_terminal,
-    ));
+    let traces = run_traces(kind.project(), kind.launch(), &id)?;
+    if let (Some(traces), true) = (&traces, resumed) {
+        let logs = kind.project().root.logs_dir();
+        traces.send_unsent(&crate::run_log::path(&logs, &id));
+    }
+    let printer = Arc::new(
+        RunPrinter::new(
+            &id,
+            K::AGENT,
+            kind.output(),
+            kind.project().process.stdout_is_terminal,
+        )
+        .with_traces(traces.clone()),
+    );
     let run = StartedRun {
         id,
         epoch: owned.epoch,
@@ -141,6 +191,7 @@ async fn execute_async<K: RunKind>(kind: K, existing: Option<RunRecord>) -> anyh
         restored,
         env,
         printer,
+        traces,
     };
     let run_log = kind.project().process.run_log.clone();
     let driver = kind.start(&run, checked).await?;
@@ -158,7 +209,25 @@ async fn execute_async<K: RunKind>(kind: K, existing: Option<RunRecord>) -> anyh
     let ending = driver.wrap_up(&run, driven, interrupted).await?;
     finish(run.store.as_ref(), &run.id, &ending, &run_log).await?;
     run.printer.finished(&ending);
+    if let Some(traces) = &run.traces {
+        end_traces(traces, &run, ending.status).await;
+    }
     Ok(ending.exit)
+}
+
+/// The run's last spans (its own and its agents', once it is over) after its ending's
+/// commit; what the store cannot say is left out rather than guessed.
+async fn end_traces(traces: &RunTraces, run: &StartedRun, status: RunStatus) {
+    let record = run.store.run(&run.id).await.ok().flatten();
+    let roster = run.store.roster(&run.id).await.unwrap_or_default();
+    match record {
+        Some(record) => {
+            traces
+                .finish(status, record.created_at, &roster, record.team.as_deref())
+                .await
+        }
+        None => traces.flush().await,
+    }
 }
 
 fn usage(message: impl Into<String>) -> anyhow::Error {

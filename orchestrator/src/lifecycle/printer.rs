@@ -14,6 +14,7 @@ use crate::launch::OutputFormat;
 use crate::lifecycle::Ending;
 use crate::progress::LiveProgress;
 use crate::stream_json;
+use crate::traces::RunTraces;
 
 /// Prints one run's events.
 pub(crate) struct RunPrinter {
@@ -26,6 +27,8 @@ pub(crate) struct RunPrinter {
     worker: Option<String>,
     /// `--output text` on a terminal: the live line per busy agent.
     progress: Option<Arc<LiveProgress>>,
+    /// The run's traces, when they are on: each event after its line is logged.
+    traces: Option<Arc<RunTraces>>,
 }
 
 impl RunPrinter {
@@ -46,7 +49,14 @@ impl RunPrinter {
                 .then(|| LiveProgress::for_terminal(stdout_is_terminal))
                 .flatten()
                 .map(Arc::new),
+            traces: None,
         }
+    }
+
+    /// Events go to the run's traces too.
+    pub(crate) fn with_traces(mut self, traces: Option<Arc<RunTraces>>) -> RunPrinter {
+        self.traces = traces;
+        self
     }
 
     /// A printer in a worker's process: every event names the worker.
@@ -113,12 +123,21 @@ impl EventSink for RunPrinter {
             progress.event(&event);
         }
         if stream_json::partial(&self.run_id, self.format, &event) {
+            // Not durable: for traces, it only starts a clock.
+            if let Some(traces) = &self.traces {
+                traces.event(&event);
+            }
             return;
         }
         if self.format.is_stream_json() && event.is_stream_line() {
             self.print(&event);
         } else {
             stream_json::log(&self.line(&event));
+        }
+        // After its line is in the run log, so that what a crash leaves queued and unsent is
+        // found there by the resume ([`RunTraces::send_unsent`]).
+        if let Some(traces) = &self.traces {
+            traces.event(&event);
         }
         if self.format == OutputFormat::Text {
             stream_json::text_progress(&event, self.progress.as_deref());

@@ -372,6 +372,7 @@ impl RunKind for TeamRun {
                 terminal: None,
                 env: &run.env,
                 restored: run.restored.clone(),
+                trace: run.trace(),
             },
             checked,
         ));

@@ -387,6 +387,8 @@ async fn run_placed(
     .ok_or_else(|| anyhow::anyhow!("run {} shares one working tree", record.id))?
     .with_remote(remote)
     .await?;
+    // The worker's spans join the run's trace: the same ids from the same keys.
+    let traces = crate::lifecycle::run_traces(&project, &launch.run, &record.id)?;
     let printer = Arc::new(
         RunPrinter::new(
             &record.id,
@@ -394,7 +396,8 @@ async fn run_placed(
             OutputFormat::StreamJson { partial: false },
             false,
         )
-        .on_worker(worker),
+        .on_worker(worker)
+        .with_traces(traces.clone()),
     );
     let restored =
         AgentRuntime::restored_spends(store.as_ref(), &record.id, &project.settings.models).await?;
@@ -413,6 +416,7 @@ async fn run_placed(
             terminal: None,
             env: &env,
             restored,
+            trace: traces.as_ref().map(|traces| traces.run_trace().clone()),
         },
         checked,
     ));
@@ -449,6 +453,9 @@ async fn run_placed(
     team.start_teammate(payload.plan, first, started)?;
     if let Some(handle) = team.take_handle(&agent) {
         let _ = handle.await;
+    }
+    if let Some(traces) = &traces {
+        traces.flush().await;
     }
     Ok(Exit::Success)
 }

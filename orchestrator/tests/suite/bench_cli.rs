@@ -80,7 +80,21 @@ fn the_team_bench_prints_overhead_hooks_wall_time_memory_and_parallel_bash_rows(
             ("idle_teammates_memory", "normal"),
             ("parallel_bash", "worktree"),
             ("parallel_bash", "shared"),
+            ("traces", "off"),
+            ("traces", "local"),
+            ("traces", "down"),
+            ("traces", "slow"),
+            ("traces", "off"),
         ]
+    );
+    // The exporter on sent its spans to the local collector.
+    let local = rows
+        .iter()
+        .find(|r| r["scenario"] == "traces" && r["sync"] == "local")
+        .unwrap();
+    assert!(
+        !local["note"].as_str().unwrap().contains(": 0 requests"),
+        "{local}"
     );
     // Both isolations ran every teammate's plan and Bash command (beside the lead's
     // TaskCreate each).

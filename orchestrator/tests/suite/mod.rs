@@ -22,6 +22,7 @@ mod team_cli;
 #[cfg(all(unix, feature = "failpoints"))]
 mod team_crash;
 mod team_workers;
+mod traces_cli;
 mod trust_cli;
 mod worker_faults;
 mod worker_procs;

@@ -4,6 +4,7 @@
 //! per test), files travelling through a local bare repository as the run's remote. The
 //! configuration errors of a placement that cannot work exit 2.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Output;
 
@@ -66,6 +67,16 @@ fn bare_remote() -> tempfile::TempDir {
 /// A worker's directory for teammates: the writer definition, the fake model, Bash without
 /// the sandbox (a test's side-effect file lies outside every worktree).
 fn teammate_worker(fake: &FakeLlmHandle, url: &str, name: &str) -> Worker {
+    teammate_worker_with_env(fake, url, name, &[])
+}
+
+/// [`teammate_worker`] with `env` added to the worker's environment.
+fn teammate_worker_with_env(
+    fake: &FakeLlmHandle,
+    url: &str,
+    name: &str,
+    env: &[(&str, String)],
+) -> Worker {
     let dir = super::common::project(&[(
         ".muster/settings.toml",
         &format!(
@@ -78,7 +89,7 @@ fn teammate_worker(fake: &FakeLlmHandle, url: &str, name: &str) -> Worker {
     std::fs::write(dir.path().join(".muster/agents/writer.md"), WRITER).unwrap();
     // The worker's own directory, which its operator trusted.
     super::common::trust_blocking(dir.path());
-    Worker::start_in(dir, url, name, &["--slots", "1"])
+    Worker::start_with_env(dir, url, name, &["--slots", "1"], env)
 }
 
 fn entry(value: Value) -> ScriptEntry {
@@ -478,5 +489,216 @@ async fn a_worker_killed_in_a_teammates_bash_call_has_the_teammate_resumed_on_an
         "one\n"
     );
     assert_eq!(second.stop().await, Some(0));
+    schema.drop_now().await;
+}
+
+/// The tool_use ids each agent's requests sent back results for (every one a committed call).
+fn committed_calls(requests: &[muster_fake_llm::RecordedRequest]) -> BTreeSet<(String, String)> {
+    let mut calls = BTreeSet::new();
+    for request in requests {
+        let Some(agent) = &request.agent else {
+            continue;
+        };
+        for message in request.body["messages"].as_array().into_iter().flatten() {
+            for block in message["content"].as_array().into_iter().flatten() {
+                if block["type"] == "tool_result" {
+                    calls.insert((
+                        agent.clone(),
+                        block["tool_use_id"].as_str().unwrap().to_owned(),
+                    ));
+                }
+            }
+        }
+    }
+    calls
+}
+
+/// A team run with its teammate on a `muster worker`, the lead killed with SIGKILL once the
+/// teammate's merge request is in its context, its collector down until then, and resumed: one trace throughout (the caller's, from the
+/// `TRACEPARENT` stored at the start, though the resume is given another), the root under the
+/// caller's span, the teammate's agent span under the lead's; every committed model call and
+/// tool call of both processes and the worker under one span id each, under its agent, with
+/// the usage the fake server logged as returned; the teammate's Bash command on the worker saw
+/// its own span as `TRACEPARENT`; no content attribute.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_team_run_on_a_worker_killed_and_resumed_is_one_trace_with_every_committed_call_once() {
+    use super::traces_cli::{Receiver, assert_no_content, assert_usage, by_id, span_with};
+    const TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+    const PARENT: &str = "b7ad6b7169203331";
+    let schema = Schema::new().await;
+    let url = schema.url();
+    let mut receiver = Receiver::start(&[]).await;
+    let telemetry = [
+        ("MUSTER_TELEMETRY", "1".to_owned()),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint()),
+    ];
+    let outside = tempfile::tempdir().unwrap();
+    let seen = outside.path().join("traceparent.txt");
+    let command_text = format!("printf %s \"$TRACEPARENT\" > {}", seen.display());
+    let fake = fake(vec![
+        lead_assigns(&["one"]),
+        lead_merges("one", &["merge-one-1"]),
+        any_turn("lead", "Waiting for the team."),
+        ScriptEntry::reply(
+            "one",
+            1,
+            vec![
+                tool("Bash", json!({"command": command_text})),
+                tool("Write", json!({"file_path": "one.txt", "content": "one\n"})),
+            ],
+        ),
+        any_turn("one", "done"),
+    ])
+    .await;
+    let mut worker = teammate_worker_with_env(&fake, &url, "w1", &telemetry);
+    worker.wait_for("ready on").await;
+    let remote = bare_remote();
+    let remote_path = remote.path().display().to_string();
+    let lead = lead_repo(&team(&["one"], ""));
+    let root = lead.path();
+    let base = fake.base_url();
+    // The collector is down while the first process runs: what it committed reaches the
+    // trace through the resume, which sends what its run log holds and was never sent.
+    let mut started = command(root, &run_args(&url, &base, &remote_path));
+    started
+        .env("MUSTER_TELEMETRY", "1")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+        .env("TRACEPARENT", format!("00-{TRACE}-{PARENT}-01"));
+    let mut run = super::common::Running::spawn(started);
+    // Killed once the teammate's merge request is in the lead's context (committed), before
+    // the lead's answer: the teammate waits on the worker for the resumed lead.
+    let sent = run
+        .until("the merge request", |e| {
+            e["type"] == "mail_delivered" && e["kind"] == "merge_request"
+        })
+        .await;
+    let run_id = sent["run_id"].as_str().unwrap().to_owned();
+    run.child.start_kill().unwrap();
+    let _ = run.child.wait().await;
+    let mut resumed = command(
+        root,
+        &[
+            "--store",
+            &url,
+            "resume",
+            &run_id,
+            "--output",
+            "stream-json",
+        ],
+    );
+    resumed
+        .envs(telemetry.iter().map(|(k, v)| (*k, v.as_str())))
+        .env("TRACEPARENT", format!("00-{}-{PARENT}-01", "1".repeat(32)));
+    let output = super::common::output(resumed).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(finished(&output)["status"], "completed");
+    receiver
+        .until("the run's span", |spans| {
+            spans
+                .iter()
+                .any(|s| s["name"].as_str().unwrap().starts_with("invoke_workflow"))
+        })
+        .await;
+    // The worker's teammate ended before the run did, and flushed its spans then.
+    let requests = fake.requests();
+    let calls = committed_calls(&requests);
+    receiver
+        .until("every call's span", |spans| {
+            calls.iter().all(|(_, id)| {
+                spans
+                    .iter()
+                    .any(|s| s["attributes"]["gen_ai.tool.call.id"] == id.as_str())
+            })
+        })
+        .await;
+    let spans = receiver.spans.clone();
+    let ids = by_id(&spans);
+    for span in ids.values() {
+        assert_eq!(span["trace_id"], TRACE, "{span:#}");
+    }
+    let roots = span_with(
+        &spans,
+        "invoke_workflow",
+        "gen_ai.operation.name",
+        &json!("invoke_workflow"),
+    );
+    assert_eq!(roots[0]["parent_span_id"], PARENT);
+    let agent_span = |agent: &str| {
+        let found = span_with(&spans, "invoke_agent", "gen_ai.agent.id", &json!(agent));
+        assert!(!found.is_empty(), "no invoke_agent {agent}: {spans:#?}");
+        found[0]["span_id"].as_str().unwrap().to_owned()
+    };
+    let (lead_span, one_span) = (agent_span("lead"), agent_span("one"));
+    assert_eq!(
+        ids[&lead_span]["parent_span_id"], roots[0]["span_id"],
+        "the lead under the run"
+    );
+    assert_eq!(
+        ids[&one_span]["parent_span_id"],
+        lead_span.as_str(),
+        "the teammate under the lead"
+    );
+
+    // Every answered model request: one chat span id per (agent, turn), the usage of the
+    // answer that was committed (the last one the server returned for it).
+    let mut answered: BTreeMap<(String, u64), &muster_fake_llm::RecordedRequest> = BTreeMap::new();
+    for request in requests
+        .iter()
+        .filter(|r| r.usage.is_some() && r.purpose.is_none())
+    {
+        answered.insert(
+            (request.agent.clone().unwrap(), request.turn.unwrap()),
+            request,
+        );
+    }
+    let chats: Vec<&Value> = ids
+        .values()
+        .filter(|s| s["attributes"]["gen_ai.operation.name"] == "chat")
+        .collect();
+    assert_eq!(chats.len(), answered.len(), "{chats:#?}\n{answered:#?}");
+    for ((agent, turn), request) in &answered {
+        let chat: Vec<&&Value> = chats
+            .iter()
+            .filter(|s| {
+                s["attributes"]["gen_ai.agent.id"] == agent.as_str()
+                    && s["attributes"]["muster.turn"] == *turn
+            })
+            .collect();
+        assert_eq!(chat.len(), 1, "{agent} turn {turn}: {chats:#?}");
+        assert_eq!(chat[0]["parent_span_id"], agent_span(agent).as_str());
+        assert_usage(chat[0], request);
+    }
+    // Every committed tool call: one execute_tool span id, under its agent; no other.
+    let tools: Vec<&Value> = ids
+        .values()
+        .filter(|s| s["attributes"]["gen_ai.operation.name"] == "execute_tool")
+        .collect();
+    for (agent, id) in &calls {
+        let found: Vec<&&Value> = tools
+            .iter()
+            .filter(|s| s["attributes"]["gen_ai.tool.call.id"] == id.as_str())
+            .collect();
+        assert_eq!(found.len(), 1, "{agent} {id}: {tools:#?}");
+        assert_eq!(found[0]["parent_span_id"], agent_span(agent).as_str());
+    }
+    // The lead's last calls (the shutdown of its teammate) have no later request to show
+    // them; every other call is one the requests sent back.
+    assert!(tools.len() >= calls.len(), "{tools:#?}");
+    let bash = span_with(&spans, "execute_tool", "gen_ai.tool.name", &json!("Bash"));
+    // The worker runs Bash without the sandbox (`[sandbox] mode = "off"`).
+    assert_eq!(
+        bash[0]["attributes"]["muster.sandbox.profile"],
+        "unconfined"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&seen).unwrap_or_else(|e| panic!("{e}: {bash:#?}")),
+        format!("00-{TRACE}-{}-01", bash[0]["span_id"].as_str().unwrap())
+    );
+    let merge = span_with(&spans, "merge", "muster.request.id", &json!("merge-one-1"));
+    assert_eq!(merge.len(), 1, "{spans:#?}");
+    assert_eq!(merge[0]["attributes"]["muster.decision.approved"], true);
+    assert_no_content(&spans, "printf");
+    assert_eq!(worker.stop().await, Some(0));
+    receiver.stop().await;
     schema.drop_now().await;
 }

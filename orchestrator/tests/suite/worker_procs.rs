@@ -52,10 +52,23 @@ impl Worker {
 
     /// A worker in `dir` (its project, HOME and repo cache), with `extra` flags.
     pub fn start_in(dir: tempfile::TempDir, url: &str, name: &str, extra: &[&str]) -> Worker {
+        Worker::start_with_env(dir, url, name, extra, &[])
+    }
+
+    /// [`Worker::start_in`] with `env` added to its environment (and its items' processes').
+    pub fn start_with_env(
+        dir: tempfile::TempDir,
+        url: &str,
+        name: &str,
+        extra: &[&str],
+        env: &[(&str, String)],
+    ) -> Worker {
         let mut args = vec!["--store", url, "worker", "--name", name];
         args.extend(LEASE);
         args.extend(extra);
-        let mut child = command(dir.path(), &args)
+        let mut command = command(dir.path(), &args);
+        command.envs(env.iter().map(|(name, value)| (*name, value.as_str())));
+        let mut child = command
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .process_group(0)

@@ -293,6 +293,7 @@ pub(super) async fn run_agent(
             BTreeMap::new(),
         )),
         limits: Default::default(),
+        trace: None,
         compaction: CompactionPolicy {
             config: CompactionConfig::from_settings(&settings.compaction),
             models: settings.models.clone(),
