@@ -239,7 +239,8 @@ mod tests {
         );
         let said: Vec<String> = warnings.iter().map(ToString::to_string).collect();
         assert!(
-            said.iter().any(|w| w.contains("does not apply these keys of Claude Code's settings: env")),
+            said.iter()
+                .any(|w| w.contains("does not apply these keys of Claude Code's settings: env")),
             "{said:?}"
         );
     }
@@ -281,7 +282,10 @@ mod tests {
         for key in ["env", "permissions.weird"] {
             assert!(said.contains(key), "{said}");
         }
-        assert!(!said.contains("defaultMode") && !said.contains("hooks"), "{said}");
+        assert!(
+            !said.contains("defaultMode") && !said.contains("hooks"),
+            "{said}"
+        );
         for (bad, expected) in [
             (
                 r#"{"permissions": {"defaultMode": "yolo"}}"#,
