@@ -149,16 +149,24 @@ pub(crate) async fn claim(
     Ok(claimed)
 }
 
-async fn fenced(tx: &Tx<'_>, ctx: &Ctx, fence: &WorkFence) -> StoreError {
-    match item(tx, ctx, &fence.item).await {
-        Ok(Some(current)) => StoreError::Fenced {
-            item: fence.item.clone(),
-            token: fence.token,
-            current: current.token,
-            state: current.state.as_str().into(),
-        },
-        Ok(None) => StoreError::UnknownWorkItem(fence.item.clone()),
-        Err(error) => error,
+/// The item's `(token, state)`, read by id; `lock`: under a row lock (`FOR SHARE`).
+async fn stored_fence(
+    tx: &Tx<'_>,
+    ctx: &Ctx,
+    item: &str,
+    lock: bool,
+) -> StoreResult<Option<(i64, String)>> {
+    let sql = if lock {
+        "SELECT token, state FROM work_items WHERE id = $1 FOR SHARE"
+    } else {
+        "SELECT token, state FROM work_items WHERE id = $1"
+    };
+    match row(tx, ctx, sql, &[&item]).await? {
+        Some(row) => Ok(Some((
+            col(&row, "work_items", 0)?,
+            col(&row, "work_items", 1)?,
+        ))),
+        None => Ok(None),
     }
 }
 
@@ -166,27 +174,15 @@ async fn fenced(tx: &Tx<'_>, ctx: &Ctx, fence: &WorkFence) -> StoreError {
 /// lasts until this write's COMMIT: a claim taking the item over waits for it (or skips the
 /// item), so no write of an old holder commits after a new claim did.
 pub(crate) async fn check_fence(tx: &Tx<'_>, ctx: &Ctx, fence: &WorkFence) -> StoreResult<()> {
-    let held = row(
-        tx,
-        ctx,
-        "SELECT token, state FROM work_items WHERE id = $1 FOR SHARE",
-        &[&fence.item],
-    )
-    .await?;
-    let Some(held) = held else {
-        return Err(StoreError::UnknownWorkItem(fence.item.clone()));
-    };
-    let token: i64 = col(&held, "work_items", 0)?;
-    let state: String = col(&held, "work_items", 1)?;
-    if token == fence.token && state == WorkState::Leased.as_str() {
-        return Ok(());
+    crate::rules::work::fence_holds(fence, stored_fence(tx, ctx, &fence.item, true).await?)
+}
+
+/// The refusal for `fence` when a write under it changed nothing.
+async fn fenced(tx: &Tx<'_>, ctx: &Ctx, fence: &WorkFence) -> StoreError {
+    match stored_fence(tx, ctx, &fence.item, false).await {
+        Ok(stored) => crate::rules::work::fence_refusal(fence, stored),
+        Err(error) => error,
     }
-    Err(StoreError::Fenced {
-        item: fence.item.clone(),
-        token: fence.token,
-        current: token,
-        state,
-    })
 }
 
 pub(crate) async fn heartbeat(

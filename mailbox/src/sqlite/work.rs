@@ -150,18 +150,18 @@ pub(crate) fn claim(
     .transpose()
 }
 
-/// The refusal for `fence` when the item is not leased under its token.
-fn fenced(conn: &Connection, ctx: &OpContext, fence: &WorkFence) -> StoreError {
-    match item(conn, ctx, &fence.item) {
-        Ok(Some(current)) => StoreError::Fenced {
-            item: fence.item.clone(),
-            token: fence.token,
-            current: current.token,
-            state: current.state.as_str().into(),
-        },
-        Ok(None) => StoreError::UnknownWorkItem(fence.item.clone()),
-        Err(error) => error,
-    }
+/// The item's `(token, state)`, read by id.
+fn stored_fence(
+    conn: &Connection,
+    ctx: &OpContext,
+    item: &str,
+) -> StoreResult<Option<(i64, String)>> {
+    conn.prepare_cached("SELECT token, state FROM work_items WHERE id = ?1")
+        .and_then(|mut stmt| {
+            stmt.query_row([item], |row| Ok((row.get(0)?, row.get(1)?)))
+                .optional()
+        })
+        .map_err(ctx.sql())
 }
 
 /// Refuses the operation unless `fence` still holds its item's lease.
@@ -170,18 +170,14 @@ pub(crate) fn check_fence(
     ctx: &OpContext,
     fence: &WorkFence,
 ) -> StoreResult<()> {
-    let held: Option<i64> = conn
-        .prepare_cached(
-            "SELECT 1 FROM work_items WHERE id = ?1 AND token = ?2 AND state = 'leased'",
-        )
-        .and_then(|mut stmt| {
-            stmt.query_row(params![fence.item, fence.token], |row| row.get(0))
-                .optional()
-        })
-        .map_err(ctx.sql())?;
-    match held {
-        Some(_) => Ok(()),
-        None => Err(fenced(conn, ctx, fence)),
+    crate::rules::work::fence_holds(fence, stored_fence(conn, ctx, &fence.item)?)
+}
+
+/// The refusal for `fence` when a write under it changed nothing.
+fn fenced(conn: &Connection, ctx: &OpContext, fence: &WorkFence) -> StoreError {
+    match stored_fence(conn, ctx, &fence.item) {
+        Ok(stored) => crate::rules::work::fence_refusal(fence, stored),
+        Err(error) => error,
     }
 }
 
