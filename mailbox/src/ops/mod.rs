@@ -13,6 +13,7 @@ pub(crate) mod fork;
 pub(crate) mod mail;
 pub(crate) mod runs;
 pub(crate) mod tasks;
+pub(crate) mod work;
 
 use crate::error::StoreResult;
 use crate::rows::Row;
@@ -73,6 +74,13 @@ pub(crate) trait Tx {
 
     /// The largest message body the store accepts, in bytes.
     fn max_body_bytes(&self) -> usize;
+
+    /// Tells other processes that the work queues changed, when this transaction commits
+    /// (PostgreSQL: a NOTIFY on the schema's work channel). SQLite's store wakes its own
+    /// watchers after COMMIT, and no other process listens: nothing to do.
+    async fn announce_work(&self) -> StoreResult<()> {
+        Ok(())
+    }
 
     /// Runs a statement; how many rows it changed.
     async fn execute(&self, sql: &str, args: &[&dyn Arg]) -> StoreResult<u64>;

@@ -16,7 +16,6 @@ mod live;
 pub(crate) mod ops;
 mod schema;
 mod tls;
-mod work;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -27,7 +26,7 @@ use serde_json::Value;
 use tokio_postgres::IsolationLevel;
 
 use crate::error::{StoreError, StoreResult};
-use crate::ops::{fork as ops_fork, mail, runs, tasks as ops_tasks};
+use crate::ops::{fork as ops_fork, mail, runs, tasks as ops_tasks, work as ops_work};
 use crate::options::StoreOptions;
 use crate::store::MailboxStore;
 use crate::types::*;
@@ -204,7 +203,7 @@ impl PostgresStore {
             closed.store(true, std::sync::atomic::Ordering::SeqCst);
             watchers.wake();
         });
-        let listen = format!("LISTEN {}", work::work_channel(&self.ctx));
+        let listen = format!("LISTEN {}", ops::work_channel(&self.ctx));
         if let Err(error) = client.batch_execute(&listen).await {
             driver.abort();
             return Err(ops::pg_error(&self.ctx, error));
@@ -435,7 +434,7 @@ macro_rules! write_op {
                 let raw = store.begin_write(&mut conn, &[$($run),*]).await?;
                 let $ctx = &store.ctx;
                 if let Some(fence) = &store.fence {
-                    work::check_fence(&raw, $ctx, fence).await?;
+                    ops_work::check_fence(&PgTx { tx: &raw, ctx: $ctx }, fence).await?;
                 }
                 if let Some((first, wakes)) = ops::stored_operation(&raw, $ctx, &op_key).await? {
                     let first = store.finish(raw, Ok(first), wakes).await?;
@@ -485,10 +484,16 @@ macro_rules! work_op {
     ($store:expr, |$tx:ident, $ctx:ident| $body:expr) => {{
         let store = $store;
         let mut conn = store.connection().await?;
-        let $tx = store.begin_write(&mut conn, &[]).await?;
+        let raw = store.begin_write(&mut conn, &[]).await?;
         let $ctx = &store.ctx;
-        let result = $body;
-        store.finish($tx, result, Vec::new()).await
+        let result = {
+            let $tx = PgTx {
+                tx: &raw,
+                ctx: $ctx,
+            };
+            $body
+        };
+        store.finish(raw, result, Vec::new()).await
     }};
 }
 
@@ -766,7 +771,7 @@ impl MailboxStore for PostgresStore {
         write_op!(self, [run_id], |tx, ctx, _w| {
             match runs::append_records(&tx, run_id, &records).await {
                 Ok(rows) => match &self.fence {
-                    Some(fence) => work::record_group(tx.tx, ctx, run_id, fence, &group)
+                    Some(fence) => ops_work::record_group(&tx, run_id, fence, &group)
                         .await
                         .map(|()| rows),
                     None => Ok(rows),
@@ -875,7 +880,7 @@ impl MailboxStore for PostgresStore {
     }
 
     async fn enqueue_work(&self, items: Vec<NewWorkItem>) -> StoreResult<Vec<WorkItem>> {
-        work_op!(self, |tx, ctx| work::enqueue(&tx, ctx, &items).await)
+        work_op!(self, |tx, ctx| ops_work::enqueue(&tx, &items).await)
     }
 
     async fn claim_work(
@@ -885,7 +890,7 @@ impl MailboxStore for PostgresStore {
         lease: std::time::Duration,
     ) -> StoreResult<Option<WorkItem>> {
         let lease = crate::work::millis(lease);
-        work_op!(self, |tx, ctx| work::claim(&tx, ctx, queue, worker, lease)
+        work_op!(self, |tx, ctx| ops_work::claim(&tx, queue, worker, lease)
             .await)
     }
 
@@ -896,18 +901,18 @@ impl MailboxStore for PostgresStore {
         lease: std::time::Duration,
     ) -> StoreResult<Heartbeat> {
         let lease = crate::work::millis(lease);
-        work_op!(self, |tx, ctx| work::heartbeat(
-            &tx, ctx, worker, leases, lease
+        work_op!(self, |tx, ctx| ops_work::heartbeat(
+            &tx, worker, leases, lease
         )
         .await)
     }
 
     async fn finish_work(&self, fence: &WorkFence, result: Value) -> StoreResult<WorkItem> {
-        work_op!(self, |tx, ctx| work::finish(&tx, ctx, fence, &result).await)
+        work_op!(self, |tx, ctx| ops_work::finish(&tx, fence, &result).await)
     }
 
     async fn release_work(&self, fence: &WorkFence) -> StoreResult<WorkItem> {
-        work_op!(self, |tx, ctx| work::release(&tx, ctx, fence).await)
+        work_op!(self, |tx, ctx| ops_work::release(&tx, fence).await)
     }
 
     async fn worker_process_groups(
@@ -916,8 +921,8 @@ impl MailboxStore for PostgresStore {
         host: &str,
         boot_id: &str,
     ) -> StoreResult<Vec<crate::work::ProcessGroupRecord>> {
-        read_op!(self, |tx, ctx| work::worker_groups(
-            tx.tx, ctx, worker, host, boot_id
+        read_op!(self, |tx, ctx| ops_work::worker_groups(
+            &tx, worker, host, boot_id
         )
         .await)
     }
@@ -928,9 +933,8 @@ impl MailboxStore for PostgresStore {
         agent: &str,
         tool_use_id: &str,
     ) -> StoreResult<()> {
-        work_op!(self, |tx, ctx| work::forget_group(
+        work_op!(self, |tx, ctx| ops_work::forget_group(
             &tx,
-            ctx,
             run_id,
             agent,
             tool_use_id
@@ -939,11 +943,11 @@ impl MailboxStore for PostgresStore {
     }
 
     async fn work_item(&self, id: &str) -> StoreResult<Option<WorkItem>> {
-        read_op!(self, |tx, ctx| work::item(tx.tx, ctx, id).await)
+        read_op!(self, |tx, ctx| ops_work::item(&tx, id).await)
     }
 
     async fn work_items(&self, queue: &str) -> StoreResult<Vec<WorkItem>> {
-        read_op!(self, |tx, ctx| work::items(tx.tx, ctx, queue).await)
+        read_op!(self, |tx, ctx| ops_work::items(&tx, queue).await)
     }
 
     async fn next_lease_expiry(
@@ -951,7 +955,7 @@ impl MailboxStore for PostgresStore {
         queue: Option<&str>,
     ) -> StoreResult<Option<std::time::Duration>> {
         let millis: Option<i64> =
-            read_op!(self, |tx, ctx| work::next_expiry(tx.tx, ctx, queue).await)?;
+            read_op!(self, |tx, ctx| ops_work::next_expiry(&tx, queue).await)?;
         Ok(millis.map(|ms| std::time::Duration::from_millis(ms.max(0) as u64)))
     }
 
@@ -966,10 +970,10 @@ impl MailboxStore for PostgresStore {
     }
 
     async fn workers(&self) -> StoreResult<Vec<WorkerRecord>> {
-        read_op!(self, |tx, ctx| work::workers(tx.tx, ctx).await)
+        read_op!(self, |tx, ctx| ops_work::workers(&tx).await)
     }
 
     async fn retire_worker(&self, name: &str) -> StoreResult<()> {
-        work_op!(self, |tx, ctx| work::retire(&tx, ctx, name).await)
+        work_op!(self, |tx, ctx| ops_work::retire(&tx, name).await)
     }
 }

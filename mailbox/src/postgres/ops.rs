@@ -119,6 +119,14 @@ fn is_connection_lost(source: &tokio_postgres::Error) -> bool {
     false
 }
 
+/// The channel every change of this schema's work queues is announced on.
+pub(crate) fn work_channel(ctx: &Ctx) -> String {
+    format!(
+        "muster_work_{:016x}",
+        fnv1a(&[ctx.schema.as_bytes(), b"\0work"])
+    )
+}
+
 /// A fresh operation id for one write and its retries.
 pub(crate) fn new_operation_key() -> String {
     Uuid::now_v7().to_string()
@@ -245,6 +253,12 @@ impl crate::ops::Tx for PgTx<'_> {
 
     fn max_body_bytes(&self) -> usize {
         self.ctx.max_body_bytes
+    }
+
+    async fn announce_work(&self) -> StoreResult<()> {
+        let sql = "SELECT pg_notify($1, '')";
+        execute(self.tx, self.ctx, sql, &[&work_channel(self.ctx)]).await?;
+        Ok(())
     }
 
     async fn execute(&self, sql: &str, args: &[&dyn Arg]) -> StoreResult<u64> {

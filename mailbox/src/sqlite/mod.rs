@@ -4,7 +4,6 @@ mod open;
 pub(crate) mod ops;
 mod schema;
 mod version;
-pub(crate) mod work;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -15,7 +14,7 @@ use serde_json::Value;
 
 use crate::error::StoreResult;
 pub use crate::ops::mail::DELIVERY_QUERY;
-use crate::ops::{fork as ops_fork, mail, runs, tasks as ops_tasks};
+use crate::ops::{fork as ops_fork, mail, runs, tasks as ops_tasks, work as ops_work};
 pub use crate::options::{CommitHook, StoreOptions, SyncMode};
 use crate::store::MailboxStore;
 use crate::types::*;
@@ -126,10 +125,10 @@ impl SqliteStore {
         let fence = self.fence.clone();
         self.writer
             .submit(move |conn, wakes| {
-                if let Some(fence) = &fence {
-                    work::check_fence(conn, &ctx, fence)?;
-                }
                 let tx = SqliteTx { conn, ctx: &ctx };
+                if let Some(fence) = &fence {
+                    ops::drive(&ctx.path, ops_work::check_fence(&tx, fence))?;
+                }
                 ops::drive(&ctx.path, body(&tx, wakes))
             })
             .await
@@ -140,10 +139,13 @@ impl SqliteStore {
     async fn work_op<T, F>(&self, changed: bool, body: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&rusqlite::Connection, &OpContext) -> StoreResult<T> + Send + 'static,
+        F: AsyncFnOnce(&SqliteTx<'_>) -> StoreResult<T> + Send + 'static,
     {
         let ctx = self.ctx.clone();
-        let result = self.writer.submit(move |conn, _| body(conn, &ctx)).await;
+        let result = self
+            .writer
+            .submit(move |conn, _| ops::drive(&ctx.path, body(&SqliteTx { conn, ctx: &ctx })))
+            .await;
         if changed && result.is_ok() {
             self.work_watchers.wake();
         }
@@ -329,7 +331,7 @@ impl MailboxStore for SqliteStore {
         self.op(async move |tx, _| {
             let rows = runs::append_records(tx, &run_id, &records).await?;
             if let Some(fence) = &fence {
-                work::record_group(tx.conn, tx.ctx, &run_id, fence, &group)?;
+                ops_work::record_group(tx, &run_id, fence, &group).await?;
             }
             Ok(rows)
         })
@@ -421,7 +423,7 @@ impl MailboxStore for SqliteStore {
     }
 
     async fn enqueue_work(&self, items: Vec<NewWorkItem>) -> StoreResult<Vec<WorkItem>> {
-        self.work_op(true, move |conn, ctx| work::enqueue(conn, ctx, &items))
+        self.work_op(true, async move |tx| ops_work::enqueue(tx, &items).await)
             .await
     }
 
@@ -433,8 +435,8 @@ impl MailboxStore for SqliteStore {
     ) -> StoreResult<Option<WorkItem>> {
         let (queue, worker) = (queue.map(str::to_owned), worker.to_owned());
         let lease = crate::work::millis(lease);
-        self.work_op(false, move |conn, ctx| {
-            work::claim(conn, ctx, queue.as_deref(), &worker, lease)
+        self.work_op(false, async move |tx| {
+            ops_work::claim(tx, queue.as_deref(), &worker, lease).await
         })
         .await
     }
@@ -447,23 +449,23 @@ impl MailboxStore for SqliteStore {
     ) -> StoreResult<Heartbeat> {
         let (worker, leases) = (worker.clone(), leases.to_vec());
         let lease = crate::work::millis(lease);
-        self.work_op(false, move |conn, ctx| {
-            work::heartbeat(conn, ctx, &worker, &leases, lease)
+        self.work_op(false, async move |tx| {
+            ops_work::heartbeat(tx, &worker, &leases, lease).await
         })
         .await
     }
 
     async fn finish_work(&self, fence: &WorkFence, result: Value) -> StoreResult<WorkItem> {
         let fence = fence.clone();
-        self.work_op(true, move |conn, ctx| {
-            work::finish(conn, ctx, &fence, &result)
+        self.work_op(true, async move |tx| {
+            ops_work::finish(tx, &fence, &result).await
         })
         .await
     }
 
     async fn release_work(&self, fence: &WorkFence) -> StoreResult<WorkItem> {
         let fence = fence.clone();
-        self.work_op(true, move |conn, ctx| work::release(conn, ctx, &fence))
+        self.work_op(true, async move |tx| ops_work::release(tx, &fence).await)
             .await
     }
 
@@ -474,8 +476,8 @@ impl MailboxStore for SqliteStore {
         boot_id: &str,
     ) -> StoreResult<Vec<crate::work::ProcessGroupRecord>> {
         let (worker, host, boot_id) = (worker.to_owned(), host.to_owned(), boot_id.to_owned());
-        self.work_op(false, move |conn, ctx| {
-            work::worker_groups(conn, ctx, &worker, &host, &boot_id)
+        self.work_op(false, async move |tx| {
+            ops_work::worker_groups(tx, &worker, &host, &boot_id).await
         })
         .await
     }
@@ -488,21 +490,21 @@ impl MailboxStore for SqliteStore {
     ) -> StoreResult<()> {
         let (run_id, agent, tool_use_id) =
             (run_id.to_owned(), agent.to_owned(), tool_use_id.to_owned());
-        self.work_op(false, move |conn, ctx| {
-            work::forget_group(conn, ctx, &run_id, &agent, &tool_use_id)
+        self.work_op(false, async move |tx| {
+            ops_work::forget_group(tx, &run_id, &agent, &tool_use_id).await
         })
         .await
     }
 
     async fn work_item(&self, id: &str) -> StoreResult<Option<WorkItem>> {
         let id = id.to_owned();
-        self.work_op(false, move |conn, ctx| work::item(conn, ctx, &id))
+        self.work_op(false, async move |tx| ops_work::item(tx, &id).await)
             .await
     }
 
     async fn work_items(&self, queue: &str) -> StoreResult<Vec<WorkItem>> {
         let queue = queue.to_owned();
-        self.work_op(false, move |conn, ctx| work::items(conn, ctx, &queue))
+        self.work_op(false, async move |tx| ops_work::items(tx, &queue).await)
             .await
     }
 
@@ -512,8 +514,8 @@ impl MailboxStore for SqliteStore {
     ) -> StoreResult<Option<std::time::Duration>> {
         let queue = queue.map(str::to_owned);
         let millis = self
-            .work_op(false, move |conn, ctx| {
-                work::next_expiry(conn, ctx, queue.as_deref())
+            .work_op(false, async move |tx| {
+                ops_work::next_expiry(tx, queue.as_deref()).await
             })
             .await?;
         Ok(millis.map(|ms| std::time::Duration::from_millis(ms.max(0) as u64)))
@@ -526,12 +528,13 @@ impl MailboxStore for SqliteStore {
     }
 
     async fn workers(&self) -> StoreResult<Vec<WorkerRecord>> {
-        self.work_op(false, work::workers).await
+        self.work_op(false, async |tx| ops_work::workers(tx).await)
+            .await
     }
 
     async fn retire_worker(&self, name: &str) -> StoreResult<()> {
         let name = name.to_owned();
-        self.work_op(false, move |conn, ctx| work::retire(conn, ctx, &name))
+        self.work_op(false, async move |tx| ops_work::retire(tx, &name).await)
             .await
     }
 }

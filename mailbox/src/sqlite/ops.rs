@@ -12,8 +12,6 @@ use crate::error::{StoreError, StoreResult};
 use crate::ops::{Arg, Dialect, SqlValue, Tx};
 use crate::rows::{Row, StoredRow};
 
-pub(crate) use crate::clock::now_millis;
-
 /// Settings every operation needs.
 #[derive(Debug, Clone)]
 pub(crate) struct OpContext {
