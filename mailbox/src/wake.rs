@@ -51,3 +51,27 @@ impl Waiters {
         }
     }
 }
+
+/// The one receive loop of both backends: looks with `look` until it finds something,
+/// sleeping between looks until `recipient` of `run_id` is woken. It registers before each
+/// look, so a commit between the look and the sleep still wakes it; it never polls.
+pub(crate) async fn until_found<T, Look>(
+    waiters: &Waiters,
+    run_id: &str,
+    recipient: &str,
+    mut look: impl FnMut() -> Look,
+) -> crate::error::StoreResult<T>
+where
+    Look: std::future::Future<Output = crate::error::StoreResult<Option<T>>>,
+{
+    let notify = waiters.notify_for(run_id, recipient);
+    loop {
+        let notified = notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if let Some(found) = look().await? {
+            return Ok(found);
+        }
+        notified.await;
+    }
+}

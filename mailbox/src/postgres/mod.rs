@@ -12,13 +12,10 @@
 //! them (see [`crate::live`]).
 
 mod changes;
-mod fork;
 mod live;
 pub(crate) mod ops;
 mod schema;
-mod tasks;
 mod tls;
-mod work;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -29,6 +26,7 @@ use serde_json::Value;
 use tokio_postgres::IsolationLevel;
 
 use crate::error::{StoreError, StoreResult};
+use crate::ops::{fork as ops_fork, mail, runs, tasks as ops_tasks, work as ops_work};
 use crate::options::StoreOptions;
 use crate::store::MailboxStore;
 use crate::types::*;
@@ -37,7 +35,7 @@ use crate::work::{
     Heartbeat, NewWorkItem, WorkFence, WorkItem, WorkWatch, WorkerInfo, WorkerRecord,
 };
 pub use changes::feed_application_name;
-use ops::{Ctx, Tx};
+use ops::{Ctx, PgTx, Tx};
 pub use schema::PG_SCHEMA_VERSION;
 
 /// Connections the pool keeps at most: a run's agents write concurrently, and writes to one
@@ -205,7 +203,7 @@ impl PostgresStore {
             closed.store(true, std::sync::atomic::Ordering::SeqCst);
             watchers.wake();
         });
-        let listen = format!("LISTEN {}", work::work_channel(&self.ctx));
+        let listen = format!("LISTEN {}", ops::work_channel(&self.ctx));
         if let Err(error) = client.batch_execute(&listen).await {
             driver.abort();
             return Err(ops::pg_error(&self.ctx, error));
@@ -433,31 +431,32 @@ macro_rules! write_op {
             let confirmed = store.take_confirmed();
             let outcome = async {
                 let mut conn = store.connection().await?;
-                let $tx = store.begin_write(&mut conn, &[$($run),*]).await?;
+                let raw = store.begin_write(&mut conn, &[$($run),*]).await?;
                 let $ctx = &store.ctx;
                 if let Some(fence) = &store.fence {
-                    work::check_fence(&$tx, $ctx, fence).await?;
+                    ops_work::check_fence(&PgTx { tx: &raw, ctx: $ctx }, fence).await?;
                 }
-                if let Some((first, wakes)) = ops::stored_operation(&$tx, $ctx, &op_key).await? {
-                    let first = store.finish($tx, Ok(first), wakes).await?;
+                if let Some((first, wakes)) = ops::stored_operation(&raw, $ctx, &op_key).await? {
+                    let first = store.finish(raw, Ok(first), wakes).await?;
                     store.changes.after_commit(&conn).await;
                     return Ok(first);
                 }
                 let mut wake_list = Vec::new();
                 let result = {
+                    let $tx = PgTx { tx: &raw, ctx: $ctx };
                     let $wakes = &mut wake_list;
                     $body
                 };
                 let op_run: &str = [$($run),*][0];
                 let result = match result {
                     Ok(value) => ops::store_operation(
-                        &$tx, $ctx, op_run, &op_key, &value, &wake_list, &confirmed,
+                        &raw, $ctx, op_run, &op_key, &value, &wake_list, &confirmed,
                     )
                     .await
                     .map(|()| value),
                     Err(error) => Err(error),
                 };
-                let value = store.finish($tx, result, wake_list).await?;
+                let value = store.finish(raw, result, wake_list).await?;
                 store.changes.after_commit(&conn).await;
                 Ok(value)
             }
@@ -485,10 +484,16 @@ macro_rules! work_op {
     ($store:expr, |$tx:ident, $ctx:ident| $body:expr) => {{
         let store = $store;
         let mut conn = store.connection().await?;
-        let $tx = store.begin_write(&mut conn, &[]).await?;
+        let raw = store.begin_write(&mut conn, &[]).await?;
         let $ctx = &store.ctx;
-        let result = $body;
-        store.finish($tx, result, Vec::new()).await
+        let result = {
+            let $tx = PgTx {
+                tx: &raw,
+                ctx: $ctx,
+            };
+            $body
+        };
+        store.finish(raw, result, Vec::new()).await
     }};
 }
 
@@ -497,10 +502,16 @@ macro_rules! read_op {
     ($store:expr, |$tx:ident, $ctx:ident| $body:expr) => {{
         let store = $store;
         let mut conn = store.connection().await?;
-        let $tx = store.begin_read(&mut conn).await?;
+        let raw = store.begin_read(&mut conn).await?;
         let $ctx = &store.ctx;
-        let result = $body;
-        store.finish($tx, result, Vec::new()).await
+        let result = {
+            let $tx = PgTx {
+                tx: &raw,
+                ctx: $ctx,
+            };
+            $body
+        };
+        store.finish(raw, result, Vec::new()).await
     }};
 }
 
@@ -516,9 +527,9 @@ impl PostgresStore {
     ) -> StoreResult<Message> {
         write_op!(self, [&response.run_id], |tx, ctx, wakes| {
             async {
-                let message = ops::respond(&tx, ctx, &response, wakes).await?;
+                let message = mail::respond(&tx, &response, wakes).await?;
                 ops::execute(
-                    &tx,
+                    tx.tx,
                     ctx,
                     "SELECT pg_notify($1, $2)",
                     &[&ctx.wake_channel(&response.run_id), &message.recipient],
@@ -534,18 +545,16 @@ impl PostgresStore {
 #[async_trait]
 impl MailboxStore for PostgresStore {
     async fn create_run(&self, run: NewRun) -> StoreResult<RunRecord> {
-        write_op!(self, [&run.id], |tx, ctx, _w| ops::create_run(
-            &tx, ctx, &run
-        )
-        .await)
+        write_op!(self, [&run.id], |tx, ctx, _w| runs::create_run(&tx, &run)
+            .await)
     }
 
     async fn run(&self, run_id: &str) -> StoreResult<Option<RunRecord>> {
-        read_op!(self, |tx, ctx| ops::get_run(&tx, ctx, run_id).await)
+        read_op!(self, |tx, ctx| runs::get_run(&tx, run_id).await)
     }
 
     async fn runs(&self) -> StoreResult<Vec<RunRecord>> {
-        read_op!(self, |tx, ctx| ops::list_runs(&tx, ctx).await)
+        read_op!(self, |tx, ctx| runs::list_runs(&tx).await)
     }
 
     async fn set_run_status(
@@ -555,7 +564,7 @@ impl MailboxStore for PostgresStore {
         result: Option<Value>,
     ) -> StoreResult<RunRecord> {
         write_op!(self, [run_id], |tx, ctx, _w| {
-            ops::set_run_status(&tx, ctx, run_id, status, result.as_ref()).await
+            runs::set_run_status(&tx, run_id, status, result.as_ref()).await
         })
     }
 
@@ -565,15 +574,13 @@ impl MailboxStore for PostgresStore {
         launch_options: Value,
     ) -> StoreResult<RunRecord> {
         write_op!(self, [run_id], |tx, ctx, _w| {
-            ops::set_launch_options(&tx, ctx, run_id, &launch_options).await
+            runs::set_launch_options(&tx, run_id, &launch_options).await
         })
     }
 
     async fn open_epoch(&self, run_id: &str) -> StoreResult<i64> {
-        write_op!(self, [run_id], |tx, ctx, _w| ops::open_epoch(
-            &tx, ctx, run_id
-        )
-        .await)
+        write_op!(self, [run_id], |tx, ctx, _w| runs::open_epoch(&tx, run_id)
+            .await)
     }
 
     async fn update_auto_gate(
@@ -582,23 +589,23 @@ impl MailboxStore for PostgresStore {
         update: AutoGateUpdate,
     ) -> StoreResult<AutoGate> {
         write_op!(self, [run_id], |tx, ctx, _w| {
-            ops::update_auto_gate(&tx, ctx, run_id, update).await
+            runs::update_auto_gate(&tx, run_id, update).await
         })
     }
 
     async fn add_member(&self, run_id: &str, entry: RosterEntry) -> StoreResult<()> {
         write_op!(self, [run_id], |tx, ctx, _w| {
-            ops::add_member(&tx, ctx, run_id, &entry).await
+            runs::add_member(&tx, run_id, &entry).await
         })
     }
 
     async fn roster(&self, run_id: &str) -> StoreResult<Vec<RosterEntry>> {
-        read_op!(self, |tx, ctx| ops::roster(&tx, ctx, run_id).await)
+        read_op!(self, |tx, ctx| runs::roster(&tx, run_id).await)
     }
 
     async fn send(&self, message: NewMessage) -> StoreResult<Message> {
         write_op!(self, [&message.run_id], |tx, ctx, wakes| {
-            ops::send(&tx, ctx, &message, wakes).await
+            mail::send(&tx, &message, wakes).await
         })
     }
 
@@ -610,7 +617,7 @@ impl MailboxStore for PostgresStore {
         filter: MessageFilter,
     ) -> StoreResult<Option<Message>> {
         write_op!(self, [run_id], |tx, ctx, _w| {
-            ops::lease_next(&tx, ctx, run_id, recipient, epoch, &filter).await
+            mail::lease_next(&tx, run_id, recipient, epoch, &filter).await
         })
     }
 
@@ -621,20 +628,10 @@ impl MailboxStore for PostgresStore {
         epoch: i64,
         filter: MessageFilter,
     ) -> StoreResult<Message> {
-        let notify = self.waiters.notify_for(run_id, recipient);
-        loop {
-            // Register before looking, so a commit between the look and the wait still wakes us.
-            let notified = notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if let Some(message) = self
-                .try_receive(run_id, recipient, epoch, filter.clone())
-                .await?
-            {
-                return Ok(message);
-            }
-            notified.await;
-        }
+        crate::wake::until_found(&self.waiters, run_id, recipient, || {
+            self.try_receive(run_id, recipient, epoch, filter.clone())
+        })
+        .await
     }
 
     async fn receive_batch(
@@ -644,56 +641,47 @@ impl MailboxStore for PostgresStore {
         epoch: i64,
         max: usize,
     ) -> StoreResult<Vec<Message>> {
-        let notify = self.waiters.notify_for(run_id, recipient);
-        loop {
-            let notified = notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let batch = write_op!(self, [run_id], |tx, ctx, _w| {
-                ops::lease_batch(&tx, ctx, run_id, recipient, epoch, max).await
+        crate::wake::until_found(&self.waiters, run_id, recipient, || async move {
+            let batch = write_op!(self, [run_id], |tx, _ctx, _w| {
+                mail::lease_batch(&tx, run_id, recipient, epoch, max).await
             })?;
-            if !batch.is_empty() {
-                return Ok(batch);
-            }
-            notified.await;
-        }
+            Ok((!batch.is_empty()).then_some(batch))
+        })
+        .await
     }
 
     async fn ack(&self, run_id: &str, keys: Vec<String>) -> StoreResult<()> {
-        write_op!(self, [run_id], |tx, ctx, _w| ops::ack(
-            &tx, ctx, run_id, &keys
-        )
-        .await)
+        write_op!(self, [run_id], |tx, ctx, _w| mail::ack(&tx, run_id, &keys)
+            .await)
     }
 
     async fn respond(&self, response: NewResponse) -> StoreResult<Message> {
         write_op!(self, [&response.run_id], |tx, ctx, wakes| {
-            ops::respond(&tx, ctx, &response, wakes).await
+            mail::respond(&tx, &response, wakes).await
         })
     }
 
     async fn request(&self, run_id: &str, request_id: &str) -> StoreResult<Option<RequestRecord>> {
-        read_op!(self, |tx, ctx| ops::request(&tx, ctx, run_id, request_id)
-            .await)
+        read_op!(self, |tx, ctx| mail::request(&tx, run_id, request_id).await)
     }
 
     async fn requests(&self, run_id: &str) -> StoreResult<Vec<RequestRecord>> {
-        read_op!(self, |tx, ctx| ops::list_requests(&tx, ctx, run_id).await)
+        read_op!(self, |tx, ctx| mail::list_requests(&tx, run_id).await)
     }
 
     async fn message(&self, key: &str) -> StoreResult<Option<Message>> {
-        read_op!(self, |tx, ctx| ops::message_by_key(&tx, ctx, key).await)
+        read_op!(self, |tx, ctx| mail::message_by_key(&tx, key).await)
     }
 
     async fn messages(&self, run_id: &str, recipient: Option<&str>) -> StoreResult<Vec<Message>> {
         read_op!(self, |tx, ctx| {
-            ops::list_messages(&tx, ctx, run_id, recipient).await
+            mail::list_messages(&tx, run_id, recipient).await
         })
     }
 
     async fn commit_turn(&self, turn: CommitTurn) -> StoreResult<CommitTurnOutcome> {
         write_op!(self, [&turn.run_id], |tx, ctx, wakes| {
-            ops::commit_turn(&tx, ctx, &turn, wakes).await
+            runs::commit_turn(&tx, &turn, wakes).await
         })
     }
 
@@ -770,7 +758,7 @@ impl MailboxStore for PostgresStore {
         records: Vec<NewRecord>,
     ) -> StoreResult<Vec<AgentRecord>> {
         write_op!(self, [run_id], |tx, ctx, _w| {
-            ops::append_records(&tx, ctx, run_id, &records).await
+            runs::append_records(&tx, run_id, &records).await
         })
     }
 
@@ -781,9 +769,9 @@ impl MailboxStore for PostgresStore {
         group: crate::work::NewProcessGroup,
     ) -> StoreResult<Vec<AgentRecord>> {
         write_op!(self, [run_id], |tx, ctx, _w| {
-            match ops::append_records(&tx, ctx, run_id, &records).await {
+            match runs::append_records(&tx, run_id, &records).await {
                 Ok(rows) => match &self.fence {
-                    Some(fence) => work::record_group(&tx, ctx, run_id, fence, &group)
+                    Some(fence) => ops_work::record_group(&tx, run_id, fence, &group)
                         .await
                         .map(|()| rows),
                     None => Ok(rows),
@@ -801,60 +789,58 @@ impl MailboxStore for PostgresStore {
         after_seq: i64,
     ) -> StoreResult<Vec<AgentRecord>> {
         read_op!(self, |tx, ctx| {
-            ops::records(&tx, ctx, run_id, agent, stream, after_seq).await
+            runs::records(&tx, run_id, agent, stream, after_seq).await
         })
     }
 
     async fn next_counter(&self, run_id: &str, name: &str) -> StoreResult<i64> {
         write_op!(self, [run_id], |tx, ctx, _w| {
-            ops::next_counter(&tx, ctx, run_id, name).await
+            runs::next_counter(&tx, run_id, name).await
         })
     }
 
     async fn counter_for(&self, run_id: &str, name: &str, key: &str) -> StoreResult<i64> {
-        // The same operation key as the SQLite store's.
-        let key = format!("counter:{name}:{key}");
         write_op!(self, [run_id], |tx, ctx, _w| {
-            ops::counter_for(&tx, ctx, run_id, name, &key).await
+            runs::counter_for(&tx, run_id, name, key).await
         })
     }
 
     async fn create_task(&self, task: NewTask) -> StoreResult<Task> {
         write_op!(self, [&task.run_id], |tx, ctx, _w| {
-            tasks::create_task(&tx, ctx, &task).await
+            ops_tasks::create_task(&tx, &task).await
         })
     }
 
     async fn task(&self, run_id: &str, task_id: i64) -> StoreResult<Option<Task>> {
-        read_op!(self, |tx, ctx| tasks::get_task(&tx, ctx, run_id, task_id)
+        read_op!(self, |tx, ctx| ops_tasks::get_task(&tx, run_id, task_id)
             .await)
     }
 
     async fn tasks(&self, run_id: &str) -> StoreResult<Vec<Task>> {
-        read_op!(self, |tx, ctx| tasks::list_tasks(&tx, ctx, run_id).await)
+        read_op!(self, |tx, ctx| ops_tasks::list_tasks(&tx, run_id).await)
     }
 
     async fn claim_task(&self, run_id: &str, task_id: i64, agent: &str) -> StoreResult<Task> {
         write_op!(self, [run_id], |tx, ctx, _w| {
-            tasks::claim_task(&tx, ctx, run_id, task_id, agent).await
+            ops_tasks::claim_task(&tx, run_id, task_id, agent).await
         })
     }
 
     async fn claim_next_task(&self, run_id: &str, agent: &str) -> StoreResult<Option<Claimed>> {
         write_op!(self, [run_id], |tx, ctx, wakes| {
-            tasks::claim_next(&tx, ctx, run_id, agent, wakes).await
+            ops_tasks::claim_next(&tx, run_id, agent, wakes).await
         })
     }
 
     async fn update_task(&self, update: TaskUpdate) -> StoreResult<TaskChange> {
         write_op!(self, [&update.run_id], |tx, ctx, wakes| {
-            tasks::update_task(&tx, ctx, &update, wakes).await
+            ops_tasks::update_task(&tx, &update, wakes).await
         })
     }
 
     async fn release_tasks_of(&self, run_id: &str, agent: &str) -> StoreResult<Vec<i64>> {
         write_op!(self, [run_id], |tx, ctx, _w| {
-            tasks::release_tasks_of(&tx, ctx, run_id, agent).await
+            ops_tasks::release_tasks_of(&tx, run_id, agent).await
         })
     }
 
@@ -871,12 +857,15 @@ impl MailboxStore for PostgresStore {
         let mut conn = self.connection().await?;
         let tx = self.begin_write(&mut conn, &ids).await?;
         let result = async {
-            let runs = ops::list_runs(&tx, &self.ctx)
-                .await?
+            let pg = PgTx {
+                tx: &tx,
+                ctx: &self.ctx,
+            };
+            let runs = runs::list_runs(&pg).await?;
+            let runs = runs
                 .into_iter()
-                .filter(|run| ids.contains(&run.id.as_str()))
-                .collect();
-            ops::prune(&tx, &self.ctx, runs, cutoff).await
+                .filter(|run| ids.contains(&run.id.as_str()));
+            runs::prune(&pg, runs.collect(), cutoff).await
         }
         .await;
         let report = self.finish(tx, result, Vec::new()).await?;
@@ -886,12 +875,12 @@ impl MailboxStore for PostgresStore {
 
     async fn fork_run(&self, source: &str, new_id: &str, new_slug: &str) -> StoreResult<RunRecord> {
         write_op!(self, [source, new_id], |tx, ctx, _w| {
-            fork::fork_run(&tx, ctx, source, new_id, new_slug).await
+            ops_fork::fork_run(&tx, source, new_id, new_slug).await
         })
     }
 
     async fn enqueue_work(&self, items: Vec<NewWorkItem>) -> StoreResult<Vec<WorkItem>> {
-        work_op!(self, |tx, ctx| work::enqueue(&tx, ctx, &items).await)
+        work_op!(self, |tx, ctx| ops_work::enqueue(&tx, &items).await)
     }
 
     async fn claim_work(
@@ -901,7 +890,7 @@ impl MailboxStore for PostgresStore {
         lease: std::time::Duration,
     ) -> StoreResult<Option<WorkItem>> {
         let lease = crate::work::millis(lease);
-        work_op!(self, |tx, ctx| work::claim(&tx, ctx, queue, worker, lease)
+        work_op!(self, |tx, ctx| ops_work::claim(&tx, queue, worker, lease)
             .await)
     }
 
@@ -912,18 +901,18 @@ impl MailboxStore for PostgresStore {
         lease: std::time::Duration,
     ) -> StoreResult<Heartbeat> {
         let lease = crate::work::millis(lease);
-        work_op!(self, |tx, ctx| work::heartbeat(
-            &tx, ctx, worker, leases, lease
+        work_op!(self, |tx, ctx| ops_work::heartbeat(
+            &tx, worker, leases, lease
         )
         .await)
     }
 
     async fn finish_work(&self, fence: &WorkFence, result: Value) -> StoreResult<WorkItem> {
-        work_op!(self, |tx, ctx| work::finish(&tx, ctx, fence, &result).await)
+        work_op!(self, |tx, ctx| ops_work::finish(&tx, fence, &result).await)
     }
 
     async fn release_work(&self, fence: &WorkFence) -> StoreResult<WorkItem> {
-        work_op!(self, |tx, ctx| work::release(&tx, ctx, fence).await)
+        work_op!(self, |tx, ctx| ops_work::release(&tx, fence).await)
     }
 
     async fn worker_process_groups(
@@ -932,8 +921,8 @@ impl MailboxStore for PostgresStore {
         host: &str,
         boot_id: &str,
     ) -> StoreResult<Vec<crate::work::ProcessGroupRecord>> {
-        read_op!(self, |tx, ctx| work::worker_groups(
-            &tx, ctx, worker, host, boot_id
+        read_op!(self, |tx, ctx| ops_work::worker_groups(
+            &tx, worker, host, boot_id
         )
         .await)
     }
@@ -944,9 +933,8 @@ impl MailboxStore for PostgresStore {
         agent: &str,
         tool_use_id: &str,
     ) -> StoreResult<()> {
-        work_op!(self, |tx, ctx| work::forget_group(
+        work_op!(self, |tx, ctx| ops_work::forget_group(
             &tx,
-            ctx,
             run_id,
             agent,
             tool_use_id
@@ -955,11 +943,11 @@ impl MailboxStore for PostgresStore {
     }
 
     async fn work_item(&self, id: &str) -> StoreResult<Option<WorkItem>> {
-        read_op!(self, |tx, ctx| work::item(&tx, ctx, id).await)
+        read_op!(self, |tx, ctx| ops_work::item(&tx, id).await)
     }
 
     async fn work_items(&self, queue: &str) -> StoreResult<Vec<WorkItem>> {
-        read_op!(self, |tx, ctx| work::items(&tx, ctx, queue).await)
+        read_op!(self, |tx, ctx| ops_work::items(&tx, queue).await)
     }
 
     async fn next_lease_expiry(
@@ -967,7 +955,7 @@ impl MailboxStore for PostgresStore {
         queue: Option<&str>,
     ) -> StoreResult<Option<std::time::Duration>> {
         let millis: Option<i64> =
-            read_op!(self, |tx, ctx| work::next_expiry(&tx, ctx, queue).await)?;
+            read_op!(self, |tx, ctx| ops_work::next_expiry(&tx, queue).await)?;
         Ok(millis.map(|ms| std::time::Duration::from_millis(ms.max(0) as u64)))
     }
 
@@ -982,10 +970,10 @@ impl MailboxStore for PostgresStore {
     }
 
     async fn workers(&self) -> StoreResult<Vec<WorkerRecord>> {
-        read_op!(self, |tx, ctx| work::workers(&tx, ctx).await)
+        read_op!(self, |tx, ctx| ops_work::workers(&tx).await)
     }
 
     async fn retire_worker(&self, name: &str) -> StoreResult<()> {
-        work_op!(self, |tx, ctx| work::retire(&tx, ctx, name).await)
+        work_op!(self, |tx, ctx| ops_work::retire(&tx, name).await)
     }
 }

@@ -1,12 +1,9 @@
 //! The SQLite backend: one file, WAL, one writer thread with group commit.
 
-mod fork;
 mod open;
 pub(crate) mod ops;
 mod schema;
-mod tasks;
 mod version;
-pub(crate) mod work;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -16,6 +13,8 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::error::StoreResult;
+pub use crate::ops::mail::DELIVERY_QUERY;
+use crate::ops::{fork as ops_fork, mail, runs, tasks as ops_tasks, work as ops_work};
 pub use crate::options::{CommitHook, StoreOptions, SyncMode};
 use crate::store::MailboxStore;
 use crate::types::*;
@@ -23,8 +22,7 @@ use crate::wake::Waiters;
 use crate::work::{
     Heartbeat, NewWorkItem, WorkFence, WorkItem, WorkWatch, WorkerInfo, WorkerRecord,
 };
-pub use ops::DELIVERY_QUERY;
-use ops::OpContext;
+use ops::{OpContext, SqliteTx};
 pub use schema::SCHEMA_VERSION;
 pub use version::DataVersion;
 use writer::Writer;
@@ -110,14 +108,16 @@ impl SqliteStore {
     /// Sends many plain messages in one operation (one transaction): broadcasts, and
     /// prefilling large inboxes for benchmarks. Requests and keyed messages are refused here.
     pub async fn send_many(&self, messages: Vec<NewMessage>) -> StoreResult<usize> {
-        self.op(move |conn, ctx, wakes| ops::send_many(conn, ctx, &messages, wakes))
+        self.op(async move |tx, wakes| mail::send_many(tx, &messages, wakes).await)
             .await
     }
 
+    /// An operation of [`crate::ops`], run by the writer thread in its own SAVEPOINT (see
+    /// [`ops::drive`]); on a fenced store, after checking the fence in the same transaction.
     async fn op<T, F>(&self, body: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&rusqlite::Connection, &OpContext, &mut Vec<crate::wake::Wake>) -> StoreResult<T>
+        F: AsyncFnOnce(&SqliteTx<'_>, &mut Vec<crate::wake::Wake>) -> StoreResult<T>
             + Send
             + 'static,
     {
@@ -125,10 +125,11 @@ impl SqliteStore {
         let fence = self.fence.clone();
         self.writer
             .submit(move |conn, wakes| {
+                let tx = SqliteTx { conn, ctx: &ctx };
                 if let Some(fence) = &fence {
-                    work::check_fence(conn, &ctx, fence)?;
+                    ops::drive(&ctx.path, ops_work::check_fence(&tx, fence))?;
                 }
-                body(conn, &ctx, wakes)
+                ops::drive(&ctx.path, body(&tx, wakes))
             })
             .await
     }
@@ -138,10 +139,13 @@ impl SqliteStore {
     async fn work_op<T, F>(&self, changed: bool, body: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&rusqlite::Connection, &OpContext) -> StoreResult<T> + Send + 'static,
+        F: AsyncFnOnce(&SqliteTx<'_>) -> StoreResult<T> + Send + 'static,
     {
         let ctx = self.ctx.clone();
-        let result = self.writer.submit(move |conn, _| body(conn, &ctx)).await;
+        let result = self
+            .writer
+            .submit(move |conn, _| ops::drive(&ctx.path, body(&SqliteTx { conn, ctx: &ctx })))
+            .await;
         if changed && result.is_ok() {
             self.work_watchers.wake();
         }
@@ -152,18 +156,18 @@ impl SqliteStore {
 #[async_trait]
 impl MailboxStore for SqliteStore {
     async fn create_run(&self, run: NewRun) -> StoreResult<RunRecord> {
-        self.op(move |conn, ctx, _| ops::create_run(conn, ctx, &run))
+        self.op(async move |tx, _| runs::create_run(tx, &run).await)
             .await
     }
 
     async fn run(&self, run_id: &str) -> StoreResult<Option<RunRecord>> {
         let run_id = run_id.to_owned();
-        self.op(move |conn, ctx, _| ops::get_run(conn, ctx, &run_id))
+        self.op(async move |tx, _| runs::get_run(tx, &run_id).await)
             .await
     }
 
     async fn runs(&self) -> StoreResult<Vec<RunRecord>> {
-        self.op(|conn, ctx, _| ops::list_runs(conn, ctx)).await
+        self.op(async move |tx, _| runs::list_runs(tx).await).await
     }
 
     async fn set_run_status(
@@ -173,10 +177,8 @@ impl MailboxStore for SqliteStore {
         result: Option<Value>,
     ) -> StoreResult<RunRecord> {
         let run_id = run_id.to_owned();
-        self.op(move |conn, ctx, _| {
-            ops::set_run_status(conn, ctx, &run_id, status, result.as_ref())
-        })
-        .await
+        self.op(async move |tx, _| runs::set_run_status(tx, &run_id, status, result.as_ref()).await)
+            .await
     }
 
     async fn set_launch_options(
@@ -185,13 +187,13 @@ impl MailboxStore for SqliteStore {
         launch_options: Value,
     ) -> StoreResult<RunRecord> {
         let run_id = run_id.to_owned();
-        self.op(move |conn, ctx, _| ops::set_launch_options(conn, ctx, &run_id, &launch_options))
+        self.op(async move |tx, _| runs::set_launch_options(tx, &run_id, &launch_options).await)
             .await
     }
 
     async fn open_epoch(&self, run_id: &str) -> StoreResult<i64> {
         let run_id = run_id.to_owned();
-        self.op(move |conn, ctx, _| ops::open_epoch(conn, ctx, &run_id))
+        self.op(async move |tx, _| runs::open_epoch(tx, &run_id).await)
             .await
     }
 
@@ -201,24 +203,24 @@ impl MailboxStore for SqliteStore {
         update: AutoGateUpdate,
     ) -> StoreResult<AutoGate> {
         let run_id = run_id.to_owned();
-        self.op(move |conn, ctx, _| ops::update_auto_gate(conn, ctx, &run_id, update))
+        self.op(async move |tx, _| runs::update_auto_gate(tx, &run_id, update).await)
             .await
     }
 
     async fn add_member(&self, run_id: &str, entry: RosterEntry) -> StoreResult<()> {
         let run_id = run_id.to_owned();
-        self.op(move |conn, ctx, _| ops::add_member(conn, ctx, &run_id, &entry))
+        self.op(async move |tx, _| runs::add_member(tx, &run_id, &entry).await)
             .await
     }
 
     async fn roster(&self, run_id: &str) -> StoreResult<Vec<RosterEntry>> {
         let run_id = run_id.to_owned();
-        self.op(move |conn, ctx, _| ops::roster(conn, ctx, &run_id))
+        self.op(async move |tx, _| runs::roster(tx, &run_id).await)
             .await
     }
 
     async fn send(&self, message: NewMessage) -> StoreResult<Message> {
-        self.op(move |conn, ctx, wakes| ops::send(conn, ctx, &message, wakes))
+        self.op(async move |tx, wakes| mail::send(tx, &message, wakes).await)
             .await
     }
 
@@ -230,7 +232,7 @@ impl MailboxStore for SqliteStore {
         filter: MessageFilter,
     ) -> StoreResult<Option<Message>> {
         let (run_id, recipient) = (run_id.to_owned(), recipient.to_owned());
-        self.op(move |conn, ctx, _| ops::lease_next(conn, ctx, &run_id, &recipient, epoch, &filter))
+        self.op(async move |tx, _| mail::lease_next(tx, &run_id, &recipient, epoch, &filter).await)
             .await
     }
 
@@ -241,20 +243,10 @@ impl MailboxStore for SqliteStore {
         epoch: i64,
         filter: MessageFilter,
     ) -> StoreResult<Message> {
-        let notify = self.waiters.notify_for(run_id, recipient);
-        loop {
-            // Register before looking, so a commit between the look and the wait still wakes us.
-            let notified = notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if let Some(message) = self
-                .try_receive(run_id, recipient, epoch, filter.clone())
-                .await?
-            {
-                return Ok(message);
-            }
-            notified.await;
-        }
+        crate::wake::until_found(&self.waiters, run_id, recipient, || {
+            self.try_receive(run_id, recipient, epoch, filter.clone())
+        })
+        .await
     }
 
     async fn receive_batch(
@@ -264,59 +256,53 @@ impl MailboxStore for SqliteStore {
         epoch: i64,
         max: usize,
     ) -> StoreResult<Vec<Message>> {
-        let notify = self.waiters.notify_for(run_id, recipient);
-        loop {
-            let notified = notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
+        crate::wake::until_found(&self.waiters, run_id, recipient, || async move {
             let (run, who) = (run_id.to_owned(), recipient.to_owned());
             let batch = self
-                .op(move |conn, ctx, _| ops::lease_batch(conn, ctx, &run, &who, epoch, max))
+                .op(async move |tx, _| mail::lease_batch(tx, &run, &who, epoch, max).await)
                 .await?;
-            if !batch.is_empty() {
-                return Ok(batch);
-            }
-            notified.await;
-        }
+            Ok((!batch.is_empty()).then_some(batch))
+        })
+        .await
     }
 
     async fn ack(&self, run_id: &str, keys: Vec<String>) -> StoreResult<()> {
         let run_id = run_id.to_owned();
-        self.op(move |conn, ctx, _| ops::ack(conn, ctx, &run_id, &keys))
+        self.op(async move |tx, _| mail::ack(tx, &run_id, &keys).await)
             .await
     }
 
     async fn respond(&self, response: NewResponse) -> StoreResult<Message> {
-        self.op(move |conn, ctx, wakes| ops::respond(conn, ctx, &response, wakes))
+        self.op(async move |tx, wakes| mail::respond(tx, &response, wakes).await)
             .await
     }
 
     async fn request(&self, run_id: &str, request_id: &str) -> StoreResult<Option<RequestRecord>> {
         let (run_id, request_id) = (run_id.to_owned(), request_id.to_owned());
-        self.op(move |conn, ctx, _| ops::request(conn, ctx, &run_id, &request_id))
+        self.op(async move |tx, _| mail::request(tx, &run_id, &request_id).await)
             .await
     }
 
     async fn requests(&self, run_id: &str) -> StoreResult<Vec<RequestRecord>> {
         let run_id = run_id.to_owned();
-        self.op(move |conn, ctx, _| ops::list_requests(conn, ctx, &run_id))
+        self.op(async move |tx, _| mail::list_requests(tx, &run_id).await)
             .await
     }
 
     async fn message(&self, key: &str) -> StoreResult<Option<Message>> {
         let key = key.to_owned();
-        self.op(move |conn, ctx, _| ops::message_by_key(conn, ctx, &key))
+        self.op(async move |tx, _| mail::message_by_key(tx, &key).await)
             .await
     }
 
     async fn messages(&self, run_id: &str, recipient: Option<&str>) -> StoreResult<Vec<Message>> {
         let (run_id, recipient) = (run_id.to_owned(), recipient.map(str::to_owned));
-        self.op(move |conn, ctx, _| ops::list_messages(conn, ctx, &run_id, recipient.as_deref()))
+        self.op(async move |tx, _| mail::list_messages(tx, &run_id, recipient.as_deref()).await)
             .await
     }
 
     async fn commit_turn(&self, turn: CommitTurn) -> StoreResult<CommitTurnOutcome> {
-        self.op(move |conn, ctx, wakes| ops::commit_turn(conn, ctx, &turn, wakes))
+        self.op(async move |tx, wakes| runs::commit_turn(tx, &turn, wakes).await)
             .await
     }
 
@@ -330,7 +316,7 @@ impl MailboxStore for SqliteStore {
         records: Vec<NewRecord>,
     ) -> StoreResult<Vec<AgentRecord>> {
         let run_id = run_id.to_owned();
-        self.op(move |conn, ctx, _| ops::append_records(conn, ctx, &run_id, &records))
+        self.op(async move |tx, _| runs::append_records(tx, &run_id, &records).await)
             .await
     }
 
@@ -342,10 +328,10 @@ impl MailboxStore for SqliteStore {
     ) -> StoreResult<Vec<AgentRecord>> {
         let run_id = run_id.to_owned();
         let fence = self.fence.clone();
-        self.op(move |conn, ctx, _| {
-            let rows = ops::append_records(conn, ctx, &run_id, &records)?;
+        self.op(async move |tx, _| {
+            let rows = runs::append_records(tx, &run_id, &records).await?;
             if let Some(fence) = &fence {
-                work::record_group(conn, ctx, &run_id, fence, &group)?;
+                ops_work::record_group(tx, &run_id, fence, &group).await?;
             }
             Ok(rows)
         })
@@ -360,82 +346,84 @@ impl MailboxStore for SqliteStore {
         after_seq: i64,
     ) -> StoreResult<Vec<AgentRecord>> {
         let (run_id, agent, stream) = (run_id.to_owned(), agent.to_owned(), stream.to_owned());
-        self.op(move |conn, ctx, _| ops::records(conn, ctx, &run_id, &agent, &stream, after_seq))
+        self.op(async move |tx, _| runs::records(tx, &run_id, &agent, &stream, after_seq).await)
             .await
     }
 
     async fn next_counter(&self, run_id: &str, name: &str) -> StoreResult<i64> {
         let (run_id, name) = (run_id.to_owned(), name.to_owned());
-        self.op(move |conn, ctx, _| ops::next_counter(conn, ctx, &run_id, &name))
+        self.op(async move |tx, _| runs::next_counter(tx, &run_id, &name).await)
             .await
     }
 
     async fn counter_for(&self, run_id: &str, name: &str, key: &str) -> StoreResult<i64> {
         let (run_id, name) = (run_id.to_owned(), name.to_owned());
-        let key = format!("counter:{name}:{key}");
-        self.op(move |conn, ctx, _| {
-            ops::once(conn, ctx, &run_id, Some(&key), || {
-                ops::next_counter(conn, ctx, &run_id, &name)
-            })
-        })
-        .await
+        let key = key.to_owned();
+        self.op(async move |tx, _| runs::counter_for(tx, &run_id, &name, &key).await)
+            .await
     }
 
     async fn create_task(&self, task: NewTask) -> StoreResult<Task> {
-        self.op(move |conn, ctx, _| tasks::create_task(conn, ctx, &task))
+        self.op(async move |tx, _| ops_tasks::create_task(tx, &task).await)
             .await
     }
 
     async fn task(&self, run_id: &str, task_id: i64) -> StoreResult<Option<Task>> {
         let run_id = run_id.to_owned();
-        self.op(move |conn, ctx, _| tasks::get_task(conn, ctx, &run_id, task_id))
+        self.op(async move |tx, _| ops_tasks::get_task(tx, &run_id, task_id).await)
             .await
     }
 
     async fn tasks(&self, run_id: &str) -> StoreResult<Vec<Task>> {
         let run_id = run_id.to_owned();
-        self.op(move |conn, ctx, _| tasks::list_tasks(conn, ctx, &run_id))
+        self.op(async move |tx, _| ops_tasks::list_tasks(tx, &run_id).await)
             .await
     }
 
     async fn claim_task(&self, run_id: &str, task_id: i64, agent: &str) -> StoreResult<Task> {
         let (run_id, agent) = (run_id.to_owned(), agent.to_owned());
-        self.op(move |conn, ctx, _| tasks::claim_task(conn, ctx, &run_id, task_id, &agent))
+        self.op(async move |tx, _| ops_tasks::claim_task(tx, &run_id, task_id, &agent).await)
             .await
     }
 
     async fn claim_next_task(&self, run_id: &str, agent: &str) -> StoreResult<Option<Claimed>> {
         let (run_id, agent) = (run_id.to_owned(), agent.to_owned());
-        self.op(move |conn, ctx, wakes| tasks::claim_next(conn, ctx, &run_id, &agent, wakes))
+        self.op(async move |tx, wakes| ops_tasks::claim_next(tx, &run_id, &agent, wakes).await)
             .await
     }
 
     async fn update_task(&self, update: TaskUpdate) -> StoreResult<TaskChange> {
-        self.op(move |conn, ctx, wakes| tasks::update_task(conn, ctx, &update, wakes))
+        self.op(async move |tx, wakes| ops_tasks::update_task(tx, &update, wakes).await)
             .await
     }
 
     async fn release_tasks_of(&self, run_id: &str, agent: &str) -> StoreResult<Vec<i64>> {
         let (run_id, agent) = (run_id.to_owned(), agent.to_owned());
-        self.op(move |conn, ctx, _| tasks::release_tasks_of(conn, ctx, &run_id, &agent))
+        self.op(async move |tx, _| ops_tasks::release_tasks_of(tx, &run_id, &agent).await)
             .await
     }
 
     async fn fork_run(&self, source: &str, new_id: &str, new_slug: &str) -> StoreResult<RunRecord> {
         let (source, new_id, new_slug) =
             (source.to_owned(), new_id.to_owned(), new_slug.to_owned());
-        self.op(move |conn, ctx, _| fork::fork_run(conn, ctx, &source, &new_id, &new_slug))
+        self.op(async move |tx, _| ops_fork::fork_run(tx, &source, &new_id, &new_slug).await)
             .await
     }
 
     async fn prune(&self, cutoff: UnixMillis, project: Option<&str>) -> StoreResult<PruneReport> {
         let project = project.map(str::to_owned);
-        self.op(move |conn, ctx, _| ops::prune(conn, ctx, cutoff, project.as_deref()))
-            .await
+        self.op(async move |tx, _| {
+            let runs = runs::list_runs(tx).await?;
+            let runs = runs
+                .into_iter()
+                .filter(|run| project.as_deref().is_none_or(|p| run.in_project(p)));
+            runs::prune(tx, runs.collect(), cutoff).await
+        })
+        .await
     }
 
     async fn enqueue_work(&self, items: Vec<NewWorkItem>) -> StoreResult<Vec<WorkItem>> {
-        self.work_op(true, move |conn, ctx| work::enqueue(conn, ctx, &items))
+        self.work_op(true, async move |tx| ops_work::enqueue(tx, &items).await)
             .await
     }
 
@@ -447,8 +435,8 @@ impl MailboxStore for SqliteStore {
     ) -> StoreResult<Option<WorkItem>> {
         let (queue, worker) = (queue.map(str::to_owned), worker.to_owned());
         let lease = crate::work::millis(lease);
-        self.work_op(false, move |conn, ctx| {
-            work::claim(conn, ctx, queue.as_deref(), &worker, lease)
+        self.work_op(false, async move |tx| {
+            ops_work::claim(tx, queue.as_deref(), &worker, lease).await
         })
         .await
     }
@@ -461,23 +449,23 @@ impl MailboxStore for SqliteStore {
     ) -> StoreResult<Heartbeat> {
         let (worker, leases) = (worker.clone(), leases.to_vec());
         let lease = crate::work::millis(lease);
-        self.work_op(false, move |conn, ctx| {
-            work::heartbeat(conn, ctx, &worker, &leases, lease)
+        self.work_op(false, async move |tx| {
+            ops_work::heartbeat(tx, &worker, &leases, lease).await
         })
         .await
     }
 
     async fn finish_work(&self, fence: &WorkFence, result: Value) -> StoreResult<WorkItem> {
         let fence = fence.clone();
-        self.work_op(true, move |conn, ctx| {
-            work::finish(conn, ctx, &fence, &result)
+        self.work_op(true, async move |tx| {
+            ops_work::finish(tx, &fence, &result).await
         })
         .await
     }
 
     async fn release_work(&self, fence: &WorkFence) -> StoreResult<WorkItem> {
         let fence = fence.clone();
-        self.work_op(true, move |conn, ctx| work::release(conn, ctx, &fence))
+        self.work_op(true, async move |tx| ops_work::release(tx, &fence).await)
             .await
     }
 
@@ -488,8 +476,8 @@ impl MailboxStore for SqliteStore {
         boot_id: &str,
     ) -> StoreResult<Vec<crate::work::ProcessGroupRecord>> {
         let (worker, host, boot_id) = (worker.to_owned(), host.to_owned(), boot_id.to_owned());
-        self.work_op(false, move |conn, ctx| {
-            work::worker_groups(conn, ctx, &worker, &host, &boot_id)
+        self.work_op(false, async move |tx| {
+            ops_work::worker_groups(tx, &worker, &host, &boot_id).await
         })
         .await
     }
@@ -502,21 +490,21 @@ impl MailboxStore for SqliteStore {
     ) -> StoreResult<()> {
         let (run_id, agent, tool_use_id) =
             (run_id.to_owned(), agent.to_owned(), tool_use_id.to_owned());
-        self.work_op(false, move |conn, ctx| {
-            work::forget_group(conn, ctx, &run_id, &agent, &tool_use_id)
+        self.work_op(false, async move |tx| {
+            ops_work::forget_group(tx, &run_id, &agent, &tool_use_id).await
         })
         .await
     }
 
     async fn work_item(&self, id: &str) -> StoreResult<Option<WorkItem>> {
         let id = id.to_owned();
-        self.work_op(false, move |conn, ctx| work::item(conn, ctx, &id))
+        self.work_op(false, async move |tx| ops_work::item(tx, &id).await)
             .await
     }
 
     async fn work_items(&self, queue: &str) -> StoreResult<Vec<WorkItem>> {
         let queue = queue.to_owned();
-        self.work_op(false, move |conn, ctx| work::items(conn, ctx, &queue))
+        self.work_op(false, async move |tx| ops_work::items(tx, &queue).await)
             .await
     }
 
@@ -526,8 +514,8 @@ impl MailboxStore for SqliteStore {
     ) -> StoreResult<Option<std::time::Duration>> {
         let queue = queue.map(str::to_owned);
         let millis = self
-            .work_op(false, move |conn, ctx| {
-                work::next_expiry(conn, ctx, queue.as_deref())
+            .work_op(false, async move |tx| {
+                ops_work::next_expiry(tx, queue.as_deref()).await
             })
             .await?;
         Ok(millis.map(|ms| std::time::Duration::from_millis(ms.max(0) as u64)))
@@ -540,12 +528,13 @@ impl MailboxStore for SqliteStore {
     }
 
     async fn workers(&self) -> StoreResult<Vec<WorkerRecord>> {
-        self.work_op(false, work::workers).await
+        self.work_op(false, async |tx| ops_work::workers(tx).await)
+            .await
     }
 
     async fn retire_worker(&self, name: &str) -> StoreResult<()> {
         let name = name.to_owned();
-        self.work_op(false, move |conn, ctx| work::retire(conn, ctx, &name))
+        self.work_op(false, async move |tx| ops_work::retire(tx, &name).await)
             .await
     }
 }

@@ -505,3 +505,150 @@ fn the_import_check_finds_imports_and_circles() {
         Some(["a", "b", "c", "a"].map(str::to_owned).to_vec())
     );
 }
+
+/// The store's rules (issue 32, "the rules once"): each is a pure function of
+/// `mailbox/src/rules/`, which both backends call; none is restated in a backend.
+const STORE_RULES: [&str; 24] = [
+    // sending: delivery class, the stored body, the row, correlation
+    "priority_of",
+    "stored_body",
+    "message_row",
+    "responder_of",
+    "check_bulk",
+    // decisions: first answer wins, only the responder answers
+    "answered",
+    "check_answer",
+    "already_decided",
+    "response_message",
+    // idempotency
+    "encode_outcome",
+    "decode_outcome",
+    "counter_key",
+    "claim_key",
+    // the roster
+    "founding_members",
+    "check_new_member",
+    "unknown_recipient",
+    // the task board
+    "open_dependencies",
+    "check_dependency",
+    "claim_refused",
+    "updated_row",
+    "assignment_message",
+    "new_owner",
+    // fencing
+    "fence_holds",
+    "fence_refusal",
+];
+
+/// Whether `code` defines the free function `name` (rather than calling or naming it, or
+/// defining a method of that name: `Message::stored_body` reads a stored message).
+fn defines(code: &str, name: &str) -> bool {
+    let Some((_, rest)) = code
+        .split_once(&format!("fn {name}("))
+        .or_else(|| code.split_once(&format!("fn {name}<")))
+    else {
+        return false;
+    };
+    // After generics, if any: the parameters.
+    let parameters =
+        rest.split_once('(').map_or(
+            rest,
+            |(generics, after)| {
+                if generics.contains(')') { rest } else { after }
+            },
+        );
+    !["self", "&self", "&mut self", "mut self"]
+        .iter()
+        .any(|receiver| parameters.trim_start().starts_with(receiver))
+}
+
+#[test]
+fn each_store_rule_is_defined_once_for_both_backends() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut files = Vec::new();
+    rust_files(&root.join("mailbox/src"), &mut files);
+    let mut definitions: Vec<(&str, String)> = Vec::new();
+    for file in &files {
+        let shown = file
+            .strip_prefix(root)
+            .unwrap_or(file)
+            .display()
+            .to_string();
+        let text = std::fs::read_to_string(file).unwrap();
+        for (number, code) in library_lines(&text) {
+            for rule in STORE_RULES.iter().filter(|rule| defines(code, rule)) {
+                definitions.push((rule, format!("{shown}:{number}")));
+            }
+        }
+    }
+    let mut wrong = Vec::new();
+    for rule in STORE_RULES {
+        let places: Vec<&String> = definitions
+            .iter()
+            .filter(|(name, _)| *name == rule)
+            .map(|(_, place)| place)
+            .collect();
+        let in_rules = places
+            .iter()
+            .all(|place| place.starts_with("mailbox/src/rules/"));
+        if places.len() != 1 || !in_rules {
+            wrong.push(format!(
+                "{rule} is defined at {places:?}: define it once, in mailbox/src/rules/, and \
+                 call it from both backends"
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn the_rule_check_tells_a_definition_from_a_call() {
+    // (line, rule, whether the line defines the rule)
+    let table = [
+        (
+            "pub(crate) fn priority_of(kind: &str, sender: MemberKind) -> Priority {",
+            "priority_of",
+            true,
+        ),
+        (
+            "fn priority_of(kind: &str, sender: MemberKind) -> Priority {",
+            "priority_of",
+            true,
+        ),
+        (
+            "pub(crate) fn encode_outcome<T: Serialize>(key: &str) -> String {",
+            "encode_outcome",
+            true,
+        ),
+        (
+            "    priority: priority_of(&kind, sender),",
+            "priority_of",
+            false,
+        ),
+        (
+            "    let p = rules::send::priority_of(&kind, sender);",
+            "priority_of",
+            false,
+        ),
+        ("/// see [`priority_of`]", "priority_of", false),
+        (
+            "fn priority_of_sender(kind: &str) -> Priority {",
+            "priority_of",
+            false,
+        ),
+        (
+            "    pub fn stored_body(&self) -> Value {",
+            "stored_body",
+            false,
+        ),
+        (
+            "fn stored_body(body: &MessageBody, limit: usize) -> StoreResult<String> {",
+            "stored_body",
+            true,
+        ),
+    ];
+    for (code, rule, defined) in table {
+        assert_eq!(defines(code, rule), defined, "{code}");
+    }
+}

@@ -1,0 +1,435 @@
+//! Messages, requests and responses: each operation once for both backends (see [`super`]).
+
+use std::collections::HashMap;
+
+use uuid::Uuid;
+
+use super::Tx;
+use super::runs::{member_kind, require_run_exists, roster};
+use crate::clock::now_millis;
+use crate::error::{StoreError, StoreResult};
+use crate::message::MessageKind;
+use crate::rows::{self, MESSAGE_COLUMNS};
+use crate::rules;
+use crate::types::*;
+use crate::wake::Wake;
+
+/// "The next message for X": the query delivery runs (priority class, then commit order
+/// within the run), exported so a test can check its plan.
+pub const DELIVERY_QUERY: &str = "SELECT seq FROM messages WHERE run_id = ?1 AND recipient = ?2 \
+    AND state = 0 ORDER BY priority, seq LIMIT 1";
+
+async fn message_where(
+    tx: &impl Tx,
+    clause: &str,
+    args: &[&dyn super::Arg],
+) -> StoreResult<Option<Message>> {
+    let sql = format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE {clause}");
+    tx.query_opt(&sql, args, rows::message).await
+}
+
+pub(crate) async fn message_by_key(tx: &impl Tx, key: &str) -> StoreResult<Option<Message>> {
+    message_where(tx, "key = ?1", &[&key]).await
+}
+
+/// The message already sent under an idempotency key: a repeat returns it.
+async fn by_idempotency_key(
+    tx: &impl Tx,
+    run_id: &str,
+    key: Option<&str>,
+) -> StoreResult<Option<Message>> {
+    match key {
+        Some(key) => {
+            message_where(tx, "run_id = ?1 AND idempotency_key = ?2", &[&run_id, &key]).await
+        }
+        None => Ok(None),
+    }
+}
+
+async fn refuse_recipient(tx: &impl Tx, run_id: &str, recipient: &str) -> StoreError {
+    let members = roster(tx, run_id).await.unwrap_or_default();
+    rules::roster::unknown_recipient(run_id, recipient, &members)
+}
+
+/// Inserts a message's row (and its request's, when it opens one); the caller has checked
+/// sender and recipient.
+async fn insert(
+    tx: &impl Tx,
+    message: &NewMessage,
+    row: rules::send::MessageRow,
+) -> StoreResult<Message> {
+    let seq = tx
+        .query_one(
+            "INSERT INTO messages (key, run_id, sender, recipient, kind, priority, request_id, \
+             idempotency_key, body, state, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?10) \
+             RETURNING seq",
+            &[
+                &row.key,
+                &message.run_id,
+                &message.sender,
+                &message.recipient,
+                &row.kind,
+                &(row.priority as i64),
+                &row.request_id,
+                &message.idempotency_key,
+                &row.body,
+                &row.created_at,
+            ],
+            |r| r.get::<i64>("messages", 0),
+        )
+        .await?;
+    if row.opens_request
+        && let Some(request_id) = &row.request_id
+    {
+        open_request(tx, message, &row, request_id).await?;
+    }
+    Ok(rules::send::sent(message, row, seq))
+}
+
+/// Sends a message after every check; the operation's transaction (or SAVEPOINT) undoes it
+/// if a later step fails.
+pub(crate) async fn send(
+    tx: &impl Tx,
+    message: &NewMessage,
+    wakes: &mut Vec<Wake>,
+) -> StoreResult<Message> {
+    if let Some(original) =
+        by_idempotency_key(tx, &message.run_id, message.idempotency_key.as_deref()).await?
+    {
+        return Ok(original);
+    }
+    require_run_exists(tx, &message.run_id).await?;
+    let sender = member_kind(tx, &message.run_id, &message.sender)
+        .await?
+        .ok_or_else(|| StoreError::UnknownSender {
+            run: message.run_id.clone(),
+            sender: message.sender.clone(),
+        })?;
+    if member_kind(tx, &message.run_id, &message.recipient)
+        .await?
+        .is_none()
+    {
+        return Err(refuse_recipient(tx, &message.run_id, &message.recipient).await);
+    }
+    let key = Uuid::now_v7().to_string();
+    let row = rules::send::message_row(message, sender, tx.max_body_bytes(), key, now_millis())?;
+    let sent = insert(tx, message, row).await?;
+    wakes.push(Wake {
+        run_id: message.run_id.clone(),
+        recipient: message.recipient.clone(),
+    });
+    Ok(sent)
+}
+
+/// Sends many plain messages in one operation, checking each distinct sender and recipient
+/// once: for broadcasts and for prefilling benchmarks.
+pub(crate) async fn send_many(
+    tx: &impl Tx,
+    messages: &[NewMessage],
+    wakes: &mut Vec<Wake>,
+) -> StoreResult<usize> {
+    let mut kinds: HashMap<(String, String), Option<MemberKind>> = HashMap::new();
+    let now = now_millis();
+    for message in messages {
+        rules::send::check_bulk(message)?;
+        let mut found = [None; 2];
+        for (slot, agent) in [&message.sender, &message.recipient]
+            .into_iter()
+            .enumerate()
+        {
+            let key = (message.run_id.clone(), agent.clone());
+            found[slot] = match kinds.get(&key) {
+                Some(kind) => *kind,
+                None => member_kind(tx, &message.run_id, agent).await?,
+            };
+            kinds.insert(key, found[slot]);
+        }
+        let [sender, recipient] = found;
+        let sender = sender.ok_or_else(|| StoreError::UnknownSender {
+            run: message.run_id.clone(),
+            sender: message.sender.clone(),
+        })?;
+        if recipient.is_none() {
+            return Err(refuse_recipient(tx, &message.run_id, &message.recipient).await);
+        }
+        let key = Uuid::now_v7().to_string();
+        let row = rules::send::message_row(message, sender, tx.max_body_bytes(), key, now)?;
+        insert(tx, message, row).await?;
+        let wake = Wake {
+            run_id: message.run_id.clone(),
+            recipient: message.recipient.clone(),
+        };
+        if !wakes.contains(&wake) {
+            wakes.push(wake);
+        }
+    }
+    Ok(messages.len())
+}
+
+async fn open_request(
+    tx: &impl Tx,
+    message: &NewMessage,
+    row: &rules::send::MessageRow,
+    request_id: &str,
+) -> StoreResult<()> {
+    let inserted = tx
+        .execute(
+            "INSERT INTO requests (run_id, request_id, kind, requester, recipient, responder, message_key, created_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT DO NOTHING",
+            &[
+                &message.run_id,
+                &request_id,
+                &row.kind,
+                &message.sender,
+                &message.recipient,
+                &rules::send::responder_of(message),
+                &row.key,
+                &row.created_at,
+            ],
+        )
+        .await?;
+    if inserted == 0 {
+        return Err(StoreError::DuplicateRequest {
+            run: message.run_id.clone(),
+            request_id: request_id.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// Leases the next pending message for `recipient` in priority and commit order.
+pub(crate) async fn lease_next(
+    tx: &impl Tx,
+    run_id: &str,
+    recipient: &str,
+    epoch: i64,
+    filter: &MessageFilter,
+) -> StoreResult<Option<Message>> {
+    let now = now_millis();
+    match filter {
+        MessageFilter::Any => {
+            let sql = format!(
+                "UPDATE messages SET state = 1, lease_epoch = ?3, leased_at = ?4 \
+                 WHERE seq = ({DELIVERY_QUERY}) RETURNING {MESSAGE_COLUMNS}"
+            );
+            tx.query_opt(&sql, &[&run_id, &recipient, &epoch, &now], rows::message)
+                .await
+        }
+        MessageFilter::RequestId(request_id) => {
+            let sql = format!(
+                "UPDATE messages SET state = 1, lease_epoch = ?3, leased_at = ?4 WHERE seq = ( \
+                   SELECT seq FROM messages WHERE run_id = ?1 AND request_id = ?5 AND recipient = ?2 \
+                   AND state = 0 ORDER BY seq LIMIT 1) RETURNING {MESSAGE_COLUMNS}"
+            );
+            let args: [&dyn super::Arg; 5] = [&run_id, &recipient, &epoch, &now, request_id];
+            tx.query_opt(&sql, &args, rows::message).await
+        }
+    }
+}
+
+/// Leases up to `max` pending messages for `recipient`, in delivery order.
+pub(crate) async fn lease_batch(
+    tx: &impl Tx,
+    run_id: &str,
+    recipient: &str,
+    epoch: i64,
+    max: usize,
+) -> StoreResult<Vec<Message>> {
+    let mut batch = Vec::new();
+    while batch.len() < max {
+        match lease_next(tx, run_id, recipient, epoch, &MessageFilter::Any).await? {
+            Some(message) => batch.push(message),
+            None => break,
+        }
+    }
+    Ok(batch)
+}
+
+pub(crate) async fn ack(tx: &impl Tx, run_id: &str, keys: &[String]) -> StoreResult<()> {
+    let now = now_millis();
+    for key in keys {
+        let changed = tx
+            .execute(
+                "UPDATE messages SET state = 2, acked_at = ?3 WHERE key = ?1 AND run_id = ?2 AND state = 1",
+                &[key, &run_id, &now],
+            )
+            .await?;
+        if changed == 0 {
+            let state = message_by_key(tx, key)
+                .await?
+                .filter(|m| m.run_id == run_id)
+                .ok_or_else(|| StoreError::UnknownMessage(key.clone()))?
+                .state;
+            return Err(StoreError::NotLeased {
+                key: key.clone(),
+                state: state.as_str().into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+pub(crate) async fn list_messages(
+    tx: &impl Tx,
+    run_id: &str,
+    recipient: Option<&str>,
+) -> StoreResult<Vec<Message>> {
+    match recipient {
+        Some(recipient) => {
+            let sql = format!(
+                "SELECT {MESSAGE_COLUMNS} FROM messages WHERE run_id = ?1 AND recipient = ?2 ORDER BY seq"
+            );
+            tx.query(&sql, &[&run_id, &recipient], rows::message).await
+        }
+        None => {
+            let sql =
+                format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE run_id = ?1 ORDER BY seq");
+            tx.query(&sql, &[&run_id], rows::message).await
+        }
+    }
+}
+
+// ---------------------------------------------------------------- requests and responses
+
+/// The body of the message stored under `key`, or (a row never written by muster) none.
+async fn body_of(tx: &impl Tx, key: &str, kind: &str) -> StoreResult<crate::message::MessageBody> {
+    Ok(message_by_key(tx, key)
+        .await?
+        .map(|m| m.body)
+        .unwrap_or_else(|| missing_body(kind)))
+}
+
+pub(crate) async fn request(
+    tx: &impl Tx,
+    run_id: &str,
+    request_id: &str,
+) -> StoreResult<Option<RequestRecord>> {
+    const T: &str = "requests";
+    let row = tx
+        .query_opt(
+            "SELECT kind, requester, recipient, responder, message_key, created_at FROM requests \
+             WHERE run_id = ?1 AND request_id = ?2",
+            &[&run_id, &request_id],
+            |r| {
+                let text = |i| r.get::<String>(T, i);
+                Ok((
+                    text(0)?,
+                    text(1)?,
+                    text(2)?,
+                    text(3)?,
+                    text(4)?,
+                    r.get::<i64>(T, 5)?,
+                ))
+            },
+        )
+        .await?;
+    let Some((kind, requester, recipient, responder, message_key, created_at)) = row else {
+        return Ok(None);
+    };
+    Ok(Some(RequestRecord {
+        run_id: run_id.into(),
+        request_id: request_id.into(),
+        response: response(tx, run_id, request_id).await?,
+        body: body_of(tx, &message_key, &kind).await?,
+        kind: MessageKind::parse(&kind),
+        requester,
+        recipient,
+        responder,
+        message_key,
+        created_at,
+    }))
+}
+
+async fn response(
+    tx: &impl Tx,
+    run_id: &str,
+    request_id: &str,
+) -> StoreResult<Option<ResponseRecord>> {
+    const T: &str = "responses";
+    let row = tx
+        .query_opt(
+            "SELECT responder, kind, message_key, decided_at FROM responses WHERE run_id = ?1 AND request_id = ?2",
+            &[&run_id, &request_id],
+            |r| Ok((r.get::<String>(T, 0)?, r.get::<String>(T, 1)?, r.get::<String>(T, 2)?, r.get::<i64>(T, 3)?)),
+        )
+        .await?;
+    let Some((responder, kind, message_key, decided_at)) = row else {
+        return Ok(None);
+    };
+    Ok(Some(ResponseRecord {
+        responder,
+        body: body_of(tx, &message_key, &kind).await?,
+        kind: MessageKind::parse(&kind),
+        message_key,
+        decided_at,
+    }))
+}
+
+pub(crate) async fn list_requests(tx: &impl Tx, run_id: &str) -> StoreResult<Vec<RequestRecord>> {
+    let ids = tx
+        .query(
+            "SELECT request_id FROM requests WHERE run_id = ?1 ORDER BY created_at, request_id",
+            &[&run_id],
+            |r| r.get::<String>("requests", 0),
+        )
+        .await?;
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        if let Some(record) = request(tx, run_id, &id).await? {
+            out.push(record);
+        }
+    }
+    Ok(out)
+}
+
+/// Answers a request: only its responder may, and only once (the primary key of `responses`
+/// decides; `ON CONFLICT DO NOTHING` keeps the transaction usable to read the winner).
+pub(crate) async fn respond(
+    tx: &impl Tx,
+    answer: &NewResponse,
+    wakes: &mut Vec<Wake>,
+) -> StoreResult<Message> {
+    let (answers, request_id) = rules::respond::answered(answer)?;
+    if let Some(original) =
+        by_idempotency_key(tx, &answer.run_id, answer.idempotency_key.as_deref()).await?
+    {
+        return Ok(original);
+    }
+    let request = request(tx, &answer.run_id, request_id)
+        .await?
+        .ok_or_else(|| StoreError::UnknownRequest {
+            run: answer.run_id.clone(),
+            request_id: request_id.into(),
+        })?;
+    rules::respond::check_answer(&request, answer, &answers)?;
+    let sent = send(
+        tx,
+        &rules::respond::response_message(answer, &request),
+        wakes,
+    )
+    .await?;
+    let inserted = tx
+        .execute(
+            "INSERT INTO responses (run_id, request_id, responder, kind, message_key, decided_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
+            &[
+                &answer.run_id,
+                &request_id,
+                &answer.sender,
+                &sent.kind.as_str(),
+                &sent.key,
+                &sent.created_at,
+            ],
+        )
+        .await?;
+    if inserted == 1 {
+        return Ok(sent);
+    }
+    match response(tx, &answer.run_id, request_id).await? {
+        Some(decided) => Err(rules::respond::already_decided(request_id, &decided)),
+        None => Err(StoreError::CorruptRow {
+            table: "responses",
+            detail: format!("the answer to {request_id:?} was refused and none is stored"),
+        }),
+    }
+}
