@@ -26,6 +26,9 @@ pub(crate) struct RunPrinter {
     worker: Option<String>,
     /// `--output text` on a terminal: the live line per busy agent.
     progress: Option<Arc<LiveProgress>>,
+    /// A front end in this process (`muster acp`) that takes every event: then nothing is
+    /// printed, the run is only logged.
+    front: Option<Arc<dyn EventSink>>,
 }
 
 impl RunPrinter {
@@ -46,7 +49,15 @@ impl RunPrinter {
                 .then(|| LiveProgress::for_terminal(stdout_is_terminal))
                 .flatten()
                 .map(Arc::new),
+            front: None,
         }
+    }
+
+    /// A printer whose events go to `front` (and the run's log) instead of stdout.
+    pub(crate) fn for_front_end(mut self, front: Arc<dyn EventSink>) -> RunPrinter {
+        self.front = Some(front);
+        self.progress = None;
+        self
     }
 
     /// A printer in a worker's process: every event names the worker.
@@ -86,6 +97,11 @@ impl RunPrinter {
             exit_code: ending.exit.code(),
             result: ending.result.as_object().cloned().unwrap_or_default(),
         };
+        if let Some(front) = &self.front {
+            stream_json::log(&self.line(&event));
+            front.emit(event);
+            return;
+        }
         match self.format {
             OutputFormat::Json | OutputFormat::StreamJson { .. } => self.print(&event),
             OutputFormat::Text => {
@@ -109,6 +125,13 @@ impl EventSink for RunPrinter {
     /// Every event of the run, from its agents and from the team: in the run's log, and a
     /// `stream-json` line (only with `--output stream-json`).
     fn emit(&self, event: RunEvent) {
+        if let Some(front) = &self.front {
+            if event.is_durable() {
+                stream_json::log(&self.line(&event));
+            }
+            front.emit(event);
+            return;
+        }
         if let Some(progress) = &self.progress {
             progress.event(&event);
         }

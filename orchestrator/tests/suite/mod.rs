@@ -1,3 +1,4 @@
+mod acp_cli;
 mod batch_cli;
 mod bench_cli;
 mod check_cli;

@@ -1,0 +1,486 @@
+//! `muster acp` through the binary, speaking JSON-RPC on its stdin/stdout against
+//! `muster-fake-llm`: a prompt's text and tool calls as `session/update`s, a second prompt
+//! continuing the run, `session/cancel` interrupting the turn (committed, resumable), a
+//! `session/load` after SIGKILL, a client that disconnects mid-turn, and the bad-input table.
+//! Every stdout line must parse as a JSON-RPC 2.0 message.
+
+use std::path::Path;
+use std::process::Stdio;
+
+use muster_fake_llm::{Block, Fault, ScriptEntry};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout};
+
+use super::common::{GUARD, fake, open_store, project, tool, trust};
+
+/// A `muster acp` process and what it has said so far.
+struct Acp {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: Lines<BufReader<ChildStdout>>,
+    next_id: u64,
+    /// Every notification received, in order.
+    notifications: Vec<Value>,
+    /// Requests muster sent to the client, in order.
+    requests: Vec<Value>,
+}
+
+impl Acp {
+    fn spawn(dir: &Path, base_url: &str) -> Acp {
+        let mut command = super::common::command(dir, &["acp"]);
+        command
+            .env("ANTHROPIC_BASE_URL", base_url)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        let mut child = command.spawn().unwrap();
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+        Acp {
+            child,
+            stdin,
+            stdout,
+            next_id: 0,
+            notifications: Vec::new(),
+            requests: Vec::new(),
+        }
+    }
+
+    async fn write(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin is open");
+        stdin.write_all(line.as_bytes()).await.unwrap();
+        stdin.write_all(b"\n").await.unwrap();
+        stdin.flush().await.unwrap();
+    }
+
+    /// The next message on stdout; every line must be JSON-RPC 2.0.
+    async fn read(&mut self) -> Option<Value> {
+        let line = tokio::time::timeout(GUARD, self.stdout.next_line())
+            .await
+            .expect("guard timeout")
+            .unwrap()?;
+        let message: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("stdout carried a line that is not JSON ({e}): {line}"));
+        assert_eq!(message["jsonrpc"], "2.0", "not JSON-RPC: {line}");
+        Some(message)
+    }
+
+    /// Sends a request without waiting: its id.
+    async fn send(&mut self, method: &str, params: Value) -> u64 {
+        self.next_id += 1;
+        let id = self.next_id;
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.write(&line.to_string()).await;
+        id
+    }
+
+    /// Reads until the answer to request `id`, keeping what comes before it.
+    async fn answer(&mut self, id: u64) -> Value {
+        loop {
+            let message = self
+                .read()
+                .await
+                .unwrap_or_else(|| panic!("muster closed stdout before answering {id}"));
+            if message.get("method").is_some() {
+                if message.get("id").is_some() {
+                    self.requests.push(message);
+                } else {
+                    self.notifications.push(message);
+                }
+            } else if message["id"] == id {
+                return message;
+            }
+        }
+    }
+
+    async fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.send(method, params).await;
+        self.answer(id).await
+    }
+
+    async fn initialize(&mut self) {
+        let answer = self
+            .request(
+                "initialize",
+                json!({"protocolVersion": 1, "clientCapabilities": {}}),
+            )
+            .await;
+        assert_eq!(answer["result"]["protocolVersion"], 1, "{answer}");
+        assert_eq!(
+            answer["result"]["agentCapabilities"]["loadSession"], true,
+            "{answer}"
+        );
+    }
+
+    async fn new_session(&mut self, dir: &Path) -> String {
+        let answer = self
+            .request("session/new", json!({"cwd": dir, "mcpServers": []}))
+            .await;
+        answer["result"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no session: {answer}"))
+            .to_owned()
+    }
+
+    async fn prompt(&mut self, session: &str, text: &str) -> Value {
+        self.request(
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]}),
+        )
+        .await
+    }
+
+    /// The `update`s of `session` received so far.
+    fn updates(&self, session: &str) -> Vec<Value> {
+        self.notifications
+            .iter()
+            .filter(|n| n["method"] == "session/update" && n["params"]["sessionId"] == session)
+            .map(|n| n["params"]["update"].clone())
+            .collect()
+    }
+
+    /// The text of the agent's message chunks.
+    fn text(&self, session: &str) -> String {
+        self.updates(session)
+            .iter()
+            .filter(|u| u["sessionUpdate"] == "agent_message_chunk")
+            .filter_map(|u| u["content"]["text"].as_str())
+            .collect()
+    }
+
+    /// Closes stdin and waits for the process to end: its exit code.
+    async fn close(&mut self) -> Option<i32> {
+        drop(self.stdin.take());
+        while self.read().await.is_some() {}
+        tokio::time::timeout(GUARD, self.child.wait())
+            .await
+            .expect("muster acp did not end after its stdin closed")
+            .unwrap()
+            .code()
+    }
+}
+
+async fn run_status(dir: &Path, run: &str) -> String {
+    let store = open_store(dir);
+    store
+        .run(run)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("no run {run}"))
+        .status
+        .as_str()
+        .to_owned()
+}
+
+fn held(entry: ScriptEntry, gate: &str) -> ScriptEntry {
+    entry.fault(Fault {
+        hold: Some(gate.into()),
+        ..Fault::default()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_prompt_streams_its_text_and_tool_calls_and_the_next_prompt_continues_the_run() {
+    let dir = project(&[(
+        ".muster/settings.toml",
+        "permission_mode = \"acceptEdits\"\n",
+    )]);
+    trust(dir.path()).await;
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![
+                Block::text("Writing it."),
+                tool(
+                    "Write",
+                    json!({"file_path": "out.txt", "content": "new text\n"}),
+                ),
+            ],
+        ),
+        ScriptEntry::reply("main", 2, vec![Block::text("All done.")]),
+        ScriptEntry::reply("main", 3, vec![Block::text("Second answer.")]),
+    ])
+    .await;
+    let mut acp = Acp::spawn(dir.path(), &fake.base_url());
+    acp.initialize().await;
+    let session = acp.new_session(dir.path()).await;
+    let answer = acp.prompt(&session, "Write out.txt.").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out.txt")).unwrap(),
+        "new text\n"
+    );
+    let text = acp.text(&session);
+    assert!(
+        text.contains("Writing it.") && text.contains("All done."),
+        "{text}"
+    );
+    let updates = acp.updates(&session);
+    let started = updates
+        .iter()
+        .find(|u| u["sessionUpdate"] == "tool_call")
+        .unwrap_or_else(|| panic!("no tool_call: {updates:#?}"));
+    assert_eq!(started["kind"], "edit");
+    assert_eq!(started["title"], "Write out.txt");
+    assert_eq!(started["locations"][0]["path"], "out.txt");
+    let id = &started["toolCallId"];
+    let finished = updates
+        .iter()
+        .find(|u| u["sessionUpdate"] == "tool_call_update" && &u["toolCallId"] == id)
+        .unwrap_or_else(|| panic!("no tool_call_update: {updates:#?}"));
+    assert_eq!(finished["status"], "completed", "{finished}");
+    assert_eq!(finished["content"][0]["type"], "diff", "{finished}");
+    assert_eq!(finished["content"][0]["newText"], "new text\n");
+    // The session is the run: its id names it in the store.
+    assert_eq!(run_status(dir.path(), &session).await, "completed");
+
+    // A second prompt is the run's continue: its context kept.
+    let answer = acp.prompt(&session, "And now?").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert!(acp.text(&session).contains("Second answer."));
+    let last = fake.requests().last().unwrap().body.to_string();
+    assert!(
+        last.contains("Write out.txt.") && last.contains("And now?"),
+        "{last}"
+    );
+    assert_eq!(acp.close().await, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancel_interrupts_the_turn_committed_and_the_next_prompt_goes_on() {
+    let dir = project(&[]);
+    let fake = fake(vec![
+        held(
+            ScriptEntry::reply("main", 1, vec![Block::text("Never shown.")]).attempt(1),
+            "held",
+        ),
+        ScriptEntry {
+            turn: None,
+            ..ScriptEntry::reply("main", 0, vec![Block::text("After the cancel.")])
+        },
+    ])
+    .await;
+    let mut acp = Acp::spawn(dir.path(), &fake.base_url());
+    acp.initialize().await;
+    let session = acp.new_session(dir.path()).await;
+    let prompt = acp
+        .send(
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [{"type": "text", "text": "Wait."}]}),
+        )
+        .await;
+    tokio::time::timeout(GUARD, fake.gate_reached("held", 1))
+        .await
+        .expect("the model call never came");
+    acp.write(
+        &json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session}})
+            .to_string(),
+    )
+    .await;
+    let answer = acp.answer(prompt).await;
+    assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
+    fake.open_gate("held");
+    assert_eq!(run_status(dir.path(), &session).await, "interrupted");
+    let store = open_store(dir.path());
+    let records = super::common::transcript(store.as_ref(), &session, "main").await;
+    assert!(
+        records
+            .iter()
+            .any(|r| r.to_string().contains("turn_interrupted")),
+        "{records:#?}"
+    );
+    let answer = acp.prompt(&session, "Go on.").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert!(acp.text(&session).contains("After the cancel."));
+    assert!(!acp.text(&session).contains("Never shown."));
+    assert_eq!(acp.close().await, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_killed_mid_turn_loads_with_its_history_and_finishes() {
+    let dir = project(&[]);
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![
+                Block::text("Looking."),
+                tool("Read", json!({"file_path": "README.md"})),
+            ],
+        ),
+        held(
+            ScriptEntry::reply("main", 2, vec![Block::text("Finished the first.")]),
+            "held",
+        ),
+        ScriptEntry::reply("main", 3, vec![Block::text("Finished the second.")]),
+    ])
+    .await;
+    let mut first = Acp::spawn(dir.path(), &fake.base_url());
+    first.initialize().await;
+    let session = first.new_session(dir.path()).await;
+    first
+        .send(
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [{"type": "text", "text": "Look."}]}),
+        )
+        .await;
+    tokio::time::timeout(GUARD, fake.gate_reached("held", 1))
+        .await
+        .expect("the second model call never came");
+    first.child.start_kill().unwrap();
+    first.child.wait().await.unwrap();
+    fake.open_gate("held");
+
+    let mut second = Acp::spawn(dir.path(), &fake.base_url());
+    second.initialize().await;
+    let loaded = second
+        .request(
+            "session/load",
+            json!({"sessionId": session, "cwd": dir.path(), "mcpServers": []}),
+        )
+        .await;
+    assert!(loaded.get("result").is_some(), "{loaded}");
+    let replayed = second.updates(&session);
+    assert_eq!(replayed[0]["sessionUpdate"], "user_message_chunk");
+    assert_eq!(replayed[0]["content"]["text"], "Look.");
+    assert!(second.text(&session).contains("Looking."), "{replayed:#?}");
+    assert!(
+        replayed
+            .iter()
+            .any(|u| u["sessionUpdate"] == "tool_call" && u["status"] == "completed"),
+        "{replayed:#?}"
+    );
+    let answer = second.prompt(&session, "And then?").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let text = second.text(&session);
+    assert!(
+        text.contains("Finished the first.") && text.contains("Finished the second."),
+        "{text}"
+    );
+    assert_eq!(run_status(dir.path(), &session).await, "completed");
+    assert_eq!(second.close().await, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_gone_mid_turn_leaves_the_run_interrupted_and_no_process() {
+    let dir = project(&[]);
+    let fake = fake(vec![held(
+        ScriptEntry::reply("main", 1, vec![Block::text("Never shown.")]),
+        "held",
+    )])
+    .await;
+    let mut acp = Acp::spawn(dir.path(), &fake.base_url());
+    acp.initialize().await;
+    let session = acp.new_session(dir.path()).await;
+    acp.send(
+        "session/prompt",
+        json!({"sessionId": session, "prompt": [{"type": "text", "text": "Wait."}]}),
+    )
+    .await;
+    tokio::time::timeout(GUARD, fake.gate_reached("held", 1))
+        .await
+        .expect("the model call never came");
+    assert_eq!(acp.close().await, Some(0));
+    fake.open_gate("held");
+    assert_eq!(run_status(dir.path(), &session).await, "interrupted");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_input_gets_an_error_a_person_can_act_on_and_the_process_stays_usable() {
+    let dir = project(&[]);
+    let fake = fake(vec![ScriptEntry::reply(
+        "main",
+        1,
+        vec![Block::text("Still here.")],
+    )])
+    .await;
+    let mut acp = Acp::spawn(dir.path(), &fake.base_url());
+    acp.write("{not json").await;
+    let parse = acp.read().await.unwrap();
+    assert_eq!(parse["error"]["code"], -32700, "{parse}");
+    acp.initialize().await;
+    let missing = dir.path().join("no-such-dir");
+    let rows: Vec<(&str, &str, Value, i64, &str)> = vec![
+        ("unknown method", "session/fly", json!({}), -32601, ""),
+        (
+            "prompt before session/new",
+            "session/prompt",
+            json!({"sessionId": "r0000000000", "prompt": [{"type": "text", "text": "hi"}]}),
+            -32602,
+            "call session/new",
+        ),
+        (
+            "relative cwd",
+            "session/new",
+            json!({"cwd": "relative/dir", "mcpServers": []}),
+            -32602,
+            "not an absolute path",
+        ),
+        (
+            "missing cwd",
+            "session/new",
+            json!({"cwd": missing, "mcpServers": []}),
+            -32602,
+            "not a directory",
+        ),
+        (
+            "load of a run the store has not",
+            "session/load",
+            json!({"sessionId": "rnosuchrun0", "cwd": dir.path(), "mcpServers": []}),
+            -32602,
+            "no run rnosuchrun0",
+        ),
+    ];
+    for (what, method, params, code, says) in rows {
+        let answer = acp.request(method, params).await;
+        assert_eq!(answer["error"]["code"], code, "{what}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(says), "{what}: {answer}");
+    }
+    // Usable after all of it.
+    let session = acp.new_session(dir.path()).await;
+    let answer = acp.prompt(&session, "Hello?").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert!(acp.text(&session).contains("Still here."));
+    assert_eq!(acp.close().await, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_live_in_another_process_is_not_loaded_twice() {
+    let dir = project(&[]);
+    let fake = fake(vec![held(
+        ScriptEntry::reply("main", 1, vec![Block::text("Done.")]),
+        "held",
+    )])
+    .await;
+    let mut first = Acp::spawn(dir.path(), &fake.base_url());
+    first.initialize().await;
+    let session = first.new_session(dir.path()).await;
+    let prompt = first
+        .send(
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [{"type": "text", "text": "Wait."}]}),
+        )
+        .await;
+    tokio::time::timeout(GUARD, fake.gate_reached("held", 1))
+        .await
+        .expect("the model call never came");
+    let mut second = Acp::spawn(dir.path(), &fake.base_url());
+    second.initialize().await;
+    let loaded = second
+        .request(
+            "session/load",
+            json!({"sessionId": session, "cwd": dir.path(), "mcpServers": []}),
+        )
+        .await;
+    let message = loaded["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("live in another process"), "{loaded}");
+    assert_eq!(second.close().await, Some(0));
+    fake.open_gate("held");
+    let answer = first.answer(prompt).await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert_eq!(first.close().await, Some(0));
+}
