@@ -271,9 +271,11 @@ impl RunKind for SingleRun {
 
     async fn start(self, run: &StartedRun, checked: CheckedParts) -> anyhow::Result<SingleDriver> {
         let progress = run.printer.progress();
-        let terminal: Option<Arc<dyn Terminal>> = (self.project.process.stdin_is_terminal
-            && self.output == OutputFormat::Text)
-            .then(|| Arc::new(StdinTerminal { progress }) as Arc<dyn Terminal>);
+        let terminal: Option<Arc<dyn Terminal>> = match &self.front {
+            Some(front) => Some(front.person.clone()),
+            None => (self.project.process.stdin_is_terminal && self.output == OutputFormat::Text)
+                .then(|| Arc::new(StdinTerminal { progress }) as Arc<dyn Terminal>),
+        };
         let parts = ContextParts {
             project: &self.project,
             catalog: self.catalog.clone(),

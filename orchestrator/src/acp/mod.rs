@@ -9,6 +9,7 @@
 //! children (Bash, hooks, MCP servers) print can reach the editor; stdin is kept the same way
 //! and replaced by `/dev/null`, so no child reads the editor's messages.
 
+mod asks;
 mod updates;
 
 use std::collections::HashMap;
@@ -328,6 +329,11 @@ impl Server {
             front: FrontEnd {
                 events: sink,
                 turn: Arc::new(Mutex::new(None::<TurnInterrupt>)),
+                person: Arc::new(asks::EditorAsks {
+                    cx: cx.clone(),
+                    session: request.session_id.clone(),
+                    next: std::sync::atomic::AtomicU64::new(0),
+                }),
             },
             cancelled: Arc::new(AtomicBool::new(false)),
             done: Arc::new(tokio::sync::Notify::new()),

@@ -68,6 +68,8 @@ pub(crate) struct FrontEnd {
     pub events: Arc<dyn muster_agents::runtime::EventSink>,
     /// Filled with the main agent's [`muster_agents::runtime::TurnInterrupt`] once it exists.
     pub turn: Arc<std::sync::Mutex<Option<muster_agents::runtime::TurnInterrupt>>>,
+    /// The person at the front end, who answers what the run asks its person.
+    pub person: Arc<dyn muster_agents::runtime::Terminal>,
 }
 
 impl FrontEnd {

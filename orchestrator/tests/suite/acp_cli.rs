@@ -24,6 +24,8 @@ struct Acp {
     notifications: Vec<Value>,
     /// Requests muster sent to the client, in order.
     requests: Vec<Value>,
+    /// The results the client gives muster's requests, in order.
+    replies: std::collections::VecDeque<Value>,
 }
 
 impl Acp {
@@ -45,6 +47,7 @@ impl Acp {
             next_id: 0,
             notifications: Vec::new(),
             requests: Vec::new(),
+            replies: std::collections::VecDeque::new(),
         }
     }
 
@@ -85,6 +88,12 @@ impl Acp {
                 .unwrap_or_else(|| panic!("muster closed stdout before answering {id}"));
             if message.get("method").is_some() {
                 if message.get("id").is_some() {
+                    let result = self
+                        .replies
+                        .pop_front()
+                        .unwrap_or_else(|| panic!("no reply scripted for {message}"));
+                    let reply = json!({"jsonrpc": "2.0", "id": message["id"], "result": result});
+                    self.write(&reply.to_string()).await;
                     self.requests.push(message);
                 } else {
                     self.notifications.push(message);
@@ -483,4 +492,90 @@ async fn a_session_live_in_another_process_is_not_loaded_twice() {
     let answer = first.answer(prompt).await;
     assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
     assert_eq!(first.close().await, Some(0));
+}
+
+const PLAN_ONE: &str = "## Goal\nOut.\n## Steps\n1. Write out.txt\n## Files\nout.txt\n";
+const PLAN_TWO: &str =
+    "## Goal\nOut.\n## Steps\n1. Write out.txt\n## Files\nout.txt\n## Tests\nRead it back.\n";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plan_is_a_permission_request_rejected_with_feedback_then_approved_into_a_mode() {
+    let dir = project(&[(".muster/settings.toml", "permission_mode = \"plan\"\n")]);
+    trust(dir.path()).await;
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![tool("ExitPlanMode", json!({"plan": PLAN_ONE}))],
+        ),
+        ScriptEntry::reply(
+            "main",
+            2,
+            vec![tool("ExitPlanMode", json!({"plan": PLAN_TWO}))],
+        ),
+        ScriptEntry::reply(
+            "main",
+            3,
+            vec![tool(
+                "Write",
+                json!({"file_path": "out.txt", "content": "out\n"}),
+            )],
+        ),
+        ScriptEntry::reply("main", 4, vec![Block::text("Done as planned.")]),
+    ])
+    .await;
+    let mut acp = Acp::spawn(dir.path(), &fake.base_url());
+    acp.replies.push_back(json!({
+        "outcome": {"outcome": "selected", "optionId": "reject"},
+        "_meta": {"muster/feedback": "Say how it is tested."}
+    }));
+    acp.replies.push_back(json!({
+        "outcome": {"outcome": "selected", "optionId": "approve:acceptEdits"}
+    }));
+    acp.initialize().await;
+    let session = acp.new_session(dir.path()).await;
+    let answer = acp.prompt(&session, "Plan, then write out.txt.").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert_eq!(acp.requests.len(), 2, "{:#?}", acp.updates(&session));
+    for (request, plan) in acp.requests.iter().zip([PLAN_ONE, PLAN_TWO]) {
+        assert_eq!(request["method"], "session/request_permission");
+        let params = &request["params"];
+        assert_eq!(params["sessionId"], session.as_str());
+        assert_eq!(params["toolCall"]["kind"], "switch_mode");
+        assert_eq!(params["toolCall"]["content"][0]["content"]["text"], plan);
+        let options: Vec<&str> = params["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["optionId"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            options,
+            ["approve:acceptEdits", "approve:default", "reject"]
+        );
+    }
+    // The rejection's feedback reached the model; the approval's mode let the Write run.
+    let second = fake.requests()[1].body.to_string();
+    assert!(second.contains("Say how it is tested."), "{second}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out.txt")).unwrap(),
+        "out\n"
+    );
+    assert!(acp.text(&session).contains("Done as planned."));
+    // One decision per request, in the store.
+    let db = rusqlite::Connection::open(dir.path().join(".muster/muster.db")).unwrap();
+    let mut counts = db
+        .prepare(
+            "SELECT request_id, COUNT(*) FROM messages WHERE run_id = ?1 \
+             AND kind = 'plan_approval_response' GROUP BY request_id ORDER BY request_id",
+        )
+        .unwrap();
+    let counts: Vec<(String, i64)> = counts
+        .query_map([&session], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(counts.len(), 2, "{counts:?}");
+    assert!(counts.iter().all(|(_, n)| *n == 1), "{counts:?}");
+    assert_eq!(acp.close().await, Some(0));
 }
