@@ -579,3 +579,59 @@ async fn a_plan_is_a_permission_request_rejected_with_feedback_then_approved_int
     assert!(counts.iter().all(|(_, n)| *n == 1), "{counts:?}");
     assert_eq!(acp.close().await, Some(0));
 }
+
+/// The editor settings the README shows: each names `muster acp`, and that command, started as
+/// the editor would start it, answers `initialize`.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_readmes_editor_snippets_start_muster_acp() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let section = readme
+        .split("## Use it from your editor")
+        .nth(1)
+        .expect("the README has no \"Use it from your editor\"")
+        .split("\n## ")
+        .next()
+        .unwrap();
+    let blocks: Vec<(&str, &str)> = section
+        .split("```")
+        .skip(1)
+        .step_by(2)
+        .map(|block| block.split_once('\n').unwrap())
+        .collect();
+    let json: Vec<Value> = blocks
+        .iter()
+        .filter(|(language, _)| *language == "json")
+        .map(|(_, text)| serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}")))
+        .collect();
+    assert_eq!(json.len(), 2, "Zed and JetBrains: {blocks:?}");
+    for settings in &json {
+        let server = &settings["agent_servers"]["muster"];
+        assert_eq!(server["command"], "muster", "{settings}");
+        assert_eq!(server["args"], json!(["acp"]), "{settings}");
+    }
+    assert_eq!(
+        json[0]["agent_servers"]["muster"]["env"],
+        json!({}),
+        "Zed's has env"
+    );
+    let lua = blocks
+        .iter()
+        .find(|(language, _)| *language == "lua")
+        .expect("no CodeCompanion snippet")
+        .1;
+    assert!(lua.contains(r#"{ "muster", "acp" }"#), "{lua}");
+
+    let dir = project(&[]);
+    let args: Vec<String> = json[0]["agent_servers"]["muster"]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|arg| arg.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(args, ["acp"]);
+    let mut acp = Acp::spawn(dir.path(), "http://127.0.0.1:9");
+    acp.initialize().await;
+    assert_eq!(acp.close().await, Some(0));
+}
