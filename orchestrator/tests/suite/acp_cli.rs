@@ -635,3 +635,49 @@ async fn the_readmes_editor_snippets_start_muster_acp() {
     acp.initialize().await;
     assert_eq!(acp.close().await, Some(0));
 }
+
+/// An untrusted project: one message chunk says what trust skipped and names `muster trust`.
+/// Its Bash command writes to stdout and stderr: the editor sees the output in the call's
+/// update, and every line on muster's stdout is still JSON-RPC (checked by every read).
+#[tokio::test(flavor = "multi_thread")]
+async fn untrusted_settings_are_named_once_and_a_commands_output_never_reaches_stdout() {
+    let dir = project(&[(
+        ".muster/settings.toml",
+        "permission_mode = \"bypassPermissions\"\n",
+    )]);
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![tool(
+                "Bash",
+                json!({"command": "echo to-stdout; echo to-stderr >&2"}),
+            )],
+        ),
+        ScriptEntry::reply("main", 2, vec![Block::text("Echoed.")]),
+    ])
+    .await;
+    let mut acp = Acp::spawn(dir.path(), &fake.base_url());
+    acp.initialize().await;
+    let session = acp.new_session(dir.path()).await;
+    let answer = acp.prompt(&session, "Echo.").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let updates = acp.updates(&session);
+    let notices: Vec<&Value> = updates
+        .iter()
+        .filter(|u| {
+            u["sessionUpdate"] == "agent_message_chunk"
+                && u["content"]["text"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("muster trust"))
+        })
+        .collect();
+    assert_eq!(notices.len(), 1, "{updates:#?}");
+    let echoed = updates
+        .iter()
+        .find(|u| u["sessionUpdate"] == "tool_call_update")
+        .unwrap_or_else(|| panic!("{updates:#?}"));
+    assert_eq!(echoed["status"], "completed", "{echoed}");
+    assert!(echoed.to_string().contains("to-stdout"), "{echoed}");
+    assert_eq!(acp.close().await, Some(0));
+}
