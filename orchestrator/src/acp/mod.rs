@@ -86,6 +86,8 @@ struct Server {
 struct Session {
     /// The project directory the editor opened (absolute).
     cwd: PathBuf,
+    /// The run's workspace (the project's root), under which relative paths are shown.
+    workspace: PathBuf,
     /// Whether the run exists in the store (after its first prompt, or loaded).
     stored: bool,
     /// The prompt under way, if any.
@@ -242,6 +244,7 @@ impl Server {
             id.clone(),
             Session {
                 cwd,
+                workspace: project.root.path().to_path_buf(),
                 stored: false,
                 turn: None,
             },
@@ -284,6 +287,7 @@ impl Server {
             id,
             Session {
                 cwd,
+                workspace: PathBuf::from(&record.workspace),
                 stored: true,
                 turn: None,
             },
@@ -323,6 +327,7 @@ impl Server {
         let sink = Arc::new(Sink {
             cx: cx.clone(),
             session: request.session_id.clone(),
+            workspace: session.workspace.clone(),
             shown: Mutex::new(Shown::default()),
         });
         let turn = Turn {
@@ -584,6 +589,7 @@ fn send(cx: &ConnectionTo<Client>, session: &SessionId, update: SessionUpdate) {
 struct Sink {
     cx: ConnectionTo<Client>,
     session: SessionId,
+    workspace: PathBuf,
     shown: Mutex<Shown>,
 }
 
@@ -591,7 +597,7 @@ impl EventSink for Sink {
     fn emit(&self, event: RunEvent) {
         let updates = {
             let mut shown = self.shown.lock().unwrap_or_else(PoisonError::into_inner);
-            updates_for(&event, &mut shown, LEAD)
+            updates_for(&event, &mut shown, LEAD, &self.workspace)
         };
         for update in updates {
             send(&self.cx, &self.session, update);
@@ -609,8 +615,9 @@ fn replay(project: &Project, record: &RunRecord, session: &SessionId, cx: &Conne
         return;
     };
     let mut shown = Shown::default();
+    let workspace = Path::new(&record.workspace);
     for event in text.lines().filter_map(logged_event) {
-        for update in updates_for(&event, &mut shown, LEAD) {
+        for update in updates_for(&event, &mut shown, LEAD, workspace) {
             send(cx, session, update);
         }
     }

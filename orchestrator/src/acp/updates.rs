@@ -2,7 +2,7 @@
 //! (docs/acp.md has the table). Pure: the live sink and the replay of `session/load` share it.
 
 use std::collections::HashSet;
-use std::path::PathBuf;
+use std::path::Path;
 
 use agent_client_protocol::v1::schema::{
     ContentBlock, ContentChunk, CurrentModeUpdate, Diff, SessionModeId, SessionUpdate, ToolCall,
@@ -22,8 +22,14 @@ pub(crate) struct Shown {
     streamed: HashSet<(String, u64)>,
 }
 
-/// The updates `event` makes; `lead` is the agent whose text is the session's own.
-pub(crate) fn updates_for(event: &RunEvent, shown: &mut Shown, lead: &str) -> Vec<SessionUpdate> {
+/// The updates `event` makes; `lead` is the agent whose text is the session's own, and a
+/// relative path of a call is shown under `workspace` (ACP's paths are absolute).
+pub(crate) fn updates_for(
+    event: &RunEvent,
+    shown: &mut Shown,
+    lead: &str,
+    workspace: &Path,
+) -> Vec<SessionUpdate> {
     match event {
         RunEvent::ModelDelta {
             agent,
@@ -59,7 +65,7 @@ pub(crate) fn updates_for(event: &RunEvent, shown: &mut Shown, lead: &str) -> Ve
                 ToolCall::new(tool_use_id.clone(), title(agent, tool, input, lead))
                     .kind(kind_of(tool))
                     .status(ToolCallStatus::InProgress)
-                    .locations(locations(input))
+                    .locations(locations(input, workspace))
                     .raw_input(input.clone()),
             )]
         }
@@ -82,7 +88,7 @@ pub(crate) fn updates_for(event: &RunEvent, shown: &mut Shown, lead: &str) -> Ve
             };
             let mut shown_content = Vec::new();
             if diff.is_some() && !failed {
-                shown_content.extend(diffs(tool, input));
+                shown_content.extend(diffs(tool, input, workspace));
             }
             let said = if decision == "allow" || reason.is_empty() {
                 content.clone()
@@ -106,7 +112,7 @@ pub(crate) fn updates_for(event: &RunEvent, shown: &mut Shown, lead: &str) -> Ve
                     ToolCall::new(tool_use_id.clone(), title(agent, tool, input, lead))
                         .kind(kind_of(tool))
                         .status(status)
-                        .locations(locations(input))
+                        .locations(locations(input, workspace))
                         .raw_input(input.clone())
                         .content(shown_content)
                         .raw_output(Value::String(content.clone())),
@@ -206,23 +212,23 @@ fn kind_of(tool: &str) -> ToolKind {
 }
 
 /// The file a call works on.
-fn locations(input: &Value) -> Vec<ToolCallLocation> {
+fn locations(input: &Value, workspace: &Path) -> Vec<ToolCallLocation> {
     ["file_path", "notebook_path", "path"]
         .iter()
         .find_map(|key| input.get(*key).and_then(Value::as_str))
-        .map(|path| vec![ToolCallLocation::new(PathBuf::from(path))])
+        .map(|path| vec![ToolCallLocation::new(workspace.join(path))])
         .unwrap_or_default()
 }
 
 /// An edit's diffs as ACP shows them: the text replaced and its replacement (a whole file for
 /// `Write`).
-fn diffs(tool: &str, input: &Value) -> Vec<ToolCallContent> {
+fn diffs(tool: &str, input: &Value, workspace: &Path) -> Vec<ToolCallContent> {
     let text = |value: &Value, key: &str| value.get(key).and_then(Value::as_str).map(str::to_owned);
     let Some(path) = text(input, "file_path").or_else(|| text(input, "notebook_path")) else {
         return Vec::new();
     };
     let diff = |old: Option<String>, new: String| {
-        ToolCallContent::Diff(Diff::new(PathBuf::from(&path), new).old_text(old))
+        ToolCallContent::Diff(Diff::new(workspace.join(&path), new).old_text(old))
     };
     match ToolName::canonical(tool) {
         Some(ToolName::Write) => text(input, "content")
@@ -269,7 +275,8 @@ mod tests {
     /// a row checks).
     #[test]
     fn each_event_makes_its_updates() {
-        let edit = json!({"file_path": "/w/a.rs", "old_string": "x", "new_string": "y"});
+        // A relative path is shown under the workspace.
+        let edit = json!({"file_path": "a.rs", "old_string": "x", "new_string": "y"});
         let rows: Vec<(&str, Vec<RunEvent>, Vec<Value>)> = vec![
             (
                 "streamed text is a chunk, and its committed turn is not shown twice",
@@ -326,7 +333,7 @@ mod tests {
                     tool_call("Edit", edit.clone(), "allow", Some("--- a\n+++ b\n")),
                 ],
                 vec![
-                    json!({"sessionUpdate": "tool_call", "toolCallId": "t1", "title": "Edit /w/a.rs",
+                    json!({"sessionUpdate": "tool_call", "toolCallId": "t1", "title": "Edit a.rs",
                            "kind": "edit", "status": "in_progress",
                            "locations": [{"path": "/w/a.rs"}]}),
                     json!({"sessionUpdate": "tool_call_update", "toolCallId": "t1", "status": "completed",
@@ -382,7 +389,7 @@ mod tests {
             let mut shown = Shown::default();
             let got: Vec<Value> = events
                 .iter()
-                .flat_map(|event| updates_for(event, &mut shown, "main"))
+                .flat_map(|event| updates_for(event, &mut shown, "main", Path::new("/w")))
                 .map(|update| serde_json::to_value(update).unwrap())
                 .collect();
             assert_eq!(got.len(), expected.len(), "{what}: {got:#?}");

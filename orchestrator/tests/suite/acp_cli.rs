@@ -234,7 +234,8 @@ async fn a_prompt_streams_its_text_and_tool_calls_and_the_next_prompt_continues_
         .unwrap_or_else(|| panic!("no tool_call: {updates:#?}"));
     assert_eq!(started["kind"], "edit");
     assert_eq!(started["title"], "Write out.txt");
-    assert_eq!(started["locations"][0]["path"], "out.txt");
+    let out = dir.path().join("out.txt");
+    assert_eq!(started["locations"][0]["path"], out.to_str().unwrap());
     let id = &started["toolCallId"];
     let finished = updates
         .iter()
@@ -243,6 +244,7 @@ async fn a_prompt_streams_its_text_and_tool_calls_and_the_next_prompt_continues_
     assert_eq!(finished["status"], "completed", "{finished}");
     assert_eq!(finished["content"][0]["type"], "diff", "{finished}");
     assert_eq!(finished["content"][0]["newText"], "new text\n");
+    assert_eq!(finished["content"][0]["path"], out.to_str().unwrap());
     // The session is the run: its id names it in the store.
     assert_eq!(run_status(dir.path(), &session).await, "completed");
 
