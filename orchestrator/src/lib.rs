@@ -1,5 +1,6 @@
 //! `muster`: a team — lead and teammates, approvers, verification, batch runs — and the CLI.
 
+pub mod acp;
 pub mod batch;
 pub mod bench;
 pub mod cli;

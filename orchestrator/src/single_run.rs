@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use crate::exit::{Exit, ExitError};
 use crate::launch::{OutputFormat, ResumeFlags, RunFlags, RunLaunch, overrides_from};
 use crate::lifecycle::context::{CheckedParts, ContextParts, LeadResponder, run_context};
-use crate::lifecycle::{self, Ending, RunDriver, RunKind, StartedRun};
+use crate::lifecycle::{self, Ending, FrontEnd, RunDriver, RunKind, StartedRun};
 use crate::loading::project_root;
 use crate::progress::LiveProgress;
 use crate::project::Globals;
@@ -51,6 +51,38 @@ fn usage(message: impl Into<String>) -> anyhow::Error {
 
 /// `muster run -p` with no team (the CLI sends team runs to `crate::team::run`).
 pub fn run(global: &Globals, flags: RunFlags) -> anyhow::Result<Exit> {
+    lifecycle::execute(new_run(global, flags)?, None)
+}
+
+/// `muster acp`'s first prompt of a session: a new run with the session's id, its events to
+/// `front`.
+pub(crate) fn run_for_front(
+    global: &Globals,
+    flags: RunFlags,
+    run_id: String,
+    front: FrontEnd,
+) -> anyhow::Result<Ending> {
+    let mut kind = new_run(global, flags)?;
+    kind.run_id = Some(run_id);
+    kind.front = Some(front);
+    lifecycle::execute_to_ending(kind, None)
+}
+
+/// `muster acp`'s later prompt of a session (`continuation`), or its stopped run carried on
+/// (`None`): `record` was picked and checked by the caller.
+pub(crate) fn resume_for_front(
+    global: &Globals,
+    record: RunRecord,
+    continuation: Option<String>,
+    front: FrontEnd,
+) -> anyhow::Result<Ending> {
+    let mut kind = resumed_run(global, ResumeFlags::default(), &record)?;
+    kind.continuation = continuation;
+    kind.front = Some(front);
+    lifecycle::execute_to_ending(kind, Some(record))
+}
+
+fn new_run(global: &Globals, flags: RunFlags) -> anyhow::Result<SingleRun> {
     let output = flags.output;
     let project = Project::load(global, project_root(global)?, overrides_from(&flags)?)?;
     project.print_trust_notice();
@@ -71,10 +103,13 @@ pub fn run(global: &Globals, flags: RunFlags) -> anyhow::Result<Exit> {
         agent,
         run,
     };
-    lifecycle::execute(
-        SingleRun::new(project, catalog, launch, output, flags.batch_line_id),
-        None,
-    )
+    Ok(SingleRun::new(
+        project,
+        catalog,
+        launch,
+        output,
+        flags.batch_line_id,
+    ))
 }
 
 /// `muster resume [RUN]` of a single-agent run: `record` is the run `muster resume` picked
@@ -101,6 +136,17 @@ fn resume_with(
     record: RunRecord,
     continuation: Option<String>,
 ) -> anyhow::Result<Exit> {
+    let mut kind = resumed_run(global, flags, &record)?;
+    kind.continuation = continuation;
+    lifecycle::execute(kind, Some(record))
+}
+
+/// The stored run `record`, rebuilt from its launch options with `flags` applied.
+fn resumed_run(
+    global: &Globals,
+    flags: ResumeFlags,
+    record: &RunRecord,
+) -> anyhow::Result<SingleRun> {
     let output = flags.output;
     let mut launch: LaunchOptions =
         serde_json::from_value(record.launch_options.clone()).map_err(|e| {
@@ -114,9 +160,7 @@ fn resume_with(
     launch.run.warn_of_changed_policies(root.path());
     let project = Project::load_for_run(global, root, &launch.run)?;
     let catalog = load_catalog(&project)?;
-    let mut kind = SingleRun::new(project, catalog, launch, output, None);
-    kind.continuation = continuation;
-    lifecycle::execute(kind, Some(record))
+    Ok(SingleRun::new(project, catalog, launch, output, None))
 }
 
 fn load_catalog(project: &Project) -> anyhow::Result<AgentCatalog> {
@@ -133,6 +177,10 @@ struct SingleRun {
     batch_line_id: Option<String>,
     /// `muster run --continue`: the new user turn a finished run's agent takes.
     continuation: Option<String>,
+    /// The id a new run takes (`muster acp`: the session's), else a fresh one.
+    run_id: Option<String>,
+    /// The front end driving the run in this process (`muster acp`).
+    front: Option<FrontEnd>,
 }
 
 impl SingleRun {
@@ -150,6 +198,8 @@ impl SingleRun {
             output,
             batch_line_id,
             continuation: None,
+            run_id: None,
+            front: None,
         }
     }
 }
@@ -176,6 +226,10 @@ impl RunKind for SingleRun {
         Ok(serde_json::to_value(&self.launch)?)
     }
 
+    fn front_end(&self) -> Option<&FrontEnd> {
+        self.front.as_ref()
+    }
+
     async fn create(&self, store: &Arc<dyn MailboxStore>) -> anyhow::Result<(String, PlanFiles)> {
         let mut rng = fastrand::Rng::new();
         let plans = PlanFiles::reserve(self.project.plans_dir(), &mut rng)?;
@@ -185,7 +239,10 @@ impl RunKind for SingleRun {
             consecutive_denials: 0,
             limit: u32::try_from(settings.auto_gate_denial_limit.value).unwrap_or(u32::MAX),
         };
-        let id = crate::ids::new_run_id(&mut rng);
+        let id = match &self.run_id {
+            Some(id) => id.clone(),
+            None => crate::ids::new_run_id(&mut rng),
+        };
         store
             .create_run(NewRun {
                 id: id.clone(),
@@ -214,9 +271,11 @@ impl RunKind for SingleRun {
 
     async fn start(self, run: &StartedRun, checked: CheckedParts) -> anyhow::Result<SingleDriver> {
         let progress = run.printer.progress();
-        let terminal: Option<Arc<dyn Terminal>> = (self.project.process.stdin_is_terminal
-            && self.output == OutputFormat::Text)
-            .then(|| Arc::new(StdinTerminal { progress }) as Arc<dyn Terminal>);
+        let terminal: Option<Arc<dyn Terminal>> = match &self.front {
+            Some(front) => Some(front.person.clone()),
+            None => (self.project.process.stdin_is_terminal && self.output == OutputFormat::Text)
+                .then(|| Arc::new(StdinTerminal { progress }) as Arc<dyn Terminal>),
+        };
         let parts = ContextParts {
             project: &self.project,
             catalog: self.catalog.clone(),
@@ -236,6 +295,7 @@ impl RunKind for SingleRun {
             launch: self.launch,
             resumed: run.resumed,
             continuation: self.continuation,
+            front: self.front,
         })
     }
 }
@@ -246,6 +306,7 @@ struct SingleDriver {
     launch: LaunchOptions,
     resumed: bool,
     continuation: Option<String>,
+    front: Option<FrontEnd>,
 }
 
 impl RunDriver for SingleDriver {
@@ -277,6 +338,9 @@ impl RunDriver for SingleDriver {
             };
             AgentRuntime::start(self.context.clone(), spec, &self.launch.prompt).await?
         };
+        if let Some(front) = &self.front {
+            front.hold_turn(agent.interrupter());
+        }
         let outcome = match self.launch.run.deadline_ms {
             Some(deadline) => {
                 let left = Duration::from_millis(u64::try_from(deadline - now_ms()).unwrap_or(0));

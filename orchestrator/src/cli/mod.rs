@@ -117,6 +117,9 @@ pub enum Command {
     Workers(workers::Args),
     /// Trust this project as it is now: its own settings that widen access take effect.
     Trust(trust::Args),
+    /// Serve an editor over the Agent Client Protocol on stdin/stdout (Zed, JetBrains,
+    /// Neovim): each session is a run.
+    Acp,
 }
 
 /// Runs the parsed command; the returned `Exit` becomes the process's exit code.
@@ -145,6 +148,7 @@ pub fn dispatch(cli: Cli, process: ProcessGiven) -> anyhow::Result<Exit> {
         Command::Serve(args) => serve::execute(&global, args),
         Command::Worker(args) => worker::execute(&global, args),
         Command::Workers(args) => workers::execute(&global, args),
+        Command::Acp => crate::acp::serve(&global),
     }
 }
 

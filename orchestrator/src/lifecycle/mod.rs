@@ -58,6 +58,31 @@ pub(crate) trait RunKind {
     async fn create(&self, store: &Arc<dyn MailboxStore>) -> anyhow::Result<(String, PlanFiles)>;
     /// Builds the run's agents on the taken-over `run`.
     async fn start(self, run: &StartedRun, checked: CheckedParts) -> anyhow::Result<Self::Driver>;
+    /// The front end that reads the run's events instead of stdout (`muster acp`), if any.
+    fn front_end(&self) -> Option<&FrontEnd> {
+        None
+    }
+}
+
+/// A front end driving a run in this process (`muster acp`): it gets every event, nothing of
+/// the run is printed on stdout, and it can end the lead's running turn.
+#[derive(Clone)]
+pub(crate) struct FrontEnd {
+    pub events: Arc<dyn muster_agents::runtime::EventSink>,
+    /// Filled with the main agent's [`muster_agents::runtime::TurnInterrupt`] once it exists.
+    pub turn: Arc<std::sync::Mutex<Option<muster_agents::runtime::TurnInterrupt>>>,
+    /// The person at the front end, who answers what the run asks its person.
+    pub person: Arc<dyn muster_agents::runtime::Terminal>,
+}
+
+impl FrontEnd {
+    /// Keeps `interrupt` as the handle that ends the running turn.
+    pub(crate) fn hold_turn(&self, interrupt: muster_agents::runtime::TurnInterrupt) {
+        *self
+            .turn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(interrupt);
+    }
 }
 
 /// A started run's agents, driven to an ending.
@@ -135,10 +160,18 @@ pub(crate) fn run_traces(
 
 /// Runs `kind` to its ending: a new run, or `existing` (picked by [`resume`]) continued.
 pub(crate) fn execute<K: RunKind>(kind: K, existing: Option<RunRecord>) -> anyhow::Result<Exit> {
+    Ok(execute_to_ending(kind, existing)?.exit)
+}
+
+/// [`execute`], giving the run's whole ending (a front end maps it to its own words).
+pub(crate) fn execute_to_ending<K: RunKind>(
+    kind: K,
+    existing: Option<RunRecord>,
+) -> anyhow::Result<Ending> {
     drive_to_end(tokio_runtime()?, execute_async(kind, existing))
 }
 
-async fn execute_async<K: RunKind>(kind: K, existing: Option<RunRecord>) -> anyhow::Result<Exit> {
+async fn execute_async<K: RunKind>(kind: K, existing: Option<RunRecord>) -> anyhow::Result<Ending> {
     let mut interrupts = Interrupts::install();
     let env = (*kind.project().process.env).clone();
     let resumed = existing.is_some();
@@ -173,15 +206,17 @@ async fn execute_async<K: RunKind>(kind: K, existing: Option<RunRecord>) -> anyh
         let logs = kind.project().root.logs_dir();
         traces.send_unsent(&crate::run_log::path(&logs, &id));
     }
-    let printer = Arc::new(
-        RunPrinter::new(
-            &id,
-            K::AGENT,
-            kind.output(),
-            kind.project().process.stdout_is_terminal,
-        )
-        .with_traces(traces.clone()),
-    );
+    let mut printer = RunPrinter::new(
+        &id,
+        K::AGENT,
+        kind.output(),
+        kind.project().process.stdout_is_terminal,
+    )
+    .with_traces(traces.clone());
+    if let Some(front) = kind.front_end() {
+        printer = printer.for_front_end(front.events.clone());
+    }
+    let printer = Arc::new(printer);
     let run = StartedRun {
         id,
         epoch: owned.epoch,
@@ -212,7 +247,7 @@ async fn execute_async<K: RunKind>(kind: K, existing: Option<RunRecord>) -> anyh
     if let Some(traces) = &run.traces {
         end_traces(traces, &run, ending.status).await;
     }
-    Ok(ending.exit)
+    Ok(ending)
 }
 
 /// The run's last spans (its own and its agents', once it is over) after its ending's
@@ -476,6 +511,27 @@ pub(crate) async fn pick_run(
     }
     check_here_and_not_live(store, project, &record).await?;
     Ok(record)
+}
+
+/// [`check_here_and_not_live`] on the project's store (`muster acp`'s `session/load`).
+pub(crate) async fn check_here_and_not_live_in(
+    project: &Project,
+    record: &RunRecord,
+) -> anyhow::Result<()> {
+    let store = project.open_store().await?;
+    check_here_and_not_live(store.as_ref(), project, record).await
+}
+
+/// The stored run `id` of the project `global` names (`muster acp`'s later prompts).
+pub(crate) fn record_of(global: &crate::project::Globals, id: &str) -> anyhow::Result<RunRecord> {
+    let project = Project::locate(global)?;
+    tokio_runtime()?.block_on(async {
+        let store = project.open_store().await?;
+        store
+            .run(id)
+            .await?
+            .ok_or_else(|| usage(format!("no run {id:?} in this store (see `muster runs`)")))
+    })
 }
 
 /// Refuses a run whose workspace is not on this machine or that is live in another process.

@@ -29,6 +29,9 @@ pub(crate) struct RunPrinter {
     progress: Option<Arc<LiveProgress>>,
     /// The run's traces, when they are on: each event after its line is logged.
     traces: Option<Arc<RunTraces>>,
+    /// A front end in this process (`muster acp`) that takes every event: then nothing is
+    /// printed, the run is only logged.
+    front: Option<Arc<dyn EventSink>>,
 }
 
 impl RunPrinter {
@@ -50,12 +53,20 @@ impl RunPrinter {
                 .flatten()
                 .map(Arc::new),
             traces: None,
+            front: None,
         }
     }
 
     /// Events go to the run's traces too.
     pub(crate) fn with_traces(mut self, traces: Option<Arc<RunTraces>>) -> RunPrinter {
         self.traces = traces;
+        self
+    }
+
+    /// A printer whose events go to `front` (and the run's log) instead of stdout.
+    pub(crate) fn for_front_end(mut self, front: Arc<dyn EventSink>) -> RunPrinter {
+        self.front = Some(front);
+        self.progress = None;
         self
     }
 
@@ -96,6 +107,11 @@ impl RunPrinter {
             exit_code: ending.exit.code(),
             result: ending.result.as_object().cloned().unwrap_or_default(),
         };
+        if let Some(front) = &self.front {
+            stream_json::log(&self.line(&event));
+            front.emit(event);
+            return;
+        }
         match self.format {
             OutputFormat::Json | OutputFormat::StreamJson { .. } => self.print(&event),
             OutputFormat::Text => {
@@ -119,6 +135,16 @@ impl EventSink for RunPrinter {
     /// Every event of the run, from its agents and from the team: in the run's log, and a
     /// `stream-json` line (only with `--output stream-json`).
     fn emit(&self, event: RunEvent) {
+        if let Some(front) = &self.front {
+            if event.is_durable() {
+                stream_json::log(&self.line(&event));
+            }
+            if let Some(traces) = &self.traces {
+                traces.event(&event);
+            }
+            front.emit(event);
+            return;
+        }
         if let Some(progress) = &self.progress {
             progress.event(&event);
         }

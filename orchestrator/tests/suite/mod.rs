@@ -1,3 +1,5 @@
+mod acp_cli;
+mod acp_clients;
 mod batch_cli;
 mod bench_cli;
 mod check_cli;

@@ -1,0 +1,247 @@
+//! The person at the editor: what the run asks its person — a plan to approve, a tool call to
+//! allow, a question — as `session/request_permission`. A plan's answer goes through the one
+//! decision path like `muster approve`'s (the runtime commits it), so the first answer wins.
+//! ACP v1's answer carries only an option id: a rejection's feedback travels in the answer's
+//! `_meta` under [`FEEDBACK_META`], and without it the rejection says "rejected in the editor".
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use agent_client_protocol::Client;
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::v1::schema::{
+    PermissionOption, PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest,
+    RequestPermissionResponse, SessionId, ToolCallContent, ToolCallUpdate, ToolCallUpdateFields,
+    ToolKind,
+};
+use muster_agents::runtime::{Terminal, TerminalPlanDecision};
+use muster_config::PermissionMode;
+use serde_json::Value;
+
+/// The `_meta` key of a `session/request_permission` answer that carries a rejection's
+/// feedback.
+pub(crate) const FEEDBACK_META: &str = "muster/feedback";
+
+/// What a rejection without feedback says.
+const REJECTED: &str = "rejected in the editor";
+
+/// The modes a plan may be approved into, offered in this order.
+const APPROVE_INTO: [PermissionMode; 2] = [PermissionMode::AcceptEdits, PermissionMode::Default];
+
+/// Asks the editor of one session.
+pub(crate) struct EditorAsks {
+    pub cx: ConnectionTo<Client>,
+    pub session: SessionId,
+    pub next: AtomicU64,
+}
+
+/// The editor's answer: the option chosen (`None`: cancelled or the editor is gone) and the
+/// feedback it carried.
+struct Answer {
+    option: Option<String>,
+    feedback: Option<String>,
+}
+
+impl EditorAsks {
+    /// Sends the request and blocks this (blocking) thread until the editor answers.
+    fn ask(&self, call: ToolCallUpdate, options: Vec<PermissionOption>) -> Answer {
+        let request = RequestPermissionRequest::new(self.session.clone(), call, options);
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let cx = self.cx.clone();
+        let spawned = self.cx.spawn(async move {
+            let answer = cx.send_request(request).block_task().await;
+            let _ = sender.send(answer);
+            Ok(())
+        });
+        let gone = Answer {
+            option: None,
+            feedback: None,
+        };
+        if spawned.is_err() {
+            return gone;
+        }
+        match receiver.recv() {
+            Ok(Ok(response)) => answer_of(response),
+            Ok(Err(error)) => {
+                tracing::warn!("session/request_permission failed: {error}");
+                gone
+            }
+            Err(_) => gone,
+        }
+    }
+
+    fn call_id(&self, what: &str) -> String {
+        format!("{what}-{}", self.next.fetch_add(1, Ordering::SeqCst) + 1)
+    }
+}
+
+fn answer_of(response: RequestPermissionResponse) -> Answer {
+    let feedback = response
+        .meta
+        .as_ref()
+        .and_then(|meta| meta.get(FEEDBACK_META))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .filter(|text| !text.trim().is_empty());
+    let option = match response.outcome {
+        RequestPermissionOutcome::Selected(selected) => Some(selected.option_id.0.to_string()),
+        _ => None,
+    };
+    Answer { option, feedback }
+}
+
+fn option(id: &str, name: &str, kind: PermissionOptionKind) -> PermissionOption {
+    PermissionOption::new(id.to_owned(), name.to_owned(), kind)
+}
+
+/// The plan decision an option id means.
+pub(crate) fn plan_decision(
+    option: Option<&str>,
+    feedback: Option<String>,
+) -> TerminalPlanDecision {
+    let mode = option
+        .and_then(|id| id.strip_prefix("approve:"))
+        .and_then(|mode| mode.parse::<PermissionMode>().ok());
+    match mode {
+        Some(mode) => TerminalPlanDecision::Approve {
+            mode: Some(mode),
+            feedback,
+            clear_context: false,
+        },
+        None => TerminalPlanDecision::Reject {
+            feedback: feedback.unwrap_or_else(|| REJECTED.to_owned()),
+        },
+    }
+}
+
+impl Terminal for EditorAsks {
+    fn decide_plan(&self, agent: &str, plan_file: &Path, plan: &str) -> TerminalPlanDecision {
+        let call = ToolCallUpdate::new(
+            self.call_id("plan"),
+            ToolCallUpdateFields::new()
+                .title(format!(
+                    "{agent}: leave plan mode with {}",
+                    plan_file.display()
+                ))
+                .kind(ToolKind::SwitchMode)
+                .content(vec![ToolCallContent::from(plan)]),
+        );
+        let mut options: Vec<PermissionOption> = APPROVE_INTO
+            .iter()
+            .map(|mode| {
+                option(
+                    &format!("approve:{mode}"),
+                    &format!("Approve, then work in {mode}"),
+                    PermissionOptionKind::AllowOnce,
+                )
+            })
+            .collect();
+        options.push(option(
+            "reject",
+            "Reject (keep planning)",
+            PermissionOptionKind::RejectOnce,
+        ));
+        let answer = self.ask(call, options);
+        plan_decision(answer.option.as_deref(), answer.feedback)
+    }
+
+    fn answer_question(&self, agent: &str, question: &str, options: &[String]) -> Option<String> {
+        let call = ToolCallUpdate::new(
+            self.call_id("question"),
+            ToolCallUpdateFields::new()
+                .title(format!("{agent} asks: {question}"))
+                .kind(ToolKind::Other),
+        );
+        let mut choices: Vec<PermissionOption> = options
+            .iter()
+            .enumerate()
+            .map(|(i, text)| {
+                option(
+                    &format!("answer:{i}"),
+                    text,
+                    PermissionOptionKind::AllowOnce,
+                )
+            })
+            .collect();
+        choices.push(option(
+            "none",
+            "No answer",
+            PermissionOptionKind::RejectOnce,
+        ));
+        let answer = self.ask(call, choices);
+        let chosen = answer
+            .option
+            .as_deref()
+            .and_then(|id| id.strip_prefix("answer:"))
+            .and_then(|i| i.parse::<usize>().ok())
+            .and_then(|i| options.get(i).cloned());
+        chosen.or(answer.feedback)
+    }
+
+    fn allow_call(&self, agent: &str, tool: &str, input: &Value, reason: &str) -> bool {
+        let call = ToolCallUpdate::new(
+            self.call_id("ask"),
+            ToolCallUpdateFields::new()
+                .title(format!("{agent} wants to run {tool} ({reason})"))
+                .raw_input(input.clone()),
+        );
+        let options = vec![
+            option("allow", "Allow once", PermissionOptionKind::AllowOnce),
+            option("reject", "Reject", PermissionOptionKind::RejectOnce),
+        ];
+        self.ask(call, options).option.as_deref() == Some("allow")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each option id of a plan's request, and what it decides.
+    #[test]
+    fn a_plan_option_decides_the_plan() {
+        let rows: Vec<(Option<&str>, Option<&str>, TerminalPlanDecision)> = vec![
+            (
+                Some("approve:acceptEdits"),
+                None,
+                TerminalPlanDecision::Approve {
+                    mode: Some(PermissionMode::AcceptEdits),
+                    feedback: None,
+                    clear_context: false,
+                },
+            ),
+            (
+                Some("reject"),
+                Some("split step 2"),
+                TerminalPlanDecision::Reject {
+                    feedback: "split step 2".into(),
+                },
+            ),
+            (
+                Some("reject"),
+                None,
+                TerminalPlanDecision::Reject {
+                    feedback: REJECTED.into(),
+                },
+            ),
+            (
+                None,
+                None,
+                TerminalPlanDecision::Reject {
+                    feedback: REJECTED.into(),
+                },
+            ),
+            (
+                Some("approve:sideways"),
+                None,
+                TerminalPlanDecision::Reject {
+                    feedback: REJECTED.into(),
+                },
+            ),
+        ];
+        for (option, feedback, expected) in rows {
+            let got = plan_decision(option, feedback.map(str::to_owned));
+            assert_eq!(format!("{got:?}"), format!("{expected:?}"), "{option:?}");
+        }
+    }
+}

@@ -1,0 +1,638 @@
+//! `muster acp`: muster as an Agent Client Protocol agent (JSON-RPC 2.0 on stdin/stdout, the
+//! stable protocol v1) for editors — Zed, JetBrains, Neovim. A session is a run: its id is the
+//! run's id, its first prompt starts the run, a later prompt continues it, `session/cancel`
+//! interrupts the running turn (`interrupt_turn`, committed and resumable) and `session/load`
+//! reopens a stored run, replaying its history. Behaviour: docs/acp.md.
+//!
+//! Stdout carries JSON-RPC only: before anything else the process keeps its real stdout for
+//! the protocol and points file descriptor 1 at stderr, so nothing this process or its
+//! children (Bash, hooks, MCP servers) print can reach the editor; stdin is kept the same way
+//! and replaced by `/dev/null`, so no child reads the editor's messages.
+
+mod asks;
+mod updates;
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::fd::AsFd as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use agent_client_protocol::schema::ProtocolVersion;
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::v1::schema::{
+    AgentCapabilities, CancelNotification, ContentBlock, Implementation, InitializeRequest,
+    InitializeResponse, LoadSessionRequest, LoadSessionResponse, NewSessionRequest,
+    NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse, SessionId,
+    SessionNotification, SessionUpdate, StopReason,
+};
+use agent_client_protocol::{Agent, ByteStreams, Client};
+use muster_agents::runtime::{EventSink, RunEvent, TurnInterrupt};
+use muster_config::settings::CliOverrides;
+use muster_mailbox::{RunRecord, RunStatus};
+use serde_json::Value;
+
+use crate::exit::Exit;
+use crate::launch::RunFlags;
+use crate::lifecycle::{Ending, FrontEnd};
+use crate::project::{Globals, Project};
+use updates::{Shown, chunk, updates_for};
+
+/// The agent a single run's text comes from.
+const LEAD: &str = crate::single_run::MAIN_AGENT;
+
+/// `muster acp`: serves one editor on stdin/stdout until it closes its end.
+pub fn serve(global: &Globals) -> anyhow::Result<Exit> {
+    let (rpc_in, rpc_out) = take_stdio()?;
+    let runtime = crate::lifecycle::tokio_runtime()?;
+    let server = Server {
+        global: global.clone(),
+        sessions: Arc::new(Mutex::new(HashMap::new())),
+    };
+    let served = server.clone();
+    let result = runtime.block_on(async move {
+        let transport = ByteStreams::new(
+            blocking::Unblock::new(rpc_out),
+            blocking::Unblock::new(rpc_in),
+        );
+        served.connect(transport).await
+    });
+    // The editor is gone (or the connection broke): every running turn is interrupted and its
+    // ending committed before the process ends, so the runs stay resumable.
+    server.end_every_turn();
+    crate::lifecycle::drive_to_end(runtime, async {});
+    result.map_err(|error| anyhow::anyhow!("the editor's connection failed: {error}"))?;
+    Ok(Exit::Success)
+}
+
+/// The protocol's own ends of stdin and stdout; fd 1 becomes stderr and fd 0 `/dev/null`.
+fn take_stdio() -> anyhow::Result<(File, File)> {
+    let rpc_out = File::from(std::io::stdout().as_fd().try_clone_to_owned()?);
+    let rpc_in = File::from(std::io::stdin().as_fd().try_clone_to_owned()?);
+    rustix::stdio::dup2_stdout(std::io::stderr())?;
+    rustix::stdio::dup2_stdin(File::open("/dev/null")?)?;
+    Ok((rpc_in, rpc_out))
+}
+
+/// One editor's sessions.
+#[derive(Clone)]
+struct Server {
+    global: Globals,
+    sessions: Arc<Mutex<HashMap<String, Session>>>,
+}
+
+/// A session: a run in a project.
+struct Session {
+    /// The project directory the editor opened (absolute).
+    cwd: PathBuf,
+    /// The run's workspace (the project's root), under which relative paths are shown.
+    workspace: PathBuf,
+    /// Whether the run exists in the store (after its first prompt, or loaded).
+    stored: bool,
+    /// The prompt under way, if any.
+    turn: Option<Turn>,
+}
+
+/// A prompt under way: what ends its turn.
+#[derive(Clone)]
+struct Turn {
+    front: FrontEnd,
+    cancelled: Arc<AtomicBool>,
+    /// Resolves when the prompt's thread has committed its ending.
+    done: Arc<tokio::sync::Notify>,
+    finished: Arc<AtomicBool>,
+}
+
+impl Turn {
+    fn interrupt(&self) {
+        self.cancelled.store(true, Ordering::SeqCst);
+        if let Some(turn) = self
+            .front
+            .turn
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+        {
+            turn.interrupt();
+        }
+    }
+}
+
+/// A JSON-RPC error a person can act on.
+fn invalid(message: impl Into<String>) -> agent_client_protocol::Error {
+    agent_client_protocol::Error::new(agent_client_protocol::ErrorCode::INVALID_PARAMS, message)
+}
+
+fn failed(message: impl Into<String>) -> agent_client_protocol::Error {
+    agent_client_protocol::Error::new(agent_client_protocol::ErrorCode::INTERNAL_ERROR, message)
+}
+
+impl Server {
+    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Session>> {
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    async fn connect(
+        &self,
+        transport: impl agent_client_protocol::ConnectTo<Agent>,
+    ) -> Result<(), agent_client_protocol::Error> {
+        let (on_new, on_load, on_prompt, on_cancel, on_close) = (
+            self.clone(),
+            self.clone(),
+            self.clone(),
+            self.clone(),
+            self.clone(),
+        );
+        Agent
+            .v1()
+            .name("muster")
+            // The editor closed its end: every running turn is interrupted at once (the
+            // prompts' tasks then answer into a closed connection and end).
+            .on_close(async move |_cx| {
+                on_close.interrupt_every_turn();
+                Ok(())
+            })
+            .on_receive_request(
+                async move |request: InitializeRequest, responder, _cx| {
+                    responder.respond(initialize(&request))
+                },
+                agent_client_protocol::on_receive_request!(),
+            )
+            .on_receive_request(
+                async move |request: NewSessionRequest, responder, cx| match on_new
+                    .new_session(&request)
+                {
+                    Ok((id, notice)) => {
+                        let id = SessionId::new(id);
+                        responder.respond(NewSessionResponse::new(id.clone()))?;
+                        if let Some(notice) = notice {
+                            send(&cx, &id, SessionUpdate::AgentMessageChunk(chunk(&notice)));
+                        }
+                        Ok(())
+                    }
+                    Err(error) => responder.respond_with_error(error),
+                },
+                agent_client_protocol::on_receive_request!(),
+            )
+            .on_receive_request(
+                async move |request: LoadSessionRequest, responder, cx| match on_load
+                    .load_session(&request, &cx)
+                    .await
+                {
+                    Ok(()) => responder.respond(LoadSessionResponse::new()),
+                    Err(error) => responder.respond_with_error(error),
+                },
+                agent_client_protocol::on_receive_request!(),
+            )
+            .on_receive_request(
+                async move |request: PromptRequest, responder, cx| {
+                    let started = on_prompt.start_prompt(&request, &cx);
+                    match started {
+                        Ok(prompt) => cx.spawn(async move {
+                            match prompt.await {
+                                Ok(stop) => responder.respond(PromptResponse::new(stop)),
+                                Err(error) => responder.respond_with_error(error),
+                            }
+                        }),
+                        Err(error) => responder.respond_with_error(error),
+                    }
+                },
+                agent_client_protocol::on_receive_request!(),
+            )
+            .on_receive_notification(
+                async move |notification: CancelNotification, _cx| {
+                    on_cancel.cancel(&notification.session_id);
+                    Ok(())
+                },
+                agent_client_protocol::on_receive_notification!(),
+            )
+            .connect_to(transport)
+            .await
+    }
+
+    /// The globals of a session's project: its directory as `-C`.
+    fn globals_at(&self, cwd: &Path) -> Globals {
+        let mut global = self.global.clone();
+        global.directory = Some(cwd.to_path_buf());
+        global
+    }
+
+    /// Opens the project at the request's `cwd` for a new session (its run is made by the
+    /// first prompt): the session's id, and what trust skipped, said once.
+    fn new_session(
+        &self,
+        request: &NewSessionRequest,
+    ) -> Result<(String, Option<String>), agent_client_protocol::Error> {
+        let cwd = checked_cwd(&request.cwd)?;
+        let global = self.globals_at(&cwd);
+        let project = load_project(&global)?;
+        if crate::team::team_file_for(&global, None)
+            .map_err(|error| invalid(format!("{error:#}")))?
+            .is_some()
+        {
+            return Err(invalid(format!(
+                "{} has a team file (muster.team.toml): `muster acp` drives single-agent runs \
+                 so far; run the team with `muster run -p …` and decide its requests with \
+                 `muster serve` or `muster approve`",
+                cwd.display()
+            )));
+        }
+        let notice = trust_notice(&project);
+        let id = crate::ids::new_run_id(&mut fastrand::Rng::new());
+        self.sessions().insert(
+            id.clone(),
+            Session {
+                cwd,
+                workspace: project.root.path().to_path_buf(),
+                stored: false,
+                turn: None,
+            },
+        );
+        Ok((id, notice))
+    }
+
+    /// Reopens a stored run as a session: refused when it is live elsewhere; its history is
+    /// sent as updates before the answer.
+    async fn load_session(
+        &self,
+        request: &LoadSessionRequest,
+        cx: &ConnectionTo<Client>,
+    ) -> Result<(), agent_client_protocol::Error> {
+        let cwd = checked_cwd(&request.cwd)?;
+        let id = request.session_id.0.to_string();
+        if self
+            .sessions()
+            .get(&id)
+            .is_some_and(|session| session.turn.is_some())
+        {
+            return Err(invalid(format!(
+                "session {id} has a prompt under way in this connection"
+            )));
+        }
+        let global = self.globals_at(&cwd);
+        let project = load_project(&global)?;
+        let record = stored_run(&project, &id).await?;
+        if record.team.is_some() {
+            return Err(invalid(format!(
+                "run {id} is a team run: `muster acp` loads single-agent runs so far; \
+                 `muster resume {id}` carries it on"
+            )));
+        }
+        crate::lifecycle::check_here_and_not_live_in(&project, &record)
+            .await
+            .map_err(|error| invalid(format!("{error:#}")))?;
+        replay(&project, &record, &request.session_id, cx);
+        self.sessions().insert(
+            id,
+            Session {
+                cwd,
+                workspace: PathBuf::from(&record.workspace),
+                stored: true,
+                turn: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// Starts a prompt's turn on its own thread (the run's lifecycle has its runtime); the
+    /// future resolves with its stop reason once its ending is committed.
+    fn start_prompt(
+        &self,
+        request: &PromptRequest,
+        cx: &ConnectionTo<Client>,
+    ) -> Result<
+        impl std::future::Future<Output = Result<StopReason, agent_client_protocol::Error>>
+        + Send
+        + 'static,
+        agent_client_protocol::Error,
+    > {
+        let id = request.session_id.0.to_string();
+        let text = prompt_text(&request.prompt);
+        if text.trim().is_empty() {
+            return Err(invalid("the prompt has no text"));
+        }
+        let mut sessions = self.sessions();
+        let session = sessions.get_mut(&id).ok_or_else(|| {
+            invalid(format!(
+                "no session {id} in this connection: call session/new (or session/load) first"
+            ))
+        })?;
+        if session.turn.is_some() {
+            return Err(invalid(format!(
+                "session {id} has a prompt under way: wait for its answer, or send \
+                 session/cancel"
+            )));
+        }
+        let sink = Arc::new(Sink {
+            cx: cx.clone(),
+            session: request.session_id.clone(),
+            workspace: session.workspace.clone(),
+            shown: Mutex::new(Shown::default()),
+        });
+        let turn = Turn {
+            front: FrontEnd {
+                events: sink,
+                turn: Arc::new(Mutex::new(None::<TurnInterrupt>)),
+                person: Arc::new(asks::EditorAsks {
+                    cx: cx.clone(),
+                    session: request.session_id.clone(),
+                    next: std::sync::atomic::AtomicU64::new(0),
+                }),
+            },
+            cancelled: Arc::new(AtomicBool::new(false)),
+            done: Arc::new(tokio::sync::Notify::new()),
+            finished: Arc::new(AtomicBool::new(false)),
+        };
+        session.turn = Some(turn.clone());
+        let stored = session.stored;
+        session.stored = true;
+        let global = self.globals_at(&session.cwd);
+        drop(sessions);
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        let thread_turn = turn.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("acp-{id}"))
+            .spawn({
+                let id = id.clone();
+                move || {
+                    let ending = drive_prompt(&global, &id, stored, text, &thread_turn.front);
+                    thread_turn.finished.store(true, Ordering::SeqCst);
+                    thread_turn.done.notify_waiters();
+                    let _ = sender.send(ending);
+                }
+            });
+        if let Err(error) = spawned {
+            self.end_turn(&id);
+            return Err(failed(format!(
+                "could not start the prompt's thread: {error}"
+            )));
+        }
+        let server = self.clone();
+        let cx = cx.clone();
+        let session_id = request.session_id.clone();
+        Ok(async move {
+            let ending = receiver.await;
+            server.end_turn(&id);
+            let ending = match ending {
+                Ok(Ok(ending)) => ending,
+                Ok(Err(error)) => return Err(failed(format!("{error:#}"))),
+                Err(_) => return Err(failed("the prompt's thread ended without an answer")),
+            };
+            let stop = stop_reason(&ending, turn.cancelled.load(Ordering::SeqCst));
+            match stop {
+                Some(stop) => {
+                    if ending.status != RunStatus::Completed {
+                        send(
+                            &cx,
+                            &session_id,
+                            SessionUpdate::AgentMessageChunk(chunk(&format!(
+                                "\n{}\n",
+                                ending.text
+                            ))),
+                        );
+                    }
+                    Ok(stop)
+                }
+                None => Err(failed(ending.text).data(ending.result)),
+            }
+        })
+    }
+
+    fn end_turn(&self, id: &str) {
+        if let Some(session) = self.sessions().get_mut(id) {
+            session.turn = None;
+        }
+    }
+
+    /// `session/cancel`: the running turn is interrupted (a session without one ignores it).
+    fn cancel(&self, session: &SessionId) {
+        if let Some(turn) = self
+            .sessions()
+            .get(session.0.as_ref())
+            .and_then(|session| session.turn.clone())
+        {
+            turn.interrupt();
+        }
+    }
+
+    fn running_turns(&self) -> Vec<Turn> {
+        self.sessions()
+            .values()
+            .filter_map(|session| session.turn.clone())
+            .collect()
+    }
+
+    fn interrupt_every_turn(&self) {
+        for turn in self.running_turns() {
+            turn.interrupt();
+        }
+    }
+
+    /// Interrupts every running turn and waits until each has committed its ending.
+    fn end_every_turn(&self) {
+        for turn in self.running_turns() {
+            wait_blocking(&turn);
+        }
+    }
+}
+
+/// Waits on a thread with no runtime until `turn`'s thread has finished.
+fn wait_blocking(turn: &Turn) {
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+    else {
+        return;
+    };
+    runtime.block_on(async {
+        loop {
+            let waiting = turn.done.notified();
+            if turn.finished.load(Ordering::SeqCst) {
+                return;
+            }
+            // An interrupt that came before the turn was armed is given again.
+            turn.interrupt();
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(200), waiting).await;
+        }
+    });
+}
+
+/// Runs one prompt of session `id` to its ending (on a thread of its own): a new run, the
+/// run continued, or — a run left mid-turn by a crash or a signal — the run carried on first.
+fn drive_prompt(
+    global: &Globals,
+    id: &str,
+    stored: bool,
+    prompt: String,
+    front: &FrontEnd,
+) -> anyhow::Result<Ending> {
+    if !stored {
+        let flags = RunFlags {
+            prompt,
+            ..RunFlags::default()
+        };
+        return crate::single_run::run_for_front(global, flags, id.to_owned(), front.clone());
+    }
+    let record = crate::lifecycle::record_of(global, id)?;
+    if !matches!(record.status, RunStatus::Completed | RunStatus::Interrupted) {
+        let ending = crate::single_run::resume_for_front(global, record, None, front.clone())?;
+        if ending.status != RunStatus::Completed {
+            return Ok(ending);
+        }
+        let record = crate::lifecycle::record_of(global, id)?;
+        return crate::single_run::resume_for_front(global, record, Some(prompt), front.clone());
+    }
+    crate::single_run::resume_for_front(global, record, Some(prompt), front.clone())
+}
+
+/// The stop reason of a turn's ending; `None` for a failure (answered with an error).
+fn stop_reason(ending: &Ending, cancelled: bool) -> Option<StopReason> {
+    match ending.status {
+        RunStatus::Completed | RunStatus::AwaitingDecision => Some(StopReason::EndTurn),
+        RunStatus::Interrupted if cancelled => Some(StopReason::Cancelled),
+        RunStatus::Budget => Some(StopReason::MaxTurnRequests),
+        RunStatus::Interrupted => Some(StopReason::Cancelled),
+        _ => None,
+    }
+}
+
+/// `initialize`'s answer: protocol v1, sessions that load, text prompts.
+fn initialize(_request: &InitializeRequest) -> InitializeResponse {
+    InitializeResponse::new(ProtocolVersion::V1)
+        .agent_capabilities(
+            AgentCapabilities::new()
+                .load_session(true)
+                .prompt_capabilities(PromptCapabilities::new().embedded_context(true)),
+        )
+        .agent_info(Implementation::new("muster", env!("CARGO_PKG_VERSION")))
+}
+
+/// A `cwd` that is absolute and a directory.
+fn checked_cwd(cwd: &Path) -> Result<PathBuf, agent_client_protocol::Error> {
+    if !cwd.is_absolute() {
+        return Err(invalid(format!(
+            "cwd {:?} is not an absolute path: send the project's absolute directory",
+            cwd.display().to_string()
+        )));
+    }
+    if !cwd.is_dir() {
+        return Err(invalid(format!(
+            "cwd {} is not a directory on this machine",
+            cwd.display()
+        )));
+    }
+    Ok(cwd.to_path_buf())
+}
+
+fn load_project(global: &Globals) -> Result<Project, agent_client_protocol::Error> {
+    crate::loading::project_root(global)
+        .and_then(|root| Project::load(global, root, CliOverrides::new()))
+        .map_err(|error| invalid(format!("{error:#}")))
+}
+
+async fn stored_run(
+    project: &Project,
+    id: &str,
+) -> Result<RunRecord, agent_client_protocol::Error> {
+    let store = project
+        .open_store()
+        .await
+        .map_err(|error| failed(format!("the store cannot be opened: {error:#}")))?;
+    store
+        .run(id)
+        .await
+        .map_err(|error| failed(format!("the store cannot be read: {error}")))?
+        .ok_or_else(|| {
+            invalid(format!(
+                "no run {id} in {}'s store (see `muster runs`)",
+                project.root.path().display()
+            ))
+        })
+}
+
+/// What trust skipped of the project, said as `muster run` says it on stderr.
+fn trust_notice(project: &Project) -> Option<String> {
+    let (servers, _) = crate::mcp::load_servers(project.root.path(), &project.settings);
+    let skipped = servers.servers.iter().filter(|s| s.untrusted).count();
+    crate::loading::trust_notice(&project.settings, skipped, &[])
+}
+
+/// The prompt's text: its text blocks, and the resources it names or embeds.
+fn prompt_text(blocks: &[ContentBlock]) -> String {
+    let parts: Vec<String> = blocks
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Text(text) => Some(text.text.clone()),
+            ContentBlock::ResourceLink(link) => Some(format!("@{}", link.uri)),
+            ContentBlock::Resource(resource) => serde_json::to_value(&resource.resource)
+                .ok()
+                .and_then(|value| {
+                    let uri = value["uri"].as_str()?.to_owned();
+                    let text = value["text"].as_str()?.to_owned();
+                    Some(format!("<file uri=\"{uri}\">\n{text}\n</file>"))
+                }),
+            _ => None,
+        })
+        .collect();
+    parts.join("\n")
+}
+
+/// Sends one update; a connection that is gone loses a line of display, never a decision.
+fn send(cx: &ConnectionTo<Client>, session: &SessionId, update: SessionUpdate) {
+    if let Err(error) = cx.send_notification(SessionNotification::new(session.clone(), update)) {
+        tracing::debug!("session/update not sent: {error}");
+    }
+}
+
+/// The run's events as the session's updates.
+struct Sink {
+    cx: ConnectionTo<Client>,
+    session: SessionId,
+    workspace: PathBuf,
+    shown: Mutex<Shown>,
+}
+
+impl EventSink for Sink {
+    fn emit(&self, event: RunEvent) {
+        let updates = {
+            let mut shown = self.shown.lock().unwrap_or_else(PoisonError::into_inner);
+            updates_for(&event, &mut shown, LEAD, &self.workspace)
+        };
+        for update in updates {
+            send(&self.cx, &self.session, update);
+        }
+    }
+}
+
+/// Sends a stored run's history: its first prompt, then each committed event of its log.
+fn replay(project: &Project, record: &RunRecord, session: &SessionId, cx: &ConnectionTo<Client>) {
+    if let Some(prompt) = record.launch_options["prompt"].as_str() {
+        send(cx, session, SessionUpdate::UserMessageChunk(chunk(prompt)));
+    }
+    let log = project.root.logs_dir().join(format!("{}.jsonl", record.id));
+    let Ok(text) = std::fs::read_to_string(&log) else {
+        return;
+    };
+    let mut shown = Shown::default();
+    let workspace = Path::new(&record.workspace);
+    for event in text.lines().filter_map(logged_event) {
+        for update in updates_for(&event, &mut shown, LEAD, workspace) {
+            send(cx, session, update);
+        }
+    }
+}
+
+/// The event a run log's line records, if it is one.
+fn logged_event(line: &str) -> Option<RunEvent> {
+    let value: Value = serde_json::from_str(line).ok()?;
+    let recorded = value
+        .get("fields")
+        .and_then(|fields| fields.get("event"))
+        .or_else(|| value.get("event"))?;
+    let event = match recorded {
+        Value::String(text) => serde_json::from_str(text).ok()?,
+        other => other.clone(),
+    };
+    RunEvent::from_line(&event).ok()
+}

@@ -1,0 +1,685 @@
+//! `muster acp` through the binary, speaking JSON-RPC on its stdin/stdout against
+//! `muster-fake-llm`: a prompt's text and tool calls as `session/update`s, a second prompt
+//! continuing the run, `session/cancel` interrupting the turn (committed, resumable), a
+//! `session/load` after SIGKILL, a client that disconnects mid-turn, and the bad-input table.
+//! Every stdout line must parse as a JSON-RPC 2.0 message.
+
+use std::path::Path;
+use std::process::Stdio;
+
+use muster_fake_llm::{Block, Fault, ScriptEntry};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout};
+
+use super::common::{GUARD, fake, open_store, project, tool, trust};
+
+/// A `muster acp` process and what it has said so far.
+struct Acp {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: Lines<BufReader<ChildStdout>>,
+    next_id: u64,
+    /// Every notification received, in order.
+    notifications: Vec<Value>,
+    /// Requests muster sent to the client, in order.
+    requests: Vec<Value>,
+    /// The results the client gives muster's requests, in order.
+    replies: std::collections::VecDeque<Value>,
+}
+
+impl Acp {
+    fn spawn(dir: &Path, base_url: &str) -> Acp {
+        let mut command = super::common::command(dir, &["acp"]);
+        command
+            .env("ANTHROPIC_BASE_URL", base_url)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        let mut child = command.spawn().unwrap();
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+        Acp {
+            child,
+            stdin,
+            stdout,
+            next_id: 0,
+            notifications: Vec::new(),
+            requests: Vec::new(),
+            replies: std::collections::VecDeque::new(),
+        }
+    }
+
+    async fn write(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin is open");
+        stdin.write_all(line.as_bytes()).await.unwrap();
+        stdin.write_all(b"\n").await.unwrap();
+        stdin.flush().await.unwrap();
+    }
+
+    /// The next message on stdout; every line must be JSON-RPC 2.0.
+    async fn read(&mut self) -> Option<Value> {
+        let line = tokio::time::timeout(GUARD, self.stdout.next_line())
+            .await
+            .expect("guard timeout")
+            .unwrap()?;
+        let message: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("stdout carried a line that is not JSON ({e}): {line}"));
+        assert_eq!(message["jsonrpc"], "2.0", "not JSON-RPC: {line}");
+        Some(message)
+    }
+
+    /// Sends a request without waiting: its id.
+    async fn send(&mut self, method: &str, params: Value) -> u64 {
+        self.next_id += 1;
+        let id = self.next_id;
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.write(&line.to_string()).await;
+        id
+    }
+
+    /// Reads until the answer to request `id`, keeping what comes before it.
+    async fn answer(&mut self, id: u64) -> Value {
+        loop {
+            let message = self
+                .read()
+                .await
+                .unwrap_or_else(|| panic!("muster closed stdout before answering {id}"));
+            if message.get("method").is_some() {
+                if message.get("id").is_some() {
+                    let result = self
+                        .replies
+                        .pop_front()
+                        .unwrap_or_else(|| panic!("no reply scripted for {message}"));
+                    let reply = json!({"jsonrpc": "2.0", "id": message["id"], "result": result});
+                    self.write(&reply.to_string()).await;
+                    self.requests.push(message);
+                } else {
+                    self.notifications.push(message);
+                }
+            } else if message["id"] == id {
+                return message;
+            }
+        }
+    }
+
+    async fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.send(method, params).await;
+        self.answer(id).await
+    }
+
+    async fn initialize(&mut self) {
+        let answer = self
+            .request(
+                "initialize",
+                json!({"protocolVersion": 1, "clientCapabilities": {}}),
+            )
+            .await;
+        assert_eq!(answer["result"]["protocolVersion"], 1, "{answer}");
+        assert_eq!(
+            answer["result"]["agentCapabilities"]["loadSession"], true,
+            "{answer}"
+        );
+    }
+
+    async fn new_session(&mut self, dir: &Path) -> String {
+        let answer = self
+            .request("session/new", json!({"cwd": dir, "mcpServers": []}))
+            .await;
+        answer["result"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no session: {answer}"))
+            .to_owned()
+    }
+
+    async fn prompt(&mut self, session: &str, text: &str) -> Value {
+        self.request(
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]}),
+        )
+        .await
+    }
+
+    /// The `update`s of `session` received so far.
+    fn updates(&self, session: &str) -> Vec<Value> {
+        self.notifications
+            .iter()
+            .filter(|n| n["method"] == "session/update" && n["params"]["sessionId"] == session)
+            .map(|n| n["params"]["update"].clone())
+            .collect()
+    }
+
+    /// The text of the agent's message chunks.
+    fn text(&self, session: &str) -> String {
+        self.updates(session)
+            .iter()
+            .filter(|u| u["sessionUpdate"] == "agent_message_chunk")
+            .filter_map(|u| u["content"]["text"].as_str())
+            .collect()
+    }
+
+    /// Closes stdin and waits for the process to end: its exit code.
+    async fn close(&mut self) -> Option<i32> {
+        drop(self.stdin.take());
+        while self.read().await.is_some() {}
+        tokio::time::timeout(GUARD, self.child.wait())
+            .await
+            .expect("muster acp did not end after its stdin closed")
+            .unwrap()
+            .code()
+    }
+}
+
+async fn run_status(dir: &Path, run: &str) -> String {
+    let store = open_store(dir);
+    store
+        .run(run)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("no run {run}"))
+        .status
+        .as_str()
+        .to_owned()
+}
+
+fn held(entry: ScriptEntry, gate: &str) -> ScriptEntry {
+    entry.fault(Fault {
+        hold: Some(gate.into()),
+        ..Fault::default()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_prompt_streams_its_text_and_tool_calls_and_the_next_prompt_continues_the_run() {
+    let dir = project(&[(
+        ".muster/settings.toml",
+        "permission_mode = \"acceptEdits\"\n",
+    )]);
+    trust(dir.path()).await;
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![
+                Block::text("Writing it."),
+                tool(
+                    "Write",
+                    json!({"file_path": "out.txt", "content": "new text\n"}),
+                ),
+            ],
+        ),
+        ScriptEntry::reply("main", 2, vec![Block::text("All done.")]),
+        ScriptEntry::reply("main", 3, vec![Block::text("Second answer.")]),
+    ])
+    .await;
+    let mut acp = Acp::spawn(dir.path(), &fake.base_url());
+    acp.initialize().await;
+    let session = acp.new_session(dir.path()).await;
+    let answer = acp.prompt(&session, "Write out.txt.").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out.txt")).unwrap(),
+        "new text\n"
+    );
+    let text = acp.text(&session);
+    assert!(
+        text.contains("Writing it.") && text.contains("All done."),
+        "{text}"
+    );
+    let updates = acp.updates(&session);
+    let started = updates
+        .iter()
+        .find(|u| u["sessionUpdate"] == "tool_call")
+        .unwrap_or_else(|| panic!("no tool_call: {updates:#?}"));
+    assert_eq!(started["kind"], "edit");
+    assert_eq!(started["title"], "Write out.txt");
+    let out = dir.path().join("out.txt");
+    assert_eq!(started["locations"][0]["path"], out.to_str().unwrap());
+    let id = &started["toolCallId"];
+    let finished = updates
+        .iter()
+        .find(|u| u["sessionUpdate"] == "tool_call_update" && &u["toolCallId"] == id)
+        .unwrap_or_else(|| panic!("no tool_call_update: {updates:#?}"));
+    assert_eq!(finished["status"], "completed", "{finished}");
+    assert_eq!(finished["content"][0]["type"], "diff", "{finished}");
+    assert_eq!(finished["content"][0]["newText"], "new text\n");
+    assert_eq!(finished["content"][0]["path"], out.to_str().unwrap());
+    // The session is the run: its id names it in the store.
+    assert_eq!(run_status(dir.path(), &session).await, "completed");
+
+    // A second prompt is the run's continue: its context kept.
+    let answer = acp.prompt(&session, "And now?").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert!(acp.text(&session).contains("Second answer."));
+    let last = fake.requests().last().unwrap().body.to_string();
+    assert!(
+        last.contains("Write out.txt.") && last.contains("And now?"),
+        "{last}"
+    );
+    assert_eq!(acp.close().await, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancel_interrupts_the_turn_committed_and_the_next_prompt_goes_on() {
+    let dir = project(&[]);
+    let fake = fake(vec![
+        held(
+            ScriptEntry::reply("main", 1, vec![Block::text("Never shown.")]).attempt(1),
+            "held",
+        ),
+        ScriptEntry {
+            turn: None,
+            ..ScriptEntry::reply("main", 0, vec![Block::text("After the cancel.")])
+        },
+    ])
+    .await;
+    let mut acp = Acp::spawn(dir.path(), &fake.base_url());
+    acp.initialize().await;
+    let session = acp.new_session(dir.path()).await;
+    let prompt = acp
+        .send(
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [{"type": "text", "text": "Wait."}]}),
+        )
+        .await;
+    tokio::time::timeout(GUARD, fake.gate_reached("held", 1))
+        .await
+        .expect("the model call never came");
+    acp.write(
+        &json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session}})
+            .to_string(),
+    )
+    .await;
+    let answer = acp.answer(prompt).await;
+    assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
+    fake.open_gate("held");
+    assert_eq!(run_status(dir.path(), &session).await, "interrupted");
+    let store = open_store(dir.path());
+    let records = super::common::transcript(store.as_ref(), &session, "main").await;
+    assert!(
+        records
+            .iter()
+            .any(|r| r.to_string().contains("turn_interrupted")),
+        "{records:#?}"
+    );
+    let answer = acp.prompt(&session, "Go on.").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert!(acp.text(&session).contains("After the cancel."));
+    assert!(!acp.text(&session).contains("Never shown."));
+    assert_eq!(acp.close().await, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_killed_mid_turn_loads_with_its_history_and_finishes() {
+    let dir = project(&[]);
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![
+                Block::text("Looking."),
+                tool("Read", json!({"file_path": "README.md"})),
+            ],
+        ),
+        held(
+            ScriptEntry::reply("main", 2, vec![Block::text("Finished the first.")]),
+            "held",
+        ),
+        ScriptEntry::reply("main", 3, vec![Block::text("Finished the second.")]),
+    ])
+    .await;
+    let mut first = Acp::spawn(dir.path(), &fake.base_url());
+    first.initialize().await;
+    let session = first.new_session(dir.path()).await;
+    first
+        .send(
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [{"type": "text", "text": "Look."}]}),
+        )
+        .await;
+    tokio::time::timeout(GUARD, fake.gate_reached("held", 1))
+        .await
+        .expect("the second model call never came");
+    first.child.start_kill().unwrap();
+    first.child.wait().await.unwrap();
+    fake.open_gate("held");
+
+    let mut second = Acp::spawn(dir.path(), &fake.base_url());
+    second.initialize().await;
+    let loaded = second
+        .request(
+            "session/load",
+            json!({"sessionId": session, "cwd": dir.path(), "mcpServers": []}),
+        )
+        .await;
+    assert!(loaded.get("result").is_some(), "{loaded}");
+    let replayed = second.updates(&session);
+    assert_eq!(replayed[0]["sessionUpdate"], "user_message_chunk");
+    assert_eq!(replayed[0]["content"]["text"], "Look.");
+    assert!(second.text(&session).contains("Looking."), "{replayed:#?}");
+    assert!(
+        replayed
+            .iter()
+            .any(|u| u["sessionUpdate"] == "tool_call" && u["status"] == "completed"),
+        "{replayed:#?}"
+    );
+    let answer = second.prompt(&session, "And then?").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let text = second.text(&session);
+    assert!(
+        text.contains("Finished the first.") && text.contains("Finished the second."),
+        "{text}"
+    );
+    assert_eq!(run_status(dir.path(), &session).await, "completed");
+    assert_eq!(second.close().await, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_gone_mid_turn_leaves_the_run_interrupted_and_no_process() {
+    let dir = project(&[]);
+    let fake = fake(vec![held(
+        ScriptEntry::reply("main", 1, vec![Block::text("Never shown.")]),
+        "held",
+    )])
+    .await;
+    let mut acp = Acp::spawn(dir.path(), &fake.base_url());
+    acp.initialize().await;
+    let session = acp.new_session(dir.path()).await;
+    acp.send(
+        "session/prompt",
+        json!({"sessionId": session, "prompt": [{"type": "text", "text": "Wait."}]}),
+    )
+    .await;
+    tokio::time::timeout(GUARD, fake.gate_reached("held", 1))
+        .await
+        .expect("the model call never came");
+    assert_eq!(acp.close().await, Some(0));
+    fake.open_gate("held");
+    assert_eq!(run_status(dir.path(), &session).await, "interrupted");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_input_gets_an_error_a_person_can_act_on_and_the_process_stays_usable() {
+    let dir = project(&[]);
+    let fake = fake(vec![ScriptEntry::reply(
+        "main",
+        1,
+        vec![Block::text("Still here.")],
+    )])
+    .await;
+    let mut acp = Acp::spawn(dir.path(), &fake.base_url());
+    acp.write("{not json").await;
+    let parse = acp.read().await.unwrap();
+    assert_eq!(parse["error"]["code"], -32700, "{parse}");
+    acp.initialize().await;
+    let missing = dir.path().join("no-such-dir");
+    let rows: Vec<(&str, &str, Value, i64, &str)> = vec![
+        ("unknown method", "session/fly", json!({}), -32601, ""),
+        (
+            "prompt before session/new",
+            "session/prompt",
+            json!({"sessionId": "r0000000000", "prompt": [{"type": "text", "text": "hi"}]}),
+            -32602,
+            "call session/new",
+        ),
+        (
+            "relative cwd",
+            "session/new",
+            json!({"cwd": "relative/dir", "mcpServers": []}),
+            -32602,
+            "not an absolute path",
+        ),
+        (
+            "missing cwd",
+            "session/new",
+            json!({"cwd": missing, "mcpServers": []}),
+            -32602,
+            "not a directory",
+        ),
+        (
+            "load of a run the store has not",
+            "session/load",
+            json!({"sessionId": "rnosuchrun0", "cwd": dir.path(), "mcpServers": []}),
+            -32602,
+            "no run rnosuchrun0",
+        ),
+    ];
+    for (what, method, params, code, says) in rows {
+        let answer = acp.request(method, params).await;
+        assert_eq!(answer["error"]["code"], code, "{what}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(says), "{what}: {answer}");
+    }
+    // Usable after all of it.
+    let session = acp.new_session(dir.path()).await;
+    let answer = acp.prompt(&session, "Hello?").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert!(acp.text(&session).contains("Still here."));
+    assert_eq!(acp.close().await, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_live_in_another_process_is_not_loaded_twice() {
+    let dir = project(&[]);
+    let fake = fake(vec![held(
+        ScriptEntry::reply("main", 1, vec![Block::text("Done.")]),
+        "held",
+    )])
+    .await;
+    let mut first = Acp::spawn(dir.path(), &fake.base_url());
+    first.initialize().await;
+    let session = first.new_session(dir.path()).await;
+    let prompt = first
+        .send(
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [{"type": "text", "text": "Wait."}]}),
+        )
+        .await;
+    tokio::time::timeout(GUARD, fake.gate_reached("held", 1))
+        .await
+        .expect("the model call never came");
+    let mut second = Acp::spawn(dir.path(), &fake.base_url());
+    second.initialize().await;
+    let loaded = second
+        .request(
+            "session/load",
+            json!({"sessionId": session, "cwd": dir.path(), "mcpServers": []}),
+        )
+        .await;
+    let message = loaded["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("live in another process"), "{loaded}");
+    assert_eq!(second.close().await, Some(0));
+    fake.open_gate("held");
+    let answer = first.answer(prompt).await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert_eq!(first.close().await, Some(0));
+}
+
+const PLAN_ONE: &str = "## Goal\nOut.\n## Steps\n1. Write out.txt\n## Files\nout.txt\n";
+const PLAN_TWO: &str =
+    "## Goal\nOut.\n## Steps\n1. Write out.txt\n## Files\nout.txt\n## Tests\nRead it back.\n";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plan_is_a_permission_request_rejected_with_feedback_then_approved_into_a_mode() {
+    let dir = project(&[(".muster/settings.toml", "permission_mode = \"plan\"\n")]);
+    trust(dir.path()).await;
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![tool("ExitPlanMode", json!({"plan": PLAN_ONE}))],
+        ),
+        ScriptEntry::reply(
+            "main",
+            2,
+            vec![tool("ExitPlanMode", json!({"plan": PLAN_TWO}))],
+        ),
+        ScriptEntry::reply(
+            "main",
+            3,
+            vec![tool(
+                "Write",
+                json!({"file_path": "out.txt", "content": "out\n"}),
+            )],
+        ),
+        ScriptEntry::reply("main", 4, vec![Block::text("Done as planned.")]),
+    ])
+    .await;
+    let mut acp = Acp::spawn(dir.path(), &fake.base_url());
+    acp.replies.push_back(json!({
+        "outcome": {"outcome": "selected", "optionId": "reject"},
+        "_meta": {"muster/feedback": "Say how it is tested."}
+    }));
+    acp.replies.push_back(json!({
+        "outcome": {"outcome": "selected", "optionId": "approve:acceptEdits"}
+    }));
+    acp.initialize().await;
+    let session = acp.new_session(dir.path()).await;
+    let answer = acp.prompt(&session, "Plan, then write out.txt.").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert_eq!(acp.requests.len(), 2, "{:#?}", acp.updates(&session));
+    for (request, plan) in acp.requests.iter().zip([PLAN_ONE, PLAN_TWO]) {
+        assert_eq!(request["method"], "session/request_permission");
+        let params = &request["params"];
+        assert_eq!(params["sessionId"], session.as_str());
+        assert_eq!(params["toolCall"]["kind"], "switch_mode");
+        assert_eq!(params["toolCall"]["content"][0]["content"]["text"], plan);
+        let options: Vec<&str> = params["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["optionId"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            options,
+            ["approve:acceptEdits", "approve:default", "reject"]
+        );
+    }
+    // The rejection's feedback reached the model; the approval's mode let the Write run.
+    let second = fake.requests()[1].body.to_string();
+    assert!(second.contains("Say how it is tested."), "{second}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out.txt")).unwrap(),
+        "out\n"
+    );
+    assert!(acp.text(&session).contains("Done as planned."));
+    // One decision per request, in the store.
+    let db = rusqlite::Connection::open(dir.path().join(".muster/muster.db")).unwrap();
+    let mut counts = db
+        .prepare(
+            "SELECT request_id, COUNT(*) FROM messages WHERE run_id = ?1 \
+             AND kind = 'plan_approval_response' GROUP BY request_id ORDER BY request_id",
+        )
+        .unwrap();
+    let counts: Vec<(String, i64)> = counts
+        .query_map([&session], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(counts.len(), 2, "{counts:?}");
+    assert!(counts.iter().all(|(_, n)| *n == 1), "{counts:?}");
+    assert_eq!(acp.close().await, Some(0));
+}
+
+/// The editor settings the README shows: each names `muster acp`, and that command, started as
+/// the editor would start it, answers `initialize`.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_readmes_editor_snippets_start_muster_acp() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let section = readme
+        .split("## Use it from your editor")
+        .nth(1)
+        .expect("the README has no \"Use it from your editor\"")
+        .split("\n## ")
+        .next()
+        .unwrap();
+    let blocks: Vec<(&str, &str)> = section
+        .split("```")
+        .skip(1)
+        .step_by(2)
+        .map(|block| block.split_once('\n').unwrap())
+        .collect();
+    let json: Vec<Value> = blocks
+        .iter()
+        .filter(|(language, _)| *language == "json")
+        .map(|(_, text)| serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}")))
+        .collect();
+    assert_eq!(json.len(), 2, "Zed and JetBrains: {blocks:?}");
+    for settings in &json {
+        let server = &settings["agent_servers"]["muster"];
+        assert_eq!(server["command"], "muster", "{settings}");
+        assert_eq!(server["args"], json!(["acp"]), "{settings}");
+    }
+    assert_eq!(
+        json[0]["agent_servers"]["muster"]["env"],
+        json!({}),
+        "Zed's has env"
+    );
+    let lua = blocks
+        .iter()
+        .find(|(language, _)| *language == "lua")
+        .expect("no CodeCompanion snippet")
+        .1;
+    assert!(lua.contains(r#"{ "muster", "acp" }"#), "{lua}");
+
+    let dir = project(&[]);
+    let args: Vec<String> = json[0]["agent_servers"]["muster"]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|arg| arg.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(args, ["acp"]);
+    let mut acp = Acp::spawn(dir.path(), "http://127.0.0.1:9");
+    acp.initialize().await;
+    assert_eq!(acp.close().await, Some(0));
+}
+
+/// An untrusted project: one message chunk says what trust skipped and names `muster trust`.
+/// Its Bash command writes to stdout and stderr: the editor sees the output in the call's
+/// update, and every line on muster's stdout is still JSON-RPC (checked by every read).
+#[tokio::test(flavor = "multi_thread")]
+async fn untrusted_settings_are_named_once_and_a_commands_output_never_reaches_stdout() {
+    let dir = project(&[(
+        ".muster/settings.toml",
+        "permission_mode = \"bypassPermissions\"\n",
+    )]);
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![tool(
+                "Bash",
+                json!({"command": "echo to-stdout; echo to-stderr >&2"}),
+            )],
+        ),
+        ScriptEntry::reply("main", 2, vec![Block::text("Echoed.")]),
+    ])
+    .await;
+    let mut acp = Acp::spawn(dir.path(), &fake.base_url());
+    acp.initialize().await;
+    let session = acp.new_session(dir.path()).await;
+    let answer = acp.prompt(&session, "Echo.").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let updates = acp.updates(&session);
+    let notices: Vec<&Value> = updates
+        .iter()
+        .filter(|u| {
+            u["sessionUpdate"] == "agent_message_chunk"
+                && u["content"]["text"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("muster trust"))
+        })
+        .collect();
+    assert_eq!(notices.len(), 1, "{updates:#?}");
+    let echoed = updates
+        .iter()
+        .find(|u| u["sessionUpdate"] == "tool_call_update")
+        .unwrap_or_else(|| panic!("{updates:#?}"));
+    assert_eq!(echoed["status"], "completed", "{echoed}");
+    assert!(echoed.to_string().contains("to-stdout"), "{echoed}");
+    assert_eq!(acp.close().await, Some(0));
+}
