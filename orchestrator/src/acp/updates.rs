@@ -269,6 +269,7 @@ mod tests {
             input,
             content: "done".into(),
             diff: diff.map(str::to_owned),
+            sandbox: None,
         }
     }
 
