@@ -458,12 +458,15 @@ async fn output_formats_put_each_run_on_stdout_and_leave_the_result_lines_alone(
     assert_eq!(results.len(), 2, "{results:#?}");
     for id in ["a", "b"] {
         let result = by_id(&results, id);
-        let keys: Vec<&str> = result
+        // The set of keys, not their order: serde_json keeps insertion order in this build
+        // (the ACP crate turns on `preserve_order` for the whole binary).
+        let mut keys: Vec<&str> = result
             .as_object()
             .unwrap()
             .keys()
             .map(String::as_str)
             .collect();
+        keys.sort_unstable();
         assert_eq!(
             keys,
             ["exit_code", "id", "result", "run_id", "status"],
