@@ -98,6 +98,9 @@ pub trait Terminal: Send + Sync {
     /// `None` when the person gave no answer.
     fn answer_question(&self, agent: &str, question: &str, options: &[String]) -> Option<String>;
     fn allow_call(&self, agent: &str, tool: &str, input: &Value, reason: &str) -> bool;
+    /// The request the person was asked about here had been decided elsewhere first (`muster
+    /// approve`, the web inbox): their answer here changed nothing.
+    fn decided_elsewhere(&self, _request_id: &str, _decided_by: &str) {}
 }
 
 /// Everything the agents of one run share.

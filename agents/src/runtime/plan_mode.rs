@@ -359,8 +359,18 @@ impl AgentRuntime {
             answer,
             muster_mailbox::decide::Waiter::InProcess,
         )
-        .await?;
-        self.run.mail_sent(&decided.response);
+        .await;
+        match decided {
+            Ok(decided) => self.run.mail_sent(&decided.response),
+            // Another front end answered while the person here was deciding: the first answer
+            // stands (it waits in the mailbox), and the person is told.
+            Err(muster_mailbox::StoreError::AlreadyDecided { decided_by, .. }) => {
+                if let Some(terminal) = &self.run.terminal {
+                    terminal.decided_elsewhere(request_id, &decided_by);
+                }
+            }
+            Err(error) => return Err(error.into()),
+        }
         Ok(())
     }
 

@@ -11,8 +11,8 @@ use agent_client_protocol::Client;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
     PermissionOption, PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest,
-    RequestPermissionResponse, SessionId, ToolCallContent, ToolCallUpdate, ToolCallUpdateFields,
-    ToolKind,
+    RequestPermissionResponse, SessionId, SessionNotification, SessionUpdate, ToolCallContent,
+    ToolCallUpdate, ToolCallUpdateFields, ToolKind,
 };
 use muster_agents::runtime::{Terminal, TerminalPlanDecision};
 use muster_config::PermissionMode;
@@ -176,6 +176,20 @@ impl Terminal for EditorAsks {
             .and_then(|i| i.parse::<usize>().ok())
             .and_then(|i| options.get(i).cloned());
         chosen.or(answer.feedback)
+    }
+
+    fn decided_elsewhere(&self, request_id: &str, decided_by: &str) {
+        let text = format!(
+            "\n{request_id} was decided first by {decided_by} elsewhere (`muster approve` or \
+             the web inbox); the selection made here changed nothing.\n"
+        );
+        let update = SessionUpdate::AgentMessageChunk(super::updates::chunk(&text));
+        if let Err(error) = self
+            .cx
+            .send_notification(SessionNotification::new(self.session.clone(), update))
+        {
+            tracing::debug!("session/update not sent: {error}");
+        }
     }
 
     fn allow_call(&self, agent: &str, tool: &str, input: &Value, reason: &str) -> bool {

@@ -14,6 +14,9 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 
 use super::common::{GUARD, fake, open_store, project, tool, trust};
 
+/// What the client does when a request of muster's arrives, before answering it.
+type OnRequest = Box<dyn FnMut(&Value) + Send>;
+
 /// A `muster acp` process and what it has said so far.
 struct Acp {
     child: Child,
@@ -26,6 +29,8 @@ struct Acp {
     requests: Vec<Value>,
     /// The results the client gives muster's requests, in order.
     replies: std::collections::VecDeque<Value>,
+    /// Run when a request of muster's arrives, before the client answers it.
+    on_request: Option<OnRequest>,
 }
 
 impl Acp {
@@ -48,6 +53,7 @@ impl Acp {
             notifications: Vec::new(),
             requests: Vec::new(),
             replies: std::collections::VecDeque::new(),
+            on_request: None,
         }
     }
 
@@ -88,6 +94,9 @@ impl Acp {
                 .unwrap_or_else(|| panic!("muster closed stdout before answering {id}"));
             if message.get("method").is_some() {
                 if message.get("id").is_some() {
+                    if let Some(on_request) = &mut self.on_request {
+                        on_request(&message);
+                    }
                     let result = self
                         .replies
                         .pop_front()
@@ -681,5 +690,80 @@ async fn untrusted_settings_are_named_once_and_a_commands_output_never_reaches_s
         .unwrap_or_else(|| panic!("{updates:#?}"));
     assert_eq!(echoed["status"], "completed", "{echoed}");
     assert!(echoed.to_string().contains("to-stdout"), "{echoed}");
+    assert_eq!(acp.close().await, Some(0));
+}
+
+/// `muster approve` decides the plan while the editor's request is open: the editor's later
+/// rejection changes nothing, the editor is told, and the store holds the one decision.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plan_approved_with_muster_approve_first_leaves_the_editors_selection_without_effect() {
+    let dir = project(&[(".muster/settings.toml", "permission_mode = \"plan\"\n")]);
+    trust(dir.path()).await;
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![tool("ExitPlanMode", json!({"plan": PLAN_ONE}))],
+        ),
+        ScriptEntry::reply(
+            "main",
+            2,
+            vec![tool(
+                "Write",
+                json!({"file_path": "out.txt", "content": "out\n"}),
+            )],
+        ),
+        ScriptEntry::reply("main", 3, vec![Block::text("Done as approved.")]),
+    ])
+    .await;
+    let mut acp = Acp::spawn(dir.path(), &fake.base_url());
+    let root = dir.path().to_path_buf();
+    acp.on_request = Some(Box::new(move |_request| {
+        let db = rusqlite::Connection::open(root.join(".muster/muster.db")).unwrap();
+        let request_id: String = db
+            .query_row(
+                "SELECT request_id FROM messages WHERE kind = 'plan_approval_request'",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        let approved = super::common::cleared_command(&root, &root)
+            .env("XDG_CONFIG_HOME", super::common::config_home())
+            .args(["approve", &request_id, "--mode", "acceptEdits"])
+            .output()
+            .unwrap();
+        assert!(
+            approved.status.success(),
+            "{}",
+            String::from_utf8_lossy(&approved.stderr)
+        );
+    }));
+    acp.replies.push_back(json!({
+        "outcome": {"outcome": "selected", "optionId": "reject"},
+        "_meta": {"muster/feedback": "Too late."}
+    }));
+    acp.initialize().await;
+    let session = acp.new_session(dir.path()).await;
+    let answer = acp.prompt(&session, "Plan, then write out.txt.").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let text = acp.text(&session);
+    assert!(
+        text.contains("was decided first by human elsewhere") && text.contains("Done as approved."),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out.txt")).unwrap(),
+        "out\n"
+    );
+    let db = rusqlite::Connection::open(dir.path().join(".muster/muster.db")).unwrap();
+    let responses: Vec<String> = db
+        .prepare("SELECT body FROM messages WHERE run_id = ?1 AND kind = 'plan_approval_response'")
+        .unwrap()
+        .query_map([&session], |row| row.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(responses.len(), 1, "{responses:?}");
+    assert!(!responses[0].contains("Too late."), "{responses:?}");
     assert_eq!(acp.close().await, Some(0));
 }
