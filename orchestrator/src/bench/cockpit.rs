@@ -35,6 +35,8 @@ pub struct Row {
     pub median_ms: f64,
     pub page_bytes: usize,
     pub under_target: bool,
+    /// Of the view: reading the run's mail alone (every mail, for its reports and the newest).
+    pub mail_read_ms: f64,
 }
 
 /// Fills a store under `dir` and times the run page.
@@ -64,6 +66,9 @@ pub async fn run(dir: &Path, agents: usize, mails: usize, repeats: usize) -> any
         times.push(started.elapsed());
         page_bytes = page.len();
     }
+    let started = Instant::now();
+    store.messages(&run_id, None).await?;
+    let mail_read = started.elapsed();
     let first = times[0];
     times.sort();
     let median = times[times.len() / 2];
@@ -74,6 +79,7 @@ pub async fn run(dir: &Path, agents: usize, mails: usize, repeats: usize) -> any
         median_ms: median.as_secs_f64() * 1000.0,
         page_bytes,
         under_target: first < TARGET,
+        mail_read_ms: mail_read.as_secs_f64() * 1000.0,
     })
 }
 
@@ -210,11 +216,12 @@ fn transcript(agent: &str) -> anyhow::Result<Vec<NewRecord>> {
 /// The row as a line of text.
 pub fn render(row: &Row) -> String {
     format!(
-        "run page of {} agents and {} mails: first view {:.1} ms, median {:.1} ms, {} bytes ({} the {} ms target)\n",
+        "run page of {} agents and {} mails: first view {:.1} ms, median {:.1} ms (reading the mail {:.1} ms), {} bytes ({} the {} ms target)\n",
         row.agents,
         row.mails,
         row.first_ms,
         row.median_ms,
+        row.mail_read_ms,
         row.page_bytes,
         if row.under_target { "under" } else { "OVER" },
         TARGET.as_millis()

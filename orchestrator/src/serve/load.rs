@@ -115,7 +115,8 @@ pub struct RunData<'a> {
     pub roster: &'a [RosterEntry],
     pub tasks: &'a [Task],
     pub requests: &'a [RequestRecord],
-    pub spend: &'a BTreeMap<String, (u64, u64, f64)>,
+    /// The catalogue's prices, for requests stored without a cost.
+    pub models: &'a BTreeMap<String, muster_config::settings::ModelInfo>,
     pub now: i64,
 }
 
@@ -142,11 +143,14 @@ pub async fn agent_rows(
         if !completed && stopped_on_request(data.requests, &entry.agent) {
             activity.state = AgentState::Stopped;
         }
+        let spend = muster_agents::runtime::AgentRuntime::spend_of(&records, data.models)?
+            .map(|spend| (spend.turns, spend.tokens, spend.cost_usd))
+            .unwrap_or_default();
         rows.push(AgentRow {
             task: task_of(data.tasks, &entry.agent),
             branch: None,
             diffstat: None,
-            spend: data.spend.get(&entry.agent).copied().unwrap_or_default(),
+            spend,
             stop_pending: pending_stop(data.requests, &entry.agent),
             entry: entry.clone(),
             activity,

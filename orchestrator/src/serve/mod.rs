@@ -318,7 +318,6 @@ async fn load_run_view(served: &Served, run_id: &str) -> anyhow::Result<Option<R
     };
     let status = status_of(served, &run);
     let live = live::is_live(&served.project.runs_dir, &run.id).unwrap_or(false);
-    let spend = spends(served, run_id).await?;
     let roster = store.roster(run_id).await?;
     let tasks = store.tasks(run_id).await?;
     let requests = store.requests(run_id).await?;
@@ -329,7 +328,7 @@ async fn load_run_view(served: &Served, run_id: &str) -> anyhow::Result<Option<R
         roster: &roster,
         tasks: &tasks,
         requests: &requests,
-        spend: &spend,
+        models: &served.project.models,
         now: now_millis(),
     };
     let agents = load::agent_rows(store, &served.diffstats, &data).await?;
@@ -353,22 +352,6 @@ async fn load_run_view(served: &Served, run_id: &str) -> anyhow::Result<Option<R
         requests,
         run,
     }))
-}
-
-/// Per agent: model requests, tokens, US dollars.
-async fn spends(
-    served: &Served,
-    run_id: &str,
-) -> anyhow::Result<BTreeMap<String, (u64, u64, f64)>> {
-    Ok(muster_agents::runtime::AgentRuntime::restored_spends(
-        served.project.store.as_ref(),
-        run_id,
-        &served.project.models,
-    )
-    .await?
-    .into_iter()
-    .map(|(agent, spend)| (agent, (spend.turns, spend.tokens, spend.cost_usd)))
-    .collect())
 }
 
 /// The run page's parts as they change: all of them once when the page connects (what
