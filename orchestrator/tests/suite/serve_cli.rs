@@ -1205,3 +1205,72 @@ async fn the_cockpit_bench_prints_the_first_views_time() {
     assert!(row["first_ms"].as_f64().unwrap() > 0.0, "{row}");
     assert!(row["page_bytes"].as_u64().unwrap() > 1000, "{row}");
 }
+
+/// Reads `part` events from the run page's live stream until the `mail` part (always the last
+/// of a burst that changed the mail) arrives; gives back the ids of the parts sent.
+async fn parts_until_mail(stream: &mut reqwest::Response, seen: &mut String) -> Vec<String> {
+    let mut ids = Vec::new();
+    loop {
+        while let Some(end) = seen.find("\n\n") {
+            let event: String = seen.drain(..end + 2).collect();
+            if !event.contains("event: part") {
+                continue;
+            }
+            let first_data = event
+                .lines()
+                .find_map(|line| line.strip_prefix("data: "))
+                .unwrap_or_default();
+            let id = first_data.split(' ').next().unwrap_or_default().to_owned();
+            let done = id == "mail";
+            ids.push(id);
+            if done {
+                return ids;
+            }
+        }
+        let chunk = tokio::time::timeout(GUARD, stream.chunk())
+            .await
+            .expect("no part before the guard")
+            .unwrap()
+            .expect("the stream ended");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+}
+
+/// The run page's live stream sends every part once when it connects, then after a commit only
+/// the parts whose HTML changed: a person's stop of bob changes bob's row, the requests and the
+/// mail, not the summary, the other agents, the tasks or the timeline.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_run_page_gets_only_the_parts_a_commit_changed() {
+    let (dir, _store) = project().await;
+    let serve = Serve::start(dir.path()).await;
+    let cookie = serve.sign_in().await;
+    let mut stream = serve.get(&cookie, "/runs/r1/live").await;
+    let mut seen = String::new();
+    let first = parts_until_mail(&mut stream, &mut seen).await;
+    for id in [
+        "run-summary",
+        "agent-alice",
+        "agent-bob",
+        "requests",
+        "tasks",
+        "timeline",
+    ] {
+        assert!(first.contains(&id.to_owned()), "{id} in {first:?}");
+    }
+    let stopped = serve.post(&cookie, "/runs/r1/agents/bob/stop", &[]).await;
+    assert_eq!(stopped.status(), StatusCode::SEE_OTHER);
+    let after = parts_until_mail(&mut stream, &mut seen).await;
+    for id in ["agent-bob", "requests", "mail"] {
+        assert!(after.contains(&id.to_owned()), "{id} in {after:?}");
+    }
+    for id in [
+        "run-summary",
+        "agent-alice",
+        "agent-lead",
+        "tasks",
+        "reports",
+        "timeline",
+    ] {
+        assert!(!after.contains(&id.to_owned()), "{id} resent: {after:?}");
+    }
+}
