@@ -743,3 +743,74 @@ async fn a_subagent_start_hook_adds_context_to_the_subagents_prompt() {
     assert_eq!(input["agent_id"], "main.sub-1");
     assert_eq!(input["agent_type"], "general");
 }
+
+/// A `TeammateIdle` hook that always blocks keeps a teammate working once: its reason is the
+/// teammate's next message, and at its next end the teammate goes idle (the hook is not fired
+/// again), so the run completes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_teammate_idle_hook_keeps_a_teammate_working_once() {
+    // The hook runs in the teammate's sandbox: it may write its workspace (the shared tree).
+    let command = "{ cat; echo; } >> \"$CLAUDE_PROJECT_DIR/idle.log\"; \
+                   echo 'Run the tests before going idle.' >&2; exit 2";
+    let dir = project_with_hooks(&[("TeammateIdle", command)]).await;
+    let root = dir.path();
+    let log = root.join("idle.log");
+    std::fs::create_dir_all(root.join(".muster/agents")).unwrap();
+    std::fs::write(
+        root.join(".muster/agents/writer.md"),
+        "---\nname: writer\ndescription: Writes files.\npermissionMode: bypassPermissions\n---\nYou write files.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("muster.team.toml"),
+        "name = \"builders\"\n\n[[teammates]]\nname = \"one\"\ndefinition = \"writer\"\n\
+         plan_mode_required = false\n",
+    )
+    .unwrap();
+    let entry = |value: Value| -> ScriptEntry { serde_json::from_value(value).unwrap() };
+    let any_turn = |agent: &str, text: &str| {
+        entry(
+            json!({"agent": agent, "reply": {"content": [{"type": "text", "text": text}],
+                     "stop_reason": "end_turn"}}),
+        )
+    };
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "clean", "description": "Clean up."}),
+            )],
+        ),
+        any_turn("lead", "Waiting for the team."),
+        ScriptEntry::reply("one", 1, vec![Block::text("Done early.")]),
+        ScriptEntry::reply("one", 2, vec![Block::text("Tests pass. Done.")]),
+    ])
+    .await;
+    let args = run_args(&fake.base_url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let done = muster(root, &args).await;
+    assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+    assert!(
+        last_user_text(&request_of(&fake, "one", 2)).contains("Run the tests before going idle."),
+        "{}",
+        last_user_text(&request_of(&fake, "one", 2))
+    );
+    let fired: Vec<String> = lines_of(&log)
+        .into_iter()
+        .filter(|line| !line.is_empty())
+        .collect();
+    assert_eq!(fired.len(), 1, "{fired:?}");
+    let input: Value = serde_json::from_str(&fired[0]).unwrap();
+    assert_eq!(input["hook_event_name"], "TeammateIdle");
+    assert_eq!(input["teammate_name"], "one");
+    assert_eq!(input["last_assistant_message"], "Done early.");
+    assert!(
+        !fake
+            .requests()
+            .iter()
+            .any(|r| r.agent.as_deref() == Some("one") && r.turn == Some(3)),
+        "the teammate was held past its second end"
+    );
+}
