@@ -116,8 +116,16 @@ impl HookEvent {
             HookEvent::PreToolUse
                 | HookEvent::PostToolUse
                 | HookEvent::PostToolUseFailure
+                | HookEvent::UserPromptSubmit
+                | HookEvent::SessionStart
+                | HookEvent::SubagentStart
                 | HookEvent::Stop
                 | HookEvent::SubagentStop
+                | HookEvent::TeammateIdle
+                | HookEvent::TaskCreated
+                | HookEvent::TaskCompleted
+                | HookEvent::PreCompact
+                | HookEvent::PostCompact
         )
     }
 

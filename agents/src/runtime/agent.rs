@@ -367,7 +367,7 @@ impl AgentRuntime {
     }
 
     /// This agent as the hooks it fires see it.
-    fn firing(&self) -> super::hook_points::Firing<'_> {
+    pub(super) fn firing(&self) -> super::hook_points::Firing<'_> {
         super::hook_points::Firing {
             run: &self.run,
             id: &self.id,

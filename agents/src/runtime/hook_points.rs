@@ -288,6 +288,32 @@ impl Firing<'_> {
     }
 }
 
+impl Firing<'_> {
+    /// `TaskCreated` before a task is created, or `TaskCompleted` before one is marked
+    /// completed (`task_id` is `None` for a task not created yet): the reason of a hook that
+    /// blocks, and then the change is not made (the tool call fails with that reason).
+    pub(super) async fn task_change(
+        &self,
+        event: HookEvent,
+        task_id: Option<i64>,
+        subject: &str,
+        description: &str,
+    ) -> Option<String> {
+        if !self.run.hooks.has(event) {
+            return None;
+        }
+        let mut fields = Map::new();
+        if let Some(id) = task_id {
+            fields.insert("task_id".into(), id.to_string().into());
+        }
+        fields.insert("task_subject".into(), subject.into());
+        fields.insert("task_description".into(), description.into());
+        let outcome = self.fire(event, None, fields).await;
+        log_messages(event, &outcome);
+        outcome.block
+    }
+}
+
 /// What the hooks told the person (a `systemMessage`, a non-blocking error), in the log.
 fn log_messages(event: HookEvent, outcome: &HookOutcome) {
     for message in &outcome.messages {

@@ -15,6 +15,7 @@ use muster_protocol::MessageKind;
 use muster_protocol::ToolName;
 
 use muster_config::PermissionMode;
+use muster_config::hooks::HookEvent;
 use muster_mailbox::decide::{Waiter, decide};
 use muster_mailbox::{
     CommitTurn, MemberKind, MessageBody, NewMessage, NewResponse, NewTask, StoreError, TaskStatus,
@@ -289,6 +290,20 @@ impl AgentRuntime {
         input: TaskCreateInput,
         team: &dyn TeamServices,
     ) -> RuntimeResult<Result<String, String>> {
+        let hooked = self
+            .firing()
+            .task_change(
+                HookEvent::TaskCreated,
+                None,
+                &input.subject,
+                &input.description,
+            )
+            .await;
+        if let Some(reason) = hooked {
+            return Ok(Err(format!(
+                "the task was not created: a TaskCreated hook refused it: {reason}"
+            )));
+        }
         let blocked_by: Vec<i64> = input
             .blocked_by
             .unwrap_or_default()
@@ -343,6 +358,23 @@ impl AgentRuntime {
             )));
         };
         let status = input.status.map(store_status);
+        if status == Some(TaskStatus::Completed) && current.status != TaskStatus::Completed {
+            let hooked = self
+                .firing()
+                .task_change(
+                    HookEvent::TaskCompleted,
+                    Some(task_id),
+                    &current.subject,
+                    &current.description,
+                )
+                .await;
+            if let Some(reason) = hooked {
+                return Ok(Err(format!(
+                    "task #{task_id} was not marked completed: a TaskCompleted hook refused it: \
+                     {reason}"
+                )));
+            }
+        }
         let mut owner = input.owner.map(|o| {
             let o = o.trim().to_owned();
             (!o.is_empty()).then_some(o)

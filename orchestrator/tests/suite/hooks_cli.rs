@@ -814,3 +814,77 @@ async fn a_teammate_idle_hook_keeps_a_teammate_working_once() {
         "the teammate was held past its second end"
     );
 }
+
+/// `TaskCreated` and `TaskCompleted` hooks that exit 2 refuse the change: the tool call fails
+/// with the hook's reason and the board does not change; a change they let through is made.
+#[tokio::test(flavor = "multi_thread")]
+async fn task_hooks_refuse_a_task_change_and_the_board_keeps_its_state() {
+    let dir = project_with_hooks(&[
+        (
+            "TaskCreated",
+            "grep -q '\"task_subject\":\"deploy' && { echo 'no deploys from agents' >&2; exit 2; }; exit 0",
+        ),
+        (
+            "TaskCompleted",
+            "echo 'the tests of this task have not run' >&2; exit 2",
+        ),
+    ])
+    .await;
+    let root = dir.path();
+    std::fs::write(root.join("muster.team.toml"), "name = \"solo\"\n").unwrap();
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![
+                tool(
+                    "TaskCreate",
+                    json!({"subject": "deploy to prod", "description": "Ship it."}),
+                ),
+                tool(
+                    "TaskCreate",
+                    json!({"subject": "write docs", "description": "Document it."}),
+                ),
+            ],
+        ),
+        ScriptEntry::reply(
+            "lead",
+            2,
+            vec![tool(
+                "TaskUpdate",
+                json!({"task_id": 1, "status": "completed"}),
+            )],
+        ),
+        ScriptEntry::reply("lead", 3, vec![Block::text("Done.")]),
+    ])
+    .await;
+    let args = run_args(&fake.base_url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let done = muster(root, &args).await;
+    // The refused completion leaves the task open, so the run ends failed (exit 1), as a
+    // team run whose board is not done does.
+    let end: Value = serde_json::from_str(
+        super::common::stdout(&done)
+            .lines()
+            .last()
+            .unwrap_or_default(),
+    )
+    .unwrap();
+    assert_eq!(done.status.code(), Some(1), "{}\n{end:#}", stderr(&done));
+    assert_eq!(
+        end["tasks"],
+        json!([{"task_id": 1, "subject": "write docs", "status": "pending", "owner": null}]),
+        "{end:#}"
+    );
+    let created = tool_results(&request_of(&fake, "lead", 2));
+    assert!(
+        created[0].contains("TaskCreated hook refused it: no deploys from agents"),
+        "{created:?}"
+    );
+    assert!(created[1].contains("Created task #1"), "{created:?}");
+    let completed = tool_results(&request_of(&fake, "lead", 3));
+    assert!(
+        completed[0].contains("TaskCompleted hook refused it: the tests of this task have not run"),
+        "{completed:?}"
+    );
+}
