@@ -650,7 +650,7 @@ mod tests {
                     {"type": "prompt", "prompt": "x"},
                     {"type": "command", "command": "x", "sandbox": "off"}]}],
                 "UserPromptSubmit": [{"hooks": [{"type": "command", "command": "ctx"}]}],
-                "FileChanged": [], "Bogus": []}}"#,
+                "FileChanged": [], "Bogus": [], "SessionEnd": []}}"#,
         )
         .unwrap();
         let (found, warnings) =
@@ -674,10 +674,11 @@ mod tests {
             "FileChanged",
             "`Bogus`",
             "sandbox",
-            "UserPromptSubmit",
+            "SessionEnd",
         ] {
             assert!(said.contains(needle), "{needle} in {said}");
         }
+        assert!(!said.contains("UserPromptSubmit"), "fired now: {said}");
         let (user, _) = read_hooks(&json, &origin(Layer::User), Path::new("/nowhere")).unwrap();
         assert_eq!(user.hooks[1].handler.sandbox, HookSandbox::Off);
 
