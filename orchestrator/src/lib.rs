@@ -3,9 +3,11 @@
 pub mod acp;
 pub mod batch;
 pub mod bench;
+pub mod claude;
 pub mod cli;
 pub mod display;
 pub mod exit;
+pub mod fork;
 pub mod human_decision;
 pub mod ids;
 pub mod launch;
