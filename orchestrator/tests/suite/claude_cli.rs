@@ -695,3 +695,104 @@ async fn bad_command_lines_exit_2_saying_what_to_fix() {
         assert!(output.stdout.is_empty(), "{args:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn continue_and_fork_session_carry_a_run_on_and_partial_messages_stream() {
+    let dir = project(&[]);
+    let fake = fake(vec![
+        ScriptEntry::reply("main", 1, vec![Block::text("First answer.")]),
+        ScriptEntry::reply("main", 2, vec![Block::text("Continued answer.")]),
+        ScriptEntry::reply("main", 3, vec![Block::text("Forked answer.")]),
+    ])
+    .await;
+    let base = fake.base_url();
+    let first = claude(
+        dir.path(),
+        &base,
+        &["-p", "One.", "--output-format", "json"],
+        "",
+    )
+    .await;
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    let run = messages(&first).pop().unwrap()["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // `--continue` takes the newest completed run; partial messages stream while it answers.
+    let output = claude(
+        dir.path(),
+        &base,
+        &[
+            "-p",
+            "Two.",
+            "--continue",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--include-partial-messages",
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let lines = messages(&output);
+    let result = of_kind(&lines, "result", None)[0];
+    assert_eq!(result["result"], "Continued answer.");
+    assert_eq!(result["session_id"], run.as_str());
+    let deltas: String = of_kind(&lines, "stream_event", None)
+        .iter()
+        .filter_map(|e| e["event"]["delta"]["text"].as_str())
+        .collect();
+    assert_eq!(deltas, "Continued answer.", "{lines:#?}");
+
+    // `--fork-session` continues a copy under the new session id; the original is untouched.
+    let alias = "0d6f1a2b-3c4d-4e5f-8a9b-0c1d2e3f4a5b";
+    let output = claude(
+        dir.path(),
+        &base,
+        &[
+            "-p",
+            "Three.",
+            "--resume",
+            &run,
+            "--fork-session",
+            "--session-id",
+            alias,
+            "--output-format",
+            "json",
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let forked = messages(&output).pop().unwrap();
+    assert_eq!(forked["result"], "Forked answer.");
+    assert_eq!(forked["session_id"], alias);
+    assert_ne!(forked["muster"]["run_id"], run.as_str());
+    let last = fake.requests().last().unwrap().body.to_string();
+    assert!(
+        last.contains("Continued answer.") && last.contains("Three."),
+        "the fork kept the context: {last}"
+    );
+    let store = open_store(dir.path());
+    assert_eq!(store.runs().await.unwrap().len(), 2);
+    // The fork's alias names it, not the original.
+    fake.append_script(vec![ScriptEntry::reply(
+        "main",
+        4,
+        vec![Block::text("Fourth answer.")],
+    )])
+    .unwrap();
+    let output = claude(
+        dir.path(),
+        &base,
+        &["-p", "Four.", "--resume", alias, "--output-format", "json"],
+        "",
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let fourth = messages(&output).pop().unwrap();
+    assert_eq!(fourth["result"], "Fourth answer.");
+    assert_eq!(fourth["muster"]["run_id"], forked["muster"]["run_id"]);
+}

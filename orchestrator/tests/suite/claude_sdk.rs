@@ -17,7 +17,11 @@ fn python() -> String {
     let python =
         std::env::var("MUSTER_TEST_CLAUDE_SDK_PYTHON").unwrap_or_else(|_| "python3".into());
     let probe = std::process::Command::new(&python)
-        .args(["-c", "import claude_agent_sdk"])
+        // Found, not imported: the import itself takes seconds, and the scenario pays it once.
+        .args([
+            "-c",
+            "import importlib.util, sys; sys.exit(importlib.util.find_spec('claude_agent_sdk') is None)",
+        ])
         .output();
     match probe {
         Ok(output) if output.status.success() => python,
