@@ -474,7 +474,9 @@ impl Driver {
             .turn
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = None;
-        self.session.stored = true;
+        // A prompt that failed before its run was created leaves the next one to create it.
+        self.session.stored = self.session.stored
+            || crate::lifecycle::record_of(&self.global, &self.session.run_id).is_ok();
         self.exit = ending.exit;
         let result = translator
             .lock()
