@@ -96,6 +96,30 @@ async def query_plan(cli: str, cwd: str) -> dict:
             "usage": result.usage}
 
 
+async def query_team(cli: str, cwd: str) -> dict:
+    """`query("…")` with a string prompt in a team run: the teammate's plan arrives after the
+    lead's turn, comes to can_use_tool as ExitPlanMode from agent `alice`, and its approval
+    completes the run."""
+    asked = []
+
+    async def can_use_tool(tool_name, tool_input, context):
+        asked.append({"tool": tool_name, "agent": context.agent_id})
+        return PermissionResultAllow(
+            updated_permissions=[PermissionUpdate(type="setMode", mode="acceptEdits")],
+        )
+
+    messages = await collect(
+        query(prompt="Greet the world.", options=options(cli, cwd, can_use_tool=can_use_tool))
+    )
+    inits(messages)
+    result = result_of(messages)
+    assert result.subtype == "success" and not result.is_error, result
+    assert result.total_cost_usd is not None and result.usage["output_tokens"] > 0, result
+    assert asked == [{"tool": "ExitPlanMode", "agent": "alice"}], asked
+    assert (Path(cwd) / "hello.txt").read_text() == "hello, world\n"
+    return {"session_id": result.session_id}
+
+
 async def client_two_prompts(cli: str, cwd: str) -> dict:
     """A ClaudeSDKClient sends two prompts in one process; the second continues the run."""
     async with ClaudeSDKClient(options=options(cli, cwd)) as client:
@@ -174,6 +198,7 @@ async def awaiting(cli: str, cwd: str) -> dict:
 
 SCENARIOS = {
     "query_plan": query_plan,
+    "query_team": query_team,
     "client_two_prompts": client_two_prompts,
     "interrupt": interrupt,
     "budget": budget,

@@ -18,7 +18,8 @@ use crate::lifecycle::Ending;
 /// in `system`/`init`; docs/claude-compat.md).
 pub const CLAUDE_CODE_VERSION: &str = "2.1.326";
 
-/// The agent of a single-agent run whose messages have no parent.
+/// The agent of a single-agent run whose messages have no parent (a team's is its lead).
+#[cfg(test)]
 const MAIN: &str = crate::single_run::MAIN_AGENT;
 
 /// Whether a call of `tool` starts a subagent (muster's `Agent`, Claude Code's `Task`): what
@@ -56,6 +57,8 @@ impl PromptStats {
 /// Turns one session's events into its messages.
 pub struct Translator {
     session_id: String,
+    /// The agent whose messages have no parent: the main agent, or a team's lead.
+    main: String,
     partial: bool,
     stats: PromptStats,
     /// Each agent's newest message id (the turn a tool call belongs to).
@@ -66,9 +69,10 @@ pub struct Translator {
 }
 
 impl Translator {
-    pub fn new(session_id: String, partial: bool) -> Translator {
+    pub fn new(session_id: String, main: &str, partial: bool) -> Translator {
         Translator {
             session_id,
+            main: main.to_owned(),
             partial,
             stats: PromptStats::new(),
             message_ids: HashMap::new(),
@@ -80,7 +84,7 @@ impl Translator {
     /// `parent_tool_use_id` of `agent`'s messages: `null` for the main agent, else the
     /// spawning call it was started by.
     fn parent(&mut self, agent: &str) -> Value {
-        if agent == MAIN {
+        if agent == self.main {
             return Value::Null;
         }
         if let Some(parent) = self.parents.get(agent) {
@@ -159,6 +163,13 @@ impl Translator {
                 ..
             } => {
                 self.open_spawns.retain(|id| id != tool_use_id);
+                // A teammate is a child of the call that spawned it, for its whole life.
+                if ToolName::parse(tool) == Some(ToolName::SpawnTeammate)
+                    && !is_error
+                    && let Some(name) = input["name"].as_str()
+                {
+                    self.parents.insert(name.to_owned(), tool_use_id.clone());
+                }
                 if decision == "deny" {
                     self.stats.denials.push(json!({
                         "tool_name": tool,
@@ -213,7 +224,7 @@ impl Translator {
         stats.usage.cache_read_input_tokens += usage.cache_read_input_tokens;
         stats.usage.cache_creation_input_tokens += usage.cache_creation_input_tokens;
         stats.cost_usd += cost_usd.unwrap_or(0.0);
-        if agent == MAIN {
+        if agent == self.main {
             stats.num_turns += 1;
             stats.stop_reason = Some(stop_reason.to_owned());
         }
@@ -379,7 +390,7 @@ mod tests {
     /// A model turn and a tool call as Claude Code's messages; a denied call is counted.
     #[test]
     fn events_become_anthropic_messages_and_count_in_the_result() {
-        let mut translator = Translator::new("s1".into(), false);
+        let mut translator = Translator::new("s1".into(), MAIN, false);
         let usage = TokenUsage {
             input_tokens: 10,
             output_tokens: 5,

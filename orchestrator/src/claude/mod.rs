@@ -16,6 +16,7 @@ pub mod args;
 mod asks;
 mod input;
 mod messages;
+mod team_asks;
 
 use std::fs::File;
 use std::io::{Read as _, Write as _};
@@ -253,6 +254,8 @@ struct Session {
     session_id: String,
     /// For `system`/`init`.
     init: InitFacts,
+    /// The project's team file: a new session is a team run.
+    team_file: Option<std::path::PathBuf>,
 }
 
 /// What `system`/`init` says of the session.
@@ -281,17 +284,7 @@ fn open_session(global: &Globals, request: &Request) -> anyhow::Result<Session> 
         overrides = overrides.set(key, value, flag);
     }
     let project = Project::load(global, root, overrides)?;
-    if crate::team::team_file_for(global, None)?.is_some() {
-        return Err(ExitError::new(
-            Exit::Usage,
-            format!(
-                "{} has a team file (muster.team.toml): `muster claude` drives single-agent runs \
-                 so far; run the team with `muster run -p …`",
-                project.root.path().display()
-            ),
-        )
-        .into());
-    }
+    let team_file = crate::team::team_file_for(global, None)?;
     let init = init_facts(&project, request);
     let existing = match (&request.resume, request.continue_last) {
         (Some(id), _) => Some(find_run(&project, Some(id))?),
@@ -306,6 +299,7 @@ fn open_session(global: &Globals, request: &Request) -> anyhow::Result<Session> 
             stored: false,
             session_id,
             init,
+            team_file,
         });
     };
     let (run_id, alias) = if request.fork {
@@ -325,6 +319,7 @@ fn open_session(global: &Globals, request: &Request) -> anyhow::Result<Session> 
         run_id,
         stored: true,
         init,
+        team_file: None,
     })
 }
 
@@ -437,10 +432,27 @@ impl Driver {
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = self.session.session_id.clone();
         self.shared.interrupted.store(false, Ordering::SeqCst);
+        let main = match self.session.team_file {
+            Some(_) => crate::team::LEAD,
+            None => crate::single_run::MAIN_AGENT,
+        };
         let translator = Arc::new(Mutex::new(Translator::new(
             self.session.session_id.clone(),
+            main,
             self.request.partial,
         )));
+        let asks = Arc::new(asks::ProgramAsks {
+            shared: self.shared.clone(),
+            bypass_disabled: self.session.init.bypass_disabled,
+        });
+        // A team run waits on its person's requests live: they are put to the program as
+        // they are committed.
+        let team_asks =
+            (self.request.ask_program && self.session.team_file.is_some()).then(|| TeamAsks {
+                global: self.global.clone(),
+                asks: asks.clone(),
+                run_id: self.session.run_id.clone(),
+            });
         let streaming = self.request.output == Output::StreamJson;
         if streaming {
             self.shared.write(&self.init_message());
@@ -457,14 +469,13 @@ impl Driver {
                 shared: self.shared.clone(),
                 translator: translator.clone(),
                 streaming,
+                team_asks,
             }),
             turn,
-            person: self.request.ask_program.then(|| {
-                Arc::new(asks::ProgramAsks {
-                    shared: self.shared.clone(),
-                    bypass_disabled: self.session.init.bypass_disabled,
-                }) as Arc<dyn muster_agents::runtime::Terminal>
-            }),
+            person: self
+                .request
+                .ask_program
+                .then_some(asks as Arc<dyn muster_agents::runtime::Terminal>),
         };
         let ending = self
             .drive(prompt, &front)
@@ -533,20 +544,45 @@ impl Driver {
         })
     }
 
+    /// A new run's flags.
+    fn run_flags(&self, prompt: String) -> RunFlags {
+        RunFlags {
+            prompt,
+            model: self.request.model.clone(),
+            permission_mode: self.request.permission_mode,
+            settings: self.request.settings.clone(),
+            session_alias: self.request.session_alias.clone(),
+            ..RunFlags::default()
+        }
+    }
+
     /// Runs one prompt to its ending: a new run, the run continued, or — a run left
     /// awaiting a decision or mid-turn — the run carried on first.
     fn drive(&self, prompt: String, front: &FrontEnd) -> anyhow::Result<Ending> {
         let global = &self.global;
         let id = &self.session.run_id;
+        if let Some(team_file) = &self.session.team_file {
+            if self.session.stored {
+                return Err(ExitError::new(
+                    Exit::Usage,
+                    format!(
+                        "run {id} is a team run: it takes one prompt per session so far (a \
+                         team run's continue is not supported); start a new session"
+                    ),
+                )
+                .into());
+            }
+            let flags = self.run_flags(prompt);
+            return crate::team::run_for_front(
+                global,
+                flags,
+                team_file.clone(),
+                id.clone(),
+                front.clone(),
+            );
+        }
         if !self.session.stored {
-            let flags = RunFlags {
-                prompt,
-                model: self.request.model.clone(),
-                permission_mode: self.request.permission_mode,
-                settings: self.request.settings.clone(),
-                session_alias: self.request.session_alias.clone(),
-                ..RunFlags::default()
-            };
+            let flags = self.run_flags(prompt);
             return crate::single_run::run_for_front(global, flags, id.clone(), front.clone());
         }
         let record = crate::lifecycle::record_of(global, id)?;
@@ -572,10 +608,38 @@ struct PromptSink {
     shared: Arc<Shared>,
     translator: Arc<Mutex<Translator>>,
     streaming: bool,
+    /// A team run's requests to its person go to the program.
+    team_asks: Option<TeamAsks>,
+}
+
+/// What a team run's request to its person is put to the program with.
+struct TeamAsks {
+    global: Globals,
+    asks: Arc<asks::ProgramAsks>,
+    run_id: String,
 }
 
 impl EventSink for PromptSink {
     fn emit(&self, event: RunEvent) {
+        if let (
+            Some(team),
+            RunEvent::ApprovalRequested {
+                agent,
+                request_id,
+                responder,
+                ..
+            },
+        ) = (&self.team_asks, &event)
+            && responder == muster_mailbox::HUMAN
+        {
+            team_asks::answer_in_background(team_asks::PersonRequest {
+                global: team.global.clone(),
+                asks: team.asks.clone(),
+                run_id: team.run_id.clone(),
+                request_id: request_id.clone(),
+                agent: agent.clone(),
+            });
+        }
         let messages = self
             .translator
             .lock()

@@ -796,3 +796,103 @@ async fn continue_and_fork_session_carry_a_run_on_and_partial_messages_stream() 
     assert_eq!(fourth["result"], "Fourth answer.");
     assert_eq!(fourth["muster"]["run_id"], forked["muster"]["run_id"]);
 }
+
+const GREET_PLAN: &str = "## Goal\nGreet.\n## Steps\n1. Write hello.txt\n## Files\nhello.txt\n## Tests\nnone\n## Risks\nnone\n";
+
+/// A team run: the teammate's plan arrives after the lead's turn, goes to the program's
+/// `can_use_tool`, and its approval (one decision in the store) completes the run.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_teammates_plan_goes_to_can_use_tool_and_its_approval_completes_the_team_run() {
+    let dir = project(&[(
+        "muster.team.toml",
+        "name = \"greeters\"\n\n[[teammates]]\nname = \"alice\"\napprover = \"human\"\n",
+    )]);
+    let any_turn = |agent: &str, text: &str| -> ScriptEntry {
+        serde_json::from_value(json!({
+            "agent": agent,
+            "reply": {"content": [{"type": "text", "text": text}], "stop_reason": "end_turn"},
+        }))
+        .unwrap()
+    };
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "Greet", "description": "Write hello.txt saying hello."}),
+            )],
+        ),
+        any_turn("lead", "Waiting for the team."),
+        ScriptEntry::reply(
+            "alice",
+            1,
+            vec![tool("ExitPlanMode", json!({"plan": GREET_PLAN}))],
+        ),
+        ScriptEntry::reply(
+            "alice",
+            2,
+            vec![tool(
+                "Write",
+                json!({"file_path": "hello.txt", "content": "hello, world\n"}),
+            )],
+        ),
+        ScriptEntry::reply("alice", 3, vec![Block::text("Wrote hello.txt.")]),
+    ])
+    .await;
+    let mut live = Live::spawn(
+        dir.path(),
+        &fake.base_url(),
+        &["--permission-prompt-tool", "stdio"],
+    );
+    live.write(&user("Greet the world.")).await;
+    let ask = live
+        .until("can_use_tool", |m| m["type"] == "control_request")
+        .await;
+    assert_eq!(ask["request"]["tool_name"], "ExitPlanMode", "{ask}");
+    assert_eq!(ask["request"]["agent_id"], "alice");
+    assert_eq!(ask["request"]["input"]["plan"], GREET_PLAN);
+    assert!(!dir.path().join("hello.txt").exists());
+    live.write(
+        &json!({"type": "control_response", "response": {
+            "subtype": "success", "request_id": ask["request_id"],
+            "response": {"behavior": "allow", "updatedInput": ask["request"]["input"],
+                         "updatedPermissions": [{"type": "setMode", "mode": "acceptEdits"}]}}})
+        .to_string(),
+    )
+    .await;
+    let result = live.until("the result", |m| m["type"] == "result").await;
+    assert_eq!(result["subtype"], "success", "{result}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(),
+        "hello, world\n"
+    );
+    // The lead's messages have no parent; the teammate's text is in the stream too.
+    let lead_text = live.seen.iter().find(|m| {
+        m["type"] == "assistant" && m["message"]["content"][0]["text"] == "Waiting for the team."
+    });
+    assert_eq!(lead_text.unwrap()["parent_tool_use_id"], Value::Null);
+    assert!(
+        live.seen
+            .iter()
+            .any(|m| m["message"]["content"][0]["text"] == "Wrote hello.txt."),
+        "{:#?}",
+        live.seen
+    );
+    let run = result["muster"]["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(live.close().await, Some(0));
+    let db = rusqlite::Connection::open(dir.path().join(".muster/muster.db")).unwrap();
+    let responses: Vec<(String, String)> = db
+        .prepare(
+            "SELECT sender, body FROM messages WHERE run_id = ?1 \
+             AND kind = 'plan_approval_response'",
+        )
+        .unwrap()
+        .query_map([&run], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(responses.len(), 1, "{responses:?}");
+    assert_eq!(responses[0].0, "human");
+    assert!(responses[0].1.contains("acceptEdits"), "{responses:?}");
+}

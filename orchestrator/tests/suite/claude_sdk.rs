@@ -240,3 +240,61 @@ async fn a_run_awaiting_a_person_ends_error_awaiting_decision_and_the_sdk_raises
         "awaiting_decision"
     );
 }
+
+const GREET_PLAN: &str = "## Goal\nGreet.\n## Steps\n1. Write hello.txt\n## Files\nhello.txt\n## Tests\nnone\n## Risks\nnone\n";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn query_in_a_team_run_has_the_teammates_plan_approved_through_can_use_tool() {
+    let dir = project(&[(
+        "muster.team.toml",
+        "name = \"greeters\"\n\n[[teammates]]\nname = \"alice\"\napprover = \"human\"\n",
+    )]);
+    let lead_waits: ScriptEntry = serde_json::from_value(json!({
+        "agent": "lead",
+        "reply": {"content": [{"type": "text", "text": "Waiting for the team."}],
+                  "stop_reason": "end_turn"},
+    }))
+    .unwrap();
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "Greet", "description": "Write hello.txt saying hello."}),
+            )],
+        ),
+        lead_waits,
+        ScriptEntry::reply(
+            "alice",
+            1,
+            vec![tool("ExitPlanMode", json!({"plan": GREET_PLAN}))],
+        ),
+        ScriptEntry::reply(
+            "alice",
+            2,
+            vec![tool(
+                "Write",
+                json!({"file_path": "hello.txt", "content": "hello, world\n"}),
+            )],
+        ),
+        ScriptEntry::reply("alice", 3, vec![Block::text("Wrote hello.txt.")]),
+    ])
+    .await;
+    let outcome = run(scenario("query_team", dir.path(), &fake)).await;
+    let run_id = outcome["session_id"].as_str().unwrap();
+    let db = rusqlite::Connection::open(dir.path().join(".muster/muster.db")).unwrap();
+    let decisions: i64 = db
+        .query_row(
+            "SELECT COUNT(*) FROM messages WHERE run_id = ?1 AND kind = 'plan_approval_response'",
+            [run_id],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(decisions, 1, "one decision in the store");
+    let store = open_store(dir.path());
+    assert_eq!(
+        store.run(run_id).await.unwrap().unwrap().status.as_str(),
+        "completed"
+    );
+}
