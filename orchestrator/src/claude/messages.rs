@@ -314,7 +314,16 @@ pub fn verdict(ending: &Ending) -> (&'static str, Vec<String>) {
         .map(str::to_owned)
         .unwrap_or_else(|| ending.text.clone());
     match ending.status {
-        RunStatus::Completed => ("success", Vec::new()),
+        RunStatus::Completed => {
+            // A team run's task board is part of its result: work left undone is no success,
+            // whatever status the run ended in.
+            let undone = undone_tasks(&ending.result);
+            if undone.is_empty() {
+                ("success", Vec::new())
+            } else {
+                ("error_during_execution", undone)
+            }
+        }
         RunStatus::AwaitingDecision => ("error_awaiting_decision", vec![ending.text.clone()]),
         RunStatus::Budget => {
             let subtype = match ending.result["budget"].as_str() {
@@ -326,6 +335,24 @@ pub fn verdict(ending: &Ending) -> (&'static str, Vec<String>) {
         }
         _ => ("error_during_execution", vec![error]),
     }
+}
+
+/// Each task of a team run's result that is not completed, in words.
+fn undone_tasks(result: &Value) -> Vec<String> {
+    result["tasks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|task| task["status"] != "completed")
+        .map(|task| {
+            format!(
+                "task {} ({}) is {}",
+                task["task_id"],
+                task["subject"].as_str().unwrap_or_default(),
+                task["status"].as_str().unwrap_or("of unknown status")
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -349,6 +376,16 @@ mod tests {
     fn only_a_completed_run_is_a_success() {
         let rows = [
             (RunStatus::Completed, json!({"result": "done"}), "success"),
+            (
+                RunStatus::Completed,
+                json!({"result": "done", "tasks": [{"task_id": 1, "subject": "a", "status": "completed"}]}),
+                "success",
+            ),
+            (
+                RunStatus::Completed,
+                json!({"result": "done", "tasks": [{"task_id": 2, "subject": "b", "status": "pending"}]}),
+                "error_during_execution",
+            ),
             (
                 RunStatus::AwaitingDecision,
                 json!({"request_id": "plan-1"}),
