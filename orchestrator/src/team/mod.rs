@@ -439,6 +439,7 @@ impl RunKind for TeamRun {
             launch: self.launch,
             output: self.output,
             resumed: run.resumed,
+            front: self.front,
         })
     }
 }
@@ -449,6 +450,8 @@ struct TeamDriver {
     launch: TeamLaunch,
     output: OutputFormat,
     resumed: bool,
+    /// The front end driving the run (`muster claude`): it can end the lead's turn.
+    front: Option<FrontEnd>,
 }
 
 impl RunDriver for TeamDriver {
@@ -461,14 +464,17 @@ impl RunDriver for TeamDriver {
                     // Already passed (a resume): nothing runs.
                     team.deadline_ending().await
                 } else {
-                    let lead = team.drive_lead(&self.launch, self.resumed);
+                    let lead = team.drive_lead(&self.launch, self.resumed, self.front.as_ref());
                     match tokio::time::timeout(left, lead).await {
                         Ok(ending) => ending,
                         Err(_) => team.deadline_ending().await,
                     }
                 }
             }
-            None => team.drive_lead(&self.launch, self.resumed).await,
+            None => {
+                team.drive_lead(&self.launch, self.resumed, self.front.as_ref())
+                    .await
+            }
         }
     }
 
@@ -753,7 +759,12 @@ impl Team {
     }
 
     /// The lead's loop: run a turn, then take mail at the boundary, until the team is done.
-    async fn drive_lead(&self, launch: &TeamLaunch, resumed: bool) -> anyhow::Result<Ending> {
+    async fn drive_lead(
+        &self,
+        launch: &TeamLaunch,
+        resumed: bool,
+        front: Option<&FrontEnd>,
+    ) -> anyhow::Result<Ending> {
         let spec = AgentSpec {
             agent_id: LEAD.into(),
             kind: AgentKind::Main,
@@ -769,6 +780,9 @@ impl Team {
             let prompt = self.lead_prompt(&launch.prompt);
             AgentRuntime::start(self.run.clone(), spec, &prompt).await?
         };
+        if let Some(front) = front {
+            front.hold_turn(lead.interrupter());
+        }
         let mut states = self.states.subscribe();
         loop {
             // The lead waiting on a person for its own plan blocks only itself; the run stops

@@ -896,3 +896,41 @@ async fn a_teammates_plan_goes_to_can_use_tool_and_its_approval_completes_the_te
     assert_eq!(responses[0].0, "human");
     assert!(responses[0].1.contains("acceptEdits"), "{responses:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn interrupt_ends_a_team_runs_lead_turn_and_the_run_stays_resumable() {
+    let dir = project(&[(
+        "muster.team.toml",
+        "name = \"greeters\"\n\n[[teammates]]\nname = \"alice\"\napprover = \"human\"\n",
+    )]);
+    let fake = fake(vec![
+        ScriptEntry::reply("lead", 1, vec![Block::text("Never shown.")])
+            .attempt(1)
+            .fault(Fault {
+                hold: Some("held".into()),
+                ..Fault::default()
+            }),
+    ])
+    .await;
+    let mut live = Live::spawn(dir.path(), &fake.base_url(), &[]);
+    live.write(&user("Greet the world.")).await;
+    tokio::time::timeout(GUARD, fake.gate_reached("held", 1))
+        .await
+        .expect("the lead's model call never came");
+    live.write(
+        &json!({"type": "control_request", "request_id": "stop-1",
+                "request": {"subtype": "interrupt"}})
+        .to_string(),
+    )
+    .await;
+    let result = live.until("the result", |m| m["type"] == "result").await;
+    assert_eq!(result["subtype"], "error_during_execution", "{result}");
+    assert_eq!(result["muster"]["status"], "interrupted");
+    fake.open_gate("held");
+    assert_eq!(live.close().await, Some(130));
+    let run = result["muster"]["run_id"].as_str().unwrap();
+    let store = open_store(dir.path());
+    let record = store.run(run).await.unwrap().unwrap();
+    assert_eq!(record.status.as_str(), "interrupted", "`muster resume` carries it on");
+    assert!(record.team.is_some());
+}
