@@ -106,9 +106,19 @@ impl ProgramAsks {
     }
 }
 
-impl Terminal for ProgramAsks {
-    fn decide_plan(&self, agent: &str, plan_file: &Path, plan: &str) -> TerminalPlanDecision {
-        let input = json!({"plan": plan, "planFilePath": plan_file.display().to_string()});
+impl ProgramAsks {
+    /// A plan as `ExitPlanMode`, with the id of its stored request when known (a team run's).
+    pub(crate) fn plan(
+        &self,
+        agent: &str,
+        plan_file: &Path,
+        plan: &str,
+        request_id: Option<&str>,
+    ) -> TerminalPlanDecision {
+        let mut input = json!({"plan": plan, "planFilePath": plan_file.display().to_string()});
+        if let (Some(id), Some(fields)) = (request_id, input.as_object_mut()) {
+            fields.insert("request_id".into(), json!(id));
+        }
         match self.can_use_tool(ToolName::ExitPlanMode.as_str(), input, agent, None) {
             Verdict::Allow { permissions, .. } => {
                 warn_of_unapplied(&permissions);
@@ -122,6 +132,12 @@ impl Terminal for ProgramAsks {
                 feedback: message.unwrap_or_else(|| "rejected by the program".to_owned()),
             },
         }
+    }
+}
+
+impl Terminal for ProgramAsks {
+    fn decide_plan(&self, agent: &str, plan_file: &Path, plan: &str) -> TerminalPlanDecision {
+        self.plan(agent, plan_file, plan, None)
     }
 
     fn answer_question(&self, agent: &str, question: &str, options: &[String]) -> Option<String> {

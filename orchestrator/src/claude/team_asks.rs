@@ -55,7 +55,8 @@ fn answer(asked: &PersonRequest) -> anyhow::Result<()> {
     if request.response.is_some() {
         return Ok(());
     }
-    let Some(decision) = decision_for(&asked.asks, &asked.agent, &request.body) else {
+    let Some(decision) = decision_for(&asked.asks, &asked.agent, &asked.request_id, &request.body)
+    else {
         return Ok(());
     };
     let decided = runtime.block_on(decide_as_human(
@@ -76,24 +77,31 @@ fn answer(asked: &PersonRequest) -> anyhow::Result<()> {
 
 /// The program's answer to the request, as a person's decision; `None` leaves it undecided
 /// (a question without an answer, a kind the program is not asked about).
-fn decision_for(asks: &ProgramAsks, agent: &str, body: &MessageBody) -> Option<Decision> {
+fn decision_for(
+    asks: &ProgramAsks,
+    agent: &str,
+    request_id: &str,
+    body: &MessageBody,
+) -> Option<Decision> {
     match body {
         MessageBody::PlanApprovalRequest {
             plan, plan_file, ..
-        } => Some(match asks.decide_plan(agent, Path::new(plan_file), plan) {
-            TerminalPlanDecision::Approve {
-                mode,
-                feedback,
-                clear_context,
-            } => Decision::Approve {
-                mode: mode.map(|mode| mode.to_string()),
-                feedback,
-                edited_plan: None,
-                clear_context,
-                grants: None,
+        } => Some(
+            match asks.plan(agent, Path::new(plan_file), plan, Some(request_id)) {
+                TerminalPlanDecision::Approve {
+                    mode,
+                    feedback,
+                    clear_context,
+                } => Decision::Approve {
+                    mode: mode.map(|mode| mode.to_string()),
+                    feedback,
+                    edited_plan: None,
+                    clear_context,
+                    grants: None,
+                },
+                TerminalPlanDecision::Reject { feedback } => Decision::Reject { feedback },
             },
-            TerminalPlanDecision::Reject { feedback } => Decision::Reject { feedback },
-        }),
+        ),
         MessageBody::PermissionRequest {
             tool,
             input,

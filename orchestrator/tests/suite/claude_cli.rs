@@ -852,6 +852,7 @@ async fn a_teammates_plan_goes_to_can_use_tool_and_its_approval_completes_the_te
     assert_eq!(ask["request"]["tool_name"], "ExitPlanMode", "{ask}");
     assert_eq!(ask["request"]["agent_id"], "alice");
     assert_eq!(ask["request"]["input"]["plan"], GREET_PLAN);
+    assert_eq!(ask["request"]["input"]["request_id"], "plan-alice-1");
     assert!(!dir.path().join("hello.txt").exists());
     live.write(
         &json!({"type": "control_response", "response": {
@@ -931,6 +932,10 @@ async fn interrupt_ends_a_team_runs_lead_turn_and_the_run_stays_resumable() {
     let run = result["muster"]["run_id"].as_str().unwrap();
     let store = open_store(dir.path());
     let record = store.run(run).await.unwrap().unwrap();
-    assert_eq!(record.status.as_str(), "interrupted", "`muster resume` carries it on");
+    assert_eq!(
+        record.status.as_str(),
+        "interrupted",
+        "`muster resume` carries it on"
+    );
     assert!(record.team.is_some());
 }
