@@ -13,8 +13,20 @@ use crate::claude::args::{Output, Request};
 use crate::exit::{Exit, ExitError};
 use crate::project::Globals;
 
+/// The one argument that prints the command making a `claude` link to this binary (no Claude
+/// Code flag has this name).
+const LINK_COMMAND: &str = "--muster-link-command";
+
 /// Runs Claude Code's headless mode with `args` (without the program name).
 pub fn execute(global: &Globals, args: &[OsString]) -> anyhow::Result<Exit> {
+    if args.len() == 1 && args[0] == LINK_COMMAND {
+        let binary = std::env::current_exe()?;
+        println!(
+            "mkdir -p ~/.local/bin && ln -sf '{}' ~/.local/bin/claude",
+            binary.display()
+        );
+        return Ok(Exit::Success);
+    }
     let request =
         parse(args).map_err(|refused| ExitError::new(Exit::Usage, refused.to_string()))?;
     crate::claude::main(global, request)

@@ -939,3 +939,39 @@ async fn interrupt_ends_a_team_runs_lead_turn_and_the_run_stays_resumable() {
     );
     assert!(record.team.is_some());
 }
+
+/// `muster claude --muster-link-command` prints the command that makes the link, and a link
+/// made by it is Claude Code's command line.
+#[tokio::test(flavor = "multi_thread")]
+async fn muster_prints_the_command_that_makes_a_claude_link() {
+    let dir = project(&[]);
+    let output = super::common::muster(dir.path(), &["claude", "--muster-link-command"]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let command = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    assert!(command.ends_with("~/.local/bin/claude"), "{command}");
+    let script = command.replace("~", &dir.path().display().to_string());
+    let made = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .status()
+        .unwrap();
+    assert!(made.success(), "{script}");
+    let link = dir.path().join(".local/bin/claude");
+    let output = super::common::output({
+        let mut c = command_for(&link, dir.path());
+        c.args(["-p", "--max-turns", "0"]);
+        c
+    })
+    .await;
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("--max-turns 0"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+fn command_for(program: &Path, dir: &Path) -> tokio::process::Command {
+    let mut command = command(program, dir, "http://127.0.0.1:9", &[]);
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    command
+}
