@@ -56,6 +56,14 @@ pub struct RunLaunch {
     /// and worker (see `docs/traces.md`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// Settings given as flags that the run keeps for its resumes and continues (`muster
+    /// claude`'s `--max-turns`, `--allowedTools`, …): (key, value, flag).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flag_settings: Vec<(String, String, String)>,
+    /// The session id a Claude Code program gave the run (`--session-id`): an alias that
+    /// `--resume` takes and the compatible output names the session by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_alias: Option<String>,
 }
 
 /// A run's trust decision as stored with its launch options.
@@ -164,6 +172,8 @@ impl RunLaunch {
             trust: Some(StoredTrust::from_settings(settings)),
             settings_files: Some(settings.snapshot.clone()),
             traceparent: traceparent_given(project),
+            flag_settings: flags.settings.clone(),
+            session_alias: flags.session_alias.clone(),
         })
     }
 
@@ -214,6 +224,9 @@ impl RunLaunch {
         if let Some(cassette) = &self.cassette {
             overrides = overrides.cassette(cassette.display().to_string());
         }
+        for (key, value, flag) in &self.flag_settings {
+            overrides = overrides.set(key, value, flag);
+        }
         overrides
     }
 }
@@ -257,6 +270,10 @@ pub struct RunFlags {
     pub batch_line_id: Option<String>,
     /// `--remote`: the git remote of teammates placed on workers (a team run's).
     pub remote: Option<String>,
+    /// Further settings given as flags, kept with the run: (key, value, flag).
+    pub settings: Vec<(String, String, String)>,
+    /// `muster claude --session-id`: the run's alias.
+    pub session_alias: Option<String>,
 }
 
 /// Flags of `muster resume`.
@@ -350,6 +367,9 @@ pub(crate) fn overrides_from(flags: &RunFlags) -> anyhow::Result<CliOverrides> {
     }
     if let Some(cassette) = &flags.cassette {
         overrides = overrides.cassette(std::path::absolute(cassette)?.display().to_string());
+    }
+    for (key, value, flag) in &flags.settings {
+        overrides = overrides.set(key, value, flag);
     }
     Ok(overrides)
 }

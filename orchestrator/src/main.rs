@@ -4,7 +4,7 @@ use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
 use clap::Parser;
-use muster::cli::{Cli, dispatch};
+use muster::cli::{Cli, Command, GlobalArgs, dispatch};
 use muster::exit::Exit;
 use muster::process::ProcessGiven;
 use muster::run_log::RunLog;
@@ -18,7 +18,7 @@ fn main() -> ExitCode {
         return ExitCode::from(code);
     }
     install_tls_provider();
-    let cli = Cli::parse();
+    let cli = claude_command_line().unwrap_or_else(Cli::parse);
     let run_log = RunLog::default();
     init_logging(&cli.global.log_level, &run_log);
     let code = match dispatch(cli, ProcessGiven::capture(run_log.clone())) {
@@ -38,6 +38,25 @@ fn main() -> ExitCode {
     muster_agents::mcp::kill_server_groups();
     run_log.close();
     ExitCode::from(code)
+}
+
+/// Started under the name `claude` (a link to this binary): Claude Code's command line, as
+/// `muster claude ARGS…` takes it.
+fn claude_command_line() -> Option<Cli> {
+    let mut argv = std::env::args_os();
+    if !muster::claude::invoked_as_claude(&argv.next()?) {
+        return None;
+    }
+    Some(Cli {
+        global: GlobalArgs {
+            directory: None,
+            store: None,
+            log_level: "warn".into(),
+        },
+        command: Command::Claude {
+            args: argv.collect(),
+        },
+    })
 }
 
 /// The process's rustls crypto provider (ring), once, before any client exists: reqwest is

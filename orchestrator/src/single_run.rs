@@ -272,7 +272,7 @@ impl RunKind for SingleRun {
     async fn start(self, run: &StartedRun, checked: CheckedParts) -> anyhow::Result<SingleDriver> {
         let progress = run.printer.progress();
         let terminal: Option<Arc<dyn Terminal>> = match &self.front {
-            Some(front) => Some(front.person.clone()),
+            Some(front) => front.person.clone(),
             None => (self.project.process.stdin_is_terminal && self.output == OutputFormat::Text)
                 .then(|| Arc::new(StdinTerminal { progress }) as Arc<dyn Terminal>),
         };

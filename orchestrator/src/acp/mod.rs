@@ -334,11 +334,11 @@ impl Server {
             front: FrontEnd {
                 events: sink,
                 turn: Arc::new(Mutex::new(None::<TurnInterrupt>)),
-                person: Arc::new(asks::EditorAsks {
+                person: Some(Arc::new(asks::EditorAsks {
                     cx: cx.clone(),
                     session: request.session_id.clone(),
                     next: std::sync::atomic::AtomicU64::new(0),
-                }),
+                })),
             },
             cancelled: Arc::new(AtomicBool::new(false)),
             done: Arc::new(tokio::sync::Notify::new()),

@@ -1,13 +1,8 @@
 //! `muster fork`: copy a run under a new id and slug, with its plan files, so the two runs
 //! continue independently and never overwrite each other's plans.
 
-use std::path::{Path, PathBuf};
-
-use muster_agents::runtime::PlanFiles;
-use muster_mailbox::live;
-
 use crate::cli::inspect::{open, runtime};
-use crate::exit::{Exit, ExitError};
+use crate::exit::Exit;
 use crate::project::Globals;
 
 #[derive(Debug, clap::Args)]
@@ -18,75 +13,14 @@ pub struct Args {
 
 pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     let (project, store) = open(global)?;
-    let runtime = runtime()?;
-    let source = runtime.block_on(store.run(&args.run))?.ok_or_else(|| {
-        ExitError::new(
-            Exit::Usage,
-            format!("no run {:?} in this store (see `muster runs`)", args.run),
-        )
-    })?;
-    if runtime.block_on(live::is_live_anywhere(
-        store.as_ref(),
-        &project.runs_dir(),
-        &source.id,
-    ))? {
-        eprintln!(
-            "muster: run {} is live: the fork copies it as it stands now",
-            source.id
-        );
-    }
-    let mut rng = fastrand::Rng::new();
-    let plans_dir = project.plans_dir();
-    let fork = PlanFiles::reserve(plans_dir, &mut rng)?;
-    let new_id = crate::ids::new_run_id(&mut rng);
-    let copied = match copy_plan_files(plans_dir, &source.slug, fork.slug()) {
-        Ok(copied) => copied,
-        Err(error) => {
-            let _ = std::fs::remove_file(fork.main_file());
-            return Err(error.into());
-        }
-    };
-    if let Err(error) = runtime.block_on(store.fork_run(&source.id, &new_id, fork.slug())) {
-        for file in copied.iter().chain([&fork.main_file()]) {
-            let _ = std::fs::remove_file(file);
-        }
-        return Err(error.into());
-    }
+    let forked = crate::fork::fork_run(&project, store.as_ref(), &runtime()?, &args.run)?;
     println!(
-        "Forked run {} ({}) as {new_id} ({}), with {} plan file(s) copied.",
-        source.id,
-        source.slug,
-        fork.slug(),
-        copied.len()
+        "Forked run {} ({}) as {} ({}), with {} plan file(s) copied.",
+        forked.source, forked.source_slug, forked.id, forked.slug, forked.copied
     );
-    println!("Continue the copy with `muster resume {new_id}`; the original is untouched.");
+    println!(
+        "Continue the copy with `muster resume {}`; the original is untouched.",
+        forked.id
+    );
     Ok(Exit::Success)
-}
-
-/// Copies `{old}.md` and `{old}-agent-{id}.md` to the same names under the new slug; gives back
-/// the files written.
-fn copy_plan_files(dir: &Path, old: &str, new: &str) -> std::io::Result<Vec<PathBuf>> {
-    let mut written = Vec::new();
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(written),
-        Err(error) => return Err(error),
-    };
-    for entry in entries {
-        let path = entry?.path();
-        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
-            continue;
-        };
-        let renamed = if name == format!("{old}.md") {
-            format!("{new}.md")
-        } else if let Some(rest) = name.strip_prefix(&format!("{old}-agent-")) {
-            format!("{new}-agent-{rest}")
-        } else {
-            continue;
-        };
-        let target = dir.join(renamed);
-        std::fs::copy(&path, &target)?;
-        written.push(target);
-    }
-    Ok(written)
 }

@@ -14,6 +14,7 @@ pub mod approve;
 pub mod batch;
 pub mod bench;
 pub mod check;
+pub mod claude;
 pub mod config;
 pub mod decide;
 pub mod demo;
@@ -120,6 +121,14 @@ pub enum Command {
     /// Serve an editor over the Agent Client Protocol on stdin/stdout (Zed, JetBrains,
     /// Neovim): each session is a run.
     Acp,
+    /// Behave as Claude Code's headless mode (`claude -p`, the Agent SDKs): Claude Code's
+    /// flags and messages (as when the binary is started under the name `claude`).
+    #[command(disable_help_flag = true)]
+    Claude {
+        /// Claude Code's command line (`-p PROMPT --output-format json`, …).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
 }
 
 /// Runs the parsed command; the returned `Exit` becomes the process's exit code.
@@ -149,6 +158,7 @@ pub fn dispatch(cli: Cli, process: ProcessGiven) -> anyhow::Result<Exit> {
         Command::Worker(args) => worker::execute(&global, args),
         Command::Workers(args) => workers::execute(&global, args),
         Command::Acp => crate::acp::serve(&global),
+        Command::Claude { args } => claude::execute(&global, &args),
     }
 }
 

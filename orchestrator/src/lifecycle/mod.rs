@@ -71,8 +71,10 @@ pub(crate) struct FrontEnd {
     pub events: Arc<dyn muster_agents::runtime::EventSink>,
     /// Filled with the main agent's [`muster_agents::runtime::TurnInterrupt`] once it exists.
     pub turn: Arc<std::sync::Mutex<Option<muster_agents::runtime::TurnInterrupt>>>,
-    /// The person at the front end, who answers what the run asks its person.
-    pub person: Arc<dyn muster_agents::runtime::Terminal>,
+    /// The person at the front end, who answers what the run asks its person; `None` leaves
+    /// the requests in the store for `muster approve` and the web inbox (the run stops
+    /// awaiting a decision).
+    pub person: Option<Arc<dyn muster_agents::runtime::Terminal>>,
 }
 
 impl FrontEnd {

@@ -57,7 +57,7 @@ use crate::exit::{Exit, ExitError};
 use crate::launch::RunLaunch;
 use crate::launch::{OutputFormat, RunFlags};
 use crate::lifecycle::context::{CheckedParts, ContextParts, LeadResponder, run_context};
-use crate::lifecycle::{self, Ending, RunDriver, RunKind, StartedRun};
+use crate::lifecycle::{self, Ending, FrontEnd, RunDriver, RunKind, StartedRun};
 use crate::loading::project_root;
 use crate::project::Globals;
 use crate::project::Project;
@@ -107,6 +107,24 @@ pub struct TeamLaunch {
 
 /// `muster run -p GOAL` as a team run with the team file at `team_path`.
 pub fn run(global: &Globals, flags: RunFlags, team_path: PathBuf) -> anyhow::Result<Exit> {
+    lifecycle::execute(new_team_run(global, flags, team_path)?, None)
+}
+
+/// `muster claude`'s team run: a new run with id `run_id`, its events to `front`.
+pub(crate) fn run_for_front(
+    global: &Globals,
+    flags: RunFlags,
+    team_path: PathBuf,
+    run_id: String,
+    front: FrontEnd,
+) -> anyhow::Result<Ending> {
+    let mut kind = new_team_run(global, flags, team_path)?;
+    kind.new.run_id = Some(run_id);
+    kind.front = Some(front);
+    lifecycle::execute_to_ending(kind, None)
+}
+
+fn new_team_run(global: &Globals, flags: RunFlags, team_path: PathBuf) -> anyhow::Result<TeamRun> {
     let output = flags.output;
     let project = Project::load(
         global,
@@ -151,18 +169,17 @@ pub fn run(global: &Globals, flags: RunFlags, team_path: PathBuf) -> anyhow::Res
     };
     let new = NewTeamRun {
         batch_line_id: flags.batch_line_id,
+        run_id: None,
     };
-    lifecycle::execute(
-        TeamRun {
-            project,
-            catalog: Arc::new(catalog),
-            file: team,
-            launch,
-            output,
-            new,
-        },
-        None,
-    )
+    Ok(TeamRun {
+        project,
+        catalog: Arc::new(catalog),
+        file: team,
+        launch,
+        output,
+        new,
+        front: None,
+    })
 }
 
 /// `muster resume [RUN]` of a team run: `record` is the run `muster resume` picked and
@@ -203,7 +220,9 @@ pub fn resume(
             output,
             new: NewTeamRun {
                 batch_line_id: None,
+                run_id: None,
             },
+            front: None,
         },
         Some(record),
     )
@@ -230,6 +249,8 @@ fn gate_team_approvers(project: &Project, team_path: &Path, team: &mut TeamFile)
 struct NewTeamRun {
     /// Its batch line, when a batch line's child starts it.
     batch_line_id: Option<String>,
+    /// The id it takes (`muster claude`: the session's), else a fresh one.
+    run_id: Option<String>,
 }
 
 impl Ending {
@@ -296,6 +317,8 @@ struct TeamRun {
     output: OutputFormat,
     /// What a new run records beside its launch options (unused by a resume).
     new: NewTeamRun,
+    /// The front end driving the run in this process (`muster claude`).
+    front: Option<FrontEnd>,
 }
 
 impl RunKind for TeamRun {
@@ -318,6 +341,10 @@ impl RunKind for TeamRun {
 
     fn launch_options(&self) -> anyhow::Result<Value> {
         Ok(serde_json::to_value(&self.launch)?)
+    }
+
+    fn front_end(&self) -> Option<&FrontEnd> {
+        self.front.as_ref()
     }
 
     /// Teammates on workers: every write wakes the run's agents in the other processes too.
@@ -412,6 +439,7 @@ impl RunKind for TeamRun {
             launch: self.launch,
             output: self.output,
             resumed: run.resumed,
+            front: self.front,
         })
     }
 }
@@ -422,6 +450,8 @@ struct TeamDriver {
     launch: TeamLaunch,
     output: OutputFormat,
     resumed: bool,
+    /// The front end driving the run (`muster claude`): it can end the lead's turn.
+    front: Option<FrontEnd>,
 }
 
 impl RunDriver for TeamDriver {
@@ -434,14 +464,17 @@ impl RunDriver for TeamDriver {
                     // Already passed (a resume): nothing runs.
                     team.deadline_ending().await
                 } else {
-                    let lead = team.drive_lead(&self.launch, self.resumed);
+                    let lead = team.drive_lead(&self.launch, self.resumed, self.front.as_ref());
                     match tokio::time::timeout(left, lead).await {
                         Ok(ending) => ending,
                         Err(_) => team.deadline_ending().await,
                     }
                 }
             }
-            None => team.drive_lead(&self.launch, self.resumed).await,
+            None => {
+                team.drive_lead(&self.launch, self.resumed, self.front.as_ref())
+                    .await
+            }
         }
     }
 
@@ -500,7 +533,10 @@ async fn create_run(
     let mut rng = fastrand::Rng::new();
     let plans = PlanFiles::reserve(project.plans_dir(), &mut rng)?;
     let settings = &project.settings;
-    let run_id = crate::ids::new_run_id(&mut rng);
+    let run_id = new
+        .run_id
+        .clone()
+        .unwrap_or_else(|| crate::ids::new_run_id(&mut rng));
     store
         .create_run(NewRun {
             id: run_id.clone(),
@@ -723,7 +759,12 @@ impl Team {
     }
 
     /// The lead's loop: run a turn, then take mail at the boundary, until the team is done.
-    async fn drive_lead(&self, launch: &TeamLaunch, resumed: bool) -> anyhow::Result<Ending> {
+    async fn drive_lead(
+        &self,
+        launch: &TeamLaunch,
+        resumed: bool,
+        front: Option<&FrontEnd>,
+    ) -> anyhow::Result<Ending> {
         let spec = AgentSpec {
             agent_id: LEAD.into(),
             kind: AgentKind::Main,
@@ -739,6 +780,9 @@ impl Team {
             let prompt = self.lead_prompt(&launch.prompt);
             AgentRuntime::start(self.run.clone(), spec, &prompt).await?
         };
+        if let Some(front) = front {
+            front.hold_turn(lead.interrupter());
+        }
         let mut states = self.states.subscribe();
         loop {
             // The lead waiting on a person for its own plan blocks only itself; the run stops

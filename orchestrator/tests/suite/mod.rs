@@ -3,6 +3,8 @@ mod acp_clients;
 mod batch_cli;
 mod bench_cli;
 mod check_cli;
+mod claude_cli;
+mod claude_sdk;
 mod common;
 mod compat_cli;
 mod config_cli;

@@ -1,0 +1,33 @@
+//! What a `muster claude` session was asked for: Claude Code's command line, checked
+//! (`cli/claude.rs` parses it; the lists are in docs/claude-compat.md).
+
+use muster_config::PermissionMode;
+
+/// How the answer is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    Text,
+    Json,
+    StreamJson,
+}
+
+/// The checked command line: what a session does.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub output: Output,
+    pub stream_input: bool,
+    pub partial: bool,
+    pub prompt: Option<String>,
+    pub model: Option<String>,
+    pub permission_mode: Option<PermissionMode>,
+    /// Settings given as flags: (key, value, flag).
+    pub settings: Vec<(String, String, String)>,
+    pub resume: Option<String>,
+    pub continue_last: bool,
+    pub fork: bool,
+    pub session_alias: Option<String>,
+    /// `--permission-prompt-tool stdio`.
+    pub ask_program: bool,
+    /// One line each, said once on stderr.
+    pub warnings: Vec<String>,
+}

@@ -1,0 +1,254 @@
+//! `--permission-prompt-tool stdio`: what the run asks its person goes to the program as the
+//! SDK's `can_use_tool` control request, and its answer comes back as the person's — a plan
+//! through the one decision path (the runtime commits it, so the first answer wins), a
+//! question's answer, a permission ask's verdict. The shapes are Claude Code's: a plan is
+//! `ExitPlanMode` with `{plan, planFilePath}`, a question `AskUserQuestion` with its answers
+//! in `updatedInput.answers`, a permission ask the tool itself.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use muster_agents::runtime::{Terminal, TerminalPlanDecision};
+use muster_config::PermissionMode;
+use muster_protocol::ToolName;
+use serde_json::{Value, json};
+
+use super::Shared;
+
+/// The program on the other end of stdin/stdout, as the run's person.
+pub(crate) struct ProgramAsks {
+    pub shared: Arc<Shared>,
+    /// `disableBypassPermissionsMode = "disable"`: a plan is never approved into it.
+    pub bypass_disabled: bool,
+}
+
+/// The program's answer to one `can_use_tool`.
+#[derive(Debug, PartialEq)]
+enum Verdict {
+    Allow {
+        updated_input: Option<Value>,
+        permissions: Vec<Value>,
+    },
+    Deny {
+        message: Option<String>,
+    },
+}
+
+fn verdict(answer: Option<Value>) -> Verdict {
+    let Some(answer) = answer else {
+        return Verdict::Deny { message: None };
+    };
+    match answer["behavior"].as_str() {
+        Some("allow") => Verdict::Allow {
+            updated_input: answer.get("updatedInput").cloned(),
+            permissions: answer["updatedPermissions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default(),
+        },
+        _ => Verdict::Deny {
+            message: answer["message"]
+                .as_str()
+                .map(str::to_owned)
+                .filter(|text| !text.trim().is_empty()),
+        },
+    }
+}
+
+/// The mode a plan's approval grants: the last `setMode` of `updatedPermissions`, lowered to
+/// `acceptEdits` when `bypassPermissions` is disabled; `None` keeps the runtime's default.
+fn granted_mode(permissions: &[Value], bypass_disabled: bool) -> Option<PermissionMode> {
+    let named = permissions
+        .iter()
+        .rev()
+        .find(|entry| entry["type"] == "setMode")?;
+    let text = named["mode"].as_str()?;
+    let asked = match text.parse::<PermissionMode>() {
+        Ok(mode) => mode,
+        Err(error) => {
+            eprintln!("muster claude: warning: setMode {text:?} is not a mode ({error}); ignored");
+            return None;
+        }
+    };
+    if asked == PermissionMode::BypassPermissions && bypass_disabled {
+        eprintln!(
+            "muster claude: warning: bypassPermissions is disabled by \
+             disableBypassPermissionsMode; the plan is approved into acceptEdits"
+        );
+        return Some(PermissionMode::AcceptEdits);
+    }
+    Some(asked)
+}
+
+/// Says once per answer that entries other than `setMode` write nothing.
+fn warn_of_unapplied(permissions: &[Value]) {
+    if permissions.iter().any(|entry| entry["type"] != "setMode") {
+        eprintln!(
+            "muster claude: warning: updatedPermissions entries other than setMode are not \
+             applied and no settings file is written; put lasting rules in the settings files"
+        );
+    }
+}
+
+impl ProgramAsks {
+    fn can_use_tool(&self, tool: &str, input: Value, agent: &str, reason: Option<&str>) -> Verdict {
+        let mut request = json!({
+            "subtype": "can_use_tool",
+            "tool_name": tool,
+            "input": input,
+            "agent_id": agent,
+            "permission_suggestions": [],
+        });
+        if let (Some(reason), Some(fields)) = (reason, request.as_object_mut()) {
+            fields.insert("decision_reason".into(), json!(reason));
+        }
+        verdict(self.shared.ask(request))
+    }
+}
+
+impl ProgramAsks {
+    /// A plan as `ExitPlanMode`, with the id of its stored request when known (a team run's).
+    pub(crate) fn plan(
+        &self,
+        agent: &str,
+        plan_file: &Path,
+        plan: &str,
+        request_id: Option<&str>,
+    ) -> TerminalPlanDecision {
+        let mut input = json!({"plan": plan, "planFilePath": plan_file.display().to_string()});
+        if let (Some(id), Some(fields)) = (request_id, input.as_object_mut()) {
+            fields.insert("request_id".into(), json!(id));
+        }
+        match self.can_use_tool(ToolName::ExitPlanMode.as_str(), input, agent, None) {
+            Verdict::Allow { permissions, .. } => {
+                warn_of_unapplied(&permissions);
+                TerminalPlanDecision::Approve {
+                    mode: granted_mode(&permissions, self.bypass_disabled),
+                    feedback: None,
+                    clear_context: false,
+                }
+            }
+            Verdict::Deny { message } => TerminalPlanDecision::Reject {
+                feedback: message.unwrap_or_else(|| "rejected by the program".to_owned()),
+            },
+        }
+    }
+}
+
+impl Terminal for ProgramAsks {
+    fn decide_plan(&self, agent: &str, plan_file: &Path, plan: &str) -> TerminalPlanDecision {
+        self.plan(agent, plan_file, plan, None)
+    }
+
+    fn answer_question(&self, agent: &str, question: &str, options: &[String]) -> Option<String> {
+        let choices: Vec<Value> = options
+            .iter()
+            .map(|label| json!({"label": label, "description": ""}))
+            .collect();
+        let input = json!({"questions": [{
+            "question": question,
+            "header": agent,
+            "options": choices,
+            "multiSelect": false,
+        }]});
+        match self.can_use_tool(ToolName::AskUserQuestion.as_str(), input, agent, None) {
+            Verdict::Allow {
+                updated_input: Some(updated),
+                ..
+            } => match &updated["answers"][question] {
+                Value::String(answer) => Some(answer.clone()),
+                Value::Null => None,
+                other => Some(other.to_string()),
+            },
+            _ => None,
+        }
+    }
+
+    fn allow_call(&self, agent: &str, tool: &str, input: &Value, reason: &str) -> bool {
+        match self.can_use_tool(tool, input.clone(), agent, Some(reason)) {
+            Verdict::Allow {
+                updated_input,
+                permissions,
+            } => {
+                warn_of_unapplied(&permissions);
+                match updated_input {
+                    Some(updated) if &updated != input => {
+                        // The engine decided on the input it was asked about; a changed one
+                        // would run unchecked, so the call is refused instead.
+                        eprintln!(
+                            "muster claude: warning: the program allowed {tool} with a changed \
+                             input; muster does not run a changed input unchecked, so the call \
+                             was denied"
+                        );
+                        false
+                    }
+                    _ => true,
+                }
+            }
+            Verdict::Deny { .. } => false,
+        }
+    }
+
+    fn decided_elsewhere(&self, request_id: &str, decided_by: &str) {
+        eprintln!(
+            "muster claude: {request_id} was decided first by {decided_by} elsewhere; the \
+             program's answer changed nothing"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each `setMode` list, and the mode a plan's approval grants.
+    #[test]
+    fn a_set_mode_entry_grants_its_mode_within_the_ceiling() {
+        let rows = [
+            (json!([]), false, None),
+            (
+                json!([{"type": "setMode", "mode": "acceptEdits", "destination": "session"}]),
+                false,
+                Some(PermissionMode::AcceptEdits),
+            ),
+            (
+                json!([{"type": "setMode", "mode": "bypassPermissions"}]),
+                true,
+                Some(PermissionMode::AcceptEdits),
+            ),
+            (
+                json!([{"type": "setMode", "mode": "bypassPermissions"}]),
+                false,
+                Some(PermissionMode::BypassPermissions),
+            ),
+            (
+                json!([{"type": "setMode", "mode": "sideways"}]),
+                false,
+                None,
+            ),
+            (json!([{"type": "addRules", "rules": []}]), false, None),
+        ];
+        for (entries, disabled, mode) in rows {
+            let entries = entries.as_array().cloned().unwrap_or_default();
+            assert_eq!(granted_mode(&entries, disabled), mode, "{entries:?}");
+        }
+    }
+
+    #[test]
+    fn an_answer_reads_as_a_verdict() {
+        assert_eq!(verdict(None), Verdict::Deny { message: None });
+        assert_eq!(
+            verdict(Some(json!({"behavior": "deny", "message": "split it"}))),
+            Verdict::Deny {
+                message: Some("split it".into())
+            }
+        );
+        assert_eq!(
+            verdict(Some(json!({"behavior": "allow", "updatedInput": {"a": 1}}))),
+            Verdict::Allow {
+                updated_input: Some(json!({"a": 1})),
+                permissions: Vec::new()
+            }
+        );
+    }
+}

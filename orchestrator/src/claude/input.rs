@@ -1,0 +1,172 @@
+//! `--input-format stream-json`: stdin's JSON lines, read on a thread of their own. User
+//! messages become prompts (run one after the other by the session); the SDK's control
+//! requests are answered here at once — `initialize`, `interrupt` (the running turn's
+//! `interrupt_turn`), `mcp_status` — and any other is answered with an error naming it;
+//! `control_response`s go to the request waiting for them. A line that is not a message is
+//! reported on stderr and skipped. At EOF the prompts already read still run, then the
+//! process ends.
+
+use std::fs::File;
+use std::io::BufRead as _;
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, Sender};
+
+use serde_json::{Value, json};
+
+use super::Shared;
+
+/// What the session reads from stdin.
+pub(crate) enum Input {
+    Prompt(String),
+}
+
+/// Starts reading `stdin`: the prompts, in order, until EOF.
+pub(crate) fn spawn_reader(stdin: File, shared: Arc<Shared>) -> Receiver<Input> {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("claude-stdin".into())
+        .spawn(move || read_lines(stdin, &shared, &sender));
+    if let Err(error) = spawned {
+        eprintln!("muster claude: stdin could not be read (no thread: {error})");
+    }
+    receiver
+}
+
+fn read_lines(stdin: File, shared: &Shared, prompts: &Sender<Input>) {
+    for (index, line) in std::io::BufReader::new(stdin).lines().enumerate() {
+        let line = match line {
+            Ok(line) => line,
+            Err(error) => {
+                eprintln!("muster claude: stdin could not be read ({error}); no more prompts");
+                break;
+            }
+        };
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Value>(&line) {
+            Ok(message) => handle(&message, index + 1, shared, prompts),
+            Err(error) => eprintln!(
+                "muster claude: stdin line {} is not JSON ({error}); it was skipped (each line \
+                 must be one message, e.g. {{\"type\":\"user\",\"message\":{{\"role\":\"user\",\
+                 \"content\":\"…\"}}}})",
+                index + 1
+            ),
+        }
+    }
+    shared.abandon_requests();
+}
+
+fn handle(message: &Value, line: usize, shared: &Shared, prompts: &Sender<Input>) {
+    match message["type"].as_str() {
+        Some("user") => match prompt_text(&message["message"]["content"]) {
+            Some(text) => {
+                let _ = prompts.send(Input::Prompt(text));
+            }
+            None => eprintln!(
+                "muster claude: stdin line {line}: a user message without text was skipped"
+            ),
+        },
+        Some("control_request") => control(message, shared),
+        Some("control_response") => shared.answered(&message["response"]),
+        Some("control_cancel_request") => {
+            shared.answered(
+                &json!({"request_id": message["request_id"], "subtype": "error",
+                "error": "cancelled by the program"}),
+            );
+        }
+        Some("keep_alive") => {}
+        other => eprintln!(
+            "muster claude: stdin line {line}: a message of type {} was skipped (user, \
+             control_request and control_response are read)",
+            other.map_or("(none)".to_owned(), |t| format!("{t:?}"))
+        ),
+    }
+}
+
+/// A user message's text: a string, or its text blocks joined.
+fn prompt_text(content: &Value) -> Option<String> {
+    let text = match content {
+        Value::String(text) => text.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter(|block| block["type"] == "text")
+            .filter_map(|block| block["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => return None,
+    };
+    (!text.trim().is_empty()).then_some(text)
+}
+
+/// Answers one control request of the program.
+fn control(message: &Value, shared: &Shared) {
+    let id = message["request_id"].clone();
+    let request = &message["request"];
+    let answer = match request["subtype"].as_str() {
+        Some("initialize") => Ok(initialized(request)),
+        Some("interrupt") => {
+            shared.interrupt();
+            Ok(json!({}))
+        }
+        Some("mcp_status") => Ok(json!({"mcpServers": []})),
+        Some(other) => Err(format!(
+            "muster does not support the control request {other:?} (supported: initialize, \
+             interrupt, mcp_status)"
+        )),
+        None => Err("a control request without a subtype".to_owned()),
+    };
+    let response = match answer {
+        Ok(response) => json!({"subtype": "success", "request_id": id, "response": response}),
+        Err(error) => {
+            eprintln!("muster claude: {error}");
+            json!({"subtype": "error", "request_id": id, "error": error})
+        }
+    };
+    shared.write(&json!({"type": "control_response", "response": response}));
+}
+
+/// `initialize`'s answer. Hook callbacks the program registers are not called (said once on
+/// stderr): muster's hooks come from the trusted settings files.
+fn initialized(request: &Value) -> Value {
+    if request["hooks"]
+        .as_object()
+        .is_some_and(|hooks| !hooks.is_empty())
+    {
+        eprintln!(
+            "muster claude: warning: the program's hook callbacks are not called; muster runs \
+             the hooks of the project's trusted settings files"
+        );
+    }
+    json!({
+        "commands": [],
+        "agents": [],
+        "output_style": "default",
+        "available_output_styles": ["default"],
+        "models": [],
+        "claude_code_version": super::CLAUDE_CODE_VERSION,
+        "muster_version": env!("CARGO_PKG_VERSION"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_user_message_gives_its_text() {
+        let rows = [
+            (json!("hello"), Some("hello")),
+            (
+                json!([{"type": "text", "text": "a"}, {"type": "image"}]),
+                Some("a"),
+            ),
+            (json!([{"type": "image"}]), None),
+            (json!("  "), None),
+            (json!(7), None),
+        ];
+        for (content, text) in rows {
+            assert_eq!(prompt_text(&content).as_deref(), text, "{content}");
+        }
+    }
+}

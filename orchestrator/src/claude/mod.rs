@@ -1,0 +1,655 @@
+//! muster as Claude Code's headless mode: selected when the program's file name is `claude`
+//! (a link to the `muster` binary) or by `muster claude ARGS…`. It parses Claude Code's
+//! command line ([`args`]), drives a single-agent run as `muster acp` does — the first prompt
+//! starts the run, each later one (`--input-format stream-json`) continues it, `interrupt` is
+//! `interrupt_turn` — and prints Claude Code's messages ([`messages`]). With
+//! `--permission-prompt-tool stdio`, what the run asks its person goes to the program as the
+//! SDK's `can_use_tool` control requests ([`asks`]), answered through the one decision path.
+//! Exit codes stay muster's. Behaviour: docs/claude-compat.md.
+//!
+//! Stdout carries the protocol only: the process keeps its real stdout for the messages and
+//! points file descriptor 1 at stderr (as `muster acp` does), so nothing a child prints
+//! reaches the program; in `stream-json` input mode stdin is kept the same way and replaced
+//! by `/dev/null`.
+
+pub mod args;
+mod asks;
+mod input;
+mod messages;
+mod team_asks;
+
+use std::fs::File;
+use std::io::{Read as _, Write as _};
+use std::os::fd::AsFd as _;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use muster_agents::runtime::{EventSink, RunEvent, TurnInterrupt};
+use muster_config::settings::CliOverrides;
+use muster_mailbox::{RunRecord, RunStatus};
+use serde_json::{Value, json};
+
+use crate::exit::{Exit, ExitError};
+use crate::launch::RunFlags;
+use crate::lifecycle::{Ending, FrontEnd};
+use crate::project::{Globals, Project};
+use args::{Output, Request};
+use messages::Translator;
+
+pub use messages::CLAUDE_CODE_VERSION;
+
+/// The file name that selects this mode.
+pub const PROGRAM_NAME: &str = "claude";
+
+/// Whether the program was started under the name `claude` (`argv[0]`'s file name).
+pub fn invoked_as_claude(argv0: &std::ffi::OsStr) -> bool {
+    Path::new(argv0)
+        .file_name()
+        .is_some_and(|name| name == PROGRAM_NAME)
+}
+
+/// Runs Claude Code's headless mode as `request` asks.
+pub fn main(global: &Globals, request: Request) -> anyhow::Result<Exit> {
+    for warning in &request.warnings {
+        eprintln!("muster claude: warning: {warning}");
+    }
+    let (program_in, program_out) = take_stdio(request.stream_input)?;
+    let shared = Arc::new(Shared::new(program_out));
+    let session = open_session(global, &request)?;
+    let prompts = match program_in {
+        Some(stdin) => input::spawn_reader(stdin, shared.clone()),
+        None => one_prompt(&request)?,
+    };
+    let mut driver = Driver {
+        global: global.clone(),
+        request,
+        shared,
+        session,
+        exit: Exit::Success,
+    };
+    while let Ok(input::Input::Prompt(prompt)) = prompts.recv() {
+        driver.prompt(prompt);
+    }
+    Ok(driver.exit)
+}
+
+/// `-p PROMPT`, or the whole of stdin as the one prompt.
+fn one_prompt(request: &Request) -> anyhow::Result<std::sync::mpsc::Receiver<input::Input>> {
+    let prompt = match &request.prompt {
+        Some(prompt) => prompt.clone(),
+        None => {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .map_err(|error| {
+                    ExitError::new(Exit::Usage, format!("stdin could not be read: {error}"))
+                })?;
+            text
+        }
+    };
+    if prompt.trim().is_empty() {
+        return Err(ExitError::new(
+            Exit::Usage,
+            "no prompt: give it as an argument (`claude -p \"…\"`) or on stdin",
+        )
+        .into());
+    }
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let _ = sender.send(input::Input::Prompt(prompt));
+    Ok(receiver)
+}
+
+/// The protocol's own stdout (fd 1 becomes stderr) and, when prompts come as JSON lines, its
+/// own stdin (fd 0 becomes `/dev/null`).
+fn take_stdio(keep_stdin: bool) -> anyhow::Result<(Option<File>, File)> {
+    let out = File::from(std::io::stdout().as_fd().try_clone_to_owned()?);
+    rustix::stdio::dup2_stdout(std::io::stderr())?;
+    let input = if keep_stdin {
+        let input = File::from(std::io::stdin().as_fd().try_clone_to_owned()?);
+        rustix::stdio::dup2_stdin(File::open("/dev/null")?)?;
+        Some(input)
+    } else {
+        None
+    };
+    Ok((input, out))
+}
+
+/// What the reader of stdin and the prompts' threads share.
+pub(crate) struct Shared {
+    out: Mutex<File>,
+    /// Control requests sent to the program, awaiting its `control_response`.
+    pending: Mutex<std::collections::HashMap<String, std::sync::mpsc::Sender<Value>>>,
+    next_request: AtomicU64,
+    /// The running prompt's turn handle, while one runs.
+    turn: Mutex<Option<Arc<Mutex<Option<TurnInterrupt>>>>>,
+    /// An `interrupt` came for the running prompt.
+    interrupted: AtomicBool,
+    /// The session's id, once known (for `session_state_changed`).
+    session_id: Mutex<String>,
+}
+
+impl Shared {
+    fn new(out: File) -> Shared {
+        Shared {
+            out: Mutex::new(out),
+            pending: Mutex::new(std::collections::HashMap::new()),
+            next_request: AtomicU64::new(0),
+            turn: Mutex::new(None),
+            interrupted: AtomicBool::new(false),
+            session_id: Mutex::new(String::new()),
+        }
+    }
+
+    /// Writes one message as a line of stdout; a program that is gone loses the line.
+    pub(crate) fn write(&self, message: &Value) {
+        let mut out = self.out.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Err(error) = writeln!(out, "{message}").and_then(|()| out.flush()) {
+            tracing::debug!("a message to the program was not written: {error}");
+        }
+    }
+
+    fn session_id(&self) -> String {
+        self.session_id
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// `system`/`session_state_changed`: `running`, `requires_action` or `idle`.
+    pub(crate) fn state(&self, state: &str) {
+        self.write(&json!({
+            "type": "system",
+            "subtype": "session_state_changed",
+            "state": state,
+            "session_id": self.session_id(),
+            "uuid": uuid::Uuid::new_v4().to_string(),
+        }));
+    }
+
+    /// `interrupt`: ends the running prompt's turn (committed, resumable). Asked before the
+    /// turn's handle exists, it is given at the run's next event.
+    pub(crate) fn interrupt(&self) {
+        self.interrupted.store(true, Ordering::SeqCst);
+        self.interrupt_if_asked();
+    }
+
+    fn interrupt_if_asked(&self) {
+        if !self.interrupted.load(Ordering::SeqCst) {
+            return;
+        }
+        let turn = self
+            .turn
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(turn) = turn
+            && let Some(interrupt) = turn.lock().unwrap_or_else(PoisonError::into_inner).as_ref()
+        {
+            interrupt.interrupt();
+            self.interrupted.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// Sends a control request to the program and blocks until its answer (`None`: the
+    /// program closed stdin or answered with an error).
+    pub(crate) fn ask(&self, request: Value) -> Option<Value> {
+        let id = format!(
+            "muster-{}",
+            self.next_request.fetch_add(1, Ordering::SeqCst) + 1
+        );
+        let (sender, receiver) = std::sync::mpsc::channel();
+        self.pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id.clone(), sender);
+        self.state("requires_action");
+        self.write(&json!({"type": "control_request", "request_id": id, "request": request}));
+        let answer = receiver.recv().ok();
+        self.state("running");
+        answer
+    }
+
+    /// Routes a `control_response` to the request waiting for it.
+    pub(crate) fn answered(&self, response: &Value) {
+        let Some(id) = response["request_id"].as_str() else {
+            eprintln!("muster claude: a control_response without request_id was ignored");
+            return;
+        };
+        let waiting = self
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(id);
+        match waiting {
+            Some(sender) if response["subtype"] == "success" => {
+                let _ = sender.send(response["response"].clone());
+            }
+            Some(_) => eprintln!(
+                "muster claude: the program answered {id} with an error ({}); taken as a refusal",
+                response["error"]
+            ),
+            None => {
+                eprintln!("muster claude: a control_response to unknown request {id} was ignored")
+            }
+        }
+    }
+
+    /// The program closed stdin: every request waiting on it gets no answer.
+    pub(crate) fn abandon_requests(&self) {
+        self.pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+}
+
+/// The run a session drives, and how it is named.
+struct Session {
+    /// The run's id, once it exists (a resumed run's at once).
+    run_id: String,
+    /// Whether the run is in the store.
+    stored: bool,
+    /// `session_id` in the output: the alias when there is one, else the run id.
+    session_id: String,
+    /// For `system`/`init`.
+    init: InitFacts,
+    /// The project's team file: a new session is a team run.
+    team_file: Option<std::path::PathBuf>,
+}
+
+/// What `system`/`init` says of the session.
+struct InitFacts {
+    cwd: String,
+    model: String,
+    permission_mode: String,
+    tools: Vec<String>,
+    mcp_servers: Vec<Value>,
+    /// `disableBypassPermissionsMode = "disable"`.
+    bypass_disabled: bool,
+}
+
+/// Picks the session's run: a new one, or the one `--resume`/`--continue` names (forked
+/// with `--fork-session`); refuses a team project, which this mode does not drive yet.
+fn open_session(global: &Globals, request: &Request) -> anyhow::Result<Session> {
+    let root = crate::loading::project_root(global)?;
+    let mut overrides = CliOverrides::new();
+    if let Some(model) = &request.model {
+        overrides = overrides.model(model);
+    }
+    if let Some(mode) = request.permission_mode {
+        overrides = overrides.permission_mode(mode.to_string());
+    }
+    for (key, value, flag) in &request.settings {
+        overrides = overrides.set(key, value, flag);
+    }
+    let project = Project::load(global, root, overrides)?;
+    let team_file = crate::team::team_file_for(global, None)?;
+    let init = init_facts(&project, request);
+    let existing = match (&request.resume, request.continue_last) {
+        (Some(id), _) => Some(find_run(&project, Some(id))?),
+        (None, true) => Some(find_run(&project, None)?),
+        (None, false) => None,
+    };
+    let Some(record) = existing else {
+        let run_id = crate::ids::new_run_id(&mut fastrand::Rng::new());
+        let session_id = request.session_alias.clone().unwrap_or(run_id.clone());
+        return Ok(Session {
+            run_id,
+            stored: false,
+            session_id,
+            init,
+            team_file,
+        });
+    };
+    let (run_id, alias) = if request.fork {
+        let runtime = crate::lifecycle::tokio_runtime()?;
+        let store = runtime.block_on(project.open_store())?;
+        let forked = crate::fork::fork_run(&project, store.as_ref(), &runtime, &record.id)?;
+        set_alias(&project, &forked.id, request.session_alias.as_deref())?;
+        (forked.id, request.session_alias.clone())
+    } else {
+        let alias = record.launch_options["session_alias"]
+            .as_str()
+            .map(str::to_owned);
+        (record.id, alias)
+    };
+    Ok(Session {
+        session_id: alias.unwrap_or(run_id.clone()),
+        run_id,
+        stored: true,
+        init,
+        team_file: None,
+    })
+}
+
+fn init_facts(project: &Project, request: &Request) -> InitFacts {
+    let settings = &project.settings;
+    let (servers, _) = crate::mcp::load_servers(project.root.path(), settings);
+    let mcp_servers = servers
+        .servers
+        .iter()
+        .map(|server| {
+            let status = match (server.enabled, server.untrusted) {
+                (true, false) => "pending",
+                (_, true) => "needs-trust",
+                (false, _) => "disabled",
+            };
+            json!({"name": server.server.name, "status": status})
+        })
+        .collect();
+    InitFacts {
+        cwd: project.root.path().display().to_string(),
+        model: request
+            .model
+            .clone()
+            .unwrap_or_else(|| settings.act.model.value.clone()),
+        permission_mode: settings.permission_mode.value.to_string(),
+        tools: muster_config::tools::standard_tools()
+            .into_iter()
+            .map(str::to_owned)
+            .collect(),
+        mcp_servers,
+        bypass_disabled: settings
+            .refuse_disabled_mode(muster_config::PermissionMode::BypassPermissions, "")
+            .is_some(),
+    }
+}
+
+/// The run `--resume ID` names (its id or its `--session-id` alias), else the newest run that
+/// takes a new prompt.
+fn find_run(project: &Project, id: Option<&str>) -> anyhow::Result<RunRecord> {
+    let usage = |message: String| anyhow::Error::from(ExitError::new(Exit::Usage, message));
+    let scope = crate::project::project_scope(project, false);
+    crate::lifecycle::tokio_runtime()?.block_on(async {
+        let store = project.open_store().await?;
+        let runs = store.runs().await?;
+        let found = match id {
+            Some(id) => runs
+                .into_iter()
+                .filter(|run| {
+                    run.id == id || run.launch_options["session_alias"].as_str() == Some(id)
+                })
+                .max_by_key(|run| (run.id == id, run.updated_at)),
+            None => runs
+                .into_iter()
+                .filter(|run| scope.as_deref().is_none_or(|p| run.in_project(p)))
+                .filter(|run| matches!(run.status, RunStatus::Completed | RunStatus::Interrupted))
+                .max_by_key(|run| (run.updated_at, run.id.clone())),
+        };
+        let record = found.ok_or_else(|| match id {
+            Some(id) => usage(format!(
+                "no session {id:?} in this store: give a run id or a --session-id used before \
+                 (see `muster runs`)"
+            )),
+            None => usage("no completed or interrupted run to continue (see `muster runs`)".into()),
+        })?;
+        if record.team.is_some() {
+            return Err(usage(format!(
+                "run {} is a team run: `muster claude` continues single-agent runs so far",
+                record.id
+            )));
+        }
+        crate::lifecycle::check_here_and_not_live_in(project, &record).await?;
+        Ok(record)
+    })
+}
+
+/// Stores `alias` (or none) as the forked run's session alias.
+fn set_alias(project: &Project, run_id: &str, alias: Option<&str>) -> anyhow::Result<()> {
+    crate::lifecycle::tokio_runtime()?.block_on(async {
+        let store = project.open_store().await?;
+        let Some(record) = store.run(run_id).await? else {
+            return Ok(());
+        };
+        let mut options = record.launch_options.clone();
+        if let Some(fields) = options.as_object_mut() {
+            match alias {
+                Some(alias) => fields.insert("session_alias".into(), json!(alias)),
+                None => fields.remove("session_alias"),
+            };
+        }
+        store.set_launch_options(run_id, options).await?;
+        Ok(())
+    })
+}
+
+/// Runs a session's prompts one after the other.
+struct Driver {
+    global: Globals,
+    request: Request,
+    shared: Arc<Shared>,
+    session: Session,
+    /// The last prompt's exit code: the process's.
+    exit: Exit,
+}
+
+impl Driver {
+    fn prompt(&mut self, prompt: String) {
+        *self
+            .shared
+            .session_id
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = self.session.session_id.clone();
+        self.shared.interrupted.store(false, Ordering::SeqCst);
+        let main = match self.session.team_file {
+            Some(_) => crate::team::LEAD,
+            None => crate::single_run::MAIN_AGENT,
+        };
+        let translator = Arc::new(Mutex::new(Translator::new(
+            self.session.session_id.clone(),
+            main,
+            self.request.partial,
+        )));
+        let asks = Arc::new(asks::ProgramAsks {
+            shared: self.shared.clone(),
+            bypass_disabled: self.session.init.bypass_disabled,
+        });
+        // A team run waits on its person's requests live: they are put to the program as
+        // they are committed.
+        let team_asks =
+            (self.request.ask_program && self.session.team_file.is_some()).then(|| TeamAsks {
+                global: self.global.clone(),
+                asks: asks.clone(),
+                run_id: self.session.run_id.clone(),
+            });
+        let streaming = self.request.output == Output::StreamJson;
+        if streaming {
+            self.shared.write(&self.init_message());
+            self.shared.state("running");
+        }
+        let turn = Arc::new(Mutex::new(None::<TurnInterrupt>));
+        *self
+            .shared
+            .turn
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(turn.clone());
+        let front = FrontEnd {
+            events: Arc::new(PromptSink {
+                shared: self.shared.clone(),
+                translator: translator.clone(),
+                streaming,
+                team_asks,
+            }),
+            turn,
+            person: self
+                .request
+                .ask_program
+                .then_some(asks as Arc<dyn muster_agents::runtime::Terminal>),
+        };
+        let ending = self
+            .drive(prompt, &front)
+            .unwrap_or_else(|error| Ending::from_error(&error));
+        *self
+            .shared
+            .turn
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+        // A prompt that failed before its run was created leaves the next one to create it.
+        self.session.stored = self.session.stored
+            || crate::lifecycle::record_of(&self.global, &self.session.run_id).is_ok();
+        self.exit = ending.exit;
+        let result = translator
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .result(&ending, &self.session.run_id);
+        self.report(&result);
+    }
+
+    /// Prints the prompt's result as the output format asks.
+    fn report(&self, result: &Value) {
+        match self.request.output {
+            Output::StreamJson => {
+                self.shared.write(result);
+                self.shared.state("idle");
+            }
+            Output::Json => self.shared.write(result),
+            Output::Text => {
+                let text = result["result"].as_str().unwrap_or_default();
+                if result["is_error"] == true {
+                    eprintln!("{text}");
+                } else {
+                    let mut out = self
+                        .shared
+                        .out
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    let _ = writeln!(out, "{text}");
+                }
+            }
+        }
+    }
+
+    fn init_message(&self) -> Value {
+        let init = &self.session.init;
+        json!({
+            "type": "system",
+            "subtype": "init",
+            "session_id": self.session.session_id,
+            "cwd": init.cwd,
+            "model": init.model,
+            "permissionMode": init.permission_mode,
+            "apiKeySource": "none",
+            "tools": init.tools,
+            "mcp_servers": init.mcp_servers,
+            "slash_commands": [],
+            "agents": [],
+            "skills": [],
+            "plugins": [],
+            "output_style": "default",
+            "claude_code_version": CLAUDE_CODE_VERSION,
+            "muster_version": env!("CARGO_PKG_VERSION"),
+            "muster_run_id": self.session.run_id,
+            "uuid": uuid::Uuid::new_v4().to_string(),
+        })
+    }
+
+    /// A new run's flags.
+    fn run_flags(&self, prompt: String) -> RunFlags {
+        RunFlags {
+            prompt,
+            model: self.request.model.clone(),
+            permission_mode: self.request.permission_mode,
+            settings: self.request.settings.clone(),
+            session_alias: self.request.session_alias.clone(),
+            ..RunFlags::default()
+        }
+    }
+
+    /// Runs one prompt to its ending: a new run, the run continued, or — a run left
+    /// awaiting a decision or mid-turn — the run carried on first.
+    fn drive(&self, prompt: String, front: &FrontEnd) -> anyhow::Result<Ending> {
+        let global = &self.global;
+        let id = &self.session.run_id;
+        if let Some(team_file) = &self.session.team_file {
+            if self.session.stored {
+                return Err(ExitError::new(
+                    Exit::Usage,
+                    format!(
+                        "run {id} is a team run: it takes one prompt per session so far (a \
+                         team run's continue is not supported); start a new session"
+                    ),
+                )
+                .into());
+            }
+            let flags = self.run_flags(prompt);
+            return crate::team::run_for_front(
+                global,
+                flags,
+                team_file.clone(),
+                id.clone(),
+                front.clone(),
+            );
+        }
+        if !self.session.stored {
+            let flags = self.run_flags(prompt);
+            return crate::single_run::run_for_front(global, flags, id.clone(), front.clone());
+        }
+        let record = crate::lifecycle::record_of(global, id)?;
+        if !matches!(record.status, RunStatus::Completed | RunStatus::Interrupted) {
+            let ending = crate::single_run::resume_for_front(global, record, None, front.clone())?;
+            if ending.status != RunStatus::Completed {
+                return Ok(ending);
+            }
+            let record = crate::lifecycle::record_of(global, id)?;
+            return crate::single_run::resume_for_front(
+                global,
+                record,
+                Some(prompt),
+                front.clone(),
+            );
+        }
+        crate::single_run::resume_for_front(global, record, Some(prompt), front.clone())
+    }
+}
+
+/// The run's events as the prompt's messages (printed in `stream-json`, counted always).
+struct PromptSink {
+    shared: Arc<Shared>,
+    translator: Arc<Mutex<Translator>>,
+    streaming: bool,
+    /// A team run's requests to its person go to the program.
+    team_asks: Option<TeamAsks>,
+}
+
+/// What a team run's request to its person is put to the program with.
+struct TeamAsks {
+    global: Globals,
+    asks: Arc<asks::ProgramAsks>,
+    run_id: String,
+}
+
+impl EventSink for PromptSink {
+    fn emit(&self, event: RunEvent) {
+        if let (
+            Some(team),
+            RunEvent::ApprovalRequested {
+                agent,
+                request_id,
+                responder,
+                ..
+            },
+        ) = (&self.team_asks, &event)
+            && responder == muster_mailbox::HUMAN
+        {
+            team_asks::answer_in_background(team_asks::PersonRequest {
+                global: team.global.clone(),
+                asks: team.asks.clone(),
+                run_id: team.run_id.clone(),
+                request_id: request_id.clone(),
+                agent: agent.clone(),
+            });
+        }
+        let messages = self
+            .translator
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .messages_for(&event);
+        if self.streaming {
+            for message in messages {
+                self.shared.write(&message);
+            }
+        }
+        self.shared.interrupt_if_asked();
+    }
+}

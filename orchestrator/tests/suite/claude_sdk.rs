@@ -1,0 +1,300 @@
+//! The real Python Agent SDK (`claude-agent-sdk`, pinned in tests/claude-sdk/requirements.txt
+//! and installed by `scripts/test`) driving muster through a `claude` link, against
+//! `muster-fake-llm`: tests/claude-sdk/scenarios.py holds the programs, written as for Claude
+//! Code; this side scripts the model, runs them with `ANTHROPIC_API_KEY` and `CLAUDE_*` unset,
+//! and checks the store.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use muster_fake_llm::{Block, FakeLlmHandle, Fault, ScriptEntry, UsageSpec};
+use serde_json::{Value, json};
+
+use super::common::{GUARD, config_home, fake, open_store, project, tool};
+
+/// The Python with the SDK: `MUSTER_TEST_CLAUDE_SDK_PYTHON` (set by `scripts/test`).
+fn python() -> String {
+    let python =
+        std::env::var("MUSTER_TEST_CLAUDE_SDK_PYTHON").unwrap_or_else(|_| "python3".into());
+    let probe = std::process::Command::new(&python)
+        // Found, not imported: the import itself takes seconds, and the scenario pays it once.
+        .args([
+            "-c",
+            "import importlib.util, sys; sys.exit(importlib.util.find_spec('claude_agent_sdk') is None)",
+        ])
+        .output();
+    match probe {
+        Ok(output) if output.status.success() => python,
+        _ => panic!(
+            "the SDK tests need Python with `claude-agent-sdk`: run `scripts/test`, which \
+             installs it, or set MUSTER_TEST_CLAUDE_SDK_PYTHON to such a python"
+        ),
+    }
+}
+
+fn scenarios() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/claude-sdk/scenarios.py")
+}
+
+fn claude_link(dir: &Path) -> PathBuf {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let link = bin.join("claude");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_muster"), &link).unwrap();
+    link
+}
+
+/// The scenario's command: no Anthropic key nor `CLAUDE_*` variable; muster finds the model
+/// server and its key through its own settings variables.
+fn scenario(name: &str, dir: &Path, fake: &FakeLlmHandle) -> tokio::process::Command {
+    let link = claude_link(dir);
+    let mut command = tokio::process::Command::new(python());
+    command.arg(scenarios()).arg(name).arg(&link).arg(dir);
+    for (variable, _) in std::env::vars() {
+        if variable.starts_with("CLAUDE") || variable.starts_with("ANTHROPIC_") {
+            command.env_remove(variable);
+        }
+    }
+    command
+        .current_dir(dir)
+        .env("HOME", dir)
+        .env("XDG_CONFIG_HOME", config_home())
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("MUSTER_TRUST_PROJECT_HASH")
+        .env("MUSTER_PROVIDERS__ANTHROPIC__BASE_URL", fake.base_url())
+        .env(
+            "MUSTER_PROVIDERS__ANTHROPIC__API_KEY_ENV",
+            "MUSTER_TEST_MODEL_KEY",
+        )
+        .env("MUSTER_TEST_MODEL_KEY", "test-key")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    command
+}
+
+/// Runs a scenario to its end: what it printed, failing the test with its stderr when it
+/// failed.
+async fn run(command: tokio::process::Command) -> Value {
+    let output = super::common::output(command).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the scenario failed:\n{stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("no outcome line ({e}): {stdout}\n{stderr}"))
+}
+
+fn with_usage(mut entry: ScriptEntry, input: u64, output: u64) -> ScriptEntry {
+    if let Some(reply) = entry.reply.as_mut() {
+        reply.usage = Some(UsageSpec {
+            input_tokens: Some(input),
+            output_tokens: Some(output),
+            cache_read_input_tokens: Some(0),
+            cache_creation_input_tokens: Some(0),
+        });
+    }
+    entry
+}
+
+const PLAN: &str = "## Goal\nOut.\n## Steps\n1. Write out.txt\n## Files\nout.txt\n";
+
+fn settings(dir: &Path, text: &str) {
+    std::fs::write(dir.join(".muster/settings.toml"), text).unwrap();
+    super::common::trust_blocking(dir);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn query_with_a_string_prompt_has_its_plan_approved_through_can_use_tool() {
+    let dir = project(&[]);
+    settings(
+        dir.path(),
+        "[models.\"claude-sonnet-4-5\"]\nprice_in = 3.0\nprice_out = 15.0\n",
+    );
+    let fake = fake(vec![
+        ScriptEntry::reply("main", 1, vec![tool("ExitPlanMode", json!({"plan": PLAN}))]),
+        ScriptEntry::reply(
+            "main",
+            2,
+            vec![tool(
+                "Write",
+                json!({"file_path": "out.txt", "content": "out\n"}),
+            )],
+        ),
+        ScriptEntry::reply("main", 3, vec![Block::text("Done as planned.")]),
+    ])
+    .await;
+    let outcome = run(scenario("query_plan", dir.path(), &fake)).await;
+    let run_id = outcome["session_id"].as_str().unwrap();
+    // The usage the SDK read is what the model server returned.
+    let returned: Vec<_> = fake.requests().iter().filter_map(|r| r.usage).collect();
+    let input: u64 = returned.iter().map(|u| u.input_tokens).sum();
+    assert_eq!(outcome["usage"]["input_tokens"], input);
+    // One decision in the store, by the person the program answered for.
+    let db = rusqlite::Connection::open(dir.path().join(".muster/muster.db")).unwrap();
+    let responses: Vec<String> = db
+        .prepare("SELECT body FROM messages WHERE run_id = ?1 AND kind = 'plan_approval_response'")
+        .unwrap()
+        .query_map([run_id], |row| row.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(responses.len(), 1, "{responses:?}");
+    let store = open_store(dir.path());
+    let record = store.run(run_id).await.unwrap().unwrap();
+    assert_eq!(record.status.as_str(), "completed");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_sends_two_prompts_in_one_process() {
+    let dir = project(&[]);
+    let fake = fake(vec![
+        ScriptEntry::reply("main", 1, vec![Block::text("First answer.")]),
+        ScriptEntry::reply("main", 2, vec![Block::text("Second answer.")]),
+    ])
+    .await;
+    let outcome = run(scenario("client_two_prompts", dir.path(), &fake)).await;
+    let last = fake.requests().last().unwrap().body.to_string();
+    assert!(
+        last.contains("First answer."),
+        "the second prompt continued: {last}"
+    );
+    let store = open_store(dir.path());
+    assert_eq!(store.runs().await.unwrap().len(), 1);
+    assert!(outcome["session_id"].is_string());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn interrupt_ends_a_held_turn_and_the_next_query_continues() {
+    let dir = project(&[]);
+    let fake = fake(vec![
+        ScriptEntry::reply("main", 1, vec![Block::text("Never shown.")])
+            .attempt(1)
+            .fault(Fault {
+                hold: Some("held".into()),
+                ..Fault::default()
+            }),
+        ScriptEntry {
+            turn: None,
+            ..ScriptEntry::reply("main", 0, vec![Block::text("After the interrupt.")])
+        },
+    ])
+    .await;
+    let mut child = scenario("interrupt", dir.path(), &fake).spawn().unwrap();
+    tokio::time::timeout(GUARD, fake.gate_reached("held", 1))
+        .await
+        .expect("the model call never came");
+    std::fs::write(dir.path().join("gate-reached"), "").unwrap();
+    let status = tokio::time::timeout(GUARD, child.wait())
+        .await
+        .expect("guard timeout")
+        .unwrap();
+    fake.open_gate("held");
+    let mut stderr = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        use tokio::io::AsyncReadExt as _;
+        let _ = pipe.read_to_string(&mut stderr).await;
+    }
+    assert!(status.success(), "the scenario failed:\n{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_budget_run_ends_error_max_budget_usd() {
+    let dir = project(&[]);
+    settings(
+        dir.path(),
+        "[models.\"claude-sonnet-4-5\"]\nprice_in = 1000.0\nprice_out = 1000.0\n",
+    );
+    let glob =
+        |turn| ScriptEntry::reply("main", turn, vec![tool("Glob", json!({"pattern": "*.md"}))]);
+    let fake = fake(vec![
+        with_usage(glob(1), 400, 100),
+        with_usage(glob(2), 600, 100),
+        ScriptEntry::reply("main", 3, vec![Block::text("never asked")]),
+    ])
+    .await;
+    let outcome = run(scenario("budget", dir.path(), &fake)).await;
+    assert_eq!(fake.requests().len(), 2, "{outcome}");
+    let store = open_store(dir.path());
+    let run_id = outcome["session_id"].as_str().unwrap();
+    assert_eq!(
+        store.run(run_id).await.unwrap().unwrap().status.as_str(),
+        "budget"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_awaiting_a_person_ends_error_awaiting_decision_and_the_sdk_raises() {
+    let dir = project(&[]);
+    let fake = fake(vec![ScriptEntry::reply(
+        "main",
+        1,
+        vec![tool("ExitPlanMode", json!({"plan": PLAN}))],
+    )])
+    .await;
+    let outcome = run(scenario("awaiting", dir.path(), &fake)).await;
+    let store = open_store(dir.path());
+    let run_id = outcome["session_id"].as_str().unwrap();
+    assert_eq!(
+        store.run(run_id).await.unwrap().unwrap().status.as_str(),
+        "awaiting_decision"
+    );
+}
+
+const GREET_PLAN: &str = "## Goal\nGreet.\n## Steps\n1. Write hello.txt\n## Files\nhello.txt\n## Tests\nnone\n## Risks\nnone\n";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn query_in_a_team_run_has_the_teammates_plan_approved_through_can_use_tool() {
+    let dir = project(&[(
+        "muster.team.toml",
+        "name = \"greeters\"\n\n[[teammates]]\nname = \"alice\"\napprover = \"human\"\n",
+    )]);
+    let lead_waits: ScriptEntry = serde_json::from_value(json!({
+        "agent": "lead",
+        "reply": {"content": [{"type": "text", "text": "Waiting for the team."}],
+                  "stop_reason": "end_turn"},
+    }))
+    .unwrap();
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "Greet", "description": "Write hello.txt saying hello."}),
+            )],
+        ),
+        lead_waits,
+        ScriptEntry::reply(
+            "alice",
+            1,
+            vec![tool("ExitPlanMode", json!({"plan": GREET_PLAN}))],
+        ),
+        ScriptEntry::reply(
+            "alice",
+            2,
+            vec![tool(
+                "Write",
+                json!({"file_path": "hello.txt", "content": "hello, world\n"}),
+            )],
+        ),
+        ScriptEntry::reply("alice", 3, vec![Block::text("Wrote hello.txt.")]),
+    ])
+    .await;
+    let outcome = run(scenario("query_team", dir.path(), &fake)).await;
+    let run_id = outcome["session_id"].as_str().unwrap();
+    let db = rusqlite::Connection::open(dir.path().join(".muster/muster.db")).unwrap();
+    let decisions: i64 = db
+        .query_row(
+            "SELECT COUNT(*) FROM messages WHERE run_id = ?1 AND kind = 'plan_approval_response'",
+            [run_id],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(decisions, 1, "one decision in the store");
+    let store = open_store(dir.path());
+    assert_eq!(
+        store.run(run_id).await.unwrap().unwrap().status.as_str(),
+        "completed"
+    );
+}

@@ -1,0 +1,218 @@
+"""Programs written for the Claude Agent SDK (Python), run unchanged against muster.
+
+orchestrator/tests/suite/claude_sdk.rs starts this script with the SDK's venv python:
+`scenarios.py SCENARIO CLI_PATH CWD`, CLI_PATH a `claude` link to muster, the model server and
+its key in the environment (ANTHROPIC_API_KEY and CLAUDE_* unset). Each scenario asserts what
+the SDK parsed and prints one JSON line of what the Rust side checks in the store; any failed
+assertion exits non-zero. Every scenario asserts `muster_version` in `system`/`init`, so the
+SDK's bundled real CLI could never pass for muster.
+"""
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+from claude_agent_sdk import (
+    AssistantMessage,
+    ClaudeAgentOptions,
+    ClaudeSDKClient,
+    PermissionResultAllow,
+    PermissionUpdate,
+    ResultMessage,
+    SystemMessage,
+    TextBlock,
+    query,
+)
+
+
+def options(cli: str, cwd: str, **extra) -> ClaudeAgentOptions:
+    return ClaudeAgentOptions(cli_path=cli, cwd=cwd, **extra)
+
+
+def check_init(message: SystemMessage) -> None:
+    assert message.data.get("muster_version"), f"no muster_version in init: {message.data}"
+    assert message.data["claude_code_version"].startswith("2."), message.data
+
+
+def texts(messages) -> list:
+    return [
+        block.text
+        for message in messages
+        if isinstance(message, AssistantMessage)
+        for block in message.content
+        if isinstance(block, TextBlock)
+    ]
+
+
+async def collect(stream) -> list:
+    return [message async for message in stream]
+
+
+def result_of(messages) -> ResultMessage:
+    results = [m for m in messages if isinstance(m, ResultMessage)]
+    assert results, f"no ResultMessage in {messages}"
+    return results[-1]
+
+
+def inits(messages) -> list:
+    found = [m for m in messages if isinstance(m, SystemMessage) and m.subtype == "init"]
+    for message in found:
+        check_init(message)
+    assert found, f"no init in {messages}"
+    return found
+
+
+async def query_plan(cli: str, cwd: str) -> dict:
+    """`query("…")` with a string prompt in plan mode: the plan comes to can_use_tool as
+    ExitPlanMode; approving it into acceptEdits lets the run finish."""
+    asked = []
+
+    async def can_use_tool(tool_name, tool_input, context):
+        asked.append({"tool": tool_name, "input": tool_input, "agent": context.agent_id})
+        return PermissionResultAllow(
+            updated_input=tool_input,
+            updated_permissions=[PermissionUpdate(type="setMode", mode="acceptEdits")],
+        )
+
+    messages = await collect(
+        query(
+            prompt="Plan, then write out.txt.",
+            options=options(cli, cwd, permission_mode="plan", can_use_tool=can_use_tool),
+        )
+    )
+    inits(messages)
+    result = result_of(messages)
+    assert result.subtype == "success" and not result.is_error, result
+    assert result.result == "Done as planned.", result
+    assert result.total_cost_usd is not None and result.total_cost_usd > 0, result
+    assert result.usage["input_tokens"] > 0 and result.usage["output_tokens"] > 0, result
+    assert [a["tool"] for a in asked] == ["ExitPlanMode"], asked
+    assert asked[0]["input"]["plan"].startswith("## Goal"), asked
+    assert asked[0]["agent"] == "main", asked
+    assert (Path(cwd) / "out.txt").read_text() == "out\n"
+    return {"session_id": result.session_id, "cost": result.total_cost_usd,
+            "usage": result.usage}
+
+
+async def query_team(cli: str, cwd: str) -> dict:
+    """`query("…")` with a string prompt in a team run: the teammate's plan arrives after the
+    lead's turn, comes to can_use_tool as ExitPlanMode from agent `alice`, and its approval
+    completes the run."""
+    asked = []
+
+    async def can_use_tool(tool_name, tool_input, context):
+        asked.append({"tool": tool_name, "agent": context.agent_id})
+        return PermissionResultAllow(
+            updated_permissions=[PermissionUpdate(type="setMode", mode="acceptEdits")],
+        )
+
+    messages = await collect(
+        query(prompt="Greet the world.", options=options(cli, cwd, can_use_tool=can_use_tool))
+    )
+    inits(messages)
+    result = result_of(messages)
+    assert result.subtype == "success" and not result.is_error, result
+    assert result.total_cost_usd is not None and result.usage["output_tokens"] > 0, result
+    assert asked == [{"tool": "ExitPlanMode", "agent": "alice"}], asked
+    assert (Path(cwd) / "hello.txt").read_text() == "hello, world\n"
+    return {"session_id": result.session_id}
+
+
+async def client_two_prompts(cli: str, cwd: str) -> dict:
+    """A ClaudeSDKClient sends two prompts in one process; the second continues the run."""
+    async with ClaudeSDKClient(options=options(cli, cwd)) as client:
+        await client.query("First question.")
+        first = await collect(client.receive_response())
+        await client.query("Second question.")
+        second = await collect(client.receive_response())
+    inits(first)
+    inits(second)
+    one, two = result_of(first), result_of(second)
+    assert one.result == "First answer." and two.result == "Second answer.", (one, two)
+    assert one.session_id == two.session_id, (one, two)
+    assert texts(first) == ["First answer."], texts(first)
+    return {"session_id": one.session_id}
+
+
+async def interrupt(cli: str, cwd: str) -> dict:
+    """interrupt() ends a turn the model server holds; the next query continues the run."""
+    reached = Path(cwd) / "gate-reached"
+    async with ClaudeSDKClient(options=options(cli, cwd)) as client:
+        await client.query("Wait.")
+        # The Rust side creates the file once the model request waits at the gate.
+        while not reached.exists():
+            await asyncio.sleep(0.05)
+        await client.interrupt()
+        first = await collect(client.receive_response())
+        await client.query("Go on.")
+        second = await collect(client.receive_response())
+    inits(first)
+    stopped = result_of(first)
+    assert stopped.is_error and stopped.subtype == "error_during_execution", stopped
+    done = result_of(second)
+    assert done.subtype == "success" and done.result == "After the interrupt.", done
+    return {"session_id": done.session_id}
+
+
+async def budget(cli: str, cwd: str) -> dict:
+    """A run over its --max-budget-usd ends error_max_budget_usd; the SDK raises after it."""
+    messages = []
+    raised = None
+    try:
+        async for message in query(
+            prompt="Work.",
+            options=options(cli, cwd, max_budget_usd=1.0, model="claude-sonnet-4-5"),
+        ):
+            messages.append(message)
+    except Exception as error:  # noqa: BLE001 - the SDK's error for a non-zero exit
+        raised = error
+    inits(messages)
+    result = result_of(messages)
+    assert result.subtype == "error_max_budget_usd" and result.is_error, result
+    assert raised is not None and getattr(raised, "exit_code", None) == 3, repr(raised)
+    return {"session_id": result.session_id, "raised": str(raised)}
+
+
+async def awaiting(cli: str, cwd: str) -> dict:
+    """A plan with no can_use_tool awaits a person: error_awaiting_decision, and the SDK
+    raises with the result's text."""
+    messages = []
+    raised = None
+    try:
+        async for message in query(
+            prompt="Plan it.", options=options(cli, cwd, permission_mode="plan")
+        ):
+            messages.append(message)
+    except Exception as error:  # noqa: BLE001 - the SDK's error for a non-zero exit
+        raised = error
+    inits(messages)
+    result = result_of(messages)
+    assert result.subtype == "error_awaiting_decision" and result.is_error, result
+    assert raised is not None, "the SDK did not raise"
+    assert "muster approve" in str(raised), str(raised)
+    assert getattr(raised, "exit_code", None) == 5, repr(raised)
+    return {"session_id": result.session_id, "raised": str(raised)}
+
+
+SCENARIOS = {
+    "query_plan": query_plan,
+    "query_team": query_team,
+    "client_two_prompts": client_two_prompts,
+    "interrupt": interrupt,
+    "budget": budget,
+    "awaiting": awaiting,
+}
+
+
+def main() -> None:
+    scenario, cli, cwd = sys.argv[1:4]
+    for name in os.environ:
+        assert not name.startswith("CLAUDE_") and name != "ANTHROPIC_API_KEY", name
+    outcome = asyncio.run(SCENARIOS[scenario](cli, cwd))
+    print(json.dumps(outcome, default=str), flush=True)
+
+
+if __name__ == "__main__":
+    main()
