@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::Responder;
 use crate::agents::AgentCatalog;
 use crate::diagnostic::{ConfigError, Diagnostic, invalid};
+use crate::endpoint::AgentEndpoint;
 use crate::ids::{check_id, check_teammate_name};
 use crate::mode::PermissionMode;
 use crate::policy::Policy;
@@ -79,6 +80,10 @@ const TEAMMATE_KEYS: &[&str] = &[
     "plan_mode_required",
     "approver",
     "placement",
+    "provider",
+    "model",
+    "base_url",
+    "api_key_env",
 ];
 const SPAWN_KEYS: &[&str] = &[
     "plan_mode_required",
@@ -107,6 +112,9 @@ pub struct TeammateSpec {
     pub approver: Responder,
     /// Where it runs (default `local`).
     pub placement: Placement,
+    /// Its own model and provider (over its definition's; unset fields keep the run's).
+    #[serde(skip_serializing_if = "AgentEndpoint::is_empty")]
+    pub endpoint: AgentEndpoint,
 }
 
 /// Rules for teammates the lead spawns with `SpawnTeammate`.
@@ -200,6 +208,19 @@ impl TeamFile {
         if matches!(self.spawn.approver, Responder::Policy(_)) {
             skipped.push(format!("spawn.approver = \"{}\"", self.spawn.approver));
             self.spawn.approver = Responder::Lead;
+        }
+        skipped
+    }
+
+    /// Drops every teammate's `base_url` and `api_key_env` (an untrusted repository must not
+    /// choose where prompts go or which of the user's secrets is sent). Returns each one
+    /// dropped as `teammate ID key = value`.
+    pub fn skip_untrusted_endpoints(&mut self) -> Vec<String> {
+        let mut skipped = Vec::new();
+        for teammate in &mut self.teammates {
+            for entry in teammate.endpoint.skip_untrusted() {
+                skipped.push(format!("teammate {} {entry}", teammate.id));
+            }
         }
         skipped
     }
@@ -503,6 +524,7 @@ fn read_teammate(
         .is_none_or(|flag| flag.value);
     let approver = read_approver(source, entry, errors);
     let placement = read_placement(source, entry, errors);
+    let endpoint = read_endpoint(source, entry, errors);
     let count = match entry.count("count", errors) {
         Some(count) if count.value == 0 || count.value > MAX_COUNT => {
             let message = format!(
@@ -556,7 +578,61 @@ fn read_teammate(
             plan_mode_required,
             approver: approver.clone(),
             placement,
+            endpoint: endpoint.clone(),
         });
+    }
+}
+
+/// The string at `key`, when it is not blank (a blank one is an error).
+fn nonempty_string(
+    source: &SourceText<'_>,
+    entry: &TableReader<'_, '_>,
+    key: &str,
+    errors: &mut Vec<Diagnostic>,
+) -> Option<Located<String>> {
+    let text = entry.string(key, errors)?;
+    if text.value.trim().is_empty() {
+        let message = format!("`{key}` is empty: remove the key, or give it a value");
+        errors.push(located_error(source, &text, message));
+        return None;
+    }
+    Some(text)
+}
+
+/// A teammate entry's `provider`, `model`, `base_url` and `api_key_env`.
+fn read_endpoint(
+    source: &SourceText<'_>,
+    entry: &TableReader<'_, '_>,
+    errors: &mut Vec<Diagnostic>,
+) -> AgentEndpoint {
+    let provider = entry.string("provider", errors).and_then(|text| {
+        match text.value.parse::<crate::settings::ProviderKind>() {
+            Ok(kind) => Some(kind),
+            Err(message) => {
+                errors.push(located_error(source, &text, message));
+                None
+            }
+        }
+    });
+    let model = nonempty_string(source, entry, "model", errors)
+        .map(|model| crate::agents::model_id(&model.value));
+    let base_url = nonempty_string(source, entry, "base_url", errors).and_then(|url| {
+        if url.value.starts_with("http://") || url.value.starts_with("https://") {
+            return Some(url.value);
+        }
+        let message = format!(
+            "expected a URL starting with http:// or https://, found {:?}",
+            url.value
+        );
+        errors.push(located_error(source, &url, message));
+        None
+    });
+    let api_key_env = nonempty_string(source, entry, "api_key_env", errors).map(|v| v.value);
+    AgentEndpoint {
+        provider,
+        model,
+        base_url,
+        api_key_env,
     }
 }
 

@@ -101,6 +101,10 @@ pub struct TeamLaunch {
     /// their place); a resume and a worker skip them again, whatever is trusted since.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped_approvers: Vec<String>,
+    /// The teammates' `base_url` and `api_key_env` trust skipped at the start; a resume and
+    /// a worker skip them again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped_endpoints: Vec<String>,
     #[serde(flatten)]
     pub run: RunLaunch,
 }
@@ -117,7 +121,9 @@ pub fn run(global: &Globals, flags: RunFlags, team_path: PathBuf) -> anyhow::Res
     let mut team = TeamFile::load(&team_path, &project.root, &catalog)
         .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
     let skipped_approvers = gate_team_approvers(&project, &team_path, &mut team);
-    project.print_trust_notice_with(&skipped_approvers);
+    let skipped_endpoints = gate_team_endpoints(&project, &team_path, &mut team);
+    project
+        .print_trust_notice_with(&[skipped_approvers.clone(), skipped_endpoints.clone()].concat());
     if flags.agent.is_some() {
         return Err(usage(
             "--agent chooses a single-agent run's definition; a team's lead is the team file's `lead`",
@@ -130,6 +136,7 @@ pub fn run(global: &Globals, flags: RunFlags, team_path: PathBuf) -> anyhow::Res
         .chain(team.teammates.iter().map(|t| t.definition.as_str()))
         .chain(team.spawn.definitions.iter().flatten().map(String::as_str));
     crate::loading::check_definition_prices(&project.settings, &catalog, used)?;
+    check_team_endpoints(&project, &catalog, &team)?;
     let mut run = RunLaunch::from_flags(&flags, &project, lead_definition.permission_mode)?;
     let approvers = team
         .teammates
@@ -147,6 +154,7 @@ pub fn run(global: &Globals, flags: RunFlags, team_path: PathBuf) -> anyhow::Res
         team_text: team.text.clone(),
         remote,
         skipped_approvers,
+        skipped_endpoints,
         run,
     };
     let new = NewTeamRun {
@@ -194,6 +202,9 @@ pub fn resume(
     if !launch.skipped_approvers.is_empty() {
         team.skip_policy_approvers();
     }
+    if !launch.skipped_endpoints.is_empty() {
+        team.skip_untrusted_endpoints();
+    }
     lifecycle::execute(
         TeamRun {
             project,
@@ -214,16 +225,69 @@ pub fn resume(
 /// the `muster.team.toml` trust covers; otherwise `lead` approves instead. Returns what was
 /// skipped. A team file outside the project is the user's own.
 fn gate_team_approvers(project: &Project, team_path: &Path, team: &mut TeamFile) -> Vec<String> {
-    let root = muster_config::trust::canonical_root(project.root.path());
-    let path = muster_config::trust::canonical_root(team_path);
-    if !path.starts_with(&root) {
-        return Vec::new();
-    }
-    let covered = path == root.join(muster_config::team::TEAM_FILE_NAME);
-    if covered && project.settings.trust.trusted {
+    if team_file_is_trusted(project, team_path) {
         return Vec::new();
     }
     team.skip_policy_approvers()
+}
+
+/// The same rule for the teammates' `base_url` and `api_key_env`: a repository's team file
+/// must not choose where prompts go or which of the user's secrets is sent, untrusted.
+fn gate_team_endpoints(project: &Project, team_path: &Path, team: &mut TeamFile) -> Vec<String> {
+    if team_file_is_trusted(project, team_path) {
+        return Vec::new();
+    }
+    team.skip_untrusted_endpoints()
+}
+
+/// Whether what trust gates in the team file at `team_path` applies: a file outside the
+/// project is the user's own; inside, only a trusted project's `muster.team.toml`.
+fn team_file_is_trusted(project: &Project, team_path: &Path) -> bool {
+    let root = muster_config::trust::canonical_root(project.root.path());
+    let path = muster_config::trust::canonical_root(team_path);
+    if !path.starts_with(&root) {
+        return true;
+    }
+    let covered = path == root.join(muster_config::team::TEAM_FILE_NAME);
+    covered && project.settings.trust.trusted
+}
+
+/// Whether the provider of every agent with its own (the lead's definition, each teammate's
+/// entry over its definition, each definition the lead may spawn) can be built, before the
+/// run exists: an error names the agent.
+fn check_team_endpoints(
+    project: &Project,
+    catalog: &AgentCatalog,
+    team: &TeamFile,
+) -> anyhow::Result<()> {
+    let own = |name: &str| {
+        catalog
+            .get(name)
+            .map(|definition| definition.endpoint.clone())
+            .unwrap_or_default()
+    };
+    let mut agents: Vec<(String, muster_config::AgentEndpoint)> = vec![(
+        format!("the lead (definition `{}`)", team.lead),
+        own(&team.lead),
+    )];
+    for teammate in &team.teammates {
+        agents.push((
+            format!("teammate `{}` ({})", teammate.id, team.source),
+            own(&teammate.definition).overlaid_by(&teammate.endpoint),
+        ));
+    }
+    let spawnable: Vec<&str> = match &team.spawn.definitions {
+        Some(names) => names.iter().map(String::as_str).collect(),
+        None => catalog.names().filter(|name| *name != "lead").collect(),
+    };
+    for name in spawnable {
+        agents.push((format!("agent definition `{name}`"), own(name)));
+    }
+    crate::models::check_agent_endpoints(
+        &project.settings,
+        &project.process.env,
+        agents.iter().map(|(who, endpoint)| (who.clone(), endpoint)),
+    )
 }
 
 /// What a new team run records beside its launch options.
@@ -409,6 +473,7 @@ impl RunKind for TeamRun {
         }
         Ok(TeamDriver {
             team,
+            settings: self.project.settings.clone(),
             launch: self.launch,
             output: self.output,
             resumed: run.resumed,
@@ -419,6 +484,8 @@ impl RunKind for TeamRun {
 /// The lead and teammates of a started team run.
 struct TeamDriver {
     team: Arc<Team>,
+    /// For the cost report's prices and providers.
+    settings: muster_config::Settings,
     launch: TeamLaunch,
     output: OutputFormat,
     resumed: bool,
@@ -484,6 +551,11 @@ impl RunDriver for TeamDriver {
                 .summarise(run.store.as_ref(), &run.id, &team.file.name, &reports)
                 .await?;
             ending.text.push_str(&summary::workers_line(&workers));
+            if let Some(report) =
+                lifecycle::cost_report(&self.settings, run.store.as_ref(), &run.id).await
+            {
+                ending.text.push_str(&summary::costs(&report));
+            }
         }
         Ok(ending)
     }
@@ -732,6 +804,7 @@ impl Team {
             pre_plan_mode: None,
             approval_ceiling: None,
             inherited_model: None,
+            endpoint: None,
         };
         let mut lead = if resumed {
             AgentRuntime::resume(self.run.clone(), LEAD, None, None).await?

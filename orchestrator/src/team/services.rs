@@ -360,6 +360,7 @@ impl Team {
             call_key: Some(request.call_key.clone()),
             notes: notes.clone(),
             placement: self.file.spawn.placement,
+            endpoint: Default::default(),
         };
         let body = serde_json::to_value(&plan)
             .map_err(|e| TeamError::failed("the new teammate's plan cannot be stored", e))?;

@@ -23,6 +23,7 @@ mod store_pg;
 mod team_cli;
 #[cfg(all(unix, feature = "failpoints"))]
 mod team_crash;
+mod team_models_cli;
 mod team_workers;
 mod traces_cli;
 mod trust_cli;
