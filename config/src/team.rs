@@ -28,6 +28,7 @@ const TEAM_KEYS: &[&str] = &[
     "remote",
     "teammates",
     "spawn",
+    "merge",
 ];
 /// How a team's agents share files (team-wide: one value for the whole team).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -85,6 +86,7 @@ const TEAMMATE_KEYS: &[&str] = &[
     "base_url",
     "api_key_env",
 ];
+const MERGE_KEYS: &[&str] = &["test", "test_timeout", "cache"];
 const SPAWN_KEYS: &[&str] = &[
     "plan_mode_required",
     "approver",
@@ -92,6 +94,23 @@ const SPAWN_KEYS: &[&str] = &[
     "definitions",
     "placement",
 ];
+
+/// Default for `[merge] test_timeout` (seconds).
+pub const DEFAULT_TEST_TIMEOUT_SECS: u64 = 600;
+
+/// `[merge]`: the project's test command every merge of a teammate's branch must pass, run on
+/// the merged result in a scratch worktree (repository code: it runs only in a trusted
+/// project).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MergeGate {
+    /// A shell command (`sh -c`), run at the scratch tree's root.
+    pub test: String,
+    /// Seconds before the command counts as failed (default 600).
+    pub test_timeout_secs: u64,
+    /// Paths relative to the project root shared by every scratch tree (a build directory):
+    /// each is linked into the tree before the command runs.
+    pub cache: Vec<String>,
+}
 
 /// Default for `max_concurrent_teammates`.
 pub const DEFAULT_MAX_CONCURRENT: u64 = 4;
@@ -177,6 +196,8 @@ pub struct TeamFile {
     pub remote: Option<String>,
     pub teammates: Vec<TeammateSpec>,
     pub spawn: SpawnRules,
+    /// The test gate of merges, when the file has `[merge] test`.
+    pub merge: Option<MergeGate>,
 }
 
 impl TeamFile {
@@ -223,6 +244,14 @@ impl TeamFile {
             }
         }
         skipped
+    }
+
+    /// Drops `[merge]` (its test command is repository code, run only in a trusted project);
+    /// returns it as `merge.test = "…"` when there was one.
+    pub fn skip_merge_gate(&mut self) -> Option<String> {
+        self.merge
+            .take()
+            .map(|gate| format!("merge.test = \"{}\"", gate.test))
     }
 
     /// Whether `text` (a team file's) names a `policy:FILE` approver, and the files it names.
@@ -377,6 +406,9 @@ impl TeamFile {
             Some(table) => read_spawn(&source, &table, catalog, &mut errors),
             None => SpawnRules::default(),
         };
+        let merge = reader
+            .table("merge", &mut errors)
+            .and_then(|table| read_merge(&source, &table, &mut errors));
         // Declared teammates are live from the start to the end of the run: more of them than
         // the cap could never all start, so the file says so instead of queueing them forever.
         if errors.is_empty() && teammates.len() as u64 > max_concurrent_teammates {
@@ -408,8 +440,69 @@ impl TeamFile {
             remote,
             teammates,
             spawn,
+            merge,
         })
     }
+}
+
+fn read_merge(
+    source: &SourceText<'_>,
+    table: &TableReader<'_, '_>,
+    errors: &mut Vec<Diagnostic>,
+) -> Option<MergeGate> {
+    table.reject_unknown(MERGE_KEYS, errors);
+    let test_timeout_secs = match table.count("test_timeout", errors) {
+        Some(secs) if secs.value == 0 => {
+            errors.push(located_error(
+                source,
+                &secs,
+                "expected seconds (at least 1), found 0".to_string(),
+            ));
+            DEFAULT_TEST_TIMEOUT_SECS
+        }
+        Some(secs) => secs.value,
+        None => DEFAULT_TEST_TIMEOUT_SECS,
+    };
+    let cache = table
+        .string_list("cache", errors)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|path| {
+            let relative = std::path::Path::new(&path.value);
+            let inside = !path.value.is_empty()
+                && relative.is_relative()
+                && relative
+                    .components()
+                    .all(|c| matches!(c, std::path::Component::Normal(_)));
+            if inside {
+                Some(path.value)
+            } else {
+                errors.push(located_error(
+                    source,
+                    &path,
+                    format!(
+                        "expected a path inside the project (relative, no `..`), found {:?}",
+                        path.value
+                    ),
+                ));
+                None
+            }
+        })
+        .collect();
+    let test = table.string("test", errors)?;
+    if test.value.trim().is_empty() {
+        errors.push(located_error(
+            source,
+            &test,
+            "`test` is empty: give the project's test command, or remove [merge]".to_string(),
+        ));
+        return None;
+    }
+    Some(MergeGate {
+        test: test.value,
+        test_timeout_secs,
+        cache,
+    })
 }
 
 fn located_error<T>(source: &SourceText<'_>, located: &Located<T>, message: String) -> Diagnostic {

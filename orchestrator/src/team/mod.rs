@@ -24,6 +24,7 @@
 //!   run's deadline, started again at each resume (a resume's `--max-duration` is kept for
 //!   the next one).
 
+mod gate;
 mod isolation;
 mod mail;
 mod members;
@@ -105,6 +106,10 @@ pub struct TeamLaunch {
     /// a worker skip them again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped_endpoints: Vec<String>,
+    /// Whether trust skipped the team file's `[merge]` test gate at the start (a resume
+    /// skips it again).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub skipped_merge_gate: bool,
     #[serde(flatten)]
     pub run: RunLaunch,
 }
@@ -122,8 +127,17 @@ pub fn run(global: &Globals, flags: RunFlags, team_path: PathBuf) -> anyhow::Res
         .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
     let skipped_approvers = gate_team_approvers(&project, &team_path, &mut team);
     let skipped_endpoints = gate_team_endpoints(&project, &team_path, &mut team);
-    project
-        .print_trust_notice_with(&[skipped_approvers.clone(), skipped_endpoints.clone()].concat());
+    let skipped_merge_gate = if team_file_is_trusted(&project, &team_path) {
+        None
+    } else {
+        team.skip_merge_gate()
+    };
+    let skipped: Vec<String> = [skipped_approvers.clone(), skipped_endpoints.clone()]
+        .concat()
+        .into_iter()
+        .chain(skipped_merge_gate.clone())
+        .collect();
+    project.print_trust_notice_with(&skipped);
     if flags.agent.is_some() {
         return Err(usage(
             "--agent chooses a single-agent run's definition; a team's lead is the team file's `lead`",
@@ -155,6 +169,7 @@ pub fn run(global: &Globals, flags: RunFlags, team_path: PathBuf) -> anyhow::Res
         remote,
         skipped_approvers,
         skipped_endpoints,
+        skipped_merge_gate: skipped_merge_gate.is_some(),
         run,
     };
     let new = NewTeamRun {
@@ -204,6 +219,9 @@ pub fn resume(
     }
     if !launch.skipped_endpoints.is_empty() {
         team.skip_untrusted_endpoints();
+    }
+    if launch.skipped_merge_gate {
+        team.skip_merge_gate();
     }
     lifecycle::execute(
         TeamRun {
@@ -423,6 +441,17 @@ impl RunKind for TeamRun {
         .await
         .map_err(|e| usage(format!("{e:#}")))?;
         let (isolation, placed) = placement::lead_side(&self.file, &self.launch, isolation).await?;
+        let gate = self.file.merge.clone().map(|gate| {
+            gate::MergeTestGate::new(
+                gate,
+                &self.project.root.muster_dir(),
+                checked.sandbox.clone(),
+                run.env
+                    .iter()
+                    .map(|(name, value)| (name.into(), value.into()))
+                    .collect(),
+            )
+        });
         let context = Arc::new(run_context(
             ContextParts {
                 project: &self.project,
@@ -447,7 +476,7 @@ impl RunKind for TeamRun {
             root: self.project.root.path().to_path_buf(),
             launch: &self.launch,
             printer: run.printer.clone(),
-            isolation: isolation.map(Arc::new),
+            isolation: isolation.map(|isolation| Arc::new(isolation.with_gate(gate))),
             worker: None,
             placed,
         });
@@ -1112,18 +1141,7 @@ impl Team {
             .filter(|(_, state)| *state == MemberState::Running)
             .map(|(id, _)| id)
             .collect();
-        let undelivered = self
-            .store
-            .messages(self.run_id(), None)
-            .await?
-            .into_iter()
-            .any(|m| {
-                m.state != DeliveryState::Acked
-                    && m.recipient != muster_mailbox::HUMAN
-                    && m.recipient != muster_mailbox::POLICY
-                    && self.is_live_recipient(&m.recipient)
-            });
-        if undelivered {
+        if self.has_undelivered_mail().await? {
             return Ok(None);
         }
         if !running.is_empty() {
@@ -1156,7 +1174,17 @@ impl Team {
             if let Some(ending) = self.ending_if_merges_wait(lead_result).await? {
                 return Ok(Some(ending));
             }
-            // Merges applied just now may have woken no one: the run can end.
+            // A merge applied just now may have gone back to its teammate (a conflict with
+            // the moved head, or the test gate failing on it): that mail wakes it, so the run
+            // goes on (whether the mail still waits or the teammate took it already: a
+            // teammate is running before it acks mail). Otherwise the merges woke no one.
+            let woken = self
+                .states_of()
+                .iter()
+                .any(|(_, state)| *state == MemberState::Running);
+            if woken || self.has_undelivered_mail().await? {
+                return Ok(None);
+            }
             (RunStatus::Completed, Exit::Success)
         } else {
             (RunStatus::Failed, Exit::Failed)
@@ -1176,6 +1204,21 @@ impl Team {
             result: json!({"result": lead_result, "tasks": task_rows}),
             text,
         }))
+    }
+
+    /// Whether mail to a live agent (not a person nor a policy) waits to be delivered.
+    async fn has_undelivered_mail(&self) -> anyhow::Result<bool> {
+        Ok(self
+            .store
+            .messages(self.run_id(), None)
+            .await?
+            .into_iter()
+            .any(|m| {
+                m.state != DeliveryState::Acked
+                    && m.recipient != muster_mailbox::HUMAN
+                    && m.recipient != muster_mailbox::POLICY
+                    && self.is_live_recipient(&m.recipient)
+            }))
     }
 
     /// The lead ended its turn, saw all its mail, and every running teammate waits for a

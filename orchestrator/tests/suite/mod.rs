@@ -12,6 +12,7 @@ mod events_cli;
 mod grants_cli;
 mod hooks_cli;
 mod mcp_cli;
+mod merge_gate_cli;
 mod openai_cli;
 mod resume_cli;
 mod run_cli;
