@@ -787,7 +787,6 @@ fn merge_commit(request: &RequestRecord) -> Option<&str> {
     }
 }
 
-/// Mail from the lead's side of muster to a teammate about its merge.
 /// The integration head a merge request's gate pass was tested on.
 fn tested_head(request: &RequestRecord) -> Option<&str> {
     match &request.body {
@@ -833,6 +832,7 @@ fn gate_failure_text(
     )
 }
 
+/// Mail from the lead's side of muster to a teammate about its merge.
 fn notice(run_id: &str, agent: &str, text: String, key: Option<String>) -> NewMessage {
     NewMessage {
         run_id: run_id.to_owned(),
