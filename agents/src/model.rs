@@ -226,7 +226,18 @@ pub fn build_provider(
     lookup: &dyn Fn(&str) -> Option<String>,
     options: &ProviderOptions,
 ) -> Result<Arc<dyn ModelProvider>, SetupError> {
-    let provider = settings.provider(kind);
+    build_provider_with(kind, settings.provider(kind), settings, lookup, options)
+}
+
+/// [`build_provider`] with the provider's settings given (an agent's own base URL or key
+/// variable over the settings' `providers.KIND`).
+pub fn build_provider_with(
+    kind: ProviderKind,
+    provider: &ProviderSettings,
+    settings: &Settings,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    options: &ProviderOptions,
+) -> Result<Arc<dyn ModelProvider>, SetupError> {
     match kind {
         ProviderKind::Anthropic => {
             let config = client_config(kind, provider, &settings.models, lookup, options)?;

@@ -27,7 +27,7 @@
 //!
 //! | `type` | when | fields |
 //! |---|---|---|
-//! | `started` | first | `definition`, `agent_kind` (`{kind: main \| teammate(lead) \| subagent(parent)}`), `mode`, `pre_plan_mode?`, `plan_file?`, `system`, `tools`, `mcp_tools?`, `model_limits?` (what the model servers reported per model: `context_window?`, `max_output?`; a resume uses exactly these) |
+//! | `started` | first | `definition`, `agent_kind` (`{kind: main \| teammate(lead) \| subagent(parent)}`), `mode`, `pre_plan_mode?`, `plan_file?`, `system`, `tools`, `mcp_tools?`, `endpoint?` (the agent's own provider, model, base URL and key variable, as resolved at its start; a resume and a worker use exactly these), `model_limits?` (what the model servers reported per model: `context_window?`, `max_output?`; a resume uses exactly these) |
 //! | `message` | each message of the context | `message` (`{role, content}` in Anthropic block shape), `mode`; assistant messages add `turn` (the durable `x-muster-turn`), `model`, `stop_reason`, `usage`, `cost_usd?` (what resume restores the budget ledger from) |
 //! | `tool_started` | before a tool that is neither read-only nor idempotent runs | `tool_use_id`, `tool`, `process_group?`, `host?`, `boot_id?` (Bash: committed by the process-group recorder before the command runs, with the machine it runs on; on a worker's line the store also records the group under the work item, see `MailboxStore::record_tool_start`) |
 //! | `bash_effects` | with the `tool_call` of a non-read-only Bash call, just before it | `tool_use_id`, `command`, `exit_code`, `changed` (paths relative to the workspace), `effects_unknown?` (see [`crate::verification`]; skipped by resume) |
@@ -67,6 +67,7 @@ mod asks;
 mod calls;
 mod context;
 mod coordination;
+mod costs;
 mod dispatch;
 mod edit_diff;
 mod error;
@@ -92,10 +93,12 @@ mod transcript;
 pub use agent::{AgentRuntime, AgentSpec};
 pub use calls::AgentOutcome;
 pub use context::{
-    CompactionPolicy, DEFAULT_MAX_OUTPUT, DEFAULT_MAX_SUBAGENTS, DEFAULT_MAX_TURNS, ModeModel,
-    ModelRouter, PlanApprover, RunContext, Terminal, TerminalPlanDecision,
+    AgentModels, CompactionPolicy, DEFAULT_MAX_OUTPUT, DEFAULT_MAX_SUBAGENTS, DEFAULT_MAX_TURNS,
+    ModeModel, ModelRouter, PlanApprover, RouterBuilder, RunContext, Terminal,
+    TerminalPlanDecision,
 };
 pub use coordination::capped_mode;
+pub use costs::{CostReport, CostRow};
 pub use error::{RuntimeError, RuntimeResult};
 pub use events::{EventSink, NoEvents, RunEvent, mail_delivered_event, mail_sent_event};
 pub use gate::{CallContext, EngineGate, GateDecision, ToolGate, Verdict};

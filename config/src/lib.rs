@@ -3,6 +3,7 @@
 
 pub mod agents;
 pub mod diagnostic;
+pub mod endpoint;
 pub mod hooks;
 pub mod ids;
 pub mod instructions;
@@ -24,6 +25,7 @@ mod yaml;
 
 pub use agents::{AgentCatalog, AgentDefinition, AgentDir, DefinitionSource, ModelChoice};
 pub use diagnostic::{ConfigError, Diagnostic, Loaded, Position};
+pub use endpoint::AgentEndpoint;
 pub use instructions::{InstructionFile, InstructionScope, ProjectInstructions};
 pub use mcp::{McpServerConfig, McpServerStatus, McpServers, McpTransport};
 pub use mode::PermissionMode;

@@ -24,6 +24,7 @@ const POLICY_KEYS: &[&str] = &[
     "max_mode",
     "approve_all",
     "permissions",
+    "require_tests_pass",
 ];
 const PERMISSION_KEYS: &[&str] = &["allow", "deny"];
 
@@ -43,6 +44,8 @@ pub struct Policy {
     pub max_mode: PermissionMode,
     /// Approve every plan without checks (never a default).
     pub approve_all: bool,
+    /// Refuse every merge whose merged result did not pass the team's `[merge] test`.
+    pub require_tests_pass: bool,
     /// Rules answering permission requests; an ask no rule matches is denied.
     pub permissions: PermissionRules,
     #[serde(skip)]
@@ -132,6 +135,9 @@ impl Policy {
         let approve_all = reader
             .boolean("approve_all", &mut errors)
             .is_some_and(|flag| flag.value);
+        let require_tests_pass = reader
+            .boolean("require_tests_pass", &mut errors)
+            .is_some_and(|flag| flag.value);
         let mut permissions = PermissionRules::default();
         if let Some(table) = reader.table("permissions", &mut errors) {
             table.reject_unknown(PERMISSION_KEYS, &mut errors);
@@ -167,6 +173,7 @@ impl Policy {
             denied_paths: denied.into_iter().map(|glob| glob.value).collect(),
             max_mode,
             approve_all,
+            require_tests_pass,
             permissions,
             allowed_set,
             denied_set,
@@ -311,6 +318,17 @@ impl Policy {
             reasons,
             granted_mode: self.max_mode,
         }
+    }
+
+    /// Why a merge is refused for its tests: the policy requires a pass (`require_tests_pass`)
+    /// and the merge was not tested (`approve_all` does not lift it).
+    pub fn untested_merge_reason(&self, tested: bool) -> Option<String> {
+        (self.require_tests_pass && !tested).then(|| {
+            "the policy requires the merged result to pass the project's tests \
+             (require_tests_pass), and this merge was not tested: set `[merge] test` in the \
+             team file of a trusted project"
+                .to_owned()
+        })
     }
 
     /// Why `files` break the path rules (`listed` says where the count comes from).

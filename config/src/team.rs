@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::Responder;
 use crate::agents::AgentCatalog;
 use crate::diagnostic::{ConfigError, Diagnostic, invalid};
+use crate::endpoint::AgentEndpoint;
 use crate::ids::{check_id, check_teammate_name};
 use crate::mode::PermissionMode;
 use crate::policy::Policy;
@@ -27,6 +28,7 @@ const TEAM_KEYS: &[&str] = &[
     "remote",
     "teammates",
     "spawn",
+    "merge",
 ];
 /// How a team's agents share files (team-wide: one value for the whole team).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -79,7 +81,12 @@ const TEAMMATE_KEYS: &[&str] = &[
     "plan_mode_required",
     "approver",
     "placement",
+    "provider",
+    "model",
+    "base_url",
+    "api_key_env",
 ];
+const MERGE_KEYS: &[&str] = &["test", "test_timeout", "cache"];
 const SPAWN_KEYS: &[&str] = &[
     "plan_mode_required",
     "approver",
@@ -87,6 +94,23 @@ const SPAWN_KEYS: &[&str] = &[
     "definitions",
     "placement",
 ];
+
+/// Default for `[merge] test_timeout` (seconds).
+pub const DEFAULT_TEST_TIMEOUT_SECS: u64 = 600;
+
+/// `[merge]`: the project's test command every merge of a teammate's branch must pass, run on
+/// the merged result in a scratch worktree (repository code: it runs only in a trusted
+/// project).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MergeGate {
+    /// A shell command (`sh -c`), run at the scratch tree's root.
+    pub test: String,
+    /// Seconds before the command counts as failed (default 600).
+    pub test_timeout_secs: u64,
+    /// Paths relative to the project root shared by every scratch tree (a build directory):
+    /// each is linked into the tree before the command runs.
+    pub cache: Vec<String>,
+}
 
 /// Default for `max_concurrent_teammates`.
 pub const DEFAULT_MAX_CONCURRENT: u64 = 4;
@@ -107,6 +131,9 @@ pub struct TeammateSpec {
     pub approver: Responder,
     /// Where it runs (default `local`).
     pub placement: Placement,
+    /// Its own model and provider (over its definition's; unset fields keep the run's).
+    #[serde(skip_serializing_if = "AgentEndpoint::is_empty")]
+    pub endpoint: AgentEndpoint,
 }
 
 /// Rules for teammates the lead spawns with `SpawnTeammate`.
@@ -169,6 +196,8 @@ pub struct TeamFile {
     pub remote: Option<String>,
     pub teammates: Vec<TeammateSpec>,
     pub spawn: SpawnRules,
+    /// The test gate of merges, when the file has `[merge] test`.
+    pub merge: Option<MergeGate>,
 }
 
 impl TeamFile {
@@ -202,6 +231,27 @@ impl TeamFile {
             self.spawn.approver = Responder::Lead;
         }
         skipped
+    }
+
+    /// Drops every teammate's `base_url` and `api_key_env` (an untrusted repository must not
+    /// choose where prompts go or which of the user's secrets is sent). Returns each one
+    /// dropped as `teammate ID key = value`.
+    pub fn skip_untrusted_endpoints(&mut self) -> Vec<String> {
+        let mut skipped = Vec::new();
+        for teammate in &mut self.teammates {
+            for entry in teammate.endpoint.skip_untrusted() {
+                skipped.push(format!("teammate {} {entry}", teammate.id));
+            }
+        }
+        skipped
+    }
+
+    /// Drops `[merge]` (its test command is repository code, run only in a trusted project);
+    /// returns it as `merge.test = "…"` when there was one.
+    pub fn skip_merge_gate(&mut self) -> Option<String> {
+        self.merge
+            .take()
+            .map(|gate| format!("merge.test = \"{}\"", gate.test))
     }
 
     /// Whether `text` (a team file's) names a `policy:FILE` approver, and the files it names.
@@ -356,6 +406,9 @@ impl TeamFile {
             Some(table) => read_spawn(&source, &table, catalog, &mut errors),
             None => SpawnRules::default(),
         };
+        let merge = reader
+            .table("merge", &mut errors)
+            .and_then(|table| read_merge(&source, &table, &mut errors));
         // Declared teammates are live from the start to the end of the run: more of them than
         // the cap could never all start, so the file says so instead of queueing them forever.
         if errors.is_empty() && teammates.len() as u64 > max_concurrent_teammates {
@@ -387,8 +440,69 @@ impl TeamFile {
             remote,
             teammates,
             spawn,
+            merge,
         })
     }
+}
+
+fn read_merge(
+    source: &SourceText<'_>,
+    table: &TableReader<'_, '_>,
+    errors: &mut Vec<Diagnostic>,
+) -> Option<MergeGate> {
+    table.reject_unknown(MERGE_KEYS, errors);
+    let test_timeout_secs = match table.count("test_timeout", errors) {
+        Some(secs) if secs.value == 0 => {
+            errors.push(located_error(
+                source,
+                &secs,
+                "expected seconds (at least 1), found 0".to_string(),
+            ));
+            DEFAULT_TEST_TIMEOUT_SECS
+        }
+        Some(secs) => secs.value,
+        None => DEFAULT_TEST_TIMEOUT_SECS,
+    };
+    let cache = table
+        .string_list("cache", errors)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|path| {
+            let relative = std::path::Path::new(&path.value);
+            let inside = !path.value.is_empty()
+                && relative.is_relative()
+                && relative
+                    .components()
+                    .all(|c| matches!(c, std::path::Component::Normal(_)));
+            if inside {
+                Some(path.value)
+            } else {
+                errors.push(located_error(
+                    source,
+                    &path,
+                    format!(
+                        "expected a path inside the project (relative, no `..`), found {:?}",
+                        path.value
+                    ),
+                ));
+                None
+            }
+        })
+        .collect();
+    let test = table.string("test", errors)?;
+    if test.value.trim().is_empty() {
+        errors.push(located_error(
+            source,
+            &test,
+            "`test` is empty: give the project's test command, or remove [merge]".to_string(),
+        ));
+        return None;
+    }
+    Some(MergeGate {
+        test: test.value,
+        test_timeout_secs,
+        cache,
+    })
 }
 
 fn located_error<T>(source: &SourceText<'_>, located: &Located<T>, message: String) -> Diagnostic {
@@ -503,6 +617,7 @@ fn read_teammate(
         .is_none_or(|flag| flag.value);
     let approver = read_approver(source, entry, errors);
     let placement = read_placement(source, entry, errors);
+    let endpoint = read_endpoint(source, entry, errors);
     let count = match entry.count("count", errors) {
         Some(count) if count.value == 0 || count.value > MAX_COUNT => {
             let message = format!(
@@ -556,7 +671,61 @@ fn read_teammate(
             plan_mode_required,
             approver: approver.clone(),
             placement,
+            endpoint: endpoint.clone(),
         });
+    }
+}
+
+/// The string at `key`, when it is not blank (a blank one is an error).
+fn nonempty_string(
+    source: &SourceText<'_>,
+    entry: &TableReader<'_, '_>,
+    key: &str,
+    errors: &mut Vec<Diagnostic>,
+) -> Option<Located<String>> {
+    let text = entry.string(key, errors)?;
+    if text.value.trim().is_empty() {
+        let message = format!("`{key}` is empty: remove the key, or give it a value");
+        errors.push(located_error(source, &text, message));
+        return None;
+    }
+    Some(text)
+}
+
+/// A teammate entry's `provider`, `model`, `base_url` and `api_key_env`.
+fn read_endpoint(
+    source: &SourceText<'_>,
+    entry: &TableReader<'_, '_>,
+    errors: &mut Vec<Diagnostic>,
+) -> AgentEndpoint {
+    let provider = entry.string("provider", errors).and_then(|text| {
+        match text.value.parse::<crate::settings::ProviderKind>() {
+            Ok(kind) => Some(kind),
+            Err(message) => {
+                errors.push(located_error(source, &text, message));
+                None
+            }
+        }
+    });
+    let model = nonempty_string(source, entry, "model", errors)
+        .map(|model| crate::agents::model_id(&model.value));
+    let base_url = nonempty_string(source, entry, "base_url", errors).and_then(|url| {
+        if url.value.starts_with("http://") || url.value.starts_with("https://") {
+            return Some(url.value);
+        }
+        let message = format!(
+            "expected a URL starting with http:// or https://, found {:?}",
+            url.value
+        );
+        errors.push(located_error(source, &url, message));
+        None
+    });
+    let api_key_env = nonempty_string(source, entry, "api_key_env", errors).map(|v| v.value);
+    AgentEndpoint {
+        provider,
+        model,
+        base_url,
+        api_key_env,
     }
 }
 

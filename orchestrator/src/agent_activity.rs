@@ -408,6 +408,7 @@ mod tests {
             tools: Vec::new(),
             mcp_tools: Vec::new(),
             model_limits: Default::default(),
+            endpoint: None,
         }
     }
 

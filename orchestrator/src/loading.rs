@@ -166,13 +166,25 @@ pub fn print_output(text: &str) -> anyhow::Result<()> {
 pub const NO_USER_FILES: &str = "MUSTER_NO_USER_FILES";
 
 /// The agent catalogue of `root` (with the user's `~/.claude/agents`), its load warnings and
-/// the warnings for definitions naming a model the settings' catalogue lacks printed.
+/// the warnings for definitions naming a model the settings' catalogue lacks printed; an
+/// untrusted project's definitions lose their `base_url` and `api_key_env` (and say so).
 pub fn load_catalog(project: &Project) -> anyhow::Result<muster_config::AgentCatalog> {
-    let loaded =
+    let mut loaded =
         muster_config::AgentCatalog::load(&project.root, project.process.user_home().as_deref())
             .map_err(usage_error)?;
     print_warnings(&loaded.warnings);
     print_warnings(&model_warnings(&loaded.value, &project.settings));
+    // A repository's definitions must not choose where prompts go, or which of the user's
+    // secrets is sent, before the user trusts it.
+    if !project.settings.trust.trusted {
+        let skipped = loaded.value.skip_untrusted_endpoints();
+        if !skipped.is_empty() {
+            eprintln!(
+                "muster: project not trusted; skipped {}; run `{TRUST_COMMAND}` to trust it",
+                skipped.join(", ")
+            );
+        }
+    }
     Ok(loaded.value)
 }
 

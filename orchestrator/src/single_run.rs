@@ -335,6 +335,7 @@ impl RunDriver for SingleDriver {
                 pre_plan_mode: None,
                 approval_ceiling: None,
                 inherited_model: None,
+                endpoint: None,
             };
             AgentRuntime::start(self.context.clone(), spec, &self.launch.prompt).await?
         };

@@ -118,6 +118,10 @@ pub enum MessageBody {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         verification: Option<String>,
         responder: String,
+        /// The merge gate's pass on the merged result (`command`, `head`, `exit`, `seconds`,
+        /// `tail`), when the team file has `[merge] test`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tested: Option<Value>,
     },
     MergeResponse {
         request_id: String,

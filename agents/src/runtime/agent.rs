@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use muster_config::hooks::HookEvent;
-use muster_config::{AgentDefinition, PermissionMode};
+use muster_config::{AgentDefinition, AgentEndpoint, PermissionMode};
 use muster_mailbox::{AutoGateUpdate, CommitTurn, Message as Mail, NewRecord};
 
 use crate::compaction::{
@@ -25,7 +25,7 @@ use crate::tools::Workspace;
 use super::asks::AskSettings;
 use super::calls::AgentOutcome;
 use super::calls::PendingCalls;
-use super::context::{ModeModel, RunContext};
+use super::context::{ModeModel, ModelRouter, RunContext};
 use super::dispatch::CallDispatcher;
 use super::error::{RuntimeError, RuntimeResult};
 use super::events::{Reporter, RunEvent};
@@ -54,6 +54,8 @@ pub struct AgentSpec {
     pub approval_ceiling: Option<PermissionMode>,
     /// The parent's current model, for `model: inherit`.
     pub inherited_model: Option<String>,
+    /// A teammate's team entry's provider and model, or a subagent's parent's endpoint.
+    pub endpoint: Option<AgentEndpoint>,
 }
 
 /// One agent at work: its loop over owned parts — the transcript, its mode and plan, its
@@ -63,6 +65,8 @@ pub struct AgentRuntime {
     pub(super) id: String,
     pub(super) kind: AgentKind,
     pub(super) definition: AgentDefinition,
+    /// Its models per mode: the run's, or its own endpoint's.
+    pub(super) models: ModelRouter,
     /// What its model requests are built from.
     pub(super) requests: Requests,
     pub(super) transcript: Transcript,
@@ -100,8 +104,15 @@ impl AgentRuntime {
         if definition.read_only && matches!(spec.kind, AgentKind::Subagent { .. }) {
             system.push_str(super::prompt::RESEARCH_REPORT);
         }
-        let model_limits =
-            ask_model_limits(&run, &definition, spec.inherited_model.as_deref()).await;
+        let endpoint = resolve_endpoint(&spec.kind, &definition, spec.endpoint.as_ref());
+        let router = agent_router(&run, &spec.agent_id, endpoint.as_ref())?;
+        let own = own_model_of(
+            &spec.kind,
+            &definition,
+            endpoint.as_ref(),
+            spec.inherited_model.as_deref(),
+        );
+        let model_limits = ask_model_limits(&router, own.as_deref()).await;
         let plan = PlanState::new(
             spec.mode,
             spec.pre_plan_mode,
@@ -119,6 +130,8 @@ impl AgentRuntime {
             inherited_model: spec.inherited_model,
             model_limits,
             plan,
+            router,
+            endpoint,
         });
         let opening = agent.firing().opening(prompt).await?;
         let mut blocks = vec![ContentBlock::text(prompt)];
@@ -134,6 +147,7 @@ impl AgentRuntime {
             tools: agent.calls.tools.clone(),
             mcp_tools: agent.calls.mcp.records(),
             model_limits: agent.requests.model_limits.clone(),
+            endpoint: agent.requests.endpoint.clone(),
         };
         let message = agent.message_record(first.clone(), None);
         let mut records = vec![started, message];
@@ -162,7 +176,12 @@ impl AgentRuntime {
     pub(super) fn assemble(parts: Assembly) -> AgentRuntime {
         let report = Arc::new(Reporter::new(parts.run.events.clone(), &parts.id));
         let equipment = parts.equipment;
-        let own_model = own_model(&parts.definition.model, parts.inherited_model.as_deref());
+        let own_model = own_model_of(
+            &parts.kind,
+            &parts.definition,
+            parts.endpoint.as_ref(),
+            parts.inherited_model.as_deref(),
+        );
         let calls = CallDispatcher {
             run: parts.run.clone(),
             id: parts.id.clone(),
@@ -181,7 +200,9 @@ impl AgentRuntime {
             id: parts.id,
             kind: parts.kind,
             definition: parts.definition,
+            models: parts.router,
             requests: Requests {
+                endpoint: parts.endpoint,
                 own_model,
                 model_limits: parts.model_limits,
                 system: parts.system,
@@ -465,7 +486,7 @@ impl AgentRuntime {
     pub(super) fn model_for_mode(&self) -> ModeModel {
         let catalogue = &self.run.compaction.models;
         self.requests
-            .model_for(&self.run.models, catalogue, self.plan.mode)
+            .model_for(&self.models, catalogue, self.plan.mode)
     }
 
     /// One model request: refused, sending nothing, once a budget has reached its limit; the
@@ -842,6 +863,9 @@ pub(super) struct Assembly {
     pub inherited_model: Option<String>,
     pub model_limits: BTreeMap<String, ServerLimits>,
     pub plan: PlanState,
+    /// Its models per mode (the run's, or its own endpoint's).
+    pub router: ModelRouter,
+    pub endpoint: Option<AgentEndpoint>,
 }
 
 /// What an agent works with: its workspace, where its asks go, and its tools (its MCP
@@ -885,18 +909,16 @@ impl Equipment {
     }
 }
 
-/// Asks the servers of every model the agent may use (each mode's, and the one its definition
-/// names or inherits) what they report about its limits; keeps the models they reported
-/// something for. Each provider caches its answers for the run.
+/// Asks the servers of every model the agent may use (each mode's, and `own`: the one its
+/// definition names or inherits) what they report about its limits; keeps the models they
+/// reported something for. Each provider caches its answers for the run.
 async fn ask_model_limits(
-    run: &RunContext,
-    definition: &AgentDefinition,
-    inherited: Option<&str>,
+    router: &ModelRouter,
+    own: Option<&str>,
 ) -> BTreeMap<String, ServerLimits> {
-    let own = own_model(&definition.model, inherited);
     let mut limits: BTreeMap<String, ServerLimits> = BTreeMap::new();
-    for routed in [&run.models.plan, &run.models.act] {
-        for model in std::iter::once(&routed.model).chain(own.as_ref()) {
+    for routed in [&router.plan, &router.act] {
+        for model in std::iter::once(routed.model.as_str()).chain(own) {
             let reported = routed.provider.server_limits(model).await;
             if reported.is_empty() {
                 continue;
@@ -905,10 +927,62 @@ async fn ask_model_limits(
                 Some(known) => known.merge(reported),
                 None => reported,
             };
-            limits.insert(model.clone(), merged);
+            limits.insert(model.to_owned(), merged);
         }
     }
     limits
+}
+
+/// An agent's own endpoint: a subagent's definition's, else its parent's (`given`); any
+/// other agent's definition's with its team entry's (`given`) fields over it. `None`: the
+/// run's models.
+pub(super) fn resolve_endpoint(
+    kind: &AgentKind,
+    definition: &AgentDefinition,
+    given: Option<&AgentEndpoint>,
+) -> Option<AgentEndpoint> {
+    let resolved = match kind {
+        AgentKind::Subagent { .. } if !definition.endpoint.is_empty() => {
+            definition.endpoint.clone()
+        }
+        AgentKind::Subagent { .. } => given.cloned().unwrap_or_default(),
+        AgentKind::Main | AgentKind::Teammate { .. } => match given {
+            Some(given) => definition.endpoint.overlaid_by(given),
+            None => definition.endpoint.clone(),
+        },
+    };
+    (!resolved.is_empty()).then_some(resolved)
+}
+
+/// The model an agent's definition names (or inherits), unless its team entry names one:
+/// the entry, being the more specific, wins (a subagent's endpoint is its parent's, whose
+/// model its definition may override).
+fn own_model_of(
+    kind: &AgentKind,
+    definition: &AgentDefinition,
+    endpoint: Option<&AgentEndpoint>,
+    inherited: Option<&str>,
+) -> Option<String> {
+    let entry_names_model =
+        !matches!(kind, AgentKind::Subagent { .. }) && endpoint.is_some_and(|e| e.model.is_some());
+    if entry_names_model {
+        return None;
+    }
+    own_model(&definition.model, inherited)
+}
+
+/// The models of agent `id` for `endpoint` (the run's when `None`).
+pub(super) fn agent_router(
+    run: &RunContext,
+    id: &str,
+    endpoint: Option<&AgentEndpoint>,
+) -> RuntimeResult<ModelRouter> {
+    run.agent_models
+        .router(&run.models, endpoint)
+        .map_err(|detail| RuntimeError::AgentModel {
+            agent: id.to_owned(),
+            detail,
+        })
 }
 
 /// Where an agent of `run` works: what its team says (a worktree), else the run's workspace.

@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use muster_config::settings::{Budgets, ModelInfo};
-use muster_config::{AgentCatalog, PermissionMode, Policy};
+use muster_config::{AgentCatalog, AgentEndpoint, PermissionMode, Policy};
 use muster_mailbox::MailboxStore;
 use serde_json::Value;
 use tokio::sync::Semaphore;
@@ -52,6 +52,56 @@ impl ModelRouter {
         } else {
             &self.act
         }
+    }
+}
+
+/// Builds the models of an agent's own endpoint (the binary's: it holds the settings and the
+/// environment). `Err`: what is wrong, naming the provider and the variable.
+pub type RouterBuilder = dyn Fn(&AgentEndpoint) -> Result<ModelRouter, String> + Send + Sync;
+
+/// The models of agents with their own provider or model (a definition's `provider`, a team
+/// entry's `model`, …): one router per endpoint, built once for the run.
+#[derive(Clone, Default)]
+pub struct AgentModels {
+    builder: Option<Arc<RouterBuilder>>,
+    built: Arc<Mutex<BTreeMap<AgentEndpoint, ModelRouter>>>,
+}
+
+impl std::fmt::Debug for AgentModels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentModels")
+            .field("builder", &self.builder.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentModels {
+    pub fn new(builder: Arc<RouterBuilder>) -> AgentModels {
+        AgentModels {
+            builder: Some(builder),
+            built: Arc::default(),
+        }
+    }
+
+    /// The models of `endpoint`: `default` (the run's) when there is none.
+    pub fn router(
+        &self,
+        default: &ModelRouter,
+        endpoint: Option<&AgentEndpoint>,
+    ) -> Result<ModelRouter, String> {
+        let Some(endpoint) = endpoint.filter(|e| !e.is_empty()) else {
+            return Ok(default.clone());
+        };
+        let mut built = self.built.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(router) = built.get(endpoint) {
+            return Ok(router.clone());
+        }
+        let Some(builder) = &self.builder else {
+            return Err("this run has no models for an agent's own provider".into());
+        };
+        let router = builder(endpoint)?;
+        built.insert(endpoint.clone(), router.clone());
+        Ok(router)
     }
 }
 
@@ -110,6 +160,8 @@ pub struct RunContext {
     pub epoch: i64,
     pub store: Arc<dyn MailboxStore>,
     pub models: ModelRouter,
+    /// The models of agents with an endpoint of their own.
+    pub agent_models: AgentModels,
     pub catalog: Arc<AgentCatalog>,
     pub gate: Arc<dyn ToolGate>,
     pub tools: ToolRegistry,

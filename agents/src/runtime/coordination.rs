@@ -91,6 +91,7 @@ impl AgentRuntime {
             pre_plan_mode: None,
             approval_ceiling: None,
             inherited_model,
+            endpoint: self.requests.endpoint.clone(),
         };
         let outcome = run_child(self.run.clone(), spec, input.prompt).await;
         drop(permit);

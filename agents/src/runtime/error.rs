@@ -26,6 +26,9 @@ pub enum RuntimeError {
         attempts: u32,
         detail: String,
     },
+    /// The agent's own provider cannot be built here (a missing key variable, a bad URL).
+    #[error("agent {agent}: {detail}")]
+    AgentModel { agent: String, detail: String },
     #[error("agent definition {0:?} is not in the catalog")]
     UnknownDefinition(String),
     #[error("agent {agent}: record {seq} cannot be read: {detail}")]

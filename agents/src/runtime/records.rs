@@ -55,6 +55,10 @@ pub enum Record {
         /// asking again.
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         model_limits: BTreeMap<String, ServerLimits>,
+        /// Its own provider and model (its definition's, its team entry's, or its parent's),
+        /// as resolved at its start: a resume keeps it whatever the files say since.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        endpoint: Option<muster_config::AgentEndpoint>,
     },
     /// One message of the context. Assistant messages carry the model request's turn index
     /// (`x-muster-turn`), the model and the mode in force.

@@ -15,6 +15,8 @@ use super::context::{DEFAULT_MAX_OUTPUT, ModeModel, ModelRouter};
 
 #[derive(Debug, Clone)]
 pub(super) struct Requests {
+    /// Its own endpoint (kept in its `started` record).
+    pub endpoint: Option<muster_config::AgentEndpoint>,
     /// The model the agent's definition names, or its parent's with `inherit`; `None`: the
     /// mode's.
     pub own_model: Option<String>,
@@ -119,6 +121,7 @@ mod tests {
 
     fn requests(reported: Option<ServerLimits>) -> Requests {
         Requests {
+            endpoint: None,
             own_model: None,
             model_limits: reported
                 .map(|limits| BTreeMap::from([("m".to_owned(), limits)]))

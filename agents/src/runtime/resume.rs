@@ -40,6 +40,7 @@ impl AgentRuntime {
             tools: _,
             mcp_tools,
             model_limits,
+            endpoint,
         }) = records.first().cloned()
         else {
             return Err(RuntimeError::NothingToResume {
@@ -54,6 +55,7 @@ impl AgentRuntime {
             .ok_or(RuntimeError::UnknownDefinition(definition))?;
         let equipment =
             Equipment::gather(&run, agent_id, &agent_kind, &definition, Some(&mcp_tools)).await?;
+        let router = super::agent::agent_router(&run, agent_id, endpoint.as_ref())?;
         let plan = PlanState {
             mode,
             pre_plan_mode,
@@ -72,6 +74,8 @@ impl AgentRuntime {
             inherited_model,
             model_limits,
             plan,
+            router,
+            endpoint,
         });
         agent.replay_all(&records).await?;
         Ok(agent)

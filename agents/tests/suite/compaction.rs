@@ -940,6 +940,7 @@ async fn the_request_after_compaction_carries_the_task_board_read_from_the_store
         },
     )]);
     let context = Arc::new(RunContext {
+        agent_models: Default::default(),
         team: Default::default(),
         hooks: Default::default(),
         models: ModelRouter::single(ModeModel {

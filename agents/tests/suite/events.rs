@@ -109,6 +109,7 @@ async fn agent_states_follow_commits_through_a_wait_on_the_lead() {
         changed: tokio::sync::Notify::new(),
     });
     let context = Arc::new(RunContext {
+        agent_models: Default::default(),
         epoch: h.store.open_epoch("r1").await.unwrap(),
         events: witness.clone(),
         ..h.run_context(PlanApprover::Human)

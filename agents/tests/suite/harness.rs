@@ -163,6 +163,7 @@ impl RunHarness {
     pub fn run_context(&self, approver: PlanApprover) -> RunContext {
         let catalog = Arc::new(AgentCatalog::built_in().unwrap());
         RunContext {
+            agent_models: Default::default(),
             team: Default::default(),
             hooks: Default::default(),
             run_id: self.run_id.clone(),
@@ -251,6 +252,7 @@ pub fn spec(agent: &str, kind: AgentKind, mode: PermissionMode) -> AgentSpec {
         pre_plan_mode: None,
         approval_ceiling: None,
         inherited_model: None,
+        endpoint: None,
     }
 }
 

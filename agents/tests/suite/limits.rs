@@ -326,6 +326,7 @@ async fn an_agent_naming_its_own_model_sends_that_models_output_limit() {
     models.insert("claude-opus-4-1".to_owned(), super::harness::sonnet_info());
     models.get_mut("claude-opus-4-1").unwrap().max_output = Some(32_000);
     let context = Arc::new(RunContext {
+        agent_models: Default::default(),
         catalog: Arc::new(catalog),
         compaction: muster_agents::runtime::CompactionPolicy {
             models,

@@ -1486,6 +1486,7 @@ async fn ship(
 
     let catalog = Arc::new(AgentCatalog::built_in().unwrap());
     let context = Arc::new(RunContext {
+        agent_models: Default::default(),
         gate: Arc::new(EngineGate::new(rules, catalog.clone(), None)),
         environment,
         ..harness.run_context(PlanApprover::Human)

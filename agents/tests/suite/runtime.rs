@@ -76,6 +76,7 @@ impl Harness {
     /// The run's context with these models, its events recorded.
     fn routed(&self, approver: PlanApprover, models: ModelRouter) -> Arc<RunContext> {
         Arc::new(RunContext {
+            agent_models: Default::default(),
             team: Default::default(),
             hooks: Default::default(),
             models,

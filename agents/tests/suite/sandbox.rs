@@ -310,6 +310,7 @@ async fn a_command_wrongly_allowed_in_plan_mode_still_cannot_write_or_connect() 
     .await;
     let fixture = Fixture::new();
     let context = Arc::new(RunContext {
+        agent_models: Default::default(),
         gate: Arc::new(AllowEverything),
         environment: vec![("PATH".into(), std::env::var_os("PATH").unwrap())],
         sandbox: Some(fixture.sandbox.clone()),

@@ -150,6 +150,7 @@ async fn the_output_limit_is_clipped_to_the_report_and_a_resume_uses_the_recorde
     let mut config = ClientConfig::new(elsewhere.base_url(), Some("test-key".into()));
     config.retry.max_retries = 0;
     let resumed_context = Arc::new(RunContext {
+        agent_models: Default::default(),
         models: ModelRouter::single(ModeModel {
             provider: Arc::new(HttpClient::anthropic(config, Default::default()).unwrap()),
             ..h.model(SONNET)
@@ -182,6 +183,7 @@ async fn a_model_the_catalogue_lacks_is_compacted_by_the_window_its_server_repor
         ])
         .await;
     let context = Arc::new(RunContext {
+        agent_models: Default::default(),
         models: ModelRouter::single(h.model("local-model")),
         ..h.run_context(PlanApprover::Human)
     });
@@ -253,6 +255,7 @@ async fn a_prompt_refused_as_too_long_is_compacted_and_sent_once_more_on_both_wi
             ])
             .await;
         let context = Arc::new(RunContext {
+            agent_models: Default::default(),
             models: ModelRouter::single(model_on(&h, wire)),
             ..h.run_context(PlanApprover::Human)
         });

@@ -110,6 +110,7 @@ impl Harness {
             run.member(agent, kind).await;
         }
         let context = Arc::new(RunContext {
+            agent_models: Default::default(),
             epoch: run.store.open_epoch(run_id).await.unwrap(),
             ..run.run_context(PlanApprover::Human)
         });

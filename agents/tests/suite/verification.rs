@@ -63,6 +63,7 @@ impl Transcript {
             tools: vec!["Read".to_owned(), "Write".to_owned(), "Bash".to_owned()],
             mcp_tools: Vec::new(),
             model_limits: Default::default(),
+            endpoint: None,
         });
         // Before the approval: edits in plan mode are never evidence.
         transcript.write("src/lib.rs", "// sketch\n");

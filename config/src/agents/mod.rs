@@ -25,6 +25,9 @@ pub const AGENT_KEYS: &[&str] = &[
     "model",
     "permissionMode",
     "read_only",
+    "provider",
+    "base_url",
+    "api_key_env",
 ];
 
 /// Claude Code's model aliases and the catalogue ids they stand for.
@@ -140,6 +143,9 @@ pub struct AgentDefinition {
     #[serde(rename = "agentTypes", skip_serializing_if = "Option::is_none")]
     pub agent_types: Option<Vec<String>>,
     pub model: ModelChoice,
+    /// Its own provider, base URL and key variable (`model` stays in [`Self::model`]).
+    #[serde(skip_serializing_if = "crate::AgentEndpoint::is_empty")]
+    pub endpoint: crate::AgentEndpoint,
     #[serde(rename = "permissionMode")]
     pub permission_mode: Option<PermissionMode>,
     pub read_only: bool,
@@ -308,7 +314,15 @@ impl DefinitionFile<'_> {
         for (key, value) in entries {
             let optional = matches!(
                 key.as_text(),
-                Some("model" | "permissionMode" | "disallowedTools" | "read_only")
+                Some(
+                    "model"
+                        | "permissionMode"
+                        | "disallowedTools"
+                        | "read_only"
+                        | "provider"
+                        | "base_url"
+                        | "api_key_env"
+                )
             );
             if optional && value.is_null() {
                 let name = key.as_text().unwrap_or_default().to_owned();
@@ -377,6 +391,7 @@ impl DefinitionFile<'_> {
                 }
             }
         });
+        let endpoint = self.endpoint(&fields);
         let read_only = fields
             .get("read_only")
             .is_some_and(|node| match node.as_bool() {
@@ -405,6 +420,7 @@ impl DefinitionFile<'_> {
                 disallowed_mcp_tools: std::mem::take(&mut self.disallowed_mcp_tools),
                 agent_types,
                 model,
+                endpoint,
                 permission_mode,
                 read_only,
                 system_prompt: body.trim().to_string(),
@@ -413,6 +429,42 @@ impl DefinitionFile<'_> {
             },
             warnings: self.warnings,
         })
+    }
+
+    /// The front matter's `provider`, `base_url` and `api_key_env`.
+    fn endpoint(&mut self, fields: &BTreeMap<&str, YamlNode>) -> crate::AgentEndpoint {
+        let provider = fields.get("provider").and_then(|node| {
+            let text = self.text("provider", node)?;
+            match text.parse::<crate::settings::ProviderKind>() {
+                Ok(kind) => Some(kind),
+                Err(message) => {
+                    self.errors
+                        .push(self.diagnostic(node.position, "provider", message));
+                    None
+                }
+            }
+        });
+        let base_url = fields.get("base_url").and_then(|node| {
+            let url = self.text("base_url", node)?;
+            if url.starts_with("http://") || url.starts_with("https://") {
+                return Some(url.to_owned());
+            }
+            let message =
+                format!("expected a URL starting with http:// or https://, found {url:?}");
+            self.errors
+                .push(self.diagnostic(node.position, "base_url", message));
+            None
+        });
+        let api_key_env = fields
+            .get("api_key_env")
+            .and_then(|node| self.text("api_key_env", node))
+            .map(str::to_owned);
+        crate::AgentEndpoint {
+            provider,
+            model: None,
+            base_url,
+            api_key_env,
+        }
     }
 
     fn text<'n>(&mut self, key: &str, node: &'n YamlNode) -> Option<&'n str> {
@@ -657,6 +709,27 @@ pub struct AgentCatalog {
 }
 
 impl AgentCatalog {
+    /// Drops the `base_url` and `api_key_env` of every definition a project directory holds
+    /// (an untrusted repository's): returns each dropped one as `agent NAME key = value`.
+    pub fn skip_untrusted_endpoints(&mut self) -> Vec<String> {
+        let mut skipped = Vec::new();
+        for definition in self.definitions.values_mut() {
+            let from_project = matches!(
+                &definition.source,
+                DefinitionSource::File {
+                    dir: AgentDir::Muster | AgentDir::Claude,
+                    ..
+                }
+            );
+            if from_project {
+                for entry in definition.endpoint.skip_untrusted() {
+                    skipped.push(format!("agent {} {entry}", definition.name));
+                }
+            }
+        }
+        skipped
+    }
+
     /// Only the built-in definitions.
     pub fn built_in() -> Result<AgentCatalog, ConfigError> {
         let mut catalog = AgentCatalog::default();

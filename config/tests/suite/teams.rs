@@ -496,3 +496,72 @@ fn placement_is_read_per_teammate_and_in_spawn_and_remote_at_the_top() {
         );
     }
 }
+
+#[test]
+fn a_team_files_merge_gate_and_teammate_endpoints_are_read_and_checked() {
+    let text = "name = \"t\"\n\n[merge]\ntest = \"cargo test\"\ntest_timeout = 90\ncache = [\"target\"]\n\n[[teammates]]\nname = \"local\"\nprovider = \"openai\"\nmodel = \"sonnet\"\nbase_url = \"http://127.0.0.1:8000/v1\"\napi_key_env = \"LOCAL_KEY\"\n";
+    let mut team = TeamFile::parse("t.toml", text, &catalog()).unwrap();
+    let gate = team.merge.clone().unwrap();
+    assert_eq!(
+        (gate.test.as_str(), gate.test_timeout_secs, gate.cache),
+        ("cargo test", 90, vec!["target".to_owned()])
+    );
+    let endpoint = &team.teammates[0].endpoint;
+    assert_eq!(endpoint.model.as_deref(), Some("claude-sonnet-4-5"));
+    assert_eq!(endpoint.api_key_env.as_deref(), Some("LOCAL_KEY"));
+    assert_eq!(
+        team.skip_untrusted_endpoints(),
+        [
+            "teammate local base_url = \"http://127.0.0.1:8000/v1\"",
+            "teammate local api_key_env = \"LOCAL_KEY\""
+        ]
+    );
+    assert_eq!(
+        team.skip_merge_gate().as_deref(),
+        Some("merge.test = \"cargo test\"")
+    );
+    assert!(team.merge.is_none());
+
+    let cases = [
+        (
+            "name = \"t\"\n[merge]\ntest = \" \"",
+            "merge.test: `test` is empty: give the project's test command, or remove [merge]",
+        ),
+        (
+            "name = \"t\"\n[merge]\ntest = \"x\"\ntest_timeout = 0",
+            "merge.test_timeout: expected seconds (at least 1), found 0",
+        ),
+        (
+            "name = \"t\"\n[merge]\ntest = \"x\"\ncache = [\"../up\"]",
+            "merge.cache[0]: expected a path inside the project (relative, no `..`), found \"../up\"",
+        ),
+        (
+            "name = \"t\"\n[[teammates]]\nname = \"a\"\nprovider = \"ollama\"",
+            "teammates[0].provider: expected one of anthropic, openai, script, found \"ollama\"",
+        ),
+        (
+            "name = \"t\"\n[[teammates]]\nname = \"a\"\nbase_url = \"localhost:8000\"",
+            "teammates[0].base_url: expected a URL starting with http:// or https://, found \"localhost:8000\"",
+        ),
+    ];
+    for (text, expected) in cases {
+        let error = TeamFile::parse("t.toml", text, &catalog())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains(expected),
+            "for {text:?}\n got: {error}\nwant: {expected}"
+        );
+    }
+}
+
+#[test]
+fn a_policy_requiring_tests_refuses_an_untested_merge_even_when_it_approves_all() {
+    let policy =
+        Policy::parse("p.toml", "approve_all = true\nrequire_tests_pass = true\n").unwrap();
+    assert!(policy.untested_merge_reason(true).is_none());
+    let reason = policy.untested_merge_reason(false).unwrap();
+    assert!(reason.contains("require_tests_pass"), "{reason}");
+    let lenient = Policy::parse("p.toml", "approve_all = true\n").unwrap();
+    assert!(lenient.untested_merge_reason(false).is_none());
+}

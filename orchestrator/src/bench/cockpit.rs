@@ -185,6 +185,7 @@ fn transcript(agent: &str) -> anyhow::Result<Vec<NewRecord>> {
             tools: vec![BASH.into()],
             mcp_tools: Vec::new(),
             model_limits: Default::default(),
+            endpoint: None,
         },
         message(Role::User, vec![ContentBlock::text("Do the work.")]),
         message(

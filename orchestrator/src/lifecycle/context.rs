@@ -10,8 +10,8 @@ use muster_agents::budget::Spend;
 use muster_agents::hooks::HookRunner;
 use muster_agents::runtime::team::TeamSlot;
 use muster_agents::runtime::{
-    CompactionPolicy, DEFAULT_MAX_SUBAGENTS, EngineGate, EventSink, ModelRouter, PlanApprover,
-    PlanFiles, RunContext, Terminal,
+    AgentModels, CompactionPolicy, DEFAULT_MAX_SUBAGENTS, EngineGate, EventSink, ModelRouter,
+    PlanApprover, PlanFiles, RunContext, Terminal,
 };
 use muster_agents::sandbox::Sandbox;
 use muster_agents::tools::{ToolRegistry, Workspace};
@@ -21,7 +21,7 @@ use tokio::sync::Semaphore;
 
 use crate::exit::{Exit, ExitError};
 use crate::launch::RunLaunch;
-use crate::models::{Recording, model_router};
+use crate::models::{Recording, run_models};
 use crate::project::Project;
 
 fn usage(message: impl Into<String>) -> anyhow::Error {
@@ -42,6 +42,7 @@ pub(crate) struct CheckedParts {
     pub approver: PlanApprover,
     pub workspace: Workspace,
     pub models: ModelRouter,
+    pub agent_models: AgentModels,
     pub sandbox: Option<Arc<Sandbox>>,
 }
 
@@ -71,10 +72,12 @@ pub(crate) fn checked_parts(
         .map_err(|e| usage(format!("--workspace: {e}")))?
         .with_additional(&settings.additional_directory_paths());
     let recording = Recording::of(run.record.as_deref(), resumed);
+    let models = run_models(settings, env, run.strict, recording)?;
     Ok(CheckedParts {
         approver,
         workspace,
-        models: model_router(settings, env, run.strict, recording)?,
+        models: models.router,
+        agent_models: models.agents,
         sandbox: crate::sandbox::SandboxState::for_run(settings, project.process.home.clone())?
             .into_run_sandbox(),
     })
@@ -117,6 +120,7 @@ pub(crate) fn run_context(parts: ContextParts<'_>, checked: CheckedParts) -> Run
         epoch: parts.epoch,
         store: parts.store,
         models: checked.models,
+        agent_models: checked.agent_models,
         gate: Arc::new(EngineGate::new(
             settings.permissions.clone(),
             parts.catalog.clone(),

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use muster_agents::budget::{BudgetExceeded, Spend};
-use muster_agents::runtime::{AgentRuntime, PlanFiles};
+use muster_agents::runtime::{AgentRuntime, CostReport, PlanFiles};
 use muster_mailbox::live::LiveRun;
 use muster_mailbox::{MailboxStore, RunRecord, RunStatus};
 use serde_json::{Value, json};
@@ -231,6 +231,8 @@ async fn execute_async<K: RunKind>(kind: K, existing: Option<RunRecord>) -> anyh
         traces,
     };
     let run_log = kind.project().process.run_log.clone();
+    // Kept for the cost report: `start` takes the kind.
+    let settings = kind.project().settings.clone();
     let driver = kind.start(&run, checked).await?;
     let mut interrupted = false;
     let driven = tokio::select! {
@@ -243,13 +245,33 @@ async fn execute_async<K: RunKind>(kind: K, existing: Option<RunRecord>) -> anyh
         // Another process may own the run now: end without writing its ending.
         lost = owned.lost() => return Err(lost),
     };
-    let ending = driver.wrap_up(&run, driven, interrupted).await?;
+    let mut ending = driver.wrap_up(&run, driven, interrupted).await?;
+    if let Some(report) = cost_report(&settings, run.store.as_ref(), &run.id).await {
+        ending.add_costs(&report);
+    }
     finish(run.store.as_ref(), &run.id, &ending, &run_log).await?;
     run.printer.finished(&ending);
     if let Some(traces) = &run.traces {
         end_traces(traces, &run, ending.status).await;
     }
     Ok(ending)
+}
+
+/// What the run spent per agent, model and provider, from its records; `None` (with a
+/// warning) when the store cannot say, which must not hide the run's own ending.
+pub(crate) async fn cost_report(
+    settings: &muster_config::Settings,
+    store: &dyn MailboxStore,
+    run_id: &str,
+) -> Option<CostReport> {
+    let providers = |mode| settings.mode(mode).provider.value;
+    match CostReport::of_run(store, run_id, &settings.models, &providers).await {
+        Ok(report) => Some(report),
+        Err(error) => {
+            tracing::warn!(run = %run_id, %error, "no cost report");
+            None
+        }
+    }
 }
 
 /// The run's last spans (its own and its agents', once it is over) after its ending's
@@ -282,6 +304,15 @@ pub(crate) struct Ending {
 }
 
 impl Ending {
+    /// The run's cost report in its result (`costs`: per agent, model and provider, the
+    /// total and what caching saved).
+    pub fn add_costs(&mut self, report: &CostReport) {
+        if let (Value::Object(result), Ok(costs)) = (&mut self.result, serde_json::to_value(report))
+        {
+            result.insert("costs".into(), costs);
+        }
+    }
+
     /// Whether `--output text` prints the ending's text on stderr (a run that failed, hit a
     /// budget or was interrupted) rather than stdout — for single and team runs alike.
     pub fn is_failure_text(status: RunStatus) -> bool {

@@ -130,6 +130,8 @@ pub(crate) struct TeamIsolation {
     announced: Mutex<BTreeSet<String>>,
     /// The run's remote, when teammates run on workers.
     remote: Option<RemoteGit>,
+    /// The test gate of merges (`[merge] test`, trusted projects only).
+    gate: Option<super::gate::MergeTestGate>,
 }
 
 /// What one pass over the merge requests found and did.
@@ -232,7 +234,14 @@ impl TeamIsolation {
             settled: Mutex::new(settled),
             announced: Mutex::new(announced),
             remote: None,
+            gate: None,
         }))
+    }
+
+    /// Every merge must pass `gate` from now on.
+    pub(crate) fn with_gate(mut self, gate: Option<super::gate::MergeTestGate>) -> TeamIsolation {
+        self.gate = gate;
+        self
     }
 
     /// Files travel through `remote` from now on. On the lead's side the base and the
@@ -461,6 +470,19 @@ impl TeamIsolation {
             ));
             return Ok(step);
         }
+        let tested = match &self.gate {
+            None => None,
+            Some(gate) => {
+                let result = self.gate_merge(gate, &head, &current.commit, agent).await?;
+                if !result.passed {
+                    let text = gate_failure_text(&result, &changes.files, None);
+                    step.sends
+                        .push(notice(run_id, agent, text, key("merge-gate")));
+                    return Ok(step);
+                }
+                Some(serde_json::to_value(&result)?)
+            }
+        };
         let number = store
             .counter_for(
                 run_id,
@@ -482,6 +504,7 @@ impl TeamIsolation {
                 diffstat: changes.diffstat,
                 verification,
                 responder: responder.to_owned(),
+                tested,
             },
             idempotency_key: key("merge"),
         });
@@ -515,10 +538,34 @@ impl TeamIsolation {
             self.fetch_teammate(&request.requester).await?;
             let check = self.worktrees.merge_check(&head, commit).await?;
             if !check.conflicts.is_empty() {
-                self.record_stale(store, run_id, &request, &check.conflicts)
-                    .await?;
+                let text = format!(
+                    "{} was approved, but the integration branch moved meanwhile and your \
+                     branch now conflicts with it in: {}. End your turn: muster hands you the \
+                     conflicts to resolve in your worktree, then asks for the merge again.",
+                    request.request_id,
+                    check.conflicts.join(", ")
+                );
+                self.record_stale(store, run_id, &request, text).await?;
                 pass.stale.push(request.request_id.clone());
                 continue;
+            }
+            // The merge queue: merges apply one at a time under the head's lock, and one
+            // tested on another head is tested again on this one first.
+            if let Some(gate) = &self.gate
+                && tested_head(&request) != Some(head.as_str())
+            {
+                let scratch = format!("{}-apply", request.requester);
+                let result = self.gate_merge(gate, &head, commit, &scratch).await?;
+                if !result.passed {
+                    let files = match &request.body {
+                        MessageBody::MergeRequest { files, .. } => files.clone(),
+                        _ => Vec::new(),
+                    };
+                    let text = gate_failure_text(&result, &files, Some(&request.request_id));
+                    self.record_stale(store, run_id, &request, text).await?;
+                    pass.stale.push(request.request_id.clone());
+                    continue;
+                }
             }
             let message = format!(
                 "muster: merge {} ({})",
@@ -564,6 +611,22 @@ impl TeamIsolation {
             });
         }
         Ok(pass)
+    }
+
+    /// Runs the gate on `commit` merged onto `head`, in the scratch tree `scratch`.
+    async fn gate_merge(
+        &self,
+        gate: &super::gate::MergeTestGate,
+        head: &str,
+        commit: &str,
+        scratch: &str,
+    ) -> anyhow::Result<super::gate::GateResult> {
+        let check = self.worktrees.merge_check(head, commit).await?;
+        let merged = self
+            .worktrees
+            .merge_commit(head, commit, &check.tree, "muster: the merge gate's result")
+            .await?;
+        gate.run(&self.worktrees, head, &merged, scratch).await
     }
 
     /// Pushes `commit` as `agent`'s branch to the run's remote, when there is one.
@@ -616,7 +679,7 @@ impl TeamIsolation {
         store: &dyn MailboxStore,
         run_id: &str,
         request: &RequestRecord,
-        conflicts: &[String],
+        text: String,
     ) -> anyhow::Result<()> {
         let record = NewRecord {
             agent: LEAD.into(),
@@ -626,13 +689,6 @@ impl TeamIsolation {
                 request_id: request.request_id.clone(),
             })?,
         };
-        let text = format!(
-            "{} was approved, but the integration branch moved meanwhile and your branch now \
-             conflicts with it in: {}. End your turn: muster hands you the conflicts to \
-             resolve in your worktree, then asks for the merge again.",
-            request.request_id,
-            conflicts.join(", ")
-        );
         let key = Some(format!("{}:stale", request.request_id));
         store
             .commit_turn(CommitTurn {
@@ -729,6 +785,51 @@ fn merge_commit(request: &RequestRecord) -> Option<&str> {
         MessageBody::MergeRequest { commit, .. } => Some(commit),
         _ => None,
     }
+}
+
+/// The integration head a merge request's gate pass was tested on.
+fn tested_head(request: &RequestRecord) -> Option<&str> {
+    match &request.body {
+        MessageBody::MergeRequest {
+            tested: Some(tested),
+            ..
+        } => tested["head"].as_str(),
+        _ => None,
+    }
+}
+
+/// What a teammate reads when its merge failed the test gate: the command, how it ended, the
+/// files the merge touched and the output's tail.
+fn gate_failure_text(
+    result: &super::gate::GateResult,
+    files: &[String],
+    approved: Option<&str>,
+) -> String {
+    let when = match approved {
+        Some(request_id) => format!(
+            "{request_id} was approved, but the integration branch moved meanwhile and the \
+             merged result fails the project's tests"
+        ),
+        None => {
+            "Your merge was not requested: the merged result fails the project's tests".to_owned()
+        }
+    };
+    let ended = match result.exit {
+        Some(code) => format!("exit {code}"),
+        None => "no exit code".to_owned(),
+    };
+    format!(
+        "{when}. `{}` on your branch merged with the integration head {} ended with {ended} \
+         after {:.1}s. The merge touches: {}. The end of its output:\n{}\nFix your branch \
+         (the integration branch's changes are not in your worktree: `git merge {}` brings \
+         them), run the tests, then end your turn: muster tests and asks for the merge again.",
+        result.command,
+        result.head,
+        result.seconds,
+        files.join(", "),
+        result.tail.trim_end(),
+        result.head,
+    )
 }
 
 /// Mail from the lead's side of muster to a teammate about its merge.

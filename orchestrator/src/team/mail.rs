@@ -163,10 +163,11 @@ pub fn render(mail: &Mail, nonce: &str, previous: Option<&PreviousRevision>) -> 
             diffstat,
             verification,
             responder,
+            tested,
         } => format!(
             "Merge request {request_id}: {agent}'s branch {branch} (commit {commit}) merges \
              cleanly onto the integration branch at {onto}; answered by {responder}. What the \
-             merge adds to the integration branch (files: {}):\n{diffstat}{}\nThe same diff, \
+             merge adds to the integration branch (files: {}):\n{diffstat}{}{}\nThe same diff, \
              in your worktree: `{}` (not `git diff {onto} {commit}`, which also reverses work \
              merged since the branch started). Answer with ReviewMerge {{\"request_id\": \
              \"{request_id}\", \"approve\": true|false, \"feedback\": …}}; a rejection sends \
@@ -174,6 +175,14 @@ pub fn render(mail: &Mail, nonce: &str, previous: Option<&PreviousRevision>) -> 
             files.join(", "),
             verification
                 .map(|v| format!("\n{}", fenced("verification summary", nonce, &v)))
+                .unwrap_or_default(),
+            tested
+                .map(|t| format!(
+                    "\nThe merged result passed the project's tests (`{}`, {:.1}s, on {}).",
+                    t["command"].as_str().unwrap_or_default(),
+                    t["seconds"].as_f64().unwrap_or_default(),
+                    t["head"].as_str().unwrap_or_default()
+                ))
                 .unwrap_or_default(),
             MergeAdds::command(&onto, &commit),
         ),

@@ -13,7 +13,7 @@ use muster_agents::runtime::{
 use muster_agents::runtime::{EventSink, RunEvent};
 use muster_agents::verification;
 use muster_config::team::TeammateSpec;
-use muster_config::{PermissionMode, Placement};
+use muster_config::{AgentEndpoint, PermissionMode, Placement};
 use muster_mailbox::{
     CommitTurn, CommitTurnOutcome, DeliveryState, MemberKind, Message, MessageBody, MessageFilter,
     NewMessage, NewResponse, TaskStatus, TaskUpdate,
@@ -48,6 +48,9 @@ pub(crate) struct TeammatePlan {
     /// Where it runs: here, or on a `muster worker` (a work item of its own).
     #[serde(default)]
     pub placement: Placement,
+    /// Its team entry's model and provider (over its definition's).
+    #[serde(default, skip_serializing_if = "AgentEndpoint::is_empty")]
+    pub endpoint: AgentEndpoint,
 }
 
 /// The records stream holding a spawned teammate's [`TeammatePlan`].
@@ -84,6 +87,7 @@ impl Team {
                 call_key: None,
                 notes: Vec::new(),
                 placement: spec.placement,
+                endpoint: spec.endpoint.clone(),
             },
             None,
             resumed,
@@ -503,6 +507,7 @@ impl Team {
             pre_plan_mode: plan.plan_mode_required.then_some(plan.working_mode),
             approval_ceiling: plan.approval_ceiling,
             inherited_model: None,
+            endpoint: (!plan.endpoint.is_empty()).then(|| plan.endpoint.clone()),
         };
         Ok(AgentRuntime::start(self.run.clone(), spec, prompt).await?)
     }

@@ -24,6 +24,7 @@
 //!   run's deadline, started again at each resume (a resume's `--max-duration` is kept for
 //!   the next one).
 
+mod gate;
 mod isolation;
 mod mail;
 mod members;
@@ -101,6 +102,14 @@ pub struct TeamLaunch {
     /// their place); a resume and a worker skip them again, whatever is trusted since.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped_approvers: Vec<String>,
+    /// The teammates' `base_url` and `api_key_env` trust skipped at the start; a resume and
+    /// a worker skip them again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped_endpoints: Vec<String>,
+    /// Whether trust skipped the team file's `[merge]` test gate at the start (a resume
+    /// skips it again).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub skipped_merge_gate: bool,
     #[serde(flatten)]
     pub run: RunLaunch,
 }
@@ -135,7 +144,18 @@ fn new_team_run(global: &Globals, flags: RunFlags, team_path: PathBuf) -> anyhow
     let mut team = TeamFile::load(&team_path, &project.root, &catalog)
         .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
     let skipped_approvers = gate_team_approvers(&project, &team_path, &mut team);
-    project.print_trust_notice_with(&skipped_approvers);
+    let skipped_endpoints = gate_team_endpoints(&project, &team_path, &mut team);
+    let skipped_merge_gate = if team_file_is_trusted(&project, &team_path) {
+        None
+    } else {
+        team.skip_merge_gate()
+    };
+    let skipped: Vec<String> = [skipped_approvers.clone(), skipped_endpoints.clone()]
+        .concat()
+        .into_iter()
+        .chain(skipped_merge_gate.clone())
+        .collect();
+    project.print_trust_notice_with(&skipped);
     if flags.agent.is_some() {
         return Err(usage(
             "--agent chooses a single-agent run's definition; a team's lead is the team file's `lead`",
@@ -148,6 +168,7 @@ fn new_team_run(global: &Globals, flags: RunFlags, team_path: PathBuf) -> anyhow
         .chain(team.teammates.iter().map(|t| t.definition.as_str()))
         .chain(team.spawn.definitions.iter().flatten().map(String::as_str));
     crate::loading::check_definition_prices(&project.settings, &catalog, used)?;
+    check_team_endpoints(&project, &catalog, &team)?;
     let mut run = RunLaunch::from_flags(&flags, &project, lead_definition.permission_mode)?;
     let approvers = team
         .teammates
@@ -165,6 +186,8 @@ fn new_team_run(global: &Globals, flags: RunFlags, team_path: PathBuf) -> anyhow
         team_text: team.text.clone(),
         remote,
         skipped_approvers,
+        skipped_endpoints,
+        skipped_merge_gate: skipped_merge_gate.is_some(),
         run,
     };
     let new = NewTeamRun {
@@ -211,6 +234,12 @@ pub fn resume(
     if !launch.skipped_approvers.is_empty() {
         team.skip_policy_approvers();
     }
+    if !launch.skipped_endpoints.is_empty() {
+        team.skip_untrusted_endpoints();
+    }
+    if launch.skipped_merge_gate {
+        team.skip_merge_gate();
+    }
     lifecycle::execute(
         TeamRun {
             project,
@@ -233,16 +262,69 @@ pub fn resume(
 /// the `muster.team.toml` trust covers; otherwise `lead` approves instead. Returns what was
 /// skipped. A team file outside the project is the user's own.
 fn gate_team_approvers(project: &Project, team_path: &Path, team: &mut TeamFile) -> Vec<String> {
-    let root = muster_config::trust::canonical_root(project.root.path());
-    let path = muster_config::trust::canonical_root(team_path);
-    if !path.starts_with(&root) {
-        return Vec::new();
-    }
-    let covered = path == root.join(muster_config::team::TEAM_FILE_NAME);
-    if covered && project.settings.trust.trusted {
+    if team_file_is_trusted(project, team_path) {
         return Vec::new();
     }
     team.skip_policy_approvers()
+}
+
+/// The same rule for the teammates' `base_url` and `api_key_env`: a repository's team file
+/// must not choose where prompts go or which of the user's secrets is sent, untrusted.
+fn gate_team_endpoints(project: &Project, team_path: &Path, team: &mut TeamFile) -> Vec<String> {
+    if team_file_is_trusted(project, team_path) {
+        return Vec::new();
+    }
+    team.skip_untrusted_endpoints()
+}
+
+/// Whether what trust gates in the team file at `team_path` applies: a file outside the
+/// project is the user's own; inside, only a trusted project's `muster.team.toml`.
+fn team_file_is_trusted(project: &Project, team_path: &Path) -> bool {
+    let root = muster_config::trust::canonical_root(project.root.path());
+    let path = muster_config::trust::canonical_root(team_path);
+    if !path.starts_with(&root) {
+        return true;
+    }
+    let covered = path == root.join(muster_config::team::TEAM_FILE_NAME);
+    covered && project.settings.trust.trusted
+}
+
+/// Whether the provider of every agent with its own (the lead's definition, each teammate's
+/// entry over its definition, each definition the lead may spawn) can be built, before the
+/// run exists: an error names the agent.
+fn check_team_endpoints(
+    project: &Project,
+    catalog: &AgentCatalog,
+    team: &TeamFile,
+) -> anyhow::Result<()> {
+    let own = |name: &str| {
+        catalog
+            .get(name)
+            .map(|definition| definition.endpoint.clone())
+            .unwrap_or_default()
+    };
+    let mut agents: Vec<(String, muster_config::AgentEndpoint)> = vec![(
+        format!("the lead (definition `{}`)", team.lead),
+        own(&team.lead),
+    )];
+    for teammate in &team.teammates {
+        agents.push((
+            format!("teammate `{}` ({})", teammate.id, team.source),
+            own(&teammate.definition).overlaid_by(&teammate.endpoint),
+        ));
+    }
+    let spawnable: Vec<&str> = match &team.spawn.definitions {
+        Some(names) => names.iter().map(String::as_str).collect(),
+        None => catalog.names().filter(|name| *name != "lead").collect(),
+    };
+    for name in spawnable {
+        agents.push((format!("agent definition `{name}`"), own(name)));
+    }
+    crate::models::check_agent_endpoints(
+        &project.settings,
+        &project.process.env,
+        agents.iter().map(|(who, endpoint)| (who.clone(), endpoint)),
+    )
 }
 
 /// What a new team run records beside its launch options.
@@ -386,6 +468,17 @@ impl RunKind for TeamRun {
         .await
         .map_err(|e| usage(format!("{e:#}")))?;
         let (isolation, placed) = placement::lead_side(&self.file, &self.launch, isolation).await?;
+        let gate = self.file.merge.clone().map(|gate| {
+            gate::MergeTestGate::new(
+                gate,
+                &self.project.root.muster_dir(),
+                checked.sandbox.clone(),
+                run.env
+                    .iter()
+                    .map(|(name, value)| (name.into(), value.into()))
+                    .collect(),
+            )
+        });
         let context = Arc::new(run_context(
             ContextParts {
                 project: &self.project,
@@ -410,7 +503,7 @@ impl RunKind for TeamRun {
             root: self.project.root.path().to_path_buf(),
             launch: &self.launch,
             printer: run.printer.clone(),
-            isolation: isolation.map(Arc::new),
+            isolation: isolation.map(|isolation| Arc::new(isolation.with_gate(gate))),
             worker: None,
             placed,
         });
@@ -436,6 +529,7 @@ impl RunKind for TeamRun {
         }
         Ok(TeamDriver {
             team,
+            settings: self.project.settings.clone(),
             launch: self.launch,
             output: self.output,
             resumed: run.resumed,
@@ -447,6 +541,8 @@ impl RunKind for TeamRun {
 /// The lead and teammates of a started team run.
 struct TeamDriver {
     team: Arc<Team>,
+    /// For the cost report's prices and providers.
+    settings: muster_config::Settings,
     launch: TeamLaunch,
     output: OutputFormat,
     resumed: bool,
@@ -517,6 +613,11 @@ impl RunDriver for TeamDriver {
                 .summarise(run.store.as_ref(), &run.id, &team.file.name, &reports)
                 .await?;
             ending.text.push_str(&summary::workers_line(&workers));
+            if let Some(report) =
+                lifecycle::cost_report(&self.settings, run.store.as_ref(), &run.id).await
+            {
+                ending.text.push_str(&summary::costs(&report));
+            }
         }
         Ok(ending)
     }
@@ -773,6 +874,7 @@ impl Team {
             pre_plan_mode: None,
             approval_ceiling: None,
             inherited_model: None,
+            endpoint: None,
         };
         let mut lead = if resumed {
             AgentRuntime::resume(self.run.clone(), LEAD, None, None).await?
@@ -1083,18 +1185,7 @@ impl Team {
             .filter(|(_, state)| *state == MemberState::Running)
             .map(|(id, _)| id)
             .collect();
-        let undelivered = self
-            .store
-            .messages(self.run_id(), None)
-            .await?
-            .into_iter()
-            .any(|m| {
-                m.state != DeliveryState::Acked
-                    && m.recipient != muster_mailbox::HUMAN
-                    && m.recipient != muster_mailbox::POLICY
-                    && self.is_live_recipient(&m.recipient)
-            });
-        if undelivered {
+        if self.has_undelivered_mail().await? {
             return Ok(None);
         }
         if !running.is_empty() {
@@ -1127,7 +1218,17 @@ impl Team {
             if let Some(ending) = self.ending_if_merges_wait(lead_result).await? {
                 return Ok(Some(ending));
             }
-            // Merges applied just now may have woken no one: the run can end.
+            // A merge applied just now may have gone back to its teammate (a conflict with
+            // the moved head, or the test gate failing on it): that mail wakes it, so the run
+            // goes on (whether the mail still waits or the teammate took it already: a
+            // teammate is running before it acks mail). Otherwise the merges woke no one.
+            let woken = self
+                .states_of()
+                .iter()
+                .any(|(_, state)| *state == MemberState::Running);
+            if woken || self.has_undelivered_mail().await? {
+                return Ok(None);
+            }
             (RunStatus::Completed, Exit::Success)
         } else {
             (RunStatus::Failed, Exit::Failed)
@@ -1147,6 +1248,21 @@ impl Team {
             result: json!({"result": lead_result, "tasks": task_rows}),
             text,
         }))
+    }
+
+    /// Whether mail to a live agent (not a person nor a policy) waits to be delivered.
+    async fn has_undelivered_mail(&self) -> anyhow::Result<bool> {
+        Ok(self
+            .store
+            .messages(self.run_id(), None)
+            .await?
+            .into_iter()
+            .any(|m| {
+                m.state != DeliveryState::Acked
+                    && m.recipient != muster_mailbox::HUMAN
+                    && m.recipient != muster_mailbox::POLICY
+                    && self.is_live_recipient(&m.recipient)
+            }))
     }
 
     /// The lead ended its turn, saw all its mail, and every running teammate waits for a

@@ -367,6 +367,9 @@ async fn run_placed(
     if !launch.skipped_approvers.is_empty() {
         team_file.skip_policy_approvers();
     }
+    if !launch.skipped_endpoints.is_empty() {
+        team_file.skip_untrusted_endpoints();
+    }
     let remote = RemoteGit {
         url: payload.remote.clone(),
         side: Side::Worker,
@@ -449,6 +452,9 @@ async fn run_placed(
             "started"
         }
     );
+    if !started {
+        check_teammate_models(&context, worker, &payload.plan)?;
+    }
     let first = if started { None } else { payload.first.clone() };
     team.start_teammate(payload.plan, first, started)?;
     if let Some(handle) = team.take_handle(&agent) {
@@ -458,6 +464,25 @@ async fn run_placed(
         traces.flush().await;
     }
     Ok(Exit::Success)
+}
+
+/// Whether this worker can build the teammate's own provider (its key variable set here, …):
+/// the error names the worker, the teammate and what is missing.
+fn check_teammate_models(
+    context: &muster_agents::runtime::RunContext,
+    worker: &str,
+    plan: &super::members::TeammatePlan,
+) -> anyhow::Result<()> {
+    let endpoint = context
+        .catalog
+        .get(&plan.definition)
+        .map(|definition| definition.endpoint.overlaid_by(&plan.endpoint))
+        .unwrap_or_else(|| plan.endpoint.clone());
+    context
+        .agent_models
+        .router(&context.models, Some(&endpoint))
+        .map(drop)
+        .map_err(|e| anyhow::anyhow!("muster worker {worker}: teammate {}: {e}", plan.id))
 }
 
 /// The worker's copy of the run's repository: a repository in the repo cache (made once)

@@ -376,6 +376,7 @@ impl Team {
             call_key: Some(request.call_key.clone()),
             notes: notes.clone(),
             placement: self.file.spawn.placement,
+            endpoint: Default::default(),
         };
         let body = serde_json::to_value(&plan)
             .map_err(|e| TeamError::failed("the new teammate's plan cannot be stored", e))?;
@@ -584,8 +585,12 @@ impl Team {
                     rule: Some(format!("{rule} ({})", policy.source)),
                 }
             }
-            MessageBody::MergeRequest { files, .. } => {
-                let verdict = policy.review_merge(&files);
+            MessageBody::MergeRequest { files, tested, .. } => {
+                let mut verdict = policy.review_merge(&files);
+                if let Some(reason) = policy.untested_merge_reason(tested.is_some()) {
+                    verdict.approved = false;
+                    verdict.reasons.push(reason);
+                }
                 MessageBody::MergeResponse {
                     request_id: request_id.to_owned(),
                     approved: verdict.approved,
@@ -623,6 +628,13 @@ impl Team {
 
 /// The policy rule that decided a merge, by name, with the policy file.
 fn deciding_merge_rule(policy: &Policy, verdict: &PlanVerdict) -> String {
+    let for_tests = verdict
+        .reasons
+        .iter()
+        .any(|reason| reason.contains("(require_tests_pass)"));
+    if !verdict.approved && for_tests {
+        return format!("require_tests_pass ({})", policy.source);
+    }
     if verdict.approved && !policy.approve_all {
         return format!(
             "every check passed: max_files, allowed_paths, denied_paths ({})",

@@ -6,6 +6,37 @@ use muster_agents::verification::VerificationReport;
 use muster_mailbox::{MemberKind, MessageBody, RequestRecord, RosterEntry, Task};
 use muster_protocol::MessageKind;
 
+/// What the run spent, a line per agent, model and provider, then the total and what caching
+/// saved (empty when no model was called).
+pub(crate) fn costs(report: &muster_agents::runtime::CostReport) -> String {
+    if report.rows.is_empty() {
+        return String::new();
+    }
+    let dollars =
+        |cost: Option<f64>| cost.map_or_else(|| "unpriced".to_owned(), |c| format!("${c:.4}"));
+    let mut out = String::from("  cost (input / cache read / cache write / output tokens):\n");
+    for row in report.rows.iter().chain([&report.total]) {
+        let who = if row.agent.is_empty() {
+            "total".to_owned()
+        } else {
+            format!("{} {} on {}", row.agent, row.model, row.provider)
+        };
+        out.push_str(&format!(
+            "    {who}: {} / {} / {} / {}, {}\n",
+            row.input_tokens,
+            row.cache_read_tokens,
+            row.cache_write_tokens,
+            row.output_tokens,
+            dollars(row.cost_usd)
+        ));
+    }
+    out.push_str(&format!(
+        "    caching saved ${:.4}\n",
+        report.cache_saved_usd
+    ));
+    out
+}
+
 /// The run as the summary shows it.
 pub(crate) struct RunFacts<'a> {
     pub run_id: &'a str,

@@ -238,6 +238,17 @@ impl Worktrees {
         self.path_of(agent).join(&self.subdir)
     }
 
+    /// A merge gate's scratch worktree `name`, under the run's worktrees (so removing them,
+    /// and `muster prune`, removes it too).
+    pub fn scratch_path(&self, name: &str) -> PathBuf {
+        self.root.join(format!(".gate-{name}"))
+    }
+
+    /// The workspace's subdirectory of the repository (empty at its top).
+    pub fn subdir(&self) -> &Path {
+        &self.subdir
+    }
+
     pub fn toplevel(&self) -> &Path {
         &self.toplevel
     }

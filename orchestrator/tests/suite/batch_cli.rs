@@ -469,7 +469,7 @@ async fn output_formats_put_each_run_on_stdout_and_leave_the_result_lines_alone(
         keys.sort_unstable();
         assert_eq!(
             keys,
-            ["exit_code", "id", "result", "run_id", "status"],
+            ["costs", "exit_code", "id", "result", "run_id", "status"],
             "an unchanged result line: {result}"
         );
         let run_id = result["run_id"].as_str().unwrap();

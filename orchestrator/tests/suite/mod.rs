@@ -14,6 +14,7 @@ mod events_cli;
 mod grants_cli;
 mod hooks_cli;
 mod mcp_cli;
+mod merge_gate_cli;
 mod openai_cli;
 mod resume_cli;
 mod run_cli;
@@ -25,6 +26,7 @@ mod store_pg;
 mod team_cli;
 #[cfg(all(unix, feature = "failpoints"))]
 mod team_crash;
+mod team_models_cli;
 mod team_workers;
 mod traces_cli;
 mod trust_cli;

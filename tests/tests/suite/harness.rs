@@ -261,6 +261,7 @@ pub(super) async fn run_agent(
     let catalog = Arc::new(AgentCatalog::built_in().unwrap());
     let plans = PlanFiles::new(settings.plans_directory.value.clone(), SLUG);
     let context = Arc::new(RunContext {
+        agent_models: Default::default(),
         team: Default::default(),
         hooks: Default::default(),
         run_id: RUN.into(),
@@ -307,6 +308,7 @@ pub(super) async fn run_agent(
         pre_plan_mode: None,
         approval_ceiling: None,
         inherited_model: None,
+        endpoint: None,
     };
     let mut agent = AgentRuntime::start(context, spec, prompt).await.unwrap();
     let look_at_gate = async {

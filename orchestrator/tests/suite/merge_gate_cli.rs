@@ -1,0 +1,300 @@
+//! Test-gated merges through the `muster` binary on a real git repository: the team file's
+//! `[merge] test` runs on the merged result in a scratch worktree. Two teammates whose edits
+//! each pass alone but break the tests together (a semantic conflict, no textual one) both
+//! ask for their merge; the first lands, the second is tested again on the moved head, fails,
+//! goes back to its teammate with the output, is fixed and lands. Tests wait for processes,
+//! never on sleeps.
+
+use std::path::Path;
+
+use muster_fake_llm::{Block, ScriptEntry};
+use serde_json::{Value, json};
+
+use super::common::{Running, fake, lines, muster, stderr, tool};
+
+const WRITER: &str = "---\nname: writer\ndescription: Writes files.\npermissionMode: acceptEdits\n---\nYou write files.\n";
+
+/// Fails only when both teammates' files are present and neither knows of the other.
+const TEST: &str = "test ! -f one.txt || test ! -f two.txt || grep -q compatible one.txt two.txt || { echo 'one.txt and two.txt disagree' >&2; exit 1; }";
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let output = std::process::Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A repository with one commit: the team (two writers, merges decided by `approver`) with
+/// its `[merge] test`; trusted when `trusted`.
+fn repo(trusted: bool, approver: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join(".muster/agents")).unwrap();
+    std::fs::write(root.join(".muster/agents/writer.md"), WRITER).unwrap();
+    std::fs::write(root.join("README.md"), "hello\n").unwrap();
+    let mut team = format!(
+        "name = \"builders\"\nisolation = \"worktree\"\n\n[merge]\ntest = \"{}\"\ntest_timeout = 60\n",
+        TEST.replace('\\', "\\\\").replace('"', "\\\"")
+    );
+    for name in ["one", "two"] {
+        team.push_str(&format!(
+            "\n[[teammates]]\nname = \"{name}\"\ndefinition = \"writer\"\nplan_mode_required = false\napprover = \"{approver}\"\n"
+        ));
+    }
+    std::fs::write(root.join("muster.team.toml"), team).unwrap();
+    git(root, &["init", "-q", "-b", "main"]);
+    git(root, &["add", "-A"]);
+    git(root, &["commit", "-q", "-m", "start"]);
+    if trusted {
+        super::common::trust_blocking(root);
+    }
+    dir
+}
+
+fn any_turn(agent: &str, text: &str) -> ScriptEntry {
+    let mut entry = ScriptEntry::reply(agent, 0, vec![Block::text(text)]);
+    entry.turn = None;
+    entry
+}
+
+fn write(agent: &str, turn: u64, path: &str, content: &str) -> ScriptEntry {
+    ScriptEntry::reply(
+        agent,
+        turn,
+        vec![tool(
+            "Write",
+            json!({"file_path": path, "content": content}),
+        )],
+    )
+}
+
+fn script() -> Vec<ScriptEntry> {
+    let tasks = (0..2)
+        .map(|i| {
+            tool(
+                "TaskCreate",
+                json!({"subject": format!("part {i}"), "description": "Write your file."}),
+            )
+        })
+        .collect();
+    vec![
+        ScriptEntry::reply("lead", 1, tasks),
+        any_turn("lead", "Waiting for the team."),
+        write("one", 1, "one.txt", "one\n"),
+        ScriptEntry::reply("one", 2, vec![Block::text("done")]),
+        write("two", 1, "two.txt", "two\n"),
+        ScriptEntry::reply("two", 2, vec![Block::text("done")]),
+        // The one told the merged result fails the tests makes its file agree.
+        write("one", 3, "one.txt", "one, compatible with two\n"),
+        write("two", 3, "two.txt", "two, compatible with one\n"),
+        any_turn("one", "fixed"),
+        any_turn("two", "fixed"),
+    ]
+}
+
+async fn run(root: &Path, base: &str, args: &[&str]) -> std::process::Output {
+    let mut all = args.to_vec();
+    all.extend(["--base-url", base, "--output", "stream-json"]);
+    muster(root, &all).await
+}
+
+/// The ids a run's end waits on, sorted (requests are sent in either order).
+fn waiting_on(output: &std::process::Output) -> Vec<String> {
+    let end = lines(output).last().cloned().unwrap_or_default();
+    let mut ids: Vec<String> = end["waiting_on"]
+        .as_array()
+        .unwrap_or_else(|| panic!("not waiting: {end:#}"))
+        .iter()
+        .map(|id| id.as_str().unwrap().to_owned())
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_semantic_conflict_lands_one_merge_and_sends_the_other_back_until_it_is_fixed() {
+    let dir = repo(true, "lead");
+    let root = dir.path();
+    // The lead approves every merge it is asked for; its first answer is held until both
+    // teammates asked (both tested on the base, each passing alone).
+    let ids = ["merge-one-1", "merge-two-1", "merge-one-2", "merge-two-2"];
+    let reviews: Vec<Value> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            json!({"type": "tool_use", "id": format!("toolu_review_{i}"), "name": "ReviewMerge",
+                   "input": {"request_id": id, "approve": true}})
+        })
+        .collect();
+    let mut script = script();
+    script.insert(
+        0,
+        serde_json::from_value(
+            json!({"agent": "lead", "when": {"mail_type": "merge_request"},
+            "fault": {"hold": "lead"},
+            "reply": {"content": reviews, "stop_reason": "tool_use"}}),
+        )
+        .unwrap(),
+    );
+    let fake = fake(script).await;
+    let mut run = Running::spawn(super::common::command(
+        root,
+        &[
+            "run",
+            "-p",
+            "Build it.",
+            "--base-url",
+            &fake.base_url(),
+            "--output",
+            "stream-json",
+        ],
+    ));
+    let asked = std::cell::Cell::new(0);
+    run.until("both merge requests", |e| {
+        if e["type"] == "mail_sent" && e["kind"] == "merge_request" {
+            asked.set(asked.get() + 1);
+        }
+        asked.get() == 2
+    })
+    .await;
+    fake.open_gate("lead");
+    assert_eq!(run.finish().await, Some(0), "{:#?}", run.events);
+    let events = &run.events;
+    std::fs::write(
+        "/tmp/x/sem.log",
+        serde_json::to_string_pretty(events).unwrap(),
+    )
+    .ok();
+    let applied: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "merge_applied")
+        .map(|e| e["request_id"].as_str().unwrap())
+        .collect();
+    // Exactly one first merge landed; the other was tested again on the moved head, failed,
+    // went back, and its fixed revision landed.
+    assert_eq!(applied.len(), 2, "{applied:?}: {events:#?}");
+    let landed = &applied[0][6..9];
+    let back = if landed == "one" { "two" } else { "one" };
+    assert_eq!(
+        applied,
+        [format!("merge-{landed}-1"), format!("merge-{back}-2")]
+    );
+    let mail = muster(root, &["inbox", back, "--json"]).await;
+    let mail: Value = serde_json::from_slice(&mail.stdout).unwrap();
+    let told = mail
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|row| row["message"]["body"]["text"].as_str())
+        .find(|text| text.contains("fails the project's tests"))
+        .unwrap_or_else(|| panic!("{back} was not told: {mail:#}"));
+    assert!(
+        told.contains("one.txt and two.txt disagree")
+            && told.contains(&format!("merge-{back}-1"))
+            && told.contains(&format!("{back}.txt")),
+        "{told}"
+    );
+    // Each request carries its pass, on the head it was tested on.
+    let inbox = muster(root, &["inbox", "lead", "--json"]).await;
+    let inbox: Value = serde_json::from_slice(&inbox.stdout).unwrap();
+    let tested: Vec<&Value> = inbox
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| &row["message"]["body"])
+        .filter(|body| body["type"] == "merge_request")
+        .map(|body| &body["tested"])
+        .collect();
+    assert_eq!(tested.len(), 3, "{inbox:#}");
+    assert!(
+        tested
+            .iter()
+            .all(|t| t["exit"] == 0 && t["head"].is_string()),
+        "{tested:#?}"
+    );
+    let file = |name: &str| std::fs::read_to_string(root.join(name)).unwrap();
+    assert_eq!(file(&format!("{landed}.txt")), format!("{landed}\n"));
+    assert!(file(&format!("{back}.txt")).contains("compatible"));
+    // Every scratch tree is gone.
+    let trees = git(root, &["worktree", "list", "--porcelain"]);
+    assert!(!trees.contains(".gate-"), "{trees}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_untrusted_projects_merge_test_takes_no_effect_and_says_so() {
+    let dir = repo(false, "human");
+    let root = dir.path();
+    let fake = fake(script()).await;
+    let output = run(root, &fake.base_url(), &["run", "-p", "Build it."]).await;
+    let err = stderr(&output);
+    assert!(
+        err.contains("project not trusted") && err.contains("merge.test"),
+        "{err}"
+    );
+    // Untested, both requests are sent as before.
+    assert_eq!(waiting_on(&output), ["merge-one-1", "merge-two-1"]);
+    let inbox = muster(root, &["inbox", "human", "--json"]).await;
+    let inbox = String::from_utf8_lossy(&inbox.stdout);
+    assert!(!inbox.contains("\"tested\""), "{inbox}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kill_during_the_gate_resumes_to_one_tested_request() {
+    let dir = repo(true, "human");
+    let root = dir.path();
+    let fake = fake(script()).await;
+    let mut command = super::common::command(
+        root,
+        &[
+            "run",
+            "-p",
+            "Build it.",
+            "--base-url",
+            &fake.base_url(),
+            "--output",
+            "stream-json",
+        ],
+    );
+    command.env("MUSTER_FAILPOINT", "merge_gate");
+    let killed = super::common::output(command).await;
+    assert_eq!(
+        killed.status.code(),
+        None,
+        "killed by the failpoint: {}",
+        stderr(&killed)
+    );
+    let resumed = run(root, &fake.base_url(), &["resume"]).await;
+    assert_eq!(resumed.status.code(), Some(5), "{}", stderr(&resumed));
+    let inbox = muster(root, &["inbox", "human", "--json"]).await;
+    let inbox: Value = serde_json::from_slice(&inbox.stdout).unwrap();
+    let mut ids: Vec<&str> = inbox
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|row| row["message"]["body"]["request_id"].as_str())
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        ["merge-one-1", "merge-two-1"],
+        "one request each: {inbox:#}"
+    );
+    assert!(
+        inbox
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|row| row["message"]["body"]["tested"]["exit"] == 0),
+        "{inbox:#}"
+    );
+    let trees = git(root, &["worktree", "list", "--porcelain"]);
+    assert!(!trees.contains(".gate-"), "{trees}");
+}
