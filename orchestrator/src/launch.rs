@@ -257,6 +257,9 @@ pub struct RunFlags {
     pub batch_line_id: Option<String>,
     /// `--remote`: the git remote of teammates placed on workers (a team run's).
     pub remote: Option<String>,
+    /// The slash command `prompt` names, chosen before the project loads
+    /// ([`crate::command_prompt::choose`]); expanded into the stored prompt.
+    pub command: Option<crate::command_prompt::ChosenCommand>,
 }
 
 /// Flags of `muster resume`.

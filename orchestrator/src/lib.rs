@@ -4,6 +4,7 @@ pub mod acp;
 pub mod batch;
 pub mod bench;
 pub mod cli;
+pub mod command_prompt;
 pub mod display;
 pub mod exit;
 pub mod human_decision;

@@ -176,6 +176,41 @@ pub fn load_catalog(project: &Project) -> anyhow::Result<muster_config::AgentCat
     Ok(loaded.value)
 }
 
+/// Gives the catalogue an entry for each model the project's settings and agent definitions
+/// name that the catalogue answers to only by a pattern (a dated snapshot such as
+/// `claude-sonnet-4-20250514`), so its cost is computed and a cost budget accepts it.
+pub fn resolve_catalogue_models(
+    settings: &mut Settings,
+    root: &ProjectRoot,
+    process: &crate::process::ProcessGiven,
+) {
+    let mut names = vec![
+        settings.plan.model.value.clone(),
+        settings.act.model.value.clone(),
+    ];
+    // Quietly: the command loads the definitions again and reports their problems.
+    if let Ok(catalog) = muster_config::AgentCatalog::load(root, process.user_home().as_deref()) {
+        names.extend(
+            catalog
+                .value
+                .iter()
+                .filter_map(|definition| match &definition.model {
+                    muster_config::ModelChoice::Named(model) => Some(model.clone()),
+                    _ => None,
+                }),
+        );
+    }
+    settings.resolve_models(names.iter().map(String::as_str));
+}
+
+/// The skills of the project, the user and the plugins found (their warnings printed).
+pub fn load_skills(project: &Project) -> muster_config::SkillCatalog {
+    let loaded =
+        muster_config::SkillCatalog::load(&project.root, project.process.user_home().as_deref());
+    print_warnings(&loaded.warnings);
+    loaded.value
+}
+
 /// One instruction file as `muster config show` and `muster agents list` print it: where it
 /// is, where it comes from and its size as loaded.
 pub fn describe_instruction(file: &muster_config::InstructionFile) -> String {

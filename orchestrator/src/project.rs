@@ -104,9 +104,11 @@ impl Project {
         loaded: muster_config::Loaded<Settings>,
     ) -> Project {
         print_warnings(&loaded.warnings);
+        let mut settings = loaded.value;
+        crate::loading::resolve_catalogue_models(&mut settings, &root, &global.process);
         Project {
             root,
-            settings: loaded.value,
+            settings,
             process: global.process.clone(),
         }
     }

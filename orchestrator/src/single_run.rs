@@ -58,10 +58,11 @@ pub fn run(global: &Globals, flags: RunFlags) -> anyhow::Result<Exit> {
 /// `front`.
 pub(crate) fn run_for_front(
     global: &Globals,
-    flags: RunFlags,
+    mut flags: RunFlags,
     run_id: String,
     front: FrontEnd,
 ) -> anyhow::Result<Ending> {
+    crate::command_prompt::choose(global, &mut flags)?;
     let mut kind = new_run(global, flags)?;
     kind.run_id = Some(run_id);
     kind.front = Some(front);
@@ -96,10 +97,11 @@ fn new_run(global: &Globals, flags: RunFlags) -> anyhow::Result<SingleRun> {
     })?;
     crate::loading::check_definition_prices(&project.settings, &catalog, [agent.as_str()])?;
     let run = RunLaunch::from_flags(&flags, &project, definition.permission_mode)?;
+    let prompt = crate::command_prompt::prompt_for_run(&project, &run, &catalog, &agent, &flags)?;
     let launch = LaunchOptions {
         v: 1,
         kind: "single".into(),
-        prompt: flags.prompt.clone(),
+        prompt,
         agent,
         run,
     };

@@ -99,6 +99,10 @@ impl AgentRuntime {
         if definition.read_only && matches!(spec.kind, AgentKind::Subagent { .. }) {
             system.push_str(super::prompt::RESEARCH_REPORT);
         }
+        if equipment.tools.iter().any(|tool| *tool == ToolName::Skill) {
+            system.push_str("\n\n");
+            system.push_str(&run.tools.skills().prompt_section());
+        }
         let model_limits =
             ask_model_limits(&run, &definition, spec.inherited_model.as_deref()).await;
         let plan = PlanState::new(
@@ -847,6 +851,11 @@ impl Equipment {
             Some(stored) => super::mcp::resume_session(run, id, stored, &workspace).await,
         };
         let mut tools = offered_tools(definition, kind);
+        // `Skill` only when there is a skill to call, so a project without skills sends the
+        // model what it always did.
+        if run.tools.skills().offered().next().is_none() {
+            tools.retain(|tool| *tool != ToolName::Skill);
+        }
         let mut tool_definitions = tool_definitions(run, &tools);
         tools.extend(mcp.names());
         tool_definitions.extend(mcp.definitions());

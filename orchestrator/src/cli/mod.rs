@@ -14,6 +14,7 @@ pub mod approve;
 pub mod batch;
 pub mod bench;
 pub mod check;
+pub mod commands;
 pub mod config;
 pub mod decide;
 pub mod demo;
@@ -105,6 +106,8 @@ pub enum Command {
     Config(config::Args),
     /// List agent definitions.
     Agents(agents::Args),
+    /// List the slash commands a prompt may name (`/name args`) and the skills agents see.
+    Commands(commands::Args),
     /// Run the offline demonstration.
     Demo(demo::Args),
     /// Run a benchmark.
@@ -143,6 +146,7 @@ pub fn dispatch(cli: Cli, process: ProcessGiven) -> anyhow::Result<Exit> {
         Command::Trust(args) => trust::execute(&global, args),
         Command::Config(args) => config::execute(&global, args),
         Command::Agents(args) => agents::execute(&global, args),
+        Command::Commands(args) => commands::execute(&global, args),
         Command::Demo(args) => demo::execute(&global, args),
         Command::Bench(args) => bench::execute(&global, args),
         Command::Serve(args) => serve::execute(&global, args),

@@ -104,6 +104,7 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         max_duration: args.max_duration,
         batch_line_id: None,
         remote: args.remote,
+        command: None,
     };
     crate::lifecycle::run(global, flags)
 }

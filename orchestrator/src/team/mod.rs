@@ -142,7 +142,9 @@ pub fn run(global: &Globals, flags: RunFlags, team_path: PathBuf) -> anyhow::Res
     let launch = TeamLaunch {
         v: 1,
         kind: "team".into(),
-        prompt: flags.prompt.clone(),
+        prompt: crate::command_prompt::prompt_for_run(
+            &project, &run, &catalog, &team.lead, &flags,
+        )?,
         team_file: team_path,
         team_text: team.text.clone(),
         remote,
