@@ -49,10 +49,26 @@ pub fn is_plugin_root(dir: &Path) -> bool {
     dir.join(".claude-plugin").join("plugin.json").is_file()
 }
 
-/// Whether `dir`, inside a plugin's root, holds its skills or commands (not agent files).
-pub fn is_plugin_part(dir: &Path) -> bool {
-    dir.file_name()
-        .is_some_and(|name| name == "skills" || name == "commands")
+/// Whether `dir` holds skills or commands, never agent files: the `skills/` or `commands/` of
+/// a plugin (one of `plugin_roots`), or of a `.claude/` directory (a cloned repository's own).
+pub fn holds_skills_or_commands(dir: &Path, plugin_roots: &[PathBuf]) -> bool {
+    let named = dir
+        .file_name()
+        .is_some_and(|name| name == "skills" || name == "commands");
+    let Some(parent) = dir.parent() else {
+        return false;
+    };
+    named
+        && (parent.file_name().is_some_and(|name| name == ".claude")
+            || plugin_roots.iter().any(|root| root == parent))
+}
+
+/// The roots of the plugins under `dir` (for the agent loader, which skips their skills and
+/// commands).
+pub fn roots_under(dir: &Path) -> Vec<PathBuf> {
+    let mut plugins = Vec::new();
+    search(dir, 0, &mut plugins, &mut Vec::new());
+    plugins.into_iter().map(|plugin| plugin.root).collect()
 }
 
 /// The `.claude` directories searched, the project's first: `(directory, is the user's)`.
@@ -90,12 +106,16 @@ pub fn find(root: &ProjectRoot, home: Option<&Path>) -> (Vec<Plugin>, Vec<Diagno
 }
 
 fn search(dir: &Path, depth: usize, plugins: &mut Vec<Plugin>, warnings: &mut Vec<Diagnostic>) {
+    if plugins.iter().any(|plugin| plugin.root == dir) {
+        return;
+    }
     if is_plugin_root(dir) {
         let (plugin, warning) = read_plugin(dir);
         plugins.push(plugin);
         warnings.extend(warning);
         return;
     }
+    plugins.extend(marketplace_plugins(dir, warnings));
     if depth >= MAX_DEPTH {
         return;
     }
@@ -115,6 +135,50 @@ fn search(dir: &Path, depth: usize, plugins: &mut Vec<Plugin>, warnings: &mut Ve
     for subdirectory in subdirectories {
         search(&subdirectory, depth + 1, plugins, warnings);
     }
+}
+
+/// The plugins a marketplace at `dir` (`.claude-plugin/marketplace.json`) lists by a relative
+/// `source` and that have no `plugin.json` of their own (Claude Code's `strict: false`
+/// entries); those with one are found as any plugin is.
+fn marketplace_plugins(dir: &Path, warnings: &mut Vec<Diagnostic>) -> Vec<Plugin> {
+    let manifest = dir.join(".claude-plugin").join("marketplace.json");
+    let Ok(text) = std::fs::read_to_string(&manifest) else {
+        return Vec::new();
+    };
+    let value: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(value) => value,
+        Err(error) => {
+            warnings.push(
+                Diagnostic::new(format!("cannot read the marketplace manifest: {error}"))
+                    .in_source(manifest.display().to_string()),
+            );
+            return Vec::new();
+        }
+    };
+    let entries = value["plugins"].as_array().cloned().unwrap_or_default();
+    entries
+        .iter()
+        .filter_map(|entry| {
+            let source = entry["source"].as_str()?;
+            let relative = Path::new(source);
+            if relative.is_absolute()
+                || relative
+                    .components()
+                    .any(|part| matches!(part, std::path::Component::ParentDir))
+            {
+                return None;
+            }
+            let root = crate::settings::normalize(&dir.join(relative));
+            if !root.is_dir() || is_plugin_root(&root) {
+                return None;
+            }
+            let name = entry["name"]
+                .as_str()
+                .map(str::to_owned)
+                .or_else(|| root.file_name().map(|n| n.to_string_lossy().into_owned()))?;
+            Some(Plugin { name, root })
+        })
+        .collect()
 }
 
 /// The plugin at `root`: plugin.json's `name`, else the directory's name (with a warning when

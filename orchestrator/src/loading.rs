@@ -298,7 +298,11 @@ pub fn model_warnings(
     catalog: &muster_config::AgentCatalog,
     settings: &Settings,
 ) -> Vec<Diagnostic> {
-    catalog.model_warnings(|model| settings.models.contains_key(model))
+    catalog.model_warnings(|model| {
+        settings.models.contains_key(model)
+            || muster_config::settings::catalogue_id_of(model)
+                .is_some_and(|id| settings.models.contains_key(id))
+    })
 }
 
 pub fn print_warnings(warnings: &[Diagnostic]) {

@@ -763,7 +763,8 @@ impl AgentCatalog {
         let mut not_models: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (directory, dir) in dirs {
             let files = if dir.is_lenient() {
-                markdown_files_under(&directory)?
+                let plugin_roots = crate::plugins::roots_under(&directory);
+                markdown_files_under(&directory, &plugin_roots)?
             } else {
                 markdown_files(&directory)?
             };
@@ -984,22 +985,24 @@ fn skipped(mut diagnostic: Diagnostic) -> Diagnostic {
 /// `.claude/agents`), in path order; none when it does not exist. A skill (`SKILL.md`) is
 /// never an agent definition, nor is anything in a plugin's `skills/` or `commands/` (a
 /// plugin repository cloned there: `crate::plugins` reads those as skills and commands).
-fn markdown_files_under(directory: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+fn markdown_files_under(
+    directory: &Path,
+    plugin_roots: &[PathBuf],
+) -> Result<Vec<PathBuf>, ConfigError> {
     let mut files = markdown_files(directory)?;
     files.retain(|path| !crate::skills::is_skill_file(path));
     let Ok(entries) = std::fs::read_dir(directory) else {
         return Ok(files);
     };
-    let plugin = crate::plugins::is_plugin_root(directory);
     let mut subdirectories: Vec<PathBuf> = entries
         .filter_map(Result::ok)
         .filter(|entry| entry.file_type().is_ok_and(|t| t.is_dir()))
         .map(|entry| entry.path())
-        .filter(|path| !(plugin && crate::plugins::is_plugin_part(path)))
+        .filter(|path| !crate::plugins::holds_skills_or_commands(path, plugin_roots))
         .collect();
     subdirectories.sort();
     for subdirectory in subdirectories {
-        files.extend(markdown_files_under(&subdirectory)?);
+        files.extend(markdown_files_under(&subdirectory, plugin_roots)?);
     }
     files.sort();
     Ok(files)

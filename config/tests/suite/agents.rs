@@ -486,6 +486,23 @@ fn a_cloned_collection_loads_with_one_warning_per_distinct_value() {
         ".claude/agents/kit/plugins/review/commands/review.md",
         "---\ndescription: review a file\n---\nReview $ARGUMENTS\n",
     );
+    // A marketplace listing a plugin that has no plugin.json, and a clone's own commands.
+    project.write(
+        ".claude/agents/market/.claude-plugin/marketplace.json",
+        r#"{"name": "m", "plugins": [{"name": "dev", "source": "./plugins/dev"}]}"#,
+    );
+    project.write(
+        ".claude/agents/market/plugins/dev/commands/create.md",
+        "---\ndescription: create a plugin\n---\nCreate.\n",
+    );
+    project.write(
+        ".claude/agents/market/plugins/dev/agents/builder.md",
+        "---\nname: builder\ndescription: builds\n---\nB.\n",
+    );
+    project.write(
+        ".claude/agents/market/.claude/commands/triage.md",
+        "---\ndescription: triage\n---\nTriage.\n",
+    );
     project.write(
         ".claude/agents/loose/SKILL.md",
         "---\nname: loose\ndescription: a skill outside a plugin\n---\nL.\n",
@@ -495,6 +512,7 @@ fn a_cloned_collection_loads_with_one_warning_per_distinct_value() {
     let catalog = loaded.value;
     assert!(catalog.get("Code Reviewer").is_some(), "{warnings:#?}");
     assert!(catalog.get("auditor").is_some());
+    assert!(catalog.get("builder").is_some());
     for not_agent in ["lint", "loose"] {
         assert!(catalog.get(not_agent).is_none(), "{not_agent}");
     }

@@ -33,11 +33,22 @@ fn skills_of_the_project_the_user_and_plugins_with_the_users_first() {
         ".claude/agents/kit/plugins/docs/skills/write/SKILL.md",
         "---\nname: write\ndescription: Write docs\nallowed-tools: [Read, Write]\n---\nW.\n",
     );
+    project.write_home(
+        ".claude/plugins/market/.claude-plugin/marketplace.json",
+        r#"{"plugins": [{"name": "kit", "source": "./kit"}, {"name": "out", "source": "../x"}]}"#,
+    );
+    project.write_home(
+        ".claude/plugins/market/kit/skills/lint/SKILL.md",
+        "---\ndescription: Lint it\n---\nL.\n",
+    );
     let loaded = SkillCatalog::load(&project.project_root(), Some(&project.home));
     let warnings: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
     let catalog = loaded.value;
     let names: Vec<&str> = catalog.iter().map(|skill| skill.name.as_str()).collect();
-    assert_eq!(names, ["docs-kit:write", "manual", "notes", "release"]);
+    assert_eq!(
+        names,
+        ["docs-kit:write", "kit:lint", "manual", "notes", "release"]
+    );
     let release = catalog.get("release").unwrap();
     assert_eq!(release.scope, PluginScope::User);
     assert_eq!(release.description, "My own release steps");
