@@ -260,3 +260,45 @@ async fn a_shell_line_plan_mode_refuses_fails_the_expansion_and_starts_no_run() 
     let text = message_text(&fake.requests()[0].body);
     assert!(text.contains("Summarise: hello"), "{text}");
 }
+
+/// A batch line's prompt names a command: it expands as `muster run -p` does (the project's
+/// own mode, trusted), and running the batch again never runs its shell line again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_line_expands_a_command_and_a_second_batch_runs_no_line_again() {
+    let fake = fake(vec![ScriptEntry::reply(
+        "main",
+        1,
+        vec![Block::text("Counted.")],
+    )])
+    .await;
+    let dir = project(&[(
+        ".muster/settings.toml",
+        &format!(
+            "permission_mode = \"bypassPermissions\"\n[providers.anthropic]\nbase_url = \"{}\"\n",
+            fake.base_url()
+        ),
+    )]);
+    write(
+        dir.path(),
+        ".claude/commands/count.md",
+        "Count $ARGUMENTS: !`echo counted >> ran.log; wc -l < ran.log`\n",
+    );
+    std::fs::write(
+        dir.path().join("tasks.jsonl"),
+        "{\"id\": \"a\", \"prompt\": \"/count apples\"}\n",
+    )
+    .unwrap();
+    super::common::trust(dir.path()).await;
+    for _ in 0..2 {
+        let output = muster(dir.path(), &["batch", "tasks.jsonl", "--out", "out.jsonl"]).await;
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    }
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("ran.log")).unwrap(),
+        "counted\n"
+    );
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 1, "the second batch ran nothing");
+    let text = message_text(&requests[0].body);
+    assert!(text.contains("Count apples: 1"), "{text}");
+}
