@@ -167,39 +167,33 @@ pub const NO_USER_FILES: &str = "MUSTER_NO_USER_FILES";
 
 /// The agent catalogue of `root` (with the user's `~/.claude/agents`), its load warnings and
 /// the warnings for definitions naming a model the settings' catalogue lacks printed.
-pub fn load_catalog(project: &Project) -> anyhow::Result<muster_config::AgentCatalog> {
+/// The settings' model catalogue gains the dated ids they name ([`resolve_catalogue_models`]).
+pub fn load_catalog(project: &mut Project) -> anyhow::Result<muster_config::AgentCatalog> {
     let loaded =
         muster_config::AgentCatalog::load(&project.root, project.process.user_home().as_deref())
             .map_err(usage_error)?;
+    resolve_catalogue_models(&mut project.settings, &loaded.value);
     print_warnings(&loaded.warnings);
     print_warnings(&model_warnings(&loaded.value, &project.settings));
     Ok(loaded.value)
 }
 
-/// Gives the catalogue an entry for each model the project's settings and agent definitions
-/// name that the catalogue answers to only by a pattern (a dated snapshot such as
+/// Gives the model catalogue an entry for each model the settings and the agent definitions
+/// name that it answers to only by a pattern (a dated snapshot such as
 /// `claude-sonnet-4-20250514`), so its cost is computed and a cost budget accepts it.
-pub fn resolve_catalogue_models(
-    settings: &mut Settings,
-    root: &ProjectRoot,
-    process: &crate::process::ProcessGiven,
-) {
+pub fn resolve_catalogue_models(settings: &mut Settings, catalog: &muster_config::AgentCatalog) {
     let mut names = vec![
         settings.plan.model.value.clone(),
         settings.act.model.value.clone(),
     ];
-    // Quietly: the command loads the definitions again and reports their problems.
-    if let Ok(catalog) = muster_config::AgentCatalog::load(root, process.user_home().as_deref()) {
-        names.extend(
-            catalog
-                .value
-                .iter()
-                .filter_map(|definition| match &definition.model {
-                    muster_config::ModelChoice::Named(model) => Some(model.clone()),
-                    _ => None,
-                }),
-        );
-    }
+    names.extend(
+        catalog
+            .iter()
+            .filter_map(|definition| match &definition.model {
+                muster_config::ModelChoice::Named(model) => Some(model.clone()),
+                _ => None,
+            }),
+    );
     settings.resolve_models(names.iter().map(String::as_str));
 }
 

@@ -104,11 +104,9 @@ impl Project {
         loaded: muster_config::Loaded<Settings>,
     ) -> Project {
         print_warnings(&loaded.warnings);
-        let mut settings = loaded.value;
-        crate::loading::resolve_catalogue_models(&mut settings, &root, &global.process);
         Project {
             root,
-            settings,
+            settings: loaded.value,
             process: global.process.clone(),
         }
     }

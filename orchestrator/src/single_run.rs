@@ -85,9 +85,9 @@ pub(crate) fn resume_for_front(
 
 fn new_run(global: &Globals, flags: RunFlags) -> anyhow::Result<SingleRun> {
     let output = flags.output;
-    let project = Project::load(global, project_root(global)?, overrides_from(&flags)?)?;
+    let mut project = Project::load(global, project_root(global)?, overrides_from(&flags)?)?;
     project.print_trust_notice();
-    let catalog = load_catalog(&project)?;
+    let catalog = load_catalog(&mut project)?;
     let agent = flags.agent.clone().unwrap_or_else(|| "general".into());
     let definition = catalog.get(&agent).ok_or_else(|| {
         usage(format!(
@@ -160,12 +160,12 @@ fn resumed_run(
     launch.run.apply_resume_flags(&flags)?;
     let root = project_root(global)?;
     launch.run.warn_of_changed_policies(root.path());
-    let project = Project::load_for_run(global, root, &launch.run)?;
-    let catalog = load_catalog(&project)?;
+    let mut project = Project::load_for_run(global, root, &launch.run)?;
+    let catalog = load_catalog(&mut project)?;
     Ok(SingleRun::new(project, catalog, launch, output, None))
 }
 
-fn load_catalog(project: &Project) -> anyhow::Result<AgentCatalog> {
+fn load_catalog(project: &mut Project) -> anyhow::Result<AgentCatalog> {
     crate::loading::load_catalog(project)
 }
 

@@ -108,12 +108,12 @@ pub struct TeamLaunch {
 /// `muster run -p GOAL` as a team run with the team file at `team_path`.
 pub fn run(global: &Globals, flags: RunFlags, team_path: PathBuf) -> anyhow::Result<Exit> {
     let output = flags.output;
-    let project = Project::load(
+    let mut project = Project::load(
         global,
         project_root(global)?,
         crate::launch::overrides_from(&flags)?,
     )?;
-    let catalog = crate::loading::load_catalog(&project)?;
+    let catalog = crate::loading::load_catalog(&mut project)?;
     let mut team = TeamFile::load(&team_path, &project.root, &catalog)
         .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
     let skipped_approvers = gate_team_approvers(&project, &team_path, &mut team);
@@ -185,8 +185,8 @@ pub fn resume(
     launch.run.apply_resume_flags(flags)?;
     let root = project_root(global)?;
     launch.run.warn_of_changed_policies(root.path());
-    let project = Project::load_for_run(global, root, &launch.run)?;
-    let catalog = crate::loading::load_catalog(&project)?;
+    let mut project = Project::load_for_run(global, root, &launch.run)?;
+    let catalog = crate::loading::load_catalog(&mut project)?;
     let mut team = TeamFile::parse(
         &launch.team_file.display().to_string(),
         &launch.team_text,
