@@ -21,6 +21,7 @@ mod notebook;
 mod output;
 mod read;
 mod registry;
+mod skill;
 mod text;
 pub(crate) mod walk;
 mod workspace;
@@ -52,6 +53,7 @@ pub use notebook::{CellType, NotebookEdit, NotebookEditInput, NotebookEditMode};
 pub use output::{BashOutcome, ToolDetails, ToolOutput};
 pub use read::{Read, ReadInput};
 pub use registry::{TOOL_NAMES, ToolDefinition, ToolRegistry};
+pub use skill::{Skill, SkillInput};
 pub use workspace::{PathAccess, PathError, PathUse, Workspace, WorkspaceError};
 pub use write::{Write, WriteInput};
 

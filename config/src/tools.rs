@@ -33,6 +33,6 @@ mod tests {
         assert_eq!(canonical_tool_name("Task"), Some("Agent"));
         assert_eq!(canonical_tool_name("Bash"), Some("Bash"));
         assert_eq!(canonical_tool_name("WebFetch"), None);
-        assert_eq!(known_tool_names().count(), 22);
+        assert_eq!(known_tool_names().count(), 23);
     }
 }

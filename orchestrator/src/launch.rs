@@ -274,6 +274,9 @@ pub struct RunFlags {
     pub settings: Vec<(String, String, String)>,
     /// `muster claude --session-id`: the run's alias.
     pub session_alias: Option<String>,
+    /// The slash command `prompt` names, chosen before the project loads
+    /// ([`crate::command_prompt::choose`]); expanded into the stored prompt.
+    pub command: Option<crate::command_prompt::ChosenCommand>,
 }
 
 /// Flags of `muster resume`.

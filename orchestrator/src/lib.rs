@@ -6,6 +6,7 @@ pub mod batch;
 pub mod bench;
 pub mod claude;
 pub mod cli;
+pub mod command_prompt;
 pub mod display;
 pub mod exit;
 pub mod fork;

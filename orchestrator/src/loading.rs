@@ -168,10 +168,12 @@ pub const NO_USER_FILES: &str = "MUSTER_NO_USER_FILES";
 /// The agent catalogue of `root` (with the user's `~/.claude/agents`), its load warnings and
 /// the warnings for definitions naming a model the settings' catalogue lacks printed; an
 /// untrusted project's definitions lose their `base_url` and `api_key_env` (and say so).
-pub fn load_catalog(project: &Project) -> anyhow::Result<muster_config::AgentCatalog> {
+/// The settings' model catalogue gains the dated ids they name ([`resolve_catalogue_models`]).
+pub fn load_catalog(project: &mut Project) -> anyhow::Result<muster_config::AgentCatalog> {
     let mut loaded =
         muster_config::AgentCatalog::load(&project.root, project.process.user_home().as_deref())
             .map_err(usage_error)?;
+    resolve_catalogue_models(&mut project.settings, &loaded.value);
     print_warnings(&loaded.warnings);
     print_warnings(&model_warnings(&loaded.value, &project.settings));
     // A repository's definitions must not choose where prompts go, or which of the user's
@@ -186,6 +188,33 @@ pub fn load_catalog(project: &Project) -> anyhow::Result<muster_config::AgentCat
         }
     }
     Ok(loaded.value)
+}
+
+/// Gives the model catalogue an entry for each model the settings and the agent definitions
+/// name that it answers to only by a pattern (a dated snapshot such as
+/// `claude-sonnet-4-20250514`), so its cost is computed and a cost budget accepts it.
+pub fn resolve_catalogue_models(settings: &mut Settings, catalog: &muster_config::AgentCatalog) {
+    let mut names = vec![
+        settings.plan.model.value.clone(),
+        settings.act.model.value.clone(),
+    ];
+    names.extend(
+        catalog
+            .iter()
+            .filter_map(|definition| match &definition.model {
+                muster_config::ModelChoice::Named(model) => Some(model.clone()),
+                _ => None,
+            }),
+    );
+    settings.resolve_models(names.iter().map(String::as_str));
+}
+
+/// The skills of the project, the user and the plugins found (their warnings printed).
+pub fn load_skills(project: &Project) -> muster_config::SkillCatalog {
+    let loaded =
+        muster_config::SkillCatalog::load(&project.root, project.process.user_home().as_deref());
+    print_warnings(&loaded.warnings);
+    loaded.value
 }
 
 /// One instruction file as `muster config show` and `muster agents list` print it: where it
@@ -275,7 +304,11 @@ pub fn model_warnings(
     catalog: &muster_config::AgentCatalog,
     settings: &Settings,
 ) -> Vec<Diagnostic> {
-    catalog.model_warnings(|model| settings.models.contains_key(model))
+    catalog.model_warnings(|model| {
+        settings.models.contains_key(model)
+            || muster_config::settings::catalogue_id_of(model)
+                .is_some_and(|id| settings.models.contains_key(id))
+    })
 }
 
 pub fn print_warnings(warnings: &[Diagnostic]) {

@@ -58,10 +58,11 @@ pub fn run(global: &Globals, flags: RunFlags) -> anyhow::Result<Exit> {
 /// `front`.
 pub(crate) fn run_for_front(
     global: &Globals,
-    flags: RunFlags,
+    mut flags: RunFlags,
     run_id: String,
     front: FrontEnd,
 ) -> anyhow::Result<Ending> {
+    crate::command_prompt::choose(global, &mut flags)?;
     let mut kind = new_run(global, flags)?;
     kind.run_id = Some(run_id);
     kind.front = Some(front);
@@ -84,9 +85,9 @@ pub(crate) fn resume_for_front(
 
 fn new_run(global: &Globals, flags: RunFlags) -> anyhow::Result<SingleRun> {
     let output = flags.output;
-    let project = Project::load(global, project_root(global)?, overrides_from(&flags)?)?;
+    let mut project = Project::load(global, project_root(global)?, overrides_from(&flags)?)?;
     project.print_trust_notice();
-    let catalog = load_catalog(&project)?;
+    let catalog = load_catalog(&mut project)?;
     let agent = flags.agent.clone().unwrap_or_else(|| "general".into());
     let definition = catalog.get(&agent).ok_or_else(|| {
         usage(format!(
@@ -96,10 +97,11 @@ fn new_run(global: &Globals, flags: RunFlags) -> anyhow::Result<SingleRun> {
     })?;
     crate::loading::check_definition_prices(&project.settings, &catalog, [agent.as_str()])?;
     let run = RunLaunch::from_flags(&flags, &project, definition.permission_mode)?;
+    let prompt = crate::command_prompt::prompt_for_run(&project, &run, &catalog, &agent, &flags)?;
     let launch = LaunchOptions {
         v: 1,
         kind: "single".into(),
-        prompt: flags.prompt.clone(),
+        prompt,
         agent,
         run,
     };
@@ -158,12 +160,12 @@ fn resumed_run(
     launch.run.apply_resume_flags(&flags)?;
     let root = project_root(global)?;
     launch.run.warn_of_changed_policies(root.path());
-    let project = Project::load_for_run(global, root, &launch.run)?;
-    let catalog = load_catalog(&project)?;
+    let mut project = Project::load_for_run(global, root, &launch.run)?;
+    let catalog = load_catalog(&mut project)?;
     Ok(SingleRun::new(project, catalog, launch, output, None))
 }
 
-fn load_catalog(project: &Project) -> anyhow::Result<AgentCatalog> {
+fn load_catalog(project: &mut Project) -> anyhow::Result<AgentCatalog> {
     crate::loading::load_catalog(project)
 }
 

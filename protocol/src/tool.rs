@@ -13,7 +13,7 @@ macro_rules! tools {
         }
 
         /// Every tool, in registry order.
-        pub const ALL_TOOLS: [ToolName; 22] = [$(ToolName::$tool),+];
+        pub const ALL_TOOLS: [ToolName; 23] = [$(ToolName::$tool),+];
 
         impl ToolName {
             /// The name the model calls it by.
@@ -45,6 +45,7 @@ tools!(
     TaskUpdate,
     TaskList,
     TaskGet,
+    Skill,
     SpawnTeammate,
     ReviewPlan,
     ReviewMerge,
@@ -74,7 +75,7 @@ impl ToolName {
         use ToolName::*;
         matches!(
             self,
-            Read | Glob | Grep | LS | EnterPlanMode | TaskList | TaskGet
+            Read | Glob | Grep | LS | EnterPlanMode | TaskList | TaskGet | Skill
         )
     }
 
@@ -208,7 +209,7 @@ mod tests {
     fn each_tools_capabilities() {
         use ToolName::*;
         #[rustfmt::skip]
-        let table: [(ToolName, [bool; 8]); 22] = [
+        let table: [(ToolName, [bool; 8]); 23] = [
             (Read,             [true,  false, false, false, false, true,  false, false]),
             (Write,            [false, false, false, false, false, true,  true,  true ]),
             (Edit,             [false, false, false, false, false, true,  true,  true ]),
@@ -227,6 +228,7 @@ mod tests {
             (TaskUpdate,       [false, false, true,  true,  false, false, false, false]),
             (TaskList,         [true,  false, true,  true,  false, false, false, false]),
             (TaskGet,          [true,  false, true,  true,  false, false, false, false]),
+            (Skill,            [true,  false, false, false, false, false, false, false]),
             (SpawnTeammate,    [false, true,  true,  false, false, false, false, false]),
             (ReviewPlan,       [false, true,  true,  false, false, false, false, false]),
             (ReviewMerge,      [false, true,  true,  false, false, false, false, false]),
@@ -255,6 +257,6 @@ mod tests {
         assert_eq!(ToolName::canonical("Task"), Some(ToolName::Agent));
         assert_eq!(ToolName::parse("Task"), None);
         assert_eq!(ToolName::canonical("WebFetch"), None);
-        assert_eq!(ToolName::standard().count(), 18);
+        assert_eq!(ToolName::standard().count(), 19);
     }
 }

@@ -104,6 +104,10 @@ impl AgentRuntime {
         if definition.read_only && matches!(spec.kind, AgentKind::Subagent { .. }) {
             system.push_str(super::prompt::RESEARCH_REPORT);
         }
+        if equipment.tools.iter().any(|tool| *tool == ToolName::Skill) {
+            system.push_str("\n\n");
+            system.push_str(&run.tools.skills().prompt_section());
+        }
         let endpoint = resolve_endpoint(&spec.kind, &definition, spec.endpoint.as_ref());
         let router = agent_router(&run, &spec.agent_id, endpoint.as_ref())?;
         let own = own_model_of(
@@ -895,6 +899,11 @@ impl Equipment {
             Some(stored) => super::mcp::resume_session(run, id, stored, &workspace).await,
         };
         let mut tools = offered_tools(definition, kind);
+        // `Skill` only when there is a skill to call, so a project without skills sends the
+        // model what it always did.
+        if run.tools.skills().offered().next().is_none() {
+            tools.retain(|tool| *tool != ToolName::Skill);
+        }
         let mut tool_definitions = tool_definitions(run, &tools);
         tools.extend(mcp.names());
         tool_definitions.extend(mcp.definitions());

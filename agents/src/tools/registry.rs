@@ -16,11 +16,12 @@ use super::ls::Ls;
 use super::notebook::NotebookEdit;
 use super::output::ToolOutput;
 use super::read::Read;
+use super::skill::Skill;
 use super::write::Write;
 
 /// The name of every tool, in registry order ([`muster_protocol::ALL_TOOLS`]).
-pub const TOOL_NAMES: [&str; 22] = {
-    let mut names = [""; 22];
+pub const TOOL_NAMES: [&str; 23] = {
+    let mut names = [""; 23];
     let mut index = 0;
     while index < names.len() {
         names[index] = muster_protocol::ALL_TOOLS[index].as_str();
@@ -46,6 +47,8 @@ pub struct ToolDefinition {
 pub struct ToolRegistry {
     tools: Vec<Arc<dyn Tool>>,
     mcp: Arc<crate::mcp::McpConfig>,
+    /// The skills `Skill` reads (none by default).
+    skills: Arc<muster_config::SkillCatalog>,
 }
 
 impl std::fmt::Debug for ToolRegistry {
@@ -85,6 +88,7 @@ impl ToolRegistry {
             Arc::new(TaskUpdate),
             Arc::new(TaskList),
             Arc::new(TaskGet),
+            Arc::new(Skill::default()),
             Arc::new(SpawnTeammate),
             Arc::new(ReviewPlan),
             Arc::new(ReviewMerge),
@@ -93,7 +97,26 @@ impl ToolRegistry {
         Self {
             tools,
             mcp: Arc::default(),
+            skills: Arc::default(),
         }
+    }
+
+    /// The same tools, with `Skill` reading `skills`.
+    #[must_use]
+    pub fn with_skills(mut self, skills: Arc<muster_config::SkillCatalog>) -> Self {
+        for tool in &mut self.tools {
+            if tool.name() == Skill::NAME_STR {
+                *tool = Arc::new(Skill::new(skills.clone()));
+            }
+        }
+        self.skills = skills;
+        self
+    }
+
+    /// The skills `Skill` reads: an agent is offered `Skill`, and its system prompt lists
+    /// them, only when the model may call one of them.
+    pub fn skills(&self) -> &muster_config::SkillCatalog {
+        &self.skills
     }
 
     /// The same tools, with `mcp`'s servers started by every agent.

@@ -343,7 +343,7 @@ fn trigger_thresholds_over_the_builtin_catalogue() {
         ("claude-haiku-4-5", 200_000, 64_000, 123_000),
         ("gpt-5", 400_000, 128_000, 259_000),
         ("gpt-5-mini", 400_000, 128_000, 259_000),
-        ("gpt-4.1", 1_047_576, 32_768, 890_439),
+        ("gpt-4.1", 1_000_000, 32_768, 850_000),
     ];
     let config = CompactionConfig::default();
     for (model, window, max_output, threshold) in table {

@@ -200,6 +200,7 @@ fn input(key: &str, agent: Agent) -> Value {
         "task_create" => json!({"subject": "s", "description": "d"}),
         "task_update" => json!({"task_id": 1, "status": "in_progress"}),
         "task_get" => json!({"task_id": 1}),
+        "skill" => json!({"skill": "release"}),
         "spawn" => json!({"name": "alice", "prompt": "do x"}),
         "review" => json!({"request_id": "plan-alice-1", "approve": true}),
         "merge" => json!({"request_id": "merge-alice-1", "approve": true}),
@@ -286,6 +287,7 @@ lead        TaskCreate       task_create    A:coord     A:coord      A:coord    
 lead        TaskUpdate       task_update    A:coord     A:coord      A:coord     A:coord      A:coord        A:coord
 lead        TaskList         empty          A:ro        A:ro         A:ro        A:ro         A:ro           A:ro
 lead        TaskGet          task_get       A:ro        A:ro         A:ro        A:ro         A:ro           A:ro
+lead        Skill            skill          A:ro        A:ro         A:ro        A:ro         A:ro           A:ro
 lead        SpawnTeammate    spawn          D:plan      A:team       A:team      A:team       A:team         A:team
 lead        ReviewPlan       review         D:plan      A:team       A:team      A:team       A:team         A:team
 lead        ReviewMerge      merge          A:merge     A:team       A:team      A:team       A:team         A:team
@@ -317,6 +319,7 @@ teammate    TaskCreate       task_create    A:coord     A:coord      A:coord    
 teammate    TaskUpdate       task_update    A:coord     A:coord      A:coord     A:coord      A:coord        A:coord
 teammate    TaskList         empty          A:ro        A:ro         A:ro        A:ro         A:ro           A:ro
 teammate    TaskGet          task_get       A:ro        A:ro         A:ro        A:ro         A:ro           A:ro
+teammate    Skill            skill          A:ro        A:ro         A:ro        A:ro         A:ro           A:ro
 teammate    SpawnTeammate    spawn          D:lead      D:lead       D:lead      D:lead       D:lead         D:lead
 teammate    ReviewPlan       review         D:lead      D:lead       D:lead      D:lead       D:lead         D:lead
 teammate    ReviewMerge      merge          D:lead      D:lead       D:lead      D:lead       D:lead         D:lead
@@ -345,6 +348,7 @@ subagent    TaskCreate       task_create    D:sub       D:sub        D:sub      
 subagent    TaskUpdate       task_update    D:sub       D:sub        D:sub       D:sub        D:sub          D:sub
 subagent    TaskList         empty          D:sub       D:sub        D:sub       D:sub        D:sub          D:sub
 subagent    TaskGet          task_get       D:sub       D:sub        D:sub       D:sub        D:sub          D:sub
+subagent    Skill            skill          A:ro        A:ro         A:ro        A:ro         A:ro           A:ro
 subagent    SpawnTeammate    spawn          D:lead      D:lead       D:lead      D:lead       D:lead         D:lead
 subagent    ReviewPlan       review         D:lead      D:lead       D:lead      D:lead       D:lead         D:lead
 subagent    ReviewMerge      merge          D:lead      D:lead       D:lead      D:lead       D:lead         D:lead
@@ -374,6 +378,7 @@ plansub     TaskCreate       task_create    D:sub       D:sub        D:sub      
 plansub     TaskUpdate       task_update    D:sub       D:sub        D:sub       D:sub        D:sub          D:sub
 plansub     TaskList         empty          D:sub       D:sub        D:sub       D:sub        D:sub          D:sub
 plansub     TaskGet          task_get       D:sub       D:sub        D:sub       D:sub        D:sub          D:sub
+plansub     Skill            skill          D:tools     D:tools      D:tools     D:tools      D:tools        D:tools
 plansub     SpawnTeammate    spawn          D:lead      D:lead       D:lead      D:lead       D:lead         D:lead
 plansub     ReviewPlan       review         D:lead      D:lead       D:lead      D:lead       D:lead         D:lead
 plansub     ReviewMerge      merge          D:lead      D:lead       D:lead      D:lead       D:lead         D:lead
@@ -404,6 +409,7 @@ roteammate  TaskCreate       task_create    A:coord     A:coord      A:coord    
 roteammate  TaskUpdate       task_update    A:coord     A:coord      A:coord     A:coord      A:coord        A:coord
 roteammate  TaskList         empty          A:ro        A:ro         A:ro        A:ro         A:ro           A:ro
 roteammate  TaskGet          task_get       A:ro        A:ro         A:ro        A:ro         A:ro           A:ro
+roteammate  Skill            skill          A:ro        A:ro         A:ro        A:ro         A:ro           A:ro
 roteammate  SpawnTeammate    spawn          D:lead      D:lead       D:lead      D:lead       D:lead         D:lead
 roteammate  ReviewPlan       review         D:lead      D:lead       D:lead      D:lead       D:lead         D:lead
 roteammate  ReviewMerge      merge          D:lead      D:lead       D:lead      D:lead       D:lead         D:lead
@@ -1266,6 +1272,7 @@ fn every_tool_call(name: &str) -> Value {
         "TaskCreate" => input("task_create", Agent::Lead),
         "TaskUpdate" => input("task_update", Agent::Lead),
         "TaskGet" => input("task_get", Agent::Lead),
+        "Skill" => input("skill", Agent::Lead),
         "SpawnTeammate" => input("spawn", Agent::Lead),
         "ReviewPlan" => input("review", Agent::Lead),
         "ReviewMerge" => input("merge", Agent::Lead),

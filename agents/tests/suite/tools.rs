@@ -1480,7 +1480,8 @@ fn read_only_and_runtime_flags_follow_the_design() {
             "LS",
             "EnterPlanMode",
             "TaskList",
-            "TaskGet"
+            "TaskGet",
+            "Skill"
         ]
     );
     let tool_set: Vec<&str> = registry
@@ -1499,7 +1500,8 @@ fn read_only_and_runtime_flags_follow_the_design() {
             "Glob",
             "Grep",
             "LS",
-            "Bash"
+            "Bash",
+            "Skill"
         ]
     );
     assert!(
@@ -1516,7 +1518,7 @@ fn read_only_and_runtime_flags_follow_the_design() {
 fn every_schema_is_a_closed_object_with_claude_code_fields() {
     let registry = ToolRegistry::standard();
     let definitions = registry.definitions(|_| true);
-    assert_eq!(definitions.len(), 22);
+    assert_eq!(definitions.len(), 23);
     for definition in &definitions {
         let schema = &definition.input_schema;
         assert_eq!(schema["type"], "object", "{}", definition.name);

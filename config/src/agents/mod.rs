@@ -37,6 +37,49 @@ pub const MODEL_ALIASES: &[(&str, &str)] = &[
     ("haiku", "claude-haiku-4-5"),
 ];
 
+/// What a definition's `model:` value means, read as Claude Code reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelValue {
+    /// `inherit`.
+    Inherit,
+    /// An alias or a model-shaped id, as [`model_id`] maps it: sent to the provider as is.
+    Id(String),
+    /// Not a model id at all (a template's `opus|sonnet|haiku`, a `<model>` placeholder, words
+    /// with spaces, a bare word that is no model family): the definition falls back to the
+    /// inherited model, with a warning.
+    NotAModel,
+}
+
+/// Reads a `model:` value: `inherit`, an alias (`sonnet`, `Opus`, `haiku[1m]`), a
+/// model-shaped id (`claude-sonnet-4-20250514`, `gpt-4.1`, `Qwen/Qwen2.5-Coder`,
+/// `llama3:8b`), or not a model id.
+pub fn read_model_value(text: &str) -> ModelValue {
+    let text = text.trim();
+    if text == "inherit" {
+        return ModelValue::Inherit;
+    }
+    let id = model_id(text);
+    if MODEL_ALIASES.iter().any(|(_, alias_id)| *alias_id == id) || is_model_shaped(&id) {
+        ModelValue::Id(id)
+    } else {
+        ModelValue::NotAModel
+    }
+}
+
+/// An id a provider could know: letters, digits and `-._:/@`, starting with a letter or a
+/// digit, and more than a bare word (a digit or a separator in it: `gpt-5`, `llama3`).
+fn is_model_shaped(id: &str) -> bool {
+    let allowed =
+        |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | ':' | '/' | '@');
+    let more_than_a_word = id
+        .chars()
+        .any(|c| c.is_ascii_digit() || matches!(c, '-' | '.' | '_' | ':' | '/' | '@'));
+    id.len() <= 200
+        && id.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && id.chars().all(allowed)
+        && more_than_a_word
+}
+
 /// A definition's `model` as Claude Code maps it: an alias in any case (`Sonnet`), and the
 /// 1M-context marker `[1m]` dropped (`opus[1m]`); other names are kept as written (a local
 /// server's model names are case-sensitive).
@@ -154,6 +197,10 @@ pub struct AgentDefinition {
     pub source: DefinitionSource,
     /// Definitions of the same name this one overrides (a built-in, a `.claude` file).
     pub overrides: Vec<DefinitionSource>,
+    /// The `model:` value written when it was not a model id (the definition inherits
+    /// instead); the catalogue warns once per distinct value.
+    #[serde(skip)]
+    pub model_not_an_id: Option<String>,
 }
 
 impl AgentDefinition {
@@ -215,7 +262,7 @@ struct DefinitionFile<'a> {
 }
 
 /// The front matter (its text and first line) and the body of a definition file.
-fn split_front_matter(text: &str) -> Result<(&str, usize, &str), (String, Position)> {
+pub(crate) fn split_front_matter(text: &str) -> Result<(&str, usize, &str), (String, Position)> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut lines = text.split_inclusive('\n');
     let first = lines.next().unwrap_or("");
@@ -367,11 +414,27 @@ impl DefinitionFile<'_> {
             .get("disallowedTools")
             .map(|node| self.tool_list("disallowedTools", node))
             .unwrap_or_default();
+        let mut model_not_an_id = None;
         let model = match fields.get("model") {
             None => ModelChoice::Settings,
-            Some(node) => match self.text("model", node) {
-                Some("inherit") => ModelChoice::Inherit,
-                Some(model) => ModelChoice::Named(model_id(model)),
+            Some(node) => match self
+                .text("model", node)
+                .map(|text| (text, read_model_value(text)))
+            {
+                Some((_, ModelValue::Inherit)) => ModelChoice::Inherit,
+                Some((_, ModelValue::Id(id))) => ModelChoice::Named(id),
+                Some((text, ModelValue::NotAModel)) => {
+                    if !self.dir.is_lenient() {
+                        let message = format!(
+                            "`{text}` is not a model id: write sonnet, opus, haiku, inherit or \
+                             a model id such as claude-sonnet-4-5"
+                        );
+                        self.errors
+                            .push(self.diagnostic(node.position, "model", message));
+                    }
+                    model_not_an_id = Some(text.trim().to_owned());
+                    ModelChoice::Inherit
+                }
                 None => ModelChoice::Settings,
             },
         };
@@ -426,6 +489,7 @@ impl DefinitionFile<'_> {
                 system_prompt: body.trim().to_string(),
                 source: DefinitionSource::BuiltIn,
                 overrides: Vec::new(),
+                model_not_an_id,
             },
             warnings: self.warnings,
         })
@@ -491,16 +555,18 @@ impl DefinitionFile<'_> {
         }
     }
 
+    /// Claude Code accepts any non-empty name not starting with `-` (`Code Reviewer`); muster
+    /// refuses only what no command line or prompt could carry: control characters and
+    /// more than 128 characters.
     fn check_name(&mut self, name: &str, node: Option<&YamlNode>) {
-        let valid = name.len() <= 64
-            && name.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        let valid = !name.is_empty()
+            && !name.starts_with('-')
+            && name.chars().count() <= 128
+            && !name.chars().any(char::is_control);
         if !valid {
             let position = node.map_or(Position { line: 1, column: 1 }, |n| n.position);
             let message = format!(
-                "expected a name of letters, digits, `-`, `_` and `.` starting with a letter (at most 64), found {name:?}"
+                "expected a non-empty name not starting with `-`, without control characters (at most 128), found {name:?}"
             );
             self.errors.push(self.diagnostic(position, "name", message));
         }
@@ -637,7 +703,7 @@ fn split_tool_names(text: &str) -> Vec<String> {
 
 /// Front matter read as Claude Code reads what YAML refuses: each top-level `key: rest of the
 /// line` as plain text, and `- item` lines under a key with no value as its list.
-fn plain_front_matter(front: &str, first_line: usize) -> YamlNode {
+pub(crate) fn plain_front_matter(front: &str, first_line: usize) -> YamlNode {
     let mut entries: Vec<(YamlNode, YamlNode)> = Vec::new();
     let at = |line: usize, column: usize| Position { line, column };
     for (index, line) in front.lines().enumerate() {
@@ -766,9 +832,12 @@ impl AgentCatalog {
             (project_claude.clone(), AgentDir::Claude),
             (root.muster_dir().join("agents"), AgentDir::Muster),
         ]);
+        // `model:` values that are not model ids, with the files that wrote them.
+        let mut not_models: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (directory, dir) in dirs {
             let files = if dir.is_lenient() {
-                markdown_files_under(&directory)?
+                let plugin_roots = crate::plugins::roots_under(&directory);
+                markdown_files_under(&directory, &plugin_roots)?
             } else {
                 markdown_files(&directory)?
             };
@@ -815,6 +884,12 @@ impl AgentCatalog {
                 };
                 warnings.extend(loaded.warnings);
                 let mut definition = loaded.value;
+                if let Some(value) = &definition.model_not_an_id {
+                    not_models
+                        .entry(value.clone())
+                        .or_default()
+                        .push(label.clone());
+                }
                 definition.source = DefinitionSource::File {
                     path: path.clone(),
                     dir,
@@ -876,6 +951,7 @@ impl AgentCatalog {
         if !errors.is_empty() {
             return Err(invalid(errors));
         }
+        warnings.extend(not_model_warnings(not_models));
         Ok(Loaded {
             value: catalog,
             warnings,
@@ -903,29 +979,41 @@ impl AgentCatalog {
         self.definitions.keys().map(String::as_str)
     }
 
-    /// A warning for each file definition naming a model `known` does not know (not in the
-    /// model catalogue): it loads, but no cost can be computed for it.
+    /// One warning for each model id `known` does not know (not in the model catalogue) that
+    /// file definitions name, however many name it: they load and the id is sent as written,
+    /// but no cost can be computed for it.
     pub fn model_warnings(&self, known: impl Fn(&str) -> bool) -> Vec<Diagnostic> {
-        self.definitions
-            .values()
-            .filter_map(|definition| {
-                let ModelChoice::Named(model) = &definition.model else {
-                    return None;
+        let mut unknown: BTreeMap<&str, Vec<(&str, &Path)>> = BTreeMap::new();
+        for definition in self.definitions.values() {
+            let ModelChoice::Named(model) = &definition.model else {
+                continue;
+            };
+            let DefinitionSource::File { path, .. } = &definition.source else {
+                continue;
+            };
+            if !known(model) {
+                unknown
+                    .entry(model)
+                    .or_default()
+                    .push((&definition.name, path));
+            }
+        }
+        unknown
+            .into_iter()
+            .map(|(model, users)| {
+                let (first_name, first_path) = users[0];
+                let who = match users.len() {
+                    1 => format!("agent `{first_name}` names"),
+                    n => format!("{n} agents (`{first_name}` and {} more) name", n - 1),
                 };
-                let DefinitionSource::File { path, .. } = &definition.source else {
-                    return None;
-                };
-                (!known(model)).then(|| {
-                    Diagnostic::new(format!(
-                        "agent `{}` names model `{model}`, which is not in the model catalogue \
-                         (`muster config show` lists it): a run with a cost budget cannot price \
-                         it; use an alias (sonnet, opus, haiku) or a catalogue id, or add \
-                         `[models.\"{model}\"]` with its prices to your settings",
-                        definition.name
-                    ))
-                    .in_source(path.display().to_string())
-                    .for_key("model")
-                })
+                Diagnostic::new(format!(
+                    "{who} model `{model}`, which is not in the model catalogue (`muster config \
+                     show` lists it): it is sent as written, but a run with a cost budget cannot \
+                     price it; use an alias (sonnet, opus, haiku) or a catalogue id, or add \
+                     `[models.\"{model}\"]` with its prices to your settings"
+                ))
+                .in_source(first_path.display().to_string())
+                .for_key("model")
             })
             .collect()
     }
@@ -934,6 +1022,27 @@ impl AgentCatalog {
     pub fn suggestion_for(&self, name: &str) -> String {
         suggestion_suffix(name, self.names())
     }
+}
+
+/// One warning per distinct `model:` value that is not a model id, naming how many files
+/// wrote it.
+fn not_model_warnings(not_models: BTreeMap<String, Vec<String>>) -> Vec<Diagnostic> {
+    not_models
+        .into_iter()
+        .map(|(value, files)| {
+            let count = match files.len() {
+                1 => String::new(),
+                n => format!(" (and in {} more files)", n - 1),
+            };
+            Diagnostic::new(format!(
+                "`model: {value}` is not a model id{count}: these definitions use the inherited \
+                 model; write sonnet, opus, haiku, inherit or a model id such as \
+                 claude-sonnet-4-5"
+            ))
+            .in_source(files[0].clone())
+            .for_key("model")
+        })
+        .collect()
 }
 
 /// A problem with a `.claude/agents` file, as the warning that it was skipped.
@@ -946,9 +1055,15 @@ fn skipped(mut diagnostic: Diagnostic) -> Diagnostic {
 }
 
 /// The `*.md` files under `directory` and its subdirectories (as Claude Code reads
-/// `.claude/agents`), in path order; none when it does not exist.
-fn markdown_files_under(directory: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+/// `.claude/agents`), in path order; none when it does not exist. A skill (`SKILL.md`) is
+/// never an agent definition, nor is anything in a plugin's `skills/` or `commands/` (a
+/// plugin repository cloned there: `crate::plugins` reads those as skills and commands).
+fn markdown_files_under(
+    directory: &Path,
+    plugin_roots: &[PathBuf],
+) -> Result<Vec<PathBuf>, ConfigError> {
     let mut files = markdown_files(directory)?;
+    files.retain(|path| !crate::skills::is_skill_file(path));
     let Ok(entries) = std::fs::read_dir(directory) else {
         return Ok(files);
     };
@@ -956,10 +1071,11 @@ fn markdown_files_under(directory: &Path) -> Result<Vec<PathBuf>, ConfigError> {
         .filter_map(Result::ok)
         .filter(|entry| entry.file_type().is_ok_and(|t| t.is_dir()))
         .map(|entry| entry.path())
+        .filter(|path| !crate::plugins::holds_skills_or_commands(path, plugin_roots))
         .collect();
     subdirectories.sort();
     for subdirectory in subdirectories {
-        files.extend(markdown_files_under(&subdirectory)?);
+        files.extend(markdown_files_under(&subdirectory, plugin_roots)?);
     }
     files.sort();
     Ok(files)

@@ -3,6 +3,7 @@
 //! command-line flags. Later layers override earlier ones key by key; permission rule lists
 //! concatenate. Every value remembers the layer it came from.
 
+mod catalogue;
 mod claude;
 mod gate;
 mod layers;
@@ -14,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+pub use catalogue::matched_id as catalogue_id_of;
 pub use layers::{
     CliOverrides, ENV_PREFIX, LayerValues, display_path, env_var_name, parse_settings_file,
     parse_settings_file_in,

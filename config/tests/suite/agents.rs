@@ -77,8 +77,12 @@ fn bad_definitions_report_file_line_column_and_key() {
             "s.md:1:1: name: missing required key `name`",
         ),
         (
-            "---\nname: 9lives\ndescription: d\n---\n",
-            "s.md:2:7: name: expected a name of letters, digits, `-`, `_` and `.` starting with a letter (at most 64), found \"9lives\"",
+            "---\nname: -lives\ndescription: d\n---\n",
+            "s.md:2:7: name: expected a non-empty name not starting with `-`, without control characters (at most 128), found \"-lives\"",
+        ),
+        (
+            "---\nname: a\ndescription: d\nmodel: opus|sonnet|haiku\n---\n",
+            "s.md:4:8: model: `opus|sonnet|haiku` is not a model id: write sonnet, opus, haiku, inherit or a model id such as claude-sonnet-4-5",
         ),
         (
             "---\nname: a\ndescription: [x]\n---\n",
@@ -411,6 +415,131 @@ fn model_names_map_as_claude_code_maps_them_and_unknown_ones_are_warned_about() 
     assert!(
         warnings[0].contains("agent `old` names model `claude-sonnet-4-20250514`, which is not in the model catalogue"),
         "{warnings:#?}"
+    );
+}
+
+/// What a `model:` value is: `inherit`, an alias, a model-shaped id (sent as written), or not
+/// a model id at all (the definition inherits).
+#[test]
+fn model_values_are_ids_aliases_or_not_models() {
+    use muster_config::agents::{ModelValue, read_model_value};
+    let id = |text: &str| ModelValue::Id(text.to_owned());
+    let cases = [
+        ("inherit", ModelValue::Inherit),
+        ("sonnet", id("claude-sonnet-4-5")),
+        ("Haiku", id("claude-haiku-4-5")),
+        ("opus[1m]", id("claude-opus-4-1")),
+        ("claude-sonnet-4-20250514", id("claude-sonnet-4-20250514")),
+        ("gpt-4.1", id("gpt-4.1")),
+        ("Qwen/Qwen2.5-Coder", id("Qwen/Qwen2.5-Coder")),
+        ("llama3:8b", id("llama3:8b")),
+        ("opus|sonnet|haiku", ModelValue::NotAModel),
+        ("<model>", ModelValue::NotAModel),
+        ("claude sonnet", ModelValue::NotAModel),
+        ("fast", ModelValue::NotAModel),
+        ("${MODEL}", ModelValue::NotAModel),
+        ("-x1", ModelValue::NotAModel),
+    ];
+    for (written, expected) in cases {
+        assert_eq!(read_model_value(written), expected, "{written}");
+    }
+}
+
+/// Claude Code's collections as users clone them: names with spaces load; a template's
+/// `model: opus|sonnet|haiku` in many files inherits with one warning for the value; an id the
+/// catalogue lacks, named by many files, is one warning; a plugin repository's skills and
+/// commands are not agent definitions.
+#[test]
+fn a_cloned_collection_loads_with_one_warning_per_distinct_value() {
+    let project = Project::new();
+    project.write(
+        ".claude/agents/Code Reviewer.md",
+        "---\nname: Code Reviewer\ndescription: reviews\n---\nR.\n",
+    );
+    for index in 0..5 {
+        project.write(
+            &format!(".claude/agents/template-{index}.md"),
+            &format!(
+                "---\nname: template-{index}\ndescription: t\nmodel: opus|sonnet|haiku\n---\nT.\n"
+            ),
+        );
+        project.write(
+            &format!(".claude/agents/dated-{index}.md"),
+            &format!(
+                "---\nname: dated-{index}\ndescription: d\nmodel: claude-sonnet-4-20250514\n---\nD.\n"
+            ),
+        );
+    }
+    project.write(
+        ".claude/agents/kit/plugins/review/.claude-plugin/plugin.json",
+        r#"{"name": "review"}"#,
+    );
+    project.write(
+        ".claude/agents/kit/plugins/review/agents/auditor.md",
+        "---\nname: auditor\ndescription: audits\n---\nA.\n",
+    );
+    project.write(
+        ".claude/agents/kit/plugins/review/skills/lint/SKILL.md",
+        "---\nname: lint\ndescription: lints\n---\nL.\n",
+    );
+    project.write(
+        ".claude/agents/kit/plugins/review/commands/review.md",
+        "---\ndescription: review a file\n---\nReview $ARGUMENTS\n",
+    );
+    // A marketplace listing a plugin that has no plugin.json, and a clone's own commands.
+    project.write(
+        ".claude/agents/market/.claude-plugin/marketplace.json",
+        r#"{"name": "m", "plugins": [{"name": "dev", "source": "./plugins/dev"}]}"#,
+    );
+    project.write(
+        ".claude/agents/market/plugins/dev/commands/create.md",
+        "---\ndescription: create a plugin\n---\nCreate.\n",
+    );
+    project.write(
+        ".claude/agents/market/plugins/dev/agents/builder.md",
+        "---\nname: builder\ndescription: builds\n---\nB.\n",
+    );
+    project.write(
+        ".claude/agents/market/.claude/commands/triage.md",
+        "---\ndescription: triage\n---\nTriage.\n",
+    );
+    project.write(
+        ".claude/agents/loose/SKILL.md",
+        "---\nname: loose\ndescription: a skill outside a plugin\n---\nL.\n",
+    );
+    let loaded = AgentCatalog::load(&project.project_root(), None).unwrap();
+    let warnings: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
+    let catalog = loaded.value;
+    assert!(catalog.get("Code Reviewer").is_some(), "{warnings:#?}");
+    assert!(catalog.get("auditor").is_some());
+    assert!(catalog.get("builder").is_some());
+    for not_agent in ["lint", "loose"] {
+        assert!(catalog.get(not_agent).is_none(), "{not_agent}");
+    }
+    assert_eq!(
+        catalog.get("template-3").unwrap().model,
+        ModelChoice::Inherit
+    );
+    assert_eq!(
+        catalog.get("dated-3").unwrap().model,
+        ModelChoice::Named("claude-sonnet-4-20250514".into())
+    );
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    assert!(
+        warnings[0].contains("`model: opus|sonnet|haiku` is not a model id (and in 4 more files): these definitions use the inherited model"),
+        "{warnings:#?}"
+    );
+    let known = ["claude-sonnet-4-5"];
+    let unknown: Vec<String> = catalog
+        .model_warnings(|model| known.contains(&model))
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(unknown.len(), 1, "{unknown:#?}");
+    assert!(
+        unknown[0]
+            .contains("5 agents (`dated-0` and 4 more) name model `claude-sonnet-4-20250514`"),
+        "{unknown:#?}"
     );
 }
 

@@ -4,4 +4,5 @@ mod fixtures;
 mod fuzz;
 mod mcp;
 mod settings;
+mod skills;
 mod teams;

@@ -15,6 +15,7 @@ pub mod batch;
 pub mod bench;
 pub mod check;
 pub mod claude;
+pub mod commands;
 pub mod config;
 pub mod decide;
 pub mod demo;
@@ -106,6 +107,8 @@ pub enum Command {
     Config(config::Args),
     /// List agent definitions.
     Agents(agents::Args),
+    /// List the slash commands a prompt may name (`/name args`) and the skills agents see.
+    Commands(commands::Args),
     /// Run the offline demonstration.
     Demo(demo::Args),
     /// Run a benchmark.
@@ -152,6 +155,7 @@ pub fn dispatch(cli: Cli, process: ProcessGiven) -> anyhow::Result<Exit> {
         Command::Trust(args) => trust::execute(&global, args),
         Command::Config(args) => config::execute(&global, args),
         Command::Agents(args) => agents::execute(&global, args),
+        Command::Commands(args) => commands::execute(&global, args),
         Command::Demo(args) => demo::execute(&global, args),
         Command::Bench(args) => bench::execute(&global, args),
         Command::Serve(args) => serve::execute(&global, args),

@@ -127,7 +127,9 @@ pub(crate) fn run_context(parts: ContextParts<'_>, checked: CheckedParts) -> Run
             parts.project.process.home.clone(),
         )),
         catalog: parts.catalog,
-        tools: ToolRegistry::standard().with_mcp(crate::mcp::run_config(parts.project)),
+        tools: ToolRegistry::standard()
+            .with_mcp(crate::mcp::run_config(parts.project))
+            .with_skills(Arc::new(crate::loading::load_skills(parts.project))),
         workspace: checked.workspace,
         plans: parts.plans,
         approver: checked.approver,

@@ -398,8 +398,9 @@ pub(crate) fn budget_exceeded(error: &anyhow::Error) -> Option<BudgetExceeded> {
 /// `muster.team.toml` at the project root), else a single-agent run.
 pub(crate) fn run(
     global: &crate::project::Globals,
-    flags: crate::launch::RunFlags,
+    mut flags: crate::launch::RunFlags,
 ) -> anyhow::Result<Exit> {
+    crate::command_prompt::choose(global, &mut flags)?;
     match crate::team::team_file_for(global, flags.team.as_deref())? {
         Some(team_file) => crate::team::run(global, flags, team_file),
         None => crate::single_run::run(global, flags),

@@ -135,12 +135,12 @@ pub(crate) fn run_for_front(
 
 fn new_team_run(global: &Globals, flags: RunFlags, team_path: PathBuf) -> anyhow::Result<TeamRun> {
     let output = flags.output;
-    let project = Project::load(
+    let mut project = Project::load(
         global,
         project_root(global)?,
         crate::launch::overrides_from(&flags)?,
     )?;
-    let catalog = crate::loading::load_catalog(&project)?;
+    let catalog = crate::loading::load_catalog(&mut project)?;
     let mut team = TeamFile::load(&team_path, &project.root, &catalog)
         .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
     let skipped_approvers = gate_team_approvers(&project, &team_path, &mut team);
@@ -181,7 +181,9 @@ fn new_team_run(global: &Globals, flags: RunFlags, team_path: PathBuf) -> anyhow
     let launch = TeamLaunch {
         v: 1,
         kind: "team".into(),
-        prompt: flags.prompt.clone(),
+        prompt: crate::command_prompt::prompt_for_run(
+            &project, &run, &catalog, &team.lead, &flags,
+        )?,
         team_file: team_path,
         team_text: team.text.clone(),
         remote,
@@ -223,8 +225,8 @@ pub fn resume(
     launch.run.apply_resume_flags(flags)?;
     let root = project_root(global)?;
     launch.run.warn_of_changed_policies(root.path());
-    let project = Project::load_for_run(global, root, &launch.run)?;
-    let catalog = crate::loading::load_catalog(&project)?;
+    let mut project = Project::load_for_run(global, root, &launch.run)?;
+    let catalog = crate::loading::load_catalog(&mut project)?;
     let mut team = TeamFile::parse(
         &launch.team_file.display().to_string(),
         &launch.team_text,

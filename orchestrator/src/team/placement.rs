@@ -354,9 +354,9 @@ async fn run_placed(
     // The settings are the worker's own directory's (not the lead's repository's): whether
     // they are trusted is this worker's decision, by its own trust file (the CI variable never
     // applies in a worker's process), not the decision the lead stored for its files.
-    let project = Project::load(global, located.root, launch.run.overrides())?;
+    let mut project = Project::load(global, located.root, launch.run.overrides())?;
     project.print_trust_notice();
-    let catalog = Arc::new(crate::loading::load_catalog(&project)?);
+    let catalog = Arc::new(crate::loading::load_catalog(&mut project)?);
     let mut team_file = TeamFile::parse(
         &launch.team_file.display().to_string(),
         &launch.team_text,

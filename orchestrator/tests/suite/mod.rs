@@ -21,6 +21,7 @@ mod run_cli;
 mod sandbox_cli;
 mod serve_cli;
 mod signal_cli;
+mod skills_cli;
 mod store_cli;
 mod store_pg;
 mod team_cli;

@@ -383,6 +383,12 @@ async fn an_unpriced_agent_model_under_a_cost_budget_fails_at_the_start_naming_i
     let dir = project(&[(".muster/settings.toml", "[budgets.run]\ncost_usd = 5.0\n")]);
     std::fs::create_dir_all(dir.path().join(".claude/agents")).unwrap();
     std::fs::write(
+        dir.path().join(".claude/agents/local.md"),
+        "---\nname: local\ndescription: Uses a model no catalogue prices\nmodel: acme-coder-2\n---\nWork.\n",
+    )
+    .unwrap();
+    // A dated snapshot the catalogue answers to (as `claude-sonnet-4-0`): priced, sent as written.
+    std::fs::write(
         dir.path().join(".claude/agents/dated.md"),
         "---\nname: dated\ndescription: Uses a dated model id\nmodel: claude-sonnet-4-20250514\n---\nWork.\n",
     )
@@ -394,7 +400,7 @@ async fn an_unpriced_agent_model_under_a_cost_budget_fails_at_the_start_naming_i
             "-p",
             "x",
             "--agent",
-            "dated",
+            "local",
             "--base-url",
             "http://127.0.0.1:9",
         ],
@@ -403,14 +409,18 @@ async fn an_unpriced_agent_model_under_a_cost_budget_fails_at_the_start_naming_i
     assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
     let message = stderr(&refused);
     assert!(
-        message.contains("agent `dated`")
-            && message.contains("claude-sonnet-4-20250514")
+        message.contains("agent `local`")
+            && message.contains("acme-coder-2")
             && message.contains("cost budget"),
         "{message}"
     );
     assert!(
         message.contains("not in the model catalogue"),
         "the load warning names it too: {message}"
+    );
+    assert!(
+        !message.contains("claude-sonnet-4-20250514"),
+        "the dated id is known: {message}"
     );
     assert!(
         !dir.path().join(".muster/muster.db").exists(),
@@ -422,12 +432,21 @@ async fn an_unpriced_agent_model_under_a_cost_budget_fails_at_the_start_naming_i
         vec![Block::text("Done.")],
     )])
     .await;
-    let other = muster(
+    let dated = muster(
         dir.path(),
-        &["run", "-p", "x", "--base-url", &fake.base_url()],
+        &[
+            "run",
+            "-p",
+            "x",
+            "--agent",
+            "dated",
+            "--base-url",
+            &fake.base_url(),
+        ],
     )
     .await;
-    assert_eq!(other.status.code(), Some(0), "{}", stderr(&other));
+    assert_eq!(dated.status.code(), Some(0), "{}", stderr(&dated));
+    assert_eq!(fake.requests()[0].body["model"], "claude-sonnet-4-20250514");
 }
 
 #[tokio::test(flavor = "multi_thread")]
