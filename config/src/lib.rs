@@ -25,7 +25,9 @@ mod yaml;
 pub use agents::{AgentCatalog, AgentDefinition, AgentDir, DefinitionSource, ModelChoice};
 pub use diagnostic::{ConfigError, Diagnostic, Loaded, Position};
 pub use instructions::{InstructionFile, InstructionScope, ProjectInstructions};
-pub use mcp::{McpServerConfig, McpServerStatus, McpServers, McpTransport};
+pub use mcp::{
+    McpEnvironment, McpScope, McpServerConfig, McpServerStatus, McpServers, McpTransport,
+};
 pub use mode::PermissionMode;
 pub use muster_protocol::Responder;
 pub use muster_protocol::{ALL_TOOLS, ToolName};

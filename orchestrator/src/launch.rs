@@ -99,6 +99,7 @@ impl StoredTrust {
                 trusted: false,
                 hash,
                 why,
+                mcp_servers: None,
             },
             Some(warning),
         ))
@@ -367,6 +368,7 @@ mod tests {
                 trusted,
                 hash: muster_config::trust::project_hash(&hashes),
                 why: "as decided".into(),
+                mcp_servers: None,
             },
             skipped: Vec::new(),
         }

@@ -52,8 +52,15 @@ impl AgentRuntime {
             .get(&definition)
             .cloned()
             .ok_or(RuntimeError::UnknownDefinition(definition))?;
-        let equipment =
-            Equipment::gather(&run, agent_id, &agent_kind, &definition, Some(&mcp_tools)).await?;
+        let equipment = Equipment::gather(
+            &run,
+            agent_id,
+            &agent_kind,
+            mode,
+            &definition,
+            Some(&mcp_tools),
+        )
+        .await?;
         let plan = PlanState {
             mode,
             pre_plan_mode,

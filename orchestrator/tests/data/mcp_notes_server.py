@@ -13,7 +13,7 @@ from mcp.server.mcpserver import MCPServer
 server = MCPServer("notes")
 
 
-@server.tool(annotations=types.ToolAnnotations(readOnlyHint=True))
+@server.tool(annotations=types.ToolAnnotations(readOnlyHint=True, openWorldHint=False))
 def search(query: str) -> str:
     """Search the notes in the working directory."""
     notes = Path("notes.txt")
@@ -30,10 +30,18 @@ def publish(text: str) -> str:
     return "published"
 
 
-@server.tool(annotations=types.ToolAnnotations(readOnlyHint=True))
+@server.tool(annotations=types.ToolAnnotations(readOnlyHint=True, openWorldHint=False))
 def dump() -> str:
     """Return a very long text."""
     return "x" * 300_000
+
+
+@server.tool(annotations=types.ToolAnnotations(readOnlyHint=True))
+def fetch(url: str) -> str:
+    """Read-only but open-world (no openWorldHint): records that it ran in fetched.txt."""
+    with open("fetched.txt", "a") as out:
+        out.write(url + "\n")
+    return "fetched " + url
 
 
 @server.tool()

@@ -30,9 +30,9 @@ fn server_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/mcp_notes_server.py")
 }
 
-/// A project with the Python `notes` server in `.mcp.json`, enabled (and trusted for
-/// read-only use) by the project-local settings, plus `local` extra settings lines; the user
-/// trusted the project (a `.mcp.json` server starts only in a trusted project).
+/// A project with the Python `notes` server in `.mcp.json`, `local` extra `[mcp]` lines in the
+/// project-local settings; the user trusted the project (a `.mcp.json` server starts only in
+/// a trusted project, as `muster trust` pinned it).
 fn notes_project(local: &str) -> tempfile::TempDir {
     let dir = project(&[("notes.txt", "alpha one\nbeta two\nalpha three\n")]);
     let mcp = json!({"mcpServers": {"notes": {
@@ -42,9 +42,7 @@ fn notes_project(local: &str) -> tempfile::TempDir {
     std::fs::write(dir.path().join(".mcp.json"), mcp.to_string()).unwrap();
     std::fs::write(
         dir.path().join(".muster/settings.local.toml"),
-        format!(
-            "[mcp]\nenabled_project_servers = [\"notes\"]\ntrusted_read_only = [\"notes\"]\n{local}"
-        ),
+        format!("[mcp]\n{local}"),
     )
     .unwrap();
     super::common::trust_blocking(dir.path());
@@ -86,9 +84,10 @@ async fn tool_results(dir: &Path, events: &[Value]) -> (Vec<Value>, Vec<Value>) 
     (records, calls)
 }
 
-/// Plan mode over stdio: the trusted server's read-only tool runs (in the agent's
-/// workspace, its long output capped), the tool it does not mark read-only is denied and
-/// never runs. The tools, with the server's schemas, reach the model and the agent's record.
+/// Plan mode over stdio: the trusted server's read-only, closed-world tool runs (in the
+/// agent's workspace, its long output capped); the tool it does not mark read-only, the one
+/// that is read-only but open-world (no `openWorldHint`) and the one with no hints are denied
+/// and never run. The tools, with the server's schemas, reach the model and the agent's record.
 #[tokio::test(flavor = "multi_thread")]
 async fn plan_mode_allows_a_trusted_read_only_mcp_tool_and_denies_the_rest() {
     let dir = notes_project("max_output_bytes = 1000\n");
@@ -104,7 +103,16 @@ async fn plan_mode_allows_a_trusted_read_only_mcp_tool_and_denies_the_rest() {
             vec![call("mcp__notes__publish", json!({"text": "leak"}))],
         ),
         ScriptEntry::reply("main", 3, vec![call("mcp__notes__dump", json!({}))]),
-        ScriptEntry::reply("main", 4, vec![Block::text("Done.")]),
+        ScriptEntry::reply(
+            "main",
+            4,
+            vec![call(
+                "mcp__notes__fetch",
+                json!({"url": "http://example.test"}),
+            )],
+        ),
+        ScriptEntry::reply("main", 5, vec![call("mcp__notes__crash", json!({}))]),
+        ScriptEntry::reply("main", 6, vec![Block::text("Done.")]),
     ])
     .await
     .unwrap();
@@ -112,7 +120,7 @@ async fn plan_mode_allows_a_trusted_read_only_mcp_tool_and_denies_the_rest() {
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let events = lines(&output);
     let (records, calls) = tool_results(dir.path(), &events).await;
-    assert_eq!(calls.len(), 3, "{calls:#?}");
+    assert_eq!(calls.len(), 5, "{calls:#?}");
 
     assert_eq!(calls[0]["decision"], "allow", "{:?}", calls[0]);
     let found = calls[0]["content"].as_str().unwrap();
@@ -133,6 +141,16 @@ async fn plan_mode_allows_a_trusted_read_only_mcp_tool_and_denies_the_rest() {
         !dir.path().join("published.txt").exists(),
         "a denied tool ran"
     );
+    assert_eq!(calls[3]["decision"], "deny", "{:?}", calls[3]);
+    let reason = calls[3]["reason"].as_str().unwrap();
+    assert!(reason.contains("openWorldHint: false"), "{reason}");
+    assert!(
+        !dir.path().join("fetched.txt").exists(),
+        "an open-world tool ran in plan mode"
+    );
+    assert_eq!(calls[4]["decision"], "deny", "{:?}", calls[4]);
+    let reason = calls[4]["reason"].as_str().unwrap();
+    assert!(reason.contains("neither"), "{reason}");
 
     let dumped = calls[2]["content"].as_str().unwrap();
     assert!(
@@ -142,7 +160,7 @@ async fn plan_mode_allows_a_trusted_read_only_mcp_tool_and_denies_the_rest() {
     );
 
     let stream: Vec<&Value> = events.iter().filter(|e| e["type"] == "tool_call").collect();
-    assert_eq!(stream.len(), 3);
+    assert_eq!(stream.len(), 5);
     assert_eq!(stream[1]["decision"], "deny");
 
     let started = &records[0];
@@ -159,6 +177,7 @@ async fn plan_mode_allows_a_trusted_read_only_mcp_tool_and_denies_the_rest() {
             "mcp__notes__search",
             "mcp__notes__publish",
             "mcp__notes__dump",
+            "mcp__notes__fetch",
             "mcp__notes__crash",
             "mcp__notes__hang",
             "mcp__notes__kill_client",
@@ -260,41 +279,81 @@ async fn a_server_that_crashes_mid_call_leaves_the_run_going() {
 }
 
 /// A repository's `.mcp.json` alone starts nothing; `config show` says which servers are
-/// enabled and why.
+/// enabled and why. `muster trust` pins each project server (`.mcp.json` and this project's
+/// entry in `~/.claude.json`); one whose template changes afterwards does not start, while
+/// the others do. Claude Code's approvals are shown, not taken as trust.
 #[tokio::test(flavor = "multi_thread")]
 async fn config_show_lists_each_server_as_enabled_or_not_and_why() {
     let dir = notes_project("");
     let mcp = json!({"mcpServers": {
         "notes": {"command": "python3", "args": ["server.py"]},
-        "stranger": {"command": "sh", "args": ["-c", "touch started"]},
         "old": {"type": "sse", "url": "http://127.0.0.1:9/sse"},
     }});
     std::fs::write(dir.path().join(".mcp.json"), mcp.to_string()).unwrap();
+    // `HOME` is the project directory in these tests: this is `~/.claude.json`.
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let claude = |args: &[&str]| {
+        json!({"projects": {root.display().to_string(): {
+            "mcpServers": {"stranger": {"command": "sh", "args": args}},
+            "enabledMcpjsonServers": ["notes"],
+        }}})
+        .to_string()
+    };
+    std::fs::write(dir.path().join(".claude.json"), claude(&["-c", "true"])).unwrap();
     // The file changed since the project was trusted: no server of it is enabled.
     let output = muster(dir.path(), &["config", "show"]).await;
     let text = stdout(&output);
     assert!(
         text.contains(
-            "# mcp server notes (stdio `python3`): not enabled: the project is not trusted"
+            "# mcp server notes (.mcp.json, stdio `python3`): not enabled: the project is not trusted"
         ),
         "{text}"
     );
-    super::common::trust(dir.path()).await;
+    assert!(
+        text.contains("approved in Claude Code (by name only, not trust)"),
+        "{text}"
+    );
+    let trusted = muster(dir.path(), &["trust"]).await;
+    assert!(
+        stdout(&trusted).contains(
+            "pins MCP server stranger (~/.claude.json (this project's entry)): sh -c true"
+        ),
+        "{}",
+        stdout(&trusted)
+    );
     let output = muster(dir.path(), &["config", "show"]).await;
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let text = stdout(&output);
     assert!(
-        text.contains("# mcp server notes (stdio `python3`): enabled: listed in `[mcp] enabled_project_servers`"),
+        text.contains("# mcp server notes (.mcp.json, stdio `python3`): enabled: trusted with `muster trust`, its template pinned"),
         "{text}"
     );
     assert!(
-        text.contains("# mcp server stranger (stdio `sh`): not enabled: a project's .mcp.json is not trusted by itself"),
+        text.contains(
+            "# mcp server stranger (~/.claude.json (this project's entry), stdio `sh`): enabled"
+        ),
         "{text}"
     );
     assert!(
         stderr(&output).contains("MCP server `old`"),
         "{}",
         stderr(&output)
+    );
+    // The local entry's template changes after trust: that server alone stops being trusted.
+    std::fs::write(
+        dir.path().join(".claude.json"),
+        claude(&["-c", "touch started"]),
+    )
+    .unwrap();
+    let output = muster(dir.path(), &["config", "show"]).await;
+    let text = stdout(&output);
+    assert!(
+        text.contains("# mcp server stranger (~/.claude.json (this project's entry), stdio `sh`): not enabled: changed since you trusted the project"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# mcp server notes (.mcp.json, stdio `python3`): enabled"),
+        "{text}"
     );
 
     let fake = FakeLlm::start(vec![ScriptEntry::reply(
@@ -307,8 +366,14 @@ async fn config_show_lists_each_server_as_enabled_or_not_and_why() {
     let output = run(dir.path(), &fake.base_url(), "default").await;
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(
+        stderr(&output).contains("MCP server `stranger`")
+            && stderr(&output).contains("changed since"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(
         !dir.path().join("started").exists(),
-        "an untrusted server was started"
+        "a server changed since trust was started"
     );
 }
 
@@ -336,7 +401,11 @@ impl rmcp::ServerHandler for Tracker {
             Arc::new(schema.as_object().unwrap().clone())
         };
         let lookup = rmcp::model::Tool::new("lookup", "Look an issue up.", schema("key"))
-            .with_annotations(rmcp::model::ToolAnnotations::new().read_only(true));
+            .with_annotations(
+                rmcp::model::ToolAnnotations::new()
+                    .read_only(true)
+                    .open_world(false),
+            );
         let file = rmcp::model::Tool::new("file", "File an issue.", schema("title"));
         Ok(rmcp::model::ListToolsResult::with_all_items(vec![
             lookup, file,
@@ -409,11 +478,7 @@ async fn streamable_http_tools_run_through_the_permission_engine() {
         "type": "http", "url": url, "headers": {"X-Team": "core"},
     }}});
     std::fs::write(dir.path().join(".mcp.json"), mcp.to_string()).unwrap();
-    std::fs::write(
-        dir.path().join(".muster/settings.local.toml"),
-        "[mcp]\nenable_all_project_servers = true\ntrusted_read_only = [\"tracker\"]\n",
-    )
-    .unwrap();
+    std::fs::write(dir.path().join(".muster/settings.local.toml"), "[mcp]\n").unwrap();
     super::common::trust(dir.path()).await;
     let script = || {
         vec![
@@ -465,7 +530,8 @@ async fn streamable_http_tools_run_through_the_permission_engine() {
 /// offers the stored tool list again on a restarted server, and runs to its end.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crash_mid_call_resumes_with_the_interrupted_result_and_the_stored_tools() {
-    let dir = notes_project("");
+    // The server kills muster itself: the sandbox's signal scope would refuse that.
+    let dir = notes_project("[sandbox]\nmode = \"off\"\n");
     let fake = FakeLlm::start(vec![
         ScriptEntry::reply("main", 1, vec![call("mcp__notes__kill_client", json!({}))]),
         ScriptEntry::reply(
@@ -547,7 +613,7 @@ async fn servers_that_never_start_are_warnings_and_the_run_goes_on() {
     std::fs::write(dir.path().join(".mcp.json"), mcp.to_string()).unwrap();
     std::fs::write(
         dir.path().join(".muster/settings.local.toml"),
-        "[mcp]\nenable_all_project_servers = true\nstartup_timeout_ms = 300\n",
+        "[mcp]\nstartup_timeout_ms = 300\n",
     )
     .unwrap();
     super::common::trust(dir.path()).await;
@@ -566,7 +632,8 @@ async fn servers_that_never_start_are_warnings_and_the_run_goes_on() {
         "{log}"
     );
     assert!(
-        log.contains("MCP server `missing` did not start: cannot run `/nonexistent/mcp-server`"),
+        log.contains("MCP server `missing` did not start")
+            && log.contains("cannot run `/nonexistent/mcp-server`"),
         "{log}"
     );
     let offered = fake.requests()[0].body["tools"].as_array().unwrap().len();
@@ -652,11 +719,7 @@ async fn an_http_server_of_the_python_sdk_answers_check_and_runs_on_every_provid
     let dir = project(&[]);
     let mcp = json!({"mcpServers": {"remote": {"type": "http", "url": server.url}}});
     std::fs::write(dir.path().join(".mcp.json"), mcp.to_string()).unwrap();
-    std::fs::write(
-        dir.path().join(".muster/settings.local.toml"),
-        "[mcp]\nenable_all_project_servers = true\ntrusted_read_only = [\"remote\"]\n",
-    )
-    .unwrap();
+    std::fs::write(dir.path().join(".muster/settings.local.toml"), "[mcp]\n").unwrap();
     super::common::trust(dir.path()).await;
     let check = muster(
         dir.path(),
@@ -921,11 +984,11 @@ fn still_runs(pid: i32) -> bool {
     rustix::event::poll(&mut fds, Some(&now)).unwrap() == 0
 }
 
-/// A dropped agent takes its servers along: a subagent's own forking server (group and all)
-/// is gone once the subagent has finished, while its parent's keeps running until the run
-/// ends.
+/// A subagent uses its parent's connections: nothing starts for it (the forking server's
+/// `sleep` appears once), its call goes to the parent's server, and the server keeps running
+/// after the subagent has finished, until the run ends.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_finished_subagents_servers_are_killed_while_the_run_goes_on() {
+async fn a_subagent_uses_its_parents_connections_and_starts_nothing() {
     let dir = forking_project();
     let root = dir.path();
     let held = |name: &str| muster_fake_llm::Fault {
@@ -942,7 +1005,12 @@ async fn a_finished_subagents_servers_are_killed_while_the_run_goes_on() {
             )],
         )
         .fault(held("first")),
-        ScriptEntry::reply("main.sub-1", 1, vec![Block::text("Looked.")]),
+        ScriptEntry::reply(
+            "main.sub-1",
+            1,
+            vec![call("mcp__notes__search", json!({"query": "alpha"}))],
+        ),
+        ScriptEntry::reply("main.sub-1", 2, vec![Block::text("Looked.")]),
         ScriptEntry::reply("main", 2, vec![Block::text("Done.")]).fault(held("second")),
     ])
     .await
@@ -969,14 +1037,21 @@ async fn a_finished_subagents_servers_are_killed_while_the_run_goes_on() {
     tokio::time::timeout(super::common::GUARD, fake.gate_reached("second", 1))
         .await
         .expect("the second model call never came");
-    let subagents: Vec<i32> = forked_sleeps(root)
+    assert_eq!(
+        forked_sleeps(root),
+        parents,
+        "a server was started again for the subagent"
+    );
+    let searched = fake
+        .requests()
         .into_iter()
-        .filter(|pid| !parents.contains(pid))
-        .collect();
-    assert_eq!(subagents.len(), 1, "the subagent's server");
+        .find(|request| request.agent.as_deref() == Some("main.sub-1") && request.turn == Some(2))
+        .expect("the subagent's second request")
+        .body
+        .to_string();
     assert!(
-        ends(subagents[0]).await,
-        "the finished subagent's server group outlived it"
+        searched.contains("hit(s) for 'alpha'"),
+        "the subagent's call did not reach the server: {searched}"
     );
     assert!(still_runs(parents[0]), "the parent's server is still there");
     fake.open_gate("second");
