@@ -1,7 +1,9 @@
 //! Named kill points for crash tests (DESIGN, "Wave 2 → Tests, CI and failpoints"): with the
 //! cargo feature `failpoints`, [`hit`] stops the process with SIGKILL when the environment
 //! variable `MUSTER_FAILPOINT` names the point (`name`, or `name@N` for its N-th hit in this
-//! process). Code marks a point with [`failpoint!`](crate::failpoint!), which expands to
+//! process), with `:stop` after it (`name@N:stop`) to stop the process with SIGSTOP there
+//! instead, so a test can act while it is frozen at that point and then let it go on with
+//! SIGCONT. Code marks a point with [`failpoint!`](crate::failpoint!), which expands to
 //! nothing without the feature: a default build has no kill point, and no setting or flag can
 //! add one.
 //!
@@ -23,6 +25,7 @@ mod armed {
         name: String,
         nth: u64,
         hits: AtomicU64,
+        stop: bool,
     }
 
     fn target() -> Option<&'static Target> {
@@ -30,6 +33,10 @@ mod armed {
         TARGET
             .get_or_init(|| {
                 let spec = std::env::var(super::VARIABLE).ok()?;
+                let (spec, stop) = match spec.strip_suffix(":stop") {
+                    Some(spec) => (spec.to_owned(), true),
+                    None => (spec, false),
+                };
                 let (name, nth) = match spec.split_once('@') {
                     Some((name, nth)) => (name.to_owned(), nth.parse().ok()?),
                     None => (spec, 1),
@@ -38,6 +45,7 @@ mod armed {
                     name,
                     nth,
                     hits: AtomicU64::new(0),
+                    stop,
                 })
             })
             .as_ref()
@@ -48,6 +56,15 @@ mod armed {
             return;
         };
         if target.name != name || target.hits.fetch_add(1, Ordering::SeqCst) + 1 != target.nth {
+            return;
+        }
+        if target.stop {
+            eprintln!("muster: failpoint {name}@{}: SIGSTOP", target.nth);
+            // Returns once a SIGCONT lets the process go on.
+            let _ = rustix::process::kill_process(
+                rustix::process::getpid(),
+                rustix::process::Signal::STOP,
+            );
             return;
         }
         eprintln!("muster: failpoint {name}@{}: SIGKILL", target.nth);

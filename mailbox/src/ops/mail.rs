@@ -245,15 +245,52 @@ pub(crate) async fn lease_batch(
     Ok(batch)
 }
 
-pub(crate) async fn ack(tx: &impl Tx, run_id: &str, keys: &[String]) -> StoreResult<()> {
+/// Who acknowledges: the process that owns the run by its epoch, or a process running an
+/// agent under a work item's fence (a teammate placed on a worker, a batch line).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Acker {
+    /// Acks only mail still leased: a newer epoch voided this process's leases, and with
+    /// them its right to acknowledge.
+    EpochOwner,
+    /// Acks mail still leased or whose lease a newer epoch voided (pending again): the held
+    /// fence, checked in the same transaction, proves no other process runs the agent, so a
+    /// resume of the run's lead (which opens an epoch for its own agents) does not cost a
+    /// placed teammate the mail it is working on.
+    FenceHolder,
+}
+
+impl Acker {
+    /// The acker of a store that is, or is not, fenced by a work item.
+    pub(crate) fn of_store(fenced: bool) -> Acker {
+        if fenced {
+            Acker::FenceHolder
+        } else {
+            Acker::EpochOwner
+        }
+    }
+
+    fn statement(self) -> &'static str {
+        match self {
+            Acker::EpochOwner => {
+                "UPDATE messages SET state = 2, acked_at = ?3 WHERE key = ?1 AND run_id = ?2 AND state = 1"
+            }
+            Acker::FenceHolder => {
+                "UPDATE messages SET state = 2, acked_at = ?3 \
+                 WHERE key = ?1 AND run_id = ?2 AND state IN (0, 1)"
+            }
+        }
+    }
+}
+
+pub(crate) async fn ack(
+    tx: &impl Tx,
+    run_id: &str,
+    keys: &[String],
+    acker: Acker,
+) -> StoreResult<()> {
     let now = now_millis();
     for key in keys {
-        let changed = tx
-            .execute(
-                "UPDATE messages SET state = 2, acked_at = ?3 WHERE key = ?1 AND run_id = ?2 AND state = 1",
-                &[key, &run_id, &now],
-            )
-            .await?;
+        let changed = tx.execute(acker.statement(), &[key, &run_id, &now]).await?;
         if changed == 0 {
             let state = message_by_key(tx, key)
                 .await?

@@ -320,12 +320,13 @@ pub(crate) async fn records(
 pub(crate) async fn commit_turn(
     tx: &impl Tx,
     turn: &CommitTurn,
+    acker: mail::Acker,
     wakes: &mut Vec<Wake>,
 ) -> StoreResult<CommitTurnOutcome> {
     for entry in &turn.members {
         add_member(tx, &turn.run_id, entry).await?;
     }
-    mail::ack(tx, &turn.run_id, &turn.acks).await?;
+    mail::ack(tx, &turn.run_id, &turn.acks, acker).await?;
     let records = append_records(tx, &turn.run_id, &turn.records).await?;
     let mut tasks = Vec::with_capacity(turn.task_updates.len());
     for update in &turn.task_updates {

@@ -651,8 +651,11 @@ impl MailboxStore for PostgresStore {
     }
 
     async fn ack(&self, run_id: &str, keys: Vec<String>) -> StoreResult<()> {
-        write_op!(self, [run_id], |tx, ctx, _w| mail::ack(&tx, run_id, &keys)
-            .await)
+        let acker = mail::Acker::of_store(self.fence.is_some());
+        write_op!(self, [run_id], |tx, ctx, _w| mail::ack(
+            &tx, run_id, &keys, acker
+        )
+        .await)
     }
 
     async fn respond(&self, response: NewResponse) -> StoreResult<Message> {
@@ -680,8 +683,9 @@ impl MailboxStore for PostgresStore {
     }
 
     async fn commit_turn(&self, turn: CommitTurn) -> StoreResult<CommitTurnOutcome> {
+        let acker = mail::Acker::of_store(self.fence.is_some());
         write_op!(self, [&turn.run_id], |tx, ctx, wakes| {
-            runs::commit_turn(&tx, &turn, wakes).await
+            runs::commit_turn(&tx, &turn, acker, wakes).await
         })
     }
 

@@ -268,7 +268,8 @@ impl MailboxStore for SqliteStore {
 
     async fn ack(&self, run_id: &str, keys: Vec<String>) -> StoreResult<()> {
         let run_id = run_id.to_owned();
-        self.op(async move |tx, _| mail::ack(tx, &run_id, &keys).await)
+        let acker = mail::Acker::of_store(self.fence.is_some());
+        self.op(async move |tx, _| mail::ack(tx, &run_id, &keys, acker).await)
             .await
     }
 
@@ -302,7 +303,8 @@ impl MailboxStore for SqliteStore {
     }
 
     async fn commit_turn(&self, turn: CommitTurn) -> StoreResult<CommitTurnOutcome> {
-        self.op(async move |tx, wakes| runs::commit_turn(tx, &turn, wakes).await)
+        let acker = mail::Acker::of_store(self.fence.is_some());
+        self.op(async move |tx, wakes| runs::commit_turn(tx, &turn, acker, wakes).await)
             .await
     }
 

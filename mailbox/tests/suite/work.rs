@@ -19,6 +19,7 @@ on_both_backends!(
     enqueue_is_idempotent_and_watches_wake_on_committed_changes,
     workers_are_listed_with_their_items_and_last_heartbeat,
     a_fenced_tool_start_records_its_process_group_under_the_item_holder,
+    a_fence_holder_acks_mail_a_newer_epoch_voided_and_an_epoch_owner_does_not,
 );
 
 const LONG: Duration = Duration::from_secs(600);
@@ -413,4 +414,61 @@ async fn a_fenced_tool_start_records_its_process_group_under_the_item_holder(bac
             .unwrap()
             .is_empty()
     );
+}
+
+/// A teammate placed on a worker leases its mail under the run's epoch; the lead's resume opens
+/// a newer epoch, which voids that lease (pending again) while the teammate is mid-turn. The
+/// worker's store, fenced by the teammate's work item, may still ack it in the turn's commit:
+/// the fence, not the epoch, says who runs the agent. A store without a fence may not.
+async fn a_fence_holder_acks_mail_a_newer_epoch_voided_and_an_epoch_owner_does_not(
+    backend: Backend,
+) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
+    store.enqueue_work(items("q", &["alice"])).await.unwrap();
+    let lease = store.claim_work(None, "w1", LONG).await.unwrap().unwrap();
+    let fenced = place.location().open_fenced(lease.fence()).await;
+    let epoch = run_with(&store, RUN, &["alice"]).await;
+    for body in ["first", "second"] {
+        store.send(text(RUN, "lead", "alice", body)).await.unwrap();
+    }
+    let leased = fenced.receive_batch(RUN, "alice", epoch, 2).await.unwrap();
+    assert_eq!(leased.len(), 2);
+    // The lead's resume.
+    store.open_epoch(RUN).await.unwrap();
+    let states = |messages: Vec<Message>| -> Vec<DeliveryState> {
+        messages.into_iter().map(|m| m.state).collect()
+    };
+    assert_eq!(
+        states(store.messages(RUN, Some("alice")).await.unwrap()),
+        [DeliveryState::Pending, DeliveryState::Pending]
+    );
+    let error = store
+        .ack(RUN, vec![leased[0].key.clone()])
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("is not leased (it is pending)"),
+        "{error}"
+    );
+    fenced
+        .commit_turn(CommitTurn {
+            run_id: RUN.into(),
+            agent: "alice".into(),
+            acks: vec![leased[0].key.clone()],
+            ..CommitTurn::default()
+        })
+        .await
+        .unwrap();
+    fenced.ack(RUN, vec![leased[1].key.clone()]).await.unwrap();
+    assert_eq!(
+        states(store.messages(RUN, Some("alice")).await.unwrap()),
+        [DeliveryState::Acked, DeliveryState::Acked]
+    );
+    // Acked twice is still an error, fenced or not.
+    let error = fenced
+        .ack(RUN, vec![leased[1].key.clone()])
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("it is acked"), "{error}");
 }

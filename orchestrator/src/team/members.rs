@@ -326,6 +326,8 @@ impl Team {
                     }
                 }
                 Work::Mail(mail) => {
+                    // Leased, not yet delivered (acked with the delivery's commit).
+                    muster_mailbox::failpoint!("leased:{id}");
                     if agent.is_none() {
                         let intro = format!(
                             "{}\n\nYour first work arrives as mail, below.",

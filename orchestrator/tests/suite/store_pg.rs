@@ -84,7 +84,7 @@ fn use_store(dir: &Path, url: &str) {
     .unwrap();
 }
 
-async fn open(url: &str) -> Arc<dyn MailboxStore> {
+pub(super) async fn open(url: &str) -> Arc<dyn MailboxStore> {
     Arc::new(
         PostgresStore::open(url, StoreOptions::default())
             .await

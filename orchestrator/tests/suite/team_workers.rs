@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Output;
+use std::sync::Arc;
 
 use muster_fake_llm::{FakeLlmHandle, ScriptEntry};
 use serde_json::{Value, json};
@@ -700,5 +701,151 @@ async fn a_team_run_on_a_worker_killed_and_resumed_is_one_trace_with_every_commi
     assert_no_content(&spans, "printf");
     assert_eq!(worker.stop().await, Some(0));
     receiver.stop().await;
+    schema.drop_now().await;
+}
+
+/// The lead killed after its mail to a teammate on a worker, which has leased it but not yet
+/// delivered it (frozen there by a stop point), then resumed: the resume's new epoch voids
+/// that lease, and the teammate's delivery must still ack it (the fence of its work item, not
+/// the lead's epoch, says who runs it). Its work is merged and the run completes. Before the
+/// fix the teammate failed with "message … is not leased (it is pending)" and the run
+/// completed without its work.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_lead_resumed_while_its_teammate_on_a_worker_holds_its_mail_keeps_the_teammates_work() {
+    let schema = Schema::new().await;
+    let url = schema.url();
+    let fake = fake(vec![
+        lead_assigns(&["one"]),
+        lead_merges("one", &["merge-one-1"]),
+        any_turn("lead", "Waiting for the team."),
+        ScriptEntry::reply(
+            "one",
+            1,
+            vec![tool(
+                "Write",
+                json!({"file_path": "one.txt", "content": "one\n"}),
+            )],
+        ),
+        any_turn("one", "done"),
+    ])
+    .await;
+    let stop_point = [("MUSTER_FAILPOINT", "leased:one:stop".to_owned())];
+    let mut worker = teammate_worker_with_env(&fake, &url, "w1", &stop_point);
+    worker.wait_for("ready on").await;
+    let remote = bare_remote();
+    let remote_path = remote.path().display().to_string();
+    let lead = lead_repo(&team(&["one"], ""));
+    let root = lead.path();
+    let base = fake.base_url();
+    let mut run =
+        super::common::Running::spawn(command(root, &run_args(&url, &base, &remote_path)));
+    let started = run
+        .until("the lead's mail", |e| e["type"] == "mail_sent")
+        .await;
+    let run_id = started["run_id"].as_str().unwrap().to_owned();
+    let process = worker.wait_for("runs in process").await;
+    let teammate: i32 = process.rsplit(' ').next().unwrap().parse().unwrap();
+    let teammate = rustix::process::Pid::from_raw(teammate).unwrap();
+    worker.wait_for("failpoint leased:one@1: SIGSTOP").await;
+    run.child.start_kill().unwrap();
+    let _ = run.child.wait().await;
+    let store = super::store_pg::open(&url).await;
+    let killed_epoch = store.run(&run_id).await.unwrap().unwrap().epoch;
+    let resumed = command(
+        root,
+        &[
+            "--store",
+            &url,
+            "resume",
+            &run_id,
+            "--output",
+            "stream-json",
+        ],
+    );
+    let resumed = tokio::spawn(super::common::output(resumed));
+    // Once the resume has opened its epoch (voiding older epochs' leases), the teammate goes
+    // on.
+    let changed = Arc::new(tokio::sync::Notify::new());
+    let on_change = changed.clone();
+    let _feed = store
+        .watch_changes(Arc::new(move |_| on_change.notify_one()))
+        .await
+        .unwrap();
+    while store.run(&run_id).await.unwrap().unwrap().epoch <= killed_epoch {
+        tokio::time::timeout(super::common::GUARD, changed.notified())
+            .await
+            .expect("the resume opened no epoch");
+    }
+    rustix::process::kill_process(teammate, rustix::process::Signal::CONT).unwrap();
+    let output = resumed.await.unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let end = finished(&output);
+    assert_eq!(end["status"], "completed", "{end:#}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("one.txt")).ok(),
+        Some("one\n".to_owned()),
+        "{end:#}\n{:#?}",
+        worker.said()
+    );
+    assert_eq!(worker.stop().await, Some(0));
+    schema.drop_now().await;
+}
+
+/// A worker (its whole process group, as a machine dies) killed while its teammate waits on
+/// the model with the lead's mail leased: the next worker to take the teammate over delivers
+/// that mail again (its lease held by a process that is gone), and the run completes with the
+/// teammate's work.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_killed_during_its_teammates_model_call_loses_none_of_the_teammates_mail() {
+    let schema = Schema::new().await;
+    let url = schema.url();
+    let mut held = ScriptEntry::reply(
+        "one",
+        1,
+        vec![tool(
+            "Write",
+            json!({"file_path": "one.txt", "content": "one\n"}),
+        )],
+    );
+    held.fault.hold = Some("one-1".to_owned());
+    let fake = fake(vec![
+        lead_assigns(&["one"]),
+        lead_merges("one", &["merge-one-1"]),
+        any_turn("lead", "Waiting for the team."),
+        held,
+        any_turn("one", "done"),
+    ])
+    .await;
+    let mut first = teammate_worker(&fake, &url, "w1");
+    first.wait_for("ready on").await;
+    let remote = bare_remote();
+    let remote_path = remote.path().display().to_string();
+    let lead = lead_repo(&team(&["one"], ""));
+    let root = lead.path();
+    let base = fake.base_url();
+    let mut run =
+        super::common::Running::spawn(command(root, &run_args(&url, &base, &remote_path)));
+    fake.gate_reached("one-1", 1).await;
+    rustix::process::kill_process_group(first.pid(), rustix::process::Signal::KILL).unwrap();
+    let _ = tokio::time::timeout(super::common::GUARD, first.child.wait())
+        .await
+        .expect("guard timeout: the first worker was not killed");
+    // The gate opens for the next holder's request: the dead one's answer goes nowhere.
+    fake.open_gate("one-1");
+    let mut second = teammate_worker(&fake, &url, "w2");
+    second.wait_for("teammate one of run").await;
+    assert_eq!(run.finish().await, Some(0), "{:#?}", run.events);
+    let end = run.events.last().unwrap().clone();
+    assert_eq!(end["status"], "completed", "{end:#}");
+    assert_eq!(end["workers"]["one"], "w2", "{end:#}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("one.txt"))
+            .ok()
+            .as_deref(),
+        Some("one\n"),
+        "{:#?}",
+        second.said()
+    );
+    assert_eq!(second.stop().await, Some(0));
     schema.drop_now().await;
 }
