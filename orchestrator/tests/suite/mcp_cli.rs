@@ -1061,3 +1061,251 @@ async fn a_subagent_uses_its_parents_connections_and_starts_nothing() {
         "the parent's server outlived the run"
     );
 }
+
+/// The reference filesystem server of npm (`@modelcontextprotocol/server-filesystem`, pinned
+/// by tests/mcp-npm's lockfile and installed by `scripts/test`). Without it the test fails
+/// saying how to get it, never skips.
+fn filesystem_server() -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(
+        "../tests/mcp-npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js",
+    );
+    assert!(
+        script.is_file(),
+        "the MCP tests need the npm reference servers: run `scripts/test`, which installs them \
+         (npm ci --prefix tests/mcp-npm)"
+    );
+    std::fs::canonicalize(script).unwrap()
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let done = std::process::Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        done.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+}
+
+/// A project whose `.mcp.json` gives the filesystem server the user's tree by absolute path,
+/// as users write it, beside `extra` servers.
+fn filesystem_project(extra: Value) -> tempfile::TempDir {
+    let dir = project(&[]);
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let mut servers = json!({"fs": {
+        "command": "node",
+        "args": [filesystem_server(), root],
+    }});
+    if let (Some(servers), Some(extra)) = (servers.as_object_mut(), extra.as_object()) {
+        servers.extend(extra.clone());
+    }
+    std::fs::write(
+        dir.path().join(".mcp.json"),
+        json!({"mcpServers": servers}).to_string(),
+    )
+    .unwrap();
+    dir
+}
+
+/// The text of the tool results of the request `agent` made at `turn`.
+fn results_sent(fake: &muster_fake_llm::FakeLlmHandle, agent: &str, turn: u64) -> String {
+    fake.requests()
+        .into_iter()
+        .find(|request| request.agent.as_deref() == Some(agent) && request.turn == Some(turn))
+        .unwrap_or_else(|| panic!("no request of {agent} at turn {turn}"))
+        .body
+        .to_string()
+}
+
+/// The main agent's filesystem server writes the agent's own workspace (the workspace-write
+/// profile), so the teammate test below fails for the sandbox, not for the server.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_filesystem_server_writes_its_own_agents_workspace() {
+    let dir = filesystem_project(json!({}));
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    super::common::trust(dir.path()).await;
+    let target = root.join("ok.txt");
+    let fake = FakeLlm::start(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![call(
+                "mcp__fs__write_file",
+                json!({"path": target, "content": "written"}),
+            )],
+        ),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+    ])
+    .await
+    .unwrap();
+    let output = run(dir.path(), &fake.base_url(), "bypassPermissions").await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        std::fs::read_to_string(&target).ok().as_deref(),
+        Some("written"),
+        "{}",
+        results_sent(&fake, "main", 2)
+    );
+}
+
+/// A teammate's filesystem server, given the user's tree by absolute path, runs in the
+/// teammate's sandbox: it cannot write the user's tree, only the teammate's worktree. A server
+/// that failed to start for the lead is not started again for the teammate.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_teammates_filesystem_server_cannot_write_the_users_tree() {
+    let dir = filesystem_project(json!({"hang": {"command": "sleep", "args": ["30"]}}));
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::remove_dir_all(root.join(".git")).unwrap();
+    std::fs::create_dir_all(root.join(".muster/agents")).unwrap();
+    std::fs::write(
+        root.join(".muster/agents/writer.md"),
+        "---\nname: writer\ndescription: Writes files.\npermissionMode: bypassPermissions\n---\nYou write files.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("muster.team.toml"),
+        "name = \"builders\"\nisolation = \"worktree\"\n\n[[teammates]]\nname = \"one\"\n\
+         definition = \"writer\"\nplan_mode_required = false\napprover = \"policy:policy.toml\"\n",
+    )
+    .unwrap();
+    std::fs::write(root.join("policy.toml"), "approve_all = true\n").unwrap();
+    std::fs::write(
+        root.join(".muster/settings.local.toml"),
+        "[mcp]\nstartup_timeout_ms = 2000\n",
+    )
+    .unwrap();
+    std::fs::write(root.join(".gitignore"), ".muster/settings.local.toml\n").unwrap();
+    git(&root, &["init", "-q", "-b", "main"]);
+    git(&root, &["add", "-A"]);
+    git(&root, &["commit", "-q", "-m", "start"]);
+    super::common::trust(&root).await;
+    let leak = root.join("leak.txt");
+    let entry = |value: Value| -> ScriptEntry { serde_json::from_value(value).unwrap() };
+    let any_turn = |agent: &str, text: &str| {
+        entry(
+            json!({"agent": agent, "reply": {"content": [{"type": "text", "text": text}],
+                     "stop_reason": "end_turn"}}),
+        )
+    };
+    let fake = FakeLlm::start(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![call(
+                "TaskCreate",
+                json!({"subject": "write", "description": "Write a file."}),
+            )],
+        ),
+        any_turn("lead", "Waiting for the team."),
+        ScriptEntry::reply(
+            "one",
+            1,
+            vec![call(
+                "mcp__fs__write_file",
+                json!({"path": leak, "content": "from the teammate"}),
+            )],
+        ),
+        any_turn("one", "done"),
+    ])
+    .await
+    .unwrap();
+    let args = [
+        "run",
+        "-p",
+        "Write.",
+        "--permission-mode",
+        "bypassPermissions",
+        "--base-url",
+        &fake.base_url(),
+        "--output",
+        "stream-json",
+    ];
+    let output = muster(&root, &args).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let sent = results_sent(&fake, "one", 2);
+    assert!(
+        !leak.exists(),
+        "the teammate's server wrote the user's tree: {sent}"
+    );
+    assert!(
+        ["EACCES", "EPERM", "EROFS", "ermission denied"]
+            .iter()
+            .any(|word| sent.contains(word)),
+        "the write did not fail for the sandbox: {sent}"
+    );
+    let log = stderr(&output);
+    assert_eq!(
+        log.matches("MCP server `hang` did not start and initialize within 2000 ms")
+            .count(),
+        2,
+        "{log}"
+    );
+    assert_eq!(log.matches("it is not started again").count(), 1, "{log}");
+}
+
+/// `${VAR}` and `${VAR:-default}` in `.mcp.json` expand from muster's environment; `muster
+/// trust` names the variables each server reads; an unset variable with no default keeps that
+/// server off with a warning naming it and the variable, and the run goes on.
+#[tokio::test(flavor = "multi_thread")]
+async fn variables_in_mcp_json_expand_and_an_unset_one_is_named() {
+    let dir = project(&[("notes.txt", "alpha one\n")]);
+    let mcp = json!({"mcpServers": {
+        "notes": {"command": "${NOTES_PYTHON}", "args": ["${NOTES_DIR:-/nowhere}/mcp_notes_server.py"]},
+        "needy": {"command": "${NOTES_PYTHON}", "args": ["${MUSTER_TEST_NEVER_SET}"]},
+    }});
+    std::fs::write(dir.path().join(".mcp.json"), mcp.to_string()).unwrap();
+    let trusted = muster(dir.path(), &["trust"]).await;
+    assert!(
+        stdout(&trusted).contains("pins MCP server notes (.mcp.json): ${NOTES_PYTHON} ${NOTES_DIR:-/nowhere}/mcp_notes_server.py; reads NOTES_DIR, NOTES_PYTHON"),
+        "{}",
+        stdout(&trusted)
+    );
+    let fake = FakeLlm::start(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![call("mcp__notes__search", json!({"query": "alpha"}))],
+        ),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+    ])
+    .await
+    .unwrap();
+    let base = fake.base_url();
+    let args = [
+        "run",
+        "-p",
+        "Work.",
+        "--permission-mode",
+        "default",
+        "--base-url",
+        &base,
+        "--output",
+        "stream-json",
+    ];
+    let mut command = super::common::command(dir.path(), &args);
+    command
+        .env("NOTES_PYTHON", python())
+        .env("NOTES_DIR", server_script().parent().unwrap())
+        .env_remove("MUSTER_TEST_NEVER_SET");
+    let output = super::common::output(command).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let log = stderr(&output);
+    assert!(
+        log.contains("MCP server `needy` (.mcp.json): `${MUSTER_TEST_NEVER_SET}` is not set and has no default"),
+        "{log}"
+    );
+    let (_, calls) = tool_results(dir.path(), &lines(&output)).await;
+    assert_eq!(calls[0]["decision"], "allow", "{:?}", calls[0]);
+    assert!(
+        calls[0]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("1 hit(s) for 'alpha'"),
+        "{:?}",
+        calls[0]
+    );
+}
