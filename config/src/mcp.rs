@@ -420,7 +420,9 @@ impl McpServers {
                 (Err(why), _) => (false, why, true),
                 (Ok(_), Err(Unset(variable))) => {
                     let why = format!(
-                        "`${{{variable}}}` is not set and has no default (write                          `${{{variable}:-default}}` for one); set it in the environment muster                          runs in"
+                        "`${{{variable}}}` is not set and has no default (write \
+                         `${{{variable}:-default}}` for one); set it in the environment muster \
+                         runs in"
                     );
                     warnings.push(
                         Diagnostic::new(format!(
@@ -499,7 +501,8 @@ fn trusted(server: &McpServerConfig, settings: &McpSettings) -> Result<String, S
                 Ok(format!("trusted with `{command}`, its template pinned"))
             }
             Some(_) => Err(format!(
-                "changed since you trusted the project (its command, args, env names, url,                  headers or the variables it reads): review it and run `{command}` again"
+                "changed since you trusted the project (its command, args, env names, url, \
+                 headers or the variables it reads): review it and run `{command}` again"
             )),
             None => Err(format!(
                 "added since you trusted the project: review it and run `{command}` again"
@@ -525,7 +528,11 @@ fn retired_keys_warning(settings: &McpSettings) -> Option<Diagnostic> {
     }
     (!set.is_empty()).then(|| {
         Diagnostic::new(format!(
-            "{} no longer apply: a server name is not trust. A project's MCP servers start once              you trust the project with `{}`, which pins each server's template; plan mode              allows the tools a server marks `readOnlyHint: true` and `openWorldHint: false`,              and more by name in `[mcp] read_only_tools` of ~/.muster/settings.toml. Remove              the old keys",
+            "{} no longer apply: a server name is not trust. A project's MCP servers start once \
+             you trust the project with `{}`, which pins each server's template; plan mode \
+             allows the tools a server marks `readOnlyHint: true` and `openWorldHint: false`, \
+             and more by name in `[mcp] read_only_tools` of ~/.muster/settings.toml. Remove \
+             the old keys",
             set.join(", "),
             crate::trust::TRUST_COMMAND
         ))
