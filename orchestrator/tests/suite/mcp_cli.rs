@@ -1309,3 +1309,128 @@ async fn variables_in_mcp_json_expand_and_an_unset_one_is_named() {
         calls[0]
     );
 }
+
+/// The npm reference server of npm's `@modelcontextprotocol/<name>` (see
+/// [`filesystem_server`]).
+fn npm_server(name: &str) -> PathBuf {
+    let script = filesystem_server()
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::parent)
+        .unwrap()
+        .join(name)
+        .join("dist/index.js");
+    assert!(
+        script.is_file(),
+        "{} is missing: run `scripts/test`",
+        script.display()
+    );
+    script
+}
+
+/// Plan mode with real servers: the `everything` server's read-only, closed-world `echo` and
+/// the `memory` server's `read_graph` run (in the read-only sandbox); its open-world
+/// `gzip-file-as-resource` is denied. The user's own `[mcp] read_only_tools` lets an
+/// open-world tool through; the same key in the project-local settings is ignored and says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_mode_with_the_npm_servers_follows_the_hints_and_the_users_own_list() {
+    let dir = project(&[("notes.txt", "alpha one\n")]);
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let mcp = json!({"mcpServers": {
+        "everything": {"command": "node", "args": [npm_server("server-everything")]},
+        "memory": {"command": "node", "args": [npm_server("server-memory")],
+                   "env": {"MEMORY_FILE_PATH": root.join("memory.jsonl")}},
+        "notes": {"command": python(), "args": [server_script()]},
+    }});
+    std::fs::write(dir.path().join(".mcp.json"), mcp.to_string()).unwrap();
+    std::fs::write(
+        dir.path().join(".muster/settings.local.toml"),
+        "[mcp]\nread_only_tools = [\"mcp__everything__gzip-file-as-resource\"]\n",
+    )
+    .unwrap();
+    super::common::trust(dir.path()).await;
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.path().join(".muster")).unwrap();
+    std::fs::write(
+        home.path().join(".muster/settings.toml"),
+        "[mcp]\nread_only_tools = [\"mcp__notes__fetch\"]\n",
+    )
+    .unwrap();
+    let fake = FakeLlm::start(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![call("mcp__everything__echo", json!({"message": "hi"}))],
+        ),
+        ScriptEntry::reply(
+            "main",
+            2,
+            vec![call(
+                "mcp__everything__gzip-file-as-resource",
+                json!({"name": "x.gz", "data": "https://example.test/x"}),
+            )],
+        ),
+        ScriptEntry::reply("main", 3, vec![call("mcp__memory__read_graph", json!({}))]),
+        ScriptEntry::reply(
+            "main",
+            4,
+            vec![call("mcp__notes__fetch", json!({"url": "local"}))],
+        ),
+        ScriptEntry::reply("main", 5, vec![Block::text("Done.")]),
+    ])
+    .await
+    .unwrap();
+    let base = fake.base_url();
+    let args = [
+        "run",
+        "-p",
+        "Look.",
+        "--permission-mode",
+        "plan",
+        "--base-url",
+        &base,
+        "--output",
+        "stream-json",
+    ];
+    let mut command = super::common::command(dir.path(), &args);
+    command.env("HOME", home.path());
+    let output = super::common::output(command).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("`mcp.read_only_tools` is ignored"),
+        "{}",
+        stderr(&output)
+    );
+    let (_, calls) = tool_results(dir.path(), &lines(&output)).await;
+    assert_eq!(calls.len(), 4, "{calls:#?}");
+    assert_eq!(calls[0]["decision"], "allow", "{:?}", calls[0]);
+    assert!(
+        calls[0]["content"].as_str().unwrap().contains("Echo: hi"),
+        "{:?}",
+        calls[0]
+    );
+    assert_eq!(calls[1]["decision"], "deny", "{:?}", calls[1]);
+    assert!(
+        calls[1]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("readOnlyHint: true"),
+        "{:?}",
+        calls[1]
+    );
+    assert_eq!(calls[2]["decision"], "allow", "{:?}", calls[2]);
+    assert!(
+        calls[2]["content"].as_str().unwrap().contains("entities"),
+        "{:?}",
+        calls[2]
+    );
+    assert_eq!(calls[3]["decision"], "allow", "{:?}", calls[3]);
+    assert!(
+        calls[3]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("read_only_tools"),
+        "{:?}",
+        calls[3]
+    );
+}
