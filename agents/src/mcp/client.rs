@@ -12,6 +12,8 @@ use rmcp::service::{
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use serde_json::Value;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::tools::ToolOutput;
 
@@ -76,19 +78,31 @@ pub type Confinement<'a> = Option<(&'a crate::sandbox::Sandbox, crate::sandbox::
 /// group closes the pipe at once).
 const STDERR_GUARD: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// What muster does with a server's notifications: `tools/list_changed` is a warning, since
-/// an agent's tool list is fixed when it starts (DESIGN); the rest are ignored.
+/// What muster does with a server's notifications: `tools/list_changed` counts a generation
+/// the agents using the server compare at their next turn boundary (they list the tools
+/// again then); the rest are ignored.
 #[derive(Debug, Clone)]
 pub struct Notices {
     server: String,
+    generation: Arc<AtomicU64>,
+}
+
+impl Notices {
+    fn new(server: &str) -> Notices {
+        Notices {
+            server: server.to_owned(),
+            generation: Arc::default(),
+        }
+    }
 }
 
 impl rmcp::ClientHandler for Notices {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        tracing::warn!(
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        tracing::info!(
             server = %self.server,
-            "MCP server `{}` says its tools changed; an agent's MCP tools are fixed when it \
-             starts, so running agents keep the list they have (new agents list them again)",
+            "MCP server `{}` says its tools changed; its agents list them again at their next \
+             turn boundary",
             self.server
         );
     }
@@ -140,6 +154,11 @@ impl McpConnection {
     /// The server's name.
     pub fn server(&self) -> &str {
         &self.server
+    }
+
+    /// How many times the server said its tools changed (`tools/list_changed`).
+    pub fn tools_generation(&self) -> u64 {
+        self.service.service().generation.load(Ordering::SeqCst)
     }
 
     /// `tools/list` (every page), within the startup timeout. A tool whose input schema is
@@ -311,9 +330,7 @@ async fn connect_stdio(
         })?;
     let group = transport.id().and_then(ServerGroup::led_by);
     let stderr = StderrTail::read(&server.name, stderr);
-    let notices = Notices {
-        server: server.name.clone(),
-    };
+    let notices = Notices::new(&server.name);
     let handshake = tokio::time::timeout(limits.startup, notices.serve(transport)).await;
     let failure = match handshake {
         Ok(Ok(service)) => {
@@ -359,9 +376,7 @@ async fn connect_http(
     let config = StreamableHttpClientTransportConfig::with_uri(url)
         .custom_headers(header_map(headers).map_err(start)?);
     let transport = StreamableHttpClientTransport::from_config(config);
-    let notices = Notices {
-        server: server.name.clone(),
-    };
+    let notices = Notices::new(&server.name);
     match tokio::time::timeout(limits.startup, notices.serve(transport)).await {
         Ok(Ok(service)) => Ok(Connected {
             service,

@@ -33,6 +33,8 @@ struct StartedServer {
     name: String,
     connection: Arc<McpConnection>,
     tools: Vec<ListedTool>,
+    /// The server's `tools/list_changed` generation `tools` reflects.
+    listed_at: u64,
 }
 
 /// The servers one owner (a main agent, a teammate) started; its subagents use them.
@@ -91,12 +93,13 @@ impl McpHub {
         let mut servers = Vec::new();
         for (spec, outcome) in to_start.iter().zip(started) {
             match outcome {
-                Ok((connection, tools, mut found)) => {
+                Ok((connection, tools, listed_at, mut found)) => {
                     warnings.append(&mut found);
                     servers.push(StartedServer {
                         name: spec.config.name.clone(),
                         connection,
                         tools,
+                        listed_at,
                     });
                 }
                 Err(error) => {
@@ -142,7 +145,9 @@ impl McpHub {
 pub struct McpSession {
     tools: Vec<Arc<McpTool>>,
     /// Keeps the servers running while the agent lives (shared with its subagents).
-    _servers: Option<Arc<StartedServers>>,
+    servers: Option<Arc<StartedServers>>,
+    /// Each server's `tools/list_changed` generation the tools reflect.
+    seen: BTreeMap<String, u64>,
 }
 
 impl McpSession {
@@ -157,15 +162,39 @@ impl McpSession {
         taken: &[&str],
     ) -> (McpSession, Vec<String>) {
         let (servers, warnings) = config.hub.servers_for(config, place, None).await;
-        let listed: Vec<(&StartedServer, &ListedTool)> = servers
+        let lists: Vec<(String, Vec<ListedTool>, u64)> = servers
             .servers
             .iter()
-            .flat_map(|server| server.tools.iter().map(move |tool| (server, tool)))
-            .filter(|(server, tool)| offered(&server.name, &tool.name))
+            .map(|server| (server.name.clone(), server.tools.clone(), server.listed_at))
+            .collect();
+        let session = McpSession::assemble(config, servers, lists, &offered, taken);
+        (session, warnings.into_iter().map(goes_on_without).collect())
+    }
+
+    /// The session with the tools `lists` names (server, its tools, the generation they
+    /// reflect), kept as [`McpSession::start`] says.
+    fn assemble(
+        config: &McpConfig,
+        servers: Arc<StartedServers>,
+        lists: Vec<(String, Vec<ListedTool>, u64)>,
+        offered: &dyn Fn(&str, &str) -> bool,
+        taken: &[&str],
+    ) -> McpSession {
+        let connection_of = |name: &str| {
+            servers
+                .servers
+                .iter()
+                .find(|server| server.name == name)
+                .map(|server| server.connection.clone())
+        };
+        let listed: Vec<(&str, &ListedTool)> = lists
+            .iter()
+            .flat_map(|(server, tools, _)| tools.iter().map(move |tool| (server.as_str(), tool)))
+            .filter(|(server, tool)| offered(server, &tool.name))
             .collect();
         let full: Vec<String> = listed
             .iter()
-            .map(|(server, tool)| muster_config::mcp::tool_name(&server.name, &tool.name))
+            .map(|(server, tool)| muster_config::mcp::tool_name(server, &tool.name))
             .collect();
         let names = model_names(&full, taken);
         let tools = listed
@@ -173,7 +202,7 @@ impl McpSession {
             .zip(names)
             .map(|((server, tool), model_name)| {
                 let record = McpToolRecord {
-                    server: server.name.clone(),
+                    server: server.to_owned(),
                     tool: tool.name.clone(),
                     model_name,
                     description: tool.description.clone(),
@@ -181,20 +210,76 @@ impl McpSession {
                     annotations: tool.annotations.clone(),
                 };
                 let user_read_only = config.user_read_only(&record.server, &record.tool);
-                Arc::new(McpTool::new(
-                    record,
-                    user_read_only,
-                    Some(server.connection.clone()),
-                ))
+                Arc::new(McpTool::new(record, user_read_only, connection_of(server)))
             })
             .collect();
-        (
-            McpSession {
-                tools,
-                _servers: Some(servers),
-            },
-            warnings.into_iter().map(goes_on_without).collect(),
-        )
+        let seen = lists
+            .iter()
+            .map(|(server, _, generation)| (server.clone(), *generation))
+            .collect();
+        McpSession {
+            tools,
+            servers: Some(servers),
+            seen,
+        }
+    }
+
+    /// Whether a server of this session said its tools changed since they were listed.
+    pub fn tools_changed(&self) -> bool {
+        self.servers
+            .iter()
+            .flat_map(|servers| &servers.servers)
+            .any(|server| {
+                server.connection.tools_generation()
+                    > self.seen.get(&server.name).copied().unwrap_or(0)
+            })
+    }
+
+    /// A session on the same connections with every changed server's tools listed again (the
+    /// others as they were), kept as [`McpSession::start`] says. A server that cannot list
+    /// them now keeps none, with a warning.
+    pub async fn relisted(
+        &self,
+        config: &McpConfig,
+        offered: impl Fn(&str, &str) -> bool,
+        taken: &[&str],
+    ) -> (McpSession, Vec<String>) {
+        let Some(servers) = self.servers.clone() else {
+            return (McpSession::default(), Vec::new());
+        };
+        let mut warnings = Vec::new();
+        let mut lists = Vec::new();
+        for server in &servers.servers {
+            let seen = self.seen.get(&server.name).copied().unwrap_or(0);
+            let now = server.connection.tools_generation();
+            if now <= seen {
+                let kept: Vec<ListedTool> = self
+                    .tools
+                    .iter()
+                    .filter(|tool| tool.record().server == server.name)
+                    .map(|tool| ListedTool {
+                        name: tool.record().tool.clone(),
+                        description: tool.record().description.clone(),
+                        input_schema: tool.record().input_schema.clone(),
+                        annotations: tool.record().annotations.clone(),
+                    })
+                    .collect();
+                lists.push((server.name.clone(), kept, seen));
+                continue;
+            }
+            match server.connection.list_tools().await {
+                Ok((tools, mut found)) => {
+                    warnings.append(&mut found);
+                    lists.push((server.name.clone(), tools, now));
+                }
+                Err(error) => {
+                    warnings.push(format!("{error}; its tools are left out"));
+                    lists.push((server.name.clone(), Vec::new(), now));
+                }
+            }
+        }
+        let session = McpSession::assemble(config, servers, lists, &offered, taken);
+        (session, warnings)
     }
 
     /// A resumed agent's session: exactly the `stored` tools, on the servers of `config`
@@ -229,10 +314,16 @@ impl McpSession {
                 format!("{warning}; its tools answer with an error in the resumed agent")
             })
             .collect();
+        let seen = servers
+            .servers
+            .iter()
+            .map(|server| (server.name.clone(), server.listed_at))
+            .collect();
         (
             McpSession {
                 tools,
-                _servers: Some(servers),
+                servers: Some(servers),
+                seen,
             },
             warnings,
         )
@@ -283,7 +374,7 @@ fn goes_on_without(warning: String) -> String {
     format!("{warning}; the agent goes on without it")
 }
 
-type Started = (Arc<McpConnection>, Vec<ListedTool>, Vec<String>);
+type Started = (Arc<McpConnection>, Vec<ListedTool>, u64, Vec<String>);
 
 async fn start_one(
     spec: &McpServerSpec,
@@ -292,6 +383,7 @@ async fn start_one(
 ) -> Result<Started, super::McpError> {
     let connection =
         McpConnection::connect(&spec.config, place.cwd, &config.limits, place.sandbox).await?;
+    let listed_at = connection.tools_generation();
     let (tools, warnings) = connection.list_tools().await?;
-    Ok((Arc::new(connection), tools, warnings))
+    Ok((Arc::new(connection), tools, listed_at, warnings))
 }

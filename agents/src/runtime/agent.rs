@@ -278,6 +278,7 @@ impl AgentRuntime {
                 return Err(stop.into());
             }
             self.take_team_mail().await?;
+            self.refresh_mcp_tools().await?;
             let response = self.call_model().await?;
             let calls = response.tool_calls();
             if calls.is_empty() {

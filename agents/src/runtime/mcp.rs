@@ -76,7 +76,7 @@ pub(super) async fn resume_session(
     session
 }
 
-fn report(agent: &str, warnings: &[String]) {
+pub(super) fn report(agent: &str, warnings: &[String]) {
     for warning in warnings {
         tracing::warn!(agent, "{warning}");
     }

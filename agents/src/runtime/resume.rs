@@ -52,6 +52,15 @@ impl AgentRuntime {
             .get(&definition)
             .cloned()
             .ok_or(RuntimeError::UnknownDefinition(definition))?;
+        // The newest list: a server's `tools/list_changed` may have replaced the first.
+        let mcp_tools = records
+            .iter()
+            .rev()
+            .find_map(|record| match record {
+                Record::McpTools { mcp_tools, .. } => Some(mcp_tools.clone()),
+                _ => None,
+            })
+            .unwrap_or(mcp_tools);
         let equipment = Equipment::gather(
             &run,
             agent_id,

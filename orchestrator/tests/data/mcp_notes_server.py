@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import mcp.types as types
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 
 server = MCPServer("notes")
 
@@ -62,6 +62,21 @@ def kill_client() -> str:
     """Kill the process that started this server (muster), as a crash in the middle of a call."""
     os.kill(os.getppid(), signal.SIGKILL)
     return "unreachable"
+
+
+def grown() -> str:
+    """A tool that appears only after `grow`."""
+    return "grown tool ran"
+
+
+@server.tool()
+async def grow(ctx: Context) -> str:
+    """Add the tool `grown` and tell the client the tool list changed."""
+    server.add_tool(
+        grown, annotations=types.ToolAnnotations(readOnlyHint=True, openWorldHint=False)
+    )
+    await ctx.session.send_tool_list_changed()
+    return "grew"
 
 
 if __name__ == "__main__":

@@ -181,6 +181,7 @@ async fn plan_mode_allows_a_trusted_read_only_mcp_tool_and_denies_the_rest() {
             "mcp__notes__crash",
             "mcp__notes__hang",
             "mcp__notes__kill_client",
+            "mcp__notes__grow",
         ]
     );
     assert_eq!(started["mcp_tools"][0]["annotations"]["readOnlyHint"], true);
@@ -1432,5 +1433,50 @@ async fn plan_mode_with_the_npm_servers_follows_the_hints_and_the_users_own_list
             .contains("read_only_tools"),
         "{:?}",
         calls[3]
+    );
+}
+
+/// `tools/list_changed` is honoured at the agent's next turn boundary: after `grow` adds a
+/// tool and says so, the next model request offers it, the agent calls it, and the new list
+/// is committed (`mcp_tools` record) for a resume.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_list_change_is_offered_from_the_next_model_request() {
+    let dir = notes_project("");
+    let fake = FakeLlm::start(vec![
+        ScriptEntry::reply("main", 1, vec![call("mcp__notes__grow", json!({}))]),
+        ScriptEntry::reply("main", 2, vec![call("mcp__notes__grown", json!({}))]),
+        ScriptEntry::reply("main", 3, vec![Block::text("Done.")]),
+    ])
+    .await
+    .unwrap();
+    let output = run(dir.path(), &fake.base_url(), "bypassPermissions").await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let offered = |index: usize| -> Vec<String> {
+        fake.requests()[index].body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|tool| tool["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert!(!offered(0).contains(&"mcp__notes__grown".to_owned()));
+    assert!(
+        offered(1).contains(&"mcp__notes__grown".to_owned()),
+        "{:?}",
+        offered(1)
+    );
+    let (records, calls) = tool_results(dir.path(), &lines(&output)).await;
+    assert_eq!(calls[1]["content"], "grown tool ran", "{:?}", calls[1]);
+    let changed = records
+        .iter()
+        .find(|record| record["type"] == "mcp_tools")
+        .expect("the new list was not committed");
+    assert!(
+        changed["mcp_tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|tool| tool["model_name"] == "mcp__notes__grown"),
+        "{changed}"
     );
 }
