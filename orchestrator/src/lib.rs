@@ -1,6 +1,7 @@
 //! `muster`: a team — lead and teammates, approvers, verification, batch runs — and the CLI.
 
 pub mod acp;
+pub mod agent_activity;
 pub mod batch;
 pub mod bench;
 pub mod cli;

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use muster_config::hooks::HookEvent;
 use muster_config::{AgentDefinition, PermissionMode};
 use muster_mailbox::{AutoGateUpdate, CommitTurn, Message as Mail, NewRecord};
 
@@ -126,7 +127,10 @@ impl AgentRuntime {
             model_limits,
             plan,
         });
-        let first = agent.user_message(vec![ContentBlock::text(prompt)]);
+        let opening = agent.firing().opening(prompt).await?;
+        let mut blocks = vec![ContentBlock::text(prompt)];
+        blocks.extend(opening.context.into_iter().map(ContentBlock::text));
+        let first = agent.user_message(blocks);
         let started = Record::Started {
             definition: agent.definition.name.clone(),
             agent_kind: agent.kind.clone(),
@@ -328,11 +332,16 @@ impl AgentRuntime {
                 agent: self.id.clone(),
             });
         }
+        let context = match self.kind {
+            AgentKind::Main => self.firing().user_prompt(prompt).await?,
+            _ => Vec::new(),
+        };
         let mut blocks = Vec::new();
         if self.transcript.interrupted {
             blocks.push(ContentBlock::text(super::transcript::TURN_INTERRUPTED_NOTE));
         }
         blocks.push(ContentBlock::text(prompt));
+        blocks.extend(context.into_iter().map(ContentBlock::text));
         let message = self.user_message(blocks);
         let record = self.message_record(message.clone(), None);
         self.commit(vec![record], Vec::new(), None).await?;
@@ -345,15 +354,14 @@ impl AgentRuntime {
     /// the hook again on resume: the one event in flight).
     async fn end_or_keep_working(&mut self, result: String) -> RuntimeResult<()> {
         let active = super::hook_points::stop_hook_active(&self.transcript.messages);
-        let firing = super::hook_points::Firing {
-            run: &self.run,
-            id: &self.id,
-            kind: &self.kind,
-            definition: &self.definition,
-            workspace: self.calls.workspace.root(),
-            mode: self.plan.mode,
-        };
-        if let Some(reason) = firing.stop(active, &result).await {
+        let firing = self.firing();
+        let mut keep_working = firing.stop(active, &result).await;
+        // A teammate kept working by TeammateIdle once goes idle at its next end: a hook that
+        // always blocks cannot hold it forever.
+        if keep_working.is_none() && !active {
+            keep_working = firing.teammate_idle(&result).await;
+        }
+        if let Some(reason) = keep_working {
             let text = format!("{} {reason}", super::hook_points::STOP_HOOK_FEEDBACK);
             let message = self.user_message(vec![ContentBlock::text(text)]);
             let record = self.message_record(message.clone(), None);
@@ -364,6 +372,18 @@ impl AgentRuntime {
         self.finish_turn(result.clone()).await?;
         self.transcript.end(Some(result));
         Ok(())
+    }
+
+    /// This agent as the hooks it fires see it.
+    fn firing(&self) -> super::hook_points::Firing<'_> {
+        super::hook_points::Firing {
+            run: &self.run,
+            id: &self.id,
+            kind: &self.kind,
+            definition: &self.definition,
+            workspace: self.calls.workspace.root(),
+            mode: self.plan.mode,
+        }
     }
 
     /// Commits the `finished` record; a teammate's end-of-turn transition (its tasks, its
@@ -660,6 +680,7 @@ impl AgentRuntime {
             // Nothing to summarise: the whole context must be kept verbatim.
             return Ok(false);
         };
+        self.firing().compaction(HookEvent::PreCompact, None).await;
         self.run.budget.check_before_request(&self.id)?;
         let response = model
             .provider
@@ -698,11 +719,14 @@ impl AgentRuntime {
             model: response.model.clone(),
             usage: response.usage,
             cost_usd: response.cost_usd,
-            summary,
+            summary: summary.clone(),
             messages: messages.clone(),
         };
         self.commit(vec![record], Vec::new(), None).await?;
         self.transcript.restart(messages);
+        self.firing()
+            .compaction(HookEvent::PostCompact, Some(&summary))
+            .await;
         self.run.budget.record(&self.id, &response)?;
         Ok(true)
     }

@@ -71,6 +71,10 @@ pub enum RuntimeError {
          (finished, or interrupted with its TurnInterrupt)"
     )]
     TurnNotEnded { agent: String },
+    /// A `UserPromptSubmit` hook blocked the prompt (exit 2 or `decision: "block"`): nothing
+    /// of it reached the agent.
+    #[error("the prompt was blocked by a UserPromptSubmit hook: {reason}")]
+    PromptBlocked { reason: String },
     #[error(transparent)]
     CommitCut(#[from] super::interrupt::CommitCut),
 }

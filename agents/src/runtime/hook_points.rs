@@ -11,6 +11,12 @@
 //!   `decision: "block"` and `additionalContext` reach the model in the call's result (so they
 //!   are committed with it). After a kill -9 between the hook and that commit, the call's
 //!   hooks run again with the call (at most this one event, the one in flight).
+//! - `SessionStart` (source `startup`; `SubagentStart` for a subagent) and, for the main
+//!   agent's prompts, `UserPromptSubmit`, before the prompt is committed: the context they add
+//!   is committed with it; a blocking `UserPromptSubmit` refuses the prompt.
+//! - `Stop` / `SubagentStop`, then `TeammateIdle` for a teammate, as the turn would end: a
+//!   block is committed as the user message that keeps the agent working.
+//! - `PreCompact` / `PostCompact` around a compaction; they inform only.
 
 use std::path::Path;
 
@@ -23,6 +29,7 @@ use crate::model::ToolCall;
 use crate::tools::ToolOutput;
 
 use super::context::RunContext;
+use super::error::RuntimeError;
 use super::gate::{GateDecision, Verdict};
 use super::records::AgentKind;
 
@@ -192,6 +199,108 @@ impl Firing<'_> {
         fields.insert("last_assistant_message".into(), last.into());
         self.fire(event, None, fields).await.block
     }
+}
+
+/// What the hooks that open an agent's conversation add to its first message.
+#[derive(Debug, Default)]
+pub(super) struct Opening {
+    /// Text blocks for the model, each naming the event that added it.
+    pub context: Vec<String>,
+}
+
+impl Firing<'_> {
+    /// The hooks of a new agent's first prompt: `SessionStart` (source `startup`) for a lead,
+    /// a teammate or a single run's agent, `SubagentStart` for a subagent, then
+    /// `UserPromptSubmit` when the prompt is a person's (the main agent's). Their context is
+    /// committed with the first message, so a resume never runs them again; a crash before
+    /// that commit runs them again (the one event in flight).
+    pub(super) async fn opening(&self, prompt: &str) -> Result<Opening, RuntimeError> {
+        let mut opening = Opening::default();
+        let (event, fields) = match self.kind {
+            AgentKind::Subagent { .. } => (HookEvent::SubagentStart, Map::new()),
+            _ => {
+                let mut fields = Map::new();
+                fields.insert("source".into(), "startup".into());
+                (HookEvent::SessionStart, fields)
+            }
+        };
+        if self.run.hooks.has(event) {
+            // `SessionStart` and `SubagentStart` cannot block: their context is all they add.
+            let outcome = self.fire(event, None, fields).await;
+            log_messages(event, &outcome);
+            opening.context.extend(tagged(event, &outcome.context));
+        }
+        if matches!(self.kind, AgentKind::Main) {
+            opening.context.extend(self.user_prompt(prompt).await?);
+        }
+        Ok(opening)
+    }
+
+    /// `UserPromptSubmit` for a person's prompt: the context its hooks add, or the error that
+    /// refuses the prompt when one blocks.
+    pub(super) async fn user_prompt(&self, prompt: &str) -> Result<Vec<String>, RuntimeError> {
+        let event = HookEvent::UserPromptSubmit;
+        if !self.run.hooks.has(event) {
+            return Ok(Vec::new());
+        }
+        let mut fields = Map::new();
+        fields.insert("prompt".into(), prompt.into());
+        let outcome = self.fire(event, None, fields).await;
+        log_messages(event, &outcome);
+        if let Some(reason) = outcome.block.or(outcome.stop) {
+            return Err(RuntimeError::PromptBlocked { reason });
+        }
+        Ok(tagged(event, &outcome.context))
+    }
+
+    /// `PreCompact` or `PostCompact` (trigger `auto`: muster compacts on its own). They
+    /// inform; what they print goes to the log.
+    pub(super) async fn compaction(&self, event: HookEvent, summary: Option<&str>) {
+        if !self.run.hooks.has(event) {
+            return;
+        }
+        let mut fields = Map::new();
+        fields.insert("trigger".into(), "auto".into());
+        match summary {
+            Some(summary) => {
+                fields.insert("compact_summary".into(), summary.into());
+            }
+            None => {
+                fields.insert("custom_instructions".into(), Value::Null);
+            }
+        }
+        let outcome = self.fire(event, Some("auto"), fields).await;
+        log_messages(event, &outcome);
+    }
+
+    /// `TeammateIdle` as a teammate is about to go idle with `last` as its answer: the reason
+    /// of a hook that blocks (the teammate keeps working).
+    pub(super) async fn teammate_idle(&self, last: &str) -> Option<String> {
+        let event = HookEvent::TeammateIdle;
+        if !matches!(self.kind, AgentKind::Teammate { .. }) || !self.run.hooks.has(event) {
+            return None;
+        }
+        let mut fields = Map::new();
+        fields.insert("last_assistant_message".into(), last.into());
+        let outcome = self.fire(event, None, fields).await;
+        log_messages(event, &outcome);
+        outcome.block
+    }
+}
+
+/// What the hooks told the person (a `systemMessage`, a non-blocking error), in the log.
+fn log_messages(event: HookEvent, outcome: &HookOutcome) {
+    for message in &outcome.messages {
+        tracing::warn!(event = event.name(), "{message}");
+    }
+}
+
+/// The context hooks of `event` added, each marked with the event, as the model sees it.
+fn tagged(event: HookEvent, context: &[String]) -> Vec<String> {
+    context
+        .iter()
+        .map(|said| format!("[{} hook] {said}", event.name()))
+        .collect()
 }
 
 /// The tool fields of a tool event's JSON.

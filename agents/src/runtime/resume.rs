@@ -177,6 +177,44 @@ impl AgentRuntime {
         Ok(())
     }
 
+    /// One agent's spend from its transcript rows (none when it has no rows): its turn index,
+    /// and each model request's usage and cost, a missing cost from `models`' prices.
+    pub fn spend_of(
+        rows: &[muster_mailbox::AgentRecord],
+        models: &BTreeMap<String, ModelInfo>,
+    ) -> RuntimeResult<Option<Spend>> {
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let mut turns = 0;
+        let mut requests = Vec::new();
+        for row in rows {
+            let (turn, model, usage, cost_usd) = match Record::from_stored(row)? {
+                Record::Message {
+                    turn,
+                    model,
+                    usage,
+                    cost_usd,
+                    ..
+                } => (turn, model, usage, cost_usd),
+                Record::Compacted {
+                    turn,
+                    model,
+                    usage,
+                    cost_usd,
+                    ..
+                } => (Some(turn), Some(model), Some(usage), cost_usd),
+                _ => continue,
+            };
+            turns = turns.max(turn.unwrap_or(0));
+            if let Some(usage) = usage {
+                let info = model.as_deref().and_then(|name| models.get(name));
+                requests.push((usage, cost_usd.or_else(|| cost_of(&usage, info))));
+            }
+        }
+        Ok(Some(Spend::from_requests(turns, requests)))
+    }
+
     /// Every agent's spend in run `run_id`, rebuilt from its records (its turn index, and
     /// each model request's usage and cost; a missing cost from the catalogue's prices in
     /// `models`), for [`RunContext::budget_ledger`] on resume.
@@ -188,36 +226,9 @@ impl AgentRuntime {
         let mut spends = BTreeMap::new();
         for member in store.roster(run_id).await? {
             let rows = store.records(run_id, &member.agent, TRANSCRIPT, 0).await?;
-            if rows.is_empty() {
-                continue;
+            if let Some(spend) = Self::spend_of(&rows, models)? {
+                spends.insert(member.agent, spend);
             }
-            let mut turns = 0;
-            let mut requests = Vec::new();
-            for row in &rows {
-                let (turn, model, usage, cost_usd) = match Record::from_stored(row)? {
-                    Record::Message {
-                        turn,
-                        model,
-                        usage,
-                        cost_usd,
-                        ..
-                    } => (turn, model, usage, cost_usd),
-                    Record::Compacted {
-                        turn,
-                        model,
-                        usage,
-                        cost_usd,
-                        ..
-                    } => (Some(turn), Some(model), Some(usage), cost_usd),
-                    _ => continue,
-                };
-                turns = turns.max(turn.unwrap_or(0));
-                if let Some(usage) = usage {
-                    let info = model.as_deref().and_then(|name| models.get(name));
-                    requests.push((usage, cost_usd.or_else(|| cost_of(&usage, info))));
-                }
-            }
-            spends.insert(member.agent, Spend::from_requests(turns, requests));
         }
         Ok(spends)
     }

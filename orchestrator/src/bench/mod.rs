@@ -3,6 +3,7 @@
 
 pub mod batch;
 pub mod cache;
+pub mod cockpit;
 pub mod file_inbox;
 pub mod mailbox;
 mod samples;

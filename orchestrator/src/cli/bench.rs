@@ -28,6 +28,30 @@ pub enum BenchTarget {
     /// The share of input the Anthropic prompt cache would serve, from the requests muster
     /// sends to the fake model server, and the input cost with and without it.
     Cache(CacheArgs),
+    /// `muster serve`'s run page for a large run: the first view's store reads and render.
+    Cockpit(CockpitArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CockpitArgs {
+    /// Teammates of the run.
+    #[arg(long, default_value_t = 200)]
+    pub agents: usize,
+    /// Mails in the run.
+    #[arg(long, default_value_t = 10_000)]
+    pub mails: usize,
+    /// Renders timed (the first counts against the target; the median is printed beside).
+    #[arg(long, default_value_t = 5)]
+    pub repeats: usize,
+    /// Tiny sizes, for CI.
+    #[arg(long)]
+    pub smoke: bool,
+    /// Print the row as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Where to put the temporary store (default: the system's temporary directory).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -167,7 +191,35 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         BenchTarget::Team(args) => bench_team(args),
         BenchTarget::Sandbox(args) => bench_sandbox(args),
         BenchTarget::Cache(args) => bench_cache(args),
+        BenchTarget::Cockpit(args) => bench_cockpit(args),
     }
+}
+
+fn bench_cockpit(args: CockpitArgs) -> anyhow::Result<Exit> {
+    let (agents, mails, repeats) = if args.smoke {
+        (3, 20, 2)
+    } else {
+        (args.agents, args.mails, args.repeats)
+    };
+    let base = args.dir.unwrap_or_else(std::env::temp_dir);
+    let dir = tempfile::Builder::new()
+        .prefix("muster-bench-cockpit-")
+        .tempdir_in(&base)?;
+    let row = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(crate::bench::cockpit::run(
+            dir.path(),
+            agents,
+            mails,
+            repeats,
+        ))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&[&row])?);
+    } else {
+        print!("{}", crate::bench::cockpit::render(&row));
+    }
+    Ok(Exit::Success)
 }
 
 fn bench_cache(args: CacheArgs) -> anyhow::Result<Exit> {

@@ -22,7 +22,8 @@ pub struct Args {
 
 pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     let (project, store) = open(global)?;
-    let mut runs = runtime()?.block_on(store.runs())?;
+    let rt = runtime()?;
+    let mut runs = rt.block_on(store.runs())?;
     if let Some(scope) = crate::project::project_scope(&project, args.all_projects) {
         runs.retain(|run| run.in_project(&scope));
     }
@@ -30,10 +31,22 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         runs.retain(|run| &run.id == only);
     }
     if args.json {
-        let rows: Vec<_> = runs
-            .iter()
-            .map(|run| json!({"run": run, "effective_status": effective_status(&project, run).as_str()}))
-            .collect();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let mut rows = Vec::with_capacity(runs.len());
+        for run in &runs {
+            let status = effective_status(&project, run);
+            let live = status == muster_mailbox::RunStatus::Running;
+            let (total, agents) = rt.block_on(crate::agent_activity::run_waits(
+                store.as_ref(),
+                &run.id,
+                live,
+                now,
+            ))?;
+            rows.push(json!({"run": run, "effective_status": status.as_str(),
+                "waits": {"total": total, "agents": agents}}));
+        }
         print_json(&rows)?;
         return Ok(Exit::Success);
     }

@@ -34,6 +34,9 @@ pub fn render(markdown: &str) -> String {
             .then_some(Event::End(TagEnd::Link)),
         // An image would load from wherever the plan points; its alt text is enough.
         Event::Start(Tag::Image { .. }) | Event::End(TagEnd::Image) => None,
+        // A plan's lines stay lines as written (a `## Files` section lists one path a line,
+        // which Markdown would join into one paragraph).
+        Event::SoftBreak => Some(Event::HardBreak),
         other => Some(other),
     });
     let mut out = String::new();
@@ -92,11 +95,13 @@ mod tests {
 
     #[test]
     fn plan_sections_render_as_headings_and_lists() {
-        let html = render("## Steps\n1. edit `a.rs`\n\n## Files\nsrc/a.rs\n");
+        let html = render("## Steps\n1. edit `a.rs`\n\n## Files\nsrc/a.rs\nsrc/b.rs\n");
         assert!(html.contains("<h2>Steps</h2>"), "{html}");
         assert!(
             html.contains("<ol>\n<li>edit <code>a.rs</code></li>"),
             "{html}"
         );
+        // One path a line, as written.
+        assert!(html.contains("<p>src/a.rs<br />\nsrc/b.rs</p>"), "{html}");
     }
 }

@@ -5,9 +5,12 @@
 //! run's wake-up are the same; `security.rs` holds the token, cookie, Host, Origin and CSP
 //! rules; `watch.rs` turns commits into server-sent events.
 
+pub mod load;
 pub mod markdown;
 pub mod pages;
+pub mod run_page;
 pub mod security;
+pub mod stop;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -22,8 +25,8 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Redirect, Response};
-use axum::routing::get;
-use futures_util::Stream;
+use axum::routing::{get, post};
+use futures_util::{Stream, StreamExt};
 use muster_config::settings::ModelInfo;
 use muster_mailbox::{
     MailboxStore, MessageBody, MessageKind, RequestRecord, RunStatus, TaskStatus, live,
@@ -33,8 +36,8 @@ use serde::Deserialize;
 use tokio::sync::broadcast;
 
 use crate::human_decision::{Decision, RefusedDecision, decide_as_human};
-use crate::worktree::{Git, MergeAdds};
-use pages::{RequestView, RunRow, RunView};
+use pages::{RequestView, RunRow};
+use run_page::RunView;
 use security::Secrets;
 
 /// What `muster serve` needs of the project.
@@ -55,6 +58,7 @@ struct Served {
     project: ServeProject,
     secrets: Secrets,
     changes: watch::Changes,
+    diffstats: load::DiffstatCache,
 }
 
 type Shared = Arc<Served>;
@@ -83,6 +87,7 @@ impl Server {
                 project,
                 secrets,
                 changes,
+                diffstats: load::DiffstatCache::default(),
             }),
         })
     }
@@ -118,6 +123,11 @@ fn router(served: Shared) -> Router {
     Router::new()
         .route("/", get(runs))
         .route("/runs/{run}", get(run))
+        .route("/runs/{run}/live", get(live_parts))
+        .route("/runs/{run}/agents/{agent}", get(agent))
+        .route("/runs/{run}/agents/{agent}/diff", get(agent_diff))
+        .route("/runs/{run}/agents/{agent}/stop", post(stop_agent))
+        .route("/runs/{run}/stop", post(stop_run))
         .route("/runs/{run}/requests/{request}", get(request).post(decide))
         .route("/events", get(events))
         .route("/assets/app.js", get(script))
@@ -264,38 +274,257 @@ fn status_of(served: &Served, run: &muster_mailbox::RunRecord) -> RunStatus {
 }
 
 async fn run(State(served): State<Shared>, Path(run_id): Path<String>) -> Response {
+    match load_run_view(&served, &run_id).await {
+        Ok(Some(view)) => Html(run_page::run_page(&view)).into_response(),
+        Ok(None) => no_such_run(&run_id),
+        Err(error) => store_failure(error),
+    }
+}
+
+fn no_such_run(run_id: &str) -> Response {
+    refuse(
+        StatusCode::NOT_FOUND,
+        "No such run",
+        &format!("There is no run {run_id:?} in this store."),
+    )
+}
+
+fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// The run page's HTML as `GET /runs/{run}` renders it, outside a server (`muster bench
+/// cockpit` times it); none for a run the store lacks.
+pub async fn run_page_html(project: &ServeProject, run_id: &str) -> anyhow::Result<Option<String>> {
+    let served = Served {
+        project: project.clone(),
+        secrets: Secrets::new(0)
+            .map_err(|_| anyhow::anyhow!("no system randomness for the session token"))?,
+        changes: broadcast::channel(1).0,
+        diffstats: load::DiffstatCache::default(),
+    };
+    Ok(load_run_view(&served, run_id)
+        .await?
+        .map(|view| run_page::run_page(&view)))
+}
+
+/// Everything the run page shows, read from the store now.
+async fn load_run_view(served: &Served, run_id: &str) -> anyhow::Result<Option<RunView>> {
+    let store = served.project.store.as_ref();
+    let Some(run) = store.run(run_id).await? else {
+        return Ok(None);
+    };
+    let status = status_of(served, &run);
+    let live = live::is_live(&served.project.runs_dir, &run.id).unwrap_or(false);
+    let roster = store.roster(run_id).await?;
+    let tasks = store.tasks(run_id).await?;
+    let requests = store.requests(run_id).await?;
+    let messages = store.messages(run_id, None).await?;
+    let data = load::RunData {
+        run: &run,
+        live,
+        roster: &roster,
+        tasks: &tasks,
+        requests: &requests,
+        models: &served.project.models,
+        now: now_millis(),
+    };
+    let agents = load::agent_rows(store, &served.diffstats, &data).await?;
+    let stops = store
+        .records(run_id, Responder::HUMAN, stop::STOP_STREAM, 0)
+        .await?
+        .into_iter()
+        .map(|row| (row.created_at, row.body["epoch"].as_i64().unwrap_or(-1)))
+        .collect();
+    let (newest, earlier_mail) = load::newest(&messages, run_page::MAIL_SHOWN);
+    Ok(Some(RunView {
+        status,
+        live,
+        agents,
+        reports: run_page::reports_of(&messages),
+        mail: newest.to_vec(),
+        earlier_mail,
+        now: data.now,
+        stops,
+        tasks,
+        requests,
+        run,
+    }))
+}
+
+/// The run page's parts as they change: all of them once when the page connects (what
+/// changed between its render and the connection), then after each burst of commits only
+/// those whose HTML changed. Each `part` event's data is the element id (and the id of the
+/// element a new one joins), a newline, and the part's HTML.
+async fn live_parts(
+    State(served): State<Shared>,
+    Path(run_id): Path<String>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let receiver = served.changes.subscribe();
+    let sent: std::collections::HashMap<String, String> = Default::default();
+    let start = (served, run_id, receiver, sent, true);
+    let stream = futures_util::stream::unfold(
+        start,
+        |(served, run_id, mut receiver, mut sent, first)| async move {
+            if !first && !next_burst(&mut receiver).await {
+                return None;
+            }
+            let events = match load_run_view(&served, &run_id).await {
+                Ok(Some(view)) => changed_parts(&view, &mut sent),
+                Ok(None) | Err(_) => Vec::new(),
+            };
+            Some((events, (served, run_id, receiver, sent, false)))
+        },
+    )
+    .flat_map(|events| futures_util::stream::iter(events.into_iter().map(Ok::<_, Infallible>)));
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}
+
+/// Waits for the next change and takes the rest of its burst; false once serve stops.
+async fn next_burst(receiver: &mut broadcast::Receiver<watch::Source>) -> bool {
+    match receiver.recv().await {
+        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+        Err(broadcast::error::RecvError::Closed) => return false,
+    }
+    while let Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) = receiver.try_recv() {}
+    true
+}
+
+fn changed_parts(
+    view: &RunView,
+    sent: &mut std::collections::HashMap<String, String>,
+) -> Vec<Event> {
+    let mut events = Vec::new();
+    for part in run_page::run_parts(view) {
+        let html = part.html.into_string();
+        if sent.get(&part.id) == Some(&html) {
+            continue;
+        }
+        let head = match part.parent {
+            Some(parent) => format!("{} {parent}", part.id),
+            None => part.id.clone(),
+        };
+        events.push(
+            Event::default()
+                .event("part")
+                .data(format!("{head}\n{html}")),
+        );
+        sent.insert(part.id, html);
+    }
+    events
+}
+
+/// A person stops a teammate ([`stop::stop_teammate`]); back to the run page.
+async fn stop_agent(
+    State(served): State<Shared>,
+    Path((run_id, agent)): Path<(String, String)>,
+) -> Response {
+    let project = &served.project;
+    match stop::stop_teammate(project.store.as_ref(), &project.runs_dir, &run_id, &agent).await {
+        Ok(_) => Redirect::to(&format!("/runs/{run_id}")).into_response(),
+        Err(refused) => stop_refused(&refused),
+    }
+}
+
+/// A person stops the run as Ctrl-C would ([`stop::stop_run`]); back to the run page.
+async fn stop_run(State(served): State<Shared>, Path(run_id): Path<String>) -> Response {
+    let project = &served.project;
+    match stop::stop_run(project.store.as_ref(), &project.runs_dir, &run_id).await {
+        Ok(()) => Redirect::to(&format!("/runs/{run_id}")).into_response(),
+        Err(refused) => stop_refused(&refused),
+    }
+}
+
+fn stop_refused(refused: &stop::StopRefused) -> Response {
+    use stop::StopRefused as R;
+    let status = match refused {
+        R::NoRun(_) | R::NotATeammate { .. } => StatusCode::NOT_FOUND,
+        R::AlreadyAsked { .. } | R::AlreadyStopped(_) | R::NotLive | R::AlreadyStopping => {
+            StatusCode::CONFLICT
+        }
+        R::Signal(_) | R::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    refuse(status, "Not stopped", &format!("Not stopped: {refused}."))
+}
+
+/// One agent: its row, what it changed, its transcript.
+async fn agent(
+    State(served): State<Shared>,
+    Path((run_id, agent)): Path<(String, String)>,
+) -> Response {
+    let store = served.project.store.as_ref();
+    let loaded = async {
+        let Some(view) = load_run_view(&served, &run_id).await? else {
+            return anyhow::Ok(None);
+        };
+        let Some(row) = view.agents.iter().position(|row| row.entry.agent == agent) else {
+            return Ok(Some(None));
+        };
+        let records = store
+            .records(&run_id, &agent, muster_agents::runtime::TRANSCRIPT, 0)
+            .await?;
+        Ok(Some(Some((view, row, records))))
+    }
+    .await;
+    match loaded {
+        Ok(Some(Some((view, row, records)))) => {
+            let page = run_page::agent_page(&run_page::AgentView {
+                run: &view.run,
+                row: &view.agents[row],
+                live: view.live,
+                records: &records,
+                requests: &view.requests,
+            });
+            Html(page).into_response()
+        }
+        Ok(Some(None)) => refuse(
+            StatusCode::NOT_FOUND,
+            "No such agent",
+            &format!("Run {run_id:?} has no agent {agent:?}."),
+        ),
+        Ok(None) => no_such_run(&run_id),
+        Err(error) => store_failure(error),
+    }
+}
+
+async fn newest_checkpoint(
+    store: &dyn MailboxStore,
+    run_id: &str,
+    agent: &str,
+) -> anyhow::Result<Option<String>> {
+    let records = store
+        .records(run_id, agent, muster_agents::runtime::TRANSCRIPT, 0)
+        .await?;
+    Ok(crate::agent_activity::read(&records, &[], false, 0).checkpoint)
+}
+
+/// What merging the agent's newest checkpoint onto the integration head adds, in full.
+async fn agent_diff(
+    State(served): State<Shared>,
+    Path((run_id, agent)): Path<(String, String)>,
+) -> Response {
     let store = served.project.store.as_ref();
     let loaded = async {
         let Some(run) = store.run(&run_id).await? else {
             return anyhow::Ok(None);
         };
-        let spend = muster_agents::runtime::AgentRuntime::restored_spends(
-            store,
-            &run_id,
-            &served.project.models,
-        )
-        .await?
-        .into_iter()
-        .map(|(agent, spend)| (agent, (spend.turns, spend.tokens, spend.cost_usd)))
-        .collect();
-        Ok(Some(RunView {
-            status: status_of(&served, &run),
-            roster: store.roster(&run_id).await?,
-            tasks: store.tasks(&run_id).await?,
-            requests: store.requests(&run_id).await?,
-            messages: store.messages(&run_id, None).await?,
-            spend,
-            run,
-        }))
+        let commit = newest_checkpoint(store, &run_id, &agent).await?;
+        let lead = newest_checkpoint(store, &run_id, crate::team::LEAD).await?;
+        let onto = load::integration_head(store, &run_id, lead.as_deref()).await;
+        let diff = match (onto, commit) {
+            (Some(onto), Some(commit)) => load::merge_diff(&run.workspace, &onto, &commit).await,
+            _ => None,
+        };
+        Ok(Some(diff))
     }
     .await;
     match loaded {
-        Ok(Some(view)) => Html(pages::run_page(&view)).into_response(),
-        Ok(None) => refuse(
-            StatusCode::NOT_FOUND,
-            "No such run",
-            &format!("There is no run {run_id:?} in this store."),
-        ),
+        Ok(Some(diff)) => {
+            Html(run_page::diff_page(&run_id, &agent, diff.as_deref())).into_response()
+        }
+        Ok(None) => no_such_run(&run_id),
         Err(error) => store_failure(error),
     }
 }
@@ -334,12 +563,22 @@ async fn request_response(
         None
     };
     let policy_checks = policy_checks(served, request).await;
+    let run = store.run(run_id).await.ok().flatten();
+    let restores = match (&request.body, &run) {
+        (MessageBody::PlanApprovalRequest { .. }, Some(run)) => {
+            restored_mode(store, run, &request.requester).await
+        }
+        _ => None,
+    };
     let view = RequestView {
         request,
         previous,
         merge_diff,
         notice,
         policy_checks,
+        restores,
+        run_status: run.as_ref().map(|run| status_of(served, run)),
+        run_live: live::is_live(&served.project.runs_dir, run_id).unwrap_or(false),
     };
     (status, Html(pages::request_page(&view))).into_response()
 }
@@ -376,16 +615,37 @@ async fn policy_checks(
     )
 }
 
-/// What a merge request adds ([`MergeAdds`]: from the recorded integration head to the
+/// The mode approving `agent`'s plan with "restore its own" gives: the mode it had before
+/// planning, `default` for `auto` once the run's auto gate closed (as the runtime decides).
+async fn restored_mode(
+    store: &dyn MailboxStore,
+    run: &muster_mailbox::RunRecord,
+    agent: &str,
+) -> Option<muster_config::PermissionMode> {
+    let records = store
+        .records(&run.id, agent, muster_agents::runtime::TRANSCRIPT, 0)
+        .await
+        .ok()?;
+    if records.is_empty() {
+        return None;
+    }
+    let mode = crate::agent_activity::read(&records, &[], false, 0).restores;
+    Some(match mode {
+        muster_config::PermissionMode::Auto if !run.auto_gate.open => {
+            muster_config::PermissionMode::Default
+        }
+        mode => mode,
+    })
+}
+
+/// What a merge request adds ([`crate::worktree::MergeAdds`]: from the recorded integration head to the
 /// merged tree), from the run's repository; none when git or either commit is gone.
 async fn merge_diff(store: &dyn MailboxStore, request: &RequestRecord) -> Option<String> {
     let run = store.run(&request.run_id).await.ok()??;
     let MessageBody::MergeRequest { onto, commit, .. } = &request.body else {
         return None;
     };
-    let git = Git::new(&run.workspace);
-    let adds = MergeAdds::of(&git, onto, commit).await.ok()?;
-    adds.diff(&git).await.ok()
+    load::merge_diff(&run.workspace, onto, commit).await
 }
 
 /// A form of the request page.

@@ -4,13 +4,10 @@
 //! [`super::markdown`]'s output, which that module sanitises. No page carries inline script
 //! (the Content-Security-Policy forbids it anyway).
 
-use std::collections::BTreeMap;
-
 use maud::{DOCTYPE, Markup, PreEscaped, html};
+use muster_config::PermissionMode;
 use muster_mailbox::revision::{stored_previous, stored_revision};
-use muster_mailbox::{
-    Message, MessageBody, MessageKind, RequestRecord, RosterEntry, RunRecord, RunStatus, Task,
-};
+use muster_mailbox::{Message, MessageBody, MessageKind, RequestRecord, RunRecord, RunStatus};
 use muster_protocol::{DroppedGrant, Responder};
 use serde_json::Value;
 
@@ -26,6 +23,12 @@ fn sanitised_markdown(text: &str) -> PreEscaped<String> {
 
 /// A whole page around `body`.
 fn page(title: &str, body: Markup) -> String {
+    page_with(title, None, body)
+}
+
+/// A whole page around `body`; `live_parts`: the stream its parts are updated from (the run
+/// page), instead of reloading on every change of the store.
+pub fn page_with(title: &str, live_parts: Option<&str>, body: Markup) -> String {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -36,7 +39,7 @@ fn page(title: &str, body: Markup) -> String {
                 link rel="stylesheet" href="/assets/app.css";
                 script src="/assets/app.js" defer {}
             }
-            body {
+            body data-parts=[live_parts] {
                 header {
                     a href="/" { "muster" }
                     " "
@@ -115,113 +118,7 @@ fn project_scope(all_projects: bool) -> Markup {
     }
 }
 
-/// What the run page shows.
-pub struct RunView {
-    pub run: RunRecord,
-    pub status: RunStatus,
-    pub roster: Vec<RosterEntry>,
-    pub tasks: Vec<Task>,
-    pub requests: Vec<RequestRecord>,
-    pub messages: Vec<Message>,
-    /// Per agent: model requests, tokens, US dollars.
-    pub spend: BTreeMap<String, (u64, u64, f64)>,
-}
-
-pub fn run_page(view: &RunView) -> String {
-    let run = &view.run;
-    let status = view.status.as_str();
-    let cost: f64 = view.spend.values().map(|s| s.2).sum();
-    let tokens: u64 = view.spend.values().map(|s| s.1).sum();
-    let reports: Vec<&Message> = view
-        .messages
-        .iter()
-        .filter(|m| m.kind == MessageKind::VerificationReport)
-        .collect();
-    let body = html! {
-        h1 { "Run " (run.id) " " small { (run.slug) } }
-        p class={ "status " (status) } { (status) }
-        p { "Workspace " code { (run.workspace) } " · created " (time(run.created_at)) }
-        p { (format!("Cost so far: ${cost:.4} · {tokens} tokens")) }
-        h2 { "Requests" }
-        (requests_table(&run.id, &view.requests))
-        h2 { "Agents" }
-        table {
-            thead { tr {
-                th { "agent" } th { "kind" } th { "definition" } th { "model requests" }
-                th { "tokens" } th { "cost" }
-            } }
-            tbody {
-                @for member in &view.roster {
-                    @let (turns, tokens, cost) =
-                        view.spend.get(&member.agent).copied().unwrap_or_default();
-                    tr {
-                        td { (member.agent) }
-                        td { (member.kind.as_str()) }
-                        td { (member.definition.as_deref().unwrap_or("-")) }
-                        td { (turns) }
-                        td { (tokens) }
-                        td { (format!("${cost:.4}")) }
-                    }
-                }
-            }
-        }
-        h2 { "Tasks" }
-        @if view.tasks.is_empty() {
-            p { "No tasks." }
-        } @else {
-            table {
-                thead { tr { th { "#" } th { "subject" } th { "owner" } th { "status" } } }
-                tbody {
-                    @for task in &view.tasks {
-                        tr {
-                            td { (task.task_id) }
-                            td { (task.subject) }
-                            td { (task.owner.as_deref().unwrap_or("-")) }
-                            td { (task.status.as_str()) }
-                        }
-                    }
-                }
-            }
-        }
-        h2 { "Verification reports" }
-        @if reports.is_empty() {
-            p { "None yet." }
-        }
-        @for report in reports {
-            section class="report" {
-                h3 { (report.sender) " " (report.request_id.as_deref().unwrap_or("")) }
-                pre { (report_json(report)) }
-            }
-        }
-        h2 { "Timeline" }
-        table class="timeline" {
-            thead { tr { th { "time" } th { "from" } th { "to" } th { "kind" } th { "what" } } }
-            tbody {
-                @for message in &view.messages {
-                    tr {
-                        td { (time(message.created_at)) }
-                        td { (message.sender) }
-                        td { (message.recipient) }
-                        td { (message.kind.in_words()) }
-                        td { (summary(message)) }
-                    }
-                }
-            }
-        }
-    };
-    page(&format!("Run {}", run.id), body)
-}
-
-/// A verification report's content as pretty JSON.
-fn report_json(report: &Message) -> String {
-    let content = match &report.body {
-        MessageBody::VerificationReport { report, .. } => report,
-        _ => &Value::Null,
-    };
-    serde_json::to_string_pretty(content).unwrap_or_default()
-}
-
-fn requests_table(run_id: &str, requests: &[RequestRecord]) -> Markup {
+pub(super) fn requests_table(run_id: &str, requests: &[RequestRecord]) -> Markup {
     html! {
         @if requests.is_empty() {
             p { "No requests." }
@@ -246,7 +143,7 @@ fn requests_table(run_id: &str, requests: &[RequestRecord]) -> Markup {
     }
 }
 
-fn request_link(run_id: &str, request: &RequestRecord) -> Markup {
+pub(super) fn request_link(run_id: &str, request: &RequestRecord) -> Markup {
     html! {
         a href={ "/runs/" (run_id) "/requests/" (request.request_id) } { (request.request_id) }
     }
@@ -268,7 +165,7 @@ pub fn state(request: &RequestRecord) -> &'static str {
     }
 }
 
-fn summary(message: &Message) -> String {
+pub(super) fn summary(message: &Message) -> String {
     let text = summary_text(&message.body);
     let id = message.request_id.as_deref().unwrap_or_default();
     cut(&format!("{id} {text}"), 160).0.trim().to_owned()
@@ -313,6 +210,13 @@ pub struct RequestView<'a> {
     /// For a plan a policy answers: each of its rules, passed or failed (or why the policy
     /// could not be read).
     pub policy_checks: Option<Result<Vec<muster_config::RuleCheck>, String>>,
+    /// For a plan: the mode an approval that restores the agent's own gives it (none when
+    /// its records cannot say).
+    pub restores: Option<PermissionMode>,
+    /// The run's status, and whether a process holds it now (a decision wakes it; else
+    /// `muster resume` continues it).
+    pub run_status: Option<RunStatus>,
+    pub run_live: bool,
 }
 
 pub fn request_page(view: &RequestView) -> String {
@@ -335,8 +239,11 @@ pub fn request_page(view: &RequestView) -> String {
             (policy_checks(&request.responder, checks))
         }
         @match &request.response {
-            Some(response) => (decision(&response.responder, &response.body)),
-            None if Responder::names_the_person(&request.responder) => (forms(request)),
+            Some(response) => {
+                (decision(&response.responder, &response.body))
+                (what_next(view))
+            },
+            None if Responder::names_the_person(&request.responder) => (forms(request, view.restores)),
             None => p { "Waiting for " (request.responder) "; a person cannot answer this request." },
         }
     };
@@ -512,19 +419,75 @@ fn decision(responder: &str, body: &MessageBody) -> Markup {
     }
 }
 
-/// The modes an approval may grant; the empty one restores the agent's own.
-const MODES: [&str; 7] = [
-    "",
-    "plan",
-    "dontAsk",
-    "default",
-    "acceptEdits",
-    "auto",
-    "bypassPermissions",
+/// After a decision: the live run was woken, or how to continue a run no process holds.
+fn what_next(view: &RequestView) -> Markup {
+    let run_id = &view.request.run_id;
+    html! {
+        @if view.run_live {
+            p id="next" { "The run is live: " (view.request.requester) " was woken and goes on." }
+        } @else if matches!(view.run_status, Some(status) if status != RunStatus::Completed) {
+            p id="next" class="notice" {
+                "The run is not live: " code { "muster resume " (run_id) } " continues it with this decision."
+            }
+        }
+    }
+}
+
+/// The modes an approval may grant, each with what it lets the agent do (docs/permissions.md's
+/// table in a line); the empty one restores the agent's own.
+const MODES: [(&str, &str); 6] = [
+    ("plan", "stays in plan mode: reads and plans only"),
+    (
+        "dontAsk",
+        "runs what rules allow; anything that would ask is denied",
+    ),
+    ("default", "reads freely; every edit and command asks"),
+    (
+        "acceptEdits",
+        "edits files in the workspace without asking; commands ask",
+    ),
+    (
+        "auto",
+        "as acceptEdits; what would ask is denied and counts against the auto gate",
+    ),
+    (
+        "bypassPermissions",
+        "runs everything but path limits and dangerous commands; ask rules still ask",
+    ),
 ];
 
+/// The mode select of the approve forms: "restore its own" says which mode that is.
+fn mode_select(restores: Option<PermissionMode>) -> Markup {
+    let own = match restores {
+        Some(mode) => {
+            let meaning = MODES
+                .iter()
+                .find(|(name, _)| *name == mode.as_str())
+                .map_or("", |(_, meaning)| meaning);
+            format!("restore its own: {mode} ({meaning})")
+        }
+        None => "restore its own (the mode it had before planning)".to_owned(),
+    };
+    html! {
+        label {
+            "Mode after approval "
+            select name="mode" {
+                option value="" { (own) }
+                @for (mode, meaning) in MODES {
+                    option value=(mode) { (mode) ": " (meaning) }
+                }
+            }
+        }
+        p class="hint" {
+            "Restoring its own gives the mode the agent had before it planned; a mode above \
+             the approver's ceiling is lowered to it, and auto becomes default once the run's \
+             auto gate has closed."
+        }
+    }
+}
+
 /// The forms a person answers a pending request with.
-fn forms(request: &RequestRecord) -> Markup {
+fn forms(request: &RequestRecord, restores: Option<PermissionMode>) -> Markup {
     let action = format!("/runs/{}/requests/{}", request.run_id, request.request_id);
     let feedback = html! {
         label { "Feedback " textarea name="feedback" rows="2" {} }
@@ -535,16 +498,7 @@ fn forms(request: &RequestRecord) -> Markup {
     match request.kind {
         MessageKind::PlanApprovalRequest => {
             let modes = html! {
-                label {
-                    "Mode "
-                    select name="mode" {
-                        @for mode in MODES {
-                            option value=(mode) {
-                                @if mode.is_empty() { "(restore its own)" } @else { (mode) }
-                            }
-                        }
-                    }
-                }
+                (mode_select(restores))
                 label {
                     input type="checkbox" name="clear_context" value="on";
                     " start with a fresh context"
@@ -682,12 +636,107 @@ pub fn error_page(title: &str, message: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use muster_mailbox::{
-        AutoGate, DeliveryState, MemberKind, Priority, ResponseRecord, TaskStatus,
-    };
+    use muster_mailbox::{AutoGate, DeliveryState, Priority, ResponseRecord, TaskStatus};
     use serde_json::json;
 
+    use super::super::load::AgentRow;
+    use super::super::run_page::{AgentView, RunView, agent_page, diff_page, run_page};
     use super::*;
+    use crate::agent_activity::{Activity, AgentState, Span, SpanKind};
+    use muster_agents::model::{ContentBlock, Role};
+    use muster_agents::runtime::Record;
+    use muster_config::PermissionMode;
+    use muster_mailbox::{AgentRecord, MemberKind, RosterEntry, Task};
+
+    fn agent_row(name: &str) -> AgentRow {
+        AgentRow {
+            entry: RosterEntry {
+                agent: name.into(),
+                kind: MemberKind::Teammate,
+                definition: Some(name.into()),
+                parent: None,
+            },
+            activity: Activity {
+                state: AgentState::CallingTool,
+                doing: name.into(),
+                spans: vec![Span {
+                    kind: SpanKind::Decision,
+                    start: 1000,
+                    end: 1500,
+                    open: false,
+                    label: name.into(),
+                }],
+                checkpoint: Some(name.into()),
+                restores: PermissionMode::Default,
+            },
+            task: None,
+            branch: Some(name.into()),
+            diffstat: Some(name.into()),
+            spend: (3, 1200, 0.0123),
+            stop_pending: None,
+        }
+    }
+
+    /// A transcript whose every field is hostile, with `<script>` in a tool result.
+    fn transcript_records() -> Vec<AgentRecord> {
+        let message = |role, content| Record::Message {
+            message: muster_agents::model::Message { role, content },
+            turn: None,
+            model: Some(HOSTILE.into()),
+            mode: PermissionMode::Default,
+            stop_reason: None,
+            usage: None,
+            cost_usd: None,
+        };
+        let records = [
+            message(Role::User, vec![ContentBlock::text(HOSTILE)]),
+            message(
+                Role::Assistant,
+                vec![
+                    ContentBlock::text(HOSTILE),
+                    ContentBlock::ToolUse {
+                        id: "t".into(),
+                        name: HOSTILE.into(),
+                        input: json!({"command": HOSTILE}),
+                    },
+                ],
+            ),
+            Record::ToolCall {
+                tool_use_id: "t".into(),
+                tool: HOSTILE.into(),
+                decision: "allow".into(),
+                reason: HOSTILE.into(),
+                content: HOSTILE.into(),
+                is_error: false,
+            },
+            Record::Awaiting {
+                request_id: HOSTILE.into(),
+                tool_use_id: "t".into(),
+                responder: HOSTILE.into(),
+            },
+            Record::PlanSnapshot {
+                path: HOSTILE.into(),
+                content: HOSTILE.into(),
+                state: HOSTILE.into(),
+                request_id: None,
+            },
+            Record::Finished {
+                result: HOSTILE.into(),
+            },
+        ];
+        records
+            .into_iter()
+            .enumerate()
+            .map(|(seq, record)| AgentRecord {
+                run_id: "r1".into(),
+                agent: "alice".into(),
+                stream: "transcript".into(),
+                seq: seq as i64,
+                body: serde_json::to_value(&record).unwrap(),
+                created_at: 1000,
+            })
+            .collect()
+    }
 
     /// Text a model or a person could write that would be markup if it were not escaped.
     const HOSTILE: &str = "<script>alert(1)</script> \"'&";
@@ -787,6 +836,9 @@ mod tests {
             merge_diff: None,
             notice: None,
             policy_checks: None,
+            restores: None,
+            run_status: Some(RunStatus::Interrupted),
+            run_live: false,
         }
     }
 
@@ -802,38 +854,53 @@ mod tests {
             tasks: 3,
             waiting: vec![pending.clone()],
         }];
+        let task = Task {
+            run_id: "r1".into(),
+            task_id: 1,
+            subject: HOSTILE.into(),
+            description: HOSTILE.into(),
+            owner: Some(HOSTILE.into()),
+            status: TaskStatus::Pending,
+            blocked_reason: None,
+            blocked_by: Vec::new(),
+            blocked_by_open: Vec::new(),
+            created_by: "lead".into(),
+            created_at: 0,
+            updated_at: 0,
+        };
+        let report = message(
+            json!({"type": "verification_report", "request_id": "plan-alice-1",
+            "report": {"agent": HOSTILE, "plan_path": HOSTILE, "steps": [{"number": 1,
+            "item": HOSTILE, "status": "deviated", "note": HOSTILE, "evidence": [{"tool_use_id": "t",
+            "tool": "Bash", "command": HOSTILE, "exit_code": 1, "is_error": true}]}],
+            "files": [], "tests": [], "unplanned": [{"path": HOSTILE, "evidence": []}],
+            "commands": [{"tool_use_id": "t", "command": HOSTILE}],
+            "summary": {"done": 0, "deviated": 1, "missing": 0, "unplanned": 1}}}),
+        );
+        let unreadable =
+            message(json!({"type": "verification_report", "report": {"summary": HOSTILE}}));
+        let row = agent_row(HOSTILE);
         let run = RunView {
             run: run_record(),
             status: RunStatus::Running,
-            roster: vec![RosterEntry {
-                agent: HOSTILE.into(),
-                kind: MemberKind::Teammate,
-                definition: Some(HOSTILE.into()),
-                parent: None,
-            }],
-            tasks: vec![Task {
-                run_id: "r1".into(),
-                task_id: 1,
-                subject: HOSTILE.into(),
-                description: HOSTILE.into(),
-                owner: Some(HOSTILE.into()),
-                status: TaskStatus::Pending,
-                blocked_reason: None,
-                blocked_by: Vec::new(),
-                blocked_by_open: Vec::new(),
-                created_by: "lead".into(),
-                created_at: 0,
-                updated_at: 0,
-            }],
+            live: true,
+            agents: vec![row],
+            tasks: vec![task],
             requests: vec![pending.clone()],
-            messages: vec![
-                message(json!({"type": "text", "text": HOSTILE})),
-                message(
-                    json!({"type": "verification_report", "request_id": "plan-alice-1",
-                    "report": {"summary": HOSTILE}}),
-                ),
-            ],
-            spend: BTreeMap::from([(HOSTILE.to_owned(), (3, 1200, 0.0123))]),
+            reports: vec![report, unreadable],
+            mail: vec![message(json!({"type": "text", "text": HOSTILE}))],
+            earlier_mail: 3,
+            now: 2000,
+            stops: vec![(1000, 0)],
+        };
+        let transcript_row = agent_row(HOSTILE);
+        let records = transcript_records();
+        let agent = AgentView {
+            run: &run.run,
+            row: &transcript_row,
+            live: true,
+            records: &records,
+            requests: &[],
         };
         let previous = answered(
             plan_request("plan-alice-1", 1, None, "## Steps\n1. old\n"),
@@ -893,6 +960,8 @@ mod tests {
         vec![
             ("runs", runs_page(&rows, false)),
             ("run", run_page(&run)),
+            ("agent", agent_page(&agent)),
+            ("agent diff", diff_page("r1", HOSTILE, Some(HOSTILE))),
             ("pending plan", request_page(&view(&pending))),
             ("revised plan", request_page(&revised_view)),
             ("decided plan", request_page(&view(&decided))),

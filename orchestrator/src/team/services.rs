@@ -218,6 +218,7 @@ impl Team {
             if taken.iter().any(|m| m.kind == MessageKind::MergeResponse) {
                 self.merge_decided();
             }
+            self.time_a_persons_shutdown(agent, &taken);
             taken
         };
         let nonce = super::mail::nonce();
@@ -226,6 +227,21 @@ impl Team {
             .iter()
             .map(|m| super::mail::for_agent(m, &nonce, &previous))
             .collect())
+    }
+
+    /// A person's shutdown request (from the web inbox) reaching a busy teammate: it is
+    /// stopped after the shutdown timeout unless it agrees first, as the lead's
+    /// `ShutdownTeammate` request would have it (an idle teammate agrees at once).
+    fn time_a_persons_shutdown(&self, agent: &str, taken: &[Message]) {
+        let from_a_person = taken.iter().any(|m| {
+            m.kind == MessageKind::ShutdownRequest && Responder::names_the_person(&m.sender)
+        });
+        if from_a_person && let Some(team) = self.me.upgrade() {
+            let agent = agent.to_owned();
+            tokio::spawn(async move {
+                team.stop_after_timeout(&agent).await;
+            });
+        }
     }
 
     /// Whether the teammate agreed (with SendMessage `reply_to`) to a shutdown request.

@@ -594,3 +594,152 @@ async fn a_guard_hook_refuses_rm_for_a_batch_line() {
         "{results:?}"
     );
 }
+
+/// A project whose `.claude/settings.json` holds `hooks` (event → command, matcher `""`),
+/// trusted.
+async fn project_with_hooks(hooks: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = project(&[]);
+    std::fs::create_dir_all(dir.path().join(".claude")).unwrap();
+    let mut table = serde_json::Map::new();
+    for (event, command) in hooks {
+        table.insert(
+            (*event).to_owned(),
+            json!([{"matcher": "", "hooks": [{"type": "command", "command": command}]}]),
+        );
+    }
+    std::fs::write(
+        dir.path().join(".claude/settings.json"),
+        json!({ "hooks": table }).to_string(),
+    )
+    .unwrap();
+    trust(dir.path()).await;
+    dir
+}
+
+/// The text blocks of the first user message `request` sent.
+fn first_user_texts(request: &Value) -> Vec<String> {
+    request["messages"][0]["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|block| block["text"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// `SessionStart` (plain stdout) and `UserPromptSubmit` (`additionalContext`) add context to
+/// the first message the model sees, once, with Claude Code's stdin fields; a resume of the
+/// finished run does not run them again.
+#[tokio::test]
+async fn session_start_and_user_prompt_submit_hooks_add_context_to_the_first_prompt() {
+    let dir = project_with_hooks(&[
+        (
+            "SessionStart",
+            "cat >> \"$CLAUDE_PROJECT_DIR/session.log\"; echo; echo 'The release branch is frozen.'",
+        ),
+        (
+            "UserPromptSubmit",
+            "cat >> \"$CLAUDE_PROJECT_DIR/prompt.log\"; echo '{\"hookSpecificOutput\":{\"hookEventName\":\"UserPromptSubmit\",\"additionalContext\":\"Ticket ABC-1 is open.\"}}'",
+        ),
+    ])
+    .await;
+    let fake = fake(vec![ScriptEntry::reply(
+        "main",
+        1,
+        vec![Block::text("Done.")],
+    )])
+    .await;
+    let args = run_args(&fake.base_url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let done = muster(dir.path(), &args).await;
+    assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+    let texts = first_user_texts(&request_of(&fake, "main", 1));
+    // The prompt, then what the hooks added (a mode reminder may follow).
+    assert_eq!(
+        texts[..3],
+        [
+            "Clean up.",
+            "[SessionStart hook] The release branch is frozen.",
+            "[UserPromptSubmit hook] Ticket ABC-1 is open.",
+        ],
+        "{texts:#?}"
+    );
+    let session: Value =
+        serde_json::from_str(&lines_of(&dir.path().join("session.log"))[0]).unwrap();
+    assert_eq!(session["hook_event_name"], "SessionStart");
+    assert_eq!(session["source"], "startup");
+    let prompt: Value = serde_json::from_str(&lines_of(&dir.path().join("prompt.log"))[0]).unwrap();
+    assert_eq!(prompt["hook_event_name"], "UserPromptSubmit");
+    assert_eq!(prompt["prompt"], "Clean up.");
+    assert_eq!(prompt["permission_mode"], "bypassPermissions");
+    assert!(prompt.get("agent_id").is_none(), "{prompt}");
+}
+
+/// A `UserPromptSubmit` hook that exits 2 refuses the prompt: the run fails with its reason
+/// and the model is never asked.
+#[tokio::test]
+async fn a_blocking_user_prompt_submit_hook_refuses_the_prompt() {
+    let dir = project_with_hooks(&[(
+        "UserPromptSubmit",
+        "echo 'prompts may not mention the vault' >&2; exit 2",
+    )])
+    .await;
+    let fake = fake(vec![ScriptEntry::reply(
+        "main",
+        1,
+        vec![Block::text("Done.")],
+    )])
+    .await;
+    let args = run_args(&fake.base_url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let done = muster(dir.path(), &args).await;
+    assert_eq!(done.status.code(), Some(1), "{}", stderr(&done));
+    let said = format!("{}{}", stderr(&done), super::common::stdout(&done));
+    assert!(said.contains("prompts may not mention the vault"), "{said}");
+    assert!(fake.requests().is_empty(), "the model was asked");
+}
+
+/// A subagent's `SubagentStart` hook adds context to the subagent's first message (not the
+/// parent's), and names the subagent in its stdin.
+#[tokio::test]
+async fn a_subagent_start_hook_adds_context_to_the_subagents_prompt() {
+    let dir = project_with_hooks(&[(
+        "SubagentStart",
+        "cat >> \"$CLAUDE_PROJECT_DIR/sub.log\"; echo; echo '{\"hookSpecificOutput\":{\"hookEventName\":\"SubagentStart\",\"additionalContext\":\"Report in one line.\"}}'",
+    )])
+    .await;
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![tool(
+                "Agent",
+                json!({"description": "look", "prompt": "Look around.", "subagent_type": "general"}),
+            )],
+        ),
+        ScriptEntry::reply("main.sub-1", 1, vec![Block::text("Seen.")]),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+    ])
+    .await;
+    let args = run_args(&fake.base_url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let done = muster(dir.path(), &args).await;
+    assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+    let texts = first_user_texts(&request_of(&fake, "main.sub-1", 1));
+    assert_eq!(
+        texts.get(1).map(String::as_str),
+        Some("[SubagentStart hook] Report in one line."),
+        "{texts:#?}"
+    );
+    assert!(
+        !first_user_texts(&request_of(&fake, "main", 1))
+            .iter()
+            .any(|t| t.contains("Report in one line")),
+        "the parent got the subagent's context"
+    );
+    let logged = lines_of(&dir.path().join("sub.log"));
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    let input: Value = serde_json::from_str(&logged[0]).unwrap();
+    assert_eq!(input["hook_event_name"], "SubagentStart");
+    assert_eq!(input["agent_id"], "main.sub-1");
+    assert_eq!(input["agent_type"], "general");
+}

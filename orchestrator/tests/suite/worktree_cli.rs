@@ -828,6 +828,28 @@ async fn a_person_sees_what_a_second_teammates_merge_adds_in_the_inbox_and_the_p
     only_twos_work(&page);
     assert!(page.contains("two.txt | 1 +"), "{page}");
 
+    // The cockpit shows two's branch and what merging its newest checkpoint adds, from the
+    // same function: the run page's diffstat and the agent's diff page.
+    let run_page = serve
+        .get(&cookie, &format!("/runs/{run_id}"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let two_row = &run_page[run_page.find("id=\"agent-two\"").expect("two's row")..];
+    let two_row = &two_row[..two_row.find("</tr>").unwrap()];
+    assert!(
+        two_row.contains("/two</code>") && two_row.contains("two.txt | 1 +"),
+        "{two_row}"
+    );
+    let agent_diff = serve
+        .get(&cookie, &format!("/runs/{run_id}/agents/two/diff"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    only_twos_work(&agent_diff);
+
     // `muster inbox human` says how to see the same diff.
     let inbox = muster(root, &["inbox", "human"]).await;
     let text = String::from_utf8_lossy(&inbox.stdout).into_owned();

@@ -1,8 +1,10 @@
 // muster serve: live updates pushed by the server (server-sent events); the page never polls.
-// On a change the page reloads itself, unless the person is writing in a form, in which case
-// it only says that the store changed. A burst of changes (a run committing several steps)
-// is one reload, a moment after the last; a page already being left never reloads, since its
-// reload would replace the page the person is going to.
+// A page made of live parts (the run page: `data-parts` names its stream) gets each part
+// again only when its HTML changed, and swaps it in place. Other pages reload on a change,
+// unless the person is writing in a form, in which case they only say that the store
+// changed. A burst of changes (a run committing several steps) is one reload, a moment after
+// the last; a page already being left never reloads, since its reload would replace the page
+// the person is going to.
 "use strict";
 (function () {
   var typing = false;
@@ -21,12 +23,31 @@
     });
   }
   if (!window.EventSource) { return; }
-  var source = new EventSource("/events");
+  var parts = document.body.getAttribute("data-parts");
+  var source = new EventSource(parts || "/events");
   source.addEventListener("open", function () {
     if (live) { live.textContent = "live"; live.className = "live"; }
   });
   source.addEventListener("error", function () {
     if (live) { live.textContent = "offline"; live.className = "live offline"; }
+  });
+  // A part: "ID [PARENT]\nHTML". The HTML is the server's template output (escaped there);
+  // a <template> parses it inert, and the CSP forbids inline script anyway.
+  source.addEventListener("part", function (event) {
+    var newline = event.data.indexOf("\n");
+    if (newline < 0) { return; }
+    var head = event.data.slice(0, newline).split(" ");
+    var template = document.createElement("template");
+    template.innerHTML = event.data.slice(newline + 1);
+    var node = template.content.firstElementChild;
+    if (!node) { return; }
+    var old = document.getElementById(head[0]);
+    if (old) {
+      old.replaceWith(node);
+    } else if (head[1]) {
+      var parent = document.getElementById(head[1]);
+      if (parent) { parent.appendChild(node); }
+    }
   });
   source.addEventListener("change", function () {
     if (typing) {
