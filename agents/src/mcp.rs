@@ -11,9 +11,15 @@
 //! live one for exits that skip destructors); its stderr is read, and its last lines are
 //! quoted in the errors it causes.
 //!
+//! A stdio server runs through the Bash sandbox's trampoline ([`server_policy`]): the
+//! workspace-write profile on the agent's own workspace (read-only in plan mode and for
+//! read-only agents), the network as `[sandbox] network` says. A subagent uses its parent's
+//! connections ([`McpHub`]); a main agent and each teammate start their own, in their own
+//! workspace, every server in parallel; a server that failed to start is not tried again in
+//! the run.
+//!
 //! Nothing here is fatal to a run: a server that does not start, times out, lists an invalid
 //! schema or crashes is a warning (its tools are left out) or an error result for one call.
-//! Server processes are not inside the Bash sandbox: they run with the user's rights.
 
 mod client;
 mod names;
@@ -24,12 +30,13 @@ mod tool;
 use std::time::Duration;
 
 use muster_config::McpServerConfig;
+use muster_config::mcp::McpPattern;
 use serde::{Deserialize, Serialize};
 
-pub use client::{ListedTool, McpConnection, McpError, list_server_tools};
+pub use client::{Confinement, ListedTool, McpConnection, McpError, list_server_tools};
 pub use names::model_names;
 pub use process::kill_server_groups;
-pub use session::McpSession;
+pub use session::{McpHub, McpPlace, McpSession};
 pub use tool::McpTool;
 
 /// What the permission engine needs of an MCP tool.
@@ -41,17 +48,37 @@ pub struct McpToolFacts {
     pub tool: String,
     /// `mcp__<server>__<tool>`: the name rules match.
     pub name: String,
-    /// The server marks the tool `readOnlyHint: true`.
+    /// The server marks the tool `readOnlyHint: true` (a missing hint is false).
     pub read_only_hint: bool,
-    /// The user lists the server in `[mcp] trusted_read_only`.
-    pub trusted_read_only: bool,
+    /// The server marks the tool `openWorldHint: false` (a missing hint is true: the tool may
+    /// reach outside, such as the network).
+    pub closed_world_hint: bool,
+    /// The user names the tool in `[mcp] read_only_tools` of their own settings.
+    pub user_read_only: bool,
 }
 
 impl McpToolFacts {
-    /// Whether plan mode and read-only agents may call it: a read-only tool of a server the
-    /// user trusts for read-only use (the server's own claim is not enough).
+    /// Whether plan mode and read-only agents may call it: a tool its (trusted: it started)
+    /// server marks read-only and closed-world, or one the user declares read-only.
     pub fn is_trusted_read_only(&self) -> bool {
-        self.read_only_hint && self.trusted_read_only
+        self.user_read_only || (self.read_only_hint && self.closed_world_hint)
+    }
+
+    /// Why [`Self::is_trusted_read_only`] is false, for a denial.
+    pub fn why_not_read_only(&self) -> String {
+        let missing = match (self.read_only_hint, self.closed_world_hint) {
+            (false, false) => "neither `readOnlyHint: true` nor `openWorldHint: false`",
+            (false, true) => "not `readOnlyHint: true`",
+            _ => {
+                "not `openWorldHint: false` (a missing hint means it may reach outside, such as \
+                 the network)"
+            }
+        };
+        format!(
+            "its server marks `{}` {missing}; a user who knows it only reads local state may \
+             name it in `[mcp] read_only_tools` of ~/.muster/settings.toml",
+            self.name
+        )
     }
 }
 
@@ -72,19 +99,24 @@ pub struct McpToolRecord {
 impl McpToolRecord {
     /// `readOnlyHint: true` in the stored annotations.
     pub fn read_only_hint(&self) -> bool {
-        self.annotations
-            .get("readOnlyHint")
-            .and_then(serde_json::Value::as_bool)
-            .unwrap_or(false)
+        hint(&self.annotations, "readOnlyHint") == Some(true)
     }
+
+    /// `openWorldHint: false` in the stored annotations (MCP's default is true).
+    pub fn closed_world_hint(&self) -> bool {
+        hint(&self.annotations, "openWorldHint") == Some(false)
+    }
+}
+
+/// A boolean hint of a tool's annotations, when given.
+pub fn hint(annotations: &serde_json::Value, name: &str) -> Option<bool> {
+    annotations.get(name).and_then(serde_json::Value::as_bool)
 }
 
 /// One server an agent may start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpServerSpec {
     pub config: McpServerConfig,
-    /// Listed in `[mcp] trusted_read_only`.
-    pub trusted_read_only: bool,
 }
 
 /// Timeouts and the output cap (`[mcp]`).
@@ -113,6 +145,24 @@ impl Default for McpLimits {
 pub struct McpConfig {
     pub servers: Vec<McpServerSpec>,
     pub limits: McpLimits,
+    /// `[mcp] read_only_tools`: tools the user declares read-only.
+    pub read_only_tools: Vec<McpPattern>,
+    /// What the run's agents share: the started servers by owner, the failed ones.
+    pub hub: std::sync::Arc<McpHub>,
+}
+
+/// The sandbox policy a stdio server runs under: the agent's profile on its workspace (the
+/// Bash call's), except that the network follows `[sandbox] network` in both profiles (a
+/// server is a long-lived helper a read-only tool may still need it for; plan mode denies
+/// every tool its server does not mark closed-world).
+pub fn server_policy(
+    sandbox: &crate::sandbox::Sandbox,
+    profile: crate::sandbox::SandboxProfile,
+    workspace: &std::path::Path,
+) -> crate::sandbox::SandboxPolicy {
+    let mut policy = sandbox.policy(profile, workspace);
+    policy.network = sandbox.network;
+    policy
 }
 
 impl McpConfig {
@@ -127,8 +177,14 @@ impl McpConfig {
                 .enabled()
                 .map(|status| McpServerSpec {
                     config: status.server.clone(),
-                    trusted_read_only: status.trusted_read_only,
                 })
+                .collect(),
+            hub: std::sync::Arc::default(),
+            read_only_tools: settings
+                .read_only_tools
+                .iter()
+                .flat_map(|listed| listed.value.iter())
+                .filter_map(|name| McpPattern::parse(name))
                 .collect(),
             limits: McpLimits {
                 startup: millis(settings.startup_timeout_ms.value),
@@ -142,5 +198,12 @@ impl McpConfig {
     /// The server called `name`.
     pub fn server(&self, name: &str) -> Option<&McpServerSpec> {
         self.servers.iter().find(|spec| spec.config.name == name)
+    }
+
+    /// Whether the user declares `server`'s `tool` read-only.
+    pub fn user_read_only(&self, server: &str, tool: &str) -> bool {
+        self.read_only_tools
+            .iter()
+            .any(|pattern| pattern.matches(server, tool))
     }
 }

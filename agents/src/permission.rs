@@ -586,8 +586,9 @@ impl PermissionEngine {
         }
     }
 
-    /// An MCP tool, by DESIGN's mode table: deny rules always; plan rules allow only
-    /// `readOnlyHint` tools of servers in `[mcp] trusted_read_only`; ask rules in every other
+    /// An MCP tool, by DESIGN's mode table: deny rules always; plan mode and read-only agents
+    /// allow only tools marked `readOnlyHint: true` and `openWorldHint: false` by their server,
+    /// or named in the user's `[mcp] read_only_tools`; ask rules in every other
     /// mode; `default`, `acceptEdits` (and `auto`) allow those and ask for the rest (`dontAsk`
     /// and `auto` deny what would ask); `bypassPermissions` allows the rest.
     fn decide_mcp(
@@ -616,13 +617,12 @@ impl PermissionEngine {
             ));
         }
         let trusted = facts.is_trusted_read_only();
-        let why_not_trusted = || {
-            if !facts.read_only_hint {
-                format!("`{name}` is not marked `readOnlyHint: true` by its server")
+        let read_only_why = || {
+            if facts.user_read_only {
+                "the user declares it read-only (`[mcp] read_only_tools`)".to_owned()
             } else {
                 format!(
-                    "server `{}` is not listed in `[mcp] trusted_read_only` (a server's own \
-                     readOnlyHint is not enough)",
+                    "its server `{}` marks it `readOnlyHint: true` and `openWorldHint: false`",
                     facts.server
                 )
             }
@@ -637,16 +637,15 @@ impl PermissionEngine {
                 Decision::new(
                     Verdict::Allow,
                     format!(
-                        "`{name}` is read-only (readOnlyHint) on server `{}`, which the user \
-                         trusts for read-only use; {who} allows it",
-                        facts.server
+                        "`{name}` is read-only: {}; {who} allows it",
+                        read_only_why()
                     ),
                     mode,
                 )
             } else {
                 deny(format!(
-                    "{who} allows only read-only tools of servers in `[mcp] trusted_read_only`: {}",
-                    why_not_trusted()
+                    "{who} allows only read-only MCP tools: {}",
+                    facts.why_not_read_only()
                 ))
             };
         }
@@ -674,11 +673,7 @@ impl PermissionEngine {
             decision
         };
         if trusted {
-            return allow(format!(
-                "`{name}` is read-only (readOnlyHint) on server `{}`, which the user trusts \
-                 for read-only use",
-                facts.server
-            ));
+            return allow(format!("`{name}` is read-only: {}", read_only_why()));
         }
         if let Some(rule) = self.allowed_by_rule(context, name, &subjects) {
             return allow(format!(
@@ -693,7 +688,7 @@ impl PermissionEngine {
             mode,
             format!(
                 "`{name}` is an MCP tool that needs approval in {mode} mode: {}",
-                why_not_trusted()
+                facts.why_not_read_only()
             ),
         )
     }

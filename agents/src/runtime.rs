@@ -77,6 +77,7 @@ mod hook_points;
 mod interrupt;
 mod limits;
 mod mcp;
+mod mcp_changes;
 mod plan_files;
 mod plan_mode;
 mod plan_state;

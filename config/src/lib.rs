@@ -32,7 +32,9 @@ pub use commands::{CommandCatalog, SlashCommand};
 pub use diagnostic::{ConfigError, Diagnostic, Loaded, Position};
 pub use endpoint::AgentEndpoint;
 pub use instructions::{InstructionFile, InstructionScope, ProjectInstructions};
-pub use mcp::{McpServerConfig, McpServerStatus, McpServers, McpTransport};
+pub use mcp::{
+    McpEnvironment, McpScope, McpServerConfig, McpServerStatus, McpServers, McpTransport,
+};
 pub use mode::PermissionMode;
 pub use muster_protocol::Responder;
 pub use muster_protocol::{ALL_TOOLS, ToolName};

@@ -1,12 +1,21 @@
-//! MCP servers: the project's `.mcp.json` in Claude Code's format, and which of its servers may
-//! start.
+//! MCP servers as Claude Code configures them, and which of them may start.
 //!
-//! A repository's `.mcp.json` is not trusted by itself: opening a cloned repository must not
-//! run its commands. A server starts only when the user's settings or the project-local
-//! settings enable it (`[mcp] enabled_project_servers = [...]` or
-//! `enable_all_project_servers = true`); the committed `.muster/settings.toml` cannot (see
-//! [`crate::settings::McpSettings`]). Every problem in `.mcp.json` is a warning for that
-//! server, never a failed command.
+//! Three sources, read as Claude Code reads them, a later one replacing an earlier server of
+//! the same name: `~/.claude.json`'s top-level `mcpServers` (user scope), the project's
+//! `.mcp.json` (project scope) and `~/.claude.json`'s entry for this project (local scope).
+//! `${VAR}` and `${VAR:-default}` in `command`, `args`, `env`, `url` and `headers` are expanded
+//! from the environment ([`expand`]); an unset variable without a default keeps that server
+//! from starting, with a warning naming the server and the variable.
+//!
+//! A project's servers (project and local scope) are not trusted by themselves: opening a
+//! cloned repository must not run its commands. They start only in a project the user trusted
+//! with `muster trust`, which pins each one by its unexpanded template and the variables it
+//! reads ([`McpServerConfig::pin`]); a server whose template changed since, or that appeared
+//! since, does not start. Claude Code's own approvals (`enabledMcpjsonServers`) are shown, never
+//! taken as trust: they name servers, not what the servers run. Every problem is a warning for
+//! that server, never a failed command.
+
+mod expand;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,8 +25,14 @@ use serde::Serialize;
 use crate::diagnostic::{ConfigError, Diagnostic, Loaded};
 use crate::settings::McpSettings;
 
+pub use expand::{Unset, expand, variables_in};
+
 /// The file name Claude Code reads at the project root.
 pub const MCP_FILE: &str = ".mcp.json";
+
+/// Claude Code's user file, in the home directory: user- and local-scope servers, and its
+/// per-project approvals.
+pub const CLAUDE_JSON: &str = ".claude.json";
 
 /// How muster talks to a server.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -36,11 +51,139 @@ pub enum McpTransport {
     },
 }
 
-/// One server of `.mcp.json`.
+impl McpTransport {
+    /// Every `${VAR}` the transport reads, sorted, each once.
+    pub fn variables(&self) -> Vec<String> {
+        let mut found: Vec<String> = self.texts().flat_map(variables_in).collect();
+        found.sort();
+        found.dedup();
+        found
+    }
+
+    /// Every text `${VAR}` may appear in: command, args and env values, or url and header
+    /// values.
+    fn texts(&self) -> Box<dyn Iterator<Item = &str> + '_> {
+        match self {
+            McpTransport::Stdio { command, args, env } => Box::new(
+                std::iter::once(command.as_str())
+                    .chain(args.iter().map(String::as_str))
+                    .chain(env.values().map(String::as_str)),
+            ),
+            McpTransport::Http { url, headers } => {
+                Box::new(std::iter::once(url.as_str()).chain(headers.values().map(String::as_str)))
+            }
+        }
+    }
+
+    /// The transport with every reference expanded from `env`.
+    pub fn expanded(&self, env: &BTreeMap<String, String>) -> Result<McpTransport, Unset> {
+        let one = |text: &str| expand(text, env).map(|expanded| expanded.text);
+        let map = |items: &BTreeMap<String, String>| {
+            items
+                .iter()
+                .map(|(name, value)| Ok((name.clone(), one(value)?)))
+                .collect::<Result<BTreeMap<_, _>, Unset>>()
+        };
+        Ok(match self {
+            McpTransport::Stdio { command, args, env } => McpTransport::Stdio {
+                command: one(command)?,
+                args: args.iter().map(|arg| one(arg)).collect::<Result<_, _>>()?,
+                env: map(env)?,
+            },
+            McpTransport::Http { url, headers } => McpTransport::Http {
+                url: one(url)?,
+                headers: map(headers)?,
+            },
+        })
+    }
+}
+
+/// Where a server is declared, in Claude Code's words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum McpScope {
+    /// `~/.claude.json`'s top-level `mcpServers`: the user's own, in every project.
+    User,
+    /// The project's `.mcp.json`: the repository's.
+    Project,
+    /// `~/.claude.json`'s entry for this project (`claude mcp add --scope local`).
+    Local,
+}
+
+impl McpScope {
+    /// Whether the server belongs to the project, so starts only in a trusted one.
+    pub fn needs_trust(self) -> bool {
+        !matches!(self, McpScope::User)
+    }
+
+    /// Where it is declared, for messages.
+    pub fn source(self) -> &'static str {
+        match self {
+            McpScope::User => "~/.claude.json (user scope)",
+            McpScope::Project => MCP_FILE,
+            McpScope::Local => "~/.claude.json (this project's entry)",
+        }
+    }
+}
+
+/// One server as declared.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct McpServerConfig {
     pub name: String,
+    pub scope: McpScope,
+    /// As written, `${VAR}` unexpanded: what trust pins and `config show` prints.
+    pub template: McpTransport,
+    /// As started: the template with its variables expanded (the template itself when a
+    /// variable is unset; such a server is never enabled). Not serialized: it may hold secrets.
+    #[serde(skip)]
     pub transport: McpTransport,
+}
+
+impl McpServerConfig {
+    /// A server whose template needs no expansion (tests, and servers muster makes itself).
+    pub fn literal(name: &str, scope: McpScope, transport: McpTransport) -> McpServerConfig {
+        McpServerConfig {
+            name: name.to_owned(),
+            scope,
+            template: transport.clone(),
+            transport,
+        }
+    }
+
+    /// The server's trust pin: a SHA-256 over its scope and unexpanded template — command,
+    /// args, env names, url, header names and values — and the variables it reads. Env
+    /// values are left out (a literal secret there may change without changing what runs);
+    /// the variables they read are in.
+    pub fn pin(&self) -> String {
+        let mut text = String::from("muster-mcp-pin-v1\n");
+        let mut add = |key: &str, value: &str| {
+            text.push_str(&format!("{key}\0{}\0{value}\n", value.len()));
+        };
+        add("scope", &format!("{:?}", self.scope));
+        match &self.template {
+            McpTransport::Stdio { command, args, env } => {
+                add("type", "stdio");
+                add("command", command);
+                for arg in args {
+                    add("arg", arg);
+                }
+                for name in env.keys() {
+                    add("env", name);
+                }
+            }
+            McpTransport::Http { url, headers } => {
+                add("type", "http");
+                add("url", url);
+                for (name, value) in headers {
+                    add("header", &format!("{name}: {value}"));
+                }
+            }
+        }
+        for variable in self.template.variables() {
+            add("variable", &variable);
+        }
+        crate::trust::sha256_hex(text.as_bytes())
+    }
 }
 
 /// A server and whether it may start, with the reason.
@@ -48,67 +191,273 @@ pub struct McpServerConfig {
 pub struct McpServerStatus {
     pub server: McpServerConfig,
     pub enabled: bool,
-    /// Why it is (or is not) enabled, naming the setting and its origin.
+    /// Why it is (or is not) enabled.
     pub why: String,
-    /// Listed in `[mcp] trusted_read_only`: its `readOnlyHint` tools are allowed in plan mode.
-    pub trusted_read_only: bool,
-    /// The settings enable it, but the project is not trusted, so it does not start.
+    /// A project's server that trust keeps from starting (the project is not trusted, or
+    /// the server changed or appeared since it was).
     pub untrusted: bool,
+    /// Where Claude Code approved it by name (`enabledMcpjsonServers`), when it did: shown,
+    /// never taken as trust.
+    pub claude_approved: Option<String>,
 }
 
-/// The servers of a project: every one `.mcp.json` declares, with its status.
+/// The user's side of loading servers: the environment `${VAR}` reads and the home directory
+/// `~/.claude.json` is in (`None`: no user files).
+#[derive(Debug, Clone, Copy)]
+pub struct McpEnvironment<'a> {
+    pub env: &'a BTreeMap<String, String>,
+    pub home: Option<&'a Path>,
+}
+
+/// The servers of a project: every one its sources declare, with its status.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct McpServers {
-    /// The file read, when there is one.
-    pub file: Option<PathBuf>,
+    /// The files read.
+    pub files: Vec<PathBuf>,
     pub servers: Vec<McpServerStatus>,
 }
 
-impl McpServers {
-    /// Reads `<root>/.mcp.json` (absent: no servers) and decides each server's status by
-    /// `settings`. A malformed entry is a warning naming the server; an unreadable or invalid
-    /// file is one warning and no servers.
-    pub fn load(root: &Path, settings: &McpSettings) -> Loaded<McpServers> {
-        let path = root.join(MCP_FILE);
+/// What the sources declare, before any status is decided.
+#[derive(Debug, Default)]
+pub struct Declared {
+    pub files: Vec<PathBuf>,
+    /// Each name once: the local scope replaces the project's, which replaces the user's.
+    pub servers: Vec<McpServerConfig>,
+    /// Server names Claude Code approved, with where (`None` name: every one).
+    pub approvals: Vec<(Option<String>, String)>,
+}
+
+impl Declared {
+    /// Reads `~/.claude.json` (user and local scope, and this project's approvals), the
+    /// project's `.mcp.json` and `.claude/settings.local.json`'s approvals. A malformed entry
+    /// is a warning naming the server; an unreadable or invalid file is one warning.
+    pub fn read(root: &Path, home: Option<&Path>) -> Loaded<Declared> {
         let mut warnings = Vec::new();
-        let text = match crate::settings::read_optional(&path) {
-            Ok(Some(text)) => text,
-            Ok(None) => {
-                return Loaded {
-                    value: McpServers::default(),
-                    warnings,
-                };
+        let mut declared = Declared::default();
+        let mut by_name: BTreeMap<String, McpServerConfig> = BTreeMap::new();
+        let claude = home.map(|home| home.join(CLAUDE_JSON));
+        let claude_document = claude
+            .as_ref()
+            .and_then(|path| read_json(path, &mut warnings).map(|doc| (path.clone(), doc)));
+        if let Some((path, document)) = &claude_document {
+            declared.files.push(path.clone());
+            if let Some(servers) = document.get("mcpServers") {
+                add_servers(
+                    path,
+                    "mcpServers",
+                    servers,
+                    McpScope::User,
+                    &mut by_name,
+                    &mut warnings,
+                );
             }
-            Err(error) => {
-                warnings.push(file_warning(&path, error_text(&error)));
-                return Loaded {
-                    value: McpServers::default(),
-                    warnings,
-                };
-            }
-        };
-        let configs = parse_mcp_file(&path, &text, &mut warnings);
-        let mut servers = McpServers {
-            file: Some(path),
-            servers: configs
-                .into_iter()
-                .map(|server| status(server, settings))
-                .collect(),
-        };
-        for name in unknown_names(&servers, settings) {
-            warnings.push(
-                Diagnostic::new(format!(
-                    "`[mcp] enabled_project_servers` names `{name}`, which {} does not declare",
-                    MCP_FILE
-                ))
-                .for_key("mcp.enabled_project_servers"),
-            );
         }
-        servers
-            .servers
-            .sort_by(|a, b| a.server.name.cmp(&b.server.name));
+        let project_file = root.join(MCP_FILE);
+        if let Some(document) = read_json(&project_file, &mut warnings) {
+            declared.files.push(project_file.clone());
+            match document.get("mcpServers") {
+                Some(servers) => add_servers(
+                    &project_file,
+                    "mcpServers",
+                    servers,
+                    McpScope::Project,
+                    &mut by_name,
+                    &mut warnings,
+                ),
+                None => warnings.push(file_warning(
+                    &project_file,
+                    "expected an object with `mcpServers`, found none".to_owned(),
+                )),
+            }
+        }
+        if let Some((path, document)) = &claude_document
+            && let Some((key, entry)) = project_entry(document, root)
+        {
+            if let Some(servers) = entry.get("mcpServers") {
+                add_servers(
+                    path,
+                    &format!("projects.{key}.mcpServers"),
+                    servers,
+                    McpScope::Local,
+                    &mut by_name,
+                    &mut warnings,
+                );
+            }
+            declared.approvals.extend(approvals(
+                entry,
+                &format!("{} (projects.{key})", path.display()),
+            ));
+        }
+        let local_settings = root.join(".claude/settings.local.json");
+        if let Ok(Some(text)) = crate::settings::read_optional(&local_settings)
+            && let Ok(document) = serde_json::from_str::<serde_json::Value>(&text)
+        {
+            declared
+                .approvals
+                .extend(approvals(&document, &local_settings.display().to_string()));
+        }
+        declared.servers = by_name.into_values().collect();
         Loaded {
-            value: servers,
+            value: declared,
+            warnings,
+        }
+    }
+
+    /// Where Claude Code approved `name`, when it did.
+    fn approved(&self, name: &str) -> Option<String> {
+        self.approvals
+            .iter()
+            .find(|(approved, _)| approved.as_deref().is_none_or(|approved| approved == name))
+            .map(|(_, source)| source.clone())
+    }
+
+    /// The pins of the project's servers (project and local scope), by name: what `muster
+    /// trust` records.
+    pub fn pins(&self) -> BTreeMap<String, String> {
+        self.servers
+            .iter()
+            .filter(|server| server.scope.needs_trust())
+            .map(|server| (server.name.clone(), server.pin()))
+            .collect()
+    }
+}
+
+/// `~/.claude.json`'s entry for the project at `root`: its key, matched by canonical path.
+fn project_entry<'d>(
+    document: &'d serde_json::Value,
+    root: &Path,
+) -> Option<(&'d str, &'d serde_json::Value)> {
+    let projects = document.get("projects")?.as_object()?;
+    let canonical = crate::trust::canonical_root(root);
+    projects
+        .iter()
+        .find(|(key, _)| crate::trust::canonical_root(Path::new(key.as_str())) == canonical)
+        .map(|(key, entry)| (key.as_str(), entry))
+}
+
+/// Claude Code's approvals in one object: `enabledMcpjsonServers` names, and
+/// `enableAllProjectMcpServers`.
+fn approvals(document: &serde_json::Value, source: &str) -> Vec<(Option<String>, String)> {
+    let mut found: Vec<(Option<String>, String)> = document
+        .get("enabledMcpjsonServers")
+        .and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(serde_json::Value::as_str)
+        .map(|name| (Some(name.to_owned()), source.to_owned()))
+        .collect();
+    if document.get("enableAllProjectMcpServers") == Some(&serde_json::Value::Bool(true)) {
+        found.push((None, source.to_owned()));
+    }
+    found
+}
+
+fn read_json(path: &Path, warnings: &mut Vec<Diagnostic>) -> Option<serde_json::Value> {
+    let text = match crate::settings::read_optional(path) {
+        Ok(Some(text)) => text,
+        Ok(None) => return None,
+        Err(error) => {
+            warnings.push(file_warning(path, error_text(&error)));
+            return None;
+        }
+    };
+    match serde_json::from_str(&text) {
+        Ok(document) => Some(document),
+        Err(error) => {
+            warnings.push(file_warning(
+                path,
+                format!(
+                    "not valid JSON at line {} column {}: {error}",
+                    error.line(),
+                    error.column()
+                ),
+            ));
+            None
+        }
+    }
+}
+
+fn add_servers(
+    path: &Path,
+    key: &str,
+    servers: &serde_json::Value,
+    scope: McpScope,
+    by_name: &mut BTreeMap<String, McpServerConfig>,
+    warnings: &mut Vec<Diagnostic>,
+) {
+    let Some(servers) = servers.as_object() else {
+        warnings.push(file_warning(
+            path,
+            format!("expected `{key}` to be an object of servers by name"),
+        ));
+        return;
+    };
+    for server in parse_servers(path, key, servers, scope, warnings) {
+        by_name.insert(server.name.clone(), server);
+    }
+}
+
+impl McpServers {
+    /// Reads every source ([`Declared::read`]) and decides each server's status: a user-scope
+    /// server is enabled; a project's server is enabled only in a trusted project, with the
+    /// pin trust recorded for it; a server one of whose variables is unset is not.
+    pub fn load(
+        root: &Path,
+        settings: &McpSettings,
+        user: McpEnvironment<'_>,
+    ) -> Loaded<McpServers> {
+        let Loaded {
+            value: declared,
+            mut warnings,
+        } = Declared::read(root, user.home);
+        warnings.extend(retired_keys_warning(settings));
+        let mut servers = Vec::new();
+        for mut server in declared.servers.clone() {
+            let claude_approved = declared.approved(&server.name);
+            let trusted = trusted(&server, settings);
+            let expanded = server.template.expanded(user.env);
+            let (enabled, why, untrusted) = match (trusted, expanded) {
+                (Err(why), _) => (false, why, true),
+                (Ok(_), Err(Unset(variable))) => {
+                    let why = format!(
+                        "`${{{variable}}}` is not set and has no default (write \
+                         `${{{variable}:-default}}` for one); set it in the environment muster \
+                         runs in"
+                    );
+                    warnings.push(
+                        Diagnostic::new(format!(
+                            "MCP server `{}` ({}): {why}; it is not started",
+                            server.name,
+                            server.scope.source()
+                        ))
+                        .for_key(format!("mcpServers.{}", server.name)),
+                    );
+                    (false, why, false)
+                }
+                (Ok(_), Ok(McpTransport::Http { url, .. })) if !is_http_url(&url) => (
+                    false,
+                    "its `url` expands to something other than an http:// or https:// URL"
+                        .to_owned(),
+                    false,
+                ),
+                (Ok(why), Ok(transport)) => {
+                    server.transport = transport;
+                    (true, why, false)
+                }
+            };
+            servers.push(McpServerStatus {
+                server,
+                enabled,
+                why,
+                untrusted,
+                claude_approved,
+            });
+        }
+        Loaded {
+            value: McpServers {
+                files: declared.files,
+                servers,
+            },
             warnings,
         }
     }
@@ -126,6 +475,71 @@ impl McpServers {
     }
 }
 
+/// Whether trust lets `server` start: `Ok(why)` or `Err(why not)`.
+fn trusted(server: &McpServerConfig, settings: &McpSettings) -> Result<String, String> {
+    let command = crate::trust::TRUST_COMMAND;
+    if !server.scope.needs_trust() {
+        return Ok(format!("declared in {}", server.scope.source()));
+    }
+    if !settings.project_trusted {
+        return Err(format!(
+            "the project is not trusted: its servers ({}) start only after `{command}`",
+            server.scope.source()
+        ));
+    }
+    match (&settings.pinned, server.scope) {
+        // Trusted by the covered files' hash alone (CI's variable, a trust recorded before
+        // servers were pinned): `.mcp.json` is one of those files, `~/.claude.json` is not.
+        (None, McpScope::Project) => Ok(format!(
+            "the project is trusted and {MCP_FILE} is among the files its trust covers"
+        )),
+        (None, _) => Err(format!(
+            "not pinned by the project's trust: run `{command}` to pin it"
+        )),
+        (Some(pins), _) => match pins.get(&server.name) {
+            Some(pin) if *pin == server.pin() => {
+                Ok(format!("trusted with `{command}`, its template pinned"))
+            }
+            Some(_) => Err(format!(
+                "changed since you trusted the project (its command, args, env names, url, \
+                 headers or the variables it reads): review it and run `{command}` again"
+            )),
+            None => Err(format!(
+                "added since you trusted the project: review it and run `{command}` again"
+            )),
+        },
+    }
+}
+
+/// The one warning for the retired name-keyed `[mcp]` keys, when any is set.
+fn retired_keys_warning(settings: &McpSettings) -> Option<Diagnostic> {
+    let mut set: Vec<String> = Vec::new();
+    if let Some(listed) = &settings.enabled_project_servers {
+        set.push(format!("`mcp.enabled_project_servers` ({})", listed.origin));
+    }
+    if settings.enable_all_project_servers.value {
+        set.push(format!(
+            "`mcp.enable_all_project_servers` ({})",
+            settings.enable_all_project_servers.origin
+        ));
+    }
+    if let Some(listed) = &settings.trusted_read_only {
+        set.push(format!("`mcp.trusted_read_only` ({})", listed.origin));
+    }
+    (!set.is_empty()).then(|| {
+        Diagnostic::new(format!(
+            "{} no longer apply: a server name is not trust. A project's MCP servers start once \
+             you trust the project with `{}`, which pins each server's template; plan mode \
+             allows the tools a server marks `readOnlyHint: true` and `openWorldHint: false`, \
+             and more by name in `[mcp] read_only_tools` of ~/.muster/settings.toml. Remove \
+             the old keys",
+            set.join(", "),
+            crate::trust::TRUST_COMMAND
+        ))
+        .for_key("mcp")
+    })
+}
+
 fn error_text(error: &ConfigError) -> String {
     error.to_string()
 }
@@ -135,84 +549,13 @@ fn file_warning(path: &Path, message: String) -> Diagnostic {
         .in_source(path.display().to_string())
 }
 
-fn unknown_names<'s>(servers: &McpServers, settings: &'s McpSettings) -> Vec<&'s str> {
-    settings
-        .enabled_project_servers
-        .as_ref()
-        .map(|listed| {
-            listed
-                .value
-                .iter()
-                .filter(|name| servers.get(name).is_none())
-                .map(String::as_str)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Whether a server may start, and why.
-fn status(server: McpServerConfig, settings: &McpSettings) -> McpServerStatus {
-    let trusted_read_only = settings
-        .trusted_read_only
-        .as_ref()
-        .is_some_and(|listed| listed.value.contains(&server.name));
-    let listed = settings
-        .enabled_project_servers
-        .as_ref()
-        .filter(|listed| listed.value.contains(&server.name));
-    let untrusted = !settings.project_trusted
-        && (listed.is_some() || settings.enable_all_project_servers.value);
-    let (enabled, why) = if untrusted {
-        (
-            false,
-            format!(
-                "the project is not trusted: its {MCP_FILE} servers start only after `{}`",
-                crate::trust::TRUST_COMMAND
-            ),
-        )
-    } else if let Some(listed) = listed {
-        (
-            true,
-            format!(
-                "listed in `[mcp] enabled_project_servers` ({})",
-                listed.origin
-            ),
-        )
-    } else if settings.enable_all_project_servers.value {
-        (
-            true,
-            format!(
-                "`[mcp] enable_all_project_servers = true` ({})",
-                settings.enable_all_project_servers.origin
-            ),
-        )
-    } else {
-        (
-            false,
-            format!(
-                "a project's {MCP_FILE} is not trusted by itself; add \"{}\" to \
-                 `[mcp] enabled_project_servers` in ~/.muster/settings.toml or \
-                 .muster/settings.local.toml",
-                server.name
-            ),
-        )
-    };
-    McpServerStatus {
-        server,
-        enabled,
-        why,
-        trusted_read_only,
-        untrusted,
-    }
-}
-
-/// The servers of a `.mcp.json` text; each bad entry is a warning and is left out.
+/// The servers of a `.mcp.json` text (project scope); each bad entry is a warning and is
+/// left out.
 pub fn parse_mcp_file(
     path: &Path,
     text: &str,
     warnings: &mut Vec<Diagnostic>,
 ) -> Vec<McpServerConfig> {
-    let source = path.display().to_string();
     let document: serde_json::Value = match serde_json::from_str(text) {
         Ok(document) => document,
         Err(error) => {
@@ -241,14 +584,25 @@ pub fn parse_mcp_file(
         ));
         return Vec::new();
     };
+    parse_servers(path, "mcpServers", servers, McpScope::Project, warnings)
+}
+
+fn parse_servers(
+    path: &Path,
+    key: &str,
+    servers: &serde_json::Map<String, serde_json::Value>,
+    scope: McpScope,
+    warnings: &mut Vec<Diagnostic>,
+) -> Vec<McpServerConfig> {
+    let source = path.display().to_string();
     let mut configs = Vec::new();
     for (name, entry) in servers {
         match parse_server(name, entry) {
-            Ok(server) => configs.push(server),
+            Ok(transport) => configs.push(McpServerConfig::literal(name, scope, transport)),
             Err(message) => warnings.push(
                 Diagnostic::new(format!("MCP server `{name}`: {message}; it is not started"))
                     .in_source(source.clone())
-                    .for_key(format!("mcpServers.{name}")),
+                    .for_key(format!("{key}.{name}")),
             ),
         }
     }
@@ -270,7 +624,7 @@ fn check_server_name(name: &str) -> Result<(), String> {
     }
 }
 
-fn parse_server(name: &str, entry: &serde_json::Value) -> Result<McpServerConfig, String> {
+fn parse_server(name: &str, entry: &serde_json::Value) -> Result<McpTransport, String> {
     check_server_name(name)?;
     let Some(fields) = entry.as_object() else {
         return Err("expected an object".to_owned());
@@ -296,7 +650,7 @@ fn parse_server(name: &str, entry: &serde_json::Value) -> Result<McpServerConfig
         None | Some("stdio") => return Err("a stdio server needs `command`".to_owned()),
         Some("http") => McpTransport::Http {
             url: text_field(fields, "url")?
-                .filter(|url| url.starts_with("http://") || url.starts_with("https://"))
+                .filter(|url| is_http_url(url) || url.starts_with("${"))
                 .ok_or("`url` must be an http:// or https:// URL")?,
             headers: string_map(fields, "headers")?,
         },
@@ -313,13 +667,14 @@ fn parse_server(name: &str, entry: &serde_json::Value) -> Result<McpServerConfig
             ));
         }
     };
-    Ok(McpServerConfig {
-        name: name.to_owned(),
-        transport,
-    })
+    Ok(transport)
 }
 
 type Fields = serde_json::Map<String, serde_json::Value>;
+
+fn is_http_url(url: &str) -> bool {
+    url.starts_with("http://") || url.starts_with("https://")
+}
 
 fn text_field(fields: &Fields, key: &str) -> Result<Option<String>, String> {
     match fields.get(key) {
@@ -451,22 +806,25 @@ mod tests {
         assert!(!one.matches("srv", "echo2"));
     }
 
-    fn settings(enabled: &[&str], all: bool) -> McpSettings {
+    fn settings(trusted: bool, pinned: Option<&[(&str, String)]>) -> McpSettings {
         let origin = crate::origin::Origin {
             layer: crate::origin::Layer::User,
             source: "~/.muster/settings.toml".to_owned(),
             position: None,
         };
         McpSettings {
-            enabled_project_servers: Some(crate::origin::Sourced::new(
-                enabled.iter().map(|s| (*s).to_owned()).collect(),
-                origin.clone(),
-            )),
-            enable_all_project_servers: crate::origin::Sourced::new(all, origin.clone()),
+            enabled_project_servers: None,
+            enable_all_project_servers: crate::origin::Sourced::new(false, origin.clone()),
             trusted_read_only: None,
+            read_only_tools: None,
             startup_timeout_ms: crate::origin::Sourced::new(1, origin.clone()),
             call_timeout_ms: crate::origin::Sourced::new(1, origin.clone()),
-            project_trusted: true,
+            project_trusted: trusted,
+            pinned: pinned.map(|pins| {
+                pins.iter()
+                    .map(|(name, pin)| ((*name).to_owned(), pin.clone()))
+                    .collect()
+            }),
             max_output_bytes: crate::origin::Sourced::new(1, origin),
         }
     }
@@ -505,25 +863,109 @@ mod tests {
         );
     }
 
-    #[test]
-    fn only_listed_servers_are_enabled_unless_all_are() {
-        let server = |name: &str| McpServerConfig {
-            name: name.to_owned(),
-            transport: McpTransport::Http {
-                url: "http://127.0.0.1:1/mcp".to_owned(),
-                headers: BTreeMap::new(),
+    fn stdio(
+        scope: McpScope,
+        command: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> McpServerConfig {
+        McpServerConfig::literal(
+            "fs",
+            scope,
+            McpTransport::Stdio {
+                command: command.to_owned(),
+                args: args.iter().map(|a| (*a).to_owned()).collect(),
+                env: env
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
             },
-        };
-        let listed = status(server("a"), &settings(&["a"], false));
-        assert!(listed.enabled);
-        assert!(
-            listed.why.contains("enabled_project_servers"),
-            "{}",
-            listed.why
+        )
+    }
+
+    #[test]
+    fn a_pin_changes_with_the_template_and_the_variables_it_reads_not_env_values() {
+        let base = stdio(
+            McpScope::Project,
+            "npx",
+            &["server", "${HOME}/proj"],
+            &[("TOKEN", "a")],
         );
-        let other = status(server("b"), &settings(&["a"], false));
-        assert!(!other.enabled);
-        assert!(other.why.contains("not trusted by itself"), "{}", other.why);
-        assert!(status(server("b"), &settings(&[], true)).enabled);
+        let same_but_env_value = stdio(
+            McpScope::Project,
+            "npx",
+            &["server", "${HOME}/proj"],
+            &[("TOKEN", "b")],
+        );
+        assert_eq!(base.pin(), same_but_env_value.pin());
+        let changed: &[McpServerConfig] = &[
+            stdio(
+                McpScope::Project,
+                "sh",
+                &["server", "${HOME}/proj"],
+                &[("TOKEN", "a")],
+            ),
+            stdio(
+                McpScope::Project,
+                "npx",
+                &["server", "/home/me/proj"],
+                &[("TOKEN", "a")],
+            ),
+            stdio(
+                McpScope::Project,
+                "npx",
+                &["server", "${HOME}/proj"],
+                &[("OTHER", "a")],
+            ),
+            stdio(
+                McpScope::Project,
+                "npx",
+                &["server", "${HOME}/proj"],
+                &[("TOKEN", "${SECRET}")],
+            ),
+            stdio(
+                McpScope::Local,
+                "npx",
+                &["server", "${HOME}/proj"],
+                &[("TOKEN", "a")],
+            ),
+        ];
+        for other in changed {
+            assert_ne!(base.pin(), other.pin(), "{other:?}");
+        }
+    }
+
+    #[test]
+    fn a_project_server_starts_only_trusted_and_as_pinned() {
+        let server = stdio(McpScope::Project, "npx", &["server"], &[]);
+        let pin = server.pin();
+        let other_pin = stdio(McpScope::Project, "sh", &["-c", "evil"], &[]).pin();
+        type Case<'a> = (
+            bool,
+            Option<&'a [(&'a str, String)]>,
+            Result<&'a str, &'a str>,
+        );
+        let pinned = [("fs", pin)];
+        let changed = [("fs", other_pin)];
+        let cases: &[Case] = &[
+            (false, Some(&pinned), Err("not trusted")),
+            (true, Some(&pinned), Ok("pinned")),
+            (true, Some(&changed), Err("changed since")),
+            (true, Some(&[]), Err("added since")),
+            (true, None, Ok("among the files its trust covers")),
+        ];
+        for (trusted_project, pins, expected) in cases {
+            let got = trusted(&server, &settings(*trusted_project, *pins));
+            match (got, expected) {
+                (Ok(why), Ok(want)) | (Err(why), Err(want)) => {
+                    assert!(why.contains(want), "{why} lacks {want}");
+                }
+                (got, want) => panic!("{got:?}, expected {want:?}"),
+            }
+        }
+        let local = stdio(McpScope::Local, "npx", &["server"], &[]);
+        assert!(trusted(&local, &settings(true, None)).is_err());
+        let user = stdio(McpScope::User, "npx", &["server"], &[]);
+        assert!(trusted(&user, &settings(false, None)).is_ok());
     }
 }

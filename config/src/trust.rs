@@ -38,6 +38,11 @@ pub struct TrustDecision {
     pub hash: String,
     /// Why, in a sentence (`trusted with muster trust`, `changed since trusted: …`).
     pub why: String,
+    /// The project's MCP servers as `muster trust` pinned them (name → [`crate::mcp::McpServerConfig::pin`]);
+    /// `None` when trust came from the covered files' hash alone (CI's variable, a trust
+    /// recorded before servers were pinned), which covers `.mcp.json` but not `~/.claude.json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_servers: Option<BTreeMap<String, String>>,
 }
 
 impl TrustDecision {
@@ -48,6 +53,7 @@ impl TrustDecision {
             trusted: true,
             hash: String::new(),
             why: "trusted by the caller".to_owned(),
+            mcp_servers: None,
         }
     }
 }
@@ -186,7 +192,7 @@ fn walk_files(dir: &Path, found: &mut Vec<PathBuf>) {
     }
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     ring::digest::digest(&ring::digest::SHA256, bytes)
         .as_ref()
         .iter()
@@ -251,6 +257,10 @@ pub struct TrustEntry {
     /// Each covered file's SHA-256 then, to say which one changed since.
     #[serde(default)]
     pub files: BTreeMap<String, String>,
+    /// Each project MCP server's pin then (absent in entries recorded before servers were
+    /// pinned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_servers: Option<BTreeMap<String, String>>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -365,6 +375,7 @@ pub fn decide(inputs: &TrustInputs<'_>) -> Result<TrustDecision, ConfigError> {
         trusted: false,
         hash: hash.clone(),
         why,
+        mcp_servers: None,
     };
     if let Some(given) = inputs.ci_hash {
         let given = given.trim();
@@ -373,6 +384,7 @@ pub fn decide(inputs: &TrustInputs<'_>) -> Result<TrustDecision, ConfigError> {
                 trusted: true,
                 hash: hash.clone(),
                 why: format!("{TRUST_HASH_VAR} matches this checkout"),
+                mcp_servers: None,
             }
         } else {
             untrusted(format!(
@@ -405,6 +417,7 @@ pub fn decide(inputs: &TrustInputs<'_>) -> Result<TrustDecision, ConfigError> {
             trusted: true,
             hash,
             why: format!("trusted with `{TRUST_COMMAND}` ({})", store.path.display()),
+            mcp_servers: entry.mcp_servers.clone(),
         });
     }
     let changed = changed_files(&entry.files, &hashes);
@@ -491,6 +504,7 @@ mod tests {
                     hash: project_hash(&hashes),
                     trusted_at: 0,
                     files: hashes.clone(),
+                    mcp_servers: None,
                 });
             })
             .unwrap();

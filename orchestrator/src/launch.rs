@@ -107,6 +107,7 @@ impl StoredTrust {
                 trusted: false,
                 hash,
                 why,
+                mcp_servers: None,
             },
             Some(warning),
         ))
@@ -390,6 +391,7 @@ mod tests {
                 trusted,
                 hash: muster_config::trust::project_hash(&hashes),
                 why: "as decided".into(),
+                mcp_servers: None,
             },
             skipped: Vec::new(),
         }

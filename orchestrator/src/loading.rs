@@ -140,7 +140,7 @@ pub fn trust_notice(
         what.push(format!("{allow} allow rule(s)"));
     }
     if mcp_skipped > 0 {
-        what.push(format!("{mcp_skipped} MCP server(s) of .mcp.json"));
+        what.push(format!("{mcp_skipped} project MCP server(s)"));
     }
     what.extend(team_skipped.iter().cloned());
     Some(format!(

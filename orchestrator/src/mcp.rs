@@ -3,16 +3,29 @@
 use muster_agents::mcp::McpConfig;
 use muster_config::rule::RuleSpecifier;
 use muster_config::settings::Settings;
-use muster_config::{Diagnostic, McpServers};
+use muster_config::{Diagnostic, McpEnvironment, McpServers};
 
 use crate::loading::print_warnings;
+use crate::process::ProcessGiven;
 use crate::project::Project;
 
-/// The `.mcp.json` servers of the project root with their status, and the warnings: bad
-/// entries, names the settings enable that the file lacks, and permission rules naming
+/// The servers of the project root (`~/.claude.json`, `.mcp.json`) with their status, and
+/// the warnings: bad entries, unset variables, retired settings, and permission rules naming
 /// servers that are not configured (valid, but they match nothing).
-pub fn load_servers(root: &std::path::Path, settings: &Settings) -> (McpServers, Vec<Diagnostic>) {
-    let loaded = McpServers::load(root, &settings.mcp);
+pub fn load_servers(
+    root: &std::path::Path,
+    settings: &Settings,
+    process: &ProcessGiven,
+) -> (McpServers, Vec<Diagnostic>) {
+    let home = process.user_home();
+    let loaded = McpServers::load(
+        root,
+        &settings.mcp,
+        McpEnvironment {
+            env: &process.env,
+            home: home.as_deref(),
+        },
+    );
     let mut warnings = loaded.warnings;
     for list in [
         &settings.permissions.allow,
@@ -24,8 +37,8 @@ pub fn load_servers(root: &std::path::Path, settings: &Settings) -> (McpServers,
                 && loaded.value.get(&pattern.server).is_none()
             {
                 warnings.push(Diagnostic::new(format!(
-                    "permission rule `{}` (from {}) names MCP server `{}`, which {} does not \
-                     declare; it matches nothing until the server is configured",
+                    "permission rule `{}` (from {}) names MCP server `{}`, which neither {} nor \
+                     ~/.claude.json declares; it matches nothing until the server is configured",
                     rule.value,
                     rule.origin,
                     pattern.server,
@@ -39,9 +52,20 @@ pub fn load_servers(root: &std::path::Path, settings: &Settings) -> (McpServers,
 
 /// The enabled servers a run's agents start (warnings printed to stderr).
 pub fn run_config(project: &Project) -> McpConfig {
-    let (servers, warnings) = load_servers(project.root.path(), &project.settings);
+    let (servers, warnings) =
+        load_servers(project.root.path(), &project.settings, &project.process);
     print_warnings(&warnings);
     for status in servers.servers.iter().filter(|status| !status.enabled) {
+        // In a trusted project, a server trust keeps out changed or appeared since: say so
+        // (an untrusted project's notice already counts them).
+        if status.untrusted && project.settings.trust.trusted {
+            eprintln!(
+                "muster: warning: MCP server `{}` ({}) is not started: {}",
+                status.server.name,
+                status.server.scope.source(),
+                status.why
+            );
+        }
         tracing::info!(server = %status.server.name, "MCP server not started: {}", status.why);
     }
     McpConfig::from_settings(&servers, &project.settings.mcp)
@@ -57,8 +81,13 @@ pub struct McpLookup {
 }
 
 impl McpLookup {
-    pub fn new(root: &std::path::Path, settings: &Settings, cwd: &std::path::Path) -> McpLookup {
-        let (servers, warnings) = load_servers(root, settings);
+    pub fn new(
+        root: &std::path::Path,
+        settings: &Settings,
+        process: &ProcessGiven,
+        cwd: &std::path::Path,
+    ) -> McpLookup {
+        let (servers, warnings) = load_servers(root, settings, process);
         print_warnings(&warnings);
         let config = McpConfig::from_settings(&servers, &settings.mcp);
         McpLookup {
@@ -86,7 +115,7 @@ impl McpLookup {
     ) -> Result<muster_agents::mcp::McpToolFacts, String> {
         let Some(status) = self.servers.get(server) else {
             return Err(format!(
-                "MCP server `{server}` is not declared in {}",
+                "MCP server `{server}` is declared in neither {} nor ~/.claude.json",
                 muster_config::mcp::MCP_FILE
             ));
         };
@@ -96,7 +125,7 @@ impl McpLookup {
                 status.why
             ));
         }
-        let trusted_read_only = status.trusted_read_only;
+        let user_read_only = self.config.user_read_only(server, name);
         let config = status.server.clone();
         let limits = self.config.limits.clone();
         let cwd = self.cwd.clone();
@@ -106,7 +135,7 @@ impl McpLookup {
                 .build()
                 .map_err(|error| error.to_string())?;
             runtime.block_on(async {
-                muster_agents::mcp::list_server_tools(&config, &cwd, &limits)
+                muster_agents::mcp::list_server_tools(&config, &cwd, &limits, None)
                     .await
                     .map(|(tools, warnings)| {
                         for warning in warnings {
@@ -132,12 +161,11 @@ impl McpLookup {
             server: server.to_owned(),
             tool: name.to_owned(),
             name: muster_config::mcp::tool_name(server, name),
-            read_only_hint: listed_tool
-                .annotations
-                .get("readOnlyHint")
-                .and_then(serde_json::Value::as_bool)
-                .unwrap_or(false),
-            trusted_read_only,
+            read_only_hint: muster_agents::mcp::hint(&listed_tool.annotations, "readOnlyHint")
+                == Some(true),
+            closed_world_hint: muster_agents::mcp::hint(&listed_tool.annotations, "openWorldHint")
+                == Some(false),
+            user_read_only,
         })
     }
 }

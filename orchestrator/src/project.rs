@@ -90,7 +90,8 @@ impl Project {
 
     /// [`Self::print_trust_notice`], with what trust skipped of a team file (`key = value`).
     pub fn print_trust_notice_with(&self, team_skipped: &[String]) {
-        let (servers, _) = crate::mcp::load_servers(self.root.path(), &self.settings);
+        let (servers, _) =
+            crate::mcp::load_servers(self.root.path(), &self.settings, &self.process);
         let mcp_skipped = servers.servers.iter().filter(|s| s.untrusted).count();
         if let Some(line) = crate::loading::trust_notice(&self.settings, mcp_skipped, team_skipped)
         {

@@ -2,7 +2,6 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::Stdio;
 
 use muster_config::{McpServerConfig, McpTransport};
 use rmcp::model::CallToolRequestParams;
@@ -13,6 +12,8 @@ use rmcp::service::{
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use serde_json::Value;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::tools::ToolOutput;
 
@@ -57,6 +58,8 @@ pub struct McpConnection {
     stderr: Option<StderrTail>,
     /// A stdio server's process group, killed when the connection is dropped.
     _group: Option<ServerGroup>,
+    /// A confined server's private temporary directory, removed after the server.
+    _tmp: Option<tempfile::TempDir>,
 }
 
 /// A session made, with what a stdio server brings along.
@@ -64,25 +67,42 @@ struct Connected {
     service: RunningService<RoleClient, Notices>,
     stderr: Option<StderrTail>,
     group: Option<ServerGroup>,
+    tmp: Option<tempfile::TempDir>,
 }
+
+/// How a stdio server is confined: the run's sandbox and the profile it runs under (see
+/// [`super::server_policy`]); `None` runs it unconfined.
+pub type Confinement<'a> = Option<(&'a crate::sandbox::Sandbox, crate::sandbox::SandboxProfile)>;
 
 /// How long an error waits for a dead server's stderr to end (a failure guard: killing its
 /// group closes the pipe at once).
 const STDERR_GUARD: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// What muster does with a server's notifications: `tools/list_changed` is a warning, since
-/// an agent's tool list is fixed when it starts (DESIGN); the rest are ignored.
+/// What muster does with a server's notifications: `tools/list_changed` counts a generation
+/// the agents using the server compare at their next turn boundary (they list the tools
+/// again then); the rest are ignored.
 #[derive(Debug, Clone)]
 pub struct Notices {
     server: String,
+    generation: Arc<AtomicU64>,
+}
+
+impl Notices {
+    fn new(server: &str) -> Notices {
+        Notices {
+            server: server.to_owned(),
+            generation: Arc::default(),
+        }
+    }
 }
 
 impl rmcp::ClientHandler for Notices {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        tracing::warn!(
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        tracing::info!(
             server = %self.server,
-            "MCP server `{}` says its tools changed; an agent's MCP tools are fixed when it \
-             starts, so running agents keep the list they have (new agents list them again)",
+            "MCP server `{}` says its tools changed; its agents list them again at their next \
+             turn boundary",
             self.server
         );
     }
@@ -104,10 +124,18 @@ impl McpConnection {
         server: &McpServerConfig,
         cwd: &Path,
         limits: &McpLimits,
+        confinement: Confinement<'_>,
     ) -> Result<McpConnection, McpError> {
         let connected = match &server.transport {
             McpTransport::Stdio { command, args, env } => {
-                connect_stdio(server, command, args, env, cwd, limits).await?
+                let stdio = StdioStart {
+                    command,
+                    args,
+                    env,
+                    cwd,
+                    confinement,
+                };
+                connect_stdio(server, &stdio, limits).await?
             }
             McpTransport::Http { url, headers } => {
                 connect_http(server, url, headers, limits).await?
@@ -119,12 +147,18 @@ impl McpConnection {
             limits: limits.clone(),
             stderr: connected.stderr,
             _group: connected.group,
+            _tmp: connected.tmp,
         })
     }
 
     /// The server's name.
     pub fn server(&self) -> &str {
         &self.server
+    }
+
+    /// How many times the server said its tools changed (`tools/list_changed`).
+    pub fn tools_generation(&self) -> u64 {
+        self.service.service().generation.load(Ordering::SeqCst)
     }
 
     /// `tools/list` (every page), within the startup timeout. A tool whose input schema is
@@ -220,27 +254,75 @@ impl McpConnection {
     }
 }
 
-/// Starts a stdio server as the leader of its own process group, its stderr read, and makes
-/// the session. On a failure the group is killed and the error quotes the server's stderr.
+/// What starts a stdio server.
+struct StdioStart<'a> {
+    command: &'a str,
+    args: &'a [String],
+    env: &'a std::collections::BTreeMap<String, String>,
+    cwd: &'a Path,
+    confinement: Confinement<'a>,
+}
+
+/// The program and arguments that start the server: its own command line, or the sandbox
+/// trampoline's around it (with the private temporary directory it gets).
+fn server_command_line(
+    stdio: &StdioStart<'_>,
+) -> std::io::Result<(Vec<std::ffi::OsString>, Option<tempfile::TempDir>)> {
+    let own: Vec<std::ffi::OsString> = std::iter::once(stdio.command)
+        .chain(stdio.args.iter().map(String::as_str))
+        .map(Into::into)
+        .collect();
+    match stdio.confinement {
+        Some((sandbox, profile)) if sandbox.mode != crate::sandbox::SandboxMode::Off => {
+            let tmp = tempfile::Builder::new().prefix("muster-mcp-").tempdir()?;
+            let policy = super::server_policy(sandbox, profile, stdio.cwd);
+            let line = sandbox
+                .trampoline
+                .iter()
+                .cloned()
+                .chain(policy.to_args(tmp.path(), &own))
+                .collect();
+            Ok((line, Some(tmp)))
+        }
+        _ => Ok((own, None)),
+    }
+}
+
+/// Starts a stdio server (through the sandbox trampoline when confined) as the leader of its
+/// own process group, its stderr read, and makes the session. On a failure the group is
+/// killed and the error quotes the server's stderr.
 async fn connect_stdio(
     server: &McpServerConfig,
-    command: &str,
-    args: &[String],
-    env: &std::collections::BTreeMap<String, String>,
-    cwd: &Path,
+    stdio: &StdioStart<'_>,
     limits: &McpLimits,
 ) -> Result<Connected, McpError> {
-    let mut child = tokio::process::Command::new(command);
+    let command = stdio.command;
+    let (line, tmp) = server_command_line(stdio).map_err(|error| McpError::Start {
+        server: server.name.clone(),
+        detail: format!("its private temporary directory: {error}"),
+    })?;
+    let Some((program, args)) = line.split_first() else {
+        return Err(McpError::Start {
+            server: server.name.clone(),
+            detail: "no command".into(),
+        });
+    };
+    let mut child = tokio::process::Command::new(program);
     // Its own group, so that everything it starts goes with it; killed when the connection is
     // dropped, even while the runtime shuts down.
     child
         .args(args)
-        .envs(env)
-        .current_dir(cwd)
+        .envs(stdio.env)
+        .current_dir(stdio.cwd)
         .process_group(0)
         .kill_on_drop(true);
+    if let Some(tmp) = &tmp {
+        for name in ["TMPDIR", "TMP", "TEMP"] {
+            child.env(name, tmp.path());
+        }
+    }
     let (transport, stderr) = TokioChildProcess::builder(child)
-        .stderr(Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .map_err(|error| McpError::Start {
             server: server.name.clone(),
@@ -248,9 +330,7 @@ async fn connect_stdio(
         })?;
     let group = transport.id().and_then(ServerGroup::led_by);
     let stderr = StderrTail::read(&server.name, stderr);
-    let notices = Notices {
-        server: server.name.clone(),
-    };
+    let notices = Notices::new(&server.name);
     let handshake = tokio::time::timeout(limits.startup, notices.serve(transport)).await;
     let failure = match handshake {
         Ok(Ok(service)) => {
@@ -258,6 +338,7 @@ async fn connect_stdio(
                 service,
                 stderr: Some(stderr),
                 group,
+                tmp,
             });
         }
         Ok(Err(error)) => Ok(init_error(&error)),
@@ -295,14 +376,13 @@ async fn connect_http(
     let config = StreamableHttpClientTransportConfig::with_uri(url)
         .custom_headers(header_map(headers).map_err(start)?);
     let transport = StreamableHttpClientTransport::from_config(config);
-    let notices = Notices {
-        server: server.name.clone(),
-    };
+    let notices = Notices::new(&server.name);
     match tokio::time::timeout(limits.startup, notices.serve(transport)).await {
         Ok(Ok(service)) => Ok(Connected {
             service,
             stderr: None,
             group: None,
+            tmp: None,
         }),
         Ok(Err(error)) => Err(start(format!("at {url}: {}", init_error(&error)))),
         Err(_) => Err(McpError::Timeout {
@@ -378,8 +458,9 @@ pub async fn list_server_tools(
     server: &McpServerConfig,
     cwd: &Path,
     limits: &McpLimits,
+    confinement: Confinement<'_>,
 ) -> Result<(Vec<ListedTool>, Vec<String>), McpError> {
-    let connection = McpConnection::connect(server, cwd, limits).await?;
+    let connection = McpConnection::connect(server, cwd, limits, confinement).await?;
     connection.list_tools().await
 }
 

@@ -22,7 +22,7 @@ pub struct McpTool {
 impl McpTool {
     pub fn new(
         record: McpToolRecord,
-        trusted_read_only: bool,
+        user_read_only: bool,
         connection: Option<Arc<McpConnection>>,
     ) -> McpTool {
         McpTool {
@@ -31,7 +31,8 @@ impl McpTool {
                 tool: record.tool.clone(),
                 name: muster_config::mcp::tool_name(&record.server, &record.tool),
                 read_only_hint: record.read_only_hint(),
-                trusted_read_only,
+                closed_world_hint: record.closed_world_hint(),
+                user_read_only,
             },
             record,
             connection,

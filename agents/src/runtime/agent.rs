@@ -94,8 +94,15 @@ impl AgentRuntime {
             .cloned()
             .ok_or_else(|| RuntimeError::UnknownDefinition(spec.definition.clone()))?;
         let plan_file = plan_file_for(&run, &spec.kind, &spec.agent_id, &definition);
-        let equipment =
-            Equipment::gather(&run, &spec.agent_id, &spec.kind, &definition, None).await?;
+        let equipment = Equipment::gather(
+            &run,
+            &spec.agent_id,
+            &spec.kind,
+            spec.mode,
+            &definition,
+            None,
+        )
+        .await?;
         let mut system = system_prompt(
             &definition.system_prompt,
             &run.instructions,
@@ -300,6 +307,7 @@ impl AgentRuntime {
                 return Err(stop.into());
             }
             self.take_team_mail().await?;
+            self.refresh_mcp_tools().await?;
             let response = self.call_model().await?;
             let calls = response.tool_calls();
             if calls.is_empty() {
@@ -890,13 +898,20 @@ impl Equipment {
         run: &RunContext,
         id: &str,
         kind: &AgentKind,
+        mode: muster_config::PermissionMode,
         definition: &AgentDefinition,
         stored: Option<&[crate::mcp::McpToolRecord]>,
     ) -> RuntimeResult<Equipment> {
         let workspace = agent_workspace(run, id, kind).await?;
+        let owner = super::mcp::ServerOwner {
+            agent: id,
+            kind,
+            mode,
+            definition,
+        };
         let mcp = match stored {
-            None => super::mcp::start_session(run, id, definition, &workspace).await,
-            Some(stored) => super::mcp::resume_session(run, id, stored, &workspace).await,
+            None => super::mcp::start_session(run, &owner, &workspace).await,
+            Some(stored) => super::mcp::resume_session(run, &owner, stored, &workspace).await,
         };
         let mut tools = offered_tools(definition, kind);
         // `Skill` only when there is a skill to call, so a project without skills sends the

@@ -95,6 +95,12 @@ pub enum Record {
     /// it, taken under the workspace's Bash lock): committed just before its `tool_call`, in
     /// the same commit. Evidence for verification reports; nothing to rebuild.
     BashEffects(BashEffects),
+    /// The agent's MCP tools changed at a turn boundary (a server sent `tools/list_changed`):
+    /// from its next model request on it offers these; a resume offers the newest such list.
+    McpTools {
+        tools: Vec<String>,
+        mcp_tools: Vec<crate::mcp::McpToolRecord>,
+    },
     /// The PreToolUse hooks' decision of a call, committed before the call goes on: a resume
     /// uses it and never runs those hooks again for the call.
     HookDecision {

@@ -53,8 +53,24 @@ impl AgentRuntime {
             .get(&definition)
             .cloned()
             .ok_or(RuntimeError::UnknownDefinition(definition))?;
-        let equipment =
-            Equipment::gather(&run, agent_id, &agent_kind, &definition, Some(&mcp_tools)).await?;
+        // The newest list: a server's `tools/list_changed` may have replaced the first.
+        let mcp_tools = records
+            .iter()
+            .rev()
+            .find_map(|record| match record {
+                Record::McpTools { mcp_tools, .. } => Some(mcp_tools.clone()),
+                _ => None,
+            })
+            .unwrap_or(mcp_tools);
+        let equipment = Equipment::gather(
+            &run,
+            agent_id,
+            &agent_kind,
+            mode,
+            &definition,
+            Some(&mcp_tools),
+        )
+        .await?;
         let router = super::agent::agent_router(&run, agent_id, endpoint.as_ref())?;
         let plan = PlanState {
             mode,

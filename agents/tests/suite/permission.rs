@@ -1786,40 +1786,48 @@ async fn file_tool_paths_are_decided_as_what_the_tool_touches() {
 }
 
 /// DESIGN's mode table for MCP tools: deny rules always; plan mode and read-only agents only
-/// `readOnlyHint` tools of servers in `[mcp] trusted_read_only`; `default`/`acceptEdits`
-/// allow those and ask for the rest; `dontAsk` denies what would ask; `auto` counts its
-/// denials; `bypassPermissions` allows what no ask rule names; rules name servers that need not
-/// be configured.
+/// tools their server marks `readOnlyHint: true` and `openWorldHint: false` (a missing hint is
+/// true), or that the user names in `[mcp] read_only_tools`; `default`/`acceptEdits` allow
+/// those and ask for the rest; `dontAsk` denies what would ask; `auto` counts its denials;
+/// `bypassPermissions` allows what no ask rule names; rules name servers that need not be
+/// configured.
 #[test]
 fn mcp_tools_follow_the_mode_table() {
     use muster_agents::mcp::McpToolFacts;
     let fixture = Fixture::new();
-    let facts = |tool: &str, read_only_hint: bool, trusted_read_only: bool| McpToolFacts {
-        server: "docs".to_owned(),
-        tool: tool.to_owned(),
-        name: format!("mcp__docs__{tool}"),
-        read_only_hint,
-        trusted_read_only,
-    };
-    let trusted = facts("search", true, true);
-    let claimed = facts("search", true, false);
-    let writing = facts("publish", false, true);
+    let facts =
+        |tool: &str, read_only_hint: bool, closed_world_hint: bool, user: bool| McpToolFacts {
+            server: "docs".to_owned(),
+            tool: tool.to_owned(),
+            name: format!("mcp__docs__{tool}"),
+            read_only_hint,
+            closed_world_hint,
+            user_read_only: user,
+        };
+    let trusted = facts("search", true, true, false);
+    let open_world = facts("fetch", true, false, false);
+    let no_hints = facts("lookup", false, false, false);
+    let declared = facts("lookup", false, false, true);
+    let writing = facts("publish", false, true, false);
     use PermissionMode as M;
     use Verdict::{Allow as A, Ask as K, Deny as D};
-    // (mode, trusted read-only, read-only claim of an untrusted server, a writing tool)
+    // (mode, read-only and closed-world, read-only but open-world, no hints, declared by the
+    // user, a writing tool)
     let table = [
-        (M::Plan, A, D, D),
-        (M::Default, A, K, K),
-        (M::AcceptEdits, A, K, K),
-        (M::DontAsk, A, D, D),
-        (M::Auto, A, D, D),
-        (M::BypassPermissions, A, A, A),
+        (M::Plan, A, D, D, A, D),
+        (M::Default, A, K, K, A, K),
+        (M::AcceptEdits, A, K, K, A, K),
+        (M::DontAsk, A, D, D, A, D),
+        (M::Auto, A, D, D, A, D),
+        (M::BypassPermissions, A, A, A, A, A),
     ];
     let none = rules(&[], &[], &[]);
-    for (mode, for_trusted, for_claimed, for_writing) in table {
+    for (mode, for_trusted, for_open, for_none, for_declared, for_writing) in table {
         for (tool, expected) in [
             (&trusted, for_trusted),
-            (&claimed, for_claimed),
+            (&open_world, for_open),
+            (&no_hints, for_none),
+            (&declared, for_declared),
             (&writing, for_writing),
         ] {
             let mut context = PermissionContext::new(
@@ -1838,6 +1846,13 @@ fn mcp_tools_follow_the_mode_table() {
             );
             if mode == M::Auto && expected == D {
                 assert_eq!(decision.auto_gate, AutoGateEffect::CountDenial);
+            }
+            if mode == M::Plan && tool.name == open_world.name {
+                assert!(
+                    decision.reason.contains("openWorldHint: false"),
+                    "{}",
+                    decision.reason
+                );
             }
         }
     }

@@ -244,25 +244,31 @@ pub struct SandboxSettings {
     pub writable: Vec<PathBuf>,
 }
 
-/// MCP servers (`[mcp]`; see [`crate::mcp`]). The three trust keys are read only from the
-/// user's settings, the project-local settings, the environment and flags: a value in the
-/// committed `.muster/settings.toml` is ignored with a warning.
+/// MCP servers (`[mcp]`; see [`crate::mcp`]). `read_only_tools` is read only from the user's
+/// settings file and the environment; the three retired name-keyed keys are read only to say
+/// they no longer apply (and never from a committed file).
 #[derive(Debug, Clone, Serialize)]
 pub struct McpSettings {
-    /// Project `.mcp.json` servers that may start.
+    /// Retired: a server name is not trust (a warning names `muster trust`).
     pub enabled_project_servers: Option<Sourced<Vec<String>>>,
-    /// Every project `.mcp.json` server may start.
+    /// Retired, as `enabled_project_servers`.
     pub enable_all_project_servers: Sourced<bool>,
-    /// Servers whose `readOnlyHint: true` tools plan mode and read-only agents may call.
+    /// Retired: replaced by the servers' hints and `read_only_tools`.
     pub trusted_read_only: Option<Sourced<Vec<String>>>,
+    /// MCP tools (`mcp__<server>__<tool>`) the user declares read-only beyond what their
+    /// servers' hints say: plan mode and read-only agents may call them.
+    pub read_only_tools: Option<Sourced<Vec<String>>>,
     /// How long a server has to start, initialize and list its tools.
     pub startup_timeout_ms: Sourced<u64>,
     /// How long one tool call may take.
     pub call_timeout_ms: Sourced<u64>,
     /// The most of a tool result's text kept for the model.
     pub max_output_bytes: Sourced<u64>,
-    /// Whether the project is trusted: without trust, no `.mcp.json` server starts.
+    /// Whether the project is trusted: without trust, no project server starts.
     pub project_trusted: bool,
+    /// The project servers' pins recorded by `muster trust` (see
+    /// [`crate::trust::TrustDecision::mcp_servers`]).
+    pub pinned: Option<BTreeMap<String, String>>,
 }
 
 /// Traces (`[telemetry]`): read only from the user's settings file and the environment, never
@@ -420,6 +426,7 @@ impl Settings {
                     warnings.extend(paths::api_key_warnings(&path, &values));
                     if layer != Layer::User || committed {
                         warnings.extend(drop_telemetry(&mut values));
+                        warnings.extend(drop_user_only_mcp(&mut values));
                     }
                     if committed {
                         warnings.extend(drop_mcp_trust(&mut values));
@@ -450,6 +457,7 @@ impl Settings {
         settings.trust = inputs.trust.clone();
         settings.snapshot = source.read;
         settings.mcp.project_trusted = inputs.trust.trusted;
+        settings.mcp.pinned = inputs.trust.mcp_servers.clone();
         // With the project at the home directory, one file is read as two layers: say it once.
         let mut seen = std::collections::BTreeSet::new();
         skipped.retain(|entry: &SkippedSetting| {
@@ -580,14 +588,34 @@ fn drop_mcp_trust(values: &mut LayerValues) -> Vec<Diagnostic> {
             warnings.push(
                 Diagnostic::new(format!(
                     "`mcp.{}` is ignored in the project's committed settings ({origin}): a \
-                     repository cannot enable or trust its own MCP servers; set it in \
-                     ~/.muster/settings.toml or an untracked .muster/settings.local.toml",
+                     repository cannot enable or trust its own MCP servers (`muster trust` \
+                     decides which start)",
                     path[1]
                 ))
                 .for_key(path.join(".")),
             );
         }
         !trust
+    });
+    warnings
+}
+
+/// Removes `[mcp] read_only_tools` from every file but the user's own: only the user widens
+/// what plan mode allows. Each one removed is a warning.
+fn drop_user_only_mcp(values: &mut LayerValues) -> Vec<Diagnostic> {
+    let mut warnings = Vec::new();
+    values.leaves.retain(|(path, _, origin)| {
+        let user_only = path.len() == 2 && path[0] == "mcp" && path[1] == "read_only_tools";
+        if user_only {
+            warnings.push(
+                Diagnostic::new(format!(
+                    "`mcp.read_only_tools` is ignored in {origin}: only the user's own \
+                     ~/.muster/settings.toml may declare MCP tools read-only"
+                ))
+                .for_key(path.join(".")),
+            );
+        }
+        !user_only
     });
     warnings
 }
@@ -789,10 +817,12 @@ impl Builder<'_> {
             enabled_project_servers: self.merged.names(&key("enabled_project_servers")),
             enable_all_project_servers: self.flag(&key("enable_all_project_servers")),
             trusted_read_only: self.merged.names(&key("trusted_read_only")),
+            read_only_tools: self.merged.names(&key("read_only_tools")),
             startup_timeout_ms: self.count(&key("startup_timeout_ms")),
             call_timeout_ms: self.count(&key("call_timeout_ms")),
             max_output_bytes: self.count(&key("max_output_bytes")),
             project_trusted: false,
+            pinned: None,
         }
     }
 

@@ -159,9 +159,8 @@ const LIMITS: Schema = Schema::Table(&[
     ("stuck_after", with_default(Kind::Count, "3")),
 ]);
 
-/// MCP servers (see `muster_agents::mcp`). Which project `.mcp.json` servers may start is
-/// read only from the user's and the project-local settings (and the environment): a
-/// committed `.muster/settings.toml` cannot enable them, nor trust them for read-only use.
+/// MCP servers (see `muster_agents::mcp`). Which project servers may start is decided by
+/// `muster trust`; the three name-keyed keys are retired (read only to say so).
 const MCP: Schema = Schema::Table(&[
     ("enabled_project_servers", leaf(Kind::Names)),
     (
@@ -169,6 +168,8 @@ const MCP: Schema = Schema::Table(&[
         with_default(Kind::Flag, "false"),
     ),
     ("trusted_read_only", leaf(Kind::Names)),
+    // Only from the user's settings file: tools plan mode may call beyond their hints.
+    ("read_only_tools", leaf(Kind::Names)),
     ("startup_timeout_ms", with_default(Kind::Count, "10000")),
     ("call_timeout_ms", with_default(Kind::Count, "60000")),
     ("max_output_bytes", with_default(Kind::Count, "100000")),

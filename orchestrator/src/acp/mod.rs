@@ -553,7 +553,8 @@ async fn stored_run(
 
 /// What trust skipped of the project, said as `muster run` says it on stderr.
 fn trust_notice(project: &Project) -> Option<String> {
-    let (servers, _) = crate::mcp::load_servers(project.root.path(), &project.settings);
+    let (servers, _) =
+        crate::mcp::load_servers(project.root.path(), &project.settings, &project.process);
     let skipped = servers.servers.iter().filter(|s| s.untrusted).count();
     crate::loading::trust_notice(&project.settings, skipped, &[])
 }

@@ -325,7 +325,7 @@ fn open_session(global: &Globals, request: &Request) -> anyhow::Result<Session> 
 
 fn init_facts(project: &Project, request: &Request) -> InitFacts {
     let settings = &project.settings;
-    let (servers, _) = crate::mcp::load_servers(project.root.path(), settings);
+    let (servers, _) = crate::mcp::load_servers(project.root.path(), settings, &project.process);
     let mcp_servers = servers
         .servers
         .iter()

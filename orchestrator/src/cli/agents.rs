@@ -50,7 +50,8 @@ fn list(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
         &settings.value,
     ));
     warnings.extend(instructions.warnings);
-    let (mcp_servers, mcp_warnings) = crate::mcp::load_servers(root.path(), &settings.value);
+    let (mcp_servers, mcp_warnings) =
+        crate::mcp::load_servers(root.path(), &settings.value, &global.process);
     warnings.extend(mcp_warnings);
     let mcp = |definition: &AgentDefinition| mcp_tools(definition, &mcp_servers);
     let mut output = String::new();

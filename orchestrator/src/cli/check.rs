@@ -175,8 +175,9 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         state: SandboxState::for_run(&settings, home.clone())?,
         read_only_agent: context.definition.read_only,
     };
-    let mut mcp = crate::mcp::McpLookup::new(root.path(), &settings, &workspace_dir);
-    let (servers, _) = crate::mcp::load_servers(root.path(), &settings);
+    let mut mcp =
+        crate::mcp::McpLookup::new(root.path(), &settings, &global.process, &workspace_dir);
+    let (servers, _) = crate::mcp::load_servers(root.path(), &settings, &global.process);
     let mcp_skipped = servers.servers.iter().filter(|s| s.untrusted).count();
     if let Some(line) = crate::loading::trust_notice(&settings, mcp_skipped, &[]) {
         eprintln!("{line}");

@@ -39,7 +39,8 @@ fn show(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
     let loaded = load_settings(global, &root, CliOverrides::new())?;
     let settings = &loaded.value;
     let mut output = String::new();
-    let (mcp_servers, mcp_warnings) = crate::mcp::load_servers(root.path(), settings);
+    let (mcp_servers, mcp_warnings) =
+        crate::mcp::load_servers(root.path(), settings, &global.process);
     if as_json {
         let document = json!({
             "project_root": root.path(),
@@ -58,11 +59,13 @@ fn show(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
             })).collect::<Vec<_>>(),
             "mcp_servers": mcp_servers.servers.iter().map(|status| json!({
                 "name": status.server.name,
-                "transport": status.server.transport,
+                "scope": status.server.scope,
+                "transport": status.server.template,
+                "variables": status.server.template.variables(),
                 "enabled": status.enabled,
                 "why": status.why,
-                "trusted_read_only": status.trusted_read_only,
                 "untrusted": status.untrusted,
+                "approved_in_claude_code": status.claude_approved,
             })).collect::<Vec<_>>(),
             "trust": {
                 "trusted": settings.trust.trusted,
@@ -148,19 +151,22 @@ fn show(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
         }
         print_warnings(&mcp_warnings);
         for status in &mcp_servers.servers {
-            let transport = match &status.server.transport {
+            let transport = match &status.server.template {
                 muster_config::McpTransport::Stdio { command, .. } => format!("stdio `{command}`"),
                 muster_config::McpTransport::Http { url, .. } => format!("http {url}"),
             };
-            let trusted = if status.trusted_read_only {
-                "; trusted for read-only use"
-            } else {
-                ""
-            };
+            let approved = status
+                .claude_approved
+                .as_ref()
+                .map(|source| {
+                    format!("; approved in Claude Code (by name only, not trust): {source}")
+                })
+                .unwrap_or_default();
             writeln!(
                 output,
-                "# mcp server {} ({transport}): {}: {}{trusted}",
+                "# mcp server {} ({}, {transport}): {}: {}{approved}",
                 status.server.name,
+                status.server.scope.source(),
                 if status.enabled {
                     "enabled"
                 } else {

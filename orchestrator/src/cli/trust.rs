@@ -77,6 +77,10 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     }
     let hashes = file_hashes(root.path()).map_err(usage_error)?;
     let hash = project_hash(&hashes);
+    let home = global.process.user_home();
+    let declared = muster_config::mcp::Declared::read(root.path(), home.as_deref());
+    crate::loading::print_warnings(&declared.warnings);
+    let pins = declared.value.pins();
     let trusted_at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|elapsed| elapsed.as_secs())
@@ -86,6 +90,7 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         hash: hash.clone(),
         trusted_at,
         files: hashes.clone(),
+        mcp_servers: Some(pins.clone()),
     };
     store
         .update(|entries| {
@@ -106,6 +111,20 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         })
         .collect();
     writeln!(text, "covers: {}", covered.join(", "))?;
+    for server in declared
+        .value
+        .servers
+        .iter()
+        .filter(|server| server.scope.needs_trust())
+    {
+        writeln!(
+            text,
+            "pins MCP server {} ({}): {}",
+            server.name,
+            server.scope.source(),
+            describe_template(&server.template)
+        )?;
+    }
     writeln!(
         text,
         "a change to any of them makes the project untrusted until you run `muster trust` again; recorded in {}",
@@ -113,6 +132,41 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     )?;
     print_output(&text)?;
     Ok(Exit::Success)
+}
+
+/// A server's template as `muster trust` shows what it pins: the command line or URL, the
+/// env names and the variables it reads.
+fn describe_template(template: &muster_config::McpTransport) -> String {
+    let mut text = match template {
+        muster_config::McpTransport::Stdio { command, args, env } => {
+            let mut line = std::iter::once(command.as_str())
+                .chain(args.iter().map(String::as_str))
+                .collect::<Vec<_>>()
+                .join(" ");
+            if !env.is_empty() {
+                line.push_str(&format!(
+                    " (env {})",
+                    env.keys().cloned().collect::<Vec<_>>().join(", ")
+                ));
+            }
+            line
+        }
+        muster_config::McpTransport::Http { url, headers } => {
+            let mut line = url.clone();
+            if !headers.is_empty() {
+                line.push_str(&format!(
+                    " (headers {})",
+                    headers.keys().cloned().collect::<Vec<_>>().join(", ")
+                ));
+            }
+            line
+        }
+    };
+    let variables = template.variables();
+    if !variables.is_empty() {
+        text.push_str(&format!("; reads {}", variables.join(", ")));
+    }
+    text
 }
 
 fn list(store: &TrustStore) -> anyhow::Result<Exit> {

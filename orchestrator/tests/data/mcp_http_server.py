@@ -12,7 +12,7 @@ from mcp.server.mcpserver import MCPServer
 server = MCPServer("remote")
 
 
-@server.tool(annotations=types.ToolAnnotations(readOnlyHint=True))
+@server.tool(annotations=types.ToolAnnotations(readOnlyHint=True, openWorldHint=False))
 def ok(word: str) -> str:
     """Answer ok with the word."""
     return f"ok {word} over http"

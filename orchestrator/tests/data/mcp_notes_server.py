@@ -8,12 +8,12 @@ import time
 from pathlib import Path
 
 import mcp.types as types
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 
 server = MCPServer("notes")
 
 
-@server.tool(annotations=types.ToolAnnotations(readOnlyHint=True))
+@server.tool(annotations=types.ToolAnnotations(readOnlyHint=True, openWorldHint=False))
 def search(query: str) -> str:
     """Search the notes in the working directory."""
     notes = Path("notes.txt")
@@ -30,10 +30,18 @@ def publish(text: str) -> str:
     return "published"
 
 
-@server.tool(annotations=types.ToolAnnotations(readOnlyHint=True))
+@server.tool(annotations=types.ToolAnnotations(readOnlyHint=True, openWorldHint=False))
 def dump() -> str:
     """Return a very long text."""
     return "x" * 300_000
+
+
+@server.tool(annotations=types.ToolAnnotations(readOnlyHint=True))
+def fetch(url: str) -> str:
+    """Read-only but open-world (no openWorldHint): records that it ran in fetched.txt."""
+    with open("fetched.txt", "a") as out:
+        out.write(url + "\n")
+    return "fetched " + url
 
 
 @server.tool()
@@ -54,6 +62,21 @@ def kill_client() -> str:
     """Kill the process that started this server (muster), as a crash in the middle of a call."""
     os.kill(os.getppid(), signal.SIGKILL)
     return "unreachable"
+
+
+def grown() -> str:
+    """A tool that appears only after `grow`."""
+    return "grown tool ran"
+
+
+@server.tool()
+async def grow(ctx: Context) -> str:
+    """Add the tool `grown` and tell the client the tool list changed."""
+    server.add_tool(
+        grown, annotations=types.ToolAnnotations(readOnlyHint=True, openWorldHint=False)
+    )
+    await ctx.session.send_tool_list_changed()
+    return "grew"
 
 
 if __name__ == "__main__":

@@ -30,9 +30,9 @@ fn server_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/mcp_notes_server.py")
 }
 
-/// A project with the Python `notes` server in `.mcp.json`, enabled (and trusted for
-/// read-only use) by the project-local settings, plus `local` extra settings lines; the user
-/// trusted the project (a `.mcp.json` server starts only in a trusted project).
+/// A project with the Python `notes` server in `.mcp.json`, `local` extra `[mcp]` lines in the
+/// project-local settings; the user trusted the project (a `.mcp.json` server starts only in
+/// a trusted project, as `muster trust` pinned it).
 fn notes_project(local: &str) -> tempfile::TempDir {
     let dir = project(&[("notes.txt", "alpha one\nbeta two\nalpha three\n")]);
     let mcp = json!({"mcpServers": {"notes": {
@@ -42,9 +42,7 @@ fn notes_project(local: &str) -> tempfile::TempDir {
     std::fs::write(dir.path().join(".mcp.json"), mcp.to_string()).unwrap();
     std::fs::write(
         dir.path().join(".muster/settings.local.toml"),
-        format!(
-            "[mcp]\nenabled_project_servers = [\"notes\"]\ntrusted_read_only = [\"notes\"]\n{local}"
-        ),
+        format!("[mcp]\n{local}"),
     )
     .unwrap();
     super::common::trust_blocking(dir.path());
@@ -86,9 +84,10 @@ async fn tool_results(dir: &Path, events: &[Value]) -> (Vec<Value>, Vec<Value>) 
     (records, calls)
 }
 
-/// Plan mode over stdio: the trusted server's read-only tool runs (in the agent's
-/// workspace, its long output capped), the tool it does not mark read-only is denied and
-/// never runs. The tools, with the server's schemas, reach the model and the agent's record.
+/// Plan mode over stdio: the trusted server's read-only, closed-world tool runs (in the
+/// agent's workspace, its long output capped); the tool it does not mark read-only, the one
+/// that is read-only but open-world (no `openWorldHint`) and the one with no hints are denied
+/// and never run. The tools, with the server's schemas, reach the model and the agent's record.
 #[tokio::test(flavor = "multi_thread")]
 async fn plan_mode_allows_a_trusted_read_only_mcp_tool_and_denies_the_rest() {
     let dir = notes_project("max_output_bytes = 1000\n");
@@ -104,7 +103,16 @@ async fn plan_mode_allows_a_trusted_read_only_mcp_tool_and_denies_the_rest() {
             vec![call("mcp__notes__publish", json!({"text": "leak"}))],
         ),
         ScriptEntry::reply("main", 3, vec![call("mcp__notes__dump", json!({}))]),
-        ScriptEntry::reply("main", 4, vec![Block::text("Done.")]),
+        ScriptEntry::reply(
+            "main",
+            4,
+            vec![call(
+                "mcp__notes__fetch",
+                json!({"url": "http://example.test"}),
+            )],
+        ),
+        ScriptEntry::reply("main", 5, vec![call("mcp__notes__crash", json!({}))]),
+        ScriptEntry::reply("main", 6, vec![Block::text("Done.")]),
     ])
     .await
     .unwrap();
@@ -112,7 +120,7 @@ async fn plan_mode_allows_a_trusted_read_only_mcp_tool_and_denies_the_rest() {
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let events = lines(&output);
     let (records, calls) = tool_results(dir.path(), &events).await;
-    assert_eq!(calls.len(), 3, "{calls:#?}");
+    assert_eq!(calls.len(), 5, "{calls:#?}");
 
     assert_eq!(calls[0]["decision"], "allow", "{:?}", calls[0]);
     let found = calls[0]["content"].as_str().unwrap();
@@ -133,6 +141,16 @@ async fn plan_mode_allows_a_trusted_read_only_mcp_tool_and_denies_the_rest() {
         !dir.path().join("published.txt").exists(),
         "a denied tool ran"
     );
+    assert_eq!(calls[3]["decision"], "deny", "{:?}", calls[3]);
+    let reason = calls[3]["reason"].as_str().unwrap();
+    assert!(reason.contains("openWorldHint: false"), "{reason}");
+    assert!(
+        !dir.path().join("fetched.txt").exists(),
+        "an open-world tool ran in plan mode"
+    );
+    assert_eq!(calls[4]["decision"], "deny", "{:?}", calls[4]);
+    let reason = calls[4]["reason"].as_str().unwrap();
+    assert!(reason.contains("neither"), "{reason}");
 
     let dumped = calls[2]["content"].as_str().unwrap();
     assert!(
@@ -142,7 +160,7 @@ async fn plan_mode_allows_a_trusted_read_only_mcp_tool_and_denies_the_rest() {
     );
 
     let stream: Vec<&Value> = events.iter().filter(|e| e["type"] == "tool_call").collect();
-    assert_eq!(stream.len(), 3);
+    assert_eq!(stream.len(), 5);
     assert_eq!(stream[1]["decision"], "deny");
 
     let started = &records[0];
@@ -159,9 +177,11 @@ async fn plan_mode_allows_a_trusted_read_only_mcp_tool_and_denies_the_rest() {
             "mcp__notes__search",
             "mcp__notes__publish",
             "mcp__notes__dump",
+            "mcp__notes__fetch",
             "mcp__notes__crash",
             "mcp__notes__hang",
             "mcp__notes__kill_client",
+            "mcp__notes__grow",
         ]
     );
     assert_eq!(started["mcp_tools"][0]["annotations"]["readOnlyHint"], true);
@@ -260,41 +280,81 @@ async fn a_server_that_crashes_mid_call_leaves_the_run_going() {
 }
 
 /// A repository's `.mcp.json` alone starts nothing; `config show` says which servers are
-/// enabled and why.
+/// enabled and why. `muster trust` pins each project server (`.mcp.json` and this project's
+/// entry in `~/.claude.json`); one whose template changes afterwards does not start, while
+/// the others do. Claude Code's approvals are shown, not taken as trust.
 #[tokio::test(flavor = "multi_thread")]
 async fn config_show_lists_each_server_as_enabled_or_not_and_why() {
     let dir = notes_project("");
     let mcp = json!({"mcpServers": {
         "notes": {"command": "python3", "args": ["server.py"]},
-        "stranger": {"command": "sh", "args": ["-c", "touch started"]},
         "old": {"type": "sse", "url": "http://127.0.0.1:9/sse"},
     }});
     std::fs::write(dir.path().join(".mcp.json"), mcp.to_string()).unwrap();
+    // `HOME` is the project directory in these tests: this is `~/.claude.json`.
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let claude = |args: &[&str]| {
+        json!({"projects": {root.display().to_string(): {
+            "mcpServers": {"stranger": {"command": "sh", "args": args}},
+            "enabledMcpjsonServers": ["notes"],
+        }}})
+        .to_string()
+    };
+    std::fs::write(dir.path().join(".claude.json"), claude(&["-c", "true"])).unwrap();
     // The file changed since the project was trusted: no server of it is enabled.
     let output = muster(dir.path(), &["config", "show"]).await;
     let text = stdout(&output);
     assert!(
         text.contains(
-            "# mcp server notes (stdio `python3`): not enabled: the project is not trusted"
+            "# mcp server notes (.mcp.json, stdio `python3`): not enabled: the project is not trusted"
         ),
         "{text}"
     );
-    super::common::trust(dir.path()).await;
+    assert!(
+        text.contains("approved in Claude Code (by name only, not trust)"),
+        "{text}"
+    );
+    let trusted = muster(dir.path(), &["trust"]).await;
+    assert!(
+        stdout(&trusted).contains(
+            "pins MCP server stranger (~/.claude.json (this project's entry)): sh -c true"
+        ),
+        "{}",
+        stdout(&trusted)
+    );
     let output = muster(dir.path(), &["config", "show"]).await;
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let text = stdout(&output);
     assert!(
-        text.contains("# mcp server notes (stdio `python3`): enabled: listed in `[mcp] enabled_project_servers`"),
+        text.contains("# mcp server notes (.mcp.json, stdio `python3`): enabled: trusted with `muster trust`, its template pinned"),
         "{text}"
     );
     assert!(
-        text.contains("# mcp server stranger (stdio `sh`): not enabled: a project's .mcp.json is not trusted by itself"),
+        text.contains(
+            "# mcp server stranger (~/.claude.json (this project's entry), stdio `sh`): enabled"
+        ),
         "{text}"
     );
     assert!(
         stderr(&output).contains("MCP server `old`"),
         "{}",
         stderr(&output)
+    );
+    // The local entry's template changes after trust: that server alone stops being trusted.
+    std::fs::write(
+        dir.path().join(".claude.json"),
+        claude(&["-c", "touch started"]),
+    )
+    .unwrap();
+    let output = muster(dir.path(), &["config", "show"]).await;
+    let text = stdout(&output);
+    assert!(
+        text.contains("# mcp server stranger (~/.claude.json (this project's entry), stdio `sh`): not enabled: changed since you trusted the project"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# mcp server notes (.mcp.json, stdio `python3`): enabled"),
+        "{text}"
     );
 
     let fake = FakeLlm::start(vec![ScriptEntry::reply(
@@ -307,8 +367,14 @@ async fn config_show_lists_each_server_as_enabled_or_not_and_why() {
     let output = run(dir.path(), &fake.base_url(), "default").await;
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(
+        stderr(&output).contains("MCP server `stranger`")
+            && stderr(&output).contains("changed since"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(
         !dir.path().join("started").exists(),
-        "an untrusted server was started"
+        "a server changed since trust was started"
     );
 }
 
@@ -336,7 +402,11 @@ impl rmcp::ServerHandler for Tracker {
             Arc::new(schema.as_object().unwrap().clone())
         };
         let lookup = rmcp::model::Tool::new("lookup", "Look an issue up.", schema("key"))
-            .with_annotations(rmcp::model::ToolAnnotations::new().read_only(true));
+            .with_annotations(
+                rmcp::model::ToolAnnotations::new()
+                    .read_only(true)
+                    .open_world(false),
+            );
         let file = rmcp::model::Tool::new("file", "File an issue.", schema("title"));
         Ok(rmcp::model::ListToolsResult::with_all_items(vec![
             lookup, file,
@@ -409,11 +479,7 @@ async fn streamable_http_tools_run_through_the_permission_engine() {
         "type": "http", "url": url, "headers": {"X-Team": "core"},
     }}});
     std::fs::write(dir.path().join(".mcp.json"), mcp.to_string()).unwrap();
-    std::fs::write(
-        dir.path().join(".muster/settings.local.toml"),
-        "[mcp]\nenable_all_project_servers = true\ntrusted_read_only = [\"tracker\"]\n",
-    )
-    .unwrap();
+    std::fs::write(dir.path().join(".muster/settings.local.toml"), "[mcp]\n").unwrap();
     super::common::trust(dir.path()).await;
     let script = || {
         vec![
@@ -465,7 +531,8 @@ async fn streamable_http_tools_run_through_the_permission_engine() {
 /// offers the stored tool list again on a restarted server, and runs to its end.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crash_mid_call_resumes_with_the_interrupted_result_and_the_stored_tools() {
-    let dir = notes_project("");
+    // The server kills muster itself: the sandbox's signal scope would refuse that.
+    let dir = notes_project("[sandbox]\nmode = \"off\"\n");
     let fake = FakeLlm::start(vec![
         ScriptEntry::reply("main", 1, vec![call("mcp__notes__kill_client", json!({}))]),
         ScriptEntry::reply(
@@ -547,7 +614,7 @@ async fn servers_that_never_start_are_warnings_and_the_run_goes_on() {
     std::fs::write(dir.path().join(".mcp.json"), mcp.to_string()).unwrap();
     std::fs::write(
         dir.path().join(".muster/settings.local.toml"),
-        "[mcp]\nenable_all_project_servers = true\nstartup_timeout_ms = 300\n",
+        "[mcp]\nstartup_timeout_ms = 300\n",
     )
     .unwrap();
     super::common::trust(dir.path()).await;
@@ -566,7 +633,8 @@ async fn servers_that_never_start_are_warnings_and_the_run_goes_on() {
         "{log}"
     );
     assert!(
-        log.contains("MCP server `missing` did not start: cannot run `/nonexistent/mcp-server`"),
+        log.contains("MCP server `missing` did not start")
+            && log.contains("cannot run `/nonexistent/mcp-server`"),
         "{log}"
     );
     let offered = fake.requests()[0].body["tools"].as_array().unwrap().len();
@@ -652,11 +720,7 @@ async fn an_http_server_of_the_python_sdk_answers_check_and_runs_on_every_provid
     let dir = project(&[]);
     let mcp = json!({"mcpServers": {"remote": {"type": "http", "url": server.url}}});
     std::fs::write(dir.path().join(".mcp.json"), mcp.to_string()).unwrap();
-    std::fs::write(
-        dir.path().join(".muster/settings.local.toml"),
-        "[mcp]\nenable_all_project_servers = true\ntrusted_read_only = [\"remote\"]\n",
-    )
-    .unwrap();
+    std::fs::write(dir.path().join(".muster/settings.local.toml"), "[mcp]\n").unwrap();
     super::common::trust(dir.path()).await;
     let check = muster(
         dir.path(),
@@ -921,11 +985,11 @@ fn still_runs(pid: i32) -> bool {
     rustix::event::poll(&mut fds, Some(&now)).unwrap() == 0
 }
 
-/// A dropped agent takes its servers along: a subagent's own forking server (group and all)
-/// is gone once the subagent has finished, while its parent's keeps running until the run
-/// ends.
+/// A subagent uses its parent's connections: nothing starts for it (the forking server's
+/// `sleep` appears once), its call goes to the parent's server, and the server keeps running
+/// after the subagent has finished, until the run ends.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_finished_subagents_servers_are_killed_while_the_run_goes_on() {
+async fn a_subagent_uses_its_parents_connections_and_starts_nothing() {
     let dir = forking_project();
     let root = dir.path();
     let held = |name: &str| muster_fake_llm::Fault {
@@ -942,7 +1006,12 @@ async fn a_finished_subagents_servers_are_killed_while_the_run_goes_on() {
             )],
         )
         .fault(held("first")),
-        ScriptEntry::reply("main.sub-1", 1, vec![Block::text("Looked.")]),
+        ScriptEntry::reply(
+            "main.sub-1",
+            1,
+            vec![call("mcp__notes__search", json!({"query": "alpha"}))],
+        ),
+        ScriptEntry::reply("main.sub-1", 2, vec![Block::text("Looked.")]),
         ScriptEntry::reply("main", 2, vec![Block::text("Done.")]).fault(held("second")),
     ])
     .await
@@ -969,14 +1038,21 @@ async fn a_finished_subagents_servers_are_killed_while_the_run_goes_on() {
     tokio::time::timeout(super::common::GUARD, fake.gate_reached("second", 1))
         .await
         .expect("the second model call never came");
-    let subagents: Vec<i32> = forked_sleeps(root)
+    assert_eq!(
+        forked_sleeps(root),
+        parents,
+        "a server was started again for the subagent"
+    );
+    let searched = fake
+        .requests()
         .into_iter()
-        .filter(|pid| !parents.contains(pid))
-        .collect();
-    assert_eq!(subagents.len(), 1, "the subagent's server");
+        .find(|request| request.agent.as_deref() == Some("main.sub-1") && request.turn == Some(2))
+        .expect("the subagent's second request")
+        .body
+        .to_string();
     assert!(
-        ends(subagents[0]).await,
-        "the finished subagent's server group outlived it"
+        searched.contains("hit(s) for 'alpha'"),
+        "the subagent's call did not reach the server: {searched}"
     );
     assert!(still_runs(parents[0]), "the parent's server is still there");
     fake.open_gate("second");
@@ -984,5 +1060,423 @@ async fn a_finished_subagents_servers_are_killed_while_the_run_goes_on() {
     assert!(
         ends(parents[0]).await,
         "the parent's server outlived the run"
+    );
+}
+
+/// The reference filesystem server of npm (`@modelcontextprotocol/server-filesystem`, pinned
+/// by tests/mcp-npm's lockfile and installed by `scripts/test`). Without it the test fails
+/// saying how to get it, never skips.
+fn filesystem_server() -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(
+        "../tests/mcp-npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js",
+    );
+    assert!(
+        script.is_file(),
+        "the MCP tests need the npm reference servers: run `scripts/test`, which installs them \
+         (npm ci --prefix tests/mcp-npm)"
+    );
+    std::fs::canonicalize(script).unwrap()
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let done = std::process::Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        done.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+}
+
+/// A project whose `.mcp.json` gives the filesystem server the user's tree by absolute path,
+/// as users write it, beside `extra` servers.
+fn filesystem_project(extra: Value) -> tempfile::TempDir {
+    let dir = project(&[]);
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let mut servers = json!({"fs": {
+        "command": "node",
+        "args": [filesystem_server(), root],
+    }});
+    if let (Some(servers), Some(extra)) = (servers.as_object_mut(), extra.as_object()) {
+        servers.extend(extra.clone());
+    }
+    std::fs::write(
+        dir.path().join(".mcp.json"),
+        json!({"mcpServers": servers}).to_string(),
+    )
+    .unwrap();
+    dir
+}
+
+/// The text of the tool results of the request `agent` made at `turn`.
+fn results_sent(fake: &muster_fake_llm::FakeLlmHandle, agent: &str, turn: u64) -> String {
+    fake.requests()
+        .into_iter()
+        .find(|request| request.agent.as_deref() == Some(agent) && request.turn == Some(turn))
+        .unwrap_or_else(|| panic!("no request of {agent} at turn {turn}"))
+        .body
+        .to_string()
+}
+
+/// The main agent's filesystem server writes the agent's own workspace (the workspace-write
+/// profile), so the teammate test below fails for the sandbox, not for the server.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_filesystem_server_writes_its_own_agents_workspace() {
+    let dir = filesystem_project(json!({}));
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    super::common::trust(dir.path()).await;
+    let target = root.join("ok.txt");
+    let fake = FakeLlm::start(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![call(
+                "mcp__fs__write_file",
+                json!({"path": target, "content": "written"}),
+            )],
+        ),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+    ])
+    .await
+    .unwrap();
+    let output = run(dir.path(), &fake.base_url(), "bypassPermissions").await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        std::fs::read_to_string(&target).ok().as_deref(),
+        Some("written"),
+        "{}",
+        results_sent(&fake, "main", 2)
+    );
+}
+
+/// A teammate's filesystem server, given the user's tree by absolute path, runs in the
+/// teammate's sandbox: it cannot write the user's tree, only the teammate's worktree. A server
+/// that failed to start for the lead is not started again for the teammate.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_teammates_filesystem_server_cannot_write_the_users_tree() {
+    let dir = filesystem_project(json!({"hang": {"command": "sleep", "args": ["30"]}}));
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::remove_dir_all(root.join(".git")).unwrap();
+    std::fs::create_dir_all(root.join(".muster/agents")).unwrap();
+    std::fs::write(
+        root.join(".muster/agents/writer.md"),
+        "---\nname: writer\ndescription: Writes files.\npermissionMode: bypassPermissions\n---\nYou write files.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("muster.team.toml"),
+        "name = \"builders\"\nisolation = \"worktree\"\n\n[[teammates]]\nname = \"one\"\n\
+         definition = \"writer\"\nplan_mode_required = false\napprover = \"policy:policy.toml\"\n",
+    )
+    .unwrap();
+    std::fs::write(root.join("policy.toml"), "approve_all = true\n").unwrap();
+    std::fs::write(
+        root.join(".muster/settings.local.toml"),
+        "[mcp]\nstartup_timeout_ms = 2000\n",
+    )
+    .unwrap();
+    std::fs::write(root.join(".gitignore"), ".muster/settings.local.toml\n").unwrap();
+    git(&root, &["init", "-q", "-b", "main"]);
+    git(&root, &["add", "-A"]);
+    git(&root, &["commit", "-q", "-m", "start"]);
+    super::common::trust(&root).await;
+    let leak = root.join("leak.txt");
+    let entry = |value: Value| -> ScriptEntry { serde_json::from_value(value).unwrap() };
+    let any_turn = |agent: &str, text: &str| {
+        entry(
+            json!({"agent": agent, "reply": {"content": [{"type": "text", "text": text}],
+                     "stop_reason": "end_turn"}}),
+        )
+    };
+    let fake = FakeLlm::start(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![call(
+                "TaskCreate",
+                json!({"subject": "write", "description": "Write a file."}),
+            )],
+        ),
+        any_turn("lead", "Waiting for the team."),
+        ScriptEntry::reply(
+            "one",
+            1,
+            vec![call(
+                "mcp__fs__write_file",
+                json!({"path": leak, "content": "from the teammate"}),
+            )],
+        ),
+        any_turn("one", "done"),
+    ])
+    .await
+    .unwrap();
+    let args = [
+        "run",
+        "-p",
+        "Write.",
+        "--permission-mode",
+        "bypassPermissions",
+        "--base-url",
+        &fake.base_url(),
+        "--output",
+        "stream-json",
+    ];
+    let output = muster(&root, &args).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let sent = results_sent(&fake, "one", 2);
+    assert!(
+        !leak.exists(),
+        "the teammate's server wrote the user's tree: {sent}"
+    );
+    assert!(
+        ["EACCES", "EPERM", "EROFS", "ermission denied"]
+            .iter()
+            .any(|word| sent.contains(word)),
+        "the write did not fail for the sandbox: {sent}"
+    );
+    let log = stderr(&output);
+    assert_eq!(
+        log.matches("MCP server `hang` did not start and initialize within 2000 ms")
+            .count(),
+        2,
+        "{log}"
+    );
+    assert_eq!(log.matches("it is not started again").count(), 1, "{log}");
+}
+
+/// `${VAR}` and `${VAR:-default}` in `.mcp.json` expand from muster's environment; `muster
+/// trust` names the variables each server reads; an unset variable with no default keeps that
+/// server off with a warning naming it and the variable, and the run goes on.
+#[tokio::test(flavor = "multi_thread")]
+async fn variables_in_mcp_json_expand_and_an_unset_one_is_named() {
+    let dir = project(&[("notes.txt", "alpha one\n")]);
+    let mcp = json!({"mcpServers": {
+        "notes": {"command": "${NOTES_PYTHON}", "args": ["${NOTES_DIR:-/nowhere}/mcp_notes_server.py"]},
+        "needy": {"command": "${NOTES_PYTHON}", "args": ["${MUSTER_TEST_NEVER_SET}"]},
+    }});
+    std::fs::write(dir.path().join(".mcp.json"), mcp.to_string()).unwrap();
+    let trusted = muster(dir.path(), &["trust"]).await;
+    assert!(
+        stdout(&trusted).contains("pins MCP server notes (.mcp.json): ${NOTES_PYTHON} ${NOTES_DIR:-/nowhere}/mcp_notes_server.py; reads NOTES_DIR, NOTES_PYTHON"),
+        "{}",
+        stdout(&trusted)
+    );
+    let fake = FakeLlm::start(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![call("mcp__notes__search", json!({"query": "alpha"}))],
+        ),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+    ])
+    .await
+    .unwrap();
+    let base = fake.base_url();
+    let args = [
+        "run",
+        "-p",
+        "Work.",
+        "--permission-mode",
+        "default",
+        "--base-url",
+        &base,
+        "--output",
+        "stream-json",
+    ];
+    let mut command = super::common::command(dir.path(), &args);
+    command
+        .env("NOTES_PYTHON", python())
+        .env("NOTES_DIR", server_script().parent().unwrap())
+        .env_remove("MUSTER_TEST_NEVER_SET");
+    let output = super::common::output(command).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let log = stderr(&output);
+    assert!(
+        log.contains("MCP server `needy` (.mcp.json): `${MUSTER_TEST_NEVER_SET}` is not set and has no default"),
+        "{log}"
+    );
+    let (_, calls) = tool_results(dir.path(), &lines(&output)).await;
+    assert_eq!(calls[0]["decision"], "allow", "{:?}", calls[0]);
+    assert!(
+        calls[0]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("1 hit(s) for 'alpha'"),
+        "{:?}",
+        calls[0]
+    );
+}
+
+/// The npm reference server of npm's `@modelcontextprotocol/<name>` (see
+/// [`filesystem_server`]).
+fn npm_server(name: &str) -> PathBuf {
+    let script = filesystem_server()
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::parent)
+        .unwrap()
+        .join(name)
+        .join("dist/index.js");
+    assert!(
+        script.is_file(),
+        "{} is missing: run `scripts/test`",
+        script.display()
+    );
+    script
+}
+
+/// Plan mode with real servers: the `everything` server's read-only, closed-world `echo` and
+/// the `memory` server's `read_graph` run (in the read-only sandbox); its open-world
+/// `gzip-file-as-resource` is denied. The user's own `[mcp] read_only_tools` lets an
+/// open-world tool through; the same key in the project-local settings is ignored and says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_mode_with_the_npm_servers_follows_the_hints_and_the_users_own_list() {
+    let dir = project(&[("notes.txt", "alpha one\n")]);
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let mcp = json!({"mcpServers": {
+        "everything": {"command": "node", "args": [npm_server("server-everything")]},
+        "memory": {"command": "node", "args": [npm_server("server-memory")],
+                   "env": {"MEMORY_FILE_PATH": root.join("memory.jsonl")}},
+        "notes": {"command": python(), "args": [server_script()]},
+    }});
+    std::fs::write(dir.path().join(".mcp.json"), mcp.to_string()).unwrap();
+    std::fs::write(
+        dir.path().join(".muster/settings.local.toml"),
+        "[mcp]\nread_only_tools = [\"mcp__everything__gzip-file-as-resource\"]\n",
+    )
+    .unwrap();
+    super::common::trust(dir.path()).await;
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.path().join(".muster")).unwrap();
+    std::fs::write(
+        home.path().join(".muster/settings.toml"),
+        "[mcp]\nread_only_tools = [\"mcp__notes__fetch\"]\n",
+    )
+    .unwrap();
+    let fake = FakeLlm::start(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![call("mcp__everything__echo", json!({"message": "hi"}))],
+        ),
+        ScriptEntry::reply(
+            "main",
+            2,
+            vec![call(
+                "mcp__everything__gzip-file-as-resource",
+                json!({"name": "x.gz", "data": "https://example.test/x"}),
+            )],
+        ),
+        ScriptEntry::reply("main", 3, vec![call("mcp__memory__read_graph", json!({}))]),
+        ScriptEntry::reply(
+            "main",
+            4,
+            vec![call("mcp__notes__fetch", json!({"url": "local"}))],
+        ),
+        ScriptEntry::reply("main", 5, vec![Block::text("Done.")]),
+    ])
+    .await
+    .unwrap();
+    let base = fake.base_url();
+    let args = [
+        "run",
+        "-p",
+        "Look.",
+        "--permission-mode",
+        "plan",
+        "--base-url",
+        &base,
+        "--output",
+        "stream-json",
+    ];
+    let mut command = super::common::command(dir.path(), &args);
+    command.env("HOME", home.path());
+    let output = super::common::output(command).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("`mcp.read_only_tools` is ignored"),
+        "{}",
+        stderr(&output)
+    );
+    let (_, calls) = tool_results(dir.path(), &lines(&output)).await;
+    assert_eq!(calls.len(), 4, "{calls:#?}");
+    assert_eq!(calls[0]["decision"], "allow", "{:?}", calls[0]);
+    assert!(
+        calls[0]["content"].as_str().unwrap().contains("Echo: hi"),
+        "{:?}",
+        calls[0]
+    );
+    assert_eq!(calls[1]["decision"], "deny", "{:?}", calls[1]);
+    assert!(
+        calls[1]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("readOnlyHint: true"),
+        "{:?}",
+        calls[1]
+    );
+    assert_eq!(calls[2]["decision"], "allow", "{:?}", calls[2]);
+    assert!(
+        calls[2]["content"].as_str().unwrap().contains("entities"),
+        "{:?}",
+        calls[2]
+    );
+    assert_eq!(calls[3]["decision"], "allow", "{:?}", calls[3]);
+    assert!(
+        calls[3]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("read_only_tools"),
+        "{:?}",
+        calls[3]
+    );
+}
+
+/// `tools/list_changed` is honoured at the agent's next turn boundary: after `grow` adds a
+/// tool and says so, the next model request offers it, the agent calls it, and the new list
+/// is committed (`mcp_tools` record) for a resume.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_list_change_is_offered_from_the_next_model_request() {
+    let dir = notes_project("");
+    let fake = FakeLlm::start(vec![
+        ScriptEntry::reply("main", 1, vec![call("mcp__notes__grow", json!({}))]),
+        ScriptEntry::reply("main", 2, vec![call("mcp__notes__grown", json!({}))]),
+        ScriptEntry::reply("main", 3, vec![Block::text("Done.")]),
+    ])
+    .await
+    .unwrap();
+    let output = run(dir.path(), &fake.base_url(), "bypassPermissions").await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let offered = |index: usize| -> Vec<String> {
+        fake.requests()[index].body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|tool| tool["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert!(!offered(0).contains(&"mcp__notes__grown".to_owned()));
+    assert!(
+        offered(1).contains(&"mcp__notes__grown".to_owned()),
+        "{:?}",
+        offered(1)
+    );
+    let (records, calls) = tool_results(dir.path(), &lines(&output)).await;
+    assert_eq!(calls[1]["content"], "grown tool ran", "{:?}", calls[1]);
+    let changed = records
+        .iter()
+        .find(|record| record["type"] == "mcp_tools")
+        .expect("the new list was not committed");
+    assert!(
+        changed["mcp_tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|tool| tool["model_name"] == "mcp__notes__grown"),
+        "{changed}"
     );
 }
