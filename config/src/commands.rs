@@ -156,23 +156,7 @@ impl CommandCatalog {
     ) -> Loaded<CommandCatalog> {
         let mut warnings = Vec::new();
         let mut catalog = CommandCatalog::default();
-        let mut sources: Vec<(PathBuf, PluginScope)> = plugins
-            .iter()
-            .map(|plugin| {
-                (
-                    plugin.root.join("commands"),
-                    PluginScope::Plugin(plugin.name.clone()),
-                )
-            })
-            .collect();
-        for (claude, user) in crate::plugins::claude_dirs(root, home) {
-            let scope = if user {
-                PluginScope::User
-            } else {
-                PluginScope::Project
-            };
-            sources.push((claude.join("commands"), scope));
-        }
+        let sources = crate::plugins::sources(root, home, plugins, "commands");
         for (directory, scope) in sources {
             for path in markdown_files_under(&directory, 0) {
                 let Some(command) = read_command(&directory, &path, &scope, &mut warnings) else {

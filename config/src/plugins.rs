@@ -71,6 +71,35 @@ pub fn roots_under(dir: &Path) -> Vec<PathBuf> {
     plugins.into_iter().map(|plugin| plugin.root).collect()
 }
 
+/// The folders named `subdir` that skills or commands come from, lowest precedence first
+/// (every plugin's, the project's `.claude/`, the user's `~/.claude/`): a later folder's entry
+/// replaces an earlier one's of the same name.
+pub fn sources(
+    root: &ProjectRoot,
+    home: Option<&Path>,
+    plugins: &[Plugin],
+    subdir: &str,
+) -> Vec<(PathBuf, PluginScope)> {
+    let mut sources: Vec<(PathBuf, PluginScope)> = plugins
+        .iter()
+        .map(|plugin| {
+            (
+                plugin.root.join(subdir),
+                PluginScope::Plugin(plugin.name.clone()),
+            )
+        })
+        .collect();
+    for (claude, user) in claude_dirs(root, home) {
+        let scope = if user {
+            PluginScope::User
+        } else {
+            PluginScope::Project
+        };
+        sources.push((claude.join(subdir), scope));
+    }
+    sources
+}
+
 /// The `.claude` directories searched, the project's first: `(directory, is the user's)`.
 /// A home that is the project root (a sandboxed checkout) is searched once.
 pub fn claude_dirs(root: &ProjectRoot, home: Option<&Path>) -> Vec<(PathBuf, bool)> {

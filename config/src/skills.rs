@@ -91,23 +91,7 @@ impl SkillCatalog {
         let mut warnings = Vec::new();
         let mut catalog = SkillCatalog::default();
         // Lowest precedence first: a later one replaces an earlier one of the same name.
-        let mut sources: Vec<(PathBuf, PluginScope)> = plugins
-            .iter()
-            .map(|plugin| {
-                (
-                    plugin.root.join("skills"),
-                    PluginScope::Plugin(plugin.name.clone()),
-                )
-            })
-            .collect();
-        for (claude, user) in crate::plugins::claude_dirs(root, home) {
-            let scope = if user {
-                PluginScope::User
-            } else {
-                PluginScope::Project
-            };
-            sources.push((claude.join("skills"), scope));
-        }
+        let sources = crate::plugins::sources(root, home, plugins, "skills");
         for (directory, scope) in sources {
             for path in skill_files(&directory) {
                 let Some(skill) = read_skill(&path, &scope, &mut warnings) else {

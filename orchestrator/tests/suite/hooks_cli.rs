@@ -415,6 +415,27 @@ fn git(dir: &Path, args: &[&str]) {
     );
 }
 
+/// A team of `writer` teammates (who write and run Bash without asking) at `root`, with
+/// `team` as its team file.
+fn write_team(root: &Path, team: &str) {
+    std::fs::create_dir_all(root.join(".muster/agents")).unwrap();
+    std::fs::write(
+        root.join(".muster/agents/writer.md"),
+        "---\nname: writer\ndescription: Writes files.\npermissionMode: bypassPermissions\n---\nYou write files.\n",
+    )
+    .unwrap();
+    std::fs::write(root.join("muster.team.toml"), team).unwrap();
+}
+
+/// The agent's reply to any turn: `text`, ending it.
+fn any_turn(agent: &str, text: &str) -> ScriptEntry {
+    serde_json::from_value(
+        json!({"agent": agent, "reply": {"content": [{"type": "text", "text": text}],
+                 "stop_reason": "end_turn"}}),
+    )
+    .unwrap()
+}
+
 /// A teammate working in its own worktree is guarded too: the hook runs there (its
 /// `CLAUDE_PROJECT_DIR` is the worktree), and the reason reaches that teammate's model.
 #[tokio::test(flavor = "multi_thread")]
@@ -422,30 +443,16 @@ async fn a_guard_hook_refuses_rm_for_a_teammate_in_its_worktree() {
     let dir = hooked_project();
     let root = dir.path();
     std::fs::remove_dir_all(root.join(".git")).unwrap();
-    std::fs::create_dir_all(root.join(".muster/agents")).unwrap();
-    std::fs::write(
-        root.join(".muster/agents/writer.md"),
-        "---\nname: writer\ndescription: Writes files.\npermissionMode: bypassPermissions\n---\nYou write files.\n",
-    )
-    .unwrap();
-    std::fs::write(
-        root.join("muster.team.toml"),
+    write_team(
+        root,
         "name = \"builders\"\nisolation = \"worktree\"\n\n[[teammates]]\nname = \"one\"\n\
          definition = \"writer\"\nplan_mode_required = false\napprover = \"policy:policy.toml\"\n",
-    )
-    .unwrap();
+    );
     std::fs::write(root.join("policy.toml"), "approve_all = true\n").unwrap();
     git(root, &["init", "-q", "-b", "main"]);
     git(root, &["add", "-A"]);
     git(root, &["commit", "-q", "-m", "start"]);
     trust(root).await;
-    let entry = |value: Value| -> ScriptEntry { serde_json::from_value(value).unwrap() };
-    let any_turn = |agent: &str, text: &str| {
-        entry(
-            json!({"agent": agent, "reply": {"content": [{"type": "text", "text": text}],
-                     "stop_reason": "end_turn"}}),
-        )
-    };
     let fake = fake(vec![
         ScriptEntry::reply(
             "lead",
@@ -755,25 +762,11 @@ async fn a_teammate_idle_hook_keeps_a_teammate_working_once() {
     let dir = project_with_hooks(&[("TeammateIdle", command)]).await;
     let root = dir.path();
     let log = root.join("idle.log");
-    std::fs::create_dir_all(root.join(".muster/agents")).unwrap();
-    std::fs::write(
-        root.join(".muster/agents/writer.md"),
-        "---\nname: writer\ndescription: Writes files.\npermissionMode: bypassPermissions\n---\nYou write files.\n",
-    )
-    .unwrap();
-    std::fs::write(
-        root.join("muster.team.toml"),
+    write_team(
+        root,
         "name = \"builders\"\n\n[[teammates]]\nname = \"one\"\ndefinition = \"writer\"\n\
          plan_mode_required = false\n",
-    )
-    .unwrap();
-    let entry = |value: Value| -> ScriptEntry { serde_json::from_value(value).unwrap() };
-    let any_turn = |agent: &str, text: &str| {
-        entry(
-            json!({"agent": agent, "reply": {"content": [{"type": "text", "text": text}],
-                     "stop_reason": "end_turn"}}),
-        )
-    };
+    );
     let fake = fake(vec![
         ScriptEntry::reply(
             "lead",
