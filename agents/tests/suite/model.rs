@@ -2037,6 +2037,8 @@ fn the_key_is_masked_and_streams_are_send() {
 #[tokio::test]
 async fn build_provider_from_settings_and_a_key_lookup() {
     use muster_agents::model::build_provider;
+    // Run alone (nextest gives each test its own process), no other test installed it.
+    super::harness::install_tls_provider();
     let dir = tempfile::tempdir().unwrap();
     let cassette = dir.path().join("model-replay.jsonl");
     std::fs::write(
