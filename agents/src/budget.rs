@@ -35,6 +35,19 @@
 //! of the run's current stretch of running, which the orchestrator stores with the run's launch
 //! options and starts again on every resume (time a run spends stopped does not count).
 //!
+//! # One run, several processes: the store's ledger
+//! A team whose teammates run on `muster worker` processes has one [`BudgetLedger`] per
+//! process, each seeing only its own agents. The run-wide limits are therefore also enforced
+//! from the run's ledger in the store ([`muster_mailbox::ledger`]): the process that starts or
+//! resumes the run writes the limits there ([`SpendLimits::ledger_limits`]; a run stored
+//! before ledgers existed is seeded with [`Spend::ledger_spend`] of its records), every
+//! model response is charged in the commit that records it ([`Spend::charge_of`]), the
+//! ledger is read before every request ([`check_stored`] with [`StoredCheck::BeforeRequest`])
+//! and the ledger after a charge is checked like [`BudgetLedger::record`] checks its own
+//! totals ([`StoredCheck::AfterResponse`]). The bound: the run's spend can pass its limit by
+//! at most what the requests in flight when it is reached cost — one per agent running on
+//! another process, and the one that crossed it.
+//!
 //! # Cost budgets and prices
 //! The configuration already refuses a cost budget when the plan or act model has no prices
 //! (`muster_config` validation). Models chosen elsewhere (an agent definition's own model) are
@@ -47,6 +60,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use muster_config::settings::{BudgetLimits, Budgets, ModelInfo};
+use muster_mailbox::ledger::{
+    LedgerLimits, LedgerSpend, RunLedger, nanos_to_usd, usd_to_nanos,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::model::{ModelResponse, Usage, cost_usd};
@@ -79,6 +95,32 @@ impl SpendLimits {
     pub fn is_unlimited(&self) -> bool {
         self.turns.is_none() && self.tokens.is_none() && self.cost_usd.is_none()
     }
+
+    /// These limits as the store's ledger keeps them (cost in nano-dollars).
+    pub fn ledger_limits(&self) -> LedgerLimits {
+        LedgerLimits {
+            turns: self.turns.map(saturating_i64),
+            tokens: self.tokens.map(saturating_i64),
+            cost_nanos: self.cost_usd.map(usd_to_nanos),
+        }
+    }
+
+    /// The limits the store's ledger keeps, back in these units.
+    pub fn from_ledger(limits: &LedgerLimits) -> SpendLimits {
+        SpendLimits {
+            turns: limits.turns.map(non_negative),
+            tokens: limits.tokens.map(non_negative),
+            cost_usd: limits.cost_nanos.map(nanos_to_usd),
+        }
+    }
+}
+
+fn saturating_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn non_negative(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
 }
 
 /// Every budget of a run: per agent (each agent separately), per run (all agents together),
@@ -154,6 +196,29 @@ impl Spend {
             spend.add_usage(&usage, cost);
         }
         spend
+    }
+
+    /// This spend as the store's ledger keeps it (cost in nano-dollars).
+    pub fn ledger_spend(&self) -> LedgerSpend {
+        LedgerSpend {
+            turns: saturating_i64(self.turns),
+            tokens: saturating_i64(self.tokens),
+            cost_nanos: usd_to_nanos(self.cost_usd),
+        }
+    }
+
+    /// What one model response charges the store's ledger: one turn, its tokens, its cost.
+    pub fn charge_of(usage: &Usage, cost_usd: Option<f64>) -> LedgerSpend {
+        LedgerSpend::of_request(usage.total_tokens(), cost_usd.filter(|c| c.is_finite()))
+    }
+
+    /// The spend the store's ledger holds, in these units.
+    pub fn from_ledger(spent: &LedgerSpend) -> Spend {
+        Spend {
+            turns: non_negative(spent.turns),
+            tokens: non_negative(spent.tokens),
+            cost_usd: nanos_to_usd(spent.cost_nanos),
+        }
     }
 
     /// The sum of two spends.
@@ -535,6 +600,31 @@ impl BudgetLedger {
         }
         Ok(())
     }
+}
+
+/// When the store's ledger is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoredCheck {
+    /// Before a model request: fails once a total has reached its limit (`total >= limit`).
+    BeforeRequest,
+    /// After a response was charged: fails when a total is above its limit (`total > limit`),
+    /// so the agent stops at the response that crossed it, before its tool calls.
+    AfterResponse,
+}
+
+/// Checks the run's ledger as the store holds it (every process's spend) against the limits it
+/// holds: a run-scope [`BudgetExceeded`] naming `budgets.run.*`, as the in-process ledger's.
+pub fn check_stored(ledger: &RunLedger, when: StoredCheck) -> Result<(), BudgetExceeded> {
+    let threshold = match when {
+        StoredCheck::BeforeRequest => Threshold::Reached,
+        StoredCheck::AfterResponse => Threshold::Exceeded,
+    };
+    first_over(
+        &SpendLimits::from_ledger(&ledger.limits),
+        &Spend::from_ledger(&ledger.spent),
+        threshold,
+        || BudgetScope::Run,
+    )
 }
 
 /// The cost of `usage` on a model of the catalogue (`None`: unknown model or no prices).

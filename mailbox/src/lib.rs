@@ -12,6 +12,7 @@ pub(crate) mod clock;
 pub mod decide;
 pub mod error;
 pub mod failpoint;
+pub mod ledger;
 pub mod live;
 pub mod message;
 pub(crate) mod ops;
@@ -27,6 +28,7 @@ pub(crate) mod wake;
 pub mod work;
 
 pub use error::{StoreError, StoreResult};
+pub use ledger::{LedgerLimits, LedgerSpend, RunLedger};
 pub use message::{MessageBody, MessageKind};
 pub use options::{CommitHook, StoreOptions, SyncMode};
 pub use postgres::{PG_SCHEMA_VERSION, PostgresStore, create_schema, drop_schema};

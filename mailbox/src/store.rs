@@ -161,6 +161,19 @@ pub trait MailboxStore: Send + Sync {
     /// does not shift.
     async fn counter_for(&self, run_id: &str, name: &str, key: &str) -> StoreResult<i64>;
 
+    // ---- the run's budget ledger (see [`crate::ledger`])
+    /// Sets the run's run-wide limits; a run without a ledger gets one holding `seed` (what
+    /// its records say it spent: a run stored before ledgers existed), an existing one keeps
+    /// its totals. The ledger as it now is.
+    async fn open_ledger(
+        &self,
+        run_id: &str,
+        limits: crate::ledger::LedgerLimits,
+        seed: crate::ledger::LedgerSpend,
+    ) -> StoreResult<crate::ledger::RunLedger>;
+    /// The run's ledger (`None`: the run has none yet).
+    async fn run_ledger(&self, run_id: &str) -> StoreResult<Option<crate::ledger::RunLedger>>;
+
     // ---- the task board
     /// Creates a task; a repeated idempotency key returns the original task.
     async fn create_task(&self, task: NewTask) -> StoreResult<Task>;

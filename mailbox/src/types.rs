@@ -445,6 +445,9 @@ pub struct CommitTurn {
     /// Task changes made in the same transaction (a teammate's end of turn completes its
     /// tasks with its report); applied before `sends`.
     pub task_updates: Vec<TaskUpdate>,
+    /// A model request's spend, charged to the run's budget ledger in the same transaction
+    /// as the records that carry the response (see [`crate::ledger`]).
+    pub charge: Option<crate::ledger::LedgerSpend>,
 }
 
 /// What a committed turn produced.
@@ -456,6 +459,9 @@ pub struct CommitTurnOutcome {
     pub auto_gate: AutoGate,
     /// One per `task_updates` entry, in order.
     pub tasks: Vec<TaskChange>,
+    /// The run's budget ledger after the turn's `charge` (`None`: nothing was charged).
+    #[serde(default)]
+    pub ledger: Option<crate::ledger::RunLedger>,
 }
 
 /// Status of a task on the board. `blocked` is what an agent says; blocking by dependencies

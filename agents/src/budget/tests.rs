@@ -184,3 +184,58 @@ fn nan_and_infinite_costs_are_not_added() {
     assert_eq!(spend.cost_usd, 0.5);
     assert_eq!(spend.tokens, 6);
 }
+
+/// The store's ledger checked before a request (reached) and after a charge (exceeded), each
+/// run limit in turn, with the setting the stop names.
+#[test]
+fn the_stored_ledger_stops_at_the_run_limits() {
+    let stored = |limits: SpendLimits, spent: Spend| RunLedger {
+        run_id: "r1".into(),
+        limits: limits.ledger_limits(),
+        spent: spent.ledger_spend(),
+    };
+    let cost = |usd| SpendLimits {
+        cost_usd: Some(usd),
+        ..SpendLimits::default()
+    };
+    let tokens = |n| SpendLimits {
+        tokens: Some(n),
+        ..SpendLimits::default()
+    };
+    let turns = |n| SpendLimits {
+        turns: Some(n),
+        ..SpendLimits::default()
+    };
+    let spent = |turns, tokens, cost_usd| Spend {
+        turns,
+        tokens,
+        cost_usd,
+    };
+    // (limits, spent, when, the setting that stops, or none)
+    let table = [
+        (cost(1.0), spent(3, 10, 0.999_999), StoredCheck::BeforeRequest, None),
+        (cost(1.0), spent(3, 10, 1.0), StoredCheck::BeforeRequest, Some("budgets.run.cost_usd")),
+        (cost(1.0), spent(3, 10, 1.0), StoredCheck::AfterResponse, None),
+        (cost(1.0), spent(3, 10, 1.2), StoredCheck::AfterResponse, Some("budgets.run.cost_usd")),
+        (tokens(100), spent(3, 99, 9.0), StoredCheck::BeforeRequest, None),
+        (tokens(100), spent(3, 100, 9.0), StoredCheck::BeforeRequest, Some("budgets.run.tokens")),
+        (tokens(100), spent(3, 101, 9.0), StoredCheck::AfterResponse, Some("budgets.run.tokens")),
+        (turns(4), spent(4, 0, 0.0), StoredCheck::BeforeRequest, Some("budgets.run.turns")),
+        (turns(4), spent(4, 0, 0.0), StoredCheck::AfterResponse, None),
+        (SpendLimits::default(), spent(1000, 1000, 1000.0), StoredCheck::BeforeRequest, None),
+    ];
+    for (limits, spend, when, stops) in table {
+        let result = check_stored(&stored(limits, spend), when);
+        match stops {
+            None => assert_eq!(result, Ok(()), "{limits:?} {spend:?} {when:?}"),
+            Some(key) => {
+                let exceeded = result.expect_err("over the limit");
+                assert_eq!(exceeded.scope, BudgetScope::Run);
+                assert_eq!(exceeded.setting_key(), key, "{limits:?} {spend:?} {when:?}");
+            }
+        }
+    }
+    // Cost survives the trip through nano-dollars.
+    let back = Spend::from_ledger(&spent(2, 5, 0.123_456_789).ledger_spend());
+    assert!((back.cost_usd - 0.123_456_789).abs() < 1e-12, "{back:?}");
+}

@@ -20,6 +20,7 @@ use crate::model::{
     ContentBlock, Message, ModelRequest, ModelResponse, RequestContext, ServerLimits, StreamEvent,
     ToolDefinition,
 };
+use crate::budget::{Spend, StoredCheck, UnpricedModel, check_stored};
 use crate::tools::Workspace;
 
 use super::asks::AskSettings;
@@ -534,7 +535,8 @@ impl AgentRuntime {
                 .iter()
                 .map(|message| self.message_record(message.clone(), None)),
         );
-        self.commit(records, Vec::new(), None).await?;
+        let committed = self.commit_charged(records, &response).await?;
+        muster_mailbox::failpoint!("model_turn_committed");
         self.transcript.push(message, Some(response.usage));
         if let Some(continuation) = continuation {
             self.transcript.push(continuation, None);
@@ -553,6 +555,7 @@ impl AgentRuntime {
             cost_usd: response.cost_usd,
         });
         self.run.budget.record(&self.id, &response)?;
+        self.check_stored_after(committed.ledger.as_ref(), &response)?;
         if exhausted {
             return Err(super::limits::AgentStop::OutputLimit {
                 max_tokens: request.max_tokens,
@@ -574,6 +577,7 @@ impl AgentRuntime {
         let mut compacted = false;
         loop {
             self.run.budget.check_before_request(&self.id)?;
+            self.check_stored_before().await?;
             let turn = self.transcript.turn + 1;
             let request = self.requests.request(model, &self.transcript.messages);
             let context = RequestContext::new(&self.run.run_id, &self.id, turn);
@@ -707,6 +711,7 @@ impl AgentRuntime {
         };
         self.firing().compaction(HookEvent::PreCompact, None).await;
         self.run.budget.check_before_request(&self.id)?;
+        self.check_stored_before().await?;
         let response = model
             .provider
             .stream(&summary_request.context, &summary_request.request)
@@ -747,12 +752,13 @@ impl AgentRuntime {
             summary: summary.clone(),
             messages: messages.clone(),
         };
-        self.commit(vec![record], Vec::new(), None).await?;
+        let committed = self.commit_charged(vec![record], &response).await?;
         self.transcript.restart(messages);
         self.firing()
             .compaction(HookEvent::PostCompact, Some(&summary))
             .await;
         self.run.budget.record(&self.id, &response)?;
+        self.check_stored_after(committed.ledger.as_ref(), &response)?;
         Ok(true)
     }
 
@@ -831,6 +837,51 @@ impl AgentRuntime {
             ..CommitTurn::default()
         };
         self.commit_with(records, with_them).await?;
+        Ok(())
+    }
+
+    /// Commits the records of a model response with its spend charged to the run's ledger in
+    /// the store, in one transaction (see [`crate::budget`]).
+    async fn commit_charged(
+        &mut self,
+        records: Vec<Record>,
+        response: &ModelResponse,
+    ) -> RuntimeResult<muster_mailbox::CommitTurnOutcome> {
+        let with_them = CommitTurn {
+            charge: Some(Spend::charge_of(&response.usage, response.cost_usd)),
+            ..CommitTurn::default()
+        };
+        self.commit_with(records, with_them).await
+    }
+
+    /// Before a model request: the run's ledger in the store, which every process of the run
+    /// charges, must not have reached a run-wide limit. A store that cannot be read stops the
+    /// agent (the budget fails closed).
+    async fn check_stored_before(&self) -> RuntimeResult<()> {
+        if let Some(ledger) = self.run.store.run_ledger(&self.run.run_id).await? {
+            check_stored(&ledger, StoredCheck::BeforeRequest)?;
+        }
+        Ok(())
+    }
+
+    /// After a response's charge: the agent stops at the response that took the run's
+    /// ledger over a limit, and at a response without a cost when the run has a cost limit
+    /// (whatever this process's own settings say).
+    fn check_stored_after(
+        &self,
+        ledger: Option<&muster_mailbox::RunLedger>,
+        response: &ModelResponse,
+    ) -> RuntimeResult<()> {
+        let Some(ledger) = ledger else {
+            return Ok(());
+        };
+        if ledger.limits.cost_nanos.is_some() && !response.cost_usd.is_some_and(f64::is_finite) {
+            return Err(UnpricedModel {
+                model: response.model.clone(),
+            }
+            .into());
+        }
+        check_stored(ledger, StoredCheck::AfterResponse)?;
         Ok(())
     }
 

@@ -92,6 +92,8 @@ async fn copy_rows(tx: &impl Tx, source: &str, new_id: &str) -> StoreResult<()> 
         "INSERT INTO task_deps (run_id, task_id, blocked_by) SELECT ?2, task_id, blocked_by FROM task_deps WHERE run_id = ?1",
         "INSERT INTO counters (run_id, name, value) SELECT ?2, name, value FROM counters WHERE run_id = ?1",
         "INSERT INTO operations (run_id, op_key, outcome) SELECT ?2, op_key, outcome FROM operations WHERE run_id = ?1",
+        "INSERT INTO run_ledgers (run_id, max_turns, max_tokens, max_cost_nanos, turns, tokens, cost_nanos, updated_at) \
+         SELECT ?2, max_turns, max_tokens, max_cost_nanos, turns, tokens, cost_nanos, updated_at FROM run_ledgers WHERE run_id = ?1",
     ];
     for sql in statements {
         tx.execute(sql, &[&source, &new_id]).await?;

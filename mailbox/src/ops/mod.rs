@@ -10,6 +10,7 @@
 //! [`Tx`] never waits, every statement runs synchronously on the writer's connection.
 
 pub(crate) mod fork;
+pub(crate) mod ledger;
 pub(crate) mod mail;
 pub(crate) mod runs;
 pub(crate) mod tasks;

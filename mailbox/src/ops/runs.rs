@@ -328,6 +328,12 @@ pub(crate) async fn commit_turn(
     }
     mail::ack(tx, &turn.run_id, &turn.acks, acker).await?;
     let records = append_records(tx, &turn.run_id, &turn.records).await?;
+    // Charged with the records that carry the response, before the rest of the turn: a step
+    // that fails after it takes the charge back with everything else.
+    let ledger = match &turn.charge {
+        Some(spend) => Some(super::ledger::charge(tx, &turn.run_id, spend).await?),
+        None => None,
+    };
     let mut tasks = Vec::with_capacity(turn.task_updates.len());
     for update in &turn.task_updates {
         tasks.push(tasks::update_task(tx, update, wakes).await?);
@@ -350,6 +356,7 @@ pub(crate) async fn commit_turn(
         responses,
         auto_gate,
         tasks,
+        ledger,
     })
 }
 

@@ -26,7 +26,9 @@ use serde_json::Value;
 use tokio_postgres::IsolationLevel;
 
 use crate::error::{StoreError, StoreResult};
-use crate::ops::{fork as ops_fork, mail, runs, tasks as ops_tasks, work as ops_work};
+use crate::ops::{
+    fork as ops_fork, ledger as ops_ledger, mail, runs, tasks as ops_tasks, work as ops_work,
+};
 use crate::options::StoreOptions;
 use crate::store::MailboxStore;
 use crate::types::*;
@@ -795,6 +797,21 @@ impl MailboxStore for PostgresStore {
         read_op!(self, |tx, ctx| {
             runs::records(&tx, run_id, agent, stream, after_seq).await
         })
+    }
+
+    async fn open_ledger(
+        &self,
+        run_id: &str,
+        limits: crate::ledger::LedgerLimits,
+        seed: crate::ledger::LedgerSpend,
+    ) -> StoreResult<crate::ledger::RunLedger> {
+        write_op!(self, [run_id], |tx, ctx, _w| {
+            ops_ledger::open_ledger(&tx, run_id, &limits, &seed).await
+        })
+    }
+
+    async fn run_ledger(&self, run_id: &str) -> StoreResult<Option<crate::ledger::RunLedger>> {
+        read_op!(self, |tx, ctx| ops_ledger::run_ledger(&tx, run_id).await)
     }
 
     async fn next_counter(&self, run_id: &str, name: &str) -> StoreResult<i64> {

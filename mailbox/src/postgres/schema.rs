@@ -198,6 +198,19 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX process_groups_worker ON process_groups (worker, host, boot_id);
     "#,
+    // 6 -> 7: the run's budget ledger (as SQLite's 5 -> 6).
+    r#"
+    CREATE TABLE run_ledgers (
+        run_id         TEXT PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+        max_turns      BIGINT,
+        max_tokens     BIGINT,
+        max_cost_nanos BIGINT,
+        turns          BIGINT NOT NULL,
+        tokens         BIGINT NOT NULL,
+        cost_nanos     BIGINT NOT NULL,
+        updated_at     BIGINT NOT NULL
+    );
+    "#,
 ];
 
 /// The newest schema version this build knows (versions 1 and 2 are SQLite's; 3 adds the

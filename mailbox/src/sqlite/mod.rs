@@ -14,7 +14,9 @@ use serde_json::Value;
 
 use crate::error::StoreResult;
 pub use crate::ops::mail::DELIVERY_QUERY;
-use crate::ops::{fork as ops_fork, mail, runs, tasks as ops_tasks, work as ops_work};
+use crate::ops::{
+    fork as ops_fork, ledger as ops_ledger, mail, runs, tasks as ops_tasks, work as ops_work,
+};
 pub use crate::options::{CommitHook, StoreOptions, SyncMode};
 use crate::store::MailboxStore;
 use crate::types::*;
@@ -349,6 +351,23 @@ impl MailboxStore for SqliteStore {
     ) -> StoreResult<Vec<AgentRecord>> {
         let (run_id, agent, stream) = (run_id.to_owned(), agent.to_owned(), stream.to_owned());
         self.op(async move |tx, _| runs::records(tx, &run_id, &agent, &stream, after_seq).await)
+            .await
+    }
+
+    async fn open_ledger(
+        &self,
+        run_id: &str,
+        limits: crate::ledger::LedgerLimits,
+        seed: crate::ledger::LedgerSpend,
+    ) -> StoreResult<crate::ledger::RunLedger> {
+        let run_id = run_id.to_owned();
+        self.op(async move |tx, _| ops_ledger::open_ledger(tx, &run_id, &limits, &seed).await)
+            .await
+    }
+
+    async fn run_ledger(&self, run_id: &str) -> StoreResult<Option<crate::ledger::RunLedger>> {
+        let run_id = run_id.to_owned();
+        self.op(async move |tx, _| ops_ledger::run_ledger(tx, &run_id).await)
             .await
     }
 

@@ -186,6 +186,20 @@ const MIGRATIONS: &[&str] = &[
     ) STRICT, WITHOUT ROWID;
     CREATE INDEX process_groups_worker ON process_groups (worker, host, boot_id);
     "#,
+    // 5 -> 6: the run's budget ledger, shared by every process of the run (see
+    // `crate::ledger`): the run-wide limits and what the run spent, cost in nano-dollars.
+    r#"
+    CREATE TABLE run_ledgers (
+        run_id         TEXT PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+        max_turns      INTEGER,
+        max_tokens     INTEGER,
+        max_cost_nanos INTEGER,
+        turns          INTEGER NOT NULL,
+        tokens         INTEGER NOT NULL,
+        cost_nanos     INTEGER NOT NULL,
+        updated_at     INTEGER NOT NULL
+    ) STRICT;
+    "#,
 ];
 
 /// The newest schema version this build knows.

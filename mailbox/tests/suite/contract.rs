@@ -25,6 +25,7 @@ on_both_backends!(
     prune_deletes_only_settled_chat_of_finished_runs,
     a_fork_copies_everything_and_then_goes_its_own_way,
     runs_carry_their_project_through_a_fork_and_prune_keeps_to_it,
+    the_budget_ledger_is_charged_with_the_turn_and_seeded_once,
 );
 
 fn plan_request(run: &str, id: &str, responder: &str) -> NewMessage {
@@ -933,4 +934,94 @@ async fn runs_carry_their_project_through_a_fork_and_prune_keeps_to_it(backend: 
     );
     let everything = store.prune(i64::MAX, None).await.unwrap();
     assert_eq!(everything.runs_pruned.len(), 4);
+}
+
+/// The run's ledger: opened with limits and a seed (the spend its records held before there was
+/// a ledger); a turn's charge lands with the turn, or not at all; a second open changes the
+/// limits but keeps the totals; a fork copies it.
+async fn the_budget_ledger_is_charged_with_the_turn_and_seeded_once(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
+    run_with(&store, RUN, &["alice"]).await;
+    assert_eq!(store.run_ledger(RUN).await.unwrap(), None);
+    let limits = LedgerLimits {
+        turns: None,
+        tokens: Some(10_000),
+        cost_nanos: Some(ledger::usd_to_nanos(1.0)),
+    };
+    let seed = LedgerSpend {
+        turns: 2,
+        tokens: 300,
+        cost_nanos: ledger::usd_to_nanos(0.25),
+    };
+    let opened = store.open_ledger(RUN, limits, seed).await.unwrap();
+    assert_eq!((opened.limits, opened.spent), (limits, seed));
+
+    let record = |text: &str| NewRecord {
+        agent: "alice".into(),
+        stream: "transcript".into(),
+        seq: None,
+        body: json!({"type": "message", "text": text}),
+    };
+    let charge = LedgerSpend::of_request(120, Some(0.125));
+    let outcome = store
+        .commit_turn(CommitTurn {
+            run_id: RUN.into(),
+            agent: "alice".into(),
+            records: vec![record("one")],
+            charge: Some(charge),
+            ..CommitTurn::default()
+        })
+        .await
+        .unwrap();
+    let after = outcome.ledger.expect("a charged turn returns the ledger");
+    assert_eq!(after.spent.turns, 3);
+    assert_eq!(after.spent.tokens, 420);
+    assert_eq!(after.spent.cost_nanos, 375_000_000);
+    assert_eq!(store.run_ledger(RUN).await.unwrap(), Some(after.clone()));
+
+    // A turn that fails after its charge (mail to nobody) charges nothing.
+    let failed = store
+        .commit_turn(CommitTurn {
+            run_id: RUN.into(),
+            agent: "alice".into(),
+            sends: vec![text(RUN, "alice", "nobody", "reply")],
+            records: vec![record("two")],
+            charge: Some(charge),
+            ..CommitTurn::default()
+        })
+        .await;
+    assert!(failed.is_err(), "{failed:?}");
+    assert_eq!(store.run_ledger(RUN).await.unwrap(), Some(after.clone()));
+
+    // Opened again (a resume): new limits, the totals kept, the seed ignored.
+    let wider = LedgerLimits {
+        turns: Some(50),
+        ..LedgerLimits::default()
+    };
+    let reopened = store
+        .open_ledger(RUN, wider, LedgerSpend::default())
+        .await
+        .unwrap();
+    assert_eq!((reopened.limits, reopened.spent), (wider, after.spent));
+
+    // Uncharged turns leave it as it is, and say nothing of it.
+    let plain = store
+        .commit_turn(CommitTurn {
+            run_id: RUN.into(),
+            agent: "alice".into(),
+            records: vec![record("three")],
+            ..CommitTurn::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(plain.ledger, None);
+
+    store.fork_run(RUN, "r2", "fork-two").await.unwrap();
+    let copied = store.run_ledger("r2").await.unwrap().unwrap();
+    assert_eq!((copied.limits, copied.spent), (wider, after.spent));
+    let unknown = store
+        .open_ledger("nope", wider, LedgerSpend::default())
+        .await;
+    assert!(matches!(unknown, Err(StoreError::UnknownRun(_))), "{unknown:?}");
 }

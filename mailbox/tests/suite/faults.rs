@@ -97,7 +97,7 @@ async fn a_schema_4_store_gains_process_groups_and_keeps_its_records() {
         .query_row("PRAGMA user_version", [], |row| row.get(0))
         .unwrap();
     assert_eq!(version, SCHEMA_VERSION);
-    assert_eq!(SCHEMA_VERSION, 5);
+    assert_eq!(SCHEMA_VERSION, 6);
 }
 
 #[tokio::test]

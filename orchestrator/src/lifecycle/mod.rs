@@ -160,6 +160,25 @@ pub(crate) fn run_traces(
     Ok(Some(Arc::new(traces)))
 }
 
+/// Writes the run-wide limits of this process's settings into the run's ledger in the store,
+/// which every process of the run (teammates on workers included) checks and charges. A run
+/// stored before ledgers existed starts its ledger from what its records say was spent.
+async fn open_ledger(
+    store: &dyn MailboxStore,
+    run_id: &str,
+    settings: &muster_config::Settings,
+    restored: &BTreeMap<String, Spend>,
+) -> anyhow::Result<()> {
+    let limits = muster_agents::budget::SpendLimits::from_settings(&settings.budgets.run);
+    let seed = restored
+        .values()
+        .fold(Spend::default(), |sum, spend| sum.plus(spend));
+    store
+        .open_ledger(run_id, limits.ledger_limits(), seed.ledger_spend())
+        .await?;
+    Ok(())
+}
+
 /// Runs `kind` to its ending: a new run, or `existing` (picked by [`resume`]) continued.
 pub(crate) fn execute<K: RunKind>(kind: K, existing: Option<RunRecord>) -> anyhow::Result<Exit> {
     Ok(execute_to_ending(kind, existing)?.exit)
@@ -203,6 +222,7 @@ async fn execute_async<K: RunKind>(kind: K, existing: Option<RunRecord>) -> anyh
         env.get("XDG_RUNTIME_DIR").map(PathBuf::from),
     )
     .await?;
+    open_ledger(store.as_ref(), &id, &kind.project().settings, &restored).await?;
     let traces = run_traces(kind.project(), kind.launch(), &id)?;
     if let (Some(traces), true) = (&traces, resumed) {
         let logs = kind.project().root.logs_dir();

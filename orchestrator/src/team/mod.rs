@@ -1021,7 +1021,7 @@ impl Team {
         if claimable && !idle.is_empty() {
             return Ok(None);
         }
-        if let Err(exceeded) = self.run.budget.check_run() {
+        if let Err(exceeded) = self.check_run_budget().await? {
             if exceeded.kind() == muster_agents::budget::BudgetKind::Duration {
                 return Ok(Some(self.deadline_ending().await?));
             }
@@ -1329,6 +1329,24 @@ The lead ended its turn without deciding {}; the teammates                  wait
         self.states_of()
             .iter()
             .any(|(_, state)| *state == MemberState::Idle)
+    }
+
+    /// Whether the run can go on: this process's ledger (the deadline, its agents' spend),
+    /// then the run's ledger in the store (every process's spend, teammates on workers
+    /// included).
+    async fn check_run_budget(
+        &self,
+    ) -> anyhow::Result<Result<(), muster_agents::budget::BudgetExceeded>> {
+        if let Err(exceeded) = self.run.budget.check_run() {
+            return Ok(Err(exceeded));
+        }
+        Ok(match self.store.run_ledger(self.run_id()).await? {
+            Some(ledger) => muster_agents::budget::check_stored(
+                &ledger,
+                muster_agents::budget::StoredCheck::BeforeRequest,
+            ),
+            None => Ok(()),
+        })
     }
 
     /// At the deadline: exit 5 when the run waits only on a person's decisions, else 3.

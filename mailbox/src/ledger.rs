@@ -1,0 +1,79 @@
+//! The run's budget ledger, held in the store so that every process of a run — the lead's,
+//! and each `muster worker` running a placed teammate — counts against one total: a row per
+//! run with the run-wide limits (`budgets.run.*`, written by the process that starts or
+//! resumes the run) and what the run has spent. Each model response's spend is charged in
+//! the same transaction that records the response ([`crate::CommitTurn::charge`]), so after
+//! a kill -9 the ledger and the records agree. Cost is kept in whole nano-dollars, so the
+//! sums are exact on both backends.
+
+use serde::{Deserialize, Serialize};
+
+/// Nano-dollars in one US dollar.
+pub const NANOS_PER_USD: f64 = 1e9;
+
+/// Dollars as whole nano-dollars (rounded; a non-finite or negative cost counts as zero).
+pub fn usd_to_nanos(usd: f64) -> i64 {
+    if !usd.is_finite() || usd <= 0.0 {
+        return 0;
+    }
+    let nanos = (usd * NANOS_PER_USD).round();
+    if nanos >= i64::MAX as f64 {
+        i64::MAX
+    } else {
+        nanos as i64
+    }
+}
+
+/// Whole nano-dollars as dollars.
+pub fn nanos_to_usd(nanos: i64) -> f64 {
+    nanos as f64 / NANOS_PER_USD
+}
+
+/// A spend: model requests, tokens billed and cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerSpend {
+    pub turns: i64,
+    pub tokens: i64,
+    /// Nano-dollars (see [`usd_to_nanos`]).
+    pub cost_nanos: i64,
+}
+
+impl LedgerSpend {
+    /// One model request's spend: one turn, its tokens and its cost in dollars (`None`:
+    /// unpriced, nothing charged for cost).
+    pub fn of_request(tokens: u64, cost_usd: Option<f64>) -> LedgerSpend {
+        LedgerSpend {
+            turns: 1,
+            tokens: i64::try_from(tokens).unwrap_or(i64::MAX),
+            cost_nanos: cost_usd.map_or(0, usd_to_nanos),
+        }
+    }
+
+    /// The cost in dollars.
+    pub fn cost_usd(&self) -> f64 {
+        nanos_to_usd(self.cost_nanos)
+    }
+}
+
+/// The run-wide limits (`None`: unlimited).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerLimits {
+    pub turns: Option<i64>,
+    pub tokens: Option<i64>,
+    /// Nano-dollars.
+    pub cost_nanos: Option<i64>,
+}
+
+impl LedgerLimits {
+    pub fn is_unlimited(&self) -> bool {
+        self.turns.is_none() && self.tokens.is_none() && self.cost_nanos.is_none()
+    }
+}
+
+/// A run's ledger as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunLedger {
+    pub run_id: String,
+    pub limits: LedgerLimits,
+    pub spent: LedgerSpend,
+}
