@@ -71,6 +71,21 @@ fn teammate_worker(fake: &FakeLlmHandle, url: &str, name: &str) -> Worker {
     teammate_worker_with_env(fake, url, name, &[])
 }
 
+/// [`teammate_worker`] with `settings` added to the worker's own settings file.
+fn teammate_worker_with_settings(
+    fake: &FakeLlmHandle,
+    url: &str,
+    name: &str,
+    settings: &str,
+) -> Worker {
+    let worker = teammate_worker(fake, url, name);
+    let path = worker.dir.path().join(".muster/settings.toml");
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text.push_str(settings);
+    std::fs::write(&path, text).unwrap();
+    worker
+}
+
 /// [`teammate_worker`] with `env` added to the worker's environment.
 fn teammate_worker_with_env(
     fake: &FakeLlmHandle,
@@ -847,5 +862,111 @@ async fn a_worker_killed_during_its_teammates_model_call_loses_none_of_the_teamm
         second.said()
     );
     assert_eq!(second.stop().await, Some(0));
+    schema.drop_now().await;
+}
+
+/// `m-priced` at $1,000 per million tokens ($0.001 a token), in and out.
+const PRICED: &str = "\n[models.\"m-priced\"]\nprice_in = 1000.0\nprice_out = 1000.0\n";
+
+fn with_usage(mut entry: ScriptEntry, input: u64, output: u64) -> ScriptEntry {
+    if let Some(reply) = entry.reply.as_mut() {
+        reply.usage = Some(muster_fake_llm::UsageSpec {
+            input_tokens: Some(input),
+            output_tokens: Some(output),
+            cache_read_input_tokens: Some(0),
+            cache_creation_input_tokens: Some(0),
+        });
+    }
+    entry
+}
+
+/// The run's cost budget (`budgets.run.cost_usd = 1.0`, the lead's settings) holds across
+/// machines: the lead spends $0.60, a teammate on a worker — whose own settings set no budget
+/// — spends $0.60. Neither process alone crosses the limit; the run's ledger in the store does,
+/// so the teammate stops at the crossing response (its Write never runs), the lead sends no
+/// request once the ledger is spent, and the run ends `budget`. The ledger equals what the
+/// fake server returned, and passes the limit by less than one request's cost.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_run_cost_budget_stops_the_lead_and_a_teammate_on_a_worker_from_one_ledger() {
+    let schema = Schema::new().await;
+    let url = schema.url();
+    let fake = fake(vec![
+        with_usage(lead_assigns(&["one"]), 500, 100),
+        with_usage(any_turn("lead", "Waiting for the team."), 0, 1),
+        with_usage(
+            ScriptEntry::reply(
+                "one",
+                1,
+                vec![tool(
+                    "Write",
+                    json!({"file_path": "one.txt", "content": "one\n"}),
+                )],
+            ),
+            500,
+            100,
+        ),
+        with_usage(any_turn("one", "done"), 0, 1),
+    ])
+    .await;
+    let mut worker = teammate_worker_with_settings(&fake, &url, "w1", PRICED);
+    worker.wait_for("ready on").await;
+    let remote = bare_remote();
+    let remote_path = remote.path().display().to_string();
+    let lead = lead_repo(&team(&["one"], ""));
+    let root = lead.path();
+    std::fs::write(
+        root.join(".muster/settings.toml"),
+        format!("{PRICED}[budgets.run]\ncost_usd = 1.0\n"),
+    )
+    .unwrap();
+    let base = fake.base_url();
+    let mut args = run_args(&url, &base, &remote_path);
+    args.extend(["--model", "m-priced"]);
+    let output = super::common::output(command(root, &args)).await;
+    let end = finished(&output);
+    assert_eq!(output.status.code(), Some(3), "{end:#}\n{}", stderr(&output));
+    assert_eq!(end["status"], "budget", "{end:#}");
+    assert_eq!(end["budget"], "budgets.run.cost_usd", "{end:#}");
+
+    // The teammate ran on the worker, made one request and stopped at it: its Write never ran.
+    let requests = fake.requests();
+    let by = |agent: &str| {
+        requests
+            .iter()
+            .filter(|r| r.agent.as_deref() == Some(agent))
+            .count()
+    };
+    assert_eq!(by("one"), 1, "{requests:#?}");
+    assert!(by("lead") <= 2, "{requests:#?}");
+    assert!(
+        found_under(&worker.dir.path().join("work"), "one.txt").is_empty(),
+        "the crossing response's Write ran"
+    );
+    let run_id = end["run_id"].as_str().unwrap();
+    let store = super::store_pg::open(&url).await;
+    let to_lead = store.messages(run_id, Some("lead")).await.unwrap();
+    assert!(
+        to_lead.iter().any(|m| m.sender == "one"
+            && serde_json::to_string(&m.body)
+                .unwrap()
+                .contains("budget exhausted: the run's cost budget (budgets.run.cost_usd)")),
+        "{to_lead:#?}"
+    );
+
+    // The ledger holds every process's spend: what the fake server returned, priced.
+    let returned: f64 = requests
+        .iter()
+        .filter_map(|r| r.usage)
+        .map(|u| (u.input_tokens + u.output_tokens) as f64 * 0.001)
+        .sum();
+    let ledger = store.run_ledger(run_id).await.unwrap().unwrap();
+    assert!(
+        (ledger.spent.cost_usd() - returned).abs() < 1e-9,
+        "{ledger:?} vs {returned}"
+    );
+    assert_eq!(ledger.limits.cost_nanos, Some(1_000_000_000));
+    // The bound (docs/runs-and-resume.md): over by less than one request's cost ($0.60).
+    assert!(ledger.spent.cost_usd() < 1.0 + 0.6, "{ledger:?}");
+    assert_eq!(worker.stop().await, Some(0));
     schema.drop_now().await;
 }
