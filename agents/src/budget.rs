@@ -60,9 +60,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use muster_config::settings::{BudgetLimits, Budgets, ModelInfo};
-use muster_mailbox::ledger::{
-    LedgerLimits, LedgerSpend, RunLedger, nanos_to_usd, usd_to_nanos,
-};
+use muster_mailbox::ledger::{LedgerLimits, LedgerSpend, RunLedger, nanos_to_usd, usd_to_nanos};
 use serde::{Deserialize, Serialize};
 
 use crate::model::{ModelResponse, Usage, cost_usd};
@@ -525,6 +523,23 @@ impl BudgetLedger {
         first_over(&self.settings.run, &run, Threshold::Reached, || {
             BudgetScope::Run
         })
+    }
+
+    /// Fails when one of `agent`'s or the run's totals is above its limit: the check
+    /// [`BudgetLedger::record`] made when the newest response was recorded, for a resume
+    /// that finds that response's calls not yet run (the uncut run stopped before them).
+    pub fn check_exceeded(&self, agent: &str) -> Result<(), BudgetExceeded> {
+        let totals = self.totals();
+        let own = totals.agents.get(agent).copied().unwrap_or_default();
+        first_over(&self.settings.agent, &own, Threshold::Exceeded, || {
+            BudgetScope::Agent(agent.to_owned())
+        })?;
+        first_over(
+            &self.settings.run,
+            &totals.run(),
+            Threshold::Exceeded,
+            || BudgetScope::Run,
+        )
     }
 
     /// Call right before sending a model request for `agent` (a turn or a compaction request).

@@ -213,16 +213,61 @@ fn the_stored_ledger_stops_at_the_run_limits() {
     };
     // (limits, spent, when, the setting that stops, or none)
     let table = [
-        (cost(1.0), spent(3, 10, 0.999_999), StoredCheck::BeforeRequest, None),
-        (cost(1.0), spent(3, 10, 1.0), StoredCheck::BeforeRequest, Some("budgets.run.cost_usd")),
-        (cost(1.0), spent(3, 10, 1.0), StoredCheck::AfterResponse, None),
-        (cost(1.0), spent(3, 10, 1.2), StoredCheck::AfterResponse, Some("budgets.run.cost_usd")),
-        (tokens(100), spent(3, 99, 9.0), StoredCheck::BeforeRequest, None),
-        (tokens(100), spent(3, 100, 9.0), StoredCheck::BeforeRequest, Some("budgets.run.tokens")),
-        (tokens(100), spent(3, 101, 9.0), StoredCheck::AfterResponse, Some("budgets.run.tokens")),
-        (turns(4), spent(4, 0, 0.0), StoredCheck::BeforeRequest, Some("budgets.run.turns")),
+        (
+            cost(1.0),
+            spent(3, 10, 0.999_999),
+            StoredCheck::BeforeRequest,
+            None,
+        ),
+        (
+            cost(1.0),
+            spent(3, 10, 1.0),
+            StoredCheck::BeforeRequest,
+            Some("budgets.run.cost_usd"),
+        ),
+        (
+            cost(1.0),
+            spent(3, 10, 1.0),
+            StoredCheck::AfterResponse,
+            None,
+        ),
+        (
+            cost(1.0),
+            spent(3, 10, 1.2),
+            StoredCheck::AfterResponse,
+            Some("budgets.run.cost_usd"),
+        ),
+        (
+            tokens(100),
+            spent(3, 99, 9.0),
+            StoredCheck::BeforeRequest,
+            None,
+        ),
+        (
+            tokens(100),
+            spent(3, 100, 9.0),
+            StoredCheck::BeforeRequest,
+            Some("budgets.run.tokens"),
+        ),
+        (
+            tokens(100),
+            spent(3, 101, 9.0),
+            StoredCheck::AfterResponse,
+            Some("budgets.run.tokens"),
+        ),
+        (
+            turns(4),
+            spent(4, 0, 0.0),
+            StoredCheck::BeforeRequest,
+            Some("budgets.run.turns"),
+        ),
         (turns(4), spent(4, 0, 0.0), StoredCheck::AfterResponse, None),
-        (SpendLimits::default(), spent(1000, 1000, 1000.0), StoredCheck::BeforeRequest, None),
+        (
+            SpendLimits::default(),
+            spent(1000, 1000, 1000.0),
+            StoredCheck::BeforeRequest,
+            None,
+        ),
     ];
     for (limits, spend, when, stops) in table {
         let result = check_stored(&stored(limits, spend), when);

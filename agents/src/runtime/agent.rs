@@ -11,6 +11,7 @@ use muster_config::hooks::HookEvent;
 use muster_config::{AgentDefinition, AgentEndpoint, PermissionMode};
 use muster_mailbox::{AutoGateUpdate, CommitTurn, Message as Mail, NewRecord};
 
+use crate::budget::{Spend, StoredCheck, UnpricedModel, check_stored};
 use crate::compaction::{
     COORDINATION_STATE_TOKENS, CompactionInputs, PlanReference, SummaryRequest,
     estimate_messages_tokens, needs_compaction, plan_cut, read_coordination_state, rebuild,
@@ -20,7 +21,6 @@ use crate::model::{
     ContentBlock, Message, ModelRequest, ModelResponse, RequestContext, ServerLimits, StreamEvent,
     ToolDefinition,
 };
-use crate::budget::{Spend, StoredCheck, UnpricedModel, check_stored};
 use crate::tools::Workspace;
 
 use super::asks::AskSettings;

@@ -175,8 +175,21 @@ impl AgentRuntime {
                 self.transcript.unfinished_answer =
                     Some(self.stops.cut_chain.answer(&last.content));
             } else {
+                // Killed between the commit of a response that crossed a budget and the
+                // check that stops the agent there: its calls never run, as in an uncut run.
+                self.check_budget_before_pending_calls().await?;
                 self.pending = Some(pending);
             }
+        }
+        Ok(())
+    }
+
+    /// Fails when the newest response took this agent's or the run's spend (this process's
+    /// ledger, or the run's ledger in the store) over a limit.
+    async fn check_budget_before_pending_calls(&self) -> RuntimeResult<()> {
+        self.run.budget.check_exceeded(&self.id)?;
+        if let Some(ledger) = self.run.store.run_ledger(&self.run.run_id).await? {
+            crate::budget::check_stored(&ledger, crate::budget::StoredCheck::AfterResponse)?;
         }
         Ok(())
     }

@@ -1023,5 +1023,8 @@ async fn the_budget_ledger_is_charged_with_the_turn_and_seeded_once(backend: Bac
     let unknown = store
         .open_ledger("nope", wider, LedgerSpend::default())
         .await;
-    assert!(matches!(unknown, Err(StoreError::UnknownRun(_))), "{unknown:?}");
+    assert!(
+        matches!(unknown, Err(StoreError::UnknownRun(_))),
+        "{unknown:?}"
+    );
 }

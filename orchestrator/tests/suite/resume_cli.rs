@@ -1357,3 +1357,94 @@ async fn compaction_settings_decide_when_a_run_compacts() {
         fake.verify().unwrap();
     }
 }
+
+/// The run's ledger in the store is charged in the commit that records each response: killed
+/// right after any of the three turns' commits (the third one crossing `budgets.run.cost_usd`),
+/// `muster resume` reaches the end an uncut run reaches — exit 3 at the crossing response,
+/// whose call never runs, no request sent twice — and the ledger equals both what the records
+/// carry and what the fake server returned.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_run_ledger_survives_a_kill_after_each_charged_commit() {
+    // (where the first process is killed, or none: the uncut run)
+    let cuts = [None, Some(1), Some(2), Some(3)];
+    for cut in cuts {
+        let dir = project();
+        settings(
+            dir.path(),
+            "[models.\"claude-sonnet-4-5\"]\nprice_in = 1000.0\nprice_out = 1000.0\n\
+             [budgets.run]\ncost_usd = 1.0\n",
+        );
+        let fake = FakeLlm::start(vec![
+            with_usage(ScriptEntry::reply("main", 1, vec![bash("one")]), 300, 100),
+            with_usage(ScriptEntry::reply("main", 2, vec![bash("two")]), 300, 100),
+            with_usage(ScriptEntry::reply("main", 3, vec![bash("three")]), 300, 100),
+            ScriptEntry::reply("main", 4, vec![Block::text("never asked")]),
+        ])
+        .await
+        .unwrap();
+        let base = fake.base_url();
+        let args = [
+            "run",
+            "-p",
+            "Work.",
+            "--permission-mode",
+            "bypassPermissions",
+            "--base-url",
+            &base,
+            "--output",
+            "stream-json",
+            "--model",
+            "claude-sonnet-4-5",
+        ];
+        let last = match cut {
+            Some(n) => {
+                let mut killed = command(dir.path(), &args);
+                killed.env("MUSTER_FAILPOINT", format!("model_turn_committed@{n}"));
+                let first = output(killed).await;
+                assert_eq!(first.status.code(), None, "{cut:?}: {}", stderr(&first));
+                muster(dir.path(), &["resume", "--output", "stream-json"]).await
+            }
+            None => muster(dir.path(), &args).await,
+        };
+        assert_eq!(last.status.code(), Some(3), "{cut:?}: {}", stderr(&last));
+        let finished = lines(&last).pop().unwrap();
+        assert_eq!(finished["budget"], "budgets.run.cost_usd", "{cut:?}");
+        assert!(
+            finished["reason"]
+                .as_str()
+                .unwrap()
+                .contains("$1.2000 reached the limit of $1.0000"),
+            "{cut:?}: {finished}"
+        );
+        let requests = fake.requests();
+        assert_eq!(
+            requests.len(),
+            3,
+            "{cut:?}: a request sent twice or a fourth"
+        );
+        assert_eq!(marker(dir.path()), ["one", "two"], "{cut:?}");
+
+        let run_id = finished["run_id"].as_str().unwrap();
+        let store = open_store(dir.path());
+        let ledger = store.run_ledger(run_id).await.unwrap().unwrap();
+        let recorded: f64 = transcript(store.as_ref(), run_id, "main")
+            .await
+            .iter()
+            .filter_map(|r| r["cost_usd"].as_f64())
+            .sum();
+        let returned: f64 = requests
+            .iter()
+            .filter_map(|r| r.usage)
+            .map(|u| (u.input_tokens + u.output_tokens) as f64 * 0.001)
+            .sum();
+        assert_eq!(ledger.spent.turns, 3, "{cut:?}: {ledger:?}");
+        assert!(
+            (ledger.spent.cost_usd() - recorded).abs() < 1e-9,
+            "{cut:?}: {ledger:?} vs {recorded}"
+        );
+        assert!(
+            (ledger.spent.cost_usd() - returned).abs() < 1e-9,
+            "{cut:?}: {ledger:?} vs {returned}"
+        );
+    }
+}

@@ -924,7 +924,12 @@ async fn the_run_cost_budget_stops_the_lead_and_a_teammate_on_a_worker_from_one_
     args.extend(["--model", "m-priced"]);
     let output = super::common::output(command(root, &args)).await;
     let end = finished(&output);
-    assert_eq!(output.status.code(), Some(3), "{end:#}\n{}", stderr(&output));
+    assert_eq!(
+        output.status.code(),
+        Some(3),
+        "{end:#}\n{}",
+        stderr(&output)
+    );
     assert_eq!(end["status"], "budget", "{end:#}");
     assert_eq!(end["budget"], "budgets.run.cost_usd", "{end:#}");
 
