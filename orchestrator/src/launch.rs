@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use muster_agents::trace_ids::{TRACEPARENT, TraceParent};
-use muster_config::settings::CliOverrides;
+use muster_config::settings::{CliOverrides, ModelInfo};
 use muster_config::{PermissionMode, Responder, TrustDecision};
 use serde::{Deserialize, Serialize};
 
@@ -64,6 +64,60 @@ pub struct RunLaunch {
     /// `--resume` takes and the compatible output names the session by.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_alias: Option<String>,
+    /// The model catalogue's prices as the run's start read them: every process of the run —
+    /// a resume, a fork, a worker running a teammate — prices responses (and the run's
+    /// budget ledger) with these, not with its own settings (absent in runs stored before they
+    /// were kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prices: Option<PriceSnapshot>,
+}
+
+/// The priced models of a catalogue: model → `[price_in, price_out, price_cache_read,
+/// price_cache_write]`, US dollars per million tokens (`null`: not set).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct PriceSnapshot(pub std::collections::BTreeMap<String, [Option<f64>; 4]>);
+
+impl PriceSnapshot {
+    /// The prices of every model of `models` that has any.
+    pub fn of(models: &std::collections::BTreeMap<String, ModelInfo>) -> PriceSnapshot {
+        PriceSnapshot(
+            models
+                .iter()
+                .map(|(name, info)| {
+                    let prices = [
+                        info.price_in,
+                        info.price_out,
+                        info.price_cache_read,
+                        info.price_cache_write,
+                    ];
+                    (name.clone(), prices)
+                })
+                .filter(|(_, prices)| prices.iter().any(Option::is_some))
+                .collect(),
+        )
+    }
+
+    /// Puts these prices into `models`: a model of the snapshot is priced as the run's start
+    /// priced it (its other fields, such as the context window, stay this process's), and a
+    /// model priced here but not in the snapshot loses its prices (the run had none for it).
+    pub fn apply(&self, models: &mut std::collections::BTreeMap<String, ModelInfo>) {
+        for (name, info) in models.iter_mut() {
+            if !self.0.contains_key(name) {
+                info.price_in = None;
+                info.price_out = None;
+                info.price_cache_read = None;
+                info.price_cache_write = None;
+            }
+        }
+        for (name, [price_in, price_out, cache_read, cache_write]) in &self.0 {
+            let info = models.entry(name.clone()).or_default();
+            info.price_in = *price_in;
+            info.price_out = *price_out;
+            info.price_cache_read = *cache_read;
+            info.price_cache_write = *cache_write;
+        }
+    }
 }
 
 /// A run's trust decision as stored with its launch options.
@@ -175,6 +229,7 @@ impl RunLaunch {
             traceparent: traceparent_given(project),
             flag_settings: flags.settings.clone(),
             session_alias: flags.session_alias.clone(),
+            prices: Some(PriceSnapshot::of(&settings.models)),
         })
     }
 
@@ -429,5 +484,67 @@ mod tests {
             serde_json::from_value::<StoredTrust>(json).unwrap(),
             trusted
         );
+    }
+}
+
+#[cfg(test)]
+mod price_tests {
+    use std::collections::BTreeMap;
+
+    use muster_config::settings::ModelInfo;
+
+    use super::PriceSnapshot;
+
+    fn priced(price_in: f64, price_out: f64) -> ModelInfo {
+        ModelInfo {
+            context_window: Some(1000),
+            price_in: Some(price_in),
+            price_out: Some(price_out),
+            ..ModelInfo::default()
+        }
+    }
+
+    /// A process's catalogue priced as the run's start priced it: the snapshot's prices win,
+    /// a model the run had no price for is unpriced, a model only the snapshot knows is added,
+    /// and what is not a price (the context window) stays this process's.
+    #[test]
+    fn a_stored_snapshot_prices_a_process_as_the_run_started() {
+        let at_start = BTreeMap::from([
+            ("a".to_owned(), priced(1.0, 2.0)),
+            ("c".to_owned(), priced(5.0, 6.0)),
+            ("unpriced".to_owned(), ModelInfo::default()),
+        ]);
+        let snapshot = PriceSnapshot::of(&at_start);
+        assert_eq!(snapshot.0.len(), 2, "{snapshot:?}");
+        let stored: PriceSnapshot =
+            serde_json::from_value(serde_json::to_value(&snapshot).unwrap()).unwrap();
+        assert_eq!(stored, snapshot);
+
+        let mut here = BTreeMap::from([
+            (
+                "a".to_owned(),
+                ModelInfo {
+                    context_window: Some(7),
+                    ..priced(9.0, 9.0)
+                },
+            ),
+            ("b".to_owned(), priced(3.0, 4.0)),
+        ]);
+        stored.apply(&mut here);
+        // (model, price_in, price_out, context_window)
+        let expected = [
+            ("a", Some(1.0), Some(2.0), Some(7)),
+            ("b", None, None, Some(1000)),
+            ("c", Some(5.0), Some(6.0), None),
+        ];
+        assert_eq!(here.len(), expected.len(), "{here:?}");
+        for (model, price_in, price_out, window) in expected {
+            let info = &here[model];
+            assert_eq!(
+                (info.price_in, info.price_out, info.context_window),
+                (price_in, price_out, window),
+                "{model}"
+            );
+        }
     }
 }

@@ -77,9 +77,18 @@ impl Project {
             &trust,
             launch.settings_files.as_ref(),
         )?;
-        let project = Project::from_loaded(global, root, loaded);
+        let mut project = Project::from_loaded(global, root, loaded);
+        project.price_as_stored(launch);
         project.print_trust_notice();
         Ok(project)
+    }
+
+    /// Prices models as the run's start did (its stored [`crate::launch::PriceSnapshot`]), so
+    /// a resume or a worker never prices the run's spend with other settings.
+    pub fn price_as_stored(&mut self, launch: &crate::launch::RunLaunch) {
+        if let Some(prices) = &launch.prices {
+            prices.apply(&mut self.settings.models);
+        }
     }
 
     /// Prints the one line of a run in an untrusted project: what trust skipped, and the

@@ -355,6 +355,8 @@ async fn run_placed(
     // they are trusted is this worker's decision, by its own trust file (the CI variable never
     // applies in a worker's process), not the decision the lead stored for its files.
     let mut project = Project::load(global, located.root, launch.run.overrides())?;
+    // Its own settings, but the run's prices: its spend counts against the run's ledger.
+    project.price_as_stored(&launch.run);
     project.print_trust_notice();
     let catalog = Arc::new(crate::loading::load_catalog(&mut project)?);
     let mut team_file = TeamFile::parse(

@@ -71,21 +71,6 @@ fn teammate_worker(fake: &FakeLlmHandle, url: &str, name: &str) -> Worker {
     teammate_worker_with_env(fake, url, name, &[])
 }
 
-/// [`teammate_worker`] with `settings` added to the worker's own settings file.
-fn teammate_worker_with_settings(
-    fake: &FakeLlmHandle,
-    url: &str,
-    name: &str,
-    settings: &str,
-) -> Worker {
-    let worker = teammate_worker(fake, url, name);
-    let path = worker.dir.path().join(".muster/settings.toml");
-    let mut text = std::fs::read_to_string(&path).unwrap();
-    text.push_str(settings);
-    std::fs::write(&path, text).unwrap();
-    worker
-}
-
 /// [`teammate_worker`] with `env` added to the worker's environment.
 fn teammate_worker_with_env(
     fake: &FakeLlmHandle,
@@ -882,7 +867,7 @@ fn with_usage(mut entry: ScriptEntry, input: u64, output: u64) -> ScriptEntry {
 
 /// The run's cost budget (`budgets.run.cost_usd = 1.0`, the lead's settings) holds across
 /// machines: the lead spends $0.60, a teammate on a worker — whose own settings set no budget
-/// — spends $0.60. Neither process alone crosses the limit; the run's ledger in the store does,
+/// and no prices (the run's stored price snapshot prices its response) — spends $0.60. Neither process alone crosses the limit; the run's ledger in the store does,
 /// so the teammate stops at the crossing response (its Write never runs), the lead sends no
 /// request once the ledger is spent, and the run ends `budget`. The ledger equals what the
 /// fake server returned, and passes the limit by less than one request's cost.
@@ -908,7 +893,8 @@ async fn the_run_cost_budget_stops_the_lead_and_a_teammate_on_a_worker_from_one_
         with_usage(any_turn("one", "done"), 0, 1),
     ])
     .await;
-    let mut worker = teammate_worker_with_settings(&fake, &url, "w1", PRICED);
+    // The worker's own settings price nothing: the run's stored prices price its spend.
+    let mut worker = teammate_worker(&fake, &url, "w1");
     worker.wait_for("ready on").await;
     let remote = bare_remote();
     let remote_path = remote.path().display().to_string();
