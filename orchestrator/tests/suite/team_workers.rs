@@ -961,3 +961,109 @@ async fn the_run_cost_budget_stops_the_lead_and_a_teammate_on_a_worker_from_one_
     assert_eq!(worker.stop().await, Some(0));
     schema.drop_now().await;
 }
+
+/// Three teammates on three `muster worker` processes and the lead, all writing as fast as
+/// their models answer ($0.30 a response, the lead's first $0.10) under `budgets.run.cost_usd =
+/// 1.0`: every teammate is stopped by the run's budget on its own machine (none runs out of
+/// scripted turns, each has five), the run ends `budget`, and the ledger — equal to what the
+/// fake server returned — passes the limit by no more than the stated bound: one response per
+/// agent in flight when it was reached.
+#[tokio::test(flavor = "multi_thread")]
+async fn three_teammates_on_three_workers_are_all_stopped_by_the_run_budget_within_the_bound() {
+    const PER_RESPONSE: f64 = 0.3;
+    let schema = Schema::new().await;
+    let url = schema.url();
+    let names = ["one", "two", "three"];
+    let mut script = vec![
+        with_usage(lead_assigns(&names), 50, 50),
+        with_usage(any_turn("lead", "Waiting for the team."), 0, 1),
+    ];
+    for name in names {
+        for turn in 1..=5 {
+            script.push(with_usage(
+                ScriptEntry::reply(
+                    name,
+                    turn,
+                    vec![tool(
+                        "Write",
+                        json!({"file_path": format!("{name}-{turn}.txt"), "content": "x\n"}),
+                    )],
+                ),
+                200,
+                100,
+            ));
+        }
+    }
+    let fake = fake(script).await;
+    let mut workers: Vec<Worker> = ["w1", "w2", "w3"]
+        .into_iter()
+        .map(|name| teammate_worker(&fake, &url, name))
+        .collect();
+    for worker in &mut workers {
+        worker.wait_for("ready on").await;
+    }
+    let remote = bare_remote();
+    let remote_path = remote.path().display().to_string();
+    let lead = lead_repo(&team(&names, ""));
+    let root = lead.path();
+    std::fs::write(
+        root.join(".muster/settings.toml"),
+        format!("{PRICED}[budgets.run]\ncost_usd = 1.0\n"),
+    )
+    .unwrap();
+    let base = fake.base_url();
+    let mut args = run_args(&url, &base, &remote_path);
+    args.extend(["--model", "m-priced"]);
+    let output = super::common::output(command(root, &args)).await;
+    let end = finished(&output);
+    assert_eq!(
+        output.status.code(),
+        Some(3),
+        "{end:#}\n{}",
+        stderr(&output)
+    );
+    assert_eq!(end["budget"], "budgets.run.cost_usd", "{end:#}");
+
+    // Every teammate ran and was stopped by the run's budget, wherever it ran.
+    let run_id = end["run_id"].as_str().unwrap();
+    let store = super::store_pg::open(&url).await;
+    let to_lead = store.messages(run_id, Some("lead")).await.unwrap();
+    for name in names {
+        assert!(
+            to_lead.iter().any(|m| m.sender == name
+                && serde_json::to_string(&m.body)
+                    .unwrap()
+                    .contains("budget exhausted: the run's cost budget")),
+            "{name}: {to_lead:#?}"
+        );
+    }
+    let placed: BTreeSet<String> = lines(&output)
+        .iter()
+        .filter(|e| e["type"] == "teammate_placed")
+        .map(|e| e["agent"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(placed.len(), 3, "{placed:?}");
+
+    let requests = fake.requests();
+    let returned: f64 = requests
+        .iter()
+        .filter_map(|r| r.usage)
+        .map(|u| (u.input_tokens + u.output_tokens) as f64 * 0.001)
+        .sum();
+    let ledger = store.run_ledger(run_id).await.unwrap().unwrap();
+    assert!(
+        (ledger.spent.cost_usd() - returned).abs() < 1e-9,
+        "{ledger:?} vs {returned}"
+    );
+    // The bound: at most one response per agent (the lead and three teammates) in flight
+    // when the limit was reached, the crossing one among them.
+    let bound = 1.0 + 4.0 * PER_RESPONSE;
+    assert!(
+        ledger.spent.cost_usd() <= bound + 1e-9,
+        "{ledger:?} passes the bound {bound}"
+    );
+    for mut worker in workers {
+        assert_eq!(worker.stop().await, Some(0));
+    }
+    schema.drop_now().await;
+}
