@@ -811,6 +811,14 @@ impl MailboxStore for PostgresStore {
     }
 
     async fn run_ledger(&self, run_id: &str) -> StoreResult<Option<crate::ledger::RunLedger>> {
+        if self.fence.is_some() {
+            // A worker's store: the read an agent makes before each model request is refused
+            // once the item's lease is lost, as its writes are (fencing), so a worker that
+            // lost its teammate sends it no further request.
+            return write_op!(self, [run_id], |tx, ctx, _w| {
+                ops_ledger::run_ledger(&tx, run_id).await
+            });
+        }
         read_op!(self, |tx, ctx| ops_ledger::run_ledger(&tx, run_id).await)
     }
 

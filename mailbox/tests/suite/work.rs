@@ -20,6 +20,7 @@ on_both_backends!(
     workers_are_listed_with_their_items_and_last_heartbeat,
     a_fenced_tool_start_records_its_process_group_under_the_item_holder,
     a_fence_holder_acks_mail_a_newer_epoch_voided_and_an_epoch_owner_does_not,
+    a_worker_that_lost_its_lease_can_neither_read_nor_charge_the_run_ledger,
 );
 
 const LONG: Duration = Duration::from_secs(600);
@@ -471,4 +472,56 @@ async fn a_fence_holder_acks_mail_a_newer_epoch_voided_and_an_epoch_owner_does_n
         .await
         .unwrap_err();
     assert!(error.to_string().contains("it is acked"), "{error}");
+}
+
+/// The run's budget ledger under fencing: while its token is current a worker's store reads and
+/// charges it; once the item is taken over, the read an agent makes before a model request is
+/// refused (so it sends none) and so is a charge, which leaves the ledger as it was.
+async fn a_worker_that_lost_its_lease_can_neither_read_nor_charge_the_run_ledger(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
+    store.enqueue_work(items("q", &["a"])).await.unwrap();
+    let lease = store
+        .claim_work(None, "w1", Duration::ZERO)
+        .await
+        .unwrap()
+        .unwrap();
+    let fenced = place.location().open_fenced(lease.fence()).await;
+    run_with(&fenced, RUN, &["alice"]).await;
+    let limits = LedgerLimits {
+        cost_nanos: Some(1_000),
+        ..LedgerLimits::default()
+    };
+    store
+        .open_ledger(RUN, limits, LedgerSpend::default())
+        .await
+        .unwrap();
+    let charge = |text: &str| CommitTurn {
+        run_id: RUN.into(),
+        agent: "alice".into(),
+        records: vec![NewRecord {
+            agent: "alice".into(),
+            stream: "transcript".into(),
+            seq: None,
+            body: json!({"turn": text}),
+        }],
+        charge: Some(LedgerSpend {
+            turns: 1,
+            tokens: 10,
+            cost_nanos: 100,
+        }),
+        ..CommitTurn::default()
+    };
+    assert!(fenced.run_ledger(RUN).await.unwrap().is_some());
+    fenced.commit_turn(charge("current")).await.unwrap();
+    let before = store.run_ledger(RUN).await.unwrap().unwrap();
+    assert_eq!(before.spent.cost_nanos, 100);
+
+    let taken = store.claim_work(None, "w2", LONG).await.unwrap().unwrap();
+    assert_eq!(taken.token, 2);
+    let read = fenced.run_ledger(RUN).await.unwrap_err();
+    assert!(is_fenced(&read, 2), "{read}");
+    let charged = fenced.commit_turn(charge("late")).await.unwrap_err();
+    assert!(is_fenced(&charged, 2), "{charged}");
+    assert_eq!(store.run_ledger(RUN).await.unwrap(), Some(before));
 }
