@@ -86,7 +86,7 @@ const TEAMMATE_KEYS: &[&str] = &[
     "base_url",
     "api_key_env",
 ];
-const MERGE_KEYS: &[&str] = &["test", "test_timeout", "cache"];
+const MERGE_KEYS: &[&str] = &["test", "test_timeout", "cache", "before_apply"];
 const SPAWN_KEYS: &[&str] = &[
     "plan_mode_required",
     "approver",
@@ -110,6 +110,9 @@ pub struct MergeGate {
     /// Paths relative to the project root shared by every scratch tree (a build directory):
     /// each is linked into the tree before the command runs.
     pub cache: Vec<String>,
+    /// Whether the team's result must pass the command too before it is applied to the user's
+    /// working tree at the end of the run (`before_apply`, default false).
+    pub before_apply: bool,
 }
 
 /// Default for `max_concurrent_teammates`.
@@ -489,6 +492,9 @@ fn read_merge(
             }
         })
         .collect();
+    let before_apply = table
+        .boolean("before_apply", errors)
+        .is_some_and(|flag| flag.value);
     let test = table.string("test", errors)?;
     if test.value.trim().is_empty() {
         errors.push(located_error(
@@ -502,6 +508,7 @@ fn read_merge(
         test: test.value,
         test_timeout_secs,
         cache,
+        before_apply,
     })
 }
 

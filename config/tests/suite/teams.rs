@@ -503,9 +503,21 @@ fn a_team_files_merge_gate_and_teammate_endpoints_are_read_and_checked() {
     let mut team = TeamFile::parse("t.toml", text, &catalog()).unwrap();
     let gate = team.merge.clone().unwrap();
     assert_eq!(
-        (gate.test.as_str(), gate.test_timeout_secs, gate.cache),
-        ("cargo test", 90, vec!["target".to_owned()])
+        (
+            gate.test.as_str(),
+            gate.test_timeout_secs,
+            gate.cache,
+            gate.before_apply
+        ),
+        ("cargo test", 90, vec!["target".to_owned()], false)
     );
+    let before = TeamFile::parse(
+        "t.toml",
+        "name = \"t\"\n[merge]\ntest = \"x\"\nbefore_apply = true\n",
+        &catalog(),
+    )
+    .unwrap();
+    assert!(before.merge.unwrap().before_apply);
     let endpoint = &team.teammates[0].endpoint;
     assert_eq!(endpoint.model.as_deref(), Some("claude-sonnet-4-5"));
     assert_eq!(endpoint.api_key_env.as_deref(), Some("LOCAL_KEY"));
@@ -530,6 +542,10 @@ fn a_team_files_merge_gate_and_teammate_endpoints_are_read_and_checked() {
         (
             "name = \"t\"\n[merge]\ntest = \"x\"\ntest_timeout = 0",
             "merge.test_timeout: expected seconds (at least 1), found 0",
+        ),
+        (
+            "name = \"t\"\n[merge]\ntest = \"x\"\nbefore_apply = \"yes\"",
+            "merge.before_apply",
         ),
         (
             "name = \"t\"\n[merge]\ntest = \"x\"\ncache = [\"../up\"]",

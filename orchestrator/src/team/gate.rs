@@ -77,6 +77,11 @@ impl MergeTestGate {
         }
     }
 
+    /// Whether the team's result must pass before the final apply (`[merge] before_apply`).
+    pub(crate) fn before_apply(&self) -> bool {
+        self.gate.before_apply
+    }
+
     /// Runs the gate on `merged` (a commit: `head` merged with a teammate's branch) in a
     /// scratch worktree named `name` under the run's worktrees.
     pub(crate) async fn run(

@@ -55,6 +55,9 @@ enum IsolationRecord {
     Final {
         apply: bool,
         commit: String,
+        /// The gate's run on the result before the final apply (`[merge] before_apply`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        gate: Option<super::gate::GateResult>,
     },
 }
 
@@ -152,7 +155,7 @@ pub(crate) struct MergeStep {
 }
 
 /// What the end of a run did with the result.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Delivered {
     /// Nothing was merged.
     Nothing,
@@ -160,6 +163,13 @@ pub(crate) enum Delivered {
     Applied { commit: String, files: usize },
     /// Left on the integration branch (the user's tree changed during the run).
     OnBranch { branch: String, commit: String },
+    /// Left on the integration branch: the result failed the project's tests
+    /// (`[merge] before_apply`).
+    GateFailed {
+        branch: String,
+        commit: String,
+        gate: super::gate::GateResult,
+    },
 }
 
 impl TeamIsolation {
@@ -718,22 +728,43 @@ impl TeamIsolation {
             .into_iter()
             .filter_map(|row| serde_json::from_value::<IsolationRecord>(row.body).ok())
             .find_map(|record| match record {
-                IsolationRecord::Final { apply, commit } => Some((apply, commit)),
+                IsolationRecord::Final {
+                    apply,
+                    commit,
+                    gate,
+                } => Some((apply, commit, gate)),
                 _ => None,
             });
-        let (apply, commit) = match decided {
+        let (apply, commit, gate) = match decided {
             Some(decided) => decided,
             None if head == self.base.commit => return Ok(Delivered::Nothing),
             None => {
-                let apply = self.worktrees.user_tree_matches(&self.base).await?;
+                // The gate runs before the decision is recorded: killed during it, a resume
+                // runs it again; recorded, its result is what every resume carries out.
+                let gate = match &self.gate {
+                    Some(gate) if gate.before_apply() => {
+                        Some(gate.run(&self.worktrees, &head, &head, "final").await?)
+                    }
+                    _ => None,
+                };
+                let passed = gate.as_ref().is_none_or(|result| result.passed);
+                let apply = passed && self.worktrees.user_tree_matches(&self.base).await?;
                 let final_record = IsolationRecord::Final {
                     apply,
                     commit: head.clone(),
+                    gate: gate.clone(),
                 };
                 append(store, run_id, &final_record).await?;
-                (apply, head)
+                (apply, head, gate)
             }
         };
+        if let Some(gate) = gate.filter(|result| !result.passed) {
+            return Ok(Delivered::GateFailed {
+                branch: self.worktrees.lead_branch(),
+                commit,
+                gate,
+            });
+        }
         if !apply {
             return Ok(Delivered::OnBranch {
                 branch: self.worktrees.lead_branch(),

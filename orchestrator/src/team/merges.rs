@@ -234,6 +234,31 @@ impl Team {
                      (integration commit {commit})."
                 )),
             ),
+            Delivered::GateFailed {
+                branch,
+                commit,
+                gate,
+            } => {
+                // The team's result fails the project's tests: not applied, and the run
+                // failed (a script or CI sees it by the exit code).
+                ending.status = RunStatus::Failed;
+                ending.exit = crate::exit::Exit::Failed;
+                let exit = gate
+                    .exit
+                    .map_or_else(|| "no exit code".to_owned(), |code| format!("exit {code}"));
+                (
+                    json!({"result_branch": branch, "result_commit": commit,
+                           "final_gate": gate,
+                           "reason": format!("the team's result fails the project's tests \
+                                              ({}: {exit}); nothing was applied", gate.command)}),
+                    Some(format!(
+                        "The team's result fails the project's tests (`{}`: {exit}), so it was \
+                         not applied; it stays on branch {branch} ({commit}). The end of the \
+                         output:\n{}",
+                        gate.command, gate.tail
+                    )),
+                )
+            }
             Delivered::OnBranch { branch, commit } => (
                 json!({"result_branch": branch, "result_commit": commit}),
                 Some(format!(

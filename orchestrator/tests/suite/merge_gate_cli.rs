@@ -298,3 +298,140 @@ async fn a_kill_during_the_gate_resumes_to_one_tested_request() {
     let trees = git(root, &["worktree", "list", "--porcelain"]);
     assert!(!trees.contains(".gate-"), "{trees}");
 }
+
+/// A repository whose team has one teammate (a writer whose merges the lead decides) and a
+/// `[merge] test` that fails once the file `flag` exists (something outside the repository the
+/// tests depend on, which changes during the run), with `before_apply` as given.
+fn final_gate_repo(before_apply: bool, flag: &Path) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join(".muster/agents")).unwrap();
+    std::fs::write(root.join(".muster/agents/writer.md"), WRITER).unwrap();
+    std::fs::write(root.join("README.md"), "hello\n").unwrap();
+    let team = format!(
+        "name = \"builders\"\nisolation = \"worktree\"\n\n[merge]\n\
+         test = \"test ! -f {} || {{ echo 'the flag is up' >&2; exit 3; }}\"\n\
+         before_apply = {before_apply}\n\n\
+         [[teammates]]\nname = \"one\"\ndefinition = \"writer\"\nplan_mode_required = false\n\
+         approver = \"lead\"\n",
+        flag.display()
+    );
+    std::fs::write(root.join("muster.team.toml"), team).unwrap();
+    git(root, &["init", "-q", "-b", "main"]);
+    git(root, &["add", "-A"]);
+    git(root, &["commit", "-q", "-m", "start"]);
+    super::common::trust_blocking(root);
+    dir
+}
+
+/// `[merge] before_apply`: the team's result runs the project's tests once more before the
+/// final apply. The teammate's merge passes its gate; then the tests start failing (the flag
+/// goes up while the lead's approval is held); a result that fails them is not applied (the
+/// run fails, exit 1, naming the branch and the test's output), one that passes is applied,
+/// and without the setting a failing result is applied as before. Killed during the final
+/// gate, a resume runs it again and ends the same way.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_gate_before_the_final_apply_keeps_a_failing_result_off_the_users_tree() {
+    // (before_apply, the flag goes up, kill during the final gate, exit, applied)
+    let rows = [
+        (true, false, false, 0, true),
+        (true, true, false, 1, false),
+        (true, true, true, 1, false),
+        (false, true, false, 0, true),
+    ];
+    for (before_apply, raise_flag, kill, exit, applied) in rows {
+        let what = format!("before_apply={before_apply} flag={raise_flag} kill={kill}");
+        let outside = tempfile::tempdir().unwrap();
+        let flag = outside.path().join("flag");
+        let dir = final_gate_repo(before_apply, &flag);
+        let root = dir.path();
+        let review: ScriptEntry = serde_json::from_value(json!({
+            "agent": "lead", "when": {"mail_type": "merge_request"}, "fault": {"hold": "lead"},
+            "reply": {"content": [{"type": "tool_use", "id": "toolu_review", "name": "ReviewMerge",
+                                   "input": {"request_id": "merge-one-1", "approve": true}}],
+                      "stop_reason": "tool_use"}}))
+        .unwrap();
+        let assign = ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "SendMessage",
+                json!({"to": "one", "message": "Write one.txt."}),
+            )],
+        );
+        let fake = fake(vec![
+            review,
+            assign,
+            any_turn("lead", "Done."),
+            write("one", 1, "one.txt", "one\n"),
+            any_turn("one", "done"),
+        ])
+        .await;
+        let base = fake.base_url();
+        let args = [
+            "run",
+            "-p",
+            "Build it.",
+            "--base-url",
+            &base,
+            "--output",
+            "stream-json",
+        ];
+        let mut command = super::common::command(root, &args);
+        if kill {
+            // The first hit is the teammate's merge gate, the second the final one.
+            command.env("MUSTER_FAILPOINT", "merge_gate@2");
+        }
+        let mut run = Running::spawn(command);
+        run.until("the merge request", |e| {
+            e["type"] == "mail_sent" && e["kind"] == "merge_request"
+        })
+        .await;
+        if raise_flag {
+            std::fs::write(&flag, "up\n").unwrap();
+        }
+        fake.open_gate("lead");
+        let first = run.finish().await;
+        let output = if kill {
+            assert_eq!(first, None, "{what}: not killed: {:#?}", run.events);
+            run_resume(root, &base).await
+        } else {
+            assert_eq!(first, Some(exit), "{what}: {:#?}", run.events);
+            None
+        };
+        let end = match &output {
+            Some(output) => {
+                assert_eq!(
+                    output.status.code(),
+                    Some(exit),
+                    "{what}: {}",
+                    stderr(output)
+                );
+                lines(output).last().cloned().unwrap()
+            }
+            None => run.events.last().cloned().unwrap(),
+        };
+        assert_eq!(root.join("one.txt").exists(), applied, "{what}: {end:#}");
+        if !applied {
+            assert_eq!(end["status"], "failed", "{what}: {end:#}");
+            let result = &end;
+            assert_eq!(result["final_gate"]["exit"], 3, "{what}: {end:#}");
+            assert!(
+                result["final_gate"]["tail"]
+                    .as_str()
+                    .unwrap()
+                    .contains("the flag is up"),
+                "{what}: {end:#}"
+            );
+            let branch = result["result_branch"].as_str().unwrap();
+            let files = git(root, &["ls-tree", "--name-only", branch]);
+            assert!(files.contains("one.txt"), "{what}: {files}");
+        }
+        let trees = git(root, &["worktree", "list", "--porcelain"]);
+        assert!(!trees.contains("final"), "{what}: {trees}");
+    }
+}
+
+async fn run_resume(root: &Path, base: &str) -> Option<std::process::Output> {
+    Some(run(root, base, &["resume"]).await)
+}
