@@ -20,6 +20,13 @@ pub struct Args {
     pub json: bool,
 }
 
+/// `budget` of a run's row: the run-wide limits and what every process of the run spent.
+fn budget_json(ledger: &muster_mailbox::RunLedger) -> serde_json::Value {
+    use muster_agents::budget::{Spend, SpendLimits};
+    json!({"limits": SpendLimits::from_ledger(&ledger.limits),
+           "spent": Spend::from_ledger(&ledger.spent)})
+}
+
 pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     let (project, store) = open(global)?;
     let rt = runtime()?;
@@ -44,8 +51,13 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
                 live,
                 now,
             ))?;
-            rows.push(json!({"run": run, "effective_status": status.as_str(),
-                "waits": {"total": total, "agents": agents}}));
+            let mut row = json!({"run": run, "effective_status": status.as_str(),
+                "waits": {"total": total, "agents": agents}});
+            // The run's ledger in the store (every process's spend), when it has one.
+            if let Some(ledger) = rt.block_on(store.run_ledger(&run.id))? {
+                row["budget"] = budget_json(&ledger);
+            }
+            rows.push(row);
         }
         print_json(&rows)?;
         return Ok(Exit::Success);

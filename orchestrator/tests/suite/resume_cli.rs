@@ -1446,5 +1446,14 @@ async fn the_run_ledger_survives_a_kill_after_each_charged_commit() {
             (ledger.spent.cost_usd() - returned).abs() < 1e-9,
             "{cut:?}: {ledger:?} vs {returned}"
         );
+        let runs = muster(dir.path(), &["runs", "--json"]).await;
+        let runs: Value = serde_json::from_slice(&runs.stdout).unwrap();
+        let budget = &runs[0]["budget"];
+        assert_eq!(budget["limits"]["cost_usd"], 1.0, "{cut:?}: {budget}");
+        assert_eq!(budget["spent"]["turns"], 3, "{cut:?}: {budget}");
+        assert!(
+            (budget["spent"]["cost_usd"].as_f64().unwrap() - returned).abs() < 1e-9,
+            "{budget}"
+        );
     }
 }
