@@ -53,7 +53,7 @@ fn a_store_from_a_newer_schema_is_refused_naming_both_versions() {
 /// A store of schema 4 (before process groups were kept) opens under this build: it gains
 /// the table, and what it held reads as before.
 #[tokio::test]
-async fn a_schema_4_store_gains_process_groups_and_keeps_its_records() {
+async fn a_schema_4_store_gains_process_groups_and_the_ledger_and_keeps_its_records() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.db");
     let old_record = serde_json::json!({
@@ -76,8 +76,10 @@ async fn a_schema_4_store_gains_process_groups_and_keeps_its_records() {
             .unwrap();
     }
     let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.execute_batch("DROP TABLE process_groups; PRAGMA user_version = 4;")
-        .unwrap();
+    conn.execute_batch(
+        "DROP TABLE run_ledgers; DROP TABLE process_groups; PRAGMA user_version = 4;",
+    )
+    .unwrap();
     drop(conn);
 
     let store = SqliteStore::open(&path, StoreOptions::default()).unwrap();
@@ -91,6 +93,12 @@ async fn a_schema_4_store_gains_process_groups_and_keeps_its_records() {
             .unwrap()
             .is_empty()
     );
+    // And the budget ledger's table (schema 6): no ledger until the run's process opens one.
+    assert_eq!(store.run_ledger(RUN).await.unwrap(), None);
+    store
+        .open_ledger(RUN, LedgerLimits::default(), LedgerSpend::default())
+        .await
+        .unwrap();
     drop(store);
     let conn = rusqlite::Connection::open(&path).unwrap();
     let version: i64 = conn
