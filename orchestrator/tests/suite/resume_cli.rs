@@ -1365,10 +1365,27 @@ async fn compaction_settings_decide_when_a_run_compacts() {
 /// carry and what the fake server returned.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_run_ledger_survives_a_kill_after_each_charged_commit() {
+    ledger_survives_kills(false).await;
+}
+
+/// [`the_run_ledger_survives_a_kill_after_each_charged_commit`] on PostgreSQL.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_run_ledger_on_postgres_survives_a_kill_after_each_charged_commit() {
+    ledger_survives_kills(true).await;
+}
+
+async fn ledger_survives_kills(postgres: bool) {
     // (where the first process is killed, or none: the uncut run)
     let cuts = [None, Some(1), Some(2), Some(3)];
     for cut in cuts {
         let dir = project();
+        let schema = match postgres {
+            true => Some(super::store_pg::Schema::new().await),
+            false => None,
+        };
+        if let Some(schema) = &schema {
+            super::store_pg::use_store(dir.path(), &schema.url());
+        }
         settings(
             dir.path(),
             "[models.\"claude-sonnet-4-5\"]\nprice_in = 1000.0\nprice_out = 1000.0\n\
@@ -1425,7 +1442,10 @@ async fn the_run_ledger_survives_a_kill_after_each_charged_commit() {
         assert_eq!(marker(dir.path()), ["one", "two"], "{cut:?}");
 
         let run_id = finished["run_id"].as_str().unwrap();
-        let store = open_store(dir.path());
+        let store = match &schema {
+            Some(schema) => super::store_pg::open(&schema.url()).await,
+            None => open_store(dir.path()),
+        };
         let ledger = store.run_ledger(run_id).await.unwrap().unwrap();
         let recorded: f64 = transcript(store.as_ref(), run_id, "main")
             .await
@@ -1455,5 +1475,9 @@ async fn the_run_ledger_survives_a_kill_after_each_charged_commit() {
             (budget["spent"]["cost_usd"].as_f64().unwrap() - returned).abs() < 1e-9,
             "{budget}"
         );
+        drop(store);
+        if let Some(schema) = schema {
+            schema.drop_now().await;
+        }
     }
 }

@@ -76,7 +76,7 @@ impl Schema {
 }
 
 /// Points the project at `url` through its local settings, so every command there uses it.
-fn use_store(dir: &Path, url: &str) {
+pub(super) fn use_store(dir: &Path, url: &str) {
     std::fs::write(
         dir.join(".muster/settings.local.toml"),
         format!("store = \"{url}\"\n"),
