@@ -544,6 +544,7 @@ impl AgentRuntime {
         self.run.events.emit(RunEvent::ModelTurn {
             agent: self.id.clone(),
             turn,
+            provider: Some(model.provider.name().to_owned()),
             model: model.model,
             mode: self.plan.mode.to_string(),
             stop_reason: response.stop_reason.as_str().to_owned(),

@@ -152,6 +152,7 @@ impl RunTraces {
                 agent,
                 turn,
                 model,
+                provider,
                 mode,
                 stop_reason,
                 text,
@@ -162,10 +163,12 @@ impl RunTraces {
                 let start = now
                     .checked_sub(Duration::from_secs_f64(latency_ms.max(0.0) / 1000.0))
                     .unwrap_or(now);
-                let provider = match mode.as_str() {
+                // The provider that answered (the agent's own endpoint's, per agent); a line
+                // logged before events carried it falls back to the run's for the mode.
+                let provider = provider.as_ref().unwrap_or(match mode.as_str() {
                     "plan" => &self.plan_provider,
                     _ => &self.act_provider,
-                };
+                });
                 let mut attributes = self.common("chat", agent);
                 attributes.extend([
                     KeyValue::new("gen_ai.provider.name", provider.clone()),

@@ -426,3 +426,154 @@ async fn traces_off_or_turned_on_by_a_project_file_make_no_connection() {
         receiver.stop().await;
     }
 }
+
+/// Each `chat` span names the provider and the model of the agent that sent the request, as
+/// the model server received it: a lead on the Anthropic API with the run's model, and a
+/// teammate whose team entry puts it on an OpenAI-compatible endpoint with a model of its own
+/// (not the run's provider for the mode).
+#[tokio::test(flavor = "multi_thread")]
+async fn each_chat_span_carries_the_provider_and_model_of_its_own_agent() {
+    const LOCAL_MODEL: &str = "qwen-local";
+    let mut lead_first = ScriptEntry::reply(
+        "lead",
+        1,
+        vec![tool(
+            "TaskCreate",
+            json!({"subject": "One", "description": "Say one."}),
+        )],
+    );
+    lead_first.turn = Some(1);
+    let mut lead_rest = ScriptEntry::reply("lead", 0, vec![Block::text("Waiting for the team.")]);
+    lead_rest.turn = None;
+    let mut teammate = ScriptEntry::reply("local", 0, vec![Block::text("Done.")]);
+    teammate.turn = None;
+    let fake = fake(vec![lead_first, lead_rest, teammate]).await;
+    let team = format!(
+        "name = \"mixed\"\n\n[[teammates]]\nname = \"local\"\nplan_mode_required = false\n\
+         provider = \"openai\"\nmodel = \"{LOCAL_MODEL}\"\nbase_url = \"{}\"\n\
+         api_key_env = \"LOCAL_LLM_KEY\"\n",
+        fake.openai_base_url()
+    );
+    let dir = project(&[("muster.team.toml", &team)]);
+    // A repository's base_url and api_key_env apply only once the user trusts it.
+    super::common::trust(dir.path()).await;
+    let mut receiver = Receiver::start(&[]).await;
+    let mut run = command(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Split the greeting.",
+            "--base-url",
+            &fake.base_url(),
+            "--output",
+            "json",
+        ],
+    );
+    run.env("MUSTER_TELEMETRY", "1")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
+        .env("LOCAL_LLM_KEY", "sk-local");
+    let ran = output(run).await;
+    assert_eq!(ran.status.code(), Some(0), "{}", stderr(&ran));
+    receiver
+        .until("the run's span", |spans| {
+            spans
+                .iter()
+                .any(|s| s["name"].as_str().unwrap().starts_with("invoke_workflow"))
+        })
+        .await;
+    let spans = receiver.spans.clone();
+    let requests = fake.requests();
+    let answered: Vec<&RecordedRequest> = requests
+        .iter()
+        .filter(|r| r.usage.is_some() && r.purpose.is_none())
+        .collect();
+    let agents: std::collections::BTreeSet<&str> = answered
+        .iter()
+        .filter_map(|r| r.agent.as_deref())
+        .collect();
+    assert_eq!(agents, ["lead", "local"].into(), "{requests:#?}");
+    for request in answered {
+        let agent = request.agent.as_deref().unwrap();
+        let chat: Vec<&Value> = span_with(&spans, "chat", "gen_ai.agent.id", &json!(agent))
+            .into_iter()
+            .filter(|s| s["attributes"]["muster.turn"] == json!(request.turn.unwrap()))
+            .collect();
+        assert_eq!(chat.len(), 1, "{agent} {:?}: {spans:#?}", request.turn);
+        let provider = match request.path.as_str() {
+            "/v1/messages" => "anthropic",
+            "/v1/chat/completions" => "openai",
+            other => panic!("{other}"),
+        };
+        let attributes = &chat[0]["attributes"];
+        assert_eq!(attributes["gen_ai.provider.name"], provider, "{agent}");
+        assert_eq!(attributes["gen_ai.request.model"], request.body["model"], "{agent}");
+    }
+    let local = span_with(&spans, "chat", "gen_ai.agent.id", &json!("local"));
+    assert_eq!(local[0]["attributes"]["gen_ai.request.model"], LOCAL_MODEL);
+    receiver.stop().await;
+}
+
+/// Hooks run under the span that fired them: a `PreToolUse` hook of a `Bash` call gets that
+/// call's `execute_tool` span as `TRACEPARENT` (not the one the run was started under), a
+/// `Stop` hook its agent's `invoke_agent` span.
+#[tokio::test(flavor = "multi_thread")]
+async fn hooks_get_the_traceparent_of_the_span_that_fired_them() {
+    let dir = project(&[]);
+    let home = tempfile::tempdir().unwrap();
+    let (pre, stop) = (dir.path().join("pre.txt"), dir.path().join("stop.txt"));
+    let hook = |file: &Path| {
+        json!([{"matcher": "", "hooks": [{"type": "command",
+            "command": format!("printf %s \"$TRACEPARENT\" > {}", file.display())}]}])
+    };
+    std::fs::create_dir_all(home.path().join(".claude")).unwrap();
+    std::fs::write(
+        home.path().join(".claude/settings.json"),
+        json!({"hooks": {"PreToolUse": hook(&pre), "Stop": hook(&stop)}}).to_string(),
+    )
+    .unwrap();
+    let fake = fake(vec![
+        ScriptEntry::reply("main", 1, vec![tool("Bash", json!({"command": "true"}))]),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+    ])
+    .await;
+    let mut receiver = Receiver::start(&[]).await;
+    let mut run = command(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Look around.",
+            "--base-url",
+            &fake.base_url(),
+            "--permission-mode",
+            "bypassPermissions",
+        ],
+    );
+    run.env("HOME", home.path())
+        .env("MUSTER_TELEMETRY", "1")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
+        .env("TRACEPARENT", format!("00-{PARENT_TRACE}-{PARENT_SPAN}-01"));
+    let ran = output(run).await;
+    assert_eq!(ran.status.code(), Some(0), "{}", stderr(&ran));
+    receiver
+        .until("the run's span", |spans| {
+            spans
+                .iter()
+                .any(|s| s["name"].as_str().unwrap().starts_with("invoke_workflow"))
+        })
+        .await;
+    let spans = receiver.spans.clone();
+    let bash = span_with(&spans, "execute_tool", "gen_ai.tool.name", &json!("Bash"));
+    let agent = span_with(&spans, "invoke_agent", "gen_ai.agent.id", &json!("main"));
+    assert_eq!((bash.len(), agent.len()), (1, 1), "{spans:#?}");
+    for (file, span) in [(&pre, bash[0]), (&stop, agent[0])] {
+        assert_eq!(
+            std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{e}: {}", stderr(&ran))),
+            format!("00-{PARENT_TRACE}-{}-01", span["span_id"].as_str().unwrap()),
+            "{}",
+            file.display()
+        );
+    }
+    receiver.stop().await;
+}
