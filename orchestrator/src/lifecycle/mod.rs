@@ -206,7 +206,9 @@ async fn execute_async<K: RunKind>(kind: K, existing: Option<RunRecord>) -> anyh
     let traces = run_traces(kind.project(), kind.launch(), &id)?;
     if let (Some(traces), true) = (&traces, resumed) {
         let logs = kind.project().root.logs_dir();
-        traces.send_unsent(&crate::run_log::path(&logs, &id));
+        traces
+            .send_unsent(&crate::run_log::path(&logs, &id), store.as_ref())
+            .await;
     }
     let mut printer = RunPrinter::new(
         &id,

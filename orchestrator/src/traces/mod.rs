@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use muster_agents::runtime::RunEvent;
+use muster_agents::runtime::{RunEvent, TRANSCRIPT};
 use muster_agents::trace_ids::{RunTrace, SpanKey, TraceParent, hex};
-use muster_mailbox::{MemberKind, RosterEntry, RunStatus};
+use muster_mailbox::{MailboxStore, MemberKind, RosterEntry, RunStatus};
 use muster_protocol::ToolName;
 use muster_protocol::event::DecisionSubject;
 use opentelemetry::trace::{
@@ -21,6 +21,7 @@ use opentelemetry::{InstrumentationScope, KeyValue, Value as OtelValue};
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
 
 pub mod config;
+mod cut;
 pub mod queue;
 
 use config::TraceConfig;
@@ -91,8 +92,10 @@ impl RunTraces {
     /// On a resume: the spans of the events an earlier process logged (`log`, the run's
     /// `.muster/logs/<run>.jsonl`, written right after each commit) that it did not get to
     /// send before it stopped — a kill -9 leaves what was queued unsent. Their ends are the
-    /// logged times; the ids are the same whichever process sends them.
-    pub fn send_unsent(&self, log: &Path) {
+    /// logged times; the ids are the same whichever process sends them. Then a span marked
+    /// interrupted for each attempt the kill cut (see [`cut`]), read before this process
+    /// commits anything: the turn of a cut model request is the store's next.
+    pub async fn send_unsent(&self, log: &Path, store: &dyn MailboxStore) {
         let sent = self
             .sent_file
             .as_deref()
@@ -101,19 +104,85 @@ impl RunTraces {
         let Ok(text) = std::fs::read_to_string(log) else {
             return;
         };
-        let mut resent = 0u64;
+        let mut spans = Vec::new();
+        let mut cut = cut::CutAttempts::default();
         for line in text.lines() {
             let Some((event, at)) = logged_event(line, self.trace.run_id()) else {
                 continue;
             };
-            if let Some(span) = self.span_of(&event, at)
-                && !sent.contains(&hex(&span.span_context.span_id().to_bytes()))
-            {
+            cut.see(&event, at);
+            spans.extend(self.span_of(&event, at));
+        }
+        spans.extend(self.cut_spans(&cut, store).await);
+        let mut resent = 0u64;
+        for span in spans {
+            if !sent.contains(&hex(&span.span_context.span_id().to_bytes())) {
                 self.queue.push(span);
                 resent += 1;
             }
         }
         tracing::info!(target: "muster::traces", resent, "spans of the earlier process queued again");
+    }
+
+    /// The spans of the attempts in `cut`: each from its start to the last moment the killed
+    /// process was seen alive, status error, `error.type = "interrupted"`.
+    async fn cut_spans(&self, cut: &cut::CutAttempts, store: &dyn MailboxStore) -> Vec<SpanData> {
+        let end = cut.last_seen.unwrap_or_else(SystemTime::now);
+        let mut spans = Vec::new();
+        for (agent, start) in &cut.chats {
+            let Some(turn) = next_turn(store, self.trace.run_id(), agent).await else {
+                continue;
+            };
+            let mut attributes = self.common("chat", agent);
+            attributes.push(KeyValue::new("muster.turn", turn as i64));
+            let mut name = "chat".to_owned();
+            if let Some((model, provider)) = cut.models.get(agent) {
+                name = format!("chat {model}");
+                attributes.push(KeyValue::new("gen_ai.request.model", model.clone()));
+                if let Some(provider) = provider {
+                    attributes.push(KeyValue::new("gen_ai.provider.name", provider.clone()));
+                }
+            }
+            attributes.push(KeyValue::new("error.type", INTERRUPTED));
+            spans.push(self.span(
+                name,
+                SpanKey::CutChat(agent, turn),
+                Some(SpanKey::Agent(agent)),
+                SpanKind::Client,
+                (*start, end),
+                attributes,
+                Status::error(CUT),
+            ));
+        }
+        for ((agent, tool_use_id), (start, tool)) in &cut.tools {
+            spans.push(self.cut_tool_span(agent, tool_use_id, tool, (*start, end)));
+        }
+        spans
+    }
+
+    /// The span of a tool call attempt a kill cut.
+    fn cut_tool_span(
+        &self,
+        agent: &str,
+        tool_use_id: &str,
+        tool: &str,
+        (start, end): (SystemTime, SystemTime),
+    ) -> SpanData {
+        let mut attributes = self.common("execute_tool", agent);
+        attributes.extend([
+            KeyValue::new("gen_ai.tool.name", tool.to_owned()),
+            KeyValue::new("gen_ai.tool.call.id", tool_use_id.to_owned()),
+            KeyValue::new("error.type", INTERRUPTED),
+        ]);
+        self.span(
+            format!("execute_tool {tool}"),
+            SpanKey::CutTool(agent, tool_use_id),
+            Some(SpanKey::Agent(agent)),
+            SpanKind::Internal,
+            (start, end),
+            attributes,
+            Status::error(CUT),
+        )
     }
 
     /// Turns an event into the span it ends, if any, and queues it.
@@ -475,6 +544,23 @@ impl RunTraces {
             "traces sent"
         );
     }
+}
+
+/// `error.type` of a span whose attempt a kill cut.
+const INTERRUPTED: &str = "interrupted";
+/// The status message of such a span.
+const CUT: &str = "cut by the end of the process that started it; a resume went on";
+
+/// The turn index of `agent`'s next model request: one past the highest its records hold
+/// (`None` when the store cannot say).
+async fn next_turn(store: &dyn MailboxStore, run_id: &str, agent: &str) -> Option<u64> {
+    let records = store.records(run_id, agent, TRANSCRIPT, 0).await.ok()?;
+    let highest = records
+        .iter()
+        .filter_map(|record| record.body.get("turn").and_then(serde_json::Value::as_u64))
+        .max()
+        .unwrap_or(0);
+    Some(highest + 1)
 }
 
 /// A run log line's event of run `run_id`, with its time.

@@ -488,10 +488,8 @@ async fn each_chat_span_carries_the_provider_and_model_of_its_own_agent() {
         .iter()
         .filter(|r| r.usage.is_some() && r.purpose.is_none())
         .collect();
-    let agents: std::collections::BTreeSet<&str> = answered
-        .iter()
-        .filter_map(|r| r.agent.as_deref())
-        .collect();
+    let agents: std::collections::BTreeSet<&str> =
+        answered.iter().filter_map(|r| r.agent.as_deref()).collect();
     assert_eq!(agents, ["lead", "local"].into(), "{requests:#?}");
     for request in answered {
         let agent = request.agent.as_deref().unwrap();
@@ -507,7 +505,10 @@ async fn each_chat_span_carries_the_provider_and_model_of_its_own_agent() {
         };
         let attributes = &chat[0]["attributes"];
         assert_eq!(attributes["gen_ai.provider.name"], provider, "{agent}");
-        assert_eq!(attributes["gen_ai.request.model"], request.body["model"], "{agent}");
+        assert_eq!(
+            attributes["gen_ai.request.model"], request.body["model"],
+            "{agent}"
+        );
     }
     let local = span_with(&spans, "chat", "gen_ai.agent.id", &json!("local"));
     assert_eq!(local[0]["attributes"]["gen_ai.request.model"], LOCAL_MODEL);
@@ -576,4 +577,134 @@ async fn hooks_get_the_traceparent_of_the_span_that_fired_them() {
         );
     }
     receiver.stop().await;
+}
+
+/// A run killed (SIGKILL) while an attempt was under way — a model request the server held,
+/// or a Bash call past its PreToolUse hook — then resumed: the resume sends that attempt
+/// once, as its own span (`error.type = "interrupted"`, status error) under the agent, beside
+/// the span of the request or call that the resume committed.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_attempt_a_kill_cut_is_sent_once_on_resume_marked_interrupted() {
+    // (what was cut, its span's name, the first process's failpoint)
+    let rows = [
+        ("a model request", "chat", None),
+        ("a tool call", "execute_tool", Some("hook:PreToolUse")),
+    ];
+    for (what, name, failpoint) in rows {
+        let dir = project(&[]);
+        let home = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(home.path().join(".claude")).unwrap();
+        std::fs::write(
+            home.path().join(".claude/settings.json"),
+            json!({"hooks": {"PreToolUse": [{"matcher": "Bash",
+                "hooks": [{"type": "command", "command": "true"}]}]}})
+            .to_string(),
+        )
+        .unwrap();
+        let mut first =
+            ScriptEntry::reply("main", 1, vec![tool("Bash", json!({"command": "true"}))]);
+        if failpoint.is_none() {
+            first = first.attempt(1);
+            first.fault.hold = Some("held".into());
+        }
+        let mut script = vec![
+            first,
+            ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+        ];
+        if failpoint.is_none() {
+            script.push(
+                ScriptEntry::reply("main", 1, vec![tool("Bash", json!({"command": "true"}))])
+                    .attempt(2),
+            );
+        }
+        let fake = fake(script).await;
+        let mut receiver = Receiver::start(&[]).await;
+        let telemetry = [
+            ("HOME", home.path().display().to_string()),
+            ("MUSTER_TELEMETRY", "1".to_owned()),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint()),
+        ];
+        let mut started = command(
+            dir.path(),
+            &[
+                "run",
+                "-p",
+                "Look around.",
+                "--base-url",
+                &fake.base_url(),
+                "--permission-mode",
+                "bypassPermissions",
+                "--output",
+                "stream-json",
+            ],
+        );
+        started.envs(telemetry.iter().map(|(k, v)| (*k, v.as_str())));
+        if let Some(point) = failpoint {
+            started.env("MUSTER_FAILPOINT", point);
+        }
+        let mut run = super::common::Running::spawn(started);
+        let first_line = run.until("a first event", |_| true).await;
+        let run_id = first_line["run_id"].as_str().unwrap().to_owned();
+        if failpoint.is_none() {
+            tokio::time::timeout(GUARD, fake.gate_reached("held", 1))
+                .await
+                .expect("guard timeout: the request was never held");
+            run.child.start_kill().unwrap();
+        }
+        let status = tokio::time::timeout(GUARD, run.child.wait())
+            .await
+            .expect("guard timeout")
+            .unwrap();
+        assert_eq!(status.code(), None, "{what}: killed by a signal");
+        let mut resumed = command(dir.path(), &["resume", &run_id, "--output", "json"]);
+        resumed.envs(telemetry.iter().map(|(k, v)| (*k, v.as_str())));
+        let ran = output(resumed).await;
+        assert_eq!(ran.status.code(), Some(0), "{what}: {}", stderr(&ran));
+        fake.open_gate("held");
+        receiver
+            .until("the run's span", |spans| {
+                spans
+                    .iter()
+                    .any(|s| s["name"].as_str().unwrap().starts_with("invoke_workflow"))
+            })
+            .await;
+        let spans = receiver.spans.clone();
+        let ids = by_id(&spans);
+        let cut: Vec<&Value> = spans
+            .iter()
+            .filter(|s| s["attributes"]["error.type"] == "interrupted")
+            .collect();
+        assert_eq!(cut.len(), 1, "{what}: {spans:#?}");
+        let cut = cut[0];
+        assert!(
+            cut["name"].as_str().unwrap().starts_with(name),
+            "{what}: {cut:#}"
+        );
+        assert_eq!(cut["status"], 2, "{what}: status error: {cut:#}");
+        let agent = span_with(&spans, "invoke_agent", "gen_ai.agent.id", &json!("main"));
+        assert_eq!(cut["parent_span_id"], agent[0]["span_id"], "{what}");
+        // The request or call the resume committed has a span of its own, once.
+        let (key, value) = match name {
+            "chat" => ("muster.turn", json!(1)),
+            _ => (
+                "gen_ai.tool.call.id",
+                cut["attributes"]["gen_ai.tool.call.id"].clone(),
+            ),
+        };
+        assert_eq!(cut["attributes"][key], value, "{what}: {cut:#}");
+        let committed: Vec<&Value> = ids
+            .values()
+            .filter(|s| {
+                s["name"].as_str().unwrap().starts_with(name)
+                    && s["attributes"][key] == value
+                    && s["span_id"] != cut["span_id"]
+            })
+            .collect();
+        assert_eq!(committed.len(), 1, "{what}: {spans:#?}");
+        assert!(
+            committed[0]["attributes"].get("error.type").is_none(),
+            "{what}"
+        );
+        receiver.stop().await;
+    }
 }
