@@ -4,8 +4,8 @@
 //! continue the same trace with the same ids. Off unless the user turns it on
 //! ([`config::TraceConfig`]); `docs/traces.md` lists the spans and their attributes.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -22,10 +22,11 @@ use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
 
 pub mod config;
 mod cut;
+mod from_records;
 pub mod queue;
 
 use config::TraceConfig;
-use queue::SpanQueue;
+use queue::{SentNotes, SpanQueue};
 
 /// How long a run's end waits at most for its last spans to be sent (a collector that is
 /// down or slow is waited for much less, see [`queue::SpanQueue::flush`]).
@@ -39,7 +40,7 @@ pub struct RunTraces {
     plan_provider: String,
     act_provider: String,
     queue: SpanQueue,
-    sent_file: Option<PathBuf>,
+    sent: Option<SentNotes>,
     scope: InstrumentationScope,
     started: Mutex<Starts>,
 }
@@ -58,8 +59,9 @@ pub struct TraceParts<'a> {
     pub run_id: &'a str,
     /// The `TRACEPARENT` stored with the run.
     pub parent: Option<TraceParent>,
-    /// Where the ids of the spans sent are noted (`.muster/runs/<run>.traces`).
-    pub sent_file: Option<PathBuf>,
+    /// Where the ids of the spans sent are noted (`.muster/runs/<run>.traces`, or the
+    /// store for a teammate on a worker).
+    pub sent: Option<SentNotes>,
     pub plan_provider: &'a str,
     pub act_provider: &'a str,
 }
@@ -75,8 +77,8 @@ impl RunTraces {
             content: parts.config.content,
             plan_provider: parts.plan_provider.to_owned(),
             act_provider: parts.act_provider.to_owned(),
-            queue: SpanQueue::start(parts.config, client, parts.sent_file.clone())?,
-            sent_file: parts.sent_file,
+            queue: SpanQueue::start(parts.config, client, parts.sent.clone())?,
+            sent: parts.sent,
             scope: InstrumentationScope::builder("muster")
                 .with_version(env!("CARGO_PKG_VERSION"))
                 .build(),
@@ -96,11 +98,7 @@ impl RunTraces {
     /// interrupted for each attempt the kill cut (see [`cut`]), read before this process
     /// commits anything: the turn of a cut model request is the store's next.
     pub async fn send_unsent(&self, log: &Path, store: &dyn MailboxStore) {
-        let sent = self
-            .sent_file
-            .as_deref()
-            .map(queue::sent_ids)
-            .unwrap_or_default();
+        let sent = self.sent_ids().await;
         let Ok(text) = std::fs::read_to_string(log) else {
             return;
         };
@@ -114,6 +112,19 @@ impl RunTraces {
             spans.extend(self.span_of(&event, at));
         }
         spans.extend(self.cut_spans(&cut, store).await);
+        self.push_unsent(spans, &sent);
+    }
+
+    /// The ids noted as sent so far.
+    async fn sent_ids(&self) -> HashSet<String> {
+        match &self.sent {
+            Some(sent) => sent.sent_ids().await,
+            None => HashSet::new(),
+        }
+    }
+
+    /// Queues those of `spans` not noted as sent.
+    fn push_unsent(&self, spans: Vec<SpanData>, sent: &HashSet<String>) {
         let mut resent = 0u64;
         for span in spans {
             if !sent.contains(&hex(&span.span_context.span_id().to_bytes())) {
@@ -122,6 +133,46 @@ impl RunTraces {
             }
         }
         tracing::info!(target: "muster::traces", resent, "spans of the earlier process queued again");
+    }
+
+    /// On a worker that takes over a teammate whose earlier worker was killed: the spans of
+    /// what the teammate (and its subagents) committed that no worker noted as sent — rebuilt
+    /// from its records, since the killed worker's run log is on its own machine — and a span
+    /// marked interrupted for each call it started and never finished (a `tool_started`
+    /// record without `tool_call`). Read before this worker commits anything for it.
+    pub async fn send_unsent_of_teammate(
+        &self,
+        store: &dyn MailboxStore,
+        teammate: &str,
+        roster: &[RosterEntry],
+    ) {
+        let sent = self.sent_ids().await;
+        let run_id = self.trace.run_id().to_owned();
+        let mut spans = Vec::new();
+        let subagent_prefix = format!("{teammate}.");
+        let agents = roster
+            .iter()
+            .map(|entry| entry.agent.as_str())
+            .filter(|agent| *agent == teammate || agent.starts_with(&subagent_prefix));
+        for agent in agents {
+            let Ok(rows) = store.records(&run_id, agent, TRANSCRIPT, 0).await else {
+                continue;
+            };
+            let committed = from_records::Committed::read(agent, &rows);
+            for (start, event, end) in &committed.events {
+                if let (Some(start), RunEvent::ToolCall { tool_use_id, .. }) = (start, event) {
+                    self.starts()
+                        .tools
+                        .insert((agent.to_owned(), tool_use_id.clone()), *start);
+                }
+                spans.extend(self.span_of(event, *end));
+            }
+            for (tool_use_id, (start, tool)) in &committed.unfinished {
+                let end = committed.last.unwrap_or(*start).max(*start);
+                spans.push(self.cut_tool_span(agent, tool_use_id, tool, (*start, end)));
+            }
+        }
+        self.push_unsent(spans, &sent);
     }
 
     /// The spans of the attempts in `cut`: each from its start to the last moment the killed
