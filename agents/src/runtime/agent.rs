@@ -1014,7 +1014,7 @@ pub(super) fn agent_router(
 /// A subagent works where its parent does.
 async fn agent_workspace(run: &RunContext, id: &str, kind: &AgentKind) -> RuntimeResult<Workspace> {
     let owner = match kind {
-        AgentKind::Subagent { parent } => parent.as_str(),
+        AgentKind::Subagent { parent, .. } => parent.as_str(),
         AgentKind::Main | AgentKind::Teammate { .. } => id,
     };
     let Some(team) = run.team.get() else {

@@ -296,7 +296,13 @@ async fn end_traces(traces: &RunTraces, run: &StartedRun, status: RunStatus) {
     match record {
         Some(record) => {
             traces
-                .finish(status, record.created_at, &roster, record.team.as_deref())
+                .finish(
+                    status,
+                    record.created_at,
+                    &roster,
+                    record.team.as_deref(),
+                    run.store.as_ref(),
+                )
                 .await
         }
         None => traces.flush().await,

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use muster_agents::runtime::{RunEvent, TRANSCRIPT};
+use muster_agents::runtime::{AgentKind, Record, RunEvent, TRANSCRIPT};
 use muster_agents::trace_ids::{RunTrace, SpanKey, TraceParent, hex};
 use muster_mailbox::{MailboxStore, MemberKind, RosterEntry, RunStatus};
 use muster_protocol::ToolName;
@@ -505,6 +505,7 @@ impl RunTraces {
         created_at_ms: i64,
         roster: &[RosterEntry],
         team: Option<&str>,
+        store: &dyn MailboxStore,
     ) {
         let now = SystemTime::now();
         let run_start = UNIX_EPOCH + Duration::from_millis(created_at_ms.max(0) as u64);
@@ -513,6 +514,7 @@ impl RunTraces {
             RunStatus::Completed | RunStatus::Failed | RunStatus::Budget
         );
         if over {
+            let calls = spawning_calls(store, self.trace.run_id(), roster).await;
             let failed = status != RunStatus::Completed;
             let lead = roster
                 .iter()
@@ -525,9 +527,10 @@ impl RunTraces {
                         Some(lead) => SpanKey::Agent(lead),
                         None => SpanKey::Run,
                     },
-                    MemberKind::Subagent => match &entry.parent {
-                        Some(parent) => SpanKey::Agent(parent),
-                        None => SpanKey::Run,
+                    MemberKind::Subagent => match (&entry.parent, calls.get(&entry.agent)) {
+                        (Some(parent), Some(call)) => SpanKey::Tool(parent, call),
+                        (Some(parent), None) => SpanKey::Agent(parent),
+                        (None, _) => SpanKey::Run,
                     },
                     MemberKind::Human | MemberKind::Policy => continue,
                 };
@@ -595,6 +598,32 @@ impl RunTraces {
             "traces sent"
         );
     }
+}
+
+/// Each subagent's parent's `Agent` call that started it, from its `started` record (a
+/// subagent recorded before the call was kept has none: its span hangs under its parent's).
+async fn spawning_calls(
+    store: &dyn MailboxStore,
+    run_id: &str,
+    roster: &[RosterEntry],
+) -> HashMap<String, String> {
+    let mut calls = HashMap::new();
+    for entry in roster.iter().filter(|e| e.kind == MemberKind::Subagent) {
+        let Ok(rows) = store.records(run_id, &entry.agent, TRANSCRIPT, 0).await else {
+            continue;
+        };
+        let started = rows.first().and_then(|row| Record::from_stored(row).ok());
+        if let Some(Record::Started {
+            agent_kind: AgentKind::Subagent {
+                call: Some(call), ..
+            },
+            ..
+        }) = started
+        {
+            calls.insert(entry.agent.clone(), call);
+        }
+    }
+    calls
 }
 
 /// `error.type` of a span whose attempt a kill cut.

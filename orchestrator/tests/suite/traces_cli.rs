@@ -708,3 +708,64 @@ async fn an_attempt_a_kill_cut_is_sent_once_on_resume_marked_interrupted() {
         receiver.stop().await;
     }
 }
+
+/// A subagent's `invoke_agent` span hangs under the `execute_tool` span of the `Agent` call
+/// that started it; its own model requests under its agent span.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subagents_span_hangs_under_the_agent_call_that_started_it() {
+    let dir = project(&[]);
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![tool(
+                "Agent",
+                json!({"description": "look", "prompt": "Look around.", "subagent_type": "general"}),
+            )],
+        ),
+        ScriptEntry::reply("main.sub-1", 1, vec![Block::text("Nothing here.")]),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+    ])
+    .await;
+    let mut receiver = Receiver::start(&[]).await;
+    let mut run = command(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Look around.",
+            "--base-url",
+            &fake.base_url(),
+            "--permission-mode",
+            "bypassPermissions",
+        ],
+    );
+    run.env("MUSTER_TELEMETRY", "1")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint());
+    let ran = output(run).await;
+    assert_eq!(ran.status.code(), Some(0), "{}", stderr(&ran));
+    receiver
+        .until("the run's span", |spans| {
+            spans
+                .iter()
+                .any(|s| s["name"].as_str().unwrap().starts_with("invoke_workflow"))
+        })
+        .await;
+    let spans = receiver.spans.clone();
+    let call = span_with(&spans, "execute_tool", "gen_ai.tool.name", &json!("Agent"));
+    let sub = span_with(
+        &spans,
+        "invoke_agent",
+        "gen_ai.agent.id",
+        &json!("main.sub-1"),
+    );
+    let main = span_with(&spans, "invoke_agent", "gen_ai.agent.id", &json!("main"));
+    assert_eq!((call.len(), sub.len(), main.len()), (1, 1, 1), "{spans:#?}");
+    assert_eq!(call[0]["parent_span_id"], main[0]["span_id"]);
+    assert_eq!(sub[0]["parent_span_id"], call[0]["span_id"], "{spans:#?}");
+    assert_eq!(sub[0]["attributes"]["muster.agent.kind"], "subagent");
+    let chat = span_with(&spans, "chat", "gen_ai.agent.id", &json!("main.sub-1"));
+    assert_eq!(chat.len(), 1, "{spans:#?}");
+    assert_eq!(chat[0]["parent_span_id"], sub[0]["span_id"]);
+    receiver.stop().await;
+}
