@@ -514,7 +514,7 @@ impl RunTraces {
             RunStatus::Completed | RunStatus::Failed | RunStatus::Budget
         );
         if over {
-            let calls = spawning_calls(store, self.trace.run_id(), roster).await;
+            let started = stored_starts(store, self.trace.run_id(), roster).await;
             let failed = status != RunStatus::Completed;
             let lead = roster
                 .iter()
@@ -527,18 +527,23 @@ impl RunTraces {
                         Some(lead) => SpanKey::Agent(lead),
                         None => SpanKey::Run,
                     },
-                    MemberKind::Subagent => match (&entry.parent, calls.get(&entry.agent)) {
+                    MemberKind::Subagent => match (
+                        &entry.parent,
+                        started
+                            .get(&entry.agent)
+                            .and_then(|(_, call)| call.as_ref()),
+                    ) {
                         (Some(parent), Some(call)) => SpanKey::Tool(parent, call),
                         (Some(parent), None) => SpanKey::Agent(parent),
                         (None, _) => SpanKey::Run,
                     },
                     MemberKind::Human | MemberKind::Policy => continue,
                 };
-                let start = self
-                    .starts()
-                    .agents
+                // Its `started` record's commit; else when this process saw it start.
+                let start = started
                     .get(&entry.agent)
-                    .copied()
+                    .map(|(at, _)| *at)
+                    .or_else(|| self.starts().agents.get(&entry.agent).copied())
                     .unwrap_or(run_start);
                 let mut attributes = self.common("invoke_agent", &entry.agent);
                 attributes.push(KeyValue::new("muster.agent.kind", entry.kind.as_str()));
@@ -600,30 +605,33 @@ impl RunTraces {
     }
 }
 
-/// Each subagent's parent's `Agent` call that started it, from its `started` record (a
-/// subagent recorded before the call was kept has none: its span hangs under its parent's).
-async fn spawning_calls(
+/// Each agent's stored start (its `started` record's commit) and, for a subagent, its
+/// parent's `Agent` call that started it (none in records from before the call was kept: its
+/// span then hangs under its parent's).
+async fn stored_starts(
     store: &dyn MailboxStore,
     run_id: &str,
     roster: &[RosterEntry],
-) -> HashMap<String, String> {
-    let mut calls = HashMap::new();
-    for entry in roster.iter().filter(|e| e.kind == MemberKind::Subagent) {
+) -> HashMap<String, (SystemTime, Option<String>)> {
+    let mut starts = HashMap::new();
+    for entry in roster {
         let Ok(rows) = store.records(run_id, &entry.agent, TRANSCRIPT, 0).await else {
             continue;
         };
-        let started = rows.first().and_then(|row| Record::from_stored(row).ok());
-        if let Some(Record::Started {
-            agent_kind: AgentKind::Subagent {
-                call: Some(call), ..
-            },
-            ..
-        }) = started
-        {
-            calls.insert(entry.agent.clone(), call);
-        }
+        let Some(first) = rows.first() else {
+            continue;
+        };
+        let at = UNIX_EPOCH + Duration::from_millis(first.created_at.max(0) as u64);
+        let call = match Record::from_stored(first) {
+            Ok(Record::Started {
+                agent_kind: AgentKind::Subagent { call, .. },
+                ..
+            }) => call,
+            _ => None,
+        };
+        starts.insert(entry.agent.clone(), (at, call));
     }
-    calls
+    starts
 }
 
 /// `error.type` of a span whose attempt a kill cut.

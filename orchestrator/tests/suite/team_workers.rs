@@ -600,6 +600,25 @@ async fn a_killed_workers_unsent_spans_are_sent_once_by_the_worker_that_resumes_
     assert_eq!(chat[0]["parent_span_id"], one[0]["span_id"]);
     assert_eq!(chat[0]["attributes"]["gen_ai.provider.name"], "anthropic");
     assert_usage(chat[0], turn_one);
+    // The teammate's span starts at its stored start (its `started` record, committed on the
+    // first worker), not at the run's.
+    let root = span_with(
+        &spans,
+        "invoke_workflow",
+        "gen_ai.operation.name",
+        &json!("invoke_workflow"),
+    );
+    let (run_start, one_start) = (
+        root[0]["start"].as_u64().unwrap(),
+        one[0]["start"].as_u64().unwrap(),
+    );
+    assert!(run_start < one_start, "{:#} {:#}", root[0], one[0]);
+    assert!(
+        one_start <= chat[0]["start"].as_u64().unwrap(),
+        "{:#} {:#}",
+        one[0],
+        chat[0]
+    );
     let cut: Vec<&Value> = spans.iter().filter(|s| is_cut(s)).collect();
     assert_eq!(cut.len(), 1, "{spans:#?}");
     assert_eq!(cut[0]["name"], "execute_tool Bash");
