@@ -570,8 +570,7 @@ async fn a_killed_workers_unsent_spans_are_sent_once_by_the_worker_that_resumes_
     let requests = fake.requests();
     let turn_one = requests
         .iter()
-        .filter(|r| r.agent.as_deref() == Some("one") && r.turn == Some(1) && r.usage.is_some())
-        .last()
+        .rfind(|r| r.agent.as_deref() == Some("one") && r.turn == Some(1) && r.usage.is_some())
         .unwrap();
     let is_cut = |s: &Value| s["attributes"]["error.type"] == "interrupted";
     receiver
