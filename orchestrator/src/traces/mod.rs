@@ -268,6 +268,23 @@ impl RunTraces {
                 self.starts().requests.insert(request_id.clone(), now);
                 None
             }
+            // A request another process committed (a teammate's on a worker): its commit was
+            // `queued_ms` before this delivery.
+            RunEvent::MailDelivered {
+                request_id: Some(request_id),
+                kind,
+                queued_ms,
+                ..
+            } if kind.is_request() => {
+                let committed = now
+                    .checked_sub(Duration::from_millis((*queued_ms).max(0) as u64))
+                    .unwrap_or(now);
+                self.starts()
+                    .requests
+                    .entry(request_id.clone())
+                    .or_insert(committed);
+                None
+            }
             RunEvent::ModelTurn {
                 agent,
                 turn,

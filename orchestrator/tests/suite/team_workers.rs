@@ -636,6 +636,11 @@ async fn a_killed_workers_unsent_spans_are_sent_once_by_the_worker_that_resumes_
         "the result the resume committed: {spans:#?}"
     );
     assert_eq!(std::fs::read_to_string(&effects).unwrap(), "once\n");
+    let merge = span_with(&spans, "merge", "muster.request.id", &json!("merge-one-1"));
+    assert_eq!(merge.len(), 1, "{spans:#?}");
+    assert_eq!(merge[0]["parent_span_id"], one[0]["span_id"]);
+    let waited = merge[0]["attributes"]["muster.decision.wait_ms"].as_i64();
+    assert!(waited.is_some_and(|ms| ms >= 0), "{:#}", merge[0]);
     receiver.stop().await;
     schema.drop_now().await;
 }
@@ -845,6 +850,10 @@ async fn a_team_run_on_a_worker_killed_and_resumed_is_one_trace_with_every_commi
     let merge = span_with(&spans, "merge", "muster.request.id", &json!("merge-one-1"));
     assert_eq!(merge.len(), 1, "{spans:#?}");
     assert_eq!(merge[0]["attributes"]["muster.decision.approved"], true);
+    // How long the request waited, though its asker ran on the worker: from its commit, which
+    // the lead's delivery of it (logged before the kill) tells.
+    let waited = merge[0]["attributes"]["muster.decision.wait_ms"].as_i64();
+    assert!(waited.is_some_and(|ms| ms >= 0), "{:#}", merge[0]);
     assert_no_content(&spans, "printf");
     assert_eq!(worker.stop().await, Some(0));
     receiver.stop().await;
