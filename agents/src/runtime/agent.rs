@@ -535,6 +535,8 @@ impl AgentRuntime {
                 .map(|message| self.message_record(message.clone(), None)),
         );
         self.commit(records, Vec::new(), None).await?;
+        // Committed, not yet reported (a trace must still show it once).
+        muster_mailbox::failpoint!("model_turn");
         self.transcript.push(message, Some(response.usage));
         if let Some(continuation) = continuation {
             self.transcript.push(continuation, None);

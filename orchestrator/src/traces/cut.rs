@@ -17,9 +17,9 @@ pub(super) struct CutAttempts {
     pub chats: BTreeMap<String, SystemTime>,
     /// Per (agent, `tool_use_id`): when the call began, and its tool.
     pub tools: BTreeMap<(String, String), (SystemTime, String)>,
-    /// Per agent: the model and provider of its last committed response (the cut request
-    /// most likely went to the same).
-    pub models: HashMap<String, (String, Option<String>)>,
+    /// Per agent: the model and provider of its last logged response (the cut request most
+    /// likely went to the same), and its turn.
+    pub models: HashMap<String, (String, Option<String>, u64)>,
     /// Per agent: the call it handles now (a wait for a decision is about that one).
     calling: HashMap<String, String>,
     /// The time of the last line read: the killed process was alive until then.
@@ -36,11 +36,12 @@ impl CutAttempts {
                 agent,
                 model,
                 provider,
+                turn,
                 ..
             } => {
                 self.chats.remove(agent);
                 self.models
-                    .insert(agent.clone(), (model.clone(), provider.clone()));
+                    .insert(agent.clone(), (model.clone(), provider.clone(), *turn));
             }
             RunEvent::ToolCall {
                 agent, tool_use_id, ..

@@ -4,7 +4,7 @@
 //! continue the same trace with the same ids. Off unless the user turns it on
 //! ([`config::TraceConfig`]); `docs/traces.md` lists the spans and their attributes.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -94,9 +94,10 @@ impl RunTraces {
     /// On a resume: the spans of the events an earlier process logged (`log`, the run's
     /// `.muster/logs/<run>.jsonl`, written right after each commit) that it did not get to
     /// send before it stopped — a kill -9 leaves what was queued unsent. Their ends are the
-    /// logged times; the ids are the same whichever process sends them. Then a span marked
-    /// interrupted for each attempt the kill cut (see [`cut`]), read before this process
-    /// commits anything: the turn of a cut model request is the store's next.
+    /// logged times; the ids are the same whichever process sends them. Then, for the agents
+    /// that ran here (their start is in the log), what their records hold and the log lacks
+    /// (a kill between a commit and its line), and a span marked interrupted for each attempt
+    /// the kill cut (see [`cut`]). Read before this process commits anything.
     pub async fn send_unsent(&self, log: &Path, store: &dyn MailboxStore) {
         let sent = self.sent_ids().await;
         let Ok(text) = std::fs::read_to_string(log) else {
@@ -104,15 +105,50 @@ impl RunTraces {
         };
         let mut spans = Vec::new();
         let mut cut = cut::CutAttempts::default();
+        let mut local = BTreeSet::new();
         for line in text.lines() {
             let Some((event, at)) = logged_event(line, self.trace.run_id()) else {
                 continue;
             };
+            if let RunEvent::AgentStarted { agent, .. } = &event {
+                local.insert(agent.clone());
+            }
             cut.see(&event, at);
             spans.extend(self.span_of(&event, at));
         }
-        spans.extend(self.cut_spans(&cut, store).await);
+        let logged: HashSet<SpanId> = spans.iter().map(|s| s.span_context.span_id()).collect();
+        let mut committed = HashMap::new();
+        for agent in local {
+            let Ok(rows) = store
+                .records(self.trace.run_id(), &agent, TRANSCRIPT, 0)
+                .await
+            else {
+                continue;
+            };
+            let found = from_records::Committed::read(&agent, &rows);
+            let unlogged = self
+                .committed_spans(&agent, &found)
+                .into_iter()
+                .filter(|span| !logged.contains(&span.span_context.span_id()));
+            spans.extend(unlogged.collect::<Vec<_>>());
+            committed.insert(agent, found);
+        }
+        spans.extend(self.cut_spans(&cut, &committed));
         self.push_unsent(spans, &sent);
+    }
+
+    /// The spans of what `agent` committed, as its records say.
+    fn committed_spans(&self, agent: &str, committed: &from_records::Committed) -> Vec<SpanData> {
+        let mut spans = Vec::new();
+        for (start, event, end) in &committed.events {
+            if let (Some(start), RunEvent::ToolCall { tool_use_id, .. }) = (start, event) {
+                self.starts()
+                    .tools
+                    .insert((agent.to_owned(), tool_use_id.clone()), *start);
+            }
+            spans.extend(self.span_of(event, *end));
+        }
+        spans
     }
 
     /// The ids noted as sent so far.
@@ -159,14 +195,7 @@ impl RunTraces {
                 continue;
             };
             let committed = from_records::Committed::read(agent, &rows);
-            for (start, event, end) in &committed.events {
-                if let (Some(start), RunEvent::ToolCall { tool_use_id, .. }) = (start, event) {
-                    self.starts()
-                        .tools
-                        .insert((agent.to_owned(), tool_use_id.clone()), *start);
-                }
-                spans.extend(self.span_of(event, *end));
-            }
+            spans.extend(self.committed_spans(agent, &committed));
             for (tool_use_id, (start, tool)) in &committed.unfinished {
                 let end = committed.last.unwrap_or(*start).max(*start);
                 spans.push(self.cut_tool_span(agent, tool_use_id, tool, (*start, end)));
@@ -176,18 +205,28 @@ impl RunTraces {
     }
 
     /// The spans of the attempts in `cut`: each from its start to the last moment the killed
-    /// process was seen alive, status error, `error.type = "interrupted"`.
-    async fn cut_spans(&self, cut: &cut::CutAttempts, store: &dyn MailboxStore) -> Vec<SpanData> {
+    /// process was seen alive, status error, `error.type = "interrupted"`. An attempt whose
+    /// result the store holds (committed, its line never logged) was not cut.
+    fn cut_spans(
+        &self,
+        cut: &cut::CutAttempts,
+        committed: &HashMap<String, from_records::Committed>,
+    ) -> Vec<SpanData> {
         let end = cut.last_seen.unwrap_or_else(SystemTime::now);
         let mut spans = Vec::new();
         for (agent, start) in &cut.chats {
-            let Some(turn) = next_turn(store, self.trace.run_id(), agent).await else {
+            let Some(stored) = committed.get(agent) else {
                 continue;
             };
+            let logged_turn = cut.models.get(agent).map_or(0, |(_, _, turn)| *turn);
+            if stored.answered_turn > logged_turn {
+                continue;
+            }
+            let turn = stored.next_turn;
             let mut attributes = self.common("chat", agent);
             attributes.push(KeyValue::new("muster.turn", turn as i64));
             let mut name = "chat".to_owned();
-            if let Some((model, provider)) = cut.models.get(agent) {
+            if let Some((model, provider, _)) = cut.models.get(agent) {
                 name = format!("chat {model}");
                 attributes.push(KeyValue::new("gen_ai.request.model", model.clone()));
                 if let Some(provider) = provider {
@@ -206,7 +245,12 @@ impl RunTraces {
             ));
         }
         for ((agent, tool_use_id), (start, tool)) in &cut.tools {
-            spans.push(self.cut_tool_span(agent, tool_use_id, tool, (*start, end)));
+            let finished = committed
+                .get(agent)
+                .is_some_and(|stored| stored.finished.contains(tool_use_id));
+            if !finished {
+                spans.push(self.cut_tool_span(agent, tool_use_id, tool, (*start, end)));
+            }
         }
         spans
     }
@@ -655,18 +699,6 @@ async fn stored_starts(
 const INTERRUPTED: &str = "interrupted";
 /// The status message of such a span.
 const CUT: &str = "cut by the end of the process that started it; a resume went on";
-
-/// The turn index of `agent`'s next model request: one past the highest its records hold
-/// (`None` when the store cannot say).
-async fn next_turn(store: &dyn MailboxStore, run_id: &str, agent: &str) -> Option<u64> {
-    let records = store.records(run_id, agent, TRANSCRIPT, 0).await.ok()?;
-    let highest = records
-        .iter()
-        .filter_map(|record| record.body.get("turn").and_then(serde_json::Value::as_u64))
-        .max()
-        .unwrap_or(0);
-    Some(highest + 1)
-}
 
 /// A run log line's event of run `run_id`, with its time.
 fn logged_event(line: &str, run_id: &str) -> Option<(RunEvent, SystemTime)> {

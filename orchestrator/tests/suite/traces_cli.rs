@@ -769,3 +769,83 @@ async fn a_subagents_span_hangs_under_the_agent_call_that_started_it() {
     assert_eq!(chat[0]["parent_span_id"], sub[0]["span_id"]);
     receiver.stop().await;
 }
+
+/// A run killed (SIGKILL) right after a model response's commit, before its event reached the
+/// run log: the resume sends that request's `chat` span once, from the store (the usage the
+/// fake server logged as returned), and no span marks it interrupted — it was not cut.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_response_committed_but_never_logged_before_a_kill_is_sent_once_by_the_resume() {
+    let dir = project(&[]);
+    let fake = fake(vec![
+        ScriptEntry::reply("main", 1, vec![tool("Bash", json!({"command": "true"}))]),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+    ])
+    .await;
+    let mut receiver = Receiver::start(&[]).await;
+    let telemetry = [
+        ("MUSTER_TELEMETRY", "1".to_owned()),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint()),
+    ];
+    let mut started = command(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Look around.",
+            "--base-url",
+            &fake.base_url(),
+            "--permission-mode",
+            "bypassPermissions",
+            "--output",
+            "stream-json",
+        ],
+    );
+    started
+        .envs(telemetry.iter().map(|(k, v)| (*k, v.as_str())))
+        .env("MUSTER_FAILPOINT", "model_turn@1");
+    let mut run = super::common::Running::spawn(started);
+    let first_line = run.until("a first event", |_| true).await;
+    let run_id = first_line["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        run.finish().await,
+        None,
+        "killed at the failpoint: {:#?}",
+        run.events
+    );
+    assert!(
+        !run.events.iter().any(|e| e["type"] == "model_turn"),
+        "{:#?}",
+        run.events
+    );
+    let mut resumed = command(dir.path(), &["resume", &run_id, "--output", "json"]);
+    resumed.envs(telemetry.iter().map(|(k, v)| (*k, v.as_str())));
+    let ran = output(resumed).await;
+    assert_eq!(ran.status.code(), Some(0), "{}", stderr(&ran));
+    receiver
+        .until("the run's span", |spans| {
+            spans
+                .iter()
+                .any(|s| s["name"].as_str().unwrap().starts_with("invoke_workflow"))
+        })
+        .await;
+    let spans = receiver.spans.clone();
+    by_id(&spans);
+    let requests = fake.requests();
+    assert_eq!(
+        requests.len(),
+        2,
+        "the committed response is not asked again"
+    );
+    for request in &requests {
+        let chat = span_with(&spans, "chat", "muster.turn", &json!(request.turn.unwrap()));
+        assert_eq!(chat.len(), 1, "turn {:?}: {spans:#?}", request.turn);
+        assert_usage(chat[0], request);
+    }
+    assert!(
+        !spans
+            .iter()
+            .any(|s| s["attributes"]["error.type"] == "interrupted"),
+        "{spans:#?}"
+    );
+    receiver.stop().await;
+}
