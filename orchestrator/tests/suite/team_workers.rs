@@ -804,9 +804,20 @@ async fn a_team_run_on_a_worker_killed_and_resumed_is_one_trace_with_every_commi
             request,
         );
     }
+    // The lead's request the kill cut, if one was under way, is a span of its own, marked.
+    let cut: Vec<&Value> = ids
+        .values()
+        .filter(|s| s["attributes"]["error.type"] == "interrupted")
+        .collect();
+    assert!(cut.len() <= 1, "{cut:#?}");
+    for span in &cut {
+        assert_eq!(span["attributes"]["gen_ai.agent.id"], "lead", "{span:#}");
+        assert_eq!(span["parent_span_id"], agent_span("lead").as_str());
+    }
     let chats: Vec<&Value> = ids
         .values()
         .filter(|s| s["attributes"]["gen_ai.operation.name"] == "chat")
+        .filter(|s| s["attributes"]["error.type"] != "interrupted")
         .collect();
     assert_eq!(chats.len(), answered.len(), "{chats:#?}\n{answered:#?}");
     for ((agent, turn), request) in &answered {
@@ -825,6 +836,7 @@ async fn a_team_run_on_a_worker_killed_and_resumed_is_one_trace_with_every_commi
     let tools: Vec<&Value> = ids
         .values()
         .filter(|s| s["attributes"]["gen_ai.operation.name"] == "execute_tool")
+        .filter(|s| s["attributes"]["error.type"] != "interrupted")
         .collect();
     for (agent, id) in &calls {
         let found: Vec<&&Value> = tools
