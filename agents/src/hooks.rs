@@ -48,6 +48,9 @@ pub struct FiringAgent<'a> {
     pub profile: SandboxProfile,
     /// The JSONL of the agent's conversation, when one is written.
     pub transcript_path: Option<&'a Path>,
+    /// With traces on, the W3C `traceparent` of the span the hook runs under (the tool call
+    /// that fired it, else the agent), given to its process as `TRACEPARENT`.
+    pub traceparent: Option<String>,
 }
 
 impl HookRunner {
@@ -138,11 +141,12 @@ impl HookRunner {
                 ..HookVerdict::default()
             };
         }
+        let environment = with_traceparent(&self.environment, agent.traceparent.as_deref());
         let spec = ProcessSpec {
             command,
             stdin,
             workspace: agent.workspace,
-            environment: &self.environment,
+            environment: &environment,
             timeout: hook.handler.timeout,
             sandbox: self
                 .sandbox
@@ -154,6 +158,24 @@ impl HookRunner {
         tracing::debug!(event = event.name(), command, ?end, "hook ran");
         interpret(event, command, hook.handler.on_failure, &end)
     }
+}
+
+/// The hooks' environment with `TRACEPARENT` set to the firing span, when traces are on (a
+/// `TRACEPARENT` the run itself was given is replaced, as for `Bash`).
+fn with_traceparent<'e>(
+    environment: &'e [(OsString, OsString)],
+    traceparent: Option<&str>,
+) -> std::borrow::Cow<'e, [(OsString, OsString)]> {
+    let Some(traceparent) = traceparent else {
+        return std::borrow::Cow::Borrowed(environment);
+    };
+    let mut environment: Vec<(OsString, OsString)> = environment
+        .iter()
+        .filter(|(name, _)| name != crate::trace_ids::TRACEPARENT)
+        .cloned()
+        .collect();
+    environment.push((crate::trace_ids::TRACEPARENT.into(), traceparent.into()));
+    std::borrow::Cow::Owned(environment)
 }
 
 #[cfg(test)]
@@ -210,6 +232,7 @@ mod tests {
             mode: PermissionMode::Default,
             profile: SandboxProfile::WorkspaceWrite,
             transcript_path: None,
+            traceparent: None,
         }
     }
 

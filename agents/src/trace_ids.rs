@@ -89,6 +89,12 @@ pub enum SpanKey<'a> {
     Tool(&'a str, &'a str),
     /// A plan, permission, question or merge request (by its request id).
     Decision(&'a str),
+    /// The attempt at an agent's model request `turn` that a kill cut before its response
+    /// was committed (`chat`, marked interrupted; the request sent again has `Chat`).
+    CutChat(&'a str, u64),
+    /// The attempt at an agent's tool call that a kill cut before its result was committed
+    /// (`execute_tool`, marked interrupted; the call's committed result has `Tool`).
+    CutTool(&'a str, &'a str),
 }
 
 impl RunTrace {
@@ -138,6 +144,11 @@ impl RunTrace {
             }
             SpanKey::Tool(agent, tool_use_id) => vec!["tool", run, agent, tool_use_id],
             SpanKey::Decision(request_id) => vec!["decision", run, request_id],
+            SpanKey::CutChat(agent, n) => {
+                turn = n.to_string();
+                vec!["cut-chat", run, agent, &turn]
+            }
+            SpanKey::CutTool(agent, tool_use_id) => vec!["cut-tool", run, agent, tool_use_id],
         };
         let digest = digest(&parts);
         let mut id = [0; 8];
@@ -235,6 +246,8 @@ mod tests {
             SpanKey::Tool("lead", "toolu_1"),
             SpanKey::Tool("alice", "toolu_1"),
             SpanKey::Decision("plan-alice-1"),
+            SpanKey::CutChat("lead", 2),
+            SpanKey::CutTool("lead", "toolu_1"),
         ];
         let ids: std::collections::BTreeSet<[u8; 8]> =
             keys.iter().map(|key| a.span_id(*key)).collect();

@@ -3,7 +3,6 @@
 pub mod acp;
 pub mod agent_activity;
 pub mod batch;
-pub mod bench;
 pub mod claude;
 pub mod cli;
 pub mod command_prompt;

@@ -291,6 +291,7 @@ mod tests {
             agent: "alice".into(),
             turn: 1,
             model: "m".into(),
+            provider: None,
             mode: "default".into(),
             stop_reason: stop.into(),
             text: String::new(),

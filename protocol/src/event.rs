@@ -78,6 +78,11 @@ pub enum RunEvent {
         agent: String,
         turn: u64,
         model: String,
+        /// The provider that answered (`anthropic`, `openai`, `script`): the agent's own
+        /// when its definition or team entry names one, else the run's for the mode.
+        /// Absent in lines from before it was added.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        provider: Option<String>,
         mode: String,
         stop_reason: String,
         text: String,

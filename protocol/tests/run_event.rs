@@ -64,6 +64,7 @@ fn table() -> Vec<(RunEvent, Value)> {
                 agent: s("main"),
                 turn: 2,
                 model: s("claude-sonnet-4-5"),
+                provider: Some(s("anthropic")),
                 mode: s("acceptEdits"),
                 stop_reason: s("tool_use"),
                 text: s("Reading."),
@@ -79,7 +80,7 @@ fn table() -> Vec<(RunEvent, Value)> {
             line(
                 "model_turn",
                 "main",
-                json!({"turn": 2, "model": "claude-sonnet-4-5", "mode": "acceptEdits",
+                json!({"turn": 2, "model": "claude-sonnet-4-5", "provider": "anthropic", "mode": "acceptEdits",
                        "stop_reason": "tool_use", "text": "Reading.", "latency_ms": 12.346,
                        "usage": {"input_tokens": 100, "output_tokens": 20,
                                  "cache_read_input_tokens": 3,
@@ -418,17 +419,21 @@ fn a_line_muster_did_not_write_is_refused_with_the_reason() {
 
 #[test]
 fn a_line_from_before_the_added_fields_still_reads() {
-    // muster's lines before usage, input, content and diff were added.
+    // muster's lines before usage, provider, input, content and diff were added.
     let model_turn = json!({"v": 1, "type": "model_turn", "ts": 1, "run_id": "r1",
         "agent": "main", "turn": 1, "model": "m", "mode": "default", "stop_reason": "end_turn",
         "text": "hi", "latency_ms": 3.5});
     let RunEvent::ModelTurn {
-        usage, cost_usd, ..
+        usage,
+        cost_usd,
+        provider,
+        ..
     } = RunEvent::from_line(&model_turn).unwrap()
     else {
         panic!("not a model_turn");
     };
     assert_eq!((usage, cost_usd), (TokenUsage::default(), None));
+    assert_eq!(provider, None);
     let tool_call = json!({"v": 1, "type": "tool_call", "ts": 1, "run_id": "r1",
         "agent": "main", "tool_use_id": "t", "tool": "Read", "decision": "allow",
         "reason": "read-only", "is_error": false});

@@ -536,7 +536,8 @@ impl AgentRuntime {
                 .map(|message| self.message_record(message.clone(), None)),
         );
         let committed = self.commit_charged(records, &response).await?;
-        muster_mailbox::failpoint!("model_turn_committed");
+        // Committed (and charged), not yet reported (a trace must still show it once).
+        muster_mailbox::failpoint!("model_turn");
         self.transcript.push(message, Some(response.usage));
         if let Some(continuation) = continuation {
             self.transcript.push(continuation, None);
@@ -546,6 +547,7 @@ impl AgentRuntime {
         self.run.events.emit(RunEvent::ModelTurn {
             agent: self.id.clone(),
             turn,
+            provider: Some(model.provider.name().to_owned()),
             model: model.model,
             mode: self.plan.mode.to_string(),
             stop_reason: response.stop_reason.as_str().to_owned(),
@@ -1064,7 +1066,7 @@ pub(super) fn agent_router(
 /// A subagent works where its parent does.
 async fn agent_workspace(run: &RunContext, id: &str, kind: &AgentKind) -> RuntimeResult<Workspace> {
     let owner = match kind {
-        AgentKind::Subagent { parent } => parent.as_str(),
+        AgentKind::Subagent { parent, .. } => parent.as_str(),
         AgentKind::Main | AgentKind::Teammate { .. } => id,
     };
     let Some(team) = run.team.get() else {

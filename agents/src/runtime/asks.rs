@@ -52,7 +52,7 @@ impl AskSettings {
                     route: AskRoute::Approver,
                 });
             }
-            AgentKind::Subagent { parent } => {
+            AgentKind::Subagent { parent, .. } => {
                 let roster = run.store.roster(&run.run_id).await?;
                 let teammate = roster.iter().any(|member| {
                     member.agent == *parent && member.kind == muster_mailbox::MemberKind::Teammate

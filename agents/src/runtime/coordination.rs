@@ -85,6 +85,7 @@ impl AgentRuntime {
             agent_id: agent_id.clone(),
             kind: AgentKind::Subagent {
                 parent: self.id.clone(),
+                call: Some(call.id.clone()),
             },
             definition: definition.name.clone(),
             mode,

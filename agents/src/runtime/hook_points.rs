@@ -27,6 +27,7 @@ use serde_json::{Map, Value};
 use crate::hooks::{FiringAgent, HookDecision, HookOutcome, HookPermission};
 use crate::model::ToolCall;
 use crate::tools::ToolOutput;
+use crate::trace_ids::SpanKey;
 
 use super::context::RunContext;
 use super::error::RuntimeError;
@@ -88,7 +89,8 @@ pub(super) struct Firing<'a> {
 }
 
 impl Firing<'_> {
-    fn agent(&self) -> FiringAgent<'_> {
+    /// Who fires; its hooks run under `span` (with traces on).
+    fn agent(&self, span: SpanKey<'_>) -> FiringAgent<'_> {
         FiringAgent {
             run_id: &self.run.run_id,
             agent_id: self.id,
@@ -100,19 +102,30 @@ impl Firing<'_> {
             // Hooks run read-only wherever the agent's own commands would.
             profile: crate::sandbox::profile_for(false, self.mode, self.definition.read_only),
             transcript_path: None,
+            traceparent: self.run.trace.as_ref().map(|trace| trace.traceparent(span)),
         }
     }
 
-    /// Fires `event` for `subject` (nothing runs when no hook matches).
+    /// Fires `event` for `subject` (nothing runs when no hook matches). Its hooks run under
+    /// the span of the tool call the event is about (`tool_use_id` in `fields`), else under
+    /// the agent's.
     pub(super) async fn fire(
         &self,
         event: HookEvent,
         subject: Option<&str>,
         fields: Map<String, Value>,
     ) -> HookOutcome {
+        let tool_use_id = fields
+            .get("tool_use_id")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let span = match &tool_use_id {
+            Some(id) => SpanKey::Tool(self.id, id),
+            None => SpanKey::Agent(self.id),
+        };
         self.run
             .hooks
-            .fire(event, subject, &self.agent(), fields)
+            .fire(event, subject, &self.agent(span), fields)
             .await
     }
 

@@ -26,7 +26,7 @@ impl ServerOwner<'_> {
             cwd: workspace.root(),
             agent: self.agent,
             parent: match self.kind {
-                AgentKind::Subagent { parent } => Some(parent.as_str()),
+                AgentKind::Subagent { parent, .. } => Some(parent.as_str()),
                 AgentKind::Main | AgentKind::Teammate { .. } => None,
             },
             sandbox: run.sandbox.as_deref().map(|sandbox| (sandbox, profile)),

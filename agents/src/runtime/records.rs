@@ -25,8 +25,14 @@ pub enum AgentKind {
     Main,
     /// A teammate: its plans and questions go to the lead's mailbox.
     Teammate { lead: String },
-    /// A subagent of `parent`: reports only to it, never plans.
-    Subagent { parent: String },
+    /// A subagent of `parent`: reports only to it, never plans. `call` is the `tool_use_id`
+    /// of the parent's `Agent` call that started it (its trace span hangs under that call's);
+    /// absent in records from before it was kept.
+    Subagent {
+        parent: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        call: Option<String>,
+    },
 }
 
 /// What a record says. Field names are the stored JSON's.

@@ -437,6 +437,7 @@ mod tests {
             agent: MAIN.into(),
             turn: 1,
             model: "m".into(),
+            provider: None,
             mode: "default".into(),
             stop_reason: "tool_use".into(),
             text: "Looking.".into(),

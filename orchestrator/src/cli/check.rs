@@ -278,6 +278,7 @@ impl HookCheck<'_> {
             mode: self.mode,
             profile: profile_for(false, self.mode, self.sandbox.read_only_agent),
             transcript_path: None,
+            traceparent: None,
         };
         let mut fields = serde_json::Map::new();
         fields.insert("tool_name".into(), tool.into());

@@ -111,8 +111,13 @@ pub enum Command {
     Commands(commands::Args),
     /// Run the offline demonstration.
     Demo(demo::Args),
-    /// Run a benchmark.
-    Bench(bench::Args),
+    /// Run a benchmark (the `muster-bench` binary beside this one; `muster bench --help`).
+    #[command(disable_help_flag = true)]
+    Bench {
+        /// The benchmark and its flags (`mailbox --smoke`, `team --teammates 8`, …).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Serve the web inbox on 127.0.0.1.
     Serve(serve::Args),
     /// Claim batch lines from a PostgreSQL store and run them, until stopped.
@@ -157,7 +162,7 @@ pub fn dispatch(cli: Cli, process: ProcessGiven) -> anyhow::Result<Exit> {
         Command::Agents(args) => agents::execute(&global, args),
         Command::Commands(args) => commands::execute(&global, args),
         Command::Demo(args) => demo::execute(&global, args),
-        Command::Bench(args) => bench::execute(&global, args),
+        Command::Bench { args } => bench::execute(&global, &args),
         Command::Serve(args) => serve::execute(&global, args),
         Command::Worker(args) => worker::execute(&global, args),
         Command::Workers(args) => workers::execute(&global, args),

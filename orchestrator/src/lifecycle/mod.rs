@@ -32,6 +32,7 @@ use printer::RunPrinter;
 use signals::Interrupts;
 
 use crate::traces::config::TraceConfig;
+use crate::traces::queue::SentNotes;
 use crate::traces::{RunTraces, TraceParts};
 
 /// A kind of run (single, team): how it checks its configuration, creates its run and starts
@@ -139,6 +140,17 @@ pub(crate) fn run_traces(
     launch: &crate::launch::RunLaunch,
     run_id: &str,
 ) -> anyhow::Result<Option<Arc<RunTraces>>> {
+    let sent = SentNotes::File(project.runs_dir().join(format!("{run_id}.traces")));
+    run_traces_noted(project, launch, run_id, sent)
+}
+
+/// [`run_traces`], noting the spans sent in `sent`.
+pub(crate) fn run_traces_noted(
+    project: &Project,
+    launch: &crate::launch::RunLaunch,
+    run_id: &str,
+    sent: SentNotes,
+) -> anyhow::Result<Option<Arc<RunTraces>>> {
     let telemetry = &project.settings.telemetry;
     let Some(config) = TraceConfig::from_env(
         &project.process.env,
@@ -155,7 +167,7 @@ pub(crate) fn run_traces(
         parent: launch.trace_parent(),
         plan_provider: &launch.plan_provider,
         act_provider: &launch.act_provider,
-        sent_file: Some(project.runs_dir().join(format!("{run_id}.traces"))),
+        sent: Some(sent),
     })?;
     Ok(Some(Arc::new(traces)))
 }
@@ -226,7 +238,9 @@ async fn execute_async<K: RunKind>(kind: K, existing: Option<RunRecord>) -> anyh
     let traces = run_traces(kind.project(), kind.launch(), &id)?;
     if let (Some(traces), true) = (&traces, resumed) {
         let logs = kind.project().root.logs_dir();
-        traces.send_unsent(&crate::run_log::path(&logs, &id));
+        traces
+            .send_unsent(&crate::run_log::path(&logs, &id), store.as_ref())
+            .await;
     }
     let mut printer = RunPrinter::new(
         &id,
@@ -302,7 +316,13 @@ async fn end_traces(traces: &RunTraces, run: &StartedRun, status: RunStatus) {
     match record {
         Some(record) => {
             traces
-                .finish(status, record.created_at, &roster, record.team.as_deref())
+                .finish(
+                    status,
+                    record.created_at,
+                    &roster,
+                    record.team.as_deref(),
+                    run.store.as_ref(),
+                )
                 .await
         }
         None => traces.flush().await,

@@ -392,8 +392,14 @@ async fn run_placed(
     .ok_or_else(|| anyhow::anyhow!("run {} shares one working tree", record.id))?
     .with_remote(remote)
     .await?;
-    // The worker's spans join the run's trace: the same ids from the same keys.
-    let traces = crate::lifecycle::run_traces(&project, &launch.run, &record.id)?;
+    // The worker's spans join the run's trace: the same ids from the same keys. What it sent
+    // is noted in the store, for whichever worker resumes the teammate after a kill.
+    let sent = crate::traces::queue::SentNotes::Store {
+        store: store.clone(),
+        run_id: record.id.clone(),
+        agent: payload.agent.clone(),
+    };
+    let traces = crate::lifecycle::run_traces_noted(&project, &launch.run, &record.id, sent)?;
     let printer = Arc::new(
         RunPrinter::new(
             &record.id,
@@ -456,6 +462,12 @@ async fn run_placed(
     );
     if !started {
         check_teammate_models(&context, worker, &payload.plan)?;
+    }
+    if let (true, Some(traces)) = (started, &traces) {
+        let roster = store.roster(&record.id).await?;
+        traces
+            .send_unsent_of_teammate(store.as_ref(), &agent, &roster)
+            .await;
     }
     let first = if started { None } else { payload.first.clone() };
     team.start_teammate(payload.plan, first, started)?;

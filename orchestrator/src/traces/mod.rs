@@ -4,14 +4,14 @@
 //! continue the same trace with the same ids. Off unless the user turns it on
 //! ([`config::TraceConfig`]); `docs/traces.md` lists the spans and their attributes.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use muster_agents::runtime::RunEvent;
+use muster_agents::runtime::{AgentKind, Record, RunEvent, TRANSCRIPT};
 use muster_agents::trace_ids::{RunTrace, SpanKey, TraceParent, hex};
-use muster_mailbox::{MemberKind, RosterEntry, RunStatus};
+use muster_mailbox::{MailboxStore, MemberKind, RosterEntry, RunStatus};
 use muster_protocol::ToolName;
 use muster_protocol::event::DecisionSubject;
 use opentelemetry::trace::{
@@ -21,10 +21,12 @@ use opentelemetry::{InstrumentationScope, KeyValue, Value as OtelValue};
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
 
 pub mod config;
+mod cut;
+mod from_records;
 pub mod queue;
 
 use config::TraceConfig;
-use queue::SpanQueue;
+use queue::{SentNotes, SpanQueue};
 
 /// How long a run's end waits at most for its last spans to be sent (a collector that is
 /// down or slow is waited for much less, see [`queue::SpanQueue::flush`]).
@@ -38,7 +40,7 @@ pub struct RunTraces {
     plan_provider: String,
     act_provider: String,
     queue: SpanQueue,
-    sent_file: Option<PathBuf>,
+    sent: Option<SentNotes>,
     scope: InstrumentationScope,
     started: Mutex<Starts>,
 }
@@ -57,8 +59,9 @@ pub struct TraceParts<'a> {
     pub run_id: &'a str,
     /// The `TRACEPARENT` stored with the run.
     pub parent: Option<TraceParent>,
-    /// Where the ids of the spans sent are noted (`.muster/runs/<run>.traces`).
-    pub sent_file: Option<PathBuf>,
+    /// Where the ids of the spans sent are noted (`.muster/runs/<run>.traces`, or the
+    /// store for a teammate on a worker).
+    pub sent: Option<SentNotes>,
     pub plan_provider: &'a str,
     pub act_provider: &'a str,
 }
@@ -74,8 +77,8 @@ impl RunTraces {
             content: parts.config.content,
             plan_provider: parts.plan_provider.to_owned(),
             act_provider: parts.act_provider.to_owned(),
-            queue: SpanQueue::start(parts.config, client, parts.sent_file.clone())?,
-            sent_file: parts.sent_file,
+            queue: SpanQueue::start(parts.config, client, parts.sent.clone())?,
+            sent: parts.sent,
             scope: InstrumentationScope::builder("muster")
                 .with_version(env!("CARGO_PKG_VERSION"))
                 .build(),
@@ -91,29 +94,190 @@ impl RunTraces {
     /// On a resume: the spans of the events an earlier process logged (`log`, the run's
     /// `.muster/logs/<run>.jsonl`, written right after each commit) that it did not get to
     /// send before it stopped — a kill -9 leaves what was queued unsent. Their ends are the
-    /// logged times; the ids are the same whichever process sends them.
-    pub fn send_unsent(&self, log: &Path) {
-        let sent = self
-            .sent_file
-            .as_deref()
-            .map(queue::sent_ids)
-            .unwrap_or_default();
+    /// logged times; the ids are the same whichever process sends them. Then, for the agents
+    /// that ran here (their start is in the log), what their records hold and the log lacks
+    /// (a kill between a commit and its line), and a span marked interrupted for each attempt
+    /// the kill cut (see [`cut`]). Read before this process commits anything.
+    pub async fn send_unsent(&self, log: &Path, store: &dyn MailboxStore) {
+        let sent = self.sent_ids().await;
         let Ok(text) = std::fs::read_to_string(log) else {
             return;
         };
-        let mut resent = 0u64;
+        let mut spans = Vec::new();
+        let mut cut = cut::CutAttempts::default();
+        let mut local = BTreeSet::new();
         for line in text.lines() {
             let Some((event, at)) = logged_event(line, self.trace.run_id()) else {
                 continue;
             };
-            if let Some(span) = self.span_of(&event, at)
-                && !sent.contains(&hex(&span.span_context.span_id().to_bytes()))
-            {
+            if let RunEvent::AgentStarted { agent, .. } = &event {
+                local.insert(agent.clone());
+            }
+            cut.see(&event, at);
+            spans.extend(self.span_of(&event, at));
+        }
+        let logged: HashSet<SpanId> = spans.iter().map(|s| s.span_context.span_id()).collect();
+        let mut committed = HashMap::new();
+        for agent in local {
+            let Ok(rows) = store
+                .records(self.trace.run_id(), &agent, TRANSCRIPT, 0)
+                .await
+            else {
+                continue;
+            };
+            let found = from_records::Committed::read(&agent, &rows);
+            let unlogged = self
+                .committed_spans(&agent, &found)
+                .into_iter()
+                .filter(|span| !logged.contains(&span.span_context.span_id()));
+            spans.extend(unlogged.collect::<Vec<_>>());
+            committed.insert(agent, found);
+        }
+        spans.extend(self.cut_spans(&cut, &committed));
+        self.push_unsent(spans, &sent);
+    }
+
+    /// The spans of what `agent` committed, as its records say.
+    fn committed_spans(&self, agent: &str, committed: &from_records::Committed) -> Vec<SpanData> {
+        let mut spans = Vec::new();
+        for (start, event, end) in &committed.events {
+            if let (Some(start), RunEvent::ToolCall { tool_use_id, .. }) = (start, event) {
+                self.starts()
+                    .tools
+                    .insert((agent.to_owned(), tool_use_id.clone()), *start);
+            }
+            spans.extend(self.span_of(event, *end));
+        }
+        spans
+    }
+
+    /// The ids noted as sent so far.
+    async fn sent_ids(&self) -> HashSet<String> {
+        match &self.sent {
+            Some(sent) => sent.sent_ids().await,
+            None => HashSet::new(),
+        }
+    }
+
+    /// Queues those of `spans` not noted as sent.
+    fn push_unsent(&self, spans: Vec<SpanData>, sent: &HashSet<String>) {
+        let mut resent = 0u64;
+        for span in spans {
+            if !sent.contains(&hex(&span.span_context.span_id().to_bytes())) {
                 self.queue.push(span);
                 resent += 1;
             }
         }
         tracing::info!(target: "muster::traces", resent, "spans of the earlier process queued again");
+    }
+
+    /// On a worker that takes over a teammate whose earlier worker was killed: the spans of
+    /// what the teammate (and its subagents) committed that no worker noted as sent — rebuilt
+    /// from its records, since the killed worker's run log is on its own machine — and a span
+    /// marked interrupted for each call it started and never finished (a `tool_started`
+    /// record without `tool_call`). Read before this worker commits anything for it.
+    pub async fn send_unsent_of_teammate(
+        &self,
+        store: &dyn MailboxStore,
+        teammate: &str,
+        roster: &[RosterEntry],
+    ) {
+        let sent = self.sent_ids().await;
+        let run_id = self.trace.run_id().to_owned();
+        let mut spans = Vec::new();
+        let subagent_prefix = format!("{teammate}.");
+        let agents = roster
+            .iter()
+            .map(|entry| entry.agent.as_str())
+            .filter(|agent| *agent == teammate || agent.starts_with(&subagent_prefix));
+        for agent in agents {
+            let Ok(rows) = store.records(&run_id, agent, TRANSCRIPT, 0).await else {
+                continue;
+            };
+            let committed = from_records::Committed::read(agent, &rows);
+            spans.extend(self.committed_spans(agent, &committed));
+            for (tool_use_id, (start, tool)) in &committed.unfinished {
+                let end = committed.last.unwrap_or(*start).max(*start);
+                spans.push(self.cut_tool_span(agent, tool_use_id, tool, (*start, end)));
+            }
+        }
+        self.push_unsent(spans, &sent);
+    }
+
+    /// The spans of the attempts in `cut`: each from its start to the last moment the killed
+    /// process was seen alive, status error, `error.type = "interrupted"`. An attempt whose
+    /// result the store holds (committed, its line never logged) was not cut.
+    fn cut_spans(
+        &self,
+        cut: &cut::CutAttempts,
+        committed: &HashMap<String, from_records::Committed>,
+    ) -> Vec<SpanData> {
+        let end = cut.last_seen.unwrap_or_else(SystemTime::now);
+        let mut spans = Vec::new();
+        for (agent, start) in &cut.chats {
+            let Some(stored) = committed.get(agent) else {
+                continue;
+            };
+            let logged_turn = cut.models.get(agent).map_or(0, |(_, _, turn)| *turn);
+            if stored.answered_turn > logged_turn {
+                continue;
+            }
+            let turn = stored.next_turn;
+            let mut attributes = self.common("chat", agent);
+            attributes.push(KeyValue::new("muster.turn", turn as i64));
+            let mut name = "chat".to_owned();
+            if let Some((model, provider, _)) = cut.models.get(agent) {
+                name = format!("chat {model}");
+                attributes.push(KeyValue::new("gen_ai.request.model", model.clone()));
+                if let Some(provider) = provider {
+                    attributes.push(KeyValue::new("gen_ai.provider.name", provider.clone()));
+                }
+            }
+            attributes.push(KeyValue::new("error.type", INTERRUPTED));
+            spans.push(self.span(
+                name,
+                SpanKey::CutChat(agent, turn),
+                Some(SpanKey::Agent(agent)),
+                SpanKind::Client,
+                (*start, end),
+                attributes,
+                Status::error(CUT),
+            ));
+        }
+        for ((agent, tool_use_id), (start, tool)) in &cut.tools {
+            let finished = committed
+                .get(agent)
+                .is_some_and(|stored| stored.finished.contains(tool_use_id));
+            if !finished {
+                spans.push(self.cut_tool_span(agent, tool_use_id, tool, (*start, end)));
+            }
+        }
+        spans
+    }
+
+    /// The span of a tool call attempt a kill cut.
+    fn cut_tool_span(
+        &self,
+        agent: &str,
+        tool_use_id: &str,
+        tool: &str,
+        (start, end): (SystemTime, SystemTime),
+    ) -> SpanData {
+        let mut attributes = self.common("execute_tool", agent);
+        attributes.extend([
+            KeyValue::new("gen_ai.tool.name", tool.to_owned()),
+            KeyValue::new("gen_ai.tool.call.id", tool_use_id.to_owned()),
+            KeyValue::new("error.type", INTERRUPTED),
+        ]);
+        self.span(
+            format!("execute_tool {tool}"),
+            SpanKey::CutTool(agent, tool_use_id),
+            Some(SpanKey::Agent(agent)),
+            SpanKind::Internal,
+            (start, end),
+            attributes,
+            Status::error(CUT),
+        )
     }
 
     /// Turns an event into the span it ends, if any, and queues it.
@@ -148,10 +312,28 @@ impl RunTraces {
                 self.starts().requests.insert(request_id.clone(), now);
                 None
             }
+            // A request another process committed (a teammate's on a worker): its commit was
+            // `queued_ms` before this delivery.
+            RunEvent::MailDelivered {
+                request_id: Some(request_id),
+                kind,
+                queued_ms,
+                ..
+            } if kind.is_request() => {
+                let committed = now
+                    .checked_sub(Duration::from_millis((*queued_ms).max(0) as u64))
+                    .unwrap_or(now);
+                self.starts()
+                    .requests
+                    .entry(request_id.clone())
+                    .or_insert(committed);
+                None
+            }
             RunEvent::ModelTurn {
                 agent,
                 turn,
                 model,
+                provider,
                 mode,
                 stop_reason,
                 text,
@@ -162,10 +344,12 @@ impl RunTraces {
                 let start = now
                     .checked_sub(Duration::from_secs_f64(latency_ms.max(0.0) / 1000.0))
                     .unwrap_or(now);
-                let provider = match mode.as_str() {
+                // The provider that answered (the agent's own endpoint's, per agent); a line
+                // logged before events carried it falls back to the run's for the mode.
+                let provider = provider.as_ref().unwrap_or(match mode.as_str() {
                     "plan" => &self.plan_provider,
                     _ => &self.act_provider,
-                };
+                });
                 let mut attributes = self.common("chat", agent);
                 attributes.extend([
                     KeyValue::new("gen_ai.provider.name", provider.clone()),
@@ -382,6 +566,7 @@ impl RunTraces {
         created_at_ms: i64,
         roster: &[RosterEntry],
         team: Option<&str>,
+        store: &dyn MailboxStore,
     ) {
         let now = SystemTime::now();
         let run_start = UNIX_EPOCH + Duration::from_millis(created_at_ms.max(0) as u64);
@@ -390,6 +575,7 @@ impl RunTraces {
             RunStatus::Completed | RunStatus::Failed | RunStatus::Budget
         );
         if over {
+            let started = stored_starts(store, self.trace.run_id(), roster).await;
             let failed = status != RunStatus::Completed;
             let lead = roster
                 .iter()
@@ -402,17 +588,23 @@ impl RunTraces {
                         Some(lead) => SpanKey::Agent(lead),
                         None => SpanKey::Run,
                     },
-                    MemberKind::Subagent => match &entry.parent {
-                        Some(parent) => SpanKey::Agent(parent),
-                        None => SpanKey::Run,
+                    MemberKind::Subagent => match (
+                        &entry.parent,
+                        started
+                            .get(&entry.agent)
+                            .and_then(|(_, call)| call.as_ref()),
+                    ) {
+                        (Some(parent), Some(call)) => SpanKey::Tool(parent, call),
+                        (Some(parent), None) => SpanKey::Agent(parent),
+                        (None, _) => SpanKey::Run,
                     },
                     MemberKind::Human | MemberKind::Policy => continue,
                 };
-                let start = self
-                    .starts()
-                    .agents
+                // Its `started` record's commit; else when this process saw it start.
+                let start = started
                     .get(&entry.agent)
-                    .copied()
+                    .map(|(at, _)| *at)
+                    .or_else(|| self.starts().agents.get(&entry.agent).copied())
                     .unwrap_or(run_start);
                 let mut attributes = self.common("invoke_agent", &entry.agent);
                 attributes.push(KeyValue::new("muster.agent.kind", entry.kind.as_str()));
@@ -473,6 +665,40 @@ impl RunTraces {
         );
     }
 }
+
+/// Each agent's stored start (its `started` record's commit) and, for a subagent, its
+/// parent's `Agent` call that started it (none in records from before the call was kept: its
+/// span then hangs under its parent's).
+async fn stored_starts(
+    store: &dyn MailboxStore,
+    run_id: &str,
+    roster: &[RosterEntry],
+) -> HashMap<String, (SystemTime, Option<String>)> {
+    let mut starts = HashMap::new();
+    for entry in roster {
+        let Ok(rows) = store.records(run_id, &entry.agent, TRANSCRIPT, 0).await else {
+            continue;
+        };
+        let Some(first) = rows.first() else {
+            continue;
+        };
+        let at = UNIX_EPOCH + Duration::from_millis(first.created_at.max(0) as u64);
+        let call = match Record::from_stored(first) {
+            Ok(Record::Started {
+                agent_kind: AgentKind::Subagent { call, .. },
+                ..
+            }) => call,
+            _ => None,
+        };
+        starts.insert(entry.agent.clone(), (at, call));
+    }
+    starts
+}
+
+/// `error.type` of a span whose attempt a kill cut.
+const INTERRUPTED: &str = "interrupted";
+/// The status message of such a span.
+const CUT: &str = "cut by the end of the process that started it; a resume went on";
 
 /// A run log line's event of run `run_id`, with its time.
 fn logged_event(line: &str, run_id: &str) -> Option<(RunEvent, SystemTime)> {

@@ -3,6 +3,7 @@
 //! OTLP/HTTP exporter, and [`SpanQueue::flush`] waits for what was queued before it, at most
 //! as long as it is told — so a collector that is down or slow never slows a run.
 
+use std::collections::HashSet;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use opentelemetry_sdk::trace::{SpanData, SpanExporter as _};
 use tokio::sync::{mpsc, oneshot};
 
 use muster_agents::trace_ids::hex;
+use muster_mailbox::{MailboxStore, NewRecord};
 
 use super::config::TraceConfig;
 
@@ -70,6 +72,68 @@ enum Item {
     Flush(oneshot::Sender<()>),
 }
 
+/// Where the ids of the spans a collector accepted are noted, so that whoever picks up after
+/// a kill sends only the others.
+#[derive(Clone)]
+pub enum SentNotes {
+    /// A file (`.muster/runs/<run>.traces`): the lead's process, resumed on the same machine.
+    File(PathBuf),
+    /// The run's records in the store (stream [`SENT_STREAM`] of `agent`): a teammate on a
+    /// worker, whose work any worker on any machine may resume.
+    Store {
+        store: Arc<dyn MailboxStore>,
+        run_id: String,
+        agent: String,
+    },
+}
+
+/// The record stream of a teammate's sent span ids.
+pub const SENT_STREAM: &str = "traces";
+
+impl SentNotes {
+    /// Notes `ids` as sent. A failure only means a resume may send them again (with the
+    /// same ids).
+    async fn note(&self, ids: &[String]) {
+        match self {
+            SentNotes::File(path) => note_sent(path, ids),
+            SentNotes::Store {
+                store,
+                run_id,
+                agent,
+            } => {
+                let record = NewRecord {
+                    agent: agent.clone(),
+                    stream: SENT_STREAM.to_owned(),
+                    seq: None,
+                    body: serde_json::json!({ "sent": ids }),
+                };
+                if let Err(error) = store.append_records(run_id, vec![record]).await {
+                    tracing::debug!(target: "muster::traces", %error, "sent span ids not noted");
+                }
+            }
+        }
+    }
+
+    /// The ids noted so far (none when nothing can be read).
+    pub async fn sent_ids(&self) -> HashSet<String> {
+        match self {
+            SentNotes::File(path) => sent_ids(path),
+            SentNotes::Store {
+                store,
+                run_id,
+                agent,
+            } => store
+                .records(run_id, agent, SENT_STREAM, 0)
+                .await
+                .unwrap_or_default()
+                .iter()
+                .flat_map(|record| record.body["sent"].as_array().cloned().unwrap_or_default())
+                .filter_map(|id| id.as_str().map(str::to_owned))
+                .collect(),
+        }
+    }
+}
+
 /// A run's span queue and its sending task.
 pub struct SpanQueue {
     sender: mpsc::Sender<Item>,
@@ -83,12 +147,12 @@ pub struct QueueError(#[from] opentelemetry_otlp::ExporterBuildError);
 
 impl SpanQueue {
     /// Starts the sending task on the current tokio runtime. No connection is made before a
-    /// span is queued. The id of each span sent is appended to `sent_file` (so a resume
-    /// after a crash sends only what was not).
+    /// span is queued. The id of each span sent is noted in `sent` (so a resume after a
+    /// crash sends only what was not).
     pub fn start(
         config: &TraceConfig,
         client: reqwest::Client,
-        sent_file: Option<PathBuf>,
+        sent: Option<SentNotes>,
     ) -> Result<SpanQueue, QueueError> {
         let mut exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
@@ -114,7 +178,7 @@ impl SpanQueue {
             clock: Some(Instant::now()),
             ..Counters::default()
         });
-        tokio::spawn(send_all(exporter, receiver, counters.clone(), sent_file));
+        tokio::spawn(send_all(exporter, receiver, counters.clone(), sent));
         Ok(SpanQueue { sender, counters })
     }
 
@@ -167,7 +231,7 @@ async fn send_all(
     exporter: opentelemetry_otlp::SpanExporter,
     mut receiver: mpsc::Receiver<Item>,
     counters: Arc<Counters>,
-    sent_file: Option<PathBuf>,
+    notes: Option<SentNotes>,
 ) {
     let mut batch = Vec::new();
     let mut flushes = Vec::new();
@@ -202,8 +266,8 @@ async fn send_all(
                 .store(!matches!(sent, Ok(Ok(()))), Ordering::Relaxed);
             match sent {
                 Ok(Ok(())) => {
-                    if let Some(path) = &sent_file {
-                        note_sent(path, &ids);
+                    if let Some(notes) = &notes {
+                        notes.note(&ids).await;
                     }
                     counters.exported.fetch_add(count, Ordering::Relaxed)
                 }
@@ -236,8 +300,58 @@ fn note_sent(path: &Path, ids: &[String]) {
 }
 
 /// The ids [`note_sent`] noted in `path` (none when it is missing).
-pub fn sent_ids(path: &Path) -> std::collections::HashSet<String> {
+fn sent_ids(path: &Path) -> HashSet<String> {
     std::fs::read_to_string(path)
         .map(|text| text.lines().map(str::to_owned).collect())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "test assertions fail loudly")]
+
+    use muster_mailbox::{AutoGate, NewRun, SqliteStore, StoreOptions};
+
+    use super::*;
+
+    /// What one process notes as sent, another reads back — from the lead's file, and from
+    /// the store for a teammate on a worker (per teammate: another's notes are not its own).
+    #[tokio::test]
+    async fn sent_ids_noted_by_one_process_are_read_back_by_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn MailboxStore> = Arc::new(
+            SqliteStore::open(&dir.path().join("muster.db"), StoreOptions::default()).unwrap(),
+        );
+        store
+            .create_run(NewRun {
+                id: "r1".into(),
+                slug: "r1-slug".into(),
+                team: None,
+                workspace: dir.path().display().to_string(),
+                batch_line_id: None,
+                auto_gate: AutoGate::default(),
+                launch_options: serde_json::json!({}),
+                project_id: None,
+            })
+            .await
+            .unwrap();
+        let in_store = |agent: &str| SentNotes::Store {
+            store: store.clone(),
+            run_id: "r1".into(),
+            agent: agent.into(),
+        };
+        let notes = [
+            SentNotes::File(dir.path().join("r1.traces")),
+            in_store("one"),
+        ];
+        for notes in notes {
+            assert!(notes.sent_ids().await.is_empty());
+            notes.note(&["a1".into(), "b2".into()]).await;
+            notes.note(&["c3".into()]).await;
+            let read: std::collections::BTreeSet<String> =
+                notes.sent_ids().await.into_iter().collect();
+            assert_eq!(read, ["a1", "b2", "c3"].map(String::from).into());
+        }
+        assert!(in_store("two").sent_ids().await.is_empty());
+    }
 }

@@ -1416,7 +1416,7 @@ async fn ledger_survives_kills(postgres: bool) {
         let last = match cut {
             Some(n) => {
                 let mut killed = command(dir.path(), &args);
-                killed.env("MUSTER_FAILPOINT", format!("model_turn_committed@{n}"));
+                killed.env("MUSTER_FAILPOINT", format!("model_turn@{n}"));
                 let first = output(killed).await;
                 assert_eq!(first.status.code(), None, "{cut:?}: {}", stderr(&first));
                 muster(dir.path(), &["resume", "--output", "stream-json"]).await

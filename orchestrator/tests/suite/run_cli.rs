@@ -548,6 +548,8 @@ fn comparable_log(output: &Output, slug: &str) -> Vec<Value> {
                 fields.remove("ts");
                 fields.remove("run_id");
                 fields.remove("latency_ms");
+                // A model_turn names the provider that answered: the replay's is `script`.
+                fields.remove("provider");
             }
             // The cost report names the provider that answered: the replay's is `script`.
             if let Some(rows) = event["costs"]["agents"].as_array_mut() {

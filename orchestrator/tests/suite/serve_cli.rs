@@ -1185,27 +1185,6 @@ async fn a_person_stops_a_live_run_as_ctrl_c_would_and_the_stop_is_stored_first(
     );
 }
 
-/// `muster bench cockpit --smoke` prints its row (the figure itself is the bench's, not a test's).
-#[tokio::test(flavor = "multi_thread")]
-async fn the_cockpit_bench_prints_the_first_views_time() {
-    let dir = tempfile::tempdir().unwrap();
-    let bench_dir = dir.path().display().to_string();
-    let output = muster(
-        dir.path(),
-        &["bench", "cockpit", "--smoke", "--json", "--dir", &bench_dir],
-    )
-    .await;
-    assert!(output.status.success(), "{}", stderr(&output));
-    let rows: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    let row = &rows[0];
-    assert_eq!(
-        (row["agents"].as_u64(), row["mails"].as_u64()),
-        (Some(3), Some(20))
-    );
-    assert!(row["first_ms"].as_f64().unwrap() > 0.0, "{row}");
-    assert!(row["page_bytes"].as_u64().unwrap() > 1000, "{row}");
-}
-
 /// Reads `part` events from the run page's live stream until the `mail` part (always the last
 /// of a burst that changed the mail) arrives; gives back the ids of the parts sent.
 async fn parts_until_mail(stream: &mut reqwest::Response, seen: &mut String) -> Vec<String> {

@@ -493,6 +493,158 @@ async fn a_worker_killed_in_a_teammates_bash_call_has_the_teammate_resumed_on_an
     schema.drop_now().await;
 }
 
+/// A worker killed (SIGKILL) by its teammate's Bash call, its collector down the while: what
+/// the teammate committed there (its first model request) never reached the collector. The
+/// worker that resumes the teammate sends it, once, from the store — under the teammate's
+/// agent span, with the usage the fake server logged as returned — and the call the kill cut
+/// as a span marked interrupted, beside the span of the result the resume committed for it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_workers_unsent_spans_are_sent_once_by_the_worker_that_resumes_its_teammate() {
+    use super::traces_cli::{Receiver, assert_usage, by_id, span_with};
+    let schema = Schema::new().await;
+    let url = schema.url();
+    let mut receiver = Receiver::start(&[]).await;
+    let telemetry = |endpoint: String| {
+        [
+            ("MUSTER_TELEMETRY", "1".to_owned()),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
+        ]
+    };
+    let outside = tempfile::tempdir().unwrap();
+    let effects = outside.path().join("effects.txt");
+    let command_text = format!(
+        "echo once >> {}; kill -9 $(cut -d' ' -f4 /proc/$PPID/stat)",
+        effects.display()
+    );
+    let fake = fake(vec![
+        lead_assigns(&["one"]),
+        lead_merges("one", &["merge-one-1"]),
+        any_turn("lead", "Waiting for the team."),
+        ScriptEntry::reply(
+            "one",
+            1,
+            vec![tool("Bash", json!({"command": command_text}))],
+        ),
+        ScriptEntry::reply(
+            "one",
+            2,
+            vec![tool(
+                "Write",
+                json!({"file_path": "one.txt", "content": "one\n"}),
+            )],
+        ),
+        any_turn("one", "done"),
+    ])
+    .await;
+    // The first worker's collector is down (nothing listens on port 9).
+    let mut first =
+        teammate_worker_with_env(&fake, &url, "w1", &telemetry("http://127.0.0.1:9".into()));
+    first.wait_for("ready on").await;
+    let remote = bare_remote();
+    let remote_path = remote.path().display().to_string();
+    let lead = lead_repo(&team(&["one"], ""));
+    let root = lead.path();
+    let base = fake.base_url();
+    let mut started = command(root, &run_args(&url, &base, &remote_path));
+    started.envs(
+        telemetry(receiver.endpoint())
+            .iter()
+            .map(|(k, v)| (*k, v.clone())),
+    );
+    let mut run = super::common::Running::spawn(started);
+    first.wait_for("claimed team:").await;
+    let mut second = teammate_worker_with_env(&fake, &url, "w2", &telemetry(receiver.endpoint()));
+    second.wait_for("ready on").await;
+    let status = tokio::time::timeout(super::common::GUARD, first.child.wait())
+        .await
+        .expect("guard timeout: the first worker was not killed")
+        .unwrap();
+    assert_eq!(
+        status.code(),
+        None,
+        "killed by a signal: {:?}",
+        first.said()
+    );
+    second.wait_for("resumed from the store").await;
+    assert_eq!(run.finish().await, Some(0), "{:#?}", run.events);
+    let requests = fake.requests();
+    let turn_one = requests
+        .iter()
+        .rfind(|r| r.agent.as_deref() == Some("one") && r.turn == Some(1) && r.usage.is_some())
+        .unwrap();
+    let is_cut = |s: &Value| s["attributes"]["error.type"] == "interrupted";
+    receiver
+        .until("the teammate's first request and its cut call", |spans| {
+            spans.iter().any(|s| {
+                s["attributes"]["gen_ai.agent.id"] == "one" && s["attributes"]["muster.turn"] == 1
+            }) && spans.iter().any(is_cut)
+                && spans
+                    .iter()
+                    .any(|s| s["name"].as_str().unwrap().starts_with("invoke_workflow"))
+        })
+        .await;
+    assert_eq!(second.stop().await, Some(0));
+    let spans = receiver.spans.clone();
+    let ids = by_id(&spans);
+    let trace = &spans[0]["trace_id"];
+    assert!(spans.iter().all(|s| &s["trace_id"] == trace), "{spans:#?}");
+    let one = span_with(&spans, "invoke_agent", "gen_ai.agent.id", &json!("one"));
+    assert_eq!(one.len(), 1, "{spans:#?}");
+    // Sent once, by the second worker, from the store.
+    let chat: Vec<&Value> = span_with(&spans, "chat", "gen_ai.agent.id", &json!("one"))
+        .into_iter()
+        .filter(|s| s["attributes"]["muster.turn"] == 1)
+        .collect();
+    assert_eq!(chat.len(), 1, "{spans:#?}");
+    assert_eq!(chat[0]["parent_span_id"], one[0]["span_id"]);
+    assert_eq!(chat[0]["attributes"]["gen_ai.provider.name"], "anthropic");
+    assert_usage(chat[0], turn_one);
+    // The teammate's span starts at its stored start (its `started` record, committed on the
+    // first worker), not at the run's.
+    let root = span_with(
+        &spans,
+        "invoke_workflow",
+        "gen_ai.operation.name",
+        &json!("invoke_workflow"),
+    );
+    let (run_start, one_start) = (
+        root[0]["start"].as_u64().unwrap(),
+        one[0]["start"].as_u64().unwrap(),
+    );
+    assert!(run_start < one_start, "{:#} {:#}", root[0], one[0]);
+    assert!(
+        one_start <= chat[0]["start"].as_u64().unwrap(),
+        "{:#} {:#}",
+        one[0],
+        chat[0]
+    );
+    let cut: Vec<&Value> = spans.iter().filter(|s| is_cut(s)).collect();
+    assert_eq!(cut.len(), 1, "{spans:#?}");
+    assert_eq!(cut[0]["name"], "execute_tool Bash");
+    assert_eq!(cut[0]["status"], 2, "{:#}", cut[0]);
+    assert_eq!(cut[0]["parent_span_id"], one[0]["span_id"]);
+    let call = &cut[0]["attributes"]["gen_ai.tool.call.id"];
+    let result: Vec<&Value> = ids
+        .values()
+        .filter(|s| {
+            s["attributes"]["gen_ai.tool.call.id"] == *call && s["span_id"] != cut[0]["span_id"]
+        })
+        .collect();
+    assert_eq!(
+        result.len(),
+        1,
+        "the result the resume committed: {spans:#?}"
+    );
+    assert_eq!(std::fs::read_to_string(&effects).unwrap(), "once\n");
+    let merge = span_with(&spans, "merge", "muster.request.id", &json!("merge-one-1"));
+    assert_eq!(merge.len(), 1, "{spans:#?}");
+    assert_eq!(merge[0]["parent_span_id"], one[0]["span_id"]);
+    let waited = merge[0]["attributes"]["muster.decision.wait_ms"].as_i64();
+    assert!(waited.is_some_and(|ms| ms >= 0), "{:#}", merge[0]);
+    receiver.stop().await;
+    schema.drop_now().await;
+}
+
 /// The tool_use ids each agent's requests sent back results for (every one a committed call).
 fn committed_calls(requests: &[muster_fake_llm::RecordedRequest]) -> BTreeSet<(String, String)> {
     let mut calls = BTreeSet::new();
@@ -652,9 +804,20 @@ async fn a_team_run_on_a_worker_killed_and_resumed_is_one_trace_with_every_commi
             request,
         );
     }
+    // The lead's request the kill cut, if one was under way, is a span of its own, marked.
+    let cut: Vec<&Value> = ids
+        .values()
+        .filter(|s| s["attributes"]["error.type"] == "interrupted")
+        .collect();
+    assert!(cut.len() <= 1, "{cut:#?}");
+    for span in &cut {
+        assert_eq!(span["attributes"]["gen_ai.agent.id"], "lead", "{span:#}");
+        assert_eq!(span["parent_span_id"], agent_span("lead").as_str());
+    }
     let chats: Vec<&Value> = ids
         .values()
         .filter(|s| s["attributes"]["gen_ai.operation.name"] == "chat")
+        .filter(|s| s["attributes"]["error.type"] != "interrupted")
         .collect();
     assert_eq!(chats.len(), answered.len(), "{chats:#?}\n{answered:#?}");
     for ((agent, turn), request) in &answered {
@@ -673,6 +836,7 @@ async fn a_team_run_on_a_worker_killed_and_resumed_is_one_trace_with_every_commi
     let tools: Vec<&Value> = ids
         .values()
         .filter(|s| s["attributes"]["gen_ai.operation.name"] == "execute_tool")
+        .filter(|s| s["attributes"]["error.type"] != "interrupted")
         .collect();
     for (agent, id) in &calls {
         let found: Vec<&&Value> = tools
@@ -698,6 +862,10 @@ async fn a_team_run_on_a_worker_killed_and_resumed_is_one_trace_with_every_commi
     let merge = span_with(&spans, "merge", "muster.request.id", &json!("merge-one-1"));
     assert_eq!(merge.len(), 1, "{spans:#?}");
     assert_eq!(merge[0]["attributes"]["muster.decision.approved"], true);
+    // How long the request waited, though its asker ran on the worker: from its commit, which
+    // the lead's delivery of it (logged before the kill) tells.
+    let waited = merge[0]["attributes"]["muster.decision.wait_ms"].as_i64();
+    assert!(waited.is_some_and(|ms| ms >= 0), "{:#}", merge[0]);
     assert_no_content(&spans, "printf");
     assert_eq!(worker.stop().await, Some(0));
     receiver.stop().await;

@@ -426,3 +426,426 @@ async fn traces_off_or_turned_on_by_a_project_file_make_no_connection() {
         receiver.stop().await;
     }
 }
+
+/// Each `chat` span names the provider and the model of the agent that sent the request, as
+/// the model server received it: a lead on the Anthropic API with the run's model, and a
+/// teammate whose team entry puts it on an OpenAI-compatible endpoint with a model of its own
+/// (not the run's provider for the mode).
+#[tokio::test(flavor = "multi_thread")]
+async fn each_chat_span_carries_the_provider_and_model_of_its_own_agent() {
+    const LOCAL_MODEL: &str = "qwen-local";
+    let mut lead_first = ScriptEntry::reply(
+        "lead",
+        1,
+        vec![tool(
+            "TaskCreate",
+            json!({"subject": "One", "description": "Say one."}),
+        )],
+    );
+    lead_first.turn = Some(1);
+    let mut lead_rest = ScriptEntry::reply("lead", 0, vec![Block::text("Waiting for the team.")]);
+    lead_rest.turn = None;
+    let mut teammate = ScriptEntry::reply("local", 0, vec![Block::text("Done.")]);
+    teammate.turn = None;
+    let fake = fake(vec![lead_first, lead_rest, teammate]).await;
+    let team = format!(
+        "name = \"mixed\"\n\n[[teammates]]\nname = \"local\"\nplan_mode_required = false\n\
+         provider = \"openai\"\nmodel = \"{LOCAL_MODEL}\"\nbase_url = \"{}\"\n\
+         api_key_env = \"LOCAL_LLM_KEY\"\n",
+        fake.openai_base_url()
+    );
+    let dir = project(&[("muster.team.toml", &team)]);
+    // A repository's base_url and api_key_env apply only once the user trusts it.
+    super::common::trust(dir.path()).await;
+    let mut receiver = Receiver::start(&[]).await;
+    let mut run = command(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Split the greeting.",
+            "--base-url",
+            &fake.base_url(),
+            "--output",
+            "json",
+        ],
+    );
+    run.env("MUSTER_TELEMETRY", "1")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
+        .env("LOCAL_LLM_KEY", "sk-local");
+    let ran = output(run).await;
+    assert_eq!(ran.status.code(), Some(0), "{}", stderr(&ran));
+    receiver
+        .until("the run's span", |spans| {
+            spans
+                .iter()
+                .any(|s| s["name"].as_str().unwrap().starts_with("invoke_workflow"))
+        })
+        .await;
+    let spans = receiver.spans.clone();
+    let requests = fake.requests();
+    let answered: Vec<&RecordedRequest> = requests
+        .iter()
+        .filter(|r| r.usage.is_some() && r.purpose.is_none())
+        .collect();
+    let agents: std::collections::BTreeSet<&str> =
+        answered.iter().filter_map(|r| r.agent.as_deref()).collect();
+    assert_eq!(agents, ["lead", "local"].into(), "{requests:#?}");
+    for request in answered {
+        let agent = request.agent.as_deref().unwrap();
+        let chat: Vec<&Value> = span_with(&spans, "chat", "gen_ai.agent.id", &json!(agent))
+            .into_iter()
+            .filter(|s| s["attributes"]["muster.turn"] == json!(request.turn.unwrap()))
+            .collect();
+        assert_eq!(chat.len(), 1, "{agent} {:?}: {spans:#?}", request.turn);
+        let provider = match request.path.as_str() {
+            "/v1/messages" => "anthropic",
+            "/v1/chat/completions" => "openai",
+            other => panic!("{other}"),
+        };
+        let attributes = &chat[0]["attributes"];
+        assert_eq!(attributes["gen_ai.provider.name"], provider, "{agent}");
+        assert_eq!(
+            attributes["gen_ai.request.model"], request.body["model"],
+            "{agent}"
+        );
+    }
+    let local = span_with(&spans, "chat", "gen_ai.agent.id", &json!("local"));
+    assert_eq!(local[0]["attributes"]["gen_ai.request.model"], LOCAL_MODEL);
+    receiver.stop().await;
+}
+
+/// Hooks run under the span that fired them: a `PreToolUse` hook of a `Bash` call gets that
+/// call's `execute_tool` span as `TRACEPARENT` (not the one the run was started under), a
+/// `Stop` hook its agent's `invoke_agent` span.
+#[tokio::test(flavor = "multi_thread")]
+async fn hooks_get_the_traceparent_of_the_span_that_fired_them() {
+    let dir = project(&[]);
+    let home = tempfile::tempdir().unwrap();
+    let (pre, stop) = (dir.path().join("pre.txt"), dir.path().join("stop.txt"));
+    let hook = |file: &Path| {
+        json!([{"matcher": "", "hooks": [{"type": "command",
+            "command": format!("printf %s \"$TRACEPARENT\" > {}", file.display())}]}])
+    };
+    std::fs::create_dir_all(home.path().join(".claude")).unwrap();
+    std::fs::write(
+        home.path().join(".claude/settings.json"),
+        json!({"hooks": {"PreToolUse": hook(&pre), "Stop": hook(&stop)}}).to_string(),
+    )
+    .unwrap();
+    let fake = fake(vec![
+        ScriptEntry::reply("main", 1, vec![tool("Bash", json!({"command": "true"}))]),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+    ])
+    .await;
+    let mut receiver = Receiver::start(&[]).await;
+    let mut run = command(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Look around.",
+            "--base-url",
+            &fake.base_url(),
+            "--permission-mode",
+            "bypassPermissions",
+        ],
+    );
+    run.env("HOME", home.path())
+        .env("MUSTER_TELEMETRY", "1")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
+        .env("TRACEPARENT", format!("00-{PARENT_TRACE}-{PARENT_SPAN}-01"));
+    let ran = output(run).await;
+    assert_eq!(ran.status.code(), Some(0), "{}", stderr(&ran));
+    receiver
+        .until("the run's span", |spans| {
+            spans
+                .iter()
+                .any(|s| s["name"].as_str().unwrap().starts_with("invoke_workflow"))
+        })
+        .await;
+    let spans = receiver.spans.clone();
+    let bash = span_with(&spans, "execute_tool", "gen_ai.tool.name", &json!("Bash"));
+    let agent = span_with(&spans, "invoke_agent", "gen_ai.agent.id", &json!("main"));
+    assert_eq!((bash.len(), agent.len()), (1, 1), "{spans:#?}");
+    for (file, span) in [(&pre, bash[0]), (&stop, agent[0])] {
+        assert_eq!(
+            std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{e}: {}", stderr(&ran))),
+            format!("00-{PARENT_TRACE}-{}-01", span["span_id"].as_str().unwrap()),
+            "{}",
+            file.display()
+        );
+    }
+    receiver.stop().await;
+}
+
+/// A run killed (SIGKILL) while an attempt was under way — a model request the server held,
+/// or a Bash call past its PreToolUse hook — then resumed: the resume sends that attempt
+/// once, as its own span (`error.type = "interrupted"`, status error) under the agent, beside
+/// the span of the request or call that the resume committed.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_attempt_a_kill_cut_is_sent_once_on_resume_marked_interrupted() {
+    // (what was cut, its span's name, the first process's failpoint)
+    let rows = [
+        ("a model request", "chat", None),
+        ("a tool call", "execute_tool", Some("hook:PreToolUse")),
+    ];
+    for (what, name, failpoint) in rows {
+        let dir = project(&[]);
+        let home = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(home.path().join(".claude")).unwrap();
+        std::fs::write(
+            home.path().join(".claude/settings.json"),
+            json!({"hooks": {"PreToolUse": [{"matcher": "Bash",
+                "hooks": [{"type": "command", "command": "true"}]}]}})
+            .to_string(),
+        )
+        .unwrap();
+        let mut first =
+            ScriptEntry::reply("main", 1, vec![tool("Bash", json!({"command": "true"}))]);
+        if failpoint.is_none() {
+            first = first.attempt(1);
+            first.fault.hold = Some("held".into());
+        }
+        let mut script = vec![
+            first,
+            ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+        ];
+        if failpoint.is_none() {
+            script.push(
+                ScriptEntry::reply("main", 1, vec![tool("Bash", json!({"command": "true"}))])
+                    .attempt(2),
+            );
+        }
+        let fake = fake(script).await;
+        let mut receiver = Receiver::start(&[]).await;
+        let telemetry = [
+            ("HOME", home.path().display().to_string()),
+            ("MUSTER_TELEMETRY", "1".to_owned()),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint()),
+        ];
+        let mut started = command(
+            dir.path(),
+            &[
+                "run",
+                "-p",
+                "Look around.",
+                "--base-url",
+                &fake.base_url(),
+                "--permission-mode",
+                "bypassPermissions",
+                "--output",
+                "stream-json",
+            ],
+        );
+        started.envs(telemetry.iter().map(|(k, v)| (*k, v.as_str())));
+        if let Some(point) = failpoint {
+            started.env("MUSTER_FAILPOINT", point);
+        }
+        let mut run = super::common::Running::spawn(started);
+        let first_line = run.until("a first event", |_| true).await;
+        let run_id = first_line["run_id"].as_str().unwrap().to_owned();
+        if failpoint.is_none() {
+            tokio::time::timeout(GUARD, fake.gate_reached("held", 1))
+                .await
+                .expect("guard timeout: the request was never held");
+            run.child.start_kill().unwrap();
+        }
+        let status = tokio::time::timeout(GUARD, run.child.wait())
+            .await
+            .expect("guard timeout")
+            .unwrap();
+        assert_eq!(status.code(), None, "{what}: killed by a signal");
+        let mut resumed = command(dir.path(), &["resume", &run_id, "--output", "json"]);
+        resumed.envs(telemetry.iter().map(|(k, v)| (*k, v.as_str())));
+        let ran = output(resumed).await;
+        assert_eq!(ran.status.code(), Some(0), "{what}: {}", stderr(&ran));
+        fake.open_gate("held");
+        receiver
+            .until("the run's span", |spans| {
+                spans
+                    .iter()
+                    .any(|s| s["name"].as_str().unwrap().starts_with("invoke_workflow"))
+            })
+            .await;
+        let spans = receiver.spans.clone();
+        let ids = by_id(&spans);
+        let cut: Vec<&Value> = spans
+            .iter()
+            .filter(|s| s["attributes"]["error.type"] == "interrupted")
+            .collect();
+        assert_eq!(cut.len(), 1, "{what}: {spans:#?}");
+        let cut = cut[0];
+        assert!(
+            cut["name"].as_str().unwrap().starts_with(name),
+            "{what}: {cut:#}"
+        );
+        assert_eq!(cut["status"], 2, "{what}: status error: {cut:#}");
+        let agent = span_with(&spans, "invoke_agent", "gen_ai.agent.id", &json!("main"));
+        assert_eq!(cut["parent_span_id"], agent[0]["span_id"], "{what}");
+        // The request or call the resume committed has a span of its own, once.
+        let (key, value) = match name {
+            "chat" => ("muster.turn", json!(1)),
+            _ => (
+                "gen_ai.tool.call.id",
+                cut["attributes"]["gen_ai.tool.call.id"].clone(),
+            ),
+        };
+        assert_eq!(cut["attributes"][key], value, "{what}: {cut:#}");
+        let committed: Vec<&Value> = ids
+            .values()
+            .filter(|s| {
+                s["name"].as_str().unwrap().starts_with(name)
+                    && s["attributes"][key] == value
+                    && s["span_id"] != cut["span_id"]
+            })
+            .collect();
+        assert_eq!(committed.len(), 1, "{what}: {spans:#?}");
+        assert!(
+            committed[0]["attributes"].get("error.type").is_none(),
+            "{what}"
+        );
+        receiver.stop().await;
+    }
+}
+
+/// A subagent's `invoke_agent` span hangs under the `execute_tool` span of the `Agent` call
+/// that started it; its own model requests under its agent span.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subagents_span_hangs_under_the_agent_call_that_started_it() {
+    let dir = project(&[]);
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![tool(
+                "Agent",
+                json!({"description": "look", "prompt": "Look around.", "subagent_type": "general"}),
+            )],
+        ),
+        ScriptEntry::reply("main.sub-1", 1, vec![Block::text("Nothing here.")]),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+    ])
+    .await;
+    let mut receiver = Receiver::start(&[]).await;
+    let mut run = command(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Look around.",
+            "--base-url",
+            &fake.base_url(),
+            "--permission-mode",
+            "bypassPermissions",
+        ],
+    );
+    run.env("MUSTER_TELEMETRY", "1")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint());
+    let ran = output(run).await;
+    assert_eq!(ran.status.code(), Some(0), "{}", stderr(&ran));
+    receiver
+        .until("the run's span", |spans| {
+            spans
+                .iter()
+                .any(|s| s["name"].as_str().unwrap().starts_with("invoke_workflow"))
+        })
+        .await;
+    let spans = receiver.spans.clone();
+    let call = span_with(&spans, "execute_tool", "gen_ai.tool.name", &json!("Agent"));
+    let sub = span_with(
+        &spans,
+        "invoke_agent",
+        "gen_ai.agent.id",
+        &json!("main.sub-1"),
+    );
+    let main = span_with(&spans, "invoke_agent", "gen_ai.agent.id", &json!("main"));
+    assert_eq!((call.len(), sub.len(), main.len()), (1, 1, 1), "{spans:#?}");
+    assert_eq!(call[0]["parent_span_id"], main[0]["span_id"]);
+    assert_eq!(sub[0]["parent_span_id"], call[0]["span_id"], "{spans:#?}");
+    assert_eq!(sub[0]["attributes"]["muster.agent.kind"], "subagent");
+    let chat = span_with(&spans, "chat", "gen_ai.agent.id", &json!("main.sub-1"));
+    assert_eq!(chat.len(), 1, "{spans:#?}");
+    assert_eq!(chat[0]["parent_span_id"], sub[0]["span_id"]);
+    receiver.stop().await;
+}
+
+/// A run killed (SIGKILL) right after a model response's commit, before its event reached the
+/// run log: the resume sends that request's `chat` span once, from the store (the usage the
+/// fake server logged as returned), and no span marks it interrupted — it was not cut.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_response_committed_but_never_logged_before_a_kill_is_sent_once_by_the_resume() {
+    let dir = project(&[]);
+    let fake = fake(vec![
+        ScriptEntry::reply("main", 1, vec![tool("Bash", json!({"command": "true"}))]),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+    ])
+    .await;
+    let mut receiver = Receiver::start(&[]).await;
+    let telemetry = [
+        ("MUSTER_TELEMETRY", "1".to_owned()),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint()),
+    ];
+    let mut started = command(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Look around.",
+            "--base-url",
+            &fake.base_url(),
+            "--permission-mode",
+            "bypassPermissions",
+            "--output",
+            "stream-json",
+        ],
+    );
+    started
+        .envs(telemetry.iter().map(|(k, v)| (*k, v.as_str())))
+        .env("MUSTER_FAILPOINT", "model_turn@1");
+    let mut run = super::common::Running::spawn(started);
+    let first_line = run.until("a first event", |_| true).await;
+    let run_id = first_line["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        run.finish().await,
+        None,
+        "killed at the failpoint: {:#?}",
+        run.events
+    );
+    assert!(
+        !run.events.iter().any(|e| e["type"] == "model_turn"),
+        "{:#?}",
+        run.events
+    );
+    let mut resumed = command(dir.path(), &["resume", &run_id, "--output", "json"]);
+    resumed.envs(telemetry.iter().map(|(k, v)| (*k, v.as_str())));
+    let ran = output(resumed).await;
+    assert_eq!(ran.status.code(), Some(0), "{}", stderr(&ran));
+    receiver
+        .until("the run's span", |spans| {
+            spans
+                .iter()
+                .any(|s| s["name"].as_str().unwrap().starts_with("invoke_workflow"))
+        })
+        .await;
+    let spans = receiver.spans.clone();
+    by_id(&spans);
+    let requests = fake.requests();
+    assert_eq!(
+        requests.len(),
+        2,
+        "the committed response is not asked again"
+    );
+    for request in &requests {
+        let chat = span_with(&spans, "chat", "muster.turn", &json!(request.turn.unwrap()));
+        assert_eq!(chat.len(), 1, "turn {:?}: {spans:#?}", request.turn);
+        assert_usage(chat[0], request);
+    }
+    assert!(
+        !spans
+            .iter()
+            .any(|s| s["attributes"]["error.type"] == "interrupted"),
+        "{spans:#?}"
+    );
+    receiver.stop().await;
+}

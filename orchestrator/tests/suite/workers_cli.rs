@@ -528,61 +528,6 @@ async fn repository_lines_are_cloned_by_workers_and_come_back_as_pushed_branches
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_batch_bench_prints_throughput_rows_and_the_store_share_per_item() {
-    let schema = Schema::new().await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut bench = command(
-        dir.path(),
-        &[
-            "--store",
-            &schema.url(),
-            "bench",
-            "batch",
-            "--smoke",
-            "--json",
-            "--dir",
-        ],
-    );
-    bench.arg(dir.path());
-    let output = tokio::time::timeout(GUARD, bench.output())
-        .await
-        .expect("guard timeout")
-        .unwrap();
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    let rows: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
-    let throughput: Vec<&Value> = rows
-        .iter()
-        .filter(|r| r["scenario"] == "throughput")
-        .collect();
-    assert_eq!(throughput.len(), 2, "{rows:#?}");
-    assert_eq!(throughput[0]["of_linear"], 1.0);
-    assert!(
-        throughput
-            .iter()
-            .all(|r| r["lines_per_second"].as_f64().unwrap() > 0.0)
-    );
-    let overhead: Vec<&str> = rows
-        .iter()
-        .filter(|r| r["scenario"] == "store_overhead")
-        .map(|r| r["what"].as_str().unwrap())
-        .collect();
-    assert!(overhead.contains(&"claim") && overhead.contains(&"heartbeat (one lease)"));
-    assert!(
-        overhead.iter().any(|w| w.starts_with("fencing per write")),
-        "{overhead:?}"
-    );
-    // Without a PostgreSQL store it says what it needs.
-    let output = super::common::muster(dir.path(), &["bench", "batch", "--smoke"]).await;
-    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
-    assert!(
-        stderr(&output).contains("--store postgres://"),
-        "{}",
-        stderr(&output)
-    );
-    schema.drop_now().await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
 async fn sigterm_hands_a_running_line_back_and_another_worker_finishes_it() {
     let fake = FakeLlm::start(script(true)).await.unwrap();
     let schema = Schema::new().await;

@@ -177,14 +177,12 @@ const BOUNDARIES: [(&str, &[&str], &str); 11] = [
         "one builder makes a run's context",
     ),
     // What the process is given is read once, in `main` (`process.rs`), and passed down. The
-    // exceptions: benchmarks (which build their own fixtures), the failpoints (read where
-    // they fire, test builds only), the sandbox's test-only ABI override, and a workspace's
-    // `~` (agents' tools, not yet handed the home).
+    // exceptions: the failpoints (read where they fire, test builds only), the sandbox's
+    // test-only ABI override, and a workspace's `~` (agents' tools, not yet handed the home).
     (
         "std::env::var",
         &[
             "orchestrator/src/process.rs",
-            "orchestrator/src/bench/",
             "mailbox/src/failpoint.rs",
             "agents/src/sandbox.rs",
         ],
@@ -199,7 +197,6 @@ const BOUNDARIES: [(&str, &[&str], &str); 11] = [
         "std::env::home_dir",
         &[
             "orchestrator/src/process.rs",
-            "orchestrator/src/bench/",
             "agents/src/tools/workspace.rs",
         ],
         "the home directory is read once in main (ProcessGiven)",
@@ -650,5 +647,29 @@ fn the_rule_check_tells_a_definition_from_a_call() {
     ];
     for (code, rule, defined) in table {
         assert_eq!(defines(code, rule), defined, "{code}");
+    }
+}
+
+/// The product crates ship no benchmark and no fake model server: those live in `bench/`
+/// (`muster-bench`, which `muster bench` runs) and `tests/fake-llm/`.
+#[test]
+fn the_product_crates_ship_no_benchmark_and_no_fake_model_server() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    for krate in CRATES {
+        let folder = root.join(krate);
+        assert!(
+            !folder.join("bench").exists(),
+            "{krate}/bench: benchmarks belong in the muster-bench crate (bench/)"
+        );
+        let manifest =
+            std::fs::read_to_string(folder.parent().unwrap().join("Cargo.toml")).unwrap();
+        let dependencies = manifest
+            .split("\n[")
+            .find(|section| section.starts_with("dependencies]"))
+            .unwrap_or_default();
+        assert!(
+            !dependencies.contains("muster-fake-llm"),
+            "{krate}/../Cargo.toml: the fake model server may be a dev-dependency only"
+        );
     }
 }

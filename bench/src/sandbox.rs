@@ -46,7 +46,7 @@ pub fn run(calls: usize, dir: &std::path::Path) -> anyhow::Result<Vec<Row>> {
     let sandbox = Arc::new(Sandbox {
         trampoline: vec![
             std::env::current_exe()?.into(),
-            crate::sandbox::TRAMPOLINE_SUBCOMMAND.into(),
+            muster::sandbox::TRAMPOLINE_SUBCOMMAND.into(),
         ],
         mode: SandboxMode::Auto,
         network: false,

@@ -138,7 +138,7 @@ pub fn rows(options: &Options, sync: SyncMode) -> anyhow::Result<Vec<Row>> {
          a run's end waits for its last spans at most {} ms, and 100 ms once a request has \
          taken over 100 ms; wall {:.3} x the first off run",
         SLOW.as_millis(),
-        crate::traces::FINAL_FLUSH.as_millis(),
+        muster::traces::FINAL_FLUSH.as_millis(),
         ratio(row.wall_ms)
     );
     rows.push(row);

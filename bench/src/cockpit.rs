@@ -19,7 +19,7 @@ use muster_mailbox::{
 use serde::Serialize;
 use serde_json::json;
 
-use crate::serve::ServeProject;
+use muster::serve::ServeProject;
 
 const BASH: &str = muster_protocol::ToolName::Bash.as_str();
 
@@ -60,7 +60,7 @@ pub async fn run(dir: &Path, agents: usize, mails: usize, repeats: usize) -> any
     let mut page_bytes = 0;
     for _ in 0..repeats.max(1) {
         let started = Instant::now();
-        let page = crate::serve::run_page_html(&project, &run_id)
+        let page = muster::serve::run_page_html(&project, &run_id)
             .await?
             .ok_or_else(|| anyhow::anyhow!("the bench's run is not in its store"))?;
         times.push(started.elapsed());
@@ -106,7 +106,7 @@ async fn fill(
         .add_member(
             &run.id,
             RosterEntry {
-                agent: crate::team::LEAD.into(),
+                agent: muster::team::LEAD.into(),
                 kind: MemberKind::Lead,
                 definition: Some("general".into()),
                 parent: None,
@@ -131,7 +131,7 @@ async fn fill(
                 subject: format!("Work of {name}"),
                 description: "bench".into(),
                 blocked_by: Vec::new(),
-                created_by: crate::team::LEAD.into(),
+                created_by: muster::team::LEAD.into(),
                 idempotency_key: None,
             })
             .await?;
@@ -141,9 +141,9 @@ async fn fill(
     for index in 0..mails {
         let name = &names[index % names.len().max(1)];
         let (sender, recipient) = if index % 2 == 0 {
-            (crate::team::LEAD, name.as_str())
+            (muster::team::LEAD, name.as_str())
         } else {
-            (name.as_str(), crate::team::LEAD)
+            (name.as_str(), muster::team::LEAD)
         };
         store
             .send(NewMessage {
@@ -176,7 +176,7 @@ fn transcript(agent: &str) -> anyhow::Result<Vec<NewRecord>> {
         Record::Started {
             definition: "general".into(),
             agent_kind: AgentKind::Teammate {
-                lead: crate::team::LEAD.into(),
+                lead: muster::team::LEAD.into(),
             },
             mode: PermissionMode::Default,
             pre_plan_mode: None,

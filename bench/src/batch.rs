@@ -86,7 +86,7 @@ pub fn run(options: &Options) -> anyhow::Result<Vec<Row>> {
             },
         });
     }
-    let runtime = crate::lifecycle::tokio_runtime()?;
+    let runtime = crate::tokio_runtime()?;
     for (what, mean_ms) in runtime.block_on(store_overhead(options))? {
         rows.push(Row {
             scenario: "store_overhead",
@@ -218,7 +218,7 @@ fn wait_until_ready(stderr: Option<std::process::ChildStderr>) -> anyhow::Result
 async fn store_overhead(options: &Options) -> anyhow::Result<Vec<(&'static str, f64)>> {
     let store: Arc<dyn MailboxStore> =
         Arc::new(PostgresStore::open(&options.url, StoreOptions::default()).await?);
-    let run_id = crate::ids::new_run_id(&mut fastrand::Rng::new());
+    let run_id = muster::ids::new_run_id(&mut fastrand::Rng::new());
     let tag = format!("bench-{}-{run_id}", std::process::id());
     let queue = format!("bench:{tag}");
     let n = options.operations.max(1);
@@ -232,7 +232,7 @@ async fn store_overhead(options: &Options) -> anyhow::Result<Vec<(&'static str, 
     store.enqueue_work(items).await?;
     let worker = WorkerInfo {
         name: tag.clone(),
-        host: crate::worker::host_name(),
+        host: muster::worker::host_name(),
         slots: 1,
         pid: i64::from(std::process::id()),
     };

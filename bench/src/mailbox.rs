@@ -403,7 +403,7 @@ fn create_schema_url(url: &str, schema: &str) -> String {
     format!("{url}{separator}options=-csearch_path%3D{schema}")
 }
 
-/// `PROCESSES` child `muster` processes each send their share to `lead` of run `b`; the rate
+/// `PROCESSES` child bench processes each send their share to `lead` of run `b`; the rate
 /// is every message over the wall time from the first start to the last exit, and each child
 /// reports its own send latencies.
 async fn processes_into_one_run(
@@ -411,13 +411,13 @@ async fn processes_into_one_run(
     store: &dyn MailboxStore,
     options: &Options,
 ) -> anyhow::Result<Row> {
-    let exe = std::env::current_exe().context("cannot find the muster binary")?;
+    let exe = std::env::current_exe().context("cannot find the muster-bench binary")?;
     let per_process = (options.messages / PROCESSES).max(1);
     let start = Instant::now();
     let children: Vec<_> = (0..PROCESSES)
         .map(|i| {
             tokio::process::Command::new(&exe)
-                .args(["--store", schema_url, "bench", "mailbox", "--pg-sender"])
+                .args(["--store", schema_url, "mailbox", "--pg-sender"])
                 .arg(format!("s{i}"))
                 .args(["--messages", &per_process.to_string()])
                 .args(["--body-bytes", &options.body_bytes.to_string()])
