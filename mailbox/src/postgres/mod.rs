@@ -26,6 +26,7 @@ use serde_json::Value;
 use tokio_postgres::IsolationLevel;
 
 use crate::error::{StoreError, StoreResult};
+use crate::message::MessageKind;
 use crate::ops::{fork as ops_fork, mail, runs, tasks as ops_tasks, work as ops_work};
 use crate::options::StoreOptions;
 use crate::store::MailboxStore;
@@ -680,6 +681,20 @@ impl MailboxStore for PostgresStore {
         read_op!(self, |tx, ctx| {
             mail::list_messages(&tx, run_id, recipient).await
         })
+    }
+
+    async fn newest_messages(&self, run_id: &str, limit: usize) -> StoreResult<NewestMessages> {
+        read_op!(self, |tx, ctx| mail::newest_messages(&tx, run_id, limit)
+            .await)
+    }
+
+    async fn messages_of_kind(
+        &self,
+        run_id: &str,
+        kind: &MessageKind,
+    ) -> StoreResult<Vec<Message>> {
+        read_op!(self, |tx, ctx| mail::messages_of_kind(&tx, run_id, kind)
+            .await)
     }
 
     async fn commit_turn(&self, turn: CommitTurn) -> StoreResult<CommitTurnOutcome> {

@@ -13,7 +13,8 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::error::StoreResult;
-pub use crate::ops::mail::DELIVERY_QUERY;
+use crate::message::MessageKind;
+pub use crate::ops::mail::{DELIVERY_QUERY, NEWEST_SEQS_QUERY};
 use crate::ops::{fork as ops_fork, mail, runs, tasks as ops_tasks, work as ops_work};
 pub use crate::options::{CommitHook, StoreOptions, SyncMode};
 use crate::store::MailboxStore;
@@ -299,6 +300,22 @@ impl MailboxStore for SqliteStore {
     async fn messages(&self, run_id: &str, recipient: Option<&str>) -> StoreResult<Vec<Message>> {
         let (run_id, recipient) = (run_id.to_owned(), recipient.map(str::to_owned));
         self.op(async move |tx, _| mail::list_messages(tx, &run_id, recipient.as_deref()).await)
+            .await
+    }
+
+    async fn newest_messages(&self, run_id: &str, limit: usize) -> StoreResult<NewestMessages> {
+        let run_id = run_id.to_owned();
+        self.op(async move |tx, _| mail::newest_messages(tx, &run_id, limit).await)
+            .await
+    }
+
+    async fn messages_of_kind(
+        &self,
+        run_id: &str,
+        kind: &MessageKind,
+    ) -> StoreResult<Vec<Message>> {
+        let (run_id, kind) = (run_id.to_owned(), kind.clone());
+        self.op(async move |tx, _| mail::messages_of_kind(tx, &run_id, &kind).await)
             .await
     }
 

@@ -7,8 +7,7 @@ use std::sync::Mutex;
 
 use muster_agents::runtime::TRANSCRIPT;
 use muster_mailbox::{
-    MailboxStore, Message, MessageKind, RequestRecord, RosterEntry, RunRecord, RunStatus, Task,
-    TaskStatus,
+    MailboxStore, MessageKind, RequestRecord, RosterEntry, RunRecord, RunStatus, Task, TaskStatus,
 };
 
 use crate::agent_activity::{self, Activity, AgentState};
@@ -224,12 +223,6 @@ fn task_of(tasks: &[Task], agent: &str) -> Option<Task> {
         .find(|t| t.status == TaskStatus::InProgress)
         .or_else(|| owned().next_back())
         .cloned()
-}
-
-/// The newest `limit` mails, and how many came before them.
-pub fn newest(messages: &[Message], limit: usize) -> (&[Message], usize) {
-    let skipped = messages.len().saturating_sub(limit);
-    (&messages[skipped..], skipped)
 }
 
 #[cfg(test)]

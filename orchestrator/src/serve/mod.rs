@@ -321,7 +321,10 @@ async fn load_run_view(served: &Served, run_id: &str) -> anyhow::Result<Option<R
     let roster = store.roster(run_id).await?;
     let tasks = store.tasks(run_id).await?;
     let requests = store.requests(run_id).await?;
-    let messages = store.messages(run_id, None).await?;
+    let mail = store.newest_messages(run_id, run_page::MAIL_SHOWN).await?;
+    let reports = store
+        .messages_of_kind(run_id, &MessageKind::VerificationReport)
+        .await?;
     let data = load::RunData {
         run: &run,
         live,
@@ -338,14 +341,13 @@ async fn load_run_view(served: &Served, run_id: &str) -> anyhow::Result<Option<R
         .into_iter()
         .map(|row| (row.created_at, row.body["epoch"].as_i64().unwrap_or(-1)))
         .collect();
-    let (newest, earlier_mail) = load::newest(&messages, run_page::MAIL_SHOWN);
     Ok(Some(RunView {
         status,
         live,
         agents,
-        reports: run_page::reports_of(&messages),
-        mail: newest.to_vec(),
-        earlier_mail,
+        reports,
+        mail: mail.messages,
+        earlier_mail: mail.earlier,
         now: data.now,
         stops,
         tasks,

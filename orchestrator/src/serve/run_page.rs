@@ -8,7 +8,7 @@ use muster_agents::model::{ContentBlock, Role};
 use muster_agents::runtime::Record;
 use muster_agents::verification::{CheckedItem, Evidence, Status, VerificationReport};
 use muster_mailbox::{
-    AgentRecord, Message, MessageBody, MessageKind, RequestRecord, RunRecord, RunStatus, Task,
+    AgentRecord, Message, MessageBody, RequestRecord, RunRecord, RunStatus, Task,
 };
 use serde_json::Value;
 
@@ -642,13 +642,4 @@ fn other_block(value: &Value) -> String {
         .and_then(Value::as_str)
         .map(|kind| format!("[{kind} block]"))
         .unwrap_or_else(|| "[block]".to_owned())
-}
-
-/// The verification reports among the mail.
-pub fn reports_of(messages: &[Message]) -> Vec<Message> {
-    messages
-        .iter()
-        .filter(|m| m.kind == MessageKind::VerificationReport)
-        .cloned()
-        .collect()
 }
