@@ -161,6 +161,8 @@ pub trait MailboxStore: Send + Sync {
         stream: &str,
         after_seq: i64,
     ) -> StoreResult<Vec<AgentRecord>>;
+    /// Every agent's records of `stream` in one read, by agent, each agent's in order.
+    async fn stream_records(&self, run_id: &str, stream: &str) -> StoreResult<Vec<AgentRecord>>;
     /// A per-run counter (request numbers and the like): 1, 2, 3, …
     async fn next_counter(&self, run_id: &str, name: &str) -> StoreResult<i64>;
     /// The counter's next value once per `key`: a repeat of the key (the same tool call run

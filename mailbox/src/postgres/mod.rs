@@ -812,6 +812,11 @@ impl MailboxStore for PostgresStore {
         })
     }
 
+    async fn stream_records(&self, run_id: &str, stream: &str) -> StoreResult<Vec<AgentRecord>> {
+        read_op!(self, |tx, ctx| runs::stream_records(&tx, run_id, stream)
+            .await)
+    }
+
     async fn next_counter(&self, run_id: &str, name: &str) -> StoreResult<i64> {
         write_op!(self, [run_id], |tx, ctx, _w| {
             runs::next_counter(&tx, run_id, name).await

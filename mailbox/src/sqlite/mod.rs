@@ -369,6 +369,12 @@ impl MailboxStore for SqliteStore {
             .await
     }
 
+    async fn stream_records(&self, run_id: &str, stream: &str) -> StoreResult<Vec<AgentRecord>> {
+        let (run_id, stream) = (run_id.to_owned(), stream.to_owned());
+        self.op(async move |tx, _| runs::stream_records(tx, &run_id, &stream).await)
+            .await
+    }
+
     async fn next_counter(&self, run_id: &str, name: &str) -> StoreResult<i64> {
         let (run_id, name) = (run_id.to_owned(), name.to_owned());
         self.op(async move |tx, _| runs::next_counter(tx, &run_id, &name).await)

@@ -26,6 +26,7 @@ on_both_backends!(
     a_fork_copies_everything_and_then_goes_its_own_way,
     runs_carry_their_project_through_a_fork_and_prune_keeps_to_it,
     the_newest_mails_and_one_kind_come_from_their_run_only,
+    every_agents_records_of_a_stream_come_in_one_read,
 );
 
 fn plan_request(run: &str, id: &str, responder: &str) -> NewMessage {
@@ -1005,4 +1006,44 @@ async fn the_newest_mails_and_one_kind_come_from_their_run_only(backend: Backend
     assert_eq!(texts.len(), 8);
     assert!(texts.iter().all(|m| m.run_id == "other"));
     assert!(texts.windows(2).all(|w| w[0].seq < w[1].seq));
+}
+
+/// One read gives every agent's records of a stream, each agent's in order, as reading them
+/// agent by agent does; other streams and runs stay out.
+async fn every_agents_records_of_a_stream_come_in_one_read(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
+    run_with(&store, RUN, &["alice", "bob"]).await;
+    run_with(&store, "other", &["alice"]).await;
+    let record = |agent: &str, stream: &str, n: i64| NewRecord {
+        agent: agent.into(),
+        stream: stream.into(),
+        seq: None,
+        body: json!({"n": n}),
+    };
+    for n in 0..3 {
+        for (run, agent, stream) in [
+            (RUN, "bob", "transcript"),
+            (RUN, "alice", "transcript"),
+            (RUN, "alice", "notes"),
+            ("other", "alice", "transcript"),
+        ] {
+            store
+                .append_records(run, vec![record(agent, stream, n)])
+                .await
+                .unwrap();
+        }
+    }
+    let all = store.stream_records(RUN, "transcript").await.unwrap();
+    let mut expected = store.records(RUN, "alice", "transcript", 0).await.unwrap();
+    expected.extend(store.records(RUN, "bob", "transcript", 0).await.unwrap());
+    assert_eq!(all, expected);
+    assert_eq!(all.len(), 6);
+    assert!(
+        store
+            .stream_records("no-such-run", "transcript")
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
