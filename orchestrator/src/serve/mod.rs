@@ -335,12 +335,11 @@ async fn load_run_view(served: &Served, run_id: &str) -> anyhow::Result<Option<R
         now: now_millis(),
     };
     let agents = load::agent_rows(store, &served.diffstats, &data).await?;
-    let stops = store
-        .records(run_id, Responder::HUMAN, stop::STOP_STREAM, 0)
-        .await?
-        .into_iter()
-        .map(|row| (row.created_at, row.body["epoch"].as_i64().unwrap_or(-1)))
-        .collect();
+    let stops = stop::run_stops(
+        &store
+            .records(run_id, Responder::HUMAN, stop::STOP_STREAM, 0)
+            .await?,
+    );
     Ok(Some(RunView {
         status,
         live,
@@ -434,7 +433,7 @@ async fn stop_agent(
 async fn stop_run(State(served): State<Shared>, Path(run_id): Path<String>) -> Response {
     let project = &served.project;
     match stop::stop_run(project.store.as_ref(), &project.runs_dir, &run_id).await {
-        Ok(()) => Redirect::to(&format!("/runs/{run_id}")).into_response(),
+        Ok(_) => Redirect::to(&format!("/runs/{run_id}")).into_response(),
         Err(refused) => stop_refused(&refused),
     }
 }
@@ -443,9 +442,12 @@ fn stop_refused(refused: &stop::StopRefused) -> Response {
     use stop::StopRefused as R;
     let status = match refused {
         R::NoRun(_) | R::NotATeammate { .. } => StatusCode::NOT_FOUND,
-        R::AlreadyAsked { .. } | R::AlreadyStopped(_) | R::NotLive | R::AlreadyStopping => {
-            StatusCode::CONFLICT
-        }
+        R::AlreadyAsked { .. }
+        | R::AlreadyStopped(_)
+        | R::LiveElsewhere
+        | R::Finished(_)
+        | R::AlreadyStopping
+        | R::AlreadyWaiting => StatusCode::CONFLICT,
         R::Signal(_) | R::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
     };
     refuse(status, "Not stopped", &format!("Not stopped: {refused}."))

@@ -891,7 +891,13 @@ mod tests {
             mail: vec![message(json!({"type": "text", "text": HOSTILE}))],
             earlier_mail: 3,
             now: 2000,
-            stops: vec![(1000, 0)],
+            stops: vec![crate::serve::stop::RunStop {
+                seq: 1,
+                at: 1000,
+                epoch: 0,
+                at_resume: false,
+                applied_at: None,
+            }],
         };
         let transcript_row = agent_row(HOSTILE);
         let records = transcript_records();

@@ -36,8 +36,8 @@ pub struct RunView {
     pub mail: Vec<Message>,
     pub earlier_mail: usize,
     pub now: i64,
-    /// The run stops people asked for: when, in which epoch.
-    pub stops: Vec<(i64, i64)>,
+    /// The run stops people asked for.
+    pub stops: Vec<super::stop::RunStop>,
 }
 
 /// One part of the run page: its element id, the id of the element a new one is appended to
@@ -143,15 +143,36 @@ fn run_summary(view: &RunView) -> Markup {
     let cost: f64 = view.agents.iter().map(|a| a.spend.2).sum();
     let tokens: u64 = view.agents.iter().map(|a| a.spend.1).sum();
     let action = format!("/runs/{}/stop", view.run.id);
-    let stopping = view.stops.iter().any(|(_, epoch)| *epoch == view.run.epoch);
+    let stopping = view
+        .stops
+        .iter()
+        .any(|s| !s.at_resume && s.epoch == view.run.epoch);
+    let waiting = view
+        .stops
+        .iter()
+        .any(|s| s.at_resume && s.applied_at.is_none());
+    let resume = format!("muster resume {}", view.run.id);
     html! {
         section id="run-summary" {
             p {
                 span class={ "status " (status) } id="run-status" { (status) }
                 " · " (format!("cost so far ${cost:.4} · {tokens} tokens"))
             }
-            @for (at, _) in &view.stops {
-                p class="stopped-by" { "A person stopped the run from this page at " (time(*at)) "." }
+            @for stop in &view.stops {
+                p class="stopped-by" {
+                    @if !stop.at_resume {
+                        "A person stopped the run from this page at " (time(stop.at)) "."
+                    } @else if let Some(applied) = stop.applied_at {
+                        "A person stopped the run from this page at " (time(stop.at))
+                        " while no process ran it; the resume of " (time(applied))
+                        " honoured it and ended at once."
+                    } @else {
+                        "A person stopped the run from this page at " (time(stop.at))
+                        " while no process ran it: the next " code { (resume) }
+                        " ends at once as Ctrl-C would (agents stopped, the run interrupted); \
+                         the one after continues it."
+                    }
+                }
             }
             @if view.live {
                 p class="scope" {
@@ -163,11 +184,18 @@ fn run_summary(view: &RunView) -> Markup {
                 form method="post" action=(action) id="stop-run" class="inline" {
                     button type="submit" { "Stop the run" }
                     " as Ctrl-C would: agents stop, the run is marked interrupted, "
-                    code { "muster resume " (view.run.id) } " continues it."
+                    code { (resume) } " continues it."
                 }
                 }
-            } @else if !matches!(view.status, RunStatus::Completed) {
-                p { "No process runs it now: " code { "muster resume " (view.run.id) } " continues it." }
+            } @else if !view.status.is_finished() {
+                p { "No process runs it now: " code { (resume) } " continues it." }
+                @if !waiting {
+                form method="post" action=(action) id="stop-run" class="inline" {
+                    button type="submit" { "Stop at resume" }
+                    " so that no resume carries it on unasked: the next " code { (resume) }
+                    " ends at once, as Ctrl-C would."
+                }
+                }
             }
         }
     }
