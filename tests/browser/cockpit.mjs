@@ -28,6 +28,17 @@ const browser = await chromium.launch({
   ],
 });
 const page = await browser.newPage({ viewport: { width: 1400, height: 1200 } });
+// Counts the live streams each document opened (an init script runs outside the page's CSP):
+// a piece streamed before the page listens is not sent again, so the test waits for this.
+await page.addInitScript(() => {
+  const Original = window.EventSource;
+  window.EventSource = class extends Original {
+    constructor(url, options) {
+      super(url, options);
+      this.addEventListener("open", () => { window.__streamsOpen = (window.__streamsOpen || 0) + 1; });
+    }
+  };
+});
 const errors = [];
 page.on("console", (message) => {
   if (message.type() === "error") errors.push(message.text());
@@ -73,8 +84,22 @@ try {
   await page.locator("#decision h2", { hasText: "Approved by human" }).waitFor();
   await page.locator("#next", { hasText: "was woken" }).waitFor();
 
+  // Alice's last reply streams: its first piece shows in her row before it is committed.
   await page.goto(runPage);
+  await page.waitForFunction(() => window.__streamsOpen >= 1);
+  await step("stream-ready");
+  await page.waitForFunction(() => {
+    const piece = document.querySelector('[id="agent-alice"] .doing .streaming');
+    return piece && piece.textContent.startsWith("Wrote hello.txt,");
+  });
+  const piece = await page.locator('[id="agent-alice"] .doing .streaming').textContent();
+  if (piece.endsWith("back.")) throw new Error(`the whole reply showed before its end: ${piece}`);
+  await page.screenshot({ path: `${shots}/run-streaming.png`, fullPage: true });
+  await step("alice-streaming");
   await page.locator("#reports .checklist li.done").first().waitFor();
+  if (await page.locator('[id="agent-alice"] .streaming').count() !== 0) {
+    throw new Error("the streamed piece stayed after the committed reply");
+  }
   await page.locator("#reports .checklist li.missing").first().waitFor();
   const reports = await page.locator("#reports").textContent();
   if (reports.includes("{\"") || reports.includes("\"steps\"")) throw new Error(`a report shows JSON: ${reports}`);

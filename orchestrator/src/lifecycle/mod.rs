@@ -215,7 +215,8 @@ async fn execute_async<K: RunKind>(kind: K, existing: Option<RunRecord>) -> anyh
         kind.output(),
         kind.project().process.stdout_is_terminal,
     )
-    .with_traces(traces.clone());
+    .with_traces(traces.clone())
+    .with_deltas(&kind.project().root.muster_dir());
     if let Some(front) = kind.front_end() {
         printer = printer.for_front_end(front.events.clone());
     }

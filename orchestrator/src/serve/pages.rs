@@ -884,6 +884,7 @@ mod tests {
             run: run_record(),
             status: RunStatus::Running,
             live: true,
+            streams: true,
             agents: vec![row],
             tasks: vec![task],
             requests: vec![pending.clone()],

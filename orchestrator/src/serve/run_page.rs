@@ -27,6 +27,8 @@ pub struct RunView {
     pub status: RunStatus,
     /// A process holds the run now.
     pub live: bool,
+    /// Serve gets the streamed pieces of this host's runs (SQLite: its socket is bound).
+    pub streams: bool,
     pub agents: Vec<AgentRow>,
     pub tasks: Vec<Task>,
     pub requests: Vec<RequestRecord>,
@@ -177,8 +179,14 @@ fn run_summary(view: &RunView) -> Markup {
             @if view.live {
                 p class="scope" {
                     "Live: the page follows what the run commits (each agent's state after every \
-                     model reply, tool result and decision); text still streaming from the model \
-                     shows once committed."
+                     model reply, tool result and decision)"
+                    @if view.streams {
+                        "; text and tool input streaming from the model on this machine show as \
+                         they come, in italics, until the committed reply replaces them."
+                    } @else {
+                        ". It shows committed events only (a store shared across machines): text \
+                         still streaming from the model shows once committed."
+                    }
                 }
                 @if !stopping {
                 form method="post" action=(action) id="stop-run" class="inline" {
@@ -211,7 +219,7 @@ fn agent_row(run_id: &str, row: &AgentRow, live: bool) -> Markup {
             crate::agent_activity::AgentState::Stopped | crate::agent_activity::AgentState::Done
         );
     html! {
-        tr id=(agent_row_id(agent)) class={ "agent " (activity.state.class()) } {
+        tr id=(agent_row_id(agent)) class={ "agent " (activity.state.class()) } data-turns=(turns) {
             td {
                 a href={ "/runs/" (run_id) "/agents/" (agent) } { (agent) }
                 " " small { (row.entry.kind.as_str()) }

@@ -969,6 +969,9 @@ fn held(entry: muster_fake_llm::ScriptEntry, gate: &str) -> muster_fake_llm::Scr
     })
 }
 
+/// Alice's last reply, streamed: the page shows its first piece before it is committed.
+const STREAMED: &str = "Wrote hello.txt, and read it back.";
+
 /// What alice writes and reads back: a tool result carrying script.
 const SCRIPTED: &str = "<script>document.title='owned';window.__owned=1</script>\n";
 
@@ -979,7 +982,9 @@ const SCRIPTED: &str = "<script>document.title='owned';window.__owned=1</script>
 /// section line by line and what "restore its own" gives alice; approved, alice writes a file
 /// with a `<script>` in it and reads it back; the run completes without bob; the run page
 /// shows her verification report as a checklist and the timeline; her transcript shows the
-/// script as text. Then a second run, killed while its lead waited on the model: the person
+/// script as text. Her last reply is held mid-stream: its first piece shows in her row, in
+/// italics, before it is committed (a delta from the run process through serve's socket), and
+/// the committed row replaces it. Then a second run, killed while its lead waited on the model: the person
 /// stops it from its page ("Stop at resume"), `muster resume` ends at once with exit 130, and
 /// the page, not reloaded, says the resume honoured the stop. Screenshots in
 /// `target/web-inbox/`.
@@ -1033,7 +1038,17 @@ async fn in_chromium_a_person_watches_a_team_stops_a_teammate_and_reads_a_transc
             3,
             vec![tool("Read", json!({"file_path": "hello.txt"}))],
         ),
-        ScriptEntry::reply("alice", 4, vec![Block::text("Wrote hello.txt.")]),
+        // Held before its first byte until the page's stream is open, then mid-way, after
+        // its first piece of text, until the page has shown it.
+        ScriptEntry::reply("alice", 4, vec![Block::text(STREAMED)]).fault(muster_fake_llm::Fault {
+            hold: Some("alice-4".into()),
+            stall: Some(muster_fake_llm::Stall {
+                after_events: 4,
+                gate: Some("alice-streams".into()),
+                ..muster_fake_llm::Stall::default()
+            }),
+            ..muster_fake_llm::Fault::default()
+        }),
         any_turn("bob", vec![Block::text("Standing by.")]),
     ])
     .await;
@@ -1095,6 +1110,17 @@ async fn in_chromium_a_person_watches_a_team_stops_a_teammate_and_reads_a_transc
                 fake.open_gate("alice-plan");
                 go(&mut to_browser, name, "").await;
             }
+            "stream-ready" => {
+                tokio::time::timeout(GUARD, fake.gate_reached("alice-4", 1))
+                    .await
+                    .expect("alice never asked for her last reply");
+                fake.open_gate("alice-4");
+                go(&mut to_browser, name, "").await;
+            }
+            "alice-streaming" => {
+                fake.open_gate("alice-streams");
+                go(&mut to_browser, name, "").await;
+            }
             "idle-run" => {
                 assert_eq!(run.finish().await, Some(0), "the run completes without bob");
                 idle_run = Some(killed_while_waiting(dir.path(), &idle_fake).await);
@@ -1142,6 +1168,7 @@ async fn in_chromium_a_person_watches_a_team_stops_a_teammate_and_reads_a_transc
         "request.png",
         "run-reported.png",
         "agent.png",
+        "run-streaming.png",
         "run-stop-at-resume.png",
         "run-stop-honoured.png",
     ] {
