@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::error::StoreResult;
+use crate::message::MessageKind;
 use crate::types::*;
 use crate::work::{
     Heartbeat, NewWorkItem, WorkFence, WorkItem, WorkWatch, WorkerInfo, WorkerRecord,
@@ -83,6 +84,12 @@ pub trait MailboxStore: Send + Sync {
     async fn requests(&self, run_id: &str) -> StoreResult<Vec<RequestRecord>>;
     async fn message(&self, key: &str) -> StoreResult<Option<Message>>;
     async fn messages(&self, run_id: &str, recipient: Option<&str>) -> StoreResult<Vec<Message>>;
+    /// The newest `limit` mails of a run, in commit order, and how many came before them;
+    /// reads only the rows it returns.
+    async fn newest_messages(&self, run_id: &str, limit: usize) -> StoreResult<NewestMessages>;
+    /// A run's mail of one kind, in commit order.
+    async fn messages_of_kind(&self, run_id: &str, kind: &MessageKind)
+    -> StoreResult<Vec<Message>>;
     /// Records what an agent saw, acks the mail it consumed, sends and answers, in one
     /// transaction.
     async fn commit_turn(&self, turn: CommitTurn) -> StoreResult<CommitTurnOutcome>;
@@ -154,6 +161,8 @@ pub trait MailboxStore: Send + Sync {
         stream: &str,
         after_seq: i64,
     ) -> StoreResult<Vec<AgentRecord>>;
+    /// Every agent's records of `stream` in one read, by agent, each agent's in order.
+    async fn stream_records(&self, run_id: &str, stream: &str) -> StoreResult<Vec<AgentRecord>>;
     /// A per-run counter (request numbers and the like): 1, 2, 3, …
     async fn next_counter(&self, run_id: &str, name: &str) -> StoreResult<i64>;
     /// The counter's next value once per `key`: a repeat of the key (the same tool call run

@@ -450,6 +450,15 @@ pub struct CommitTurn {
     pub charge: Option<crate::ledger::LedgerSpend>,
 }
 
+/// A run's newest mails ([`crate::MailboxStore::newest_messages`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewestMessages {
+    /// The newest mails, in commit order.
+    pub messages: Vec<Message>,
+    /// How many of the run's mails came before them.
+    pub earlier: usize,
+}
+
 /// What a committed turn produced.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CommitTurnOutcome {

@@ -11,10 +11,13 @@ const [url, runId] = process.argv.slice(2);
 const shots = process.env.SCREENSHOTS;
 const lines = readline.createInterface({ input: process.stdin })[Symbol.asyncIterator]();
 
+// Says `STEP name`, waits for `GO name [word]` and gives back the word (a run id, or "").
 async function step(name) {
   console.log(`STEP ${name}`);
   const { value, done } = await lines.next();
-  if (done || value.trim() !== `GO ${name}`) throw new Error(`expected GO ${name}, got ${value}`);
+  const [go, said, word] = (value || "").trim().split(" ");
+  if (done || go !== "GO" || said !== name) throw new Error(`expected GO ${name}, got ${value}`);
+  return word || "";
 }
 
 const browser = await chromium.launch({
@@ -25,6 +28,17 @@ const browser = await chromium.launch({
   ],
 });
 const page = await browser.newPage({ viewport: { width: 1400, height: 1200 } });
+// Counts the live streams each document opened (an init script runs outside the page's CSP):
+// a piece streamed before the page listens is not sent again, so the test waits for this.
+await page.addInitScript(() => {
+  const Original = window.EventSource;
+  window.EventSource = class extends Original {
+    constructor(url, options) {
+      super(url, options);
+      this.addEventListener("open", () => { window.__streamsOpen = (window.__streamsOpen || 0) + 1; });
+    }
+  };
+});
 const errors = [];
 page.on("console", (message) => {
   if (message.type() === "error") errors.push(message.text());
@@ -70,8 +84,22 @@ try {
   await page.locator("#decision h2", { hasText: "Approved by human" }).waitFor();
   await page.locator("#next", { hasText: "was woken" }).waitFor();
 
+  // Alice's last reply streams: its first piece shows in her row before it is committed.
   await page.goto(runPage);
+  await page.waitForFunction(() => window.__streamsOpen >= 1);
+  await step("stream-ready");
+  await page.waitForFunction(() => {
+    const piece = document.querySelector('[id="agent-alice"] .doing .streaming');
+    return piece && piece.textContent.startsWith("Wrote hello.txt,");
+  });
+  const piece = await page.locator('[id="agent-alice"] .doing .streaming').textContent();
+  if (piece.endsWith("back.")) throw new Error(`the whole reply showed before its end: ${piece}`);
+  await page.screenshot({ path: `${shots}/run-streaming.png`, fullPage: true });
+  await step("alice-streaming");
   await page.locator("#reports .checklist li.done").first().waitFor();
+  if (await page.locator('[id="agent-alice"] .streaming').count() !== 0) {
+    throw new Error("the streamed piece stayed after the committed reply");
+  }
   await page.locator("#reports .checklist li.missing").first().waitFor();
   const reports = await page.locator("#reports").textContent();
   if (reports.includes("{\"") || reports.includes("\"steps\"")) throw new Error(`a report shows JSON: ${reports}`);
@@ -86,6 +114,24 @@ try {
   const owned = await page.evaluate(() => document.title.includes("owned") || window.__owned !== undefined);
   if (owned) throw new Error("a tool result ran as script");
   await page.screenshot({ path: `${shots}/agent.png`, fullPage: true });
+
+  // A second run, killed while its lead waited on the model: no process holds it. A person's
+  // stop is stored for its next resume, which ends at once; the page (not reloaded) says so.
+  const idle = await step("idle-run");
+  await page.goto(`${origin}/runs/${idle}`);
+  await page.locator("#stop-run button", { hasText: "Stop at resume" }).click();
+  await page.waitForURL(`${origin}/runs/${idle}`);
+  await page.locator("#run-summary .stopped-by", { hasText: "while no process ran it: the next" }).waitFor();
+  if (await page.locator("#stop-run").count() !== 0) throw new Error("the stop form stayed after the stop");
+  await page.evaluate(() => { window.__sameDocument = true; });
+  await page.screenshot({ path: `${shots}/run-stop-at-resume.png`, fullPage: true });
+  await step("resume");
+  await page.locator("#run-summary .stopped-by", { hasText: "honoured it and ended at once" }).waitFor();
+  await page.locator("#run-status", { hasText: "interrupted" }).waitFor();
+  if (!(await page.evaluate(() => window.__sameDocument === true))) {
+    throw new Error("the run page reloaded instead of taking the parts it was sent");
+  }
+  await page.screenshot({ path: `${shots}/run-stop-honoured.png`, fullPage: true });
   if (errors.length > 0) throw new Error(`the page logged errors: ${errors.join(" | ")}`);
   console.log("STEP done");
 } catch (error) {

@@ -938,6 +938,7 @@ async fn anthropic_stall_hits_the_idle_timeout_and_is_retried() {
                 ms: 5_000,
                 ping_every_ms: 0,
                 then_disconnect: false,
+                gate: None,
             }),
             ..Default::default()
         },
@@ -957,6 +958,7 @@ async fn keep_alive_pings_during_a_stall_are_not_idle() {
                 ms: 1200,
                 ping_every_ms: 50,
                 then_disconnect: false,
+                gate: None,
             }),
             ..Default::default()
         }),
@@ -2102,6 +2104,7 @@ async fn openai_keep_alive_comments_during_a_stall_are_not_idle() {
                 ms: 1200,
                 ping_every_ms: 50,
                 then_disconnect: false,
+                gate: None,
             }),
             ..Default::default()
         }),
@@ -2128,6 +2131,7 @@ async fn a_stall_that_ends_in_a_disconnect_is_retried() {
                 ms: 100,
                 ping_every_ms: 0,
                 then_disconnect: true,
+                gate: None,
             }),
             ..Default::default()
         },

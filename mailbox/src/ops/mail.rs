@@ -326,6 +326,52 @@ pub(crate) async fn list_messages(
     }
 }
 
+/// The newest `limit` mails of a run in commit order, and how many came before them. The
+/// seqs come from the delivery index (it holds `run_id` and, as the row id, `seq`), so only
+/// the rows shown are read and decoded: a page of a long run reads what it shows.
+pub(crate) async fn newest_messages(
+    tx: &impl Tx,
+    run_id: &str,
+    limit: usize,
+) -> StoreResult<NewestMessages> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let sql = format!(
+        "SELECT {MESSAGE_COLUMNS} FROM messages WHERE seq IN ({NEWEST_SEQS_QUERY}) ORDER BY seq"
+    );
+    let messages = tx.query(&sql, &[&run_id, &limit], rows::message).await?;
+    let total = tx
+        .query_opt(
+            "SELECT count(*) FROM messages WHERE run_id = ?1",
+            &[&run_id],
+            |r| r.get::<i64>("messages", 0),
+        )
+        .await?
+        .unwrap_or(0);
+    let shown = i64::try_from(messages.len()).unwrap_or(i64::MAX);
+    Ok(NewestMessages {
+        earlier: usize::try_from(total.saturating_sub(shown)).unwrap_or(0),
+        messages,
+    })
+}
+
+/// The seqs of a run's newest mails, newest first: what [`newest_messages`] reads (exported so
+/// a test can check its plan).
+pub const NEWEST_SEQS_QUERY: &str =
+    "SELECT seq FROM messages WHERE run_id = ?1 ORDER BY seq DESC LIMIT ?2";
+
+/// A run's mail of one kind, in commit order.
+pub(crate) async fn messages_of_kind(
+    tx: &impl Tx,
+    run_id: &str,
+    kind: &MessageKind,
+) -> StoreResult<Vec<Message>> {
+    let sql = format!(
+        "SELECT {MESSAGE_COLUMNS} FROM messages WHERE run_id = ?1 AND kind = ?2 ORDER BY seq"
+    );
+    tx.query(&sql, &[&run_id, &kind.as_str()], rows::message)
+        .await
+}
+
 // ---------------------------------------------------------------- requests and responses
 
 /// The body of the message stored under `key`, or (a row never written by muster) none.

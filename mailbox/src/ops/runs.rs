@@ -289,6 +289,32 @@ pub(crate) async fn append_records(
     Ok(out)
 }
 
+/// Every agent's records of one stream of a run, by agent, then in order: one read where a
+/// page needs all its agents' transcripts.
+pub(crate) async fn stream_records(
+    tx: &impl Tx,
+    run_id: &str,
+    stream: &str,
+) -> StoreResult<Vec<AgentRecord>> {
+    const T: &str = "agent_records";
+    tx.query(
+        "SELECT agent_id, seq, body, created_at FROM agent_records \
+         WHERE run_id = ?1 AND stream = ?2 ORDER BY agent_id, seq",
+        &[&run_id, &stream],
+        |row| {
+            Ok(AgentRecord {
+                run_id: run_id.into(),
+                agent: row.get(T, 0)?,
+                stream: stream.into(),
+                seq: row.get(T, 1)?,
+                body: row.json(T, 2)?,
+                created_at: row.get(T, 3)?,
+            })
+        },
+    )
+    .await
+}
+
 pub(crate) async fn records(
     tx: &impl Tx,
     run_id: &str,

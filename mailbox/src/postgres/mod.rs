@@ -26,6 +26,7 @@ use serde_json::Value;
 use tokio_postgres::IsolationLevel;
 
 use crate::error::{StoreError, StoreResult};
+use crate::message::MessageKind;
 use crate::ops::{
     fork as ops_fork, ledger as ops_ledger, mail, runs, tasks as ops_tasks, work as ops_work,
 };
@@ -684,6 +685,20 @@ impl MailboxStore for PostgresStore {
         })
     }
 
+    async fn newest_messages(&self, run_id: &str, limit: usize) -> StoreResult<NewestMessages> {
+        read_op!(self, |tx, ctx| mail::newest_messages(&tx, run_id, limit)
+            .await)
+    }
+
+    async fn messages_of_kind(
+        &self,
+        run_id: &str,
+        kind: &MessageKind,
+    ) -> StoreResult<Vec<Message>> {
+        read_op!(self, |tx, ctx| mail::messages_of_kind(&tx, run_id, kind)
+            .await)
+    }
+
     async fn commit_turn(&self, turn: CommitTurn) -> StoreResult<CommitTurnOutcome> {
         let acker = mail::Acker::of_store(self.fence.is_some());
         write_op!(self, [&turn.run_id], |tx, ctx, wakes| {
@@ -820,6 +835,11 @@ impl MailboxStore for PostgresStore {
             });
         }
         read_op!(self, |tx, ctx| ops_ledger::run_ledger(&tx, run_id).await)
+    }
+
+    async fn stream_records(&self, run_id: &str, stream: &str) -> StoreResult<Vec<AgentRecord>> {
+        read_op!(self, |tx, ctx| runs::stream_records(&tx, run_id, stream)
+            .await)
     }
 
     async fn next_counter(&self, run_id: &str, name: &str) -> StoreResult<i64> {

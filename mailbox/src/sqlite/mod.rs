@@ -13,7 +13,8 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::error::StoreResult;
-pub use crate::ops::mail::DELIVERY_QUERY;
+use crate::message::MessageKind;
+pub use crate::ops::mail::{DELIVERY_QUERY, NEWEST_SEQS_QUERY};
 use crate::ops::{
     fork as ops_fork, ledger as ops_ledger, mail, runs, tasks as ops_tasks, work as ops_work,
 };
@@ -304,6 +305,22 @@ impl MailboxStore for SqliteStore {
             .await
     }
 
+    async fn newest_messages(&self, run_id: &str, limit: usize) -> StoreResult<NewestMessages> {
+        let run_id = run_id.to_owned();
+        self.op(async move |tx, _| mail::newest_messages(tx, &run_id, limit).await)
+            .await
+    }
+
+    async fn messages_of_kind(
+        &self,
+        run_id: &str,
+        kind: &MessageKind,
+    ) -> StoreResult<Vec<Message>> {
+        let (run_id, kind) = (run_id.to_owned(), kind.clone());
+        self.op(async move |tx, _| mail::messages_of_kind(tx, &run_id, &kind).await)
+            .await
+    }
+
     async fn commit_turn(&self, turn: CommitTurn) -> StoreResult<CommitTurnOutcome> {
         let acker = mail::Acker::of_store(self.fence.is_some());
         self.op(async move |tx, wakes| runs::commit_turn(tx, &turn, acker, wakes).await)
@@ -368,6 +385,12 @@ impl MailboxStore for SqliteStore {
     async fn run_ledger(&self, run_id: &str) -> StoreResult<Option<crate::ledger::RunLedger>> {
         let run_id = run_id.to_owned();
         self.op(async move |tx, _| ops_ledger::run_ledger(tx, &run_id).await)
+            .await
+    }
+
+    async fn stream_records(&self, run_id: &str, stream: &str) -> StoreResult<Vec<AgentRecord>> {
+        let (run_id, stream) = (run_id.to_owned(), stream.to_owned());
+        self.op(async move |tx, _| runs::stream_records(tx, &run_id, &stream).await)
             .await
     }
 

@@ -26,6 +26,8 @@ on_both_backends!(
     a_fork_copies_everything_and_then_goes_its_own_way,
     runs_carry_their_project_through_a_fork_and_prune_keeps_to_it,
     the_budget_ledger_is_charged_with_the_turn_and_seeded_once,
+    the_newest_mails_and_one_kind_come_from_their_run_only,
+    every_agents_records_of_a_stream_come_in_one_read,
 );
 
 fn plan_request(run: &str, id: &str, responder: &str) -> NewMessage {
@@ -1026,5 +1028,116 @@ async fn the_budget_ledger_is_charged_with_the_turn_and_seeded_once(backend: Bac
     assert!(
         matches!(unknown, Err(StoreError::UnknownRun(_))),
         "{unknown:?}"
+    );
+}
+
+/// A page of a long run reads its newest mails and its reports without the rest: the newest
+/// `limit` in commit order with the count before them, and one kind's mails, each of this run
+/// only (another run's mails interleave with them).
+async fn the_newest_mails_and_one_kind_come_from_their_run_only(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
+    run_with(&store, RUN, &["alice"]).await;
+    run_with(&store, "other", &["alice"]).await;
+    for n in 0..7 {
+        store
+            .send(text(RUN, "lead", "alice", &format!("m{n}")))
+            .await
+            .unwrap();
+        store
+            .send(text("other", "lead", "alice", &format!("o{n}")))
+            .await
+            .unwrap();
+    }
+    let shutdown = store
+        .send(NewMessage {
+            body: MessageBody::ShutdownRequest {
+                request_id: "shutdown-alice-1".into(),
+                reason: None,
+            },
+            ..text(RUN, "lead", "alice", "")
+        })
+        .await
+        .unwrap();
+    store
+        .send(text("other", "lead", "alice", "o-last"))
+        .await
+        .unwrap();
+    let newest = store.newest_messages(RUN, 3).await.unwrap();
+    let shown: Vec<String> = newest
+        .messages
+        .iter()
+        .map(|m| {
+            if m.kind == "text" {
+                text_of(m)
+            } else {
+                m.kind.to_string()
+            }
+        })
+        .collect();
+    assert_eq!(shown, ["m5", "m6", "shutdown_request"]);
+    assert_eq!(newest.earlier, 5);
+    let all = store.newest_messages(RUN, 100).await.unwrap();
+    assert_eq!((all.messages.len(), all.earlier), (8, 0));
+    assert_eq!(
+        all.messages,
+        store.messages(RUN, None).await.unwrap(),
+        "the same rows as the whole list, decoded alike"
+    );
+    let none = store.newest_messages(RUN, 0).await.unwrap();
+    assert_eq!((none.messages.len(), none.earlier), (0, 8));
+    let empty = store.newest_messages("no-such-run", 5).await.unwrap();
+    assert_eq!((empty.messages.len(), empty.earlier), (0, 0));
+    let shutdowns = store
+        .messages_of_kind(RUN, &MessageKind::ShutdownRequest)
+        .await
+        .unwrap();
+    assert_eq!(shutdowns, vec![shutdown]);
+    let texts = store
+        .messages_of_kind("other", &MessageKind::Text)
+        .await
+        .unwrap();
+    assert_eq!(texts.len(), 8);
+    assert!(texts.iter().all(|m| m.run_id == "other"));
+    assert!(texts.windows(2).all(|w| w[0].seq < w[1].seq));
+}
+
+/// One read gives every agent's records of a stream, each agent's in order, as reading them
+/// agent by agent does; other streams and runs stay out.
+async fn every_agents_records_of_a_stream_come_in_one_read(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
+    run_with(&store, RUN, &["alice", "bob"]).await;
+    run_with(&store, "other", &["alice"]).await;
+    let record = |agent: &str, stream: &str, n: i64| NewRecord {
+        agent: agent.into(),
+        stream: stream.into(),
+        seq: None,
+        body: json!({"n": n}),
+    };
+    for n in 0..3 {
+        for (run, agent, stream) in [
+            (RUN, "bob", "transcript"),
+            (RUN, "alice", "transcript"),
+            (RUN, "alice", "notes"),
+            ("other", "alice", "transcript"),
+        ] {
+            store
+                .append_records(run, vec![record(agent, stream, n)])
+                .await
+                .unwrap();
+        }
+    }
+    let all = store.stream_records(RUN, "transcript").await.unwrap();
+    let mut expected = store.records(RUN, "alice", "transcript", 0).await.unwrap();
+    expected.extend(store.records(RUN, "bob", "transcript", 0).await.unwrap());
+    assert_eq!(all, expected);
+    assert_eq!(all.len(), 6);
+    assert!(
+        store
+            .stream_records("no-such-run", "transcript")
+            .await
+            .unwrap()
+            .is_empty()
     );
 }

@@ -136,3 +136,30 @@ async fn next_message_for_a_recipient_uses_the_delivery_index() {
     assert!(!plan.contains("SCAN messages"), "{plan}");
     assert!(!plan.contains("TEMP B-TREE"), "{plan}");
 }
+
+/// The run page's newest mails are found through the delivery index alone (it holds `run_id`,
+/// and `seq` as the row id): the sort takes the run's seqs, never its rows.
+#[tokio::test]
+async fn the_newest_mails_of_a_run_are_found_through_an_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.db");
+    let store = open(&path);
+    run_with(&store, RUN, &["alice"]).await;
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let plan: Vec<String> = conn
+        .prepare(&format!(
+            "EXPLAIN QUERY PLAN {}",
+            muster_mailbox::sqlite::NEWEST_SEQS_QUERY
+        ))
+        .unwrap()
+        .query_map(rusqlite::params![RUN, 100], |row| row.get::<_, String>(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let plan = plan.join("\n");
+    assert!(
+        plan.contains("USING COVERING INDEX messages_delivery (run_id=?)"),
+        "{plan}"
+    );
+    assert!(!plan.contains("SCAN"), "{plan}");
+}

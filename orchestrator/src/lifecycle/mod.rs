@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 use crate::exit::{Exit, ExitError};
 use crate::launch::OutputFormat;
 use crate::project::Project;
+use crate::serve::stop;
 
 pub(crate) mod context;
 pub(crate) mod printer;
@@ -248,7 +249,8 @@ async fn execute_async<K: RunKind>(kind: K, existing: Option<RunRecord>) -> anyh
         kind.output(),
         kind.project().process.stdout_is_terminal,
     )
-    .with_traces(traces.clone());
+    .with_traces(traces.clone())
+    .with_deltas(&kind.project().root.muster_dir());
     if let Some(front) = kind.front_end() {
         printer = printer.for_front_end(front.events.clone());
     }
@@ -265,6 +267,20 @@ async fn execute_async<K: RunKind>(kind: K, existing: Option<RunRecord>) -> anyh
         traces,
     };
     let run_log = kind.project().process.run_log.clone();
+    if resumed
+        && let Some(at) =
+            stop::apply_pending_run_stop(run.store.as_ref(), &run.id, run.epoch).await?
+    {
+        // A person stopped the run while no process held it: nothing runs, so Ctrl-C's
+        // transition is the ending alone.
+        let ending = Ending::stopped_before_resume(&run.id, at);
+        finish(run.store.as_ref(), &run.id, &ending, &run_log).await?;
+        run.printer.finished(&ending);
+        if let Some(traces) = &run.traces {
+            end_traces(traces, &run, ending.status).await;
+        }
+        return Ok(ending);
+    }
     // Kept for the cost report: `start` takes the kind.
     let settings = kind.project().settings.clone();
     let driver = kind.start(&run, checked).await?;
@@ -380,6 +396,23 @@ impl Ending {
             status: RunStatus::Interrupted,
             exit: Exit::Interrupted,
             result: json!({"error": text}),
+            text,
+        }
+    }
+
+    /// A person's stop waited for this resume ([`stop::apply_pending_run_stop`]): the run ends
+    /// at once as Ctrl-C would end it, `interrupted`, exit 130; the next resume continues it.
+    pub fn stopped_before_resume(run_id: &str, at: i64) -> Ending {
+        let text = format!(
+            "muster: a person stopped run {run_id} from the web inbox at {} while no process ran \
+             it; this resume honoured the stop and ended at once; `muster resume {run_id}` \
+             continues it",
+            crate::display::time(at)
+        );
+        Ending {
+            status: RunStatus::Interrupted,
+            exit: Exit::Interrupted,
+            result: json!({"error": text, "stopped_by": muster_protocol::Responder::HUMAN}),
             text,
         }
     }

@@ -32,6 +32,8 @@ pub(crate) struct RunPrinter {
     /// A front end in this process (`muster acp`) that takes every event: then nothing is
     /// printed, the run is only logged.
     front: Option<Arc<dyn EventSink>>,
+    /// Streamed pieces of responses to a `muster serve` of this project on this host.
+    deltas: Option<crate::serve::watch::DeltaPublisher>,
 }
 
 impl RunPrinter {
@@ -54,7 +56,14 @@ impl RunPrinter {
                 .map(Arc::new),
             traces: None,
             front: None,
+            deltas: None,
         }
+    }
+
+    /// Streamed pieces of responses go to the project's `muster serve` too.
+    pub(crate) fn with_deltas(mut self, muster_dir: &std::path::Path) -> RunPrinter {
+        self.deltas = Some(crate::serve::watch::DeltaPublisher::new(muster_dir));
+        self
     }
 
     /// Events go to the run's traces too.
@@ -135,6 +144,9 @@ impl EventSink for RunPrinter {
     /// Every event of the run, from its agents and from the team: in the run's log, and a
     /// `stream-json` line (only with `--output stream-json`).
     fn emit(&self, event: RunEvent) {
+        if let Some(deltas) = &self.deltas {
+            deltas.publish(&self.run_id, &event);
+        }
         if let Some(front) = &self.front {
             if event.is_durable() {
                 stream_json::log(&self.line(&event));

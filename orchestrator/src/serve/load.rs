@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use muster_agents::runtime::TRANSCRIPT;
 use muster_mailbox::{
-    MailboxStore, Message, MessageKind, RequestRecord, RosterEntry, RunRecord, RunStatus, Task,
+    AgentRecord, MailboxStore, MessageKind, RequestRecord, RosterEntry, RunRecord, RunStatus, Task,
     TaskStatus,
 };
 
@@ -127,6 +127,14 @@ pub async fn agent_rows(
     data: &RunData<'_>,
 ) -> anyhow::Result<Vec<AgentRow>> {
     let mut rows = Vec::new();
+    // One read for every transcript: a run of hundreds of agents is not hundreds of reads.
+    let mut transcripts: HashMap<String, Vec<AgentRecord>> = HashMap::new();
+    for record in store.stream_records(&data.run.id, TRANSCRIPT).await? {
+        transcripts
+            .entry(record.agent.clone())
+            .or_default()
+            .push(record);
+    }
     for entry in data.roster {
         if matches!(
             entry.kind,
@@ -134,9 +142,7 @@ pub async fn agent_rows(
         ) {
             continue;
         }
-        let records = store
-            .records(&data.run.id, &entry.agent, TRANSCRIPT, 0)
-            .await?;
+        let records = transcripts.remove(&entry.agent).unwrap_or_default();
         let mut activity = agent_activity::read(&records, data.requests, data.live, data.now);
         activity.state = settled(activity.state, data.run.status, data.live);
         let completed = !data.live && data.run.status == RunStatus::Completed;
@@ -224,12 +230,6 @@ fn task_of(tasks: &[Task], agent: &str) -> Option<Task> {
         .find(|t| t.status == TaskStatus::InProgress)
         .or_else(|| owned().next_back())
         .cloned()
-}
-
-/// The newest `limit` mails, and how many came before them.
-pub fn newest(messages: &[Message], limit: usize) -> (&[Message], usize) {
-    let skipped = messages.len().saturating_sub(limit);
-    (&messages[skipped..], skipped)
 }
 
 #[cfg(test)]

@@ -58,6 +58,10 @@ struct Served {
     project: ServeProject,
     secrets: Secrets,
     changes: watch::Changes,
+    /// Streamed pieces of model responses from the run processes of this host.
+    deltas: watch::Deltas,
+    /// Whether serve holds this host's socket, which the deltas come through.
+    takes_deltas: std::sync::atomic::AtomicBool,
     diffstats: load::DiffstatCache,
 }
 
@@ -81,12 +85,15 @@ impl Server {
         let secrets = Secrets::new(port)
             .map_err(|_| anyhow::anyhow!("no system randomness for the session token"))?;
         let (changes, _) = broadcast::channel(64);
+        let (deltas, _) = broadcast::channel(1024);
         Ok(Server {
             listener,
             served: Arc::new(Served {
                 project,
                 secrets,
                 changes,
+                deltas,
+                takes_deltas: Default::default(),
                 diffstats: load::DiffstatCache::default(),
             }),
         })
@@ -110,8 +117,12 @@ impl Server {
             project.store_path.as_deref(),
             &project.muster_dir,
             self.served.changes.clone(),
+            self.served.deltas.clone(),
         )
         .await?;
+        self.served
+            .takes_deltas
+            .store(_watch.takes_deltas(), std::sync::atomic::Ordering::Relaxed);
         axum::serve(self.listener, router(self.served))
             .with_graceful_shutdown(shutdown)
             .await?;
@@ -303,6 +314,8 @@ pub async fn run_page_html(project: &ServeProject, run_id: &str) -> anyhow::Resu
         secrets: Secrets::new(0)
             .map_err(|_| anyhow::anyhow!("no system randomness for the session token"))?,
         changes: broadcast::channel(1).0,
+        deltas: broadcast::channel(1).0,
+        takes_deltas: Default::default(),
         diffstats: load::DiffstatCache::default(),
     };
     Ok(load_run_view(&served, run_id)
@@ -321,7 +334,10 @@ async fn load_run_view(served: &Served, run_id: &str) -> anyhow::Result<Option<R
     let roster = store.roster(run_id).await?;
     let tasks = store.tasks(run_id).await?;
     let requests = store.requests(run_id).await?;
-    let messages = store.messages(run_id, None).await?;
+    let mail = store.newest_messages(run_id, run_page::MAIL_SHOWN).await?;
+    let reports = store
+        .messages_of_kind(run_id, &MessageKind::VerificationReport)
+        .await?;
     let data = load::RunData {
         run: &run,
         live,
@@ -332,20 +348,21 @@ async fn load_run_view(served: &Served, run_id: &str) -> anyhow::Result<Option<R
         now: now_millis(),
     };
     let agents = load::agent_rows(store, &served.diffstats, &data).await?;
-    let stops = store
-        .records(run_id, Responder::HUMAN, stop::STOP_STREAM, 0)
-        .await?
-        .into_iter()
-        .map(|row| (row.created_at, row.body["epoch"].as_i64().unwrap_or(-1)))
-        .collect();
-    let (newest, earlier_mail) = load::newest(&messages, run_page::MAIL_SHOWN);
+    let stops = stop::run_stops(
+        &store
+            .records(run_id, Responder::HUMAN, stop::STOP_STREAM, 0)
+            .await?,
+    );
     Ok(Some(RunView {
         status,
         live,
+        streams: served
+            .takes_deltas
+            .load(std::sync::atomic::Ordering::Relaxed),
         agents,
-        reports: run_page::reports_of(&messages),
-        mail: newest.to_vec(),
-        earlier_mail,
+        reports,
+        mail: mail.messages,
+        earlier_mail: mail.earlier,
         now: data.now,
         stops,
         tasks,
@@ -357,12 +374,14 @@ async fn load_run_view(served: &Served, run_id: &str) -> anyhow::Result<Option<R
 /// The run page's parts as they change: all of them once when the page connects (what
 /// changed between its render and the connection), then after each burst of commits only
 /// those whose HTML changed. Each `part` event's data is the element id (and the id of the
-/// element a new one joins), a newline, and the part's HTML.
+/// element a new one joins), a newline, and the part's HTML. Between them, `delta` events carry
+/// what the run's agents stream on this host ([`run_deltas`]).
 async fn live_parts(
     State(served): State<Shared>,
     Path(run_id): Path<String>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let receiver = served.changes.subscribe();
+    let deltas = run_deltas(served.deltas.subscribe(), run_id.clone());
     let sent: std::collections::HashMap<String, String> = Default::default();
     let start = (served, run_id, receiver, sent, true);
     let stream = futures_util::stream::unfold(
@@ -379,7 +398,30 @@ async fn live_parts(
         },
     )
     .flat_map(|events| futures_util::stream::iter(events.into_iter().map(Ok::<_, Infallible>)));
-    Sse::new(stream).keep_alive(KeepAlive::default())
+    Sse::new(futures_util::stream::select(stream, deltas)).keep_alive(KeepAlive::default())
+}
+
+/// The run's streamed pieces as `delta` events: "AGENT KIND TURN", a newline, the text. A page that
+/// falls behind loses pieces, never a committed part.
+fn run_deltas(
+    receiver: broadcast::Receiver<watch::Delta>,
+    run_id: String,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    futures_util::stream::unfold((receiver, run_id), |(mut receiver, run_id)| async move {
+        loop {
+            match receiver.recv().await {
+                Ok(delta) if delta.run == run_id => {
+                    let event = Event::default().event("delta").data(format!(
+                        "{} {} {}\n{}",
+                        delta.agent, delta.kind, delta.turn, delta.text
+                    ));
+                    return Some((Ok(event), (receiver, run_id)));
+                }
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
 }
 
 /// Waits for the next change and takes the rest of its burst; false once serve stops.
@@ -432,7 +474,7 @@ async fn stop_agent(
 async fn stop_run(State(served): State<Shared>, Path(run_id): Path<String>) -> Response {
     let project = &served.project;
     match stop::stop_run(project.store.as_ref(), &project.runs_dir, &run_id).await {
-        Ok(()) => Redirect::to(&format!("/runs/{run_id}")).into_response(),
+        Ok(_) => Redirect::to(&format!("/runs/{run_id}")).into_response(),
         Err(refused) => stop_refused(&refused),
     }
 }
@@ -441,9 +483,12 @@ fn stop_refused(refused: &stop::StopRefused) -> Response {
     use stop::StopRefused as R;
     let status = match refused {
         R::NoRun(_) | R::NotATeammate { .. } => StatusCode::NOT_FOUND,
-        R::AlreadyAsked { .. } | R::AlreadyStopped(_) | R::NotLive | R::AlreadyStopping => {
-            StatusCode::CONFLICT
-        }
+        R::AlreadyAsked { .. }
+        | R::AlreadyStopped(_)
+        | R::LiveElsewhere
+        | R::Finished(_)
+        | R::AlreadyStopping
+        | R::AlreadyWaiting => StatusCode::CONFLICT,
         R::Signal(_) | R::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
     };
     refuse(status, "Not stopped", &format!("Not stopped: {refused}."))

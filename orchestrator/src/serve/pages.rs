@@ -884,6 +884,7 @@ mod tests {
             run: run_record(),
             status: RunStatus::Running,
             live: true,
+            streams: true,
             agents: vec![row],
             tasks: vec![task],
             requests: vec![pending.clone()],
@@ -891,7 +892,13 @@ mod tests {
             mail: vec![message(json!({"type": "text", "text": HOSTILE}))],
             earlier_mail: 3,
             now: 2000,
-            stops: vec![(1000, 0)],
+            stops: vec![crate::serve::stop::RunStop {
+                seq: 1,
+                at: 1000,
+                epoch: 0,
+                at_resume: false,
+                applied_at: None,
+            }],
         };
         let transcript_row = agent_row(HOSTILE);
         let records = transcript_records();

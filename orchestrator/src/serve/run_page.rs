@@ -8,7 +8,7 @@ use muster_agents::model::{ContentBlock, Role};
 use muster_agents::runtime::Record;
 use muster_agents::verification::{CheckedItem, Evidence, Status, VerificationReport};
 use muster_mailbox::{
-    AgentRecord, Message, MessageBody, MessageKind, RequestRecord, RunRecord, RunStatus, Task,
+    AgentRecord, Message, MessageBody, RequestRecord, RunRecord, RunStatus, Task,
 };
 use serde_json::Value;
 
@@ -27,6 +27,8 @@ pub struct RunView {
     pub status: RunStatus,
     /// A process holds the run now.
     pub live: bool,
+    /// Serve gets the streamed pieces of this host's runs (SQLite: its socket is bound).
+    pub streams: bool,
     pub agents: Vec<AgentRow>,
     pub tasks: Vec<Task>,
     pub requests: Vec<RequestRecord>,
@@ -36,8 +38,8 @@ pub struct RunView {
     pub mail: Vec<Message>,
     pub earlier_mail: usize,
     pub now: i64,
-    /// The run stops people asked for: when, in which epoch.
-    pub stops: Vec<(i64, i64)>,
+    /// The run stops people asked for.
+    pub stops: Vec<super::stop::RunStop>,
 }
 
 /// One part of the run page: its element id, the id of the element a new one is appended to
@@ -143,31 +145,65 @@ fn run_summary(view: &RunView) -> Markup {
     let cost: f64 = view.agents.iter().map(|a| a.spend.2).sum();
     let tokens: u64 = view.agents.iter().map(|a| a.spend.1).sum();
     let action = format!("/runs/{}/stop", view.run.id);
-    let stopping = view.stops.iter().any(|(_, epoch)| *epoch == view.run.epoch);
+    let stopping = view
+        .stops
+        .iter()
+        .any(|s| !s.at_resume && s.epoch == view.run.epoch);
+    let waiting = view
+        .stops
+        .iter()
+        .any(|s| s.at_resume && s.applied_at.is_none());
+    let resume = format!("muster resume {}", view.run.id);
     html! {
         section id="run-summary" {
             p {
                 span class={ "status " (status) } id="run-status" { (status) }
                 " · " (format!("cost so far ${cost:.4} · {tokens} tokens"))
             }
-            @for (at, _) in &view.stops {
-                p class="stopped-by" { "A person stopped the run from this page at " (time(*at)) "." }
+            @for stop in &view.stops {
+                p class="stopped-by" {
+                    @if !stop.at_resume {
+                        "A person stopped the run from this page at " (time(stop.at)) "."
+                    } @else if let Some(applied) = stop.applied_at {
+                        "A person stopped the run from this page at " (time(stop.at))
+                        " while no process ran it; the resume of " (time(applied))
+                        " honoured it and ended at once."
+                    } @else {
+                        "A person stopped the run from this page at " (time(stop.at))
+                        " while no process ran it: the next " code { (resume) }
+                        " ends at once as Ctrl-C would (agents stopped, the run interrupted); \
+                         the one after continues it."
+                    }
+                }
             }
             @if view.live {
                 p class="scope" {
                     "Live: the page follows what the run commits (each agent's state after every \
-                     model reply, tool result and decision); text still streaming from the model \
-                     shows once committed."
+                     model reply, tool result and decision)"
+                    @if view.streams {
+                        "; text and tool input streaming from the model on this machine show as \
+                         they come, in italics, until the committed reply replaces them."
+                    } @else {
+                        ". It shows committed events only (a store shared across machines): text \
+                         still streaming from the model shows once committed."
+                    }
                 }
                 @if !stopping {
                 form method="post" action=(action) id="stop-run" class="inline" {
                     button type="submit" { "Stop the run" }
                     " as Ctrl-C would: agents stop, the run is marked interrupted, "
-                    code { "muster resume " (view.run.id) } " continues it."
+                    code { (resume) } " continues it."
                 }
                 }
-            } @else if !matches!(view.status, RunStatus::Completed) {
-                p { "No process runs it now: " code { "muster resume " (view.run.id) } " continues it." }
+            } @else if !view.status.is_finished() {
+                p { "No process runs it now: " code { (resume) } " continues it." }
+                @if !waiting {
+                form method="post" action=(action) id="stop-run" class="inline" {
+                    button type="submit" { "Stop at resume" }
+                    " so that no resume carries it on unasked: the next " code { (resume) }
+                    " ends at once, as Ctrl-C would."
+                }
+                }
             }
         }
     }
@@ -183,7 +219,7 @@ fn agent_row(run_id: &str, row: &AgentRow, live: bool) -> Markup {
             crate::agent_activity::AgentState::Stopped | crate::agent_activity::AgentState::Done
         );
     html! {
-        tr id=(agent_row_id(agent)) class={ "agent " (activity.state.class()) } {
+        tr id=(agent_row_id(agent)) class={ "agent " (activity.state.class()) } data-turns=(turns) {
             td {
                 a href={ "/runs/" (run_id) "/agents/" (agent) } { (agent) }
                 " " small { (row.entry.kind.as_str()) }
@@ -642,13 +678,4 @@ fn other_block(value: &Value) -> String {
         .and_then(Value::as_str)
         .map(|kind| format!("[{kind} block]"))
         .unwrap_or_else(|| "[block]".to_owned())
-}
-
-/// The verification reports among the mail.
-pub fn reports_of(messages: &[Message]) -> Vec<Message> {
-    messages
-        .iter()
-        .filter(|m| m.kind == MessageKind::VerificationReport)
-        .cloned()
-        .collect()
 }

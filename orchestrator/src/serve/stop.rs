@@ -8,13 +8,16 @@
 //!   `muster resume`.
 //! - The run: a `stop` record from `human` (who asked, in which epoch), then SIGINT to the
 //!   process holding the run's lock: the run takes Ctrl-C's transition (agents stopped, run
-//!   `interrupted`, `muster resume` continues it). Only a run live on this machine can be
-//!   stopped so; one stop per epoch (a second SIGINT would end the process at once).
+//!   `interrupted`, `muster resume` continues it); one stop per epoch (a second SIGINT would
+//!   end the process at once). On a run no process holds the record is marked `at_resume`:
+//!   the next resume honours it ([`apply_pending_run_stop`], one commit naming the stops it
+//!   applied) by ending at once as Ctrl-C would, and the resume after that continues. A run
+//!   live on another machine (a shared store's lock) is stopped there.
 
 use std::path::Path;
 
 use muster_mailbox::{
-    MailboxStore, MemberKind, MessageBody, MessageKind, NewMessage, NewRecord, live,
+    AgentRecord, MailboxStore, MemberKind, MessageBody, MessageKind, NewMessage, NewRecord, live,
 };
 use muster_protocol::{RequestFamily, RequestId, Responder};
 use serde_json::json;
@@ -36,11 +39,15 @@ pub enum StopRefused {
     #[error("{0} has already stopped")]
     AlreadyStopped(String),
     #[error(
-        "the run is not live on this machine: nothing runs to stop (a run live on another machine is stopped there)"
+        "the run is live on another machine: stop it there (Ctrl-C in its terminal, or its machine's `muster serve`)"
     )]
-    NotLive,
+    LiveElsewhere,
+    #[error("the run is {0}: there is nothing to stop")]
+    Finished(&'static str),
     #[error("a stop of this run was already sent; it ends as soon as its agents have stopped")]
     AlreadyStopping,
+    #[error("a stop of this run already waits for its next `muster resume`")]
+    AlreadyWaiting,
     #[error("the run's process could not be signalled: {0}")]
     Signal(String),
     #[error("the store failed: {0}")]
@@ -115,26 +122,149 @@ pub async fn stop_teammate(
     }
 }
 
-/// Records a person's stop of the run, then interrupts its live process as Ctrl-C does.
+/// What a stop of the run did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunStopped {
+    /// Recorded, and the live process was sent SIGINT.
+    Interrupted,
+    /// Recorded for a run no process holds: the next resume honours it.
+    AtResume,
+}
+
+/// A person's stop of the run, as the `stop` stream holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunStop {
+    pub seq: i64,
+    pub at: i64,
+    pub epoch: i64,
+    /// Asked while no process held the run: for the next resume.
+    pub at_resume: bool,
+    /// When a resume honoured it (an `at_resume` stop only).
+    pub applied_at: Option<i64>,
+}
+
+/// The run stops people asked for, in order, each with whether a resume applied it.
+pub fn run_stops(rows: &[AgentRecord]) -> Vec<RunStop> {
+    let applied: Vec<(i64, i64)> = rows
+        .iter()
+        .filter_map(|row| row.body["applied"].as_array().map(|seqs| (row, seqs)))
+        .flat_map(|(row, seqs)| {
+            seqs.iter()
+                .filter_map(serde_json::Value::as_i64)
+                .map(move |seq| (seq, row.created_at))
+        })
+        .collect();
+    rows.iter()
+        .filter(|row| row.body["requested_by"].is_string())
+        .map(|row| RunStop {
+            seq: row.seq,
+            at: row.created_at,
+            epoch: row.body["epoch"].as_i64().unwrap_or(-1),
+            at_resume: row.body["at_resume"] == true,
+            applied_at: applied
+                .iter()
+                .find(|(seq, _)| *seq == row.seq)
+                .map(|(_, at)| *at),
+        })
+        .collect()
+}
+
+/// Records a person's stop of the run, then interrupts its live process as Ctrl-C does; on a
+/// run no process holds, records it for the next resume.
 pub async fn stop_run(
     store: &dyn MailboxStore,
     runs_dir: &Path,
     run_id: &str,
-) -> Result<(), StopRefused> {
+) -> Result<RunStopped, StopRefused> {
     let run = store
         .run(run_id)
         .await?
         .ok_or_else(|| StopRefused::NoRun(run_id.to_owned()))?;
-    if !live::is_live(runs_dir, run_id)? {
-        return Err(StopRefused::NotLive);
+    if run.status.is_finished() {
+        return Err(StopRefused::Finished(run.status.as_str()));
     }
-    let stops = store
+    let rows = store
         .records(run_id, Responder::HUMAN, STOP_STREAM, 0)
         .await?;
-    if stops.iter().any(|row| row.body["epoch"] == run.epoch) {
+    let stops = run_stops(&rows);
+    if !live::is_live(runs_dir, run_id)? {
+        if store.is_held_live(run_id).await? == Some(true) {
+            return Err(StopRefused::LiveElsewhere);
+        }
+        if stops.iter().any(|s| s.at_resume && s.applied_at.is_none()) {
+            return Err(StopRefused::AlreadyWaiting);
+        }
+        append_stop(store, &run, true).await?;
+        // A resume that took the run between the check and the commit may have looked for
+        // waiting stops already: it is stopped as a live run is.
+        if live::is_live(runs_dir, run_id)? {
+            signal_holder(runs_dir, run_id)?;
+        }
+        return Ok(RunStopped::AtResume);
+    }
+    if stops.iter().any(|s| !s.at_resume && s.epoch == run.epoch) {
         return Err(StopRefused::AlreadyStopping);
     }
     let pid = holder_pid(runs_dir, run_id)?;
+    append_stop(store, &run, false).await?;
+    // The lock is still held (checked above): its pid is the live run's.
+    if !live::is_live(runs_dir, run_id)? {
+        return Ok(RunStopped::Interrupted);
+    }
+    rustix::process::kill_process(pid, rustix::process::Signal::INT)
+        .map_err(|error| StopRefused::Signal(error.to_string()))?;
+    Ok(RunStopped::Interrupted)
+}
+
+async fn append_stop(
+    store: &dyn MailboxStore,
+    run: &muster_mailbox::RunRecord,
+    at_resume: bool,
+) -> Result<(), StopRefused> {
+    let mut body = json!({"requested_by": Responder::HUMAN, "epoch": run.epoch,
+        "reason": "stopped from the web inbox"});
+    if at_resume {
+        body["at_resume"] = json!(true);
+    }
+    store
+        .append_records(
+            &run.id,
+            vec![NewRecord {
+                agent: Responder::HUMAN.to_owned(),
+                stream: STOP_STREAM.to_owned(),
+                seq: None,
+                body,
+            }],
+        )
+        .await?;
+    Ok(())
+}
+
+fn signal_holder(runs_dir: &Path, run_id: &str) -> Result<(), StopRefused> {
+    let pid = holder_pid(runs_dir, run_id)?;
+    rustix::process::kill_process(pid, rustix::process::Signal::INT)
+        .map_err(|error| StopRefused::Signal(error.to_string()))
+}
+
+/// For a resume that holds the run (epoch `epoch`): the stops people asked for while no process
+/// held it and no resume has applied yet, marked applied in one commit (a kill before it leaves
+/// them for the next resume; after it, they are spent). The time of the first, if any.
+pub async fn apply_pending_run_stop(
+    store: &dyn MailboxStore,
+    run_id: &str,
+    epoch: i64,
+) -> Result<Option<i64>, muster_mailbox::StoreError> {
+    let rows = store
+        .records(run_id, Responder::HUMAN, STOP_STREAM, 0)
+        .await?;
+    let pending: Vec<RunStop> = run_stops(&rows)
+        .into_iter()
+        .filter(|s| s.at_resume && s.applied_at.is_none())
+        .collect();
+    let Some(first) = pending.first() else {
+        return Ok(None);
+    };
+    let seqs: Vec<i64> = pending.iter().map(|s| s.seq).collect();
     store
         .append_records(
             run_id,
@@ -142,17 +272,12 @@ pub async fn stop_run(
                 agent: Responder::HUMAN.to_owned(),
                 stream: STOP_STREAM.to_owned(),
                 seq: None,
-                body: json!({"requested_by": Responder::HUMAN, "epoch": run.epoch,
-                    "reason": "stopped from the web inbox"}),
+                body: json!({"applied": seqs, "epoch": epoch}),
             }],
         )
         .await?;
-    // The lock is still held (checked above): its pid is the live run's.
-    if !live::is_live(runs_dir, run_id)? {
-        return Ok(());
-    }
-    rustix::process::kill_process(pid, rustix::process::Signal::INT)
-        .map_err(|error| StopRefused::Signal(error.to_string()))
+    muster_mailbox::failpoint!("run_stop_applied");
+    Ok(Some(first.at))
 }
 
 /// The pid the run's lock file names (its second line, written by the holder).

@@ -8,15 +8,20 @@
 //!   serve binds ([`commit_hook`], installed by [`crate::project::Project::store_options`]);
 //!   [`Source::Poke`]. A check of `PRAGMA data_version` once a second is the fallback for a
 //!   commit no poke announced (a process of another muster version, a socket path too long
-//!   to bind); [`Source::Fallback`].
+//!   to bind); [`Source::Fallback`]. The run processes of this host also send the pieces of
+//!   model responses as they stream ([`DeltaPublisher`]): not durable, passed to the run pages
+//!   as they come, replaced by the committed response.
 
 use std::os::unix::net::UnixDatagram as StdDatagram;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use muster_agents::runtime::RunEvent;
 use muster_mailbox::live::{ChangeCause, LiveHold};
 use muster_mailbox::{CommitHook, DataVersion, MailboxStore};
+use muster_protocol::DeltaKind;
+use serde::{Deserialize, Serialize};
 use tokio::net::UnixDatagram;
 use tokio::sync::broadcast;
 
@@ -45,6 +50,82 @@ impl Source {
 }
 
 pub type Changes = broadcast::Sender<Source>;
+
+/// A piece of a model response while it streams, published by the run process on this host
+/// (not durable: what counts is the committed response that follows).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Delta {
+    pub run: String,
+    pub agent: String,
+    /// The model request it belongs to (the agent's turn index).
+    pub turn: u64,
+    /// `text`, `tool_input`, or `discard` (the attempt failed: what it showed is void).
+    pub kind: String,
+    pub text: String,
+}
+
+pub type Deltas = broadcast::Sender<Delta>;
+
+/// What starts a delta's datagram; a poke is any other datagram.
+const DELTA_PREFIX: &[u8] = b"delta ";
+
+/// The largest datagram serve reads (a delta is a few bytes to a few KiB).
+const DATAGRAM_MAX: usize = 64 * 1024;
+
+/// The run process's side: each streamed piece of text or tool input as one non-blocking
+/// datagram to `.muster/serve.sock`, as a commit's poke is sent. No serve (or a full socket)
+/// fails the send at once, and it is dropped: nothing decides on a delta.
+pub struct DeltaPublisher {
+    path: PathBuf,
+    socket: OnceLock<Option<StdDatagram>>,
+}
+
+impl DeltaPublisher {
+    pub fn new(muster_dir: &Path) -> DeltaPublisher {
+        DeltaPublisher {
+            path: socket_path(muster_dir),
+            socket: OnceLock::new(),
+        }
+    }
+
+    pub fn publish(&self, run_id: &str, event: &RunEvent) {
+        let RunEvent::ModelDelta {
+            agent,
+            turn,
+            delta,
+            text,
+            ..
+        } = event
+        else {
+            return;
+        };
+        let kind = match delta {
+            DeltaKind::Text => "text",
+            DeltaKind::ToolInput => "tool_input",
+            DeltaKind::Discard => "discard",
+            DeltaKind::Thinking => return,
+        };
+        let delta = Delta {
+            run: run_id.to_owned(),
+            agent: agent.clone(),
+            turn: *turn,
+            kind: kind.to_owned(),
+            text: text.clone(),
+        };
+        let mut datagram = DELTA_PREFIX.to_vec();
+        if serde_json::to_writer(&mut datagram, &delta).is_err() || datagram.len() > DATAGRAM_MAX {
+            return;
+        }
+        let socket = self.socket.get_or_init(|| {
+            let socket = StdDatagram::unbound().ok()?;
+            socket.set_nonblocking(true).ok()?;
+            Some(socket)
+        });
+        if let Some(socket) = socket {
+            let _ = socket.send_to(&datagram, &self.path);
+        }
+    }
+}
 
 /// How often the SQLite fallback looks.
 const FALLBACK_PERIOD: Duration = Duration::from_secs(1);
@@ -76,7 +157,14 @@ pub fn commit_hook(muster_dir: &Path) -> CommitHook {
 /// What keeps the watch going; dropping it stops it (and removes serve's socket).
 pub struct Watch {
     _feed: Option<LiveHold>,
-    _socket: Option<PokeSocket>,
+    socket: Option<PokeSocket>,
+}
+
+impl Watch {
+    /// Whether serve holds this host's socket, so runs here reach it with their deltas.
+    pub fn takes_deltas(&self) -> bool {
+        self.socket.is_some()
+    }
 }
 
 /// Starts watching the store: the backend's change feed when it has one, else (SQLite) the
@@ -86,6 +174,7 @@ pub async fn start(
     store_path: Option<&Path>,
     muster_dir: &Path,
     changes: Changes,
+    deltas: Deltas,
 ) -> anyhow::Result<Watch> {
     let sender = changes.clone();
     let on_change = Arc::new(move |cause: ChangeCause| {
@@ -97,13 +186,13 @@ pub async fn start(
     if let Some(feed) = store.watch_changes(on_change).await? {
         return Ok(Watch {
             _feed: Some(feed),
-            _socket: None,
+            socket: None,
         });
     }
     let Some(store_path) = store_path else {
         return Ok(Watch {
             _feed: None,
-            _socket: None,
+            socket: None,
         });
     };
     let version = DataVersion::open(store_path)?;
@@ -114,10 +203,10 @@ pub async fn start(
             (None, None)
         }
     };
-    tokio::spawn(sqlite_watch(version, socket, changes));
+    tokio::spawn(sqlite_watch(version, socket, changes, deltas));
     Ok(Watch {
         _feed: None,
-        _socket: bound,
+        socket: bound,
     })
 }
 
@@ -156,27 +245,42 @@ fn bind(muster_dir: &Path) -> std::io::Result<(UnixDatagram, PokeSocket)> {
 
 /// Turns pokes into changes at once and, once a second, a `data_version` that moved without
 /// a poke into a change. A poke also records the version, so the fallback does not announce
-/// the same commit again.
-async fn sqlite_watch(version: DataVersion, mut socket: Option<UnixDatagram>, changes: Changes) {
+/// the same commit again. A delta's datagram is passed on to the pages as it is.
+async fn sqlite_watch(
+    version: DataVersion,
+    mut socket: Option<UnixDatagram>,
+    changes: Changes,
+    deltas: Deltas,
+) {
     let read = |version: &DataVersion| version.read().ok();
     let mut last = read(&version);
     let mut tick = tokio::time::interval(FALLBACK_PERIOD);
-    let mut buf = [0u8; 64];
+    let mut buf = vec![0u8; DATAGRAM_MAX];
     loop {
-        let poked = async {
+        let received = async {
             match &socket {
-                Some(socket) => socket.recv(&mut buf).await.is_ok(),
+                Some(socket) => socket.recv(&mut buf).await.ok(),
                 None => std::future::pending().await,
             }
         };
         tokio::select! {
-            got = poked => {
-                if got {
-                    last = read(&version);
-                    let _ = changes.send(Source::Poke);
-                } else {
-                    tracing::warn!("serve's poke socket failed: changes show within a second instead");
-                    socket = None;
+            got = received => {
+                match got {
+                    Some(len) => match buf[..len].strip_prefix(DELTA_PREFIX) {
+                        Some(json) => {
+                            if let Ok(delta) = serde_json::from_slice::<Delta>(json) {
+                                let _ = deltas.send(delta);
+                            }
+                        }
+                        None => {
+                            last = read(&version);
+                            let _ = changes.send(Source::Poke);
+                        }
+                    },
+                    None => {
+                        tracing::warn!("serve's poke socket failed: changes show within a second instead");
+                        socket = None;
+                    }
                 }
             }
             _ = tick.tick() => {

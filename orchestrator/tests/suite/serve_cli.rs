@@ -28,8 +28,15 @@ pub struct Serve {
 impl Serve {
     /// Starts `muster serve --port 0` in `dir` and reads the URL it prints.
     pub async fn start(dir: &Path) -> Serve {
+        Serve::start_with(dir, &[]).await
+    }
+
+    /// [`Serve::start`] with global flags before `serve` (`--store URL`).
+    pub async fn start_with(dir: &Path, globals: &[&str]) -> Serve {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let mut child = command(dir, &["serve", "--port", "0"])
+        let mut args = globals.to_vec();
+        args.extend(["serve", "--port", "0"]);
+        let mut child = command(dir, &args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
@@ -403,8 +410,8 @@ async fn every_endpoint_needs_the_host_the_cookie_and_for_changes_the_origin() {
 }
 
 /// On a run no process holds, a person's stop of a teammate is stored as the lead's would be
-/// (a `shutdown_request`, from `human`) and waits for `muster resume`; a second is refused,
-/// and the run itself cannot be stopped (nothing runs).
+/// (a `shutdown_request`, from `human`) and waits for `muster resume`; a second is refused.
+/// A stop of the run is stored for the next resume (`at_resume`), once.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stop_of_a_teammate_on_a_stopped_run_is_stored_for_resume_and_asked_once() {
     let (dir, store) = project().await;
@@ -440,13 +447,27 @@ async fn a_stop_of_a_teammate_on_a_stopped_run_is_stored_for_resume_and_asked_on
     for (path, status) in [
         ("/runs/r1/agents/lead/stop", StatusCode::NOT_FOUND),
         ("/runs/r1/agents/nobody/stop", StatusCode::NOT_FOUND),
-        ("/runs/r1/stop", StatusCode::CONFLICT),
     ] {
         let refused = serve.post(&cookie, path, &[]).await;
         assert_eq!(refused.status(), status, "{path}");
     }
     let page = serve.get(&cookie, "/runs/r1").await.text().await.unwrap();
+    assert!(page.contains("Stop at resume"), "{page}");
+    let run_stop = serve.post(&cookie, "/runs/r1/stop", &[]).await;
+    assert_eq!(run_stop.status(), StatusCode::SEE_OTHER);
+    let stops = store.records("r1", "human", "stop", 0).await.unwrap();
+    assert_eq!(stops.len(), 1, "{stops:?}");
+    assert_eq!(stops[0].body["at_resume"], true);
+    let again = serve.post(&cookie, "/runs/r1/stop", &[]).await;
+    assert_eq!(again.status(), StatusCode::CONFLICT);
+    let text = again.text().await.unwrap();
+    assert!(text.contains("already waits for its next"), "{text}");
+    let page = serve.get(&cookie, "/runs/r1").await.text().await.unwrap();
     assert!(page.contains("stop asked (shutdown-bob-1)"), "{page}");
+    assert!(
+        page.contains("while no process ran it: the next") && !page.contains("id=\"stop-run\""),
+        "{page}"
+    );
     assert!(
         page.contains("muster resume r1"),
         "the page says how to continue the run: {page}"
@@ -948,6 +969,9 @@ fn held(entry: muster_fake_llm::ScriptEntry, gate: &str) -> muster_fake_llm::Scr
     })
 }
 
+/// Alice's last reply, streamed: the page shows its first piece before it is committed.
+const STREAMED: &str = "Wrote hello.txt, and read it back.";
+
 /// What alice writes and reads back: a tool result carrying script.
 const SCRIPTED: &str = "<script>document.title='owned';window.__owned=1</script>\n";
 
@@ -958,16 +982,24 @@ const SCRIPTED: &str = "<script>document.title='owned';window.__owned=1</script>
 /// section line by line and what "restore its own" gives alice; approved, alice writes a file
 /// with a `<script>` in it and reads it back; the run completes without bob; the run page
 /// shows her verification report as a checklist and the timeline; her transcript shows the
-/// script as text. Screenshots in `target/web-inbox/`.
+/// script as text. Her last reply is held mid-stream: its first piece shows in her row, in
+/// italics, before it is committed (a delta from the run process through serve's socket), and
+/// the committed row replaces it. Then a second run, killed while its lead waited on the model: the person
+/// stops it from its page ("Stop at resume"), `muster resume` ends at once with exit 130, and
+/// the page, not reloaded, says the resume honoured the stop. Screenshots in
+/// `target/web-inbox/`.
 #[tokio::test(flavor = "multi_thread")]
 async fn in_chromium_a_person_watches_a_team_stops_a_teammate_and_reads_a_transcript() {
     use super::common::{Running, fake, tool};
     use muster_fake_llm::{Block, ScriptEntry};
     let (browser_dir, chromium) = browser_prerequisites();
-    let dir = super::common::project(&[(
-        "muster.team.toml",
-        "name = \"greeters\"\nshutdown_timeout_ms = 300\n\n[[teammates]]\nname = \"alice\"\napprover = \"human\"\n",
-    )]);
+    let dir = super::common::project(&[
+        (
+            "muster.team.toml",
+            "name = \"greeters\"\nshutdown_timeout_ms = 300\n\n[[teammates]]\nname = \"alice\"\napprover = \"human\"\n",
+        ),
+        ("solo.team.toml", "name = \"solo\"\n"),
+    ]);
     let plan = "## Goal\nGreet.\n## Steps\n1. Write hello.txt\n## Files\nhello.txt\nREADME.md\n## Tests\nnone\n## Risks\nnone\n";
     let fake = fake(vec![
         ScriptEntry::reply(
@@ -1006,7 +1038,17 @@ async fn in_chromium_a_person_watches_a_team_stops_a_teammate_and_reads_a_transc
             3,
             vec![tool("Read", json!({"file_path": "hello.txt"}))],
         ),
-        ScriptEntry::reply("alice", 4, vec![Block::text("Wrote hello.txt.")]),
+        // Held before its first byte until the page's stream is open, then mid-way, after
+        // its first piece of text, until the page has shown it.
+        ScriptEntry::reply("alice", 4, vec![Block::text(STREAMED)]).fault(muster_fake_llm::Fault {
+            hold: Some("alice-4".into()),
+            stall: Some(muster_fake_llm::Stall {
+                after_events: 4,
+                gate: Some("alice-streams".into()),
+                ..muster_fake_llm::Stall::default()
+            }),
+            ..muster_fake_llm::Fault::default()
+        }),
         any_turn("bob", vec![Block::text("Standing by.")]),
     ])
     .await;
@@ -1048,6 +1090,12 @@ async fn in_chromium_a_person_watches_a_team_stops_a_teammate_and_reads_a_transc
     let mut from_browser = BufReader::new(browser.stdout.take().unwrap()).lines();
     let mut browser_err = browser.stderr.take().unwrap();
     let mut seen = Vec::new();
+    let idle_fake = super::common::fake(vec![held(
+        ScriptEntry::reply("lead", 1, vec![Block::text("Done.")]),
+        "idle-lead",
+    )])
+    .await;
+    let mut idle_run = None;
     while let Some(line) = tokio::time::timeout(GUARD, from_browser.next_line())
         .await
         .expect("guard timeout")
@@ -1060,11 +1108,29 @@ async fn in_chromium_a_person_watches_a_team_stops_a_teammate_and_reads_a_transc
         match name {
             "alice-thinking" => {
                 fake.open_gate("alice-plan");
-                use tokio::io::AsyncWriteExt;
-                to_browser
-                    .write_all(format!("GO {name}\n").as_bytes())
+                go(&mut to_browser, name, "").await;
+            }
+            "stream-ready" => {
+                tokio::time::timeout(GUARD, fake.gate_reached("alice-4", 1))
                     .await
-                    .unwrap();
+                    .expect("alice never asked for her last reply");
+                fake.open_gate("alice-4");
+                go(&mut to_browser, name, "").await;
+            }
+            "alice-streaming" => {
+                fake.open_gate("alice-streams");
+                go(&mut to_browser, name, "").await;
+            }
+            "idle-run" => {
+                assert_eq!(run.finish().await, Some(0), "the run completes without bob");
+                idle_run = Some(killed_while_waiting(dir.path(), &idle_fake).await);
+                go(&mut to_browser, name, idle_run.as_deref().unwrap()).await;
+            }
+            "resume" => {
+                let id = idle_run.as_deref().unwrap();
+                let resumed = muster(dir.path(), &["resume", id]).await;
+                assert_eq!(resumed.status.code(), Some(130), "{}", stderr(&resumed));
+                go(&mut to_browser, name, "").await;
             }
             "done" => break,
             other => panic!("unknown step {other}"),
@@ -1083,7 +1149,6 @@ async fn in_chromium_a_person_watches_a_team_stops_a_teammate_and_reads_a_transc
         status.success() && seen.contains(&"done".to_owned()),
         "{seen:?}\n{err}"
     );
-    assert_eq!(run.finish().await, Some(0), "the run completes without bob");
     let store = super::common::open_store(dir.path());
     let stop = store
         .request(&run_id, "shutdown-bob-1")
@@ -1103,6 +1168,9 @@ async fn in_chromium_a_person_watches_a_team_stops_a_teammate_and_reads_a_transc
         "request.png",
         "run-reported.png",
         "agent.png",
+        "run-streaming.png",
+        "run-stop-at-resume.png",
+        "run-stop-honoured.png",
     ] {
         assert!(shots.join(shot).is_file(), "{shot}");
     }
@@ -1116,9 +1184,46 @@ async fn in_chromium_a_person_watches_a_team_stops_a_teammate_and_reads_a_transc
     );
 }
 
+/// Answers the browser's `STEP name` with `GO name word`.
+async fn go(to_browser: &mut tokio::process::ChildStdin, name: &str, word: &str) {
+    use tokio::io::AsyncWriteExt;
+    to_browser
+        .write_all(format!("GO {name} {word}\n").as_bytes())
+        .await
+        .unwrap();
+}
+
+/// Starts the `solo` team's run in `dir` on `fake` (its lead's first request held at
+/// `idle-lead`), kills it there with SIGKILL and gives back its id: a run no process holds.
+async fn killed_while_waiting(dir: &Path, fake: &muster_fake_llm::FakeLlmHandle) -> String {
+    let mut run = super::common::Running::spawn(command(
+        dir,
+        &[
+            "run",
+            "--team",
+            "solo.team.toml",
+            "-p",
+            "Wait.",
+            "--base-url",
+            &fake.base_url(),
+            "--output",
+            "stream-json",
+        ],
+    ));
+    let started = run
+        .until("the run's start", |event| event["run_id"].is_string())
+        .await;
+    tokio::time::timeout(GUARD, fake.gate_reached("idle-lead", 1))
+        .await
+        .expect("the lead never asked the model");
+    run.child.start_kill().unwrap();
+    let _ = run.child.wait().await;
+    started["run_id"].as_str().unwrap().to_owned()
+}
+
 /// A person stops a live run from the page: the stop is stored (who, which epoch), then the
 /// run takes Ctrl-C's transition: it ends `interrupted` with exit 130, for `muster resume`.
-/// A second stop finds nothing live to stop.
+/// A second stop finds nothing live: it waits for the next resume.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_person_stops_a_live_run_as_ctrl_c_would_and_the_stop_is_stored_first() {
     use super::common::{Running, fake};
@@ -1168,10 +1273,6 @@ async fn a_person_stops_a_live_run_as_ctrl_c_would_and_the_stop_is_stored_first(
     let stops = store.records(&run_id, "human", "stop", 0).await.unwrap();
     assert_eq!(stops.len(), 1);
     assert_eq!(stops[0].body["epoch"], record.epoch);
-    let again = serve
-        .post(&cookie, &format!("/runs/{run_id}/stop"), &[])
-        .await;
-    assert_eq!(again.status(), StatusCode::CONFLICT);
     let page = serve
         .get(&cookie, &format!("/runs/{run_id}"))
         .await
@@ -1183,6 +1284,23 @@ async fn a_person_stops_a_live_run_as_ctrl_c_would_and_the_stop_is_stored_first(
             && page.contains(&format!("muster resume {run_id}")),
         "{page}"
     );
+    // Nothing runs now: a second stop waits for the next resume, and a third is refused.
+    let again = serve
+        .post(&cookie, &format!("/runs/{run_id}/stop"), &[])
+        .await;
+    assert_eq!(again.status(), StatusCode::SEE_OTHER);
+    let stops = store.records(&run_id, "human", "stop", 0).await.unwrap();
+    assert_eq!(
+        stops
+            .iter()
+            .map(|r| r.body["at_resume"] == true)
+            .collect::<Vec<_>>(),
+        [false, true]
+    );
+    let third = serve
+        .post(&cookie, &format!("/runs/{run_id}/stop"), &[])
+        .await;
+    assert_eq!(third.status(), StatusCode::CONFLICT);
 }
 
 /// Reads `part` events from the run page's live stream until the `mail` part (always the last
@@ -1252,4 +1370,108 @@ async fn the_run_page_gets_only_the_parts_a_commit_changed() {
     ] {
         assert!(!after.contains(&id.to_owned()), "{id} resent: {after:?}");
     }
+}
+
+/// A person stops a run no process holds (killed while its lead waited on the model): the stop
+/// is stored, and the next `muster resume` honours it at once (exit 130, `interrupted`, the
+/// model not asked), which the page says. A second stop, and a resume killed right after it
+/// marked that stop applied (failpoint `run_stop_applied`): the stop is spent, so the next
+/// resume continues the run to its end with one more model request.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stop_of_a_run_no_process_holds_ends_the_next_resume_and_the_one_after_continues() {
+    use super::common::{Running, fake, output};
+    use muster_fake_llm::{Block, ScriptEntry};
+    let dir = super::common::project(&[("muster.team.toml", "name = \"solo\"\n")]);
+    let fake = fake(vec![held(
+        ScriptEntry::reply("lead", 1, vec![Block::text("Done.")]),
+        "lead-held",
+    )])
+    .await;
+    let mut run = Running::spawn(command(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Greet the world.",
+            "--base-url",
+            &fake.base_url(),
+            "--output",
+            "stream-json",
+        ],
+    ));
+    let started = run
+        .until("the run's start", |event| event["run_id"].is_string())
+        .await;
+    let run_id = started["run_id"].as_str().unwrap().to_owned();
+    tokio::time::timeout(GUARD, fake.gate_reached("lead-held", 1))
+        .await
+        .expect("the lead never asked the model");
+    run.child.start_kill().unwrap();
+    let _ = run.child.wait().await;
+    let lead_requests = || {
+        fake.requests()
+            .iter()
+            .filter(|r| r.agent.as_deref() == Some("lead"))
+            .count()
+    };
+    assert_eq!(lead_requests(), 1);
+    let serve = Serve::start(dir.path()).await;
+    let cookie = serve.sign_in().await;
+    let page_path = format!("/runs/{run_id}");
+    let stop_path = format!("/runs/{run_id}/stop");
+    let stopped = serve.post(&cookie, &stop_path, &[]).await;
+    assert_eq!(stopped.status(), StatusCode::SEE_OTHER);
+
+    let resume = ["resume", run_id.as_str(), "--output", "stream-json"];
+    let honoured = muster(dir.path(), &resume).await;
+    assert_eq!(honoured.status.code(), Some(130), "{}", stderr(&honoured));
+    let end = super::common::lines(&honoured).last().cloned().unwrap();
+    assert_eq!(end["status"], "interrupted", "{end:#}");
+    let store = super::common::open_store(dir.path());
+    let record = store.run(&run_id).await.unwrap().unwrap();
+    assert_eq!(record.status, RunStatus::Interrupted);
+    assert!(
+        record.result.as_ref().unwrap()["error"]
+            .as_str()
+            .unwrap()
+            .contains("a person stopped run"),
+        "{:?}",
+        record.result
+    );
+    assert_eq!(lead_requests(), 1, "the honouring resume asked the model");
+    let page = serve.get(&cookie, &page_path).await.text().await.unwrap();
+    assert!(page.contains("honoured it and ended at once"), "{page}");
+
+    let stopped = serve.post(&cookie, &stop_path, &[]).await;
+    assert_eq!(stopped.status(), StatusCode::SEE_OTHER);
+    let mut cut = command(dir.path(), &resume);
+    cut.env("MUSTER_FAILPOINT", "run_stop_applied");
+    let cut = output(cut).await;
+    assert_eq!(
+        cut.status.code(),
+        None,
+        "killed at the failpoint: {}",
+        stderr(&cut)
+    );
+    let applied = store.records(&run_id, "human", "stop", 0).await.unwrap();
+    assert_eq!(
+        applied
+            .iter()
+            .filter(|r| r.body["applied"].is_array())
+            .count(),
+        2,
+        "{applied:?}"
+    );
+    assert_eq!(lead_requests(), 1);
+
+    fake.open_gate("lead-held");
+    let finished = muster(dir.path(), &resume).await;
+    assert_eq!(finished.status.code(), Some(0), "{}", stderr(&finished));
+    let end = super::common::lines(&finished).last().cloned().unwrap();
+    assert_eq!(end["status"], "completed", "{end:#}");
+    assert_eq!(
+        lead_requests(),
+        2,
+        "one more model request, by the last resume"
+    );
 }

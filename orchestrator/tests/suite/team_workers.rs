@@ -1235,3 +1235,81 @@ async fn three_teammates_on_three_workers_are_all_stopped_by_the_run_budget_with
     }
     schema.drop_now().await;
 }
+
+/// A person stops a teammate placed on a `muster worker` from the web inbox while it waits on
+/// the model there: the stop is the person's `shutdown_request`, committed in the shared
+/// store and announced; the worker that runs the teammate stops it (idle once its turn ends,
+/// it agrees to the person's request), and the run completes without it, its placement on the
+/// worker kept.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_person_stops_a_teammate_on_a_worker_from_the_page_and_the_run_goes_on_without_it() {
+    use super::serve_cli::Serve;
+    let schema = Schema::new().await;
+    let url = schema.url();
+    let mut held = any_turn("one", "done");
+    held.fault.hold = Some("one-1".to_owned());
+    let fake = fake(vec![
+        lead_assigns(&["one"]),
+        any_turn("lead", "Waiting for the team."),
+        held,
+    ])
+    .await;
+    let mut worker = teammate_worker(&fake, &url, "w1");
+    worker.wait_for("ready on").await;
+    let remote = bare_remote();
+    let remote_path = remote.path().display().to_string();
+    let lead = lead_repo(&team(&["one"], "shutdown_timeout_ms = 300\n"));
+    let root = lead.path();
+    let base = fake.base_url();
+    let mut run =
+        super::common::Running::spawn(command(root, &run_args(&url, &base, &remote_path)));
+    let started = run
+        .until("the lead's mail", |e| e["type"] == "mail_sent")
+        .await;
+    let run_id = started["run_id"].as_str().unwrap().to_owned();
+    tokio::time::timeout(super::common::GUARD, fake.gate_reached("one-1", 1))
+        .await
+        .expect("the teammate on the worker never asked the model");
+    let serve = Serve::start_with(root, &["--store", &url]).await;
+    let cookie = serve.sign_in().await;
+    let page = serve
+        .get(&cookie, &format!("/runs/{run_id}"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("/agents/one/stop"), "{page}");
+    // On PostgreSQL serve takes no deltas (the run's processes may be on other machines).
+    assert!(page.contains("committed events only"), "{page}");
+    let stopped = serve
+        .post(&cookie, &format!("/runs/{run_id}/agents/one/stop"), &[])
+        .await;
+    assert_eq!(stopped.status(), reqwest::StatusCode::SEE_OTHER);
+    fake.open_gate("one-1");
+    assert_eq!(run.finish().await, Some(0), "{:#?}", run.events);
+    let end = run.events.last().unwrap().clone();
+    assert_eq!(end["status"], "completed", "{end:#}");
+    assert_eq!(end["workers"]["one"], "w1", "{end:#}");
+    let store = super::store_pg::open(&url).await;
+    let request = store
+        .request(&run_id, "shutdown-one-1")
+        .await
+        .unwrap()
+        .expect("the person's stop is a stored shutdown request");
+    assert_eq!(
+        (request.requester.as_str(), request.recipient.as_str()),
+        ("human", "one")
+    );
+    // Idle on its worker once its turn ended, it takes the person's request before the
+    // lead's end-of-run one and agrees: the worker's process answers for it.
+    let response = request.response.as_ref().expect("the stop was answered");
+    assert_eq!(
+        (response.responder.as_str(), response.body.approved()),
+        ("one", Some(true)),
+        "{request:#?}\n{:#?}",
+        worker.said()
+    );
+    assert_eq!(worker.stop().await, Some(0));
+    drop(serve);
+    schema.drop_now().await;
+}

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 /// One gate: whether it is open, and how many requests have reached it so far.
-struct Gate {
+pub(crate) struct Gate {
     open: watch::Sender<bool>,
     reached: watch::Sender<u32>,
 }
@@ -19,6 +19,14 @@ impl Gate {
             reached: watch::Sender::new(0),
         }
     }
+
+    /// Counts a request at the gate, then waits until it is open.
+    pub async fn pass(&self) {
+        self.reached.send_modify(|n| *n += 1);
+        let mut open = self.open.subscribe();
+        // The sender lives in `self`: the wait cannot fail.
+        let _ = open.wait_for(|open| *open).await;
+    }
 }
 
 /// Every gate of a server, created on first use by either side.
@@ -28,7 +36,7 @@ pub(crate) struct Gates {
 }
 
 impl Gates {
-    fn gate(&self, name: &str) -> Arc<Gate> {
+    pub fn gate(&self, name: &str) -> Arc<Gate> {
         let mut gates = self.gates.lock().unwrap_or_else(|e| e.into_inner());
         gates
             .entry(name.to_owned())
@@ -38,11 +46,7 @@ impl Gates {
 
     /// Counts a request at the gate, then waits until it is open.
     pub async fn pass(&self, name: &str) {
-        let gate = self.gate(name);
-        gate.reached.send_modify(|n| *n += 1);
-        let mut open = gate.open.subscribe();
-        // The sender lives in `gate`, which this function holds: the wait cannot fail.
-        let _ = open.wait_for(|open| *open).await;
+        self.gate(name).pass().await;
     }
 
     /// Opens the gate for every request waiting at it and every later one.

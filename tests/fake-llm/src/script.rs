@@ -398,6 +398,10 @@ pub struct Stall {
     /// After the stall, drop the connection instead of resuming.
     #[serde(default, skip_serializing_if = "is_false")]
     pub then_disconnect: bool,
+    /// After `ms`, also wait until the test opens the gate of this name (a stream held
+    /// mid-way, as `hold` holds it before the first byte).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate: Option<String>,
 }
 
 /// Quirks of OpenAI-compatible servers.

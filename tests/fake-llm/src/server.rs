@@ -554,7 +554,12 @@ async fn deliver(api: Api, plan: Plan, gates: &Gates) -> Response {
         return resp;
     }
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(64);
-    tokio::spawn(emit(api, streaming, items, fault, opts, tx));
+    let stall_gate = fault
+        .stall
+        .as_ref()
+        .and_then(|stall| stall.gate.as_deref())
+        .map(|name| gates.gate(name));
+    tokio::spawn(emit(api, streaming, items, fault, opts, tx, stall_gate));
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|item| (item, rx))
     });
@@ -625,6 +630,7 @@ async fn emit(
     fault: Fault,
     opts: StreamOptions,
     tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
+    stall_gate: Option<std::sync::Arc<crate::gates::Gate>>,
 ) {
     let mut out = Chunker {
         tx,
@@ -684,6 +690,9 @@ async fn emit(
             }
             if !stall_for(&mut out, api, stall, &opts).await {
                 return;
+            }
+            if let Some(gate) = &stall_gate {
+                gate.pass().await;
             }
             if stall.then_disconnect {
                 out.abort().await;

@@ -49,6 +49,30 @@
       if (parent) { parent.appendChild(node); }
     }
   });
+  // A delta: "AGENT KIND TURN\nTEXT", a piece of what an agent's model streams on this host,
+  // not yet committed. Shown as text (never parsed) in the agent's row until the committed row
+  // replaces it; a discarded attempt clears it; a piece of a turn the row already holds
+  // committed (it came after the row) is dropped.
+  source.addEventListener("delta", function (event) {
+    var newline = event.data.indexOf("\n");
+    if (newline < 0) { return; }
+    var head = event.data.slice(0, newline).split(" ");
+    var row = document.getElementById("agent-" + head[0]);
+    var doing = row && row.querySelector(".doing");
+    if (!doing || Number(head[2]) <= Number(row.getAttribute("data-turns"))) { return; }
+    var streaming = doing.querySelector(".streaming");
+    if (!streaming) {
+      streaming = document.createElement("span");
+      streaming.className = "streaming";
+      streaming.title = "streaming from the model, not yet committed";
+      doing.appendChild(streaming);
+    }
+    if (head[1] === "discard") {
+      streaming.textContent = "";
+    } else {
+      streaming.textContent += event.data.slice(newline + 1);
+    }
+  });
   source.addEventListener("change", function () {
     if (typing) {
       if (stale) { stale.hidden = false; }
