@@ -404,7 +404,7 @@ impl RunDriver for SingleDriver {
 
 /// A run `--continue` found in the middle of a turn (stopped by Ctrl-C): it stays
 /// interrupted, and `muster resume` finishes that turn first.
-fn mid_turn(run_id: &str) -> Ending {
+pub(crate) fn mid_turn(run_id: &str) -> Ending {
     let text = format!(
         "muster: run {run_id} stopped in the middle of a turn: `muster resume {run_id}` \
          finishes it, then `muster run --continue {run_id} -p …` gives it a new prompt"

@@ -458,11 +458,7 @@ pub(crate) fn continue_run(
         })?
     };
     if record.team.is_some() {
-        return Err(usage(format!(
-            "run {} is a team run: `--continue` takes single-agent runs only so far; start a \
-             new team run with `muster run -p …`",
-            record.id
-        )));
+        return crate::team::continue_run(global, &flags, record, prompt);
     }
     crate::single_run::continue_run(global, flags, record, prompt)
 }

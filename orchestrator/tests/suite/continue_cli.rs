@@ -247,3 +247,216 @@ async fn settings_an_agent_writes_during_a_run_are_not_read_when_it_continues() 
     let said = last.body["messages"].to_string();
     assert!(said.contains("outside the workspace"), "{said}");
 }
+
+/// A team run's continuation: a completed run (its result applied to the user's tree) takes a
+/// new prompt for its lead; the teammate that was shut down at the end is kept and woken by
+/// the lead's mail; its worktree starts again from the user's tree as it is now (with the
+/// person's edit made after the first run), so its new work merges and applies alone.
+mod team {
+    use std::path::Path;
+    use std::process::Output;
+
+    use muster_fake_llm::{FakeLlmHandle, ScriptEntry};
+    use serde_json::{Value, json};
+
+    use super::super::common::{command, fake, lines, muster, output, stderr, tool};
+    use super::super::worktree_cli::{any_turn, entry, git, lead_merges, read, repo, team};
+    use super::killed_at;
+
+    /// The first run: the lead puts one task on the board, alice writes a.txt, the lead
+    /// approves its merge, and the result is applied to the user's tree.
+    async fn first_run(root: &Path) -> (String, u64) {
+        let fake = fake(vec![
+            ScriptEntry::reply(
+                "lead",
+                1,
+                vec![tool(
+                    "TaskCreate",
+                    json!({"subject": "a", "description": "Write a.txt."}),
+                )],
+            ),
+            any_turn("lead", "Waiting for the team."),
+            lead_merges("alice", &["merge-alice-1"]),
+            ScriptEntry::reply(
+                "alice",
+                1,
+                vec![tool(
+                    "Write",
+                    json!({"file_path": "a.txt", "content": "a\n"}),
+                )],
+            ),
+            any_turn("alice", "Wrote a.txt."),
+        ])
+        .await;
+        let out = muster(
+            root,
+            &[
+                "run",
+                "-p",
+                "Build it.",
+                "--base-url",
+                &fake.base_url(),
+                "--output",
+                "stream-json",
+            ],
+        )
+        .await;
+        let end = finished(&out);
+        assert_eq!(end["status"], "completed", "{end:#}\n{}", stderr(&out));
+        assert_eq!(read(root, "a.txt").as_deref(), Some("a\n"));
+        let lead_turns = fake
+            .requests()
+            .iter()
+            .filter(|r| r.agent.as_deref() == Some("lead"))
+            .filter_map(|r| r.turn)
+            .max()
+            .unwrap();
+        (end["run_id"].as_str().unwrap().to_owned(), lead_turns)
+    }
+
+    /// The continuation's model: the lead (at its next turn) mails alice new work, alice
+    /// writes b.txt, the lead approves the merge.
+    async fn second_model(lead_turn: u64) -> FakeLlmHandle {
+        fake(vec![
+            ScriptEntry::reply(
+                "lead",
+                lead_turn,
+                vec![tool(
+                    "SendMessage",
+                    json!({"to": "alice", "message": "Now write b.txt."}),
+                )],
+            ),
+            any_turn("lead", "Waiting for alice."),
+            // Its own tool_use id: a repeated id is the same call, answered as it was first.
+            entry(
+                json!({"agent": "lead", "when": {"mail_type": "merge_request", "from": "alice"},
+                "reply": {"content": [{"type": "tool_use", "id": "toolu_merge_b",
+                    "name": "ReviewMerge",
+                    "input": {"request_id": "merge-alice-2", "approve": true}}],
+                    "stop_reason": "tool_use"}}),
+            ),
+            entry(
+                json!({"agent": "alice", "when": {"mail_type": "text", "from": "lead"},
+                "reply": {"content": [{"type": "tool_use", "id": "toolu_b", "name": "Write",
+                    "input": {"file_path": "b.txt", "content": "b\n"}}],
+                    "stop_reason": "tool_use"}}),
+            ),
+            any_turn("alice", "Wrote b.txt."),
+        ])
+        .await
+    }
+
+    fn finished(output: &Output) -> Value {
+        let last = lines(output).pop().unwrap_or_default();
+        assert_eq!(last["type"], "run_finished", "{}", stderr(output));
+        last
+    }
+
+    fn continue_args<'a>(run_id: &'a str, base: &'a str) -> Vec<&'a str> {
+        vec![
+            "run",
+            "--continue",
+            run_id,
+            "-p",
+            "Add b.txt.",
+            "--base-url",
+            base,
+            "--output",
+            "stream-json",
+        ]
+    }
+
+    /// What an uncut continuation ends with: b.txt merged and applied on its own (the
+    /// fresh base holds a.txt and the person's edit), alice woken with her context.
+    fn assert_continued(root: &Path, end: &Value, fake: &FakeLlmHandle) {
+        let asked: Vec<String> = fake
+            .requests()
+            .iter()
+            .map(|r| {
+                let newest = r.body["messages"]
+                    .as_array()
+                    .and_then(|m| m.last())
+                    .map(|m| m["content"].to_string())
+                    .unwrap_or_default();
+                format!(
+                    "{:?} {:?} entry {:?}: {newest:.300}",
+                    r.agent, r.turn, r.entry
+                )
+            })
+            .collect();
+        assert_eq!(end["status"], "completed", "{end:#}\n{asked:#?}");
+        assert_eq!(end["exit_code"], 0, "{end:#}");
+        assert_eq!(end["files_changed"], 1, "only b.txt is new: {end:#}");
+        assert_eq!(read(root, "b.txt").as_deref(), Some("b\n"));
+        assert_eq!(read(root, "a.txt").as_deref(), Some("a\n"));
+        assert_eq!(
+            read(root, "README.md").as_deref(),
+            Some("hello\nmy edit\n"),
+            "the person's edit after the first run is kept"
+        );
+        // Nothing was committed on the user's branch.
+        assert_eq!(git(root, &["rev-list", "--count", "HEAD"]).trim(), "1");
+        let alice: Vec<_> = fake
+            .requests()
+            .into_iter()
+            .filter(|r| r.agent.as_deref() == Some("alice"))
+            .collect();
+        let first = alice.first().expect("alice was never woken");
+        assert_eq!(first.turn, Some(3), "alice keeps her turn count");
+        let context = first.body["messages"].to_string();
+        assert!(
+            context.contains("Wrote a.txt."),
+            "alice keeps her context: {context}"
+        );
+        let lead = fake
+            .requests()
+            .into_iter()
+            .find(|r| r.agent.as_deref() == Some("lead"))
+            .unwrap();
+        let said = lead.body["messages"].to_string();
+        assert!(said.contains("Add b.txt."), "{said}");
+        assert!(said.contains("alice"), "the lead is told its team: {said}");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_completed_team_run_continues_with_its_teammate_and_a_fresh_base() {
+        let dir = repo(&team("lead", &["alice"]), &[]);
+        let root = dir.path();
+        let (run_id, lead_turns) = first_run(root).await;
+        std::fs::write(root.join("README.md"), "hello\nmy edit\n").unwrap();
+        let fake = second_model(lead_turns + 1).await;
+        let base = fake.base_url();
+        let out = output(command(root, &continue_args(&run_id, &base))).await;
+        let end = finished(&out);
+        assert_eq!(end["run_id"], run_id.as_str());
+        assert_continued(root, &end, &fake);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_team_continue_killed_on_either_side_of_its_commit_resumes_to_the_same_end() {
+        let dir = repo(&team("lead", &["alice"]), &[]);
+        let root = dir.path();
+        let (run_id, lead_turns) = first_run(root).await;
+        std::fs::write(root.join("README.md"), "hello\nmy edit\n").unwrap();
+        let fake = second_model(lead_turns + 1).await;
+        let base = fake.base_url();
+        let args = continue_args(&run_id, &base);
+        let json = ["--output", "stream-json"];
+
+        // Killed before the commit: the continue never happened; a resume ends the run as
+        // it had ended, asking no model.
+        killed_at(root, "team_continue_resumed", &args).await;
+        let resumed = muster(root, &[&["resume", &run_id][..], &json].concat()).await;
+        let end = finished(&resumed);
+        assert_eq!(end["status"], "completed", "{end:#}\n{}", stderr(&resumed));
+        assert!(fake.requests().is_empty(), "{:?}", fake.requests());
+        assert_eq!(read(root, "b.txt"), None);
+
+        // Killed right after it: a resume carries the continuation on from the store.
+        killed_at(root, "team_continued", &args).await;
+        let resumed = muster(root, &[&["resume", &run_id][..], &json].concat()).await;
+        let end = finished(&resumed);
+        assert_eq!(end["run_id"], run_id.as_str());
+        assert_continued(root, &end, &fake);
+    }
+}
