@@ -338,6 +338,8 @@ impl AgentRuntime {
             return Err(stop.into());
         }
         self.commit_interrupted_turn().await?;
+        // The interrupt is committed: a resume finds the turn ended, waiting for a prompt.
+        muster_mailbox::failpoint!("turn_interrupted");
         self.report.state(AgentState::Idle);
         Ok(AgentOutcome::TurnInterrupted)
     }

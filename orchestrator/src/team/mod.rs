@@ -949,6 +949,20 @@ impl Team {
         if let Some(front) = front {
             front.hold_turn(lead.interrupter());
         }
+        // `muster interrupt` from another terminal ends the lead's running turn (not with a
+        // front end, which has its own).
+        let _watch = match front {
+            Some(_) => None,
+            None => Some(
+                crate::turn_requests::InterruptWatch::start(
+                    self.store.clone(),
+                    self.run_id().to_owned(),
+                    self.epoch(),
+                    lead.interrupter(),
+                )
+                .await?,
+            ),
+        };
         let mut states = self.states.subscribe();
         loop {
             // The lead waiting on a person for its own plan blocks only itself; the run stops
@@ -974,7 +988,19 @@ impl Team {
                         ),
                     });
                 }
-                // Nothing interrupts the lead's turn yet: it ends as an interrupted run.
+                // `muster interrupt`: the run stays live, the teammates go on, and the lead
+                // waits for its next prompt (`muster run --continue`).
+                AgentOutcome::TurnInterrupted if front.is_none() => {
+                    crate::turn_requests::take_next_prompt(
+                        self.store.as_ref(),
+                        self.run_id(),
+                        self.epoch(),
+                        &mut lead,
+                    )
+                    .await?;
+                    continue;
+                }
+                // A front end's cancel ends the run as interrupted; its next prompt continues.
                 AgentOutcome::TurnInterrupted => {
                     return Ok(Ending::interrupted(
                         "the lead's turn was interrupted",

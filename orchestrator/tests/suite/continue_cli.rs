@@ -460,3 +460,206 @@ mod team {
         assert_continued(root, &end, &fake);
     }
 }
+
+/// `muster interrupt RUN` from another terminal ends the live run's running turn; the run
+/// stays live, waiting, and `muster run --continue RUN -p …` hands it the next prompt.
+mod interrupt {
+    use std::process::Stdio;
+
+    use muster_fake_llm::{Block, FakeLlmHandle, Fault, ScriptEntry};
+    use serde_json::Value;
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    use tokio::sync::mpsc;
+
+    use super::super::common::{GUARD, command, fake, muster, project, stderr};
+
+    /// A run's process with its stdout events and stderr lines read as they come.
+    struct Live {
+        child: tokio::process::Child,
+        stdout: mpsc::UnboundedReceiver<String>,
+        stderr: mpsc::UnboundedReceiver<String>,
+    }
+
+    fn lines_of(
+        stream: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+    ) -> mpsc::UnboundedReceiver<String> {
+        let (send, receive) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stream).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        receive
+    }
+
+    impl Live {
+        fn spawn(mut command: tokio::process::Command) -> Live {
+            let mut child = command
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            Live {
+                stdout: lines_of(child.stdout.take().unwrap()),
+                stderr: lines_of(child.stderr.take().unwrap()),
+                child,
+            }
+        }
+
+        async fn next_event(&mut self) -> Option<Value> {
+            let line = tokio::time::timeout(GUARD, self.stdout.recv())
+                .await
+                .expect("guard timeout")?;
+            Some(serde_json::from_str(&line).unwrap())
+        }
+
+        /// Waits for the stderr line containing `text`.
+        async fn said(&mut self, text: &str) {
+            loop {
+                let line = tokio::time::timeout(GUARD, self.stderr.recv())
+                    .await
+                    .expect("guard timeout")
+                    .unwrap_or_else(|| panic!("the process ended before saying {text:?}"));
+                if line.contains(text) {
+                    return;
+                }
+            }
+        }
+
+        /// Reads to the end: the exit code and the last event.
+        async fn finish(&mut self) -> (Option<i32>, Value) {
+            let mut last = Value::Null;
+            while let Some(event) = self.next_event().await {
+                last = event;
+            }
+            let status = tokio::time::timeout(GUARD, self.child.wait())
+                .await
+                .expect("guard timeout")
+                .unwrap();
+            (status.code(), last)
+        }
+    }
+
+    /// The first request is held mid-turn (it is interrupted); the one after the next prompt,
+    /// turn 1 again (only a committed response takes a turn index), answers.
+    async fn model() -> FakeLlmHandle {
+        fake(vec![
+            ScriptEntry::reply("main", 1, vec![Block::text("Never shown.")])
+                .attempt(1)
+                .fault(Fault {
+                    hold: Some("held".into()),
+                    ..Fault::default()
+                }),
+            ScriptEntry::reply("main", 1, vec![Block::text("Second answer.")]).attempt(2),
+        ])
+        .await
+    }
+
+    /// Interrupts the held turn of live run `run_id` from another process.
+    async fn interrupt(dir: &std::path::Path, fake: &FakeLlmHandle, run_id: &str) {
+        tokio::time::timeout(GUARD, fake.gate_reached("held", 1))
+            .await
+            .expect("the turn never reached the model");
+        let asked = muster(dir, &["interrupt", run_id]).await;
+        assert_eq!(asked.status.code(), Some(0), "{}", stderr(&asked));
+    }
+
+    /// Hands the waiting live run its next prompt, then reads the run to its end.
+    async fn next_prompt_and_end(
+        dir: &std::path::Path,
+        fake: &FakeLlmHandle,
+        live: &mut Live,
+        run_id: &str,
+    ) {
+        live.said("waits for its next prompt").await;
+        let handed = muster(
+            dir,
+            &["run", "--continue", run_id, "-p", "Second question."],
+        )
+        .await;
+        assert_eq!(handed.status.code(), Some(0), "{}", stderr(&handed));
+        assert!(stderr(&handed).contains("handed"), "{}", stderr(&handed));
+        let (code, last) = live.finish().await;
+        assert_eq!(code, Some(0), "{last:#}");
+        assert_eq!(last["type"], "run_finished");
+        assert_eq!(last["status"], "completed");
+        assert_eq!(last["result"], "Second answer.");
+        assert_eq!(last["run_id"], run_id);
+        let requests = fake.requests();
+        assert_eq!(requests.len(), 2, "the held request and the answer");
+        let said = requests[1].body["messages"].to_string();
+        assert!(said.contains("First question."), "{said}");
+        assert!(said.contains("Second question."), "{said}");
+        assert!(said.contains("interrupted"), "the model is told: {said}");
+    }
+
+    fn run_args(base: &str) -> Vec<&str> {
+        vec![
+            "run",
+            "-p",
+            "First question.",
+            "--output",
+            "stream-json",
+            "--base-url",
+            base,
+        ]
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn an_interrupt_from_another_terminal_ends_the_turn_and_the_live_run_takes_the_next_prompt()
+     {
+        let dir = project(&[]);
+        let fake = model().await;
+        let base = fake.base_url();
+        let mut live = Live::spawn(command(dir.path(), &run_args(&base)));
+        let first = live.next_event().await.expect("no event");
+        let run_id = first["run_id"].as_str().unwrap().to_owned();
+
+        // A prompt for a live run that is working is refused, with the way on.
+        tokio::time::timeout(GUARD, fake.gate_reached("held", 1))
+            .await
+            .unwrap();
+        let busy = muster(dir.path(), &["run", "--continue", &run_id, "-p", "x"]).await;
+        assert_eq!(busy.status.code(), Some(1), "{}", stderr(&busy));
+        assert!(
+            stderr(&busy).contains(&format!("muster interrupt {run_id}")),
+            "{}",
+            stderr(&busy)
+        );
+
+        interrupt(dir.path(), &fake, &run_id).await;
+        next_prompt_and_end(dir.path(), &fake, &mut live, &run_id).await;
+
+        // Not live any more: nothing to interrupt.
+        let gone = muster(dir.path(), &["interrupt", &run_id]).await;
+        assert_eq!(gone.status.code(), Some(1), "{}", stderr(&gone));
+        assert!(stderr(&gone).contains("not live"), "{}", stderr(&gone));
+    }
+
+    /// Killed right after the interrupt's commit (the turn's `turn_interrupted`), the run is
+    /// resumed: the resumed process waits for the next prompt as the uncut one did, and ends
+    /// the same.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_run_killed_at_the_interrupts_commit_resumes_waiting_for_its_next_prompt() {
+        let dir = project(&[]);
+        let fake = model().await;
+        let base = fake.base_url();
+        let mut cut = command(dir.path(), &run_args(&base));
+        cut.env("MUSTER_FAILPOINT", "turn_interrupted");
+        let mut live = Live::spawn(cut);
+        let first = live.next_event().await.expect("no event");
+        let run_id = first["run_id"].as_str().unwrap().to_owned();
+        interrupt(dir.path(), &fake, &run_id).await;
+        let (code, _) = live.finish().await;
+        assert_eq!(code, None, "not killed at the interrupt's commit");
+
+        let mut resumed = Live::spawn(command(
+            dir.path(),
+            &["resume", &run_id, "--output", "stream-json"],
+        ));
+        next_prompt_and_end(dir.path(), &fake, &mut resumed, &run_id).await;
+    }
+}
