@@ -474,7 +474,7 @@ mod interrupt {
     use super::super::common::{GUARD, command, fake, muster, project, stderr};
 
     /// A run's process with its stdout events and stderr lines read as they come.
-    struct Live {
+    pub(in super::super) struct Live {
         child: tokio::process::Child,
         stdout: mpsc::UnboundedReceiver<String>,
         stderr: mpsc::UnboundedReceiver<String>,
@@ -496,7 +496,7 @@ mod interrupt {
     }
 
     impl Live {
-        fn spawn(mut command: tokio::process::Command) -> Live {
+        pub(super) fn spawn(mut command: tokio::process::Command) -> Live {
             let mut child = command
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
@@ -509,7 +509,7 @@ mod interrupt {
             }
         }
 
-        async fn next_event(&mut self) -> Option<Value> {
+        pub(super) async fn next_event(&mut self) -> Option<Value> {
             let line = tokio::time::timeout(GUARD, self.stdout.recv())
                 .await
                 .expect("guard timeout")?;
@@ -545,21 +545,25 @@ mod interrupt {
 
     /// The first request is held mid-turn (it is interrupted); the one after the next prompt,
     /// turn 1 again (only a committed response takes a turn index), answers.
-    async fn model() -> FakeLlmHandle {
+    pub(in super::super) async fn model(agent: &str) -> FakeLlmHandle {
         fake(vec![
-            ScriptEntry::reply("main", 1, vec![Block::text("Never shown.")])
+            ScriptEntry::reply(agent, 1, vec![Block::text("Never shown.")])
                 .attempt(1)
                 .fault(Fault {
                     hold: Some("held".into()),
                     ..Fault::default()
                 }),
-            ScriptEntry::reply("main", 1, vec![Block::text("Second answer.")]).attempt(2),
+            ScriptEntry::reply(agent, 1, vec![Block::text("Second answer.")]).attempt(2),
         ])
         .await
     }
 
     /// Interrupts the held turn of live run `run_id` from another process.
-    async fn interrupt(dir: &std::path::Path, fake: &FakeLlmHandle, run_id: &str) {
+    pub(in super::super) async fn interrupt(
+        dir: &std::path::Path,
+        fake: &FakeLlmHandle,
+        run_id: &str,
+    ) {
         tokio::time::timeout(GUARD, fake.gate_reached("held", 1))
             .await
             .expect("the turn never reached the model");
@@ -568,7 +572,7 @@ mod interrupt {
     }
 
     /// Hands the waiting live run its next prompt, then reads the run to its end.
-    async fn next_prompt_and_end(
+    pub(in super::super) async fn next_prompt_and_end(
         dir: &std::path::Path,
         fake: &FakeLlmHandle,
         live: &mut Live,
@@ -591,12 +595,13 @@ mod interrupt {
         let requests = fake.requests();
         assert_eq!(requests.len(), 2, "the held request and the answer");
         let said = requests[1].body["messages"].to_string();
+        assert_eq!(requests[0].agent, requests[1].agent);
         assert!(said.contains("First question."), "{said}");
         assert!(said.contains("Second question."), "{said}");
         assert!(said.contains("interrupted"), "the model is told: {said}");
     }
 
-    fn run_args(base: &str) -> Vec<&str> {
+    pub(in super::super) fn run_args(base: &str) -> Vec<&str> {
         vec![
             "run",
             "-p",
@@ -612,7 +617,7 @@ mod interrupt {
     async fn an_interrupt_from_another_terminal_ends_the_turn_and_the_live_run_takes_the_next_prompt()
      {
         let dir = project(&[]);
-        let fake = model().await;
+        let fake = model("main").await;
         let base = fake.base_url();
         let mut live = Live::spawn(command(dir.path(), &run_args(&base)));
         let first = live.next_event().await.expect("no event");
@@ -645,7 +650,7 @@ mod interrupt {
     #[tokio::test(flavor = "multi_thread")]
     async fn a_run_killed_at_the_interrupts_commit_resumes_waiting_for_its_next_prompt() {
         let dir = project(&[]);
-        let fake = model().await;
+        let fake = model("main").await;
         let base = fake.base_url();
         let mut cut = command(dir.path(), &run_args(&base));
         cut.env("MUSTER_FAILPOINT", "turn_interrupted");
@@ -662,4 +667,22 @@ mod interrupt {
         ));
         next_prompt_and_end(dir.path(), &fake, &mut resumed, &run_id).await;
     }
+}
+
+/// A team run: `muster interrupt` ends the lead's turn, the run (and its idle teammate) stays
+/// live, and the handed prompt is the lead's next turn.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_interrupt_ends_a_team_leads_turn_and_the_live_team_takes_the_next_prompt() {
+    use interrupt::{Live, interrupt, model, next_prompt_and_end, run_args};
+    let dir = super::common::project(&[(
+        "muster.team.toml",
+        "name = \"greeters\"\nisolation = \"shared\"\n\n[[teammates]]\nname = \"alice\"\n",
+    )]);
+    let fake = model("lead").await;
+    let base = fake.base_url();
+    let mut live = Live::spawn(super::common::command(dir.path(), &run_args(&base)));
+    let first = live.next_event().await.expect("no event");
+    let run_id = first["run_id"].as_str().unwrap().to_owned();
+    interrupt(dir.path(), &fake, &run_id).await;
+    next_prompt_and_end(dir.path(), &fake, &mut live, &run_id).await;
 }
