@@ -237,6 +237,21 @@ pub fn continue_run(
     lifecycle::execute(kind, Some(record))
 }
 
+/// A front end's later prompt of a team session (`muster acp`, `muster claude`): the stored
+/// run `record` (picked and checked by the caller) continued with `continuation` as its lead's
+/// new turn, or — `None` — carried on as it stopped; its events to `front`.
+pub(crate) fn resume_for_front(
+    global: &Globals,
+    record: muster_mailbox::RunRecord,
+    continuation: Option<String>,
+    front: FrontEnd,
+) -> anyhow::Result<Ending> {
+    let mut kind = resumed_team_run(global, &crate::launch::ResumeFlags::default(), &record)?;
+    kind.continuation = continuation.map(|prompt| (prompt, record.status));
+    kind.front = Some(front);
+    lifecycle::execute_to_ending(kind, Some(record))
+}
+
 /// The stored team run `record`, rebuilt from its launch options with `flags` applied.
 fn resumed_team_run(
     global: &Globals,
