@@ -463,7 +463,7 @@ mod team {
 
 /// `muster interrupt RUN` from another terminal ends the live run's running turn; the run
 /// stays live, waiting, and `muster run --continue RUN -p …` hands it the next prompt.
-mod interrupt {
+pub(super) mod interrupt {
     use std::process::Stdio;
 
     use muster_fake_llm::{Block, FakeLlmHandle, Fault, ScriptEntry};
@@ -496,7 +496,7 @@ mod interrupt {
     }
 
     impl Live {
-        pub(super) fn spawn(mut command: tokio::process::Command) -> Live {
+        pub(in super::super) fn spawn(mut command: tokio::process::Command) -> Live {
             let mut child = command
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
@@ -509,7 +509,7 @@ mod interrupt {
             }
         }
 
-        pub(super) async fn next_event(&mut self) -> Option<Value> {
+        pub(in super::super) async fn next_event(&mut self) -> Option<Value> {
             let line = tokio::time::timeout(GUARD, self.stdout.recv())
                 .await
                 .expect("guard timeout")?;
@@ -517,7 +517,7 @@ mod interrupt {
         }
 
         /// Waits for the stderr line containing `text`.
-        async fn said(&mut self, text: &str) {
+        pub(in super::super) async fn said(&mut self, text: &str) {
             loop {
                 let line = tokio::time::timeout(GUARD, self.stderr.recv())
                     .await
