@@ -56,6 +56,12 @@ enum IsolationRecord {
         apply: bool,
         commit: String,
     },
+    /// The final decision's apply to the user's tree is done (a resume does not write the
+    /// tree again: the person may have changed it since).
+    Applied {
+        commit: String,
+        files: usize,
+    },
     /// The run was continued (`muster run --continue`), committed with the lead's new turn:
     /// what came before it was the previous stretch's (its `Final` is done with), and `base`,
     /// when set, is the fresh base every worktree starts from.
@@ -727,7 +733,8 @@ impl TeamIsolation {
 
     /// The end of a completed run: the recorded result applied to the user's working tree
     /// when it still matches the base, else left on the integration branch. The decision is
-    /// recorded first; a resume after a kill half-way carries out the recorded one.
+    /// recorded first; a resume after a kill half-way carries out the recorded one, and once
+    /// the apply is recorded done (`applied`), a resume reports it without writing the tree.
     pub(crate) async fn deliver(
         &self,
         store: &dyn MailboxStore,
@@ -735,14 +742,17 @@ impl TeamIsolation {
     ) -> anyhow::Result<Delivered> {
         let head = self.head().await;
         let base = self.base();
-        let decided =
-            this_stretch(store, run_id)
-                .await?
-                .into_iter()
-                .find_map(|record| match record {
-                    IsolationRecord::Final { apply, commit } => Some((apply, commit)),
-                    _ => None,
-                });
+        let stretch = this_stretch(store, run_id).await?;
+        if let Some((commit, files)) = stretch.iter().find_map(|record| match record {
+            IsolationRecord::Applied { commit, files } => Some((commit.clone(), *files)),
+            _ => None,
+        }) {
+            return Ok(Delivered::Applied { commit, files });
+        }
+        let decided = stretch.into_iter().find_map(|record| match record {
+            IsolationRecord::Final { apply, commit } => Some((apply, commit)),
+            _ => None,
+        });
         let (apply, commit) = match decided {
             Some(decided) => decided,
             None if head == base.commit => return Ok(Delivered::Nothing),
@@ -764,6 +774,11 @@ impl TeamIsolation {
         }
         muster_mailbox::failpoint!("final_apply");
         let files = self.worktrees.apply_to_user_tree(&base, &commit).await?;
+        let done = IsolationRecord::Applied {
+            commit: commit.clone(),
+            files,
+        };
+        append(store, run_id, &done).await?;
         Ok(Delivered::Applied { commit, files })
     }
 }

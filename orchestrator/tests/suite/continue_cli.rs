@@ -314,6 +314,12 @@ mod team {
         (end["run_id"].as_str().unwrap().to_owned(), lead_turns)
     }
 
+    /// The person's edits after the first run: their own file, and the team's result.
+    fn person_edits(root: &Path) {
+        std::fs::write(root.join("README.md"), "hello\nmy edit\n").unwrap();
+        std::fs::write(root.join("a.txt"), "a\nmine\n").unwrap();
+    }
+
     /// The continuation's model: the lead (at its next turn) mails alice new work, alice
     /// writes b.txt, the lead approves the merge.
     async fn second_model(lead_turn: u64) -> FakeLlmHandle {
@@ -388,7 +394,11 @@ mod team {
         assert_eq!(end["exit_code"], 0, "{end:#}");
         assert_eq!(end["files_changed"], 1, "only b.txt is new: {end:#}");
         assert_eq!(read(root, "b.txt").as_deref(), Some("b\n"));
-        assert_eq!(read(root, "a.txt").as_deref(), Some("a\n"));
+        assert_eq!(
+            read(root, "a.txt").as_deref(),
+            Some("a\nmine\n"),
+            "the person's edit of the team's result is kept (never applied over)"
+        );
         assert_eq!(
             read(root, "README.md").as_deref(),
             Some("hello\nmy edit\n"),
@@ -423,7 +433,7 @@ mod team {
         let dir = repo(&team("lead", &["alice"]), &[]);
         let root = dir.path();
         let (run_id, lead_turns) = first_run(root).await;
-        std::fs::write(root.join("README.md"), "hello\nmy edit\n").unwrap();
+        person_edits(root);
         let fake = second_model(lead_turns + 1).await;
         let base = fake.base_url();
         let out = output(command(root, &continue_args(&run_id, &base))).await;
@@ -437,7 +447,7 @@ mod team {
         let dir = repo(&team("lead", &["alice"]), &[]);
         let root = dir.path();
         let (run_id, lead_turns) = first_run(root).await;
-        std::fs::write(root.join("README.md"), "hello\nmy edit\n").unwrap();
+        person_edits(root);
         let fake = second_model(lead_turns + 1).await;
         let base = fake.base_url();
         let args = continue_args(&run_id, &base);
@@ -451,6 +461,11 @@ mod team {
         assert_eq!(end["status"], "completed", "{end:#}\n{}", stderr(&resumed));
         assert!(fake.requests().is_empty(), "{:?}", fake.requests());
         assert_eq!(read(root, "b.txt"), None);
+        assert_eq!(
+            read(root, "a.txt").as_deref(),
+            Some("a\nmine\n"),
+            "a resume does not apply the result over the person's edit again"
+        );
 
         // Killed right after it: a resume carries the continuation on from the store.
         killed_at(root, "team_continued", &args).await;
