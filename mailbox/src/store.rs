@@ -96,6 +96,10 @@ pub trait MailboxStore: Send + Sync {
     /// Wakes in-process receivers of `recipient` (used when another process committed mail
     /// and poked this one through the run's socket).
     fn wake(&self, run_id: &str, recipient: &str);
+    /// The in-process signal of `recipient` of `run_id`: notified after every commit (or
+    /// announcement from another process) that wakes it. A waiter enables its `notified()`
+    /// before it looks, so a wake between the look and the sleep is not lost.
+    fn woken(&self, run_id: &str, recipient: &str) -> std::sync::Arc<tokio::sync::Notify>;
 
     // ---- live runs across machines (a backend several machines share)
     /// Holds the run's live lock on the server and wakes this process's receivers when

@@ -30,5 +30,6 @@ pub mod stream_json;
 pub mod team;
 pub mod team_demo;
 pub mod traces;
+pub mod turn_requests;
 pub mod worker;
 pub mod worktree;

@@ -344,15 +344,30 @@ impl RunDriver for SingleDriver {
         if let Some(front) = &self.front {
             front.hold_turn(agent.interrupter());
         }
+        // `muster interrupt` from another terminal ends the running turn (not with a front
+        // end, which has its own).
+        let _watch = match &self.front {
+            Some(_) => None,
+            None => Some(
+                crate::turn_requests::InterruptWatch::start(
+                    self.context.store.clone(),
+                    run_id.clone(),
+                    self.context.epoch,
+                    agent.interrupter(),
+                )
+                .await?,
+            ),
+        };
+        let turns = self.turns(&mut agent);
         let outcome = match self.launch.run.deadline_ms {
             Some(deadline) => {
                 let left = Duration::from_millis(u64::try_from(deadline - now_ms()).unwrap_or(0));
-                match tokio::time::timeout(left, agent.run()).await {
+                match tokio::time::timeout(left, turns).await {
                     Ok(outcome) => outcome?,
                     Err(_) => return Ok(deadline_passed(&self.context.budget, deadline)),
                 }
             }
-            None => agent.run().await?,
+            None => turns.await?,
         };
         Ok(match outcome {
             AgentOutcome::Finished { result } => Ending {
@@ -402,9 +417,31 @@ impl RunDriver for SingleDriver {
     }
 }
 
+impl SingleDriver {
+    /// The agent's turns until one ends the run: a turn `muster interrupt` ended waits for
+    /// the next prompt `muster run --continue` hands over, the run staying live.
+    async fn turns(&self, agent: &mut AgentRuntime) -> anyhow::Result<AgentOutcome> {
+        loop {
+            match agent.run().await? {
+                AgentOutcome::TurnInterrupted if self.front.is_none() => {
+                    let context = &self.context;
+                    crate::turn_requests::take_next_prompt(
+                        context.store.as_ref(),
+                        &context.run_id,
+                        context.epoch,
+                        agent,
+                    )
+                    .await?;
+                }
+                outcome => return Ok(outcome),
+            }
+        }
+    }
+}
+
 /// A run `--continue` found in the middle of a turn (stopped by Ctrl-C): it stays
 /// interrupted, and `muster resume` finishes that turn first.
-fn mid_turn(run_id: &str) -> Ending {
+pub(crate) fn mid_turn(run_id: &str) -> Ending {
     let text = format!(
         "muster: run {run_id} stopped in the middle of a turn: `muster resume {run_id}` \
          finishes it, then `muster run --continue {run_id} -p …` gives it a new prompt"

@@ -339,6 +339,8 @@ impl AgentRuntime {
             return Err(stop.into());
         }
         self.commit_interrupted_turn().await?;
+        // The interrupt is committed: a resume finds the turn ended, waiting for a prompt.
+        muster_mailbox::failpoint!("turn_interrupted");
         self.report.state(AgentState::Idle);
         Ok(AgentOutcome::TurnInterrupted)
     }
@@ -353,6 +355,16 @@ impl AgentRuntime {
     /// committed as the next user message, and [`AgentRuntime::run`] goes on from it. After an
     /// interrupted turn the message first tells the model so.
     pub async fn prompt(&mut self, prompt: &str) -> RuntimeResult<()> {
+        self.prompt_with(prompt, Vec::new()).await
+    }
+
+    /// [`AgentRuntime::prompt`], with `with_it` (records of this or other agents: what a
+    /// team's continuation changes) committed in the same transaction as the new turn.
+    pub async fn prompt_with(
+        &mut self,
+        prompt: &str,
+        with_it: Vec<NewRecord>,
+    ) -> RuntimeResult<()> {
         if !self.transcript.turn_ended() {
             return Err(RuntimeError::TurnNotEnded {
                 agent: self.id.clone(),
@@ -370,7 +382,11 @@ impl AgentRuntime {
         blocks.extend(context.into_iter().map(ContentBlock::text));
         let message = self.user_message(blocks);
         let record = self.message_record(message.clone(), None);
-        self.commit(vec![record], Vec::new(), None).await?;
+        let with_them = CommitTurn {
+            records: with_it,
+            ..CommitTurn::default()
+        };
+        self.commit_with(vec![record], with_them).await?;
         self.transcript.push(message, None);
         Ok(())
     }
@@ -899,6 +915,8 @@ impl AgentRuntime {
             .map(|record| record.to_new(&self.id))
             .collect::<RuntimeResult<Vec<NewRecord>>>()?;
         let store = self.run.store.clone();
+        let mut records = records;
+        records.extend(with_them.records.iter().cloned());
         let turn = CommitTurn {
             run_id: self.run.run_id.clone(),
             agent: self.id.clone(),

@@ -710,6 +710,10 @@ impl MailboxStore for PostgresStore {
         self.waiters.wake(run_id, recipient);
     }
 
+    fn woken(&self, run_id: &str, recipient: &str) -> std::sync::Arc<tokio::sync::Notify> {
+        self.waiters.notify_for(run_id, recipient)
+    }
+
     async fn hold_live(&self, run_id: &str) -> StoreResult<Option<crate::live::LiveHold>> {
         self.take_hold(run_id).await.map(Some)
     }

@@ -331,6 +331,10 @@ impl MailboxStore for SqliteStore {
         self.waiters.wake(run_id, recipient);
     }
 
+    fn woken(&self, run_id: &str, recipient: &str) -> std::sync::Arc<tokio::sync::Notify> {
+        self.waiters.notify_for(run_id, recipient)
+    }
+
     async fn append_records(
         &self,
         run_id: &str,

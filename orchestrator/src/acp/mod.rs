@@ -92,6 +92,13 @@ struct Session {
     stored: bool,
     /// The prompt under way, if any.
     turn: Option<Turn>,
+    /// The agent whose text is the session's messages: `main`, or a team run's lead.
+    main_agent: &'static str,
+}
+
+/// The agent whose text a run's session shows as its messages.
+fn main_agent_of(team: bool) -> &'static str {
+    if team { crate::team::LEAD } else { LEAD }
 }
 
 /// A prompt under way: what ends its turn.
@@ -227,17 +234,11 @@ impl Server {
         let cwd = checked_cwd(&request.cwd)?;
         let global = self.globals_at(&cwd);
         let project = load_project(&global)?;
-        if crate::team::team_file_for(&global, None)
+        // A project with a team file is a team run (checked here, so a bad path is this
+        // request's error).
+        let team = crate::team::team_file_for(&global, None)
             .map_err(|error| invalid(format!("{error:#}")))?
-            .is_some()
-        {
-            return Err(invalid(format!(
-                "{} has a team file (muster.team.toml): `muster acp` drives single-agent runs \
-                 so far; run the team with `muster run -p …` and decide its requests with \
-                 `muster serve` or `muster approve`",
-                cwd.display()
-            )));
-        }
+            .is_some();
         let notice = trust_notice(&project);
         let id = crate::ids::new_run_id(&mut fastrand::Rng::new());
         self.sessions().insert(
@@ -247,6 +248,7 @@ impl Server {
                 workspace: project.root.path().to_path_buf(),
                 stored: false,
                 turn: None,
+                main_agent: main_agent_of(team),
             },
         );
         Ok((id, notice))
@@ -273,12 +275,6 @@ impl Server {
         let global = self.globals_at(&cwd);
         let project = load_project(&global)?;
         let record = stored_run(&project, &id).await?;
-        if record.team.is_some() {
-            return Err(invalid(format!(
-                "run {id} is a team run: `muster acp` loads single-agent runs so far; \
-                 `muster resume {id}` carries it on"
-            )));
-        }
         crate::lifecycle::check_here_and_not_live_in(&project, &record)
             .await
             .map_err(|error| invalid(format!("{error:#}")))?;
@@ -290,6 +286,7 @@ impl Server {
                 workspace: PathBuf::from(&record.workspace),
                 stored: true,
                 turn: None,
+                main_agent: main_agent_of(record.team.is_some()),
             },
         );
         Ok(())
@@ -329,6 +326,7 @@ impl Server {
             session: request.session_id.clone(),
             workspace: session.workspace.clone(),
             shown: Mutex::new(Shown::default()),
+            main_agent: session.main_agent,
         });
         let turn = Turn {
             front: FrontEnd {
@@ -472,18 +470,40 @@ fn drive_prompt(
             prompt,
             ..RunFlags::default()
         };
-        return crate::single_run::run_for_front(global, flags, id.to_owned(), front.clone());
+        return match crate::team::team_file_for(global, None)? {
+            Some(team_file) => {
+                let mut flags = flags;
+                crate::command_prompt::choose(global, &mut flags)?;
+                crate::team::run_for_front(global, flags, team_file, id.to_owned(), front.clone())
+            }
+            None => crate::single_run::run_for_front(global, flags, id.to_owned(), front.clone()),
+        };
     }
     let record = crate::lifecycle::record_of(global, id)?;
     if !matches!(record.status, RunStatus::Completed | RunStatus::Interrupted) {
-        let ending = crate::single_run::resume_for_front(global, record, None, front.clone())?;
+        let ending = resume_for_front(global, record, None, front)?;
         if ending.status != RunStatus::Completed {
             return Ok(ending);
         }
         let record = crate::lifecycle::record_of(global, id)?;
-        return crate::single_run::resume_for_front(global, record, Some(prompt), front.clone());
+        return resume_for_front(global, record, Some(prompt), front);
     }
-    crate::single_run::resume_for_front(global, record, Some(prompt), front.clone())
+    resume_for_front(global, record, Some(prompt), front)
+}
+
+/// The stored run `record` carried on (`None`) or continued with a prompt, by its kind: a
+/// team run's later prompt is the lead's continuation (teammates kept, see `team::continuation`).
+fn resume_for_front(
+    global: &Globals,
+    record: muster_mailbox::RunRecord,
+    continuation: Option<String>,
+    front: &FrontEnd,
+) -> anyhow::Result<Ending> {
+    if record.team.is_some() {
+        crate::team::resume_for_front(global, record, continuation, front.clone())
+    } else {
+        crate::single_run::resume_for_front(global, record, continuation, front.clone())
+    }
 }
 
 /// The stop reason of a turn's ending; `None` for a failure (answered with an error).
@@ -592,13 +612,14 @@ struct Sink {
     session: SessionId,
     workspace: PathBuf,
     shown: Mutex<Shown>,
+    main_agent: &'static str,
 }
 
 impl EventSink for Sink {
     fn emit(&self, event: RunEvent) {
         let updates = {
             let mut shown = self.shown.lock().unwrap_or_else(PoisonError::into_inner);
-            updates_for(&event, &mut shown, LEAD, &self.workspace)
+            updates_for(&event, &mut shown, self.main_agent, &self.workspace)
         };
         for update in updates {
             send(&self.cx, &self.session, update);
@@ -617,8 +638,9 @@ fn replay(project: &Project, record: &RunRecord, session: &SessionId, cx: &Conne
     };
     let mut shown = Shown::default();
     let workspace = Path::new(&record.workspace);
+    let main_agent = main_agent_of(record.team.is_some());
     for event in text.lines().filter_map(logged_event) {
-        for update in updates_for(&event, &mut shown, LEAD, workspace) {
+        for update in updates_for(&event, &mut shown, main_agent, workspace) {
             send(cx, session, update);
         }
     }

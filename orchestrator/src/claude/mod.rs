@@ -563,14 +563,18 @@ impl Driver {
         let id = &self.session.run_id;
         if let Some(team_file) = &self.session.team_file {
             if self.session.stored {
-                return Err(ExitError::new(
-                    Exit::Usage,
-                    format!(
-                        "run {id} is a team run: it takes one prompt per session so far (a \
-                         team run's continue is not supported); start a new session"
-                    ),
-                )
-                .into());
+                // A later prompt is the lead's continuation: teammates kept, the team's
+                // worktrees from the user's tree when its result was applied.
+                let record = crate::lifecycle::record_of(global, id)?;
+                if !matches!(record.status, RunStatus::Completed | RunStatus::Interrupted) {
+                    let ending =
+                        crate::team::resume_for_front(global, record, None, front.clone())?;
+                    if ending.status != RunStatus::Completed {
+                        return Ok(ending);
+                    }
+                }
+                let record = crate::lifecycle::record_of(global, id)?;
+                return crate::team::resume_for_front(global, record, Some(prompt), front.clone());
             }
             let flags = self.run_flags(prompt);
             return crate::team::run_for_front(

@@ -22,6 +22,7 @@ pub mod demo;
 pub mod fork;
 pub mod inbox;
 pub mod inspect;
+pub mod interrupt;
 pub mod plans;
 pub mod prune;
 pub mod reject;
@@ -81,6 +82,10 @@ pub enum Command {
     Run(run::Args),
     /// Continue a stopped, crashed or decided run.
     Resume(resume::Args),
+    /// Interrupt the running turn of a live run (from another terminal or machine): its
+    /// model request and tool calls stop, the run stays live and waits for its next prompt
+    /// (`muster run --continue RUN -p …`). Ctrl-C still ends the whole run.
+    Interrupt(interrupt::Args),
     /// Copy a run under a new id and slug.
     Fork(fork::Args),
     /// Run one task per line of a JSONL file.
@@ -146,6 +151,7 @@ pub fn dispatch(cli: Cli, process: ProcessGiven) -> anyhow::Result<Exit> {
     match cli.command {
         Command::Run(args) => run::execute(&global, args),
         Command::Resume(args) => resume::execute(&global, args),
+        Command::Interrupt(args) => interrupt::execute(&global, args),
         Command::Fork(args) => fork::execute(&global, args),
         Command::Batch(args) => batch::execute(&global, args),
         Command::Inbox(args) => inbox::execute(&global, args),

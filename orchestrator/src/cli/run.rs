@@ -57,8 +57,11 @@ pub struct Args {
     /// overrides the team file's `remote`. Never the workspace's `origin` by default.
     #[arg(long)]
     pub remote: Option<String>,
-    /// Give a completed or interrupted single-agent run (RUN, else this project's newest) a
-    /// new prompt: its agent keeps its context, budgets and spend; the deadline restarts.
+    /// Give a completed or interrupted run (RUN, else this project's newest) a new prompt:
+    /// its agent (a team: its lead) keeps its context, budgets and spend carry on, the
+    /// deadline restarts. A team keeps its teammates (idle, woken by mail or a task); when
+    /// the team's result was applied to your tree, the worktrees start again from your tree
+    /// as it is now, else the team goes on from its integration branch.
     #[arg(
         long = "continue",
         value_name = "RUN",

@@ -516,6 +516,12 @@ pub(crate) fn continue_run(
     flags: crate::launch::ResumeFlags,
 ) -> anyhow::Result<Exit> {
     let project = Project::locate(global)?;
+    if let Some(id) = flags.run.as_deref()
+        && hand_prompt_to_live_run(&project, id, &prompt)?
+    {
+        eprintln!("muster: the prompt was handed to live run {id}; its terminal shows the turn");
+        return Ok(Exit::Success);
+    }
     let record = {
         let runtime = tokio_runtime()?;
         runtime.block_on(async {
@@ -531,13 +537,55 @@ pub(crate) fn continue_run(
         })?
     };
     if record.team.is_some() {
-        return Err(usage(format!(
-            "run {} is a team run: `--continue` takes single-agent runs only so far; start a \
-             new team run with `muster run -p …`",
-            record.id
-        )));
+        return crate::team::continue_run(global, &flags, record, prompt);
     }
     crate::single_run::continue_run(global, flags, record, prompt)
+}
+
+/// `--continue` of run `id` when a process holds it live: the prompt is handed to it (it must
+/// be waiting after `muster interrupt`). `false`: the run is not live, it is continued here.
+fn hand_prompt_to_live_run(project: &Project, id: &str, prompt: &str) -> anyhow::Result<bool> {
+    use crate::turn_requests::{Refused, request_prompt};
+    tokio_runtime()?.block_on(async {
+        let store = project.open_store().await?;
+        let Some(record) = store.run(id).await? else {
+            return Ok(false);
+        };
+        let agent = match record.team {
+            Some(_) => crate::team::LEAD,
+            None => crate::single_run::MAIN_AGENT,
+        };
+        match request_prompt(store.as_ref(), &project.runs_dir(), id, agent, prompt).await {
+            Ok(()) => Ok(true),
+            Err(Refused::NotLive(_)) => Ok(false),
+            Err(error) => Err(refused(error)),
+        }
+    })
+}
+
+/// `muster interrupt RUN`: the live run's running turn ends; the run stays live.
+pub(crate) fn interrupt(global: &crate::project::Globals, id: &str) -> anyhow::Result<Exit> {
+    let project = Project::locate(global)?;
+    tokio_runtime()?.block_on(async {
+        let store = project.open_store().await?;
+        crate::turn_requests::request_interrupt(store.as_ref(), &project.runs_dir(), id)
+            .await
+            .map_err(refused)
+    })?;
+    eprintln!(
+        "muster: asked run {id} to interrupt its turn; give it the next prompt with          `muster run --continue {id} -p …`"
+    );
+    Ok(Exit::Success)
+}
+
+/// A refused request to a live run, with its exit code.
+fn refused(error: crate::turn_requests::Refused) -> anyhow::Error {
+    use crate::turn_requests::Refused;
+    match error {
+        Refused::Store(error) => error.into(),
+        Refused::Record(text) => usage(text),
+        other => ExitError::new(Exit::Failed, other.to_string()).into(),
+    }
 }
 
 /// Whether a run in `status` may take a new prompt.

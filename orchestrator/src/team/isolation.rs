@@ -59,6 +59,19 @@ enum IsolationRecord {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         gate: Option<super::gate::GateResult>,
     },
+    /// The final decision's apply to the user's tree is done (a resume does not write the
+    /// tree again: the person may have changed it since).
+    Applied {
+        commit: String,
+        files: usize,
+    },
+    /// The run was continued (`muster run --continue`), committed with the lead's new turn:
+    /// what came before it was the previous stretch's (its `Final` is done with), and `base`,
+    /// when set, is the fresh base every worktree starts from.
+    Continued {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        base: Option<Base>,
+    },
 }
 
 /// The run's git remote, when teammates run on workers (DESIGN, "Wave 2 → Workers"): files
@@ -120,7 +133,8 @@ impl RemoteGit {
 /// A team run's worktrees and what it recorded of them.
 pub(crate) struct TeamIsolation {
     pub worktrees: Worktrees,
-    pub base: Base,
+    /// The recorded base (a continuation may take a fresh one).
+    base: Mutex<Base>,
     /// The integration head as recorded, behind the lock every move of it takes.
     head: Arc<tokio::sync::Mutex<String>>,
     /// The newest checkpoint recorded per agent whose worktree this process made or
@@ -189,7 +203,7 @@ impl TeamIsolation {
             .into_iter()
             .filter_map(|row| serde_json::from_value::<IsolationRecord>(row.body).ok())
             .collect::<Vec<_>>();
-        let (worktrees, base) = match recorded.first() {
+        let (worktrees, first_base) = match recorded.first() {
             Some(IsolationRecord::Shared) => return Ok(None),
             Some(IsolationRecord::Base(base)) => {
                 let chosen =
@@ -216,6 +230,15 @@ impl TeamIsolation {
                 }
             },
         };
+        // A continuation's fresh base replaces the one before it.
+        let base = recorded
+            .iter()
+            .rev()
+            .find_map(|record| match record {
+                IsolationRecord::Continued { base: Some(base) } => Some(base.clone()),
+                _ => None,
+            })
+            .unwrap_or(first_base);
         let mut settled = BTreeSet::new();
         let mut head = base.commit.clone();
         for row in store.records(run_id, LEAD, TRANSCRIPT, 0).await? {
@@ -238,7 +261,7 @@ impl TeamIsolation {
             .collect();
         Ok(Some(TeamIsolation {
             worktrees,
-            base,
+            base: Mutex::new(base),
             head: Arc::new(tokio::sync::Mutex::new(head)),
             recorded: Mutex::new(BTreeMap::new()),
             settled: Mutex::new(settled),
@@ -260,7 +283,7 @@ impl TeamIsolation {
         if remote.side == Side::Lead {
             let git = Git::new(self.worktrees.toplevel());
             let base_ref = format!("refs/muster/{}/base", self.slug());
-            let refspec = format!("+{}:{base_ref}", self.base.commit);
+            let refspec = format!("+{}:{base_ref}", self.base().commit);
             git.run(&["push", "--quiet", &remote.url, &refspec])
                 .await
                 .map_err(|e| {
@@ -290,7 +313,7 @@ impl TeamIsolation {
         let Some(remote) = self.remote.as_ref().filter(|r| r.side == Side::Worker) else {
             return Ok(());
         };
-        let mut newest = self.base.commit.clone();
+        let mut newest = self.base().commit;
         for row in store.records(run_id, LEAD, TRANSCRIPT, 0).await? {
             if let Ok(Record::Checkpoint { commit, .. }) = Record::from_stored(&row) {
                 newest = commit;
@@ -300,6 +323,11 @@ impl TeamIsolation {
         remote.fetch_run(&git, &self.slug()).await?;
         *self.head.lock().await = newest;
         Ok(())
+    }
+
+    /// The recorded base.
+    pub(crate) fn base(&self) -> Base {
+        self.base.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The recorded integration head.
@@ -715,29 +743,33 @@ impl TeamIsolation {
 
     /// The end of a completed run: the recorded result applied to the user's working tree
     /// when it still matches the base, else left on the integration branch. The decision is
-    /// recorded first; a resume after a kill half-way carries out the recorded one.
+    /// recorded first; a resume after a kill half-way carries out the recorded one, and once
+    /// the apply is recorded done (`applied`), a resume reports it without writing the tree.
     pub(crate) async fn deliver(
         &self,
         store: &dyn MailboxStore,
         run_id: &str,
     ) -> anyhow::Result<Delivered> {
         let head = self.head().await;
-        let decided = store
-            .records(run_id, LEAD, ISOLATION_STREAM, 0)
-            .await?
-            .into_iter()
-            .filter_map(|row| serde_json::from_value::<IsolationRecord>(row.body).ok())
-            .find_map(|record| match record {
-                IsolationRecord::Final {
-                    apply,
-                    commit,
-                    gate,
-                } => Some((apply, commit, gate)),
-                _ => None,
-            });
+        let base = self.base();
+        let stretch = this_stretch(store, run_id).await?;
+        if let Some((commit, files)) = stretch.iter().find_map(|record| match record {
+            IsolationRecord::Applied { commit, files } => Some((commit.clone(), *files)),
+            _ => None,
+        }) {
+            return Ok(Delivered::Applied { commit, files });
+        }
+        let decided = stretch.into_iter().find_map(|record| match record {
+            IsolationRecord::Final {
+                apply,
+                commit,
+                gate,
+            } => Some((apply, commit, gate)),
+            _ => None,
+        });
         let (apply, commit, gate) = match decided {
             Some(decided) => decided,
-            None if head == self.base.commit => return Ok(Delivered::Nothing),
+            None if head == base.commit => return Ok(Delivered::Nothing),
             None => {
                 // The gate runs before the decision is recorded: killed during it, a resume
                 // runs it again; recorded, its result is what every resume carries out.
@@ -748,7 +780,7 @@ impl TeamIsolation {
                     _ => None,
                 };
                 let passed = gate.as_ref().is_none_or(|result| result.passed);
-                let apply = passed && self.worktrees.user_tree_matches(&self.base).await?;
+                let apply = passed && self.worktrees.user_tree_matches(&base).await?;
                 let final_record = IsolationRecord::Final {
                     apply,
                     commit: head.clone(),
@@ -772,12 +804,108 @@ impl TeamIsolation {
             });
         }
         muster_mailbox::failpoint!("final_apply");
-        let files = self
-            .worktrees
-            .apply_to_user_tree(&self.base, &commit)
-            .await?;
+        let files = self.worktrees.apply_to_user_tree(&base, &commit).await?;
+        let done = IsolationRecord::Applied {
+            commit: commit.clone(),
+            files,
+        };
+        append(store, run_id, &done).await?;
         Ok(Delivered::Applied { commit, files })
     }
+}
+
+/// What became of a completed run's result, as a continuation finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PreviousResult {
+    /// Applied to the user's tree (or nothing was merged): the worktrees start again from
+    /// the user's current tree.
+    FreshBase(Base),
+    /// Left on the integration branch (the user's tree had changed): the team goes on from
+    /// it, and the next ending tries again to apply it.
+    OnBranch { branch: String },
+}
+
+impl TeamIsolation {
+    /// A completed run about to be continued: a fresh base (HEAD plus the working tree's
+    /// changes, as at a run's start) when its result was applied or nothing was merged;
+    /// otherwise the integration branch goes on. Only git objects are written here; the
+    /// continuation's commit records the choice.
+    pub(crate) async fn previous_result(
+        &self,
+        store: &dyn MailboxStore,
+        run_id: &str,
+    ) -> anyhow::Result<PreviousResult> {
+        let left_on_branch = this_stretch(store, run_id)
+            .await?
+            .into_iter()
+            .any(|record| matches!(record, IsolationRecord::Final { apply: false, .. }));
+        if left_on_branch {
+            return Ok(PreviousResult::OnBranch {
+                branch: self.worktrees.lead_branch(),
+            });
+        }
+        Ok(PreviousResult::FreshBase(self.worktrees.make_base().await?))
+    }
+
+    /// The records a continuation commits with the lead's new turn: the stretch's end in
+    /// the isolation stream and, with a fresh base, every worktree's checkpoint at it (the
+    /// lead's moves the integration head there).
+    pub(crate) fn continuation_records(
+        fresh: Option<&Base>,
+        teammates: &[String],
+    ) -> anyhow::Result<Vec<NewRecord>> {
+        let mut records = vec![NewRecord {
+            agent: LEAD.into(),
+            stream: ISOLATION_STREAM.into(),
+            seq: None,
+            body: serde_json::to_value(IsolationRecord::Continued {
+                base: fresh.cloned(),
+            })?,
+        }];
+        if let Some(base) = fresh {
+            for agent in std::iter::once(LEAD).chain(teammates.iter().map(String::as_str)) {
+                let checkpoint = Record::Checkpoint {
+                    commit: base.commit.clone(),
+                    merging: None,
+                    merge: None,
+                };
+                records.push(checkpoint.to_new(agent)?);
+            }
+        }
+        Ok(records)
+    }
+
+    /// After the continuation's commit, in this process: the fresh base is the base and the
+    /// integration head, and the lead's worktree is put on it.
+    pub(crate) async fn continue_from(&self, base: Base) -> anyhow::Result<()> {
+        let mut head = self.head.lock().await;
+        let checkpoint = Checkpoint {
+            commit: base.commit.clone(),
+            merging: None,
+        };
+        self.worktrees.restore(LEAD, &checkpoint).await?;
+        self.publish(LEAD, &base.commit).await?;
+        *head = base.commit.clone();
+        self.set_recorded(LEAD, checkpoint);
+        *self.base.lock().unwrap_or_else(|p| p.into_inner()) = base;
+        Ok(())
+    }
+}
+
+/// The isolation records of the run's current stretch: those after its latest continuation.
+async fn this_stretch(
+    store: &dyn MailboxStore,
+    run_id: &str,
+) -> anyhow::Result<Vec<IsolationRecord>> {
+    let mut stretch = Vec::new();
+    for row in store.records(run_id, LEAD, ISOLATION_STREAM, 0).await? {
+        match serde_json::from_value::<IsolationRecord>(row.body) {
+            Ok(IsolationRecord::Continued { .. }) => stretch.clear(),
+            Ok(record) => stretch.push(record),
+            Err(_) => {}
+        }
+    }
+    Ok(stretch)
 }
 
 /// A merge carried out.

@@ -294,7 +294,12 @@ impl Team {
         let mut work = first.map(Work::Prompt);
         if resumed {
             let rows = self.store.records(self.run_id(), id, TRANSCRIPT, 0).await?;
-            if let Some(last) = rows.last() {
+            // A continuation's fresh base adds a checkpoint after a finished turn.
+            let last = rows
+                .iter()
+                .rev()
+                .find(|row| !matches!(Record::from_stored(row), Ok(Record::Checkpoint { .. })));
+            if let Some(last) = last {
                 let finished = matches!(Record::from_stored(last), Ok(Record::Finished { .. }));
                 if finished && self.agreed_to_shutdown(id).await? {
                     // It agreed and ended its turn; its tasks went back in that commit.

@@ -206,7 +206,7 @@ impl Team {
         if matches!(ending.status, RunStatus::Failed | RunStatus::Budget) {
             // The run is over without applying anything: say where the merged work is.
             let head = isolation.head().await;
-            if head != isolation.base.commit {
+            if head != isolation.base().commit {
                 let branch = isolation.worktrees.lead_branch();
                 if let Value::Object(result) = &mut ending.result {
                     result.insert("result_branch".into(), json!(branch));

@@ -24,6 +24,7 @@
 //!   run's deadline, started again at each resume (a resume's `--max-duration` is kept for
 //!   the next one).
 
+mod continuation;
 mod gate;
 mod isolation;
 mod mail;
@@ -71,6 +72,8 @@ use crate::stream_json::now_ms;
 pub const LEAD: &str = "lead";
 /// The most mail an agent takes at one turn boundary.
 const MAIL_BATCH: usize = 32;
+/// Why the team's end asks its idle teammates to shut down.
+const END_OF_RUN: &str = "the team's work is done";
 
 fn usage(message: impl Into<String>) -> anyhow::Error {
     ExitError::new(Exit::Usage, message).into()
@@ -204,6 +207,7 @@ fn new_team_run(global: &Globals, flags: RunFlags, team_path: PathBuf) -> anyhow
         output,
         new,
         front: None,
+        continuation: None,
     })
 }
 
@@ -214,6 +218,46 @@ pub fn resume(
     flags: &crate::launch::ResumeFlags,
     record: muster_mailbox::RunRecord,
 ) -> anyhow::Result<Exit> {
+    let kind = resumed_team_run(global, flags, &record)?;
+    lifecycle::execute(kind, Some(record))
+}
+
+/// `muster run --continue [RUN] -p PROMPT` of a team run that completed or was interrupted
+/// (`record`, picked and checked by the caller): its lead takes `prompt` as a new user turn
+/// ([`continuation`]: teammates kept, a fresh base when the result was applied, budgets
+/// carried on).
+pub fn continue_run(
+    global: &Globals,
+    flags: &crate::launch::ResumeFlags,
+    record: muster_mailbox::RunRecord,
+    prompt: String,
+) -> anyhow::Result<Exit> {
+    let mut kind = resumed_team_run(global, flags, &record)?;
+    kind.continuation = Some((prompt, record.status));
+    lifecycle::execute(kind, Some(record))
+}
+
+/// A front end's later prompt of a team session (`muster acp`, `muster claude`): the stored
+/// run `record` (picked and checked by the caller) continued with `continuation` as its lead's
+/// new turn, or — `None` — carried on as it stopped; its events to `front`.
+pub(crate) fn resume_for_front(
+    global: &Globals,
+    record: muster_mailbox::RunRecord,
+    continuation: Option<String>,
+    front: FrontEnd,
+) -> anyhow::Result<Ending> {
+    let mut kind = resumed_team_run(global, &crate::launch::ResumeFlags::default(), &record)?;
+    kind.continuation = continuation.map(|prompt| (prompt, record.status));
+    kind.front = Some(front);
+    lifecycle::execute_to_ending(kind, Some(record))
+}
+
+/// The stored team run `record`, rebuilt from its launch options with `flags` applied.
+fn resumed_team_run(
+    global: &Globals,
+    flags: &crate::launch::ResumeFlags,
+    record: &muster_mailbox::RunRecord,
+) -> anyhow::Result<TeamRun> {
     let output = flags.output;
     let mut launch: TeamLaunch =
         serde_json::from_value(record.launch_options.clone()).map_err(|e| {
@@ -242,21 +286,19 @@ pub fn resume(
     if launch.skipped_merge_gate {
         team.skip_merge_gate();
     }
-    lifecycle::execute(
-        TeamRun {
-            project,
-            catalog: Arc::new(catalog),
-            file: team,
-            launch,
-            output,
-            new: NewTeamRun {
-                batch_line_id: None,
-                run_id: None,
-            },
-            front: None,
+    Ok(TeamRun {
+        project,
+        catalog: Arc::new(catalog),
+        file: team,
+        launch,
+        output,
+        new: NewTeamRun {
+            batch_line_id: None,
+            run_id: None,
         },
-        Some(record),
-    )
+        front: None,
+        continuation: None,
+    })
 }
 
 /// A team file inside the project is the repository's: its `policy:FILE` approvers (which
@@ -403,6 +445,8 @@ struct TeamRun {
     new: NewTeamRun,
     /// The front end driving the run in this process (`muster claude`).
     front: Option<FrontEnd>,
+    /// `muster run --continue`: the lead's new user turn, and the status the run had.
+    continuation: Option<(String, RunStatus)>,
 }
 
 impl RunKind for TeamRun {
@@ -518,6 +562,28 @@ impl RunKind for TeamRun {
         }
         let services: Arc<dyn muster_agents::runtime::team::TeamServices> = team.clone();
         context.team.attach(&services);
+        let mut driver = TeamDriver {
+            team: team.clone(),
+            settings: self.project.settings.clone(),
+            launch: self.launch,
+            output: self.output,
+            resumed: run.resumed,
+            front: self.front,
+            lead: std::sync::Mutex::new(None),
+            ending: None,
+        };
+        if let Some((prompt, status)) = &self.continuation {
+            // The continuation is committed before any teammate starts: they start from the
+            // store as it left it.
+            let mut lead = AgentRuntime::resume(context.clone(), LEAD, None, None).await?;
+            match team.continue_lead(&mut lead, prompt, *status).await? {
+                continuation::Continued::Yes => driver.lead = std::sync::Mutex::new(Some(lead)),
+                continuation::Continued::MidTurn => {
+                    driver.ending = Some(crate::single_run::mid_turn(&run.id));
+                    return Ok(driver);
+                }
+            }
+        }
         if run.resumed {
             // What the dead process left to do is derived from the store: requests waiting on
             // a policy are decided, then every teammate is rebuilt from its records.
@@ -529,14 +595,7 @@ impl RunKind for TeamRun {
                 team.start_declared(teammate, false)?;
             }
         }
-        Ok(TeamDriver {
-            team,
-            settings: self.project.settings.clone(),
-            launch: self.launch,
-            output: self.output,
-            resumed: run.resumed,
-            front: self.front,
-        })
+        Ok(driver)
     }
 }
 
@@ -550,10 +609,29 @@ struct TeamDriver {
     resumed: bool,
     /// The front end driving the run (`muster claude`): it can end the lead's turn.
     front: Option<FrontEnd>,
+    /// The lead a continuation built (with its new turn committed), taken by the drive.
+    lead: std::sync::Mutex<Option<AgentRuntime>>,
+    /// The ending decided before anything ran (a continuation refused mid-turn).
+    ending: Option<Ending>,
+}
+
+impl TeamDriver {
+    fn drive_lead(&self) -> impl std::future::Future<Output = anyhow::Result<Ending>> + '_ {
+        let lead = self
+            .lead
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        self.team
+            .drive_lead(&self.launch, self.resumed, self.front.as_ref(), lead)
+    }
 }
 
 impl RunDriver for TeamDriver {
     async fn drive(&self) -> anyhow::Result<Ending> {
+        if let Some(ending) = &self.ending {
+            return Ok(ending.clone());
+        }
         let team = &self.team;
         match self.launch.run.deadline_ms {
             Some(deadline) => {
@@ -562,17 +640,13 @@ impl RunDriver for TeamDriver {
                     // Already passed (a resume): nothing runs.
                     team.deadline_ending().await
                 } else {
-                    let lead = team.drive_lead(&self.launch, self.resumed, self.front.as_ref());
-                    match tokio::time::timeout(left, lead).await {
+                    match tokio::time::timeout(left, self.drive_lead()).await {
                         Ok(ending) => ending,
                         Err(_) => team.deadline_ending().await,
                     }
                 }
             }
-            None => {
-                team.drive_lead(&self.launch, self.resumed, self.front.as_ref())
-                    .await
-            }
+            None => self.drive_lead().await,
         }
     }
 
@@ -867,6 +941,7 @@ impl Team {
         launch: &TeamLaunch,
         resumed: bool,
         front: Option<&FrontEnd>,
+        prepared: Option<AgentRuntime>,
     ) -> anyhow::Result<Ending> {
         let spec = AgentSpec {
             agent_id: LEAD.into(),
@@ -878,7 +953,9 @@ impl Team {
             inherited_model: None,
             endpoint: None,
         };
-        let mut lead = if resumed {
+        let mut lead = if let Some(lead) = prepared {
+            lead
+        } else if resumed {
             AgentRuntime::resume(self.run.clone(), LEAD, None, None).await?
         } else {
             let prompt = self.lead_prompt(&launch.prompt);
@@ -887,6 +964,20 @@ impl Team {
         if let Some(front) = front {
             front.hold_turn(lead.interrupter());
         }
+        // `muster interrupt` from another terminal ends the lead's running turn (not with a
+        // front end, which has its own).
+        let _watch = match front {
+            Some(_) => None,
+            None => Some(
+                crate::turn_requests::InterruptWatch::start(
+                    self.store.clone(),
+                    self.run_id().to_owned(),
+                    self.epoch(),
+                    lead.interrupter(),
+                )
+                .await?,
+            ),
+        };
         let mut states = self.states.subscribe();
         loop {
             // The lead waiting on a person for its own plan blocks only itself; the run stops
@@ -912,7 +1003,19 @@ impl Team {
                         ),
                     });
                 }
-                // Nothing interrupts the lead's turn yet: it ends as an interrupted run.
+                // `muster interrupt`: the run stays live, the teammates go on, and the lead
+                // waits for its next prompt (`muster run --continue`).
+                AgentOutcome::TurnInterrupted if front.is_none() => {
+                    crate::turn_requests::take_next_prompt(
+                        self.store.as_ref(),
+                        self.run_id(),
+                        self.epoch(),
+                        &mut lead,
+                    )
+                    .await?;
+                    continue;
+                }
+                // A front end's cancel ends the run as interrupted; its next prompt continues.
                 AgentOutcome::TurnInterrupted => {
                     return Ok(Ending::interrupted(
                         "the lead's turn was interrupted",
@@ -1157,6 +1260,12 @@ impl Team {
         let mut settled = Vec::new();
         let mut kept = Vec::new();
         for message in mail.drain(..) {
+            if self.answers_the_end_of_run(&message).await? {
+                // The run had ended when it was sent; a resume or a continuation has nothing
+                // to tell the lead with it.
+                settled.push(message.key.clone());
+                continue;
+            }
             let responder = message.body.clone().responder().map(str::to_owned);
             match responder.as_deref() {
                 Some(r) if r != LEAD => {
@@ -1175,6 +1284,27 @@ impl Team {
             self.store.ack(self.run_id(), settled).await?;
         }
         Ok(kept)
+    }
+
+    /// Whether `message` answers the shutdown request the team's end sent.
+    async fn answers_the_end_of_run(
+        &self,
+        message: &muster_mailbox::Message,
+    ) -> anyhow::Result<bool> {
+        let MessageBody::ShutdownResponse { request_id, .. } = message.body.clone() else {
+            return Ok(false);
+        };
+        Ok(self
+            .store
+            .request(self.run_id(), &request_id)
+            .await?
+            .is_some_and(|request| {
+                matches!(
+                    request.body,
+                    MessageBody::ShutdownRequest { reason: Some(ref reason), .. }
+                        if reason == END_OF_RUN
+                )
+            }))
     }
 
     /// The run's ending when the team is done: no running teammate, no pending or
@@ -1393,7 +1523,7 @@ The lead ended its turn without deciding {}; the teammates                  wait
         let live = self.live_teammates();
         for id in &live {
             let _ = self
-                .request_shutdown(id, Some("the team's work is done".into()), None)
+                .request_shutdown(id, Some(END_OF_RUN.into()), None)
                 .await;
         }
         for id in &live {

@@ -246,6 +246,8 @@ impl Team {
 
     /// Whether the teammate agreed (with SendMessage `reply_to`) to a shutdown request.
     pub(crate) async fn agreed_to_shutdown(&self, agent: &str) -> anyhow::Result<bool> {
+        // A continuation took these back: the teammate works again.
+        let taken_back = self.revived_shutdowns().await?;
         Ok(self
             .store
             .requests(self.run_id())
@@ -254,6 +256,7 @@ impl Team {
             .any(|r| {
                 r.kind == MessageKind::ShutdownRequest
                     && r.recipient == agent
+                    && !taken_back.contains(&r.request_id)
                     && r.response
                         .as_ref()
                         .is_some_and(|response| response.body.approved() == Some(true))

@@ -767,3 +767,79 @@ async fn a_plan_approved_with_muster_approve_first_leaves_the_editors_selection_
     assert!(!responses[0].contains("Too late."), "{responses:?}");
     assert_eq!(acp.close().await, Some(0));
 }
+
+/// A session on a team project is a team run (issue 30's `continue` for ACP): its second
+/// prompt is the lead's continuation — the teammate shut down at the first run's end is kept
+/// and woken by the lead's mail, and its report reaches the lead within the prompt's turn.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_team_sessions_second_prompt_continues_the_team_with_its_teammate() {
+    let dir = project(&[(
+        "muster.team.toml",
+        "name = \"greeters\"\nisolation = \"shared\"\n\n[[teammates]]\nname = \"alice\"\n",
+    )]);
+    let when = |agent: &str, mail_type: &str, from: &str, content: Value| -> ScriptEntry {
+        serde_json::from_value(json!({"agent": agent,
+            "when": {"mail_type": mail_type, "from": from},
+            "reply": {"content": content}}))
+        .unwrap()
+    };
+    let fake = fake(vec![
+        ScriptEntry::reply("lead", 1, vec![Block::text("First answer.")]),
+        ScriptEntry::reply(
+            "lead",
+            2,
+            vec![tool(
+                "SendMessage",
+                json!({"to": "alice", "message": "Say hi."}),
+            )],
+        ),
+        serde_json::from_value(json!({"agent": "lead",
+            "reply": {"content": [{"type": "text", "text": "Waiting."}]}}))
+        .unwrap(),
+        when(
+            "lead",
+            "idle_notification",
+            "alice",
+            json!([{"type": "text", "text": "Alice said hi."}]),
+        ),
+        when(
+            "alice",
+            "text",
+            "lead",
+            json!([{"type": "text", "text": "Hi from alice."}]),
+        ),
+    ])
+    .await;
+    let mut acp = Acp::spawn(dir.path(), &fake.base_url());
+    acp.initialize().await;
+    let session = acp.new_session(dir.path()).await;
+    let answer = acp.prompt(&session, "Greet.").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert_eq!(run_status(dir.path(), &session).await, "completed");
+
+    let answer = acp.prompt(&session, "Ask alice to say hi.").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let requests = fake.requests();
+    let asked: Vec<_> = requests.iter().map(|r| (r.agent.clone(), r.turn)).collect();
+    assert!(
+        acp.text(&session).contains("Alice said hi."),
+        "{:#?}\n{asked:?}",
+        acp.updates(&session)
+    );
+    assert_eq!(run_status(dir.path(), &session).await, "completed");
+    assert!(
+        requests.iter().any(|r| r.agent.as_deref() == Some("alice")),
+        "alice was never woken"
+    );
+    let continued = requests
+        .iter()
+        .find(|r| r.agent.as_deref() == Some("lead") && r.turn == Some(2))
+        .unwrap()
+        .body["messages"]
+        .to_string();
+    assert!(
+        continued.contains("Greet.") && continued.contains("Ask alice to say hi."),
+        "{continued}"
+    );
+    assert_eq!(acp.close().await, Some(0));
+}

@@ -975,3 +975,50 @@ fn command_for(program: &Path, dir: &Path) -> tokio::process::Command {
     command.stdout(Stdio::piped()).stderr(Stdio::piped());
     command
 }
+
+/// A team session's second prompt on stdin is the lead's `continue` of the same run (issue
+/// 30), its context kept.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_team_sessions_second_prompt_continues_the_team_run() {
+    let dir = project(&[(
+        "muster.team.toml",
+        "name = \"greeters\"\nisolation = \"shared\"\n\n[[teammates]]\nname = \"alice\"\n",
+    )]);
+    let fake = fake(vec![
+        ScriptEntry::reply("lead", 1, vec![Block::text("First answer.")]),
+        ScriptEntry::reply("lead", 2, vec![Block::text("Second answer.")]),
+    ])
+    .await;
+    let stdin = user("First question.") + &user("Second question.");
+    let output = claude(
+        dir.path(),
+        &fake.base_url(),
+        &[
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--input-format",
+            "stream-json",
+        ],
+        &stdin,
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let lines = messages(&output);
+    let results = of_kind(&lines, "result", None);
+    let texts: Vec<&Value> = results.iter().map(|r| &r["result"]).collect();
+    assert_eq!(
+        texts,
+        [&json!("First answer."), &json!("Second answer.")],
+        "{lines:#?}"
+    );
+    let run = results[0]["muster"]["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(results[1]["muster"]["run_id"], run.as_str());
+    let last = fake.requests().last().unwrap().body.to_string();
+    assert!(
+        last.contains("First answer.") && last.contains("Second question."),
+        "{last}"
+    );
+    let store = open_store(dir.path());
+    assert_eq!(store.runs().await.unwrap().len(), 1);
+}

@@ -247,3 +247,457 @@ async fn settings_an_agent_writes_during_a_run_are_not_read_when_it_continues() 
     let said = last.body["messages"].to_string();
     assert!(said.contains("outside the workspace"), "{said}");
 }
+
+/// A team run's continuation: a completed run (its result applied to the user's tree) takes a
+/// new prompt for its lead; the teammate that was shut down at the end is kept and woken by
+/// the lead's mail; its worktree starts again from the user's tree as it is now (with the
+/// person's edit made after the first run), so its new work merges and applies alone.
+mod team {
+    use std::path::Path;
+    use std::process::Output;
+
+    use muster_fake_llm::{FakeLlmHandle, ScriptEntry};
+    use serde_json::{Value, json};
+
+    use super::super::common::{command, fake, lines, muster, output, stderr, tool};
+    use super::super::worktree_cli::{any_turn, entry, git, lead_merges, read, repo, team};
+    use super::killed_at;
+
+    /// The first run: the lead puts one task on the board, alice writes a.txt, the lead
+    /// approves its merge, and the result is applied to the user's tree.
+    async fn first_run(root: &Path) -> (String, u64) {
+        let fake = fake(vec![
+            ScriptEntry::reply(
+                "lead",
+                1,
+                vec![tool(
+                    "TaskCreate",
+                    json!({"subject": "a", "description": "Write a.txt."}),
+                )],
+            ),
+            any_turn("lead", "Waiting for the team."),
+            lead_merges("alice", &["merge-alice-1"]),
+            ScriptEntry::reply(
+                "alice",
+                1,
+                vec![tool(
+                    "Write",
+                    json!({"file_path": "a.txt", "content": "a\n"}),
+                )],
+            ),
+            any_turn("alice", "Wrote a.txt."),
+        ])
+        .await;
+        let out = muster(
+            root,
+            &[
+                "run",
+                "-p",
+                "Build it.",
+                "--base-url",
+                &fake.base_url(),
+                "--output",
+                "stream-json",
+            ],
+        )
+        .await;
+        let end = finished(&out);
+        assert_eq!(end["status"], "completed", "{end:#}\n{}", stderr(&out));
+        assert_eq!(read(root, "a.txt").as_deref(), Some("a\n"));
+        let lead_turns = fake
+            .requests()
+            .iter()
+            .filter(|r| r.agent.as_deref() == Some("lead"))
+            .filter_map(|r| r.turn)
+            .max()
+            .unwrap();
+        (end["run_id"].as_str().unwrap().to_owned(), lead_turns)
+    }
+
+    /// The person's edits after the first run: their own file, and the team's result.
+    fn person_edits(root: &Path) {
+        std::fs::write(root.join("README.md"), "hello\nmy edit\n").unwrap();
+        std::fs::write(root.join("a.txt"), "a\nmine\n").unwrap();
+    }
+
+    /// The continuation's model: the lead (at its next turn) mails alice new work, alice
+    /// writes b.txt, the lead approves the merge.
+    async fn second_model(lead_turn: u64) -> FakeLlmHandle {
+        fake(vec![
+            ScriptEntry::reply(
+                "lead",
+                lead_turn,
+                vec![tool(
+                    "SendMessage",
+                    json!({"to": "alice", "message": "Now write b.txt."}),
+                )],
+            ),
+            any_turn("lead", "Waiting for alice."),
+            // Its own tool_use id: a repeated id is the same call, answered as it was first.
+            entry(
+                json!({"agent": "lead", "when": {"mail_type": "merge_request", "from": "alice"},
+                "reply": {"content": [{"type": "tool_use", "id": "toolu_merge_b",
+                    "name": "ReviewMerge",
+                    "input": {"request_id": "merge-alice-2", "approve": true}}],
+                    "stop_reason": "tool_use"}}),
+            ),
+            entry(
+                json!({"agent": "alice", "when": {"mail_type": "text", "from": "lead"},
+                "reply": {"content": [{"type": "tool_use", "id": "toolu_b", "name": "Write",
+                    "input": {"file_path": "b.txt", "content": "b\n"}}],
+                    "stop_reason": "tool_use"}}),
+            ),
+            any_turn("alice", "Wrote b.txt."),
+        ])
+        .await
+    }
+
+    fn finished(output: &Output) -> Value {
+        let last = lines(output).pop().unwrap_or_default();
+        assert_eq!(last["type"], "run_finished", "{}", stderr(output));
+        last
+    }
+
+    fn continue_args<'a>(run_id: &'a str, base: &'a str) -> Vec<&'a str> {
+        vec![
+            "run",
+            "--continue",
+            run_id,
+            "-p",
+            "Add b.txt.",
+            "--base-url",
+            base,
+            "--output",
+            "stream-json",
+        ]
+    }
+
+    /// What an uncut continuation ends with: b.txt merged and applied on its own (the
+    /// fresh base holds a.txt and the person's edit), alice woken with her context.
+    fn assert_continued(root: &Path, end: &Value, fake: &FakeLlmHandle) {
+        let asked: Vec<String> = fake
+            .requests()
+            .iter()
+            .map(|r| {
+                let newest = r.body["messages"]
+                    .as_array()
+                    .and_then(|m| m.last())
+                    .map(|m| m["content"].to_string())
+                    .unwrap_or_default();
+                format!(
+                    "{:?} {:?} entry {:?}: {newest:.300}",
+                    r.agent, r.turn, r.entry
+                )
+            })
+            .collect();
+        assert_eq!(end["status"], "completed", "{end:#}\n{asked:#?}");
+        assert_eq!(end["exit_code"], 0, "{end:#}");
+        assert_eq!(end["files_changed"], 1, "only b.txt is new: {end:#}");
+        assert_eq!(read(root, "b.txt").as_deref(), Some("b\n"));
+        assert_eq!(
+            read(root, "a.txt").as_deref(),
+            Some("a\nmine\n"),
+            "the person's edit of the team's result is kept (never applied over)"
+        );
+        assert_eq!(
+            read(root, "README.md").as_deref(),
+            Some("hello\nmy edit\n"),
+            "the person's edit after the first run is kept"
+        );
+        // Nothing was committed on the user's branch.
+        assert_eq!(git(root, &["rev-list", "--count", "HEAD"]).trim(), "1");
+        let alice: Vec<_> = fake
+            .requests()
+            .into_iter()
+            .filter(|r| r.agent.as_deref() == Some("alice"))
+            .collect();
+        let first = alice.first().expect("alice was never woken");
+        assert_eq!(first.turn, Some(3), "alice keeps her turn count");
+        let context = first.body["messages"].to_string();
+        assert!(
+            context.contains("Wrote a.txt."),
+            "alice keeps her context: {context}"
+        );
+        let lead = fake
+            .requests()
+            .into_iter()
+            .find(|r| r.agent.as_deref() == Some("lead"))
+            .unwrap();
+        let said = lead.body["messages"].to_string();
+        assert!(said.contains("Add b.txt."), "{said}");
+        assert!(said.contains("alice"), "the lead is told its team: {said}");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_completed_team_run_continues_with_its_teammate_and_a_fresh_base() {
+        let dir = repo(&team("lead", &["alice"]), &[]);
+        let root = dir.path();
+        let (run_id, lead_turns) = first_run(root).await;
+        person_edits(root);
+        let fake = second_model(lead_turns + 1).await;
+        let base = fake.base_url();
+        let out = output(command(root, &continue_args(&run_id, &base))).await;
+        let end = finished(&out);
+        assert_eq!(end["run_id"], run_id.as_str());
+        assert_continued(root, &end, &fake);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_team_continue_killed_on_either_side_of_its_commit_resumes_to_the_same_end() {
+        let dir = repo(&team("lead", &["alice"]), &[]);
+        let root = dir.path();
+        let (run_id, lead_turns) = first_run(root).await;
+        person_edits(root);
+        let fake = second_model(lead_turns + 1).await;
+        let base = fake.base_url();
+        let args = continue_args(&run_id, &base);
+        let json = ["--output", "stream-json"];
+
+        // Killed before the commit: the continue never happened; a resume ends the run as
+        // it had ended, asking no model.
+        killed_at(root, "team_continue_resumed", &args).await;
+        let resumed = muster(root, &[&["resume", &run_id][..], &json].concat()).await;
+        let end = finished(&resumed);
+        assert_eq!(end["status"], "completed", "{end:#}\n{}", stderr(&resumed));
+        assert!(fake.requests().is_empty(), "{:?}", fake.requests());
+        assert_eq!(read(root, "b.txt"), None);
+        assert_eq!(
+            read(root, "a.txt").as_deref(),
+            Some("a\nmine\n"),
+            "a resume does not apply the result over the person's edit again"
+        );
+
+        // Killed right after it: a resume carries the continuation on from the store.
+        killed_at(root, "team_continued", &args).await;
+        let resumed = muster(root, &[&["resume", &run_id][..], &json].concat()).await;
+        let end = finished(&resumed);
+        assert_eq!(end["run_id"], run_id.as_str());
+        assert_continued(root, &end, &fake);
+    }
+}
+
+/// `muster interrupt RUN` from another terminal ends the live run's running turn; the run
+/// stays live, waiting, and `muster run --continue RUN -p …` hands it the next prompt.
+pub(super) mod interrupt {
+    use std::process::Stdio;
+
+    use muster_fake_llm::{Block, FakeLlmHandle, Fault, ScriptEntry};
+    use serde_json::Value;
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    use tokio::sync::mpsc;
+
+    use super::super::common::{GUARD, command, fake, muster, project, stderr};
+
+    /// A run's process with its stdout events and stderr lines read as they come.
+    pub(in super::super) struct Live {
+        child: tokio::process::Child,
+        stdout: mpsc::UnboundedReceiver<String>,
+        stderr: mpsc::UnboundedReceiver<String>,
+    }
+
+    fn lines_of(
+        stream: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+    ) -> mpsc::UnboundedReceiver<String> {
+        let (send, receive) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stream).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        receive
+    }
+
+    impl Live {
+        pub(in super::super) fn spawn(mut command: tokio::process::Command) -> Live {
+            let mut child = command
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            Live {
+                stdout: lines_of(child.stdout.take().unwrap()),
+                stderr: lines_of(child.stderr.take().unwrap()),
+                child,
+            }
+        }
+
+        pub(in super::super) async fn next_event(&mut self) -> Option<Value> {
+            let line = tokio::time::timeout(GUARD, self.stdout.recv())
+                .await
+                .expect("guard timeout")?;
+            Some(serde_json::from_str(&line).unwrap())
+        }
+
+        /// Waits for the stderr line containing `text`.
+        pub(in super::super) async fn said(&mut self, text: &str) {
+            loop {
+                let line = tokio::time::timeout(GUARD, self.stderr.recv())
+                    .await
+                    .expect("guard timeout")
+                    .unwrap_or_else(|| panic!("the process ended before saying {text:?}"));
+                if line.contains(text) {
+                    return;
+                }
+            }
+        }
+
+        /// Reads to the end: the exit code and the last event.
+        async fn finish(&mut self) -> (Option<i32>, Value) {
+            let mut last = Value::Null;
+            while let Some(event) = self.next_event().await {
+                last = event;
+            }
+            let status = tokio::time::timeout(GUARD, self.child.wait())
+                .await
+                .expect("guard timeout")
+                .unwrap();
+            (status.code(), last)
+        }
+    }
+
+    /// The first request is held mid-turn (it is interrupted); the one after the next prompt,
+    /// turn 1 again (only a committed response takes a turn index), answers.
+    pub(in super::super) async fn model(agent: &str) -> FakeLlmHandle {
+        fake(vec![
+            ScriptEntry::reply(agent, 1, vec![Block::text("Never shown.")])
+                .attempt(1)
+                .fault(Fault {
+                    hold: Some("held".into()),
+                    ..Fault::default()
+                }),
+            ScriptEntry::reply(agent, 1, vec![Block::text("Second answer.")]).attempt(2),
+        ])
+        .await
+    }
+
+    /// Interrupts the held turn of live run `run_id` from another process.
+    pub(in super::super) async fn interrupt(
+        dir: &std::path::Path,
+        fake: &FakeLlmHandle,
+        run_id: &str,
+    ) {
+        tokio::time::timeout(GUARD, fake.gate_reached("held", 1))
+            .await
+            .expect("the turn never reached the model");
+        let asked = muster(dir, &["interrupt", run_id]).await;
+        assert_eq!(asked.status.code(), Some(0), "{}", stderr(&asked));
+    }
+
+    /// Hands the waiting live run its next prompt, then reads the run to its end.
+    pub(in super::super) async fn next_prompt_and_end(
+        dir: &std::path::Path,
+        fake: &FakeLlmHandle,
+        live: &mut Live,
+        run_id: &str,
+    ) {
+        live.said("waits for its next prompt").await;
+        let handed = muster(
+            dir,
+            &["run", "--continue", run_id, "-p", "Second question."],
+        )
+        .await;
+        assert_eq!(handed.status.code(), Some(0), "{}", stderr(&handed));
+        assert!(stderr(&handed).contains("handed"), "{}", stderr(&handed));
+        let (code, last) = live.finish().await;
+        assert_eq!(code, Some(0), "{last:#}");
+        assert_eq!(last["type"], "run_finished");
+        assert_eq!(last["status"], "completed");
+        assert_eq!(last["result"], "Second answer.");
+        assert_eq!(last["run_id"], run_id);
+        let requests = fake.requests();
+        assert_eq!(requests.len(), 2, "the held request and the answer");
+        let said = requests[1].body["messages"].to_string();
+        assert_eq!(requests[0].agent, requests[1].agent);
+        assert!(said.contains("First question."), "{said}");
+        assert!(said.contains("Second question."), "{said}");
+        assert!(said.contains("interrupted"), "the model is told: {said}");
+    }
+
+    pub(in super::super) fn run_args(base: &str) -> Vec<&str> {
+        vec![
+            "run",
+            "-p",
+            "First question.",
+            "--output",
+            "stream-json",
+            "--base-url",
+            base,
+        ]
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn an_interrupt_from_another_terminal_ends_the_turn_and_the_live_run_takes_the_next_prompt()
+     {
+        let dir = project(&[]);
+        let fake = model("main").await;
+        let base = fake.base_url();
+        let mut live = Live::spawn(command(dir.path(), &run_args(&base)));
+        let first = live.next_event().await.expect("no event");
+        let run_id = first["run_id"].as_str().unwrap().to_owned();
+
+        // A prompt for a live run that is working is refused, with the way on.
+        tokio::time::timeout(GUARD, fake.gate_reached("held", 1))
+            .await
+            .unwrap();
+        let busy = muster(dir.path(), &["run", "--continue", &run_id, "-p", "x"]).await;
+        assert_eq!(busy.status.code(), Some(1), "{}", stderr(&busy));
+        assert!(
+            stderr(&busy).contains(&format!("muster interrupt {run_id}")),
+            "{}",
+            stderr(&busy)
+        );
+
+        interrupt(dir.path(), &fake, &run_id).await;
+        next_prompt_and_end(dir.path(), &fake, &mut live, &run_id).await;
+
+        // Not live any more: nothing to interrupt.
+        let gone = muster(dir.path(), &["interrupt", &run_id]).await;
+        assert_eq!(gone.status.code(), Some(1), "{}", stderr(&gone));
+        assert!(stderr(&gone).contains("not live"), "{}", stderr(&gone));
+    }
+
+    /// Killed right after the interrupt's commit (the turn's `turn_interrupted`), the run is
+    /// resumed: the resumed process waits for the next prompt as the uncut one did, and ends
+    /// the same.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_run_killed_at_the_interrupts_commit_resumes_waiting_for_its_next_prompt() {
+        let dir = project(&[]);
+        let fake = model("main").await;
+        let base = fake.base_url();
+        let mut cut = command(dir.path(), &run_args(&base));
+        cut.env("MUSTER_FAILPOINT", "turn_interrupted");
+        let mut live = Live::spawn(cut);
+        let first = live.next_event().await.expect("no event");
+        let run_id = first["run_id"].as_str().unwrap().to_owned();
+        interrupt(dir.path(), &fake, &run_id).await;
+        let (code, _) = live.finish().await;
+        assert_eq!(code, None, "not killed at the interrupt's commit");
+
+        let mut resumed = Live::spawn(command(
+            dir.path(),
+            &["resume", &run_id, "--output", "stream-json"],
+        ));
+        next_prompt_and_end(dir.path(), &fake, &mut resumed, &run_id).await;
+    }
+}
+
+/// A team run: `muster interrupt` ends the lead's turn, the run (and its idle teammate) stays
+/// live, and the handed prompt is the lead's next turn.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_interrupt_ends_a_team_leads_turn_and_the_live_team_takes_the_next_prompt() {
+    use interrupt::{Live, interrupt, model, next_prompt_and_end, run_args};
+    let dir = super::common::project(&[(
+        "muster.team.toml",
+        "name = \"greeters\"\nisolation = \"shared\"\n\n[[teammates]]\nname = \"alice\"\n",
+    )]);
+    let fake = model("lead").await;
+    let base = fake.base_url();
+    let mut live = Live::spawn(super::common::command(dir.path(), &run_args(&base)));
+    let first = live.next_event().await.expect("no event");
+    let run_id = first["run_id"].as_str().unwrap().to_owned();
+    interrupt(dir.path(), &fake, &run_id).await;
+    next_prompt_and_end(dir.path(), &fake, &mut live, &run_id).await;
+}

@@ -928,3 +928,32 @@ async fn a_store_failure_in_a_teammates_end_of_turn_stops_the_run_with_exit_4_an
     );
     schema.drop_now().await;
 }
+
+/// `muster interrupt` from another machine (a second project directory on the same server
+/// store: no lock file, no socket of the run there) reaches the live run through the
+/// server's hold and NOTIFY; the prompt handed from there too is the run's next turn.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread")]
+async fn an_interrupt_from_another_machine_reaches_the_live_run_through_notify() {
+    use super::continue_cli::interrupt::{Live, interrupt, model, next_prompt_and_end, run_args};
+    let schema = Schema::new().await;
+    let dir = super::common::project(&[]);
+    let elsewhere = super::common::project(&[]);
+    use_store(dir.path(), &schema.url());
+    use_store(elsewhere.path(), &schema.url());
+    let fake = model("main").await;
+    let base = fake.base_url();
+    let mut live = Live::spawn(super::common::command(dir.path(), &run_args(&base)));
+    let first = live.next_event().await.expect("no event");
+    let run_id = first["run_id"].as_str().unwrap().to_owned();
+    assert!(
+        !elsewhere
+            .path()
+            .join(".muster/runs")
+            .join(format!("{run_id}.lock"))
+            .exists()
+    );
+    interrupt(elsewhere.path(), &fake, &run_id).await;
+    next_prompt_and_end(elsewhere.path(), &fake, &mut live, &run_id).await;
+    schema.drop_now().await;
+}

@@ -16,7 +16,7 @@ use super::common::{Running, command, fake, lines, muster, stderr, tool};
 const WRITER: &str = "---\nname: writer\ndescription: Writes files.\npermissionMode: acceptEdits\n---\nYou write files.\n";
 
 /// Runs git in `dir`, failing the test on an error; gives back its stdout.
-fn git(dir: &Path, args: &[&str]) -> String {
+pub(super) fn git(dir: &Path, args: &[&str]) -> String {
     let output = std::process::Command::new("git")
         .current_dir(dir)
         .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
@@ -34,7 +34,7 @@ fn git(dir: &Path, args: &[&str]) -> String {
 /// A git repository with one commit (README.md, the team file, the writer definition), and
 /// `dirty` left uncommitted on top (path, content); its user trusted it (the team file's
 /// policy approvers apply).
-fn repo(team: &str, dirty: &[(&str, &str)]) -> tempfile::TempDir {
+pub(super) fn repo(team: &str, dirty: &[(&str, &str)]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     std::fs::create_dir_all(root.join(".muster/agents")).unwrap();
@@ -52,7 +52,7 @@ fn repo(team: &str, dirty: &[(&str, &str)]) -> tempfile::TempDir {
     dir
 }
 
-fn team(approver: &str, names: &[&str]) -> String {
+pub(super) fn team(approver: &str, names: &[&str]) -> String {
     let mut text = "name = \"builders\"\nisolation = \"worktree\"\n".to_owned();
     for name in names {
         text.push_str(&format!(
@@ -62,7 +62,7 @@ fn team(approver: &str, names: &[&str]) -> String {
     text
 }
 
-fn entry(value: Value) -> ScriptEntry {
+pub(super) fn entry(value: Value) -> ScriptEntry {
     serde_json::from_value(value).unwrap()
 }
 
@@ -71,7 +71,7 @@ fn reply(agent: &str, turn: u64, content: Vec<Block>) -> ScriptEntry {
 }
 
 /// A reply to `agent` whenever nothing more specific matches.
-fn any_turn(agent: &str, text: &str) -> ScriptEntry {
+pub(super) fn any_turn(agent: &str, text: &str) -> ScriptEntry {
     entry(
         json!({"agent": agent, "reply": {"content": [{"type": "text", "text": text}],
                  "stop_reason": "end_turn"}}),
@@ -80,7 +80,7 @@ fn any_turn(agent: &str, text: &str) -> ScriptEntry {
 
 /// The lead's reply when a merge request from `from` arrives: it approves `ids` (an id not
 /// requested yet, or decided already, only gets a refusal back).
-fn lead_merges(from: &str, ids: &[&str]) -> ScriptEntry {
+pub(super) fn lead_merges(from: &str, ids: &[&str]) -> ScriptEntry {
     let calls: Vec<Value> = ids
         .iter()
         .enumerate()
@@ -146,7 +146,7 @@ fn finished(output: &Output) -> Value {
     last
 }
 
-fn read(dir: &Path, path: &str) -> Option<String> {
+pub(super) fn read(dir: &Path, path: &str) -> Option<String> {
     std::fs::read_to_string(dir.join(path)).ok()
 }
 
