@@ -375,6 +375,17 @@ impl RunDriver for SingleDriver {
                     plan_file.display(),
                 ),
             },
+            AgentOutcome::CallDeferred { request_id, tool } => Ending {
+                status: RunStatus::AwaitingDecision,
+                exit: Exit::AwaitingDecision,
+                result: json!({"request_id": request_id, "tool": tool}),
+                text: format!(
+                    "A PreToolUse hook deferred a {tool} call to a person ({request_id}): \
+                     `muster approve {request_id}` or `muster reject {request_id} --feedback …`, \
+                     then `muster resume {run_id}`.\n\
+                     Run {run_id} stopped awaiting a decision.",
+                ),
+            },
             // Nothing interrupts a single run's turn yet: it ends as an interrupted run.
             AgentOutcome::TurnInterrupted => {
                 Ending::interrupted("the turn was interrupted", &run_id)

@@ -27,8 +27,8 @@ use crate::verification::{BashMeasurement, FileEdits, SnapshotLimits};
 
 use muster_config::AgentDefinition;
 
-use super::asks::{AskSettings, Asking};
-use super::calls::CallResult;
+use super::asks::{AskSettings, Asking, Deferred};
+use super::calls::{AgentOutcome, CallResult, Dispatched};
 use super::context::RunContext;
 use super::edit_diff::EditCapture;
 use super::error::{RuntimeError, RuntimeResult};
@@ -202,10 +202,12 @@ impl CallDispatcher {
         &self,
         call: &ToolCall,
         view: CallView<'_>,
-    ) -> RuntimeResult<CallResult> {
+    ) -> RuntimeResult<Dispatched> {
         self.report.calling(call);
+        let done = |result: CallResult| Dispatched::Done(Box::new(result));
         Ok(match self.prepare(call, view).await? {
-            Prepared::Finished(result) => *result,
+            Prepared::Finished(result) => Dispatched::Done(result),
+            Prepared::Stop(outcome) => Dispatched::Stop(outcome),
             Prepared::Run(run) => {
                 self.report.tool_started(call);
                 let (mode, input) = (run.mode, run.input(call));
@@ -213,12 +215,12 @@ impl CallDispatcher {
                 self.firing(mode)
                     .post_tool_use(call, &input, &mut result.output)
                     .await;
-                result
+                done(result)
             }
-            Prepared::Runtime(decision, _) => CallResult::new(
+            Prepared::Runtime(decision, _) => done(CallResult::new(
                 &decision,
                 ToolOutput::error(format!("{} is not a tool-set tool", call.name)),
-            ),
+            )),
         })
     }
 
@@ -288,7 +290,21 @@ impl CallDispatcher {
             report: &self.report,
             root: self.workspace.root(),
         };
-        let (decision, acks) = asking.settle_ask(decision, call).await?;
+        let deferred = hook.permission == Some(crate::hooks::HookPermission::Defer)
+            && decision.verdict == Verdict::Ask;
+        let (decision, acks) = if deferred {
+            match asking.settle_deferred(decision, call).await? {
+                Deferred::Decided(decision, acks) => (decision, acks),
+                Deferred::Waiting { request_id } => {
+                    return Ok(Prepared::Stop(AgentOutcome::CallDeferred {
+                        request_id,
+                        tool: call.name.clone(),
+                    }));
+                }
+            }
+        } else {
+            asking.settle_ask(decision, call).await?
+        };
         let refuse = |text: String| {
             let mut result = CallResult::new(&decision, ToolOutput::error(text));
             result.acks = acks.clone();
@@ -371,6 +387,8 @@ pub(super) enum Prepared {
     Runtime(GateDecision, Vec<String>),
     /// Allowed, and the tool set runs it.
     Run(Box<ToolRun>),
+    /// Deferred to a person no one here can ask: the agent stops for the decision.
+    Stop(AgentOutcome),
 }
 
 /// An allowed call of the tool set, ready to run.

@@ -912,6 +912,17 @@ impl Team {
                         ),
                     });
                 }
+                // A team's lead waits for a deferred call's answer; it never stops for one.
+                AgentOutcome::CallDeferred { request_id, tool } => {
+                    return Ok(Ending {
+                        status: RunStatus::AwaitingDecision,
+                        exit: Exit::AwaitingDecision,
+                        result: json!({"request_id": request_id, "tool": tool}),
+                        text: format!(
+                            "The lead's {tool} call awaits a person's decision ({request_id})."
+                        ),
+                    });
+                }
                 // Nothing interrupts the lead's turn yet: it ends as an interrupted run.
                 AgentOutcome::TurnInterrupted => {
                     return Ok(Ending::interrupted(

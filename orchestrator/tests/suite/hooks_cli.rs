@@ -881,3 +881,153 @@ async fn task_hooks_refuse_a_task_change_and_the_board_keeps_its_state() {
         "{completed:?}"
     );
 }
+
+/// A PreToolUse hook script that defers every call to a person, logging each call it sees.
+const DEFER: &str = "#!/bin/sh\n\
+    { cat; echo; } >> \"$CLAUDE_PROJECT_DIR/defer.log\"\n\
+    echo '{\"hookSpecificOutput\":{\"hookEventName\":\"PreToolUse\",\
+    \"permissionDecision\":\"defer\",\"permissionDecisionReason\":\"a person decides\"}}'\n";
+
+/// A trusted project whose `.claude/hooks/defer.sh` defers every Bash call.
+async fn deferring_project() -> tempfile::TempDir {
+    let dir = project(&[]);
+    let hooks = dir.path().join(".claude/hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    std::fs::write(hooks.join("defer.sh"), DEFER).unwrap();
+    make_executable(&hooks.join("defer.sh"));
+    let settings = json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [
+        {"type": "command", "command": "\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/defer.sh"}]}]}});
+    std::fs::write(
+        dir.path().join(".claude/settings.json"),
+        settings.to_string(),
+    )
+    .unwrap();
+    trust(dir.path()).await;
+    dir
+}
+
+/// The script of a run whose one call a hook defers: the call, then the end.
+fn deferred_script() -> Vec<ScriptEntry> {
+    vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![tool("Bash", json!({"command": "echo ran > out.txt"}))],
+        ),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+    ]
+}
+
+/// `defer` → the run stops awaiting a person (exit 5) without running the call → `muster
+/// approve` (or `reject`) → `muster resume` runs (or refuses) it, and the hook does not run
+/// again for a decision that was committed.
+#[tokio::test]
+async fn a_deferred_call_stops_the_run_until_a_person_decides_it() {
+    // (answer, whether the call runs, what the model reads)
+    let cases: [(&[&str], bool, &str); 2] = [
+        (
+            &["approve", "perm-main-1"],
+            true,
+            "approved by human (perm-main-1)",
+        ),
+        (
+            &["reject", "perm-main-1", "--feedback", "not today"],
+            false,
+            "refused by human (perm-main-1): not today",
+        ),
+    ];
+    for (answer, runs, told) in cases {
+        let dir = deferring_project().await;
+        let fake = fake(deferred_script()).await;
+        let args = run_args(&fake.base_url());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let stopped = muster(dir.path(), &args).await;
+        assert_eq!(stopped.status.code(), Some(5), "{}", stderr(&stopped));
+        let said = super::common::stdout(&stopped);
+        assert!(
+            said.contains(
+                r#""status":"awaiting_decision","exit_code":5,"request_id":"perm-main-1""#
+            ),
+            "{said}"
+        );
+        assert!(!dir.path().join("out.txt").exists(), "a deferred call ran");
+        assert_eq!(fake.requests().len(), 1);
+        let decided = muster(dir.path(), answer).await;
+        assert_eq!(decided.status.code(), Some(0), "{}", stderr(&decided));
+        let resumed = muster(
+            dir.path(),
+            &[
+                "resume",
+                "--base-url",
+                &fake.base_url(),
+                "--output",
+                "stream-json",
+            ],
+        )
+        .await;
+        assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+        assert_eq!(dir.path().join("out.txt").exists(), runs, "{answer:?}");
+        let requests = fake.requests();
+        assert_eq!(requests.len(), 2);
+        // A refusal's reason reaches the model; an approval is in the call's own event.
+        let results = tool_results(&requests[1].body);
+        let events = super::common::stdout(&resumed);
+        assert!(
+            results[0].contains(told) || (runs && events.contains(told)),
+            "{answer:?}: {results:?}\n{events}"
+        );
+        assert_eq!(
+            lines_of(&dir.path().join("defer.log")).len(),
+            1,
+            "the hook ran again for a committed decision"
+        );
+    }
+}
+
+/// Killed right after the deferring decision was committed, and right after its request was
+/// stored: each resume stops for the same one request, the hook never runs again, and once
+/// approved the call runs once.
+#[cfg(feature = "failpoints")]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kill_around_a_deferred_call_resumes_to_the_same_one_request() {
+    for failpoint in ["hook:PreToolUse", "deferred_request_sent"] {
+        let dir = deferring_project().await;
+        let fake = fake(deferred_script()).await;
+        let args = run_args(&fake.base_url());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut killed = command(dir.path(), &args);
+        killed.env("MUSTER_FAILPOINT", failpoint);
+        let first = output(killed).await;
+        assert_eq!(first.status.code(), None, "{failpoint}: {}", stderr(&first));
+        let resume = [
+            "resume",
+            "--base-url",
+            &fake.base_url(),
+            "--output",
+            "stream-json",
+        ];
+        let stopped = muster(dir.path(), &resume).await;
+        assert_eq!(stopped.status.code(), Some(5), "{}", stderr(&stopped));
+        let inbox = muster(dir.path(), &["inbox", "human"]).await;
+        let listed = super::common::stdout(&inbox);
+        assert_eq!(
+            listed.matches("perm-main-").count(),
+            1,
+            "{failpoint}: {listed}"
+        );
+        assert!(listed.contains("perm-main-1"), "{listed}");
+        let approved = muster(dir.path(), &["approve", "perm-main-1"]).await;
+        assert_eq!(approved.status.code(), Some(0), "{}", stderr(&approved));
+        let done = muster(dir.path(), &resume).await;
+        assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("out.txt")).unwrap(),
+            "ran\n"
+        );
+        assert_eq!(
+            lines_of(&dir.path().join("defer.log")).len(),
+            1,
+            "{failpoint}: the hook ran again"
+        );
+    }
+}
