@@ -170,13 +170,11 @@ impl Asking<'_> {
                 Vec::new(),
             ));
         }
+        // To the person's own mailbox, even a teammate's: its lead could not answer it.
         let person = muster_mailbox::HUMAN;
-        let recipient = match &self.asks.route {
-            AskRoute::Lead { lead } => lead.clone(),
-            AskRoute::Approver => muster_protocol::Responder::member_for(person).to_owned(),
-        };
+        let recipient = muster_protocol::Responder::member_for(person);
         let request_id = self
-            .send_request(&decision, call, &recipient, person)
+            .send_request(&decision, call, recipient, person)
             .await?;
         muster_mailbox::failpoint!("deferred_request_sent");
         let filter = muster_mailbox::MessageFilter::RequestId(request_id.clone());
@@ -187,17 +185,14 @@ impl Asking<'_> {
         let mail = match answer {
             Some(mail) => mail,
             None => {
-                if matches!(self.asks.route, AskRoute::Approver) {
-                    // A teammate's request to the lead's mailbox is announced by the team.
-                    self.run
-                        .events
-                        .emit(super::events::RunEvent::ApprovalRequested {
-                            agent: self.id.to_owned(),
-                            request_id: request_id.clone(),
-                            responder: person.to_owned(),
-                            subject: ApprovalSubject::PermissionRequest,
-                        });
-                }
+                self.run
+                    .events
+                    .emit(super::events::RunEvent::ApprovalRequested {
+                        agent: self.id.to_owned(),
+                        request_id: request_id.clone(),
+                        responder: person.to_owned(),
+                        subject: ApprovalSubject::PermissionRequest,
+                    });
                 self.report.state(AgentState::WaitingOnDecision {
                     request_id: request_id.clone(),
                 });

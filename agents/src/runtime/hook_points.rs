@@ -3,8 +3,8 @@
 //! - `PreToolUse`, after the engine's decision (a call the engine denies fires nothing: no
 //!   hook could allow it). Its combined decision is committed as a `hook_decision` record
 //!   before the call goes on, so a resume takes it from the store and never runs the hooks
-//!   again for that call ([`HookDecision`]). deny and exit 2 refuse the call; ask and defer
-//!   send it to the agent's approver; allow changes nothing (a hook never widens what the
+//!   again for that call ([`HookDecision`]). deny and exit 2 refuse the call; ask sends it to
+//!   the agent's approver, defer to a person (see `asks.rs`); allow changes nothing (a hook never widens what the
 //!   rules, plan mode, protected paths, an approver or the sandbox allow); `updatedInput` is
 //!   decided by the engine again as if the model had sent it, and the stricter decision holds.
 //! - `PostToolUse` / `PostToolUseFailure`, after a tool of the tool set ran: exit 2,
@@ -56,7 +56,7 @@ pub(super) fn apply(hook: &HookDecision, decision: GateDecision) -> GateDecision
         },
         (Some(HookPermission::Defer), _) => GateDecision {
             verdict: Verdict::Ask,
-            reason: because("deferred to whoever approves for this agent"),
+            reason: because("deferred to a person"),
             ..decision
         },
     }

@@ -1031,3 +1031,80 @@ async fn a_kill_around_a_deferred_call_resumes_to_the_same_one_request() {
         );
     }
 }
+
+/// A teammate's deferred call waits for a person in the person's own mailbox while its team
+/// goes on; once nothing else can move the run stops (exit 5), and after `muster approve`
+/// the resumed teammate runs the call in its worktree.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_teammates_deferred_call_stops_the_team_until_a_person_decides_it() {
+    let dir = deferring_project().await;
+    let root = dir.path();
+    std::fs::remove_dir_all(root.join(".git")).unwrap();
+    write_team(
+        root,
+        "name = \"builders\"\nisolation = \"worktree\"\n\n[[teammates]]\nname = \"one\"\n\
+         definition = \"writer\"\nplan_mode_required = false\napprover = \"policy:policy.toml\"\n",
+    );
+    std::fs::write(root.join("policy.toml"), "approve_all = true\n").unwrap();
+    git(root, &["init", "-q", "-b", "main"]);
+    git(root, &["add", "-A"]);
+    git(root, &["commit", "-q", "-m", "start"]);
+    trust(root).await;
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "write", "description": "Write out.txt."}),
+            )],
+        ),
+        any_turn("lead", "Waiting for the team."),
+        ScriptEntry::reply(
+            "one",
+            1,
+            vec![tool("Bash", json!({"command": "echo ran > out.txt"}))],
+        ),
+        any_turn("one", "done"),
+    ])
+    .await;
+    let args = run_args(&fake.base_url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let stopped = muster(root, &args).await;
+    let said = super::common::stdout(&stopped);
+    assert_eq!(
+        stopped.status.code(),
+        Some(5),
+        "{}\n{said}",
+        stderr(&stopped)
+    );
+    assert!(said.contains("perm-one-1"), "{said}");
+    assert!(
+        fake.requests()
+            .iter()
+            .all(|request| request.agent.as_deref() != Some("one") || request.turn == Some(1)),
+        "the teammate went on before the decision"
+    );
+    let approved = muster(root, &["approve", "perm-one-1"]).await;
+    assert_eq!(approved.status.code(), Some(0), "{}", stderr(&approved));
+    let base = fake.base_url();
+    let rargs = ["resume", "--base-url", &base, "--output", "stream-json"];
+    let resumed = muster(root, &rargs).await;
+    let said = super::common::stdout(&resumed);
+    assert_eq!(
+        resumed.status.code(),
+        Some(0),
+        "{}\n{said}",
+        stderr(&resumed)
+    );
+    let second = request_of(&fake, "one", 2);
+    let results = tool_results(&second);
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert!(!results[0].contains("Permission denied"), "{results:?}");
+    assert!(said.contains("approved by human (perm-one-1)"), "{said}");
+    // The call ran once, in the teammate's worktree, and came back with its merge.
+    assert_eq!(
+        std::fs::read_to_string(root.join("out.txt")).unwrap(),
+        "ran\n"
+    );
+}
