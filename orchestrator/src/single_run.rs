@@ -354,6 +354,7 @@ impl RunDriver for SingleDriver {
             }
             None => agent.run().await?,
         };
+        agent.end_session("other").await;
         Ok(match outcome {
             AgentOutcome::Finished { result } => Ending {
                 status: RunStatus::Completed,

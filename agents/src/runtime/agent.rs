@@ -400,6 +400,14 @@ impl AgentRuntime {
     }
 
     /// This agent as the hooks it fires see it.
+    /// Fires `SessionEnd` (`reason`: Claude Code's `other`) as this agent's session ends: a
+    /// single run's agent when the run ends or stops, a team's lead at the team's end, a
+    /// teammate when it shuts down. It informs only, so it is not committed: after kill -9
+    /// it is not fired for the killed process (the resume's own end fires it).
+    pub async fn end_session(&self, reason: &str) {
+        self.firing().session_end(reason).await;
+    }
+
     pub(super) fn firing(&self) -> super::hook_points::Firing<'_> {
         super::hook_points::Firing {
             run: &self.run,

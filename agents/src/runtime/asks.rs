@@ -85,8 +85,11 @@ pub(super) enum Deferred {
     /// Decided (by the person, or denied because no person can be asked), with the answer's
     /// mail to ack with the call.
     Decided(GateDecision, Vec<String>),
-    /// The request is stored and no one here can answer it: the agent stops for it.
-    Waiting { request_id: String },
+    /// The request is stored and not answered yet: the agent stops, or waits, for it.
+    Waiting {
+        request_id: String,
+        decision: GateDecision,
+    },
 }
 
 /// One agent asking: its route, the run, where it reports, its workspace's root (policy rules
@@ -182,32 +185,44 @@ impl Asking<'_> {
         let answer = store
             .try_receive(&self.run.run_id, &self.asks.asker, self.run.epoch, filter)
             .await?;
-        let mail = match answer {
-            Some(mail) => mail,
-            None => {
-                self.run
-                    .events
-                    .emit(super::events::RunEvent::ApprovalRequested {
-                        agent: self.id.to_owned(),
-                        request_id: request_id.clone(),
-                        responder: person.to_owned(),
-                        subject: ApprovalSubject::PermissionRequest,
-                    });
-                self.report.state(AgentState::WaitingOnDecision {
+        let Some(mail) = answer else {
+            self.run
+                .events
+                .emit(super::events::RunEvent::ApprovalRequested {
+                    agent: self.id.to_owned(),
                     request_id: request_id.clone(),
+                    responder: person.to_owned(),
+                    subject: ApprovalSubject::PermissionRequest,
                 });
-                if matches!(self.asks.route, AskRoute::Approver) && self.run.team.get().is_none() {
-                    return Ok(Deferred::Waiting { request_id });
-                }
-                // In a team the agent waits while the others go on; the team stops the run
-                // (exit 5) once nothing but a person's decision could move it.
-                let mail = self.receive_answer(&request_id).await?;
-                self.report.calling(call);
-                mail
-            }
+            self.report.state(AgentState::WaitingOnDecision {
+                request_id: request_id.clone(),
+            });
+            return Ok(Deferred::Waiting {
+                request_id,
+                decision,
+            });
         };
         let (decision, acks) = person_answered(decision, &request_id, mail);
         Ok(Deferred::Decided(decision, acks))
+    }
+
+    /// Whether this agent stops for a person's decision (a single run's agent) rather than
+    /// waiting for it while its team goes on.
+    pub(super) fn stops_for_a_person(&self) -> bool {
+        matches!(self.asks.route, AskRoute::Approver) && self.run.team.get().is_none()
+    }
+
+    /// Waits for the person's answer to `request_id` (in a team: the team stops the run, exit
+    /// 5, once nothing but a person's decision could move it).
+    pub(super) async fn wait_for_person(
+        &self,
+        decision: GateDecision,
+        call: &ToolCall,
+        request_id: &str,
+    ) -> RuntimeResult<(GateDecision, Vec<String>)> {
+        let mail = self.receive_answer(request_id).await?;
+        self.report.calling(call);
+        Ok(person_answered(decision, request_id, mail))
     }
 
     /// Sends the `permission_request` of `call` to `recipient`, answered by `responder`

@@ -123,14 +123,19 @@ impl CallDispatcher {
         decision: GateDecision,
         call_context: &CallContext<'_>,
     ) -> RuntimeResult<(GateDecision, Option<HookDecision>)> {
-        if decision.verdict == Verdict::Deny || !self.run.hooks.has(HookEvent::PreToolUse) {
+        if decision.verdict == Verdict::Deny {
             return Ok((decision, None));
         }
+        // A committed decision holds even if the hooks are gone since (a resume of a run whose
+        // project is no longer trusted): what a hook decided is never undone.
         let committed = self
             .hook_decisions
             .lock()
             .map(|mut decisions| decisions.remove(&call.id))
             .unwrap_or(None);
+        if committed.is_none() && !self.run.hooks.has(HookEvent::PreToolUse) {
+            return Ok((decision, None));
+        }
         let hook = match committed {
             Some(hook) => hook,
             None => {
@@ -159,6 +164,27 @@ impl CallDispatcher {
             decided = hook_points::stricter(decided, again);
         }
         Ok((decided, Some(hook)))
+    }
+
+    /// An ask about to go to the agent's approver first fires `PermissionRequest`: a hook may
+    /// refuse the call there, never approve it.
+    async fn permission_request(
+        &self,
+        firing: &Firing<'_>,
+        call: &ToolCall,
+        decision: GateDecision,
+    ) -> GateDecision {
+        if decision.verdict != Verdict::Ask {
+            return decision;
+        }
+        match firing.permission_request(call).await {
+            Some(reason) => GateDecision {
+                verdict: Verdict::Deny,
+                reason: format!("{}; {reason}", decision.reason),
+                ..decision
+            },
+            None => decision,
+        }
     }
 
     /// Runs a non-read-only `Bash` call between two snapshots of the workspace, under its Bash
@@ -290,19 +316,36 @@ impl CallDispatcher {
             report: &self.report,
             root: self.workspace.root(),
         };
+        let firing = self.firing(view.plan.mode);
         let deferred = hook.permission == Some(crate::hooks::HookPermission::Defer)
             && decision.verdict == Verdict::Ask;
         let (decision, acks) = if deferred {
             match asking.settle_deferred(decision, call).await? {
                 Deferred::Decided(decision, acks) => (decision, acks),
-                Deferred::Waiting { request_id } => {
-                    return Ok(Prepared::Stop(AgentOutcome::CallDeferred {
-                        request_id,
-                        tool: call.name.clone(),
-                    }));
+                Deferred::Waiting {
+                    request_id,
+                    decision,
+                } => {
+                    let message = format!(
+                        "{} waits for your decision on a {} call ({request_id})",
+                        self.id, call.name
+                    );
+                    firing.notification("permission_prompt", &message).await;
+                    if asking.stops_for_a_person() {
+                        return Ok(Prepared::Stop(AgentOutcome::CallDeferred {
+                            request_id,
+                            tool: call.name.clone(),
+                        }));
+                    }
+                    asking.wait_for_person(decision, call, &request_id).await?
                 }
             }
         } else {
+            let decision = self.permission_request(&firing, call, decision).await;
+            if decision.verdict == Verdict::Ask && self.run.terminal.is_some() {
+                let message = format!("{} needs your permission to use {}", self.id, call.name);
+                firing.notification("permission_prompt", &message).await;
+            }
             asking.settle_ask(decision, call).await?
         };
         let refuse = |text: String| {

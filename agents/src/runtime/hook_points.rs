@@ -314,6 +314,65 @@ impl Firing<'_> {
     }
 }
 
+impl Firing<'_> {
+    /// `PermissionRequest` as `call` is about to go to the agent's approver: the reason of a
+    /// hook that denies it (exit 2 or `decision.behavior: "deny"`). A hook's `allow` is not
+    /// acted on: the approver is asked all the same (a hook only narrows).
+    pub(super) async fn permission_request(&self, call: &ToolCall) -> Option<String> {
+        let event = HookEvent::PermissionRequest;
+        if !self.run.hooks.has(event) {
+            return None;
+        }
+        let mut fields = tool_fields(call, &call.input);
+        fields.insert("permission_suggestions".into(), Value::Array(Vec::new()));
+        let outcome = self.fire(event, Some(&call.name), fields).await;
+        log_messages(event, &outcome);
+        match outcome.tool_permission() {
+            Some((HookPermission::Deny, reason)) => Some(if reason.is_empty() {
+                "denied by a PermissionRequest hook".to_owned()
+            } else {
+                format!("denied by a PermissionRequest hook: {reason}")
+            }),
+            Some((HookPermission::Allow, _)) => {
+                tracing::info!(
+                    tool = call.name,
+                    "a PermissionRequest hook's allow is not acted on: the approver decides"
+                );
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// `Notification` (`notification_type`, the matcher's subject, and `message`): the agent
+    /// waits for a person. It informs; what it prints goes to the log.
+    pub(super) async fn notification(&self, kind: &str, message: &str) {
+        let event = HookEvent::Notification;
+        if !self.run.hooks.has(event) {
+            return;
+        }
+        let mut fields = Map::new();
+        fields.insert("message".into(), message.into());
+        fields.insert("title".into(), "muster".into());
+        fields.insert("notification_type".into(), kind.into());
+        let outcome = self.fire(event, Some(kind), fields).await;
+        log_messages(event, &outcome);
+    }
+
+    /// `SessionEnd` as the agent's session ends (`reason`, Claude Code's `other` unless
+    /// said). It informs; what it prints goes to the log.
+    pub(super) async fn session_end(&self, reason: &str) {
+        let event = HookEvent::SessionEnd;
+        if !self.run.hooks.has(event) {
+            return;
+        }
+        let mut fields = Map::new();
+        fields.insert("reason".into(), reason.into());
+        let outcome = self.fire(event, Some(reason), fields).await;
+        log_messages(event, &outcome);
+    }
+}
+
 /// What the hooks told the person (a `systemMessage`, a non-blocking error), in the log.
 fn log_messages(event: HookEvent, outcome: &HookOutcome) {
     for message in &outcome.messages {

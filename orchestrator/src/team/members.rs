@@ -358,6 +358,7 @@ impl Team {
                 anyhow::bail!("{id} stopped waiting for {request_id}, which no one here decides");
             }
             if self.agreed_to_shutdown(id).await? {
+                runtime.end_session("other").await;
                 return Ok(());
             }
             self.set_state(id, MemberState::Idle);

@@ -941,6 +941,7 @@ impl Team {
                     break;
                 }
                 if let Some(ending) = self.ending_if_done(&result).await? {
+                    lead.end_session("other").await;
                     return Ok(ending);
                 }
                 tokio::select! {

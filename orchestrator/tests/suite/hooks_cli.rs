@@ -895,8 +895,14 @@ async fn deferring_project() -> tempfile::TempDir {
     std::fs::create_dir_all(&hooks).unwrap();
     std::fs::write(hooks.join("defer.sh"), DEFER).unwrap();
     make_executable(&hooks.join("defer.sh"));
-    let settings = json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [
-        {"type": "command", "command": "\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/defer.sh"}]}]}});
+    let settings = json!({"hooks": {
+        "PreToolUse": [{"matcher": "Bash", "hooks": [
+            {"type": "command", "command": "\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/defer.sh"}]}],
+        "Notification": [{"matcher": "permission_prompt", "hooks": [
+            {"type": "command", "command": "\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/log.sh"}]}]
+    }});
+    std::fs::write(hooks.join("log.sh"), LOG).unwrap();
+    make_executable(&hooks.join("log.sh"));
     std::fs::write(
         dir.path().join(".claude/settings.json"),
         settings.to_string(),
@@ -905,6 +911,13 @@ async fn deferring_project() -> tempfile::TempDir {
     trust(dir.path()).await;
     dir
 }
+
+/// A hook script that appends its stdin, one line, to `EVENT.log` in the project (a log
+/// named in the command would be a file trust covers once it exists).
+const LOG: &str = "#!/bin/sh\n\
+    input=$(cat)\n\
+    event=$(echo \"$input\" | sed -e 's/.*\"hook_event_name\":\"\\([^\"]*\\)\".*/\\1/')\n\
+    echo \"$input\" >> \"$CLAUDE_PROJECT_DIR/$event.log\"\n";
 
 /// The script of a run whose one call a hook defers: the call, then the end.
 fn deferred_script() -> Vec<ScriptEntry> {
@@ -952,6 +965,15 @@ async fn a_deferred_call_stops_the_run_until_a_person_decides_it() {
         );
         assert!(!dir.path().join("out.txt").exists(), "a deferred call ran");
         assert_eq!(fake.requests().len(), 1);
+        // The person was notified once, naming the request.
+        let notified = lines_of(&dir.path().join("Notification.log"));
+        assert_eq!(notified.len(), 1, "{notified:?}");
+        assert!(
+            notified[0].contains(r#""notification_type":"permission_prompt""#)
+                && notified[0].contains("perm-main-1"),
+            "{}",
+            notified[0]
+        );
         let decided = muster(dir.path(), answer).await;
         assert_eq!(decided.status.code(), Some(0), "{}", stderr(&decided));
         let resumed = muster(
@@ -1106,5 +1128,100 @@ async fn a_teammates_deferred_call_stops_the_team_until_a_person_decides_it() {
     assert_eq!(
         std::fs::read_to_string(root.join("out.txt")).unwrap(),
         "ran\n"
+    );
+}
+
+/// `PermissionRequest` fires as a call goes to the agent's approver: its `deny` refuses the
+/// call with the hook's message, its `allow` does not approve it (the approver still decides);
+/// `SessionEnd` fires once as the run ends.
+#[tokio::test]
+async fn permission_request_hooks_only_narrow_and_session_end_fires_at_the_end() {
+    let dir = project(&[]);
+    let hooks = dir.path().join(".claude/hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    let answer = "#!/bin/sh\n\
+        input=$(cat)\n\
+        echo \"$input\" >> \"$CLAUDE_PROJECT_DIR/pr.log\"\n\
+        case \"$input\" in\n\
+          *deploy*) b=deny ;;\n\
+          *) b=allow ;;\n\
+        esac\n\
+        echo \"{\\\"hookSpecificOutput\\\":{\\\"hookEventName\\\":\\\"PermissionRequest\\\",\\\"decision\\\":{\\\"behavior\\\":\\\"$b\\\",\\\"message\\\":\\\"not on main\\\"}}}\"\n";
+    for (name, text) in [("answer.sh", answer), ("log.sh", LOG)] {
+        std::fs::write(hooks.join(name), text).unwrap();
+        make_executable(&hooks.join(name));
+    }
+    let settings = json!({"hooks": {
+        "PermissionRequest": [{"matcher": "Bash", "hooks": [
+            {"type": "command", "command": "\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/answer.sh"}]}],
+        "SessionEnd": [{"hooks": [
+            {"type": "command", "command": "\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/log.sh"}]}]
+    }});
+    std::fs::write(
+        dir.path().join(".claude/settings.json"),
+        settings.to_string(),
+    )
+    .unwrap();
+    // The approver refuses whatever reaches it.
+    std::fs::write(dir.path().join("policy.toml"), "approve_all = false\n").unwrap();
+    trust(dir.path()).await;
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![
+                tool("Bash", json!({"command": "echo one > a.txt"})),
+                tool("Bash", json!({"command": "echo deploy > b.txt"})),
+            ],
+        ),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+    ])
+    .await;
+    let base = fake.base_url();
+    let done = muster(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Write.",
+            "--permission-mode",
+            "default",
+            "--approver",
+            "policy:policy.toml",
+            "--base-url",
+            &base,
+            "--output",
+            "stream-json",
+        ],
+    )
+    .await;
+    assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+    let results = tool_results(&fake.requests()[1].body);
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(
+        results[0].contains("denied by the policy"),
+        "a hook's allow approved a call: {results:?}"
+    );
+    assert!(
+        results[1].contains("denied by a PermissionRequest hook: not on main")
+            && !results[1].contains("policy"),
+        "{results:?}"
+    );
+    assert!(!dir.path().join("a.txt").exists() && !dir.path().join("b.txt").exists());
+    let asked = lines_of(&dir.path().join("pr.log"));
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    assert!(
+        asked[0].contains(r#""hook_event_name":"PermissionRequest""#)
+            && asked[0].contains(r#""tool_name":"Bash""#),
+        "{}",
+        asked[0]
+    );
+    let ended = lines_of(&dir.path().join("SessionEnd.log"));
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    assert!(
+        ended[0].contains(r#""hook_event_name":"SessionEnd""#)
+            && ended[0].contains(r#""reason":"other""#),
+        "{}",
+        ended[0]
     );
 }
