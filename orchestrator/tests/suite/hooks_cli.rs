@@ -1226,34 +1226,35 @@ async fn permission_request_hooks_only_narrow_and_session_end_fires_at_the_end()
     );
 }
 
-/// A resume whose project trust changed since the run started runs without the project's
-/// hooks, but a PreToolUse decision they made is committed and still holds: the deferred
-/// call still waits for the person, and their refusal stands.
+/// A resume whose project trust changed since the run started (a file trust covers changed)
+/// would run without the project's hooks: it refuses, naming the hooks, and once the files are
+/// back the resume goes on with the deferral the hooks committed.
 #[tokio::test]
-async fn a_committed_deferral_holds_when_the_projects_hooks_are_gone_on_resume() {
+async fn a_resume_refuses_to_drop_project_hooks_whose_files_changed() {
     let dir = deferring_project().await;
     let fake = fake(deferred_script()).await;
     let args = run_args(&fake.base_url());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let stopped = muster(dir.path(), &args).await;
     assert_eq!(stopped.status.code(), Some(5), "{}", stderr(&stopped));
-    // A new file under `.claude/hooks/` changes what trust covers: the resume skips the
-    // project's hooks.
-    std::fs::write(dir.path().join(".claude/hooks/new.sh"), "exit 0\n").unwrap();
+    // The hook script is changed (an agent could have): trust no longer holds.
+    let script = dir.path().join(".claude/hooks/defer.sh");
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
     let rejected = muster(dir.path(), &["reject", "perm-main-1", "--feedback", "no"]).await;
     assert_eq!(rejected.status.code(), Some(0), "{}", stderr(&rejected));
     let base = fake.base_url();
-    let resumed = muster(
-        dir.path(),
-        &["resume", "--base-url", &base, "--output", "stream-json"],
-    )
-    .await;
-    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    let resume = ["resume", "--base-url", &base, "--output", "stream-json"];
+    let refused = muster(dir.path(), &resume).await;
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    let said = stderr(&refused);
     assert!(
-        stderr(&resumed).contains("muster trust"),
-        "{}",
-        stderr(&resumed)
+        said.contains("cannot resume") && said.contains("hooks.PreToolUse"),
+        "{said}"
     );
+    assert_eq!(fake.requests().len(), 1, "the refused resume went on");
+    std::fs::write(&script, DEFER).unwrap();
+    let resumed = muster(dir.path(), &resume).await;
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
     assert!(!dir.path().join("out.txt").exists(), "the refused call ran");
     let results = tool_results(&fake.requests()[1].body);
     assert!(
