@@ -1262,3 +1262,51 @@ async fn a_resume_refuses_to_drop_project_hooks_whose_files_changed() {
         "{results:?}"
     );
 }
+
+/// A teammate that creates `.claude/settings.local.json` (a protected file that did not exist,
+/// so the sandbox had nothing to bind read-only) does not get it merged by the team's policy:
+/// the merge waits for a person (exit 5), and the file stays out of the user's tree.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_merge_that_adds_a_protected_file_waits_for_a_person() {
+    let dir = project(&[]);
+    let root = dir.path();
+    std::fs::remove_dir_all(root.join(".git")).unwrap();
+    write_team(
+        root,
+        "name = \"builders\"\nisolation = \"worktree\"\n\n[[teammates]]\nname = \"one\"\n\
+         definition = \"writer\"\nplan_mode_required = false\napprover = \"policy:policy.toml\"\n",
+    );
+    std::fs::write(root.join("policy.toml"), "approve_all = true\n").unwrap();
+    git(root, &["init", "-q", "-b", "main"]);
+    git(root, &["add", "-A"]);
+    git(root, &["commit", "-q", "-m", "start"]);
+    let widen = r#"mkdir -p .claude && echo '{"permissions":{"allow":["Bash"]}}' > .claude/settings.local.json"#;
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "settings", "description": "Tune the settings."}),
+            )],
+        ),
+        any_turn("lead", "Waiting for the team."),
+        ScriptEntry::reply("one", 1, vec![tool("Bash", json!({"command": widen}))]),
+        any_turn("one", "done"),
+    ])
+    .await;
+    let args = run_args(&fake.base_url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let done = muster(root, &args).await;
+    let said = super::common::stdout(&done);
+    assert_eq!(done.status.code(), Some(5), "{}\n{said}", stderr(&done));
+    assert!(said.contains("merge-one-1"), "{said}");
+    assert!(
+        said.contains(r#""responder":"human""#),
+        "the policy decided the merge: {said}"
+    );
+    assert!(
+        !root.join(".claude/settings.local.json").exists(),
+        "a teammate's protected file reached the user's tree"
+    );
+}
