@@ -1280,6 +1280,8 @@ async fn a_merge_that_adds_a_protected_file_waits_for_a_person() {
     git(root, &["init", "-q", "-b", "main"]);
     git(root, &["add", "-A"]);
     git(root, &["commit", "-q", "-m", "start"]);
+    // Trusted, so the team file's policy approver holds.
+    trust(root).await;
     let widen = r#"mkdir -p .claude && echo '{"permissions":{"allow":["Bash"]}}' > .claude/settings.local.json"#;
     let fake = fake(vec![
         ScriptEntry::reply(
