@@ -39,6 +39,7 @@ use super::interrupt::CommitLane;
 use super::plan_state::PlanState;
 use super::records::AgentKind;
 use super::records::Record;
+use super::transcript_file::TranscriptFile;
 
 /// What decides and runs one agent's calls: its tools (muster's and its MCP servers'), where
 /// its asks go, and the workspace its tools work in.
@@ -62,6 +63,8 @@ pub(super) struct CallDispatcher {
     /// PreToolUse decisions a resume found committed for calls without a result, by
     /// `tool_use_id`: used instead of running the hooks again.
     pub hook_decisions: std::sync::Mutex<BTreeMap<String, HookDecision>>,
+    /// The agent's conversation for its hooks (`transcript_path`), when the run has hooks.
+    pub transcript_file: Option<Arc<TranscriptFile>>,
 }
 
 /// What the agent's state says about a call: its mode and plan, and the run's auto gate.
@@ -110,6 +113,10 @@ impl CallDispatcher {
             definition: &self.definition,
             workspace: self.workspace.root(),
             mode,
+            transcript_path: self
+                .transcript_file
+                .as_deref()
+                .map(|file| file.path.as_path()),
         }
     }
 

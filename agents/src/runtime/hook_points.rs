@@ -85,6 +85,8 @@ pub(super) struct Firing<'a> {
     pub definition: &'a AgentDefinition,
     pub workspace: &'a Path,
     pub mode: PermissionMode,
+    /// The agent's transcript file, when one is written.
+    pub transcript_path: Option<&'a Path>,
 }
 
 impl Firing<'_> {
@@ -99,7 +101,7 @@ impl Firing<'_> {
             mode: self.mode,
             // Hooks run read-only wherever the agent's own commands would.
             profile: crate::sandbox::profile_for(false, self.mode, self.definition.read_only),
-            transcript_path: None,
+            transcript_path: self.transcript_path,
         }
     }
 

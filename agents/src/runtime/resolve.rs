@@ -66,6 +66,8 @@ impl AgentRuntime {
         &mut self,
         mut pending: PendingCalls,
     ) -> RuntimeResult<Option<AgentOutcome>> {
+        // The calls' hooks read the conversation up to the message that made them.
+        self.sync_transcript_file();
         let calls = pending.calls.clone();
         let mut index = 0;
         while index < calls.len() {

@@ -1312,3 +1312,60 @@ async fn a_merge_that_adds_a_protected_file_waits_for_a_person() {
         "a teammate's protected file reached the user's tree"
     );
 }
+
+/// `transcript_path` names a JSONL of the agent's conversation in Claude Code's shape, mode
+/// 0600 under `.muster/runs/`: a PreToolUse hook reading it finds the prompt and the model's
+/// call it is deciding.
+#[tokio::test]
+async fn a_hooks_transcript_path_holds_the_agents_conversation() {
+    let copy = "input=$(cat); \
+        p=$(echo \"$input\" | sed -e 's/.*\"transcript_path\":\"\\([^\"]*\\)\".*/\\1/'); \
+        echo \"$p\" > \"$CLAUDE_PROJECT_DIR/transcript-path.txt\"; \
+        cat \"$p\" > \"$CLAUDE_PROJECT_DIR/transcript-seen.jsonl\"";
+    let dir = project_with_hook("PreToolUse", "Bash", copy).await;
+    let fake = fake(vec![
+        ScriptEntry::reply("main", 1, vec![tool("Bash", json!({"command": "echo hi"}))]),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+    ])
+    .await;
+    let args = run_args(&fake.base_url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let done = muster(dir.path(), &args).await;
+    assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+    let path = std::fs::read_to_string(dir.path().join("transcript-path.txt")).unwrap();
+    let path = Path::new(path.trim());
+    assert!(
+        path.starts_with(dir.path().join(".muster/runs")),
+        "{}",
+        path.display()
+    );
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(path).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let lines: Vec<Value> = lines_of(&dir.path().join("transcript-seen.jsonl"))
+        .iter()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    assert_eq!(lines[0]["type"], "user");
+    assert!(
+        lines[0]["message"]["content"]
+            .to_string()
+            .contains("Clean up.")
+    );
+    // The call the hook decides is the one the model server answered with.
+    let answered = &fake.requests()[1].body["messages"][1]["content"][0];
+    assert_eq!(lines[1]["type"], "assistant");
+    assert_eq!(lines[1]["message"]["content"][0]["id"], answered["id"]);
+    assert_eq!(
+        lines[1]["message"]["content"][0]["input"]["command"],
+        "echo hi"
+    );
+    assert_eq!(lines[1]["parentUuid"], lines[0]["uuid"]);
+    let run_id = lines[0]["sessionId"].as_str().unwrap();
+    assert!(
+        path.ends_with(format!("{run_id}/main.jsonl")),
+        "{}",
+        path.display()
+    );
+}
