@@ -283,31 +283,6 @@ pub fn project_scope(project: &Project, all_projects: bool) -> Option<String> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, reason = "test assertions fail loudly")]
-
-    /// Eight first runs at once (a batch's lines) agree on one id, and none reads a file half
-    /// written.
-    #[test]
-    fn concurrent_first_runs_agree_on_one_project_id() {
-        let dir = tempfile::tempdir().unwrap();
-        let muster_dir = dir.path().join(".muster");
-        let ids: Vec<String> = std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..8)
-                .map(|_| scope.spawn(|| super::project_id_in(&muster_dir).unwrap()))
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
-        });
-        assert!(
-            ids.iter().all(|id| id == &ids[0] && !id.is_empty()),
-            "{ids:?}"
-        );
-        let leftovers = std::fs::read_dir(&muster_dir).unwrap().count();
-        assert_eq!(leftovers, 1, "only project-id remains");
-    }
-}
-
 /// A resume never runs without project hooks that ran when the run started: hooks only
 /// narrow, so dropping them (trust no longer holds because a file it covers changed, perhaps
 /// a hook script an agent edited) would allow what they refused. It stops with exit 2 instead,
@@ -345,4 +320,29 @@ fn refuse_dropping_hooks(
         ),
     )
     .into())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "test assertions fail loudly")]
+
+    /// Eight first runs at once (a batch's lines) agree on one id, and none reads a file half
+    /// written.
+    #[test]
+    fn concurrent_first_runs_agree_on_one_project_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let muster_dir = dir.path().join(".muster");
+        let ids: Vec<String> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..8)
+                .map(|_| scope.spawn(|| super::project_id_in(&muster_dir).unwrap()))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(
+            ids.iter().all(|id| id == &ids[0] && !id.is_empty()),
+            "{ids:?}"
+        );
+        let leftovers = std::fs::read_dir(&muster_dir).unwrap().count();
+        assert_eq!(leftovers, 1, "only project-id remains");
+    }
 }
