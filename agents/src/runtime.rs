@@ -90,6 +90,7 @@ mod stops;
 pub mod team;
 mod team_tools;
 mod transcript;
+mod transcript_file;
 
 pub use agent::{AgentRuntime, AgentSpec};
 pub use calls::AgentOutcome;

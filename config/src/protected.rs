@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use globset::{Glob, GlobSet, GlobSetBuilder};
+use globset::{GlobSet, GlobSetBuilder};
 
 /// Workspace-relative globs of the files that define rules, servers and the team. Each
 /// pattern's directory part is literal (the sandbox lists it to find what exists).
@@ -109,14 +109,22 @@ impl ProtectedFiles {
             .map(|index| self.patterns[*index].as_str())
     }
 
-    /// The protected files that exist in `workspace`, absolute (for read-only binds).
+    /// The protected files that exist in `workspace`, absolute (for read-only binds). Each
+    /// pattern's directory is listed once and its entries matched with the compiled set: this
+    /// runs before every sandboxed command and hook.
     pub fn existing_in(&self, workspace: &Path) -> Vec<PathBuf> {
-        let mut found = Vec::new();
-        for pattern in &self.patterns {
-            let directory = match pattern.rfind('/') {
+        let mut directories: Vec<PathBuf> = self
+            .patterns
+            .iter()
+            .map(|pattern| match pattern.rfind('/') {
                 Some(slash) => workspace.join(&pattern[..slash]),
                 None => workspace.to_path_buf(),
-            };
+            })
+            .collect();
+        directories.sort();
+        directories.dedup();
+        let mut found = Vec::new();
+        for directory in directories {
             let Ok(entries) = std::fs::read_dir(&directory) else {
                 continue;
             };
@@ -124,15 +132,13 @@ impl ProtectedFiles {
                 let path = entry.path();
                 let is_file = entry.file_type().is_ok_and(|kind| kind.is_file());
                 let relative = path.strip_prefix(workspace).unwrap_or(&path);
-                if is_file
-                    && Glob::new(pattern).is_ok_and(|g| g.compile_matcher().is_match(relative))
-                    && !found.contains(&path)
-                {
+                if is_file && self.set.is_match(relative) {
                     found.push(path);
                 }
             }
         }
         found.sort();
+        found.dedup();
         found
     }
 }

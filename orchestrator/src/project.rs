@@ -58,15 +58,9 @@ impl Project {
         root: ProjectRoot,
         launch: &crate::launch::RunLaunch,
     ) -> anyhow::Result<Project> {
-        let trust = match &launch.trust {
-            Some(stored) => {
-                let (trust, warning) = stored.decision_now(root.path())?;
-                if let Some(warning) = warning {
-                    eprintln!("muster: warning: {warning}");
-                }
-                trust
-            }
-            None => crate::loading::decide_trust(global, &root)?,
+        let (trust, warning) = match &launch.trust {
+            Some(stored) => stored.decision_now(root.path())?,
+            None => (crate::loading::decide_trust(global, &root)?, None),
         };
         // The settings files as the run read them at its start, never as an agent may have
         // left them since (a run stored before they were kept reads the files).
@@ -77,6 +71,10 @@ impl Project {
             &trust,
             launch.settings_files.as_ref(),
         )?;
+        refuse_dropping_hooks(launch, &trust, &loaded.value)?;
+        if let Some(warning) = warning {
+            eprintln!("muster: warning: {warning}");
+        }
         let mut project = Project::from_loaded(global, root, loaded);
         project.price_as_stored(launch);
         project.print_trust_notice();
@@ -292,6 +290,45 @@ pub fn project_scope(project: &Project, all_projects: bool) -> Option<String> {
     } else {
         Some(project.existing_project_id().unwrap_or_default())
     }
+}
+
+/// A resume never runs without project hooks that ran when the run started: hooks only
+/// narrow, so dropping them (trust no longer holds because a file it covers changed, perhaps
+/// a hook script an agent edited) would allow what they refused. It stops with exit 2 instead,
+/// naming what changed and what to do.
+fn refuse_dropping_hooks(
+    launch: &crate::launch::RunLaunch,
+    trust_now: &muster_config::trust::TrustDecision,
+    settings: &Settings,
+) -> anyhow::Result<()> {
+    let trusted_then = launch
+        .trust
+        .as_ref()
+        .is_some_and(|stored| stored.decision.trusted);
+    if !trusted_then || trust_now.trusted {
+        return Ok(());
+    }
+    let dropped: Vec<String> = settings
+        .skipped
+        .iter()
+        .filter(|skipped| skipped.key.starts_with("hooks."))
+        .map(|skipped| format!("{} ({})", skipped.key, skipped.origin))
+        .collect();
+    if dropped.is_empty() {
+        return Ok(());
+    }
+    Err(crate::exit::ExitError::new(
+        crate::exit::Exit::Usage,
+        format!(
+            "cannot resume: the project's hooks ran as trusted when the run started, but {}; \
+             resumed, the run would go on without {} and allow what they refuse. Put the files \
+             trust covers back as they were (`.claude/hooks/`, the files hook commands name; \
+             `git status` shows what changed), then resume again",
+            trust_now.why,
+            dropped.join(", ")
+        ),
+    )
+    .into())
 }
 
 #[cfg(test)]

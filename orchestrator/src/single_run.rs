@@ -369,6 +369,7 @@ impl RunDriver for SingleDriver {
             }
             None => turns.await?,
         };
+        agent.end_session("other").await;
         Ok(match outcome {
             AgentOutcome::Finished { result } => Ending {
                 status: RunStatus::Completed,
@@ -388,6 +389,17 @@ impl RunDriver for SingleDriver {
                      or `muster reject {request_id} --feedback …`, then `muster resume {run_id}`.\n\
                      Run {run_id} stopped awaiting a decision.",
                     plan_file.display(),
+                ),
+            },
+            AgentOutcome::CallDeferred { request_id, tool } => Ending {
+                status: RunStatus::AwaitingDecision,
+                exit: Exit::AwaitingDecision,
+                result: json!({"request_id": request_id, "tool": tool}),
+                text: format!(
+                    "A PreToolUse hook deferred a {tool} call to a person ({request_id}): \
+                     `muster approve {request_id}` or `muster reject {request_id} --feedback …`, \
+                     then `muster resume {run_id}`.\n\
+                     Run {run_id} stopped awaiting a decision.",
                 ),
             },
             // Nothing interrupts a single run's turn yet: it ends as an interrupted run.

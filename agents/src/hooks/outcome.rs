@@ -165,6 +165,24 @@ fn read_json(event: HookEvent, json: &Value, verdict: &mut HookVerdict) {
     if let Some(context) = text(specific, "additionalContext") {
         verdict.context.push(context);
     }
+    if event == HookEvent::PermissionRequest {
+        // `decision.behavior` allow or deny, with `message` (the deny reason).
+        let decision = specific.get("decision");
+        if let Some(permission) = decision
+            .and_then(|decision| decision.get("behavior"))
+            .and_then(Value::as_str)
+            .and_then(|behavior| match behavior {
+                "allow" => Some(HookPermission::Allow),
+                "deny" => Some(HookPermission::Deny),
+                _ => None,
+            })
+        {
+            let message = decision
+                .and_then(|decision| text(decision, "message"))
+                .unwrap_or_default();
+            verdict.permission = Some((permission, message));
+        }
+    }
     if event == HookEvent::PreToolUse {
         if let Some(permission) = specific
             .get("permissionDecision")
@@ -386,6 +404,39 @@ mod tests {
             Some(serde_json::json!({"command": "ls"}))
         );
         assert_eq!(updated.context, ["ctx"]);
+    }
+
+    /// A PermissionRequest hook answers with `decision.behavior` and `message`.
+    #[test]
+    fn a_permission_request_hook_says_allow_or_deny() {
+        let cases = [
+            (
+                r#"{"hookSpecificOutput":{"hookEventName":"PermissionRequest","decision":{"behavior":"deny","message":"not on main"}}}"#,
+                Some((HookPermission::Deny, "not on main".to_owned())),
+            ),
+            (
+                r#"{"hookSpecificOutput":{"decision":{"behavior":"allow","updatedInput":{"command":"ls"}}}}"#,
+                Some((HookPermission::Allow, String::new())),
+            ),
+            (
+                r#"{"hookSpecificOutput":{"decision":{"behavior":"maybe"}}}"#,
+                None,
+            ),
+            (
+                r#"{"hookSpecificOutput":{"permissionDecision":"deny"}}"#,
+                None,
+            ),
+        ];
+        for (stdout, permission) in cases {
+            let said = interpret(
+                HookEvent::PermissionRequest,
+                "c",
+                OnFailure::Continue,
+                &exited(0, stdout, ""),
+            );
+            assert_eq!(said.permission, permission, "{stdout}");
+            assert_eq!(said.updated_input, None, "{stdout}");
+        }
     }
 
     #[test]

@@ -194,6 +194,20 @@ impl AgentRuntime {
             parts.endpoint.as_ref(),
             parts.inherited_model.as_deref(),
         );
+        // The hooks' transcript file, written anew from the context the agent starts with.
+        let transcript_file = (!parts.run.hooks.hooks().hooks.is_empty()).then(|| {
+            let path = super::transcript_file::transcript_file_path(
+                parts.run.workspace.root(),
+                &parts.run.run_id,
+                &parts.id,
+            );
+            Arc::new(super::transcript_file::TranscriptFile::new(
+                path,
+                &parts.run.run_id,
+                &parts.id,
+                equipment.workspace.root(),
+            ))
+        });
         let calls = CallDispatcher {
             run: parts.run.clone(),
             id: parts.id.clone(),
@@ -206,6 +220,7 @@ impl AgentRuntime {
             report: report.clone(),
             commits: CommitLane::default(),
             hook_decisions: Default::default(),
+            transcript_file,
         };
         AgentRuntime {
             run: parts.run,
@@ -417,7 +432,23 @@ impl AgentRuntime {
     }
 
     /// This agent as the hooks it fires see it.
+    /// Fires `SessionEnd` (`reason`: Claude Code's `other`) as this agent's session ends: a
+    /// single run's agent when the run ends or stops, a team's lead at the team's end, a
+    /// teammate when it shuts down. It informs only, so it is not committed: after kill -9
+    /// it is not fired for the killed process (the resume's own end fires it).
+    pub async fn end_session(&self, reason: &str) {
+        self.firing().session_end(reason).await;
+    }
+
+    /// Brings the hooks' transcript file up to the context (when one is written).
+    pub(super) fn sync_transcript_file(&self) {
+        if let Some(file) = &self.calls.transcript_file {
+            file.sync(&self.transcript.messages, self.transcript.restarts);
+        }
+    }
+
     pub(super) fn firing(&self) -> super::hook_points::Firing<'_> {
+        self.sync_transcript_file();
         super::hook_points::Firing {
             run: &self.run,
             id: &self.id,
@@ -425,6 +456,11 @@ impl AgentRuntime {
             definition: &self.definition,
             workspace: self.calls.workspace.root(),
             mode: self.plan.mode,
+            transcript_path: self
+                .calls
+                .transcript_file
+                .as_deref()
+                .map(|file| file.path.as_path()),
         }
     }
 

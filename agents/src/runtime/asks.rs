@@ -1,9 +1,15 @@
 //! Settling an `ask`: whoever approves for the agent answers — the person at the terminal,
 //! the lead by mail (a teammate), or the policy (the main agent of a run with a policy
 //! approver); with no one to ask it is a deny. Answers from the store are acked with the call.
+//!
+//! A call a `PreToolUse` hook deferred goes to a person, never to a policy or the lead: the
+//! person at the terminal, or a stored `permission_request` answered by `human` (`muster
+//! approve`/`reject`, the web inbox). A teammate (and a team's lead) waits for the answer
+//! while the team goes on; a single run's agent stops (exit 5) and its resume takes the
+//! answer from the store.
 
 use muster_config::RuleSubject;
-use muster_protocol::{AgentState, ToolName};
+use muster_protocol::{AgentState, ApprovalSubject, ToolName};
 use muster_protocol::{RequestFamily, RequestId};
 use serde_json::Value;
 
@@ -74,6 +80,18 @@ impl AskSettings {
     }
 }
 
+/// What a deferred call came to.
+pub(super) enum Deferred {
+    /// Decided (by the person, or denied because no person can be asked), with the answer's
+    /// mail to ack with the call.
+    Decided(GateDecision, Vec<String>),
+    /// The request is stored and not answered yet: the agent stops, or waits, for it.
+    Waiting {
+        request_id: String,
+        decision: GateDecision,
+    },
+}
+
 /// One agent asking: its route, the run, where it reports, its workspace's root (policy rules
 /// match paths relative to it).
 pub(super) struct Asking<'a> {
@@ -130,6 +148,81 @@ impl Asking<'_> {
             )),
             Vec::new(),
         ))
+    }
+
+    /// A call a hook deferred goes to a person: at the terminal when one is there; otherwise
+    /// a `permission_request` answered by `human`, sent once per call (a resume finds it). A
+    /// subagent cannot wait for a person (it is not resumed when its run stops), so its
+    /// deferred call is refused.
+    pub(super) async fn settle_deferred(
+        &self,
+        decision: GateDecision,
+        call: &ToolCall,
+    ) -> RuntimeResult<Deferred> {
+        if self.run.terminal.is_some() {
+            let (decision, acks) = self.settle_ask(decision, call).await?;
+            return Ok(Deferred::Decided(decision, acks));
+        }
+        if self.asks.asker != self.id {
+            return Ok(Deferred::Decided(
+                GateDecision::deny(format!(
+                    "{}; a subagent's call cannot wait for a person's decision, so it is denied \
+                     (make the call yourself, or ask your parent to)",
+                    decision.reason
+                )),
+                Vec::new(),
+            ));
+        }
+        // To the person's own mailbox, even a teammate's: its lead could not answer it.
+        let person = muster_mailbox::HUMAN;
+        let recipient = muster_protocol::Responder::member_for(person);
+        let request_id = self
+            .send_request(&decision, call, recipient, person)
+            .await?;
+        muster_mailbox::failpoint!("deferred_request_sent");
+        let filter = muster_mailbox::MessageFilter::RequestId(request_id.clone());
+        let store = &self.run.store;
+        let answer = store
+            .try_receive(&self.run.run_id, &self.asks.asker, self.run.epoch, filter)
+            .await?;
+        let Some(mail) = answer else {
+            self.run
+                .events
+                .emit(super::events::RunEvent::ApprovalRequested {
+                    agent: self.id.to_owned(),
+                    request_id: request_id.clone(),
+                    responder: person.to_owned(),
+                    subject: ApprovalSubject::PermissionRequest,
+                });
+            self.report.state(AgentState::WaitingOnDecision {
+                request_id: request_id.clone(),
+            });
+            return Ok(Deferred::Waiting {
+                request_id,
+                decision,
+            });
+        };
+        let (decision, acks) = person_answered(decision, &request_id, mail);
+        Ok(Deferred::Decided(decision, acks))
+    }
+
+    /// Whether this agent stops for a person's decision (a single run's agent) rather than
+    /// waiting for it while its team goes on.
+    pub(super) fn stops_for_a_person(&self) -> bool {
+        matches!(self.asks.route, AskRoute::Approver) && self.run.team.get().is_none()
+    }
+
+    /// Waits for the person's answer to `request_id` (in a team: the team stops the run, exit
+    /// 5, once nothing but a person's decision could move it).
+    pub(super) async fn wait_for_person(
+        &self,
+        decision: GateDecision,
+        call: &ToolCall,
+        request_id: &str,
+    ) -> RuntimeResult<(GateDecision, Vec<String>)> {
+        let mail = self.receive_answer(request_id).await?;
+        self.report.calling(call);
+        Ok(person_answered(decision, request_id, mail))
     }
 
     /// Sends the `permission_request` of `call` to `recipient`, answered by `responder`
@@ -274,6 +367,30 @@ impl Asking<'_> {
         );
         Ok((answered(decision, approved, how), vec![mail.key]))
     }
+}
+
+/// A person's answer to a deferred call's request, as the call's decision.
+fn person_answered(
+    decision: GateDecision,
+    request_id: &str,
+    mail: muster_mailbox::Message,
+) -> (GateDecision, Vec<String>) {
+    let (approved, feedback) = match mail.body {
+        muster_mailbox::MessageBody::PermissionResponse {
+            approved, feedback, ..
+        } => (approved, feedback),
+        other => (
+            false,
+            Some(format!("the answer was a {} message", other.kind())),
+        ),
+    };
+    let how = format!(
+        "{} by {} ({request_id}){}",
+        if approved { "approved" } else { "refused" },
+        mail.sender,
+        feedback.map(|f| format!(": {f}")).unwrap_or_default()
+    );
+    (answered(decision, approved, how), vec![mail.key])
 }
 
 /// A policy's answer to a call: approved, feedback (the deny reason), rule.

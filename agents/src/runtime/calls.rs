@@ -26,6 +26,9 @@ pub enum AgentOutcome {
         request_id: String,
         plan_file: std::path::PathBuf,
     },
+    /// A call a `PreToolUse` hook deferred to a person waits for their decision, which no one
+    /// in this process can make (exit code 5): `muster approve`/`reject`, then resume.
+    CallDeferred { request_id: String, tool: String },
     /// The turn was interrupted ([`super::TurnInterrupt`]): the model request in flight was
     /// dropped, running calls were killed and answered as interrupted; the agent takes the
     /// next prompt ([`super::AgentRuntime::prompt`]).

@@ -101,7 +101,10 @@ impl AgentRuntime {
                 ToolOutput::text(format!("{agent_id} finished without a report."))
             }
             Ok(AgentOutcome::Finished { result }) => ToolOutput::text(result),
-            Ok(AgentOutcome::AwaitingDecision { request_id, .. }) => ToolOutput::error(format!(
+            Ok(
+                AgentOutcome::AwaitingDecision { request_id, .. }
+                | AgentOutcome::CallDeferred { request_id, .. },
+            ) => ToolOutput::error(format!(
                 "{agent_id} stopped waiting for {request_id}, which subagents cannot do"
             )),
             Ok(AgentOutcome::TurnInterrupted) => {

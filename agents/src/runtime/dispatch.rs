@@ -27,8 +27,8 @@ use crate::verification::{BashMeasurement, FileEdits, SnapshotLimits};
 
 use muster_config::AgentDefinition;
 
-use super::asks::{AskSettings, Asking};
-use super::calls::CallResult;
+use super::asks::{AskSettings, Asking, Deferred};
+use super::calls::{AgentOutcome, CallResult, Dispatched};
 use super::context::RunContext;
 use super::edit_diff::EditCapture;
 use super::error::{RuntimeError, RuntimeResult};
@@ -39,6 +39,7 @@ use super::interrupt::CommitLane;
 use super::plan_state::PlanState;
 use super::records::AgentKind;
 use super::records::Record;
+use super::transcript_file::TranscriptFile;
 
 /// What decides and runs one agent's calls: its tools (muster's and its MCP servers'), where
 /// its asks go, and the workspace its tools work in.
@@ -62,6 +63,8 @@ pub(super) struct CallDispatcher {
     /// PreToolUse decisions a resume found committed for calls without a result, by
     /// `tool_use_id`: used instead of running the hooks again.
     pub hook_decisions: std::sync::Mutex<BTreeMap<String, HookDecision>>,
+    /// The agent's conversation for its hooks (`transcript_path`), when the run has hooks.
+    pub transcript_file: Option<Arc<TranscriptFile>>,
 }
 
 /// What the agent's state says about a call: its mode and plan, and the run's auto gate.
@@ -110,6 +113,10 @@ impl CallDispatcher {
             definition: &self.definition,
             workspace: self.workspace.root(),
             mode,
+            transcript_path: self
+                .transcript_file
+                .as_deref()
+                .map(|file| file.path.as_path()),
         }
     }
 
@@ -123,14 +130,19 @@ impl CallDispatcher {
         decision: GateDecision,
         call_context: &CallContext<'_>,
     ) -> RuntimeResult<(GateDecision, Option<HookDecision>)> {
-        if decision.verdict == Verdict::Deny || !self.run.hooks.has(HookEvent::PreToolUse) {
+        if decision.verdict == Verdict::Deny {
             return Ok((decision, None));
         }
+        // A committed decision holds even if the hooks are gone since (a resume of a run whose
+        // project is no longer trusted): what a hook decided is never undone.
         let committed = self
             .hook_decisions
             .lock()
             .map(|mut decisions| decisions.remove(&call.id))
             .unwrap_or(None);
+        if committed.is_none() && !self.run.hooks.has(HookEvent::PreToolUse) {
+            return Ok((decision, None));
+        }
         let hook = match committed {
             Some(hook) => hook,
             None => {
@@ -159,6 +171,27 @@ impl CallDispatcher {
             decided = hook_points::stricter(decided, again);
         }
         Ok((decided, Some(hook)))
+    }
+
+    /// An ask about to go to the agent's approver first fires `PermissionRequest`: a hook may
+    /// refuse the call there, never approve it.
+    async fn permission_request(
+        &self,
+        firing: &Firing<'_>,
+        call: &ToolCall,
+        decision: GateDecision,
+    ) -> GateDecision {
+        if decision.verdict != Verdict::Ask {
+            return decision;
+        }
+        match firing.permission_request(call).await {
+            Some(reason) => GateDecision {
+                verdict: Verdict::Deny,
+                reason: format!("{}; {reason}", decision.reason),
+                ..decision
+            },
+            None => decision,
+        }
     }
 
     /// Runs a non-read-only `Bash` call between two snapshots of the workspace, under its Bash
@@ -202,10 +235,12 @@ impl CallDispatcher {
         &self,
         call: &ToolCall,
         view: CallView<'_>,
-    ) -> RuntimeResult<CallResult> {
+    ) -> RuntimeResult<Dispatched> {
         self.report.calling(call);
+        let done = |result: CallResult| Dispatched::Done(Box::new(result));
         Ok(match self.prepare(call, view).await? {
-            Prepared::Finished(result) => *result,
+            Prepared::Finished(result) => Dispatched::Done(result),
+            Prepared::Stop(outcome) => Dispatched::Stop(outcome),
             Prepared::Run(run) => {
                 self.report.tool_started(call);
                 let (mode, input) = (run.mode, run.input(call));
@@ -213,12 +248,12 @@ impl CallDispatcher {
                 self.firing(mode)
                     .post_tool_use(call, &input, &mut result.output)
                     .await;
-                result
+                done(result)
             }
-            Prepared::Runtime(decision, _) => CallResult::new(
+            Prepared::Runtime(decision, _) => done(CallResult::new(
                 &decision,
                 ToolOutput::error(format!("{} is not a tool-set tool", call.name)),
-            ),
+            )),
         })
     }
 
@@ -288,7 +323,38 @@ impl CallDispatcher {
             report: &self.report,
             root: self.workspace.root(),
         };
-        let (decision, acks) = asking.settle_ask(decision, call).await?;
+        let firing = self.firing(view.plan.mode);
+        let deferred = hook.permission == Some(crate::hooks::HookPermission::Defer)
+            && decision.verdict == Verdict::Ask;
+        let (decision, acks) = if deferred {
+            match asking.settle_deferred(decision, call).await? {
+                Deferred::Decided(decision, acks) => (decision, acks),
+                Deferred::Waiting {
+                    request_id,
+                    decision,
+                } => {
+                    let message = format!(
+                        "{} waits for your decision on a {} call ({request_id})",
+                        self.id, call.name
+                    );
+                    firing.notification("permission_prompt", &message).await;
+                    if asking.stops_for_a_person() {
+                        return Ok(Prepared::Stop(AgentOutcome::CallDeferred {
+                            request_id,
+                            tool: call.name.clone(),
+                        }));
+                    }
+                    asking.wait_for_person(decision, call, &request_id).await?
+                }
+            }
+        } else {
+            let decision = self.permission_request(&firing, call, decision).await;
+            if decision.verdict == Verdict::Ask && self.run.terminal.is_some() {
+                let message = format!("{} needs your permission to use {}", self.id, call.name);
+                firing.notification("permission_prompt", &message).await;
+            }
+            asking.settle_ask(decision, call).await?
+        };
         let refuse = |text: String| {
             let mut result = CallResult::new(&decision, ToolOutput::error(text));
             result.acks = acks.clone();
@@ -371,6 +437,8 @@ pub(super) enum Prepared {
     Runtime(GateDecision, Vec<String>),
     /// Allowed, and the tool set runs it.
     Run(Box<ToolRun>),
+    /// Deferred to a person no one here can ask: the agent stops for the decision.
+    Stop(AgentOutcome),
 }
 
 /// An allowed call of the tool set, ready to run.

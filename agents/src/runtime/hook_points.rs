@@ -3,8 +3,8 @@
 //! - `PreToolUse`, after the engine's decision (a call the engine denies fires nothing: no
 //!   hook could allow it). Its combined decision is committed as a `hook_decision` record
 //!   before the call goes on, so a resume takes it from the store and never runs the hooks
-//!   again for that call ([`HookDecision`]). deny and exit 2 refuse the call; ask and defer
-//!   send it to the agent's approver; allow changes nothing (a hook never widens what the
+//!   again for that call ([`HookDecision`]). deny and exit 2 refuse the call; ask sends it to
+//!   the agent's approver, defer to a person (see `asks.rs`); allow changes nothing (a hook never widens what the
 //!   rules, plan mode, protected paths, an approver or the sandbox allow); `updatedInput` is
 //!   decided by the engine again as if the model had sent it, and the stricter decision holds.
 //! - `PostToolUse` / `PostToolUseFailure`, after a tool of the tool set ran: exit 2,
@@ -57,7 +57,7 @@ pub(super) fn apply(hook: &HookDecision, decision: GateDecision) -> GateDecision
         },
         (Some(HookPermission::Defer), _) => GateDecision {
             verdict: Verdict::Ask,
-            reason: because("deferred to whoever approves for this agent"),
+            reason: because("deferred to a person"),
             ..decision
         },
     }
@@ -86,6 +86,8 @@ pub(super) struct Firing<'a> {
     pub definition: &'a AgentDefinition,
     pub workspace: &'a Path,
     pub mode: PermissionMode,
+    /// The agent's transcript file, when one is written.
+    pub transcript_path: Option<&'a Path>,
 }
 
 impl Firing<'_> {
@@ -101,7 +103,7 @@ impl Firing<'_> {
             mode: self.mode,
             // Hooks run read-only wherever the agent's own commands would.
             profile: crate::sandbox::profile_for(false, self.mode, self.definition.read_only),
-            transcript_path: None,
+            transcript_path: self.transcript_path,
             traceparent: self.run.trace.as_ref().map(|trace| trace.traceparent(span)),
         }
     }
@@ -324,6 +326,65 @@ impl Firing<'_> {
         let outcome = self.fire(event, None, fields).await;
         log_messages(event, &outcome);
         outcome.block
+    }
+}
+
+impl Firing<'_> {
+    /// `PermissionRequest` as `call` is about to go to the agent's approver: the reason of a
+    /// hook that denies it (exit 2 or `decision.behavior: "deny"`). A hook's `allow` is not
+    /// acted on: the approver is asked all the same (a hook only narrows).
+    pub(super) async fn permission_request(&self, call: &ToolCall) -> Option<String> {
+        let event = HookEvent::PermissionRequest;
+        if !self.run.hooks.has(event) {
+            return None;
+        }
+        let mut fields = tool_fields(call, &call.input);
+        fields.insert("permission_suggestions".into(), Value::Array(Vec::new()));
+        let outcome = self.fire(event, Some(&call.name), fields).await;
+        log_messages(event, &outcome);
+        match outcome.tool_permission() {
+            Some((HookPermission::Deny, reason)) => Some(if reason.is_empty() {
+                "denied by a PermissionRequest hook".to_owned()
+            } else {
+                format!("denied by a PermissionRequest hook: {reason}")
+            }),
+            Some((HookPermission::Allow, _)) => {
+                tracing::info!(
+                    tool = call.name,
+                    "a PermissionRequest hook's allow is not acted on: the approver decides"
+                );
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// `Notification` (`notification_type`, the matcher's subject, and `message`): the agent
+    /// waits for a person. It informs; what it prints goes to the log.
+    pub(super) async fn notification(&self, kind: &str, message: &str) {
+        let event = HookEvent::Notification;
+        if !self.run.hooks.has(event) {
+            return;
+        }
+        let mut fields = Map::new();
+        fields.insert("message".into(), message.into());
+        fields.insert("title".into(), "muster".into());
+        fields.insert("notification_type".into(), kind.into());
+        let outcome = self.fire(event, Some(kind), fields).await;
+        log_messages(event, &outcome);
+    }
+
+    /// `SessionEnd` as the agent's session ends (`reason`, Claude Code's `other` unless
+    /// said). It informs; what it prints goes to the log.
+    pub(super) async fn session_end(&self, reason: &str) {
+        let event = HookEvent::SessionEnd;
+        if !self.run.hooks.has(event) {
+            return;
+        }
+        let mut fields = Map::new();
+        fields.insert("reason".into(), reason.into());
+        let outcome = self.fire(event, Some(reason), fields).await;
+        log_messages(event, &outcome);
     }
 }
 

@@ -32,6 +32,7 @@ impl AgentRuntime {
         self.report.calling(call);
         match self.calls.prepare(call, self.call_view()).await? {
             Prepared::Finished(result) => Ok(Dispatched::Done(result)),
+            Prepared::Stop(outcome) => Ok(Dispatched::Stop(outcome)),
             Prepared::Runtime(decision, acks) => {
                 if call.name == ToolName::Agent {
                     // A subagent is not resumed after a crash: its parent gets an error.
@@ -65,6 +66,8 @@ impl AgentRuntime {
         &mut self,
         mut pending: PendingCalls,
     ) -> RuntimeResult<Option<AgentOutcome>> {
+        // The calls' hooks read the conversation up to the message that made them.
+        self.sync_transcript_file();
         let calls = pending.calls.clone();
         let mut index = 0;
         while index < calls.len() {
@@ -79,11 +82,25 @@ impl AgentRuntime {
                 )
                 .await;
                 let mut outcomes = Vec::with_capacity(group);
+                let mut stop = None;
                 for (call, result) in batch.iter().zip(results) {
-                    let mut result = result?;
+                    let mut result = match result? {
+                        Dispatched::Done(result) => *result,
+                        Dispatched::Stop(outcome) => {
+                            stop = stop.or(Some(outcome));
+                            continue;
+                        }
+                    };
                     self.note_repeated_failure(call, &mut result);
                     pending.finish(call, &result.output);
                     outcomes.push((call, result));
+                }
+                if let Some(outcome) = stop {
+                    // A call deferred to a person: the others' results are kept, and the
+                    // resume runs that call again (its hooks' decision is committed).
+                    self.commit_calls(outcomes, None, None).await?;
+                    self.pending = Some(pending);
+                    return Ok(Some(outcome));
                 }
                 index += group;
                 // Read-only calls re-run on resume, so one commit may hold the whole group.

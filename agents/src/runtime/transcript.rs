@@ -29,6 +29,8 @@ pub(super) struct Transcript {
     /// The turn was interrupted (its `turn_interrupted` record is committed); the agent waits
     /// for its next prompt.
     pub interrupted: bool,
+    /// How many times the context restarted (for the hooks' transcript file).
+    pub restarts: u64,
 }
 
 impl Transcript {
@@ -47,6 +49,7 @@ impl Transcript {
     pub(super) fn restart(&mut self, messages: Vec<Message>) {
         self.messages = messages;
         self.last_prompt = None;
+        self.restarts += 1;
     }
 
     /// The turn ended: with an answer, or interrupted.

@@ -521,6 +521,7 @@ impl TeamIsolation {
                 Some(serde_json::to_value(&result)?)
             }
         };
+        let responder = merge_responder(responder, &changes.files);
         let number = store
             .counter_for(
                 run_id,
@@ -541,7 +542,7 @@ impl TeamIsolation {
                 files: changes.files,
                 diffstat: changes.diffstat,
                 verification,
-                responder: responder.to_owned(),
+                responder,
                 tested,
             },
             idempotency_key: key("merge"),
@@ -1040,4 +1041,19 @@ async fn newest_checkpoint(
         }
     }
     Ok(newest)
+}
+
+/// Who decides a merge that changes `files`: a person when it adds or changes a protected file
+/// (the files that define rules, hooks, servers and the team), whoever the team file names
+/// otherwise. A teammate could create such a file in its worktree (the sandbox binds only the
+/// ones that exist read-only), and merged it would define the user's next runs.
+fn merge_responder(responder: &str, files: &[String]) -> String {
+    let protected = muster_config::protected::ProtectedFiles::standard_ref();
+    if files
+        .iter()
+        .any(|file| protected.matching(std::path::Path::new(file)).is_some())
+    {
+        return muster_mailbox::HUMAN.to_owned();
+    }
+    responder.to_owned()
 }

@@ -357,10 +357,13 @@ impl Team {
             self.set_open_before(id, open_before);
             // The end of the turn (its tasks, its report, its verification) is committed with
             // its `finished` record, through the runtime's end-of-turn hook.
-            if let AgentOutcome::AwaitingDecision { request_id, .. } = runtime.run().await? {
+            if let AgentOutcome::AwaitingDecision { request_id, .. }
+            | AgentOutcome::CallDeferred { request_id, .. } = runtime.run().await?
+            {
                 anyhow::bail!("{id} stopped waiting for {request_id}, which no one here decides");
             }
             if self.agreed_to_shutdown(id).await? {
+                runtime.end_session("other").await;
                 return Ok(());
             }
             self.set_state(id, MemberState::Idle);

@@ -1015,6 +1015,17 @@ impl Team {
                     .await?;
                     continue;
                 }
+                // The lead's deferred call: the run ends awaiting a person's decision on it.
+                AgentOutcome::CallDeferred { request_id, tool } => {
+                    return Ok(Ending {
+                        status: RunStatus::AwaitingDecision,
+                        exit: Exit::AwaitingDecision,
+                        result: json!({"request_id": request_id, "tool": tool}),
+                        text: format!(
+                            "The lead's {tool} call awaits a person's decision ({request_id})."
+                        ),
+                    });
+                }
                 // A front end's cancel ends the run as interrupted; its next prompt continues.
                 AgentOutcome::TurnInterrupted => {
                     return Ok(Ending::interrupted(
@@ -1033,6 +1044,7 @@ impl Team {
                     break;
                 }
                 if let Some(ending) = self.ending_if_done(&result).await? {
+                    lead.end_session("other").await;
                     return Ok(ending);
                 }
                 tokio::select! {
@@ -1406,7 +1418,13 @@ impl Team {
         lead_result: &str,
     ) -> anyhow::Result<Option<Ending>> {
         let mut undecided: Vec<(String, String)> = Vec::new();
+        let mut for_a_person: Vec<(String, String)> = Vec::new();
         for request in self.store.requests(self.run_id()).await? {
+            // A request in the person's own mailbox (a call a hook deferred to them).
+            if request.response.is_none() && request.recipient == muster_mailbox::HUMAN {
+                for_a_person.push((request.requester, request.request_id));
+                continue;
+            }
             if request.response.is_some() || request.responder != LEAD {
                 continue;
             }
@@ -1417,11 +1435,29 @@ impl Team {
             }
             undecided.push((request.requester, request.request_id));
         }
+        let waits_on = |agent: &String, on: &[(String, String)]| {
+            on.iter().any(|(requester, _)| requester == agent)
+        };
         let stuck = running
             .iter()
-            .all(|agent| undecided.iter().any(|(requester, _)| requester == agent));
+            .all(|agent| waits_on(agent, &undecided) || waits_on(agent, &for_a_person));
         if !stuck {
             return Ok(None);
+        }
+        if running.iter().any(|agent| waits_on(agent, &for_a_person)) {
+            // A person's decision (a call a hook deferred) would move the team again.
+            let ids: Vec<&str> = for_a_person.iter().map(|(_, id)| id.as_str()).collect();
+            return Ok(Some(Ending {
+                status: RunStatus::AwaitingDecision,
+                exit: Exit::AwaitingDecision,
+                result: json!({"result": lead_result, "waiting_on": ids}),
+                text: format!(
+                    "{lead_result}\nThe team waits for a person's decision on {}: `muster inbox \
+                     human` shows them; `muster approve ID` or `muster reject ID --feedback …`, \
+                     then `muster resume`.",
+                    ids.join(", ")
+                ),
+            }));
         }
         let ids: Vec<&str> = undecided.iter().map(|(_, id)| id.as_str()).collect();
         Ok(Some(Ending {
@@ -1520,7 +1556,14 @@ The lead ended its turn without deciding {}; the teammates                  wait
     /// Sends every live teammate a `shutdown_request`, then stops whoever has not ended
     /// after the shutdown timeout.
     async fn stop_all(&self) {
-        let live = self.live_teammates();
+        let mut live = self.live_teammates();
+        // One waiting on a person's decision stops at once, as on an interruption: asked to
+        // shut down it would give its task back, and its resume must take the decision.
+        let waiting = self.waiting_on_the_person().await.unwrap_or_default();
+        live.retain(|id| !waiting.contains(id));
+        for id in &waiting {
+            self.abort_one(id).await;
+        }
         for id in &live {
             let _ = self
                 .request_shutdown(id, Some(END_OF_RUN.into()), None)
@@ -1537,21 +1580,40 @@ The lead ended its turn without deciding {}; the teammates                  wait
     async fn abort_all(&self) {
         let live = self.live_teammates();
         for id in live.iter().map(String::as_str).chain([LEAD]) {
-            if let Some(handle) = self.take_handle(id) {
-                handle.abort();
-                let _ = handle.await;
-            }
-            // A placed teammate's tools run on its worker, which stops them.
-            if self.is_placed(id) {
-                continue;
-            }
-            let _ = muster_agents::runtime::team::kill_unfinished_tools(
-                self.store.as_ref(),
-                self.run_id(),
-                id,
-            )
-            .await;
+            self.abort_one(id).await;
         }
+    }
+
+    /// Stops one agent at once: its task aborted, its unfinished tools killed.
+    async fn abort_one(&self, id: &str) {
+        if let Some(handle) = self.take_handle(id) {
+            handle.abort();
+            let _ = handle.await;
+        }
+        // A placed teammate's tools run on its worker, which stops them.
+        if self.is_placed(id) {
+            return;
+        }
+        let _ = muster_agents::runtime::team::kill_unfinished_tools(
+            self.store.as_ref(),
+            self.run_id(),
+            id,
+        )
+        .await;
+    }
+
+    /// The live teammates waiting on a request in the person's own mailbox.
+    async fn waiting_on_the_person(&self) -> anyhow::Result<Vec<String>> {
+        let live = self.live_teammates();
+        Ok(self
+            .store
+            .requests(self.run_id())
+            .await?
+            .into_iter()
+            .filter(|r| r.response.is_none() && r.recipient == muster_mailbox::HUMAN)
+            .map(|r| r.requester)
+            .filter(|requester| live.contains(requester))
+            .collect())
     }
 
     /// Takes a teammate's task handle (once).

@@ -127,7 +127,8 @@ impl Team {
     /// What follows from a committed request (called after its commit): a teammate's request
     /// to the lead's mailbox that a policy answers is decided now, one a person answers is
     /// announced (a plan's own `approval_requested` comes from the runtime); the lead's own
-    /// plan sent to a person wakes the watch that stops the run once nothing else can move.
+    /// plan sent to a person wakes the watch that stops the run once nothing else can move, as
+    /// does a teammate's request in the person's own mailbox.
     pub(crate) fn follow_up(&self, message: &Message) {
         let Some(request_id) = message.request_id.clone() else {
             return;
@@ -148,6 +149,12 @@ impl Team {
                 self.lead_awaits_decision.store(true, Ordering::SeqCst);
                 self.states.send_modify(|n| *n += 1);
             }
+            return;
+        }
+        if message.recipient == muster_mailbox::HUMAN {
+            // A teammate's call deferred to the person: the waits that stop the run once only
+            // a person can move it look again.
+            self.states.send_modify(|n| *n += 1);
             return;
         }
         if message.recipient != LEAD {

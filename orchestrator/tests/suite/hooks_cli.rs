@@ -881,3 +881,491 @@ async fn task_hooks_refuse_a_task_change_and_the_board_keeps_its_state() {
         "{completed:?}"
     );
 }
+
+/// A PreToolUse hook script that defers every call to a person, logging each call it sees.
+const DEFER: &str = "#!/bin/sh\n\
+    { cat; echo; } >> \"$CLAUDE_PROJECT_DIR/defer.log\"\n\
+    echo '{\"hookSpecificOutput\":{\"hookEventName\":\"PreToolUse\",\
+    \"permissionDecision\":\"defer\",\"permissionDecisionReason\":\"a person decides\"}}'\n";
+
+/// A trusted project whose `.claude/hooks/defer.sh` defers every Bash call.
+async fn deferring_project() -> tempfile::TempDir {
+    let dir = project(&[]);
+    let hooks = dir.path().join(".claude/hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    std::fs::write(hooks.join("defer.sh"), DEFER).unwrap();
+    make_executable(&hooks.join("defer.sh"));
+    let settings = json!({"hooks": {
+        "PreToolUse": [{"matcher": "Bash", "hooks": [
+            {"type": "command", "command": "\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/defer.sh"}]}],
+        "Notification": [{"matcher": "permission_prompt", "hooks": [
+            {"type": "command", "command": "\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/log.sh"}]}]
+    }});
+    std::fs::write(hooks.join("log.sh"), LOG).unwrap();
+    make_executable(&hooks.join("log.sh"));
+    std::fs::write(
+        dir.path().join(".claude/settings.json"),
+        settings.to_string(),
+    )
+    .unwrap();
+    trust(dir.path()).await;
+    dir
+}
+
+/// A hook script that appends its stdin, one line, to `EVENT.log` in the project (a log
+/// named in the command would be a file trust covers once it exists).
+const LOG: &str = "#!/bin/sh\n\
+    input=$(cat)\n\
+    event=$(echo \"$input\" | sed -e 's/.*\"hook_event_name\":\"\\([^\"]*\\)\".*/\\1/')\n\
+    echo \"$input\" >> \"$CLAUDE_PROJECT_DIR/$event.log\"\n";
+
+/// The script of a run whose one call a hook defers: the call, then the end.
+fn deferred_script() -> Vec<ScriptEntry> {
+    vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![tool("Bash", json!({"command": "echo ran > out.txt"}))],
+        ),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+    ]
+}
+
+/// `defer` → the run stops awaiting a person (exit 5) without running the call → `muster
+/// approve` (or `reject`) → `muster resume` runs (or refuses) it, and the hook does not run
+/// again for a decision that was committed.
+#[tokio::test]
+async fn a_deferred_call_stops_the_run_until_a_person_decides_it() {
+    // (answer, whether the call runs, what the model reads)
+    let cases: [(&[&str], bool, &str); 2] = [
+        (
+            &["approve", "perm-main-1"],
+            true,
+            "approved by human (perm-main-1)",
+        ),
+        (
+            &["reject", "perm-main-1", "--feedback", "not today"],
+            false,
+            "refused by human (perm-main-1): not today",
+        ),
+    ];
+    for (answer, runs, told) in cases {
+        let dir = deferring_project().await;
+        let fake = fake(deferred_script()).await;
+        let args = run_args(&fake.base_url());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let stopped = muster(dir.path(), &args).await;
+        assert_eq!(stopped.status.code(), Some(5), "{}", stderr(&stopped));
+        let said = super::common::stdout(&stopped);
+        assert!(
+            said.contains(
+                r#""status":"awaiting_decision","exit_code":5,"request_id":"perm-main-1""#
+            ),
+            "{said}"
+        );
+        assert!(!dir.path().join("out.txt").exists(), "a deferred call ran");
+        assert_eq!(fake.requests().len(), 1);
+        // The person was notified once, naming the request.
+        let notified = lines_of(&dir.path().join("Notification.log"));
+        assert_eq!(notified.len(), 1, "{notified:?}");
+        assert!(
+            notified[0].contains(r#""notification_type":"permission_prompt""#)
+                && notified[0].contains("perm-main-1"),
+            "{}",
+            notified[0]
+        );
+        let decided = muster(dir.path(), answer).await;
+        assert_eq!(decided.status.code(), Some(0), "{}", stderr(&decided));
+        let resumed = muster(
+            dir.path(),
+            &[
+                "resume",
+                "--base-url",
+                &fake.base_url(),
+                "--output",
+                "stream-json",
+            ],
+        )
+        .await;
+        assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+        assert_eq!(dir.path().join("out.txt").exists(), runs, "{answer:?}");
+        let requests = fake.requests();
+        assert_eq!(requests.len(), 2);
+        // A refusal's reason reaches the model; an approval is in the call's own event.
+        let results = tool_results(&requests[1].body);
+        let events = super::common::stdout(&resumed);
+        assert!(
+            results[0].contains(told) || (runs && events.contains(told)),
+            "{answer:?}: {results:?}\n{events}"
+        );
+        assert_eq!(
+            lines_of(&dir.path().join("defer.log")).len(),
+            1,
+            "the hook ran again for a committed decision"
+        );
+    }
+}
+
+/// Killed right after the deferring decision was committed, and right after its request was
+/// stored: each resume stops for the same one request, the hook never runs again, and once
+/// approved the call runs once.
+#[cfg(feature = "failpoints")]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kill_around_a_deferred_call_resumes_to_the_same_one_request() {
+    for failpoint in ["hook:PreToolUse", "deferred_request_sent"] {
+        let dir = deferring_project().await;
+        let fake = fake(deferred_script()).await;
+        let args = run_args(&fake.base_url());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut killed = command(dir.path(), &args);
+        killed.env("MUSTER_FAILPOINT", failpoint);
+        let first = output(killed).await;
+        assert_eq!(first.status.code(), None, "{failpoint}: {}", stderr(&first));
+        let resume = [
+            "resume",
+            "--base-url",
+            &fake.base_url(),
+            "--output",
+            "stream-json",
+        ];
+        let stopped = muster(dir.path(), &resume).await;
+        assert_eq!(stopped.status.code(), Some(5), "{}", stderr(&stopped));
+        let inbox = muster(dir.path(), &["inbox", "human"]).await;
+        let listed = super::common::stdout(&inbox);
+        assert_eq!(
+            listed.matches("perm-main-").count(),
+            1,
+            "{failpoint}: {listed}"
+        );
+        assert!(listed.contains("perm-main-1"), "{listed}");
+        let approved = muster(dir.path(), &["approve", "perm-main-1"]).await;
+        assert_eq!(approved.status.code(), Some(0), "{}", stderr(&approved));
+        let done = muster(dir.path(), &resume).await;
+        assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("out.txt")).unwrap(),
+            "ran\n"
+        );
+        assert_eq!(
+            lines_of(&dir.path().join("defer.log")).len(),
+            1,
+            "{failpoint}: the hook ran again"
+        );
+    }
+}
+
+/// A teammate's deferred call waits for a person in the person's own mailbox while its team
+/// goes on; once nothing else can move the run stops (exit 5), and after `muster approve`
+/// the resumed teammate runs the call in its worktree.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_teammates_deferred_call_stops_the_team_until_a_person_decides_it() {
+    let dir = deferring_project().await;
+    let root = dir.path();
+    std::fs::remove_dir_all(root.join(".git")).unwrap();
+    write_team(
+        root,
+        "name = \"builders\"\nisolation = \"worktree\"\n\n[[teammates]]\nname = \"one\"\n\
+         definition = \"writer\"\nplan_mode_required = false\napprover = \"policy:policy.toml\"\n",
+    );
+    std::fs::write(root.join("policy.toml"), "approve_all = true\n").unwrap();
+    git(root, &["init", "-q", "-b", "main"]);
+    git(root, &["add", "-A"]);
+    git(root, &["commit", "-q", "-m", "start"]);
+    trust(root).await;
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "write", "description": "Write out.txt."}),
+            )],
+        ),
+        any_turn("lead", "Waiting for the team."),
+        ScriptEntry::reply(
+            "one",
+            1,
+            vec![tool("Bash", json!({"command": "echo ran > out.txt"}))],
+        ),
+        any_turn("one", "done"),
+    ])
+    .await;
+    let args = run_args(&fake.base_url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let stopped = muster(root, &args).await;
+    let said = super::common::stdout(&stopped);
+    assert_eq!(
+        stopped.status.code(),
+        Some(5),
+        "{}\n{said}",
+        stderr(&stopped)
+    );
+    assert!(said.contains("perm-one-1"), "{said}");
+    assert!(
+        fake.requests()
+            .iter()
+            .all(|request| request.agent.as_deref() != Some("one") || request.turn == Some(1)),
+        "the teammate went on before the decision"
+    );
+    let approved = muster(root, &["approve", "perm-one-1"]).await;
+    assert_eq!(approved.status.code(), Some(0), "{}", stderr(&approved));
+    let base = fake.base_url();
+    let rargs = ["resume", "--base-url", &base, "--output", "stream-json"];
+    let resumed = muster(root, &rargs).await;
+    let said = super::common::stdout(&resumed);
+    assert_eq!(
+        resumed.status.code(),
+        Some(0),
+        "{}\n{said}",
+        stderr(&resumed)
+    );
+    let second = request_of(&fake, "one", 2);
+    let results = tool_results(&second);
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert!(!results[0].contains("Permission denied"), "{results:?}");
+    assert!(said.contains("approved by human (perm-one-1)"), "{said}");
+    // The call ran once, in the teammate's worktree, and came back with its merge.
+    assert_eq!(
+        std::fs::read_to_string(root.join("out.txt")).unwrap(),
+        "ran\n"
+    );
+}
+
+/// `PermissionRequest` fires as a call goes to the agent's approver: its `deny` refuses the
+/// call with the hook's message, its `allow` does not approve it (the approver still decides);
+/// `SessionEnd` fires once as the run ends.
+#[tokio::test]
+async fn permission_request_hooks_only_narrow_and_session_end_fires_at_the_end() {
+    let dir = project(&[]);
+    let hooks = dir.path().join(".claude/hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    let answer = "#!/bin/sh\n\
+        input=$(cat)\n\
+        echo \"$input\" >> \"$CLAUDE_PROJECT_DIR/pr.log\"\n\
+        case \"$input\" in\n\
+          *deploy*) b=deny ;;\n\
+          *) b=allow ;;\n\
+        esac\n\
+        echo \"{\\\"hookSpecificOutput\\\":{\\\"hookEventName\\\":\\\"PermissionRequest\\\",\\\"decision\\\":{\\\"behavior\\\":\\\"$b\\\",\\\"message\\\":\\\"not on main\\\"}}}\"\n";
+    for (name, text) in [("answer.sh", answer), ("log.sh", LOG)] {
+        std::fs::write(hooks.join(name), text).unwrap();
+        make_executable(&hooks.join(name));
+    }
+    let settings = json!({"hooks": {
+        "PermissionRequest": [{"matcher": "Bash", "hooks": [
+            {"type": "command", "command": "\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/answer.sh"}]}],
+        "SessionEnd": [{"hooks": [
+            {"type": "command", "command": "\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/log.sh"}]}]
+    }});
+    std::fs::write(
+        dir.path().join(".claude/settings.json"),
+        settings.to_string(),
+    )
+    .unwrap();
+    // The approver refuses whatever reaches it.
+    std::fs::write(dir.path().join("policy.toml"), "approve_all = false\n").unwrap();
+    trust(dir.path()).await;
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![
+                tool("Bash", json!({"command": "echo one > a.txt"})),
+                tool("Bash", json!({"command": "echo deploy > b.txt"})),
+            ],
+        ),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+    ])
+    .await;
+    let base = fake.base_url();
+    let done = muster(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Write.",
+            "--permission-mode",
+            "default",
+            "--approver",
+            "policy:policy.toml",
+            "--base-url",
+            &base,
+            "--output",
+            "stream-json",
+        ],
+    )
+    .await;
+    assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+    let results = tool_results(&fake.requests()[1].body);
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(
+        results[0].contains("denied by the policy"),
+        "a hook's allow approved a call: {results:?}"
+    );
+    assert!(
+        results[1].contains("denied by a PermissionRequest hook: not on main")
+            && !results[1].contains("policy"),
+        "{results:?}"
+    );
+    assert!(!dir.path().join("a.txt").exists() && !dir.path().join("b.txt").exists());
+    let asked = lines_of(&dir.path().join("pr.log"));
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    assert!(
+        asked[0].contains(r#""hook_event_name":"PermissionRequest""#)
+            && asked[0].contains(r#""tool_name":"Bash""#),
+        "{}",
+        asked[0]
+    );
+    let ended = lines_of(&dir.path().join("SessionEnd.log"));
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    assert!(
+        ended[0].contains(r#""hook_event_name":"SessionEnd""#)
+            && ended[0].contains(r#""reason":"other""#),
+        "{}",
+        ended[0]
+    );
+}
+
+/// A resume whose project trust changed since the run started (a file trust covers changed)
+/// would run without the project's hooks: it refuses, naming the hooks, and once the files are
+/// back the resume goes on with the deferral the hooks committed.
+#[tokio::test]
+async fn a_resume_refuses_to_drop_project_hooks_whose_files_changed() {
+    let dir = deferring_project().await;
+    let fake = fake(deferred_script()).await;
+    let args = run_args(&fake.base_url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let stopped = muster(dir.path(), &args).await;
+    assert_eq!(stopped.status.code(), Some(5), "{}", stderr(&stopped));
+    // The hook script is changed (an agent could have): trust no longer holds.
+    let script = dir.path().join(".claude/hooks/defer.sh");
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+    let rejected = muster(dir.path(), &["reject", "perm-main-1", "--feedback", "no"]).await;
+    assert_eq!(rejected.status.code(), Some(0), "{}", stderr(&rejected));
+    let base = fake.base_url();
+    let resume = ["resume", "--base-url", &base, "--output", "stream-json"];
+    let refused = muster(dir.path(), &resume).await;
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    let said = stderr(&refused);
+    assert!(
+        said.contains("cannot resume") && said.contains("hooks.PreToolUse"),
+        "{said}"
+    );
+    assert_eq!(fake.requests().len(), 1, "the refused resume went on");
+    std::fs::write(&script, DEFER).unwrap();
+    let resumed = muster(dir.path(), &resume).await;
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    assert!(!dir.path().join("out.txt").exists(), "the refused call ran");
+    let results = tool_results(&fake.requests()[1].body);
+    assert!(
+        results[0].contains("refused by human (perm-main-1): no"),
+        "{results:?}"
+    );
+}
+
+/// A teammate that creates `.claude/settings.local.json` (a protected file that did not exist,
+/// so the sandbox had nothing to bind read-only) does not get it merged by the team's policy:
+/// the merge waits for a person (exit 5), and the file stays out of the user's tree.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_merge_that_adds_a_protected_file_waits_for_a_person() {
+    let dir = project(&[]);
+    let root = dir.path();
+    std::fs::remove_dir_all(root.join(".git")).unwrap();
+    write_team(
+        root,
+        "name = \"builders\"\nisolation = \"worktree\"\n\n[[teammates]]\nname = \"one\"\n\
+         definition = \"writer\"\nplan_mode_required = false\napprover = \"policy:policy.toml\"\n",
+    );
+    std::fs::write(root.join("policy.toml"), "approve_all = true\n").unwrap();
+    git(root, &["init", "-q", "-b", "main"]);
+    git(root, &["add", "-A"]);
+    git(root, &["commit", "-q", "-m", "start"]);
+    // Trusted, so the team file's policy approver holds.
+    trust(root).await;
+    let widen = r#"mkdir -p .claude && echo '{"permissions":{"allow":["Bash"]}}' > .claude/settings.local.json"#;
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "settings", "description": "Tune the settings."}),
+            )],
+        ),
+        any_turn("lead", "Waiting for the team."),
+        ScriptEntry::reply("one", 1, vec![tool("Bash", json!({"command": widen}))]),
+        any_turn("one", "done"),
+    ])
+    .await;
+    let args = run_args(&fake.base_url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let done = muster(root, &args).await;
+    let said = super::common::stdout(&done);
+    assert_eq!(done.status.code(), Some(5), "{}\n{said}", stderr(&done));
+    assert!(said.contains("merge-one-1"), "{said}");
+    assert!(
+        said.contains(r#""responder":"human""#),
+        "the policy decided the merge: {said}"
+    );
+    assert!(
+        !root.join(".claude/settings.local.json").exists(),
+        "a teammate's protected file reached the user's tree"
+    );
+}
+
+/// `transcript_path` names a JSONL of the agent's conversation in Claude Code's shape, mode
+/// 0600 under `.muster/runs/`: a PreToolUse hook reading it finds the prompt and the model's
+/// call it is deciding.
+#[tokio::test]
+async fn a_hooks_transcript_path_holds_the_agents_conversation() {
+    let copy = "input=$(cat); \
+        p=$(echo \"$input\" | sed -e 's/.*\"transcript_path\":\"\\([^\"]*\\)\".*/\\1/'); \
+        echo \"$p\" > \"$CLAUDE_PROJECT_DIR/transcript-path.txt\"; \
+        cat \"$p\" > \"$CLAUDE_PROJECT_DIR/transcript-seen.jsonl\"";
+    let dir = project_with_hook("PreToolUse", "Bash", copy).await;
+    let fake = fake(vec![
+        ScriptEntry::reply("main", 1, vec![tool("Bash", json!({"command": "echo hi"}))]),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+    ])
+    .await;
+    let args = run_args(&fake.base_url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let done = muster(dir.path(), &args).await;
+    assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+    let path = std::fs::read_to_string(dir.path().join("transcript-path.txt")).unwrap();
+    let path = Path::new(path.trim());
+    assert!(
+        path.starts_with(dir.path().join(".muster/runs")),
+        "{}",
+        path.display()
+    );
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(path).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let lines: Vec<Value> = lines_of(&dir.path().join("transcript-seen.jsonl"))
+        .iter()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    assert_eq!(lines[0]["type"], "user");
+    assert!(
+        lines[0]["message"]["content"]
+            .to_string()
+            .contains("Clean up.")
+    );
+    // The call the hook decides is the one the model server answered with.
+    let answered = &fake.requests()[1].body["messages"][1]["content"][0];
+    assert_eq!(lines[1]["type"], "assistant");
+    assert_eq!(lines[1]["message"]["content"][0]["id"], answered["id"]);
+    assert_eq!(
+        lines[1]["message"]["content"][0]["input"]["command"],
+        "echo hi"
+    );
+    assert_eq!(lines[1]["parentUuid"], lines[0]["uuid"]);
+    let run_id = lines[0]["sessionId"].as_str().unwrap();
+    assert!(
+        path.ends_with(format!("{run_id}/main.jsonl")),
+        "{}",
+        path.display()
+    );
+}

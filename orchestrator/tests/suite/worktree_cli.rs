@@ -964,7 +964,16 @@ async fn a_teammate_in_bypass_keeps_the_users_deny_rules_and_cannot_rewrite_them
     .await;
     let output = bypassing_team_run(root, &fake.base_url()).await;
     let end = finished(&output);
-    assert_eq!(end["status"], "completed", "{end:#}\n{}", stderr(&output));
+    // The teammate created `.claude/settings.local.json` (nothing existed to bind read-only):
+    // its merge waits for a person, whoever approves merges otherwise.
+    assert_eq!(
+        end["status"],
+        "awaiting_decision",
+        "{end:#}\n{}",
+        stderr(&output)
+    );
+    assert_eq!(end["waiting_on"], json!(["merge-one-1"]), "{end:#}");
+    assert!(!root.join(".claude/settings.local.json").exists());
 
     let denied = tool_results(&fake, "one", 2);
     let expected = [
