@@ -55,6 +55,7 @@ pub enum StopRefused {
 }
 
 /// What a stop of a teammate did.
+#[derive(Debug)]
 pub enum TeammateStop {
     /// Sent and announced to the live run.
     Woken(String),
@@ -83,8 +84,13 @@ pub async fn stop_teammate(
             agent: agent.to_owned(),
         });
     }
+    // A shutdown a continuation took back no longer stops the teammate: it works again.
+    let taken_back = crate::team::continuation::revived_shutdowns(store, run_id).await?;
     for request in store.requests(run_id).await? {
-        if request.kind != MessageKind::ShutdownRequest || request.recipient != agent {
+        if request.kind != MessageKind::ShutdownRequest
+            || request.recipient != agent
+            || taken_back.contains(&request.request_id)
+        {
             continue;
         }
         match &request.response {
@@ -290,4 +296,107 @@ fn holder_pid(runs_dir: &Path, run_id: &str) -> Result<rustix::process::Pid, Sto
         .and_then(|line| line.trim().parse::<i32>().ok())
         .and_then(rustix::process::Pid::from_raw)
         .ok_or_else(|| StopRefused::Signal(format!("{} names no process", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use muster_mailbox::{
+        AutoGate, MemberKind, NewRecord, NewResponse, NewRun, RosterEntry, SqliteStore,
+        StoreOptions,
+    };
+
+    const RUN: &str = "r1";
+
+    /// A run whose teammate `alice` agreed to the end-of-run shutdown `shutdown-alice-1`.
+    async fn stopped_teammate(dir: &Path) -> SqliteStore {
+        let store = SqliteStore::open(&dir.join("muster.db"), StoreOptions::default()).unwrap();
+        store
+            .create_run(NewRun {
+                id: RUN.into(),
+                slug: "slug".into(),
+                team: Some("t".into()),
+                workspace: "/ws".into(),
+                batch_line_id: None,
+                auto_gate: AutoGate {
+                    open: true,
+                    consecutive_denials: 0,
+                    limit: 3,
+                },
+                launch_options: json!({}),
+                project_id: None,
+            })
+            .await
+            .unwrap();
+        for (agent, kind) in [
+            (crate::team::LEAD, MemberKind::Lead),
+            ("alice", MemberKind::Teammate),
+        ] {
+            let entry = RosterEntry {
+                agent: agent.into(),
+                kind,
+                definition: None,
+                parent: None,
+            };
+            store.add_member(RUN, entry).await.unwrap();
+        }
+        // Numbered as the team numbers it, so a person's later stop takes the next number.
+        let counter = RequestFamily::Shutdown.counter_name("alice");
+        assert_eq!(store.next_counter(RUN, &counter).await.unwrap(), 1);
+        store
+            .send(NewMessage {
+                run_id: RUN.into(),
+                sender: crate::team::LEAD.into(),
+                recipient: "alice".into(),
+                body: MessageBody::ShutdownRequest {
+                    request_id: "shutdown-alice-1".into(),
+                    reason: None,
+                },
+                idempotency_key: None,
+            })
+            .await
+            .unwrap();
+        store
+            .respond(NewResponse {
+                run_id: RUN.into(),
+                sender: "alice".into(),
+                body: MessageBody::ShutdownResponse {
+                    request_id: "shutdown-alice-1".into(),
+                    approve: true,
+                    reason: None,
+                },
+                idempotency_key: None,
+            })
+            .await
+            .unwrap();
+        store
+    }
+
+    #[tokio::test]
+    async fn a_teammate_a_continuation_took_back_can_be_stopped_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = stopped_teammate(dir.path()).await;
+        let refused = stop_teammate(&store, dir.path(), RUN, "alice").await;
+        assert!(
+            matches!(refused, Err(StopRefused::AlreadyStopped(_))),
+            "{refused:?}"
+        );
+        store
+            .append_records(
+                RUN,
+                vec![NewRecord {
+                    agent: crate::team::LEAD.into(),
+                    stream: crate::team::continuation::CONTINUE_STREAM.into(),
+                    seq: None,
+                    body: json!({"revived": ["shutdown-alice-1"]}),
+                }],
+            )
+            .await
+            .unwrap();
+        let stopped = stop_teammate(&store, dir.path(), RUN, "alice").await;
+        assert!(
+            matches!(stopped, Ok(TeammateStop::Stored(_))),
+            "{stopped:?}"
+        );
+    }
 }

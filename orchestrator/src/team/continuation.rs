@@ -18,7 +18,7 @@
 use std::collections::BTreeSet;
 
 use muster_agents::runtime::{AgentRuntime, RuntimeError};
-use muster_mailbox::{MemberKind, MessageKind, NewRecord, RunStatus};
+use muster_mailbox::{MailboxStore, MemberKind, MessageKind, NewRecord, RunStatus, StoreError};
 use serde::{Deserialize, Serialize};
 
 use super::isolation::{PreviousResult, TeamIsolation};
@@ -43,18 +43,26 @@ pub(crate) enum Continued {
     MidTurn,
 }
 
+/// The shutdown requests continuations of `run_id` took back: their agreement no longer stops
+/// the teammate (the team's services and the web inbox's stop read the same set).
+pub(crate) async fn revived_shutdowns(
+    store: &dyn MailboxStore,
+    run_id: &str,
+) -> Result<BTreeSet<String>, StoreError> {
+    Ok(store
+        .records(run_id, LEAD, CONTINUE_STREAM, 0)
+        .await?
+        .into_iter()
+        .filter_map(|row| serde_json::from_value::<ContinueRecord>(row.body).ok())
+        .flat_map(|record| record.revived)
+        .collect())
+}
+
 impl Team {
     /// The shutdown requests continuations took back (their agreement no longer stops the
     /// teammate).
     pub(crate) async fn revived_shutdowns(&self) -> anyhow::Result<BTreeSet<String>> {
-        Ok(self
-            .store
-            .records(self.run_id(), LEAD, CONTINUE_STREAM, 0)
-            .await?
-            .into_iter()
-            .filter_map(|row| serde_json::from_value::<ContinueRecord>(row.body).ok())
-            .flat_map(|record| record.revived)
-            .collect())
+        Ok(revived_shutdowns(self.store.as_ref(), self.run_id()).await?)
     }
 
     /// Commits the continuation with `lead`'s new turn `prompt` (the run was `status`); after

@@ -24,7 +24,7 @@
 //!   run's deadline, started again at each resume (a resume's `--max-duration` is kept for
 //!   the next one).
 
-mod continuation;
+pub(crate) mod continuation;
 mod gate;
 mod isolation;
 mod mail;
