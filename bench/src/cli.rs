@@ -218,12 +218,9 @@ fn bench_cockpit(args: CockpitArgs) -> anyhow::Result<Exit> {
         mails,
         repeats,
     ))?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&[&row])?);
-    } else {
-        print!("{}", crate::cockpit::render(&row));
-    }
-    Ok(Exit::Success)
+    print_rows(args.json, &[row], |rows| {
+        rows.iter().map(crate::cockpit::render).collect()
+    })
 }
 
 fn bench_cache(args: CacheArgs) -> anyhow::Result<Exit> {
@@ -249,12 +246,7 @@ fn bench_cache(args: CacheArgs) -> anyhow::Result<Exit> {
         trace: args.trace,
     };
     let rows = crate::cache::run(&options)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
-    } else {
-        print!("{}", crate::cache::render(&rows));
-    }
-    Ok(Exit::Success)
+    print_rows(args.json, &rows, crate::cache::render)
 }
 
 fn bench_batch(store: Option<String>, args: BatchArgs) -> anyhow::Result<Exit> {
@@ -295,39 +287,18 @@ fn bench_batch(store: Option<String>, args: BatchArgs) -> anyhow::Result<Exit> {
         dir: args.dir.unwrap_or_else(std::env::temp_dir),
     };
     let rows = crate::batch::run(&options)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
-    } else {
-        print!("{}", crate::batch::render(&rows));
-    }
-    Ok(Exit::Success)
+    print_rows(args.json, &rows, crate::batch::render)
 }
 
 fn bench_sandbox(args: SandboxArgs) -> anyhow::Result<Exit> {
     let calls = if args.smoke { 3 } else { args.calls.max(1) };
     let dir = args.dir.unwrap_or_else(std::env::temp_dir);
     let rows = crate::sandbox::run(calls, &dir)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
-    } else {
-        print!("{}", crate::sandbox::render(&rows));
-    }
-    Ok(Exit::Success)
+    print_rows(args.json, &rows, crate::sandbox::render)
 }
 
 fn bench_team(args: TeamArgs) -> anyhow::Result<Exit> {
-    let syncs = match args.sync.as_deref() {
-        None => vec![SyncMode::Normal, SyncMode::Full],
-        Some("full") => vec![SyncMode::Full],
-        Some("normal") => vec![SyncMode::Normal],
-        Some(other) => {
-            return Err(ExitError::new(
-                Exit::Usage,
-                format!("--sync {other:?}: expected full or normal"),
-            )
-            .into());
-        }
-    };
+    let syncs = syncs(args.sync.as_deref(), [SyncMode::Normal, SyncMode::Full])?;
     if args.teammates == 0 {
         return Err(ExitError::new(Exit::Usage, "--teammates needs at least 1").into());
     }
@@ -357,12 +328,7 @@ fn bench_team(args: TeamArgs) -> anyhow::Result<Exit> {
         dir: args.dir.unwrap_or_else(std::env::temp_dir),
     };
     let rows = team::run(&options)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
-    } else {
-        print!("{}", team::render(&rows));
-    }
-    Ok(Exit::Success)
+    print_rows(args.json, &rows, team::render)
 }
 
 /// `muster bench mailbox [--store postgres://…]`: with a server's URL, its scenarios run
@@ -386,18 +352,7 @@ fn bench_mailbox(store: Option<String>, args: MailboxArgs) -> anyhow::Result<Exi
         }
         None => None,
     };
-    let syncs = match args.sync.as_deref() {
-        None => vec![SyncMode::Full, SyncMode::Normal],
-        Some("full") => vec![SyncMode::Full],
-        Some("normal") => vec![SyncMode::Normal],
-        Some(other) => {
-            return Err(ExitError::new(
-                Exit::Usage,
-                format!("--sync {other:?}: expected full or normal"),
-            )
-            .into());
-        }
-    };
+    let syncs = syncs(args.sync.as_deref(), [SyncMode::Full, SyncMode::Normal])?;
     if args.senders.is_empty() || args.senders.contains(&0) {
         return Err(ExitError::new(
             Exit::Usage,
@@ -420,10 +375,33 @@ fn bench_mailbox(store: Option<String>, args: MailboxArgs) -> anyhow::Result<Exi
         postgres,
     };
     let rows = mailbox::run(&options)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+    print_rows(args.json, &rows, mailbox::render)
+}
+
+/// `--sync full|normal`: that setting alone; without it, both in the order given.
+fn syncs(given: Option<&str>, both: [SyncMode; 2]) -> anyhow::Result<Vec<SyncMode>> {
+    match given {
+        None => Ok(both.to_vec()),
+        Some("full") => Ok(vec![SyncMode::Full]),
+        Some("normal") => Ok(vec![SyncMode::Normal]),
+        Some(other) => Err(ExitError::new(
+            Exit::Usage,
+            format!("--sync {other:?}: expected full or normal"),
+        )
+        .into()),
+    }
+}
+
+/// The rows as a JSON array (`--json`), else as the bench's table.
+fn print_rows<R: serde::Serialize>(
+    json: bool,
+    rows: &[R],
+    render: impl Fn(&[R]) -> String,
+) -> anyhow::Result<Exit> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(rows)?);
     } else {
-        print!("{}", mailbox::render(&rows));
+        print!("{}", render(rows));
     }
     Ok(Exit::Success)
 }
