@@ -13,6 +13,8 @@ use muster_mailbox::*;
 use serde::Serialize;
 use serde_json::json;
 
+mod pg_runs;
+
 use super::file_inbox::{self, FileInboxes};
 use super::samples::{Samples, median};
 
@@ -261,7 +263,17 @@ async fn postgres_rows(url: &str, options: &Options, sizes: &Sizes) -> anyhow::R
     rows.push(processes_into_one_run(&schema_url, store.as_ref(), options).await?);
     drop(store);
     drop_schema(url, &schema).await?;
+
+    rows.extend(pg_runs::rows(url, options.messages, options.body_bytes).await?);
     Ok(rows)
+}
+
+/// Drops a bench schema; one that cannot be dropped is named on stderr, not an error (the
+/// figures are taken, and the next create fails clearly if the server is gone).
+async fn drop_schema_quietly(url: &str, schema: &str) {
+    if let Err(error) = drop_schema(url, schema).await {
+        eprintln!("bench: could not drop schema {schema}: {error}");
+    }
 }
 
 /// Concurrent deciders of the NOTIFY-placement scenario: NOTIFY's lock is global, so its
@@ -1275,7 +1287,10 @@ pub fn render(rows: &[Row]) -> String {
 
 /// The PostgreSQL rows beside SQLite's (sync full) for the same scenario and senders.
 fn render_postgres(rows: &[Row]) -> String {
-    let ours: Vec<&Row> = rows.iter().filter(|r| r.system == "postgres").collect();
+    let ours: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.system == "postgres" && !pg_runs::is_across_runs(r))
+        .collect();
     if ours.is_empty() {
         return String::new();
     }
@@ -1321,6 +1336,7 @@ fn render_postgres(rows: &[Row]) -> String {
         ));
     }
     out.push_str(&notify_placement(rows));
+    out.push_str(&pg_runs::render(rows));
     out
 }
 

@@ -25,6 +25,10 @@ pub struct StoreOptions {
     /// committed operations learns of it (SQLite only; PostgreSQL announces commits on its
     /// change channel). It must be quick and must not fail: the commit is already durable.
     pub after_commit: Option<CommitHook>,
+    /// PostgreSQL only: after each write's COMMIT, a NOTIFY on the schema's change channel, so
+    /// a `muster serve` on any machine sees the commit. On by default; `muster bench mailbox`
+    /// turns it off beside it to show what it costs.
+    pub announce_changes: bool,
 }
 
 /// What a process does after each of its commits: the orchestrator tells an open web inbox.
@@ -54,6 +58,7 @@ impl Default for StoreOptions {
             busy_timeout: Duration::from_millis(5000),
             max_body_bytes: 1024 * 1024,
             after_commit: None,
+            announce_changes: true,
         }
     }
 }

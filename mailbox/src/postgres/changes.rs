@@ -35,7 +35,8 @@ pub fn feed_application_name(schema: &str) -> String {
 
 /// One store's announcements of its commits.
 pub(crate) struct Announcer {
-    sql: String,
+    /// `None` when the store was opened with `announce_changes` off.
+    sql: Option<String>,
     in_flight: AtomicBool,
     pending: AtomicBool,
 }
@@ -50,9 +51,9 @@ impl Drop for InFlight<'_> {
 }
 
 impl Announcer {
-    pub(crate) fn new(ctx: &Ctx) -> Announcer {
+    pub(crate) fn new(ctx: &Ctx, enabled: bool) -> Announcer {
         Announcer {
-            sql: format!("NOTIFY {}", ctx.changes_channel()),
+            sql: enabled.then(|| format!("NOTIFY {}", ctx.changes_channel())),
             in_flight: AtomicBool::new(false),
             pending: AtomicBool::new(false),
         }
@@ -61,6 +62,9 @@ impl Announcer {
     /// After a COMMIT returned: announces it, or leaves it to the NOTIFY already in flight.
     /// Best effort: the commit is durable, and a watcher that misses one sees the next.
     pub(crate) async fn after_commit(&self, client: &tokio_postgres::Client) {
+        let Some(sql) = &self.sql else {
+            return;
+        };
         self.pending.store(true, Ordering::SeqCst);
         if self.in_flight.swap(true, Ordering::SeqCst) {
             return;
@@ -68,7 +72,7 @@ impl Announcer {
         loop {
             let guard = InFlight(&self.in_flight);
             self.pending.store(false, Ordering::SeqCst);
-            if let Err(error) = client.batch_execute(&self.sql).await {
+            if let Err(error) = client.batch_execute(sql).await {
                 tracing::debug!(%error, "could not announce a commit on the change channel");
             }
             drop(guard);

@@ -153,7 +153,7 @@ impl PostgresStore {
         ctx.schema = schema.into();
         schema::migrate(&mut conn, &ctx).await?;
         Ok(PostgresStore {
-            changes: Arc::new(changes::Announcer::new(&ctx)),
+            changes: Arc::new(changes::Announcer::new(&ctx, options.announce_changes)),
             pool,
             config: Arc::new(config),
             tls,
