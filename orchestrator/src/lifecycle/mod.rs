@@ -573,7 +573,8 @@ pub(crate) fn interrupt(global: &crate::project::Globals, id: &str) -> anyhow::R
             .map_err(refused)
     })?;
     eprintln!(
-        "muster: asked run {id} to interrupt its turn; give it the next prompt with          `muster run --continue {id} -p …`"
+        "muster: asked run {id} to interrupt its turn; give it the next prompt with \
+         `muster run --continue {id} -p …`"
     );
     Ok(Exit::Success)
 }

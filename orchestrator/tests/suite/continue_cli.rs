@@ -584,6 +584,18 @@ pub(super) mod interrupt {
             .expect("the turn never reached the model");
         let asked = muster(dir, &["interrupt", run_id]).await;
         assert_eq!(asked.status.code(), Some(0), "{}", stderr(&asked));
+        assert_eq!(
+            stderr(&asked).lines().last(),
+            Some(
+                format!(
+                    "muster: asked run {run_id} to interrupt its turn; give it the next prompt \
+                     with `muster run --continue {run_id} -p …`"
+                )
+                .as_str()
+            ),
+            "{}",
+            stderr(&asked)
+        );
     }
 
     /// Hands the waiting live run its next prompt, then reads the run to its end.
