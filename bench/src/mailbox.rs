@@ -13,6 +13,7 @@ use muster_mailbox::*;
 use serde::Serialize;
 use serde_json::json;
 
+mod commit_time;
 mod pg_runs;
 
 use super::file_inbox::{self, FileInboxes};
@@ -79,11 +80,16 @@ pub struct Row {
     pub msgs_per_s: Option<f64>,
     pub p50_ms: Option<f64>,
     pub p99_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mean_ms: Option<f64>,
     /// Whether the scenario's target is met; `null` where there is no target.
     pub target_met: Option<bool>,
     /// What the target is, or other context (lock failures of the baseline).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// The SQLite writer's phases (durable throughput rows of muster's store).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit_time: Option<commit_time::CommitPhases>,
 }
 
 impl Row {
@@ -103,8 +109,10 @@ impl Row {
             msgs_per_s,
             p50_ms: samples.p50(),
             p99_ms: samples.p99(),
+            mean_ms: samples.mean(),
             target_met: None,
             note: None,
+            commit_time: None,
         }
     }
 }
@@ -640,7 +648,12 @@ async fn muster_throughput(
     options: &Options,
 ) -> anyhow::Result<Row> {
     let store = bench_store(dir, sync, senders, 0).await?;
-    throughput_on(store, "muster", senders, options).await
+    let before = store.stats();
+    let mut row = throughput_on(store.clone(), "muster", senders, options).await?;
+    let (after, mean_ms) = (store.stats(), row.mean_ms);
+    row.commit_time =
+        mean_ms.and_then(|mean| commit_time::CommitPhases::between(&before, &after, mean));
+    Ok(row)
 }
 
 /// Senders each sending their share to `lead`, every send durable when it returns.
@@ -988,8 +1001,10 @@ fn inbox_size_rows(
                 msgs_per_s: median(runs.iter().map(|r| r.0).collect()),
                 p50_ms: median(runs.iter().map(|r| r.1).collect()),
                 p99_ms: median(runs.iter().map(|r| r.2).collect()),
+                mean_ms: None,
                 target_met: None,
                 note: Some(format!("median of {} runs", runs.len())),
+                commit_time: None,
             });
         }
     }
@@ -1268,6 +1283,7 @@ pub fn render(rows: &[Row]) -> String {
             target
         ));
     }
+    out.push_str(&commit_time::render(rows));
     out.push_str(&render_postgres(rows));
     let notes: Vec<String> = rows
         .iter()

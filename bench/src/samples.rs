@@ -38,6 +38,11 @@ impl Samples {
     pub fn p99(&self) -> Option<f64> {
         self.quantile(0.99)
     }
+
+    pub fn mean(&self) -> Option<f64> {
+        (!self.millis.is_empty())
+            .then(|| self.millis.iter().sum::<f64>() / self.millis.len() as f64)
+    }
 }
 
 /// The median of some figures.
@@ -62,6 +67,8 @@ mod tests {
         assert_eq!(samples.p50(), Some(50.0));
         assert_eq!(samples.p99(), Some(99.0));
         assert_eq!(Samples::default().p50(), None);
+        assert_eq!(samples.mean(), Some(50.5));
+        assert_eq!(Samples::default().mean(), None);
         assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
     }
 }

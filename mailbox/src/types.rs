@@ -604,6 +604,48 @@ pub struct StoreStats {
     pub commits: u64,
     /// Operations executed (each one its own SAVEPOINT).
     pub operations: u64,
+    /// Where the writer's time went, summed over every transaction.
+    pub time: CommitTime,
+}
+
+/// The writer's time by phase, in microseconds summed since the store opened: what a
+/// benchmark divides by `commits` (or `operations`) to tell where a durable commit's time goes.
+/// COMMIT holds both the WAL write and, at `synchronous=full`, its fsync; a run at
+/// `synchronous=off` beside it separates the two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CommitTime {
+    /// Operations waiting in the queue for the writer, from `submit` to their batch's BEGIN
+    /// (the lock wait of a single-writer store), summed per operation.
+    pub queued_us: u64,
+    /// `BEGIN IMMEDIATE`.
+    pub begin_us: u64,
+    /// The operations' statements, each in its SAVEPOINT.
+    pub statements_us: u64,
+    /// `COMMIT`: the WAL write and its fsync.
+    pub commit_us: u64,
+    /// After COMMIT: the after-commit hook, the callers' replies and the waiters' wake-ups.
+    pub deliver_us: u64,
+}
+
+impl CommitTime {
+    pub fn add(&mut self, other: &CommitTime) {
+        self.queued_us = self.queued_us.saturating_add(other.queued_us);
+        self.begin_us = self.begin_us.saturating_add(other.begin_us);
+        self.statements_us = self.statements_us.saturating_add(other.statements_us);
+        self.commit_us = self.commit_us.saturating_add(other.commit_us);
+        self.deliver_us = self.deliver_us.saturating_add(other.deliver_us);
+    }
+
+    /// What happened since `earlier` (a reading of the same store's counters).
+    pub fn since(&self, earlier: &CommitTime) -> CommitTime {
+        CommitTime {
+            queued_us: self.queued_us.saturating_sub(earlier.queued_us),
+            begin_us: self.begin_us.saturating_sub(earlier.begin_us),
+            statements_us: self.statements_us.saturating_sub(earlier.statements_us),
+            commit_us: self.commit_us.saturating_sub(earlier.commit_us),
+            deliver_us: self.deliver_us.saturating_sub(earlier.deliver_us),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -4,13 +4,14 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::{StoreError, StoreResult};
 use crate::options::CommitHook;
-use crate::types::StoreStats;
+use crate::types::{CommitTime, StoreStats};
 use crate::wake::{Waiters, Wake};
 
 /// Largest number of operations grouped into one transaction.
@@ -48,10 +49,13 @@ pub(crate) trait Operation: Send {
     fn execute(self: Box<Self>, conn: &Connection, wakes: &mut Vec<Wake>) -> (bool, Finish);
     /// Reports a failure that stopped the operation before it ran.
     fn refuse(self: Box<Self>, failure: &BatchFailure);
+    /// When the caller queued it.
+    fn queued_at(&self) -> Instant;
 }
 
 struct TypedOperation<T, F> {
     body: F,
+    queued_at: Instant,
     reply: oneshot::Sender<StoreResult<T>>,
     path: Arc<PathBuf>,
     busy_timeout_ms: u64,
@@ -83,6 +87,10 @@ where
     fn refuse(self: Box<Self>, failure: &BatchFailure) {
         let error = failure.clone().into_error(&self.path, self.busy_timeout_ms);
         let _ = self.reply.send(Err(error));
+    }
+
+    fn queued_at(&self) -> Instant {
+        self.queued_at
     }
 }
 
@@ -156,6 +164,7 @@ impl Writer {
         let (reply, result) = oneshot::channel();
         let operation = TypedOperation {
             body,
+            queued_at: Instant::now(),
             reply,
             path: self.path.clone(),
             busy_timeout_ms: self.busy_timeout_ms,
@@ -247,6 +256,11 @@ impl WriterThread {
         if batch.is_empty() {
             return;
         }
+        let began = Instant::now();
+        let queued: Duration = batch
+            .iter()
+            .map(|operation| began.saturating_duration_since(operation.queued_at()))
+            .sum();
         let mut finishes = Vec::with_capacity(batch.len());
         let mut wakes = Vec::new();
         if let Err(error) = self.conn.execute_batch("BEGIN IMMEDIATE") {
@@ -256,13 +270,16 @@ impl WriterThread {
             }
             return;
         }
+        let begun = Instant::now();
         for operation in batch {
             finishes.push(self.run_in_savepoint(operation, &mut wakes));
         }
+        let executed = Instant::now();
         let failure = self.conn.execute_batch("COMMIT").err().map(|error| {
             let _ = self.conn.execute_batch("ROLLBACK");
             batch_failure(&error)
         });
+        let committed = Instant::now();
         // Before the callers hear of it: a process that exits as soon as its write returns
         // has already told whoever watches.
         if failure.is_none()
@@ -271,9 +288,18 @@ impl WriterThread {
             hook.call();
         }
         let operations = finishes.len() as u64;
+        let phases = CommitTime {
+            queued_us: micros(queued),
+            begin_us: micros(begun - began),
+            statements_us: micros(executed - begun),
+            commit_us: micros(committed - executed),
+            deliver_us: 0,
+        };
+        // Counted before the callers hear of it, so a caller whose write returned reads it.
         self.stats.send_modify(|stats| {
             stats.operations += operations;
             stats.commits += u64::from(failure.is_none());
+            stats.time.add(&phases);
         });
         for finish in finishes {
             finish(failure.as_ref());
@@ -281,6 +307,12 @@ impl WriterThread {
         if failure.is_none() {
             self.waiters.wake_all(&wakes);
         }
+        let delivered = micros(committed.elapsed());
+        // Not a change a watcher waits for: no notification.
+        self.stats.send_if_modified(|stats| {
+            stats.time.deliver_us = stats.time.deliver_us.saturating_add(delivered);
+            false
+        });
     }
 
     fn run_in_savepoint(&mut self, operation: Box<dyn Operation>, wakes: &mut Vec<Wake>) -> Finish {
@@ -299,6 +331,10 @@ impl WriterThread {
         let _ = self.conn.execute_batch("RELEASE operation");
         finish
     }
+}
+
+fn micros(elapsed: Duration) -> u64 {
+    u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX)
 }
 
 fn batch_failure(error: &rusqlite::Error) -> BatchFailure {
