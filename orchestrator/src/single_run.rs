@@ -550,7 +550,13 @@ impl StdinTerminal {
 }
 
 impl Terminal for StdinTerminal {
-    fn decide_plan(&self, agent: &str, plan_file: &Path, plan: &str) -> TerminalPlanDecision {
+    fn decide_plan(
+        &self,
+        _request_id: &str,
+        agent: &str,
+        plan_file: &Path,
+        plan: &str,
+    ) -> TerminalPlanDecision {
         self.aside(|| Self::decide_plan_asked(agent, plan_file, plan))
     }
 

@@ -93,7 +93,7 @@ async def query_plan(cli: str, cwd: str) -> dict:
     assert asked[0]["agent"] == "main", asked
     assert (Path(cwd) / "out.txt").read_text() == "out\n"
     return {"session_id": result.session_id, "cost": result.total_cost_usd,
-            "usage": result.usage}
+            "usage": result.usage, "request_id": asked[0]["input"].get("request_id")}
 
 
 async def query_team(cli: str, cwd: str) -> dict:

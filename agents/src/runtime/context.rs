@@ -144,7 +144,15 @@ pub enum TerminalPlanDecision {
 /// A person at the terminal (only when stdin is a TTY). Calls block; the runtime runs them on
 /// a blocking thread.
 pub trait Terminal: Send + Sync {
-    fn decide_plan(&self, agent: &str, plan_file: &Path, plan: &str) -> TerminalPlanDecision;
+    /// `request_id` is the stored plan request's: a front end that shows it lets its person
+    /// match it with the inbox and `muster approve`, which may decide it first.
+    fn decide_plan(
+        &self,
+        request_id: &str,
+        agent: &str,
+        plan_file: &Path,
+        plan: &str,
+    ) -> TerminalPlanDecision;
     /// `None` when the person gave no answer.
     fn answer_question(&self, agent: &str, question: &str, options: &[String]) -> Option<String>;
     fn allow_call(&self, agent: &str, tool: &str, input: &Value, reason: &str) -> bool;

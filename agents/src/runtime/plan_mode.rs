@@ -336,8 +336,9 @@ impl AgentRuntime {
             }
             (PlanApprover::Human, Some(terminal)) if responder == muster_mailbox::HUMAN => {
                 let (terminal, agent) = (terminal.clone(), self.id.clone());
+                let asked = request_id.to_owned();
                 let decided = tokio::task::spawn_blocking(move || {
-                    terminal.decide_plan(&agent, &plan_file, &plan)
+                    terminal.decide_plan(&asked, &agent, &plan_file, &plan)
                 })
                 .await
                 .unwrap_or(TerminalPlanDecision::Reject {

@@ -115,7 +115,13 @@ pub(crate) fn plan_decision(
 }
 
 impl Terminal for EditorAsks {
-    fn decide_plan(&self, agent: &str, plan_file: &Path, plan: &str) -> TerminalPlanDecision {
+    fn decide_plan(
+        &self,
+        _request_id: &str,
+        agent: &str,
+        plan_file: &Path,
+        plan: &str,
+    ) -> TerminalPlanDecision {
         let call = ToolCallUpdate::new(
             self.call_id("plan"),
             ToolCallUpdateFields::new()

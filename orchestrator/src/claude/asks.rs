@@ -107,18 +107,20 @@ impl ProgramAsks {
 }
 
 impl ProgramAsks {
-    /// A plan as `ExitPlanMode`, with the id of its stored request when known (a team run's).
+    /// A plan as `ExitPlanMode`, with the id of its stored request: the program can match
+    /// it with `muster approve` and the web inbox, which may decide it first.
     pub(crate) fn plan(
         &self,
         agent: &str,
         plan_file: &Path,
         plan: &str,
-        request_id: Option<&str>,
+        request_id: &str,
     ) -> TerminalPlanDecision {
-        let mut input = json!({"plan": plan, "planFilePath": plan_file.display().to_string()});
-        if let (Some(id), Some(fields)) = (request_id, input.as_object_mut()) {
-            fields.insert("request_id".into(), json!(id));
-        }
+        let input = json!({
+            "plan": plan,
+            "planFilePath": plan_file.display().to_string(),
+            "request_id": request_id,
+        });
         match self.can_use_tool(ToolName::ExitPlanMode.as_str(), input, agent, None) {
             Verdict::Allow { permissions, .. } => {
                 warn_of_unapplied(&permissions);
@@ -136,8 +138,14 @@ impl ProgramAsks {
 }
 
 impl Terminal for ProgramAsks {
-    fn decide_plan(&self, agent: &str, plan_file: &Path, plan: &str) -> TerminalPlanDecision {
-        self.plan(agent, plan_file, plan, None)
+    fn decide_plan(
+        &self,
+        request_id: &str,
+        agent: &str,
+        plan_file: &Path,
+        plan: &str,
+    ) -> TerminalPlanDecision {
+        self.plan(agent, plan_file, plan, request_id)
     }
 
     fn answer_question(&self, agent: &str, question: &str, options: &[String]) -> Option<String> {

@@ -87,7 +87,7 @@ fn decision_for(
         MessageBody::PlanApprovalRequest {
             plan, plan_file, ..
         } => Some(
-            match asks.plan(agent, Path::new(plan_file), plan, Some(request_id)) {
+            match asks.plan(agent, Path::new(plan_file), plan, request_id) {
                 TerminalPlanDecision::Approve {
                     mode,
                     feedback,

@@ -450,6 +450,8 @@ async fn a_plan_is_approved_through_can_use_tool_into_the_mode_it_names() {
             .ends_with(".md")
     );
     assert_eq!(request["agent_id"], "main");
+    // The stored request's id, as `muster approve` names it.
+    assert_eq!(request["input"]["request_id"], "plan-main-1", "{request}");
     let waiting = live
         .seen
         .iter()

@@ -143,6 +143,10 @@ async fn query_with_a_string_prompt_has_its_plan_approved_through_can_use_tool()
     let store = open_store(dir.path());
     let record = store.run(run_id).await.unwrap().unwrap();
     assert_eq!(record.status.as_str(), "completed");
+    // The program was asked about the stored request, by its id (as `muster approve` names it).
+    let requests = store.requests(run_id).await.unwrap();
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(outcome["request_id"], requests[0].request_id.as_str());
 }
 
 #[tokio::test(flavor = "multi_thread")]
