@@ -17,7 +17,7 @@
 use std::path::Path;
 
 use muster_mailbox::{
-    AgentRecord, MailboxStore, MemberKind, MessageBody, MessageKind, NewMessage, NewRecord, live,
+    AgentRecord, MailboxStore, MemberKind, MessageBody, NewMessage, NewRecord, live,
 };
 use muster_protocol::{RequestFamily, RequestId, Responder};
 use serde_json::json;
@@ -85,12 +85,8 @@ pub async fn stop_teammate(
         });
     }
     // A shutdown a continuation took back no longer stops the teammate: it works again.
-    let taken_back = crate::team::continuation::revived_shutdowns(store, run_id).await?;
-    for request in store.requests(run_id).await? {
-        if request.kind != MessageKind::ShutdownRequest
-            || request.recipient != agent
-            || taken_back.contains(&request.request_id)
-        {
+    for request in crate::team::continuation::standing_shutdowns(store, run_id).await? {
+        if request.recipient != agent {
             continue;
         }
         match &request.response {

@@ -18,7 +18,9 @@
 use std::collections::BTreeSet;
 
 use muster_agents::runtime::{AgentRuntime, RuntimeError};
-use muster_mailbox::{MailboxStore, MemberKind, MessageKind, NewRecord, RunStatus, StoreError};
+use muster_mailbox::{
+    MailboxStore, MemberKind, MessageKind, NewRecord, RequestRecord, RunStatus, StoreError,
+};
 use serde::{Deserialize, Serialize};
 
 use super::isolation::{PreviousResult, TeamIsolation};
@@ -44,8 +46,8 @@ pub(crate) enum Continued {
 }
 
 /// The shutdown requests continuations of `run_id` took back: their agreement no longer stops
-/// the teammate (the team's services and the web inbox's stop read the same set).
-pub(crate) async fn revived_shutdowns(
+/// the teammate.
+async fn revived_shutdowns(
     store: &dyn MailboxStore,
     run_id: &str,
 ) -> Result<BTreeSet<String>, StoreError> {
@@ -58,13 +60,33 @@ pub(crate) async fn revived_shutdowns(
         .collect())
 }
 
-impl Team {
-    /// The shutdown requests continuations took back (their agreement no longer stops the
-    /// teammate).
-    pub(crate) async fn revived_shutdowns(&self) -> anyhow::Result<BTreeSet<String>> {
-        Ok(revived_shutdowns(self.store.as_ref(), self.run_id()).await?)
-    }
+/// The shutdown requests of `run_id` still standing — every one no continuation took back —
+/// answered or not. The team's services (has a teammate agreed to stop?), a continuation
+/// (which agreements to take back) and the web inbox's stop (is the teammate already stopped
+/// or asked?) all read this one set, so a teammate a continuation revived works again for
+/// each of them alike.
+pub(crate) async fn standing_shutdowns(
+    store: &dyn MailboxStore,
+    run_id: &str,
+) -> Result<Vec<RequestRecord>, StoreError> {
+    let taken_back = revived_shutdowns(store, run_id).await?;
+    Ok(store
+        .requests(run_id)
+        .await?
+        .into_iter()
+        .filter(|r| r.kind == MessageKind::ShutdownRequest && !taken_back.contains(&r.request_id))
+        .collect())
+}
 
+/// Whether the shutdown request was answered with the teammate's agreement.
+pub(crate) fn agreed(request: &RequestRecord) -> bool {
+    request
+        .response
+        .as_ref()
+        .is_some_and(|response| response.body.approved() == Some(true))
+}
+
+impl Team {
     /// Commits the continuation with `lead`'s new turn `prompt` (the run was `status`); after
     /// the commit, this process's worktrees follow a fresh base.
     pub(crate) async fn continue_lead(
@@ -126,21 +148,12 @@ impl Team {
         Ok(Continued::Yes)
     }
 
-    /// The approved shutdown requests not taken back yet.
-    async fn shutdowns_to_take_back(&self) -> anyhow::Result<Vec<String>> {
-        let taken_back = self.revived_shutdowns().await?;
-        Ok(self
-            .store
-            .requests(self.run_id())
+    /// The agreed shutdowns no continuation took back yet.
+    async fn shutdowns_to_take_back(&self) -> Result<Vec<String>, StoreError> {
+        Ok(standing_shutdowns(self.store.as_ref(), self.run_id())
             .await?
             .into_iter()
-            .filter(|r| {
-                r.kind == MessageKind::ShutdownRequest
-                    && r.response
-                        .as_ref()
-                        .is_some_and(|response| response.body.approved() == Some(true))
-                    && !taken_back.contains(&r.request_id)
-            })
+            .filter(agreed)
             .map(|r| r.request_id)
             .collect())
     }

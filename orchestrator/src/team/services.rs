@@ -253,21 +253,13 @@ impl Team {
 
     /// Whether the teammate agreed (with SendMessage `reply_to`) to a shutdown request.
     pub(crate) async fn agreed_to_shutdown(&self, agent: &str) -> anyhow::Result<bool> {
-        // A continuation took these back: the teammate works again.
-        let taken_back = self.revived_shutdowns().await?;
-        Ok(self
-            .store
-            .requests(self.run_id())
-            .await?
-            .into_iter()
-            .any(|r| {
-                r.kind == MessageKind::ShutdownRequest
-                    && r.recipient == agent
-                    && !taken_back.contains(&r.request_id)
-                    && r.response
-                        .as_ref()
-                        .is_some_and(|response| response.body.approved() == Some(true))
-            }))
+        // A shutdown a continuation took back no longer counts: the teammate works again.
+        Ok(
+            super::continuation::standing_shutdowns(self.store.as_ref(), self.run_id())
+                .await?
+                .iter()
+                .any(|r| r.recipient == agent && super::continuation::agreed(r)),
+        )
     }
 
     /// The teammate an earlier run of the same `SpawnTeammate` call spawned (a resume repeats
