@@ -77,3 +77,35 @@ pub struct RunLedger {
     pub limits: LedgerLimits,
     pub spent: LedgerSpend,
 }
+
+/// The recipient name whose wake-up tells an agent waiting for budget that a reservation was
+/// settled or freed (in-process [`crate::store::MailboxStore::woken`], and on PostgreSQL the
+/// run's wake channel with this payload).
+pub const LEDGER_WAKE: &str = "@ledger";
+
+/// Whether an agent may send a model request, given the run's ledger and the reservations
+/// of the requests in flight ([`decide`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LedgerDecision {
+    /// Send it: the estimate is now reserved until the response's commit settles it.
+    Grant,
+    /// Not now: the estimate does not fit beside the reservations in flight; look again
+    /// when one is settled or freed (a wake of [`LEDGER_WAKE`]).
+    Wait,
+    /// No further request: a run-wide limit is reached by what the run has spent.
+    Spent,
+}
+
+pub use crate::rules::ledger::decide;
+
+/// What [`crate::store::MailboxStore::reserve_budget`] decided, with what it read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reserved {
+    pub decision: LedgerDecision,
+    /// The run's ledger as the decision read it (`None`: the run has none; granted).
+    pub ledger: Option<RunLedger>,
+    /// The other agents' reservations in flight, summed, and how many there are.
+    pub in_flight: LedgerSpend,
+    pub in_flight_count: i64,
+}

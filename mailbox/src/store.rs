@@ -40,7 +40,7 @@ pub trait MailboxStore: Send + Sync {
         launch_options: Value,
     ) -> StoreResult<RunRecord>;
     /// Takes ownership of a run for this process: a new epoch, and every lease taken by an
-    /// older epoch returns to pending.
+    /// older epoch returns to pending, every budget reservation taken under one is freed.
     async fn open_epoch(&self, run_id: &str) -> StoreResult<i64>;
     async fn update_auto_gate(&self, run_id: &str, update: AutoGateUpdate)
     -> StoreResult<AutoGate>;
@@ -186,6 +186,22 @@ pub trait MailboxStore: Send + Sync {
     ) -> StoreResult<crate::ledger::RunLedger>;
     /// The run's ledger (`None`: the run has none yet).
     async fn run_ledger(&self, run_id: &str) -> StoreResult<Option<crate::ledger::RunLedger>>;
+    /// Before a model request: whether `agent` (working under `epoch`) may send a request
+    /// estimated at `estimate`, decided by [`crate::ledger::decide`] in one transaction. A
+    /// grant holds the estimate as the agent's reservation until the commit that charges the
+    /// response settles it ([`CommitTurn::charge`]), [`Self::release_reservation`] frees it,
+    /// or a new epoch ([`Self::open_epoch`]) frees it; the agent asked to wait looks again
+    /// when [`crate::ledger::LEDGER_WAKE`] is woken. On a fenced store, refused once the
+    /// lease is lost.
+    async fn reserve_budget(
+        &self,
+        run_id: &str,
+        agent: &str,
+        epoch: i64,
+        estimate: crate::ledger::LedgerSpend,
+    ) -> StoreResult<crate::ledger::Reserved>;
+    /// Frees `agent`'s reservation (its request failed), waking the agents waiting for budget.
+    async fn release_reservation(&self, run_id: &str, agent: &str) -> StoreResult<()>;
 
     // ---- the task board
     /// Creates a task; a repeated idempotency key returns the original task.

@@ -4,7 +4,10 @@ use super::Tx;
 use super::runs::require_run;
 use crate::clock::now_millis;
 use crate::error::StoreResult;
-use crate::ledger::{LedgerLimits, LedgerSpend, RunLedger};
+use crate::ledger::{
+    LEDGER_WAKE, LedgerDecision, LedgerLimits, LedgerSpend, Reserved, RunLedger, decide,
+};
+use crate::wake::Wake;
 
 const T: &str = "run_ledgers";
 
@@ -92,4 +95,127 @@ pub(crate) async fn charge(
         |row| read_ledger(run_id, row),
     )
     .await
+}
+
+/// Decides whether `agent` (of epoch `epoch`) may send a request estimated at `estimate`
+/// (see [`crate::ledger::decide`]); a grant replaces the agent's reservation with this one, a
+/// wait or a spent ledger leaves the agent none (so waiting agents hold nothing back). A run
+/// without a ledger, or with no limits, is granted without a reservation.
+pub(crate) async fn reserve(
+    tx: &impl Tx,
+    run_id: &str,
+    agent: &str,
+    epoch: i64,
+    estimate: &LedgerSpend,
+    wakes: &mut Vec<Wake>,
+) -> StoreResult<Reserved> {
+    let ledger = run_ledger(tx, run_id).await?;
+    let Some(limits) = ledger
+        .as_ref()
+        .map(|l| l.limits)
+        .filter(|l| !l.is_unlimited())
+    else {
+        return Ok(Reserved {
+            decision: LedgerDecision::Grant,
+            ledger,
+            in_flight: LedgerSpend::default(),
+            in_flight_count: 0,
+        });
+    };
+    let spent = ledger.as_ref().map(|l| l.spent).unwrap_or_default();
+    const R: &str = "ledger_reservations";
+    let (in_flight, in_flight_count) = tx
+        .query_one(
+            // PostgreSQL sums BIGINTs as NUMERIC: cast back.
+            "SELECT CAST(COALESCE(SUM(turns), 0) AS BIGINT), \
+             CAST(COALESCE(SUM(tokens), 0) AS BIGINT), \
+             CAST(COALESCE(SUM(cost_nanos), 0) AS BIGINT), COUNT(*) FROM ledger_reservations \
+             WHERE run_id = ?1 AND agent_id <> ?2",
+            &[&run_id, &agent],
+            |row| {
+                Ok((
+                    LedgerSpend {
+                        turns: row.get(R, 0)?,
+                        tokens: row.get(R, 1)?,
+                        cost_nanos: row.get(R, 2)?,
+                    },
+                    row.get::<i64>(R, 3)?,
+                ))
+            },
+        )
+        .await?;
+    let decision = decide(&limits, &spent, &in_flight, in_flight_count, estimate);
+    if decision == LedgerDecision::Grant {
+        tx.execute(
+            "INSERT INTO ledger_reservations (run_id, agent_id, epoch, turns, tokens, cost_nanos, created_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (run_id, agent_id) DO UPDATE SET \
+             epoch = excluded.epoch, turns = excluded.turns, tokens = excluded.tokens, \
+             cost_nanos = excluded.cost_nanos, created_at = excluded.created_at",
+            &[
+                &run_id,
+                &agent,
+                &epoch,
+                &estimate.turns,
+                &estimate.tokens,
+                &estimate.cost_nanos,
+                &now_millis(),
+            ],
+        )
+        .await?;
+    } else {
+        release(tx, run_id, agent, wakes).await?;
+    }
+    Ok(Reserved {
+        decision,
+        ledger,
+        in_flight,
+        in_flight_count,
+    })
+}
+
+/// Frees `agent`'s reservation, if it holds one (its request failed, or its response was
+/// charged), waking the run's agents waiting for budget.
+pub(crate) async fn release(
+    tx: &impl Tx,
+    run_id: &str,
+    agent: &str,
+    wakes: &mut Vec<Wake>,
+) -> StoreResult<()> {
+    let freed = tx
+        .execute(
+            "DELETE FROM ledger_reservations WHERE run_id = ?1 AND agent_id = ?2",
+            &[&run_id, &agent],
+        )
+        .await?;
+    if freed > 0 {
+        wake_waiting(run_id, wakes);
+    }
+    Ok(())
+}
+
+/// Frees the reservations taken under epochs before `epoch` (a new epoch: the run's earlier
+/// processes no longer settle them), waking the run's agents waiting for budget.
+pub(crate) async fn release_before_epoch(
+    tx: &impl Tx,
+    run_id: &str,
+    epoch: i64,
+    wakes: &mut Vec<Wake>,
+) -> StoreResult<()> {
+    let freed = tx
+        .execute(
+            "DELETE FROM ledger_reservations WHERE run_id = ?1 AND epoch < ?2",
+            &[&run_id, &epoch],
+        )
+        .await?;
+    if freed > 0 {
+        wake_waiting(run_id, wakes);
+    }
+    Ok(())
+}
+
+fn wake_waiting(run_id: &str, wakes: &mut Vec<Wake>) {
+    wakes.push(Wake {
+        run_id: run_id.to_owned(),
+        recipient: LEDGER_WAKE.to_owned(),
+    });
 }

@@ -136,7 +136,7 @@ pub(crate) async fn set_launch_options(
 }
 
 /// Takes ownership of a run for a new process epoch and voids the leases of older epochs.
-pub(crate) async fn open_epoch(tx: &impl Tx, id: &str) -> StoreResult<i64> {
+pub(crate) async fn open_epoch(tx: &impl Tx, id: &str, wakes: &mut Vec<Wake>) -> StoreResult<i64> {
     let epoch = tx
         .query_opt(
             "UPDATE runs SET epoch = epoch + 1, updated_at = ?2 WHERE id = ?1 RETURNING epoch",
@@ -151,6 +151,7 @@ pub(crate) async fn open_epoch(tx: &impl Tx, id: &str) -> StoreResult<i64> {
         &[&id, &epoch],
     )
     .await?;
+    super::ledger::release_before_epoch(tx, id, epoch, wakes).await?;
     Ok(epoch)
 }
 
@@ -356,8 +357,13 @@ pub(crate) async fn commit_turn(
     let records = append_records(tx, &turn.run_id, &turn.records).await?;
     // Charged with the records that carry the response, before the rest of the turn: a step
     // that fails after it takes the charge back with everything else.
+    // The charge settles the agent's reservation for the request (see `crate::ledger`).
     let ledger = match &turn.charge {
-        Some(spend) => Some(super::ledger::charge(tx, &turn.run_id, spend).await?),
+        Some(spend) => {
+            let charged = super::ledger::charge(tx, &turn.run_id, spend).await?;
+            super::ledger::release(tx, &turn.run_id, &turn.agent, wakes).await?;
+            Some(charged)
+        }
         None => None,
     };
     let mut tasks = Vec::with_capacity(turn.task_updates.len());

@@ -183,8 +183,12 @@ impl PostgresStore {
             loop {
                 match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
                     Some(Ok(tokio_postgres::AsyncMessage::Notification(note))) => {
-                        if validate_agent_id(note.payload()).is_ok() {
-                            waiters.wake(&run, note.payload());
+                        // An agent, or the agents waiting for budget.
+                        let payload = note.payload();
+                        if validate_agent_id(payload).is_ok()
+                            || payload == crate::ledger::LEDGER_WAKE
+                        {
+                            waiters.wake(&run, payload);
                         }
                     }
                     Some(Ok(_)) => {}

@@ -582,8 +582,10 @@ impl MailboxStore for PostgresStore {
     }
 
     async fn open_epoch(&self, run_id: &str) -> StoreResult<i64> {
-        write_op!(self, [run_id], |tx, ctx, _w| runs::open_epoch(&tx, run_id)
-            .await)
+        write_op!(self, [run_id], |tx, ctx, wakes| runs::open_epoch(
+            &tx, run_id, wakes
+        )
+        .await)
     }
 
     async fn update_auto_gate(
@@ -839,6 +841,24 @@ impl MailboxStore for PostgresStore {
             });
         }
         read_op!(self, |tx, ctx| ops_ledger::run_ledger(&tx, run_id).await)
+    }
+
+    async fn reserve_budget(
+        &self,
+        run_id: &str,
+        agent: &str,
+        epoch: i64,
+        estimate: crate::ledger::LedgerSpend,
+    ) -> StoreResult<crate::ledger::Reserved> {
+        write_op!(self, [run_id], |tx, ctx, wakes| {
+            ops_ledger::reserve(&tx, run_id, agent, epoch, &estimate, wakes).await
+        })
+    }
+
+    async fn release_reservation(&self, run_id: &str, agent: &str) -> StoreResult<()> {
+        write_op!(self, [run_id], |tx, ctx, wakes| {
+            ops_ledger::release(&tx, run_id, agent, wakes).await
+        })
     }
 
     async fn stream_records(&self, run_id: &str, stream: &str) -> StoreResult<Vec<AgentRecord>> {

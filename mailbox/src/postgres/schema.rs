@@ -211,6 +211,19 @@ const MIGRATIONS: &[&str] = &[
         updated_at     BIGINT NOT NULL
     );
     "#,
+    // 7 -> 8: the reservations of the run's model requests in flight (as SQLite's 6 -> 7).
+    r#"
+    CREATE TABLE ledger_reservations (
+        run_id     TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        agent_id   TEXT NOT NULL,
+        epoch      BIGINT NOT NULL,
+        turns      BIGINT NOT NULL,
+        tokens     BIGINT NOT NULL,
+        cost_nanos BIGINT NOT NULL,
+        created_at BIGINT NOT NULL,
+        PRIMARY KEY (run_id, agent_id)
+    );
+    "#,
 ];
 
 /// The newest schema version this build knows (versions 1 and 2 are SQLite's; 3 adds the

@@ -3,6 +3,7 @@
 //! the operations of [`crate::ops`] run each backend's statements around them. A tidy test
 //! (`each_store_rule_is_defined_once_for_both_backends`) keeps them defined here only.
 
+pub(crate) mod ledger;
 pub(crate) mod outcome;
 pub(crate) mod respond;
 pub(crate) mod roster;

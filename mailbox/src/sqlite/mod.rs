@@ -196,7 +196,7 @@ impl MailboxStore for SqliteStore {
 
     async fn open_epoch(&self, run_id: &str) -> StoreResult<i64> {
         let run_id = run_id.to_owned();
-        self.op(async move |tx, _| runs::open_epoch(tx, &run_id).await)
+        self.op(async move |tx, wakes| runs::open_epoch(tx, &run_id, wakes).await)
             .await
     }
 
@@ -389,6 +389,26 @@ impl MailboxStore for SqliteStore {
     async fn run_ledger(&self, run_id: &str) -> StoreResult<Option<crate::ledger::RunLedger>> {
         let run_id = run_id.to_owned();
         self.op(async move |tx, _| ops_ledger::run_ledger(tx, &run_id).await)
+            .await
+    }
+
+    async fn reserve_budget(
+        &self,
+        run_id: &str,
+        agent: &str,
+        epoch: i64,
+        estimate: crate::ledger::LedgerSpend,
+    ) -> StoreResult<crate::ledger::Reserved> {
+        let (run_id, agent) = (run_id.to_owned(), agent.to_owned());
+        self.op(async move |tx, wakes| {
+            ops_ledger::reserve(tx, &run_id, &agent, epoch, &estimate, wakes).await
+        })
+        .await
+    }
+
+    async fn release_reservation(&self, run_id: &str, agent: &str) -> StoreResult<()> {
+        let (run_id, agent) = (run_id.to_owned(), agent.to_owned());
+        self.op(async move |tx, wakes| ops_ledger::release(tx, &run_id, &agent, wakes).await)
             .await
     }
 

@@ -200,6 +200,20 @@ const MIGRATIONS: &[&str] = &[
         updated_at     INTEGER NOT NULL
     ) STRICT;
     "#,
+    // 6 -> 7: the reservations of the run's model requests in flight (see `crate::ledger`):
+    // one per agent, settled by the commit that charges its response.
+    r#"
+    CREATE TABLE ledger_reservations (
+        run_id     TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        agent_id   TEXT NOT NULL,
+        epoch      INTEGER NOT NULL,
+        turns      INTEGER NOT NULL,
+        tokens     INTEGER NOT NULL,
+        cost_nanos INTEGER NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (run_id, agent_id)
+    ) STRICT, WITHOUT ROWID;
+    "#,
 ];
 
 /// The newest schema version this build knows.

@@ -26,6 +26,7 @@ on_both_backends!(
     a_fork_copies_everything_and_then_goes_its_own_way,
     runs_carry_their_project_through_a_fork_and_prune_keeps_to_it,
     the_budget_ledger_is_charged_with_the_turn_and_seeded_once,
+    budget_reservations_are_granted_while_they_fit_and_settled_by_the_charge,
     the_newest_mails_and_one_kind_come_from_their_run_only,
     every_agents_records_of_a_stream_come_in_one_read,
 );
@@ -1029,6 +1030,108 @@ async fn the_budget_ledger_is_charged_with_the_turn_and_seeded_once(backend: Bac
         matches!(unknown, Err(StoreError::UnknownRun(_))),
         "{unknown:?}"
     );
+}
+
+/// Reservations of the run's ledger: granted while spent plus in flight plus the estimate fit,
+/// a wait beside reservations that would not leave room, a grant alone whatever the estimate;
+/// the turn's charge settles the agent's reservation (and wakes the waiting agents), as a
+/// release and a new epoch free them; spent once the charges reach the limit.
+async fn budget_reservations_are_granted_while_they_fit_and_settled_by_the_charge(
+    backend: Backend,
+) {
+    use ledger::LedgerDecision::{Grant, Spent, Wait};
+    let place = Place::new(backend).await;
+    let store = place.open().await;
+    run_with(&store, RUN, &["alice", "bob", "carol"]).await;
+    let cost = |nanos: i64| LedgerSpend {
+        turns: 1,
+        tokens: 0,
+        cost_nanos: nanos,
+    };
+    // No ledger: granted, nothing held.
+    let free = store
+        .reserve_budget(RUN, "alice", 0, cost(500))
+        .await
+        .unwrap();
+    assert_eq!((free.decision, free.ledger), (Grant, None));
+
+    let epoch = store.open_epoch(RUN).await.unwrap();
+    let limits = LedgerLimits {
+        cost_nanos: Some(100),
+        ..LedgerLimits::default()
+    };
+    store
+        .open_ledger(RUN, limits, LedgerSpend::default())
+        .await
+        .unwrap();
+    let reserve = |agent: &'static str, nanos: i64| {
+        let store = store.clone();
+        async move {
+            let reserved = store
+                .reserve_budget(RUN, agent, epoch, cost(nanos))
+                .await
+                .unwrap();
+            (
+                reserved.decision,
+                reserved.in_flight.cost_nanos,
+                reserved.in_flight_count,
+            )
+        }
+    };
+    assert_eq!(reserve("alice", 60).await, (Grant, 0, 0));
+    assert_eq!(reserve("bob", 41).await, (Wait, 60, 1));
+    assert_eq!(reserve("bob", 40).await, (Grant, 60, 1));
+    // An agent's new reservation replaces its own.
+    assert_eq!(reserve("alice", 60).await, (Grant, 40, 1));
+    assert_eq!(reserve("carol", 1).await, (Wait, 100, 2));
+
+    // Alice's response is charged: her reservation is settled in that commit, and an agent
+    // waiting for budget is woken.
+    let woken = store.woken(RUN, ledger::LEDGER_WAKE);
+    let settled = woken.notified();
+    tokio::pin!(settled);
+    settled.as_mut().enable();
+    store
+        .commit_turn(CommitTurn {
+            run_id: RUN.into(),
+            agent: "alice".into(),
+            charge: Some(cost(30)),
+            ..CommitTurn::default()
+        })
+        .await
+        .unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(30), settled)
+        .await
+        .expect("the charge wakes the agents waiting for budget");
+    assert_eq!(reserve("carol", 31).await, (Wait, 40, 1));
+    assert_eq!(reserve("carol", 30).await, (Grant, 40, 1));
+
+    // A release frees bob's; a new epoch frees carol's, taken under the old one.
+    store.release_reservation(RUN, "bob").await.unwrap();
+    assert_eq!(reserve("alice", 71).await, (Wait, 30, 1));
+    let next = store.open_epoch(RUN).await.unwrap();
+    assert!(next > epoch);
+    // Alone, an estimate larger than what is left is granted.
+    assert_eq!(reserve("alice", 500).await, (Grant, 0, 0));
+    assert_eq!(reserve("bob", 1).await, (Wait, 500, 1));
+
+    // Charged up to the limit: spent for everyone, and a spent agent holds nothing.
+    store
+        .commit_turn(CommitTurn {
+            run_id: RUN.into(),
+            agent: "alice".into(),
+            charge: Some(cost(70)),
+            ..CommitTurn::default()
+        })
+        .await
+        .unwrap();
+    let spent = store
+        .reserve_budget(RUN, "bob", next, cost(1))
+        .await
+        .unwrap();
+    assert_eq!((spent.decision, spent.in_flight_count), (Spent, 0));
+    assert_eq!(spent.ledger.map(|l| l.spent.cost_nanos), Some(100));
+    assert_eq!(reserve("carol", 0).await, (Spent, 0, 0));
 }
 
 /// A page of a long run reads its newest mails and its reports without the rest: the newest

@@ -77,7 +77,8 @@ async fn a_schema_4_store_gains_process_groups_and_the_ledger_and_keeps_its_reco
     }
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.execute_batch(
-        "DROP TABLE run_ledgers; DROP TABLE process_groups; PRAGMA user_version = 4;",
+        "DROP TABLE ledger_reservations; DROP TABLE run_ledgers; DROP TABLE process_groups; \
+         PRAGMA user_version = 4;",
     )
     .unwrap();
     drop(conn);
@@ -99,13 +100,20 @@ async fn a_schema_4_store_gains_process_groups_and_the_ledger_and_keeps_its_reco
         .open_ledger(RUN, LedgerLimits::default(), LedgerSpend::default())
         .await
         .unwrap();
+    // And the reservations' table (schema 7).
+    let estimate = LedgerSpend::of_request(10, None);
+    let reserved = store
+        .reserve_budget(RUN, "alice", 1, estimate)
+        .await
+        .unwrap();
+    assert_eq!(reserved.decision, ledger::LedgerDecision::Grant);
     drop(store);
     let conn = rusqlite::Connection::open(&path).unwrap();
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |row| row.get(0))
         .unwrap();
     assert_eq!(version, SCHEMA_VERSION);
-    assert_eq!(SCHEMA_VERSION, 6);
+    assert_eq!(SCHEMA_VERSION, 7);
 }
 
 #[tokio::test]

@@ -131,3 +131,69 @@ async fn an_announcement_to_a_run_nobody_holds_says_so() {
         "SQLite uses the socket"
     );
 }
+
+/// An agent waiting for budget on one machine (a worker's store, listening on the run) is
+/// woken when another machine's commit settles a reservation: the settlement's wake-up is
+/// announced under the ledger's name and the listener accepts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settled_reservation_wakes_the_agents_waiting_for_budget_on_another_store() {
+    let place = Place::new(Backend::Postgres).await;
+    let Location::Postgres(url) = place.location() else {
+        unreachable!("a PostgreSQL place")
+    };
+    let lead: std::sync::Arc<dyn MailboxStore> = std::sync::Arc::new(
+        PostgresStore::open(&url, StoreOptions::default())
+            .await
+            .unwrap()
+            .announcing(),
+    );
+    let worker = place.open().await;
+    let epoch = run_with(&lead, RUN, &["alice"]).await;
+    let limits = LedgerLimits {
+        cost_nanos: Some(100),
+        ..LedgerLimits::default()
+    };
+    lead.open_ledger(RUN, limits, LedgerSpend::default())
+        .await
+        .unwrap();
+    let estimate = LedgerSpend {
+        turns: 1,
+        tokens: 0,
+        cost_nanos: 80,
+    };
+    let granted = lead
+        .reserve_budget(RUN, "lead", epoch, estimate)
+        .await
+        .unwrap();
+    assert_eq!(granted.decision, ledger::LedgerDecision::Grant);
+    let waiting = worker
+        .reserve_budget(RUN, "alice", epoch, estimate)
+        .await
+        .unwrap();
+    assert_eq!(waiting.decision, ledger::LedgerDecision::Wait);
+
+    let _listening = worker.listen_run(RUN).await.unwrap();
+    let woken = worker.woken(RUN, ledger::LEDGER_WAKE);
+    let settled = woken.notified();
+    tokio::pin!(settled);
+    settled.as_mut().enable();
+    lead.commit_turn(CommitTurn {
+        run_id: RUN.into(),
+        agent: "lead".into(),
+        charge: Some(LedgerSpend {
+            cost_nanos: 20,
+            ..estimate
+        }),
+        ..CommitTurn::default()
+    })
+    .await
+    .unwrap();
+    tokio::time::timeout(GUARD, settled)
+        .await
+        .expect("woken by the settlement's NOTIFY");
+    let again = worker
+        .reserve_budget(RUN, "alice", epoch, estimate)
+        .await
+        .unwrap();
+    assert_eq!(again.decision, ledger::LedgerDecision::Grant);
+}

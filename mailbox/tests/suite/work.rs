@@ -476,7 +476,8 @@ async fn a_fence_holder_acks_mail_a_newer_epoch_voided_and_an_epoch_owner_does_n
 
 /// The run's budget ledger under fencing: while its token is current a worker's store reads and
 /// charges it; once the item is taken over, the read an agent makes before a model request is
-/// refused (so it sends none) and so is a charge, which leaves the ledger as it was.
+/// refused (so it sends none), as are a reservation and a charge, which leave the ledger as it
+/// was.
 async fn a_worker_that_lost_its_lease_can_neither_read_nor_charge_the_run_ledger(backend: Backend) {
     let place = Place::new(backend).await;
     let store = place.open().await;
@@ -513,6 +514,11 @@ async fn a_worker_that_lost_its_lease_can_neither_read_nor_charge_the_run_ledger
         ..CommitTurn::default()
     };
     assert!(fenced.run_ledger(RUN).await.unwrap().is_some());
+    let granted = fenced
+        .reserve_budget(RUN, "alice", 0, LedgerSpend::of_request(10, None))
+        .await
+        .unwrap();
+    assert_eq!(granted.decision, ledger::LedgerDecision::Grant);
     fenced.commit_turn(charge("current")).await.unwrap();
     let before = store.run_ledger(RUN).await.unwrap().unwrap();
     assert_eq!(before.spent.cost_nanos, 100);
@@ -521,6 +527,11 @@ async fn a_worker_that_lost_its_lease_can_neither_read_nor_charge_the_run_ledger
     assert_eq!(taken.token, 2);
     let read = fenced.run_ledger(RUN).await.unwrap_err();
     assert!(is_fenced(&read, 2), "{read}");
+    let reserved = fenced
+        .reserve_budget(RUN, "alice", 0, LedgerSpend::of_request(10, None))
+        .await
+        .unwrap_err();
+    assert!(is_fenced(&reserved, 2), "{reserved}");
     let charged = fenced.commit_turn(charge("late")).await.unwrap_err();
     assert!(is_fenced(&charged, 2), "{charged}");
     assert_eq!(store.run_ledger(RUN).await.unwrap(), Some(before));
