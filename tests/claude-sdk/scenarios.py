@@ -156,6 +156,42 @@ async def interrupt(cli: str, cwd: str) -> dict:
     return {"session_id": done.session_id}
 
 
+async def team_interrupt_continue_resume(cli: str, cwd: str) -> dict:
+    """In a team project: interrupt() ends the lead's held turn and the next query continues
+    the team run; a later process resumes it by its session id (`resume=`), and another
+    continues the newest run (`continue_conversation=True`): one team run throughout."""
+    reached = Path(cwd) / "gate-reached"
+    async with ClaudeSDKClient(options=options(cli, cwd)) as client:
+        await client.query("Greet the world.")
+        while not reached.exists():
+            await asyncio.sleep(0.05)
+        await client.interrupt()
+        first = await collect(client.receive_response())
+        await client.query("Go on.")
+        second = await collect(client.receive_response())
+    inits(first)
+    stopped = result_of(first)
+    assert stopped.is_error and stopped.subtype == "error_during_execution", stopped
+    went_on = result_of(second)
+    assert went_on.subtype == "success" and went_on.result == "Answered.", went_on
+    session = went_on.session_id
+    assert stopped.session_id == session, (stopped, went_on)
+    resumed = await collect(
+        query(prompt="Resumed question.", options=options(cli, cwd, resume=session))
+    )
+    inits(resumed)
+    again = result_of(resumed)
+    assert again.subtype == "success" and again.session_id == session, again
+    continued = await collect(
+        query(prompt="Continued question.",
+              options=options(cli, cwd, continue_conversation=True))
+    )
+    inits(continued)
+    last = result_of(continued)
+    assert last.subtype == "success" and last.session_id == session, last
+    return {"session_id": session}
+
+
 async def budget(cli: str, cwd: str) -> dict:
     """A run over its --max-budget-usd ends error_max_budget_usd; the SDK raises after it."""
     messages = []
@@ -201,6 +237,7 @@ SCENARIOS = {
     "query_team": query_team,
     "client_two_prompts": client_two_prompts,
     "interrupt": interrupt,
+    "team_interrupt_continue_resume": team_interrupt_continue_resume,
     "budget": budget,
     "awaiting": awaiting,
 }

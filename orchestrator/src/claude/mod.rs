@@ -1,7 +1,8 @@
 //! muster as Claude Code's headless mode: selected when the program's file name is `claude`
 //! (a link to the `muster` binary) or by `muster claude ARGS…`. It parses Claude Code's
-//! command line ([`args`]), drives a single-agent run as `muster acp` does — the first prompt
-//! starts the run, each later one (`--input-format stream-json`) continues it, `interrupt` is
+//! command line ([`args`]), drives a run as `muster acp` does (a team run in a project with a
+//! team file) — the first prompt starts the run, each later one (`--input-format
+//! stream-json`, or a later process's `--resume`/`--continue`) continues it, `interrupt` is
 //! `interrupt_turn` — and prints Claude Code's messages ([`messages`]). With
 //! `--permission-prompt-tool stdio`, what the run asks its person goes to the program as the
 //! SDK's `can_use_tool` control requests ([`asks`]), answered through the one decision path.
@@ -254,8 +255,18 @@ struct Session {
     session_id: String,
     /// For `system`/`init`.
     init: InitFacts,
-    /// The project's team file: a new session is a team run.
-    team_file: Option<std::path::PathBuf>,
+    /// Whether the run is a single-agent or a team run.
+    shape: RunShape,
+}
+
+/// What kind of run a session drives.
+enum RunShape {
+    Single,
+    /// A team run: a new one from the project's team file (`file`), or the stored one
+    /// `--resume`/`--continue` picked (`None`: its launch options name its team).
+    Team {
+        file: Option<std::path::PathBuf>,
+    },
 }
 
 /// What `system`/`init` says of the session.
@@ -269,8 +280,8 @@ struct InitFacts {
     bypass_disabled: bool,
 }
 
-/// Picks the session's run: a new one, or the one `--resume`/`--continue` names (forked
-/// with `--fork-session`); refuses a team project, which this mode does not drive yet.
+/// Picks the session's run: a new one (a team run in a project with a team file), or the
+/// one `--resume`/`--continue` names (forked with `--fork-session`, single-agent runs only).
 fn open_session(global: &Globals, request: &Request) -> anyhow::Result<Session> {
     let root = crate::loading::project_root(global)?;
     let mut overrides = CliOverrides::new();
@@ -299,9 +310,27 @@ fn open_session(global: &Globals, request: &Request) -> anyhow::Result<Session> 
             stored: false,
             session_id,
             init,
-            team_file,
+            shape: match team_file {
+                Some(file) => RunShape::Team { file: Some(file) },
+                None => RunShape::Single,
+            },
         });
     };
+    let shape = match record.team {
+        Some(_) => RunShape::Team { file: None },
+        None => RunShape::Single,
+    };
+    if request.fork && matches!(shape, RunShape::Team { .. }) {
+        return Err(ExitError::new(
+            Exit::Usage,
+            format!(
+                "run {} is a team run: --fork-session copies single-agent runs only; \
+                 continue it without --fork-session",
+                record.id
+            ),
+        )
+        .into());
+    }
     let (run_id, alias) = if request.fork {
         let runtime = crate::lifecycle::tokio_runtime()?;
         let store = runtime.block_on(project.open_store())?;
@@ -319,7 +348,7 @@ fn open_session(global: &Globals, request: &Request) -> anyhow::Result<Session> 
         run_id,
         stored: true,
         init,
-        team_file: None,
+        shape,
     })
 }
 
@@ -384,12 +413,6 @@ fn find_run(project: &Project, id: Option<&str>) -> anyhow::Result<RunRecord> {
             )),
             None => usage("no completed or interrupted run to continue (see `muster runs`)".into()),
         })?;
-        if record.team.is_some() {
-            return Err(usage(format!(
-                "run {} is a team run: `muster claude` continues single-agent runs so far",
-                record.id
-            )));
-        }
         crate::lifecycle::check_here_and_not_live_in(project, &record).await?;
         Ok(record)
     })
@@ -432,9 +455,11 @@ impl Driver {
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = self.session.session_id.clone();
         self.shared.interrupted.store(false, Ordering::SeqCst);
-        let main = match self.session.team_file {
-            Some(_) => crate::team::LEAD,
-            None => crate::single_run::MAIN_AGENT,
+        let team = matches!(self.session.shape, RunShape::Team { .. });
+        let main = if team {
+            crate::team::LEAD
+        } else {
+            crate::single_run::MAIN_AGENT
         };
         let translator = Arc::new(Mutex::new(Translator::new(
             self.session.session_id.clone(),
@@ -447,12 +472,11 @@ impl Driver {
         });
         // A team run waits on its person's requests live: they are put to the program as
         // they are committed.
-        let team_asks =
-            (self.request.ask_program && self.session.team_file.is_some()).then(|| TeamAsks {
-                global: self.global.clone(),
-                asks: asks.clone(),
-                run_id: self.session.run_id.clone(),
-            });
+        let team_asks = (self.request.ask_program && team).then(|| TeamAsks {
+            global: self.global.clone(),
+            asks: asks.clone(),
+            run_id: self.session.run_id.clone(),
+        });
         let streaming = self.request.output == Output::StreamJson;
         if streaming {
             self.shared.write(&self.init_message());
@@ -561,7 +585,7 @@ impl Driver {
     fn drive(&self, prompt: String, front: &FrontEnd) -> anyhow::Result<Ending> {
         let global = &self.global;
         let id = &self.session.run_id;
-        if let Some(team_file) = &self.session.team_file {
+        if let RunShape::Team { file } = &self.session.shape {
             if self.session.stored {
                 // A later prompt is the lead's continuation: teammates kept, the team's
                 // worktrees from the user's tree when its result was applied.
@@ -576,6 +600,13 @@ impl Driver {
                 let record = crate::lifecycle::record_of(global, id)?;
                 return crate::team::resume_for_front(global, record, Some(prompt), front.clone());
             }
+            let Some(team_file) = file else {
+                return Err(ExitError::new(
+                    Exit::Usage,
+                    format!("run {id} is not in the store: it cannot be continued"),
+                )
+                .into());
+            };
             let flags = self.run_flags(prompt);
             return crate::team::run_for_front(
                 global,

@@ -302,3 +302,57 @@ async fn query_in_a_team_run_has_the_teammates_plan_approved_through_can_use_too
         "completed"
     );
 }
+
+/// A team run driven by a `ClaudeSDKClient`: `interrupt()` ends the lead's turn the model
+/// server holds, the next query continues the run, and later processes resume it by its
+/// session id and continue it as the newest run — each a `continue` of the one team run.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_interrupts_continues_and_resumes_a_team_run() {
+    let dir = project(&[(
+        "muster.team.toml",
+        "name = \"greeters\"\nisolation = \"shared\"\n\n[[teammates]]\nname = \"alice\"\n",
+    )]);
+    let any_lead_turn: ScriptEntry = serde_json::from_value(json!({
+        "agent": "lead",
+        "reply": {"content": [{"type": "text", "text": "Answered."}], "stop_reason": "end_turn"},
+    }))
+    .unwrap();
+    let fake = fake(vec![
+        ScriptEntry::reply("lead", 1, vec![Block::text("Never shown.")])
+            .attempt(1)
+            .fault(Fault {
+                hold: Some("held".into()),
+                ..Fault::default()
+            }),
+        any_lead_turn,
+    ])
+    .await;
+    let child = scenario("team_interrupt_continue_resume", dir.path(), &fake)
+        .spawn()
+        .unwrap();
+    tokio::time::timeout(GUARD, fake.gate_reached("held", 1))
+        .await
+        .expect("the lead's model call never came");
+    std::fs::write(dir.path().join("gate-reached"), "").unwrap();
+    let output = tokio::time::timeout(GUARD, child.wait_with_output())
+        .await
+        .expect("guard timeout")
+        .unwrap();
+    fake.open_gate("held");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the scenario failed:\n{stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let outcome: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("no outcome line ({e}): {stdout}\n{stderr}"));
+    let store = open_store(dir.path());
+    let runs = store.runs().await.unwrap();
+    assert_eq!(runs.len(), 1, "one run throughout: {runs:?}");
+    assert_eq!(runs[0].id, outcome["session_id"].as_str().unwrap());
+    assert!(runs[0].team.is_some());
+    assert_eq!(runs[0].status.as_str(), "completed");
+    // The last lead request carries every prompt of the three processes: one context.
+    let last = fake.requests().last().unwrap().body.to_string();
+    for prompt in ["Go on.", "Resumed question.", "Continued question."] {
+        assert!(last.contains(prompt), "{prompt:?} not in {last}");
+    }
+}
