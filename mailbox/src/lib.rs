@@ -35,6 +35,7 @@ pub use postgres::{PG_SCHEMA_VERSION, PostgresStore, create_schema, drop_schema}
 pub use sqlite::{DataVersion, SCHEMA_VERSION, SqliteStore};
 pub use store::MailboxStore;
 pub use types::*;
+pub use wake::BOARD_WAKE;
 pub use work::{
     Heartbeat, NewProcessGroup, NewWorkItem, ProcessGroupRecord, WorkFence, WorkItem, WorkState,
     WorkWatch, WorkerInfo, WorkerRecord,

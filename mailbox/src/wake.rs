@@ -14,6 +14,23 @@ pub struct Wake {
     pub recipient: String,
 }
 
+/// The recipient a change to a run's task board wakes: not an agent id (no agent id holds an
+/// `@`), so no mail is ever addressed to it. An idle teammate waits on it beside its own mail,
+/// and on PostgreSQL it travels as a NOTIFY payload like a recipient's, so a teammate idle on
+/// a `muster worker` learns of a task the lead put on the board in another process.
+pub const BOARD_WAKE: &str = "@board";
+
+/// Adds the board's wake-up to a write that changed the board (once per write).
+pub(crate) fn board_changed(run_id: &str, wakes: &mut Vec<Wake>) {
+    let wake = Wake {
+        run_id: run_id.to_owned(),
+        recipient: BOARD_WAKE.to_owned(),
+    };
+    if !wakes.contains(&wake) {
+        wakes.push(wake);
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct Waiters {
     by_recipient: DashMap<(String, String), Arc<Notify>>,

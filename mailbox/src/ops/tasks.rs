@@ -10,7 +10,7 @@ use crate::error::{StoreError, StoreResult};
 use crate::rows::{self, TASK_COLUMNS};
 use crate::rules;
 use crate::types::*;
-use crate::wake::Wake;
+use crate::wake::{Wake, board_changed};
 
 async fn with_dependencies(tx: &impl Tx, mut task: Task) -> StoreResult<Task> {
     let found = tx
@@ -63,13 +63,19 @@ pub(crate) async fn list_tasks(tx: &impl Tx, run_id: &str) -> StoreResult<Vec<Ta
 }
 
 /// Creates a task; a repeated idempotency key returns the first one.
-pub(crate) async fn create_task(tx: &impl Tx, task: &NewTask) -> StoreResult<Task> {
+pub(crate) async fn create_task(
+    tx: &impl Tx,
+    task: &NewTask,
+    wakes: &mut Vec<Wake>,
+) -> StoreResult<Task> {
     let Some(key) = task.idempotency_key.as_deref() else {
+        board_changed(&task.run_id, wakes);
         return insert_task(tx, task).await;
     };
     if let Some(first) = stored_outcome(tx, &task.run_id, key).await? {
         return Ok(first);
     }
+    board_changed(&task.run_id, wakes);
     let created = insert_task(tx, task).await?;
     store_outcome(tx, &task.run_id, key, &created).await?;
     Ok(created)
@@ -204,6 +210,8 @@ async fn change_task(
     wakes: &mut Vec<Wake>,
 ) -> StoreResult<TaskChange> {
     let before = require_task(tx, &update.run_id, update.task_id).await?;
+    // Any change may make a task claimable (a release, a dependency completed).
+    board_changed(&update.run_id, wakes);
     let row = rules::tasks::updated_row(&before, update);
     tx.execute(
         "UPDATE tasks SET subject = ?3, description = ?4, owner = ?5, status = ?6, blocked_reason = ?7, updated_at = ?8 \
@@ -241,12 +249,18 @@ pub(crate) async fn release_tasks_of(
     tx: &impl Tx,
     run_id: &str,
     agent: &str,
+    wakes: &mut Vec<Wake>,
 ) -> StoreResult<Vec<i64>> {
-    tx.query(
-        "UPDATE tasks SET owner = NULL, status = 'pending', blocked_reason = NULL, updated_at = ?3 \
-         WHERE run_id = ?1 AND owner = ?2 AND status IN ('pending', 'in_progress', 'blocked') RETURNING task_id",
-        &[&run_id, &agent, &now_millis()],
-        |r| r.get::<i64>("tasks", 0),
-    )
-    .await
+    let released = tx
+        .query(
+            "UPDATE tasks SET owner = NULL, status = 'pending', blocked_reason = NULL, updated_at = ?3 \
+             WHERE run_id = ?1 AND owner = ?2 AND status IN ('pending', 'in_progress', 'blocked') RETURNING task_id",
+            &[&run_id, &agent, &now_millis()],
+            |r| r.get::<i64>("tasks", 0),
+        )
+        .await?;
+    if !released.is_empty() {
+        board_changed(run_id, wakes);
+    }
+    Ok(released)
 }

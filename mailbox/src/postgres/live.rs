@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 use super::{PostgresStore, connect_reason, ops};
 use crate::error::{StoreError, StoreResult};
 use crate::types::validate_agent_id;
+use crate::wake::BOARD_WAKE;
 
 /// How long the supervisor keeps trying to reach the server after the connection ends: a
 /// restart (`pg_ctl restart -m fast`) or a failover takes seconds.
@@ -183,12 +184,8 @@ impl PostgresStore {
             loop {
                 match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
                     Some(Ok(tokio_postgres::AsyncMessage::Notification(note))) => {
-                        // An agent, or the agents waiting for budget.
-                        let payload = note.payload();
-                        if validate_agent_id(payload).is_ok()
-                            || payload == crate::ledger::LEDGER_WAKE
-                        {
-                            waiters.wake(&run, payload);
+                        if is_wake_payload(note.payload()) {
+                            waiters.wake(&run, note.payload());
                         }
                     }
                     Some(Ok(_)) => {}
@@ -201,6 +198,14 @@ impl PostgresStore {
             driver: Driver(driver),
         })
     }
+}
+
+/// A payload names a recipient to wake: an agent, the run's task board, or the agents
+/// waiting for budget.
+fn is_wake_payload(payload: &str) -> bool {
+    payload == BOARD_WAKE
+        || payload == crate::ledger::LEDGER_WAKE
+        || validate_agent_id(payload).is_ok()
 }
 
 /// The `application_name` of a run's dedicated connection (at most 63 bytes, the server's

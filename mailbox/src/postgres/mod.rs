@@ -879,8 +879,8 @@ impl MailboxStore for PostgresStore {
     }
 
     async fn create_task(&self, task: NewTask) -> StoreResult<Task> {
-        write_op!(self, [&task.run_id], |tx, ctx, _w| {
-            ops_tasks::create_task(&tx, &task).await
+        write_op!(self, [&task.run_id], |tx, ctx, wakes| {
+            ops_tasks::create_task(&tx, &task, wakes).await
         })
     }
 
@@ -912,8 +912,8 @@ impl MailboxStore for PostgresStore {
     }
 
     async fn release_tasks_of(&self, run_id: &str, agent: &str) -> StoreResult<Vec<i64>> {
-        write_op!(self, [run_id], |tx, ctx, _w| {
-            ops_tasks::release_tasks_of(&tx, run_id, agent).await
+        write_op!(self, [run_id], |tx, ctx, wakes| {
+            ops_tasks::release_tasks_of(&tx, run_id, agent, wakes).await
         })
     }
 

@@ -432,7 +432,7 @@ impl MailboxStore for SqliteStore {
     }
 
     async fn create_task(&self, task: NewTask) -> StoreResult<Task> {
-        self.op(async move |tx, _| ops_tasks::create_task(tx, &task).await)
+        self.op(async move |tx, wakes| ops_tasks::create_task(tx, &task, wakes).await)
             .await
     }
 
@@ -467,8 +467,10 @@ impl MailboxStore for SqliteStore {
 
     async fn release_tasks_of(&self, run_id: &str, agent: &str) -> StoreResult<Vec<i64>> {
         let (run_id, agent) = (run_id.to_owned(), agent.to_owned());
-        self.op(async move |tx, _| ops_tasks::release_tasks_of(tx, &run_id, &agent).await)
-            .await
+        self.op(async move |tx, wakes| {
+            ops_tasks::release_tasks_of(tx, &run_id, &agent, wakes).await
+        })
+        .await
     }
 
     async fn fork_run(&self, source: &str, new_id: &str, new_slug: &str) -> StoreResult<RunRecord> {

@@ -522,8 +522,25 @@ impl Team {
 
     /// Waits, idle, for mail or a task to claim.
     async fn idle_wait(&self, id: &str, board: &mut watch::Receiver<u64>) -> anyhow::Result<Work> {
+        // On a worker the board changes in other processes (the lead's, other workers'): the
+        // store's board wake-up (a NOTIFY on PostgreSQL) says so. In the lead's process the
+        // `board` channel does, bumped by every change made there.
+        let board_elsewhere = self
+            .worker
+            .is_some()
+            .then(|| self.store.woken(self.run_id(), muster_mailbox::BOARD_WAKE));
         loop {
             board.borrow_and_update();
+            // Made before the look (a `Notified` receives `notify_waiters` from its creation),
+            // so a change committed between the look and the wait still wakes it.
+            let changed_elsewhere = board_elsewhere.as_ref().map(|notify| notify.notified());
+            let changed_elsewhere = async move {
+                match changed_elsewhere {
+                    Some(notified) => notified.await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::pin!(changed_elsewhere);
             let mut pending = Vec::new();
             while pending.len() < MAIL_BATCH {
                 match self
@@ -550,6 +567,8 @@ impl Team {
                 self.sent(&claimed.assignment);
                 continue;
             }
+            // Idle, having found nothing: a crash test freezes the teammate here.
+            muster_mailbox::failpoint!("idle:{id}");
             tokio::select! {
                 biased;
                 batch = self.store.receive_batch(self.run_id(), id, self.epoch(), MAIL_BATCH) => {
@@ -569,6 +588,7 @@ impl Team {
                         return Ok(work);
                     }
                 }
+                () = &mut changed_elsewhere => {}
             }
         }
     }

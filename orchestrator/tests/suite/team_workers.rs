@@ -1313,3 +1313,102 @@ async fn a_person_stops_a_teammate_on_a_worker_from_the_page_and_the_run_goes_on
     drop(serve);
     schema.drop_now().await;
 }
+
+/// Waits until `done` holds of the store, looking again at each commit the schema's change
+/// feed announces (no polling).
+async fn until_stored<F, Fut>(store: &Arc<dyn muster_mailbox::MailboxStore>, what: &str, done: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let changed = Arc::new(tokio::sync::Notify::new());
+    let on_change = changed.clone();
+    let _feed = store
+        .watch_changes(Arc::new(move |_| on_change.notify_one()))
+        .await
+        .unwrap();
+    while !done().await {
+        tokio::time::timeout(super::common::GUARD, changed.notified())
+            .await
+            .unwrap_or_else(|_| panic!("guard timeout waiting for {what}"));
+    }
+}
+
+/// The teammate's process id, from its worker's line saying where it runs.
+async fn teammate_pid(worker: &mut Worker) -> rustix::process::Pid {
+    let process = worker.wait_for("runs in process").await;
+    let pid: i32 = process.rsplit(' ').next().unwrap().parse().unwrap();
+    rustix::process::Pid::from_raw(pid).unwrap()
+}
+
+/// A teammate idle on a `muster worker` — frozen (a stop point) after it looked at its mail
+/// and the board and found nothing — is woken by the task the lead then puts on the board in
+/// its own process: the board's change is announced through the store (the `@board` wake-up),
+/// the teammate claims the task on its worker, does it, and its work is merged.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_teammate_on_a_worker_claims_the_task_the_lead_puts_on_the_board() {
+    let schema = Schema::new().await;
+    let url = schema.url();
+    let mut create = ScriptEntry::reply(
+        "lead",
+        1,
+        vec![tool(
+            "TaskCreate",
+            json!({"subject": "one.txt", "description": "Write one.txt."}),
+        )],
+    );
+    create.fault.hold = Some("board".to_owned());
+    let fake = fake(vec![
+        create,
+        lead_merges("one", &["merge-one-1"]),
+        any_turn("lead", "Waiting for the team."),
+        ScriptEntry::reply(
+            "one",
+            1,
+            vec![tool(
+                "Write",
+                json!({"file_path": "one.txt", "content": "one\n"}),
+            )],
+        ),
+        any_turn("one", "done"),
+    ])
+    .await;
+    let stop_point = [("MUSTER_FAILPOINT", "idle:one:stop".to_owned())];
+    let mut worker = teammate_worker_with_env(&fake, &url, "w1", &stop_point);
+    worker.wait_for("ready on").await;
+    let remote = bare_remote();
+    let remote_path = remote.path().display().to_string();
+    let lead = lead_repo(&team(&["one"], ""));
+    let root = lead.path();
+    let base = fake.base_url();
+    let mut run =
+        super::common::Running::spawn(command(root, &run_args(&url, &base, &remote_path)));
+    let teammate = teammate_pid(&mut worker).await;
+    worker.wait_for("failpoint idle:one@1: SIGSTOP").await;
+    // Only now is there a task: the teammate found none, and waits for the board's wake-up.
+    fake.open_gate("board");
+    let store = super::store_pg::open(&url).await;
+    let started = run.until("the run's id", |e| e["run_id"].is_string()).await;
+    let run_id = started["run_id"].as_str().unwrap().to_owned();
+    until_stored(&store, "the lead's task", || async {
+        !store.tasks(&run_id).await.unwrap().is_empty()
+    })
+    .await;
+    rustix::process::kill_process(teammate, rustix::process::Signal::CONT).unwrap();
+    assert_eq!(run.finish().await, Some(0), "{:#?}", run.events);
+    let end = run.events.last().unwrap().clone();
+    assert_eq!(end["status"], "completed", "{end:#}");
+    assert_eq!(end["workers"]["one"], "w1", "{end:#}");
+    let tasks = store.tasks(&run_id).await.unwrap();
+    assert_eq!(tasks.len(), 1, "{tasks:#?}");
+    assert_eq!(tasks[0].owner.as_deref(), Some("one"), "{tasks:#?}");
+    assert_eq!(tasks[0].status, muster_mailbox::TaskStatus::Completed);
+    assert_eq!(
+        std::fs::read_to_string(root.join("one.txt")).ok(),
+        Some("one\n".to_owned()),
+        "{end:#}\n{:#?}",
+        worker.said()
+    );
+    assert_eq!(worker.stop().await, Some(0));
+    schema.drop_now().await;
+}
