@@ -192,6 +192,30 @@ async def team_interrupt_continue_resume(cli: str, cwd: str) -> dict:
     return {"session_id": session}
 
 
+async def merge_review(cli: str, cwd: str) -> dict:
+    """A teammate's merge for the person comes to can_use_tool as ReviewMerge, with the diff
+    it adds; allowing it approves the merge, which lands in the tree, and the run succeeds."""
+    asked = []
+
+    async def can_use_tool(tool_name, tool_input, context):
+        asked.append({"tool": tool_name, "input": tool_input, "agent": context.agent_id})
+        return PermissionResultAllow()
+
+    messages = await collect(
+        query(prompt="Build it.", options=options(cli, cwd, can_use_tool=can_use_tool))
+    )
+    inits(messages)
+    result = result_of(messages)
+    assert result.subtype == "success" and not result.is_error, result
+    assert [a["tool"] for a in asked] == ["ReviewMerge"], asked
+    review = asked[0]
+    assert review["agent"] == "one", review
+    assert review["input"]["files"] == ["one.txt"], review
+    assert "+one" in review["input"]["diff"], review
+    assert (Path(cwd) / "one.txt").read_text() == "one\n"
+    return {"session_id": result.session_id, "request_id": review["input"]["request_id"]}
+
+
 async def budget(cli: str, cwd: str) -> dict:
     """A run over its --max-budget-usd ends error_max_budget_usd; the SDK raises after it."""
     messages = []
@@ -238,6 +262,7 @@ SCENARIOS = {
     "client_two_prompts": client_two_prompts,
     "interrupt": interrupt,
     "team_interrupt_continue_resume": team_interrupt_continue_resume,
+    "merge_review": merge_review,
     "budget": budget,
     "awaiting": awaiting,
 }

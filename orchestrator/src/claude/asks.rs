@@ -3,17 +3,20 @@
 //! through the one decision path (the runtime commits it, so the first answer wins), a
 //! question's answer, a permission ask's verdict. The shapes are Claude Code's: a plan is
 //! `ExitPlanMode` with `{plan, planFilePath}`, a question `AskUserQuestion` with its answers
-//! in `updatedInput.answers`, a permission ask the tool itself.
+//! in `updatedInput.answers`, a permission ask the tool itself. A teammate's merge for the
+//! person has no Claude Code shape: it is muster's own `ReviewMerge`, with the diff it adds.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use muster_agents::runtime::{Terminal, TerminalPlanDecision};
 use muster_config::PermissionMode;
+use muster_mailbox::MessageBody;
 use muster_protocol::ToolName;
 use serde_json::{Value, json};
 
 use super::Shared;
+use crate::human_decision::Decision;
 
 /// The program on the other end of stdin/stdout, as the run's person.
 pub(crate) struct ProgramAsks {
@@ -134,6 +137,58 @@ impl ProgramAsks {
                 feedback: message.unwrap_or_else(|| "rejected by the program".to_owned()),
             },
         }
+    }
+}
+
+impl ProgramAsks {
+    /// A teammate's merge as `ReviewMerge`: `input` is `{request_id, agent, branch, files,
+    /// diffstat, diff, verification, tested}` (`diff`, what the merge adds, is null when git
+    /// cannot say). `allow` approves it; `deny` rejects it with its `message` as the feedback.
+    pub(crate) fn review_merge(
+        &self,
+        request_id: &str,
+        merge: &MessageBody,
+        diff: Option<String>,
+    ) -> Option<Decision> {
+        let MessageBody::MergeRequest {
+            agent,
+            branch,
+            files,
+            diffstat,
+            verification,
+            tested,
+            ..
+        } = merge
+        else {
+            return None;
+        };
+        let input = json!({
+            "request_id": request_id,
+            "agent": agent,
+            "branch": branch,
+            "files": files,
+            "diffstat": diffstat,
+            "diff": diff,
+            "verification": verification,
+            "tested": tested,
+        });
+        Some(
+            match self.can_use_tool(ToolName::ReviewMerge.as_str(), input, agent, None) {
+                Verdict::Allow { permissions, .. } => {
+                    warn_of_unapplied(&permissions);
+                    Decision::Approve {
+                        mode: None,
+                        feedback: None,
+                        edited_plan: None,
+                        clear_context: false,
+                        grants: None,
+                    }
+                }
+                Verdict::Deny { message } => Decision::Reject {
+                    feedback: message.unwrap_or_else(|| "rejected by the program".to_owned()),
+                },
+            },
+        )
     }
 }
 

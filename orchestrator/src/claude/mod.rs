@@ -472,10 +472,13 @@ impl Driver {
         });
         // A team run waits on its person's requests live: they are put to the program as
         // they are committed.
-        let team_asks = (self.request.ask_program && team).then(|| TeamAsks {
-            global: self.global.clone(),
-            asks: asks.clone(),
-            run_id: self.session.run_id.clone(),
+        let team_asks = (self.request.ask_program && team).then(|| {
+            Arc::new(TeamAsks {
+                global: self.global.clone(),
+                asks: asks.clone(),
+                run_id: self.session.run_id.clone(),
+                asked: Mutex::new(std::collections::HashSet::new()),
+            })
         });
         let streaming = self.request.output == Output::StreamJson;
         if streaming {
@@ -493,7 +496,7 @@ impl Driver {
                 shared: self.shared.clone(),
                 translator: translator.clone(),
                 streaming,
-                team_asks,
+                team_asks: team_asks.clone(),
             }),
             turn,
             person: self
@@ -502,7 +505,7 @@ impl Driver {
                 .then_some(asks as Arc<dyn muster_agents::runtime::Terminal>),
         };
         let ending = self
-            .drive(prompt, &front)
+            .drive(prompt, &front, team_asks.as_deref())
             .unwrap_or_else(|error| Ending::from_error(&error));
         *self
             .shared
@@ -582,7 +585,12 @@ impl Driver {
 
     /// Runs one prompt to its ending: a new run, the run continued, or — a run left
     /// awaiting a decision or mid-turn — the run carried on first.
-    fn drive(&self, prompt: String, front: &FrontEnd) -> anyhow::Result<Ending> {
+    fn drive(
+        &self,
+        prompt: String,
+        front: &FrontEnd,
+        team_asks: Option<&TeamAsks>,
+    ) -> anyhow::Result<Ending> {
         let global = &self.global;
         let id = &self.session.run_id;
         if let RunShape::Team { file } = &self.session.shape {
@@ -593,12 +601,15 @@ impl Driver {
                 if !matches!(record.status, RunStatus::Completed | RunStatus::Interrupted) {
                     let ending =
                         crate::team::resume_for_front(global, record, None, front.clone())?;
+                    let ending = self.until_the_program_decides(ending, front, team_asks)?;
                     if ending.status != RunStatus::Completed {
                         return Ok(ending);
                     }
                 }
                 let record = crate::lifecycle::record_of(global, id)?;
-                return crate::team::resume_for_front(global, record, Some(prompt), front.clone());
+                let ending =
+                    crate::team::resume_for_front(global, record, Some(prompt), front.clone())?;
+                return self.until_the_program_decides(ending, front, team_asks);
             }
             let Some(team_file) = file else {
                 return Err(ExitError::new(
@@ -608,13 +619,14 @@ impl Driver {
                 .into());
             };
             let flags = self.run_flags(prompt);
-            return crate::team::run_for_front(
+            let ending = crate::team::run_for_front(
                 global,
                 flags,
                 team_file.clone(),
                 id.clone(),
                 front.clone(),
-            );
+            )?;
+            return self.until_the_program_decides(ending, front, team_asks);
         }
         if !self.session.stored {
             let flags = self.run_flags(prompt);
@@ -638,13 +650,34 @@ impl Driver {
     }
 }
 
+impl Driver {
+    /// A team run that stopped awaiting its person: each request still waiting that was not
+    /// put to the program live (a merge, a request of an earlier process) is put to it now,
+    /// and the run carried on while the program decides one; else the ending stands.
+    fn until_the_program_decides(
+        &self,
+        mut ending: Ending,
+        front: &FrontEnd,
+        team_asks: Option<&TeamAsks>,
+    ) -> anyhow::Result<Ending> {
+        let Some(team_asks) = team_asks else {
+            return Ok(ending);
+        };
+        while ending.status == RunStatus::AwaitingDecision && team_asks.ask_waiting()? {
+            let record = crate::lifecycle::record_of(&self.global, &self.session.run_id)?;
+            ending = crate::team::resume_for_front(&self.global, record, None, front.clone())?;
+        }
+        Ok(ending)
+    }
+}
+
 /// The run's events as the prompt's messages (printed in `stream-json`, counted always).
 struct PromptSink {
     shared: Arc<Shared>,
     translator: Arc<Mutex<Translator>>,
     streaming: bool,
     /// A team run's requests to its person go to the program.
-    team_asks: Option<TeamAsks>,
+    team_asks: Option<Arc<TeamAsks>>,
 }
 
 /// What a team run's request to its person is put to the program with.
@@ -652,6 +685,48 @@ struct TeamAsks {
     global: Globals,
     asks: Arc<asks::ProgramAsks>,
     run_id: String,
+    /// The requests put to the program live during this prompt (each is asked once).
+    asked: Mutex<std::collections::HashSet<String>>,
+}
+
+impl TeamAsks {
+    /// Puts to the program, one after the other, each request of the run still waiting on
+    /// the person that it was not asked about yet; whether any is decided now.
+    fn ask_waiting(&self) -> anyhow::Result<bool> {
+        let project = Project::locate(&self.global)?;
+        let waiting: Vec<(String, String)> =
+            crate::lifecycle::tokio_runtime()?.block_on(async {
+                let store = project.open_store().await?;
+                anyhow::Ok(
+                    store
+                        .requests(&self.run_id)
+                        .await?
+                        .into_iter()
+                        .filter(|r| r.response.is_none() && r.responder == muster_mailbox::HUMAN)
+                        .map(|r| (r.request_id, r.requester))
+                        .collect(),
+                )
+            })?;
+        let mut decided = false;
+        for (request_id, agent) in waiting {
+            let first_time = self
+                .asked
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(request_id.clone());
+            if !first_time {
+                continue;
+            }
+            decided |= team_asks::answer_now(&team_asks::PersonRequest {
+                global: self.global.clone(),
+                asks: self.asks.clone(),
+                run_id: self.run_id.clone(),
+                request_id,
+                agent,
+            })?;
+        }
+        Ok(decided)
+    }
 }
 
 impl EventSink for PromptSink {
@@ -662,10 +737,17 @@ impl EventSink for PromptSink {
                 agent,
                 request_id,
                 responder,
-                ..
+                subject,
             },
         ) = (&self.team_asks, &event)
             && responder == muster_mailbox::HUMAN
+            // A merge is asked when the run stops awaiting it (`ask_waiting`).
+            && !matches!(subject, muster_protocol::ApprovalSubject::Merge { .. })
+            && team
+                .asked
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(request_id.clone())
         {
             team_asks::answer_in_background(team_asks::PersonRequest {
                 global: team.global.clone(),

@@ -5,6 +5,11 @@
 //! ([`crate::human_decision::decide_as_human`]), which wakes the run. The request stays in
 //! the store whatever happens here: an answer lost, a program gone, and `muster approve` or
 //! the web inbox still decide it; the first answer wins.
+//!
+//! A merge for the person is not asked live: the team never waits on one (it ends awaiting
+//! the decision once nothing else moves), so the session asks the program about every
+//! request still waiting on the person when the run stops ([`answer_now`]), and carries the
+//! run on when one was decided — a race-free order, as `muster approve` then `muster resume`.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -30,7 +35,7 @@ pub(crate) fn answer_in_background(request: PersonRequest) {
     let spawned = std::thread::Builder::new()
         .name(format!("claude-ask-{}", request.request_id))
         .spawn(move || {
-            if let Err(error) = answer(&request) {
+            if let Err(error) = answer_now(&request) {
                 eprintln!(
                     "muster claude: {} was not answered here ({error:#}); `muster approve` or \
                      the web inbox can decide it",
@@ -43,21 +48,37 @@ pub(crate) fn answer_in_background(request: PersonRequest) {
     }
 }
 
-fn answer(asked: &PersonRequest) -> anyhow::Result<()> {
+/// Puts the request to the program on this thread; whether it is decided now (by the
+/// program's answer, or by another first).
+pub(crate) fn answer_now(asked: &PersonRequest) -> anyhow::Result<bool> {
     let project = Project::locate(&asked.global)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let store = runtime.block_on(project.open_store())?;
     let Some(request) = runtime.block_on(store.request(&asked.run_id, &asked.request_id))? else {
-        return Ok(());
+        return Ok(false);
     };
     if request.response.is_some() {
-        return Ok(());
+        return Ok(true);
     }
-    let Some(decision) = decision_for(&asked.asks, &asked.agent, &asked.request_id, &request.body)
-    else {
-        return Ok(());
+    let merge_diff = match &request.body {
+        MessageBody::MergeRequest { onto, commit, .. } => {
+            let run = runtime.block_on(store.run(&asked.run_id))?;
+            run.and_then(|run| {
+                runtime.block_on(crate::serve::load::merge_diff(&run.workspace, onto, commit))
+            })
+        }
+        _ => None,
+    };
+    let Some(decision) = decision_for(
+        &asked.asks,
+        &asked.agent,
+        &asked.request_id,
+        &request.body,
+        merge_diff,
+    ) else {
+        return Ok(false);
     };
     let decided = runtime.block_on(decide_as_human(
         store.as_ref(),
@@ -66,10 +87,10 @@ fn answer(asked: &PersonRequest) -> anyhow::Result<()> {
         decision,
     ));
     match decided {
-        Ok(_) => Ok(()),
+        Ok(_) => Ok(true),
         Err(RefusedDecision::AlreadyDecided { by, .. }) => {
             asked.asks.decided_elsewhere(&asked.request_id, &by);
-            Ok(())
+            Ok(true)
         }
         Err(error) => Err(error.into()),
     }
@@ -82,8 +103,10 @@ fn decision_for(
     agent: &str,
     request_id: &str,
     body: &MessageBody,
+    merge_diff: Option<String>,
 ) -> Option<Decision> {
     match body {
+        MessageBody::MergeRequest { .. } => asks.review_merge(request_id, body, merge_diff),
         MessageBody::PlanApprovalRequest {
             plan, plan_file, ..
         } => Some(

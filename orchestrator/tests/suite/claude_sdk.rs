@@ -356,3 +356,52 @@ async fn a_client_interrupts_continues_and_resumes_a_team_run() {
         assert!(last.contains(prompt), "{prompt:?} not in {last}");
     }
 }
+
+/// A teammate's merge for the person (worktree isolation, `approver = "human"`) reaches the
+/// program's `can_use_tool` as `ReviewMerge` with the diff it adds; the program's approval is
+/// the one decision in the store, the merge lands, and the run completes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_merge_for_the_person_is_approved_through_can_use_tool() {
+    use super::worktree_cli::{any_turn, repo, team};
+    let dir = repo(&team("human", &["one"]), &[]);
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "part 0", "description": "Write your file."}),
+            )],
+        ),
+        any_turn("lead", "Waiting for the team."),
+        ScriptEntry::reply(
+            "one",
+            1,
+            vec![tool(
+                "Write",
+                json!({"file_path": "one.txt", "content": "one\n"}),
+            )],
+        ),
+        any_turn("one", "done"),
+    ])
+    .await;
+    let outcome = run(scenario("merge_review", dir.path(), &fake)).await;
+    let run_id = outcome["session_id"].as_str().unwrap();
+    let store = open_store(dir.path());
+    assert_eq!(
+        store.run(run_id).await.unwrap().unwrap().status.as_str(),
+        "completed"
+    );
+    let merges: Vec<_> = store
+        .requests(run_id)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.kind == muster_mailbox::MessageKind::MergeRequest)
+        .collect();
+    assert_eq!(merges.len(), 1, "{merges:?}");
+    assert_eq!(outcome["request_id"], merges[0].request_id.as_str());
+    let response = merges[0].response.as_ref().expect("decided");
+    assert_eq!(response.responder, "human");
+    assert_eq!(response.body.approved(), Some(true));
+}
