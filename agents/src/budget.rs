@@ -41,12 +41,13 @@
 //! from the run's ledger in the store ([`muster_mailbox::ledger`]): the process that starts or
 //! resumes the run writes the limits there ([`SpendLimits::ledger_limits`]; a run stored
 //! before ledgers existed is seeded with [`Spend::ledger_spend`] of its records), every
-//! model response is charged in the commit that records it ([`Spend::charge_of`]), the
-//! ledger is read before every request ([`check_stored`] with [`StoredCheck::BeforeRequest`])
-//! and the ledger after a charge is checked like [`BudgetLedger::record`] checks its own
-//! totals ([`StoredCheck::AfterResponse`]). The bound: the run's spend can pass its limit by
-//! at most what the requests in flight when it is reached cost — one per agent running on
-//! another process, and the one that crossed it.
+//! model response is charged in the commit that records it ([`Spend::charge_of`]), each
+//! request first reserves its worst case ([`request_estimate`]) from the ledger, granted, told
+//! to wait for a settlement, or refused once spent ([`spent_on`]; the decision is
+//! [`muster_mailbox::ledger::decide`]), and the ledger after a charge is checked like
+//! [`BudgetLedger::record`] checks its own totals ([`StoredCheck::AfterResponse`]). The
+//! bound: the run's spend ends below its limit plus the usage of the last request granted
+//! alone, whatever the number of processes (when the estimates are upper bounds).
 //!
 //! # Cost budgets and prices
 //! The configuration already refuses a cost budget when the plan or act model has no prices
@@ -640,6 +641,54 @@ pub fn check_stored(ledger: &RunLedger, when: StoredCheck) -> Result<(), BudgetE
         threshold,
         || BudgetScope::Run,
     )
+}
+
+/// What a run's ledger in the store says when it decided
+/// [`muster_mailbox::ledger::LedgerDecision::Spent`]: the
+/// run-scope limit it reached, as [`check_stored`] names it before a request.
+pub fn spent_on(ledger: &RunLedger) -> BudgetExceeded {
+    match check_stored(ledger, StoredCheck::BeforeRequest) {
+        Err(exceeded) => exceeded,
+        // Not reached: `decide` says spent when a total in whole units is at its limit, and
+        // the conversion to dollars keeps that order. Named as the cost limit if it were.
+        Ok(()) => BudgetExceeded {
+            scope: BudgetScope::Run,
+            overrun: BudgetOverrun::CostUsd {
+                limit: ledger.limits.cost_nanos.map_or(0.0, nanos_to_usd),
+                reached: nanos_to_usd(ledger.spent.cost_nanos),
+            },
+        },
+    }
+}
+
+/// The worst case of one model request, reserved from the run's ledger before it is sent: one
+/// turn, `prompt_tokens` (an estimate of everything sent) plus `max_tokens` of output, and
+/// their cost with every prompt token at the dearer of the input and cache-write prices (a
+/// request may write its whole prompt to the cache). Without prices the cost is zero: a cost
+/// budget refuses such a model before the run, and its response stops the agent.
+pub fn request_estimate(
+    prompt_tokens: u64,
+    max_tokens: u64,
+    info: Option<&ModelInfo>,
+) -> LedgerSpend {
+    let as_input = Usage {
+        input_tokens: prompt_tokens,
+        output_tokens: max_tokens,
+        ..Usage::default()
+    };
+    let as_cache_write = Usage {
+        cache_write_tokens: prompt_tokens,
+        output_tokens: max_tokens,
+        ..Usage::default()
+    };
+    let cost = [as_input, as_cache_write]
+        .iter()
+        .filter_map(|usage| cost_of(usage, info))
+        .filter(|cost| cost.is_finite())
+        .fold(None, |worst: Option<f64>, cost| {
+            Some(worst.map_or(cost, |w| w.max(cost)))
+        });
+    LedgerSpend::of_request(prompt_tokens.saturating_add(max_tokens), cost)
 }
 
 /// The cost of `usage` on a model of the catalogue (`None`: unknown model or no prices).

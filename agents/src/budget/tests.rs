@@ -284,3 +284,53 @@ fn the_stored_ledger_stops_at_the_run_limits() {
     let back = Spend::from_ledger(&spent(2, 5, 0.123_456_789).ledger_spend());
     assert!((back.cost_usd - 0.123_456_789).abs() < 1e-12, "{back:?}");
 }
+
+/// A request's worst case: its prompt and all its output, the prompt at the dearer of the
+/// input and cache-write prices; no cost without prices; a spent ledger names its limit.
+#[test]
+fn a_requests_estimate_is_its_worst_case() {
+    let priced = ModelInfo {
+        price_in: Some(3.0),
+        price_out: Some(15.0),
+        price_cache_write: Some(3.75),
+        ..ModelInfo::default()
+    };
+    let estimate = request_estimate(1_000_000, 100_000, Some(&priced));
+    assert_eq!((estimate.turns, estimate.tokens), (1, 1_100_000));
+    // 1M prompt tokens written to the cache ($3.75) + 100k output ($1.50).
+    assert_eq!(estimate.cost_nanos, usd_to_nanos(5.25));
+    let cheap_writes = ModelInfo {
+        price_cache_write: Some(1.0),
+        ..priced.clone()
+    };
+    let estimate = request_estimate(1_000_000, 0, Some(&cheap_writes));
+    assert_eq!(
+        estimate.cost_nanos,
+        usd_to_nanos(3.0),
+        "input dearer than writes"
+    );
+    assert_eq!(request_estimate(10, 5, None).cost_nanos, 0);
+    assert_eq!(
+        request_estimate(10, 5, Some(&ModelInfo::default())).cost_nanos,
+        0
+    );
+
+    let spent = RunLedger {
+        run_id: "r".into(),
+        limits: LedgerLimits {
+            cost_nanos: Some(usd_to_nanos(1.0)),
+            ..LedgerLimits::default()
+        },
+        spent: LedgerSpend {
+            turns: 3,
+            tokens: 10,
+            cost_nanos: usd_to_nanos(1.0),
+        },
+    };
+    let exceeded = spent_on(&spent);
+    assert_eq!(exceeded.scope, BudgetScope::Run);
+    assert!(
+        exceeded.to_string().contains("budgets.run.cost_usd"),
+        "{exceeded}"
+    );
+}

@@ -9,9 +9,10 @@ use std::sync::Arc;
 
 use muster_config::hooks::HookEvent;
 use muster_config::{AgentDefinition, AgentEndpoint, PermissionMode};
-use muster_mailbox::{AutoGateUpdate, CommitTurn, Message as Mail, NewRecord};
+use muster_mailbox::ledger::{LEDGER_WAKE, LedgerDecision};
+use muster_mailbox::{AutoGateUpdate, CommitTurn, Message as Mail, NewRecord, RunLedger};
 
-use crate::budget::{Spend, StoredCheck, UnpricedModel, check_stored};
+use crate::budget::{Spend, StoredCheck, UnpricedModel, check_stored, request_estimate, spent_on};
 use crate::compaction::{
     COORDINATION_STATE_TOKENS, CompactionInputs, PlanReference, SummaryRequest,
     estimate_messages_tokens, needs_compaction, plan_cut, read_coordination_state, rebuild,
@@ -59,6 +60,18 @@ pub struct AgentSpec {
     pub endpoint: Option<AgentEndpoint>,
 }
 
+/// How long an agent waiting for the run's ledger to have room sleeps before it looks again
+/// without a wake-up (see [`AgentRuntime::reserve_before_request`]).
+const LEDGER_RELOOK: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Sleeps for `duration`, or for ever without one.
+async fn sleep_or_forever(duration: Option<std::time::Duration>) {
+    match duration {
+        Some(duration) => tokio::time::sleep(duration).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// One agent at work: its loop over owned parts — the transcript, its mode and plan, its
 /// stop conditions, its pending calls and the dispatcher that decides and runs them.
 pub struct AgentRuntime {
@@ -80,6 +93,9 @@ pub struct AgentRuntime {
     pub(super) report: Arc<Reporter>,
     /// What interrupts this agent's turn (see [`TurnInterrupt`]).
     pub(super) interrupt: TurnInterrupt,
+    /// Whether the run's ledger in the store holds a reservation of this agent's that no
+    /// charge settled yet (a request that failed or was dropped): freed when the turn ends.
+    pub(super) holds_reservation: bool,
 }
 
 impl AgentRuntime {
@@ -243,6 +259,7 @@ impl AgentRuntime {
             auto_gate_open: true,
             report,
             interrupt: TurnInterrupt::default(),
+            holds_reservation: false,
         }
     }
 
@@ -288,10 +305,12 @@ impl AgentRuntime {
             () = interrupted.triggered() => None,
         };
         self.interrupt.disarm();
-        match driven {
+        let outcome = match driven {
             Some(outcome) => outcome,
             None => self.end_interrupted_turn().await,
-        }
+        };
+        self.release_reservation().await;
+        outcome
     }
 
     /// The loop of one turn.
@@ -631,9 +650,9 @@ impl AgentRuntime {
         let mut compacted = false;
         loop {
             self.run.budget.check_before_request(&self.id)?;
-            self.check_stored_before().await?;
             let turn = self.transcript.turn + 1;
             let request = self.requests.request(model, &self.transcript.messages);
+            self.reserve_before_request(model, &request).await?;
             let context = RequestContext::new(&self.run.run_id, &self.id, turn);
             let sent = std::time::Instant::now();
             let error = match self.stream_response(model, &context, &request).await {
@@ -765,7 +784,8 @@ impl AgentRuntime {
         };
         self.firing().compaction(HookEvent::PreCompact, None).await;
         self.run.budget.check_before_request(&self.id)?;
-        self.check_stored_before().await?;
+        self.reserve_before_request(&model, &summary_request.request)
+            .await?;
         let response = model
             .provider
             .stream(&summary_request.context, &summary_request.request)
@@ -905,17 +925,103 @@ impl AgentRuntime {
             charge: Some(Spend::charge_of(&response.usage, response.cost_usd)),
             ..CommitTurn::default()
         };
-        self.commit_with(records, with_them).await
+        let committed = self.commit_with(records, with_them).await?;
+        // The charge settled the reservation in the same commit.
+        self.holds_reservation = false;
+        Ok(committed)
     }
 
-    /// Before a model request: the run's ledger in the store, which every process of the run
-    /// charges, must not have reached a run-wide limit. A store that cannot be read stops the
-    /// agent (the budget fails closed).
-    async fn check_stored_before(&self) -> RuntimeResult<()> {
-        if let Some(ledger) = self.run.store.run_ledger(&self.run.run_id).await? {
-            check_stored(&ledger, StoredCheck::BeforeRequest)?;
+    /// Before a model request: its worst case ([`request_estimate`]) is reserved from the
+    /// run's ledger in the store, which every process of the run shares (see
+    /// [`crate::budget`]). Granted, it is sent; told to wait, the agent sleeps until a
+    /// reservation is settled or freed (or the deadline passes) and asks again; once a
+    /// run-wide limit is reached it stops with the run's budget named. A store that cannot be
+    /// written stops it too (the budget fails closed).
+    async fn reserve_before_request(
+        &mut self,
+        model: &ModeModel,
+        request: &ModelRequest,
+    ) -> RuntimeResult<()> {
+        let catalogue = &self.run.compaction.models;
+        let info = self
+            .requests
+            .model_info(catalogue, &model.model, request.max_tokens);
+        let prompt_tokens = serde_json::to_string(request)
+            .map(|text| crate::compaction::estimate_tokens(&text))
+            .unwrap_or(u64::MAX);
+        let estimate = request_estimate(prompt_tokens, request.max_tokens, info.as_ref());
+        let store = self.run.store.clone();
+        let settled = store.woken(&self.run.run_id, LEDGER_WAKE);
+        let mut waited = false;
+        loop {
+            // Registered before the look, so a settlement between the two still wakes it.
+            let woken = settled.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            let reserved = store
+                .reserve_budget(&self.run.run_id, &self.id, self.run.epoch, estimate)
+                .await?;
+            match reserved.decision {
+                LedgerDecision::Grant => {
+                    self.holds_reservation = reserved
+                        .ledger
+                        .as_ref()
+                        .is_some_and(|ledger| !ledger.limits.is_unlimited());
+                    if waited {
+                        tracing::info!(agent = %self.id, "the run's ledger has room again");
+                    }
+                    return Ok(());
+                }
+                LedgerDecision::Spent => {
+                    self.holds_reservation = false;
+                    let ledger = reserved.ledger.unwrap_or_else(|| RunLedger {
+                        run_id: self.run.run_id.clone(),
+                        limits: Default::default(),
+                        spent: Default::default(),
+                    });
+                    return Err(spent_on(&ledger).into());
+                }
+                LedgerDecision::Wait => {
+                    self.holds_reservation = false;
+                    if !waited {
+                        tracing::info!(
+                            agent = %self.id,
+                            in_flight = reserved.in_flight_count,
+                            "waiting for the requests in flight to settle before the run's \
+                             ledger has room for this one"
+                        );
+                    }
+                    waited = true;
+                }
+            }
+            let deadline = self.run.budget.time_left();
+            tokio::select! {
+                () = &mut woken => {}
+                () = sleep_or_forever(deadline) => {
+                    self.run.budget.check_deadline()?;
+                }
+                // A safety net, not the way it wakes: a wake-up lost with a connection to the
+                // store must not leave a budget-bound run waiting for ever.
+                () = tokio::time::sleep(LEDGER_RELOOK) => {}
+            }
         }
-        Ok(())
+    }
+
+    /// Frees this agent's reservation if no charge settled it (its request failed, or the turn
+    /// was dropped mid-request), so the run's other agents do not wait on it. A store that
+    /// cannot be written is logged: a new epoch frees it too.
+    async fn release_reservation(&mut self) {
+        if !std::mem::take(&mut self.holds_reservation) {
+            return;
+        }
+        if let Err(error) = self
+            .run
+            .store
+            .release_reservation(&self.run.run_id, &self.id)
+            .await
+        {
+            tracing::warn!(agent = %self.id, %error, "could not free a budget reservation");
+        }
     }
 
     /// After a response's charge: the agent stops at the response that took the run's
