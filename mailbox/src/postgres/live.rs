@@ -112,7 +112,7 @@ impl PostgresStore {
         let unreachable =
             |error: tokio_postgres::Error| Refused::Unreachable(ops::pg_error(&self.ctx, error));
         let held = self
-            .live_connection(run_id)
+            .live_connection(run_id, live_application_name(&self.ctx.schema, run_id))
             .await
             .map_err(Refused::Unreachable)?;
         let key = self.ctx.live_lock_key(run_id);
@@ -154,23 +154,33 @@ impl PostgresStore {
     }
 
     /// A LISTEN on run `run_id`'s wake channel without its lock (a teammate's process on a
-    /// worker, whose lead holds the run): its notifications wake this store's receivers.
-    /// Not supervised: a lost connection is not re-opened.
+    /// worker, whose lead holds the run): its notifications wake this store's receivers. When
+    /// its connection ends (the backend terminated, a restart, a network cut) it is opened
+    /// again, for as long as the hold lives, and every receiver of the run is woken: what was
+    /// announced meanwhile went to no one.
     pub(super) async fn listen_only(&self, run_id: &str) -> StoreResult<crate::live::LiveHold> {
-        let held = self.live_connection(run_id).await?;
+        let first = self.listening(run_id).await?;
+        let task = tokio::spawn(keep_listening(self.clone(), run_id.to_owned(), first));
+        Ok(crate::live::LiveHold::new(Supervisor { task }))
+    }
+
+    /// One listening connection, named [`listen_application_name`] on the server.
+    async fn listening(&self, run_id: &str) -> StoreResult<Held> {
+        let name = listen_application_name(&self.ctx.schema, run_id);
+        let held = self.live_connection(run_id, name).await?;
         held.client
             .batch_execute(&format!("LISTEN {}", self.ctx.wake_channel(run_id)))
             .await
             .map_err(|e| ops::pg_error(&self.ctx, e))?;
-        Ok(crate::live::LiveHold::new(held))
+        Ok(held)
     }
 
-    /// A connection outside the pool, named `muster live <schema>.<run>` on the server: its
+    /// A connection outside the pool, named `application_name` on the server: its
     /// notifications wake this store's receivers of `run_id` (the payload names the
     /// recipient).
-    async fn live_connection(&self, run_id: &str) -> StoreResult<Held> {
+    async fn live_connection(&self, run_id: &str, application_name: String) -> StoreResult<Held> {
         let mut config = (*self.config).clone();
-        config.application_name(live_application_name(&self.ctx.schema, run_id));
+        config.application_name(&application_name);
         let (client, mut connection) =
             config
                 .connect(self.tls.clone())
@@ -211,11 +221,50 @@ fn is_wake_payload(payload: &str) -> bool {
 /// The `application_name` of a run's dedicated connection (at most 63 bytes, the server's
 /// limit), so an operator sees it in `pg_stat_activity`.
 pub(crate) fn live_application_name(schema: &str, run_id: &str) -> String {
-    let mut name = format!("muster live {schema}.{run_id}");
+    server_name(format!("muster live {schema}.{run_id}"))
+}
+
+/// The `application_name` of a listen-only connection (a teammate's process on a worker), so
+/// an operator, or a test cutting it, tells it from the lead's `muster live` connection.
+pub fn listen_application_name(schema: &str, run_id: &str) -> String {
+    server_name(format!("muster listen {schema}.{run_id}"))
+}
+
+/// `name` cut to the server's limit of 63 bytes (on a character boundary).
+fn server_name(mut name: String) -> String {
     while name.len() > 63 {
         name.pop();
     }
     name
+}
+
+/// Keeps a listen-only connection open: each time it ends, opens it again (trying with a
+/// growing pause while the server cannot be reached) and wakes every receiver of the run.
+async fn keep_listening(store: PostgresStore, run_id: String, mut held: Held) {
+    loop {
+        let _ = (&mut held.driver.0).await;
+        tracing::warn!(
+            store = %store.ctx.target, run = %run_id,
+            "the run's LISTEN connection to the store ended; opening it again"
+        );
+        let mut pause = Duration::from_millis(20);
+        held = loop {
+            match store.listening(&run_id).await {
+                Ok(again) => break again,
+                Err(error) => {
+                    tracing::debug!(%error, "the run's LISTEN connection cannot be opened yet");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+            }
+        };
+        tracing::info!(
+            store = %store.ctx.target, run = %run_id,
+            "listening on the run's wake channel again"
+        );
+        // Mail and board changes announced while it was down reached no one.
+        store.waiters.wake_run(&run_id);
+    }
 }
 
 /// Watches the dedicated connection; when it ends, takes the hold again or reports it lost.

@@ -38,6 +38,7 @@ use crate::work::{
     Heartbeat, NewWorkItem, WorkFence, WorkItem, WorkWatch, WorkerInfo, WorkerRecord,
 };
 pub use changes::feed_application_name;
+pub use live::listen_application_name;
 use ops::{Ctx, PgTx, Tx};
 pub use schema::PG_SCHEMA_VERSION;
 

@@ -78,6 +78,26 @@ fn teammate_worker_with_env(
     name: &str,
     env: &[(&str, String)],
 ) -> Worker {
+    teammate_worker_started(fake, url, name, &[], env)
+}
+
+/// [`teammate_worker`] with `extra` flags for `muster worker`.
+fn teammate_worker_with_flags(
+    fake: &FakeLlmHandle,
+    url: &str,
+    name: &str,
+    extra: &[&str],
+) -> Worker {
+    teammate_worker_started(fake, url, name, extra, &[])
+}
+
+fn teammate_worker_started(
+    fake: &FakeLlmHandle,
+    url: &str,
+    name: &str,
+    extra: &[&str],
+    env: &[(&str, String)],
+) -> Worker {
     let dir = super::common::project(&[(
         ".muster/settings.toml",
         &format!(
@@ -90,7 +110,9 @@ fn teammate_worker_with_env(
     std::fs::write(dir.path().join(".muster/agents/writer.md"), WRITER).unwrap();
     // The worker's own directory, which its operator trusted.
     super::common::trust_blocking(dir.path());
-    Worker::start_with_env(dir, url, name, &["--slots", "1"], env)
+    let mut flags = vec!["--slots", "1"];
+    flags.extend(extra);
+    Worker::start_with_env(dir, url, name, &flags, env)
 }
 
 fn entry(value: Value) -> ScriptEntry {
@@ -1405,6 +1427,82 @@ async fn an_idle_teammate_on_a_worker_claims_the_task_the_lead_puts_on_the_board
     assert_eq!(tasks.len(), 1, "{tasks:#?}");
     assert_eq!(tasks[0].owner.as_deref(), Some("one"), "{tasks:#?}");
     assert_eq!(tasks[0].status, muster_mailbox::TaskStatus::Completed);
+    assert_eq!(
+        std::fs::read_to_string(root.join("one.txt")).ok(),
+        Some("one\n".to_owned()),
+        "{end:#}\n{:#?}",
+        worker.said()
+    );
+    assert_eq!(worker.stop().await, Some(0));
+    schema.drop_now().await;
+}
+
+/// The teammate's process on a worker loses its LISTEN connection (the server terminates it,
+/// as a restart or a network cut would): the connection is opened again and the lead's mail,
+/// sent only once it listens again, still reaches the teammate, which does the work.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_teammate_on_a_worker_whose_listen_connection_is_cut_still_gets_the_leads_mail() {
+    let schema = Schema::new().await;
+    let url = schema.url();
+    let mut assign = lead_assigns(&["one"]);
+    assign.fault.hold = Some("mail".to_owned());
+    let fake = fake(vec![
+        assign,
+        lead_merges("one", &["merge-one-1"]),
+        any_turn("lead", "Waiting for the team."),
+        ScriptEntry::reply(
+            "one",
+            1,
+            vec![tool(
+                "Write",
+                json!({"file_path": "one.txt", "content": "one\n"}),
+            )],
+        ),
+        any_turn("one", "done"),
+    ])
+    .await;
+    let mut worker = teammate_worker_with_flags(&fake, &url, "w1", &["--log-level", "info"]);
+    worker.wait_for("ready on").await;
+    let remote = bare_remote();
+    let remote_path = remote.path().display().to_string();
+    let lead = lead_repo(&team(&["one"], ""));
+    let root = lead.path();
+    let base = fake.base_url();
+    let mut run =
+        super::common::Running::spawn(command(root, &run_args(&url, &base, &remote_path)));
+    // Said once the teammate's process listens on the run.
+    let line = worker.wait_for("teammate one of run").await;
+    let run_id = line
+        .split("of run ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap()
+        .to_owned();
+    let name = muster_mailbox::postgres::listen_application_name(schema.name(), &run_id);
+    let (client, connection) =
+        tokio_postgres::connect(&super::store_pg::server_url(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+    let driver = tokio::spawn(connection);
+    let cut = client
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+            &[&name],
+        )
+        .await
+        .unwrap();
+    assert_eq!(cut.len(), 1, "one listening connection named {name:?}");
+    assert!(cut[0].get::<_, bool>(0), "terminated");
+    drop(client);
+    let _ = driver.await;
+    worker
+        .wait_for("listening on the run's wake channel again")
+        .await;
+    // The lead's mail goes out only now: its NOTIFY reaches the new connection.
+    fake.open_gate("mail");
+    assert_eq!(run.finish().await, Some(0), "{:#?}", run.events);
+    let end = run.events.last().unwrap().clone();
+    assert_eq!(end["status"], "completed", "{end:#}");
     assert_eq!(
         std::fs::read_to_string(root.join("one.txt")).ok(),
         Some("one\n".to_owned()),
