@@ -248,9 +248,10 @@ impl Translator {
         })]
     }
 
-    /// The prompt's `result`, from the run's ending.
-    pub fn result(&self, ending: &Ending, run_id: &str) -> Value {
-        let (subtype, errors) = verdict(ending);
+    /// The prompt's `result`, from the run's ending and, in a team run, the teammates that
+    /// ended badly meanwhile (each in words).
+    pub fn result(&self, ending: &Ending, run_id: &str, ended_badly: &[String]) -> Value {
+        let (subtype, errors) = verdict(ending, ended_badly);
         let stats = &self.stats;
         let text = match ending.result["result"].as_str() {
             Some(result) if subtype == "success" => result.to_owned(),
@@ -306,8 +307,19 @@ fn assistant(
 }
 
 /// The `subtype` an ending is reported with, and its `errors`: `success` only for a run
-/// that completed.
-pub fn verdict(ending: &Ending) -> (&'static str, Vec<String>) {
+/// that completed with no task undone and no teammate ended badly (`ended_badly`, named in
+/// `errors` whatever the ending).
+pub fn verdict(ending: &Ending, ended_badly: &[String]) -> (&'static str, Vec<String>) {
+    let (subtype, mut errors) = run_verdict(ending);
+    errors.extend(ended_badly.iter().cloned());
+    match subtype {
+        "success" if !errors.is_empty() => ("error_during_execution", errors),
+        _ => (subtype, errors),
+    }
+}
+
+/// The run's ending alone, as [`verdict`] reads it.
+fn run_verdict(ending: &Ending) -> (&'static str, Vec<String>) {
     let error = ending.result["error"]
         .as_str()
         .or(ending.result["reason"].as_str())
@@ -418,10 +430,26 @@ mod tests {
             ),
         ];
         for (status, result, subtype) in rows {
-            let (got, errors) = verdict(&ending(status, result));
+            let (got, errors) = verdict(&ending(status, result), &[]);
             assert_eq!(got, subtype, "{status:?}");
             assert_eq!(errors.is_empty(), subtype == "success", "{status:?}");
         }
+    }
+
+    /// A teammate that ended badly turns a completed run into an error, and is named in
+    /// `errors` beside whatever else went wrong.
+    #[test]
+    fn a_teammate_that_ended_badly_is_no_success() {
+        let stuck = vec!["teammate alice ended stuck".to_owned()];
+        let completed = ending(RunStatus::Completed, json!({"result": "ok", "tasks": []}));
+        assert_eq!(
+            verdict(&completed, &stuck),
+            ("error_during_execution", stuck.clone())
+        );
+        let failed = ending(RunStatus::Failed, json!({"error": "boom"}));
+        let (subtype, errors) = verdict(&failed, &stuck);
+        assert_eq!(subtype, "error_during_execution");
+        assert_eq!(errors, ["boom".to_owned(), stuck[0].clone()]);
     }
 
     /// A model turn and a tool call as Claude Code's messages; a denied call is counted.
@@ -470,6 +498,7 @@ mod tests {
                 text: "done".into(),
             },
             "r1",
+            &[],
         );
         assert_eq!(result["num_turns"], 1);
         assert_eq!(result["total_cost_usd"], 0.25);

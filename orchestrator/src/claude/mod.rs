@@ -18,6 +18,7 @@ mod asks;
 mod input;
 mod messages;
 mod team_asks;
+mod teammates;
 
 use std::fs::File;
 use std::io::{Read as _, Write as _};
@@ -504,9 +505,20 @@ impl Driver {
                 .ask_program
                 .then_some(asks as Arc<dyn muster_agents::runtime::Terminal>),
         };
+        // A team run's teammates that end badly during this prompt are named in its result:
+        // those whose notice is committed after the run's newest message now.
+        let before = if team && self.session.stored {
+            self.newest_message()
+        } else {
+            Some(0)
+        };
         let ending = self
             .drive(prompt, &front, team_asks.as_deref())
             .unwrap_or_else(|error| Ending::from_error(&error));
+        let ended_badly = match (team, before) {
+            (true, Some(before)) => self.teammates_ended_badly(before),
+            _ => Vec::new(),
+        };
         *self
             .shared
             .turn
@@ -519,7 +531,7 @@ impl Driver {
         let result = translator
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .result(&ending, &self.session.run_id);
+            .result(&ending, &self.session.run_id, &ended_badly);
         self.report(&result);
     }
 
@@ -651,6 +663,39 @@ impl Driver {
 }
 
 impl Driver {
+    /// The run's newest message before a prompt; `None` when the store cannot say (the
+    /// prompt's result then names no teammate, rather than every one of earlier prompts).
+    fn newest_message(&self) -> Option<i64> {
+        let read = || -> anyhow::Result<i64> {
+            let project = Project::locate(&self.global)?;
+            crate::lifecycle::tokio_runtime()?.block_on(async {
+                let store = project.open_store().await?;
+                teammates::newest_message(store.as_ref(), &self.session.run_id).await
+            })
+        };
+        read()
+            .inspect_err(|error| {
+                eprintln!("muster claude: warning: the run's messages could not be read: {error:#}")
+            })
+            .ok()
+    }
+
+    /// The team run's teammates that ended badly after message `after`, in words.
+    fn teammates_ended_badly(&self, after: i64) -> Vec<String> {
+        let read = || -> anyhow::Result<Vec<String>> {
+            let project = Project::locate(&self.global)?;
+            crate::lifecycle::tokio_runtime()?.block_on(async {
+                let store = project.open_store().await?;
+                teammates::ended_badly(store.as_ref(), &self.session.run_id, after).await
+            })
+        };
+        read().unwrap_or_else(|error| {
+            vec![format!(
+                "how the teammates ended could not be read from the store: {error:#}"
+            )]
+        })
+    }
+
     /// A team run that stopped awaiting its person: each request still waiting that was not
     /// put to the program live (a merge, a request of an earlier process) is put to it now,
     /// and the run carried on while the program decides one; else the ending stands.

@@ -1024,3 +1024,69 @@ async fn a_team_sessions_second_prompt_continues_the_team_run() {
     let store = open_store(dir.path());
     assert_eq!(store.runs().await.unwrap().len(), 1);
 }
+
+/// A teammate that ended stuck is named in the result's `errors`, and the prompt is no
+/// `success` although the run completed (the teammate had no task; the board is done).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_teammate_that_ended_stuck_is_named_in_errors() {
+    let dir = project(&[(
+        "muster.team.toml",
+        "name = \"readers\"\nisolation = \"shared\"\n\n[[teammates]]\nname = \"alice\"\n",
+    )]);
+    let read = |turn| {
+        ScriptEntry::reply(
+            "alice",
+            turn,
+            vec![tool("Read", json!({"file_path": "no-such-file.txt"}))],
+        )
+    };
+    let lead_on_notice: ScriptEntry = serde_json::from_value(json!({
+        "agent": "lead", "when": {"mail_type": "idle_notification"},
+        "reply": {"content": [{"type": "text", "text": "alice is stuck; done."}],
+                  "stop_reason": "end_turn"},
+    }))
+    .unwrap();
+    let lead_waits: ScriptEntry = serde_json::from_value(json!({
+        "agent": "lead",
+        "reply": {"content": [{"type": "text", "text": "Waiting for alice."}],
+                  "stop_reason": "end_turn"},
+    }))
+    .unwrap();
+    let mut script = vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "SendMessage",
+                json!({"to": "alice", "message": "Read no-such-file.txt."}),
+            )],
+        ),
+        lead_on_notice,
+        lead_waits,
+    ];
+    script.extend((1..=4).map(read));
+    let fake = fake(script).await;
+    let output = claude(
+        dir.path(),
+        &fake.base_url(),
+        &["-p", "Read it.", "--output-format", "json"],
+        "",
+    )
+    .await;
+    let result = messages(&output).pop().unwrap();
+    assert_eq!(result["subtype"], "error_during_execution", "{result}");
+    assert_eq!(result["is_error"], true);
+    assert_eq!(result["muster"]["status"], "completed", "{result}");
+    let errors: Vec<&str> = result["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.starts_with("teammate alice ended stuck") && e.contains("no-such-file.txt")),
+        "{errors:?}"
+    );
+}
