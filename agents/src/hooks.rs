@@ -7,6 +7,7 @@
 //! what it commits is the runtime's: see `runtime/hook_points.rs`.
 
 pub mod outcome;
+pub mod plan_review;
 pub mod process;
 
 use std::ffi::OsString;
@@ -18,6 +19,7 @@ use muster_config::hooks::{ConfiguredHook, HookEvent, Hooks, named_files_unchang
 use serde_json::{Map, Value};
 
 pub use outcome::{HookDecision, HookOutcome, HookPermission, HookVerdict, interpret};
+pub use plan_review::{PlanReview, PlanToReview};
 pub use process::{MAX_OUTPUT, ProcessEnd, ProcessSpec, run_hook_process};
 
 use crate::sandbox::{Sandbox, SandboxProfile};
@@ -214,6 +216,7 @@ mod tests {
         HookRunner::new(
             Arc::new(Hooks {
                 hooks,
+                plan_reviewers: Vec::new(),
                 disabled_by: None,
             }),
             None,

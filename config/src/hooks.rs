@@ -9,6 +9,10 @@
 //! when one changed since (in the agent's workspace, a worktree included). Handler types and
 //! events muster cannot honour are warnings, once per file. `disableAllHooks: true` in any of
 //! the files turns every hook off (it only narrows).
+//!
+//! Beside Claude Code's keys, muster reads its own `planReviewers` (an object of named
+//! `command` handlers): the programs a team file's `approver = "hook:NAME"` names, which decide
+//! a teammate's `plan_approval_request` (they are gated, hashed and turned off like hooks).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -283,10 +287,69 @@ impl ConfiguredHook {
     }
 }
 
+/// The settings key of muster's plan reviewer hooks, in Claude Code's settings files.
+pub const PLAN_REVIEWERS_KEY: &str = "planReviewers";
+
+/// A plan reviewer hook (`planReviewers.NAME`): a `command` handler that decides the plans of
+/// the teammates whose approver is `hook:NAME`.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanReviewer {
+    pub name: String,
+    pub handler: HookHandler,
+    pub origin: Origin,
+    /// The project's files the command names (a project file's reviewer only).
+    pub named_files: Vec<NamedFile>,
+}
+
+impl PlanReviewer {
+    /// One line for `muster config show`.
+    pub fn describe(&self) -> String {
+        let sandbox = match self.handler.sandbox {
+            HookSandbox::Agent => "read-only sandbox",
+            HookSandbox::Off => "UNCONFINED (\"sandbox\": \"off\" in the user's file)",
+        };
+        format!(
+            "plan reviewer {} `{}` (timeout {} s, {sandbox})  # {}",
+            self.name,
+            self.handler.command,
+            self.handler.timeout.as_secs_f64(),
+            self.origin
+        )
+    }
+
+    /// The JSON `muster config show --json` gives.
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({
+            "name": self.name,
+            "command": self.handler.command,
+            "timeout_secs": self.handler.timeout.as_secs_f64(),
+            "sandbox": self.handler.sandbox,
+            "layer": self.origin.layer,
+            "source": self.origin.source,
+            "named_files": self.named_files.iter().map(|f| &f.relative).collect::<Vec<_>>(),
+        })
+    }
+
+    /// The reviewer as a hook, for the runner's checks (named files) and process.
+    pub fn as_hook(&self) -> ConfiguredHook {
+        ConfiguredHook {
+            event: HookEvent::PermissionRequest,
+            matcher: HookMatcher::All,
+            handler: self.handler.clone(),
+            origin: self.origin.clone(),
+            named_files: self.named_files.clone(),
+        }
+    }
+}
+
 /// Every hook the settings define, or none when `disableAllHooks` is set.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Hooks {
     pub hooks: Vec<ConfiguredHook>,
+    /// The plan reviewers (`planReviewers`), by name; a later file's reviewer of a name
+    /// replaces an earlier one's (Claude Code's file order).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub plan_reviewers: Vec<PlanReviewer>,
     /// The file that set `disableAllHooks: true`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disabled_by: Option<Origin>,
@@ -298,14 +361,18 @@ impl Hooks {
     /// is the home directory) is added once.
     pub fn add_file(&mut self, file: FileHooks) {
         let source = file.origin.as_ref().map(|origin| origin.source.as_str());
-        if self
-            .hooks
-            .iter()
-            .any(|hook| Some(hook.origin.source.as_str()) == source)
+        let seen = |origin: &Origin| Some(origin.source.as_str()) == source;
+        if self.hooks.iter().any(|hook| seen(&hook.origin))
+            || self.plan_reviewers.iter().any(|r| seen(&r.origin))
         {
             return;
         }
         self.hooks.extend(file.hooks);
+        for reviewer in file.plan_reviewers {
+            self.plan_reviewers
+                .retain(|known| known.name != reviewer.name);
+            self.plan_reviewers.push(reviewer);
+        }
         if file.disable_all && self.disabled_by.is_none() {
             self.disabled_by = file.origin;
         }
@@ -322,6 +389,16 @@ impl Hooks {
             .collect()
     }
 
+    /// The plan reviewer `name` (none while `disableAllHooks` is set).
+    pub fn plan_reviewer(&self, name: &str) -> Option<&PlanReviewer> {
+        if self.disabled_by.is_some() {
+            return None;
+        }
+        self.plan_reviewers
+            .iter()
+            .find(|reviewer| reviewer.name == name)
+    }
+
     /// Whether any hook is configured for `event` (and hooks are on).
     pub fn has(&self, event: HookEvent) -> bool {
         self.disabled_by.is_none() && self.hooks.iter().any(|hook| hook.event == event)
@@ -332,6 +409,7 @@ impl Hooks {
 #[derive(Debug, Clone, Default)]
 pub struct FileHooks {
     pub hooks: Vec<ConfiguredHook>,
+    pub plan_reviewers: Vec<PlanReviewer>,
     /// `disableAllHooks: true`.
     pub disable_all: bool,
     /// The file's origin (for `disabled_by`).
@@ -351,11 +429,13 @@ pub fn read_hooks(
         disable_all: json.get("disableAllHooks").and_then(Value::as_bool) == Some(true),
         origin: Some(origin.clone()),
         hooks: Vec::new(),
+        plan_reviewers: Vec::new(),
     };
     let mut not_honoured = BTreeSet::new();
     let error = |what: String| Diagnostic::new(what).in_source(&origin.source);
+    found.plan_reviewers = read_plan_reviewers(json, origin, root, &mut not_honoured)?;
     let Some(events) = json.get("hooks") else {
-        return Ok((found, Vec::new()));
+        return Ok((found, not_honoured_warning(not_honoured, origin)));
     };
     let Some(events) = events.as_object() else {
         return Err(error(
@@ -415,7 +495,12 @@ pub fn read_hooks(
             }
         }
     }
-    let warnings = (!not_honoured.is_empty())
+    Ok((found, not_honoured_warning(not_honoured, origin)))
+}
+
+/// What of one file's hooks muster does not honour, as one warning (none when nothing).
+fn not_honoured_warning(not_honoured: BTreeSet<String>, origin: &Origin) -> Vec<Diagnostic> {
+    (!not_honoured.is_empty())
         .then(|| {
             Diagnostic::new(format!(
                 "hooks not applied: {}",
@@ -424,8 +509,67 @@ pub fn read_hooks(
             .in_source(&origin.source)
         })
         .into_iter()
-        .collect();
-    Ok((found, warnings))
+        .collect()
+}
+
+/// Reads `planReviewers`: `{"NAME": {"type": "command", "command": "…", "timeout": 60}}`.
+fn read_plan_reviewers(
+    json: &Value,
+    origin: &Origin,
+    root: &Path,
+    not_honoured: &mut BTreeSet<String>,
+) -> Result<Vec<PlanReviewer>, Diagnostic> {
+    let error = |what: String| Diagnostic::new(what).in_source(&origin.source);
+    let Some(reviewers) = json.get(PLAN_REVIEWERS_KEY) else {
+        return Ok(Vec::new());
+    };
+    let Some(reviewers) = reviewers.as_object() else {
+        return Err(error(format!(
+            "`{PLAN_REVIEWERS_KEY}` must be an object of named handlers, e.g. \
+             {{\"strict\": {{\"type\": \"command\", \"command\": \"…\"}}}}"
+        )));
+    };
+    let mut found = Vec::new();
+    for (name, handler) in reviewers {
+        if crate::Responder::parse(&format!("hook:{name}")).is_err() {
+            return Err(error(format!(
+                "`{PLAN_REVIEWERS_KEY}.{name}`: a reviewer's name is letters, digits, `-` and `_`"
+            )));
+        }
+        let kind = handler.get("type").and_then(Value::as_str).unwrap_or("");
+        if kind != "command" {
+            not_honoured.insert(format!(
+                "plan reviewer `{name}` of type `{kind}` (muster runs `command`)"
+            ));
+            continue;
+        }
+        let Some(command) = handler.get("command").and_then(Value::as_str) else {
+            return Err(error(format!(
+                "`{PLAN_REVIEWERS_KEY}.{name}`: a `command` handler needs `command`, a string"
+            )));
+        };
+        // A reviewer answers a request: Claude Code's `PermissionRequest` timeout, and a
+        // failure never approves, so `onFailure` has nothing to change.
+        let handler = read_handler(
+            handler,
+            HookEvent::PermissionRequest,
+            command,
+            origin,
+            not_honoured,
+        )?;
+        let named_files = if origin.layer == Layer::User {
+            Vec::new()
+        } else {
+            hashed_named_files(command, root)
+        };
+        found.push(PlanReviewer {
+            name: name.clone(),
+            handler,
+            origin: origin.clone(),
+            named_files,
+        });
+    }
+    Ok(found)
 }
 
 fn read_handler(
@@ -565,20 +709,28 @@ pub fn named_files_unchanged(hook: &ConfiguredHook, workspace: &Path) -> Result<
     Ok(())
 }
 
-/// The commands of every hook in a Claude Code settings file's text (for the trust hash).
+/// The commands of every hook and plan reviewer in a Claude Code settings file's text (for the
+/// trust hash).
 pub fn commands_in(text: &str) -> Vec<String> {
     let Ok(json) = serde_json::from_str::<Value>(text) else {
         return Vec::new();
     };
-    let Some(events) = json.get("hooks").and_then(Value::as_object) else {
-        return Vec::new();
-    };
-    events
-        .values()
+    let hooks = json
+        .get("hooks")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flat_map(|events| events.values())
         .filter_map(Value::as_array)
         .flatten()
         .filter_map(|group| group.get("hooks").and_then(Value::as_array))
-        .flatten()
+        .flatten();
+    let reviewers = json
+        .get(PLAN_REVIEWERS_KEY)
+        .and_then(Value::as_object)
+        .into_iter()
+        .flat_map(|reviewers| reviewers.values());
+    hooks
+        .chain(reviewers)
         .filter_map(|handler| handler.get("command").and_then(Value::as_str))
         .map(str::to_owned)
         .collect()
@@ -687,5 +839,44 @@ mod tests {
         let error = named_files_unchanged(hook, root).unwrap_err();
         assert!(error.contains("tools/audit.py changed"), "{error}");
         assert_eq!(commands_in(&json.to_string()), [command]);
+    }
+
+    #[test]
+    fn plan_reviewers_are_read_named_hashed_and_a_later_file_replaces_a_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(root.join("review.py"), "print()").unwrap();
+        let json: Value = serde_json::json!({"planReviewers": {
+            "strict": {"type": "command", "command": "python3 review.py", "timeout": 7},
+            "lenient": {"type": "prompt", "prompt": "x"}}});
+        let (found, warnings) = read_hooks(&json, &origin(Layer::Project), root).unwrap();
+        assert_eq!(found.plan_reviewers.len(), 1);
+        let strict = &found.plan_reviewers[0];
+        assert_eq!(strict.name, "strict");
+        assert_eq!(strict.handler.timeout, Duration::from_secs(7));
+        assert_eq!(strict.named_files[0].relative, "review.py");
+        assert!(warnings[0].to_string().contains("plan reviewer `lenient`"));
+        assert_eq!(commands_in(&json.to_string()), ["python3 review.py"]);
+        let mut hooks = Hooks::default();
+        hooks.add_file(found);
+        let user: Value = serde_json::json!({"planReviewers": {
+            "strict": {"type": "command", "command": "mine"}}});
+        let mut user_origin = origin(Layer::ProjectLocal);
+        user_origin.source = "/p/.claude/settings.local.json".into();
+        hooks.add_file(read_hooks(&user, &user_origin, root).unwrap().0);
+        assert_eq!(
+            hooks.plan_reviewer("strict").unwrap().handler.command,
+            "mine"
+        );
+        assert!(hooks.plan_reviewer("lenient").is_none());
+        for bad in [
+            serde_json::json!({"planReviewers": []}),
+            serde_json::json!({"planReviewers": {"a b": {"type": "command", "command": "x"}}}),
+        ] {
+            assert!(
+                read_hooks(&bad, &origin(Layer::User), root).is_err(),
+                "{bad}"
+            );
+        }
     }
 }

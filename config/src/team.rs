@@ -215,25 +215,71 @@ impl TeamFile {
 }
 
 impl TeamFile {
-    /// Replaces every `policy:FILE` approver (a teammate's, `[spawn]`'s) with `lead`, the
-    /// default: a repository's policy would approve in the lead's place (see
-    /// [`crate::trust`]). Returns each one replaced as `key = value`.
-    pub fn skip_policy_approvers(&mut self) -> Vec<String> {
+    /// Replaces every approver trust gates (a teammate's, `[spawn]`'s) with its fallback: a
+    /// `policy:FILE` with `lead`, the default (a repository's policy would approve in the
+    /// lead's place, see [`crate::trust`]); a `hook:NAME` with `human` (a repository's hook
+    /// would run code and approve; a person decides instead, never an automatic approval).
+    /// Returns each one replaced as `key = value`.
+    pub fn skip_untrusted_approvers(&mut self) -> Vec<String> {
+        self.skip_approvers(|approver| {
+            matches!(approver, Responder::Policy(_) | Responder::Hook(_))
+        })
+    }
+
+    /// Replaces the approvers `skip` selects with their fallbacks (see
+    /// [`TeamFile::skip_untrusted_approvers`]); returns each one replaced as `key = value`,
+    /// the form [`TeamFile::skip_listed_approvers`] takes back.
+    pub fn skip_approvers(&mut self, skip: impl Fn(&Responder) -> bool) -> Vec<String> {
         let mut skipped = Vec::new();
         for teammate in &mut self.teammates {
-            if matches!(teammate.approver, Responder::Policy(_)) {
+            if skip(&teammate.approver) {
                 skipped.push(format!(
                     "teammate {} approver = \"{}\"",
                     teammate.id, teammate.approver
                 ));
-                teammate.approver = Responder::Lead;
+                teammate.approver = fallback(&teammate.approver);
             }
         }
-        if matches!(self.spawn.approver, Responder::Policy(_)) {
+        if skip(&self.spawn.approver) {
             skipped.push(format!("spawn.approver = \"{}\"", self.spawn.approver));
-            self.spawn.approver = Responder::Lead;
+            self.spawn.approver = fallback(&self.spawn.approver);
         }
         skipped
+    }
+
+    /// Skips again, on resume, exactly the approvers a run's start skipped (`skipped`, as
+    /// [`TeamFile::skip_approvers`] returned them).
+    pub fn skip_listed_approvers(&mut self, skipped: &[String]) {
+        let listed = |key: String| skipped.contains(&key);
+        for teammate in &mut self.teammates {
+            if listed(format!(
+                "teammate {} approver = \"{}\"",
+                teammate.id, teammate.approver
+            )) {
+                teammate.approver = fallback(&teammate.approver);
+            }
+        }
+        if listed(format!("spawn.approver = \"{}\"", self.spawn.approver)) {
+            self.spawn.approver = fallback(&self.spawn.approver);
+        }
+    }
+
+    /// The plan reviewer hooks the approvers name (`hook:NAME`), each once.
+    pub fn hook_approvers(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        let approvers = self
+            .teammates
+            .iter()
+            .map(|teammate| &teammate.approver)
+            .chain(std::iter::once(&self.spawn.approver));
+        for approver in approvers {
+            if let Responder::Hook(name) = approver
+                && !names.contains(name)
+            {
+                names.push(name.clone());
+            }
+        }
+        names
     }
 
     /// Drops every teammate's `base_url` and `api_key_env` (an untrusted repository must not
@@ -259,6 +305,16 @@ impl TeamFile {
 
     /// Whether `text` (a team file's) names a `policy:FILE` approver, and the files it names.
     pub fn named_policies(text: &str) -> Vec<String> {
+        Self::named_approvers(text, "policy:")
+    }
+
+    /// Whether `text` (a team file's) names a `hook:NAME` approver, and the names.
+    pub fn named_hooks(text: &str) -> Vec<String> {
+        Self::named_approvers(text, "hook:")
+    }
+
+    /// What follows `prefix` in each approver of `text` (teammates' and `[spawn]`'s).
+    fn named_approvers(text: &str, prefix: &str) -> Vec<String> {
         let Ok(table) = toml::from_str::<toml::Table>(text) else {
             return Vec::new();
         };
@@ -272,9 +328,18 @@ impl TeamFile {
         teammates
             .chain(spawn)
             .filter_map(toml::Value::as_str)
-            .filter_map(|approver| approver.strip_prefix("policy:"))
+            .filter_map(|approver| approver.strip_prefix(prefix))
             .map(str::to_owned)
             .collect()
+    }
+}
+
+/// Who approves in place of an approver trust skipped: `lead` for a policy, a person for a
+/// plan reviewer hook (its teammate's plans wait for `muster approve`).
+fn fallback(approver: &Responder) -> Responder {
+    match approver {
+        Responder::Hook(_) => Responder::Human,
+        _ => Responder::Lead,
     }
 }
 

@@ -70,8 +70,8 @@ pub struct CoveredFile {
 /// `.muster/settings.toml`, `.muster/settings.local.toml` while git tracks it (committed, it is
 /// the project's, not the user's), `.mcp.json`, `.claude/settings.json`,
 /// `.claude/settings.local.json` while git tracks it, every file under `.claude/hooks/` and
-/// every file inside the project a hook command of those two names,
-/// `muster.team.toml` when it names a `policy:FILE` approver, and each policy file inside the
+/// every file inside the project a hook or plan reviewer command of those two names,
+/// `muster.team.toml` when it names a `policy:FILE` or `hook:NAME` approver, and each policy file inside the
 /// project that a project-level `approver` or that team file names.
 pub fn covered_files(root: &Path) -> Vec<CoveredFile> {
     let mut files = Vec::new();
@@ -134,11 +134,12 @@ pub fn covered_files(root: &Path) -> Vec<CoveredFile> {
         .iter()
         .filter_map(|settings| named_policy(root, settings))
         .collect();
-    // The team file, when it names a policy approver (what it would widen), and those policies.
+    // The team file, when it names a policy or hook approver (what it would widen), and those
+    // policies (a hook's files are covered with the settings file that defines it).
     let team = root.join(crate::team::TEAM_FILE_NAME);
     if let Ok(text) = std::fs::read_to_string(&team) {
         let named = crate::team::TeamFile::named_policies(&text);
-        if !named.is_empty() {
+        if !named.is_empty() || !crate::team::TeamFile::named_hooks(&text).is_empty() {
             files.push(CoveredFile {
                 relative: crate::team::TEAM_FILE_NAME.to_owned(),
                 path: team,
@@ -602,5 +603,26 @@ mod tests {
             .collect();
         assert!(names.contains(&"muster.team.toml".to_owned()), "{names:?}");
         assert!(names.contains(&"team.toml".to_owned()), "{names:?}");
+    }
+
+    #[test]
+    fn a_team_file_naming_a_hook_approver_and_the_reviewers_script_are_covered() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join(".claude")).unwrap();
+        std::fs::write(root.join("review.sh"), "exit 0").unwrap();
+        std::fs::write(
+            root.join(".claude/settings.json"),
+            r#"{"planReviewers": {"strict": {"type": "command", "command": "sh review.sh"}}}"#,
+        )
+        .unwrap();
+        let team = "name = \"t\"\n[[teammates]]\nname = \"a\"\napprover = \"hook:strict\"\n";
+        std::fs::write(root.join("muster.team.toml"), team).unwrap();
+        let names: Vec<String> = covered_files(root)
+            .into_iter()
+            .map(|file| file.relative)
+            .collect();
+        assert!(names.contains(&"review.sh".to_owned()), "{names:?}");
+        assert!(names.contains(&"muster.team.toml".to_owned()), "{names:?}");
     }
 }

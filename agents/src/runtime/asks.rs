@@ -344,6 +344,7 @@ impl Asking<'_> {
         lead: &str,
     ) -> RuntimeResult<(GateDecision, Vec<String>)> {
         let responder = self.run.team.responder_for(&self.asks.asker);
+        let responder = muster_protocol::Responder::for_other_requests(&responder).to_owned();
         let request_id = self.send_request(&decision, call, lead, &responder).await?;
         self.report.state(AgentState::WaitingOnDecision {
             request_id: request_id.clone(),

@@ -188,7 +188,10 @@ impl AgentRuntime {
                     request_id,
                     question: question.to_owned(),
                     options: options.to_vec(),
-                    responder: self.run.team.responder_for(&self.id),
+                    responder: muster_protocol::Responder::for_other_requests(
+                        &self.run.team.responder_for(&self.id),
+                    )
+                    .to_owned(),
                 },
                 idempotency_key: Some(key),
             })

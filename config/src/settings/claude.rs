@@ -23,14 +23,15 @@ use crate::project::ProjectRoot;
 use crate::rule::{PermissionRule, RuleBase, RuleBehavior, RuleParseError};
 
 /// The top-level keys muster applies (`disableBypassPermissionsMode` may also sit under
-/// `permissions`); every other key is a warning, once per file. `hooks` and `disableAllHooks`
-/// are read by [`crate::hooks`].
+/// `permissions`); every other key is a warning, once per file. `hooks`, `disableAllHooks`
+/// and muster's own `planReviewers` are read by [`crate::hooks`].
 const HONOURED_KEYS: &[&str] = &[
     "permissions",
     "$schema",
     "disableBypassPermissionsMode",
     "hooks",
     "disableAllHooks",
+    crate::hooks::PLAN_REVIEWERS_KEY,
 ];
 
 /// The keys of `permissions` muster applies.

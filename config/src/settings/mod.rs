@@ -573,6 +573,20 @@ fn hooks_of_file(
                 ),
             })
             .collect();
+        skipped.extend(
+            found
+                .plan_reviewers
+                .drain(..)
+                .map(|reviewer| SkippedSetting {
+                    key: format!("{}.{}", crate::hooks::PLAN_REVIEWERS_KEY, reviewer.name),
+                    value: serde_json::Value::from(reviewer.handler.command),
+                    origin: reviewer.origin,
+                    why: format!(
+                        "a plan reviewer hook's command; the project is not trusted ({})",
+                        inputs.trust.why
+                    ),
+                }),
+        );
     }
     Ok((found, warnings, skipped))
 }
@@ -1078,6 +1092,11 @@ fn build(merged: &Merged, root: &Path, errors: &mut Vec<Diagnostic>) -> Settings
         match Responder::parse(text).map_err(|error| error.to_string())? {
         Responder::Lead => Err(
             "the main agent's approver is \"human\" or \"policy:FILE\"; \"lead\" is for teammates"
+                .to_string(),
+        ),
+        Responder::Hook(_) => Err(
+            "the main agent's approver is \"human\" or \"policy:FILE\"; \"hook:NAME\" decides \
+             teammates' plans, in a team file"
                 .to_string(),
         ),
         other => Ok(other),

@@ -111,7 +111,7 @@ fn bad_team_files_say_where_and_what() {
         ),
         (
             "name = \"t\"\n[[teammates]]\nname = \"w\"\napprover = \"boss\"",
-            "t.toml:4:12: teammates[0].approver: expected \"lead\", \"human\" or \"policy:FILE\", found \"boss\"",
+            "t.toml:4:12: teammates[0].approver: expected \"lead\", \"human\", \"policy:FILE\" or \"hook:NAME\", found \"boss\"",
         ),
         (
             "name = \"t\"\n[[teammates]]\nname = \"w\"\nplan_mode_required = \"yes\"",

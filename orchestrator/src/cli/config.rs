@@ -73,6 +73,7 @@ fn show(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
                 "why": settings.trust.why,
             },
             "hooks": settings.hooks.hooks.iter().map(muster_config::hooks::ConfiguredHook::to_json).collect::<Vec<_>>(),
+            "plan_reviewers": settings.hooks.plan_reviewers.iter().map(muster_config::hooks::PlanReviewer::to_json).collect::<Vec<_>>(),
             "hooks_disabled_by": settings.hooks.disabled_by.as_ref().map(|origin| origin.source.clone()),
             "skipped": settings.skipped.iter().map(|skipped| json!({
                 "key": skipped.key,
@@ -97,6 +98,9 @@ fn show(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
         }
         for hook in &settings.hooks.hooks {
             writeln!(output, "# hook: {}", hook.describe())?;
+        }
+        for reviewer in &settings.hooks.plan_reviewers {
+            writeln!(output, "# {}", reviewer.describe())?;
         }
         if let Some(origin) = &settings.hooks.disabled_by {
             writeln!(

@@ -63,6 +63,12 @@ pub(crate) fn checked_parts(
                 "--approver lead needs a team; a single-agent run takes human or policy:FILE",
             ));
         }
+        (Responder::Hook(_), _) => {
+            return Err(usage(
+                "a plan reviewer hook (hook:NAME) decides teammates' plans in a team file; a \
+                 single-agent run's approver is human or policy:FILE",
+            ));
+        }
         (Responder::Policy(path), _) => PlanApprover::Policy {
             policy: Arc::new(run.policies.policy(project.root.path(), path)?),
             responder: settings.approver.value.to_string(),

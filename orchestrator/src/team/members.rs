@@ -65,21 +65,34 @@ enum Work {
     Shutdown(Box<Message>),
 }
 
+/// The mode a declared teammate works in once its plan is approved: its definition's (never
+/// `plan`), else `default`, capped at the lead's.
+pub(crate) fn declared_working_mode(
+    definition: Option<&muster_config::AgentDefinition>,
+    lead_mode: PermissionMode,
+) -> PermissionMode {
+    definition
+        .and_then(|d| d.permission_mode)
+        .filter(|m| *m != PermissionMode::Plan)
+        .unwrap_or_default()
+        .capped_at(lead_mode)
+}
+
 impl Team {
     /// A teammate the team file declares: it starts idle.
     pub(crate) fn start_declared(&self, spec: &TeammateSpec, resumed: bool) -> anyhow::Result<()> {
-        let definition = self.run.catalog.get(&spec.definition);
-        let working_mode = definition
-            .and_then(|d| d.permission_mode)
-            .filter(|m| *m != PermissionMode::Plan)
-            .unwrap_or_default()
-            .capped_at(self.lead_mode);
+        let working_mode =
+            declared_working_mode(self.run.catalog.get(&spec.definition), self.lead_mode);
         let responder = spec.approver.to_string();
         self.start_teammate(
             TeammatePlan {
                 id: spec.id.clone(),
                 definition: spec.definition.clone(),
-                approval_ceiling: (responder == LEAD).then_some(self.lead_mode),
+                // The lead, and a plan reviewer hook in its place, restore no mode above the
+                // lead's.
+                approval_ceiling: (responder == LEAD
+                    || muster_config::Responder::names_a_hook(&responder))
+                .then_some(self.lead_mode),
                 responder,
                 plan_mode_required: spec.plan_mode_required,
                 working_mode,

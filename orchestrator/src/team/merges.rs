@@ -49,11 +49,14 @@ impl Team {
         Ok(())
     }
 
+    /// Who decides `id`'s merges: its approver, but the lead for a teammate whose plans a
+    /// plan reviewer hook decides (it reviews plans only).
     fn responder_of(&self, id: &str) -> String {
         let members = self.members.lock().unwrap_or_else(|p| p.into_inner());
-        members
-            .get(id)
-            .map_or_else(|| LEAD.to_owned(), |m| m.responder.clone())
+        members.get(id).map_or_else(
+            || LEAD.to_owned(),
+            |m| muster_config::Responder::for_other_requests(&m.responder).to_owned(),
+        )
     }
 
     /// A merge decision was committed (in this process, or seen arriving from another):

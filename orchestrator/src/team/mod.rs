@@ -31,6 +31,7 @@ mod mail;
 mod members;
 mod merges;
 pub(crate) mod placement;
+mod plan_review;
 mod services;
 pub(crate) mod summary;
 
@@ -146,7 +147,7 @@ fn new_team_run(global: &Globals, flags: RunFlags, team_path: PathBuf) -> anyhow
     let catalog = crate::loading::load_catalog(&mut project)?;
     let mut team = TeamFile::load(&team_path, &project.root, &catalog)
         .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
-    let skipped_approvers = gate_team_approvers(&project, &team_path, &mut team);
+    let skipped_approvers = gate_team_approvers(&project, &team_path, &mut team)?;
     let skipped_endpoints = gate_team_endpoints(&project, &team_path, &mut team);
     let skipped_merge_gate = if team_file_is_trusted(&project, &team_path) {
         None
@@ -277,9 +278,7 @@ fn resumed_team_run(
         &catalog,
     )
     .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
-    if !launch.skipped_approvers.is_empty() {
-        team.skip_policy_approvers();
-    }
+    team.skip_listed_approvers(&launch.skipped_approvers);
     if !launch.skipped_endpoints.is_empty() {
         team.skip_untrusted_endpoints();
     }
@@ -302,14 +301,52 @@ fn resumed_team_run(
 }
 
 /// A team file inside the project is the repository's: its `policy:FILE` approvers (which
-/// would approve in the lead's place) apply only when the project is trusted and the file is
-/// the `muster.team.toml` trust covers; otherwise `lead` approves instead. Returns what was
-/// skipped. A team file outside the project is the user's own.
-fn gate_team_approvers(project: &Project, team_path: &Path, team: &mut TeamFile) -> Vec<String> {
-    if team_file_is_trusted(project, team_path) {
-        return Vec::new();
+/// would approve in the lead's place) and `hook:NAME` approvers (which would run code and
+/// approve) apply only when the project is trusted and the file is the `muster.team.toml`
+/// trust covers; otherwise `lead` approves instead of a policy and a person instead of a
+/// hook. A hook approver whose reviewer trust skipped from the project's settings (a team
+/// file of the user's naming the repository's reviewer) waits for a person too. Returns what
+/// was skipped. A team file outside the project is the user's own.
+fn gate_team_approvers(
+    project: &Project,
+    team_path: &Path,
+    team: &mut TeamFile,
+) -> anyhow::Result<Vec<String>> {
+    let mut skipped = if team_file_is_trusted(project, team_path) {
+        Vec::new()
+    } else {
+        team.skip_untrusted_approvers()
+    };
+    let settings = &project.settings;
+    let hooks = &settings.hooks;
+    let untrusted: Vec<String> = team
+        .hook_approvers()
+        .into_iter()
+        .filter(|name| {
+            let key = format!("{}.{name}", muster_config::hooks::PLAN_REVIEWERS_KEY);
+            hooks.plan_reviewer(name).is_none() && settings.skipped.iter().any(|s| s.key == key)
+        })
+        .collect();
+    skipped.extend(team.skip_approvers(
+        |approver| matches!(approver, muster_config::Responder::Hook(name) if untrusted.contains(name)),
+    ));
+    if let Some(name) = team
+        .hook_approvers()
+        .into_iter()
+        .find(|name| hooks.plan_reviewer(name).is_none())
+    {
+        let off = match &hooks.disabled_by {
+            Some(origin) => format!("; `disableAllHooks` ({origin}) turns every hook off"),
+            None => String::new(),
+        };
+        return Err(usage(format!(
+            "{}: approver \"hook:{name}\" names no plan reviewer: add `\"{}\": {{\"{name}\": \
+             {{\"type\": \"command\", \"command\": \"…\"}}}}` to a Claude Code settings file{off}",
+            team.source,
+            muster_config::hooks::PLAN_REVIEWERS_KEY
+        )));
     }
-    team.skip_policy_approvers()
+    Ok(skipped)
 }
 
 /// The same rule for the teammates' `base_url` and `api_key_env`: a repository's team file
@@ -586,7 +623,8 @@ impl RunKind for TeamRun {
         }
         if run.resumed {
             // What the dead process left to do is derived from the store: requests waiting on
-            // a policy are decided, then every teammate is rebuilt from its records.
+            // a policy or a plan reviewer hook are decided, then every teammate is rebuilt
+            // from its records.
             team.decide_waiting_policies().await?;
             team.resume_teammates().await?;
             team.apply_merges().await?;
@@ -798,6 +836,8 @@ pub(crate) struct Team {
     /// The policies as the run stored them at its start (what every decision uses).
     stored_policies: StoredPolicies,
     policies: Mutex<BTreeMap<PathBuf, Arc<Policy>>>,
+    /// The requests a plan reviewer hook was run for in this process (each at most once).
+    reviewed: Mutex<std::collections::BTreeSet<String>>,
     /// Bumped whenever a teammate changes state.
     states: watch::Sender<u64>,
     /// Bumped whenever the task board changes.
@@ -848,6 +888,7 @@ impl Team {
             lead_mode: parts.launch.run.permission_mode,
             members: Mutex::new(BTreeMap::new()),
             policies: Mutex::new(BTreeMap::new()),
+            reviewed: Mutex::new(Default::default()),
             states,
             board,
             printer: parts.printer,
@@ -1281,12 +1322,11 @@ impl Team {
             let responder = message.body.clone().responder().map(str::to_owned);
             match responder.as_deref() {
                 Some(r) if r != LEAD => {
-                    // Decided (a policy) or announced (a person) when it was sent; a policy
-                    // decides here too for a request sent before a crash (at most once).
-                    if muster_config::Responder::names_a_policy(r) {
-                        self.decide_by_policy(message.request_id.as_deref().unwrap_or_default())
-                            .await;
-                    }
+                    // Decided (a policy, a plan reviewer hook) or announced (a person) when it
+                    // was sent; an automated responder decides here too for a request sent
+                    // before a crash (at most once).
+                    self.decide_automatically(message.request_id.as_deref().unwrap_or_default())
+                        .await;
                     settled.push(message.key.clone());
                 }
                 _ => kept.push(message),

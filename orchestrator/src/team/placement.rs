@@ -366,9 +366,7 @@ async fn run_placed(
     )
     .map_err(|e| usage(e.to_string()))?;
     // The team file is the lead's: what trust skipped of it at the start stays skipped here.
-    if !launch.skipped_approvers.is_empty() {
-        team_file.skip_policy_approvers();
-    }
+    team_file.skip_listed_approvers(&launch.skipped_approvers);
     if !launch.skipped_endpoints.is_empty() {
         team_file.skip_untrusted_endpoints();
     }

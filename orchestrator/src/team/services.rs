@@ -164,9 +164,9 @@ impl Team {
         let Some(responder) = body.responder() else {
             return;
         };
-        if Responder::names_a_policy(responder) {
+        if Responder::names_a_policy(responder) || Responder::names_a_hook(responder) {
             if let Some(team) = self.me.upgrade() {
-                tokio::spawn(async move { team.decide_by_policy(&request_id).await });
+                tokio::spawn(async move { team.decide_automatically(&request_id).await });
             }
         } else if let MessageBody::MergeRequest { branch, files, .. } = &message.body {
             self.printer.emit(RunEvent::ApprovalRequested {
@@ -190,15 +190,17 @@ impl Team {
         }
     }
 
-    /// On resume: every teammate's request still waiting on a policy is decided (the dead
-    /// process may have committed the request and died before deciding it).
+    /// On resume: every teammate's request still waiting on a policy or a plan reviewer hook
+    /// is decided (the dead process may have committed the request and died before deciding
+    /// it).
     pub(crate) async fn decide_waiting_policies(&self) -> anyhow::Result<()> {
         for request in self.store.requests(self.run_id()).await? {
             if request.response.is_none()
                 && request.requester != LEAD
-                && Responder::names_a_policy(&request.responder)
+                && (Responder::names_a_policy(&request.responder)
+                    || Responder::names_a_hook(&request.responder))
             {
-                self.decide_by_policy(&request.request_id).await;
+                self.decide_automatically(&request.request_id).await;
             }
         }
         Ok(())
@@ -547,12 +549,7 @@ impl Team {
                 } else {
                     Default::default()
                 };
-                let working = {
-                    let members = self.members.lock().unwrap_or_else(|p| p.into_inner());
-                    members
-                        .get(&request.requester)
-                        .map_or(PermissionMode::Default, |m| m.working_mode)
-                };
+                let (_, working) = self.definition_and_working_mode(&request.requester);
                 let granted = working.capped_at(verdict.granted_mode);
                 MessageBody::PlanApprovalResponse {
                     request_id: request_id.to_owned(),

@@ -16,6 +16,7 @@ mod hooks_cli;
 mod mcp_cli;
 mod merge_gate_cli;
 mod openai_cli;
+mod plan_reviewer_cli;
 mod resume_cli;
 mod run_cli;
 mod sandbox_cli;
