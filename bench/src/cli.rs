@@ -175,6 +175,12 @@ pub struct MailboxArgs {
     /// Only this sync setting for the throughput scenarios (default: both full and normal).
     #[arg(long)]
     pub sync: Option<String>,
+    /// Runs of each throughput scenario, interleaved; rows give the median and the spread.
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
+    /// Only the disk probe and the throughput scenarios.
+    #[arg(long = "throughput-only")]
+    pub throughput_only: bool,
     /// Tiny sizes, for CI.
     #[arg(long)]
     pub smoke: bool,
@@ -360,14 +366,16 @@ fn bench_mailbox(store: Option<String>, args: MailboxArgs) -> anyhow::Result<Exi
         )
         .into());
     }
-    let (senders, messages) = if args.smoke {
-        (vec![1, 4], 40)
+    let (senders, messages, repeats) = if args.smoke {
+        (vec![1, 4], 40, 1)
     } else {
-        (args.senders, args.messages.max(1))
+        (args.senders, args.messages.max(1), args.repeats.max(1))
     };
     let options = mailbox::Options {
         senders,
         messages,
+        repeats,
+        throughput_only: args.throughput_only,
         body_bytes: args.body_bytes,
         syncs,
         smoke: args.smoke,

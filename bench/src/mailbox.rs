@@ -15,6 +15,7 @@ use serde_json::json;
 
 mod commit_time;
 mod pg_runs;
+mod throughput;
 
 use super::file_inbox::{self, FileInboxes};
 use super::samples::{Samples, median};
@@ -28,6 +29,11 @@ pub struct Options {
     pub syncs: Vec<SyncMode>,
     pub smoke: bool,
     pub dir: PathBuf,
+    /// Runs of each throughput scenario, interleaved (muster's store with and without
+    /// gathering released callers, then the file inbox); rows give their medians.
+    pub repeats: usize,
+    /// Only the disk probe and the throughput scenarios.
+    pub throughput_only: bool,
     /// A PostgreSQL server (`--store postgres://…`): its scenarios run beside SQLite's, each
     /// in a schema of its own, dropped after.
     pub postgres: Option<String>,
@@ -140,23 +146,15 @@ pub fn run(options: &Options) -> anyhow::Result<Vec<Row>> {
     file_inbox::no_loss_check(&fresh(scratch.path(), "no-loss")?, 8, 25)
         .map_err(anyhow::Error::msg)?;
 
-    for &sync in &options.syncs {
-        for &senders in &options.senders {
-            progress(&format!(
-                "durable throughput, {senders} sender(s), sync {}",
-                sync_name(sync)
-            ));
-            let scenario = format!("throughput_sync_{}", sync_name(sync));
-            let dir = fresh(scratch.path(), &format!("{scenario}-{senders}"))?;
-            rows.push(
-                runtime
-                    .block_on(muster_throughput(&dir, sync, senders, options))?
-                    .named(&scenario),
-            );
-            rows.push(file_throughput(&dir, sync, senders, options)?.named(&scenario));
-        }
+    rows.extend(throughput::rows(
+        &runtime,
+        scratch.path(),
+        options,
+        fsync_p50,
+    )?);
+    if options.throughput_only {
+        return Ok(rows);
     }
-    mark_throughput_targets(&mut rows, fsync_p50);
 
     progress("send→received latency, 8 senders paced at 5 msg/s");
     let dir = fresh(scratch.path(), "paced")?;
@@ -559,14 +557,11 @@ fn store_options(sync: SyncMode) -> StoreOptions {
 /// A store with run `b` whose roster is `lead`, `s0..sN` and `r0..rM`.
 async fn bench_store(
     dir: &Path,
-    sync: SyncMode,
+    options: StoreOptions,
     senders: usize,
     recipients: usize,
 ) -> anyhow::Result<Arc<SqliteStore>> {
-    let store = Arc::new(SqliteStore::open(
-        &dir.join("muster.db"),
-        store_options(sync),
-    )?);
+    let store = Arc::new(SqliteStore::open(&dir.join("muster.db"), options)?);
     let slug = format!(
         "bench-{}",
         dir.file_name().and_then(|n| n.to_str()).unwrap_or("run")
@@ -643,11 +638,11 @@ fn mail(from: &str, to: &str, id: &str, body_bytes: usize) -> NewMessage {
 
 async fn muster_throughput(
     dir: &Path,
-    sync: SyncMode,
+    store_options: StoreOptions,
     senders: usize,
     options: &Options,
 ) -> anyhow::Result<Row> {
-    let store = bench_store(dir, sync, senders, 0).await?;
+    let store = bench_store(dir, store_options, senders, 0).await?;
     let before = store.stats();
     let mut row = throughput_on(store.clone(), "muster", senders, options).await?;
     let (after, mean_ms) = (store.stats(), row.mean_ms);
@@ -744,27 +739,6 @@ fn file_throughput(
     Ok(row)
 }
 
-/// Durable throughput at N senders must reach min(0.5 × N ÷ fsync_p50, 0.5 × the
-/// normal-sync throughput at N senders measured in this run).
-fn mark_throughput_targets(rows: &mut [Row], fsync_p50_ms: f64) {
-    let normal: HashMap<usize, f64> = rows
-        .iter()
-        .filter(|r| r.system == "muster" && r.scenario == "throughput_sync_normal")
-        .filter_map(|r| Some((r.senders, r.msgs_per_s?)))
-        .collect();
-    for row in rows
-        .iter_mut()
-        .filter(|r| r.system == "muster" && r.scenario == "throughput_sync_full")
-    {
-        let disk_bound = 0.5 * row.senders as f64 * 1000.0 / fsync_p50_ms;
-        let target = normal
-            .get(&row.senders)
-            .map_or(disk_bound, |n| disk_bound.min(0.5 * n));
-        row.target_met = row.msgs_per_s.map(|got| got >= target);
-        row.note = Some(format!("target: ≥ {target:.0} msgs/s"));
-    }
-}
-
 /// Send→received latency: from the `send` call until the recipient holds the leased message.
 async fn muster_latency(
     dir: &Path,
@@ -773,7 +747,7 @@ async fn muster_latency(
     seconds: f64,
     options: &Options,
 ) -> anyhow::Result<Row> {
-    let store = bench_store(dir, SyncMode::Full, senders, 0).await?;
+    let store = bench_store(dir, store_options(SyncMode::Full), senders, 0).await?;
     latency_on(store, "muster", senders, rate, seconds, options).await
 }
 
@@ -1068,7 +1042,7 @@ async fn muster_sends_into(
     sends: usize,
     body_bytes: usize,
 ) -> anyhow::Result<(Samples, Duration)> {
-    let store = bench_store(dir, SyncMode::Full, 1, 0).await?;
+    let store = bench_store(dir, store_options(SyncMode::Full), 1, 0).await?;
     if held > 0 {
         let prefill = (0..held)
             .map(|i| mail("s0", "lead", &format!("old-{i}"), body_bytes))
@@ -1140,7 +1114,13 @@ fn reopen_rows(
     let dir = fresh(scratch, "reopen")?;
     let db = dir.join("muster.db");
     runtime.block_on(async {
-        let store = bench_store(&dir, SyncMode::Full, 1, sizes.store_recipients).await?;
+        let store = bench_store(
+            &dir,
+            store_options(SyncMode::Full),
+            1,
+            sizes.store_recipients,
+        )
+        .await?;
         let chunk = 100_000.min(sizes.store_messages);
         let hold = store.hold_writer().await?;
         let mut queued = Vec::new();
@@ -1232,7 +1212,7 @@ pub fn render(rows: &[Row]) -> String {
         ));
     }
     let header = format!(
-        "{:<28} {:>7} | {:>12} {:>9} {:>9} | {:>12} {:>9} {:>9} | {:>8} | {}\n",
+        "{:<34} {:>7} | {:>12} {:>9} {:>9} | {:>12} {:>9} {:>9} | {:>8} | {}\n",
         "scenario",
         "senders",
         "muster msg/s",
@@ -1270,7 +1250,7 @@ pub fn render(rows: &[Row]) -> String {
             None => "-",
         };
         out.push_str(&format!(
-            "{:<28} {:>7} | {:>12} {:>9} {:>9} | {:>12} {:>9} {:>9} | {:>8} | {}\n",
+            "{:<34} {:>7} | {:>12} {:>9} {:>9} | {:>12} {:>9} {:>9} | {:>8} | {}\n",
             row.scenario,
             row.senders,
             rate(row.msgs_per_s),
@@ -1312,7 +1292,7 @@ fn render_postgres(rows: &[Row]) -> String {
     }
     let mut out = String::new();
     let header = format!(
-        "\n{:<28} {:>7} | {:>12} {:>9} {:>9} | {:>12} {:>9} {:>9} | {:>12}\n",
+        "\n{:<34} {:>7} | {:>12} {:>9} {:>9} | {:>12} {:>9} {:>9} | {:>12}\n",
         "scenario",
         "senders",
         "sqlite msg/s",
@@ -1339,7 +1319,7 @@ fn render_postgres(rows: &[Row]) -> String {
             _ => "-".into(),
         };
         out.push_str(&format!(
-            "{:<28} {:>7} | {:>12} {:>9} {:>9} | {:>12} {:>9} {:>9} | {:>12}\n",
+            "{:<34} {:>7} | {:>12} {:>9} {:>9} | {:>12} {:>9} {:>9} | {:>12}\n",
             row.scenario,
             row.senders,
             rate(sqlite.and_then(|s| s.msgs_per_s)),

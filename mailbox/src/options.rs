@@ -29,6 +29,10 @@ pub struct StoreOptions {
     /// a `muster serve` on any machine sees the commit. On by default; `muster bench mailbox`
     /// turns it off beside it to show what it costs.
     pub announce_changes: bool,
+    /// SQLite only: the writer waits a moment (at most half its last COMMIT) for the callers
+    /// its last commit released before beginning the next transaction, so closed-loop writers
+    /// share one fsync. On by default; `muster bench mailbox` turns it off beside it.
+    pub gather_released: bool,
 }
 
 /// What a process does after each of its commits: the orchestrator tells an open web inbox.
@@ -59,6 +63,7 @@ impl Default for StoreOptions {
             max_body_bytes: 1024 * 1024,
             after_commit: None,
             announce_changes: true,
+            gather_released: true,
         }
     }
 }

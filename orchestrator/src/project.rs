@@ -162,6 +162,7 @@ impl Project {
             busy_timeout: Duration::from_millis(mailbox.busy_timeout_ms.value),
             max_body_bytes: usize::try_from(mailbox.max_body_bytes.value).unwrap_or(usize::MAX),
             announce_changes: true,
+            gather_released: true,
         }
     }
 

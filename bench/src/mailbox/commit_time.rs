@@ -65,12 +65,12 @@ pub fn render(rows: &[super::Row]) -> String {
          does not fsync at COMMIT, beside it splits the two)\n",
     );
     out.push_str(&format!(
-        "{:<28} {:>7} | {:>8} {:>8} | {:>8} {:>8} {:>8} {:>8} | {:>8}\n",
+        "{:<34} {:>7} | {:>8} {:>8} | {:>8} {:>8} {:>8} {:>8} | {:>8}\n",
         "scenario", "senders", "msgs/txn", "queued", "BEGIN", "stmts", "COMMIT", "deliver", "wake"
     ));
     for (row, p) in timed {
         out.push_str(&format!(
-            "{:<28} {:>7} | {:>8.1} {:>8.3} | {:>8.3} {:>8.3} {:>8.3} {:>8.3} | {:>8.3}\n",
+            "{:<34} {:>7} | {:>8.1} {:>8.3} | {:>8.3} {:>8.3} {:>8.3} {:>8.3} | {:>8.3}\n",
             row.scenario,
             row.senders,
             p.operations_per_commit,

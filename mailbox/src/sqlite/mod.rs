@@ -55,6 +55,7 @@ impl SqliteStore {
             busy_ms,
             waiters.clone(),
             options.after_commit.clone(),
+            options.gather_released,
         )?;
         let ctx = OpContext {
             path: Arc::new(PathBuf::from(path)),

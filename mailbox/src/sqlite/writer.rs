@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
-use tokio::sync::{mpsc, oneshot, watch};
+use std::sync::mpsc;
+
+use tokio::sync::{oneshot, watch};
 
 use crate::error::{StoreError, StoreResult};
 use crate::options::CommitHook;
@@ -16,6 +18,10 @@ use crate::wake::{Waiters, Wake};
 
 /// Largest number of operations grouped into one transaction.
 const MAX_BATCH: usize = 512;
+
+/// The longest the writer waits for the callers its last commit released before it begins the
+/// next transaction without them (see [`WriterThread::straggler`]).
+const MAX_GATHER: Duration = Duration::from_micros(250);
 
 /// Why a batch's COMMIT (or BEGIN) failed; cloned into every caller's error.
 #[derive(Debug, Clone)]
@@ -110,7 +116,7 @@ pub(crate) enum Job {
 /// The handle callers use to queue operations on the writer thread.
 #[derive(Clone)]
 pub(crate) struct Writer {
-    jobs: mpsc::UnboundedSender<Job>,
+    jobs: mpsc::Sender<Job>,
     path: Arc<PathBuf>,
     busy_timeout_ms: u64,
     queued: watch::Sender<u64>,
@@ -125,8 +131,9 @@ impl Writer {
         busy_timeout_ms: u64,
         waiters: Arc<Waiters>,
         after_commit: Option<CommitHook>,
+        gather_released: bool,
     ) -> StoreResult<Writer> {
-        let (jobs, receiver) = mpsc::unbounded_channel();
+        let (jobs, receiver) = mpsc::channel();
         let (queued, _) = watch::channel(0);
         let (stats, _) = watch::channel(StoreStats::default());
         let path = Arc::new(path);
@@ -144,6 +151,9 @@ impl Writer {
             after_commit,
             stats: writer.stats.clone(),
             queued: writer.queued.clone(),
+            gather_released,
+            last_batch: 0,
+            last_commit: Duration::ZERO,
         };
         std::thread::Builder::new()
             .name("muster-store-writer".into())
@@ -213,16 +223,23 @@ impl Writer {
 
 struct WriterThread {
     conn: Connection,
-    receiver: mpsc::UnboundedReceiver<Job>,
+    receiver: mpsc::Receiver<Job>,
     waiters: Arc<Waiters>,
     after_commit: Option<CommitHook>,
     stats: watch::Sender<StoreStats>,
     queued: watch::Sender<u64>,
+    gather_released: bool,
+    /// Operations in the last transaction: the callers it released, who (in a closed loop)
+    /// are about to queue their next operation.
+    last_batch: usize,
+    /// How long the last COMMIT took.
+    last_commit: Duration,
 }
 
 impl WriterThread {
     fn run(mut self) {
-        while let Some(first) = self.receiver.blocking_recv() {
+        while let Ok(first) = self.receiver.recv() {
+            let started = Instant::now();
             let mut batch = Vec::new();
             let mut next = Some(first);
             while let Some(job) = next.take() {
@@ -245,11 +262,29 @@ impl WriterThread {
                     Job::Operation(operation) => batch.push(operation),
                 }
                 if batch.len() < MAX_BATCH {
-                    next = self.receiver.try_recv().ok();
+                    next = match self.receiver.try_recv() {
+                        Ok(job) => Some(job),
+                        Err(_) => self.straggler(batch.len(), started),
+                    };
                 }
             }
             self.commit_batch(batch);
         }
+    }
+
+    /// Group commit's blind spot: the callers the last COMMIT released queue their next
+    /// operation a few microseconds after the writer found the queue empty, and would each
+    /// wait a whole COMMIT (an fsync) more. While fewer operations are gathered than the last
+    /// transaction held, wait for them — at most half the last COMMIT's time (bounded by
+    /// [`MAX_GATHER`]), so a lone caller (a last batch of one) never waits and a waiting batch
+    /// pays less than the commit it saves.
+    fn straggler(&self, gathered: usize, started: Instant) -> Option<Job> {
+        if !self.gather_released {
+            return None;
+        }
+        let window = gather_window(gathered, self.last_batch, self.last_commit)?;
+        let left = (started + window).checked_duration_since(Instant::now())?;
+        self.receiver.recv_timeout(left).ok()
     }
 
     fn commit_batch(&mut self, batch: Vec<Box<dyn Operation>>) {
@@ -288,6 +323,8 @@ impl WriterThread {
             hook.call();
         }
         let operations = finishes.len() as u64;
+        self.last_batch = finishes.len();
+        self.last_commit = committed - executed;
         let phases = CommitTime {
             queued_us: micros(queued),
             begin_us: micros(begun - began),
@@ -333,6 +370,12 @@ impl WriterThread {
     }
 }
 
+/// How long, from the batch's start, the writer may wait for more of the callers the last
+/// transaction released; `None` once as many are gathered as it held (or it held none).
+fn gather_window(gathered: usize, last_batch: usize, last_commit: Duration) -> Option<Duration> {
+    (gathered > 0 && gathered < last_batch).then(|| (last_commit / 2).min(MAX_GATHER))
+}
+
 fn micros(elapsed: Duration) -> u64 {
     u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX)
 }
@@ -345,5 +388,32 @@ fn batch_failure(error: &rusqlite::Error) -> BatchFailure {
     BatchFailure {
         busy,
         detail: error.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_writer_waits_only_for_callers_the_last_commit_released_and_never_long() {
+        let ms = Duration::from_millis;
+        let us = Duration::from_micros;
+        let table = [
+            // (gathered, last batch, last COMMIT, window)
+            (1, 1, ms(5), None),             // a lone caller never waits
+            (1, 0, ms(5), None),             // the first transaction
+            (8, 8, ms(5), None),             // all of them are back
+            (3, 8, us(200), Some(us(100))),  // half the last COMMIT
+            (3, 8, ms(5), Some(MAX_GATHER)), // never more than the bound
+            (0, 8, ms(5), None),
+        ];
+        for (gathered, last_batch, last_commit, window) in table {
+            assert_eq!(
+                gather_window(gathered, last_batch, last_commit),
+                window,
+                "{gathered} of {last_batch} after a {last_commit:?} COMMIT"
+            );
+        }
     }
 }
