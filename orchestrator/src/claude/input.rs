@@ -1,7 +1,8 @@
 //! `--input-format stream-json`: stdin's JSON lines, read on a thread of their own. User
 //! messages become prompts (run one after the other by the session); the SDK's control
 //! requests are answered here at once — `initialize`, `interrupt` (the running turn's
-//! `interrupt_turn`), `mcp_status` — and any other is answered with an error naming it;
+//! `interrupt_turn`), `mcp_status`, `set_model` (queued with the prompts: the prompts after
+//! it use the model) — and any other is answered with an error naming it;
 //! `control_response`s go to the request waiting for them. A line that is not a message is
 //! reported on stderr and skipped. At EOF the prompts already read still run, then the
 //! process ends.
@@ -18,6 +19,8 @@ use super::Shared;
 /// What the session reads from stdin.
 pub(crate) enum Input {
     Prompt(String),
+    /// `set_model`: the prompts after it use this model.
+    ModelChange(String),
 }
 
 /// Starts reading `stdin`: the prompts, in order, until EOF.
@@ -67,7 +70,7 @@ fn handle(message: &Value, line: usize, shared: &Shared, prompts: &Sender<Input>
                 "muster claude: stdin line {line}: a user message without text was skipped"
             ),
         },
-        Some("control_request") => control(message, shared),
+        Some("control_request") => control(message, shared, prompts),
         Some("control_response") => shared.answered(&message["response"]),
         Some("control_cancel_request") => {
             shared.answered(
@@ -100,7 +103,7 @@ fn prompt_text(content: &Value) -> Option<String> {
 }
 
 /// Answers one control request of the program.
-fn control(message: &Value, shared: &Shared) {
+fn control(message: &Value, shared: &Shared, prompts: &Sender<Input>) {
     let id = message["request_id"].clone();
     let request = &message["request"];
     let answer = match request["subtype"].as_str() {
@@ -110,9 +113,20 @@ fn control(message: &Value, shared: &Shared) {
             Ok(json!({}))
         }
         Some("mcp_status") => Ok(json!({"mcpServers": []})),
+        Some("set_model") => match request["model"].as_str() {
+            Some(model) if !model.trim().is_empty() => {
+                let _ = prompts.send(Input::ModelChange(model.to_owned()));
+                Ok(json!({}))
+            }
+            _ => Err(
+                "set_model without a model: muster keeps the session's model (name one to \
+                 change it)"
+                    .to_owned(),
+            ),
+        },
         Some(other) => Err(format!(
             "muster does not support the control request {other:?} (supported: initialize, \
-             interrupt, mcp_status)"
+             interrupt, mcp_status, set_model)"
         )),
         None => Err("a control request without a subtype".to_owned()),
     };

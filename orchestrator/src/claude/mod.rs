@@ -70,8 +70,11 @@ pub fn main(global: &Globals, request: Request) -> anyhow::Result<Exit> {
         session,
         exit: Exit::Success,
     };
-    while let Ok(input::Input::Prompt(prompt)) = prompts.recv() {
-        driver.prompt(prompt);
+    while let Ok(input) = prompts.recv() {
+        match input {
+            input::Input::Prompt(prompt) => driver.prompt(prompt),
+            input::Input::ModelChange(model) => driver.change_model(model),
+        }
     }
     Ok(driver.exit)
 }
@@ -419,6 +422,26 @@ fn find_run(project: &Project, id: Option<&str>) -> anyhow::Result<RunRecord> {
     })
 }
 
+/// Stores `model` as the stored run's model of both modes (its launch options, which a
+/// continuation's settings are rebuilt from).
+fn set_stored_model(global: &Globals, run_id: &str, model: &str) -> anyhow::Result<()> {
+    let project = Project::locate(global)?;
+    crate::lifecycle::tokio_runtime()?.block_on(async {
+        let store = project.open_store().await?;
+        let record = store
+            .run(run_id)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("no run {run_id:?} in this store"))?;
+        let mut options = record.launch_options.clone();
+        if let Some(fields) = options.as_object_mut() {
+            fields.insert("plan_model".into(), json!(model));
+            fields.insert("act_model".into(), json!(model));
+        }
+        store.set_launch_options(run_id, options).await?;
+        anyhow::Ok(())
+    })
+}
+
 /// Stores `alias` (or none) as the forked run's session alias.
 fn set_alias(project: &Project, run_id: &str, alias: Option<&str>) -> anyhow::Result<()> {
     crate::lifecycle::tokio_runtime()?.block_on(async {
@@ -663,6 +686,23 @@ impl Driver {
 }
 
 impl Driver {
+    /// `set_model`: the prompts after it use `model` — a new run's flags, and a stored run's
+    /// launch options (both modes' model, one store write), which its continuation is
+    /// rebuilt from.
+    fn change_model(&mut self, model: String) {
+        if self.session.stored
+            && let Err(error) = set_stored_model(&self.global, &self.session.run_id, &model)
+        {
+            eprintln!(
+                "muster claude: warning: set_model {model:?} could not be stored with the run \
+                 ({error:#}); the run keeps its model"
+            );
+            return;
+        }
+        self.session.init.model = model.clone();
+        self.request.model = Some(model);
+    }
+
     /// The run's newest message before a prompt; `None` when the store cannot say (the
     /// prompt's result then names no teammate, rather than every one of earlier prompts).
     fn newest_message(&self) -> Option<i64> {

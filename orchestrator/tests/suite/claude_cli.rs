@@ -1090,3 +1090,57 @@ async fn a_teammate_that_ended_stuck_is_named_in_errors() {
         "{errors:?}"
     );
 }
+
+/// `set_model` between two prompts: the second prompt's requests go to the new model (the
+/// run's continuation), and its `init` says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn set_model_changes_the_model_of_the_next_prompt() {
+    let dir = project(&[]);
+    std::fs::write(
+        dir.path().join(".muster/settings.toml"),
+        "[models.\"claude-opus-4-5\"]\nprice_in = 5.0\nprice_out = 25.0\n",
+    )
+    .unwrap();
+    super::common::trust_blocking(dir.path());
+    let fake = fake(vec![
+        ScriptEntry::reply("main", 1, vec![Block::text("First answer.")]),
+        ScriptEntry::reply("main", 2, vec![Block::text("Second answer.")]),
+    ])
+    .await;
+    let stdin = user("First question.")
+        + &json!({"type": "control_request", "request_id": "m1",
+                  "request": {"subtype": "set_model", "model": "claude-opus-4-5"}})
+        .to_string()
+        + "\n"
+        + &user("Second question.");
+    let output = claude(
+        dir.path(),
+        &fake.base_url(),
+        &[
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--input-format",
+            "stream-json",
+        ],
+        &stdin,
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let lines = messages(&output);
+    let answered = lines
+        .iter()
+        .find(|m| m["type"] == "control_response" && m["response"]["request_id"] == "m1")
+        .expect("set_model answered");
+    assert_eq!(answered["response"]["subtype"], "success", "{answered}");
+    let inits = of_kind(&lines, "system", Some("init"));
+    assert_eq!(inits[1]["model"], "claude-opus-4-5", "{:#?}", inits);
+    let models: Vec<String> = fake
+        .requests()
+        .iter()
+        .map(|r| r.body["model"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(models.len(), 2, "{models:?}");
+    assert_ne!(models[0], "claude-opus-4-5");
+    assert_eq!(models[1], "claude-opus-4-5", "{models:?}");
+}
