@@ -297,14 +297,14 @@ impl AgentRuntime {
     /// Runs until the model ends its turn, until a plan waits for a decision that no one in
     /// this process can make, or until the turn is interrupted ([`AgentRuntime::interrupter`]).
     pub async fn run(&mut self) -> RuntimeResult<AgentOutcome> {
-        let interrupted = self.interrupt.arm();
+        let interrupted = self.interrupt.arm(&self.id);
         // The turn's future is dropped when the interrupt wins, as Ctrl-C drops a run's: the
         // model request in flight is abandoned and a running Bash call's process group killed.
         let driven = tokio::select! {
             outcome = self.drive() => Some(outcome),
             () = interrupted.triggered() => None,
         };
-        self.interrupt.disarm();
+        self.interrupt.disarm(&self.id);
         let outcome = match driven {
             Some(outcome) => outcome,
             None => self.end_interrupted_turn().await,
@@ -374,7 +374,7 @@ impl AgentRuntime {
         }
         self.commit_interrupted_turn().await?;
         // The interrupt is committed: a resume finds the turn ended, waiting for a prompt.
-        muster_mailbox::failpoint!("turn_interrupted");
+        muster_mailbox::failpoint!("turn_interrupted:{}", self.id);
         self.report.state(AgentState::Idle);
         Ok(AgentOutcome::TurnInterrupted)
     }
@@ -383,6 +383,12 @@ impl AgentRuntime {
     /// `interrupt()`); the run's shutdown (Ctrl-C) is a different thing, which ends the run.
     pub fn interrupter(&self) -> TurnInterrupt {
         self.interrupt.clone()
+    }
+
+    /// Makes `shared` what interrupts this agent's turns, with every other agent holding it
+    /// (a team's lead and teammates): one interrupt then ends each running turn of them.
+    pub fn share_turn_interrupt(&mut self, shared: &TurnInterrupt) {
+        self.interrupt = shared.clone();
     }
 
     /// A new user turn after the last one ended (finished or interrupted): `prompt` is
@@ -533,6 +539,10 @@ impl AgentRuntime {
             return Ok(());
         }
         let mut blocks = Vec::new();
+        // Mail after an interrupted turn (a teammate's) tells the model so, as a prompt does.
+        if self.transcript.interrupted {
+            blocks.push(ContentBlock::text(super::transcript::TURN_INTERRUPTED_NOTE));
+        }
         for message in mail {
             let text = match message.body.text() {
                 Some(text) => text.to_owned(),

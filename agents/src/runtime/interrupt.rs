@@ -10,40 +10,49 @@
 //! alive), in one commit with the `turn_interrupted` record. The agent then takes its next
 //! prompt ([`super::AgentRuntime::prompt`]) in the same process.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::tools::{ShutdownSignal, ShutdownTrigger};
 
-/// Interrupts the turn its agent is running, if any; cheap to clone and to keep beside the
-/// agent (the agent is `&mut`-borrowed while its turn runs).
+/// Interrupts the turns its agents are running, if any; cheap to clone and to keep beside
+/// the agents (an agent is `&mut`-borrowed while its turn runs). Each agent has its own by
+/// default; a team shares one among its lead and teammates
+/// ([`super::AgentRuntime::share_turn_interrupt`]), so one interrupt ends the running turn of
+/// each of them. Keyed by agent id: each agent arms and disarms only its own turn.
 #[derive(Debug, Clone, Default)]
-pub struct TurnInterrupt(Arc<Mutex<Option<ShutdownTrigger>>>);
+pub struct TurnInterrupt(Arc<Mutex<BTreeMap<String, ShutdownTrigger>>>);
 
 impl TurnInterrupt {
-    /// Ends the running turn: its model request and tool calls are stopped, and
-    /// [`super::AgentRuntime::run`] returns [`super::AgentOutcome::TurnInterrupted`]. Between
-    /// turns it does nothing (there is no turn to end). Returns whether a turn was running.
+    /// Ends the running turns: their model requests and tool calls are stopped, and each
+    /// agent's [`super::AgentRuntime::run`] returns [`super::AgentOutcome::TurnInterrupted`].
+    /// An agent between turns is left alone (there is no turn to end). Returns whether a turn
+    /// was running.
     pub fn interrupt(&self) -> bool {
-        match &*self.0.lock().unwrap_or_else(PoisonError::into_inner) {
-            Some(trigger) => {
-                trigger.trigger();
-                true
-            }
-            None => false,
+        let running = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        for trigger in running.values() {
+            trigger.trigger();
         }
+        !running.is_empty()
     }
 
-    /// A turn starts: the signal that ends it.
-    pub(super) fn arm(&self) -> ShutdownSignal {
+    /// `agent`'s turn starts: the signal that ends it.
+    pub(super) fn arm(&self, agent: &str) -> ShutdownSignal {
         let (trigger, signal) = ShutdownSignal::channel();
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(trigger);
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(agent.to_owned(), trigger);
         signal
     }
 
-    /// The turn is over: a later interrupt finds no turn.
-    pub(super) fn disarm(&self) {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    /// `agent`'s turn is over: a later interrupt finds no turn of it.
+    pub(super) fn disarm(&self, agent: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(agent);
     }
 }
 
@@ -96,17 +105,35 @@ mod tests {
     async fn an_interrupt_ends_only_the_running_turn() {
         let handle = TurnInterrupt::default();
         assert!(!handle.interrupt(), "no turn is running");
-        let first = handle.arm();
+        let first = handle.arm("main");
         assert!(!first.is_triggered());
         assert!(handle.clone().interrupt());
         first.triggered().await;
-        handle.disarm();
+        handle.disarm("main");
         assert!(!handle.interrupt());
-        let second = handle.arm();
+        let second = handle.arm("main");
         assert!(
             !second.is_triggered(),
             "an earlier interrupt does not carry over"
         );
+    }
+
+    /// A shared handle ends the running turn of every agent holding it, and an agent's turn
+    /// ending takes only its own out.
+    #[tokio::test]
+    async fn a_shared_interrupt_ends_every_running_agents_turn() {
+        let shared = TurnInterrupt::default();
+        let lead = shared.arm("lead");
+        let alice = shared.clone().arm("alice");
+        shared.disarm("lead");
+        let lead_again = shared.arm("lead");
+        assert!(shared.interrupt());
+        lead_again.triggered().await;
+        alice.triggered().await;
+        assert!(!lead.is_triggered(), "an ended turn's signal is not reused");
+        shared.disarm("alice");
+        shared.disarm("lead");
+        assert!(!shared.interrupt(), "no turn is running");
     }
 
     /// A commit whose caller is dropped still ends, and `settled` waits for it.

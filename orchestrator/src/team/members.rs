@@ -318,9 +318,10 @@ impl Team {
                     // It agreed and ended its turn; its tasks went back in that commit.
                     return Ok(());
                 }
-                agent = Some(
-                    AgentRuntime::resume(self.run.clone(), id, plan.approval_ceiling, None).await?,
-                );
+                let mut resumed =
+                    AgentRuntime::resume(self.run.clone(), id, plan.approval_ceiling, None).await?;
+                resumed.share_turn_interrupt(&self.turns);
+                agent = Some(resumed);
                 // A started teammate never takes its first instructions again.
                 work = (!finished).then_some(Work::Continue);
             }
@@ -370,10 +371,19 @@ impl Team {
             self.set_open_before(id, open_before);
             // The end of the turn (its tasks, its report, its verification) is committed with
             // its `finished` record, through the runtime's end-of-turn hook.
-            if let AgentOutcome::AwaitingDecision { request_id, .. }
-            | AgentOutcome::CallDeferred { request_id, .. } = runtime.run().await?
-            {
-                anyhow::bail!("{id} stopped waiting for {request_id}, which no one here decides");
+            match runtime.run().await? {
+                AgentOutcome::AwaitingDecision { request_id, .. }
+                | AgentOutcome::CallDeferred { request_id, .. } => {
+                    anyhow::bail!(
+                        "{id} stopped waiting for {request_id}, which no one here decides"
+                    );
+                }
+                AgentOutcome::TurnInterrupted => {
+                    self.tell_lead_interrupted(id, runtime.turn()).await?;
+                    self.set_state(id, MemberState::Idle);
+                    continue;
+                }
+                AgentOutcome::Finished { .. } => {}
             }
             if self.agreed_to_shutdown(id).await? {
                 runtime.end_session("other").await;
@@ -530,7 +540,33 @@ impl Team {
             inherited_model: None,
             endpoint: (!plan.endpoint.is_empty()).then(|| plan.endpoint.clone()),
         };
-        Ok(AgentRuntime::start(self.run.clone(), spec, prompt).await?)
+        let mut agent = AgentRuntime::start(self.run.clone(), spec, prompt).await?;
+        agent.share_turn_interrupt(&self.turns);
+        Ok(agent)
+    }
+
+    /// After `id`'s turn `turn` was interrupted (its `turn_interrupted` committed): the lead
+    /// is told that the teammate waits idle, its tasks still its own, until mail wakes it.
+    /// Keyed by the turn, so a resume that finds the turn interrupted sends it once.
+    async fn tell_lead_interrupted(&self, id: &str, turn: u64) -> anyhow::Result<()> {
+        let notice = NewMessage {
+            run_id: self.run_id().to_owned(),
+            sender: id.to_owned(),
+            recipient: LEAD.into(),
+            body: MessageBody::IdleNotification {
+                reason: "interrupted".into(),
+                summary: Some(
+                    "The person interrupted my turn. I wait with my context and my tasks; \
+                     mail me to go on."
+                        .into(),
+                ),
+                completed_task: None,
+            },
+            idempotency_key: Some(format!("{id}:interrupted:{turn}")),
+        };
+        let sent = self.store.send(notice).await?;
+        self.sent(&sent);
+        Ok(())
     }
 
     /// Waits, idle, for mail or a task to claim.

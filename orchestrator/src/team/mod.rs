@@ -858,6 +858,9 @@ pub(crate) struct Team {
     /// The store failure that stopped a teammate: the run's, not the teammate's, so the run
     /// stops with it (exit 4) and a resume carries on.
     store_failure: watch::Sender<Option<Arc<anyhow::Error>>>,
+    /// Ends the running turn of the lead and of every teammate in this process at once
+    /// (`interrupt_turn`: `muster interrupt`, an editor's cancel, the SDK's `interrupt()`).
+    turns: muster_agents::runtime::TurnInterrupt,
 }
 
 /// What a [`Team`] is made of.
@@ -897,6 +900,7 @@ impl Team {
             worker: parts.worker,
             placed: parts.placed,
             store_failure: watch::channel(None).0,
+            turns: muster_agents::runtime::TurnInterrupt::default(),
         })
     }
 
@@ -1002,11 +1006,13 @@ impl Team {
             let prompt = self.lead_prompt(&launch.prompt);
             AgentRuntime::start(self.run.clone(), spec, &prompt).await?
         };
+        // One handle for the lead and the teammates: an interrupt ends every running turn.
+        lead.share_turn_interrupt(&self.turns);
         if let Some(front) = front {
-            front.hold_turn(lead.interrupter());
+            front.hold_turn(self.turns.clone());
         }
-        // `muster interrupt` from another terminal ends the lead's running turn (not with a
-        // front end, which has its own).
+        // `muster interrupt` from another terminal ends the running turns (not with a front
+        // end, which has its own).
         let _watch = match front {
             Some(_) => None,
             None => Some(
@@ -1014,7 +1020,7 @@ impl Team {
                     self.store.clone(),
                     self.run_id().to_owned(),
                     self.epoch(),
-                    lead.interrupter(),
+                    self.turns.clone(),
                 )
                 .await?,
             ),
@@ -1044,8 +1050,9 @@ impl Team {
                         ),
                     });
                 }
-                // `muster interrupt`: the run stays live, the teammates go on, and the lead
-                // waits for its next prompt (`muster run --continue`).
+                // `muster interrupt`: the run stays live (the teammates' turns were ended
+                // too; they wait idle), and the lead waits for its next prompt (`muster run
+                // --continue`).
                 AgentOutcome::TurnInterrupted if front.is_none() => {
                     crate::turn_requests::take_next_prompt(
                         self.store.as_ref(),

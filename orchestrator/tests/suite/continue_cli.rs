@@ -545,7 +545,7 @@ pub(super) mod interrupt {
         }
 
         /// Reads to the end: the exit code and the last event.
-        async fn finish(&mut self) -> (Option<i32>, Value) {
+        pub(in super::super) async fn finish(&mut self) -> (Option<i32>, Value) {
             let mut last = Value::Null;
             while let Some(event) = self.next_event().await {
                 last = event;
@@ -680,7 +680,7 @@ pub(super) mod interrupt {
         let fake = model("main").await;
         let base = fake.base_url();
         let mut cut = command(dir.path(), &run_args(&base));
-        cut.env("MUSTER_FAILPOINT", "turn_interrupted");
+        cut.env("MUSTER_FAILPOINT", "turn_interrupted:main");
         let mut live = Live::spawn(cut);
         let first = live.next_event().await.expect("no event");
         let run_id = first["run_id"].as_str().unwrap().to_owned();
@@ -712,4 +712,230 @@ async fn an_interrupt_ends_a_team_leads_turn_and_the_live_team_takes_the_next_pr
     let run_id = first["run_id"].as_str().unwrap().to_owned();
     interrupt(dir.path(), &fake, &run_id).await;
     next_prompt_and_end(dir.path(), &fake, &mut live, &run_id).await;
+}
+
+/// `interrupt_turn` in a team run reaches every agent whose turn is running: the lead's and
+/// each teammate's turn end, each recorded; the run stays live and takes the next prompt.
+mod team_interrupt {
+    use muster_fake_llm::{Block, FakeLlmHandle, Fault, ScriptEntry};
+    use serde_json::{Value, json};
+
+    use super::super::common::{
+        GUARD, command, fake, muster, open_store, project, stderr, tool, transcript,
+    };
+    use super::super::worktree_cli::any_turn;
+    use super::interrupt::{Live, run_args};
+
+    const TEAM: (&str, &str) = (
+        "muster.team.toml",
+        "name = \"counters\"\nisolation = \"shared\"\n\n[[teammates]]\nname = \"alice\"\n",
+    );
+
+    /// An answer held before its first byte until the test opens gate `gate` (never).
+    fn held(agent: &str, turn: u64, gate: &str) -> ScriptEntry {
+        ScriptEntry::reply(agent, turn, vec![Block::text("Never shown.")])
+            .attempt(1)
+            .fault(Fault {
+                hold: Some(gate.into()),
+                ..Fault::default()
+            })
+    }
+
+    fn send_to_alice(turn: u64, message: &str) -> ScriptEntry {
+        ScriptEntry::reply(
+            "lead",
+            turn,
+            vec![tool(
+                "SendMessage",
+                json!({"to": "alice", "message": message}),
+            )],
+        )
+    }
+
+    /// How many `turn_interrupted` records `agent`'s transcript holds.
+    async fn interrupted_turns(dir: &std::path::Path, run_id: &str, agent: &str) -> usize {
+        let store = open_store(dir);
+        transcript(store.as_ref(), run_id, agent)
+            .await
+            .iter()
+            .filter(|record| record["type"] == "turn_interrupted")
+            .count()
+    }
+
+    /// The notices of an interrupted turn alice sent the lead.
+    async fn interrupted_notices(dir: &std::path::Path, run_id: &str) -> usize {
+        let store = open_store(dir);
+        store
+            .messages(run_id, Some("lead"))
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|m| {
+                m.sender == "alice"
+                    && matches!(&m.body, muster_mailbox::MessageBody::IdleNotification { reason, .. } if reason == "interrupted")
+            })
+            .count()
+    }
+
+    async fn model_turn(live: &mut Live, agent: &str, turn: u64) {
+        loop {
+            let event = live.next_event().await.expect("the run ended first");
+            if event["type"] == "model_turn" && event["agent"] == agent && event["turn"] == turn {
+                return;
+            }
+        }
+    }
+
+    async fn interrupt(dir: &std::path::Path, run_id: &str) {
+        let asked = muster(dir, &["interrupt", run_id]).await;
+        assert_eq!(asked.status.code(), Some(0), "{}", stderr(&asked));
+    }
+
+    /// The lead mails alice and waits for the answer while alice works: one interrupt ends
+    /// both turns, each recorded; the lead waits for the next prompt, alice waits idle and
+    /// tells the lead, and the handed prompt ends the run.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn an_interrupt_ends_the_running_turn_of_the_lead_and_of_each_teammate() {
+        let dir = project(&[TEAM]);
+        let fake = fake(vec![
+            send_to_alice(1, "Count the files."),
+            held("lead", 2, "lead-held"),
+            any_turn("lead", "Second answer."),
+            held("alice", 1, "alice-held"),
+            any_turn("alice", "Counted."),
+        ])
+        .await;
+        let base = fake.base_url();
+        let mut live = Live::spawn(command(dir.path(), &run_args(&base)));
+        let first = live.next_event().await.expect("no event");
+        let run_id = first["run_id"].as_str().unwrap().to_owned();
+        for gate in ["lead-held", "alice-held"] {
+            tokio::time::timeout(GUARD, fake.gate_reached(gate, 1))
+                .await
+                .expect("a turn never reached the model");
+        }
+        interrupt(dir.path(), &run_id).await;
+        live.said("waits for its next prompt").await;
+        let handed = muster(
+            dir.path(),
+            &["run", "--continue", &run_id, "-p", "Second question."],
+        )
+        .await;
+        assert_eq!(handed.status.code(), Some(0), "{}", stderr(&handed));
+        let (code, last) = live.finish().await;
+        assert_eq!(code, Some(0), "{last:#}");
+        assert_eq!(last["status"], "completed", "{last:#}");
+        assert_eq!(last["result"], "Second answer.");
+
+        assert_eq!(interrupted_turns(dir.path(), &run_id, "lead").await, 1);
+        assert_eq!(interrupted_turns(dir.path(), &run_id, "alice").await, 1);
+        assert_eq!(interrupted_notices(dir.path(), &run_id).await, 1);
+        let alice: Vec<_> = fake
+            .requests()
+            .into_iter()
+            .filter(|r| r.agent.as_deref() == Some("alice"))
+            .collect();
+        assert_eq!(alice.len(), 1, "alice waits idle: no mail woke her again");
+    }
+
+    /// The model of a run whose teammate alone works when the interrupt comes: the lead,
+    /// told alice was interrupted, mails her to go on, and ends when she is done.
+    async fn teammate_alone_model() -> FakeLlmHandle {
+        fake(vec![
+            send_to_alice(1, "Count the files."),
+            ScriptEntry::reply("lead", 2, vec![Block::text("Waiting for alice.")]),
+            send_to_alice(3, "Go on."),
+            any_turn("lead", "Done."),
+            held("alice", 1, "alice-held"),
+            any_turn("alice", "Counted."),
+        ])
+        .await
+    }
+
+    /// Starts the run, waits until the lead's turn has ended and alice's is held, and
+    /// interrupts it.
+    async fn interrupt_alice_alone(
+        dir: &std::path::Path,
+        fake: &FakeLlmHandle,
+        failpoint: Option<&str>,
+    ) -> (Live, String) {
+        let base = fake.base_url();
+        let mut run = command(dir, &run_args(&base));
+        if let Some(failpoint) = failpoint {
+            run.env("MUSTER_FAILPOINT", failpoint);
+        }
+        let mut live = Live::spawn(run);
+        let first = live.next_event().await.expect("no event");
+        let run_id = first["run_id"].as_str().unwrap().to_owned();
+        // The lead's answer is committed: its turn has no model request or call left to stop.
+        model_turn(&mut live, "lead", 2).await;
+        tokio::time::timeout(GUARD, fake.gate_reached("alice-held", 1))
+            .await
+            .expect("alice's turn never reached the model");
+        interrupt(dir, &run_id).await;
+        (live, run_id)
+    }
+
+    /// What the run ends with, cut or not: alice's turn interrupted once, the lead told once,
+    /// alice woken by the lead's mail to count, the run completed.
+    async fn assert_teammate_alone_end(
+        dir: &std::path::Path,
+        fake: &FakeLlmHandle,
+        run_id: &str,
+        last: &Value,
+    ) {
+        assert_eq!(last["status"], "completed", "{last:#}");
+        assert_eq!(last["result"], "Done.", "{last:#}");
+        assert_eq!(interrupted_turns(dir, run_id, "lead").await, 0);
+        assert_eq!(interrupted_turns(dir, run_id, "alice").await, 1);
+        assert_eq!(interrupted_notices(dir, run_id).await, 1);
+        let alice: Vec<_> = fake
+            .requests()
+            .into_iter()
+            .filter(|r| r.agent.as_deref() == Some("alice"))
+            .collect();
+        assert_eq!(
+            alice.len(),
+            2,
+            "the held request, then the one after the lead's mail"
+        );
+        let said = alice[1].body["messages"].to_string();
+        assert!(
+            said.contains("interrupted your turn"),
+            "alice is told: {said}"
+        );
+        assert!(said.contains("Go on."), "{said}");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn an_interrupt_ends_a_working_teammates_turn_while_the_lead_waits() {
+        let dir = project(&[TEAM]);
+        let fake = teammate_alone_model().await;
+        let (mut live, run_id) = interrupt_alice_alone(dir.path(), &fake, None).await;
+        let (code, last) = live.finish().await;
+        assert_eq!(code, Some(0), "{last:#}");
+        assert_teammate_alone_end(dir.path(), &fake, &run_id, &last).await;
+    }
+
+    /// Killed right after alice's `turn_interrupted` commit (before the lead is told), the
+    /// resumed run tells the lead once and ends as the uncut one does.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_team_run_killed_at_a_teammates_interrupt_commit_resumes_to_the_same_end() {
+        let dir = project(&[TEAM]);
+        let fake = teammate_alone_model().await;
+        let (mut live, run_id) =
+            interrupt_alice_alone(dir.path(), &fake, Some("turn_interrupted:alice")).await;
+        let (code, _) = live.finish().await;
+        assert_eq!(code, None, "not killed at alice's interrupt commit");
+        assert_eq!(interrupted_turns(dir.path(), &run_id, "alice").await, 1);
+        assert_eq!(interrupted_notices(dir.path(), &run_id).await, 0);
+
+        let mut resumed = Live::spawn(command(
+            dir.path(),
+            &["resume", &run_id, "--output", "stream-json"],
+        ));
+        let (code, last) = resumed.finish().await;
+        assert_eq!(code, Some(0), "{last:#}");
+        assert_teammate_alone_end(dir.path(), &fake, &run_id, &last).await;
+    }
 }
