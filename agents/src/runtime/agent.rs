@@ -61,8 +61,10 @@ pub struct AgentSpec {
 }
 
 /// How long an agent waiting for the run's ledger to have room sleeps before it looks again
-/// without a wake-up (see [`AgentRuntime::reserve_before_request`]).
-const LEDGER_RELOOK: std::time::Duration = std::time::Duration::from_secs(5);
+/// without a wake-up (see [`AgentRuntime::reserve_before_request`]): a safety net only, long
+/// enough that a wake-up path that broke shows as a stall in the tests (which pass with it
+/// set to ten minutes), short enough that a lost wake-up does not stop a run for long.
+const LEDGER_RELOOK: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Sleeps for `duration`, or for ever without one.
 async fn sleep_or_forever(duration: Option<std::time::Duration>) {

@@ -1260,6 +1260,86 @@ async fn three_teammates_on_three_workers_are_all_stopped_by_the_run_budget_with
     schema.drop_now().await;
 }
 
+/// Under `budgets.run.cost_usd = 1.0`, where each request's worst case is more than the
+/// dollar (so each must go alone), the lead's request held at the model keeps its reservation
+/// in the run's ledger: both teammates, each on its own worker, wait for it (each worker says
+/// so) and send nothing; once the lead's response is charged its settlement wakes them across
+/// machines, each goes on in turn, and the run completes within its budget.
+#[tokio::test(flavor = "multi_thread")]
+async fn teammates_on_workers_wait_for_a_request_in_flight_and_go_on_once_it_is_settled() {
+    let schema = Schema::new().await;
+    let url = schema.url();
+    let names = ["one", "two"];
+    let mut lead_waits = with_usage(any_turn("lead", "Waiting for the team."), 10, 10);
+    lead_waits.fault.hold = Some("lead-waits".to_owned());
+    let mut script = vec![with_usage(lead_assigns(&names), 10, 10), lead_waits];
+    for name in names {
+        script.push(with_usage(any_turn(name, "done"), 10, 10));
+    }
+    let fake = fake(script).await;
+    // At info, a worker says when its teammate waits for the ledger and when it has room.
+    let mut workers: Vec<Worker> = ["w1", "w2"]
+        .into_iter()
+        .map(|name| teammate_worker_with_flags(&fake, &url, name, &["--log-level", "info"]))
+        .collect();
+    for worker in &mut workers {
+        worker.wait_for("ready on").await;
+    }
+    let remote = bare_remote();
+    let remote_path = remote.path().display().to_string();
+    let lead = lead_repo(&team(&names, ""));
+    let root = lead.path();
+    std::fs::write(
+        root.join(".muster/settings.toml"),
+        format!("{PRICED}[budgets.run]\ncost_usd = 1.0\n"),
+    )
+    .unwrap();
+    let base = fake.base_url();
+    let mut args = run_args(&url, &base, &remote_path);
+    args.extend(["--model", "m-priced"]);
+    let mut run = super::common::Running::spawn(command(root, &args));
+    tokio::time::timeout(super::common::GUARD, fake.gate_reached("lead-waits", 1))
+        .await
+        .expect("the lead never sent its second request");
+    for worker in &mut workers {
+        worker.wait_for("waiting for the requests in flight").await;
+    }
+    let teammate_requests = || {
+        fake.requests()
+            .iter()
+            .filter(|r| matches!(r.agent.as_deref(), Some("one" | "two")))
+            .count()
+    };
+    assert_eq!(teammate_requests(), 0, "{:#?}", fake.requests());
+    fake.open_gate("lead-waits");
+    for worker in &mut workers {
+        worker.wait_for("the run's ledger has room again").await;
+    }
+    assert_eq!(run.finish().await, Some(0), "{:#?}", run.events);
+    let end = run.events.last().unwrap().clone();
+    assert_eq!(end["status"], "completed", "{end:#}");
+    assert_eq!(teammate_requests(), 2, "{:#?}", fake.requests());
+
+    let run_id = end["run_id"].as_str().unwrap();
+    let store = super::store_pg::open(&url).await;
+    let returned: f64 = fake
+        .requests()
+        .iter()
+        .filter_map(|r| r.usage)
+        .map(|u| (u.input_tokens + u.output_tokens) as f64 * 0.001)
+        .sum();
+    let ledger = store.run_ledger(run_id).await.unwrap().unwrap();
+    assert!(
+        (ledger.spent.cost_usd() - returned).abs() < 1e-9,
+        "{ledger:?} vs {returned}"
+    );
+    assert!(ledger.spent.cost_usd() < 1.0, "{ledger:?}");
+    for mut worker in workers {
+        assert_eq!(worker.stop().await, Some(0));
+    }
+    schema.drop_now().await;
+}
+
 /// A person stops a teammate placed on a `muster worker` from the web inbox while it waits on
 /// the model there: the stop is the person's `shutdown_request`, committed in the shared
 /// store and announced; the worker that runs the teammate stops it (idle once its turn ends,
