@@ -445,6 +445,10 @@ impl AgentRuntime {
         if keep_working.is_none() && !active {
             keep_working = firing.teammate_idle(&result).await;
         }
+        // The tasks this end would complete, under the same once-per-end bound.
+        if keep_working.is_none() && !active {
+            keep_working = firing.turn_end_tasks().await?;
+        }
         if let Some(reason) = keep_working {
             let text = format!("{} {reason}", super::hook_points::STOP_HOOK_FEEDBACK);
             let message = self.user_message(vec![ContentBlock::text(text)]);

@@ -14,8 +14,9 @@
 //! - `SessionStart` (source `startup`; `SubagentStart` for a subagent) and, for the main
 //!   agent's prompts, `UserPromptSubmit`, before the prompt is committed: the context they add
 //!   is committed with it; a blocking `UserPromptSubmit` refuses the prompt.
-//! - `Stop` / `SubagentStop`, then `TeammateIdle` for a teammate, as the turn would end: a
-//!   block is committed as the user message that keeps the agent working.
+//! - `Stop` / `SubagentStop`, then for a teammate `TeammateIdle` and `TaskCompleted` for each
+//!   task its end of turn would complete, as the turn would end: a block is committed as the
+//!   user message that keeps the agent working (the task stays in progress).
 //! - `PreCompact` / `PostCompact` around a compaction; they inform only.
 
 use std::path::Path;
@@ -326,6 +327,33 @@ impl Firing<'_> {
         let outcome = self.fire(event, None, fields).await;
         log_messages(event, &outcome);
         outcome.block
+    }
+
+    /// `TaskCompleted` for each task a teammate's end of turn is about to complete (its
+    /// tasks in progress): the reason of the first hook that blocks — the turn does not end,
+    /// so that task stays in progress and the teammate keeps working with the reason.
+    pub(super) async fn turn_end_tasks(&self) -> Result<Option<String>, RuntimeError> {
+        let event = HookEvent::TaskCompleted;
+        if !matches!(self.kind, AgentKind::Teammate { .. }) || !self.run.hooks.has(event) {
+            return Ok(None);
+        }
+        for task in self.run.store.tasks(&self.run.run_id).await? {
+            if task.owner.as_deref() != Some(self.id)
+                || task.status != muster_mailbox::TaskStatus::InProgress
+            {
+                continue;
+            }
+            let refused = self
+                .task_change(event, Some(task.task_id), &task.subject, &task.description)
+                .await;
+            if let Some(reason) = refused {
+                return Ok(Some(format!(
+                    "task #{} was not marked completed: a TaskCompleted hook refused it: {reason}",
+                    task.task_id
+                )));
+            }
+        }
+        Ok(None)
     }
 }
 

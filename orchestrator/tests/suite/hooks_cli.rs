@@ -808,6 +808,77 @@ async fn a_teammate_idle_hook_keeps_a_teammate_working_once() {
     );
 }
 
+/// A `TaskCompleted` hook also fires for the task a teammate's end of turn would complete:
+/// exit 2 keeps the teammate working with the reason (the task stays in progress), once per
+/// end, as `TeammateIdle` does.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_completed_hook_keeps_a_teammate_working_when_its_turn_end_would_complete_a_task() {
+    let command = "{ cat; echo; } >> \"$CLAUDE_PROJECT_DIR/completed.log\"; \
+                   echo 'Attach the test output before completing.' >&2; exit 2";
+    let dir = project_with_hooks(&[("TaskCompleted", command)]).await;
+    let root = dir.path();
+    write_team(
+        root,
+        "name = \"builders\"\n\n[[teammates]]\nname = \"one\"\ndefinition = \"writer\"\n\
+         plan_mode_required = false\n",
+    );
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "clean", "description": "Clean up."}),
+            )],
+        ),
+        any_turn("lead", "Waiting for the team."),
+        ScriptEntry::reply("one", 1, vec![Block::text("Done early.")]),
+        ScriptEntry::reply("one", 2, vec![Block::text("Tests: 3 passed. Done.")]),
+    ])
+    .await;
+    let args = run_args(&fake.base_url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let done = muster(root, &args).await;
+    assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+    let told = last_user_text(&request_of(&fake, "one", 2));
+    assert!(
+        told.contains("task #1 was not marked completed")
+            && told.contains("Attach the test output before completing."),
+        "{told}"
+    );
+    let fired: Vec<String> = lines_of(&root.join("completed.log"))
+        .into_iter()
+        .filter(|line| !line.is_empty())
+        .collect();
+    assert_eq!(fired.len(), 1, "{fired:?}");
+    let input: Value = serde_json::from_str(&fired[0]).unwrap();
+    assert_eq!(input["hook_event_name"], "TaskCompleted");
+    assert_eq!(input["task_id"], "1");
+    assert_eq!(input["task_subject"], "clean");
+    assert_eq!(input["teammate_name"], "one");
+    // The second end completed it: the board is done and the run succeeded.
+    let end: Value = serde_json::from_str(
+        super::common::stdout(&done)
+            .lines()
+            .last()
+            .unwrap_or_default(),
+    )
+    .unwrap();
+    assert!(
+        end["tasks"]
+            .as_array()
+            .is_none_or(|tasks| tasks.iter().all(|t| t["status"] == "completed")),
+        "{end:#}"
+    );
+    assert!(
+        !fake
+            .requests()
+            .iter()
+            .any(|r| r.agent.as_deref() == Some("one") && r.turn == Some(3)),
+        "the teammate was held past its second end"
+    );
+}
+
 /// `TaskCreated` and `TaskCompleted` hooks that exit 2 refuse the change: the tool call fails
 /// with the hook's reason and the board does not change; a change they let through is made.
 #[tokio::test(flavor = "multi_thread")]
