@@ -16,6 +16,7 @@ pub(crate) mod lifecycle;
 pub mod loading;
 pub mod mcp;
 pub(crate) mod models;
+pub(crate) mod person_requests;
 pub mod plan_diff;
 pub mod process;
 pub mod progress;

@@ -1,6 +1,7 @@
 //! The diff between two revisions of a plan (DESIGN "Wave 2 → The web inbox"), shared by
 //! `muster plans` and `muster serve`.
 
+use muster_mailbox::RequestRecord;
 use similar::TextDiff;
 
 /// A unified diff of `previous` → `current`, labelled with the two request ids; empty when
@@ -14,6 +15,23 @@ pub fn unified(previous: &str, current: &str, previous_id: &str, current_id: &st
         .context_radius(3)
         .header(previous_id, current_id)
         .to_string()
+}
+
+/// The diff from the plan of request `previous_id` to `request`'s plan (`muster plans`, the
+/// person's front ends); `None` when `previous_id` is not among `requests`.
+pub fn revision_diff(
+    requests: &[RequestRecord],
+    previous_id: &str,
+    request: &RequestRecord,
+) -> Option<String> {
+    let previous = requests.iter().find(|r| r.request_id == previous_id)?;
+    let text = |r: &RequestRecord| r.body.plan().unwrap_or_default().to_owned();
+    Some(unified(
+        &text(previous),
+        &text(request),
+        previous_id,
+        &request.request_id,
+    ))
 }
 
 /// One line of a diff for display: its sign and text.

@@ -1,13 +1,26 @@
-// An ACP client written with the official TypeScript SDK's stable entry point
+// An ACP client written with the official TypeScript SDK's entry point
 // (client().onRequest(…).onNotification(…).connect(…)), for muster's editor tests:
 //   node plan-client.mjs MUSTER_BINARY PROJECT_DIR PROMPT
 // It starts `MUSTER_BINARY acp` in PROJECT_DIR, opens a session, sends PROMPT, and answers
 // each session/request_permission in turn: the first is rejected with feedback (in the
-// answer's `_meta` key `muster/feedback`), every later one approved into acceptEdits. It
-// prints one JSON object: the updates, the permission requests and the stop reason.
+// answer's `_meta` key `muster/feedback`), every later one approved (a plan into acceptEdits).
+// It prints one JSON object: the updates, the permission requests and the stop reason.
+// Knobs (environment):
+//   ACP_ENTRY=unstable  import the SDK's `/unstable` entry point instead of the stable one.
+//   ACP_HOLD=1          hold each permission request until a line arrives on stdin; the
+//                       client says `acp-client: holding TOOL_CALL_ID` on stderr first, and
+//                       `acp-client: message TEXT` (JSON) for each message chunk it is sent.
 import { spawn } from "node:child_process";
+import { createInterface } from "node:readline";
 import { Readable, Writable } from "node:stream";
-import { client, ndJsonStream } from "@agentclientprotocol/sdk";
+
+const unstable = process.env.ACP_ENTRY === "unstable";
+const { client, ndJsonStream } = await import(
+  unstable ? "@agentclientprotocol/sdk/unstable" : "@agentclientprotocol/sdk"
+);
+const releases = process.env.ACP_HOLD
+  ? createInterface({ input: process.stdin })[Symbol.asyncIterator]()
+  : null;
 
 const [muster, cwd, prompt] = process.argv.slice(2);
 const agent = spawn(muster, ["acp"], { cwd, stdio: ["pipe", "pipe", "inherit"] });
@@ -15,19 +28,30 @@ const stream = ndJsonStream(Writable.toWeb(agent.stdin), Readable.toWeb(agent.st
 
 const updates = [];
 const requests = [];
+const approval = (options) =>
+  (options.find((o) => o.optionId === "approve:acceptEdits") ??
+    options.find((o) => o.kind === "allow_once")).optionId;
 const connection = client()
-  .onRequest("session/request_permission", ({ params }) => {
+  .onRequest("session/request_permission", async ({ params }) => {
     requests.push(params);
-    if (requests.length === 1) {
+    const first = requests.length === 1;
+    if (releases) {
+      process.stderr.write(`acp-client: holding ${params.toolCall.toolCallId}\n`);
+      await releases.next();
+    }
+    if (first) {
       return {
         outcome: { outcome: "selected", optionId: "reject" },
         _meta: { "muster/feedback": "Say how it is tested." },
       };
     }
-    return { outcome: { outcome: "selected", optionId: "approve:acceptEdits" } };
+    return { outcome: { outcome: "selected", optionId: approval(params.options) } };
   })
   .onNotification("session/update", ({ params }) => {
     updates.push(params.update);
+    if (releases && params.update.sessionUpdate === "agent_message_chunk") {
+      process.stderr.write(`acp-client: message ${JSON.stringify(params.update.content.text)}\n`);
+    }
   })
   .connect(stream);
 
@@ -42,3 +66,4 @@ connection.close();
 agent.stdin.end();
 await new Promise((resolve) => agent.on("exit", resolve));
 process.stdout.write(JSON.stringify({ sessionId, stopReason, updates, requests }) + "\n");
+process.exit(0);

@@ -16,7 +16,11 @@ use agent_client_protocol::v1::schema::{
 };
 use muster_agents::runtime::{Terminal, TerminalPlanDecision};
 use muster_config::PermissionMode;
+use muster_mailbox::MessageBody;
 use serde_json::Value;
+
+use crate::human_decision::Decision;
+use crate::person_requests::{AskedRequest, PersonFrontEnd};
 
 /// The `_meta` key of a `session/request_permission` answer that carries a rejection's
 /// feedback.
@@ -132,22 +136,7 @@ impl Terminal for EditorAsks {
                 .kind(ToolKind::SwitchMode)
                 .content(vec![ToolCallContent::from(plan)]),
         );
-        let mut options: Vec<PermissionOption> = APPROVE_INTO
-            .iter()
-            .map(|mode| {
-                option(
-                    &format!("approve:{mode}"),
-                    &format!("Approve, then work in {mode}"),
-                    PermissionOptionKind::AllowOnce,
-                )
-            })
-            .collect();
-        options.push(option(
-            "reject",
-            "Reject (keep planning)",
-            PermissionOptionKind::RejectOnce,
-        ));
-        let answer = self.ask(call, options);
+        let answer = self.ask(call, Self::plan_options());
         plan_decision(answer.option.as_deref(), answer.feedback)
     }
 
@@ -210,6 +199,155 @@ impl Terminal for EditorAsks {
             option("reject", "Reject", PermissionOptionKind::RejectOnce),
         ];
         self.ask(call, options).option.as_deref() == Some("allow")
+    }
+}
+
+impl EditorAsks {
+    /// The options of a plan's request: approve into each mode offered, or reject.
+    fn plan_options() -> Vec<PermissionOption> {
+        let mut options: Vec<PermissionOption> = APPROVE_INTO
+            .iter()
+            .map(|mode| {
+                option(
+                    &format!("approve:{mode}"),
+                    &format!("Approve, then work in {mode}"),
+                    PermissionOptionKind::AllowOnce,
+                )
+            })
+            .collect();
+        options.push(option(
+            "reject",
+            "Reject (keep planning)",
+            PermissionOptionKind::RejectOnce,
+        ));
+        options
+    }
+
+    /// Approve once or reject: a merge's and a permission ask's options.
+    fn yes_no(approve: &str) -> Vec<PermissionOption> {
+        vec![
+            option("approve", approve, PermissionOptionKind::AllowOnce),
+            option("reject", "Reject", PermissionOptionKind::RejectOnce),
+        ]
+    }
+}
+
+/// The decision an approve-or-reject answer makes (a merge, a permission ask); none when the
+/// request was cancelled or the editor is gone (it waits for another answer).
+fn yes_no_decision(answer: Answer) -> Option<Decision> {
+    let option = answer.option.as_deref()?;
+    Some(if option == "approve" {
+        Decision::Approve {
+            mode: None,
+            feedback: answer.feedback,
+            edited_plan: None,
+            clear_context: false,
+            grants: None,
+        }
+    } else {
+        Decision::Reject {
+            feedback: answer.feedback.unwrap_or_else(|| REJECTED.to_owned()),
+        }
+    })
+}
+
+/// A diff as the text of a request's content (ACP's `diff` content is one file's old and new
+/// text; a plan's revision and a merge span any number of files, so they are shown as text).
+fn diff_block(heading: &str, diff: &str) -> ToolCallContent {
+    ToolCallContent::from(format!("{heading}\n```diff\n{diff}```\n").as_str())
+}
+
+/// A team run's requests to the person, as the editor's `session/request_permission`; the
+/// tool call's id is the stored request's id, so the editor's answer names what it decides.
+impl PersonFrontEnd for EditorAsks {
+    fn name(&self) -> &'static str {
+        "muster acp"
+    }
+
+    fn decide(&self, asked: &AskedRequest) -> Option<Decision> {
+        let agent = asked.agent.as_str();
+        let id = asked.request_id.clone();
+        match &asked.body {
+            MessageBody::PlanApprovalRequest {
+                plan, plan_file, ..
+            } => {
+                let mut content = vec![ToolCallContent::from(plan.as_str())];
+                let mut title = format!("{agent}: leave plan mode with {plan_file}");
+                if let Some(revision) = &asked.revision {
+                    title.push_str(&format!(" (revises {})", revision.previous_request_id));
+                    content.push(diff_block(
+                        &format!("Changes since {}:", revision.previous_request_id),
+                        &revision.diff,
+                    ));
+                }
+                let call = ToolCallUpdate::new(
+                    id,
+                    ToolCallUpdateFields::new()
+                        .title(title)
+                        .kind(ToolKind::SwitchMode)
+                        .content(content),
+                );
+                let answer = self.ask(call, Self::plan_options());
+                // Cancelled, or the editor is gone: the request waits for another answer.
+                answer.option.as_ref()?;
+                Some(
+                    match plan_decision(answer.option.as_deref(), answer.feedback) {
+                        TerminalPlanDecision::Approve {
+                            mode,
+                            feedback,
+                            clear_context,
+                        } => Decision::Approve {
+                            mode: mode.map(|mode| mode.to_string()),
+                            feedback,
+                            edited_plan: None,
+                            clear_context,
+                            grants: None,
+                        },
+                        TerminalPlanDecision::Reject { feedback } => Decision::Reject { feedback },
+                    },
+                )
+            }
+            MessageBody::MergeRequest { branch, files, .. } => {
+                let content = match &asked.merge_diff {
+                    Some(diff) => vec![diff_block(&format!("Merging {branch} adds:"), diff)],
+                    None => vec![ToolCallContent::from(
+                        format!("Merging {branch} changes {}.", files.join(", ")).as_str(),
+                    )],
+                };
+                let call = ToolCallUpdate::new(
+                    id,
+                    ToolCallUpdateFields::new()
+                        .title(format!("{agent}: merge {branch}"))
+                        .kind(ToolKind::Edit)
+                        .content(content),
+                );
+                yes_no_decision(self.ask(call, Self::yes_no("Merge it")))
+            }
+            MessageBody::PermissionRequest {
+                tool,
+                input,
+                reason,
+                ..
+            } => {
+                let call = ToolCallUpdate::new(
+                    id,
+                    ToolCallUpdateFields::new()
+                        .title(format!("{agent} wants to run {tool} ({reason})"))
+                        .raw_input(input.clone()),
+                );
+                yes_no_decision(self.ask(call, Self::yes_no("Allow once")))
+            }
+            MessageBody::Question {
+                question, options, ..
+            } => self
+                .answer_question(agent, question, options)
+                .map(|text| Decision::Answer { text }),
+            _ => None,
+        }
+    }
+
+    fn decided_elsewhere(&self, request_id: &str, decided_by: &str) {
+        Terminal::decided_elsewhere(self, request_id, decided_by);
     }
 }
 

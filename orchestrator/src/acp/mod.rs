@@ -36,6 +36,7 @@ use serde_json::Value;
 use crate::exit::Exit;
 use crate::launch::RunFlags;
 use crate::lifecycle::{Ending, FrontEnd};
+use crate::person_requests::TeamPerson;
 use crate::project::{Globals, Project};
 use updates::{Shown, chunk, updates_for};
 
@@ -321,22 +322,33 @@ impl Server {
                  session/cancel"
             )));
         }
+        let editor = Arc::new(asks::EditorAsks {
+            cx: cx.clone(),
+            session: request.session_id.clone(),
+            next: std::sync::atomic::AtomicU64::new(0),
+        });
+        // A team run waits on its person's requests live: each is put to the editor as it
+        // is committed (a single run asks through the runtime's terminal instead).
+        let team_person = (session.main_agent == crate::team::LEAD).then(|| {
+            Arc::new(TeamPerson::new(
+                self.globals_at(&session.cwd),
+                editor.clone(),
+                id.clone(),
+            ))
+        });
         let sink = Arc::new(Sink {
             cx: cx.clone(),
             session: request.session_id.clone(),
             workspace: session.workspace.clone(),
             shown: Mutex::new(Shown::default()),
             main_agent: session.main_agent,
+            team_person: team_person.clone(),
         });
         let turn = Turn {
             front: FrontEnd {
                 events: sink,
                 turn: Arc::new(Mutex::new(None::<TurnInterrupt>)),
-                person: Some(Arc::new(asks::EditorAsks {
-                    cx: cx.clone(),
-                    session: request.session_id.clone(),
-                    next: std::sync::atomic::AtomicU64::new(0),
-                })),
+                person: Some(editor),
             },
             cancelled: Arc::new(AtomicBool::new(false)),
             done: Arc::new(tokio::sync::Notify::new()),
@@ -354,7 +366,14 @@ impl Server {
             .spawn({
                 let id = id.clone();
                 move || {
-                    let ending = drive_prompt(&global, &id, stored, text, &thread_turn.front);
+                    let ending = drive_prompt(
+                        &global,
+                        &id,
+                        stored,
+                        text,
+                        &thread_turn.front,
+                        team_person.as_deref(),
+                    );
                     thread_turn.finished.store(true, Ordering::SeqCst);
                     thread_turn.done.notify_waiters();
                     let _ = sender.send(ending);
@@ -458,13 +477,19 @@ fn wait_blocking(turn: &Turn) {
 
 /// Runs one prompt of session `id` to its ending (on a thread of its own): a new run, the
 /// run continued, or — a run left mid-turn by a crash or a signal — the run carried on first.
+/// A team run that stops awaiting its person is carried on while the editor decides what
+/// waits (a merge is asked then).
 fn drive_prompt(
     global: &Globals,
     id: &str,
     stored: bool,
     prompt: String,
     front: &FrontEnd,
+    person: Option<&TeamPerson>,
 ) -> anyhow::Result<Ending> {
+    let settled = |ending: Ending| {
+        crate::person_requests::carry_on_while_decided(global, id, ending, front, person)
+    };
     if !stored {
         let flags = RunFlags {
             prompt,
@@ -474,21 +499,27 @@ fn drive_prompt(
             Some(team_file) => {
                 let mut flags = flags;
                 crate::command_prompt::choose(global, &mut flags)?;
-                crate::team::run_for_front(global, flags, team_file, id.to_owned(), front.clone())
+                settled(crate::team::run_for_front(
+                    global,
+                    flags,
+                    team_file,
+                    id.to_owned(),
+                    front.clone(),
+                )?)
             }
             None => crate::single_run::run_for_front(global, flags, id.to_owned(), front.clone()),
         };
     }
     let record = crate::lifecycle::record_of(global, id)?;
     if !matches!(record.status, RunStatus::Completed | RunStatus::Interrupted) {
-        let ending = resume_for_front(global, record, None, front)?;
+        let ending = settled(resume_for_front(global, record, None, front)?)?;
         if ending.status != RunStatus::Completed {
             return Ok(ending);
         }
         let record = crate::lifecycle::record_of(global, id)?;
-        return resume_for_front(global, record, Some(prompt), front);
+        return settled(resume_for_front(global, record, Some(prompt), front)?);
     }
-    resume_for_front(global, record, Some(prompt), front)
+    settled(resume_for_front(global, record, Some(prompt), front)?)
 }
 
 /// The stored run `record` carried on (`None`) or continued with a prompt, by its kind: a
@@ -613,10 +644,15 @@ struct Sink {
     workspace: PathBuf,
     shown: Mutex<Shown>,
     main_agent: &'static str,
+    /// A team run's requests to the person go to the editor.
+    team_person: Option<Arc<TeamPerson>>,
 }
 
 impl EventSink for Sink {
     fn emit(&self, event: RunEvent) {
+        if let Some(person) = &self.team_person {
+            person.ask_if_for_the_person(&event);
+        }
         let updates = {
             let mut shown = self.shown.lock().unwrap_or_else(PoisonError::into_inner);
             updates_for(&event, &mut shown, self.main_agent, &self.workspace)

@@ -497,12 +497,11 @@ impl Driver {
         // A team run waits on its person's requests live: they are put to the program as
         // they are committed.
         let team_asks = (self.request.ask_program && team).then(|| {
-            Arc::new(TeamAsks {
-                global: self.global.clone(),
-                asks: asks.clone(),
-                run_id: self.session.run_id.clone(),
-                asked: Mutex::new(std::collections::HashSet::new()),
-            })
+            Arc::new(TeamAsks::new(
+                self.global.clone(),
+                asks.clone(),
+                self.session.run_id.clone(),
+            ))
         });
         let streaming = self.request.output == Output::StreamJson;
         if streaming {
@@ -741,18 +740,17 @@ impl Driver {
     /// and the run carried on while the program decides one; else the ending stands.
     fn until_the_program_decides(
         &self,
-        mut ending: Ending,
+        ending: Ending,
         front: &FrontEnd,
         team_asks: Option<&TeamAsks>,
     ) -> anyhow::Result<Ending> {
-        let Some(team_asks) = team_asks else {
-            return Ok(ending);
-        };
-        while ending.status == RunStatus::AwaitingDecision && team_asks.ask_waiting()? {
-            let record = crate::lifecycle::record_of(&self.global, &self.session.run_id)?;
-            ending = crate::team::resume_for_front(&self.global, record, None, front.clone())?;
-        }
-        Ok(ending)
+        crate::person_requests::carry_on_while_decided(
+            &self.global,
+            &self.session.run_id,
+            ending,
+            front,
+            team_asks,
+        )
     }
 }
 
@@ -766,81 +764,12 @@ struct PromptSink {
 }
 
 /// What a team run's request to its person is put to the program with.
-struct TeamAsks {
-    global: Globals,
-    asks: Arc<asks::ProgramAsks>,
-    run_id: String,
-    /// The requests put to the program live during this prompt (each is asked once).
-    asked: Mutex<std::collections::HashSet<String>>,
-}
-
-impl TeamAsks {
-    /// Puts to the program, one after the other, each request of the run still waiting on
-    /// the person that it was not asked about yet; whether any is decided now.
-    fn ask_waiting(&self) -> anyhow::Result<bool> {
-        let project = Project::locate(&self.global)?;
-        let waiting: Vec<(String, String)> =
-            crate::lifecycle::tokio_runtime()?.block_on(async {
-                let store = project.open_store().await?;
-                anyhow::Ok(
-                    store
-                        .requests(&self.run_id)
-                        .await?
-                        .into_iter()
-                        .filter(|r| r.response.is_none() && r.responder == muster_mailbox::HUMAN)
-                        .map(|r| (r.request_id, r.requester))
-                        .collect(),
-                )
-            })?;
-        let mut decided = false;
-        for (request_id, agent) in waiting {
-            let first_time = self
-                .asked
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(request_id.clone());
-            if !first_time {
-                continue;
-            }
-            decided |= team_asks::answer_now(&team_asks::PersonRequest {
-                global: self.global.clone(),
-                asks: self.asks.clone(),
-                run_id: self.run_id.clone(),
-                request_id,
-                agent,
-            })?;
-        }
-        Ok(decided)
-    }
-}
+type TeamAsks = crate::person_requests::TeamPerson;
 
 impl EventSink for PromptSink {
     fn emit(&self, event: RunEvent) {
-        if let (
-            Some(team),
-            RunEvent::ApprovalRequested {
-                agent,
-                request_id,
-                responder,
-                subject,
-            },
-        ) = (&self.team_asks, &event)
-            && responder == muster_mailbox::HUMAN
-            // A merge is asked when the run stops awaiting it (`ask_waiting`).
-            && !matches!(subject, muster_protocol::ApprovalSubject::Merge { .. })
-            && team
-                .asked
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(request_id.clone())
-        {
-            team_asks::answer_in_background(team_asks::PersonRequest {
-                global: team.global.clone(),
-                asks: team.asks.clone(),
-                run_id: team.run_id.clone(),
-                request_id: request_id.clone(),
-                agent: agent.clone(),
-            });
+        if let Some(team) = &self.team_asks {
+            team.ask_if_for_the_person(&event);
         }
         let messages = self
             .translator

