@@ -257,6 +257,15 @@ pub trait MailboxStore: Send + Sync {
     async fn finish_work(&self, fence: &WorkFence, result: Value) -> StoreResult<WorkItem>;
     /// Hands the item back (pending) for another claim; refused unless `fence` holds it.
     async fn release_work(&self, fence: &WorkFence) -> StoreResult<WorkItem>;
+    /// Stops the item whoever holds its lease (the decision of the item's owner, such as the
+    /// lead of a teammate's run ending): pending or leased becomes done with `result`; the
+    /// holder's writes are refused from this commit on and its worker, at its next heartbeat,
+    /// finds the lease lost and stops the item's process. An item done already is left as it
+    /// is. `None`: no such item.
+    async fn stop_work(&self, id: &str, result: Value) -> StoreResult<Option<WorkItem>>;
+    /// Puts a done item back in its queue, pending, its result cleared (a stopped teammate
+    /// whose run is resumed). An item not done is left as it is. `None`: no such item.
+    async fn reopen_work(&self, id: &str) -> StoreResult<Option<WorkItem>>;
     async fn work_item(&self, id: &str) -> StoreResult<Option<WorkItem>>;
     async fn work_items(&self, queue: &str) -> StoreResult<Vec<WorkItem>>;
     /// How long until the earliest lease deadline (of `queue`, or of any), zero when one has

@@ -215,6 +215,45 @@ pub(crate) async fn release(tx: &impl Tx, fence: &WorkFence) -> StoreResult<Work
     }
 }
 
+/// Stops the item whoever holds it: pending or leased becomes done with `result`. Its holder's
+/// writes are refused from this COMMIT on (on PostgreSQL this waits for a write of the holder
+/// in flight, which holds the row), and its next heartbeat finds the lease lost. An item done
+/// already is left as it is.
+pub(crate) async fn stop(tx: &impl Tx, id: &str, result: &Value) -> StoreResult<Option<WorkItem>> {
+    let sql = format!(
+        "UPDATE work_items SET state = 'done', result = ?2, finished_at = {}, lease_deadline = NULL \
+         WHERE id = ?1 AND state != 'done' RETURNING {ITEM_COLUMNS}",
+        tx.dialect().now_ms()
+    );
+    match tx
+        .query_opt(&sql, &[&id, &result.to_string()], item_of)
+        .await?
+    {
+        Some(stopped) => {
+            tx.announce_work().await?;
+            Ok(Some(stopped))
+        }
+        None => item(tx, id).await,
+    }
+}
+
+/// Puts a stopped item back in its queue (pending, its result cleared) for the next claim;
+/// an item not done is left as it is.
+pub(crate) async fn reopen(tx: &impl Tx, id: &str) -> StoreResult<Option<WorkItem>> {
+    let sql = format!(
+        "UPDATE work_items SET state = 'pending', result = NULL, finished_at = NULL, \
+             lease_deadline = NULL \
+         WHERE id = ?1 AND state = 'done' RETURNING {ITEM_COLUMNS}"
+    );
+    match tx.query_opt(&sql, &[&id], item_of).await? {
+        Some(reopened) => {
+            tx.announce_work().await?;
+            Ok(Some(reopened))
+        }
+        None => item(tx, id).await,
+    }
+}
+
 /// Milliseconds until the earliest lease deadline, by the database's clock (0 when passed).
 pub(crate) async fn next_expiry(tx: &impl Tx, queue: Option<&str>) -> StoreResult<Option<i64>> {
     let sql = format!(

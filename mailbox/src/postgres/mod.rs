@@ -989,6 +989,14 @@ impl MailboxStore for PostgresStore {
         work_op!(self, |tx, ctx| ops_work::release(&tx, fence).await)
     }
 
+    async fn stop_work(&self, id: &str, result: Value) -> StoreResult<Option<WorkItem>> {
+        work_op!(self, |tx, ctx| ops_work::stop(&tx, id, &result).await)
+    }
+
+    async fn reopen_work(&self, id: &str) -> StoreResult<Option<WorkItem>> {
+        work_op!(self, |tx, ctx| ops_work::reopen(&tx, id).await)
+    }
+
     async fn worker_process_groups(
         &self,
         worker: &str,

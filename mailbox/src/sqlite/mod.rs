@@ -540,6 +540,18 @@ impl MailboxStore for SqliteStore {
             .await
     }
 
+    async fn stop_work(&self, id: &str, result: Value) -> StoreResult<Option<WorkItem>> {
+        let id = id.to_owned();
+        self.work_op(true, async move |tx| ops_work::stop(tx, &id, &result).await)
+            .await
+    }
+
+    async fn reopen_work(&self, id: &str) -> StoreResult<Option<WorkItem>> {
+        let id = id.to_owned();
+        self.work_op(true, async move |tx| ops_work::reopen(tx, &id).await)
+            .await
+    }
+
     async fn worker_process_groups(
         &self,
         worker: &str,

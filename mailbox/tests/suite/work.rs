@@ -21,6 +21,7 @@ on_both_backends!(
     a_fenced_tool_start_records_its_process_group_under_the_item_holder,
     a_fence_holder_acks_mail_a_newer_epoch_voided_and_an_epoch_owner_does_not,
     a_worker_that_lost_its_lease_can_neither_read_nor_charge_the_run_ledger,
+    a_stopped_item_fences_its_holder_and_reopens_for_the_next_claim,
 );
 
 const LONG: Duration = Duration::from_secs(600);
@@ -535,4 +536,61 @@ async fn a_worker_that_lost_its_lease_can_neither_read_nor_charge_the_run_ledger
     let charged = fenced.commit_turn(charge("late")).await.unwrap_err();
     assert!(is_fenced(&charged, 2), "{charged}");
     assert_eq!(store.run_ledger(RUN).await.unwrap(), Some(before));
+}
+
+/// `stop_work`, the item's owner's decision whoever holds it: a leased item becomes done with
+/// the owner's result, its holder's writes and heartbeat fail from that commit on (the
+/// heartbeat reports the lease lost), watchers wake, and a second stop changes nothing.
+/// `reopen_work` puts it back pending for the next claim, under a new token.
+async fn a_stopped_item_fences_its_holder_and_reopens_for_the_next_claim(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
+    store.enqueue_work(items("q", &["a"])).await.unwrap();
+    let lease = store.claim_work(None, "w1", LONG).await.unwrap().unwrap();
+    let fenced = place.location().open_fenced(lease.fence()).await;
+    run_with(&fenced, RUN, &["alice"]).await;
+    let watch = store.watch_work().await.unwrap();
+    let stopped = store
+        .stop_work(&lease.id, json!({"stopped": "interrupted"}))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stopped.state, WorkState::Done);
+    assert_eq!(stopped.result, Some(json!({"stopped": "interrupted"})));
+    tokio::time::timeout(GUARD, watch.changed())
+        .await
+        .expect("the stop wakes watchers")
+        .unwrap();
+    let error = fenced
+        .send(text(RUN, "lead", "alice", "late"))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, StoreError::Fenced { .. }), "{error}");
+    let beat = store
+        .heartbeat(&worker("w1"), &[lease.fence()], LONG)
+        .await
+        .unwrap();
+    assert_eq!(beat.lost, vec![lease.fence()]);
+    // Done already: a second stop leaves the first result.
+    let again = store
+        .stop_work(&lease.id, json!({"stopped": "completed"}))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.result, Some(json!({"stopped": "interrupted"})));
+    assert!(
+        store
+            .stop_work("q#none", json!({}))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(store.claim_work(None, "w2", LONG).await.unwrap().is_none());
+    let reopened = store.reopen_work(&lease.id).await.unwrap().unwrap();
+    assert_eq!(
+        (reopened.state, reopened.result),
+        (WorkState::Pending, None)
+    );
+    let next = store.claim_work(None, "w2", LONG).await.unwrap().unwrap();
+    assert_eq!((next.id, next.token), (lease.id, lease.token + 1));
 }

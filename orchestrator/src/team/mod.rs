@@ -717,6 +717,9 @@ impl RunDriver for TeamDriver {
         } else {
             team.stop_all().await;
         }
+        // What still runs on a worker (interrupted, or it did not answer the shutdown) is
+        // stopped there: the lead that placed it has ended.
+        team.stop_placed(ending.status.as_str()).await;
         team.deliver_result(&mut ending).await?;
         let reports = team.verifications().await?;
         ending.add_verifications(&reports);

@@ -74,6 +74,19 @@ impl TeammateItem {
     }
 }
 
+/// The key of a stopped teammate's item result: why its lead stopped it (the run's status).
+const STOPPED: &str = "stopped";
+
+/// Whether the item is one its lead stopped ([`Team::stop_placed`]), not one its worker
+/// finished.
+fn was_stopped(item: &WorkItem) -> bool {
+    item.state == WorkState::Done
+        && item
+            .result
+            .as_ref()
+            .is_some_and(|r| r.get(STOPPED).is_some())
+}
+
 pub(crate) fn item_id(run_id: &str, agent: &str) -> String {
     format!("team:{run_id}:{agent}")
 }
@@ -199,13 +212,19 @@ impl Team {
         };
         // Listening before the first look: a change between the look and the wait wakes it.
         let mut watch = self.store.watch_work().await?;
-        self.store
+        let stored = self
+            .store
             .enqueue_work(vec![NewWorkItem {
                 id: id.clone(),
                 queue: format!("team:{}", self.run_id()),
                 payload: serde_json::to_value(&payload)?,
             }])
             .await?;
+        // Stopped when the lead ended before (`stop_placed`): this resume places it again,
+        // and a worker resumes it from the store.
+        if stored.iter().any(was_stopped) {
+            self.store.reopen_work(&id).await?;
+        }
         let mut reported = 0;
         loop {
             let item = self
@@ -237,6 +256,40 @@ impl Team {
             if let Err(error) = watch.changed().await {
                 tracing::warn!(%error, "the work queue's notifications; listening again");
                 watch = self.store.watch_work().await?;
+            }
+        }
+    }
+
+    /// The lead ends (`why`: the run's status): each teammate still placed on a worker is
+    /// stopped there. Its work item is stopped in the store, so its writes are refused from
+    /// that commit on, and its worker, finding the lease lost at its next heartbeat, stops the
+    /// teammate's process (SIGTERM, then SIGKILL after a lease). A teammate whose worker
+    /// finished its item (it agreed to shut down) is left as it is.
+    pub(crate) async fn stop_placed(&self, why: &str) {
+        let placed: Vec<String> = {
+            let members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+            members
+                .iter()
+                .filter(|(_, member)| member.placed)
+                .map(|(id, _)| id.clone())
+                .collect()
+        };
+        for agent in placed {
+            let result = serde_json::json!({
+                "kind": TEAMMATE_ITEM,
+                "run_id": self.run_id(),
+                "agent": agent,
+                STOPPED: why,
+            });
+            let id = item_id(self.run_id(), &agent);
+            match self.store.stop_work(&id, result).await {
+                Ok(Some(item)) if was_stopped(&item) => {
+                    tracing::info!(%agent, item = %id, "the placed teammate is stopped ({why})");
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(%agent, item = %id, %error, "the placed teammate could not be stopped");
+                }
             }
         }
     }

@@ -158,8 +158,8 @@ impl Shared {
             Err(_) => return,
         };
         eprintln!(
-            "muster worker {}: lost the lease of {} (token {}): another worker took it over; \
-             stopping its line",
+            "muster worker {}: lost the lease of {} (token {}): another worker took it over, \
+             or its run stopped it; stopping its line",
             self.info.name, fence.item, fence.token
         );
         if let Some(pid) = child {

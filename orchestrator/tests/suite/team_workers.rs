@@ -1592,3 +1592,111 @@ async fn a_teammate_on_a_worker_whose_listen_connection_is_cut_still_gets_the_le
     assert_eq!(worker.stop().await, Some(0));
     schema.drop_now().await;
 }
+
+/// The lead interrupted (SIGINT) while its teammate on a `muster worker` waits on the model
+/// there: the lead stops the teammate's work item in the store as it ends (`stop_placed`), so
+/// the worker finds the lease lost, stops the teammate's process and reports nothing for it;
+/// nothing of the teammate runs on after its run stopped. `muster resume` places the teammate
+/// again: a worker resumes it from the store and the run completes with its work.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_interrupted_lead_stops_its_teammate_on_a_worker_and_a_resume_places_it_again() {
+    let schema = Schema::new().await;
+    let url = schema.url();
+    let mut held = ScriptEntry::reply(
+        "one",
+        1,
+        vec![tool(
+            "Write",
+            json!({"file_path": "one.txt", "content": "one\n"}),
+        )],
+    );
+    held.fault.hold = Some("one-1".to_owned());
+    let fake = fake(vec![
+        lead_assigns(&["one"]),
+        lead_merges("one", &["merge-one-1"]),
+        any_turn("lead", "Waiting for the team."),
+        held,
+        any_turn("one", "done"),
+    ])
+    .await;
+    let mut worker = teammate_worker(&fake, &url, "w1");
+    worker.wait_for("ready on").await;
+    let remote = bare_remote();
+    let remote_path = remote.path().display().to_string();
+    let lead = lead_repo(&team(&["one"], ""));
+    let root = lead.path();
+    let base = fake.base_url();
+    let mut run =
+        super::common::Running::spawn(command(root, &run_args(&url, &base, &remote_path)));
+    let started = run
+        .until("the lead's mail", |e| e["type"] == "mail_sent")
+        .await;
+    let run_id = started["run_id"].as_str().unwrap().to_owned();
+    let teammate = teammate_pid(&mut worker).await;
+    tokio::time::timeout(super::common::GUARD, fake.gate_reached("one-1", 1))
+        .await
+        .expect("the teammate on the worker never asked the model");
+    let lead_pid = run.child.id().unwrap() as i32;
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(lead_pid).unwrap(),
+        rustix::process::Signal::INT,
+    )
+    .unwrap();
+    assert_eq!(run.finish().await, Some(130), "{:#?}", run.events);
+    let end = run.events.last().unwrap().clone();
+    assert_eq!(end["status"], "interrupted", "{end:#}");
+    // Stopped in the store by the lead as it ended.
+    let store = super::store_pg::open(&url).await;
+    let item_id = format!("team:{run_id}:one");
+    let item = store.work_item(&item_id).await.unwrap().unwrap();
+    assert_eq!(item.state, muster_mailbox::WorkState::Done, "{item:#?}");
+    assert_eq!(
+        item.result.as_ref().unwrap()["stopped"],
+        "interrupted",
+        "{item:#?}"
+    );
+    // Its worker stops the teammate's process and its result is refused: the lead decided.
+    worker
+        .wait_for(&format!("lost the lease of {item_id}"))
+        .await;
+    worker
+        .wait_for(&format!("{item_id}: result refused as fenced"))
+        .await;
+    assert!(
+        rustix::process::test_kill_process(teammate).is_err(),
+        "the teammate's process {teammate:?} still runs:\n{:#?}",
+        worker.said()
+    );
+    assert!(
+        !root.join("one.txt").exists() && found_under(worker.dir.path(), "one.txt").is_empty(),
+        "nothing of the teammate's turn ran"
+    );
+    // The resume places it again; a worker resumes it from the store.
+    fake.open_gate("one-1");
+    let resumed = command(
+        root,
+        &[
+            "--store",
+            &url,
+            "resume",
+            &run_id,
+            "--output",
+            "stream-json",
+        ],
+    );
+    let output = super::common::output(resumed).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let end = finished(&output);
+    assert_eq!(end["status"], "completed", "{end:#}");
+    worker.wait_for("resumed from the store").await;
+    assert_eq!(
+        std::fs::read_to_string(root.join("one.txt")).ok(),
+        Some("one\n".to_owned()),
+        "{end:#}\n{:#?}",
+        worker.said()
+    );
+    let item = store.work_item(&item_id).await.unwrap().unwrap();
+    assert_eq!(item.result.as_ref().unwrap()["exit_code"], 0, "{item:#?}");
+    assert_eq!(worker.stop().await, Some(0));
+    schema.drop_now().await;
+}
