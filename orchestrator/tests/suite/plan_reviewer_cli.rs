@@ -331,3 +331,37 @@ async fn a_kill_around_a_plan_reviewers_decision_neither_asks_twice_nor_loses_th
         );
     }
 }
+
+/// A team file naming a reviewer no settings file defines is refused before any run exists
+/// (exit 2, naming `planReviewers`); a single run cannot take a hook as its approver.
+#[tokio::test]
+async fn a_hook_approver_without_its_reviewer_or_outside_a_team_is_refused() {
+    let dir = reviewed_project("required");
+    std::fs::write(
+        dir.path().join("muster.team.toml"),
+        "name = \"greeters\"\nisolation = \"shared\"\n\n[[teammates]]\nname = \"alice\"\n\
+         definition = \"writer\"\napprover = \"hook:lenient\"\n",
+    )
+    .unwrap();
+    trust(dir.path()).await;
+    let refused = muster(dir.path(), &["run", "-p", "Greet."]).await;
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    let said = stderr(&refused);
+    assert!(
+        said.contains("approver \"hook:lenient\" names no plan reviewer")
+            && said.contains("\"planReviewers\""),
+        "{said}"
+    );
+    assert!(
+        !dir.path().join(".muster/muster.db").exists(),
+        "a run was stored before the check"
+    );
+    std::fs::remove_file(dir.path().join("muster.team.toml")).unwrap();
+    let single = muster(
+        dir.path(),
+        &["run", "-p", "Greet.", "--approver", "hook:strict"],
+    )
+    .await;
+    assert_eq!(single.status.code(), Some(2), "{}", stderr(&single));
+    assert!(stderr(&single).contains("hook:NAME"), "{}", stderr(&single));
+}
