@@ -109,5 +109,6 @@ pub use limits::{
     AgentLimits, AgentStop, CONTINUE_PROMPT, DEFAULT_CONTINUATIONS, DEFAULT_STUCK_AFTER,
 };
 pub use plan_files::{PlanFiles, REQUIRED_SECTIONS, missing_sections, random_slug};
+pub use prompt::OwnPrompt;
 pub use prompt::{mode_reminder, system_prompt};
 pub use records::{AgentKind, Record, StartedCall, TRANSCRIPT, unfinished_calls};

@@ -64,6 +64,12 @@ pub struct RunLaunch {
     /// `--resume` takes and the compatible output names the session by.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_alias: Option<String>,
+    /// `muster claude --system-prompt`: the main agent's prompt in place of its definition's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    /// `muster claude --append-system-prompt`: text after the main agent's own prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub append_system_prompt: Option<String>,
     /// The model catalogue's prices as the run's start read them: every process of the run —
     /// a resume, a fork, a worker running a teammate — prices responses (and the run's
     /// budget ledger) with these, not with its own settings (absent in runs stored before they
@@ -229,8 +235,19 @@ impl RunLaunch {
             traceparent: traceparent_given(project),
             flag_settings: flags.settings.clone(),
             session_alias: flags.session_alias.clone(),
+            system_prompt: flags.system_prompt.clone(),
+            append_system_prompt: flags.append_system_prompt.clone(),
             prices: Some(PriceSnapshot::of(&settings.models)),
         })
+    }
+
+    /// The main agent's own prompt as the launch asks (`--system-prompt`,
+    /// `--append-system-prompt`).
+    pub(crate) fn own_prompt(&self) -> muster_agents::runtime::OwnPrompt {
+        muster_agents::runtime::OwnPrompt {
+            replace: self.system_prompt.clone(),
+            append: self.append_system_prompt.clone(),
+        }
     }
 
     /// The stored `TRACEPARENT`, read (a stored value was checked when the run started).
@@ -330,6 +347,9 @@ pub struct RunFlags {
     pub settings: Vec<(String, String, String)>,
     /// `muster claude --session-id`: the run's alias.
     pub session_alias: Option<String>,
+    /// `muster claude --system-prompt` / `--append-system-prompt` (kept with the run).
+    pub system_prompt: Option<String>,
+    pub append_system_prompt: Option<String>,
     /// The slash command `prompt` names, chosen before the project loads
     /// ([`crate::command_prompt::choose`]); expanded into the stored prompt.
     pub command: Option<crate::command_prompt::ChosenCommand>,

@@ -339,7 +339,13 @@ impl RunDriver for SingleDriver {
                 inherited_model: None,
                 endpoint: None,
             };
-            AgentRuntime::start(self.context.clone(), spec, &self.launch.prompt).await?
+            AgentRuntime::start_with_own_prompt(
+                self.context.clone(),
+                spec,
+                &self.launch.prompt,
+                &self.launch.run.own_prompt(),
+            )
+            .await?
         };
         if let Some(front) = &self.front {
             front.hold_turn(agent.interrupter());

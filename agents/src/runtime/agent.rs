@@ -33,6 +33,7 @@ use super::error::{RuntimeError, RuntimeResult};
 use super::events::{Reporter, RunEvent};
 use super::interrupt::{CommitLane, TurnInterrupt};
 use super::plan_state::PlanState;
+use super::prompt::OwnPrompt;
 use super::prompt::{mode_reminder, system_prompt};
 use super::records::{AgentKind, Record};
 use super::requests::{Requests, own_model};
@@ -107,6 +108,17 @@ impl AgentRuntime {
         spec: AgentSpec,
         prompt: &str,
     ) -> RuntimeResult<AgentRuntime> {
+        Self::start_with_own_prompt(run, spec, prompt, &OwnPrompt::default()).await
+    }
+
+    /// [`AgentRuntime::start`], the definition's prompt changed as `own` asks (the main
+    /// agent of a run a Claude Code program started with `--system-prompt`).
+    pub async fn start_with_own_prompt(
+        run: Arc<RunContext>,
+        spec: AgentSpec,
+        prompt: &str,
+        own: &OwnPrompt,
+    ) -> RuntimeResult<AgentRuntime> {
         let definition = run
             .catalog
             .get(&spec.definition)
@@ -123,7 +135,7 @@ impl AgentRuntime {
         )
         .await?;
         let mut system = system_prompt(
-            &definition.system_prompt,
+            &own.apply(&definition.system_prompt),
             &run.instructions,
             equipment.workspace.root(),
         );

@@ -5,6 +5,33 @@ use std::path::Path;
 
 use muster_config::PermissionMode;
 
+/// What a program driving the run gave for the main agent's own prompt (Claude Code's
+/// `--system-prompt` / `--append-system-prompt`): it stands for the definition's prompt only;
+/// the sections muster adds (the environment, the modes, the project's instructions) and a
+/// lead's team prompt stay, so the runtime's rules still reach the model.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OwnPrompt {
+    /// Replaces the definition's prompt.
+    pub replace: Option<String>,
+    /// Follows the definition's prompt (or its replacement).
+    pub append: Option<String>,
+}
+
+impl OwnPrompt {
+    /// The definition's prompt as this asks.
+    pub fn apply(&self, definition_prompt: &str) -> String {
+        let mut prompt = self
+            .replace
+            .clone()
+            .unwrap_or_else(|| definition_prompt.to_owned());
+        if let Some(append) = &self.append {
+            prompt.push_str("\n\n");
+            prompt.push_str(append.trim());
+        }
+        prompt
+    }
+}
+
 /// The system prompt: the definition's prompt, the project's instructions, the workspace, and
 /// how modes are announced. Nothing in it depends on the mode.
 pub fn system_prompt(definition_prompt: &str, instructions: &str, workspace: &Path) -> String {

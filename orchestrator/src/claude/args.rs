@@ -26,6 +26,11 @@ pub struct Request {
     pub continue_last: bool,
     pub fork: bool,
     pub session_alias: Option<String>,
+    /// `--system-prompt` (or its file): the main agent's prompt in place of its definition's
+    /// (`None` for the SDK's default empty value).
+    pub system_prompt: Option<String>,
+    /// `--append-system-prompt`: text after the main agent's own prompt.
+    pub append_system_prompt: Option<String>,
     /// `--permission-prompt-tool stdio`.
     pub ask_program: bool,
     /// One line each, said once on stderr.

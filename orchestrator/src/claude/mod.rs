@@ -613,6 +613,8 @@ impl Driver {
             permission_mode: self.request.permission_mode,
             settings: self.request.settings.clone(),
             session_alias: self.request.session_alias.clone(),
+            system_prompt: self.request.system_prompt.clone(),
+            append_system_prompt: self.request.append_system_prompt.clone(),
             ..RunFlags::default()
         }
     }

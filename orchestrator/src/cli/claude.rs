@@ -90,6 +90,7 @@ pub struct ClaudeArgs {
         allow_hyphen_values = true
     )]
     pub system_prompt: Option<String>,
+    /// `--system-prompt`, read from a file.
     #[arg(long = "system-prompt-file", value_name = "FILE", hide = true)]
     pub system_prompt_file: Option<PathBuf>,
     /// Text appended to the system prompt.
@@ -288,8 +289,15 @@ fn check(args: ClaudeArgs) -> Result<Request, Refused> {
             ));
         }
     }
+    let system_prompt = own_system_prompt(&args)?;
+    let append_system_prompt = args
+        .append_system_prompt
+        .clone()
+        .filter(|text| !text.trim().is_empty());
     let warnings = warnings_for(&args);
     Ok(Request {
+        system_prompt,
+        append_system_prompt,
         output,
         stream_input,
         partial: args.include_partial_messages,
@@ -306,6 +314,25 @@ fn check(args: ClaudeArgs) -> Result<Request, Refused> {
     })
 }
 
+/// `--system-prompt TEXT` or `--system-prompt-file FILE`: the main agent's prompt in place of
+/// its definition's. The SDK's default empty value asks for no change.
+fn own_system_prompt(args: &ClaudeArgs) -> Result<Option<String>, Refused> {
+    let given = args
+        .system_prompt
+        .clone()
+        .filter(|text| !text.trim().is_empty());
+    match (given, &args.system_prompt_file) {
+        (Some(_), Some(_)) => Err(refused(
+            "give --system-prompt or --system-prompt-file, not both",
+        )),
+        (Some(text), None) => Ok(Some(text)),
+        (None, Some(file)) => std::fs::read_to_string(file)
+            .map(|text| Some(text).filter(|text| !text.trim().is_empty()))
+            .map_err(|error| refused(format!("--system-prompt-file {}: {error}", file.display()))),
+        (None, None) => Ok(None),
+    }
+}
+
 fn setting(key: &str, value: impl ToString, flag: &str) -> (String, String, String) {
     (key.to_owned(), value.to_string(), flag.to_owned())
 }
@@ -318,17 +345,6 @@ fn warnings_for(args: &ClaudeArgs) -> Vec<String> {
             warnings.push(format!("{flag} is accepted and ignored: {instead}"));
         }
     };
-    warn(
-        args.system_prompt.as_deref().is_some_and(|s| !s.is_empty())
-            || args.system_prompt_file.is_some(),
-        "--system-prompt",
-        "muster's role prompts and AGENTS.md/CLAUDE.md make the system prompt",
-    );
-    warn(
-        args.append_system_prompt.is_some(),
-        "--append-system-prompt",
-        "put standing instructions in AGENTS.md or CLAUDE.md",
-    );
     warn(
         args.tools.as_deref().is_some_and(|t| t != "default"),
         "--tools",

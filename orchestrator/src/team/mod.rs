@@ -1007,7 +1007,13 @@ impl Team {
             AgentRuntime::resume(self.run.clone(), LEAD, None, None).await?
         } else {
             let prompt = self.lead_prompt(&launch.prompt);
-            AgentRuntime::start(self.run.clone(), spec, &prompt).await?
+            AgentRuntime::start_with_own_prompt(
+                self.run.clone(),
+                spec,
+                &prompt,
+                &launch.run.own_prompt(),
+            )
+            .await?
         };
         // One handle for the lead and the teammates: an interrupt ends every running turn.
         lead.share_turn_interrupt(&self.turns);

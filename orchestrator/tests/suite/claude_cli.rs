@@ -1144,3 +1144,129 @@ async fn set_model_changes_the_model_of_the_next_prompt() {
     assert_ne!(models[0], "claude-opus-4-5");
     assert_eq!(models[1], "claude-opus-4-5", "{models:?}");
 }
+
+/// `--system-prompt` replaces the main agent's own prompt (its definition's) and
+/// `--append-system-prompt` follows it; muster's sections (the modes) stay. In a team run only
+/// the lead's prompt changes. The SDK's default `--system-prompt ""` changes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn system_prompt_replaces_only_the_main_agents_own_prompt() {
+    const DEFINITION: &str = "You are a careful software engineer";
+    let system = |request: &muster_fake_llm::RecordedRequest| request.body["system"].to_string();
+    let dir = project(&[]);
+    let server = fake(vec![ScriptEntry::reply(
+        "main",
+        1,
+        vec![Block::text("Arr.")],
+    )])
+    .await;
+    let output = claude(
+        dir.path(),
+        &server.base_url(),
+        &[
+            "-p",
+            "Hello.",
+            "--output-format",
+            "json",
+            "--system-prompt",
+            "You are a pirate.",
+            "--append-system-prompt",
+            "Answer in one word.",
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let sent = system(&server.requests()[0]);
+    assert!(
+        sent.contains("You are a pirate.\\n\\nAnswer in one word."),
+        "{sent}"
+    );
+    assert!(!sent.contains(DEFINITION), "{sent}");
+    assert!(
+        sent.contains("# Permission modes"),
+        "muster's sections stay: {sent}"
+    );
+
+    // The SDK's default empty value: the definition's prompt.
+    let dir = project(&[]);
+    let server = fake(vec![ScriptEntry::reply(
+        "main",
+        1,
+        vec![Block::text("Hi.")],
+    )])
+    .await;
+    let output = claude(
+        dir.path(),
+        &server.base_url(),
+        &[
+            "-p",
+            "Hello.",
+            "--output-format",
+            "json",
+            "--system-prompt",
+            "",
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(system(&server.requests()[0]).contains(DEFINITION));
+    assert!(!stderr(&output).contains("warning"), "{}", stderr(&output));
+
+    // A team run: the lead's prompt is replaced, a teammate keeps its definition's.
+    let dir = project(&[(
+        "muster.team.toml",
+        "name = \"greeters\"\nisolation = \"shared\"\n\n[[teammates]]\nname = \"alice\"\n",
+    )]);
+    let server = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "SendMessage",
+                json!({"to": "alice", "message": "Say hi."}),
+            )],
+        ),
+        serde_json::from_value(json!({
+            "agent": "lead",
+            "reply": {"content": [{"type": "text", "text": "Done."}], "stop_reason": "end_turn"},
+        }))
+        .unwrap(),
+        ScriptEntry::reply("alice", 1, vec![Block::text("Hi.")]),
+    ])
+    .await;
+    let output = claude(
+        dir.path(),
+        &server.base_url(),
+        &[
+            "-p",
+            "Greet.",
+            "--output-format",
+            "json",
+            "--system-prompt",
+            "You are a pirate captain.",
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let requests = server.requests();
+    let of = |agent: &str| {
+        requests
+            .iter()
+            .find(|r| r.agent.as_deref() == Some(agent))
+            .map(system)
+            .unwrap_or_default()
+    };
+    assert!(
+        of("lead").contains("You are a pirate captain."),
+        "{}",
+        of("lead")
+    );
+    assert!(!of("alice").contains("pirate"), "{}", of("alice"));
+    assert!(
+        of("alice").contains("# Permission modes"),
+        "{}",
+        of("alice")
+    );
+}
