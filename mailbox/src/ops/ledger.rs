@@ -115,12 +115,7 @@ pub(crate) async fn reserve(
         .map(|l| l.limits)
         .filter(|l| !l.is_unlimited())
     else {
-        return Ok(Reserved {
-            decision: LedgerDecision::Grant,
-            ledger,
-            in_flight: LedgerSpend::default(),
-            in_flight_count: 0,
-        });
+        return Ok(granted_without_limits(ledger));
     };
     let spent = ledger.as_ref().map(|l| l.spent).unwrap_or_default();
     const R: &str = "ledger_reservations";
@@ -171,6 +166,24 @@ pub(crate) async fn reserve(
         in_flight,
         in_flight_count,
     })
+}
+
+/// The grant of a run whose ledger, as read, has no run-wide limit (or that has none): no
+/// reservation is held. `None` when it has limits, which only [`reserve`] decides.
+pub(crate) fn grant_if_unlimited(ledger: Option<RunLedger>) -> Option<Reserved> {
+    if ledger.as_ref().is_some_and(|l| !l.limits.is_unlimited()) {
+        return None;
+    }
+    Some(granted_without_limits(ledger))
+}
+
+fn granted_without_limits(ledger: Option<RunLedger>) -> Reserved {
+    Reserved {
+        decision: LedgerDecision::Grant,
+        ledger,
+        in_flight: LedgerSpend::default(),
+        in_flight_count: 0,
+    }
 }
 
 /// Frees `agent`'s reservation, if it holds one (its request failed, or its response was

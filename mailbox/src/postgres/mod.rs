@@ -851,6 +851,15 @@ impl MailboxStore for PostgresStore {
         epoch: i64,
         estimate: crate::ledger::LedgerSpend,
     ) -> StoreResult<crate::ledger::Reserved> {
+        if self.fence.is_none() {
+            // Most runs have no run-wide limit: one read answers them, without the write
+            // transaction (a durable COMMIT) a reservation takes. A fenced store checks its
+            // lease in a write transaction, so it always takes the write.
+            let ledger = read_op!(self, |tx, ctx| ops_ledger::run_ledger(&tx, run_id).await)?;
+            if let Some(granted) = ops_ledger::grant_if_unlimited(ledger) {
+                return Ok(granted);
+            }
+        }
         write_op!(self, [run_id], |tx, ctx, wakes| {
             ops_ledger::reserve(&tx, run_id, agent, epoch, &estimate, wakes).await
         })
