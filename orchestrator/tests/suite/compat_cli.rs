@@ -1,12 +1,16 @@
 //! Stores written by an earlier muster still load, read back the same and fork: the files under
-//! `tests/data/compat-853ba00/` are the demo's team run as `main` at 853ba00 stored it, on
+//! `tests/data/compat-VERSION/` are the demo's team run as `main` at VERSION stored it, on
 //! SQLite (an SQL dump with its `user_version`) and on PostgreSQL (`pg_dump --inserts` of its
 //! schema), with what that version's `runs`, `tasks`, `plans` and `inbox --json` printed.
+//! 853ba00 wrote SQLite schema 5 / PostgreSQL 6; e280e34 wrote 6 / 7 (the run ledger), the
+//! last before wave 3's budget reservations.
 //!
 //! Remaking them (only when the wire formats change on purpose): run that version's
 //! `muster demo --dir D` (and `--store postgres://…?options=-csearch_path%3DS`), dump the
 //! store as above, copy `.muster/plans` and `.muster/project-id`, and save those commands'
-//! output.
+//! output, with the project's path written `__ROOT__` and the schema's `__SCHEMA__`. A
+//! `pg_dump` from 15.14 on writes `\restrict` lines for psql: delete them (the test runs the
+//! dump as plain SQL).
 
 use std::path::{Path, PathBuf};
 
@@ -25,18 +29,18 @@ const COMMANDS: [(&str, &[&str]); 7] = [
     ("inbox-human", &["inbox", "human", "--json"]),
 ];
 
-fn fixture(backend: &str) -> PathBuf {
+fn fixture(version: &str, backend: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/compat-853ba00")
+        .join(format!("tests/data/compat-{version}"))
         .join(backend)
 }
 
 /// A project whose `.muster` holds the fixture's project id and plan files.
-fn project_for(backend: &str) -> tempfile::TempDir {
+fn project_for(version: &str, backend: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let muster_dir = dir.path().join(".muster");
     std::fs::create_dir_all(muster_dir.join("plans")).unwrap();
-    let from = fixture(backend);
+    let from = fixture(version, backend);
     std::fs::copy(from.join("project-id"), muster_dir.join("project-id")).unwrap();
     for entry in std::fs::read_dir(from.join("plans")).unwrap() {
         let entry = entry.unwrap();
@@ -50,24 +54,24 @@ fn project_for(backend: &str) -> tempfile::TempDir {
 }
 
 /// A fixture file with the project root it was written in (`__ROOT__`) put back.
-fn fixture_text(backend: &str, file: &str, root: &Path) -> String {
-    let text = std::fs::read_to_string(fixture(backend).join(file)).unwrap();
+fn fixture_text(version: &str, backend: &str, file: &str, root: &Path) -> String {
+    let text = std::fs::read_to_string(fixture(version, backend).join(file)).unwrap();
     text.replace("__ROOT__", root.to_str().unwrap())
 }
 
 /// Each command's JSON equals what the version that wrote the store printed.
-async fn reads_back_as_written(dir: &Path, store: &[&str], backend: &str) {
+async fn reads_back_as_written(dir: &Path, store: &[&str], version: &str, backend: &str) {
     for (name, args) in COMMANDS {
         let args: Vec<&str> = store.iter().chain(args).copied().collect();
         let output = muster(dir, &args).await;
         assert!(output.status.success(), "{args:?}: {}", stderr(&output));
         let now: Value = serde_json::from_str(&stdout(&output)).unwrap();
-        let expected = fixture_text(backend, &format!("expected/{name}.json"), dir);
+        let expected = fixture_text(version, backend, &format!("expected/{name}.json"), dir);
         let then: Value = serde_json::from_str(&expected).unwrap();
         assert_eq!(
             now,
             then,
-            "`muster {}` on the {backend} store",
+            "`muster {}` on the {backend} store written at {version}",
             args.join(" ")
         );
     }
@@ -122,22 +126,20 @@ async fn forks(dir: &Path, store: &[&str]) {
     assert_eq!(bodies(inbox(fork_id.to_owned()).await), original);
 }
 
-#[tokio::test]
-async fn an_sqlite_store_written_by_main_at_853ba00_reads_back_the_same_and_forks() {
-    let dir = project_for("sqlite");
-    let dump = fixture_text("sqlite", "store.sql", dir.path());
+async fn an_sqlite_store_reads_back_and_forks(version: &str) {
+    let dir = project_for(version, "sqlite");
+    let dump = fixture_text(version, "sqlite", "store.sql", dir.path());
     let connection = rusqlite::Connection::open(dir.path().join(".muster/muster.db")).unwrap();
     connection.execute_batch(&dump).unwrap();
     drop(connection);
-    reads_back_as_written(dir.path(), &[], "sqlite").await;
+    reads_back_as_written(dir.path(), &[], version, "sqlite").await;
     forks(dir.path(), &[]).await;
 }
 
-#[tokio::test]
-async fn a_postgres_store_written_by_main_at_853ba00_reads_back_the_same_and_forks() {
+async fn a_postgres_store_reads_back_and_forks(version: &str) {
     let schema = Schema::new().await;
-    let dir = project_for("postgres");
-    let dump = fixture_text("postgres", "store.sql", dir.path());
+    let dir = project_for(version, "postgres");
+    let dump = fixture_text(version, "postgres", "store.sql", dir.path());
     // The dump creates its schema: start from none.
     admin(&format!(
         "DROP SCHEMA {name} CASCADE; {}",
@@ -147,7 +149,27 @@ async fn a_postgres_store_written_by_main_at_853ba00_reads_back_the_same_and_for
     .await;
     let url = schema.url();
     let store = ["--store", url.as_str()];
-    reads_back_as_written(dir.path(), &store, "postgres").await;
+    reads_back_as_written(dir.path(), &store, version, "postgres").await;
     forks(dir.path(), &store).await;
     schema.drop_now().await;
+}
+
+#[tokio::test]
+async fn an_sqlite_store_written_by_main_at_853ba00_reads_back_the_same_and_forks() {
+    an_sqlite_store_reads_back_and_forks("853ba00").await;
+}
+
+#[tokio::test]
+async fn a_postgres_store_written_by_main_at_853ba00_reads_back_the_same_and_forks() {
+    a_postgres_store_reads_back_and_forks("853ba00").await;
+}
+
+#[tokio::test]
+async fn an_sqlite_store_written_by_main_at_e280e34_reads_back_the_same_and_forks() {
+    an_sqlite_store_reads_back_and_forks("e280e34").await;
+}
+
+#[tokio::test]
+async fn a_postgres_store_written_by_main_at_e280e34_reads_back_the_same_and_forks() {
+    a_postgres_store_reads_back_and_forks("e280e34").await;
 }
