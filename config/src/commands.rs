@@ -41,6 +41,21 @@ pub struct SlashCommand {
     pub scope: PluginScope,
 }
 
+impl crate::plugins::FolderEntry for SlashCommand {
+    fn label(&self) -> String {
+        format!("command `/{}`", self.name)
+    }
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn path(&self) -> &Path {
+        &self.path
+    }
+    fn scope(&self) -> &PluginScope {
+        &self.scope
+    }
+}
+
 /// A prompt read as `/name arguments`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Invocation<'p> {
@@ -141,11 +156,7 @@ impl CommandCatalog {
     /// every plugin found. Never fails on one file: what does not read is skipped with a
     /// warning.
     pub fn load(root: &ProjectRoot, home: Option<&Path>) -> Loaded<CommandCatalog> {
-        let (plugins, mut warnings) = crate::plugins::find(root, home);
-        let mut loaded = Self::load_with(root, home, &plugins);
-        warnings.append(&mut loaded.warnings);
-        loaded.warnings = warnings;
-        loaded
+        crate::plugins::with_plugins(root, home, |plugins| Self::load_with(root, home, plugins))
     }
 
     /// As [`CommandCatalog::load`], with the plugins already found.
@@ -155,30 +166,14 @@ impl CommandCatalog {
         plugins: &[Plugin],
     ) -> Loaded<CommandCatalog> {
         let mut warnings = Vec::new();
-        let mut catalog = CommandCatalog::default();
-        let sources = crate::plugins::sources(root, home, plugins, "commands");
-        for (directory, scope) in sources {
-            for path in markdown_files_under(&directory, 0) {
-                let Some(command) = read_command(&directory, &path, &scope, &mut warnings) else {
-                    continue;
-                };
-                if let Some(shadowed) = catalog.commands.get(&command.name) {
-                    warnings.push(
-                        Diagnostic::new(format!(
-                            "command `/{}` is also defined in {} ({}); this one ({}) is used",
-                            command.name,
-                            shadowed.path.display(),
-                            shadowed.scope,
-                            command.scope
-                        ))
-                        .in_source(path.display().to_string()),
-                    );
-                }
-                catalog.commands.insert(command.name.clone(), command);
-            }
-        }
+        let commands = crate::plugins::by_name(
+            crate::plugins::sources(root, home, plugins, "commands"),
+            |directory| markdown_files_under(directory, 0),
+            read_command,
+            &mut warnings,
+        );
         Loaded {
-            value: catalog,
+            value: CommandCatalog { commands },
             warnings,
         }
     }

@@ -6,7 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::diagnostic::Diagnostic;
+use std::collections::BTreeMap;
+
+use crate::diagnostic::{Diagnostic, Loaded};
 use crate::project::ProjectRoot;
 
 /// How deep below a search directory a plugin is looked for (`agents/<repo>/plugins/<p>`).
@@ -98,6 +100,61 @@ pub fn sources(
         sources.push((claude.join(subdir), scope));
     }
     sources
+}
+
+/// A skill or a command: what [`by_name`] needs to say which definition replaced which.
+pub(crate) trait FolderEntry {
+    /// How a warning names it (`skill `x``, `command `/x``).
+    fn label(&self) -> String;
+    fn name(&self) -> &str;
+    fn path(&self) -> &Path;
+    fn scope(&self) -> &PluginScope;
+}
+
+/// Every skill or command of `sources` ([`sources`], lowest precedence first) by name: `files`
+/// lists a folder's files and `read` reads one (`None`: skipped, with its warning); a later
+/// one replaces an earlier one of the same name, with a warning naming both.
+pub(crate) fn by_name<T: FolderEntry>(
+    sources: Vec<(PathBuf, PluginScope)>,
+    files: impl Fn(&Path) -> Vec<PathBuf>,
+    mut read: impl FnMut(&Path, &Path, &PluginScope, &mut Vec<Diagnostic>) -> Option<T>,
+    warnings: &mut Vec<Diagnostic>,
+) -> BTreeMap<String, T> {
+    let mut entries: BTreeMap<String, T> = BTreeMap::new();
+    for (directory, scope) in sources {
+        for path in files(&directory) {
+            let Some(entry) = read(&directory, &path, &scope, warnings) else {
+                continue;
+            };
+            if let Some(shadowed) = entries.get(entry.name()) {
+                warnings.push(
+                    Diagnostic::new(format!(
+                        "{} is also defined in {} ({}); this one ({}) is used",
+                        entry.label(),
+                        shadowed.path().display(),
+                        shadowed.scope(),
+                        entry.scope()
+                    ))
+                    .in_source(path.display().to_string()),
+                );
+            }
+            entries.insert(entry.name().to_owned(), entry);
+        }
+    }
+    entries
+}
+
+/// A catalogue loaded with the plugins found for it: their warnings first, then its own.
+pub(crate) fn with_plugins<T>(
+    root: &ProjectRoot,
+    home: Option<&Path>,
+    load_with: impl FnOnce(&[Plugin]) -> Loaded<T>,
+) -> Loaded<T> {
+    let (plugins, mut warnings) = find(root, home);
+    let mut loaded = load_with(&plugins);
+    warnings.append(&mut loaded.warnings);
+    loaded.warnings = warnings;
+    loaded
 }
 
 /// The `.claude` directories searched, the project's first: `(directory, is the user's)`.

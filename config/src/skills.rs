@@ -47,6 +47,21 @@ pub struct Skill {
     pub scope: PluginScope,
 }
 
+impl crate::plugins::FolderEntry for Skill {
+    fn label(&self) -> String {
+        format!("skill `{}`", self.name)
+    }
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn path(&self) -> &Path {
+        &self.path
+    }
+    fn scope(&self) -> &PluginScope {
+        &self.scope
+    }
+}
+
 impl Skill {
     /// The directory the skill's files lie in.
     pub fn directory(&self) -> &Path {
@@ -75,11 +90,7 @@ impl SkillCatalog {
     /// of every plugin [`crate::plugins::find`] finds. Never fails on one file: what does not
     /// read is skipped with a warning.
     pub fn load(root: &ProjectRoot, home: Option<&Path>) -> Loaded<SkillCatalog> {
-        let (plugins, mut warnings) = crate::plugins::find(root, home);
-        let mut loaded = Self::load_with(root, home, &plugins);
-        warnings.append(&mut loaded.warnings);
-        loaded.warnings = warnings;
-        loaded
+        crate::plugins::with_plugins(root, home, |plugins| Self::load_with(root, home, plugins))
     }
 
     /// As [`SkillCatalog::load`], with the plugins already found.
@@ -89,29 +100,14 @@ impl SkillCatalog {
         plugins: &[Plugin],
     ) -> Loaded<SkillCatalog> {
         let mut warnings = Vec::new();
-        let mut catalog = SkillCatalog::default();
         // Lowest precedence first: a later one replaces an earlier one of the same name.
-        let sources = crate::plugins::sources(root, home, plugins, "skills");
-        for (directory, scope) in sources {
-            for path in skill_files(&directory) {
-                let Some(skill) = read_skill(&path, &scope, &mut warnings) else {
-                    continue;
-                };
-                if let Some(shadowed) = catalog.skills.get(&skill.name) {
-                    warnings.push(
-                        Diagnostic::new(format!(
-                            "skill `{}` is also defined in {} ({}); this one ({}) is used",
-                            skill.name,
-                            shadowed.path.display(),
-                            shadowed.scope,
-                            skill.scope
-                        ))
-                        .in_source(path.display().to_string()),
-                    );
-                }
-                catalog.skills.insert(skill.name.clone(), skill);
-            }
-        }
+        let skills = crate::plugins::by_name(
+            crate::plugins::sources(root, home, plugins, "skills"),
+            skill_files,
+            |_, path, scope, warnings| read_skill(path, scope, warnings),
+            &mut warnings,
+        );
+        let catalog = SkillCatalog { skills };
         let allowed_tools: Vec<String> = catalog
             .iter()
             .filter(|skill| skill.allowed_tools.is_some())
