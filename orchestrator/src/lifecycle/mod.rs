@@ -487,20 +487,7 @@ pub(crate) fn resume(
     flags: crate::launch::ResumeFlags,
 ) -> anyhow::Result<Exit> {
     let project = Project::locate(global)?;
-    let record = {
-        let runtime = crate::lifecycle::tokio_runtime()?;
-        runtime.block_on(async {
-            let store = project.open_store().await?;
-            let scope = crate::project::project_scope(&project, flags.all_projects);
-            pick_run(
-                store.as_ref(),
-                &project,
-                flags.run.as_deref(),
-                scope.as_deref(),
-            )
-            .await
-        })?
-    };
+    let record = picked_run(&project, &flags, Picked::ToResume)?;
     if record.team.is_some() {
         crate::team::resume(global, &flags, record)
     } else {
@@ -522,20 +509,7 @@ pub(crate) fn continue_run(
         eprintln!("muster: the prompt was handed to live run {id}; its terminal shows the turn");
         return Ok(Exit::Success);
     }
-    let record = {
-        let runtime = tokio_runtime()?;
-        runtime.block_on(async {
-            let store = project.open_store().await?;
-            let scope = crate::project::project_scope(&project, flags.all_projects);
-            pick_run_to_continue(
-                store.as_ref(),
-                &project,
-                flags.run.as_deref(),
-                scope.as_deref(),
-            )
-            .await
-        })?
-    };
+    let record = picked_run(&project, &flags, Picked::ToContinue)?;
     if record.team.is_some() {
         return crate::team::continue_run(global, &flags, record, prompt);
     }
@@ -594,55 +568,54 @@ fn takes_a_new_prompt(status: RunStatus) -> bool {
     matches!(status, RunStatus::Completed | RunStatus::Interrupted)
 }
 
-/// The run `--continue` gives a new prompt: the one named, else the newest completed or
-/// interrupted one (of `scope`'s project, when given); refused in any other status, when live
-/// elsewhere, or when its workspace is not on this machine.
-async fn pick_run_to_continue(
-    store: &dyn MailboxStore,
-    project: &Project,
-    run: Option<&str>,
-    scope: Option<&str>,
-) -> anyhow::Result<RunRecord> {
-    let record = match run {
-        Some(id) => store
-            .run(id)
-            .await?
-            .ok_or_else(|| usage(format!("no run {id:?} in this store (see `muster runs`)")))?,
-        None => store
-            .runs()
-            .await?
-            .into_iter()
-            .filter(|r| takes_a_new_prompt(r.status))
-            .filter(|r| scope.is_none_or(|p| r.in_project(p)))
-            .max_by_key(|r| (r.updated_at, r.id.clone()))
-            .ok_or_else(|| {
-                usage("no completed or interrupted run to continue (see `muster runs`)")
-            })?,
-    };
-    if !takes_a_new_prompt(record.status) {
-        return Err(usage(format!(
-            "run {} is {}: only a completed or interrupted run takes a new prompt{}",
-            record.id,
-            record.status.as_str(),
-            if record.status.is_finished() {
-                String::new()
-            } else {
-                format!(" (`muster resume {}` carries it on)", record.id)
-            }
-        )));
-    }
-    check_here_and_not_live(store, project, &record).await?;
-    Ok(record)
+/// What a run is picked for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Picked {
+    /// `muster resume`: an unfinished run.
+    ToResume,
+    /// `muster run --continue`: a run that completed or was interrupted.
+    ToContinue,
 }
 
-/// The run `muster resume [RUN]` continues: the one named, else the newest unfinished one
-/// (of `scope`'s project, when given); refused when it is finished, live in another process,
-/// or its workspace is not on this machine.
+impl Picked {
+    fn takes(self, status: RunStatus) -> bool {
+        match self {
+            Picked::ToResume => !status.is_finished(),
+            Picked::ToContinue => takes_a_new_prompt(status),
+        }
+    }
+}
+
+/// [`pick_run`] with `flags`' run and projects, on the project's store.
+fn picked_run(
+    project: &Project,
+    flags: &crate::launch::ResumeFlags,
+    purpose: Picked,
+) -> anyhow::Result<RunRecord> {
+    tokio_runtime()?.block_on(async {
+        let store = project.open_store().await?;
+        let scope = crate::project::project_scope(project, flags.all_projects);
+        pick_run(
+            store.as_ref(),
+            project,
+            flags.run.as_deref(),
+            scope.as_deref(),
+            purpose,
+        )
+        .await
+    })
+}
+
+/// The run to resume or continue: the one named, else the newest one the purpose takes (of
+/// `scope`'s project, when given) — unfinished to resume, completed or interrupted to
+/// continue; refused in another status, when live in another process, or when its workspace
+/// is not on this machine.
 pub(crate) async fn pick_run(
     store: &dyn MailboxStore,
     project: &Project,
     run: Option<&str>,
     scope: Option<&str>,
+    purpose: Picked,
 ) -> anyhow::Result<RunRecord> {
     let record = match run {
         Some(id) => store
@@ -653,17 +626,32 @@ pub(crate) async fn pick_run(
             .runs()
             .await?
             .into_iter()
-            .filter(|r| !r.status.is_finished())
+            .filter(|r| purpose.takes(r.status))
             .filter(|r| scope.is_none_or(|p| r.in_project(p)))
             .max_by_key(|r| (r.updated_at, r.id.clone()))
-            .ok_or_else(|| usage("no run to resume (see `muster runs`)"))?,
+            .ok_or_else(|| {
+                usage(match purpose {
+                    Picked::ToResume => "no run to resume (see `muster runs`)",
+                    Picked::ToContinue => {
+                        "no completed or interrupted run to continue (see `muster runs`)"
+                    }
+                })
+            })?,
     };
-    if record.status.is_finished() {
-        return Err(usage(format!(
-            "run {} is {} and cannot be resumed",
-            record.id,
-            record.status.as_str()
-        )));
+    if !purpose.takes(record.status) {
+        let (id, status) = (&record.id, record.status.as_str());
+        return Err(usage(match purpose {
+            Picked::ToResume => format!("run {id} is {status} and cannot be resumed"),
+            Picked::ToContinue if record.status.is_finished() => {
+                format!(
+                    "run {id} is {status}: only a completed or interrupted run takes a new prompt"
+                )
+            }
+            Picked::ToContinue => format!(
+                "run {id} is {status}: only a completed or interrupted run takes a new prompt \
+                 (`muster resume {id}` carries it on)"
+            ),
+        }));
     }
     check_here_and_not_live(store, project, &record).await?;
     Ok(record)
