@@ -10,6 +10,7 @@
 //! and replaced by `/dev/null`, so no child reads the editor's messages.
 
 mod asks;
+mod board;
 mod updates;
 
 use std::collections::HashMap;
@@ -336,6 +337,18 @@ impl Server {
                 id.clone(),
             ))
         });
+        // A team run's task board is the session's plan.
+        let board = (session.main_agent == crate::team::LEAD)
+            .then(|| {
+                board::Board::start(
+                    self.globals_at(&session.cwd),
+                    id.clone(),
+                    cx.clone(),
+                    request.session_id.clone(),
+                )
+            })
+            .flatten()
+            .map(Arc::new);
         let sink = Arc::new(Sink {
             cx: cx.clone(),
             session: request.session_id.clone(),
@@ -343,6 +356,7 @@ impl Server {
             shown: Mutex::new(Shown::default()),
             main_agent: session.main_agent,
             team_person: team_person.clone(),
+            board: board.clone(),
         });
         let turn = Turn {
             front: FrontEnd {
@@ -374,6 +388,9 @@ impl Server {
                         &thread_turn.front,
                         team_person.as_deref(),
                     );
+                    if let Some(board) = &board {
+                        board.settle();
+                    }
                     thread_turn.finished.store(true, Ordering::SeqCst);
                     thread_turn.done.notify_waiters();
                     let _ = sender.send(ending);
@@ -646,12 +663,17 @@ struct Sink {
     main_agent: &'static str,
     /// A team run's requests to the person go to the editor.
     team_person: Option<Arc<TeamPerson>>,
+    /// A team run's task board, shown as the session's plan.
+    board: Option<Arc<board::Board>>,
 }
 
 impl EventSink for Sink {
     fn emit(&self, event: RunEvent) {
         if let Some(person) = &self.team_person {
             person.ask_if_for_the_person(&event);
+        }
+        if let Some(board) = &self.board {
+            board.saw(&event);
         }
         let updates = {
             let mut shown = self.shown.lock().unwrap_or_else(PoisonError::into_inner);

@@ -458,3 +458,150 @@ async fn muster_approve_first_leaves_the_sdk_clients_later_selection_without_eff
     let left = processes_in(dir.path());
     assert!(left.is_empty(), "left running in the project: {left:?}");
 }
+
+/// The SDK client (its stable entry point, then `/unstable`) in a team run: alice's plans for
+/// the person arrive as permission requests — the first rejected with feedback, the second,
+/// carrying its revision diff, approved — the session's plan follows the task board to
+/// completed, alice's edit arrives with its diff, the lead's text arrives, and the store holds
+/// exactly one decision per plan request.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_typescript_sdk_client_decides_a_teammates_plans_and_follows_the_board() {
+    for entry in ["stable", "unstable"] {
+        let dir = project(&[("muster.team.toml", HUMAN_APPROVES_ALICE)]);
+        trust(dir.path()).await;
+        let mut script = lead_hands_out_the_greeting();
+        script.extend([
+            ScriptEntry::reply(
+                "alice",
+                1,
+                vec![tool("ExitPlanMode", json!({"plan": PLAN_ONE}))],
+            ),
+            ScriptEntry::reply(
+                "alice",
+                2,
+                vec![tool("ExitPlanMode", json!({"plan": PLAN_TWO}))],
+            ),
+            ScriptEntry::reply(
+                "alice",
+                3,
+                vec![tool(
+                    "Write",
+                    json!({"file_path": "out.txt", "content": "out\n"}),
+                )],
+            ),
+            ScriptEntry::reply("alice", 4, vec![Block::text("Wrote out.txt.")]),
+        ]);
+        let fake = fake(script).await;
+        let home = tempfile::tempdir().unwrap();
+        let mut client = plan_client(dir.path(), home.path(), &fake.base_url(), "Greet.");
+        client.env("ACP_ENTRY", entry);
+        let output = tokio::time::timeout(GUARD, client.output())
+            .await
+            .expect("the client did not end")
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{entry}: {stderr}");
+        let seen: serde_json::Value = serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&output.stdout)));
+        assert_eq!(seen["stopReason"], "end_turn", "{entry}: {seen:#}");
+        let requests = seen["requests"].as_array().unwrap();
+        let ids: Vec<&str> = requests
+            .iter()
+            .map(|r| r["toolCall"]["toolCallId"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["plan-alice-1", "plan-alice-2"], "{entry}: {seen:#}");
+        assert_eq!(
+            requests[0]["toolCall"]["content"][0]["content"]["text"],
+            PLAN_ONE
+        );
+        assert_eq!(
+            requests[1]["toolCall"]["content"][0]["content"]["text"],
+            PLAN_TWO
+        );
+        let revision = requests[1]["toolCall"]["content"][1]["content"]["text"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            revision.contains("Changes since plan-alice-1")
+                && revision.contains("+## Tests\n+Read it back.\n"),
+            "{entry}: {revision}"
+        );
+        let run_id = seen["sessionId"].as_str().unwrap();
+        let mut plans: Vec<_> = decisions(dir.path(), run_id)
+            .await
+            .into_iter()
+            .filter(|(id, ..)| id.starts_with("plan-"))
+            .collect();
+        plans.sort();
+        assert_eq!(
+            plans,
+            vec![
+                (
+                    "plan-alice-1".to_owned(),
+                    false,
+                    "human".to_owned(),
+                    Some("Say how it is tested.".to_owned())
+                ),
+                ("plan-alice-2".to_owned(), true, "human".to_owned(), None),
+            ],
+            "{entry}"
+        );
+        // alice's second request reached her with the feedback of the first.
+        let feedback_seen = fake
+            .requests()
+            .iter()
+            .any(|r| r.body.to_string().contains("Say how it is tested."));
+        assert!(feedback_seen, "{entry}");
+        let updates = seen["updates"].as_array().unwrap();
+        let boards: Vec<Vec<(String, String)>> = updates
+            .iter()
+            .filter(|u| u["sessionUpdate"] == "plan")
+            .map(|u| {
+                u["entries"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|e| {
+                        (
+                            e["content"].as_str().unwrap().to_owned(),
+                            e["status"].as_str().unwrap().to_owned(),
+                        )
+                    })
+                    .collect()
+            })
+            .collect();
+        assert_eq!(
+            boards.last(),
+            Some(&vec![(
+                "#1 Greet (alice)".to_owned(),
+                "completed".to_owned()
+            )]),
+            "{entry}: {boards:?}"
+        );
+        assert!(
+            boards
+                .iter()
+                .any(|b| b.iter().any(|(_, status)| status != "completed")),
+            "{entry}: the board was shown before its task was done: {boards:?}"
+        );
+        assert!(
+            updates
+                .iter()
+                .any(|u| u["sessionUpdate"] == "tool_call_update"
+                    && u["content"][0]["type"] == "diff"
+                    && u["content"][0]["newText"] == "out\n"),
+            "{entry}: {seen:#}"
+        );
+        let text: String = updates
+            .iter()
+            .filter(|u| u["sessionUpdate"] == "agent_message_chunk")
+            .filter_map(|u| u["content"]["text"].as_str())
+            .collect();
+        assert!(text.ends_with("Waiting for the team."), "{entry}: {text}");
+        let left = processes_in(dir.path());
+        assert!(
+            left.is_empty(),
+            "{entry}: left running in the project: {left:?}"
+        );
+    }
+}
