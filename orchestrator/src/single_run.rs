@@ -321,7 +321,8 @@ impl RunDriver for SingleDriver {
                 muster_mailbox::failpoint!("continue_resumed");
                 // The transition's one commit: the new user turn. Killed before it, the run
                 // resumes to its old ending; after it, a resume answers the new turn.
-                match agent.prompt(prompt).await {
+                let mode = self.front.as_ref().and_then(|front| front.mode);
+                match agent.prompt_in_mode(prompt, Vec::new(), mode).await {
                     Err(RuntimeError::TurnNotEnded { .. }) => return Ok(mid_turn(&run_id)),
                     other => other?,
                 }

@@ -41,6 +41,9 @@ use super::stops::StopConditions;
 use super::transcript::Transcript;
 use muster_protocol::{AgentState, DeltaKind};
 
+/// The reason of a mode switch a front end asked for (`set_permission_mode`).
+const SET_BY_FRONT_END: &str = "set_permission_mode";
+
 /// How a new agent starts.
 #[derive(Debug, Clone)]
 pub struct AgentSpec {
@@ -419,11 +422,52 @@ impl AgentRuntime {
         prompt: &str,
         with_it: Vec<NewRecord>,
     ) -> RuntimeResult<()> {
+        self.prompt_in_mode(prompt, with_it, None).await
+    }
+
+    /// [`AgentRuntime::prompt_with`], the agent switched to `mode` first (a front end's
+    /// `set_permission_mode`, already checked against the run's ceilings): the switch is
+    /// committed with the new turn, whose mode reminder names it.
+    pub async fn prompt_in_mode(
+        &mut self,
+        prompt: &str,
+        with_it: Vec<NewRecord>,
+        mode: Option<PermissionMode>,
+    ) -> RuntimeResult<()> {
         if !self.transcript.turn_ended() {
             return Err(RuntimeError::TurnNotEnded {
                 agent: self.id.clone(),
             });
         }
+        let before = (self.plan.mode, self.plan.pre_plan_mode);
+        let mut records = Vec::new();
+        if let Some(mode) = mode.filter(|mode| *mode != self.plan.mode) {
+            // Into plan mode the agent returns to the mode it leaves; out of it, to none.
+            self.plan.pre_plan_mode = (mode == PermissionMode::Plan).then_some(self.plan.mode);
+            self.plan.mode = mode;
+            records.push(Record::Mode {
+                mode,
+                pre_plan_mode: self.plan.pre_plan_mode,
+                reason: SET_BY_FRONT_END.to_owned(),
+            });
+        }
+        let switched = !records.is_empty();
+        let prompted = self.prompt_records(prompt, with_it, records).await;
+        match &prompted {
+            Ok(()) if switched => self.run.events.emit(self.mode_event(SET_BY_FRONT_END)),
+            Ok(()) => {}
+            Err(_) => (self.plan.mode, self.plan.pre_plan_mode) = before,
+        }
+        prompted
+    }
+
+    /// Commits the new user turn `prompt`, after this agent's `records` and with `with_it`.
+    async fn prompt_records(
+        &mut self,
+        prompt: &str,
+        with_it: Vec<NewRecord>,
+        mut records: Vec<Record>,
+    ) -> RuntimeResult<()> {
         let context = match self.kind {
             AgentKind::Main => self.firing().user_prompt(prompt).await?,
             _ => Vec::new(),
@@ -435,12 +479,12 @@ impl AgentRuntime {
         blocks.push(ContentBlock::text(prompt));
         blocks.extend(context.into_iter().map(ContentBlock::text));
         let message = self.user_message(blocks);
-        let record = self.message_record(message.clone(), None);
+        records.push(self.message_record(message.clone(), None));
         let with_them = CommitTurn {
             records: with_it,
             ..CommitTurn::default()
         };
-        self.commit_with(vec![record], with_them).await?;
+        self.commit_with(records, with_them).await?;
         self.transcript.push(message, None);
         Ok(())
     }

@@ -363,6 +363,7 @@ impl Server {
                 events: sink,
                 turn: Arc::new(Mutex::new(None::<TurnInterrupt>)),
                 person: Some(editor),
+                mode: None,
             },
             cancelled: Arc::new(AtomicBool::new(false)),
             done: Arc::new(tokio::sync::Notify::new()),

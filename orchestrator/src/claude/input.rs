@@ -1,8 +1,8 @@
 //! `--input-format stream-json`: stdin's JSON lines, read on a thread of their own. User
 //! messages become prompts (run one after the other by the session); the SDK's control
 //! requests are answered here at once — `initialize`, `interrupt` (the running turn's
-//! `interrupt_turn`), `mcp_status`, `set_model` (queued with the prompts: the prompts after
-//! it use the model) — and any other is answered with an error naming it;
+//! `interrupt_turn`), `mcp_status`, `set_model` and `set_permission_mode` (queued with the
+//! prompts: the prompts after it use the model, the main agent the mode) — and any other is answered with an error naming it;
 //! `control_response`s go to the request waiting for them. A line that is not a message is
 //! reported on stderr and skipped. At EOF the prompts already read still run, then the
 //! process ends.
@@ -21,6 +21,8 @@ pub(crate) enum Input {
     Prompt(String),
     /// `set_model`: the prompts after it use this model.
     ModelChange(String),
+    /// `set_permission_mode`: the main agent's mode from the next prompt on.
+    ModeChange(muster_config::PermissionMode),
 }
 
 /// Starts reading `stdin`: the prompts, in order, until EOF.
@@ -124,9 +126,19 @@ fn control(message: &Value, shared: &Shared, prompts: &Sender<Input>) {
                     .to_owned(),
             ),
         },
+        Some("set_permission_mode") => {
+            let given = request["mode"].as_str().unwrap_or_default();
+            match given.parse::<muster_config::PermissionMode>() {
+                Ok(mode) => {
+                    let _ = prompts.send(Input::ModeChange(mode));
+                    Ok(json!({}))
+                }
+                Err(error) => Err(format!("set_permission_mode {given:?}: {error}")),
+            }
+        }
         Some(other) => Err(format!(
             "muster does not support the control request {other:?} (supported: initialize, \
-             interrupt, mcp_status, set_model)"
+             interrupt, mcp_status, set_model, set_permission_mode)"
         )),
         None => Err("a control request without a subtype".to_owned()),
     };

@@ -69,11 +69,13 @@ pub fn main(global: &Globals, request: Request) -> anyhow::Result<Exit> {
         shared,
         session,
         exit: Exit::Success,
+        mode_change: None,
     };
     while let Ok(input) = prompts.recv() {
         match input {
             input::Input::Prompt(prompt) => driver.prompt(prompt),
             input::Input::ModelChange(model) => driver.change_model(model),
+            input::Input::ModeChange(mode) => driver.change_mode(mode),
         }
     }
     Ok(driver.exit)
@@ -469,6 +471,8 @@ struct Driver {
     session: Session,
     /// The last prompt's exit code: the process's.
     exit: Exit,
+    /// A `set_permission_mode` for a stored run, taken by its next prompt's new turn.
+    mode_change: Option<muster_config::PermissionMode>,
 }
 
 impl Driver {
@@ -526,6 +530,7 @@ impl Driver {
                 .request
                 .ask_program
                 .then_some(asks as Arc<dyn muster_agents::runtime::Terminal>),
+            mode: self.mode_change.take(),
         };
         // A team run's teammates that end badly during this prompt are named in its result:
         // those whose notice is committed after the run's newest message now.
@@ -687,6 +692,29 @@ impl Driver {
 }
 
 impl Driver {
+    /// `set_permission_mode`: the main agent works in `mode` from the next prompt on — a new
+    /// run's flag, or a switch committed with a stored run's next turn. `bypassPermissions`
+    /// disabled by `disableBypassPermissionsMode` is lowered to `acceptEdits`, as for a plan.
+    fn change_mode(&mut self, mode: muster_config::PermissionMode) {
+        let mode = if mode == muster_config::PermissionMode::BypassPermissions
+            && self.session.init.bypass_disabled
+        {
+            eprintln!(
+                "muster claude: warning: bypassPermissions is disabled by \
+                 disableBypassPermissionsMode; set_permission_mode sets acceptEdits"
+            );
+            muster_config::PermissionMode::AcceptEdits
+        } else {
+            mode
+        };
+        self.session.init.permission_mode = mode.to_string();
+        if self.session.stored {
+            self.mode_change = Some(mode);
+        } else {
+            self.request.permission_mode = Some(mode);
+        }
+    }
+
     /// `set_model`: the prompts after it use `model` — a new run's flags, and a stored run's
     /// launch options (both modes' model, one store write), which its continuation is
     /// rebuilt from.

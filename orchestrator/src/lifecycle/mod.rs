@@ -77,6 +77,9 @@ pub(crate) struct FrontEnd {
     /// the requests in the store for `muster approve` and the web inbox (the run stops
     /// awaiting a decision).
     pub person: Option<Arc<dyn muster_agents::runtime::Terminal>>,
+    /// The mode the front end's person set for the main agent (`set_permission_mode`,
+    /// checked against the run's ceilings), taken with its next new turn.
+    pub mode: Option<muster_config::PermissionMode>,
 }
 
 impl FrontEnd {

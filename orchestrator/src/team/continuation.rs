@@ -87,13 +87,15 @@ pub(crate) fn agreed(request: &RequestRecord) -> bool {
 }
 
 impl Team {
-    /// Commits the continuation with `lead`'s new turn `prompt` (the run was `status`); after
-    /// the commit, this process's worktrees follow a fresh base.
+    /// Commits the continuation with `lead`'s new turn `prompt` (the run was `status`), the
+    /// lead switched to `mode` first when a front end set one; after the commit, this
+    /// process's worktrees follow a fresh base.
     pub(crate) async fn continue_lead(
         &self,
         lead: &mut AgentRuntime,
         prompt: &str,
         status: RunStatus,
+        mode: Option<muster_config::PermissionMode>,
     ) -> anyhow::Result<Continued> {
         let completed = status == RunStatus::Completed;
         let previous = match (&self.isolation, completed) {
@@ -137,7 +139,7 @@ impl Team {
         muster_mailbox::failpoint!("team_continue_resumed");
         // The transition's one commit. Killed before it, the run is as it was; after it, a
         // resume answers the new turn with the team as continued.
-        match lead.prompt_with(&text, records).await {
+        match lead.prompt_in_mode(&text, records, mode).await {
             Err(RuntimeError::TurnNotEnded { .. }) => return Ok(Continued::MidTurn),
             other => other?,
         }

@@ -613,7 +613,8 @@ impl RunKind for TeamRun {
             // The continuation is committed before any teammate starts: they start from the
             // store as it left it.
             let mut lead = AgentRuntime::resume(context.clone(), LEAD, None, None).await?;
-            match team.continue_lead(&mut lead, prompt, *status).await? {
+            let mode = driver.front.as_ref().and_then(|front| front.mode);
+            match team.continue_lead(&mut lead, prompt, *status, mode).await? {
                 continuation::Continued::Yes => driver.lead = std::sync::Mutex::new(Some(lead)),
                 continuation::Continued::MidTurn => {
                     driver.ending = Some(crate::single_run::mid_turn(&run.id));

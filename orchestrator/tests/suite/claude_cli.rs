@@ -1270,3 +1270,68 @@ async fn system_prompt_replaces_only_the_main_agents_own_prompt() {
         of("alice")
     );
 }
+
+/// `set_permission_mode` between two prompts: the continuation's new turn is in that mode (its
+/// reminder names it, and an edit the first prompt's mode would have asked about runs); a mode
+/// that is no mode gets an error response and the session goes on.
+#[tokio::test(flavor = "multi_thread")]
+async fn set_permission_mode_switches_the_main_agent_for_the_next_prompt() {
+    let dir = project(&[]);
+    let server = fake(vec![
+        ScriptEntry::reply("main", 1, vec![Block::text("First answer.")]),
+        ScriptEntry::reply(
+            "main",
+            2,
+            vec![tool(
+                "Write",
+                json!({"file_path": "out.txt", "content": "out\n"}),
+            )],
+        ),
+        ScriptEntry::reply("main", 3, vec![Block::text("Written.")]),
+    ])
+    .await;
+    let control = |id: &str, mode: &str| {
+        json!({"type": "control_request", "request_id": id,
+               "request": {"subtype": "set_permission_mode", "mode": mode}})
+        .to_string()
+            + "\n"
+    };
+    let stdin = user("First question.")
+        + &control("bad", "sideways")
+        + &control("m1", "acceptEdits")
+        + &user("Write out.txt.");
+    let output = claude(
+        dir.path(),
+        &server.base_url(),
+        &[
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--input-format",
+            "stream-json",
+        ],
+        &stdin,
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let lines = messages(&output);
+    let answer = |id: &str| {
+        lines
+            .iter()
+            .find(|m| m["type"] == "control_response" && m["response"]["request_id"] == id)
+            .map(|m| m["response"]["subtype"].clone())
+    };
+    assert_eq!(answer("bad"), Some(json!("error")));
+    assert_eq!(answer("m1"), Some(json!("success")));
+    let inits = of_kind(&lines, "system", Some("init"));
+    assert_eq!(inits[0]["permissionMode"], "default");
+    assert_eq!(inits[1]["permissionMode"], "acceptEdits", "{inits:#?}");
+    let results = of_kind(&lines, "result", None);
+    assert_eq!(results[1]["subtype"], "success", "{:#?}", results);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out.txt")).unwrap(),
+        "out\n"
+    );
+    let second = server.requests()[1].body.to_string();
+    assert!(second.contains("Mode: acceptEdits"), "{second}");
+}
