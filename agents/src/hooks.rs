@@ -218,6 +218,7 @@ mod tests {
                 hooks,
                 plan_reviewers: Vec::new(),
                 disabled_by: None,
+                guard_failures_block_by: None,
             }),
             None,
             path,

@@ -290,6 +290,12 @@ impl ConfiguredHook {
 /// The settings key of muster's plan reviewer hooks, in Claude Code's settings files.
 pub const PLAN_REVIEWERS_KEY: &str = "planReviewers";
 
+/// muster's key in the user's `~/.claude/settings.json`: `"guardFailures": "block"` makes
+/// every `PreToolUse` hook's failure (cannot start, timeout, exit 1, junk, too much output)
+/// refuse the call, as `"onFailure": "block"` on each handler would. Only the user's own file
+/// may set it (it narrows, but it is the user's policy for every project).
+pub const GUARD_FAILURES_KEY: &str = "guardFailures";
+
 /// A plan reviewer hook (`planReviewers.NAME`): a `command` handler that decides the plans of
 /// the teammates whose approver is `hook:NAME`.
 #[derive(Debug, Clone, Serialize)]
@@ -353,6 +359,9 @@ pub struct Hooks {
     /// The file that set `disableAllHooks: true`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disabled_by: Option<Origin>,
+    /// The user's file that set `"guardFailures": "block"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub guard_failures_block_by: Option<Origin>,
 }
 
 impl Hooks {
@@ -373,8 +382,19 @@ impl Hooks {
                 .retain(|known| known.name != reviewer.name);
             self.plan_reviewers.push(reviewer);
         }
+        if file.guard_failures_block && self.guard_failures_block_by.is_none() {
+            self.guard_failures_block_by = file.origin.clone();
+        }
         if file.disable_all && self.disabled_by.is_none() {
             self.disabled_by = file.origin;
+        }
+        // The user's choice holds for the guards of every file, read before or after it.
+        if self.guard_failures_block_by.is_some() {
+            for hook in &mut self.hooks {
+                if hook.event == HookEvent::PreToolUse {
+                    hook.handler.on_failure = OnFailure::Block;
+                }
+            }
         }
     }
 
@@ -412,6 +432,8 @@ pub struct FileHooks {
     pub plan_reviewers: Vec<PlanReviewer>,
     /// `disableAllHooks: true`.
     pub disable_all: bool,
+    /// `"guardFailures": "block"` in the user's own file.
+    pub guard_failures_block: bool,
     /// The file's origin (for `disabled_by`).
     pub origin: Option<Origin>,
 }
@@ -430,8 +452,18 @@ pub fn read_hooks(
         origin: Some(origin.clone()),
         hooks: Vec::new(),
         plan_reviewers: Vec::new(),
+        guard_failures_block: false,
     };
     let mut not_honoured = BTreeSet::new();
+    match json.get(GUARD_FAILURES_KEY).and_then(Value::as_str) {
+        Some("block") if origin.layer == Layer::User => found.guard_failures_block = true,
+        Some("block") => {
+            not_honoured.insert(format!(
+                "`\"{GUARD_FAILURES_KEY}\": \"block\"` (only ~/.claude/settings.json may set it)"
+            ));
+        }
+        _ => {}
+    }
     let error = |what: String| Diagnostic::new(what).in_source(&origin.source);
     found.plan_reviewers = read_plan_reviewers(json, origin, root, &mut not_honoured)?;
     let Some(events) = json.get("hooks") else {
@@ -869,6 +901,19 @@ mod tests {
             "mine"
         );
         assert!(hooks.plan_reviewer("lenient").is_none());
+        // The user's `guardFailures` makes every guard's failure block, whichever file has it.
+        let guard: Value = serde_json::json!({"hooks": {"PreToolUse": [{"hooks": [
+            {"type": "command", "command": "guard"}]}]}, "guardFailures": "block"});
+        let (project, said) = read_hooks(&guard, &origin(Layer::Project), root).unwrap();
+        assert!(!project.guard_failures_block);
+        assert!(said[0].to_string().contains("guardFailures"), "{said:?}");
+        hooks.add_file(project);
+        assert_eq!(hooks.hooks[0].handler.on_failure, OnFailure::Continue);
+        let mut user_origin = origin(Layer::User);
+        user_origin.source = "/home/u/.claude/settings.json".into();
+        let user_json: Value = serde_json::json!({"guardFailures": "block"});
+        hooks.add_file(read_hooks(&user_json, &user_origin, root).unwrap().0);
+        assert_eq!(hooks.hooks[0].handler.on_failure, OnFailure::Block);
         for bad in [
             serde_json::json!({"planReviewers": []}),
             serde_json::json!({"planReviewers": {"a b": {"type": "command", "command": "x"}}}),

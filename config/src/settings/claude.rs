@@ -32,6 +32,7 @@ const HONOURED_KEYS: &[&str] = &[
     "hooks",
     "disableAllHooks",
     crate::hooks::PLAN_REVIEWERS_KEY,
+    crate::hooks::GUARD_FAILURES_KEY,
 ];
 
 /// The keys of `permissions` muster applies.

@@ -74,6 +74,7 @@ fn show(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
             },
             "hooks": settings.hooks.hooks.iter().map(muster_config::hooks::ConfiguredHook::to_json).collect::<Vec<_>>(),
             "plan_reviewers": settings.hooks.plan_reviewers.iter().map(muster_config::hooks::PlanReviewer::to_json).collect::<Vec<_>>(),
+            "guard_failures_block_by": settings.hooks.guard_failures_block_by.as_ref().map(|origin| origin.source.clone()),
             "hooks_disabled_by": settings.hooks.disabled_by.as_ref().map(|origin| origin.source.clone()),
             "skipped": settings.skipped.iter().map(|skipped| json!({
                 "key": skipped.key,
@@ -101,6 +102,13 @@ fn show(global: &Globals, as_json: bool) -> anyhow::Result<Exit> {
         }
         for reviewer in &settings.hooks.plan_reviewers {
             writeln!(output, "# {}", reviewer.describe())?;
+        }
+        if let Some(origin) = &settings.hooks.guard_failures_block_by {
+            writeln!(
+                output,
+                "# hooks: a PreToolUse hook's failure blocks (guardFailures in {})",
+                origin.source
+            )?;
         }
         if let Some(origin) = &settings.hooks.disabled_by {
             writeln!(

@@ -156,6 +156,55 @@ async fn a_guard_hook_refuses_rm_for_the_lead_and_its_reason_reaches_the_model()
     assert_eq!(lines_of(&dir.path().join("guard.log")).len(), 2);
 }
 
+/// `"guardFailures": "block"` in the user's own `~/.claude/settings.json` makes a guard that
+/// fails (exit 1) refuse the call; without it the same failure lets the call run, as in
+/// Claude Code.
+#[tokio::test]
+async fn the_users_guard_failures_setting_makes_a_failing_guard_refuse_the_call() {
+    for (blocks, expected_note) in [(false, true), (true, false)] {
+        let dir = project(&[]);
+        let home = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(home.path().join(".claude")).unwrap();
+        let mut settings = json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [
+            {"type": "command", "command": "echo 'guard broke' >&2; exit 1"}]}]}});
+        if blocks {
+            settings["guardFailures"] = json!("block");
+        }
+        std::fs::write(
+            home.path().join(".claude/settings.json"),
+            settings.to_string(),
+        )
+        .unwrap();
+        let fake = fake(vec![
+            ScriptEntry::reply(
+                "main",
+                1,
+                vec![tool("Bash", json!({"command": "echo hi > note.txt"}))],
+            ),
+            ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+        ])
+        .await;
+        let args = run_args(&fake.base_url());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut run = command(dir.path(), &args);
+        run.env("HOME", home.path());
+        let done = output(run).await;
+        assert_eq!(done.status.code(), Some(0), "{blocks}: {}", stderr(&done));
+        assert_eq!(
+            dir.path().join("note.txt").exists(),
+            expected_note,
+            "guardFailures block: {blocks}"
+        );
+        if blocks {
+            let results = tool_results(&fake.requests()[1].body);
+            assert!(
+                results[0].contains("exited with 1: guard broke"),
+                "{results:?}"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_hook_script_changed_after_trust_does_not_run_and_the_run_says_so() {
     let dir = hooked_project();
