@@ -1,6 +1,7 @@
 //! Budgets: every kind at agent and run level, no request once a total has reached its limit,
 //! the stop at the first crossing response, cache prices in cost, the deadline, restore from
-//! stored totals, and agents racing for the run's last turn.
+//! stored totals, agents racing for the run's last turn, and the reservation a request takes
+//! from the run's ledger in the store (freed when it fails, settled by its charge).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
@@ -633,4 +634,85 @@ fn budgets_from_a_settings_file_and_the_configs_price_check() {
     let err = load_settings(dir.path(), muster_config::CliOverrides::new()).unwrap_err();
     assert!(err.contains("a cost budget needs model prices"), "{err}");
     assert!(err.contains("local-llama"), "{err}");
+}
+
+/// An agent whose model request fails (a 400: not retried) ends with the error and frees the
+/// reservation it took from the run's ledger in the store, so the run's other agents do not
+/// wait on a request that will never be charged; one whose request succeeds has it settled
+/// by the charge in the response's commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_request_frees_its_reservation_and_a_charged_one_settles_it() {
+    use muster_agents::runtime::{AgentKind, AgentOutcome};
+    use muster_config::PermissionMode;
+    use muster_fake_llm::ScriptEntry;
+    use muster_mailbox::ledger::LedgerDecision;
+    use muster_mailbox::{LedgerLimits, LedgerSpend, MailboxStore};
+
+    use super::harness::{RunHarness, policy, spec, start};
+
+    let harness = RunHarness::setup()
+        .start(vec![
+            ScriptEntry::http_error("lead", 1, 400),
+            ScriptEntry::reply("helper", 1, vec![muster_fake_llm::Block::text("done")]),
+        ])
+        .await;
+    let store = harness.store.clone();
+    let run_id = harness.run_id.clone();
+    // One turn in flight at a time: a reservation left behind would make everyone wait.
+    let limits = LedgerLimits {
+        turns: Some(1),
+        ..LedgerLimits::default()
+    };
+    store
+        .open_ledger(&run_id, limits, LedgerSpend::default())
+        .await
+        .unwrap();
+    let one_turn = LedgerSpend::of_request(1, None);
+    let context = harness.context(policy(""));
+
+    let mut lead = start(
+        context.clone(),
+        spec("lead", AgentKind::Main, PermissionMode::Default),
+        "Go.",
+    )
+    .await;
+    let failed = tokio::time::timeout(super::harness::GUARD, lead.run())
+        .await
+        .expect("guard timeout");
+    assert!(failed.is_err(), "{failed:?}");
+    let after_failure = store
+        .reserve_budget(&run_id, "probe", 1, one_turn)
+        .await
+        .unwrap();
+    assert_eq!(
+        (after_failure.decision, after_failure.in_flight_count),
+        (LedgerDecision::Grant, 0),
+        "the failed request's reservation was left in flight"
+    );
+    store.release_reservation(&run_id, "probe").await.unwrap();
+
+    let mut helper = start(
+        context,
+        spec("helper", AgentKind::Main, PermissionMode::Default),
+        "Go.",
+    )
+    .await;
+    let outcome = tokio::time::timeout(super::harness::GUARD, helper.run())
+        .await
+        .expect("guard timeout")
+        .unwrap();
+    assert!(
+        matches!(outcome, AgentOutcome::Finished { .. }),
+        "{outcome:?}"
+    );
+    // Charged and settled: the turn is spent, nothing is in flight.
+    let after_charge = store
+        .reserve_budget(&run_id, "probe", 1, one_turn)
+        .await
+        .unwrap();
+    assert_eq!(
+        (after_charge.decision, after_charge.in_flight_count),
+        (LedgerDecision::Spent, 0)
+    );
+    assert_eq!(after_charge.ledger.map(|l| l.spent.turns), Some(1));
 }
