@@ -216,6 +216,26 @@ async def merge_review(cli: str, cwd: str) -> dict:
     return {"session_id": result.session_id, "request_id": review["input"]["request_id"]}
 
 
+async def set_model_and_mode(cli: str, cwd: str) -> dict:
+    """set_model and set_permission_mode between two queries: the second query runs on that
+    model, in acceptEdits, so its edit runs without asking."""
+    async with ClaudeSDKClient(options=options(cli, cwd)) as client:
+        await client.query("First question.")
+        first = await collect(client.receive_response())
+        await client.set_model("claude-opus-4-5")
+        await client.set_permission_mode("acceptEdits")
+        await client.query("Write out.txt.")
+        second = await collect(client.receive_response())
+    inits(first)
+    init = inits(second)[-1]
+    assert init.data["model"] == "claude-opus-4-5", init.data
+    assert init.data["permissionMode"] == "acceptEdits", init.data
+    done = result_of(second)
+    assert done.subtype == "success" and done.result == "Written.", done
+    assert (Path(cwd) / "out.txt").read_text() == "out\n"
+    return {"session_id": done.session_id}
+
+
 async def budget(cli: str, cwd: str) -> dict:
     """A run over its --max-budget-usd ends error_max_budget_usd; the SDK raises after it."""
     messages = []
@@ -263,6 +283,7 @@ SCENARIOS = {
     "interrupt": interrupt,
     "team_interrupt_continue_resume": team_interrupt_continue_resume,
     "merge_review": merge_review,
+    "set_model_and_mode": set_model_and_mode,
     "budget": budget,
     "awaiting": awaiting,
 }

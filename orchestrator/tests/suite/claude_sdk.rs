@@ -405,3 +405,39 @@ async fn a_merge_for_the_person_is_approved_through_can_use_tool() {
     assert_eq!(response.responder, "human");
     assert_eq!(response.body.approved(), Some(true));
 }
+
+/// The SDK's `set_model` and `set_permission_mode` between two queries of a client: the
+/// second query's request goes to that model, and its edit runs in `acceptEdits`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_sets_the_model_and_the_mode_of_its_next_query() {
+    let dir = project(&[]);
+    settings(
+        dir.path(),
+        "[models.\"claude-opus-4-5\"]\nprice_in = 5.0\nprice_out = 25.0\n",
+    );
+    let fake = fake(vec![
+        ScriptEntry::reply("main", 1, vec![Block::text("First answer.")]),
+        ScriptEntry::reply(
+            "main",
+            2,
+            vec![tool(
+                "Write",
+                json!({"file_path": "out.txt", "content": "out\n"}),
+            )],
+        ),
+        ScriptEntry::reply("main", 3, vec![Block::text("Written.")]),
+    ])
+    .await;
+    run(scenario("set_model_and_mode", dir.path(), &fake)).await;
+    let models: Vec<String> = fake
+        .requests()
+        .iter()
+        .map(|r| r.body["model"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(models.len(), 3, "{models:?}");
+    assert_ne!(models[0], "claude-opus-4-5");
+    assert!(
+        models[1..].iter().all(|m| m == "claude-opus-4-5"),
+        "{models:?}"
+    );
+}
