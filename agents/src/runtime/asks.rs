@@ -202,7 +202,7 @@ impl Asking<'_> {
                 decision,
             });
         };
-        let (decision, acks) = person_answered(decision, &request_id, mail);
+        let (decision, acks) = mailed_answer(decision, &request_id, mail);
         Ok(Deferred::Decided(decision, acks))
     }
 
@@ -222,7 +222,7 @@ impl Asking<'_> {
     ) -> RuntimeResult<(GateDecision, Vec<String>)> {
         let mail = self.receive_answer(request_id).await?;
         self.report.calling(call);
-        Ok(person_answered(decision, request_id, mail))
+        Ok(mailed_answer(decision, request_id, mail))
     }
 
     /// Sends the `permission_request` of `call` to `recipient`, answered by `responder`
@@ -351,27 +351,13 @@ impl Asking<'_> {
         });
         let mail = self.receive_answer(&request_id).await?;
         self.report.calling(call);
-        let (approved, feedback) = match mail.body.clone() {
-            muster_mailbox::MessageBody::PermissionResponse {
-                approved, feedback, ..
-            } => (approved, feedback),
-            other => (
-                false,
-                Some(format!("the answer was a {} message", other.kind())),
-            ),
-        };
-        let how = format!(
-            "{} by {} ({request_id}){}",
-            if approved { "approved" } else { "refused" },
-            mail.sender,
-            feedback.map(|f| format!(": {f}")).unwrap_or_default()
-        );
-        Ok((answered(decision, approved, how), vec![mail.key]))
+        Ok(mailed_answer(decision, &request_id, mail))
     }
 }
 
-/// A person's answer to a deferred call's request, as the call's decision.
-fn person_answered(
+/// The answer mailed to a call's permission request (the lead's, or a person's to a deferred
+/// call), as the call's decision, with the answer's key to ack.
+fn mailed_answer(
     decision: GateDecision,
     request_id: &str,
     mail: muster_mailbox::Message,
