@@ -105,26 +105,8 @@ pub(crate) async fn run_line(shared: &Arc<Shared>, item: &WorkItem) -> anyhow::R
     result
         .rest
         .insert("attempt".into(), Value::from(item.attempts));
-    match store
-        .finish_work(&fence, serde_json::to_value(&result)?)
-        .await
-    {
-        Ok(_) => {
-            eprintln!(
-                "muster worker {}: {} finished ({}, exit {})",
-                shared.info.name, item.id, result.status, result.exit_code
-            );
-            Ok(LineEnd::Finished)
-        }
-        Err(error @ StoreError::Fenced { .. }) => {
-            eprintln!(
-                "muster worker {}: {}: result refused as fenced: {error}",
-                shared.info.name, item.id
-            );
-            Ok(LineEnd::Fenced)
-        }
-        Err(error) => Err(error.into()),
-    }
+    let how = format!("{}, exit {}", result.status, result.exit_code);
+    finish(shared, item, &fence, serde_json::to_value(&result)?, how).await
 }
 
 /// A teammate placed on workers: its child runs it (started, or resumed from the store and
@@ -150,11 +132,23 @@ async fn run_teammate(
     if end.code != Exit::Success.code() {
         result["error"] = Value::String(end.tail);
     }
-    match shared.store.finish_work(&fence, result).await {
+    finish(shared, item, &fence, result, format!("exit {}", end.code)).await
+}
+
+/// Commits the item's `result` under its lease's `fence` and says so (`how` it ended); a
+/// fenced result (another worker took the item over) is refused and said.
+async fn finish(
+    shared: &Arc<Shared>,
+    item: &WorkItem,
+    fence: &muster_mailbox::WorkFence,
+    result: Value,
+    how: String,
+) -> anyhow::Result<LineEnd> {
+    match shared.store.finish_work(fence, result).await {
         Ok(_) => {
             eprintln!(
-                "muster worker {}: {} finished (exit {})",
-                shared.info.name, item.id, end.code
+                "muster worker {}: {} finished ({how})",
+                shared.info.name, item.id
             );
             Ok(LineEnd::Finished)
         }
