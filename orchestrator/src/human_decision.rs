@@ -190,60 +190,46 @@ fn response_body(
                 dropped_grants: Vec::new(),
             })
         }
-        (
-            K::PermissionRequest,
-            Decision::Approve {
-                mode,
-                edited_plan,
-                clear_context,
-                feedback,
-                grants,
-            },
-        ) => {
-            if mode.is_some() || edited_plan.is_some() || clear_context || grants.is_some() {
-                return Err(plans_only("permission request"));
-            }
-            Ok(MessageBody::PermissionResponse {
-                request_id,
-                approved: true,
-                feedback,
-                rule: None,
+        // A call's permission or a merge: only yes or no, with a reason.
+        (kind @ (K::PermissionRequest | K::MergeRequest), decision) => {
+            let (approved, feedback) = match decision {
+                Decision::Approve {
+                    mode,
+                    edited_plan,
+                    clear_context,
+                    feedback,
+                    grants,
+                } => {
+                    if mode.is_some() || edited_plan.is_some() || clear_context || grants.is_some()
+                    {
+                        return Err(plans_only(&kind.in_words()));
+                    }
+                    (true, feedback)
+                }
+                Decision::Reject { feedback } => (false, Some(feedback)),
+                Decision::Answer { .. } => {
+                    return Err(unfit(format!(
+                        "{request_id} is a {}: approve or reject it (`muster approve` / `muster reject`)",
+                        kind.in_words()
+                    )));
+                }
+            };
+            Ok(if *kind == K::MergeRequest {
+                MessageBody::MergeResponse {
+                    request_id,
+                    approved,
+                    feedback,
+                    rule: None,
+                }
+            } else {
+                MessageBody::PermissionResponse {
+                    request_id,
+                    approved,
+                    feedback,
+                    rule: None,
+                }
             })
         }
-        (K::PermissionRequest, Decision::Reject { feedback }) => {
-            Ok(MessageBody::PermissionResponse {
-                request_id,
-                approved: false,
-                feedback: Some(feedback),
-                rule: None,
-            })
-        }
-        (
-            K::MergeRequest,
-            Decision::Approve {
-                mode,
-                edited_plan,
-                clear_context,
-                feedback,
-                grants,
-            },
-        ) => {
-            if mode.is_some() || edited_plan.is_some() || clear_context || grants.is_some() {
-                return Err(plans_only("merge request"));
-            }
-            Ok(MessageBody::MergeResponse {
-                request_id,
-                approved: true,
-                feedback,
-                rule: None,
-            })
-        }
-        (K::MergeRequest, Decision::Reject { feedback }) => Ok(MessageBody::MergeResponse {
-            request_id,
-            approved: false,
-            feedback: Some(feedback),
-            rule: None,
-        }),
         (K::Question, Decision::Answer { text }) => Ok(MessageBody::Answer {
             request_id,
             answer: text,
