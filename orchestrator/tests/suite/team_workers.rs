@@ -1700,3 +1700,65 @@ async fn an_interrupted_lead_stops_its_teammate_on_a_worker_and_a_resume_places_
     assert_eq!(worker.stop().await, Some(0));
     schema.drop_now().await;
 }
+
+/// The run's deadline (`--max-duration`) ends the lead while its teammate on a worker waits
+/// on the model there: the teammate cannot answer the end-of-run shutdown request within
+/// the shutdown timeout, so the lead stops its work item as it ends, and the worker stops the
+/// teammate's process. Nothing of it runs on after the lead's exit.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_teammate_on_a_worker_that_ignores_the_shutdown_is_stopped_when_the_lead_ends() {
+    let schema = Schema::new().await;
+    let url = schema.url();
+    let mut held = any_turn("one", "done");
+    held.fault.hold = Some("one-1".to_owned());
+    let fake = fake(vec![
+        lead_assigns(&["one"]),
+        any_turn("lead", "Waiting for the team."),
+        held,
+    ])
+    .await;
+    let mut worker = teammate_worker(&fake, &url, "w1");
+    worker.wait_for("ready on").await;
+    let remote = bare_remote();
+    let remote_path = remote.path().display().to_string();
+    let lead = lead_repo(&team(&["one"], "shutdown_timeout_ms = 300\n"));
+    let root = lead.path();
+    let base = fake.base_url();
+    let mut args = run_args(&url, &base, &remote_path);
+    // Long enough for the teammate to reach the model on its worker first.
+    args.extend(["--max-duration", "15"]);
+    let mut run = super::common::Running::spawn(command(root, &args));
+    let started = run
+        .until("the lead's mail", |e| e["type"] == "mail_sent")
+        .await;
+    let run_id = started["run_id"].as_str().unwrap().to_owned();
+    let teammate = teammate_pid(&mut worker).await;
+    tokio::time::timeout(super::common::GUARD, fake.gate_reached("one-1", 1))
+        .await
+        .expect("the teammate on the worker never asked the model");
+    assert_eq!(run.finish().await, Some(3), "{:#?}", run.events);
+    let end = run.events.last().unwrap().clone();
+    assert_eq!(end["status"], "budget", "{end:#}");
+    let item_id = format!("team:{run_id}:one");
+    worker
+        .wait_for(&format!("lost the lease of {item_id}"))
+        .await;
+    worker
+        .wait_for(&format!("{item_id}: result refused as fenced"))
+        .await;
+    assert!(
+        rustix::process::test_kill_process(teammate).is_err(),
+        "the teammate's process {teammate:?} still runs:\n{:#?}",
+        worker.said()
+    );
+    let store = super::store_pg::open(&url).await;
+    let item = store.work_item(&item_id).await.unwrap().unwrap();
+    assert_eq!(
+        item.result.as_ref().unwrap()["stopped"],
+        "budget",
+        "{item:#?}"
+    );
+    fake.open_gate("one-1");
+    assert_eq!(worker.stop().await, Some(0));
+    schema.drop_now().await;
+}
