@@ -597,6 +597,11 @@ impl RunKind for TeamRun {
             });
             team.lead_awaits_decision.store(awaits, Ordering::SeqCst);
         }
+        let nobody = self
+            .front
+            .as_ref()
+            .is_some_and(|front| front.person.is_none());
+        team.nobody_answers_live.store(nobody, Ordering::SeqCst);
         let services: Arc<dyn muster_agents::runtime::team::TeamServices> = team.clone();
         context.team.attach(&services);
         let mut driver = TeamDriver {
@@ -852,6 +857,11 @@ pub(crate) struct Team {
     /// when that request is committed, or found on resume; never cleared, so no clearing can
     /// race a new request): until then the team's watch need not look at the store.
     lead_awaits_decision: AtomicBool,
+    /// Whether the run is driven by a front end of this process with no person at it
+    /// (`muster claude` without `--permission-prompt-tool stdio`): nobody answers the person's
+    /// requests while the run is live, so a team waiting only on them ends awaiting the
+    /// decision at once instead of at its deadline.
+    nobody_answers_live: AtomicBool,
     /// The run's worktrees (`None`: every agent works in the shared workspace).
     isolation: Option<Arc<isolation::TeamIsolation>>,
     /// `Some(name)`: this process is worker `name` running one teammate placed on workers
@@ -900,6 +910,7 @@ impl Team {
             board,
             printer: parts.printer,
             lead_awaits_decision: AtomicBool::new(false),
+            nobody_answers_live: AtomicBool::new(false),
             isolation: parts.isolation,
             worker: parts.worker,
             placed: parts.placed,
@@ -1477,8 +1488,12 @@ impl Team {
         let mut undecided: Vec<(String, String)> = Vec::new();
         let mut for_a_person: Vec<(String, String)> = Vec::new();
         for request in self.store.requests(self.run_id()).await? {
-            // A request in the person's own mailbox (a call a hook deferred to them).
-            if request.response.is_none() && request.recipient == muster_mailbox::HUMAN {
+            // A request in the person's own mailbox (a call a hook deferred to them), or any
+            // request for the person when nobody answers them while the run is live.
+            let for_the_person = request.recipient == muster_mailbox::HUMAN
+                || (request.responder == muster_mailbox::HUMAN
+                    && self.nobody_answers_live.load(Ordering::SeqCst));
+            if request.response.is_none() && for_the_person {
                 for_a_person.push((request.requester, request.request_id));
                 continue;
             }

@@ -1335,3 +1335,58 @@ async fn set_permission_mode_switches_the_main_agent_for_the_next_prompt() {
     let second = server.requests()[1].body.to_string();
     assert!(second.contains("Mode: acceptEdits"), "{second}");
 }
+
+/// Without `--permission-prompt-tool stdio` nobody at the front end answers the person: a team
+/// run whose teammate waits only on a person's plan decision ends awaiting it at once (exit 5,
+/// `error_awaiting_decision`, naming the request) instead of waiting for its deadline.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_team_run_without_a_permission_prompt_tool_ends_awaiting_the_teammates_plan() {
+    let dir = project(&[(
+        "muster.team.toml",
+        "name = \"greeters\"\n\n[[teammates]]\nname = \"alice\"\napprover = \"human\"\n",
+    )]);
+    let lead_waits: ScriptEntry = serde_json::from_value(json!({
+        "agent": "lead",
+        "reply": {"content": [{"type": "text", "text": "Waiting for the team."}],
+                  "stop_reason": "end_turn"},
+    }))
+    .unwrap();
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "Greet", "description": "Write hello.txt saying hello."}),
+            )],
+        ),
+        lead_waits,
+        ScriptEntry::reply(
+            "alice",
+            1,
+            vec![tool("ExitPlanMode", json!({"plan": GREET_PLAN}))],
+        ),
+    ])
+    .await;
+    let output = claude(
+        dir.path(),
+        &fake.base_url(),
+        &["-p", "Greet the world.", "--output-format", "json"],
+        "",
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(5), "{}", stderr(&output));
+    let result = messages(&output).pop().unwrap();
+    assert_eq!(result["subtype"], "error_awaiting_decision", "{result}");
+    assert!(
+        result.to_string().contains("plan-alice-1"),
+        "the result names the request: {result}"
+    );
+    let run_id = result["session_id"].as_str().unwrap();
+    let store = open_store(dir.path());
+    assert_eq!(
+        store.run(run_id).await.unwrap().unwrap().status.as_str(),
+        "awaiting_decision"
+    );
+    assert!(!dir.path().join("hello.txt").exists());
+}
