@@ -1537,8 +1537,8 @@ impl Team {
             exit: Exit::Failed,
             result: json!({"result": lead_result, "undecided": ids}),
             text: format!(
-                "{lead_result}
-The lead ended its turn without deciding {}; the teammates                  waiting on it cannot go on.",
+                "{lead_result}\nThe lead ended its turn without deciding {}; the teammates \
+                 waiting on it cannot go on.",
                 ids.join(", ")
             ),
         }))
