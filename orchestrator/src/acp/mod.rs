@@ -25,11 +25,13 @@ use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, CancelNotification, ContentBlock, Implementation, InitializeRequest,
     InitializeResponse, LoadSessionRequest, LoadSessionResponse, NewSessionRequest,
-    NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse, SessionId,
-    SessionNotification, SessionUpdate, StopReason,
+    NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse, SessionId, SessionMode,
+    SessionModeId, SessionModeState, SessionNotification, SessionUpdate, SetSessionModeRequest,
+    SetSessionModeResponse, StopReason,
 };
 use agent_client_protocol::{Agent, ByteStreams, Client};
 use muster_agents::runtime::{EventSink, RunEvent, TurnInterrupt};
+use muster_config::PermissionMode;
 use muster_config::settings::CliOverrides;
 use muster_mailbox::{RunRecord, RunStatus};
 use serde_json::Value;
@@ -96,6 +98,9 @@ struct Session {
     turn: Option<Turn>,
     /// The agent whose text is the session's messages: `main`, or a team run's lead.
     main_agent: &'static str,
+    /// A `session/set_mode` not taken yet: the main agent's (lead's) mode from the next
+    /// prompt on.
+    mode_change: Option<PermissionMode>,
 }
 
 /// The agent whose text a run's session shows as its messages.
@@ -146,7 +151,8 @@ impl Server {
         &self,
         transport: impl agent_client_protocol::ConnectTo<Agent>,
     ) -> Result<(), agent_client_protocol::Error> {
-        let (on_new, on_load, on_prompt, on_cancel, on_close) = (
+        let (on_new, on_load, on_prompt, on_cancel, on_close, on_set_mode) = (
+            self.clone(),
             self.clone(),
             self.clone(),
             self.clone(),
@@ -172,9 +178,9 @@ impl Server {
                 async move |request: NewSessionRequest, responder, cx| match on_new
                     .new_session(&request)
                 {
-                    Ok((id, notice)) => {
+                    Ok((id, notice, modes)) => {
                         let id = SessionId::new(id);
-                        responder.respond(NewSessionResponse::new(id.clone()))?;
+                        responder.respond(NewSessionResponse::new(id.clone()).modes(modes))?;
                         if let Some(notice) = notice {
                             send(&cx, &id, SessionUpdate::AgentMessageChunk(chunk(&notice)));
                         }
@@ -209,6 +215,27 @@ impl Server {
                 },
                 agent_client_protocol::on_receive_request!(),
             )
+            .on_receive_request(
+                async move |request: SetSessionModeRequest, responder, cx| match on_set_mode
+                    .set_mode(&request)
+                {
+                    Ok(mode) => {
+                        responder.respond(SetSessionModeResponse::new())?;
+                        send(
+                            &cx,
+                            &request.session_id,
+                            SessionUpdate::CurrentModeUpdate(
+                                agent_client_protocol::v1::schema::CurrentModeUpdate::new(
+                                    SessionModeId::new(mode.as_str()),
+                                ),
+                            ),
+                        );
+                        Ok(())
+                    }
+                    Err(error) => responder.respond_with_error(error),
+                },
+                agent_client_protocol::on_receive_request!(),
+            )
             .on_receive_notification(
                 async move |notification: CancelNotification, _cx| {
                     on_cancel.cancel(&notification.session_id);
@@ -232,7 +259,7 @@ impl Server {
     fn new_session(
         &self,
         request: &NewSessionRequest,
-    ) -> Result<(String, Option<String>), agent_client_protocol::Error> {
+    ) -> Result<(String, Option<String>, SessionModeState), agent_client_protocol::Error> {
         let cwd = checked_cwd(&request.cwd)?;
         let global = self.globals_at(&cwd);
         let project = load_project(&global)?;
@@ -242,6 +269,7 @@ impl Server {
             .map_err(|error| invalid(format!("{error:#}")))?
             .is_some();
         let notice = trust_notice(&project);
+        let modes = modes_of(&project, project.settings.permission_mode.value);
         let id = crate::ids::new_run_id(&mut fastrand::Rng::new());
         self.sessions().insert(
             id.clone(),
@@ -251,9 +279,38 @@ impl Server {
                 stored: false,
                 turn: None,
                 main_agent: main_agent_of(team),
+                mode_change: None,
             },
         );
-        Ok((id, notice))
+        Ok((id, notice, modes))
+    }
+
+    /// `session/set_mode`: the lead's (a single run's main agent's) mode from the next prompt
+    /// on — a new run's flag, or a switch committed with a stored run's next turn; teammates
+    /// keep their own. A mode the project's settings disable is refused.
+    fn set_mode(
+        &self,
+        request: &SetSessionModeRequest,
+    ) -> Result<PermissionMode, agent_client_protocol::Error> {
+        let id = request.session_id.0.to_string();
+        let asked = request.mode_id.0.as_ref();
+        let mode = asked
+            .parse::<PermissionMode>()
+            .map_err(|error| invalid(format!("mode {asked:?}: {error}")))?;
+        let mut sessions = self.sessions();
+        let session = sessions.get_mut(&id).ok_or_else(|| {
+            invalid(format!(
+                "no session {id} in this connection: call session/new (or session/load) first"
+            ))
+        })?;
+        let project = load_project(&self.globals_at(&session.cwd))?;
+        if let Some(refused) = project.settings.refuse_disabled_mode(mode, "") {
+            return Err(invalid(format!(
+                "mode {mode} is not available in this project: {refused}"
+            )));
+        }
+        session.mode_change = Some(mode);
+        Ok(mode)
     }
 
     /// Reopens a stored run as a session: refused when it is live elsewhere; its history is
@@ -289,6 +346,7 @@ impl Server {
                 stored: true,
                 turn: None,
                 main_agent: main_agent_of(record.team.is_some()),
+                mode_change: None,
             },
         );
         Ok(())
@@ -323,6 +381,13 @@ impl Server {
                  session/cancel"
             )));
         }
+        // A `session/set_mode` is a new run's flag, or a switch with a stored run's next turn.
+        let mode_change = session.mode_change.take();
+        let (new_run_mode, stored_mode) = if session.stored {
+            (None, mode_change)
+        } else {
+            (mode_change, None)
+        };
         let editor = Arc::new(asks::EditorAsks {
             cx: cx.clone(),
             session: request.session_id.clone(),
@@ -363,7 +428,7 @@ impl Server {
                 events: sink,
                 turn: Arc::new(Mutex::new(None::<TurnInterrupt>)),
                 person: Some(editor),
-                mode: None,
+                mode: stored_mode,
             },
             cancelled: Arc::new(AtomicBool::new(false)),
             done: Arc::new(tokio::sync::Notify::new()),
@@ -388,6 +453,7 @@ impl Server {
                         text,
                         &thread_turn.front,
                         team_person.as_deref(),
+                        new_run_mode,
                     );
                     if let Some(board) = &board {
                         board.settle();
@@ -504,6 +570,7 @@ fn drive_prompt(
     prompt: String,
     front: &FrontEnd,
     person: Option<&TeamPerson>,
+    mode: Option<PermissionMode>,
 ) -> anyhow::Result<Ending> {
     let settled = |ending: Ending| {
         crate::person_requests::carry_on_while_decided(global, id, ending, front, person)
@@ -511,6 +578,7 @@ fn drive_prompt(
     if !stored {
         let flags = RunFlags {
             prompt,
+            permission_mode: mode,
             ..RunFlags::default()
         };
         return match crate::team::team_file_for(global, None)? {
@@ -575,6 +643,16 @@ fn initialize(_request: &InitializeRequest) -> InitializeResponse {
                 .prompt_capabilities(PromptCapabilities::new().embedded_context(true)),
         )
         .agent_info(Implementation::new("muster", env!("CARGO_PKG_VERSION")))
+}
+
+/// The session's modes: every mode the project's settings allow, the current one first named.
+fn modes_of(project: &Project, current: PermissionMode) -> SessionModeState {
+    let available = PermissionMode::ALL
+        .iter()
+        .filter(|mode| project.settings.refuse_disabled_mode(**mode, "").is_none())
+        .map(|mode| SessionMode::new(SessionModeId::new(mode.as_str()), mode.as_str()))
+        .collect();
+    SessionModeState::new(SessionModeId::new(current.as_str()), available)
 }
 
 /// A `cwd` that is absolute and a directory.

@@ -843,3 +843,83 @@ async fn a_team_sessions_second_prompt_continues_the_team_with_its_teammate() {
     );
     assert_eq!(acp.close().await, Some(0));
 }
+
+/// `session/set_mode`: the session offers the modes the project allows (bypass disabled by its
+/// settings is not offered, and refused when asked for), a mode that is no mode is an error,
+/// and a chosen mode is the main agent's from the next prompt on: an edit the first prompt's
+/// `default` mode would have asked about runs without a permission request.
+#[tokio::test(flavor = "multi_thread")]
+async fn set_mode_changes_the_main_agents_mode_from_the_next_prompt_within_the_settings() {
+    let dir = project(&[(
+        ".muster/settings.toml",
+        "[permissions]\ndisable_bypass_permissions_mode = \"disable\"\n",
+    )]);
+    trust(dir.path()).await;
+    let fake = fake(vec![
+        ScriptEntry::reply("main", 1, vec![Block::text("First answer.")]),
+        ScriptEntry::reply(
+            "main",
+            2,
+            vec![tool(
+                "Write",
+                json!({"file_path": "out.txt", "content": "out\n"}),
+            )],
+        ),
+        ScriptEntry::reply("main", 3, vec![Block::text("Written.")]),
+    ])
+    .await;
+    let mut acp = Acp::spawn(dir.path(), &fake.base_url());
+    acp.initialize().await;
+    let answer = acp
+        .request("session/new", json!({"cwd": dir.path(), "mcpServers": []}))
+        .await;
+    let session = answer["result"]["sessionId"].as_str().unwrap().to_owned();
+    let modes = &answer["result"]["modes"];
+    assert_eq!(modes["currentModeId"], "default", "{answer}");
+    let offered: Vec<&str> = modes["availableModes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        offered.contains(&"acceptEdits") && offered.contains(&"plan"),
+        "{offered:?}"
+    );
+    assert!(!offered.contains(&"bypassPermissions"), "{offered:?}");
+    let first = acp.prompt(&session, "First question.").await;
+    assert_eq!(first["result"]["stopReason"], "end_turn", "{first}");
+    let set = |mode: &str| json!({"sessionId": session, "modeId": mode});
+    let sideways = acp.request("session/set_mode", set("sideways")).await;
+    assert!(
+        sideways["error"]["message"].as_str().is_some(),
+        "{sideways}"
+    );
+    let bypass = acp
+        .request("session/set_mode", set("bypassPermissions"))
+        .await;
+    assert!(
+        bypass["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("bypassPermissions")),
+        "{bypass}"
+    );
+    let accepted = acp.request("session/set_mode", set("acceptEdits")).await;
+    assert!(accepted["error"].is_null(), "{accepted}");
+    let second = acp.prompt(&session, "Write out.txt.").await;
+    assert_eq!(second["result"]["stopReason"], "end_turn", "{second}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out.txt")).unwrap(),
+        "out\n"
+    );
+    assert!(acp.requests.is_empty(), "no permission was asked");
+    let updates = acp.updates(&session);
+    assert!(
+        updates
+            .iter()
+            .any(|u| u["sessionUpdate"] == "current_mode_update"
+                && u["currentModeId"] == "acceptEdits"),
+        "{updates:#?}"
+    );
+    assert_eq!(acp.close().await, Some(0));
+}
