@@ -119,17 +119,16 @@ struct Turn {
 }
 
 impl Turn {
-    fn interrupt(&self) {
+    /// Interrupts the running turn; whether one was running (a prompt whose run has not
+    /// started its turn yet has none).
+    fn interrupt(&self) -> bool {
         self.cancelled.store(true, Ordering::SeqCst);
-        if let Some(turn) = self
-            .front
+        self.front
             .turn
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
-        {
-            turn.interrupt();
-        }
+            .is_some_and(|turn| turn.interrupt())
     }
 }
 
@@ -506,14 +505,25 @@ impl Server {
         }
     }
 
-    /// `session/cancel`: the running turn is interrupted (a session without one ignores it).
+    /// `session/cancel`: the running turn is interrupted (a session without a prompt under
+    /// way ignores it). A cancel that comes before the prompt's run has started its turn is
+    /// kept: it is given again until a turn takes it or the prompt ends.
     fn cancel(&self, session: &SessionId) {
-        if let Some(turn) = self
+        let Some(turn) = self
             .sessions()
             .get(session.0.as_ref())
             .and_then(|session| session.turn.clone())
-        {
-            turn.interrupt();
+        else {
+            return;
+        };
+        if turn.interrupt() {
+            return;
+        }
+        let spawned = std::thread::Builder::new()
+            .name("acp-cancel".into())
+            .spawn(move || until_interrupted(&turn));
+        if let Err(error) = spawned {
+            tracing::warn!("a cancel before the turn started is not kept (no thread: {error})");
         }
     }
 
@@ -536,6 +546,27 @@ impl Server {
             wait_blocking(&turn);
         }
     }
+}
+
+/// Gives `turn`'s interrupt again until a running turn takes it or the prompt has finished
+/// (on a thread with no runtime). The agent arms its turn without telling anyone, so the look
+/// is repeated on a short timer as well as when the prompt ends.
+fn until_interrupted(turn: &Turn) {
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+    else {
+        return;
+    };
+    runtime.block_on(async {
+        loop {
+            let waiting = turn.done.notified();
+            if turn.finished.load(Ordering::SeqCst) || turn.interrupt() {
+                return;
+            }
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(20), waiting).await;
+        }
+    });
 }
 
 /// Waits on a thread with no runtime until `turn`'s thread has finished.

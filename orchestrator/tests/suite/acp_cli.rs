@@ -923,3 +923,36 @@ async fn set_mode_changes_the_main_agents_mode_from_the_next_prompt_within_the_s
     );
     assert_eq!(acp.close().await, Some(0));
 }
+
+/// A `session/cancel` sent right behind the prompt, before the run has started its turn, is
+/// kept: the turn it meets is interrupted (its model call held at the gate, so only the
+/// cancel can end it), and the prompt answers `cancelled`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancel_before_the_turn_started_still_cancels_it() {
+    let dir = project(&[]);
+    let fake = fake(vec![held(
+        ScriptEntry::reply("main", 1, vec![Block::text("Never shown.")]),
+        "held",
+    )])
+    .await;
+    let mut acp = Acp::spawn(dir.path(), &fake.base_url());
+    acp.initialize().await;
+    let session = acp.new_session(dir.path()).await;
+    let prompt = acp
+        .send(
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [{"type": "text", "text": "Wait."}]}),
+        )
+        .await;
+    acp.write(
+        &json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session}})
+            .to_string(),
+    )
+    .await;
+    let answer = acp.answer(prompt).await;
+    assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
+    assert_eq!(run_status(dir.path(), &session).await, "interrupted");
+    assert!(!acp.text(&session).contains("Never shown."));
+    fake.open_gate("held");
+    assert_eq!(acp.close().await, Some(0));
+}
