@@ -1343,7 +1343,7 @@ async fn set_permission_mode_switches_the_main_agent_for_the_next_prompt() {
 async fn a_team_run_without_a_permission_prompt_tool_ends_awaiting_the_teammates_plan() {
     let dir = project(&[(
         "muster.team.toml",
-        "name = \"greeters\"\n\n[[teammates]]\nname = \"alice\"\napprover = \"human\"\n",
+        "name = \"greeters\"\nshutdown_timeout_ms = 100\n\n[[teammates]]\nname = \"alice\"\napprover = \"human\"\n",
     )]);
     let lead_waits: ScriptEntry = serde_json::from_value(json!({
         "agent": "lead",
