@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use muster_agents::permission::grants::{Granter, select_grants};
+use muster_agents::runtime::TerminalPlanDecision;
 use muster_mailbox::decide::{self, Decided, Waiter};
 use muster_mailbox::{
     MailboxStore, MessageBody, MessageKind, NewResponse, RequestRecord, StoreError,
@@ -30,6 +31,41 @@ pub enum Decision {
     Answer {
         text: String,
     },
+}
+
+impl Decision {
+    /// Yes to a call's permission or a merge (nothing of a plan's to choose), with an
+    /// optional word for the asker.
+    pub(crate) fn approve(feedback: Option<String>) -> Decision {
+        Decision::Approve {
+            mode: None,
+            feedback,
+            edited_plan: None,
+            clear_context: false,
+            grants: None,
+        }
+    }
+}
+
+/// A plan decided at a front end (the terminal, an editor, an SDK program): the plan as it
+/// was submitted, with the plan's requested rules granted as a whole.
+impl From<TerminalPlanDecision> for Decision {
+    fn from(decision: TerminalPlanDecision) -> Decision {
+        match decision {
+            TerminalPlanDecision::Approve {
+                mode,
+                feedback,
+                clear_context,
+            } => Decision::Approve {
+                mode: mode.map(|mode| mode.to_string()),
+                feedback,
+                edited_plan: None,
+                clear_context,
+                grants: None,
+            },
+            TerminalPlanDecision::Reject { feedback } => Decision::Reject { feedback },
+        }
+    }
 }
 
 /// Why a person's answer was not stored.

@@ -237,13 +237,7 @@ impl EditorAsks {
 fn yes_no_decision(answer: Answer) -> Option<Decision> {
     let option = answer.option.as_deref()?;
     Some(if option == "approve" {
-        Decision::Approve {
-            mode: None,
-            feedback: answer.feedback,
-            edited_plan: None,
-            clear_context: false,
-            grants: None,
-        }
+        Decision::approve(answer.feedback)
     } else {
         Decision::Reject {
             feedback: answer.feedback.unwrap_or_else(|| REJECTED.to_owned()),
@@ -290,22 +284,7 @@ impl PersonFrontEnd for EditorAsks {
                 let answer = self.ask(call, Self::plan_options());
                 // Cancelled, or the editor is gone: the request waits for another answer.
                 answer.option.as_ref()?;
-                Some(
-                    match plan_decision(answer.option.as_deref(), answer.feedback) {
-                        TerminalPlanDecision::Approve {
-                            mode,
-                            feedback,
-                            clear_context,
-                        } => Decision::Approve {
-                            mode: mode.map(|mode| mode.to_string()),
-                            feedback,
-                            edited_plan: None,
-                            clear_context,
-                            grants: None,
-                        },
-                        TerminalPlanDecision::Reject { feedback } => Decision::Reject { feedback },
-                    },
-                )
+                Some(plan_decision(answer.option.as_deref(), answer.feedback).into())
             }
             MessageBody::MergeRequest { branch, files, .. } => {
                 let content = match &asked.merge_diff {

@@ -176,13 +176,7 @@ impl ProgramAsks {
             match self.can_use_tool(ToolName::ReviewMerge.as_str(), input, agent, None) {
                 Verdict::Allow { permissions, .. } => {
                     warn_of_unapplied(&permissions);
-                    Decision::Approve {
-                        mode: None,
-                        feedback: None,
-                        edited_plan: None,
-                        clear_context: false,
-                        grants: None,
-                    }
+                    Decision::approve(None)
                 }
                 Verdict::Deny { message } => Decision::Reject {
                     feedback: message.unwrap_or_else(|| "rejected by the program".to_owned()),

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use muster_agents::runtime::{Terminal, TerminalPlanDecision};
+use muster_agents::runtime::Terminal;
 use muster_mailbox::MessageBody;
 
 use super::asks::ProgramAsks;
@@ -30,20 +30,8 @@ impl PersonFrontEnd for ProgramAsks {
             MessageBody::PlanApprovalRequest {
                 plan, plan_file, ..
             } => Some(
-                match self.plan(agent, Path::new(plan_file), plan, request_id) {
-                    TerminalPlanDecision::Approve {
-                        mode,
-                        feedback,
-                        clear_context,
-                    } => Decision::Approve {
-                        mode: mode.map(|mode| mode.to_string()),
-                        feedback,
-                        edited_plan: None,
-                        clear_context,
-                        grants: None,
-                    },
-                    TerminalPlanDecision::Reject { feedback } => Decision::Reject { feedback },
-                },
+                self.plan(agent, Path::new(plan_file), plan, request_id)
+                    .into(),
             ),
             MessageBody::PermissionRequest {
                 tool,
@@ -51,13 +39,7 @@ impl PersonFrontEnd for ProgramAsks {
                 reason,
                 ..
             } => Some(if self.allow_call(agent, tool, input, reason) {
-                Decision::Approve {
-                    mode: None,
-                    feedback: None,
-                    edited_plan: None,
-                    clear_context: false,
-                    grants: None,
-                }
+                Decision::approve(None)
             } else {
                 Decision::Reject {
                     feedback: "denied by the program".to_owned(),

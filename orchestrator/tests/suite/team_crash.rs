@@ -326,6 +326,10 @@ async fn cut_and_resume(
             );
             return true;
         }
+        if ended.code == 0 && matches!(next, Cut::AfterLine(_)) {
+            // As for the first run: the resume ended by itself before its K-th line landed.
+            return true;
+        }
         assert_eq!(ended.code, -9, "{cut:?}: the cut resume was killed");
         next = Cut::Never;
     }
