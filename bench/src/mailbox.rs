@@ -638,11 +638,11 @@ fn mail(from: &str, to: &str, id: &str, body_bytes: usize) -> NewMessage {
 
 async fn muster_throughput(
     dir: &Path,
-    store_options: StoreOptions,
+    opened_with: StoreOptions,
     senders: usize,
     options: &Options,
 ) -> anyhow::Result<Row> {
-    let store = bench_store(dir, store_options, senders, 0).await?;
+    let store = bench_store(dir, opened_with, senders, 0).await?;
     let before = store.stats();
     let mut row = throughput_on(store.clone(), "muster", senders, options).await?;
     let (after, mean_ms) = (store.stats(), row.mean_ms);
