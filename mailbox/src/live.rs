@@ -147,21 +147,7 @@ impl LiveRun {
             .truncate(false)
             .open(&lock_path)
             .map_err(io(&lock_path))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
-                return Err(StoreError::RunLocked {
-                    run: run_id.into(),
-                    lock: lock_path,
-                });
-            }
-            Err(TryLockError::Error(source)) => {
-                return Err(StoreError::Open {
-                    path: lock_path,
-                    source,
-                });
-            }
-        }
+        take_run_lock(&lock, &lock_path, run_id)?;
         let socket = socket_path(runs_dir, run_id, runtime_dir);
         // A socket file left by a crashed owner is stale: we hold the lock now.
         let _ = std::fs::remove_file(&socket);
@@ -249,7 +235,39 @@ pub enum PokeOutcome {
     NotLive,
 }
 
-/// Whether a process holds the run's lock.
+/// Takes the run's lock exclusively. A check of [`is_live`] holds the lock shared for an
+/// instant; a run that finds only such checks in its way (a shared lock it can also take) tries
+/// again, so a page or a poke looking at the run never makes its owner think it is taken.
+fn take_run_lock(lock: &File, lock_path: &Path, run_id: &str) -> StoreResult<()> {
+    const TRIES: u32 = 1_000;
+    let open_error = |source| StoreError::Open {
+        path: lock_path.to_path_buf(),
+        source,
+    };
+    for _ in 0..TRIES {
+        match lock.try_lock() {
+            Ok(()) => return Ok(()),
+            Err(TryLockError::Error(source)) => return Err(open_error(source)),
+            Err(TryLockError::WouldBlock) => {}
+        }
+        match lock.try_lock_shared() {
+            // Only checks hold it: let them finish.
+            Ok(()) => {
+                lock.unlock().map_err(open_error)?;
+                std::thread::yield_now();
+            }
+            Err(TryLockError::WouldBlock) => break,
+            Err(TryLockError::Error(source)) => return Err(open_error(source)),
+        }
+    }
+    Err(StoreError::RunLocked {
+        run: run_id.into(),
+        lock: lock_path.to_path_buf(),
+    })
+}
+
+/// Whether a process holds the run's lock. The check takes the lock shared for an instant, so
+/// two checks never see each other as the run's owner.
 pub fn is_live(runs_dir: &Path, run_id: &str) -> StoreResult<bool> {
     let lock_path = lock_path(runs_dir, run_id);
     let file = match File::options().read(true).write(true).open(&lock_path) {
@@ -262,7 +280,7 @@ pub fn is_live(runs_dir: &Path, run_id: &str) -> StoreResult<bool> {
             });
         }
     };
-    match file.try_lock() {
+    match file.try_lock_shared() {
         Ok(()) => Ok(false),
         Err(TryLockError::WouldBlock) => Ok(true),
         Err(TryLockError::Error(source)) => Err(StoreError::Open {
@@ -343,5 +361,36 @@ mod tests {
             socket_path(Path::new(&deep), "r1", Some(Path::new("/run/user/7")))
         );
         assert!(socket_path(Path::new(&deep), "r1", None).starts_with("/tmp"));
+    }
+
+    fn lock_file(runs_dir: &Path) -> File {
+        File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(lock_path(runs_dir, "r1"))
+            .unwrap()
+    }
+
+    /// The page's check and a poke's check of the same run at once: neither takes the other for
+    /// the run's owner (the run page once showed an idle run as live, and a resume once found
+    /// its lock taken, while a check held it).
+    #[test]
+    fn a_check_in_progress_is_not_an_owner_to_another_check_or_to_the_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let checking = lock_file(dir.path());
+        checking.try_lock_shared().unwrap();
+        assert!(!is_live(dir.path(), "r1").unwrap());
+        let owner = lock_file(dir.path());
+        checking.unlock().unwrap();
+        take_run_lock(&owner, &lock_path(dir.path(), "r1"), "r1").unwrap();
+        assert!(is_live(dir.path(), "r1").unwrap());
+        let second = lock_file(dir.path());
+        let refused = take_run_lock(&second, &lock_path(dir.path(), "r1"), "r1");
+        assert!(
+            matches!(refused, Err(StoreError::RunLocked { .. })),
+            "{refused:?}"
+        );
     }
 }
