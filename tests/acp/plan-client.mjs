@@ -4,9 +4,11 @@
 // It starts `MUSTER_BINARY acp` in PROJECT_DIR, opens a session, sends PROMPT, and answers
 // each session/request_permission in turn: the first is rejected with feedback (in the
 // answer's `_meta` key `muster/feedback`), every later one approved (a plan into acceptEdits).
-// It prints one JSON object: the updates, the permission requests and the stop reason.
+// It prints one JSON object: the session's updates, the permission requests, the stop reason,
+// and `threads`: the updates each other session id (a subagent thread) was sent.
 // Knobs (environment):
-//   ACP_ENTRY=unstable  import the SDK's `/unstable` entry point instead of the stable one.
+//   ACP_ENTRY=unstable  import the SDK's `/unstable` entry point instead of the stable one, and
+//                       advertise subagent threads (`clientCapabilities.subagents`).
 //   ACP_HOLD=1          hold each permission request until a line arrives on stdin; the
 //                       client says `acp-client: holding TOOL_CALL_ID` on stderr first, and
 //                       `acp-client: message TEXT` (JSON) for each message chunk it is sent.
@@ -26,7 +28,7 @@ const [muster, cwd, prompt] = process.argv.slice(2);
 const agent = spawn(muster, ["acp"], { cwd, stdio: ["pipe", "pipe", "inherit"] });
 const stream = ndJsonStream(Writable.toWeb(agent.stdin), Readable.toWeb(agent.stdout));
 
-const updates = [];
+const notifications = [];
 const requests = [];
 const approval = (options) =>
   (options.find((o) => o.optionId === "approve:acceptEdits") ??
@@ -48,7 +50,7 @@ const connection = client()
     return { outcome: { outcome: "selected", optionId: approval(params.options) } };
   })
   .onNotification("session/update", ({ params }) => {
-    updates.push(params.update);
+    notifications.push(params);
     if (releases && params.update.sessionUpdate === "agent_message_chunk") {
       process.stderr.write(`acp-client: message ${JSON.stringify(params.update.content.text)}\n`);
     }
@@ -56,7 +58,10 @@ const connection = client()
   .connect(stream);
 
 const { agent: peer } = connection;
-await peer.request("initialize", { protocolVersion: 1, clientCapabilities: {} });
+await peer.request("initialize", {
+  protocolVersion: 1,
+  clientCapabilities: unstable ? { subagents: {} } : {},
+});
 const { sessionId } = await peer.request("session/new", { cwd, mcpServers: [] });
 const { stopReason } = await peer.request("session/prompt", {
   sessionId,
@@ -65,5 +70,10 @@ const { stopReason } = await peer.request("session/prompt", {
 connection.close();
 agent.stdin.end();
 await new Promise((resolve) => agent.on("exit", resolve));
-process.stdout.write(JSON.stringify({ sessionId, stopReason, updates, requests }) + "\n");
+const updates = notifications.filter((n) => n.sessionId === sessionId).map((n) => n.update);
+const threads = {};
+for (const n of notifications.filter((n) => n.sessionId !== sessionId)) {
+  (threads[n.sessionId] ??= []).push(n.update);
+}
+process.stdout.write(JSON.stringify({ sessionId, stopReason, updates, requests, threads }) + "\n");
 process.exit(0);

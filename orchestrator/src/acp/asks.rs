@@ -5,20 +5,22 @@
 //! `_meta` under [`FEEDBACK_META`], and without it the rejection says "rejected in the editor".
 
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use agent_client_protocol::Client;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
     PermissionOption, PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest,
-    RequestPermissionResponse, SessionId, SessionNotification, SessionUpdate, ToolCallContent,
-    ToolCallUpdate, ToolCallUpdateFields, ToolKind,
+    RequestPermissionResponse, SessionUpdate, ToolCallContent, ToolCallUpdate,
+    ToolCallUpdateFields, ToolKind,
 };
 use muster_agents::runtime::{Terminal, TerminalPlanDecision};
 use muster_config::PermissionMode;
 use muster_mailbox::MessageBody;
 use serde_json::Value;
 
+use super::threads::Threads;
 use crate::human_decision::Decision;
 use crate::person_requests::{AskedRequest, PersonFrontEnd};
 
@@ -32,10 +34,11 @@ const REJECTED: &str = "rejected in the editor";
 /// The modes a plan may be approved into, offered in this order.
 const APPROVE_INTO: [PermissionMode; 2] = [PermissionMode::AcceptEdits, PermissionMode::Default];
 
-/// Asks the editor of one session.
+/// Asks the editor of one session; a request an agent other than the session's own asks
+/// goes on that agent's thread when the editor shows threads.
 pub(crate) struct EditorAsks {
     pub cx: ConnectionTo<Client>,
-    pub session: SessionId,
+    pub threads: Arc<Threads>,
     pub next: AtomicU64,
 }
 
@@ -47,9 +50,9 @@ struct Answer {
 }
 
 impl EditorAsks {
-    /// Sends the request and blocks this (blocking) thread until the editor answers.
-    fn ask(&self, call: ToolCallUpdate, options: Vec<PermissionOption>) -> Answer {
-        let request = RequestPermissionRequest::new(self.session.clone(), call, options);
+    /// Sends `agent`'s request and blocks this (blocking) thread until the editor answers.
+    fn ask(&self, agent: &str, call: ToolCallUpdate, options: Vec<PermissionOption>) -> Answer {
+        let request = RequestPermissionRequest::new(self.threads.session_of(agent), call, options);
         let (sender, receiver) = std::sync::mpsc::channel();
         let cx = self.cx.clone();
         let spawned = self.cx.spawn(async move {
@@ -136,7 +139,7 @@ impl Terminal for EditorAsks {
                 .kind(ToolKind::SwitchMode)
                 .content(vec![ToolCallContent::from(plan)]),
         );
-        let answer = self.ask(call, Self::plan_options());
+        let answer = self.ask(agent, call, Self::plan_options());
         plan_decision(answer.option.as_deref(), answer.feedback)
     }
 
@@ -163,7 +166,7 @@ impl Terminal for EditorAsks {
             "No answer",
             PermissionOptionKind::RejectOnce,
         ));
-        let answer = self.ask(call, choices);
+        let answer = self.ask(agent, call, choices);
         let chosen = answer
             .option
             .as_deref()
@@ -179,12 +182,7 @@ impl Terminal for EditorAsks {
              the web inbox); the selection made here changed nothing.\n"
         );
         let update = SessionUpdate::AgentMessageChunk(super::updates::chunk(&text));
-        if let Err(error) = self
-            .cx
-            .send_notification(SessionNotification::new(self.session.clone(), update))
-        {
-            tracing::debug!("session/update not sent: {error}");
-        }
+        self.threads.send(&super::updates::To::Session, update);
     }
 
     fn allow_call(&self, agent: &str, tool: &str, input: &Value, reason: &str) -> bool {
@@ -198,7 +196,7 @@ impl Terminal for EditorAsks {
             option("allow", "Allow once", PermissionOptionKind::AllowOnce),
             option("reject", "Reject", PermissionOptionKind::RejectOnce),
         ];
-        self.ask(call, options).option.as_deref() == Some("allow")
+        self.ask(agent, call, options).option.as_deref() == Some("allow")
     }
 }
 
@@ -281,7 +279,7 @@ impl PersonFrontEnd for EditorAsks {
                         .kind(ToolKind::SwitchMode)
                         .content(content),
                 );
-                let answer = self.ask(call, Self::plan_options());
+                let answer = self.ask(agent, call, Self::plan_options());
                 // Cancelled, or the editor is gone: the request waits for another answer.
                 answer.option.as_ref()?;
                 Some(plan_decision(answer.option.as_deref(), answer.feedback).into())
@@ -300,7 +298,7 @@ impl PersonFrontEnd for EditorAsks {
                         .kind(ToolKind::Edit)
                         .content(content),
                 );
-                yes_no_decision(self.ask(call, Self::yes_no("Merge it")))
+                yes_no_decision(self.ask(agent, call, Self::yes_no("Merge it")))
             }
             MessageBody::PermissionRequest {
                 tool,
@@ -314,7 +312,7 @@ impl PersonFrontEnd for EditorAsks {
                         .title(format!("{agent} wants to run {tool} ({reason})"))
                         .raw_input(input.clone()),
                 );
-                yes_no_decision(self.ask(call, Self::yes_no("Allow once")))
+                yes_no_decision(self.ask(agent, call, Self::yes_no("Allow once")))
             }
             MessageBody::Question {
                 question, options, ..

@@ -11,6 +11,7 @@
 
 mod asks;
 mod board;
+mod threads;
 mod updates;
 
 use std::collections::HashMap;
@@ -53,6 +54,7 @@ pub fn serve(global: &Globals) -> anyhow::Result<Exit> {
     let server = Server {
         global: global.clone(),
         sessions: Arc::new(Mutex::new(HashMap::new())),
+        threads: Arc::new(AtomicBool::new(false)),
     };
     let served = server.clone();
     let result = runtime.block_on(async move {
@@ -84,6 +86,8 @@ fn take_stdio() -> anyhow::Result<(File, File)> {
 struct Server {
     global: Globals,
     sessions: Arc<Mutex<HashMap<String, Session>>>,
+    /// Whether the editor advertised subagent threads (`clientCapabilities.subagents`).
+    threads: Arc<AtomicBool>,
 }
 
 /// A session: a run in a project.
@@ -137,6 +141,20 @@ fn invalid(message: impl Into<String>) -> agent_client_protocol::Error {
     agent_client_protocol::Error::new(agent_client_protocol::ErrorCode::INVALID_PARAMS, message)
 }
 
+/// The error for a session id this connection has not opened: a teammate's thread takes no
+/// requests of its own (the protocol's subagent sessions are restricted).
+fn no_session(id: &str) -> agent_client_protocol::Error {
+    match id.split_once(':') {
+        Some((session, agent)) => invalid(format!(
+            "session {id} is {agent}'s thread in session {session}: a thread takes no prompt or \
+             mode of its own; send them to {session}"
+        )),
+        None => invalid(format!(
+            "no session {id} in this connection: call session/new (or session/load) first"
+        )),
+    }
+}
+
 fn failed(message: impl Into<String>) -> agent_client_protocol::Error {
     agent_client_protocol::Error::new(agent_client_protocol::ErrorCode::INTERNAL_ERROR, message)
 }
@@ -150,7 +168,8 @@ impl Server {
         &self,
         transport: impl agent_client_protocol::ConnectTo<Agent>,
     ) -> Result<(), agent_client_protocol::Error> {
-        let (on_new, on_load, on_prompt, on_cancel, on_close, on_set_mode) = (
+        let (on_init, on_new, on_load, on_prompt, on_cancel, on_close, on_set_mode) = (
+            self.clone(),
             self.clone(),
             self.clone(),
             self.clone(),
@@ -169,6 +188,10 @@ impl Server {
             })
             .on_receive_request(
                 async move |request: InitializeRequest, responder, _cx| {
+                    on_init.threads.store(
+                        request.client_capabilities.subagents.is_some(),
+                        Ordering::SeqCst,
+                    );
                     responder.respond(initialize(&request))
                 },
                 agent_client_protocol::on_receive_request!(),
@@ -217,6 +240,7 @@ impl Server {
             .on_receive_request(
                 async move |request: SetSessionModeRequest, responder, cx| match on_set_mode
                     .set_mode(&request)
+                    .await
                 {
                     Ok(mode) => {
                         responder.respond(SetSessionModeResponse::new())?;
@@ -286,8 +310,12 @@ impl Server {
 
     /// `session/set_mode`: the lead's (a single run's main agent's) mode from the next prompt
     /// on — a new run's flag, or a switch committed with a stored run's next turn; teammates
-    /// keep their own. A mode the project's settings disable is refused.
-    fn set_mode(
+    /// keep their own. A mode the project's settings disable is refused, and so is a mode
+    /// above `default` unless the launch is trusted (docs/trust.md): the project's trust now
+    /// for a run the next prompt starts, the trust the run stored at its start for a stored
+    /// one (what `muster resume` gates its settings by). An editor may set its last mode on
+    /// every session it opens, so this keeps a cloned repository from getting it unasked.
+    async fn set_mode(
         &self,
         request: &SetSessionModeRequest,
     ) -> Result<PermissionMode, agent_client_protocol::Error> {
@@ -296,18 +324,30 @@ impl Server {
         let mode = asked
             .parse::<PermissionMode>()
             .map_err(|error| invalid(format!("mode {asked:?}: {error}")))?;
-        let mut sessions = self.sessions();
-        let session = sessions.get_mut(&id).ok_or_else(|| {
-            invalid(format!(
-                "no session {id} in this connection: call session/new (or session/load) first"
-            ))
-        })?;
-        let project = load_project(&self.globals_at(&session.cwd))?;
+        let (cwd, stored) = {
+            let sessions = self.sessions();
+            let session = sessions.get(&id).ok_or_else(|| no_session(&id))?;
+            (session.cwd.clone(), session.stored)
+        };
+        let project = load_project(&self.globals_at(&cwd))?;
         if let Some(refused) = project.settings.refuse_disabled_mode(mode, "") {
             return Err(invalid(format!(
                 "mode {mode} is not available in this project: {refused}"
             )));
         }
+        let trust = if stored {
+            let record = stored_run(&project, &id).await?;
+            stored_trust(&project, &record)?
+        } else {
+            project.settings.trust.clone()
+        };
+        if let Some(refused) = refuse_untrusted_mode(&trust, mode, &project) {
+            return Err(invalid(refused));
+        }
+        let mut sessions = self.sessions();
+        let session = sessions
+            .get_mut(&id)
+            .ok_or_else(|| invalid(format!("session {id} was closed meanwhile")))?;
         session.mode_change = Some(mode);
         Ok(mode)
     }
@@ -336,7 +376,13 @@ impl Server {
         crate::lifecycle::check_here_and_not_live_in(&project, &record)
             .await
             .map_err(|error| invalid(format!("{error:#}")))?;
-        replay(&project, &record, &request.session_id, cx);
+        let threads = threads::Threads::new(
+            cx.clone(),
+            request.session_id.clone(),
+            main_agent_of(record.team.is_some()),
+            self.threads.load(Ordering::SeqCst),
+        );
+        replay(&project, &record, &threads);
         self.sessions().insert(
             id,
             Session {
@@ -369,11 +415,7 @@ impl Server {
             return Err(invalid("the prompt has no text"));
         }
         let mut sessions = self.sessions();
-        let session = sessions.get_mut(&id).ok_or_else(|| {
-            invalid(format!(
-                "no session {id} in this connection: call session/new (or session/load) first"
-            ))
-        })?;
+        let session = sessions.get_mut(&id).ok_or_else(|| no_session(&id))?;
         if session.turn.is_some() {
             return Err(invalid(format!(
                 "session {id} has a prompt under way: wait for its answer, or send \
@@ -387,9 +429,15 @@ impl Server {
         } else {
             (mode_change, None)
         };
+        let threads = Arc::new(threads::Threads::new(
+            cx.clone(),
+            request.session_id.clone(),
+            session.main_agent,
+            self.threads.load(Ordering::SeqCst),
+        ));
         let editor = Arc::new(asks::EditorAsks {
             cx: cx.clone(),
-            session: request.session_id.clone(),
+            threads: threads.clone(),
             next: std::sync::atomic::AtomicU64::new(0),
         });
         // A team run waits on its person's requests live: each is put to the editor as it
@@ -414,8 +462,7 @@ impl Server {
             .flatten()
             .map(Arc::new);
         let sink = Arc::new(Sink {
-            cx: cx.clone(),
-            session: request.session_id.clone(),
+            threads,
             workspace: session.workspace.clone(),
             shown: Mutex::new(Shown::default()),
             main_agent: session.main_agent,
@@ -676,14 +723,56 @@ fn initialize(_request: &InitializeRequest) -> InitializeResponse {
         .agent_info(Implementation::new("muster", env!("CARGO_PKG_VERSION")))
 }
 
-/// The session's modes: every mode the project's settings allow, the current one first named.
+/// The session's modes: every mode the project's settings and its trust allow, the current
+/// one first named.
 fn modes_of(project: &Project, current: PermissionMode) -> SessionModeState {
     let available = PermissionMode::ALL
         .iter()
         .filter(|mode| project.settings.refuse_disabled_mode(**mode, "").is_none())
+        .filter(|mode| refuse_untrusted_mode(&project.settings.trust, **mode, project).is_none())
         .map(|mode| SessionMode::new(SessionModeId::new(mode.as_str()), mode.as_str()))
         .collect();
     SessionModeState::new(SessionModeId::new(current.as_str()), available)
+}
+
+/// Why `mode` is above what a launch gated by `trust` may use: a mode above `default` needs a
+/// trusted project, as the project's own `permission_mode` does (docs/trust.md).
+fn refuse_untrusted_mode(
+    trust: &muster_config::trust::TrustDecision,
+    mode: PermissionMode,
+    project: &Project,
+) -> Option<String> {
+    (!trust.trusted && mode > PermissionMode::Default).then(|| {
+        format!(
+            "mode {mode} is above `default`, which needs a trusted project, and {} is not \
+             trusted ({}): run `muster trust` there and open a new session (a stored run keeps \
+             the trust it started with), or choose default or plan",
+            project.root.path().display(),
+            trust.why
+        )
+    })
+}
+
+/// The trust decision a stored run's settings are gated by, as `muster resume` reads it (a
+/// run stored before it kept one is decided by the project's trust now).
+fn stored_trust(
+    project: &Project,
+    record: &RunRecord,
+) -> Result<muster_config::trust::TrustDecision, agent_client_protocol::Error> {
+    let Some(stored) = record.launch_options.get("trust").filter(|v| !v.is_null()) else {
+        return Ok(project.settings.trust.clone());
+    };
+    let stored: crate::launch::StoredTrust =
+        serde_json::from_value(stored.clone()).map_err(|error| {
+            failed(format!(
+                "run {}'s stored trust does not read: {error}",
+                record.id
+            ))
+        })?;
+    stored
+        .decision_now(project.root.path())
+        .map(|(decision, _)| decision)
+        .map_err(|error| failed(format!("{error:#}")))
 }
 
 /// A `cwd` that is absolute and a directory.
@@ -764,10 +853,9 @@ fn send(cx: &ConnectionTo<Client>, session: &SessionId, update: SessionUpdate) {
     }
 }
 
-/// The run's events as the session's updates.
+/// The run's events as the session's (and its threads') updates.
 struct Sink {
-    cx: ConnectionTo<Client>,
-    session: SessionId,
+    threads: Arc<threads::Threads>,
     workspace: PathBuf,
     shown: Mutex<Shown>,
     main_agent: &'static str,
@@ -785,20 +873,31 @@ impl EventSink for Sink {
         if let Some(board) = &self.board {
             board.saw(&event);
         }
+        self.threads.saw(&event);
         let updates = {
             let mut shown = self.shown.lock().unwrap_or_else(PoisonError::into_inner);
-            updates_for(&event, &mut shown, self.main_agent, &self.workspace)
+            updates_for(
+                &event,
+                &mut shown,
+                self.main_agent,
+                &self.workspace,
+                self.threads.enabled(),
+            )
         };
-        for update in updates {
-            send(&self.cx, &self.session, update);
+        for (to, update) in updates {
+            self.threads.send(&to, update);
         }
     }
 }
 
-/// Sends a stored run's history: its first prompt, then each committed event of its log.
-fn replay(project: &Project, record: &RunRecord, session: &SessionId, cx: &ConnectionTo<Client>) {
+/// Sends a stored run's history: its first prompt, then each committed event of its log (a
+/// teammate's on its thread, when the editor shows threads).
+fn replay(project: &Project, record: &RunRecord, threads: &threads::Threads) {
     if let Some(prompt) = record.launch_options["prompt"].as_str() {
-        send(cx, session, SessionUpdate::UserMessageChunk(chunk(prompt)));
+        threads.send(
+            &updates::To::Session,
+            SessionUpdate::UserMessageChunk(chunk(prompt)),
+        );
     }
     let log = project.root.logs_dir().join(format!("{}.jsonl", record.id));
     let Ok(text) = std::fs::read_to_string(&log) else {
@@ -808,8 +907,11 @@ fn replay(project: &Project, record: &RunRecord, session: &SessionId, cx: &Conne
     let workspace = Path::new(&record.workspace);
     let main_agent = main_agent_of(record.team.is_some());
     for event in text.lines().filter_map(logged_event) {
-        for update in updates_for(&event, &mut shown, main_agent, workspace) {
-            send(cx, session, update);
+        threads.saw(&event);
+        for (to, update) in
+            updates_for(&event, &mut shown, main_agent, workspace, threads.enabled())
+        {
+            threads.send(&to, update);
         }
     }
 }

@@ -22,9 +22,40 @@ pub(crate) struct Shown {
     streamed: HashSet<(String, u64)>,
 }
 
-/// The updates `event` makes; `lead` is the agent whose text is the session's own, and a
-/// relative path of a call is shown under `workspace` (ACP's paths are absolute).
+/// Where an update goes: the session itself, or the thread of an agent (a teammate or a
+/// subagent; see `threads.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum To {
+    Session,
+    Thread(String),
+}
+
+/// The updates `event` makes and where each goes; `lead` is the agent whose text is the
+/// session's own, and a relative path of a call is shown under `workspace` (ACP's paths are
+/// absolute). With `threads` (a client that advertised subagents) another agent's event goes
+/// to its own thread, shown there as the thread's own (its text too); without, it stays on the
+/// session, its calls named after it and its text left out.
 pub(crate) fn updates_for(
+    event: &RunEvent,
+    shown: &mut Shown,
+    lead: &str,
+    workspace: &Path,
+    threads: bool,
+) -> Vec<(To, SessionUpdate)> {
+    let agent = event.agent();
+    let (to, own) = if threads && agent != lead {
+        (To::Thread(agent.to_owned()), agent)
+    } else {
+        (To::Session, lead)
+    };
+    updates_on(event, shown, own, workspace)
+        .into_iter()
+        .map(|update| (to.clone(), update))
+        .collect()
+}
+
+/// The updates `event` makes on a session (or thread) whose own agent is `lead`.
+fn updates_on(
     event: &RunEvent,
     shown: &mut Shown,
     lead: &str,
@@ -393,8 +424,11 @@ mod tests {
             let mut shown = Shown::default();
             let got: Vec<Value> = events
                 .iter()
-                .flat_map(|event| updates_for(event, &mut shown, "main", Path::new("/w")))
-                .map(|update| serde_json::to_value(update).unwrap())
+                .flat_map(|event| updates_for(event, &mut shown, "main", Path::new("/w"), false))
+                .map(|(to, update)| {
+                    assert_eq!(to, To::Session, "{what}: without threads");
+                    serde_json::to_value(update).unwrap()
+                })
                 .collect();
             assert_eq!(got.len(), expected.len(), "{what}: {got:#?}");
             for (got, expected) in got.iter().zip(&expected) {
@@ -403,5 +437,48 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// With threads, a teammate's text and calls go to its thread, shown as the thread's own
+    /// (no name in the title, its text as message chunks); the lead's stay on the session.
+    #[test]
+    fn with_threads_a_teammates_updates_go_to_its_thread() {
+        let events = [
+            RunEvent::ModelDelta {
+                agent: "alice".into(),
+                turn: 1,
+                attempt: 1,
+                delta: DeltaKind::Text,
+                text: "On it.".into(),
+            },
+            RunEvent::ToolStarted {
+                agent: "alice".into(),
+                tool_use_id: "t9".into(),
+                tool: "Grep".into(),
+                input: json!({"pattern": "fn main"}),
+            },
+            RunEvent::ModelDelta {
+                agent: "lead".into(),
+                turn: 1,
+                attempt: 1,
+                delta: DeltaKind::Text,
+                text: "Waiting.".into(),
+            },
+        ];
+        let mut shown = Shown::default();
+        let got: Vec<(To, Value)> = events
+            .iter()
+            .flat_map(|event| updates_for(event, &mut shown, "lead", Path::new("/w"), true))
+            .map(|(to, update)| (to, serde_json::to_value(update).unwrap()))
+            .collect();
+        let alice = To::Thread("alice".into());
+        assert_eq!(got.len(), 3, "{got:#?}");
+        assert_eq!(got[0].0, alice);
+        assert_eq!(got[0].1["sessionUpdate"], "agent_message_chunk");
+        assert_eq!(got[0].1["content"]["text"], "On it.");
+        assert_eq!(got[1].0, alice);
+        assert_eq!(got[1].1["title"], "Grep fn main");
+        assert_eq!(got[2].0, To::Session);
+        assert_eq!(got[2].1["content"]["text"], "Waiting.");
     }
 }

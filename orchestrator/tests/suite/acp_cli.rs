@@ -384,13 +384,19 @@ async fn a_session_killed_mid_turn_loads_with_its_history_and_finishes() {
     assert_eq!(second.close().await, Some(0));
 }
 
+/// An editor that goes away mid-turn (its model call held at the gate): `muster acp` ends, no
+/// process of it is left, the run is committed `interrupted`, and another editor loads it and
+/// carries it on to the end.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_client_gone_mid_turn_leaves_the_run_interrupted_and_no_process() {
     let dir = project(&[]);
-    let fake = fake(vec![held(
-        ScriptEntry::reply("main", 1, vec![Block::text("Never shown.")]),
-        "held",
-    )])
+    let fake = fake(vec![
+        held(
+            ScriptEntry::reply("main", 1, vec![Block::text("Cut off.")]),
+            "held",
+        ),
+        ScriptEntry::reply("main", 2, vec![Block::text("Back again.")]),
+    ])
     .await;
     let mut acp = Acp::spawn(dir.path(), &fake.base_url());
     acp.initialize().await;
@@ -404,8 +410,23 @@ async fn a_client_gone_mid_turn_leaves_the_run_interrupted_and_no_process() {
         .await
         .expect("the model call never came");
     assert_eq!(acp.close().await, Some(0));
+    let left = super::common::processes_in(dir.path());
+    assert!(left.is_empty(), "left running in the project: {left:?}");
     fake.open_gate("held");
     assert_eq!(run_status(dir.path(), &session).await, "interrupted");
+    let mut again = Acp::spawn(dir.path(), &fake.base_url());
+    again.initialize().await;
+    let loaded = again
+        .request(
+            "session/load",
+            json!({"sessionId": session, "cwd": dir.path(), "mcpServers": []}),
+        )
+        .await;
+    assert!(loaded.get("result").is_some(), "{loaded}");
+    let answer = again.prompt(&session, "Go on.").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert_eq!(run_status(dir.path(), &session).await, "completed");
+    assert_eq!(again.close().await, Some(0));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -954,5 +975,96 @@ async fn a_cancel_before_the_turn_started_still_cancels_it() {
     assert_eq!(run_status(dir.path(), &session).await, "interrupted");
     assert!(!acp.text(&session).contains("Never shown."));
     fake.open_gate("held");
+    assert_eq!(acp.close().await, Some(0));
+}
+
+/// In an untrusted project the session offers no mode above `default`, and `session/set_mode`
+/// refuses one — for a new run (the project's trust now) and for a stored run (the trust it
+/// stored at its start, kept even after `muster trust`) — with an error naming `muster trust`;
+/// the lead stays in `default`, so its edit is asked about. A new session after `muster trust`
+/// gets the mode.
+#[tokio::test(flavor = "multi_thread")]
+async fn set_mode_above_default_is_refused_in_an_untrusted_project() {
+    let dir = project(&[]);
+    let fake = fake(vec![
+        ScriptEntry::reply("main", 1, vec![Block::text("First answer.")]),
+        ScriptEntry::reply(
+            "main",
+            2,
+            vec![tool(
+                "Write",
+                json!({"file_path": "out.txt", "content": "out\n"}),
+            )],
+        ),
+        ScriptEntry::reply("main", 3, vec![Block::text("Not written.")]),
+    ])
+    .await;
+    let mut acp = Acp::spawn(dir.path(), &fake.base_url());
+    acp.initialize().await;
+    let answer = acp
+        .request("session/new", json!({"cwd": dir.path(), "mcpServers": []}))
+        .await;
+    let session = answer["result"]["sessionId"].as_str().unwrap().to_owned();
+    let offered: Vec<&str> = answer["result"]["modes"]["availableModes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(offered, ["plan", "dontAsk", "default"], "{answer}");
+    let set = |session: &str, mode: &str| json!({"sessionId": session, "modeId": mode});
+    let refused = |answer: &Value, mode: &str| {
+        assert_eq!(answer["error"]["code"], -32602, "{mode}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(&format!("mode {mode} is above `default`"))
+                && message.contains("muster trust"),
+            "{mode}: {answer}"
+        );
+    };
+    // A new run: the project's trust now.
+    for mode in ["acceptEdits", "auto", "bypassPermissions"] {
+        refused(
+            &acp.request("session/set_mode", set(&session, mode)).await,
+            mode,
+        );
+    }
+    let plan = acp.request("session/set_mode", set(&session, "plan")).await;
+    assert!(plan["error"].is_null(), "{plan}");
+    let back = acp
+        .request("session/set_mode", set(&session, "default"))
+        .await;
+    assert!(back["error"].is_null(), "{back}");
+    let first = acp.prompt(&session, "First question.").await;
+    assert_eq!(first["result"]["stopReason"], "end_turn", "{first}");
+    // A stored run: the trust it started with, also after `muster trust`.
+    refused(
+        &acp.request("session/set_mode", set(&session, "bypassPermissions"))
+            .await,
+        "bypassPermissions",
+    );
+    trust(dir.path()).await;
+    refused(
+        &acp.request("session/set_mode", set(&session, "acceptEdits"))
+            .await,
+        "acceptEdits",
+    );
+    acp.replies
+        .push_back(json!({"outcome": {"outcome": "selected", "optionId": "reject"}}));
+    let second = acp.prompt(&session, "Write out.txt.").await;
+    assert_eq!(second["result"]["stopReason"], "end_turn", "{second}");
+    assert_eq!(
+        acp.requests.len(),
+        1,
+        "the edit was asked about: {:#?}",
+        acp.requests
+    );
+    assert!(!dir.path().join("out.txt").exists());
+    // A new session of the project, trusted now, gets the mode.
+    let trusted = acp.new_session(dir.path()).await;
+    let accepted = acp
+        .request("session/set_mode", set(&trusted, "acceptEdits"))
+        .await;
+    assert!(accepted["error"].is_null(), "{accepted}");
     assert_eq!(acp.close().await, Some(0));
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use muster_fake_llm::{Block, ScriptEntry};
 use serde_json::json;
 
-use super::common::{GUARD, fake, project, tool, trust};
+use super::common::{GUARD, fake, processes_in, project, tool, trust};
 
 /// `tests/acp/node_modules`, or a failure that says how to get it.
 fn clients() -> PathBuf {
@@ -120,23 +120,6 @@ async fn acpx_shows_a_single_agents_text_and_tool_calls() {
     );
     let left = processes_in(dir.path());
     assert!(left.is_empty(), "left running in the project: {left:?}");
-}
-
-/// The processes whose working directory is `dir` (acpx's queue owner, `muster acp`, a
-/// tool's child): none may outlive a one-shot `exec`.
-fn processes_in(dir: &Path) -> Vec<String> {
-    let dir = dir.canonicalize().unwrap();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(Result::ok)
-        .filter(|entry| entry.file_name().to_string_lossy().parse::<u32>().is_ok())
-        .filter(|entry| std::fs::read_link(entry.path().join("cwd")).is_ok_and(|cwd| cwd == dir))
-        .map(|entry| {
-            std::fs::read_to_string(entry.path().join("cmdline"))
-                .unwrap_or_default()
-                .replace('\0', " ")
-        })
-        .collect()
 }
 
 const PLAN_ONE: &str = "## Goal\nOut.\n## Steps\n1. Write out.txt\n## Files\nout.txt\n";
@@ -463,7 +446,10 @@ async fn muster_approve_first_leaves_the_sdk_clients_later_selection_without_eff
 /// the person arrive as permission requests — the first rejected with feedback, the second,
 /// carrying its revision diff, approved — the session's plan follows the task board to
 /// completed, alice's edit arrives with its diff, the lead's text arrives, and the store holds
-/// exactly one decision per plan request.
+/// exactly one decision per plan request. The `/unstable` client advertises subagent threads:
+/// alice's thread is announced on the session, her calls, text and requests arrive on it and
+/// her state follows her (waiting on the person, then idle); the stable client is sent no
+/// thread, her calls on the session named after her.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_typescript_sdk_client_decides_a_teammates_plans_and_follows_the_board() {
     for entry in ["stable", "unstable"] {
@@ -553,6 +539,82 @@ async fn the_typescript_sdk_client_decides_a_teammates_plans_and_follows_the_boa
             .any(|r| r.body.to_string().contains("Say how it is tested."));
         assert!(feedback_seen, "{entry}");
         let updates = seen["updates"].as_array().unwrap();
+        let thread = format!("{run_id}:alice");
+        // Where alice's activity is shown: her thread, or the session.
+        let alices: &Vec<serde_json::Value> = if entry == "unstable" {
+            seen["threads"][&thread]
+                .as_array()
+                .unwrap_or_else(|| panic!("{entry}: no thread {thread}: {seen:#}"))
+        } else {
+            updates
+        };
+        let alice_calls: Vec<&str> = alices
+            .iter()
+            .filter(|u| u["sessionUpdate"] == "tool_call")
+            .filter_map(|u| u["title"].as_str())
+            .collect();
+        if entry == "unstable" {
+            let announced: Vec<&serde_json::Value> = updates
+                .iter()
+                .filter(|u| u["sessionUpdate"] == "subagent_update")
+                .collect();
+            assert!(
+                announced
+                    .iter()
+                    .any(|u| u["sessionId"] == thread.as_str() && u["title"] == "alice"),
+                "{entry}: {announced:#?}"
+            );
+            let states: Vec<&str> = announced
+                .iter()
+                .filter(|u| u["sessionId"] == thread.as_str())
+                .filter_map(|u| u["state"]["state"].as_str())
+                .collect();
+            assert!(
+                states.contains(&"running") && states.contains(&"requires_action"),
+                "{entry}: {states:?}"
+            );
+            assert_eq!(states.last(), Some(&"idle"), "{entry}: {states:?}");
+            assert!(
+                alice_calls.contains(&"Write out.txt"),
+                "{entry}: {alice_calls:?}"
+            );
+            let alice_text: String = alices
+                .iter()
+                .filter(|u| u["sessionUpdate"] == "agent_message_chunk")
+                .filter_map(|u| u["content"]["text"].as_str())
+                .collect();
+            assert!(
+                alice_text.contains("Wrote out.txt."),
+                "{entry}: {alice_text}"
+            );
+            for request in requests {
+                assert_eq!(
+                    request["sessionId"],
+                    thread.as_str(),
+                    "{entry}: {request:#}"
+                );
+            }
+            assert!(
+                !updates.iter().any(|u| u["sessionUpdate"] == "tool_call"
+                    && u["title"].as_str().is_some_and(|t| t.starts_with("alice"))),
+                "{entry}: alice's calls on the session: {updates:#?}"
+            );
+        } else {
+            assert!(
+                alice_calls.contains(&"alice: Write out.txt"),
+                "{entry}: {alice_calls:?}"
+            );
+            assert_eq!(seen["threads"], json!({}), "{entry}: {seen:#}");
+            assert!(
+                !updates
+                    .iter()
+                    .any(|u| u["sessionUpdate"] == "subagent_update"),
+                "{entry}: {updates:#?}"
+            );
+            for request in requests {
+                assert_eq!(request["sessionId"], run_id, "{entry}: {request:#}");
+            }
+        }
         let boards: Vec<Vec<(String, String)>> = updates
             .iter()
             .filter(|u| u["sessionUpdate"] == "plan")
@@ -585,7 +647,7 @@ async fn the_typescript_sdk_client_decides_a_teammates_plans_and_follows_the_boa
             "{entry}: the board was shown before its task was done: {boards:?}"
         );
         assert!(
-            updates
+            alices
                 .iter()
                 .any(|u| u["sessionUpdate"] == "tool_call_update"
                     && u["content"][0]["type"] == "diff"

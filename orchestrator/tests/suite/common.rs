@@ -228,3 +228,20 @@ pub async fn transcript(
         .map(|row| row.body)
         .collect()
 }
+
+/// The processes whose working directory is `dir` (`muster acp`, an ACP client's helper, a
+/// tool's child): the editor tests check that none outlives its session.
+pub fn processes_in(dir: &Path) -> Vec<String> {
+    let dir = dir.canonicalize().unwrap();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|entry| entry.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter(|entry| std::fs::read_link(entry.path().join("cwd")).is_ok_and(|cwd| cwd == dir))
+        .map(|entry| {
+            std::fs::read_to_string(entry.path().join("cmdline"))
+                .unwrap_or_default()
+                .replace('\0', " ")
+        })
+        .collect()
+}
