@@ -3,9 +3,14 @@
 //! concurrently, each a process of its own ([`process`]) in the firing agent's workspace and
 //! sandbox profile; their endings are read and combined in [`outcome`].
 //!
+//! Beside them, the callbacks a program registered with the front end that drives the run
+//! ([`callbacks`]: the Agent SDKs' hook callbacks) fire at the same moments, with the same
+//! input, and their answers combine with the hooks' endings.
+//!
 //! What the runtime does with an outcome (refusing a call, keeping an agent working, …) and
 //! what it commits is the runtime's: see `runtime/hook_points.rs`.
 
+pub mod callbacks;
 pub mod outcome;
 pub mod plan_review;
 pub mod process;
@@ -18,6 +23,7 @@ use muster_config::PermissionMode;
 use muster_config::hooks::{ConfiguredHook, HookEvent, Hooks, named_files_unchanged};
 use serde_json::{Map, Value};
 
+pub use callbacks::{HookCallback, HookCallbacks};
 pub use outcome::{HookDecision, HookOutcome, HookPermission, HookVerdict, interpret};
 pub use plan_review::{PlanReview, PlanToReview};
 pub use process::{MAX_OUTPUT, ProcessEnd, ProcessSpec, run_hook_process};
@@ -31,6 +37,8 @@ pub struct HookRunner {
     sandbox: Option<Arc<Sandbox>>,
     /// The base environment of hook processes (the run's, as `Bash` gets it).
     environment: Vec<(OsString, OsString)>,
+    /// The callbacks of the program driving the run, when it registered some.
+    callbacks: Option<Arc<dyn HookCallbacks>>,
 }
 
 /// The agent that fires an event: who it is (for the stdin JSON), where it works and in which
@@ -65,7 +73,15 @@ impl HookRunner {
             hooks,
             sandbox,
             environment,
+            callbacks: None,
         }
+    }
+
+    /// The runner with the callbacks of the program driving the run (none: only the
+    /// settings' hooks).
+    pub fn with_callbacks(mut self, callbacks: Option<Arc<dyn HookCallbacks>>) -> HookRunner {
+        self.callbacks = callbacks;
+        self
     }
 
     /// No hooks at all.
@@ -77,9 +93,33 @@ impl HookRunner {
         &self.hooks
     }
 
-    /// Whether any hook of `event` could run (and the caller should build its input).
+    /// Whether any hook or callback of `event` could run (and the caller should build its
+    /// input).
     pub fn has(&self, event: HookEvent) -> bool {
         self.hooks.has(event)
+            || self
+                .callbacks
+                .as_ref()
+                .is_some_and(|callbacks| callbacks.has(event))
+    }
+
+    /// Whether a hook or callback of `event` selects `subject`.
+    pub fn selects(&self, event: HookEvent, subject: Option<&str>) -> bool {
+        !self.hooks.matching(event, subject).is_empty()
+            || self
+                .callbacks
+                .as_ref()
+                .is_some_and(|callbacks| !callbacks.matching(event, subject).is_empty())
+    }
+
+    /// Whether any hook or callback is configured at all (an agent's transcript file is
+    /// written only then).
+    pub fn any(&self) -> bool {
+        !self.hooks.hooks.is_empty()
+            || self
+                .callbacks
+                .as_ref()
+                .is_some_and(|callbacks| callbacks.any())
     }
 
     /// The stdin JSON of `event` for `agent`: Claude Code's common fields, then `fields`.
@@ -106,9 +146,9 @@ impl HookRunner {
         Value::Object(input)
     }
 
-    /// Runs the hooks of `event` that select `subject`, concurrently, and combines their
-    /// endings. A project hook whose named files changed since trust does not run: that is a
-    /// blocking failure.
+    /// Runs the hooks and callbacks of `event` that select `subject`, concurrently, and
+    /// combines their endings (the hooks' first, then the callbacks', in order). A project
+    /// hook whose named files changed since trust does not run: that is a blocking failure.
     pub async fn fire(
         &self,
         event: HookEvent,
@@ -117,14 +157,30 @@ impl HookRunner {
         fields: Map<String, Value>,
     ) -> HookOutcome {
         let matching = self.hooks.matching(event, subject);
-        if matching.is_empty() {
+        let called = match &self.callbacks {
+            Some(callbacks) => callbacks.matching(event, subject),
+            None => Vec::new(),
+        };
+        if matching.is_empty() && called.is_empty() {
             return HookOutcome::default();
         }
-        let stdin = Self::input(event, agent, fields).to_string();
+        let input = Arc::new(Self::input(event, agent, fields));
+        let stdin = input.to_string();
         let runs = matching
             .into_iter()
             .map(|hook| self.run_one(event, hook, agent, stdin.as_bytes()));
-        HookOutcome::combine(futures_util::future::join_all(runs).await)
+        let calls = self.callbacks.iter().flat_map(|callbacks| {
+            called.iter().map(|callback| {
+                callbacks::run_callback(callbacks.clone(), event, callback.clone(), input.clone())
+            })
+        });
+        let (mut verdicts, answers) = futures_util::future::join(
+            futures_util::future::join_all(runs),
+            futures_util::future::join_all(calls),
+        )
+        .await;
+        verdicts.extend(answers);
+        HookOutcome::combine(verdicts)
     }
 
     async fn run_one(
@@ -416,5 +472,100 @@ mod tests {
         assert_eq!(input["cwd"], dir.path().display().to_string());
         let project_dir = std::fs::read_to_string(format!("{}.dir", seen.display())).unwrap();
         assert_eq!(project_dir.trim(), dir.path().display().to_string());
+    }
+
+    /// A program's callbacks: each answer, given by id.
+    #[derive(Debug)]
+    struct Answers(Vec<(HookCallback, Result<Value, String>)>);
+
+    impl HookCallbacks for Answers {
+        fn has(&self, event: HookEvent) -> bool {
+            event == HookEvent::PreToolUse
+        }
+        fn any(&self) -> bool {
+            true
+        }
+        fn matching(&self, event: HookEvent, _: Option<&str>) -> Vec<HookCallback> {
+            match event {
+                HookEvent::PreToolUse => self.0.iter().map(|(c, _)| c.clone()).collect(),
+                _ => Vec::new(),
+            }
+        }
+        fn call(&self, callback: &HookCallback, input: &Value) -> Result<Value, String> {
+            assert_eq!(input["tool_name"], "Bash");
+            let answer = self.0.iter().find(|(c, _)| c.id == callback.id);
+            answer.map_or_else(|| Err("unknown".into()), |(_, a)| a.clone())
+        }
+    }
+
+    fn callback(id: &str, on_failure: OnFailure) -> HookCallback {
+        HookCallback {
+            id: id.into(),
+            timeout: Duration::from_secs(5),
+            on_failure,
+        }
+    }
+
+    /// Callbacks' answers combine with the hooks' endings: a callback's deny beats a hook's
+    /// allow, a failed callback is a message, or a block under `onFailure: block`.
+    #[tokio::test]
+    async fn a_programs_callbacks_combine_with_the_hooks() {
+        let dir = tempfile::tempdir().unwrap();
+        let allow = r#"echo '{"hookSpecificOutput":{"permissionDecision":"allow"}}'"#;
+        let deny = serde_json::json!({"hookSpecificOutput": {
+            "permissionDecision": "deny", "permissionDecisionReason": "not here"}});
+        let fire = |answers: Answers| {
+            let runner = runner(vec![hook(
+                HookEvent::PreToolUse,
+                "Bash",
+                allow,
+                Duration::from_secs(20),
+            )])
+            .with_callbacks(Some(Arc::new(answers)));
+            let workspace = dir.path().to_path_buf();
+            async move {
+                let mut fields = Map::new();
+                fields.insert("tool_name".into(), "Bash".into());
+                runner
+                    .fire(
+                        HookEvent::PreToolUse,
+                        Some("Bash"),
+                        &agent(&workspace),
+                        fields,
+                    )
+                    .await
+            }
+        };
+        let denied = fire(Answers(vec![
+            (callback("hook_0", OnFailure::Continue), Ok(deny)),
+            (
+                callback("hook_1", OnFailure::Continue),
+                Err("it raised".into()),
+            ),
+        ]))
+        .await;
+        assert_eq!(denied.ran, 3);
+        assert_eq!(
+            denied.tool_permission(),
+            Some((HookPermission::Deny, "not here".to_owned()))
+        );
+        assert!(
+            denied
+                .messages
+                .iter()
+                .any(|m| m.contains("hook_1") && m.contains("it raised")),
+            "{:?}",
+            denied.messages
+        );
+        let blocked = fire(Answers(vec![(
+            callback("hook_2", OnFailure::Block),
+            Err("no answer within 5 s".into()),
+        )]))
+        .await;
+        assert_eq!(
+            blocked.tool_permission().map(|(p, _)| p),
+            Some(HookPermission::Deny)
+        );
+        assert!(blocked.block.unwrap().contains("hook_2"));
     }
 }

@@ -291,6 +291,10 @@ impl RunKind for SingleRun {
             env: &run.env,
             restored: run.restored.clone(),
             trace: run.trace(),
+            hook_callbacks: self
+                .front
+                .as_ref()
+                .and_then(|front| front.hook_callbacks.clone()),
         };
         Ok(SingleDriver {
             context: Arc::new(run_context(parts, checked)),

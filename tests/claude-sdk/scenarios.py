@@ -18,6 +18,7 @@ from claude_agent_sdk import (
     AssistantMessage,
     ClaudeAgentOptions,
     ClaudeSDKClient,
+    HookMatcher,
     PermissionResultAllow,
     PermissionUpdate,
     ResultMessage,
@@ -236,6 +237,65 @@ async def set_model_and_mode(cli: str, cwd: str) -> dict:
     return {"session_id": done.session_id}
 
 
+NO_SHELL = "No shell in this project: use Glob to list files."
+
+
+async def hook_callbacks(cli: str, cwd: str) -> dict:
+    """Hook callbacks registered with `hooks=`: a PreToolUse callback denies Bash with a reason
+    (the model reads it), another allows every Write — which narrows nothing: the mode's ask
+    still reaches can_use_tool — and a PostToolUse callback sees each call that ran."""
+    pre, post, asked = [], [], []
+
+    async def deny_bash(hook_input, tool_use_id, context):
+        pre.append({"tool": hook_input["tool_name"], "id": tool_use_id,
+                    "event": hook_input["hook_event_name"],
+                    "input": hook_input["tool_input"]})
+        return {"hookSpecificOutput": {"hookEventName": "PreToolUse",
+                                       "permissionDecision": "deny",
+                                       "permissionDecisionReason": NO_SHELL}}
+
+    async def allow_writes(hook_input, tool_use_id, context):
+        pre.append({"tool": hook_input["tool_name"], "id": tool_use_id,
+                    "event": hook_input["hook_event_name"]})
+        return {"hookSpecificOutput": {"hookEventName": "PreToolUse",
+                                       "permissionDecision": "allow"}}
+
+    async def saw_call(hook_input, tool_use_id, context):
+        post.append({"tool": hook_input["tool_name"], "id": tool_use_id,
+                     "event": hook_input["hook_event_name"],
+                     "response": hook_input.get("tool_response")})
+        return {}
+
+    async def can_use_tool(tool_name, tool_input, context):
+        asked.append(tool_name)
+        return PermissionResultAllow()
+
+    hooks = {
+        "PreToolUse": [HookMatcher(matcher="Bash", hooks=[deny_bash]),
+                       HookMatcher(matcher="Write", hooks=[allow_writes])],
+        "PostToolUse": [HookMatcher(hooks=[saw_call])],
+    }
+    messages = await collect(
+        query(prompt="Look around, then write out.txt.",
+              options=options(cli, cwd, hooks=hooks, can_use_tool=can_use_tool))
+    )
+    init = inits(messages)[-1]
+    result = result_of(messages)
+    assert result.subtype == "success" and result.result == "Done.", result
+    assert [(p["tool"], p["event"]) for p in pre] == [
+        ("Bash", "PreToolUse"), ("Write", "PreToolUse")], pre
+    assert pre[0]["input"] == {"command": "ls"}, pre
+    # The callback's allow did not turn the mode's ask into an allow.
+    assert asked == ["Write"], asked
+    assert [(p["tool"], p["event"]) for p in post] == [
+        ("Write", "PostToolUse"), ("Glob", "PostToolUse")], post
+    assert all(p["id"] for p in pre + post), (pre, post)
+    assert pre[1]["id"] == post[0]["id"], (pre, post)
+    assert (Path(cwd) / "out.txt").read_text() == "out\n"
+    return {"session_id": result.session_id, "init_session": init.data["session_id"],
+            "bash_id": pre[0]["id"], "glob_response": post[1]["response"]}
+
+
 async def budget(cli: str, cwd: str) -> dict:
     """A run over its --max-budget-usd ends error_max_budget_usd; the SDK raises after it."""
     messages = []
@@ -286,6 +346,7 @@ SCENARIOS = {
     "set_model_and_mode": set_model_and_mode,
     "budget": budget,
     "awaiting": awaiting,
+    "hook_callbacks": hook_callbacks,
 }
 
 

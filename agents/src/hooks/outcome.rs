@@ -96,14 +96,10 @@ pub fn interpret(
     on_failure: OnFailure,
     end: &ProcessEnd,
 ) -> HookVerdict {
-    let mut verdict = HookVerdict::default();
     if let Some(failure) = failure_text(command, end) {
-        match on_failure {
-            OnFailure::Block => verdict.block = Some(failure),
-            OnFailure::Continue => verdict.messages.push(failure),
-        }
-        return verdict;
+        return failed(on_failure, failure);
     }
+    let mut verdict = HookVerdict::default();
     let ProcessEnd::Exited {
         code,
         stdout,
@@ -130,6 +126,27 @@ pub fn interpret(
             verdict.context.push(text.to_owned());
         }
         _ => {}
+    }
+    verdict
+}
+
+/// What a hook callback's answer means (a program's callback, see [`super::callbacks`]): read
+/// as a command hook's JSON output on exit 0; anything but an object decides nothing.
+pub fn interpret_json(event: HookEvent, json: &Value) -> HookVerdict {
+    let mut verdict = HookVerdict::default();
+    if json.is_object() {
+        read_json(event, json, &mut verdict);
+    }
+    verdict
+}
+
+/// A hook that failed without an answer: `what` blocks under `"onFailure": "block"`, else it
+/// is a message and the run goes on.
+pub fn failed(on_failure: OnFailure, what: String) -> HookVerdict {
+    let mut verdict = HookVerdict::default();
+    match on_failure {
+        OnFailure::Block => verdict.block = Some(what),
+        OnFailure::Continue => verdict.messages.push(what),
     }
     verdict
 }

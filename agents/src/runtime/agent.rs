@@ -228,7 +228,7 @@ impl AgentRuntime {
             parts.inherited_model.as_deref(),
         );
         // The hooks' transcript file, written anew from the context the agent starts with.
-        let transcript_file = (!parts.run.hooks.hooks().hooks.is_empty()).then(|| {
+        let transcript_file = parts.run.hooks.any().then(|| {
             let path = super::transcript_file::transcript_file_path(
                 parts.run.workspace.root(),
                 &parts.run.run_id,

@@ -134,12 +134,10 @@ impl Firing<'_> {
 
     /// The PreToolUse hooks' decision of `call`, or `None` when no hook matched it.
     pub(super) async fn pre_tool_use(&self, call: &ToolCall) -> Option<HookDecision> {
-        if self
+        if !self
             .run
             .hooks
-            .hooks()
-            .matching(HookEvent::PreToolUse, Some(&call.name))
-            .is_empty()
+            .selects(HookEvent::PreToolUse, Some(&call.name))
         {
             return None;
         }

@@ -475,6 +475,7 @@ impl Server {
                 turn: Arc::new(Mutex::new(None::<TurnInterrupt>)),
                 person: Some(editor),
                 mode: stored_mode,
+                hook_callbacks: None,
             },
             cancelled: Arc::new(AtomicBool::new(false)),
             done: Arc::new(tokio::sync::Notify::new()),

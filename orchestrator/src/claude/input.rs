@@ -1,6 +1,7 @@
 //! `--input-format stream-json`: stdin's JSON lines, read on a thread of their own. User
 //! messages become prompts (run one after the other by the session); the SDK's control
-//! requests are answered here at once — `initialize`, `interrupt` (the running turn's
+//! requests are answered here at once — `initialize` (its hook callbacks registered),
+//! `interrupt` (the running turn's
 //! `interrupt_turn`), `mcp_status`, `set_model` and `set_permission_mode` (queued with the
 //! prompts: the prompts after it use the model, the main agent the mode) — and any other is answered with an error naming it;
 //! `control_response`s go to the request waiting for them. A line that is not a message is
@@ -15,6 +16,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use serde_json::{Value, json};
 
 use super::Shared;
+use super::hook_callbacks::ProgramHooks;
 
 /// What the session reads from stdin.
 pub(crate) enum Input {
@@ -26,18 +28,22 @@ pub(crate) enum Input {
 }
 
 /// Starts reading `stdin`: the prompts, in order, until EOF.
-pub(crate) fn spawn_reader(stdin: File, shared: Arc<Shared>) -> Receiver<Input> {
+pub(crate) fn spawn_reader(
+    stdin: File,
+    shared: Arc<Shared>,
+    hooks: Arc<ProgramHooks>,
+) -> Receiver<Input> {
     let (sender, receiver) = std::sync::mpsc::channel();
     let spawned = std::thread::Builder::new()
         .name("claude-stdin".into())
-        .spawn(move || read_lines(stdin, &shared, &sender));
+        .spawn(move || read_lines(stdin, &shared, &hooks, &sender));
     if let Err(error) = spawned {
         eprintln!("muster claude: stdin could not be read (no thread: {error})");
     }
     receiver
 }
 
-fn read_lines(stdin: File, shared: &Shared, prompts: &Sender<Input>) {
+fn read_lines(stdin: File, shared: &Shared, hooks: &ProgramHooks, prompts: &Sender<Input>) {
     for (index, line) in std::io::BufReader::new(stdin).lines().enumerate() {
         let line = match line {
             Ok(line) => line,
@@ -50,7 +56,7 @@ fn read_lines(stdin: File, shared: &Shared, prompts: &Sender<Input>) {
             continue;
         }
         match serde_json::from_str::<Value>(&line) {
-            Ok(message) => handle(&message, index + 1, shared, prompts),
+            Ok(message) => handle(&message, index + 1, shared, hooks, prompts),
             Err(error) => eprintln!(
                 "muster claude: stdin line {} is not JSON ({error}); it was skipped (each line \
                  must be one message, e.g. {{\"type\":\"user\",\"message\":{{\"role\":\"user\",\
@@ -62,7 +68,13 @@ fn read_lines(stdin: File, shared: &Shared, prompts: &Sender<Input>) {
     shared.abandon_requests();
 }
 
-fn handle(message: &Value, line: usize, shared: &Shared, prompts: &Sender<Input>) {
+fn handle(
+    message: &Value,
+    line: usize,
+    shared: &Shared,
+    hooks: &ProgramHooks,
+    prompts: &Sender<Input>,
+) {
     match message["type"].as_str() {
         Some("user") => match prompt_text(&message["message"]["content"]) {
             Some(text) => {
@@ -72,7 +84,7 @@ fn handle(message: &Value, line: usize, shared: &Shared, prompts: &Sender<Input>
                 "muster claude: stdin line {line}: a user message without text was skipped"
             ),
         },
-        Some("control_request") => control(message, shared, prompts),
+        Some("control_request") => control(message, shared, hooks, prompts),
         Some("control_response") => shared.answered(&message["response"]),
         Some("control_cancel_request") => {
             shared.answered(
@@ -105,11 +117,11 @@ fn prompt_text(content: &Value) -> Option<String> {
 }
 
 /// Answers one control request of the program.
-fn control(message: &Value, shared: &Shared, prompts: &Sender<Input>) {
+fn control(message: &Value, shared: &Shared, hooks: &ProgramHooks, prompts: &Sender<Input>) {
     let id = message["request_id"].clone();
     let request = &message["request"];
     let answer = match request["subtype"].as_str() {
-        Some("initialize") => Ok(initialized(request)),
+        Some("initialize") => Ok(initialized(request, hooks)),
         Some("interrupt") => {
             shared.interrupt();
             Ok(json!({}))
@@ -152,19 +164,15 @@ fn control(message: &Value, shared: &Shared, prompts: &Sender<Input>) {
     shared.write(&json!({"type": "control_response", "response": response}));
 }
 
-/// `initialize`'s answer. Hook callbacks the program registers are not called (said once on
-/// stderr): muster's hooks come from the trusted settings files.
-fn initialized(request: &Value) -> Value {
-    if request["hooks"]
-        .as_object()
-        .is_some_and(|hooks| !hooks.is_empty())
-    {
-        eprintln!(
-            "muster claude: warning: the program's hook callbacks are not called; muster runs \
-             the hooks of the project's trusted settings files"
-        );
+/// `initialize`'s answer, its hook callbacks registered: they fire beside the settings'
+/// hooks, `onFailure` honoured.
+fn initialized(request: &Value, hooks: &ProgramHooks) -> Value {
+    for warning in hooks.register(&request["hooks"]) {
+        eprintln!("muster claude: warning: {warning}");
     }
     json!({
+        "hooks_applied": true,
+        "hook_on_failure_supported": true,
         "commands": [],
         "agents": [],
         "output_style": "default",

@@ -15,6 +15,7 @@
 
 pub mod args;
 mod asks;
+mod hook_callbacks;
 mod input;
 mod messages;
 mod team_asks;
@@ -26,6 +27,7 @@ use std::os::fd::AsFd as _;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use muster_agents::runtime::{EventSink, RunEvent, TurnInterrupt};
 use muster_config::settings::CliOverrides;
@@ -58,15 +60,17 @@ pub fn main(global: &Globals, request: Request) -> anyhow::Result<Exit> {
     }
     let (program_in, program_out) = take_stdio(request.stream_input)?;
     let shared = Arc::new(Shared::new(program_out));
+    let hooks = Arc::new(hook_callbacks::ProgramHooks::new(shared.clone()));
     let session = open_session(global, &request)?;
     let prompts = match program_in {
-        Some(stdin) => input::spawn_reader(stdin, shared.clone()),
+        Some(stdin) => input::spawn_reader(stdin, shared.clone(), hooks.clone()),
         None => one_prompt(&request)?,
     };
     let mut driver = Driver {
         global: global.clone(),
         request,
         shared,
+        hooks,
         session,
         exit: Exit::Success,
         mode_change: None,
@@ -125,8 +129,9 @@ fn take_stdio(keep_stdin: bool) -> anyhow::Result<(Option<File>, File)> {
 /// What the reader of stdin and the prompts' threads share.
 pub(crate) struct Shared {
     out: Mutex<File>,
-    /// Control requests sent to the program, awaiting its `control_response`.
-    pending: Mutex<std::collections::HashMap<String, std::sync::mpsc::Sender<Value>>>,
+    /// Control requests sent to the program, awaiting its `control_response` (its
+    /// `response`, or the error it answered with).
+    pending: Mutex<std::collections::HashMap<String, std::sync::mpsc::Sender<Answer>>>,
     next_request: AtomicU64,
     /// The running prompt's turn handle, while one runs.
     turn: Mutex<Option<Arc<Mutex<Option<TurnInterrupt>>>>>,
@@ -198,9 +203,46 @@ impl Shared {
         }
     }
 
-    /// Sends a control request to the program and blocks until its answer (`None`: the
-    /// program closed stdin or answered with an error).
+    /// Sends a request a person answers to the program (the session `requires_action`
+    /// meanwhile) and blocks until its answer (`None`: the program closed stdin or answered
+    /// with an error, said on stderr).
     pub(crate) fn ask(&self, request: Value) -> Option<Value> {
+        self.state("requires_action");
+        let (id, receiver) = self.send_request(request);
+        let answer = receiver.recv().unwrap_or_else(|_| Err(closed()));
+        self.state("running");
+        answer
+            .inspect_err(|error| {
+                eprintln!(
+                    "muster claude: the program answered {id} with {error}; taken as a refusal"
+                )
+            })
+            .ok()
+    }
+
+    /// Sends a request the program answers by itself (a hook callback) and waits for its
+    /// answer at most `timeout`; past it the request is cancelled (`control_cancel_request`).
+    pub(crate) fn request_within(&self, request: Value, timeout: Duration) -> Answer {
+        let (id, receiver) = self.send_request(request);
+        match receiver.recv_timeout(timeout) {
+            Ok(answer) => answer,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(closed()),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                self.pending
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&id);
+                self.write(&json!({"type": "control_cancel_request", "request_id": id}));
+                Err(format!(
+                    "gave no answer within {} s (cancelled)",
+                    timeout.as_secs_f64()
+                ))
+            }
+        }
+    }
+
+    /// Writes a control request, its answer awaited on the returned receiver.
+    fn send_request(&self, request: Value) -> (String, std::sync::mpsc::Receiver<Answer>) {
         let id = format!(
             "muster-{}",
             self.next_request.fetch_add(1, Ordering::SeqCst) + 1
@@ -210,11 +252,8 @@ impl Shared {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(id.clone(), sender);
-        self.state("requires_action");
         self.write(&json!({"type": "control_request", "request_id": id, "request": request}));
-        let answer = receiver.recv().ok();
-        self.state("running");
-        answer
+        (id, receiver)
     }
 
     /// Routes a `control_response` to the request waiting for it.
@@ -230,12 +269,11 @@ impl Shared {
             .remove(id);
         match waiting {
             Some(sender) if response["subtype"] == "success" => {
-                let _ = sender.send(response["response"].clone());
+                let _ = sender.send(Ok(response["response"].clone()));
             }
-            Some(_) => eprintln!(
-                "muster claude: the program answered {id} with an error ({}); taken as a refusal",
-                response["error"]
-            ),
+            Some(sender) => {
+                let _ = sender.send(Err(format!("an error ({})", response["error"])));
+            }
             None => {
                 eprintln!("muster claude: a control_response to unknown request {id} was ignored")
             }
@@ -249,6 +287,13 @@ impl Shared {
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
     }
+}
+
+/// The program's answer to a control request: its `response`, or why there is none.
+pub(crate) type Answer = Result<Value, String>;
+
+fn closed() -> String {
+    "no answer (the program closed its input)".to_owned()
 }
 
 /// The run a session drives, and how it is named.
@@ -468,6 +513,8 @@ struct Driver {
     global: Globals,
     request: Request,
     shared: Arc<Shared>,
+    /// The hook callbacks the program registered.
+    hooks: Arc<hook_callbacks::ProgramHooks>,
     session: Session,
     /// The last prompt's exit code: the process's.
     exit: Exit,
@@ -531,6 +578,7 @@ impl Driver {
                 .ask_program
                 .then_some(asks as Arc<dyn muster_agents::runtime::Terminal>),
             mode: self.mode_change.take(),
+            hook_callbacks: Some(self.hooks.clone() as Arc<dyn muster_agents::hooks::HookCallbacks>),
         };
         // A team run's teammates that end badly during this prompt are named in its result:
         // those whose notice is committed after the run's newest message now.

@@ -106,6 +106,8 @@ pub(crate) struct ContextParts<'a> {
     pub restored: BTreeMap<String, Spend>,
     /// The run's trace, when traces are on.
     pub trace: Option<muster_agents::trace_ids::RunTrace>,
+    /// The hook callbacks of the program driving the run (`muster claude`'s SDK program).
+    pub hook_callbacks: Option<Arc<dyn muster_agents::hooks::HookCallbacks>>,
 }
 
 /// The run's shared context.
@@ -121,7 +123,8 @@ pub(crate) fn run_context(parts: ContextParts<'_>, checked: CheckedParts) -> Run
             Arc::new(settings.hooks.clone()),
             checked.sandbox.clone(),
             environment.clone(),
-        ),
+        )
+        .with_callbacks(parts.hook_callbacks),
         run_id: parts.run_id.to_owned(),
         epoch: parts.epoch,
         store: parts.store,

@@ -80,6 +80,9 @@ pub(crate) struct FrontEnd {
     /// The mode the front end's person set for the main agent (`set_permission_mode`,
     /// checked against the run's ceilings), taken with its next new turn.
     pub mode: Option<muster_config::PermissionMode>,
+    /// The hook callbacks the front end's program registered (the Agent SDK's `hooks`): they
+    /// fire for the agents of this process where the settings' hooks do.
+    pub hook_callbacks: Option<Arc<dyn muster_agents::hooks::HookCallbacks>>,
 }
 
 impl FrontEnd {

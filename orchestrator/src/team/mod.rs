@@ -576,6 +576,10 @@ impl RunKind for TeamRun {
                 env: &run.env,
                 restored: run.restored.clone(),
                 trace: run.trace(),
+                hook_callbacks: self
+                    .front
+                    .as_ref()
+                    .and_then(|front| front.hook_callbacks.clone()),
             },
             checked,
         ));

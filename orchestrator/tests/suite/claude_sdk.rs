@@ -441,3 +441,62 @@ async fn a_client_sets_the_model_and_the_mode_of_its_next_query() {
         "{models:?}"
     );
 }
+
+/// The SDK's hook callbacks run where muster runs hooks: a PreToolUse callback denies Bash
+/// with a reason, which the model reads in the call's result; a callback's allow of a Write
+/// narrows nothing (the mode's ask still goes to `can_use_tool`); a PostToolUse callback sees
+/// each call that ran, with its id.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sdks_hook_callbacks_deny_a_call_with_a_reason_and_see_each_call() {
+    let dir = project(&[]);
+    let fake = fake(vec![
+        ScriptEntry::reply("main", 1, vec![tool("Bash", json!({"command": "ls"}))]),
+        ScriptEntry::reply(
+            "main",
+            2,
+            vec![tool(
+                "Write",
+                json!({"file_path": "out.txt", "content": "out\n"}),
+            )],
+        ),
+        ScriptEntry::reply("main", 3, vec![tool("Glob", json!({"pattern": "*.md"}))]),
+        ScriptEntry::reply("main", 4, vec![Block::text("Done.")]),
+    ])
+    .await;
+    let outcome = run(scenario("hook_callbacks", dir.path(), &fake)).await;
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 4, "{outcome}");
+    // The model's second request carries the Bash call's refusal with the callback's reason.
+    let results: Vec<&Value> = requests[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|message| message["content"].as_array().into_iter().flatten())
+        .filter(|block| block["type"] == "tool_result")
+        .collect();
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert_eq!(results[0]["tool_use_id"], outcome["bash_id"]);
+    let refusal = results[0]["content"].to_string();
+    assert!(
+        refusal.contains("No shell in this project: use Glob to list files."),
+        "{refusal}"
+    );
+    assert!(
+        outcome["glob_response"]
+            .as_str()
+            .is_some_and(|listing| listing.contains("README.md")),
+        "{outcome}"
+    );
+    assert_eq!(outcome["init_session"], outcome["session_id"]);
+    // The combined decision of the denied call is committed, as for a command hook.
+    let db = rusqlite::Connection::open(dir.path().join(".muster/muster.db")).unwrap();
+    let decisions: i64 = db
+        .query_row(
+            "SELECT COUNT(*) FROM agent_records WHERE run_id = ?1 \
+             AND body LIKE '%\"type\":\"hook_decision\"%'",
+            [outcome["session_id"].as_str().unwrap()],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(decisions, 2, "Bash's deny and Write's allow");
+}
