@@ -429,6 +429,8 @@ async fn a_client_gone_mid_turn_leaves_the_run_interrupted_and_no_process() {
     assert_eq!(again.close().await, Some(0));
 }
 
+/// Each bad input is a JSON-RPC error that says what to do; a run stored before it comes through
+/// unchanged (its record and transcript), and the process takes a good session after.
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_input_gets_an_error_a_person_can_act_on_and_the_process_stays_usable() {
     let dir = project(&[]);
@@ -443,6 +445,16 @@ async fn bad_input_gets_an_error_a_person_can_act_on_and_the_process_stays_usabl
     let parse = acp.read().await.unwrap();
     assert_eq!(parse["error"]["code"], -32700, "{parse}");
     acp.initialize().await;
+    // A run stored before the bad input, which must come through it as it was.
+    let before = acp.new_session(dir.path()).await;
+    let answer = acp.prompt(&before, "Hello?").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let store = open_store(dir.path());
+    let stored = (
+        store.runs().await.unwrap(),
+        store.stream_records(&before, "transcript").await.unwrap(),
+    );
+    assert!(!stored.1.is_empty(), "the run has a transcript");
     let missing = dir.path().join("no-such-dir");
     let rows: Vec<(&str, &str, Value, i64, &str)> = vec![
         ("unknown method", "session/fly", json!({}), -32601, ""),
@@ -474,6 +486,28 @@ async fn bad_input_gets_an_error_a_person_can_act_on_and_the_process_stays_usabl
             -32602,
             "no run rnosuchrun0",
         ),
+        (
+            "a prompt with no text",
+            "session/prompt",
+            json!({"sessionId": before, "prompt": []}),
+            -32602,
+            "no text",
+        ),
+        (
+            "a mode that is no mode",
+            "session/set_mode",
+            json!({"sessionId": before, "modeId": "sideways"}),
+            -32602,
+            "sideways",
+        ),
+        (
+            "a prompt to a teammate's thread",
+            "session/prompt",
+            json!({"sessionId": format!("{before}:alice"),
+                   "prompt": [{"type": "text", "text": "hi"}]}),
+            -32602,
+            "alice's thread",
+        ),
     ];
     for (what, method, params, code, says) in rows {
         let answer = acp.request(method, params).await;
@@ -481,6 +515,14 @@ async fn bad_input_gets_an_error_a_person_can_act_on_and_the_process_stays_usabl
         let message = answer["error"]["message"].as_str().unwrap_or_default();
         assert!(message.contains(says), "{what}: {answer}");
     }
+    // Nothing stored was lost or changed.
+    assert_eq!(
+        (
+            store.runs().await.unwrap(),
+            store.stream_records(&before, "transcript").await.unwrap(),
+        ),
+        stored
+    );
     // Usable after all of it.
     let session = acp.new_session(dir.path()).await;
     let answer = acp.prompt(&session, "Hello?").await;
@@ -1066,5 +1108,98 @@ async fn set_mode_above_default_is_refused_in_an_untrusted_project() {
         .request("session/set_mode", set(&trusted, "acceptEdits"))
         .await;
     assert!(accepted["error"].is_null(), "{accepted}");
+    assert_eq!(acp.close().await, Some(0));
+}
+
+/// A trusted session whose hook (before and after every call), MCP server (npm's reference
+/// filesystem server, which logs on stderr) and Bash command all write to stdout and stderr:
+/// every line on muster's stdout is still JSON-RPC (checked by every read), the hook ran for
+/// each call, and the server's listing and the command's output reach the editor in the
+/// calls' updates.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hooks_an_mcp_servers_and_a_commands_output_never_reach_stdout() {
+    let dir = project(&[(
+        ".muster/settings.toml",
+        "permission_mode = \"bypassPermissions\"\n",
+    )]);
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let hooks = root.join(".claude/hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    let noisy = hooks.join("noisy.sh");
+    std::fs::write(
+        &noisy,
+        "#!/bin/sh\ncat > /dev/null\necho hook-to-stdout\necho hook-to-stderr >&2\n\
+         echo ran >> \"$CLAUDE_PROJECT_DIR/hook.log\"\n",
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&noisy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let hook = json!([{"matcher": "*", "hooks": [
+        {"type": "command", "command": "\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/noisy.sh"}]}]);
+    std::fs::write(
+        root.join(".claude/settings.json"),
+        json!({"hooks": {"PreToolUse": hook, "PostToolUse": hook}}).to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        root.join(".mcp.json"),
+        json!({"mcpServers": {"fs": {
+            "command": "node",
+            "args": [super::common::filesystem_server(), root],
+        }}})
+        .to_string(),
+    )
+    .unwrap();
+    trust(&root).await;
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![tool("mcp__fs__list_directory", json!({"path": root}))],
+        ),
+        ScriptEntry::reply(
+            "main",
+            2,
+            vec![tool(
+                "Bash",
+                json!({"command": "echo to-stdout; echo to-stderr >&2"}),
+            )],
+        ),
+        ScriptEntry::reply("main", 3, vec![Block::text("Quiet.")]),
+    ])
+    .await;
+    let mut acp = Acp::spawn(&root, &fake.base_url());
+    acp.initialize().await;
+    let session = acp.new_session(&root).await;
+    let answer = acp.prompt(&session, "List, then echo.").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let updates = acp.updates(&session);
+    let results: Vec<&Value> = updates
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "tool_call_update")
+        .collect();
+    assert_eq!(results.len(), 2, "{updates:#?}");
+    for result in &results {
+        assert_eq!(result["status"], "completed", "{result}");
+    }
+    assert!(
+        results[0].to_string().contains("README.md"),
+        "{}",
+        results[0]
+    );
+    assert!(
+        results[1].to_string().contains("to-stdout"),
+        "{}",
+        results[1]
+    );
+    assert!(acp.text(&session).contains("Quiet."));
+    let ran = std::fs::read_to_string(root.join("hook.log")).unwrap_or_default();
+    assert_eq!(
+        ran.lines().count(),
+        4,
+        "the hook ran before and after each call"
+    );
     assert_eq!(acp.close().await, Some(0));
 }

@@ -245,3 +245,18 @@ pub fn processes_in(dir: &Path) -> Vec<String> {
         })
         .collect()
 }
+
+/// The reference filesystem server of npm (`@modelcontextprotocol/server-filesystem`, pinned
+/// by tests/mcp-npm's lockfile and installed by `scripts/test`). Without it the test fails
+/// saying how to get it, never skips.
+pub fn filesystem_server() -> std::path::PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(
+        "../tests/mcp-npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js",
+    );
+    assert!(
+        script.is_file(),
+        "the MCP tests need the npm reference servers: run `scripts/test`, which installs them \
+         (npm ci --prefix tests/mcp-npm)"
+    );
+    std::fs::canonicalize(script).unwrap()
+}

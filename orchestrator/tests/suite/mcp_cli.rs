@@ -8,7 +8,9 @@ use std::sync::Arc;
 use muster_fake_llm::{Block, FakeLlm, ScriptEntry};
 use serde_json::{Value, json};
 
-use super::common::{lines, muster, open_store, project, stderr, stdout, transcript};
+use super::common::{
+    filesystem_server, lines, muster, open_store, project, stderr, stdout, transcript,
+};
 
 /// The Python with the `mcp` package: `MUSTER_TEST_MCP_PYTHON` (set by `scripts/test`), else
 /// `python3`. Without the package the test fails saying how to get it, never skips.
@@ -1061,21 +1063,6 @@ async fn a_subagent_uses_its_parents_connections_and_starts_nothing() {
         ends(parents[0]).await,
         "the parent's server outlived the run"
     );
-}
-
-/// The reference filesystem server of npm (`@modelcontextprotocol/server-filesystem`, pinned
-/// by tests/mcp-npm's lockfile and installed by `scripts/test`). Without it the test fails
-/// saying how to get it, never skips.
-fn filesystem_server() -> PathBuf {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(
-        "../tests/mcp-npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js",
-    );
-    assert!(
-        script.is_file(),
-        "the MCP tests need the npm reference servers: run `scripts/test`, which installs them \
-         (npm ci --prefix tests/mcp-npm)"
-    );
-    std::fs::canonicalize(script).unwrap()
 }
 
 fn git(dir: &Path, args: &[&str]) {
