@@ -217,6 +217,15 @@ impl Walk {
                 self.pending.clear();
                 self.set(AgentState::Idle, format!("turn interrupted: {reason}"), at);
             }
+            Record::HookStopped { event, reason } => {
+                self.end_tools(at);
+                self.pending.clear();
+                self.set(
+                    AgentState::Idle,
+                    format!("stopped by a {event} hook: {reason}"),
+                    at,
+                );
+            }
             Record::Mode { pre_plan_mode, .. } => self.pre_plan_mode = *pre_plan_mode,
             Record::Checkpoint { commit, .. } => self.checkpoint = Some(commit.clone()),
             _ => {}

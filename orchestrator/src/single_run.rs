@@ -413,6 +413,17 @@ impl RunDriver for SingleDriver {
                      Run {run_id} stopped awaiting a decision.",
                 ),
             },
+            // Claude Code ends the turn and shows the reason to the person: the run is done
+            // (a `--continue` gives it a new prompt), and says who stopped it.
+            AgentOutcome::StoppedByHook { event, reason } => Ending {
+                status: RunStatus::Completed,
+                exit: Exit::Success,
+                result: json!({"result": "", "stopped_by_hook": {"event": event, "reason": reason}}),
+                text: format!(
+                    "A {event} hook stopped the agent: {reason}\n\
+                     `muster run --continue {run_id} -p …` gives it a new prompt."
+                ),
+            },
             // Nothing interrupts a single run's turn yet: it ends as an interrupted run.
             AgentOutcome::TurnInterrupted => {
                 Ending::interrupted("the turn was interrupted", &run_id)

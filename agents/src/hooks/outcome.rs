@@ -285,6 +285,11 @@ pub struct HookDecision {
     /// `additionalContext`, and what the hooks said for the person.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub context: Vec<String>,
+    /// `continue: false`: the `stopReason` of a hook that stops the agent (the call does not
+    /// run, the turn ends). Kept with the decision so a resume stops the agent again without
+    /// running the hooks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<String>,
 }
 
 impl HookDecision {
@@ -302,6 +307,7 @@ impl HookDecision {
                 .into_iter()
                 .chain(outcome.messages)
                 .collect(),
+            stop: outcome.stop,
         }
     }
 }

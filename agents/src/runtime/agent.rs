@@ -196,6 +196,12 @@ impl AgentRuntime {
         };
         let message = agent.message_record(first.clone(), None);
         let mut records = vec![started, message];
+        // A `SessionStart`/`SubagentStart` hook's `continue: false`: the agent starts stopped.
+        let stop = agent.calls.hook_stops.take();
+        records.extend(stop.as_ref().map(|stop| Record::HookStopped {
+            event: stop.event.name().to_owned(),
+            reason: stop.reason.clone(),
+        }));
         // The worktree's starting point, so a resume before any change restores it too.
         let hold = match agent.team_checkpoint().await? {
             Some(checkpoint) => {
@@ -207,6 +213,11 @@ impl AgentRuntime {
         agent.commit(records, Vec::new(), None).await?;
         drop(hold);
         agent.transcript.messages.push(first);
+        if let Some(stop) = stop {
+            agent
+                .transcript
+                .end_by_hook(stop.event.name(), &stop.reason);
+        }
         agent.run.events.emit(RunEvent::AgentStarted {
             agent: agent.id.clone(),
             definition: agent.definition.name.clone(),
@@ -254,6 +265,7 @@ impl AgentRuntime {
             commits: CommitLane::default(),
             hook_decisions: Default::default(),
             transcript_file,
+            hook_stops: Default::default(),
         };
         AgentRuntime {
             run: parts.run,
@@ -344,8 +356,19 @@ impl AgentRuntime {
             if self.transcript.interrupted {
                 return Ok(AgentOutcome::TurnInterrupted);
             }
+            if let Some((event, reason)) = &self.transcript.hook_stopped {
+                return Ok(AgentOutcome::StoppedByHook {
+                    event: event.clone(),
+                    reason: reason.clone(),
+                });
+            }
             if let Some(stop) = self.stops.stopped.take() {
                 return Err(stop.into());
+            }
+            // A hook's stop noted where no commit followed it yet.
+            if let Some(stop) = self.calls.hook_stops.take() {
+                let pending = self.pending.take();
+                return self.commit_hook_stop(stop, pending, Vec::new()).await;
             }
             if let Some(pending) = self.pending.take()
                 && let Some(stop) = self.resolve_calls(pending).await?
@@ -496,14 +519,21 @@ impl AgentRuntime {
         let active = super::hook_points::stop_hook_active(&self.transcript.messages);
         let firing = self.firing();
         let mut keep_working = firing.stop(active, &result).await;
+        let stopped = || self.calls.hook_stops.noted();
         // A teammate kept working by TeammateIdle once goes idle at its next end: a hook that
         // always blocks cannot hold it forever.
-        if keep_working.is_none() && !active {
+        if keep_working.is_none() && !active && !stopped() {
             keep_working = firing.teammate_idle(&result).await;
         }
         // The tasks this end would complete, under the same once-per-end bound.
-        if keep_working.is_none() && !active {
+        if keep_working.is_none() && !active && !stopped() {
             keep_working = firing.turn_end_tasks().await?;
+        }
+        // `continue: false` wins over a block: the turn ends, the agent's tasks stay as they
+        // are, and the person is told why (a crash before this commit runs these hooks again).
+        if let Some(stop) = self.calls.hook_stops.take() {
+            self.commit_hook_stop(stop, None, Vec::new()).await?;
+            return Ok(());
         }
         if let Some(reason) = keep_working {
             let text = format!("{} {reason}", super::hook_points::STOP_HOOK_FEEDBACK);
@@ -548,6 +578,7 @@ impl AgentRuntime {
                 .transcript_file
                 .as_deref()
                 .map(|file| file.path.as_path()),
+            stops: &self.calls.hook_stops,
         }
     }
 

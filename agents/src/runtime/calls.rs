@@ -33,6 +33,10 @@ pub enum AgentOutcome {
     /// dropped, running calls were killed and answered as interrupted; the agent takes the
     /// next prompt ([`super::AgentRuntime::prompt`]).
     TurnInterrupted,
+    /// A hook of `event` answered `continue: false` with `reason` (its `stopReason`, for the
+    /// person): the turn ended, committed with a `hook_stopped` record; the agent takes the
+    /// next prompt as after an interrupted turn, without being told why.
+    StoppedByHook { event: String, reason: String },
 }
 
 /// The result of one tool call, with what must be committed beside it.
@@ -96,6 +100,8 @@ pub(super) enum LeftBy {
     Crash,
     /// The agent's turn was interrupted in this process.
     TurnInterrupt,
+    /// A hook's `continue: false` ended the agent's turn.
+    HookStop,
 }
 
 impl LeftBy {
@@ -103,6 +109,7 @@ impl LeftBy {
         match self {
             LeftBy::Crash => "interrupted by a crash",
             LeftBy::TurnInterrupt => "interrupted by the user",
+            LeftBy::HookStop => "stopped: a hook stopped the agent",
         }
     }
 }
@@ -232,13 +239,21 @@ impl PendingCalls {
     /// interrupted: a started call is killed and answered as interrupted, the others as not
     /// run.
     pub(super) fn interrupt(&self) -> Vec<(ToolCall, CallResult)> {
+        self.answer_unfinished(LeftBy::TurnInterrupt)
+    }
+
+    /// [`PendingCalls::interrupt`], for a turn that ended `by` that.
+    pub(super) fn answer_unfinished(&self, by: LeftBy) -> Vec<(ToolCall, CallResult)> {
         self.calls
             .iter()
             .filter(|call| !self.done.contains_key(&call.id))
             .map(|call| {
-                let result = match self.started.get(&call.id) {
-                    Some(started) => interrupted(started, LeftBy::TurnInterrupt),
-                    None => not_run(),
+                let result = match (self.started.get(&call.id), by) {
+                    (Some(started), _) => interrupted(started, by),
+                    (None, LeftBy::HookStop) => {
+                        CallResult::invalid(ToolOutput::error(super::hook_points::STOPPED_CALL))
+                    }
+                    (None, _) => not_run(),
                 };
                 (call.clone(), result)
             })

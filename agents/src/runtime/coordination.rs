@@ -107,6 +107,10 @@ impl AgentRuntime {
             ) => ToolOutput::error(format!(
                 "{agent_id} stopped waiting for {request_id}, which subagents cannot do"
             )),
+            // The hook's reason is for the person (the log, the subagent's records).
+            Ok(AgentOutcome::StoppedByHook { event, .. }) => ToolOutput::error(format!(
+                "{agent_id} was stopped by a {event} hook before it finished"
+            )),
             Ok(AgentOutcome::TurnInterrupted) => {
                 ToolOutput::error(format!("{agent_id} was interrupted before it finished"))
             }

@@ -65,6 +65,8 @@ pub(super) struct CallDispatcher {
     pub hook_decisions: std::sync::Mutex<BTreeMap<String, HookDecision>>,
     /// The agent's conversation for its hooks (`transcript_path`), when the run has hooks.
     pub transcript_file: Option<Arc<TranscriptFile>>,
+    /// A hook's `continue: false`, noted until the agent ends its turn with it.
+    pub hook_stops: hook_points::HookStops,
 }
 
 /// What the agent's state says about a call: its mode and plan, and the run's auto gate.
@@ -117,6 +119,7 @@ impl CallDispatcher {
                 .transcript_file
                 .as_deref()
                 .map(|file| file.path.as_path()),
+            stops: &self.hook_stops,
         }
     }
 
@@ -162,6 +165,9 @@ impl CallDispatcher {
                 hook
             }
         };
+        if let Some(reason) = &hook.stop {
+            self.hook_stops.note(HookEvent::PreToolUse, reason);
+        }
         let mut decided = hook_points::apply(&hook, decision);
         if let Some(input) = &hook.updated_input
             && decided.verdict != Verdict::Deny

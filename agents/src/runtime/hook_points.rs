@@ -18,8 +18,18 @@
 //!   task its end of turn would complete, as the turn would end: a block is committed as the
 //!   user message that keeps the agent working (the task stays in progress).
 //! - `PreCompact` / `PostCompact` around a compaction; they inform only.
+//!
+//! A hook's `continue: false` (with `stopReason`) stops the agent: Claude Code ends its turn,
+//! shows the reason to the person and not to the model. The firing notes it ([`HookStops`]),
+//! and the agent ends its turn at the next commit it makes — the call's result, the end of
+//! turn, the first message — in that same commit, with a `hook_stopped` record
+//! ([`super::records::Record::HookStopped`]). A PreToolUse stop is also kept in the call's
+//! committed `hook_decision`, so a resume stops again without running the hooks. Not acted on
+//! for `UserPromptSubmit` (it refuses the prompt, as a block does), nor for the events that
+//! only inform (`PreCompact`, `PostCompact`, `Notification`, `SessionEnd`).
 
 use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use muster_config::hooks::HookEvent;
 use muster_config::{AgentDefinition, PermissionMode};
@@ -35,8 +45,61 @@ use super::error::RuntimeError;
 use super::gate::{GateDecision, Verdict};
 use super::records::AgentKind;
 
+/// A hook's `continue: false`: the event whose hook said it, and its `stopReason` (for the
+/// person, never the model).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookStop {
+    pub event: HookEvent,
+    pub reason: String,
+}
+
+/// Where an agent's firings note a hook's `continue: false` until the agent commits the end
+/// of its turn (shared by its concurrent read-only calls). The first stop is kept.
+#[derive(Debug, Clone, Default)]
+pub(super) struct HookStops(Arc<Mutex<Option<HookStop>>>);
+
+impl HookStops {
+    pub(super) fn note(&self, event: HookEvent, reason: &str) {
+        let mut slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if slot.is_none() {
+            tracing::warn!(
+                event = event.name(),
+                "a hook stopped the agent (continue: false): {reason}"
+            );
+            *slot = Some(HookStop {
+                event,
+                reason: reason.to_owned(),
+            });
+        }
+    }
+
+    /// The stop noted, if any (it stays noted until [`HookStops::take`]).
+    pub(super) fn noted(&self) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+    }
+
+    pub(super) fn take(&self) -> Option<HookStop> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+}
+
+/// What the model reads of a call that a hook's `continue: false` kept from running (the
+/// hook's `stopReason` is for the person only).
+pub(super) const STOPPED_CALL: &str = "not run: a hook stopped the agent";
+
 /// The engine's decision with the hooks' applied: never wider than the engine's.
 pub(super) fn apply(hook: &HookDecision, decision: GateDecision) -> GateDecision {
+    if hook.stop.is_some() {
+        // `continue: false` wins over any decision: the call does not run.
+        return GateDecision {
+            verdict: Verdict::Deny,
+            reason: STOPPED_CALL.to_owned(),
+            ..decision
+        };
+    }
     let because = |what: &str| {
         if hook.reason.is_empty() {
             format!("{what} by a PreToolUse hook")
@@ -89,6 +152,8 @@ pub(super) struct Firing<'a> {
     pub mode: PermissionMode,
     /// The agent's transcript file, when one is written.
     pub transcript_path: Option<&'a Path>,
+    /// Where a hook's `continue: false` is noted.
+    pub stops: &'a HookStops,
 }
 
 impl Firing<'_> {
@@ -130,6 +195,13 @@ impl Firing<'_> {
             .hooks
             .fire(event, subject, &self.agent(span), fields)
             .await
+    }
+
+    /// Notes the `continue: false` of `event`'s hooks, if one said it.
+    fn note_stop(&self, event: HookEvent, outcome: &HookOutcome) {
+        if let Some(reason) = &outcome.stop {
+            self.stops.note(event, reason);
+        }
     }
 
     /// The PreToolUse hooks' decision of `call`, or `None` when no hook matched it.
@@ -174,6 +246,7 @@ impl Firing<'_> {
             fields.insert("tool_response".into(), output.content.clone().into());
         }
         let outcome = self.fire(event, Some(&call.name), fields).await;
+        self.note_stop(event, &outcome);
         for said in outcome.block.iter().chain(&outcome.context) {
             output.content.push_str(&format!("\n[{event} hook] {said}"));
         }
@@ -211,7 +284,9 @@ impl Firing<'_> {
         let mut fields = Map::new();
         fields.insert("stop_hook_active".into(), active.into());
         fields.insert("last_assistant_message".into(), last.into());
-        self.fire(event, None, fields).await.block
+        let outcome = self.fire(event, None, fields).await;
+        self.note_stop(event, &outcome);
+        outcome.block
     }
 }
 
@@ -242,6 +317,7 @@ impl Firing<'_> {
             // `SessionStart` and `SubagentStart` cannot block: their context is all they add.
             let outcome = self.fire(event, None, fields).await;
             log_messages(event, &outcome);
+            self.note_stop(event, &outcome);
             opening.context.extend(tagged(event, &outcome.context));
         }
         if matches!(self.kind, AgentKind::Main) {
@@ -298,6 +374,7 @@ impl Firing<'_> {
         fields.insert("last_assistant_message".into(), last.into());
         let outcome = self.fire(event, None, fields).await;
         log_messages(event, &outcome);
+        self.note_stop(event, &outcome);
         outcome.block
     }
 }
@@ -324,7 +401,11 @@ impl Firing<'_> {
         fields.insert("task_description".into(), description.into());
         let outcome = self.fire(event, None, fields).await;
         log_messages(event, &outcome);
-        outcome.block
+        self.note_stop(event, &outcome);
+        // A hook that stops the agent keeps the change from being made too.
+        outcome
+            .block
+            .or_else(|| outcome.stop.as_ref().map(|_| STOPPED_CALL.to_owned()))
     }
 
     /// `TaskCompleted` for each task a teammate's end of turn is about to complete (its
@@ -368,6 +449,10 @@ impl Firing<'_> {
         fields.insert("permission_suggestions".into(), Value::Array(Vec::new()));
         let outcome = self.fire(event, Some(&call.name), fields).await;
         log_messages(event, &outcome);
+        self.note_stop(event, &outcome);
+        if outcome.stop.is_some() {
+            return Some(STOPPED_CALL.to_owned());
+        }
         match outcome.tool_permission() {
             Some((HookPermission::Deny, reason)) => Some(if reason.is_empty() {
                 "denied by a PermissionRequest hook".to_owned()

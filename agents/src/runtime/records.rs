@@ -173,6 +173,10 @@ pub enum Record {
     /// The agent's turn was interrupted (see [`super::TurnInterrupt`]), in the commit that
     /// answers its calls without a result; the agent waits for its next prompt.
     TurnInterrupted { reason: String },
+    /// A hook of `event` answered `continue: false`: the agent's turn ended here, in the
+    /// commit that answers its calls without a result (see [`super::hook_points`]). `reason`
+    /// is the hook's `stopReason`, for the person; the model never reads it.
+    HookStopped { event: String, reason: String },
     /// Worktree isolation: the agent's worktree as a commit muster made, stored with the
     /// turn that produced it (a resume restores exactly this). `merging`: the integration
     /// commit whose merge was handed to the agent to resolve. `merge`: on the lead, the

@@ -14,6 +14,7 @@ use super::calls::{
 use super::dispatch::{CallView, Prepared};
 use super::error::RuntimeResult;
 use super::events::RunEvent;
+use super::hook_points::HookStop;
 use super::records::Record;
 
 impl AgentRuntime {
@@ -95,6 +96,12 @@ impl AgentRuntime {
                     pending.finish(call, &result.output);
                     outcomes.push((call, result));
                 }
+                if let Some(stop) = self.calls.hook_stops.take() {
+                    return self
+                        .commit_hook_stop(stop, Some(pending), outcomes)
+                        .await
+                        .map(Some);
+                }
                 if let Some(outcome) = stop {
                     // A call deferred to a person: the others' results are kept, and the
                     // resume runs that call again (its hooks' decision is committed).
@@ -141,6 +148,12 @@ impl AgentRuntime {
             self.note_repeated_failure(call, &mut result);
             let reset = result.reset_context.clone();
             pending.finish(call, &result.output);
+            if let Some(stop) = self.calls.hook_stops.take() {
+                return self
+                    .commit_hook_stop(stop, Some(pending), vec![(call, *result)])
+                    .await
+                    .map(Some);
+            }
             // The turn's last call commits the results message with its own record.
             let results =
                 (index == calls.len() && reset.is_none()).then(|| self.results_message(&pending));
@@ -189,6 +202,50 @@ impl AgentRuntime {
         self.transcript.end(None);
         self.stops = Default::default();
         Ok(())
+    }
+
+    /// Ends the turn a hook's `continue: false` stopped (see [`super::hook_points`]), in one
+    /// commit: `outcomes` (calls that came to their result with the stop, already noted in
+    /// `pending`), every other call of the newest response without a result answered as not
+    /// run, the results message, and the `hook_stopped` record. The hook's reason goes to the
+    /// person (the record, the log, the run's ending), never into the context.
+    pub(super) async fn commit_hook_stop(
+        &mut self,
+        stop: HookStop,
+        pending: Option<PendingCalls>,
+        outcomes: Vec<(&ToolCall, CallResult)>,
+    ) -> RuntimeResult<AgentOutcome> {
+        let event = stop.event.name().to_owned();
+        let record = Record::HookStopped {
+            event: event.clone(),
+            reason: stop.reason.clone(),
+        };
+        match pending.filter(|pending| !pending.calls.is_empty()) {
+            Some(mut pending) => {
+                let (calls, results): (Vec<ToolCall>, Vec<CallResult>) = pending
+                    .answer_unfinished(LeftBy::HookStop)
+                    .into_iter()
+                    .unzip();
+                for (call, result) in calls.iter().zip(&results) {
+                    pending.finish(call, &result.output);
+                }
+                let message = self.results_message(&pending);
+                let mut all = outcomes;
+                all.extend(calls.iter().zip(results));
+                self.commit_calls(all, Some(message), Some(record)).await?;
+            }
+            None => self.commit(vec![record], Vec::new(), None).await?,
+        }
+        // The stop is committed: a resume finds the turn ended.
+        muster_mailbox::failpoint!("hook_stopped:{}", self.id);
+        self.pending = None;
+        self.transcript.end_by_hook(&event, &stop.reason);
+        self.stops = Default::default();
+        self.report.state(muster_protocol::AgentState::Idle);
+        Ok(AgentOutcome::StoppedByHook {
+            event,
+            reason: stop.reason,
+        })
     }
 
     /// A failed result the same as the call's last ones gets the note to change course (see

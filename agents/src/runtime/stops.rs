@@ -86,7 +86,8 @@ impl StopConditions {
             }
             Record::Finished { .. }
             | Record::ContextReset { .. }
-            | Record::TurnInterrupted { .. } => {
+            | Record::TurnInterrupted { .. }
+            | Record::HookStopped { .. } => {
                 self.cut_chain = CutChain::default();
             }
             _ => {}

@@ -29,6 +29,9 @@ pub(super) struct Transcript {
     /// The turn was interrupted (its `turn_interrupted` record is committed); the agent waits
     /// for its next prompt.
     pub interrupted: bool,
+    /// A hook stopped the turn (its `hook_stopped` record is committed): the event and the
+    /// hook's reason. The agent waits for its next prompt; the model is not told why.
+    pub hook_stopped: Option<(String, String)>,
     /// How many times the context restarted (for the hooks' transcript file).
     pub restarts: u64,
 }
@@ -43,6 +46,7 @@ impl Transcript {
         }
         self.finished = None;
         self.interrupted = false;
+        self.hook_stopped = None;
     }
 
     /// The context restarts with `messages` (compaction, a reset after an approval).
@@ -56,11 +60,19 @@ impl Transcript {
     pub(super) fn end(&mut self, answer: Option<String>) {
         self.interrupted = answer.is_none();
         self.finished = answer;
+        self.hook_stopped = None;
+    }
+
+    /// The turn ended because a hook of `event` said `continue: false`.
+    pub(super) fn end_by_hook(&mut self, event: &str, reason: &str) {
+        self.finished = None;
+        self.interrupted = false;
+        self.hook_stopped = Some((event.to_owned(), reason.to_owned()));
     }
 
     /// Whether the agent waits for its next prompt (its turn ended, either way).
     pub(super) fn turn_ended(&self) -> bool {
-        self.finished.is_some() || self.interrupted
+        self.finished.is_some() || self.interrupted || self.hook_stopped.is_some()
     }
 
     /// Replays one record (resume).
@@ -84,6 +96,7 @@ impl Transcript {
             Record::ContextReset { .. } => self.restart(Vec::new()),
             Record::Finished { result } => self.end(Some(result.clone())),
             Record::TurnInterrupted { .. } => self.end(None),
+            Record::HookStopped { event, reason } => self.end_by_hook(event, reason),
             _ => {}
         }
     }

@@ -634,6 +634,9 @@ fn transcript_entry(run_id: &str, at: i64, record: &Record, requests: &[RequestR
         Record::TurnInterrupted { reason } => html! {
             li class="event" { (when) "turn interrupted: " (reason) }
         },
+        Record::HookStopped { event, reason } => html! {
+            li class="event" { (when) "stopped by a " (event) " hook: " (reason) }
+        },
         Record::Compacted { summary, .. } => html! {
             li class="event" { details { summary { (when) "context compacted" } pre { (summary) } } }
         },

@@ -379,7 +379,15 @@ impl Team {
                     );
                 }
                 AgentOutcome::TurnInterrupted => {
-                    self.tell_lead_interrupted(id, runtime.turn()).await?;
+                    self.tell_lead_idle(id, runtime.turn(), None).await?;
+                    self.set_state(id, MemberState::Idle);
+                    continue;
+                }
+                // As an interrupted turn, the lead told which event (not the reason: that is
+                // for the person, in the log and the teammate's records).
+                AgentOutcome::StoppedByHook { event, .. } => {
+                    self.tell_lead_idle(id, runtime.turn(), Some(&event))
+                        .await?;
                     self.set_state(id, MemberState::Idle);
                     continue;
                 }
@@ -548,21 +556,37 @@ impl Team {
     /// After `id`'s turn `turn` was interrupted (its `turn_interrupted` committed): the lead
     /// is told that the teammate waits idle, its tasks still its own, until mail wakes it.
     /// Keyed by the turn, so a resume that finds the turn interrupted sends it once.
-    async fn tell_lead_interrupted(&self, id: &str, turn: u64) -> anyhow::Result<()> {
+    async fn tell_lead_idle(
+        &self,
+        id: &str,
+        turn: u64,
+        hook_event: Option<&str>,
+    ) -> anyhow::Result<()> {
+        let (reason, summary) = match hook_event {
+            None => (
+                "interrupted",
+                "The person interrupted my turn. I wait with my context and my tasks; mail me \
+                 to go on."
+                    .to_owned(),
+            ),
+            Some(event) => (
+                "hook_stopped",
+                format!(
+                    "A {event} hook stopped my turn. I wait with my context and my tasks; mail \
+                     me to go on."
+                ),
+            ),
+        };
         let notice = NewMessage {
             run_id: self.run_id().to_owned(),
             sender: id.to_owned(),
             recipient: LEAD.into(),
             body: MessageBody::IdleNotification {
-                reason: "interrupted".into(),
-                summary: Some(
-                    "The person interrupted my turn. I wait with my context and my tasks; \
-                     mail me to go on."
-                        .into(),
-                ),
+                reason: reason.into(),
+                summary: Some(summary),
                 completed_task: None,
             },
-            idempotency_key: Some(format!("{id}:interrupted:{turn}")),
+            idempotency_key: Some(format!("{id}:{reason}:{turn}")),
         };
         let sent = self.store.send(notice).await?;
         self.sent(&sent);

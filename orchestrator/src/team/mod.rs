@@ -1061,6 +1061,11 @@ impl Team {
             };
             let result = match outcome {
                 AgentOutcome::Finished { result } => result,
+                // The lead's turn ended as its hook said; the team goes on as after any end
+                // of the lead's turn (mail wakes it, or the run ends), the reason its result.
+                AgentOutcome::StoppedByHook { event, reason } => {
+                    format!("A {event} hook stopped the lead: {reason}")
+                }
                 AgentOutcome::AwaitingDecision {
                     request_id,
                     plan_file,

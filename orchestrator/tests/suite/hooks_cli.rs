@@ -450,7 +450,7 @@ async fn config_show_and_check_list_hooks_and_check_runs_them_only_when_asked() 
     assert_eq!(lines_of(&dir.path().join("guard.log")).len(), 1);
 }
 
-fn git(dir: &Path, args: &[&str]) {
+pub(super) fn git(dir: &Path, args: &[&str]) {
     let done = std::process::Command::new("git")
         .current_dir(dir)
         .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
@@ -466,7 +466,7 @@ fn git(dir: &Path, args: &[&str]) {
 
 /// A team of `writer` teammates (who write and run Bash without asking) at `root`, with
 /// `team` as its team file.
-fn write_team(root: &Path, team: &str) {
+pub(super) fn write_team(root: &Path, team: &str) {
     std::fs::create_dir_all(root.join(".muster/agents")).unwrap();
     std::fs::write(
         root.join(".muster/agents/writer.md"),
@@ -477,7 +477,7 @@ fn write_team(root: &Path, team: &str) {
 }
 
 /// The agent's reply to any turn: `text`, ending it.
-fn any_turn(agent: &str, text: &str) -> ScriptEntry {
+pub(super) fn any_turn(agent: &str, text: &str) -> ScriptEntry {
     serde_json::from_value(
         json!({"agent": agent, "reply": {"content": [{"type": "text", "text": text}],
                  "stop_reason": "end_turn"}}),
