@@ -21,26 +21,59 @@ use crate::tools::{ShutdownSignal, ShutdownTrigger};
 /// default; a team shares one among its lead and teammates
 /// ([`super::AgentRuntime::share_turn_interrupt`]), so one interrupt ends the running turn of
 /// each of them. Keyed by agent id: each agent arms and disarms only its own turn.
-#[derive(Debug, Clone, Default)]
-pub struct TurnInterrupt(Arc<Mutex<BTreeMap<String, ShutdownTrigger>>>);
+#[derive(Clone, Default)]
+pub struct TurnInterrupt {
+    running: Arc<Mutex<BTreeMap<String, ShutdownTrigger>>>,
+    /// Told of every interrupt: how it reaches turns in other processes (a team's teammates
+    /// on workers), which this handle cannot end itself.
+    beyond: Arc<Mutex<Option<Beyond>>>,
+}
+
+type Beyond = Arc<dyn Fn() + Send + Sync>;
+
+impl std::fmt::Debug for TurnInterrupt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        f.debug_struct("TurnInterrupt")
+            .field("running", &running.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
 
 impl TurnInterrupt {
     /// Ends the running turns: their model requests and tool calls are stopped, and each
     /// agent's [`super::AgentRuntime::run`] returns [`super::AgentOutcome::TurnInterrupted`].
     /// An agent between turns is left alone (there is no turn to end). Returns whether a turn
-    /// was running.
+    /// of this process was running.
     pub fn interrupt(&self) -> bool {
-        let running = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        for trigger in running.values() {
-            trigger.trigger();
+        let running = {
+            let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+            for trigger in running.values() {
+                trigger.trigger();
+            }
+            !running.is_empty()
+        };
+        let beyond = self
+            .beyond
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(tell) = beyond {
+            tell();
         }
-        !running.is_empty()
+        running
+    }
+
+    /// Has every later interrupt also call `tell`, which passes it to turns this process does
+    /// not run (it must not block: it may be called from any thread).
+    pub fn reach_beyond(&self, tell: impl Fn() + Send + Sync + 'static) {
+        *self.beyond.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(tell));
     }
 
     /// `agent`'s turn starts: the signal that ends it.
     pub(super) fn arm(&self, agent: &str) -> ShutdownSignal {
         let (trigger, signal) = ShutdownSignal::channel();
-        self.0
+        self.running
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(agent.to_owned(), trigger);
@@ -49,7 +82,7 @@ impl TurnInterrupt {
 
     /// `agent`'s turn is over: a later interrupt finds no turn of it.
     pub(super) fn disarm(&self, agent: &str) {
-        self.0
+        self.running
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(agent);
@@ -116,6 +149,17 @@ mod tests {
             !second.is_triggered(),
             "an earlier interrupt does not carry over"
         );
+        handle.disarm("main");
+        let told = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = told.clone();
+        handle.reach_beyond(move || {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        });
+        assert!(
+            !handle.interrupt(),
+            "no turn of this process is running, yet the others are told"
+        );
+        assert_eq!(told.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
     /// A shared handle ends the running turn of every agent holding it, and an agent's turn

@@ -923,6 +923,31 @@ impl Team {
         })
     }
 
+    /// With teammates on workers, a front end's interrupt (an editor's cancel, the SDK's
+    /// `interrupt()`) ends their turns too: it is committed as `muster interrupt` commits it,
+    /// and each worker's watch ends its teammate's turn (a local turn ends at once, here).
+    fn pass_front_end_interrupts_to_workers(&self) {
+        if self.placed.is_none() {
+            return;
+        }
+        let (store, run_id) = (self.store.clone(), self.run_id().to_owned());
+        let runs_dir = muster_config::project::ProjectRoot::at(&self.root).runs_dir();
+        self.turns.reach_beyond(move || {
+            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                tracing::warn!(run = %run_id, "an interrupt could not reach the teammates on workers");
+                return;
+            };
+            let (store, run_id, runs_dir) = (store.clone(), run_id.clone(), runs_dir.clone());
+            runtime.spawn(async move {
+                let asked =
+                    crate::turn_requests::request_interrupt(store.as_ref(), &runs_dir, &run_id);
+                if let Err(error) = asked.await {
+                    tracing::warn!(run = %run_id, %error, "passing an interrupt to the teammates on workers");
+                }
+            });
+        });
+    }
+
     /// A teammate's error that is the store's: the run cannot go on either.
     pub(crate) fn fail_run_on_store_error(&self, error: anyhow::Error) {
         if Exit::for_error(&error) == Exit::Store {
@@ -1039,7 +1064,10 @@ impl Team {
         // `muster interrupt` from another terminal ends the running turns (not with a front
         // end, which has its own).
         let _watch = match front {
-            Some(_) => None,
+            Some(_) => {
+                self.pass_front_end_interrupts_to_workers();
+                None
+            }
             None => Some(
                 crate::turn_requests::InterruptWatch::start(
                     self.store.clone(),

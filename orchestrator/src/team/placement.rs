@@ -521,6 +521,15 @@ async fn run_placed(
             .send_unsent_of_teammate(store.as_ref(), &agent, &roster)
             .await;
     }
+    // `muster interrupt` (or the lead's front end) ends this teammate's running turn here too;
+    // the interrupts of the lead's process, whose epoch placed it, are the ones it takes.
+    let _interrupts = crate::turn_requests::InterruptWatch::start(
+        store.clone(),
+        record.id.clone(),
+        record.epoch,
+        team.turns.clone(),
+    )
+    .await?;
     let first = if started { None } else { payload.first.clone() };
     team.start_teammate(payload.plan, first, started)?;
     if let Some(handle) = team.take_handle(&agent) {

@@ -1762,3 +1762,97 @@ async fn a_teammate_on_a_worker_that_ignores_the_shutdown_is_stopped_when_the_le
     assert_eq!(worker.stop().await, Some(0));
     schema.drop_now().await;
 }
+
+/// `muster interrupt` while the lead waits and its teammate's turn on a `muster worker` is held
+/// at the model: the worker, watching the run's committed interrupt requests, ends that turn
+/// (`turn_interrupted` committed there), the teammate goes idle and tells the lead once, and
+/// the lead's mail starts it again on its worker; the run completes.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_interrupt_ends_the_turn_of_a_teammate_on_a_worker_and_the_run_goes_on() {
+    let schema = Schema::new().await;
+    let url = schema.url();
+    let mut held = ScriptEntry::reply("one", 1, vec![muster_fake_llm::Block::text("Never.")]);
+    held.fault.hold = Some("one-1".to_owned());
+    let fake = fake(vec![
+        lead_assigns(&["one"]),
+        ScriptEntry::reply(
+            "lead",
+            2,
+            vec![muster_fake_llm::Block::text("Waiting for one.")],
+        ),
+        ScriptEntry::reply(
+            "lead",
+            3,
+            vec![tool(
+                "SendMessage",
+                json!({"to": "one", "message": "Go on."}),
+            )],
+        ),
+        any_turn("lead", "Done."),
+        held.attempt(1),
+        any_turn("one", "Counted."),
+    ])
+    .await;
+    let mut worker = teammate_worker(&fake, &url, "w1");
+    worker.wait_for("ready on").await;
+    let remote = bare_remote();
+    let remote_path = remote.path().display().to_string();
+    let lead = lead_repo(&team(&["one"], ""));
+    let root = lead.path();
+    let base = fake.base_url();
+    let mut run =
+        super::common::Running::spawn(command(root, &run_args(&url, &base, &remote_path)));
+    let waiting = run
+        .until("the lead's second turn", |e| {
+            e["type"] == "model_turn" && e["agent"] == "lead" && e["turn"] == 2
+        })
+        .await;
+    let run_id = waiting["run_id"].as_str().unwrap().to_owned();
+    tokio::time::timeout(super::common::GUARD, fake.gate_reached("one-1", 1))
+        .await
+        .expect("the teammate on the worker never asked the model");
+    let asked =
+        super::common::output(command(root, &["--store", &url, "interrupt", &run_id])).await;
+    assert_eq!(asked.status.code(), Some(0), "{}", stderr(&asked));
+    assert_eq!(run.finish().await, Some(0), "{:#?}", run.events);
+    let end = run.events.last().unwrap().clone();
+    assert_eq!(end["status"], "completed", "{end:#}");
+    assert_eq!(end["result"], "Done.", "{end:#}");
+
+    let store = super::store_pg::open(&url).await;
+    let interrupted = super::common::transcript(store.as_ref(), &run_id, "one")
+        .await
+        .iter()
+        .filter(|record| record["type"] == "turn_interrupted")
+        .count();
+    assert_eq!(interrupted, 1, "{:#?}", worker.said());
+    let notices = store
+        .messages(&run_id, Some("lead"))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| {
+            m.sender == "one"
+                && matches!(&m.body, muster_mailbox::MessageBody::IdleNotification { reason, .. } if reason == "interrupted")
+        })
+        .count();
+    assert_eq!(notices, 1);
+    let one: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.agent.as_deref() == Some("one"))
+        .collect();
+    assert_eq!(
+        one.len(),
+        2,
+        "the held request, then the one after the lead's mail"
+    );
+    let said = one[1].body["messages"].to_string();
+    assert!(
+        said.contains("interrupted your turn"),
+        "one is told: {said}"
+    );
+    assert!(said.contains("Go on."), "{said}");
+    assert_eq!(worker.stop().await, Some(0));
+    schema.drop_now().await;
+}
