@@ -9,6 +9,8 @@
 // Knobs (environment):
 //   ACP_ENTRY=unstable  import the SDK's `/unstable` entry point instead of the stable one, and
 //                       advertise subagent threads (`clientCapabilities.subagents`).
+//   ACP_LOAD=SESSION    `session/load` SESSION (replayed updates come first) instead of
+//                       `session/new`, then prompt it.
 //   ACP_HOLD=1          hold each permission request until a line arrives on stdin; the
 //                       client says `acp-client: holding TOOL_CALL_ID` on stderr first, and
 //                       `acp-client: message TEXT` (JSON) for each message chunk it is sent.
@@ -26,6 +28,9 @@ const releases = process.env.ACP_HOLD
 
 const [muster, cwd, prompt] = process.argv.slice(2);
 const agent = spawn(muster, ["acp"], { cwd, stdio: ["pipe", "pipe", "inherit"] });
+// An agent killed mid-prompt closes its stdin under us: that is the test's to see, not a crash.
+agent.stdin.on("error", () => {});
+const exited = new Promise((resolve) => agent.on("exit", resolve));
 const stream = ndJsonStream(Writable.toWeb(agent.stdin), Readable.toWeb(agent.stdout));
 
 const notifications = [];
@@ -62,18 +67,32 @@ await peer.request("initialize", {
   protocolVersion: 1,
   clientCapabilities: unstable ? { subagents: {} } : {},
 });
-const { sessionId } = await peer.request("session/new", { cwd, mcpServers: [] });
-const { stopReason } = await peer.request("session/prompt", {
-  sessionId,
-  prompt: [{ type: "text", text: prompt }],
-});
+let sessionId = process.env.ACP_LOAD;
+if (sessionId) {
+  await peer.request("session/load", { sessionId, cwd, mcpServers: [] });
+} else {
+  ({ sessionId } = await peer.request("session/new", { cwd, mcpServers: [] }));
+}
+// A prompt the agent never answers (it was killed) is printed as `promptError`.
+let stopReason = null;
+let promptError = null;
+try {
+  ({ stopReason } = await peer.request("session/prompt", {
+    sessionId,
+    prompt: [{ type: "text", text: prompt }],
+  }));
+} catch (error) {
+  promptError = String(error?.message ?? error);
+}
 connection.close();
 agent.stdin.end();
-await new Promise((resolve) => agent.on("exit", resolve));
+await exited;
 const updates = notifications.filter((n) => n.sessionId === sessionId).map((n) => n.update);
 const threads = {};
 for (const n of notifications.filter((n) => n.sessionId !== sessionId)) {
   (threads[n.sessionId] ??= []).push(n.update);
 }
-process.stdout.write(JSON.stringify({ sessionId, stopReason, updates, requests, threads }) + "\n");
+process.stdout.write(
+  JSON.stringify({ sessionId, stopReason, promptError, updates, requests, threads }) + "\n",
+);
 process.exit(0);

