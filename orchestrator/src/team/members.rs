@@ -15,8 +15,8 @@ use muster_agents::verification;
 use muster_config::team::TeammateSpec;
 use muster_config::{AgentEndpoint, PermissionMode, Placement};
 use muster_mailbox::{
-    CommitTurn, CommitTurnOutcome, DeliveryState, MemberKind, Message, MessageBody, MessageFilter,
-    NewMessage, NewResponse, TaskStatus, TaskUpdate,
+    CommitTurn, CommitTurnOutcome, MemberKind, Message, MessageBody, MessageFilter, NewMessage,
+    NewResponse, TaskStatus, TaskUpdate,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -602,10 +602,13 @@ impl Team {
             .worker
             .is_some()
             .then(|| self.store.woken(self.run_id(), muster_mailbox::BOARD_WAKE));
+        let mail_for_it = self.store.woken(self.run_id(), id);
         loop {
             board.borrow_and_update();
             // Made before the look (a `Notified` receives `notify_waiters` from its creation),
-            // so a change committed between the look and the wait still wakes it.
+            // so mail or a change committed between the look and the wait still wakes it.
+            let mail_committed = mail_for_it.notified();
+            tokio::pin!(mail_committed);
             let changed_elsewhere = board_elsewhere.as_ref().map(|notify| notify.notified());
             let changed_elsewhere = async move {
                 match changed_elsewhere {
@@ -642,25 +645,12 @@ impl Team {
             }
             // Idle, having found nothing: a crash test freezes the teammate here.
             muster_mailbox::failpoint!("idle:{id}");
+            // The wait takes nothing from the store: a lease inside a `select!` whose other
+            // branch won would be dropped with its COMMIT already sent, leaving the mail
+            // leased to no one. Woken, it looks again above.
             tokio::select! {
-                biased;
-                batch = self.store.receive_batch(self.run_id(), id, self.epoch(), MAIL_BATCH) => {
-                    if let Some(work) = work_from(self.settle_approved_merges(batch?).await?) {
-                        return Ok(work);
-                    }
-                }
-                _ = board.changed() => {
-                    let orphans: Vec<Message> = self
-                        .store
-                        .messages(self.run_id(), Some(id))
-                        .await?
-                        .into_iter()
-                        .filter(|m| m.state == DeliveryState::Leased)
-                        .collect();
-                    if let Some(work) = work_from(self.settle_approved_merges(orphans).await?) {
-                        return Ok(work);
-                    }
-                }
+                () = &mut mail_committed => {}
+                _ = board.changed() => {}
                 () = &mut changed_elsewhere => {}
             }
         }

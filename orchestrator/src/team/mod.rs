@@ -1141,10 +1141,15 @@ impl Team {
                 }
             };
             // The lead's turn ended: take its mail, or end the run, or wait.
+            let mail_for_lead = self.store.woken(self.run_id(), LEAD);
             loop {
-                // Marked seen before looking, so a change after the look still wakes the wait.
+                // Marked seen, and the mail's wake-up made, before looking: a change or mail
+                // committed after the look still wakes the wait.
                 states.borrow_and_update();
-                let mail = self.take_lead_mail(None).await?;
+                let mail_committed = mail_for_lead.notified();
+                tokio::pin!(mail_committed);
+                mail_committed.as_mut().enable();
+                let mail = self.take_lead_mail().await?;
                 if !mail.is_empty() {
                     self.deliver(&mut lead, &mail).await?;
                     break;
@@ -1153,20 +1158,13 @@ impl Team {
                     lead.end_session("other").await;
                     return Ok(ending);
                 }
+                // The wait takes nothing from the store: a lease inside a `select!` whose
+                // other branch won would be dropped with its COMMIT already sent, leaving the
+                // mail leased to no one (the lead then waited for ever on mail a teammate on
+                // a worker sent as its work item ended).
                 tokio::select! {
-                    biased;
-                    batch = self.store.receive_batch(self.run_id(), LEAD, self.epoch(), MAIL_BATCH) => {
-                        let mail = self.take_lead_mail(Some(batch?)).await?;
-                        if !mail.is_empty() {
-                            self.deliver(&mut lead, &mail).await?;
-                            break;
-                        }
-                    }
-                    _ = states.changed() => {
-                        if self.recover_orphans(LEAD, &mut lead).await? {
-                            break;
-                        }
-                    }
+                    () = &mut mail_committed => {}
+                    _ = states.changed() => {}
                 }
             }
         }
@@ -1268,32 +1266,6 @@ impl Team {
         }))
     }
 
-    /// Mail an idle agent leased in a wait that was cancelled: delivered now. (An idle agent
-    /// holds no other leased mail: everything it was given was acked with its last commit.)
-    pub(crate) async fn recover_orphans(
-        &self,
-        agent: &str,
-        runtime: &mut AgentRuntime,
-    ) -> anyhow::Result<bool> {
-        let orphans: Vec<_> = self
-            .store
-            .messages(self.run_id(), Some(agent))
-            .await?
-            .into_iter()
-            .filter(|m| m.state == DeliveryState::Leased)
-            .collect();
-        let orphans = if agent == LEAD {
-            self.take_lead_mail(Some(orphans)).await?
-        } else {
-            orphans
-        };
-        if orphans.is_empty() {
-            return Ok(false);
-        }
-        self.deliver(runtime, &orphans).await?;
-        Ok(true)
-    }
-
     /// Renders and delivers mail into an agent's context.
     pub(crate) async fn deliver(
         &self,
@@ -1351,30 +1323,21 @@ impl Team {
             .emit(muster_agents::runtime::mail_sent_event(message));
     }
 
-    /// The lead's pending mail (or `batch`, already leased), less what the team settles
-    /// itself: requests a person or a policy answers are acked here (a policy decides at
-    /// once; a person's wait in `muster inbox human`).
-    async fn take_lead_mail(
-        &self,
-        batch: Option<Vec<muster_mailbox::Message>>,
-    ) -> anyhow::Result<Vec<muster_mailbox::Message>> {
-        let mut mail = match batch {
-            Some(batch) => batch,
-            None => {
-                let mut taken = Vec::new();
-                while taken.len() < MAIL_BATCH {
-                    match self
-                        .store
-                        .try_receive(self.run_id(), LEAD, self.epoch(), MessageFilter::Any)
-                        .await?
-                    {
-                        Some(message) => taken.push(message),
-                        None => break,
-                    }
-                }
-                taken
+    /// The lead's pending mail, less what the team settles itself: requests a person or a
+    /// policy answers are acked here (a policy decides at once; a person's wait in `muster
+    /// inbox human`).
+    async fn take_lead_mail(&self) -> anyhow::Result<Vec<muster_mailbox::Message>> {
+        let mut mail = Vec::new();
+        while mail.len() < MAIL_BATCH {
+            match self
+                .store
+                .try_receive(self.run_id(), LEAD, self.epoch(), MessageFilter::Any)
+                .await?
+            {
+                Some(message) => mail.push(message),
+                None => break,
             }
-        };
+        }
         let mut settled = Vec::new();
         let mut kept = Vec::new();
         for message in mail.drain(..) {

@@ -210,7 +210,7 @@ impl Team {
     /// answers).
     async fn boundary_mail(&self, agent: &str) -> anyhow::Result<Vec<Message>> {
         let taken = if agent == LEAD {
-            self.take_lead_mail(None).await?
+            self.take_lead_mail().await?
         } else {
             let mut taken = Vec::new();
             while taken.len() < super::MAIL_BATCH {
