@@ -295,6 +295,10 @@ impl RunKind for SingleRun {
                 .front
                 .as_ref()
                 .and_then(|front| front.hook_callbacks.clone()),
+            session_rules: self
+                .front
+                .as_ref()
+                .and_then(|front| front.session_rules.clone()),
         };
         Ok(SingleDriver {
             context: Arc::new(run_context(parts, checked)),

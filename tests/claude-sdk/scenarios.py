@@ -26,6 +26,7 @@ from claude_agent_sdk import (
     TextBlock,
     query,
 )
+from claude_agent_sdk.types import PermissionRuleValue
 
 
 def options(cli: str, cwd: str, **extra) -> ClaudeAgentOptions:
@@ -296,6 +297,34 @@ async def hook_callbacks(cli: str, cwd: str) -> dict:
             "bash_id": pre[0]["id"], "glob_response": post[1]["response"]}
 
 
+async def session_rules(cli: str, cwd: str) -> dict:
+    """An `addRules` in can_use_tool's answer aimed at the project's settings file: no file is
+    written, the rule applies to the session at once (the next matching call is not asked),
+    and muster says so in one warning on stderr."""
+    asked, stderr = [], []
+
+    async def can_use_tool(tool_name, tool_input, context):
+        asked.append(tool_input.get("command"))
+        return PermissionResultAllow(updated_permissions=[PermissionUpdate(
+            type="addRules", behavior="allow", destination="projectSettings",
+            rules=[PermissionRuleValue(tool_name="Bash", rule_content="touch:*")])])
+
+    messages = await collect(
+        query(prompt="Touch two files.",
+              options=options(cli, cwd, can_use_tool=can_use_tool, stderr=stderr.append))
+    )
+    inits(messages)
+    result = result_of(messages)
+    assert result.subtype == "success" and result.result == "Touched.", result
+    assert asked == ["touch a.txt"], asked
+    assert (Path(cwd) / "a.txt").exists() and (Path(cwd) / "b.txt").exists()
+    for name in ("settings.json", "settings.local.json"):
+        assert not (Path(cwd) / ".claude" / name).exists(), name
+    warnings = [line for line in stderr if "updatedPermissions" in line]
+    assert len(warnings) == 1 and "projectSettings" in warnings[0], stderr
+    return {"session_id": result.session_id, "warning": warnings[0]}
+
+
 async def budget(cli: str, cwd: str) -> dict:
     """A run over its --max-budget-usd ends error_max_budget_usd; the SDK raises after it."""
     messages = []
@@ -347,6 +376,7 @@ SCENARIOS = {
     "budget": budget,
     "awaiting": awaiting,
     "hook_callbacks": hook_callbacks,
+    "session_rules": session_rules,
 }
 
 

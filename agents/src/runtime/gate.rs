@@ -4,10 +4,11 @@
 //! definition, plan file and the run's plans directory); every rule lives in the engine.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
+use muster_config::rule::SourcedRule;
 use muster_config::settings::AutoGate as AutoGateSetting;
-use muster_config::{AgentCatalog, AgentDefinition, PermissionMode, PermissionRules};
+use muster_config::{AgentCatalog, AgentDefinition, PermissionMode, PermissionRules, RuleBehavior};
 use muster_mailbox::AutoGateUpdate;
 use serde_json::Value;
 
@@ -76,8 +77,63 @@ pub trait ToolGate: Send + Sync {
 pub struct EngineGate {
     engine: PermissionEngine,
     rules: PermissionRules,
+    /// Rules the front end's person added for the session, decided with `rules`.
+    session: Option<Arc<SessionRules>>,
     catalog: Arc<AgentCatalog>,
     home_dir: Option<PathBuf>,
+}
+
+/// Rules a front end's person added for its session (the `updatedPermissions` of the Agent
+/// SDK's `can_use_tool` answers): kept in this process's memory only — never written to a
+/// settings file, gone with the process — and decided together with the settings' rules, so
+/// a deny or ask rule of either still beats an allow rule of the other.
+#[derive(Debug, Default)]
+pub struct SessionRules(RwLock<PermissionRules>);
+
+impl SessionRules {
+    fn with<T>(&self, change: impl FnOnce(&mut PermissionRules) -> T) -> T {
+        change(&mut self.0.write().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn list(rules: &mut PermissionRules, behavior: RuleBehavior) -> &mut Vec<SourcedRule> {
+        match behavior {
+            RuleBehavior::Allow => &mut rules.allow,
+            RuleBehavior::Ask => &mut rules.ask,
+            RuleBehavior::Deny => &mut rules.deny,
+        }
+    }
+
+    /// `addRules`.
+    pub fn add(&self, behavior: RuleBehavior, added: Vec<SourcedRule>) {
+        self.with(|rules| Self::list(rules, behavior).extend(added));
+    }
+
+    /// `replaceRules`: the session's rules of `behavior` become `rules` (the settings' stay).
+    pub fn replace(&self, behavior: RuleBehavior, replaced: Vec<SourcedRule>) {
+        self.with(|rules| *Self::list(rules, behavior) = replaced);
+    }
+
+    /// `removeRules`: the session's rules of `behavior` with these texts go (the settings'
+    /// stay).
+    pub fn remove(&self, behavior: RuleBehavior, texts: &[String]) {
+        self.with(|rules| {
+            Self::list(rules, behavior)
+                .retain(|rule| !texts.iter().any(|t| t == rule.value.as_str()))
+        });
+    }
+
+    /// `base` with the session's rules after it, or `None` while the session has none.
+    fn merged(&self, base: &PermissionRules) -> Option<PermissionRules> {
+        let session = self.0.read().unwrap_or_else(PoisonError::into_inner);
+        if session.allow.is_empty() && session.ask.is_empty() && session.deny.is_empty() {
+            return None;
+        }
+        let mut merged = base.clone();
+        merged.allow.extend(session.allow.iter().cloned());
+        merged.ask.extend(session.ask.iter().cloned());
+        merged.deny.extend(session.deny.iter().cloned());
+        Some(merged)
+    }
 }
 
 impl EngineGate {
@@ -89,9 +145,16 @@ impl EngineGate {
         EngineGate {
             engine: PermissionEngine::standard(),
             rules,
+            session: None,
             catalog,
             home_dir,
         }
+    }
+
+    /// The gate with the session's rules of the front end driving the run.
+    pub fn with_session(mut self, session: Option<Arc<SessionRules>>) -> EngineGate {
+        self.session = session;
+        self
     }
 }
 
@@ -102,11 +165,15 @@ impl ToolGate for EngineGate {
             AgentKind::Teammate { .. } => permission::AgentKind::Teammate,
             AgentKind::Subagent { .. } => permission::AgentKind::Subagent,
         };
+        let merged = self
+            .session
+            .as_ref()
+            .and_then(|session| session.merged(&self.rules));
         let mut context = PermissionContext::new(
             kind,
             call.mode,
             call.tool_context.workspace(),
-            &self.rules,
+            merged.as_ref().unwrap_or(&self.rules),
             &self.catalog,
         )
         .with_definition(call.definition);

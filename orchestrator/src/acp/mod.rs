@@ -476,6 +476,7 @@ impl Server {
                 person: Some(editor),
                 mode: stored_mode,
                 hook_callbacks: None,
+                session_rules: None,
             },
             cancelled: Arc::new(AtomicBool::new(false)),
             done: Arc::new(tokio::sync::Notify::new()),

@@ -6,11 +6,12 @@
 //! in `updatedInput.answers`, a permission ask the tool itself. A teammate's merge for the
 //! person has no Claude Code shape: it is muster's own `ReviewMerge`, with the diff it adds.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 
-use muster_agents::runtime::{Terminal, TerminalPlanDecision};
-use muster_config::PermissionMode;
+use muster_agents::runtime::{SessionRules, Terminal, TerminalPlanDecision};
+use muster_config::{Layer, Origin, PermissionMode, PermissionRule, RuleBehavior, Sourced};
 use muster_mailbox::MessageBody;
 use muster_protocol::ToolName;
 use serde_json::{Value, json};
@@ -23,6 +24,8 @@ pub(crate) struct ProgramAsks {
     pub shared: Arc<Shared>,
     /// `disableBypassPermissionsMode = "disable"`: a plan is never approved into it.
     pub bypass_disabled: bool,
+    /// Where the rules of `updatedPermissions` go: the session's, in memory.
+    pub session_rules: Arc<SessionRules>,
 }
 
 /// The program's answer to one `can_use_tool`.
@@ -83,12 +86,91 @@ fn granted_mode(permissions: &[Value], bypass_disabled: bool) -> Option<Permissi
     Some(asked)
 }
 
-/// Says once per answer that entries other than `setMode` write nothing.
-fn warn_of_unapplied(permissions: &[Value]) {
-    if permissions.iter().any(|entry| entry["type"] != "setMode") {
+/// An `updatedPermissions` rule (`{toolName, ruleContent}`) in the settings' syntax.
+fn rule_text(rule: &Value) -> Option<String> {
+    let tool = rule["toolName"].as_str()?;
+    Some(match rule["ruleContent"].as_str() {
+        Some(content) if !content.is_empty() => format!("{tool}({content})"),
+        _ => tool.to_owned(),
+    })
+}
+
+/// What one answer's `updatedPermissions` change: rule changes go to the session's rules,
+/// whatever their `destination` (no settings file is ever written); `setMode` is read by a
+/// plan's approval (`plan`); the rest is not applied. One warning on stderr says what was
+/// not as asked.
+fn apply_permissions(session: &SessionRules, permissions: &[Value], plan: bool) {
+    let mut notes = Vec::new();
+    let mut files = BTreeSet::new();
+    for entry in permissions {
+        let kind = entry["type"].as_str().unwrap_or_default();
+        if kind == "setMode" && plan {
+            continue;
+        }
+        if !matches!(kind, "addRules" | "replaceRules" | "removeRules") {
+            notes.push(match kind {
+                "setMode" => "setMode is read only when a plan is approved (a mode for the next \
+                              prompt is set_permission_mode)"
+                    .to_owned(),
+                other => format!("{other:?} is not applied"),
+            });
+            continue;
+        }
+        let behavior = match entry["behavior"].as_str() {
+            Some("allow") => RuleBehavior::Allow,
+            Some("ask") => RuleBehavior::Ask,
+            Some("deny") => RuleBehavior::Deny,
+            other => {
+                notes.push(format!("{kind} with behavior {other:?} is not applied"));
+                continue;
+            }
+        };
+        let texts: Vec<String> = entry["rules"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(rule_text)
+            .collect();
+        let destination = entry["destination"].as_str().unwrap_or("session");
+        if !matches!(destination, "session" | "cliArg") {
+            files.insert(destination.to_owned());
+        }
+        if kind == "removeRules" {
+            session.remove(behavior, &texts);
+            continue;
+        }
+        let origin = Origin {
+            layer: Layer::Cli,
+            source: "can_use_tool updatedPermissions (session)".into(),
+            position: None,
+        };
+        let mut rules = Vec::new();
+        for text in texts {
+            match text.parse::<PermissionRule>() {
+                Ok(rule) => rules.push(Sourced::new(rule, origin.clone())),
+                Err(error) => notes.push(format!("rule {text:?} is not applied: {error}")),
+            }
+        }
+        match kind {
+            "addRules" => session.add(behavior, rules),
+            _ => session.replace(behavior, rules),
+        }
+    }
+    if !files.is_empty() {
+        let files: Vec<String> = files.into_iter().collect();
+        notes.insert(
+            0,
+            format!(
+                "rules aimed at {} write no settings file: they apply to this session only \
+                 (put lasting rules in the settings files)",
+                files.join(", ")
+            ),
+        );
+    }
+    if !notes.is_empty() {
         eprintln!(
-            "muster claude: warning: updatedPermissions entries other than setMode are not \
-             applied and no settings file is written; put lasting rules in the settings files"
+            "muster claude: warning: updatedPermissions: {}",
+            notes.join("; ")
         );
     }
 }
@@ -126,7 +208,7 @@ impl ProgramAsks {
         });
         match self.can_use_tool(ToolName::ExitPlanMode.as_str(), input, agent, None) {
             Verdict::Allow { permissions, .. } => {
-                warn_of_unapplied(&permissions);
+                apply_permissions(&self.session_rules, &permissions, true);
                 TerminalPlanDecision::Approve {
                     mode: granted_mode(&permissions, self.bypass_disabled),
                     feedback: None,
@@ -175,7 +257,7 @@ impl ProgramAsks {
         Some(
             match self.can_use_tool(ToolName::ReviewMerge.as_str(), input, agent, None) {
                 Verdict::Allow { permissions, .. } => {
-                    warn_of_unapplied(&permissions);
+                    apply_permissions(&self.session_rules, &permissions, false);
                     Decision::approve(None)
                 }
                 Verdict::Deny { message } => Decision::Reject {
@@ -227,7 +309,7 @@ impl Terminal for ProgramAsks {
                 updated_input,
                 permissions,
             } => {
-                warn_of_unapplied(&permissions);
+                apply_permissions(&self.session_rules, &permissions, false);
                 match updated_input {
                     Some(updated) if &updated != input => {
                         // The engine decided on the input it was asked about; a changed one

@@ -61,6 +61,7 @@ pub fn main(global: &Globals, request: Request) -> anyhow::Result<Exit> {
     let (program_in, program_out) = take_stdio(request.stream_input)?;
     let shared = Arc::new(Shared::new(program_out));
     let hooks = Arc::new(hook_callbacks::ProgramHooks::new(shared.clone()));
+    let session_rules = Arc::new(muster_agents::runtime::SessionRules::default());
     let session = open_session(global, &request)?;
     let prompts = match program_in {
         Some(stdin) => input::spawn_reader(stdin, shared.clone(), hooks.clone()),
@@ -71,6 +72,7 @@ pub fn main(global: &Globals, request: Request) -> anyhow::Result<Exit> {
         request,
         shared,
         hooks,
+        session_rules,
         session,
         exit: Exit::Success,
         mode_change: None,
@@ -515,6 +517,8 @@ struct Driver {
     shared: Arc<Shared>,
     /// The hook callbacks the program registered.
     hooks: Arc<hook_callbacks::ProgramHooks>,
+    /// The rules the program's answers added for the session (`updatedPermissions`).
+    session_rules: Arc<muster_agents::runtime::SessionRules>,
     session: Session,
     /// The last prompt's exit code: the process's.
     exit: Exit,
@@ -544,6 +548,7 @@ impl Driver {
         let asks = Arc::new(asks::ProgramAsks {
             shared: self.shared.clone(),
             bypass_disabled: self.session.init.bypass_disabled,
+            session_rules: self.session_rules.clone(),
         });
         // A team run waits on its person's requests live: they are put to the program as
         // they are committed.
@@ -579,6 +584,7 @@ impl Driver {
                 .then_some(asks as Arc<dyn muster_agents::runtime::Terminal>),
             mode: self.mode_change.take(),
             hook_callbacks: Some(self.hooks.clone() as Arc<dyn muster_agents::hooks::HookCallbacks>),
+            session_rules: Some(self.session_rules.clone()),
         };
         // A team run's teammates that end badly during this prompt are named in its result:
         // those whose notice is committed after the run's newest message now.

@@ -108,6 +108,8 @@ pub(crate) struct ContextParts<'a> {
     pub trace: Option<muster_agents::trace_ids::RunTrace>,
     /// The hook callbacks of the program driving the run (`muster claude`'s SDK program).
     pub hook_callbacks: Option<Arc<dyn muster_agents::hooks::HookCallbacks>>,
+    /// The rules its person added for the session (`updatedPermissions`).
+    pub session_rules: Option<Arc<muster_agents::runtime::SessionRules>>,
 }
 
 /// The run's shared context.
@@ -130,11 +132,14 @@ pub(crate) fn run_context(parts: ContextParts<'_>, checked: CheckedParts) -> Run
         store: parts.store,
         models: checked.models,
         agent_models: checked.agent_models,
-        gate: Arc::new(EngineGate::new(
-            settings.permissions.clone(),
-            parts.catalog.clone(),
-            parts.project.process.home.clone(),
-        )),
+        gate: Arc::new(
+            EngineGate::new(
+                settings.permissions.clone(),
+                parts.catalog.clone(),
+                parts.project.process.home.clone(),
+            )
+            .with_session(parts.session_rules),
+        ),
         catalog: parts.catalog,
         tools: ToolRegistry::standard()
             .with_mcp(crate::mcp::run_config(parts.project))

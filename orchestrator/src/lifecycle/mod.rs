@@ -83,6 +83,9 @@ pub(crate) struct FrontEnd {
     /// The hook callbacks the front end's program registered (the Agent SDK's `hooks`): they
     /// fire for the agents of this process where the settings' hooks do.
     pub hook_callbacks: Option<Arc<dyn muster_agents::hooks::HookCallbacks>>,
+    /// The permission rules the front end's person added for its session
+    /// (`updatedPermissions`), decided with the settings' rules.
+    pub session_rules: Option<Arc<muster_agents::runtime::SessionRules>>,
 }
 
 impl FrontEnd {

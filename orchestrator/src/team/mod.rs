@@ -580,6 +580,10 @@ impl RunKind for TeamRun {
                     .front
                     .as_ref()
                     .and_then(|front| front.hook_callbacks.clone()),
+                session_rules: self
+                    .front
+                    .as_ref()
+                    .and_then(|front| front.session_rules.clone()),
             },
             checked,
         ));

@@ -480,6 +480,7 @@ async fn run_placed(
             restored,
             trace: traces.as_ref().map(|traces| traces.run_trace().clone()),
             hook_callbacks: None,
+            session_rules: None,
         },
         checked,
     ));

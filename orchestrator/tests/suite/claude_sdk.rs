@@ -500,3 +500,33 @@ async fn the_sdks_hook_callbacks_deny_a_call_with_a_reason_and_see_each_call() {
         .unwrap();
     assert_eq!(decisions, 2, "Bash's deny and Write's allow");
 }
+
+/// `updatedPermissions` aimed at a settings file (`addRules`, `projectSettings`) writes no
+/// file: the rule applies to the session from the next call, with one warning on stderr.
+#[tokio::test(flavor = "multi_thread")]
+async fn updated_permissions_aimed_at_a_settings_file_apply_to_the_session_only() {
+    let dir = project(&[]);
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![tool("Bash", json!({"command": "touch a.txt"}))],
+        ),
+        ScriptEntry::reply(
+            "main",
+            2,
+            vec![tool("Bash", json!({"command": "touch b.txt"}))],
+        ),
+        ScriptEntry::reply("main", 3, vec![Block::text("Touched.")]),
+    ])
+    .await;
+    let outcome = run(scenario("session_rules", dir.path(), &fake)).await;
+    assert_eq!(fake.requests().len(), 3, "{outcome}");
+    assert!(!dir.path().join(".claude").exists(), "no settings file");
+    let store = open_store(dir.path());
+    let run_id = outcome["session_id"].as_str().unwrap();
+    assert_eq!(
+        store.run(run_id).await.unwrap().unwrap().status.as_str(),
+        "completed"
+    );
+}
