@@ -119,10 +119,15 @@ impl Acp {
     }
 
     async fn initialize(&mut self) {
+        self.initialize_with(json!({})).await;
+    }
+
+    /// `initialize` with the client's `capabilities`.
+    async fn initialize_with(&mut self, capabilities: Value) {
         let answer = self
             .request(
                 "initialize",
-                json!({"protocolVersion": 1, "clientCapabilities": {}}),
+                json!({"protocolVersion": 1, "clientCapabilities": capabilities}),
             )
             .await;
         assert_eq!(answer["result"]["protocolVersion"], 1, "{answer}");
@@ -1202,4 +1207,97 @@ async fn a_hooks_an_mcp_servers_and_a_commands_output_never_reach_stdout() {
         "the hook ran before and after each call"
     );
     assert_eq!(acp.close().await, Some(0));
+}
+
+/// A subagent of the main agent (`main.sub-1`) is a thread for a client that advertises
+/// subagents: announced on the session, its text and its Read call on the thread (titled
+/// without its name), its state on the session; the `Agent` call that started it stays on the
+/// session. A client that does not advertise them is sent no thread: the subagent's call is on
+/// the session named after it, its text left out.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subagent_is_a_thread_only_for_a_client_that_shows_threads() {
+    for threads in [true, false] {
+        let dir = project(&[]);
+        let fake = fake(vec![
+            ScriptEntry::reply(
+                "main",
+                1,
+                vec![tool(
+                    "Agent",
+                    json!({"description": "read", "prompt": "Read the README.",
+                           "subagent_type": "general"}),
+                )],
+            ),
+            ScriptEntry::reply(
+                "main.sub-1",
+                1,
+                vec![
+                    Block::text("Reading."),
+                    tool("Read", json!({"file_path": "README.md"})),
+                ],
+            ),
+            ScriptEntry::reply("main.sub-1", 2, vec![Block::text("It says hello.")]),
+            ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+        ])
+        .await;
+        let mut acp = Acp::spawn(dir.path(), &fake.base_url());
+        let capabilities = if threads {
+            json!({"subagents": {}})
+        } else {
+            json!({})
+        };
+        acp.initialize_with(capabilities).await;
+        let session = acp.new_session(dir.path()).await;
+        // `default` asks before a subagent that may edit starts; the editor allows it.
+        acp.replies
+            .push_back(json!({"outcome": {"outcome": "selected", "optionId": "allow"}}));
+        let answer = acp.prompt(&session, "Have it read.").await;
+        assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+        let thread = format!("{session}:main.sub-1");
+        let on_session = acp.updates(&session);
+        let on_thread = acp.updates(&thread);
+        let titles = |updates: &[Value]| -> Vec<String> {
+            updates
+                .iter()
+                .filter(|u| u["sessionUpdate"] == "tool_call")
+                .filter_map(|u| u["title"].as_str().map(str::to_owned))
+                .collect()
+        };
+        let announced: Vec<&Value> = on_session
+            .iter()
+            .filter(|u| u["sessionUpdate"] == "subagent_update")
+            .collect();
+        assert!(
+            titles(&on_session).iter().any(|t| t.starts_with("Agent")),
+            "{threads}: {on_session:#?}"
+        );
+        assert_eq!(acp.text(&session), "Done.", "{threads}");
+        if threads {
+            assert!(
+                announced
+                    .iter()
+                    .any(|u| u["sessionId"] == thread.as_str() && u["title"] == "main.sub-1"),
+                "{announced:#?}"
+            );
+            let states: Vec<&str> = announced
+                .iter()
+                .filter_map(|u| u["state"]["state"].as_str())
+                .collect();
+            assert!(states.contains(&"running"), "{states:?}");
+            assert_eq!(titles(&on_thread), ["Read README.md"], "{on_thread:#?}");
+            assert_eq!(acp.text(&thread), "Reading.It says hello.");
+            assert!(
+                !titles(&on_session).iter().any(|t| t.contains("Read")),
+                "{on_session:#?}"
+            );
+        } else {
+            assert!(announced.is_empty(), "{announced:#?}");
+            assert!(on_thread.is_empty(), "{on_thread:#?}");
+            assert!(
+                titles(&on_session).contains(&"main.sub-1: Read README.md".to_owned()),
+                "{on_session:#?}"
+            );
+        }
+        assert_eq!(acp.close().await, Some(0));
+    }
 }
