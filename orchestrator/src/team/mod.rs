@@ -936,11 +936,9 @@ impl Team {
         }
         let (store, run_id) = (self.store.clone(), self.run_id().to_owned());
         let runs_dir = muster_config::project::ProjectRoot::at(&self.root).runs_dir();
+        // The front end may interrupt from a thread of its own (the SDK's stdin reader).
+        let runtime = tokio::runtime::Handle::current();
         self.turns.reach_beyond(move || {
-            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-                tracing::warn!(run = %run_id, "an interrupt could not reach the teammates on workers");
-                return;
-            };
             let (store, run_id, runs_dir) = (store.clone(), run_id.clone(), runs_dir.clone());
             runtime.spawn(async move {
                 let asked =

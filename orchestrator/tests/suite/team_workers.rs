@@ -1763,17 +1763,12 @@ async fn a_teammate_on_a_worker_that_ignores_the_shutdown_is_stopped_when_the_le
     schema.drop_now().await;
 }
 
-/// `muster interrupt` while the lead waits and its teammate's turn on a `muster worker` is held
-/// at the model: the worker, watching the run's committed interrupt requests, ends that turn
-/// (`turn_interrupted` committed there), the teammate goes idle and tells the lead once, and
-/// the lead's mail starts it again on its worker; the run completes.
-#[tokio::test(flavor = "multi_thread")]
-async fn an_interrupt_ends_the_turn_of_a_teammate_on_a_worker_and_the_run_goes_on() {
-    let schema = Schema::new().await;
-    let url = schema.url();
+/// The script of a run whose teammate `one` on a worker is interrupted while held at the model
+/// and the lead waits: told of it, the lead mails it to go on, and ends when it is done.
+async fn interrupted_on_a_worker_model() -> FakeLlmHandle {
     let mut held = ScriptEntry::reply("one", 1, vec![muster_fake_llm::Block::text("Never.")]);
     held.fault.hold = Some("one-1".to_owned());
-    let fake = fake(vec![
+    fake(vec![
         lead_assigns(&["one"]),
         ScriptEntry::reply(
             "lead",
@@ -1792,42 +1787,21 @@ async fn an_interrupt_ends_the_turn_of_a_teammate_on_a_worker_and_the_run_goes_o
         held.attempt(1),
         any_turn("one", "Counted."),
     ])
-    .await;
-    let mut worker = teammate_worker(&fake, &url, "w1");
-    worker.wait_for("ready on").await;
-    let remote = bare_remote();
-    let remote_path = remote.path().display().to_string();
-    let lead = lead_repo(&team(&["one"], ""));
-    let root = lead.path();
-    let base = fake.base_url();
-    let mut run =
-        super::common::Running::spawn(command(root, &run_args(&url, &base, &remote_path)));
-    let waiting = run
-        .until("the lead's second turn", |e| {
-            e["type"] == "model_turn" && e["agent"] == "lead" && e["turn"] == 2
-        })
-        .await;
-    let run_id = waiting["run_id"].as_str().unwrap().to_owned();
-    tokio::time::timeout(super::common::GUARD, fake.gate_reached("one-1", 1))
-        .await
-        .expect("the teammate on the worker never asked the model");
-    let asked =
-        super::common::output(command(root, &["--store", &url, "interrupt", &run_id])).await;
-    assert_eq!(asked.status.code(), Some(0), "{}", stderr(&asked));
-    assert_eq!(run.finish().await, Some(0), "{:#?}", run.events);
-    let end = run.events.last().unwrap().clone();
-    assert_eq!(end["status"], "completed", "{end:#}");
-    assert_eq!(end["result"], "Done.", "{end:#}");
+    .await
+}
 
-    let store = super::store_pg::open(&url).await;
-    let interrupted = super::common::transcript(store.as_ref(), &run_id, "one")
+/// What such a run leaves: one's turn interrupted once on its worker, the lead told once, one
+/// started again by the lead's mail and told its last turn was interrupted.
+async fn assert_interrupted_on_the_worker(url: &str, run_id: &str, fake: &FakeLlmHandle) {
+    let store = super::store_pg::open(url).await;
+    let interrupted = super::common::transcript(store.as_ref(), run_id, "one")
         .await
         .iter()
         .filter(|record| record["type"] == "turn_interrupted")
         .count();
-    assert_eq!(interrupted, 1, "{:#?}", worker.said());
+    assert_eq!(interrupted, 1);
     let notices = store
-        .messages(&run_id, Some("lead"))
+        .messages(run_id, Some("lead"))
         .await
         .unwrap()
         .into_iter()
@@ -1853,6 +1827,132 @@ async fn an_interrupt_ends_the_turn_of_a_teammate_on_a_worker_and_the_run_goes_o
         "one is told: {said}"
     );
     assert!(said.contains("Go on."), "{said}");
+}
+
+/// `muster interrupt` while the lead waits and its teammate's turn on a `muster worker` is held
+/// at the model: the worker, watching the run's committed interrupt requests, ends that turn
+/// (`turn_interrupted` committed there), the teammate goes idle and tells the lead once, and
+/// the lead's mail starts it again on its worker; the run completes.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_interrupt_ends_the_turn_of_a_teammate_on_a_worker_and_the_run_goes_on() {
+    let schema = Schema::new().await;
+    let url = schema.url();
+    let fake = interrupted_on_a_worker_model().await;
+    let mut worker = teammate_worker(&fake, &url, "w1");
+    worker.wait_for("ready on").await;
+    let remote = bare_remote();
+    let remote_path = remote.path().display().to_string();
+    let lead = lead_repo(&team(&["one"], ""));
+    let root = lead.path();
+    let base = fake.base_url();
+    let mut run =
+        super::common::Running::spawn(command(root, &run_args(&url, &base, &remote_path)));
+    let waiting = run
+        .until("the lead's second turn", |e| {
+            e["type"] == "model_turn" && e["agent"] == "lead" && e["turn"] == 2
+        })
+        .await;
+    let run_id = waiting["run_id"].as_str().unwrap().to_owned();
+    tokio::time::timeout(super::common::GUARD, fake.gate_reached("one-1", 1))
+        .await
+        .expect("the teammate on the worker never asked the model");
+    let asked =
+        super::common::output(command(root, &["--store", &url, "interrupt", &run_id])).await;
+    assert_eq!(asked.status.code(), Some(0), "{}", stderr(&asked));
+    assert_eq!(run.finish().await, Some(0), "{:#?}", run.events);
+    let end = run.events.last().unwrap().clone();
+    assert_eq!(end["status"], "completed", "{end:#}");
+    assert_eq!(end["result"], "Done.", "{end:#}");
+    assert_interrupted_on_the_worker(&url, &run_id, &fake).await;
+    assert_eq!(worker.stop().await, Some(0));
+    schema.drop_now().await;
+}
+
+/// The same through a program written for the Agent SDK (`muster claude`, stream-json on
+/// stdin): its `interrupt` control request, which ends this process's running turns, is
+/// committed for the teammate on the worker too, and the prompt's result comes when the lead
+/// is done.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_sdk_programs_interrupt_reaches_the_teammate_on_a_worker() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let schema = Schema::new().await;
+    let url = schema.url();
+    let fake = interrupted_on_a_worker_model().await;
+    let mut worker = teammate_worker(&fake, &url, "w1");
+    worker.wait_for("ready on").await;
+    let remote = bare_remote();
+    let remote_path = remote.path().display().to_string();
+    let lead = lead_repo(&team(&["one"], &format!("remote = \"{remote_path}\"\n")));
+    let root = lead.path();
+    std::fs::write(
+        root.join(".muster/settings.toml"),
+        format!("store = \"{url}\"\n"),
+    )
+    .unwrap();
+    super::common::trust_blocking(root);
+    let mut program = command(
+        root,
+        &[
+            "claude",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--input-format",
+            "stream-json",
+            "--permission-mode",
+            "bypassPermissions",
+        ],
+    );
+    program
+        .env("ANTHROPIC_BASE_URL", fake.base_url())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = program.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut next_until = async |what: &str, wanted: &dyn Fn(&Value) -> bool| -> Value {
+        tokio::time::timeout(super::common::GUARD, async {
+            loop {
+                let line = stdout.next_line().await.unwrap().expect("stdout ended");
+                let message: Value = serde_json::from_str(&line).unwrap();
+                if wanted(&message) {
+                    return message;
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("no {what} before the guard"))
+    };
+    let user = json!({"type": "user", "message": {"role": "user", "content": "Build it."}});
+    stdin
+        .write_all(format!("{user}\n").as_bytes())
+        .await
+        .unwrap();
+    let init = next_until("init", &|m| m["type"] == "system" && m["subtype"] == "init").await;
+    let run_id = init["session_id"].as_str().unwrap().to_owned();
+    next_until("the lead's waiting text", &|m| {
+        m["type"] == "assistant" && m.to_string().contains("Waiting for one.")
+    })
+    .await;
+    tokio::time::timeout(super::common::GUARD, fake.gate_reached("one-1", 1))
+        .await
+        .expect("the teammate on the worker never asked the model");
+    let interrupt = json!({"type": "control_request", "request_id": "stop-1",
+                           "request": {"subtype": "interrupt"}});
+    stdin
+        .write_all(format!("{interrupt}\n").as_bytes())
+        .await
+        .unwrap();
+    let result = next_until("the prompt's result", &|m| m["type"] == "result").await;
+    assert_eq!(result["result"], "Done.", "{result:#}");
+    drop(stdin);
+    let status = tokio::time::timeout(super::common::GUARD, child.wait())
+        .await
+        .expect("muster claude did not end after stdin closed")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert_interrupted_on_the_worker(&url, &run_id, &fake).await;
     assert_eq!(worker.stop().await, Some(0));
     schema.drop_now().await;
 }
