@@ -102,6 +102,9 @@ pub struct AgentRuntime {
     /// Whether the run's ledger in the store holds a reservation of this agent's that no
     /// charge settled yet (a request that failed or was dropped): freed when the turn ends.
     pub(super) holds_reservation: bool,
+    /// What a `SessionStart` hook (source `resume` or `clear`) added, for the next user
+    /// message this agent commits ([`AgentRuntime::user_message`] takes it).
+    pub(super) session_context: std::sync::Mutex<Vec<String>>,
 }
 
 impl AgentRuntime {
@@ -289,6 +292,7 @@ impl AgentRuntime {
             report,
             interrupt: TurnInterrupt::default(),
             holds_reservation: false,
+            session_context: Default::default(),
         }
     }
 
@@ -913,7 +917,7 @@ impl AgentRuntime {
         let state =
             read_coordination_state(self.run.store.as_ref(), &self.run.run_id, &self.id, team)
                 .await?;
-        let messages = rebuild(CompactionInputs {
+        let mut messages = rebuild(CompactionInputs {
             messages: &self.transcript.messages,
             cut,
             summary: &summary,
@@ -921,6 +925,17 @@ impl AgentRuntime {
             coordination_state: render_coordination_state(&state, COORDINATION_STATE_TOKENS),
             recent_messages_tokens: config.recent_messages_tokens,
         });
+        // `SessionStart` (source `compact`): what it adds joins the compacted context's first
+        // message, committed with the compaction (a crash before that runs it again).
+        let context = self
+            .firing()
+            .session_start(super::hook_points::SessionSource::Compact)
+            .await;
+        if let Some(first) = messages.first_mut() {
+            first
+                .content
+                .extend(context.into_iter().map(ContentBlock::text));
+        }
         let record = Record::Compacted {
             turn,
             model: response.model.clone(),
@@ -954,6 +969,8 @@ impl AgentRuntime {
     }
 
     pub(super) async fn reset_context(&mut self, first: String) -> RuntimeResult<()> {
+        self.session_started(super::hook_points::SessionSource::Clear)
+            .await;
         let message = self.user_message(vec![ContentBlock::text(first)]);
         let records = vec![
             Record::ContextReset {
@@ -967,13 +984,33 @@ impl AgentRuntime {
     }
 
     /// A user message with the mode reminder appended.
-    pub(super) fn user_message(&self, blocks: Vec<ContentBlock>) -> Message {
+    /// A `SessionStart` hook's context waiting ([`AgentRuntime::session_context`]) follows
+    /// `blocks`: every user message built is committed, so it reaches the context once (a
+    /// crash before that commit fires the hook again on resume).
+    pub(super) fn user_message(&self, mut blocks: Vec<ContentBlock>) -> Message {
         let reminder = mode_reminder(
             self.plan.mode,
             self.plan.file.as_deref(),
             matches!(self.kind, AgentKind::Subagent { .. }),
         );
+        let waiting = std::mem::take(
+            &mut *self
+                .session_context
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        blocks.extend(waiting.into_iter().map(ContentBlock::text));
         super::transcript::user_message(blocks, reminder)
+    }
+
+    /// Fires `SessionStart` with `source` and keeps what its hooks add for the next user
+    /// message.
+    pub(super) async fn session_started(&self, source: super::hook_points::SessionSource) {
+        let context = self.firing().session_start(source).await;
+        self.session_context
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend(context);
     }
 
     pub(super) fn message_record(&self, message: Message, turn: Option<u64>) -> Record {

@@ -13,7 +13,11 @@
 //!   hooks run again with the call (at most this one event, the one in flight).
 //! - `SessionStart` (source `startup`; `SubagentStart` for a subagent) and, for the main
 //!   agent's prompts, `UserPromptSubmit`, before the prompt is committed: the context they add
-//!   is committed with it; a blocking `UserPromptSubmit` refuses the prompt.
+//!   is committed with it; a blocking `UserPromptSubmit` refuses the prompt. `SessionStart`
+//!   again with source `resume` when a lead, teammate or single run's agent is resumed (its
+//!   context joins the next user message the agent commits), `clear` when an approval clears
+//!   the context (its context joins the new first message) and `compact` after a compaction
+//!   (its context joins the compacted context, committed with it).
 //! - `Stop` / `SubagentStop`, then for a teammate `TeammateIdle` and `TaskCompleted` for each
 //!   task its end of turn would complete, as the turn would end: a block is committed as the
 //!   user message that keeps the agent working (the task stays in progress).
@@ -290,6 +294,31 @@ impl Firing<'_> {
     }
 }
 
+/// Why a session starts, as `SessionStart`'s `source` says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SessionSource {
+    /// A new lead, teammate or single run's agent.
+    Startup,
+    /// A stopped agent taken up again: `muster resume`, `muster run --continue`, a team's
+    /// resume of its lead and teammates (not a subagent: none is resumed).
+    Resume,
+    /// Its context restarted with only its plan (an approval with `clear_context`).
+    Clear,
+    /// Its context was compacted.
+    Compact,
+}
+
+impl SessionSource {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            SessionSource::Startup => "startup",
+            SessionSource::Resume => "resume",
+            SessionSource::Clear => "clear",
+            SessionSource::Compact => "compact",
+        }
+    }
+}
+
 /// What the hooks that open an agent's conversation add to its first message.
 #[derive(Debug, Default)]
 pub(super) struct Opening {
@@ -305,25 +334,42 @@ impl Firing<'_> {
     /// that commit runs them again (the one event in flight).
     pub(super) async fn opening(&self, prompt: &str) -> Result<Opening, RuntimeError> {
         let mut opening = Opening::default();
-        let (event, fields) = match self.kind {
-            AgentKind::Subagent { .. } => (HookEvent::SubagentStart, Map::new()),
-            _ => {
-                let mut fields = Map::new();
-                fields.insert("source".into(), "startup".into());
-                (HookEvent::SessionStart, fields)
+        match self.kind {
+            AgentKind::Subagent { .. } => {
+                let event = HookEvent::SubagentStart;
+                if self.run.hooks.has(event) {
+                    // It cannot block: its context is all it adds. Matched on the agent type,
+                    // as in Claude Code.
+                    let subject = Some(self.definition.name.as_str());
+                    let outcome = self.fire(event, subject, Map::new()).await;
+                    log_messages(event, &outcome);
+                    self.note_stop(event, &outcome);
+                    opening.context.extend(tagged(event, &outcome.context));
+                }
             }
-        };
-        if self.run.hooks.has(event) {
-            // `SessionStart` and `SubagentStart` cannot block: their context is all they add.
-            let outcome = self.fire(event, None, fields).await;
-            log_messages(event, &outcome);
-            self.note_stop(event, &outcome);
-            opening.context.extend(tagged(event, &outcome.context));
+            _ => opening
+                .context
+                .extend(self.session_start(SessionSource::Startup).await),
         }
         if matches!(self.kind, AgentKind::Main) {
             opening.context.extend(self.user_prompt(prompt).await?);
         }
         Ok(opening)
+    }
+
+    /// `SessionStart` with `source` (matched on it, as in Claude Code): the context its hooks
+    /// add, each marked with the event. It cannot block; its `continue: false` is noted.
+    pub(super) async fn session_start(&self, source: SessionSource) -> Vec<String> {
+        let event = HookEvent::SessionStart;
+        if !self.run.hooks.has(event) {
+            return Vec::new();
+        }
+        let mut fields = Map::new();
+        fields.insert("source".into(), source.name().into());
+        let outcome = self.fire(event, Some(source.name()), fields).await;
+        log_messages(event, &outcome);
+        self.note_stop(event, &outcome);
+        tagged(event, &outcome.context)
     }
 
     /// `UserPromptSubmit` for a person's prompt: the context its hooks add, or the error that

@@ -94,6 +94,13 @@ impl AgentRuntime {
             endpoint,
         });
         agent.replay_all(&records).await?;
+        // A resumed session, as Claude Code's `--resume`: its context joins the next user
+        // message the agent commits. A subagent is never resumed.
+        if !matches!(agent.kind, super::records::AgentKind::Subagent { .. }) {
+            agent
+                .session_started(super::hook_points::SessionSource::Resume)
+                .await;
+        }
         Ok(agent)
     }
 
