@@ -814,7 +814,8 @@ async fn stored_run(
         .map_err(|error| failed(format!("the store cannot be read: {error}")))?
         .ok_or_else(|| {
             invalid(format!(
-                "no run {id} in {}'s store (see `muster runs`)",
+                "no run {id} in {}'s store (see `muster runs`; a session never prompted has \
+                 no run to load: open a new session)",
                 project.root.path().display()
             ))
         })
