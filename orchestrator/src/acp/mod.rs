@@ -335,11 +335,22 @@ impl Server {
                 "mode {mode} is not available in this project: {refused}"
             )));
         }
-        let trust = if stored {
-            let record = stored_run(&project, &id).await?;
-            stored_trust(&project, &record)?
+        let record = if stored {
+            let store = project
+                .open_store()
+                .await
+                .map_err(|error| failed(format!("the store cannot be opened: {error:#}")))?;
+            store
+                .run(&id)
+                .await
+                .map_err(|error| failed(format!("the store cannot be read: {error}")))?
         } else {
-            project.settings.trust.clone()
+            None
+        };
+        // A first prompt's run not created yet starts with the project's trust now.
+        let trust = match &record {
+            Some(record) => stored_trust(&project, record)?,
+            None => project.settings.trust.clone(),
         };
         if let Some(refused) = refuse_untrusted_mode(&trust, mode, &project) {
             return Err(invalid(refused));
