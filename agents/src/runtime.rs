@@ -104,7 +104,7 @@ pub use costs::{CostReport, CostRow};
 pub use error::{RuntimeError, RuntimeResult};
 pub use events::{EventSink, NoEvents, RunEvent, mail_delivered_event, mail_sent_event};
 pub use gate::{CallContext, EngineGate, GateDecision, SessionRules, ToolGate, Verdict};
-pub use interrupt::TurnInterrupt;
+pub use interrupt::{ModeRequest, TurnInterrupt};
 pub use limits::{
     AgentLimits, AgentStop, CONTINUE_PROMPT, DEFAULT_CONTINUATIONS, DEFAULT_STUCK_AFTER,
 };

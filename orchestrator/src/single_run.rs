@@ -358,6 +358,9 @@ impl RunDriver for SingleDriver {
         };
         if let Some(front) = &self.front {
             front.hold_turn(agent.interrupter());
+            if let Some(requests) = &front.mode_request {
+                agent.take_mode_requests(requests.clone());
+            }
         }
         // `muster interrupt` from another terminal ends the running turn (not with a front
         // end, which has its own).

@@ -325,6 +325,31 @@ async def session_rules(cli: str, cwd: str) -> dict:
     return {"session_id": result.session_id, "warning": warnings[0]}
 
 
+async def mode_mid_turn(cli: str, cwd: str) -> dict:
+    """set_permission_mode while a turn runs (here from inside can_use_tool, answering the
+    turn's first Write): the turn's next tool call is decided in acceptEdits, so the second
+    Write is not asked about."""
+    asked = []
+    client = ClaudeSDKClient(options=options(cli, cwd))
+
+    async def can_use_tool(tool_name, tool_input, context):
+        asked.append(tool_input.get("file_path"))
+        await client.set_permission_mode("acceptEdits")
+        return PermissionResultAllow()
+
+    client.options.can_use_tool = can_use_tool
+    async with client:
+        await client.query("Write two files.")
+        messages = await collect(client.receive_response())
+    inits(messages)
+    result = result_of(messages)
+    assert result.subtype == "success" and result.result == "Written.", result
+    assert asked == ["a.txt"], asked
+    assert (Path(cwd) / "a.txt").read_text() == "a\n"
+    assert (Path(cwd) / "b.txt").read_text() == "b\n"
+    return {"session_id": result.session_id}
+
+
 async def budget(cli: str, cwd: str) -> dict:
     """A run over its --max-budget-usd ends error_max_budget_usd; the SDK raises after it."""
     messages = []
@@ -377,6 +402,7 @@ SCENARIOS = {
     "awaiting": awaiting,
     "hook_callbacks": hook_callbacks,
     "session_rules": session_rules,
+    "mode_mid_turn": mode_mid_turn,
 }
 
 

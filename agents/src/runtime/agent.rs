@@ -99,6 +99,8 @@ pub struct AgentRuntime {
     pub(super) report: Arc<Reporter>,
     /// What interrupts this agent's turn (see [`TurnInterrupt`]).
     pub(super) interrupt: TurnInterrupt,
+    /// The mode its front end's person sets while the turn runs, if one may.
+    pub(super) mode_request: Option<super::interrupt::ModeRequest>,
     /// Whether the run's ledger in the store holds a reservation of this agent's that no
     /// charge settled yet (a request that failed or was dropped): freed when the turn ends.
     pub(super) holds_reservation: bool,
@@ -291,6 +293,7 @@ impl AgentRuntime {
             auto_gate_open: true,
             report,
             interrupt: TurnInterrupt::default(),
+            mode_request: None,
             holds_reservation: false,
             session_context: Default::default(),
         }
@@ -374,6 +377,7 @@ impl AgentRuntime {
                 let pending = self.pending.take();
                 return self.commit_hook_stop(stop, pending, Vec::new()).await;
             }
+            self.take_requested_mode().await?;
             if let Some(pending) = self.pending.take()
                 && let Some(stop) = self.resolve_calls(pending).await?
             {
@@ -421,6 +425,42 @@ impl AgentRuntime {
         muster_mailbox::failpoint!("turn_interrupted:{}", self.id);
         self.report.state(AgentState::Idle);
         Ok(AgentOutcome::TurnInterrupted)
+    }
+
+    /// Makes `requests` the modes this agent's front end sets while its turn runs
+    /// ([`super::interrupt::ModeRequest`]).
+    pub fn take_mode_requests(&mut self, requests: super::interrupt::ModeRequest) {
+        self.mode_request = Some(requests);
+    }
+
+    /// A mode the front end asked for while the turn ran: switched to before the next tool
+    /// calls are decided, in one commit (into plan mode the agent returns to the mode it
+    /// leaves, as for a new prompt's mode).
+    async fn take_requested_mode(&mut self) -> RuntimeResult<()> {
+        let Some(mode) = self
+            .mode_request
+            .as_ref()
+            .and_then(super::interrupt::ModeRequest::take)
+        else {
+            return Ok(());
+        };
+        if mode == self.plan.mode {
+            return Ok(());
+        }
+        let before = (self.plan.mode, self.plan.pre_plan_mode);
+        self.plan.pre_plan_mode = (mode == PermissionMode::Plan).then_some(self.plan.mode);
+        self.plan.mode = mode;
+        let record = Record::Mode {
+            mode,
+            pre_plan_mode: self.plan.pre_plan_mode,
+            reason: SET_BY_FRONT_END.to_owned(),
+        };
+        if let Err(error) = self.commit(vec![record], Vec::new(), None).await {
+            (self.plan.mode, self.plan.pre_plan_mode) = before;
+            return Err(error);
+        }
+        self.run.events.emit(self.mode_event(SET_BY_FRONT_END));
+        Ok(())
     }
 
     /// What interrupts this agent's turns from elsewhere (an editor's cancel, the SDK's

@@ -212,3 +212,27 @@ mod tests {
         assert!(landed.load(std::sync::atomic::Ordering::SeqCst));
     }
 }
+
+/// A mode the front end's person set while a turn may be running (the Agent SDK's
+/// `set_permission_mode`): the agent holding it switches at its next tool-call boundary —
+/// before the calls of its next model response are decided — in one commit (a `mode` record,
+/// reason `set_permission_mode`). The front end checks the mode against the run's ceilings
+/// before it is requested. Cheap to clone; the newest request wins.
+#[derive(Debug, Clone, Default)]
+pub struct ModeRequest(Arc<Mutex<Option<muster_config::PermissionMode>>>);
+
+impl ModeRequest {
+    /// Asks for `mode` at the next boundary.
+    pub fn request(&self, mode: muster_config::PermissionMode) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(mode);
+    }
+
+    /// Forgets a request not taken yet (a new prompt takes the mode itself).
+    pub fn clear(&self) {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take();
+    }
+
+    pub(super) fn take(&self) -> Option<muster_config::PermissionMode> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+}

@@ -488,6 +488,7 @@ impl Server {
                 mode: stored_mode,
                 hook_callbacks: None,
                 session_rules: None,
+                mode_request: None,
             },
             cancelled: Arc::new(AtomicBool::new(false)),
             done: Arc::new(tokio::sync::Notify::new()),

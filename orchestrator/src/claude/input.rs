@@ -3,7 +3,8 @@
 //! requests are answered here at once — `initialize` (its hook callbacks registered),
 //! `interrupt` (the running turn's
 //! `interrupt_turn`), `mcp_status`, `set_model` and `set_permission_mode` (queued with the
-//! prompts: the prompts after it use the model, the main agent the mode) — and any other is answered with an error naming it;
+//! prompts: the prompts after it use the model, the main agent the mode; a running turn takes
+//! the mode at its next tool-call boundary) — and any other is answered with an error naming it;
 //! `control_response`s go to the request waiting for them. A line that is not a message is
 //! reported on stderr and skipped. At EOF the prompts already read still run, then the
 //! process ends.
@@ -142,6 +143,7 @@ fn control(message: &Value, shared: &Shared, hooks: &ProgramHooks, prompts: &Sen
             let given = request["mode"].as_str().unwrap_or_default();
             match given.parse::<muster_config::PermissionMode>() {
                 Ok(mode) => {
+                    let mode = shared.set_mode(mode);
                     let _ = prompts.send(Input::ModeChange(mode));
                     Ok(json!({}))
                 }

@@ -63,6 +63,9 @@ pub fn main(global: &Globals, request: Request) -> anyhow::Result<Exit> {
     let hooks = Arc::new(hook_callbacks::ProgramHooks::new(shared.clone()));
     let session_rules = Arc::new(muster_agents::runtime::SessionRules::default());
     let session = open_session(global, &request)?;
+    shared
+        .bypass_disabled
+        .store(session.init.bypass_disabled, Ordering::SeqCst);
     let prompts = match program_in {
         Some(stdin) => input::spawn_reader(stdin, shared.clone(), hooks.clone()),
         None => one_prompt(&request)?,
@@ -141,6 +144,11 @@ pub(crate) struct Shared {
     interrupted: AtomicBool,
     /// The session's id, once known (for `session_state_changed`).
     session_id: Mutex<String>,
+    /// `set_permission_mode` for the running turn: the main agent takes it at its next
+    /// tool-call boundary.
+    mode_request: muster_agents::runtime::ModeRequest,
+    /// `disableBypassPermissionsMode = "disable"`: no mode change reaches `bypassPermissions`.
+    bypass_disabled: AtomicBool,
 }
 
 impl Shared {
@@ -152,7 +160,35 @@ impl Shared {
             turn: Mutex::new(None),
             interrupted: AtomicBool::new(false),
             session_id: Mutex::new(String::new()),
+            mode_request: muster_agents::runtime::ModeRequest::default(),
+            bypass_disabled: AtomicBool::new(false),
         }
+    }
+
+    /// `set_permission_mode`'s mode within the session's ceiling: `bypassPermissions`
+    /// disabled by `disableBypassPermissionsMode` is lowered to `acceptEdits` (one warning).
+    fn capped(&self, mode: muster_config::PermissionMode) -> muster_config::PermissionMode {
+        if mode == muster_config::PermissionMode::BypassPermissions
+            && self.bypass_disabled.load(Ordering::SeqCst)
+        {
+            eprintln!(
+                "muster claude: warning: bypassPermissions is disabled by \
+                 disableBypassPermissionsMode; set_permission_mode sets acceptEdits"
+            );
+            return muster_config::PermissionMode::AcceptEdits;
+        }
+        mode
+    }
+
+    /// `set_permission_mode`: the running turn switches at its next tool-call boundary, and
+    /// the session's next prompts run in the mode (the returned, capped one).
+    pub(crate) fn set_mode(
+        &self,
+        mode: muster_config::PermissionMode,
+    ) -> muster_config::PermissionMode {
+        let mode = self.capped(mode);
+        self.mode_request.request(mode);
+        mode
     }
 
     /// Writes one message as a line of stdout; a program that is gone loses the line.
@@ -564,6 +600,8 @@ impl Driver {
             self.shared.write(&self.init_message());
             self.shared.state("running");
         }
+        // A mode set before this prompt comes with it (`mode` below, or the new run's flag).
+        self.shared.mode_request.clear();
         let turn = Arc::new(Mutex::new(None::<TurnInterrupt>));
         *self
             .shared
@@ -585,6 +623,7 @@ impl Driver {
             mode: self.mode_change.take(),
             hook_callbacks: Some(self.hooks.clone() as Arc<dyn muster_agents::hooks::HookCallbacks>),
             session_rules: Some(self.session_rules.clone()),
+            mode_request: Some(self.shared.mode_request.clone()),
         };
         // A team run's teammates that end badly during this prompt are named in its result:
         // those whose notice is committed after the run's newest message now.
@@ -746,21 +785,11 @@ impl Driver {
 }
 
 impl Driver {
-    /// `set_permission_mode`: the main agent works in `mode` from the next prompt on — a new
-    /// run's flag, or a switch committed with a stored run's next turn. `bypassPermissions`
-    /// disabled by `disableBypassPermissionsMode` is lowered to `acceptEdits`, as for a plan.
+    /// `set_permission_mode` (already capped, [`Shared::set_mode`]), in order with the
+    /// prompts: the main agent works in `mode` from the next prompt on — a new run's flag, or a
+    /// switch committed with a stored run's next turn (a no-op when the running turn already
+    /// took it at a tool-call boundary).
     fn change_mode(&mut self, mode: muster_config::PermissionMode) {
-        let mode = if mode == muster_config::PermissionMode::BypassPermissions
-            && self.session.init.bypass_disabled
-        {
-            eprintln!(
-                "muster claude: warning: bypassPermissions is disabled by \
-                 disableBypassPermissionsMode; set_permission_mode sets acceptEdits"
-            );
-            muster_config::PermissionMode::AcceptEdits
-        } else {
-            mode
-        };
         self.session.init.permission_mode = mode.to_string();
         if self.session.stored {
             self.mode_change = Some(mode);

@@ -86,6 +86,9 @@ pub(crate) struct FrontEnd {
     /// The permission rules the front end's person added for its session
     /// (`updatedPermissions`), decided with the settings' rules.
     pub session_rules: Option<Arc<muster_agents::runtime::SessionRules>>,
+    /// The mode the front end's person sets while the main agent's turn runs
+    /// (`set_permission_mode` mid-turn), taken at its next tool-call boundary.
+    pub mode_request: Option<muster_agents::runtime::ModeRequest>,
 }
 
 impl FrontEnd {

@@ -1062,6 +1062,9 @@ impl Team {
         lead.share_turn_interrupt(&self.turns);
         if let Some(front) = front {
             front.hold_turn(self.turns.clone());
+            if let Some(requests) = &front.mode_request {
+                lead.take_mode_requests(requests.clone());
+            }
         }
         // `muster interrupt` from another terminal ends the running turns (not with a front
         // end, which has its own).

@@ -530,3 +530,44 @@ async fn updated_permissions_aimed_at_a_settings_file_apply_to_the_session_only(
         "completed"
     );
 }
+
+/// `set_permission_mode` during a running turn: the main agent switches at its next tool-call
+/// boundary (one `mode` record, reason `set_permission_mode`), so the turn's next edit runs in
+/// `acceptEdits` without asking.
+#[tokio::test(flavor = "multi_thread")]
+async fn set_permission_mode_mid_turn_applies_from_the_next_tool_call() {
+    let dir = project(&[]);
+    let write = |turn, name: &str| {
+        ScriptEntry::reply(
+            "main",
+            turn,
+            vec![tool(
+                "Write",
+                json!({"file_path": format!("{name}.txt"), "content": format!("{name}\n")}),
+            )],
+        )
+    };
+    let fake = fake(vec![
+        write(1, "a"),
+        write(2, "b"),
+        ScriptEntry::reply("main", 3, vec![Block::text("Written.")]),
+    ])
+    .await;
+    let outcome = run(scenario("mode_mid_turn", dir.path(), &fake)).await;
+    let db = rusqlite::Connection::open(dir.path().join(".muster/muster.db")).unwrap();
+    let modes: Vec<String> = db
+        .prepare(
+            "SELECT body FROM agent_records WHERE run_id = ?1 \
+             AND body LIKE '%\"type\":\"mode\"%'",
+        )
+        .unwrap()
+        .query_map([outcome["session_id"].as_str().unwrap()], |row| row.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(modes.len(), 1, "{modes:?}");
+    assert!(
+        modes[0].contains("acceptEdits") && modes[0].contains("set_permission_mode"),
+        "{modes:?}"
+    );
+}
