@@ -217,7 +217,7 @@ impl Server {
                     .load_session(&request, &cx)
                     .await
                 {
-                    Ok(()) => responder.respond(LoadSessionResponse::new()),
+                    Ok(modes) => responder.respond(LoadSessionResponse::new().modes(modes)),
                     Err(error) => responder.respond_with_error(error),
                 },
                 agent_client_protocol::on_receive_request!(),
@@ -292,7 +292,11 @@ impl Server {
             .map_err(|error| invalid(format!("{error:#}")))?
             .is_some();
         let notice = trust_notice(&project);
-        let modes = modes_of(&project, project.settings.permission_mode.value);
+        let modes = modes_of(
+            &project,
+            &project.settings.trust,
+            project.settings.permission_mode.value,
+        );
         let id = crate::ids::new_run_id(&mut fastrand::Rng::new());
         self.sessions().insert(
             id.clone(),
@@ -364,12 +368,13 @@ impl Server {
     }
 
     /// Reopens a stored run as a session: refused when it is live elsewhere; its history is
-    /// sent as updates before the answer.
+    /// sent as updates before the answer, which gives the session's modes (the main agent's
+    /// mode as its history left it; those the settings and the run's stored trust allow).
     async fn load_session(
         &self,
         request: &LoadSessionRequest,
         cx: &ConnectionTo<Client>,
-    ) -> Result<(), agent_client_protocol::Error> {
+    ) -> Result<SessionModeState, agent_client_protocol::Error> {
         let cwd = checked_cwd(&request.cwd)?;
         let id = request.session_id.0.to_string();
         if self
@@ -393,7 +398,15 @@ impl Server {
             main_agent_of(record.team.is_some()),
             self.threads.load(Ordering::SeqCst),
         );
-        replay(&project, &record, &threads);
+        let replayed_mode = replay(&project, &record, &threads);
+        let current = replayed_mode
+            .or_else(|| {
+                record.launch_options["permission_mode"]
+                    .as_str()
+                    .and_then(|mode| mode.parse().ok())
+            })
+            .unwrap_or(project.settings.permission_mode.value);
+        let modes = modes_of(&project, &stored_trust(&project, &record)?, current);
         self.sessions().insert(
             id,
             Session {
@@ -405,7 +418,7 @@ impl Server {
                 mode_change: None,
             },
         );
-        Ok(())
+        Ok(modes)
     }
 
     /// Starts a prompt's turn on its own thread (the run's lifecycle has its runtime); the
@@ -737,13 +750,17 @@ fn initialize(_request: &InitializeRequest) -> InitializeResponse {
         .agent_info(Implementation::new("muster", env!("CARGO_PKG_VERSION")))
 }
 
-/// The session's modes: every mode the project's settings and its trust allow, the current
-/// one first named.
-fn modes_of(project: &Project, current: PermissionMode) -> SessionModeState {
+/// The session's modes: every mode the project's settings and the launch's `trust` allow, the
+/// current one first named.
+fn modes_of(
+    project: &Project,
+    trust: &muster_config::trust::TrustDecision,
+    current: PermissionMode,
+) -> SessionModeState {
     let available = PermissionMode::ALL
         .iter()
         .filter(|mode| project.settings.refuse_disabled_mode(**mode, "").is_none())
-        .filter(|mode| refuse_untrusted_mode(&project.settings.trust, **mode, project).is_none())
+        .filter(|mode| refuse_untrusted_mode(trust, **mode, project).is_none())
         .map(|mode| SessionMode::new(SessionModeId::new(mode.as_str()), mode.as_str()))
         .collect();
     SessionModeState::new(SessionModeId::new(current.as_str()), available)
@@ -906,8 +923,13 @@ impl EventSink for Sink {
 }
 
 /// Sends a stored run's history: its first prompt, then each committed event of its log (a
-/// teammate's on its thread, when the editor shows threads).
-fn replay(project: &Project, record: &RunRecord, threads: &threads::Threads) {
+/// teammate's on its thread, when the editor shows threads). The main agent's last mode the
+/// log tells, if it tells one.
+fn replay(
+    project: &Project,
+    record: &RunRecord,
+    threads: &threads::Threads,
+) -> Option<PermissionMode> {
     if let Some(prompt) = record.launch_options["prompt"].as_str() {
         threads.send(
             &updates::To::Session,
@@ -916,12 +938,24 @@ fn replay(project: &Project, record: &RunRecord, threads: &threads::Threads) {
     }
     let log = project.root.logs_dir().join(format!("{}.jsonl", record.id));
     let Ok(text) = std::fs::read_to_string(&log) else {
-        return;
+        return None;
     };
     let mut shown = Shown::default();
     let workspace = Path::new(&record.workspace);
     let main_agent = main_agent_of(record.team.is_some());
+    let mut mode = None;
     for event in text.lines().filter_map(logged_event) {
+        match &event {
+            RunEvent::AgentStarted {
+                agent, mode: now, ..
+            }
+            | RunEvent::ModeChanged {
+                agent, mode: now, ..
+            } if agent == main_agent => {
+                mode = now.parse().ok().or(mode);
+            }
+            _ => {}
+        }
         threads.saw(&event);
         for (to, update) in
             updates_for(&event, &mut shown, main_agent, workspace, threads.enabled())
@@ -929,6 +963,7 @@ fn replay(project: &Project, record: &RunRecord, threads: &threads::Threads) {
             threads.send(&to, update);
         }
     }
+    mode
 }
 
 /// The event a run log's line records, if it is one.

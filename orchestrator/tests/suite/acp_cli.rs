@@ -368,6 +368,21 @@ async fn a_session_killed_mid_turn_loads_with_its_history_and_finishes() {
         )
         .await;
     assert!(loaded.get("result").is_some(), "{loaded}");
+    // Its modes: the main agent's, and nothing above `default` (the project is not trusted).
+    assert_eq!(
+        loaded["result"]["modes"]["currentModeId"], "default",
+        "{loaded}"
+    );
+    assert_eq!(
+        loaded["result"]["modes"]["availableModes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["plan", "dontAsk", "default"],
+        "{loaded}"
+    );
     let replayed = second.updates(&session);
     assert_eq!(replayed[0]["sessionUpdate"], "user_message_chunk");
     assert_eq!(replayed[0]["content"]["text"], "Look.");
@@ -990,6 +1005,20 @@ async fn set_mode_changes_the_main_agents_mode_from_the_next_prompt_within_the_s
         "{updates:#?}"
     );
     assert_eq!(acp.close().await, Some(0));
+    // Loaded by another editor, the session's mode is the one its history left.
+    let mut again = Acp::spawn(dir.path(), &fake.base_url());
+    again.initialize().await;
+    let loaded = again
+        .request(
+            "session/load",
+            json!({"sessionId": session, "cwd": dir.path(), "mcpServers": []}),
+        )
+        .await;
+    assert_eq!(
+        loaded["result"]["modes"]["currentModeId"], "acceptEdits",
+        "{loaded}"
+    );
+    assert_eq!(again.close().await, Some(0));
 }
 
 /// A `session/cancel` sent right behind the prompt, before the run has started its turn, is
