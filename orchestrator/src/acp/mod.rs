@@ -105,6 +105,9 @@ struct Session {
     /// A `session/set_mode` not taken yet: the main agent's (lead's) mode from the next
     /// prompt on.
     mode_change: Option<PermissionMode>,
+    /// The same mode for the turn under way: the main agent takes it at its next tool-call
+    /// boundary (a new prompt clears it and takes `mode_change` itself).
+    mode_request: muster_agents::runtime::ModeRequest,
 }
 
 /// The agent whose text a run's session shows as its messages.
@@ -307,14 +310,15 @@ impl Server {
                 turn: None,
                 main_agent: main_agent_of(team),
                 mode_change: None,
+                mode_request: Default::default(),
             },
         );
         Ok((id, notice, modes))
     }
 
     /// `session/set_mode`: the lead's (a single run's main agent's) mode from the next prompt
-    /// on — a new run's flag, or a switch committed with a stored run's next turn; teammates
-    /// keep their own. A mode the project's settings disable is refused, and so is a mode
+    /// on — a new run's flag, or a switch committed with a stored run's next turn — and, while
+    /// a turn runs, from that turn's next tool-call boundary; teammates keep their own. A mode the project's settings disable is refused, and so is a mode
     /// above `default` unless the launch is trusted (docs/trust.md): the project's trust now
     /// for a run the next prompt starts, the trust the run stored at its start for a stored
     /// one (what `muster resume` gates its settings by). An editor may set its last mode on
@@ -364,6 +368,9 @@ impl Server {
             .get_mut(&id)
             .ok_or_else(|| invalid(format!("session {id} was closed meanwhile")))?;
         session.mode_change = Some(mode);
+        if session.turn.is_some() {
+            session.mode_request.request(mode);
+        }
         Ok(mode)
     }
 
@@ -416,6 +423,7 @@ impl Server {
                 turn: None,
                 main_agent: main_agent_of(record.team.is_some()),
                 mode_change: None,
+                mode_request: Default::default(),
             },
         );
         Ok(modes)
@@ -448,6 +456,7 @@ impl Server {
         }
         // A `session/set_mode` is a new run's flag, or a switch with a stored run's next turn.
         let mode_change = session.mode_change.take();
+        session.mode_request.clear();
         let (new_run_mode, stored_mode) = if session.stored {
             (None, mode_change)
         } else {
@@ -501,7 +510,7 @@ impl Server {
                 mode: stored_mode,
                 hook_callbacks: None,
                 session_rules: None,
-                mode_request: None,
+                mode_request: Some(session.mode_request.clone()),
             },
             cancelled: Arc::new(AtomicBool::new(false)),
             done: Arc::new(tokio::sync::Notify::new()),

@@ -1330,3 +1330,55 @@ async fn a_subagent_is_a_thread_only_for_a_client_that_shows_threads() {
         assert_eq!(acp.close().await, Some(0));
     }
 }
+
+/// A `session/set_mode` sent while the prompt's turn runs (its model call held at the gate)
+/// applies to that turn: the Write of the held response runs without a permission request
+/// (in `default` it would ask), and the editor is shown the new mode.
+#[tokio::test(flavor = "multi_thread")]
+async fn set_mode_during_a_turn_applies_from_its_next_tool_call() {
+    let dir = project(&[]);
+    trust(dir.path()).await;
+    let fake = fake(vec![
+        held(
+            ScriptEntry::reply(
+                "main",
+                1,
+                vec![tool(
+                    "Write",
+                    json!({"file_path": "out.txt", "content": "out\n"}),
+                )],
+            ),
+            "held",
+        ),
+        ScriptEntry::reply("main", 2, vec![Block::text("Written.")]),
+    ])
+    .await;
+    let mut acp = Acp::spawn(dir.path(), &fake.base_url());
+    acp.initialize().await;
+    let session = acp.new_session(dir.path()).await;
+    let prompt = acp
+        .send(
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [{"type": "text", "text": "Write out.txt."}]}),
+        )
+        .await;
+    tokio::time::timeout(GUARD, fake.gate_reached("held", 1))
+        .await
+        .expect("the model call never came");
+    let set = acp
+        .request(
+            "session/set_mode",
+            json!({"sessionId": session, "modeId": "acceptEdits"}),
+        )
+        .await;
+    assert!(set["error"].is_null(), "{set}");
+    fake.open_gate("held");
+    let answer = acp.answer(prompt).await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert!(acp.requests.is_empty(), "asked: {:#?}", acp.requests);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out.txt")).unwrap(),
+        "out\n"
+    );
+    assert_eq!(acp.close().await, Some(0));
+}
