@@ -37,6 +37,40 @@ pub fn plan_revision(requests: &[RequestRecord], agent: &str, request_id: &str) 
 }
 
 /// The revision a stored request carries (1 when it has none: an older version sent it).
+/// After this many plans of one teammate in a row rejected because its plan reviewer hook
+/// itself failed (not on the plan's merit), its next plan goes to a person.
+pub const REVIEWER_FAILURES_BEFORE_A_PERSON: usize = 3;
+
+/// How many of `agent`'s plan requests before `request_id`, newest first and in a row, were
+/// rejected because the plan reviewer hook failed (its answer's rule ends with
+/// [`muster_protocol::Responder::PLAN_REVIEWER_FAILED`]). Read from the committed answers, so
+/// every process (the lead's, a worker's, a resume) counts the same.
+pub fn reviewer_failures_before(
+    requests: &[RequestRecord],
+    agent: &str,
+    request_id: &str,
+) -> usize {
+    let number = request_number(request_id);
+    let mut earlier: Vec<&RequestRecord> = requests
+        .iter()
+        .filter(|r| r.kind == MessageKind::PlanApprovalRequest && r.requester == agent)
+        .filter(|r| request_number(&r.request_id) < number)
+        .collect();
+    earlier.sort_by_key(|r| std::cmp::Reverse(request_number(&r.request_id)));
+    earlier
+        .into_iter()
+        .take_while(|r| {
+            r.response.as_ref().is_some_and(|response| {
+                response.responder == muster_protocol::Responder::POLICY
+                    && response.body.rule().is_some_and(|rule| {
+                        rule.starts_with(muster_protocol::Responder::PLAN_REVIEWER_RULE)
+                            && rule.ends_with(muster_protocol::Responder::PLAN_REVIEWER_FAILED)
+                    })
+            })
+        })
+        .count()
+}
+
 pub fn stored_revision(request: &RequestRecord) -> u32 {
     match &request.body {
         MessageBody::PlanApprovalRequest { revision, .. } => *revision,

@@ -262,6 +262,21 @@ impl MessageBody {
         }
     }
 
+    /// Who decided this answer, as a person reads it: its `sender`, except an answer of a
+    /// plan reviewer hook (sent as `policy`, the roster entry every automated answer comes
+    /// from), which is named by its rule: `plan reviewer hook NAME (FILE)`.
+    pub fn decided_by(&self, sender: &str) -> String {
+        match self.rule() {
+            Some(rule)
+                if sender == crate::Responder::POLICY
+                    && rule.starts_with(crate::Responder::PLAN_REVIEWER_RULE) =>
+            {
+                rule.to_owned()
+            }
+            _ => sender.to_owned(),
+        }
+    }
+
     /// The policy rule that decided, for a policy's answer.
     pub fn rule(&self) -> Option<&str> {
         match self {

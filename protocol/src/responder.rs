@@ -37,6 +37,13 @@ impl Responder {
     /// The roster entry and sender of every automated answer: a policy file's and a plan
     /// reviewer hook's.
     pub const POLICY: &'static str = "policy";
+    /// How the `rule` of a plan reviewer hook's answer begins (`plan reviewer hook NAME
+    /// (FILE)`): what names the hook where its sender, `policy`, would not.
+    pub const PLAN_REVIEWER_RULE: &'static str = "plan reviewer hook ";
+    /// How the `rule` of a plan reviewer hook's answer ends when the reviewer itself failed
+    /// (it crashed, timed out, printed no decision, or a file it names changed since trust):
+    /// a rejection not on the plan's merit, counted toward handing the plans to a person.
+    pub const PLAN_REVIEWER_FAILED: &'static str = ": it gave no decision";
 
     /// Parses `lead`, `human`, `policy:FILE` or `hook:NAME` (a name of letters, digits, `-`
     /// and `_`, as a settings key would be written).

@@ -6,7 +6,9 @@
 //! exit 2 or top-level `decision: "block"` rejects with the reason.
 //!
 //! A reviewer that gives no decision (it failed, timed out, printed nothing usable, or a file
-//! it names changed since trust) rejects: an automatic answer never approves by default.
+//! it names changed since trust) rejects: an automatic answer never approves by default. Such
+//! failures are told apart from rejections on the plan's merit ([`PlanReview::Failed`]): after
+//! a few in a row the teammate's next plan goes to a person.
 
 use std::path::Path;
 
@@ -39,8 +41,19 @@ pub struct PlanToReview<'a> {
 /// What a reviewer decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PlanReview {
-    Approved { feedback: Option<String> },
-    Rejected { feedback: String },
+    Approved {
+        feedback: Option<String>,
+    },
+    /// Rejected on the plan's merit (`deny`, exit 2, `decision: "block"`).
+    Rejected {
+        feedback: String,
+    },
+    /// The reviewer itself failed: it crashed, timed out, printed no decision, or a file it
+    /// names changed since trust. The plan is rejected all the same (never approved by
+    /// default), and these are counted toward handing the teammate's plans to a person.
+    Failed {
+        feedback: String,
+    },
 }
 
 impl PlanReview {
@@ -70,7 +83,7 @@ impl PlanReview {
                     Some(failure) => failure.clone(),
                     None => "it printed no `hookSpecificOutput.decision`".to_owned(),
                 };
-                PlanReview::Rejected {
+                PlanReview::Failed {
                     feedback: format!(
                         "plan reviewer `{name}` gave no decision ({why}); submit the plan again"
                     ),
@@ -90,7 +103,7 @@ impl HookRunner {
         let hook = reviewer.as_hook();
         let command = &reviewer.handler.command;
         if let Err(changed) = named_files_unchanged(&hook, plan.workspace) {
-            return PlanReview::Rejected {
+            return PlanReview::Failed {
                 feedback: format!(
                     "plan reviewer `{}` did not run: {changed}; a person must run `muster \
                      trust` after checking it",
@@ -190,7 +203,7 @@ mod tests {
             ),
             (
                 exited(0, "looks fine", ""),
-                PlanReview::Rejected {
+                PlanReview::Failed {
                     feedback: "plan reviewer `r` gave no decision (it printed no \
                                `hookSpecificOutput.decision`); submit the plan again"
                         .into(),
@@ -198,7 +211,7 @@ mod tests {
             ),
             (
                 exited(1, "", "boom"),
-                PlanReview::Rejected {
+                PlanReview::Failed {
                     feedback: "plan reviewer `r` gave no decision (hook `review` exited with 1: \
                                boom); submit the plan again"
                         .into(),
@@ -206,7 +219,7 @@ mod tests {
             ),
             (
                 ProcessEnd::TimedOut(std::time::Duration::from_secs(1)),
-                PlanReview::Rejected {
+                PlanReview::Failed {
                     feedback: "plan reviewer `r` gave no decision (hook `review` timed out after \
                                1 s; its process group was killed); submit the plan again"
                         .into(),

@@ -29,6 +29,9 @@ use muster_protocol::{AgentState, ApprovalSubject, DecisionSubject};
 /// A decision on a plan, as read from the response message.
 struct PlanDecision {
     responder: String,
+    /// Who decided, as a person reads it (a plan reviewer hook by name, where `responder` is
+    /// the `policy` entry it answers as).
+    decided_by: String,
     approved: bool,
     feedback: Option<String>,
     mode: Option<PermissionMode>,
@@ -170,7 +173,7 @@ impl AgentRuntime {
         plan: &str,
         allowed_prompts: Vec<String>,
     ) -> RuntimeResult<(String, String)> {
-        let (recipient, responder) = match &self.kind {
+        let (recipient, mut responder) = match &self.kind {
             AgentKind::Teammate { lead } => (lead.clone(), self.run.team.responder_for(&self.id)),
             _ => {
                 let responder = self.run.approver.responder().to_owned();
@@ -181,6 +184,24 @@ impl AgentRuntime {
         let key = format!("{}:{}", self.id, call.id);
         let request_id = self.new_request_id(RequestFamily::Plan, &key).await?;
         let stored = self.run.store.requests(&self.run.run_id).await?;
+        // A plan reviewer hook that failed on this teammate's last plans in a row (not on
+        // their merit) decides no more of them: this one goes to a person. Counted from the
+        // committed answers before this request, so a resume picks the same responder.
+        let failures =
+            muster_mailbox::revision::reviewer_failures_before(&stored, &self.id, &request_id);
+        if matches!(
+            muster_protocol::Responder::parse(&responder),
+            Ok(muster_protocol::Responder::Hook(_))
+        ) && failures >= muster_mailbox::revision::REVIEWER_FAILURES_BEFORE_A_PERSON
+        {
+            tracing::warn!(
+                agent = %self.id,
+                %request_id,
+                "the plan reviewer hook ({responder}) failed {failures} times in a row: this \
+                 plan goes to a person"
+            );
+            responder = muster_protocol::Responder::HUMAN.to_owned();
+        }
         let revision = muster_mailbox::revision::plan_revision(&stored, &self.id, &request_id);
         let sent = self
             .run
@@ -391,7 +412,7 @@ impl AgentRuntime {
                 ToolOutput::error(format!(
                     "Your plan was rejected by {}: {feedback}\nYou are still in plan mode: revise \
                      {path} and call ExitPlanMode again.",
-                    decision.responder
+                    decision.decided_by
                 )),
             );
             result.acks.push(mail.key.clone());
@@ -431,7 +452,10 @@ impl AgentRuntime {
         result.records.push(Record::Mode {
             mode,
             pre_plan_mode: None,
-            reason: format!("plan {request_id} approved by {}{note}", decision.responder),
+            reason: format!(
+                "plan {request_id} approved by {}{note}",
+                decision.decided_by
+            ),
         });
         let grants_note = self
             .take_grants(&request_id, &decision, &mut result)
@@ -456,7 +480,7 @@ impl AgentRuntime {
         result.output = ToolOutput::text(format!(
             "Your plan was approved by {}. You are now in {mode} mode{note}.{grants_note} The \
              approved plan is in {path}; implement it step by step.{feedback}{edited}",
-            decision.responder
+            decision.decided_by
         ));
         if decision.clear_context {
             result.reset_context = Some(format!(
@@ -573,7 +597,7 @@ impl AgentRuntime {
         RunEvent::ApprovalDecided {
             agent: self.id.clone(),
             request_id: request_id.to_owned(),
-            responder: decision.responder.clone(),
+            responder: decision.decided_by.clone(),
             approved: decision.approved,
             subject: DecisionSubject::PlanApprovalRequest {
                 mode: mode.map(|m| m.to_string()),
@@ -610,6 +634,7 @@ fn read_decision(mail: &Mail) -> PlanDecision {
             let parsed = mode.as_deref().map(str::parse::<PermissionMode>);
             PlanDecision {
                 responder: mail.sender.clone(),
+                decided_by: mail.body.decided_by(&mail.sender),
                 approved,
                 feedback,
                 mode: parsed.clone().and_then(Result::ok),
@@ -622,6 +647,7 @@ fn read_decision(mail: &Mail) -> PlanDecision {
         }
         other => PlanDecision {
             responder: mail.sender.clone(),
+            decided_by: mail.sender.clone(),
             approved: false,
             feedback: Some(format!(
                 "the answer was a {} message, not a plan approval response",

@@ -151,7 +151,10 @@ fn answer_of(request: Option<&RequestRecord>) -> String {
         Some(false) => "rejected",
         None => "answered",
     };
-    format!("{verdict} by {}", response.responder)
+    format!(
+        "{verdict} by {}",
+        response.body.decided_by(&response.responder)
+    )
 }
 
 fn summary_of(message: &Message) -> String {

@@ -47,6 +47,10 @@ pub struct PlanEntry {
     /// The rules its approval granted.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub grants: Vec<String>,
+    /// Who decided it, as a person reads it (a plan reviewer hook by name); not in the JSON,
+    /// whose `state` and the request's response already say it.
+    #[serde(skip)]
+    pub decided_by: Option<String>,
 }
 
 pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
@@ -83,7 +87,10 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
                 plan.agent.clone(),
                 plan.request_id.clone().unwrap_or_else(|| "-".into()),
                 plan.revision.map_or_else(|| "-".into(), |r| r.to_string()),
-                plan.state.to_owned(),
+                match &plan.decided_by {
+                    Some(by) => format!("{} by {by}", plan.state),
+                    None => plan.state.to_owned(),
+                },
             ]
         })
         .collect();
@@ -147,6 +154,7 @@ pub fn collect(
                 diff: None,
                 allowed_prompts: Vec::new(),
                 grants: Vec::new(),
+                decided_by: None,
             },
         );
     }
@@ -181,6 +189,10 @@ pub fn collect(
                 diff,
                 allowed_prompts: crate::human_decision::requested_rules(request),
                 grants: granted_rules(request),
+                decided_by: request
+                    .response
+                    .as_ref()
+                    .map(|response| response.body.decided_by(&response.responder)),
             },
         );
     }

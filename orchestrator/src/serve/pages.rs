@@ -389,7 +389,7 @@ fn decision(responder: &str, body: &MessageBody) -> Markup {
     };
     html! {
         section class="decision" id="decision" {
-            h2 { (verdict) " by " (responder) }
+            h2 { (verdict) " by " (body.decided_by(responder)) }
             @if let MessageBody::Answer { answer, .. } = body {
                 p { (answer) }
             }

@@ -96,23 +96,60 @@ impl Team {
                     .await;
                 (
                     reviewed,
-                    format!("plan reviewer hook {name} ({})", reviewer.origin.source),
+                    format!(
+                        "{}{name} ({})",
+                        muster_protocol::Responder::PLAN_REVIEWER_RULE,
+                        reviewer.origin.source
+                    ),
                 )
             }
             // The run's stored settings lack it (checked at the start, so only a changed
             // store): never an approval.
             None => (
-                PlanReview::Rejected {
+                PlanReview::Failed {
                     feedback: format!("plan reviewer `{name}` is not configured in this run"),
                 },
-                format!("plan reviewer hook {name} (missing)"),
+                format!(
+                    "{}{name} (missing)",
+                    muster_protocol::Responder::PLAN_REVIEWER_RULE
+                ),
             ),
         };
         muster_mailbox::failpoint!("hook_reviewed_plan");
-        let (review, rule) = review;
+        let (review, mut rule) = review;
         let (approved, feedback) = match review {
             PlanReview::Approved { feedback } => (true, feedback),
             PlanReview::Rejected { feedback } => (false, Some(feedback)),
+            PlanReview::Failed { feedback } => {
+                // Marked as the reviewer's failure, not the plan's: counted from the store.
+                rule.push_str(muster_protocol::Responder::PLAN_REVIEWER_FAILED);
+                let requests = self.store.requests(self.run_id()).await?;
+                let failures = 1 + muster_mailbox::revision::reviewer_failures_before(
+                    &requests,
+                    &request.requester,
+                    request_id,
+                );
+                let limit = muster_mailbox::revision::REVIEWER_FAILURES_BEFORE_A_PERSON;
+                if failures >= limit {
+                    tracing::warn!(
+                        teammate = %request.requester,
+                        %request_id,
+                        "plan reviewer hook `{name}` failed {failures} times in a row; {}'s \
+                         next plan goes to a person (`muster approve`/`muster reject`, the web \
+                         inbox)",
+                        request.requester
+                    );
+                    (
+                        false,
+                        Some(format!(
+                            "{feedback}\nThe plan reviewer failed {failures} times in a row: \
+                             call ExitPlanMode again with your plan, and a person decides it."
+                        )),
+                    )
+                } else {
+                    (false, Some(feedback))
+                }
+            }
         };
         // A hook grants the mode the teammate works in, up to the lead's, and none of the
         // plan's requested rules (it cannot weigh them as the lead or a policy does).

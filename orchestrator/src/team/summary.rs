@@ -57,19 +57,19 @@ pub(crate) fn decision(request: &RequestRecord) -> String {
     let Some(response) = &request.response else {
         return format!("waiting for {}", request.responder);
     };
+    let by = response.body.decided_by(&response.responder);
     match response.body.clone() {
         MessageBody::PlanApprovalResponse {
             approved: true,
             mode,
             ..
         } => format!(
-            "approved by {}{}",
-            response.responder,
+            "approved by {by}{}",
             mode.map(|m| format!(", mode {m}")).unwrap_or_default()
         ),
         MessageBody::PlanApprovalResponse {
             approved: false, ..
-        } => format!("rejected by {}", response.responder),
+        } => format!("rejected by {by}"),
         MessageBody::PermissionResponse { approved, .. } => format!(
             "{} by {}",
             if approved { "allowed" } else { "denied" },

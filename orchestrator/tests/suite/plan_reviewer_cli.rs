@@ -179,6 +179,27 @@ async fn a_plan_reviewer_hook_rejects_with_feedback_then_approves_the_revision()
     assert_eq!(decisions[0]["approved"], false);
     assert_eq!(decisions[1]["approved"], true);
     assert_eq!(decisions[1]["mode"], "acceptEdits");
+    // What the person sees names the reviewer, not `policy`, the entry it answers as.
+    for decision in &decisions {
+        assert!(
+            decision["responder"]
+                .as_str()
+                .unwrap()
+                .starts_with("plan reviewer hook strict ("),
+            "{decision}"
+        );
+    }
+    let plans = super::common::stdout(&muster(dir.path(), &["plans"]).await);
+    assert!(
+        plans.contains("approved by plan reviewer hook strict ("),
+        "{plans}"
+    );
+    let inbox = super::common::stdout(&muster(dir.path(), &["inbox", "lead"]).await);
+    assert!(
+        inbox.contains("rejected by plan reviewer hook strict (")
+            && inbox.contains("approved by plan reviewer hook strict ("),
+        "{inbox}"
+    );
     // The feedback reached alice's model with the refusal of her first plan.
     let turn2 = fake
         .requests()
@@ -190,6 +211,14 @@ async fn a_plan_reviewer_hook_rejects_with_feedback_then_approves_the_revision()
             .body
             .to_string()
             .contains("Add a ## Tests section that checks hello.txt."),
+        "{}",
+        turn2.body
+    );
+    assert!(
+        turn2
+            .body
+            .to_string()
+            .contains("Your plan was rejected by plan reviewer hook strict ("),
         "{}",
         turn2.body
     );
@@ -330,6 +359,85 @@ async fn a_kill_around_a_plan_reviewers_decision_neither_asks_twice_nor_loses_th
             "{point}"
         );
     }
+}
+
+/// A reviewer that always fails (here it exits 1) rejects each plan without approving it,
+/// marked as its own failure; after three in a row the teammate's next plan goes to a person
+/// (the run says why and waits for them), who approves it from a second process.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reviewer_that_keeps_failing_hands_the_next_plan_to_a_person() {
+    let dir = reviewed_project("required");
+    std::fs::write(
+        dir.path().join(".claude/hooks/review.sh"),
+        "#!/bin/sh\ncat > /dev/null\necho 'reviewer crashed' >&2\nexit 1\n",
+    )
+    .unwrap();
+    trust(dir.path()).await;
+    let fake = fake(script(&[PLAN, PLAN, PLAN, PLAN])).await;
+    let args = run_args(&fake.base_url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut started = command(dir.path(), &args);
+    let stderr_file = dir.path().join("run.stderr");
+    started.stderr(std::fs::File::create(&stderr_file).unwrap());
+    started.stdout(std::process::Stdio::piped());
+    started.kill_on_drop(true);
+    let mut child = started.spawn().unwrap();
+    let mut events =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stdout.take().unwrap()));
+    let mut seen = Vec::new();
+    let asked = loop {
+        let line = tokio::time::timeout(super::common::GUARD, events.next_line())
+            .await
+            .expect("guard timeout")
+            .unwrap()
+            .unwrap_or_else(|| panic!("the run ended first: {seen:#?}"));
+        let event: Value = serde_json::from_str(&line).unwrap();
+        seen.push(event.clone());
+        if event["type"] == "approval_requested" && event["request_id"] == "plan-alice-4" {
+            break event;
+        }
+    };
+    assert_eq!(asked["responder"], "human", "{asked}");
+    let responses = plan_responses(dir.path()).await;
+    assert_eq!(responses.len(), 3, "{responses:#?}");
+    for response in &responses {
+        assert_eq!(response["body"]["approved"], false, "{response}");
+        assert!(
+            response["body"]["rule"]
+                .as_str()
+                .unwrap()
+                .ends_with(": it gave no decision"),
+            "{response}"
+        );
+    }
+    assert!(
+        responses[2]["body"]["feedback"]
+            .as_str()
+            .unwrap()
+            .contains("a person decides it"),
+        "{}",
+        responses[2]
+    );
+    let said = std::fs::read_to_string(&stderr_file).unwrap();
+    assert!(said.contains("failed 3 times in a row"), "{said}");
+    let approved = muster(dir.path(), &["approve", "plan-alice-4"]).await;
+    assert_eq!(approved.status.code(), Some(0), "{}", stderr(&approved));
+    while let Some(line) = tokio::time::timeout(super::common::GUARD, events.next_line())
+        .await
+        .expect("guard timeout")
+        .unwrap()
+    {
+        seen.push(serde_json::from_str(&line).unwrap());
+    }
+    let status = tokio::time::timeout(super::common::GUARD, child.wait())
+        .await
+        .expect("guard timeout")
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{seen:#?}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("hello.txt")).unwrap(),
+        "hello, world\n"
+    );
 }
 
 /// A team file naming a reviewer no settings file defines is refused before any run exists
