@@ -172,6 +172,9 @@ fn initialized(request: &Value, hooks: &ProgramHooks) -> Value {
     for warning in hooks.register(&request["hooks"]) {
         eprintln!("muster claude: warning: {warning}");
     }
+    for warning in unused_fields(request) {
+        eprintln!("muster claude: warning: {warning}");
+    }
     json!({
         "hooks_applied": true,
         "hook_on_failure_supported": true,
@@ -185,9 +188,56 @@ fn initialized(request: &Value, hooks: &ProgramHooks) -> Value {
     })
 }
 
+/// What `initialize` asks that muster does not do, one line each (never a silent change).
+fn unused_fields(request: &Value) -> Vec<String> {
+    let given = |key: &str| match &request[key] {
+        Value::Null | Value::Bool(false) => false,
+        Value::Object(fields) => !fields.is_empty(),
+        Value::Array(items) => !items.is_empty(),
+        _ => true,
+    };
+    [
+        (
+            "agents",
+            "the program's agent definitions are not used: muster's agents come from \
+             .claude/agents and .muster/agents",
+        ),
+        (
+            "skills",
+            "the program's skills filter is not applied: every skill of the project is offered",
+        ),
+        (
+            "excludeDynamicSections",
+            "excludeDynamicSections is not applied: muster's prompt sections stay",
+        ),
+        (
+            "systemPromptSnapshot",
+            "systemPromptSnapshot is not used: the main agent's prompt is built as usual",
+        ),
+        (
+            "forwardSubagentText",
+            "forwardSubagentText is not needed: subagents' messages are always sent, with \
+             their parent_tool_use_id",
+        ),
+    ]
+    .into_iter()
+    .filter(|(key, _)| given(key))
+    .map(|(key, what)| format!("initialize's {key}: {what}"))
+    .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_initialize_field_muster_does_not_use_is_named() {
+        let request = json!({"subtype": "initialize", "hooks": null, "agents": {"x": {}},
+            "skills": [], "excludeDynamicSections": true, "forwardSubagentText": false});
+        let warnings = unused_fields(&request);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].contains("agents") && warnings[1].contains("excludeDynamicSections"));
+    }
 
     #[test]
     fn a_user_message_gives_its_text() {

@@ -627,6 +627,11 @@ async fn junk_lines_and_unknown_control_requests_are_named_and_the_session_goes_
     )])
     .await;
     let stdin = "this is not json\n".to_owned()
+        + &json!({"type": "control_request", "request_id": "init",
+                  "request": {"subtype": "initialize", "agents": {"critic": {}},
+                              "hooks": {"Setup": [{"hookCallbackIds": ["hook_0"]}]}}})
+        .to_string()
+        + "\n"
         + &json!({"type": "control_request", "request_id": "r1",
                   "request": {"subtype": "teleport"}})
         .to_string()
@@ -646,8 +651,10 @@ async fn junk_lines_and_unknown_control_requests_are_named_and_the_session_goes_
     .await;
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let lines = messages(&output);
-    let refused = of_kind(&lines, "control_response", None);
-    assert_eq!(refused.len(), 1, "{lines:#?}");
+    let answered = of_kind(&lines, "control_response", None);
+    assert_eq!(answered.len(), 2, "{lines:#?}");
+    assert_eq!(answered[0]["response"]["response"]["hooks_applied"], true);
+    let refused = &answered[1..];
     assert_eq!(refused[0]["response"]["subtype"], "error");
     assert_eq!(refused[0]["response"]["request_id"], "r1");
     assert!(
@@ -661,6 +668,12 @@ async fn junk_lines_and_unknown_control_requests_are_named_and_the_session_goes_
     let errors = stderr(&output);
     assert!(errors.contains("stdin line 1 is not JSON"), "{errors}");
     assert!(errors.contains("\"mystery\""), "{errors}");
+    // What initialize asks that muster does not do is named, one line each.
+    assert!(errors.contains("initialize's agents"), "{errors}");
+    assert!(
+        errors.contains("hook callbacks for \"Setup\" are never called"),
+        "{errors}"
+    );
     assert_eq!(of_kind(&lines, "result", None)[0]["result"], "Still here.");
 }
 
