@@ -197,6 +197,32 @@ async fn run_status(dir: &Path, run: &str) -> String {
         .to_owned()
 }
 
+/// The ids of a `modes` answer's `availableModes`.
+fn offered(modes: &Value) -> Vec<String> {
+    modes["availableModes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no modes offered: {modes}"))
+        .iter()
+        .filter_map(|m| m["id"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The main agent answers, then writes out.txt, then says `last`.
+fn an_answer_then_a_write(last: &str) -> Vec<ScriptEntry> {
+    vec![
+        ScriptEntry::reply("main", 1, vec![Block::text("First answer.")]),
+        ScriptEntry::reply(
+            "main",
+            2,
+            vec![tool(
+                "Write",
+                json!({"file_path": "out.txt", "content": "out\n"}),
+            )],
+        ),
+        ScriptEntry::reply("main", 3, vec![Block::text(last)]),
+    ]
+}
+
 fn held(entry: ScriptEntry, gate: &str) -> ScriptEntry {
     entry.fault(Fault {
         hold: Some(gate.into()),
@@ -374,12 +400,7 @@ async fn a_session_killed_mid_turn_loads_with_its_history_and_finishes() {
         "{loaded}"
     );
     assert_eq!(
-        loaded["result"]["modes"]["availableModes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|m| m["id"].as_str().unwrap())
-            .collect::<Vec<_>>(),
+        offered(&loaded["result"]["modes"]),
         ["plan", "dontAsk", "default"],
         "{loaded}"
     );
@@ -938,19 +959,7 @@ async fn set_mode_changes_the_main_agents_mode_from_the_next_prompt_within_the_s
         "[permissions]\ndisable_bypass_permissions_mode = \"disable\"\n",
     )]);
     trust(dir.path()).await;
-    let fake = fake(vec![
-        ScriptEntry::reply("main", 1, vec![Block::text("First answer.")]),
-        ScriptEntry::reply(
-            "main",
-            2,
-            vec![tool(
-                "Write",
-                json!({"file_path": "out.txt", "content": "out\n"}),
-            )],
-        ),
-        ScriptEntry::reply("main", 3, vec![Block::text("Written.")]),
-    ])
-    .await;
+    let fake = fake(an_answer_then_a_write("Written.")).await;
     let mut acp = Acp::spawn(dir.path(), &fake.base_url());
     acp.initialize().await;
     let answer = acp
@@ -959,17 +968,15 @@ async fn set_mode_changes_the_main_agents_mode_from_the_next_prompt_within_the_s
     let session = answer["result"]["sessionId"].as_str().unwrap().to_owned();
     let modes = &answer["result"]["modes"];
     assert_eq!(modes["currentModeId"], "default", "{answer}");
-    let offered: Vec<&str> = modes["availableModes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["id"].as_str().unwrap())
-        .collect();
+    let offered = offered(modes);
     assert!(
-        offered.contains(&"acceptEdits") && offered.contains(&"plan"),
+        offered.iter().any(|m| m == "acceptEdits") && offered.iter().any(|m| m == "plan"),
         "{offered:?}"
     );
-    assert!(!offered.contains(&"bypassPermissions"), "{offered:?}");
+    assert!(
+        !offered.iter().any(|m| m == "bypassPermissions"),
+        "{offered:?}"
+    );
     let first = acp.prompt(&session, "First question.").await;
     assert_eq!(first["result"]["stopReason"], "end_turn", "{first}");
     let set = |mode: &str| json!({"sessionId": session, "modeId": mode});
@@ -1062,32 +1069,18 @@ async fn a_cancel_before_the_turn_started_still_cancels_it() {
 #[tokio::test(flavor = "multi_thread")]
 async fn set_mode_above_default_is_refused_in_an_untrusted_project() {
     let dir = project(&[]);
-    let fake = fake(vec![
-        ScriptEntry::reply("main", 1, vec![Block::text("First answer.")]),
-        ScriptEntry::reply(
-            "main",
-            2,
-            vec![tool(
-                "Write",
-                json!({"file_path": "out.txt", "content": "out\n"}),
-            )],
-        ),
-        ScriptEntry::reply("main", 3, vec![Block::text("Not written.")]),
-    ])
-    .await;
+    let fake = fake(an_answer_then_a_write("Not written.")).await;
     let mut acp = Acp::spawn(dir.path(), &fake.base_url());
     acp.initialize().await;
     let answer = acp
         .request("session/new", json!({"cwd": dir.path(), "mcpServers": []}))
         .await;
     let session = answer["result"]["sessionId"].as_str().unwrap().to_owned();
-    let offered: Vec<&str> = answer["result"]["modes"]["availableModes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["id"].as_str().unwrap())
-        .collect();
-    assert_eq!(offered, ["plan", "dontAsk", "default"], "{answer}");
+    assert_eq!(
+        offered(&answer["result"]["modes"]),
+        ["plan", "dontAsk", "default"],
+        "{answer}"
+    );
     let set = |session: &str, mode: &str| json!({"sessionId": session, "modeId": mode});
     let refused = |answer: &Value, mode: &str| {
         assert_eq!(answer["error"]["code"], -32602, "{mode}: {answer}");

@@ -473,6 +473,36 @@ fn lead_hands_out_the_greeting() -> Vec<ScriptEntry> {
     ]
 }
 
+/// The team's script: the lead hands out the greeting, alice plans twice (PLAN_ONE, then
+/// PLAN_TWO), writes out.txt (that model call held at gate `hold`, if given) and says so.
+fn alice_plans_twice_then_writes(hold: Option<&str>) -> Vec<ScriptEntry> {
+    let mut script = lead_hands_out_the_greeting();
+    let mut write = ScriptEntry::reply(
+        "alice",
+        3,
+        vec![tool(
+            "Write",
+            json!({"file_path": "out.txt", "content": "out\n"}),
+        )],
+    );
+    write.fault.hold = hold.map(str::to_owned);
+    script.extend([
+        ScriptEntry::reply(
+            "alice",
+            1,
+            vec![tool("ExitPlanMode", json!({"plan": PLAN_ONE}))],
+        ),
+        ScriptEntry::reply(
+            "alice",
+            2,
+            vec![tool("ExitPlanMode", json!({"plan": PLAN_TWO}))],
+        ),
+        write,
+        ScriptEntry::reply("alice", 4, vec![Block::text("Wrote out.txt.")]),
+    ]);
+    script
+}
+
 /// Every stored decision of `run_id`'s requests: (request id, approved, responder, feedback).
 async fn decisions(dir: &Path, run_id: &str) -> Vec<(String, bool, String, Option<String>)> {
     let store = super::common::open_store(dir);
@@ -590,29 +620,7 @@ async fn the_typescript_sdk_client_decides_a_teammates_plans_and_follows_the_boa
     for entry in ["stable", "unstable"] {
         let dir = project(&[("muster.team.toml", HUMAN_APPROVES_ALICE)]);
         trust(dir.path()).await;
-        let mut script = lead_hands_out_the_greeting();
-        script.extend([
-            ScriptEntry::reply(
-                "alice",
-                1,
-                vec![tool("ExitPlanMode", json!({"plan": PLAN_ONE}))],
-            ),
-            ScriptEntry::reply(
-                "alice",
-                2,
-                vec![tool("ExitPlanMode", json!({"plan": PLAN_TWO}))],
-            ),
-            ScriptEntry::reply(
-                "alice",
-                3,
-                vec![tool(
-                    "Write",
-                    json!({"file_path": "out.txt", "content": "out\n"}),
-                )],
-            ),
-            ScriptEntry::reply("alice", 4, vec![Block::text("Wrote out.txt.")]),
-        ]);
-        let fake = fake(script).await;
+        let fake = fake(alice_plans_twice_then_writes(None)).await;
         let home = tempfile::tempdir().unwrap();
         let mut client = plan_client(dir.path(), home.path(), &fake.base_url(), "Greet.");
         client.env("ACP_ENTRY", entry);
@@ -821,17 +829,10 @@ async fn client_output(mut command: tokio::process::Command, what: &str) -> serd
 
 /// The `muster acp` processes working in `dir`.
 fn muster_acp_in(dir: &Path) -> Vec<u32> {
-    let dir = dir.canonicalize().unwrap();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(Result::ok)
-        .filter_map(|entry| {
-            let pid = entry.file_name().to_string_lossy().parse::<u32>().ok()?;
-            let cwd = std::fs::read_link(entry.path().join("cwd")).ok()?;
-            let cmdline = std::fs::read_to_string(entry.path().join("cmdline")).ok()?;
-            let args: Vec<&str> = cmdline.split('\0').collect();
-            (cwd == dir && args.get(1) == Some(&"acp")).then_some(pid)
-        })
+    super::common::processes_working_in(dir)
+        .into_iter()
+        .filter(|(_, args)| args.get(1).map(String::as_str) == Some("acp"))
+        .map(|(pid, _)| pid)
         .collect()
 }
 
@@ -844,30 +845,7 @@ fn muster_acp_in(dir: &Path) -> Vec<u32> {
 async fn the_typescript_sdk_client_loads_a_team_run_killed_mid_turn_and_finishes_it() {
     let dir = project(&[("muster.team.toml", HUMAN_APPROVES_ALICE)]);
     trust(dir.path()).await;
-    let mut script = lead_hands_out_the_greeting();
-    script.extend([
-        ScriptEntry::reply(
-            "alice",
-            1,
-            vec![tool("ExitPlanMode", json!({"plan": PLAN_ONE}))],
-        ),
-        ScriptEntry::reply(
-            "alice",
-            2,
-            vec![tool("ExitPlanMode", json!({"plan": PLAN_TWO}))],
-        ),
-        serde_json::from_value(json!({
-            "agent": "alice",
-            "turn": 3,
-            "reply": {"content": [tool("Write", json!({"file_path": "out.txt",
-                                                        "content": "out\n"}))],
-                      "stop_reason": "tool_use"},
-            "fault": {"hold": "alice"},
-        }))
-        .unwrap(),
-        ScriptEntry::reply("alice", 4, vec![Block::text("Wrote out.txt.")]),
-    ]);
-    let fake = fake(script).await;
+    let fake = fake(alice_plans_twice_then_writes(Some("alice"))).await;
     let home = tempfile::tempdir().unwrap();
     let mut first = plan_client(dir.path(), home.path(), &fake.base_url(), "Greet.");
     first

@@ -230,18 +230,27 @@ pub async fn transcript(
 }
 
 /// The processes whose working directory is `dir` (`muster acp`, an ACP client's helper, a
-/// tool's child): the editor tests check that none outlives its session.
+/// tool's child), as their command lines: the editor tests check that none outlives its
+/// session.
 pub fn processes_in(dir: &Path) -> Vec<String> {
+    processes_working_in(dir)
+        .into_iter()
+        .map(|(_, args)| args.join(" "))
+        .collect()
+}
+
+/// The processes whose working directory is `dir`: each one's pid and arguments.
+pub fn processes_working_in(dir: &Path) -> Vec<(u32, Vec<String>)> {
     let dir = dir.canonicalize().unwrap();
     std::fs::read_dir("/proc")
         .unwrap()
         .filter_map(Result::ok)
-        .filter(|entry| entry.file_name().to_string_lossy().parse::<u32>().is_ok())
-        .filter(|entry| std::fs::read_link(entry.path().join("cwd")).is_ok_and(|cwd| cwd == dir))
-        .map(|entry| {
-            std::fs::read_to_string(entry.path().join("cmdline"))
-                .unwrap_or_default()
-                .replace('\0', " ")
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_string_lossy().parse::<u32>().ok()?;
+            let cwd = std::fs::read_link(entry.path().join("cwd")).ok()?;
+            let cmdline = std::fs::read_to_string(entry.path().join("cmdline")).ok()?;
+            let args = cmdline.split_terminator('\0').map(str::to_owned).collect();
+            (cwd == dir).then_some((pid, args))
         })
         .collect()
 }
