@@ -571,3 +571,38 @@ async fn set_permission_mode_mid_turn_applies_from_the_next_tool_call() {
         "{modes:?}"
     );
 }
+
+/// A hook callback's `updatedInput` is decided by the engine again: a callback that allows a
+/// Write while pointing it at a file a deny rule protects gets the call refused, and the
+/// model reads the deny.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hook_callbacks_updated_input_is_decided_by_the_engine_again() {
+    let dir = project(&[]);
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![tool(
+                "Write",
+                json!({"file_path": "out.txt", "content": "out\n"}),
+            )],
+        ),
+        ScriptEntry::reply("main", 2, vec![Block::text("Refused, then.")]),
+    ])
+    .await;
+    run(scenario("callback_updated_input", dir.path(), &fake)).await;
+    let requests = fake.requests();
+    let result = requests[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|message| message["content"].as_array().into_iter().flatten())
+        .find(|block| block["type"] == "tool_result")
+        .cloned()
+        .unwrap();
+    assert_eq!(result["is_error"], true, "{result}");
+    assert!(
+        result["content"].to_string().contains("secret.txt"),
+        "{result}"
+    );
+}
