@@ -324,6 +324,37 @@ async def callback_updated_input(cli: str, cwd: str) -> dict:
     return {"session_id": result.session_id}
 
 
+async def failing_callbacks(cli: str, cwd: str) -> dict:
+    """A callback that raises under on_failure="block" refuses its call; one that answers
+    too late (past its matcher's timeout) is cancelled and, under the default "continue",
+    decides nothing: its call runs."""
+    cancelled = []
+
+    async def broken(hook_input, tool_use_id, context):
+        raise RuntimeError("the guard's database is down")
+
+    async def slow(hook_input, tool_use_id, context):
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.append(hook_input["tool_name"])
+            raise
+        return {}
+
+    hooks = {"PreToolUse": [
+        HookMatcher(matcher="Bash", hooks=[broken], on_failure="block"),
+        HookMatcher(matcher="Glob", hooks=[slow], timeout=0.5),
+    ]}
+    messages = await collect(
+        query(prompt="Look around.",
+              options=options(cli, cwd, hooks=hooks, permission_mode="acceptEdits"))
+    )
+    inits(messages)
+    result = result_of(messages)
+    assert result.subtype == "success" and result.result == "Looked.", result
+    return {"session_id": result.session_id, "cancelled": cancelled}
+
+
 async def session_rules(cli: str, cwd: str) -> dict:
     """An `addRules` in can_use_tool's answer aimed at the project's settings file: no file is
     written, the rule applies to the session at once (the next matching call is not asked),
@@ -429,6 +460,7 @@ SCENARIOS = {
     "awaiting": awaiting,
     "hook_callbacks": hook_callbacks,
     "session_rules": session_rules,
+    "failing_callbacks": failing_callbacks,
     "callback_updated_input": callback_updated_input,
     "mode_mid_turn": mode_mid_turn,
 }

@@ -606,3 +606,42 @@ async fn a_hook_callbacks_updated_input_is_decided_by_the_engine_again() {
         "{result}"
     );
 }
+
+/// Failing callbacks: one that raises under `on_failure="block"` refuses its call (the model
+/// reads why); one past its matcher's timeout is cancelled and decides nothing, so its call
+/// runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_hook_callback_blocks_under_on_failure_block_and_a_late_one_is_cancelled() {
+    let dir = project(&[]);
+    let fake = fake(vec![
+        ScriptEntry::reply("main", 1, vec![tool("Bash", json!({"command": "ls"}))]),
+        ScriptEntry::reply("main", 2, vec![tool("Glob", json!({"pattern": "*.md"}))]),
+        ScriptEntry::reply("main", 3, vec![Block::text("Looked.")]),
+    ])
+    .await;
+    let outcome = run(scenario("failing_callbacks", dir.path(), &fake)).await;
+    let results = |request: usize| -> Vec<Value> {
+        fake.requests()[request].body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|message| message["content"].as_array().cloned().unwrap_or_default())
+            .filter(|block| block["type"] == "tool_result")
+            .collect()
+    };
+    let refused = results(1);
+    assert_eq!(refused.len(), 1);
+    assert_eq!(refused[0]["is_error"], true, "{refused:?}");
+    assert!(
+        refused[0]["content"]
+            .to_string()
+            .contains("the guard's database is down"),
+        "{refused:?}"
+    );
+    let listed = results(2);
+    assert!(
+        listed[1]["content"].to_string().contains("README.md"),
+        "{listed:?}"
+    );
+    assert_eq!(outcome["cancelled"], json!(["Glob"]));
+}
