@@ -66,6 +66,11 @@ pub(crate) struct TeamPerson {
     /// The requests put to the front end during this prompt (each is asked once: a request
     /// can be announced more than once, and asked again when the run stops).
     asked: Mutex<HashSet<String>>,
+    /// Whether a run that stops awaiting its person waits for the answers of the requests
+    /// still put to the front end ([`TeamPerson::waiting_for_answers_in_flight`]).
+    waits_for_answers: bool,
+    /// The background asks, each telling whether its request is decided now.
+    in_flight: Mutex<Vec<std::thread::JoinHandle<bool>>>,
 }
 
 impl TeamPerson {
@@ -75,7 +80,36 @@ impl TeamPerson {
             front,
             run_id,
             asked: Mutex::new(HashSet::new()),
+            waits_for_answers: false,
+            in_flight: Mutex::new(Vec::new()),
         }
+    }
+
+    /// A run that stops awaiting its person while a request is still put to the front end
+    /// waits for that answer, and is carried on when it decides the request (the SDK's
+    /// program is the person, as Claude Code waits on its `can_use_tool`).
+    pub(crate) fn waiting_for_answers_in_flight(mut self) -> Self {
+        self.waits_for_answers = true;
+        self
+    }
+
+    /// Waits for the background asks still open (when this person waits for them); whether
+    /// any decided its request.
+    fn answered_in_flight(&self) -> bool {
+        if !self.waits_for_answers {
+            return false;
+        }
+        let open: Vec<_> = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain(..)
+            .collect();
+        let mut decided = false;
+        for ask in open {
+            decided |= ask.join().unwrap_or(false);
+        }
+        decided
     }
 
     /// Whether `request_id` was not asked about yet (and is now taken as asked).
@@ -101,8 +135,12 @@ impl TeamPerson {
         if muster_protocol::Responder::names_the_person(responder)
             && !matches!(subject, ApprovalSubject::Merge { .. })
             && self.first_time(request_id)
+            && let Some(ask) = answer_in_background(self.request(request_id.clone(), agent.clone()))
         {
-            answer_in_background(self.request(request_id.clone(), agent.clone()));
+            self.in_flight
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(ask);
         }
     }
 
@@ -156,7 +194,9 @@ pub(crate) fn carry_on_while_decided(
     let Some(person) = person else {
         return Ok(ending);
     };
-    while ending.status == RunStatus::AwaitingDecision && person.ask_waiting()? {
+    while ending.status == RunStatus::AwaitingDecision
+        && (person.answered_in_flight() || person.ask_waiting()?)
+    {
         let record = crate::lifecycle::record_of(global, run_id)?;
         ending = crate::team::resume_for_front(global, record, None, front.clone())?;
     }
@@ -164,24 +204,29 @@ pub(crate) fn carry_on_while_decided(
 }
 
 /// Puts the request to the front end on a thread of its own (the front end blocks until the
-/// person answers; the run goes on meanwhile).
-fn answer_in_background(asked: PersonRequest) {
+/// person answers; the run goes on meanwhile); the thread tells whether the request is
+/// decided.
+fn answer_in_background(asked: PersonRequest) -> Option<std::thread::JoinHandle<bool>> {
     let front = asked.front.name();
     let spawned = std::thread::Builder::new()
         .name(format!("person-ask-{}", asked.request_id))
-        .spawn(move || {
-            if let Err(error) = asked.answer_now() {
+        .spawn(move || match asked.answer_now() {
+            Ok(decided) => decided,
+            Err(error) => {
                 eprintln!(
                     "{}: {} was not answered here ({error:#}); `muster approve` or the web \
                      inbox can decide it",
                     asked.front.name(),
                     asked.request_id
                 );
+                false
             }
         });
-    if let Err(error) = spawned {
-        eprintln!("{front}: a request could not be put to the person (no thread: {error})");
-    }
+    spawned
+        .inspect_err(|error| {
+            eprintln!("{front}: a request could not be put to the person (no thread: {error})")
+        })
+        .ok()
 }
 
 /// One request to put to the front end.

@@ -355,6 +355,52 @@ async def failing_callbacks(cli: str, cwd: str) -> dict:
     return {"session_id": result.session_id, "cancelled": cancelled}
 
 
+async def team_answer_after_the_stop(cli: str, cwd: str) -> dict:
+    """A teammate's Write deferred to the person by a hook callback reaches can_use_tool; the
+    program answers only once the team run has stopped awaiting that decision (read in the
+    store), and the prompt still carries the run on to its end with that answer."""
+    import sqlite3
+
+    asked, run = [], {}
+
+    async def defer_teammates_writes(hook_input, tool_use_id, context):
+        if hook_input.get("agent_id") != "one":
+            return {}
+        return {"hookSpecificOutput": {"hookEventName": "PreToolUse",
+                                       "permissionDecision": "defer",
+                                       "permissionDecisionReason": "a person decides"}}
+
+    def status() -> str:
+        with sqlite3.connect(Path(cwd) / ".muster" / "muster.db") as db:
+            row = db.execute("SELECT status FROM runs WHERE id = ?", (run["id"],)).fetchone()
+        return row[0] if row else ""
+
+    async def can_use_tool(tool_name, tool_input, context):
+        asked.append({"tool": tool_name, "agent": context.agent_id})
+        for _ in range(600):  # a guard of 30 s against a run that never stops
+            if status() == "awaiting_decision":
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the run never stopped awaiting the decision")
+        return PermissionResultAllow()
+
+    hooks = {"PreToolUse": [HookMatcher(matcher="Write", hooks=[defer_teammates_writes])]}
+    messages = []
+    async for message in query(prompt="Build it.",
+                               options=options(cli, cwd, hooks=hooks,
+                                               can_use_tool=can_use_tool)):
+        if isinstance(message, SystemMessage) and message.subtype == "init":
+            run["id"] = message.data["muster_run_id"]
+        messages.append(message)
+    inits(messages)
+    result = result_of(messages)
+    assert result.subtype == "success" and not result.is_error, result
+    assert asked == [{"tool": "Write", "agent": "one"}], asked
+    assert (Path(cwd) / "one.txt").read_text() == "one\n"
+    return {"session_id": result.session_id}
+
+
 async def session_rules(cli: str, cwd: str) -> dict:
     """An `addRules` in can_use_tool's answer aimed at the project's settings file: no file is
     written, the rule applies to the session at once (the next matching call is not asked),
@@ -460,6 +506,7 @@ SCENARIOS = {
     "awaiting": awaiting,
     "hook_callbacks": hook_callbacks,
     "session_rules": session_rules,
+    "team_answer_after_the_stop": team_answer_after_the_stop,
     "failing_callbacks": failing_callbacks,
     "callback_updated_input": callback_updated_input,
     "mode_mid_turn": mode_mid_turn,

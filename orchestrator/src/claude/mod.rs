@@ -589,11 +589,14 @@ impl Driver {
         // A team run waits on its person's requests live: they are put to the program as
         // they are committed.
         let team_asks = (self.request.ask_program && team).then(|| {
-            Arc::new(TeamAsks::new(
-                self.global.clone(),
-                asks.clone(),
-                self.session.run_id.clone(),
-            ))
+            Arc::new(
+                TeamAsks::new(
+                    self.global.clone(),
+                    asks.clone(),
+                    self.session.run_id.clone(),
+                )
+                .waiting_for_answers_in_flight(),
+            )
         });
         let streaming = self.request.output == Output::StreamJson;
         if streaming {

@@ -645,3 +645,55 @@ async fn a_failing_hook_callback_blocks_under_on_failure_block_and_a_late_one_is
     );
     assert_eq!(outcome["cancelled"], json!(["Glob"]));
 }
+
+/// A teammate's call a hook callback deferred to the person is put to `can_use_tool` while
+/// the team works; the program answers only after the run stopped awaiting it, and the same
+/// prompt carries the run on with that answer to its end.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_teammates_deferred_call_answered_after_the_run_stopped_is_carried_on() {
+    use super::worktree_cli::{any_turn, repo};
+    let dir = repo(
+        "name = \"builders\"\nisolation = \"shared\"\n\n[[teammates]]\nname = \"one\"\n\
+         definition = \"writer\"\nplan_mode_required = false\napprover = \"human\"\n",
+        &[],
+    );
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "part 0", "description": "Write your file."}),
+            )],
+        ),
+        any_turn("lead", "Waiting for the team."),
+        ScriptEntry::reply(
+            "one",
+            1,
+            vec![tool(
+                "Write",
+                json!({"file_path": "one.txt", "content": "one\n"}),
+            )],
+        ),
+        any_turn("one", "done"),
+    ])
+    .await;
+    let outcome = run(scenario("team_answer_after_the_stop", dir.path(), &fake)).await;
+    let store = open_store(dir.path());
+    let run_id = outcome["session_id"].as_str().unwrap();
+    assert_eq!(
+        store.run(run_id).await.unwrap().unwrap().status.as_str(),
+        "completed"
+    );
+    let asks: Vec<_> = store
+        .requests(run_id)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.kind == muster_mailbox::MessageKind::PermissionRequest)
+        .collect();
+    assert_eq!(asks.len(), 1, "{asks:?}");
+    let response = asks[0].response.as_ref().expect("decided");
+    assert_eq!(response.responder, "human");
+    assert_eq!(response.body.approved(), Some(true));
+}
