@@ -11,6 +11,7 @@
 //! what it commits is the runtime's: see `runtime/hook_points.rs`.
 
 pub mod callbacks;
+pub mod http;
 pub mod outcome;
 pub mod plan_review;
 pub mod process;
@@ -199,6 +200,16 @@ impl HookRunner {
                 ..HookVerdict::default()
             };
         }
+        if let Some(http) = &hook.handler.http {
+            let end = http::post_hook(http, stdin, hook.handler.timeout).await;
+            tracing::debug!(
+                event = event.name(),
+                url = http.url,
+                ?end,
+                "http hook answered"
+            );
+            return interpret(event, command, hook.handler.on_failure, &end);
+        }
         let environment = with_traceparent(&self.environment, agent.traceparent.as_deref());
         let spec = ProcessSpec {
             command,
@@ -251,6 +262,7 @@ mod tests {
             matcher: HookMatcher::parse(matcher).unwrap(),
             handler: HookHandler {
                 command: command.into(),
+                http: None,
                 timeout,
                 sandbox: HookSandbox::Agent,
                 on_failure: OnFailure::Continue,

@@ -211,11 +211,25 @@ pub enum OnFailure {
     Block,
 }
 
-/// One `command` handler.
+/// An `http` handler: the event's JSON is POSTed to `url`, and the answer's body is read as a
+/// `command` handler's stdout (exit 0); another status is a non-blocking failure.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HttpHook {
+    pub url: String,
+    /// Headers as written; `$NAME` and `${NAME}` of `allowed_env_vars` are replaced by that
+    /// variable's value when the request is sent (any other stays as written).
+    pub headers: Vec<(String, String)>,
+    pub allowed_env_vars: Vec<String>,
+}
+
+/// One handler: a `command` (run with `sh -c`), or an `http` one.
 #[derive(Debug, Clone, Serialize)]
 pub struct HookHandler {
-    /// Run with `sh -c` in the agent's workspace.
+    /// Run with `sh -c` in the agent's workspace; for an `http` handler, its URL.
     pub command: String,
+    /// For an `http` handler: where and how the event is posted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpHook>,
     pub timeout: Duration,
     pub sandbox: HookSandbox,
     pub on_failure: OnFailure,
@@ -253,19 +267,23 @@ impl ConfiguredHook {
     /// One line for `muster config show` and `muster check`: event, matcher, command, timeout,
     /// sandbox, failure handling and the file.
     pub fn describe(&self) -> String {
-        let sandbox = match self.handler.sandbox {
-            HookSandbox::Agent => "in the firing agent's sandbox",
-            HookSandbox::Off => "UNCONFINED (\"sandbox\": \"off\" in the user's file)",
+        let sandbox = match (self.handler.sandbox, &self.handler.http) {
+            (_, Some(_)) => "posted by muster, no sandbox",
+            (HookSandbox::Agent, None) => "in the firing agent's sandbox",
+            (HookSandbox::Off, None) => "UNCONFINED (\"sandbox\": \"off\" in the user's file)",
+        };
+        let what = match &self.handler.http {
+            Some(http) => format!("POST {}", http.url),
+            None => self.handler.command.clone(),
         };
         let on_failure = match self.handler.on_failure {
             OnFailure::Continue => "",
             OnFailure::Block => "; a failure blocks",
         };
         format!(
-            "{} [{}] `{}` (timeout {} s, {sandbox}{on_failure})  # {}",
+            "{} [{}] `{what}` (timeout {} s, {sandbox}{on_failure})  # {}",
             self.event,
             self.matcher.text(),
-            self.handler.command,
             self.handler.timeout.as_secs_f64(),
             self.origin
         )
@@ -276,6 +294,7 @@ impl ConfiguredHook {
         serde_json::json!({
             "event": self.event.name(),
             "matcher": self.matcher.text(),
+            "type": if self.handler.http.is_some() { "http" } else { "command" },
             "command": self.handler.command,
             "timeout_secs": self.handler.timeout.as_secs_f64(),
             "sandbox": self.handler.sandbox,
@@ -502,21 +521,35 @@ pub fn read_hooks(
             };
             for handler in handlers {
                 let kind = handler.get("type").and_then(Value::as_str).unwrap_or("");
-                if kind != "command" {
-                    not_honoured.insert(format!("handler type `{kind}` (muster runs `command`)"));
-                    continue;
-                }
-                let Some(command) = handler.get("command").and_then(Value::as_str) else {
+                let key = match kind {
+                    "command" => "command",
+                    "http" => "url",
+                    _ => {
+                        not_honoured.insert(format!(
+                            "handler type `{kind}` (muster runs `command` and `http`)"
+                        ));
+                        continue;
+                    }
+                };
+                let Some(command) = handler.get(key).and_then(Value::as_str) else {
                     return Err(error(format!(
-                        "`hooks.{name}`: a `command` handler needs `command`, a string"
+                        "`hooks.{name}`: a `{kind}` handler needs `{key}`, a string"
                     )));
                 };
-                let handler = read_handler(handler, event, command, origin, &mut not_honoured)?;
-                let named_files = if origin.layer == Layer::User {
+                let http = match kind {
+                    "http" => Some(read_http(handler, command).map_err(|why| {
+                        error(format!("`hooks.{name}`: the `http` handler {why}"))
+                    })?),
+                    _ => None,
+                };
+                let mut read = read_handler(handler, event, command, origin, &mut not_honoured)?;
+                let named_files = if origin.layer == Layer::User || http.is_some() {
                     Vec::new()
                 } else {
                     hashed_named_files(command, root)
                 };
+                read.http = http;
+                let handler = read;
                 found.hooks.push(ConfiguredHook {
                     event,
                     matcher: matcher.clone(),
@@ -647,6 +680,7 @@ fn read_handler(
     }
     Ok(HookHandler {
         command: command.to_owned(),
+        http: None,
         timeout,
         sandbox,
         on_failure,
@@ -654,6 +688,42 @@ fn read_handler(
             .get("statusMessage")
             .and_then(Value::as_str)
             .map(str::to_owned),
+    })
+}
+
+/// An `http` handler's `url` (http or https), `headers` (strings) and `allowedEnvVars`.
+fn read_http(handler: &Value, url: &str) -> Result<HttpHook, String> {
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(format!("`url` {url:?} must start with http:// or https://"));
+    }
+    let mut headers = Vec::new();
+    if let Some(given) = handler.get("headers") {
+        let Some(given) = given.as_object() else {
+            return Err("`headers` must be an object of strings".into());
+        };
+        for (name, value) in given {
+            let Some(value) = value.as_str() else {
+                return Err(format!("header `{name}` must be a string"));
+            };
+            headers.push((name.clone(), value.to_owned()));
+        }
+    }
+    let allowed_env_vars = match handler.get("allowedEnvVars") {
+        None => Vec::new(),
+        Some(Value::Array(names)) => names
+            .iter()
+            .map(|name| {
+                name.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| "`allowedEnvVars` must be an array of strings".to_owned())
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err("`allowedEnvVars` must be an array of strings".into()),
+    };
+    Ok(HttpHook {
+        url: url.to_owned(),
+        headers,
+        allowed_env_vars,
     })
 }
 
@@ -923,5 +993,27 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    /// An `http` handler: its URL, headers and allowed variables are read; a URL that is not
+    /// http(s) or headers that are not strings are refused.
+    #[test]
+    fn http_handlers_are_read_and_bad_ones_refused() {
+        let handler = serde_json::json!({"type": "http", "url": "http://127.0.0.1:9/hook",
+            "headers": {"Authorization": "Bearer $T"}, "allowedEnvVars": ["T"]});
+        let read = read_http(&handler, "http://127.0.0.1:9/hook").unwrap();
+        assert_eq!(
+            read,
+            HttpHook {
+                url: "http://127.0.0.1:9/hook".into(),
+                headers: vec![("Authorization".into(), "Bearer $T".into())],
+                allowed_env_vars: vec!["T".into()],
+            }
+        );
+        assert!(read_http(&handler, "file:///etc/passwd").is_err());
+        let bad_headers = serde_json::json!({"headers": {"X": 1}});
+        assert!(read_http(&bad_headers, "https://x").is_err());
+        let bad_vars = serde_json::json!({"allowedEnvVars": "T"});
+        assert!(read_http(&bad_vars, "https://x").is_err());
     }
 }

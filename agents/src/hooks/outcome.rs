@@ -7,6 +7,8 @@
 //! | exit 2 | blocking: stderr is the reason (PreToolUse: the call is refused; Stop, SubagentStop, TeammateIdle: the agent keeps working; UserPromptSubmit: the prompt is erased; TaskCreated/TaskCompleted: rolled back; PostToolUse: stderr goes to the model) |
 //! | any other exit, a signal | a non-blocking error: stderr is shown, the run goes on |
 //! | cannot start, timeout, more than 1 MB of output | a non-blocking error |
+//! | an `http` hook: 2xx | as exit 0, the body as stdout |
+//! | an `http` hook: another status, no connection | a non-blocking error (it cannot exit 2: a 2xx body's decision blocks) |
 //! | a named project file changed since trust | the hook does not run; a blocking error |
 //!
 //! A handler with `"onFailure": "block"` turns its non-blocking errors into blocking ones.
@@ -85,6 +87,12 @@ fn failure_text(command: &str, end: &ProcessEnd) -> Option<String> {
             after.as_secs_f64()
         ),
         ProcessEnd::TooMuchOutput => "printed more than 1 MB; its output was dropped".to_owned(),
+        ProcessEnd::HttpStatus { status, body } => {
+            format!(
+                "answered HTTP {status}: {}",
+                crate::model::truncate(body.trim(), 200)
+            )
+        }
     };
     Some(format!("hook `{command}` {what}"))
 }

@@ -33,6 +33,8 @@ pub enum ProcessEnd {
     TimedOut(Duration),
     /// It printed more than [`MAX_OUTPUT`] on one stream; its process group was killed.
     TooMuchOutput,
+    /// An `http` hook answered with a status other than 2xx (and this body).
+    HttpStatus { status: u16, body: String },
 }
 
 /// Where and how a hook process runs.

@@ -142,6 +142,11 @@ impl MergeTestGate {
                 ),
             ),
             ProcessEnd::TooMuchOutput => (None, "the test command printed too much".to_owned()),
+            // Only hooks post over HTTP; a test command is a process.
+            ProcessEnd::HttpStatus { status, body } => (
+                None,
+                format!("the test command answered HTTP {status}: {body}"),
+            ),
         };
         Ok(GateResult {
             command: self.gate.test.clone(),

@@ -13,6 +13,7 @@ mod demo_cli;
 mod events_cli;
 mod grants_cli;
 mod hooks_cli;
+mod hooks_http_cli;
 mod hooks_session_cli;
 mod hooks_stop_cli;
 mod mcp_cli;
