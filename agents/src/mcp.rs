@@ -195,6 +195,19 @@ impl McpConfig {
         }
     }
 
+    /// Adds the servers a session's front end gave (an editor's, a program's): each replaces a
+    /// configured server of the same name, the front end's being the explicit choice.
+    pub fn with_session_servers(
+        mut self,
+        servers: impl IntoIterator<Item = muster_config::McpServerConfig>,
+    ) -> McpConfig {
+        for config in servers {
+            self.servers.retain(|spec| spec.config.name != config.name);
+            self.servers.push(McpServerSpec { config });
+        }
+        self
+    }
+
     /// The server called `name`.
     pub fn server(&self, name: &str) -> Option<&McpServerSpec> {
         self.servers.iter().find(|spec| spec.config.name == name)

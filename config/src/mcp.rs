@@ -108,12 +108,15 @@ pub enum McpScope {
     Project,
     /// `~/.claude.json`'s entry for this project (`claude mcp add --scope local`).
     Local,
+    /// Given for one session by what drives it (an editor's `session/new`, a program's
+    /// `--mcp-config`): the user's own choice, like the user scope.
+    Session,
 }
 
 impl McpScope {
     /// Whether the server belongs to the project, so starts only in a trusted one.
     pub fn needs_trust(self) -> bool {
-        !matches!(self, McpScope::User)
+        !matches!(self, McpScope::User | McpScope::Session)
     }
 
     /// Where it is declared, for messages.
@@ -122,6 +125,7 @@ impl McpScope {
             McpScope::User => "~/.claude.json (user scope)",
             McpScope::Project => MCP_FILE,
             McpScope::Local => "~/.claude.json (this project's entry)",
+            McpScope::Session => "this session (the editor's or the program's)",
         }
     }
 }
@@ -607,6 +611,28 @@ fn parse_servers(
         }
     }
     configs
+}
+
+/// A server given for one session by what drives it, as a `.mcp.json` entry (`{"command",
+/// "args", "env"}` or `{"type": "http", "url", "headers"}`): the user's own choice, started
+/// without project trust (in the sandbox, like every server). Its `${VAR}`s are expanded from
+/// `env`; a bad entry or an unset variable is an error naming what to fix.
+pub fn session_server(
+    name: &str,
+    entry: &serde_json::Value,
+    env: &BTreeMap<String, String>,
+) -> Result<McpServerConfig, String> {
+    let template =
+        parse_server(name, entry).map_err(|why| format!("MCP server `{name}`: {why}"))?;
+    let transport = template.expanded(env).map_err(|Unset(variable)| {
+        format!("MCP server `{name}`: `${{{variable}}}` is not set and has no default")
+    })?;
+    Ok(McpServerConfig {
+        name: name.to_owned(),
+        scope: McpScope::Session,
+        template,
+        transport,
+    })
 }
 
 /// The characters a server name may have: they become part of tool names

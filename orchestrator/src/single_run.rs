@@ -291,14 +291,7 @@ impl RunKind for SingleRun {
             env: &run.env,
             restored: run.restored.clone(),
             trace: run.trace(),
-            hook_callbacks: self
-                .front
-                .as_ref()
-                .and_then(|front| front.hook_callbacks.clone()),
-            session_rules: self
-                .front
-                .as_ref()
-                .and_then(|front| front.session_rules.clone()),
+            front: self.front.as_ref(),
         };
         Ok(SingleDriver {
             context: Arc::new(run_context(parts, checked)),

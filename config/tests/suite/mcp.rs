@@ -295,3 +295,56 @@ fn a_project_at_home_cannot_trust_itself_through_the_user_layer() {
     assert!(!loaded.value.mcp.enable_all_project_servers.value);
     assert!(loaded.value.mcp.read_only_tools.is_none());
 }
+
+/// A server an editor or a program gives for its session: the user's own, so it needs no
+/// trust; `${VAR}` expanded from the environment given; each bad entry an error naming it.
+#[test]
+fn a_session_server_is_the_users_own_and_each_bad_entry_is_named() {
+    let env = std::collections::BTreeMap::from([("TOKEN".to_owned(), "t0k".to_owned())]);
+    let server = muster_config::mcp::session_server(
+        "tracker",
+        &serde_json::json!({"command": "tracker-mcp", "args": ["--token", "${TOKEN}"]}),
+        &env,
+    )
+    .unwrap();
+    assert_eq!(server.scope, McpScope::Session);
+    assert!(!server.scope.needs_trust());
+    assert_eq!(
+        server.transport,
+        muster_config::McpTransport::Stdio {
+            command: "tracker-mcp".into(),
+            args: vec!["--token".into(), "t0k".into()],
+            env: Default::default(),
+        }
+    );
+    let rows: &[(&str, serde_json::Value, &str)] = &[
+        (
+            "a__b",
+            serde_json::json!({"command": "x"}),
+            "letters, digits",
+        ),
+        (
+            "web",
+            serde_json::json!({"type": "sse", "url": "http://h/sse"}),
+            "SSE",
+        ),
+        (
+            "web",
+            serde_json::json!({"type": "http", "url": "ftp://h"}),
+            "http://",
+        ),
+        (
+            "tool",
+            serde_json::json!({"command": "x", "args": ["${NOPE}"]}),
+            "`${NOPE}` is not set",
+        ),
+        ("tool", serde_json::json!([1]), "expected an object"),
+    ];
+    for (name, entry, says) in rows {
+        let error = muster_config::mcp::session_server(name, entry, &env).unwrap_err();
+        assert!(
+            error.contains(says) && error.contains(name),
+            "{entry}: {error}"
+        );
+    }
+}

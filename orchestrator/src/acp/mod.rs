@@ -25,10 +25,10 @@ use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, CancelNotification, ContentBlock, Implementation, InitializeRequest,
-    InitializeResponse, LoadSessionRequest, LoadSessionResponse, NewSessionRequest,
-    NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse, SessionId, SessionMode,
-    SessionModeId, SessionModeState, SessionNotification, SessionUpdate, SetSessionModeRequest,
-    SetSessionModeResponse, StopReason,
+    InitializeResponse, LoadSessionRequest, LoadSessionResponse, McpCapabilities, McpServer,
+    NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse,
+    SessionId, SessionMode, SessionModeId, SessionModeState, SessionNotification, SessionUpdate,
+    SetSessionModeRequest, SetSessionModeResponse, StopReason,
 };
 use agent_client_protocol::{Agent, ByteStreams, Client};
 use muster_agents::runtime::{EventSink, RunEvent, TurnInterrupt};
@@ -108,6 +108,8 @@ struct Session {
     /// The same mode for the turn under way: the main agent takes it at its next tool-call
     /// boundary (a new prompt clears it and takes `mode_change` itself).
     mode_request: muster_agents::runtime::ModeRequest,
+    /// The MCP servers the editor gave with `session/new` (or `session/load`): the user's own.
+    mcp_servers: Vec<muster_config::McpServerConfig>,
 }
 
 /// The agent whose text a run's session shows as its messages.
@@ -295,6 +297,7 @@ impl Server {
             .map_err(|error| invalid(format!("{error:#}")))?
             .is_some();
         let notice = trust_notice(&project);
+        let mcp_servers = session_servers(&request.mcp_servers, &project)?;
         let modes = modes_of(
             &project,
             &project.settings.trust,
@@ -311,6 +314,7 @@ impl Server {
                 main_agent: main_agent_of(team),
                 mode_change: None,
                 mode_request: Default::default(),
+                mcp_servers,
             },
         );
         Ok((id, notice, modes))
@@ -395,6 +399,7 @@ impl Server {
         }
         let global = self.globals_at(&cwd);
         let project = load_project(&global)?;
+        let mcp_servers = session_servers(&request.mcp_servers, &project)?;
         let record = stored_run(&project, &id).await?;
         crate::lifecycle::check_here_and_not_live_in(&project, &record)
             .await
@@ -424,6 +429,7 @@ impl Server {
                 main_agent: main_agent_of(record.team.is_some()),
                 mode_change: None,
                 mode_request: Default::default(),
+                mcp_servers,
             },
         );
         Ok(modes)
@@ -510,6 +516,7 @@ impl Server {
                 mode: stored_mode,
                 hook_callbacks: None,
                 session_rules: None,
+                mcp_servers: session.mcp_servers.clone(),
                 mode_request: Some(session.mode_request.clone()),
             },
             cancelled: Arc::new(AtomicBool::new(false)),
@@ -754,7 +761,8 @@ fn initialize(_request: &InitializeRequest) -> InitializeResponse {
         .agent_capabilities(
             AgentCapabilities::new()
                 .load_session(true)
-                .prompt_capabilities(PromptCapabilities::new().embedded_context(true)),
+                .prompt_capabilities(PromptCapabilities::new().embedded_context(true))
+                .mcp_capabilities(McpCapabilities::new().http(true)),
         )
         .agent_info(Implementation::new("muster", env!("CARGO_PKG_VERSION")))
 }
@@ -857,6 +865,51 @@ async fn stored_run(
                 project.root.path().display()
             ))
         })
+}
+
+/// The MCP servers an editor gives for a session: the user's own choice, so they start without
+/// project trust (in the sandbox, like every server); `${VAR}` expanded from muster's
+/// environment. A server that cannot be started as given is this request's error.
+fn session_servers(
+    servers: &[McpServer],
+    project: &Project,
+) -> Result<Vec<muster_config::McpServerConfig>, agent_client_protocol::Error> {
+    let pairs = |items: Vec<(String, String)>| {
+        items
+            .into_iter()
+            .collect::<std::collections::BTreeMap<String, String>>()
+    };
+    servers
+        .iter()
+        .map(|server| {
+            let (name, entry) = match server {
+                McpServer::Stdio(stdio) => (
+                    &stdio.name,
+                    serde_json::json!({
+                        "command": stdio.command.display().to_string(),
+                        "args": stdio.args,
+                        "env": pairs(stdio.env.iter().map(|v| (v.name.clone(), v.value.clone())).collect()),
+                    }),
+                ),
+                McpServer::Http(http) => (
+                    &http.name,
+                    serde_json::json!({
+                        "type": "http",
+                        "url": http.url,
+                        "headers": pairs(http.headers.iter().map(|h| (h.name.clone(), h.value.clone())).collect()),
+                    }),
+                ),
+                McpServer::Sse(sse) => (&sse.name, serde_json::json!({"type": "sse", "url": sse.url})),
+                _ => {
+                    return Err(invalid(
+                        "an MCP server of a transport muster does not speak (stdio and http only)",
+                    ));
+                }
+            };
+            muster_config::mcp::session_server(name, &entry, &project.process.env)
+                .map_err(|why| invalid(format!("mcpServers: {why}")))
+        })
+        .collect()
 }
 
 /// What trust skipped of the project, said as `muster run` says it on stderr.

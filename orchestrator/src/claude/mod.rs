@@ -626,6 +626,7 @@ impl Driver {
             mode: self.mode_change.take(),
             hook_callbacks: Some(self.hooks.clone() as Arc<dyn muster_agents::hooks::HookCallbacks>),
             session_rules: Some(self.session_rules.clone()),
+            mcp_servers: Vec::new(),
             mode_request: Some(self.shared.mode_request.clone()),
         };
         // A team run's teammates that end badly during this prompt are named in its result:

@@ -106,10 +106,9 @@ pub(crate) struct ContextParts<'a> {
     pub restored: BTreeMap<String, Spend>,
     /// The run's trace, when traces are on.
     pub trace: Option<muster_agents::trace_ids::RunTrace>,
-    /// The hook callbacks of the program driving the run (`muster claude`'s SDK program).
-    pub hook_callbacks: Option<Arc<dyn muster_agents::hooks::HookCallbacks>>,
-    /// The rules its person added for the session (`updatedPermissions`).
-    pub session_rules: Option<Arc<muster_agents::runtime::SessionRules>>,
+    /// The front end driving the run in this process, if any: its program's hook callbacks,
+    /// the rules its person added for the session, the MCP servers it gave.
+    pub front: Option<&'a super::FrontEnd>,
 }
 
 /// The run's shared context.
@@ -126,7 +125,7 @@ pub(crate) fn run_context(parts: ContextParts<'_>, checked: CheckedParts) -> Run
             checked.sandbox.clone(),
             environment.clone(),
         )
-        .with_callbacks(parts.hook_callbacks),
+        .with_callbacks(parts.front.and_then(|front| front.hook_callbacks.clone())),
         run_id: parts.run_id.to_owned(),
         epoch: parts.epoch,
         store: parts.store,
@@ -138,11 +137,18 @@ pub(crate) fn run_context(parts: ContextParts<'_>, checked: CheckedParts) -> Run
                 parts.catalog.clone(),
                 parts.project.process.home.clone(),
             )
-            .with_session(parts.session_rules),
+            .with_session(parts.front.and_then(|front| front.session_rules.clone())),
         ),
         catalog: parts.catalog,
         tools: ToolRegistry::standard()
-            .with_mcp(crate::mcp::run_config(parts.project))
+            .with_mcp(
+                crate::mcp::run_config(parts.project).with_session_servers(
+                    parts
+                        .front
+                        .map(|front| front.mcp_servers.clone())
+                        .unwrap_or_default(),
+                ),
+            )
             .with_skills(Arc::new(crate::loading::load_skills(parts.project))),
         workspace: checked.workspace,
         plans: parts.plans,

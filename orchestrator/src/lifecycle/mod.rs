@@ -86,6 +86,10 @@ pub(crate) struct FrontEnd {
     /// The permission rules the front end's person added for its session
     /// (`updatedPermissions`), decided with the settings' rules.
     pub session_rules: Option<Arc<muster_agents::runtime::SessionRules>>,
+    /// The MCP servers the front end gave for its session (an editor's `session/new`, a
+    /// program's `--mcp-config`): the user's own, started without project trust, in the
+    /// sandbox like every server; each replaces a configured server of its name.
+    pub mcp_servers: Vec<muster_config::McpServerConfig>,
     /// The mode the front end's person sets while the main agent's turn runs
     /// (`set_permission_mode` mid-turn), taken at its next tool-call boundary.
     pub mode_request: Option<muster_agents::runtime::ModeRequest>,

@@ -576,14 +576,7 @@ impl RunKind for TeamRun {
                 env: &run.env,
                 restored: run.restored.clone(),
                 trace: run.trace(),
-                hook_callbacks: self
-                    .front
-                    .as_ref()
-                    .and_then(|front| front.hook_callbacks.clone()),
-                session_rules: self
-                    .front
-                    .as_ref()
-                    .and_then(|front| front.session_rules.clone()),
+                front: self.front.as_ref(),
             },
             checked,
         ));

@@ -479,8 +479,7 @@ async fn run_placed(
             env: &env,
             restored,
             trace: traces.as_ref().map(|traces| traces.run_trace().clone()),
-            hook_callbacks: None,
-            session_rules: None,
+            front: None,
         },
         checked,
     ));

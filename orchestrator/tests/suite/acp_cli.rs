@@ -1375,3 +1375,70 @@ async fn set_mode_during_a_turn_applies_from_its_next_tool_call() {
     );
     assert_eq!(acp.close().await, Some(0));
 }
+
+/// The MCP servers an editor gives with `session/new` are the user's own: they start in a
+/// project nobody trusted (whose own `.mcp.json` server stays off), and the model's call
+/// reaches the server; a server muster cannot start as given is that request's error, naming
+/// it, and the session is not made.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_editors_mcp_servers_start_without_project_trust_and_a_bad_one_is_named() {
+    let dir = project(&[(
+        ".muster/settings.toml",
+        "permission_mode = \"bypassPermissions\"\n",
+    )]);
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let server = super::common::filesystem_server();
+    std::fs::write(
+        root.join(".mcp.json"),
+        json!({"mcpServers": {"repo": {"command": "node", "args": [&server, &root]}}}).to_string(),
+    )
+    .unwrap();
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![tool("mcp__mine__list_directory", json!({"path": root}))],
+        ),
+        ScriptEntry::reply("main", 2, vec![Block::text("Listed.")]),
+    ])
+    .await;
+    let mut acp = Acp::spawn(&root, &fake.base_url());
+    acp.initialize().await;
+    let refused = acp
+        .request(
+            "session/new",
+            json!({"cwd": root, "mcpServers": [
+                {"type": "sse", "name": "old", "url": "http://127.0.0.1:9/sse", "headers": []}]}),
+        )
+        .await;
+    let message = refused["error"]["message"].to_string();
+    assert!(
+        message.contains("`old`") && message.contains("SSE"),
+        "{refused}"
+    );
+    let answer = acp
+        .request(
+            "session/new",
+            json!({"cwd": root, "mcpServers": [
+                {"name": "mine", "command": "node", "args": [&server, &root], "env": []}]}),
+        )
+        .await;
+    let session = answer["result"]["sessionId"].as_str().unwrap().to_owned();
+    let answer = acp.prompt(&session, "List the project.").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let listed = acp
+        .updates(&session)
+        .into_iter()
+        .find(|u| u["sessionUpdate"] == "tool_call_update")
+        .expect("no call result");
+    assert_eq!(listed["status"], "completed", "{listed}");
+    assert!(listed.to_string().contains("README.md"), "{listed}");
+    let asked = fake.requests();
+    let tools = asked[0].body["tools"].to_string();
+    assert!(tools.contains("mcp__mine__list_directory"), "{tools}");
+    assert!(
+        !tools.contains("mcp__repo__"),
+        "the untrusted project's own server is not started: {tools}"
+    );
+    assert_eq!(acp.close().await, Some(0));
+}
