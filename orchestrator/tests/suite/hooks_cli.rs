@@ -1489,3 +1489,144 @@ async fn a_hooks_transcript_path_holds_the_agents_conversation() {
         path.display()
     );
 }
+
+/// A guard that logs each run, hangs on its first (until muster is killed under it), then on a
+/// later run refuses `rm` like [`GUARD`].
+const HANGING_GUARD: &str = "#!/bin/sh\n\
+    input=$(cat)\n\
+    echo \"$input\" >> \"$CLAUDE_PROJECT_DIR/guard.log\"\n\
+    if [ ! -e \"$CLAUDE_PROJECT_DIR/hung-once\" ]; then\n\
+      touch \"$CLAUDE_PROJECT_DIR/hung-once\"\n\
+      sleep 5\n\
+    fi\n\
+    case \"$input\" in\n\
+      *'\"command\":\"rm '*) echo 'rm is not allowed here (guard)' >&2; exit 2 ;;\n\
+    esac\n\
+    exit 0\n";
+
+/// kill -9 while a `PreToolUse` hook runs (nothing of it committed): the resume runs the hook
+/// again — the one event in flight — and its decision holds.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kill_inside_a_hook_resumes_by_running_it_again() {
+    let dir = hooked_project();
+    std::fs::write(dir.path().join(".claude/hooks/guard.sh"), HANGING_GUARD).unwrap();
+    trust(dir.path()).await;
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "main",
+            1,
+            vec![tool("Bash", json!({"command": "rm data/keep.txt"}))],
+        ),
+        ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+    ])
+    .await;
+    let args = run_args(&fake.base_url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut started = command(dir.path(), &args);
+    started
+        .kill_on_drop(true)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = started.spawn().unwrap();
+    // The hook's own mark says it is running (no event is emitted inside a hook).
+    let hung = dir.path().join("hung-once");
+    tokio::time::timeout(super::common::GUARD, async {
+        while !hung.exists() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the hook never started");
+    child.start_kill().unwrap();
+    let killed = child.wait().await.unwrap();
+    assert_eq!(killed.code(), None, "not killed");
+    assert_eq!(lines_of(&dir.path().join("guard.log")).len(), 1);
+    let resumed = muster(
+        dir.path(),
+        &[
+            "resume",
+            "--base-url",
+            &fake.base_url(),
+            "--output",
+            "stream-json",
+        ],
+    )
+    .await;
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    assert_eq!(
+        lines_of(&dir.path().join("guard.log")).len(),
+        2,
+        "the hook in flight ran again"
+    );
+    assert!(dir.path().join("data/keep.txt").exists(), "rm ran");
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2, "the model was asked again");
+    let results = tool_results(&requests.last().unwrap().body);
+    assert!(
+        results[0].contains("rm is not allowed here (guard)"),
+        "{results:?}"
+    );
+}
+
+/// A teammate's subagent is guarded too, in the teammate's worktree, named by its own id.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guard_hook_refuses_rm_for_a_teammates_subagent() {
+    let dir = hooked_project();
+    let root = dir.path();
+    std::fs::remove_dir_all(root.join(".git")).unwrap();
+    write_team(
+        root,
+        "name = \"builders\"\nisolation = \"worktree\"\n\n[[teammates]]\nname = \"one\"\n\
+         definition = \"writer\"\nplan_mode_required = false\napprover = \"policy:policy.toml\"\n",
+    );
+    std::fs::write(root.join("policy.toml"), "approve_all = true\n").unwrap();
+    git(root, &["init", "-q", "-b", "main"]);
+    git(root, &["add", "-A"]);
+    git(root, &["commit", "-q", "-m", "start"]);
+    trust(root).await;
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "clean", "description": "Clean up."}),
+            )],
+        ),
+        any_turn("lead", "Waiting for the team."),
+        ScriptEntry::reply(
+            "one",
+            1,
+            vec![tool(
+                "Agent",
+                json!({"description": "clean", "prompt": "Clean up.", "subagent_type": "general"}),
+            )],
+        ),
+        ScriptEntry::reply(
+            "one.sub-1",
+            1,
+            vec![tool("Bash", json!({"command": "rm data/keep.txt"}))],
+        ),
+        ScriptEntry::reply("one.sub-1", 2, vec![Block::text("Could not.")]),
+        any_turn("one", "done"),
+    ])
+    .await;
+    let args = run_args(&fake.base_url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let done = muster(root, &args).await;
+    assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+    assert!(root.join("data/keep.txt").exists(), "rm ran");
+    let results = tool_results(&request_of(&fake, "one.sub-1", 2));
+    assert!(
+        results[0].contains("rm is not allowed here (guard)"),
+        "{results:?}"
+    );
+    let logged = lines_of(&root.join("guard.log"));
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    assert!(
+        logged[0].contains("\"agent_id\":\"one.sub-1\"")
+            && logged[0].contains(".muster/worktrees/"),
+        "{}",
+        logged[0]
+    );
+}
