@@ -201,7 +201,7 @@ impl HookRunner {
             };
         }
         if let Some(http) = &hook.handler.http {
-            let end = http::post_hook(http, stdin, hook.handler.timeout).await;
+            let end = http::post_hook(http, stdin, hook.handler.timeout, &self.environment).await;
             tracing::debug!(
                 event = event.name(),
                 url = http.url,

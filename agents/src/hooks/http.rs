@@ -9,6 +9,7 @@
 //! confine); a project's `http` hooks, like its commands, run only in a project the user
 //! trusted.
 
+use std::ffi::OsString;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -30,11 +31,16 @@ fn client() -> Result<&'static reqwest::Client, String> {
         .map_err(Clone::clone)
 }
 
-/// `value` with `$NAME` and `${NAME}` replaced for each `allowed` variable (unset: empty).
-fn expand(value: &str, allowed: &[String]) -> String {
+/// `value` with `$NAME` and `${NAME}` replaced for each `allowed` variable, as `environment`
+/// (the run's, as its command hooks get it) has it (unset: empty).
+fn expand(value: &str, allowed: &[String], environment: &[(OsString, OsString)]) -> String {
     let mut expanded = value.to_owned();
     for name in allowed {
-        let found = std::env::var(name).unwrap_or_default();
+        let found = environment
+            .iter()
+            .find(|(key, _)| key.to_str() == Some(name.as_str()))
+            .map(|(_, value)| value.to_string_lossy().into_owned())
+            .unwrap_or_default();
         expanded = expanded
             .replace(&format!("${{{name}}}"), &found)
             .replace(&format!("${name}"), &found);
@@ -43,7 +49,12 @@ fn expand(value: &str, allowed: &[String]) -> String {
 }
 
 /// Posts `body` to the hook's URL and reads the answer (see the module's comment).
-pub async fn post_hook(hook: &HttpHook, body: &[u8], timeout: Duration) -> ProcessEnd {
+pub async fn post_hook(
+    hook: &HttpHook,
+    body: &[u8],
+    timeout: Duration,
+    environment: &[(OsString, OsString)],
+) -> ProcessEnd {
     let client = match client() {
         Ok(client) => client,
         Err(why) => return ProcessEnd::CannotStart(format!("no HTTP client: {why}")),
@@ -54,7 +65,8 @@ pub async fn post_hook(hook: &HttpHook, body: &[u8], timeout: Duration) -> Proce
         .header(reqwest::header::CONTENT_TYPE, "application/json")
         .body(body.to_vec());
     for (name, value) in &hook.headers {
-        request = request.header(name.as_str(), expand(value, &hook.allowed_env_vars));
+        let value = expand(value, &hook.allowed_env_vars, environment);
+        request = request.header(name.as_str(), value);
     }
     let failed = |error: reqwest::Error| match error.is_timeout() {
         true => ProcessEnd::TimedOut(timeout),
@@ -98,12 +110,18 @@ mod tests {
 
     #[test]
     fn only_allowed_variables_are_put_into_headers() {
-        // PATH is set in every test environment.
-        let path = std::env::var("PATH").unwrap_or_default();
-        let allowed = vec!["PATH".to_owned()];
+        let environment = vec![
+            (OsString::from("TOKEN"), OsString::from("s3cret")),
+            (OsString::from("HOME"), OsString::from("/home/u")),
+        ];
+        let allowed = vec!["TOKEN".to_owned(), "UNSET".to_owned()];
         assert_eq!(
-            expand("Bearer $PATH and ${PATH}, not $HOME", &allowed),
-            format!("Bearer {path} and {path}, not $HOME")
+            expand(
+                "Bearer $TOKEN ${TOKEN} [$UNSET] $HOME",
+                &allowed,
+                &environment
+            ),
+            "Bearer s3cret s3cret [] $HOME"
         );
     }
 }
