@@ -71,6 +71,24 @@ pub fn run_config(project: &Project) -> McpConfig {
     McpConfig::from_settings(&servers, &project.settings.mcp)
 }
 
+/// The servers a run's agents start in this process: the configured ones ([`run_config`]) and
+/// those its front end gave for the session, which replace a configured one of their name (or,
+/// `mcp_servers_only`, all of them).
+pub(crate) fn session_config(
+    project: &Project,
+    front: Option<&crate::lifecycle::FrontEnd>,
+) -> McpConfig {
+    let Some(front) = front else {
+        return run_config(project);
+    };
+    let configured = if front.mcp_servers_only {
+        McpConfig::from_settings(&Default::default(), &project.settings.mcp)
+    } else {
+        run_config(project)
+    };
+    configured.with_session_servers(front.mcp_servers.clone())
+}
+
 /// `muster check`'s view of MCP tools: each server it needs is started once (within
 /// `mcp.startup_timeout_ms`) to list its tools, then stopped.
 pub struct McpLookup {

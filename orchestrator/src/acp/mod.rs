@@ -517,6 +517,7 @@ impl Server {
                 hook_callbacks: None,
                 session_rules: None,
                 mcp_servers: session.mcp_servers.clone(),
+                mcp_servers_only: false,
                 mode_request: Some(session.mode_request.clone()),
             },
             cancelled: Arc::new(AtomicBool::new(false)),

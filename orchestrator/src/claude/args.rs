@@ -33,6 +33,10 @@ pub struct Request {
     pub append_system_prompt: Option<String>,
     /// `--permission-prompt-tool stdio`.
     pub ask_program: bool,
+    /// `--mcp-config`: files or JSON texts of `{"mcpServers": {…}}`, the session's servers.
+    pub mcp_configs: Vec<String>,
+    /// `--strict-mcp-config`: only those servers, none of the configured ones.
+    pub strict_mcp: bool,
     /// One line each, said once on stderr.
     pub warnings: Vec<String>,
 }

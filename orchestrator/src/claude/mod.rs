@@ -346,6 +346,8 @@ struct Session {
     init: InitFacts,
     /// Whether the run is a single-agent or a team run.
     shape: RunShape,
+    /// `--mcp-config`'s servers, for every prompt of the session.
+    mcp_servers: Vec<muster_config::McpServerConfig>,
 }
 
 /// What kind of run a session drives.
@@ -385,7 +387,8 @@ fn open_session(global: &Globals, request: &Request) -> anyhow::Result<Session> 
     }
     let project = Project::load(global, root, overrides)?;
     let team_file = crate::team::team_file_for(global, None)?;
-    let init = init_facts(&project, request);
+    let mcp_servers = session_mcp_servers(&project, &request.mcp_configs)?;
+    let init = init_facts(&project, request, &mcp_servers);
     let existing = match (&request.resume, request.continue_last) {
         (Some(id), _) => Some(find_run(&project, Some(id))?),
         (None, true) => Some(find_run(&project, None)?),
@@ -403,6 +406,7 @@ fn open_session(global: &Globals, request: &Request) -> anyhow::Result<Session> 
                 Some(file) => RunShape::Team { file: Some(file) },
                 None => RunShape::Single,
             },
+            mcp_servers,
         });
     };
     let shape = match record.team {
@@ -438,15 +442,61 @@ fn open_session(global: &Globals, request: &Request) -> anyhow::Result<Session> 
         stored: true,
         init,
         shape,
+        mcp_servers,
     })
 }
 
-fn init_facts(project: &Project, request: &Request) -> InitFacts {
+/// `--mcp-config`'s servers: each value a file or a JSON text of `{"mcpServers": {…}}` in
+/// `.mcp.json`'s shape, the user's own choice (started without project trust, in the
+/// sandbox). Anything muster cannot start as given is a usage error naming it.
+fn session_mcp_servers(
+    project: &Project,
+    configs: &[String],
+) -> anyhow::Result<Vec<muster_config::McpServerConfig>> {
+    let usage = |message: String| ExitError::new(Exit::Usage, format!("--mcp-config {message}"));
+    let mut servers = Vec::new();
+    for given in configs {
+        let (source, text) = if given.trim_start().starts_with('{') {
+            ("(JSON text)".to_owned(), given.clone())
+        } else {
+            let path = match &project.process.current_dir {
+                Ok(cwd) => cwd.join(given),
+                Err(_) => Path::new(given).to_path_buf(),
+            };
+            let text = std::fs::read_to_string(&path)
+                .map_err(|error| usage(format!("{}: cannot be read: {error}", path.display())))?;
+            (path.display().to_string(), text)
+        };
+        let document: Value = serde_json::from_str(&text)
+            .map_err(|error| usage(format!("{source}: not JSON: {error}")))?;
+        let Some(declared) = document.get("mcpServers").and_then(Value::as_object) else {
+            return Err(usage(format!(
+                "{source}: expected {{\"mcpServers\": {{NAME: {{…}}}}}}, as in .mcp.json"
+            ))
+            .into());
+        };
+        for (name, entry) in declared {
+            let server = muster_config::mcp::session_server(name, entry, &project.process.env)
+                .map_err(|why| usage(format!("{source}: {why}")))?;
+            servers.retain(|known: &muster_config::McpServerConfig| known.name != server.name);
+            servers.push(server);
+        }
+    }
+    Ok(servers)
+}
+
+fn init_facts(
+    project: &Project,
+    request: &Request,
+    session_servers: &[muster_config::McpServerConfig],
+) -> InitFacts {
     let settings = &project.settings;
     let (servers, _) = crate::mcp::load_servers(project.root.path(), settings, &project.process);
-    let mcp_servers = servers
+    let configured = servers
         .servers
         .iter()
+        .filter(|_| !request.strict_mcp)
+        .filter(|server| !session_servers.iter().any(|s| s.name == server.server.name))
         .map(|server| {
             let status = match (server.enabled, server.untrusted) {
                 (true, false) => "pending",
@@ -454,8 +504,11 @@ fn init_facts(project: &Project, request: &Request) -> InitFacts {
                 (false, _) => "disabled",
             };
             json!({"name": server.server.name, "status": status})
-        })
-        .collect();
+        });
+    let given = session_servers
+        .iter()
+        .map(|server| json!({"name": server.name, "status": "pending"}));
+    let mcp_servers = configured.chain(given).collect();
     InitFacts {
         cwd: project.root.path().display().to_string(),
         model: request
@@ -626,7 +679,8 @@ impl Driver {
             mode: self.mode_change.take(),
             hook_callbacks: Some(self.hooks.clone() as Arc<dyn muster_agents::hooks::HookCallbacks>),
             session_rules: Some(self.session_rules.clone()),
-            mcp_servers: Vec::new(),
+            mcp_servers: self.session.mcp_servers.clone(),
+            mcp_servers_only: self.request.strict_mcp,
             mode_request: Some(self.shared.mode_request.clone()),
         };
         // A team run's teammates that end badly during this prompt are named in its result:

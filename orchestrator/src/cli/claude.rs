@@ -310,6 +310,8 @@ fn check(args: ClaudeArgs) -> Result<Request, Refused> {
         fork: args.fork_session,
         session_alias: args.session_id,
         ask_program,
+        mcp_configs: args.mcp_config,
+        strict_mcp: args.strict_mcp_config,
         warnings,
     })
 }
@@ -349,11 +351,6 @@ fn warnings_for(args: &ClaudeArgs) -> Vec<String> {
         args.tools.as_deref().is_some_and(|t| t != "default"),
         "--tools",
         "every agent keeps its definition's tools; narrow them with --disallowedTools",
-    );
-    warn(
-        !args.mcp_config.is_empty() || args.strict_mcp_config,
-        "--mcp-config",
-        "MCP servers come from .mcp.json and muster's settings (trusted projects)",
     );
     warn(
         args.settings.is_some()

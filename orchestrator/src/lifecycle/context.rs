@@ -141,14 +141,7 @@ pub(crate) fn run_context(parts: ContextParts<'_>, checked: CheckedParts) -> Run
         ),
         catalog: parts.catalog,
         tools: ToolRegistry::standard()
-            .with_mcp(
-                crate::mcp::run_config(parts.project).with_session_servers(
-                    parts
-                        .front
-                        .map(|front| front.mcp_servers.clone())
-                        .unwrap_or_default(),
-                ),
-            )
+            .with_mcp(crate::mcp::session_config(parts.project, parts.front))
             .with_skills(Arc::new(crate::loading::load_skills(parts.project))),
         workspace: checked.workspace,
         plans: parts.plans,

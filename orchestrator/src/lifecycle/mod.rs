@@ -90,6 +90,8 @@ pub(crate) struct FrontEnd {
     /// program's `--mcp-config`): the user's own, started without project trust, in the
     /// sandbox like every server; each replaces a configured server of its name.
     pub mcp_servers: Vec<muster_config::McpServerConfig>,
+    /// Start only those, none of the configured servers (`--strict-mcp-config`).
+    pub mcp_servers_only: bool,
     /// The mode the front end's person sets while the main agent's turn runs
     /// (`set_permission_mode` mid-turn), taken at its next tool-call boundary.
     pub mode_request: Option<muster_agents::runtime::ModeRequest>,

@@ -1403,3 +1403,83 @@ async fn a_team_run_without_a_permission_prompt_tool_ends_awaiting_the_teammates
     );
     assert!(!dir.path().join("hello.txt").exists());
 }
+
+/// `--mcp-config`'s servers are the session's, the user's own: they start in a project nobody
+/// trusted, beside the user's configured servers or, with `--strict-mcp-config`, alone; the
+/// model's call reaches the server. One muster cannot start as given exits 2 naming it.
+#[tokio::test(flavor = "multi_thread")]
+async fn mcp_config_servers_start_without_project_trust_and_strict_keeps_only_them() {
+    let dir = project(&[]);
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let server = super::common::filesystem_server();
+    // HOME is the project: a user-scope server of ~/.claude.json.
+    std::fs::write(
+        root.join(".claude.json"),
+        json!({"mcpServers": {"user": {"command": "node", "args": [&server, &root]}}}).to_string(),
+    )
+    .unwrap();
+    let config =
+        json!({"mcpServers": {"mine": {"command": "node", "args": [&server, &root]}}}).to_string();
+    let listing = || {
+        fake(vec![
+            ScriptEntry::reply(
+                "main",
+                1,
+                vec![tool("mcp__mine__list_directory", json!({"path": root}))],
+            ),
+            ScriptEntry::reply("main", 2, vec![Block::text("Listed.")]),
+        ])
+    };
+    let run = async |base: &str, strict: bool| {
+        let mut args = vec![
+            "-p",
+            "List the project.",
+            "--output-format",
+            "json",
+            "--permission-mode",
+            "bypassPermissions",
+            "--mcp-config",
+            &config,
+        ];
+        if strict {
+            args.push("--strict-mcp-config");
+        }
+        claude(&root, base, &args, "").await
+    };
+    let fake = listing().await;
+    let output = run(&fake.base_url(), false).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let result = messages(&output).pop().unwrap();
+    assert_eq!(result["result"], "Listed.", "{result}");
+    let asked = fake.requests();
+    let tools = asked[0].body["tools"].to_string();
+    assert!(tools.contains("mcp__mine__list_directory"), "{tools}");
+    assert!(tools.contains("mcp__user__list_directory"), "{tools}");
+    assert!(
+        asked[1].body["messages"].to_string().contains("README.md"),
+        "the server's listing reached the model"
+    );
+
+    let strict = listing().await;
+    let output = run(&strict.base_url(), true).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let tools = strict.requests()[0].body["tools"].to_string();
+    assert!(tools.contains("mcp__mine__list_directory"), "{tools}");
+    assert!(!tools.contains("mcp__user__"), "strict: {tools}");
+
+    let bad = json!({"mcpServers": {"old": {"type": "sse", "url": "http://127.0.0.1:9/sse"}}})
+        .to_string();
+    let output = claude(
+        &root,
+        &fake.base_url(),
+        &["-p", "Hi.", "--mcp-config", &bad],
+        "",
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(2));
+    let said = stderr(&output);
+    assert!(
+        said.contains("--mcp-config") && said.contains("`old`"),
+        "{said}"
+    );
+}
