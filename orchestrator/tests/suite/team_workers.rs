@@ -1829,24 +1829,57 @@ async fn assert_interrupted_on_the_worker(url: &str, run_id: &str, fake: &FakeLl
     assert!(said.contains("Go on."), "{said}");
 }
 
+/// The PostgreSQL schema, the model, a ready worker `w1` and the run's remote of the two tests
+/// below.
+struct OnAWorker {
+    schema: Schema,
+    url: String,
+    fake: FakeLlmHandle,
+    worker: Worker,
+    remote: tempfile::TempDir,
+}
+
+impl OnAWorker {
+    async fn start() -> OnAWorker {
+        let schema = Schema::new().await;
+        let url = schema.url();
+        let fake = interrupted_on_a_worker_model().await;
+        let mut worker = teammate_worker(&fake, &url, "w1");
+        worker.wait_for("ready on").await;
+        OnAWorker {
+            schema,
+            url,
+            fake,
+            worker,
+            remote: bare_remote(),
+        }
+    }
+
+    fn remote(&self) -> String {
+        self.remote.path().display().to_string()
+    }
+
+    /// The teammate's turn was interrupted on the worker, the run went on; the worker stops.
+    async fn finish(mut self, run_id: &str) {
+        assert_interrupted_on_the_worker(&self.url, run_id, &self.fake).await;
+        assert_eq!(self.worker.stop().await, Some(0));
+        self.schema.drop_now().await;
+    }
+}
+
 /// `muster interrupt` while the lead waits and its teammate's turn on a `muster worker` is held
 /// at the model: the worker, watching the run's committed interrupt requests, ends that turn
 /// (`turn_interrupted` committed there), the teammate goes idle and tells the lead once, and
 /// the lead's mail starts it again on its worker; the run completes.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_interrupt_ends_the_turn_of_a_teammate_on_a_worker_and_the_run_goes_on() {
-    let schema = Schema::new().await;
-    let url = schema.url();
-    let fake = interrupted_on_a_worker_model().await;
-    let mut worker = teammate_worker(&fake, &url, "w1");
-    worker.wait_for("ready on").await;
-    let remote = bare_remote();
-    let remote_path = remote.path().display().to_string();
+    let setup = OnAWorker::start().await;
+    let (url, fake) = (setup.url.clone(), &setup.fake);
     let lead = lead_repo(&team(&["one"], ""));
     let root = lead.path();
     let base = fake.base_url();
-    let mut run =
-        super::common::Running::spawn(command(root, &run_args(&url, &base, &remote_path)));
+    let remote = setup.remote();
+    let mut run = super::common::Running::spawn(command(root, &run_args(&url, &base, &remote)));
     let waiting = run
         .until("the lead's second turn", |e| {
             e["type"] == "model_turn" && e["agent"] == "lead" && e["turn"] == 2
@@ -1863,9 +1896,7 @@ async fn an_interrupt_ends_the_turn_of_a_teammate_on_a_worker_and_the_run_goes_o
     let end = run.events.last().unwrap().clone();
     assert_eq!(end["status"], "completed", "{end:#}");
     assert_eq!(end["result"], "Done.", "{end:#}");
-    assert_interrupted_on_the_worker(&url, &run_id, &fake).await;
-    assert_eq!(worker.stop().await, Some(0));
-    schema.drop_now().await;
+    setup.finish(&run_id).await;
 }
 
 /// The same through a program written for the Agent SDK (`muster claude`, stream-json on
@@ -1875,14 +1906,10 @@ async fn an_interrupt_ends_the_turn_of_a_teammate_on_a_worker_and_the_run_goes_o
 #[tokio::test(flavor = "multi_thread")]
 async fn an_sdk_programs_interrupt_reaches_the_teammate_on_a_worker() {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-    let schema = Schema::new().await;
-    let url = schema.url();
-    let fake = interrupted_on_a_worker_model().await;
-    let mut worker = teammate_worker(&fake, &url, "w1");
-    worker.wait_for("ready on").await;
-    let remote = bare_remote();
-    let remote_path = remote.path().display().to_string();
-    let lead = lead_repo(&team(&["one"], &format!("remote = \"{remote_path}\"\n")));
+    let setup = OnAWorker::start().await;
+    let (url, fake) = (setup.url.clone(), &setup.fake);
+    let remote = setup.remote();
+    let lead = lead_repo(&team(&["one"], &format!("remote = \"{remote}\"\n")));
     let root = lead.path();
     std::fs::write(
         root.join(".muster/settings.toml"),
@@ -1952,7 +1979,5 @@ async fn an_sdk_programs_interrupt_reaches_the_teammate_on_a_worker() {
         .expect("muster claude did not end after stdin closed")
         .unwrap();
     assert_eq!(status.code(), Some(0));
-    assert_interrupted_on_the_worker(&url, &run_id, &fake).await;
-    assert_eq!(worker.stop().await, Some(0));
-    schema.drop_now().await;
+    setup.finish(&run_id).await;
 }
