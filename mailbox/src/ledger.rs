@@ -103,9 +103,22 @@ pub use crate::rules::ledger::decide;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reserved {
     pub decision: LedgerDecision,
-    /// The run's ledger as the decision read it (`None`: the run has none; granted).
+    /// The run's ledger as the decision read it (`None`: granted, the run having none, or
+    /// this store having found it without a limit in this epoch already, so it did not look).
     pub ledger: Option<RunLedger>,
     /// The other agents' reservations in flight, summed, and how many there are.
     pub in_flight: LedgerSpend,
     pub in_flight_count: i64,
+}
+
+/// One agent's reservation in flight: the worst case of the model request it was granted,
+/// held until the response's commit settles it (see [`crate::store::MailboxStore::reserve_budget`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerReservation {
+    pub agent: String,
+    /// The epoch of the process that took it (a new epoch frees older ones).
+    pub epoch: i64,
+    pub estimate: LedgerSpend,
+    /// Milliseconds since the Unix epoch.
+    pub created_at: i64,
 }

@@ -202,6 +202,11 @@ pub trait MailboxStore: Send + Sync {
     ) -> StoreResult<crate::ledger::Reserved>;
     /// Frees `agent`'s reservation (its request failed), waking the agents waiting for budget.
     async fn release_reservation(&self, run_id: &str, agent: &str) -> StoreResult<()>;
+    /// The run's reservations in flight (one per agent at most), by agent.
+    async fn ledger_reservations(
+        &self,
+        run_id: &str,
+    ) -> StoreResult<Vec<crate::ledger::LedgerReservation>>;
 
     // ---- the task board
     /// Creates a task; a repeated idempotency key returns the original task.

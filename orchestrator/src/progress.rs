@@ -147,6 +147,7 @@ impl LiveProgress {
             | RunEvent::TeammatePlaced { .. }
             | RunEvent::TeammateFinished { .. }
             | RunEvent::AgentState { .. }
+            | RunEvent::BudgetWait { .. }
             | RunEvent::RunFinished { .. } => {}
         }
     }

@@ -48,6 +48,7 @@
 //! | `merge_applied` | `request_id`, `commit`, `files` (how many) |
 //! | `teammate_placed` | `worker`, `attempt`, `item` |
 //! | `teammate_finished` | `worker`, `item`, `result` |
+//! | `budget_wait` | `in_flight` (the other agents' requests), `reserved`, `spent`, `estimate` (each `turns`, `tokens`, `cost_usd`) |
 //! | `agent_state` | `state` (`thinking`, `calling_tool` + `tool_use_id`, `tool`, `waiting_on_decision` + `request_id`, `idle`) (log only) |
 //! | `run_finished` | `status`, `exit_code`, and the run's result fields (`result`, `reason`, `request_id`, `plan_file`, …) |
 //!
@@ -218,6 +219,20 @@ pub enum RunEvent {
         item: String,
         result: Option<Value>,
     },
+    /// The agent's next model request did not fit the run's ledger beside the requests in
+    /// flight (the reservation that decided so was committed): it waits, sending nothing,
+    /// until a settlement leaves room, the run's limit is reached, or the deadline passes.
+    /// Once per wait. (`muster runs --json` lists the reservations in flight.)
+    BudgetWait {
+        agent: String,
+        /// The other agents' requests in flight, and what they hold reserved (worst cases).
+        in_flight: i64,
+        reserved: BudgetSpend,
+        /// What the run has spent, settled by commits.
+        spent: BudgetSpend,
+        /// This request's worst case.
+        estimate: BudgetSpend,
+    },
     /// An agent's state changed (see [`AgentState`]).
     AgentState {
         agent: String,
@@ -287,6 +302,14 @@ pub enum DecisionSubject {
     },
 }
 
+/// Turns, tokens and dollars of the run's ledger (a `budget_wait` line's figures).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct BudgetSpend {
+    pub turns: i64,
+    pub tokens: i64,
+    pub cost_usd: f64,
+}
+
 /// What an agent is doing (the `state` of an `agent_state` line).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
@@ -337,6 +360,7 @@ impl RunEvent {
             RunEvent::MergeApplied { .. } => "merge_applied",
             RunEvent::TeammatePlaced { .. } => "teammate_placed",
             RunEvent::TeammateFinished { .. } => "teammate_finished",
+            RunEvent::BudgetWait { .. } => "budget_wait",
             RunEvent::AgentState { .. } => "agent_state",
             RunEvent::RunFinished { .. } => "run_finished",
         }
@@ -361,6 +385,7 @@ impl RunEvent {
             | RunEvent::MergeApplied { agent, .. }
             | RunEvent::TeammatePlaced { agent, .. }
             | RunEvent::TeammateFinished { agent, .. }
+            | RunEvent::BudgetWait { agent, .. }
             | RunEvent::AgentState { agent, .. }
             | RunEvent::RunFinished { agent, .. } => agent,
         }

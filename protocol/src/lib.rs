@@ -16,8 +16,8 @@ mod tool;
 
 pub use body::{DroppedGrant, MessageBody};
 pub use event::{
-    AgentState, ApprovalSubject, DecisionSubject, DeltaKind, EventLineError, EventSink, NoEvents,
-    RunEvent, TokenUsage,
+    AgentState, ApprovalSubject, BudgetSpend, DecisionSubject, DeltaKind, EventLineError,
+    EventSink, NoEvents, RunEvent, TokenUsage,
 };
 pub use kind::{Correlation, MessageKind};
 pub use request_id::{RequestFamily, RequestId, RequestIdError};

@@ -4,7 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
 use muster_protocol::{
-    AgentState, ApprovalSubject, DecisionSubject, DeltaKind, MessageKind, RunEvent, TokenUsage,
+    AgentState, ApprovalSubject, BudgetSpend, DecisionSubject, DeltaKind, MessageKind, RunEvent,
+    TokenUsage,
 };
 use serde_json::{Value, json};
 
@@ -29,9 +30,10 @@ fn variant(event: &RunEvent) -> usize {
         RunEvent::TeammateFinished { .. } => 15,
         RunEvent::AgentState { .. } => 16,
         RunEvent::RunFinished { .. } => 17,
+        RunEvent::BudgetWait { .. } => 18,
     }
 }
-const VARIANTS: usize = 18;
+const VARIANTS: usize = 19;
 
 /// The line's envelope for `kind` by `agent`, then `fields`.
 fn line(kind: &str, agent: &str, fields: Value) -> Value {
@@ -294,6 +296,35 @@ fn table() -> Vec<(RunEvent, Value)> {
                 "teammate_finished",
                 "alice",
                 json!({"worker": "w1", "item": "r1/alice", "result": {"status": "done"}}),
+            ),
+        ),
+        (
+            RunEvent::BudgetWait {
+                agent: s("bob"),
+                in_flight: 1,
+                reserved: BudgetSpend {
+                    turns: 1,
+                    tokens: 32_770,
+                    cost_usd: 32.77,
+                },
+                spent: BudgetSpend {
+                    turns: 1,
+                    tokens: 601,
+                    cost_usd: 0.601,
+                },
+                estimate: BudgetSpend {
+                    turns: 1,
+                    tokens: 32_900,
+                    cost_usd: 32.9,
+                },
+            },
+            line(
+                "budget_wait",
+                "bob",
+                json!({"in_flight": 1,
+                       "reserved": {"turns": 1, "tokens": 32_770, "cost_usd": 32.77},
+                       "spent": {"turns": 1, "tokens": 601, "cost_usd": 0.601},
+                       "estimate": {"turns": 1, "tokens": 32_900, "cost_usd": 32.9}}),
             ),
         ),
         (

@@ -1170,6 +1170,7 @@ impl AgentRuntime {
                             "waiting for the requests in flight to settle before the run's \
                              ledger has room for this one"
                         );
+                        self.report.budget_wait(&reserved, &estimate);
                     }
                     waited = true;
                 }

@@ -83,6 +83,31 @@ impl Reporter {
         });
     }
 
+    /// Reports that the agent waits for room in the run's ledger (`budget_wait`), after the
+    /// reservation that decided so was committed.
+    pub(super) fn budget_wait(
+        &self,
+        reserved: &muster_mailbox::ledger::Reserved,
+        estimate: &muster_mailbox::LedgerSpend,
+    ) {
+        let figures = |spend: &muster_mailbox::LedgerSpend| muster_protocol::BudgetSpend {
+            turns: spend.turns,
+            tokens: spend.tokens,
+            cost_usd: spend.cost_usd(),
+        };
+        self.events.emit(RunEvent::BudgetWait {
+            agent: self.agent.clone(),
+            in_flight: reserved.in_flight_count,
+            reserved: figures(&reserved.in_flight),
+            spent: reserved
+                .ledger
+                .as_ref()
+                .map(|ledger| figures(&ledger.spent))
+                .unwrap_or_default(),
+            estimate: figures(estimate),
+        });
+    }
+
     /// Reports a call about to run (`tool_started`, not durable).
     pub(super) fn tool_started(&self, call: &ToolCall) {
         self.events.emit(RunEvent::ToolStarted {

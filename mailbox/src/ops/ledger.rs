@@ -168,6 +168,44 @@ pub(crate) async fn reserve(
     })
 }
 
+/// The runs whose ledger this store read to have no run-wide limit, each with the epoch it was
+/// read under: a later request of that epoch is granted without a look (no writer trip on
+/// SQLite, no round trip on PostgreSQL). Sound because a run's limits are written once per
+/// epoch, by the process that opens the epoch, before any of its agents asks
+/// ([`crate::store::MailboxStore::open_ledger`] after `open_epoch`); a request of another
+/// epoch looks again, and this store's own `open_ledger` forgets the run. A fenced store (a
+/// worker's) never uses it: its look also checks the lease, so a worker that lost its teammate
+/// sends no further request.
+#[derive(Debug, Default)]
+pub(crate) struct UnlimitedRuns(std::sync::Mutex<std::collections::HashMap<String, i64>>);
+
+impl UnlimitedRuns {
+    /// The grant of a request of `epoch` when the run was read to have no limit in that epoch.
+    pub(crate) fn grant(&self, run_id: &str, epoch: i64) -> Option<Reserved> {
+        let known = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        (known.get(run_id) == Some(&epoch)).then(|| granted_without_limits(None))
+    }
+
+    /// Remembers what a look at the run's ledger under `epoch` found, when it found no limit.
+    pub(crate) fn learn(&self, run_id: &str, epoch: i64, reserved: &Reserved) {
+        let unlimited = reserved.decision == LedgerDecision::Grant
+            && reserved
+                .ledger
+                .as_ref()
+                .is_none_or(|l| l.limits.is_unlimited());
+        if unlimited {
+            let mut known = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            known.insert(run_id.to_owned(), epoch);
+        }
+    }
+
+    /// The run's limits are being written: look again from now on.
+    pub(crate) fn forget(&self, run_id: &str) {
+        let mut known = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        known.remove(run_id);
+    }
+}
+
 /// The grant of a run whose ledger, as read, has no run-wide limit (or that has none): no
 /// reservation is held. `None` when it has limits, which only [`reserve`] decides.
 pub(crate) fn grant_if_unlimited(ledger: Option<RunLedger>) -> Option<Reserved> {
@@ -184,6 +222,32 @@ fn granted_without_limits(ledger: Option<RunLedger>) -> Reserved {
         in_flight: LedgerSpend::default(),
         in_flight_count: 0,
     }
+}
+
+/// The run's reservations in flight, by agent.
+pub(crate) async fn reservations(
+    tx: &impl Tx,
+    run_id: &str,
+) -> StoreResult<Vec<crate::ledger::LedgerReservation>> {
+    const R: &str = "ledger_reservations";
+    tx.query(
+        "SELECT agent_id, epoch, turns, tokens, cost_nanos, created_at FROM ledger_reservations \
+         WHERE run_id = ?1 ORDER BY agent_id",
+        &[&run_id],
+        |row| {
+            Ok(crate::ledger::LedgerReservation {
+                agent: row.get(R, 0)?,
+                epoch: row.get(R, 1)?,
+                estimate: LedgerSpend {
+                    turns: row.get(R, 2)?,
+                    tokens: row.get(R, 3)?,
+                    cost_nanos: row.get(R, 4)?,
+                },
+                created_at: row.get(R, 5)?,
+            })
+        },
+    )
+    .await
 }
 
 /// Frees `agent`'s reservation, if it holds one (its request failed, or its response was

@@ -63,6 +63,8 @@ pub struct PostgresStore {
     work_watchers: Arc<crate::work::Watchers>,
     /// Announces this store's commits on the schema's change channel.
     changes: Arc<changes::Announcer>,
+    /// Runs read to have no run-wide limit in an epoch: their requests skip the server.
+    unlimited: Arc<ops_ledger::UnlimitedRuns>,
     /// Whether each write also tells other processes whom it woke (`NOTIFY` on the run's
     /// wake channel, delivered at its COMMIT): a team whose teammates run on workers.
     announce_wakes: bool,
@@ -164,6 +166,7 @@ impl PostgresStore {
             fence: None,
             work_watchers: Arc::default(),
             announce_wakes: false,
+            unlimited: Arc::default(),
         })
     }
 
@@ -827,6 +830,7 @@ impl MailboxStore for PostgresStore {
         limits: crate::ledger::LedgerLimits,
         seed: crate::ledger::LedgerSpend,
     ) -> StoreResult<crate::ledger::RunLedger> {
+        self.unlimited.forget(run_id);
         write_op!(self, [run_id], |tx, ctx, _w| {
             ops_ledger::open_ledger(&tx, run_id, &limits, &seed).await
         })
@@ -852,11 +856,16 @@ impl MailboxStore for PostgresStore {
         estimate: crate::ledger::LedgerSpend,
     ) -> StoreResult<crate::ledger::Reserved> {
         if self.fence.is_none() {
-            // Most runs have no run-wide limit: one read answers them, without the write
+            // Most runs have no run-wide limit: once a look found none in this epoch, the
+            // request asks the server nothing; the first look is one read, without the write
             // transaction (a durable COMMIT) a reservation takes. A fenced store checks its
             // lease in a write transaction, so it always takes the write.
+            if let Some(granted) = self.unlimited.grant(run_id, epoch) {
+                return Ok(granted);
+            }
             let ledger = read_op!(self, |tx, ctx| ops_ledger::run_ledger(&tx, run_id).await)?;
             if let Some(granted) = ops_ledger::grant_if_unlimited(ledger) {
+                self.unlimited.learn(run_id, epoch, &granted);
                 return Ok(granted);
             }
         }
@@ -869,6 +878,13 @@ impl MailboxStore for PostgresStore {
         write_op!(self, [run_id], |tx, ctx, wakes| {
             ops_ledger::release(&tx, run_id, agent, wakes).await
         })
+    }
+
+    async fn ledger_reservations(
+        &self,
+        run_id: &str,
+    ) -> StoreResult<Vec<crate::ledger::LedgerReservation>> {
+        read_op!(self, |tx, ctx| ops_ledger::reservations(&tx, run_id).await)
     }
 
     async fn stream_records(&self, run_id: &str, stream: &str) -> StoreResult<Vec<AgentRecord>> {

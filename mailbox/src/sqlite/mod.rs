@@ -40,6 +40,8 @@ pub struct SqliteStore {
     /// lease is still this token's (see [`crate::work`]).
     fence: Option<Arc<crate::work::WorkFence>>,
     work_watchers: Arc<crate::work::Watchers>,
+    /// Runs read to have no run-wide limit in an epoch: their requests skip the writer.
+    unlimited: Arc<ops_ledger::UnlimitedRuns>,
 }
 
 impl SqliteStore {
@@ -67,6 +69,7 @@ impl SqliteStore {
             ctx,
             fence: None,
             work_watchers: Arc::default(),
+            unlimited: Arc::default(),
         })
     }
 
@@ -382,6 +385,7 @@ impl MailboxStore for SqliteStore {
         limits: crate::ledger::LedgerLimits,
         seed: crate::ledger::LedgerSpend,
     ) -> StoreResult<crate::ledger::RunLedger> {
+        self.unlimited.forget(run_id);
         let run_id = run_id.to_owned();
         self.op(async move |tx, _| ops_ledger::open_ledger(tx, &run_id, &limits, &seed).await)
             .await
@@ -400,16 +404,38 @@ impl MailboxStore for SqliteStore {
         epoch: i64,
         estimate: crate::ledger::LedgerSpend,
     ) -> StoreResult<crate::ledger::Reserved> {
-        let (run_id, agent) = (run_id.to_owned(), agent.to_owned());
-        self.op(async move |tx, wakes| {
-            ops_ledger::reserve(tx, &run_id, &agent, epoch, &estimate, wakes).await
-        })
-        .await
+        // Most runs have no run-wide limit: once a look found none in this epoch, the
+        // request skips the writer. A fenced store looks every time (the look checks the
+        // lease).
+        let unfenced = self.fence.is_none();
+        if unfenced && let Some(granted) = self.unlimited.grant(run_id, epoch) {
+            return Ok(granted);
+        }
+        let run = run_id.to_owned();
+        let agent = agent.to_owned();
+        let reserved = self
+            .op(async move |tx, wakes| {
+                ops_ledger::reserve(tx, &run, &agent, epoch, &estimate, wakes).await
+            })
+            .await?;
+        if unfenced {
+            self.unlimited.learn(run_id, epoch, &reserved);
+        }
+        Ok(reserved)
     }
 
     async fn release_reservation(&self, run_id: &str, agent: &str) -> StoreResult<()> {
         let (run_id, agent) = (run_id.to_owned(), agent.to_owned());
         self.op(async move |tx, wakes| ops_ledger::release(tx, &run_id, &agent, wakes).await)
+            .await
+    }
+
+    async fn ledger_reservations(
+        &self,
+        run_id: &str,
+    ) -> StoreResult<Vec<crate::ledger::LedgerReservation>> {
+        let run_id = run_id.to_owned();
+        self.op(async move |tx, _| ops_ledger::reservations(tx, &run_id).await)
             .await
     }
 

@@ -1084,6 +1084,19 @@ async fn budget_reservations_are_granted_while_they_fit_and_settled_by_the_charg
     // An agent's new reservation replaces its own.
     assert_eq!(reserve("alice", 60).await, (Grant, 40, 1));
     assert_eq!(reserve("carol", 1).await, (Wait, 100, 2));
+    // What is in flight, as `muster runs --json` shows it: one reservation per granted
+    // agent, none for the one told to wait.
+    let in_flight: Vec<(String, i64, i64)> = store
+        .ledger_reservations(RUN)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.agent, r.epoch, r.estimate.cost_nanos))
+        .collect();
+    assert_eq!(
+        in_flight,
+        [("alice".into(), epoch, 60), ("bob".into(), epoch, 40)]
+    );
 
     // Alice's response is charged: her reservation is settled in that commit, and an agent
     // waiting for budget is woken.

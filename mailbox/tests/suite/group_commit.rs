@@ -163,3 +163,61 @@ async fn the_newest_mails_of_a_run_are_found_through_an_index() {
     );
     assert!(!plan.contains("SCAN"), "{plan}");
 }
+
+/// A run without run-wide limits (most runs): the reservation before each model request looks
+/// at the ledger once per epoch; every later request of that epoch is granted without the
+/// writer. Writing limits, or a request of another epoch, makes the store look again.
+#[tokio::test]
+async fn an_unlimited_runs_requests_skip_the_writer_after_the_first_look_of_the_epoch() {
+    use muster_mailbox::ledger::LedgerDecision::{Grant, Wait};
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("m.db"));
+    let epoch = run_with(&store, RUN, &["alice"]).await;
+    store
+        .open_ledger(RUN, LedgerLimits::default(), LedgerSpend::default())
+        .await
+        .unwrap();
+    let request = LedgerSpend {
+        turns: 1,
+        tokens: 10,
+        cost_nanos: 60,
+    };
+    let reserve = |agent: &'static str, epoch: i64| {
+        let store = store.clone();
+        async move {
+            store
+                .reserve_budget(RUN, agent, epoch, request)
+                .await
+                .unwrap()
+                .decision
+        }
+    };
+    let base = store.stats().operations;
+    assert_eq!(reserve("lead", epoch).await, Grant);
+    assert_eq!(store.stats().operations, base + 1, "the first look");
+    for _ in 0..10 {
+        assert_eq!(reserve("lead", epoch).await, Grant);
+        assert_eq!(reserve("alice", epoch).await, Grant);
+    }
+    assert_eq!(
+        store.stats().operations,
+        base + 1,
+        "later requests of the epoch use no writer"
+    );
+    // Another epoch looks again.
+    assert_eq!(reserve("lead", epoch + 1).await, Grant);
+    assert_eq!(store.stats().operations, base + 2);
+
+    // Limits written (a resume's process with budgets.run): every request reserves again,
+    // so two that do not fit together wait on each other.
+    let limits = LedgerLimits {
+        cost_nanos: Some(100),
+        ..LedgerLimits::default()
+    };
+    store
+        .open_ledger(RUN, limits, LedgerSpend::default())
+        .await
+        .unwrap();
+    assert_eq!(reserve("lead", epoch).await, Grant);
+    assert_eq!(reserve("alice", epoch).await, Wait);
+}

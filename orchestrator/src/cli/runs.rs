@@ -21,10 +21,25 @@ pub struct Args {
 }
 
 /// `budget` of a run's row: the run-wide limits and what every process of the run spent.
-fn budget_json(ledger: &muster_mailbox::RunLedger) -> serde_json::Value {
+fn budget_json(
+    ledger: &muster_mailbox::RunLedger,
+    in_flight: &[muster_mailbox::ledger::LedgerReservation],
+) -> serde_json::Value {
     use muster_agents::budget::{Spend, SpendLimits};
-    json!({"limits": SpendLimits::from_ledger(&ledger.limits),
-           "spent": Spend::from_ledger(&ledger.spent)})
+    let in_flight: Vec<_> = in_flight
+        .iter()
+        .map(|r| {
+            json!({"agent": r.agent, "epoch": r.epoch, "since": r.created_at,
+                   "reserved": Spend::from_ledger(&r.estimate)})
+        })
+        .collect();
+    let mut budget = json!({"limits": SpendLimits::from_ledger(&ledger.limits),
+                            "spent": Spend::from_ledger(&ledger.spent)});
+    // Only when something is in flight: a run's row reads as it always did otherwise.
+    if !in_flight.is_empty() {
+        budget["in_flight"] = json!(in_flight);
+    }
+    budget
 }
 
 pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
@@ -55,7 +70,8 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
                 "waits": {"total": total, "agents": agents}});
             // The run's ledger in the store (every process's spend), when it has one.
             if let Some(ledger) = rt.block_on(store.run_ledger(&run.id))? {
-                row["budget"] = budget_json(&ledger);
+                let in_flight = rt.block_on(store.ledger_reservations(&run.id))?;
+                row["budget"] = budget_json(&ledger, &in_flight);
             }
             rows.push(row);
         }

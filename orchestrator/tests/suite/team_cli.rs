@@ -2194,3 +2194,93 @@ async fn a_stuck_teammate_reaches_the_lead_by_name_in_its_idle_notification() {
         "names the call: {notice}"
     );
 }
+
+/// A run-wide token budget too small for two requests at once (each reserves its worst case,
+/// `max_tokens` and more): the lead's second request and alice's first are both held by the
+/// model server, so whichever is granted first stays in flight and the other waits on the
+/// budget. The wait is a `budget_wait` line, `muster runs --json` shows the reservation in
+/// flight, and the deadline passing while the agent waits ends the run as a deadline does:
+/// `budget`, exit 3, the deadline named. The waiting agent sent nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_deadline_passing_while_an_agent_waits_on_the_run_budget_ends_the_run_with_exit_3() {
+    let dir = project(&format!("shutdown_timeout_ms = 100\n{ASKS}"));
+    std::fs::write(
+        dir.path().join(".muster/settings.toml"),
+        "[budgets.run]\ntokens = 1000\n",
+    )
+    .unwrap();
+    let held = |agent: &str, turn: u64| -> ScriptEntry {
+        serde_json::from_value(json!({
+            "agent": agent,
+            "turn": turn,
+            "reply": {"content": [Block::text("never answered")], "stop_reason": "end_turn"},
+            "fault": {"hold": "never"},
+        }))
+        .unwrap()
+    };
+    let first: ScriptEntry = serde_json::from_value(json!({
+        "agent": "lead",
+        "turn": 1,
+        "reply": {"content": [tool("TaskCreate", json!({"subject": "Paint", "description": "Paint it."}))],
+                  "stop_reason": "tool_use",
+                  "usage": {"input_tokens": 10, "output_tokens": 5}},
+    }))
+    .unwrap();
+    let fake = fake(vec![first, held("lead", 2), held("alice", 1)]).await;
+    let mut run = Running::spawn(command(
+        dir.path(),
+        &[
+            "run",
+            "-p",
+            "Paint.",
+            "--base-url",
+            &fake.base_url(),
+            "--output",
+            "stream-json",
+            "--max-duration",
+            "8",
+        ],
+    ));
+    let wait = run
+        .until("budget_wait", |e| e["type"] == "budget_wait")
+        .await;
+    let waiting = wait["agent"].as_str().unwrap().to_owned();
+    let granted = if waiting == "lead" { "alice" } else { "lead" };
+    assert_eq!(wait["in_flight"], 1, "{wait}");
+    assert_eq!(wait["spent"]["tokens"], 15, "{wait}");
+    assert!(
+        wait["reserved"]["tokens"].as_i64().unwrap() + wait["estimate"]["tokens"].as_i64().unwrap()
+            > 1000 - 15,
+        "{wait}"
+    );
+
+    // Another process sees the reservation in flight: the granted agent's, the waiting one
+    // holding none.
+    let runs = muster(dir.path(), &["runs", "--json"]).await;
+    let rows: Value = serde_json::from_slice(&runs.stdout).unwrap();
+    let in_flight = &rows[0]["budget"]["in_flight"];
+    assert_eq!(in_flight.as_array().map(Vec::len), Some(1), "{rows:#}");
+    assert_eq!(in_flight[0]["agent"], granted, "{rows:#}");
+    assert_eq!(
+        in_flight[0]["reserved"]["tokens"], wait["reserved"]["tokens"],
+        "{rows:#}"
+    );
+
+    assert_eq!(run.finish().await, Some(3), "{:#?}", run.events);
+    let finished = run.events.last().unwrap();
+    assert_eq!(finished["type"], "run_finished", "{finished}");
+    assert_eq!(finished["status"], "budget", "{finished}");
+    assert!(finished.to_string().contains("deadline"), "{finished}");
+    let sent_by = |agent: &str| {
+        fake.requests()
+            .iter()
+            .filter(|r| r.agent.as_deref() == Some(agent))
+            .count()
+    };
+    assert_eq!(
+        sent_by(&waiting),
+        usize::from(waiting == "lead"),
+        "the waiting agent sent nothing"
+    );
+    assert_eq!(sent_by(granted), if granted == "lead" { 2 } else { 1 });
+}
