@@ -168,11 +168,6 @@ async fn a_semantic_conflict_lands_one_merge_and_sends_the_other_back_until_it_i
     fake.open_gate("lead");
     assert_eq!(run.finish().await, Some(0), "{:#?}", run.events);
     let events = &run.events;
-    std::fs::write(
-        "/tmp/x/sem.log",
-        serde_json::to_string_pretty(events).unwrap(),
-    )
-    .ok();
     let applied: Vec<&str> = events
         .iter()
         .filter(|e| e["type"] == "merge_applied")
