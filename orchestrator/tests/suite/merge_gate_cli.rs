@@ -430,3 +430,70 @@ async fn the_gate_before_the_final_apply_keeps_a_failing_result_off_the_users_tr
 async fn run_resume(root: &Path, base: &str) -> Option<std::process::Output> {
     Some(run(root, base, &["resume"]).await)
 }
+
+/// A gate killed mid-test leaves its scratch tree (no guard runs under kill -9); once the run
+/// is finished without a resume (here: its status set as a stop would leave it), `muster
+/// prune` removes the scratch tree with the run's worktrees, and git no longer lists it.
+#[tokio::test(flavor = "multi_thread")]
+async fn prune_removes_the_scratch_tree_a_killed_gate_left() {
+    let dir = repo(true, "human");
+    let root = dir.path();
+    let fake = fake(script()).await;
+    let mut command = super::common::command(
+        root,
+        &[
+            "run",
+            "-p",
+            "Build it.",
+            "--base-url",
+            &fake.base_url(),
+            "--output",
+            "stream-json",
+        ],
+    );
+    command.env("MUSTER_FAILPOINT", "merge_gate");
+    let killed = super::common::output(command).await;
+    assert_eq!(killed.status.code(), None, "{}", stderr(&killed));
+    let trees = git(root, &["worktree", "list", "--porcelain"]);
+    assert!(
+        trees.contains(".gate-"),
+        "the killed gate left its tree: {trees}"
+    );
+    let worktrees = root.join(".muster/worktrees");
+    assert_eq!(walk_gate_dirs(&worktrees).len(), 1, "{trees}");
+
+    let store = super::common::open_store(root);
+    let runs = store.runs().await.unwrap();
+    assert_eq!(runs.len(), 1);
+    store
+        .set_run_status(&runs[0].id, muster_mailbox::RunStatus::Failed, None)
+        .await
+        .unwrap();
+    drop(store);
+    let pruned = muster(root, &["prune", "--older-than", "1"]).await;
+    assert_eq!(pruned.status.code(), Some(0), "{}", stderr(&pruned));
+    let trees = git(root, &["worktree", "list", "--porcelain"]);
+    assert!(!trees.contains(".gate-"), "{trees}");
+    let left = walk_gate_dirs(&worktrees);
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// Every `.gate-*` directory under `dir`, at any depth.
+fn walk_gate_dirs(dir: &Path) -> Vec<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if !path.is_dir() {
+            continue;
+        }
+        if entry.file_name().to_string_lossy().starts_with(".gate-") {
+            found.push(path);
+        } else {
+            found.extend(walk_gate_dirs(&path));
+        }
+    }
+    found
+}
