@@ -322,7 +322,8 @@ fn refuse_dropping_hooks(
     Err(crate::exit::ExitError::new(
         crate::exit::Exit::Usage,
         format!(
-            "cannot resume: the project's hooks ran as trusted when the run started, but {}; \
+            // `why` reads "trusted when the run started, but …".
+            "cannot resume: the project's hooks ran as {}; \
              resumed, the run would go on without {} and allow what they refuse. Put the files \
              trust covers back as they were (`.claude/hooks/`, the files hook commands name; \
              `git status` shows what changed), then resume again",

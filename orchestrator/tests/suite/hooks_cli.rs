@@ -1371,6 +1371,11 @@ async fn a_resume_refuses_to_drop_project_hooks_whose_files_changed() {
         said.contains("cannot resume") && said.contains("hooks.PreToolUse"),
         "{said}"
     );
+    assert!(
+        said.contains("hooks ran as trusted when the run started, but the files trust covers")
+            && !said.contains("but trusted when"),
+        "{said}"
+    );
     assert_eq!(fake.requests().len(), 1, "the refused resume went on");
     std::fs::write(&script, DEFER).unwrap();
     let resumed = muster(dir.path(), &resume).await;
