@@ -244,6 +244,10 @@ pub struct NamedFile {
     /// Relative to the project root (and so to a teammate's worktree).
     pub relative: String,
     pub sha256: String,
+    /// Named by an absolute path: the file that runs wherever the agent works (a teammate's
+    /// worktree, a worker's clone), so the one checked. `None`: named relative to the project
+    /// directory, so checked inside the agent's workspace.
+    pub absolute: Option<PathBuf>,
 }
 
 /// One hook as configured: its event, matcher, handler and the file (and layer) it came from.
@@ -735,6 +739,14 @@ pub const PROJECT_DIR_VAR: &str = "CLAUDE_PROJECT_DIR";
 /// relative to it, is an existing regular file inside the root. Interpreter arguments count
 /// (`python3 tools/guard.py`), so do `./x` and absolute paths.
 pub fn named_files(command: &str, root: &Path) -> Vec<String> {
+    named_words(command, root)
+        .into_iter()
+        .map(|(relative, _)| relative)
+        .collect()
+}
+
+/// [`named_files`], each with the absolute path it was named by, if it was.
+fn named_words(command: &str, root: &Path) -> Vec<(String, Option<PathBuf>)> {
     let canonical_root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
     let root_text = root.display().to_string();
     let words = shlex::split(command).unwrap_or_else(|| {
@@ -743,9 +755,10 @@ pub fn named_files(command: &str, root: &Path) -> Vec<String> {
             .map(|word| word.replace(['"', '\''], ""))
             .collect()
     });
-    let mut found = Vec::new();
+    let mut found: Vec<(String, Option<PathBuf>)> = Vec::new();
     for word in &words {
         for part in word.split([';', '|', '&', '<', '>', '(', ')']) {
+            let absolute = Path::new(part).is_absolute();
             let part = part
                 .replace("${CLAUDE_PROJECT_DIR}", &root_text)
                 .replace("$CLAUDE_PROJECT_DIR", &root_text);
@@ -761,8 +774,8 @@ pub fn named_files(command: &str, root: &Path) -> Vec<String> {
             }
             if let Ok(relative) = canonical.strip_prefix(&canonical_root) {
                 let relative = relative.display().to_string();
-                if !found.contains(&relative) {
-                    found.push(relative);
+                if !found.iter().any(|(known, _)| *known == relative) {
+                    found.push((relative, absolute.then(|| canonical.clone())));
                 }
             }
         }
@@ -771,13 +784,14 @@ pub fn named_files(command: &str, root: &Path) -> Vec<String> {
 }
 
 fn hashed_named_files(command: &str, root: &Path) -> Vec<NamedFile> {
-    named_files(command, root)
+    named_words(command, root)
         .into_iter()
-        .filter_map(|relative| {
+        .filter_map(|(relative, absolute)| {
             let bytes = std::fs::read(root.join(&relative)).ok()?;
             Some(NamedFile {
                 sha256: sha256_hex(&bytes),
                 relative,
+                absolute,
             })
         })
         .collect()
@@ -792,11 +806,14 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
         .collect()
 }
 
-/// Whether the files `hook` names are, inside `workspace`, what they were when it was read;
-/// `Err` names the first one that changed or went.
+/// Whether the files `hook` names are what they were when it was read — inside `workspace`, or
+/// where an absolute path named them; `Err` names the first one that changed or went.
 pub fn named_files_unchanged(hook: &ConfiguredHook, workspace: &Path) -> Result<(), String> {
     for file in &hook.named_files {
-        let path: PathBuf = workspace.join(&file.relative);
+        let path: PathBuf = match &file.absolute {
+            Some(absolute) => absolute.clone(),
+            None => workspace.join(&file.relative),
+        };
         match std::fs::read(&path) {
             Ok(bytes) if sha256_hex(&bytes) == file.sha256 => {}
             Ok(_) => {

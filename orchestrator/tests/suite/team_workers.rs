@@ -1981,3 +1981,85 @@ async fn an_sdk_programs_interrupt_reaches_the_teammate_on_a_worker() {
     assert_eq!(status.code(), Some(0));
     setup.finish(&run_id).await;
 }
+
+/// A guard hook in the worker's own settings (its directory trusted by its operator) refuses
+/// `rm` for the teammate placed on it: the hook runs on the worker, and its reason reaches that
+/// teammate's model.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guard_hook_of_the_workers_settings_refuses_rm_for_the_teammate_on_it() {
+    let schema = Schema::new().await;
+    let url = schema.url();
+    let fake = fake(vec![
+        lead_assigns(&["one"]),
+        any_turn("lead", "Waiting for the team."),
+        ScriptEntry::reply(
+            "one",
+            1,
+            vec![tool("Bash", json!({"command": "rm README.md"}))],
+        ),
+        any_turn("one", "done"),
+    ])
+    .await;
+    let dir = super::common::project(&[(
+        ".muster/settings.toml",
+        &format!(
+            "permission_mode = \"bypassPermissions\"\n[providers.anthropic]\nbase_url = \"{}\"\n\
+             [sandbox]\nmode = \"off\"\n",
+            fake.base_url()
+        ),
+    )]);
+    std::fs::create_dir_all(dir.path().join(".muster/agents")).unwrap();
+    std::fs::write(dir.path().join(".muster/agents/writer.md"), WRITER).unwrap();
+    let hooks = std::fs::canonicalize(dir.path())
+        .unwrap()
+        .join(".claude/hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    let guard = hooks.join("guard.sh");
+    std::fs::write(
+        &guard,
+        "#!/bin/sh\ninput=$(cat)\necho \"$input\" >> \"$(dirname \"$0\")/guard.log\"\n\
+         case \"$input\" in\n  *'\"command\":\"rm '*) echo 'rm is not allowed here (guard)' >&2; exit 2 ;;\n\
+         esac\nexit 0\n",
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&guard, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::write(
+        dir.path().join(".claude/settings.json"),
+        json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [
+            {"type": "command", "command": guard.display().to_string()}]}]}})
+        .to_string(),
+    )
+    .unwrap();
+    super::common::trust_blocking(dir.path());
+    let mut worker = Worker::start_with_env(dir, &url, "w1", &["--slots", "1"], &[]);
+    worker.wait_for("ready on").await;
+    let remote = bare_remote();
+    let remote_path = remote.path().display().to_string();
+    let lead = lead_repo(&team(&["one"], ""));
+    let root = lead.path();
+    let output = super::common::output(command(
+        root,
+        &run_args(&url, &fake.base_url(), &remote_path),
+    ))
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let second = fake
+        .requests()
+        .into_iter()
+        .find(|r| r.agent.as_deref() == Some("one") && r.turn == Some(2))
+        .expect("the teammate's second request");
+    let said = second.body["messages"].to_string();
+    assert!(said.contains("rm is not allowed here (guard)"), "{said}");
+    let logged = std::fs::read_to_string(hooks.join("guard.log")).unwrap_or_default();
+    assert_eq!(
+        logged.lines().count(),
+        1,
+        "the guard ran once, on the worker: {logged}"
+    );
+    assert!(logged.contains("rm README.md"), "{logged}");
+    assert_eq!(worker.stop().await, Some(0));
+    schema.drop_now().await;
+}
