@@ -460,7 +460,9 @@ async fn prune_removes_the_scratch_tree_a_killed_gate_left() {
         "the killed gate left its tree: {trees}"
     );
     let worktrees = root.join(".muster/worktrees");
-    assert_eq!(walk_gate_dirs(&worktrees).len(), 1, "{trees}");
+    // Both teammates' gates may be under way when the first one is killed.
+    let gates = walk_gate_dirs(&worktrees).len();
+    assert!((1..=2).contains(&gates), "{gates} gate trees: {trees}");
 
     let store = super::common::open_store(root);
     let runs = store.runs().await.unwrap();
