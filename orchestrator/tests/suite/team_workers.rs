@@ -1704,7 +1704,9 @@ async fn an_interrupted_lead_stops_its_teammate_on_a_worker_and_a_resume_places_
 /// The run's deadline (`--max-duration`) ends the lead while its teammate on a worker waits
 /// on the model there: the teammate cannot answer the end-of-run shutdown request within
 /// the shutdown timeout, so the lead stops its work item as it ends, and the worker stops the
-/// teammate's process. Nothing of it runs on after the lead's exit.
+/// teammate's process. The teammate's process is frozen (SIGSTOP), so it ignores the
+/// worker's SIGTERM too: only the SIGKILL the worker sends after its grace period ends it.
+/// Nothing of it runs on after the lead's exit.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_teammate_on_a_worker_that_ignores_the_shutdown_is_stopped_when_the_lead_ends() {
     let schema = Schema::new().await;
@@ -1736,6 +1738,8 @@ async fn a_teammate_on_a_worker_that_ignores_the_shutdown_is_stopped_when_the_le
     tokio::time::timeout(super::common::GUARD, fake.gate_reached("one-1", 1))
         .await
         .expect("the teammate on the worker never asked the model");
+    // Deaf to everything but SIGKILL from here on.
+    rustix::process::kill_process_group(teammate, rustix::process::Signal::STOP).unwrap();
     assert_eq!(run.finish().await, Some(3), "{:#?}", run.events);
     let end = run.events.last().unwrap().clone();
     assert_eq!(end["status"], "budget", "{end:#}");
@@ -1760,6 +1764,103 @@ async fn a_teammate_on_a_worker_that_ignores_the_shutdown_is_stopped_when_the_le
     );
     fake.open_gate("one-1");
     assert_eq!(worker.stop().await, Some(0));
+    schema.drop_now().await;
+}
+
+/// A worker and its teammate's process frozen (SIGSTOP, as a machine that stalls) while the
+/// teammate waits on the model, until the worker's lease lapses: another worker takes the
+/// teammate over (token 2) and resumes it from the store, and the run completes with its
+/// work from there. Continued, the stale worker learns it lost the lease, stops its teammate's
+/// process and its result is refused as fenced: nothing of the stale teammate lands.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_stopped_past_its_lease_has_its_teammate_taken_over_and_is_fenced_when_it_continues()
+ {
+    let schema = Schema::new().await;
+    let url = schema.url();
+    let mut held = ScriptEntry::reply(
+        "one",
+        1,
+        vec![tool(
+            "Write",
+            json!({"file_path": "one.txt", "content": "one\n"}),
+        )],
+    );
+    held.fault.hold = Some("one-1".to_owned());
+    let fake = fake(vec![
+        lead_assigns(&["one"]),
+        lead_merges("one", &["merge-one-1"]),
+        any_turn("lead", "Waiting for the team."),
+        held,
+        any_turn("one", "done"),
+    ])
+    .await;
+    let mut first = teammate_worker(&fake, &url, "w1");
+    first.wait_for("ready on").await;
+    let remote = bare_remote();
+    let remote_path = remote.path().display().to_string();
+    let lead = lead_repo(&team(&["one"], ""));
+    let root = lead.path();
+    let base = fake.base_url();
+    let mut run =
+        super::common::Running::spawn(command(root, &run_args(&url, &base, &remote_path)));
+    let started = run
+        .until("the lead's mail", |e| e["type"] == "mail_sent")
+        .await;
+    let run_id = started["run_id"].as_str().unwrap().to_owned();
+    let item_id = format!("team:{run_id}:one");
+    let teammate = teammate_pid(&mut first).await;
+    tokio::time::timeout(super::common::GUARD, fake.gate_reached("one-1", 1))
+        .await
+        .expect("the teammate on the worker never asked the model");
+    rustix::process::kill_process(first.pid(), rustix::process::Signal::STOP).unwrap();
+    rustix::process::kill_process_group(teammate, rustix::process::Signal::STOP).unwrap();
+    // The lease lapses; the second worker's deadline timer fires and it takes the teammate.
+    let mut second = teammate_worker(&fake, &url, "w2");
+    second
+        .wait_for(&format!("claimed {item_id} (token 2"))
+        .await;
+    // Both requests get their answer; the frozen one's waits in its socket.
+    fake.open_gate("one-1");
+    assert_eq!(run.finish().await, Some(0), "{:#?}", run.events);
+    let end = run.events.last().unwrap().clone();
+    assert_eq!(end["status"], "completed", "{end:#}");
+    assert_eq!(end["workers"]["one"], "w2", "{end:#}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("one.txt"))
+            .ok()
+            .as_deref(),
+        Some("one\n"),
+        "{:#?}",
+        second.said()
+    );
+    // Continued: the stale worker finds the lease lost, and nothing of its teammate lands.
+    rustix::process::kill_process_group(teammate, rustix::process::Signal::CONT).unwrap();
+    rustix::process::kill_process(first.pid(), rustix::process::Signal::CONT).unwrap();
+    first
+        .wait_for(&format!("lost the lease of {item_id}"))
+        .await;
+    first
+        .wait_for(&format!("{item_id}: result refused as fenced"))
+        .await;
+    assert!(
+        rustix::process::test_kill_process(teammate).is_err(),
+        "the stale teammate's process {teammate:?} still runs:\n{:#?}",
+        first.said()
+    );
+    let store = super::store_pg::open(&url).await;
+    let item = store.work_item(&item_id).await.unwrap().unwrap();
+    assert_eq!(
+        (item.state, item.token, item.worker.as_deref()),
+        (muster_mailbox::WorkState::Done, 2, Some("w2")),
+        "{item:#?}"
+    );
+    assert_eq!(item.result.as_ref().unwrap()["exit_code"], 0, "{item:#?}");
+    assert!(
+        found_under(first.dir.path(), "one.txt").is_empty(),
+        "the stale teammate wrote nothing on its worker"
+    );
+    assert_eq!(first.stop().await, Some(0));
+    assert_eq!(second.stop().await, Some(0));
     schema.drop_now().await;
 }
 
