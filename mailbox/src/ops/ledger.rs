@@ -171,38 +171,101 @@ pub(crate) async fn reserve(
 /// The runs whose ledger this store read to have no run-wide limit, each with the epoch it was
 /// read under: a later request of that epoch is granted without a look (no writer trip on
 /// SQLite, no round trip on PostgreSQL). Sound because a run's limits are written once per
-/// epoch, by the process that opens the epoch, before any of its agents asks
-/// ([`crate::store::MailboxStore::open_ledger`] after `open_epoch`); a request of another
-/// epoch looks again, and this store's own `open_ledger` forgets the run. A fenced store (a
-/// worker's) never uses it: its look also checks the lease, so a worker that lost its teammate
-/// sends no further request.
+/// epoch, by the process that opens the epoch under the run's live lock, before any of its
+/// agents asks ([`crate::store::MailboxStore::open_ledger`] after `open_epoch`); a request of
+/// another epoch looks again, and this store's own `open_ledger` forgets the run.
+///
+/// A process whose epoch is no longer the run's must not go on skipping: another process may
+/// have taken the run over and written limits. On SQLite the run's lock is a file lock that
+/// cannot be lost while the process lives, so no other process opens an epoch meanwhile. On
+/// PostgreSQL the lock is held by a connection that can end (a restart, a cut), after which
+/// another process may take the run over; so there a run is skipped only while this store
+/// holds its live lock without a break since the look (`held_only`): the hold's keeper lets
+/// go of the run the moment its connection ends, and every request looks again from then on
+/// (fail closed). A fenced store (a worker's) never skips: its look also checks the lease.
 #[derive(Debug, Default)]
-pub(crate) struct UnlimitedRuns(std::sync::Mutex<std::collections::HashMap<String, i64>>);
+pub(crate) struct UnlimitedRuns {
+    state: std::sync::Mutex<Known>,
+    /// PostgreSQL: skip only runs this store holds live (see above).
+    held_only: bool,
+}
+
+#[derive(Debug, Default)]
+struct Known {
+    /// The epoch each run was read to have no limit in.
+    unlimited: std::collections::HashMap<String, i64>,
+    /// The runs this store holds live, unbroken (PostgreSQL).
+    held: std::collections::HashSet<String>,
+    /// Moves at every change of what is known, so a look begun before one learns nothing.
+    generation: u64,
+}
+
+/// What a look saw of [`UnlimitedRuns`] as it began.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Look(u64);
 
 impl UnlimitedRuns {
-    /// The grant of a request of `epoch` when the run was read to have no limit in that epoch.
-    pub(crate) fn grant(&self, run_id: &str, epoch: i64) -> Option<Reserved> {
-        let known = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        (known.get(run_id) == Some(&epoch)).then(|| granted_without_limits(None))
+    /// Skips only runs held live by this store, unbroken since the look (PostgreSQL).
+    pub(crate) fn held_only() -> UnlimitedRuns {
+        UnlimitedRuns {
+            held_only: true,
+            ..UnlimitedRuns::default()
+        }
     }
 
-    /// Remembers what a look at the run's ledger under `epoch` found, when it found no limit.
-    pub(crate) fn learn(&self, run_id: &str, epoch: i64, reserved: &Reserved) {
+    fn known(&self) -> std::sync::MutexGuard<'_, Known> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The grant of a request of `epoch` when the run was read to have no limit in that epoch
+    /// (and, when `held_only`, is still held live by this store).
+    pub(crate) fn grant(&self, run_id: &str, epoch: i64) -> Option<Reserved> {
+        let known = self.known();
+        let held = !self.held_only || known.held.contains(run_id);
+        (held && known.unlimited.get(run_id) == Some(&epoch)).then(|| granted_without_limits(None))
+    }
+
+    /// Taken before a look at the run's ledger, for [`UnlimitedRuns::learn`].
+    pub(crate) fn look(&self) -> Look {
+        Look(self.known().generation)
+    }
+
+    /// Remembers what a look at the run's ledger under `epoch` found, when it found no limit,
+    /// nothing changed since the look began, and (when `held_only`) the run is held live.
+    pub(crate) fn learn(&self, run_id: &str, epoch: i64, look: Look, reserved: &Reserved) {
         let unlimited = reserved.decision == LedgerDecision::Grant
             && reserved
                 .ledger
                 .as_ref()
                 .is_none_or(|l| l.limits.is_unlimited());
-        if unlimited {
-            let mut known = self.0.lock().unwrap_or_else(|p| p.into_inner());
-            known.insert(run_id.to_owned(), epoch);
+        let mut known = self.known();
+        let held = !self.held_only || known.held.contains(run_id);
+        if unlimited && held && known.generation == look.0 {
+            known.unlimited.insert(run_id.to_owned(), epoch);
         }
     }
 
     /// The run's limits are being written: look again from now on.
     pub(crate) fn forget(&self, run_id: &str) {
-        let mut known = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        known.remove(run_id);
+        let mut known = self.known();
+        known.generation += 1;
+        known.unlimited.remove(run_id);
+    }
+
+    /// This store holds the run live (its lock taken, and the epoch, if it owns one, checked).
+    pub(crate) fn hold(&self, run_id: &str) {
+        let mut known = self.known();
+        known.generation += 1;
+        known.held.insert(run_id.to_owned());
+    }
+
+    /// This store's hold on the run ended (its connection ended, or it let go): another
+    /// process may take the run over, so nothing learnt under the hold counts any more.
+    pub(crate) fn let_go(&self, run_id: &str) {
+        let mut known = self.known();
+        known.generation += 1;
+        known.held.remove(run_id);
+        known.unlimited.remove(run_id);
     }
 }
 

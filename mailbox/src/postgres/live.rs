@@ -58,11 +58,16 @@ enum TakenOver {
 /// releases the lock.
 pub(super) struct Supervisor {
     task: JoinHandle<()>,
+    /// A live run's hold: the run its store no longer holds once this is dropped.
+    held: Option<(PostgresStore, String)>,
 }
 
 impl Drop for Supervisor {
     fn drop(&mut self) {
         self.task.abort();
+        if let Some((store, run_id)) = &self.held {
+            store.unlimited.let_go(run_id);
+        }
     }
 }
 
@@ -85,6 +90,7 @@ impl PostgresStore {
                 });
             }
         };
+        self.unlimited.hold(run_id);
         let (lost_tx, lost_rx) = watch::channel(None);
         let task = tokio::spawn(supervise(
             self.clone(),
@@ -94,7 +100,10 @@ impl PostgresStore {
             lost_tx,
         ));
         Ok(crate::live::LiveHold::supervised(
-            Supervisor { task },
+            Supervisor {
+                task,
+                held: Some((self.clone(), run_id.to_owned())),
+            },
             run_id,
             epoch,
             lost_rx,
@@ -161,7 +170,7 @@ impl PostgresStore {
     pub(super) async fn listen_only(&self, run_id: &str) -> StoreResult<crate::live::LiveHold> {
         let first = self.listening(run_id).await?;
         let task = tokio::spawn(keep_listening(self.clone(), run_id.to_owned(), first));
-        Ok(crate::live::LiveHold::new(Supervisor { task }))
+        Ok(crate::live::LiveHold::new(Supervisor { task, held: None }))
     }
 
     /// One listening connection, named [`listen_application_name`] on the server.
@@ -220,7 +229,7 @@ fn is_wake_payload(payload: &str) -> bool {
 
 /// The `application_name` of a run's dedicated connection (at most 63 bytes, the server's
 /// limit), so an operator sees it in `pg_stat_activity`.
-pub(crate) fn live_application_name(schema: &str, run_id: &str) -> String {
+pub fn live_application_name(schema: &str, run_id: &str) -> String {
     server_name(format!("muster live {schema}.{run_id}"))
 }
 
@@ -277,6 +286,9 @@ async fn supervise(
 ) {
     loop {
         let _ = (&mut held.driver.0).await;
+        // The server may have released the lock already, and another process may take the
+        // run over and write limits: its ledger is looked at again from now on.
+        store.unlimited.let_go(&run_id);
         tracing::warn!(
             store = %store.ctx.target, run = %run_id,
             "the live run's connection to the store ended; re-taking its lock"
@@ -284,6 +296,7 @@ async fn supervise(
         match retake(&store, &run_id, epoch.load(Ordering::SeqCst)).await {
             Ok(again) => {
                 held = again;
+                store.unlimited.hold(&run_id);
                 tracing::info!(
                     store = %store.ctx.target, run = %run_id,
                     "the live run's lock is held again"

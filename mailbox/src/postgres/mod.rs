@@ -38,7 +38,7 @@ use crate::work::{
     Heartbeat, NewWorkItem, WorkFence, WorkItem, WorkWatch, WorkerInfo, WorkerRecord,
 };
 pub use changes::feed_application_name;
-pub use live::listen_application_name;
+pub use live::{listen_application_name, live_application_name};
 use ops::{Ctx, PgTx, Tx};
 pub use schema::PG_SCHEMA_VERSION;
 
@@ -63,7 +63,8 @@ pub struct PostgresStore {
     work_watchers: Arc<crate::work::Watchers>,
     /// Announces this store's commits on the schema's change channel.
     changes: Arc<changes::Announcer>,
-    /// Runs read to have no run-wide limit in an epoch: their requests skip the server.
+    /// Runs read to have no run-wide limit in an epoch while this store holds them live:
+    /// their requests skip the server.
     unlimited: Arc<ops_ledger::UnlimitedRuns>,
     /// Whether each write also tells other processes whom it woke (`NOTIFY` on the run's
     /// wake channel, delivered at its COMMIT): a team whose teammates run on workers.
@@ -166,7 +167,7 @@ impl PostgresStore {
             fence: None,
             work_watchers: Arc::default(),
             announce_wakes: false,
-            unlimited: Arc::default(),
+            unlimited: Arc::new(ops_ledger::UnlimitedRuns::held_only()),
         })
     }
 
@@ -859,13 +860,16 @@ impl MailboxStore for PostgresStore {
             // Most runs have no run-wide limit: once a look found none in this epoch, the
             // request asks the server nothing; the first look is one read, without the write
             // transaction (a durable COMMIT) a reservation takes. A fenced store checks its
-            // lease in a write transaction, so it always takes the write.
+            // lease in a write transaction, so it always takes the write. Only a run this
+            // store holds live is skipped, and only while the hold is unbroken: a process
+            // whose hold ended may have been taken over by one that wrote limits.
             if let Some(granted) = self.unlimited.grant(run_id, epoch) {
                 return Ok(granted);
             }
+            let look = self.unlimited.look();
             let ledger = read_op!(self, |tx, ctx| ops_ledger::run_ledger(&tx, run_id).await)?;
             if let Some(granted) = ops_ledger::grant_if_unlimited(ledger) {
-                self.unlimited.learn(run_id, epoch, &granted);
+                self.unlimited.learn(run_id, epoch, look, &granted);
                 return Ok(granted);
             }
         }

@@ -411,6 +411,7 @@ impl MailboxStore for SqliteStore {
         if unfenced && let Some(granted) = self.unlimited.grant(run_id, epoch) {
             return Ok(granted);
         }
+        let look = self.unlimited.look();
         let run = run_id.to_owned();
         let agent = agent.to_owned();
         let reserved = self
@@ -419,7 +420,7 @@ impl MailboxStore for SqliteStore {
             })
             .await?;
         if unfenced {
-            self.unlimited.learn(run_id, epoch, &reserved);
+            self.unlimited.learn(run_id, epoch, look, &reserved);
         }
         Ok(reserved)
     }

@@ -197,3 +197,139 @@ async fn a_settled_reservation_wakes_the_agents_waiting_for_budget_on_another_st
         .unwrap();
     assert_eq!(again.decision, ledger::LedgerDecision::Grant);
 }
+
+/// A process that holds a run live and found it without run-wide limits in its epoch grants
+/// that epoch's later requests without asking the server (`ledger: None`: it did not look),
+/// while a store that does not hold the run looks every time. When the holder's connection
+/// is cut and another process takes the run over (its lock, a new epoch, limits written), the
+/// old process's requests of its old epoch look again and the limits hold them back: the skip
+/// fails closed. Before, the old process went on granting them from what it had learnt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_whose_hold_on_the_run_ended_looks_at_the_ledger_again() {
+    use ledger::LedgerDecision::{Grant, Wait};
+    let schema = tokio::task::spawn_blocking(super::pg::Schema::new)
+        .await
+        .unwrap();
+    let url = schema.url();
+    let open = || async {
+        std::sync::Arc::new(
+            PostgresStore::open(&url, StoreOptions::default())
+                .await
+                .unwrap(),
+        ) as std::sync::Arc<dyn MailboxStore>
+    };
+    let (stale, other) = (open().await, open().await);
+    let epoch = run_with(&stale, RUN, &["alice"]).await;
+    let hold = stale.hold_live(RUN).await.unwrap().unwrap();
+    stale
+        .open_ledger(RUN, LedgerLimits::default(), LedgerSpend::default())
+        .await
+        .unwrap();
+    let estimate = LedgerSpend {
+        turns: 1,
+        tokens: 0,
+        cost_nanos: 80,
+    };
+    let first = stale
+        .reserve_budget(RUN, "alice", epoch, estimate)
+        .await
+        .unwrap();
+    assert_eq!(first.decision, Grant);
+    assert!(first.ledger.is_some(), "the first look reads the ledger");
+    let second = stale
+        .reserve_budget(RUN, "alice", epoch, estimate)
+        .await
+        .unwrap();
+    assert_eq!(second.decision, Grant);
+    assert_eq!(second.ledger, None, "the holder skips the look");
+    for _ in 0..2 {
+        let looked = other
+            .reserve_budget(RUN, "alice", epoch, estimate)
+            .await
+            .unwrap();
+        assert!(looked.ledger.is_some(), "a store not holding the run looks");
+    }
+
+    // Another process queues for the run's lock; the holder's connection is cut (a restart,
+    // a network cut): the server hands the lock to the queued process.
+    let name = postgres::live_application_name(&schema.name, RUN);
+    let connect = || async {
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client
+    };
+    let (taker, admin) = (connect().await, connect().await);
+    let key: i64 = admin
+        .query_one(
+            "SELECT (l.classid::bigint << 32) | l.objid::bigint FROM pg_locks l \
+             JOIN pg_stat_activity a ON a.pid = l.pid \
+             WHERE l.locktype = 'advisory' AND a.application_name = $1",
+            &[&name],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let taken = tokio::spawn(async move {
+        taker
+            .execute("SELECT pg_advisory_lock($1)", &[&key])
+            .await
+            .unwrap();
+        taker
+    });
+    let queued = async {
+        let waiting = "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+                       AND (classid::bigint << 32) | objid::bigint = $1";
+        while admin
+            .query_one(waiting, &[&key])
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+            == 0
+        {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(GUARD, queued).await.expect("queued");
+    let cut = admin
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+            &[&name],
+        )
+        .await
+        .unwrap();
+    assert_eq!(cut.len(), 1, "one live connection named {name:?}");
+    let _taker = tokio::time::timeout(GUARD, taken)
+        .await
+        .expect("the lock handed over")
+        .unwrap();
+    let lost = tokio::time::timeout(GUARD, hold.lost())
+        .await
+        .expect("the old holder finds its hold lost");
+    assert!(lost.to_string().contains("another process"), "{lost}");
+
+    // The new owner opens its epoch and writes limits; one of its agents has a request in
+    // flight.
+    let resumed = other.open_epoch(RUN).await.unwrap();
+    let limits = LedgerLimits {
+        cost_nanos: Some(100),
+        ..LedgerLimits::default()
+    };
+    other
+        .open_ledger(RUN, limits, LedgerSpend::default())
+        .await
+        .unwrap();
+    let granted = other
+        .reserve_budget(RUN, "lead", resumed, estimate)
+        .await
+        .unwrap();
+    assert_eq!(granted.decision, Grant);
+    // The old process, still asking under its old epoch, looks and is held back.
+    let stale_request = stale
+        .reserve_budget(RUN, "alice", epoch, estimate)
+        .await
+        .unwrap();
+    assert_eq!(stale_request.decision, Wait, "{stale_request:?}");
+    assert_eq!(stale_request.ledger.map(|l| l.limits), Some(limits));
+}
