@@ -14,6 +14,7 @@
 
 use std::os::unix::net::UnixDatagram as StdDatagram;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -72,59 +73,93 @@ const DELTA_PREFIX: &[u8] = b"delta ";
 /// The largest datagram serve reads (a delta is a few bytes to a few KiB).
 const DATAGRAM_MAX: usize = 64 * 1024;
 
-/// The run process's side: each streamed piece of text or tool input as one non-blocking
-/// datagram to `.muster/serve.sock`, as a commit's poke is sent. No serve (or a full socket)
-/// fails the send at once, and it is dropped: nothing decides on a delta.
+/// The run process's side: each streamed piece of text or tool input as one datagram to
+/// `.muster/serve.sock`. The model's stream never waits on it: a piece goes into a bounded
+/// queue that one sender thread drains in order. That thread's send waits up to
+/// [`DELTA_SEND_WAIT`] for room, because the socket's queue is short (the kernel's
+/// `net.unix.max_dgram_qlen`, 10 by default) and every commit's poke shares it: a busy serve
+/// that does not drain it at once would otherwise lose pieces a page is showing. No serve, a
+/// dead one, or one that stays full drops the piece: nothing decides on a delta.
 pub struct DeltaPublisher {
     path: PathBuf,
-    socket: OnceLock<Option<StdDatagram>>,
+    send_wait: Duration,
+    queue: OnceLock<Option<SyncSender<Vec<u8>>>>,
 }
+
+/// How many pieces wait for the sender thread before more are dropped.
+const DELTA_QUEUE: usize = 256;
+
+/// How long the sender thread waits for room in serve's socket before it drops a piece.
+const DELTA_SEND_WAIT: Duration = Duration::from_millis(200);
 
 impl DeltaPublisher {
     pub fn new(muster_dir: &Path) -> DeltaPublisher {
         DeltaPublisher {
             path: socket_path(muster_dir),
-            socket: OnceLock::new(),
+            send_wait: DELTA_SEND_WAIT,
+            queue: OnceLock::new(),
         }
     }
 
     pub fn publish(&self, run_id: &str, event: &RunEvent) {
-        let RunEvent::ModelDelta {
-            agent,
-            turn,
-            delta,
-            text,
-            ..
-        } = event
-        else {
+        let Some(datagram) = delta_datagram(run_id, event) else {
             return;
         };
-        let kind = match delta {
-            DeltaKind::Text => "text",
-            DeltaKind::ToolInput => "tool_input",
-            DeltaKind::Discard => "discard",
-            DeltaKind::Thinking => return,
-        };
-        let delta = Delta {
-            run: run_id.to_owned(),
-            agent: agent.clone(),
-            turn: *turn,
-            kind: kind.to_owned(),
-            text: text.clone(),
-        };
-        let mut datagram = DELTA_PREFIX.to_vec();
-        if serde_json::to_writer(&mut datagram, &delta).is_err() || datagram.len() > DATAGRAM_MAX {
-            return;
-        }
-        let socket = self.socket.get_or_init(|| {
-            let socket = StdDatagram::unbound().ok()?;
-            socket.set_nonblocking(true).ok()?;
-            Some(socket)
-        });
-        if let Some(socket) = socket {
-            let _ = socket.send_to(&datagram, &self.path);
+        let queue = self
+            .queue
+            .get_or_init(|| start_delta_sender(self.path.clone(), self.send_wait));
+        if let Some(queue) = queue {
+            let _ = queue.try_send(datagram);
         }
     }
+}
+
+/// The datagram of a streamed piece, or `None` for any other event (and for thinking, which
+/// pages do not show).
+fn delta_datagram(run_id: &str, event: &RunEvent) -> Option<Vec<u8>> {
+    let RunEvent::ModelDelta {
+        agent,
+        turn,
+        delta,
+        text,
+        ..
+    } = event
+    else {
+        return None;
+    };
+    let kind = match delta {
+        DeltaKind::Text => "text",
+        DeltaKind::ToolInput => "tool_input",
+        DeltaKind::Discard => "discard",
+        DeltaKind::Thinking => return None,
+    };
+    let delta = Delta {
+        run: run_id.to_owned(),
+        agent: agent.clone(),
+        turn: *turn,
+        kind: kind.to_owned(),
+        text: text.clone(),
+    };
+    let mut datagram = DELTA_PREFIX.to_vec();
+    serde_json::to_writer(&mut datagram, &delta).ok()?;
+    (datagram.len() <= DATAGRAM_MAX).then_some(datagram)
+}
+
+/// The thread that sends queued pieces in order; it ends when its publisher is dropped.
+/// `None` when no socket or thread can be had: the pieces are then dropped.
+fn start_delta_sender(path: PathBuf, send_wait: Duration) -> Option<SyncSender<Vec<u8>>> {
+    let socket = StdDatagram::unbound().ok()?;
+    socket.set_write_timeout(Some(send_wait)).ok()?;
+    let (queue, pieces) = std::sync::mpsc::sync_channel::<Vec<u8>>(DELTA_QUEUE);
+    std::thread::Builder::new()
+        .name("muster-deltas".into())
+        .spawn(move || {
+            for datagram in pieces {
+                let _ = socket.send_to(&datagram, &path);
+            }
+        })
+        .ok()?;
+    Some(queue)
 }
 
 /// How often the SQLite fallback looks.
@@ -290,6 +325,59 @@ async fn sqlite_watch(
                     let _ = changes.send(Source::Fallback);
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn piece(text: &str) -> RunEvent {
+        RunEvent::ModelDelta {
+            agent: "alice".into(),
+            turn: 4,
+            delta: DeltaKind::Text,
+            attempt: 1,
+            text: text.into(),
+        }
+    }
+
+    /// More pieces than the kernel queues for a datagram socket (10 by default), sent while
+    /// serve is not reading, all reach it in order once it reads: the publisher waits for
+    /// room instead of dropping them (a non-blocking send lost every piece past the tenth).
+    #[test]
+    fn pieces_past_the_sockets_queue_wait_for_room_and_arrive_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let serve = StdDatagram::bind(socket_path(dir.path())).unwrap();
+        serve
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let publisher = DeltaPublisher {
+            send_wait: Duration::from_secs(30),
+            ..DeltaPublisher::new(dir.path())
+        };
+        let count = 40;
+        for i in 0..count {
+            publisher.publish("r1", &piece(&format!("piece {i}")));
+        }
+        let mut buf = vec![0u8; DATAGRAM_MAX];
+        for i in 0..count {
+            let len = serve.recv(&mut buf).expect("a piece was dropped");
+            let json = buf[..len].strip_prefix(DELTA_PREFIX).unwrap();
+            let delta: Delta = serde_json::from_slice(json).unwrap();
+            assert_eq!(delta.text, format!("piece {i}"));
+            assert_eq!((delta.run.as_str(), delta.turn), ("r1", 4));
+        }
+    }
+
+    /// No serve: a piece is dropped at once, and publishing never blocks the stream.
+    #[test]
+    fn without_serve_pieces_are_dropped_without_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let publisher = DeltaPublisher::new(dir.path());
+        for i in 0..(DELTA_QUEUE * 2) {
+            publisher.publish("r1", &piece(&format!("piece {i}")));
         }
     }
 }
