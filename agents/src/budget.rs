@@ -530,17 +530,23 @@ impl BudgetLedger {
     /// [`BudgetLedger::record`] made when the newest response was recorded, for a resume
     /// that finds that response's calls not yet run (the uncut run stopped before them).
     pub fn check_exceeded(&self, agent: &str) -> Result<(), BudgetExceeded> {
-        let totals = self.totals();
+        self.first_over_agent_or_run(&self.totals(), agent, Threshold::Exceeded)
+    }
+
+    /// The first of `agent`'s limits, then the run's, that `totals` are over at `threshold`.
+    fn first_over_agent_or_run(
+        &self,
+        totals: &Totals,
+        agent: &str,
+        threshold: Threshold,
+    ) -> Result<(), BudgetExceeded> {
         let own = totals.agents.get(agent).copied().unwrap_or_default();
-        first_over(&self.settings.agent, &own, Threshold::Exceeded, || {
+        first_over(&self.settings.agent, &own, threshold, || {
             BudgetScope::Agent(agent.to_owned())
         })?;
-        first_over(
-            &self.settings.run,
-            &totals.run(),
-            Threshold::Exceeded,
-            || BudgetScope::Run,
-        )
+        first_over(&self.settings.run, &totals.run(), threshold, || {
+            BudgetScope::Run
+        })
     }
 
     /// Call right before sending a model request for `agent` (a turn or a compaction request).
@@ -549,14 +555,7 @@ impl BudgetLedger {
     pub fn check_before_request(&self, agent: &str) -> Result<(), BudgetExceeded> {
         self.check_deadline()?;
         let mut totals = self.totals();
-        let run = totals.run();
-        let own = totals.agents.get(agent).copied().unwrap_or_default();
-        first_over(&self.settings.agent, &own, Threshold::Reached, || {
-            BudgetScope::Agent(agent.to_owned())
-        })?;
-        first_over(&self.settings.run, &run, Threshold::Reached, || {
-            BudgetScope::Run
-        })?;
+        self.first_over_agent_or_run(&totals, agent, Threshold::Reached)?;
         let entry = totals.agents.entry(agent.to_owned()).or_default();
         entry.turns = entry.turns.saturating_add(1);
         Ok(())
@@ -590,15 +589,8 @@ impl BudgetLedger {
             }
             .into());
         }
-        let run = totals.run();
-        let own = totals.agents.get(agent).copied().unwrap_or_default();
-        first_over(&self.settings.agent, &own, Threshold::Exceeded, || {
-            BudgetScope::Agent(agent.to_owned())
-        })?;
-        first_over(&self.settings.run, &run, Threshold::Exceeded, || {
-            BudgetScope::Run
-        })?;
-        Ok(())
+        self.first_over_agent_or_run(&totals, agent, Threshold::Exceeded)
+            .map_err(BudgetError::from)
     }
 
     /// Whether any cost budget is set.

@@ -365,7 +365,16 @@ fn read_json(path: &Path, warnings: &mut Vec<Diagnostic>) -> Option<serde_json::
             return None;
         }
     };
-    match serde_json::from_str(&text) {
+    parse_json(path, &text, warnings)
+}
+
+/// `text` as JSON; where it is not, a warning that says where.
+fn parse_json(
+    path: &Path,
+    text: &str,
+    warnings: &mut Vec<Diagnostic>,
+) -> Option<serde_json::Value> {
+    match serde_json::from_str(text) {
         Ok(document) => Some(document),
         Err(error) => {
             warnings.push(file_warning(
@@ -560,19 +569,8 @@ pub fn parse_mcp_file(
     text: &str,
     warnings: &mut Vec<Diagnostic>,
 ) -> Vec<McpServerConfig> {
-    let document: serde_json::Value = match serde_json::from_str(text) {
-        Ok(document) => document,
-        Err(error) => {
-            warnings.push(file_warning(
-                path,
-                format!(
-                    "not valid JSON at line {} column {}: {error}",
-                    error.line(),
-                    error.column()
-                ),
-            ));
-            return Vec::new();
-        }
+    let Some(document) = parse_json(path, text, warnings) else {
+        return Vec::new();
     };
     let Some(servers) = document.get("mcpServers") else {
         warnings.push(file_warning(

@@ -213,18 +213,7 @@ fn response_body(
             })
         }
         (K::PlanApprovalRequest, Decision::Reject { feedback }) => {
-            Ok(MessageBody::PlanApprovalResponse {
-                request_id,
-                approved: false,
-                feedback: Some(feedback),
-                mode: None,
-                lowered_from: None,
-                edited_plan: None,
-                clear_context: false,
-                rule: None,
-                grants: Vec::new(),
-                dropped_grants: Vec::new(),
-            })
+            Ok(MessageBody::plan_rejected(request_id, feedback))
         }
         // A call's permission or a merge: only yes or no, with a reason.
         (kind @ (K::PermissionRequest | K::MergeRequest), decision) => {

@@ -17,6 +17,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use muster_agents::runtime::Terminal;
 use muster_mailbox::{MessageBody, RequestRecord, RunStatus};
 use muster_protocol::event::{ApprovalSubject, RunEvent};
 
@@ -45,17 +46,17 @@ pub(crate) struct Revision {
     pub diff: String,
 }
 
-/// A front end at which a person answers a team run's requests.
-pub(crate) trait PersonFrontEnd: Send + Sync {
+/// A front end at which a person answers a team run's requests: a question is asked as the
+/// front end asks a single run's ([`Terminal::answer_question`]), and another answer
+/// committed first (`muster approve`, the web inbox, another front end) is told as there
+/// ([`Terminal::decided_elsewhere`]).
+pub(crate) trait PersonFrontEnd: Terminal {
     /// The front end's name in what it prints (`muster acp`, `muster claude`).
     fn name(&self) -> &'static str;
-    /// Puts the request to the person and blocks this (non-runtime) thread until they answer;
-    /// `None` leaves it undecided (no answer, a kind this front end is not asked about, the
-    /// front end gone).
+    /// Puts the request (a plan, a merge, a permission ask) to the person and blocks this
+    /// (non-runtime) thread until they answer; `None` leaves it undecided (no answer, a kind
+    /// this front end is not asked about, the front end gone).
     fn decide(&self, asked: &AskedRequest) -> Option<Decision>;
-    /// Another answer (`muster approve`, the web inbox, another front end) was committed
-    /// first, by `decided_by`: this front end's answer changed nothing.
-    fn decided_elsewhere(&self, request_id: &str, decided_by: &str);
 }
 
 /// A team run's person at a front end of this process: what its requests are put to.
@@ -271,7 +272,16 @@ impl PersonRequest {
             },
             body: request.body.clone(),
         };
-        let Some(decision) = self.front.decide(&shown) else {
+        let decision = match &shown.body {
+            MessageBody::Question {
+                question, options, ..
+            } => self
+                .front
+                .answer_question(&shown.agent, question, options)
+                .map(|text| Decision::Answer { text }),
+            _ => self.front.decide(&shown),
+        };
+        let Some(decision) = decision else {
             return Ok(false);
         };
         let decided = runtime.block_on(decide_as_human(

@@ -519,14 +519,7 @@ impl Summary<'_> {
             "\nPlans (each sent to the lead's mailbox as a plan_approval_request; \
              `muster plans` lists them)\n",
         );
-        let mut plans: Vec<&RequestRecord> = self
-            .stored
-            .requests
-            .iter()
-            .filter(|r| r.kind == MessageKind::PlanApprovalRequest)
-            .collect();
-        plans.sort_by_key(|r| (r.requester.clone(), number(&r.request_id)));
-        for request in plans {
+        for request in self.requests_of(MessageKind::PlanApprovalRequest) {
             let file = match request.body.clone() {
                 MessageBody::PlanApprovalRequest { plan_file, .. } => self.relative(&plan_file),
                 _ => "?".into(),
@@ -541,6 +534,18 @@ impl Summary<'_> {
             out.push_str(&format!("                       {decision}\n"));
             self.feedback_and_rule(out, request);
         }
+    }
+
+    /// The stored requests of `kind`, by requester, then in the order each asked.
+    fn requests_of(&self, kind: MessageKind) -> Vec<&RequestRecord> {
+        let mut requests: Vec<&RequestRecord> = self
+            .stored
+            .requests
+            .iter()
+            .filter(|r| r.kind == kind)
+            .collect();
+        requests.sort_by_key(|r| (r.requester.clone(), number(&r.request_id)));
+        requests
     }
 
     /// A decision's feedback and deciding rule (plans and merges), under its request.
@@ -564,12 +569,7 @@ impl Summary<'_> {
 
     /// Each teammate's branch, checked and merged into the integration branch by decision.
     fn merges(&self, out: &mut String) {
-        let mut merges: Vec<&RequestRecord> = self
-            .stored
-            .requests
-            .iter()
-            .filter(|r| r.kind == MessageKind::MergeRequest)
-            .collect();
+        let merges = self.requests_of(MessageKind::MergeRequest);
         if merges.is_empty() {
             return;
         }
@@ -577,7 +577,6 @@ impl Summary<'_> {
             "\nMerges (a teammate's finished branch, checked clean against the integration \
              branch,\nasks to merge with a merge_request, decided like its plans)\n",
         );
-        merges.sort_by_key(|r| (r.requester.clone(), number(&r.request_id)));
         for request in merges {
             let body = request.body.clone();
             let MessageBody::MergeRequest {

@@ -170,6 +170,22 @@ fn first_revision() -> u32 {
 }
 
 impl MessageBody {
+    /// A plan sent back for revision, with the reason: no mode, no grants.
+    pub fn plan_rejected(request_id: String, feedback: String) -> MessageBody {
+        MessageBody::PlanApprovalResponse {
+            request_id,
+            approved: false,
+            feedback: Some(feedback),
+            mode: None,
+            lowered_from: None,
+            edited_plan: None,
+            clear_context: false,
+            rule: None,
+            grants: Vec::new(),
+            dropped_grants: Vec::new(),
+        }
+    }
+
     /// The kind, the `type` tag.
     pub fn kind(&self) -> MessageKind {
         use MessageKind as K;

@@ -241,24 +241,18 @@ impl Asking<'_> {
             .store
             .counter_for(&self.run.run_id, &counter, &key)
             .await?;
+        let body = muster_mailbox::MessageBody::PermissionRequest {
+            request_id: RequestId::new(RequestFamily::Permission, &self.asks.asker, number)
+                .to_string(),
+            tool: call.name.clone(),
+            input: call.input.clone(),
+            tool_use_id: Some(call.id.clone()),
+            reason: decision.reason.clone(),
+            responder: responder.to_owned(),
+        };
         let sent = self
             .run
-            .store
-            .send(muster_mailbox::NewMessage {
-                run_id: self.run.run_id.clone(),
-                sender: self.asks.asker.clone(),
-                recipient: recipient.to_owned(),
-                body: muster_mailbox::MessageBody::PermissionRequest {
-                    request_id: RequestId::new(RequestFamily::Permission, &self.asks.asker, number)
-                        .to_string(),
-                    tool: call.name.clone(),
-                    input: call.input.clone(),
-                    tool_use_id: Some(call.id.clone()),
-                    reason: decision.reason.clone(),
-                    responder: responder.to_owned(),
-                },
-                idempotency_key: Some(key),
-            })
+            .send_keyed(&self.asks.asker, recipient.to_owned(), body, key)
             .await?;
         self.run.mail_sent(&sent);
         Ok(sent.request_id.unwrap_or_default())

@@ -231,6 +231,26 @@ impl RunContext {
 }
 
 impl RunContext {
+    /// Sends `body` in this run from `sender` to `recipient`, at most once for `key` (an
+    /// agent's request: its call id keys it, so a replayed call finds the first).
+    pub(super) async fn send_keyed(
+        &self,
+        sender: &str,
+        recipient: String,
+        body: muster_mailbox::MessageBody,
+        key: String,
+    ) -> muster_mailbox::StoreResult<muster_mailbox::Message> {
+        self.store
+            .send(muster_mailbox::NewMessage {
+                run_id: self.run_id.clone(),
+                sender: sender.to_owned(),
+                recipient,
+                body,
+                idempotency_key: Some(key),
+            })
+            .await
+    }
+
     /// Reports a committed message (`mail_sent`) and tells the team it is durable.
     pub(super) fn mail_sent(&self, message: &muster_mailbox::Message) {
         self.events.emit(super::events::mail_sent_event(message));

@@ -6,7 +6,7 @@ use muster_protocol::{AgentState, ToolName};
 use std::sync::Arc;
 
 use muster_config::{ModelChoice, PermissionMode};
-use muster_mailbox::{MemberKind, MessageBody, MessageFilter, NewMessage, RosterEntry};
+use muster_mailbox::{MemberKind, MessageBody, MessageFilter, RosterEntry};
 
 use crate::model::ToolCall;
 use crate::tools::{AgentInput, AskUserQuestionInput, ToolOutput};
@@ -181,25 +181,16 @@ impl AgentRuntime {
         };
         let key = format!("{}:{}:{question}", self.id, call.id);
         let request_id = self.new_request_id(RequestFamily::Question, &key).await?;
-        let sent = self
-            .run
-            .store
-            .send(NewMessage {
-                run_id: self.run.run_id.clone(),
-                sender: self.id.clone(),
-                recipient: lead,
-                body: MessageBody::Question {
-                    request_id,
-                    question: question.to_owned(),
-                    options: options.to_vec(),
-                    responder: muster_protocol::Responder::for_other_requests(
-                        &self.run.team.responder_for(&self.id),
-                    )
-                    .to_owned(),
-                },
-                idempotency_key: Some(key),
-            })
-            .await?;
+        let body = MessageBody::Question {
+            request_id,
+            question: question.to_owned(),
+            options: options.to_vec(),
+            responder: muster_protocol::Responder::for_other_requests(
+                &self.run.team.responder_for(&self.id),
+            )
+            .to_owned(),
+        };
+        let sent = self.run.send_keyed(&self.id, lead, body, key).await?;
         self.run.mail_sent(&sent);
         let request_id = sent.request_id.unwrap_or_default();
         self.report.state(AgentState::WaitingOnDecision {

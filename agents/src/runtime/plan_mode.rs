@@ -5,9 +5,7 @@
 
 use muster_config::PermissionMode;
 use muster_mailbox::message::DroppedGrant;
-use muster_mailbox::{
-    Message as Mail, MessageBody, MessageFilter, NewMessage, NewResponse, RequestRecord,
-};
+use muster_mailbox::{Message as Mail, MessageBody, MessageFilter, NewResponse, RequestRecord};
 use muster_protocol::RequestFamily;
 use muster_protocol::ToolName;
 
@@ -203,25 +201,17 @@ impl AgentRuntime {
             responder = muster_protocol::Responder::HUMAN.to_owned();
         }
         let revision = muster_mailbox::revision::plan_revision(&stored, &self.id, &request_id);
-        let sent = self
-            .run
-            .store
-            .send(NewMessage {
-                run_id: self.run.run_id.clone(),
-                sender: self.id.clone(),
-                recipient,
-                body: MessageBody::PlanApprovalRequest {
-                    request_id: request_id.clone(),
-                    plan_file: path.to_owned(),
-                    plan: plan.to_owned(),
-                    responder: responder.clone(),
-                    revision: revision.revision,
-                    previous_request_id: revision.previous_request_id,
-                    allowed_prompts,
-                },
-                idempotency_key: Some(format!("{}:{}", self.id, call.id)),
-            })
-            .await?;
+        let body = MessageBody::PlanApprovalRequest {
+            request_id: request_id.clone(),
+            plan_file: path.to_owned(),
+            plan: plan.to_owned(),
+            responder: responder.clone(),
+            revision: revision.revision,
+            previous_request_id: revision.previous_request_id,
+            allowed_prompts,
+        };
+        let key = format!("{}:{}", self.id, call.id);
+        let sent = self.run.send_keyed(&self.id, recipient, body, key).await?;
         muster_mailbox::failpoint!("plan_request_sent");
         self.run.mail_sent(&sent);
         let request_id = sent.request_id.unwrap_or(request_id);
@@ -696,18 +686,9 @@ fn terminal_response(
             grants: requested.to_vec(),
             dropped_grants: Vec::new(),
         },
-        TerminalPlanDecision::Reject { feedback } => MessageBody::PlanApprovalResponse {
-            request_id: request_id.to_owned(),
-            approved: false,
-            feedback: Some(feedback),
-            mode: None,
-            lowered_from: None,
-            edited_plan: None,
-            clear_context: false,
-            rule: None,
-            grants: Vec::new(),
-            dropped_grants: Vec::new(),
-        },
+        TerminalPlanDecision::Reject { feedback } => {
+            MessageBody::plan_rejected(request_id.to_owned(), feedback)
+        }
     }
 }
 

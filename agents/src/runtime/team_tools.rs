@@ -324,13 +324,7 @@ impl AgentRuntime {
             .await;
         let task = match created {
             Ok(task) => task,
-            Err(
-                error @ (StoreError::UnknownTask { .. }
-                | StoreError::InvalidDependency { .. }
-                | StoreError::ClaimRefused { .. }),
-            ) => {
-                return Ok(Err(error.to_string()));
-            }
+            Err(error) if refuses_the_task_call(&error) => return Ok(Err(error.to_string())),
             Err(error) => return Err(error.into()),
         };
         team.board_changed();
@@ -411,13 +405,7 @@ impl AgentRuntime {
                 }
                 (change.before, change.after)
             }
-            Err(
-                error @ (StoreError::UnknownTask { .. }
-                | StoreError::InvalidDependency { .. }
-                | StoreError::ClaimRefused { .. }),
-            ) => {
-                return Ok(Err(error.to_string()));
-            }
+            Err(error) if refuses_the_task_call(&error) => return Ok(Err(error.to_string())),
             Err(StoreError::UnknownRecipient { recipient, .. }) => {
                 return Ok(Err(format!(
                     "{recipient:?} is not a member of the team, so it cannot own a task"
@@ -757,4 +745,15 @@ fn store_status(status: InputTaskStatus) -> TaskStatus {
         InputTaskStatus::Failed => TaskStatus::Failed,
         InputTaskStatus::Blocked => TaskStatus::Blocked,
     }
+}
+
+/// A store error that is the model's mistake in a task call (a task or dependency that does
+/// not exist, a claim the board refuses): the tool's error text, not the run's failure.
+fn refuses_the_task_call(error: &StoreError) -> bool {
+    matches!(
+        error,
+        StoreError::UnknownTask { .. }
+            | StoreError::InvalidDependency { .. }
+            | StoreError::ClaimRefused { .. }
+    )
 }

@@ -486,13 +486,12 @@ macro_rules! write_op {
     }};
 }
 
-/// One operation on the work queues: a connection, a transaction (no run locks, no
-/// operation id: a claim whose COMMIT acknowledgement is lost simply lapses), the body, COMMIT.
-macro_rules! work_op {
-    ($store:expr, |$tx:ident, $ctx:ident| $body:expr) => {{
+/// A connection, the transaction `$begin` opens on it, the body, its end.
+macro_rules! plain_op {
+    ($store:expr, $begin:ident($($arg:expr),*), |$tx:ident, $ctx:ident| $body:expr) => {{
         let store = $store;
         let mut conn = store.connection().await?;
-        let raw = store.begin_write(&mut conn, &[]).await?;
+        let raw = store.$begin(&mut conn $(, $arg)*).await?;
         let $ctx = &store.ctx;
         let result = {
             let $tx = PgTx {
@@ -505,22 +504,19 @@ macro_rules! work_op {
     }};
 }
 
+/// One operation on the work queues: a connection, a transaction (no run locks, no
+/// operation id: a claim whose COMMIT acknowledgement is lost simply lapses), the body, COMMIT.
+macro_rules! work_op {
+    ($store:expr, |$tx:ident, $ctx:ident| $body:expr) => {
+        plain_op!($store, begin_write(&[]), |$tx, $ctx| $body)
+    };
+}
+
 /// One read: a connection, a read-only snapshot, the body.
 macro_rules! read_op {
-    ($store:expr, |$tx:ident, $ctx:ident| $body:expr) => {{
-        let store = $store;
-        let mut conn = store.connection().await?;
-        let raw = store.begin_read(&mut conn).await?;
-        let $ctx = &store.ctx;
-        let result = {
-            let $tx = PgTx {
-                tx: &raw,
-                ctx: $ctx,
-            };
-            $body
-        };
-        store.finish(raw, result, Vec::new()).await
-    }};
+    ($store:expr, |$tx:ident, $ctx:ident| $body:expr) => {
+        plain_op!($store, begin_read(), |$tx, $ctx| $body)
+    };
 }
 
 impl PostgresStore {

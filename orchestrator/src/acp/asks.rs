@@ -314,17 +314,8 @@ impl PersonFrontEnd for EditorAsks {
                 );
                 yes_no_decision(self.ask(agent, call, Self::yes_no("Allow once")))
             }
-            MessageBody::Question {
-                question, options, ..
-            } => self
-                .answer_question(agent, question, options)
-                .map(|text| Decision::Answer { text }),
             _ => None,
         }
-    }
-
-    fn decided_elsewhere(&self, request_id: &str, decided_by: &str) {
-        Terminal::decided_elsewhere(self, request_id, decided_by);
     }
 }
 

@@ -20,6 +20,7 @@ use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::ConnectionTo;
@@ -643,25 +644,18 @@ impl Server {
 /// (on a thread with no runtime). The agent arms its turn without telling anyone, so the look
 /// is repeated on a short timer as well as when the prompt ends.
 fn until_interrupted(turn: &Turn) {
-    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-    else {
-        return;
-    };
-    runtime.block_on(async {
-        loop {
-            let waiting = turn.done.notified();
-            if turn.finished.load(Ordering::SeqCst) || turn.interrupt() {
-                return;
-            }
-            let _ = tokio::time::timeout(std::time::Duration::from_millis(20), waiting).await;
-        }
-    });
+    repeat_interrupt(turn, Duration::from_millis(20), true);
 }
 
-/// Waits on a thread with no runtime until `turn`'s thread has finished.
+/// Waits on a thread with no runtime until `turn`'s thread has finished. An interrupt that
+/// came before the turn was armed is given again.
 fn wait_blocking(turn: &Turn) {
+    repeat_interrupt(turn, Duration::from_millis(200), false);
+}
+
+/// Gives `turn`'s interrupt every `every` (and whenever the turn says it is done) until the
+/// turn has finished or, with `until_taken`, a running turn took the interrupt.
+fn repeat_interrupt(turn: &Turn, every: Duration, until_taken: bool) {
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
@@ -671,12 +665,10 @@ fn wait_blocking(turn: &Turn) {
     runtime.block_on(async {
         loop {
             let waiting = turn.done.notified();
-            if turn.finished.load(Ordering::SeqCst) {
+            if turn.finished.load(Ordering::SeqCst) || (turn.interrupt() && until_taken) {
                 return;
             }
-            // An interrupt that came before the turn was armed is given again.
-            turn.interrupt();
-            let _ = tokio::time::timeout(std::time::Duration::from_millis(200), waiting).await;
+            let _ = tokio::time::timeout(every, waiting).await;
         }
     });
 }

@@ -247,7 +247,15 @@ fn report_finished(
     id: &str,
     record: &RunRecord,
 ) -> anyhow::Result<()> {
-    let mut line = ResultLine::from_record(id, record);
+    report_line(results, stdout, ResultLine::from_record(id, record))
+}
+
+/// A finished line, as [`report_finished`] reports it (a line a worker ran, too).
+fn report_line(
+    results: &Results,
+    stdout: &BatchOutput,
+    mut line: ResultLine,
+) -> anyhow::Result<()> {
     match results.already_written(&line) {
         Some(code) => {
             line.exit_code = code;

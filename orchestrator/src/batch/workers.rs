@@ -105,15 +105,8 @@ pub(crate) fn run(
                 let Some(value) = item.result.clone() else {
                     continue;
                 };
-                let mut line: ResultLine = serde_json::from_value(value)?;
-                match results.already_written(&line) {
-                    Some(code) => {
-                        line.exit_code = code;
-                        results.count(&line);
-                    }
-                    None => results.write(&line)?,
-                }
-                stdout.finished(&line, None);
+                let line: ResultLine = serde_json::from_value(value)?;
+                super::report_line(results, stdout, line)?;
                 reported.insert(item.id);
             }
             if reported.len() == ids.len() {

@@ -45,16 +45,7 @@ impl PersonFrontEnd for ProgramAsks {
                     feedback: "denied by the program".to_owned(),
                 }
             }),
-            MessageBody::Question {
-                question, options, ..
-            } => self
-                .answer_question(agent, question, options)
-                .map(|text| Decision::Answer { text }),
             _ => None,
         }
-    }
-
-    fn decided_elsewhere(&self, request_id: &str, decided_by: &str) {
-        Terminal::decided_elsewhere(self, request_id, decided_by);
     }
 }

@@ -175,39 +175,31 @@ fn summary_of(message: &Message) -> String {
             grants,
             ..
         } => {
-            let verdict = if approved { "approved" } else { "rejected" };
+            let word = if approved { "approved" } else { "rejected" };
             let mode = mode.map(|m| format!(", mode {m}")).unwrap_or_default();
             let grants = if grants.is_empty() {
                 String::new()
             } else {
                 format!(", granted {}", grants.join(", "))
             };
-            let feedback = feedback.map(|f| format!(": {f}")).unwrap_or_default();
-            format!("{verdict}{mode}{grants}{feedback}")
+            verdict(&format!("{word}{mode}{grants}"), feedback)
         }
         MessageBody::PermissionRequest { tool, reason, .. } => format!("{tool}: {reason}"),
         MessageBody::PermissionResponse {
             approved, feedback, ..
-        } => {
-            format!(
-                "{}{}",
-                if approved { "allowed" } else { "denied" },
-                feedback.map(|f| format!(": {f}")).unwrap_or_default()
-            )
-        }
+        } => verdict(if approved { "allowed" } else { "denied" }, feedback),
         MessageBody::MergeRequest {
             branch, diffstat, ..
         } => format!("merge {branch}: {}", diffstat.lines().last().unwrap_or("")),
         MessageBody::MergeResponse {
             approved, feedback, ..
-        } => format!(
-            "{}{}",
+        } => verdict(
             if approved {
                 "merge approved"
             } else {
                 "merge rejected"
             },
-            feedback.map(|f| format!(": {f}")).unwrap_or_default()
+            feedback,
         ),
         MessageBody::Question { question, .. } => question,
         MessageBody::Answer { answer, .. } => answer,
@@ -216,13 +208,7 @@ fn summary_of(message: &Message) -> String {
         }
         MessageBody::ShutdownResponse {
             approve, reason, ..
-        } => {
-            format!(
-                "{}{}",
-                if approve { "stopping" } else { "refused" },
-                reason.map(|r| format!(": {r}")).unwrap_or_default()
-            )
-        }
+        } => verdict(if approve { "stopping" } else { "refused" }, reason),
         MessageBody::TaskAssignment {
             task_id, subject, ..
         } => format!("task #{task_id}: {subject}"),
@@ -231,5 +217,13 @@ fn summary_of(message: &Message) -> String {
         } => summary.unwrap_or(reason),
         MessageBody::VerificationReport { report, .. } => report.to_string(),
         MessageBody::Unknown { kind, raw } => format!("(unknown kind {kind}, kept as is) {raw}"),
+    }
+}
+
+/// A decision's word, with its reason after a colon when it gave one.
+fn verdict(word: &str, reason: Option<String>) -> String {
+    match reason {
+        Some(reason) => format!("{word}: {reason}"),
+        None => word.to_owned(),
     }
 }

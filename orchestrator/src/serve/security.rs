@@ -74,24 +74,28 @@ impl Secrets {
 
     /// The Host header names this server: `127.0.0.1:PORT` or `localhost:PORT`.
     pub fn host_ok(&self, headers: &HeaderMap) -> bool {
-        headers
-            .get(header::HOST)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|host| {
-                host == format!("127.0.0.1:{}", self.port)
-                    || host == format!("localhost:{}", self.port)
-            })
+        self.names_this_server(headers, header::HOST, "")
     }
 
     /// A state-changing request must come from a page of this server: its Origin is this
     /// server's (a browser always sends Origin on a POST).
     pub fn origin_ok(&self, headers: &HeaderMap) -> bool {
+        self.names_this_server(headers, header::ORIGIN, "http://")
+    }
+
+    /// Header `name` is `{scheme}127.0.0.1:PORT` or `{scheme}localhost:PORT`.
+    fn names_this_server(
+        &self,
+        headers: &HeaderMap,
+        name: header::HeaderName,
+        scheme: &str,
+    ) -> bool {
         headers
-            .get(header::ORIGIN)
+            .get(name)
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|origin| {
-                origin == format!("http://127.0.0.1:{}", self.port)
-                    || origin == format!("http://localhost:{}", self.port)
+            .is_some_and(|value| {
+                value == format!("{scheme}127.0.0.1:{}", self.port)
+                    || value == format!("{scheme}localhost:{}", self.port)
             })
     }
 }
