@@ -28,7 +28,7 @@ const AUDIT: &str = "#!/bin/sh\n\
 
 /// A project whose `.claude/settings.json` runs the guard before Bash and the audit after
 /// every tool, both scripts under `.claude/hooks/`.
-fn hooked_project() -> tempfile::TempDir {
+pub(super) fn hooked_project() -> tempfile::TempDir {
     let dir = project(&[]);
     let hooks = dir.path().join(".claude/hooks");
     std::fs::create_dir_all(&hooks).unwrap();
@@ -66,7 +66,7 @@ fn lines_of(path: &Path) -> Vec<String> {
 }
 
 /// The tool results the model server was sent in `request`'s last user message.
-fn tool_results(request: &Value) -> Vec<String> {
+pub(super) fn tool_results(request: &Value) -> Vec<String> {
     let messages = request["messages"].as_array().cloned().unwrap_or_default();
     let Some(last) = messages.last() else {
         return Vec::new();
@@ -563,7 +563,7 @@ async fn a_guard_hook_refuses_rm_for_a_teammate_in_its_worktree() {
 }
 
 /// The request `agent` made at `turn`.
-fn request_of(fake: &muster_fake_llm::FakeLlmHandle, agent: &str, turn: u64) -> Value {
+pub(super) fn request_of(fake: &muster_fake_llm::FakeLlmHandle, agent: &str, turn: u64) -> Value {
     fake.requests()
         .into_iter()
         .find(|request| request.agent.as_deref() == Some(agent) && request.turn == Some(turn))

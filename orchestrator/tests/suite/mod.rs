@@ -12,6 +12,7 @@ mod continue_cli;
 mod demo_cli;
 mod events_cli;
 mod grants_cli;
+mod hooks_agents_cli;
 mod hooks_cli;
 mod hooks_http_cli;
 mod hooks_session_cli;

@@ -2085,7 +2085,8 @@ async fn an_sdk_programs_interrupt_reaches_the_teammate_on_a_worker() {
 
 /// A guard hook in the worker's own settings (its directory trusted by its operator) refuses
 /// `rm` for the teammate placed on it: the hook runs on the worker, and its reason reaches that
-/// teammate's model.
+/// teammate's model. An audit hook there writes one line per call that ran, compared with the
+/// calls the fake model server answered that teammate.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_guard_hook_of_the_workers_settings_refuses_rm_for_the_teammate_on_it() {
     let schema = Schema::new().await;
@@ -2096,7 +2097,11 @@ async fn a_guard_hook_of_the_workers_settings_refuses_rm_for_the_teammate_on_it(
         ScriptEntry::reply(
             "one",
             1,
-            vec![tool("Bash", json!({"command": "rm README.md"}))],
+            vec![
+                tool("Bash", json!({"command": "rm README.md"})),
+                tool("Bash", json!({"command": "echo kept"})),
+                tool("Read", json!({"file_path": "README.md"})),
+            ],
         ),
         any_turn("one", "done"),
     ])
@@ -2109,6 +2114,9 @@ async fn a_guard_hook_of_the_workers_settings_refuses_rm_for_the_teammate_on_it(
             fake.base_url()
         ),
     )]);
+    let audit = std::fs::canonicalize(dir.path()).unwrap().join("audit");
+    std::fs::create_dir_all(&audit).unwrap();
+    std::fs::write(audit.join("audit.py"), super::hooks_agents_cli::AUDIT).unwrap();
     std::fs::create_dir_all(dir.path().join(".muster/agents")).unwrap();
     std::fs::write(dir.path().join(".muster/agents/writer.md"), WRITER).unwrap();
     let hooks = std::fs::canonicalize(dir.path())
@@ -2129,8 +2137,12 @@ async fn a_guard_hook_of_the_workers_settings_refuses_rm_for_the_teammate_on_it(
     }
     std::fs::write(
         dir.path().join(".claude/settings.json"),
-        json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [
-            {"type": "command", "command": guard.display().to_string()}]}]}})
+        json!({"hooks": {
+            "PreToolUse": [{"matcher": "Bash", "hooks": [
+                {"type": "command", "command": guard.display().to_string()}]}],
+            "PostToolUse": [{"matcher": "*", "hooks": [
+                {"type": "command",
+                 "command": format!("python3 {}", audit.join("audit.py").display())}]}]}})
         .to_string(),
     )
     .unwrap();
@@ -2157,10 +2169,31 @@ async fn a_guard_hook_of_the_workers_settings_refuses_rm_for_the_teammate_on_it(
     let logged = std::fs::read_to_string(hooks.join("guard.log")).unwrap_or_default();
     assert_eq!(
         logged.lines().count(),
-        1,
-        "the guard ran once, on the worker: {logged}"
+        2,
+        "the guard ran once per Bash call, on the worker: {logged}"
     );
     assert!(logged.contains("rm README.md"), "{logged}");
+    // The audit saw each of the teammate's calls that ran, once, and no other: the refused
+    // `rm` has no PostToolUse.
+    let asked: BTreeSet<_> = super::hooks_agents_cli::asked(&fake.requests())
+        .into_iter()
+        .filter(|(_, agent, _, _)| agent == "one")
+        .collect();
+    let ran = super::hooks_agents_cli::audited(&audit.join("audit.log"));
+    assert_eq!(ran.len(), 2, "{ran:#?}");
+    assert!(ran.is_subset(&asked), "{ran:#?}\n{asked:#?}");
+    let rm_id = second.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|message| message["content"].as_array().cloned().unwrap_or_default())
+        .find(|block| block["type"] == "tool_use" && block["input"]["command"] == "rm README.md")
+        .map(|block| block["id"].as_str().unwrap().to_owned())
+        .unwrap();
+    let refused: Vec<_> = asked.difference(&ran).map(|(.., id)| id.clone()).collect();
+    assert_eq!(refused, vec![rm_id], "{ran:#?}");
+    let logged_lines = std::fs::read_to_string(audit.join("audit.log")).unwrap();
+    assert_eq!(logged_lines.lines().count(), 2, "{logged_lines}");
     assert_eq!(worker.stop().await, Some(0));
     schema.drop_now().await;
 }
