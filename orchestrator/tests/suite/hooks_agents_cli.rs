@@ -1,16 +1,18 @@
 //! Hooks for every kind of agent through the binary: a `PostToolUse` audit hook in the user's
 //! own `~/.claude/settings.json` writes one line per call for the lead, a teammate in its
 //! worktree, that teammate's subagent and each batch line, and those lines are compared with
-//! the calls the fake model server answered (its request log), never with muster's records.
+//! the calls the fake model server answered (its request log), never with muster's records;
+//! a teammate that empties `.claude/settings.json` in its worktree gains nothing in that run
+//! or its resume.
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
 use muster_fake_llm::{Block, RecordedRequest, ScriptEntry};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::common::{command, fake, output, project, stderr, tool, trust};
-use super::hooks_cli::{any_turn, git, write_team};
+use super::hooks_cli::{any_turn, git, request_of, tool_results, write_team};
 
 /// The tools whose calls fire `PostToolUse` (the tool set; the runtime's own tools such as
 /// `Agent` or `TaskCreate` only get `PreToolUse`, docs/hooks.md "Events").
@@ -227,4 +229,141 @@ async fn an_audit_hook_writes_one_line_per_call_of_each_batch_line() {
     assert_eq!(audited(&home.path().join(".claude/audit.log")), asked);
     let lines = std::fs::read_to_string(home.path().join(".claude/audit.log")).unwrap();
     assert_eq!(lines.lines().count(), asked.len(), "{lines}");
+}
+
+/// A teammate whose Bash is unconfined (`[sandbox] mode = "off"`, so nothing binds the file
+/// read-only) empties `.claude/settings.json` in its worktree — the guard hook and the deny
+/// rule gone — and gains nothing: its `rm` is still refused by the guard and its read of
+/// `.env` by the rule, in that run and, after kill -9 (the teammate's next model request held
+/// at a gate), in the resume, which uses the settings the run stored.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_teammate_that_empties_the_settings_gains_nothing_in_the_run_or_its_resume() {
+    let dir = super::hooks_cli::hooked_project();
+    let root = dir.path();
+    std::fs::remove_dir_all(root.join(".git")).unwrap();
+    let mut settings: Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join(".claude/settings.json")).unwrap())
+            .unwrap();
+    settings["permissions"] = json!({"deny": ["Read(./.env)"]});
+    std::fs::write(root.join(".claude/settings.json"), settings.to_string()).unwrap();
+    std::fs::write(root.join(".env"), "SECRET=1\n").unwrap();
+    std::fs::write(
+        root.join(".muster/settings.toml"),
+        "[sandbox]\nmode = \"off\"\n",
+    )
+    .unwrap();
+    write_team(
+        root,
+        "name = \"builders\"\nisolation = \"worktree\"\n\n[[teammates]]\nname = \"one\"\n\
+         definition = \"writer\"\nplan_mode_required = false\napprover = \"policy:policy.toml\"\n",
+    );
+    std::fs::write(root.join("policy.toml"), "approve_all = true\n").unwrap();
+    git(root, &["init", "-q", "-b", "main"]);
+    git(root, &["add", "-A"]);
+    git(root, &["commit", "-q", "-m", "start"]);
+    trust(root).await;
+    let tries = || {
+        vec![
+            tool("Bash", json!({"command": "rm data/keep.txt"})),
+            tool("Read", json!({"file_path": ".env"})),
+        ]
+    };
+    let mut first_try = tries();
+    first_try.insert(
+        0,
+        tool(
+            "Bash",
+            json!({"command": "printf '{}' > .claude/settings.json && cat .claude/settings.json"}),
+        ),
+    );
+    let mut held = ScriptEntry::reply("one", 2, tries());
+    held.fault.hold = Some("one-2".to_owned());
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "clean", "description": "Clean up."}),
+            )],
+        ),
+        any_turn("lead", "Waiting for the team."),
+        ScriptEntry::reply("one", 1, first_try),
+        held,
+        any_turn("one", "done"),
+    ])
+    .await;
+    let base = fake.base_url();
+    let mut started = command(
+        root,
+        &[
+            "run",
+            "-p",
+            "Clean up.",
+            "--permission-mode",
+            "bypassPermissions",
+            "--base-url",
+            &base,
+            "--output",
+            "stream-json",
+        ],
+    );
+    started
+        .kill_on_drop(true)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = started.spawn().unwrap();
+    tokio::time::timeout(super::common::GUARD, fake.gate_reached("one-2", 1))
+        .await
+        .expect("guard timeout: the teammate never asked after its edit");
+    child.start_kill().unwrap();
+    assert_eq!(child.wait().await.unwrap().code(), None, "not killed");
+
+    // In the run: the edit went through (nothing confined it), the guard and the rule held.
+    let first = tool_results(&request_of(&fake, "one", 2));
+    assert_eq!(first.len(), 3, "{first:#?}");
+    let holds = |results: &[String]| {
+        assert!(
+            results[0].contains("rm is not allowed here (guard)"),
+            "the guard: {results:#?}"
+        );
+        assert!(
+            results[1].contains("deny rule `Read(./.env)`"),
+            "the rule: {results:#?}"
+        );
+        assert!(!results[1].contains("SECRET"), "{results:#?}");
+    };
+    holds(&first[1..]);
+    // `.muster/worktrees/RUN-SLUG/one/`.
+    let worktree_settings: Vec<_> = std::fs::read_dir(root.join(".muster/worktrees"))
+        .unwrap()
+        .flatten()
+        .flat_map(|run| std::fs::read_dir(run.path()).unwrap().flatten())
+        .filter(|entry| entry.file_name() == "one")
+        .map(|entry| entry.path().join(".claude/settings.json"))
+        .collect();
+    assert_eq!(worktree_settings.len(), 1, "{worktree_settings:?}");
+    assert_eq!(
+        std::fs::read_to_string(&worktree_settings[0]).unwrap(),
+        "{}",
+        "the teammate's edit is in its worktree"
+    );
+
+    // The resume: the same teammate, its worktree still edited, still guarded.
+    fake.open_gate("one-2");
+    let resumed = output(command(
+        root,
+        &["resume", "--base-url", &base, "--output", "stream-json"],
+    ))
+    .await;
+    assert_ne!(resumed.status.code(), None, "{}", stderr(&resumed));
+    let after = tool_results(&request_of(&fake, "one", 3));
+    assert_eq!(after.len(), 2, "{after:#?}");
+    holds(&after);
+    assert!(root.join("data/keep.txt").exists(), "rm ran");
+    assert_eq!(
+        std::fs::read_to_string(root.join(".claude/settings.json")).unwrap(),
+        settings.to_string(),
+        "the user's settings changed"
+    );
 }
