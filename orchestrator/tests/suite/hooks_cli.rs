@@ -1635,3 +1635,88 @@ async fn a_guard_hook_refuses_rm_for_a_teammates_subagent() {
         logged[0]
     );
 }
+
+/// The failure table through the binary, as Claude Code documents it (exit 2 blocks, any
+/// other ending is non-blocking: shown, and the run goes on): one guard command on `Bash` as
+/// given and on `Write` with `"onFailure": "block"`. Each failure lets the `Bash` call run,
+/// shown beside its result, and refuses the `Write` with that reason; junk on stdout is no
+/// failure and no decision.
+#[tokio::test(flavor = "multi_thread")]
+async fn each_failing_guard_is_non_blocking_unless_on_failure_blocks_it() {
+    let cases = [
+        ("echo oops >&2; exit 1", 10, Some("exited with 1: oops")),
+        ("no-such-guard-anywhere", 10, Some("exited with 127")),
+        ("kill -KILL $$", 10, Some("was killed by a signal")),
+        ("sleep 30", 1, Some("timed out after 1 s")),
+        (
+            "head -c 2000000 /dev/zero",
+            10,
+            Some("printed more than 1 MB"),
+        ),
+        ("echo 'not json {'", 10, None),
+    ];
+    for (guard, timeout, failure) in cases {
+        let dir = project(&[]);
+        std::fs::create_dir_all(dir.path().join(".claude")).unwrap();
+        let settings = json!({"hooks": {"PreToolUse": [
+            {"matcher": "Bash", "hooks": [
+                {"type": "command", "command": guard, "timeout": timeout}]},
+            {"matcher": "Write", "hooks": [
+                {"type": "command", "command": guard, "timeout": timeout, "onFailure": "block"}]}
+        ]}});
+        std::fs::write(
+            dir.path().join(".claude/settings.json"),
+            settings.to_string(),
+        )
+        .unwrap();
+        trust(dir.path()).await;
+        let fake = fake(vec![
+            ScriptEntry::reply(
+                "main",
+                1,
+                vec![
+                    tool("Bash", json!({"command": "echo hi > note.txt"})),
+                    tool(
+                        "Write",
+                        json!({"file_path": "written.txt", "content": "x\n"}),
+                    ),
+                ],
+            ),
+            ScriptEntry::reply("main", 2, vec![Block::text("Done.")]),
+        ])
+        .await;
+        let args = run_args(&fake.base_url());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let done = muster(dir.path(), &args).await;
+        assert_eq!(done.status.code(), Some(0), "{guard}: {}", stderr(&done));
+        assert!(
+            dir.path().join("note.txt").exists(),
+            "{guard}: Bash refused"
+        );
+        let results = tool_results(&fake.requests()[1].body);
+        assert_eq!(results.len(), 2, "{guard}: {results:?}");
+        match failure {
+            Some(said) => {
+                assert!(
+                    !dir.path().join("written.txt").exists(),
+                    "{guard}: a guard that failed under onFailure block let Write run"
+                );
+                assert!(
+                    results[1].contains(&format!(
+                        "Permission denied: blocked by a PreToolUse hook: hook `{guard}` {said}"
+                    )),
+                    "{guard}: {results:?}"
+                );
+                // The Bash call ran, the failure shown beside its result.
+                assert!(
+                    results[0].contains("[exit code 0]")
+                        && results[0].contains(&format!("[PreToolUse hook] hook `{guard}` {said}")),
+                    "{guard}: {results:?}"
+                );
+            }
+            None => {
+                assert!(dir.path().join("written.txt").exists(), "{guard}");
+            }
+        }
+    }
+}
