@@ -12,15 +12,16 @@ use serde_json::{Value, json};
 
 use super::common::{command, fake, lines, muster, output, stderr, tool, trust};
 
-const PLAN: &str =
+pub(super) const PLAN: &str =
     "## Goal\nGreet.\n## Steps\n1. Write hello.txt\n## Files\nhello.txt\n## Tests\ncat hello.txt\n";
-const UNTESTED: &str = "## Goal\nGreet.\n## Steps\n1. Write hello.txt\n## Files\nhello.txt\n";
+pub(super) const UNTESTED: &str =
+    "## Goal\nGreet.\n## Steps\n1. Write hello.txt\n## Files\nhello.txt\n";
 
 /// The reviewer: it logs what it was given to `review.log` (only possible with the sandbox
 /// off), tries to write the workspace (the read-only sandbox refuses), and answers in Claude
 /// Code's `PermissionRequest` shape: a plan without a `## Tests` section is denied with
 /// feedback, one with it allowed.
-const REVIEWER: &str = "#!/bin/sh\n\
+pub(super) const REVIEWER: &str = "#!/bin/sh\n\
     input=$(cat)\n\
     printf '%s\\n' \"$input\" >> \"$CLAUDE_PROJECT_DIR/review.log\" 2>/dev/null\n\
     echo wrote > \"$CLAUDE_PROJECT_DIR/reviewer-wrote.txt\" 2>/dev/null\n\

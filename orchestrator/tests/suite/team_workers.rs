@@ -2197,3 +2197,132 @@ async fn a_guard_hook_of_the_workers_settings_refuses_rm_for_the_teammate_on_it(
     assert_eq!(worker.stop().await, Some(0));
     schema.drop_now().await;
 }
+
+/// A plan reviewer hook (`approver = "hook:strict"`) decides the plans of a teammate placed
+/// on a worker: it runs in the lead's process (the project root's settings, read-only), its
+/// rejection's feedback reaches the teammate's model on the worker, the teammate revises, the
+/// revision is approved and the teammate's write comes back to the lead by git.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plan_reviewer_hook_decides_the_plans_of_a_teammate_on_a_worker() {
+    use super::plan_reviewer_cli::{PLAN, REVIEWER, UNTESTED};
+    let schema = Schema::new().await;
+    let url = schema.url();
+    let fake = fake(vec![
+        lead_assigns(&["one"]),
+        lead_merges("one", &["merge-one-1"]),
+        any_turn("lead", "Waiting for the team."),
+        ScriptEntry::reply(
+            "one",
+            1,
+            vec![tool("ExitPlanMode", json!({"plan": UNTESTED}))],
+        ),
+        ScriptEntry::reply("one", 2, vec![tool("ExitPlanMode", json!({"plan": PLAN}))]),
+        ScriptEntry::reply(
+            "one",
+            3,
+            vec![tool(
+                "Write",
+                json!({"file_path": "hello.txt", "content": "hello, world\n"}),
+            )],
+        ),
+        any_turn("one", "done"),
+    ])
+    .await;
+    let mut worker = teammate_worker(&fake, &url, "w1");
+    worker.wait_for("ready on").await;
+    let remote = bare_remote();
+    let remote_path = remote.path().display().to_string();
+    let lead = lead_repo(
+        "name = \"builders\"\n\n[[teammates]]\nname = \"one\"\ndefinition = \"writer\"\n\
+         plan_mode_required = true\nplacement = \"workers\"\napprover = \"hook:strict\"\n",
+    );
+    let root = lead.path();
+    let hooks = root.join(".claude/hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    std::fs::write(hooks.join("review.sh"), REVIEWER).unwrap();
+    std::fs::write(
+        root.join(".claude/settings.json"),
+        json!({"planReviewers": {"strict": {
+            "type": "command", "command": "sh \"$CLAUDE_PROJECT_DIR\"/.claude/hooks/review.sh",
+            "timeout": 30}}})
+        .to_string(),
+    )
+    .unwrap();
+    git(root, &["add", "-A"]);
+    git(root, &["commit", "-q", "-m", "reviewer"]);
+    super::common::trust_blocking(root);
+    let output = super::common::output(command(
+        root,
+        &run_args(&url, &fake.base_url(), &remote_path),
+    ))
+    .await;
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}\n{:#?}",
+        stderr(&output),
+        lines(&output)
+    );
+    let events = lines(&output);
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "teammate_placed" && e["agent"] == "one" && e["worker"] == "w1"),
+        "{events:#?}"
+    );
+    // The reviewer answered both plans in the lead's process, as `policy` (the entry every
+    // automated answer comes from); the teammate's own events are the worker's.
+    let answered: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "mail_sent" && e["kind"] == "plan_approval_response")
+        .collect();
+    assert_eq!(answered.len(), 2, "{events:#?}");
+    for (answer, id) in answered.iter().zip(["plan-one-1", "plan-one-2"]) {
+        assert_eq!(answer["from"], "policy", "{answer}");
+        assert_eq!(answer["request_id"], id, "{answer}");
+    }
+    let inbox =
+        super::common::output(command(root, &["--store", &url, "inbox", "one", "--json"])).await;
+    assert_eq!(inbox.status.code(), Some(0), "{}", stderr(&inbox));
+    let rows: Value = serde_json::from_slice(&inbox.stdout).unwrap();
+    let responses: Vec<&Value> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| &row["message"])
+        .filter(|m| m["kind"] == "plan_approval_response")
+        .collect();
+    assert_eq!(responses.len(), 2, "{rows:#}");
+    for (response, approved) in responses.iter().zip([false, true]) {
+        assert_eq!(response["body"]["approved"], approved, "{response}");
+        assert!(
+            response["body"]["rule"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("plan reviewer hook strict ("),
+            "{response}"
+        );
+    }
+    // The feedback reached the teammate's model, which ran on the worker.
+    let second = fake
+        .requests()
+        .into_iter()
+        .find(|r| r.agent.as_deref() == Some("one") && r.turn == Some(2))
+        .expect("the teammate's second request");
+    let said = second.body.to_string();
+    assert!(
+        said.contains("Add a ## Tests section that checks hello.txt.")
+            && said.contains("Your plan was rejected by plan reviewer hook strict ("),
+        "{said}"
+    );
+    // The reviewer (defined only in the lead's settings) ran read-only: it wrote nothing.
+    assert!(!root.join("reviewer-wrote.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(root.join("hello.txt"))
+            .ok()
+            .as_deref(),
+        Some("hello, world\n")
+    );
+    assert_eq!(worker.stop().await, Some(0));
+    schema.drop_now().await;
+}
