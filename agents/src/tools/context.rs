@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::workspace::{PathError, Workspace};
+use super::workspace::{PathError, PathUse, Workspace};
 use crate::sandbox::{Sandbox, SandboxProfile};
 
 /// The id of the process group a `Bash` call runs in (the leader's pid).
@@ -231,9 +231,12 @@ impl ToolContext {
         })
     }
 
-    /// Resolves a path the call writes; see [`Workspace::resolve_write`].
+    /// Resolves a path the call writes; see [`Workspace::resolve`].
     pub fn resolve_write(&self, requested: &str) -> Result<PathBuf, PathError> {
-        self.workspace
-            .resolve_write(Path::new(requested), self.plan_file.as_deref())
+        self.workspace.resolve(
+            Path::new(requested),
+            PathUse::Write,
+            self.plan_file.as_deref(),
+        )
     }
 }

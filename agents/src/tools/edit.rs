@@ -10,7 +10,7 @@ use serde::Deserialize;
 use super::TypedTool;
 use super::context::ToolContext;
 use super::output::{ToolDetails, ToolOutput};
-use super::text::{TextFileError, read_text_file, run_blocking, write_text_file};
+use super::text::{TextFileError, read_text_file, run_blocking_on, write_text_file};
 use super::workspace::PathAccess;
 
 /// Input of `Edit`.
@@ -147,11 +147,10 @@ impl TypedTool for Edit {
     }
 
     async fn run(&self, context: &ToolContext, input: EditInput) -> ToolOutput {
-        let resolved = match context.resolve_write(&input.file_path) {
-            Ok(resolved) => resolved,
-            Err(error) => return ToolOutput::error(error.to_string()),
-        };
-        run_blocking(move || edit_file(input, resolved)).await
+        run_blocking_on(context.resolve_write(&input.file_path), move |resolved| {
+            edit_file(input, resolved)
+        })
+        .await
     }
 }
 
@@ -198,11 +197,10 @@ impl TypedTool for MultiEdit {
     }
 
     async fn run(&self, context: &ToolContext, input: MultiEditInput) -> ToolOutput {
-        let resolved = match context.resolve_write(&input.file_path) {
-            Ok(resolved) => resolved,
-            Err(error) => return ToolOutput::error(error.to_string()),
-        };
-        run_blocking(move || multi_edit_file(&input, resolved)).await
+        run_blocking_on(context.resolve_write(&input.file_path), move |resolved| {
+            multi_edit_file(&input, resolved)
+        })
+        .await
     }
 }
 

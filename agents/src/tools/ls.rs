@@ -10,7 +10,7 @@ use serde::Deserialize;
 use super::TypedTool;
 use super::context::ToolContext;
 use super::output::ToolOutput;
-use super::text::run_blocking;
+use super::text::run_blocking_on;
 use super::walk::{compile_glob, walker};
 use super::workspace::PathAccess;
 
@@ -43,12 +43,11 @@ impl TypedTool for Ls {
     }
 
     async fn run(&self, context: &ToolContext, input: LsInput) -> ToolOutput {
-        let base = match context.resolve_read(&input.path) {
-            Ok(base) => base,
-            Err(error) => return ToolOutput::error(error.to_string()),
-        };
         let max_entries = context.limits().max_entries;
-        run_blocking(move || list(&input, &base, max_entries)).await
+        run_blocking_on(context.resolve_read(&input.path), move |base| {
+            list(&input, &base, max_entries)
+        })
+        .await
     }
 }
 

@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 use super::TypedTool;
 use super::context::ToolContext;
 use super::output::{ToolDetails, ToolOutput};
-use super::text::{read_text_file, run_blocking, write_text_file};
+use super::text::{read_text_file, run_blocking_on, write_text_file};
 use super::workspace::PathAccess;
 
 /// The kind of a notebook cell.
@@ -94,11 +94,11 @@ impl TypedTool for NotebookEdit {
                 input.notebook_path
             ));
         }
-        let resolved = match context.resolve_write(&input.notebook_path) {
-            Ok(resolved) => resolved,
-            Err(error) => return ToolOutput::error(error.to_string()),
-        };
-        run_blocking(move || edit_notebook(&input, resolved)).await
+        run_blocking_on(
+            context.resolve_write(&input.notebook_path),
+            move |resolved| edit_notebook(&input, resolved),
+        )
+        .await
     }
 }
 

@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use super::context::{OutputLimits, ToolContext};
 use super::output::ToolOutput;
-use super::text::{looks_binary, refuse_special_file, run_blocking, truncate_line};
+use super::text::{looks_binary, refuse_special_file, run_blocking_on, truncate_line};
 use super::workspace::PathAccess;
 use super::{ToolDetails, TypedTool};
 
@@ -47,12 +47,11 @@ impl TypedTool for Read {
     }
 
     async fn run(&self, context: &ToolContext, input: ReadInput) -> ToolOutput {
-        let resolved = match context.resolve_read(&input.file_path) {
-            Ok(resolved) => resolved,
-            Err(error) => return ToolOutput::error(error.to_string()),
-        };
         let limits = context.limits().clone();
-        run_blocking(move || read_lines(&input, &resolved, &limits)).await
+        run_blocking_on(context.resolve_read(&input.file_path), move |resolved| {
+            read_lines(&input, &resolved, &limits)
+        })
+        .await
     }
 }
 

@@ -2,9 +2,10 @@
 //! thread.
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::output::ToolOutput;
+use super::workspace::PathError;
 
 /// Bytes inspected to decide whether a file is binary.
 const BINARY_PROBE_BYTES: usize = 8192;
@@ -94,4 +95,16 @@ pub(crate) async fn run_blocking(work: impl FnOnce() -> ToolOutput + Send + 'sta
     tokio::task::spawn_blocking(work)
         .await
         .unwrap_or_else(|error| ToolOutput::error(format!("the tool failed internally: {error}")))
+}
+
+/// [`run_blocking`] with the call's path once resolved; a path the call may not use is its
+/// error, and nothing runs.
+pub(crate) async fn run_blocking_on(
+    resolved: Result<PathBuf, PathError>,
+    work: impl FnOnce(PathBuf) -> ToolOutput + Send + 'static,
+) -> ToolOutput {
+    match resolved {
+        Ok(path) => run_blocking(move || work(path)).await,
+        Err(error) => ToolOutput::error(error.to_string()),
+    }
 }

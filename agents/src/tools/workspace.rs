@@ -232,18 +232,9 @@ impl Workspace {
         self.resolve(requested, PathUse::Read, plan_file)
     }
 
-    /// Resolves a path the call may write: inside the workspace and outside `.git/` and
-    /// `.muster/`, or the agent's own plan file wherever it lies.
-    pub fn resolve_write(
-        &self,
-        requested: &Path,
-        plan_file: Option<&Path>,
-    ) -> Result<PathBuf, PathError> {
-        self.resolve(requested, PathUse::Write, plan_file)
-    }
-
-    /// Resolves a path for `usage`; see [`Workspace::resolve_read`] and
-    /// [`Workspace::resolve_write`].
+    /// Resolves a path for `usage`: one to read as [`Workspace::resolve_read`] says; one the
+    /// call may write inside the workspace and outside `.git/` and `.muster/`, or the agent's
+    /// own plan file wherever it lies.
     pub fn resolve(
         &self,
         requested: &Path,

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use super::TypedTool;
 use super::context::ToolContext;
 use super::output::{ToolDetails, ToolOutput};
-use super::text::{refuse_special_file, run_blocking, write_text_file};
+use super::text::{refuse_special_file, run_blocking_on, write_text_file};
 use super::workspace::PathAccess;
 
 /// Input of `Write`.
@@ -40,11 +40,10 @@ impl TypedTool for Write {
     }
 
     async fn run(&self, context: &ToolContext, input: WriteInput) -> ToolOutput {
-        let resolved = match context.resolve_write(&input.file_path) {
-            Ok(resolved) => resolved,
-            Err(error) => return ToolOutput::error(error.to_string()),
-        };
-        run_blocking(move || write_file(&input, resolved)).await
+        run_blocking_on(context.resolve_write(&input.file_path), move |resolved| {
+            write_file(&input, resolved)
+        })
+        .await
     }
 }
 

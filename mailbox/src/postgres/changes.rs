@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
+use super::PostgresStore;
 use super::ops::{Ctx, fnv1a};
-use super::{PostgresStore, connect_reason};
-use crate::error::{StoreError, StoreResult};
+use crate::error::StoreResult;
 use crate::live::{ChangeCause, LiveHold, OnChange};
 
 impl Ctx {
@@ -143,27 +143,11 @@ pub(crate) async fn watch(store: &PostgresStore, on_change: OnChange) -> StoreRe
 /// A dedicated connection that LISTENs on the change channel and calls `on_change` for each
 /// notification.
 async fn listen(store: &PostgresStore, on_change: OnChange) -> StoreResult<Listening> {
-    let mut config = (*store.config).clone();
-    config.application_name(feed_application_name(&store.ctx.schema));
-    let (client, mut connection) =
-        config
-            .connect(store.tls.clone())
-            .await
-            .map_err(|e| StoreError::PostgresConnect {
-                target: store.ctx.target.to_string(),
-                reason: connect_reason(&e),
-            })?;
-    let driver = tokio::spawn(async move {
-        loop {
-            match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-                Some(Ok(tokio_postgres::AsyncMessage::Notification(_))) => {
-                    on_change(ChangeCause::Notified)
-                }
-                Some(Ok(_)) => {}
-                Some(Err(_)) | None => break,
-            }
-        }
-    });
+    let name = feed_application_name(&store.ctx.schema);
+    let (client, connection) = store.connect_outside_pool(Some(&name)).await?;
+    let driver = tokio::spawn(super::drive_notifications(connection, move |_| {
+        on_change(ChangeCause::Notified)
+    }));
     let listening = Listening {
         _client: client,
         driver,

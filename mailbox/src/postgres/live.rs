@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::{PostgresStore, connect_reason, ops};
+use super::{PostgresStore, ops};
 use crate::error::{StoreError, StoreResult};
 use crate::types::validate_agent_id;
 use crate::wake::BOARD_WAKE;
@@ -188,30 +188,13 @@ impl PostgresStore {
     /// notifications wake this store's receivers of `run_id` (the payload names the
     /// recipient).
     async fn live_connection(&self, run_id: &str, application_name: String) -> StoreResult<Held> {
-        let mut config = (*self.config).clone();
-        config.application_name(&application_name);
-        let (client, mut connection) =
-            config
-                .connect(self.tls.clone())
-                .await
-                .map_err(|e| StoreError::PostgresConnect {
-                    target: self.ctx.target.to_string(),
-                    reason: connect_reason(&e),
-                })?;
+        let (client, connection) = self.connect_outside_pool(Some(&application_name)).await?;
         let (waiters, run) = (self.waiters.clone(), run_id.to_owned());
-        let driver = tokio::spawn(async move {
-            loop {
-                match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-                    Some(Ok(tokio_postgres::AsyncMessage::Notification(note))) => {
-                        if is_wake_payload(note.payload()) {
-                            waiters.wake(&run, note.payload());
-                        }
-                    }
-                    Some(Ok(_)) => {}
-                    Some(Err(_)) | None => break,
-                }
+        let driver = tokio::spawn(super::drive_notifications(connection, move |payload| {
+            if is_wake_payload(payload) {
+                waiters.wake(&run, payload);
             }
-        });
+        }));
         Ok(Held {
             client,
             driver: Driver(driver),

@@ -192,22 +192,10 @@ impl PostgresStore {
         &self,
         closed: Arc<std::sync::atomic::AtomicBool>,
     ) -> StoreResult<LiveConnection> {
-        let (client, mut connection) =
-            self.config.connect(self.tls.clone()).await.map_err(|e| {
-                StoreError::PostgresConnect {
-                    target: self.ctx.target.to_string(),
-                    reason: connect_reason(&e),
-                }
-            })?;
+        let (client, connection) = self.connect_outside_pool(None).await?;
         let watchers = self.work_watchers.clone();
         let driver = tokio::spawn(async move {
-            loop {
-                match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-                    Some(Ok(tokio_postgres::AsyncMessage::Notification(_))) => watchers.wake(),
-                    Some(Ok(_)) => {}
-                    Some(Err(_)) | None => break,
-                }
-            }
+            drive_notifications(connection, |_| watchers.wake()).await;
             closed.store(true, std::sync::atomic::Ordering::SeqCst);
             watchers.wake();
         });
@@ -338,16 +326,52 @@ impl PostgresStore {
     async fn dedicated(
         &self,
     ) -> StoreResult<(tokio_postgres::Client, tokio::task::JoinHandle<()>)> {
-        let (client, connection) = self.config.connect(self.tls.clone()).await.map_err(|e| {
-            StoreError::PostgresConnect {
-                target: self.ctx.target.to_string(),
-                reason: connect_reason(&e),
-            }
-        })?;
+        let (client, connection) = self.connect_outside_pool(None).await?;
         let driver = tokio::spawn(async move {
             let _ = connection.await;
         });
         Ok((client, driver))
+    }
+}
+
+/// A connection of the store's server made outside the pool (its driver is the caller's).
+type OwnConnection = tokio_postgres::Connection<
+    tokio_postgres::Socket,
+    <tls::Connector as tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket>>::Stream,
+>;
+
+impl PostgresStore {
+    /// A connection outside the pool, named `application_name` on the server when given (a
+    /// LISTEN connection is found by its name).
+    async fn connect_outside_pool(
+        &self,
+        application_name: Option<&str>,
+    ) -> StoreResult<(tokio_postgres::Client, OwnConnection)> {
+        let mut config = (*self.config).clone();
+        if let Some(name) = application_name {
+            config.application_name(name);
+        }
+        config
+            .connect(self.tls.clone())
+            .await
+            .map_err(|e| StoreError::PostgresConnect {
+                target: self.ctx.target.to_string(),
+                reason: connect_reason(&e),
+            })
+    }
+}
+
+/// Drives `connection` until it ends, giving each notification's payload to
+/// `on_notification`.
+async fn drive_notifications(mut connection: OwnConnection, mut on_notification: impl FnMut(&str)) {
+    loop {
+        match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            Some(Ok(tokio_postgres::AsyncMessage::Notification(note))) => {
+                on_notification(note.payload())
+            }
+            Some(Ok(_)) => {}
+            Some(Err(_)) | None => break,
+        }
     }
 }
 
