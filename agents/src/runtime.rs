@@ -75,6 +75,7 @@ mod events;
 mod gate;
 mod hook_points;
 mod interrupt;
+mod lease;
 mod limits;
 mod mcp;
 mod mcp_changes;

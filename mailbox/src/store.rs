@@ -78,6 +78,11 @@ pub trait MailboxStore: Send + Sync {
         max: usize,
     ) -> StoreResult<Vec<Message>>;
     async fn ack(&self, run_id: &str, keys: Vec<String>) -> StoreResult<()>;
+    /// Returns mail this process leased and could not use (the turn that leased it was
+    /// dropped by an interrupt before it acknowledged it) to pending, waking its recipients,
+    /// as a new epoch would; mail acknowledged already, or pending, is left as it is. How many
+    /// came back.
+    async fn hand_back(&self, run_id: &str, keys: Vec<String>) -> StoreResult<u64>;
     /// Answers a request; only its responder may, and only the first answer is accepted.
     async fn respond(&self, response: NewResponse) -> StoreResult<Message>;
     async fn request(&self, run_id: &str, request_id: &str) -> StoreResult<Option<RequestRecord>>;

@@ -345,6 +345,8 @@ impl AgentRuntime {
             Some(outcome) => outcome,
             None => self.end_interrupted_turn().await,
         };
+        // What the turn leased and did not acknowledge it keeps leased, as before the lane.
+        let _ = self.calls.commits.leased();
         self.release_reservation().await;
         outcome
     }
@@ -413,6 +415,16 @@ impl AgentRuntime {
     /// are answered and the turn ends interrupted, in one commit.
     async fn end_interrupted_turn(&mut self) -> RuntimeResult<AgentOutcome> {
         self.calls.commits.settled().await;
+        // Mail the dropped turn leased and did not acknowledge (a decision it was receiving,
+        // the mail its next request was to carry) goes back to pending: leased, it would be
+        // lost to every receiver until a new epoch.
+        let leased = self.calls.commits.leased();
+        if !leased.is_empty() {
+            let back = self.run.store.hand_back(&self.run.run_id, leased).await?;
+            if back > 0 {
+                tracing::info!(agent = %self.id, back, "mail the interrupted turn leased is pending again");
+            }
+        }
         self.reload().await?;
         if self.transcript.unfinished_answer.is_some() || self.transcript.turn_ended() {
             return self.drive().await;

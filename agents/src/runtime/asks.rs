@@ -100,6 +100,8 @@ pub(super) struct Asking<'a> {
     pub run: &'a RunContext,
     pub report: &'a Reporter,
     pub root: &'a std::path::Path,
+    /// The agent's lane, which mail is leased through.
+    pub commits: &'a super::interrupt::CommitLane,
 }
 
 impl Asking<'_> {
@@ -181,9 +183,10 @@ impl Asking<'_> {
             .await?;
         muster_mailbox::failpoint!("deferred_request_sent");
         let filter = muster_mailbox::MessageFilter::RequestId(request_id.clone());
-        let store = &self.run.store;
-        let answer = store
-            .try_receive(&self.run.run_id, &self.asks.asker, self.run.epoch, filter)
+        let (store, run) = (&self.run.store, &self.run.run_id);
+        let answer = self
+            .commits
+            .try_receive(store, run, &self.asks.asker, self.run.epoch, filter)
             .await?;
         let Some(mail) = answer else {
             self.run
@@ -261,10 +264,10 @@ impl Asking<'_> {
     /// Takes the answer to `request_id` from the asker's inbox (waiting for it).
     async fn receive_answer(&self, request_id: &str) -> RuntimeResult<muster_mailbox::Message> {
         let filter = muster_mailbox::MessageFilter::RequestId(request_id.to_owned());
-        let store = &self.run.store;
-        Ok(store
-            .receive(&self.run.run_id, &self.asks.asker, self.run.epoch, filter)
-            .await?)
+        let (store, run) = (&self.run.store, &self.run.run_id);
+        self.commits
+            .receive(store, run, &self.asks.asker, self.run.epoch, filter)
+            .await
     }
 
     /// Stores a `permission_request` for the policy, the policy's answer (a `deny` when no

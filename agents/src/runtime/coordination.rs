@@ -196,13 +196,15 @@ impl AgentRuntime {
         self.report.state(AgentState::WaitingOnDecision {
             request_id: request_id.clone(),
         });
+        let run = &self.run;
         let mail = self
-            .run
-            .store
+            .calls
+            .commits
             .receive(
-                &self.run.run_id,
+                &run.store,
+                &run.run_id,
                 &self.id,
-                self.run.epoch,
+                run.epoch,
                 MessageFilter::RequestId(request_id),
             )
             .await?;

@@ -328,6 +328,7 @@ impl CallDispatcher {
             run: &self.run,
             report: &self.report,
             root: self.workspace.root(),
+            commits: &self.commits,
         };
         let firing = self.firing(view.plan.mode);
         let deferred = hook.permission == Some(crate::hooks::HookPermission::Defer)

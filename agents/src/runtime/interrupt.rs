@@ -93,8 +93,17 @@ impl TurnInterrupt {
 /// dropped: a store may carry out a commit whose caller is gone (SQLite's writer thread runs
 /// every job it was given), so after an interrupt the agent first waits for the commits in
 /// flight ([`CommitLane::settled`]) and only then reads its transcript back.
+///
+/// Mail is leased through it too ([`CommitLane::lease`]): a lease an interrupt cut off after
+/// its COMMIT would otherwise leave the message leased to no one (the mail a turn was about
+/// to take, the decision it was waiting for), so the keys of what the turn leased are kept
+/// until it ends, and an interrupted turn hands back what it did not acknowledge.
 #[derive(Debug, Clone, Default)]
-pub(super) struct CommitLane(Arc<tokio::sync::Mutex<()>>);
+pub(super) struct CommitLane {
+    turn: Arc<tokio::sync::Mutex<()>>,
+    /// The keys of the mail leased through the lane since the turn began.
+    leased: Arc<std::sync::Mutex<Vec<String>>>,
+}
 
 /// A commit the runtime shut down under: it may or may not have landed.
 #[derive(Debug, Clone, Copy, thiserror::Error)]
@@ -108,7 +117,7 @@ impl CommitLane {
         commit: impl Future<Output = T> + Send + 'static,
     ) -> Result<T, CommitCut> {
         // Taken before the commit starts: a caller dropped while waiting commits nothing.
-        let held = self.0.clone().lock_owned().await;
+        let held = self.turn.clone().lock_owned().await;
         let task = tokio::spawn(async move {
             let done = commit.await;
             drop(held);
@@ -125,7 +134,34 @@ impl CommitLane {
 
     /// Waits until no commit is in flight.
     pub(super) async fn settled(&self) {
-        drop(self.0.lock().await);
+        drop(self.turn.lock().await);
+    }
+
+    /// Runs `lease` (a store operation that leases mail without waiting) to its end whatever
+    /// happens to the caller, noting the keys of what it leased (see [`CommitLane::leased`]).
+    pub(super) async fn lease<T: Send + 'static>(
+        &self,
+        lease: impl Future<Output = muster_mailbox::StoreResult<T>> + Send + 'static,
+        keys: fn(&T) -> Vec<String>,
+    ) -> Result<muster_mailbox::StoreResult<T>, CommitCut> {
+        let leased = self.leased.clone();
+        self.run(async move {
+            let taken = lease.await;
+            if let Ok(taken) = &taken {
+                leased
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .extend(keys(taken));
+            }
+            taken
+        })
+        .await
+    }
+
+    /// The keys of the mail leased through the lane since the last call: at a turn's end,
+    /// once [`CommitLane::settled`], what an interrupted turn may have left unacknowledged.
+    pub(super) fn leased(&self) -> Vec<String> {
+        std::mem::take(&mut *self.leased.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }
 

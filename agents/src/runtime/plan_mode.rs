@@ -247,9 +247,10 @@ impl AgentRuntime {
         filter: muster_mailbox::MessageFilter,
     ) -> RuntimeResult<Dispatched> {
         let run = &self.run;
-        let mail = run
-            .store
-            .receive(&run.run_id, &self.id, run.epoch, filter)
+        let mail = self
+            .calls
+            .commits
+            .receive(&run.store, &run.run_id, &self.id, run.epoch, filter)
             .await?;
         self.report.calling(call);
         self.apply_plan_decision(mail).await
@@ -266,9 +267,9 @@ impl AgentRuntime {
         let filter = MessageFilter::RequestId(request_id.to_owned());
         let (run_id, epoch) = (self.run.run_id.clone(), self.run.epoch);
         if let Some(mail) = self
-            .run
-            .store
-            .try_receive(&run_id, &self.id, epoch, filter.clone())
+            .calls
+            .commits
+            .try_receive(&self.run.store, &run_id, &self.id, epoch, filter.clone())
             .await?
         {
             return self.apply_plan_decision(mail).await;
@@ -286,9 +287,9 @@ impl AgentRuntime {
                 .await?;
         }
         match self
-            .run
-            .store
-            .try_receive(&run_id, &self.id, epoch, filter.clone())
+            .calls
+            .commits
+            .try_receive(&self.run.store, &run_id, &self.id, epoch, filter.clone())
             .await?
         {
             Some(mail) => {

@@ -57,7 +57,13 @@ impl AgentRuntime {
         let Some(team) = self.run.team.get() else {
             return Ok(());
         };
-        let mail = team.mail_at_turn_boundary(&self.id).await;
+        // Through the lane: mail the team leased for this turn is handed back if an
+        // interrupt drops the turn before its delivery acknowledges it.
+        let id = self.id.clone();
+        let boundary = async move { Ok(team.mail_at_turn_boundary(&id).await) };
+        let keys =
+            |mail: &Vec<muster_mailbox::Message>| mail.iter().map(|m| m.key.clone()).collect();
+        let mail = self.calls.commits.lease(boundary, keys).await??;
         self.deliver_mail(&mail).await?;
         let now = now_ms();
         for message in &mail {

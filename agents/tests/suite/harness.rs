@@ -40,6 +40,7 @@ pub struct RunSetup {
     team: Option<String>,
     files: Vec<(&'static str, &'static str)>,
     fake: FakeLlmConfig,
+    after_commit: Option<muster_mailbox::CommitHook>,
 }
 
 impl RunSetup {
@@ -60,6 +61,12 @@ impl RunSetup {
         self
     }
 
+    /// What the store's writer calls after each COMMIT, before any caller learns of it.
+    pub fn after_commit(mut self, hook: muster_mailbox::CommitHook) -> RunSetup {
+        self.after_commit = Some(hook);
+        self
+    }
+
     /// A file in the workspace (relative path; parent directories are created).
     pub fn file(mut self, path: &'static str, content: &'static str) -> RunSetup {
         self.files.push((path, content));
@@ -77,9 +84,11 @@ impl RunSetup {
             std::fs::write(path, content).unwrap();
         }
         let workspace = std::fs::canonicalize(root).unwrap();
-        let store = Arc::new(
-            SqliteStore::open(&dir.path().join("muster.db"), StoreOptions::default()).unwrap(),
-        );
+        let options = StoreOptions {
+            after_commit: self.after_commit,
+            ..StoreOptions::default()
+        };
+        let store = Arc::new(SqliteStore::open(&dir.path().join("muster.db"), options).unwrap());
         store
             .create_run(NewRun {
                 id: self.run_id.clone(),
@@ -128,6 +137,7 @@ impl RunHarness {
             team: None,
             files: Vec::new(),
             fake: FakeLlmConfig::default(),
+            after_commit: None,
         }
     }
 

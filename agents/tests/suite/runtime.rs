@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use muster_agents::runtime::{
     AgentKind, AgentOutcome, AgentRuntime, EventSink, ModelRouter, PlanApprover, PlanFiles, Record,
-    RunContext, RunEvent,
+    RunContext, RunEvent, TurnInterrupt,
 };
 use muster_config::PermissionMode;
 use muster_fake_llm::{Block, ScriptEntry};
@@ -1393,6 +1393,114 @@ fn user_texts(agent: &AgentRuntime) -> Vec<String> {
             _ => None,
         })
         .collect()
+}
+
+/// An interrupt that lands while a teammate takes its plan decision: the lease of the
+/// decision's mail has committed, but the turn is not told yet (the store's after-commit hook
+/// holds the writer there until the interrupt dropped the turn). The turn ends interrupted and
+/// the decision's mail is pending again, for the teammate's next look. Before, the dropped
+/// lease kept it leased to no one until a new epoch.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_interrupt_while_a_teammate_leases_its_plan_decision_hands_the_decision_back() {
+    type Probe = (SqliteStore, tokio::runtime::Handle, TurnInterrupt);
+    let probe: Arc<std::sync::OnceLock<Probe>> = Arc::default();
+    let fired = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hook = {
+        let (probe, fired) = (probe.clone(), fired.clone());
+        CommitHook::new(move || {
+            let Some((store, handle, interrupt)) = probe.get() else {
+                return;
+            };
+            if fired.load(std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            // Read on a store of its own (this writer is busy calling the hook).
+            let mail = handle
+                .block_on(store.messages("r1", Some("alice")))
+                .unwrap();
+            let leased = mail
+                .iter()
+                .any(|m| m.kind == "plan_approval_response" && m.state == DeliveryState::Leased);
+            if leased {
+                fired.store(true, std::sync::atomic::Ordering::SeqCst);
+                // Until the turn is over: only then does the lease's caller learn of it.
+                while interrupt.interrupt() {
+                    std::thread::yield_now();
+                }
+            }
+        })
+    };
+    let h = Harness {
+        run: RunHarness::setup()
+            .file("README.md", "hello\n")
+            .after_commit(hook)
+            .start(vec![reply(
+                "alice",
+                1,
+                vec![tool("ExitPlanMode", json!({"plan": PLAN}))],
+            )])
+            .await,
+        events: Arc::new(Events::default()),
+    };
+    h.member("lead", MemberKind::Lead).await;
+    h.member("alice", MemberKind::Teammate).await;
+    let mut agent = start(
+        h.single(PlanApprover::Human),
+        teammate("alice", PermissionMode::Plan),
+        "Plan.",
+    )
+    .await;
+    let reader = SqliteStore::open(&h.dir().join("muster.db"), StoreOptions::default()).unwrap();
+    let _ = probe.set((
+        reader,
+        tokio::runtime::Handle::current(),
+        agent.interrupter(),
+    ));
+    let task = tokio::spawn(async move { agent.run().await.unwrap() });
+    let request = next_mail(&h.store, "lead").await;
+    h.store
+        .respond(NewResponse {
+            run_id: "r1".into(),
+            sender: "lead".into(),
+            body: MessageBody::PlanApprovalResponse {
+                request_id: request.request_id.unwrap(),
+                approved: true,
+                feedback: None,
+                mode: None,
+                lowered_from: None,
+                edited_plan: None,
+                clear_context: false,
+                rule: None,
+                dropped_grants: Vec::new(),
+                grants: Vec::new(),
+            },
+            idempotency_key: None,
+        })
+        .await
+        .unwrap();
+    let outcome = tokio::time::timeout(GUARD, task).await.unwrap().unwrap();
+    assert!(
+        fired.load(std::sync::atomic::Ordering::SeqCst),
+        "the interrupt landed on the lease"
+    );
+    assert_eq!(outcome, AgentOutcome::TurnInterrupted);
+    let decision: Vec<Message> = h
+        .store
+        .messages("r1", Some("alice"))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.kind == "plan_approval_response")
+        .collect();
+    assert_eq!(decision.len(), 1, "{decision:#?}");
+    assert_eq!(decision[0].state, DeliveryState::Pending, "{decision:#?}");
+    // Pending, the next look of the teammate's epoch takes it.
+    let again = h
+        .store
+        .try_receive("r1", "alice", 1, MessageFilter::Any)
+        .await
+        .unwrap();
+    assert_eq!(again.map(|m| m.key), Some(decision[0].key.clone()));
 }
 
 /// `interrupt_turn` while the model request is in flight: the request is dropped, the turn

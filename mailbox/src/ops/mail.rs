@@ -306,6 +306,39 @@ pub(crate) async fn ack(
     Ok(())
 }
 
+/// Returns mail leased and not yet acknowledged to pending, waking each recipient: its taker
+/// was cut off before it could use it (an interrupt dropped the turn that leased it). Mail
+/// acknowledged already, or pending, is left as it is. How many came back.
+pub(crate) async fn hand_back(
+    tx: &impl Tx,
+    run_id: &str,
+    keys: &[String],
+    wakes: &mut Vec<Wake>,
+) -> StoreResult<u64> {
+    let mut back = 0;
+    for key in keys {
+        let recipient = tx
+            .query_opt(
+                "UPDATE messages SET state = 0, lease_epoch = NULL, leased_at = NULL \
+                 WHERE key = ?1 AND run_id = ?2 AND state = 1 RETURNING recipient",
+                &[key, &run_id],
+                |row| row.get::<String>("messages", 0),
+            )
+            .await?;
+        if let Some(recipient) = recipient {
+            back += 1;
+            let wake = Wake {
+                run_id: run_id.to_owned(),
+                recipient,
+            };
+            if !wakes.contains(&wake) {
+                wakes.push(wake);
+            }
+        }
+    }
+    Ok(back)
+}
+
 pub(crate) async fn list_messages(
     tx: &impl Tx,
     run_id: &str,

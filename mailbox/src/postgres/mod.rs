@@ -688,6 +688,13 @@ impl MailboxStore for PostgresStore {
         .await)
     }
 
+    async fn hand_back(&self, run_id: &str, keys: Vec<String>) -> StoreResult<u64> {
+        write_op!(self, [run_id], |tx, ctx, wakes| mail::hand_back(
+            &tx, run_id, &keys, wakes
+        )
+        .await)
+    }
+
     async fn respond(&self, response: NewResponse) -> StoreResult<Message> {
         write_op!(self, [&response.run_id], |tx, ctx, wakes| {
             mail::respond(&tx, &response, wakes).await

@@ -280,6 +280,12 @@ impl MailboxStore for SqliteStore {
             .await
     }
 
+    async fn hand_back(&self, run_id: &str, keys: Vec<String>) -> StoreResult<u64> {
+        let run_id = run_id.to_owned();
+        self.op(async move |tx, wakes| mail::hand_back(tx, &run_id, &keys, wakes).await)
+            .await
+    }
+
     async fn respond(&self, response: NewResponse) -> StoreResult<Message> {
         self.op(async move |tx, wakes| mail::respond(tx, &response, wakes).await)
             .await

@@ -9,6 +9,7 @@ use super::common::*;
 on_both_backends!(
     delivery_keeps_sender_order_within_priority_classes,
     a_leased_message_is_not_delivered_again_until_a_new_epoch,
+    a_lease_handed_back_is_pending_again_and_wakes_its_recipient,
     a_filtered_receive_takes_only_the_awaited_answer,
     idempotency_key_returns_the_original_message,
     refusals_name_what_was_wrong,
@@ -149,6 +150,66 @@ async fn a_leased_message_is_not_delivered_again_until_a_new_epoch(backend: Back
     assert!(
         twice.to_string().contains("is not leased (it is acked)"),
         "{twice}"
+    );
+}
+
+/// `hand_back`: a lease its taker could not use (an interrupt dropped the turn after the
+/// lease's COMMIT) is pending again in the same epoch and wakes its recipient; acked and
+/// pending mail is left as it is.
+async fn a_lease_handed_back_is_pending_again_and_wakes_its_recipient(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
+    let epoch = run_with(&store, RUN, &["alice"]).await;
+    let first = store.send(text(RUN, "lead", "alice", "one")).await.unwrap();
+    let second = store.send(text(RUN, "lead", "alice", "two")).await.unwrap();
+    let pending = store
+        .send(text(RUN, "lead", "alice", "three"))
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        store
+            .try_receive(RUN, "alice", epoch, MessageFilter::Any)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    store.ack(RUN, vec![second.key.clone()]).await.unwrap();
+    let woken = store.woken(RUN, "alice");
+    let notified = woken.notified();
+    tokio::pin!(notified);
+    notified.as_mut().enable();
+    let keys = vec![first.key.clone(), second.key.clone(), pending.key.clone()];
+    assert_eq!(
+        store.hand_back(RUN, keys).await.unwrap(),
+        1,
+        "only the lease"
+    );
+    tokio::time::timeout(GUARD, notified)
+        .await
+        .expect("the recipient is woken");
+    let states: Vec<(String, DeliveryState)> = store
+        .messages(RUN, Some("alice"))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.key, m.state))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            (first.key.clone(), DeliveryState::Pending),
+            (second.key.clone(), DeliveryState::Acked),
+            (pending.key.clone(), DeliveryState::Pending),
+        ]
+    );
+    let again = store
+        .try_receive(RUN, "alice", epoch, MessageFilter::Any)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        again.key, first.key,
+        "taken again in the same epoch, in order"
     );
 }
 
