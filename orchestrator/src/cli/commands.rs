@@ -60,20 +60,15 @@ fn text(
             .as_deref()
             .map(|hint| format!(" {hint}"))
             .unwrap_or_default();
-        writeln!(
-            output,
+        let head = format!(
             "/{}{hint}  ({}: {})",
             command.name,
             command.scope,
             command.path.display()
-        )?;
-        writeln!(output, "    {}", command.description)?;
-        if let Some(model) = &command.model {
-            writeln!(output, "    model: {model}")?;
-        }
-        if let Some(allowed) = &command.allowed_tools {
-            writeln!(output, "    allowed-tools (shown, not applied): {allowed}")?;
-        }
+        );
+        let model = command.model.as_deref();
+        let allowed = command.allowed_tools.as_deref();
+        listed(&mut output, &head, &command.description, model, allowed)?;
     }
     for skill in skills.iter() {
         let manual = if skill.manual_only {
@@ -81,20 +76,37 @@ fn text(
         } else {
             ""
         };
-        writeln!(
-            output,
+        let head = format!(
             "skill {}  ({}: {}){manual}",
             skill.name,
             skill.scope,
             skill.path.display()
-        )?;
-        writeln!(output, "    {}", skill.description)?;
-        if let Some(allowed) = &skill.allowed_tools {
-            writeln!(output, "    allowed-tools (shown, not applied): {allowed}")?;
-        }
+        );
+        let allowed = skill.allowed_tools.as_deref();
+        listed(&mut output, &head, &skill.description, None, allowed)?;
     }
     for warning in warnings {
         writeln!(output, "warning: {warning}")?;
     }
     Ok(output)
+}
+
+/// A command's or a skill's lines: `head` (what it is, where it comes from), then what it
+/// says of itself.
+fn listed(
+    output: &mut String,
+    head: &str,
+    description: &str,
+    model: Option<&str>,
+    allowed_tools: Option<&str>,
+) -> std::fmt::Result {
+    writeln!(output, "{head}")?;
+    writeln!(output, "    {description}")?;
+    if let Some(model) = model {
+        writeln!(output, "    model: {model}")?;
+    }
+    if let Some(allowed) = allowed_tools {
+        writeln!(output, "    allowed-tools (shown, not applied): {allowed}")?;
+    }
+    Ok(())
 }

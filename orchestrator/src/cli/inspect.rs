@@ -76,6 +76,15 @@ pub fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Prints `rows` as a table under `headers`, or that the project's store has no `things` yet.
+pub fn print_listing(project: &Project, things: &str, headers: &[&str], rows: &[Vec<String>]) {
+    if rows.is_empty() {
+        println!("No {things} in {} yet.", project.store_location());
+    } else {
+        println!("{}", crate::display::table(headers, rows));
+    }
+}
+
 /// A runtime for one command.
 pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread()

@@ -2,8 +2,8 @@
 
 use serde_json::json;
 
-use crate::cli::inspect::{effective_status, open, print_json, runtime};
-use crate::display::{table, time};
+use crate::cli::inspect::{effective_status, open, print_json, print_listing, runtime};
+use crate::display::time;
 use crate::exit::Exit;
 use crate::project::Globals;
 
@@ -78,10 +78,6 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         print_json(&rows)?;
         return Ok(Exit::Success);
     }
-    if runs.is_empty() {
-        println!("No runs in {} yet.", project.store_location());
-        return Ok(Exit::Success);
-    }
     let rows: Vec<Vec<String>> = runs
         .iter()
         .map(|run| {
@@ -96,20 +92,15 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
             ]
         })
         .collect();
-    println!(
-        "{}",
-        table(
-            &[
-                "RUN",
-                "SLUG",
-                "STATUS",
-                "TEAM",
-                "CREATED",
-                "UPDATED",
-                "WORKSPACE"
-            ],
-            &rows
-        )
-    );
+    let headers = [
+        "RUN",
+        "SLUG",
+        "STATUS",
+        "TEAM",
+        "CREATED",
+        "UPDATED",
+        "WORKSPACE",
+    ];
+    print_listing(&project, "runs", &headers, &rows);
     Ok(Exit::Success)
 }

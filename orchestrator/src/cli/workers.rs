@@ -2,8 +2,8 @@
 
 use serde_json::json;
 
-use crate::cli::inspect::{open, print_json, runtime};
-use crate::display::{table, time};
+use crate::cli::inspect::{open, print_json, print_listing, runtime};
+use crate::display::time;
 use crate::exit::Exit;
 use crate::project::Globals;
 
@@ -31,10 +31,6 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         print_json(&rows)?;
         return Ok(Exit::Success);
     }
-    if workers.is_empty() {
-        println!("No workers in {} yet.", project.store_location());
-        return Ok(Exit::Success);
-    }
     let rows: Vec<Vec<String>> = workers
         .iter()
         .map(|w| {
@@ -55,12 +51,7 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
             ]
         })
         .collect();
-    println!(
-        "{}",
-        table(
-            &["NAME", "HOST", "SLOTS", "ITEMS", "LAST HEARTBEAT", "STATE"],
-            &rows
-        )
-    );
+    let headers = ["NAME", "HOST", "SLOTS", "ITEMS", "LAST HEARTBEAT", "STATE"];
+    print_listing(&project, "workers", &headers, &rows);
     Ok(Exit::Success)
 }
