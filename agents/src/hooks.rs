@@ -40,6 +40,8 @@ pub struct HookRunner {
     environment: Vec<(OsString, OsString)>,
     /// The callbacks of the program driving the run, when it registered some.
     callbacks: Option<Arc<dyn HookCallbacks>>,
+    /// The trampoline that starts unconfined hooks (see [`ProcessSpec::launcher`]).
+    launcher: Option<Vec<OsString>>,
 }
 
 /// The agent that fires an event: who it is (for the stdin JSON), where it works and in which
@@ -75,7 +77,15 @@ impl HookRunner {
             sandbox,
             environment,
             callbacks: None,
+            launcher: None,
         }
+    }
+
+    /// The runner with `launcher`, the trampoline (`muster sandbox-exec`) through which
+    /// unconfined hooks start, so they die with muster as confined ones do.
+    pub fn with_launcher(mut self, launcher: Option<Vec<OsString>>) -> HookRunner {
+        self.launcher = launcher;
+        self
     }
 
     /// The runner with the callbacks of the program driving the run (none: only the
@@ -222,6 +232,7 @@ impl HookRunner {
                 .as_deref()
                 .map(|sandbox| (sandbox, agent.profile)),
             hook_sandbox: hook.handler.sandbox,
+            launcher: self.launcher.as_deref(),
         };
         let end = run_hook_process(&spec).await;
         tracing::debug!(event = event.name(), command, ?end, "hook ran");

@@ -345,27 +345,154 @@ pub fn probe() -> SandboxSupport {
     }
 }
 
-/// The trampoline: confine this process as `args` say (see [`SandboxPolicy::to_args`]) and
-/// exec the command. Returns only on failure. Call it from a single-threaded process (a
-/// `main` that has started no threads).
-pub fn exec_sandboxed(args: &[OsString]) -> SandboxError {
-    let (policy, tmp, command) = match SandboxPolicy::from_args(args) {
-        Ok(parsed) => parsed,
-        Err(error) => return error,
-    };
-    #[cfg(target_os = "linux")]
-    if let Err(error) = linux::confine(&policy, &tmp) {
-        return error;
+/// The trampoline's first arguments when it starts a hook: the hook dies with the process
+/// that started it (`--die-with-parent PID`).
+const DIE_WITH_PARENT: &str = "--die-with-parent";
+/// After [`DIE_WITH_PARENT`]'s: a hook that runs unconfined (`--unconfined -- COMMAND`).
+const UNCONFINED: &str = "--unconfined";
+
+/// The trampoline's arguments for a hook process that `parent` (the id of the muster process
+/// starting it) starts: confined by `policy` (with its private temporary directory) or
+/// unconfined, `command` run under the trampoline as a supervisor that kills the hook's whole
+/// process group when `parent` dies — kill -9 included — so no hook outlives its muster.
+pub fn hook_args(
+    parent: u32,
+    policy: Option<(&SandboxPolicy, &Path)>,
+    command: &[OsString],
+) -> Vec<OsString> {
+    let mut args: Vec<OsString> = vec![DIE_WITH_PARENT.into(), parent.to_string().into()];
+    match policy {
+        Some((policy, tmp)) => args.extend(policy.to_args(tmp, command)),
+        None => {
+            args.push(UNCONFINED.into());
+            args.push("--".into());
+            args.extend(command.iter().cloned());
+        }
     }
+    args
+}
+
+/// The trampoline: confine this process as `args` say (see [`SandboxPolicy::to_args`]) and
+/// exec the command, or, for a hook ([`hook_args`]), run it under a supervisor that dies with
+/// its parent. Returns only on failure. Call it from a single-threaded process (a `main` that
+/// has started no threads).
+pub fn exec_sandboxed(args: &[OsString]) -> SandboxError {
+    let (parent, args) = match args {
+        [flag, pid, rest @ ..] if flag == DIE_WITH_PARENT => {
+            match pid.to_str().and_then(|pid| pid.parse::<u32>().ok()) {
+                Some(pid) => (Some(pid), rest),
+                None => {
+                    return SandboxError::Usage(format!(
+                        "{DIE_WITH_PARENT} needs a process id, not {pid:?}"
+                    ));
+                }
+            }
+        }
+        _ => (None, args),
+    };
+    let command = match args {
+        [flag, dashes, command @ ..]
+            if parent.is_some() && flag == UNCONFINED && dashes == "--" =>
+        {
+            command.to_vec()
+        }
+        _ => match confine_as(args) {
+            Ok(command) => command,
+            Err(error) => return error,
+        },
+    };
+    match parent {
+        Some(parent) => supervise(parent, &command),
+        None => exec(&command),
+    }
+}
+
+/// Confines this process as `args` say; the command to run.
+fn confine_as(args: &[OsString]) -> Result<Vec<OsString>, SandboxError> {
+    let (policy, tmp, command) = SandboxPolicy::from_args(args)?;
+    #[cfg(target_os = "linux")]
+    linux::confine(&policy, &tmp)?;
     #[cfg(not(target_os = "linux"))]
     if policy.required {
-        return SandboxError::Unsupported(format!(
+        return Err(SandboxError::Unsupported(format!(
             "{} has no Landlock; muster's sandbox is Linux-only",
             std::env::consts::OS
-        ));
+        )));
     }
     let _ = &tmp;
-    exec(&command)
+    Ok(command)
+}
+
+/// Runs `command` as this process's child, in its process group, and ends as it ends (its
+/// exit code, or killed by its signal); when `parent` dies first (the kernel's parent-death
+/// signal, set after confinement, which a change of credentials would clear), the whole
+/// group is killed. The trampoline stays single-threaded: it waits for either signal with
+/// both blocked (`sigwait`), so no handler is needed.
+#[cfg(target_os = "linux")]
+fn supervise(parent: u32, command: &[OsString]) -> SandboxError {
+    use nix::sys::signal::{SigSet, SigmaskHow, Signal, killpg, raise, sigprocmask};
+    use std::os::unix::process::ExitStatusExt as _;
+    let Some((program, args)) = command.split_first() else {
+        return SandboxError::Usage("no command".into());
+    };
+    let mut watched = SigSet::empty();
+    watched.add(Signal::SIGCHLD);
+    watched.add(Signal::SIGTERM);
+    let failed = |what: &str, error: nix::Error| SandboxError::Confine(format!("{what}: {error}"));
+    if let Err(error) = sigprocmask(SigmaskHow::SIG_BLOCK, Some(&watched), None) {
+        return failed("blocking SIGCHLD and SIGTERM", error);
+    }
+    if let Err(error) = nix::sys::prctl::set_pdeathsig(Signal::SIGTERM) {
+        return failed("the parent-death signal", error);
+    }
+    let group = nix::unistd::getpgrp();
+    let end_group = || -> ! {
+        let _ = killpg(group, Signal::SIGKILL);
+        std::process::exit(137)
+    };
+    // Its parent died before the death signal was set: no signal will come.
+    if u32::try_from(nix::unistd::getppid().as_raw()).ok() != Some(parent) {
+        end_group();
+    }
+    // The child starts with an empty signal mask (std resets it before exec).
+    let mut child = match std::process::Command::new(program).args(args).spawn() {
+        Ok(child) => child,
+        Err(source) => {
+            return SandboxError::Exec {
+                program: OsStr::to_string_lossy(program).into_owned(),
+                source,
+            };
+        }
+    };
+    loop {
+        match watched.wait() {
+            Ok(Signal::SIGCHLD) => match child.try_wait() {
+                Ok(Some(status)) => {
+                    if let Some(code) = status.code() {
+                        std::process::exit(code);
+                    }
+                    // Killed by a signal: end by it too, so the hook's ending reads the same.
+                    let signal = status.signal().unwrap_or(Signal::SIGKILL as i32);
+                    let _ = sigprocmask(SigmaskHow::SIG_UNBLOCK, Some(&watched), None);
+                    if let Ok(signal) = Signal::try_from(signal) {
+                        let _ = raise(signal);
+                    }
+                    std::process::exit(128 + signal);
+                }
+                Ok(None) => {}
+                Err(_) => end_group(),
+            },
+            // SIGTERM: the parent died (or someone ends the hook).
+            Ok(_) => end_group(),
+            Err(_) => {}
+        }
+    }
+}
+
+/// Elsewhere no parent-death signal exists: the command is exec'd as before.
+#[cfg(not(target_os = "linux"))]
+fn supervise(_parent: u32, command: &[OsString]) -> SandboxError {
+    exec(command)
 }
 
 fn exec(command: &[OsString]) -> SandboxError {

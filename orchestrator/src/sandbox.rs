@@ -26,6 +26,15 @@ pub fn run_trampoline_if_asked() -> Option<u8> {
     Some(126)
 }
 
+/// The trampoline through which an unconfined hook starts (this executable's
+/// [`TRAMPOLINE_SUBCOMMAND`]), so that it dies with this process as a confined one does;
+/// `None` when the executable cannot be found (the hook then starts as `sh` directly).
+pub fn hook_launcher() -> Option<Vec<OsString>> {
+    std::env::current_exe()
+        .ok()
+        .map(|program| vec![program.into(), TRAMPOLINE_SUBCOMMAND.into()])
+}
+
 /// Whether Bash is confined, and why not when it is not.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SandboxState {

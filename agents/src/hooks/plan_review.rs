@@ -123,6 +123,7 @@ impl HookRunner {
                 .as_deref()
                 .map(|sandbox| (sandbox, SandboxProfile::ReadOnly)),
             hook_sandbox: reviewer.handler.sandbox,
+            launcher: self.launcher.as_deref(),
         };
         let end = run_hook_process(&spec).await;
         tracing::debug!(reviewer = %reviewer.name, command, ?end, "plan reviewer ran");

@@ -1,7 +1,8 @@
 //! One hook process: `sh -c COMMAND` in the agent's workspace, with the event's JSON on stdin
 //! and `CLAUDE_PROJECT_DIR` set, through the sandbox's trampoline with the firing agent's
 //! profile (unless a user-level hook opted out), in its own process group, which is killed at
-//! the timeout and whenever the hook is dropped. Output beyond [`MAX_OUTPUT`] is a failure.
+//! the timeout and whenever the hook is dropped, and by the trampoline when muster dies (kill
+//! -9 included). Output beyond [`MAX_OUTPUT`] is a failure.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -13,7 +14,7 @@ use tokio::process::Command;
 
 use muster_config::hooks::{HookSandbox, PROJECT_DIR_VAR};
 
-use crate::sandbox::{Sandbox, SandboxMode, SandboxProfile};
+use crate::sandbox::{Sandbox, SandboxMode, SandboxProfile, hook_args};
 
 /// The most a hook may print on stdout or stderr (Claude Code's cap on hook output).
 pub const MAX_OUTPUT: usize = 1024 * 1024;
@@ -47,6 +48,9 @@ pub struct ProcessSpec<'a> {
     /// The run's sandbox, the firing agent's profile and the hook's choice.
     pub sandbox: Option<(&'a Sandbox, SandboxProfile)>,
     pub hook_sandbox: HookSandbox,
+    /// The trampoline (`muster sandbox-exec`) that starts an unconfined hook, so it dies with
+    /// muster too (a confined one goes through the sandbox's); `None`: `sh` directly.
+    pub launcher: Option<&'a [OsString]>,
 }
 
 struct GroupKill(i32);
@@ -78,16 +82,24 @@ pub async fn run_hook_process(spec: &ProcessSpec<'_>) -> ProcessEnd {
         }
     };
     let shell: Vec<OsString> = vec!["sh".into(), "-c".into(), spec.command.into()];
-    let argv: Vec<OsString> = match (confined, &tmp) {
-        (Some((sandbox, profile)), Some(tmp)) => {
+    // Through the trampoline, the hook's process group dies with this process, even killed
+    // with -9 (see `sandbox::hook_args`).
+    let parent = std::process::id();
+    let argv: Vec<OsString> = match (confined, &tmp, spec.launcher) {
+        (Some((sandbox, profile)), Some(tmp), _) => {
             let policy = sandbox.policy(profile, spec.workspace);
             sandbox
                 .trampoline
                 .iter()
                 .cloned()
-                .chain(policy.to_args(tmp.path(), &shell))
+                .chain(hook_args(parent, Some((&policy, tmp.path())), &shell))
                 .collect()
         }
+        (None, _, Some(launcher)) => launcher
+            .iter()
+            .cloned()
+            .chain(hook_args(parent, None, &shell))
+            .collect(),
         _ => shell,
     };
     let Some((program, args)) = argv.split_first() else {

@@ -267,7 +267,8 @@ impl HookCheck<'_> {
                 .iter()
                 .map(|(name, value)| (name.into(), value.into()))
                 .collect(),
-        );
+        )
+        .with_launcher(crate::sandbox::hook_launcher());
         let agent = muster_agents::hooks::FiringAgent {
             run_id: "check",
             agent_id: "check",

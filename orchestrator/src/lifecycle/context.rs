@@ -125,7 +125,8 @@ pub(crate) fn run_context(parts: ContextParts<'_>, checked: CheckedParts) -> Run
             checked.sandbox.clone(),
             environment.clone(),
         )
-        .with_callbacks(parts.front.and_then(|front| front.hook_callbacks.clone())),
+        .with_callbacks(parts.front.and_then(|front| front.hook_callbacks.clone()))
+        .with_launcher(crate::sandbox::hook_launcher()),
         run_id: parts.run_id.to_owned(),
         epoch: parts.epoch,
         store: parts.store,

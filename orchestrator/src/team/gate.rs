@@ -123,6 +123,7 @@ impl MergeTestGate {
                 .as_ref()
                 .map(|sandbox| (sandbox, SandboxProfile::WorkspaceWrite)),
             hook_sandbox: HookSandbox::Agent,
+            launcher: None,
         })
         .await;
         let seconds = started.elapsed().as_secs_f64();

@@ -1573,6 +1573,109 @@ async fn a_kill_inside_a_hook_resumes_by_running_it_again() {
     );
 }
 
+/// A hook that writes its pid, starts a child that writes its own and blocks on a fifo, and
+/// waits for it.
+const BLOCKED_HOOK: &str = "#!/bin/sh\n\
+    echo $$ > \"$CLAUDE_PROJECT_DIR/hook.pid\"\n\
+    sh -c 'echo $$ > \"$CLAUDE_PROJECT_DIR/child.pid\"; exec cat \"$CLAUDE_PROJECT_DIR/gate.fifo\"' &\n\
+    wait\n";
+
+/// kill -9 of muster while a hook runs: the hook and its child die with it, confined (a
+/// project hook, in the agent's sandbox) and unconfined (a user-level hook with `"sandbox":
+/// "off"`) alike — the trampoline that starts each hook kills its process group when its
+/// parent dies. Waited for on each process's pidfd, the fifo's writer held open meanwhile (so
+/// the child never ends by itself).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hook_and_its_child_die_with_muster_killed_with_9() {
+    for confined in [true, false] {
+        let dir = project(&[]);
+        let home = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let (settings_dir, hook_command) = if confined {
+            (
+                root.join(".claude"),
+                "\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/blocked.sh".to_owned(),
+            )
+        } else {
+            let script = home.path().join(".claude/hooks/blocked.sh");
+            (
+                home.path().join(".claude"),
+                format!("sh {}", script.display()),
+            )
+        };
+        std::fs::create_dir_all(settings_dir.join("hooks")).unwrap();
+        std::fs::write(settings_dir.join("hooks/blocked.sh"), BLOCKED_HOOK).unwrap();
+        make_executable(&settings_dir.join("hooks/blocked.sh"));
+        let mut handler = json!({"type": "command", "command": hook_command});
+        if !confined {
+            handler["sandbox"] = json!("off");
+        }
+        std::fs::write(
+            settings_dir.join("settings.json"),
+            json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [handler]}]}}).to_string(),
+        )
+        .unwrap();
+        let fifo = root.join("gate.fifo");
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        let mut trusting = command(root, &["trust"]);
+        trusting.env("HOME", home.path());
+        assert!(output(trusting).await.status.success());
+        let fake = fake(vec![ScriptEntry::reply(
+            "main",
+            1,
+            vec![tool("Bash", json!({"command": "echo hi"}))],
+        )])
+        .await;
+        let args = run_args(&fake.base_url());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut started = command(root, &args);
+        started
+            .env("HOME", home.path())
+            .kill_on_drop(true)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        let mut muster_process = started.spawn().unwrap();
+        // The open returns once the hook's child has the fifo open for reading: both pids are
+        // written by then.
+        let opening = fifo.clone();
+        let writer = tokio::time::timeout(
+            super::common::GUARD,
+            tokio::task::spawn_blocking(move || {
+                std::fs::OpenOptions::new().write(true).open(opening)
+            }),
+        )
+        .await
+        .expect("guard timeout: the hook never opened the fifo")
+        .unwrap()
+        .unwrap();
+        let pid = |name: &str| -> i32 {
+            std::fs::read_to_string(root.join(name))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap()
+        };
+        let (hook, child) = (pid("hook.pid"), pid("child.pid"));
+        muster_process.start_kill().unwrap();
+        assert_eq!(muster_process.wait().await.unwrap().code(), None);
+        assert!(
+            super::mcp_cli::ends(hook).await,
+            "confined {confined}: the hook outlived muster"
+        );
+        assert!(
+            super::mcp_cli::ends(child).await,
+            "confined {confined}: the hook's child outlived muster"
+        );
+        drop(writer);
+    }
+}
+
 /// A teammate's subagent is guarded too, in the teammate's worktree, named by its own id.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_guard_hook_refuses_rm_for_a_teammates_subagent() {

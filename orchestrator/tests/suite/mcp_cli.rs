@@ -813,7 +813,7 @@ fn forked_sleeps(dir: &Path) -> Vec<i32> {
 
 /// Waits (on a pidfd, poll's own timeout as the guard) until process `pid` has ended; false
 /// when it still runs after the guard.
-async fn ends(pid: i32) -> bool {
+pub(super) async fn ends(pid: i32) -> bool {
     let Ok(fd) = rustix::process::pidfd_open(
         rustix::process::Pid::from_raw(pid).unwrap(),
         rustix::process::PidfdFlags::empty(),
