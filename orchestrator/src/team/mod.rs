@@ -42,7 +42,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use muster_agents::runtime::{
-    AgentKind, AgentOutcome, AgentRuntime, AgentSpec, EventSink, PlanFiles, RunEvent,
+    AgentKind, AgentOutcome, AgentRuntime, AgentSpec, EventSink, PlanFiles, Record, RunEvent,
+    TRANSCRIPT,
 };
 use muster_agents::verification::VerificationReport;
 use muster_config::settings::AutoGate as AutoGateSetting;
@@ -1385,8 +1386,58 @@ impl Team {
             }))
     }
 
+    /// The teammates holding `held` (tasks in progress) when each waits idle after a hook's
+    /// `continue: false` ended its turn, nothing having reached its conversation since (the
+    /// lead was told; only mail would set it going): (teammate, event, its tasks). `None`
+    /// when a task is held by anyone else, who may still move it.
+    async fn held_by_stopped_teammates(
+        &self,
+        held: &[&muster_mailbox::Task],
+    ) -> anyhow::Result<Option<Vec<(String, String, Vec<i64>)>>> {
+        let states = self.states_of();
+        let mut stopped: BTreeMap<String, (String, Vec<i64>)> = BTreeMap::new();
+        for task in held {
+            let Some(owner) = task.owner.as_deref() else {
+                return Ok(None);
+            };
+            if let Some((_, tasks)) = stopped.get_mut(owner) {
+                tasks.push(task.task_id);
+                continue;
+            }
+            let idle = states
+                .iter()
+                .any(|(id, state)| id == owner && *state == MemberState::Idle);
+            if !idle {
+                return Ok(None);
+            }
+            let mut stop = None;
+            for record in self
+                .store
+                .records(self.run_id(), owner, TRANSCRIPT, 0)
+                .await?
+            {
+                match serde_json::from_value::<Record>(record.body) {
+                    Ok(Record::HookStopped { event, .. }) => stop = Some(event),
+                    Ok(Record::Message { .. }) => stop = None,
+                    _ => {}
+                }
+            }
+            let Some(event) = stop else {
+                return Ok(None);
+            };
+            stopped.insert(owner.to_owned(), (event, vec![task.task_id]));
+        }
+        Ok(Some(
+            stopped
+                .into_iter()
+                .map(|(teammate, (event, tasks))| (teammate, event, tasks))
+                .collect(),
+        ))
+    }
+
     /// The run's ending when the team is done: no running teammate, no pending or
-    /// in-progress task, no undelivered mail.
+    /// in-progress task, no undelivered mail; or when the only tasks left in progress are
+    /// held by teammates a hook stopped.
     async fn ending_if_done(&self, lead_result: &str) -> anyhow::Result<Option<Ending>> {
         self.refresh_placed_states().await?;
         let running: Vec<String> = self
@@ -1411,20 +1462,32 @@ impl Team {
             self.board.send_modify(|n| *n += 1);
             return Ok(None);
         }
-        if !open.is_empty() && open.iter().any(|t| t.status == TaskStatus::InProgress) {
-            return Ok(None);
-        }
+        let held: Vec<&muster_mailbox::Task> = open
+            .iter()
+            .copied()
+            .filter(|t| t.status == TaskStatus::InProgress)
+            .collect();
+        // A task in progress moves while its teammate works; one a hook stopped (and the
+        // lead, told so, left alone) only by mail that is not coming: the run ends.
+        let stopped = match self.held_by_stopped_teammates(&held).await? {
+            Some(stopped) => stopped,
+            None => return Ok(None),
+        };
         let failed: Vec<i64> = tasks
             .iter()
             .filter(|t| t.status == TaskStatus::Failed)
             .map(|t| t.task_id)
             .collect();
-        let stuck: Vec<i64> = open.iter().map(|t| t.task_id).collect();
+        let stuck: Vec<i64> = open
+            .iter()
+            .filter(|t| t.status != TaskStatus::InProgress)
+            .map(|t| t.task_id)
+            .collect();
         let task_rows: Vec<Value> = tasks
             .iter()
             .map(|t| json!({"task_id": t.task_id, "subject": t.subject, "status": t.status.as_str(), "owner": t.owner}))
             .collect();
-        let (status, exit) = if failed.is_empty() && stuck.is_empty() {
+        let (status, exit) = if failed.is_empty() && stuck.is_empty() && stopped.is_empty() {
             if let Some(ending) = self.ending_if_merges_wait(lead_result).await? {
                 return Ok(Some(ending));
             }
@@ -1452,10 +1515,25 @@ impl Team {
                 "\nTasks left pending with no one able to take them: {stuck:?}"
             ));
         }
+        for (teammate, event, tasks) in &stopped {
+            text.push_str(&format!(
+                "\nTasks left in progress by {teammate}, whose turn a {event} hook stopped \
+                 (`continue: false`): {tasks:?}"
+            ));
+        }
+        let mut result = json!({"result": lead_result, "tasks": task_rows});
+        if !stopped.is_empty() {
+            result["stopped_by_hook"] = stopped
+                .iter()
+                .map(|(teammate, event, tasks)| {
+                    json!({"teammate": teammate, "event": event, "tasks": tasks})
+                })
+                .collect();
+        }
         Ok(Some(Ending {
             status,
             exit,
-            result: json!({"result": lead_result, "tasks": task_rows}),
+            result,
             text,
         }))
     }

@@ -362,6 +362,71 @@ async fn a_teammate_stopped_by_a_hook_waits_until_the_lead_mails_it() {
     assert!(second.contains("Go on with the notes."), "{second}");
 }
 
+/// A teammate a hook stopped while it holds a task in progress, and a lead that, told so,
+/// ends its turn without mailing it: nothing can move that task any more, so the run ends
+/// (failed, exit 1) naming the task, the teammate and the event (`stopped_by_hook`), instead
+/// of waiting forever.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_team_whose_stopped_teammate_holds_a_task_ends_when_the_lead_leaves_it() {
+    use super::hooks_cli::{any_turn, git, write_team};
+    let script = stopping_hook(r#"*'"agent_id":"one"'*"#, "");
+    let dir = project(&[]);
+    let root = dir.path();
+    std::fs::remove_dir_all(root.join(".git")).unwrap();
+    write_hooks(root, &[("PostToolUse", "Bash", &script)]);
+    write_team(
+        root,
+        "name = \"builders\"\n\n[[teammates]]\nname = \"one\"\n\
+         definition = \"writer\"\nplan_mode_required = false\napprover = \"policy:policy.toml\"\n",
+    );
+    std::fs::write(root.join("policy.toml"), "approve_all = true\n").unwrap();
+    git(root, &["init", "-q", "-b", "main"]);
+    git(root, &["add", "-A"]);
+    git(root, &["commit", "-q", "-m", "start"]);
+    trust(root).await;
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "notes", "description": "Write the notes."}),
+            )],
+        ),
+        // Every later turn of the lead, the one the teammate's stop wakes included, ends.
+        any_turn("lead", "Waiting for the team."),
+        ScriptEntry::reply(
+            "one",
+            1,
+            vec![tool("Bash", json!({"command": "echo first > first.txt"}))],
+        ),
+    ])
+    .await;
+    let done = run(root, &fake.base_url()).await;
+    assert_eq!(done.status.code(), Some(1), "{}", stderr(&done));
+    let result = result_of(&done);
+    assert_eq!(result["status"], "failed", "{result:#}");
+    assert_eq!(
+        result["stopped_by_hook"],
+        json!([{"teammate": "one", "event": "PostToolUse", "tasks": [1]}]),
+        "{result:#}"
+    );
+    // As the run ended (its teammates' shutdown then puts the task back on the board).
+    assert_eq!(result["tasks"][0]["status"], "in_progress", "{result:#}");
+    assert_eq!(result["tasks"][0]["owner"], "one", "{result:#}");
+    // The lead was told before the run ended.
+    assert!(
+        fake.requests().iter().any(|request| {
+            request.agent.as_deref() == Some("lead")
+                && request
+                    .body
+                    .to_string()
+                    .contains("A PostToolUse hook stopped my turn")
+        }),
+        "the lead was not told"
+    );
+}
+
 /// The stop is committed with the call's decision: killed right after that decision's
 /// commit, or right after the stop's, the resume stops the agent again without running the
 /// hook or the call.
