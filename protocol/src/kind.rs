@@ -1,8 +1,6 @@
 //! Message kinds: the `type` tag of a message body and the store's `kind` column.
 
-use std::fmt;
-
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Deserializer};
 
 /// Declares the kinds once: the enum, [`MessageKind::known`] in the contract's order, and
 /// each stored spelling.
@@ -109,45 +107,11 @@ impl MessageKind {
     }
 }
 
-impl fmt::Display for MessageKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+crate::spelled_by_as_str!(MessageKind);
 
 impl From<&str> for MessageKind {
     fn from(text: &str) -> Self {
         MessageKind::parse(text)
-    }
-}
-
-impl PartialEq<str> for MessageKind {
-    fn eq(&self, other: &str) -> bool {
-        self.as_str() == other
-    }
-}
-
-impl PartialEq<&str> for MessageKind {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
-    }
-}
-
-impl PartialEq<MessageKind> for String {
-    fn eq(&self, other: &MessageKind) -> bool {
-        self == other.as_str()
-    }
-}
-
-impl PartialEq<MessageKind> for &str {
-    fn eq(&self, other: &MessageKind) -> bool {
-        *self == other.as_str()
-    }
-}
-
-impl Serialize for MessageKind {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
     }
 }
 

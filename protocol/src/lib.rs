@@ -7,6 +7,55 @@
 //! request ids in them, `--output stream-json`) are the formats muster has always written;
 //! their spelling lives only here.
 
+/// What a word of the vocabulary spelled by its `as_str` is: it prints and serialises as that
+/// spelling, and compares equal to text that spells it (either way round).
+macro_rules! spelled_by_as_str {
+    ($word:ty) => {
+        impl std::fmt::Display for $word {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl serde::Serialize for $word {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(self.as_str())
+            }
+        }
+
+        impl PartialEq<str> for $word {
+            fn eq(&self, other: &str) -> bool {
+                self.as_str() == other
+            }
+        }
+
+        impl PartialEq<&str> for $word {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+
+        impl PartialEq<$word> for str {
+            fn eq(&self, other: &$word) -> bool {
+                self == other.as_str()
+            }
+        }
+
+        impl PartialEq<$word> for &str {
+            fn eq(&self, other: &$word) -> bool {
+                *self == other.as_str()
+            }
+        }
+
+        impl PartialEq<$word> for String {
+            fn eq(&self, other: &$word) -> bool {
+                self == other.as_str()
+            }
+        }
+    };
+}
+pub(crate) use spelled_by_as_str;
+
 pub mod body;
 pub mod event;
 mod kind;

@@ -1,8 +1,6 @@
 //! The names of muster's own tools (Claude Code's names) and what each may do; the permission
 //! engine, the registry, rule parsing and every printer ask here instead of keeping lists.
 
-use std::fmt;
-
 /// Declares the tools once: the enum, [`ALL_TOOLS`] in registry order, and each spelling.
 macro_rules! tools {
     ($($tool:ident),+ $(,)?) => {
@@ -157,47 +155,7 @@ impl ToolName {
     }
 }
 
-impl fmt::Display for ToolName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl PartialEq<str> for ToolName {
-    fn eq(&self, other: &str) -> bool {
-        self.as_str() == other
-    }
-}
-
-impl PartialEq<&str> for ToolName {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
-    }
-}
-
-impl PartialEq<ToolName> for str {
-    fn eq(&self, other: &ToolName) -> bool {
-        self == other.as_str()
-    }
-}
-
-impl PartialEq<ToolName> for &str {
-    fn eq(&self, other: &ToolName) -> bool {
-        *self == other.as_str()
-    }
-}
-
-impl PartialEq<ToolName> for String {
-    fn eq(&self, other: &ToolName) -> bool {
-        self == other.as_str()
-    }
-}
-
-impl serde::Serialize for ToolName {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
-    }
-}
+crate::spelled_by_as_str!(ToolName);
 
 #[cfg(test)]
 mod tests {
