@@ -71,35 +71,27 @@ pub fn runs_page(rows: &[RunRow], all_projects: bool) -> String {
     let body = html! {
         h1 { "Runs" }
         (project_scope(all_projects))
-        @if rows.is_empty() {
-            p { "No runs in this store yet." }
-        } @else {
-            table {
-                thead { tr {
-                    th { "run" } th { "slug" } th { "status" } th { "team" } th { "agents" }
-                    th { "tasks done" } th { "waiting for a person" } th { "created" }
-                } }
-                tbody {
-                    @for row in rows {
-                        tr {
-                            td { a href={ "/runs/" (row.run.id) } { (row.run.id) } }
-                            td { (row.run.slug) }
-                            td class={ "status " (row.status.as_str()) } { (row.status.as_str()) }
-                            td { (row.run.team.as_deref().unwrap_or("-")) }
-                            td { (row.members) }
-                            td { (row.tasks_done) "/" (row.tasks) }
-                            td {
-                                @for (index, request) in row.waiting.iter().enumerate() {
-                                    @if index > 0 { " " }
-                                    (request_link(&row.run.id, request))
-                                } @if row.waiting.is_empty() { "-" }
-                            }
-                            td { (time(row.run.created_at)) }
-                        }
+        (table_or(
+            "No runs in this store yet.",
+            &["run", "slug", "status", "team", "agents", "tasks done", "waiting for a person", "created"],
+            rows.iter().map(|row| html! {
+                tr {
+                    td { a href={ "/runs/" (row.run.id) } { (row.run.id) } }
+                    td { (row.run.slug) }
+                    td class={ "status " (row.status.as_str()) } { (row.status.as_str()) }
+                    td { (row.run.team.as_deref().unwrap_or("-")) }
+                    td { (row.members) }
+                    td { (row.tasks_done) "/" (row.tasks) }
+                    td {
+                        @for (index, request) in row.waiting.iter().enumerate() {
+                            @if index > 0 { " " }
+                            (request_link(&row.run.id, request))
+                        } @if row.waiting.is_empty() { "-" }
                     }
+                    td { (time(row.run.created_at)) }
                 }
-            }
-        }
+            }),
+        ))
     };
     page("Runs", body)
 }
@@ -119,25 +111,36 @@ fn project_scope(all_projects: bool) -> Markup {
 }
 
 pub(super) fn requests_table(run_id: &str, requests: &[RequestRecord]) -> Markup {
+    table_or(
+        "No requests.",
+        &["request", "kind", "from", "answered by", "state"],
+        requests.iter().map(|request| {
+            html! {
+                tr {
+                    td { (request_link(run_id, request)) }
+                    td { (request.kind.in_words()) }
+                    td { (request.requester) }
+                    td { (request.responder) }
+                    td { (state(request)) }
+                }
+            }
+        }),
+    )
+}
+
+/// A table of `rows` under `headers`, or `none` when there are no rows.
+pub(super) fn table_or(
+    none: &str,
+    headers: &[&str],
+    rows: impl ExactSizeIterator<Item = Markup>,
+) -> Markup {
     html! {
-        @if requests.is_empty() {
-            p { "No requests." }
+        @if rows.len() == 0 {
+            p { (none) }
         } @else {
             table {
-                thead { tr {
-                    th { "request" } th { "kind" } th { "from" } th { "answered by" } th { "state" }
-                } }
-                tbody {
-                    @for request in requests {
-                        tr {
-                            td { (request_link(run_id, request)) }
-                            td { (request.kind.in_words()) }
-                            td { (request.requester) }
-                            td { (request.responder) }
-                            td { (state(request)) }
-                        }
-                    }
-                }
+                thead { tr { @for header in headers { th { (header) } } } }
+                tbody { @for row in rows { (row) } }
             }
         }
     }

@@ -261,23 +261,18 @@ fn agent_row(run_id: &str, row: &AgentRow, live: bool) -> Markup {
 fn tasks(tasks: &[Task]) -> Markup {
     html! {
         div id="tasks" {
-            @if tasks.is_empty() {
-                p { "No tasks." }
-            } @else {
-                table {
-                    thead { tr { th { "#" } th { "subject" } th { "owner" } th { "status" } } }
-                    tbody {
-                        @for task in tasks {
-                            tr {
-                                td { (task.task_id) }
-                                td { (task.subject) }
-                                td { (task.owner.as_deref().unwrap_or("-")) }
-                                td { (task.status.as_str()) }
-                            }
-                        }
+            (super::pages::table_or(
+                "No tasks.",
+                &["#", "subject", "owner", "status"],
+                tasks.iter().map(|task| html! {
+                    tr {
+                        td { (task.task_id) }
+                        td { (task.subject) }
+                        td { (task.owner.as_deref().unwrap_or("-")) }
+                        td { (task.status.as_str()) }
                     }
-                }
-            }
+                }),
+            ))
         }
     }
 }
