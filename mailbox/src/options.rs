@@ -29,10 +29,18 @@ pub struct StoreOptions {
     /// a `muster serve` on any machine sees the commit. On by default; `muster bench mailbox`
     /// turns it off beside it to show what it costs.
     pub announce_changes: bool,
-    /// SQLite only: the writer waits a moment (at most half its last COMMIT) for the callers
-    /// its last commit released before beginning the next transaction, so closed-loop writers
-    /// share one fsync. On by default; `muster bench mailbox` turns it off beside it.
+    /// SQLite only, when the COMMIT itself syncs (not with [`Self::pipelined_sync`], whose
+    /// syncer groups commits instead): the writer waits a moment (at most half its last
+    /// COMMIT) for the callers its last commit released before beginning the next transaction,
+    /// so closed-loop writers share one fsync. On by default.
     pub gather_released: bool,
+    /// SQLite only, at [`SyncMode::Full`]: SQLite commits at `synchronous=NORMAL` and a
+    /// thread of the store syncs the WAL before any caller of the batch (or of a later batch,
+    /// which may have read it) hears of it, while the writer runs the next batch. Every
+    /// acknowledged write is as durable as at `synchronous=FULL`, and no caller is ever
+    /// answered from a row not yet on disk. On by default; off, SQLite syncs inside COMMIT
+    /// (`synchronous=FULL`), which `muster bench mailbox` runs beside it.
+    pub pipelined_sync: bool,
 }
 
 /// What a process does after each of its commits: the orchestrator tells an open web inbox.
@@ -64,6 +72,7 @@ impl Default for StoreOptions {
             after_commit: None,
             announce_changes: true,
             gather_released: true,
+            pipelined_sync: true,
         }
     }
 }

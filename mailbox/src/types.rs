@@ -604,14 +604,17 @@ pub struct StoreStats {
     pub commits: u64,
     /// Operations executed (each one its own SAVEPOINT).
     pub operations: u64,
+    /// Syncs of the WAL by the store itself (pipelined `synchronous=full`), each covering
+    /// every transaction committed before it began.
+    pub syncs: u64,
     /// Where the writer's time went, summed over every transaction.
     pub time: CommitTime,
 }
 
 /// The writer's time by phase, in microseconds summed since the store opened: what a
 /// benchmark divides by `commits` (or `operations`) to tell where a durable commit's time goes.
-/// COMMIT holds both the WAL write and, at `synchronous=full`, its fsync; a run at
-/// `synchronous=off` beside it separates the two.
+/// With SQLite's own `synchronous=full`, COMMIT holds both the WAL write and its fsync; with the
+/// store's pipelined sync, COMMIT is the WAL write and `sync_us` the wait for the fsync.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CommitTime {
     /// Operations waiting in the queue for the writer, from `submit` to their batch's BEGIN
@@ -621,9 +624,12 @@ pub struct CommitTime {
     pub begin_us: u64,
     /// The operations' statements, each in its SAVEPOINT.
     pub statements_us: u64,
-    /// `COMMIT`: the WAL write and its fsync.
+    /// `COMMIT`: the WAL write (and, with SQLite's own `synchronous=full`, its fsync).
     pub commit_us: u64,
-    /// After COMMIT: the after-commit hook, the callers' replies and the waiters' wake-ups.
+    /// After COMMIT, the pipelined sync: the wait for a WAL fsync begun after it (behind the
+    /// one under way, if any) to end.
+    pub sync_us: u64,
+    /// Once durable: the after-commit hook, the callers' replies and the waiters' wake-ups.
     pub deliver_us: u64,
 }
 
@@ -633,6 +639,7 @@ impl CommitTime {
         self.begin_us = self.begin_us.saturating_add(other.begin_us);
         self.statements_us = self.statements_us.saturating_add(other.statements_us);
         self.commit_us = self.commit_us.saturating_add(other.commit_us);
+        self.sync_us = self.sync_us.saturating_add(other.sync_us);
         self.deliver_us = self.deliver_us.saturating_add(other.deliver_us);
     }
 
@@ -643,6 +650,7 @@ impl CommitTime {
             begin_us: self.begin_us.saturating_sub(earlier.begin_us),
             statements_us: self.statements_us.saturating_sub(earlier.statements_us),
             commit_us: self.commit_us.saturating_sub(earlier.commit_us),
+            sync_us: self.sync_us.saturating_sub(earlier.sync_us),
             deliver_us: self.deliver_us.saturating_sub(earlier.deliver_us),
         }
     }

@@ -15,7 +15,11 @@ pub struct CommitPhases {
     pub begin_ms: f64,
     pub statements_ms: f64,
     pub commit_ms: f64,
+    /// The pipelined sync: from COMMIT to an fsync begun after it ending.
+    pub sync_ms: f64,
     pub deliver_ms: f64,
+    /// The store's own WAL syncs per commit (pipelined sync: one may cover several).
+    pub syncs_per_commit: f64,
     /// Per operation: what the sender waited beyond the queue and its whole batch — the
     /// wake-up of the sending task and the runtime's scheduling.
     pub wake_ms: f64,
@@ -36,6 +40,7 @@ impl CommitPhases {
         let batch_ms = per_commit(time.begin_us)
             + per_commit(time.statements_us)
             + per_commit(time.commit_us)
+            + per_commit(time.sync_us)
             + per_commit(time.deliver_us);
         Some(CommitPhases {
             commits,
@@ -44,7 +49,9 @@ impl CommitPhases {
             begin_ms: per_commit(time.begin_us),
             statements_ms: per_commit(time.statements_us),
             commit_ms: per_commit(time.commit_us),
+            sync_ms: per_commit(time.sync_us),
             deliver_ms: per_commit(time.deliver_us),
+            syncs_per_commit: after.syncs.saturating_sub(before.syncs) as f64 / commits as f64,
             wake_ms: (mean_latency_ms - queued_ms - batch_ms).max(0.0),
         })
     }
@@ -61,16 +68,27 @@ pub fn render(rows: &[super::Row]) -> String {
     }
     let mut out = String::from(
         "\nwhere a commit's time goes (SQLite writer; ms per commit, queue and wake per message;\n\
-         COMMIT is the WAL write plus, at sync full, its fsync; sync normal, which in WAL mode\n\
-         does not fsync at COMMIT, beside it splits the two)\n",
+         COMMIT is the WAL write, plus its fsync with SQLite's own sync full (`_inline`); with the\n\
+         pipelined sync, `sync` is COMMIT to the end of an fsync begun after it, while the writer\n\
+         runs the next batch; fsyncs is the store's own WAL syncs per commit)\n",
     );
     out.push_str(&format!(
-        "{:<34} {:>7} | {:>8} {:>8} | {:>8} {:>8} {:>8} {:>8} | {:>8}\n",
-        "scenario", "senders", "msgs/txn", "queued", "BEGIN", "stmts", "COMMIT", "deliver", "wake"
+        "{:<34} {:>7} | {:>8} {:>8} | {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>8}\n",
+        "scenario",
+        "senders",
+        "msgs/txn",
+        "queued",
+        "BEGIN",
+        "stmts",
+        "COMMIT",
+        "sync",
+        "fsyncs",
+        "deliver",
+        "wake"
     ));
     for (row, p) in timed {
         out.push_str(&format!(
-            "{:<34} {:>7} | {:>8.1} {:>8.3} | {:>8.3} {:>8.3} {:>8.3} {:>8.3} | {:>8.3}\n",
+            "{:<34} {:>7} | {:>8.1} {:>8.3} | {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.2} {:>8.3} | {:>8.3}\n",
             row.scenario,
             row.senders,
             p.operations_per_commit,
@@ -78,6 +96,8 @@ pub fn render(rows: &[super::Row]) -> String {
             p.begin_ms,
             p.statements_ms,
             p.commit_ms,
+            p.sync_ms,
+            p.syncs_per_commit,
             p.deliver_ms,
             p.wake_ms
         ));
@@ -93,6 +113,7 @@ mod tests {
         StoreStats {
             commits,
             operations,
+            syncs: 0,
             time,
         }
     }
@@ -108,6 +129,7 @@ mod tests {
                 begin_us: 1_000,
                 statements_us: 2_000,
                 commit_us: 30_000,
+                sync_us: 0,
                 deliver_us: 1_000,
             },
         );

@@ -28,6 +28,7 @@ use crate::work::{
 use ops::{OpContext, SqliteTx};
 pub use schema::SCHEMA_VERSION;
 pub use version::DataVersion;
+pub use writer::SyncHold;
 use writer::Writer;
 
 /// The SQLite implementation of [`MailboxStore`].
@@ -48,7 +49,7 @@ impl SqliteStore {
     /// Opens the store at `path`, creating it if absent. Refuses a file that is not SQLite
     /// (leaving it unchanged) and a store written by a newer schema.
     pub fn open(path: &Path, options: StoreOptions) -> StoreResult<SqliteStore> {
-        let conn = open::open_connection(path, &options)?;
+        let (conn, pipelined) = open::open_connection(path, &options)?;
         let waiters = Arc::new(Waiters::default());
         let busy_ms = options.busy_timeout.as_millis() as u64;
         let writer = Writer::start(
@@ -58,6 +59,7 @@ impl SqliteStore {
             waiters.clone(),
             options.after_commit.clone(),
             options.gather_released,
+            pipelined,
         )?;
         let ctx = OpContext {
             path: Arc::new(PathBuf::from(path)),
@@ -98,6 +100,18 @@ impl SqliteStore {
     /// queue meanwhile. For tests and benchmarks of group commit.
     pub async fn hold_writer(&self) -> StoreResult<std::sync::mpsc::Sender<()>> {
         self.writer.hold().await
+    }
+
+    /// Holds the store's syncs of the WAL (pipelined `synchronous=full`) until the returned
+    /// guard is dropped: batches commit, and their callers wait. For tests of what a caller
+    /// may hear before its batch is on disk.
+    pub fn hold_syncs(&self) -> SyncHold {
+        self.writer.hold_syncs()
+    }
+
+    /// The number of committed batches whose callers are not answered yet, as it changes.
+    pub fn unanswered(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.writer.unanswered()
     }
 
     /// The number of operations queued and not yet taken by the writer, as it changes.

@@ -47,8 +47,12 @@ fn check_header(path: &Path) -> StoreResult<()> {
     }
 }
 
-/// Opens (creating if absent) and migrates a store file, returning the writer's connection.
-pub(crate) fn open_connection(path: &Path, options: &StoreOptions) -> StoreResult<Connection> {
+/// Opens (creating if absent) and migrates a store file, returning the writer's connection and
+/// whether the store syncs the WAL itself (see [`StoreOptions::pipelined_sync`]).
+pub(crate) fn open_connection(
+    path: &Path,
+    options: &StoreOptions,
+) -> StoreResult<(Connection, bool)> {
     check_header(path)?;
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|source| StoreError::Open {
@@ -88,16 +92,22 @@ pub(crate) fn open_connection(path: &Path, options: &StoreOptions) -> StoreResul
             supported: SCHEMA_VERSION,
         });
     }
-    conn.pragma_update(None, "journal_mode", "WAL")
+    let journal: String = conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
         .map_err(locked)?;
+    // The store syncs the WAL itself only in WAL mode: there, SQLite's FULL adds nothing to
+    // NORMAL but that sync at each COMMIT.
+    let pipelined = options.sync == SyncMode::Full
+        && options.pipelined_sync
+        && journal.eq_ignore_ascii_case("wal");
     let synchronous = match options.sync {
-        SyncMode::Full => "FULL",
-        SyncMode::Normal => "NORMAL",
+        SyncMode::Full if !pipelined => "FULL",
+        SyncMode::Full | SyncMode::Normal => "NORMAL",
     };
     conn.pragma_update(None, "synchronous", synchronous)
         .map_err(locked)?;
     conn.pragma_update(None, "foreign_keys", "ON")
         .map_err(locked)?;
     schema::migrate(&conn).map_err(locked)?;
-    Ok(conn)
+    Ok((conn, pipelined))
 }

@@ -1,9 +1,25 @@
 //! The one writer thread that owns the SQLite connection. Operations queue up while a commit
 //! is in flight and are grouped into the next transaction (group commit); each runs in its own
 //! SAVEPOINT, so a refused operation fails only its caller.
+//!
+//! At `synchronous=full` the WAL's fsync is pipelined (see [`StoreOptions::pipelined_sync`]):
+//! SQLite commits without syncing, and the batch waits for an fsync of the WAL begun after its
+//! COMMIT before any of its callers hears of it. While work is waiting (or a sync is under
+//! way), that wait happens on the syncer thread and the writer runs the next batch meanwhile;
+//! a lone caller's batch is synced on the writer thread itself, with no hand-over.
+//!
+//! Rows a batch commits are visible to the next batch (and to other connections) before they
+//! are on disk, so the rule is about answers, not visibility: a batch is answered only after
+//! every batch before it (in commit order, one FIFO) and after a sync begun after its own
+//! COMMIT — unless it wrote nothing and saw no other connection's commit since the batch
+//! before it, whose answer it then follows. The WAL is appended in commit order and one fsync
+//! covers all of it, so whatever a caller is told — its own write, or a row it read — is on
+//! disk: a power loss can only lose writes no caller has heard of, nor acted on.
+//!
+//! [`StoreOptions::pipelined_sync`]: crate::options::StoreOptions::pipelined_sync
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
@@ -121,10 +137,14 @@ pub(crate) struct Writer {
     busy_timeout_ms: u64,
     queued: watch::Sender<u64>,
     stats: watch::Sender<StoreStats>,
+    /// Test hook: syncs of the WAL wait while it is held.
+    sync_gate: Arc<SyncGate>,
+    /// Batches committed and not yet answered, as it changes.
+    unanswered: watch::Sender<u64>,
 }
 
 impl Writer {
-    /// Starts the writer thread on an open connection.
+    /// Starts the writer thread on an open connection; with `pipelined`, a syncer thread too.
     pub(crate) fn start(
         conn: Connection,
         path: PathBuf,
@@ -132,10 +152,12 @@ impl Writer {
         waiters: Arc<Waiters>,
         after_commit: Option<CommitHook>,
         gather_released: bool,
+        pipelined: bool,
     ) -> StoreResult<Writer> {
         let (jobs, receiver) = mpsc::channel();
         let (queued, _) = watch::channel(0);
         let (stats, _) = watch::channel(StoreStats::default());
+        let (unanswered, _) = watch::channel(0);
         let path = Arc::new(path);
         let writer = Writer {
             jobs,
@@ -143,25 +165,53 @@ impl Writer {
             busy_timeout_ms,
             queued,
             stats,
+            sync_gate: Arc::default(),
+            unanswered,
+        };
+        let delivery = Arc::new(Delivery {
+            waiters,
+            after_commit,
+            stats: writer.stats.clone(),
+            unanswered: writer.unanswered.clone(),
+        });
+        let spawn_error = |source| StoreError::Open {
+            path: path.to_path_buf(),
+            source,
+        };
+        let pipeline = if pipelined {
+            let wal = WalFile::of(&conn, &path, writer.sync_gate.clone());
+            let (to_syncer, committed) = mpsc::channel();
+            let syncer = Syncer {
+                wal: wal.clone(),
+                committed,
+                delivery: delivery.clone(),
+            };
+            std::thread::Builder::new()
+                .name("muster-store-syncer".into())
+                .spawn(move || syncer.run())
+                .map_err(spawn_error)?;
+            Some(Pipeline {
+                wal,
+                to_syncer,
+                data_version: None,
+            })
+        } else {
+            None
         };
         let thread_state = WriterThread {
             conn,
             receiver,
-            waiters,
-            after_commit,
-            stats: writer.stats.clone(),
+            delivery,
             queued: writer.queued.clone(),
             gather_released,
             last_batch: 0,
             last_commit: Duration::ZERO,
+            pipeline,
         };
         std::thread::Builder::new()
             .name("muster-store-writer".into())
             .spawn(move || thread_state.run())
-            .map_err(|source| StoreError::Open {
-                path: path.to_path_buf(),
-                source,
-            })?;
+            .map_err(spawn_error)?;
         Ok(writer)
     }
 
@@ -200,6 +250,12 @@ impl Writer {
         Ok(release_tx)
     }
 
+    /// Test hook: the store's syncs of the WAL wait until the returned guard is dropped.
+    pub(crate) fn hold_syncs(&self) -> SyncHold {
+        self.sync_gate.set(true);
+        SyncHold(self.sync_gate.clone())
+    }
+
     /// Checkpoints the WAL into the database file; the next commit starts the WAL over.
     pub(crate) async fn checkpoint(&self) -> StoreResult<()> {
         let (done, result) = oneshot::channel();
@@ -215,18 +271,213 @@ impl Writer {
         self.queued.subscribe()
     }
 
+    /// Batches committed whose callers have not been answered yet (waiting for their sync).
+    pub(crate) fn unanswered(&self) -> watch::Receiver<u64> {
+        self.unanswered.subscribe()
+    }
+
     /// Commits and operations so far, updated after every transaction.
     pub(crate) fn stats(&self) -> watch::Receiver<StoreStats> {
         self.stats.subscribe()
     }
 }
 
-struct WriterThread {
-    conn: Connection,
-    receiver: mpsc::Receiver<Job>,
+/// Releases [`Writer::hold_syncs`] when dropped.
+pub struct SyncHold(Arc<SyncGate>);
+
+impl Drop for SyncHold {
+    fn drop(&mut self) {
+        self.0.set(false);
+    }
+}
+
+/// Whether syncs are held (a test hook); a sync waits while they are.
+#[derive(Default)]
+struct SyncGate {
+    held: Mutex<bool>,
+    changed: Condvar,
+}
+
+impl SyncGate {
+    fn set(&self, held: bool) {
+        *self.held.lock().unwrap_or_else(|p| p.into_inner()) = held;
+        self.changed.notify_all();
+    }
+
+    fn pass(&self) {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        while *held {
+            held = self.changed.wait(held).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// The WAL file, synced by the store (pipelined sync). Opened on first use: SQLite creates it
+/// with the first transaction, and keeps it (same file) while its connection is open.
+#[derive(Clone)]
+struct WalFile {
+    path: Arc<PathBuf>,
+    /// Why a sync failed, once one has: the store answers nothing more (what is on disk is
+    /// unknown), as PostgreSQL stops at a failed fsync.
+    failed: Arc<OnceLock<BatchFailure>>,
+    gate: Arc<SyncGate>,
+}
+
+impl WalFile {
+    fn of(conn: &Connection, path: &Path, gate: Arc<SyncGate>) -> WalFile {
+        // SQLite's own name for the database (absolute), so a later change of directory or a
+        // relative path cannot point the sync elsewhere.
+        let database = conn
+            .path()
+            .filter(|p| !p.is_empty())
+            .map_or_else(|| path.to_path_buf(), PathBuf::from);
+        let mut wal = database.into_os_string();
+        wal.push("-wal");
+        WalFile {
+            path: Arc::new(PathBuf::from(wal)),
+            failed: Arc::default(),
+            gate,
+        }
+    }
+
+    /// Syncs the WAL's data (`file` keeps the opened file between calls). A failure is kept:
+    /// every later sync fails with it.
+    fn sync(&self, file: &mut Option<std::fs::File>) -> Result<(), BatchFailure> {
+        self.gate.pass();
+        if let Some(failure) = self.failed.get() {
+            return Err(failure.clone());
+        }
+        let synced = match file {
+            Some(file) => file.sync_data(),
+            None => std::fs::File::open(&*self.path).and_then(|opened| {
+                let synced = opened.sync_data();
+                *file = Some(opened);
+                synced
+            }),
+        };
+        synced.map_err(|error| {
+            let failure = BatchFailure {
+                busy: false,
+                detail: format!(
+                    "the write-ahead log {} could not be synced ({error}); the store answers \
+                     nothing more until it is opened again",
+                    self.path.display()
+                ),
+            };
+            self.failed.get_or_init(|| failure).clone()
+        })
+    }
+}
+
+/// A committed batch on its way to its callers.
+struct Committed {
+    finishes: Vec<Finish>,
+    wakes: Vec<Wake>,
+    failure: Option<BatchFailure>,
+    /// Whether a sync begun after its COMMIT must come first.
+    needs_sync: bool,
+    phases: CommitTime,
+    committed: Instant,
+    operations: u64,
+}
+
+/// What answers a committed batch, on whichever thread its sync ran.
+struct Delivery {
     waiters: Arc<Waiters>,
     after_commit: Option<CommitHook>,
     stats: watch::Sender<StoreStats>,
+    unanswered: watch::Sender<u64>,
+}
+
+impl Delivery {
+    /// Answers `batch`, durable (or failed with `synced`'s failure).
+    fn deliver(&self, batch: Committed, synced: Result<bool, BatchFailure>) {
+        let Committed {
+            finishes,
+            wakes,
+            failure,
+            mut phases,
+            committed,
+            operations,
+            ..
+        } = batch;
+        let durable = Instant::now();
+        phases.sync_us = micros(durable - committed);
+        let (failure, syncs) = match (failure, synced) {
+            (Some(failure), _) | (None, Err(failure)) => (Some(failure), 0),
+            (None, Ok(synced)) => (None, u64::from(synced)),
+        };
+        // Before the callers hear of it: a process that exits as soon as its write returns
+        // has already told whoever watches.
+        if failure.is_none()
+            && let Some(hook) = &self.after_commit
+        {
+            hook.call();
+        }
+        // Counted before the callers hear of it, so a caller whose write returned reads it.
+        self.stats.send_modify(|stats| {
+            stats.operations += operations;
+            stats.commits += u64::from(failure.is_none());
+            stats.syncs += syncs;
+            stats.time.add(&phases);
+        });
+        for finish in finishes {
+            finish(failure.as_ref());
+        }
+        if failure.is_none() {
+            self.waiters.wake_all(&wakes);
+        }
+        self.unanswered.send_modify(|n| *n = n.saturating_sub(1));
+        let delivered = micros(durable.elapsed());
+        // Not a change a watcher waits for: no notification.
+        self.stats.send_if_modified(|stats| {
+            stats.time.deliver_us = stats.time.deliver_us.saturating_add(delivered);
+            false
+        });
+    }
+}
+
+/// The syncer thread: syncs the WAL behind the writer, once for every batch committed by the
+/// time it begins, and answers them in commit order.
+struct Syncer {
+    wal: WalFile,
+    committed: mpsc::Receiver<Committed>,
+    delivery: Arc<Delivery>,
+}
+
+impl Syncer {
+    fn run(self) {
+        let mut file = None;
+        while let Ok(first) = self.committed.recv() {
+            let mut group = vec![first];
+            group.extend(self.committed.try_iter());
+            let synced = if group.iter().any(|batch| batch.needs_sync) {
+                self.wal.sync(&mut file).map(|()| true)
+            } else {
+                Ok(false)
+            };
+            for (index, batch) in group.into_iter().enumerate() {
+                // One sync counted, however many batches it covers.
+                let synced = synced.clone().map(|synced| synced && index == 0);
+                self.delivery.deliver(batch, synced);
+            }
+        }
+    }
+}
+
+/// The writer's side of the pipelined sync.
+struct Pipeline {
+    wal: WalFile,
+    to_syncer: mpsc::Sender<Committed>,
+    /// `PRAGMA data_version` as the last batch that wrote nothing read it: another
+    /// connection's commit since changes it.
+    data_version: Option<i64>,
+}
+
+struct WriterThread {
+    conn: Connection,
+    receiver: mpsc::Receiver<Job>,
+    delivery: Arc<Delivery>,
     queued: watch::Sender<u64>,
     gather_released: bool,
     /// Operations in the last transaction: the callers it released, who (in a closed loop)
@@ -234,10 +485,13 @@ struct WriterThread {
     last_batch: usize,
     /// How long the last COMMIT took.
     last_commit: Duration,
+    pipeline: Option<Pipeline>,
 }
 
 impl WriterThread {
     fn run(mut self) {
+        // The writer's own handle on the WAL, for the batches it syncs itself.
+        let mut wal_file = None;
         while let Ok(first) = self.receiver.recv() {
             let started = Instant::now();
             let mut batch = Vec::new();
@@ -247,12 +501,12 @@ impl WriterThread {
                 match job {
                     Job::Hold { entered, release } => {
                         // Commit what came before the hold, then wait.
-                        self.commit_batch(std::mem::take(&mut batch));
+                        self.commit_batch(std::mem::take(&mut batch), &mut wal_file);
                         let _ = entered.send(());
                         let _ = release.recv();
                     }
                     Job::Checkpoint(done) => {
-                        self.commit_batch(std::mem::take(&mut batch));
+                        self.commit_batch(std::mem::take(&mut batch), &mut wal_file);
                         let result = self
                             .conn
                             .query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(()))
@@ -268,7 +522,7 @@ impl WriterThread {
                     };
                 }
             }
-            self.commit_batch(batch);
+            self.commit_batch(batch, &mut wal_file);
         }
     }
 
@@ -277,9 +531,12 @@ impl WriterThread {
     /// wait a whole COMMIT (an fsync) more. While fewer operations are gathered than the last
     /// transaction held, wait for them — at most half the last COMMIT's time (bounded by
     /// [`MAX_GATHER`]), so a lone caller (a last batch of one) never waits and a waiting batch
-    /// pays less than the commit it saves.
+    /// pays less than the commit it saves. Not with the pipelined sync: there a batch
+    /// committed while a sync is under way waits for the next one anyway, and the syncer
+    /// groups whatever it finds committed, so the writer never waits — and closed-loop callers
+    /// fall into groups whose statements run while another group's fsync does.
     fn straggler(&self, gathered: usize, started: Instant) -> Option<Job> {
-        if !self.gather_released {
+        if !self.gather_released || self.pipeline.is_some() {
             return None;
         }
         let window = gather_window(gathered, self.last_batch, self.last_commit)?;
@@ -287,8 +544,18 @@ impl WriterThread {
         self.receiver.recv_timeout(left).ok()
     }
 
-    fn commit_batch(&mut self, batch: Vec<Box<dyn Operation>>) {
+    fn commit_batch(
+        &mut self,
+        batch: Vec<Box<dyn Operation>>,
+        wal_file: &mut Option<std::fs::File>,
+    ) {
         if batch.is_empty() {
+            return;
+        }
+        if let Some(failure) = self.pipeline.as_ref().and_then(|p| p.wal.failed.get()) {
+            for operation in batch {
+                operation.refuse(failure);
+            }
             return;
         }
         let began = Instant::now();
@@ -306,50 +573,73 @@ impl WriterThread {
             return;
         }
         let begun = Instant::now();
+        let changes_before = self.conn.total_changes();
         for operation in batch {
             finishes.push(self.run_in_savepoint(operation, &mut wakes));
         }
+        let wrote = self.conn.total_changes() != changes_before;
+        let needs_sync = self.needs_sync(wrote);
         let executed = Instant::now();
         let failure = self.conn.execute_batch("COMMIT").err().map(|error| {
             let _ = self.conn.execute_batch("ROLLBACK");
             batch_failure(&error)
         });
         let committed = Instant::now();
-        // Before the callers hear of it: a process that exits as soon as its write returns
-        // has already told whoever watches.
-        if failure.is_none()
-            && let Some(hook) = &self.after_commit
-        {
-            hook.call();
-        }
-        let operations = finishes.len() as u64;
         self.last_batch = finishes.len();
         self.last_commit = committed - executed;
-        let phases = CommitTime {
-            queued_us: micros(queued),
-            begin_us: micros(begun - began),
-            statements_us: micros(executed - begun),
-            commit_us: micros(committed - executed),
-            deliver_us: 0,
+        let batch = Committed {
+            operations: finishes.len() as u64,
+            finishes,
+            wakes,
+            needs_sync: needs_sync && failure.is_none(),
+            failure,
+            phases: CommitTime {
+                queued_us: micros(queued),
+                begin_us: micros(begun - began),
+                statements_us: micros(executed - begun),
+                commit_us: micros(committed - executed),
+                sync_us: 0,
+                deliver_us: 0,
+            },
+            committed,
         };
-        // Counted before the callers hear of it, so a caller whose write returned reads it.
-        self.stats.send_modify(|stats| {
-            stats.operations += operations;
-            stats.commits += u64::from(failure.is_none());
-            stats.time.add(&phases);
-        });
-        for finish in finishes {
-            finish(failure.as_ref());
+        self.delivery.unanswered.send_modify(|n| *n += 1);
+        let Some(pipeline) = &self.pipeline else {
+            self.delivery.deliver(batch, Ok(false));
+            return;
+        };
+        // Answered here when nothing is waiting for the writer and no earlier batch is still
+        // to be answered (a lone caller: no hand-over); otherwise behind those, by the syncer,
+        // while this thread runs the next batch.
+        let earlier = *self.delivery.unanswered.borrow() > 1;
+        if earlier || *self.queued.borrow() > 0 {
+            if let Err(mpsc::SendError(batch)) = pipeline.to_syncer.send(batch) {
+                // The syncer is gone only if its thread panicked: answer from here.
+                let synced = sync_if(&pipeline.wal, wal_file, batch.needs_sync);
+                self.delivery.deliver(batch, synced);
+            }
+        } else {
+            let synced = sync_if(&pipeline.wal, wal_file, batch.needs_sync);
+            self.delivery.deliver(batch, synced);
         }
-        if failure.is_none() {
-            self.waiters.wake_all(&wakes);
+    }
+
+    /// Whether the batch just executed must wait for a sync of its own: it wrote, or it may
+    /// have read another connection's commit that no sync of ours has covered.
+    fn needs_sync(&mut self, wrote: bool) -> bool {
+        let Some(pipeline) = &mut self.pipeline else {
+            return false;
+        };
+        if wrote {
+            return true;
         }
-        let delivered = micros(committed.elapsed());
-        // Not a change a watcher waits for: no notification.
-        self.stats.send_if_modified(|stats| {
-            stats.time.deliver_us = stats.time.deliver_us.saturating_add(delivered);
-            false
-        });
+        let version = self
+            .conn
+            .prepare_cached("PRAGMA data_version")
+            .and_then(|mut statement| statement.query_row([], |row| row.get::<_, i64>(0)))
+            .ok();
+        let seen = std::mem::replace(&mut pipeline.data_version, version);
+        version.is_none() || version != seen
     }
 
     fn run_in_savepoint(&mut self, operation: Box<dyn Operation>, wakes: &mut Vec<Wake>) -> Finish {
@@ -367,6 +657,18 @@ impl WriterThread {
         }
         let _ = self.conn.execute_batch("RELEASE operation");
         finish
+    }
+}
+
+fn sync_if(
+    wal: &WalFile,
+    file: &mut Option<std::fs::File>,
+    needed: bool,
+) -> Result<bool, BatchFailure> {
+    if needed {
+        wal.sync(file).map(|()| true)
+    } else {
+        Ok(false)
     }
 }
 

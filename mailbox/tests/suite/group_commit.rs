@@ -221,3 +221,141 @@ async fn an_unlimited_runs_requests_skip_the_writer_after_the_first_look_of_the_
     assert_eq!(reserve("lead", epoch).await, Grant);
     assert_eq!(reserve("alice", epoch).await, Wait);
 }
+
+/// Pipelined sync (`synchronous=full`, the default): a batch's rows are visible to the next
+/// batch before the WAL's fsync, so no caller — the writer's, or a reader who may have seen
+/// them — is answered before a sync that covers them. The writer is held between two batches
+/// so the first is handed to the syncer (work is waiting) and the second runs behind it.
+#[tokio::test]
+async fn no_caller_hears_of_a_row_before_the_wal_sync_that_covers_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.db");
+    let store = open(&path);
+    run_with(&store, RUN, &["alice"]).await;
+    let syncs = store.hold_syncs();
+    let first_hold = store.hold_writer().await.unwrap();
+    let mut queued = store.queued();
+    let send = tokio::spawn({
+        let store = store.clone();
+        async move { store.send(text(RUN, "lead", "alice", "held")).await }
+    });
+    wait(&mut queued, 1).await;
+    let second_hold = tokio::spawn({
+        let store = store.clone();
+        async move { store.hold_writer().await }
+    });
+    wait(&mut queued, 2).await;
+    let read = tokio::spawn({
+        let store = store.clone();
+        async move { store.messages(RUN, Some("alice")).await }
+    });
+    wait(&mut queued, 3).await;
+    let before = store.stats();
+    let mut unanswered = store.unanswered();
+
+    // The send commits and goes to the syncer; the writer stops at the second hold.
+    drop(first_hold);
+    let second_hold = tokio::time::timeout(GUARD, second_hold)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        *unanswered.borrow(),
+        1,
+        "the send is committed, not answered"
+    );
+    // The read runs and sees the committed row; it waits behind the send's sync.
+    drop(second_hold);
+    tokio::time::timeout(GUARD, unanswered.wait_for(|n| *n == 2))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        store.stats().commits,
+        before.commits,
+        "nothing answered yet"
+    );
+    assert!(!send.is_finished() && !read.is_finished());
+
+    drop(syncs);
+    send.await.unwrap().unwrap();
+    let read = read.await.unwrap().unwrap();
+    assert_eq!(
+        read.len(),
+        1,
+        "the read saw the row, and heard of it once it was on disk"
+    );
+    let after = store.stats();
+    assert_eq!(after.commits - before.commits, 2);
+    assert!(after.syncs > before.syncs);
+}
+
+/// Another connection (another process) may read a row committed but not yet synced: its
+/// read syncs the WAL itself before answering; a read that saw no other connection's commit
+/// since its store's last look does not sync.
+#[tokio::test]
+async fn a_read_of_another_connections_commit_syncs_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.db");
+    let writer = open(&path);
+    run_with(&writer, RUN, &["alice"]).await;
+    let reader = open(&path);
+    reader.messages(RUN, None).await.unwrap();
+    let before = reader.stats().syncs;
+    reader.messages(RUN, None).await.unwrap();
+    assert_eq!(reader.stats().syncs, before, "nothing new: no sync");
+
+    writer
+        .send(text(RUN, "lead", "alice", "from elsewhere"))
+        .await
+        .unwrap();
+    let seen = reader.messages(RUN, Some("alice")).await.unwrap();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        reader.stats().syncs,
+        before + 1,
+        "another connection's commit: synced before the answer"
+    );
+    reader.messages(RUN, Some("alice")).await.unwrap();
+    assert_eq!(reader.stats().syncs, before + 1);
+}
+
+/// Sync full with SQLite's own sync (the pipeline off) and sync normal make no syncs of
+/// their own; the pipelined default makes one per lone write.
+#[tokio::test]
+async fn only_the_pipelined_full_sync_syncs_the_wal_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, options, syncs) in [
+        ("pipelined", StoreOptions::default(), 1),
+        (
+            "inline",
+            StoreOptions {
+                pipelined_sync: false,
+                ..StoreOptions::default()
+            },
+            0,
+        ),
+        (
+            "normal",
+            StoreOptions {
+                sync: SyncMode::Normal,
+                ..StoreOptions::default()
+            },
+            0,
+        ),
+    ] {
+        let store = open_with(&dir.path().join(format!("{name}.db")), options);
+        run_with(&store, RUN, &["alice"]).await;
+        let before = store.stats().syncs;
+        store.send(text(RUN, "lead", "alice", "m")).await.unwrap();
+        assert_eq!(store.stats().syncs - before, syncs, "{name}");
+    }
+}
+
+async fn wait(queued: &mut tokio::sync::watch::Receiver<u64>, at_least: u64) {
+    tokio::time::timeout(GUARD, queued.wait_for(|n| *n >= at_least))
+        .await
+        .unwrap()
+        .unwrap();
+}
