@@ -150,6 +150,10 @@ pub struct TeamArgs {
     /// Teammates of the parallel-Bash scenario.
     #[arg(long = "bash-teammates", default_value_t = 4)]
     pub bash_teammates: usize,
+    /// Runs of the overhead scenario at each sync setting, interleaved; rows give the median
+    /// run and the spread.
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
     /// Tiny sizes, for CI.
     #[arg(long)]
     pub smoke: bool,
@@ -326,6 +330,7 @@ fn bench_team(args: TeamArgs) -> anyhow::Result<Exit> {
         calls_per_turn,
         latency: std::time::Duration::from_millis(latency_ms),
         syncs,
+        repeats: if args.smoke { 1 } else { args.repeats },
         idle_teammates,
         idle_hold: std::time::Duration::from_millis(if args.smoke { 50 } else { 3000 }),
         bash: std::time::Duration::from_millis(if args.smoke { 50 } else { args.bash_ms }),

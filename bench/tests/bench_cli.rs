@@ -164,8 +164,8 @@ fn the_team_bench_prints_overhead_hooks_wall_time_memory_and_parallel_bash_rows(
         "the hooks row is judged"
     );
     assert!(
-        rows[3]["target_met"].is_null(),
-        "full is reported, not judged"
+        rows[3]["target_met"].is_boolean(),
+        "full, the default, is judged too"
     );
     let idle = &rows[4];
     assert_eq!(idle["teammates"], 3);
