@@ -29,10 +29,9 @@ pub struct StoreOptions {
     /// a `muster serve` on any machine sees the commit. On by default; `muster bench mailbox`
     /// turns it off beside it to show what it costs.
     pub announce_changes: bool,
-    /// SQLite only, when the COMMIT itself syncs (not with [`Self::pipelined_sync`], whose
-    /// syncer groups commits instead): the writer waits a moment (at most half its last
-    /// COMMIT) for the callers its last commit released before beginning the next transaction,
-    /// so closed-loop writers share one fsync. On by default.
+    /// SQLite only: the writer waits a moment (at most half its last COMMIT) for the callers
+    /// its last commit released before beginning the next transaction, so closed-loop writers
+    /// share one fsync. On by default.
     pub gather_released: bool,
     /// SQLite only, at [`SyncMode::Full`]: SQLite commits at `synchronous=NORMAL` and a
     /// thread of the store syncs the WAL before any caller of the batch (or of a later batch,
