@@ -499,3 +499,81 @@ fn walk_gate_dirs(dir: &Path) -> Vec<std::path::PathBuf> {
     }
     found
 }
+
+/// The test command of the timeout test: hangs on the result that still says `slow`.
+const HANGS_WHEN_SLOW: &str = "grep -q slow one.txt && sleep 30.5; exit 0";
+
+/// A gate whose test command runs past `test_timeout` is stopped (its process group with
+/// it) and counts as a failure: the teammate is told why, no request is sent for that
+/// result, and its fixed revision is tested and sent.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_test_command_past_its_timeout_is_stopped_and_goes_back_to_the_teammate() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join(".muster/agents")).unwrap();
+    std::fs::write(root.join(".muster/agents/writer.md"), WRITER).unwrap();
+    std::fs::write(root.join("README.md"), "hello\n").unwrap();
+    std::fs::write(
+        root.join("muster.team.toml"),
+        format!(
+            "name = \"builders\"\nisolation = \"worktree\"\n\n[merge]\ntest = \"{HANGS_WHEN_SLOW}\"\ntest_timeout = 1\n\n\
+             [[teammates]]\nname = \"one\"\ndefinition = \"writer\"\nplan_mode_required = false\napprover = \"human\"\n"
+        ),
+    )
+    .unwrap();
+    git(root, &["init", "-q", "-b", "main"]);
+    git(root, &["add", "-A"]);
+    git(root, &["commit", "-q", "-m", "start"]);
+    super::common::trust_blocking(root);
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "write", "description": "Write one.txt."}),
+            )],
+        ),
+        any_turn("lead", "Waiting for the team."),
+        write("one", 1, "one.txt", "slow\n"),
+        ScriptEntry::reply("one", 2, vec![Block::text("done")]),
+        write("one", 3, "one.txt", "quick\n"),
+        any_turn("one", "fixed"),
+    ])
+    .await;
+    let output = run(root, &fake.base_url(), &["run", "-p", "Build it."]).await;
+    let waiting = waiting_on(&output);
+    assert_eq!(waiting.len(), 1, "{waiting:?}: {}", stderr(&output));
+    let mail = muster(root, &["inbox", "one", "--json"]).await;
+    let mail: Value = serde_json::from_slice(&mail.stdout).unwrap();
+    assert!(
+        mail.as_array()
+            .unwrap()
+            .iter()
+            .any(|row| row["message"]["body"]["text"]
+                .as_str()
+                .is_some_and(|text| text.contains("ran past test_timeout (1s)"))),
+        "one was not told of the timeout: {mail:#}"
+    );
+    let inbox = muster(root, &["inbox", "human", "--json"]).await;
+    let inbox: Value = serde_json::from_slice(&inbox.stdout).unwrap();
+    let requests: Vec<&Value> = inbox
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| &row["message"]["body"])
+        .filter(|body| body["type"] == "merge_request")
+        .collect();
+    assert_eq!(requests.len(), 1, "{inbox:#}");
+    assert_eq!(requests[0]["request_id"], waiting[0].as_str());
+    assert_eq!(requests[0]["tested"]["exit"], 0, "{inbox:#}");
+    let hung = std::process::Command::new("pgrep")
+        .args(["-f", "sleep 30.5"])
+        .output()
+        .unwrap();
+    assert!(
+        hung.stdout.is_empty(),
+        "the timed-out test command still runs: {}",
+        String::from_utf8_lossy(&hung.stdout)
+    );
+}
