@@ -500,6 +500,40 @@ fn walk_gate_dirs(dir: &Path) -> Vec<std::path::PathBuf> {
     found
 }
 
+/// A repository with one commit whose team has one writer, `one`, merges decided by
+/// `approver`, `merge` as the team file's merge section and the `files` given; trusted when
+/// `trusted`.
+fn one_writer(
+    merge: &str,
+    approver: &str,
+    files: &[(&str, &str)],
+    trusted: bool,
+) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    for (path, content) in files {
+        std::fs::write(root.join(path), content).unwrap();
+    }
+    std::fs::create_dir_all(root.join(".muster/agents")).unwrap();
+    std::fs::write(root.join(".muster/agents/writer.md"), WRITER).unwrap();
+    std::fs::write(root.join("README.md"), "hello\n").unwrap();
+    std::fs::write(
+        root.join("muster.team.toml"),
+        format!(
+            "name = \"builders\"\nisolation = \"worktree\"\n\n{merge}\n[[teammates]]\nname = \"one\"\n\
+             definition = \"writer\"\nplan_mode_required = false\napprover = \"{approver}\"\n"
+        ),
+    )
+    .unwrap();
+    git(root, &["init", "-q", "-b", "main"]);
+    git(root, &["add", "-A"]);
+    git(root, &["commit", "-q", "-m", "start"]);
+    if trusted {
+        super::common::trust_blocking(root);
+    }
+    dir
+}
+
 /// The test command of the timeout test: hangs on the result that still says `slow`.
 const HANGS_WHEN_SLOW: &str = "grep -q slow one.txt && sleep 30.5; exit 0";
 
@@ -508,23 +542,13 @@ const HANGS_WHEN_SLOW: &str = "grep -q slow one.txt && sleep 30.5; exit 0";
 /// result, and its fixed revision is tested and sent.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_test_command_past_its_timeout_is_stopped_and_goes_back_to_the_teammate() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = one_writer(
+        &format!("[merge]\ntest = \"{HANGS_WHEN_SLOW}\"\ntest_timeout = 1\n"),
+        "human",
+        &[],
+        true,
+    );
     let root = dir.path();
-    std::fs::create_dir_all(root.join(".muster/agents")).unwrap();
-    std::fs::write(root.join(".muster/agents/writer.md"), WRITER).unwrap();
-    std::fs::write(root.join("README.md"), "hello\n").unwrap();
-    std::fs::write(
-        root.join("muster.team.toml"),
-        format!(
-            "name = \"builders\"\nisolation = \"worktree\"\n\n[merge]\ntest = \"{HANGS_WHEN_SLOW}\"\ntest_timeout = 1\n\n\
-             [[teammates]]\nname = \"one\"\ndefinition = \"writer\"\nplan_mode_required = false\napprover = \"human\"\n"
-        ),
-    )
-    .unwrap();
-    git(root, &["init", "-q", "-b", "main"]);
-    git(root, &["add", "-A"]);
-    git(root, &["commit", "-q", "-m", "start"]);
-    super::common::trust_blocking(root);
     let fake = fake(vec![
         ScriptEntry::reply(
             "lead",
@@ -575,5 +599,58 @@ async fn a_test_command_past_its_timeout_is_stopped_and_goes_back_to_the_teammat
         hung.stdout.is_empty(),
         "the timed-out test command still runs: {}",
         String::from_utf8_lossy(&hung.stdout)
+    );
+}
+
+/// A policy with `require_tests_pass` refuses a merge nothing tested — here because the
+/// team file names no `[merge] test` — even with `approve_all`, and the teammate is told
+/// which rule refused it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_policy_that_requires_tests_refuses_an_untested_merge_even_with_approve_all() {
+    let dir = one_writer(
+        "",
+        "policy:policy.toml",
+        &[(
+            "policy.toml",
+            "approve_all = true\nrequire_tests_pass = true\n",
+        )],
+        true,
+    );
+    let root = dir.path();
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "write", "description": "Write one.txt."}),
+            )],
+        ),
+        any_turn("lead", "Waiting for the team."),
+        write("one", 1, "one.txt", "one\n"),
+        any_turn("one", "done"),
+    ])
+    .await;
+    let output = run(root, &fake.base_url(), &["run", "-p", "Build it."]).await;
+    assert!(
+        !root.join("one.txt").exists(),
+        "an untested merge reached the tree: {}",
+        stderr(&output)
+    );
+    let mail = muster(root, &["inbox", "one", "--json"]).await;
+    let mail: Value = serde_json::from_slice(&mail.stdout).unwrap();
+    let response = mail
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| &row["message"]["body"])
+        .find(|body| body["type"] == "merge_response")
+        .unwrap_or_else(|| panic!("one got no merge response: {mail:#}"));
+    assert_eq!(response["approved"], false, "{response:#}");
+    assert!(
+        response["rule"]
+            .as_str()
+            .is_some_and(|rule| rule.starts_with("require_tests_pass (")),
+        "{response:#}"
     );
 }
