@@ -298,3 +298,52 @@ async fn a_teammates_missing_key_variable_is_refused_before_the_run_naming_it() 
         "no run was created: {runs}"
     );
 }
+
+/// A subagent inherits its parent's provider and endpoint: a teammate on the OpenAI-compatible
+/// server starts a `Plan` subagent (`model: inherit`), whose requests go to that server with
+/// the teammate's model and key, never to the lead's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_teammates_plan_subagent_asks_the_teammates_server_with_its_model() {
+    let (lead_script, mut teammate_script) = scripts();
+    teammate_script.insert(
+        0,
+        ScriptEntry::reply(
+            "local-1",
+            1,
+            vec![tool(
+                "Agent",
+                json!({"description": "look", "prompt": "What does the README say?",
+                       "subagent_type": "Plan"}),
+            )],
+        ),
+    );
+    teammate_script.insert(
+        1,
+        ScriptEntry::reply("local-1.sub-1", 1, vec![Block::text("It says hello.")]),
+    );
+    let anthropic = fake("test-key", lead_script).await;
+    let local = fake(LOCAL_KEY, teammate_script).await;
+    let dir = project(&[
+        ("muster.team.toml", &team_file(&local.openai_base_url())),
+        (".muster/settings.toml", LOCAL_PRICES),
+    ]);
+    super::common::trust_blocking(dir.path());
+    let output = run_team(dir.path(), &anthropic, &[("LOCAL_LLM_KEY", LOCAL_KEY)]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(agents_of(&anthropic.requests()), ["lead"]);
+    let local_requests = local.requests();
+    assert_eq!(
+        agents_of(&local_requests),
+        ["local-1", "local-1.sub-1", "local-2"]
+    );
+    let bearer = format!("Bearer {LOCAL_KEY}");
+    for r in local_requests
+        .iter()
+        .filter(|r| r.agent.as_deref() == Some("local-1.sub-1"))
+    {
+        assert_eq!(r.path, "/v1/chat/completions");
+        assert_eq!(r.body["model"], LOCAL_MODEL);
+        assert_eq!(r.header("authorization"), Some(bearer.as_str()));
+    }
+    local.verify().unwrap();
+}
