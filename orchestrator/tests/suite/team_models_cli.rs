@@ -347,3 +347,75 @@ async fn a_teammates_plan_subagent_asks_the_teammates_server_with_its_model() {
     }
     local.verify().unwrap();
 }
+
+/// Each agent's provider survives a kill -9 and a resume: killed while a teammate's request
+/// to the OpenAI-compatible server is held, the resumed run asks that server again for the
+/// teammate with its model and key (the launch options stored with the run), the lead
+/// still on the Anthropic server with its `--model`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resume_after_kill_9_keeps_each_agents_provider_and_model() {
+    let (lead_script, mut teammate_script) = scripts();
+    let first = teammate_script.remove(0).fault(muster_fake_llm::Fault {
+        hold: Some("local-1".into()),
+        ..muster_fake_llm::Fault::default()
+    });
+    teammate_script.insert(0, first);
+    let anthropic = fake("test-key", lead_script).await;
+    let local = fake(LOCAL_KEY, teammate_script).await;
+    let dir = project(&[
+        ("muster.team.toml", &team_file(&local.openai_base_url())),
+        (".muster/settings.toml", LOCAL_PRICES),
+    ]);
+    super::common::trust_blocking(dir.path());
+    let with_servers = |args: &[&str]| {
+        let mut command = command(dir.path(), args);
+        command
+            .env("ANTHROPIC_BASE_URL", anthropic.base_url())
+            .env("LOCAL_LLM_KEY", LOCAL_KEY)
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENAI_BASE_URL");
+        command
+    };
+    let mut run = super::common::Running::spawn(with_servers(&[
+        "run",
+        "-p",
+        "Split the greeting.",
+        "--model",
+        LEAD_MODEL,
+        "--output",
+        "stream-json",
+    ]));
+    let started = run
+        .until("the run's start", |event| event["run_id"].is_string())
+        .await;
+    let run_id = started["run_id"].as_str().unwrap().to_owned();
+    tokio::time::timeout(super::common::GUARD, local.gate_reached("local-1", 1))
+        .await
+        .expect("local-1 never asked its server");
+    run.child.start_kill().unwrap();
+    run.child.wait().await.unwrap();
+    let asked_before = local.requests().len();
+    local.open_gate("local-1");
+    let resumed = output(with_servers(&[
+        "resume",
+        &run_id,
+        "--output",
+        "stream-json",
+    ]))
+    .await;
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    let after: Vec<RecordedRequest> = local.requests().into_iter().skip(asked_before).collect();
+    assert!(
+        after.iter().any(|r| r.agent.as_deref() == Some("local-1")),
+        "local-1 did not ask its server again after the resume"
+    );
+    let bearer = format!("Bearer {LOCAL_KEY}");
+    for r in &after {
+        assert_eq!(r.path, "/v1/chat/completions");
+        assert_eq!(r.body["model"], LOCAL_MODEL);
+        assert_eq!(r.header("authorization"), Some(bearer.as_str()));
+    }
+    let lead_requests = anthropic.requests();
+    assert_eq!(agents_of(&lead_requests), ["lead"]);
+    assert!(lead_requests.iter().all(|r| r.body["model"] == LEAD_MODEL));
+}
