@@ -348,12 +348,12 @@ async fn a_teammates_plan_subagent_asks_the_teammates_server_with_its_model() {
     local.verify().unwrap();
 }
 
-/// Each agent's provider survives a kill -9 and a resume: killed while a teammate's request
-/// to the OpenAI-compatible server is held, the resumed run asks that server again for the
-/// teammate with its model and key (the launch options stored with the run), the lead
-/// still on the Anthropic server with its `--model`.
+/// Each agent's provider survives a kill -9, a fork and a resume: killed while a teammate's
+/// request to the OpenAI-compatible server is held, the resumed run and a resumed fork of it
+/// each ask that server again for the teammate with its model and key (the launch options
+/// stored with the run), the lead still on the Anthropic server with its `--model`.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_resume_after_kill_9_keeps_each_agents_provider_and_model() {
+async fn a_resume_and_a_fork_after_kill_9_keep_each_agents_provider_and_model() {
     let (lead_script, mut teammate_script) = scripts();
     let first = teammate_script.remove(0).fault(muster_fake_llm::Fault {
         hold: Some("local-1".into()),
@@ -394,26 +394,40 @@ async fn a_resume_after_kill_9_keeps_each_agents_provider_and_model() {
         .expect("local-1 never asked its server");
     run.child.start_kill().unwrap();
     run.child.wait().await.unwrap();
-    let asked_before = local.requests().len();
     local.open_gate("local-1");
-    let resumed = output(with_servers(&[
-        "resume",
-        &run_id,
-        "--output",
-        "stream-json",
-    ]))
-    .await;
-    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
-    let after: Vec<RecordedRequest> = local.requests().into_iter().skip(asked_before).collect();
-    assert!(
-        after.iter().any(|r| r.agent.as_deref() == Some("local-1")),
-        "local-1 did not ask its server again after the resume"
-    );
+    // A fork of the killed run, resumed first, then the original: each asks the teammate's
+    // server again for local-1.
+    let forked = output(with_servers(&["fork", &run_id])).await;
+    assert_eq!(forked.status.code(), Some(0), "{}", stderr(&forked));
+    let fork_text = String::from_utf8_lossy(&forked.stdout).into_owned();
+    let fork = fork_text
+        .split(" as ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no fork id: {fork_text}"))
+        .to_owned();
     let bearer = format!("Bearer {LOCAL_KEY}");
-    for r in &after {
-        assert_eq!(r.path, "/v1/chat/completions");
-        assert_eq!(r.body["model"], LOCAL_MODEL);
-        assert_eq!(r.header("authorization"), Some(bearer.as_str()));
+    for resumed_id in [&fork, &run_id] {
+        let asked_before = local.requests().len();
+        let resumed = output(with_servers(&[
+            "resume",
+            resumed_id,
+            "--output",
+            "stream-json",
+        ]))
+        .await;
+        assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+        let after: Vec<RecordedRequest> = local.requests().into_iter().skip(asked_before).collect();
+        assert!(
+            after.iter().any(|r| r.agent.as_deref() == Some("local-1")
+                && r.run_id.as_deref() == Some(resumed_id.as_str())),
+            "local-1 of {resumed_id} did not ask its server again after the resume"
+        );
+        for r in &after {
+            assert_eq!(r.path, "/v1/chat/completions");
+            assert_eq!(r.body["model"], LOCAL_MODEL);
+            assert_eq!(r.header("authorization"), Some(bearer.as_str()));
+        }
     }
     let lead_requests = anthropic.requests();
     assert_eq!(agents_of(&lead_requests), ["lead"]);
