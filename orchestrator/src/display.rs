@@ -13,6 +13,17 @@ pub fn time(millis: i64) -> String {
         .to_owned()
 }
 
+/// A merge's passing test gate (the request's `tested`) in a phrase:
+/// `` `cargo test`, 12.3s, on 1a2b3c4… ``.
+pub fn tests_passed(tested: &serde_json::Value) -> String {
+    format!(
+        "`{}`, {:.1}s, on {}",
+        tested["command"].as_str().unwrap_or_default(),
+        tested["seconds"].as_f64().unwrap_or_default(),
+        tested["head"].as_str().unwrap_or_default()
+    )
+}
+
 /// Cuts `text` to `max` characters on one line; says whether it cut.
 pub fn cut(text: &str, max: usize) -> (String, bool) {
     let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");

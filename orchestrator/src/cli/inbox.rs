@@ -189,8 +189,20 @@ fn summary_of(message: &Message) -> String {
             approved, feedback, ..
         } => verdict(if approved { "allowed" } else { "denied" }, feedback),
         MessageBody::MergeRequest {
-            branch, diffstat, ..
-        } => format!("merge {branch}: {}", diffstat.lines().last().unwrap_or("")),
+            branch,
+            diffstat,
+            tested,
+            ..
+        } => format!(
+            "merge {branch}{}: {}",
+            // Near the front: the summary column is cut to its width.
+            if tested.is_some() {
+                ", tests passed"
+            } else {
+                ""
+            },
+            diffstat.lines().last().unwrap_or("")
+        ),
         MessageBody::MergeResponse {
             approved, feedback, ..
         } => verdict(

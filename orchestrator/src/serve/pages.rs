@@ -281,6 +281,7 @@ fn request_body(view: &RequestView) -> Markup {
             onto,
             diffstat,
             verification,
+            tested,
             ..
         } => html! {
             p { "Branch " code { (branch) } " at " code { (commit) } " onto " code { (onto) } }
@@ -289,6 +290,9 @@ fn request_body(view: &RequestView) -> Markup {
             @if let Some(verification) = verification {
                 h2 { "Verification" }
                 pre { (verification) }
+            }
+            @if let Some(tested) = tested {
+                (tests_section(tested))
             }
             @if let Some(diff) = &view.merge_diff {
                 h2 { "Diff" }
@@ -309,6 +313,24 @@ fn request_body(view: &RequestView) -> Markup {
                     .unwrap_or_default())
             }
         },
+    }
+}
+
+/// A merge's passing test gate: the command, its time and the head it was tested on, and
+/// the end of its output.
+fn tests_section(tested: &Value) -> Markup {
+    let text = |key: &str| tested[key].as_str().unwrap_or_default().to_owned();
+    html! {
+        h2 { "Tests" }
+        p {
+            "The merged result passed " code { (text("command")) } " in "
+            (format!("{:.1}", tested["seconds"].as_f64().unwrap_or_default())) "s, on "
+            code { (text("head")) } "."
+        }
+        @let tail = text("tail");
+        @if !tail.trim().is_empty() {
+            pre { (tail) }
+        }
     }
 }
 
@@ -954,7 +976,8 @@ mod tests {
                 &json!({"type": "merge_request", "request_id": "merge-bob-1",
                 "agent": "bob", "branch": HOSTILE, "commit": HOSTILE, "onto": HOSTILE,
                 "files": [HOSTILE], "diffstat": HOSTILE, "verification": HOSTILE,
-                "responder": "human"}),
+                "responder": "human", "tested": {"command": HOSTILE, "head": HOSTILE,
+                "exit": 0, "passed": true, "seconds": 1.25, "tail": HOSTILE}}),
             ),
         );
         let mut merge_view = view(&merge);
@@ -982,6 +1005,25 @@ mod tests {
             ("policy", request_page(&policy_view)),
             ("error", error_page("No such run", HOSTILE)),
         ]
+    }
+
+    #[test]
+    fn a_merge_page_shows_the_tests_the_merged_result_passed() {
+        let merge = request(
+            "merge-bob-1",
+            MessageBody::from_tagged(&json!({"type": "merge_request",
+                "request_id": "merge-bob-1", "agent": "bob", "branch": "muster/r/bob",
+                "commit": "c0ffee", "onto": "abc123", "files": ["a.rs"], "diffstat": "1 file",
+                "responder": "human", "tested": {"command": "cargo test", "head": "abc123",
+                "exit": 0, "passed": true, "seconds": 12.34, "tail": "test result: ok"}})),
+        );
+        let page = request_page(&view(&merge));
+        assert!(
+            page.contains(
+                "The merged result passed <code>cargo test</code> in 12.3s, on <code>abc123</code>."
+            ) && page.contains("<pre>test result: ok</pre>"),
+            "{page}"
+        );
     }
 
     #[test]

@@ -178,10 +178,8 @@ pub fn render(mail: &Mail, nonce: &str, previous: Option<&PreviousRevision>) -> 
                 .unwrap_or_default(),
             tested
                 .map(|t| format!(
-                    "\nThe merged result passed the project's tests (`{}`, {:.1}s, on {}).",
-                    t["command"].as_str().unwrap_or_default(),
-                    t["seconds"].as_f64().unwrap_or_default(),
-                    t["head"].as_str().unwrap_or_default()
+                    "\nThe merged result passed the project's tests ({}).",
+                    crate::display::tests_passed(&t)
                 ))
                 .unwrap_or_default(),
             MergeAdds::command(&onto, &commit),

@@ -209,6 +209,13 @@ async fn a_semantic_conflict_lands_one_merge_and_sends_the_other_back_until_it_i
         .map(|body| &body["tested"])
         .collect();
     assert_eq!(tested.len(), 3, "{inbox:#}");
+    // The text inbox says so too.
+    let listed = muster(root, &["inbox", "lead"]).await;
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.contains("/one, tests passed: ") && listed.contains("/two, tests passed: "),
+        "{listed}"
+    );
     assert!(
         tested
             .iter()
