@@ -661,3 +661,69 @@ async fn a_policy_that_requires_tests_refuses_an_untested_merge_even_with_approv
         "{response:#}"
     );
 }
+
+/// The gate's test command runs with the network off: a result that makes the tests open a
+/// TCP connection (to a listener of this test's) fails — the listener gets no connection —
+/// and goes back to the teammate; its revision without the connection passes and is sent.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_gates_test_command_reaches_no_network() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let dir = one_writer(
+        &format!(
+            "[merge]\ntest = \"grep -q net one.txt || exit 0; bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}' && echo connected\"\n"
+        ),
+        "human",
+        &[],
+        true,
+    );
+    let root = dir.path();
+    let fake = fake(vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "write", "description": "Write one.txt."}),
+            )],
+        ),
+        any_turn("lead", "Waiting for the team."),
+        write("one", 1, "one.txt", "net\n"),
+        ScriptEntry::reply("one", 2, vec![Block::text("done")]),
+        write("one", 3, "one.txt", "quiet\n"),
+        any_turn("one", "fixed"),
+    ])
+    .await;
+    let output = run(root, &fake.base_url(), &["run", "-p", "Build it."]).await;
+    assert_eq!(waiting_on(&output).len(), 1, "{}", stderr(&output));
+    assert!(
+        listener.accept().is_err(),
+        "the gate's test command reached the network"
+    );
+    let mail = muster(root, &["inbox", "one", "--json"]).await;
+    let mail: Value = serde_json::from_slice(&mail.stdout).unwrap();
+    let told = mail
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|row| row["message"]["body"]["text"].as_str())
+        .find(|text| text.contains("fails the project's tests"))
+        .unwrap_or_else(|| panic!("one was not told: {mail:#}"));
+    assert!(
+        !told.lines().any(|line| line.trim() == "connected"),
+        "{told}"
+    );
+    let inbox = muster(root, &["inbox", "human", "--json"]).await;
+    let inbox: Value = serde_json::from_slice(&inbox.stdout).unwrap();
+    let tested: Vec<&Value> = inbox
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| &row["message"]["body"])
+        .filter(|body| body["type"] == "merge_request")
+        .map(|body| &body["tested"])
+        .collect();
+    assert_eq!(tested.len(), 1, "{inbox:#}");
+    assert_eq!(tested[0]["exit"], 0, "{inbox:#}");
+}
