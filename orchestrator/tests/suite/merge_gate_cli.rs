@@ -541,6 +541,26 @@ fn one_writer(
     dir
 }
 
+/// The script of a one-writer run: the lead puts one task on the board; `one` writes
+/// `first` to one.txt and ends its turn, then, told its merge failed, writes `fixed`.
+fn writes_then_fixes(first: &str, fixed: &str) -> Vec<ScriptEntry> {
+    vec![
+        ScriptEntry::reply(
+            "lead",
+            1,
+            vec![tool(
+                "TaskCreate",
+                json!({"subject": "write", "description": "Write one.txt."}),
+            )],
+        ),
+        any_turn("lead", "Waiting for the team."),
+        write("one", 1, "one.txt", first),
+        ScriptEntry::reply("one", 2, vec![Block::text("done")]),
+        write("one", 3, "one.txt", fixed),
+        any_turn("one", "fixed"),
+    ]
+}
+
 /// The test command of the timeout test: hangs on the result that still says `slow`.
 const HANGS_WHEN_SLOW: &str = "grep -q slow one.txt && sleep 30.5; exit 0";
 
@@ -556,22 +576,7 @@ async fn a_test_command_past_its_timeout_is_stopped_and_goes_back_to_the_teammat
         true,
     );
     let root = dir.path();
-    let fake = fake(vec![
-        ScriptEntry::reply(
-            "lead",
-            1,
-            vec![tool(
-                "TaskCreate",
-                json!({"subject": "write", "description": "Write one.txt."}),
-            )],
-        ),
-        any_turn("lead", "Waiting for the team."),
-        write("one", 1, "one.txt", "slow\n"),
-        ScriptEntry::reply("one", 2, vec![Block::text("done")]),
-        write("one", 3, "one.txt", "quick\n"),
-        any_turn("one", "fixed"),
-    ])
-    .await;
+    let fake = fake(writes_then_fixes("slow\n", "quick\n")).await;
     let output = run(root, &fake.base_url(), &["run", "-p", "Build it."]).await;
     let waiting = waiting_on(&output);
     assert_eq!(waiting.len(), 1, "{waiting:?}: {}", stderr(&output));
@@ -679,22 +684,7 @@ async fn the_gates_test_command_reaches_no_network() {
         true,
     );
     let root = dir.path();
-    let fake = fake(vec![
-        ScriptEntry::reply(
-            "lead",
-            1,
-            vec![tool(
-                "TaskCreate",
-                json!({"subject": "write", "description": "Write one.txt."}),
-            )],
-        ),
-        any_turn("lead", "Waiting for the team."),
-        write("one", 1, "one.txt", "net\n"),
-        ScriptEntry::reply("one", 2, vec![Block::text("done")]),
-        write("one", 3, "one.txt", "quiet\n"),
-        any_turn("one", "fixed"),
-    ])
-    .await;
+    let fake = fake(writes_then_fixes("net\n", "quiet\n")).await;
     let output = run(root, &fake.base_url(), &["run", "-p", "Build it."]).await;
     assert_eq!(waiting_on(&output).len(), 1, "{}", stderr(&output));
     assert!(
