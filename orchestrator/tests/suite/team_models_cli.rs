@@ -118,17 +118,27 @@ fn agents_of(requests: &[RecordedRequest]) -> Vec<String> {
     agents
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_lead_on_anthropic_and_teammates_on_an_openai_server_each_reach_their_own() {
-    let (lead_script, teammate_script) = scripts();
+/// The lead's server, the teammates' OpenAI-compatible server and a trusted project whose
+/// team puts both teammates on the latter, with the local model's prices (a repository's
+/// `base_url` and `api_key_env` apply only once the user trusts it).
+async fn trusted_mixed_team(
+    lead_script: Vec<ScriptEntry>,
+    teammate_script: Vec<ScriptEntry>,
+) -> (FakeLlmHandle, FakeLlmHandle, tempfile::TempDir) {
     let anthropic = fake("test-key", lead_script).await;
     let local = fake(LOCAL_KEY, teammate_script).await;
     let dir = project(&[
         ("muster.team.toml", &team_file(&local.openai_base_url())),
         (".muster/settings.toml", LOCAL_PRICES),
     ]);
-    // A repository's base_url and api_key_env apply only once the user trusts it.
     super::common::trust_blocking(dir.path());
+    (anthropic, local, dir)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lead_on_anthropic_and_teammates_on_an_openai_server_each_reach_their_own() {
+    let (lead_script, teammate_script) = scripts();
+    let (anthropic, local, dir) = trusted_mixed_team(lead_script, teammate_script).await;
     let output = run_team(dir.path(), &anthropic, &[("LOCAL_LLM_KEY", LOCAL_KEY)]).await;
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let events = lines(&output);
@@ -321,13 +331,7 @@ async fn a_teammates_plan_subagent_asks_the_teammates_server_with_its_model() {
         1,
         ScriptEntry::reply("local-1.sub-1", 1, vec![Block::text("It says hello.")]),
     );
-    let anthropic = fake("test-key", lead_script).await;
-    let local = fake(LOCAL_KEY, teammate_script).await;
-    let dir = project(&[
-        ("muster.team.toml", &team_file(&local.openai_base_url())),
-        (".muster/settings.toml", LOCAL_PRICES),
-    ]);
-    super::common::trust_blocking(dir.path());
+    let (anthropic, local, dir) = trusted_mixed_team(lead_script, teammate_script).await;
     let output = run_team(dir.path(), &anthropic, &[("LOCAL_LLM_KEY", LOCAL_KEY)]).await;
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(agents_of(&anthropic.requests()), ["lead"]);
@@ -360,13 +364,7 @@ async fn a_resume_and_a_fork_after_kill_9_keep_each_agents_provider_and_model() 
         ..muster_fake_llm::Fault::default()
     });
     teammate_script.insert(0, first);
-    let anthropic = fake("test-key", lead_script).await;
-    let local = fake(LOCAL_KEY, teammate_script).await;
-    let dir = project(&[
-        ("muster.team.toml", &team_file(&local.openai_base_url())),
-        (".muster/settings.toml", LOCAL_PRICES),
-    ]);
-    super::common::trust_blocking(dir.path());
+    let (anthropic, local, dir) = trusted_mixed_team(lead_script, teammate_script).await;
     let with_servers = |args: &[&str]| {
         let mut command = command(dir.path(), args);
         command
