@@ -74,6 +74,17 @@ impl TeammateItem {
     }
 }
 
+/// How a placed teammate's work item ended, seen from the lead.
+enum PlacedEnd {
+    /// Its worker's process ended it: shut down, or failed and told the lead itself.
+    Finished,
+    /// Its worker's process exited with an error (`error`: its last error line).
+    Failed {
+        worker: Option<String>,
+        error: String,
+    },
+}
+
 /// The key of a stopped teammate's item result: why its lead stopped it (the run's status).
 const STOPPED: &str = "stopped";
 
@@ -179,13 +190,18 @@ impl Team {
         first: Option<String>,
     ) {
         let id = plan.id.clone();
-        if let Err(error) = self.watch_placed(plan, first).await {
-            tracing::warn!(agent = %id, %error, "placed teammate");
+        let failure = match self.watch_placed(plan, first).await {
+            Ok(PlacedEnd::Finished) => None,
+            Ok(PlacedEnd::Failed { worker, error }) => Some(match worker {
+                Some(worker) => format!("{id} failed on worker {worker}: {error}"),
+                None => format!("{id} failed on its worker: {error}"),
+            }),
+            Err(error) => Some(format!("{id} could not be placed on a worker: {error:#}")),
+        };
+        if let Some(failure) = failure {
+            tracing::warn!(agent = %id, %failure, "placed teammate");
             let summary = |released: &[i64]| {
-                format!(
-                    "{id} could not be placed on a worker: {error:#}{}",
-                    super::members::back_on_the_board(released)
-                )
+                format!("{failure}{}", super::members::back_on_the_board(released))
             };
             if let Err(error) = self.stop_with_notice(&id, "failed", summary).await {
                 tracing::warn!(agent = %id, %error, "the placed teammate's notice");
@@ -194,7 +210,11 @@ impl Team {
         self.set_state(&id, MemberState::Stopped);
     }
 
-    async fn watch_placed(&self, plan: TeammatePlan, first: Option<String>) -> anyhow::Result<()> {
+    async fn watch_placed(
+        &self,
+        plan: TeammatePlan,
+        first: Option<String>,
+    ) -> anyhow::Result<PlacedEnd> {
         let placing = self
             .placed
             .clone()
@@ -251,7 +271,16 @@ impl Team {
                     item: id.clone(),
                     result: item.result.clone(),
                 });
-                return Ok(());
+                // Its worker's process failed: before the teammate started there (a key
+                // variable that worker lacks), nothing else tells the lead.
+                let error = item.result.as_ref().and_then(|r| r.get("error"));
+                if let Some(error) = error.and_then(|e| e.as_str()) {
+                    return Ok(PlacedEnd::Failed {
+                        worker: item.worker.clone(),
+                        error: error.to_owned(),
+                    });
+                }
+                return Ok(PlacedEnd::Finished);
             }
             if let Err(error) = watch.changed().await {
                 tracing::warn!(%error, "the work queue's notifications; listening again");

@@ -2326,3 +2326,81 @@ async fn a_plan_reviewer_hook_decides_the_plans_of_a_teammate_on_a_worker() {
     assert_eq!(worker.stop().await, Some(0));
     schema.drop_now().await;
 }
+
+/// A teammate whose team entry names a key variable (`api_key_env`) that the lead's machine
+/// has and its worker's lacks: the worker cannot build the teammate's provider. The teammate
+/// fails there, and the person who started the run reads which worker, which teammate and
+/// which variable in the run's events and the worker's log; the lead hears of it by mail, as
+/// of any failed teammate, and the run ends instead of waiting for it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_teammate_on_a_worker_without_its_key_variable_fails_naming_worker_agent_and_variable() {
+    const VARIABLE: &str = "MUSTER_TEST_ONE_KEY";
+    let schema = Schema::new().await;
+    let url = schema.url();
+    let told = entry(json!({"agent": "lead",
+        "when": {"mail_type": "idle_notification", "from": "one"},
+        "reply": {"content": [{"type": "text", "text": "one failed; doing it myself."}],
+                  "stop_reason": "end_turn"}}));
+    let fake = fake(vec![
+        lead_assigns(&["one"]),
+        told,
+        any_turn("lead", "Waiting for the team."),
+        any_turn("one", "done"),
+    ])
+    .await;
+    // The worker's environment has no such variable (the test's command sets none).
+    let mut worker = teammate_worker(&fake, &url, "w1");
+    worker.wait_for("ready on").await;
+    let remote = bare_remote();
+    let remote_path = remote.path().display().to_string();
+    let text = format!(
+        "name = \"builders\"\n\n[[teammates]]\nname = \"one\"\ndefinition = \"writer\"\n\
+         plan_mode_required = false\nplacement = \"workers\"\napi_key_env = \"{VARIABLE}\"\n"
+    );
+    let lead = lead_repo(&text);
+    let root = lead.path();
+    // The team file's key variable applies once the user trusts the repository.
+    super::common::trust_blocking(root);
+    let base = fake.base_url();
+    let mut run = command(root, &run_args(&url, &base, &remote_path));
+    run.env(VARIABLE, "sk-lead-machine-only");
+    let output = tokio::time::timeout(super::common::GUARD, super::common::output(run))
+        .await
+        .expect("the run waited for a teammate that cannot start");
+    let end = finished(&output);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(end["status"], "completed", "{end:#}");
+    // What the worker says names it, the teammate and the variable.
+    let said = format!(
+        "muster worker w1: teammate one: anthropic: no API key: the agent's api_key_env names {VARIABLE}"
+    );
+    // The run's events say it, where its person reads them.
+    let events = lines(&output);
+    let failed = events
+        .iter()
+        .find(|e| e["type"] == "teammate_finished" && e["agent"] == "one")
+        .unwrap_or_else(|| panic!("{events:#?}"));
+    let error = failed["result"]["error"].as_str().unwrap_or_default();
+    assert!(error.contains(&said), "{failed:#}");
+    // So does the worker's log.
+    let logged = worker.wait_for(VARIABLE).await;
+    assert!(logged.contains(&said), "{logged}");
+    // The lead was told by mail, as of any failed teammate.
+    let told_lead = fake.requests().iter().any(|r| {
+        let body = r.body.to_string();
+        r.agent.as_deref() == Some("lead")
+            && body.contains("idle_notification: one is idle (failed)")
+            && body.contains(&format!("one failed on worker w1: {said}"))
+    });
+    assert!(told_lead, "{:#?}", fake.requests());
+    // The teammate never reached a model.
+    assert!(
+        fake.requests()
+            .iter()
+            .all(|r| r.agent.as_deref() != Some("one")),
+        "{:#?}",
+        fake.requests()
+    );
+    assert_eq!(worker.stop().await, Some(0));
+    schema.drop_now().await;
+}
