@@ -12,17 +12,15 @@ use muster_agents::runtime::{
     AgentKind, AgentOutcome, AgentRuntime, AgentSpec, PlanFiles, RunContext, RuntimeError,
     Terminal, TerminalPlanDecision,
 };
-use muster_config::settings::AutoGate as AutoGateSetting;
-use muster_config::{AgentCatalog, PermissionMode};
-use muster_mailbox::{
-    AutoGate, MailboxStore, MemberKind, NewRun, RosterEntry, RunRecord, RunStatus,
-};
+use muster_config::PermissionMode;
+use muster_mailbox::{MailboxStore, MemberKind, RosterEntry, RunRecord, RunStatus};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::exit::{Exit, ExitError};
 use crate::launch::{OutputFormat, ResumeFlags, RunFlags, RunLaunch, overrides_from};
-use crate::lifecycle::context::{CheckedParts, ContextParts, LeadResponder, run_context};
+use crate::lifecycle::context::{CheckedParts, LeadResponder, run_context};
+use crate::lifecycle::setup::{NewRecord, RunSetup};
 use crate::lifecycle::{self, Ending, FrontEnd, RunDriver, RunKind, StartedRun};
 use crate::loading::project_root;
 use crate::progress::LiveProgress;
@@ -65,7 +63,7 @@ pub(crate) fn run_for_front(
     crate::command_prompt::choose(global, &mut flags)?;
     let mut kind = new_run(global, flags)?;
     kind.run_id = Some(run_id);
-    kind.front = Some(front);
+    kind.setup.front = Some(front);
     lifecycle::execute_to_ending(kind, None)
 }
 
@@ -77,9 +75,9 @@ pub(crate) fn resume_for_front(
     continuation: Option<String>,
     front: FrontEnd,
 ) -> anyhow::Result<Ending> {
-    let mut kind = resumed_run(global, ResumeFlags::default(), &record)?;
+    let mut kind = resumed_run(global, &ResumeFlags::default(), &record)?;
     kind.continuation = continuation;
-    kind.front = Some(front);
+    kind.setup.front = Some(front);
     lifecycle::execute_to_ending(kind, Some(record))
 }
 
@@ -87,7 +85,7 @@ fn new_run(global: &Globals, flags: RunFlags) -> anyhow::Result<SingleRun> {
     let output = flags.output;
     let mut project = Project::load(global, project_root(global)?, overrides_from(&flags)?)?;
     project.print_trust_notice();
-    let catalog = load_catalog(&mut project)?;
+    let catalog = crate::loading::load_catalog(&mut project)?;
     let agent = flags.agent.clone().unwrap_or_else(|| "general".into());
     let definition = catalog.get(&agent).ok_or_else(|| {
         usage(format!(
@@ -106,10 +104,7 @@ fn new_run(global: &Globals, flags: RunFlags) -> anyhow::Result<SingleRun> {
         run,
     };
     Ok(SingleRun::new(
-        project,
-        catalog,
-        launch,
-        output,
+        RunSetup::new(project, catalog, launch, output),
         flags.batch_line_id,
     ))
 }
@@ -138,7 +133,7 @@ fn resume_with(
     record: RunRecord,
     continuation: Option<String>,
 ) -> anyhow::Result<Exit> {
-    let mut kind = resumed_run(global, flags, &record)?;
+    let mut kind = resumed_run(global, &flags, &record)?;
     kind.continuation = continuation;
     lifecycle::execute(kind, Some(record))
 }
@@ -146,159 +141,79 @@ fn resume_with(
 /// The stored run `record`, rebuilt from its launch options with `flags` applied.
 fn resumed_run(
     global: &Globals,
-    flags: ResumeFlags,
+    flags: &ResumeFlags,
     record: &RunRecord,
 ) -> anyhow::Result<SingleRun> {
-    let output = flags.output;
-    let mut launch: LaunchOptions =
-        serde_json::from_value(record.launch_options.clone()).map_err(|e| {
-            usage(format!(
-                "run {} cannot be resumed by this version: its launch options do not read ({e})",
-                record.id
-            ))
-        })?;
-    launch.run.apply_resume_flags(&flags)?;
-    let root = project_root(global)?;
-    launch.run.warn_of_changed_policies(root.path());
-    let mut project = Project::load_for_run(global, root, &launch.run)?;
-    let catalog = load_catalog(&mut project)?;
-    Ok(SingleRun::new(project, catalog, launch, output, None))
-}
-
-fn load_catalog(project: &mut Project) -> anyhow::Result<AgentCatalog> {
-    crate::loading::load_catalog(project)
+    Ok(SingleRun::new(
+        RunSetup::reopen(global, flags, record)?,
+        None,
+    ))
 }
 
 /// A single-agent run about to start or continue.
 struct SingleRun {
-    project: Project,
-    catalog: Arc<AgentCatalog>,
-    launch: LaunchOptions,
-    output: OutputFormat,
+    setup: RunSetup<LaunchOptions>,
     /// Its batch line, when a batch line's child starts it.
     batch_line_id: Option<String>,
     /// `muster run --continue`: the new user turn a finished run's agent takes.
     continuation: Option<String>,
     /// The id a new run takes (`muster acp`: the session's), else a fresh one.
     run_id: Option<String>,
-    /// The front end driving the run in this process (`muster acp`).
-    front: Option<FrontEnd>,
 }
 
 impl SingleRun {
-    fn new(
-        project: Project,
-        catalog: AgentCatalog,
-        launch: LaunchOptions,
-        output: OutputFormat,
-        batch_line_id: Option<String>,
-    ) -> SingleRun {
+    fn new(setup: RunSetup<LaunchOptions>, batch_line_id: Option<String>) -> SingleRun {
         SingleRun {
-            project,
-            catalog: Arc::new(catalog),
-            launch,
-            output,
+            setup,
             batch_line_id,
             continuation: None,
             run_id: None,
-            front: None,
         }
     }
 }
 
 impl RunKind for SingleRun {
     type Driver = SingleDriver;
+    type Launch = LaunchOptions;
     const KIND: &'static str = "single";
     const AGENT: &'static str = MAIN_AGENT;
     const LEAD: LeadResponder = LeadResponder::Refused;
 
-    fn project(&self) -> &Project {
-        &self.project
-    }
-
-    fn output(&self) -> OutputFormat {
-        self.output
-    }
-
-    fn launch(&self) -> &RunLaunch {
-        &self.launch.run
-    }
-
-    fn launch_options(&self) -> anyhow::Result<Value> {
-        Ok(serde_json::to_value(&self.launch)?)
-    }
-
-    fn front_end(&self) -> Option<&FrontEnd> {
-        self.front.as_ref()
+    fn setup(&self) -> &RunSetup<LaunchOptions> {
+        &self.setup
     }
 
     async fn create(&self, store: &Arc<dyn MailboxStore>) -> anyhow::Result<(String, PlanFiles)> {
-        let mut rng = fastrand::Rng::new();
-        let plans = PlanFiles::reserve(self.project.plans_dir(), &mut rng)?;
-        let settings = &self.project.settings;
-        let auto_gate = AutoGate {
-            open: settings.auto_gate.value == AutoGateSetting::Open,
-            consecutive_denials: 0,
-            limit: u32::try_from(settings.auto_gate_denial_limit.value).unwrap_or(u32::MAX),
+        let lead = RosterEntry {
+            agent: MAIN_AGENT.into(),
+            kind: MemberKind::Lead,
+            definition: Some(self.setup.launch.agent.clone()),
+            parent: None,
         };
-        let id = match &self.run_id {
-            Some(id) => id.clone(),
-            None => crate::ids::new_run_id(&mut rng),
+        let new = NewRecord {
+            run_id: self.run_id.clone(),
+            team: None,
+            batch_line_id: self.batch_line_id.clone(),
+            lead,
         };
-        store
-            .create_run(NewRun {
-                id: id.clone(),
-                slug: plans.slug().to_owned(),
-                team: None,
-                workspace: self.launch.run.workspace.display().to_string(),
-                batch_line_id: self.batch_line_id.clone(),
-                auto_gate,
-                launch_options: self.launch_options()?,
-                project_id: Some(self.project.project_id()?),
-            })
-            .await?;
-        store
-            .add_member(
-                &id,
-                RosterEntry {
-                    agent: MAIN_AGENT.into(),
-                    kind: MemberKind::Lead,
-                    definition: Some(self.launch.agent.clone()),
-                    parent: None,
-                },
-            )
-            .await?;
-        Ok((id, plans))
+        self.setup.create_record(store, new).await
     }
 
     async fn start(self, run: &StartedRun, checked: CheckedParts) -> anyhow::Result<SingleDriver> {
         let progress = run.printer.progress();
-        let terminal: Option<Arc<dyn Terminal>> = match &self.front {
+        let setup = self.setup;
+        let terminal: Option<Arc<dyn Terminal>> = match &setup.front {
             Some(front) => front.person.clone(),
-            None => (self.project.process.stdin_is_terminal && self.output == OutputFormat::Text)
+            None => (setup.project.process.stdin_is_terminal && setup.output == OutputFormat::Text)
                 .then(|| Arc::new(StdinTerminal { progress }) as Arc<dyn Terminal>),
         };
-        let parts = ContextParts {
-            project: &self.project,
-            catalog: self.catalog.clone(),
-            run: &self.launch.run,
-            run_id: &run.id,
-            epoch: run.epoch,
-            store: run.store.clone(),
-            plans: run.plans.clone(),
-            events: run.printer.clone(),
-            terminal,
-            env: &run.env,
-            restored: run.restored.clone(),
-            trace: run.trace(),
-            front: self.front.as_ref(),
-        };
+        let context = Arc::new(run_context(setup.context_parts(run, terminal), checked));
         Ok(SingleDriver {
-            context: Arc::new(run_context(parts, checked)),
-            launch: self.launch,
+            context,
+            launch: setup.launch,
             resumed: run.resumed,
             continuation: self.continuation,
-            front: self.front,
+            front: setup.front,
         })
     }
 }

@@ -26,10 +26,12 @@ use crate::serve::stop;
 
 pub(crate) mod context;
 pub(crate) mod printer;
+pub(crate) mod setup;
 pub(crate) mod signals;
 
 use context::{CheckedParts, LeadResponder};
 use printer::RunPrinter;
+use setup::{RunSetup, StoredLaunch};
 use signals::Interrupts;
 
 use crate::traces::config::TraceConfig;
@@ -47,11 +49,23 @@ pub(crate) trait RunKind {
     /// Who answers the main agent's own plans when the approver is `lead`.
     const LEAD: LeadResponder;
 
-    fn project(&self) -> &Project;
-    fn output(&self) -> OutputFormat;
-    fn launch(&self) -> &crate::launch::RunLaunch;
+    /// The kind's launch options, stored with the run.
+    type Launch: StoredLaunch;
+
+    fn setup(&self) -> &RunSetup<Self::Launch>;
+    fn project(&self) -> &Project {
+        &self.setup().project
+    }
+    fn output(&self) -> OutputFormat {
+        self.setup().output
+    }
+    fn launch(&self) -> &crate::launch::RunLaunch {
+        self.setup().launch.run()
+    }
     /// The launch options stored with the run (for a resume: with its flags applied).
-    fn launch_options(&self) -> anyhow::Result<Value>;
+    fn launch_options(&self) -> anyhow::Result<Value> {
+        Ok(serde_json::to_value(&self.setup().launch)?)
+    }
     /// Opens the run's store (a team with teammates on workers wakes other processes too).
     async fn open_store(&self) -> anyhow::Result<Arc<dyn MailboxStore>> {
         Ok(self.project().open_store().await?)
@@ -62,7 +76,7 @@ pub(crate) trait RunKind {
     async fn start(self, run: &StartedRun, checked: CheckedParts) -> anyhow::Result<Self::Driver>;
     /// The front end that reads the run's events instead of stdout (`muster acp`), if any.
     fn front_end(&self) -> Option<&FrontEnd> {
-        None
+        self.setup().front.as_ref()
     }
 }
 

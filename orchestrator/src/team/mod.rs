@@ -46,11 +46,10 @@ use muster_agents::runtime::{
     TRANSCRIPT,
 };
 use muster_agents::verification::VerificationReport;
-use muster_config::settings::AutoGate as AutoGateSetting;
 use muster_config::{AgentCatalog, PermissionMode, Policy, TeamFile};
 use muster_mailbox::{
-    AutoGate, DeliveryState, MailboxStore, MemberKind, MessageBody, MessageFilter, NewRun,
-    RosterEntry, RunStatus, TaskStatus,
+    DeliveryState, MailboxStore, MemberKind, MessageBody, MessageFilter, RosterEntry, RunStatus,
+    TaskStatus,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -60,7 +59,8 @@ use tokio::task::JoinHandle;
 use crate::exit::{Exit, ExitError};
 use crate::launch::RunLaunch;
 use crate::launch::{OutputFormat, RunFlags};
-use crate::lifecycle::context::{CheckedParts, ContextParts, LeadResponder, run_context};
+use crate::lifecycle::context::{CheckedParts, LeadResponder, run_context};
+use crate::lifecycle::setup::{NewRecord, RunSetup};
 use crate::lifecycle::{self, Ending, FrontEnd, RunDriver, RunKind, StartedRun};
 use crate::loading::project_root;
 use crate::project::Globals;
@@ -134,7 +134,7 @@ pub(crate) fn run_for_front(
 ) -> anyhow::Result<Ending> {
     let mut kind = new_team_run(global, flags, team_path)?;
     kind.new.run_id = Some(run_id);
-    kind.front = Some(front);
+    kind.setup.front = Some(front);
     lifecycle::execute_to_ending(kind, None)
 }
 
@@ -201,16 +201,11 @@ fn new_team_run(global: &Globals, flags: RunFlags, team_path: PathBuf) -> anyhow
         batch_line_id: flags.batch_line_id,
         run_id: None,
     };
-    Ok(TeamRun {
-        project,
-        catalog: Arc::new(catalog),
-        file: team,
-        launch,
-        output,
+    Ok(TeamRun::new(
+        RunSetup::new(project, catalog, launch, output),
+        team,
         new,
-        front: None,
-        continuation: None,
-    })
+    ))
 }
 
 /// `muster resume [RUN]` of a team run: `record` is the run `muster resume` picked and
@@ -250,7 +245,7 @@ pub(crate) fn resume_for_front(
 ) -> anyhow::Result<Ending> {
     let mut kind = resumed_team_run(global, &crate::launch::ResumeFlags::default(), &record)?;
     kind.continuation = continuation.map(|prompt| (prompt, record.status));
-    kind.front = Some(front);
+    kind.setup.front = Some(front);
     lifecycle::execute_to_ending(kind, Some(record))
 }
 
@@ -260,23 +255,12 @@ fn resumed_team_run(
     flags: &crate::launch::ResumeFlags,
     record: &muster_mailbox::RunRecord,
 ) -> anyhow::Result<TeamRun> {
-    let output = flags.output;
-    let mut launch: TeamLaunch =
-        serde_json::from_value(record.launch_options.clone()).map_err(|e| {
-            usage(format!(
-                "run {} cannot be resumed by this version: its launch options do not read ({e})",
-                record.id
-            ))
-        })?;
-    launch.run.apply_resume_flags(flags)?;
-    let root = project_root(global)?;
-    launch.run.warn_of_changed_policies(root.path());
-    let mut project = Project::load_for_run(global, root, &launch.run)?;
-    let catalog = crate::loading::load_catalog(&mut project)?;
+    let setup = RunSetup::<TeamLaunch>::reopen(global, flags, record)?;
+    let launch = &setup.launch;
     let mut team = TeamFile::parse(
         &launch.team_file.display().to_string(),
         &launch.team_text,
-        &catalog,
+        &setup.catalog,
     )
     .map_err(|e| ExitError::new(Exit::Usage, e.to_string()))?;
     team.skip_listed_approvers(&launch.skipped_approvers);
@@ -286,19 +270,11 @@ fn resumed_team_run(
     if launch.skipped_merge_gate {
         team.skip_merge_gate();
     }
-    Ok(TeamRun {
-        project,
-        catalog: Arc::new(catalog),
-        file: team,
-        launch,
-        output,
-        new: NewTeamRun {
-            batch_line_id: None,
-            run_id: None,
-        },
-        front: None,
-        continuation: None,
-    })
+    let new = NewTeamRun {
+        batch_line_id: None,
+        run_id: None,
+    };
+    Ok(TeamRun::new(setup, team, new))
 }
 
 /// A team file inside the project is the repository's: its `policy:FILE` approvers (which
@@ -474,48 +450,40 @@ impl Ending {
 
 /// A team run about to start or continue.
 struct TeamRun {
-    project: Project,
-    catalog: Arc<AgentCatalog>,
+    setup: RunSetup<TeamLaunch>,
     file: TeamFile,
-    launch: TeamLaunch,
-    output: OutputFormat,
     /// What a new run records beside its launch options (unused by a resume).
     new: NewTeamRun,
-    /// The front end driving the run in this process (`muster claude`).
-    front: Option<FrontEnd>,
     /// `muster run --continue`: the lead's new user turn, and the status the run had.
     continuation: Option<(String, RunStatus)>,
 }
 
+impl TeamRun {
+    fn new(setup: RunSetup<TeamLaunch>, file: TeamFile, new: NewTeamRun) -> TeamRun {
+        TeamRun {
+            setup,
+            file,
+            new,
+            continuation: None,
+        }
+    }
+}
+
 impl RunKind for TeamRun {
     type Driver = TeamDriver;
+    type Launch = TeamLaunch;
     const KIND: &'static str = "team";
     const AGENT: &'static str = LEAD;
     const LEAD: LeadResponder = LeadResponder::Person;
 
-    fn project(&self) -> &Project {
-        &self.project
-    }
-
-    fn output(&self) -> OutputFormat {
-        self.output
-    }
-
-    fn launch(&self) -> &crate::launch::RunLaunch {
-        &self.launch.run
-    }
-
-    fn launch_options(&self) -> anyhow::Result<Value> {
-        Ok(serde_json::to_value(&self.launch)?)
-    }
-
-    fn front_end(&self) -> Option<&FrontEnd> {
-        self.front.as_ref()
+    fn setup(&self) -> &RunSetup<TeamLaunch> {
+        &self.setup
     }
 
     /// Teammates on workers: every write wakes the run's agents in the other processes too.
     async fn open_store(&self) -> anyhow::Result<Arc<dyn MailboxStore>> {
         Ok(self
+            .setup
             .project
             .open_store_with(self.file.uses_workers())
             .await?)
@@ -525,8 +493,8 @@ impl RunKind for TeamRun {
         // A worktree choice that cannot work is refused before the run exists.
         crate::worktree::choose(
             placement::isolation_for(&self.file),
-            &self.launch.run.workspace,
-            &self.project.root.muster_dir(),
+            &self.setup.launch.run.workspace,
+            &self.setup.project.root.muster_dir(),
             "check",
         )
         .await
@@ -537,25 +505,27 @@ impl RunKind for TeamRun {
                 usage(e.to_string())
             }
         })?;
-        create_run(&self.project, store, &self.file, &self.launch, &self.new).await
+        create_run(&self.setup, store, &self.file, &self.new).await
     }
 
     async fn start(self, run: &StartedRun, checked: CheckedParts) -> anyhow::Result<TeamDriver> {
+        let setup = self.setup;
         let isolation = isolation::TeamIsolation::set_up(
             run.store.as_ref(),
             &run.id,
             run.plans.slug(),
             placement::isolation_for(&self.file),
-            &self.launch.run.workspace,
-            &self.project.root.muster_dir(),
+            &setup.launch.run.workspace,
+            &setup.project.root.muster_dir(),
         )
         .await
         .map_err(|e| usage(format!("{e:#}")))?;
-        let (isolation, placed) = placement::lead_side(&self.file, &self.launch, isolation).await?;
+        let (isolation, placed) =
+            placement::lead_side(&self.file, &setup.launch, isolation).await?;
         let gate = self.file.merge.clone().map(|gate| {
             gate::MergeTestGate::new(
                 gate,
-                &self.project.root.muster_dir(),
+                &setup.project.root.muster_dir(),
                 checked.sandbox.clone(),
                 run.env
                     .iter()
@@ -563,30 +533,13 @@ impl RunKind for TeamRun {
                     .collect(),
             )
         });
-        let context = Arc::new(run_context(
-            ContextParts {
-                project: &self.project,
-                catalog: self.catalog.clone(),
-                run: &self.launch.run,
-                run_id: &run.id,
-                epoch: run.epoch,
-                store: run.store.clone(),
-                plans: run.plans.clone(),
-                events: run.printer.clone(),
-                terminal: None,
-                env: &run.env,
-                restored: run.restored.clone(),
-                trace: run.trace(),
-                front: self.front.as_ref(),
-            },
-            checked,
-        ));
+        let context = Arc::new(run_context(setup.context_parts(run, None), checked));
         let team = Team::build(TeamParts {
             run: context.clone(),
             store: run.store.clone(),
             file: self.file.clone(),
-            root: self.project.root.path().to_path_buf(),
-            launch: &self.launch,
+            root: setup.project.root.path().to_path_buf(),
+            launch: &setup.launch,
             printer: run.printer.clone(),
             isolation: isolation.map(|isolation| Arc::new(isolation.with_gate(gate))),
             worker: None,
@@ -599,7 +552,7 @@ impl RunKind for TeamRun {
             });
             team.lead_awaits_decision.store(awaits, Ordering::SeqCst);
         }
-        let nobody = self
+        let nobody = setup
             .front
             .as_ref()
             .is_some_and(|front| front.person.is_none());
@@ -608,11 +561,11 @@ impl RunKind for TeamRun {
         context.team.attach(&services);
         let mut driver = TeamDriver {
             team: team.clone(),
-            settings: self.project.settings.clone(),
-            launch: self.launch,
-            output: self.output,
+            settings: setup.project.settings.clone(),
+            launch: setup.launch,
+            output: setup.output,
             resumed: run.resumed,
-            front: self.front,
+            front: setup.front,
             lead: std::sync::Mutex::new(None),
             ending: None,
         };
@@ -750,46 +703,24 @@ impl RunDriver for TeamDriver {
 
 /// Creates the run, its slug and its roster (the lead and the declared teammates).
 async fn create_run(
-    project: &Project,
+    setup: &RunSetup<TeamLaunch>,
     store: &Arc<dyn MailboxStore>,
     team_file: &TeamFile,
-    launch: &TeamLaunch,
     new: &NewTeamRun,
 ) -> anyhow::Result<(String, PlanFiles)> {
-    let mut rng = fastrand::Rng::new();
-    let plans = PlanFiles::reserve(project.plans_dir(), &mut rng)?;
-    let settings = &project.settings;
-    let run_id = new
-        .run_id
-        .clone()
-        .unwrap_or_else(|| crate::ids::new_run_id(&mut rng));
-    store
-        .create_run(NewRun {
-            id: run_id.clone(),
-            slug: plans.slug().to_owned(),
-            team: Some(team_file.name.clone()),
-            workspace: launch.run.workspace.display().to_string(),
-            batch_line_id: new.batch_line_id.clone(),
-            auto_gate: AutoGate {
-                open: settings.auto_gate.value == AutoGateSetting::Open,
-                consecutive_denials: 0,
-                limit: u32::try_from(settings.auto_gate_denial_limit.value).unwrap_or(u32::MAX),
-            },
-            launch_options: serde_json::to_value(launch)?,
-            project_id: Some(project.project_id()?),
-        })
-        .await?;
-    store
-        .add_member(
-            &run_id,
-            RosterEntry {
-                agent: LEAD.into(),
-                kind: MemberKind::Lead,
-                definition: Some(team_file.lead.clone()),
-                parent: None,
-            },
-        )
-        .await?;
+    let lead = RosterEntry {
+        agent: LEAD.into(),
+        kind: MemberKind::Lead,
+        definition: Some(team_file.lead.clone()),
+        parent: None,
+    };
+    let record = NewRecord {
+        run_id: new.run_id.clone(),
+        team: Some(team_file.name.clone()),
+        batch_line_id: new.batch_line_id.clone(),
+        lead,
+    };
+    let (run_id, plans) = setup.create_record(store, record).await?;
     for teammate in &team_file.teammates {
         store
             .add_member(
