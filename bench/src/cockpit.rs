@@ -59,6 +59,8 @@ pub async fn run(dir: &Path, agents: usize, mails: usize, repeats: usize) -> any
         muster_dir: dir.join(".muster"),
         runs_dir: dir.join(".muster/runs"),
         models: Default::default(),
+        plan_provider: muster_config::settings::ProviderKind::Anthropic,
+        act_provider: muster_config::settings::ProviderKind::Anthropic,
         project_id: String::new(),
     };
     let mut times = Vec::with_capacity(repeats.max(1));

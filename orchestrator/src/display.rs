@@ -24,6 +24,11 @@ pub fn tests_passed(tested: &serde_json::Value) -> String {
     )
 }
 
+/// A cost in dollars to four places, or `unpriced` when a model has no price.
+pub fn dollars(cost: Option<f64>) -> String {
+    cost.map_or_else(|| "unpriced".to_owned(), |c| format!("${c:.4}"))
+}
+
 /// Cuts `text` to `max` characters on one line; says whether it cut.
 pub fn cut(text: &str, max: usize) -> (String, bool) {
     let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");

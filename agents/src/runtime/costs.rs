@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use muster_config::settings::{ModelInfo, ProviderKind};
 use muster_config::{AgentEndpoint, PermissionMode};
-use muster_mailbox::MailboxStore;
+use muster_mailbox::{AgentRecord, MailboxStore};
 use serde::Serialize;
 
 use crate::budget::cost_of;
@@ -51,12 +51,33 @@ impl CostReport {
         models: &BTreeMap<String, ModelInfo>,
         providers: &dyn Fn(PermissionMode) -> ProviderKind,
     ) -> RuntimeResult<CostReport> {
+        let mut transcripts = Vec::new();
+        for member in store.roster(run_id).await? {
+            let records = store.records(run_id, &member.agent, TRANSCRIPT, 0).await?;
+            transcripts.push((member.agent, records));
+        }
+        CostReport::of_transcripts(
+            transcripts
+                .iter()
+                .map(|(agent, records)| (agent.as_str(), records.as_slice())),
+            models,
+            providers,
+        )
+    }
+
+    /// The report from each agent's transcript records, read already (the web inbox reads
+    /// every transcript of a run at once).
+    pub fn of_transcripts<'a>(
+        transcripts: impl IntoIterator<Item = (&'a str, &'a [AgentRecord])>,
+        models: &BTreeMap<String, ModelInfo>,
+        providers: &dyn Fn(PermissionMode) -> ProviderKind,
+    ) -> RuntimeResult<CostReport> {
         let mut report = CostReport::default();
         let mut rows: BTreeMap<(String, String, String), CostRow> = BTreeMap::new();
-        for member in store.roster(run_id).await? {
+        for (agent, records) in transcripts {
             let mut endpoint: Option<AgentEndpoint> = None;
-            for row in store.records(run_id, &member.agent, TRANSCRIPT, 0).await? {
-                let (model, mode, usage, cost) = match Record::from_stored(&row)? {
+            for row in records {
+                let (model, mode, usage, cost) = match Record::from_stored(row)? {
                     Record::Started { endpoint: own, .. } => {
                         endpoint = own;
                         continue;
@@ -83,9 +104,9 @@ impl CostReport {
                 let info = models.get(&model);
                 let cost = cost.or_else(|| cost_of(&usage, info));
                 report.cache_saved_usd += cache_saving(&usage, info);
-                let key = (member.agent.clone(), model.clone(), provider.to_string());
+                let key = (agent.to_owned(), model.clone(), provider.to_string());
                 let entry = rows.entry(key).or_insert_with(|| CostRow {
-                    agent: member.agent.clone(),
+                    agent: agent.to_owned(),
                     model,
                     provider: provider.to_string(),
                     cost_usd: Some(0.0),

@@ -30,6 +30,8 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         muster_dir: project.root.muster_dir(),
         runs_dir: project.runs_dir(),
         models: project.settings.models.clone(),
+        plan_provider: project.settings.plan.provider.value,
+        act_provider: project.settings.act.provider.value,
         project_id: project.existing_project_id().unwrap_or_default(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
-use muster_agents::runtime::TRANSCRIPT;
+use muster_agents::runtime::{CostReport, TRANSCRIPT};
 use muster_mailbox::{
     AgentRecord, MailboxStore, MessageKind, RequestRecord, RosterEntry, RunRecord, RunStatus, Task,
     TaskStatus,
@@ -120,21 +120,57 @@ pub struct RunData<'a> {
     pub now: i64,
 }
 
-/// Every agent of the roster that runs (not `human` or `policy`), with what it is doing.
-pub async fn agent_rows(
+/// Every agent's transcript records, in one read: a run of hundreds of agents is not hundreds
+/// of reads.
+pub async fn transcripts(
     store: &dyn MailboxStore,
-    cache: &DiffstatCache,
-    data: &RunData<'_>,
-) -> anyhow::Result<Vec<AgentRow>> {
-    let mut rows = Vec::new();
-    // One read for every transcript: a run of hundreds of agents is not hundreds of reads.
+    run_id: &str,
+) -> anyhow::Result<HashMap<String, Vec<AgentRecord>>> {
     let mut transcripts: HashMap<String, Vec<AgentRecord>> = HashMap::new();
-    for record in store.stream_records(&data.run.id, TRANSCRIPT).await? {
+    for record in store.stream_records(run_id, TRANSCRIPT).await? {
         transcripts
             .entry(record.agent.clone())
             .or_default()
             .push(record);
     }
+    Ok(transcripts)
+}
+
+/// What the run spent per agent, model and provider, as the summary and `run_finished` report
+/// it; `None` (with a warning) when a record does not read, which must not hide the page.
+pub fn cost_report(
+    project: &super::ServeProject,
+    run_id: &str,
+    transcripts: &HashMap<String, Vec<AgentRecord>>,
+) -> Option<CostReport> {
+    let providers = |mode| {
+        if mode == muster_config::PermissionMode::Plan {
+            project.plan_provider
+        } else {
+            project.act_provider
+        }
+    };
+    let transcripts = transcripts
+        .iter()
+        .map(|(agent, records)| (agent.as_str(), records.as_slice()));
+    match CostReport::of_transcripts(transcripts, &project.models, &providers) {
+        Ok(report) => Some(report),
+        Err(error) => {
+            tracing::warn!(run = %run_id, %error, "no cost report");
+            None
+        }
+    }
+}
+
+/// Every agent of the roster that runs (not `human` or `policy`), with what it is doing.
+/// (`transcripts`: from [`transcripts`].)
+pub async fn agent_rows(
+    store: &dyn MailboxStore,
+    cache: &DiffstatCache,
+    data: &RunData<'_>,
+    mut transcripts: HashMap<String, Vec<AgentRecord>>,
+) -> anyhow::Result<Vec<AgentRow>> {
+    let mut rows = Vec::new();
     for entry in data.roster {
         if matches!(
             entry.kind,

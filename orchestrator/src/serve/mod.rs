@@ -27,7 +27,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use futures_util::{Stream, StreamExt};
-use muster_config::settings::ModelInfo;
+use muster_config::settings::{ModelInfo, ProviderKind};
 use muster_mailbox::{
     MailboxStore, MessageBody, MessageKind, RequestRecord, RunStatus, TaskStatus, live,
 };
@@ -49,6 +49,10 @@ pub struct ServeProject {
     pub muster_dir: PathBuf,
     pub runs_dir: PathBuf,
     pub models: BTreeMap<String, ModelInfo>,
+    /// The provider of plan-mode and of other requests when an agent names none, from the
+    /// project's settings: the cost report's provider column.
+    pub plan_provider: ProviderKind,
+    pub act_provider: ProviderKind,
     /// This project's id (`""` when it has none yet): the runs page lists its runs unless
     /// asked for every project's (as `muster runs --all-projects`).
     pub project_id: String,
@@ -347,7 +351,9 @@ async fn load_run_view(served: &Served, run_id: &str) -> anyhow::Result<Option<R
         models: &served.project.models,
         now: now_millis(),
     };
-    let agents = load::agent_rows(store, &served.diffstats, &data).await?;
+    let transcripts = load::transcripts(store, run_id).await?;
+    let costs = load::cost_report(&served.project, run_id, &transcripts);
+    let agents = load::agent_rows(store, &served.diffstats, &data, transcripts).await?;
     let stops = stop::run_stops(
         &store
             .records(run_id, Responder::HUMAN, stop::STOP_STREAM, 0)
@@ -360,6 +366,7 @@ async fn load_run_view(served: &Served, run_id: &str) -> anyhow::Result<Option<R
             .takes_deltas
             .load(std::sync::atomic::Ordering::Relaxed),
         agents,
+        costs,
         reports,
         mail: mail.messages,
         earlier_mail: mail.earlier,

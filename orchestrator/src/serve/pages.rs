@@ -911,6 +911,17 @@ mod tests {
             live: true,
             streams: true,
             agents: vec![row],
+            // A model's and a provider's name come from files a repository may hold.
+            costs: Some(muster_agents::runtime::CostReport {
+                rows: vec![muster_agents::runtime::CostRow {
+                    agent: HOSTILE.into(),
+                    model: HOSTILE.into(),
+                    provider: HOSTILE.into(),
+                    requests: 1,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
             tasks: vec![task],
             requests: vec![pending.clone()],
             reports: vec![report, unreadable],

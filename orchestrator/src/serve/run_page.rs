@@ -5,7 +5,7 @@
 
 use maud::{Markup, PreEscaped, html};
 use muster_agents::model::{ContentBlock, Role};
-use muster_agents::runtime::Record;
+use muster_agents::runtime::{CostReport, Record};
 use muster_agents::verification::{CheckedItem, Evidence, Status, VerificationReport};
 use muster_mailbox::{
     AgentRecord, Message, MessageBody, RequestRecord, RunRecord, RunStatus, Task,
@@ -16,7 +16,7 @@ use super::load::AgentRow;
 use super::markdown;
 use super::pages::{page_with, requests_table, state, summary};
 use crate::agent_activity::{Span, SpanKind, Waits};
-use crate::display::time;
+use crate::display::{dollars, time};
 
 /// How many of the newest mails the run page lists.
 pub const MAIL_SHOWN: usize = 100;
@@ -30,6 +30,8 @@ pub struct RunView {
     /// Serve gets the streamed pieces of this host's runs (SQLite: its socket is bound).
     pub streams: bool,
     pub agents: Vec<AgentRow>,
+    /// What the run spent per agent, model and provider (`None`: the store could not say).
+    pub costs: Option<CostReport>,
     pub tasks: Vec<Task>,
     pub requests: Vec<RequestRecord>,
     /// The verification reports, all of them.
@@ -66,6 +68,11 @@ pub fn run_parts(view: &RunView) -> Vec<Part> {
         });
     }
     parts.extend([
+        Part {
+            id: "costs".into(),
+            parent: None,
+            html: costs(view.costs.as_ref()),
+        },
         Part {
             id: "requests".into(),
             parent: None,
@@ -125,6 +132,8 @@ pub fn run_page(view: &RunView) -> String {
                 }
             }
         }
+        h2 { "Cost" }
+        (find("costs"))
         h2 { "Requests" }
         (find("requests"))
         h2 { "Tasks" }
@@ -203,6 +212,51 @@ fn run_summary(view: &RunView) -> Markup {
                     " so that no resume carries it on unasked: the next " code { (resume) }
                     " ends at once, as Ctrl-C would."
                 }
+                }
+            }
+        }
+    }
+}
+
+/// What the run spent per agent, model and provider, its total and what caching saved: the
+/// report the summary, `run_finished` and `muster runs --json` give.
+fn costs(report: Option<&CostReport>) -> Markup {
+    html! {
+        div id="costs" {
+            @match report {
+                None => p { "The store could not say what the run spent." },
+                Some(report) if report.rows.is_empty() => p { "No model was called yet." },
+                Some(report) => {
+                    table class="costs" {
+                        thead { tr {
+                            th { "agent" } th { "model" } th { "provider" } th { "requests" }
+                            th { "input" } th { "cache read" } th { "cache write" }
+                            th { "output" } th { "cost" }
+                        } }
+                        tbody {
+                            @for row in &report.rows {
+                                tr class="cost" {
+                                    td { (row.agent) } td { (row.model) } td { (row.provider) }
+                                    td { (row.requests) } td { (row.input_tokens) }
+                                    td { (row.cache_read_tokens) } td { (row.cache_write_tokens) }
+                                    td { (row.output_tokens) } td { (dollars(row.cost_usd)) }
+                                }
+                            }
+                            tr class="cost-total" {
+                                td colspan="3" { "total" }
+                                td { (report.total.requests) } td { (report.total.input_tokens) }
+                                td { (report.total.cache_read_tokens) }
+                                td { (report.total.cache_write_tokens) }
+                                td { (report.total.output_tokens) }
+                                td { (dollars(report.total.cost_usd)) }
+                            }
+                        }
+                    }
+                    p class="cache-saved" {
+                        "Caching saved " (dollars(Some(report.cache_saved_usd)))
+                        " against the input price (reads at the cache price, less what writing \
+                         the cache cost over it)."
+                    }
                 }
             }
         }

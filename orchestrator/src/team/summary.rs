@@ -12,8 +12,7 @@ pub(crate) fn costs(report: &muster_agents::runtime::CostReport) -> String {
     if report.rows.is_empty() {
         return String::new();
     }
-    let dollars =
-        |cost: Option<f64>| cost.map_or_else(|| "unpriced".to_owned(), |c| format!("${c:.4}"));
+    use crate::display::dollars;
     let mut out = String::from("  cost (input / cache read / cache write / output tokens):\n");
     for row in report.rows.iter().chain([&report.total]) {
         let who = if row.agent.is_empty() {

@@ -164,7 +164,8 @@ async fn a_lead_on_anthropic_and_teammates_on_an_openai_server_each_reach_their_
     local.verify().unwrap();
 
     // The cost report equals the usage the servers logged as returned, priced from the
-    // catalogue: per agent, model and provider, in run_finished and in `muster runs --json`.
+    // catalogue: per agent, model and provider, in run_finished, in `muster runs --json` and
+    // (below) in the web inbox.
     let logged = [
         ("lead", LEAD_MODEL, "anthropic", &lead_requests, OPUS),
         ("local-1", LOCAL_MODEL, "openai", &local_requests, LOCAL),
@@ -250,6 +251,49 @@ async fn a_lead_on_anthropic_and_teammates_on_an_openai_server_each_reach_their_
         let reported = costs["cache_saved_usd"].as_f64().unwrap();
         assert!((reported - saved).abs() < 1e-9, "{reported} {saved}");
     }
+
+    // The web inbox's run page shows the same rows, the total and what caching saved.
+    let serve = super::serve_cli::Serve::start(dir.path()).await;
+    let cookie = serve.sign_in().await;
+    let run_id = finished["run_id"].as_str().unwrap();
+    let page = serve
+        .get(&cookie, &format!("/runs/{run_id}"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let cells = |cells: &[String]| {
+        cells
+            .iter()
+            .map(|cell| format!("<td>{cell}</td>"))
+            .collect::<String>()
+    };
+    let mut tokens = [0; 4];
+    for (agent, model, provider, requests, used, cost) in &expected_rows {
+        let mut row = vec![agent.clone(), model.clone(), provider.clone()];
+        row.push(requests.to_string());
+        row.extend(used.iter().map(u64::to_string));
+        row.push(format!("${cost:.4}"));
+        let row = format!("<tr class=\"cost\">{}</tr>", cells(&row));
+        assert!(page.contains(&row), "{row}\n{page}");
+        for (sum, used) in tokens.iter_mut().zip(used) {
+            *sum += used;
+        }
+    }
+    let requests: u64 = expected_rows.iter().map(|row| row.3).sum();
+    let mut total = vec![requests.to_string()];
+    total.extend(tokens.iter().map(u64::to_string));
+    total.push(format!("${total_cost:.4}"));
+    let total = format!(
+        "<tr class=\"cost-total\"><td colspan=\"3\">total</td>{}</tr>",
+        cells(&total)
+    );
+    assert!(page.contains(&total), "{total}\n{page}");
+    let saved = finished["costs"]["cache_saved_usd"].as_f64().unwrap();
+    assert!(
+        page.contains(&format!("Caching saved ${saved:.4}")),
+        "{page}"
+    );
 }
 
 /// Prices (in, out, cache read, cache write) per million tokens: the catalogue's for Opus,
