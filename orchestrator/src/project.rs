@@ -163,7 +163,7 @@ impl Project {
             max_body_bytes: usize::try_from(mailbox.max_body_bytes.value).unwrap_or(usize::MAX),
             announce_changes: true,
             gather_released: true,
-            pipelined_sync: true,
+            pipelined_sync: mailbox.pipelined_sync.value,
         }
     }
 

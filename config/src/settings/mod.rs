@@ -201,6 +201,9 @@ pub struct MailboxSettings {
     pub max_body_bytes: Sourced<u64>,
     pub sync: Sourced<MailboxSync>,
     pub busy_timeout_ms: Sourced<u64>,
+    /// At sync full, the store syncs the WAL itself, pipelined with the next commit; off,
+    /// SQLite syncs inside each COMMIT.
+    pub pipelined_sync: Sourced<bool>,
 }
 
 /// When an agent's context is compacted: the fields of
@@ -1130,6 +1133,7 @@ fn build(merged: &Merged, root: &Path, errors: &mut Vec<Diagnostic>) -> Settings
             max_body_bytes: builder.count(&["mailbox", "max_body_bytes"]),
             sync: builder.required(&["mailbox", "sync"], |text| text.parse::<MailboxSync>()),
             busy_timeout_ms: builder.count(&["mailbox", "busy_timeout_ms"]),
+            pipelined_sync: builder.flag(&["mailbox", "pipelined_sync"]),
         },
         compaction: builder.compaction(),
         limits: builder.agent_limits(),
