@@ -1,4 +1,5 @@
-//! `muster plans`: each plan file of a run with its agent, request id and state.
+//! `muster plans`: each plan file of a run with its agent, request id and state; then, in
+//! the text, each merge request — the work a plan led to — with its decision and test pass.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -8,7 +9,7 @@ use muster_mailbox::{MessageBody, MessageKind, RequestRecord};
 use serde::Serialize;
 
 use crate::cli::inspect::{open, print_json, runtime, select_run};
-use crate::display::table;
+use crate::display::{table, tests_passed};
 use crate::exit::Exit;
 use crate::plan_diff;
 use crate::project::Globals;
@@ -55,13 +56,16 @@ pub struct PlanEntry {
 
 pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     let (project, store) = open(global)?;
-    let (run, requests) = runtime()?.block_on(async {
+    let (run, requests, stale) = runtime()?.block_on(async {
         let run = select_run(store.as_ref(), args.run.as_deref(), None).await?;
         let requests = store.requests(&run.id).await?;
-        anyhow::Ok((run, requests))
+        let stale = crate::team::isolation::stale_merges(store.as_ref(), &run.id).await?;
+        anyhow::Ok((run, requests, stale))
     })?;
     let plans_dir = project.plans_dir();
     let plans = collect(plans_dir, &run.slug, &requests, project.root.path());
+    // The JSON stays the plan files' array (a documented format); each merge request's
+    // `tested` is in `muster inbox --json`.
     if args.json {
         print_json(&plans)?;
         return Ok(Exit::Success);
@@ -72,8 +76,60 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
             run.id,
             plans_dir.display()
         );
-        return Ok(Exit::Success);
+    } else {
+        print_plans(&run, &plans);
     }
+    let merges = merge_rows(&requests, &stale);
+    if !merges.is_empty() {
+        println!(
+            "\nMerge requests of run {}:\n{}",
+            run.id,
+            table(&["REQUEST", "AGENT", "BRANCH", "STATE"], &merges)
+        );
+    }
+    Ok(Exit::Success)
+}
+
+/// A row per merge request: its id, teammate, branch, and its decision with the merge gate's
+/// pass (`merged by lead, tests passed: `cargo test`, 12.3s, on 1a2b…`), as `muster inbox`
+/// and the lead's mail say it. An approved request in `stale` was sent back instead.
+fn merge_rows(
+    requests: &[RequestRecord],
+    stale: &std::collections::BTreeSet<String>,
+) -> Vec<Vec<String>> {
+    requests
+        .iter()
+        .filter_map(|request| match &request.body {
+            MessageBody::MergeRequest {
+                agent,
+                branch,
+                tested,
+                ..
+            } => {
+                let mut state = match &request.response {
+                    Some(response) if stale.contains(&request.request_id) => format!(
+                        "approved by {}, sent back: the integration branch moved",
+                        response.responder
+                    ),
+                    _ => crate::team::summary::decision(request),
+                };
+                if let Some(tested) = tested {
+                    state.push_str(&format!(", tests passed: {}", tests_passed(tested)));
+                }
+                Some(vec![
+                    request.request_id.clone(),
+                    agent.clone(),
+                    branch.clone(),
+                    state,
+                ])
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The plan files as a table, then what each asks for and how it revises the one before.
+fn print_plans(run: &muster_mailbox::RunRecord, plans: &[PlanEntry]) {
     let rows: Vec<Vec<String>> = plans
         .iter()
         .map(|plan| {
@@ -100,7 +156,7 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
         run.slug,
         table(&["FILE", "AGENT", "REQUEST", "REV", "STATE"], &rows)
     );
-    for plan in &plans {
+    for plan in plans {
         if let (Some(request), false) = (&plan.request_id, plan.allowed_prompts.is_empty()) {
             let granted = match plan.state {
                 "approved" if plan.grants.is_empty() => "; granted: none".to_owned(),
@@ -123,7 +179,6 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
             println!("\n{request} revises {previous}:\n{changes}");
         }
     }
-    Ok(Exit::Success)
 }
 
 /// Joins the run's plan files on disk with its plan approval requests; the newest request for

@@ -41,6 +41,24 @@ pub(crate) const ISOLATION_STREAM: &str = "isolation";
 /// The stream of agents' transcripts (checkpoints live there).
 const TRANSCRIPT: &str = muster_agents::runtime::TRANSCRIPT;
 
+/// The approved merge requests of run `run_id` that were not applied: the integration branch
+/// had moved and the merge then conflicted or failed the test gate, so the teammate was sent
+/// back (`muster plans` says so rather than "merged").
+pub(crate) async fn stale_merges(
+    store: &dyn MailboxStore,
+    run_id: &str,
+) -> anyhow::Result<std::collections::BTreeSet<String>> {
+    Ok(store
+        .records(run_id, LEAD, ISOLATION_STREAM, 0)
+        .await?
+        .into_iter()
+        .filter_map(|row| match serde_json::from_value(row.body) {
+            Ok(IsolationRecord::MergeStale { request_id }) => Some(request_id),
+            _ => None,
+        })
+        .collect())
+}
+
 /// One record of [`ISOLATION_STREAM`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

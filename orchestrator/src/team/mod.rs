@@ -26,7 +26,7 @@
 
 pub(crate) mod continuation;
 mod gate;
-mod isolation;
+pub(crate) mod isolation;
 mod mail;
 mod members;
 mod merges;

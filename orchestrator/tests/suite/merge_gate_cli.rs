@@ -216,6 +216,38 @@ async fn a_semantic_conflict_lands_one_merge_and_sends_the_other_back_until_it_i
         listed.contains("/one, tests passed: ") && listed.contains("/two, tests passed: "),
         "{listed}"
     );
+    // So does `muster plans`: after the plan files (none: no plan mode), each merge request
+    // with its decision and its pass, on the head its request names.
+    let plans = muster(root, &["plans"]).await;
+    let plans = String::from_utf8_lossy(&plans.stdout);
+    for id in [format!("merge-{landed}-1"), format!("merge-{back}-2")] {
+        let head = inbox
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|row| &row["message"]["body"])
+            .find(|body| body["request_id"] == id.as_str())
+            .and_then(|body| body["tested"]["head"].as_str())
+            .unwrap_or_else(|| panic!("{id}: {inbox:#}"));
+        let row = plans
+            .lines()
+            .find(|line| line.starts_with(&id))
+            .unwrap_or_else(|| panic!("no {id}: {plans}"));
+        assert!(
+            row.contains("merged by lead, tests passed: `") && row.ends_with(&format!("on {head}")),
+            "{row}"
+        );
+    }
+    // The one approved on the old head, re-tested on the moved one and failing, went back.
+    let stale = format!("merge-{back}-1");
+    let row = plans
+        .lines()
+        .find(|line| line.starts_with(&stale))
+        .unwrap_or_else(|| panic!("no {stale}: {plans}"));
+    assert!(
+        row.contains("approved by lead, sent back: the integration branch moved, tests passed: `"),
+        "{row}"
+    );
     assert!(
         tested
             .iter()
