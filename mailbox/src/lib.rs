@@ -35,7 +35,7 @@ pub use postgres::{PG_SCHEMA_VERSION, PostgresStore, create_schema, drop_schema}
 pub use sqlite::{DataVersion, SCHEMA_VERSION, SqliteStore};
 pub use store::MailboxStore;
 pub use types::*;
-pub use wake::BOARD_WAKE;
+pub use wake::{BOARD_WAKE, until_found};
 pub use work::{
     Heartbeat, NewProcessGroup, NewWorkItem, ProcessGroupRecord, WorkFence, WorkItem, WorkState,
     WorkWatch, WorkerInfo, WorkerRecord,

@@ -67,7 +67,21 @@ pub trait MailboxStore: Send + Sync {
         recipient: &str,
         epoch: i64,
         filter: MessageFilter,
-    ) -> StoreResult<Message>;
+    ) -> StoreResult<Message> {
+        crate::wake::until_found(&self.woken(run_id, recipient), || {
+            self.try_receive(run_id, recipient, epoch, filter.clone())
+        })
+        .await
+    }
+    /// Leases up to `max` messages for `recipient` in one operation, in delivery order,
+    /// without waiting (none: an empty batch).
+    async fn try_receive_batch(
+        &self,
+        run_id: &str,
+        recipient: &str,
+        epoch: i64,
+        max: usize,
+    ) -> StoreResult<Vec<Message>>;
     /// Waits (without polling) until mail for `recipient` is pending, then leases up to `max`
     /// messages in one operation, in delivery order: what an agent takes at a turn boundary.
     async fn receive_batch(
@@ -76,7 +90,15 @@ pub trait MailboxStore: Send + Sync {
         recipient: &str,
         epoch: i64,
         max: usize,
-    ) -> StoreResult<Vec<Message>>;
+    ) -> StoreResult<Vec<Message>> {
+        crate::wake::until_found(&self.woken(run_id, recipient), || async move {
+            let batch = self
+                .try_receive_batch(run_id, recipient, epoch, max)
+                .await?;
+            Ok((!batch.is_empty()).then_some(batch))
+        })
+        .await
+    }
     async fn ack(&self, run_id: &str, keys: Vec<String>) -> StoreResult<()>;
     /// Returns mail this process leased and could not use (the turn that leased it was
     /// dropped by an interrupt before it acknowledged it) to pending, waking its recipients,

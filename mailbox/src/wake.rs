@@ -69,19 +69,17 @@ impl Waiters {
     }
 }
 
-/// The one receive loop of both backends: looks with `look` until it finds something,
-/// sleeping between looks until `recipient` of `run_id` is woken. It registers before each
-/// look, so a commit between the look and the sleep still wakes it; it never polls.
-pub(crate) async fn until_found<T, Look>(
-    waiters: &Waiters,
-    run_id: &str,
-    recipient: &str,
+/// The one receive loop (both backends', an agent's through its commit lane): looks with
+/// `look` until it finds something, sleeping between looks until `notify` (a recipient's
+/// signal) is woken. It registers before each look, so a commit between the look and the
+/// sleep still wakes it; it never polls.
+pub async fn until_found<T, E, Look>(
+    notify: &Notify,
     mut look: impl FnMut() -> Look,
-) -> crate::error::StoreResult<T>
+) -> Result<T, E>
 where
-    Look: std::future::Future<Output = crate::error::StoreResult<Option<T>>>,
+    Look: std::future::Future<Output = Result<Option<T>, E>>,
 {
-    let notify = waiters.notify_for(run_id, recipient);
     loop {
         let notified = notify.notified();
         tokio::pin!(notified);

@@ -263,16 +263,10 @@ pub(crate) async fn take_next_prompt(
         "muster: the turn was interrupted; run {run_id} waits for its next prompt: \
          `muster run --continue {run_id} -p …` (Ctrl-C ends the run)"
     );
-    let woken = store.woken(run_id, PROMPT_WAKE);
-    let (seq, prompt) = loop {
-        let notified = woken.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        if let Some(found) = next_prompt(store, run_id, epoch).await? {
-            break found;
-        }
-        notified.await;
-    };
+    let (seq, prompt) = muster_mailbox::until_found(&store.woken(run_id, PROMPT_WAKE), || {
+        next_prompt(store, run_id, epoch)
+    })
+    .await?;
     let taken = NewRecord {
         agent: HUMAN.to_owned(),
         stream: PROMPTS_TAKEN.to_owned(),

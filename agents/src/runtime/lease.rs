@@ -37,16 +37,9 @@ impl CommitLane {
         epoch: i64,
         filter: muster_mailbox::MessageFilter,
     ) -> RuntimeResult<muster_mailbox::Message> {
-        let woken = store.woken(run_id, recipient);
-        loop {
-            let notified = woken.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let look = self.try_receive(store, run_id, recipient, epoch, filter.clone());
-            if let Some(message) = look.await? {
-                return Ok(message);
-            }
-            notified.await;
-        }
+        muster_mailbox::until_found(&store.woken(run_id, recipient), || {
+            self.try_receive(store, run_id, recipient, epoch, filter.clone())
+        })
+        .await
     }
 }

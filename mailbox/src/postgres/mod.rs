@@ -651,33 +651,16 @@ impl MailboxStore for PostgresStore {
         })
     }
 
-    async fn receive(
-        &self,
-        run_id: &str,
-        recipient: &str,
-        epoch: i64,
-        filter: MessageFilter,
-    ) -> StoreResult<Message> {
-        crate::wake::until_found(&self.waiters, run_id, recipient, || {
-            self.try_receive(run_id, recipient, epoch, filter.clone())
-        })
-        .await
-    }
-
-    async fn receive_batch(
+    async fn try_receive_batch(
         &self,
         run_id: &str,
         recipient: &str,
         epoch: i64,
         max: usize,
     ) -> StoreResult<Vec<Message>> {
-        crate::wake::until_found(&self.waiters, run_id, recipient, || async move {
-            let batch = write_op!(self, [run_id], |tx, _ctx, _w| {
-                mail::lease_batch(&tx, run_id, recipient, epoch, max).await
-            })?;
-            Ok((!batch.is_empty()).then_some(batch))
+        write_op!(self, [run_id], |tx, ctx, _w| {
+            mail::lease_batch(&tx, run_id, recipient, epoch, max).await
         })
-        .await
     }
 
     async fn ack(&self, run_id: &str, keys: Vec<String>) -> StoreResult<()> {

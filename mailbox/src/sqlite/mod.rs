@@ -257,34 +257,16 @@ impl MailboxStore for SqliteStore {
             .await
     }
 
-    async fn receive(
-        &self,
-        run_id: &str,
-        recipient: &str,
-        epoch: i64,
-        filter: MessageFilter,
-    ) -> StoreResult<Message> {
-        crate::wake::until_found(&self.waiters, run_id, recipient, || {
-            self.try_receive(run_id, recipient, epoch, filter.clone())
-        })
-        .await
-    }
-
-    async fn receive_batch(
+    async fn try_receive_batch(
         &self,
         run_id: &str,
         recipient: &str,
         epoch: i64,
         max: usize,
     ) -> StoreResult<Vec<Message>> {
-        crate::wake::until_found(&self.waiters, run_id, recipient, || async move {
-            let (run, who) = (run_id.to_owned(), recipient.to_owned());
-            let batch = self
-                .op(async move |tx, _| mail::lease_batch(tx, &run, &who, epoch, max).await)
-                .await?;
-            Ok((!batch.is_empty()).then_some(batch))
-        })
-        .await
+        let (run_id, recipient) = (run_id.to_owned(), recipient.to_owned());
+        self.op(async move |tx, _| mail::lease_batch(tx, &run_id, &recipient, epoch, max).await)
+            .await
     }
 
     async fn ack(&self, run_id: &str, keys: Vec<String>) -> StoreResult<()> {
