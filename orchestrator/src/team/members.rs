@@ -15,8 +15,8 @@ use muster_agents::verification;
 use muster_config::team::TeammateSpec;
 use muster_config::{AgentEndpoint, PermissionMode, Placement};
 use muster_mailbox::{
-    CommitTurn, CommitTurnOutcome, MemberKind, Message, MessageBody, MessageFilter, NewMessage,
-    NewResponse, TaskStatus, TaskUpdate,
+    CommitTurn, CommitTurnOutcome, MemberKind, Message, MessageBody, NewMessage, NewResponse,
+    TaskStatus, TaskUpdate,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -222,29 +222,34 @@ impl Team {
         summary: impl FnOnce(&[i64]) -> String,
     ) -> anyhow::Result<()> {
         let open = self.open_tasks_of(id).await?;
-        let notice = NewMessage {
-            run_id: self.run_id().to_owned(),
-            sender: id.to_owned(),
-            recipient: LEAD.into(),
-            body: MessageBody::IdleNotification {
-                reason: reason.into(),
-                summary: Some(summary(&open)),
-                completed_task: None,
-            },
-            // Once per process epoch: a resume that stops it again tells the lead again.
-            idempotency_key: Some(format!("{id}:{reason}:{}", self.epoch())),
+        // Once per process epoch: a resume that stops it again tells the lead again.
+        let key = format!("{id}:{reason}:{}", self.epoch());
+        let notice = self.idle_notice(id, reason, summary(&open), None, key);
+        let notify = CommitTurn {
+            sends: vec![notice],
+            ..CommitTurn::default()
         };
+        self.commit_releasing(id, &open, notify).await
+    }
+
+    /// Commits `turn` for the stopping teammate `id` with its `open` tasks back on the board
+    /// in the same commit; what it sent is printed, and idle teammates look at the board.
+    async fn commit_releasing(
+        &self,
+        id: &str,
+        open: &[i64],
+        turn: CommitTurn,
+    ) -> anyhow::Result<()> {
         let committed = self
             .store
             .commit_turn(CommitTurn {
                 run_id: self.run_id().to_owned(),
                 agent: id.to_owned(),
-                task_updates: self.released(id, &open),
-                sends: vec![notice],
-                ..CommitTurn::default()
+                task_updates: self.released(id, open),
+                ..turn
             })
             .await?;
-        for message in &committed.sent {
+        for message in committed.sent.iter().chain(&committed.responses) {
             self.sent(message);
         }
         if !open.is_empty() {
@@ -438,17 +443,9 @@ impl Team {
             }
             end.completed.push((task.task_id, task.subject));
         }
-        let idle = NewMessage {
-            run_id: self.run_id().to_owned(),
-            sender: id.to_owned(),
-            recipient: LEAD.into(),
-            body: MessageBody::IdleNotification {
-                reason: "available".into(),
-                summary: Some(result.to_owned()),
-                completed_task: end.completed.last().map(|(task_id, _)| *task_id),
-            },
-            idempotency_key: Some(format!("{id}:idle:{turn}")),
-        };
+        let completed_task = end.completed.last().map(|(task_id, _)| *task_id);
+        let key = format!("{id}:idle:{turn}");
+        let idle = self.idle_notice(id, "available", result.to_owned(), completed_task, key);
         // The report goes out in the commit that ends the turn, before the teammate counts
         // as idle, so the lead never sees an idle team with the last report unsent; a
         // verification travels with it, so the lead reads both at once.
@@ -577,20 +574,36 @@ impl Team {
                 ),
             ),
         };
-        let notice = NewMessage {
+        let key = format!("{id}:{reason}:{turn}");
+        let sent = self
+            .store
+            .send(self.idle_notice(id, reason, summary, None, key))
+            .await?;
+        self.sent(&sent);
+        Ok(())
+    }
+
+    /// `id`'s idle notification to the lead: why it is idle, what it says, the task it just
+    /// completed; sent once per `idempotency_key`.
+    fn idle_notice(
+        &self,
+        id: &str,
+        reason: &str,
+        summary: String,
+        completed_task: Option<i64>,
+        idempotency_key: String,
+    ) -> NewMessage {
+        NewMessage {
             run_id: self.run_id().to_owned(),
             sender: id.to_owned(),
             recipient: LEAD.into(),
             body: MessageBody::IdleNotification {
                 reason: reason.into(),
                 summary: Some(summary),
-                completed_task: None,
+                completed_task,
             },
-            idempotency_key: Some(format!("{id}:{reason}:{turn}")),
-        };
-        let sent = self.store.send(notice).await?;
-        self.sent(&sent);
-        Ok(())
+            idempotency_key: Some(idempotency_key),
+        }
     }
 
     /// Waits, idle, for mail or a task to claim.
@@ -617,17 +630,10 @@ impl Team {
                 }
             };
             tokio::pin!(changed_elsewhere);
-            let mut pending = Vec::new();
-            while pending.len() < MAIL_BATCH {
-                match self
-                    .store
-                    .try_receive(self.run_id(), id, self.epoch(), MessageFilter::Any)
-                    .await?
-                {
-                    Some(message) => pending.push(message),
-                    None => break,
-                }
-            }
+            let pending = self
+                .store
+                .try_receive_batch(self.run_id(), id, self.epoch(), MAIL_BATCH)
+                .await?;
             if let Some(work) = work_from(self.settle_approved_merges(pending).await?) {
                 return Ok(work);
             }
@@ -676,24 +682,12 @@ impl Team {
             idempotency_key: None,
         };
         let open = self.open_tasks_of(id).await?;
-        let committed = self
-            .store
-            .commit_turn(CommitTurn {
-                run_id: self.run_id().to_owned(),
-                agent: id.to_owned(),
-                acks: vec![request.key.clone()],
-                responses: if decided { Vec::new() } else { vec![answer] },
-                task_updates: self.released(id, &open),
-                ..CommitTurn::default()
-            })
-            .await?;
-        for response in &committed.responses {
-            self.sent(response);
-        }
-        if !open.is_empty() {
-            self.board.send_modify(|n| *n += 1);
-        }
-        Ok(())
+        let agree = CommitTurn {
+            acks: vec![request.key.clone()],
+            responses: if decided { Vec::new() } else { vec![answer] },
+            ..CommitTurn::default()
+        };
+        self.commit_releasing(id, &open, agree).await
     }
 
     /// Tasks assigned to the teammate by mail are in progress once it gets the mail (idle, or

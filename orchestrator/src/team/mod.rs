@@ -48,8 +48,7 @@ use muster_agents::runtime::{
 use muster_agents::verification::VerificationReport;
 use muster_config::{AgentCatalog, PermissionMode, Policy, TeamFile};
 use muster_mailbox::{
-    DeliveryState, MailboxStore, MemberKind, MessageBody, MessageFilter, RosterEntry, RunStatus,
-    TaskStatus,
+    DeliveryState, MailboxStore, MemberKind, MessageBody, RosterEntry, RunStatus, TaskStatus,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -1257,17 +1256,10 @@ impl Team {
     /// policy answers are acked here (a policy decides at once; a person's wait in `muster
     /// inbox human`).
     async fn take_lead_mail(&self) -> anyhow::Result<Vec<muster_mailbox::Message>> {
-        let mut mail = Vec::new();
-        while mail.len() < MAIL_BATCH {
-            match self
-                .store
-                .try_receive(self.run_id(), LEAD, self.epoch(), MessageFilter::Any)
-                .await?
-            {
-                Some(message) => mail.push(message),
-                None => break,
-            }
-        }
+        let mut mail = self
+            .store
+            .try_receive_batch(self.run_id(), LEAD, self.epoch(), MAIL_BATCH)
+            .await?;
         let mut settled = Vec::new();
         let mut kept = Vec::new();
         for message in mail.drain(..) {

@@ -16,8 +16,8 @@ use muster_agents::runtime::{EventSink, RunEvent};
 use muster_config::{PermissionMode, PlanVerdict, Policy, Responder, RuleSubject};
 use muster_mailbox::decide::{Waiter, decide};
 use muster_mailbox::{
-    CommitTurn, CommitTurnOutcome, MemberKind, Message, MessageBody, MessageFilter, MessageKind,
-    NewMessage, NewRecord, NewResponse, RosterEntry, StoreError,
+    CommitTurn, CommitTurnOutcome, MemberKind, Message, MessageBody, MessageKind, NewMessage,
+    NewRecord, NewResponse, RosterEntry, StoreError,
 };
 use muster_protocol::ApprovalSubject;
 
@@ -212,17 +212,10 @@ impl Team {
         let taken = if agent == LEAD {
             self.take_lead_mail().await?
         } else {
-            let mut taken = Vec::new();
-            while taken.len() < super::MAIL_BATCH {
-                match self
-                    .store
-                    .try_receive(self.run_id(), agent, self.epoch(), MessageFilter::Any)
-                    .await?
-                {
-                    Some(message) => taken.push(message),
-                    None => break,
-                }
-            }
+            let taken = self
+                .store
+                .try_receive_batch(self.run_id(), agent, self.epoch(), super::MAIL_BATCH)
+                .await?;
             self.start_assigned_tasks(agent, &taken).await?;
             if taken.iter().any(|m| m.kind == MessageKind::MergeResponse) {
                 self.merge_decided();
