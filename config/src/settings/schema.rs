@@ -81,43 +81,49 @@ const MODE_TABLE: Schema = Schema::Table(&[
     ("reasoning_effort", leaf(Kind::OneOf(REASONING_EFFORTS))),
 ]);
 
-const ANTHROPIC: Schema = Schema::Table(&[
-    (
-        "base_url",
-        with_default(Kind::Url, "https://api.anthropic.com"),
-    ),
-    ("api_key_env", with_default(Kind::Text, "ANTHROPIC_API_KEY")),
-    ("api_key", leaf(Kind::Text)),
-    ("connect_timeout_ms", with_default(Kind::Count, "10000")),
-    ("request_timeout_ms", with_default(Kind::Count, "600000")),
-    ("stream_idle_timeout_ms", with_default(Kind::Count, "60000")),
-    ("max_retries", with_default(Kind::Count, "3")),
-    ("retry_backoff_ms", with_default(Kind::Count, "1000")),
-]);
+/// A provider's table: its `own` keys, then the connection's limits, whose defaults are the
+/// same for every provider but for the retries (`max_retries`, `retry_backoff_ms`).
+macro_rules! connection_table {
+    ([$($own:expr),* $(,)?], $max_retries:literal, $retry_backoff_ms:literal) => {
+        Schema::Table(&[
+            $($own,)*
+            ("connect_timeout_ms", with_default(Kind::Count, "10000")),
+            ("request_timeout_ms", with_default(Kind::Count, "600000")),
+            ("stream_idle_timeout_ms", with_default(Kind::Count, "60000")),
+            ("max_retries", with_default(Kind::Count, $max_retries)),
+            ("retry_backoff_ms", with_default(Kind::Count, $retry_backoff_ms)),
+        ])
+    };
+}
 
-const OPENAI: Schema = Schema::Table(&[
-    (
-        "base_url",
-        with_default(Kind::Url, "https://api.openai.com/v1"),
-    ),
-    ("api_key_env", with_default(Kind::Text, "OPENAI_API_KEY")),
-    ("api_key", leaf(Kind::Text)),
-    ("connect_timeout_ms", with_default(Kind::Count, "10000")),
-    ("request_timeout_ms", with_default(Kind::Count, "600000")),
-    ("stream_idle_timeout_ms", with_default(Kind::Count, "60000")),
-    ("max_retries", with_default(Kind::Count, "3")),
-    ("retry_backoff_ms", with_default(Kind::Count, "1000")),
-]);
+/// A hosted provider's table: where it answers, the variable holding its key, and retries
+/// on by default.
+macro_rules! hosted_provider {
+    ($base_url:literal, $api_key_env:literal) => {
+        connection_table!(
+            [
+                ("base_url", with_default(Kind::Url, $base_url)),
+                ("api_key_env", with_default(Kind::Text, $api_key_env)),
+                ("api_key", leaf(Kind::Text)),
+            ],
+            "3",
+            "1000"
+        )
+    };
+}
 
-const SCRIPT: Schema = Schema::Table(&[
-    ("base_url", leaf(Kind::Url)),
-    ("cassette", leaf(Kind::Path)),
-    ("connect_timeout_ms", with_default(Kind::Count, "10000")),
-    ("request_timeout_ms", with_default(Kind::Count, "600000")),
-    ("stream_idle_timeout_ms", with_default(Kind::Count, "60000")),
-    ("max_retries", with_default(Kind::Count, "0")),
-    ("retry_backoff_ms", with_default(Kind::Count, "0")),
-]);
+const ANTHROPIC: Schema = hosted_provider!("https://api.anthropic.com", "ANTHROPIC_API_KEY");
+
+const OPENAI: Schema = hosted_provider!("https://api.openai.com/v1", "OPENAI_API_KEY");
+
+const SCRIPT: Schema = connection_table!(
+    [
+        ("base_url", leaf(Kind::Url)),
+        ("cassette", leaf(Kind::Path)),
+    ],
+    "0",
+    "0"
+);
 
 const MODEL: Schema = Schema::Table(&[
     ("context_window", leaf(Kind::Count)),
