@@ -12,7 +12,7 @@ use muster_fake_llm::{Block, RecordedRequest, ScriptEntry};
 use serde_json::{Value, json};
 
 use super::common::{command, fake, output, project, stderr, tool, trust};
-use super::hooks_cli::{any_turn, git, request_of, tool_results, write_team};
+use super::hooks_cli::{any_turn, request_of, tool_results, trusted_team_of_one};
 
 /// The tools whose calls fire `PostToolUse` (the tool set; the runtime's own tools such as
 /// `Agent` or `TaskCreate` only get `PreToolUse`, docs/hooks.md "Events").
@@ -106,16 +106,7 @@ async fn an_audit_hook_writes_one_line_per_call_for_the_lead_a_teammate_and_its_
     let dir = project(&[]);
     let root = dir.path();
     std::fs::remove_dir_all(root.join(".git")).unwrap();
-    write_team(
-        root,
-        "name = \"builders\"\nisolation = \"worktree\"\n\n[[teammates]]\nname = \"one\"\n\
-         definition = \"writer\"\nplan_mode_required = false\napprover = \"policy:policy.toml\"\n",
-    );
-    std::fs::write(root.join("policy.toml"), "approve_all = true\n").unwrap();
-    git(root, &["init", "-q", "-b", "main"]);
-    git(root, &["add", "-A"]);
-    git(root, &["commit", "-q", "-m", "start"]);
-    trust(root).await;
+    trusted_team_of_one(root, true).await;
     let fake = fake(vec![
         ScriptEntry::reply(
             "lead",
@@ -252,16 +243,7 @@ async fn a_teammate_that_empties_the_settings_gains_nothing_in_the_run_or_its_re
         "[sandbox]\nmode = \"off\"\n",
     )
     .unwrap();
-    write_team(
-        root,
-        "name = \"builders\"\nisolation = \"worktree\"\n\n[[teammates]]\nname = \"one\"\n\
-         definition = \"writer\"\nplan_mode_required = false\napprover = \"policy:policy.toml\"\n",
-    );
-    std::fs::write(root.join("policy.toml"), "approve_all = true\n").unwrap();
-    git(root, &["init", "-q", "-b", "main"]);
-    git(root, &["add", "-A"]);
-    git(root, &["commit", "-q", "-m", "start"]);
-    trust(root).await;
+    trusted_team_of_one(root, true).await;
     let tries = || {
         vec![
             tool("Bash", json!({"command": "rm data/keep.txt"})),

@@ -476,6 +476,29 @@ pub(super) fn write_team(root: &Path, team: &str) {
     std::fs::write(root.join("muster.team.toml"), team).unwrap();
 }
 
+/// Makes the project at `root` (without a repository yet) a trusted repository whose team
+/// `builders` has one `writer` teammate, `one`, in its own worktree when `worktree`; trusted,
+/// so the team file's approver, a policy approving everything, holds.
+pub(super) async fn trusted_team_of_one(root: &Path, worktree: bool) {
+    let isolation = if worktree {
+        "isolation = \"worktree\"\n"
+    } else {
+        ""
+    };
+    write_team(
+        root,
+        &format!(
+            "name = \"builders\"\n{isolation}\n[[teammates]]\nname = \"one\"\n\
+             definition = \"writer\"\nplan_mode_required = false\napprover = \"policy:policy.toml\"\n"
+        ),
+    );
+    std::fs::write(root.join("policy.toml"), "approve_all = true\n").unwrap();
+    git(root, &["init", "-q", "-b", "main"]);
+    git(root, &["add", "-A"]);
+    git(root, &["commit", "-q", "-m", "start"]);
+    trust(root).await;
+}
+
 /// The agent's reply to any turn: `text`, ending it.
 pub(super) fn any_turn(agent: &str, text: &str) -> ScriptEntry {
     serde_json::from_value(
@@ -492,16 +515,7 @@ async fn a_guard_hook_refuses_rm_for_a_teammate_in_its_worktree() {
     let dir = hooked_project();
     let root = dir.path();
     std::fs::remove_dir_all(root.join(".git")).unwrap();
-    write_team(
-        root,
-        "name = \"builders\"\nisolation = \"worktree\"\n\n[[teammates]]\nname = \"one\"\n\
-         definition = \"writer\"\nplan_mode_required = false\napprover = \"policy:policy.toml\"\n",
-    );
-    std::fs::write(root.join("policy.toml"), "approve_all = true\n").unwrap();
-    git(root, &["init", "-q", "-b", "main"]);
-    git(root, &["add", "-A"]);
-    git(root, &["commit", "-q", "-m", "start"]);
-    trust(root).await;
+    trusted_team_of_one(root, true).await;
     let fake = fake(vec![
         ScriptEntry::reply(
             "lead",
@@ -1182,16 +1196,7 @@ async fn a_teammates_deferred_call_stops_the_team_until_a_person_decides_it() {
     let dir = deferring_project().await;
     let root = dir.path();
     std::fs::remove_dir_all(root.join(".git")).unwrap();
-    write_team(
-        root,
-        "name = \"builders\"\nisolation = \"worktree\"\n\n[[teammates]]\nname = \"one\"\n\
-         definition = \"writer\"\nplan_mode_required = false\napprover = \"policy:policy.toml\"\n",
-    );
-    std::fs::write(root.join("policy.toml"), "approve_all = true\n").unwrap();
-    git(root, &["init", "-q", "-b", "main"]);
-    git(root, &["add", "-A"]);
-    git(root, &["commit", "-q", "-m", "start"]);
-    trust(root).await;
+    trusted_team_of_one(root, true).await;
     let fake = fake(vec![
         ScriptEntry::reply(
             "lead",
@@ -1396,17 +1401,7 @@ async fn a_merge_that_adds_a_protected_file_waits_for_a_person() {
     let dir = project(&[]);
     let root = dir.path();
     std::fs::remove_dir_all(root.join(".git")).unwrap();
-    write_team(
-        root,
-        "name = \"builders\"\nisolation = \"worktree\"\n\n[[teammates]]\nname = \"one\"\n\
-         definition = \"writer\"\nplan_mode_required = false\napprover = \"policy:policy.toml\"\n",
-    );
-    std::fs::write(root.join("policy.toml"), "approve_all = true\n").unwrap();
-    git(root, &["init", "-q", "-b", "main"]);
-    git(root, &["add", "-A"]);
-    git(root, &["commit", "-q", "-m", "start"]);
-    // Trusted, so the team file's policy approver holds.
-    trust(root).await;
+    trusted_team_of_one(root, true).await;
     let widen = r#"mkdir -p .claude && echo '{"permissions":{"allow":["Bash"]}}' > .claude/settings.local.json"#;
     let fake = fake(vec![
         ScriptEntry::reply(
@@ -1682,16 +1677,7 @@ async fn a_guard_hook_refuses_rm_for_a_teammates_subagent() {
     let dir = hooked_project();
     let root = dir.path();
     std::fs::remove_dir_all(root.join(".git")).unwrap();
-    write_team(
-        root,
-        "name = \"builders\"\nisolation = \"worktree\"\n\n[[teammates]]\nname = \"one\"\n\
-         definition = \"writer\"\nplan_mode_required = false\napprover = \"policy:policy.toml\"\n",
-    );
-    std::fs::write(root.join("policy.toml"), "approve_all = true\n").unwrap();
-    git(root, &["init", "-q", "-b", "main"]);
-    git(root, &["add", "-A"]);
-    git(root, &["commit", "-q", "-m", "start"]);
-    trust(root).await;
+    trusted_team_of_one(root, true).await;
     let fake = fake(vec![
         ScriptEntry::reply(
             "lead",

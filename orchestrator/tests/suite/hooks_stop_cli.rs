@@ -281,23 +281,14 @@ async fn a_subagent_stopped_by_a_hook_ends_and_its_parent_goes_on() {
 /// the lead is told which event stopped it, not the reason, and its mail sets it going again.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_teammate_stopped_by_a_hook_waits_until_the_lead_mails_it() {
-    use super::hooks_cli::{any_turn, git, write_team};
+    use super::hooks_cli::{any_turn, trusted_team_of_one};
     // Only the teammate's first Bash call stops it.
     let script = stopping_hook(r#"*'"agent_id":"one"'*first.txt*"#, "");
     let dir = project(&[]);
     let root = dir.path();
     std::fs::remove_dir_all(root.join(".git")).unwrap();
     write_hooks(root, &[("PostToolUse", "Bash", &script)]);
-    write_team(
-        root,
-        "name = \"builders\"\n\n[[teammates]]\nname = \"one\"\n\
-         definition = \"writer\"\nplan_mode_required = false\napprover = \"policy:policy.toml\"\n",
-    );
-    std::fs::write(root.join("policy.toml"), "approve_all = true\n").unwrap();
-    git(root, &["init", "-q", "-b", "main"]);
-    git(root, &["add", "-A"]);
-    git(root, &["commit", "-q", "-m", "start"]);
-    trust(root).await;
+    trusted_team_of_one(root, false).await;
     let fake = fake(vec![
         ScriptEntry::reply(
             "lead",
@@ -368,22 +359,13 @@ async fn a_teammate_stopped_by_a_hook_waits_until_the_lead_mails_it() {
 /// of waiting forever.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_team_whose_stopped_teammate_holds_a_task_ends_when_the_lead_leaves_it() {
-    use super::hooks_cli::{any_turn, git, write_team};
+    use super::hooks_cli::{any_turn, trusted_team_of_one};
     let script = stopping_hook(r#"*'"agent_id":"one"'*"#, "");
     let dir = project(&[]);
     let root = dir.path();
     std::fs::remove_dir_all(root.join(".git")).unwrap();
     write_hooks(root, &[("PostToolUse", "Bash", &script)]);
-    write_team(
-        root,
-        "name = \"builders\"\n\n[[teammates]]\nname = \"one\"\n\
-         definition = \"writer\"\nplan_mode_required = false\napprover = \"policy:policy.toml\"\n",
-    );
-    std::fs::write(root.join("policy.toml"), "approve_all = true\n").unwrap();
-    git(root, &["init", "-q", "-b", "main"]);
-    git(root, &["add", "-A"]);
-    git(root, &["commit", "-q", "-m", "start"]);
-    trust(root).await;
+    trusted_team_of_one(root, false).await;
     let fake = fake(vec![
         ScriptEntry::reply(
             "lead",

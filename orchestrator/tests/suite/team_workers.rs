@@ -987,6 +987,36 @@ async fn the_lead_resumed_while_its_teammate_on_a_worker_holds_its_mail_keeps_th
 /// teammate's work.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_worker_killed_during_its_teammates_model_call_loses_none_of_the_teammates_mail() {
+    let mut held = held_on_a_worker().await;
+    held.fake.gate_reached("one-1", 1).await;
+    let first = &mut held.first;
+    rustix::process::kill_process_group(first.pid(), rustix::process::Signal::KILL).unwrap();
+    let _ = tokio::time::timeout(super::common::GUARD, first.child.wait())
+        .await
+        .expect("guard timeout: the first worker was not killed");
+    // The gate opens for the next holder's request: the dead one's answer goes nowhere.
+    held.fake.open_gate("one-1");
+    let mut second = teammate_worker(&held.fake, &held.url, "w2");
+    second.wait_for("teammate one of run").await;
+    assert_completed_on_the_second_worker(&mut held.run, held.lead.path(), &mut second).await;
+    assert_eq!(second.stop().await, Some(0));
+    held.schema.drop_now().await;
+}
+
+/// A team run whose teammate `one`, placed on worker `w1`, is held at its model call (gate
+/// `one-1`; the reply writes one.txt), the lead waiting for the team: how the tests of a
+/// worker lost during that call begin.
+struct HeldOnWorker {
+    schema: Schema,
+    url: String,
+    fake: FakeLlmHandle,
+    first: Worker,
+    _remote: tempfile::TempDir,
+    lead: tempfile::TempDir,
+    run: super::common::Running,
+}
+
+async fn held_on_a_worker() -> HeldOnWorker {
     let schema = Schema::new().await;
     let url = schema.url();
     let mut held = ScriptEntry::reply(
@@ -1013,17 +1043,24 @@ async fn a_worker_killed_during_its_teammates_model_call_loses_none_of_the_teamm
     let lead = lead_repo(&team(&["one"], ""));
     let root = lead.path();
     let base = fake.base_url();
-    let mut run =
-        super::common::Running::spawn(command(root, &run_args(&url, &base, &remote_path)));
-    fake.gate_reached("one-1", 1).await;
-    rustix::process::kill_process_group(first.pid(), rustix::process::Signal::KILL).unwrap();
-    let _ = tokio::time::timeout(super::common::GUARD, first.child.wait())
-        .await
-        .expect("guard timeout: the first worker was not killed");
-    // The gate opens for the next holder's request: the dead one's answer goes nowhere.
-    fake.open_gate("one-1");
-    let mut second = teammate_worker(&fake, &url, "w2");
-    second.wait_for("teammate one of run").await;
+    let run = super::common::Running::spawn(command(root, &run_args(&url, &base, &remote_path)));
+    HeldOnWorker {
+        schema,
+        url,
+        fake,
+        first,
+        _remote: remote,
+        lead,
+        run,
+    }
+}
+
+/// The run completed, `one`'s work (one.txt) done on `w2` (`second`).
+async fn assert_completed_on_the_second_worker(
+    run: &mut super::common::Running,
+    root: &Path,
+    second: &mut Worker,
+) {
     assert_eq!(run.finish().await, Some(0), "{:#?}", run.events);
     let end = run.events.last().unwrap().clone();
     assert_eq!(end["status"], "completed", "{end:#}");
@@ -1036,8 +1073,6 @@ async fn a_worker_killed_during_its_teammates_model_call_loses_none_of_the_teamm
         "{:#?}",
         second.said()
     );
-    assert_eq!(second.stop().await, Some(0));
-    schema.drop_now().await;
 }
 
 /// `m-priced` at $1,000 per million tokens ($0.001 a token), in and out.
@@ -1775,34 +1810,16 @@ async fn a_teammate_on_a_worker_that_ignores_the_shutdown_is_stopped_when_the_le
 #[tokio::test(flavor = "multi_thread")]
 async fn a_worker_stopped_past_its_lease_has_its_teammate_taken_over_and_is_fenced_when_it_continues()
  {
-    let schema = Schema::new().await;
-    let url = schema.url();
-    let mut held = ScriptEntry::reply(
-        "one",
-        1,
-        vec![tool(
-            "Write",
-            json!({"file_path": "one.txt", "content": "one\n"}),
-        )],
-    );
-    held.fault.hold = Some("one-1".to_owned());
-    let fake = fake(vec![
-        lead_assigns(&["one"]),
-        lead_merges("one", &["merge-one-1"]),
-        any_turn("lead", "Waiting for the team."),
-        held,
-        any_turn("one", "done"),
-    ])
-    .await;
-    let mut first = teammate_worker(&fake, &url, "w1");
-    first.wait_for("ready on").await;
-    let remote = bare_remote();
-    let remote_path = remote.path().display().to_string();
-    let lead = lead_repo(&team(&["one"], ""));
+    let HeldOnWorker {
+        schema,
+        url,
+        fake,
+        mut first,
+        _remote,
+        lead,
+        mut run,
+    } = held_on_a_worker().await;
     let root = lead.path();
-    let base = fake.base_url();
-    let mut run =
-        super::common::Running::spawn(command(root, &run_args(&url, &base, &remote_path)));
     let started = run
         .until("the lead's mail", |e| e["type"] == "mail_sent")
         .await;
@@ -1821,18 +1838,7 @@ async fn a_worker_stopped_past_its_lease_has_its_teammate_taken_over_and_is_fenc
         .await;
     // Both requests get their answer; the frozen one's waits in its socket.
     fake.open_gate("one-1");
-    assert_eq!(run.finish().await, Some(0), "{:#?}", run.events);
-    let end = run.events.last().unwrap().clone();
-    assert_eq!(end["status"], "completed", "{end:#}");
-    assert_eq!(end["workers"]["one"], "w2", "{end:#}");
-    assert_eq!(
-        std::fs::read_to_string(root.join("one.txt"))
-            .ok()
-            .as_deref(),
-        Some("one\n"),
-        "{:#?}",
-        second.said()
-    );
+    assert_completed_on_the_second_worker(&mut run, root, &mut second).await;
     // Continued: the stale worker finds the lease lost, and nothing of its teammate lands.
     rustix::process::kill_process_group(teammate, rustix::process::Signal::CONT).unwrap();
     rustix::process::kill_process(first.pid(), rustix::process::Signal::CONT).unwrap();
