@@ -105,7 +105,6 @@ async fn an_audit_hook_writes_one_line_per_call_for_the_lead_a_teammate_and_its_
     let home = audited_home();
     let dir = project(&[]);
     let root = dir.path();
-    std::fs::remove_dir_all(root.join(".git")).unwrap();
     trusted_team_of_one(root, true).await;
     let fake = fake(vec![
         ScriptEntry::reply(
@@ -231,7 +230,6 @@ async fn an_audit_hook_writes_one_line_per_call_of_each_batch_line() {
 async fn a_teammate_that_empties_the_settings_gains_nothing_in_the_run_or_its_resume() {
     let dir = super::hooks_cli::hooked_project();
     let root = dir.path();
-    std::fs::remove_dir_all(root.join(".git")).unwrap();
     let mut settings: Value =
         serde_json::from_str(&std::fs::read_to_string(root.join(".claude/settings.json")).unwrap())
             .unwrap();

@@ -476,10 +476,11 @@ pub(super) fn write_team(root: &Path, team: &str) {
     std::fs::write(root.join("muster.team.toml"), team).unwrap();
 }
 
-/// Makes the project at `root` (without a repository yet) a trusted repository whose team
-/// `builders` has one `writer` teammate, `one`, in its own worktree when `worktree`; trusted,
-/// so the team file's approver, a policy approving everything, holds.
+/// Makes the project at `root` a trusted repository, made afresh with everything in it,
+/// whose team `builders` has one `writer` teammate, `one`, in its own worktree when
+/// `worktree`; trusted, so the team file's approver, a policy approving everything, holds.
 pub(super) async fn trusted_team_of_one(root: &Path, worktree: bool) {
+    std::fs::remove_dir_all(root.join(".git")).unwrap();
     let isolation = if worktree {
         "isolation = \"worktree\"\n"
     } else {
@@ -514,7 +515,6 @@ pub(super) fn any_turn(agent: &str, text: &str) -> ScriptEntry {
 async fn a_guard_hook_refuses_rm_for_a_teammate_in_its_worktree() {
     let dir = hooked_project();
     let root = dir.path();
-    std::fs::remove_dir_all(root.join(".git")).unwrap();
     trusted_team_of_one(root, true).await;
     let fake = fake(vec![
         ScriptEntry::reply(
@@ -1195,7 +1195,6 @@ async fn a_kill_around_a_deferred_call_resumes_to_the_same_one_request() {
 async fn a_teammates_deferred_call_stops_the_team_until_a_person_decides_it() {
     let dir = deferring_project().await;
     let root = dir.path();
-    std::fs::remove_dir_all(root.join(".git")).unwrap();
     trusted_team_of_one(root, true).await;
     let fake = fake(vec![
         ScriptEntry::reply(
@@ -1400,7 +1399,6 @@ async fn a_resume_refuses_to_drop_project_hooks_whose_files_changed() {
 async fn a_merge_that_adds_a_protected_file_waits_for_a_person() {
     let dir = project(&[]);
     let root = dir.path();
-    std::fs::remove_dir_all(root.join(".git")).unwrap();
     trusted_team_of_one(root, true).await;
     let widen = r#"mkdir -p .claude && echo '{"permissions":{"allow":["Bash"]}}' > .claude/settings.local.json"#;
     let fake = fake(vec![
@@ -1676,7 +1674,6 @@ async fn a_hook_and_its_child_die_with_muster_killed_with_9() {
 async fn a_guard_hook_refuses_rm_for_a_teammates_subagent() {
     let dir = hooked_project();
     let root = dir.path();
-    std::fs::remove_dir_all(root.join(".git")).unwrap();
     trusted_team_of_one(root, true).await;
     let fake = fake(vec![
         ScriptEntry::reply(

@@ -286,7 +286,6 @@ async fn a_teammate_stopped_by_a_hook_waits_until_the_lead_mails_it() {
     let script = stopping_hook(r#"*'"agent_id":"one"'*first.txt*"#, "");
     let dir = project(&[]);
     let root = dir.path();
-    std::fs::remove_dir_all(root.join(".git")).unwrap();
     write_hooks(root, &[("PostToolUse", "Bash", &script)]);
     trusted_team_of_one(root, false).await;
     let fake = fake(vec![
@@ -363,7 +362,6 @@ async fn a_team_whose_stopped_teammate_holds_a_task_ends_when_the_lead_leaves_it
     let script = stopping_hook(r#"*'"agent_id":"one"'*"#, "");
     let dir = project(&[]);
     let root = dir.path();
-    std::fs::remove_dir_all(root.join(".git")).unwrap();
     write_hooks(root, &[("PostToolUse", "Bash", &script)]);
     trusted_team_of_one(root, false).await;
     let fake = fake(vec![
