@@ -345,10 +345,36 @@ impl AgentRuntime {
             Some(outcome) => outcome,
             None => self.end_interrupted_turn().await,
         };
-        // What the turn leased and did not acknowledge it keeps leased, as before the lane.
-        let _ = self.calls.commits.leased();
+        match &outcome {
+            // A turn that failed after a lease (a decision it could not apply, a commit the
+            // store refused) hands back what it did not acknowledge, as an interrupted one
+            // does: the next turn of this epoch takes it. Not when the process is shutting
+            // down: a resume's new epoch takes it then.
+            Err(error) if !matches!(error, RuntimeError::CommitCut(_)) => {
+                if let Err(back) = self.hand_back_leased().await {
+                    tracing::warn!(agent = %self.id, error = %back, "mail the failed turn leased stays leased");
+                }
+            }
+            // Any other end keeps what it leased and did not acknowledge, as before the lane.
+            _ => drop(self.calls.commits.leased()),
+        }
         self.release_reservation().await;
         outcome
+    }
+
+    /// Mail the turn leased and did not acknowledge (a decision it was receiving, the mail
+    /// its next request was to carry) back to pending, once no commit is in flight: leased,
+    /// it would be lost to every receiver until a new epoch.
+    async fn hand_back_leased(&self) -> RuntimeResult<()> {
+        self.calls.commits.settled().await;
+        let leased = self.calls.commits.leased();
+        if !leased.is_empty() {
+            let back = self.run.store.hand_back(&self.run.run_id, leased).await?;
+            if back > 0 {
+                tracing::info!(agent = %self.id, back, "mail the ended turn leased is pending again");
+            }
+        }
+        Ok(())
     }
 
     /// The loop of one turn.
@@ -414,17 +440,7 @@ impl AgentRuntime {
     /// answer already committed ends the turn as usual; otherwise the calls without a result
     /// are answered and the turn ends interrupted, in one commit.
     async fn end_interrupted_turn(&mut self) -> RuntimeResult<AgentOutcome> {
-        self.calls.commits.settled().await;
-        // Mail the dropped turn leased and did not acknowledge (a decision it was receiving,
-        // the mail its next request was to carry) goes back to pending: leased, it would be
-        // lost to every receiver until a new epoch.
-        let leased = self.calls.commits.leased();
-        if !leased.is_empty() {
-            let back = self.run.store.hand_back(&self.run.run_id, leased).await?;
-            if back > 0 {
-                tracing::info!(agent = %self.id, back, "mail the interrupted turn leased is pending again");
-            }
-        }
+        self.hand_back_leased().await?;
         self.reload().await?;
         if self.transcript.unfinished_answer.is_some() || self.transcript.turn_ended() {
             return self.drive().await;

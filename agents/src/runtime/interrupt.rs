@@ -97,7 +97,7 @@ impl TurnInterrupt {
 /// Mail is leased through it too ([`CommitLane::lease`]): a lease an interrupt cut off after
 /// its COMMIT would otherwise leave the message leased to no one (the mail a turn was about
 /// to take, the decision it was waiting for), so the keys of what the turn leased are kept
-/// until it ends, and an interrupted turn hands back what it did not acknowledge.
+/// until it ends, and an interrupted or failed turn hands back what it did not acknowledge.
 #[derive(Debug, Clone, Default)]
 pub(super) struct CommitLane {
     turn: Arc<tokio::sync::Mutex<()>>,

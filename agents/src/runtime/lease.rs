@@ -1,6 +1,6 @@
 //! Mail leased through an agent's [`CommitLane`]: each look runs to its end whatever happens
 //! to the turn that asked for it, and what it leased is kept in the lane until the turn ends,
-//! so an interrupted turn can hand back what it did not acknowledge.
+//! so an interrupted or failed turn can hand back what it did not acknowledge.
 
 use std::sync::Arc;
 

@@ -1503,6 +1503,77 @@ async fn an_interrupt_while_a_teammate_leases_its_plan_decision_hands_the_decisi
     assert_eq!(again.map(|m| m.key), Some(decision[0].key.clone()));
 }
 
+/// A teammate's turn that fails after it leased its plan decision: the plan file became a
+/// directory meanwhile, so the approved plan cannot be read and the turn ends with that
+/// error. The decision's mail is pending again for the teammate's next look in this epoch, as
+/// after an interrupt. Before, it stayed leased to no one until a new epoch.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turn_that_fails_after_leasing_its_plan_decision_hands_the_decision_back() {
+    let h = Harness::new(vec![reply(
+        "alice",
+        1,
+        vec![tool("ExitPlanMode", json!({"plan": PLAN}))],
+    )])
+    .await;
+    h.member("lead", MemberKind::Lead).await;
+    h.member("alice", MemberKind::Teammate).await;
+    let mut agent = start(
+        h.single(PlanApprover::Human),
+        teammate("alice", PermissionMode::Plan),
+        "Plan.",
+    )
+    .await;
+    let task = tokio::spawn(async move { agent.run().await });
+    let request = next_mail(&h.store, "lead").await;
+    let plan_file = PathBuf::from(request.body.plan_file().unwrap());
+    std::fs::remove_file(&plan_file).unwrap();
+    std::fs::create_dir(&plan_file).unwrap();
+    h.store
+        .respond(NewResponse {
+            run_id: "r1".into(),
+            sender: "lead".into(),
+            body: MessageBody::PlanApprovalResponse {
+                request_id: request.request_id.unwrap(),
+                approved: true,
+                feedback: None,
+                mode: None,
+                lowered_from: None,
+                edited_plan: None,
+                clear_context: false,
+                rule: None,
+                dropped_grants: Vec::new(),
+                grants: Vec::new(),
+            },
+            idempotency_key: None,
+        })
+        .await
+        .unwrap();
+    let outcome = tokio::time::timeout(GUARD, task).await.unwrap().unwrap();
+    assert!(
+        matches!(
+            outcome,
+            Err(muster_agents::runtime::RuntimeError::PlanFile { .. })
+        ),
+        "{outcome:?}"
+    );
+    let decision: Vec<Message> = h
+        .store
+        .messages("r1", Some("alice"))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.kind == "plan_approval_response")
+        .collect();
+    assert_eq!(decision.len(), 1, "{decision:#?}");
+    assert_eq!(decision[0].state, DeliveryState::Pending, "{decision:#?}");
+    let again = h
+        .store
+        .try_receive("r1", "alice", 1, MessageFilter::Any)
+        .await
+        .unwrap();
+    assert_eq!(again.map(|m| m.key), Some(decision[0].key.clone()));
+}
+
 /// `interrupt_turn` while the model request is in flight: the request is dropped, the turn
 /// ends `TurnInterrupted` in one commit (a resume sees the same end), and a next prompt in
 /// the same process completes, the model told of the interrupt.
