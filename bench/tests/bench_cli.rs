@@ -93,8 +93,8 @@ fn the_team_bench_prints_overhead_hooks_wall_time_memory_and_parallel_bash_rows(
             ("hooks_per_tool_call", "normal"),
             ("wall_vs_ideal", "normal"),
             ("overhead_per_tool_call", "full"),
-            // SQLite's own sync at COMMIT beside the shipped pipelined one.
-            ("overhead_per_tool_call", "full_inline"),
+            // The pipelined WAL sync beside SQLite's own sync at COMMIT, the default.
+            ("overhead_per_tool_call", "full_pipelined"),
             ("idle_teammates_memory", "normal"),
             ("parallel_bash", "worktree"),
             ("parallel_bash", "shared"),

@@ -37,8 +37,9 @@ pub struct StoreOptions {
     /// thread of the store syncs the WAL before any caller of the batch (or of a later batch,
     /// which may have read it) hears of it, while the writer runs the next batch. Every
     /// acknowledged write is as durable as at `synchronous=FULL`, and no caller is ever
-    /// answered from a row not yet on disk. On by default; off, SQLite syncs inside COMMIT
-    /// (`synchronous=FULL`), which `muster bench mailbox` runs beside it.
+    /// answered from a row not yet on disk. Off by default: SQLite syncs inside COMMIT
+    /// (`synchronous=FULL`), which measured as fast or faster on the disk muster was
+    /// benchmarked on (see docs/store.md); `muster bench mailbox` runs the two side by side.
     pub pipelined_sync: bool,
 }
 
@@ -71,7 +72,7 @@ impl Default for StoreOptions {
             after_commit: None,
             announce_changes: true,
             gather_released: true,
-            pipelined_sync: true,
+            pipelined_sync: false,
         }
     }
 }

@@ -68,8 +68,8 @@ pub fn render(rows: &[super::Row]) -> String {
     }
     let mut out = String::from(
         "\nwhere a commit's time goes (SQLite writer; ms per commit, queue and wake per message;\n\
-         COMMIT is the WAL write, plus its fsync with SQLite's own sync full (`_inline`); with the\n\
-         pipelined sync, `sync` is COMMIT to the end of an fsync begun after it, while the writer\n\
+         COMMIT is the WAL write, plus its fsync with SQLite's own sync full (the default); with\n\
+         the pipelined sync, `sync` is COMMIT to the end of an fsync begun after it, while the writer\n\
          runs the next batch; fsyncs is the store's own WAL syncs per commit)\n",
     );
     out.push_str(&format!(

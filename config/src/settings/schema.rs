@@ -239,7 +239,8 @@ pub(crate) const SETTINGS: Schema = Schema::Table(&[
             ("max_body_bytes", with_default(Kind::Count, "1048576")),
             ("sync", with_default(Kind::OneOf(SYNC_LEVELS), "full")),
             ("busy_timeout_ms", with_default(Kind::Count, "5000")),
-            ("pipelined_sync", with_default(Kind::Flag, "true")),
+            // As `muster_mailbox::StoreOptions::default()` (both pinned by tests).
+            ("pipelined_sync", with_default(Kind::Flag, "false")),
         ]),
     ),
     ("compaction", COMPACTION),

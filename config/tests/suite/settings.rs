@@ -22,7 +22,7 @@ fn defaults_apply_when_no_file_sets_anything() {
     assert_eq!(*settings.mailbox.max_body_bytes, 1_048_576);
     assert_eq!(*settings.mailbox.sync, MailboxSync::Full);
     assert_eq!(*settings.mailbox.busy_timeout_ms, 5000);
-    assert!(*settings.mailbox.pipelined_sync);
+    assert!(!*settings.mailbox.pipelined_sync);
     assert_eq!(*settings.act.provider, ProviderKind::Anthropic);
     assert_eq!(settings.plan.model.value, settings.act.model.value);
     assert!(settings.models["claude-sonnet-4-5"].has_prices());
@@ -45,7 +45,7 @@ fn later_layers_override_key_by_key_and_rule_lists_concatenate() {
     );
     let local = project.write(
         ".muster/settings.local.toml",
-        "[mailbox]\nbusy_timeout_ms = 250\npipelined_sync = false\n[permissions]\nask = [\"Bash(git push:*)\"]\n",
+        "[mailbox]\nbusy_timeout_ms = 250\npipelined_sync = true\n[permissions]\nask = [\"Bash(git push:*)\"]\n",
     );
     project.cli = project
         .cli
@@ -76,7 +76,7 @@ fn later_layers_override_key_by_key_and_rule_lists_concatenate() {
     );
     assert_eq!(*settings.mailbox.sync, MailboxSync::Normal);
     assert_eq!(*settings.mailbox.busy_timeout_ms, 250);
-    assert!(!*settings.mailbox.pipelined_sync);
+    assert!(*settings.mailbox.pipelined_sync);
     assert_eq!(
         settings.mailbox.busy_timeout_ms.origin.source,
         display(&local)

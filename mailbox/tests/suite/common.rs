@@ -16,6 +16,17 @@ pub fn open(path: &Path) -> SqliteStore {
     SqliteStore::open(path, StoreOptions::default()).unwrap()
 }
 
+/// A store with the pipelined WAL sync (off by default).
+pub fn open_pipelined(path: &Path) -> SqliteStore {
+    open_with(
+        path,
+        StoreOptions {
+            pipelined_sync: true,
+            ..StoreOptions::default()
+        },
+    )
+}
+
 pub fn open_with(path: &Path, options: StoreOptions) -> SqliteStore {
     SqliteStore::open(path, options).unwrap()
 }

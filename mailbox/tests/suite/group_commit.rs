@@ -222,7 +222,7 @@ async fn an_unlimited_runs_requests_skip_the_writer_after_the_first_look_of_the_
     assert_eq!(reserve("alice", epoch).await, Wait);
 }
 
-/// Pipelined sync (`synchronous=full`, the default): a batch's rows are visible to the next
+/// Pipelined sync (`synchronous=full`, `pipelined_sync` on): a batch's rows are visible to the next
 /// batch before the WAL's fsync, so no caller — the writer's, or a reader who may have seen
 /// them — is answered before a sync that covers them. The writer is held between two batches
 /// so the first is handed to the syncer (work is waiting) and the second runs behind it.
@@ -230,7 +230,7 @@ async fn an_unlimited_runs_requests_skip_the_writer_after_the_first_look_of_the_
 async fn no_caller_hears_of_a_row_before_the_wal_sync_that_covers_it() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.db");
-    let store = open(&path);
+    let store = open_pipelined(&path);
     run_with(&store, RUN, &["alice"]).await;
     let syncs = store.hold_syncs();
     let first_hold = store.hold_writer().await.unwrap();
@@ -298,9 +298,9 @@ async fn no_caller_hears_of_a_row_before_the_wal_sync_that_covers_it() {
 async fn a_read_of_another_connections_commit_syncs_first() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.db");
-    let writer = open(&path);
+    let writer = open_pipelined(&path);
     run_with(&writer, RUN, &["alice"]).await;
-    let reader = open(&path);
+    let reader = open_pipelined(&path);
     reader.messages(RUN, None).await.unwrap();
     let before = reader.stats().syncs;
     reader.messages(RUN, None).await.unwrap();
@@ -322,20 +322,20 @@ async fn a_read_of_another_connections_commit_syncs_first() {
 }
 
 /// Sync full with SQLite's own sync (the pipeline off) and sync normal make no syncs of
-/// their own; the pipelined default makes one per lone write.
+/// their own; the pipelined sync makes one per lone write.
 #[tokio::test]
 async fn only_the_pipelined_full_sync_syncs_the_wal_itself() {
     let dir = tempfile::tempdir().unwrap();
     for (name, options, syncs) in [
-        ("pipelined", StoreOptions::default(), 1),
         (
-            "inline",
+            "pipelined",
             StoreOptions {
-                pipelined_sync: false,
+                pipelined_sync: true,
                 ..StoreOptions::default()
             },
-            0,
+            1,
         ),
+        ("inline, the default", StoreOptions::default(), 0),
         (
             "normal",
             StoreOptions {
