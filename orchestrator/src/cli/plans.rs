@@ -106,13 +106,7 @@ fn merge_rows(
                 tested,
                 ..
             } => {
-                let mut state = match &request.response {
-                    Some(response) if stale.contains(&request.request_id) => format!(
-                        "approved by {}, sent back: the integration branch moved",
-                        response.responder
-                    ),
-                    _ => crate::team::summary::decision(request),
-                };
+                let mut state = crate::team::summary::merge_aware_decision(request, stale);
                 if let Some(tested) = tested {
                     state.push_str(&format!(", tests passed: {}", tests_passed(tested)));
                 }

@@ -426,6 +426,7 @@ impl Ending {
             .unwrap_or_default();
         let roster = store.roster(run_id).await?;
         let requests = store.requests(run_id).await?;
+        let stale_merges = isolation::stale_merges(store, run_id).await?;
         let tasks = store.tasks(run_id).await?;
         let messages = store.messages(run_id, None).await?.len();
         self.text = summary::render(
@@ -438,6 +439,7 @@ impl Ending {
                 exit_code: self.exit.code(),
                 roster: &roster,
                 requests: &requests,
+                stale_merges: &stale_merges,
                 tasks: &tasks,
                 reports,
                 messages,

@@ -45,6 +45,9 @@ pub(crate) struct RunFacts<'a> {
     pub exit_code: u8,
     pub roster: &'a [RosterEntry],
     pub requests: &'a [RequestRecord],
+    /// The approved merge requests that were sent back instead of applied
+    /// ([`crate::team::isolation::stale_merges`]).
+    pub stale_merges: &'a std::collections::BTreeSet<String>,
     pub tasks: &'a [muster_mailbox::Task],
     pub reports: &'a [VerificationReport],
     pub messages: usize,
@@ -83,6 +86,22 @@ pub(crate) fn decision(request: &RequestRecord) -> String {
     }
 }
 
+/// [`decision`], except that an approved merge request in `stale` — the integration branch
+/// moved and the merge then conflicted or failed the test gate — reads as sent back, not
+/// merged.
+pub(crate) fn merge_aware_decision(
+    request: &RequestRecord,
+    stale: &std::collections::BTreeSet<String>,
+) -> String {
+    match &request.response {
+        Some(response) if stale.contains(&request.request_id) => format!(
+            "approved by {}, sent back: the integration branch moved",
+            response.responder
+        ),
+        _ => decision(request),
+    }
+}
+
 /// The feedback of a decided plan request, if it carried any.
 fn feedback(request: &RequestRecord) -> Option<String> {
     let response = request.response.as_ref()?;
@@ -104,7 +123,7 @@ pub(crate) fn render(result: &str, facts: &RunFacts<'_>) -> String {
         facts.team, facts.run_id, facts.slug, facts.status, facts.exit_code
     ));
     agents(&mut out, facts.roster);
-    requests(&mut out, facts.requests);
+    requests(&mut out, facts.requests, facts.stale_merges);
     tasks(&mut out, facts.tasks);
     for report in facts.reports {
         if let Some(line) = report.render_text().lines().next() {
@@ -140,7 +159,11 @@ fn agents(out: &mut String, roster: &[RosterEntry]) {
     out.push('\n');
 }
 
-fn requests(out: &mut String, requests: &[RequestRecord]) {
+fn requests(
+    out: &mut String,
+    requests: &[RequestRecord],
+    stale: &std::collections::BTreeSet<String>,
+) {
     for request in requests.iter().filter(|r| {
         matches!(
             r.kind,
@@ -158,7 +181,7 @@ fn requests(out: &mut String, requests: &[RequestRecord]) {
             "  {} ({what} of {}): {}",
             request.request_id,
             request.requester,
-            decision(request)
+            merge_aware_decision(request, stale)
         ));
         if let Some(feedback) = feedback(request) {
             out.push_str(&format!(" — \"{}\"", one_line(&feedback, 100)));
@@ -218,6 +241,75 @@ mod tests {
         ];
         for (text, max, expected) in cases {
             assert_eq!(one_line(text, max), expected, "{text:?}");
+        }
+    }
+
+    /// A merge request as the summary and `muster plans` describe it: waiting, merged, sent
+    /// back, and approved but sent back because the integration branch moved.
+    #[test]
+    fn a_merge_request_approved_on_a_head_that_moved_reads_as_sent_back() {
+        let merge = |id: &str, approved: Option<bool>| {
+            let body = serde_json::json!({"type": "merge_request", "request_id": id,
+                "agent": "bob", "branch": "muster/r1/bob", "commit": "c1", "onto": "h1",
+                "files": ["b.txt"], "diffstat": "1 file changed", "responder": "lead"});
+            let body = MessageBody::from_tagged(&body);
+            let response = approved.map(|approved| {
+                let body = serde_json::json!({"type": "merge_response", "request_id": id,
+                    "approved": approved});
+                let body = MessageBody::from_tagged(&body);
+                muster_mailbox::ResponseRecord {
+                    responder: "lead".into(),
+                    kind: body.kind(),
+                    message_key: format!("{id}-response"),
+                    body,
+                    decided_at: 0,
+                }
+            });
+            RequestRecord {
+                run_id: "r1".into(),
+                request_id: id.into(),
+                kind: body.kind(),
+                requester: "bob".into(),
+                recipient: "lead".into(),
+                responder: "lead".into(),
+                message_key: id.into(),
+                body,
+                created_at: 0,
+                response,
+            }
+        };
+        let stale: std::collections::BTreeSet<String> = ["merge-bob-3".to_owned()].into();
+        let cases = [
+            ("merge-bob-1", None, "waiting for lead"),
+            ("merge-bob-2", Some(true), "merged by lead"),
+            (
+                "merge-bob-3",
+                Some(true),
+                "approved by lead, sent back: the integration branch moved",
+            ),
+            ("merge-bob-4", Some(false), "sent back by lead"),
+        ];
+        for (id, approved, expected) in cases {
+            let request = merge(id, approved);
+            assert_eq!(merge_aware_decision(&request, &stale), expected, "{id}");
+            let facts = RunFacts {
+                run_id: "r1",
+                slug: "s",
+                team: "t",
+                status: "completed",
+                exit_code: 0,
+                roster: &[],
+                requests: std::slice::from_ref(&request),
+                stale_merges: &stale,
+                tasks: &[],
+                reports: &[],
+                messages: 0,
+            };
+            let text = render("", &facts);
+            assert!(
+                text.contains(&format!("{id} (merge of bob): {expected}")),
+                "{text}"
+            );
         }
     }
 }
