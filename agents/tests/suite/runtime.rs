@@ -1458,49 +1458,14 @@ async fn an_interrupt_while_a_teammate_leases_its_plan_decision_hands_the_decisi
     ));
     let task = tokio::spawn(async move { agent.run().await.unwrap() });
     let request = next_mail(&h.store, "lead").await;
-    h.store
-        .respond(NewResponse {
-            run_id: "r1".into(),
-            sender: "lead".into(),
-            body: MessageBody::PlanApprovalResponse {
-                request_id: request.request_id.unwrap(),
-                approved: true,
-                feedback: None,
-                mode: None,
-                lowered_from: None,
-                edited_plan: None,
-                clear_context: false,
-                rule: None,
-                dropped_grants: Vec::new(),
-                grants: Vec::new(),
-            },
-            idempotency_key: None,
-        })
-        .await
-        .unwrap();
+    lead_approves(&h.store, request.request_id.unwrap()).await;
     let outcome = tokio::time::timeout(GUARD, task).await.unwrap().unwrap();
     assert!(
         fired.load(std::sync::atomic::Ordering::SeqCst),
         "the interrupt landed on the lease"
     );
     assert_eq!(outcome, AgentOutcome::TurnInterrupted);
-    let decision: Vec<Message> = h
-        .store
-        .messages("r1", Some("alice"))
-        .await
-        .unwrap()
-        .into_iter()
-        .filter(|m| m.kind == "plan_approval_response")
-        .collect();
-    assert_eq!(decision.len(), 1, "{decision:#?}");
-    assert_eq!(decision[0].state, DeliveryState::Pending, "{decision:#?}");
-    // Pending, the next look of the teammate's epoch takes it.
-    let again = h
-        .store
-        .try_receive("r1", "alice", 1, MessageFilter::Any)
-        .await
-        .unwrap();
-    assert_eq!(again.map(|m| m.key), Some(decision[0].key.clone()));
+    alices_decision_is_pending_again(&h.store).await;
 }
 
 /// A teammate's turn that fails after it leased its plan decision: the plan file became a
@@ -1528,12 +1493,26 @@ async fn a_turn_that_fails_after_leasing_its_plan_decision_hands_the_decision_ba
     let plan_file = PathBuf::from(request.body.plan_file().unwrap());
     std::fs::remove_file(&plan_file).unwrap();
     std::fs::create_dir(&plan_file).unwrap();
-    h.store
+    lead_approves(&h.store, request.request_id.unwrap()).await;
+    let outcome = tokio::time::timeout(GUARD, task).await.unwrap().unwrap();
+    assert!(
+        matches!(
+            outcome,
+            Err(muster_agents::runtime::RuntimeError::PlanFile { .. })
+        ),
+        "{outcome:?}"
+    );
+    alices_decision_is_pending_again(&h.store).await;
+}
+
+/// The lead approves plan request `request_id` as it stands.
+async fn lead_approves(store: &SqliteStore, request_id: String) {
+    store
         .respond(NewResponse {
             run_id: "r1".into(),
             sender: "lead".into(),
             body: MessageBody::PlanApprovalResponse {
-                request_id: request.request_id.unwrap(),
+                request_id,
                 approved: true,
                 feedback: None,
                 mode: None,
@@ -1548,16 +1527,12 @@ async fn a_turn_that_fails_after_leasing_its_plan_decision_hands_the_decision_ba
         })
         .await
         .unwrap();
-    let outcome = tokio::time::timeout(GUARD, task).await.unwrap().unwrap();
-    assert!(
-        matches!(
-            outcome,
-            Err(muster_agents::runtime::RuntimeError::PlanFile { .. })
-        ),
-        "{outcome:?}"
-    );
-    let decision: Vec<Message> = h
-        .store
+}
+
+/// alice's one plan decision is pending again (not leased to a turn that ended), and the
+/// next look of her epoch takes it.
+async fn alices_decision_is_pending_again(store: &SqliteStore) {
+    let decision: Vec<Message> = store
         .messages("r1", Some("alice"))
         .await
         .unwrap()
@@ -1566,8 +1541,7 @@ async fn a_turn_that_fails_after_leasing_its_plan_decision_hands_the_decision_ba
         .collect();
     assert_eq!(decision.len(), 1, "{decision:#?}");
     assert_eq!(decision[0].state, DeliveryState::Pending, "{decision:#?}");
-    let again = h
-        .store
+    let again = store
         .try_receive("r1", "alice", 1, MessageFilter::Any)
         .await
         .unwrap();
