@@ -29,7 +29,7 @@ const browser = await chromium.launch({
 });
 const page = await browser.newPage({ viewport: { width: 1400, height: 1200 } });
 // Counts the live streams each document opened (an init script runs outside the page's CSP):
-// a piece streamed before the page listens is not sent again, so the test waits for this.
+// the test waits for this before the reply streams, so its pieces come as deltas.
 await page.addInitScript(() => {
   const Original = window.EventSource;
   window.EventSource = class extends Original {
@@ -95,6 +95,12 @@ try {
   const piece = await page.locator('[id="agent-alice"] .doing .streaming').textContent();
   if (piece.endsWith("back.")) throw new Error(`the whole reply showed before its end: ${piece}`);
   await page.screenshot({ path: `${shots}/run-streaming.png`, fullPage: true });
+  // A page opened mid-stream shows what streamed before it (serve keeps it), as it is.
+  await page.goto(runPage);
+  // Read at once: the served HTML holds it, no delta is coming (the reply is held mid-way).
+  const late = await page.evaluate(() =>
+    document.querySelector('[id="agent-alice"] .doing .streaming')?.textContent);
+  if (late !== piece) throw new Error(`a page opened mid-stream shows ${late}, not ${piece}`);
   await step("alice-streaming");
   await page.locator("#reports .checklist li.done").first().waitFor();
   if (await page.locator('[id="agent-alice"] .streaming').count() !== 0) {

@@ -30,6 +30,8 @@ pub struct AgentRow {
     pub spend: (u64, u64, f64),
     /// A person's stop already asked of it, not yet answered (its request id).
     pub stop_pending: Option<String>,
+    /// What its model response in progress streamed so far on this host (serve's socket).
+    pub streaming: Option<super::watch::Streamed>,
 }
 
 /// The diffstats already computed, by (onto, commit): git runs once per pair.
@@ -194,6 +196,7 @@ pub async fn agent_rows(
             diffstat: None,
             spend,
             stop_pending: pending_stop(data.requests, &entry.agent),
+            streaming: None,
             entry: entry.clone(),
             activity,
         });

@@ -89,7 +89,7 @@ impl Server {
         let secrets = Secrets::new(port)
             .map_err(|_| anyhow::anyhow!("no system randomness for the session token"))?;
         let (changes, _) = broadcast::channel(64);
-        let (deltas, _) = broadcast::channel(1024);
+        let deltas = watch::Deltas::new(1024);
         Ok(Server {
             listener,
             served: Arc::new(Served {
@@ -318,7 +318,7 @@ pub async fn run_page_html(project: &ServeProject, run_id: &str) -> anyhow::Resu
         secrets: Secrets::new(0)
             .map_err(|_| anyhow::anyhow!("no system randomness for the session token"))?,
         changes: broadcast::channel(1).0,
-        deltas: broadcast::channel(1).0,
+        deltas: watch::Deltas::new(1),
         takes_deltas: Default::default(),
         diffstats: load::DiffstatCache::default(),
     };
@@ -353,7 +353,15 @@ async fn load_run_view(served: &Served, run_id: &str) -> anyhow::Result<Option<R
     };
     let transcripts = load::transcripts(store, run_id).await?;
     let costs = load::cost_report(&served.project, run_id, &transcripts);
-    let agents = load::agent_rows(store, &served.diffstats, &data, transcripts).await?;
+    let mut agents = load::agent_rows(store, &served.diffstats, &data, transcripts).await?;
+    let committed = agents
+        .iter()
+        .map(|row| (row.entry.agent.clone(), row.spend.0))
+        .collect();
+    let mut streamed = served.deltas.streamed(run_id, &committed);
+    for row in &mut agents {
+        row.streaming = streamed.remove(&row.entry.agent);
+    }
     let stops = stop::run_stops(
         &store
             .records(run_id, Responder::HUMAN, stop::STOP_STREAM, 0)
@@ -408,8 +416,9 @@ async fn live_parts(
     Sse::new(futures_util::stream::select(stream, deltas)).keep_alive(KeepAlive::default())
 }
 
-/// The run's streamed pieces as `delta` events: "AGENT KIND TURN", a newline, the text. A page that
-/// falls behind loses pieces, never a committed part.
+/// The run's streamed pieces as `delta` events: "AGENT KIND TURN PIECE", a newline, the text. A
+/// page that falls behind loses pieces until its agent's row is sent again (the row holds what
+/// streamed so far), never a committed part.
 fn run_deltas(
     receiver: broadcast::Receiver<watch::Delta>,
     run_id: String,
@@ -419,8 +428,8 @@ fn run_deltas(
             match receiver.recv().await {
                 Ok(delta) if delta.run == run_id => {
                     let event = Event::default().event("delta").data(format!(
-                        "{} {} {}\n{}",
-                        delta.agent, delta.kind, delta.turn, delta.text
+                        "{} {} {} {}\n{}",
+                        delta.agent, delta.kind, delta.turn, delta.piece, delta.text
                     ));
                     return Some((Ok(event), (receiver, run_id)));
                 }

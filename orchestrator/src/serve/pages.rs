@@ -699,6 +699,7 @@ mod tests {
             diffstat: Some(name.into()),
             spend: (3, 1200, 0.0123),
             stop_pending: None,
+            streaming: None,
         }
     }
 
@@ -904,7 +905,13 @@ mod tests {
         );
         let unreadable =
             message(json!({"type": "verification_report", "report": {"summary": HOSTILE}}));
-        let row = agent_row(HOSTILE);
+        let mut row = agent_row(HOSTILE);
+        // What a model streams is anyone's text too; turn 4 is past the row's 3 committed.
+        row.streaming = Some(crate::serve::watch::Streamed {
+            turn: 4,
+            pieces: 1,
+            text: HOSTILE.into(),
+        });
         let run = RunView {
             run: run_record(),
             status: RunStatus::Running,

@@ -279,7 +279,15 @@ fn agent_row(run_id: &str, row: &AgentRow, live: bool) -> Markup {
                 " " small { (row.entry.kind.as_str()) }
             }
             td class={ "agent-state " (activity.state.class()) } { (activity.state.as_str()) }
-            td class="doing" { (activity.doing) }
+            td class="doing" {
+                (activity.doing)
+                // The pieces serve holds of a response not yet committed: the page's own
+                // deltas continue from `data-pieces`.
+                @if let Some(streamed) = row.streaming.as_ref().filter(|s| s.turn > turns) {
+                    span class="streaming" title="streaming from the model, not yet committed"
+                        data-turn=(streamed.turn) data-pieces=(streamed.pieces) { (streamed.text) }
+                }
+            }
             td {
                 @if let Some(task) = &row.task {
                     "#" (task.task_id) " " (task.subject) " (" (task.status.as_str()) ")"

@@ -12,10 +12,11 @@
 //!   model responses as they stream ([`DeltaPublisher`]): not durable, passed to the run pages
 //!   as they come, replaced by the committed response.
 
+use std::collections::HashMap;
 use std::os::unix::net::UnixDatagram as StdDatagram;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::SyncSender;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use muster_agents::runtime::RunEvent;
@@ -63,9 +64,89 @@ pub struct Delta {
     /// `text`, `tool_input`, or `discard` (the attempt failed: what it showed is void).
     pub kind: String,
     pub text: String,
+    /// Its place among the pieces serve received for this agent and turn, from 0 (serve
+    /// numbers them; the run process leaves it out). A page that already holds the piece, in a
+    /// row rendered from [`Streamed`], knows it by this.
+    #[serde(default)]
+    pub piece: u64,
 }
 
-pub type Deltas = broadcast::Sender<Delta>;
+/// What an agent's current model response streamed so far, as serve received it: a row
+/// rendered now shows it, so a page that connects, or whose row is replaced, mid-stream does
+/// not lose the pieces sent before.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Streamed {
+    pub turn: u64,
+    /// How many pieces `text` holds (a discard counts: it emptied the text).
+    pub pieces: u64,
+    pub text: String,
+}
+
+/// The streamed pieces of this host's runs: each passed on to the open pages, and kept per run
+/// and agent ([`Streamed`]) until the committed response replaces it.
+#[derive(Clone)]
+pub struct Deltas {
+    sender: broadcast::Sender<Delta>,
+    streamed: Arc<Mutex<HashMap<(String, String), Streamed>>>,
+}
+
+impl Deltas {
+    pub fn new(capacity: usize) -> Deltas {
+        Deltas {
+            sender: broadcast::channel(capacity).0,
+            streamed: Default::default(),
+        }
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Delta> {
+        self.sender.subscribe()
+    }
+
+    /// Numbers the piece, keeps it, then passes it on, under one lock: a row rendered from
+    /// [`Deltas::streamed`] holds exactly the pieces numbered before it.
+    pub fn publish(&self, mut delta: Delta) {
+        let Ok(mut streamed) = self.streamed.lock() else {
+            return;
+        };
+        let kept = streamed
+            .entry((delta.run.clone(), delta.agent.clone()))
+            .or_default();
+        if kept.turn != delta.turn {
+            *kept = Streamed {
+                turn: delta.turn,
+                ..Streamed::default()
+            };
+        }
+        if delta.kind == "discard" {
+            kept.text.clear();
+        } else {
+            kept.text.push_str(&delta.text);
+        }
+        delta.piece = kept.pieces;
+        kept.pieces += 1;
+        let _ = self.sender.send(delta);
+    }
+
+    /// What each agent of the run streamed in a turn after its `committed` model requests
+    /// (an agent missing from `committed` has none); a turn already committed is forgotten.
+    pub fn streamed(
+        &self,
+        run: &str,
+        committed: &HashMap<String, u64>,
+    ) -> HashMap<String, Streamed> {
+        let Ok(mut streamed) = self.streamed.lock() else {
+            return HashMap::new();
+        };
+        streamed.retain(|(of_run, agent), kept| {
+            of_run != run || kept.turn > committed.get(agent).copied().unwrap_or(0)
+        });
+        streamed
+            .iter()
+            .filter(|((of_run, _), _)| of_run == run)
+            .map(|((_, agent), kept)| (agent.clone(), kept.clone()))
+            .collect()
+    }
+}
 
 /// What starts a delta's datagram; a poke is any other datagram.
 const DELTA_PREFIX: &[u8] = b"delta ";
@@ -139,6 +220,7 @@ fn delta_datagram(run_id: &str, event: &RunEvent) -> Option<Vec<u8>> {
         turn: *turn,
         kind: kind.to_owned(),
         text: text.clone(),
+        piece: 0,
     };
     let mut datagram = DELTA_PREFIX.to_vec();
     serde_json::to_writer(&mut datagram, &delta).ok()?;
@@ -304,7 +386,7 @@ async fn sqlite_watch(
                     Some(len) => match buf[..len].strip_prefix(DELTA_PREFIX) {
                         Some(json) => {
                             if let Ok(delta) = serde_json::from_slice::<Delta>(json) {
-                                let _ = deltas.send(delta);
+                                deltas.publish(delta);
                             }
                         }
                         None => {
@@ -369,6 +451,62 @@ mod tests {
             assert_eq!(delta.text, format!("piece {i}"));
             assert_eq!((delta.run.as_str(), delta.turn), ("r1", 4));
         }
+    }
+
+    fn delta(agent: &str, turn: u64, kind: &str, text: &str) -> Delta {
+        Delta {
+            run: "r1".into(),
+            agent: agent.into(),
+            turn,
+            kind: kind.into(),
+            text: text.into(),
+            piece: 0,
+        }
+    }
+
+    /// Serve keeps what each agent streamed so far and numbers the pieces it passes on, so a
+    /// row rendered mid-stream (a page that connects late, or a row replaced by a commit)
+    /// holds the text and says how many pieces it holds; a discard empties it, a new turn
+    /// starts over, and a committed turn is forgotten.
+    #[test]
+    fn serve_keeps_the_streamed_text_per_agent_and_numbers_its_pieces() {
+        let deltas = Deltas::new(16);
+        let mut page = deltas.subscribe();
+        let committed = |alice: u64| HashMap::from([("alice".to_owned(), alice)]);
+        deltas.publish(delta("alice", 4, "text", "Wrote "));
+        deltas.publish(delta("alice", 4, "text", "hello.txt,"));
+        deltas.publish(delta("bob", 2, "text", "Standing"));
+        let alice = |streamed: HashMap<String, Streamed>| streamed.get("alice").cloned();
+        assert_eq!(
+            alice(deltas.streamed("r1", &committed(3))),
+            Some(Streamed {
+                turn: 4,
+                pieces: 2,
+                text: "Wrote hello.txt,".into()
+            })
+        );
+        assert_eq!(deltas.streamed("r2", &committed(3)), HashMap::new());
+        let numbered: Vec<(String, u64)> = (0..3)
+            .map(|_| page.try_recv().unwrap())
+            .map(|d| (d.agent, d.piece))
+            .collect();
+        assert_eq!(
+            numbered,
+            [("alice".into(), 0), ("alice".into(), 1), ("bob".into(), 0)]
+        );
+        deltas.publish(delta("alice", 4, "discard", ""));
+        deltas.publish(delta("alice", 4, "text", "Retried"));
+        let retried = alice(deltas.streamed("r1", &committed(3))).unwrap();
+        assert_eq!((retried.pieces, retried.text.as_str()), (4, "Retried"));
+        deltas.publish(delta("alice", 5, "text", "Next"));
+        let next = alice(deltas.streamed("r1", &committed(4))).unwrap();
+        assert_eq!((next.turn, next.pieces, next.text.as_str()), (5, 1, "Next"));
+        assert_eq!(alice(deltas.streamed("r1", &committed(5))), None);
+        assert_eq!(
+            alice(deltas.streamed("r1", &committed(3))),
+            None,
+            "forgotten"
+        );
     }
 
     /// No serve: a piece is dropped at once, and publishing never blocks the stream.
