@@ -16,7 +16,7 @@ use muster_config::hooks::HookSandbox;
 use muster_config::team::MergeGate;
 use serde::{Deserialize, Serialize};
 
-use crate::worktree::{Git, Worktrees};
+use crate::worktree::Worktrees;
 
 /// How much of the command's output a result keeps (its end: where test failures are).
 const TAIL_BYTES: usize = 4000;
@@ -91,15 +91,7 @@ impl MergeTestGate {
         merged: &str,
         name: &str,
     ) -> anyhow::Result<GateResult> {
-        let path = worktrees.scratch_path(name);
-        let _ = std::fs::remove_dir_all(&path);
-        let repo = Git::new(worktrees.toplevel());
-        // `--force`: the registration a killed gate left for this path is taken over.
-        let where_to = path.to_string_lossy().into_owned();
-        repo.run(&[
-            "worktree", "add", "--quiet", "--force", "--detach", &where_to, merged,
-        ])
-        .await?;
+        let path = worktrees.add_scratch(name, merged).await?;
         let _scratch = Scratch {
             repo: worktrees.toplevel().to_path_buf(),
             path: path.clone(),

@@ -244,6 +244,49 @@ impl Worktrees {
         self.root.join(format!(".gate-{name}"))
     }
 
+    /// Adds merge gate scratch worktree `name` (at [`Self::scratch_path`]), detached at
+    /// `commit`, under the lock every change of the worktree list takes.
+    pub async fn add_scratch(&self, name: &str, commit: &str) -> IsolationResult<PathBuf> {
+        let _admin = self.admin.lock().await;
+        let path = self.scratch_path(name);
+        let _ = std::fs::remove_dir_all(&path);
+        self.forget_half_made().await?;
+        let where_to = path.to_string_lossy().into_owned();
+        // `--force`: the registration a killed gate left for this path is taken over.
+        self.repo
+            .run(&[
+                "worktree", "add", "--quiet", "--force", "--detach", &where_to, commit,
+            ])
+            .await?;
+        Ok(path)
+    }
+
+    /// Removes, with their trees, the administrative entries of this run's worktrees that a
+    /// kill during `git worktree add` left half made: git cannot prune one still locked as
+    /// `initializing`, and one whose `commondir` is empty makes every `git worktree` command
+    /// in the repository fail (`failed to read …/commondir`). Callers hold the admin lock, so
+    /// no add of this run is under way.
+    async fn forget_half_made(&self) -> IsolationResult<()> {
+        let common = self.repo.run(&["rev-parse", "--git-common-dir"]).await?;
+        let admin_root = self.toplevel.join(common).join("worktrees");
+        let Ok(entries) = std::fs::read_dir(&admin_root) else {
+            return Ok(());
+        };
+        for admin in entries.flatten().map(|entry| entry.path()) {
+            let tree = std::fs::read_to_string(admin.join("gitdir"))
+                .ok()
+                .and_then(|gitdir| Path::new(gitdir.trim_end()).parent().map(Path::to_path_buf));
+            let Some(tree) = tree.filter(|tree| tree.starts_with(&self.root)) else {
+                continue;
+            };
+            if half_made(&admin) {
+                let _ = std::fs::remove_dir_all(&tree);
+                std::fs::remove_dir_all(&admin).map_err(io("cannot remove", &admin))?;
+            }
+        }
+        Ok(())
+    }
+
     /// The workspace's subdirectory of the repository (empty at its top).
     pub fn subdir(&self) -> &Path {
         &self.subdir
@@ -333,6 +376,7 @@ impl Worktrees {
         if path.exists() {
             std::fs::remove_dir_all(&path).map_err(io("cannot remove", &path))?;
         }
+        self.forget_half_made().await?;
         self.repo.run(&["worktree", "prune"]).await?;
         std::fs::create_dir_all(&self.root).map_err(io("cannot create", &self.root))?;
         let path_text = path.to_string_lossy().into_owned();
@@ -563,6 +607,7 @@ impl Worktrees {
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(error) => return Err(io("cannot read", &self.root)(error)),
         };
+        self.forget_half_made().await?;
         for entry in entries.flatten() {
             let path = entry.path().to_string_lossy().into_owned();
             let _ = self
@@ -606,6 +651,16 @@ pub struct Changes {
     pub diffstat: String,
     /// Added lines that look like conflict markers (an unresolved hand-over).
     pub conflict_markers: usize,
+}
+
+/// Whether worktree administrative entry `admin` was left half made by `git worktree add`:
+/// still locked as `initializing` (the add removes that lock last), or with an empty
+/// `commondir` (the add was killed while writing it).
+fn half_made(admin: &Path) -> bool {
+    let read = |name: &str| std::fs::read_to_string(admin.join(name));
+    let initializing = read("locked").is_ok_and(|reason| reason.trim() == "initializing");
+    let empty_commondir = read("commondir").is_ok_and(|dir| dir.trim().is_empty());
+    initializing || empty_commondir
 }
 
 fn remove_empty_parents(file: &Path, top: &Path) {

@@ -188,6 +188,64 @@ async fn a_worktree_is_made_once_made_again_when_half_made_and_refused_when_take
     );
 }
 
+/// What `git worktree add` leaves when killed part way (git 2.47's order: the admin entry
+/// locked `initializing`, `gitdir`, the tree's `.git` file, `commondir`, `HEAD`, the
+/// checkout, then the lock removed): `commondir` written empty, or everything but the lock.
+fn half_made_entry(dir: &Path, tree: &Path, empty_commondir: bool) {
+    let admin = dir.join(".git/worktrees/-gate-two");
+    std::fs::create_dir_all(&admin).unwrap();
+    std::fs::create_dir_all(tree).unwrap();
+    std::fs::write(admin.join("locked"), "initializing").unwrap();
+    std::fs::write(
+        admin.join("gitdir"),
+        format!("{}\n", tree.join(".git").display()),
+    )
+    .unwrap();
+    std::fs::write(tree.join(".git"), format!("gitdir: {}\n", admin.display())).unwrap();
+    let commondir = if empty_commondir { "" } else { "../..\n" };
+    std::fs::write(admin.join("commondir"), commondir).unwrap();
+    if !empty_commondir {
+        let head = sh(dir, "git rev-parse HEAD");
+        std::fs::write(admin.join("HEAD"), format!("{head}\n")).unwrap();
+    }
+}
+
+/// A gate killed inside `git worktree add` (a kill -9 of the run, or of a gate racing the
+/// first): every later worktree operation of the run — a new scratch tree, a teammate's
+/// worktree, removing the run's trees — removes the half-made entry, so the user's `git
+/// worktree list` works again and nothing of it is left. Before, an empty `commondir` made
+/// every `git worktree` command fail, and a locked entry survived `git worktree prune`.
+#[tokio::test]
+async fn a_worktree_add_killed_part_way_is_cleared_by_the_next_worktree_operation() {
+    for empty_commondir in [true, false] {
+        for operation in ["add_scratch", "ensure", "remove_worktrees"] {
+            let dir = repo();
+            let worktrees = worktrees(dir.path()).await;
+            let base = worktrees.make_base().await.unwrap();
+            let tree = worktrees.scratch_path("two");
+            half_made_entry(dir.path(), &tree, empty_commondir);
+            let case = format!("{operation}, empty commondir {empty_commondir}");
+            match operation {
+                "add_scratch" => {
+                    let path = worktrees.add_scratch("one", &base.commit).await.unwrap();
+                    assert_eq!(sh(&path, "head -1 a.txt"), "a1", "{case}");
+                }
+                "ensure" => {
+                    worktrees.ensure("alice", &base.commit).await.unwrap();
+                }
+                _ => worktrees.remove_worktrees().await.unwrap(),
+            }
+            let listed = sh(dir.path(), "git worktree list --porcelain");
+            assert!(!listed.contains(".gate-two"), "{case}: {listed}");
+            assert!(!tree.exists(), "{case}");
+            assert!(
+                !dir.path().join(".git/worktrees/-gate-two").exists(),
+                "{case}"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn checkpoints_restore_exactly_even_when_the_worktree_directory_was_lost() {
     let dir = repo();

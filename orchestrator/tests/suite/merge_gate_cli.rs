@@ -493,15 +493,13 @@ async fn prune_removes_the_scratch_tree_a_killed_gate_left() {
     command.env("MUSTER_FAILPOINT", "merge_gate");
     let killed = super::common::output(command).await;
     assert_eq!(killed.status.code(), None, "{}", stderr(&killed));
-    let trees = git(root, &["worktree", "list", "--porcelain"]);
-    assert!(
-        trees.contains(".gate-"),
-        "the killed gate left its tree: {trees}"
-    );
+    // Not `git worktree list` here: the other teammate's gate may have been killed inside
+    // `git worktree add`, which can leave git unable to list (the next worktree operation
+    // clears that; see the worktree tests).
     let worktrees = root.join(".muster/worktrees");
     // Both teammates' gates may be under way when the first one is killed.
-    let gates = walk_gate_dirs(&worktrees).len();
-    assert!((1..=2).contains(&gates), "{gates} gate trees: {trees}");
+    let gates = walk_gate_dirs(&worktrees);
+    assert!((1..=2).contains(&gates.len()), "gate trees: {gates:?}");
 
     let store = super::common::open_store(root);
     let runs = store.runs().await.unwrap();
