@@ -261,6 +261,18 @@ pub enum DeltaKind {
     Discard,
 }
 
+impl DeltaKind {
+    /// Its name on the wire (`text`, `thinking`, `tool_input`, `discard`), as serde writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeltaKind::Text => "text",
+            DeltaKind::Thinking => "thinking",
+            DeltaKind::ToolInput => "tool_input",
+            DeltaKind::Discard => "discard",
+        }
+    }
+}
+
 /// The tokens of one model response, by Anthropic's names (an OpenAI-compatible server's
 /// figures are mapped to them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -429,7 +429,11 @@ fn run_deltas(
                 Ok(delta) if delta.run == run_id => {
                     let event = Event::default().event("delta").data(format!(
                         "{} {} {} {}\n{}",
-                        delta.agent, delta.kind, delta.turn, delta.piece, delta.text
+                        delta.agent,
+                        delta.kind.as_str(),
+                        delta.turn,
+                        delta.piece,
+                        delta.text
                     ));
                     return Some((Ok(event), (receiver, run_id)));
                 }

@@ -61,8 +61,9 @@ pub struct Delta {
     pub agent: String,
     /// The model request it belongs to (the agent's turn index).
     pub turn: u64,
-    /// `text`, `tool_input`, or `discard` (the attempt failed: what it showed is void).
-    pub kind: String,
+    /// Text, tool input, or a discard (the attempt failed: what it showed is void); never
+    /// thinking, which the run process does not send.
+    pub kind: DeltaKind,
     pub text: String,
     /// Its place among the pieces serve received for this agent and turn, from 0 (serve
     /// numbers them; the run process leaves it out). A page that already holds the piece, in a
@@ -117,7 +118,7 @@ impl Deltas {
                 ..Streamed::default()
             };
         }
-        if delta.kind == "discard" {
+        if delta.kind == DeltaKind::Discard {
             kept.text.clear();
         } else {
             kept.text.push_str(&delta.text);
@@ -208,17 +209,14 @@ fn delta_datagram(run_id: &str, event: &RunEvent) -> Option<Vec<u8>> {
     else {
         return None;
     };
-    let kind = match delta {
-        DeltaKind::Text => "text",
-        DeltaKind::ToolInput => "tool_input",
-        DeltaKind::Discard => "discard",
-        DeltaKind::Thinking => return None,
-    };
+    if *delta == DeltaKind::Thinking {
+        return None;
+    }
     let delta = Delta {
         run: run_id.to_owned(),
         agent: agent.clone(),
         turn: *turn,
-        kind: kind.to_owned(),
+        kind: *delta,
         text: text.clone(),
         piece: 0,
     };
@@ -453,12 +451,12 @@ mod tests {
         }
     }
 
-    fn delta(agent: &str, turn: u64, kind: &str, text: &str) -> Delta {
+    fn delta(agent: &str, turn: u64, kind: DeltaKind, text: &str) -> Delta {
         Delta {
             run: "r1".into(),
             agent: agent.into(),
             turn,
-            kind: kind.into(),
+            kind,
             text: text.into(),
             piece: 0,
         }
@@ -473,9 +471,9 @@ mod tests {
         let deltas = Deltas::new(16);
         let mut page = deltas.subscribe();
         let committed = |alice: u64| HashMap::from([("alice".to_owned(), alice)]);
-        deltas.publish(delta("alice", 4, "text", "Wrote "));
-        deltas.publish(delta("alice", 4, "text", "hello.txt,"));
-        deltas.publish(delta("bob", 2, "text", "Standing"));
+        deltas.publish(delta("alice", 4, DeltaKind::Text, "Wrote "));
+        deltas.publish(delta("alice", 4, DeltaKind::Text, "hello.txt,"));
+        deltas.publish(delta("bob", 2, DeltaKind::Text, "Standing"));
         let alice = |streamed: HashMap<String, Streamed>| streamed.get("alice").cloned();
         assert_eq!(
             alice(deltas.streamed("r1", &committed(3))),
@@ -494,11 +492,11 @@ mod tests {
             numbered,
             [("alice".into(), 0), ("alice".into(), 1), ("bob".into(), 0)]
         );
-        deltas.publish(delta("alice", 4, "discard", ""));
-        deltas.publish(delta("alice", 4, "text", "Retried"));
+        deltas.publish(delta("alice", 4, DeltaKind::Discard, ""));
+        deltas.publish(delta("alice", 4, DeltaKind::Text, "Retried"));
         let retried = alice(deltas.streamed("r1", &committed(3))).unwrap();
         assert_eq!((retried.pieces, retried.text.as_str()), (4, "Retried"));
-        deltas.publish(delta("alice", 5, "text", "Next"));
+        deltas.publish(delta("alice", 5, DeltaKind::Text, "Next"));
         let next = alice(deltas.streamed("r1", &committed(4))).unwrap();
         assert_eq!((next.turn, next.pieces, next.text.as_str()), (5, 1, "Next"));
         assert_eq!(alice(deltas.streamed("r1", &committed(5))), None);
