@@ -163,15 +163,7 @@ fn sync_name(sync: SyncMode) -> &'static str {
 pub fn run(options: &Options) -> anyhow::Result<Vec<Row>> {
     let l_ms = options.latency.as_secs_f64() * 1000.0;
     let mut rows = Vec::new();
-    let shape = Shape {
-        teammates: options.teammates,
-        turns: options.turns,
-        latency: options.latency,
-        lead_latency: options.latency,
-        bash: None,
-        hooks: false,
-        env: Vec::new(),
-    };
+    let shape = Shape::tasks(options, Vec::new());
     // Interleaved, so a noisy moment of a shared machine hits each setting alike.
     let mut measured: Vec<(Durability, Vec<Measured>)> = options
         .syncs
@@ -356,16 +348,7 @@ pub(super) fn traces_run(
     label: &'static str,
     env: Vec<(&'static str, String)>,
 ) -> anyhow::Result<Row> {
-    let shape = Shape {
-        teammates: options.teammates,
-        turns: options.turns,
-        latency: options.latency,
-        lead_latency: options.latency,
-        bash: None,
-        hooks: false,
-        env,
-    };
-    let m = run_team(options, sync, &shape)?;
+    let m = run_team(options, sync, &Shape::tasks(options, env))?;
     let l_ms = options.latency.as_secs_f64() * 1000.0;
     Ok(Row {
         system: "muster",
@@ -470,6 +453,22 @@ struct Shape {
     hooks: bool,
     /// Variables added to the child's environment (the traces scenario's).
     env: Vec<(&'static str, String)>,
+}
+
+impl Shape {
+    /// The tasks scenario: `options`' teammates, turns and latency, with `env` added to the
+    /// child's environment.
+    fn tasks(options: &Options, env: Vec<(&'static str, String)>) -> Shape {
+        Shape {
+            teammates: options.teammates,
+            turns: options.turns,
+            latency: options.latency,
+            lead_latency: options.latency,
+            bash: None,
+            hooks: false,
+            env,
+        }
+    }
 }
 
 /// Writes a project of `shape.teammates` workers with a task each, runs it as a child
