@@ -182,15 +182,12 @@ async fn a_semantic_conflict_lands_one_merge_and_sends_the_other_back_until_it_i
         applied,
         [format!("merge-{landed}-1"), format!("merge-{back}-2")]
     );
-    let mail = muster(root, &["inbox", back, "--json"]).await;
-    let mail: Value = serde_json::from_slice(&mail.stdout).unwrap();
+    let mail = mail_bodies(root, back).await;
     let told = mail
-        .as_array()
-        .unwrap()
         .iter()
-        .filter_map(|row| row["message"]["body"]["text"].as_str())
+        .filter_map(|body| body["text"].as_str())
         .find(|text| text.contains("fails the project's tests"))
-        .unwrap_or_else(|| panic!("{back} was not told: {mail:#}"));
+        .unwrap_or_else(|| panic!("{back} was not told: {mail:#?}"));
     assert!(
         told.contains("one.txt and two.txt disagree")
             && told.contains(&format!("merge-{back}-1"))
@@ -198,17 +195,13 @@ async fn a_semantic_conflict_lands_one_merge_and_sends_the_other_back_until_it_i
         "{told}"
     );
     // Each request carries its pass, on the head it was tested on.
-    let inbox = muster(root, &["inbox", "lead", "--json"]).await;
-    let inbox: Value = serde_json::from_slice(&inbox.stdout).unwrap();
+    let inbox = mail_bodies(root, "lead").await;
     let tested: Vec<&Value> = inbox
-        .as_array()
-        .unwrap()
         .iter()
-        .map(|row| &row["message"]["body"])
         .filter(|body| body["type"] == "merge_request")
         .map(|body| &body["tested"])
         .collect();
-    assert_eq!(tested.len(), 3, "{inbox:#}");
+    assert_eq!(tested.len(), 3, "{inbox:#?}");
     // The text inbox says so too.
     let listed = muster(root, &["inbox", "lead"]).await;
     let listed = String::from_utf8_lossy(&listed.stdout);
@@ -222,13 +215,10 @@ async fn a_semantic_conflict_lands_one_merge_and_sends_the_other_back_until_it_i
     let plans = String::from_utf8_lossy(&plans.stdout);
     for id in [format!("merge-{landed}-1"), format!("merge-{back}-2")] {
         let head = inbox
-            .as_array()
-            .unwrap()
             .iter()
-            .map(|row| &row["message"]["body"])
             .find(|body| body["request_id"] == id.as_str())
             .and_then(|body| body["tested"]["head"].as_str())
-            .unwrap_or_else(|| panic!("{id}: {inbox:#}"));
+            .unwrap_or_else(|| panic!("{id}: {inbox:#?}"));
         let row = plans
             .lines()
             .find(|line| line.starts_with(&id))
@@ -517,6 +507,15 @@ async fn prune_removes_the_scratch_tree_a_killed_gate_left() {
     assert!(left.is_empty(), "{left:?}");
 }
 
+/// The bodies of the messages in `agent`'s inbox (`muster inbox AGENT --json`).
+async fn mail_bodies(root: &Path, agent: &str) -> Vec<Value> {
+    let listed = muster(root, &["inbox", agent, "--json"]).await;
+    let rows: Vec<Value> = serde_json::from_slice(&listed.stdout).unwrap();
+    rows.into_iter()
+        .map(|mut row| row["message"]["body"].take())
+        .collect()
+}
+
 /// Every `.gate-*` directory under `dir`, at any depth.
 fn walk_gate_dirs(dir: &Path) -> Vec<std::path::PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -621,18 +620,14 @@ async fn a_test_command_past_its_timeout_is_stopped_and_goes_back_to_the_teammat
                 .is_some_and(|text| text.contains("ran past test_timeout (1s)"))),
         "one was not told of the timeout: {mail:#}"
     );
-    let inbox = muster(root, &["inbox", "human", "--json"]).await;
-    let inbox: Value = serde_json::from_slice(&inbox.stdout).unwrap();
+    let inbox = mail_bodies(root, "human").await;
     let requests: Vec<&Value> = inbox
-        .as_array()
-        .unwrap()
         .iter()
-        .map(|row| &row["message"]["body"])
         .filter(|body| body["type"] == "merge_request")
         .collect();
-    assert_eq!(requests.len(), 1, "{inbox:#}");
+    assert_eq!(requests.len(), 1, "{inbox:#?}");
     assert_eq!(requests[0]["request_id"], waiting[0].as_str());
-    assert_eq!(requests[0]["tested"]["exit"], 0, "{inbox:#}");
+    assert_eq!(requests[0]["tested"]["exit"], 0, "{inbox:#?}");
     let hung = std::process::Command::new("pgrep")
         .args(["-f", "sleep 30.5"])
         .output()
@@ -721,29 +716,22 @@ async fn the_gates_test_command_reaches_no_network() {
         listener.accept().is_err(),
         "the gate's test command reached the network"
     );
-    let mail = muster(root, &["inbox", "one", "--json"]).await;
-    let mail: Value = serde_json::from_slice(&mail.stdout).unwrap();
+    let mail = mail_bodies(root, "one").await;
     let told = mail
-        .as_array()
-        .unwrap()
         .iter()
-        .filter_map(|row| row["message"]["body"]["text"].as_str())
+        .filter_map(|body| body["text"].as_str())
         .find(|text| text.contains("fails the project's tests"))
-        .unwrap_or_else(|| panic!("one was not told: {mail:#}"));
+        .unwrap_or_else(|| panic!("one was not told: {mail:#?}"));
     assert!(
         !told.lines().any(|line| line.trim() == "connected"),
         "{told}"
     );
-    let inbox = muster(root, &["inbox", "human", "--json"]).await;
-    let inbox: Value = serde_json::from_slice(&inbox.stdout).unwrap();
+    let inbox = mail_bodies(root, "human").await;
     let tested: Vec<&Value> = inbox
-        .as_array()
-        .unwrap()
         .iter()
-        .map(|row| &row["message"]["body"])
         .filter(|body| body["type"] == "merge_request")
         .map(|body| &body["tested"])
         .collect();
-    assert_eq!(tested.len(), 1, "{inbox:#}");
-    assert_eq!(tested[0]["exit"], 0, "{inbox:#}");
+    assert_eq!(tested.len(), 1, "{inbox:#?}");
+    assert_eq!(tested[0]["exit"], 0, "{inbox:#?}");
 }
