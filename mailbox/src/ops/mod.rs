@@ -6,9 +6,11 @@
 //!
 //! How each backend drives an operation: PostgreSQL awaits it inside the write's transaction
 //! (under the run's advisory lock, see `postgres/mod.rs`); SQLite's writer thread calls it
-//! inside the operation's SAVEPOINT and polls the future once (`sqlite::tx::drive`): its
-//! [`Tx`] never waits, every statement runs synchronously on the writer's connection.
+//! inside the operation's SAVEPOINT and polls the future once (`sqlite::ops::drive`): its
+//! [`Tx`] never waits, every statement runs synchronously on the writer's connection. Which
+//! transaction each store method runs its operation in is written once too ([`backend`]).
 
+pub(crate) mod backend;
 pub(crate) mod fork;
 pub(crate) mod ledger;
 pub(crate) mod mail;

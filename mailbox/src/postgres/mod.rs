@@ -20,23 +20,16 @@ mod tls;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use serde_json::Value;
 use tokio_postgres::IsolationLevel;
 
 use crate::error::{StoreError, StoreResult};
-use crate::message::MessageKind;
-use crate::ops::{
-    fork as ops_fork, ledger as ops_ledger, mail, runs, tasks as ops_tasks, work as ops_work,
-};
+use crate::ops::backend::{Backend, WorkAccess, mailbox_store};
+use crate::ops::{ledger as ops_ledger, mail, work as ops_work};
 use crate::options::StoreOptions;
-use crate::store::MailboxStore;
 use crate::types::*;
 use crate::wake::{Waiters, Wake};
-use crate::work::{
-    Heartbeat, NewWorkItem, WorkFence, WorkItem, WorkWatch, WorkerInfo, WorkerRecord,
-};
+use crate::work::{WorkFence, WorkWatch};
 pub use changes::feed_application_name;
 pub use live::{listen_application_name, live_application_name};
 use ops::{Ctx, PgTx, Tx};
@@ -46,7 +39,7 @@ pub use schema::PG_SCHEMA_VERSION;
 /// run wait for its lock anyway.
 const POOL_SIZE: usize = 8;
 
-/// The PostgreSQL implementation of [`MailboxStore`].
+/// The PostgreSQL implementation of [`MailboxStore`](crate::store::MailboxStore).
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: Pool,
@@ -172,8 +165,9 @@ impl PostgresStore {
     }
 
     /// This store, announcing every write's wake-ups to the processes that listen on the
-    /// run ([`MailboxStore::listen_run`], and the live run's own hold): agents of one run in
-    /// several processes (a team with teammates on workers) wake each other on commit.
+    /// run ([`listen_run`](crate::store::MailboxStore::listen_run), and the live run's own
+    /// hold): agents of one run in several processes (a team with teammates on workers) wake
+    /// each other on commit.
     pub fn announcing(mut self) -> PostgresStore {
         self.announce_wakes = true;
         self
@@ -449,288 +443,160 @@ fn connect_reason(source: &tokio_postgres::Error) -> String {
     text
 }
 
-/// One write: a connection, a transaction holding the runs' locks, the body, its outcome
-/// stored under the write's operation id, COMMIT. When the connection is lost (the outcome
-/// of a COMMIT unknown), the write is tried again on a new connection under the same id: if
-/// the first attempt committed, its stored outcome is returned and nothing runs twice.
-macro_rules! write_op {
-    ($store:expr, [$($run:expr),*], |$tx:ident, $ctx:ident, $wakes:ident| $body:expr) => {{
-        let store = $store;
-        let op_key = ops::new_operation_key();
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let confirmed = store.take_confirmed();
-            let outcome = async {
-                let mut conn = store.connection().await?;
-                let raw = store.begin_write(&mut conn, &[$($run),*]).await?;
-                let $ctx = &store.ctx;
-                if let Some(fence) = &store.fence {
-                    ops_work::check_fence(&PgTx { tx: &raw, ctx: $ctx }, fence).await?;
-                }
-                if let Some((first, wakes)) = ops::stored_operation(&raw, $ctx, &op_key).await? {
-                    let first = store.finish(raw, Ok(first), wakes).await?;
-                    store.changes.after_commit(&conn).await;
-                    return Ok(first);
-                }
-                let mut wake_list = Vec::new();
-                let result = {
-                    let $tx = PgTx { tx: &raw, ctx: $ctx };
-                    let $wakes = &mut wake_list;
-                    $body
-                };
-                let op_run: &str = [$($run),*][0];
-                let result = match result {
-                    Ok(value) => ops::store_operation(
-                        &raw, $ctx, op_run, &op_key, &value, &wake_list, &confirmed,
-                    )
-                    .await
-                    .map(|()| value),
-                    Err(error) => Err(error),
-                };
-                let value = store.finish(raw, result, wake_list).await?;
-                store.changes.after_commit(&conn).await;
-                Ok(value)
-            }
-            .await;
-            match outcome {
-                Ok(value) => {
-                    store.add_confirmed([op_key]);
-                    break Ok(value);
-                }
-                Err(StoreError::ConnectionLost { .. }) if attempt < WRITE_ATTEMPTS => {
-                    store.add_confirmed(confirmed);
-                }
-                Err(error) => {
-                    store.add_confirmed(confirmed);
-                    break Err(error);
-                }
-            }
-        }
-    }};
-}
-
-/// A connection, the transaction `$begin` opens on it, the body, its end.
-macro_rules! plain_op {
-    ($store:expr, $begin:ident($($arg:expr),*), |$tx:ident, $ctx:ident| $body:expr) => {{
-        let store = $store;
-        let mut conn = store.connection().await?;
-        let raw = store.$begin(&mut conn $(, $arg)*).await?;
-        let $ctx = &store.ctx;
-        let result = {
-            let $tx = PgTx {
-                tx: &raw,
-                ctx: $ctx,
-            };
-            $body
-        };
-        store.finish(raw, result, Vec::new()).await
-    }};
-}
-
-/// One operation on the work queues: a connection, a transaction (no run locks, no
-/// operation id: a claim whose COMMIT acknowledgement is lost simply lapses), the body, COMMIT.
-macro_rules! work_op {
-    ($store:expr, |$tx:ident, $ctx:ident| $body:expr) => {
-        plain_op!($store, begin_write(&[]), |$tx, $ctx| $body)
-    };
-}
-
-/// One read: a connection, a read-only snapshot, the body.
-macro_rules! read_op {
-    ($store:expr, |$tx:ident, $ctx:ident| $body:expr) => {
-        plain_op!($store, begin_read(), |$tx, $ctx| $body)
-    };
-}
-
 impl PostgresStore {
+    /// One attempt of a write (see [`Backend::write`]): a connection, a transaction holding
+    /// the runs' locks, the body, its outcome stored under the write's operation id, COMMIT.
+    async fn write_once<T, F>(
+        &self,
+        runs: &[&str],
+        op_key: &str,
+        confirmed: &[String],
+        body: &F,
+    ) -> StoreResult<T>
+    where
+        T: serde::Serialize + serde::de::DeserializeOwned,
+        F: AsyncFn(&PgTx<'_>, &mut Vec<Wake>) -> StoreResult<T>,
+    {
+        let mut conn = self.connection().await?;
+        let raw = self.begin_write(&mut conn, runs).await?;
+        let tx = PgTx {
+            tx: &raw,
+            ctx: &self.ctx,
+        };
+        if let Some(fence) = &self.fence {
+            ops_work::check_fence(&tx, fence).await?;
+        }
+        if let Some((first, wakes)) = ops::stored_operation(&raw, &self.ctx, op_key).await? {
+            let first = self.finish(raw, Ok(first), wakes).await?;
+            self.changes.after_commit(&conn).await;
+            return Ok(first);
+        }
+        let mut wakes = Vec::new();
+        let op_run = runs.first().copied().unwrap_or_default();
+        let result = match body(&tx, &mut wakes).await {
+            Ok(value) => {
+                ops::store_operation(&raw, &self.ctx, op_run, op_key, &value, &wakes, confirmed)
+                    .await
+                    .map(|()| value)
+            }
+            Err(error) => Err(error),
+        };
+        let value = self.finish(raw, result, wakes).await?;
+        self.changes.after_commit(&conn).await;
+        Ok(value)
+    }
+
+    /// A connection, a transaction (`write`: one that locks no run; else a read-only
+    /// snapshot), the body, its end.
+    async fn plain<T, F>(&self, write: bool, body: F) -> StoreResult<T>
+    where
+        F: AsyncFnOnce(&PgTx<'_>) -> StoreResult<T>,
+    {
+        let mut conn = self.connection().await?;
+        let raw = if write {
+            self.begin_write(&mut conn, &[]).await?
+        } else {
+            self.begin_read(&mut conn).await?
+        };
+        let result = body(&PgTx {
+            tx: &raw,
+            ctx: &self.ctx,
+        })
+        .await;
+        self.finish(raw, result, Vec::new()).await
+    }
+
     /// For `muster bench mailbox` only: a decision whose NOTIFY is sent inside its own
     /// transaction (so the server's global notification lock is taken at its COMMIT),
-    /// measured against the placement every command uses — [`MailboxStore::respond`], then
-    /// [`MailboxStore::announce`] after COMMIT. No setting switches a run to this path.
+    /// measured against the placement every command uses —
+    /// [`respond`](crate::store::MailboxStore::respond), then
+    /// [`announce`](crate::store::MailboxStore::announce) after COMMIT. No setting switches a
+    /// run to this path.
     #[doc(hidden)]
     pub async fn bench_only_respond_with_notify_in_transaction(
         &self,
         response: NewResponse,
     ) -> StoreResult<Message> {
-        write_op!(self, [&response.run_id], |tx, ctx, wakes| {
-            async {
-                let message = mail::respond(&tx, &response, wakes).await?;
-                ops::execute(
-                    tx.tx,
-                    ctx,
-                    "SELECT pg_notify($1, $2)",
-                    &[&ctx.wake_channel(&response.run_id), &message.recipient],
-                )
-                .await?;
-                Ok(message)
-            }
-            .await
+        let id = response.run_id.clone();
+        self.write(&[&id], async move |tx, wakes| {
+            let message = mail::respond(tx, &response, wakes).await?;
+            ops::execute(
+                tx.tx,
+                tx.ctx,
+                "SELECT pg_notify($1, $2)",
+                &[&tx.ctx.wake_channel(&response.run_id), &message.recipient],
+            )
+            .await?;
+            Ok(message)
         })
+        .await
     }
 }
 
-#[async_trait]
-impl MailboxStore for PostgresStore {
-    async fn create_run(&self, run: NewRun) -> StoreResult<RunRecord> {
-        write_op!(self, [&run.id], |tx, ctx, _w| runs::create_run(&tx, &run)
-            .await)
+impl Backend for PostgresStore {
+    type Tx<'t> = PgTx<'t>;
+
+    fn fence(&self) -> Option<&Arc<WorkFence>> {
+        self.fence.as_ref()
     }
 
-    async fn run(&self, run_id: &str) -> StoreResult<Option<RunRecord>> {
-        read_op!(self, |tx, ctx| runs::get_run(&tx, run_id).await)
+    fn waiters(&self) -> &Waiters {
+        &self.waiters
     }
 
-    async fn runs(&self) -> StoreResult<Vec<RunRecord>> {
-        read_op!(self, |tx, ctx| runs::list_runs(&tx).await)
+    fn unlimited(&self) -> &ops_ledger::UnlimitedRuns {
+        &self.unlimited
     }
 
-    async fn set_run_status(
-        &self,
-        run_id: &str,
-        status: RunStatus,
-        result: Option<Value>,
-    ) -> StoreResult<RunRecord> {
-        write_op!(self, [run_id], |tx, ctx, _w| {
-            runs::set_run_status(&tx, run_id, status, result.as_ref()).await
-        })
+    /// When the connection is lost (the outcome of a COMMIT unknown), the write is tried again
+    /// on a new connection under the same operation id: if the first attempt committed, its
+    /// stored outcome is returned and nothing runs twice.
+    async fn write<T, F>(&self, runs: &[&str], body: F) -> StoreResult<T>
+    where
+        T: serde::Serialize + serde::de::DeserializeOwned + Send + 'static,
+        F: AsyncFn(&Self::Tx<'_>, &mut Vec<Wake>) -> StoreResult<T> + Send + 'static,
+    {
+        let op_key = ops::new_operation_key();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let confirmed = self.take_confirmed();
+            match self.write_once(runs, &op_key, &confirmed, &body).await {
+                Ok(value) => {
+                    self.add_confirmed([op_key]);
+                    break Ok(value);
+                }
+                Err(StoreError::ConnectionLost { .. }) if attempt < WRITE_ATTEMPTS => {
+                    self.add_confirmed(confirmed);
+                }
+                Err(error) => {
+                    self.add_confirmed(confirmed);
+                    break Err(error);
+                }
+            }
+        }
     }
 
-    async fn set_launch_options(
-        &self,
-        run_id: &str,
-        launch_options: Value,
-    ) -> StoreResult<RunRecord> {
-        write_op!(self, [run_id], |tx, ctx, _w| {
-            runs::set_launch_options(&tx, run_id, &launch_options).await
-        })
+    async fn read<T, F>(&self, body: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: AsyncFnOnce(&Self::Tx<'_>) -> StoreResult<T> + Send + 'static,
+    {
+        self.plain(false, body).await
     }
 
-    async fn open_epoch(&self, run_id: &str) -> StoreResult<i64> {
-        write_op!(self, [run_id], |tx, ctx, wakes| runs::open_epoch(
-            &tx, run_id, wakes
-        )
-        .await)
+    /// A write here locks no run and has no operation id: a claim whose COMMIT
+    /// acknowledgement is lost simply lapses.
+    async fn work<T, F>(&self, access: WorkAccess, body: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: AsyncFnOnce(&Self::Tx<'_>) -> StoreResult<T> + Send + 'static,
+    {
+        self.plain(access != WorkAccess::Read, body).await
     }
+}
 
-    async fn update_auto_gate(
-        &self,
-        run_id: &str,
-        update: AutoGateUpdate,
-    ) -> StoreResult<AutoGate> {
-        write_op!(self, [run_id], |tx, ctx, _w| {
-            runs::update_auto_gate(&tx, run_id, update).await
-        })
-    }
-
-    async fn add_member(&self, run_id: &str, entry: RosterEntry) -> StoreResult<()> {
-        write_op!(self, [run_id], |tx, ctx, _w| {
-            runs::add_member(&tx, run_id, &entry).await
-        })
-    }
-
-    async fn roster(&self, run_id: &str) -> StoreResult<Vec<RosterEntry>> {
-        read_op!(self, |tx, ctx| runs::roster(&tx, run_id).await)
-    }
-
-    async fn send(&self, message: NewMessage) -> StoreResult<Message> {
-        write_op!(self, [&message.run_id], |tx, ctx, wakes| {
-            mail::send(&tx, &message, wakes).await
-        })
-    }
-
-    async fn try_receive(
-        &self,
-        run_id: &str,
-        recipient: &str,
-        epoch: i64,
-        filter: MessageFilter,
-    ) -> StoreResult<Option<Message>> {
-        write_op!(self, [run_id], |tx, ctx, _w| {
-            mail::lease_next(&tx, run_id, recipient, epoch, &filter).await
-        })
-    }
-
-    async fn try_receive_batch(
-        &self,
-        run_id: &str,
-        recipient: &str,
-        epoch: i64,
-        max: usize,
-    ) -> StoreResult<Vec<Message>> {
-        write_op!(self, [run_id], |tx, ctx, _w| {
-            mail::lease_batch(&tx, run_id, recipient, epoch, max).await
-        })
-    }
-
-    async fn ack(&self, run_id: &str, keys: Vec<String>) -> StoreResult<()> {
-        let acker = mail::Acker::of_store(self.fence.is_some());
-        write_op!(self, [run_id], |tx, ctx, _w| mail::ack(
-            &tx, run_id, &keys, acker
-        )
-        .await)
-    }
-
-    async fn hand_back(&self, run_id: &str, keys: Vec<String>) -> StoreResult<u64> {
-        write_op!(self, [run_id], |tx, ctx, wakes| mail::hand_back(
-            &tx, run_id, &keys, wakes
-        )
-        .await)
-    }
-
-    async fn respond(&self, response: NewResponse) -> StoreResult<Message> {
-        write_op!(self, [&response.run_id], |tx, ctx, wakes| {
-            mail::respond(&tx, &response, wakes).await
-        })
-    }
-
-    async fn request(&self, run_id: &str, request_id: &str) -> StoreResult<Option<RequestRecord>> {
-        read_op!(self, |tx, ctx| mail::request(&tx, run_id, request_id).await)
-    }
-
-    async fn requests(&self, run_id: &str) -> StoreResult<Vec<RequestRecord>> {
-        read_op!(self, |tx, ctx| mail::list_requests(&tx, run_id).await)
-    }
-
-    async fn message(&self, key: &str) -> StoreResult<Option<Message>> {
-        read_op!(self, |tx, ctx| mail::message_by_key(&tx, key).await)
-    }
-
-    async fn messages(&self, run_id: &str, recipient: Option<&str>) -> StoreResult<Vec<Message>> {
-        read_op!(self, |tx, ctx| {
-            mail::list_messages(&tx, run_id, recipient).await
-        })
-    }
-
-    async fn newest_messages(&self, run_id: &str, limit: usize) -> StoreResult<NewestMessages> {
-        read_op!(self, |tx, ctx| mail::newest_messages(&tx, run_id, limit)
-            .await)
-    }
-
-    async fn messages_of_kind(
-        &self,
-        run_id: &str,
-        kind: &MessageKind,
-    ) -> StoreResult<Vec<Message>> {
-        read_op!(self, |tx, ctx| mail::messages_of_kind(&tx, run_id, kind)
-            .await)
-    }
-
-    async fn commit_turn(&self, turn: CommitTurn) -> StoreResult<CommitTurnOutcome> {
-        let acker = mail::Acker::of_store(self.fence.is_some());
-        write_op!(self, [&turn.run_id], |tx, ctx, wakes| {
-            runs::commit_turn(&tx, &turn, acker, wakes).await
-        })
-    }
-
-    fn wake(&self, run_id: &str, recipient: &str) {
-        self.waiters.wake(run_id, recipient);
-    }
-
-    fn woken(&self, run_id: &str, recipient: &str) -> std::sync::Arc<tokio::sync::Notify> {
-        self.waiters.notify_for(run_id, recipient)
-    }
-
+mailbox_store!(PostgresStore, {
     async fn hold_live(&self, run_id: &str) -> StoreResult<Option<crate::live::LiveHold>> {
         self.take_hold(run_id).await.map(Some)
     }
@@ -794,71 +660,6 @@ impl MailboxStore for PostgresStore {
         changes::watch(self, on_change).await.map(Some)
     }
 
-    async fn append_records(
-        &self,
-        run_id: &str,
-        records: Vec<NewRecord>,
-    ) -> StoreResult<Vec<AgentRecord>> {
-        write_op!(self, [run_id], |tx, ctx, _w| {
-            runs::append_records(&tx, run_id, &records).await
-        })
-    }
-
-    async fn record_tool_start(
-        &self,
-        run_id: &str,
-        records: Vec<NewRecord>,
-        group: crate::work::NewProcessGroup,
-    ) -> StoreResult<Vec<AgentRecord>> {
-        write_op!(self, [run_id], |tx, ctx, _w| {
-            match runs::append_records(&tx, run_id, &records).await {
-                Ok(rows) => match &self.fence {
-                    Some(fence) => ops_work::record_group(&tx, run_id, fence, &group)
-                        .await
-                        .map(|()| rows),
-                    None => Ok(rows),
-                },
-                Err(error) => Err(error),
-            }
-        })
-    }
-
-    async fn records(
-        &self,
-        run_id: &str,
-        agent: &str,
-        stream: &str,
-        after_seq: i64,
-    ) -> StoreResult<Vec<AgentRecord>> {
-        read_op!(self, |tx, ctx| {
-            runs::records(&tx, run_id, agent, stream, after_seq).await
-        })
-    }
-
-    async fn open_ledger(
-        &self,
-        run_id: &str,
-        limits: crate::ledger::LedgerLimits,
-        seed: crate::ledger::LedgerSpend,
-    ) -> StoreResult<crate::ledger::RunLedger> {
-        self.unlimited.forget(run_id);
-        write_op!(self, [run_id], |tx, ctx, _w| {
-            ops_ledger::open_ledger(&tx, run_id, &limits, &seed).await
-        })
-    }
-
-    async fn run_ledger(&self, run_id: &str) -> StoreResult<Option<crate::ledger::RunLedger>> {
-        if self.fence.is_some() {
-            // A worker's store: the read an agent makes before each model request is refused
-            // once the item's lease is lost, as its writes are (fencing), so a worker that
-            // lost its teammate sends it no further request.
-            return write_op!(self, [run_id], |tx, ctx, _w| {
-                ops_ledger::run_ledger(&tx, run_id).await
-            });
-        }
-        read_op!(self, |tx, ctx| ops_ledger::run_ledger(&tx, run_id).await)
-    }
-
     async fn reserve_budget(
         &self,
         run_id: &str,
@@ -877,84 +678,20 @@ impl MailboxStore for PostgresStore {
                 return Ok(granted);
             }
             let look = self.unlimited.look();
-            let ledger = read_op!(self, |tx, ctx| ops_ledger::run_ledger(&tx, run_id).await)?;
+            let run = run_id.to_owned();
+            let ledger = self
+                .read(async move |tx| ops_ledger::run_ledger(tx, &run).await)
+                .await?;
             if let Some(granted) = ops_ledger::grant_if_unlimited(ledger) {
                 self.unlimited.learn(run_id, epoch, look, &granted);
                 return Ok(granted);
             }
         }
-        write_op!(self, [run_id], |tx, ctx, wakes| {
-            ops_ledger::reserve(&tx, run_id, agent, epoch, &estimate, wakes).await
+        let (run, agent) = (run_id.to_owned(), agent.to_owned());
+        self.write(&[run_id], async move |tx, wakes| {
+            ops_ledger::reserve(tx, &run, &agent, epoch, &estimate, wakes).await
         })
-    }
-
-    async fn release_reservation(&self, run_id: &str, agent: &str) -> StoreResult<()> {
-        write_op!(self, [run_id], |tx, ctx, wakes| {
-            ops_ledger::release(&tx, run_id, agent, wakes).await
-        })
-    }
-
-    async fn ledger_reservations(
-        &self,
-        run_id: &str,
-    ) -> StoreResult<Vec<crate::ledger::LedgerReservation>> {
-        read_op!(self, |tx, ctx| ops_ledger::reservations(&tx, run_id).await)
-    }
-
-    async fn stream_records(&self, run_id: &str, stream: &str) -> StoreResult<Vec<AgentRecord>> {
-        read_op!(self, |tx, ctx| runs::stream_records(&tx, run_id, stream)
-            .await)
-    }
-
-    async fn next_counter(&self, run_id: &str, name: &str) -> StoreResult<i64> {
-        write_op!(self, [run_id], |tx, ctx, _w| {
-            runs::next_counter(&tx, run_id, name).await
-        })
-    }
-
-    async fn counter_for(&self, run_id: &str, name: &str, key: &str) -> StoreResult<i64> {
-        write_op!(self, [run_id], |tx, ctx, _w| {
-            runs::counter_for(&tx, run_id, name, key).await
-        })
-    }
-
-    async fn create_task(&self, task: NewTask) -> StoreResult<Task> {
-        write_op!(self, [&task.run_id], |tx, ctx, wakes| {
-            ops_tasks::create_task(&tx, &task, wakes).await
-        })
-    }
-
-    async fn task(&self, run_id: &str, task_id: i64) -> StoreResult<Option<Task>> {
-        read_op!(self, |tx, ctx| ops_tasks::get_task(&tx, run_id, task_id)
-            .await)
-    }
-
-    async fn tasks(&self, run_id: &str) -> StoreResult<Vec<Task>> {
-        read_op!(self, |tx, ctx| ops_tasks::list_tasks(&tx, run_id).await)
-    }
-
-    async fn claim_task(&self, run_id: &str, task_id: i64, agent: &str) -> StoreResult<Task> {
-        write_op!(self, [run_id], |tx, ctx, _w| {
-            ops_tasks::claim_task(&tx, run_id, task_id, agent).await
-        })
-    }
-
-    async fn claim_next_task(&self, run_id: &str, agent: &str) -> StoreResult<Option<Claimed>> {
-        write_op!(self, [run_id], |tx, ctx, wakes| {
-            ops_tasks::claim_next(&tx, run_id, agent, wakes).await
-        })
-    }
-
-    async fn update_task(&self, update: TaskUpdate) -> StoreResult<TaskChange> {
-        write_op!(self, [&update.run_id], |tx, ctx, wakes| {
-            ops_tasks::update_task(&tx, &update, wakes).await
-        })
-    }
-
-    async fn release_tasks_of(&self, run_id: &str, agent: &str) -> StoreResult<Vec<i64>> {
-        write_op!(self, [run_id], |tx, ctx, wakes| {
-            ops_tasks::release_tasks_of(&tx, run_id, agent, wakes).await
-        })
+        .await
     }
 
     async fn prune(&self, cutoff: UnixMillis, project: Option<&str>) -> StoreResult<PruneReport> {
@@ -986,100 +723,6 @@ impl MailboxStore for PostgresStore {
         Ok(report)
     }
 
-    async fn fork_run(&self, source: &str, new_id: &str, new_slug: &str) -> StoreResult<RunRecord> {
-        write_op!(self, [source, new_id], |tx, ctx, _w| {
-            ops_fork::fork_run(&tx, source, new_id, new_slug).await
-        })
-    }
-
-    async fn enqueue_work(&self, items: Vec<NewWorkItem>) -> StoreResult<Vec<WorkItem>> {
-        work_op!(self, |tx, ctx| ops_work::enqueue(&tx, &items).await)
-    }
-
-    async fn claim_work(
-        &self,
-        queue: Option<&str>,
-        worker: &str,
-        lease: std::time::Duration,
-    ) -> StoreResult<Option<WorkItem>> {
-        let lease = crate::work::millis(lease);
-        work_op!(self, |tx, ctx| ops_work::claim(&tx, queue, worker, lease)
-            .await)
-    }
-
-    async fn heartbeat(
-        &self,
-        worker: &WorkerInfo,
-        leases: &[WorkFence],
-        lease: std::time::Duration,
-    ) -> StoreResult<Heartbeat> {
-        let lease = crate::work::millis(lease);
-        work_op!(self, |tx, ctx| ops_work::heartbeat(
-            &tx, worker, leases, lease
-        )
-        .await)
-    }
-
-    async fn finish_work(&self, fence: &WorkFence, result: Value) -> StoreResult<WorkItem> {
-        work_op!(self, |tx, ctx| ops_work::finish(&tx, fence, &result).await)
-    }
-
-    async fn release_work(&self, fence: &WorkFence) -> StoreResult<WorkItem> {
-        work_op!(self, |tx, ctx| ops_work::release(&tx, fence).await)
-    }
-
-    async fn stop_work(&self, id: &str, result: Value) -> StoreResult<Option<WorkItem>> {
-        work_op!(self, |tx, ctx| ops_work::stop(&tx, id, &result).await)
-    }
-
-    async fn reopen_work(&self, id: &str) -> StoreResult<Option<WorkItem>> {
-        work_op!(self, |tx, ctx| ops_work::reopen(&tx, id).await)
-    }
-
-    async fn worker_process_groups(
-        &self,
-        worker: &str,
-        host: &str,
-        boot_id: &str,
-    ) -> StoreResult<Vec<crate::work::ProcessGroupRecord>> {
-        read_op!(self, |tx, ctx| ops_work::worker_groups(
-            &tx, worker, host, boot_id
-        )
-        .await)
-    }
-
-    async fn forget_process_group(
-        &self,
-        run_id: &str,
-        agent: &str,
-        tool_use_id: &str,
-    ) -> StoreResult<()> {
-        work_op!(self, |tx, ctx| ops_work::forget_group(
-            &tx,
-            run_id,
-            agent,
-            tool_use_id
-        )
-        .await)
-    }
-
-    async fn work_item(&self, id: &str) -> StoreResult<Option<WorkItem>> {
-        read_op!(self, |tx, ctx| ops_work::item(&tx, id).await)
-    }
-
-    async fn work_items(&self, queue: &str) -> StoreResult<Vec<WorkItem>> {
-        read_op!(self, |tx, ctx| ops_work::items(&tx, queue).await)
-    }
-
-    async fn next_lease_expiry(
-        &self,
-        queue: Option<&str>,
-    ) -> StoreResult<Option<std::time::Duration>> {
-        let millis: Option<i64> =
-            read_op!(self, |tx, ctx| ops_work::next_expiry(&tx, queue).await)?;
-        Ok(millis.map(|ms| std::time::Duration::from_millis(ms.max(0) as u64)))
-    }
-
     async fn watch_work(&self) -> StoreResult<WorkWatch> {
         let closed = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let listener = self.work_listener(closed.clone()).await?;
@@ -1089,12 +732,4 @@ impl MailboxStore for PostgresStore {
             self.ctx.target.to_string(),
         ))
     }
-
-    async fn workers(&self) -> StoreResult<Vec<WorkerRecord>> {
-        read_op!(self, |tx, ctx| ops_work::workers(&tx).await)
-    }
-
-    async fn retire_worker(&self, name: &str) -> StoreResult<()> {
-        work_op!(self, |tx, ctx| ops_work::retire(&tx, name).await)
-    }
-}
+});

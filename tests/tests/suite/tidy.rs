@@ -599,6 +599,62 @@ fn each_store_rule_is_defined_once_for_both_backends() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
+/// The name of the method a line of an impl defines (`async fn send(&self, …`, or a signature
+/// that goes on over the next lines), if any.
+fn method_defined(code: &str) -> Option<&str> {
+    let mut rest = code.trim_start();
+    for prefix in ["pub(crate) ", "pub ", "async "] {
+        rest = rest.strip_prefix(prefix).unwrap_or(rest);
+    }
+    let (name, parameters) = rest.strip_prefix("fn ")?.split_once('(')?;
+    let method = parameters.is_empty() || parameters.starts_with("&self");
+    (method && !name.contains('<')).then_some(name)
+}
+
+/// The `MailboxStore` methods both backends run the same way are written once, in the
+/// `mailbox_store!` list (issue 32): each backend implements the trait only through it, and
+/// none restates a method of the list (a backend's own methods are the ones it runs its own
+/// way: live holds, `prune`, `reserve_budget`, `watch_work`).
+#[test]
+fn each_store_method_is_written_once_for_both_backends() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let shared = std::fs::read_to_string(root.join("mailbox/src/ops/backend.rs")).unwrap();
+    let (_, list) = shared
+        .split_once("impl $crate::store::MailboxStore for $store {")
+        .expect("mailbox_store! implements MailboxStore");
+    let listed: Vec<&str> = library_lines(list)
+        .filter_map(|(_, code)| method_defined(code))
+        .collect();
+    assert!(listed.len() > 40, "the shared list was read: {listed:?}");
+    let mut files = Vec::new();
+    rust_files(&root.join("mailbox/src"), &mut files);
+    let mut wrong = Vec::new();
+    for file in &files {
+        let shown = file
+            .strip_prefix(root)
+            .unwrap_or(file)
+            .display()
+            .to_string();
+        let text = std::fs::read_to_string(file).unwrap();
+        let backend =
+            shown.starts_with("mailbox/src/sqlite/") || shown.starts_with("mailbox/src/postgres/");
+        for (number, code) in library_lines(&text) {
+            if code.contains("MailboxStore for") && shown != "mailbox/src/ops/backend.rs" {
+                wrong.push(format!(
+                    "{shown}:{number}: implement MailboxStore with mailbox_store!"
+                ));
+            }
+            if let Some(name) = method_defined(code).filter(|name| backend && listed.contains(name))
+            {
+                wrong.push(format!(
+                    "{shown}:{number}: {name} is in mailbox_store!'s list: write it there once"
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
 #[test]
 fn the_rule_check_tells_a_definition_from_a_call() {
     // (line, rule, whether the line defines the rule)
