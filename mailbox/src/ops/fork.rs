@@ -54,36 +54,28 @@ async fn rename_slug(tx: &impl Tx, run_id: &str, old: &str, new: &str) -> StoreR
     if old.is_empty() || old == new {
         return Ok(());
     }
-    let statements = match tx.dialect() {
-        Dialect::Sqlite => [
-            "UPDATE agent_records SET body = replace(body, ?2, ?3) WHERE run_id = ?1 AND instr(body, ?2) > 0",
-            "UPDATE messages SET body = replace(body, ?2, ?3) WHERE run_id = ?1 AND instr(body, ?2) > 0",
-        ],
-        Dialect::Postgres => [
-            "UPDATE agent_records SET body = replace(body, ?2, ?3) WHERE run_id = ?1 AND strpos(body, ?2) > 0",
-            "UPDATE messages SET body = replace(body, ?2, ?3) WHERE run_id = ?1 AND strpos(body, ?2) > 0",
-        ],
+    let find = match tx.dialect() {
+        Dialect::Sqlite => "instr",
+        Dialect::Postgres => "strpos",
     };
-    for sql in statements {
-        tx.execute(sql, &[&run_id, &old, &new]).await?;
+    for table in ["agent_records", "messages"] {
+        let sql = format!(
+            "UPDATE {table} SET body = replace(body, ?2, ?3) WHERE run_id = ?1 AND {find}(body, ?2) > 0"
+        );
+        tx.execute(&sql, &[&run_id, &old, &new]).await?;
     }
     Ok(())
 }
 
 /// Rows that carry no message key: copied as they are, under the new run id.
 async fn copy_rows(tx: &impl Tx, source: &str, new_id: &str) -> StoreResult<()> {
-    let roster = match tx.dialect() {
-        Dialect::Sqlite => {
-            "INSERT INTO roster (run_id, agent_id, kind, definition, parent, created_at) \
-             SELECT ?2, agent_id, kind, definition, parent, created_at FROM roster WHERE run_id = ?1 ORDER BY rowid"
-        }
-        Dialect::Postgres => {
-            "INSERT INTO roster (run_id, agent_id, kind, definition, parent, created_at) \
-             SELECT ?2, agent_id, kind, definition, parent, created_at FROM roster WHERE run_id = ?1 ORDER BY position"
-        }
-    };
+    let roster = format!(
+        "INSERT INTO roster (run_id, agent_id, kind, definition, parent, created_at) \
+         SELECT ?2, agent_id, kind, definition, parent, created_at FROM roster WHERE run_id = ?1 ORDER BY {}",
+        tx.dialect().roster_order()
+    );
     let statements = [
-        roster,
+        roster.as_str(),
         "INSERT INTO agent_records (run_id, agent_id, stream, seq, body, created_at) \
          SELECT ?2, agent_id, stream, seq, body, created_at FROM agent_records WHERE run_id = ?1",
         "INSERT INTO tasks (run_id, task_id, subject, description, owner, status, blocked_reason, created_by, created_at, updated_at) \

@@ -19,11 +19,20 @@ fn read_ledger(run_id: &str, row: &crate::rows::Row<'_>) -> StoreResult<RunLedge
             tokens: row.get(T, 1)?,
             cost_nanos: row.get(T, 2)?,
         },
-        spent: LedgerSpend {
-            turns: row.get(T, 3)?,
-            tokens: row.get(T, 4)?,
-            cost_nanos: row.get(T, 5)?,
-        },
+        spent: spend_at(row, T, 3)?,
+    })
+}
+
+/// The amounts of a [`LedgerSpend`] in columns `first` to `first + 2` of `row`.
+fn spend_at(
+    row: &crate::rows::Row<'_>,
+    table: &'static str,
+    first: usize,
+) -> StoreResult<LedgerSpend> {
+    Ok(LedgerSpend {
+        turns: row.get(table, first)?,
+        tokens: row.get(table, first + 1)?,
+        cost_nanos: row.get(table, first + 2)?,
     })
 }
 
@@ -127,16 +136,7 @@ pub(crate) async fn reserve(
              CAST(COALESCE(SUM(cost_nanos), 0) AS BIGINT), COUNT(*) FROM ledger_reservations \
              WHERE run_id = ?1 AND agent_id <> ?2",
             &[&run_id, &agent],
-            |row| {
-                Ok((
-                    LedgerSpend {
-                        turns: row.get(R, 0)?,
-                        tokens: row.get(R, 1)?,
-                        cost_nanos: row.get(R, 2)?,
-                    },
-                    row.get::<i64>(R, 3)?,
-                ))
-            },
+            |row| Ok((spend_at(row, R, 0)?, row.get::<i64>(R, 3)?)),
         )
         .await?;
     let decision = decide(&limits, &spent, &in_flight, in_flight_count, estimate);
@@ -301,11 +301,7 @@ pub(crate) async fn reservations(
             Ok(crate::ledger::LedgerReservation {
                 agent: row.get(R, 0)?,
                 epoch: row.get(R, 1)?,
-                estimate: LedgerSpend {
-                    turns: row.get(R, 2)?,
-                    tokens: row.get(R, 3)?,
-                    cost_nanos: row.get(R, 4)?,
-                },
+                estimate: spend_at(row, R, 2)?,
                 created_at: row.get(R, 5)?,
             })
         },
@@ -321,16 +317,8 @@ pub(crate) async fn release(
     agent: &str,
     wakes: &mut Vec<Wake>,
 ) -> StoreResult<()> {
-    let freed = tx
-        .execute(
-            "DELETE FROM ledger_reservations WHERE run_id = ?1 AND agent_id = ?2",
-            &[&run_id, &agent],
-        )
-        .await?;
-    if freed > 0 {
-        wake_waiting(run_id, wakes);
-    }
-    Ok(())
+    let sql = "DELETE FROM ledger_reservations WHERE run_id = ?1 AND agent_id = ?2";
+    free(tx, run_id, sql, &[&run_id, &agent], wakes).await
 }
 
 /// Frees the reservations taken under epochs before `epoch` (a new epoch: the run's earlier
@@ -341,21 +329,24 @@ pub(crate) async fn release_before_epoch(
     epoch: i64,
     wakes: &mut Vec<Wake>,
 ) -> StoreResult<()> {
-    let freed = tx
-        .execute(
-            "DELETE FROM ledger_reservations WHERE run_id = ?1 AND epoch < ?2",
-            &[&run_id, &epoch],
-        )
-        .await?;
-    if freed > 0 {
-        wake_waiting(run_id, wakes);
-    }
-    Ok(())
+    let sql = "DELETE FROM ledger_reservations WHERE run_id = ?1 AND epoch < ?2";
+    free(tx, run_id, sql, &[&run_id, &epoch], wakes).await
 }
 
-fn wake_waiting(run_id: &str, wakes: &mut Vec<Wake>) {
-    wakes.push(Wake {
-        run_id: run_id.to_owned(),
-        recipient: LEDGER_WAKE.to_owned(),
-    });
+/// Runs `sql`, a DELETE of reservations of `run_id`; when it freed any, wakes the run's agents
+/// waiting for budget.
+async fn free(
+    tx: &impl Tx,
+    run_id: &str,
+    sql: &str,
+    args: &[&dyn super::Arg],
+    wakes: &mut Vec<Wake>,
+) -> StoreResult<()> {
+    if tx.execute(sql, args).await? > 0 {
+        wakes.push(Wake {
+            run_id: run_id.to_owned(),
+            recipient: LEDGER_WAKE.to_owned(),
+        });
+    }
+    Ok(())
 }

@@ -71,6 +71,17 @@ pub(crate) enum Dialect {
     Postgres,
 }
 
+impl Dialect {
+    /// The column that keeps roster entries in the order they joined: SQLite's rowid,
+    /// PostgreSQL's identity column.
+    fn roster_order(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "rowid",
+            Dialect::Postgres => "position",
+        }
+    }
+}
+
 /// One transaction of either backend: what every operation of this module runs on.
 pub(crate) trait Tx {
     fn dialect(&self) -> Dialect;

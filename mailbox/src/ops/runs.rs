@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::{Dialect, Tx, mail, tasks};
+use super::{Tx, mail, tasks};
 use crate::clock::now_millis;
 use crate::error::{StoreError, StoreResult};
 use crate::rows::{self, RUN_COLUMNS};
@@ -222,16 +222,11 @@ pub(crate) async fn member_kind(
 }
 
 pub(crate) async fn roster(tx: &impl Tx, run_id: &str) -> StoreResult<Vec<RosterEntry>> {
-    // SQLite keeps insertion order in the rowid; PostgreSQL in an identity column.
-    let sql = match tx.dialect() {
-        Dialect::Sqlite => {
-            "SELECT agent_id, kind, definition, parent FROM roster WHERE run_id = ?1 ORDER BY rowid"
-        }
-        Dialect::Postgres => {
-            "SELECT agent_id, kind, definition, parent FROM roster WHERE run_id = ?1 ORDER BY position"
-        }
-    };
-    tx.query(sql, &[&run_id], rows::roster_entry).await
+    let sql = format!(
+        "SELECT agent_id, kind, definition, parent FROM roster WHERE run_id = ?1 ORDER BY {}",
+        tx.dialect().roster_order()
+    );
+    tx.query(&sql, &[&run_id], rows::roster_entry).await
 }
 
 // ---------------------------------------------------------------- agent records

@@ -434,13 +434,7 @@ fn connect_reason(source: &tokio_postgres::Error) -> String {
         }
         cause = inner.source();
     }
-    let mut text = source.to_string();
-    let mut cause = std::error::Error::source(source);
-    while let Some(inner) = cause {
-        text.push_str(&format!(": {inner}"));
-        cause = inner.source();
-    }
-    text
+    ops::with_causes(source)
 }
 
 impl PostgresStore {
@@ -466,7 +460,7 @@ impl PostgresStore {
         if let Some(fence) = &self.fence {
             ops_work::check_fence(&tx, fence).await?;
         }
-        if let Some((first, wakes)) = ops::stored_operation(&raw, &self.ctx, op_key).await? {
+        if let Some((first, wakes)) = ops::stored_operation(&tx, op_key).await? {
             let first = self.finish(raw, Ok(first), wakes).await?;
             self.changes.after_commit(&conn).await;
             return Ok(first);

@@ -77,15 +77,7 @@ pub(crate) fn pg_error(ctx: &Ctx, source: tokio_postgres::Error) -> StoreError {
             }
             text
         }
-        None => {
-            let mut text = source.to_string();
-            let mut cause = std::error::Error::source(&source);
-            while let Some(inner) = cause {
-                text.push_str(&format!(": {inner}"));
-                cause = inner.source();
-            }
-            text
-        }
+        None => with_causes(&source),
     };
     if lost {
         return StoreError::ConnectionLost {
@@ -97,6 +89,17 @@ pub(crate) fn pg_error(ctx: &Ctx, source: tokio_postgres::Error) -> StoreError {
         target: ctx.target.to_string(),
         detail,
     }
+}
+
+/// The client's error and each of its causes, `: `-separated.
+pub(crate) fn with_causes(source: &tokio_postgres::Error) -> String {
+    let mut text = source.to_string();
+    let mut cause = std::error::Error::source(source);
+    while let Some(inner) = cause {
+        text.push_str(&format!(": {inner}"));
+        cause = inner.source();
+    }
+    text
 }
 
 /// Whether the connection broke (closed, reset, a server restart's 57P01 termination):
@@ -141,21 +144,14 @@ struct StoredOperation<T> {
 
 /// The first attempt's result, when a retried write's first attempt did commit.
 pub(crate) async fn stored_operation<T: serde::de::DeserializeOwned>(
-    tx: &Tx<'_>,
-    ctx: &Ctx,
+    tx: &PgTx<'_>,
     op_key: &str,
 ) -> StoreResult<Option<(T, Vec<Wake>)>> {
-    let Some(row) = query_opt(
-        tx,
-        ctx,
-        "SELECT outcome FROM operation_ids WHERE op_key = $1",
-        &[&op_key],
-    )
-    .await?
-    else {
+    let sql = "SELECT outcome FROM operation_ids WHERE op_key = ?1";
+    let read = |row: &crate::rows::Row<'_>| row.get::<String>("operation_ids", 0);
+    let Some(text) = crate::ops::Tx::query_opt(tx, sql, &[&op_key], read).await? else {
         return Ok(None);
     };
-    let text: String = col(&row, "operation_ids", 0)?;
     let stored: StoredOperation<T> =
         serde_json::from_str(&text).map_err(|e| StoreError::CorruptRow {
             table: "operation_ids",
@@ -192,18 +188,6 @@ pub(crate) async fn store_operation<T: serde::Serialize>(
     )
     .await?;
     Ok(())
-}
-
-async fn query_opt(
-    tx: &Tx<'_>,
-    ctx: &Ctx,
-    sql: &str,
-    params: Params<'_>,
-) -> StoreResult<Option<Row>> {
-    let statement = tx.prepare_cached(sql).await.map_err(|e| pg_error(ctx, e))?;
-    tx.query_opt(&statement, params)
-        .await
-        .map_err(|e| pg_error(ctx, e))
 }
 
 pub(crate) async fn execute(
