@@ -8,13 +8,15 @@
 //! (under the run's advisory lock, see `postgres/mod.rs`); SQLite's writer thread calls it
 //! inside the operation's SAVEPOINT and polls the future once (`sqlite::ops::drive`): its
 //! [`Tx`] never waits, every statement runs synchronously on the writer's connection. Which
-//! transaction each store method runs its operation in is written once too ([`backend`]).
+//! transaction each store method runs its operation in is written once too ([`backend`]), as
+//! are the tables the statements run on ([`schema`]).
 
 pub(crate) mod backend;
 pub(crate) mod fork;
 pub(crate) mod ledger;
 pub(crate) mod mail;
 pub(crate) mod runs;
+pub(crate) mod schema;
 pub(crate) mod tasks;
 pub(crate) mod work;
 

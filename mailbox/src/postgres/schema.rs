@@ -5,226 +5,35 @@
 use tokio_postgres::Client;
 
 use crate::error::{StoreError, StoreResult};
+use crate::ops::schema;
 use crate::postgres::ops::{Ctx, pg_error};
 
-/// Migrations in order; migration `i` takes the schema from version `i` to `i + 1`. They
-/// follow the SQLite store's, so both backends keep one model.
+/// Migrations in order; migration `i` takes the schema from version `i` to `i + 1`: the
+/// SQLite store's steps ([`crate::ops::schema`], run as [`schema::postgres`] renders them), so
+/// both backends keep one model, and one step of the server's own.
 const MIGRATIONS: &[&str] = &[
-    // 0 -> 1: the first schema.
-    r#"
-    CREATE TABLE runs (
-        id              TEXT PRIMARY KEY,
-        slug            TEXT NOT NULL UNIQUE,
-        team            TEXT,
-        workspace       TEXT NOT NULL,
-        status          TEXT NOT NULL,
-        created_at      BIGINT NOT NULL,
-        updated_at      BIGINT NOT NULL,
-        batch_line_id   TEXT,
-        auto_gate_open  BIGINT NOT NULL,
-        auto_denials    BIGINT NOT NULL,
-        auto_gate_limit BIGINT NOT NULL,
-        launch_options  TEXT NOT NULL,
-        epoch           BIGINT NOT NULL DEFAULT 0,
-        result          TEXT
-    );
+    schema::FIRST,          // 0 -> 1
+    schema::OPERATIONS,     // 1 -> 2
+    OPERATION_IDS,          // 2 -> 3
+    schema::PROJECTS,       // 3 -> 4
+    schema::WORK,           // 4 -> 5
+    schema::PROCESS_GROUPS, // 5 -> 6
+    schema::LEDGERS,        // 6 -> 7
+    schema::RESERVATIONS,   // 7 -> 8
+];
 
-    -- `position` keeps the order entries joined in (SQLite's rowid).
-    CREATE TABLE roster (
-        position    BIGINT GENERATED ALWAYS AS IDENTITY,
-        run_id      TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-        agent_id    TEXT NOT NULL,
-        kind        TEXT NOT NULL,
-        definition  TEXT,
-        parent      TEXT,
-        created_at  BIGINT NOT NULL,
-        PRIMARY KEY (run_id, agent_id)
-    );
-
-    CREATE TABLE messages (
-        seq             BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        key             TEXT NOT NULL UNIQUE,
-        run_id          TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-        sender          TEXT NOT NULL,
-        recipient       TEXT NOT NULL,
-        kind            TEXT NOT NULL,
-        priority        BIGINT NOT NULL,
-        request_id      TEXT,
-        idempotency_key TEXT,
-        body            TEXT NOT NULL,
-        state           BIGINT NOT NULL,
-        lease_epoch     BIGINT,
-        created_at      BIGINT NOT NULL,
-        leased_at       BIGINT,
-        acked_at        BIGINT
-    );
-    CREATE INDEX messages_delivery ON messages (run_id, recipient, state, priority, seq);
-    CREATE UNIQUE INDEX messages_idempotency ON messages (run_id, idempotency_key)
-        WHERE idempotency_key IS NOT NULL;
-    CREATE INDEX messages_leased ON messages (run_id, lease_epoch) WHERE state = 1;
-    CREATE INDEX messages_request ON messages (run_id, request_id) WHERE request_id IS NOT NULL;
-
-    CREATE TABLE requests (
-        run_id      TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-        request_id  TEXT NOT NULL,
-        kind        TEXT NOT NULL,
-        requester   TEXT NOT NULL,
-        recipient   TEXT NOT NULL,
-        responder   TEXT NOT NULL,
-        message_key TEXT NOT NULL,
-        created_at  BIGINT NOT NULL,
-        PRIMARY KEY (run_id, request_id)
-    );
-
-    -- First response wins: the primary key, not a check in code.
-    CREATE TABLE responses (
-        run_id      TEXT NOT NULL,
-        request_id  TEXT NOT NULL,
-        responder   TEXT NOT NULL,
-        kind        TEXT NOT NULL,
-        message_key TEXT NOT NULL,
-        decided_at  BIGINT NOT NULL,
-        PRIMARY KEY (run_id, request_id),
-        FOREIGN KEY (run_id, request_id) REFERENCES requests(run_id, request_id) ON DELETE CASCADE
-    );
-
-    CREATE TABLE agent_records (
-        run_id     TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-        agent_id   TEXT NOT NULL,
-        stream     TEXT NOT NULL,
-        seq        BIGINT NOT NULL,
-        body       TEXT NOT NULL,
-        created_at BIGINT NOT NULL,
-        PRIMARY KEY (run_id, agent_id, stream, seq)
-    );
-
-    CREATE TABLE tasks (
-        run_id         TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-        task_id        BIGINT NOT NULL,
-        subject        TEXT NOT NULL,
-        description    TEXT NOT NULL,
-        owner          TEXT,
-        status         TEXT NOT NULL,
-        blocked_reason TEXT,
-        created_by     TEXT NOT NULL,
-        created_at     BIGINT NOT NULL,
-        updated_at     BIGINT NOT NULL,
-        PRIMARY KEY (run_id, task_id)
-    );
-
-    CREATE TABLE task_deps (
-        run_id     TEXT NOT NULL,
-        task_id    BIGINT NOT NULL,
-        blocked_by BIGINT NOT NULL,
-        PRIMARY KEY (run_id, task_id, blocked_by),
-        FOREIGN KEY (run_id, task_id) REFERENCES tasks(run_id, task_id) ON DELETE CASCADE,
-        FOREIGN KEY (run_id, blocked_by) REFERENCES tasks(run_id, task_id) ON DELETE CASCADE
-    );
-
-    CREATE TABLE counters (
-        run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-        name   TEXT NOT NULL,
-        value  BIGINT NOT NULL,
-        PRIMARY KEY (run_id, name)
-    );
-    "#,
-    // 1 -> 2: operations made idempotent by a key (as in the SQLite store).
-    r#"
-    CREATE TABLE operations (
-        run_id  TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-        op_key  TEXT NOT NULL,
-        outcome TEXT NOT NULL,
-        PRIMARY KEY (run_id, op_key)
-    );
-    "#,
-    // 2 -> 3 (PostgreSQL only): every write stores its outcome under a fresh operation id in
-    // its own transaction, so a retry after a lost COMMIT acknowledgement returns the first
-    // result instead of writing twice. A row is deleted by the store's next write once its
-    // COMMIT was acknowledged.
-    r#"
+/// PostgreSQL only: every write stores its outcome under a fresh operation id in
+/// its own transaction, so a retry after a lost COMMIT acknowledgement returns the first
+/// result instead of writing twice. A row is deleted by the store's next write once its
+/// COMMIT was acknowledged.
+const OPERATION_IDS: &str = r#"
     CREATE TABLE operation_ids (
         op_key     TEXT PRIMARY KEY,
         run_id     TEXT NOT NULL,
         outcome    TEXT NOT NULL,
         created_at BIGINT NOT NULL
     );
-    "#,
-    // 3 -> 4: runs carry the project they belong to (as SQLite's 2 -> 3).
-    r#"
-    ALTER TABLE runs ADD COLUMN project_id TEXT;
-    "#,
-    // 4 -> 5: work items that workers lease, and the workers (as SQLite's 3 -> 4).
-    r#"
-    CREATE TABLE work_items (
-        seq            BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        id             TEXT NOT NULL UNIQUE,
-        queue          TEXT NOT NULL,
-        payload        TEXT NOT NULL,
-        state          TEXT NOT NULL,
-        worker         TEXT,
-        token          BIGINT NOT NULL DEFAULT 0,
-        lease_deadline BIGINT,
-        attempts       BIGINT NOT NULL DEFAULT 0,
-        result         TEXT,
-        created_at     BIGINT NOT NULL,
-        finished_at    BIGINT
-    );
-    CREATE INDEX work_items_claim ON work_items (state, queue, seq);
-
-    CREATE TABLE workers (
-        name           TEXT PRIMARY KEY,
-        host           TEXT NOT NULL,
-        slots          BIGINT NOT NULL,
-        pid            BIGINT NOT NULL,
-        started_at     BIGINT NOT NULL,
-        last_heartbeat BIGINT NOT NULL,
-        stopped_at     BIGINT
-    );
-    "#,
-    // 5 -> 6: the process groups of workers' Bash calls (as SQLite's 4 -> 5).
-    r#"
-    CREATE TABLE process_groups (
-        run_id      TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-        agent_id    TEXT NOT NULL,
-        tool_use_id TEXT NOT NULL,
-        pgid        BIGINT NOT NULL,
-        host        TEXT NOT NULL,
-        boot_id     TEXT NOT NULL,
-        item        TEXT NOT NULL,
-        token       BIGINT NOT NULL,
-        worker      TEXT NOT NULL,
-        recorded_at BIGINT NOT NULL,
-        PRIMARY KEY (run_id, agent_id, tool_use_id)
-    );
-    CREATE INDEX process_groups_worker ON process_groups (worker, host, boot_id);
-    "#,
-    // 6 -> 7: the run's budget ledger (as SQLite's 5 -> 6).
-    r#"
-    CREATE TABLE run_ledgers (
-        run_id         TEXT PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
-        max_turns      BIGINT,
-        max_tokens     BIGINT,
-        max_cost_nanos BIGINT,
-        turns          BIGINT NOT NULL,
-        tokens         BIGINT NOT NULL,
-        cost_nanos     BIGINT NOT NULL,
-        updated_at     BIGINT NOT NULL
-    );
-    "#,
-    // 7 -> 8: the reservations of the run's model requests in flight (as SQLite's 6 -> 7).
-    r#"
-    CREATE TABLE ledger_reservations (
-        run_id     TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-        agent_id   TEXT NOT NULL,
-        epoch      BIGINT NOT NULL,
-        turns      BIGINT NOT NULL,
-        tokens     BIGINT NOT NULL,
-        cost_nanos BIGINT NOT NULL,
-        created_at BIGINT NOT NULL,
-        PRIMARY KEY (run_id, agent_id)
-    );
-    "#,
-];
+    "#;
 
 /// The newest schema version this build knows (versions 1 and 2 are SQLite's; 3 adds the
 /// operation ids only a server store needs).
@@ -279,7 +88,9 @@ async fn migrate_in(tx: &tokio_postgres::Transaction<'_>, ctx: &Ctx) -> StoreRes
     }
     for (index, sql) in MIGRATIONS.iter().enumerate().skip(found.max(0) as usize) {
         let to = index as i64 + 1;
-        tx.batch_execute(sql).await.map_err(|e| pg_error(ctx, e))?;
+        tx.batch_execute(&schema::postgres(sql))
+            .await
+            .map_err(|e| pg_error(ctx, e))?;
         tx.execute("UPDATE muster_schema SET version = $1", &[&to])
             .await
             .map_err(|e| pg_error(ctx, e))?;
