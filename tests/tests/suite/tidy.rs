@@ -655,6 +655,57 @@ fn each_store_method_is_written_once_for_both_backends() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
+/// The tables only one backend creates, each with its reason (the schema parity test declares
+/// the same ones in its `BACKEND_ONLY`).
+const BACKEND_ONLY_TABLES: [&str; 2] = [
+    // PostgreSQL keeps the schema version in a table (SQLite: PRAGMA user_version).
+    "muster_schema",
+    // A PostgreSQL write's outcome under its operation id, for a retry after a lost COMMIT.
+    "operation_ids",
+];
+
+/// Each migration step's tables are written once, in `mailbox/src/ops/schema.rs` (issue 32):
+/// a backend's own code creates, alters or indexes no table but its own.
+#[test]
+fn each_table_is_written_once_for_both_backends() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut files = Vec::new();
+    rust_files(&root.join("mailbox/src/sqlite"), &mut files);
+    rust_files(&root.join("mailbox/src/postgres"), &mut files);
+    assert!(files.len() > 8, "the backends' sources were found");
+    let mut wrong = Vec::new();
+    for file in &files {
+        let shown = file
+            .strip_prefix(root)
+            .unwrap_or(file)
+            .display()
+            .to_string();
+        let text = std::fs::read_to_string(file).unwrap();
+        for (number, code) in library_lines(&text) {
+            let upper = code.to_uppercase();
+            let ddl = [
+                "CREATE TABLE",
+                "ALTER TABLE",
+                "CREATE INDEX",
+                "CREATE UNIQUE INDEX",
+            ]
+            .iter()
+            .find_map(|verb| upper.split_once(verb).map(|(_, after)| after.to_owned()));
+            let Some(after) = ddl else { continue };
+            let own = BACKEND_ONLY_TABLES
+                .iter()
+                .any(|table| after.contains(&table.to_uppercase()));
+            if !own {
+                wrong.push(format!(
+                    "{shown}:{number}: write the step once in mailbox/src/ops/schema.rs and list \
+                     it in each backend's migrations"
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
 #[test]
 fn the_rule_check_tells_a_definition_from_a_call() {
     // (line, rule, whether the line defines the rule)
