@@ -97,15 +97,21 @@ pub(crate) fn run(row: &Row<'_>) -> StoreResult<RunRecord> {
         created_at: row.get(T, 5)?,
         updated_at: row.get(T, 6)?,
         batch_line_id: row.get(T, 7)?,
-        auto_gate: AutoGate {
-            open: row.get::<i64>(T, 8)? != 0,
-            consecutive_denials: row.get::<i64>(T, 9)?.max(0) as u32,
-            limit: row.get::<i64>(T, 10)?.max(0) as u32,
-        },
+        auto_gate: auto_gate_at(row, 8)?,
         launch_options: row.json(T, 11)?,
         epoch: row.get(T, 12)?,
         result: result.as_deref().map(|r| parse_json(T, r)).transpose()?,
         project_id: row.get(T, 14)?,
+    })
+}
+
+/// `auto_gate_open, auto_denials, auto_gate_limit` of `runs`, from column `first` on.
+pub(crate) fn auto_gate_at(row: &Row<'_>, first: usize) -> StoreResult<AutoGate> {
+    const T: &str = "runs";
+    Ok(AutoGate {
+        open: row.get::<i64>(T, first)? != 0,
+        consecutive_denials: row.get::<i64>(T, first + 1)?.max(0) as u32,
+        limit: row.get::<i64>(T, first + 2)?.max(0) as u32,
     })
 }
 

@@ -1,7 +1,7 @@
 //! The run's budget ledger (see [`crate::ledger`]), once for both backends (see [`super`]).
 
 use super::Tx;
-use super::runs::require_run;
+use super::runs::require_run_exists;
 use crate::clock::now_millis;
 use crate::error::StoreResult;
 use crate::ledger::{
@@ -54,7 +54,7 @@ pub(crate) async fn open_ledger(
     limits: &LedgerLimits,
     seed: &LedgerSpend,
 ) -> StoreResult<RunLedger> {
-    require_run(tx, run_id).await?;
+    require_run_exists(tx, run_id).await?;
     let sql = format!(
         "INSERT INTO run_ledgers (run_id, {COLUMNS}, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
          ON CONFLICT (run_id) DO UPDATE SET max_turns = excluded.max_turns, \

@@ -89,6 +89,15 @@ pub(crate) async fn require_run_exists(tx: &impl Tx, id: &str) -> StoreResult<()
     Err(StoreError::UnknownRun(id.to_owned()))
 }
 
+/// The run's auto-mode gate alone: a turn's commit reads it, not the whole run (its launch
+/// options are JSON to parse).
+async fn auto_gate(tx: &impl Tx, id: &str) -> StoreResult<AutoGate> {
+    let sql = "SELECT auto_gate_open, auto_denials, auto_gate_limit FROM runs WHERE id = ?1";
+    tx.query_opt(sql, &[&id], |row| rows::auto_gate_at(row, 0))
+        .await?
+        .ok_or_else(|| StoreError::UnknownRun(id.to_owned()))
+}
+
 /// Runs an UPDATE of one run, then reads the run back; no such run: `UnknownRun`.
 async fn update_run(
     tx: &impl Tx,
@@ -198,7 +207,7 @@ async fn insert_member(tx: &impl Tx, run_id: &str, entry: &RosterEntry) -> Store
 }
 
 pub(crate) async fn add_member(tx: &impl Tx, run_id: &str, entry: &RosterEntry) -> StoreResult<()> {
-    require_run(tx, run_id).await?;
+    require_run_exists(tx, run_id).await?;
     rules::roster::check_new_member(entry)?;
     if member_kind(tx, run_id, &entry.agent).await?.is_some() {
         return Err(StoreError::AlreadyOnRoster {
@@ -375,7 +384,7 @@ pub(crate) async fn commit_turn(
     }
     let auto_gate = match turn.auto_gate {
         Some(update) => update_auto_gate(tx, &turn.run_id, update).await?,
-        None => require_run(tx, &turn.run_id).await?.auto_gate,
+        None => auto_gate(tx, &turn.run_id).await?,
     };
     Ok(CommitTurnOutcome {
         records,
@@ -420,7 +429,7 @@ pub(crate) async fn store_outcome<T: serde::Serialize>(
 // ---------------------------------------------------------------- counters
 
 pub(crate) async fn next_counter(tx: &impl Tx, run_id: &str, name: &str) -> StoreResult<i64> {
-    require_run(tx, run_id).await?;
+    require_run_exists(tx, run_id).await?;
     tx.query_one(
         "INSERT INTO counters (run_id, name, value) VALUES (?1, ?2, 1) \
          ON CONFLICT (run_id, name) DO UPDATE SET value = counters.value + 1 RETURNING value",

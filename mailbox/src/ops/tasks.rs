@@ -4,7 +4,7 @@
 
 use super::Tx;
 use super::mail::send;
-use super::runs::{require_run, store_outcome, stored_outcome};
+use super::runs::{require_run_exists, store_outcome, stored_outcome};
 use crate::clock::now_millis;
 use crate::error::{StoreError, StoreResult};
 use crate::rows::{self, TASK_COLUMNS};
@@ -82,7 +82,7 @@ pub(crate) async fn create_task(
 }
 
 async fn insert_task(tx: &impl Tx, task: &NewTask) -> StoreResult<Task> {
-    require_run(tx, &task.run_id).await?;
+    require_run_exists(tx, &task.run_id).await?;
     let task_id = tx
         .query_one(
             "SELECT COALESCE(MAX(task_id), 0) + 1 FROM tasks WHERE run_id = ?1",
