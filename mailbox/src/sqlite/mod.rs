@@ -4,6 +4,7 @@ mod open;
 pub(crate) mod ops;
 mod schema;
 mod version;
+mod wal_room;
 mod writer;
 
 use std::path::{Path, PathBuf};

@@ -29,6 +29,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::error::{StoreError, StoreResult};
 use crate::options::CommitHook;
+use crate::sqlite::wal_room::{self, ROOM_AFTER_WRITES};
 use crate::types::{CommitTime, StoreStats};
 use crate::wake::{Waiters, Wake};
 
@@ -199,6 +200,10 @@ impl Writer {
             None
         };
         let thread_state = WriterThread {
+            room: Some(WalRoom {
+                wal: wal_path(&conn, &path),
+                writes: 0,
+            }),
             conn,
             receiver,
             delivery,
@@ -323,18 +328,22 @@ struct WalFile {
     gate: Arc<SyncGate>,
 }
 
+/// The WAL beside the database: named after SQLite's own name for the database (absolute), so
+/// a later change of directory or a relative path cannot point elsewhere.
+fn wal_path(conn: &Connection, path: &Path) -> PathBuf {
+    let database = conn
+        .path()
+        .filter(|p| !p.is_empty())
+        .map_or_else(|| path.to_path_buf(), PathBuf::from);
+    let mut wal = database.into_os_string();
+    wal.push("-wal");
+    PathBuf::from(wal)
+}
+
 impl WalFile {
     fn of(conn: &Connection, path: &Path, gate: Arc<SyncGate>) -> WalFile {
-        // SQLite's own name for the database (absolute), so a later change of directory or a
-        // relative path cannot point the sync elsewhere.
-        let database = conn
-            .path()
-            .filter(|p| !p.is_empty())
-            .map_or_else(|| path.to_path_buf(), PathBuf::from);
-        let mut wal = database.into_os_string();
-        wal.push("-wal");
         WalFile {
-            path: Arc::new(PathBuf::from(wal)),
+            path: Arc::new(wal_path(conn, path)),
             failed: Arc::default(),
             gate,
         }
@@ -487,6 +496,14 @@ struct WriterThread {
     /// synced it).
     last_commit: Duration,
     pipeline: Option<Pipeline>,
+    /// The WAL's room, until it is made (see [`wal_room`]).
+    room: Option<WalRoom>,
+}
+
+/// Writing transactions counted until the WAL gets its room.
+struct WalRoom {
+    wal: PathBuf,
+    writes: u64,
 }
 
 impl WriterThread {
@@ -566,7 +583,7 @@ impl WriterThread {
             .sum();
         let mut finishes = Vec::with_capacity(batch.len());
         let mut wakes = Vec::new();
-        if let Err(error) = self.conn.execute_batch("BEGIN IMMEDIATE") {
+        if let Err(error) = self.control("BEGIN IMMEDIATE") {
             let failure = batch_failure(&error);
             for operation in batch {
                 operation.refuse(&failure);
@@ -581,11 +598,12 @@ impl WriterThread {
         let wrote = self.conn.total_changes() != changes_before;
         let needs_sync = self.needs_sync(wrote);
         let executed = Instant::now();
-        let failure = self.conn.execute_batch("COMMIT").err().map(|error| {
+        let failure = self.control("COMMIT").err().map(|error| {
             let _ = self.conn.execute_batch("ROLLBACK");
             batch_failure(&error)
         });
         let committed = Instant::now();
+        let count_write = wrote && failure.is_none();
         self.last_batch = finishes.len();
         self.last_commit = committed - executed;
         let batch = Committed {
@@ -604,6 +622,14 @@ impl WriterThread {
             },
             committed,
         };
+        self.answer(batch, wal_file);
+        if count_write {
+            self.count_write();
+        }
+    }
+
+    /// Answers a committed batch: here, or behind earlier ones by the syncer.
+    fn answer(&mut self, batch: Committed, wal_file: &mut Option<std::fs::File>) {
         self.delivery.unanswered.send_modify(|n| *n += 1);
         let Some(pipeline) = &self.pipeline else {
             self.delivery.deliver(batch, Ok(false));
@@ -624,7 +650,7 @@ impl WriterThread {
             // What a straggler would have paid: the gathering window is half of it, as with
             // SQLite's own sync inside COMMIT (see [`Self::straggler`]).
             if synced.as_ref().is_ok_and(|synced| *synced) {
-                self.last_commit += committed.elapsed();
+                self.last_commit += batch.committed.elapsed();
             }
             self.delivery.deliver(batch, synced);
         }
@@ -649,7 +675,7 @@ impl WriterThread {
     }
 
     fn run_in_savepoint(&mut self, operation: Box<dyn Operation>, wakes: &mut Vec<Wake>) -> Finish {
-        if let Err(error) = self.conn.execute_batch("SAVEPOINT operation") {
+        if let Err(error) = self.control("SAVEPOINT operation") {
             let failure = batch_failure(&error);
             operation.refuse(&failure);
             return Box::new(|_| {});
@@ -659,10 +685,29 @@ impl WriterThread {
         if ok {
             wakes.append(&mut own_wakes);
         } else {
-            let _ = self.conn.execute_batch("ROLLBACK TO operation");
+            let _ = self.control("ROLLBACK TO operation");
         }
-        let _ = self.conn.execute_batch("RELEASE operation");
+        let _ = self.control("RELEASE operation");
         finish
+    }
+
+    /// Runs a transaction-control statement, kept prepared: four of them run for every
+    /// operation, and parsing them anew each time showed in the writer's profile.
+    fn control(&self, sql: &str) -> rusqlite::Result<()> {
+        self.conn.prepare_cached(sql)?.execute([]).map(|_| ())
+    }
+
+    /// Counts a committed write; the [`ROOM_AFTER_WRITES`]th makes the WAL's room, once (a
+    /// failure only leaves the WAL as SQLite keeps it).
+    fn count_write(&mut self) {
+        let Some(room) = &mut self.room else {
+            return;
+        };
+        room.writes += 1;
+        if room.writes >= ROOM_AFTER_WRITES {
+            let _ = wal_room::make_room(&self.conn, &room.wal);
+            self.room = None;
+        }
     }
 }
 
