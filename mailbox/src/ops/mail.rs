@@ -98,13 +98,15 @@ pub(crate) async fn send(
     {
         return Ok(original);
     }
-    require_run_exists(tx, &message.run_id).await?;
-    let sender = member_kind(tx, &message.run_id, &message.sender)
-        .await?
-        .ok_or_else(|| StoreError::UnknownSender {
+    // A member's run exists (the roster's foreign key): the run is looked up only to say
+    // which of the two is unknown.
+    let Some(sender) = member_kind(tx, &message.run_id, &message.sender).await? else {
+        require_run_exists(tx, &message.run_id).await?;
+        return Err(StoreError::UnknownSender {
             run: message.run_id.clone(),
             sender: message.sender.clone(),
-        })?;
+        });
+    };
     if member_kind(tx, &message.run_id, &message.recipient)
         .await?
         .is_none()

@@ -248,40 +248,11 @@ pub(crate) async fn append_records(
     let now = now_millis();
     let mut out = Vec::with_capacity(records.len());
     for record in records {
+        let body = record.body.to_string();
         let seq = match record.seq {
-            Some(seq) => seq,
-            None => {
-                tx.query_one(
-                    "SELECT COALESCE(MAX(seq), 0) + 1 FROM agent_records \
-                     WHERE run_id = ?1 AND agent_id = ?2 AND stream = ?3",
-                    &[&run_id, &record.agent, &record.stream],
-                    |r| r.get::<i64>("agent_records", 0),
-                )
-                .await?
-            }
+            Some(seq) => insert_record_at(tx, run_id, record, seq, &body, now).await?,
+            None => append_record(tx, run_id, record, &body, now).await?,
         };
-        let inserted = tx
-            .execute(
-                "INSERT INTO agent_records (run_id, agent_id, stream, seq, body, created_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
-                &[
-                    &run_id,
-                    &record.agent,
-                    &record.stream,
-                    &seq,
-                    &record.body.to_string(),
-                    &now,
-                ],
-            )
-            .await?;
-        if inserted == 0 {
-            return Err(StoreError::DuplicateRecord {
-                run: run_id.into(),
-                agent: record.agent.clone(),
-                stream: record.stream.clone(),
-                seq,
-            });
-        }
         out.push(AgentRecord {
             run_id: run_id.into(),
             agent: record.agent.clone(),
@@ -292,6 +263,53 @@ pub(crate) async fn append_records(
         });
     }
     Ok(out)
+}
+
+/// Appends a record after its stream's last, in one statement: the next `seq` is read where
+/// the row is written (no other writer of the run runs meanwhile: SQLite's one writer,
+/// PostgreSQL's run lock).
+async fn append_record(
+    tx: &impl Tx,
+    run_id: &str,
+    record: &NewRecord,
+    body: &str,
+    now: i64,
+) -> StoreResult<i64> {
+    tx.query_one(
+        "INSERT INTO agent_records (run_id, agent_id, stream, seq, body, created_at) \
+         SELECT ?1, ?2, ?3, COALESCE(MAX(seq), 0) + 1, CAST(?4 AS TEXT), CAST(?5 AS BIGINT) \
+         FROM agent_records WHERE run_id = ?1 AND agent_id = ?2 AND stream = ?3 RETURNING seq",
+        &[&run_id, &record.agent, &record.stream, &body, &now],
+        |r| r.get::<i64>("agent_records", 0),
+    )
+    .await
+}
+
+/// Writes a record at the `seq` its caller chose; one already there is refused.
+async fn insert_record_at(
+    tx: &impl Tx,
+    run_id: &str,
+    record: &NewRecord,
+    seq: i64,
+    body: &str,
+    now: i64,
+) -> StoreResult<i64> {
+    let inserted = tx
+        .execute(
+            "INSERT INTO agent_records (run_id, agent_id, stream, seq, body, created_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
+            &[&run_id, &record.agent, &record.stream, &seq, &body, &now],
+        )
+        .await?;
+    if inserted == 0 {
+        return Err(StoreError::DuplicateRecord {
+            run: run_id.into(),
+            agent: record.agent.clone(),
+            stream: record.stream.clone(),
+            seq,
+        });
+    }
+    Ok(seq)
 }
 
 /// Every agent's records of one stream of a run, by agent, then in order: one read where a
