@@ -607,6 +607,9 @@ pub struct StoreStats {
     /// Syncs of the WAL by the store itself (pipelined `synchronous=full`), each covering
     /// every transaction committed before it began.
     pub syncs: u64,
+    /// Looks for pending mail answered by the store's read-only connection, without the
+    /// writer (SQLite; see `sqlite/reader.rs`).
+    pub looks: u64,
     /// Where the writer's time went, summed over every transaction.
     pub time: CommitTime,
 }

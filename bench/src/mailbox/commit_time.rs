@@ -114,6 +114,7 @@ mod tests {
             commits,
             operations,
             syncs: 0,
+            looks: 0,
             time,
         }
     }

@@ -2,6 +2,7 @@
 
 mod open;
 pub(crate) mod ops;
+mod reader;
 mod schema;
 mod version;
 mod wal_room;
@@ -28,6 +29,8 @@ use writer::Writer;
 #[derive(Clone)]
 pub struct SqliteStore {
     writer: Writer,
+    /// Looks for pending mail without the writer (see [`reader`]).
+    reader: reader::Reader,
     waiters: Arc<Waiters>,
     ctx: OpContext,
     /// Set for the process running a work item: every operation first checks that the item's
@@ -43,6 +46,12 @@ impl SqliteStore {
     /// (leaving it unchanged) and a store written by a newer schema.
     pub fn open(path: &Path, options: StoreOptions) -> StoreResult<SqliteStore> {
         let (conn, pipelined) = open::open_connection(path, &options)?;
+        // SQLite's own (absolute) name for the file: a later change of directory cannot point
+        // the reader elsewhere.
+        let absolute = conn
+            .path()
+            .filter(|p| !p.is_empty())
+            .map_or_else(|| path.to_path_buf(), PathBuf::from);
         let waiters = Arc::new(Waiters::default());
         let busy_ms = options.busy_timeout.as_millis() as u64;
         let writer = Writer::start(
@@ -59,6 +68,7 @@ impl SqliteStore {
             max_body_bytes: options.max_body_bytes,
         };
         Ok(SqliteStore {
+            reader: reader::Reader::new(absolute, writer.stats_sender()),
             writer,
             waiters,
             ctx,
@@ -163,6 +173,12 @@ impl Backend for SqliteStore {
 
     fn unlimited(&self) -> &ops_ledger::UnlimitedRuns {
         &self.unlimited
+    }
+
+    /// Looked up on the read-only connection; a fenced store leases on the writer every time
+    /// (the lease checks the fence).
+    async fn may_have_pending(&self, run_id: &str, recipient: &str) -> bool {
+        self.fence.is_some() || self.reader.may_have_pending(run_id, recipient).await
     }
 
     async fn write<T, F>(&self, _runs: &[&str], body: F) -> StoreResult<T>

@@ -53,7 +53,7 @@ fn check_header(path: &Path) -> StoreResult<()> {
 /// a bound value (a `MAX(seq)` over an index, an `ORDER BY` with a `LIMIT ?`) is expired when the
 /// cache clears its bindings and is prepared anew at each run: measured, 8% of the process's CPU
 /// in a team run.
-fn keep_statements_prepared(conn: &Connection) -> rusqlite::Result<()> {
+pub(crate) fn keep_statements_prepared(conn: &Connection) -> rusqlite::Result<()> {
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     conn.set_db_config(
         rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,

@@ -285,6 +285,11 @@ impl Writer {
     pub(crate) fn stats(&self) -> watch::Receiver<StoreStats> {
         self.stats.subscribe()
     }
+
+    /// The counters' sender, for the store's reader to count its looks in.
+    pub(crate) fn stats_sender(&self) -> watch::Sender<StoreStats> {
+        self.stats.clone()
+    }
 }
 
 /// Releases [`Writer::hold_syncs`] when dropped.

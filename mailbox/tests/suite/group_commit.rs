@@ -76,20 +76,27 @@ async fn a_waiting_receiver_makes_no_queries_and_wakes_on_commit() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(open(&dir.path().join("m.db")));
     let epoch = run_with(&store, RUN, &["alice"]).await;
-    let base = store.stats().operations;
+    let base = store.stats();
     let mut stats = store.watch_stats();
     let receiver = tokio::spawn({
         let store = store.clone();
         async move { store.receive(RUN, "alice", epoch, MessageFilter::Any).await }
     });
-    // The receiver looks once, finds nothing, and sleeps.
-    stats.wait_for(|s| s.operations > base).await.unwrap();
-    let after_first_look = store.stats().operations;
+    // The receiver looks once (on the read-only connection, not the writer), finds nothing,
+    // and sleeps.
+    stats.wait_for(|s| s.looks > base.looks).await.unwrap();
+    let after_first_look = store.stats();
+    assert_eq!(after_first_look.looks, base.looks + 1);
+    assert_eq!(
+        after_first_look.operations, base.operations,
+        "an empty inbox is seen without the writer"
+    );
     tokio::time::advance(Duration::from_secs(60)).await;
     tokio::task::yield_now().await;
+    let after_waiting = store.stats();
     assert_eq!(
-        store.stats().operations,
-        after_first_look,
+        (after_waiting.operations, after_waiting.looks),
+        (after_first_look.operations, after_first_look.looks),
         "no queries while waiting 60 s"
     );
     assert!(!receiver.is_finished());

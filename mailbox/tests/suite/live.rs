@@ -19,13 +19,17 @@ async fn another_process_commits_then_wakes_the_live_run() {
     let _live = LiveRun::start(&runs_dir, RUN, store.clone(), None).unwrap();
     assert!(live::is_live(&runs_dir, RUN).unwrap());
 
-    let base = store.stats().operations;
+    let base = store.stats().looks;
     let mut stats = store.watch_stats();
     let receiver = tokio::spawn({
         let store = store.clone();
         async move { store.receive(RUN, "alice", epoch, MessageFilter::Any).await }
     });
-    stats.wait_for(|s| s.operations > base).await.unwrap();
+    // The receiver has looked (on the store's read-only connection) and waits.
+    tokio::time::timeout(GUARD, stats.wait_for(|s| s.looks > base))
+        .await
+        .unwrap()
+        .unwrap();
 
     let mut child = spawn(&Action::SendAndPoke {
         db: db.clone(),

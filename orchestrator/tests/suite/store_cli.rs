@@ -294,7 +294,7 @@ async fn approve_from_another_process_wakes_the_live_run_at_once() {
     let epoch = store.open_epoch("r1").await.unwrap();
     let _live =
         LiveRun::start(&dir.path().join(".muster/runs"), "r1", store.clone(), None).unwrap();
-    let base = store.stats().operations;
+    let base = store.stats();
     let mut stats = store.watch_stats();
     let waiting = tokio::spawn({
         let store = store.clone();
@@ -309,8 +309,15 @@ async fn approve_from_another_process_wakes_the_live_run_at_once() {
                 .await
         }
     });
-    stats.wait_for(|s| s.operations > base).await.unwrap();
-    let looked = store.stats().operations;
+    tokio::time::timeout(GUARD, stats.wait_for(|s| s.looks > base.looks))
+        .await
+        .unwrap()
+        .unwrap();
+    let looked = store.stats();
+    assert_eq!(
+        looked.operations, base.operations,
+        "an empty look skips the writer"
+    );
 
     let project = dir.path().to_path_buf();
     let approve = tokio::task::spawn_blocking(move || {
@@ -330,8 +337,13 @@ async fn approve_from_another_process_wakes_the_live_run_at_once() {
         .unwrap();
     assert_eq!(response.kind, "plan_approval_response");
     assert_eq!(response.stored_body()["feedback"], "go");
-    // The receiver looked once before and once after the wake: it never polled.
-    assert_eq!(store.stats().operations, looked + 1);
+    // The receiver looked once before and once after the wake, and leased once: it never
+    // polled.
+    let after = store.stats();
+    assert_eq!(
+        (after.looks, after.operations),
+        (looked.looks + 1, looked.operations + 1)
+    );
 }
 
 #[tokio::test]
