@@ -50,14 +50,35 @@ async fn require_task(tx: &impl Tx, run_id: &str, task_id: i64) -> StoreResult<T
         })
 }
 
+/// Every task of a run with its dependencies: two reads, however many tasks (the board is
+/// read at every teammate's turn end).
 pub(crate) async fn list_tasks(tx: &impl Tx, run_id: &str) -> StoreResult<Vec<Task>> {
     let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE run_id = ?1 ORDER BY task_id");
-    let found = tx
+    let mut tasks = tx
         .query(&sql, &[&run_id], |r| rows::task(run_id, r))
         .await?;
-    let mut tasks = Vec::with_capacity(found.len());
-    for task in found {
-        tasks.push(with_dependencies(tx, task).await?);
+    let found = tx
+        .query(
+            "SELECT d.task_id, d.blocked_by, b.status FROM task_deps d JOIN tasks b \
+             ON b.run_id = d.run_id AND b.task_id = d.blocked_by \
+             WHERE d.run_id = ?1 ORDER BY d.task_id, d.blocked_by",
+            &[&run_id],
+            |r| {
+                Ok((
+                    r.get::<i64>("task_deps", 0)?,
+                    (r.get::<i64>("task_deps", 1)?, r.get::<String>("tasks", 2)?),
+                ))
+            },
+        )
+        .await?;
+    let mut by_task: std::collections::HashMap<i64, Vec<(i64, String)>> =
+        std::collections::HashMap::new();
+    for (task_id, dependency) in found {
+        by_task.entry(task_id).or_default().push(dependency);
+    }
+    for task in &mut tasks {
+        let dependencies = by_task.remove(&task.task_id).unwrap_or_default();
+        (task.blocked_by, task.blocked_by_open) = rules::tasks::open_dependencies(dependencies);
     }
     Ok(tasks)
 }

@@ -704,6 +704,27 @@ async fn tasks_claim_block_assign_and_release(backend: Backend) {
         (released.owner, released.status),
         (None, TaskStatus::Pending)
     );
+
+    // The board lists each task with its own dependencies, open or done.
+    store
+        .create_task(new("docs", vec![second.task_id, first.task_id]))
+        .await
+        .unwrap();
+    let board: Vec<_> = store
+        .tasks(RUN)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| (t.task_id, t.blocked_by, t.blocked_by_open))
+        .collect();
+    assert_eq!(
+        board,
+        [
+            (1, vec![], vec![]),
+            (2, vec![1], vec![]),
+            (3, vec![1, 2], vec![2])
+        ]
+    );
 }
 
 async fn counters_count_per_run_and_name(backend: Backend) {
