@@ -643,6 +643,11 @@ async fn muster_throughput(
     options: &Options,
 ) -> anyhow::Result<Row> {
     let store = bench_store(dir, opened_with, senders, 0).await?;
+    for i in 0..WARMUP_SENDS {
+        store
+            .send(mail("s0", "lead", &format!("warm-{i}"), options.body_bytes))
+            .await?;
+    }
     let before = store.stats();
     let mut row = throughput_on(store.clone(), "muster", senders, options).await?;
     let (after, mean_ms) = (store.stats(), row.mean_ms);
@@ -696,6 +701,10 @@ fn file_throughput(
     options: &Options,
 ) -> anyhow::Result<Row> {
     let inboxes = FileInboxes::new(dir, sync == SyncMode::Full)?;
+    for i in 0..WARMUP_SENDS {
+        let entry = file_inbox::entry("s0", &format!("warm-{i}"), options.body_bytes);
+        file_inbox::send_retrying(&inboxes, "lead", entry)?;
+    }
     let per_sender = (options.messages / senders).max(1);
     let start = Instant::now();
     let (samples, lock_failures) = std::thread::scope(|scope| {
@@ -1033,8 +1042,10 @@ fn summary(samples: &Samples, wall: Duration) -> SeriesFigures {
 }
 
 /// Unmeasured sends before each measured series, for both systems alike, so neither is
-/// measured while its files are first allocated.
-const WARMUP_SENDS: usize = 5;
+/// measured while its files are first allocated: more than the writing transactions after
+/// which the store gives its WAL its room (16; see docs/store.md, "The WAL's room"), as a
+/// store that has been running has.
+const WARMUP_SENDS: usize = 20;
 
 async fn muster_sends_into(
     dir: &Path,

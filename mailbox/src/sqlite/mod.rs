@@ -29,8 +29,11 @@ use writer::Writer;
 #[derive(Clone)]
 pub struct SqliteStore {
     writer: Writer,
-    /// Looks for pending mail without the writer (see [`reader`]).
+    /// Reads, and looks for pending mail, without the writer (see [`reader`]).
     reader: reader::Reader,
+    /// Whether the store syncs the WAL itself: a commit is then visible before it is on
+    /// disk, and reads stay on the writer (see [`reader`]).
+    pipelined: bool,
     waiters: Arc<Waiters>,
     ctx: OpContext,
     /// Set for the process running a work item: every operation first checks that the item's
@@ -68,7 +71,8 @@ impl SqliteStore {
             max_body_bytes: options.max_body_bytes,
         };
         Ok(SqliteStore {
-            reader: reader::Reader::new(absolute, writer.stats_sender()),
+            reader: reader::Reader::new(absolute, options.busy_timeout, writer.stats_sender()),
+            pipelined,
             writer,
             waiters,
             ctx,
@@ -159,7 +163,8 @@ impl SqliteStore {
     }
 }
 
-/// Every operation runs on the writer thread, reads too (see [`ops::drive`]).
+/// Every write runs on the writer thread (see [`ops::drive`]); reads on the reader's
+/// connection.
 impl Backend for SqliteStore {
     type Tx<'t> = SqliteTx<'t>;
 
@@ -189,12 +194,20 @@ impl Backend for SqliteStore {
         self.op(body).await
     }
 
+    /// On the read-only connection; on the writer when the store is fenced (the read checks
+    /// the fence in its transaction) or syncs the WAL itself (see [`reader`]).
     async fn read<T, F>(&self, body: F) -> StoreResult<T>
     where
         T: Send + 'static,
         F: AsyncFnOnce(&Self::Tx<'_>) -> StoreResult<T> + Send + 'static,
     {
-        self.op(async move |tx, _| body(tx).await).await
+        if self.fence.is_some() || self.pipelined {
+            return self.op(async move |tx, _| body(tx).await).await;
+        }
+        let ctx = self.ctx.clone();
+        self.reader
+            .read(move |conn| ops::drive(&ctx.path, body(&SqliteTx { conn, ctx: &ctx })))
+            .await
     }
 
     /// `Change` wakes the queues' watchers after COMMIT.

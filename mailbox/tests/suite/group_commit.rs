@@ -422,3 +422,23 @@ async fn a_store_that_reads_or_writes_a_few_times_leaves_the_wal_as_sqlite_keeps
     let size = wal_size(&db);
     assert!(size > 0 && size < WAL_ROOM / 10, "WAL of {size} bytes");
 }
+
+#[tokio::test]
+async fn a_read_does_not_wait_for_the_writer_and_sees_every_answered_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("m.db"));
+    run_with(&store, RUN, &["alice"]).await;
+    let sent = store
+        .send(text(RUN, "lead", "alice", "before"))
+        .await
+        .unwrap();
+    let hold = store.hold_writer().await.unwrap();
+    // The writer is stopped; a read answers from the store's read-only connection, with the
+    // write answered before it.
+    let read = tokio::time::timeout(GUARD, store.messages(RUN, Some("alice")))
+        .await
+        .expect("a read waited for a held writer")
+        .unwrap();
+    assert_eq!(read.iter().map(|m| &m.key).collect::<Vec<_>>(), [&sent.key]);
+    drop(hold);
+}
