@@ -28,9 +28,11 @@ use writer::Writer;
 /// The SQLite implementation of [`MailboxStore`](crate::store::MailboxStore).
 #[derive(Clone)]
 pub struct SqliteStore {
-    writer: Writer,
-    /// Reads, and looks for pending mail, without the writer (see [`reader`]).
+    /// Reads, and looks for pending mail, without the writer (see [`reader`]). Declared (so
+    /// dropped) before the writer: the writer's connection, closing last, is the one SQLite
+    /// lets checkpoint the WAL and delete it (a read-only connection cannot).
     reader: reader::Reader,
+    writer: Writer,
     /// Whether the store syncs the WAL itself: a commit is then visible before it is on
     /// disk, and reads stay on the writer (see [`reader`]).
     pipelined: bool,
