@@ -53,6 +53,8 @@ fn extend(path: &Path, room: u64) -> std::io::Result<u64> {
         let chunk = usize::try_from(left.min(zeros.len() as u64)).unwrap_or(zeros.len());
         file.write_all(&zeros[..chunk])?;
         left -= chunk as u64;
+        // A crash test kills here, the room part-written.
+        crate::failpoint!("wal_room");
     }
     file.sync_all()?;
     Ok(room)

@@ -67,7 +67,16 @@ fn is_event(line: &str) -> bool {
 }
 
 pub fn spawn(action: &Action) -> Spawned {
-    let mut child = Command::new(std::env::current_exe().unwrap())
+    spawn_killed_at(action, None)
+}
+
+/// [`spawn`], the child killed at the named failpoint (`MUSTER_FAILPOINT`) when it is given.
+pub fn spawn_killed_at(action: &Action, failpoint: Option<&str>) -> Spawned {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    if let Some(failpoint) = failpoint {
+        command.env(muster_mailbox::failpoint::VARIABLE, failpoint);
+    }
+    let mut child = command
         .args([
             "--ignored",
             "--exact",

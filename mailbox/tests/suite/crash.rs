@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use muster_mailbox::*;
 
-use super::child::{Action, keyed, seen, spawn};
+use super::child::{Action, keyed, seen, spawn_killed_at};
 use super::common::*;
 
 on_both_backends!(kill_nine_at_the_kth_event_loses_and_repeats_nothing);
@@ -13,16 +13,24 @@ on_both_backends!(kill_nine_at_the_kth_event_loses_and_repeats_nothing);
 const PER_SENDER: usize = 15;
 
 async fn crash_at(backend: Backend, k: usize) {
+    crash_where(backend, k, None).await;
+}
+
+/// The child is killed at its `k`-th event by the test, or before it at `failpoint` by itself.
+async fn crash_where(backend: Backend, k: usize, failpoint: Option<&str>) {
     let place = Place::new(backend).await;
     let db = place.location();
     {
         let store = db.open().await;
         run_with(&store, RUN, &["alice", "bob", "carol"]).await;
     }
-    let mut child = spawn(&Action::SendAndAck {
-        db: db.clone(),
-        per_sender: PER_SENDER,
-    });
+    let mut child = spawn_killed_at(
+        &Action::SendAndAck {
+            db: db.clone(),
+            per_sender: PER_SENDER,
+        },
+        failpoint,
+    );
     let mut sent = BTreeSet::new();
     let mut acked = BTreeSet::new();
     for _ in 0..k {
@@ -36,8 +44,19 @@ async fn crash_at(backend: Backend, k: usize) {
             _ => false,
         };
     }
-    child.child.kill().unwrap();
-    child.child.wait().unwrap();
+    if failpoint.is_none() {
+        child.child.kill().unwrap();
+    }
+    let status = child.child.wait().unwrap();
+    if let Some(failpoint) = failpoint {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            status.signal(),
+            Some(9),
+            "the child was killed at {failpoint} ({} sent)",
+            sent.len()
+        );
+    }
 
     let store = db.open().await;
     for key in &sent {
@@ -107,6 +126,14 @@ async fn crash_at(backend: Backend, k: usize) {
         let expected: Vec<String> = (0..PER_SENDER).map(|i| format!("{sender}-{i}")).collect();
         assert_eq!(texts, expected, "K={k}");
     }
+}
+
+/// Killed while it writes the WAL's room (after its 16th writing transaction): the zeros
+/// written so far are no frames, and every write answered before is there.
+#[cfg(feature = "failpoints")]
+#[tokio::test]
+async fn killed_while_making_the_wals_room_loses_and_repeats_nothing() {
+    crash_where(Backend::Sqlite, usize::MAX, Some("wal_room@2")).await;
 }
 
 async fn kill_nine_at_the_kth_event_loses_and_repeats_nothing(backend: Backend) {
