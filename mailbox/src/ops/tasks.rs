@@ -12,19 +12,37 @@ use crate::rules;
 use crate::types::*;
 use crate::wake::{Wake, board_changed};
 
+/// A run's dependencies with their blocking tasks' status: `task_id, blocked_by, status`.
+const DEPENDENCIES: &str = "SELECT d.task_id, d.blocked_by, b.status FROM task_deps d \
+    JOIN tasks b ON b.run_id = d.run_id AND b.task_id = d.blocked_by WHERE d.run_id = ?1";
+
+/// `(task, (blocked_by, status))` of a [`DEPENDENCIES`] row.
+fn dependency(row: &rows::Row<'_>) -> StoreResult<(i64, (i64, String))> {
+    Ok((
+        row.get::<i64>("task_deps", 0)?,
+        (
+            row.get::<i64>("task_deps", 1)?,
+            row.get::<String>("tasks", 2)?,
+        ),
+    ))
+}
+
 async fn with_dependencies(tx: &impl Tx, mut task: Task) -> StoreResult<Task> {
+    let sql = format!("{DEPENDENCIES} AND d.task_id = ?2 ORDER BY d.blocked_by");
     let found = tx
-        .query(
-            "SELECT d.blocked_by, b.status FROM task_deps d JOIN tasks b \
-             ON b.run_id = d.run_id AND b.task_id = d.blocked_by \
-             WHERE d.run_id = ?1 AND d.task_id = ?2 ORDER BY d.blocked_by",
-            &[&task.run_id, &task.task_id],
-            |r| Ok((r.get::<i64>("task_deps", 0)?, r.get::<String>("tasks", 1)?)),
-        )
+        .query(&sql, &[&task.run_id, &task.task_id], dependency)
         .await?;
+    let found = found
+        .into_iter()
+        .map(|(_, dependency)| dependency)
+        .collect();
     (task.blocked_by, task.blocked_by_open) = rules::tasks::open_dependencies(found);
     Ok(task)
 }
+
+/// The next task id of a run (the first is 1).
+pub(crate) const NEXT_TASK_ID: &str =
+    "SELECT COALESCE(MAX(task_id), 0) + 1 FROM tasks WHERE run_id = ?1";
 
 pub(crate) async fn get_task(
     tx: &impl Tx,
@@ -57,20 +75,8 @@ pub(crate) async fn list_tasks(tx: &impl Tx, run_id: &str) -> StoreResult<Vec<Ta
     let mut tasks = tx
         .query(&sql, &[&run_id], |r| rows::task(run_id, r))
         .await?;
-    let found = tx
-        .query(
-            "SELECT d.task_id, d.blocked_by, b.status FROM task_deps d JOIN tasks b \
-             ON b.run_id = d.run_id AND b.task_id = d.blocked_by \
-             WHERE d.run_id = ?1 ORDER BY d.task_id, d.blocked_by",
-            &[&run_id],
-            |r| {
-                Ok((
-                    r.get::<i64>("task_deps", 0)?,
-                    (r.get::<i64>("task_deps", 1)?, r.get::<String>("tasks", 2)?),
-                ))
-            },
-        )
-        .await?;
+    let sql = format!("{DEPENDENCIES} ORDER BY d.task_id, d.blocked_by");
+    let found = tx.query(&sql, &[&run_id], dependency).await?;
     let mut by_task: std::collections::HashMap<i64, Vec<(i64, String)>> =
         std::collections::HashMap::new();
     for (task_id, dependency) in found {
@@ -105,11 +111,7 @@ pub(crate) async fn create_task(
 async fn insert_task(tx: &impl Tx, task: &NewTask) -> StoreResult<Task> {
     require_run_exists(tx, &task.run_id).await?;
     let task_id = tx
-        .query_one(
-            "SELECT COALESCE(MAX(task_id), 0) + 1 FROM tasks WHERE run_id = ?1",
-            &[&task.run_id],
-            |r| r.get::<i64>("tasks", 0),
-        )
+        .query_one(NEXT_TASK_ID, &[&task.run_id], |r| r.get::<i64>("tasks", 0))
         .await?;
     tx.execute(
         "INSERT INTO tasks (run_id, task_id, subject, description, status, created_by, created_at, updated_at) \

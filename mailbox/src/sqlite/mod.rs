@@ -51,12 +51,7 @@ impl SqliteStore {
     /// (leaving it unchanged) and a store written by a newer schema.
     pub fn open(path: &Path, options: StoreOptions) -> StoreResult<SqliteStore> {
         let (conn, pipelined) = open::open_connection(path, &options)?;
-        // SQLite's own (absolute) name for the file: a later change of directory cannot point
-        // the reader elsewhere.
-        let absolute = conn
-            .path()
-            .filter(|p| !p.is_empty())
-            .map_or_else(|| path.to_path_buf(), PathBuf::from);
+        let absolute = open::database_path(&conn, path);
         let waiters = Arc::new(Waiters::default());
         let busy_ms = options.busy_timeout.as_millis() as u64;
         let writer = Writer::start(

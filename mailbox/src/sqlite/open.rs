@@ -65,6 +65,14 @@ pub(crate) fn keep_statements_prepared(conn: &Connection) -> rusqlite::Result<()
 /// More than the store's distinct statements, so none is evicted by another.
 const STATEMENT_CACHE: usize = 256;
 
+/// SQLite's own (absolute) name for the connection's database file, or `path` when it has none:
+/// a later change of directory cannot point a sync or a second connection elsewhere.
+pub(crate) fn database_path(conn: &Connection, path: &Path) -> std::path::PathBuf {
+    conn.path()
+        .filter(|p| !p.is_empty())
+        .map_or_else(|| path.to_path_buf(), std::path::PathBuf::from)
+}
+
 /// Opens (creating if absent) and migrates a store file, returning the writer's connection and
 /// whether the store syncs the WAL itself (see [`StoreOptions::pipelined_sync`]).
 pub(crate) fn open_connection(
@@ -135,11 +143,10 @@ pub(crate) fn open_connection(
 mod tests {
     use super::*;
 
-    /// The store's hot statements whose plans look at a bound value: the next record's `seq`
-    /// (a MAX over an index) and the next message to lease (an ORDER BY with LIMIT).
+    /// Statements of the store whose plans look at a bound value: the next task id (a MAX
+    /// over an index) and the next message to lease (an ORDER BY with LIMIT).
     const HOT: [&str; 2] = [
-        "SELECT COALESCE(MAX(seq), 0) + 1 FROM agent_records \
-         WHERE run_id = ?1 AND agent_id = ?2 AND stream = ?3",
+        crate::ops::tasks::NEXT_TASK_ID,
         crate::ops::mail::DELIVERY_QUERY,
     ];
 

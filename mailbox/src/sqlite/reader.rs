@@ -26,7 +26,7 @@ use crate::types::StoreStats;
 const PENDING_FOR: &str = "SELECT EXISTS (SELECT 1 FROM messages \
     WHERE run_id = ?1 AND recipient = ?2 AND state = 0)";
 
-/// The store's read-only connection, opened at the first look.
+/// The store's read-only connection, opened at its first use.
 #[derive(Clone)]
 pub(crate) struct Reader {
     path: PathBuf,
@@ -79,18 +79,18 @@ impl Reader {
     {
         let reader = self.clone();
         let path = self.path.clone();
-        let gone = |detail: String| StoreError::CommitFailed {
-            path: path.clone(),
-            detail,
-        };
         let run = move || {
             reader
                 .with_connection(|conn| in_snapshot(conn, &reader.path, read))
                 .map_err(|error| sql_error(&reader.path, error))?
         };
+        // The blocking task ends only by returning, or by a panic or the runtime's shutdown.
         tokio::task::spawn_blocking(run)
             .await
-            .map_err(|error| gone(format!("a read of the store stopped: {error}")))?
+            .map_err(|error| StoreError::Open {
+                path,
+                source: std::io::Error::other(format!("a read of the store stopped: {error}")),
+            })?
     }
 
     /// `use_it` on the connection, opened at first use; an error when it cannot be opened.

@@ -26,25 +26,27 @@ const FRAME_HEADER: u64 = 24;
 pub(crate) const ROOM_AFTER_WRITES: u64 = 16;
 
 /// Zero-extends the WAL at `wal` to the size it reaches before SQLite checkpoints it, holding
-/// the write lock so no commit appends meanwhile. Returns the WAL's size after.
-pub(crate) fn make_room(conn: &Connection, wal: &Path) -> Result<u64, RoomError> {
+/// the write lock so no commit appends meanwhile.
+pub(crate) fn make_room(conn: &Connection, wal: &Path) -> Result<(), RoomError> {
     let page: i64 = conn.pragma_query_value(None, "page_size", |row| row.get(0))?;
     let pages: i64 = conn.pragma_query_value(None, "wal_autocheckpoint", |row| row.get(0))?;
     let room = WAL_HEADER + pages.max(0) as u64 * (page.max(0) as u64 + FRAME_HEADER);
     conn.execute_batch("BEGIN IMMEDIATE")?;
     let extended = extend(wal, room);
-    let committed = conn.execute_batch("COMMIT");
-    let size = extended?;
-    committed?;
-    Ok(size)
+    if let Err(error) = conn.execute_batch("COMMIT") {
+        // Never left open: the writer's next BEGIN would fail, and every batch with it.
+        let _ = conn.execute_batch("ROLLBACK");
+        return Err(error.into());
+    }
+    Ok(extended?)
 }
 
 /// Writes zeros from the file's end to `room` and syncs them; a file as large already is left.
-fn extend(path: &Path, room: u64) -> std::io::Result<u64> {
+fn extend(path: &Path, room: u64) -> std::io::Result<()> {
     let mut file = std::fs::OpenOptions::new().write(true).open(path)?;
     let size = file.metadata()?.len();
     if size >= room {
-        return Ok(size);
+        return Ok(());
     }
     file.seek(SeekFrom::Start(size))?;
     let zeros = [0u8; 64 * 1024];
@@ -56,8 +58,7 @@ fn extend(path: &Path, room: u64) -> std::io::Result<u64> {
         // A crash test kills here, the room part-written.
         crate::failpoint!("wal_room");
     }
-    file.sync_all()?;
-    Ok(room)
+    file.sync_all()
 }
 
 /// Why the WAL got no room; the store goes on without it.

@@ -29,6 +29,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::error::{StoreError, StoreResult};
 use crate::options::CommitHook;
+use crate::sqlite::open::database_path;
 use crate::sqlite::wal_room::{self, ROOM_AFTER_WRITES};
 use crate::types::{CommitTime, StoreStats};
 use crate::wake::{Waiters, Wake};
@@ -333,14 +334,9 @@ struct WalFile {
     gate: Arc<SyncGate>,
 }
 
-/// The WAL beside the database: named after SQLite's own name for the database (absolute), so
-/// a later change of directory or a relative path cannot point elsewhere.
+/// The WAL beside the database (see [`database_path`]).
 fn wal_path(conn: &Connection, path: &Path) -> PathBuf {
-    let database = conn
-        .path()
-        .filter(|p| !p.is_empty())
-        .map_or_else(|| path.to_path_buf(), PathBuf::from);
-    let mut wal = database.into_os_string();
+    let mut wal = database_path(conn, path).into_os_string();
     wal.push("-wal");
     PathBuf::from(wal)
 }
@@ -710,7 +706,9 @@ impl WriterThread {
         };
         room.writes += 1;
         if room.writes >= ROOM_AFTER_WRITES {
-            let _ = wal_room::make_room(&self.conn, &room.wal);
+            if let Err(error) = wal_room::make_room(&self.conn, &room.wal) {
+                tracing::debug!(wal = %room.wal.display(), %error, "the WAL got no room");
+            }
             self.room = None;
         }
     }
