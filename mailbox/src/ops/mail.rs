@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use uuid::Uuid;
 
 use super::Tx;
-use super::runs::{member_kind, require_run_exists, roster};
+use super::runs::{require_run_exists, roster, sender_and_recipient};
 use crate::clock::now_millis;
 use crate::error::{StoreError, StoreResult};
 use crate::message::MessageKind;
@@ -98,19 +98,18 @@ pub(crate) async fn send(
     {
         return Ok(original);
     }
+    let agents = [message.sender.as_str(), message.recipient.as_str()];
+    let [sender, recipient] = sender_and_recipient(tx, &message.run_id, agents).await?;
     // A member's run exists (the roster's foreign key): the run is looked up only to say
     // which of the two is unknown.
-    let Some(sender) = member_kind(tx, &message.run_id, &message.sender).await? else {
+    let Some(sender) = sender else {
         require_run_exists(tx, &message.run_id).await?;
         return Err(StoreError::UnknownSender {
             run: message.run_id.clone(),
             sender: message.sender.clone(),
         });
     };
-    if member_kind(tx, &message.run_id, &message.recipient)
-        .await?
-        .is_none()
-    {
+    if recipient.is_none() {
         return Err(refuse_recipient(tx, &message.run_id, &message.recipient).await);
     }
     let key = Uuid::now_v7().to_string();
@@ -130,23 +129,22 @@ pub(crate) async fn send_many(
     messages: &[NewMessage],
     wakes: &mut Vec<Wake>,
 ) -> StoreResult<usize> {
-    let mut kinds: HashMap<(String, String), Option<MemberKind>> = HashMap::new();
+    let mut kinds: HashMap<(String, [String; 2]), [Option<MemberKind>; 2]> = HashMap::new();
     let now = now_millis();
     for message in messages {
         rules::send::check_bulk(message)?;
-        let mut found = [None; 2];
-        for (slot, agent) in [&message.sender, &message.recipient]
-            .into_iter()
-            .enumerate()
-        {
-            let key = (message.run_id.clone(), agent.clone());
-            found[slot] = match kinds.get(&key) {
-                Some(kind) => *kind,
-                None => member_kind(tx, &message.run_id, agent).await?,
-            };
-            kinds.insert(key, found[slot]);
-        }
-        let [sender, recipient] = found;
+        let pair = (
+            message.run_id.clone(),
+            [message.sender.clone(), message.recipient.clone()],
+        );
+        let [sender, recipient] = match kinds.get(&pair) {
+            Some(found) => *found,
+            None => {
+                let agents = [message.sender.as_str(), message.recipient.as_str()];
+                let found = sender_and_recipient(tx, &message.run_id, agents).await?;
+                *kinds.entry(pair).or_insert(found)
+            }
+        };
         let sender = sender.ok_or_else(|| StoreError::UnknownSender {
             run: message.run_id.clone(),
             sender: message.sender.clone(),

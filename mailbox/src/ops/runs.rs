@@ -230,6 +230,27 @@ pub(crate) async fn member_kind(
     kind.map(|k| rows::member_kind(&k)).transpose()
 }
 
+/// The kinds of a message's sender and recipient, in one statement (a send's two checks).
+pub(crate) async fn sender_and_recipient(
+    tx: &impl Tx,
+    run_id: &str,
+    [sender, recipient]: [&str; 2],
+) -> StoreResult<[Option<MemberKind>; 2]> {
+    let sql = "SELECT agent_id, kind FROM roster WHERE run_id = ?1 AND agent_id IN (?2, ?3)";
+    let read =
+        |r: &rows::Row<'_>| Ok((r.get::<String>("roster", 0)?, r.get::<String>("roster", 1)?));
+    let mut kinds = [None, None];
+    for (agent, kind) in tx.query(sql, &[&run_id, &sender, &recipient], read).await? {
+        let kind = rows::member_kind(&kind)?;
+        for (slot, name) in [sender, recipient].into_iter().enumerate() {
+            if agent == name {
+                kinds[slot] = Some(kind);
+            }
+        }
+    }
+    Ok(kinds)
+}
+
 pub(crate) async fn roster(tx: &impl Tx, run_id: &str) -> StoreResult<Vec<RosterEntry>> {
     let sql = format!(
         "SELECT agent_id, kind, definition, parent FROM roster WHERE run_id = ?1 ORDER BY {}",

@@ -440,10 +440,11 @@ fn connect_reason(source: &tokio_postgres::Error) -> String {
 impl PostgresStore {
     /// One attempt of a write (see [`Backend::write`]): a connection, a transaction holding
     /// the runs' locks, the body, its outcome stored under the write's operation id, COMMIT.
+    /// Only a `retry` looks for an earlier attempt's outcome: a first attempt's id is new.
     async fn write_once<T, F>(
         &self,
         runs: &[&str],
-        op_key: &str,
+        (op_key, retry): (&str, bool),
         confirmed: &[String],
         body: &F,
     ) -> StoreResult<T>
@@ -460,7 +461,7 @@ impl PostgresStore {
         if let Some(fence) = &self.fence {
             ops_work::check_fence(&tx, fence).await?;
         }
-        if let Some((first, wakes)) = ops::stored_operation(&tx, op_key).await? {
+        if retry && let Some((first, wakes)) = ops::stored_operation(&tx, op_key).await? {
             let first = self.finish(raw, Ok(first), wakes).await?;
             self.changes.after_commit(&conn).await;
             return Ok(first);
@@ -555,7 +556,8 @@ impl Backend for PostgresStore {
         loop {
             attempt += 1;
             let confirmed = self.take_confirmed();
-            match self.write_once(runs, &op_key, &confirmed, &body).await {
+            let key = (op_key.as_str(), attempt > 1);
+            match self.write_once(runs, key, &confirmed, &body).await {
                 Ok(value) => {
                     self.add_confirmed([op_key]);
                     break Ok(value);
