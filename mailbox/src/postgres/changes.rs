@@ -145,9 +145,10 @@ pub(crate) async fn watch(store: &PostgresStore, on_change: OnChange) -> StoreRe
 async fn listen(store: &PostgresStore, on_change: OnChange) -> StoreResult<Listening> {
     let name = feed_application_name(&store.ctx.schema);
     let (client, connection) = store.connect_outside_pool(Some(&name)).await?;
-    let driver = tokio::spawn(super::drive_notifications(connection, move |_| {
-        on_change(ChangeCause::Notified)
-    }));
+    let driver = tokio::spawn(super::connection::drive_notifications(
+        connection,
+        move |_| on_change(ChangeCause::Notified),
+    ));
     let listening = Listening {
         _client: client,
         driver,

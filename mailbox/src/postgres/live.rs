@@ -190,11 +190,14 @@ impl PostgresStore {
     async fn live_connection(&self, run_id: &str, application_name: String) -> StoreResult<Held> {
         let (client, connection) = self.connect_outside_pool(Some(&application_name)).await?;
         let (waiters, run) = (self.waiters.clone(), run_id.to_owned());
-        let driver = tokio::spawn(super::drive_notifications(connection, move |payload| {
-            if is_wake_payload(payload) {
-                waiters.wake(&run, payload);
-            }
-        }));
+        let driver = tokio::spawn(super::connection::drive_notifications(
+            connection,
+            move |payload| {
+                if is_wake_payload(payload) {
+                    waiters.wake(&run, payload);
+                }
+            },
+        ));
         Ok(Held {
             client,
             driver: Driver(driver),
@@ -335,5 +338,56 @@ async fn retake(store: &PostgresStore, run_id: &str, epoch: i64) -> Result<Held,
                 pause = (pause * 2).min(Duration::from_secs(1));
             }
         }
+    }
+}
+
+/// The checks and wake-ups other processes make on a run's live hold.
+impl PostgresStore {
+    /// Waits until no session holds `run_id` live (see
+    /// [`wait_until_not_live`](crate::store::MailboxStore::wait_until_not_live)).
+    pub(super) async fn wait_for_holder(&self, run_id: &str) -> StoreResult<()> {
+        // The server queues this session behind the holder and grants the lock when the
+        // holder's session ends; it is given back at once.
+        let (client, driver) = self.dedicated().await?;
+        let _driver = Driver(driver);
+        let key = self.ctx.live_lock_key(run_id);
+        client
+            .batch_execute(&format!(
+                "SELECT pg_advisory_lock({key}); SELECT pg_advisory_unlock({key})"
+            ))
+            .await
+            .map_err(|e| ops::pg_error(&self.ctx, e))
+    }
+
+    /// Whether a session holds `run_id` live.
+    pub(super) async fn held_by_anyone(&self, run_id: &str) -> StoreResult<bool> {
+        let conn = self.connection().await?;
+        // Taking the lock and giving it straight back tells whether another session holds it.
+        let row = conn
+            .query_one(
+                "SELECT CASE WHEN pg_try_advisory_lock($1) THEN NOT pg_advisory_unlock($1) \
+                 ELSE true END",
+                &[&self.ctx.live_lock_key(run_id)],
+            )
+            .await
+            .map_err(|e| ops::pg_error(&self.ctx, e))?;
+        ops::col(&row, "pg_locks", 0)
+    }
+
+    /// Wakes `recipient` in the process holding `run_id` live, if one does.
+    pub(super) async fn announce_wake(&self, run_id: &str, recipient: &str) -> StoreResult<bool> {
+        if !self.held_by_anyone(run_id).await? {
+            return Ok(false);
+        }
+        // Its own statement, after the decision's COMMIT: NOTIFY takes a global lock at
+        // commit time, so it stays out of the hot transactions.
+        let conn = self.connection().await?;
+        conn.execute(
+            "SELECT pg_notify($1, $2)",
+            &[&self.ctx.wake_channel(run_id), &recipient],
+        )
+        .await
+        .map_err(|e| ops::pg_error(&self.ctx, e))?;
+        Ok(true)
     }
 }

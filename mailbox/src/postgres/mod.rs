@@ -12,15 +12,15 @@
 //! them (see [`crate::live`]).
 
 mod changes;
+mod connection;
 mod live;
 pub(crate) mod ops;
 mod schema;
 mod tls;
 
-use std::str::FromStr;
 use std::sync::Arc;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use deadpool_postgres::Pool;
 use tokio_postgres::IsolationLevel;
 
 use crate::error::{StoreError, StoreResult};
@@ -31,13 +31,11 @@ use crate::types::*;
 use crate::wake::{Waiters, Wake};
 use crate::work::{WorkFence, WorkWatch};
 pub use changes::feed_application_name;
+use connection::connection;
+pub use connection::{create_schema, drop_schema};
 pub use live::{listen_application_name, live_application_name};
 use ops::{Ctx, PgTx, Tx};
 pub use schema::PG_SCHEMA_VERSION;
-
-/// Connections the pool keeps at most: a run's agents write concurrently, and writes to one
-/// run wait for its lock anyway.
-const POOL_SIZE: usize = 8;
 
 /// The PostgreSQL implementation of [`MailboxStore`](crate::store::MailboxStore).
 #[derive(Clone)]
@@ -64,41 +62,6 @@ pub struct PostgresStore {
     announce_wakes: bool,
 }
 
-/// Makes schema `name` on the server `url` names (a benchmark's or a test's own) and returns
-/// the URL whose connections use it.
-pub async fn create_schema(url: &str, name: &str) -> StoreResult<String> {
-    admin(url, &format!("CREATE SCHEMA {name}")).await?;
-    let separator = if url.contains('?') { '&' } else { '?' };
-    Ok(format!("{url}{separator}options=-csearch_path%3D{name}"))
-}
-
-/// Drops schema `name` and everything in it.
-pub async fn drop_schema(url: &str, name: &str) -> StoreResult<()> {
-    admin(url, &format!("DROP SCHEMA IF EXISTS {name} CASCADE")).await
-}
-
-async fn admin(url: &str, sql: &str) -> StoreResult<()> {
-    let ctx = Ctx {
-        target: muster_config::store_url::mask_password(url).into(),
-        schema: "".into(),
-        max_body_bytes: 0,
-    };
-    let (client, connection) = tokio_postgres::connect(url, tls::connector(&ctx.target)?)
-        .await
-        .map_err(|e| StoreError::PostgresConnect {
-            target: ctx.target.to_string(),
-            reason: connect_reason(&e),
-        })?;
-    let driver = tokio::spawn(connection);
-    let result = client
-        .batch_execute(sql)
-        .await
-        .map_err(|e| ops::pg_error(&ctx, e));
-    drop(client);
-    let _ = driver.await;
-    result
-}
-
 /// Attempts of one write when the connection is lost under it (the server restarted, a
 /// network cut): each on a fresh connection, under the same operation id.
 const WRITE_ATTEMPTS: u32 = 3;
@@ -108,27 +71,7 @@ impl PostgresStore {
     /// and brings an older or empty one up to date. The tables live in the connection's
     /// current schema (`public` unless the URL's `options` set a `search_path`).
     pub async fn open(url: &str, options: StoreOptions) -> StoreResult<PostgresStore> {
-        let target: Arc<str> = muster_config::store_url::mask_password(url).into();
-        let config =
-            tokio_postgres::Config::from_str(url).map_err(|e| StoreError::InvalidStoreUrl {
-                target: target.to_string(),
-                detail: e.to_string(),
-            })?;
-        let tls = tls::connector(&target)?;
-        let manager = Manager::from_config(
-            config.clone(),
-            tls.clone(),
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(POOL_SIZE)
-            .build()
-            .map_err(|e| StoreError::InvalidStoreUrl {
-                target: target.to_string(),
-                detail: e.to_string(),
-            })?;
+        let (pool, config, tls, target) = connection::pool(url)?;
         let mut ctx = Ctx {
             target: target.clone(),
             schema: "".into(),
@@ -178,30 +121,6 @@ impl PostgresStore {
     pub fn fenced(mut self, fence: WorkFence) -> PostgresStore {
         self.fence = Some(Arc::new(fence));
         self
-    }
-
-    /// A dedicated connection listening on the work channel: each notification wakes this
-    /// store's work watches; when it ends, `closed` is set and the watches are woken to see it.
-    async fn work_listener(
-        &self,
-        closed: Arc<std::sync::atomic::AtomicBool>,
-    ) -> StoreResult<LiveConnection> {
-        let (client, connection) = self.connect_outside_pool(None).await?;
-        let watchers = self.work_watchers.clone();
-        let driver = tokio::spawn(async move {
-            drive_notifications(connection, |_| watchers.wake()).await;
-            closed.store(true, std::sync::atomic::Ordering::SeqCst);
-            watchers.wake();
-        });
-        let listen = format!("LISTEN {}", ops::work_channel(&self.ctx));
-        if let Err(error) = client.batch_execute(&listen).await {
-            driver.abort();
-            return Err(ops::pg_error(&self.ctx, error));
-        }
-        Ok(LiveConnection {
-            _client: client,
-            driver,
-        })
     }
 
     /// The URL with its password masked.
@@ -295,10 +214,6 @@ impl PostgresStore {
         Ok(())
     }
 
-    async fn connection(&self) -> StoreResult<deadpool_postgres::Object> {
-        connection(&self.pool, &self.ctx).await
-    }
-
     /// Takes the acknowledged operation ids for the next write to delete.
     fn take_confirmed(&self) -> Vec<String> {
         match self.confirmed.lock() {
@@ -314,72 +229,6 @@ impl PostgresStore {
             Err(poisoned) => poisoned.into_inner().extend(keys),
         }
     }
-
-    /// A connection outside the pool, for as long as the caller keeps it (a session lock
-    /// must outlive one statement).
-    async fn dedicated(
-        &self,
-    ) -> StoreResult<(tokio_postgres::Client, tokio::task::JoinHandle<()>)> {
-        let (client, connection) = self.connect_outside_pool(None).await?;
-        let driver = tokio::spawn(async move {
-            let _ = connection.await;
-        });
-        Ok((client, driver))
-    }
-}
-
-/// A connection of the store's server made outside the pool (its driver is the caller's).
-type OwnConnection = tokio_postgres::Connection<
-    tokio_postgres::Socket,
-    <tls::Connector as tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket>>::Stream,
->;
-
-impl PostgresStore {
-    /// A connection outside the pool, named `application_name` on the server when given (a
-    /// LISTEN connection is found by its name).
-    async fn connect_outside_pool(
-        &self,
-        application_name: Option<&str>,
-    ) -> StoreResult<(tokio_postgres::Client, OwnConnection)> {
-        let mut config = (*self.config).clone();
-        if let Some(name) = application_name {
-            config.application_name(name);
-        }
-        config
-            .connect(self.tls.clone())
-            .await
-            .map_err(|e| StoreError::PostgresConnect {
-                target: self.ctx.target.to_string(),
-                reason: connect_reason(&e),
-            })
-    }
-}
-
-/// Drives `connection` until it ends, giving each notification's payload to
-/// `on_notification`.
-async fn drive_notifications(mut connection: OwnConnection, mut on_notification: impl FnMut(&str)) {
-    loop {
-        match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-            Some(Ok(tokio_postgres::AsyncMessage::Notification(note))) => {
-                on_notification(note.payload())
-            }
-            Some(Ok(_)) => {}
-            Some(Err(_)) | None => break,
-        }
-    }
-}
-
-/// A dedicated connection (the work channel's LISTEN, a wait for a run's lock): closing it
-/// (or the process dying) ends what it holds on the server.
-struct LiveConnection {
-    _client: tokio_postgres::Client,
-    driver: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for LiveConnection {
-    fn drop(&mut self) {
-        self.driver.abort();
-    }
 }
 
 fn commit_error(ctx: &Ctx, source: tokio_postgres::Error) -> StoreError {
@@ -390,51 +239,6 @@ fn commit_error(ctx: &Ctx, source: tokio_postgres::Error) -> StoreError {
         },
         other => other,
     }
-}
-
-/// A pooled connection, or an error that says why the server could not be reached.
-async fn connection(pool: &Pool, ctx: &Ctx) -> StoreResult<deadpool_postgres::Object> {
-    pool.get().await.map_err(|error| connect_error(ctx, error))
-}
-
-fn connect_error(ctx: &Ctx, error: deadpool_postgres::PoolError) -> StoreError {
-    let reason = match &error {
-        deadpool_postgres::PoolError::Backend(source) => connect_reason(source),
-        other => other.to_string(),
-    };
-    StoreError::PostgresConnect {
-        target: ctx.target.to_string(),
-        reason,
-    }
-}
-
-/// What went wrong connecting, and what to do about it.
-fn connect_reason(source: &tokio_postgres::Error) -> String {
-    if let Some(db) = source.as_db_error() {
-        let what = db.message();
-        return match db.code().code() {
-            "28P01" | "28000" => format!(
-                "authentication failed ({what}); check the user and password in the URL, \
-                 or the server's pg_hba.conf"
-            ),
-            "3D000" => format!("{what}; create it (createdb NAME) or name another database"),
-            code => format!("the server refused the connection ({code}: {what})"),
-        };
-    }
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(source);
-    while let Some(inner) = cause {
-        if let Some(io) = inner.downcast_ref::<std::io::Error>() {
-            return match io.kind() {
-                std::io::ErrorKind::ConnectionRefused => format!(
-                    "connection refused ({io}); is the PostgreSQL server running, and listening \
-                     on the host and port the URL names?"
-                ),
-                _ => format!("{io}; check the host and port in the URL"),
-            };
-        }
-        cause = inner.source();
-    }
-    ops::with_causes(source)
 }
 
 impl PostgresStore {
@@ -602,51 +406,15 @@ mailbox_store!(PostgresStore, {
     }
 
     async fn wait_until_not_live(&self, run_id: &str) -> StoreResult<()> {
-        // The server queues this session behind the holder and grants the lock when the
-        // holder's session ends; it is given back at once.
-        let (client, driver) = self.dedicated().await?;
-        let _held = LiveConnection {
-            _client: client,
-            driver,
-        };
-        let key = self.ctx.live_lock_key(run_id);
-        _held
-            ._client
-            .batch_execute(&format!(
-                "SELECT pg_advisory_lock({key}); SELECT pg_advisory_unlock({key})"
-            ))
-            .await
-            .map_err(|e| ops::pg_error(&self.ctx, e))
+        self.wait_for_holder(run_id).await
     }
 
     async fn is_held_live(&self, run_id: &str) -> StoreResult<Option<bool>> {
-        let conn = self.connection().await?;
-        // Taking the lock and giving it straight back tells whether another session holds it.
-        let row = conn
-            .query_one(
-                "SELECT CASE WHEN pg_try_advisory_lock($1) THEN NOT pg_advisory_unlock($1) \
-                 ELSE true END",
-                &[&self.ctx.live_lock_key(run_id)],
-            )
-            .await
-            .map_err(|e| ops::pg_error(&self.ctx, e))?;
-        Ok(Some(ops::col(&row, "pg_locks", 0)?))
+        self.held_by_anyone(run_id).await.map(Some)
     }
 
     async fn announce(&self, run_id: &str, recipient: &str) -> StoreResult<Option<bool>> {
-        if self.is_held_live(run_id).await? != Some(true) {
-            return Ok(Some(false));
-        }
-        // Its own statement, after the decision's COMMIT: NOTIFY takes a global lock at
-        // commit time, so it stays out of the hot transactions.
-        let conn = self.connection().await?;
-        conn.execute(
-            "SELECT pg_notify($1, $2)",
-            &[&self.ctx.wake_channel(run_id), &recipient],
-        )
-        .await
-        .map_err(|e| ops::pg_error(&self.ctx, e))?;
-        Ok(Some(true))
+        self.announce_wake(run_id, recipient).await.map(Some)
     }
 
     async fn watch_changes(
