@@ -19,9 +19,9 @@ mod schema;
 mod tls;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use deadpool_postgres::Pool;
-use tokio_postgres::IsolationLevel;
 
 use crate::error::{StoreError, StoreResult};
 use crate::ops::backend::{Backend, WorkAccess, mailbox_store};
@@ -34,7 +34,7 @@ pub use changes::feed_application_name;
 use connection::connection;
 pub use connection::{create_schema, drop_schema};
 pub use live::{listen_application_name, live_application_name};
-use ops::{Ctx, PgTx, Tx};
+use ops::{Ctx, PgTx};
 pub use schema::PG_SCHEMA_VERSION;
 
 /// The PostgreSQL implementation of [`MailboxStore`](crate::store::MailboxStore).
@@ -133,69 +133,60 @@ impl PostgresStore {
         &self.ctx.schema
     }
 
-    /// Begins a write transaction holding the advisory locks of `runs`.
-    async fn begin_write<'c>(
-        &self,
-        conn: &'c mut deadpool_postgres::Object,
-        runs: &[&str],
-    ) -> StoreResult<Tx<'c>> {
-        let tx = conn
-            .build_transaction()
-            .isolation_level(IsolationLevel::ReadCommitted)
-            .start()
-            .await
-            .map_err(|e| ops::pg_error(&self.ctx, e))?;
+    /// Begins a write transaction holding the advisory locks of `runs`, in one round-trip.
+    async fn begin_write(&self, runs: &[&str]) -> StoreResult<OpenTx> {
         let mut keys: Vec<i64> = runs.iter().map(|run| self.ctx.run_lock_key(run)).collect();
         keys.sort_unstable();
         keys.dedup();
+        let mut begin = String::from("BEGIN ISOLATION LEVEL READ COMMITTED");
         for key in keys {
-            ops::execute(&tx, &self.ctx, "SELECT pg_advisory_xact_lock($1)", &[&key]).await?;
+            begin.push_str(&format!("; SELECT pg_advisory_xact_lock({key})"));
         }
-        Ok(tx)
+        OpenTx::begin(self.connection().await?, &begin, &self.ctx).await
     }
 
     /// Begins a read-only transaction on one snapshot.
-    async fn begin_read<'c>(&self, conn: &'c mut deadpool_postgres::Object) -> StoreResult<Tx<'c>> {
-        conn.build_transaction()
-            .isolation_level(IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .await
-            .map_err(|e| ops::pg_error(&self.ctx, e))
+    async fn begin_read(&self) -> StoreResult<OpenTx> {
+        let begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
+        OpenTx::begin(self.connection().await?, begin, &self.ctx).await
     }
 
-    /// Commits an operation that succeeded (then wakes its recipients) or rolls back one that
-    /// failed.
+    /// Commits an operation that succeeded, with `last` (its final statement, sent with the
+    /// COMMIT), then wakes its recipients; or rolls back one that failed.
     async fn finish<T>(
         &self,
-        tx: Tx<'_>,
+        tx: &OpenTx,
         result: StoreResult<T>,
         wakes: Vec<Wake>,
+        last: Option<String>,
     ) -> StoreResult<T> {
-        match result {
-            Ok(value) => {
-                if self.announce_wakes
-                    && let Err(error) = self.notify_wakes(&tx, &wakes).await
-                {
-                    let _ = tx.rollback().await;
-                    return Err(error);
-                }
-                tx.commit().await.map_err(|e| commit_error(&self.ctx, e))?;
-                self.waiters.wake_all(&wakes);
-                Ok(value)
-            }
+        let committed = match result {
+            Ok(value) if !self.announce_wakes => Ok(value),
+            Ok(value) => self
+                .notify_wakes(tx.client(&self.ctx)?, &wakes)
+                .await
+                .map(|()| value),
+            Err(error) => Err(error),
+        };
+        let value = match committed {
+            Ok(value) => value,
             Err(error) => {
-                // A rollback that fails leaves nothing either: the server aborts the
-                // transaction when the connection goes.
-                let _ = tx.rollback().await;
-                Err(error)
+                tx.rollback(&self.ctx).await;
+                return Err(error);
             }
-        }
+        };
+        let end = match last {
+            Some(statement) => format!("{statement}; COMMIT"),
+            None => "COMMIT".to_owned(),
+        };
+        tx.commit(&self.ctx, &end).await?;
+        self.waiters.wake_all(&wakes);
+        Ok(value)
     }
 
     /// `NOTIFY` of each recipient a write woke, in the write's transaction: delivered to the
     /// listeners at its COMMIT, never for a write that rolled back.
-    async fn notify_wakes(&self, tx: &Tx<'_>, wakes: &[Wake]) -> StoreResult<()> {
+    async fn notify_wakes(&self, tx: &ops::Conn, wakes: &[Wake]) -> StoreResult<()> {
         let mut sent: Vec<(&str, &str)> = Vec::new();
         for wake in wakes {
             let pair = (wake.run_id.as_str(), wake.recipient.as_str());
@@ -231,6 +222,70 @@ impl PostgresStore {
     }
 }
 
+/// A pooled connection inside a transaction the store began with its own statements: BEGIN
+/// goes with the run locks in one round-trip, and a write's last statement with its COMMIT
+/// in another. Left inside the transaction (an error before its end, a caller that gave up
+/// waiting), the connection is closed instead of going back to the pool: the server rolls
+/// the transaction back, and no later operation can run inside it.
+struct OpenTx {
+    /// `Some` until dropped.
+    conn: Option<ops::Conn>,
+    open: AtomicBool,
+}
+
+impl OpenTx {
+    /// Sends `begin` (BEGIN and what runs first) on `conn`.
+    async fn begin(conn: ops::Conn, begin: &str, ctx: &Ctx) -> StoreResult<OpenTx> {
+        let tx = OpenTx {
+            conn: Some(conn),
+            open: AtomicBool::new(true),
+        };
+        let client = tx.client(ctx)?;
+        client
+            .batch_execute(begin)
+            .await
+            .map_err(|e| ops::pg_error(ctx, e))?;
+        Ok(tx)
+    }
+
+    fn client(&self, ctx: &Ctx) -> StoreResult<&ops::Conn> {
+        self.conn.as_ref().ok_or_else(|| StoreError::Postgres {
+            target: ctx.target.to_string(),
+            detail: "the transaction's connection was already given up".into(),
+        })
+    }
+
+    /// Sends `end` (ending with COMMIT); the transaction is over once it succeeds.
+    async fn commit(&self, ctx: &Ctx, end: &str) -> StoreResult<()> {
+        let client = self.client(ctx)?;
+        client
+            .batch_execute(end)
+            .await
+            .map_err(|e| commit_error(ctx, e))?;
+        self.open.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Rolls back; a connection whose ROLLBACK fails is closed when dropped.
+    async fn rollback(&self, ctx: &Ctx) {
+        if let Ok(client) = self.client(ctx)
+            && client.batch_execute("ROLLBACK").await.is_ok()
+        {
+            self.open.store(false, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Drop for OpenTx {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take()
+            && *self.open.get_mut()
+        {
+            drop(deadpool_postgres::Object::take(conn));
+        }
+    }
+}
+
 fn commit_error(ctx: &Ctx, source: tokio_postgres::Error) -> StoreError {
     match ops::pg_error(ctx, source) {
         StoreError::Postgres { target, detail } => StoreError::Postgres {
@@ -256,32 +311,35 @@ impl PostgresStore {
         T: serde::Serialize + serde::de::DeserializeOwned,
         F: AsyncFn(&PgTx<'_>, &mut Vec<Wake>) -> StoreResult<T>,
     {
-        let mut conn = self.connection().await?;
-        let raw = self.begin_write(&mut conn, runs).await?;
+        let open = self.begin_write(runs).await?;
+        let conn = open.client(&self.ctx)?;
         let tx = PgTx {
-            tx: &raw,
+            tx: conn,
             ctx: &self.ctx,
         };
         if let Some(fence) = &self.fence {
             ops_work::check_fence(&tx, fence).await?;
         }
         if retry && let Some((first, wakes)) = ops::stored_operation(&tx, op_key).await? {
-            let first = self.finish(raw, Ok(first), wakes).await?;
-            self.changes.after_commit(&conn).await;
+            let first = self.finish(&open, Ok(first), wakes, None).await?;
+            self.changes.after_commit(conn).await;
             return Ok(first);
         }
         let mut wakes = Vec::new();
         let op_run = runs.first().copied().unwrap_or_default();
-        let result = match body(&tx, &mut wakes).await {
-            Ok(value) => {
-                ops::store_operation(&raw, &self.ctx, op_run, op_key, &value, &wakes, confirmed)
-                    .await
-                    .map(|()| value)
-            }
-            Err(error) => Err(error),
+        let result = body(&tx, &mut wakes).await;
+        let last = match &result {
+            Ok(value) => Some(ops::operation_statement(
+                op_run, op_key, value, &wakes, confirmed,
+            )),
+            Err(_) => None,
         };
-        let value = self.finish(raw, result, wakes).await?;
-        self.changes.after_commit(&conn).await;
+        let (result, last) = match last.transpose() {
+            Ok(last) => (result, last),
+            Err(error) => (Err(error), None),
+        };
+        let value = self.finish(&open, result, wakes, last).await?;
+        self.changes.after_commit(conn).await;
         Ok(value)
     }
 
@@ -291,18 +349,16 @@ impl PostgresStore {
     where
         F: AsyncFnOnce(&PgTx<'_>) -> StoreResult<T>,
     {
-        let mut conn = self.connection().await?;
-        let raw = if write {
-            self.begin_write(&mut conn, &[]).await?
-        } else {
-            self.begin_read(&mut conn).await?
+        let open = match write {
+            true => self.begin_write(&[]).await?,
+            false => self.begin_read().await?,
         };
         let result = body(&PgTx {
-            tx: &raw,
+            tx: open.client(&self.ctx)?,
             ctx: &self.ctx,
         })
         .await;
-        self.finish(raw, result, Vec::new()).await
+        self.finish(&open, result, Vec::new(), None).await
     }
 
     /// For `muster bench mailbox` only: a decision whose NOTIFY is sent inside its own
@@ -468,11 +524,11 @@ mailbox_store!(PostgresStore, {
             .filter(|run| project.is_none_or(|p| run.in_project(p)))
             .collect();
         let ids: Vec<&str> = listed.iter().map(|run| run.id.as_str()).collect();
-        let mut conn = self.connection().await?;
-        let tx = self.begin_write(&mut conn, &ids).await?;
+        let open = self.begin_write(&ids).await?;
+        let conn = open.client(&self.ctx)?;
         let result = async {
             let pg = PgTx {
-                tx: &tx,
+                tx: conn,
                 ctx: &self.ctx,
             };
             let runs = runs::list_runs(&pg).await?;
@@ -482,8 +538,8 @@ mailbox_store!(PostgresStore, {
             runs::prune(&pg, runs.collect(), cutoff).await
         }
         .await;
-        let report = self.finish(tx, result, Vec::new()).await?;
-        self.changes.after_commit(&conn).await;
+        let report = self.finish(&open, result, Vec::new(), None).await?;
+        self.changes.after_commit(conn).await;
         Ok(report)
     }
 

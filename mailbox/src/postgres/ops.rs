@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use postgres_protocol::escape::escape_literal;
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
@@ -12,7 +13,8 @@ use uuid::Uuid;
 use crate::error::{StoreError, StoreResult};
 use crate::wake::Wake;
 
-pub(crate) type Tx<'a> = deadpool_postgres::Transaction<'a>;
+/// A pooled connection, inside the operation's transaction (see `OpenTx` in `mod.rs`).
+pub(crate) type Conn = deadpool_postgres::Object;
 type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
 
 /// Settings every operation needs.
@@ -160,17 +162,17 @@ pub(crate) async fn stored_operation<T: serde::de::DeserializeOwned>(
     Ok(Some((stored.value, stored.wakes)))
 }
 
-/// Stores a write's result under its operation id, in its transaction, and deletes the rows
-/// of writes whose COMMIT was acknowledged since (`confirmed`), in the same statement.
-pub(crate) async fn store_operation<T: serde::Serialize>(
-    tx: &Tx<'_>,
-    ctx: &Ctx,
+/// The statement that stores a write's result under its operation id, in its transaction,
+/// and deletes the rows of writes whose COMMIT was acknowledged since (`confirmed`). Its
+/// values are literals (quoted by `postgres-protocol`, as libpq quotes them), so that it
+/// travels with the COMMIT in one simple query.
+pub(crate) fn operation_statement<T: serde::Serialize>(
     run_id: &str,
     op_key: &str,
     value: &T,
     wakes: &[Wake],
     confirmed: &[String],
-) -> StoreResult<()> {
+) -> StoreResult<String> {
     let text = serde_json::to_string(&StoredOperation {
         value,
         wakes: wakes.to_vec(),
@@ -179,19 +181,20 @@ pub(crate) async fn store_operation<T: serde::Serialize>(
         table: "operation_ids",
         detail: format!("the outcome of operation {op_key} cannot be stored: {e}"),
     })?;
-    execute(
-        tx,
-        ctx,
-        "WITH settled AS (DELETE FROM operation_ids WHERE op_key = ANY($5)) \
-         INSERT INTO operation_ids (op_key, run_id, outcome, created_at) VALUES ($1, $2, $3, $4)",
-        &[&op_key, &run_id, &text, &now_millis(), &confirmed],
-    )
-    .await?;
-    Ok(())
+    let settled: Vec<String> = confirmed.iter().map(|key| escape_literal(key)).collect();
+    Ok(format!(
+        "WITH settled AS (DELETE FROM operation_ids WHERE op_key = ANY(ARRAY[{}]::text[])) \
+         INSERT INTO operation_ids (op_key, run_id, outcome, created_at) VALUES ({}, {}, {}, {})",
+        settled.join(", "),
+        escape_literal(op_key),
+        escape_literal(run_id),
+        escape_literal(&text),
+        now_millis()
+    ))
 }
 
 pub(crate) async fn execute(
-    tx: &Tx<'_>,
+    tx: &Conn,
     ctx: &Ctx,
     sql: &str,
     params: Params<'_>,
@@ -220,7 +223,7 @@ use crate::rows::StoredRow;
 
 /// One operation's statements in a server transaction.
 pub(crate) struct PgTx<'a> {
-    pub(crate) tx: &'a Tx<'a>,
+    pub(crate) tx: &'a Conn,
     pub(crate) ctx: &'a Ctx,
 }
 

@@ -15,8 +15,9 @@ use tokio::net::{TcpListener, TcpStream};
 use super::common::*;
 use super::pg::{self, Schema};
 
-/// The simple-query message tokio-postgres sends for COMMIT: 'Q', length 11, "COMMIT\0".
-const COMMIT: &[u8] = b"Q\0\0\0\x0bCOMMIT\0";
+/// The end of the simple query that commits a write: the store sends a write's last statement
+/// and its COMMIT together ("…; COMMIT"), or "COMMIT" alone; a query's text ends with a NUL.
+const COMMIT: &[u8] = b"COMMIT\0";
 
 /// Forwards connections to the test server; the next `cuts` COMMITs each lose their answer.
 struct CuttingProxy {
@@ -243,4 +244,65 @@ async fn connections_the_server_terminates_mid_run_are_replaced_and_the_write_la
     let mail = store.messages(RUN, Some("alice")).await.unwrap();
     assert_eq!(mail.len(), 1, "{mail:?}");
     assert_eq!(mail[0].key, sent.key);
+}
+
+/// A write whose caller gives up while it is inside its transaction (here: its INSERT waits
+/// for a row lock another session holds) leaves no transaction behind. Its connection is
+/// closed instead of going back to the pool, so the server rolls it back: the message given
+/// up is never committed, and the writes after it (which go round every pooled connection)
+/// each commit alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_given_up_inside_its_transaction_leaves_no_transaction_behind() {
+    let schema = tokio::task::spawn_blocking(Schema::new).await.unwrap();
+    let store = PostgresStore::open(&schema.url(), StoreOptions::default())
+        .await
+        .unwrap();
+    let shared = Arc::new(store.clone()) as Arc<dyn MailboxStore>;
+    run_with(&shared, RUN, &["alice"]).await;
+
+    // The run's row locked FOR UPDATE: a message's foreign key check waits for it.
+    let (holder, connection) = tokio_postgres::connect(&schema.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    holder
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM runs WHERE id = '{RUN}' FOR UPDATE"
+        ))
+        .await
+        .unwrap();
+    let given_up = tokio::spawn({
+        let store = store.clone();
+        async move { store.send(text(RUN, "lead", "alice", "given up")).await }
+    });
+    let waiting = "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+                   WHERE NOT l.granted AND a.query LIKE 'INSERT INTO messages%'";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while holder
+        .query_one(waiting, &[])
+        .await
+        .unwrap()
+        .get::<_, i64>(0)
+        == 0
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the send never waited"
+        );
+        tokio::task::yield_now().await;
+    }
+    given_up.abort();
+    assert!(given_up.await.unwrap_err().is_cancelled());
+    holder.batch_execute("ROLLBACK").await.unwrap();
+
+    for i in 0..10 {
+        store
+            .send(text(RUN, "lead", "alice", &format!("after {i}")))
+            .await
+            .unwrap();
+    }
+    let mail = store.messages(RUN, Some("alice")).await.unwrap();
+    let texts: Vec<String> = mail.iter().map(text_of).collect();
+    assert_eq!(texts.len(), 10, "only the writes after it: {texts:?}");
+    assert!(!texts.iter().any(|t| t == "given up"), "{texts:?}");
 }
