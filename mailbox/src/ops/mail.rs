@@ -19,6 +19,11 @@ use crate::wake::Wake;
 pub const DELIVERY_QUERY: &str = "SELECT seq FROM messages WHERE run_id = ?1 AND recipient = ?2 \
     AND state = 0 ORDER BY priority, seq LIMIT 1";
 
+/// Whether any mail is pending for a recipient: the look a lease makes first, where a backend
+/// can look without its write transaction (false lets the lease skip it).
+pub(crate) const PENDING_FOR: &str = "SELECT EXISTS (SELECT 1 FROM messages \
+    WHERE run_id = ?1 AND recipient = ?2 AND state = 0)";
+
 async fn message_where(
     tx: &impl Tx,
     clause: &str,

@@ -403,6 +403,25 @@ impl Backend for PostgresStore {
         &self.unlimited
     }
 
+    /// One statement on a pooled connection, outside any transaction: a lease that finds
+    /// nothing then takes no run lock and commits nothing (no WAL flush). A fenced store
+    /// leases every time (the lease checks the fence); a failed look counts as a yes.
+    async fn may_have_pending(&self, run_id: &str, recipient: &str) -> bool {
+        if self.fence.is_some() {
+            return true;
+        }
+        let look = async {
+            let conn = self.connection().await?;
+            let tx = PgTx {
+                tx: &conn,
+                ctx: &self.ctx,
+            };
+            let read = |row: &crate::rows::Row<'_>| row.get::<bool>("messages", 0);
+            crate::ops::Tx::query_one(&tx, mail::PENDING_FOR, &[&run_id, &recipient], read).await
+        };
+        look.await.unwrap_or(true)
+    }
+
     /// When the connection is lost (the outcome of a COMMIT unknown), the write is tried again
     /// on a new connection under the same operation id: if the first attempt committed, its
     /// stored outcome is returned and nothing runs twice.

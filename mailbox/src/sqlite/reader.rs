@@ -21,10 +21,8 @@ use tokio::sync::watch;
 
 use super::ops::sql_error;
 use crate::error::{StoreError, StoreResult};
+use crate::ops::mail::PENDING_FOR;
 use crate::types::StoreStats;
-
-const PENDING_FOR: &str = "SELECT EXISTS (SELECT 1 FROM messages \
-    WHERE run_id = ?1 AND recipient = ?2 AND state = 0)";
 
 /// The store's read-only connection, opened at its first use.
 #[derive(Clone)]

@@ -306,3 +306,60 @@ async fn a_write_given_up_inside_its_transaction_leaves_no_transaction_behind() 
     assert_eq!(texts.len(), 10, "only the writes after it: {texts:?}");
     assert!(!texts.iter().any(|t| t == "given up"), "{texts:?}");
 }
+
+/// The operation ids the store's writes left in `schema`: a write stores its own and deletes
+/// those of writes acknowledged before it, so a new write changes this list.
+async fn operation_ids(schema: &Schema) -> Vec<String> {
+    let (client, connection) = tokio_postgres::connect(&schema.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let rows = client
+        .query("SELECT op_key FROM operation_ids ORDER BY 1", &[])
+        .await
+        .unwrap();
+    rows.iter().map(|row| row.get(0)).collect()
+}
+
+/// A lease that finds no mail commits nothing on PostgreSQL: it looks first with one
+/// statement outside any transaction, so an idle agent's poll takes no run lock and flushes
+/// no WAL. Mail that is there is leased as before, by a write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_that_finds_no_mail_commits_nothing() {
+    let schema = tokio::task::spawn_blocking(Schema::new).await.unwrap();
+    let store = PostgresStore::open(&schema.url(), StoreOptions::default())
+        .await
+        .unwrap();
+    let shared = Arc::new(store.clone()) as Arc<dyn MailboxStore>;
+    let epoch = run_with(&shared, RUN, &["alice"]).await;
+    store
+        .send(text(RUN, "lead", "alice", "for alice"))
+        .await
+        .unwrap();
+    let before = operation_ids(&schema).await;
+    assert_eq!(before.len(), 1, "the send's own: {before:?}");
+
+    let none = store
+        .try_receive(RUN, "lead", epoch, MessageFilter::Any)
+        .await
+        .unwrap();
+    assert!(none.is_none());
+    let empty = store
+        .try_receive_batch(RUN, "lead", epoch, 8)
+        .await
+        .unwrap();
+    assert!(empty.is_empty());
+    assert_eq!(operation_ids(&schema).await, before, "an empty lease wrote");
+
+    let leased = store
+        .try_receive(RUN, "alice", epoch, MessageFilter::Any)
+        .await
+        .unwrap()
+        .expect("alice's mail");
+    assert_eq!(text_of(&leased), "for alice");
+    assert_ne!(
+        operation_ids(&schema).await,
+        before,
+        "a lease that took mail wrote"
+    );
+}
