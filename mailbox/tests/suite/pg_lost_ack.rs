@@ -3,6 +3,9 @@
 //! result: nothing is written twice, nothing is lost. The cut is real: a TCP proxy between
 //! the store and the server forwards the COMMIT, then closes the store's side before the
 //! server's answer reaches it.
+//!
+//! Beside them, the other ends of a PostgreSQL write's transaction: one given up inside it
+//! leaves nothing behind, and a lease that finds no mail writes nothing.
 
 use std::str::FromStr;
 use std::sync::Arc;
