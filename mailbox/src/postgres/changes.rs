@@ -10,9 +10,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use tokio::task::JoinHandle;
-
 use super::PostgresStore;
+use super::connection::{AbortOnDrop, DedicatedConnection};
 use super::ops::{Ctx, fnv1a};
 use crate::error::StoreResult;
 use crate::live::{ChangeCause, LiveHold, OnChange};
@@ -85,28 +84,6 @@ impl Announcer {
     }
 }
 
-/// A listening connection: its client (the connection lives as long as it) and the task
-/// that drives it, which ends when the connection does.
-struct Listening {
-    _client: tokio_postgres::Client,
-    driver: JoinHandle<()>,
-}
-
-impl Drop for Listening {
-    fn drop(&mut self) {
-        self.driver.abort();
-    }
-}
-
-/// The hold of a change feed: dropping it stops the feed and closes its connection.
-struct Feed(JoinHandle<()>);
-
-impl Drop for Feed {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 /// Longest wait between two attempts to re-open a lost feed connection.
 const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(5);
 
@@ -118,7 +95,7 @@ pub(crate) async fn watch(store: &PostgresStore, on_change: OnChange) -> StoreRe
     let task = tokio::spawn(async move {
         let mut current = first;
         loop {
-            let _ = (&mut current.driver).await;
+            let _ = (&mut current.driver.0).await;
             tracing::warn!(
                 store = %store.ctx.target,
                 "the change feed's connection to the store ended; re-opening it"
@@ -137,24 +114,24 @@ pub(crate) async fn watch(store: &PostgresStore, on_change: OnChange) -> StoreRe
             on_change(ChangeCause::Reconnected);
         }
     });
-    Ok(LiveHold::new(Feed(task)))
+    Ok(LiveHold::new(AbortOnDrop(task)))
 }
 
 /// A dedicated connection that LISTENs on the change channel and calls `on_change` for each
 /// notification.
-async fn listen(store: &PostgresStore, on_change: OnChange) -> StoreResult<Listening> {
+async fn listen(store: &PostgresStore, on_change: OnChange) -> StoreResult<DedicatedConnection> {
     let name = feed_application_name(&store.ctx.schema);
     let (client, connection) = store.connect_outside_pool(Some(&name)).await?;
     let driver = tokio::spawn(super::connection::drive_notifications(
         connection,
         move |_| on_change(ChangeCause::Notified),
     ));
-    let listening = Listening {
-        _client: client,
-        driver,
+    let listening = DedicatedConnection {
+        client,
+        driver: AbortOnDrop(driver),
     };
     listening
-        ._client
+        .client
         .batch_execute(&format!("LISTEN {}", store.ctx.changes_channel()))
         .await
         .map_err(|e| super::ops::pg_error(&store.ctx, e))?;

@@ -82,14 +82,15 @@ impl PostgresStore {
 
     /// A connection outside the pool, for as long as the caller keeps it (a session lock
     /// must outlive one statement).
-    pub(super) async fn dedicated(
-        &self,
-    ) -> StoreResult<(tokio_postgres::Client, tokio::task::JoinHandle<()>)> {
+    pub(super) async fn dedicated(&self) -> StoreResult<DedicatedConnection> {
         let (client, connection) = self.connect_outside_pool(None).await?;
         let driver = tokio::spawn(async move {
             let _ = connection.await;
         });
-        Ok((client, driver))
+        Ok(DedicatedConnection {
+            client,
+            driver: AbortOnDrop(driver),
+        })
     }
 
     /// A dedicated connection listening on the work channel: each notification wakes this
@@ -97,7 +98,7 @@ impl PostgresStore {
     pub(super) async fn work_listener(
         &self,
         closed: Arc<std::sync::atomic::AtomicBool>,
-    ) -> StoreResult<LiveConnection> {
+    ) -> StoreResult<DedicatedConnection> {
         let (client, connection) = self.connect_outside_pool(None).await?;
         let watchers = self.work_watchers.clone();
         let driver = tokio::spawn(async move {
@@ -105,15 +106,17 @@ impl PostgresStore {
             closed.store(true, std::sync::atomic::Ordering::SeqCst);
             watchers.wake();
         });
+        let listener = DedicatedConnection {
+            client,
+            driver: AbortOnDrop(driver),
+        };
         let listen = format!("LISTEN {}", ops::work_channel(&self.ctx));
-        if let Err(error) = client.batch_execute(&listen).await {
-            driver.abort();
-            return Err(ops::pg_error(&self.ctx, error));
-        }
-        Ok(LiveConnection {
-            _client: client,
-            driver,
-        })
+        listener
+            .client
+            .batch_execute(&listen)
+            .await
+            .map_err(|e| ops::pg_error(&self.ctx, e))?;
+        Ok(listener)
     }
 }
 
@@ -161,17 +164,22 @@ pub(super) async fn drive_notifications(
     }
 }
 
-/// A dedicated connection (the work channel's LISTEN, a wait for a run's lock): closing it
-/// (or the process dying) ends what it holds on the server.
-pub(super) struct LiveConnection {
-    _client: tokio_postgres::Client,
-    driver: tokio::task::JoinHandle<()>,
+/// A task aborted when dropped: a dedicated connection's driver (the connection closes with
+/// it), a change feed's loop.
+pub(super) struct AbortOnDrop(pub(super) tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
-impl Drop for LiveConnection {
-    fn drop(&mut self) {
-        self.driver.abort();
-    }
+/// A connection outside the pool (a live hold, a LISTEN, a wait for a run's lock) and the task
+/// driving it: dropping it closes the connection (as the process dying does), which ends
+/// what it holds on the server.
+pub(super) struct DedicatedConnection {
+    pub(super) client: tokio_postgres::Client,
+    pub(super) driver: AbortOnDrop,
 }
 
 /// A pooled connection, or an error that says why the server could not be reached.

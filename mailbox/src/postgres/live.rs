@@ -13,6 +13,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::connection::{AbortOnDrop, DedicatedConnection};
 use super::{PostgresStore, ops};
 use crate::error::{StoreError, StoreResult};
 use crate::types::validate_agent_id;
@@ -26,21 +27,6 @@ const RECONNECT_WINDOW: Duration = Duration::from_secs(30);
 /// one statement, so a busy lock is tried again briefly before it counts as taken over.
 const LOCK_TRIES: u32 = 10;
 const LOCK_RETRY: Duration = Duration::from_millis(100);
-
-/// The dedicated connection's driver; aborted when dropped, so the connection closes with it.
-struct Driver(JoinHandle<()>);
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// One dedicated connection that holds the run's lock and listens on its channel.
-struct Held {
-    client: tokio_postgres::Client,
-    driver: Driver,
-}
 
 /// Why taking the hold failed: the server could not be reached (worth another try within the
 /// window), or the run is another process's now (final, with the reason).
@@ -117,7 +103,7 @@ impl PostgresStore {
         run_id: &str,
         epoch: Option<i64>,
         lock_tries: u32,
-    ) -> Result<Held, Refused> {
+    ) -> Result<DedicatedConnection, Refused> {
         let unreachable =
             |error: tokio_postgres::Error| Refused::Unreachable(ops::pg_error(&self.ctx, error));
         let held = self
@@ -174,7 +160,7 @@ impl PostgresStore {
     }
 
     /// One listening connection, named [`listen_application_name`] on the server.
-    async fn listening(&self, run_id: &str) -> StoreResult<Held> {
+    async fn listening(&self, run_id: &str) -> StoreResult<DedicatedConnection> {
         let name = listen_application_name(&self.ctx.schema, run_id);
         let held = self.live_connection(run_id, name).await?;
         held.client
@@ -187,7 +173,11 @@ impl PostgresStore {
     /// A connection outside the pool, named `application_name` on the server: its
     /// notifications wake this store's receivers of `run_id` (the payload names the
     /// recipient).
-    async fn live_connection(&self, run_id: &str, application_name: String) -> StoreResult<Held> {
+    async fn live_connection(
+        &self,
+        run_id: &str,
+        application_name: String,
+    ) -> StoreResult<DedicatedConnection> {
         let (client, connection) = self.connect_outside_pool(Some(&application_name)).await?;
         let (waiters, run) = (self.waiters.clone(), run_id.to_owned());
         let driver = tokio::spawn(super::connection::drive_notifications(
@@ -198,9 +188,9 @@ impl PostgresStore {
                 }
             },
         ));
-        Ok(Held {
+        Ok(DedicatedConnection {
             client,
-            driver: Driver(driver),
+            driver: AbortOnDrop(driver),
         })
     }
 }
@@ -235,7 +225,7 @@ fn server_name(mut name: String) -> String {
 
 /// Keeps a listen-only connection open: each time it ends, opens it again (trying with a
 /// growing pause while the server cannot be reached) and wakes every receiver of the run.
-async fn keep_listening(store: PostgresStore, run_id: String, mut held: Held) {
+async fn keep_listening(store: PostgresStore, run_id: String, mut held: DedicatedConnection) {
     loop {
         let _ = (&mut held.driver.0).await;
         tracing::warn!(
@@ -266,7 +256,7 @@ async fn keep_listening(store: PostgresStore, run_id: String, mut held: Held) {
 async fn supervise(
     store: PostgresStore,
     run_id: String,
-    mut held: Held,
+    mut held: DedicatedConnection,
     epoch: Arc<AtomicI64>,
     lost: watch::Sender<Option<String>>,
 ) {
@@ -303,7 +293,11 @@ async fn supervise(
 }
 
 /// Connects again within [`RECONNECT_WINDOW`] and takes the hold, or says why it cannot.
-async fn retake(store: &PostgresStore, run_id: &str, epoch: i64) -> Result<Held, String> {
+async fn retake(
+    store: &PostgresStore,
+    run_id: &str,
+    epoch: i64,
+) -> Result<DedicatedConnection, String> {
     let deadline = tokio::time::Instant::now() + RECONNECT_WINDOW;
     let mut pause = Duration::from_millis(20);
     loop {
@@ -348,10 +342,10 @@ impl PostgresStore {
     pub(super) async fn wait_for_holder(&self, run_id: &str) -> StoreResult<()> {
         // The server queues this session behind the holder and grants the lock when the
         // holder's session ends; it is given back at once.
-        let (client, driver) = self.dedicated().await?;
-        let _driver = Driver(driver);
+        let waiting = self.dedicated().await?;
         let key = self.ctx.live_lock_key(run_id);
-        client
+        waiting
+            .client
             .batch_execute(&format!(
                 "SELECT pg_advisory_lock({key}); SELECT pg_advisory_unlock({key})"
             ))

@@ -249,6 +249,18 @@ async fn connections_the_server_terminates_mid_run_are_replaced_and_the_write_la
     assert_eq!(mail[0].key, sent.key);
 }
 
+/// A store in a fresh schema, reached directly, holding run `RUN` with `alice`; and the
+/// run's epoch.
+async fn store_with_alice() -> (Schema, PostgresStore, i64) {
+    let schema = tokio::task::spawn_blocking(Schema::new).await.unwrap();
+    let store = PostgresStore::open(&schema.url(), StoreOptions::default())
+        .await
+        .unwrap();
+    let shared = Arc::new(store.clone()) as Arc<dyn MailboxStore>;
+    let epoch = run_with(&shared, RUN, &["alice"]).await;
+    (schema, store, epoch)
+}
+
 /// A write whose caller gives up while it is inside its transaction (here: its INSERT waits
 /// for a row lock another session holds) leaves no transaction behind. Its connection is
 /// closed instead of going back to the pool, so the server rolls it back: the message given
@@ -256,12 +268,7 @@ async fn connections_the_server_terminates_mid_run_are_replaced_and_the_write_la
 /// each commit alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_given_up_inside_its_transaction_leaves_no_transaction_behind() {
-    let schema = tokio::task::spawn_blocking(Schema::new).await.unwrap();
-    let store = PostgresStore::open(&schema.url(), StoreOptions::default())
-        .await
-        .unwrap();
-    let shared = Arc::new(store.clone()) as Arc<dyn MailboxStore>;
-    run_with(&shared, RUN, &["alice"]).await;
+    let (schema, store, _) = store_with_alice().await;
 
     // The run's row locked FOR UPDATE: a message's foreign key check waits for it.
     let (holder, connection) = tokio_postgres::connect(&schema.url(), tokio_postgres::NoTls)
@@ -329,12 +336,7 @@ async fn operation_ids(schema: &Schema) -> Vec<String> {
 /// no WAL. Mail that is there is leased as before, by a write.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_that_finds_no_mail_commits_nothing() {
-    let schema = tokio::task::spawn_blocking(Schema::new).await.unwrap();
-    let store = PostgresStore::open(&schema.url(), StoreOptions::default())
-        .await
-        .unwrap();
-    let shared = Arc::new(store.clone()) as Arc<dyn MailboxStore>;
-    let epoch = run_with(&shared, RUN, &["alice"]).await;
+    let (schema, store, epoch) = store_with_alice().await;
     store
         .send(text(RUN, "lead", "alice", "for alice"))
         .await
