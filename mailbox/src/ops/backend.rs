@@ -21,8 +21,11 @@ use std::sync::Arc;
 use super::Tx;
 use super::ledger::UnlimitedRuns;
 use crate::error::StoreResult;
+use crate::ledger::{LedgerLimits, LedgerSpend};
+use crate::message::MessageKind;
+use crate::types::*;
 use crate::wake::{Waiters, Wake};
-use crate::work::WorkFence;
+use crate::work::{NewProcessGroup, NewWorkItem, WorkFence, WorkerInfo};
 
 /// One backend's transactions (see the module's documentation).
 pub(crate) trait Backend {
@@ -77,17 +80,110 @@ pub(crate) enum WorkAccess {
     Change,
 }
 
+/// An argument as an operation's closure owns it (`Send + 'static`): a borrowed one copied,
+/// an owned one moved.
+pub(crate) trait Owned {
+    type Owned: Send + 'static;
+    fn owned(self) -> Self::Owned;
+}
+
+impl Owned for &str {
+    type Owned = String;
+    fn owned(self) -> String {
+        self.to_owned()
+    }
+}
+
+impl Owned for Option<&str> {
+    type Owned = Option<String>;
+    fn owned(self) -> Option<String> {
+        self.map(str::to_owned)
+    }
+}
+
+impl<T: Clone + Send + 'static> Owned for &[T] {
+    type Owned = Vec<T>;
+    fn owned(self) -> Vec<T> {
+        self.to_vec()
+    }
+}
+
+/// Borrowed arguments of a type of our own, copied; owned ones, moved.
+macro_rules! owned {
+    (borrowed: $($ty:ty),*; moved: $($moved:ty),*) => {
+        $(impl Owned for &$ty {
+            type Owned = $ty;
+            fn owned(self) -> $ty {
+                self.clone()
+            }
+        })*
+        $(impl Owned for $moved {
+            type Owned = $moved;
+            fn owned(self) -> $moved {
+                self
+            }
+        })*
+    };
+}
+
+owned!(borrowed: MessageKind, WorkFence, WorkerInfo; moved: i64, usize, std::time::Duration, NewRun,
+    serde_json::Value, Option<serde_json::Value>, Vec<String>, RunStatus, AutoGateUpdate,
+    RosterEntry, NewMessage, NewResponse, MessageFilter, CommitTurn, Vec<NewRecord>,
+    NewProcessGroup, LedgerLimits, LedgerSpend, NewTask, TaskUpdate, Vec<NewWorkItem>);
+/// `#[async_trait] impl MailboxStore for $store`: the methods given in brackets, then one
+/// method for each line of the table that follows: a `read`, a `write` locking the runs in
+/// brackets (named before the arguments are copied), or a `work` operation of the given
+/// [`WorkAccess`]. A line's body names the arguments as the closure owns them ([`Owned`]).
+/// The methods are gathered before the impl is written: `async_trait` must see them all.
+macro_rules! store_methods {
+    (@impl $store:ty; [$($done:tt)*]) => {
+        #[async_trait::async_trait]
+        impl $crate::store::MailboxStore for $store {
+            $($done)*
+        }
+    };
+    (@impl $store:ty; [$($done:tt)*] read $name:ident($($arg:ident: $ty:ty),*) -> $out:ty
+        => |$tx:ident| $body:expr; $($rest:tt)*) => {
+        store_methods!(@impl $store; [$($done)*
+            async fn $name(&self, $($arg: $ty),*) -> StoreResult<$out> {
+                $(let $arg = Owned::owned($arg);)*
+                self.read(async move |$tx| $body.await).await
+            }
+        ] $($rest)*);
+    };
+    (@impl $store:ty; [$($done:tt)*] write [$($lock:expr),+] $name:ident($($arg:ident: $ty:ty),*)
+        -> $out:ty => |$tx:ident, $wakes:tt| $body:expr; $($rest:tt)*) => {
+        store_methods!(@impl $store; [$($done)*
+            async fn $name(&self, $($arg: $ty),*) -> StoreResult<$out> {
+                let locks = [$(<str as ToOwned>::to_owned(&$lock)),+];
+                $(let $arg = Owned::owned($arg);)*
+                let locks = locks.each_ref().map(String::as_str);
+                self.write(&locks, async move |$tx, $wakes| $body.await).await
+            }
+        ] $($rest)*);
+    };
+    (@impl $store:ty; [$($done:tt)*] work $access:ident $name:ident($($arg:ident: $ty:ty),*)
+        -> $out:ty => |$tx:ident| $body:expr; $($rest:tt)*) => {
+        store_methods!(@impl $store; [$($done)*
+            async fn $name(&self, $($arg: $ty),*) -> StoreResult<$out> {
+                $(let $arg = Owned::owned($arg);)*
+                self.work(WorkAccess::$access, async move |$tx| $body.await).await
+            }
+        ] $($rest)*);
+    };
+}
+
 /// `impl MailboxStore for $store`: every method both backends run the same way, over the
-/// store's [`Backend`], then the backend's own methods (`$own`: `prune`, `reserve_budget`,
-/// `watch_work` and whatever else it overrides). The arguments a closure needs are copied
-/// into it (`'static`); a write locks the runs it names by the caller's borrowed ids.
+/// store's [`Backend`] (the few that do more than run one operation, then the table), with
+/// the backend's own methods (`$own`: `prune`, `reserve_budget`, `watch_work` and whatever
+/// else it overrides).
 macro_rules! mailbox_store {
     ($store:ty, { $($own:tt)* }) => {
         const _: () = {
             use $crate::error::StoreResult;
             use $crate::ledger::{LedgerLimits, LedgerReservation, LedgerSpend, RunLedger};
             use $crate::message::MessageKind;
-            use $crate::ops::backend::{Backend as _, WorkAccess};
+            use $crate::ops::backend::{Backend as _, Owned, WorkAccess, store_methods};
             use $crate::ops::{fork, ledger, mail, runs, tasks, work};
             use $crate::types::*;
             use $crate::work::{
@@ -95,92 +191,9 @@ macro_rules! mailbox_store {
                 WorkerInfo, WorkerRecord,
             };
             use serde_json::Value;
+            use std::time::Duration;
 
-            #[async_trait::async_trait]
-            impl $crate::store::MailboxStore for $store {
-                async fn create_run(&self, run: NewRun) -> StoreResult<RunRecord> {
-                    let id = run.id.clone();
-                    self.write(&[&id], async move |tx, _| runs::create_run(tx, &run).await)
-                        .await
-                }
-
-                async fn run(&self, run_id: &str) -> StoreResult<Option<RunRecord>> {
-                    let run_id = run_id.to_owned();
-                    self.read(async move |tx| runs::get_run(tx, &run_id).await)
-                        .await
-                }
-
-                async fn runs(&self) -> StoreResult<Vec<RunRecord>> {
-                    self.read(async |tx| runs::list_runs(tx).await).await
-                }
-
-                async fn set_run_status(
-                    &self,
-                    run_id: &str,
-                    status: RunStatus,
-                    result: Option<Value>,
-                ) -> StoreResult<RunRecord> {
-                    let id = run_id.to_owned();
-                    self.write(&[run_id], async move |tx, _| {
-                        runs::set_run_status(tx, &id, status, result.as_ref()).await
-                    })
-                    .await
-                }
-
-                async fn set_launch_options(
-                    &self,
-                    run_id: &str,
-                    launch_options: Value,
-                ) -> StoreResult<RunRecord> {
-                    let id = run_id.to_owned();
-                    self.write(&[run_id], async move |tx, _| {
-                        runs::set_launch_options(tx, &id, &launch_options).await
-                    })
-                    .await
-                }
-
-                async fn open_epoch(&self, run_id: &str) -> StoreResult<i64> {
-                    let id = run_id.to_owned();
-                    self.write(&[run_id], async move |tx, wakes| {
-                        runs::open_epoch(tx, &id, wakes).await
-                    })
-                    .await
-                }
-
-                async fn update_auto_gate(
-                    &self,
-                    run_id: &str,
-                    update: AutoGateUpdate,
-                ) -> StoreResult<AutoGate> {
-                    let id = run_id.to_owned();
-                    self.write(&[run_id], async move |tx, _| {
-                        runs::update_auto_gate(tx, &id, update).await
-                    })
-                    .await
-                }
-
-                async fn add_member(&self, run_id: &str, entry: RosterEntry) -> StoreResult<()> {
-                    let id = run_id.to_owned();
-                    self.write(&[run_id], async move |tx, _| {
-                        runs::add_member(tx, &id, &entry).await
-                    })
-                    .await
-                }
-
-                async fn roster(&self, run_id: &str) -> StoreResult<Vec<RosterEntry>> {
-                    let run_id = run_id.to_owned();
-                    self.read(async move |tx| runs::roster(tx, &run_id).await)
-                        .await
-                }
-
-                async fn send(&self, message: NewMessage) -> StoreResult<Message> {
-                    let id = message.run_id.clone();
-                    self.write(&[&id], async move |tx, wakes| {
-                        mail::send(tx, &message, wakes).await
-                    })
-                    .await
-                }
-
+            store_methods! { @impl $store; [
                 async fn try_receive(
                     &self,
                     run_id: &str,
@@ -224,76 +237,6 @@ macro_rules! mailbox_store {
                     .await
                 }
 
-                async fn hand_back(&self, run_id: &str, keys: Vec<String>) -> StoreResult<u64> {
-                    let id = run_id.to_owned();
-                    self.write(&[run_id], async move |tx, wakes| {
-                        mail::hand_back(tx, &id, &keys, wakes).await
-                    })
-                    .await
-                }
-
-                async fn respond(&self, response: NewResponse) -> StoreResult<Message> {
-                    let id = response.run_id.clone();
-                    self.write(&[&id], async move |tx, wakes| {
-                        mail::respond(tx, &response, wakes).await
-                    })
-                    .await
-                }
-
-                async fn request(
-                    &self,
-                    run_id: &str,
-                    request_id: &str,
-                ) -> StoreResult<Option<RequestRecord>> {
-                    let (run_id, request_id) = (run_id.to_owned(), request_id.to_owned());
-                    self.read(async move |tx| mail::request(tx, &run_id, &request_id).await)
-                        .await
-                }
-
-                async fn requests(&self, run_id: &str) -> StoreResult<Vec<RequestRecord>> {
-                    let run_id = run_id.to_owned();
-                    self.read(async move |tx| mail::list_requests(tx, &run_id).await)
-                        .await
-                }
-
-                async fn message(&self, key: &str) -> StoreResult<Option<Message>> {
-                    let key = key.to_owned();
-                    self.read(async move |tx| mail::message_by_key(tx, &key).await)
-                        .await
-                }
-
-                async fn messages(
-                    &self,
-                    run_id: &str,
-                    recipient: Option<&str>,
-                ) -> StoreResult<Vec<Message>> {
-                    let (run_id, recipient) = (run_id.to_owned(), recipient.map(str::to_owned));
-                    self.read(async move |tx| {
-                        mail::list_messages(tx, &run_id, recipient.as_deref()).await
-                    })
-                    .await
-                }
-
-                async fn newest_messages(
-                    &self,
-                    run_id: &str,
-                    limit: usize,
-                ) -> StoreResult<NewestMessages> {
-                    let run_id = run_id.to_owned();
-                    self.read(async move |tx| mail::newest_messages(tx, &run_id, limit).await)
-                        .await
-                }
-
-                async fn messages_of_kind(
-                    &self,
-                    run_id: &str,
-                    kind: &MessageKind,
-                ) -> StoreResult<Vec<Message>> {
-                    let (run_id, kind) = (run_id.to_owned(), kind.clone());
-                    self.read(async move |tx| mail::messages_of_kind(tx, &run_id, &kind).await)
-                        .await
-                }
-
                 async fn commit_turn(&self, turn: CommitTurn) -> StoreResult<CommitTurnOutcome> {
                     let id = turn.run_id.clone();
                     let acker = mail::Acker::of_store(self.fence().is_some());
@@ -315,18 +258,6 @@ macro_rules! mailbox_store {
                     self.waiters().notify_for(run_id, recipient)
                 }
 
-                async fn append_records(
-                    &self,
-                    run_id: &str,
-                    records: Vec<NewRecord>,
-                ) -> StoreResult<Vec<AgentRecord>> {
-                    let id = run_id.to_owned();
-                    self.write(&[run_id], async move |tx, _| {
-                        runs::append_records(tx, &id, &records).await
-                    })
-                    .await
-                }
-
                 async fn record_tool_start(
                     &self,
                     run_id: &str,
@@ -341,52 +272,6 @@ macro_rules! mailbox_store {
                             work::record_group(tx, &id, fence, &group).await?;
                         }
                         Ok(rows)
-                    })
-                    .await
-                }
-
-                async fn records(
-                    &self,
-                    run_id: &str,
-                    agent: &str,
-                    stream: &str,
-                    after_seq: i64,
-                ) -> StoreResult<Vec<AgentRecord>> {
-                    let (run_id, agent) = (run_id.to_owned(), agent.to_owned());
-                    let stream = stream.to_owned();
-                    self.read(async move |tx| {
-                        runs::records(tx, &run_id, &agent, &stream, after_seq).await
-                    })
-                    .await
-                }
-
-                async fn stream_records(
-                    &self,
-                    run_id: &str,
-                    stream: &str,
-                ) -> StoreResult<Vec<AgentRecord>> {
-                    let (run_id, stream) = (run_id.to_owned(), stream.to_owned());
-                    self.read(async move |tx| runs::stream_records(tx, &run_id, &stream).await)
-                        .await
-                }
-
-                async fn next_counter(&self, run_id: &str, name: &str) -> StoreResult<i64> {
-                    let (id, name) = (run_id.to_owned(), name.to_owned());
-                    self.write(&[run_id], async move |tx, _| {
-                        runs::next_counter(tx, &id, &name).await
-                    })
-                    .await
-                }
-
-                async fn counter_for(
-                    &self,
-                    run_id: &str,
-                    name: &str,
-                    key: &str,
-                ) -> StoreResult<i64> {
-                    let (id, name, key) = (run_id.to_owned(), name.to_owned(), key.to_owned());
-                    self.write(&[run_id], async move |tx, _| {
-                        runs::counter_for(tx, &id, &name, &key).await
                     })
                     .await
                 }
@@ -422,252 +307,112 @@ macro_rules! mailbox_store {
                         .await
                 }
 
-                async fn release_reservation(&self, run_id: &str, agent: &str) -> StoreResult<()> {
-                    let (id, agent) = (run_id.to_owned(), agent.to_owned());
-                    self.write(&[run_id], async move |tx, wakes| {
-                        ledger::release(tx, &id, &agent, wakes).await
-                    })
-                    .await
-                }
-
-                async fn ledger_reservations(
-                    &self,
-                    run_id: &str,
-                ) -> StoreResult<Vec<LedgerReservation>> {
-                    let run_id = run_id.to_owned();
-                    self.read(async move |tx| ledger::reservations(tx, &run_id).await)
-                        .await
-                }
-
-                async fn create_task(&self, task: NewTask) -> StoreResult<Task> {
-                    let id = task.run_id.clone();
-                    self.write(&[&id], async move |tx, wakes| {
-                        tasks::create_task(tx, &task, wakes).await
-                    })
-                    .await
-                }
-
-                async fn task(&self, run_id: &str, task_id: i64) -> StoreResult<Option<Task>> {
-                    let run_id = run_id.to_owned();
-                    self.read(async move |tx| tasks::get_task(tx, &run_id, task_id).await)
-                        .await
-                }
-
-                async fn tasks(&self, run_id: &str) -> StoreResult<Vec<Task>> {
-                    let run_id = run_id.to_owned();
-                    self.read(async move |tx| tasks::list_tasks(tx, &run_id).await)
-                        .await
-                }
-
-                async fn claim_task(
-                    &self,
-                    run_id: &str,
-                    task_id: i64,
-                    agent: &str,
-                ) -> StoreResult<Task> {
-                    let (id, agent) = (run_id.to_owned(), agent.to_owned());
-                    self.write(&[run_id], async move |tx, _| {
-                        tasks::claim_task(tx, &id, task_id, &agent).await
-                    })
-                    .await
-                }
-
-                async fn claim_next_task(
-                    &self,
-                    run_id: &str,
-                    agent: &str,
-                ) -> StoreResult<Option<Claimed>> {
-                    let (id, agent) = (run_id.to_owned(), agent.to_owned());
-                    self.write(&[run_id], async move |tx, wakes| {
-                        tasks::claim_next(tx, &id, &agent, wakes).await
-                    })
-                    .await
-                }
-
-                async fn update_task(&self, update: TaskUpdate) -> StoreResult<TaskChange> {
-                    let id = update.run_id.clone();
-                    self.write(&[&id], async move |tx, wakes| {
-                        tasks::update_task(tx, &update, wakes).await
-                    })
-                    .await
-                }
-
-                async fn release_tasks_of(
-                    &self,
-                    run_id: &str,
-                    agent: &str,
-                ) -> StoreResult<Vec<i64>> {
-                    let (id, agent) = (run_id.to_owned(), agent.to_owned());
-                    self.write(&[run_id], async move |tx, wakes| {
-                        tasks::release_tasks_of(tx, &id, &agent, wakes).await
-                    })
-                    .await
-                }
-
-                async fn fork_run(
-                    &self,
-                    source: &str,
-                    new_id: &str,
-                    new_slug: &str,
-                ) -> StoreResult<RunRecord> {
-                    let (from, to) = (source.to_owned(), new_id.to_owned());
-                    let new_slug = new_slug.to_owned();
-                    self.write(&[source, new_id], async move |tx, _| {
-                        fork::fork_run(tx, &from, &to, &new_slug).await
-                    })
-                    .await
-                }
-
-                async fn enqueue_work(
-                    &self,
-                    items: Vec<NewWorkItem>,
-                ) -> StoreResult<Vec<WorkItem>> {
-                    self.work(WorkAccess::Change, async move |tx| {
-                        work::enqueue(tx, &items).await
-                    })
-                    .await
-                }
-
-                async fn claim_work(
-                    &self,
-                    queue: Option<&str>,
-                    worker: &str,
-                    lease: std::time::Duration,
-                ) -> StoreResult<Option<WorkItem>> {
-                    let (queue, worker) = (queue.map(str::to_owned), worker.to_owned());
-                    let lease = $crate::work::millis(lease);
-                    self.work(WorkAccess::Write, async move |tx| {
-                        work::claim(tx, queue.as_deref(), &worker, lease).await
-                    })
-                    .await
-                }
-
-                async fn heartbeat(
-                    &self,
-                    worker: &WorkerInfo,
-                    leases: &[WorkFence],
-                    lease: std::time::Duration,
-                ) -> StoreResult<Heartbeat> {
-                    let (worker, leases) = (worker.clone(), leases.to_vec());
-                    let lease = $crate::work::millis(lease);
-                    self.work(WorkAccess::Write, async move |tx| {
-                        work::heartbeat(tx, &worker, &leases, lease).await
-                    })
-                    .await
-                }
-
-                async fn finish_work(
-                    &self,
-                    fence: &WorkFence,
-                    result: Value,
-                ) -> StoreResult<WorkItem> {
-                    let fence = fence.clone();
-                    self.work(WorkAccess::Change, async move |tx| {
-                        work::finish(tx, &fence, &result).await
-                    })
-                    .await
-                }
-
-                async fn release_work(&self, fence: &WorkFence) -> StoreResult<WorkItem> {
-                    let fence = fence.clone();
-                    self.work(WorkAccess::Change, async move |tx| {
-                        work::release(tx, &fence).await
-                    })
-                    .await
-                }
-
-                async fn stop_work(
-                    &self,
-                    id: &str,
-                    result: Value,
-                ) -> StoreResult<Option<WorkItem>> {
-                    let id = id.to_owned();
-                    self.work(WorkAccess::Change, async move |tx| {
-                        work::stop(tx, &id, &result).await
-                    })
-                    .await
-                }
-
-                async fn reopen_work(&self, id: &str) -> StoreResult<Option<WorkItem>> {
-                    let id = id.to_owned();
-                    self.work(WorkAccess::Change, async move |tx| {
-                        work::reopen(tx, &id).await
-                    })
-                    .await
-                }
-
-                async fn work_item(&self, id: &str) -> StoreResult<Option<WorkItem>> {
-                    let id = id.to_owned();
-                    self.work(WorkAccess::Read, async move |tx| work::item(tx, &id).await)
-                        .await
-                }
-
-                async fn work_items(&self, queue: &str) -> StoreResult<Vec<WorkItem>> {
-                    let queue = queue.to_owned();
-                    self.work(WorkAccess::Read, async move |tx| {
-                        work::items(tx, &queue).await
-                    })
-                    .await
-                }
-
                 async fn next_lease_expiry(
                     &self,
                     queue: Option<&str>,
-                ) -> StoreResult<Option<std::time::Duration>> {
+                ) -> StoreResult<Option<Duration>> {
                     let queue = queue.map(str::to_owned);
                     let millis = self
                         .work(WorkAccess::Read, async move |tx| {
                             work::next_expiry(tx, queue.as_deref()).await
                         })
                         .await?;
-                    Ok(millis.map(|ms| std::time::Duration::from_millis(ms.max(0) as u64)))
-                }
-
-                async fn workers(&self) -> StoreResult<Vec<WorkerRecord>> {
-                    self.work(WorkAccess::Read, async |tx| work::workers(tx).await)
-                        .await
-                }
-
-                async fn worker_process_groups(
-                    &self,
-                    worker: &str,
-                    host: &str,
-                    boot_id: &str,
-                ) -> StoreResult<Vec<ProcessGroupRecord>> {
-                    let (worker, host) = (worker.to_owned(), host.to_owned());
-                    let boot_id = boot_id.to_owned();
-                    self.work(WorkAccess::Read, async move |tx| {
-                        work::worker_groups(tx, &worker, &host, &boot_id).await
-                    })
-                    .await
-                }
-
-                async fn forget_process_group(
-                    &self,
-                    run_id: &str,
-                    agent: &str,
-                    tool_use_id: &str,
-                ) -> StoreResult<()> {
-                    let (run_id, agent) = (run_id.to_owned(), agent.to_owned());
-                    let tool_use_id = tool_use_id.to_owned();
-                    self.work(WorkAccess::Write, async move |tx| {
-                        work::forget_group(tx, &run_id, &agent, &tool_use_id).await
-                    })
-                    .await
-                }
-
-                async fn retire_worker(&self, name: &str) -> StoreResult<()> {
-                    let name = name.to_owned();
-                    self.work(WorkAccess::Write, async move |tx| {
-                        work::retire(tx, &name).await
-                    })
-                    .await
+                    Ok(millis.map(|ms| Duration::from_millis(ms.max(0) as u64)))
                 }
 
                 $($own)*
+            ]
+                write [run.id] create_run(run: NewRun) -> RunRecord
+                    => |tx, _| runs::create_run(tx, &run);
+                read run(run_id: &str) -> Option<RunRecord> => |tx| runs::get_run(tx, &run_id);
+                read runs() -> Vec<RunRecord> => |tx| runs::list_runs(tx);
+                write [run_id]
+                    set_run_status(run_id: &str, status: RunStatus, result: Option<Value>)
+                    -> RunRecord
+                    => |tx, _| runs::set_run_status(tx, &run_id, status, result.as_ref());
+                write [run_id] set_launch_options(run_id: &str, launch_options: Value) -> RunRecord
+                    => |tx, _| runs::set_launch_options(tx, &run_id, &launch_options);
+                write [run_id] open_epoch(run_id: &str) -> i64
+                    => |tx, wakes| runs::open_epoch(tx, &run_id, wakes);
+                write [run_id] update_auto_gate(run_id: &str, update: AutoGateUpdate) -> AutoGate
+                    => |tx, _| runs::update_auto_gate(tx, &run_id, update);
+                write [run_id] add_member(run_id: &str, entry: RosterEntry) -> ()
+                    => |tx, _| runs::add_member(tx, &run_id, &entry);
+                read roster(run_id: &str) -> Vec<RosterEntry> => |tx| runs::roster(tx, &run_id);
+                write [message.run_id] send(message: NewMessage) -> Message
+                    => |tx, wakes| mail::send(tx, &message, wakes);
+                write [run_id] hand_back(run_id: &str, keys: Vec<String>) -> u64
+                    => |tx, wakes| mail::hand_back(tx, &run_id, &keys, wakes);
+                write [response.run_id] respond(response: NewResponse) -> Message
+                    => |tx, wakes| mail::respond(tx, &response, wakes);
+                read request(run_id: &str, request_id: &str) -> Option<RequestRecord>
+                    => |tx| mail::request(tx, &run_id, &request_id);
+                read requests(run_id: &str) -> Vec<RequestRecord>
+                    => |tx| mail::list_requests(tx, &run_id);
+                read message(key: &str) -> Option<Message> => |tx| mail::message_by_key(tx, &key);
+                read messages(run_id: &str, recipient: Option<&str>) -> Vec<Message>
+                    => |tx| mail::list_messages(tx, &run_id, recipient.as_deref());
+                read newest_messages(run_id: &str, limit: usize) -> NewestMessages
+                    => |tx| mail::newest_messages(tx, &run_id, limit);
+                read messages_of_kind(run_id: &str, kind: &MessageKind) -> Vec<Message>
+                    => |tx| mail::messages_of_kind(tx, &run_id, &kind);
+                write [run_id] append_records(run_id: &str, records: Vec<NewRecord>)
+                    -> Vec<AgentRecord> => |tx, _| runs::append_records(tx, &run_id, &records);
+                read records(run_id: &str, agent: &str, stream: &str, after_seq: i64)
+                    -> Vec<AgentRecord>
+                    => |tx| runs::records(tx, &run_id, &agent, &stream, after_seq);
+                read stream_records(run_id: &str, stream: &str) -> Vec<AgentRecord>
+                    => |tx| runs::stream_records(tx, &run_id, &stream);
+                write [run_id] next_counter(run_id: &str, name: &str) -> i64
+                    => |tx, _| runs::next_counter(tx, &run_id, &name);
+                write [run_id] counter_for(run_id: &str, name: &str, key: &str) -> i64
+                    => |tx, _| runs::counter_for(tx, &run_id, &name, &key);
+                write [run_id] release_reservation(run_id: &str, agent: &str) -> ()
+                    => |tx, wakes| ledger::release(tx, &run_id, &agent, wakes);
+                read ledger_reservations(run_id: &str) -> Vec<LedgerReservation>
+                    => |tx| ledger::reservations(tx, &run_id);
+                write [task.run_id] create_task(task: NewTask) -> Task
+                    => |tx, wakes| tasks::create_task(tx, &task, wakes);
+                read task(run_id: &str, task_id: i64) -> Option<Task>
+                    => |tx| tasks::get_task(tx, &run_id, task_id);
+                read tasks(run_id: &str) -> Vec<Task> => |tx| tasks::list_tasks(tx, &run_id);
+                write [run_id] claim_task(run_id: &str, task_id: i64, agent: &str) -> Task
+                    => |tx, _| tasks::claim_task(tx, &run_id, task_id, &agent);
+                write [run_id] claim_next_task(run_id: &str, agent: &str) -> Option<Claimed>
+                    => |tx, wakes| tasks::claim_next(tx, &run_id, &agent, wakes);
+                write [update.run_id] update_task(update: TaskUpdate) -> TaskChange
+                    => |tx, wakes| tasks::update_task(tx, &update, wakes);
+                write [run_id] release_tasks_of(run_id: &str, agent: &str) -> Vec<i64>
+                    => |tx, wakes| tasks::release_tasks_of(tx, &run_id, &agent, wakes);
+                write [source, new_id] fork_run(source: &str, new_id: &str, new_slug: &str)
+                    -> RunRecord => |tx, _| fork::fork_run(tx, &source, &new_id, &new_slug);
+                work Change enqueue_work(items: Vec<NewWorkItem>) -> Vec<WorkItem>
+                    => |tx| work::enqueue(tx, &items);
+                work Write claim_work(queue: Option<&str>, worker: &str, lease: Duration)
+                    -> Option<WorkItem>
+                    => |tx| work::claim(tx, queue.as_deref(), &worker, $crate::work::millis(lease));
+                work Write heartbeat(worker: &WorkerInfo, leases: &[WorkFence], lease: Duration)
+                    -> Heartbeat
+                    => |tx| work::heartbeat(tx, &worker, &leases, $crate::work::millis(lease));
+                work Change finish_work(fence: &WorkFence, result: Value) -> WorkItem
+                    => |tx| work::finish(tx, &fence, &result);
+                work Change release_work(fence: &WorkFence) -> WorkItem
+                    => |tx| work::release(tx, &fence);
+                work Change stop_work(id: &str, result: Value) -> Option<WorkItem>
+                    => |tx| work::stop(tx, &id, &result);
+                work Change reopen_work(id: &str) -> Option<WorkItem> => |tx| work::reopen(tx, &id);
+                work Read work_item(id: &str) -> Option<WorkItem> => |tx| work::item(tx, &id);
+                work Read work_items(queue: &str) -> Vec<WorkItem> => |tx| work::items(tx, &queue);
+                work Read workers() -> Vec<WorkerRecord> => |tx| work::workers(tx);
+                work Read worker_process_groups(worker: &str, host: &str, boot_id: &str)
+                    -> Vec<ProcessGroupRecord>
+                    => |tx| work::worker_groups(tx, &worker, &host, &boot_id);
+                work Write forget_process_group(run_id: &str, agent: &str, tool_use_id: &str) -> ()
+                    => |tx| work::forget_group(tx, &run_id, &agent, &tool_use_id);
+                work Write retire_worker(name: &str) -> () => |tx| work::retire(tx, &name);
             }
         };
     };
 }
 
-pub(crate) use mailbox_store;
+pub(crate) use {mailbox_store, store_methods};
