@@ -22,11 +22,16 @@ pub fn line(run_id: &str, event: &RunEvent) -> Value {
 
 /// Records `event` in the run's log file (an `info` line of target `muster::event`).
 pub fn log(event: &Value) {
+    log_rendered(event, &event.to_string());
+}
+
+/// [`log`], with `event` already rendered as `text`.
+pub fn log_rendered(event: &Value, text: &str) {
     tracing::info!(
         target: "muster::event",
         kind = event["type"].as_str().unwrap_or_default(),
         agent = event["agent"].as_str().unwrap_or_default(),
-        event = %event,
+        event = %text,
         "event"
     );
 }
@@ -34,8 +39,13 @@ pub fn log(event: &Value) {
 /// Prints `event` as one line on stdout, flushed (callers hold their printer's lock, so
 /// lines of concurrent agents never mix).
 pub fn print(event: &Value) {
+    print_rendered(&event.to_string());
+}
+
+/// [`print`], with the event already rendered.
+pub fn print_rendered(text: &str) {
     let mut stdout = std::io::stdout().lock();
-    let _ = writeln!(stdout, "{event}");
+    let _ = writeln!(stdout, "{text}");
     let _ = stdout.flush();
 }
 

@@ -273,11 +273,30 @@ pub struct ModelRequest {
     /// The system prompt (a prompt-caching breakpoint is put on it).
     pub system: String,
     pub messages: Vec<Message>,
-    /// Tool definitions (a prompt-caching breakpoint is put on the last one).
-    pub tools: Vec<ToolDefinition>,
+    /// Tool definitions (a prompt-caching breakpoint is put on the last one). Shared: every
+    /// request of an agent offers the same list, which is not copied for each.
+    #[serde(with = "shared_tools")]
+    pub tools: std::sync::Arc<[ToolDefinition]>,
     pub max_tokens: u64,
     #[serde(default)]
     pub thinking: ThinkingSettings,
+}
+
+/// A request's shared tool list, in JSON as a plain array.
+mod shared_tools {
+    use std::sync::Arc;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::ToolDefinition;
+
+    pub fn serialize<S: Serializer>(tools: &Arc<[ToolDefinition]>, out: S) -> Result<S::Ok, S::Error> {
+        tools.as_ref().serialize(out)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(input: D) -> Result<Arc<[ToolDefinition]>, D::Error> {
+        Vec::<ToolDefinition>::deserialize(input).map(Arc::from)
+    }
 }
 
 /// Why a request is made; sent as `x-muster-purpose`.

@@ -283,7 +283,7 @@ impl AgentRuntime {
                 own_model,
                 model_limits: parts.model_limits,
                 system: parts.system,
-                tool_definitions: equipment.tool_definitions,
+                tool_definitions: equipment.tool_definitions.into(),
             },
             transcript: Transcript::default(),
             plan: parts.plan,

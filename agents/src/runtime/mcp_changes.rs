@@ -41,10 +41,9 @@ impl AgentRuntime {
             mcp_tools: session.records(),
         };
         self.commit(vec![record], Vec::new(), None).await?;
-        self.requests
-            .tool_definitions
-            .retain(|definition| !old.contains(&definition.name));
-        self.requests.tool_definitions.extend(session.definitions());
+        let kept = self.requests.tool_definitions.iter();
+        let kept = kept.filter(|definition| !old.contains(&definition.name)).cloned();
+        self.requests.tool_definitions = kept.chain(session.definitions()).collect();
         self.calls.tools = tools;
         self.calls.mcp = std::sync::Arc::new(session);
         Ok(())

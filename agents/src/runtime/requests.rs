@@ -24,7 +24,7 @@ pub(super) struct Requests {
     /// `model_limits`).
     pub model_limits: BTreeMap<String, ServerLimits>,
     pub system: String,
-    pub tool_definitions: Vec<ToolDefinition>,
+    pub tool_definitions: std::sync::Arc<[ToolDefinition]>,
 }
 
 /// The model an agent's definition names: its own, its parent's with `inherit`, or none.
@@ -127,7 +127,7 @@ mod tests {
                 .map(|limits| BTreeMap::from([("m".to_owned(), limits)]))
                 .unwrap_or_default(),
             system: String::new(),
-            tool_definitions: Vec::new(),
+            tool_definitions: Vec::new().into(),
         }
     }
 

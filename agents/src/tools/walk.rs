@@ -1,7 +1,9 @@
 //! Walking the workspace for `Glob`, `Grep` and `LS`: gitignore-aware (also outside a git
 //! repository), hidden files included, `.git/` skipped, symbolic links not followed.
 
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::{LazyLock, Mutex, PoisonError};
 use std::time::SystemTime;
 
 use globset::{Glob as GlobPattern, GlobMatcher};
@@ -23,13 +25,30 @@ pub(crate) fn walker(base: &Path) -> WalkBuilder {
     builder
 }
 
+/// Patterns compiled in this process, by their text: building a pattern's regex costs more
+/// than most searches, and agents repeat their patterns (each turn's `Glob("*.md")`).
+static COMPILED: LazyLock<Mutex<HashMap<String, GlobMatcher>>> = LazyLock::new(Mutex::default);
+
+/// Patterns kept in [`COMPILED`] before it starts afresh.
+const COMPILED_KEPT: usize = 256;
+
 /// A glob where `*` does not cross `/`.
 pub(crate) fn compile_glob(field: &str, pattern: &str) -> Result<GlobMatcher, String> {
-    globset::GlobBuilder::new(pattern)
+    let compiled = || COMPILED.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(matcher) = compiled().get(pattern) {
+        return Ok(matcher.clone());
+    }
+    let matcher = globset::GlobBuilder::new(pattern)
         .literal_separator(true)
         .build()
         .map(|glob: GlobPattern| glob.compile_matcher())
-        .map_err(|error| format!("invalid glob in field `{field}` (`{pattern}`): {error}"))
+        .map_err(|error| format!("invalid glob in field `{field}` (`{pattern}`): {error}"))?;
+    let mut kept = compiled();
+    if kept.len() >= COMPILED_KEPT {
+        kept.clear();
+    }
+    kept.insert(pattern.to_owned(), matcher.clone());
+    Ok(matcher)
 }
 
 /// The modification time of `path`, or the epoch when it cannot be read.

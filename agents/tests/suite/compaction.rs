@@ -409,7 +409,8 @@ fn request(messages: Vec<Message>) -> ModelRequest {
             name: "Read".into(),
             description: "Read a file".into(),
             input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
-        }],
+        }]
+        .into(),
         max_tokens: 32_000,
         thinking: ThinkingSettings {
             budget_tokens: Some(4_000),

@@ -50,7 +50,8 @@ fn request(model: &str) -> ModelRequest {
                 description: "Run a command".into(),
                 input_schema: json!({"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}),
             },
-        ],
+        ]
+        .into(),
         max_tokens: 4096,
         thinking: ThinkingSettings::default(),
     }

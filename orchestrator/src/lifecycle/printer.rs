@@ -102,9 +102,11 @@ impl RunPrinter {
     /// Logs `event` and prints it as a line on stdout.
     fn print(&self, event: &RunEvent) {
         let line = self.line(event);
+        // Rendered once, for the run's log and for stdout.
+        let text = line.to_string();
         let _guard = self.lock.lock();
-        stream_json::log(&line);
-        stream_json::print(&line);
+        stream_json::log_rendered(&line, &text);
+        stream_json::print_rendered(&text);
     }
 
     /// The `run_finished` event (json, stream-json) or the ending's text (text: stdout, or
