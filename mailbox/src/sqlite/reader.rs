@@ -49,23 +49,35 @@ impl Reader {
 
     /// Whether mail may be pending for `recipient` of `run_id`: false only when a read of the
     /// latest committed state found none.
+    ///
+    /// The look is one indexed read of a few pages: when the connection is open and free, it
+    /// runs on the caller's thread, sparing an agent's turn the wake of a blocking thread and
+    /// the wake back. A WAL reader does not wait for the writer (only, rarely, for another
+    /// connection recovering the WAL), so it does not hold the thread.
     pub(crate) async fn may_have_pending(&self, run_id: &str, recipient: &str) -> bool {
-        let reader = self.clone();
-        let (run_id, recipient) = (run_id.to_owned(), recipient.to_owned());
-        let pending = tokio::task::spawn_blocking(move || reader.look(&run_id, &recipient))
-            .await
-            .unwrap_or(true);
+        let pending = match self.look_here(run_id, recipient) {
+            Some(pending) => pending,
+            None => {
+                let reader = self.clone();
+                let (run_id, recipient) = (run_id.to_owned(), recipient.to_owned());
+                tokio::task::spawn_blocking(move || reader.look(&run_id, &recipient))
+                    .await
+                    .unwrap_or(true)
+            }
+        };
         self.stats.send_modify(|stats| stats.looks += 1);
         pending
     }
 
+    /// The look on this thread, if the connection is open and no read holds it.
+    fn look_here(&self, run_id: &str, recipient: &str) -> Option<bool> {
+        let conn = self.conn.try_lock().ok()?;
+        Some(pending_for(conn.as_ref()?, run_id, recipient))
+    }
+
     fn look(&self, run_id: &str, recipient: &str) -> bool {
-        let pending = self.with_connection(|conn| {
-            conn.prepare_cached(PENDING_FOR).and_then(|mut statement| {
-                statement.query_row([run_id, recipient], |row| row.get::<_, bool>(0))
-            })
-        });
-        pending.unwrap_or(Ok(true)).unwrap_or(true)
+        self.with_connection(|conn| pending_for(conn, run_id, recipient))
+            .unwrap_or(true)
     }
 
     /// Runs `read` in one read transaction (one snapshot for all its statements), on a
@@ -110,6 +122,15 @@ impl Reader {
         super::open::keep_statements_prepared(&conn)?;
         Ok(conn)
     }
+}
+
+/// Whether `conn` finds mail pending for `recipient`; yes when the look fails.
+fn pending_for(conn: &Connection, run_id: &str, recipient: &str) -> bool {
+    conn.prepare_cached(PENDING_FOR)
+        .and_then(|mut statement| {
+            statement.query_row([run_id, recipient], |row| row.get::<_, bool>(0))
+        })
+        .unwrap_or(true)
 }
 
 /// `read` between a BEGIN and its end: the statements of one read see one committed state.
