@@ -66,6 +66,13 @@ fn search_root(input: &GlobInput) -> (String, String) {
     }
 }
 
+/// How many levels below the base `pattern` can match: `*` does not cross `/`, so a pattern
+/// without `**` matches no deeper than its parts. Every `/` is counted (in braces and classes
+/// too), which may only walk deeper than needed, never less. `None`: no limit.
+fn deepest_match(pattern: &str) -> Option<usize> {
+    (!pattern.contains("**")).then(|| 1 + pattern.matches('/').count())
+}
+
 fn find_files(pattern: &str, requested: &str, base: &Path) -> ToolOutput {
     if !base.is_dir() {
         return ToolOutput::error(format!(
@@ -78,6 +85,7 @@ fn find_files(pattern: &str, requested: &str, base: &Path) -> ToolOutput {
         Err(message) => return ToolOutput::error(message),
     };
     let mut found: Vec<PathBuf> = walker(base)
+        .max_depth(deepest_match(pattern))
         .build()
         .filter_map(Result::ok)
         .filter(|entry| entry.file_type().is_some_and(|kind| !kind.is_dir()))
@@ -105,4 +113,23 @@ fn find_files(pattern: &str, requested: &str, base: &Path) -> ToolOutput {
         ));
     }
     ToolOutput::text(listing.join("\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::deepest_match;
+
+    #[test]
+    fn a_pattern_is_searched_only_as_deep_as_it_can_match() {
+        let table = [
+            ("*.md", Some(1)),
+            ("src/*.rs", Some(2)),
+            ("src/{main,nested/deep}.rs", Some(3)),
+            ("**/*.rs", None),
+            ("src/**", None),
+        ];
+        for (pattern, depth) in table {
+            assert_eq!(deepest_match(pattern), depth, "{pattern}");
+        }
+    }
 }

@@ -1040,6 +1040,24 @@ async fn glob_matches_recursively_and_respects_gitignore() {
         listed_paths(&in_src),
         vec![fixture.path("src/main.rs").display().to_string()]
     );
+
+    // A pattern without `**` is searched as deep as its parts reach, braces included.
+    let one_down = fixture.call(&Glob, json!({"pattern": "src/*.rs"})).await;
+    assert_eq!(
+        listed_paths(&one_down),
+        vec![fixture.path("src/main.rs").display().to_string()]
+    );
+    let braced = fixture
+        .call(&Glob, json!({"pattern": "src/{main,nested/deep}.rs"}))
+        .await;
+    let mut braced = listed_paths(&braced);
+    braced.sort();
+    let mut expected: Vec<String> = ["src/main.rs", "src/nested/deep.rs"]
+        .iter()
+        .map(|relative| fixture.path(relative).display().to_string())
+        .collect();
+    expected.sort();
+    assert_eq!(braced, expected);
 }
 
 #[tokio::test]
