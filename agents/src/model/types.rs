@@ -290,11 +290,16 @@ mod shared_tools {
 
     use super::ToolDefinition;
 
-    pub fn serialize<S: Serializer>(tools: &Arc<[ToolDefinition]>, out: S) -> Result<S::Ok, S::Error> {
+    pub fn serialize<S: Serializer>(
+        tools: &Arc<[ToolDefinition]>,
+        out: S,
+    ) -> Result<S::Ok, S::Error> {
         tools.as_ref().serialize(out)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(input: D) -> Result<Arc<[ToolDefinition]>, D::Error> {
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        input: D,
+    ) -> Result<Arc<[ToolDefinition]>, D::Error> {
         Vec::<ToolDefinition>::deserialize(input).map(Arc::from)
     }
 }

@@ -42,7 +42,9 @@ impl AgentRuntime {
         };
         self.commit(vec![record], Vec::new(), None).await?;
         let kept = self.requests.tool_definitions.iter();
-        let kept = kept.filter(|definition| !old.contains(&definition.name)).cloned();
+        let kept = kept
+            .filter(|definition| !old.contains(&definition.name))
+            .cloned();
         self.requests.tool_definitions = kept.chain(session.definitions()).collect();
         self.calls.tools = tools;
         self.calls.mcp = std::sync::Arc::new(session);
