@@ -22,11 +22,12 @@ pub fn line(run_id: &str, event: &RunEvent) -> Value {
 
 /// Records `event` in the run's log file (an `info` line of target `muster::event`).
 pub fn log(event: &Value) {
-    log_rendered(event, &event.to_string());
+    log_rendered(event, event);
 }
 
-/// [`log`], with `event` already rendered as `text`.
-pub fn log_rendered(event: &Value, text: &str) {
+/// [`log`], with `event` rendered by `text` (the line already rendered, or the event itself:
+/// rendered only if the log takes the line).
+pub fn log_rendered(event: &Value, text: &dyn std::fmt::Display) {
     tracing::info!(
         target: "muster::event",
         kind = event["type"].as_str().unwrap_or_default(),

@@ -1,6 +1,6 @@
 //! The store's methods, written once for both backends. [`Backend`] is what a backend
 //! provides: one write, one read and one work-queue transaction, each running an operation of
-//! [`crate::ops`] on the backend's [`Tx`]. `mailbox_store!` expands the one list of
+//! [`crate::ops`] on the backend's [`Tx`]. `mailbox_store!` expands the one table of
 //! [`MailboxStore`](crate::store::MailboxStore) methods over it into each backend's impl,
 //! beside the few methods a backend makes its own way (`prune`, `reserve_budget`,
 //! `watch_work`, and PostgreSQL's live holds and change feed).
@@ -21,11 +21,10 @@ use std::sync::Arc;
 use super::Tx;
 use super::ledger::UnlimitedRuns;
 use crate::error::StoreResult;
-use crate::ledger::{LedgerLimits, LedgerSpend};
 use crate::message::MessageKind;
 use crate::types::*;
 use crate::wake::{Waiters, Wake};
-use crate::work::{NewProcessGroup, NewWorkItem, WorkFence, WorkerInfo};
+use crate::work::{NewWorkItem, WorkFence, WorkerInfo};
 
 /// One backend's transactions (see the module's documentation).
 pub(crate) trait Backend {
@@ -126,10 +125,14 @@ macro_rules! owned {
     };
 }
 
-owned!(borrowed: MessageKind, WorkFence, WorkerInfo; moved: i64, usize, std::time::Duration, NewRun,
-    serde_json::Value, Option<serde_json::Value>, Vec<String>, RunStatus, AutoGateUpdate,
-    RosterEntry, NewMessage, NewResponse, MessageFilter, CommitTurn, Vec<NewRecord>,
-    NewProcessGroup, LedgerLimits, LedgerSpend, NewTask, TaskUpdate, Vec<NewWorkItem>);
+// The argument types of the table's methods.
+owned!(
+    borrowed: MessageKind, WorkFence, WorkerInfo;
+    moved: i64, usize, std::time::Duration, serde_json::Value, Option<serde_json::Value>,
+        Vec<String>, Vec<NewRecord>, Vec<NewWorkItem>, NewRun, RunStatus, AutoGateUpdate,
+        RosterEntry, NewMessage, NewResponse, NewTask, TaskUpdate
+);
+
 /// `#[async_trait] impl MailboxStore for $store`: the methods given in brackets, then one
 /// method for each line of the table that follows: a `read`, a `write` locking the runs in
 /// brackets (named before the arguments are copied), or a `work` operation of the given
