@@ -81,8 +81,20 @@ impl Cluster {
 
     /// `pg_ctl start -w` on the same data and port.
     pub fn start_again(&self) {
-        let log = path_text(&self.dir.path().join("log"));
+        let log = path_text(&self.log_path());
         self.pg_ctl(&["start", "-w", "-l", &log]);
+    }
+
+    /// What the server wrote to its log so far (every start appends to one file): for a
+    /// failing test's message, since it says which shutdown request the server received and
+    /// when.
+    pub fn server_log(&self) -> String {
+        std::fs::read_to_string(self.log_path())
+            .unwrap_or_else(|error| format!("(no server log: {error})"))
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("log")
     }
 
     fn pg_ctl(&self, args: &[&str]) {
