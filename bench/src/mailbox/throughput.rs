@@ -54,13 +54,15 @@ fn variants(sync: SyncMode) -> Vec<(&'static str, StoreOptions)> {
     }
 }
 
-/// Every throughput row, targets marked.
+/// Every throughput row, targets marked against the fsync p50 `probe_disk` returns after
+/// sampling the disk again before each repeat (the p50 over every sample so far).
 pub(super) fn rows(
     runtime: &tokio::runtime::Runtime,
     scratch: &Path,
     options: &Options,
-    fsync_p50_ms: f64,
+    mut probe_disk: impl FnMut() -> anyhow::Result<f64>,
 ) -> anyhow::Result<Vec<Row>> {
+    let mut fsync_p50_ms = 1.0;
     let mut rows = Vec::new();
     for &senders in &options.senders {
         progress(&format!(
@@ -81,6 +83,7 @@ pub(super) fn rows(
         let mut runs: Vec<(String, Vec<Row>)> = Vec::new();
         let mut files: Vec<(String, Vec<Row>)> = Vec::new();
         for repeat in 0..options.repeats.max(1) {
+            fsync_p50_ms = probe_disk()?;
             for &sync in &options.syncs {
                 let scenario = format!("throughput_sync_{}", sync_name(sync));
                 for (suffix, store) in variants(sync) {
