@@ -41,11 +41,17 @@ pub fn execute(global: &Globals, args: Args) -> anyhow::Result<Exit> {
     runtime.block_on(async {
         let server = Server::bind(served, args.port).await?;
         let url = server.url()?;
-        // The first line of stdout is the URL (tests and scripts read it); the token in it
-        // works once, for one browser.
-        println!("{url}");
-        println!("muster serve: open the URL above (it signs one browser in, once); Ctrl-C stops.");
-        std::io::stdout().flush()?;
+        // The URL is stdout's only line (tests and scripts read it, and may close the pipe
+        // then: nothing more is written there); the token in it works once, for one browser.
+        // The hint is for a person, on stderr, and a closed stderr does not stop the server.
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "{url}")?;
+        stdout.flush()?;
+        drop(stdout);
+        let _ = writeln!(
+            std::io::stderr(),
+            "muster serve: open the URL above (it signs one browser in, once); Ctrl-C stops."
+        );
         if args.open {
             open_browser(&url);
         }
@@ -64,7 +70,10 @@ fn open_browser(url: &str) {
     {
         Ok(_) => {}
         Err(error) => {
-            eprintln!("muster serve: could not open a browser ({error}); open the URL yourself")
+            let _ = writeln!(
+                std::io::stderr(),
+                "muster serve: could not open a browser ({error}); open the URL yourself"
+            );
         }
     }
 }
