@@ -135,12 +135,10 @@ pub fn run(options: &Options) -> anyhow::Result<Vec<Row>> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let mut rows = Vec::new();
 
     progress("disk: fsync of 4 KiB appends");
     let mut disk = DiskProbe::open(scratch.path())?;
     disk.sample(sizes.fsync_samples)?;
-    let disk_row = rows.len();
 
     progress("file-inbox: no-loss check with 8 concurrent senders");
     file_inbox::no_loss_check(&fresh(scratch.path(), "no-loss")?, 8, 25)
@@ -151,7 +149,7 @@ pub fn run(options: &Options) -> anyhow::Result<Vec<Row>> {
     let throughput = throughput::rows(&runtime, scratch.path(), options, || {
         disk.sample(sizes.fsync_samples / 2)
     })?;
-    rows.insert(disk_row, disk.row());
+    let mut rows = vec![disk.row()];
     rows.extend(throughput);
     if options.throughput_only {
         return Ok(rows);
@@ -527,8 +525,8 @@ fn fresh(scratch: &Path, name: &str) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-/// fsync p50/p99 of a 4 KiB append on the benchmark's filesystem.
-/// fdatasync of 4 KiB appends, sampled at several moments of one bench run.
+/// fdatasync of 4 KiB appends on the benchmark's filesystem, sampled at several moments of one
+/// bench run.
 struct DiskProbe {
     file: std::fs::File,
     latencies: Samples,
